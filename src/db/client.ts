@@ -1,0 +1,13 @@
+import type { LibSQLDatabase } from 'drizzle-orm/libsql';
+import type * as schema from './schema';
+
+/**
+ * The database as the app sees it: Drizzle over libSQL, whichever driver the entry chose
+ * (`drizzle-orm/libsql` on Node, `drizzle-orm/libsql/web` on Workers). Type-only on purpose.
+ *
+ * Atomic writes go through `db.batch([...])`, never `db.transaction()`: a batch runs as one
+ * transaction in one call on every driver, while an interactive transaction on the embedded file
+ * holds SQLite's write lock across awaits, and a second one in the same process would then wait
+ * for it synchronously, blocking the very event loop that has to finish the first.
+ */
+export type Db = LibSQLDatabase<typeof schema>;

@@ -1,0 +1,69 @@
+import { mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createClient, type Client } from '@libsql/client';
+import { drizzle } from 'drizzle-orm/libsql';
+import { migrate } from 'drizzle-orm/libsql/migrator';
+import type { Config } from '../config';
+import type { Db } from './client';
+import * as schema from './schema';
+
+/**
+ * Opening the database on Node: the server, the CLI, the tests and the benchmarks all come here.
+ * The embedded default is a libSQL file under DATA_DIR in WAL mode; LIBSQL_URL points the same
+ * code at a libSQL server or Turso instead.
+ */
+
+export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle', import.meta.url));
+
+export interface NodeDatabase {
+  db: Db;
+  client: Client;
+  /** Where the data lives, for start-up messages: a file path or a URL without credentials. */
+  location: string;
+  embedded: boolean;
+  close(): void;
+}
+
+type DatabaseConfig = Pick<Config, 'DATA_DIR' | 'LIBSQL_URL' | 'LIBSQL_AUTH_TOKEN'>;
+
+export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase> {
+  const embedded = !config.LIBSQL_URL;
+  let client: Client;
+  let location: string;
+  if (config.LIBSQL_URL) {
+    client = createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN });
+    const url = new URL(config.LIBSQL_URL);
+    location = `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;
+  } else {
+    mkdirSync(config.DATA_DIR, { recursive: true });
+    location = resolve(config.DATA_DIR, 'gateway.db');
+    client = createClient({
+      url: `file:${location}`,
+      // Every statement on the embedded file is a synchronous call, so more connections would not
+      // add parallelism; one connection also means nothing in this process can ever wait on a
+      // lock held by itself. Other processes on the same file wait up to this many ms for it.
+      concurrency: 1,
+      timeout: 5000,
+    });
+    // WAL lets readers in other processes (the CLI, a second gateway) proceed during writes.
+    await client.execute('PRAGMA journal_mode = WAL');
+  }
+  const db = drizzle(client, { schema });
+  return { db, client, location, embedded, close: () => client.close() };
+}
+
+/**
+ * Applies the migrations in drizzle/. Two processes starting together on one database may race to
+ * apply the same migration; the loser's batch fails as a whole, so it checks once more and finds
+ * the work done.
+ */
+export async function migrateDatabase(db: Db): Promise<void> {
+  try {
+    await migrate(db, { migrationsFolder: MIGRATIONS_FOLDER });
+  } catch (error) {
+    await migrate(db, { migrationsFolder: MIGRATIONS_FOLDER }).catch(() => {
+      throw error;
+    });
+  }
+}

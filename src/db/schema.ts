@@ -1,0 +1,289 @@
+import { sql } from 'drizzle-orm';
+import { index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+
+/**
+ * Every table of the gateway. Conventions:
+ * - times are integer milliseconds since the epoch; the API mappers turn them into Unix seconds
+ *   (Assistants objects) or ISO 8601 (policies);
+ * - resources listed newest-first or paged by cursor have an integer `seq` primary key (SQLite's
+ *   rowid, so ordering by it is free and stable) and their public `id` as a unique column;
+ * - JSON columns hold the API's own shapes.
+ * Migrations in drizzle/ are generated from this file (`npm run db:generate`) and append-only.
+ */
+
+const json = <T>(name: string) => text(name, { mode: 'json' }).$type<T>();
+const ms = (name: string) => integer(name);
+
+// ── Identities ───────────────────────────────────────────────────────────────────────────────
+
+export const organisations = sqliteTable('organisations', {
+  id: text('id').primaryKey(),
+  name: text('name').notNull(),
+  createdAt: ms('created_at').notNull(),
+});
+
+export const workspaces = sqliteTable(
+  'workspaces',
+  {
+    id: text('id').primaryKey(),
+    organisationId: text('organisation_id')
+      .notNull()
+      .references(() => organisations.id),
+    slug: text('slug').notNull(),
+    name: text('name').notNull(),
+    createdAt: ms('created_at').notNull(),
+  },
+  (t) => [uniqueIndex('workspaces_organisation_slug').on(t.organisationId, t.slug)],
+);
+
+export type ApiKeyKind = 'organisation' | 'workspace';
+
+export const apiKeys = sqliteTable(
+  'api_keys',
+  {
+    id: text('id').primaryKey(),
+    kind: text('kind').$type<ApiKeyKind>().notNull(),
+    organisationId: text('organisation_id')
+      .notNull()
+      .references(() => organisations.id),
+    /** Set for workspace keys, null for organisation keys. */
+    workspaceId: text('workspace_id').references(() => workspaces.id),
+    name: text('name').notNull(),
+    /** The first characters of the key, enough to recognise it in a list; never enough to use it. */
+    prefix: text('prefix').notNull(),
+    /** SHA-256 of the whole key, hex. The key itself is never stored. */
+    hash: text('hash').notNull(),
+    createdAt: ms('created_at').notNull(),
+    revokedAt: ms('revoked_at'),
+  },
+  (t) => [uniqueIndex('api_keys_hash').on(t.hash), index('api_keys_organisation').on(t.organisationId)],
+);
+
+// ── Provider credentials ─────────────────────────────────────────────────────────────────────
+
+export type Provider = 'openai' | 'azure-openai';
+
+export const virtualKeys = sqliteTable(
+  'virtual_keys',
+  {
+    id: text('id').primaryKey(),
+    workspaceId: text('workspace_id')
+      .notNull()
+      .references(() => workspaces.id),
+    slug: text('slug').notNull(),
+    provider: text('provider').$type<Provider>().notNull(),
+    baseUrl: text('base_url').notNull(),
+    /** The provider's API key, AES-256-GCM under the gateway's encryption key (iv + ciphertext, base64). */
+    secretCiphertext: text('secret_ciphertext').notNull(),
+    /** Provider-specific settings that are not secret (Azure: api_version, deployment). */
+    options: json<Record<string, string>>('options').notNull(),
+    createdAt: ms('created_at').notNull(),
+    revokedAt: ms('revoked_at'),
+  },
+  (t) => [
+    // A slug names one live key; a revoked key's slug can be reused.
+    uniqueIndex('virtual_keys_workspace_slug').on(t.workspaceId, t.slug).where(sql`revoked_at IS NULL`),
+  ],
+);
+
+// ── Assistants, threads, messages, runs ──────────────────────────────────────────────────────
+
+export const assistants = sqliteTable(
+  'assistants',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    workspaceId: text('workspace_id')
+      .notNull()
+      .references(() => workspaces.id),
+    createdAt: ms('created_at').notNull(),
+    name: text('name'),
+    description: text('description'),
+    model: text('model').notNull(),
+    instructions: text('instructions'),
+    tools: json<unknown[]>('tools').notNull(),
+    toolResources: json<Record<string, unknown>>('tool_resources'),
+    metadata: json<Record<string, string>>('metadata').notNull(),
+    temperature: real('temperature'),
+    topP: real('top_p'),
+    responseFormat: json<unknown>('response_format'),
+    deletedAt: ms('deleted_at'),
+  },
+  (t) => [uniqueIndex('assistants_id').on(t.id), index('assistants_workspace').on(t.workspaceId, t.seq)],
+);
+
+export const threads = sqliteTable(
+  'threads',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    workspaceId: text('workspace_id')
+      .notNull()
+      .references(() => workspaces.id),
+    createdAt: ms('created_at').notNull(),
+    metadata: json<Record<string, string>>('metadata').notNull(),
+    toolResources: json<Record<string, unknown>>('tool_resources'),
+  },
+  (t) => [uniqueIndex('threads_id').on(t.id)],
+);
+
+export type MessageStatus = 'in_progress' | 'incomplete' | 'completed';
+
+export const messages = sqliteTable(
+  'messages',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    threadId: text('thread_id').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    createdAt: ms('created_at').notNull(),
+    role: text('role').$type<'user' | 'assistant'>().notNull(),
+    /** OpenAI's message content parts, e.g. `[{"type":"text","text":{"value":"…","annotations":[]}}]`. */
+    content: json<unknown[]>('content').notNull(),
+    status: text('status').$type<MessageStatus>().notNull(),
+    assistantId: text('assistant_id'),
+    runId: text('run_id'),
+    attachments: json<unknown[]>('attachments').notNull(),
+    metadata: json<Record<string, string>>('metadata').notNull(),
+    incompleteDetails: json<unknown>('incomplete_details'),
+    completedAt: ms('completed_at'),
+    incompleteAt: ms('incomplete_at'),
+  },
+  (t) => [uniqueIndex('messages_id').on(t.id), index('messages_thread').on(t.threadId, t.seq)],
+);
+
+export type RunStatus =
+  | 'queued'
+  | 'in_progress'
+  | 'requires_action'
+  | 'cancelling'
+  | 'cancelled'
+  | 'failed'
+  | 'completed'
+  | 'incomplete'
+  | 'expired';
+
+export const runs = sqliteTable(
+  'runs',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    threadId: text('thread_id').notNull(),
+    assistantId: text('assistant_id').notNull(),
+    /** The virtual key that executes the run, also when tool outputs continue it later. */
+    virtualKeyId: text('virtual_key_id').notNull(),
+    /** The API key that created the run: rate-limit attribution. */
+    apiKeyId: text('api_key_id').notNull(),
+    status: text('status').$type<RunStatus>().notNull(),
+    createdAt: ms('created_at').notNull(),
+    startedAt: ms('started_at'),
+    expiresAt: ms('expires_at'),
+    cancelledAt: ms('cancelled_at'),
+    failedAt: ms('failed_at'),
+    completedAt: ms('completed_at'),
+    requiredAction: json<unknown>('required_action'),
+    lastError: json<{ code: string; message: string }>('last_error'),
+    incompleteDetails: json<{ reason: string }>('incomplete_details'),
+    model: text('model').notNull(),
+    instructions: text('instructions').notNull(),
+    tools: json<unknown[]>('tools').notNull(),
+    toolResources: json<Record<string, unknown>>('tool_resources'),
+    metadata: json<Record<string, string>>('metadata').notNull(),
+    usage: json<{ prompt_tokens: number; completion_tokens: number; total_tokens: number }>('usage'),
+    maxPromptTokens: integer('max_prompt_tokens'),
+    maxCompletionTokens: integer('max_completion_tokens'),
+    truncationStrategy: json<{ type: string; last_messages: number | null }>('truncation_strategy').notNull(),
+    toolChoice: json<unknown>('tool_choice').notNull(),
+    parallelToolCalls: integer('parallel_tool_calls', { mode: 'boolean' }).notNull(),
+    responseFormat: json<unknown>('response_format').notNull(),
+    temperature: real('temperature'),
+    topP: real('top_p'),
+    /** Rate-limit context captured at admission, so that whoever ends the run charges its tokens. */
+    rateLimit: json<unknown>('rate_limit'),
+    /**
+     * Until when the process executing the run is known to be alive. A run in a non-terminal state
+     * whose lease has passed was orphaned by a crash and is failed by the recovery sweep.
+     */
+    leaseExpiresAt: ms('lease_expires_at'),
+  },
+  (t) => [
+    uniqueIndex('runs_id').on(t.id),
+    index('runs_thread').on(t.threadId, t.seq),
+    index('runs_active_lease')
+      .on(t.leaseExpiresAt)
+      .where(sql`status IN ('queued', 'in_progress', 'cancelling')`),
+  ],
+);
+
+export const runSteps = sqliteTable(
+  'run_steps',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    runId: text('run_id').notNull(),
+    threadId: text('thread_id').notNull(),
+    assistantId: text('assistant_id').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    type: text('type').$type<'message_creation' | 'tool_calls'>().notNull(),
+    status: text('status').$type<'in_progress' | 'cancelled' | 'failed' | 'completed' | 'expired'>().notNull(),
+    stepDetails: json<unknown>('step_details').notNull(),
+    createdAt: ms('created_at').notNull(),
+    completedAt: ms('completed_at'),
+    cancelledAt: ms('cancelled_at'),
+    failedAt: ms('failed_at'),
+    expiredAt: ms('expired_at'),
+    lastError: json<{ code: string; message: string }>('last_error'),
+    usage: json<{ prompt_tokens: number; completion_tokens: number; total_tokens: number }>('usage'),
+  },
+  (t) => [uniqueIndex('run_steps_id').on(t.id), index('run_steps_run').on(t.runId, t.seq)],
+);
+
+// ── Rate limits ──────────────────────────────────────────────────────────────────────────────
+
+export type PolicyType = 'requests' | 'tokens';
+export type PolicyUnit = 'rpm' | 'rph' | 'rpd';
+export type PolicyStatus = 'active' | 'archived';
+
+export const rateLimitPolicies = sqliteTable(
+  'rate_limit_policies',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    organisationId: text('organisation_id')
+      .notNull()
+      .references(() => organisations.id),
+    workspaceId: text('workspace_id')
+      .notNull()
+      .references(() => workspaces.id),
+    name: text('name').notNull(),
+    type: text('type').$type<PolicyType>().notNull(),
+    unit: text('unit').$type<PolicyUnit>().notNull(),
+    value: real('value').notNull(),
+    status: text('status').$type<PolicyStatus>().notNull(),
+    conditions: json<{ key: string; value: string }[]>('conditions').notNull(),
+    groupBy: json<{ key: string }[]>('group_by').notNull(),
+    createdAt: ms('created_at').notNull(),
+    lastUpdatedAt: ms('last_updated_at').notNull(),
+  },
+  (t) => [
+    uniqueIndex('rate_limit_policies_id').on(t.id),
+    // Lists are newest first within a workspace or an organisation, filtered by status.
+    index('rate_limit_policies_workspace').on(t.workspaceId, t.status, t.seq),
+    index('rate_limit_policies_organisation').on(t.organisationId, t.status, t.seq),
+  ],
+);
+
+/**
+ * One row per counter: a policy, one combination of its group_by values and one fixed window.
+ * `key` encodes all three; `window_end` lets expired windows be pruned.
+ */
+export const rateLimitCounters = sqliteTable(
+  'rate_limit_counters',
+  {
+    key: text('key').primaryKey(),
+    used: real('used').notNull(),
+    windowEnd: ms('window_end').notNull(),
+  },
+  (t) => [index('rate_limit_counters_window_end').on(t.windowEnd)],
+);
