@@ -1,0 +1,70 @@
+import { Hono } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import { methodNotAllowed } from 'hono/method-not-allowed';
+import type { AppEnv, Deps } from './deps';
+import { ApiError, errorResponse, serverError } from './errors';
+import { accessLog } from './middleware/access-log';
+import { apiKeyAuth } from './middleware/api-key-auth';
+import { bodyLimit } from './middleware/body-limit';
+import { jsonBody } from './middleware/json-body';
+import { requestId } from './middleware/request-id';
+import { policyRoutes } from './routes/policies';
+
+/**
+ * The gateway, for any runtime: node.ts and worker.ts build `deps` and serve what this returns.
+ *
+ *   request id ─> access log ─> (405) ─> /v1: body limit ─> JSON body ─> API-key auth ─> route
+ *   every failure: ApiError ─> onError ─> {"error":{"message","type","param","code"}}
+ */
+export function createApp(deps: Deps) {
+  const app = new Hono<AppEnv>();
+
+  app.use(async (c, next) => {
+    c.set('deps', deps);
+    await next();
+  });
+  app.use(requestId());
+  app.use(accessLog());
+  app.use(
+    methodNotAllowed({
+      app,
+      onMethodNotAllowed: (c, methods) => {
+        const error = new ApiError('method_not_allowed', `Method ${c.req.method} is not allowed on ${c.req.path}.`, {
+          headers: { allow: methods.join(', ') },
+        });
+        return errorResponse(error);
+      },
+    }),
+  );
+
+  app.get('/health', (c) => c.json({ status: 'ok' }));
+
+  app.use('/v1/*', bodyLimit({ maxBytes: deps.config.GATEWAY_MAX_BODY_BYTES }), jsonBody(), apiKeyAuth());
+  app.route('/v1/policies/rate-limits', policyRoutes);
+
+  app.notFound((c) =>
+    errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${c.req.path}.`)),
+  );
+
+  app.onError((error, c) => {
+    const apiError = toApiError(error);
+    if (apiError.status >= 500) {
+      deps.log.error('request failed', { request_id: c.var.requestId, path: c.req.path, error });
+    }
+    return errorResponse(apiError);
+  });
+
+  return app;
+}
+
+export type App = ReturnType<typeof createApp>;
+
+function toApiError(error: unknown): ApiError {
+  if (error instanceof ApiError) return error;
+  if (error instanceof HTTPException) {
+    // Hono's own middleware: the validator's malformed JSON and the body limit.
+    if (error.status === 400) return new ApiError('invalid_json', 'The request body is not valid JSON.');
+    if (error.status === 413) return new ApiError('payload_too_large');
+  }
+  return serverError(error);
+}

@@ -1,0 +1,42 @@
+import { z } from 'zod';
+
+/**
+ * The environment, validated once at the entry (node.ts, worker.ts) and never read elsewhere.
+ * Every variable is listed in the README's configuration table and in .dev.vars.example.
+ */
+
+const flag = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no', ''])
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+const positiveInt = z.coerce.number().int().positive();
+
+export const configSchema = z.object({
+  /** Where the Node server listens. */
+  PORT: z.coerce.number().int().min(0).max(65535).default(8787),
+  HOST: z.string().min(1).default('127.0.0.1'),
+  /** Node: the directory of the embedded database (and of the generated encryption key). */
+  DATA_DIR: z.string().min(1).default('./data'),
+  /** A remote libSQL server or Turso database; unset on Node means the embedded file. */
+  LIBSQL_URL: z.string().url().optional(),
+  LIBSQL_AUTH_TOKEN: z.string().optional(),
+  /** Requests with a larger body are refused with 413, also when sent chunked. */
+  GATEWAY_MAX_BODY_BYTES: positiveInt.default(4 * 1024 * 1024),
+  LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
+  /** Set by the Node default so that local servers (Ollama, vLLM, llama.cpp) can be upstreams. */
+  GATEWAY_ALLOW_PRIVATE_UPSTREAMS: flag.optional(),
+});
+
+export type Config = z.infer<typeof configSchema>;
+
+/** Parses an environment record; throws one readable error naming every bad variable. */
+export function parseConfig(env: Record<string, unknown>): Config {
+  // Empty strings mean "unset", as they do in shells and in .dev.vars.
+  const present = Object.fromEntries(
+    Object.entries(env).filter(([key, value]) => key in configSchema.shape && value !== '' && value !== undefined),
+  );
+  const result = configSchema.safeParse(present);
+  if (result.success) return result.data;
+  const problems = result.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`);
+  throw new Error(`Invalid configuration:\n${problems.join('\n')}`);
+}

@@ -1,0 +1,32 @@
+import type { Context } from 'hono';
+import type { Config } from './config';
+import type { Db } from './db/client';
+import type { Logger } from './logger';
+import type { AuthenticatedKey } from './services/api-keys';
+
+/**
+ * Everything runtime-specific, built once per process (node.ts) or isolate (worker.ts) and handed
+ * to createApp. App code reaches these only through here, never through globals of a runtime.
+ */
+export interface Deps {
+  db: Db;
+  config: Config;
+  log: Logger;
+  /** Milliseconds since the epoch. Tests move it to cross rate-limit windows and run expiry. */
+  now: () => number;
+  /**
+   * Keeps `task` alive after the response is sent: `executionCtx.waitUntil` on Workers, a tracked
+   * promise on Node (awaited on shutdown). The task must handle its own errors.
+   */
+  background: (c: Context<AppEnv>, task: Promise<unknown>) => void;
+}
+
+/** The one environment type of every Hono app, sub-app and middleware here. */
+export type AppEnv = {
+  Variables: {
+    deps: Deps;
+    requestId: string;
+    /** The key of `x-gateway-api-key`, set by the auth middleware on every /v1 route. */
+    apiKey: AuthenticatedKey;
+  };
+};

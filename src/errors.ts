@@ -1,0 +1,128 @@
+/**
+ * The one error type, the closed list of error codes and the one envelope.
+ *
+ * Every failure the gateway reports leaves as OpenAI's error body,
+ * `{"error":{"message","type","param","code"}}`, which the OpenAI SDKs parse into
+ * `BadRequestError`, `AuthenticationError`, `RateLimitError`, ... (see
+ * ../shared/reference/openai-errors.md). Code throws `ApiError`; `onError` in app.ts renders it.
+ */
+
+type ErrorSpec = { status: 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 429 | 500 | 503; message?: string };
+
+/** Every code the gateway can answer with, its HTTP status and, where it has one, a default message. */
+export const ERROR_CODES = {
+  // 400: the request is malformed or breaks a rule of the API.
+  invalid_json: { status: 400 },
+  missing_required_parameter: { status: 400 },
+  invalid_type: { status: 400 },
+  invalid_value: { status: 400 },
+  unknown_parameter: { status: 400 },
+  string_above_max_length: { status: 400 },
+  string_below_min_length: { status: 400 },
+  array_above_max_length: { status: 400 },
+  array_below_min_length: { status: 400 },
+  value_above_maximum: { status: 400 },
+  value_below_minimum: { status: 400 },
+  invalid_beta: { status: 400 },
+  missing_virtual_key: { status: 400 },
+  invalid_metadata_header: { status: 400 },
+  unsupported_tool: { status: 400 },
+  run_not_active: { status: 400 },
+  // 401: who is calling is unknown.
+  missing_api_key: {
+    status: 401,
+    message: "You didn't provide an API key. Send it in the 'x-gateway-api-key' header.",
+  },
+  invalid_api_key: { status: 401, message: 'Incorrect, unknown or revoked API key provided.' },
+  invalid_virtual_key: { status: 401 },
+  // 403: the caller is known but may not act on this.
+  workspace_forbidden: { status: 403 },
+  organisation_forbidden: { status: 403 },
+  // 404: nothing of that id in the caller's reach. Another tenant's resource is a 404 too.
+  route_not_found: { status: 404 },
+  workspace_not_found: { status: 404 },
+  policy_not_found: { status: 404 },
+  api_key_not_found: { status: 404 },
+  virtual_key_not_found: { status: 404 },
+  assistant_not_found: { status: 404 },
+  thread_not_found: { status: 404 },
+  run_not_found: { status: 404 },
+  // 405, 409, 413, 415
+  method_not_allowed: { status: 405 },
+  already_exists: { status: 409 },
+  policy_archived: { status: 409 },
+  payload_too_large: { status: 413 },
+  unsupported_media_type: {
+    status: 415,
+    message: "The request body must be JSON, sent with 'Content-Type: application/json'.",
+  },
+  // 429: a rate-limit policy refused the request (its `type` is `requests` or `tokens`).
+  rate_limit_exceeded: { status: 429 },
+  // 500, 503: our fault; the message never shows internals.
+  server_error: {
+    status: 500,
+    message: 'The server had an error while processing your request. Sorry about that!',
+  },
+  shutting_down: { status: 503, message: 'The gateway is shutting down; retry on another instance.' },
+} as const satisfies Record<string, ErrorSpec>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+export type ErrorStatus = (typeof ERROR_CODES)[ErrorCode]['status'];
+
+/** The `type` field: OpenAI's vocabulary. Rate limits say which budget ran out. */
+export type ErrorType = 'invalid_request_error' | 'requests' | 'tokens' | 'server_error';
+
+export interface ErrorBody {
+  error: { message: string; type: ErrorType; param: string | null; code: ErrorCode };
+}
+
+export interface ApiErrorOptions {
+  param?: string | null;
+  /** Overrides the type derived from the status (rate limits: `requests` or `tokens`). */
+  type?: ErrorType;
+  /** Extra response headers, e.g. Retry-After on a 429. */
+  headers?: Record<string, string>;
+  cause?: unknown;
+}
+
+export class ApiError extends Error {
+  readonly code: ErrorCode;
+  readonly status: ErrorStatus;
+  readonly type: ErrorType;
+  readonly param: string | null;
+  readonly headers: Record<string, string>;
+
+  constructor(code: ErrorCode, message?: string, options: ApiErrorOptions = {}) {
+    const spec: ErrorSpec = ERROR_CODES[code];
+    super(message ?? spec.message ?? code, { cause: options.cause });
+    this.name = 'ApiError';
+    this.code = code;
+    this.status = spec.status;
+    this.param = options.param ?? null;
+    this.headers = options.headers ?? {};
+    this.type = options.type ?? (spec.status >= 500 ? 'server_error' : 'invalid_request_error');
+  }
+
+  get body(): ErrorBody {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+
+  /**
+   * Whether a client should try again. The OpenAI SDK retries 409 and every 5xx unless told
+   * otherwise by `x-should-retry`; only rate limits and transient server states deserve it.
+   */
+  get retryable(): boolean {
+    return this.status === 429 || this.status >= 500;
+  }
+}
+
+/** The answer for anything unexpected: generic, with no internals. */
+export const serverError = (cause?: unknown) => new ApiError('server_error', undefined, { cause });
+
+/** The envelope as a Response. Errors that retrying cannot fix say so to the SDKs' retry logic. */
+export function errorResponse(error: ApiError): Response {
+  const headers = new Headers(error.headers);
+  headers.set('content-type', 'application/json');
+  if (!error.retryable) headers.set('x-should-retry', 'false');
+  return new Response(JSON.stringify(error.body), { status: error.status, headers });
+}

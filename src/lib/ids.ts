@@ -1,0 +1,25 @@
+/**
+ * Public identifiers. Assistants objects carry OpenAI-style ids (`asst_…`, `thread_…`, `run_…`,
+ * `msg_…`, `step_…`, `call_…`): a prefix and 24 random alphanumerics (≈143 bits). Identities and
+ * policies use UUIDs, as the seed says.
+ */
+
+const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+export type IdPrefix = 'asst' | 'thread' | 'run' | 'msg' | 'step' | 'call' | 'req';
+
+export function newId(prefix: IdPrefix): string {
+  // 248 is the largest multiple of 62 below 256: rejecting bytes above it keeps the draw uniform.
+  const out: string[] = [];
+  while (out.length < 24) {
+    for (const byte of crypto.getRandomValues(new Uint8Array(32))) {
+      if (byte < 248 && out.length < 24) out.push(ALPHABET[byte % 62]!);
+    }
+  }
+  return `${prefix}_${out.join('')}`;
+}
+
+export const newUuid = (): string => crypto.randomUUID();
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export const isUuid = (value: string): boolean => UUID.test(value);

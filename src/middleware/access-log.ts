@@ -1,0 +1,18 @@
+import { createMiddleware } from 'hono/factory';
+import type { AppEnv } from '../deps';
+
+/** One `info` line per request: method, path (never the query), status, duration. */
+export const accessLog = () =>
+  createMiddleware<AppEnv>(async (c, next) => {
+    const { log, now } = c.var.deps;
+    if (!log.enabled('info')) return next();
+    const started = now();
+    await next();
+    log.info('request', {
+      request_id: c.var.requestId,
+      method: c.req.method,
+      path: c.req.path,
+      status: c.res.status,
+      duration_ms: now() - started,
+    });
+  });

@@ -1,0 +1,158 @@
+import { zValidator } from '@hono/zod-validator';
+import type { ValidationTargets } from 'hono';
+import type { z } from 'zod';
+import { ApiError, type ErrorCode } from '../errors';
+
+/**
+ * The only way routes validate input: @hono/zod-validator with a hook that turns the first zod
+ * issue into an `ApiError` naming the field (`param`), in OpenAI's wording where it has one.
+ */
+export const validate = <Target extends keyof ValidationTargets, Schema extends z.ZodType>(
+  target: Target,
+  schema: Schema,
+) =>
+  zValidator(target, schema, (result) => {
+    if (!result.success) throw validationError(result.error.issues, result.data, target);
+  });
+
+type Issue = z.core.$ZodIssue;
+
+/** Builds the error for the first issue. `input` is the value that was validated. */
+export function validationError(issues: readonly Issue[], input: unknown, target: string): ApiError {
+  const issue = issues[0];
+  if (!issue) return new ApiError('invalid_value', 'The request is invalid.');
+  return describe(issue, [], input, target);
+}
+
+function describe(issue: Issue, prefix: PropertyKey[], input: unknown, target: string): ApiError {
+  const path = [...prefix, ...issue.path];
+  const param = formatPath(path, target);
+  const name = param === null ? describeRoot(target) : `'${param}'`;
+  const at = (code: ErrorCode, message: string, paramOverride: string | null = param) =>
+    new ApiError(code, message, { param: paramOverride });
+
+  // A value that is absent fails its type or enum check: say that it is missing.
+  if ((issue.code === 'invalid_type' || issue.code === 'invalid_value') && valueAt(input, path) === undefined) {
+    if (param === null) return at('invalid_json', 'The request body must be a JSON object.');
+    return at('missing_required_parameter', `Missing required parameter: '${param}'.`);
+  }
+
+  switch (issue.code) {
+    case 'invalid_type': {
+      const received = valueAt(input, path);
+      return at(
+        'invalid_type',
+        `Invalid type for ${name}: expected ${article(issue.expected)}, but got ${typeName(received)} instead.`,
+      );
+    }
+    case 'too_big': {
+      const limit = Number(issue.maximum);
+      if (issue.origin === 'string') {
+        return at('string_above_max_length', `Invalid ${name}: string too long. Expected at most ${limit} characters.`);
+      }
+      if (issue.origin === 'array' || issue.origin === 'set') {
+        return at('array_above_max_length', `Invalid ${name}: array too long. Expected at most ${limit} items.`);
+      }
+      if (issue.origin === 'object' || issue.origin === 'record') {
+        return at('array_above_max_length', `Invalid ${name}: too many entries. Expected at most ${limit}.`);
+      }
+      const bound = issue.inclusive === false ? '<' : '<=';
+      return at('value_above_maximum', `Invalid ${name}: expected a value ${bound} ${limit}.`);
+    }
+    case 'too_small': {
+      const limit = Number(issue.minimum);
+      if (issue.origin === 'string') {
+        if (limit === 1) return at('string_below_min_length', `Invalid ${name}: expected a non-empty string.`);
+        return at('string_below_min_length', `Invalid ${name}: string too short. Expected at least ${limit} characters.`);
+      }
+      if (issue.origin === 'array' || issue.origin === 'set') {
+        return at('array_below_min_length', `Invalid ${name}: expected at least ${limit} item${limit === 1 ? '' : 's'}.`);
+      }
+      const bound = issue.inclusive === false ? '>' : '>=';
+      return at('value_below_minimum', `Invalid ${name}: expected a value ${bound} ${limit}.`);
+    }
+    case 'invalid_value':
+      return at(
+        'invalid_value',
+        `Invalid value for ${name}: expected ${issue.values.length === 1 ? '' : 'one of '}${issue.values
+          .map((value) => JSON.stringify(value))
+          .join(', ')}.`,
+      );
+    case 'invalid_format':
+      if (issue.format === 'regex') return at('invalid_value', `Invalid ${name}: ${issue.message}`);
+      return at('invalid_value', `Invalid ${name}: expected ${article(issue.format)}.`);
+    case 'not_multiple_of':
+      return at('invalid_value', `Invalid ${name}: expected a multiple of ${Number(issue.divisor)}.`);
+    case 'unrecognized_keys': {
+      const keyParam = formatPath([...path, issue.keys[0]!], target);
+      const noun = target === 'query' ? 'query parameter' : 'request argument';
+      return at('unknown_parameter', `Unrecognized ${noun} supplied: '${keyParam}'.`, keyParam);
+    }
+    case 'invalid_union': {
+      if (issue.discriminator !== undefined && issue.errors.length === 0) {
+        const keyParam = formatPath([...path, issue.discriminator], target);
+        const value = valueAt(input, [...path, issue.discriminator]);
+        const message =
+          value === undefined
+            ? `Missing required parameter: '${keyParam}'.`
+            : `Invalid value for '${keyParam}': ${JSON.stringify(value)} is not supported.`;
+        return at(value === undefined ? 'missing_required_parameter' : 'invalid_value', message, keyParam);
+      }
+      // Report the branch that got furthest: its first issue is the most specific explanation.
+      const best = issue.errors
+        .map((branch) => branch[0])
+        .filter((first): first is Issue => first !== undefined)
+        .sort((a, b) => b.path.length - a.path.length)[0];
+      if (best && best.path.length > 0) return describe(best, path, input, target);
+      return at('invalid_value', `Invalid value for ${name}.`);
+    }
+    case 'invalid_key':
+    case 'invalid_element': {
+      const inner = issue.issues[0];
+      if (inner) return describe(inner, path, input, target);
+      return at('invalid_value', `Invalid ${name}.`);
+    }
+    case 'custom': {
+      const code = (issue.params?.code as ErrorCode | undefined) ?? 'invalid_value';
+      return at(code, issue.message);
+    }
+  }
+}
+
+/** `thread.messages[0].role`, as OpenAI names nested parameters; null for the whole body. */
+export function formatPath(path: readonly PropertyKey[], target: string): string | null {
+  if (path.length === 0) return null;
+  let out = '';
+  for (const part of path) {
+    if (typeof part === 'number') out += `[${part}]`;
+    else out += out === '' ? String(part) : `.${String(part)}`;
+  }
+  return target === 'header' ? out.toLowerCase() : out;
+}
+
+function describeRoot(target: string): string {
+  return target === 'json' ? 'the request body' : `the ${target}`;
+}
+
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let current = input;
+  for (const part of path) {
+    if (current === null || typeof current !== 'object') return undefined;
+    current = (current as Record<PropertyKey, unknown>)[part];
+  }
+  return current;
+}
+
+function typeName(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'number' && Number.isInteger(value)) return 'an integer';
+  if (typeof value === 'number') return 'a decimal';
+  return article(typeof value);
+}
+
+function article(noun: string): string {
+  if (noun === 'int') return 'an integer';
+  if (noun === 'null' || noun === 'undefined') return noun;
+  return /^[aeiou]/i.test(noun) ? `an ${noun}` : `a ${noun}`;
+}
