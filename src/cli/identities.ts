@@ -1,0 +1,149 @@
+import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from '../services/api-keys';
+import { initialise, listOrganisations } from '../services/organisations';
+import { createWorkspace, findWorkspace, listWorkspaces } from '../services/workspaces';
+import { optionalString, requireString, UsageError, type Command, type CommandContext } from './command';
+import { formatInitResult, formatTable } from './output';
+
+/** Commands for organisations, workspaces and API keys. */
+
+const organisationOption = {
+  organisation: { type: 'string', short: 'o' },
+} as const;
+
+/** The organisation a command acts on: the one given, or the only one there is. */
+async function resolveOrganisation(ctx: CommandContext): Promise<string> {
+  const given = optionalString(ctx, 'organisation');
+  const organisations = await listOrganisations(ctx.db);
+  if (given) {
+    if (!organisations.some((org) => org.id === given)) throw new UsageError(`no organisation with id ${given}`);
+    return given;
+  }
+  if (organisations.length === 1) return organisations[0]!.id;
+  if (organisations.length === 0) throw new UsageError('the database has no organisation yet: run `init` first');
+  throw new UsageError('there are several organisations: pass --organisation <id>');
+}
+
+const apiKeyJson = (key: ApiKeyRecord) => ({
+  id: key.id,
+  kind: key.kind,
+  name: key.name,
+  prefix: key.prefix,
+  organisation_id: key.organisationId,
+  workspace_id: key.workspaceId,
+  created_at: new Date(key.createdAt).toISOString(),
+  revoked_at: key.revokedAt === null ? null : new Date(key.revokedAt).toISOString(),
+});
+
+export const identityCommands: Command[] = [
+  {
+    name: 'init',
+    usage: 'init [--json]',
+    summary: 'Create the first organisation, its default workspace and two API keys (once).',
+    async run(ctx) {
+      const result = await initialise(ctx.db, ctx.now());
+      if (ctx.json) {
+        ctx.print(JSON.stringify(result ?? { initialised: false, message: 'already initialised' }));
+      } else {
+        ctx.print(result ? formatInitResult(result) : 'Already initialised: nothing created.\n');
+      }
+    },
+  },
+  {
+    name: 'workspaces create',
+    usage: 'workspaces create --slug <slug> [--name <name>] [--organisation <id>] [--json]',
+    summary: 'Create a workspace in an organisation.',
+    options: { slug: { type: 'string' }, name: { type: 'string' }, ...organisationOption },
+    async run(ctx) {
+      const workspace = await createWorkspace(ctx.db, {
+        organisationId: await resolveOrganisation(ctx),
+        slug: requireString(ctx, 'slug'),
+        name: optionalString(ctx, 'name'),
+        now: ctx.now(),
+      });
+      const json = workspaceJson(workspace);
+      ctx.print(ctx.json ? JSON.stringify(json) : formatTable([json], ['id', 'slug', 'name', 'organisation_id']));
+    },
+  },
+  {
+    name: 'workspaces list',
+    usage: 'workspaces list [--organisation <id>] [--json]',
+    summary: 'List workspaces.',
+    options: organisationOption,
+    async run(ctx) {
+      const rows = (await listWorkspaces(ctx.db, optionalString(ctx, 'organisation'))).map(workspaceJson);
+      ctx.print(ctx.json ? JSON.stringify(rows) : formatTable(rows, ['id', 'slug', 'name', 'organisation_id']));
+    },
+  },
+  {
+    name: 'api-keys create',
+    usage: 'api-keys create (--workspace <id|slug> | --organisation-key) [--name <name>] [--organisation <id>] [--json]',
+    summary: 'Create an API key for a workspace, or an organisation key. The key is printed once.',
+    options: {
+      workspace: { type: 'string', short: 'w' },
+      'organisation-key': { type: 'boolean' },
+      name: { type: 'string' },
+      ...organisationOption,
+    },
+    async run(ctx) {
+      const organisationId = await resolveOrganisation(ctx);
+      const workspaceRef = optionalString(ctx, 'workspace');
+      const forOrganisation = ctx.values['organisation-key'] === true;
+      if (!workspaceRef === !forOrganisation) {
+        throw new UsageError('pass exactly one of --workspace <id|slug> and --organisation-key');
+      }
+      let workspaceId: string | null = null;
+      if (workspaceRef) {
+        const workspace = await findWorkspace(ctx.db, organisationId, workspaceRef);
+        if (!workspace) throw new UsageError(`no workspace '${workspaceRef}' in organisation ${organisationId}`);
+        workspaceId = workspace.id;
+      }
+      const { record, plaintext } = await createApiKey(ctx.db, {
+        kind: forOrganisation ? 'organisation' : 'workspace',
+        organisationId,
+        workspaceId,
+        name: optionalString(ctx, 'name') ?? '',
+        now: ctx.now(),
+      });
+      const json = { ...apiKeyJson(record), key: plaintext };
+      if (ctx.json) ctx.print(JSON.stringify(json));
+      else {
+        ctx.print(`Created ${record.kind} key ${record.id}. It is shown this once:\n\n  ${plaintext}\n\n`);
+      }
+    },
+  },
+  {
+    name: 'api-keys list',
+    usage: 'api-keys list [--organisation <id>] [--json]',
+    summary: 'List API keys (their prefixes; the keys themselves are not stored).',
+    options: organisationOption,
+    async run(ctx) {
+      const rows = (await listApiKeys(ctx.db, optionalString(ctx, 'organisation'))).map(apiKeyJson);
+      ctx.print(
+        ctx.json
+          ? JSON.stringify(rows)
+          : formatTable(rows, ['id', 'kind', 'prefix', 'name', 'workspace_id', 'created_at', 'revoked_at']),
+      );
+    },
+  },
+  {
+    name: 'api-keys revoke',
+    usage: 'api-keys revoke <id> [--json]',
+    summary: 'Revoke an API key: it stops working at once.',
+    async run(ctx) {
+      const id = ctx.positionals[0];
+      if (!id) throw new UsageError('the id of the key to revoke is required');
+      const key = apiKeyJson(await revokeApiKey(ctx.db, id, ctx.now()));
+      ctx.print(ctx.json ? JSON.stringify(key) : `Revoked ${key.kind} key ${key.id} (${key.prefix}…).\n`);
+    },
+  },
+];
+
+function workspaceJson(workspace: { id: string; slug: string; name: string; organisationId: string; createdAt: number }) {
+  return {
+    id: workspace.id,
+    slug: workspace.slug,
+    name: workspace.name,
+    organisation_id: workspace.organisationId,
+    created_at: new Date(workspace.createdAt).toISOString(),
+  };
+}

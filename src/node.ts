@@ -1,0 +1,23 @@
+import { formatInitResult } from './cli/output';
+import { nodeConfig, startGateway } from './node-runtime';
+
+/** `npm start`: the gateway on Node, on the embedded database unless LIBSQL_URL says otherwise. */
+async function main() {
+  const gateway = await startGateway(nodeConfig(process.env));
+  if (gateway.initialised) process.stdout.write(formatInitResult(gateway.initialised));
+
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    gateway.deps.log.info('shutting down', { signal });
+    void gateway.close().then(() => process.exit(0));
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+}
+
+main().catch((error: unknown) => {
+  console.error(error instanceof Error ? error.message : error);
+  process.exit(1);
+});
