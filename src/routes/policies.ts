@@ -1,0 +1,78 @@
+import { Hono } from 'hono';
+import type { AppEnv } from '../deps';
+import { ApiError } from '../errors';
+import { validate } from '../middleware/validate';
+import { createPolicyBody, listPoliciesQuery, updatePolicyBody } from '../schemas/policies';
+import type { AuthenticatedKey } from '../services/api-keys';
+import {
+  archivePolicy,
+  createPolicy,
+  getPolicy,
+  listPolicies,
+  toPolicyJson,
+  updatePolicy,
+} from '../services/policies';
+import { resolveWorkspaceScope } from '../services/workspaces';
+
+/** /v1/policies/rate-limits */
+export const policyRoutes = new Hono<AppEnv>()
+  .get('/', validate('query', listPoliciesQuery), async (c) => {
+    const query = c.req.valid('query');
+    const { db } = c.var.deps;
+    const scope = await resolveWorkspaceScope(db, c.var.apiKey, query.workspace_id, { required: false });
+    const { rows, total } = await listPolicies(
+      db,
+      {
+        organisationId: c.var.apiKey.organisationId,
+        workspaceId: scope?.workspaceId ?? null,
+        status: query.status,
+        type: query.type,
+        unit: query.unit,
+      },
+      { size: query.page_size, index: query.current_page },
+    );
+    return c.json({ object: 'list', data: rows.map(toPolicyJson), total });
+  })
+  .post('/', validate('json', createPolicyBody), async (c) => {
+    const body = c.req.valid('json');
+    const { db, now } = c.var.deps;
+    checkOrganisation(c.var.apiKey, body.organisation_id);
+    const scope = await resolveWorkspaceScope(db, c.var.apiKey, body.workspace_id, { required: true });
+    const policy = await createPolicy(db, scope!, body, now());
+    return c.json({ id: policy.id, object: 'policy_usage_limits' });
+  })
+  .get('/:id', async (c) => {
+    const policy = await getPolicy(c.var.deps.db, c.var.apiKey, c.req.param('id'));
+    return c.json(toPolicyJson(policy));
+  })
+  .put('/:id', validate('json', updatePolicyBody), async (c) => {
+    const { db, now } = c.var.deps;
+    const policy = await updatePolicy(db, c.var.apiKey, c.req.param('id'), c.req.valid('json'), now());
+    return c.json(toPolicyJson(policy));
+  })
+  .delete('/:id', async (c) => {
+    const { db, now } = c.var.deps;
+    const policy = await archivePolicy(db, c.var.apiKey, c.req.param('id'), now());
+    return c.json(toPolicyJson(policy));
+  });
+
+/**
+ * The seed: "calls made otherwise [than with an API key identifying the workspace] must send
+ * workspace_id and organisation_id". A workspace key may repeat its own organisation; an
+ * organisation key must name its own.
+ */
+function checkOrganisation(apiKey: AuthenticatedKey, organisationId: string | undefined) {
+  if (organisationId === undefined) {
+    if (apiKey.workspace) return;
+    throw new ApiError(
+      'missing_required_parameter',
+      "Missing required parameter: 'organisation_id'. An organisation API key must name its organisation.",
+      { param: 'organisation_id' },
+    );
+  }
+  if (organisationId.toLowerCase() !== apiKey.organisationId) {
+    throw new ApiError('organisation_forbidden', `The API key has no access to organisation '${organisationId}'.`, {
+      param: 'organisation_id',
+    });
+  }
+}

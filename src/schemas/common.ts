@@ -1,0 +1,27 @@
+import { z } from 'zod';
+
+/**
+ * Building blocks shared by the request schemas. Bounds come from the seed's Limits table.
+ */
+
+/** A non-negative integer in a query string: digits only, no sign, exponent or spaces. */
+export const queryInteger = (options: { min: number; max: number }) =>
+  z
+    .string()
+    .regex(/^\d{1,15}$/, { error: 'expected a non-negative integer' })
+    .transform(Number)
+    .pipe(z.number().int().min(options.min).max(options.max));
+
+/** Metadata: at most 16 pairs, keys of at most 64 characters, string values of at most 512. */
+export const METADATA_LIMITS = { pairs: 16, keyLength: 64, valueLength: 512 } as const;
+
+export const metadataSchema = z
+  .record(z.string().max(METADATA_LIMITS.keyLength), z.string().max(METADATA_LIMITS.valueLength))
+  .refine((value) => Object.keys(value).length <= METADATA_LIMITS.pairs, {
+    error: `Metadata can have at most ${METADATA_LIMITS.pairs} key-value pairs.`,
+  });
+
+/** A UUID in its canonical hyphenated form, any version. */
+export const uuidString = z
+  .string()
+  .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, { error: 'expected a UUID.' });
