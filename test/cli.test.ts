@@ -1,0 +1,121 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClient } from '@libsql/client';
+import { runCli as runCliInProcess } from '../src/cli/run';
+import { runCli as runCliProcess } from './support/processes';
+
+/** Most commands run in-process (a process costs ~1 s of module loading); one test goes through the real entry. */
+async function runCli(args: string[], env: Record<string, string>) {
+  let stdout = '';
+  let stderr = '';
+  const code = await runCliInProcess(args, env, {
+    stdout: (text) => (stdout += text),
+    stderr: (text) => (stderr += text),
+  });
+  return { code, stdout, stderr };
+}
+
+/** The admin CLI as users run it, against a fresh embedded database. */
+
+let dataDir: string;
+let env: Record<string, string>;
+beforeAll(() => {
+  dataDir = mkdtempSync(join(tmpdir(), 'gateway-cli-'));
+  env = { DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
+});
+afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+const json = async (args: string[]) => {
+  const result = await runCli([...args, '--json'], env);
+  expect(result.stderr).toBe('');
+  expect(result.code).toBe(0);
+  return JSON.parse(result.stdout);
+};
+
+describe('gateway CLI', () => {
+  let init: Record<string, string>;
+
+  it('runs as a process, as `npm run gateway` runs it', async () => {
+    const result = await runCliProcess(['workspaces', 'list', '--json'], env);
+    expect(result.code).toBe(0);
+    expect(JSON.parse(result.stdout)).toEqual([]);
+  });
+
+  it('init --json creates the organisation, the default workspace and two keys, once', async () => {
+    init = await json(['init']);
+    expect(Object.keys(init).sort()).toEqual(
+      ['organisation_api_key', 'organisation_id', 'workspace_api_key', 'workspace_id', 'workspace_slug'].sort(),
+    );
+    expect(init.workspace_slug).toBe('default');
+    expect(init.organisation_api_key).toMatch(/^gk_[A-Za-z0-9_-]{43}$/);
+    expect(init.workspace_api_key).toMatch(/^gk_[A-Za-z0-9_-]{43}$/);
+    expect(init.workspace_api_key).not.toBe(init.organisation_api_key);
+
+    const again = await json(['init']);
+    expect(again).toEqual({ initialised: false, message: 'already initialised' });
+    const text = await runCli(['init'], env);
+    expect(text.stdout).toContain('Already initialised');
+  });
+
+  it('stores only hashes and prefixes of the keys', async () => {
+    const client = createClient({ url: `file:${join(dataDir, 'gateway.db')}` });
+    const rows = await client.execute('SELECT * FROM api_keys');
+    client.close();
+    const dump = JSON.stringify(rows.rows);
+    expect(rows.rows).toHaveLength(2);
+    expect(dump).not.toContain(init.organisation_api_key);
+    expect(dump).not.toContain(init.workspace_api_key);
+    expect(dump).toContain(init.workspace_api_key!.slice(0, 10));
+  });
+
+  it('creates and lists workspaces', async () => {
+    const created = await json(['workspaces', 'create', '--slug', 'team-a', '--name', 'Team A']);
+    expect(created).toMatchObject({ slug: 'team-a', name: 'Team A', organisation_id: init.organisation_id });
+    const listed = await json(['workspaces', 'list']);
+    expect(listed.map((w: { slug: string }) => w.slug)).toEqual(['default', 'team-a']);
+
+    const duplicate = await runCli(['workspaces', 'create', '--slug', 'team-a'], env);
+    expect(duplicate.code).toBe(1);
+    expect(duplicate.stderr).toContain("'team-a' already exists");
+    const bad = await runCli(['workspaces', 'create', '--slug', 'Team A', '--json'], env);
+    expect(bad.code).toBe(1);
+    expect(JSON.parse(bad.stdout).error).toMatchObject({ code: 'invalid_value', param: 'slug' });
+  });
+
+  it('creates, lists and revokes API keys', async () => {
+    const workspaceKey = await json(['api-keys', 'create', '--workspace', 'team-a', '--name', 'ci']);
+    expect(workspaceKey).toMatchObject({ kind: 'workspace', name: 'ci', revoked_at: null });
+    expect(workspaceKey.key).toMatch(/^gk_/);
+    expect(workspaceKey.prefix).toBe(workspaceKey.key.slice(0, 10));
+    const orgKey = await json(['api-keys', 'create', '--organisation-key']);
+    expect(orgKey).toMatchObject({ kind: 'organisation', workspace_id: null });
+
+    const listed = await json(['api-keys', 'list']);
+    expect(listed).toHaveLength(4);
+    expect(JSON.stringify(listed)).not.toContain(workspaceKey.key);
+    expect(listed.every((key: Record<string, unknown>) => !('key' in key) && !('hash' in key))).toBe(true);
+
+    const revoked = await json(['api-keys', 'revoke', workspaceKey.id]);
+    expect(revoked.revoked_at).toEqual(expect.any(String));
+    const again = await json(['api-keys', 'revoke', workspaceKey.id]);
+    expect(again.revoked_at).toBe(revoked.revoked_at);
+
+    const unknown = await runCli(['api-keys', 'revoke', '00000000-0000-4000-8000-000000000000'], env);
+    expect(unknown.code).toBe(1);
+  });
+
+  it('explains usage mistakes with exit code 2', async () => {
+    for (const args of [['api-keys', 'create'], ['api-keys', 'create', '--workspace', 'x', '--organisation-key'], ['workspaces', 'create'], ['frobnicate'], ['workspaces', 'list', '--bogus']]) {
+      const result = await runCli(args, env);
+      expect(result.code).toBe(2);
+      expect(result.stderr.length).toBeGreaterThan(0);
+    }
+    const help = await runCliProcess(['--help'], env);
+    expect(help.code).toBe(0);
+    for (const command of ['init', 'workspaces create', 'workspaces list', 'api-keys create', 'api-keys list', 'api-keys revoke']) {
+      expect(help.stdout).toContain(command);
+    }
+  });
+});

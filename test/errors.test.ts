@@ -1,0 +1,173 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestGateway, errorOf, type Tenant, type TestGateway } from './support/gateway';
+
+/** The one envelope, its status codes, and the request id on every response. */
+
+let gateway: TestGateway;
+let tenant: Tenant;
+const LIMIT = 2048;
+beforeAll(async () => {
+  gateway = await createTestGateway({ env: { GATEWAY_MAX_BODY_BYTES: String(LIMIT) } });
+  tenant = await gateway.tenant();
+});
+afterAll(() => gateway.close());
+
+const PATH = '/v1/policies/rate-limits';
+const policy = {
+  conditions: [{ key: 'model', value: '*' }],
+  group_by: [{ key: 'model' }],
+  type: 'requests',
+  unit: 'rpm',
+  value: 1,
+};
+
+describe('error envelope', () => {
+  it('404s unknown routes, inside and outside /v1', async () => {
+    for (const path of ['/nope', '/v2/policies', '/v1/nope']) {
+      const error = await errorOf(await gateway.request(path, { key: tenant.workspaceKey }));
+      expect(error).toMatchObject({ status: 404, code: 'route_not_found', type: 'invalid_request_error', param: null });
+      expect(error.message).toContain(path);
+    }
+  });
+
+  it('405s a known path with another method, with Allow', async () => {
+    const response = await gateway.request(PATH, { key: tenant.workspaceKey, method: 'PATCH', body: {} });
+    expect(response.headers.get('allow')).toBe('GET, HEAD, POST');
+    expect(await errorOf(response)).toMatchObject({ status: 405, code: 'method_not_allowed' });
+  });
+
+  it('413s a body over the limit, by Content-Length', async () => {
+    const body = JSON.stringify({ ...policy, name: 'n'.repeat(LIMIT) });
+    const response = await gateway.app.request(PATH, {
+      method: 'POST',
+      headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': 'application/json', 'content-length': String(body.length) },
+      body,
+    });
+    expect(await errorOf(response)).toMatchObject({ status: 413, code: 'payload_too_large' });
+  });
+
+  it('413s a streamed body over the limit that declares no length', async () => {
+    const chunk = new TextEncoder().encode(' '.repeat(512));
+    let sent = 0;
+    const stream = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (sent++ < 10) controller.enqueue(chunk);
+        else controller.close();
+      },
+    });
+    const request = new Request(`http://gateway${PATH}`, {
+      method: 'POST',
+      headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+      body: stream,
+      duplex: 'half',
+    } as RequestInit);
+    expect(await errorOf(await gateway.app.request(request))).toMatchObject({ status: 413, code: 'payload_too_large' });
+    expect(sent).toBeLessThanOrEqual(6);
+  });
+
+  it('415s a body that is not JSON', async () => {
+    for (const contentType of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {
+      const response = await gateway.app.request(PATH, {
+        method: 'POST',
+        headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': contentType },
+        body: 'type=requests',
+      });
+      expect(await errorOf(response)).toMatchObject({ status: 415, code: 'unsupported_media_type' });
+    }
+    const missing = await gateway.app.request(PATH, {
+      method: 'POST',
+      headers: { 'x-gateway-api-key': tenant.workspaceKey },
+      body: JSON.stringify(policy),
+    });
+    // A body sent without a content type at all is not assumed to be JSON either.
+    expect((await errorOf(missing)).status).toBe(415);
+  });
+
+  it('accepts JSON with a charset and the +json suffix', async () => {
+    for (const contentType of ['application/json; charset=utf-8', 'application/merge-patch+json']) {
+      const response = await gateway.request(PATH, {
+        key: tenant.workspaceKey,
+        body: policy,
+        headers: { 'content-type': contentType },
+      });
+      expect(response.status).toBe(200);
+    }
+  });
+
+  it('400s malformed JSON, saying where, without quoting the body', async () => {
+    const secretish = 'sk-live-should-not-be-echoed';
+    const error = await errorOf(
+      await gateway.request(PATH, { key: tenant.workspaceKey, body: `{"name": "${secretish}", ` }),
+    );
+    expect(error).toMatchObject({ status: 400, code: 'invalid_json', param: null });
+    expect(error.message).toMatch(/position \d+/);
+    expect(error.message).not.toContain(secretish);
+  });
+
+  it('400s an empty JSON body as a missing object', async () => {
+    const error = await errorOf(await gateway.request(PATH, { key: tenant.workspaceKey, body: '' , headers: { 'content-type': 'application/json' }, method: 'POST' }));
+    expect(error).toMatchObject({ status: 400, code: 'invalid_json' });
+  });
+
+  it('marks errors that retrying cannot fix, so the OpenAI SDK does not retry them', async () => {
+    const response = await gateway.request(PATH, { key: tenant.workspaceKey, body: {} });
+    expect(response.status).toBe(400);
+    expect(response.headers.get('x-should-retry')).toBe('false');
+  });
+
+  it('gives every response its own request id, also as x-request-id', async () => {
+    const responses = [
+      await gateway.request(PATH, { key: tenant.workspaceKey }),
+      await gateway.request(PATH, { key: tenant.workspaceKey, body: {} }),
+      await gateway.request(PATH),
+      await gateway.request('/nope'),
+      await gateway.request('/health'),
+    ];
+    const ids = responses.map((response) => response.headers.get('x-gateway-request-id'));
+    for (const [i, response] of responses.entries()) {
+      expect(ids[i]).toMatch(/^req_[A-Za-z0-9]{24}$/);
+      expect(response.headers.get('x-request-id')).toBe(ids[i]);
+    }
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+});
+
+describe('500', () => {
+  it('answers a generic envelope, logs the cause with the request id, shows no internals', async () => {
+    const broken = await createTestGateway();
+    const brokenTenant = await broken.tenant();
+    // A real failure: the database goes away under the app.
+    broken.database.close();
+    const response = await broken.request(PATH, { key: brokenTenant.workspaceKey });
+    const requestId = response.headers.get('x-gateway-request-id');
+    const text = await response.text();
+    const body = JSON.parse(text) as { error: Record<string, unknown> };
+    expect(response.status).toBe(500);
+    expect(body.error).toEqual({
+      message: 'The server had an error while processing your request. Sorry about that!',
+      type: 'server_error',
+      param: null,
+      code: 'server_error',
+    });
+    expect(text).not.toMatch(/libsql|sqlite|closed|stack|at /i);
+    expect(response.headers.get('x-should-retry')).toBeNull();
+    const logged = broken.logs.map((line) => JSON.parse(line)).find((entry) => entry.level === 'error');
+    expect(logged).toMatchObject({ message: 'request failed', request_id: requestId });
+    expect(JSON.stringify(logged.error)).toMatch(/closed/i);
+  });
+});
+
+describe('logs', () => {
+  it('never contain statement parameters of a failed query', async () => {
+    const broken = await createTestGateway();
+    const brokenTenant = await broken.tenant();
+    broken.database.close();
+    await broken.request(PATH, { key: brokenTenant.workspaceKey, body: { ...policy, name: 'private-policy-name' } });
+    await broken.request(PATH, { key: brokenTenant.workspaceKey });
+    const logs = broken.logs.join('\n');
+    expect(logs).toContain('request failed');
+    expect(logs).not.toContain('params:');
+    expect(logs).not.toContain(brokenTenant.workspaceKey);
+    expect(logs).not.toMatch(/[0-9a-f]{64}/); // no key hash either
+  });
+});

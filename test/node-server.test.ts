@@ -1,0 +1,100 @@
+import { request as httpRequest } from 'node:http';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createClient } from '@libsql/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startGatewayProcess } from './support/processes';
+
+/** `npm start` as a new user meets it: a fresh data directory, keys printed once, then served. */
+
+let dataDir: string;
+beforeAll(() => {
+  dataDir = mkdtempSync(join(tmpdir(), 'gateway-node-'));
+});
+afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+function keysFrom(stdout: string) {
+  const find = (label: string) => new RegExp(`${label}\\s+(gk_[A-Za-z0-9_-]+)`).exec(stdout)?.[1];
+  return { organisation: find('organisation API key'), workspace: find('workspace API key') };
+}
+
+describe('the Node server', () => {
+  let workspaceKey: string;
+  let policyId: string;
+
+  it('initialises an empty database, prints the keys once, and serves them', async () => {
+    const gateway = await startGatewayProcess({ DATA_DIR: dataDir });
+    try {
+      // The keys are printed after the listening line; give stdout a moment to flush.
+      await expect.poll(() => keysFrom(gateway.stdout()).workspace, { timeout: 5_000 }).toBeDefined();
+      const keys = keysFrom(gateway.stdout());
+      workspaceKey = keys.workspace!;
+      expect(keys.organisation).toMatch(/^gk_/);
+
+      const created = await fetch(`${gateway.url}/v1/policies/rate-limits`, {
+        method: 'POST',
+        headers: { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          name: 'gpt-4o per key',
+          conditions: [{ key: 'model', value: 'gpt-4o' }],
+          group_by: [{ key: 'api_key' }],
+          type: 'requests',
+          unit: 'rpm',
+          value: 60,
+        }),
+      });
+      expect(created.status).toBe(200);
+      policyId = ((await created.json()) as { id: string }).id;
+
+      const listed = await fetch(`${gateway.url}/v1/policies/rate-limits?page_size=10`, {
+        headers: { 'x-gateway-api-key': keys.organisation! },
+      });
+      expect(((await listed.json()) as { total: number }).total).toBe(1);
+      expect(await gateway.stop('SIGTERM')).toBe(0);
+    } finally {
+      await gateway.stop('SIGKILL');
+    }
+  });
+
+  it('keeps the data in WAL mode under DATA_DIR', async () => {
+    const client = createClient({ url: `file:${join(dataDir, 'gateway.db')}` });
+    const mode = await client.execute('PRAGMA journal_mode');
+    const policies = await client.execute('SELECT id FROM rate_limit_policies');
+    client.close();
+    expect(mode.rows[0]![0]).toBe('wal');
+    expect(policies.rows.map((row) => row[0])).toEqual([policyId]);
+  });
+
+  it('on restart prints no key, keeps the data, and refuses chunked bodies over the limit', async () => {
+    const gateway = await startGatewayProcess({ DATA_DIR: dataDir, GATEWAY_MAX_BODY_BYTES: '1024' });
+    try {
+      const response = await fetch(`${gateway.url}/v1/policies/rate-limits/${policyId}`, {
+        headers: { 'x-gateway-api-key': workspaceKey },
+      });
+      expect(response.status).toBe(200);
+
+      // A chunked upload over the limit, through the real HTTP server.
+      const status = await new Promise<number>((resolve, reject) => {
+        const url = new URL(`${gateway.url}/v1/policies/rate-limits`);
+        const req = httpRequest(
+          { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json', 'transfer-encoding': 'chunked' } },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode!);
+          },
+        );
+        req.on('error', reject);
+        for (let i = 0; i < 8; i++) req.write(' '.repeat(256));
+        req.end('{}');
+      });
+      expect(status).toBe(413);
+
+      expect(await gateway.stop('SIGTERM')).toBe(0);
+      expect(gateway.stdout()).not.toMatch(/gk_/);
+      expect(gateway.stderr()).not.toMatch(/gk_/);
+    } finally {
+      await gateway.stop('SIGKILL');
+    }
+  });
+});

@@ -1,0 +1,83 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * The gateway and its CLI as separate processes, started exactly as `npm start` and
+ * `npm run gateway` start them (node with tsx), for tests of what only a process shows: the
+ * start-up output, two gateways on one database, a kill -9.
+ */
+
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const TSX = ['--import', 'tsx'];
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export function runCli(args: string[], env: Record<string, string>): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...TSX, 'src/cli/main.ts', ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+export interface GatewayProcess {
+  url: string;
+  child: ChildProcess;
+  /** Everything written to stdout so far. */
+  stdout(): string;
+  stderr(): string;
+  /** Sends the signal and waits for the exit code (null when killed by a signal). */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** Starts `src/node.ts` and resolves once it logs that it listens (PORT 0 picks a free port). */
+export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_000): Promise<GatewayProcess> {
+  const child = spawn(process.execPath, [...TSX, 'src/node.ts'], {
+    cwd: ROOT,
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`gateway did not start in ${timeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
+    }, timeoutMs);
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk));
+    child.stdout!.on('data', (chunk: Buffer) => {
+      stdout += chunk;
+      const match = /"message":"listening","url":"([^"]+)"/.exec(stdout);
+      if (match) {
+        clearTimeout(timer);
+        resolve({
+          url: match[1]!,
+          child,
+          stdout: () => stdout,
+          stderr: () => stderr,
+          stop: async (signal = 'SIGTERM') => {
+            if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+            return exited;
+          },
+        });
+      }
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`gateway exited with ${code}\nstdout:\n${stdout}\nstderr:\n${stderr}`));
+    });
+  });
+}
