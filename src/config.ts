@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * The environment, validated once at the entry (node.ts, worker.ts) and never read elsewhere.

@@ -1,6 +1,6 @@
 import { zValidator } from '@hono/zod-validator';
 import type { ValidationTargets } from 'hono';
-import type { z } from 'zod';
+import type * as z from 'zod';
 import { ApiError, type ErrorCode } from '../errors';
 
 /**

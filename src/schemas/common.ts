@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * Building blocks shared by the request schemas. Bounds come from the seed's Limits table.

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { ATTRIBUTE_KEYS_DESCRIPTION, isAttributeKey } from '../ratelimit/vocabulary';
 import { queryInteger, uuidString } from './common';
 
