@@ -1,0 +1,86 @@
+import { fromBase64Url, toBase64Url } from './crypto';
+
+/**
+ * Provider secrets at rest: AES-256-GCM through WebCrypto, so Node and Workers share the code.
+ *
+ * A ciphertext is one string, `v1.<iv>.<ciphertext and tag>` (base64url), so the algorithm can
+ * change later without guessing what a stored value is. Every call binds associated data (the
+ * virtual key's id): GCM then refuses a ciphertext copied from one row onto another, even under
+ * the same key.
+ */
+
+const VERSION = 'v1';
+const KEY_BYTES = 32;
+const IV_BYTES = 12;
+const ALGORITHM = 'AES-GCM';
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder('utf-8', { fatal: true });
+
+export class SecretBox {
+  readonly #key: CryptoKey;
+
+  private constructor(key: CryptoKey) {
+    this.#key = key;
+  }
+
+  /**
+   * A box over a 32-byte key in base64 or base64url, padded or not (surrounding whitespace, such as
+   * a key file's final newline, is ignored). The message never repeats the key.
+   */
+  static async fromBase64(text: string): Promise<SecretBox> {
+    const bytes = decodeKey(text.trim());
+    const key = await crypto.subtle.importKey('raw', bytes, ALGORITHM, false, ['encrypt', 'decrypt']);
+    return new SecretBox(key);
+  }
+
+  async encrypt(plaintext: string, associatedData: string): Promise<string> {
+    const iv = crypto.getRandomValues(new Uint8Array(IV_BYTES));
+    const sealed = await crypto.subtle.encrypt(
+      { name: ALGORITHM, iv, additionalData: encoder.encode(associatedData) },
+      this.#key,
+      encoder.encode(plaintext),
+    );
+    return `${VERSION}.${toBase64Url(iv)}.${toBase64Url(new Uint8Array(sealed))}`;
+  }
+
+  /** Throws when the ciphertext was altered, sealed for other associated data or under another key. */
+  async decrypt(ciphertext: string, associatedData: string): Promise<string> {
+    const [version, iv, sealed, ...rest] = ciphertext.split('.');
+    if (version !== VERSION || !iv || !sealed || rest.length > 0) {
+      throw new Error(`Cannot decrypt: not a '${VERSION}' secret.`);
+    }
+    let opened: ArrayBuffer;
+    try {
+      opened = await crypto.subtle.decrypt(
+        { name: ALGORITHM, iv: fromBase64Url(iv), additionalData: encoder.encode(associatedData) },
+        this.#key,
+        fromBase64Url(sealed),
+      );
+    } catch (cause) {
+      throw new Error(
+        'Cannot decrypt: the secret was altered, belongs to another record, or was encrypted under another key.',
+        { cause },
+      );
+    }
+    return decoder.decode(opened);
+  }
+}
+
+/** A new random key in standard base64 (what `openssl rand -base64 32` prints). */
+export function generateKeyBase64(): string {
+  return btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(KEY_BYTES))));
+}
+
+function decodeKey(text: string): Uint8Array<ArrayBuffer> {
+  const usage = `The encryption key must be ${KEY_BYTES} random bytes in base64 (generate one with \`openssl rand -base64 32\`)`;
+  if (!/^[A-Za-z0-9+/_-]+={0,2}$/.test(text)) throw new Error(`${usage}; it contains other characters.`);
+  let bytes: Uint8Array;
+  try {
+    bytes = fromBase64Url(text.replace(/=+$/, ''));
+  } catch {
+    throw new Error(`${usage}; it is not valid base64.`);
+  }
+  if (bytes.length !== KEY_BYTES) throw new Error(`${usage}; it decodes to ${bytes.length} bytes.`);
+  return new Uint8Array(bytes);
+}
