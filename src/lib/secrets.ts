@@ -17,10 +17,13 @@ const ALGORITHM = 'AES-GCM';
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
-export class SecretBox {
-  readonly #key: CryptoKey;
+// The global `CryptoKey` type is in neither lib.es2023 nor @types/node 20; this is the same type.
+type AesKey = Awaited<ReturnType<typeof crypto.subtle.importKey>>;
 
-  private constructor(key: CryptoKey) {
+export class SecretBox {
+  readonly #key: AesKey;
+
+  private constructor(key: AesKey) {
     this.#key = key;
   }
 
