@@ -27,7 +27,7 @@ async function scenario(workspaceCount: number) {
   const config = nodeConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
   const database = await openDatabase(config);
   await migrateDatabase(database.db);
-  const { deps } = createNodeDeps(config, database);
+  const { deps } = await createNodeDeps(config, database);
   const app = createApp(deps);
   const db = database.db;
 

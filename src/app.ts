@@ -8,7 +8,9 @@ import { apiKeyAuth } from './middleware/api-key-auth';
 import { bodyLimit } from './middleware/body-limit';
 import { jsonBody } from './middleware/json-body';
 import { requestId } from './middleware/request-id';
+import { assistantRoutes } from './routes/assistants';
 import { policyRoutes } from './routes/policies';
+import { virtualKeyRoutes } from './routes/virtual-keys';
 
 /**
  * The gateway, for any runtime: node.ts and worker.ts build `deps` and serve what this returns.
@@ -41,6 +43,8 @@ export function createApp(deps: Deps) {
 
   app.use('/v1/*', bodyLimit({ maxBytes: deps.config.GATEWAY_MAX_BODY_BYTES }), jsonBody(), apiKeyAuth());
   app.route('/v1/policies/rate-limits', policyRoutes);
+  app.route('/v1/virtual-keys', virtualKeyRoutes);
+  app.route('/v1/assistants', assistantRoutes);
 
   app.notFound((c) =>
     errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${c.req.path}.`)),

@@ -23,6 +23,11 @@ export const configSchema = z.object({
   /** Requests with a larger body are refused with 413, also when sent chunked. */
   GATEWAY_MAX_BODY_BYTES: positiveInt.default(4 * 1024 * 1024),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
+  /**
+   * The AES-256-GCM key of provider secrets: 32 bytes, base64. Required on Workers and with
+   * LIBSQL_URL; on Node's embedded default, generated once into DATA_DIR/encryption.key when unset.
+   */
+  GATEWAY_ENCRYPTION_KEY: z.string().optional(),
   /** Set by the Node default so that local servers (Ollama, vLLM, llama.cpp) can be upstreams. */
   GATEWAY_ALLOW_PRIVATE_UPSTREAMS: flag.optional(),
 });

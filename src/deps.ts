@@ -1,8 +1,11 @@
 import type { Context } from 'hono';
 import type { Config } from './config';
 import type { Db } from './db/client';
+import type { SecretBox } from './lib/secrets';
 import type { Logger } from './logger';
 import type { AuthenticatedKey } from './services/api-keys';
+import type { VirtualKey } from './services/virtual-keys';
+import type { WorkspaceScope } from './services/workspaces';
 
 /**
  * Everything runtime-specific, built once per process (node.ts) or isolate (worker.ts) and handed
@@ -12,6 +15,8 @@ export interface Deps {
   db: Db;
   config: Config;
   log: Logger;
+  /** Encrypts and decrypts provider secrets under GATEWAY_ENCRYPTION_KEY. */
+  secrets: SecretBox;
   /** Milliseconds since the epoch. Tests move it to cross rate-limit windows and run expiry. */
   now: () => number;
   /**
@@ -28,5 +33,9 @@ export type AppEnv = {
     requestId: string;
     /** The key of `x-gateway-api-key`, set by the auth middleware on every /v1 route. */
     apiKey: AuthenticatedKey;
+    /** The workspace of a workspace-scoped route (assistants, threads, runs), set by workspace(). */
+    workspace: WorkspaceScope;
+    /** The live virtual key of `x-gateway-virtual-key` in that workspace, set by virtualKey(). */
+    virtualKey: VirtualKey;
   };
 };

@@ -1,9 +1,13 @@
 import { serve } from '@hono/node-server';
+import { randomBytes } from 'node:crypto';
+import { link, mkdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
+import { dirname, join } from 'node:path';
 import { createApp } from './app';
 import { parseConfig, type Config } from './config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from './db/node';
 import type { Deps } from './deps';
+import { generateKeyBase64, SecretBox, secretBoxFromEnv } from './lib/secrets';
 import { TaskTracker } from './lib/tasks';
 import { createLogger } from './logger';
 import { initialise, type InitResult } from './services/organisations';
@@ -21,13 +25,83 @@ export function nodeConfig(env: Record<string, string | undefined>): Config {
   });
 }
 
-/** The Node deps around an open database. `overrides` lets tests swap the clock or the logger. */
-export function createNodeDeps(config: Config, database: NodeDatabase, overrides: Partial<Deps> = {}) {
+export const ENCRYPTION_KEY_FILE = 'encryption.key';
+
+/**
+ * The box for provider secrets on Node (the server and the CLI): GATEWAY_ENCRYPTION_KEY when set.
+ * Otherwise, on the embedded database only, the key in DATA_DIR/encryption.key, generated on first
+ * use. A remote database is shared with other hosts (Workers, other servers) that must all hold the
+ * same key, so there the key has to be configured: a local file would silently diverge.
+ */
+export async function loadSecretBox(config: Config): Promise<SecretBox> {
+  if (config.GATEWAY_ENCRYPTION_KEY) return secretBoxFromEnv(config.GATEWAY_ENCRYPTION_KEY);
+  if (config.LIBSQL_URL) {
+    throw new Error(
+      'GATEWAY_ENCRYPTION_KEY is required with LIBSQL_URL: set it to the same 32-byte base64 key on every ' +
+        'host that uses this database (generate one with `openssl rand -base64 32`).',
+    );
+  }
+  const path = join(config.DATA_DIR, ENCRYPTION_KEY_FILE);
+  const text = await readKeyFile(path);
+  return SecretBox.fromBase64(text).catch((error: Error) => {
+    throw new Error(`Invalid encryption key in ${path}: ${error.message}`);
+  });
+}
+
+/**
+ * Reads the key file, creating it first if there is none. The key is written to a private
+ * temporary file and then hard-linked into place: the link either appears complete or fails
+ * because another process got there first, whose key is then read. (Writing the final name with
+ * the 'wx' flag alone would let a racing reader see it empty.) A file that others can read is
+ * refused rather than fixed, as ssh refuses a loose private key: it may already have leaked.
+ */
+async function readKeyFile(path: string): Promise<string> {
+  const existing = await readPrivateFile(path);
+  if (existing !== null) return existing;
+  await mkdir(dirname(path), { recursive: true });
+  const temporary = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+  await writeFile(temporary, `${generateKeyBase64()}\n`, { flag: 'wx', mode: 0o600 });
+  try {
+    await link(temporary, path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+  } finally {
+    await unlink(temporary);
+  }
+  const created = await readPrivateFile(path);
+  if (created === null) throw new Error(`Could not create the encryption key file ${path}.`);
+  return created;
+}
+
+async function readPrivateFile(path: string): Promise<string | null> {
+  let mode: number;
+  try {
+    mode = (await stat(path)).mode;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw error;
+  }
+  // Windows has no such permission bits to check.
+  if (process.platform !== 'win32' && (mode & 0o077) !== 0) {
+    throw new Error(
+      `The encryption key file ${path} is accessible to other users (mode ${(mode & 0o777).toString(8)}). ` +
+        `Restrict it with \`chmod 600 ${path}\` (and consider the key exposed if others could read it).`,
+    );
+  }
+  return readFile(path, 'utf8');
+}
+
+/**
+ * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
+ * secret box; without one, the box comes from loadSecretBox.
+ */
+export async function createNodeDeps(config: Config, database: NodeDatabase, overrides: Partial<Deps> = {}) {
   const tasks = new TaskTracker();
   const deps: Deps = {
     db: database.db,
     config,
     log: createLogger(config.LOG_LEVEL),
+    secrets: overrides.secrets ?? (await loadSecretBox(config)),
     now: Date.now,
     background: (_c, task) => tasks.track(task),
     ...overrides,
@@ -47,9 +121,11 @@ export interface RunningGateway {
 
 /** Opens and migrates the database, initialises an empty one, and listens on HOST:PORT. */
 export async function startGateway(config: Config, overrides: Partial<Deps> = {}): Promise<RunningGateway> {
+  // The key first: a missing one stops the start before the database is touched.
+  const secrets = overrides.secrets ?? (await loadSecretBox(config));
   const database = await openDatabase(config);
   await migrateDatabase(database.db);
-  const { deps, tasks } = createNodeDeps(config, database, overrides);
+  const { deps, tasks } = await createNodeDeps(config, database, { ...overrides, secrets });
   const initialised = await initialise(database.db, deps.now());
   const app = createApp(deps);
   const server = serve({ fetch: app.fetch, hostname: config.HOST, port: config.PORT });

@@ -70,6 +70,13 @@ export class SecretBox {
   }
 }
 
+/** The box of GATEWAY_ENCRYPTION_KEY (Node and Workers), with an error that names the variable. */
+export function secretBoxFromEnv(value: string): Promise<SecretBox> {
+  return SecretBox.fromBase64(value).catch((error: Error) => {
+    throw new Error(`Invalid GATEWAY_ENCRYPTION_KEY: ${error.message}`);
+  });
+}
+
 /** A new random key in standard base64 (what `openssl rand -base64 32` prints). */
 export function generateKeyBase64(): string {
   return btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(KEY_BYTES))));

@@ -1,0 +1,22 @@
+import { createMiddleware } from 'hono/factory';
+import type { AppEnv } from '../deps';
+import { resolveWorkspaceScope } from '../services/workspaces';
+
+export const WORKSPACE_HEADER = 'x-gateway-workspace-id';
+
+/**
+ * The workspace of routes whose bodies have no `workspace_id` (assistants, threads, runs): a
+ * workspace key acts on its own; an organisation key names one of its organisation's workspaces,
+ * by id or slug, in `x-gateway-workspace-id` (missing: 400; outside the organisation: 403).
+ * Sets `c.var.workspace`.
+ */
+export const workspace = () =>
+  createMiddleware<AppEnv>(async (c, next) => {
+    const ref = c.req.header(WORKSPACE_HEADER)?.trim() || undefined;
+    const scope = await resolveWorkspaceScope(c.var.deps.db, c.var.apiKey, ref, {
+      required: true,
+      param: WORKSPACE_HEADER,
+    });
+    c.set('workspace', scope!);
+    await next();
+  });

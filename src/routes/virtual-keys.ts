@@ -1,0 +1,39 @@
+import { Hono } from 'hono';
+import type { AppEnv } from '../deps';
+import { validate } from '../middleware/validate';
+import { createVirtualKeyBody, listVirtualKeysQuery, revokeVirtualKeyQuery } from '../schemas/virtual-keys';
+import { createVirtualKey, listVirtualKeys, revokeVirtualKey, toVirtualKeyJson } from '../services/virtual-keys';
+import { resolveWorkspaceScope } from '../services/workspaces';
+
+/** /v1/virtual-keys: a workspace key acts on its workspace; an organisation key names `workspace_id`. */
+export const virtualKeyRoutes = new Hono<AppEnv>()
+  .get('/', validate('query', listVirtualKeysQuery), async (c) => {
+    const query = c.req.valid('query');
+    const { db } = c.var.deps;
+    const scope = await resolveWorkspaceScope(db, c.var.apiKey, query.workspace_id, { required: false });
+    const keys = await listVirtualKeys(db, {
+      organisationId: c.var.apiKey.organisationId,
+      workspaceId: scope?.workspaceId,
+      includeRevoked: query.include_revoked,
+    });
+    return c.json({ object: 'list', data: keys.map(toVirtualKeyJson) });
+  })
+  .post('/', validate('json', createVirtualKeyBody), async (c) => {
+    const body = c.req.valid('json');
+    const { db, secrets, config, now } = c.var.deps;
+    const scope = await resolveWorkspaceScope(db, c.var.apiKey, body.workspace_id, { required: true });
+    const key = await createVirtualKey(db, secrets, {
+      workspaceId: scope!.workspaceId,
+      body,
+      allowPrivateUpstreams: config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false,
+      now: now(),
+    });
+    return c.json(toVirtualKeyJson(key));
+  })
+  .delete('/:slug', validate('query', revokeVirtualKeyQuery), async (c) => {
+    const { db, now } = c.var.deps;
+    const query = c.req.valid('query');
+    const scope = await resolveWorkspaceScope(db, c.var.apiKey, query.workspace_id, { required: true });
+    const key = await revokeVirtualKey(db, scope!.workspaceId, c.req.param('slug'), now());
+    return c.json(toVirtualKeyJson(key));
+  });

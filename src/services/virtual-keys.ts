@@ -1,0 +1,170 @@
+import { and, desc, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
+import type { Db } from '../db/client';
+import { virtualKeys, workspaces, type Provider } from '../db/schema';
+import { ApiError } from '../errors';
+import { newUuid } from '../lib/ids';
+import type { SecretBox } from '../lib/secrets';
+import { checkUpstreamUrl } from '../lib/upstream-url';
+import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type VirtualKeyJson } from '../schemas/virtual-keys';
+
+/**
+ * Virtual keys: provider credentials stored per workspace. The provider's API key is kept only as
+ * ciphertext bound to the key's id (see SecretBox) and is decrypted for the upstream call alone.
+ */
+
+export interface VirtualKey {
+  id: string;
+  workspaceId: string;
+  slug: string;
+  provider: Provider;
+  /** Without a trailing slash: the provider adapter appends its endpoint path. */
+  baseUrl: string;
+  /** Azure OpenAI: api_version and deployment. Empty for `openai`. */
+  options: { api_version?: string; deployment?: string };
+  secretCiphertext: string;
+  createdAt: number;
+  revokedAt: number | null;
+}
+
+type VirtualKeyRow = typeof virtualKeys.$inferSelect;
+
+function fromRow(row: VirtualKeyRow): VirtualKey {
+  return {
+    id: row.id,
+    workspaceId: row.workspaceId,
+    slug: row.slug,
+    provider: row.provider,
+    baseUrl: row.baseUrl,
+    options: { api_version: row.options.api_version, deployment: row.options.deployment },
+    secretCiphertext: row.secretCiphertext,
+    createdAt: row.createdAt,
+    revokedAt: row.revokedAt,
+  };
+}
+
+const seconds = (ms: number) => Math.floor(ms / 1000);
+
+export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
+  return {
+    object: 'virtual_key',
+    id: key.id,
+    slug: key.slug,
+    provider: key.provider,
+    base_url: key.baseUrl,
+    workspace_id: key.workspaceId,
+    created_at: seconds(key.createdAt),
+    revoked_at: key.revokedAt === null ? null : seconds(key.revokedAt),
+    ...(key.provider === 'azure-openai'
+      ? { api_version: key.options.api_version, deployment: key.options.deployment }
+      : {}),
+  };
+}
+
+export interface CreateVirtualKeyInput {
+  workspaceId: string;
+  body: CreateVirtualKeyBody;
+  /** GATEWAY_ALLOW_PRIVATE_UPSTREAMS: whether loopback and private base URLs are accepted. */
+  allowPrivateUpstreams: boolean;
+  now: number;
+}
+
+/** Stores a new key; 409 `already_exists` when a live key of the workspace has the slug. */
+export async function createVirtualKey(db: Db, secrets: SecretBox, input: CreateVirtualKeyInput): Promise<VirtualKey> {
+  const { body } = input;
+  const baseUrl = checkBaseUrl(body.base_url ?? DEFAULT_OPENAI_BASE_URL, input.allowPrivateUpstreams);
+  const id = newUuid();
+  const [row] = await db
+    .insert(virtualKeys)
+    .values({
+      id,
+      workspaceId: input.workspaceId,
+      slug: body.slug,
+      provider: body.provider,
+      baseUrl,
+      secretCiphertext: await secrets.encrypt(body.api_key, id),
+      options:
+        body.provider === 'azure-openai' ? { api_version: body.api_version!, deployment: body.deployment! } : {},
+      createdAt: input.now,
+      revokedAt: null,
+    })
+    // The partial unique index (workspace, slug) WHERE revoked_at IS NULL decides, race-free.
+    .onConflictDoNothing()
+    .returning();
+  if (!row) {
+    throw new ApiError('already_exists', `A virtual key with slug '${body.slug}' already exists in this workspace.`, {
+      param: 'slug',
+    });
+  }
+  return fromRow(row);
+}
+
+/** The base URL as stored, or 400 naming `base_url`. */
+function checkBaseUrl(baseUrl: string, allowPrivate: boolean): string {
+  const problem =
+    checkUpstreamUrl(baseUrl, { allowPrivate }) ??
+    (new URL(baseUrl).search !== '' ? 'the URL must not have a query string; the endpoint path is appended to it.' : null);
+  if (problem) throw new ApiError('invalid_value', `Invalid 'base_url': ${problem}`, { param: 'base_url' });
+  return baseUrl.replace(/\/+$/, '');
+}
+
+export interface VirtualKeyFilter {
+  /** One workspace; otherwise every workspace of `organisationId`; neither: all keys (the CLI). */
+  workspaceId?: string;
+  organisationId?: string;
+  includeRevoked?: boolean;
+}
+
+/** Newest first. */
+export async function listVirtualKeys(db: Db, filter: VirtualKeyFilter): Promise<VirtualKey[]> {
+  let scope: SQL | undefined;
+  if (filter.workspaceId !== undefined) scope = eq(virtualKeys.workspaceId, filter.workspaceId);
+  else if (filter.organisationId !== undefined) {
+    scope = inArray(
+      virtualKeys.workspaceId,
+      db.select({ id: workspaces.id }).from(workspaces).where(eq(workspaces.organisationId, filter.organisationId)),
+    );
+  }
+  const rows = await db
+    .select()
+    .from(virtualKeys)
+    .where(and(scope, filter.includeRevoked ? undefined : isNull(virtualKeys.revokedAt)))
+    // rowid is insertion order: it breaks ties between keys created in the same millisecond.
+    .orderBy(desc(virtualKeys.createdAt), desc(sql`${virtualKeys}.rowid`));
+  return rows.map(fromRow);
+}
+
+/** Revokes the workspace's live key with that slug; the slug is then free for a new key. */
+export async function revokeVirtualKey(db: Db, workspaceId: string, slug: string, now: number): Promise<VirtualKey> {
+  const [row] = await db
+    .update(virtualKeys)
+    .set({ revokedAt: now })
+    .where(and(eq(virtualKeys.workspaceId, workspaceId), eq(virtualKeys.slug, slug), isNull(virtualKeys.revokedAt)))
+    .returning();
+  if (!row) {
+    throw new ApiError('virtual_key_not_found', `No virtual key found with slug '${slug}' in this workspace.`, {
+      param: 'slug',
+    });
+  }
+  return fromRow(row);
+}
+
+/** The live key of the workspace with that slug: what `x-gateway-virtual-key` selects. */
+export async function findActiveVirtualKey(db: Db, workspaceId: string, slug: string): Promise<VirtualKey | null> {
+  const [row] = await db
+    .select()
+    .from(virtualKeys)
+    .where(and(eq(virtualKeys.workspaceId, workspaceId), eq(virtualKeys.slug, slug), isNull(virtualKeys.revokedAt)))
+    .limit(1);
+  return row ? fromRow(row) : null;
+}
+
+/** A key by id, revoked or not (a run keeps the id of its key; the caller checks `revokedAt`). */
+export async function getVirtualKey(db: Db, id: string): Promise<VirtualKey | null> {
+  const [row] = await db.select().from(virtualKeys).where(eq(virtualKeys.id, id)).limit(1);
+  return row ? fromRow(row) : null;
+}
+
+/** The provider's API key, for the upstream request only: never log it or put it in a response. */
+export function decryptVirtualKeySecret(secrets: SecretBox, key: VirtualKey): Promise<string> {
+  return secrets.decrypt(key.secretCiphertext, key.id);
+}
