@@ -1,9 +1,22 @@
 import type { ParseArgsConfig } from 'node:util';
+import type { Config } from '../config';
 import type { Db } from '../db/client';
+import type { SecretBox } from '../lib/secrets';
 
 /** What every CLI command gets: the migrated database, the clock and the output mode. */
 export interface CommandContext {
   db: Db;
+  config: Config;
+  /**
+   * The gateway's secret box, loaded as the server loads it (node-runtime's loadSecretBox). Asked
+   * for only by commands that encrypt, so the others work without GATEWAY_ENCRYPTION_KEY (e.g.
+   * `migrate` against the remote database of a Workers deployment).
+   */
+  secrets(): Promise<SecretBox>;
+  /** All of standard input, as text. */
+  readStdin(): Promise<string>;
+  /** The environment the CLI was started with (e.g. for `--api-key-env NAME`). */
+  env: Record<string, string | undefined>;
   now: () => number;
   /** `--json`: print one JSON value for scripts instead of text for people. */
   json: boolean;

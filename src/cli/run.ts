@@ -1,9 +1,11 @@
 import { parseArgs } from 'node:util';
 import { migrateDatabase, openDatabase } from '../db/node';
 import { ApiError } from '../errors';
-import { nodeConfig } from '../node-runtime';
+import type { SecretBox } from '../lib/secrets';
+import { loadSecretBox, nodeConfig } from '../node-runtime';
 import { UsageError, type Command } from './command';
 import { identityCommands } from './identities';
+import { virtualKeyCommands } from './virtual-keys';
 
 /**
  * The admin command line: `npm run gateway -- <command>` or the package's `gateway` bin. It works
@@ -13,6 +15,7 @@ import { identityCommands } from './identities';
 
 const commands: Command[] = [
   ...identityCommands,
+  ...virtualKeyCommands,
   {
     name: 'migrate',
     usage: 'migrate',
@@ -47,11 +50,19 @@ function findCommand(argv: string[]): { command: Command; rest: string[] } | nul
 export interface CliIo {
   stdout(text: string): void;
   stderr(text: string): void;
+  /** All of standard input. */
+  stdin?(): Promise<string>;
 }
 
 const processIo: CliIo = {
   stdout: (text) => process.stdout.write(text),
   stderr: (text) => process.stderr.write(text),
+  async stdin() {
+    if (process.stdin.isTTY) process.stderr.write('Reading standard input; end it with Ctrl-D.\n');
+    const chunks: Buffer[] = [];
+    for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks).toString('utf8');
+  },
 };
 
 /** Runs one command; resolves to the exit code. Tests call it in-process with their own `io`. */
@@ -85,11 +96,17 @@ export async function runCli(
     return 0;
   }
   const json = parsed.values.json === true;
-  const database = await openDatabase(nodeConfig(env));
+  const config = nodeConfig(env);
+  const database = await openDatabase(config);
+  let secrets: Promise<SecretBox> | undefined;
   try {
     await migrateDatabase(database.db);
     await command.run({
       db: database.db,
+      config,
+      secrets: () => (secrets ??= loadSecretBox(config)),
+      readStdin: () => io.stdin?.() ?? Promise.resolve(''),
+      env,
       now: Date.now,
       json,
       values: parsed.values,

@@ -1,0 +1,134 @@
+import { validationError } from '../middleware/validate';
+import { createVirtualKeyBody } from '../schemas/virtual-keys';
+import {
+  createVirtualKey,
+  listVirtualKeys,
+  revokeVirtualKey,
+  toVirtualKeyJson,
+  type VirtualKey,
+} from '../services/virtual-keys';
+import { listWorkspaces, type Workspace } from '../services/workspaces';
+import { optionalString, requireString, UsageError, type Command, type CommandContext } from './command';
+import { formatTable } from './output';
+
+/**
+ * Commands for virtual keys. `create` validates with the API's own schema and service, so the CLI
+ * and `POST /v1/virtual-keys` accept and refuse the same things with the same messages.
+ */
+
+const workspaceOption = { workspace: { type: 'string', short: 'w' } } as const;
+
+/** A workspace by id or slug, in any organisation; a slug that several organisations use needs the id. */
+async function resolveWorkspace(ctx: CommandContext, ref: string): Promise<Workspace> {
+  const matches = (await listWorkspaces(ctx.db)).filter((workspace) => workspace.id === ref || workspace.slug === ref);
+  if (matches.length === 0) throw new UsageError(`no workspace '${ref}' (see \`workspaces list\`)`);
+  if (matches.length > 1) throw new UsageError(`several organisations have a workspace '${ref}': pass its id`);
+  return matches[0]!;
+}
+
+/**
+ * The provider's API key, from standard input or a named environment variable. Never from a flag:
+ * command lines are kept in shell history and shown to other users by `ps`.
+ */
+async function readProviderKey(ctx: CommandContext): Promise<string> {
+  if (ctx.values['api-key'] !== undefined) {
+    throw new UsageError(
+      '--api-key is not accepted: a key on the command line lands in shell history and process lists. ' +
+        'Use --api-key-stdin or --api-key-env <NAME>.',
+    );
+  }
+  const fromStdin = ctx.values['api-key-stdin'] === true;
+  const variable = optionalString(ctx, 'api-key-env');
+  if (fromStdin === (variable !== undefined)) {
+    throw new UsageError('pass exactly one of --api-key-stdin and --api-key-env <NAME>');
+  }
+  if (fromStdin) return (await ctx.readStdin()).trim();
+  const value = ctx.env[variable!];
+  if (value === undefined) throw new UsageError(`the environment variable ${variable} is not set`);
+  return value;
+}
+
+function tableRow(key: VirtualKey) {
+  const json = toVirtualKeyJson(key);
+  const iso = (seconds: number | null) => (seconds === null ? null : new Date(seconds * 1000).toISOString());
+  return { ...json, created_at: iso(json.created_at), revoked_at: iso(json.revoked_at) };
+}
+
+const TABLE_COLUMNS = ['slug', 'provider', 'base_url', 'workspace_id', 'id', 'created_at', 'revoked_at'];
+
+export const virtualKeyCommands: Command[] = [
+  {
+    name: 'virtual-keys create',
+    usage:
+      'virtual-keys create --workspace <id|slug> --slug <slug> --provider openai|azure-openai ' +
+      '[--base-url <url>] [--api-version <v>] [--deployment <d>] (--api-key-stdin | --api-key-env <NAME>) [--json]',
+    summary:
+      "Store a provider's credentials in a workspace under a slug (x-gateway-virtual-key). The provider key is " +
+      'read from standard input or from the environment variable NAME, never from a flag (shell history).',
+    options: {
+      ...workspaceOption,
+      slug: { type: 'string' },
+      provider: { type: 'string' },
+      'base-url': { type: 'string' },
+      'api-version': { type: 'string' },
+      deployment: { type: 'string' },
+      'api-key-stdin': { type: 'boolean' },
+      'api-key-env': { type: 'string' },
+      // Accepted only to be refused with an explanation.
+      'api-key': { type: 'string' },
+    },
+    async run(ctx) {
+      const apiKey = await readProviderKey(ctx);
+      const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
+      const input = {
+        slug: optionalString(ctx, 'slug'),
+        provider: optionalString(ctx, 'provider'),
+        base_url: optionalString(ctx, 'base-url'),
+        api_key: apiKey,
+        api_version: optionalString(ctx, 'api-version'),
+        deployment: optionalString(ctx, 'deployment'),
+      };
+      const parsed = createVirtualKeyBody.safeParse(input);
+      if (!parsed.success) throw validationError(parsed.error.issues, input, 'json');
+      const key = await createVirtualKey(ctx.db, await ctx.secrets(), {
+        workspaceId: workspace.id,
+        body: parsed.data,
+        allowPrivateUpstreams: ctx.config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false,
+        now: ctx.now(),
+      });
+      ctx.print(
+        ctx.json
+          ? JSON.stringify(toVirtualKeyJson(key))
+          : `Created virtual key '${key.slug}' (${key.provider}, ${key.baseUrl}) in workspace ${workspace.slug}.\n` +
+              `Send it as x-gateway-virtual-key: ${key.slug}\n`,
+      );
+    },
+  },
+  {
+    name: 'virtual-keys list',
+    usage: 'virtual-keys list [--workspace <id|slug>] [--include-revoked] [--json]',
+    summary: 'List virtual keys, newest first (never their secrets).',
+    options: { ...workspaceOption, 'include-revoked': { type: 'boolean' } },
+    async run(ctx) {
+      const ref = optionalString(ctx, 'workspace');
+      const keys = await listVirtualKeys(ctx.db, {
+        workspaceId: ref === undefined ? undefined : (await resolveWorkspace(ctx, ref)).id,
+        includeRevoked: ctx.values['include-revoked'] === true,
+      });
+      ctx.print(ctx.json ? JSON.stringify(keys.map(toVirtualKeyJson)) : formatTable(keys.map(tableRow), TABLE_COLUMNS));
+    },
+  },
+  {
+    name: 'virtual-keys revoke',
+    usage: 'virtual-keys revoke --workspace <id|slug> <slug> [--json]',
+    summary: 'Revoke a virtual key: runs can no longer use it, and its slug is free again.',
+    options: workspaceOption,
+    async run(ctx) {
+      const slug = ctx.positionals[0];
+      if (!slug) throw new UsageError('the slug of the virtual key to revoke is required');
+      const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
+      const key = await revokeVirtualKey(ctx.db, workspace.id, slug, ctx.now());
+      ctx.print(ctx.json ? JSON.stringify(toVirtualKeyJson(key)) : `Revoked virtual key '${key.slug}' in workspace ${workspace.slug}.\n`);
+    },
+  },
+];
