@@ -1,10 +1,54 @@
-import { defineConfig } from 'vitest/config';
+import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
+import { configDefaults, defineConfig } from 'vitest/config';
+
+/**
+ * One `vitest run`, two projects: `node` (the app in-process on libSQL files, the CLI, the server)
+ * and `workers` (the Worker entry inside workerd against a local sqld; test/global-setup.ts).
+ */
+
+const timeouts = {
+  // Tests spawn servers and CLIs; a slow CI machine should not turn that into flakes.
+  testTimeout: 30_000,
+  hookTimeout: 30_000,
+};
 
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    // Tests spawn servers and CLIs; a slow CI machine should not turn that into flakes.
-    testTimeout: 30_000,
-    hookTimeout: 30_000,
+    projects: [
+      {
+        test: {
+          name: 'node',
+          include: ['test/**/*.test.ts'],
+          exclude: [...configDefaults.exclude, 'test/workers/**'],
+          ...timeouts,
+        },
+      },
+      {
+        plugins: [
+          cloudflareTest(({ inject }) => ({
+            wrangler: { configPath: './wrangler.toml' },
+            // Never reach Cloudflare: everything the tests need is local.
+            remoteBindings: false,
+            miniflare: {
+              // These win over wrangler.toml [vars] and over a developer's .dev.vars, which the
+              // pool also reads.
+              bindings: {
+                LIBSQL_URL: inject('sqldUrl'),
+                LIBSQL_AUTH_TOKEN: '',
+                GATEWAY_ENCRYPTION_KEY: inject('encryptionKey'),
+                LOG_LEVEL: 'warn',
+                GATEWAY_MAX_BODY_BYTES: '2048',
+              },
+            },
+          })),
+        ],
+        test: {
+          name: 'workers',
+          include: ['test/workers/**/*.test.ts'],
+          globalSetup: ['./test/global-setup.ts'],
+          ...timeouts,
+        },
+      },
+    ],
   },
 });

@@ -8,6 +8,7 @@ import type { Deps } from './deps';
 import { errorResponse, serverError } from './errors';
 import { secretBoxFromEnv } from './lib/secrets';
 import { createLogger } from './logger';
+import { LibsqlCounterStore, PolicyCache } from './ratelimit';
 
 /**
  * The Workers entry: bindings -> config -> deps, built once per isolate, then the same app as on
@@ -45,13 +46,19 @@ async function build(env: Env): Promise<App> {
     // from another's; the per-request connection limit applies anyway.
     concurrency: Number.MAX_SAFE_INTEGER,
   });
+  const db = drizzle(client, { schema });
+  const log = createLogger(config.LOG_LEVEL);
   const deps: Deps = {
-    db: drizzle(client, { schema }),
+    db,
     config,
-    log: createLogger(config.LOG_LEVEL),
+    log,
     secrets,
+    // Until the Durable Object store: the same libSQL counters as on Node, exact across isolates.
+    counters: new LibsqlCounterStore(client, { log }),
+    policyCache: new PolicyCache(db),
     now: Date.now,
     background: (c, task) => c.executionCtx.waitUntil(task),
+    fetch: (input, init) => fetch(input, init),
   };
   return createApp(deps);
 }

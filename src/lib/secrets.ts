@@ -15,7 +15,7 @@ const IV_BYTES = 12;
 const ALGORITHM = 'AES-GCM';
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder('utf-8', { fatal: true });
+const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
 // The global `CryptoKey` type is in neither lib.es2023 nor @types/node 20; this is the same type.
 type AesKey = Awaited<ReturnType<typeof crypto.subtle.importKey>>;

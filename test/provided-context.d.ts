@@ -1,0 +1,23 @@
+/**
+ * What test/global-setup.ts hands to the tests with `provide` (read with `inject`), typed for both
+ * the Node and the workerd test projects.
+ */
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** The sqld started for the workerd tests, migrated (http://127.0.0.1:<port>). */
+    sqldUrl: string;
+    /** The Worker's GATEWAY_ENCRYPTION_KEY in those tests. */
+    encryptionKey: string;
+    /** A tenant created in that database before the tests start. */
+    workersTenant: {
+      organisationId: string;
+      workspace: { id: string; slug: string };
+      workspaceKey: string;
+      orgKey: string;
+      /** A workspace key of the same organisation, revoked. */
+      revokedKey: string;
+    };
+  }
+}
+
+export {};
