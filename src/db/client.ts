@@ -1,3 +1,4 @@
+import type { BatchItem } from 'drizzle-orm/batch';
 import type { LibSQLDatabase } from 'drizzle-orm/libsql';
 import type * as schema from './schema';
 
@@ -11,3 +12,9 @@ import type * as schema from './schema';
  * for it synchronously, blocking the very event loop that has to finish the first.
  */
 export type Db = LibSQLDatabase<typeof schema>;
+
+/** `db.batch` over a list built at run time (Drizzle types want a non-empty tuple literal). */
+export function batch(db: Db, statements: BatchItem<'sqlite'>[]): Promise<unknown[]> {
+  if (statements.length === 0) return Promise.resolve([]);
+  return db.batch(statements as [BatchItem<'sqlite'>, ...BatchItem<'sqlite'>[]]) as Promise<unknown[]>;
+}

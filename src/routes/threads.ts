@@ -1,0 +1,213 @@
+import { Hono, type Context } from 'hono';
+import type { AppEnv } from '../deps';
+import { ApiError, serverError } from '../errors';
+import { assistantsBeta } from '../middleware/assistants-beta';
+import { validate } from '../middleware/validate';
+import { virtualKey } from '../middleware/virtual-key';
+import { workspace } from '../middleware/workspace';
+import { admitRequest, type Admission } from '../ratelimit';
+import { METADATA_HEADER, requestMetadata } from '../ratelimit/attributes';
+import { insertable, prepareThreadAndRun } from '../runs/create';
+import { abortExecution, executeRun, type ExecuteOptions } from '../runs/engine';
+import { EventStream, SSE_HEADERS } from '../runs/event-stream';
+import { reconcileRun } from '../runs/recovery';
+import { settleRun } from '../runs/settle';
+import { createThreadAndRunBody, listMessagesQuery, submitToolOutputsBody } from '../schemas/runs';
+import { getAssistant } from '../services/assistants';
+import {
+  getRun,
+  insertThreadAndRun,
+  isTerminal,
+  submitToolOutputsStatements,
+  toRunJson,
+  toStepJson,
+  toolCallsStepInProgress,
+  updateRun,
+  type RunRow,
+} from '../services/runs';
+import { getThread, listMessages, toThreadJson } from '../services/threads';
+import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
+
+/** How often the OpenAI SDK's pollers should ask about a run that is still going. */
+const POLL_AFTER_MS = '250';
+
+/** /v1/threads: createAndRun, a run's state, tool outputs, cancel, and the thread's messages. */
+export const threadRoutes = new Hono<AppEnv>()
+  .use(assistantsBeta(), workspace())
+  .post('/runs', virtualKey(), validate('json', createThreadAndRunBody), async (c) => {
+    const body = c.req.valid('json');
+    const { deps, workspace: scope, virtualKey: key } = c.var;
+    const assistant = await getAssistant(deps.db, scope.workspaceId, body.assistant_id);
+    const prepared = prepareThreadAndRun(deps, {
+      body,
+      assistant,
+      workspaceId: scope.workspaceId,
+      virtualKey: key,
+      apiKeyId: c.var.apiKey.id,
+    });
+    const admission = await admit(c, key, prepared.run.model, prepared.run.metadata);
+    prepared.run.rateLimit = admission.ticket;
+    const rows = insertable(prepared);
+    await insertThreadAndRun(deps.db, rows.thread, rows.messages, rows.run);
+    const run = prepared.run;
+    return respond(c, run, admission, body.stream === true, {
+      leading: [
+        ['thread.created', toThreadJson(prepared.thread)],
+        ['thread.run.created', toRunJson(run)],
+        ['thread.run.queued', toRunJson(run)],
+      ],
+      preloaded: { virtualKey: key, conversation: prepared.messages, firstTurn: true },
+    });
+  })
+  .get('/:thread_id', async (c) => {
+    const thread = await getThread(c.var.deps.db, c.var.workspace.workspaceId, c.req.param('thread_id'));
+    return c.json(toThreadJson(thread));
+  })
+  .get('/:thread_id/messages', validate('query', listMessagesQuery), async (c) => {
+    const { db } = c.var.deps;
+    const thread = await getThread(db, c.var.workspace.workspaceId, c.req.param('thread_id'));
+    const query = c.req.valid('query');
+    return c.json(
+      await listMessages(db, thread.id, {
+        limit: query.limit,
+        order: query.order,
+        after: query.after,
+        before: query.before,
+        runId: query.run_id,
+      }),
+    );
+  })
+  .get('/:thread_id/runs/:run_id', async (c) => {
+    const run = await currentRun(c);
+    const headers: Record<string, string> = isTerminal(run.status) ? {} : { 'openai-poll-after-ms': POLL_AFTER_MS };
+    return c.json(toRunJson(run), 200, headers);
+  })
+  .post('/:thread_id/runs/:run_id/submit_tool_outputs', validate('json', submitToolOutputsBody), async (c) => {
+    const body = c.req.valid('json');
+    const { deps } = c.var;
+    const run = await currentRun(c);
+    if (run.status !== 'requires_action') {
+      throw new ApiError('run_not_active', `Runs in status '${run.status}' do not accept tool outputs.`);
+    }
+    const step = await toolCallsStepInProgress(deps.db, run.id);
+    const outputs = matchToolOutputs(run, body.tool_outputs);
+    const key = await getVirtualKey(deps.db, run.virtualKeyId);
+    if (!key || key.revokedAt !== null) {
+      throw new ApiError('invalid_virtual_key', "The run's virtual key was revoked; the run cannot continue.");
+    }
+    const admission = await admit(c, key, run.model, run.metadata);
+    const results = await submitToolOutputsStatements(deps.db, run.id, step, outputs, deps.now(), admission.ticket);
+    if (!results.run) {
+      throw new ApiError('run_not_active', 'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).');
+    }
+    return respond(c, results.run, admission, body.stream === true, {
+      leading: [
+        ['thread.run.step.completed', toStepJson(results.step, results.run)],
+        ['thread.run.queued', toRunJson(results.run)],
+      ],
+      preloaded: undefined,
+    });
+  })
+  .post('/:thread_id/runs/:run_id/cancel', async (c) => {
+    const { deps } = c.var;
+    const run = await currentRun(c);
+    switch (run.status) {
+      case 'queued':
+      case 'requires_action': {
+        // Nothing executes these: they end here.
+        const settled = await settleRun(deps, run.id, [run.status], { status: 'cancelled' });
+        return c.json(toRunJson(settled.run ?? (await currentRun(c))));
+      }
+      case 'in_progress': {
+        const [cancelling] = await updateRun(deps.db, run.id, ['in_progress'], { status: 'cancelling' });
+        abortExecution(run.id);
+        return c.json(toRunJson(cancelling ?? (await currentRun(c))));
+      }
+      case 'cancelling':
+        return c.json(toRunJson(run));
+      default:
+        throw new ApiError('run_not_active', `Cannot cancel run with status '${run.status}'.`);
+    }
+  });
+
+/** The run of the path, in the caller's workspace, settled first if it was left behind. */
+async function currentRun(c: Context<AppEnv>): Promise<RunRow> {
+  const { deps, workspace: scope } = c.var;
+  const run = await getRun(deps.db, scope.workspaceId, c.req.param('thread_id')!, c.req.param('run_id')!);
+  return reconcileRun(deps, run);
+}
+
+/** Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. */
+function admit(c: Context<AppEnv>, key: VirtualKey, model: string, metadata: Record<string, string>): Promise<Admission> {
+  return admitRequest(c.var.deps, {
+    api_key: c.var.apiKey.id,
+    workspace_id: c.var.workspace.workspaceId,
+    virtual_key: key.slug,
+    provider: key.provider,
+    model,
+    metadata: requestMetadata(metadata, c.req.header(METADATA_HEADER)),
+  });
+}
+
+/**
+ * Each tool call of required_action gets exactly one output: an unknown id, a repeated id or a
+ * missing call is a 400 naming it, and nothing is written.
+ */
+function matchToolOutputs(run: RunRow, outputs: { tool_call_id: string; output: string }[]): Map<string, string> {
+  const expected = new Set(
+    (run.requiredAction as { submit_tool_outputs: { tool_calls: { id: string }[] } }).submit_tool_outputs.tool_calls.map(
+      (call) => call.id,
+    ),
+  );
+  const byId = new Map<string, string>();
+  outputs.forEach((output, index) => {
+    const param = `tool_outputs[${index}].tool_call_id`;
+    if (!expected.has(output.tool_call_id)) {
+      throw new ApiError('invalid_value', `No tool call '${output.tool_call_id}' awaits an output in this run.`, { param });
+    }
+    if (byId.has(output.tool_call_id)) {
+      throw new ApiError('invalid_value', `Tool call '${output.tool_call_id}' has more than one output.`, { param });
+    }
+    byId.set(output.tool_call_id, output.output);
+  });
+  const missing = [...expected].filter((id) => !byId.has(id));
+  if (missing.length > 0) {
+    throw new ApiError('invalid_value', `Expected outputs for every tool call; missing: ${missing.join(', ')}.`, {
+      param: 'tool_outputs',
+    });
+  }
+  return byId;
+}
+
+/**
+ * Answers a queued run: as one object, executing it in the background, or as the event stream of
+ * its execution. Either way the execution is background work, so a client that disconnects from a
+ * stream does not stop the run.
+ */
+function respond(
+  c: Context<AppEnv>,
+  run: RunRow,
+  admission: Admission,
+  stream: boolean,
+  options: { leading: [string, unknown][]; preloaded: ExecuteOptions['preloaded'] },
+): Response {
+  const { deps } = c.var;
+  if (!stream) {
+    deps.background(c, executeRun(deps, run.id, { preloaded: options.preloaded }));
+    return c.json(toRunJson(run), 200, admission.headers);
+  }
+  const events = new EventStream();
+  const task = (async () => {
+    try {
+      for (const [name, data] of options.leading) await events.event(name, data);
+      await executeRun(deps, run.id, { sink: events, preloaded: options.preloaded });
+    } catch (error) {
+      deps.log.error('run stream failed', { run_id: run.id, request_id: c.var.requestId, error });
+      await events.fail(serverError().body);
+    } finally {
+      await events.close();
+    }
+  })();
+  deps.background(c, task);
+  return new Response(events.readable, { status: 200, headers: { ...SSE_HEADERS, ...admission.headers } });
+}

@@ -1,0 +1,487 @@
+import type { BatchItem } from 'drizzle-orm/batch';
+import { batch } from '../db/client';
+import type { Deps } from '../deps';
+import { serverError } from '../errors';
+import { newId } from '../lib/ids';
+import { checkUpstreamUrl } from '../lib/upstream-url';
+import { ADAPTERS } from '../providers/adapters';
+import { streamChatCompletion } from '../providers/chat';
+import { UpstreamError, type Usage } from '../providers/types';
+import {
+  getRunById,
+  insertMessage,
+  insertStep,
+  isTerminal,
+  LEASE_MS,
+  listSteps,
+  renewLease,
+  toRunJson,
+  toStepJson,
+  updateMessage,
+  updateRun,
+  updateStep,
+  type NewRun,
+  type RunRow,
+  type Settlement,
+  type StepRow,
+} from '../services/runs';
+import { conversationMessages, toMessageJson, type MessageRow } from '../services/threads';
+import { decryptVirtualKeySecret, getVirtualKey, type VirtualKey } from '../services/virtual-keys';
+import { buildChatRequest, type ToolCallsDetails } from './chat-request';
+import type { EventSink } from './event-stream';
+import { chargeRun, settleRun } from './settle';
+
+/**
+ * The run engine: one state machine that moves a run from `queued` to where it ends, writing each
+ * step a client can observe to the database and emitting the same step as an event. Streamed and
+ * non-streamed runs take the same path; a non-streamed run just has no sink.
+ *
+ *   queued ─claim─> in_progress ─upstream─> completed | incomplete | requires_action | failed
+ *                        │                        (cancel) cancelling ─> cancelled; (time) expired
+ *   requires_action ─tool outputs─> queued ─> …
+ */
+
+/** An executor renews its lease a few times per lease. */
+const RENEW_EVERY_MS = LEASE_MS / 3;
+
+/** Why a run stopped early, carried as an abort reason. */
+class RunStopped extends Error {
+  constructor(readonly outcome: 'cancelled' | 'expired') {
+    super(`run ${outcome}`);
+  }
+}
+
+/** Runs executing in this process, so a cancel here can stop them at once (others see it on renewal). */
+const executing = new Map<string, AbortController>();
+
+/** Stops a run executing in this process, if it is here. */
+export function abortExecution(runId: string): void {
+  executing.get(runId)?.abort(new RunStopped('cancelled'));
+}
+
+export interface ExecuteOptions {
+  sink?: EventSink;
+  /** What the caller already holds, to spare the database reads on the hot path. */
+  preloaded?: { virtualKey: VirtualKey; conversation: MessageRow[]; firstTurn: boolean };
+}
+
+/**
+ * Executes one turn of a queued run: claims it, calls the upstream, and settles the outcome.
+ * Never throws: every failure ends the run in a state the client can see.
+ */
+export async function executeRun(deps: Deps, runId: string, options: ExecuteOptions = {}): Promise<void> {
+  const now = deps.now();
+  const [claimed] = await updateRun(deps.db, runId, ['queued'], {
+    status: 'in_progress',
+    leaseExpiresAt: now + LEASE_MS,
+  });
+  if (!claimed) {
+    // Cancelled, expired or taken by another executor in the meantime: report where it stands.
+    const current = await getRunById(deps.db, runId);
+    if (current && options.sink) await options.sink.event(`thread.run.${current.status}`, toRunJson(current));
+    return;
+  }
+  const execution = new Execution(deps, claimed, options);
+  await execution.run();
+}
+
+class Execution {
+  readonly #deps: Deps;
+  readonly #sink: EventSink | undefined;
+  readonly #preloaded: ExecuteOptions['preloaded'];
+  readonly #abort = new AbortController();
+  #run: RunRow;
+  /** Usage of earlier turns of this run (before tool outputs were submitted). */
+  #earlierUsage: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+  #message: { row: MessageRow; step: StepRow; chunks: string[] } | null = null;
+  #toolStep: { row: StepRow; calls: ToolCallsDetails['tool_calls'] } | null = null;
+  /** Events describing the statements of the commit being prepared, emitted once it succeeded. */
+  #pendingEvents: [string, () => unknown][] = [];
+
+  constructor(deps: Deps, run: RunRow, options: ExecuteOptions) {
+    this.#deps = deps;
+    this.#run = run;
+    this.#sink = options.sink;
+    this.#preloaded = options.preloaded;
+  }
+
+  async run(): Promise<void> {
+    const deps = this.#deps;
+    executing.set(this.#run.id, this.#abort);
+    const expiresIn = (this.#run.expiresAt ?? Infinity) - deps.now();
+    const expiry = setTimeout(() => this.#abort.abort(new RunStopped('expired')), Math.max(0, Math.min(expiresIn, 2 ** 31 - 1)));
+    const renewal = setInterval(() => void this.#renew(), RENEW_EVERY_MS);
+    try {
+      if (!this.#run.startedAt) {
+        // started_at is set once, by the first turn; in one statement with the claim would need
+        // COALESCE on every claim, and a claim is the hot path.
+        this.#run = (await updateRun(deps.db, this.#run.id, ['in_progress'], { startedAt: deps.now() }))[0] ?? this.#run;
+      }
+      await this.#emitRun();
+      if (expiresIn <= 0) throw new RunStopped('expired');
+      await this.#turn();
+    } catch (error) {
+      await this.#settleFailure(error);
+    } finally {
+      clearTimeout(expiry);
+      clearInterval(renewal);
+      executing.delete(this.#run.id);
+    }
+  }
+
+  async #renew(): Promise<void> {
+    try {
+      const status = await renewLease(this.#deps.db, this.#run.id, this.#deps.now() + LEASE_MS);
+      if (status === 'cancelling' || status === null) this.#abort.abort(new RunStopped('cancelled'));
+    } catch (error) {
+      this.#deps.log.warn('run lease renewal failed', { run_id: this.#run.id, error });
+    }
+  }
+
+  async #turn(): Promise<void> {
+    const { db, config } = this.#deps;
+    const run = this.#run;
+    const virtualKey = this.#preloaded?.virtualKey ?? (await getVirtualKey(db, run.virtualKeyId));
+    if (!virtualKey || virtualKey.revokedAt !== null) {
+      throw new UpstreamError('address', 'The virtual key of this run was revoked before it could execute.');
+    }
+    const addressProblem = checkUpstreamUrl(virtualKey.baseUrl, {
+      allowPrivate: config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false,
+    });
+    if (addressProblem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${addressProblem}`);
+
+    const [conversation, steps] = await Promise.all([
+      this.#preloaded?.conversation ?? conversationMessages(db, run.threadId, run.id),
+      this.#preloaded?.firstTurn ? ([] as StepRow[]) : listSteps(db, run.id),
+    ]);
+    this.#earlierUsage = sumUsage(steps.map((step) => step.usage));
+    const toolSteps = steps.filter((step) => step.type === 'tool_calls');
+
+    let budget: number | null = null;
+    if (run.maxCompletionTokens !== null) {
+      budget = run.maxCompletionTokens - this.#earlierUsage.completion_tokens;
+      if (budget <= 0) return this.#finish('length', { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
+    }
+    const request = buildChatRequest(run, conversation, toolSteps, budget);
+    const secret = await decryptVirtualKeySecret(this.#deps.secrets, virtualKey);
+
+    let finishReason: string | null = null;
+    let usage: Usage | null = null;
+    let completionChars = 0;
+    for await (const event of streamChatCompletion(request, {
+      fetch: this.#deps.fetch,
+      adapter: ADAPTERS[virtualKey.provider],
+      baseUrl: virtualKey.baseUrl,
+      options: virtualKey.options,
+      secret,
+      firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
+      idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
+      signal: this.#abort.signal,
+    })) {
+      switch (event.type) {
+        case 'text':
+          completionChars += event.text.length;
+          await this.#text(event.text);
+          break;
+        case 'tool_call':
+          completionChars += (event.arguments?.length ?? 0) + (event.name?.length ?? 0);
+          await this.#toolCall(event);
+          break;
+        case 'finish':
+          finishReason = event.reason;
+          break;
+        case 'usage':
+          usage = event.usage;
+          break;
+      }
+    }
+    if (finishReason === null) {
+      throw new UpstreamError('protocol', 'The upstream stream ended before the answer finished.');
+    }
+    await this.#finish(finishReason, usage ?? estimateUsage(request, completionChars));
+  }
+
+  // ── Streaming into a message or a tool-calls step ──────────────────────────────────────────
+
+  async #text(text: string): Promise<void> {
+    if (!this.#message) await this.#openMessage();
+    const message = this.#message!;
+    const first = message.chunks.length === 0;
+    message.chunks.push(text);
+    if (!this.#sink) return;
+    // The hot path: the delta is written as a string, not built as an object and serialised.
+    await this.#sink.event(
+      'thread.message.delta',
+      `{"id":"${message.row.id}","object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":${JSON.stringify(text)}${first ? ',"annotations":[]' : ''}}}]}}`,
+    );
+  }
+
+  async #openMessage(): Promise<void> {
+    const { db, now } = this.#deps;
+    const run = this.#run;
+    const at = now();
+    const messageId = newId('msg');
+    const step: StepRow = this.#newStep('message_creation', {
+      type: 'message_creation',
+      message_creation: { message_id: messageId },
+    }, at);
+    const row: MessageRow = {
+      seq: 0,
+      id: messageId,
+      threadId: run.threadId,
+      workspaceId: run.workspaceId,
+      createdAt: at,
+      role: 'assistant',
+      content: [],
+      status: 'in_progress',
+      assistantId: run.assistantId,
+      runId: run.id,
+      attachments: [],
+      metadata: {},
+      incompleteDetails: null,
+      completedAt: null,
+      incompleteAt: null,
+    };
+    const { seq: _stepSeq, ...stepInsert } = step;
+    const { seq: _messageSeq, ...messageInsert } = row;
+    await db.batch([insertStep(db, stepInsert), insertMessage(db, messageInsert)]);
+    this.#message = { row, step, chunks: [] };
+    if (!this.#sink) return;
+    const stepJson = JSON.stringify(toStepJson(step, run));
+    const messageJson = JSON.stringify(toMessageJson(row));
+    await this.#sink.event('thread.run.step.created', stepJson);
+    await this.#sink.event('thread.run.step.in_progress', stepJson);
+    await this.#sink.event('thread.message.created', messageJson);
+    await this.#sink.event('thread.message.in_progress', messageJson);
+  }
+
+  async #toolCall(event: { index: number; id?: string; name?: string; arguments?: string }): Promise<void> {
+    if (!this.#toolStep) await this.#openToolStep();
+    const step = this.#toolStep!;
+    let call = step.calls[event.index];
+    const isNew = !call;
+    if (!call) {
+      call = { id: event.id ?? newId('call'), type: 'function', function: { name: event.name ?? '', arguments: '', output: null } };
+      step.calls[event.index] = call;
+    } else if (event.name) {
+      call.function.name += event.name;
+    }
+    if (event.arguments) call.function.arguments += event.arguments;
+    if (!this.#sink) return;
+    const delta = isNew
+      ? { index: event.index, id: call.id, type: 'function', function: { name: call.function.name, arguments: event.arguments ?? '', output: null } }
+      : { index: event.index, type: 'function', function: { ...(event.name ? { name: event.name } : {}), arguments: event.arguments ?? '' } };
+    await this.#sink.event('thread.run.step.delta', {
+      id: step.row.id,
+      object: 'thread.run.step.delta',
+      delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } },
+    });
+  }
+
+  async #openToolStep(): Promise<void> {
+    const step = this.#newStep('tool_calls', { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
+    const { seq: _seq, ...insert } = step;
+    await insertStep(this.#deps.db, insert);
+    this.#toolStep = { row: step, calls: [] };
+    if (!this.#sink) return;
+    const json = JSON.stringify(toStepJson(step, this.#run));
+    await this.#sink.event('thread.run.step.created', json);
+    await this.#sink.event('thread.run.step.in_progress', json);
+  }
+
+  #newStep(type: StepRow['type'], details: unknown, at: number): StepRow {
+    const run = this.#run;
+    return {
+      seq: 0,
+      id: newId('step'),
+      runId: run.id,
+      threadId: run.threadId,
+      assistantId: run.assistantId,
+      workspaceId: run.workspaceId,
+      type,
+      status: 'in_progress',
+      stepDetails: details,
+      createdAt: at,
+      completedAt: null,
+      cancelledAt: null,
+      failedAt: null,
+      expiredAt: null,
+      lastError: null,
+      usage: null,
+    };
+  }
+
+  // ── Outcomes ───────────────────────────────────────────────────────────────────────────────
+
+  /** The upstream finished: requires_action for tool calls, otherwise completed or incomplete. */
+  async #finish(finishReason: string, turnUsage: Usage): Promise<void> {
+    const { db, now } = this.#deps;
+    const at = now();
+    const run = this.#run;
+    const calls = this.#toolStep?.calls.filter(Boolean) ?? [];
+    const statements: BatchItem<'sqlite'>[] = [];
+
+    if (calls.length > 0 && finishReason !== 'length') {
+      if (this.#message) statements.push(...this.#closeMessage(null, at));
+      const details: ToolCallsDetails = { type: 'tool_calls', tool_calls: calls };
+      const step = this.#toolStep!;
+      step.row = { ...step.row, stepDetails: details, usage: turnUsage };
+      statements.push(updateStep(db, step.row.id, { stepDetails: details, usage: turnUsage }));
+      const requiredAction = {
+        type: 'submit_tool_outputs',
+        submit_tool_outputs: {
+          tool_calls: calls.map((call) => ({
+            id: call.id,
+            type: 'function',
+            function: { name: call.function.name, arguments: call.function.arguments },
+          })),
+        },
+      };
+      const patch: Partial<NewRun> = { status: 'requires_action', requiredAction, leaseExpiresAt: null };
+      await this.#commit(statements, patch, ['in_progress']);
+      return;
+    }
+
+    const total = sumUsage([this.#earlierUsage, turnUsage]);
+    let runPatch: Partial<NewRun>;
+    if (finishReason === 'length') {
+      runPatch = incomplete('max_completion_tokens', at);
+    } else if (run.maxPromptTokens !== null && total.prompt_tokens > run.maxPromptTokens) {
+      runPatch = incomplete('max_prompt_tokens', at);
+    } else if (run.maxCompletionTokens !== null && total.completion_tokens > run.maxCompletionTokens) {
+      runPatch = incomplete('max_completion_tokens', at);
+    } else {
+      runPatch = { status: 'completed', completedAt: at };
+    }
+    runPatch.usage = total;
+    runPatch.leaseExpiresAt = null;
+
+    // Every ending turn leaves a message, even an empty one: it carries the step and its usage.
+    if (!this.#message) await this.#openMessage();
+    const messageStatus =
+      finishReason === 'length' ? 'max_tokens' : finishReason === 'content_filter' ? 'content_filter' : null;
+    statements.push(...this.#closeMessage(messageStatus, at, turnUsage));
+    if (this.#toolStep) {
+      // Tool calls cut short by the token limit cannot be executed: the step says why.
+      const lastError = { code: 'server_error', message: 'The completion token limit cut the tool calls short.' };
+      statements.push(this.#failToolStep(lastError, at));
+    }
+    await this.#commit(statements, runPatch, ['in_progress']);
+  }
+
+  /**
+   * Statements that complete the open message's step and end the message: completed, or
+   * `incomplete` with a reason (`max_tokens`, `content_filter`). In-memory rows updated to match.
+   */
+  #closeMessage(reason: string | null, at: number, usage?: Usage) {
+    const { db } = this.#deps;
+    const message = this.#message!;
+    const content = [{ type: 'text', text: { value: message.chunks.join(''), annotations: [] } }];
+    const messagePatch =
+      reason === null
+        ? { status: 'completed' as const, content, completedAt: at }
+        : { status: 'incomplete' as const, content, incompleteAt: at, incompleteDetails: { reason } };
+    message.row = { ...message.row, ...messagePatch };
+    const stepPatch = { status: 'completed' as const, completedAt: at, usage: usage ?? null };
+    message.step = { ...message.step, ...stepPatch };
+    this.#pendingEvents.push(
+      [`thread.message.${messagePatch.status}`, () => toMessageJson(message.row)],
+      ['thread.run.step.completed', () => toStepJson(message.step, this.#run)],
+    );
+    return [updateMessage(db, message.row.id, messagePatch), updateStep(db, message.step.id, stepPatch)];
+  }
+
+  #failToolStep(lastError: { code: string; message: string }, at: number) {
+    const step = this.#toolStep!;
+    const patch = { status: 'failed' as const, failedAt: at, lastError };
+    step.row = { ...step.row, ...patch };
+    this.#pendingEvents.push(['thread.run.step.failed', () => toStepJson(step.row, this.#run)]);
+    return updateStep(this.#deps.db, step.row.id, patch);
+  }
+
+  /**
+   * Writes the statements and the run's new state in one transaction, then emits their events and
+   * the run's. If the run left `from` meanwhile (cancelled, expired by a sweep), nothing is written
+   * and the run's actual state is reported instead.
+   */
+  async #commit(statements: BatchItem<'sqlite'>[], runPatch: Partial<NewRun>, from: RunRow['status'][]) {
+    const { db } = this.#deps;
+    const results = await batch(db, [...statements, updateRun(db, this.#run.id, from, runPatch)]);
+    const updated = (results[results.length - 1] as RunRow[])[0];
+    const events = this.#pendingEvents;
+    this.#pendingEvents = [];
+    if (!updated) {
+      const current = await getRunById(db, this.#run.id);
+      if (current?.status === 'cancelling') throw new RunStopped('cancelled');
+      if (current) this.#run = current;
+      await this.#emitRun();
+      return;
+    }
+    this.#run = updated;
+    if (this.#sink) for (const [name, data] of events) await this.#sink.event(name, data());
+    await this.#emitRun();
+    if (isTerminal(updated.status)) await chargeRun(this.#deps, updated);
+  }
+
+  /** The execution stopped without an answer: settle the run from what the database holds. */
+  async #settleFailure(error: unknown): Promise<void> {
+    const { log } = this.#deps;
+    const stopped = error instanceof RunStopped ? error : this.#abort.signal.reason instanceof RunStopped ? this.#abort.signal.reason : null;
+    let settlement: Settlement;
+    let internal = false;
+    if (stopped) {
+      settlement = { status: stopped.outcome };
+    } else if (error instanceof UpstreamError) {
+      const code = error.status === 429 ? 'rate_limit_exceeded' : 'server_error';
+      settlement = { status: 'failed', lastError: { code, message: error.message } };
+    } else {
+      internal = true;
+      log.error('run failed inside the gateway', { run_id: this.#run.id, error });
+      settlement = {
+        status: 'failed',
+        lastError: { code: 'server_error', message: 'The gateway had an internal error while executing the run.' },
+      };
+    }
+    try {
+      const partial = this.#message ? { messageId: this.#message.row.id, text: this.#message.chunks.join('') } : undefined;
+      const settled = await settleRun(this.#deps, this.#run.id, ['in_progress', 'cancelling'], settlement, partial);
+      if (settled.message) await this.#sink?.event('thread.message.incomplete', toMessageJson(settled.message));
+      this.#run = settled.run ?? (await getRunById(this.#deps.db, this.#run.id)) ?? this.#run;
+      await this.#emitRun();
+    } catch (settleError) {
+      internal = true;
+      log.error('could not record how a run ended', { run_id: this.#run.id, error: settleError });
+    }
+    if (internal) await this.#sink?.event('error', serverError().body);
+  }
+
+  async #emitRun(): Promise<void> {
+    await this.#sink?.event(`thread.run.${this.#run.status}`, JSON.stringify(toRunJson(this.#run)));
+  }
+
+}
+
+function incomplete(reason: 'max_completion_tokens' | 'max_prompt_tokens', at: number): Partial<NewRun> {
+  return { status: 'incomplete', incompleteDetails: { reason }, completedAt: at };
+}
+
+function sumUsage(usages: (Usage | null | undefined)[]): Usage {
+  const total = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+  for (const usage of usages) {
+    if (!usage) continue;
+    total.prompt_tokens += usage.prompt_tokens;
+    total.completion_tokens += usage.completion_tokens;
+    total.total_tokens += usage.total_tokens;
+  }
+  return total;
+}
+
+/**
+ * When an upstream sends no usage (a server without `stream_options` support), an estimate of about
+ * four characters per token, so that token policies still count something. Documented in the README.
+ */
+function estimateUsage(request: { messages: unknown[] }, completionChars: number): Usage {
+  const prompt = Math.ceil(JSON.stringify(request.messages).length / 4);
+  const completion = Math.ceil(completionChars / 4);
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}

@@ -1,0 +1,84 @@
+import type { ErrorBody } from '../errors';
+
+/**
+ * The server-sent event stream of a run, as OpenAI writes it: `event: <name>\ndata: <json>\n\n`,
+ * ending with `event: done\ndata: [DONE]\n\n`. Web Streams end to end: the engine writes events as
+ * they happen, the writer honours the client's backpressure, and nothing is held beyond a small
+ * queue. When the client goes away the stream detaches: writes become no-ops and the run carries on.
+ */
+
+const encoder = new TextEncoder();
+
+export const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  // Tells nginx and similar proxies not to buffer the stream.
+  'x-accel-buffering': 'no',
+} as const;
+
+/** Receives a run's events. The engine emits through this; a non-streamed run has none. */
+export interface EventSink {
+  /** `data` is an object to serialise, or an already-serialised JSON string (the hot path). */
+  event(name: string, data: unknown): Promise<void>;
+}
+
+/** Events queued towards a slow client before the engine waits for it. */
+const QUEUE_EVENTS = 64;
+
+export class EventStream implements EventSink {
+  readonly readable: ReadableStream<Uint8Array>;
+  readonly #writer: WritableStreamDefaultWriter<Uint8Array>;
+  #detached = false;
+  #closed = false;
+
+  constructor() {
+    const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>(
+      undefined,
+      undefined,
+      new CountQueuingStrategy({ highWaterMark: QUEUE_EVENTS }),
+    );
+    this.readable = readable;
+    this.#writer = writable.getWriter();
+    // The client cancelled (disconnected): the writable side errors; from then on, events are dropped.
+    this.#writer.closed.catch(() => {
+      this.#detached = true;
+    });
+  }
+
+  /** Whether the client is gone. */
+  get detached(): boolean {
+    return this.#detached;
+  }
+
+  async event(name: string, data: unknown): Promise<void> {
+    if (this.#detached || this.#closed) return;
+    const json = typeof data === 'string' ? data : JSON.stringify(data);
+    await this.#write(`event: ${name}\ndata: ${json}\n\n`);
+  }
+
+  /** An error after the headers were sent: the envelope the SDKs raise, then the end. */
+  async fail(body: ErrorBody): Promise<void> {
+    await this.event('error', body);
+  }
+
+  /** `done`, then the end of the body. Idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    await this.#write('event: done\ndata: [DONE]\n\n');
+    this.#closed = true;
+    if (!this.#detached) await this.#writer.close().catch(() => undefined);
+  }
+
+  async #write(text: string): Promise<void> {
+    if (this.#detached) return;
+    try {
+      await this.#writer.ready;
+      // Not awaited: `ready` already paced us; a failed write means the client left.
+      this.#writer.write(encoder.encode(text)).catch(() => {
+        this.#detached = true;
+      });
+    } catch {
+      this.#detached = true;
+    }
+  }
+}

@@ -1,0 +1,304 @@
+import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
+import type { BatchItem } from 'drizzle-orm/batch';
+import { batch, type Db } from '../db/client';
+import { messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
+import { ApiError } from '../errors';
+import { toUnixSeconds } from '../lib/time';
+
+/**
+ * Runs and run steps: queries and the wire shapes of OpenAI's Run and RunStep objects. The engine
+ * (src/runs/engine.ts) decides the transitions; the statements live here and are returned
+ * unexecuted where the engine needs several in one batch (one transaction).
+ */
+
+export type RunRow = typeof runs.$inferSelect;
+export type NewRun = typeof runs.$inferInsert;
+export type StepRow = typeof runSteps.$inferSelect;
+export type NewStep = typeof runSteps.$inferInsert;
+export type ThreadInsert = typeof threads.$inferInsert;
+export type MessageInsert = typeof messages.$inferInsert;
+
+/**
+ * How long a claim on a run lasts without renewal. Its executor renews it while it works; a run
+ * whose lease ran out lost its executor and is settled by the recovery sweep (runs/recovery.ts).
+ */
+export const LEASE_MS = 30_000;
+
+export const TERMINAL_STATUSES = ['completed', 'failed', 'cancelled', 'expired', 'incomplete'] as const;
+export const ACTIVE_STATUSES = ['queued', 'in_progress', 'cancelling'] as const;
+export const isTerminal = (status: RunStatus) => (TERMINAL_STATUSES as readonly string[]).includes(status);
+
+export function toRunJson(row: RunRow) {
+  const terminal = isTerminal(row.status);
+  return {
+    id: row.id,
+    object: 'thread.run' as const,
+    created_at: toUnixSeconds(row.createdAt),
+    assistant_id: row.assistantId,
+    thread_id: row.threadId,
+    status: row.status,
+    started_at: seconds(row.startedAt),
+    // As OpenAI does: a run that has ended no longer expires.
+    expires_at: terminal ? null : seconds(row.expiresAt),
+    cancelled_at: seconds(row.cancelledAt),
+    failed_at: seconds(row.failedAt),
+    completed_at: seconds(row.completedAt),
+    required_action: row.requiredAction ?? null,
+    last_error: row.lastError ?? null,
+    model: row.model,
+    instructions: row.instructions,
+    tools: row.tools,
+    tool_resources: row.toolResources ?? {},
+    metadata: row.metadata,
+    temperature: row.temperature ?? 1,
+    top_p: row.topP ?? 1,
+    max_completion_tokens: row.maxCompletionTokens,
+    max_prompt_tokens: row.maxPromptTokens,
+    truncation_strategy: row.truncationStrategy,
+    incomplete_details: row.incompleteDetails ?? null,
+    usage: terminal ? (row.usage ?? null) : null,
+    response_format: row.responseFormat,
+    tool_choice: row.toolChoice,
+    parallel_tool_calls: row.parallelToolCalls,
+  };
+}
+
+export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>) {
+  return {
+    id: row.id,
+    object: 'thread.run.step' as const,
+    created_at: toUnixSeconds(row.createdAt),
+    run_id: row.runId,
+    assistant_id: row.assistantId,
+    thread_id: row.threadId,
+    type: row.type,
+    status: row.status,
+    cancelled_at: seconds(row.cancelledAt),
+    completed_at: seconds(row.completedAt),
+    expires_at: row.status === 'in_progress' ? seconds(run.expiresAt) : null,
+    failed_at: seconds(row.failedAt),
+    expired_at: seconds(row.expiredAt),
+    last_error: row.lastError ?? null,
+    step_details: row.stepDetails,
+    usage: row.usage ?? null,
+  };
+}
+
+const seconds = (ms: number | null) => (ms === null ? null : toUnixSeconds(ms));
+
+/** Thread, its messages and the queued run, written in one transaction. */
+export async function insertThreadAndRun(
+  db: Db,
+  thread: ThreadInsert | null,
+  threadMessages: MessageInsert[],
+  run: NewRun,
+): Promise<void> {
+  const statements: BatchItem<'sqlite'>[] = [];
+  if (thread) statements.push(db.insert(threads).values(thread));
+  if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
+  statements.push(db.insert(runs).values(run));
+  await batch(db, statements);
+}
+
+export async function getRun(db: Db, workspaceId: string, threadId: string, runId: string): Promise<RunRow> {
+  const [row] = await db
+    .select()
+    .from(runs)
+    .where(and(eq(runs.id, runId), eq(runs.threadId, threadId), eq(runs.workspaceId, workspaceId)))
+    .limit(1);
+  if (!row) throw new ApiError('run_not_found', `No run found with id '${runId}'.`);
+  return row;
+}
+
+export async function getRunById(db: Db, runId: string): Promise<RunRow | null> {
+  const [row] = await db.select().from(runs).where(eq(runs.id, runId)).limit(1);
+  return row ?? null;
+}
+
+/** Changes a run only while it is in one of `from`; returns the new row, or null if it was not. */
+export function updateRun(db: Db, runId: string, from: readonly RunStatus[], patch: Partial<NewRun>) {
+  return db
+    .update(runs)
+    .set(patch)
+    .where(and(eq(runs.id, runId), inArray(runs.status, [...from])))
+    .returning();
+}
+
+export function insertStep(db: Db, step: NewStep) {
+  return db.insert(runSteps).values(step);
+}
+
+export function updateStep(db: Db, stepId: string, patch: Partial<NewStep>) {
+  return db.update(runSteps).set(patch).where(eq(runSteps.id, stepId));
+}
+
+export function insertMessage(db: Db, message: MessageInsert) {
+  return db.insert(messages).values(message);
+}
+
+export function updateMessage(db: Db, messageId: string, patch: Partial<MessageInsert>) {
+  return db.update(messages).set(patch).where(eq(messages.id, messageId));
+}
+
+export async function listSteps(db: Db, runId: string): Promise<StepRow[]> {
+  return db.select().from(runSteps).where(eq(runSteps.runId, runId)).orderBy(asc(runSteps.seq));
+}
+
+/** Extends the lease of a run being executed; answers its status, so a cancel from elsewhere is seen. */
+export async function renewLease(db: Db, runId: string, until: number): Promise<RunStatus | null> {
+  const [row] = await db
+    .update(runs)
+    .set({ leaseExpiresAt: until })
+    .where(and(eq(runs.id, runId), inArray(runs.status, [...ACTIVE_STATUSES])))
+    .returning({ status: runs.status });
+  return row?.status ?? null;
+}
+
+/**
+ * Runs whose executor is gone: active, with a lease that ran out (the process that held it crashed
+ * or was killed). Bounded, so a sweep never becomes a long transaction.
+ */
+export async function orphanedRuns(db: Db, now: number, limit: number): Promise<RunRow[]> {
+  return db
+    .select()
+    .from(runs)
+    .where(and(inArray(runs.status, [...ACTIVE_STATUSES]), lt(runs.leaseExpiresAt, now)))
+    .limit(limit);
+}
+
+/** Runs in requires_action past their expiry: nobody will submit outputs any more. */
+export async function overdueRuns(db: Db, now: number, limit: number): Promise<RunRow[]> {
+  return db
+    .select()
+    .from(runs)
+    .where(and(eq(runs.status, 'requires_action'), lt(runs.expiresAt, now)))
+    .limit(limit);
+}
+
+
+export type Settlement =
+  | { status: 'cancelled' }
+  | { status: 'expired' }
+  | { status: 'failed'; lastError: { code: string; message: string } };
+
+const MESSAGE_REASON = { cancelled: 'run_cancelled', expired: 'run_expired', failed: 'run_failed' } as const;
+
+/**
+ * The statements that end a run without an answer: its open steps take the run's fate, its open
+ * message becomes incomplete (keeping `partialText`, the text streamed so far, when given), and
+ * the run's usage is the sum of its steps' usage — computed in SQL so that it is exact whoever
+ * settles. Only a run still in one of `from` changes; the last result is the run, if it did.
+ */
+export function settleRunStatements(
+  db: Db,
+  runId: string,
+  from: readonly RunStatus[],
+  settlement: Settlement,
+  at: number,
+  partial?: { messageId: string; text: string },
+) {
+  const lastError = settlement.status === 'failed' ? settlement.lastError : null;
+  const stepStamp = {
+    cancelled: { cancelledAt: at },
+    expired: { expiredAt: at },
+    failed: { failedAt: at },
+  }[settlement.status];
+  const runStamp = {
+    cancelled: { cancelledAt: at },
+    expired: {},
+    failed: { failedAt: at },
+  }[settlement.status];
+  const usage = sql`(SELECT json_object(
+      'prompt_tokens', coalesce(sum(json_extract(${runSteps.usage}, '$.prompt_tokens')), 0),
+      'completion_tokens', coalesce(sum(json_extract(${runSteps.usage}, '$.completion_tokens')), 0),
+      'total_tokens', coalesce(sum(json_extract(${runSteps.usage}, '$.total_tokens')), 0))
+    FROM ${runSteps} WHERE ${runSteps.runId} = ${runId})`;
+  const statements = [];
+  if (partial) {
+    statements.push(
+      db
+        .update(messages)
+        .set({ content: [{ type: 'text', text: { value: partial.text, annotations: [] } }] })
+        .where(and(eq(messages.id, partial.messageId), eq(messages.status, 'in_progress'))),
+    );
+  }
+  statements.push(
+    db
+      .update(runSteps)
+      .set({ status: settlement.status, ...stepStamp, ...(lastError ? { lastError } : {}) })
+      .where(and(eq(runSteps.runId, runId), eq(runSteps.status, 'in_progress'))),
+    db
+      .update(messages)
+      .set({ status: 'incomplete', incompleteAt: at, incompleteDetails: { reason: MESSAGE_REASON[settlement.status] } })
+      .where(and(eq(messages.runId, runId), eq(messages.status, 'in_progress')))
+      .returning(),
+    db
+      .update(runs)
+      .set({
+        status: settlement.status,
+        ...runStamp,
+        lastError,
+        requiredAction: null,
+        leaseExpiresAt: null,
+        usage: sql`${usage}` as unknown as RunRow['usage'],
+      })
+      .where(and(eq(runs.id, runId), inArray(runs.status, [...from])))
+      .returning(),
+  );
+  return statements;
+}
+
+/** The tool-calls step a run in requires_action waits on. */
+export async function toolCallsStepInProgress(db: Db, runId: string): Promise<StepRow> {
+  const [step] = await db
+    .select()
+    .from(runSteps)
+    .where(and(eq(runSteps.runId, runId), eq(runSteps.type, 'tool_calls'), eq(runSteps.status, 'in_progress')))
+    .orderBy(desc(runSteps.seq))
+    .limit(1);
+  if (!step) throw new Error(`run ${runId} requires action but has no tool-calls step in progress`);
+  return step;
+}
+
+/**
+ * Tool outputs in, run queued again, in one transaction: the run moves only from requires_action
+ * (so a second submit finds nothing to do), and the step takes the outputs only if the run moved.
+ */
+export async function submitToolOutputsStatements(
+  db: Db,
+  runId: string,
+  step: StepRow,
+  outputs: Map<string, string>,
+  at: number,
+  rateLimit: unknown,
+): Promise<{ run: RunRow | null; step: StepRow }> {
+  const details = step.stepDetails as { type: 'tool_calls'; tool_calls: { id: string; function: { output: string | null } }[] };
+  const stepDetails = {
+    ...details,
+    tool_calls: details.tool_calls.map((call) => ({
+      ...call,
+      function: { ...call.function, output: outputs.get(call.id) ?? null },
+    })),
+  };
+  const stepPatch = { status: 'completed' as const, completedAt: at, stepDetails };
+  const [runResult] = await batch(db, [
+    updateRun(db, runId, ['requires_action'], {
+      status: 'queued',
+      requiredAction: null,
+      leaseExpiresAt: at + LEASE_MS,
+      rateLimit,
+    }),
+    db
+      .update(runSteps)
+      .set(stepPatch)
+      .where(
+        and(
+          eq(runSteps.id, step.id),
+          eq(runSteps.status, 'in_progress'),
+          sql`(SELECT ${runs.status} FROM ${runs} WHERE ${runs.id} = ${runId}) = 'queued'`,
+        ),
+      ),
+  ]);
+  const [run] = runResult as RunRow[];
+  return { run: run ?? null, step: { ...step, ...stepPatch } };
+}
