@@ -10,6 +10,7 @@ import { jsonBody } from './middleware/json-body';
 import { requestId } from './middleware/request-id';
 import { assistantRoutes } from './routes/assistants';
 import { policyRoutes } from './routes/policies';
+import { threadRoutes } from './routes/threads';
 import { virtualKeyRoutes } from './routes/virtual-keys';
 
 /**
@@ -45,6 +46,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/policies/rate-limits', policyRoutes);
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/assistants', assistantRoutes);
+  app.route('/v1/threads', threadRoutes);
 
   app.notFound((c) =>
     errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${c.req.path}.`)),

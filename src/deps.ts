@@ -3,6 +3,8 @@ import type { Config } from './config';
 import type { Db } from './db/client';
 import type { SecretBox } from './lib/secrets';
 import type { Logger } from './logger';
+import type { CounterStore } from './ratelimit/counter-store';
+import type { PolicyCache } from './ratelimit/policy-cache';
 import type { AuthenticatedKey } from './services/api-keys';
 import type { VirtualKey } from './services/virtual-keys';
 import type { WorkspaceScope } from './services/workspaces';
@@ -17,6 +19,12 @@ export interface Deps {
   log: Logger;
   /** Encrypts and decrypts provider secrets under GATEWAY_ENCRYPTION_KEY. */
   secrets: SecretBox;
+  /** How upstream providers are called: the runtime's fetch (tests may hand in a fake's handler). */
+  fetch: typeof fetch;
+  /** Rate-limit counters (ratelimit/counter-store.ts): libSQL by default. */
+  counters: CounterStore;
+  /** The active rate-limit policies per workspace, cached and indexed for matching. */
+  policyCache: PolicyCache;
   /** Milliseconds since the epoch. Tests move it to cross rate-limit windows and run expiry. */
   now: () => number;
   /**

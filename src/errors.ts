@@ -27,6 +27,7 @@ export const ERROR_CODES = {
   missing_virtual_key: { status: 400 },
   invalid_metadata_header: { status: 400 },
   unsupported_tool: { status: 400 },
+  unsupported_content: { status: 400 },
   run_not_active: { status: 400 },
   // 401: who is calling is unknown.
   missing_api_key: {

@@ -10,6 +10,8 @@ import type { Deps } from './deps';
 import { generateKeyBase64, SecretBox, secretBoxFromEnv } from './lib/secrets';
 import { TaskTracker } from './lib/tasks';
 import { createLogger } from './logger';
+import { LibsqlCounterStore, PolicyCache } from './ratelimit';
+import { sweepRuns } from './runs/recovery';
 import { initialise, type InitResult } from './services/organisations';
 
 /**
@@ -97,13 +99,17 @@ async function readPrivateFile(path: string): Promise<string | null> {
  */
 export async function createNodeDeps(config: Config, database: NodeDatabase, overrides: Partial<Deps> = {}) {
   const tasks = new TaskTracker();
+  const log = overrides.log ?? createLogger(config.LOG_LEVEL);
   const deps: Deps = {
     db: database.db,
     config,
-    log: createLogger(config.LOG_LEVEL),
+    log,
     secrets: overrides.secrets ?? (await loadSecretBox(config)),
+    counters: new LibsqlCounterStore(database.client, { log }),
+    policyCache: new PolicyCache(database.db),
     now: Date.now,
     background: (_c, task) => tasks.track(task),
+    fetch: (input, init) => fetch(input, init),
     ...overrides,
   };
   return { deps, tasks };
@@ -118,6 +124,9 @@ export interface RunningGateway {
   /** Stops listening, waits for background work (up to `drainMs`), closes the database. */
   close(drainMs?: number): Promise<void>;
 }
+
+/** How often Node looks for runs whose executor died (their lease is LEASE_MS). */
+const RECOVERY_SWEEP_MS = 15_000;
 
 /** Opens and migrates the database, initialises an empty one, and listens on HOST:PORT. */
 export async function startGateway(config: Config, overrides: Partial<Deps> = {}): Promise<RunningGateway> {
@@ -138,12 +147,25 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   const url = `http://${host}:${address.port}`;
   deps.log.info('listening', { url, database: database.location });
 
+  // Runs left behind by a crash of this or another process, now and periodically.
+  const sweep = () =>
+    tasks.track(
+      sweepRuns(deps).then(
+        (settled) => settled > 0 && deps.log.warn('settled runs left behind', { count: settled }),
+        (error: unknown) => deps.log.error('run recovery sweep failed', { error }),
+      ),
+    );
+  sweep();
+  const sweeper = setInterval(sweep, RECOVERY_SWEEP_MS);
+  sweeper.unref();
+
   return {
     url,
     deps,
     database,
     initialised,
     async close(drainMs = 10_000) {
+      clearInterval(sweeper);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         // Idle keep-alive connections would hold close() open; streams in flight end on their own.
