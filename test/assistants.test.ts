@@ -377,7 +377,13 @@ describe('organisation keys and x-gateway-workspace-id', () => {
 
 describe('the assistants beta header', () => {
   it('accepts OpenAI-Beta and Vendor-Beta with assistants=v2, and no header', async () => {
-    for (const headers of [{}, { 'OpenAI-Beta': 'assistants=v2' }, { 'Vendor-Beta': 'assistants=v2' }, { 'vendor-beta': 'Assistants=V2' }]) {
+    const variants: Record<string, string>[] = [
+      {},
+      { 'OpenAI-Beta': 'assistants=v2' },
+      { 'Vendor-Beta': 'assistants=v2' },
+      { 'vendor-beta': 'Assistants=V2' },
+    ];
+    for (const headers of variants) {
       const created = await post({ model: 'gpt-4o' }, tenant.workspaceKey, headers);
       expect(created.status).toBe(200);
       expect((await retrieve((await json(created)).id, tenant.workspaceKey, headers)).status).toBe(200);
