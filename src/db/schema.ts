@@ -275,6 +275,18 @@ export const rateLimitPolicies = sqliteTable(
 );
 
 /**
+ * A number per workspace that grows with every change to its rate-limit policies, so that each
+ * process can keep the active policies cached and still see a change made anywhere (another
+ * gateway, the CLI, plain SQL) on the very next request, at the price of one primary-key read.
+ * Bumped by triggers on rate_limit_policies (migration 0001), in the same transaction as the change
+ * itself: no writer can forget it. No row means version 0.
+ */
+export const rateLimitPolicyVersions = sqliteTable('rate_limit_policy_versions', {
+  workspaceId: text('workspace_id').primaryKey(),
+  version: integer('version').notNull(),
+});
+
+/**
  * One row per counter: a policy, one combination of its group_by values and one fixed window.
  * `key` encodes all three; `window_end` lets expired windows be pruned.
  */

@@ -1,6 +1,6 @@
 import { and, count, desc, eq, type SQL } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { rateLimitPolicies } from '../db/schema';
+import { rateLimitPolicies, rateLimitPolicyVersions } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
 import type {
@@ -152,4 +152,34 @@ export async function archivePolicy(db: Db, apiKey: AuthenticatedKey, id: string
     .where(and(eq(rateLimitPolicies.id, id), inReach(apiKey), eq(rateLimitPolicies.status, 'active')))
     .returning();
   return row ?? getPolicy(db, apiKey, id);
+}
+
+/**
+ * The version of a workspace's policies: it grows with every change to them (triggers on the
+ * table bump it in the change's own transaction), so a cache that holds this version is current.
+ */
+export async function readPolicyVersion(db: Db, workspaceId: string): Promise<number> {
+  const [row] = await db
+    .select({ version: rateLimitPolicyVersions.version })
+    .from(rateLimitPolicyVersions)
+    .where(eq(rateLimitPolicyVersions.workspaceId, workspaceId));
+  return row?.version ?? 0;
+}
+
+/** Every active policy of a workspace and the version they are at, read in one snapshot. */
+export async function loadActivePolicies(
+  db: Db,
+  workspaceId: string,
+): Promise<{ version: number; rows: PolicyRow[] }> {
+  const [versions, rows] = await db.batch([
+    db
+      .select({ version: rateLimitPolicyVersions.version })
+      .from(rateLimitPolicyVersions)
+      .where(eq(rateLimitPolicyVersions.workspaceId, workspaceId)),
+    db
+      .select()
+      .from(rateLimitPolicies)
+      .where(and(eq(rateLimitPolicies.workspaceId, workspaceId), eq(rateLimitPolicies.status, 'active'))),
+  ]);
+  return { version: versions[0]?.version ?? 0, rows };
 }

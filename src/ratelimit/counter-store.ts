@@ -1,0 +1,43 @@
+/**
+ * Where rate-limit counters live. A counter is one policy's usage by one group in one fixed window,
+ * named by a string key (see counterKey in enforce.ts). Implementations: libsql-counter-store.ts
+ * (the default, on Node and Workers); a Durable Object store can take the same calls, with one
+ * object per `scope` so that an admission stays inside one object.
+ */
+
+/** One counter of an admission. */
+export interface CounterAdmission {
+  key: string;
+  /** When the counter's window ends (ms since the epoch): after that it may be pruned. */
+  windowEnd: number;
+  /** What the request adds: 1 for a requests policy, 0 for a tokens policy (charged at the end). */
+  cost: number;
+  /** The policy's value. The counter has room when used < limit and used + cost ≤ limit. */
+  limit: number;
+}
+
+/** The one rule of room: the counter is below its limit, and the cost still fits under it. */
+export function hasRoom(used: number, cost: number, limit: number): boolean {
+  return used < limit && used + cost <= limit;
+}
+
+export interface AdmitResult {
+  /** True when every counter had room and each now holds its cost; false when nothing changed. */
+  admitted: boolean;
+  /**
+   * Usage by key after the decision (a counter never used reads 0). When refused, read just after
+   * the decision: usage within a window only grows, so a counter that had no room still has none.
+   */
+  used: Map<string, number>;
+}
+
+export interface CounterStore {
+  /**
+   * All or nothing: when every counter has room, adds each one's cost, atomically with respect to
+   * every other admission and charge on the same counters, in any process.
+   * @param scope the workspace all the counters belong to.
+   */
+  admit(scope: string, counters: CounterAdmission[], now: number): Promise<AdmitResult>;
+  /** Adds `amount` to each counter, creating it when missing. */
+  charge(scope: string, counters: { key: string; windowEnd: number }[], amount: number): Promise<void>;
+}

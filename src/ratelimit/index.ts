@@ -1,0 +1,15 @@
+/**
+ * Rate limiting: what the run routes and the runtimes use. See the README's "Rate limiting" for
+ * the semantics and enforce.ts for the two calls.
+ */
+export {
+  attributeValues,
+  METADATA_HEADER,
+  parseMetadataHeader,
+  requestMetadata,
+  type RequestAttributes,
+} from './attributes';
+export type { AdmitResult, CounterAdmission, CounterStore } from './counter-store';
+export { admitRequest, chargeTokens, type Admission, type TokenTicket } from './enforce';
+export { LibsqlCounterStore } from './libsql-counter-store';
+export { PolicyCache } from './policy-cache';

@@ -1,0 +1,67 @@
+import type { Db } from '../db/client';
+import { loadActivePolicies, readPolicyVersion } from '../services/policies';
+import { PolicyIndex, toActivePolicy } from './matching';
+
+interface Entry {
+  version: number;
+  index: PolicyIndex;
+}
+
+/**
+ * The active policies of recently seen workspaces, indexed for matching, one cache per process
+ * (Node) or isolate (Workers). Every lookup first reads the workspace's policy version (one
+ * primary-key read), which triggers on the policies table bump in the same transaction as any
+ * change, wherever it comes from: a change made by this process, another gateway or the CLI governs
+ * the very next request. A changed version reloads the workspace's policies once, however many
+ * requests ask for them at the same moment.
+ */
+export class PolicyCache {
+  readonly #db: Db;
+  readonly #maxWorkspaces: number;
+  /** In least-recently-used order: a hit moves its workspace to the end. */
+  readonly #entries = new Map<string, Entry>();
+  readonly #loading = new Map<string, Promise<Entry>>();
+
+  constructor(db: Db, options: { maxWorkspaces?: number } = {}) {
+    this.#db = db;
+    this.#maxWorkspaces = options.maxWorkspaces ?? 1000;
+  }
+
+  async get(workspaceId: string): Promise<PolicyIndex> {
+    const version = await readPolicyVersion(this.#db, workspaceId);
+    const cached = this.#entries.get(workspaceId);
+    if (cached && cached.version >= version) {
+      this.#entries.delete(workspaceId);
+      this.#entries.set(workspaceId, cached);
+      return cached.index;
+    }
+    return (await this.#load(workspaceId, version)).index;
+  }
+
+  async #load(workspaceId: string, atLeast: number): Promise<Entry> {
+    let pending = this.#loading.get(workspaceId);
+    if (!pending) {
+      const started = this.#fetch(workspaceId).finally(() => {
+        if (this.#loading.get(workspaceId) === started) this.#loading.delete(workspaceId);
+      });
+      this.#loading.set(workspaceId, (pending = started));
+    }
+    const entry = await pending;
+    // A load that began before the change this caller saw: load once more.
+    return entry.version >= atLeast ? entry : this.#load(workspaceId, atLeast);
+  }
+
+  async #fetch(workspaceId: string): Promise<Entry> {
+    const { version, rows } = await loadActivePolicies(this.#db, workspaceId);
+    const entry: Entry = { version, index: new PolicyIndex(rows.map(toActivePolicy)) };
+    const current = this.#entries.get(workspaceId);
+    if (!current || current.version <= version) {
+      this.#entries.delete(workspaceId);
+      this.#entries.set(workspaceId, entry);
+      if (this.#entries.size > this.#maxWorkspaces) {
+        this.#entries.delete(this.#entries.keys().next().value!);
+      }
+    }
+    return entry;
+  }
+}
