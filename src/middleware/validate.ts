@@ -90,8 +90,10 @@ function describe(issue: Issue, prefix: PropertyKey[], input: unknown, target: s
     }
     case 'invalid_union': {
       if (issue.discriminator !== undefined && issue.errors.length === 0) {
-        const keyParam = formatPath([...path, issue.discriminator], target);
-        const value = valueAt(input, [...path, issue.discriminator]);
+        // zod puts the discriminator at the end of the path already.
+        const keyPath = path.at(-1) === issue.discriminator ? path : [...path, issue.discriminator];
+        const keyParam = formatPath(keyPath, target);
+        const value = valueAt(input, keyPath);
         const message =
           value === undefined
             ? `Missing required parameter: '${keyParam}'.`

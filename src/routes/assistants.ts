@@ -4,8 +4,10 @@ import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
 import { virtualKey } from '../middleware/virtual-key';
 import { workspace } from '../middleware/workspace';
-import { createAssistantBody, cursorListQuery } from '../schemas/assistants';
+import { createAssistantBody } from '../schemas/assistants';
+import { cursorListQuery } from '../schemas/common';
 import { createAssistant, deleteAssistant, getAssistant, listAssistants, toAssistantJson } from '../services/assistants';
+import { listObject } from '../services/pagination';
 
 /**
  * /v1/assistants, in the workspace of workspace(). Retrieving one needs `x-gateway-virtual-key`
@@ -19,15 +21,8 @@ export const assistantRoutes = new Hono<AppEnv>()
     return c.json(toAssistantJson(row));
   })
   .get('/', validate('query', cursorListQuery), async (c) => {
-    const { rows, hasMore } = await listAssistants(c.var.deps.db, c.var.workspace.workspaceId, c.req.valid('query'));
-    const data = rows.map(toAssistantJson);
-    return c.json({
-      object: 'list',
-      data,
-      first_id: data[0]?.id ?? null,
-      last_id: data.at(-1)?.id ?? null,
-      has_more: hasMore,
-    });
+    const page = await listAssistants(c.var.deps.db, c.var.workspace.workspaceId, c.req.valid('query'));
+    return c.json(listObject(page, toAssistantJson));
   })
   .get('/:assistant_id', virtualKey(), async (c) => {
     const row = await getAssistant(c.var.deps.db, c.var.workspace.workspaceId, c.req.param('assistant_id'));

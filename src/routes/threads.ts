@@ -25,7 +25,8 @@ import {
   updateRun,
   type RunRow,
 } from '../services/runs';
-import { getThread, listMessages, toThreadJson } from '../services/threads';
+import { listObject } from '../services/pagination';
+import { getThread, listMessages, toMessageJson, toThreadJson } from '../services/threads';
 import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 
 /** How often the OpenAI SDK's pollers should ask about a run that is still going. */
@@ -66,16 +67,7 @@ export const threadRoutes = new Hono<AppEnv>()
   .get('/:thread_id/messages', validate('query', listMessagesQuery), async (c) => {
     const { db } = c.var.deps;
     const thread = await getThread(db, c.var.workspace.workspaceId, c.req.param('thread_id'));
-    const query = c.req.valid('query');
-    return c.json(
-      await listMessages(db, thread.id, {
-        limit: query.limit,
-        order: query.order,
-        after: query.after,
-        before: query.before,
-        runId: query.run_id,
-      }),
-    );
+    return c.json(listObject(await listMessages(db, thread.id, c.req.valid('query')), toMessageJson));
   })
   .get('/:thread_id/runs/:run_id', async (c) => {
     const run = await currentRun(c);

@@ -1,6 +1,6 @@
 import * as z from 'zod';
-import { metadataSchema, queryInteger } from './common';
-import { responseFormatSchema, toolResourcesSchema, toolSchema, type ResponseFormat, type Tool, type ToolResources } from './tools';
+import { metadataSchema } from './common';
+import { responseFormatSchema, toolResourcesSchema, toolsSchema, type ResponseFormat, type Tool, type ToolResources } from './tools';
 
 /**
  * Assistants: OpenAI's CreateAssistantRequest with the seed's bounds (Limits: name 256,
@@ -8,29 +8,6 @@ import { responseFormatSchema, toolResourcesSchema, toolSchema, type ResponseFor
  */
 
 export const ASSISTANT_LIMITS = { model: 256, name: 256, description: 512, instructions: 256_000, tools: 128 } as const;
-
-/**
- * Tools, at most `max`, with no function name twice: a model could not tell two same-named
- * functions apart, and Chat Completions providers refuse them. Shared with run overrides.
- */
-export const toolsSchema = (max: number) =>
-  z
-    .array(toolSchema)
-    .max(max)
-    .superRefine((tools, ctx) => {
-      const seen = new Map<string, number>();
-      tools.forEach((tool, index) => {
-        if (tool.type !== 'function') return;
-        const first = seen.get(tool.function.name);
-        if (first !== undefined) {
-          ctx.addIssue({
-            code: 'custom',
-            path: [index, 'function', 'name'],
-            message: `Invalid 'tools[${index}].function.name': the function '${tool.function.name}' is already defined by tools[${first}].`,
-          });
-        } else seen.set(tool.function.name, index);
-      });
-    });
 
 export const createAssistantBody = z.strictObject({
   model: z.string().min(1).max(ASSISTANT_LIMITS.model),
@@ -46,14 +23,6 @@ export const createAssistantBody = z.strictObject({
 });
 export type CreateAssistantBody = z.infer<typeof createAssistantBody>;
 
-/** OpenAI's cursor pagination: `limit`, `order`, and the ids `after` / `before`. */
-export const cursorListQuery = z.strictObject({
-  limit: queryInteger({ min: 1, max: 100 }).default(20),
-  order: z.enum(['asc', 'desc']).default('desc'),
-  after: z.string().min(1).max(256).optional(),
-  before: z.string().min(1).max(256).optional(),
-});
-export type CursorListQuery = z.infer<typeof cursorListQuery>;
 
 /** An assistant on the wire: every field of the seed's Assistant table, defaults filled. */
 export interface AssistantJson {

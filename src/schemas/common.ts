@@ -25,3 +25,12 @@ export const metadataSchema = z
 export const uuidString = z
   .string()
   .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, { error: 'expected a UUID.' });
+
+/** OpenAI's cursor pagination: `limit`, `order`, and the ids `after` / `before`. */
+export const cursorListQuery = z.strictObject({
+  limit: queryInteger({ min: 1, max: 100 }).default(20),
+  order: z.enum(['asc', 'desc']).default('desc'),
+  after: z.string().min(1).max(256).optional(),
+  before: z.string().min(1).max(256).optional(),
+});
+export type CursorListQuery = z.infer<typeof cursorListQuery>;

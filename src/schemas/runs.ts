@@ -1,6 +1,6 @@
 import * as z from 'zod';
-import { metadataSchema, queryInteger } from './common';
-import { functionName, responseFormatSchema, toolResourcesSchema, toolSchema } from './tools';
+import { cursorListQuery, metadataSchema } from './common';
+import { functionName, responseFormatSchema, toolResourcesSchema, toolsSchema } from './tools';
 
 /**
  * Runs and threads: the seed's "Create a run" (POST /threads/runs, OpenAI's
@@ -81,7 +81,7 @@ const tokenCap = z.int().min(RUN_LIMITS.minTokens).max(100_000_000).nullable().o
 const runOverrides = {
   model: z.string().min(1).max(256).nullable().optional(),
   instructions: z.string().max(256_000).nullable().optional(),
-  tools: z.array(toolSchema).max(RUN_LIMITS.tools).nullable().optional(),
+  tools: toolsSchema(RUN_LIMITS.tools).nullable().optional(),
   metadata: metadataSchema.nullable().optional(),
   temperature: z.number().min(0).max(2).nullable().optional(),
   top_p: z.number().min(0).max(1).nullable().optional(),
@@ -111,10 +111,4 @@ export const submitToolOutputsBody = z.strictObject({
 });
 export type SubmitToolOutputsBody = z.infer<typeof submitToolOutputsBody>;
 
-export const listMessagesQuery = z.strictObject({
-  limit: queryInteger({ min: 1, max: 100 }).default(20),
-  order: z.enum(['asc', 'desc']).default('desc'),
-  after: z.string().min(1).max(128).optional(),
-  before: z.string().min(1).max(128).optional(),
-  run_id: z.string().min(1).max(128).optional(),
-});
+export const listMessagesQuery = cursorListQuery.extend({ run_id: z.string().min(1).max(128).optional() });

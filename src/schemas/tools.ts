@@ -63,6 +63,30 @@ export const fileSearchTool = z.strictObject({
 
 export const toolSchema = z.discriminatedUnion('type', [codeInterpreterTool, fileSearchTool, functionTool]);
 export type Tool = z.infer<typeof toolSchema>;
+
+/**
+ * Tools, at most `max`, with no function name twice: a model could not tell two same-named
+ * functions apart, and Chat Completions providers refuse them. Shared with run overrides.
+ */
+export const toolsSchema = (max: number) =>
+  z
+    .array(toolSchema)
+    .max(max)
+    .superRefine((tools, ctx) => {
+      const seen = new Map<string, number>();
+      tools.forEach((tool, index) => {
+        if (tool.type !== 'function') return;
+        const first = seen.get(tool.function.name);
+        if (first !== undefined) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [index, 'function', 'name'],
+            message: `Invalid 'tools[${index}].function.name': the function '${tool.function.name}' is already defined by tools[${first}].`,
+          });
+        } else seen.set(tool.function.name, index);
+      });
+    });
+
 export type FunctionTool = z.infer<typeof functionTool>;
 
 /** Tool types that need OpenAI's hosted infrastructure and cannot run over Chat Completions. */

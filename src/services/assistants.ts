@@ -1,9 +1,12 @@
-import { and, asc, desc, eq, gt, isNull, lt } from 'drizzle-orm';
+import { and, eq, isNull } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { assistants } from '../db/schema';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
-import type { AssistantJson, CreateAssistantBody, CursorListQuery } from '../schemas/assistants';
+import { toUnixSeconds } from '../lib/time';
+import type { AssistantJson, CreateAssistantBody } from '../schemas/assistants';
+import type { CursorListQuery } from '../schemas/common';
+import { cursorPage } from './pagination';
 import type { ResponseFormat, Tool, ToolResources } from '../schemas/tools';
 
 /**
@@ -17,7 +20,7 @@ export function toAssistantJson(row: AssistantRow): AssistantJson {
   return {
     id: row.id,
     object: 'assistant',
-    created_at: Math.floor(row.createdAt / 1000),
+    created_at: toUnixSeconds(row.createdAt),
     name: row.name,
     description: row.description,
     model: row.model,
@@ -74,48 +77,22 @@ export async function getAssistant(db: Db, workspaceId: string, id: string): Pro
   return row;
 }
 
-export interface AssistantPage {
-  rows: AssistantRow[];
-  /** Whether more assistants lie beyond this page in the direction of travel. */
-  hasMore: boolean;
-}
-
-/**
- * One page in `order` by creation (`seq`, which never ties). `after` continues past its id;
- * `before` gives the page just before its id (read backwards from it, then turned around), so
- * following `first_id` with `before` walks back page by page.
- */
-export async function listAssistants(db: Db, workspaceId: string, query: CursorListQuery): Promise<AssistantPage> {
-  const ascending = query.order === 'asc';
-  const afterSeq = query.after === undefined ? undefined : await cursorSeq(db, workspaceId, query.after, 'after');
-  const beforeSeq = query.before === undefined ? undefined : await cursorSeq(db, workspaceId, query.before, 'before');
-  const backwards = beforeSeq !== undefined && afterSeq === undefined;
-  const rows = await db
-    .select()
-    .from(assistants)
-    .where(
-      and(
-        live(workspaceId),
-        afterSeq === undefined ? undefined : ascending ? gt(assistants.seq, afterSeq) : lt(assistants.seq, afterSeq),
-        beforeSeq === undefined ? undefined : ascending ? lt(assistants.seq, beforeSeq) : gt(assistants.seq, beforeSeq),
-      ),
-    )
-    .orderBy(ascending !== backwards ? asc(assistants.seq) : desc(assistants.seq))
-    .limit(query.limit + 1);
-  const page = rows.slice(0, query.limit);
-  if (backwards) page.reverse();
-  return { rows: page, hasMore: rows.length > query.limit };
-}
-
-/** A cursor is an assistant of the workspace; one deleted since the previous page still counts. */
-async function cursorSeq(db: Db, workspaceId: string, id: string, param: 'after' | 'before'): Promise<number> {
-  const [row] = await db
-    .select({ seq: assistants.seq })
-    .from(assistants)
-    .where(and(eq(assistants.id, id), eq(assistants.workspaceId, workspaceId)))
-    .limit(1);
-  if (!row) throw new ApiError('invalid_value', `Invalid '${param}': no assistant found with id '${id}'.`, { param });
-  return row.seq;
+/** One page of the workspace's assistants (see cursorPage); a cursor deleted since still counts. */
+export function listAssistants(db: Db, workspaceId: string, query: CursorListQuery) {
+  return cursorPage(query, {
+    seq: assistants.seq,
+    noun: 'assistant',
+    seqOf: async (id) => {
+      const [row] = await db
+        .select({ seq: assistants.seq })
+        .from(assistants)
+        .where(and(eq(assistants.id, id), eq(assistants.workspaceId, workspaceId)))
+        .limit(1);
+      return row?.seq;
+    },
+    select: (where, orderBy, limit) =>
+      db.select().from(assistants).where(and(live(workspaceId), where)).orderBy(orderBy).limit(limit),
+  });
 }
 
 /** Marks the assistant deleted; 404 as getAssistant when it is not there (or already deleted). */

@@ -1,8 +1,10 @@
-import { and, asc, desc, eq, gt, lt, ne, or, isNull, type SQL } from 'drizzle-orm';
+import { and, asc, eq, isNull, ne, or } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { messages, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import { toUnixSeconds } from '../lib/time';
+import type { CursorListQuery } from '../schemas/common';
+import { cursorPage } from './pagination';
 
 /** Threads and their messages: queries and the wire shapes of OpenAI's Thread and Message objects. */
 
@@ -63,49 +65,22 @@ export async function conversationMessages(db: Db, threadId: string, runId: stri
     .orderBy(asc(messages.seq));
 }
 
-export interface MessagePage {
-  limit: number;
-  order: 'asc' | 'desc';
-  after?: string;
-  before?: string;
-  runId?: string;
-}
-
-/** OpenAI's cursor pagination over a thread's messages: one extra row tells whether more exist. */
-export async function listMessages(db: Db, threadId: string, page: MessagePage) {
-  const cursor = async (id: string, param: string) => {
-    const [row] = await db
-      .select({ seq: messages.seq })
-      .from(messages)
-      .where(and(eq(messages.id, id), eq(messages.threadId, threadId)));
-    if (!row) throw new ApiError('invalid_value', `No message '${id}' in this thread to page from.`, { param });
-    return row.seq;
-  };
-  const conditions: (SQL | undefined)[] = [eq(messages.threadId, threadId)];
-  if (page.runId) conditions.push(eq(messages.runId, page.runId));
-  const forward = page.order === 'asc';
-  if (page.after) {
-    const seq = await cursor(page.after, 'after');
-    conditions.push(forward ? gt(messages.seq, seq) : lt(messages.seq, seq));
-  }
-  if (page.before) {
-    const seq = await cursor(page.before, 'before');
-    conditions.push(forward ? lt(messages.seq, seq) : gt(messages.seq, seq));
-  }
-  const rows = await db
-    .select()
-    .from(messages)
-    .where(and(...conditions))
-    .orderBy(forward ? asc(messages.seq) : desc(messages.seq))
-    .limit(page.limit + 1);
-  const data = rows.slice(0, page.limit).map(toMessageJson);
-  return {
-    object: 'list' as const,
-    data,
-    first_id: data[0]?.id ?? null,
-    last_id: data[data.length - 1]?.id ?? null,
-    has_more: rows.length > page.limit,
-  };
+/** One page of a thread's messages (see cursorPage), optionally those of one run. */
+export function listMessages(db: Db, threadId: string, query: CursorListQuery & { run_id?: string }) {
+  const inThread = and(eq(messages.threadId, threadId), query.run_id ? eq(messages.runId, query.run_id) : undefined);
+  return cursorPage(query, {
+    seq: messages.seq,
+    noun: 'message in this thread',
+    seqOf: async (id) => {
+      const [row] = await db
+        .select({ seq: messages.seq })
+        .from(messages)
+        .where(and(eq(messages.id, id), eq(messages.threadId, threadId)))
+        .limit(1);
+      return row?.seq;
+    },
+    select: (where, orderBy, limit) => db.select().from(messages).where(and(inThread, where)).orderBy(orderBy).limit(limit),
+  });
 }
 
 export type { MessageStatus };

@@ -6,6 +6,7 @@ import { newUuid } from '../lib/ids';
 import type { SecretBox } from '../lib/secrets';
 import { checkUpstreamUrl } from '../lib/upstream-url';
 import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type VirtualKeyJson } from '../schemas/virtual-keys';
+import { toUnixSeconds } from '../lib/time';
 
 /**
  * Virtual keys: provider credentials stored per workspace. The provider's API key is kept only as
@@ -42,7 +43,6 @@ function fromRow(row: VirtualKeyRow): VirtualKey {
   };
 }
 
-const seconds = (ms: number) => Math.floor(ms / 1000);
 
 export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
   return {
@@ -52,8 +52,8 @@ export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
     provider: key.provider,
     base_url: key.baseUrl,
     workspace_id: key.workspaceId,
-    created_at: seconds(key.createdAt),
-    revoked_at: key.revokedAt === null ? null : seconds(key.revokedAt),
+    created_at: toUnixSeconds(key.createdAt),
+    revoked_at: key.revokedAt === null ? null : toUnixSeconds(key.revokedAt),
     ...(key.provider === 'azure-openai'
       ? { api_version: key.options.api_version, deployment: key.options.deployment }
       : {}),
