@@ -156,7 +156,7 @@ describe('POST /v1/assistants', () => {
     ['tool_resources 2 vector stores', { tool_resources: { file_search: { vector_store_ids: ['a', 'b'] } } }, 'array_above_max_length', 'tool_resources.file_search.vector_store_ids'],
     ['tool_resources 21 files', { tool_resources: { code_interpreter: { file_ids: Array.from({ length: 21 }, (_, i) => `f${i}`) } } }, 'array_above_max_length', 'tool_resources.code_interpreter.file_ids'],
     ['metadata 17 pairs', { metadata: manyMetadata }, 'invalid_value', 'metadata'],
-    ['metadata key of 65', { metadata: { ['k'.repeat(65)]: 'v' } }, 'string_above_max_length', `metadata.${'k'.repeat(65)}`],
+    ['metadata key of 65', { metadata: { ['k'.repeat(65)]: 'v' } }, 'string_above_max_length', 'metadata'],
     ['metadata value of 513', { metadata: { key: 'v'.repeat(513) } }, 'string_above_max_length', 'metadata.key'],
     ['metadata value a number', { metadata: { key: 1 } }, 'invalid_type', 'metadata.key'],
     ['metadata an array', { metadata: ['a'] }, 'invalid_type', 'metadata'],

@@ -108,7 +108,16 @@ function describe(issue: Issue, prefix: PropertyKey[], input: unknown, target: s
       if (best && best.path.length > 0) return describe(best, path, input, target);
       return at('invalid_value', `Invalid value for ${name}.`);
     }
-    case 'invalid_key':
+    case 'invalid_key': {
+      // The path ends with the offending key: name the record, and the key in the message.
+      const recordPath = path.slice(0, -1);
+      const recordParam = formatPath(recordPath, target);
+      const key = String(path.at(-1)).slice(0, 32);
+      const inner = issue.issues[0];
+      const code = inner?.code === 'too_big' ? 'string_above_max_length' : 'invalid_value';
+      const detail = inner?.code === 'too_big' ? `longer than ${Number(inner.maximum)} characters` : 'not allowed';
+      return at(code, `Invalid ${recordParam === null ? 'request' : `'${recordParam}'`}: the key '${key}' is ${detail}.`, recordParam);
+    }
     case 'invalid_element': {
       const inner = issue.issues[0];
       if (inner) return describe(inner, path, input, target);

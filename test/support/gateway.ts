@@ -10,6 +10,9 @@ import { createLogger } from '../../src/logger';
 import { createNodeDeps, nodeConfig } from '../../src/node-runtime';
 import { createApiKey } from '../../src/services/api-keys';
 import { createWorkspace } from '../../src/services/workspaces';
+import { createVirtualKey } from '../../src/services/virtual-keys';
+import type { CreateVirtualKeyBody } from '../../src/schemas/virtual-keys';
+import OpenAI from 'openai';
 import { organisations } from '../../src/db/schema';
 import { newUuid } from '../../src/lib/ids';
 
@@ -50,6 +53,13 @@ export interface TestGateway {
   logs: string[];
   request(path: string, init?: RequestOptions): Promise<Response>;
   tenant(options?: { organisationId?: string; slug?: string }): Promise<Tenant>;
+  /** Stores a virtual key of the tenant's workspace (through the service); answers its slug. */
+  virtualKey(tenant: Tenant, body: Partial<CreateVirtualKeyBody> & { base_url: string }): Promise<string>;
+  /**
+   * The official OpenAI SDK pointed at this app in-process, with the given default headers (the
+   * `x-gateway-*` ones), no retries, and fast polling.
+   */
+  openai(headers: Record<string, string>): OpenAI;
   close(): Promise<void>;
 }
 
@@ -136,6 +146,26 @@ export async function createTestGateway(
     };
   };
 
+  let virtualKeys = 0;
+  const virtualKey = async (owner: Tenant, body: Partial<CreateVirtualKeyBody> & { base_url: string }) => {
+    const key = await createVirtualKey(database.db, deps.secrets, {
+      workspaceId: owner.workspace.id,
+      body: { slug: `vk-${++virtualKeys}`, provider: 'openai', api_key: 'sk-test-provider-key', ...body } as CreateVirtualKeyBody,
+      allowPrivateUpstreams: true,
+      now: clock.now(),
+    });
+    return key.slug;
+  };
+
+  const openai = (headers: Record<string, string>) =>
+    new OpenAI({
+      apiKey: 'unused-by-the-gateway',
+      baseURL: 'http://gateway.test/v1',
+      defaultHeaders: headers,
+      maxRetries: 0,
+      fetch: (url, init) => Promise.resolve(app.request(String(url), init as RequestInit)),
+    });
+
   return {
     app,
     deps,
@@ -146,6 +176,8 @@ export async function createTestGateway(
     logs,
     request,
     tenant,
+    virtualKey,
+    openai,
     async close() {
       await tasks.drain(10_000);
       database.close();
