@@ -1,7 +1,10 @@
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openDatabase } from '../src/db/node';
+import { startSqld } from '../scripts/sqld';
+import { migrateDatabase, openDatabase } from '../src/db/node';
+import { organisations } from '../src/db/schema';
+import { newUuid } from '../src/lib/ids';
 import { ApiError, errorResponse } from '../src/errors';
 import { createLogger } from '../src/logger';
 import { createNodeDeps, nodeConfig } from '../src/node-runtime';
@@ -16,6 +19,7 @@ import {
 } from '../src/ratelimit';
 import type { CreatePolicyBody } from '../src/schemas/policies';
 import { createPolicy as createPolicyRow } from '../src/services/policies';
+import { createWorkspace } from '../src/services/workspaces';
 import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
 import { ROOT } from './support/processes';
 
@@ -332,6 +336,53 @@ describe('exactness', () => {
     expect(admittedHere + there.admitted).toBe(50);
     expect(here.length - admittedHere + there.refused).toBe(150);
     expect(await usedBy(id)).toBe(50);
+  });
+});
+
+describe('on a libSQL server', () => {
+  it('stays exact with two gateways sharing it, and each sees the other\'s policy changes at once', async () => {
+    at('2030-03-01T10:00:05Z');
+    const sqld = await startSqld();
+    const databases = [await openDatabase({ ...gateway.deps.config, LIBSQL_URL: sqld.url })];
+    try {
+      databases.push(await openDatabase({ ...gateway.deps.config, LIBSQL_URL: sqld.url }));
+      await migrateDatabase(databases[0]!.db);
+      const overrides = { now: () => now, log: createLogger('silent'), secrets: gateway.deps.secrets };
+      const [one, two] = await Promise.all(
+        databases.map(async (database) => (await createNodeDeps(gateway.deps.config, database, overrides)).deps),
+      );
+      const organisationId = newUuid();
+      await one!.db.insert(organisations).values({ id: organisationId, name: 'sqld', createdAt: now });
+      const workspace = await createWorkspace(one!.db, { organisationId, slug: 'sqld', now });
+      const scope = { organisationId, workspaceId: workspace.id };
+      const body: CreatePolicyBody = {
+        conditions: [{ key: 'model', value: '*' }],
+        group_by: [{ key: 'workspace_id' }],
+        type: 'requests',
+        unit: 'rpm',
+        value: 50,
+      };
+      const policy = await createPolicyRow(one!.db, scope, body, now);
+      const request = { ...attributes(await gateway.tenant()), workspace_id: workspace.id };
+
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 200 }, (_, i) => admitRequest(i % 2 ? one! : two!, request)),
+      );
+      expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(50);
+      const { rows } = await databases[0]!.client.execute({
+        sql: 'SELECT sum(used) AS used FROM rate_limit_counters WHERE key LIKE ?',
+        args: [`${policy.id}/%`],
+      });
+      expect(rows[0]!.used).toBe(50);
+
+      await createPolicyRow(two!.db, scope, { ...body, conditions: [{ key: 'model', value: 'gpt-4o' }], value: 1 }, now);
+      at('2030-03-01T10:01:05Z');
+      await admitRequest(one!, request);
+      await refusal(admitRequest(one!, request));
+    } finally {
+      for (const database of databases) database.close();
+      await sqld.stop();
+    }
   });
 });
 

@@ -15,7 +15,7 @@ import { hasRoom, type AdmitResult, type CounterAdmission, type CounterStore } f
  */
 
 const ADMIT = `
-WITH request AS (
+WITH request AS MATERIALIZED (
   SELECT value ->> 0 AS key, value ->> 1 AS cost, value ->> 2 AS lim, value ->> 3 AS window_end FROM json_each(?1)
 )
 INSERT INTO rate_limit_counters (key, used, window_end)
