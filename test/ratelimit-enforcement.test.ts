@@ -12,6 +12,7 @@ import {
   admitRequest,
   chargeTokens,
   LibsqlCounterStore,
+  PolicyCache,
   requestMetadata,
   type Admission,
   type RequestAttributes,
@@ -652,6 +653,26 @@ describe('changes apply at once', () => {
     expect(await worker.exit).toBe(0);
     expect((await admit(tenant)).headers['ratelimit-policy']).toBe(`"${id}";q=1;w=60`);
     await refusal(admit(tenant));
+  });
+});
+
+describe('the policy cache', () => {
+  it('holds at most maxPolicies, dropping the least recently used workspaces', async () => {
+    const cache = new PolicyCache(gateway.database.db, { maxPolicies: 3 });
+    const [a, b, c] = [await gateway.tenant(), await gateway.tenant(), await gateway.tenant()];
+    await createPolicy(a, { conditions: [{ key: 'model', value: 'x' }] });
+    await createPolicy(a, { conditions: [{ key: 'model', value: 'y' }] });
+    await createPolicy(b, { conditions: [{ key: 'model', value: 'x' }] });
+    expect((await cache.get(a.workspace.id)).size).toBe(2);
+    expect((await cache.get(b.workspace.id)).size).toBe(1);
+    expect(cache.weight).toBe(3);
+    expect((await cache.get(c.workspace.id)).size).toBe(0);
+    expect(cache.weight).toBe(2);
+    expect((await cache.get(a.workspace.id)).size).toBe(2);
+    expect(cache.weight).toBe(3);
+    await createPolicy(c, { conditions: [{ key: 'model', value: 'x' }] });
+    expect((await cache.get(c.workspace.id)).size).toBe(1);
+    expect(cache.weight).toBe(3);
   });
 });
 

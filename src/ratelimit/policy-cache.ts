@@ -17,14 +17,21 @@ interface Entry {
  */
 export class PolicyCache {
   readonly #db: Db;
-  readonly #maxWorkspaces: number;
+  readonly #maxPolicies: number;
   /** In least-recently-used order: a hit moves its workspace to the end. */
   readonly #entries = new Map<string, Entry>();
   readonly #loading = new Map<string, Promise<Entry>>();
+  /** The weight of every entry: its policies, and at least 1, so that empty workspaces count too. */
+  #weight = 0;
 
-  constructor(db: Db, options: { maxWorkspaces?: number } = {}) {
+  /**
+   * @param options.maxPolicies the most policies kept over all workspaces (a workspace without
+   *   any counts as one): beyond it the least recently used workspaces are dropped; the one just
+   *   loaded stays, however large.
+   */
+  constructor(db: Db, options: { maxPolicies?: number } = {}) {
     this.#db = db;
-    this.#maxWorkspaces = options.maxWorkspaces ?? 1000;
+    this.#maxPolicies = options.maxPolicies ?? 200_000;
   }
 
   async get(workspaceId: string): Promise<PolicyIndex> {
@@ -56,12 +63,28 @@ export class PolicyCache {
     const entry: Entry = { version, index: new PolicyIndex(rows.map(toActivePolicy)) };
     const current = this.#entries.get(workspaceId);
     if (!current || current.version <= version) {
-      this.#entries.delete(workspaceId);
+      this.#remove(workspaceId);
       this.#entries.set(workspaceId, entry);
-      if (this.#entries.size > this.#maxWorkspaces) {
-        this.#entries.delete(this.#entries.keys().next().value!);
+      this.#weight += weight(entry);
+      for (const oldest of this.#entries.keys()) {
+        if (this.#weight <= this.#maxPolicies || oldest === workspaceId) break;
+        this.#remove(oldest);
       }
     }
     return entry;
   }
+
+  #remove(workspaceId: string) {
+    const entry = this.#entries.get(workspaceId);
+    if (!entry) return;
+    this.#entries.delete(workspaceId);
+    this.#weight -= weight(entry);
+  }
+
+  /** The policies held now, counting a workspace without any as one. */
+  get weight(): number {
+    return this.#weight;
+  }
 }
+
+const weight = (entry: Entry) => Math.max(1, entry.index.size);
