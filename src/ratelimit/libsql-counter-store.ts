@@ -14,6 +14,7 @@ import { hasRoom, type AdmitResult, type CounterAdmission, type CounterStore } f
  * limit on bound parameters.
  */
 
+// MATERIALIZED: `request` is read twice, and the JSON is parsed once.
 const ADMIT = `
 WITH request AS MATERIALIZED (
   SELECT value ->> 0 AS key, value ->> 1 AS cost, value ->> 2 AS lim, value ->> 3 AS window_end FROM json_each(?1)
