@@ -1,0 +1,1276 @@
+/**
+ * A fake OpenAI Chat Completions server: the stand-in for every real provider (OpenAI, Azure
+ * OpenAI, vLLM, Ollama...) in tests, benchmarks and the demo. It follows the real wire format
+ * closely, including the details that trip up clients: the role-only first delta, `usage: null` on
+ * every chunk when usage is requested, the `choices: []` usage chunk, Azure's leading prompt-filter
+ * chunk with no choices, tool-call arguments split over several deltas.
+ *
+ * What to answer is chosen per request, without shared memory, so that a gateway in another process
+ * or in workerd can be driven too:
+ *   1. a `#fake {json}` line in the last user message (a scenario, or an array of scenarios, one per
+ *      model turn since that user message: `[{"tool_calls":1},{"reply":"Done"}]`);
+ *   2. otherwise the next scenario queued with `enqueue()` (in-process tests);
+ *   3. otherwise the default scenario, otherwise the built-in reply ("You said: ..." echoing the last
+ *      user message, or "The tool returned: ..." when tool outputs are being submitted).
+ *
+ * Token counts are deterministic (see `countTokens`, `promptTokens`, `completionTokens`).
+ * The core (`createFakeUpstream`) uses Web APIs only, so it can also run inside workerd;
+ * `startFakeUpstream` adds a node:http server, loaded lazily for that reason.
+ *
+ * Run as a script: `tsx test/support/fake-upstream.ts [--port N] [--host H] [--api-key K]` prints
+ * the server's URL on stdout and serves until SIGINT/SIGTERM.
+ */
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+
+// ---------------------------------------------------------------------------------------------
+// Public types
+
+/** One tool call the fake model makes. */
+export interface FakeToolCall {
+  /** Function to call. Default: the request's function tools in turn (call i uses tool i mod n). */
+  name?: string;
+  /**
+   * A string is sent verbatim (so invalid JSON can be tested); an object is JSON-encoded.
+   * Default: an example built from the tool's JSON schema (its required properties).
+   */
+  arguments?: string | Record<string, unknown>;
+  /** Default: `call_` and 24 random characters. */
+  id?: string;
+}
+
+export interface FakeUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/**
+ * What the fake answers to one request. Every field is optional; `{}` is the built-in reply.
+ * "Chunks" are the `data:` events of a streamed answer, counted from 1 and including the role
+ * chunk, the finish chunk, the usage chunk and Azure's prompt-filter chunk, but not `[DONE]`.
+ * An `*_after_chunks` value at or beyond the number of chunks fires just before `[DONE]`.
+ */
+export interface FakeScenario {
+  /** The assistant's text. Default: the built-in reply (none when tool calls are made). */
+  reply?: string;
+  /** Tokens (words) per streamed content chunk. Default 1. */
+  chunk_tokens?: number;
+  /** Split the content into this many chunks instead of `chunk_tokens` words each. */
+  chunks?: number;
+  /**
+   * Answer with this many bytes of generated ASCII words instead of `reply`, produced chunk by
+   * chunk and never held whole (memory benchmarks). Streamed and non-streamed.
+   */
+  stream_bytes?: number;
+  /** Bytes per generated chunk with `stream_bytes`. Default 1024. */
+  chunk_bytes?: number;
+  /** Tool calls to make: a list, `true` for one, or a count (parallel calls over the request's tools). */
+  tool_calls?: FakeToolCall[] | boolean | number;
+  /** Characters per streamed tool-argument fragment. Default 8 (`ARGUMENT_CHUNK_CHARS`). */
+  argument_chunk_chars?: number;
+  /** Overrides the finish reason (`stop`, `length`, `tool_calls`, `content_filter`...); the content is not cut. */
+  finish_reason?: string;
+  /** Overrides some usage numbers; `total_tokens` defaults to the sum of the other two. */
+  usage?: Partial<FakeUsage>;
+  /** The `model` reported back. Default: the request's model (Azure deployments: the deployment). */
+  model?: string;
+  /** Delay before the status line and headers. */
+  first_byte_delay_ms?: number;
+  /** Delay between two streamed chunks. */
+  chunk_delay_ms?: number;
+  /** Answer with this HTTP status and an error body like the real API's (500, 429, 503, 400...). */
+  status?: number;
+  /** Seconds for the `retry-after` header: always sent on 429 (default 1), on other statuses when set. */
+  retry_after?: number;
+  /** The error body to send verbatim instead of the default one; implies status 500 unless `status` is set. */
+  error?: unknown;
+  /** Extra response headers. */
+  headers?: Record<string, string>;
+  /**
+   * Streamed: stop sending after N chunks and hold the connection open until the client gives up
+   * or the server closes. Non-streamed: stop after the first bytes of the body.
+   */
+  stall_after_chunks?: number;
+  /**
+   * Streamed: drop the connection after N chunks, without the end of the chunked body and without
+   * `[DONE]`. Non-streamed: drop it after the first bytes of the body.
+   */
+  cut_after_chunks?: number;
+  /** Streamed: send `data: {not json` after N chunks, then carry on. Non-streamed: the whole body is `{not json`. */
+  malformed_after_chunks?: number;
+  /** Streamed only: send `data: {"error":{...server_error...}}` after N chunks and end the body, as OpenAI does when a stream fails. */
+  error_after_chunks?: number;
+}
+
+export interface FakeUpstreamOptions {
+  /** When set, requests must carry it (`Authorization: Bearer`, or `api-key` on Azure paths). */
+  apiKey?: string;
+  /** The scenario for requests with no directive and nothing queued. Default: the built-in reply. */
+  defaultScenario?: FakeScenario;
+}
+
+/** How a request's exchange ended; `closed` means `abortAll()` or the server's `close()` ended it. */
+export type RequestOutcome = 'open' | 'completed' | 'cancelled' | 'cut' | 'closed';
+
+export interface RecordedRequest {
+  method: string;
+  path: string;
+  query: Record<string, string>;
+  /** Header names lower-cased. */
+  headers: Record<string, string>;
+  /** The parsed JSON body (loosely typed, for assertions); undefined when absent or not JSON. */
+  body: Record<string, any> | undefined;
+  rawBody: string;
+  /** Date.now() when the request arrived. */
+  receivedAt: number;
+  stream: boolean;
+  /** The scenario answered with, and where it came from (unset when the request was refused before). */
+  scenario?: FakeScenario;
+  scenarioSource?: 'directive' | 'queue' | 'default' | 'builtin';
+  /** Updated live: `open` while the response body is still being sent (or stalled). */
+  outcome: RequestOutcome;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token rules, exported so tests compute the numbers the fake reports
+
+/** Prompt tokens added per message on top of its words, like OpenAI's per-message framing. */
+export const MESSAGE_OVERHEAD_TOKENS = 3;
+/** Tool-call arguments are streamed in fragments of this many characters; each fragment is a token. */
+export const ARGUMENT_CHUNK_CHARS = 8;
+
+/** One token per whitespace-separated word. */
+export function countTokens(text: string): number {
+  return text.match(/\S+/g)?.length ?? 0;
+}
+
+/**
+ * Prompt tokens: for every message, MESSAGE_OVERHEAD_TOKENS plus the words of its text (string
+ * content, or the `text` of its text parts) and of its tool calls' names and arguments. Tools,
+ * response formats and other parameters do not count.
+ */
+export function promptTokens(messages: readonly unknown[]): number {
+  let total = 0;
+  for (const message of messages) {
+    total += MESSAGE_OVERHEAD_TOKENS + countTokens(messageText(message));
+    const calls = isRecord(message) && Array.isArray(message.tool_calls) ? message.tool_calls : [];
+    for (const call of calls) {
+      const fn = isRecord(call) && isRecord(call.function) ? call.function : {};
+      total += countTokens(`${str(fn.name)} ${str(fn.arguments)}`);
+    }
+  }
+  return total;
+}
+
+/**
+ * Completion tokens: the words of the content, plus for each tool call 1 (id and name) and one per
+ * argument fragment of `argumentChunkChars` characters. A streamed answer spends exactly one token
+ * per content chunk when chunk_tokens is 1 (the default).
+ */
+export function completionTokens(
+  reply: string,
+  toolCalls: readonly { arguments: string }[] = [],
+  argumentChunkChars = ARGUMENT_CHUNK_CHARS,
+): number {
+  let total = countTokens(reply);
+  for (const call of toolCalls) total += 1 + Math.ceil(call.arguments.length / argumentChunkChars);
+  return total;
+}
+
+/** The directive line that selects `scenario` (one scenario, or one per model turn). */
+export function fakeDirective(scenario: FakeScenario | FakeScenario[]): string {
+  return `#fake ${JSON.stringify(scenario)}`;
+}
+
+/** The built-in reply to these messages (what the fake says when no scenario gives a reply). */
+export function defaultReplyText(messages: readonly unknown[]): string {
+  const turn = analyseTurn(messages);
+  if (turn.toolOutputs.length > 0) return `The tool returned: ${turn.toolOutputs.join(' | ')}`;
+  const words = turn.userText.replace(DIRECTIVE_LINES, '').match(/\S+/g) ?? [];
+  return words.length > 0 ? `You said: ${words.slice(0, 20).join(' ')}` : 'Hello! This is the fake upstream.';
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fake
+
+const STALL = Symbol('stall');
+const CUT = Symbol('cut');
+type Piece = string | typeof STALL | typeof CUT;
+
+export function createFakeUpstream(options: FakeUpstreamOptions = {}): FakeUpstream {
+  return new FakeUpstream(options);
+}
+
+export class FakeUpstream {
+  /** Every request received, oldest first (cleared in place by `reset()`). */
+  readonly requests: RecordedRequest[] = [];
+  readonly #apiKey: string | undefined;
+  readonly #initialDefault: FakeScenario | undefined;
+  #default: FakeScenario | undefined;
+  readonly #queue: FakeScenario[] = [];
+  #inFlight = 0;
+  /** Ends every open response body, for abortAll() and close(). */
+  readonly #openBodies = new Set<() => void>();
+
+  constructor(options: FakeUpstreamOptions = {}) {
+    this.#apiKey = options.apiKey;
+    this.#initialDefault = options.defaultScenario && validateScenario(options.defaultScenario, 'defaultScenario');
+    this.#default = this.#initialDefault;
+  }
+
+  /** Requests received whose response body is not finished, cancelled or cut yet (a stalled stream counts). */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  /** Queues one-shot scenarios, used in order by the next requests that carry no directive. */
+  enqueue(...scenarios: FakeScenario[]): void {
+    for (const scenario of scenarios) this.#queue.push(validateScenario(scenario, 'enqueue()'));
+  }
+
+  /** Sets the scenario used when there is no directive and nothing queued; undefined restores the built-in reply. */
+  setDefault(scenario: FakeScenario | undefined): void {
+    this.#default = scenario && validateScenario(scenario, 'setDefault()');
+  }
+
+  /** Clears the recording and the queue and restores the default scenario given at creation. */
+  reset(): void {
+    this.requests.length = 0;
+    this.#queue.length = 0;
+    this.#default = this.#initialDefault;
+  }
+
+  /** Ends every open response body with an error, as a dropped connection would (stalls included). */
+  abortAll(): void {
+    for (const end of [...this.#openBodies]) end();
+  }
+
+  /** Resolves once no request is in flight; rejects after timeoutMs. */
+  async waitForIdle(timeoutMs = 2000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.#inFlight > 0) {
+      if (Date.now() > deadline) throw new Error(`fake upstream: ${this.#inFlight} request(s) still in flight after ${timeoutMs} ms`);
+      await sleep(5);
+    }
+  }
+
+  /** The Web-standard handler; same signature as the global fetch, so it can be injected as one. */
+  readonly fetch = async (input: Request | string | URL, init?: RequestInit): Promise<Response> => {
+    const request = input instanceof Request && init === undefined ? input : new Request(input, init);
+    const receivedAt = Date.now();
+    this.#inFlight += 1;
+    let finished = false;
+    const record: RecordedRequest = {
+      method: request.method,
+      path: '',
+      query: {},
+      headers: {},
+      body: undefined,
+      rawBody: '',
+      receivedAt,
+      stream: false,
+      outcome: 'open',
+    };
+    const finish = (outcome: Exclude<RequestOutcome, 'open'>): void => {
+      if (finished) return;
+      finished = true;
+      record.outcome = outcome;
+      this.#inFlight -= 1;
+    };
+    try {
+      const url = new URL(request.url);
+      record.path = url.pathname;
+      record.query = Object.fromEntries(url.searchParams);
+      record.headers = Object.fromEntries(request.headers);
+      record.rawBody = request.method === 'GET' || request.method === 'HEAD' ? '' : await request.text();
+      this.requests.push(record);
+      const response = await this.#answer(request, url, record, finish);
+      if (response.body === null || !isStreamed(response)) finish('completed');
+      return response;
+    } catch (error) {
+      finish('completed');
+      if (request.signal.aborted) throw error;
+      // A bug in the fake: say so loudly rather than look like a provider fault.
+      const message = `fake upstream failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`;
+      return jsonResponse(500, { error: { message, type: 'fake_upstream_bug', param: null, code: null } });
+    }
+  };
+
+  async #answer(
+    request: Request,
+    url: URL,
+    record: RecordedRequest,
+    finish: (outcome: Exclude<RequestOutcome, 'open'>) => void,
+  ): Promise<Response> {
+    const target = route(request.method, url.pathname);
+    if (target === undefined) {
+      return url.pathname.startsWith('/openai/')
+        ? jsonResponse(404, AZURE_NOT_FOUND)
+        : openAiError(404, `Invalid URL (${request.method} ${url.pathname})`);
+    }
+    const azure = target.flavour === 'azure';
+    if (target.deployment !== undefined && !url.searchParams.has('api-version')) return jsonResponse(404, AZURE_NOT_FOUND);
+
+    if (this.#apiKey !== undefined) {
+      const bearer = /^Bearer\s+(.+)$/i.exec(request.headers.get('authorization') ?? '')?.[1]?.trim();
+      const provided = azure ? (request.headers.get('api-key') ?? bearer) : bearer;
+      if (provided !== this.#apiKey) {
+        if (azure) return jsonResponse(401, AZURE_UNAUTHORIZED);
+        if (!provided) return openAiError(401, MISSING_KEY_MESSAGE);
+        const message = `Incorrect API key provided: ${maskKey(provided)}. You can find your API key at https://platform.openai.com/account/api-keys.`;
+        return openAiError(401, message, null, 'invalid_api_key');
+      }
+    }
+
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(record.rawBody);
+    } catch {
+      return openAiError(400, BAD_JSON_MESSAGE);
+    }
+    if (!isRecord(parsed)) return openAiError(400, BAD_JSON_MESSAGE);
+    const body = parsed;
+    record.body = body;
+    record.stream = body.stream === true;
+    if (body.model === undefined && target.deployment === undefined) return openAiError(400, 'you must provide a model parameter');
+    if (!Array.isArray(body.messages)) return openAiError(400, "Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
+    if (body.messages.length === 0) return openAiError(400, "[] is too short - 'messages'", 'messages');
+    if (body.stream_options != null && body.stream !== true) {
+      return openAiError(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
+    }
+    const messages: unknown[] = body.messages;
+    // Real validations a gateway can trip over: OpenAI refuses these, so the fake must too.
+    const hasTools = Array.isArray(body.tools) && body.tools.length > 0;
+    for (const param of ['tool_choice', 'parallel_tool_calls']) {
+      if (body[param] != null && !hasTools) {
+        return openAiError(400, `Invalid value for '${param}': '${param}' is only allowed when 'tools' are specified.`, param);
+      }
+    }
+    const toolMessageError = checkToolMessages(messages);
+    if (toolMessageError) return openAiError(400, toolMessageError.message, toolMessageError.param);
+
+    let scenario: FakeScenario;
+    let toolCalls: ToolCallPlan[];
+    try {
+      const turn = analyseTurn(messages);
+      const steps = parseDirective(turn.userText);
+      if (steps !== undefined && turn.step < steps.length) {
+        scenario = steps[turn.step]!;
+        record.scenarioSource = 'directive';
+      } else if (this.#queue.length > 0) {
+        scenario = this.#queue.shift()!;
+        record.scenarioSource = 'queue';
+      } else {
+        scenario = this.#default ?? {};
+        record.scenarioSource = this.#default ? 'default' : 'builtin';
+      }
+      record.scenario = scenario;
+      toolCalls = resolveToolCalls(scenario, body, turn.toolOutputs.length > 0);
+    } catch (error) {
+      if (error instanceof FakeRequestError) return openAiError(400, error.message, 'messages', 'invalid_fake_directive');
+      throw error;
+    }
+
+    if (scenario.first_byte_delay_ms) {
+      if (!(await sleep(scenario.first_byte_delay_ms, request.signal))) {
+        finish('cancelled');
+        return new Response(null, { status: 499 });
+      }
+    }
+
+    const extraHeaders = scenario.headers ?? {};
+    const status = scenario.status ?? (scenario.error !== undefined ? 500 : 200);
+    if (status < 200 || status >= 300) {
+      const headers: Record<string, string> = { ...extraHeaders };
+      if (status === 429 || scenario.retry_after !== undefined) {
+        const seconds = scenario.retry_after ?? 1;
+        headers['retry-after'] = String(seconds);
+        if (azure) headers['retry-after-ms'] = String(Math.round(seconds * 1000));
+      }
+      if (status === 429) Object.assign(headers, RATE_LIMIT_HEADERS);
+      const model = str(body.model) || target.deployment || 'gpt-4o';
+      const apiVersion = url.searchParams.get('api-version') ?? 'v1';
+      return jsonResponse(status, scenario.error ?? defaultErrorBody(status, azure, model, scenario.retry_after ?? 1, apiVersion), headers);
+    }
+
+    const plan = makePlan(scenario, body, messages, toolCalls, target);
+    if (record.stream) {
+      const sse = bodyStream((signal) => sseFrames(plan, signal), finish, request.signal, this.#openBodies);
+      return streamedResponse(sse, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...extraHeaders });
+    }
+
+    const jsonHeaders = { 'content-type': 'application/json', ...extraHeaders };
+    if (scenario.malformed_after_chunks !== undefined) return textResponse(200, '{not json', jsonHeaders);
+    const pieces = completionJson(plan);
+    const fault = scenario.stall_after_chunks !== undefined ? STALL : scenario.cut_after_chunks !== undefined ? CUT : undefined;
+    if (fault !== undefined) {
+      const opening = pieces.next().value ?? '';
+      const faulty = bodyStream(() => [opening, fault][Symbol.iterator](), finish, request.signal, this.#openBodies);
+      return streamedResponse(faulty, jsonHeaders);
+    }
+    if (scenario.stream_bytes !== undefined) {
+      return streamedResponse(bodyStream(() => pieces, finish, request.signal, this.#openBodies), jsonHeaders);
+    }
+    return textResponse(200, [...pieces].join(''), jsonHeaders);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests: routes, directives, turns
+
+interface Target {
+  flavour: 'openai' | 'azure';
+  /** Set on Azure's deployment paths, which need `api-version` and take the model from the path. */
+  deployment?: string;
+}
+
+function route(method: string, path: string): Target | undefined {
+  if (method !== 'POST') return undefined;
+  if (path === '/v1/chat/completions' || path === '/chat/completions') return { flavour: 'openai' };
+  if (path === '/openai/v1/chat/completions') return { flavour: 'azure' };
+  const deployment = /^\/openai\/deployments\/([^/]+)\/chat\/completions$/.exec(path)?.[1];
+  return deployment === undefined ? undefined : { flavour: 'azure', deployment: decodeURIComponent(deployment) };
+}
+
+/** A request the fake refuses with 400 because the test asked for something impossible. */
+class FakeRequestError extends Error {}
+
+const DIRECTIVE_LINE = /^[ \t]*#fake[ \t]+(.*?)[ \t]*$/m;
+const DIRECTIVE_LINES = /^[ \t]*#fake[ \t].*$/gm;
+
+/** The scenarios of the `#fake` line in `text` (an object is one step), or undefined without one. */
+export function parseDirective(text: string): FakeScenario[] | undefined {
+  const json = DIRECTIVE_LINE.exec(text)?.[1];
+  if (json === undefined) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(json);
+  } catch (error) {
+    throw new FakeRequestError(`fake upstream: the #fake directive is not valid JSON (${(error as Error).message}): ${json}`);
+  }
+  const steps = Array.isArray(value) ? value : [value];
+  return steps.map((step, i) => {
+    try {
+      return validateScenario(step, `#fake directive${Array.isArray(value) ? ` step ${i}` : ''}`);
+    } catch (error) {
+      throw new FakeRequestError((error as Error).message);
+    }
+  });
+}
+
+interface Turn {
+  /** The text of the last user message (empty without one). */
+  userText: string;
+  /** Assistant messages since the last user message: which step of a directive applies. */
+  step: number;
+  /** Contents of the tool messages since the last user message: outputs being submitted. */
+  toolOutputs: string[];
+}
+
+function analyseTurn(messages: readonly unknown[]): Turn {
+  let last = -1;
+  messages.forEach((message, i) => {
+    if (isRecord(message) && message.role === 'user') last = i;
+  });
+  const after = messages.slice(last + 1).filter(isRecord);
+  return {
+    userText: last >= 0 ? messageText(messages[last]) : '',
+    step: after.filter((m) => m.role === 'assistant').length,
+    toolOutputs: after.filter((m) => m.role === 'tool').map(messageText),
+  };
+}
+
+/** Tool messages must answer, one for one, the tool calls of the assistant message just before them. */
+function checkToolMessages(messages: readonly unknown[]): { message: string; param: string } | undefined {
+  let pending = new Set<string>();
+  let askedAt = -1;
+  const unanswered = () => ({
+    message: `An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: ${[...pending].join(', ')}`,
+    param: `messages.[${askedAt}].role`,
+  });
+  for (const [i, message] of messages.entries()) {
+    const m = isRecord(message) ? message : {};
+    if (m.role === 'tool') {
+      if (!pending.delete(str(m.tool_call_id))) {
+        return {
+          message: "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
+          param: `messages.[${i}].role`,
+        };
+      }
+      continue;
+    }
+    if (pending.size > 0) return unanswered();
+    const calls = m.role === 'assistant' && Array.isArray(m.tool_calls) ? m.tool_calls : [];
+    pending = new Set(calls.map((call) => (isRecord(call) ? str(call.id) : '')));
+    askedAt = i;
+  }
+  return pending.size > 0 ? unanswered() : undefined;
+}
+
+function messageText(message: unknown): string {
+  if (!isRecord(message)) return '';
+  const { content } = message;
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content
+    .filter((part): part is Record<string, unknown> => isRecord(part) && typeof part.text === 'string')
+    .map((part) => part.text as string)
+    .join('\n');
+}
+
+const TOOL_CALL_FIELDS = new Set(['name', 'arguments', 'id']);
+type FieldKind = 'text' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'any';
+// A Record over the keys makes the compiler insist that every scenario field is validated.
+const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
+  reply: 'text',
+  chunk_tokens: 'count',
+  chunks: 'count',
+  stream_bytes: 'count',
+  chunk_bytes: 'count',
+  tool_calls: 'tool_calls',
+  argument_chunk_chars: 'count',
+  finish_reason: 'text',
+  usage: 'record',
+  model: 'text',
+  first_byte_delay_ms: 'duration',
+  chunk_delay_ms: 'duration',
+  status: 'status',
+  retry_after: 'duration',
+  error: 'any',
+  headers: 'record',
+  stall_after_chunks: 'count',
+  cut_after_chunks: 'count',
+  malformed_after_chunks: 'count',
+  error_after_chunks: 'count',
+};
+
+/** Refuses unknown fields and wrong types, so a typo in a test fails loudly instead of being ignored. */
+function validateScenario(value: unknown, where: string): FakeScenario {
+  if (!isRecord(value)) throw new Error(`${where}: a scenario must be a JSON object, got ${JSON.stringify(value)}`);
+  for (const [key, field] of Object.entries(value)) {
+    const kind = (SCENARIO_FIELDS as Record<string, FieldKind | undefined>)[key];
+    if (kind === undefined) throw new Error(`${where}: unknown scenario field '${key}' (known: ${Object.keys(SCENARIO_FIELDS).join(', ')})`);
+    const ok =
+      kind === 'any' ||
+      (kind === 'text' && typeof field === 'string') ||
+      (kind === 'count' && Number.isInteger(field) && (field as number) >= 0) ||
+      (kind === 'duration' && typeof field === 'number' && field >= 0 && Number.isFinite(field)) ||
+      (kind === 'status' && Number.isInteger(field) && (field as number) >= 200 && (field as number) <= 599) ||
+      (kind === 'record' && isRecord(field)) ||
+      (kind === 'tool_calls' && isToolCallsSpec(field));
+    if (!ok) throw new Error(`${where}: invalid value for '${key}': ${JSON.stringify(field)}`);
+  }
+  return value as FakeScenario;
+}
+
+function isToolCallsSpec(field: unknown): boolean {
+  if (typeof field === 'boolean') return true;
+  if (Number.isInteger(field)) return (field as number) >= 0;
+  return Array.isArray(field) && field.every((call) => isRecord(call) && Object.keys(call).every((k) => TOOL_CALL_FIELDS.has(k)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planning an answer
+
+interface ToolCallPlan {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+interface Plan {
+  scenario: FakeScenario;
+  id: string;
+  created: number;
+  model: string;
+  azure: boolean;
+  includeUsage: boolean;
+  obfuscate: boolean;
+  /** The content, lazily, one streamed chunk per item. */
+  content: () => Iterable<string>;
+  toolCalls: ToolCallPlan[];
+  limit: number | undefined;
+  promptTokens: number;
+}
+
+function makePlan(scenario: FakeScenario, body: Record<string, unknown>, messages: unknown[], toolCalls: ToolCallPlan[], target: Target): Plan {
+  const streamOptions = isRecord(body.stream_options) ? body.stream_options : {};
+  const limit = [body.max_completion_tokens, body.max_tokens].find((v): v is number => typeof v === 'number');
+  let content: () => Iterable<string>;
+  if (scenario.stream_bytes !== undefined) {
+    const total = scenario.stream_bytes;
+    const size = Math.max(1, scenario.chunk_bytes ?? 1024);
+    content = () => generatedText(total, size);
+  } else {
+    const text = replyText(scenario, body, messages, toolCalls.length > 0);
+    content = () => groupTokens(splitTokens(text), scenario);
+  }
+  return {
+    scenario,
+    id: `chatcmpl-${randomId(29)}`,
+    created: Math.floor(Date.now() / 1000),
+    model: scenario.model ?? (str(body.model) || target.deployment || 'gpt-4o'),
+    azure: target.flavour === 'azure',
+    includeUsage: streamOptions.include_usage === true,
+    obfuscate: target.flavour === 'openai' && streamOptions.include_obfuscation !== false,
+    content,
+    toolCalls,
+    limit,
+    promptTokens: promptTokens(messages),
+  };
+}
+
+function replyText(scenario: FakeScenario, body: Record<string, unknown>, messages: unknown[], callsTools: boolean): string {
+  if (scenario.reply !== undefined) return scenario.reply;
+  if (callsTools) return '';
+  const text = defaultReplyText(messages);
+  const format = isRecord(body.response_format) ? body.response_format : {};
+  if (format.type === 'json_object') return JSON.stringify({ reply: text });
+  if (format.type === 'json_schema') {
+    const schema = isRecord(format.json_schema) ? format.json_schema.schema : undefined;
+    return JSON.stringify(exampleFromSchema(schema ?? { type: 'object' }));
+  }
+  return text;
+}
+
+/**
+ * The calls to make. Without `tool_calls` in the scenario, a forcing `tool_choice` ("required" or a
+ * named function) still makes one, but only before tool outputs come back, or a run would loop.
+ */
+function resolveToolCalls(scenario: FakeScenario, body: Record<string, unknown>, outputsSubmitted: boolean): ToolCallPlan[] {
+  const tools = (Array.isArray(body.tools) ? body.tools : [])
+    .filter((t): t is Record<string, unknown> => isRecord(t) && t.type === 'function' && isRecord(t.function))
+    .map((t) => t.function as Record<string, unknown>);
+  const spec = scenario.tool_calls;
+  let calls: FakeToolCall[];
+  if (spec === undefined || spec === false || spec === 0) {
+    const choice = body.tool_choice;
+    if (outputsSubmitted || scenario.reply !== undefined || tools.length === 0) return [];
+    if (choice === 'required') calls = [{}];
+    else if (isRecord(choice) && isRecord(choice.function) && typeof choice.function.name === 'string') calls = [{ name: choice.function.name }];
+    else return [];
+  } else if (spec === true) {
+    calls = [{}];
+  } else if (typeof spec === 'number') {
+    calls = Array.from({ length: spec }, () => ({}));
+  } else {
+    calls = spec;
+  }
+  return calls.map((call, i) => {
+    const name = call.name ?? str(tools[i % Math.max(1, tools.length)]?.name);
+    if (!name) throw new FakeRequestError('fake upstream: the scenario asks for a tool call without a name, but the request has no function tools');
+    const tool = tools.find((t) => t.name === name);
+    const args =
+      typeof call.arguments === 'string'
+        ? call.arguments
+        : JSON.stringify(call.arguments ?? (tool?.parameters !== undefined ? exampleFromSchema(tool.parameters) : {}));
+    return { id: call.id ?? `call_${randomId(24)}`, name, arguments: args };
+  });
+}
+
+/** A small value valid against common JSON schemas: required properties, enums' first values, minimums. */
+function exampleFromSchema(schema: unknown, depth = 0): unknown {
+  if (!isRecord(schema) || depth > 8) return {};
+  if ('const' in schema) return schema.const;
+  if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[0];
+  if ('default' in schema) return schema.default;
+  const variants = schema.anyOf ?? schema.oneOf;
+  if (Array.isArray(variants) && variants.length > 0) return exampleFromSchema(variants[0], depth + 1);
+  let type = schema.type;
+  if (Array.isArray(type)) type = type.find((t) => t !== 'null') ?? 'null';
+  switch (type) {
+    case 'string':
+      return 'example';
+    case 'number':
+    case 'integer':
+      return typeof schema.minimum === 'number' ? schema.minimum : 0;
+    case 'boolean':
+      return false;
+    case 'null':
+      return null;
+    case 'array': {
+      const count = typeof schema.minItems === 'number' ? schema.minItems : 0;
+      return Array.from({ length: count }, () => exampleFromSchema(schema.items, depth + 1));
+    }
+    default: {
+      const properties = isRecord(schema.properties) ? schema.properties : {};
+      const keys = Array.isArray(schema.required) ? schema.required.filter((k): k is string => typeof k === 'string') : Object.keys(properties);
+      return Object.fromEntries(keys.map((key) => [key, exampleFromSchema(properties[key], depth + 1)]));
+    }
+  }
+}
+
+/** Pieces of one word each with its leading whitespace, so that joining them gives back the text. */
+function splitTokens(text: string): string[] {
+  const pieces = text.match(/\s*\S+/g) ?? [];
+  const tail = /\s+$/.exec(text)?.[0] ?? '';
+  if (pieces.length === 0) return text ? [text] : [];
+  pieces[pieces.length - 1] += tail;
+  return pieces;
+}
+
+function* groupTokens(pieces: string[], scenario: FakeScenario): Generator<string> {
+  const size = scenario.chunks ? Math.ceil(pieces.length / scenario.chunks) : (scenario.chunk_tokens ?? 1);
+  for (let i = 0; i < pieces.length; i += Math.max(1, size)) yield pieces.slice(i, i + Math.max(1, size)).join('');
+}
+
+const FILLER = 'lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore ';
+
+/**
+ * `total` bytes of words in chunks of `size` bytes. Each full chunk ends with a space, so no word
+ * straddles two chunks and per-chunk word counts add up to the total.
+ */
+function* generatedText(total: number, size: number): Generator<string> {
+  const template = `${FILLER.repeat(Math.ceil(size / FILLER.length) + 1).slice(0, size - 1)} `.slice(-size);
+  for (let sent = 0; sent < total; sent += size) yield total - sent >= size ? template : template.slice(0, total - sent);
+}
+
+type Delta =
+  | { type: 'content'; text: string }
+  | { type: 'tool_header'; index: number; call: ToolCallPlan }
+  | { type: 'tool_args'; index: number; text: string }
+  | { type: 'finish'; reason: string };
+
+/** The answer as deltas, spending tokens as it goes and stopping with `length` when the limit runs out. */
+function* completionDeltas(plan: Plan, meter: { tokens: number }): Generator<Delta> {
+  const override = plan.scenario.finish_reason;
+  let budget = plan.limit ?? Number.POSITIVE_INFINITY;
+  const spend = (tokens: number): void => {
+    budget -= tokens;
+    meter.tokens += tokens;
+  };
+  for (const text of plan.content()) {
+    const tokens = countTokens(text);
+    if (tokens > budget) {
+      const kept = splitTokens(text).slice(0, budget).join('');
+      spend(budget);
+      if (kept) yield { type: 'content', text: kept };
+      yield { type: 'finish', reason: override ?? 'length' };
+      return;
+    }
+    spend(tokens);
+    yield { type: 'content', text };
+  }
+  const fragmentSize = Math.max(1, plan.scenario.argument_chunk_chars ?? ARGUMENT_CHUNK_CHARS);
+  for (const [index, call] of plan.toolCalls.entries()) {
+    const fragments: string[] = [];
+    for (let i = 0; i < call.arguments.length; i += fragmentSize) fragments.push(call.arguments.slice(i, i + fragmentSize));
+    for (const delta of [{ type: 'tool_header', index, call } as const, ...fragments.map((text) => ({ type: 'tool_args', index, text }) as const)]) {
+      if (budget < 1) {
+        yield { type: 'finish', reason: override ?? 'length' };
+        return;
+      }
+      spend(1);
+      yield delta;
+    }
+  }
+  yield { type: 'finish', reason: override ?? (plan.toolCalls.length > 0 ? 'tool_calls' : 'stop') };
+}
+
+function usageOf(plan: Plan, completion: number): Record<string, unknown> {
+  const override = plan.scenario.usage ?? {};
+  const prompt = override.prompt_tokens ?? plan.promptTokens;
+  const completed = override.completion_tokens ?? completion;
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completed,
+    total_tokens: override.total_tokens ?? prompt + completed,
+    prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
+    completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing an answer
+
+/** The `chat.completion.chunk` payloads, in OpenAI's order and shapes. */
+function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
+  const base = {
+    id: plan.id,
+    object: 'chat.completion.chunk',
+    created: plan.created,
+    model: plan.model,
+    service_tier: 'default',
+    system_fingerprint: SYSTEM_FINGERPRINT,
+  };
+  // OpenAI pads chunks with a random `obfuscation` field (against length side channels) unless told not to.
+  const tail = (): Record<string, unknown> => ({
+    ...(plan.includeUsage ? { usage: null } : {}),
+    ...(plan.obfuscate ? { obfuscation: randomId(1 + Math.floor(Math.random() * 12)) } : {}),
+  });
+  const chunk = (delta: Record<string, unknown>, finishReason: string | null = null): Record<string, unknown> => ({
+    ...base,
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+    ...tail(),
+  });
+  const header = (index: number, call: ToolCallPlan): Record<string, unknown> => ({
+    index,
+    id: call.id,
+    type: 'function',
+    function: { name: call.name, arguments: '' },
+  });
+
+  if (plan.azure) yield AZURE_PROMPT_FILTER_CHUNK;
+  const meter = { tokens: 0 };
+  let first = true;
+  for (const delta of completionDeltas(plan, meter)) {
+    if (first) {
+      first = false;
+      // OpenAI folds the role into the first tool call when there is no text.
+      if (delta.type === 'tool_header') {
+        yield chunk({ role: 'assistant', content: null, tool_calls: [header(delta.index, delta.call)], refusal: null });
+        continue;
+      }
+      yield chunk({ role: 'assistant', content: '', refusal: null });
+    }
+    if (delta.type === 'content') yield chunk({ content: delta.text });
+    else if (delta.type === 'tool_header') yield chunk({ tool_calls: [header(delta.index, delta.call)] });
+    else if (delta.type === 'tool_args') yield chunk({ tool_calls: [{ index: delta.index, function: { arguments: delta.text } }] });
+    else yield chunk({}, delta.reason);
+  }
+  if (plan.includeUsage) {
+    yield { ...base, choices: [], usage: usageOf(plan, meter.tokens), ...(plan.obfuscate ? { obfuscation: randomId(8) } : {}) };
+  }
+}
+
+/** The SSE body, with the scenario's delays and faults woven in. */
+async function* sseFrames(plan: Plan, signal: AbortSignal): AsyncGenerator<Piece> {
+  const s = plan.scenario;
+  const payloads = chunkPayloads(plan);
+  for (let sent = 0; ; sent += 1) {
+    const next = payloads.next();
+    const firesNow = (n: number | undefined): boolean => n !== undefined && (n === sent || (next.done === true && n > sent));
+    if (firesNow(s.malformed_after_chunks)) yield 'data: {not json\n\n';
+    if (firesNow(s.stall_after_chunks)) return yield STALL;
+    if (firesNow(s.cut_after_chunks)) return yield CUT;
+    if (firesNow(s.error_after_chunks)) return yield `data: ${JSON.stringify(SERVER_ERROR)}\n\n`;
+    if (sent > 0 && s.chunk_delay_ms && !(await sleep(s.chunk_delay_ms, signal))) return;
+    if (next.done) return yield 'data: [DONE]\n\n';
+    yield `data: ${JSON.stringify(next.value)}\n\n`;
+  }
+}
+
+/**
+ * The non-streamed `chat.completion` JSON, in pieces so that a `stream_bytes` answer is written
+ * out without ever being whole in memory; keys in OpenAI's order.
+ */
+function* completionJson(plan: Plan): Generator<string> {
+  const head = JSON.stringify({ id: plan.id, object: 'chat.completion', created: plan.created, model: plan.model });
+  yield `${head.slice(0, -1)},"choices":[{"index":0,"message":{"role":"assistant","content":`;
+  const meter = { tokens: 0 };
+  const calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] = [];
+  let open = false;
+  let finishReason = 'stop';
+  for (const delta of completionDeltas(plan, meter)) {
+    if (delta.type === 'content') {
+      if (!open) yield '"';
+      open = true;
+      yield JSON.stringify(delta.text).slice(1, -1);
+    } else if (delta.type === 'tool_header') {
+      calls[delta.index] = { id: delta.call.id, type: 'function', function: { name: delta.call.name, arguments: '' } };
+    } else if (delta.type === 'tool_args') {
+      calls[delta.index]!.function.arguments += delta.text;
+    } else {
+      finishReason = delta.reason;
+    }
+  }
+  yield open ? '"' : 'null';
+  const rest = { refusal: null, ...(calls.length > 0 ? { tool_calls: calls } : {}), annotations: [] };
+  const choiceTail = { logprobs: null, finish_reason: finishReason, ...(plan.azure ? { content_filter_results: FILTER_RESULTS } : {}) };
+  const tail = {
+    usage: usageOf(plan, meter.tokens),
+    service_tier: 'default',
+    system_fingerprint: SYSTEM_FINGERPRINT,
+    ...(plan.azure ? { prompt_filter_results: AZURE_PROMPT_FILTER_CHUNK.prompt_filter_results } : {}),
+  };
+  yield `,${JSON.stringify(rest).slice(1)},${JSON.stringify(choiceTail).slice(1, -1)}}],${JSON.stringify(tail).slice(1)}`;
+}
+
+/**
+ * A pull-driven body: nothing is produced before the consumer asks (highWaterMark 0), so chunks
+ * leave one by one and a slow reader slows the producer. STALL waits for the end of the exchange;
+ * CUT errors the body, which the HTTP server turns into a dropped connection.
+ */
+function bodyStream(
+  produce: (signal: AbortSignal) => Iterator<Piece> | AsyncIterator<Piece>,
+  finish: (outcome: Exclude<RequestOutcome, 'open'>) => void,
+  clientSignal: AbortSignal,
+  openBodies: Set<() => void>,
+): ReadableStream<Uint8Array> {
+  const encoder = new TextEncoder();
+  const stop = new AbortController();
+  const pieces = produce(stop.signal);
+  let endBody = (): void => {};
+  const end = (outcome: Exclude<RequestOutcome, 'open'>): void => {
+    openBodies.delete(endBody);
+    clientSignal.removeEventListener('abort', onClientAbort);
+    stop.abort();
+    finish(outcome);
+    void Promise.resolve(pieces.return?.()).catch(() => {});
+  };
+  let onClientAbort = (): void => {};
+  return new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        const fail = (outcome: 'cancelled' | 'closed', reason: unknown): void => {
+          end(outcome);
+          try {
+            controller.error(reason);
+          } catch {
+            // already closed
+          }
+        };
+        onClientAbort = () => fail('cancelled', clientSignal.reason);
+        endBody = () => fail('closed', new Error('fake upstream: connection closed by the server'));
+        if (clientSignal.aborted) onClientAbort();
+        else clientSignal.addEventListener('abort', onClientAbort, { once: true });
+        openBodies.add(endBody);
+      },
+      async pull(controller) {
+        if (stop.signal.aborted) return;
+        let next: IteratorResult<Piece>;
+        try {
+          next = await pieces.next();
+        } catch (error) {
+          end('cut');
+          controller.error(error);
+          return;
+        }
+        if (stop.signal.aborted) return;
+        if (next.done) {
+          end('completed');
+          controller.close();
+        } else if (next.value === STALL) {
+          await new Promise<void>((resolve) => stop.signal.addEventListener('abort', () => resolve(), { once: true }));
+        } else if (next.value === CUT) {
+          end('cut');
+          controller.error(new FakeCutError());
+        } else {
+          controller.enqueue(encoder.encode(next.value));
+        }
+      },
+      cancel() {
+        end('cancelled');
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+/** How a cut body errors when the fake is called in-process; over HTTP the client sees the socket close instead. */
+export class FakeCutError extends Error {
+  constructor() {
+    super('fake upstream: connection cut mid-response');
+    this.name = 'FakeCutError';
+  }
+}
+
+const STREAMED = new WeakSet<Response>();
+
+function isStreamed(response: Response): boolean {
+  return STREAMED.has(response);
+}
+
+function streamedResponse(body: ReadableStream<Uint8Array>, headers: Record<string, string>): Response {
+  const response = new Response(body, { status: 200, headers: { 'x-request-id': `req_${randomId(32)}`, ...headers } });
+  STREAMED.add(response);
+  return response;
+}
+
+function textResponse(status: number, text: string, headers: Record<string, string>): Response {
+  return new Response(text, {
+    status,
+    headers: { 'x-request-id': `req_${randomId(32)}`, 'content-length': String(new TextEncoder().encode(text).length), ...headers },
+  });
+}
+
+function jsonResponse(status: number, body: unknown, headers: Record<string, string> = {}): Response {
+  return textResponse(status, JSON.stringify(body), { 'content-type': 'application/json', ...headers });
+}
+
+function openAiError(status: number, message: string, param: string | null = null, code: string | null = null): Response {
+  return jsonResponse(status, { error: { message, type: 'invalid_request_error', param, code } });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real APIs' bodies and constants
+
+const SYSTEM_FINGERPRINT = 'fp_fake0001';
+const SERVER_ERROR = {
+  error: { message: 'The server had an error while processing your request. Sorry about that!', type: 'server_error', param: null, code: null },
+};
+const BAD_JSON_MESSAGE =
+  "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you have trouble figuring out how to fix this, please contact us through our help center at help.openai.com.)";
+const MISSING_KEY_MESSAGE =
+  "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if you're accessing the API from your browser and are prompted for a username. You can obtain an API key from https://platform.openai.com/account/api-keys.";
+const AZURE_UNAUTHORIZED = {
+  error: {
+    code: '401',
+    message:
+      'Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource.',
+  },
+};
+const AZURE_NOT_FOUND = { error: { code: '404', message: 'Resource not found' } };
+const RATE_LIMIT_HEADERS = {
+  'x-ratelimit-limit-requests': '3',
+  'x-ratelimit-remaining-requests': '0',
+  'x-ratelimit-reset-requests': '20s',
+};
+const SAFE = { filtered: false, severity: 'safe' };
+const FILTER_RESULTS = { hate: SAFE, self_harm: SAFE, sexual: SAFE, violence: SAFE };
+/** Azure starts every stream with this chunk: no choices, no usage; naive `choices[0]` readers break on it. */
+const AZURE_PROMPT_FILTER_CHUNK = {
+  choices: [],
+  created: 0,
+  id: '',
+  model: '',
+  object: '',
+  prompt_filter_results: [{ prompt_index: 0, content_filter_results: FILTER_RESULTS }],
+};
+
+function defaultErrorBody(status: number, azure: boolean, model: string, retryAfter: number, apiVersion: string): unknown {
+  if (status === 429) {
+    if (azure) {
+      return {
+        error: {
+          code: '429',
+          message: `Requests to the ChatCompletions_Create Operation under Azure OpenAI API version ${apiVersion} have exceeded call rate limit of your current OpenAI S0 pricing tier. Please retry after ${retryAfter} seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.`,
+        },
+      };
+    }
+    const message = `Rate limit reached for ${model} in organization org-fake on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in ${retryAfter}s. Visit https://platform.openai.com/account/rate-limits to learn more.`;
+    return { error: { message, type: 'requests', param: null, code: 'rate_limit_exceeded' } };
+  }
+  if (status === 500) return SERVER_ERROR;
+  if (status === 503) {
+    return { error: { message: 'The engine is currently overloaded, please try again later.', type: 'server_error', param: null, code: null } };
+  }
+  if (status === 404) {
+    return { error: { message: `The model \`${model}\` does not exist or you do not have access to it.`, type: 'invalid_request_error', param: null, code: 'model_not_found' } };
+  }
+  if (status === 401) {
+    const message = 'Incorrect API key provided: sk-fake***. You can find your API key at https://platform.openai.com/account/api-keys.';
+    return { error: { message, type: 'invalid_request_error', param: null, code: 'invalid_api_key' } };
+  }
+  const type = status >= 500 ? 'server_error' : 'invalid_request_error';
+  return { error: { message: `The fake upstream answered with HTTP ${status}.`, type, param: null, code: null } };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+function isRecord(value: unknown): value is Record<string, any> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function str(value: unknown): string {
+  return typeof value === 'string' ? value : '';
+}
+
+const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+function randomId(length: number): string {
+  let id = '';
+  for (let i = 0; i < length; i += 1) id += ALPHABET[Math.floor(Math.random() * ALPHABET.length)];
+  return id;
+}
+
+function maskKey(key: string): string {
+  return key.length > 10 ? `${key.slice(0, 3)}${'*'.repeat(key.length - 7)}${key.slice(-4)}` : '*'.repeat(key.length);
+}
+
+/** Resolves true after ms, or false as soon as the signal aborts. */
+function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve(false);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      resolve(false);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve(true);
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Over HTTP
+
+export interface StartFakeUpstreamOptions extends FakeUpstreamOptions {
+  /** Default 0: a free port. */
+  port?: number;
+  /** Default 127.0.0.1. */
+  host?: string;
+}
+
+export class FakeUpstreamServer extends FakeUpstream {
+  /** e.g. http://127.0.0.1:PORT */
+  readonly url: string;
+  /** url + '/v1', what the OpenAI SDK takes as baseURL. */
+  readonly baseURL: string;
+  readonly port: number;
+  readonly #server: Server;
+  readonly #sockets: Set<Socket>;
+  #closing: Promise<void> | undefined;
+
+  constructor(options: FakeUpstreamOptions, server: Server, sockets: Set<Socket>, url: string, port: number) {
+    super(options);
+    this.#server = server;
+    this.#sockets = sockets;
+    this.url = url;
+    this.baseURL = `${url}/v1`;
+    this.port = port;
+  }
+
+  /** TCP connections currently open, idle keep-alive ones included. */
+  get openConnections(): number {
+    return this.#sockets.size;
+  }
+
+  /** Stops listening and destroys every connection, stalled streams included; never waits for clients. */
+  readonly close = (): Promise<void> => {
+    this.#closing ??= (async () => {
+      this.abortAll();
+      const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+      this.#server.closeAllConnections();
+      for (const socket of this.#sockets) socket.destroy();
+      await closed;
+      // The server reports closed before the sockets' own close events have run.
+      const deadline = Date.now() + 1000;
+      while (this.#sockets.size > 0 && Date.now() < deadline) await sleep(1);
+      await this.waitForIdle(1000).catch(() => {});
+    })();
+    return this.#closing;
+  };
+}
+
+/** Serves a fake on 127.0.0.1 (a free port unless told) and resolves once it listens. */
+export async function startFakeUpstream(options: StartFakeUpstreamOptions = {}): Promise<FakeUpstreamServer> {
+  const { createServer } = await import('node:http');
+  const sockets = new Set<Socket>();
+  let fake: FakeUpstreamServer | undefined;
+  const server = createServer((req, res) => {
+    if (fake) void serveNode(fake, req, res);
+    else res.destroy();
+  });
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+  const host = options.host ?? '127.0.0.1';
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, host, () => resolve());
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  const urlHost = host.includes(':') ? `[${host}]` : host;
+  fake = new FakeUpstreamServer(options, server, sockets, `http://${urlHost}:${port}`, port);
+  return fake;
+}
+
+/** Bridges node:http to the Web handler, chunk by chunk, and turns an errored body into a dropped socket. */
+async function serveNode(fake: FakeUpstream, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  // The client going away must reach the handler (delays, stalls) the way request.signal would.
+  const gone = new AbortController();
+  const closed = new Promise<void>((resolve) => res.once('close', () => resolve()));
+  res.once('close', () => {
+    if (!res.writableFinished) gone.abort(new Error('fake upstream: the client closed the connection'));
+  });
+  try {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const headers = new Headers();
+    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
+    const method = req.method ?? 'GET';
+    const request = new Request(new URL(req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`), {
+      method,
+      headers,
+      body: method === 'GET' || method === 'HEAD' ? undefined : Buffer.concat(chunks),
+      signal: gone.signal,
+    });
+    const response = await fake.fetch(request);
+    if (res.destroyed) {
+      await response.body?.cancel().catch(() => {});
+      return;
+    }
+    const outHeaders: Record<string, string> = {};
+    response.headers.forEach((value, name) => (outHeaders[name] = value));
+    res.writeHead(response.status, outHeaders);
+    if (response.body === null) {
+      res.end();
+      return;
+    }
+    res.flushHeaders();
+    const reader = response.body.getReader();
+    res.once('close', () => void reader.cancel().catch(() => {}));
+    let lastWrite: Promise<void> = Promise.resolve();
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        if (res.destroyed) return;
+        let drained = true;
+        lastWrite = new Promise<void>((resolve) => {
+          drained = res.write(value, () => resolve());
+        });
+        if (!drained) {
+          await new Promise<void>((resolve) => {
+            const go = (): void => {
+              res.off('drain', go);
+              res.off('close', go);
+              resolve();
+            };
+            res.on('drain', go);
+            res.on('close', go);
+          });
+        }
+      }
+      res.end();
+    } catch {
+      // A cut: let the chunks already written reach the client, then drop the connection without
+      // the chunked body's terminator, as a crashed upstream or a broken proxy would.
+      await Promise.race([lastWrite, closed]);
+      res.destroy();
+    }
+  } catch (error) {
+    if (!res.headersSent) {
+      res.writeHead(500, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: `fake upstream failed: ${String(error)}`, type: 'fake_upstream_bug', param: null, code: null } }));
+    } else {
+      res.destroy();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// As a script
+
+async function runAsScript(): Promise<void> {
+  const script = typeof process === 'undefined' ? undefined : process.argv?.[1];
+  if (!script || !/fake-upstream\.[cm]?[jt]s$/.test(script)) return;
+  const { pathToFileURL } = await import('node:url');
+  const { resolve } = await import('node:path');
+  if (pathToFileURL(resolve(script)).href !== import.meta.url) return;
+  const args = process.argv.slice(2);
+  const flag = (name: string): string | undefined => {
+    const i = args.indexOf(name);
+    return i >= 0 ? args[i + 1] : undefined;
+  };
+  const port = Number(flag('--port') ?? 0);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port: not a port: ${flag('--port')}`);
+  const apiKey = flag('--api-key');
+  const fake = await startFakeUpstream({ port, host: flag('--host') ?? '127.0.0.1', ...(apiKey ? { apiKey } : {}) });
+  process.stdout.write(`${fake.url}\n`);
+  const stop = (): void => void fake.close().then(() => process.exit(0));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}
+
+void runAsScript().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
