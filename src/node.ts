@@ -5,6 +5,8 @@ import { nodeConfig, startGateway } from './node-runtime';
 async function main() {
   const gateway = await startGateway(nodeConfig(process.env));
   if (gateway.initialised) process.stdout.write(formatInitResult(gateway.initialised));
+  // Always said, whatever LOG_LEVEL: where to send requests.
+  process.stdout.write(`Gateway listening on ${gateway.url} (database: ${gateway.database.location})\n`);
 
   let stopping = false;
   const stop = (signal: string) => {

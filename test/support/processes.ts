@@ -60,7 +60,7 @@ export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_
     child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk));
     child.stdout!.on('data', (chunk: Buffer) => {
       stdout += chunk;
-      const match = /"message":"listening","url":"([^"]+)"/.exec(stdout);
+      const match = /Gateway listening on (http:\/\/\S+)/.exec(stdout);
       if (match) {
         clearTimeout(timer);
         resolve({

@@ -1,0 +1,255 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fakeDirective, type FakeScenario } from '../test/support/fake-upstream';
+import { ROOT, startGatewayProcess, type GatewayProcess } from '../test/support/processes';
+import { round, summarise } from './support';
+
+/**
+ * `npm run bench:runs`: what the gateway adds to a run, measured from outside over HTTP, with the
+ * fake provider and the gateway in processes of their own (the client is this process).
+ *
+ * - first delta: the time to a streamed run's first `thread.message.delta`, against the time to the
+ *   provider's own first content chunk when called directly; p50/p99 at concurrency 1 and 32;
+ * - non-streamed create: latency of POST /v1/threads/runs answering the queued run, at
+ *   concurrency 32, and the requests per second that makes;
+ * - streamed runs per second at concurrency 32 (whole runs, first byte to [DONE]);
+ * - memory: the gateway's peak RSS while streaming 1 MB answers against 1 KB ones.
+ */
+
+const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 300);
+const N32 = Number(process.env.BENCH_CONCURRENT ?? 1600);
+const CONCURRENCY = 32;
+
+const fakeUrl = await startFake();
+const env = { LOG_LEVEL: 'warn' };
+
+async function main() {
+  const gateway = await startGatewayProcess({ ...env, DATA_DIR: mkdtempSync(join(tmpdir(), 'bench-runs-')) });
+  try {
+    const target = await prepare(gateway);
+
+    // Warm both paths (JIT, connection pools, SQLite caches) before measuring.
+    await pool(200, 8, () => viaGatewayFirstDelta(target));
+    await pool(200, 8, () => directFirstChunk());
+
+    const direct1 = summarise(await sequential(N1, () => directFirstChunk()));
+    const gateway1 = summarise(await sequential(N1, () => viaGatewayFirstDelta(target)));
+    const direct32 = summarise(await pool(N32, CONCURRENCY, () => directFirstChunk()));
+    const gateway32 = summarise(await pool(N32, CONCURRENCY, () => viaGatewayFirstDelta(target)));
+
+    const createStarted = performance.now();
+    const creates = summarise(await pool(N32 * 2, CONCURRENCY, () => createNonStreamed(target)));
+    const createSeconds = (performance.now() - createStarted) / 1000;
+
+    const streamStarted = performance.now();
+    await pool(N32, CONCURRENCY, () => wholeStreamedRun(target, { reply: 'a b c d e f g h' }));
+    const streamSeconds = (performance.now() - streamStarted) / 1000;
+
+    return {
+      first_delta: {
+        concurrency_1: { direct_provider: direct1, via_gateway: gateway1, added_p50_ms: diff(gateway1, direct1, 'p50_ms'), added_p99_ms: diff(gateway1, direct1, 'p99_ms') },
+        concurrency_32: { direct_provider: direct32, via_gateway: gateway32, added_p50_ms: diff(gateway32, direct32, 'p50_ms'), added_p99_ms: diff(gateway32, direct32, 'p99_ms') },
+      },
+      non_streamed_create_concurrency_32: { ...creates, requests_per_second: round(creates.n / createSeconds, 0) },
+      streamed_runs_per_second_concurrency_32: round(N32 / streamSeconds, 0),
+    };
+  } finally {
+    await gateway.stop();
+  }
+}
+
+/** Peak RSS of a fresh gateway process streaming `count` answers of `bytes` each, 4 at a time. */
+async function memory(bytes: number, count: number) {
+  const gateway = await startGatewayProcess({ ...env, DATA_DIR: mkdtempSync(join(tmpdir(), 'bench-mem-')) });
+  try {
+    const target = await prepare(gateway);
+    await pool(20, 4, () => wholeStreamedRun(target, { reply: 'warm up' }));
+    const before = vm(gateway, 'VmHWM');
+    const received = await pool(count, 4, () => wholeStreamedRun(target, { stream_bytes: bytes, chunk_bytes: 1024 }));
+    return {
+      answer_bytes: bytes,
+      runs: count,
+      received_bytes_per_run: Math.round(received.reduce((a, b) => a + b, 0) / count),
+      peak_rss_before_mb: round(before / 1024, 1),
+      peak_rss_mb: round(vm(gateway, 'VmHWM') / 1024, 1),
+    };
+  } finally {
+    await gateway.stop();
+  }
+}
+
+// ── Requests ─────────────────────────────────────────────────────────────────────────────────
+
+interface Target {
+  url: string;
+  headers: Record<string, string>;
+  assistantId: string;
+}
+
+async function prepare(gateway: GatewayProcess): Promise<Target> {
+  await until(() => /workspace API key\s+gk_/.test(gateway.stdout()));
+  const key = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())![1]!;
+  const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
+  await post(`${gateway.url}/v1/virtual-keys`, headers, { slug: 'bench', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench' });
+  const assistant = (await post(`${gateway.url}/v1/assistants`, headers, { model: 'bench-model' })) as { id: string };
+  return { url: gateway.url, headers: { ...headers, 'x-gateway-virtual-key': 'bench' }, assistantId: assistant.id };
+}
+
+const SHORT: FakeScenario = { reply: 'Hello there, this is a short answer.' };
+
+/** ms to the first content chunk of a streamed Chat Completions call straight to the provider. */
+async function directFirstChunk(): Promise<number> {
+  const started = performance.now();
+  const response = await fetch(`${fakeUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer sk-bench' },
+    body: JSON.stringify({
+      model: 'bench-model',
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: `hi\n${fakeDirective(SHORT)}` }],
+    }),
+  });
+  let first = NaN;
+  await readStream(response, (text) => {
+    if (Number.isNaN(first) && /"content":"[^"]/.test(text)) first = performance.now() - started;
+  });
+  return first;
+}
+
+/** ms to the first thread.message.delta of a streamed run through the gateway. */
+async function viaGatewayFirstDelta(target: Target): Promise<number> {
+  const started = performance.now();
+  const response = await fetch(`${target.url}/v1/threads/runs`, {
+    method: 'POST',
+    headers: target.headers,
+    body: JSON.stringify({ assistant_id: target.assistantId, stream: true, thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(SHORT)}` }] } }),
+  });
+  let first = NaN;
+  await readStream(response, (text) => {
+    if (Number.isNaN(first) && text.includes('event: thread.message.delta')) first = performance.now() - started;
+  });
+  if (Number.isNaN(first)) throw new Error('no delta arrived');
+  return first;
+}
+
+async function createNonStreamed(target: Target): Promise<number> {
+  const started = performance.now();
+  const response = await fetch(`${target.url}/v1/threads/runs`, {
+    method: 'POST',
+    headers: target.headers,
+    body: JSON.stringify({ assistant_id: target.assistantId, thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(SHORT)}` }] } }),
+  });
+  const body = (await response.json()) as { status?: string };
+  if (body.status !== 'queued') throw new Error(`unexpected answer ${JSON.stringify(body)}`);
+  return performance.now() - started;
+}
+
+/** A whole streamed run; answers the bytes received. */
+async function wholeStreamedRun(target: Target, scenario: FakeScenario): Promise<number> {
+  const response = await fetch(`${target.url}/v1/threads/runs`, {
+    method: 'POST',
+    headers: target.headers,
+    body: JSON.stringify({ assistant_id: target.assistantId, stream: true, thread: { messages: [{ role: 'user', content: `go\n${fakeDirective(scenario)}` }] } }),
+  });
+  let bytes = 0;
+  let tail = '';
+  await readStream(response, (text) => {
+    bytes += text.length;
+    tail = (tail + text).slice(-64);
+  });
+  if (!tail.includes('[DONE]')) throw new Error('the stream did not finish');
+  return bytes;
+}
+
+async function readStream(response: Response, onText: (text: string) => void): Promise<void> {
+  if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}: ${await response.text()}`);
+  const decoder = new TextDecoder();
+  for await (const chunk of response.body) onText(decoder.decode(chunk as Uint8Array, { stream: true }));
+}
+
+async function post(url: string, headers: Record<string, string>, body: unknown): Promise<unknown> {
+  const response = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body) });
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${await response.text()}`);
+  return response.json();
+}
+
+// ── Harness ──────────────────────────────────────────────────────────────────────────────────
+
+async function sequential<T>(n: number, task: () => Promise<T>): Promise<T[]> {
+  const results: T[] = [];
+  for (let i = 0; i < n; i++) results.push(await task());
+  return results;
+}
+
+/** Runs `n` tasks with at most `concurrency` in flight. */
+async function pool<T>(n: number, concurrency: number, task: () => Promise<T>): Promise<T[]> {
+  const results: T[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < n) {
+        next++;
+        results.push(await task());
+      }
+    }),
+  );
+  return results;
+}
+
+const diff = (a: Record<string, number>, b: Record<string, number>, key: string) => round(a[key]! - b[key]!);
+
+/** A field of /proc/<pid>/status, in kB. */
+function vm(gateway: GatewayProcess, field: 'VmHWM' | 'VmRSS'): number {
+  const status = readFileSync(`/proc/${gateway.child.pid}/status`, 'utf8');
+  return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)![1]);
+}
+
+async function until(condition: () => boolean, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+function startFake(): Promise<string> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/fake-upstream.ts', '--port', '0'], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  process.once('exit', () => child.kill());
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk;
+      const line = out.split('\n')[0];
+      if (out.includes('\n') && line) resolve(line.trim());
+    });
+    child.once('exit', (code) => reject(new Error(`fake upstream exited with ${code}`)));
+  });
+}
+
+const latency = await main();
+const small = await memory(1024, 20);
+const large = await memory(1024 * 1024, 20);
+console.log(
+  JSON.stringify(
+    {
+      benchmark: 'runs',
+      setup: 'client (this process) -> gateway process (embedded libSQL, WAL) -> fake provider process, over loopback HTTP',
+      targets: { added_first_delta_p50_ms: 2, added_first_delta_p99_ms: 10, create_p99_ms: 20, memory: 'flat' },
+      ...latency,
+      memory: {
+        answer_1kb: small,
+        answer_1mb: large,
+        peak_rss_growth_1mb_over_1kb_mb: round(large.peak_rss_mb - small.peak_rss_mb, 1),
+      },
+    },
+    null,
+    2,
+  ),
+);
+process.exit(0);
