@@ -50,6 +50,9 @@ const wrangler = spawnWrangler([
   // Always this sqld, whatever .dev.vars says.
   '--var',
   `LIBSQL_URL:${LIBSQL_URL}`,
+  // As `npm start` allows them: local model servers (and the fake upstream) listen on loopback.
+  '--var',
+  'GATEWAY_ALLOW_PRIVATE_UPSTREAMS:true',
 ]);
 
 let stopping = false;
