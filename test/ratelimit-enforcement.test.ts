@@ -578,6 +578,17 @@ describe('the 429 and the headers', () => {
     });
   });
 
+  it('keeps every digit of a value', async () => {
+    at('2030-05-01T12:00:10Z');
+    const tenant = await gateway.tenant();
+    await createPolicy(tenant, { conditions: [{ key: 'model', value: '*' }], value: Number.MAX_SAFE_INTEGER });
+    await createPolicy(tenant, { conditions: [{ key: 'provider', value: '*' }], type: 'tokens', value: 1234.5678901234567 });
+    const { headers } = await admit(tenant);
+    expect(headers['x-ratelimit-limit-requests']).toBe('9007199254740991');
+    expect(headers['x-ratelimit-remaining-requests']).toBe('9007199254740990');
+    expect(headers['x-ratelimit-limit-tokens']).toBe('1234.5678901234567');
+  });
+
   it('breaks a tie in room by the soonest reset', async () => {
     at('2030-05-01T12:00:10Z');
     const tenant = await gateway.tenant();

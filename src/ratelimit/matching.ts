@@ -1,5 +1,5 @@
 import type { PolicyType, PolicyUnit } from '../db/schema';
-import type { PolicyRow } from '../services/policies';
+import type { EnforcedPolicyRow } from '../services/policies';
 import { ANY_VALUE } from './vocabulary';
 
 /** An active policy as enforcement needs it. */
@@ -13,7 +13,7 @@ export interface ActivePolicy {
   groupBy: string[];
 }
 
-export function toActivePolicy(row: PolicyRow): ActivePolicy {
+export function toActivePolicy(row: EnforcedPolicyRow): ActivePolicy {
   return {
     id: row.id,
     name: row.name,
@@ -54,11 +54,14 @@ export class PolicyIndex {
 
   constructor(policies: ActivePolicy[]) {
     this.size = policies.length;
-    const frequency = new Map<string, number>();
-    const pairOf = (key: string, value: string) => `${key}\u0000${value}`;
+    // First how many policies name each exact (key, value); then each policy's rarest one.
+    const frequency = new Map<string, Map<string, number>>();
     for (const policy of policies) {
       for (const { key, value } of policy.conditions) {
-        if (value !== ANY_VALUE) frequency.set(pairOf(key, value), (frequency.get(pairOf(key, value)) ?? 0) + 1);
+        if (value === ANY_VALUE) continue;
+        let byValue = frequency.get(key);
+        if (!byValue) frequency.set(key, (byValue = new Map()));
+        byValue.set(value, (byValue.get(value) ?? 0) + 1);
       }
     }
     for (const policy of policies) {
@@ -66,7 +69,7 @@ export class PolicyIndex {
       let rarest = Infinity;
       for (const condition of policy.conditions) {
         if (condition.value === ANY_VALUE) continue;
-        const count = frequency.get(pairOf(condition.key, condition.value))!;
+        const count = frequency.get(condition.key)!.get(condition.value)!;
         if (count < rarest) {
           anchor = condition;
           rarest = count;

@@ -59,8 +59,8 @@ export class PolicyCache {
   }
 
   async #fetch(workspaceId: string): Promise<Entry> {
-    const { version, rows } = await loadActivePolicies(this.#db, workspaceId);
-    const entry: Entry = { version, index: new PolicyIndex(rows.map(toActivePolicy)) };
+    const { version, policies } = await loadActivePolicies(this.#db, workspaceId);
+    const entry: Entry = { version, index: new PolicyIndex(policies.map(toActivePolicy)) };
     const current = this.#entries.get(workspaceId);
     if (!current || current.version <= version) {
       this.#remove(workspaceId);
