@@ -1,6 +1,6 @@
 /**
  * Where rate-limit counters live. A counter is one policy's usage by one group in one fixed window,
- * named by a string key (see counterKey in enforce.ts). Implementations: libsql-counter-store.ts
+ * named by a string key: `<policy id>/<unit>/<window start>/<group>` (enforce.ts). Implementations: libsql-counter-store.ts
  * (the default, on Node and Workers); a Durable Object store can take the same calls, with one
  * object per `scope` so that an admission stays inside one object.
  */
@@ -36,6 +36,7 @@ export interface CounterStore {
    * All or nothing: when every counter has room, adds each one's cost, atomically with respect to
    * every other admission and charge on the same counters, in any process.
    * @param scope the workspace all the counters belong to.
+   * @param now the decision's time: a store may prune counters whose window ended by then.
    */
   admit(scope: string, counters: CounterAdmission[], now: number): Promise<AdmitResult>;
   /** Adds `amount` to each counter, creating it when missing. */

@@ -113,14 +113,15 @@ async function counterOf(policy: ActivePolicy, values: Map<string, string>, now:
 }
 
 /** The unit is part of the key, so a policy whose unit changes starts new counters. */
-export const counterKey = (policyId: string, unit: PolicyUnit, windowStart: number, group: string) =>
+const counterKey = (policyId: string, unit: PolicyUnit, windowStart: number, group: string) =>
   `${policyId}/${unit}/${windowStart}/${group}`;
 
 const costOf = (policy: ActivePolicy) => (policy.type === 'requests' ? 1 : 0);
 
 /**
  * The 429 for a refused request. When several policies lack room, it reports the one whose window
- * ends last: the wait after which a retry can succeed.
+ * ends last: the wait after which a retry can succeed (then a requests policy before a tokens one,
+ * then by id).
  */
 function refusal(usages: PolicyUsage[], now: number): ApiError {
   const full = usages.filter((usage) => !hasRoom(usage.used, costOf(usage.policy), usage.policy.value));
