@@ -581,9 +581,12 @@ function collapse(events: string[]): string[] {
   return events.filter((event, i) => !(event.endsWith('.delta') && events[i - 1] === event));
 }
 
-/** The event names of example N of ../shared/reference/openai-run-stream-example.txt, deltas collapsed. */
+/**
+ * The event names of example N of the reference stream (a copy of
+ * ../shared/reference/openai-run-stream-example.txt in test/fixtures), deltas collapsed.
+ */
 function referenceOrder(example: number): string[] {
-  const text = readFileSync(new URL('../../shared/reference/openai-run-stream-example.txt', import.meta.url), 'utf8');
+  const text = readFileSync(new URL('./fixtures/openai-run-stream-example.txt', import.meta.url), 'utf8');
   const section = text.split(/# =+ EXAMPLE \d/)[example]!;
   const names = section
     .split('\n')

@@ -14,14 +14,25 @@ const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
 export const jsonBody = () =>
   createMiddleware<AppEnv>(async (c, next) => {
     if (BODYLESS.has(c.req.method)) return next();
-    const text = await c.req.text();
     const mediaType = (c.req.header('content-type') ?? '').split(';')[0]!.trim();
     const isJson = JSON_MEDIA_TYPE.test(mediaType);
-    if (text.length === 0) {
-      if (isJson) c.req.bodyCache.json = Promise.resolve(undefined);
+    if (!isJson) {
+      // A body of another type is refused from its headers when they announce one; only a body
+      // that declares no length at all has to be looked at to know whether it is empty.
+      const length = c.req.header('content-length');
+      if (c.req.header('transfer-encoding') !== undefined || (length !== undefined && length !== '0')) {
+        throw new ApiError('unsupported_media_type');
+      }
+      if (length === undefined && c.req.raw.body && (await c.req.text()).length > 0) {
+        throw new ApiError('unsupported_media_type');
+      }
       return next();
     }
-    if (!isJson) throw new ApiError('unsupported_media_type');
+    const text = await c.req.text();
+    if (text.length === 0) {
+      c.req.bodyCache.json = Promise.resolve(undefined);
+      return next();
+    }
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);

@@ -7,7 +7,7 @@ import { virtualKey } from '../middleware/virtual-key';
 import { workspace } from '../middleware/workspace';
 import { admitRequest, type Admission } from '../ratelimit';
 import { METADATA_HEADER, requestMetadata } from '../ratelimit/attributes';
-import { insertable, prepareThreadAndRun } from '../runs/create';
+import { asQueued, insertable, prepareThreadAndRun } from '../runs/create';
 import { abortExecution, executeRun, type ExecuteOptions } from '../runs/engine';
 import { EventStream, SSE_HEADERS } from '../runs/event-stream';
 import { reconcileRun } from '../runs/recovery';
@@ -51,11 +51,13 @@ export const threadRoutes = new Hono<AppEnv>()
     const rows = insertable(prepared);
     await insertThreadAndRun(deps.db, rows.thread, rows.messages, rows.run);
     const run = prepared.run;
+    const queued = toRunJson(asQueued(run));
     return respond(c, run, admission, body.stream === true, {
+      acknowledged: queued,
       leading: [
         ['thread.created', toThreadJson(prepared.thread)],
-        ['thread.run.created', toRunJson(run)],
-        ['thread.run.queued', toRunJson(run)],
+        ['thread.run.created', queued],
+        ['thread.run.queued', queued],
       ],
       preloaded: { virtualKey: key, conversation: prepared.messages, firstTurn: true },
     });
@@ -92,10 +94,12 @@ export const threadRoutes = new Hono<AppEnv>()
     if (!results.run) {
       throw new ApiError('run_not_active', 'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).');
     }
+    const queued = toRunJson(asQueued(results.run));
     return respond(c, results.run, admission, body.stream === true, {
+      acknowledged: queued,
       leading: [
         ['thread.run.step.completed', toStepJson(results.step, results.run)],
-        ['thread.run.queued', toRunJson(results.run)],
+        ['thread.run.queued', queued],
       ],
       preloaded: undefined,
     });
@@ -104,9 +108,8 @@ export const threadRoutes = new Hono<AppEnv>()
     const { deps } = c.var;
     const run = await currentRun(c);
     switch (run.status) {
-      case 'queued':
       case 'requires_action': {
-        // Nothing executes these: they end here.
+        // Nothing executes it: it ends here.
         const settled = await settleRun(deps, run.id, [run.status], { status: 'cancelled' });
         return c.json(toRunJson(settled.run ?? (await currentRun(c))));
       }
@@ -172,27 +175,27 @@ function matchToolOutputs(run: RunRow, outputs: { tool_call_id: string; output: 
 }
 
 /**
- * Answers a queued run: as one object, executing it in the background, or as the event stream of
- * its execution. Either way the execution is background work, so a client that disconnects from a
- * stream does not stop the run.
+ * Answers a run just put in progress: as the acknowledged (queued) object, executing it in the
+ * background, or as the event stream of its execution. Either way the execution is background
+ * work, so a client that disconnects from a stream does not stop the run.
  */
 function respond(
   c: Context<AppEnv>,
   run: RunRow,
   admission: Admission,
   stream: boolean,
-  options: { leading: [string, unknown][]; preloaded: ExecuteOptions['preloaded'] },
+  options: { acknowledged: unknown; leading: [string, unknown][]; preloaded: ExecuteOptions['preloaded'] },
 ): Response {
   const { deps } = c.var;
   if (!stream) {
-    deps.background(c, executeRun(deps, run.id, { preloaded: options.preloaded }));
-    return c.json(toRunJson(run), 200, admission.headers);
+    deps.background(c, executeRun(deps, run, { preloaded: options.preloaded }));
+    return c.json(options.acknowledged, 200, admission.headers);
   }
   const events = new EventStream();
   const task = (async () => {
     try {
       for (const [name, data] of options.leading) await events.event(name, data);
-      await executeRun(deps, run.id, { sink: events, preloaded: options.preloaded });
+      await executeRun(deps, run, { sink: events, preloaded: options.preloaded });
     } catch (error) {
       deps.log.error('run stream failed', { run_id: run.id, request_id: c.var.requestId, error });
       await events.fail(serverError().body);

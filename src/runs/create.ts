@@ -169,9 +169,11 @@ export function prepareThreadAndRun(
     assistantId: assistant.id,
     virtualKeyId: input.virtualKey.id,
     apiKeyId: input.apiKeyId,
-    status: 'queued',
+    // Executed at once: the run is born in progress (clients are still told `queued` first, as
+    // OpenAI's stream and createAndRun answer do; see asQueued).
+    status: 'in_progress',
     createdAt: now,
-    startedAt: null,
+    startedAt: now,
     expiresAt: now + deps.config.GATEWAY_RUN_EXPIRES_AFTER_SECONDS * 1000,
     cancelledAt: null,
     failedAt: null,
@@ -185,6 +187,11 @@ export function prepareThreadAndRun(
     leaseExpiresAt: now + LEASE_MS,
   };
   return { thread, messages, run };
+}
+
+/** The run as it is acknowledged: OpenAI answers createAndRun and starts its stream with `queued`. */
+export function asQueued(run: RunRow): RunRow {
+  return { ...run, status: 'queued', startedAt: null };
 }
 
 /** Rows without their `seq` (assigned by the database), for inserting. */

@@ -66,23 +66,12 @@ export interface ExecuteOptions {
 }
 
 /**
- * Executes one turn of a queued run: claims it, calls the upstream, and settles the outcome.
+ * Executes one turn of a run that the caller has just put in progress (by creating it, or by
+ * accepting its tool outputs) and so owns: calls the upstream and settles the outcome.
  * Never throws: every failure ends the run in a state the client can see.
  */
-export async function executeRun(deps: Deps, runId: string, options: ExecuteOptions = {}): Promise<void> {
-  const now = deps.now();
-  const [claimed] = await updateRun(deps.db, runId, ['queued'], {
-    status: 'in_progress',
-    leaseExpiresAt: now + LEASE_MS,
-  });
-  if (!claimed) {
-    // Cancelled, expired or taken by another executor in the meantime: report where it stands.
-    const current = await getRunById(deps.db, runId);
-    if (current && options.sink) await options.sink.event(`thread.run.${current.status}`, toRunJson(current));
-    return;
-  }
-  const execution = new Execution(deps, claimed, options);
-  await execution.run();
+export async function executeRun(deps: Deps, run: RunRow, options: ExecuteOptions = {}): Promise<void> {
+  await new Execution(deps, run, options).run();
 }
 
 class Execution {
@@ -97,6 +86,12 @@ class Execution {
   #toolStep: { row: StepRow; calls: ToolCallsDetails['tool_calls'] } | null = null;
   /** Events describing the statements of the commit being prepared, emitted once it succeeded. */
   #pendingEvents: [string, () => unknown][] = [];
+  /**
+   * Inserts of the message and steps this turn opened. The events go out without waiting for them
+   * (on a remote database each would cost a round trip before the first delta); every later write
+   * of the run waits for them first.
+   */
+  #inserts: Promise<unknown>[] = [];
 
   constructor(deps: Deps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
@@ -112,11 +107,6 @@ class Execution {
     const expiry = setTimeout(() => this.#abort.abort(new RunStopped('expired')), Math.max(0, Math.min(expiresIn, 2 ** 31 - 1)));
     const renewal = setInterval(() => void this.#renew(), RENEW_EVERY_MS);
     try {
-      if (!this.#run.startedAt) {
-        // started_at is set once, by the first turn; in one statement with the claim would need
-        // COALESCE on every claim, and a claim is the hot path.
-        this.#run = (await updateRun(deps.db, this.#run.id, ['in_progress'], { startedAt: deps.now() }))[0] ?? this.#run;
-      }
       await this.#emitRun();
       if (expiresIn <= 0) throw new RunStopped('expired');
       await this.#turn();
@@ -244,7 +234,7 @@ class Execution {
     };
     const { seq: _stepSeq, ...stepInsert } = step;
     const { seq: _messageSeq, ...messageInsert } = row;
-    await db.batch([insertStep(db, stepInsert), insertMessage(db, messageInsert)]);
+    this.#insert(db.batch([insertStep(db, stepInsert), insertMessage(db, messageInsert)]));
     this.#message = { row, step, chunks: [] };
     if (!this.#sink) return;
     const stepJson = JSON.stringify(toStepJson(step, run));
@@ -281,12 +271,26 @@ class Execution {
   async #openToolStep(): Promise<void> {
     const step = this.#newStep('tool_calls', { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
     const { seq: _seq, ...insert } = step;
-    await insertStep(this.#deps.db, insert);
+    this.#insert(insertStep(this.#deps.db, insert));
     this.#toolStep = { row: step, calls: [] };
     if (!this.#sink) return;
     const json = JSON.stringify(toStepJson(step, this.#run));
     await this.#sink.event('thread.run.step.created', json);
     await this.#sink.event('thread.run.step.in_progress', json);
+  }
+
+  #insert(write: PromiseLike<unknown>): void {
+    // Drizzle queries run on every `then`: resolve it exactly once, here.
+    const promise = Promise.resolve(write);
+    promise.catch(() => undefined); // observed by #settleInserts; this only keeps it from being "unhandled"
+    this.#inserts.push(promise);
+  }
+
+  /** Waits for the deferred inserts; their failure is the turn's failure. */
+  async #settleInserts(): Promise<void> {
+    const inserts = this.#inserts;
+    this.#inserts = [];
+    await Promise.all(inserts);
   }
 
   #newStep(type: StepRow['type'], details: unknown, at: number): StepRow {
@@ -406,6 +410,7 @@ class Execution {
    */
   async #commit(statements: BatchItem<'sqlite'>[], runPatch: Partial<NewRun>, from: RunRow['status'][]) {
     const { db } = this.#deps;
+    await this.#settleInserts();
     const results = await batch(db, [...statements, updateRun(db, this.#run.id, from, runPatch)]);
     const updated = (results[results.length - 1] as RunRow[])[0];
     const events = this.#pendingEvents;
@@ -443,6 +448,11 @@ class Execution {
       };
     }
     try {
+      // The rows this turn opened must exist before they are settled (or be known not to).
+      await this.#settleInserts().catch((insertError: unknown) => {
+        internal = true;
+        log.error('could not record a run step', { run_id: this.#run.id, error: insertError });
+      });
       const partial = this.#message ? { messageId: this.#message.row.id, text: this.#message.chunks.join('') } : undefined;
       const settled = await settleRun(this.#deps, this.#run.id, ['in_progress', 'cancelling'], settlement, partial);
       if (settled.message) await this.#sink?.event('thread.message.incomplete', toMessageJson(settled.message));

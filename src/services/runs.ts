@@ -261,8 +261,9 @@ export async function toolCallsStepInProgress(db: Db, runId: string): Promise<St
 }
 
 /**
- * Tool outputs in, run queued again, in one transaction: the run moves only from requires_action
- * (so a second submit finds nothing to do), and the step takes the outputs only if the run moved.
+ * Tool outputs in, run in progress again, in one transaction: the run moves only from
+ * requires_action (so a second submit finds nothing to do), and the step takes the outputs only if
+ * the run moved. The caller executes the run's next turn at once.
  */
 export async function submitToolOutputsStatements(
   db: Db,
@@ -283,7 +284,7 @@ export async function submitToolOutputsStatements(
   const stepPatch = { status: 'completed' as const, completedAt: at, stepDetails };
   const [runResult] = await batch(db, [
     updateRun(db, runId, ['requires_action'], {
-      status: 'queued',
+      status: 'in_progress',
       requiredAction: null,
       leaseExpiresAt: at + LEASE_MS,
       rateLimit,
@@ -295,7 +296,7 @@ export async function submitToolOutputsStatements(
         and(
           eq(runSteps.id, step.id),
           eq(runSteps.status, 'in_progress'),
-          sql`(SELECT ${runs.status} FROM ${runs} WHERE ${runs.id} = ${runId}) = 'queued'`,
+          sql`(SELECT ${runs.status} FROM ${runs} WHERE ${runs.id} = ${runId}) = 'in_progress'`,
         ),
       ),
   ]);
