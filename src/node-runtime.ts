@@ -125,6 +125,20 @@ export interface RunningGateway {
   close(drainMs?: number): Promise<void>;
 }
 
+/**
+ * @hono/node-server reads up to three chunks of a body that is not declared chunked, with a timer
+ * between reads, to give it a Content-Length: an event stream would wait for that before its
+ * headers and first events leave. Declaring event streams chunked sends each event as it comes.
+ * (Workers frame responses themselves; this is Node's alone.)
+ */
+async function declareStreams(response: Response | Promise<Response>): Promise<Response> {
+  const answer = await response;
+  if (answer.body && answer.headers.get('content-type')?.startsWith('text/event-stream')) {
+    answer.headers.set('transfer-encoding', 'chunked');
+  }
+  return answer;
+}
+
 /** How often Node looks for runs whose executor died (their lease is LEASE_MS). */
 const RECOVERY_SWEEP_MS = 15_000;
 
@@ -137,7 +151,7 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   const { deps, tasks } = await createNodeDeps(config, database, { ...overrides, secrets });
   const initialised = await initialise(database.db, deps.now());
   const app = createApp(deps);
-  const server = serve({ fetch: app.fetch, hostname: config.HOST, port: config.PORT });
+  const server = serve({ fetch: (request) => declareStreams(app.fetch(request)), hostname: config.HOST, port: config.PORT });
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);

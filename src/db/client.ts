@@ -18,3 +18,19 @@ export function batch(db: Db, statements: BatchItem<'sqlite'>[]): Promise<unknow
   if (statements.length === 0) return Promise.resolve([]);
   return db.batch(statements as [BatchItem<'sqlite'>, ...BatchItem<'sqlite'>[]]) as Promise<unknown[]>;
 }
+
+/**
+ * A query prepared once per database (Drizzle builds its SQL once, not on every call), for the
+ * queries on every request's path. `build` receives the database and returns `.prepare()`d query.
+ */
+export function preparedQuery<T>(build: (db: Db) => T): (db: Db) => T {
+  const prepared = new WeakMap<Db, T>();
+  return (db) => {
+    let query = prepared.get(db);
+    if (query === undefined) {
+      query = build(db);
+      prepared.set(db, query);
+    }
+    return query;
+  };
+}

@@ -6,6 +6,7 @@ import { drizzle } from 'drizzle-orm/libsql';
 import { migrate } from 'drizzle-orm/libsql/migrator';
 import type { Config } from '../config';
 import type { Db } from './client';
+import { openEmbeddedClient } from './embedded-client';
 import * as schema from './schema';
 
 /**
@@ -38,14 +39,10 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   } else {
     mkdirSync(config.DATA_DIR, { recursive: true });
     location = resolve(config.DATA_DIR, 'gateway.db');
-    client = createClient({
-      url: `file:${location}`,
-      // Every statement on the embedded file is a synchronous call, so more connections would not
-      // add parallelism; one connection also means nothing in this process can ever wait on a
-      // lock held by itself. Other processes on the same file wait up to this many ms for it.
-      concurrency: 1,
-      timeout: 5000,
-    });
+    // One connection: every statement on the embedded file is a synchronous call, so more would
+    // not add parallelism, and nothing in this process can wait on a lock held by itself. Other
+    // processes on the same file wait up to this many ms for its write lock.
+    client = openEmbeddedClient(location, { timeoutMs: 5000 });
     // WAL lets readers in other processes (the CLI, a second gateway) proceed during writes.
     await client.execute('PRAGMA journal_mode = WAL');
   }

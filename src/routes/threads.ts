@@ -9,7 +9,7 @@ import { admitRequest, type Admission } from '../ratelimit';
 import { METADATA_HEADER, requestMetadata } from '../ratelimit/attributes';
 import { asQueued, insertable, prepareThreadAndRun } from '../runs/create';
 import { abortExecution, executeRun, type ExecuteOptions } from '../runs/engine';
-import { EventStream, SSE_HEADERS } from '../runs/event-stream';
+import { EventStream, SSE_HEADERS, type ServerSentEvent } from '../runs/event-stream';
 import { reconcileRun } from '../runs/recovery';
 import { settleRun } from '../runs/settle';
 import { createThreadAndRunBody, listMessagesQuery, submitToolOutputsBody } from '../schemas/runs';
@@ -184,7 +184,7 @@ function respond(
   run: RunRow,
   admission: Admission,
   stream: boolean,
-  options: { acknowledged: unknown; leading: [string, unknown][]; preloaded: ExecuteOptions['preloaded'] },
+  options: { acknowledged: unknown; leading: ServerSentEvent[]; preloaded: ExecuteOptions['preloaded'] },
 ): Response {
   const { deps } = c.var;
   if (!stream) {
@@ -194,8 +194,7 @@ function respond(
   const events = new EventStream();
   const task = (async () => {
     try {
-      for (const [name, data] of options.leading) await events.event(name, data);
-      await executeRun(deps, run, { sink: events, preloaded: options.preloaded });
+      await executeRun(deps, run, { sink: events, leading: options.leading, preloaded: options.preloaded });
     } catch (error) {
       deps.log.error('run stream failed', { run_id: run.id, request_id: c.var.requestId, error });
       await events.fail(serverError().body);

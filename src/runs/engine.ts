@@ -28,7 +28,7 @@ import {
 import { conversationMessages, toMessageJson, type MessageRow } from '../services/threads';
 import { decryptVirtualKeySecret, getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { buildChatRequest, type ToolCallsDetails } from './chat-request';
-import type { EventSink } from './event-stream';
+import type { EventSink, ServerSentEvent } from './event-stream';
 import { chargeRun, settleRun } from './settle';
 
 /**
@@ -61,6 +61,8 @@ export function abortExecution(runId: string): void {
 
 export interface ExecuteOptions {
   sink?: EventSink;
+  /** Events the caller wants sent first, together with the run's `in_progress` (thread.created, …). */
+  leading?: ServerSentEvent[];
   /** What the caller already holds, to spare the database reads on the hot path. */
   preloaded?: { virtualKey: VirtualKey; conversation: MessageRow[]; firstTurn: boolean };
 }
@@ -77,6 +79,7 @@ export async function executeRun(deps: Deps, run: RunRow, options: ExecuteOption
 class Execution {
   readonly #deps: Deps;
   readonly #sink: EventSink | undefined;
+  readonly #leading: ServerSentEvent[];
   readonly #preloaded: ExecuteOptions['preloaded'];
   readonly #abort = new AbortController();
   #run: RunRow;
@@ -92,11 +95,14 @@ class Execution {
    * of the run waits for them first.
    */
   #inserts: Promise<unknown>[] = [];
+  /** What the turn opened and has not sent yet: its events, and its inserts, started once sent. */
+  #opened: { events: ServerSentEvent[]; inserts: (() => PromiseLike<unknown>)[] } = { events: [], inserts: [] };
 
   constructor(deps: Deps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
     this.#run = run;
     this.#sink = options.sink;
+    this.#leading = options.leading ?? [];
     this.#preloaded = options.preloaded;
   }
 
@@ -107,7 +113,7 @@ class Execution {
     const expiry = setTimeout(() => this.#abort.abort(new RunStopped('expired')), Math.max(0, Math.min(expiresIn, 2 ** 31 - 1)));
     const renewal = setInterval(() => void this.#renew(), RENEW_EVERY_MS);
     try {
-      await this.#emitRun();
+      await this.#sink?.send([...this.#leading, this.#runEvent()]);
       if (expiresIn <= 0) throw new RunStopped('expired');
       await this.#turn();
     } catch (error) {
@@ -194,19 +200,31 @@ class Execution {
   // ── Streaming into a message or a tool-calls step ──────────────────────────────────────────
 
   async #text(text: string): Promise<void> {
-    if (!this.#message) await this.#openMessage();
+    if (!this.#message) this.#openMessage();
     const message = this.#message!;
     const first = message.chunks.length === 0;
     message.chunks.push(text);
-    if (!this.#sink) return;
     // The hot path: the delta is written as a string, not built as an object and serialised.
-    await this.#sink.event(
+    await this.#send([
       'thread.message.delta',
       `{"id":"${message.row.id}","object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":${JSON.stringify(text)}${first ? ',"annotations":[]' : ''}}}]}}`,
-    );
+    ]);
   }
 
-  async #openMessage(): Promise<void> {
+  /**
+   * Sends `event` with whatever the turn opened since the last send (a step and message created),
+   * then starts those rows' inserts: after the bytes left, since on the embedded database an insert
+   * holds the event loop for its commit.
+   */
+  async #send(event: ServerSentEvent): Promise<void> {
+    const opened = this.#opened;
+    this.#opened = { events: [], inserts: [] };
+    await this.#sink?.send([...opened.events, event]);
+    for (const insert of opened.inserts) this.#insert(insert());
+  }
+
+  /** Opens the turn's message and its step: sent and inserted with the first delta (see #send). */
+  #openMessage(): void {
     const { db, now } = this.#deps;
     const run = this.#run;
     const at = now();
@@ -234,19 +252,21 @@ class Execution {
     };
     const { seq: _stepSeq, ...stepInsert } = step;
     const { seq: _messageSeq, ...messageInsert } = row;
-    this.#insert(db.batch([insertStep(db, stepInsert), insertMessage(db, messageInsert)]));
+    this.#opened.inserts.push(() => db.batch([insertStep(db, stepInsert), insertMessage(db, messageInsert)]));
     this.#message = { row, step, chunks: [] };
     if (!this.#sink) return;
     const stepJson = JSON.stringify(toStepJson(step, run));
     const messageJson = JSON.stringify(toMessageJson(row));
-    await this.#sink.event('thread.run.step.created', stepJson);
-    await this.#sink.event('thread.run.step.in_progress', stepJson);
-    await this.#sink.event('thread.message.created', messageJson);
-    await this.#sink.event('thread.message.in_progress', messageJson);
+    this.#opened.events.push(
+      ['thread.run.step.created', stepJson],
+      ['thread.run.step.in_progress', stepJson],
+      ['thread.message.created', messageJson],
+      ['thread.message.in_progress', messageJson],
+    );
   }
 
   async #toolCall(event: { index: number; id?: string; name?: string; arguments?: string }): Promise<void> {
-    if (!this.#toolStep) await this.#openToolStep();
+    if (!this.#toolStep) this.#openToolStep();
     const step = this.#toolStep!;
     let call = step.calls[event.index];
     const isNew = !call;
@@ -257,26 +277,25 @@ class Execution {
       call.function.name += event.name;
     }
     if (event.arguments) call.function.arguments += event.arguments;
-    if (!this.#sink) return;
     const delta = isNew
       ? { index: event.index, id: call.id, type: 'function', function: { name: call.function.name, arguments: event.arguments ?? '', output: null } }
       : { index: event.index, type: 'function', function: { ...(event.name ? { name: event.name } : {}), arguments: event.arguments ?? '' } };
-    await this.#sink.event('thread.run.step.delta', {
-      id: step.row.id,
-      object: 'thread.run.step.delta',
-      delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } },
-    });
+    await this.#send([
+      'thread.run.step.delta',
+      { id: step.row.id, object: 'thread.run.step.delta', delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } } },
+    ]);
   }
 
-  async #openToolStep(): Promise<void> {
+  /** Opens the turn's tool-calls step: sent and inserted with its first delta (see #send). */
+  #openToolStep(): void {
+    const { db } = this.#deps;
     const step = this.#newStep('tool_calls', { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
     const { seq: _seq, ...insert } = step;
-    this.#insert(insertStep(this.#deps.db, insert));
+    this.#opened.inserts.push(() => insertStep(db, insert));
     this.#toolStep = { row: step, calls: [] };
     if (!this.#sink) return;
     const json = JSON.stringify(toStepJson(step, this.#run));
-    await this.#sink.event('thread.run.step.created', json);
-    await this.#sink.event('thread.run.step.in_progress', json);
+    this.#opened.events.push(['thread.run.step.created', json], ['thread.run.step.in_progress', json]);
   }
 
   #insert(write: PromiseLike<unknown>): void {
@@ -288,6 +307,9 @@ class Execution {
 
   /** Waits for the deferred inserts; their failure is the turn's failure. */
   async #settleInserts(): Promise<void> {
+    // Rows opened but never sent (the turn ended before any delta) are inserted now.
+    for (const insert of this.#opened.inserts) this.#insert(insert());
+    this.#opened.inserts = [];
     const inserts = this.#inserts;
     this.#inserts = [];
     await Promise.all(inserts);
@@ -361,7 +383,7 @@ class Execution {
     runPatch.leaseExpiresAt = null;
 
     // Every ending turn leaves a message, even an empty one: it carries the step and its usage.
-    if (!this.#message) await this.#openMessage();
+    if (!this.#message) this.#openMessage();
     const messageStatus =
       finishReason === 'length' ? 'max_tokens' : finishReason === 'content_filter' ? 'content_filter' : null;
     statements.push(...this.#closeMessage(messageStatus, at, turnUsage));
@@ -419,12 +441,17 @@ class Execution {
       const current = await getRunById(db, this.#run.id);
       if (current?.status === 'cancelling') throw new RunStopped('cancelled');
       if (current) this.#run = current;
-      await this.#emitRun();
+      await this.#sink?.send([...this.#opened.events.splice(0), this.#runEvent()]);
       return;
     }
     this.#run = updated;
-    if (this.#sink) for (const [name, data] of events) await this.#sink.event(name, data());
-    await this.#emitRun();
+    if (this.#sink) {
+      await this.#sink.send([
+        ...this.#opened.events.splice(0),
+        ...events.map(([name, data]): ServerSentEvent => [name, data()]),
+        this.#runEvent(),
+      ]);
+    }
     if (isTerminal(updated.status)) await chargeRun(this.#deps, updated);
   }
 
@@ -455,18 +482,21 @@ class Execution {
       });
       const partial = this.#message ? { messageId: this.#message.row.id, text: this.#message.chunks.join('') } : undefined;
       const settled = await settleRun(this.#deps, this.#run.id, ['in_progress', 'cancelling'], settlement, partial);
-      if (settled.message) await this.#sink?.event('thread.message.incomplete', toMessageJson(settled.message));
       this.#run = settled.run ?? (await getRunById(this.#deps.db, this.#run.id)) ?? this.#run;
-      await this.#emitRun();
+      const ending: ServerSentEvent[] = [...this.#opened.events.splice(0)];
+      if (settled.message) ending.push(['thread.message.incomplete', toMessageJson(settled.message)]);
+      ending.push(this.#runEvent());
+      await this.#sink?.send(ending);
     } catch (settleError) {
       internal = true;
       log.error('could not record how a run ended', { run_id: this.#run.id, error: settleError });
     }
-    if (internal) await this.#sink?.event('error', serverError().body);
+    if (internal) await this.#sink?.send([['error', serverError().body]]);
   }
 
-  async #emitRun(): Promise<void> {
-    await this.#sink?.event(`thread.run.${this.#run.status}`, JSON.stringify(toRunJson(this.#run)));
+  /** The run's event for its current status. */
+  #runEvent(): ServerSentEvent {
+    return [`thread.run.${this.#run.status}`, JSON.stringify(toRunJson(this.#run))];
   }
 
 }

@@ -1,5 +1,5 @@
-import { and, desc, eq, isNull } from 'drizzle-orm';
-import type { Db } from '../db/client';
+import { and, desc, eq, isNull, sql } from 'drizzle-orm';
+import { preparedQuery, type Db } from '../db/client';
 import { apiKeys, workspaces, type ApiKeyKind } from '../db/schema';
 import { ApiError } from '../errors';
 import { randomToken, sha256Hex } from '../lib/crypto';
@@ -71,9 +71,8 @@ export async function createApiKey(db: Db, input: NewApiKey) {
   return { record, plaintext };
 }
 
-export async function authenticateApiKey(db: Db, plaintext: string): Promise<AuthenticatedKey | null> {
-  if (!plaintext.startsWith(KEY_PREFIX)) return null;
-  const [row] = await db
+const keyByHash = preparedQuery((db) =>
+  db
     .select({
       id: apiKeys.id,
       kind: apiKeys.kind,
@@ -83,8 +82,14 @@ export async function authenticateApiKey(db: Db, plaintext: string): Promise<Aut
     })
     .from(apiKeys)
     .leftJoin(workspaces, eq(workspaces.id, apiKeys.workspaceId))
-    .where(and(eq(apiKeys.hash, await sha256Hex(plaintext)), isNull(apiKeys.revokedAt)))
-    .limit(1);
+    .where(and(eq(apiKeys.hash, sql.placeholder('hash')), isNull(apiKeys.revokedAt)))
+    .limit(1)
+    .prepare(),
+);
+
+export async function authenticateApiKey(db: Db, plaintext: string): Promise<AuthenticatedKey | null> {
+  if (!plaintext.startsWith(KEY_PREFIX)) return null;
+  const [row] = await keyByHash(db).all({ hash: await sha256Hex(plaintext) });
   if (!row) return null;
   return {
     id: row.id,

@@ -1,5 +1,5 @@
-import { and, eq, isNull } from 'drizzle-orm';
-import type { Db } from '../db/client';
+import { and, eq, isNull, sql } from 'drizzle-orm';
+import { preparedQuery, type Db } from '../db/client';
 import { assistants } from '../db/schema';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
@@ -67,12 +67,23 @@ const notFound = (id: string) => new ApiError('assistant_not_found', `No assista
 const live = (workspaceId: string) => and(eq(assistants.workspaceId, workspaceId), isNull(assistants.deletedAt));
 
 /** The workspace's assistant; 404 `assistant_not_found` when unknown, deleted or another workspace's. */
-export async function getAssistant(db: Db, workspaceId: string, id: string): Promise<AssistantRow> {
-  const [row] = await db
+const liveById = preparedQuery((db) =>
+  db
     .select()
     .from(assistants)
-    .where(and(eq(assistants.id, id), live(workspaceId)))
-    .limit(1);
+    .where(
+      and(
+        eq(assistants.id, sql.placeholder('id')),
+        eq(assistants.workspaceId, sql.placeholder('workspaceId')),
+        isNull(assistants.deletedAt),
+      ),
+    )
+    .limit(1)
+    .prepare(),
+);
+
+export async function getAssistant(db: Db, workspaceId: string, id: string): Promise<AssistantRow> {
+  const [row] = await liveById(db).all({ id, workspaceId });
   if (!row) throw notFound(id);
   return row;
 }

@@ -1,5 +1,5 @@
 import { and, count, desc, eq, sql, type SQL } from 'drizzle-orm';
-import type { Db } from '../db/client';
+import { preparedQuery, type Db } from '../db/client';
 import { rateLimitPolicies, rateLimitPolicyVersions } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
@@ -158,11 +158,16 @@ export async function archivePolicy(db: Db, apiKey: AuthenticatedKey, id: string
  * The version of a workspace's policies: it grows with every change to them (triggers on the
  * table bump it in the change's own transaction), so a cache that holds this version is current.
  */
-export async function readPolicyVersion(db: Db, workspaceId: string): Promise<number> {
-  const [row] = await db
+const policyVersion = preparedQuery((db) =>
+  db
     .select({ version: rateLimitPolicyVersions.version })
     .from(rateLimitPolicyVersions)
-    .where(eq(rateLimitPolicyVersions.workspaceId, workspaceId));
+    .where(eq(rateLimitPolicyVersions.workspaceId, sql.placeholder('workspaceId')))
+    .prepare(),
+);
+
+export async function readPolicyVersion(db: Db, workspaceId: string): Promise<number> {
+  const [row] = await policyVersion(db).all({ workspaceId });
   return row?.version ?? 0;
 }
 

@@ -1,5 +1,5 @@
 import { and, desc, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
-import type { Db } from '../db/client';
+import { preparedQuery, type Db } from '../db/client';
 import { virtualKeys, workspaces, type Provider } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
@@ -149,12 +149,23 @@ export async function revokeVirtualKey(db: Db, workspaceId: string, slug: string
 }
 
 /** The live key of the workspace with that slug: what `x-gateway-virtual-key` selects. */
-export async function findActiveVirtualKey(db: Db, workspaceId: string, slug: string): Promise<VirtualKey | null> {
-  const [row] = await db
+const activeBySlug = preparedQuery((db) =>
+  db
     .select()
     .from(virtualKeys)
-    .where(and(eq(virtualKeys.workspaceId, workspaceId), eq(virtualKeys.slug, slug), isNull(virtualKeys.revokedAt)))
-    .limit(1);
+    .where(
+      and(
+        eq(virtualKeys.workspaceId, sql.placeholder('workspaceId')),
+        eq(virtualKeys.slug, sql.placeholder('slug')),
+        isNull(virtualKeys.revokedAt),
+      ),
+    )
+    .limit(1)
+    .prepare(),
+);
+
+export async function findActiveVirtualKey(db: Db, workspaceId: string, slug: string): Promise<VirtualKey | null> {
+  const [row] = await activeBySlug(db).all({ workspaceId, slug });
   return row ? fromRow(row) : null;
 }
 
