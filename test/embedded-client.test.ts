@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createClient, type Client } from '@libsql/client';
+import { createClient, type Client, type ResultSet } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openEmbeddedClient } from '../src/db/embedded-client';
 
@@ -104,7 +104,7 @@ describe('batches and the group commit', () => {
       ours.batch([{ sql: 'INSERT INTO other (name) VALUES (?) RETURNING name', args: ['g4'] }]),
     ]);
     expect(outcomes.map((outcome) => outcome.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
-    const fourth = outcomes[3] as PromiseFulfilledResult<{ rows: { name: string }[] }[]>;
+    const fourth = outcomes[3] as PromiseFulfilledResult<ResultSet[]>;
     expect(fourth.value[0]!.rows[0]!.name).toBe('g4');
     const { rows } = await reference.execute("SELECT name FROM other WHERE name LIKE 'g%' ORDER BY name");
     expect(rows.map((row) => row.name)).toEqual(['g1', 'g3', 'g4']);
