@@ -5,7 +5,9 @@ import type { SecretBox } from './lib/secrets';
 import type { Logger } from './logger';
 import type { CounterStore } from './ratelimit/counter-store';
 import type { PolicyCache } from './ratelimit/policy-cache';
+import type { ExecuteOptions } from './runs/engine';
 import type { AuthenticatedKey } from './services/api-keys';
+import type { RunRow } from './services/runs';
 import type { VirtualKey } from './services/virtual-keys';
 import type { WorkspaceScope } from './services/workspaces';
 
@@ -32,6 +34,13 @@ export interface Deps {
    * promise on Node (awaited on shutdown). The task must handle its own errors.
    */
   background: (c: Context<AppEnv>, task: Promise<unknown>) => void;
+  /**
+   * Executes a run put in progress whose answer has already gone out (a non-streamed run), in the
+   * background: in this process on Node (runs/dispatch.ts); on Workers, where `waitUntil` ends
+   * soon after the response, somewhere that lives as long as the run. `preloaded` spares database
+   * reads when the run executes where it was created.
+   */
+  dispatchRun: (c: Context<AppEnv>, run: RunRow, preloaded?: ExecuteOptions['preloaded']) => void;
 }
 
 /** The one environment type of every Hono app, sub-app and middleware here. */

@@ -11,6 +11,7 @@ import { generateKeyBase64, SecretBox, secretBoxFromEnv } from './lib/secrets';
 import { TaskTracker } from './lib/tasks';
 import { createLogger } from './logger';
 import { LibsqlCounterStore, PolicyCache } from './ratelimit';
+import { dispatchInProcess } from './runs/dispatch';
 import { sweepRuns } from './runs/recovery';
 import { initialise, type InitResult } from './services/organisations';
 
@@ -109,6 +110,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     policyCache: new PolicyCache(database.db),
     now: Date.now,
     background: (_c, task) => tasks.track(task),
+    dispatchRun: dispatchInProcess,
     fetch: (input, init) => fetch(input, init),
     ...overrides,
   };

@@ -8,6 +8,7 @@ import type { Deps } from './deps';
 import { errorResponse, serverError } from './errors';
 import { secretBoxFromEnv } from './lib/secrets';
 import { createLogger } from './logger';
+import { dispatchInProcess } from './runs/dispatch';
 import { LibsqlCounterStore, PolicyCache } from './ratelimit';
 
 /**
@@ -58,6 +59,8 @@ async function build(env: Env): Promise<App> {
     policyCache: new PolicyCache(db),
     now: Date.now,
     background: (c, task) => c.executionCtx.waitUntil(task),
+    // Until the run-executing Durable Object: waitUntil's short tail (see issue 5).
+    dispatchRun: dispatchInProcess,
     fetch: (input, init) => fetch(input, init),
   };
   return createApp(deps);

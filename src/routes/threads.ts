@@ -188,7 +188,7 @@ function respond(
 ): Response {
   const { deps } = c.var;
   if (!stream) {
-    deps.background(c, executeRun(deps, run, { preloaded: options.preloaded }));
+    deps.dispatchRun(c, run, options.preloaded);
     return c.json(options.acknowledged, 200, admission.headers);
   }
   const events = new EventStream();
