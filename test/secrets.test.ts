@@ -50,6 +50,17 @@ describe('SecretBox', () => {
     await expect(other.decrypt(sealed, 'vk-1')).rejects.toThrow(/Cannot decrypt/);
   });
 
+  it('keeps refusing after a secret was opened once (opened secrets are remembered per record and ciphertext)', async () => {
+    const box = await SecretBox.fromBase64(generateKeyBase64());
+    const sealed = await box.encrypt('sk-secret', 'vk-1');
+    expect(await box.decrypt(sealed, 'vk-1')).toBe('sk-secret');
+    expect(await box.decrypt(sealed, 'vk-1')).toBe('sk-secret');
+    await expect(box.decrypt(sealed, 'vk-2')).rejects.toThrow(/Cannot decrypt/);
+    await expect(box.decrypt(`${sealed}A`, 'vk-1')).rejects.toThrow(/Cannot decrypt/);
+    const replaced = await box.encrypt('sk-rotated', 'vk-1');
+    expect(await box.decrypt(replaced, 'vk-1')).toBe('sk-rotated');
+  });
+
   it('takes base64 and base64url keys, padded or not, and refuses anything but 32 bytes', async () => {
     const key = generateKeyBase64();
     expect(Buffer.from(key, 'base64')).toHaveLength(32);

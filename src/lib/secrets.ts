@@ -20,8 +20,17 @@ const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 // The global `CryptoKey` type is in neither lib.es2023 nor @types/node 20; this is the same type.
 type AesKey = Awaited<ReturnType<typeof crypto.subtle.importKey>>;
 
+/** Secrets kept decrypted: one per live virtual key is enough; the bound only caps memory. */
+const MAX_OPENED = 1024;
+
 export class SecretBox {
   readonly #key: AesKey;
+  /**
+   * Decrypted secrets by record and ciphertext. Every run would otherwise decrypt its provider key
+   * (a WebCrypto call through a thread pool); the ciphertext carries a random IV, so a re-encrypted
+   * or replaced secret is a new entry, never a stale one.
+   */
+  readonly #opened = new Map<string, string>();
 
   private constructor(key: AesKey) {
     this.#key = key;
@@ -49,6 +58,16 @@ export class SecretBox {
 
   /** Throws when the ciphertext was altered, sealed for other associated data or under another key. */
   async decrypt(ciphertext: string, associatedData: string): Promise<string> {
+    const cacheKey = `${associatedData}\u0000${ciphertext}`;
+    const cached = this.#opened.get(cacheKey);
+    if (cached !== undefined) return cached;
+    const plaintext = await this.#decrypt(ciphertext, associatedData);
+    if (this.#opened.size >= MAX_OPENED) this.#opened.delete(this.#opened.keys().next().value!);
+    this.#opened.set(cacheKey, plaintext);
+    return plaintext;
+  }
+
+  async #decrypt(ciphertext: string, associatedData: string): Promise<string> {
     const [version, iv, sealed, ...rest] = ciphertext.split('.');
     if (version !== VERSION || !iv || !sealed || rest.length > 0) {
       throw new Error(`Cannot decrypt: not a '${VERSION}' secret.`);

@@ -38,11 +38,8 @@ export async function* streamChatCompletion(
   call.signal?.addEventListener('abort', onAbort, { once: true });
 
   arm(call.firstByteTimeoutMs, 'sent no first byte');
-  let firstByte = false;
-  const onChunk = () => {
-    if (!firstByte) firstByte = true;
-    arm(call.idleTimeoutMs, 'went silent for longer than allowed');
-  };
+  let finished = false;
+  const onChunk = () => arm(call.idleTimeoutMs, 'went silent for longer than allowed');
 
   try {
     let response: Response;
@@ -65,7 +62,10 @@ export async function* streamChatCompletion(
 
     try {
       for await (const data of readServerSentData(response.body, onChunk)) {
-        if (data === '[DONE]') return;
+        if (data === '[DONE]') {
+          finished = true;
+          return;
+        }
         let chunk: RawChunk;
         try {
           chunk = JSON.parse(data) as RawChunk;
@@ -82,10 +82,13 @@ export async function* streamChatCompletion(
     }
     // A stream that ends without [DONE] still ended cleanly at the transport level; a missing
     // finish is caught by the engine, which needs a finish_reason to decide the outcome.
+    finished = true;
   } finally {
     clearTimeout(timer);
     call.signal?.removeEventListener('abort', onAbort);
-    controller.abort();
+    // A finished body needs nothing more; anything else (an error, a consumer that stopped early)
+    // must not leave the connection open.
+    if (!finished) controller.abort();
   }
 }
 
