@@ -38,6 +38,9 @@ export default defineConfig({
                 GATEWAY_ENCRYPTION_KEY: inject('encryptionKey'),
                 LOG_LEVEL: 'warn',
                 GATEWAY_MAX_BODY_BYTES: '2048',
+                // The fake upstream listens on loopback.
+                GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true',
+                GATEWAY_RATE_LIMIT_STORE: 'durable-object',
               },
             },
           })),

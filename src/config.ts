@@ -36,6 +36,11 @@ export const configSchema = z.object({
   GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: positiveInt.default(60_000),
   /** A run not finished this long after its creation expires (OpenAI: 10 minutes). */
   GATEWAY_RUN_EXPIRES_AFTER_SECONDS: positiveInt.default(600),
+  /**
+   * Workers only: where rate-limit counters live, one Durable Object per counter (the default
+   * there) or the libSQL table that Node uses. Node always counts in libSQL.
+   */
+  GATEWAY_RATE_LIMIT_STORE: z.enum(['durable-object', 'libsql']).optional(),
 });
 
 export type Config = z.infer<typeof configSchema>;

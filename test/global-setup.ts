@@ -4,16 +4,26 @@ import { migrateDatabase, openDatabase } from '../src/db/node';
 import { generateKeyBase64 } from '../src/lib/secrets';
 import { createApiKey, revokeApiKey } from '../src/services/api-keys';
 import { initialise } from '../src/services/organisations';
+import { startFakeUpstream } from './support/fake-upstream';
 
 /**
  * Runs in Node, once per `vitest run` that includes the workers project: a real libSQL server
  * (sqld) on a free loopback port, migrated and given a tenant, for the Worker under test to reach
  * as its LIBSQL_URL. The keys are created here with the app's own services, then handed to the
  * tests (`inject('workersTenant')`), because code inside workerd cannot open a Node database.
+ * Also the fake Chat Completions server, in Node (it serves over node:http), for the runs.
  */
 
 export default async function setup(project: TestProject) {
   const sqld = await startSqld();
+  const fake = await startFakeUpstream().catch(async (error: unknown) => {
+    await sqld.stop();
+    throw error;
+  });
+  const stop = async () => {
+    await fake.close();
+    await sqld.stop();
+  };
   try {
     const database = await openDatabase({ DATA_DIR: sqld.dir, LIBSQL_URL: sqld.url });
     try {
@@ -30,6 +40,7 @@ export default async function setup(project: TestProject) {
       });
       await revokeApiKey(database.db, doomed.record.id, now);
       project.provide('sqldUrl', sqld.url);
+      project.provide('upstreamUrl', fake.baseURL);
       project.provide('encryptionKey', generateKeyBase64());
       project.provide('workersTenant', {
         organisationId: created.organisation_id,
@@ -42,8 +53,8 @@ export default async function setup(project: TestProject) {
       database.close();
     }
   } catch (error) {
-    await sqld.stop();
+    await stop();
     throw error;
   }
-  return () => sqld.stop();
+  return stop;
 }

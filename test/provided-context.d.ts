@@ -6,6 +6,8 @@ declare module 'vitest' {
   export interface ProvidedContext {
     /** The sqld started for the workerd tests, migrated (http://127.0.0.1:<port>). */
     sqldUrl: string;
+    /** The fake Chat Completions server for the workerd tests: a virtual key's base_url (…/v1). */
+    upstreamUrl: string;
     /** The Worker's GATEWAY_ENCRYPTION_KEY in those tests. */
     encryptionKey: string;
     /** A tenant created in that database before the tests start. */
