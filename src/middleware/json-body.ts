@@ -1,6 +1,8 @@
 import { createMiddleware } from 'hono/factory';
 import type { AppEnv } from '../deps';
 import { ApiError } from '../errors';
+import { inspectJson, type JsonProblem } from '../lib/strict-json';
+import { formatPath } from './validate';
 
 const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
 const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -9,7 +11,8 @@ const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * Every request body is JSON: a non-empty body of another media type is 415, malformed JSON is 400
  * `invalid_json`. The parsed value is left in Hono's body cache, so validators do not parse twice.
  * An empty body is no body (the OpenAI SDK sends none on `cancel`); routes that need one then
- * report the missing fields.
+ * report the missing fields. JSON that parses but is ambiguous or could not be stored as sent
+ * (lib/strict-json.ts) is 400 too, naming where.
  */
 export const jsonBody = () =>
   createMiddleware<AppEnv>(async (c, next) => {
@@ -42,6 +45,33 @@ export const jsonBody = () =>
       const where = position === undefined ? '' : ` (at position ${position})`;
       throw new ApiError('invalid_json', `The request body is not valid JSON${where}.`);
     }
+    const problem = inspectJson(text, { maxDepth: MAX_BODY_DEPTH });
+    if (problem) throw strictJsonError(problem);
     c.req.bodyCache.json = Promise.resolve(parsed);
     return next();
   });
+
+/**
+ * Deep enough for every schema here (a JSON Schema of 32 levels inside a tool inside a body is
+ * about 36), shallow enough that nothing after the parser could recurse into trouble.
+ */
+export const MAX_BODY_DEPTH = 64;
+
+function strictJsonError(problem: JsonProblem): ApiError {
+  const param = formatPath(problem.path, 'json');
+  const where = param === null ? 'the request body' : `'${param}'`;
+  switch (problem.kind) {
+    case 'too_deep':
+      return new ApiError('invalid_json', `The request body nests deeper than ${MAX_BODY_DEPTH} levels.`, { param });
+    case 'duplicate_key':
+      return new ApiError('invalid_json', `The request body has the key ${where} more than once.`, { param });
+    case 'proto_key':
+      return new ApiError('invalid_json', `The key '__proto__' is not allowed (at ${where}).`, { param });
+    case 'bad_key':
+      return new ApiError('invalid_json', `A key in ${where} has a NUL character or an unpaired surrogate.`, { param });
+    case 'bad_string':
+      return new ApiError('invalid_value', `Invalid ${where}: strings cannot contain NUL characters or unpaired surrogates.`, {
+        param,
+      });
+  }
+}
