@@ -2,6 +2,9 @@ import type { Db } from '../db/client';
 import { loadActivePolicies, readPolicyVersion } from '../services/policies';
 import { PolicyIndex, toActivePolicy } from './matching';
 
+/** Reads a workspace's active policies and their version: loadActivePolicies, unless a test injects a fault. */
+export type PolicyLoader = typeof loadActivePolicies;
+
 interface Entry {
   version: number;
   index: PolicyIndex;
@@ -18,6 +21,7 @@ interface Entry {
 export class PolicyCache {
   readonly #db: Db;
   readonly #maxPolicies: number;
+  readonly #loadPolicies: PolicyLoader;
   /** In least-recently-used order: a hit moves its workspace to the end. */
   readonly #entries = new Map<string, Entry>();
   readonly #loading = new Map<string, Promise<Entry>>();
@@ -28,10 +32,12 @@ export class PolicyCache {
    * @param options.maxPolicies the most policies kept over all workspaces (a workspace without
    *   any counts as one): beyond it the least recently used workspaces are dropped; the one just
    *   loaded stays, however large.
+   * @param options.load how a workspace's policies are read (default: loadActivePolicies).
    */
-  constructor(db: Db, options: { maxPolicies?: number } = {}) {
+  constructor(db: Db, options: { maxPolicies?: number; load?: PolicyLoader } = {}) {
     this.#db = db;
     this.#maxPolicies = options.maxPolicies ?? 200_000;
+    this.#loadPolicies = options.load ?? loadActivePolicies;
   }
 
   async get(workspaceId: string): Promise<PolicyIndex> {
@@ -45,21 +51,39 @@ export class PolicyCache {
     return (await this.#load(workspaceId, version)).index;
   }
 
-  async #load(workspaceId: string, atLeast: number): Promise<Entry> {
-    let pending = this.#loading.get(workspaceId);
-    if (!pending) {
-      const started = this.#fetch(workspaceId).finally(() => {
-        if (this.#loading.get(workspaceId) === started) this.#loading.delete(workspaceId);
-      });
-      this.#loading.set(workspaceId, (pending = started));
+  /**
+   * The workspace's entry at `atLeast` or newer, sharing a load already under way. A shared load
+   * belongs to the request that started it: on Workers, when that request is cancelled its I/O
+   * fails, and the requests waiting on it would fail with it. So a caller whose shared load failed
+   * loads once more on its own, and only the failure of its own load is its failure.
+   */
+  async #load(workspaceId: string, atLeast: number, own = false): Promise<Entry> {
+    const shared = own ? undefined : this.#loading.get(workspaceId);
+    let entry: Entry;
+    if (shared) {
+      try {
+        entry = await shared;
+      } catch {
+        return this.#load(workspaceId, atLeast, true);
+      }
+    } else {
+      entry = await this.#start(workspaceId);
     }
-    const entry = await pending;
     // A load that began before the change this caller saw: load once more.
-    return entry.version >= atLeast ? entry : this.#load(workspaceId, atLeast);
+    return entry.version >= atLeast ? entry : this.#load(workspaceId, atLeast, own);
+  }
+
+  /** A load of this caller's own, which later callers share while it is the latest under way. */
+  #start(workspaceId: string): Promise<Entry> {
+    const started = this.#fetch(workspaceId).finally(() => {
+      if (this.#loading.get(workspaceId) === started) this.#loading.delete(workspaceId);
+    });
+    this.#loading.set(workspaceId, started);
+    return started;
   }
 
   async #fetch(workspaceId: string): Promise<Entry> {
-    const { version, policies } = await loadActivePolicies(this.#db, workspaceId);
+    const { version, policies } = await this.#loadPolicies(this.#db, workspaceId);
     const entry: Entry = { version, index: new PolicyIndex(policies.map(toActivePolicy)) };
     const current = this.#entries.get(workspaceId);
     if (!current || current.version <= version) {
