@@ -37,6 +37,11 @@ export const configSchema = z.object({
   /** A run not finished this long after its creation expires (OpenAI: 10 minutes). */
   GATEWAY_RUN_EXPIRES_AFTER_SECONDS: positiveInt.default(600),
   /**
+   * A run whose executor stopped renewing its claim this long ago (a crash, a kill -9) fails with
+   * a last_error saying so; executors renew every third of it.
+   */
+  GATEWAY_RUN_LEASE_SECONDS: positiveInt.default(30),
+  /**
    * Workers only: where rate-limit counters live, one Durable Object per counter (the default
    * there) or the libSQL table that Node uses. Node always counts in libSQL.
    */

@@ -14,6 +14,7 @@ import { LibsqlCounterStore, PolicyCache } from './ratelimit';
 import { dispatchInProcess } from './runs/dispatch';
 import { sweepRuns } from './runs/recovery';
 import { initialise, type InitResult } from './services/organisations';
+import { leaseMs } from './services/runs';
 
 /**
  * How the gateway runs on Node: the runtime half that node.ts (the entry), the CLI, the tests, the
@@ -141,9 +142,6 @@ async function declareStreams(response: Response | Promise<Response>): Promise<R
   return answer;
 }
 
-/** How often Node looks for runs whose executor died (their lease is LEASE_MS). */
-const RECOVERY_SWEEP_MS = 15_000;
-
 /** Opens and migrates the database, initialises an empty one, and listens on HOST:PORT. */
 export async function startGateway(config: Config, overrides: Partial<Deps> = {}): Promise<RunningGateway> {
   // The key first: a missing one stops the start before the database is touched.
@@ -172,7 +170,8 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
       ),
     );
   sweep();
-  const sweeper = setInterval(sweep, RECOVERY_SWEEP_MS);
+  // Twice per lease: a run whose executor died is settled at most 1.5 leases after its last renewal.
+  const sweeper = setInterval(sweep, leaseMs(config) / 2);
   sweeper.unref();
 
   return {

@@ -18,6 +18,7 @@ import {
   getRun,
   insertThreadAndRun,
   isTerminal,
+  leaseMs,
   submitToolOutputsStatements,
   toRunJson,
   toStepJson,
@@ -90,7 +91,7 @@ export const threadRoutes = new Hono<AppEnv>()
       throw new ApiError('invalid_virtual_key', "The run's virtual key was revoked; the run cannot continue.");
     }
     const admission = await admit(c, key, run.model, run.metadata);
-    const results = await submitToolOutputsStatements(deps.db, run.id, step, outputs, deps.now(), admission.ticket);
+    const results = await submitToolOutputsStatements(deps.db, run.id, step, outputs, deps.now(), leaseMs(deps.config), admission.ticket);
     if (!results.run) {
       throw new ApiError('run_not_active', 'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).');
     }

@@ -4,7 +4,7 @@ import { newId } from '../lib/ids';
 import type { CreateThreadAndRunBody, ThreadMessageInput } from '../schemas/runs';
 import { HOSTED_TOOL_TYPES, type Tool } from '../schemas/tools';
 import type { AssistantRow } from '../services/assistants';
-import { LEASE_MS, type MessageInsert, type NewRun, type RunRow, type ThreadInsert } from '../services/runs';
+import { leaseMs, type MessageInsert, type NewRun, type RunRow, type ThreadInsert } from '../services/runs';
 import type { MessageContent, MessageRow, ThreadRow } from '../services/threads';
 import type { VirtualKey } from '../services/virtual-keys';
 
@@ -184,7 +184,7 @@ export function prepareThreadAndRun(
     usage: null,
     rateLimit: null,
     // A run is leased from birth: if this process dies before executing it, the sweep finds it.
-    leaseExpiresAt: now + LEASE_MS,
+    leaseExpiresAt: now + leaseMs(deps.config),
   };
   return { thread, messages, run };
 }

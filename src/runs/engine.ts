@@ -12,7 +12,7 @@ import {
   insertMessage,
   insertStep,
   isTerminal,
-  LEASE_MS,
+  leaseMs,
   listSteps,
   renewLease,
   toRunJson,
@@ -40,9 +40,6 @@ import { chargeRun, settleRun } from './settle';
  *                        │                        (cancel) cancelling ─> cancelled; (time) expired
  *   requires_action ─tool outputs─> queued ─> …
  */
-
-/** An executor renews its lease a few times per lease. */
-const RENEW_EVERY_MS = LEASE_MS / 3;
 
 /** Why a run stopped early, carried as an abort reason. */
 class RunStopped extends Error {
@@ -111,7 +108,8 @@ class Execution {
     executing.set(this.#run.id, this.#abort);
     const expiresIn = (this.#run.expiresAt ?? Infinity) - deps.now();
     const expiry = setTimeout(() => this.#abort.abort(new RunStopped('expired')), Math.max(0, Math.min(expiresIn, 2 ** 31 - 1)));
-    const renewal = setInterval(() => void this.#renew(), RENEW_EVERY_MS);
+    // Renewed a few times per lease, so that one slow renewal does not lose it.
+    const renewal = setInterval(() => void this.#renew(), leaseMs(deps.config) / 3);
     try {
       await this.#sink?.send([...this.#leading, this.#runEvent()]);
       if (expiresIn <= 0) throw new RunStopped('expired');
@@ -127,7 +125,7 @@ class Execution {
 
   async #renew(): Promise<void> {
     try {
-      const status = await renewLease(this.#deps.db, this.#run.id, this.#deps.now() + LEASE_MS);
+      const status = await renewLease(this.#deps.db, this.#run.id, this.#deps.now() + leaseMs(this.#deps.config));
       if (status === 'cancelling' || status === null) this.#abort.abort(new RunStopped('cancelled'));
     } catch (error) {
       this.#deps.log.warn('run lease renewal failed', { run_id: this.#run.id, error });

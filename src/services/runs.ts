@@ -1,5 +1,6 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { BatchItem } from 'drizzle-orm/batch';
+import type { Config } from '../config';
 import { batch, type Db } from '../db/client';
 import { messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
@@ -19,10 +20,13 @@ export type ThreadInsert = typeof threads.$inferInsert;
 export type MessageInsert = typeof messages.$inferInsert;
 
 /**
- * How long a claim on a run lasts without renewal. Its executor renews it while it works; a run
- * whose lease ran out lost its executor and is settled by the recovery sweep (runs/recovery.ts).
+ * How long a claim on a run lasts without renewal (GATEWAY_RUN_LEASE_SECONDS). Its executor renews
+ * it while it works; a run whose lease ran out lost its executor and is settled by the recovery
+ * sweep (runs/recovery.ts).
  */
-export const LEASE_MS = 30_000;
+export function leaseMs(config: Config): number {
+  return config.GATEWAY_RUN_LEASE_SECONDS * 1000;
+}
 
 export const TERMINAL_STATUSES = ['completed', 'failed', 'cancelled', 'expired', 'incomplete'] as const;
 export const ACTIVE_STATUSES = ['queued', 'in_progress', 'cancelling'] as const;
@@ -271,6 +275,7 @@ export async function submitToolOutputsStatements(
   step: StepRow,
   outputs: Map<string, string>,
   at: number,
+  lease: number,
   rateLimit: unknown,
 ): Promise<{ run: RunRow | null; step: StepRow }> {
   const details = step.stepDetails as { type: 'tool_calls'; tool_calls: { id: string; function: { output: string | null } }[] };
@@ -286,7 +291,7 @@ export async function submitToolOutputsStatements(
     updateRun(db, runId, ['requires_action'], {
       status: 'in_progress',
       requiredAction: null,
-      leaseExpiresAt: at + LEASE_MS,
+      leaseExpiresAt: at + lease,
       rateLimit,
     }),
     db
