@@ -49,6 +49,9 @@ export async function* streamChatCompletion(
         headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...call.adapter.headers(call.secret) },
         body: JSON.stringify(call.adapter.body(request)),
         signal: controller.signal,
+        // base_url was checked, a Location header was not: following it could take the gateway's
+        // request (and the provider key) to a metadata or internal address. A 3xx fails the call.
+        redirect: 'manual',
       });
     } catch (error) {
       throw asUpstreamError(error, controller.signal);
