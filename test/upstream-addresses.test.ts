@@ -110,7 +110,7 @@ describe('checkUpstreamUrl, generated', () => {
   });
 
   /** An IPv6 address of eight groups, in any textual form: full, compressed, padded, upper case. */
-  const ipv6Spelling = (groups: number[]) =>
+  const ipv6Spelling = (groups: readonly number[]) =>
     fc.tuple(fc.boolean(), fc.boolean(), fc.boolean()).map(([compress, pad, upper]) => {
       let parts = groups.map((g) => (pad ? g.toString(16).padStart(4, '0') : g.toString(16)));
       if (upper) parts = parts.map((part) => part.toUpperCase());
