@@ -1,0 +1,641 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Client } from '@libsql/client';
+import OpenAI from 'openai';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { openDatabase } from '../src/db/node';
+import { PolicyCache, type PolicyLoader } from '../src/ratelimit/policy-cache';
+import { loadActivePolicies } from '../src/services/policies';
+import {
+  completionTokens,
+  fakeDirective,
+  promptTokens,
+  startFakeUpstream,
+  type FakeScenario,
+  type FakeUpstreamServer,
+} from './support/fake-upstream';
+import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
+import { startGatewayProcess, type GatewayProcess } from './support/processes';
+
+/**
+ * Rate limiting over real run traffic: POST /v1/threads/runs and submit_tool_outputs through the
+ * real app (in-process, and as two gateway processes on one database file), executing against the
+ * fake provider over HTTP, with the official SDK where a client is involved. Each test moves the
+ * gateway's clock to the start of a fresh UTC minute, so that no window ends during it.
+ */
+
+let gateway: TestGateway;
+let fake: FakeUpstreamServer;
+
+beforeAll(async () => {
+  fake = await startFakeUpstream();
+  gateway = await createTestGateway();
+});
+afterAll(async () => {
+  await gateway.close();
+  await fake.close();
+});
+beforeEach(() => fake.reset());
+// Runs execute in the background: let each test's runs end before the next test looks.
+afterEach(() => settled());
+
+const POLICIES = '/v1/policies/rate-limits';
+
+interface Caller {
+  tenant: Tenant;
+  headers: Record<string, string>;
+  openai: OpenAI;
+  assistantId: string;
+}
+
+/** A new workspace with a virtual key on the fake and an assistant with one function tool. */
+async function caller(): Promise<Caller> {
+  const tenant = await gateway.tenant();
+  const slug = await gateway.virtualKey(tenant, { base_url: fake.baseURL });
+  const headers = { 'x-gateway-api-key': tenant.workspaceKey, 'x-gateway-virtual-key': slug };
+  const openai = gateway.openai(headers);
+  const assistant = await openai.beta.assistants.create({ model: 'fake-model', instructions: 'Be brief.', tools: [WEATHER_TOOL] });
+  return { tenant, headers, openai, assistantId: assistant.id };
+}
+
+const WEATHER_TOOL = {
+  type: 'function' as const,
+  function: {
+    name: 'get_weather',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+};
+
+/** Moves the clock to one second into the next UTC minute; answers that minute's start. */
+function freshMinute(): number {
+  const start = Math.floor(gateway.clock.now() / 60_000) * 60_000 + 60_000;
+  gateway.clock.set(start + 1000);
+  return start;
+}
+
+const settled = async () => {
+  expect(await gateway.tasks.drain(20_000)).toBe(true);
+};
+
+async function createPolicy(tenant: Tenant, body: Record<string, unknown>): Promise<string> {
+  const response = await gateway.request(POLICIES, {
+    key: tenant.workspaceKey,
+    body: { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'requests', unit: 'rpm', value: 1, ...body },
+  });
+  expect(response.status).toBe(200);
+  return ((await json(response)) as { id: string }).id;
+}
+
+/** The thread of a run: one user message, or `scenario`'s directive after the text. */
+const thread = (text: string, scenario?: FakeScenario | FakeScenario[]) => ({
+  messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }],
+});
+
+/** POST /v1/threads/runs as `who`, non-streamed unless the body says otherwise. */
+function createRun(who: Caller, body: Record<string, unknown> = {}, headers: Record<string, string> = {}) {
+  return gateway.request('/v1/threads/runs', {
+    headers: { ...who.headers, ...headers },
+    body: { assistant_id: who.assistantId, thread: thread('Hello'), ...body },
+  });
+}
+
+/** The rows a workspace holds: threads, messages, runs, run steps. */
+async function rowsOf(client: Client, workspaceId: string) {
+  const { rows } = await client.execute({
+    sql: `SELECT (SELECT count(*) FROM threads WHERE workspace_id = ?1) AS threads,
+                 (SELECT count(*) FROM messages WHERE workspace_id = ?1) AS messages,
+                 (SELECT count(*) FROM runs WHERE workspace_id = ?1) AS runs,
+                 (SELECT count(*) FROM run_steps WHERE workspace_id = ?1) AS steps`,
+    args: [workspaceId],
+  });
+  const row = rows[0]!;
+  return { threads: Number(row.threads), messages: Number(row.messages), runs: Number(row.runs), steps: Number(row.steps) };
+}
+
+/** Every counter of a policy, key -> used. */
+async function countersOf(policyId: string, client: Client = gateway.database.client): Promise<Record<string, number>> {
+  const { rows } = await client.execute({
+    sql: 'SELECT key, used FROM rate_limit_counters WHERE key LIKE ?',
+    args: [`${policyId}/%`],
+  });
+  return Object.fromEntries(rows.map((row) => [row.key as string, Number(row.used)]));
+}
+const usedBy = async (policyId: string, client?: Client) =>
+  Object.values(await countersOf(policyId, client)).reduce((a, b) => a + b, 0);
+
+const chatRequests = () => fake.requests.filter((request) => request.path.endsWith('/chat/completions'));
+
+/** Tokens the fake counted for each chat request it answered with `replies` (in order). */
+function fakeTotals(replies: { reply?: string; toolArguments?: string[] }[]): number[] {
+  return chatRequests().map((request, i) => {
+    const { reply = '', toolArguments = [] } = replies[i]!;
+    return promptTokens(request.body!.messages) + completionTokens(reply, toolArguments.map((args) => ({ arguments: args })));
+  });
+}
+
+async function expectRefused(response: Response, type: 'requests' | 'tokens') {
+  const error = await errorOf(response);
+  expect(error).toMatchObject({ status: 429, code: 'rate_limit_exceeded', type, param: null });
+  return error;
+}
+
+describe('exactness over run traffic', () => {
+  it('admits exactly 50 of 200 concurrent runs under 50 rpm, and only those 50 exist and call the provider', async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { value: 50 });
+    const before = await rowsOf(gateway.database.client, who.tenant.workspace.id);
+
+    const responses = await Promise.all(Array.from({ length: 200 }, (_, i) => createRun(who, { thread: thread(`Run ${i}`) })));
+    const admitted = responses.filter((response) => response.status === 200);
+    const refused = responses.filter((response) => response.status !== 200);
+    expect(admitted).toHaveLength(50);
+    expect(refused).toHaveLength(150);
+    for (const response of refused) await expectRefused(response, 'requests');
+    const runs = (await Promise.all(admitted.map(json))) as { id: string; status: string }[];
+    expect(new Set(runs.map((run) => run.id)).size).toBe(50);
+    expect(await usedBy(policy)).toBe(50);
+
+    await settled();
+    expect(await rowsOf(gateway.database.client, who.tenant.workspace.id)).toEqual({
+      threads: before.threads + 50,
+      // the user's message and the answer
+      messages: before.messages + 100,
+      runs: 50,
+      steps: 50,
+    });
+    expect(chatRequests()).toHaveLength(50);
+    const { rows } = await gateway.database.client.execute({
+      sql: "SELECT count(*) AS n FROM runs WHERE workspace_id = ? AND status = 'completed'",
+      args: [who.tenant.workspace.id],
+    });
+    expect(Number(rows[0]!.n)).toBe(50);
+  });
+
+  it('stays exact over two gateway processes on one database file, both admitting', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'gateway-ratelimit-runs-'));
+    const processes: GatewayProcess[] = [];
+    try {
+      processes.push(await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' }));
+      const first = processes[0]!;
+      await expect.poll(() => /workspace API key\s+(gk_\S+)/.exec(first.stdout())?.[1], { timeout: 5_000 }).toBeDefined();
+      const key = /workspace API key\s+(gk_\S+)/.exec(first.stdout())![1]!;
+      processes.push(await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' }));
+      const urls = processes.map((started) => started.url);
+
+      const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json', 'x-gateway-virtual-key': 'fake' };
+      const post = (url: string, path: string, body: unknown) =>
+        fetch(`${url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+      expect((await post(urls[0]!, '/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
+      const assistant = (await (await post(urls[0]!, '/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
+      const run = (url: string, i: number) =>
+        post(url, '/v1/threads/runs', { assistant_id: assistant.id, thread: thread(`Run ${i}`) });
+      // Both processes warm (connections, prepared statements) before the policy exists.
+      for (const url of urls) expect((await run(url, -1)).status).toBe(200);
+      await expect.poll(() => chatRequests().length).toBe(2);
+      const warmed = fake.requests.length;
+      const policyResponse = await post(urls[1]!, POLICIES, {
+        conditions: [{ key: 'model', value: '*' }],
+        group_by: [{ key: 'workspace_id' }],
+        type: 'requests',
+        unit: 'rpm',
+        value: 50,
+      });
+      expect(policyResponse.status).toBe(200);
+      const policy = ((await policyResponse.json()) as { id: string }).id;
+
+      // The processes use the real clock: keep the burst inside one minute.
+      const intoMinute = Date.now() % 60_000;
+      if (intoMinute > 45_000) await new Promise((resolve) => setTimeout(resolve, 60_500 - intoMinute));
+      // Requests alternate between the processes. SQLite hands the write lock to whichever process
+      // asks first, and a process commits all its waiting admissions at once, so one process could
+      // take all 50 before the other reaches the database. A first wave of 20 (10 each), all
+      // within the limit, makes sure both admit; then the other 180 go at once, and both
+      // processes race for the last 30 places.
+      const firstWave = await Promise.all(Array.from({ length: 20 }, (_, i) => run(urls[i % 2]!, i)));
+      const rest = await Promise.all(Array.from({ length: 180 }, (_, i) => run(urls[i % 2]!, 20 + i)));
+      const responses = [...firstWave, ...rest];
+      expect(firstWave.map((response) => response.status)).toEqual(Array(20).fill(200));
+      const admittedBy = [0, 1].map((p) => responses.filter((response, i) => i % 2 === p && response.status === 200).length);
+      const refused = responses.filter((response) => response.status !== 200);
+      expect(admittedBy[0]! + admittedBy[1]!).toBe(50);
+      expect(admittedBy[0]).toBeGreaterThanOrEqual(10);
+      expect(admittedBy[1]).toBeGreaterThanOrEqual(10);
+      expect(refused).toHaveLength(150);
+      // Each admission saw the count the one before it left, whichever process made it: the
+      // admitted answers show every remaining count from 49 down to 0 exactly once.
+      const remaining = responses
+        .filter((response) => response.status === 200)
+        .map((response) => Number(response.headers.get('x-ratelimit-remaining-requests')));
+      expect(remaining.sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i));
+      for (const response of refused) await expectRefused(response, 'requests');
+
+      await expect.poll(() => chatRequests().length - 2, { timeout: 20_000 }).toBe(50);
+      await fake.waitForIdle(5_000);
+      const database = await openDatabase({ DATA_DIR: dataDir });
+      try {
+        const { rows } = await database.client.execute('SELECT id FROM workspaces');
+        const workspaceId = rows[0]!.id as string;
+        expect(await usedBy(policy, database.client)).toBe(50);
+        // 50 admitted runs and the 2 warm-up ones, each with its user message (and an answer).
+        expect(await rowsOf(database.client, workspaceId)).toMatchObject({ threads: 52, runs: 52 });
+        const { rows: users } = await database.client.execute({
+          sql: "SELECT count(*) AS n FROM messages WHERE workspace_id = ? AND role = 'user'",
+          args: [workspaceId],
+        });
+        expect(Number(users[0]!.n)).toBe(52);
+      } finally {
+        database.close();
+      }
+      expect(fake.requests.length - warmed).toBe(50);
+    } finally {
+      for (const started of processes) await started.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a refused request', () => {
+  it('writes nothing and calls no provider: refused by a requests policy, streamed or not', async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { value: 1 });
+    expect((await createRun(who)).status).toBe(200);
+    await settled();
+    const rows = await rowsOf(gateway.database.client, who.tenant.workspace.id);
+    expect(rows).toEqual({ threads: 1, messages: 2, runs: 1, steps: 1 });
+    expect(chatRequests()).toHaveLength(1);
+
+    await expectRefused(await createRun(who), 'requests');
+    const streamed = await createRun(who, { stream: true });
+    expect(streamed.headers.get('content-type')).toMatch(/^application\/json/);
+    await expectRefused(streamed, 'requests');
+    await settled();
+    expect(await rowsOf(gateway.database.client, who.tenant.workspace.id)).toEqual(rows);
+    expect(chatRequests()).toHaveLength(1);
+    expect(await usedBy(policy)).toBe(1);
+  });
+
+  it('writes nothing and calls no provider: refused by a tokens policy', async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { type: 'tokens', value: 5 });
+    const first = await who.openai.beta.threads.createAndRunPoll(
+      { assistant_id: who.assistantId, thread: thread('Hello', { reply: 'one two three four five six' }) },
+      { pollIntervalMs: 5 },
+    );
+    expect(first.status).toBe('completed');
+    await settled();
+    expect(await usedBy(policy)).toBe(first.usage!.total_tokens);
+    const rows = await rowsOf(gateway.database.client, who.tenant.workspace.id);
+
+    await expectRefused(await createRun(who), 'tokens');
+    await expectRefused(await createRun(who, { stream: true }), 'tokens');
+    await settled();
+    expect(await rowsOf(gateway.database.client, who.tenant.workspace.id)).toEqual(rows);
+    expect(chatRequests()).toHaveLength(1);
+    expect(await usedBy(policy)).toBe(first.usage!.total_tokens);
+  });
+
+  it('leaves a run waiting for tool outputs as it was when submitting them is refused', async () => {
+    freshMinute();
+    const who = await caller();
+    const waiting = await who.openai.beta.threads.createAndRunPoll(
+      { assistant_id: who.assistantId, thread: thread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]) },
+      { pollIntervalMs: 5 },
+    );
+    expect(waiting.status).toBe('requires_action');
+    await createPolicy(who.tenant, { value: 1 });
+    expect((await createRun(who)).status).toBe(200);
+    await settled();
+    const rows = await rowsOf(gateway.database.client, who.tenant.workspace.id);
+    const calls = chatRequests().length;
+
+    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const response = await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}/submit_tool_outputs`, {
+      headers: who.headers,
+      body: { tool_outputs: [{ tool_call_id: call!.id, output: 'sunny' }] },
+    });
+    await expectRefused(response, 'requests');
+    await settled();
+    const after = await who.openai.beta.threads.runs.retrieve(waiting.id, { thread_id: waiting.thread_id });
+    expect(after).toEqual(waiting);
+    const { rows: steps } = await gateway.database.client.execute({
+      sql: 'SELECT type, status, step_details FROM run_steps WHERE run_id = ?',
+      args: [waiting.id],
+    });
+    expect(steps.map((step) => [step.type, step.status])).toEqual([['tool_calls', 'in_progress']]);
+    expect(JSON.parse(steps[0]!.step_details as string).tool_calls[0].function.output).toBeNull();
+    expect(await rowsOf(gateway.database.client, who.tenant.workspace.id)).toEqual(rows);
+    expect(chatRequests()).toHaveLength(calls);
+  });
+});
+
+describe('token charging', () => {
+  const REPLY = 'It is sunny in Paris today.';
+
+  it('charges a streamed run its total tokens when it ends', async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
+    const stream = who.openai.beta.threads.createAndRunStream({ assistant_id: who.assistantId, thread: thread('Weather?', { reply: REPLY }) });
+    const run = await stream.finalRun();
+    expect(run.status).toBe('completed');
+    const [total] = fakeTotals([{ reply: REPLY }]);
+    expect(run.usage!.total_tokens).toBe(total);
+    // The stream ends after the charge: no wait is needed.
+    expect(await usedBy(policy)).toBe(total);
+  });
+
+  it('charges a non-streamed run its total tokens when it ends', async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
+    const run = await who.openai.beta.threads.createAndRunPoll(
+      { assistant_id: who.assistantId, thread: thread('Weather?', { reply: REPLY }) },
+      { pollIntervalMs: 5 },
+    );
+    expect(run.status).toBe('completed');
+    await settled();
+    const [total] = fakeTotals([{ reply: REPLY }]);
+    expect(run.usage!.total_tokens).toBe(total);
+    expect(await usedBy(policy)).toBe(total);
+  });
+
+  it('charges a run continued by submit_tool_outputs once, with every turn, when it ends', async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
+    const args = '{"city":"Paris"}';
+    const waiting = await who.openai.beta.threads.createAndRunPoll(
+      {
+        assistant_id: who.assistantId,
+        thread: thread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: REPLY }]),
+      },
+      { pollIntervalMs: 5 },
+    );
+    expect(waiting.status).toBe('requires_action');
+    await settled();
+    // Not ended: nothing charged yet.
+    expect(await usedBy(policy)).toBe(0);
+
+    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const stream = who.openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {
+      thread_id: waiting.thread_id,
+      tool_outputs: [{ tool_call_id: call!.id, output: 'sunny' }],
+    });
+    const done = await stream.finalRun();
+    expect(done.status).toBe('completed');
+    await settled();
+    const totals = fakeTotals([{ toolArguments: [args] }, { reply: REPLY }]);
+    expect(totals).toHaveLength(2);
+    expect(done.usage!.total_tokens).toBe(totals[0]! + totals[1]!);
+    expect(await usedBy(policy)).toBe(done.usage!.total_tokens);
+  });
+
+  it('refuses the next run once the group has used the value, and other groups still run', async () => {
+    freshMinute();
+    const who = await caller();
+    const first = await who.openai.beta.threads.createAndRunPoll(
+      { assistant_id: who.assistantId, thread: thread('Hi', { reply: REPLY }) },
+      { pollIntervalMs: 5 },
+    );
+    const perRun = first.usage!.total_tokens;
+    // Room for exactly two such runs, per API key.
+    await createPolicy(who.tenant, { type: 'tokens', value: 2 * perRun, group_by: [{ key: 'api_key' }] });
+    for (let i = 0; i < 2; i++) {
+      const run = await who.openai.beta.threads.createAndRunPoll(
+        { assistant_id: who.assistantId, thread: thread('Hi', { reply: REPLY }) },
+        { pollIntervalMs: 5 },
+      );
+      expect(run.usage!.total_tokens).toBe(perRun);
+      await settled();
+    }
+    const error = await expectRefused(await createRun(who), 'tokens');
+    expect(error.message).toContain(`Limit ${2 * perRun}, Used ${2 * perRun}.`);
+    // The organisation key is another group.
+    const other = await createRun(who, {}, {
+      'x-gateway-api-key': who.tenant.orgKey,
+      'x-gateway-workspace-id': who.tenant.workspace.id,
+    });
+    expect(other.status).toBe(200);
+  });
+});
+
+describe('metadata', () => {
+  it('matches metadata.<name> on the header merged over the run metadata, end to end', async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, {
+      conditions: [{ key: 'metadata.team', value: 'blue' }],
+      group_by: [{ key: 'metadata.user' }],
+    });
+    const header = (value: Record<string, string>) => ({ 'x-gateway-metadata': JSON.stringify(value) });
+
+    // From the run's metadata.
+    expect((await createRun(who, { metadata: { team: 'blue', user: 'ann' } })).status).toBe(200);
+    await expectRefused(await createRun(who, { metadata: { team: 'blue', user: 'ann' } }), 'requests');
+    // The header wins a key both have: red does not match.
+    expect((await createRun(who, { metadata: { team: 'blue', user: 'ann' } }, header({ team: 'red' }))).status).toBe(200);
+    // From the header alone, and merged: the header's team with the body's user.
+    await expectRefused(await createRun(who, {}, header({ team: 'blue', user: 'ann' })), 'requests');
+    expect((await createRun(who, { metadata: { user: 'bob' } }, header({ team: 'blue' }))).status).toBe(200);
+    await expectRefused(await createRun(who, {}, header({ team: 'blue', user: 'bob' })), 'requests');
+    expect(Object.keys(await countersOf(policy)).map((key) => key.split('/').at(-1))).toEqual(
+      expect.arrayContaining(['[["metadata.user","ann"]]', '[["metadata.user","bob"]]']),
+    );
+    expect(await usedBy(policy)).toBe(2);
+  });
+
+  it('answers a malformed header with 400 invalid_metadata_header and creates nothing', async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { conditions: [{ key: 'metadata.team', value: '*' }], value: 100 });
+    for (const value of ['{not json', '["a"]', '{"team":1}']) {
+      const response = await createRun(who, {}, { 'x-gateway-metadata': value });
+      expect(await errorOf(response)).toMatchObject({ status: 400, code: 'invalid_metadata_header', param: 'x-gateway-metadata' });
+    }
+    await settled();
+    expect(await rowsOf(gateway.database.client, who.tenant.workspace.id)).toEqual({ threads: 0, messages: 0, runs: 0, steps: 0 });
+    expect(chatRequests()).toHaveLength(0);
+    expect(await usedBy(policy)).toBe(0);
+  });
+});
+
+describe('the 429 and the headers through the SDK', () => {
+  it('surfaces RateLimitError with the envelope, the policy in the message, and every header', async () => {
+    const start = freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { name: 'runs per minute', value: 1 });
+    await who.openai.beta.threads.createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') });
+    const error = await who.openai.beta.threads
+      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
+      .then(() => null, (caught: unknown) => caught);
+    expect(error).toBeInstanceOf(OpenAI.RateLimitError);
+    const limited = error as InstanceType<typeof OpenAI.RateLimitError>;
+    expect(limited.status).toBe(429);
+    expect(limited.code).toBe('rate_limit_exceeded');
+    expect(limited.type).toBe('requests');
+    expect(limited.param).toBeNull();
+    const reset = new Date(start + 60_000).toISOString();
+    expect(limited.message).toMatch(
+      new RegExp(
+        `^429 Rate limit reached for policy 'runs per minute' \\(${policy}\\) on requests per minute: Limit 1, Used 1, Requested 1\\. ` +
+          `The window resets at ${reset.replace(/\./g, '\\.')}; please try again in \\d+(\\.\\d+)?s\\.$`,
+      ),
+    );
+    const retryAfter = Number(limited.headers!.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(60);
+    expect(limited.headers!.get('x-ratelimit-limit-requests')).toBe('1');
+    expect(limited.headers!.get('x-ratelimit-remaining-requests')).toBe('0');
+    expect(limited.headers!.get('x-ratelimit-reset-requests')).toMatch(/^\d+(\.\d+)?s$/);
+    expect(limited.headers!.get('ratelimit-policy')).toBe(`"${policy}";q=1;w=60`);
+    expect(limited.headers!.get('ratelimit')).toBe(`"${policy}";r=0;t=${retryAfter}`);
+  });
+
+  it('surfaces a tokens refusal as RateLimitError of type tokens', async () => {
+    const start = freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { type: 'tokens', unit: 'rph', value: 1 });
+    await who.openai.beta.threads.createAndRunPoll({ assistant_id: who.assistantId, thread: thread('Hi') }, { pollIntervalMs: 5 });
+    await settled();
+    const used = await usedBy(policy);
+    const before = gateway.clock.now();
+    const error = (await who.openai.beta.threads
+      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
+      .then(() => null, (caught: unknown) => caught)) as InstanceType<typeof OpenAI.RateLimitError>;
+    expect(error).toBeInstanceOf(OpenAI.RateLimitError);
+    expect(error.type).toBe('tokens');
+    expect(error.code).toBe('rate_limit_exceeded');
+    const hourEnd = Math.floor(start / 3_600_000) * 3_600_000 + 3_600_000;
+    expect(error.message).toContain(`policy ${policy} on tokens per hour: Limit 1, Used ${used}. The window resets at ${new Date(hourEnd).toISOString()}`);
+    expect(error.headers!.get('x-ratelimit-remaining-tokens')).toBe('0');
+    expect(error.headers!.get('ratelimit-policy')).toBe(`"${policy}";q=1;qu="tokens";w=3600`);
+    const retryAfter = Number(error.headers!.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(Math.ceil((hourEnd - gateway.clock.now()) / 1000));
+    expect(retryAfter).toBeLessThanOrEqual(Math.ceil((hourEnd - before) / 1000));
+  });
+
+  it('gives admitted runs the headers: the JSON answer and the event stream', async () => {
+    freshMinute();
+    const who = await caller();
+    const requests = await createPolicy(who.tenant, { value: 10 });
+    const tokens = await createPolicy(who.tenant, { type: 'tokens', unit: 'rpd', value: 100_000 });
+
+    const { data: run, response } = await who.openai.beta.threads
+      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
+      .withResponse();
+    expect(run.status).toBe('queued');
+    expect(response.headers.get('x-ratelimit-limit-requests')).toBe('10');
+    expect(response.headers.get('x-ratelimit-remaining-requests')).toBe('9');
+    expect(response.headers.get('x-ratelimit-limit-tokens')).toBe('100000');
+    expect(response.headers.get('x-ratelimit-remaining-tokens')).toBe('100000');
+    expect(response.headers.get('ratelimit-policy')).toBe(`"${requests}";q=10;w=60, "${tokens}";q=100000;qu="tokens";w=86400`);
+    expect(response.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=9;t=\\d+, "${tokens}";r=100000;t=\\d+$`));
+    expect(response.headers.get('retry-after')).toBeNull();
+    await settled();
+    const charged = await usedBy(tokens);
+    expect(charged).toBeGreaterThan(0);
+
+    const { data: stream, response: streamed } = await who.openai.beta.threads
+      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi'), stream: true })
+      .withResponse();
+    expect(streamed.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    expect(streamed.headers.get('x-ratelimit-remaining-requests')).toBe('8');
+    expect(streamed.headers.get('x-ratelimit-remaining-tokens')).toBe(String(100_000 - charged));
+    expect(streamed.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=8;t=\\d+, "${tokens}";r=${100_000 - charged};t=\\d+$`));
+    const events: string[] = [];
+    for await (const event of stream) events.push(event.event);
+    expect(events.at(-1)).toBe('thread.run.completed');
+  });
+});
+
+describe('windows and changes over run traffic', () => {
+  it('starts a new window at the UTC minute boundary', async () => {
+    const start = freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { value: 2 });
+    expect((await createRun(who)).status).toBe(200);
+    expect((await createRun(who)).status).toBe(200);
+    await expectRefused(await createRun(who), 'requests');
+    gateway.clock.advance(60_000);
+    expect((await createRun(who)).status).toBe(200);
+    expect((await createRun(who)).status).toBe(200);
+    await expectRefused(await createRun(who), 'requests');
+    // The new minute counted from zero, and the old one decides nothing any more: it is gone.
+    // The store prunes ended windows on an admission a minute or more after its last prune, which
+    // was at or before the old window's first admission; so the new window's first admission
+    // deleted the old counter.
+    const group = `[["workspace_id","${who.tenant.workspace.id}"]]`;
+    expect(await countersOf(policy)).toEqual({ [`${policy}/rpm/${start + 60_000}/${group}`]: 2 });
+  });
+
+  it('applies an update and an archive to the very next run', async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { value: 1 });
+    expect((await createRun(who)).status).toBe(200);
+    await expectRefused(await createRun(who), 'requests');
+
+    const update = await gateway.request(`${POLICIES}/${policy}`, { key: who.tenant.workspaceKey, method: 'PUT', body: { value: 2 } });
+    expect(update.status).toBe(200);
+    expect((await createRun(who)).status).toBe(200);
+    await expectRefused(await createRun(who), 'requests');
+
+    const archive = await gateway.request(`${POLICIES}/${policy}`, { key: who.tenant.workspaceKey, method: 'DELETE' });
+    expect(archive.status).toBe(200);
+    const next = await createRun(who);
+    expect(next.status).toBe(200);
+    expect(next.headers.get('x-ratelimit-limit-requests')).toBeNull();
+    expect(await usedBy(policy)).toBe(2);
+  });
+});
+
+describe('the policy cache', () => {
+  it("does not fail a caller whose shared load failed for the request that started it", async () => {
+    const who = await gateway.tenant();
+    await createPolicy(who, { value: 5 });
+    let calls = 0;
+    let failFirst!: () => void;
+    const firstCallerGone = new Promise<void>((resolve) => (failFirst = resolve));
+    // The first load fails once the second caller waits on it, as a cancelled request's I/O would.
+    const load: PolicyLoader = async (db, workspaceId) => {
+      if (++calls === 1) {
+        await firstCallerGone;
+        throw new Error('The request that started this load was cancelled');
+      }
+      return loadActivePolicies(db, workspaceId);
+    };
+    const cache = new PolicyCache(gateway.database.db, { load });
+    const first = cache.get(who.workspace.id);
+    await expect.poll(() => calls).toBe(1);
+    const second = cache.get(who.workspace.id);
+    // Let the second caller reach the shared load before it fails.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    failFirst();
+    await expect(first).rejects.toThrow('cancelled');
+    expect((await second).size).toBe(1);
+    expect(calls).toBe(2);
+    // The cache holds the second caller's load: the next lookup loads nothing.
+    expect((await cache.get(who.workspace.id)).size).toBe(1);
+    expect(calls).toBe(2);
+  });
+
+  it('fails a caller whose own load failed, and retries a shared one only once', async () => {
+    const who = await gateway.tenant();
+    await createPolicy(who, { value: 5 });
+    let calls = 0;
+    const load: PolicyLoader = async () => {
+      calls++;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      throw new Error(`load ${calls} failed`);
+    };
+    const cache = new PolicyCache(gateway.database.db, { load });
+    const outcomes = await Promise.allSettled([cache.get(who.workspace.id), cache.get(who.workspace.id)]);
+    expect(outcomes.map((outcome) => outcome.status)).toEqual(['rejected', 'rejected']);
+    // The first caller's load, then the second caller's own; nothing more.
+    expect(calls).toBe(2);
+  });
+});
