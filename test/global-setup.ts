@@ -4,6 +4,7 @@ import { migrateDatabase, openDatabase } from '../src/db/node';
 import { generateKeyBase64 } from '../src/lib/secrets';
 import { createApiKey, revokeApiKey } from '../src/services/api-keys';
 import { initialise } from '../src/services/organisations';
+import { createWorkspace } from '../src/services/workspaces';
 import { startFakeUpstream } from './support/fake-upstream';
 
 /**
@@ -39,6 +40,16 @@ export default async function setup(project: TestProject) {
         now,
       });
       await revokeApiKey(database.db, doomed.record.id, now);
+      // Test files run in parallel on this one database: the runs get a workspace of their own, so
+      // that the policies they create stay out of the policy tests' lists and counts.
+      const runsWorkspace = await createWorkspace(database.db, { organisationId: created.organisation_id, slug: 'runs', now });
+      const runsKey = await createApiKey(database.db, {
+        kind: 'workspace',
+        organisationId: created.organisation_id,
+        workspaceId: runsWorkspace.id,
+        name: 'runs',
+        now,
+      });
       project.provide('sqldUrl', sqld.url);
       project.provide('upstreamUrl', fake.baseURL);
       project.provide('encryptionKey', generateKeyBase64());
@@ -48,6 +59,7 @@ export default async function setup(project: TestProject) {
         workspaceKey: created.workspace_api_key,
         orgKey: created.organisation_api_key,
         revokedKey: doomed.plaintext,
+        runsWorkspaceKey: runsKey.plaintext,
       });
     } finally {
       database.close();

@@ -18,6 +18,8 @@ declare module 'vitest' {
       orgKey: string;
       /** A workspace key of the same organisation, revoked. */
       revokedKey: string;
+      /** A key of a second workspace of the organisation, where test/workers/runs.test.ts works. */
+      runsWorkspaceKey: string;
     };
   }
 }

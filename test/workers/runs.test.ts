@@ -1,0 +1,198 @@
+import { env, exports } from 'cloudflare:workers';
+import { listDurableObjectIds } from 'cloudflare:test';
+import OpenAI from 'openai';
+import { beforeAll, describe, expect, inject, it } from 'vitest';
+import { errorOf, json } from '../support/envelope';
+
+/**
+ * Runs and rate limits inside workerd, as on Cloudflare: the Worker entry, its Durable Objects
+ * (RunExecutor for non-streamed runs, RateLimitCounter for counters: GATEWAY_RATE_LIMIT_STORE is
+ * "durable-object" in vitest.config.ts), a real sqld, and the fake Chat Completions server
+ * (test/support/fake-upstream.ts, served from Node by test/global-setup.ts) as the provider. The
+ * client is the official OpenAI SDK, running in workerd too, its fetch the Worker's own.
+ */
+
+const API_KEY = inject('workersTenant').runsWorkspaceKey;
+const MODEL = 'fake-model';
+
+let openai: OpenAI;
+let headers: Record<string, string>;
+let assistantId: string;
+
+/** Calls the Worker (a service binding to its default export) with the workspace key. */
+function call(path: string, init: { method?: string; body?: unknown; headers?: Record<string, string> } = {}) {
+  const sent: Record<string, string> = { 'x-gateway-api-key': API_KEY, ...init.headers };
+  if (init.body !== undefined) sent['content-type'] = 'application/json';
+  return exports.default.fetch(`http://gateway${path}`, {
+    method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
+    headers: sent,
+    body: init.body === undefined ? undefined : JSON.stringify(init.body),
+  });
+}
+
+/** A user message that makes the fake provider answer as `scenario` says (fake-upstream.ts). */
+const ask = (text: string, scenario: Record<string, unknown>) => ({
+  messages: [{ role: 'user' as const, content: `${text}\n#fake ${JSON.stringify(scenario)}` }],
+});
+
+beforeAll(async () => {
+  // The virtual key through the API, as a user would: the fake listens on loopback, which
+  // GATEWAY_ALLOW_PRIVATE_UPSTREAMS allows here.
+  const slug = `fake-${crypto.randomUUID().slice(0, 8)}`;
+  const created = await call('/v1/virtual-keys', {
+    body: { slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake-provider-key' },
+  });
+  expect(created.status).toBe(200);
+  expect(await json(created)).toMatchObject({ object: 'virtual_key', slug, base_url: inject('upstreamUrl') });
+  headers = { 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': slug };
+  openai = new OpenAI({
+    apiKey: 'unused-by-the-gateway',
+    baseURL: 'http://gateway/v1',
+    defaultHeaders: headers,
+    maxRetries: 0,
+    fetch: (url, init) => exports.default.fetch(url, init),
+  });
+  assistantId = (await openai.beta.assistants.create({ model: MODEL, instructions: 'Be brief.' })).id;
+});
+
+async function runOf(threadId: string, runId: string) {
+  return json(await call(`/v1/threads/${threadId}/runs/${runId}`));
+}
+
+async function answerOf(threadId: string, runId: string): Promise<string> {
+  const list = await json(await call(`/v1/threads/${threadId}/messages?run_id=${runId}`));
+  return list.data[0].content[0].text.value;
+}
+
+/** Reads a run until `done` holds, or a deadline passes (then the caller's assertion fails). */
+async function waitForRun(threadId: string, runId: string, status: string) {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const run = await runOf(threadId, runId);
+    if (run.status === status || Date.now() > deadline) return run;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+describe('runs on workerd', () => {
+  it('streams a run read with the SDK’s stream parser: every delta, then the completed run', async () => {
+    const stream = openai.beta.threads.createAndRunStream({
+      assistant_id: assistantId,
+      thread: ask('Stream please', { reply: 'One two three four five', chunk_delay_ms: 2 }),
+    });
+    const deltas: string[] = [];
+    const events: string[] = [];
+    stream.on('textDelta', (delta) => deltas.push(delta.value!));
+    stream.on('event', (event) => events.push(event.event));
+    const run = await stream.finalRun();
+    expect(deltas).toEqual(['One', ' two', ' three', ' four', ' five']);
+    expect(run).toMatchObject({ status: 'completed', model: MODEL, usage: { completion_tokens: 5 } });
+    expect(events[0]).toBe('thread.created');
+    expect(events.at(-1)).toBe('thread.run.completed');
+    // Stored as streamed.
+    expect(await answerOf(run.thread_id, run.id)).toBe('One two three four five');
+  });
+
+  it('executes a non-streamed run in its RunExecutor object, polled to completion with the SDK', async () => {
+    const run = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, thread: ask('Poll me', { reply: 'Polled to the end', chunk_delay_ms: 5 }) },
+      { pollIntervalMs: 50 },
+    );
+    expect(run).toMatchObject({ status: 'completed', usage: { completion_tokens: 4 } });
+    expect(await answerOf(run.thread_id, run.id)).toBe('Polled to the end');
+    // The run's executor is the object named after it, not the request's waitUntil.
+    const executor = env.RUN_EXECUTOR.idFromName(run.id).toString();
+    const ids = (await listDurableObjectIds(env.RUN_EXECUTOR)).map((id) => id.toString());
+    expect(ids).toContain(executor);
+  });
+
+  it('finishes and stores a streamed run whose client disconnected after the first delta', async () => {
+    const words = Array.from({ length: 40 }, (_, i) => `w${i}`).join(' ');
+    const response = await call('/v1/threads/runs', {
+      headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+      body: { assistant_id: assistantId, stream: true, thread: ask('Leave early', { reply: words, chunk_delay_ms: 10 }) },
+    });
+    expect(response.status).toBe(200);
+    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let text = '';
+    while (!text.includes('event: thread.message.delta')) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += value;
+    }
+    // The client goes away mid-answer.
+    await reader.cancel();
+    expect(text).not.toContain('thread.run.completed');
+    const created = JSON.parse(/event: thread\.run\.created\ndata: (.*)\n/.exec(text)![1]!);
+
+    const run = await waitForRun(created.thread_id, created.id, 'completed');
+    expect(run.status).toBe('completed');
+    expect(await answerOf(created.thread_id, created.id)).toBe(words);
+  });
+});
+
+describe('rate limits in Durable Objects', () => {
+  const POLICIES = '/v1/policies/rate-limits';
+
+  /** Creates a non-streamed run of `model`; answers the response. */
+  const createRun = (model: string) =>
+    call('/v1/threads/runs', {
+      headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+      body: { assistant_id: assistantId, model, thread: ask('Count me', { reply: 'Counted' }) },
+    });
+
+  async function policy(model: string, value: number): Promise<string> {
+    const response = await call(POLICIES, {
+      body: { type: 'requests', unit: 'rpd', value, conditions: [{ key: 'model', value: model }], group_by: [{ key: 'api_key' }] },
+    });
+    expect(response.status).toBe(200);
+    return (await json(response)).id;
+  }
+
+  /** Sends `n` creates at once; answers the admitted runs and the refusals. */
+  async function burst(model: string, n: number) {
+    const responses = await Promise.all(Array.from({ length: n }, () => createRun(model)));
+    const admitted = [];
+    const refused = [];
+    for (const response of responses) {
+      if (response.status === 200) admitted.push(await json(response));
+      else refused.push({ ...(await errorOf(response)), retryAfter: response.headers.get('retry-after') });
+    }
+    return { admitted, refused };
+  }
+
+  // Daily windows (`rpd`), so that no window ends while a test counts, short of midnight UTC.
+  it('admits exactly the limit under concurrency, refuses the rest with 429, and a refusal consumes nothing', async () => {
+    // Two policies on one model; the wide one's counter comes first in the store's fixed order, so
+    // every refusal by the narrow one has to give back its reservation in the wide one.
+    const model = `limited-${crypto.randomUUID().slice(0, 8)}`;
+    const [first, second] = [await policy(model, 100), await policy(model, 100)].sort() as [string, string];
+    const WIDE = 10;
+    const NARROW = 3;
+    expect((await call(`${POLICIES}/${first}`, { method: 'PUT', body: { value: WIDE } })).status).toBe(200);
+    expect((await call(`${POLICIES}/${second}`, { method: 'PUT', body: { value: NARROW } })).status).toBe(200);
+
+    const one = await burst(model, 3 * NARROW);
+    expect(one.admitted).toHaveLength(NARROW);
+    expect(one.refused).toHaveLength(2 * NARROW);
+    for (const refusal of one.refused) {
+      expect(refusal).toMatchObject({ status: 429, type: 'requests', code: 'rate_limit_exceeded', param: null });
+      expect(refusal.message).toContain(second);
+      expect(Number(refusal.retryAfter)).toBeGreaterThanOrEqual(1);
+    }
+
+    // Without the narrow policy, the wide one has room for exactly what was admitted so far: the
+    // 2 × NARROW refused requests took nothing from it.
+    expect((await call(`${POLICIES}/${second}`, { method: 'DELETE' })).status).toBe(200);
+    const two = await burst(model, WIDE);
+    expect(two.admitted).toHaveLength(WIDE - NARROW);
+    expect(two.refused).toHaveLength(NARROW);
+    expect(two.refused.every((refusal) => refusal.status === 429 && refusal.message.includes(first))).toBe(true);
+
+    // The counters were objects, not rows; the admitted runs all ran.
+    expect((await listDurableObjectIds(env.RATE_LIMIT_COUNTER)).length).toBeGreaterThanOrEqual(2);
+    for (const run of [...one.admitted, ...two.admitted]) {
+      expect((await waitForRun(run.thread_id, run.id, 'completed')).status).toBe('completed');
+    }
+  });
+});
