@@ -2,8 +2,10 @@ import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
- * One `vitest run`, two projects: `node` (the app in-process on libSQL files, the CLI, the server)
- * and `workers` (the Worker entry inside workerd against a local sqld; test/global-setup.ts).
+ * Three projects: `node` (the app in-process on libSQL files, the CLI, the server) and `workers`
+ * (the Worker entry inside workerd against a local sqld; test/global-setup.ts), which `npm test`
+ * runs, and `reliability` (crashes, faults, load over real processes), which
+ * `npm run test:reliability` runs.
  */
 
 const timeouts = {
@@ -19,8 +21,17 @@ export default defineConfig({
         test: {
           name: 'node',
           include: ['test/**/*.test.ts'],
-          exclude: [...configDefaults.exclude, 'test/workers/**'],
+          exclude: [...configDefaults.exclude, 'test/workers/**', 'test/reliability/**'],
           ...timeouts,
+        },
+      },
+      {
+        // Minutes, not seconds: kill -9 rounds and a load minute. `npm run test:reliability` only.
+        test: {
+          name: 'reliability',
+          include: ['test/reliability/**/*.test.ts'],
+          testTimeout: 300_000,
+          hookTimeout: 60_000,
         },
       },
       {

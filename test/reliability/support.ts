@@ -1,0 +1,144 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createClient, type Client } from '@libsql/client';
+import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
+import type { GatewayProcess } from '../support/processes';
+
+/**
+ * What the reliability suites share: a gateway process seen from outside (keys read from its first
+ * start, a virtual key and an assistant created over HTTP), its database read directly (never
+ * through the gateway, whose reads settle left-behind runs on the way), and the integrity checks
+ * run against that database.
+ */
+
+export interface Target {
+  url: string;
+  workspaceKey: string;
+  /** x-gateway-api-key and x-gateway-virtual-key, content-type. */
+  headers: Record<string, string>;
+  assistantId: string;
+}
+
+/** A fresh gateway's workspace key (printed once), a virtual key on `upstreamBaseURL`, an assistant. */
+export async function prepare(gateway: GatewayProcess, upstreamBaseURL: string): Promise<Target> {
+  const deadline = Date.now() + 10_000;
+  while (!/workspace API key\s+gk_/.test(gateway.stdout()) && Date.now() < deadline) await sleep(20);
+  const workspaceKey = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())?.[1];
+  if (!workspaceKey) throw new Error(`no workspace key printed:\n${gateway.stdout()}`);
+  const headers = { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json' };
+  const post = async (path: string, body: unknown) => {
+    const response = await fetch(`${gateway.url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+    if (!response.ok) throw new Error(`POST ${path}: ${response.status} ${await response.text()}`);
+    return (await response.json()) as { id: string };
+  };
+  await post('/v1/virtual-keys', { slug: 'reliability', provider: 'openai', base_url: upstreamBaseURL, api_key: 'sk-reliability' });
+  const assistant = await post('/v1/assistants', { model: 'fake-model' });
+  return { url: gateway.url, workspaceKey, headers: { ...headers, 'x-gateway-virtual-key': 'reliability' }, assistantId: assistant.id };
+}
+
+export function createRunRequest(target: Target, scenario: FakeScenario, stream: boolean): Promise<Response> {
+  return fetch(`${target.url}/v1/threads/runs`, {
+    method: 'POST',
+    headers: target.headers,
+    body: JSON.stringify({
+      assistant_id: target.assistantId,
+      stream,
+      thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] },
+    }),
+  });
+}
+
+export interface ServerSentEvent {
+  event: string;
+  data: any;
+}
+
+/** Reads a streamed response's events as they arrive; `onEvent` sees each one. Answers them all. */
+export async function readEvents(response: Response, onEvent: (event: ServerSentEvent) => void = () => {}): Promise<ServerSentEvent[]> {
+  const seen: ServerSentEvent[] = [];
+  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return seen;
+    buffer += value;
+    let end: number;
+    while ((end = buffer.indexOf('\n\n')) !== -1) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const event = /^event: (.*)$/m.exec(block)?.[1] ?? 'message';
+      const data = /^data: (.*)$/m.exec(block)?.[1] ?? '';
+      const parsed = { event, data: data === '[DONE]' ? data : JSON.parse(data) };
+      seen.push(parsed);
+      onEvent(parsed);
+    }
+  }
+}
+
+/** The gateway's database, read beside it (WAL mode allows readers while it writes). */
+export function openDataDir(dataDir: string): Client {
+  return createClient({ url: `file:${join(dataDir, 'gateway.db')}` });
+}
+
+const ACTIVE = "('queued', 'in_progress', 'cancelling')";
+
+export async function activeRunCount(db: Client): Promise<number> {
+  return Number((await db.execute(`SELECT count(*) FROM runs WHERE status IN ${ACTIVE}`)).rows[0]![0]);
+}
+
+/** Every run's status and last_error, by id. */
+export async function runStates(db: Client): Promise<Map<string, { status: string; lastError: { code: string; message: string } | null }>> {
+  const rows = (await db.execute('SELECT id, status, last_error FROM runs')).rows;
+  return new Map(rows.map((row) => [String(row[0]), { status: String(row[1]), lastError: row[2] ? JSON.parse(String(row[2])) : null }]));
+}
+
+/**
+ * Rows that only part of a write left, once no run is active: a run without its thread or its
+ * user message, a step or message still in progress under an ended run, a completed run without its
+ * completed answer, a message without its thread. Answers a description of each.
+ */
+export async function halfWrittenRows(db: Client): Promise<string[]> {
+  const checks: [string, string][] = [
+    ['run without its thread', 'SELECT r.id FROM runs r LEFT JOIN threads t ON t.id = r.thread_id WHERE t.id IS NULL'],
+    ['message without its thread', 'SELECT m.id FROM messages m LEFT JOIN threads t ON t.id = m.thread_id WHERE t.id IS NULL'],
+    ['thread without a message', 'SELECT t.id FROM threads t WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.thread_id = t.id)'],
+    ['step of a missing run', 'SELECT s.id FROM run_steps s LEFT JOIN runs r ON r.id = s.run_id WHERE r.id IS NULL'],
+    [
+      'step in progress under an ended run',
+      `SELECT s.id FROM run_steps s JOIN runs r ON r.id = s.run_id WHERE s.status = 'in_progress' AND r.status NOT IN ${ACTIVE}`,
+    ],
+    [
+      'message in progress under an ended run',
+      `SELECT m.id FROM messages m JOIN runs r ON r.id = m.run_id WHERE m.status = 'in_progress' AND r.status NOT IN ${ACTIVE}`,
+    ],
+    [
+      'completed run without its completed answer',
+      `SELECT r.id FROM runs r WHERE r.status = 'completed'
+         AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.run_id = r.id AND m.role = 'assistant' AND m.status = 'completed')`,
+    ],
+  ];
+  const found: string[] = [];
+  for (const [what, query] of checks) {
+    for (const row of (await db.execute(query)).rows) found.push(`${what}: ${String(row[0])}`);
+  }
+  return found;
+}
+
+/** Resident and peak resident memory of a process, in MB (Linux /proc). */
+export function memoryOf(pid: number): { rssMb: number; peakMb: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
+  return { rssMb: kb('VmRSS') / 1024, peakMb: kb('VmHWM') / 1024 };
+}
+
+/** Polls `read` until `done` holds or `timeoutMs` passes; answers the last value read. */
+export async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value) || Date.now() > deadline) return value;
+    await sleep(100);
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
