@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { appendFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createClient, type Client } from '@libsql/client';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
@@ -142,3 +142,13 @@ export async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boo
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Measured figures beside the tally (latency, throughput, memory), for the closing table of
+ * `npm run test:reliability` (figures.jsonl in RELIABILITY_REPORT_DIR); nothing when unset.
+ */
+export function recordFigures(suite: string, figures: Record<string, number>): void {
+  const dir = process.env.RELIABILITY_REPORT_DIR;
+  if (!dir) return;
+  appendFileSync(join(dir, 'figures.jsonl'), `${JSON.stringify({ suite, ...figures })}\n`);
+}
