@@ -101,7 +101,7 @@ describe('an upstream fault ends the run failed with last_error', () => {
   const thread = (scenario: FakeScenario | 'refused') => ({
     messages: [{ role: 'user' as const, content: scenario === 'refused' ? 'Hello' : `Go\n${fakeDirective(scenario)}` }],
   });
-  const headersFor = (scenario: FakeScenario | 'refused') =>
+  const headersFor = (scenario: FakeScenario | 'refused'): Record<string, string> =>
     scenario === 'refused' ? { 'x-gateway-virtual-key': refusedKey } : {};
 
   it.each(FAULTS)('%s: a streamed client gets the failed run, then done', async (_name, scenario, lastError) => {
