@@ -1,7 +1,9 @@
+import type { Context } from 'hono';
 import { createMiddleware } from 'hono/factory';
 import type { AppEnv } from '../deps';
 import { ApiError } from '../errors';
 import { inspectJson, type JsonProblem } from '../lib/strict-json';
+import { unreadBody } from './body-limit';
 import { formatPath } from './validate';
 
 const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
@@ -26,12 +28,12 @@ export const jsonBody = () =>
       if (c.req.header('transfer-encoding') !== undefined || (length !== undefined && length !== '0')) {
         throw new ApiError('unsupported_media_type');
       }
-      if (length === undefined && c.req.raw.body && (await c.req.text()).length > 0) {
+      if (length === undefined && c.req.raw.body && (await readText(c)).length > 0) {
         throw new ApiError('unsupported_media_type');
       }
       return next();
     }
-    const text = await c.req.text();
+    const text = await readText(c);
     if (text.length === 0) {
       c.req.bodyCache.json = Promise.resolve(undefined);
       return next();
@@ -50,6 +52,8 @@ export const jsonBody = () =>
     c.req.bodyCache.json = Promise.resolve(parsed);
     return next();
   });
+
+const readText = (c: Context<AppEnv>) => c.req.text().catch((error: unknown) => Promise.reject(unreadBody(error)));
 
 /**
  * Deep enough for every schema here (a JSON Schema of 32 levels inside a tool inside a body is
