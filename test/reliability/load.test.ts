@@ -124,7 +124,9 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
     const db = openDataDir(dataDir);
     try {
       const ACTIVE = "SELECT count(*) FROM runs WHERE status IN ('queued', 'in_progress', 'cancelling')";
-      await waitFor(async () => Number((await db.execute(ACTIVE)).rows[0]![0]), (n) => n === 0, 30_000);
+      const drainStarted = performance.now();
+      await waitFor(async () => Number((await db.execute(ACTIVE)).rows[0]![0]), (n) => n === 0, 60_000);
+      const drainedAfter = (performance.now() - drainStarted) / 1000;
       const states = await runStates(db);
       const wrong: string[] = [];
       for (const [id, fault] of expected) {
@@ -148,6 +150,8 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
         non_streamed_create_p50_ms: createdStats.p50_ms,
         non_streamed_create_p99_ms: createdStats.p99_ms,
         peak_rss_mb: round(peakRssMb, 1),
+        // How long the runs still going when the clients stopped took to end.
+        drained_after_s: round(drainedAfter, 1),
       };
       recordFigures('load', figures);
       console.log(`load: ${JSON.stringify({ ...figures, runs: expected.size, faults, failed, refused, lost, half_written: halfWritten.length })}`);

@@ -114,7 +114,8 @@ export async function halfWrittenRows(db: Client): Promise<string[]> {
     [
       'completed run without its completed answer',
       `SELECT r.id FROM runs r WHERE r.status = 'completed'
-         AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.run_id = r.id AND m.role = 'assistant' AND m.status = 'completed')`,
+         AND NOT EXISTS (SELECT 1 FROM messages m
+           WHERE m.thread_id = r.thread_id AND m.run_id = r.id AND m.role = 'assistant' AND m.status = 'completed')`,
     ],
   ];
   const found: string[] = [];
