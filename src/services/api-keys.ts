@@ -87,10 +87,24 @@ const keyByHash = preparedQuery((db) =>
     .prepare(),
 );
 
+/**
+ * Hashes of keys that authenticated recently, oldest first. Every request hashes its key, and
+ * WebCrypto's digest is asynchronous (on Node a hop through the thread pool): about 5% of a run's
+ * creation. Only the hash is remembered, never the lookup, so a revoked key is refused at its next
+ * request; only keys that matched are kept, so unknown keys cannot crowd out real ones.
+ */
+const recentHashes = new Map<string, string>();
+const RECENT_HASHES_MAX = 10_000;
+
 export async function authenticateApiKey(db: Db, plaintext: string): Promise<AuthenticatedKey | null> {
   if (!plaintext.startsWith(KEY_PREFIX)) return null;
-  const [row] = await keyByHash(db).all({ hash: await sha256Hex(plaintext) });
+  const hash = recentHashes.get(plaintext) ?? (await sha256Hex(plaintext));
+  const [row] = await keyByHash(db).all({ hash });
   if (!row) return null;
+  if (!recentHashes.has(plaintext)) {
+    if (recentHashes.size >= RECENT_HASHES_MAX) recentHashes.delete(recentHashes.keys().next().value!);
+    recentHashes.set(plaintext, hash);
+  }
   return {
     id: row.id,
     kind: row.kind,
