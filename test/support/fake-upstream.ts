@@ -101,6 +101,8 @@ export interface FakeScenario {
   malformed_after_chunks?: number;
   /** Streamed only: send `data: {"error":{...server_error...}}` after N chunks and end the body, as OpenAI does when a stream fails. */
   error_after_chunks?: number;
+  /** The body `error_after_chunks` sends instead of the server_error one (an upstream that repeats a key, say). */
+  stream_error?: unknown;
 }
 
 export interface FakeUpstreamOptions {
@@ -543,6 +545,7 @@ const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   cut_after_chunks: 'count',
   malformed_after_chunks: 'count',
   error_after_chunks: 'count',
+  stream_error: 'any',
 };
 
 /** Refuses unknown fields and wrong types, so a typo in a test fails loudly instead of being ignored. */
@@ -844,7 +847,7 @@ async function* sseFrames(plan: Plan, signal: AbortSignal): AsyncGenerator<Piece
     if (firesNow(s.malformed_after_chunks)) yield 'data: {not json\n\n';
     if (firesNow(s.stall_after_chunks)) return yield STALL;
     if (firesNow(s.cut_after_chunks)) return yield CUT;
-    if (firesNow(s.error_after_chunks)) return yield `data: ${JSON.stringify(SERVER_ERROR)}\n\n`;
+    if (firesNow(s.error_after_chunks)) return yield `data: ${JSON.stringify(s.stream_error ?? SERVER_ERROR)}\n\n`;
     if (sent > 0 && s.chunk_delay_ms && !(await sleep(s.chunk_delay_ms, signal))) return;
     if (next.done) return yield 'data: [DONE]\n\n';
     yield `data: ${JSON.stringify(next.value)}\n\n`;
