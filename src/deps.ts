@@ -41,6 +41,17 @@ export interface Deps {
    * reads when the run executes where it was created.
    */
   dispatchRun: (c: Context<AppEnv>, run: RunRow, preloaded?: ExecuteOptions['preloaded']) => void;
+  /**
+   * Executes a streamed run put in progress and answers its event stream, `leading` first. The
+   * run does not depend on the reader: a client that disconnects leaves it executing to the end.
+   * In this process on Node (runs/dispatch.ts); on Workers, in the run's executor object, since
+   * `waitUntil` ends 30 seconds after a client disconnects.
+   */
+  streamRun: (
+    c: Context<AppEnv>,
+    run: RunRow,
+    options: Pick<ExecuteOptions, 'leading' | 'preloaded'>,
+  ) => Promise<ReadableStream<Uint8Array>>;
 }
 
 /** The one environment type of every Hono app, sub-app and middleware here. */

@@ -23,7 +23,7 @@ import { LibsqlCounterStore, PolicyCache } from './ratelimit';
 export type Env = { [Name in keyof Config]?: string } & {
   /** Rate-limit counters, one object per counter (durable/counter-store.ts). */
   RATE_LIMIT_COUNTER: DurableObjectNamespace<RateLimitCounter>;
-  /** Non-streamed runs, one object per run (durable/run-executor.ts). */
+  /** Where runs execute, one object per run (durable/run-executor.ts). */
   RUN_EXECUTOR: DurableObjectNamespace<RunExecutor>;
 };
 
@@ -71,6 +71,7 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     now: Date.now,
     background: (c, task) => c.executionCtx.waitUntil(task),
     dispatchRun: dispatchToRunExecutor(env.RUN_EXECUTOR, log),
+    streamRun: (_c, run, options) => runExecutor(env.RUN_EXECUTOR, run.id).stream(run, options),
     fetch: (input, init) => fetch(input, init),
   };
 }
@@ -80,11 +81,17 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
  * hand-over fail, the run is still leased: recovery fails it once the lease runs out.
  */
 function dispatchToRunExecutor(namespace: DurableObjectNamespace<RunExecutor>, log: Logger): Deps['dispatchRun'] {
-  return (c, run) => {
-    const executor = namespace.get(namespace.idFromName(run.id));
-    const handOver = executor.start(run.id).catch((error: unknown) => {
-      log.error('run could not be handed to its executor', { run_id: run.id, request_id: c.var.requestId, error });
-    });
+  return (c, run, preloaded) => {
+    const handOver = runExecutor(namespace, run.id)
+      .start(run, preloaded)
+      .catch((error: unknown) => {
+        log.error('run could not be handed to its executor', { run_id: run.id, request_id: c.var.requestId, error });
+      });
     c.var.deps.background(c, handOver);
   };
+}
+
+/** The object where a run executes, one per run (a continued run comes back to the same one). */
+function runExecutor(namespace: DurableObjectNamespace<RunExecutor>, runId: string) {
+  return namespace.get(namespace.idFromName(runId));
 }

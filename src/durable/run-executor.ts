@@ -1,43 +1,69 @@
 import { DurableObject } from 'cloudflare:workers';
-import { executeRun } from '../runs/engine';
-import { reconcileRun } from '../runs/recovery';
-import { settleRun } from '../runs/settle';
-import { getRunById } from '../services/runs';
+import { executeStreamed } from '../runs/dispatch';
+import { executeRun, type ExecuteOptions } from '../runs/engine';
+import type { RunRow } from '../services/runs';
 import { workerDeps, type Env } from '../worker-runtime';
 
 /**
- * Where a non-streamed run executes on Workers (Deps.dispatchRun): one object per run, named by the
- * run's id, executing it in an alarm. A Worker's `waitUntil` lasts only 30 seconds past its
- * response; an alarm handler may run for 15 minutes of wall time, longer than a run lives
- * (GATEWAY_RUN_EXPIRES_AFTER_SECONDS, 10 minutes by default).
+ * Where runs execute on Workers (Deps.dispatchRun, Deps.streamRun): one object per run, named by
+ * the run's id. A Worker's `waitUntil` lasts only 30 seconds past its response or its client's
+ * disconnect, too short for a run that takes minutes.
  *
- * At most once: the object forgets the run before executing it, so an alarm retried after a crash
- * mid-run does not call the provider a second time; the run's lease runs out instead and recovery
- * fails it, as on Node. Failures before that point (the database unreachable) throw, and the
- * platform retries the alarm with the run still remembered.
+ * The object starts executing at once, in the call that hands it the run, and sets an alarm for
+ * now whose handler waits for the execution to end: an object is kept in memory while an event
+ * (the alarm) is in progress, for up to 15 minutes of wall time, longer than a run lives
+ * (GATEWAY_RUN_EXPIRES_AFTER_SECONDS, 10 minutes by default). A streamed run answers its event
+ * stream from here; when the reader goes away, the stream detaches and the run carries on.
+ *
+ * At most once: an alarm that finds no execution in memory (the object was restarted mid-run)
+ * does not execute the run again, which would call the provider a second time; the run's lease
+ * runs out instead and the cron sweep fails it, as on Node.
  */
 export class RunExecutor extends DurableObject<Env> {
-  /** Takes a run its caller put in progress: remembered, then executed by an alarm set for now. */
-  async start(runId: string): Promise<void> {
-    this.ctx.storage.kv.put('run_id', runId);
-    await this.ctx.storage.setAlarm(Date.now());
+  /**
+   * Executions in this instance (they never reject): one, or two for a moment when tool outputs
+   * continue the run just as its previous turn ends.
+   */
+  readonly #executions = new Set<Promise<void>>();
+
+  /** A non-streamed run its caller put in progress: executing once this returns. */
+  async start(run: RunRow, preloaded?: ExecuteOptions['preloaded']): Promise<void> {
+    const deps = await this.#take();
+    this.#track(executeRun(deps, run, { preloaded }));
+  }
+
+  /** A streamed run its caller put in progress: its event stream, `leading` first. */
+  async stream(run: RunRow, options: Pick<ExecuteOptions, 'leading' | 'preloaded'>): Promise<ReadableStream<Uint8Array>> {
+    const deps = await this.#take();
+    const { readable, done } = executeStreamed(deps, run, options);
+    this.#track(done);
+    // Handed over RPC through a native byte stream: when the reader goes away, the runtime errors
+    // a native stream, and pipeTo passes that on to the event stream, which detaches. A stream
+    // built in JavaScript (the event stream's own) would never learn of it, and the run would
+    // stall once its queue filled (test/workers/runs.test.ts, the client that disconnects).
+    const { readable: wire, writable } = new IdentityTransformStream();
+    readable.pipeTo(writable).catch(() => {
+      // The reader left: the run carries on, detached.
+    });
+    return wire;
   }
 
   override async alarm(): Promise<void> {
-    const runId = this.ctx.storage.kv.get<string>('run_id');
-    if (runId === undefined) return;
-    const deps = await workerDeps(this.env);
-    const run = await getRunById(deps.db, runId);
-    // Nothing is kept once the run is taken: an object with empty storage costs nothing.
+    while (this.#executions.size > 0) await Promise.all(this.#executions);
+    // Nothing is kept once the run has ended: an object with empty storage costs nothing. (No
+    // call is delivered while storage is written, so none can start a run in between.)
     await this.ctx.storage.deleteAll();
-    if (!run) return;
-    if (run.status === 'cancelling') {
-      // Cancelled before it started: nobody else will settle it.
-      await settleRun(deps, run.id, ['cancelling'], { status: 'cancelled' });
-    } else if (run.status === 'in_progress') {
-      // A lease that ran out before the alarm fired: recovery may already be failing the run.
-      const current = await reconcileRun(deps, run);
-      if (current === run) await executeRun(deps, run);
-    }
+  }
+
+  /** The deps, and the alarm that keeps this object alive while the run executes. */
+  async #take() {
+    const deps = await workerDeps(this.env);
+    await this.ctx.storage.setAlarm(Date.now());
+    return deps;
+  }
+
+  #track(execution: Promise<void>) {
+    this.#executions.add(execution);
+    void execution.finally(() => this.#executions.delete(execution));
   }
 }

@@ -1,6 +1,6 @@
 import { Hono, type Context } from 'hono';
 import type { AppEnv } from '../deps';
-import { ApiError, serverError } from '../errors';
+import { ApiError } from '../errors';
 import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
 import { virtualKey } from '../middleware/virtual-key';
@@ -8,8 +8,8 @@ import { workspace } from '../middleware/workspace';
 import { admitRequest, type Admission } from '../ratelimit';
 import { METADATA_HEADER, requestMetadata } from '../ratelimit/attributes';
 import { asQueued, insertable, prepareThreadAndRun } from '../runs/create';
-import { abortExecution, executeRun, type ExecuteOptions } from '../runs/engine';
-import { EventStream, SSE_HEADERS, type ServerSentEvent } from '../runs/event-stream';
+import { abortExecution, type ExecuteOptions } from '../runs/engine';
+import { SSE_HEADERS, type ServerSentEvent } from '../runs/event-stream';
 import { reconcileRun } from '../runs/recovery';
 import { settleRun } from '../runs/settle';
 import { createThreadAndRunBody, listMessagesQuery, submitToolOutputsBody } from '../schemas/runs';
@@ -177,32 +177,21 @@ function matchToolOutputs(run: RunRow, outputs: { tool_call_id: string; output: 
 
 /**
  * Answers a run just put in progress: as the acknowledged (queued) object, executing it in the
- * background, or as the event stream of its execution. Either way the execution is background
- * work, so a client that disconnects from a stream does not stop the run.
+ * background, or as the event stream of its execution. Either way the execution does not belong to
+ * the request (Deps.dispatchRun, Deps.streamRun), so a client that disconnects does not stop it.
  */
-function respond(
+async function respond(
   c: Context<AppEnv>,
   run: RunRow,
   admission: Admission,
   stream: boolean,
   options: { acknowledged: unknown; leading: ServerSentEvent[]; preloaded: ExecuteOptions['preloaded'] },
-): Response {
+): Promise<Response> {
   const { deps } = c.var;
   if (!stream) {
     deps.dispatchRun(c, run, options.preloaded);
     return c.json(options.acknowledged, 200, admission.headers);
   }
-  const events = new EventStream();
-  const task = (async () => {
-    try {
-      await executeRun(deps, run, { sink: events, leading: options.leading, preloaded: options.preloaded });
-    } catch (error) {
-      deps.log.error('run stream failed', { run_id: run.id, request_id: c.var.requestId, error });
-      await events.fail(serverError().body);
-    } finally {
-      await events.close();
-    }
-  })();
-  deps.background(c, task);
-  return new Response(events.readable, { status: 200, headers: { ...SSE_HEADERS, ...admission.headers } });
+  const events = await deps.streamRun(c, run, { leading: options.leading, preloaded: options.preloaded });
+  return new Response(events, { status: 200, headers: { ...SSE_HEADERS, ...admission.headers } });
 }

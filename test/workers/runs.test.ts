@@ -6,7 +6,7 @@ import { errorOf, json } from '../support/envelope';
 
 /**
  * Runs and rate limits inside workerd, as on Cloudflare: the Worker entry, its Durable Objects
- * (RunExecutor for non-streamed runs, RateLimitCounter for counters: GATEWAY_RATE_LIMIT_STORE is
+ * (RunExecutor, where runs execute; RateLimitCounter for counters: GATEWAY_RATE_LIMIT_STORE is
  * "durable-object" in vitest.config.ts), a real sqld, and the fake Chat Completions server
  * (test/support/fake-upstream.ts, served from Node by test/global-setup.ts) as the provider. The
  * client is the official OpenAI SDK, running in workerd too, its fetch the Worker's own.
@@ -64,7 +64,11 @@ async function answerOf(threadId: string, runId: string): Promise<string> {
   return list.data[0].content[0].text.value;
 }
 
-/** Reads a run until `done` holds, or a deadline passes (then the caller's assertion fails). */
+/** The RunExecutor object named after a run: where it executes, rather than in a request's waitUntil. */
+const executorOf = (runId: string) => env.RUN_EXECUTOR.idFromName(runId).toString();
+const executorIds = async () => (await listDurableObjectIds(env.RUN_EXECUTOR)).map((id) => id.toString());
+
+/** Reads a run until it has `status`, or a deadline passes (then the caller's assertion fails). */
 async function waitForRun(threadId: string, runId: string, status: string) {
   const deadline = Date.now() + 20_000;
   for (;;) {
@@ -100,17 +104,16 @@ describe('runs on workerd', () => {
     );
     expect(run).toMatchObject({ status: 'completed', usage: { completion_tokens: 4 } });
     expect(await answerOf(run.thread_id, run.id)).toBe('Polled to the end');
-    // The run's executor is the object named after it, not the request's waitUntil.
-    const executor = env.RUN_EXECUTOR.idFromName(run.id).toString();
-    const ids = (await listDurableObjectIds(env.RUN_EXECUTOR)).map((id) => id.toString());
-    expect(ids).toContain(executor);
+    expect(await executorIds()).toContain(executorOf(run.id));
   });
 
   it('finishes and stores a streamed run whose client disconnected after the first delta', async () => {
-    const words = Array.from({ length: 40 }, (_, i) => `w${i}`).join(' ');
+    // More deltas than the event stream queues (64): a stream that did not notice its reader leave
+    // would hold the run at the first full queue.
+    const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
     const response = await call('/v1/threads/runs', {
       headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
-      body: { assistant_id: assistantId, stream: true, thread: ask('Leave early', { reply: words, chunk_delay_ms: 10 }) },
+      body: { assistant_id: assistantId, stream: true, thread: ask('Leave early', { reply: words, chunk_delay_ms: 2 }) },
     });
     expect(response.status).toBe(200);
     const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
@@ -128,6 +131,7 @@ describe('runs on workerd', () => {
     const run = await waitForRun(created.thread_id, created.id, 'completed');
     expect(run.status).toBe('completed');
     expect(await answerOf(created.thread_id, created.id)).toBe(words);
+    expect(await executorIds()).toContain(executorOf(created.id));
   });
 });
 
