@@ -107,7 +107,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     config,
     log,
     secrets: overrides.secrets ?? (await loadSecretBox(config)),
-    counters: new LibsqlCounterStore(database.client, { log }),
+    counters: new LibsqlCounterStore(database.countersClient, { log }),
     policyCache: new PolicyCache(database.db),
     now: Date.now,
     background: (_c, task) => tasks.track(task),
