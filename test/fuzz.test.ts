@@ -412,6 +412,33 @@ describe('generated requests to every route', () => {
   });
 });
 
+describe('a body the client stops sending', () => {
+  it.each([
+    ['with a Content-Length', { 'content-length': '100' }],
+    ['chunked', { 'transfer-encoding': 'chunked' }],
+  ])('%s is a 400 invalid_json, not a logged server error', async (_name, framing) => {
+    const logged = gateway.logs.length;
+    let sent = false;
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (sent) return controller.error(new Error('aborted')); // what Node reports when the socket closes
+        sent = true;
+        controller.enqueue(new TextEncoder().encode('{"conditions":'));
+      },
+    });
+    const request = new Request('http://gateway/v1/policies/rate-limits', {
+      method: 'POST',
+      headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': 'application/json', ...framing },
+      body,
+      duplex: 'half',
+    } as RequestInit);
+    const response = await gateway.app.request(request);
+    expect(response.status).toBe(400);
+    expect((await response.json()).error).toMatchObject({ code: 'invalid_json', message: expect.stringMatching(/could not be read/) });
+    expect(gateway.logs.slice(logged).join('\n')).not.toMatch(/"level":"error"/);
+  });
+});
+
 // ── Over real HTTP: framing the in-process tests cannot send ─────────────────────────────────
 
 /** One raw HTTP/1.1 exchange; the status line's code, or null when the server closed without one. */
