@@ -44,19 +44,33 @@ const POLICIES = '/v1/policies/rate-limits';
 
 interface Caller {
   tenant: Tenant;
+  /** The workspace key and the OpenAI virtual key. */
   headers: Record<string, string>;
   openai: OpenAI;
   assistantId: string;
+  /** The slug of the virtual key in `headers` (provider `openai`). */
+  slug: string;
+  /** The slug of an `azure-openai` virtual key on the fake. */
+  azureSlug: string;
 }
 
-/** A new workspace with a virtual key on the fake and an assistant with one function tool. */
+/**
+ * A new workspace with two virtual keys on the fake (OpenAI, used by default, and Azure OpenAI)
+ * and an assistant on `fake-model` with one function tool.
+ */
 async function caller(): Promise<Caller> {
   const tenant = await gateway.tenant();
   const slug = await gateway.virtualKey(tenant, { base_url: fake.baseURL });
+  const azureSlug = await gateway.virtualKey(tenant, {
+    provider: 'azure-openai',
+    base_url: fake.url,
+    api_version: '2024-10-21',
+    deployment: 'fake-deployment',
+  } as never);
   const headers = { 'x-gateway-api-key': tenant.workspaceKey, 'x-gateway-virtual-key': slug };
   const openai = gateway.openai(headers);
   const assistant = await openai.beta.assistants.create({ model: 'fake-model', instructions: 'Be brief.', tools: [WEATHER_TOOL] });
-  return { tenant, headers, openai, assistantId: assistant.id };
+  return { tenant, headers, openai, assistantId: assistant.id, slug, azureSlug };
 }
 
 const WEATHER_TOOL = {
@@ -153,6 +167,9 @@ describe('exactness over run traffic', () => {
     expect(admitted).toHaveLength(50);
     expect(refused).toHaveLength(150);
     for (const response of refused) await expectRefused(response, 'requests');
+    // Each admission saw the count the one before it left: remaining counts 49 down to 0, once each.
+    const remaining = admitted.map((response) => Number(response.headers.get('x-ratelimit-remaining-requests')));
+    expect(remaining.sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i));
     const runs = (await Promise.all(admitted.map(json))) as { id: string; status: string }[];
     expect(new Set(runs.map((run) => run.id)).size).toBe(50);
     expect(await usedBy(policy)).toBe(50);
@@ -251,6 +268,40 @@ describe('exactness over run traffic', () => {
       expect(fake.requests.length - warmed).toBe(50);
     } finally {
       for (const started of processes) await started.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('counters across a crash', () => {
+  it('keeps what a killed gateway admitted: its restart refuses what would exceed the limit', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'gateway-ratelimit-restart-'));
+    let started: GatewayProcess | undefined;
+    try {
+      started = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
+      await expect.poll(() => /workspace API key\s+(gk_\S+)/.exec(started!.stdout())?.[1], { timeout: 5_000 }).toBeDefined();
+      const key = /workspace API key\s+(gk_\S+)/.exec(started.stdout())![1]!;
+      const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json', 'x-gateway-virtual-key': 'fake' };
+      const post = (path: string, body: unknown) => fetch(`${started!.url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+      expect((await post('/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
+      const assistant = (await (await post('/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
+      // Per day, on the real clock: no window ends during the test (short of midnight UTC).
+      const policy = await post(POLICIES, { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'requests', unit: 'rpd', value: 2 });
+      expect(policy.status).toBe(200);
+      const run = () => post('/v1/threads/runs', { assistant_id: assistant.id, thread: thread('Hi') });
+      expect((await run()).status).toBe(200);
+      expect((await run()).status).toBe(200);
+      await expect.poll(() => chatRequests().length).toBe(2);
+
+      expect(await started.stop('SIGKILL')).toBeNull();
+      started = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
+      const refused = await run();
+      const error = await expectRefused(refused, 'requests');
+      expect(error.message).toContain('Limit 2, Used 2, Requested 1.');
+      await fake.waitForIdle(5_000);
+      expect(chatRequests()).toHaveLength(2);
+    } finally {
+      await started?.stop('SIGKILL');
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
@@ -423,6 +474,150 @@ describe('token charging', () => {
   });
 });
 
+describe('matching over run traffic', () => {
+  /** A run request: body fields over createRun's, extra headers, all as seen by one caller. */
+  type Request = { body?: Record<string, unknown>; headers?: Record<string, string> };
+  type Conditions = { key: string; value: string }[];
+  const metadataHeader = (value: Record<string, string>) => ({ 'x-gateway-metadata': JSON.stringify(value) });
+  const AND = (who: Caller): Conditions => [
+    { key: 'model', value: 'fake-model' },
+    { key: 'virtual_key', value: who.slug },
+    { key: 'metadata.team', value: 'blue' },
+  ];
+
+  // What the route takes from the request: the calling key, the workspace, the virtual key and its
+  // provider, the effective model (the run's own over the assistant's), metadata.
+  const cases: [string, (who: Caller) => Conditions, (who: Caller) => Request, boolean][] = [
+    ["api_key: the calling key's id", (who) => [{ key: 'api_key', value: who.tenant.workspaceKeyId }], () => ({}), true],
+    ["api_key: another key's id", (who) => [{ key: 'api_key', value: who.tenant.orgKeyId }], () => ({}), false],
+    [
+      "api_key: the organisation key's id, calling with it",
+      (who) => [{ key: 'api_key', value: who.tenant.orgKeyId }],
+      (who) => ({ headers: { 'x-gateway-api-key': who.tenant.orgKey, 'x-gateway-workspace-id': who.tenant.workspace.id } }),
+      true,
+    ],
+    ['workspace_id: its workspace', (who) => [{ key: 'workspace_id', value: who.tenant.workspace.id }], () => ({}), true],
+    ['virtual_key: its slug', (who) => [{ key: 'virtual_key', value: who.slug }], () => ({}), true],
+    ["virtual_key: another key's slug", (who) => [{ key: 'virtual_key', value: who.azureSlug }], () => ({}), false],
+    ['provider: openai', () => [{ key: 'provider', value: 'openai' }], () => ({}), true],
+    [
+      'provider: azure-openai, through an Azure key',
+      () => [{ key: 'provider', value: 'azure-openai' }],
+      (who) => ({ headers: { 'x-gateway-virtual-key': who.azureSlug } }),
+      true,
+    ],
+    ['provider: azure-openai, through an OpenAI key', () => [{ key: 'provider', value: 'azure-openai' }], () => ({}), false],
+    ["model: the assistant's", () => [{ key: 'model', value: 'fake-model' }], () => ({}), true],
+    ["model: the run's own", () => [{ key: 'model', value: 'run-model' }], () => ({ body: { model: 'run-model' } }), true],
+    [
+      "model: the assistant's, when the run has its own",
+      () => [{ key: 'model', value: 'fake-model' }],
+      () => ({ body: { model: 'run-model' } }),
+      false,
+    ],
+    ['model: *', () => [{ key: 'model', value: '*' }], () => ({ body: { model: 'run-model' } }), true],
+    ['metadata: * and a header value', () => [{ key: 'metadata.team', value: '*' }], () => ({ headers: metadataHeader({ team: '' }) }), true],
+    ['metadata: * and no value', () => [{ key: 'metadata.team', value: '*' }], () => ({ body: { metadata: { user: 'ann' } } }), false],
+    ['AND: every condition holds', AND, () => ({ body: { metadata: { team: 'blue' } } }), true],
+    ['AND: one fails', AND, () => ({ body: { model: 'run-model', metadata: { team: 'blue' } } }), false],
+    [
+      'AND: with * on one key',
+      (who) => [...AND(who), { key: 'provider', value: '*' }],
+      () => ({ headers: metadataHeader({ team: 'blue' }) }),
+      true,
+    ],
+  ];
+
+  it.each(cases)('%s', async (_name, conditions, request, matches) => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, { conditions: conditions(who), value: 1 });
+    const { body, headers } = request(who);
+    const first = await createRun(who, body, headers);
+    expect(first.status).toBe(200);
+    expect(first.headers.get('x-ratelimit-limit-requests')).toBe(matches ? '1' : null);
+    const second = await createRun(who, body, headers);
+    if (matches) await expectRefused(second, 'requests');
+    else expect(second.status).toBe(200);
+    expect(await usedBy(policy)).toBe(matches ? 1 : 0);
+  });
+
+  it("matches submit_tool_outputs on the run's model and metadata, and the submitting request's header", async () => {
+    freshMinute();
+    const who = await caller();
+    const wait = () =>
+      who.openai.beta.threads.createAndRunPoll(
+        {
+          assistant_id: who.assistantId,
+          model: 'run-model',
+          metadata: { team: 'blue' },
+          thread: thread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]),
+        },
+        { pollIntervalMs: 5 },
+      );
+    const [red, plain] = [await wait(), await wait()];
+    expect([red.status, plain.status]).toEqual(['requires_action', 'requires_action']);
+    const policy = await createPolicy(who.tenant, {
+      conditions: [
+        { key: 'model', value: 'run-model' },
+        { key: 'metadata.team', value: 'blue' },
+        { key: 'api_key', value: who.tenant.workspaceKeyId },
+      ],
+      value: 1,
+    });
+    const submit = (run: typeof red, headers: Record<string, string> = {}) =>
+      gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/submit_tool_outputs`, {
+        headers: { ...who.headers, ...headers },
+        body: { tool_outputs: [{ tool_call_id: run.required_action!.submit_tool_outputs.tool_calls[0]!.id, output: 'sunny' }] },
+      });
+    // The header's team wins over the run's: the policy does not apply.
+    const unmatched = await submit(red, { 'x-gateway-metadata': '{"team":"red"}' });
+    expect(unmatched.status).toBe(200);
+    expect(unmatched.headers.get('x-ratelimit-limit-requests')).toBeNull();
+    const matched = await submit(plain);
+    expect(matched.status).toBe(200);
+    expect(matched.headers.get('ratelimit-policy')).toBe(`"${policy}";q=1;w=60`);
+    expect(await usedBy(policy)).toBe(1);
+  });
+});
+
+describe('grouping over run traffic', () => {
+  it("keeps a counter per combination of the group_by values, an absent value a group of its own", async () => {
+    freshMinute();
+    const who = await caller();
+    const policy = await createPolicy(who.tenant, {
+      group_by: [{ key: 'virtual_key' }, { key: 'model' }, { key: 'metadata.user' }],
+      value: 1,
+    });
+    const azure = { 'x-gateway-virtual-key': who.azureSlug };
+    const ann = { 'x-gateway-metadata': '{"user":"ann"}' };
+    expect((await createRun(who)).status).toBe(200);
+    await expectRefused(await createRun(who), 'requests');
+    expect((await createRun(who, {}, azure)).status).toBe(200);
+    await expectRefused(await createRun(who, {}, azure), 'requests');
+    expect((await createRun(who, { model: 'run-model' })).status).toBe(200);
+    expect((await createRun(who, {}, ann)).status).toBe(200);
+    await expectRefused(await createRun(who, { metadata: { user: 'ann' } }), 'requests');
+
+    const group = (slug: string, model: string, user: string | null) =>
+      JSON.stringify([
+        ['virtual_key', slug],
+        ['model', model],
+        ['metadata.user', user],
+      ]);
+    const counters = await countersOf(policy);
+    expect(Object.keys(counters).map((key) => key.split('/').slice(3).join('/')).sort()).toEqual(
+      [
+        group(who.slug, 'fake-model', null),
+        group(who.azureSlug, 'fake-model', null),
+        group(who.slug, 'run-model', null),
+        group(who.slug, 'fake-model', 'ann'),
+      ].sort(),
+    );
+    expect(Object.values(counters)).toEqual([1, 1, 1, 1]);
+  });
+});
+
 describe('metadata', () => {
   it('matches metadata.<name> on the header merged over the run metadata, end to end', async () => {
     freshMinute();
@@ -468,10 +663,23 @@ describe('the 429 and the headers through the SDK', () => {
     const start = freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, { name: 'runs per minute', value: 1 });
-    await who.openai.beta.threads.createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') });
-    const error = await who.openai.beta.threads
+    // The SDK with retries off, counting what it sends: a 429 is final, not retried.
+    let sent = 0;
+    const openai = new OpenAI({
+      apiKey: 'unused-by-the-gateway',
+      baseURL: 'http://gateway.test/v1',
+      defaultHeaders: who.headers,
+      maxRetries: 0,
+      fetch: (url, init) => {
+        sent++;
+        return Promise.resolve(gateway.app.request(String(url), init as RequestInit));
+      },
+    });
+    await openai.beta.threads.createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') });
+    const error = await openai.beta.threads
       .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
       .then(() => null, (caught: unknown) => caught);
+    expect(sent).toBe(2);
     expect(error).toBeInstanceOf(OpenAI.RateLimitError);
     const limited = error as InstanceType<typeof OpenAI.RateLimitError>;
     expect(limited.status).toBe(429);
@@ -572,9 +780,12 @@ describe('windows and changes over run traffic', () => {
     expect(await countersOf(policy)).toEqual({ [`${policy}/rpm/${start + 60_000}/${group}`]: 2 });
   });
 
-  it('applies an update and an archive to the very next run', async () => {
+  it('applies a new policy, an update and an archive to the very next run', async () => {
     freshMinute();
     const who = await caller();
+    const before = await createRun(who);
+    expect(before.status).toBe(200);
+    expect(before.headers.get('x-ratelimit-limit-requests')).toBeNull();
     const policy = await createPolicy(who.tenant, { value: 1 });
     expect((await createRun(who)).status).toBe(200);
     await expectRefused(await createRun(who), 'requests');
