@@ -434,7 +434,7 @@ describe('a body the client stops sending', () => {
     } as RequestInit);
     const response = await gateway.app.request(request);
     expect(response.status).toBe(400);
-    expect((await response.json()).error).toMatchObject({ code: 'invalid_json', message: expect.stringMatching(/could not be read/) });
+    expect((await json(response)).error).toMatchObject({ code: 'invalid_json', message: expect.stringMatching(/could not be read/) });
     expect(gateway.logs.slice(logged).join('\n')).not.toMatch(/"level":"error"/);
   });
 });
