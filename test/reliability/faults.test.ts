@@ -199,6 +199,12 @@ describe('a client that leaves mid-stream', () => {
 });
 
 describe('afterwards', () => {
+  it('no connection to the upstream stays open once idle keep-alive connections time out', async () => {
+    // Idle pooled connections close after a few seconds (the client's and the fake's keep-alive
+    // timeouts); a connection still held by a forgotten exchange would not.
+    expect(await waitFor(async () => fake.openConnections, (n) => n === 0, 20_000)).toBe(0);
+  });
+
   it('the rate-limit counters agree with the runs, no row is half-written, and the gateway served no 5xx', async () => {
     // Every run was admitted once and charged its usage once, faults or not.
     const runs = (await db.execute("SELECT count(*), coalesce(sum(json_extract(usage, '$.total_tokens')), 0) FROM runs WHERE rate_limit IS NOT NULL")).rows[0]!;
