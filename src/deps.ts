@@ -52,6 +52,12 @@ export interface Deps {
     run: RunRow,
     options: Pick<ExecuteOptions, 'leading' | 'preloaded'>,
   ) => Promise<ReadableStream<Uint8Array>>;
+  /**
+   * Stops a run just marked `cancelling` at once where it executes: in this process on Node; on
+   * Workers, in its executor object (one request cannot touch I/O that another one started).
+   * Elsewhere, an executor notices on its next lease renewal.
+   */
+  abortRun: (c: Context<AppEnv>, runId: string) => void;
 }
 
 /** The one environment type of every Hono app, sub-app and middleware here. */

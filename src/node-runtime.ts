@@ -11,7 +11,7 @@ import { generateKeyBase64, SecretBox, secretBoxFromEnv } from './lib/secrets';
 import { TaskTracker } from './lib/tasks';
 import { createLogger } from './logger';
 import { LibsqlCounterStore, PolicyCache } from './ratelimit';
-import { dispatchInProcess, streamInProcess } from './runs/dispatch';
+import { abortInProcess, dispatchInProcess, streamInProcess } from './runs/dispatch';
 import { sweepRuns } from './runs/recovery';
 import { initialise, type InitResult } from './services/organisations';
 import { leaseMs } from './services/runs';
@@ -113,6 +113,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     background: (_c, task) => tasks.track(task),
     dispatchRun: dispatchInProcess,
     streamRun: streamInProcess,
+    abortRun: abortInProcess,
     fetch: (input, init) => fetch(input, init),
     ...overrides,
   };

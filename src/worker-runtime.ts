@@ -72,6 +72,15 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     background: (c, task) => c.executionCtx.waitUntil(task),
     dispatchRun: dispatchToRunExecutor(env.RUN_EXECUTOR, log),
     streamRun: (_c, run, options) => runExecutor(env.RUN_EXECUTOR, run.id).stream(run, options),
+    abortRun: (c, runId) => {
+      const abort = runExecutor(env.RUN_EXECUTOR, runId)
+        .cancel(runId)
+        .catch((error: unknown) => {
+          // The run's lease renewal notices the cancel anyway, within a third of the lease.
+          log.warn('cancel could not reach the run executor', { run_id: runId, request_id: c.var.requestId, error });
+        });
+      c.var.deps.background(c, abort);
+    },
     fetch: (input, init) => fetch(input, init),
   };
 }

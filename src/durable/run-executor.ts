@@ -1,6 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
 import { executeStreamed } from '../runs/dispatch';
-import { executeRun, type ExecuteOptions } from '../runs/engine';
+import { abortExecution, executeRun, type ExecuteOptions } from '../runs/engine';
 import type { RunRow } from '../services/runs';
 import { workerDeps, type Env } from '../worker-runtime';
 
@@ -46,6 +46,11 @@ export class RunExecutor extends DurableObject<Env> {
       // The reader left: the run carries on, detached.
     });
     return wire;
+  }
+
+  /** A cancel (Deps.abortRun): stops the run if it executes here, in this object's own context. */
+  cancel(runId: string): void {
+    abortExecution(runId);
   }
 
   override async alarm(): Promise<void> {

@@ -8,7 +8,7 @@ import { workspace } from '../middleware/workspace';
 import { admitRequest, type Admission } from '../ratelimit';
 import { METADATA_HEADER, requestMetadata } from '../ratelimit/attributes';
 import { asQueued, insertable, prepareThreadAndRun } from '../runs/create';
-import { abortExecution, type ExecuteOptions } from '../runs/engine';
+import type { ExecuteOptions } from '../runs/engine';
 import { SSE_HEADERS, type ServerSentEvent } from '../runs/event-stream';
 import { reconcileRun } from '../runs/recovery';
 import { settleRun } from '../runs/settle';
@@ -116,7 +116,7 @@ export const threadRoutes = new Hono<AppEnv>()
       }
       case 'in_progress': {
         const [cancelling] = await updateRun(deps.db, run.id, ['in_progress'], { status: 'cancelling' });
-        abortExecution(run.id);
+        deps.abortRun(c, run.id);
         return c.json(toRunJson(cancelling ?? (await currentRun(c))));
       }
       case 'cancelling':

@@ -1,7 +1,7 @@
 import type { Deps } from '../deps';
 import { serverError } from '../errors';
 import type { RunRow } from '../services/runs';
-import { executeRun, type ExecuteOptions } from './engine';
+import { abortExecution, executeRun, type ExecuteOptions } from './engine';
 import { EventStream } from './event-stream';
 
 /** Runs a dispatched run in this process, as background work (see Deps.dispatchRun). */
@@ -17,6 +17,9 @@ export const streamInProcess: Deps['streamRun'] = (c, run, options) => {
   deps.background(c, done);
   return Promise.resolve(readable);
 };
+
+/** Stops a run executing in this process (see Deps.abortRun). */
+export const abortInProcess: Deps['abortRun'] = (_c, runId) => abortExecution(runId);
 
 /**
  * Executes a run into a new event stream, wherever it executes (here, or in a Workers executor

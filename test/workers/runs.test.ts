@@ -133,6 +133,35 @@ describe('runs on workerd', () => {
     expect(await answerOf(created.thread_id, created.id)).toBe(words);
     expect(await executorIds()).toContain(executorOf(created.id));
   });
+  it('cancels a streamed run mid-answer in its executor: cancelled, the partial message incomplete', async () => {
+    const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
+    const response = await call('/v1/threads/runs', {
+      headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+      body: { assistant_id: assistantId, stream: true, thread: ask('Cancel me', { reply: words, chunk_delay_ms: 20 }) },
+    });
+    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let text = '';
+    let cancelled = false;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += value;
+      if (!cancelled && text.split('event: thread.message.delta').length > 3) {
+        cancelled = true;
+        const run = JSON.parse(/event: thread\.run\.created\ndata: (.*)\n/.exec(text)![1]!);
+        const answer = await call(`/v1/threads/${run.thread_id}/runs/${run.id}/cancel`, { method: 'POST' });
+        expect((await json(answer)).status).toBe('cancelling');
+      }
+    }
+    // The cancel reached the executor while the answer was still coming (renewing the lease would
+    // only notice it 10 seconds later, after the last word).
+    const names = [...text.matchAll(/^event: (.*)$/gm)].map((match) => match[1]);
+    expect(names.slice(-3)).toEqual(['thread.message.incomplete', 'thread.run.cancelled', 'done']);
+    const run = JSON.parse(/event: thread\.run\.created\ndata: (.*)\n/.exec(text)![1]!);
+    const list = await json(await call(`/v1/threads/${run.thread_id}/messages?run_id=${run.id}`));
+    expect(list.data[0]).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'run_cancelled' } });
+    expect(list.data[0].content[0].text.value.split(' ').length).toBeLessThan(200);
+  });
 });
 
 describe('rate limits in Durable Objects', () => {
