@@ -135,6 +135,8 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
         else if (state.status !== (fault ? 'failed' : 'completed')) wrong.push(`${id}: ${state.status} ${JSON.stringify(state.lastError)}`);
       }
       halfWritten = await halfWrittenRows(db);
+      // Every upstream exchange ended: completed, or closed by the gateway or the fault.
+      const openExchanges = await waitFor(async () => fake.requests.filter((request) => request.outcome === 'open').length, (n) => n === 0, 10_000);
       const failed = [...states.values()].filter((state) => state.status === 'failed').length;
       peakRssMb = Math.max(peakRssMb, memoryOf(pid).peakMb);
 
@@ -161,6 +163,7 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
       expect(lost).toBe(0);
       expect(wrong).toEqual([]);
       expect(halfWritten).toEqual([]);
+      expect(openExchanges).toBe(0);
       expect(answered5xx).toBe(0);
       expect(refused).toBe(0);
       expect(peakRssMb).toBeLessThan(MAX_RSS_MB);
