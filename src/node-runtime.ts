@@ -1,15 +1,18 @@
 import { serve } from '@hono/node-server';
 import { randomBytes } from 'node:crypto';
+import { lookup as dnsLookup } from 'node:dns/promises';
 import { link, mkdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
-import type { AddressInfo } from 'node:net';
+import { isIP, type AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import { createApp } from './app';
 import { parseConfig, type Config } from './config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from './db/node';
 import type { Deps } from './deps';
 import { generateKeyBase64, SecretBox, secretBoxFromEnv } from './lib/secrets';
+import { checkResolvedAddress } from './lib/upstream-url';
 import { TaskTracker } from './lib/tasks';
 import { createLogger } from './logger';
+import { UpstreamError } from './providers/types';
 import { LibsqlCounterStore, PolicyCache } from './ratelimit';
 import { abortInProcess, dispatchInProcess, streamInProcess } from './runs/dispatch';
 import { sweepRuns } from './runs/recovery';
@@ -114,10 +117,37 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     dispatchRun: dispatchInProcess,
     streamRun: streamInProcess,
     abortRun: abortInProcess,
-    fetch: (input, init) => fetch(input, init),
+    fetch: upstreamFetch({ allowPrivate: config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false }),
     ...overrides,
   };
   return { deps, tasks };
+}
+
+type Resolve = (hostname: string) => Promise<{ address: string }[]>;
+
+const resolveAll: Resolve = (hostname) => dnsLookup(hostname, { all: true, verbatim: true });
+
+/**
+ * Node's upstream fetch. A virtual key's base_url was checked as written (lib/upstream-url.ts),
+ * but a name can point anywhere, a metadata service included: so a name is resolved just before
+ * the fetch and every address it has is judged by the same rules. A name that does not resolve
+ * is left to fetch, which fails as it would. What this cannot stop is a name that resolves
+ * differently a moment later (DNS rebinding with a zero TTL); `resolve` is a parameter for tests.
+ */
+export function upstreamFetch(options: { allowPrivate: boolean; resolve?: Resolve }): typeof fetch {
+  const resolve = options.resolve ?? resolveAll;
+  return async (input, init) => {
+    const { hostname } = new URL(input instanceof Request ? input.url : String(input));
+    if (!hostname.startsWith('[') && isIP(hostname) === 0) {
+      const addresses = await resolve(hostname).catch(() => []);
+      for (const { address } of addresses) {
+        const problem = checkResolvedAddress(address, options);
+        // Not the address itself: it would tell a tenant about the gateway's network.
+        if (problem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${problem}`);
+      }
+    }
+    return fetch(input, init);
+  };
 }
 
 export interface RunningGateway {

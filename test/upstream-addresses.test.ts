@@ -1,8 +1,9 @@
 import { eq } from 'drizzle-orm';
 import fc from 'fast-check';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { virtualKeys } from '../src/db/schema';
 import { checkUpstreamUrl } from '../src/lib/upstream-url';
+import { upstreamFetch } from '../src/node-runtime';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
 import { recordTally } from './support/tally';
@@ -267,4 +268,57 @@ describe('the address of a run’s upstream', () => {
       inputsTried += 1;
     });
   }
+});
+
+describe('a name, resolved on Node just before the fetch', () => {
+  const resolvingTo =
+    (table: Record<string, string[]>) =>
+    async (hostname: string) =>
+      (table[hostname] ?? []).map((address) => ({ address }));
+
+  it('fails the run when the name resolves to a metadata address, even with private upstreams allowed', async () => {
+    const target = await createTestGateway({
+      env: { GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true' },
+      deps: {
+        fetch: upstreamFetch({
+          allowPrivate: true,
+          resolve: resolvingTo({ 'metadata.attacker.test': ['93.184.216.34', '::ffff:169.254.169.254'] }),
+        }),
+      },
+    });
+    try {
+      const owner = await target.tenant();
+      const assistant = await json(await target.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'fake-model' } }));
+      const slug = await target.virtualKey(owner, { base_url: 'http://metadata.attacker.test/v1' });
+      const run = await runTo(target, owner, slug, assistant.id);
+      expect(run).toMatchObject({ status: 'failed', last_error: { code: 'server_error', message: expect.stringMatching(/resolves to a cloud metadata/) } });
+      // The gateway's view of its network stays its own.
+      expect(run.last_error.message).not.toContain('169.254');
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('refuses names of private addresses unless private upstreams are allowed (the real resolver, on localhost)', async () => {
+    const strict = upstreamFetch({ allowPrivate: false });
+    await expect(strict(`${fake.baseURL.replace('127.0.0.1', 'localhost')}/models`)).rejects.toThrow(/resolves to a loopback, private/);
+    expect(fake.requests).toHaveLength(0);
+
+    const lenient = upstreamFetch({ allowPrivate: true });
+    const response = await lenient(`${fake.baseURL.replace('127.0.0.1', 'localhost')}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer sk-test' },
+      body: JSON.stringify({ model: 'fake-model', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(response.status).toBe(200);
+  });
+
+  it('leaves literal addresses and unresolvable names to the checks before it and to fetch', async () => {
+    const resolve = vi.fn(resolvingTo({}));
+    const guarded = upstreamFetch({ allowPrivate: true, resolve });
+    await expect(guarded('http://127.0.0.1:1/')).rejects.toThrow(TypeError); // connection refused, from fetch
+    expect(resolve).not.toHaveBeenCalled();
+    await expect(guarded('http://nowhere.invalid:1/')).rejects.not.toThrow(/not allowed/);
+    expect(resolve).toHaveBeenCalledWith('nowhere.invalid');
+  });
 });

@@ -3,8 +3,9 @@
  * tenant, and the gateway then fetches it with its own network position: without these rules a
  * tenant could read a cloud metadata service (credentials of the machine) or probe internal hosts.
  *
- * Only literal addresses are judged: Workers cannot resolve names, and a name resolved here could
- * resolve differently at fetch time anyway. Hosts are taken from WHATWG URL parsing, which already
+ * Here only literal addresses are judged: Workers cannot resolve names (nor reach private
+ * addresses). On Node, where a name could point anywhere, node-runtime.ts also resolves it just
+ * before each upstream fetch and judges every address with checkResolvedAddress. Hosts are taken from WHATWG URL parsing, which already
  * turns `2852039166`, `0xA9FEA9FE` and `0251.0376.0251.0376` into `169.254.169.254` and writes
  * IPv6 in its compressed, lowercase, hexadecimal form; the IPv6 parser below still accepts every
  * spelling, so the rules hold whatever produced the string.
@@ -41,6 +42,20 @@ export function checkUpstreamUrl(url: string, options: UpstreamUrlOptions): stri
   if (kind === 'metadata') return 'cloud metadata and link-local addresses are never allowed as upstreams.';
   if (kind === 'private' && !options.allowPrivate) {
     return 'loopback, private, CGNAT and unspecified addresses are refused as upstreams unless GATEWAY_ALLOW_PRIVATE_UPSTREAMS is true.';
+  }
+  return null;
+}
+
+/**
+ * A problem with an address that an upstream's name resolved to (IPv4 or IPv6, as a resolver
+ * writes it); null when it may be fetched. The same rules as for literal hosts.
+ */
+export function checkResolvedAddress(address: string, options: UpstreamUrlOptions): string | null {
+  const ipv4 = parseIpv4(address);
+  const kind = ipv4 !== null ? classifyIpv4(ipv4) : classifyIpv6(address);
+  if (kind === 'metadata') return 'it resolves to a cloud metadata or link-local address, never allowed as an upstream.';
+  if (kind === 'private' && !options.allowPrivate) {
+    return 'it resolves to a loopback, private, CGNAT or unspecified address, refused unless GATEWAY_ALLOW_PRIVATE_UPSTREAMS is true.';
   }
   return null;
 }
