@@ -59,6 +59,9 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
     await client.execute('PRAGMA journal_mode = WAL');
     countersClient = openEmbeddedClient(location, { timeoutMs: 5000 });
     await countersClient.execute('PRAGMA synchronous = NORMAL');
+    // Checkpoints (which copy the WAL into the file, and wait for the disk) are left to the app's
+    // commits, which follow admissions and charges: an admission never waits for one.
+    await countersClient.execute('PRAGMA wal_autocheckpoint = 0');
   }
   const db = drizzle(client, { schema });
   const close = () => {
