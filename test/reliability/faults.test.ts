@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../support/fake-upstream';
 import { startGatewayProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
-import { createRunRequest, halfWrittenRows, openDataDir, prepare, readEvents, waitFor, type Target } from './support';
+import { activeRunCount, createRunRequest, halfWrittenRows, openDataDir, prepare, readEvents, waitFor, type Target } from './support';
 
 /**
  * Upstream faults and client disconnects against a gateway process over real HTTP, clients being
@@ -215,8 +215,7 @@ describe('afterwards', () => {
     expect(await used(policyIds.tokens)).toBe(Number(runs[1]));
     expect(Number(runs[1])).toBeGreaterThan(0);
 
-    const active = Number((await db.execute("SELECT count(*) FROM runs WHERE status IN ('queued', 'in_progress', 'cancelling')")).rows[0]![0]);
-    expect(active).toBe(0);
+    expect(await activeRunCount(db)).toBe(0);
     const halfWritten = await halfWrittenRows(db);
     tally.rowsHalfWritten += halfWritten.length;
     expect(halfWritten).toEqual([]);

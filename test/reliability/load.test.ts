@@ -7,6 +7,7 @@ import { startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '.
 import { startGatewayProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
 import {
+  activeRunCount,
   createRunRequest,
   halfWrittenRows,
   memoryOf,
@@ -123,9 +124,8 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
     // Non-streamed runs finish in the background; they end within the upstream timeouts.
     const db = openDataDir(dataDir);
     try {
-      const ACTIVE = "SELECT count(*) FROM runs WHERE status IN ('queued', 'in_progress', 'cancelling')";
       const drainStarted = performance.now();
-      await waitFor(async () => Number((await db.execute(ACTIVE)).rows[0]![0]), (n) => n === 0, 60_000);
+      await waitFor(() => activeRunCount(db), (n) => n === 0, 60_000);
       const drainedAfter = (performance.now() - drainStarted) / 1000;
       const states = await runStates(db);
       const wrong: string[] = [];
