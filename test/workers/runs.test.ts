@@ -30,8 +30,11 @@ function call(path: string, init: { method?: string; body?: unknown; headers?: R
   });
 }
 
-/** A user message that makes the fake provider answer as `scenario` says (fake-upstream.ts). */
-const ask = (text: string, scenario: Record<string, unknown>) => ({
+/**
+ * A user message that makes the fake provider answer as `scenario` says (fake-upstream.ts): one
+ * scenario per model turn when a list.
+ */
+const ask = (text: string, scenario: Record<string, unknown> | Record<string, unknown>[]) => ({
   messages: [{ role: 'user' as const, content: `${text}\n#fake ${JSON.stringify(scenario)}` }],
 });
 
@@ -95,6 +98,27 @@ describe('runs on workerd', () => {
     expect(events.at(-1)).toBe('thread.run.completed');
     // Stored as streamed.
     expect(await answerOf(run.thread_id, run.id)).toBe('One two three four five');
+  });
+
+  it('continues a run after tool outputs in the same executor, streamed both times', async () => {
+    const first = openai.beta.threads.createAndRunStream({
+      assistant_id: assistantId,
+      tools: [
+        { type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } } },
+      ],
+      thread: ask('Look it up', [{ tool_calls: [{ name: 'lookup', arguments: { q: 'x' } }] }, { reply: 'Found it' }]),
+    });
+    const waiting = await first.finalRun();
+    expect(waiting.status).toBe('requires_action');
+    const calls = waiting.required_action!.submit_tool_outputs.tool_calls;
+    expect(calls.map((c) => c.function.name)).toEqual(['lookup']);
+    const next = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {
+      thread_id: waiting.thread_id,
+      tool_outputs: [{ tool_call_id: calls[0]!.id, output: '42' }],
+    });
+    const run = await next.finalRun();
+    expect(run).toMatchObject({ id: waiting.id, status: 'completed' });
+    expect(await answerOf(run.thread_id, run.id)).toBe('Found it');
   });
 
   it('executes a non-streamed run in its RunExecutor object, polled to completion with the SDK', async () => {
@@ -176,7 +200,13 @@ describe('rate limits in Durable Objects', () => {
 
   async function policy(model: string, value: number): Promise<string> {
     const response = await call(POLICIES, {
-      body: { type: 'requests', unit: 'rpd', value, conditions: [{ key: 'model', value: model }], group_by: [{ key: 'api_key' }] },
+      body: {
+        type: 'requests',
+        unit: 'rpd',
+        value,
+        conditions: [{ key: 'model', value: model }],
+        group_by: [{ key: 'api_key' }],
+      },
     });
     expect(response.status).toBe(200);
     return (await json(response)).id;
