@@ -719,6 +719,22 @@ describe('pruning', () => {
     expect(await store.prune(T + 61_000)).toBe(0);
   });
 
+  it("counts on the embedded file's counters connection: its own, committing each write at once without waiting for the disk", async () => {
+    const { client, countersClient } = gateway.database;
+    expect(countersClient).not.toBe(client);
+    const pragma = async (name: string) => Number((await countersClient.execute(`PRAGMA ${name}`)).rows[0]![0]);
+    // NORMAL (1): no fsync per commit; checkpoints are left to the app's connection.
+    expect(await pragma('synchronous')).toBe(1);
+    expect(await pragma('wal_autocheckpoint')).toBe(0);
+    // Not awaited: the write has committed by the time execute() returns its promise (a group
+    // commit would wait for the end of this turn of the event loop), so the app's connection
+    // reads it at once.
+    const written = countersClient.execute("INSERT INTO rate_limit_counters (key, used, window_end) VALUES ('prune/now', 1, 2e12)");
+    const { rows } = await client.execute("SELECT used FROM rate_limit_counters WHERE key = 'prune/now'");
+    expect(rows.map((row) => Number(row.used))).toEqual([1]);
+    await written;
+  });
+
   it('admits with tokens policies only without writing a counter', async () => {
     const store = new LibsqlCounterStore(gateway.database.client, { log: gateway.deps.log });
     const result = await store.admit('s', [{ key: 'prune/tokens', windowEnd: 2e12, cost: 0, limit: 10 }], 1e12);

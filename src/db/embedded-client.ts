@@ -123,11 +123,18 @@ export class EmbeddedClient {
   readonly #db: Database.Database;
   readonly #statements = new Map<string, Prepared>();
   #pending: PendingWrite[] = [];
+  readonly #groupCommit: boolean;
   closed = false;
 
-  /** @param timeoutMs how long to wait for another process's write lock (SQLite's busy timeout). */
-  constructor(path: string, options: { timeoutMs: number }) {
+  /**
+   * @param options.timeoutMs how long to wait for another process's write lock (SQLite's busy timeout).
+   * @param options.groupCommit false: each write commits at once, in its own transaction. For a
+   *   connection whose commits do not wait for the disk, where a group saves nothing and waiting
+   *   for the end of the event loop's turn would only add latency.
+   */
+  constructor(path: string, options: EmbeddedClientOptions) {
     this.#db = new Database(path, { timeout: options.timeoutMs });
+    this.#groupCommit = options.groupCommit ?? true;
   }
 
   async execute(statement: InStatement, args?: InArgs): Promise<ResultSet> {
@@ -177,9 +184,13 @@ export class EmbeddedClient {
     this.#db.close();
   }
 
-  /** Queues writes for the group commit that ends this turn of the event loop. */
+  /** Queues writes for the group commit that ends this turn of the event loop (or commits them now). */
   #write(statements: { sql: string; args?: InArgs }[]): Promise<Result[]> {
     return new Promise((resolve, reject) => {
+      if (!this.#groupCommit) {
+        resolve(this.#inTransaction('BEGIN IMMEDIATE', () => statements.map(({ sql, args }) => this.#run(sql, args))));
+        return;
+      }
       if (this.#pending.length === 0) setImmediate(() => this.#commitGroup());
       this.#pending.push({ statements, resolve, reject });
     });
@@ -286,7 +297,12 @@ function normalise(statement: InStatement, args?: InArgs): { sql: string; args?:
   return typeof statement === 'string' ? { sql: statement, args } : { sql: statement.sql, args: statement.args };
 }
 
+export interface EmbeddedClientOptions {
+  timeoutMs: number;
+  groupCommit?: boolean;
+}
+
 /** The embedded client where code expects @libsql/client's `Client`. */
-export function openEmbeddedClient(path: string, options: { timeoutMs: number }): Client {
+export function openEmbeddedClient(path: string, options: EmbeddedClientOptions): Client {
   return new EmbeddedClient(path, options) as unknown as Client;
 }

@@ -22,11 +22,13 @@ export interface NodeDatabase {
   client: Client;
   /**
    * The connection rate-limit counters use. On the embedded file, a second connection whose commits
-   * do not wait for the disk (synchronous = NORMAL): an admission would otherwise add a commit
-   * waiting for an fsync to every run creation (ms at p99). An admitted run is answered only after
-   * its own commit, which does wait for the disk and, the WAL being one append-only file, makes the
-   * admission before it durable too. A kill loses nothing; a power loss can lose the token charges
-   * of runs that ended just before it. On a server: the same client.
+   * do not wait for the disk (synchronous = NORMAL), and which commits each write at once: an
+   * admission would otherwise add a commit waiting for an fsync to every run creation (ms at p99),
+   * and wait for the end of the event loop's turn, behind other requests' I/O, to join a group
+   * that saves nothing without an fsync. An admitted run is answered only after its own commit,
+   * which does wait for the disk and, the WAL being one append-only file, makes the admission
+   * before it durable too. A kill loses nothing; a power loss can lose the token charges of runs
+   * that ended just before it. On a server: the same client.
    */
   countersClient: Client;
   /** Where the data lives, for start-up messages: a file path or a URL without credentials. */
@@ -57,7 +59,7 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
     client = openEmbeddedClient(location, { timeoutMs: 5000 });
     // WAL lets readers in other processes (the CLI, a second gateway) proceed during writes.
     await client.execute('PRAGMA journal_mode = WAL');
-    countersClient = openEmbeddedClient(location, { timeoutMs: 5000 });
+    countersClient = openEmbeddedClient(location, { timeoutMs: 5000, groupCommit: false });
     await countersClient.execute('PRAGMA synchronous = NORMAL');
     // Checkpoints (which copy the WAL into the file, and wait for the disk) are left to the app's
     // commits, which follow admissions and charges: an admission never waits for one.
