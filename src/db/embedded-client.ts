@@ -45,6 +45,16 @@ interface RowShape {
 }
 
 const VALUES = Symbol('values');
+
+/**
+ * Whether a statement that returns rows only reads. SQLite knows (sqlite3_stmt_readonly), but the
+ * libsql binding does not say (its Statement has no `readonly`), so the text tells: a SELECT or
+ * VALUES, or a WITH whose statement is one (not an INSERT, UPDATE, DELETE or REPLACE … RETURNING).
+ */
+function readsOnly(sql: string): boolean {
+  if (/^\s*(SELECT|VALUES)\b/i.test(sql)) return true;
+  return /^\s*WITH\b/i.test(sql) && !/\b(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(sql);
+}
 const PRAGMA = /^\s*PRAGMA\b/i;
 
 function rowShape(names: string[]): RowShape {
@@ -271,13 +281,13 @@ export class EmbeddedClient {
       const columns = described.map((column) => column.name);
       prepared = {
         statement,
-        readonly: statement.readonly,
+        readonly: readsOnly(sql),
         shape: rowShape(columns),
         columns,
         columnTypes: described.map((column) => column.type ?? ''),
       };
     } else {
-      prepared = { statement, readonly: statement.readonly, shape: null, columns: [], columnTypes: [] };
+      prepared = { statement, readonly: false, shape: null, columns: [], columnTypes: [] };
     }
     // Statements that change the schema invalidate prepared ones; they are rare (migrations) and
     // SQLite re-prepares transparently, so only the cache size needs a bound.
