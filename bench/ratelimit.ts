@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { eq } from 'drizzle-orm';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -14,8 +13,7 @@ import { createApiKey } from '../src/services/api-keys';
 import { createVirtualKey } from '../src/services/virtual-keys';
 import { createWorkspace } from '../src/services/workspaces';
 import { fakeDirective } from '../test/support/fake-upstream';
-import { ROOT } from '../test/support/processes';
-import { round, summarise } from './support';
+import { round, startFakeProvider, summarise } from './support';
 
 /**
  * `npm run bench:ratelimit`: what rate limiting adds to run traffic. The real app runs in this
@@ -34,7 +32,7 @@ const POLICIES = Number(process.env.BENCH_POLICIES ?? 10_000);
 const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 1000);
 const CONCURRENCY = 32;
 
-const fakeUrl = await startFake();
+const fakeUrl = await startFakeProvider();
 const dataDir = mkdtempSync(join(tmpdir(), 'gateway-bench-ratelimit-'));
 const config = nodeConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
 const database = await openDatabase(config);
@@ -285,20 +283,3 @@ console.log(
   ),
 );
 process.exit(0);
-
-function startFake(): Promise<string> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/fake-upstream.ts', '--port', '0'], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  process.once('exit', () => child.kill());
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk;
-      const line = out.split('\n')[0];
-      if (out.includes('\n') && line) resolve(line.trim());
-    });
-    child.once('exit', (code) => reject(new Error(`fake upstream exited with ${code}`)));
-  });
-}

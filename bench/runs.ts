@@ -1,10 +1,9 @@
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective, type FakeScenario } from '../test/support/fake-upstream';
-import { ROOT, startGatewayProcess, type GatewayProcess } from '../test/support/processes';
-import { round, summarise } from './support';
+import { startGatewayProcess, type GatewayProcess } from '../test/support/processes';
+import { round, startFakeProvider, summarise } from './support';
 
 /**
  * `npm run bench:runs`: what the gateway adds to a run, measured from outside over HTTP, with the
@@ -23,7 +22,7 @@ const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 300);
 const N32 = Number(process.env.BENCH_CONCURRENT ?? 1600);
 const CONCURRENCY = 32;
 
-const fakeUrl = await startFake();
+const fakeUrl = await startFakeProvider();
 const env = { LOG_LEVEL: 'warn' };
 
 async function main() {
@@ -226,22 +225,6 @@ async function until(condition: () => boolean, timeoutMs = 10_000) {
   }
 }
 
-function startFake(): Promise<string> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/fake-upstream.ts', '--port', '0'], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  process.once('exit', () => child.kill());
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk;
-      const line = out.split('\n')[0];
-      if (out.includes('\n') && line) resolve(line.trim());
-    });
-    child.once('exit', (code) => reject(new Error(`fake upstream exited with ${code}`)));
-  });
-}
 
 const latency = process.env.BENCH_ONLY === 'memory' ? {} : await main();
 const small = await memory(1024, 40);

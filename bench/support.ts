@@ -1,4 +1,7 @@
-/** Shared by the benchmarks: timing and percentiles, printed as JSON. */
+import { spawn } from 'node:child_process';
+import { ROOT } from '../test/support/processes';
+
+/** Shared by the benchmarks: timing and percentiles, printed as JSON; the fake provider. */
 
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return NaN;
@@ -28,4 +31,25 @@ export function summarise(samples: number[]) {
     p99_ms: round(percentile(sorted, 99)),
     max_ms: round(sorted[sorted.length - 1] ?? NaN),
   };
+}
+
+/**
+ * The fake provider (test/support/fake-upstream.ts) in a process of its own, so that its work is
+ * not counted as the gateway's; answers its base URL. Stopped when this process exits.
+ */
+export function startFakeProvider(): Promise<string> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/fake-upstream.ts', '--port', '0'], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  process.once('exit', () => child.kill());
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk;
+      const line = out.split('\n')[0];
+      if (out.includes('\n') && line) resolve(line.trim());
+    });
+    child.once('exit', (code) => reject(new Error(`fake upstream exited with ${code}`)));
+  });
 }
