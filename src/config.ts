@@ -32,7 +32,10 @@ export const configSchema = z.object({
   GATEWAY_ALLOW_PRIVATE_UPSTREAMS: flag.optional(),
   /** A run fails when its upstream sends no first byte (connection and headers included) in this time. */
   GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: positiveInt.default(60_000),
-  /** A run fails when its upstream goes silent mid-answer for longer than this. */
+  /**
+   * A run fails when its upstream goes silent mid-answer for longer than this; a streaming client
+   * that reads nothing for this long is detached (stops receiving events) rather than holding the run.
+   */
   GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: positiveInt.default(60_000),
   /** A run not finished this long after its creation expires (OpenAI: 10 minutes). */
   GATEWAY_RUN_EXPIRES_AFTER_SECONDS: positiveInt.default(600),

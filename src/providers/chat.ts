@@ -78,7 +78,11 @@ export async function* streamChatCompletion(
         if (chunk.error) {
           throw new UpstreamError('protocol', `The upstream reported an error mid-stream: ${redact(String(chunk.error.message ?? 'unknown'), call.secret)}`);
         }
+        // The idle timeout measures the upstream's silence, not the time the consumer takes before
+        // asking for more (the engine waits for a slow streaming client): no clock while it holds.
+        clearTimeout(timer);
         yield* normalise(chunk);
+        onChunk();
       }
     } catch (error) {
       throw asUpstreamError(error, controller.signal);

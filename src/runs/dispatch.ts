@@ -32,7 +32,8 @@ export function executeStreamed(
   options: Pick<ExecuteOptions, 'leading' | 'preloaded'>,
   requestId?: string,
 ): { readable: ReadableStream<Uint8Array>; done: Promise<void> } {
-  const events = new EventStream();
+  // A client that reads nothing is given as long as a silent upstream.
+  const events = new EventStream({ stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS });
   const done = (async () => {
     try {
       await executeRun(deps, run, { ...options, sink: events });

@@ -5,6 +5,8 @@ import type { ErrorBody } from '../errors';
  * ending with `event: done\ndata: [DONE]\n\n`. Web Streams end to end: the engine writes events as
  * they happen, the writer honours the client's backpressure, and nothing is held beyond a small
  * queue. When the client goes away the stream detaches: writes become no-ops and the run carries on.
+ * A client that stays connected but makes no room for `stallMs` is let go the same way, so that it
+ * cannot hold its run in progress (and past its expiry) for as long as it keeps the connection.
  */
 
 const encoder = new TextEncoder();
@@ -35,10 +37,12 @@ const QUEUE_EVENTS = 64;
 export class EventStream implements EventSink {
   readonly readable: ReadableStream<Uint8Array>;
   readonly #writer: WritableStreamDefaultWriter<Uint8Array>;
+  readonly #stallMs: number;
   #detached = false;
   #closed = false;
 
-  constructor() {
+  constructor(options: { stallMs: number }) {
+    this.#stallMs = options.stallMs;
     const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>(
       undefined,
       undefined,
@@ -82,13 +86,29 @@ export class EventStream implements EventSink {
   async #write(text: string): Promise<void> {
     if (this.#detached) return;
     try {
-      await this.#writer.ready;
+      if (!(await this.#roomWithin(this.#stallMs))) {
+        this.#detached = true;
+        // Errors the readable side: the response ends, cut, as if the client had left.
+        void this.#writer.abort(new Error('the client stopped reading the stream')).catch(() => undefined);
+        return;
+      }
       // Not awaited: `ready` already paced us; a failed write means the client left.
       this.#writer.write(encoder.encode(text)).catch(() => {
         this.#detached = true;
       });
     } catch {
       this.#detached = true;
+    }
+  }
+
+  /** Whether the client made room in the queue within `ms` (rejects if it left). */
+  async #roomWithin(ms: number): Promise<boolean> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const stalled = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+    try {
+      return await Promise.race([this.#writer.ready.then(() => true as const), stalled]);
+    } finally {
+      clearTimeout(timer);
     }
   }
 }

@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync } from 'node:fs';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@libsql/client';
@@ -7,7 +8,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../support/fake-upstream';
 import { startGatewayProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
-import { activeRunCount, createRunRequest, halfWrittenRows, openDataDir, prepare, readEvents, waitFor, type Target } from './support';
+import {
+  activeRunCount,
+  createRunRequest,
+  halfWrittenRows,
+  memoryOf,
+  openDataDir,
+  prepare,
+  readEvents,
+  waitFor,
+  type Target,
+} from './support';
 
 /**
  * Upstream faults and client disconnects against a gateway process over real HTTP, clients being
@@ -195,6 +206,53 @@ describe('a client that leaves mid-stream', () => {
     if (stored?.status !== 'failed') tally.runsLost++;
     expect(stored).toMatchObject({ status: 'failed', lastError: { message: expect.stringMatching(/silent/) } });
     expect(await openExchanges()).toBe(0);
+  });
+});
+
+describe('a client that stops reading', () => {
+  it('no longer holds its run after the idle timeout: the run completes whole, and the upstream is not blamed', async () => {
+    // Well beyond what the kernel's socket buffers between client and gateway hold.
+    const BYTES = 16_000_000;
+    const READERS = 3;
+    const stalled: IncomingMessage[] = [];
+    const stallAtFirstSight = () =>
+      new Promise<string>((resolve, reject) => {
+        const url = new URL(`${gateway.url}/v1/threads/runs`);
+        const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: target.headers }, (res) => {
+          let head = '';
+          res.on('data', (chunk: Buffer) => {
+            head += chunk.toString();
+            const id = /"id":"(run_[A-Za-z0-9]+)"/.exec(head)?.[1];
+            // Stops reading at its first sight of the run, and keeps the connection open.
+            if (id) {
+              res.pause();
+              res.removeAllListeners('data');
+              stalled.push(res);
+              resolve(id);
+            }
+          });
+        });
+        req.on('error', reject);
+        req.end(JSON.stringify({ assistant_id: target.assistantId, stream: true, thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective({ stream_bytes: BYTES, chunk_bytes: 4096 })}` }] } }));
+      });
+    try {
+      // One at a time: several 16 MB answers at once would starve the 500 ms first-byte timeout.
+      for (let i = 0; i < READERS; i++) {
+        const before = fake.requests.length;
+        const id = await stallAtFirstSight();
+        tally.faultsInjected++;
+        tally.runsCreated++;
+        const stored = await waitFor(() => runRow(id), (row) => row?.status !== 'in_progress', 30_000);
+        if (stored?.status !== 'completed') tally.runsLost++;
+        expect(stored).toEqual({ status: 'completed', lastError: null });
+        const length = (await db.execute({ sql: "SELECT length(json_extract(content, '$[0].text.value')) FROM messages WHERE run_id = ? AND role = 'assistant'", args: [id] })).rows[0]![0];
+        expect(Number(length)).toBe(BYTES);
+        expect(fake.requests.slice(before).map((request) => request.outcome)).toEqual(['completed']);
+      }
+      expect(memoryOf(gateway.child.pid!).peakMb).toBeLessThan(512);
+    } finally {
+      for (const res of stalled) res.destroy();
+    }
   });
 });
 
