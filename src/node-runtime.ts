@@ -2,7 +2,7 @@ import { serve } from '@hono/node-server';
 import { randomBytes } from 'node:crypto';
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { link, mkdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
-import { isIP, type AddressInfo } from 'node:net';
+import { isIP, type AddressInfo, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { createApp } from './app';
 import { parseConfig, type Config } from './config';
@@ -174,6 +174,26 @@ async function declareStreams(response: Response | Promise<Response>): Promise<R
   return answer;
 }
 
+/**
+ * Lingering close, as web servers do it. When Node closes a connection after its last response
+ * (the client asked for `connection: close`), it closes the socket as soon as the answer is
+ * written. If the client is still sending a body the gateway refused early (a 413 after the
+ * limit), the unread bytes make the kernel reset the connection, and a reset can destroy the 413
+ * before the client reads it. So the socket only half-closes: the answer and a FIN go out, the
+ * rest of the body is read and dropped, and the socket closes when the client closes its side,
+ * or after LINGER_MS.
+ */
+const LINGER_MS = 2_000;
+
+function lingerOnClose(socket: Socket) {
+  socket.destroySoon = function lingeringClose(this: Socket) {
+    this.end();
+    const timer = setTimeout(() => this.destroy(), LINGER_MS);
+    timer.unref();
+    this.once('close', () => clearTimeout(timer));
+  };
+}
+
 /** Opens and migrates the database, initialises an empty one, and listens on HOST:PORT. */
 export async function startGateway(config: Config, overrides: Partial<Deps> = {}): Promise<RunningGateway> {
   // The key first: a missing one stops the start before the database is touched.
@@ -184,6 +204,7 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   const initialised = await initialise(database.db, deps.now());
   const app = createApp(deps);
   const server = serve({ fetch: (request) => declareStreams(app.fetch(request)), hostname: config.HOST, port: config.PORT });
+  server.on('connection', lingerOnClose);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);
