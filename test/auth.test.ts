@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { revokeApiKey } from '../src/services/api-keys';
-import { createTestGateway, errorOf, type Tenant, type TestGateway } from './support/gateway';
+import { apiRoutes, createTestGateway, errorOf, type Tenant, type TestGateway } from './support/gateway';
 
 /**
  * The auth suite for every protected route. The routes come from the app itself, so a route added
@@ -20,18 +20,11 @@ beforeAll(async () => {
 afterAll(() => gateway.close());
 
 function protectedRoutes() {
-  const seen = new Set<string>();
-  const routes: { method: string; path: string }[] = [];
-  for (const route of gateway.app.routes) {
-    if (!route.path.startsWith('/v1/') || route.method === 'ALL' || route.path.includes('*')) continue;
-    // Path parameters get a plausible value: auth must fail before anything looks them up.
-    const path = route.path.replace(/:(\w+)/g, (_m, name: string) => `${name}_0000000000000000`);
-    const id = `${route.method} ${path}`;
-    if (seen.has(id)) continue;
-    seen.add(id);
-    routes.push({ method: route.method, path });
-  }
-  return routes;
+  // Path parameters get a plausible value: auth must fail before anything looks them up.
+  return apiRoutes(gateway.app).map(({ method, path }) => ({
+    method,
+    path: path.replace(/:(\w+)/g, (_m, name: string) => `${name}_0000000000000000`),
+  }));
 }
 
 describe('x-gateway-api-key on every /v1 route', () => {

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES } from '../src/errors';
 import { createFakeUpstream, fakeDirective, type FakeUpstream } from './support/fake-upstream';
-import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
+import { apiRoutes, createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
 import { startGatewayProcess, type GatewayProcess } from './support/processes';
 import { recordTally } from './support/tally';
 
@@ -87,14 +87,9 @@ interface Route {
 }
 
 function routes(): Route[] {
-  const seen = new Map<string, Route>();
-  for (const route of gateway.app.routes) {
-    if (!route.path.startsWith('/v1/') || route.method === 'ALL' || route.path.includes('*')) continue;
-    seen.set(`${route.method} ${route.path}`, { method: route.method, path: route.path });
-  }
   // Routes that end things last, so the others still find the fixtures alive.
   const rank = (route: Route) => (route.method === 'DELETE' || route.path.endsWith('/cancel') ? 1 : 0);
-  return [...seen.values()].sort((a, b) => rank(a) - rank(b));
+  return apiRoutes(gateway.app).sort((a, b) => rank(a) - rank(b));
 }
 
 const VALID = {

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, fakeDirective } from './support/fake-upstream';
-import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
+import { apiRoutes, createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import { recordTally } from './support/tally';
 
 /**
@@ -247,12 +247,7 @@ const victimMessages = new Map<string, string>();
 const firstMessageOf = (v: Holdings) => victimMessages.get(v.marker) ?? 'msg_unknown';
 
 function appRoutes(): string[] {
-  const names = new Set<string>();
-  for (const route of gateway.app.routes) {
-    if (!route.path.startsWith('/v1/') || route.method === 'ALL' || route.path.includes('*')) continue;
-    names.add(`${route.method} ${route.path}`);
-  }
-  return [...names].sort();
+  return apiRoutes(gateway.app).map((route) => `${route.method} ${route.path}`);
 }
 
 /** Everything of the victim that must not leave: its marker and the ids the caller did not send. */

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createApp } from '../../src/app';
+import { createApp, type App } from '../../src/app';
 import type { Config } from '../../src/config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from '../../src/db/node';
 import type { Deps } from '../../src/deps';
@@ -187,3 +187,17 @@ export async function createTestGateway(
 }
 
 export { errorOf, json } from './envelope';
+
+/**
+ * The app's API routes, read from the app itself so that a test over "every route" covers a new
+ * one without being told: each `/v1` method and path once (middleware's ALL and wildcards left
+ * out), in a stable order, path parameters as `:name`.
+ */
+export function apiRoutes(app: App): { method: string; path: string }[] {
+  const seen = new Map<string, { method: string; path: string }>();
+  for (const { method, path } of app.routes) {
+    if (!path.startsWith('/v1/') || method === 'ALL' || path.includes('*')) continue;
+    seen.set(`${method} ${path}`, { method, path });
+  }
+  return [...seen.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, route]) => route);
+}
