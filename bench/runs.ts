@@ -26,7 +26,8 @@ const fakeUrl = await startFakeProvider();
 const env = { LOG_LEVEL: 'warn' };
 
 async function main() {
-  const gateway = await startGatewayProcess({ ...env, DATA_DIR: mkdtempSync(join(tmpdir(), 'bench-runs-')) });
+  const dataDir = mkdtempSync(join(tmpdir(), 'bench-runs-'));
+  const gateway = await startGatewayProcess({ ...env, DATA_DIR: dataDir });
   try {
     const target = await prepare(gateway);
 
@@ -57,6 +58,7 @@ async function main() {
     };
   } finally {
     await gateway.stop();
+    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
@@ -67,7 +69,8 @@ async function main() {
  * V8 collects at its own pace, so the level it settles at says more than any single sample.
  */
 async function memory(bytes: number, count: number, rounds = 5) {
-  const gateway = await startGatewayProcess({ ...env, DATA_DIR: mkdtempSync(join(tmpdir(), 'bench-mem-')) });
+  const dataDir = mkdtempSync(join(tmpdir(), 'bench-mem-'));
+  const gateway = await startGatewayProcess({ ...env, DATA_DIR: dataDir });
   try {
     const target = await prepare(gateway);
     await pool(20, 4, () => wholeStreamedRun(target, { reply: 'warm up' }));
@@ -89,6 +92,7 @@ async function memory(bytes: number, count: number, rounds = 5) {
     };
   } finally {
     await gateway.stop();
+    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
