@@ -205,6 +205,10 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   const app = createApp(deps);
   const server = serve({ fetch: (request) => declareStreams(app.fetch(request)), hostname: config.HOST, port: config.PORT });
   server.on('connection', lingerOnClose);
+  // A connection with no traffic either way for this long is closed: a client that stopped
+  // reading a stream (its run carries on without it) would otherwise hold its socket for ever.
+  // Twice the upstream timeouts: a healthy stream is never silent longer than those.
+  server.setTimeout(2 * Math.max(config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS, config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS));
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -210,7 +210,7 @@ describe('a client that leaves mid-stream', () => {
 });
 
 describe('a client that stops reading', () => {
-  it('no longer holds its run after the idle timeout: the run completes whole, and the upstream is not blamed', async () => {
+  it('no longer holds its run after the idle timeout: the run completes whole, the upstream is not blamed, and the connection is closed', async () => {
     // Well beyond what the kernel's socket buffers between client and gateway hold.
     const BYTES = 16_000_000;
     const READERS = 3;
@@ -250,6 +250,12 @@ describe('a client that stops reading', () => {
         expect(fake.requests.slice(before).map((request) => request.outcome)).toEqual(['completed']);
       }
       expect(memoryOf(gateway.child.pid!).peakMb).toBeLessThan(512);
+      // Nor does it keep the connection: silent both ways for twice the upstream timeouts (1 s
+      // here), the gateway closes its side. A paused client cannot see that, so the kernel's
+      // table of TCP connections tells: the gateway's end of each is no longer established.
+      await new Promise((resolve) => setTimeout(resolve, 4 * TIMEOUT_MS));
+      const gatewayPort = Number(new URL(gateway.url).port);
+      expect(stalled.map((res) => gatewaySideState(gatewayPort, res.socket.localPort!))).not.toContain('ESTABLISHED');
     } finally {
       for (const res of stalled) res.destroy();
     }
@@ -282,3 +288,16 @@ describe('afterwards', () => {
     expect(serverErrors).toEqual([]);
   });
 });
+
+/** The state of the gateway's end of a loopback TCP connection, from /proc/net/tcp (Linux). */
+function gatewaySideState(gatewayPort: number, clientPort: number): string {
+  const port = (address: string) => parseInt(address.split(':').at(-1)!, 16);
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    if (!existsSync(table)) continue;
+    for (const line of readFileSync(table, 'utf8').trim().split('\n').slice(1)) {
+      const [, local, remote, state] = line.trim().split(/\s+/);
+      if (port(local!) === gatewayPort && port(remote!) === clientPort) return state === '01' ? 'ESTABLISHED' : `state ${state}`;
+    }
+  }
+  return 'gone';
+}
