@@ -4,10 +4,15 @@ import type { RunRow } from '../services/runs';
 import { abortExecution, executeRun, type ExecuteOptions } from './engine';
 import { EventStream } from './event-stream';
 
-/** Runs a dispatched run in this process, as background work (see Deps.dispatchRun). */
+/**
+ * Runs a dispatched run in this process, as background work (see Deps.dispatchRun), from the next
+ * turn of the event loop: starting the provider call is about a millisecond of synchronous work,
+ * which would otherwise go out before the acknowledgement it does not need to precede.
+ */
 export const dispatchInProcess: Deps['dispatchRun'] = (c, run, preloaded) => {
   const { deps } = c.var;
-  deps.background(c, executeRun(deps, run, { preloaded }));
+  const nextTurn = new Promise<void>((resolve) => setImmediate(resolve));
+  deps.background(c, nextTurn.then(() => executeRun(deps, run, { preloaded })));
 };
 
 /** Streams a run executing in this process, as background work (see Deps.streamRun). */
