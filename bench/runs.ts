@@ -1,8 +1,8 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective, type FakeScenario } from '../test/support/fake-upstream';
-import { startGatewayProcess, type GatewayProcess } from '../test/support/processes';
+import { memoryOf, startGatewayProcess, type GatewayProcess } from '../test/support/processes';
 import { round, startFakeProvider, summarise } from './support';
 
 /**
@@ -74,21 +74,21 @@ async function memory(bytes: number, count: number, rounds = 5) {
   try {
     const target = await prepare(gateway);
     await pool(20, 4, () => wholeStreamedRun(target, { reply: 'warm up' }));
-    const before = vm(gateway, 'VmRSS');
+    const before = memoryOf(gateway.child.pid!).rssMb;
     const scenario = { stream_bytes: bytes, chunk_bytes: 1024 };
     const rssAfterRound: number[] = [];
     let received = 0;
     for (let i = 0; i < rounds; i++) {
       received += (await pool(count, 4, () => wholeStreamedRun(target, scenario))).reduce((a, b) => a + b, 0);
-      rssAfterRound.push(round(vm(gateway, 'VmRSS') / 1024, 1));
+      rssAfterRound.push(round(memoryOf(gateway.child.pid!).rssMb, 1));
     }
     return {
       answer_bytes: bytes,
       received_bytes_per_run: Math.round(received / (count * rounds)),
       runs_per_round: count,
-      rss_before_mb: round(before / 1024, 1),
+      rss_before_mb: round(before, 1),
       rss_after_each_round_mb: rssAfterRound,
-      peak_rss_mb: round(vm(gateway, 'VmHWM') / 1024, 1),
+      peak_rss_mb: round(memoryOf(gateway.child.pid!).peakMb, 1),
     };
   } finally {
     await gateway.stop();
@@ -214,12 +214,6 @@ async function pool<T>(n: number, concurrency: number, task: () => Promise<T>): 
 }
 
 const diff = (a: Record<string, number>, b: Record<string, number>, key: string) => round(a[key]! - b[key]!);
-
-/** A field of /proc/<pid>/status, in kB. */
-function vm(gateway: GatewayProcess, field: 'VmHWM' | 'VmRSS'): number {
-  const status = readFileSync(`/proc/${gateway.child.pid}/status`, 'utf8');
-  return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)![1]);
-}
 
 async function until(condition: () => boolean, timeoutMs = 10_000) {
   const deadline = Date.now() + timeoutMs;

@@ -130,25 +130,40 @@ const resolveAll: Resolve = (hostname) => dnsLookup(hostname, { all: true, verba
 /**
  * Node's upstream fetch. A virtual key's base_url was checked as written (lib/upstream-url.ts),
  * but a name can point anywhere, a metadata service included: so a name is resolved just before
- * the fetch and every address it has is judged by the same rules. A name that does not resolve
- * is left to fetch, which fails as it would. What this cannot stop is a name that resolves
- * differently a moment later (DNS rebinding with a zero TTL); `resolve` is a parameter for tests.
+ * the fetch and every address it has is judged by the same rules. A name's verdict is reused for
+ * NAME_VERDICT_MS, so that each run does not pay a second lookup before its first byte (the fetch
+ * resolves the name again anyway). A name that does not resolve is left to fetch, which fails as it
+ * would. What this cannot stop is a name that resolves differently a moment later (DNS rebinding
+ * with a zero TTL); `resolve` is a parameter for tests.
  */
 export function upstreamFetch(options: { allowPrivate: boolean; resolve?: Resolve }): typeof fetch {
   const resolve = options.resolve ?? resolveAll;
+  const verdicts = new Map<string, { problem: string | null; until: number }>();
+  const judge = async (hostname: string): Promise<string | null> => {
+    const known = verdicts.get(hostname);
+    if (known && known.until > Date.now()) return known.problem;
+    const addresses = await resolve(hostname).catch(() => null);
+    if (addresses === null) return null;
+    let problem: string | null = null;
+    for (const { address } of addresses) problem ??= checkResolvedAddress(address, options);
+    verdicts.delete(hostname);
+    if (verdicts.size >= NAME_VERDICTS_MAX) verdicts.delete(verdicts.keys().next().value!);
+    verdicts.set(hostname, { problem, until: Date.now() + NAME_VERDICT_MS });
+    return problem;
+  };
   return async (input, init) => {
     const { hostname } = new URL(input instanceof Request ? input.url : String(input));
     if (!hostname.startsWith('[') && isIP(hostname) === 0) {
-      const addresses = await resolve(hostname).catch(() => []);
-      for (const { address } of addresses) {
-        const problem = checkResolvedAddress(address, options);
-        // Not the address itself: it would tell a tenant about the gateway's network.
-        if (problem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${problem}`);
-      }
+      const problem = await judge(hostname);
+      // Not the address itself: it would tell a tenant about the gateway's network.
+      if (problem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${problem}`);
     }
     return fetch(input, init);
   };
 }
+
+const NAME_VERDICT_MS = 10_000;
+const NAME_VERDICTS_MAX = 1_000;
 
 export interface RunningGateway {
   url: string;

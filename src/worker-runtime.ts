@@ -2,11 +2,12 @@ import { createClient } from '@libsql/client/web';
 import { drizzle } from 'drizzle-orm/libsql/web';
 import { parseConfig, type Config } from './config';
 import * as schema from './db/schema';
-import type { Deps } from './deps';
+import type { Context } from 'hono';
+import type { AppEnv, Deps } from './deps';
 import { DurableObjectCounterStore, type RateLimitCounter } from './durable/counter-store';
 import type { RunExecutor } from './durable/run-executor';
 import { secretBoxFromEnv } from './lib/secrets';
-import { createLogger, type Logger } from './logger';
+import { createLogger } from './logger';
 import { LibsqlCounterStore, PolicyCache } from './ratelimit';
 
 /**
@@ -58,6 +59,7 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
   });
   const db = drizzle(client, { schema });
   const log = createLogger(config.LOG_LEVEL);
+  const runs = env.RUN_EXECUTOR;
   return {
     db,
     config,
@@ -70,34 +72,33 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     policyCache: new PolicyCache(db),
     now: Date.now,
     background: (c, task) => c.executionCtx.waitUntil(task),
-    dispatchRun: dispatchToRunExecutor(env.RUN_EXECUTOR, log),
-    streamRun: (_c, run, options) => runExecutor(env.RUN_EXECUTOR, run.id).stream(run, options),
-    abortRun: (c, runId) => {
-      const abort = runExecutor(env.RUN_EXECUTOR, runId)
-        .cancel(runId)
-        .catch((error: unknown) => {
-          // The run's lease renewal notices the cancel anyway, within a third of the lease.
-          log.warn('cancel could not reach the run executor', { run_id: runId, request_id: c.var.requestId, error });
-        });
-      c.var.deps.background(c, abort);
-    },
+    // Should the hand-over fail, the run is still leased: recovery fails it once the lease runs out.
+    dispatchRun: (c, run, preloaded) =>
+      handOver(c, runs, run.id, (executor) => executor.start(run, preloaded), (error) =>
+        log.error('run could not be handed to its executor', { run_id: run.id, request_id: c.var.requestId, error }),
+      ),
+    streamRun: (_c, run, options) => runExecutor(runs, run.id).stream(run, options),
+    // The run's lease renewal notices the cancel anyway, within a third of the lease.
+    abortRun: (c, runId) =>
+      handOver(c, runs, runId, (executor) => executor.cancel(runId), (error) =>
+        log.warn('cancel could not reach the run executor', { run_id: runId, request_id: c.var.requestId, error }),
+      ),
     fetch: (input, init) => fetch(input, init),
   };
 }
 
 /**
- * Hands a non-streamed run to its own RunExecutor object, which outlives the request. Should the
- * hand-over fail, the run is still leased: recovery fails it once the lease runs out.
+ * A call to a run's executor object that the request does not wait for (the object outlives the
+ * request): kept going by the request's waitUntil, its failure reported by `failed`.
  */
-function dispatchToRunExecutor(namespace: DurableObjectNamespace<RunExecutor>, log: Logger): Deps['dispatchRun'] {
-  return (c, run, preloaded) => {
-    const handOver = runExecutor(namespace, run.id)
-      .start(run, preloaded)
-      .catch((error: unknown) => {
-        log.error('run could not be handed to its executor', { run_id: run.id, request_id: c.var.requestId, error });
-      });
-    c.var.deps.background(c, handOver);
-  };
+function handOver(
+  c: Context<AppEnv>,
+  namespace: DurableObjectNamespace<RunExecutor>,
+  runId: string,
+  call: (executor: DurableObjectStub<RunExecutor>) => Promise<unknown>,
+  failed: (error: unknown) => void,
+) {
+  c.var.deps.background(c, call(runExecutor(namespace, runId)).catch(failed));
 }
 
 /** The object where a run executes, one per run (a continued run comes back to the same one). */

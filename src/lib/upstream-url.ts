@@ -5,10 +5,12 @@
  *
  * Here only literal addresses are judged: Workers cannot resolve names (nor reach private
  * addresses). On Node, where a name could point anywhere, node-runtime.ts also resolves it just
- * before each upstream fetch and judges every address with checkResolvedAddress. Hosts are taken from WHATWG URL parsing, which already
- * turns `2852039166`, `0xA9FEA9FE` and `0251.0376.0251.0376` into `169.254.169.254` and writes
- * IPv6 in its compressed, lowercase, hexadecimal form; the IPv6 parser below still accepts every
- * spelling, so the rules hold whatever produced the string.
+ * before each upstream fetch and judges every address with checkResolvedAddress.
+ *
+ * Hosts are taken from WHATWG URL parsing, which already turns `2852039166`, `0xA9FEA9FE` and
+ * `0251.0376.0251.0376` into `169.254.169.254` and writes IPv6 in its compressed, lowercase,
+ * hexadecimal form; the IPv6 parser below still accepts every spelling, so the rules hold
+ * whatever produced the string.
  *
  * Pure on purpose: the run engine calls it before every upstream fetch.
  */

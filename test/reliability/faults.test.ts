@@ -6,13 +6,12 @@ import type { Client } from '@libsql/client';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../support/fake-upstream';
-import { startGatewayProcess, type GatewayProcess } from '../support/processes';
+import { memoryOf, startGatewayProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
 import {
   activeRunCount,
   createRunRequest,
   halfWrittenRows,
-  memoryOf,
   openDataDir,
   prepare,
   readEvents,

@@ -4,13 +4,12 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { round, summarise } from '../../bench/support';
 import { startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../support/fake-upstream';
-import { startGatewayProcess, type GatewayProcess } from '../support/processes';
+import { memoryOf, startGatewayProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
 import {
   activeRunCount,
   createRunRequest,
   halfWrittenRows,
-  memoryOf,
   openDataDir,
   prepare,
   readEvents,

@@ -1,4 +1,4 @@
-import { appendFileSync, readFileSync } from 'node:fs';
+import { appendFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createClient, type Client } from '@libsql/client';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
@@ -125,12 +125,6 @@ export async function halfWrittenRows(db: Client): Promise<string[]> {
   return found;
 }
 
-/** Resident and peak resident memory of a process, in MB (Linux /proc). */
-export function memoryOf(pid: number): { rssMb: number; peakMb: number } {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
-  return { rssMb: kb('VmRSS') / 1024, peakMb: kb('VmHWM') / 1024 };
-}
 
 /** Polls `read` until `done` holds or `timeoutMs` passes; answers the last value read. */
 export async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number): Promise<T> {
