@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { parseUpstreamHostPatterns } from './lib/upstream-url';
 
 /**
  * The environment, validated once at the entry (node.ts, worker.ts) and never read elsewhere.
@@ -28,8 +29,21 @@ export const configSchema = z.object({
    * LIBSQL_URL; on Node's embedded default, generated once into DATA_DIR/encryption.key when unset.
    */
   GATEWAY_ENCRYPTION_KEY: z.string().optional(),
-  /** Set by the Node default so that local servers (Ollama, vLLM, llama.cpp) can be upstreams. */
+  /**
+   * Loopback and private upstreams (local servers: Ollama, vLLM, llama.cpp): true allows them, false
+   * refuses them, unset allows them only while the database holds a single workspace.
+   */
   GATEWAY_ALLOW_PRIVATE_UPSTREAMS: flag.optional(),
+  /** Comma-separated host[:port] patterns allowed as upstreams even when private addresses are not. */
+  GATEWAY_ALLOWED_UPSTREAM_HOSTS: z
+    .string()
+    .transform((text, ctx) => {
+      const parsed = parseUpstreamHostPatterns(text);
+      if ('patterns' in parsed) return parsed.patterns;
+      ctx.addIssue({ code: 'custom', message: parsed.problem });
+      return z.NEVER;
+    })
+    .default([]),
   /** A run fails when its upstream sends no first byte (connection and headers included) in this time. */
   GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: positiveInt.default(60_000),
   /**
