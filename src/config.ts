@@ -63,6 +63,22 @@ export const configSchema = z.object({
    * there) or the libSQL table that Node uses. Node always counts in libSQL.
    */
   GATEWAY_RATE_LIMIT_STORE: z.enum(['durable-object', 'libsql']).optional(),
+  /**
+   * Node's HTTP server: a client must send a request's headers within the first, and the whole
+   * request (headers and body) within the second; connections beyond the third are refused.
+   */
+  GATEWAY_HEADERS_TIMEOUT_MS: positiveInt.default(10_000),
+  GATEWAY_REQUEST_TIMEOUT_MS: positiveInt.default(60_000),
+  GATEWAY_MAX_CONNECTIONS: positiveInt.default(1024),
+}).superRefine((config, ctx) => {
+  // Node's HTTP server refuses a headers timeout longer than the request's, which includes them.
+  if (config.GATEWAY_HEADERS_TIMEOUT_MS > config.GATEWAY_REQUEST_TIMEOUT_MS) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['GATEWAY_HEADERS_TIMEOUT_MS'],
+      message: `must not exceed GATEWAY_REQUEST_TIMEOUT_MS (${config.GATEWAY_REQUEST_TIMEOUT_MS})`,
+    });
+  }
 });
 
 export type Config = z.infer<typeof configSchema>;

@@ -66,7 +66,8 @@ export async function loadSecretBox(config: Config): Promise<SecretBox> {
 async function readKeyFile(path: string): Promise<string> {
   const existing = await readPrivateFile(path);
   if (existing !== null) return existing;
-  await mkdir(dirname(path), { recursive: true });
+  // The data directory, when the key comes first, is as private as the key (db/node.ts).
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
   const temporary = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
   await writeFile(temporary, `${generateKeyBase64()}\n`, { flag: 'wx', mode: 0o600 });
   try {
@@ -226,8 +227,24 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   await migrateDatabase(database.db);
   const { deps, tasks } = await createNodeDeps(config, database, { ...overrides, secrets });
   const initialised = await initialise(database.db, deps.now());
+  for (const warning of database.warnings) deps.log.warn(warning);
   const app = createApp(deps);
-  const server = serve({ fetch: (request) => declareStreams(app.fetch(request)), hostname: config.HOST, port: config.PORT });
+  const server = serve({
+    fetch: (request) => declareStreams(app.fetch(request)),
+    hostname: config.HOST,
+    port: config.PORT,
+    // A client has this long for a request's headers, and for the whole request: what a slow
+    // sender can hold. They bound receiving the request only, never the answer, so a long event
+    // stream is not cut. Node checks them every connectionsCheckingInterval (30 s by default).
+    serverOptions: {
+      headersTimeout: config.GATEWAY_HEADERS_TIMEOUT_MS,
+      requestTimeout: config.GATEWAY_REQUEST_TIMEOUT_MS,
+      connectionsCheckingInterval: Math.min(1_000, config.GATEWAY_HEADERS_TIMEOUT_MS),
+    },
+  });
+  // Connections past this are closed as they arrive, so that many clients cannot exhaust the
+  // process's file descriptors and memory; those already open are served as before.
+  server.maxConnections = config.GATEWAY_MAX_CONNECTIONS;
   server.on('connection', lingerOnClose);
   // A connection with no traffic either way for this long is closed: a client that stopped
   // reading a stream (its run carries on without it) would otherwise hold its socket for ever.
