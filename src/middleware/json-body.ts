@@ -60,8 +60,11 @@ export const jsonBody = () =>
 
 const readBytes = (c: Context<AppEnv>) => c.req.arrayBuffer().catch((error: unknown) => Promise.reject(unreadBody(error)));
 
-/** `fatal`: a malformed sequence throws instead of becoming U+FFFD; a leading BOM is dropped. */
-const utf8 = new TextDecoder('utf-8', { fatal: true });
+/**
+ * `fatal`: a malformed sequence throws instead of becoming U+FFFD. `ignoreBOM: false` does not keep
+ * a leading BOM in the text (the decoder consumes it).
+ */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
 function decodeUtf8(bytes: ArrayBuffer): string {
   try {
