@@ -73,7 +73,8 @@ export function checkUpstreamUrl(url: string, options: UpstreamUrlOptions): stri
  * host may resolve to private addresses, never to metadata ones.
  */
 export function checkResolvedAddress(address: string, options: UpstreamUrlOptions, url?: URL): string | null {
-  const kind = ipaddr.IPv4.isValid(address) ? classifyIpv4(ipaddr.IPv4.parse(address)) : classifyIpv6(address);
+  const ipv4 = parseIpv4(address);
+  const kind = ipv4 ? classifyIpv4(ipv4) : classifyIpv6(address);
   if (kind === 'metadata') return 'it resolves to a cloud metadata or link-local address, never allowed as an upstream.';
   if (kind === 'private' && !(url ? allowsPrivate(url, options) : options.allowPrivate)) {
     return `it resolves to a loopback, private, CGNAT or unspecified address, refused ${privateRule(url, options)}`;
@@ -149,7 +150,16 @@ function classifyHost(hostname: string): AddressClass {
   const name = hostname.toLowerCase().replace(/\.+$/, '');
   if (METADATA_NAMES.has(name)) return 'metadata';
   if (name === 'localhost' || name.endsWith('.localhost')) return 'private';
-  return ipaddr.IPv4.isValid(name) ? classifyIpv4(ipaddr.IPv4.parse(name)) : 'public';
+  const ipv4 = parseIpv4(name);
+  return ipv4 ? classifyIpv4(ipv4) : 'public';
+}
+
+/**
+ * An IPv4 address in any form inet_aton reads (`127.1`, `0x7f.1`, …), or null. The characters are
+ * looked at first: ipaddr.js answers a name by throwing inside, which costs a run 10 µs or so.
+ */
+function parseIpv4(text: string): ipaddr.IPv4 | null {
+  return /^[0-9a-fx.]+$/i.test(text) && ipaddr.IPv4.isValid(text) ? ipaddr.IPv4.parse(text) : null;
 }
 
 /** Alibaba Cloud's metadata service, inside CGNAT space. */
