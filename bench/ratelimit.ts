@@ -59,7 +59,7 @@ async function caller(slug: string): Promise<Caller> {
   await createVirtualKey(db, deps.secrets, {
     workspaceId: workspace.id,
     body: { slug: 'vk-main', provider: 'openai', api_key: 'sk-bench', base_url: `${fakeUrl}/v1` },
-    allowPrivateUpstreams: true,
+    upstreamRules: { allowPrivate: true },
     now,
   });
   const headers = {

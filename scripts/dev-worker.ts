@@ -50,7 +50,8 @@ const wrangler = spawnWrangler([
   // Always this sqld, whatever .dev.vars says.
   '--var',
   `LIBSQL_URL:${LIBSQL_URL}`,
-  // As `npm start` allows them: local model servers (and the fake upstream) listen on loopback.
+  // A development database may hold several workspaces, and local model servers (and the fake
+  // upstream) listen on loopback: allowed, as an admin would allow them.
   '--var',
   'GATEWAY_ALLOW_PRIVATE_UPSTREAMS:true',
 ]);

@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { parseUpstreamHostPatterns } from './lib/upstream-url';
 
 /**
  * The environment, validated once at the entry (node.ts, worker.ts) and never read elsewhere.
@@ -28,8 +29,21 @@ export const configSchema = z.object({
    * LIBSQL_URL; on Node's embedded default, generated once into DATA_DIR/encryption.key when unset.
    */
   GATEWAY_ENCRYPTION_KEY: z.string().optional(),
-  /** Set by the Node default so that local servers (Ollama, vLLM, llama.cpp) can be upstreams. */
+  /**
+   * Loopback and private upstreams (local servers: Ollama, vLLM, llama.cpp): true allows them, false
+   * refuses them, unset allows them only while the database holds a single workspace.
+   */
   GATEWAY_ALLOW_PRIVATE_UPSTREAMS: flag.optional(),
+  /** Comma-separated host[:port] patterns allowed as upstreams even when private addresses are not. */
+  GATEWAY_ALLOWED_UPSTREAM_HOSTS: z
+    .string()
+    .transform((text, ctx) => {
+      const parsed = parseUpstreamHostPatterns(text);
+      if ('patterns' in parsed) return parsed.patterns;
+      ctx.addIssue({ code: 'custom', message: parsed.problem });
+      return z.NEVER;
+    })
+    .default([]),
   /** A run fails when its upstream sends no first byte (connection and headers included) in this time. */
   GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: positiveInt.default(60_000),
   /**
@@ -49,6 +63,22 @@ export const configSchema = z.object({
    * there) or the libSQL table that Node uses. Node always counts in libSQL.
    */
   GATEWAY_RATE_LIMIT_STORE: z.enum(['durable-object', 'libsql']).optional(),
+  /**
+   * Node's HTTP server: a client must send a request's headers within the first, and the whole
+   * request (headers and body) within the second; connections beyond the third are refused.
+   */
+  GATEWAY_HEADERS_TIMEOUT_MS: positiveInt.default(10_000),
+  GATEWAY_REQUEST_TIMEOUT_MS: positiveInt.default(60_000),
+  GATEWAY_MAX_CONNECTIONS: positiveInt.default(1024),
+}).superRefine((config, ctx) => {
+  // Node's HTTP server refuses a headers timeout longer than the request's, which includes them.
+  if (config.GATEWAY_HEADERS_TIMEOUT_MS > config.GATEWAY_REQUEST_TIMEOUT_MS) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['GATEWAY_HEADERS_TIMEOUT_MS'],
+      message: `must not exceed GATEWAY_REQUEST_TIMEOUT_MS (${config.GATEWAY_REQUEST_TIMEOUT_MS})`,
+    });
+  }
 });
 
 export type Config = z.infer<typeof configSchema>;

@@ -9,7 +9,7 @@ import { parseConfig, type Config } from './config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from './db/node';
 import type { Deps } from './deps';
 import { generateKeyBase64, SecretBox, secretBoxFromEnv } from './lib/secrets';
-import { checkResolvedAddress } from './lib/upstream-url';
+import { checkResolvedAddress, type UpstreamUrlOptions } from './lib/upstream-url';
 import { TaskTracker } from './lib/tasks';
 import { createLogger } from './logger';
 import { UpstreamError } from './providers/types';
@@ -18,18 +18,19 @@ import { abortInProcess, dispatchInProcess, streamInProcess } from './runs/dispa
 import { sweepRuns } from './runs/recovery';
 import { initialise, type InitResult } from './services/organisations';
 import { leaseMs } from './services/runs';
+import { upstreamRules } from './services/upstream-rules';
 
 /**
  * How the gateway runs on Node: the runtime half that node.ts (the entry), the CLI, the tests, the
  * demo and the benchmarks share. Nothing here runs on import.
  */
 
+/**
+ * The configuration on Node: the schema Workers use too, with no default of Node's own (private
+ * upstreams, which local model servers need, follow the database's workspaces on both).
+ */
 export function nodeConfig(env: Record<string, string | undefined>): Config {
-  return parseConfig({
-    // Local model servers (Ollama, vLLM, llama.cpp) listen on loopback or the LAN.
-    GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true',
-    ...env,
-  });
+  return parseConfig(env);
 }
 
 export const ENCRYPTION_KEY_FILE = 'encryption.key';
@@ -65,7 +66,8 @@ export async function loadSecretBox(config: Config): Promise<SecretBox> {
 async function readKeyFile(path: string): Promise<string> {
   const existing = await readPrivateFile(path);
   if (existing !== null) return existing;
-  await mkdir(dirname(path), { recursive: true });
+  // The data directory, when the key comes first, is as private as the key (db/node.ts).
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
   const temporary = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
   await writeFile(temporary, `${generateKeyBase64()}\n`, { flag: 'wx', mode: 0o600 });
   try {
@@ -117,7 +119,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     dispatchRun: dispatchInProcess,
     streamRun: streamInProcess,
     abortRun: abortInProcess,
-    fetch: upstreamFetch({ allowPrivate: config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false }),
+    fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     ...overrides,
   };
   return { deps, tasks };
@@ -129,41 +131,49 @@ const resolveAll: Resolve = (hostname) => dnsLookup(hostname, { all: true, verba
 
 /**
  * Node's upstream fetch. A virtual key's base_url was checked as written (lib/upstream-url.ts),
- * but a name can point anywhere, a metadata service included: so a name is resolved just before
- * the fetch and every address it has is judged by the same rules. A name's verdict is reused for
- * NAME_VERDICT_MS, so that each run does not pay a second lookup before its first byte (the fetch
- * resolves the name again anyway). A name that does not resolve is left to fetch, which fails as it
- * would. What this cannot stop is a name that resolves differently a moment later (DNS rebinding
- * with a zero TTL); `resolve` is a parameter for tests.
+ * but a name can point anywhere, a metadata service or a private address included: so a name is
+ * resolved just before the fetch and every address it has is judged by the rules in force
+ * (`rules`, read per fetch: they follow the database's workspaces). A name's addresses are reused
+ * for NAME_ADDRESSES_MS, so that each run does not pay a second lookup before its first byte (the
+ * fetch resolves the name again anyway). A name that does not resolve is left to fetch, which
+ * fails as it would. What this cannot stop is a name that resolves differently a moment later
+ * (DNS rebinding with a zero TTL); `resolve` is a parameter for tests.
  */
-export function upstreamFetch(options: { allowPrivate: boolean; resolve?: Resolve }): typeof fetch {
+export function upstreamFetch(options: {
+  rules: () => UpstreamUrlOptions | Promise<UpstreamUrlOptions>;
+  resolve?: Resolve;
+}): typeof fetch {
   const resolve = options.resolve ?? resolveAll;
-  const verdicts = new Map<string, { problem: string | null; until: number }>();
-  const judge = async (hostname: string): Promise<string | null> => {
-    const known = verdicts.get(hostname);
-    if (known && known.until > Date.now()) return known.problem;
-    const addresses = await resolve(hostname).catch(() => null);
-    if (addresses === null) return null;
-    let problem: string | null = null;
-    for (const { address } of addresses) problem ??= checkResolvedAddress(address, options);
-    verdicts.delete(hostname);
-    if (verdicts.size >= NAME_VERDICTS_MAX) verdicts.delete(verdicts.keys().next().value!);
-    verdicts.set(hostname, { problem, until: Date.now() + NAME_VERDICT_MS });
-    return problem;
+  const known = new Map<string, { addresses: string[]; until: number }>();
+  const addressesOf = async (hostname: string): Promise<string[] | null> => {
+    const cached = known.get(hostname);
+    if (cached && cached.until > Date.now()) return cached.addresses;
+    const resolved = await resolve(hostname).catch(() => null);
+    if (resolved === null) return null;
+    const addresses = resolved.map(({ address }) => address);
+    known.delete(hostname);
+    if (known.size >= NAME_ADDRESSES_MAX) known.delete(known.keys().next().value!);
+    known.set(hostname, { addresses, until: Date.now() + NAME_ADDRESSES_MS });
+    return addresses;
   };
   return async (input, init) => {
-    const { hostname } = new URL(input instanceof Request ? input.url : String(input));
-    if (!hostname.startsWith('[') && isIP(hostname) === 0) {
-      const problem = await judge(hostname);
-      // Not the address itself: it would tell a tenant about the gateway's network.
-      if (problem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${problem}`);
+    const url = new URL(input instanceof Request ? input.url : String(input));
+    if (!url.hostname.startsWith('[') && isIP(url.hostname) === 0) {
+      const addresses = await addressesOf(url.hostname);
+      if (addresses !== null) {
+        const rules = await options.rules();
+        let problem: string | null = null;
+        for (const address of addresses) problem ??= checkResolvedAddress(address, rules, url);
+        // Not the address itself: it would tell a tenant about the gateway's network.
+        if (problem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${problem}`);
+      }
     }
     return fetch(input, init);
   };
 }
 
-const NAME_VERDICT_MS = 10_000;
-const NAME_VERDICTS_MAX = 1_000;
+const NAME_ADDRESSES_MS = 10_000;
+const NAME_ADDRESSES_MAX = 1_000;
 
 export interface RunningGateway {
   url: string;
@@ -217,8 +227,24 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   await migrateDatabase(database.db);
   const { deps, tasks } = await createNodeDeps(config, database, { ...overrides, secrets });
   const initialised = await initialise(database.db, deps.now());
+  for (const warning of database.warnings) deps.log.warn(warning);
   const app = createApp(deps);
-  const server = serve({ fetch: (request) => declareStreams(app.fetch(request)), hostname: config.HOST, port: config.PORT });
+  const server = serve({
+    fetch: (request) => declareStreams(app.fetch(request)),
+    hostname: config.HOST,
+    port: config.PORT,
+    // A client has this long for a request's headers, and for the whole request: what a slow
+    // sender can hold. They bound receiving the request only, never the answer, so a long event
+    // stream is not cut. Node checks them every connectionsCheckingInterval (30 s by default).
+    serverOptions: {
+      headersTimeout: config.GATEWAY_HEADERS_TIMEOUT_MS,
+      requestTimeout: config.GATEWAY_REQUEST_TIMEOUT_MS,
+      connectionsCheckingInterval: Math.min(1_000, config.GATEWAY_HEADERS_TIMEOUT_MS),
+    },
+  });
+  // Connections past this are closed as they arrive, so that many clients cannot exhaust the
+  // process's file descriptors and memory; those already open are served as before.
+  server.maxConnections = config.GATEWAY_MAX_CONNECTIONS;
   server.on('connection', lingerOnClose);
   // A connection with no traffic either way for this long is closed: a client that stopped
   // reading a stream (its run carries on without it) would otherwise hold its socket for ever.

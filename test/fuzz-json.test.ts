@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { isUtf8 } from 'node:buffer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inspectJson, isStorableString, type JsonProblem } from '../src/lib/strict-json';
 import { MAX_BODY_DEPTH } from '../src/middleware/json-body';
@@ -209,6 +210,56 @@ describe('strict JSON bodies, through the API', () => {
   it('refuses before authenticating: a bad body tells nothing about the key', async () => {
     const error = await errorOf(await post('{"a":1,"a":2}', 'gk_not-a-key'));
     expect(error).toMatchObject({ status: 400, code: 'invalid_json' });
+  });
+
+  const postBytes = (bytes: Uint8Array) =>
+    gateway.app.request('/v1/assistants', {
+      method: 'POST',
+      headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': 'application/json' },
+      body: bytes,
+    });
+  const bytesOf = (...parts: (string | number[])[]) =>
+    Uint8Array.from(parts.flatMap((part) => (typeof part === 'string' ? [...new TextEncoder().encode(part)] : part)));
+  const assistantCount = async () =>
+    ((await (await gateway.request('/v1/assistants?limit=100', { key: tenant.workspaceKey })).json()) as { data: unknown[] }).data.length;
+
+  it.each([
+    ['two bytes that begin no character', [0xff, 0xfe]],
+    ['a lone continuation byte', [0x80]],
+    ['an overlong "/"', [0xc0, 0xaf]],
+    ['a sequence cut short', [0xe2, 0x82]],
+    ['a surrogate encoded as UTF-8', [0xed, 0xa0, 0x80]],
+    ['a code point past U+10FFFF', [0xf4, 0x90, 0x80, 0x80]],
+  ])('refuses a body with %s: 400, never stored with U+FFFD', async (_name, bad) => {
+    inputsTried += 1;
+    const before = await assistantCount();
+    const error = await errorOf(await postBytes(bytesOf('{"model":"gpt-', bad, '4o"}')));
+    expect(error).toMatchObject({ status: 400, code: 'invalid_json', param: null, message: 'The request body is not valid UTF-8.' });
+    expect(await assistantCount()).toBe(before);
+  });
+
+  it('skips a leading byte order mark, and only a leading one', async () => {
+    const created = await postBytes(bytesOf([0xef, 0xbb, 0xbf], '{"model":"m","name":"bom"}'));
+    expect(created.status).toBe(200);
+    expect(await created.json()).toMatchObject({ model: 'm', name: 'bom' });
+    expect((await postBytes(bytesOf('{"model":"m","name":"', [0xef, 0xbb, 0xbf], '"}'))).status).toBe(200);
+    expect(await errorOf(await postBytes(bytesOf([0xef, 0xbb, 0xbf, 0xef, 0xbb, 0xbf], '{"model":"m"}')))).toMatchObject({ status: 400, code: 'invalid_json' });
+  });
+
+  it('refuses a name of any bytes exactly when they are not UTF-8, and stores what was sent when they are', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.uint8Array({ maxLength: 12 }).filter((bytes) => !bytes.includes(0x22) && !bytes.includes(0x5c) && bytes.every((b) => b >= 0x20)), async (name) => {
+        inputsTried += 1;
+        const response = await postBytes(bytesOf('{"model":"m","name":"', [...name], '"}'));
+        if (isUtf8(name)) {
+          expect(response.status).toBe(200);
+          expect(((await response.json()) as { name: string }).name).toBe(Buffer.from(name).toString('utf8'));
+        } else {
+          expect(await errorOf(response)).toMatchObject({ status: 400, message: 'The request body is not valid UTF-8.' });
+        }
+      }),
+      { numRuns: RUNS },
+    );
   });
 
   it('does not repeat a refused value back', async () => {

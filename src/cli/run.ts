@@ -98,6 +98,7 @@ export async function runCli(
   const json = parsed.values.json === true;
   const config = nodeConfig(env);
   const database = await openDatabase(config);
+  for (const warning of database.warnings) io.stderr(`warning: ${warning}\n`);
   let secrets: Promise<SecretBox> | undefined;
   try {
     await migrateDatabase(database.db);

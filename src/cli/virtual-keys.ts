@@ -7,6 +7,7 @@ import {
   toVirtualKeyJson,
   type VirtualKey,
 } from '../services/virtual-keys';
+import { upstreamRules } from '../services/upstream-rules';
 import { listWorkspaces, type Workspace } from '../services/workspaces';
 import { optionalString, requireString, UsageError, type Command, type CommandContext } from './command';
 import { formatTable } from './output';
@@ -93,7 +94,7 @@ export const virtualKeyCommands: Command[] = [
       const key = await createVirtualKey(ctx.db, await ctx.secrets(), {
         workspaceId: workspace.id,
         body: parsed.data,
-        allowPrivateUpstreams: ctx.config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false,
+        upstreamRules: await upstreamRules(ctx.db, ctx.config, { now: ctx.now(), fresh: true }),
         now: ctx.now(),
       });
       ctx.print(

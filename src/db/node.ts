@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, openSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createClient, type Client } from '@libsql/client';
@@ -34,6 +34,8 @@ export interface NodeDatabase {
   /** Where the data lives, for start-up messages: a file path or a URL without credentials. */
   location: string;
   embedded: boolean;
+  /** Data files or a data directory found open to other users, for the caller to report. */
+  warnings: string[];
   close(): void;
 }
 
@@ -44,14 +46,15 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   let client: Client;
   let countersClient: Client;
   let location: string;
+  let warnings: string[] = [];
   if (config.LIBSQL_URL) {
     client = createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN });
     const url = new URL(config.LIBSQL_URL);
     location = `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;
     countersClient = client;
   } else {
-    mkdirSync(config.DATA_DIR, { recursive: true });
     location = resolve(config.DATA_DIR, 'gateway.db');
+    warnings = keepDataPrivate(config.DATA_DIR, location);
     // One connection for the app: every statement on the embedded file is a synchronous call, so
     // more would not add parallelism. Other processes on the same file wait up to this many ms for
     // its write lock. The counters' connection never waits on this one either: neither holds a
@@ -70,7 +73,41 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
     if (countersClient !== client) countersClient.close();
     client.close();
   };
-  return { db, client, countersClient, location, embedded, close };
+  return { db, client, countersClient, location, embedded, warnings, close };
+}
+
+/**
+ * The embedded database holds every tenant's threads: its files are the owner's alone. DATA_DIR
+ * is created 0700, and the database file 0600 before SQLite opens it, since SQLite gives the -wal
+ * and -shm files it creates the database file's mode. Existing database files that others can
+ * read are tightened to 0600 (they are the gateway's own, and an upgrade from a looser version
+ * should not stop the start) with a warning, since their data may already have been read. An
+ * existing directory that others can enter only gets a warning: it may be shared on purpose, and
+ * the files inside are what matter. Windows has no such permission bits.
+ */
+export function keepDataPrivate(dataDir: string, databaseFile: string): string[] {
+  const warnings: string[] = [];
+  const created = mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  if (process.platform === 'win32') return warnings;
+  const modeOf = (path: string) => statSync(path, { throwIfNoEntry: false })?.mode;
+  const directoryMode = statSync(dataDir).mode & 0o777;
+  if (created === undefined && (directoryMode & 0o077) !== 0) {
+    warnings.push(
+      `The data directory ${dataDir} is open to other users (mode ${directoryMode.toString(8)}); ` +
+        `its database files are kept 600, but consider \`chmod 700 ${dataDir}\`.`,
+    );
+  }
+  closeSync(openSync(databaseFile, 'a', 0o600));
+  for (const path of [databaseFile, `${databaseFile}-wal`, `${databaseFile}-shm`]) {
+    const mode = (modeOf(path) ?? 0) & 0o777;
+    if ((mode & 0o077) === 0) continue;
+    chmodSync(path, 0o600);
+    warnings.push(
+      `${path} was open to other users (mode ${mode.toString(8)}): changed to 600. ` +
+        'Consider its data (threads, messages, runs) seen by whoever could read it.',
+    );
+  }
+  return warnings;
 }
 
 /**

@@ -1,3 +1,5 @@
+import ipaddr from 'ipaddr.js';
+
 /**
  * Which URLs the gateway may send a provider request to. A virtual key's base_url is chosen by a
  * tenant, and the gateway then fetches it with its own network position: without these rules a
@@ -9,15 +11,32 @@
  *
  * Hosts are taken from WHATWG URL parsing, which already turns `2852039166`, `0xA9FEA9FE` and
  * `0251.0376.0251.0376` into `169.254.169.254` and writes IPv6 in its compressed, lowercase,
- * hexadecimal form; the IPv6 parser below still accepts every spelling, so the rules hold
- * whatever produced the string.
+ * hexadecimal form; ipaddr.js still accepts every spelling, so the rules hold whatever produced
+ * the string. IPv6 addresses that carry an IPv4 address (mapped, NAT64, 6to4, Teredo) are judged
+ * by the IPv4 address they lead to.
  *
  * Pure on purpose: the run engine calls it before every upstream fetch.
  */
 
 export interface UpstreamUrlOptions {
-  /** Loopback, private, CGNAT and unspecified addresses (Node's default: local model servers). */
+  /** Loopback, private, CGNAT and unspecified addresses (local model servers). */
   allowPrivate: boolean;
+  /** Hosts allowed even when private addresses are not (GATEWAY_ALLOWED_UPSTREAM_HOSTS). */
+  allowedHosts?: readonly UpstreamHostPattern[];
+  /** Why private addresses are refused, for the refusal's message (the setting or the database). */
+  privateRefusedBecause?: string;
+}
+
+/**
+ * One entry of GATEWAY_ALLOWED_UPSTREAM_HOSTS: `host[:port]`, where host is a name, `*.` and a
+ * name (any name under it, not the name itself), an IPv4 address or an IPv6 address in brackets.
+ */
+export interface UpstreamHostPattern {
+  /** As URL parsing writes a host (lowercase, IPv4 dotted, IPv6 bracketed); a wildcard's suffix. */
+  host: string;
+  wildcard: boolean;
+  /** Null: any port. */
+  port: number | null;
 }
 
 type AddressClass = 'public' | 'private' | 'metadata';
@@ -42,24 +61,86 @@ export function checkUpstreamUrl(url: string, options: UpstreamUrlOptions): stri
   const host = parsed.hostname;
   const kind = host.startsWith('[') ? classifyIpv6(host.slice(1, -1)) : classifyHost(host);
   if (kind === 'metadata') return 'cloud metadata and link-local addresses are never allowed as upstreams.';
-  if (kind === 'private' && !options.allowPrivate) {
-    return 'loopback, private, CGNAT and unspecified addresses are refused as upstreams unless GATEWAY_ALLOW_PRIVATE_UPSTREAMS is true.';
+  if (kind === 'private' && !allowsPrivate(parsed, options)) {
+    return `loopback, private, CGNAT and unspecified addresses are refused as upstreams ${privateRule(parsed, options)}`;
   }
   return null;
 }
 
 /**
- * A problem with an address that an upstream's name resolved to (IPv4 or IPv6, as a resolver
- * writes it); null when it may be fetched. The same rules as for literal hosts.
+ * A problem with an address that the host of `url` resolved to (IPv4 or IPv6, as a resolver
+ * writes it); null when it may be fetched. The same rules as for literal hosts; an allow-listed
+ * host may resolve to private addresses, never to metadata ones.
  */
-export function checkResolvedAddress(address: string, options: UpstreamUrlOptions): string | null {
+export function checkResolvedAddress(address: string, options: UpstreamUrlOptions, url?: URL): string | null {
   const ipv4 = parseIpv4(address);
-  const kind = ipv4 !== null ? classifyIpv4(ipv4) : classifyIpv6(address);
+  const kind = ipv4 ? classifyIpv4(ipv4) : classifyIpv6(address);
   if (kind === 'metadata') return 'it resolves to a cloud metadata or link-local address, never allowed as an upstream.';
-  if (kind === 'private' && !options.allowPrivate) {
-    return 'it resolves to a loopback, private, CGNAT or unspecified address, refused unless GATEWAY_ALLOW_PRIVATE_UPSTREAMS is true.';
+  if (kind === 'private' && !(url ? allowsPrivate(url, options) : options.allowPrivate)) {
+    return `it resolves to a loopback, private, CGNAT or unspecified address, refused ${privateRule(url, options)}`;
   }
   return null;
+}
+
+function allowsPrivate(url: URL, options: UpstreamUrlOptions): boolean {
+  return options.allowPrivate || (options.allowedHosts ?? []).some((pattern) => hostMatches(url, pattern));
+}
+
+/** The end of a refusal: what allows such an address, why it is refused here, how to allow it. */
+function privateRule(url: URL | undefined, options: UpstreamUrlOptions): string {
+  const because = options.privateRefusedBecause ? ` (${options.privateRefusedBecause})` : '';
+  const suggestion = url ? ` An admin can allow this host with GATEWAY_ALLOWED_UPSTREAM_HOSTS=${hostAndPort(url)}.` : '';
+  return `unless GATEWAY_ALLOW_PRIVATE_UPSTREAMS is true or the host is in GATEWAY_ALLOWED_UPSTREAM_HOSTS${because}.${suggestion}`;
+}
+
+/** The host as URL parsing writes it, without trailing dots, and the port a fetch would use. */
+function hostAndPort(url: URL): string {
+  return `${url.hostname.replace(/\.+$/, '')}:${effectivePort(url)}`;
+}
+
+const effectivePort = (url: URL) => Number(url.port || (url.protocol === 'https:' ? 443 : 80));
+
+function hostMatches(url: URL, pattern: UpstreamHostPattern): boolean {
+  if (pattern.port !== null && pattern.port !== effectivePort(url)) return false;
+  const host = url.hostname.replace(/\.+$/, '');
+  return pattern.wildcard ? host.endsWith(`.${pattern.host}`) : host === pattern.host;
+}
+
+/**
+ * GATEWAY_ALLOWED_UPSTREAM_HOSTS: comma-separated `host[:port]` patterns (see UpstreamHostPattern).
+ * Hosts are normalised by URL parsing, as base URLs are, so `127.1` means `127.0.0.1` and
+ * `[0:0::1]` means `[::1]`. A bad entry is a problem naming it.
+ */
+export function parseUpstreamHostPatterns(text: string): { patterns: UpstreamHostPattern[] } | { problem: string } {
+  const patterns: UpstreamHostPattern[] = [];
+  for (const entry of text.split(',').map((part) => part.trim())) {
+    if (entry === '') continue;
+    const pattern = parseHostPattern(entry);
+    if (typeof pattern === 'string') return { problem: `'${entry}' ${pattern}` };
+    patterns.push(pattern);
+  }
+  return { patterns };
+}
+
+const HOST_PATTERN = /^(\*\.)?(\[[0-9A-Fa-f:.]+\]|[^\s/\\?#@:[\]*%]+)(?::(\d{1,5}))?$/;
+
+/** The pattern, or what is wrong with it. */
+function parseHostPattern(entry: string): UpstreamHostPattern | string {
+  const match = HOST_PATTERN.exec(entry);
+  if (!match) return 'is not host[:port] (a name, *.name, an IPv4 address or an [IPv6] address, and an optional port).';
+  const [, star, rawHost, rawPort] = match;
+  const port = rawPort === undefined ? null : Number(rawPort);
+  if (port !== null && (port < 1 || port > 65535)) return 'has a port outside 1 to 65535.';
+  let host: string;
+  try {
+    host = new URL(`http://${rawHost}/`).hostname.replace(/\.+$/, '');
+  } catch {
+    return 'is not a valid host name or address.';
+  }
+  if (host === '') return 'has an empty host.';
+  const isAddress = host.startsWith('[') || ipaddr.IPv4.isValidFourPartDecimal(host);
+  if (star && isAddress) return 'has a wildcard on an address: `*.` applies to names only.';
+  return { host, wildcard: star !== undefined, port };
 }
 
 /** Names that clouds resolve to their metadata service (GCE also resolves the short `metadata`). */
@@ -70,75 +151,83 @@ function classifyHost(hostname: string): AddressClass {
   if (METADATA_NAMES.has(name)) return 'metadata';
   if (name === 'localhost' || name.endsWith('.localhost')) return 'private';
   const ipv4 = parseIpv4(name);
-  return ipv4 === null ? 'public' : classifyIpv4(ipv4);
+  return ipv4 ? classifyIpv4(ipv4) : 'public';
 }
 
-function parseIpv4(text: string): number | null {
-  const match = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(text);
-  if (!match) return null;
-  const octets = match.slice(1).map(Number);
-  if (octets.some((octet) => octet > 255)) return null;
-  return octets.reduce((value, octet) => value * 256 + octet, 0);
+/**
+ * An IPv4 address in any form inet_aton reads (`127.1`, `0x7f.1`, …), or null. The characters are
+ * looked at first: ipaddr.js answers a name by throwing inside, which costs a run 10 µs or so.
+ */
+function parseIpv4(text: string): ipaddr.IPv4 | null {
+  return /^[0-9a-fx.]+$/i.test(text) && ipaddr.IPv4.isValid(text) ? ipaddr.IPv4.parse(text) : null;
 }
 
-const inIpv4 = (address: number, base: string, bits: number) =>
-  Math.floor(address / 2 ** (32 - bits)) === Math.floor(parseIpv4(base)! / 2 ** (32 - bits));
+/** Alibaba Cloud's metadata service, inside CGNAT space. */
+const ALIBABA_METADATA = ipaddr.IPv4.parse('100.100.100.200');
 
-function classifyIpv4(address: number): AddressClass {
-  // 169.254.169.254 (AWS, GCP, Azure, …) lies in link-local; 100.100.100.200 (Alibaba) in CGNAT.
-  if (inIpv4(address, '169.254.0.0', 16) || address === parseIpv4('100.100.100.200')) return 'metadata';
-  const privateRanges: [string, number][] = [
-    ['0.0.0.0', 8], // "this network"; 0.0.0.0 reaches the local host on Linux
-    ['127.0.0.0', 8],
-    ['10.0.0.0', 8],
-    ['172.16.0.0', 12],
-    ['192.168.0.0', 16],
-    ['100.64.0.0', 10],
-  ];
-  return privateRanges.some(([base, bits]) => inIpv4(address, base, bits)) ? 'private' : 'public';
-}
-
-/** Eight 16-bit groups, from any textual IPv6 form (zone ids are not valid in URLs). */
-function parseIpv6(text: string): number[] | null {
-  let body = text.toLowerCase();
-  const dotted = /^(.*:)(\d+\.\d+\.\d+\.\d+)$/.exec(body);
-  if (dotted) {
-    const ipv4 = parseIpv4(dotted[2]!);
-    if (ipv4 === null) return null;
-    body = `${dotted[1]}${(ipv4 >>> 16).toString(16)}:${(ipv4 & 0xffff).toString(16)}`;
+function classifyIpv4(address: ipaddr.IPv4): AddressClass {
+  if (address.match(ALIBABA_METADATA, 32)) return 'metadata';
+  switch (address.range()) {
+    case 'linkLocal': // 169.254.0.0/16, with 169.254.169.254 (AWS, GCP, Azure, …)
+      return 'metadata';
+    case 'unspecified': // 0.0.0.0/8, "this network"; 0.0.0.0 reaches the local host on Linux
+    case 'loopback':
+    case 'private':
+    case 'carrierGradeNat':
+      return 'private';
+    default:
+      return 'public';
   }
-  const halves = body.split('::');
-  if (halves.length > 2) return null;
-  const groups = (part: string) => (part === '' ? [] : part.split(':'));
-  const head = groups(halves[0]!);
-  const tail = halves.length === 2 ? groups(halves[1]!) : [];
-  const missing = 8 - head.length - tail.length;
-  if (halves.length === 2 ? missing < 1 : missing !== 0) return null;
-  const all = [...head, ...Array<string>(Math.max(missing, 0)).fill('0'), ...tail];
-  if (!all.every((group) => /^[0-9a-f]{1,4}$/.test(group))) return null;
-  return all.map((group) => parseInt(group, 16));
 }
 
-/** fd00:ec2::254, AWS's IPv6 metadata endpoint, as parseIpv6 groups. */
-const AWS_IPV6_METADATA = [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254].join(':');
+/** AWS's IPv6 metadata endpoint. */
+const AWS_IPV6_METADATA = ipaddr.IPv6.parse('fd00:ec2::254');
+/** The well-known NAT64 prefix, whose addresses end in the IPv4 address they reach. */
+const NAT64_WELL_KNOWN = ipaddr.IPv6.parse('64:ff9b::');
+
+const ipv4Of = (bytes: number[]) => new ipaddr.IPv4(bytes);
+const worst = (...classes: AddressClass[]): AddressClass =>
+  classes.includes('metadata') ? 'metadata' : classes.includes('private') ? 'private' : 'public';
 
 function classifyIpv6(text: string): AddressClass {
-  const g = parseIpv6(text);
-  if (!g) return 'metadata'; // unparseable: refuse outright rather than guess
-  const embeddedIpv4 = () => g[6]! * 65536 + g[7]!;
-  const zeroUpTo = (n: number) => g.slice(0, n).every((group) => group === 0);
-
-  if (g.join(':') === AWS_IPV6_METADATA) return 'metadata';
-  if ((g[0]! & 0xffc0) === 0xfe80) return 'metadata'; // link-local fe80::/10
-  if (zeroUpTo(5) && g[5] === 0xffff) return classifyIpv4(embeddedIpv4()); // IPv4-mapped ::ffff:a.b.c.d
-  if (g[0] === 0x64 && g[1] === 0xff9b && g.slice(2, 6).every((x) => x === 0)) {
-    return classifyIpv4(embeddedIpv4()); // NAT64 64:ff9b::a.b.c.d reaches that IPv4 address
+  // Unparseable (or an IPv4 address where IPv6 was expected): refuse outright rather than guess.
+  if (!ipaddr.IPv6.isValid(text)) return 'metadata';
+  const address = ipaddr.IPv6.parse(text);
+  if (address.match(AWS_IPV6_METADATA, 128)) return 'metadata';
+  const bytes = address.toByteArray();
+  // The typings omit some names the library returns ('deprecatedSiteLocal').
+  const range: string = address.range();
+  switch (range) {
+    case 'linkLocal': // fe80::/10
+      return 'metadata';
+    case 'unspecified':
+    case 'loopback':
+    case 'uniqueLocal': // fc00::/7
+    case 'deprecatedSiteLocal': // fec0::/10
+      return 'private';
+    case 'ipv4Mapped': // ::ffff:a.b.c.d
+    case 'rfc6145': // ::ffff:0:a.b.c.d
+      return classifyIpv4(ipv4Of(bytes.slice(12)));
+    case 'rfc6052': {
+      // NAT64. The well-known prefix (64:ff9b::/96) ends in the IPv4 address. The local-use one
+      // (64:ff9b:1::/48) reaches a network's own translator, whose prefix length (48 to 96 bits,
+      // RFC 6052) decides where the IPv4 address sits: every possible place is judged, and the
+      // address is private at least.
+      if (address.match(NAT64_WELL_KNOWN, 96)) return classifyIpv4(ipv4Of(bytes.slice(12)));
+      const places = [
+        [6, 7, 9, 10],
+        [7, 9, 10, 11],
+        [9, 10, 11, 12],
+        [12, 13, 14, 15],
+      ];
+      return worst('private', ...places.map((place) => classifyIpv4(ipv4Of(place.map((i) => bytes[i]!)))));
+    }
+    case '6to4': // 2002:aabb:ccdd::/48 reaches aa.bb.cc.dd
+      return classifyIpv4(ipv4Of(bytes.slice(2, 6)));
+    case 'teredo': // 2001:0:<server>:<flags>:<port>:<client>, the client's IPv4 address inverted
+      return classifyIpv4(ipv4Of(bytes.slice(12).map((byte) => byte ^ 0xff)));
   }
-  if (zeroUpTo(6)) {
-    // ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d
-    return g[6] === 0 && g[7]! <= 1 ? 'private' : classifyIpv4(embeddedIpv4());
-  }
-  if ((g[0]! & 0xfe00) === 0xfc00) return 'private'; // unique local fc00::/7
-  if ((g[0]! & 0xffc0) === 0xfec0) return 'private'; // deprecated site-local fec0::/10
+  // The deprecated IPv4-compatible ::a.b.c.d.
+  if (bytes.slice(0, 12).every((byte) => byte === 0)) return classifyIpv4(ipv4Of(bytes.slice(12)));
   return 'public';
 }

@@ -15,6 +15,11 @@ const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * An empty body is no body (the OpenAI SDK sends none on `cancel`); routes that need one then
  * report the missing fields. JSON that parses but is ambiguous or could not be stored as sent
  * (lib/strict-json.ts) is 400 too, naming where.
+ *
+ * The bytes must be UTF-8 (RFC 8259 requires it of JSON between systems): invalid sequences are
+ * 400 `invalid_json`, never replaced with U+FFFD, which would store a value the client did not
+ * send. A leading byte order mark is skipped, as RFC 8259 lets parsers do: some Windows tools
+ * write one, and it carries no data.
  */
 export const jsonBody = () =>
   createMiddleware<AppEnv>(async (c, next) => {
@@ -28,12 +33,12 @@ export const jsonBody = () =>
       if (c.req.header('transfer-encoding') !== undefined || (length !== undefined && length !== '0')) {
         throw new ApiError('unsupported_media_type');
       }
-      if (length === undefined && c.req.raw.body && (await readText(c)).length > 0) {
+      if (length === undefined && c.req.raw.body && (await readBytes(c)).byteLength > 0) {
         throw new ApiError('unsupported_media_type');
       }
       return next();
     }
-    const text = await readText(c);
+    const text = decodeUtf8(await readBytes(c));
     if (text.length === 0) {
       c.req.bodyCache.json = Promise.resolve(undefined);
       return next();
@@ -53,7 +58,21 @@ export const jsonBody = () =>
     return next();
   });
 
-const readText = (c: Context<AppEnv>) => c.req.text().catch((error: unknown) => Promise.reject(unreadBody(error)));
+const readBytes = (c: Context<AppEnv>) => c.req.arrayBuffer().catch((error: unknown) => Promise.reject(unreadBody(error)));
+
+/**
+ * `fatal`: a malformed sequence throws instead of becoming U+FFFD. `ignoreBOM: false` does not keep
+ * a leading BOM in the text (the decoder consumes it).
+ */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+
+function decodeUtf8(bytes: ArrayBuffer): string {
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    throw new ApiError('invalid_json', 'The request body is not valid UTF-8.');
+  }
+}
 
 /**
  * Deep enough for every schema here (a JSON Schema of 32 levels inside a tool inside a body is

@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import type { AppEnv } from '../deps';
 import { validate } from '../middleware/validate';
 import { createVirtualKeyBody, listVirtualKeysQuery, revokeVirtualKeyQuery } from '../schemas/virtual-keys';
+import { upstreamRules } from '../services/upstream-rules';
 import { createVirtualKey, listVirtualKeys, revokeVirtualKey, toVirtualKeyJson } from '../services/virtual-keys';
 import { resolveWorkspaceScope } from '../services/workspaces';
 
@@ -25,7 +26,7 @@ export const virtualKeyRoutes = new Hono<AppEnv>()
     const key = await createVirtualKey(db, secrets, {
       workspaceId: scope!.workspaceId,
       body,
-      allowPrivateUpstreams: config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false,
+      upstreamRules: await upstreamRules(db, config, { now: now(), fresh: true }),
       now: now(),
     });
     return c.json(toVirtualKeyJson(key));

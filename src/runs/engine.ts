@@ -26,6 +26,7 @@ import {
   type StepRow,
 } from '../services/runs';
 import { conversationMessages, toMessageJson, type MessageRow } from '../services/threads';
+import { upstreamRules } from '../services/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { buildChatRequest, type ToolCallsDetails } from './chat-request';
 import type { EventSink, ServerSentEvent } from './event-stream';
@@ -139,9 +140,7 @@ class Execution {
     if (!virtualKey || virtualKey.revokedAt !== null) {
       throw new UpstreamError('address', 'The virtual key of this run was revoked before it could execute.');
     }
-    const addressProblem = checkUpstreamUrl(virtualKey.baseUrl, {
-      allowPrivate: config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false,
-    });
+    const addressProblem = checkUpstreamUrl(virtualKey.baseUrl, await upstreamRules(db, config, { now: this.#deps.now() }));
     if (addressProblem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${addressProblem}`);
 
     const [conversation, steps] = await Promise.all([

@@ -4,7 +4,7 @@ import { virtualKeys, workspaces, type Provider } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
 import type { SecretBox } from '../lib/secrets';
-import { checkUpstreamUrl } from '../lib/upstream-url';
+import { checkUpstreamUrl, type UpstreamUrlOptions } from '../lib/upstream-url';
 import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type VirtualKeyJson } from '../schemas/virtual-keys';
 import { toUnixSeconds } from '../lib/time';
 
@@ -63,15 +63,15 @@ export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
 export interface CreateVirtualKeyInput {
   workspaceId: string;
   body: CreateVirtualKeyBody;
-  /** GATEWAY_ALLOW_PRIVATE_UPSTREAMS: whether loopback and private base URLs are accepted. */
-  allowPrivateUpstreams: boolean;
+  /** The upstream address rules in force (services/upstream-rules.ts). */
+  upstreamRules: UpstreamUrlOptions;
   now: number;
 }
 
 /** Stores a new key; 409 `already_exists` when a live key of the workspace has the slug. */
 export async function createVirtualKey(db: Db, secrets: SecretBox, input: CreateVirtualKeyInput): Promise<VirtualKey> {
   const { body } = input;
-  const baseUrl = checkBaseUrl(body.base_url ?? DEFAULT_OPENAI_BASE_URL, input.allowPrivateUpstreams);
+  const baseUrl = checkBaseUrl(body.base_url ?? DEFAULT_OPENAI_BASE_URL, input.upstreamRules);
   const id = newUuid();
   const [row] = await db
     .insert(virtualKeys)
@@ -99,9 +99,9 @@ export async function createVirtualKey(db: Db, secrets: SecretBox, input: Create
 }
 
 /** The base URL as stored, or 400 naming `base_url`. */
-function checkBaseUrl(baseUrl: string, allowPrivate: boolean): string {
+function checkBaseUrl(baseUrl: string, rules: UpstreamUrlOptions): string {
   const problem =
-    checkUpstreamUrl(baseUrl, { allowPrivate }) ??
+    checkUpstreamUrl(baseUrl, rules) ??
     (new URL(baseUrl).search !== '' ? 'the URL must not have a query string; the endpoint path is appended to it.' : null);
   if (problem) throw new ApiError('invalid_value', `Invalid 'base_url': ${problem}`, { param: 'base_url' });
   return baseUrl.replace(/\/+$/, '');

@@ -87,7 +87,14 @@ export async function createTestGateway(
   options: { env?: Record<string, string>; deps?: Partial<Deps> } = {},
 ): Promise<TestGateway> {
   const dataDir = mkdtempSync(join(tmpdir(), 'gateway-test-'));
-  const config: Config = nodeConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'info', ...options.env });
+  const config: Config = nodeConfig({
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'info',
+    // Tests hold many workspaces on one database and an upstream on loopback (the fake): what an
+    // admin allows explicitly. `GATEWAY_ALLOW_PRIVATE_UPSTREAMS: ''` gives the default (unset).
+    GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true',
+    ...options.env,
+  });
   const database = await openDatabase(config);
   await migrateDatabase(database.db);
   const clock = testClock();
@@ -151,7 +158,7 @@ export async function createTestGateway(
     const key = await createVirtualKey(database.db, deps.secrets, {
       workspaceId: owner.workspace.id,
       body: { slug: `vk-${++virtualKeys}`, provider: 'openai', api_key: 'sk-test-provider-key', ...body } as CreateVirtualKeyBody,
-      allowPrivateUpstreams: true,
+      upstreamRules: { allowPrivate: true },
       now: clock.now(),
     });
     return key.slug;
