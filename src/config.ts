@@ -49,6 +49,21 @@ export const configSchema = z.object({
    * there) or the libSQL table that Node uses. Node always counts in libSQL.
    */
   GATEWAY_RATE_LIMIT_STORE: z.enum(['durable-object', 'libsql']).optional(),
+  /**
+   * Per-workspace budgets on the control plane (400 quota_exceeded past them): active rate-limit
+   * policies, conditions per policy (at most the API's own bound of 32), the bytes of a workspace's
+   * active policies (names, conditions and group_by as stored), live virtual keys, live assistants.
+   */
+  GATEWAY_MAX_POLICIES_PER_WORKSPACE: positiveInt.default(1000),
+  GATEWAY_MAX_POLICY_CONDITIONS: positiveInt.max(32).default(32),
+  GATEWAY_MAX_POLICY_BYTES_PER_WORKSPACE: positiveInt.default(1024 * 1024),
+  GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE: positiveInt.default(100),
+  GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE: positiveInt.default(10_000),
+  /**
+   * Tokens a run turn reserves for its completion in each matching tokens policy when it sets no
+   * max_completion_tokens (on top of an estimate of its prompt); released against the real usage.
+   */
+  GATEWAY_TOKEN_RESERVATION: positiveInt.default(1024),
 });
 
 export type Config = z.infer<typeof configSchema>;

@@ -6,7 +6,7 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/node';
 import { PolicyCache, type PolicyLoader } from '../src/ratelimit/policy-cache';
-import { loadActivePolicies } from '../src/services/policies';
+import { readPolicyPage } from '../src/services/policies';
 import {
   completionTokens,
   fakeDirective,
@@ -812,12 +812,12 @@ describe('the policy cache', () => {
     let failFirst!: () => void;
     const firstCallerGone = new Promise<void>((resolve) => (failFirst = resolve));
     // The first load fails once the second caller waits on it, as a cancelled request's I/O would.
-    const load: PolicyLoader = async (db, workspaceId) => {
+    const load: PolicyLoader = async (db, workspaceId, start, limit) => {
       if (++calls === 1) {
         await firstCallerGone;
         throw new Error('The request that started this load was cancelled');
       }
-      return loadActivePolicies(db, workspaceId);
+      return readPolicyPage(db, workspaceId, start, limit);
     };
     const cache = new PolicyCache(gateway.database.db, { load });
     const first = cache.get(who.workspace.id);

@@ -61,7 +61,7 @@ export const virtualKeyCommands: Command[] = [
     name: 'virtual-keys create',
     usage:
       'virtual-keys create --workspace <id|slug> --slug <slug> --provider openai|azure-openai ' +
-      '[--base-url <url>] [--api-version <v>] [--deployment <d>] (--api-key-stdin | --api-key-env <NAME>) [--json]',
+      '[--base-url <url>] [--api-version <v>] [--deployment <d>] [--model <m>] (--api-key-stdin | --api-key-env <NAME>) [--json]',
     summary:
       "Store a provider's credentials in a workspace under a slug (x-gateway-virtual-key). The provider key is " +
       'read from standard input or from the environment variable NAME, never from a flag (shell history).',
@@ -72,6 +72,7 @@ export const virtualKeyCommands: Command[] = [
       'base-url': { type: 'string' },
       'api-version': { type: 'string' },
       deployment: { type: 'string' },
+      model: { type: 'string' },
       'api-key-stdin': { type: 'boolean' },
       'api-key-env': { type: 'string' },
       // Accepted only to be refused with an explanation.
@@ -87,6 +88,7 @@ export const virtualKeyCommands: Command[] = [
         api_key: apiKey,
         api_version: optionalString(ctx, 'api-version'),
         deployment: optionalString(ctx, 'deployment'),
+        model: optionalString(ctx, 'model'),
       };
       const parsed = createVirtualKeyBody.safeParse(input);
       if (!parsed.success) throw validationError(parsed.error.issues, input, 'json');
@@ -94,6 +96,7 @@ export const virtualKeyCommands: Command[] = [
         workspaceId: workspace.id,
         body: parsed.data,
         allowPrivateUpstreams: ctx.config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false,
+        maxKeys: ctx.config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
         now: ctx.now(),
       });
       ctx.print(

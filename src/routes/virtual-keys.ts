@@ -26,6 +26,7 @@ export const virtualKeyRoutes = new Hono<AppEnv>()
       workspaceId: scope!.workspaceId,
       body,
       allowPrivateUpstreams: config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false,
+      maxKeys: config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
       now: now(),
     });
     return c.json(toVirtualKeyJson(key));
