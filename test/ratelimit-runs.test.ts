@@ -148,6 +148,12 @@ function fakeTotals(replies: { reply?: string; toolArguments?: string[] }[]): nu
   });
 }
 
+/** The tokens a run's current turn reserved at admission (its stored ticket). */
+async function reservedBy(runId: string): Promise<number> {
+  const { rows } = await gateway.database.client.execute({ sql: 'SELECT rate_limit FROM runs WHERE id = ?', args: [runId] });
+  return (JSON.parse(rows[0]!.rate_limit as string) as { reserved: number }).reserved;
+}
+
 async function expectRefused(response: Response, type: 'requests' | 'tokens') {
   const error = await errorOf(response);
   expect(error).toMatchObject({ status: 429, code: 'rate_limit_exceeded', type, param: null });
@@ -414,7 +420,7 @@ describe('token charging', () => {
     expect(await usedBy(policy)).toBe(total);
   });
 
-  it('charges a run continued by submit_tool_outputs once, with every turn, when it ends', async () => {
+  it('charges a run continued by submit_tool_outputs each turn as it ends, the total once', async () => {
     freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
@@ -428,8 +434,9 @@ describe('token charging', () => {
     );
     expect(waiting.status).toBe('requires_action');
     await settled();
-    // Not ended: nothing charged yet.
-    expect(await usedBy(policy)).toBe(0);
+    // The first turn is charged as it ends, while the run waits; its reservation is gone.
+    const [first] = fakeTotals([{ toolArguments: [args] }]);
+    expect(await usedBy(policy)).toBe(first);
 
     const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
     const stream = who.openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {
@@ -609,7 +616,8 @@ describe('grouping over run traffic', () => {
     expect(Object.keys(counters).map((key) => key.split('/').slice(3).join('/')).sort()).toEqual(
       [
         group(who.slug, 'fake-model', null),
-        group(who.azureSlug, 'fake-model', null),
+        // Through the Azure key, the deployment's model (the key's `model` defaults to its name).
+        group(who.azureSlug, 'fake-deployment', null),
         group(who.slug, 'run-model', null),
         group(who.slug, 'fake-model', 'ann'),
       ].sort(),
@@ -739,21 +747,26 @@ describe('the 429 and the headers through the SDK', () => {
     expect(response.headers.get('x-ratelimit-limit-requests')).toBe('10');
     expect(response.headers.get('x-ratelimit-remaining-requests')).toBe('9');
     expect(response.headers.get('x-ratelimit-limit-tokens')).toBe('100000');
-    expect(response.headers.get('x-ratelimit-remaining-tokens')).toBe('100000');
+    // What is left after the run's reservation: its completion (GATEWAY_TOKEN_RESERVATION) and prompt.
+    const reserved = await reservedBy(run.id);
+    expect(reserved).toBeGreaterThan(gateway.deps.config.GATEWAY_TOKEN_RESERVATION);
+    expect(response.headers.get('x-ratelimit-remaining-tokens')).toBe(String(100_000 - reserved));
     expect(response.headers.get('ratelimit-policy')).toBe(`"${requests}";q=10;w=60, "${tokens}";q=100000;qu="tokens";w=86400`);
-    expect(response.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=9;t=\\d+, "${tokens}";r=100000;t=\\d+$`));
+    expect(response.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=9;t=\\d+, "${tokens}";r=${100_000 - reserved};t=\\d+$`));
     expect(response.headers.get('retry-after')).toBeNull();
     await settled();
+    // The reservation is gone; the run's real tokens stay.
     const charged = await usedBy(tokens);
-    expect(charged).toBeGreaterThan(0);
+    expect(charged).toBe((await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id })).usage!.total_tokens);
 
     const { data: stream, response: streamed } = await who.openai.beta.threads
       .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi'), stream: true })
       .withResponse();
     expect(streamed.headers.get('content-type')).toMatch(/^text\/event-stream/);
     expect(streamed.headers.get('x-ratelimit-remaining-requests')).toBe('8');
-    expect(streamed.headers.get('x-ratelimit-remaining-tokens')).toBe(String(100_000 - charged));
-    expect(streamed.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=8;t=\\d+, "${tokens}";r=${100_000 - charged};t=\\d+$`));
+    const left = 100_000 - charged - reserved;
+    expect(streamed.headers.get('x-ratelimit-remaining-tokens')).toBe(String(left));
+    expect(streamed.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=8;t=\\d+, "${tokens}";r=${left};t=\\d+$`));
     const events: string[] = [];
     for await (const event of stream) events.push(event.event);
     expect(events.at(-1)).toBe('thread.run.completed');
