@@ -588,6 +588,69 @@ describe('matching over run traffic', () => {
   });
 });
 
+describe('the model of an Azure key', () => {
+  /** An Azure virtual key on the fake, through the API as a user creates one. */
+  async function azureKey(who: Caller, slug: string, extra: Record<string, unknown>) {
+    const response = await gateway.request('/v1/virtual-keys', {
+      key: who.tenant.workspaceKey,
+      body: { slug, provider: 'azure-openai', base_url: fake.url, api_version: '2024-10-21', api_key: 'sk-azure', ...extra },
+    });
+    expect(response.status).toBe(200);
+    return json(response);
+  }
+
+  it("binds a model=gpt-4o policy to a run sending \"model\":\"x1\" through a key whose deployment is gpt-4o", async () => {
+    freshMinute();
+    const who = await caller();
+    expect(await azureKey(who, 'azure-gpt-4o', { deployment: 'gpt-4o' })).toMatchObject({ deployment: 'gpt-4o', model: 'gpt-4o' });
+    const policy = await createPolicy(who.tenant, { conditions: [{ key: 'model', value: 'gpt-4o' }], value: 1 });
+    const azure = { 'x-gateway-virtual-key': 'azure-gpt-4o' };
+
+    const response = await createRun(who, { model: 'x1' }, azure);
+    expect(response.status).toBe(200);
+    const run = await json(response);
+    // The run records the model that served it, which usage is counted for.
+    expect(run.model).toBe('gpt-4o');
+    expect(response.headers.get('ratelimit-policy')).toBe(`"${policy}";q=1;w=60`);
+    const refused = await expectRefused(await createRun(who, { model: 'x1' }, azure), 'requests');
+    expect(refused.message).toContain(policy);
+    // Any other spelling of the model is the same deployment, and the same policy.
+    await expectRefused(await createRun(who, { model: 'gpt-4o-mini' }, azure), 'requests');
+    // Through an OpenAI key the client's model is the model: x1 is not gpt-4o.
+    expect((await createRun(who, { model: 'x1' })).status).toBe(200);
+    await settled();
+    const done = await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id });
+    expect(done).toMatchObject({ status: 'completed', model: 'gpt-4o' });
+    expect(chatRequests().map((request) => request.path)).toContain('/openai/deployments/gpt-4o/chat/completions');
+  });
+
+  it("takes the model a key declares for its deployment, in policies and in submit_tool_outputs", async () => {
+    freshMinute();
+    const who = await caller();
+    expect(await azureKey(who, 'azure-prod', { deployment: 'prod-east-2', model: 'gpt-4o-mini' })).toMatchObject({
+      deployment: 'prod-east-2',
+      model: 'gpt-4o-mini',
+    });
+    const policy = await createPolicy(who.tenant, { conditions: [{ key: 'model', value: 'gpt-4o-mini' }], value: 2 });
+    const azure = { 'x-gateway-virtual-key': 'azure-prod' };
+    const args = '{"city":"Paris"}';
+    const created = await json(
+      await createRun(who, { model: 'anything', thread: thread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: 'Sunny' }]) }, azure),
+    );
+    expect(created.model).toBe('gpt-4o-mini');
+    const waiting = await who.openai.beta.threads.runs.poll(created.id, { thread_id: created.thread_id }, { pollIntervalMs: 5 });
+    expect(waiting.status).toBe('requires_action');
+    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const submitted = await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}/submit_tool_outputs`, {
+      headers: who.headers,
+      body: { tool_outputs: [{ tool_call_id: call!.id, output: 'sunny' }] },
+    });
+    expect(submitted.status).toBe(200);
+    expect(await usedBy(policy)).toBe(2);
+    await settled();
+  });
+});
+
 describe('grouping over run traffic', () => {
   it("keeps a counter per combination of the group_by values, an absent value a group of its own", async () => {
     freshMinute();
