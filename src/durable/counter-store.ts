@@ -26,13 +26,13 @@ import {
  * counter and both be refused.
  *
  * The one imprecision: between a reservation and its release (a round trip or two), a concurrent
- * request on that counter sees the reserved unit. If that unit was the last, it is refused although
- * a strictly serial order would have admitted it. The error is only ever a refusal, never an
- * admission too many, and needs a request matching two or more requests policies that is itself
- * refused by a later one. A request that matches one requests policy is decided by one object:
- * exact both ways. (The libSQL store decides everything in one statement and has no such window.)
- * A release that fails (the Worker stopped between the two calls) leaves the unit counted until
- * the window ends: the same direction, refusing rather than admitting.
+ * request on that counter sees the reserved unit (or tokens). If that was the last room, it is
+ * refused although a strictly serial order would have admitted it. The error is only ever a
+ * refusal, never an admission too many, and needs a request matching two or more policies with a
+ * cost that is itself refused by a later one. A request that matches one such policy is decided
+ * by one object: exact both ways. (The libSQL store decides everything in one statement and has no
+ * such window.) A release that fails (the Worker stopped between the two calls) leaves the cost
+ * counted until the window ends: the same direction, refusing rather than admitting.
  *
  * Each object deletes itself (its storage) with an alarm a minute after its window ends; the
  * minute covers clocks that disagree slightly about when the window ended.

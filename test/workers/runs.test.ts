@@ -258,4 +258,43 @@ describe('rate limits in Durable Objects', () => {
       expect((await waitForRun(run.thread_id, run.id, 'completed')).status).toBe('completed');
     }
   });
+  it('reserves tokens in the counter objects, refuses while the reservation fills the value, and settles it against the real usage', async () => {
+    const model = `tokens-${crypto.randomUUID().slice(0, 8)}`;
+    const created = await call(POLICIES, {
+      body: { type: 'tokens', unit: 'rpd', value: 1, conditions: [{ key: 'model', value: model }], group_by: [{ key: 'api_key' }] },
+    });
+    expect(created.status).toBe(200);
+    const policy = (await json(created)).id;
+    const runWith = (scenario: Record<string, unknown>) =>
+      call('/v1/threads/runs', {
+        headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+        body: { assistant_id: assistantId, model, thread: ask('Count me', scenario) },
+      });
+
+    // A failing run holds a reservation past the value of 1 while it executes, then gives it back.
+    const failing = await json(await runWith({ status: 500 }));
+    expect((await waitForRun(failing.thread_id, failing.id, 'failed')).status).toBe('failed');
+
+    // Nothing was charged for it: of ten at once, one is admitted, and its reservation refuses the rest.
+    const responses = await Promise.all(Array.from({ length: 10 }, () => runWith({ reply: 'Counted' })));
+    const admitted = [];
+    for (const response of responses) {
+      if (response.status === 200) admitted.push(await json(response));
+      else expect(await errorOf(response)).toMatchObject({ status: 429, type: 'tokens', code: 'rate_limit_exceeded' });
+    }
+    expect(admitted).toHaveLength(1);
+    const done = await waitForRun(admitted[0].thread_id, admitted[0].id, 'completed');
+    expect(done.status).toBe('completed');
+
+    // Settled (just after the run's last write): the counter holds its real tokens, not its
+    // reservation. Every request meanwhile is refused: the counter never drops below the value.
+    const settledMessage = `policy ${policy} on tokens per day: Limit 1, Used ${done.usage.total_tokens}.`;
+    let refused = await errorOf(await runWith({ reply: 'Counted' }));
+    for (const deadline = Date.now() + 10_000; !refused.message.includes(settledMessage) && Date.now() < deadline; ) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      refused = await errorOf(await runWith({ reply: 'Counted' }));
+    }
+    expect(refused).toMatchObject({ status: 429, type: 'tokens' });
+    expect(refused.message).toContain(settledMessage);
+  });
 });
