@@ -18,7 +18,7 @@ interface Entry {
  * parsing a page, counting or filing its policies. On the embedded database a read runs on the
  * event loop itself, so this bounds how long a reload of a large workspace can hold up others.
  */
-const PAGE_SIZE = 200;
+const PAGE_SIZE = 100;
 
 /** Lets the event loop serve others (timers work on both runtimes; a resolved promise would not). */
 const nextTurn = () => new Promise<void>((resolve) => setTimeout(resolve, 0));

@@ -310,48 +310,38 @@ export type PolicyPageStart = { afterSeq: number } | { changedAfter: number };
 
 /**
  * One page of at most `limit` policies of a workspace and the version state they were read at, in
- * one snapshot. The rows come as one JSON array built by SQLite: materialising them as result rows
- * costs several times more than parsing one string. The value goes as text of 17 significant
- * digits, which round-trips any double (JSON and plain printf keep 15 or 16; `!` lifts SQLite's cap).
+ * one snapshot (one batch).
  */
 export async function readPolicyPage(db: Db, workspaceId: string, start: PolicyPageStart, limit: number): Promise<PolicyPage> {
   const t = rateLimitPolicies;
   const v = rateLimitPolicyVersions;
-  const page = db
-    .select()
-    .from(t)
-    .where(
-      'afterSeq' in start
-        ? and(eq(t.workspaceId, workspaceId), eq(t.status, 'active'), gt(t.seq, start.afterSeq))
-        : and(eq(t.workspaceId, workspaceId), gt(t.version, start.changedAfter)),
-    )
-    .orderBy('afterSeq' in start ? asc(t.seq) : asc(t.version))
-    .limit(limit)
-    .as('page');
-  const [versions, [aggregate]] = await db.batch([
+  const [versions, rows] = await db.batch([
     db.select({ version: v.version, fullReloadVersion: v.fullReloadVersion }).from(v).where(eq(v.workspaceId, workspaceId)),
     db
       .select({
-        policies: sql<string>`json_group_array(json_array(${page.id}, ${page.name}, ${page.type}, ${page.unit}, printf('%!.17g', ${page.value}), json(${page.conditions}), json(${page.groupBy}), ${page.status}, ${page.version}, ${page.seq}))`,
+        id: t.id,
+        name: t.name,
+        type: t.type,
+        unit: t.unit,
+        value: t.value,
+        conditions: t.conditions,
+        groupBy: t.groupBy,
+        status: t.status,
+        version: t.version,
+        seq: t.seq,
       })
-      .from(page),
+      .from(t)
+      .where(
+        'afterSeq' in start
+          ? and(eq(t.workspaceId, workspaceId), eq(t.status, 'active'), gt(t.seq, start.afterSeq))
+          : and(eq(t.workspaceId, workspaceId), gt(t.version, start.changedAfter)),
+      )
+      .orderBy('afterSeq' in start ? asc(t.seq) : asc(t.version))
+      .limit(limit),
   ]);
-  type Item = [string, string, PolicyRow['type'], PolicyRow['unit'], string, PolicyRow['conditions'], PolicyRow['groupBy'], PolicyRow['status'], number, number];
-  const items = JSON.parse(aggregate?.policies ?? '[]') as Item[];
   return {
     version: versions[0]?.version ?? 0,
     fullReloadVersion: versions[0]?.fullReloadVersion ?? 0,
-    policies: items.map(([id, name, type, unit, value, conditions, groupBy, status, version, seq]) => ({
-      id,
-      name,
-      type,
-      unit,
-      value: Number(value),
-      conditions,
-      groupBy,
-      active: status === 'active',
-      version,
-      seq,
-    })),
+    policies: rows.map(({ status, ...row }) => ({ ...row, active: status === 'active' })),
   };
 }
