@@ -263,7 +263,7 @@ describe('a turn that waits for tool outputs', () => {
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
     const created = await json(
-      await createRun(who, { thread: ask('Weather?', [CALL, { reply: 'Sunny and mild today in Paris', chunk_delay_ms: 150 }]) }),
+      await createRun(who, { thread: ask('Weather?', [CALL, { reply: 'Sunny and mild today in Paris', chunk_delay_ms: 300 }]) }),
     );
     const waiting = await waitFor(who, created, ['requires_action']);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
@@ -343,7 +343,7 @@ describe('a turn that ends without an answer', () => {
     freshDay();
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
-    const created = await json(await createRun(who, { thread: ask('Slow', { first_byte_delay_ms: 300 }) }));
+    const created = await json(await createRun(who, { thread: ask('Slow', { first_byte_delay_ms: 1500 }) }));
     expect(await usedBy(policy)).toBe(await reservedBy(created.id));
     // Past the lease, a read settles the run as orphaned (as after a crash).
     gateway.clock.advance(gateway.deps.config.GATEWAY_RUN_LEASE_SECONDS * 1000 + 1000);
