@@ -25,9 +25,10 @@ import {
   toolCallsStepInProgress,
   updateRun,
   type RunRow,
+  type StepRow,
 } from '../services/runs';
 import { listObject } from '../services/pagination';
-import { getThread, listMessages, toMessageJson, toThreadJson } from '../services/threads';
+import { getThread, listMessages, toMessageJson, toThreadJson, type MessageRow } from '../services/threads';
 import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 
 /** How often the OpenAI SDK's pollers should ask about a run that is still going. */
@@ -48,18 +49,7 @@ export const threadRoutes = new Hono<AppEnv>()
       apiKeyId: c.var.apiKey.id,
     });
     const run = prepared.run;
-    const admission = await admit(c, key, run.model, run.metadata, {
-      reservation: turnReservation(
-        {
-          promptChars: promptChars([run.instructions, run.tools, prepared.messages.map((message) => message.content)]),
-          knownPromptTokens: 0,
-          maxCompletionTokens: run.maxCompletionTokens,
-          completionTokensSoFar: 0,
-        },
-        deps.config.GATEWAY_TOKEN_RESERVATION,
-      ),
-      baseTokens: 0,
-    });
+    const admission = await admit(c, key, run.model, run.metadata, firstTurn(c, run, prepared.messages));
     run.rateLimit = admission.ticket;
     const rows = insertable(prepared);
     await unlessWritten(c, admission, insertThreadAndRun(deps.db, rows.thread, rows.messages, rows.run));
@@ -101,19 +91,7 @@ export const threadRoutes = new Hono<AppEnv>()
     if (!key || key.revokedAt !== null) {
       throw new ApiError('invalid_virtual_key', "The run's virtual key was revoked; the run cannot continue.");
     }
-    // The next turn's prompt is this one's (the step's tokens: its prompt and its calls) plus the outputs.
-    const admission = await admit(c, key, run.model, run.metadata, {
-      reservation: turnReservation(
-        {
-          promptChars: promptChars([...outputs.values()]),
-          knownPromptTokens: step.usage?.total_tokens ?? 0,
-          maxCompletionTokens: run.maxCompletionTokens,
-          completionTokensSoFar: run.usage?.completion_tokens ?? 0,
-        },
-        deps.config.GATEWAY_TOKEN_RESERVATION,
-      ),
-      baseTokens: run.usage?.total_tokens ?? 0,
-    });
+    const admission = await admit(c, key, run.model, run.metadata, nextTurn(c, run, step, outputs));
     const results = await unlessWritten(
       c,
       admission,
@@ -184,6 +162,34 @@ function admit(
     },
     turn,
   );
+}
+
+/** What a new run's first turn reserves: its instructions, tools and messages are its prompt. */
+function firstTurn(c: Context<AppEnv>, run: RunRow, messages: MessageRow[]): TurnTokens {
+  const estimate = {
+    promptChars: promptChars([run.instructions, run.tools, messages.map((message) => message.content)]),
+    knownPromptTokens: 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: 0,
+  };
+  return { reservation: turnReservation(estimate, c.var.deps.config.GATEWAY_TOKEN_RESERVATION), baseTokens: 0 };
+}
+
+/**
+ * What the turn after tool outputs reserves: its prompt is the last turn's tokens (that turn's
+ * prompt and its calls, the step's usage) and the outputs.
+ */
+function nextTurn(c: Context<AppEnv>, run: RunRow, step: StepRow, outputs: Map<string, string>): TurnTokens {
+  const estimate = {
+    promptChars: promptChars([...outputs.values()]),
+    knownPromptTokens: step.usage?.total_tokens ?? 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: run.usage?.completion_tokens ?? 0,
+  };
+  return {
+    reservation: turnReservation(estimate, c.var.deps.config.GATEWAY_TOKEN_RESERVATION),
+    baseTokens: run.usage?.total_tokens ?? 0,
+  };
 }
 
 /**
