@@ -70,6 +70,21 @@ export const configSchema = z.object({
   GATEWAY_HEADERS_TIMEOUT_MS: positiveInt.default(10_000),
   GATEWAY_REQUEST_TIMEOUT_MS: positiveInt.default(60_000),
   GATEWAY_MAX_CONNECTIONS: positiveInt.default(1024),
+  /**
+   * Per-workspace budgets on the control plane (400 quota_exceeded past them): active rate-limit
+   * policies, conditions per policy (at most the API's own bound of 32), the bytes of a workspace's
+   * active policies (names, conditions and group_by as stored), live virtual keys, live assistants.
+   */
+  GATEWAY_MAX_POLICIES_PER_WORKSPACE: positiveInt.default(1000),
+  GATEWAY_MAX_POLICY_CONDITIONS: positiveInt.max(32).default(32),
+  GATEWAY_MAX_POLICY_BYTES_PER_WORKSPACE: positiveInt.default(1024 * 1024),
+  GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE: positiveInt.default(100),
+  GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE: positiveInt.default(10_000),
+  /**
+   * Tokens a run turn reserves for its completion in each matching tokens policy when it sets no
+   * max_completion_tokens (on top of an estimate of its prompt); released against the real usage.
+   */
+  GATEWAY_TOKEN_RESERVATION: positiveInt.default(1024),
 }).superRefine((config, ctx) => {
   // Node's HTTP server refuses a headers timeout longer than the request's, which includes them.
   if (config.GATEWAY_HEADERS_TIMEOUT_MS > config.GATEWAY_REQUEST_TIMEOUT_MS) {

@@ -29,6 +29,8 @@ export const ERROR_CODES = {
   unsupported_tool: { status: 400 },
   unsupported_content: { status: 400 },
   run_not_active: { status: 400 },
+  /** A workspace's budget is spent: its policies, virtual keys or assistants are at their cap. */
+  quota_exceeded: { status: 400 },
   // 401: who is calling is unknown.
   missing_api_key: {
     status: 401,
@@ -39,6 +41,8 @@ export const ERROR_CODES = {
   // 403: the caller is known but may not act on this.
   workspace_forbidden: { status: 403 },
   organisation_forbidden: { status: 403 },
+  /** A workspace key acting on a policy that its organisation's key created. */
+  policy_forbidden: { status: 403 },
   // 404: nothing of that id in the caller's reach. Another tenant's resource is a 404 too.
   route_not_found: { status: 404 },
   workspace_not_found: { status: 404 },

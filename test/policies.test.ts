@@ -57,6 +57,7 @@ describe('POST /v1/policies/rate-limits', () => {
       name: 'gpt-4o per key',
       conditions: [{ key: 'model', value: 'gpt-4o' }],
       group_by: [{ key: 'api_key' }],
+      created_by: 'workspace',
     });
     const created = Date.parse(policy.created_at);
     expect(new Date(created).toISOString()).toBe(policy.created_at);
@@ -260,6 +261,7 @@ describe('GET /v1/policies/rate-limits', () => {
       [
         'conditions',
         'created_at',
+        'created_by',
         'group_by',
         'id',
         'last_updated_at',

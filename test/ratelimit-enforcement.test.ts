@@ -10,7 +10,7 @@ import { createLogger } from '../src/logger';
 import { createNodeDeps, nodeConfig } from '../src/node-runtime';
 import {
   admitRequest,
-  chargeTokens,
+  settleTokens,
   LibsqlCounterStore,
   PolicyCache,
   requestMetadata,
@@ -20,12 +20,13 @@ import {
 } from '../src/ratelimit';
 import type { CreatePolicyBody } from '../src/schemas/policies';
 import { createPolicy as createPolicyRow } from '../src/services/policies';
+import { workspaceCaps } from '../src/services/quotas';
 import { createWorkspace } from '../src/services/workspaces';
 import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
 import { ROOT } from './support/processes';
 
 /**
- * Rate-limit enforcement, driven through admitRequest and chargeTokens on the real app's deps (a
+ * Rate-limit enforcement, driven through admitRequest and settleTokens on the real app's deps (a
  * real libSQL file with the real migrations); policies are written through the real policy routes.
  * The clock is stopped: each test sets `now`.
  */
@@ -36,6 +37,9 @@ beforeAll(async () => {
   gateway = await createTestGateway({ deps: { now: () => now } });
 });
 afterAll(() => gateway.close());
+
+/** How policies written through the service, as another gateway would, are created. */
+const ROW_RULES = { createdBy: 'workspace' as const, caps: workspaceCaps(nodeConfig({})) };
 
 const at = (iso: string) => {
   now = Date.parse(iso);
@@ -73,8 +77,11 @@ const attributes = (tenant: Tenant, overrides: Partial<RequestAttributes> = {}):
   ...overrides,
 });
 
-const admit = (tenant: Tenant, overrides: Partial<RequestAttributes> = {}) =>
-  admitRequest(gateway.deps, attributes(tenant, overrides));
+/** A turn that reserves no tokens: tokens policies then only refuse, and settleTokens only charges. */
+const NO_RESERVATION = { reservation: 0, baseTokens: 0 };
+
+const admit = (tenant: Tenant, overrides: Partial<RequestAttributes> = {}, turn = NO_RESERVATION) =>
+  admitRequest(gateway.deps, attributes(tenant, overrides), turn);
 
 /** The 429 a refused admission throws; fails the test if the request was admitted. */
 async function refusal(admission: Promise<Admission>): Promise<ApiError> {
@@ -329,7 +336,7 @@ describe('exactness', () => {
     await other.line();
     other.send('go');
     const [here, there] = await Promise.all([
-      Promise.allSettled(Array.from({ length: 100 }, () => admitRequest(gateway.deps, request))),
+      Promise.allSettled(Array.from({ length: 100 }, () => admitRequest(gateway.deps, request, NO_RESERVATION))),
       other.line().then((line) => JSON.parse(line) as { admitted: number; refused: number }),
     ]);
     expect(await other.exit).toBe(0);
@@ -363,11 +370,11 @@ describe('on a libSQL server', () => {
         unit: 'rpm',
         value: 50,
       };
-      const policy = await createPolicyRow(one!.db, scope, body, now);
+      const policy = await createPolicyRow(one!.db, scope, body, now, ROW_RULES);
       const request = { ...attributes(await gateway.tenant()), workspace_id: workspace.id };
 
       const outcomes = await Promise.allSettled(
-        Array.from({ length: 200 }, (_, i) => admitRequest(i % 2 ? one! : two!, request)),
+        Array.from({ length: 200 }, (_, i) => admitRequest(i % 2 ? one! : two!, request, NO_RESERVATION)),
       );
       expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(50);
       const { rows } = await databases[0]!.client.execute({
@@ -376,10 +383,10 @@ describe('on a libSQL server', () => {
       });
       expect(rows[0]!.used).toBe(50);
 
-      await createPolicyRow(two!.db, scope, { ...body, conditions: [{ key: 'model', value: 'gpt-4o' }], value: 1 }, now);
+      await createPolicyRow(two!.db, scope, { ...body, conditions: [{ key: 'model', value: 'gpt-4o' }], value: 1 }, now, ROW_RULES);
       at('2030-03-01T10:01:05Z');
-      await admitRequest(one!, request);
-      await refusal(admitRequest(one!, request));
+      await admitRequest(one!, request, NO_RESERVATION);
+      await refusal(admitRequest(one!, request, NO_RESERVATION));
     } finally {
       for (const database of databases) database.close();
       await sqld.stop();
@@ -401,11 +408,14 @@ describe('tokens', () => {
     expect(first.ticket).toEqual({
       workspace_id: tenant.workspace.id,
       policies: [{ policy_id: id, unit: 'rpm', group: `[["api_key","${tenant.workspaceKeyId}"]]` }],
+      reserved: 0,
+      reserved_at: now,
+      base_tokens: 0,
     });
     const second = await admit(tenant);
-    await chargeTokens(gateway.deps, first.ticket, 60);
+    await settleTokens(gateway.deps, first.ticket, 60);
     expect((await admit(tenant)).headers['x-ratelimit-remaining-tokens']).toBe('40');
-    await chargeTokens(gateway.deps, second.ticket, 50);
+    await settleTokens(gateway.deps, second.ticket, 50);
     const error = await refusal(admit(tenant));
     expect(error.type).toBe('tokens');
     expect(error.headers['x-ratelimit-remaining-tokens']).toBe('0');
@@ -424,7 +434,7 @@ describe('tokens', () => {
     at('2030-04-01T10:00:59Z');
     const { ticket } = await admit(tenant);
     at('2030-04-01T10:01:10Z');
-    await chargeTokens(gateway.deps, ticket, 100);
+    await settleTokens(gateway.deps, ticket, 100);
     await refusal(admit(tenant));
     expect(Object.keys(await countersOf(id))).toEqual([
       `${id}/rpm/${Date.parse('2030-04-01T10:01:00Z')}/[["workspace_id","${tenant.workspace.id}"]]`,
@@ -436,11 +446,11 @@ describe('tokens', () => {
     const tenant = await gateway.tenant();
     await createPolicy(tenant, { conditions: [{ key: 'model', value: '*' }], type: 'tokens', value: 99.5 });
     const { ticket } = await admit(tenant);
-    await chargeTokens(gateway.deps, ticket, 99);
+    await settleTokens(gateway.deps, ticket, 99);
     const admitted = await admit(tenant);
     expect(admitted.headers['x-ratelimit-remaining-tokens']).toBe('0');
     expect(admitted.headers['x-ratelimit-limit-tokens']).toBe('99.5');
-    await chargeTokens(gateway.deps, ticket, 1);
+    await settleTokens(gateway.deps, ticket, 1);
     await refusal(admit(tenant));
   });
 
@@ -460,18 +470,18 @@ describe('tokens', () => {
     const tenant = await gateway.tenant();
     const id = await createPolicy(tenant, { conditions: [{ key: 'model', value: '*' }], value: 5 });
     expect((await admit(tenant)).ticket).toBeNull();
-    await chargeTokens(gateway.deps, null, 100);
+    await settleTokens(gateway.deps, null, 100);
     const tokens = await createPolicy(tenant, { conditions: [{ key: 'model', value: '*' }], type: 'tokens', value: 5 });
     const { ticket } = await admit(tenant);
-    await chargeTokens(gateway.deps, ticket, 0);
+    await settleTokens(gateway.deps, ticket, 0);
     expect(await usedBy(tokens)).toBe(0);
     expect(await usedBy(id)).toBe(2);
   });
 
-  it('logs a charge that fails instead of throwing', async () => {
+  it('logs a settlement that fails instead of throwing', async () => {
     const broken = { workspace_id: 'w', policies: null } as unknown as TokenTicket;
-    await expect(chargeTokens(gateway.deps, broken, 10)).resolves.toBeUndefined();
-    expect(gateway.logs.some((line) => line.includes('rate-limit token charge failed'))).toBe(true);
+    await expect(settleTokens(gateway.deps, broken, 10)).resolves.toBeUndefined();
+    expect(gateway.logs.some((line) => line.includes('rate-limit token settlement failed'))).toBe(true);
   });
 });
 
@@ -521,7 +531,7 @@ describe('the 429 and the headers', () => {
     const tenant = await gateway.tenant();
     const id = await createPolicy(tenant, { conditions: [{ key: 'model', value: '*' }], type: 'tokens', unit: 'rph', value: 500 });
     const { ticket } = await admit(tenant);
-    await chargeTokens(gateway.deps, ticket, 750);
+    await settleTokens(gateway.deps, ticket, 750);
     const error = await refusal(admit(tenant));
     expect(error.body.error).toEqual({
       message:
@@ -630,12 +640,12 @@ describe('changes apply at once', () => {
     });
     try {
       const request = attributes(tenant);
-      expect((await admitRequest(second, request)).headers).toEqual({});
+      expect((await admitRequest(second, request, NO_RESERVATION)).headers).toEqual({});
       const id = await createPolicy(tenant, { conditions: [{ key: 'model', value: '*' }], value: 1 });
-      await admitRequest(second, request);
-      await refusal(admitRequest(second, request));
+      await admitRequest(second, request, NO_RESERVATION);
+      await refusal(admitRequest(second, request, NO_RESERVATION));
       await updatePolicy(tenant, id, { value: 3 });
-      await admitRequest(second, request);
+      await admitRequest(second, request, NO_RESERVATION);
 
       const scope = { organisationId: tenant.organisationId, workspaceId: tenant.workspace.id };
       const body: CreatePolicyBody = {
@@ -645,7 +655,7 @@ describe('changes apply at once', () => {
         unit: 'rpm',
         value: 1,
       };
-      await createPolicyRow(second.db, scope, body, now);
+      await createPolicyRow(second.db, scope, body, now, ROW_RULES);
       await admit(tenant, { model: 'other', metadata: { team: 'x' } });
       await refusal(admit(tenant, { model: 'other', metadata: { team: 'x' } }));
     } finally {
@@ -700,11 +710,11 @@ describe('pruning', () => {
     };
     // Times far before every other test's windows, so that only these rows can expire here.
     const T = 1_000_000_000;
-    await store.charge('s', [{ key: 'prune/a', windowEnd: T - 2 }], 1);
-    await store.charge('s', [{ key: 'prune/b', windowEnd: T - 1 }], 1);
-    await store.charge('s', [{ key: 'prune/c', windowEnd: T }], 1);
-    await store.charge('s', [{ key: 'prune/d', windowEnd: T + 30_000 }], 1);
-    const admitAt = (time: number) => store.admit('s', [{ key: 'prune/x', windowEnd: T + 60_000_000, cost: 1, limit: 100 }], time);
+    await store.adjust('s', [{ key: 'prune/a', windowEnd: T - 2, delta: 1 }]);
+    await store.adjust('s', [{ key: 'prune/b', windowEnd: T - 1, delta: 1 }]);
+    await store.adjust('s', [{ key: 'prune/c', windowEnd: T, delta: 1 }]);
+    await store.adjust('s', [{ key: 'prune/d', windowEnd: T + 30_000, delta: 1 }]);
+    const admitAt = (time: number) => store.admit('s', [{ key: 'prune/x', windowEnd: T + 60_000_000, cost: 1, limit: 100, mustFit: true }], time);
 
     // A full batch (a, b): the next admission prunes again.
     await admitAt(T);
@@ -735,9 +745,9 @@ describe('pruning', () => {
     await written;
   });
 
-  it('admits with tokens policies only without writing a counter', async () => {
+  it('admits counters that cost nothing without writing them', async () => {
     const store = new LibsqlCounterStore(gateway.database.client, { log: gateway.deps.log });
-    const result = await store.admit('s', [{ key: 'prune/tokens', windowEnd: 2e12, cost: 0, limit: 10 }], 1e12);
+    const result = await store.admit('s', [{ key: 'prune/tokens', windowEnd: 2e12, cost: 0, limit: 10, mustFit: false }], 1e12);
     expect(result).toEqual({ admitted: true, used: new Map([['prune/tokens', 0]]) });
     expect(await store.read(['prune/tokens', 'prune/none'])).toEqual(new Map([['prune/tokens', 0], ['prune/none', 0]]));
     const { rows } = await gateway.database.client.execute("SELECT 1 FROM rate_limit_counters WHERE key = 'prune/tokens'");

@@ -6,7 +6,7 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/node';
 import { PolicyCache, type PolicyLoader } from '../src/ratelimit/policy-cache';
-import { loadActivePolicies } from '../src/services/policies';
+import { readPolicyPage } from '../src/services/policies';
 import {
   completionTokens,
   fakeDirective,
@@ -146,6 +146,12 @@ function fakeTotals(replies: { reply?: string; toolArguments?: string[] }[]): nu
     const { reply = '', toolArguments = [] } = replies[i]!;
     return promptTokens(request.body!.messages) + completionTokens(reply, toolArguments.map((args) => ({ arguments: args })));
   });
+}
+
+/** The tokens a run's current turn reserved at admission (its stored ticket). */
+async function reservedBy(runId: string): Promise<number> {
+  const { rows } = await gateway.database.client.execute({ sql: 'SELECT rate_limit FROM runs WHERE id = ?', args: [runId] });
+  return (JSON.parse(rows[0]!.rate_limit as string) as { reserved: number }).reserved;
 }
 
 async function expectRefused(response: Response, type: 'requests' | 'tokens') {
@@ -414,7 +420,7 @@ describe('token charging', () => {
     expect(await usedBy(policy)).toBe(total);
   });
 
-  it('charges a run continued by submit_tool_outputs once, with every turn, when it ends', async () => {
+  it('charges a run continued by submit_tool_outputs each turn as it ends, the total once', async () => {
     freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
@@ -428,8 +434,9 @@ describe('token charging', () => {
     );
     expect(waiting.status).toBe('requires_action');
     await settled();
-    // Not ended: nothing charged yet.
-    expect(await usedBy(policy)).toBe(0);
+    // The first turn is charged as it ends, while the run waits; its reservation is gone.
+    const [first] = fakeTotals([{ toolArguments: [args] }]);
+    expect(await usedBy(policy)).toBe(first);
 
     const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
     const stream = who.openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {
@@ -581,6 +588,69 @@ describe('matching over run traffic', () => {
   });
 });
 
+describe('the model of an Azure key', () => {
+  /** An Azure virtual key on the fake, through the API as a user creates one. */
+  async function azureKey(who: Caller, slug: string, extra: Record<string, unknown>) {
+    const response = await gateway.request('/v1/virtual-keys', {
+      key: who.tenant.workspaceKey,
+      body: { slug, provider: 'azure-openai', base_url: fake.url, api_version: '2024-10-21', api_key: 'sk-azure', ...extra },
+    });
+    expect(response.status).toBe(200);
+    return json(response);
+  }
+
+  it("binds a model=gpt-4o policy to a run sending \"model\":\"x1\" through a key whose deployment is gpt-4o", async () => {
+    freshMinute();
+    const who = await caller();
+    expect(await azureKey(who, 'azure-gpt-4o', { deployment: 'gpt-4o' })).toMatchObject({ deployment: 'gpt-4o', model: 'gpt-4o' });
+    const policy = await createPolicy(who.tenant, { conditions: [{ key: 'model', value: 'gpt-4o' }], value: 1 });
+    const azure = { 'x-gateway-virtual-key': 'azure-gpt-4o' };
+
+    const response = await createRun(who, { model: 'x1' }, azure);
+    expect(response.status).toBe(200);
+    const run = await json(response);
+    // The run records the model that served it, which usage is counted for.
+    expect(run.model).toBe('gpt-4o');
+    expect(response.headers.get('ratelimit-policy')).toBe(`"${policy}";q=1;w=60`);
+    const refused = await expectRefused(await createRun(who, { model: 'x1' }, azure), 'requests');
+    expect(refused.message).toContain(policy);
+    // Any other spelling of the model is the same deployment, and the same policy.
+    await expectRefused(await createRun(who, { model: 'gpt-4o-mini' }, azure), 'requests');
+    // Through an OpenAI key the client's model is the model: x1 is not gpt-4o.
+    expect((await createRun(who, { model: 'x1' })).status).toBe(200);
+    await settled();
+    const done = await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id });
+    expect(done).toMatchObject({ status: 'completed', model: 'gpt-4o' });
+    expect(chatRequests().map((request) => request.path)).toContain('/openai/deployments/gpt-4o/chat/completions');
+  });
+
+  it("takes the model a key declares for its deployment, in policies and in submit_tool_outputs", async () => {
+    freshMinute();
+    const who = await caller();
+    expect(await azureKey(who, 'azure-prod', { deployment: 'prod-east-2', model: 'gpt-4o-mini' })).toMatchObject({
+      deployment: 'prod-east-2',
+      model: 'gpt-4o-mini',
+    });
+    const policy = await createPolicy(who.tenant, { conditions: [{ key: 'model', value: 'gpt-4o-mini' }], value: 2 });
+    const azure = { 'x-gateway-virtual-key': 'azure-prod' };
+    const args = '{"city":"Paris"}';
+    const created = await json(
+      await createRun(who, { model: 'anything', thread: thread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: 'Sunny' }]) }, azure),
+    );
+    expect(created.model).toBe('gpt-4o-mini');
+    const waiting = await who.openai.beta.threads.runs.poll(created.id, { thread_id: created.thread_id }, { pollIntervalMs: 5 });
+    expect(waiting.status).toBe('requires_action');
+    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const submitted = await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}/submit_tool_outputs`, {
+      headers: who.headers,
+      body: { tool_outputs: [{ tool_call_id: call!.id, output: 'sunny' }] },
+    });
+    expect(submitted.status).toBe(200);
+    expect(await usedBy(policy)).toBe(2);
+    await settled();
+  });
+});
+
 describe('grouping over run traffic', () => {
   it("keeps a counter per combination of the group_by values, an absent value a group of its own", async () => {
     freshMinute();
@@ -609,7 +679,8 @@ describe('grouping over run traffic', () => {
     expect(Object.keys(counters).map((key) => key.split('/').slice(3).join('/')).sort()).toEqual(
       [
         group(who.slug, 'fake-model', null),
-        group(who.azureSlug, 'fake-model', null),
+        // Through the Azure key, the deployment's model (the key's `model` defaults to its name).
+        group(who.azureSlug, 'fake-deployment', null),
         group(who.slug, 'run-model', null),
         group(who.slug, 'fake-model', 'ann'),
       ].sort(),
@@ -739,21 +810,26 @@ describe('the 429 and the headers through the SDK', () => {
     expect(response.headers.get('x-ratelimit-limit-requests')).toBe('10');
     expect(response.headers.get('x-ratelimit-remaining-requests')).toBe('9');
     expect(response.headers.get('x-ratelimit-limit-tokens')).toBe('100000');
-    expect(response.headers.get('x-ratelimit-remaining-tokens')).toBe('100000');
+    // What is left after the run's reservation: its completion (GATEWAY_TOKEN_RESERVATION) and prompt.
+    const reserved = await reservedBy(run.id);
+    expect(reserved).toBeGreaterThan(gateway.deps.config.GATEWAY_TOKEN_RESERVATION);
+    expect(response.headers.get('x-ratelimit-remaining-tokens')).toBe(String(100_000 - reserved));
     expect(response.headers.get('ratelimit-policy')).toBe(`"${requests}";q=10;w=60, "${tokens}";q=100000;qu="tokens";w=86400`);
-    expect(response.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=9;t=\\d+, "${tokens}";r=100000;t=\\d+$`));
+    expect(response.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=9;t=\\d+, "${tokens}";r=${100_000 - reserved};t=\\d+$`));
     expect(response.headers.get('retry-after')).toBeNull();
     await settled();
+    // The reservation is gone; the run's real tokens stay.
     const charged = await usedBy(tokens);
-    expect(charged).toBeGreaterThan(0);
+    expect(charged).toBe((await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id })).usage!.total_tokens);
 
     const { data: stream, response: streamed } = await who.openai.beta.threads
       .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi'), stream: true })
       .withResponse();
     expect(streamed.headers.get('content-type')).toMatch(/^text\/event-stream/);
     expect(streamed.headers.get('x-ratelimit-remaining-requests')).toBe('8');
-    expect(streamed.headers.get('x-ratelimit-remaining-tokens')).toBe(String(100_000 - charged));
-    expect(streamed.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=8;t=\\d+, "${tokens}";r=${100_000 - charged};t=\\d+$`));
+    const left = 100_000 - charged - reserved;
+    expect(streamed.headers.get('x-ratelimit-remaining-tokens')).toBe(String(left));
+    expect(streamed.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=8;t=\\d+, "${tokens}";r=${left};t=\\d+$`));
     const events: string[] = [];
     for await (const event of stream) events.push(event.event);
     expect(events.at(-1)).toBe('thread.run.completed');
@@ -812,12 +888,12 @@ describe('the policy cache', () => {
     let failFirst!: () => void;
     const firstCallerGone = new Promise<void>((resolve) => (failFirst = resolve));
     // The first load fails once the second caller waits on it, as a cancelled request's I/O would.
-    const load: PolicyLoader = async (db, workspaceId) => {
+    const load: PolicyLoader = async (db, workspaceId, start, limit) => {
       if (++calls === 1) {
         await firstCallerGone;
         throw new Error('The request that started this load was cancelled');
       }
-      return loadActivePolicies(db, workspaceId);
+      return readPolicyPage(db, workspaceId, start, limit);
     };
     const cache = new PolicyCache(gateway.database.db, { load });
     const first = cache.get(who.workspace.id);

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ApiError } from '../src/errors';
 import { goDuration } from '../src/ratelimit/headers';
 import { matchesPolicy, PolicyIndex, type ActivePolicy } from '../src/ratelimit/matching';
+import { turnReservation, type TurnEstimate } from '../src/ratelimit/reservation';
 import { attributeValues, parseMetadataHeader, requestMetadata } from '../src/ratelimit';
 
 /** The pieces of rate limiting that need no database: the header, the index, the durations. */
@@ -164,5 +165,25 @@ describe('goDuration', () => {
     [86_399_999, '23h59m59.999s'],
   ])('%d ms is %s', (ms, text) => {
     expect(goDuration(ms)).toBe(text);
+  });
+});
+
+describe('turnReservation', () => {
+  const turn = (over: Partial<TurnEstimate> = {}): TurnEstimate => ({
+    promptChars: 0,
+    knownPromptTokens: 0,
+    maxCompletionTokens: null,
+    completionTokensSoFar: 0,
+    ...over,
+  });
+  it.each<[string, TurnEstimate, number]>([
+    ['the default completion when the run sets no max_completion_tokens', turn(), 1024],
+    ['plus the prompt at four characters a token, rounded up', turn({ promptChars: 9 }), 1024 + 3],
+    ['plus the tokens known to be in the prompt (earlier turns)', turn({ promptChars: 8, knownPromptTokens: 40 }), 1024 + 42],
+    ['max_completion_tokens instead of the default', turn({ maxCompletionTokens: 300 }), 300],
+    ['what earlier turns left of max_completion_tokens', turn({ maxCompletionTokens: 300, completionTokensSoFar: 120 }), 180],
+    ['nothing for a completion already spent', turn({ maxCompletionTokens: 300, completionTokensSoFar: 400, promptChars: 4 }), 1],
+  ])('%s', (_name, estimate, expected) => {
+    expect(turnReservation(estimate, 1024)).toBe(expected);
   });
 });

@@ -166,8 +166,26 @@ describe('POST /v1/virtual-keys', () => {
       base_url: 'https://myres.openai.azure.com',
       api_version: '2024-10-21',
       deployment: 'gpt-4o-prod',
+      // The model the deployment serves: by default its name.
+      model: 'gpt-4o-prod',
       workspace_id: tenant.workspace.id,
     });
+  });
+
+  it('stores the model an azure-openai deployment serves, shown with the key', async () => {
+    const response = await create(tenant.workspaceKey, {
+      slug: 'azure-model',
+      provider: 'azure-openai',
+      base_url: 'https://myres.openai.azure.com',
+      api_version: '2024-10-21',
+      deployment: 'prod-east',
+      model: 'gpt-4o-2024-08-06',
+    });
+    expect(await json(response)).toMatchObject({ deployment: 'prod-east', model: 'gpt-4o-2024-08-06' });
+    const listed = (await json(await call('/v1/virtual-keys', { key: tenant.workspaceKey }))).data.find(
+      (item: { slug: string }) => item.slug === 'azure-model',
+    );
+    expect(listed).toMatchObject({ deployment: 'prod-east', model: 'gpt-4o-2024-08-06' });
   });
 
   it('accepts a local server whose key is a placeholder ("none"), where private upstreams are allowed', async () => {
@@ -224,6 +242,9 @@ describe('POST /v1/virtual-keys', () => {
     ['azure api_version with &', { ...azure, slug: 'p', api_version: '2024&x=1' }, 'invalid_value', 'api_version'],
     ['openai with api_version', { slug: 'p', provider: 'openai', api_version: '2024-10-21' }, 'unknown_parameter', 'api_version'],
     ['openai with deployment', { slug: 'p', provider: 'openai', deployment: 'd' }, 'unknown_parameter', 'deployment'],
+    ['openai with model', { slug: 'p', provider: 'openai', model: 'gpt-4o' }, 'unknown_parameter', 'model'],
+    ['azure model empty', { ...azure, slug: 'p', model: '' }, 'string_below_min_length', 'model'],
+    ['azure model too long', { ...azure, slug: 'p', model: 'm'.repeat(257) }, 'string_above_max_length', 'model'],
     ['api_key missing', { slug: 'p', provider: 'openai', api_key: undefined }, 'missing_required_parameter', 'api_key'],
     ['api_key empty', { slug: 'p', provider: 'openai', api_key: '' }, 'string_below_min_length', 'api_key'],
     ['api_key too long', { slug: 'p', provider: 'openai', api_key: 'k'.repeat(4097) }, 'string_above_max_length', 'api_key'],
@@ -461,7 +482,7 @@ describe('the CLI', () => {
       [
         'virtual-keys', 'create', '--workspace', owner.workspace.id, '--slug', 'from-env', '--provider', 'azure-openai',
         '--base-url', 'https://r.openai.azure.com', '--api-version', '2024-10-21', '--deployment', 'gpt4o',
-        '--api-key-env', 'MY_AZURE_KEY',
+        '--model', 'gpt-4o', '--api-key-env', 'MY_AZURE_KEY',
       ],
       { env: { MY_AZURE_KEY: apiKey } },
     );
@@ -470,7 +491,7 @@ describe('the CLI', () => {
     const key = (await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }))).data.find(
       (item: { slug: string }) => item.slug === 'from-env',
     );
-    expect(key).toMatchObject({ provider: 'azure-openai', api_version: '2024-10-21', deployment: 'gpt4o' });
+    expect(key).toMatchObject({ provider: 'azure-openai', api_version: '2024-10-21', deployment: 'gpt4o', model: 'gpt-4o' });
     expect(
       await decryptVirtualKeySecret(gateway.deps.secrets, (await getVirtualKey(gateway.database.db, key.id))!),
     ).toBe(apiKey);

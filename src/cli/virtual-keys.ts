@@ -62,7 +62,7 @@ export const virtualKeyCommands: Command[] = [
     name: 'virtual-keys create',
     usage:
       'virtual-keys create --workspace <id|slug> --slug <slug> --provider openai|azure-openai ' +
-      '[--base-url <url>] [--api-version <v>] [--deployment <d>] (--api-key-stdin | --api-key-env <NAME>) [--json]',
+      '[--base-url <url>] [--api-version <v>] [--deployment <d>] [--model <m>] (--api-key-stdin | --api-key-env <NAME>) [--json]',
     summary:
       "Store a provider's credentials in a workspace under a slug (x-gateway-virtual-key). The provider key is " +
       'read from standard input or from the environment variable NAME, never from a flag (shell history).',
@@ -73,6 +73,7 @@ export const virtualKeyCommands: Command[] = [
       'base-url': { type: 'string' },
       'api-version': { type: 'string' },
       deployment: { type: 'string' },
+      model: { type: 'string' },
       'api-key-stdin': { type: 'boolean' },
       'api-key-env': { type: 'string' },
       // Accepted only to be refused with an explanation.
@@ -88,6 +89,7 @@ export const virtualKeyCommands: Command[] = [
         api_key: apiKey,
         api_version: optionalString(ctx, 'api-version'),
         deployment: optionalString(ctx, 'deployment'),
+        model: optionalString(ctx, 'model'),
       };
       const parsed = createVirtualKeyBody.safeParse(input);
       if (!parsed.success) throw validationError(parsed.error.issues, input, 'json');
@@ -95,6 +97,7 @@ export const virtualKeyCommands: Command[] = [
         workspaceId: workspace.id,
         body: parsed.data,
         upstreamRules: await upstreamRules(ctx.db, ctx.config, { now: ctx.now(), fresh: true }),
+        maxKeys: ctx.config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
         now: ctx.now(),
       });
       ctx.print(

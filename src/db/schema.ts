@@ -109,7 +109,12 @@ export const assistants = sqliteTable(
     responseFormat: json<unknown>('response_format'),
     deletedAt: ms('deleted_at'),
   },
-  (t) => [uniqueIndex('assistants_id').on(t.id), index('assistants_workspace').on(t.workspaceId, t.seq)],
+  (t) => [
+    uniqueIndex('assistants_id').on(t.id),
+    index('assistants_workspace').on(t.workspaceId, t.seq),
+    // Counts a workspace's live assistants against its cap without reading the rows.
+    index('assistants_live').on(t.workspaceId).where(sql`deleted_at IS NULL`),
+  ],
 );
 
 export const threads = sqliteTable(
@@ -199,8 +204,8 @@ export const runs = sqliteTable(
     responseFormat: json<unknown>('response_format').notNull(),
     temperature: real('temperature'),
     topP: real('top_p'),
-    /** Rate-limit context captured at admission, so that whoever ends the run charges its tokens. */
-    rateLimit: json<unknown>('rate_limit'),
+    /** Rate-limit context captured at admission, so that whoever ends a turn of the run charges its tokens. */
+    rateLimit: json<TokenTicket>('rate_limit'),
     /**
      * Until when the process executing the run is known to be alive. A run in a non-terminal state
      * whose lease has passed was orphaned by a crash and is failed by the recovery sweep.
@@ -245,6 +250,22 @@ export type PolicyType = 'requests' | 'tokens';
 export type PolicyUnit = 'rpm' | 'rph' | 'rpd';
 export type PolicyStatus = 'active' | 'archived';
 
+/**
+ * What a run's tokens are charged to, captured at admission and stored on the run (see
+ * ratelimit/enforce.ts): the tokens policies it matched, with its group in each, and the
+ * reservation its current turn holds in their counters.
+ */
+export interface TokenTicket {
+  workspace_id: string;
+  policies: { policy_id: string; unit: PolicyUnit; group: string }[];
+  /** Tokens reserved in each policy's counter at admission, released when the turn ends. */
+  reserved?: number;
+  /** When (ms since the epoch) the reservation was taken: its window is where it is released. */
+  reserved_at?: number;
+  /** The run's total tokens before this turn: the turn is charged the rest. */
+  base_tokens?: number;
+}
+
 export const rateLimitPolicies = sqliteTable(
   'rate_limit_policies',
   {
@@ -265,12 +286,25 @@ export const rateLimitPolicies = sqliteTable(
     groupBy: json<{ key: string }[]>('group_by').notNull(),
     createdAt: ms('created_at').notNull(),
     lastUpdatedAt: ms('last_updated_at').notNull(),
+    /**
+     * The kind of API key that created the policy. An organisation's policy binds its workspace:
+     * only an organisation key may change or archive it. Policies older than the column are
+     * `workspace` (migration 0002), as anyone in their workspace could change them then.
+     */
+    createdBy: text('created_by').$type<ApiKeyKind>().notNull().default('workspace'),
+    /**
+     * The workspace's policy version (rate_limit_policy_versions) at the row's last change, set by
+     * the triggers of migration 0002: a cache at version v reloads only the rows above it.
+     */
+    version: integer('version').notNull().default(0),
   },
   (t) => [
     uniqueIndex('rate_limit_policies_id').on(t.id),
     // Lists are newest first within a workspace or an organisation, filtered by status.
     index('rate_limit_policies_workspace').on(t.workspaceId, t.status, t.seq),
     index('rate_limit_policies_organisation').on(t.organisationId, t.status, t.seq),
+    // Incremental reloads: a workspace's rows changed since a version.
+    index('rate_limit_policies_workspace_version').on(t.workspaceId, t.version),
   ],
 );
 
@@ -278,12 +312,20 @@ export const rateLimitPolicies = sqliteTable(
  * A number per workspace that grows with every change to its rate-limit policies, so that each
  * process can keep the active policies cached and still see a change made anywhere (another
  * gateway, the CLI, plain SQL) on the very next request, at the price of one primary-key read.
- * Bumped by triggers on rate_limit_policies (migration 0001), in the same transaction as the change
- * itself: no writer can forget it. No row means version 0.
+ * Bumped by triggers on rate_limit_policies (migrations 0001 and 0002), in the same transaction as
+ * the change itself: no writer can forget it. No row means version 0 and no policies.
+ *
+ * The same triggers keep the workspace's active policies counted (how many, and the bytes of their
+ * names, conditions and group_by), which the caps check in O(1), and note the version at which a
+ * row left the workspace (deleted, or moved to another): an incremental reload cannot see a row
+ * that is gone, so a cache older than that reloads everything.
  */
 export const rateLimitPolicyVersions = sqliteTable('rate_limit_policy_versions', {
   workspaceId: text('workspace_id').primaryKey(),
   version: integer('version').notNull(),
+  activeCount: integer('active_count').notNull().default(0),
+  activeBytes: integer('active_bytes').notNull().default(0),
+  fullReloadVersion: integer('full_reload_version').notNull().default(0),
 });
 
 /**

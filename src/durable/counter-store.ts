@@ -1,6 +1,12 @@
 import { DurableObject } from 'cloudflare:workers';
 import type { Logger } from '../logger';
-import { hasRoom, type AdmitResult, type CounterAdmission, type CounterStore } from '../ratelimit/counter-store';
+import {
+  hasRoom,
+  type AdmitResult,
+  type CounterAdjustment,
+  type CounterAdmission,
+  type CounterStore,
+} from '../ratelimit/counter-store';
 
 /**
  * Rate-limit counters in Durable Objects (the default on Workers; GATEWAY_RATE_LIMIT_STORE): one
@@ -11,21 +17,22 @@ import { hasRoom, type AdmitResult, type CounterAdmission, type CounterStore } f
  * check and the add. A counter therefore never admits past its limit, whatever the concurrency.
  *
  * All or nothing over several counters, in effect. A request that matches several policies
- * reserves its cost in each object in turn, in one fixed order (the read-only checks of tokens
- * counters first, then the keys in code-unit order). When one refuses, the reservations already
+ * reserves its cost in each object in turn (a requests policy's unit, a tokens policy's
+ * reservation), in one fixed order (the read-only checks of counters that cost nothing first, then
+ * the keys in code-unit order). When one refuses, the reservations already
  * made are released before the 429 is answered, so a refused request consumes nothing.
  * The fixed order matters: two requests competing for the last unit of the same counters meet at
  * the first one, where one of them wins and goes on; in different orders each could take one
  * counter and both be refused.
  *
  * The one imprecision: between a reservation and its release (a round trip or two), a concurrent
- * request on that counter sees the reserved unit. If that unit was the last, it is refused although
- * a strictly serial order would have admitted it. The error is only ever a refusal, never an
- * admission too many, and needs a request matching two or more requests policies that is itself
- * refused by a later one. A request that matches one requests policy is decided by one object:
- * exact both ways. (The libSQL store decides everything in one statement and has no such window.)
- * A release that fails (the Worker stopped between the two calls) leaves the unit counted until
- * the window ends: the same direction, refusing rather than admitting.
+ * request on that counter sees the reserved unit (or tokens). If that was the last room, it is
+ * refused although a strictly serial order would have admitted it. The error is only ever a
+ * refusal, never an admission too many, and needs a request matching two or more policies with a
+ * cost that is itself refused by a later one. A request that matches one such policy is decided
+ * by one object: exact both ways. (The libSQL store decides everything in one statement and has no
+ * such window.) A release that fails (the Worker stopped between the two calls) leaves the cost
+ * counted until the window ends: the same direction, refusing rather than admitting.
  *
  * Each object deletes itself (its storage) with an alarm a minute after its window ends; the
  * minute covers clocks that disagree slightly about when the window ended.
@@ -37,9 +44,9 @@ const EXPIRY_GRACE_MS = 60_000;
 /** One counter: what `used` is, and when its storage goes. */
 export class RateLimitCounter extends DurableObject {
   /** Adds `cost` if the counter has room (hasRoom); answers the decision and the usage after it. */
-  admit(cost: number, limit: number, windowEnd: number): { admitted: boolean; used: number } {
+  admit(cost: number, limit: number, windowEnd: number, mustFit: boolean): { admitted: boolean; used: number } {
     const used = this.#used();
-    if (!hasRoom(used, cost, limit)) return { admitted: false, used };
+    if (!hasRoom(used, cost, limit, mustFit)) return { admitted: false, used };
     if (cost > 0) this.#add(cost, windowEnd);
     return { admitted: true, used: used + cost };
   }
@@ -55,9 +62,14 @@ export class RateLimitCounter extends DurableObject {
     return used;
   }
 
-  /** Adds a finished run's tokens. */
-  charge(amount: number, windowEnd: number): void {
-    this.#add(amount, windowEnd);
+  /**
+   * Adds a turn's tokens (delta > 0) or takes back its reservation (delta < 0), never below 0. A
+   * release finds nothing to lower when the window ended and the counter was deleted.
+   */
+  adjust(delta: number, windowEnd: number): void {
+    if (delta > 0) return this.#add(delta, windowEnd);
+    const stored = this.ctx.storage.kv.get<number>('used');
+    if (stored !== undefined) this.ctx.storage.kv.put('used', Math.max(0, stored + delta));
   }
 
   read(): number {
@@ -98,9 +110,9 @@ export class DurableObjectCounterStore implements CounterStore {
     const readOnly = counters.filter((counter) => counter.cost === 0);
     const costly = counters.filter((counter) => counter.cost > 0).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 
-    // Tokens counters only refuse (they are charged when runs end): checked together, first.
+    // Counters that cost nothing only refuse: checked together, first.
     if (readOnly.length > 0) {
-      const checks = await Promise.all(readOnly.map((c) => this.#counter(c.key).admit(0, c.limit, c.windowEnd)));
+      const checks = await Promise.all(readOnly.map((c) => this.#counter(c.key).admit(0, c.limit, c.windowEnd, c.mustFit)));
       checks.forEach((check, i) => used.set(readOnly[i]!.key, check.used));
       if (checks.some((check) => !check.admitted)) {
         await this.#readInto(used, costly);
@@ -110,7 +122,7 @@ export class DurableObjectCounterStore implements CounterStore {
 
     const reserved: CounterAdmission[] = [];
     for (const [i, counter] of costly.entries()) {
-      const result = await this.#counter(counter.key).admit(counter.cost, counter.limit, counter.windowEnd);
+      const result = await this.#counter(counter.key).admit(counter.cost, counter.limit, counter.windowEnd, counter.mustFit);
       used.set(counter.key, result.used);
       if (result.admitted) {
         reserved.push(counter);
@@ -122,9 +134,15 @@ export class DurableObjectCounterStore implements CounterStore {
     return { admitted: true, used };
   }
 
-  async charge(_scope: string, counters: { key: string; windowEnd: number }[], amount: number): Promise<void> {
-    if (!(amount > 0)) return;
-    await Promise.all(counters.map((c) => this.#counter(c.key).charge(amount, c.windowEnd)));
+  /**
+   * Each counter is its own object, so a release and a charge in different windows are two calls:
+   * the charge goes first, so that between them a concurrent admission sees more used, not less.
+   */
+  async adjust(_scope: string, adjustments: CounterAdjustment[]): Promise<void> {
+    const changes = adjustments.filter((a) => a.delta !== 0 && Number.isFinite(a.delta));
+    const apply = (list: CounterAdjustment[]) => Promise.all(list.map((a) => this.#counter(a.key).adjust(a.delta, a.windowEnd)));
+    await apply(changes.filter((a) => a.delta > 0));
+    await apply(changes.filter((a) => a.delta < 0));
   }
 
   /** Usage by key; 0 for a counter never used. */

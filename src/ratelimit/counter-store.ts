@@ -10,15 +10,30 @@ export interface CounterAdmission {
   key: string;
   /** When the counter's window ends (ms since the epoch): after that it may be pruned. */
   windowEnd: number;
-  /** What the request adds: 1 for a requests policy, 0 for a tokens policy (charged at the end). */
+  /**
+   * What the request adds: 1 for a requests policy; for a tokens policy the tokens the run
+   * reserves (released when its turn ends, see enforce.ts).
+   */
   cost: number;
-  /** The policy's value. The counter has room when used < limit and used + cost ≤ limit. */
+  /** The policy's value. */
   limit: number;
+  /**
+   * Whether the cost must fit under the limit (requests: used + 1 ≤ value), or only the counter
+   * be below it (tokens: a reservation may take the counter past the value; the next is refused).
+   */
+  mustFit: boolean;
 }
 
-/** The one rule of room: the counter is below its limit, and the cost still fits under it. */
-export function hasRoom(used: number, cost: number, limit: number): boolean {
-  return used < limit && used + cost <= limit;
+/** The one rule of room: the counter is below its limit, and the cost still fits under it when it must. */
+export function hasRoom(used: number, cost: number, limit: number, mustFit: boolean): boolean {
+  return used < limit && (!mustFit || used + cost <= limit);
+}
+
+/** A change to one counter: `delta` tokens added (charged) or taken back (released). */
+export interface CounterAdjustment {
+  key: string;
+  windowEnd: number;
+  delta: number;
 }
 
 export interface AdmitResult {
@@ -39,6 +54,10 @@ export interface CounterStore {
    * @param now the decision's time: a store may prune counters whose window ended by then.
    */
   admit(scope: string, counters: CounterAdmission[], now: number): Promise<AdmitResult>;
-  /** Adds `amount` to each counter, creating it when missing. */
-  charge(scope: string, counters: { key: string; windowEnd: number }[], amount: number): Promise<void>;
+  /**
+   * Adds each delta to its counter, never taking one below 0, atomically with respect to
+   * admissions. A positive delta creates a missing counter; a negative one leaves it missing (its
+   * window ended and was pruned, or never counted).
+   */
+  adjust(scope: string, adjustments: CounterAdjustment[]): Promise<void>;
 }

@@ -1,17 +1,20 @@
-import type { PolicyUnit } from '../db/schema';
+import type { PolicyUnit, TokenTicket } from '../db/schema';
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { sha256Hex } from '../lib/crypto';
 import { attributeValues, type RequestAttributes } from './attributes';
-import { hasRoom, type CounterAdmission } from './counter-store';
+import { hasRoom, type CounterAdjustment, type CounterAdmission } from './counter-store';
 import { goDuration, rateLimitHeaders, tightest, type PolicyUsage } from './headers';
 import type { ActivePolicy } from './matching';
 import { secondsUntil, UNIT_NAMES, windowOf } from './windows';
 
 /**
- * Enforcement at the two points of a run's life: admission, before anything of the run is
- * written, and token charging, when the run reaches a terminal state.
+ * Enforcement at the two points of each turn of a run: admission, before anything of the turn is
+ * written (creating the run, submitting tool outputs), and settling its tokens when the turn ends
+ * (in requires_action or a terminal state).
  */
+
+export type { TokenTicket };
 
 export interface Admission {
   /**
@@ -19,26 +22,30 @@ export interface Admission {
    * the tightest matching tokens policy (see headers.ts). `{}` when no policy matches.
    */
   headers: Record<string, string>;
-  /** What the run's tokens are charged to when it ends (stored on the run); null without tokens policies. */
+  /**
+   * The turn's tokens policies and its reservation in them (stored on the run), settled when the
+   * turn ends (settleTokens); null without tokens policies.
+   */
   ticket: TokenTicket | null;
 }
 
-/**
- * The tokens policies an admitted request matched, with the request's group in each: enough to
- * find the counter of whichever window the run ends in. JSON, stored on the run.
- */
-export interface TokenTicket {
-  workspace_id: string;
-  policies: { policy_id: string; unit: PolicyUnit; group: string }[];
+/** What the turn being admitted brings to its tokens policies. */
+export interface TurnTokens {
+  /** Tokens the turn reserves in each matching tokens policy until it ends (see reservation.ts). */
+  reservation: number;
+  /** The run's total tokens before this turn (0 for a new run): the turn is charged the rest. */
+  baseTokens: number;
 }
 
 /**
  * Admits a request under every active policy of its workspace that matches it, or refuses it
  * with 429 rate_limit_exceeded. All or nothing: an admitted request costs 1 in each matching
- * requests policy's counter; a refused one costs nothing anywhere. Tokens policies refuse while
- * their counter has reached the value; they are charged later, by chargeTokens.
+ * requests policy's counter and reserves `turn.reservation` in each matching tokens policy's; a
+ * refused one costs nothing anywhere. A requests counter admits while the unit fits under the
+ * value; a tokens counter while it is below the value (a reservation may take it past: the next
+ * request is refused). The reservation is released, and the real tokens charged, by settleTokens.
  */
-export async function admitRequest(deps: Deps, attributes: RequestAttributes): Promise<Admission> {
+export async function admitRequest(deps: Deps, attributes: RequestAttributes, turn: TurnTokens): Promise<Admission> {
   const index = await deps.policyCache.get(attributes.workspace_id);
   if (index.size === 0) return { headers: {}, ticket: null };
   const values = attributeValues(attributes);
@@ -46,9 +53,11 @@ export async function admitRequest(deps: Deps, attributes: RequestAttributes): P
   if (matched.length === 0) return { headers: {}, ticket: null };
 
   const now = deps.now();
-  const counters = await Promise.all(matched.map((policy) => counterOf(policy, values, now)));
+  const reservation = Math.max(0, Math.ceil(turn.reservation));
+  const counters = await Promise.all(matched.map((policy) => counterOf(policy, values, now, reservation)));
   const { admitted, used } = await deps.counters.admit(attributes.workspace_id, counters, now);
-  const usages: PolicyUsage[] = counters.map((counter) => ({
+  const usages: (PolicyUsage & { cost: number })[] = counters.map((counter) => ({
+    cost: counter.cost,
     policy: counter.policy,
     used: used.get(counter.key) ?? 0,
     windowEnd: counter.windowEnd,
@@ -66,27 +75,43 @@ export async function admitRequest(deps: Deps, attributes: RequestAttributes): P
         : {
             workspace_id: attributes.workspace_id,
             policies: tokens.map(({ policy, group }) => ({ policy_id: policy.id, unit: policy.unit, group })),
+            reserved: reservation,
+            reserved_at: now,
+            base_tokens: turn.baseTokens,
           },
   };
 }
 
 /**
- * Adds a finished run's total tokens to its groups' counters of the tokens policies in its ticket,
- * in the window in which the run ends: when its tokens are known, and where they still weigh on
- * the next admissions (a run admitted just before a boundary would otherwise charge a window that
- * no longer decides anything). A failure is logged, never thrown: it must not fail a finished run.
+ * Ends a turn's hold on its tokens policies: releases its reservation in the window it was taken
+ * in, and charges `tokens`, the turn's real usage, in the window in which the turn ends: when its
+ * tokens are known, and where they still weigh on the next admissions (a run admitted just before
+ * a boundary would otherwise charge a window that no longer decides anything). In one window the
+ * two are one change. Counters never go below 0. A failure is logged, never thrown: it must not
+ * fail a finished turn (the reservation then stays counted until its window ends).
  */
-export async function chargeTokens(deps: Deps, ticket: TokenTicket | null, totalTokens: number): Promise<void> {
-  if (!ticket || !(totalTokens > 0)) return;
+export async function settleTokens(deps: Deps, ticket: TokenTicket | null, tokens: number): Promise<void> {
+  if (!ticket) return;
+  const charged = Number.isFinite(tokens) && tokens > 0 ? tokens : 0;
+  const reserved = ticket.reserved ?? 0;
   try {
     const now = deps.now();
-    const counters = ticket.policies.map(({ policy_id, unit, group }) => {
-      const window = windowOf(unit, now);
-      return { key: counterKey(policy_id, unit, window.start, group), windowEnd: window.end };
-    });
-    await deps.counters.charge(ticket.workspace_id, counters, totalTokens);
+    const adjustments: CounterAdjustment[] = [];
+    for (const { policy_id, unit, group } of ticket.policies) {
+      const held = windowOf(unit, ticket.reserved_at ?? now);
+      const ends = windowOf(unit, now);
+      if (held.start === ends.start) {
+        adjustments.push({ key: counterKey(policy_id, unit, ends.start, group), windowEnd: ends.end, delta: charged - reserved });
+      } else {
+        adjustments.push(
+          { key: counterKey(policy_id, unit, held.start, group), windowEnd: held.end, delta: -reserved },
+          { key: counterKey(policy_id, unit, ends.start, group), windowEnd: ends.end, delta: charged },
+        );
+      }
+    }
+    await deps.counters.adjust(ticket.workspace_id, adjustments);
   } catch (error) {
-    deps.log.error('rate-limit token charge failed', { error, workspace_id: ticket.workspace_id, tokens: totalTokens });
+    deps.log.error('rate-limit token settlement failed', { error, workspace_id: ticket.workspace_id, tokens: charged, reserved });
   }
 }
 
@@ -98,7 +123,7 @@ const GROUP_TEXT_MAX = 128;
  * key with the request's value, or null when absent: an absent value is a group of its own, apart
  * from every present value (the empty string included).
  */
-async function counterOf(policy: ActivePolicy, values: Map<string, string>, now: number) {
+async function counterOf(policy: ActivePolicy, values: Map<string, string>, now: number, reservation: number) {
   const window = windowOf(policy.unit, now);
   const groupText = JSON.stringify(policy.groupBy.map((key) => [key, values.get(key) ?? null]));
   const group = groupText.length <= GROUP_TEXT_MAX ? groupText : `sha256:${await sha256Hex(groupText)}`;
@@ -107,8 +132,9 @@ async function counterOf(policy: ActivePolicy, values: Map<string, string>, now:
     group,
     key: counterKey(policy.id, policy.unit, window.start, group),
     windowEnd: window.end,
-    cost: costOf(policy),
+    cost: policy.type === 'requests' ? 1 : reservation,
     limit: policy.value,
+    mustFit: policy.type === 'requests',
   } satisfies CounterAdmission & { policy: ActivePolicy; group: string };
 }
 
@@ -116,15 +142,13 @@ async function counterOf(policy: ActivePolicy, values: Map<string, string>, now:
 const counterKey = (policyId: string, unit: PolicyUnit, windowStart: number, group: string) =>
   `${policyId}/${unit}/${windowStart}/${group}`;
 
-const costOf = (policy: ActivePolicy) => (policy.type === 'requests' ? 1 : 0);
-
 /**
  * The 429 for a refused request. When several policies lack room, it reports the one whose window
  * ends last: the wait after which a retry can succeed (then a requests policy before a tokens one,
  * then by id).
  */
-function refusal(usages: PolicyUsage[], now: number): ApiError {
-  const full = usages.filter((usage) => !hasRoom(usage.used, costOf(usage.policy), usage.policy.value));
+function refusal(usages: (PolicyUsage & { cost: number })[], now: number): ApiError {
+  const full = usages.filter((usage) => !hasRoom(usage.used, usage.cost, usage.policy.value, usage.policy.type === 'requests'));
   // Only a prune of an ended window between the decision and the read can leave `full` empty.
   const reported = (full.length > 0 ? full : usages).sort(
     (a, b) =>

@@ -9,7 +9,8 @@ export {
   requestMetadata,
   type RequestAttributes,
 } from './attributes';
-export type { AdmitResult, CounterAdmission, CounterStore } from './counter-store';
-export { admitRequest, chargeTokens, type Admission, type TokenTicket } from './enforce';
+export type { AdmitResult, CounterAdjustment, CounterAdmission, CounterStore } from './counter-store';
+export { admitRequest, settleTokens, type Admission, type TokenTicket, type TurnTokens } from './enforce';
+export { promptChars, turnReservation } from './reservation';
 export { LibsqlCounterStore } from './libsql-counter-store';
 export { PolicyCache } from './policy-cache';

@@ -1,6 +1,12 @@
 import type { Client, Row } from '@libsql/client';
 import type { Logger } from '../logger';
-import { hasRoom, type AdmitResult, type CounterAdmission, type CounterStore } from './counter-store';
+import {
+  hasRoom,
+  type AdmitResult,
+  type CounterAdjustment,
+  type CounterAdmission,
+  type CounterStore,
+} from './counter-store';
 
 /**
  * Counters in the rate_limit_counters table, through the libSQL client itself (these statements
@@ -18,25 +24,33 @@ import { hasRoom, type AdmitResult, type CounterAdmission, type CounterStore } f
 // MATERIALIZED: `request` is read twice, and the JSON is parsed once.
 const ADMIT = `
 WITH request AS MATERIALIZED (
-  SELECT value ->> 0 AS key, value ->> 1 AS cost, value ->> 2 AS lim, value ->> 3 AS window_end FROM json_each(?1)
+  SELECT value ->> 0 AS key, value ->> 1 AS cost, value ->> 2 AS lim, value ->> 3 AS window_end, value ->> 4 AS must_fit
+  FROM json_each(?1)
 )
 INSERT INTO rate_limit_counters (key, used, window_end)
 SELECT key, cost, window_end FROM request
 WHERE NOT EXISTS (
   -- a counter without room: hasRoom() in counter-store.ts, with a missing counter at 0
   SELECT 1 FROM request LEFT JOIN rate_limit_counters AS counter ON counter.key = request.key
-  WHERE NOT (coalesce(counter.used, 0) < request.lim AND coalesce(counter.used, 0) + request.cost <= request.lim)
+  WHERE NOT (coalesce(counter.used, 0) < request.lim
+    AND (NOT request.must_fit OR coalesce(counter.used, 0) + request.cost <= request.lim))
 )
 ON CONFLICT (key) DO UPDATE SET used = used + excluded.used
 RETURNING key, used`;
 
 const READ = `SELECT key, used FROM rate_limit_counters WHERE key IN (SELECT value FROM json_each(?1))`;
 
-// `WHERE true` tells SQLite's parser that ON CONFLICT starts the upsert, not a join constraint.
-const CHARGE = `
+// Adjustments: [key, delta, window end]. Additions create missing counters; releases only lower
+// existing ones; neither goes below 0. (`WHERE` before ON CONFLICT also tells SQLite's parser that
+// it starts the upsert, not a join constraint.)
+const ADD = `
 INSERT INTO rate_limit_counters (key, used, window_end)
-SELECT value ->> 0, ?2, value ->> 1 FROM json_each(?1) WHERE true
-ON CONFLICT (key) DO UPDATE SET used = used + excluded.used`;
+SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?1) WHERE value ->> 1 > 0
+ON CONFLICT (key) DO UPDATE SET used = max(0, used + excluded.used)`;
+const RELEASE = `
+UPDATE rate_limit_counters
+SET used = max(0, used + (SELECT value ->> 1 FROM json_each(?1) WHERE value ->> 0 = rate_limit_counters.key))
+WHERE key IN (SELECT value ->> 0 FROM json_each(?1) WHERE value ->> 1 < 0)`;
 
 const PRUNE = `
 DELETE FROM rate_limit_counters
@@ -68,19 +82,26 @@ export class LibsqlCounterStore implements CounterStore {
     if (now >= this.#nextPruneAt) await this.#prunePeriodically(now);
     // Tokens policies cost nothing at admission: a read decides, and nothing is written.
     if (counters.some((counter) => counter.cost > 0)) {
-      const args = [JSON.stringify(counters.map((c) => [c.key, c.cost, c.limit, c.windowEnd]))];
+      const args = [JSON.stringify(counters.map((c) => [c.key, c.cost, c.limit, c.windowEnd, c.mustFit]))];
       const { rows } = await this.#client.execute({ sql: ADMIT, args });
       if (rows.length > 0) return { admitted: true, used: usageOf(rows, counters) };
     }
     const used = await this.read(counters.map((counter) => counter.key));
-    const admitted = counters.every((c) => hasRoom(used.get(c.key)!, c.cost, c.limit));
+    const admitted = counters.every((c) => hasRoom(used.get(c.key)!, c.cost, c.limit, c.mustFit));
     return { admitted, used };
   }
 
-  async charge(_scope: string, counters: { key: string; windowEnd: number }[], amount: number) {
-    if (counters.length === 0 || !(amount > 0)) return;
-    const args = [JSON.stringify(counters.map((c) => [c.key, c.windowEnd])), amount];
-    await this.#client.execute({ sql: CHARGE, args });
+  /** Both kinds of change in one transaction, so that no admission sees a release without its charge. */
+  async adjust(_scope: string, adjustments: CounterAdjustment[]): Promise<void> {
+    const changes = adjustments.filter((a) => a.delta !== 0 && Number.isFinite(a.delta));
+    if (changes.length === 0) return;
+    const args = [JSON.stringify(changes.map((a) => [a.key, a.delta, a.windowEnd]))];
+    const statements = [
+      ...(changes.some((a) => a.delta < 0) ? [{ sql: RELEASE, args }] : []),
+      ...(changes.some((a) => a.delta > 0) ? [{ sql: ADD, args }] : []),
+    ];
+    if (statements.length === 1) await this.#client.execute(statements[0]!);
+    else await this.#client.batch(statements, 'write');
   }
 
   /** Usage by key; 0 for a counter that does not exist. */

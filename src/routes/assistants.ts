@@ -16,8 +16,14 @@ import { listObject } from '../services/pagination';
 export const assistantRoutes = new Hono<AppEnv>()
   .use(assistantsBeta(), workspace())
   .post('/', validate('json', createAssistantBody), async (c) => {
-    const { db, now } = c.var.deps;
-    const row = await createAssistant(db, c.var.workspace.workspaceId, c.req.valid('json'), now());
+    const { db, now, config } = c.var.deps;
+    const row = await createAssistant(
+      db,
+      c.var.workspace.workspaceId,
+      c.req.valid('json'),
+      now(),
+      config.GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE,
+    );
     return c.json(toAssistantJson(row));
   })
   .get('/', validate('query', cursorListQuery), async (c) => {

@@ -12,6 +12,7 @@ import {
   toPolicyJson,
   updatePolicy,
 } from '../services/policies';
+import { workspaceCaps } from '../services/quotas';
 import { resolveWorkspaceScope } from '../services/workspaces';
 
 /** /v1/policies/rate-limits */
@@ -35,10 +36,10 @@ export const policyRoutes = new Hono<AppEnv>()
   })
   .post('/', validate('json', createPolicyBody), async (c) => {
     const body = c.req.valid('json');
-    const { db, now } = c.var.deps;
+    const { db, now, config } = c.var.deps;
     checkOrganisation(c.var.apiKey, body.organisation_id);
     const scope = await resolveWorkspaceScope(db, c.var.apiKey, body.workspace_id, { required: true });
-    const policy = await createPolicy(db, scope!, body, now());
+    const policy = await createPolicy(db, scope!, body, now(), { createdBy: c.var.apiKey.kind, caps: workspaceCaps(config) });
     return c.json({ id: policy.id, object: 'policy_usage_limits' });
   })
   .get('/:id', async (c) => {
@@ -46,8 +47,8 @@ export const policyRoutes = new Hono<AppEnv>()
     return c.json(toPolicyJson(policy));
   })
   .put('/:id', validate('json', updatePolicyBody), async (c) => {
-    const { db, now } = c.var.deps;
-    const policy = await updatePolicy(db, c.var.apiKey, c.req.param('id'), c.req.valid('json'), now());
+    const { db, now, config } = c.var.deps;
+    const policy = await updatePolicy(db, c.var.apiKey, c.req.param('id'), c.req.valid('json'), now(), workspaceCaps(config));
     return c.json(toPolicyJson(policy));
   })
   .delete('/:id', async (c) => {

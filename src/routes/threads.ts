@@ -5,7 +5,7 @@ import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
 import { virtualKey } from '../middleware/virtual-key';
 import { workspace } from '../middleware/workspace';
-import { admitRequest, type Admission } from '../ratelimit';
+import { admitRequest, promptChars, settleTokens, turnReservation, type Admission, type TurnTokens } from '../ratelimit';
 import { METADATA_HEADER, requestMetadata } from '../ratelimit/attributes';
 import { asQueued, insertable, prepareThreadAndRun } from '../runs/create';
 import type { ExecuteOptions } from '../runs/engine';
@@ -25,9 +25,10 @@ import {
   toolCallsStepInProgress,
   updateRun,
   type RunRow,
+  type StepRow,
 } from '../services/runs';
 import { listObject } from '../services/pagination';
-import { getThread, listMessages, toMessageJson, toThreadJson } from '../services/threads';
+import { getThread, listMessages, toMessageJson, toThreadJson, type MessageRow } from '../services/threads';
 import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 
 /** How often the OpenAI SDK's pollers should ask about a run that is still going. */
@@ -47,11 +48,11 @@ export const threadRoutes = new Hono<AppEnv>()
       virtualKey: key,
       apiKeyId: c.var.apiKey.id,
     });
-    const admission = await admit(c, key, prepared.run.model, prepared.run.metadata);
-    prepared.run.rateLimit = admission.ticket;
-    const rows = insertable(prepared);
-    await insertThreadAndRun(deps.db, rows.thread, rows.messages, rows.run);
     const run = prepared.run;
+    const admission = await admit(c, key, run.model, run.metadata, firstTurn(c, run, prepared.messages));
+    run.rateLimit = admission.ticket;
+    const rows = insertable(prepared);
+    await unlessWritten(c, admission, insertThreadAndRun(deps.db, rows.thread, rows.messages, rows.run));
     const queued = toRunJson(asQueued(run));
     return respond(c, run, admission, body.stream === true, {
       acknowledged: queued,
@@ -90,9 +91,14 @@ export const threadRoutes = new Hono<AppEnv>()
     if (!key || key.revokedAt !== null) {
       throw new ApiError('invalid_virtual_key', "The run's virtual key was revoked; the run cannot continue.");
     }
-    const admission = await admit(c, key, run.model, run.metadata);
-    const results = await submitToolOutputsStatements(deps.db, run.id, step, outputs, deps.now(), leaseMs(deps.config), admission.ticket);
+    const admission = await admit(c, key, run.model, run.metadata, nextTurn(c, run, step, outputs));
+    const results = await unlessWritten(
+      c,
+      admission,
+      submitToolOutputsStatements(deps.db, run.id, step, outputs, deps.now(), leaseMs(deps.config), admission.ticket),
+    );
     if (!results.run) {
+      await settleTokens(deps, admission.ticket, 0);
       throw new ApiError('run_not_active', 'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).');
     }
     const queued = toRunJson(asQueued(results.run));
@@ -133,16 +139,70 @@ async function currentRun(c: Context<AppEnv>): Promise<RunRow> {
   return reconcileRun(deps, run);
 }
 
-/** Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. */
-function admit(c: Context<AppEnv>, key: VirtualKey, model: string, metadata: Record<string, string>): Promise<Admission> {
-  return admitRequest(c.var.deps, {
-    api_key: c.var.apiKey.id,
-    workspace_id: c.var.workspace.workspaceId,
-    virtual_key: key.slug,
-    provider: key.provider,
-    model,
-    metadata: requestMetadata(metadata, c.req.header(METADATA_HEADER)),
-  });
+/**
+ * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The
+ * model is the run's, which through an Azure key is the deployment's (servedModel).
+ */
+function admit(
+  c: Context<AppEnv>,
+  key: VirtualKey,
+  model: string,
+  metadata: Record<string, string>,
+  turn: TurnTokens,
+): Promise<Admission> {
+  return admitRequest(
+    c.var.deps,
+    {
+      api_key: c.var.apiKey.id,
+      workspace_id: c.var.workspace.workspaceId,
+      virtual_key: key.slug,
+      provider: key.provider,
+      model,
+      metadata: requestMetadata(metadata, c.req.header(METADATA_HEADER)),
+    },
+    turn,
+  );
+}
+
+/** What a new run's first turn reserves: its instructions, tools and messages are its prompt. */
+function firstTurn(c: Context<AppEnv>, run: RunRow, messages: MessageRow[]): TurnTokens {
+  const estimate = {
+    promptChars: promptChars([run.instructions, run.tools, messages.map((message) => message.content)]),
+    knownPromptTokens: 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: 0,
+  };
+  return { reservation: turnReservation(estimate, c.var.deps.config.GATEWAY_TOKEN_RESERVATION), baseTokens: 0 };
+}
+
+/**
+ * What the turn after tool outputs reserves: its prompt is the last turn's tokens (that turn's
+ * prompt and its calls, the step's usage) and the outputs.
+ */
+function nextTurn(c: Context<AppEnv>, run: RunRow, step: StepRow, outputs: Map<string, string>): TurnTokens {
+  const estimate = {
+    promptChars: promptChars([...outputs.values()]),
+    knownPromptTokens: step.usage?.total_tokens ?? 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: run.usage?.completion_tokens ?? 0,
+  };
+  return {
+    reservation: turnReservation(estimate, c.var.deps.config.GATEWAY_TOKEN_RESERVATION),
+    baseTokens: run.usage?.total_tokens ?? 0,
+  };
+}
+
+/**
+ * The write that makes an admitted turn real. If it fails, the turn never executes and nothing
+ * would release its token reservation: it goes back at once.
+ */
+async function unlessWritten<T>(c: Context<AppEnv>, admission: Admission, write: Promise<T>): Promise<T> {
+  try {
+    return await write;
+  } catch (error) {
+    await settleTokens(c.var.deps, admission.ticket, 0);
+    throw error;
+  }
 }
 
 /**

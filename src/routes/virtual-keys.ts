@@ -27,6 +27,7 @@ export const virtualKeyRoutes = new Hono<AppEnv>()
       workspaceId: scope!.workspaceId,
       body,
       upstreamRules: await upstreamRules(db, config, { now: now(), fresh: true }),
+      maxKeys: config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
       now: now(),
     });
     return c.json(toVirtualKeyJson(key));

@@ -6,7 +6,7 @@ import { HOSTED_TOOL_TYPES, type Tool } from '../schemas/tools';
 import type { AssistantRow } from '../services/assistants';
 import { leaseMs, type MessageInsert, type NewRun, type RunRow, type ThreadInsert } from '../services/runs';
 import type { MessageContent, MessageRow, ThreadRow } from '../services/threads';
-import type { VirtualKey } from '../services/virtual-keys';
+import { servedModel, type VirtualKey } from '../services/virtual-keys';
 
 /**
  * A new run, before anything is written: the run's effective settings (the request overrides the
@@ -162,6 +162,8 @@ export function prepareThreadAndRun(
   }));
   const run: RunRow = {
     ...settings,
+    // Through an Azure key, the deployment's model: what policies match and usage is recorded for.
+    model: servedModel(input.virtualKey, settings.model),
     seq: 0,
     id: newId('run'),
     workspaceId,

@@ -11,7 +11,6 @@ import {
   getRunById,
   insertMessage,
   insertStep,
-  isTerminal,
   leaseMs,
   listSteps,
   renewLease,
@@ -360,7 +359,9 @@ class Execution {
           })),
         },
       };
-      const patch: Partial<NewRun> = { status: 'requires_action', requiredAction, leaseExpiresAt: null };
+      // The usage so far is kept (shown once the run ends): the turn is charged now, not when the run ends.
+      const usage = sumUsage([this.#earlierUsage, turnUsage]);
+      const patch: Partial<NewRun> = { status: 'requires_action', requiredAction, leaseExpiresAt: null, usage };
       await this.#commit(statements, patch, ['in_progress']);
       return;
     }
@@ -449,7 +450,8 @@ class Execution {
         this.#runEvent(),
       ]);
     }
-    if (isTerminal(updated.status)) await chargeRun(this.#deps, updated);
+    // Every commit ends a turn (requires_action or terminal): its tokens are settled now.
+    await chargeRun(this.#deps, updated);
   }
 
   /** The execution stopped without an answer: settle the run from what the database holds. */

@@ -1,6 +1,6 @@
 import { batch } from '../db/client';
 import type { Deps } from '../deps';
-import { chargeTokens } from '../ratelimit';
+import { settleTokens } from '../ratelimit';
 import type { RunStatus } from '../db/schema';
 import { settleRunStatements, type RunRow, type Settlement } from '../services/runs';
 import type { MessageRow } from '../services/threads';
@@ -8,8 +8,8 @@ import type { MessageRow } from '../services/threads';
 /**
  * Ends a run that will not produce its answer: cancelled, expired or failed. Used by the engine when
  * an execution stops, by the cancel route for a run with no executor (queued, requires_action), and
- * by the recovery sweep for runs whose executor died. Charges the run's tokens once it is terminal.
- * Only a run in one of `from` is settled. Returns the settled run and the message it left
+ * by the recovery sweep for runs whose executor died. Settles the tokens of the turn it ends, if it
+ * ends one. Only a run in one of `from` is settled. Returns the settled run and the message it left
  * incomplete, or a null run when the run was no longer in one of `from`.
  */
 export async function settleRun(
@@ -23,17 +23,24 @@ export async function settleRun(
   const results = await batch(deps.db, statements);
   const [run] = results[results.length - 1] as RunRow[];
   const [message] = results[results.length - 2] as MessageRow[];
-  if (run) await chargeRun(deps, run);
+  // A run waiting for tool outputs executes no turn: its last one was settled when it began to wait.
+  if (run && !from.includes('requires_action')) await chargeRun(deps, run);
   return { run: run ?? null, message: message ?? null };
 }
 
-/** Charges a terminal run's tokens to the token policies it was admitted under. Never throws. */
+/**
+ * Settles the turn a run just ended, in requires_action or a terminal state, with its tokens
+ * policies: the turn's reservation released, its real tokens (the run's usage beyond what it had
+ * before the turn) charged. Called once per turn, by whoever moved the run out of execution: the
+ * move is conditional, so only one caller gets the row. Never throws.
+ */
 export async function chargeRun(deps: Deps, run: RunRow): Promise<void> {
-  const total = run.usage?.total_tokens ?? 0;
-  if (total <= 0 || !run.rateLimit) return;
+  const ticket = run.rateLimit;
+  if (!ticket) return;
+  const tokens = (run.usage?.total_tokens ?? 0) - (ticket.base_tokens ?? 0);
   try {
-    await chargeTokens(deps, run.rateLimit as Parameters<typeof chargeTokens>[1], total);
+    await settleTokens(deps, ticket, tokens);
   } catch (error) {
-    deps.log.error('could not charge a run to its token policies', { run_id: run.id, error });
+    deps.log.error('could not settle a run turn with its token policies', { run_id: run.id, error });
   }
 }

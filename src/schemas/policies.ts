@@ -109,4 +109,6 @@ export interface PolicyJson {
   name: string;
   conditions: { key: string; value: string }[];
   group_by: { key: string }[];
+  /** The kind of API key that created it: an organisation's policy is changed only by organisation keys. */
+  created_by: 'organisation' | 'workspace';
 }

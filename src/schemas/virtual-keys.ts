@@ -30,8 +30,10 @@ const urlSafe = (what: string) =>
     .regex(/^[A-Za-z0-9._-]+$/, { error: `${what} has letters, digits, dots, underscores and hyphens only.` })
     .refine((value) => value !== '.' && value !== '..', { error: `${what} cannot be '.' or '..'.` });
 
-/** What Azure OpenAI needs besides the key; `openai` takes none of the last two. */
+/** What Azure OpenAI needs besides the key. */
 const AZURE_FIELDS = ['base_url', 'api_version', 'deployment'] as const;
+/** What only Azure OpenAI takes. */
+const AZURE_ONLY = ['api_version', 'deployment', 'model'] as const;
 
 export const createVirtualKeyBody = z
   .strictObject({
@@ -45,6 +47,11 @@ export const createVirtualKeyBody = z
     api_version: urlSafe('An api_version').optional(),
     /** Azure OpenAI's deployment name (the model is chosen by the deployment). */
     deployment: urlSafe('A deployment name').optional(),
+    /**
+     * Azure OpenAI: the model the deployment serves, which rate-limit policies match and runs record
+     * whatever model a request names. Default: the deployment's name.
+     */
+    model: z.string().min(1).max(256).optional(),
     /** Organisation keys name the workspace (id or slug); workspace keys may name their own. */
     workspace_id: z.string().min(1).max(255).optional(),
   })
@@ -59,7 +66,9 @@ export const createVirtualKeyBody = z
           params: { code: 'missing_required_parameter' },
         });
       }
-      if (!azure && field !== 'base_url' && body[field] !== undefined) {
+    }
+    for (const field of AZURE_ONLY) {
+      if (!azure && body[field] !== undefined) {
         ctx.addIssue({
           code: 'custom',
           path: [field],
@@ -96,4 +105,6 @@ export interface VirtualKeyJson {
   revoked_at: number | null;
   api_version?: string;
   deployment?: string;
+  /** Azure OpenAI: the model the deployment serves. */
+  model?: string;
 }

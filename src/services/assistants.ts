@@ -1,4 +1,4 @@
-import { and, eq, isNull, sql } from 'drizzle-orm';
+import { and, count, eq, isNull, sql } from 'drizzle-orm';
 import { preparedQuery, type Db } from '../db/client';
 import { assistants } from '../db/schema';
 import { ApiError } from '../errors';
@@ -7,6 +7,7 @@ import { toUnixSeconds } from '../lib/time';
 import type { AssistantJson, CreateAssistantBody } from '../schemas/assistants';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage } from './pagination';
+import { insertWhere, quotaExceeded } from './quotas';
 import type { ResponseFormat, Tool, ToolResources } from '../schemas/tools';
 
 /**
@@ -34,31 +35,40 @@ export function toAssistantJson(row: AssistantRow): AssistantJson {
   };
 }
 
+/**
+ * Creates an assistant; 400 `quota_exceeded` when the workspace holds `maxAssistants` live ones
+ * (GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE), checked in the insert itself.
+ */
 export async function createAssistant(
   db: Db,
   workspaceId: string,
   body: CreateAssistantBody,
   now: number,
+  maxAssistants: number,
 ): Promise<AssistantRow> {
-  const [row] = await db
-    .insert(assistants)
-    .values({
-      id: newId('asst'),
-      workspaceId,
-      createdAt: now,
-      name: body.name ?? null,
-      description: body.description ?? null,
-      model: body.model,
-      instructions: body.instructions ?? null,
-      tools: body.tools ?? [],
-      toolResources: body.tool_resources ?? null,
-      metadata: body.metadata ?? {},
-      temperature: body.temperature ?? null,
-      topP: body.top_p ?? null,
-      responseFormat: body.response_format ?? null,
-    })
-    .returning();
-  return row!;
+  const values = {
+    id: newId('asst'),
+    workspaceId,
+    createdAt: now,
+    name: body.name ?? null,
+    description: body.description ?? null,
+    model: body.model,
+    instructions: body.instructions ?? null,
+    tools: body.tools ?? [],
+    toolResources: body.tool_resources ?? null,
+    metadata: body.metadata ?? {},
+    temperature: body.temperature ?? null,
+    topP: body.top_p ?? null,
+    responseFormat: body.response_format ?? null,
+  };
+  // Counted on the partial index assistants_live, without reading the rows.
+  const held = sql`(SELECT count(*) FROM ${assistants} WHERE ${live(workspaceId)})`;
+  const [row] = await insertWhere(db, assistants, values, sql`${held} < ${maxAssistants}`).returning();
+  if (row) return row;
+  const [counted] = await db.select({ count: count() }).from(assistants).where(live(workspaceId));
+  throw quotaExceeded(
+    `This workspace has ${counted?.count ?? maxAssistants} assistants; its cap is ${maxAssistants}. Delete one before creating another.`,
+  );
 }
 
 // OpenAI's own 404 for a missing assistant, param null (../shared/reference/openai-errors.md).

@@ -2,7 +2,7 @@ import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { BatchItem } from 'drizzle-orm/batch';
 import type { Config } from '../config';
 import { batch, type Db } from '../db/client';
-import { messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
+import { messages, runs, runSteps, threads, type RunStatus, type TokenTicket } from '../db/schema';
 import { ApiError } from '../errors';
 import { toUnixSeconds } from '../lib/time';
 
@@ -276,7 +276,7 @@ export async function submitToolOutputsStatements(
   outputs: Map<string, string>,
   at: number,
   lease: number,
-  rateLimit: unknown,
+  rateLimit: TokenTicket | null,
 ): Promise<{ run: RunRow | null; step: StepRow }> {
   const details = step.stepDetails as { type: 'tool_calls'; tool_calls: { id: string; function: { output: string | null } }[] };
   const stepDetails = {

@@ -1,4 +1,4 @@
-import { and, desc, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
 import { preparedQuery, type Db } from '../db/client';
 import { virtualKeys, workspaces, type Provider } from '../db/schema';
 import { ApiError } from '../errors';
@@ -7,6 +7,7 @@ import type { SecretBox } from '../lib/secrets';
 import { checkUpstreamUrl, type UpstreamUrlOptions } from '../lib/upstream-url';
 import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type VirtualKeyJson } from '../schemas/virtual-keys';
 import { toUnixSeconds } from '../lib/time';
+import { insertWhere, quotaExceeded } from './quotas';
 
 /**
  * Virtual keys: provider credentials stored per workspace. The provider's API key is kept only as
@@ -20,8 +21,11 @@ export interface VirtualKey {
   provider: Provider;
   /** Without a trailing slash: the provider adapter appends its endpoint path. */
   baseUrl: string;
-  /** Azure OpenAI: api_version and deployment. Empty for `openai`. */
-  options: { api_version?: string; deployment?: string };
+  /**
+   * Azure OpenAI: api_version, deployment and the model the deployment serves (stored since
+   * `model` was added; the deployment's name stands in for it on older keys). Empty for `openai`.
+   */
+  options: { api_version?: string; deployment?: string; model?: string };
   secretCiphertext: string;
   createdAt: number;
   revokedAt: number | null;
@@ -36,7 +40,7 @@ function fromRow(row: VirtualKeyRow): VirtualKey {
     slug: row.slug,
     provider: row.provider,
     baseUrl: row.baseUrl,
-    options: { api_version: row.options.api_version, deployment: row.options.deployment },
+    options: { api_version: row.options.api_version, deployment: row.options.deployment, model: row.options.model },
     secretCiphertext: row.secretCiphertext,
     createdAt: row.createdAt,
     revokedAt: row.revokedAt,
@@ -55,9 +59,19 @@ export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
     created_at: toUnixSeconds(key.createdAt),
     revoked_at: key.revokedAt === null ? null : toUnixSeconds(key.revokedAt),
     ...(key.provider === 'azure-openai'
-      ? { api_version: key.options.api_version, deployment: key.options.deployment }
+      ? { api_version: key.options.api_version, deployment: key.options.deployment, model: servedModel(key, '') }
       : {}),
   };
+}
+
+/**
+ * The model a request through this key really reaches: an Azure deployment serves one model
+ * whatever the request names (the key's `model`, by default its deployment's name), so that is the
+ * model policies match and runs record; other providers take the request's.
+ */
+export function servedModel(key: VirtualKey, requested: string): string {
+  if (key.provider !== 'azure-openai') return requested;
+  return key.options.model ?? key.options.deployment ?? requested;
 }
 
 export interface CreateVirtualKeyInput {
@@ -65,37 +79,51 @@ export interface CreateVirtualKeyInput {
   body: CreateVirtualKeyBody;
   /** The upstream address rules in force (services/upstream-rules.ts). */
   upstreamRules: UpstreamUrlOptions;
+  /** GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE: the most live keys the workspace may hold. */
+  maxKeys: number;
   now: number;
 }
 
-/** Stores a new key; 409 `already_exists` when a live key of the workspace has the slug. */
+const liveIn = (workspaceId: string) => and(eq(virtualKeys.workspaceId, workspaceId), isNull(virtualKeys.revokedAt));
+
+/**
+ * Stores a new key; 409 `already_exists` when a live key of the workspace has the slug, 400
+ * `quota_exceeded` when the workspace holds `maxKeys` live keys (checked in the insert itself).
+ */
 export async function createVirtualKey(db: Db, secrets: SecretBox, input: CreateVirtualKeyInput): Promise<VirtualKey> {
   const { body } = input;
   const baseUrl = checkBaseUrl(body.base_url ?? DEFAULT_OPENAI_BASE_URL, input.upstreamRules);
   const id = newUuid();
-  const [row] = await db
-    .insert(virtualKeys)
-    .values({
-      id,
-      workspaceId: input.workspaceId,
-      slug: body.slug,
-      provider: body.provider,
-      baseUrl,
-      secretCiphertext: await secrets.encrypt(body.api_key, id),
-      options:
-        body.provider === 'azure-openai' ? { api_version: body.api_version!, deployment: body.deployment! } : {},
-      createdAt: input.now,
-      revokedAt: null,
-    })
+  const options: Record<string, string> =
+    body.provider === 'azure-openai'
+      ? { api_version: body.api_version!, deployment: body.deployment!, model: body.model ?? body.deployment! }
+      : {};
+  const values = {
+    id,
+    workspaceId: input.workspaceId,
+    slug: body.slug,
+    provider: body.provider,
+    baseUrl,
+    secretCiphertext: await secrets.encrypt(body.api_key, id),
+    options,
+    createdAt: input.now,
+    revokedAt: null,
+  };
+  const live = sql`(SELECT count(*) FROM ${virtualKeys} WHERE ${liveIn(input.workspaceId)})`;
+  const [row] = await insertWhere(db, virtualKeys, values, sql`${live} < ${input.maxKeys}`)
     // The partial unique index (workspace, slug) WHERE revoked_at IS NULL decides, race-free.
     .onConflictDoNothing()
     .returning();
-  if (!row) {
+  if (row) return fromRow(row);
+  if (await findActiveVirtualKey(db, input.workspaceId, body.slug)) {
     throw new ApiError('already_exists', `A virtual key with slug '${body.slug}' already exists in this workspace.`, {
       param: 'slug',
     });
   }
-  return fromRow(row);
+  const [held] = await db.select({ count: count() }).from(virtualKeys).where(liveIn(input.workspaceId));
+  throw quotaExceeded(
+    `This workspace has ${held?.count ?? input.maxKeys} live virtual keys; its cap is ${input.maxKeys}. Revoke one before creating another.`,
+  );
 }
 
 /** The base URL as stored, or 400 naming `base_url`. */

@@ -159,6 +159,7 @@ export async function createTestGateway(
       workspaceId: owner.workspace.id,
       body: { slug: `vk-${++virtualKeys}`, provider: 'openai', api_key: 'sk-test-provider-key', ...body } as CreateVirtualKeyBody,
       upstreamRules: { allowPrivate: true },
+      maxKeys: deps.config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
       now: clock.now(),
     });
     return key.slug;

@@ -4,6 +4,7 @@ import { ApiError } from '../../src/errors';
 import { createNodeDeps, nodeConfig } from '../../src/node-runtime';
 import { admitRequest, type RequestAttributes } from '../../src/ratelimit';
 import { createPolicy } from '../../src/services/policies';
+import { workspaceCaps } from '../../src/services/quotas';
 
 /**
  * A second gateway process for test/ratelimit-enforcement.test.ts: it opens the database under
@@ -32,7 +33,7 @@ if (command === 'admit') {
   input.close();
   const outcomes = await Promise.all(
     Array.from({ length: Number(second) }, () =>
-      admitRequest(deps, attributes).then(
+      admitRequest(deps, attributes, { reservation: 0, baseTokens: 0 }).then(
         () => 'admitted' as const,
         (error: unknown) => {
           if (error instanceof ApiError && error.code === 'rate_limit_exceeded') return 'refused' as const;
@@ -44,7 +45,10 @@ if (command === 'admit') {
   const count = (outcome: string) => outcomes.filter((o) => o === outcome).length;
   process.stdout.write(`${JSON.stringify({ admitted: count('admitted'), refused: count('refused') })}\n`);
 } else if (command === 'create-policy') {
-  const policy = await createPolicy(deps.db, JSON.parse(first!), JSON.parse(second!), now);
+  const policy = await createPolicy(deps.db, JSON.parse(first!), JSON.parse(second!), now, {
+    createdBy: 'workspace',
+    caps: workspaceCaps(config),
+  });
   process.stdout.write(`${policy.id}\n`);
 } else {
   throw new Error(`unknown command ${command}`);

@@ -68,6 +68,7 @@ describe('policies on workerd', () => {
       name: 'workers create',
       conditions: [{ key: 'model', value: 'gpt-4o' }],
       group_by: [{ key: 'api_key' }],
+      created_by: 'workspace',
     });
   });
 

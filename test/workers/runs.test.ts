@@ -258,4 +258,60 @@ describe('rate limits in Durable Objects', () => {
       expect((await waitForRun(run.thread_id, run.id, 'completed')).status).toBe('completed');
     }
   });
+  it('reserves tokens in the counter objects, refuses while the reservation fills the value, and settles it against the real usage', async () => {
+    /** A tokens policy of value 1 on a model of its own, and a run of that model. */
+    async function limited() {
+      const model = `tokens-${crypto.randomUUID().slice(0, 8)}`;
+      const created = await call(POLICIES, {
+        body: { type: 'tokens', unit: 'rpd', value: 1, conditions: [{ key: 'model', value: model }], group_by: [{ key: 'api_key' }] },
+      });
+      expect(created.status).toBe(200);
+      const run = (scenario: Record<string, unknown>) =>
+        call('/v1/threads/runs', {
+          headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+          body: { assistant_id: assistantId, model, thread: ask('Count me', scenario) },
+        });
+      return { id: (await json(created)).id as string, run };
+    }
+    /** Sends `next()` until `done` holds of its answer, or a deadline passes; answers the last. */
+    async function until(next: () => Promise<Response>, done: (response: Response) => Promise<boolean>) {
+      for (const deadline = Date.now() + 10_000; ; ) {
+        const response = await next();
+        if ((await done(response.clone())) || Date.now() > deadline) return response;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+
+    // A failing run holds a reservation past the value of 1 while it executes, then gives it back:
+    // a run is admitted again (just after the failure is recorded), which no charge would allow.
+    const failing = await limited();
+    const failed = await json(await failing.run({ status: 500 }));
+    expect((await waitForRun(failed.thread_id, failed.id, 'failed')).status).toBe('failed');
+    const again = await until(() => failing.run({ status: 500 }), async (response) => response.status === 200);
+    expect(again.status).toBe(200);
+
+    // Of ten at once, one is admitted: its reservation refuses the rest.
+    const counted = await limited();
+    const responses = await Promise.all(Array.from({ length: 10 }, () => counted.run({ reply: 'Counted' })));
+    const admitted = [];
+    for (const response of responses) {
+      if (response.status === 200) admitted.push(await json(response));
+      else expect(await errorOf(response)).toMatchObject({ status: 429, type: 'tokens', code: 'rate_limit_exceeded' });
+    }
+    expect(admitted).toHaveLength(1);
+    const done = await waitForRun(admitted[0].thread_id, admitted[0].id, 'completed');
+    expect(done.status).toBe('completed');
+
+    // Settled (just after the run's last write): the counter holds its real tokens, not its
+    // reservation. Every request meanwhile is refused: the counter never drops below the value.
+    const settledMessage = `policy ${counted.id} on tokens per day: Limit 1, Used ${done.usage.total_tokens}.`;
+    const refused = await errorOf(
+      await until(
+        () => counted.run({ reply: 'Counted' }),
+        async (response) => response.status === 200 || (await errorOf(response)).message.includes(settledMessage),
+      ),
+    );
+    expect(refused).toMatchObject({ status: 429, type: 'tokens' });
+    expect(refused.message).toContain(settledMessage);
+  });
 });
