@@ -18,6 +18,7 @@ import { abortInProcess, dispatchInProcess, streamInProcess } from './runs/dispa
 import { sweepRuns } from './runs/recovery';
 import { initialise, type InitResult } from './services/organisations';
 import { leaseMs } from './services/runs';
+import { nodeSlices } from './node-slices';
 
 /**
  * How the gateway runs on Node: the runtime half that node.ts (the entry), the CLI, the tests, the
@@ -117,6 +118,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     dispatchRun: dispatchInProcess,
     streamRun: streamInProcess,
     abortRun: abortInProcess,
+    slices: nodeSlices,
     fetch: upstreamFetch({ allowPrivate: config.GATEWAY_ALLOW_PRIVATE_UPSTREAMS ?? false }),
     ...overrides,
   };

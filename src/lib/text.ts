@@ -34,31 +34,44 @@ export function utf8Prefix(text: string, maxBytes: number): string {
 
 const isLowSurrogate = (code: number) => code >= 0xdc00 && code < 0xe000;
 
-/** Pieces joined into one string per batch: few strings held, each character copied twice at most. */
-const BATCH = 256;
+/** Pieces shorter than this are joined with their neighbours; longer ones are kept as they are. */
+const SMALL_PIECE = 1024;
 
 /**
  * A string appended to in many small pieces, such as an answer streamed a few characters per
- * delta. Held as an array of every piece, or as a `+=` rope, a million one-character deltas
- * would cost tens of bytes each; here they are joined a batch at a time.
+ * delta. Held as an array of every piece, or as a `+=` rope, a million one-character deltas would
+ * cost tens of bytes each; here runs of small pieces are joined once they add up to SMALL_PIECE,
+ * and large pieces are kept whole, so that each character is copied at most twice (once more by
+ * toString) and at most one piece in SMALL_PIECE characters is held apart.
  */
 export class TextBuilder {
-  #joined: string[] = [];
-  #pending: string[] = [];
+  #pieces: string[] = [];
+  #small: string[] = [];
+  #smallLength = 0;
 
   push(piece: string): void {
     if (piece === '') return;
-    this.#pending.push(piece);
-    if (this.#pending.length >= BATCH) {
-      this.#joined.push(this.#pending.join(''));
-      this.#pending = [];
+    if (piece.length >= SMALL_PIECE) {
+      this.#flushSmall();
+      this.#pieces.push(piece);
+      return;
     }
+    this.#small.push(piece);
+    this.#smallLength += piece.length;
+    if (this.#smallLength >= SMALL_PIECE) this.#flushSmall();
   }
 
   toString(): string {
-    const text = this.#joined.join('') + this.#pending.join('');
-    this.#joined = text ? [text] : [];
-    this.#pending = [];
+    this.#flushSmall();
+    const text = this.#pieces.join('');
+    this.#pieces = text ? [text] : [];
     return text;
+  }
+
+  #flushSmall(): void {
+    if (this.#small.length === 0) return;
+    this.#pieces.push(this.#small.join(''));
+    this.#small = [];
+    this.#smallLength = 0;
   }
 }

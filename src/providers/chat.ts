@@ -1,3 +1,4 @@
+import type { Slices } from '../lib/slices';
 import type { ProviderAdapter } from './adapters';
 import { readServerSentData } from './sse-reader';
 import { MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, type UpstreamEvent } from './types';
@@ -25,6 +26,8 @@ export interface ChatCallOptions {
   idleTimeoutMs: number;
   /** Aborts the call (run cancelled or expired, shutdown); its reason is rethrown as is. */
   signal?: AbortSignal;
+  /** The event loop's slices (Deps.slices): the answer is read a slice at a time. */
+  slices: Slices;
 }
 
 /** Of an error answer, this many bytes are read at most, after decompression. */
@@ -42,18 +45,14 @@ export async function* streamChatCompletion(
   call: ChatCallOptions,
 ): AsyncGenerator<UpstreamEvent> {
   const controller = new AbortController();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const arm = (ms: number, what: string) => {
-    clearTimeout(timer);
-    timer = setTimeout(() => controller.abort(new UpstreamError('timeout', `The upstream ${what} within ${ms} ms.`)), ms);
-  };
   const onAbort = () => controller.abort(call.signal!.reason);
   if (call.signal?.aborted) throw call.signal.reason;
   call.signal?.addEventListener('abort', onAbort, { once: true });
 
-  arm(call.firstByteTimeoutMs, 'sent no first byte');
+  const silence = new SilenceTimer((error) => controller.abort(error));
+  silence.start(call.firstByteTimeoutMs, 'sent no first byte');
   let finished = false;
-  const onActivity = () => arm(call.idleTimeoutMs, 'went silent for longer than allowed');
+  const onActivity = () => silence.touch();
 
   try {
     let response: Response;
@@ -71,7 +70,7 @@ export async function* streamChatCompletion(
       throw asUpstreamError(error, controller.signal);
     }
     // From the headers on, the body must make progress.
-    onActivity();
+    silence.start(call.idleTimeoutMs, 'went silent for longer than allowed');
 
     if (!response.ok) {
       const detail = await errorDetail(response, call.secret);
@@ -81,27 +80,35 @@ export async function* streamChatCompletion(
 
     const toolCalls = new ToolCallIndexer();
     try {
-      for await (const data of readServerSentData(response.body, SSE_LIMITS, onActivity)) {
-        if (data === '[DONE]') {
-          finished = true;
-          return;
+      for await (const batch of readServerSentData(response.body, SSE_LIMITS, onActivity)) {
+        for (const data of batch) {
+          if (call.slices.spent()) {
+            // Waiting for the event loop is not the upstream's silence.
+            silence.pause();
+            await call.slices.next();
+            silence.touch();
+          }
+          if (data === '[DONE]') {
+            finished = true;
+            return;
+          }
+          let chunk: unknown;
+          try {
+            chunk = JSON.parse(data);
+          } catch {
+            throw new UpstreamError('protocol', 'The upstream sent a malformed chunk (not JSON).');
+          }
+          if (isRecord(chunk) && chunk.error) {
+            const message = isRecord(chunk.error) ? chunk.error.message : chunk.error;
+            const text = typeof message === 'string' ? message : 'unknown';
+            throw new UpstreamError('protocol', `The upstream reported an error mid-stream: ${redact(text, call.secret, MAX_ERROR_MESSAGE_CHARS)}`);
+          }
+          // The idle timeout measures the upstream's silence, not the time the consumer takes before
+          // asking for more (the engine waits for a slow streaming client): no clock while it holds.
+          silence.pause();
+          yield* normalise(chunk, toolCalls);
+          silence.touch();
         }
-        let chunk: unknown;
-        try {
-          chunk = JSON.parse(data);
-        } catch {
-          throw new UpstreamError('protocol', 'The upstream sent a malformed chunk (not JSON).');
-        }
-        if (isRecord(chunk) && chunk.error) {
-          const message = isRecord(chunk.error) ? chunk.error.message : chunk.error;
-          const text = typeof message === 'string' ? message : 'unknown';
-          throw new UpstreamError('protocol', `The upstream reported an error mid-stream: ${redact(text, call.secret, MAX_ERROR_MESSAGE_CHARS)}`);
-        }
-        // The idle timeout measures the upstream's silence, not the time the consumer takes before
-        // asking for more (the engine waits for a slow streaming client): no clock while it holds.
-        clearTimeout(timer);
-        yield* normalise(chunk, toolCalls);
-        onActivity();
       }
     } catch (error) {
       throw asUpstreamError(error, controller.signal);
@@ -110,11 +117,65 @@ export async function* streamChatCompletion(
     // finish is caught by the engine, which needs a finish_reason to decide the outcome.
     finished = true;
   } finally {
-    clearTimeout(timer);
+    silence.stop();
     call.signal?.removeEventListener('abort', onAbort);
     // A finished body needs nothing more; anything else (an error, a consumer that stopped early)
     // must not leave the connection open.
     if (!finished) controller.abort();
+  }
+}
+
+/**
+ * The upstream's time limit: fails the call once `ms` pass without progress. Progress only moves a
+ * deadline; the one timer, when it fires before the deadline, waits again for what is left, so a
+ * stream of many small events sets no timer per event. Paused, it does not fire.
+ */
+class SilenceTimer {
+  readonly #fail: (error: UpstreamError) => void;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #ms = 0;
+  #what = '';
+  #deadline = 0;
+  #paused = false;
+
+  constructor(fail: (error: UpstreamError) => void) {
+    this.#fail = fail;
+  }
+
+  /** A new limit, from now: `what` the upstream did when it fails (`sent no first byte`). */
+  start(ms: number, what: string): void {
+    this.#ms = ms;
+    this.#what = what;
+    this.#paused = false;
+    this.#deadline = Date.now() + ms;
+    this.#schedule(ms);
+  }
+
+  /** Progress: the limit counts again from now. */
+  touch(): void {
+    this.#paused = false;
+    this.#deadline = Date.now() + this.#ms;
+  }
+
+  /** No clock until the next touch(). */
+  pause(): void {
+    this.#paused = true;
+  }
+
+  stop(): void {
+    clearTimeout(this.#timer);
+  }
+
+  #schedule(ms: number): void {
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => this.#fire(), ms);
+  }
+
+  #fire(): void {
+    const left = this.#deadline - Date.now();
+    if (this.#paused) this.#schedule(this.#ms);
+    else if (left > 0) this.#schedule(left);
+    else this.#fail(new UpstreamError('timeout', `The upstream ${this.#what} within ${this.#ms} ms.`));
   }
 }
 

@@ -2,7 +2,9 @@ import { createParser } from 'eventsource-parser';
 import { UpstreamError } from './types';
 
 /**
- * Reads an upstream `text/event-stream` body incrementally and yields each event's data, bounded:
+ * Reads an upstream `text/event-stream` body incrementally and yields the data of the events each
+ * chunk completed, together (a chunk can hold thousands of tiny events: one step each would cost
+ * more than the events themselves), bounded:
  * a line longer than `maxLineBytes` (counted on the wire, in bytes) or an event whose buffered
  * data exceeds `maxEventChars` fails the read, so an upstream can make the reader hold no more
  * than that. Parsing is eventsource-parser's (every line terminator, multi-line data, chunk
@@ -16,7 +18,7 @@ export async function* readServerSentData(
   body: ReadableStream<Uint8Array>,
   limits: { maxLineBytes: number; maxEventChars: number },
   onActivity?: () => void,
-): AsyncGenerator<string> {
+): AsyncGenerator<string[]> {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   const events: string[] = [];
@@ -42,11 +44,11 @@ export async function* readServerSentData(
         throw new UpstreamError('protocol', `The upstream sent a server-sent event larger than ${limits.maxEventChars} characters.`);
       }
       if (events.length > 0 || dataGrew) onActivity?.();
-      yield* events.splice(0);
+      if (events.length > 0) yield events.splice(0);
     }
     // A last event without its blank line still counts, as it would with one.
     parser.feed(`${decoder.decode()}\n\n`);
-    yield* events.splice(0);
+    if (events.length > 0) yield events.splice(0);
   } finally {
     // Also when the consumer stops early: cancelling closes the upstream connection.
     await reader.cancel().catch(() => undefined);

@@ -198,6 +198,7 @@ class Execution {
       firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
       idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
       signal: this.#abort.signal,
+      slices: this.#deps.slices,
     })) {
       switch (event.type) {
         case 'text': {
@@ -227,6 +228,8 @@ class Execution {
       // Leaving the loop ends the upstream call: the connection is dropped, nothing more is read.
       if (this.#cut) break;
     }
+    // Recording the outcome copies the answer (up to the cap) a few times: in a slice of its own.
+    if (this.#deps.slices.spent()) await this.#deps.slices.next();
     if (this.#cut) {
       this.#deps.log.warn('the upstream answer reached the answer cap and was cut', {
         run_id: run.id,
