@@ -12,7 +12,7 @@ import { MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, type Upstrea
  *
  * Every byte of the answer is hostile input, bounded here: an error body is read up to
  * MAX_ERROR_BODY_BYTES (decompressed) and the connection dropped, an event-stream line or event up
- * to SSE_MAX_LINE_BYTES, and every field the engine uses is checked (types, tool-call indices,
+ * to SSE_LIMITS, and every field the engine uses is checked (types, tool-call indices,
  * usage). How much answer text the engine keeps is the engine's bound (GATEWAY_MAX_ANSWER_BYTES).
  */
 
@@ -31,12 +31,11 @@ export interface ChatCallOptions {
 }
 
 /** Of an error answer, this many bytes are read at most, after decompression. */
-export const MAX_ERROR_BODY_BYTES = 8192;
+const MAX_ERROR_BODY_BYTES = 8192;
 /** What a run's last_error quotes of an upstream's error message, at most. */
-export const MAX_ERROR_MESSAGE_CHARS = 500;
-/** The largest event-stream line (bytes) and event (characters of data) an upstream may send. */
-export const SSE_MAX_LINE_BYTES = 1024 * 1024;
-const SSE_LIMITS = { maxLineBytes: SSE_MAX_LINE_BYTES, maxEventChars: SSE_MAX_LINE_BYTES };
+const MAX_ERROR_MESSAGE_CHARS = 500;
+/** The largest event-stream line (bytes on the wire) and event (characters of data) read. */
+const SSE_LIMITS = { maxLineBytes: 1024 * 1024, maxEventChars: 1024 * 1024 };
 /** Longer tool-call ids are refused: OpenAI's are about 30 characters. */
 const MAX_TOOL_CALL_ID_CHARS = 256;
 
@@ -52,7 +51,6 @@ export async function* streamChatCompletion(
   const silence = new SilenceTimer((error) => controller.abort(error));
   silence.start(call.firstByteTimeoutMs, 'sent no first byte');
   let finished = false;
-  const onActivity = () => silence.touch();
 
   try {
     let response: Response;
@@ -80,7 +78,7 @@ export async function* streamChatCompletion(
 
     const toolCalls = new ToolCallIndexer();
     try {
-      for await (const batch of readServerSentData(response.body, SSE_LIMITS, onActivity)) {
+      for await (const batch of readServerSentData(response.body, SSE_LIMITS, () => silence.touch())) {
         for (const data of batch) {
           if (call.slices.spent()) {
             // Waiting for the event loop is not the upstream's silence.
