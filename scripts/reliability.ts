@@ -10,11 +10,13 @@ import type { Tally } from '../test/support/tally';
  * 1. the bad-input property tests of `npm test` (test/fuzz*.test.ts) with many more runs
  *    (FUZZ_RUNS, default 2000 here);
  * 2. the `reliability` vitest project (test/reliability): kill -9 rounds, upstream faults over real
- *    HTTP, client disconnects, and a load minute (LOAD_SECONDS, default 60) with 5% faults.
+ *    HTTP, client disconnects, hostile upstreams, and a load minute (LOAD_SECONDS, default 60) with
+ *    5% faults.
  *
  * Every suite appends its figures to RELIABILITY_REPORT_DIR (test/support/tally.ts,
  * test/reliability/support.ts); this script sums them. It fails when a test failed or when runs
- * were lost, rows half-written or requests answered 5xx.
+ * were lost, rows half-written, requests answered 5xx, the gateway stalled over 50 ms while hostile
+ * upstreams were at work, or it ran out of memory.
  */
 
 const ROOT = new URL('..', import.meta.url).pathname;
@@ -51,6 +53,9 @@ const COLUMNS: [keyof Tally, string, boolean][] = [
   ['runsLost', 'runs lost', true],
   ['rowsHalfWritten', 'rows half-written', true],
   ['answered5xx', 'answered 5xx', true],
+  ['hostileUpstreams', 'hostile upstreams tried', false],
+  ['gatewayStalls', 'gateway stalls over 50 ms', true],
+  ['outOfMemoryDeaths', 'out-of-memory deaths', true],
 ];
 
 const lines = (file: string): Record<string, any>[] =>

@@ -51,6 +51,11 @@ export const configSchema = z.object({
    * that reads nothing for this long is detached (stops receiving events) rather than holding the run.
    */
   GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: positiveInt.default(60_000),
+  /**
+   * The most one turn of a run keeps of an upstream's answer: text, tool-call names and arguments
+   * together, in UTF-8 bytes. Past it the upstream call is dropped and the run ends `incomplete`.
+   */
+  GATEWAY_MAX_ANSWER_BYTES: positiveInt.default(4 * 1024 * 1024),
   /** A run not finished this long after its creation expires (OpenAI: 10 minutes). */
   GATEWAY_RUN_EXPIRES_AFTER_SECONDS: positiveInt.default(600),
   /**

@@ -2,6 +2,7 @@ import type { Context } from 'hono';
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { SecretBox } from './lib/secrets';
+import type { Slices } from './lib/slices';
 import type { Logger } from './logger';
 import type { CounterStore } from './ratelimit/counter-store';
 import type { PolicyCache } from './ratelimit/policy-cache';
@@ -58,6 +59,11 @@ export interface Deps {
    * Elsewhere, an executor notices on its next lease renewal.
    */
   abortRun: (c: Context<AppEnv>, runId: string) => void;
+  /**
+   * How runs executing side by side share the event loop (lib/slices.ts): in slices on Node, where
+   * one process executes every run; not at all on Workers, where each run has its executor object.
+   */
+  slices: Slices;
 }
 
 /** The one environment type of every Hono app, sub-app and middleware here. */

@@ -19,6 +19,7 @@ import { sweepRuns } from './runs/recovery';
 import { initialise, type InitResult } from './services/organisations';
 import { leaseMs } from './services/runs';
 import { upstreamRules } from './services/upstream-rules';
+import { nodeSlices } from './node-slices';
 
 /**
  * How the gateway runs on Node: the runtime half that node.ts (the entry), the CLI, the tests, the
@@ -119,6 +120,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     dispatchRun: dispatchInProcess,
     streamRun: streamInProcess,
     abortRun: abortInProcess,
+    slices: nodeSlices,
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     ...overrides,
   };

@@ -9,6 +9,7 @@ import type { RunExecutor } from './durable/run-executor';
 import { secretBoxFromEnv } from './lib/secrets';
 import { createLogger } from './logger';
 import { LibsqlCounterStore, PolicyCache } from './ratelimit';
+import { UNSLICED } from './lib/slices';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
@@ -84,6 +85,7 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
         log.warn('cancel could not reach the run executor', { run_id: runId, request_id: c.var.requestId, error }),
       ),
     fetch: (input, init) => fetch(input, init),
+    slices: UNSLICED,
   };
 }
 

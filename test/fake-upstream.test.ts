@@ -688,6 +688,76 @@ describe('large answers', () => {
   });
 });
 
+describe('hostile answers', () => {
+  const streamed = (scenario: FakeScenario) =>
+    post({ model: MODEL, stream: true, messages: [user('Hi', scenario)], tools: [WEATHER_TOOL] });
+
+  it('sends any tool-call index given, or none', async () => {
+    for (const index of [4294967294, -1, 1.5, 'abc', '__proto__']) {
+      const events = dataEvents((await readRaw(await streamed({ tool_calls: 1, tool_call_index: index }))).text).slice(0, -1);
+      const indices = events.flatMap((data) => JSON.parse(data).choices[0]?.delta.tool_calls ?? []).map((call: { index?: unknown }) => call.index);
+      expect(indices.length).toBeGreaterThan(1);
+      expect(new Set(indices)).toEqual(new Set([index]));
+    }
+    const events = dataEvents((await readRaw(await streamed({ tool_calls: 1, tool_call_index: null }))).text).slice(0, -1);
+    const calls = events.flatMap((data) => JSON.parse(data).choices[0]?.delta.tool_calls ?? []);
+    expect(calls.length).toBeGreaterThan(1);
+    expect(calls.every((call: object) => !('index' in call))).toBe(true);
+  });
+
+  it('generates tool-call arguments of tool_argument_bytes, in argument_chunk_chars fragments', async () => {
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      stream: true,
+      messages: [user('Hi', { tool_calls: 1, tool_argument_bytes: 100_000, argument_chunk_chars: 1000 })],
+      tools: [WEATHER_TOOL],
+    });
+    let fragments = 0;
+    let length = 0;
+    for await (const chunk of stream) {
+      const args = chunk.choices[0]?.delta.tool_calls?.[0]?.function?.arguments;
+      if (args) {
+        fragments += 1;
+        length += args.length;
+      }
+    }
+    expect({ fragments, length }).toEqual({ fragments: 100, length: 100_000 });
+  });
+
+  it('floods the event stream before the answer, flood_bytes of it', async () => {
+    const { text } = await readRaw(await streamed({ flood: ': ping\n\n', flood_bytes: 80_000, chunk_bytes: 8_000, reply: 'after' }));
+    expect(text.startsWith(': ping\n\n'.repeat(10_000))).toBe(true);
+    const answer = dataEvents(text.slice(80_000)).slice(0, -1).map((data) => JSON.parse(data).choices[0]?.delta.content ?? '');
+    expect(answer.join('')).toBe('after');
+  });
+
+  it('floods for ever without flood_bytes, until the client leaves', async () => {
+    const leave = new AbortController();
+    const response = await post({ model: MODEL, stream: true, messages: [user('Hi', { flood: ': ping\n\n', chunk_delay_ms: 1 })] }, {}, undefined, leave.signal);
+    const reader = response.body!.getReader();
+    for (let i = 0; i < 20; i++) expect(new TextDecoder().decode((await reader.read()).value)).toBe(': ping\n\n');
+    leave.abort();
+    await fake.waitForIdle();
+    expect(fake.requests[0]!.outcome).toBe('cancelled');
+  });
+
+  it('answers an error with a gzip body that inflates to gzip_error_bytes', async () => {
+    const response = await post({ model: MODEL, messages: [user('Hi', { status: 503, gzip_error_bytes: 10_000_000 })] });
+    expect(response.status).toBe(503);
+    expect(response.headers.get('content-encoding')).toBe('gzip');
+    expect(Number(response.headers.get('content-length'))).toBeLessThan(100_000);
+    const body = await response.text();
+    expect(body.length).toBe(10_000_000);
+    expect(body.startsWith('{"error":{"message":"aaaa')).toBe(true);
+  });
+
+  it('sends usage numbers as given, of any type', async () => {
+    const text = (await readRaw(await post({ model: MODEL, stream: true, stream_options: { include_usage: true }, messages: [user('Hi', { reply: 'x', usage: { total_tokens: -1e9, prompt_tokens: '01e4' } })] }))).text;
+    const usage = JSON.parse(dataEvents(text).at(-2)!).usage;
+    expect(usage).toMatchObject({ prompt_tokens: '01e4', total_tokens: -1e9 });
+  });
+});
+
 describe('in-process and as a script', () => {
   it('answers through fetch() without a socket, with the same faults', async () => {
     const local = createFakeUpstream({ defaultScenario: { reply: 'in process' } });

@@ -1,12 +1,19 @@
+import type { Slices } from '../lib/slices';
 import type { ProviderAdapter } from './adapters';
 import { readServerSentData } from './sse-reader';
-import { UpstreamError, type ChatCompletionRequest, type UpstreamEvent } from './types';
+import { MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, type UpstreamEvent } from './types';
 
 /**
  * One streamed Chat Completions call: sends the request, then yields the answer as normalised
  * events while it arrives. Fails with UpstreamError on a non-2xx answer, a malformed chunk, a
- * dropped connection, or silence: no first byte within `firstByteTimeoutMs` (connecting and the
- * response headers included), or a gap longer than `idleTimeoutMs` between chunks.
+ * dropped connection, or silence: no response within `firstByteTimeoutMs` (connecting and the
+ * response headers included), or a gap longer than `idleTimeoutMs` without progress (comments and
+ * keep-alive lines are not progress).
+ *
+ * Every byte of the answer is hostile input, bounded here: an error body is read up to
+ * MAX_ERROR_BODY_BYTES (decompressed) and the connection dropped, an event-stream line or event up
+ * to SSE_LIMITS, and every field the engine uses is checked (types, tool-call indices,
+ * usage). How much answer text the engine keeps is the engine's bound (GATEWAY_MAX_ANSWER_BYTES).
  */
 
 export interface ChatCallOptions {
@@ -19,27 +26,31 @@ export interface ChatCallOptions {
   idleTimeoutMs: number;
   /** Aborts the call (run cancelled or expired, shutdown); its reason is rethrown as is. */
   signal?: AbortSignal;
+  /** The event loop's slices (Deps.slices): the answer is read a slice at a time. */
+  slices: Slices;
 }
 
-const MAX_ERROR_BODY = 4096;
+/** Of an error answer, this many bytes are read at most, after decompression. */
+const MAX_ERROR_BODY_BYTES = 8192;
+/** What a run's last_error quotes of an upstream's error message, at most. */
+const MAX_ERROR_MESSAGE_CHARS = 500;
+/** The largest event-stream line (bytes on the wire) and event (characters of data) read. */
+const SSE_LIMITS = { maxLineBytes: 1024 * 1024, maxEventChars: 1024 * 1024 };
+/** Longer tool-call ids are refused: OpenAI's are about 30 characters. */
+const MAX_TOOL_CALL_ID_CHARS = 256;
 
 export async function* streamChatCompletion(
   request: ChatCompletionRequest,
   call: ChatCallOptions,
 ): AsyncGenerator<UpstreamEvent> {
   const controller = new AbortController();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const arm = (ms: number, what: string) => {
-    clearTimeout(timer);
-    timer = setTimeout(() => controller.abort(new UpstreamError('timeout', `The upstream ${what} within ${ms} ms.`)), ms);
-  };
   const onAbort = () => controller.abort(call.signal!.reason);
   if (call.signal?.aborted) throw call.signal.reason;
   call.signal?.addEventListener('abort', onAbort, { once: true });
 
-  arm(call.firstByteTimeoutMs, 'sent no first byte');
+  const silence = new SilenceTimer((error) => controller.abort(error));
+  silence.start(call.firstByteTimeoutMs, 'sent no first byte');
   let finished = false;
-  const onChunk = () => arm(call.idleTimeoutMs, 'went silent for longer than allowed');
 
   try {
     let response: Response;
@@ -56,6 +67,8 @@ export async function* streamChatCompletion(
     } catch (error) {
       throw asUpstreamError(error, controller.signal);
     }
+    // From the headers on, the body must make progress.
+    silence.start(call.idleTimeoutMs, 'went silent for longer than allowed');
 
     if (!response.ok) {
       const detail = await errorDetail(response, call.secret);
@@ -63,26 +76,37 @@ export async function* streamChatCompletion(
     }
     if (!response.body) throw new UpstreamError('protocol', 'The upstream answered without a body.');
 
+    const toolCalls = new ToolCallIndexer();
     try {
-      for await (const data of readServerSentData(response.body, onChunk)) {
-        if (data === '[DONE]') {
-          finished = true;
-          return;
+      for await (const batch of readServerSentData(response.body, SSE_LIMITS, () => silence.touch())) {
+        for (const data of batch) {
+          if (call.slices.spent()) {
+            // Waiting for the event loop is not the upstream's silence.
+            silence.pause();
+            await call.slices.next();
+            silence.touch();
+          }
+          if (data === '[DONE]') {
+            finished = true;
+            return;
+          }
+          let chunk: unknown;
+          try {
+            chunk = JSON.parse(data);
+          } catch {
+            throw new UpstreamError('protocol', 'The upstream sent a malformed chunk (not JSON).');
+          }
+          if (isRecord(chunk) && chunk.error) {
+            const message = isRecord(chunk.error) ? chunk.error.message : chunk.error;
+            const text = typeof message === 'string' ? message : 'unknown';
+            throw new UpstreamError('protocol', `The upstream reported an error mid-stream: ${redact(text, call.secret, MAX_ERROR_MESSAGE_CHARS)}`);
+          }
+          // The idle timeout measures the upstream's silence, not the time the consumer takes before
+          // asking for more (the engine waits for a slow streaming client): no clock while it holds.
+          silence.pause();
+          yield* normalise(chunk, toolCalls);
+          silence.touch();
         }
-        let chunk: RawChunk;
-        try {
-          chunk = JSON.parse(data) as RawChunk;
-        } catch {
-          throw new UpstreamError('protocol', 'The upstream sent a malformed chunk (not JSON).');
-        }
-        if (chunk.error) {
-          throw new UpstreamError('protocol', `The upstream reported an error mid-stream: ${redact(String(chunk.error.message ?? 'unknown'), call.secret)}`);
-        }
-        // The idle timeout measures the upstream's silence, not the time the consumer takes before
-        // asking for more (the engine waits for a slow streaming client): no clock while it holds.
-        clearTimeout(timer);
-        yield* normalise(chunk);
-        onChunk();
       }
     } catch (error) {
       throw asUpstreamError(error, controller.signal);
@@ -91,7 +115,7 @@ export async function* streamChatCompletion(
     // finish is caught by the engine, which needs a finish_reason to decide the outcome.
     finished = true;
   } finally {
-    clearTimeout(timer);
+    silence.stop();
     call.signal?.removeEventListener('abort', onAbort);
     // A finished body needs nothing more; anything else (an error, a consumer that stopped early)
     // must not leave the connection open.
@@ -99,48 +123,181 @@ export async function* streamChatCompletion(
   }
 }
 
-interface RawChunk {
-  choices?: {
-    index?: number;
-    delta?: {
-      content?: string | null;
-      refusal?: string | null;
-      tool_calls?: { index?: number; id?: string; function?: { name?: string; arguments?: string } }[];
-    };
-    finish_reason?: string | null;
-  }[];
-  usage?: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number } | null;
-  error?: { message?: unknown };
+/**
+ * The upstream's time limit: fails the call once `ms` pass without progress. Progress only moves a
+ * deadline; the one timer, when it fires before the deadline, waits again for what is left, so a
+ * stream of many small events sets no timer per event. Paused, it does not fire.
+ */
+class SilenceTimer {
+  readonly #fail: (error: UpstreamError) => void;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #ms = 0;
+  #what = '';
+  #deadline = 0;
+  #paused = false;
+
+  constructor(fail: (error: UpstreamError) => void) {
+    this.#fail = fail;
+  }
+
+  /** A new limit, from now: `what` the upstream did when it fails (`sent no first byte`). */
+  start(ms: number, what: string): void {
+    this.#ms = ms;
+    this.#what = what;
+    this.#paused = false;
+    this.#deadline = Date.now() + ms;
+    this.#schedule(ms);
+  }
+
+  /** Progress: the limit counts again from now. */
+  touch(): void {
+    this.#paused = false;
+    this.#deadline = Date.now() + this.#ms;
+  }
+
+  /** No clock until the next touch(). */
+  pause(): void {
+    this.#paused = true;
+  }
+
+  stop(): void {
+    clearTimeout(this.#timer);
+  }
+
+  #schedule(ms: number): void {
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => this.#fire(), ms);
+  }
+
+  #fire(): void {
+    const left = this.#deadline - Date.now();
+    if (this.#paused) this.#schedule(this.#ms);
+    else if (left > 0) this.#schedule(left);
+    else this.#fail(new UpstreamError('timeout', `The upstream ${this.#what} within ${this.#ms} ms.`));
+  }
 }
 
-function* normalise(chunk: RawChunk): Generator<UpstreamEvent> {
+/** A chunk's JSON as events, every field the engine uses checked for its type. */
+function* normalise(chunk: unknown, toolCalls: ToolCallIndexer): Generator<UpstreamEvent> {
+  if (!isRecord(chunk)) throw malformed('a chunk is not a JSON object');
+  const { choices, usage } = chunk;
+  if (choices != null && !Array.isArray(choices)) throw malformed('`choices` is not a list');
   // One choice is requested (n = 1); Azure sends leading chunks with no choices (filter results).
-  const choice = chunk.choices?.[0];
-  if (choice) {
-    const delta = choice.delta;
-    if (delta?.content) yield { type: 'text', text: delta.content };
-    if (delta?.refusal) yield { type: 'text', text: delta.refusal };
-    if (delta?.tool_calls) {
-      for (const call of delta.tool_calls) {
-        yield {
-          type: 'tool_call',
-          index: call.index ?? 0,
-          id: call.id,
-          name: call.function?.name,
-          arguments: call.function?.arguments,
-        };
+  const choice: unknown = Array.isArray(choices) ? choices[0] : undefined;
+  if (choice !== undefined) {
+    if (!isRecord(choice)) throw malformed('`choices[0]` is not an object');
+    const delta = optional(choice.delta, 'object', 'choices[0].delta');
+    if (delta) {
+      const content = optional(delta.content, 'string', 'delta.content');
+      if (content) yield { type: 'text', text: content };
+      const refusal = optional(delta.refusal, 'string', 'delta.refusal');
+      if (refusal) yield { type: 'text', text: refusal };
+      const calls = delta.tool_calls;
+      if (calls != null) {
+        if (!Array.isArray(calls)) throw malformed('`delta.tool_calls` is not a list');
+        for (const raw of calls) {
+          if (!isRecord(raw)) throw malformed('a tool call is not an object');
+          const id = optional(raw.id, 'string', 'tool_calls[].id');
+          if (id !== undefined && id.length > MAX_TOOL_CALL_ID_CHARS) {
+            throw new UpstreamError('protocol', `The upstream sent a tool call id longer than ${MAX_TOOL_CALL_ID_CHARS} characters.`);
+          }
+          const fn = optional(raw.function, 'object', 'tool_calls[].function');
+          yield {
+            type: 'tool_call',
+            index: toolCalls.resolve(raw.index, id),
+            id,
+            name: optional(fn?.name, 'string', 'tool_calls[].function.name'),
+            arguments: optional(fn?.arguments, 'string', 'tool_calls[].function.arguments'),
+          };
+        }
       }
     }
-    if (choice.finish_reason) yield { type: 'finish', reason: choice.finish_reason };
+    const finish = optional(choice.finish_reason, 'string', 'choices[0].finish_reason');
+    if (finish) yield { type: 'finish', reason: finish };
   }
-  if (chunk.usage) {
-    const prompt = chunk.usage.prompt_tokens ?? 0;
-    const completion = chunk.usage.completion_tokens ?? 0;
-    yield {
-      type: 'usage',
-      usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: chunk.usage.total_tokens ?? prompt + completion },
-    };
+  if (usage != null) yield checkUsage(usage);
+}
+
+/**
+ * Which tool call a fragment belongs to. The upstream numbers its calls with `index`, which must
+ * be an integer from 0 to MAX_TOOL_CALLS - 1. Servers that leave it out get the unambiguous cases:
+ * a fragment with a new id opens the next call, one with a known id continues that call, and one
+ * with neither continues the only call there is; with several calls open it is refused.
+ */
+class ToolCallIndexer {
+  readonly #byId = new Map<string, number>();
+  readonly #seen = new Set<number>();
+  #highest = -1;
+
+  resolve(index: unknown, id: string | undefined): number {
+    if (index != null) {
+      if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= MAX_TOOL_CALLS) {
+        throw new UpstreamError(
+          'protocol',
+          `The upstream sent a tool call with index ${show(index)}; tool-call indices must be integers from 0 to ${MAX_TOOL_CALLS - 1}.`,
+        );
+      }
+      return this.#note(index, id);
+    }
+    if (id !== undefined) {
+      const known = this.#byId.get(id);
+      if (known !== undefined) return known;
+      if (this.#highest + 1 >= MAX_TOOL_CALLS) {
+        throw new UpstreamError('protocol', `The upstream sent more than ${MAX_TOOL_CALLS} tool calls in one answer.`);
+      }
+      return this.#note(this.#highest + 1, id);
+    }
+    if (this.#seen.size > 1) {
+      throw new UpstreamError('protocol', 'The upstream sent a tool-call fragment with neither an index nor an id while several tool calls were open.');
+    }
+    return this.#note(Math.max(0, this.#highest), id);
   }
+
+  #note(index: number, id: string | undefined): number {
+    if (!this.#seen.has(index)) {
+      this.#seen.add(index);
+      this.#highest = Math.max(this.#highest, index);
+      if (id !== undefined && !this.#byId.has(id)) this.#byId.set(id, index);
+    }
+    return index;
+  }
+}
+
+/**
+ * Usage as reported, if plausible: non-negative safe integers, and a total (the sum when absent)
+ * no smaller than the prompt and completion tokens together. Otherwise the first field at fault.
+ */
+function checkUsage(raw: unknown): UpstreamEvent {
+  if (!isRecord(raw)) return { type: 'invalid_usage', field: 'usage' };
+  const { prompt_tokens: prompt, completion_tokens: completion } = raw;
+  if (!isCount(prompt)) return { type: 'invalid_usage', field: 'prompt_tokens' };
+  if (!isCount(completion)) return { type: 'invalid_usage', field: 'completion_tokens' };
+  const total = raw.total_tokens ?? prompt + completion;
+  if (!isCount(total) || total < prompt + completion) return { type: 'invalid_usage', field: 'total_tokens' };
+  return { type: 'usage', usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total } };
+}
+
+const isCount = (value: unknown): value is number => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** A field that may be absent or null, else must have the given type. */
+function optional(value: unknown, type: 'string', field: string): string | undefined;
+function optional(value: unknown, type: 'object', field: string): Record<string, unknown> | undefined;
+function optional(value: unknown, type: 'string' | 'object', field: string): string | Record<string, unknown> | undefined {
+  if (value == null) return undefined;
+  if (type === 'string' ? typeof value === 'string' : isRecord(value)) return value as string | Record<string, unknown>;
+  throw malformed(`\`${field}\` is not ${type === 'string' ? 'a string' : 'an object'}`);
+}
+
+const malformed = (what: string) => new UpstreamError('protocol', `The upstream sent a malformed chunk: ${what}.`);
+
+/** A value from the upstream, short enough to quote. */
+function show(value: unknown): string {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 40 ? `${text.slice(0, 40)}…` : text;
 }
 
 /** The cause of a failed fetch or read: our own timeout or abort reason if there is one. */
@@ -152,9 +309,9 @@ function asUpstreamError(error: unknown, signal: AbortSignal): unknown {
 
 /** The upstream's own error message, shortened and scrubbed of anything resembling a key. */
 async function errorDetail(response: Response, secret: string): Promise<string> {
-  let text = '';
+  let text: string;
   try {
-    text = (await response.text()).slice(0, MAX_ERROR_BODY);
+    text = await readCapped(response.body, MAX_ERROR_BODY_BYTES, secret);
   } catch {
     return '.';
   }
@@ -164,15 +321,87 @@ async function errorDetail(response: Response, secret: string): Promise<string> 
     const candidate = typeof parsed.error === 'string' ? parsed.error : (parsed.error?.message ?? parsed.message);
     if (typeof candidate === 'string') message = candidate;
   } catch {
-    // not JSON: keep the text
+    // not JSON (or cut short): keep the text
   }
-  message = redact(message.trim().slice(0, 500), secret);
+  message = redact(message.trim(), secret, MAX_ERROR_MESSAGE_CHARS);
   return message ? `: ${message}` : '.';
 }
 
-/** Removes the provider key and anything shaped like an API key from upstream text. */
-export function redact(text: string, secret: string): string {
-  let out = text;
-  if (secret.length >= 4) out = out.split(secret).join('[redacted]');
-  return out.replace(/\b(sk|gk|pk|rk|key)[-_][A-Za-z0-9*._-]{6,}/gi, '[redacted]');
+/**
+ * At most `maxBytes` of a body (as the runtime hands it over: decompressed), decoded. Whatever
+ * follows is never read: the body is cancelled, which drops the connection, so a small compressed
+ * body that inflates to gigabytes costs no more than the cap.
+ */
+async function readCapped(body: ReadableStream<Uint8Array> | null, maxBytes: number, secret: string): Promise<string> {
+  if (!body) return '';
+  const reader = body.getReader();
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  let cut = false;
+  try {
+    while (size < maxBytes) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      const kept = value.subarray(0, maxBytes - size);
+      parts.push(kept);
+      size += kept.length;
+      cut = kept.length < value.length;
+    }
+    cut ||= size >= maxBytes;
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const part of parts) {
+    bytes.set(part, at);
+    at += part.length;
+  }
+  const text = new TextDecoder().decode(bytes);
+  return cut ? withoutKeyPrefixAtEnd(text, secret) : text;
+}
+
+const REDACTED = '[redacted]';
+/** Shorter provider keys (`none`, `x`: servers that ignore keys) are not secrets and not redacted. */
+const MIN_SECRET_CHARS = 8;
+/** A key's prefix this long or longer, left at the end of a cut text, is removed too. */
+const MIN_PREFIX_CHARS = 4;
+const KEY_LIKE = /\b(sk|gk|pk|rk|key)[-_][A-Za-z0-9*._-]{6,}/gi;
+
+/**
+ * Removes the provider key and anything shaped like an API key from upstream text, then cuts it
+ * to `maxChars`. The order matters: cut first, and a key straddling the cut would survive in
+ * part; and a prefix of the key left at the end of the cut text is removed as well.
+ */
+export function redact(text: string, secret: string, maxChars: number): string {
+  let out = secret.length >= MIN_SECRET_CHARS ? text.split(secret).join(REDACTED) : text;
+  out = out.replace(KEY_LIKE, REDACTED);
+  if (out.length <= maxChars) return out;
+  return withoutKeyPrefixAtEnd(out.slice(0, maxChars), secret);
+}
+
+/** `text` without a prefix of `secret` (MIN_PREFIX_CHARS or longer) at its very end. */
+function withoutKeyPrefixAtEnd(text: string, secret: string): string {
+  if (secret.length < MIN_SECRET_CHARS) return text;
+  const overlap = keyPrefixAtEnd(text, secret);
+  return overlap >= MIN_PREFIX_CHARS ? `${text.slice(0, text.length - overlap)}${REDACTED}` : text;
+}
+
+/**
+ * The length of the longest end of `text` that is a proper prefix of `key`: Knuth-Morris-Pratt
+ * over the text's last key.length - 1 characters, linear however long or repetitive the key.
+ */
+function keyPrefixAtEnd(text: string, key: string): number {
+  const fallback = new Int32Array(key.length);
+  for (let i = 1, k = 0; i < key.length; i++) {
+    while (k > 0 && key[i] !== key[k]) k = fallback[k - 1]!;
+    if (key[i] === key[k]) k++;
+    fallback[i] = k;
+  }
+  let matched = 0;
+  for (let i = Math.max(0, text.length - (key.length - 1)); i < text.length; i++) {
+    while (matched > 0 && text[i] !== key[matched]) matched = fallback[matched - 1]!;
+    if (text[i] === key[matched]) matched++;
+  }
+  return matched;
 }

@@ -1,46 +1,83 @@
+import { createParser } from 'eventsource-parser';
 import { UpstreamError } from './types';
 
 /**
- * Reads an upstream `text/event-stream` body incrementally and yields each event's data, without
- * ever holding more than one unfinished event. Handles `\n` and `\r\n`, multi-line `data:` fields,
- * comments (`: keep-alive`), and chunk boundaries anywhere, including inside a UTF-8 character.
+ * Reads an upstream `text/event-stream` body incrementally and yields the data of the events each
+ * chunk completed, together (a chunk can hold thousands of tiny events: one step each would cost
+ * more than the events themselves), bounded:
+ * a line longer than `maxLineBytes` (counted on the wire, in bytes) or an event whose buffered
+ * data exceeds `maxEventChars` fails the read, so an upstream can make the reader hold no more
+ * than that. Parsing is eventsource-parser's (every line terminator, multi-line data, chunk
+ * boundaries anywhere), which is linear in its input however the lines are cut.
+ *
+ * `onActivity` reports progress towards an answer: a chunk that completed an event, or that
+ * carried more of a `data:` line still arriving. Comments (`: keep-alive`), blank lines and other
+ * fields are not progress, so an upstream sending only those still counts as silent.
  */
 export async function* readServerSentData(
   body: ReadableStream<Uint8Array>,
-  onChunk?: () => void,
-): AsyncGenerator<string> {
+  limits: { maxLineBytes: number; maxEventChars: number },
+  onActivity?: () => void,
+): AsyncGenerator<string[]> {
   const reader = body.getReader();
   const decoder = new TextDecoder();
-  let buffer = '';
-  let data: string[] = [];
+  const events: string[] = [];
+  let overflow = false;
+  const parser = createParser({
+    onEvent: (event) => events.push(event.data),
+    onError: (error) => {
+      if (error.type === 'max-buffer-size-exceeded') overflow = true;
+    },
+    maxBufferSize: limits.maxEventChars,
+  });
+  const line = new LineTracker();
   try {
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      onChunk?.();
-      buffer += decoder.decode(value, { stream: true });
-      let newline: number;
-      while ((newline = buffer.indexOf('\n')) !== -1) {
-        let line = buffer.slice(0, newline);
-        buffer = buffer.slice(newline + 1);
-        if (line.endsWith('\r')) line = line.slice(0, -1);
-        if (line === '') {
-          if (data.length > 0) yield data.join('\n');
-          data = [];
-        } else if (line.startsWith('data:')) {
-          data.push(line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5));
-        }
-        // Other fields (event:, id:, retry:) and comments carry nothing Chat Completions uses.
+      const dataGrew = line.advance(value);
+      if (line.bytes > limits.maxLineBytes) {
+        throw new UpstreamError('protocol', `The upstream sent a server-sent event line longer than ${limits.maxLineBytes} bytes.`);
       }
-      if (buffer.length > 1_048_576) {
-        throw new UpstreamError('protocol', 'The upstream sent a server-sent event line longer than 1 MiB.');
+      parser.feed(decoder.decode(value, { stream: true }));
+      if (overflow) {
+        throw new UpstreamError('protocol', `The upstream sent a server-sent event larger than ${limits.maxEventChars} characters.`);
       }
+      if (events.length > 0 || dataGrew) onActivity?.();
+      if (events.length > 0) yield events.splice(0);
     }
-    buffer += decoder.decode();
-    if (buffer.startsWith('data:')) data.push(buffer.slice(buffer.charCodeAt(5) === 32 ? 6 : 5).trimEnd());
-    if (data.length > 0) yield data.join('\n');
+    // A last event without its blank line still counts, as it would with one.
+    parser.feed(`${decoder.decode()}\n\n`);
+    if (events.length > 0) yield events.splice(0);
   } finally {
     // Also when the consumer stops early: cancelling closes the upstream connection.
     await reader.cancel().catch(() => undefined);
+  }
+}
+
+const DATA_FIELD = 'data:';
+
+/**
+ * The line being received, tracked on the raw bytes: its length so far and its first bytes, so
+ * that a line's size is bounded before it is decoded and a `data:` line still arriving can count
+ * as activity. Each chunk is scanned once, from its end.
+ */
+class LineTracker {
+  bytes = 0;
+  #head = '';
+
+  /** Takes the next chunk; answers whether it added to a `data:` line that is still open. */
+  advance(chunk: Uint8Array): boolean {
+    const end = Math.max(chunk.lastIndexOf(10), chunk.lastIndexOf(13));
+    const start = end + 1;
+    if (end !== -1) {
+      this.bytes = 0;
+      this.#head = '';
+    }
+    this.bytes += chunk.length - start;
+    for (let i = start; i < chunk.length && this.#head.length < DATA_FIELD.length; i++) {
+      this.#head += String.fromCharCode(chunk[i]!);
+    }
+    return chunk.length > start && this.#head === DATA_FIELD;
   }
 }

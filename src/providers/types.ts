@@ -39,12 +39,20 @@ export interface Usage {
   total_tokens: number;
 }
 
-/** What the engine consumes: the chunk stream, normalised. */
+/** Tool calls of one answer are numbered 0 to MAX_TOOL_CALLS - 1 (the upstream's `index`). */
+export const MAX_TOOL_CALLS = 128;
+
+/**
+ * What the engine consumes: the chunk stream, normalised and checked. A tool call's `index` is
+ * always an integer from 0 to MAX_TOOL_CALLS - 1. Usage that is not plausible is reported as
+ * `invalid_usage`, naming the first field at fault, instead of as numbers.
+ */
 export type UpstreamEvent =
   | { type: 'text'; text: string }
   | { type: 'tool_call'; index: number; id?: string; name?: string; arguments?: string }
   | { type: 'finish'; reason: string }
-  | { type: 'usage'; usage: Usage };
+  | { type: 'usage'; usage: Usage }
+  | { type: 'invalid_usage'; field: string };
 
 /** How an upstream call failed; the engine turns it into the run's `last_error`. */
 export class UpstreamError extends Error {

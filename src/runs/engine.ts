@@ -3,6 +3,7 @@ import { batch } from '../db/client';
 import type { Deps } from '../deps';
 import { serverError } from '../errors';
 import { newId } from '../lib/ids';
+import { TextBuilder, utf8Length, utf8Prefix } from '../lib/text';
 import { checkUpstreamUrl } from '../lib/upstream-url';
 import { ADAPTERS } from '../providers/adapters';
 import { streamChatCompletion } from '../providers/chat';
@@ -29,7 +30,7 @@ import { upstreamRules } from '../services/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { buildChatRequest, type ToolCallsDetails } from './chat-request';
 import type { EventSink, ServerSentEvent } from './event-stream';
-import { chargeRun, settleRun } from './settle';
+import { chargeRun, failRunAlone, settleRun } from './settle';
 
 /**
  * The run engine: one state machine that moves a run from `queued` to where it ends, writing each
@@ -46,6 +47,26 @@ class RunStopped extends Error {
   constructor(readonly outcome: 'cancelled' | 'expired') {
     super(`run ${outcome}`);
   }
+}
+
+/** Recording how a run ended failed (the write threw); carries what failed, for the log. */
+class OutcomeNotRecorded extends Error {
+  constructor(readonly reason: unknown) {
+    super("the run's outcome could not be recorded");
+  }
+}
+
+/** The last_error of a run whose outcome could not be recorded: what happened, without internals. */
+const NOT_RECORDED = {
+  code: 'server_error',
+  message: "The gateway could not record the run's outcome: the write to its database failed.",
+};
+
+/** A tool call while it streams: its name and arguments arrive in fragments. */
+interface StreamingToolCall {
+  id: string;
+  name: TextBuilder;
+  arguments: TextBuilder;
 }
 
 /** Runs executing in this process, so a cancel here can stop them at once (others see it on renewal). */
@@ -82,8 +103,13 @@ class Execution {
   #run: RunRow;
   /** Usage of earlier turns of this run (before tool outputs were submitted). */
   #earlierUsage: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-  #message: { row: MessageRow; step: StepRow; chunks: string[] } | null = null;
-  #toolStep: { row: StepRow; calls: ToolCallsDetails['tool_calls'] } | null = null;
+  #message: { row: MessageRow; step: StepRow; text: TextBuilder; started: boolean } | null = null;
+  /** The turn's tool calls by the upstream's index (0 to MAX_TOOL_CALLS - 1, checked by the reader). */
+  #toolStep: { row: StepRow; calls: Map<number, StreamingToolCall> } | null = null;
+  /** UTF-8 bytes of answer text, tool-call names and arguments this turn kept (GATEWAY_MAX_ANSWER_BYTES). */
+  #answerBytes = 0;
+  /** Whether the turn's answer reached GATEWAY_MAX_ANSWER_BYTES and was cut there. */
+  #cut = false;
   /** Events describing the statements of the commit being prepared, emitted once it succeeded. */
   #pendingEvents: [string, () => unknown][] = [];
   /**
@@ -159,6 +185,7 @@ class Execution {
 
     let finishReason: string | null = null;
     let usage: Usage | null = null;
+    let invalidUsage = false;
     let completionChars = 0;
     for await (const event of streamChatCompletion(request, {
       fetch: this.#deps.fetch,
@@ -169,15 +196,17 @@ class Execution {
       firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
       idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
       signal: this.#abort.signal,
+      slices: this.#deps.slices,
     })) {
       switch (event.type) {
-        case 'text':
-          completionChars += event.text.length;
-          await this.#text(event.text);
+        case 'text': {
+          const text = this.#withinCap(event.text);
+          completionChars += text.length;
+          if (text) await this.#text(text);
           break;
+        }
         case 'tool_call':
-          completionChars += (event.arguments?.length ?? 0) + (event.name?.length ?? 0);
-          await this.#toolCall(event);
+          completionChars += await this.#toolCall(event);
           break;
         case 'finish':
           finishReason = event.reason;
@@ -185,7 +214,26 @@ class Execution {
         case 'usage':
           usage = event.usage;
           break;
+        case 'invalid_usage':
+          // Counted from what was streamed instead (unless a valid report follows); said once a turn.
+          usage = null;
+          if (!invalidUsage) {
+            this.#deps.log.warn('the upstream reported invalid usage; counting it from the streamed answer', { run_id: run.id, field: event.field });
+          }
+          invalidUsage = true;
+          break;
       }
+      // Leaving the loop ends the upstream call: the connection is dropped, nothing more is read.
+      if (this.#cut) break;
+    }
+    // Recording the outcome copies the answer (up to the cap) a few times: in a slice of its own.
+    if (this.#deps.slices.spent()) await this.#deps.slices.next();
+    if (this.#cut) {
+      this.#deps.log.warn('the upstream answer reached the answer cap and was cut', {
+        run_id: run.id,
+        cap_bytes: config.GATEWAY_MAX_ANSWER_BYTES,
+      });
+      return this.#finish('length', usage ?? estimateUsage(request, completionChars));
     }
     if (finishReason === null) {
       throw new UpstreamError('protocol', 'The upstream stream ended before the answer finished.');
@@ -193,13 +241,31 @@ class Execution {
     await this.#finish(finishReason, usage ?? estimateUsage(request, completionChars));
   }
 
+  /**
+   * The part of `text` that fits in what is left of the turn's answer cap (GATEWAY_MAX_ANSWER_BYTES,
+   * in UTF-8 bytes, shared by text, tool-call names and arguments). Reaching past it cuts the turn.
+   */
+  #withinCap(text: string): string {
+    const room = this.#deps.config.GATEWAY_MAX_ANSWER_BYTES - this.#answerBytes;
+    const bytes = utf8Length(text);
+    if (bytes <= room) {
+      this.#answerBytes += bytes;
+      return text;
+    }
+    this.#cut = true;
+    const kept = utf8Prefix(text, room);
+    this.#answerBytes += utf8Length(kept);
+    return kept;
+  }
+
   // ── Streaming into a message or a tool-calls step ──────────────────────────────────────────
 
   async #text(text: string): Promise<void> {
     if (!this.#message) this.#openMessage();
     const message = this.#message!;
-    const first = message.chunks.length === 0;
-    message.chunks.push(text);
+    const first = !message.started;
+    message.started = true;
+    message.text.push(text);
     // The hot path: the delta is written as a string, not built as an object and serialised.
     await this.#send([
       'thread.message.delta',
@@ -249,7 +315,7 @@ class Execution {
     const { seq: _stepSeq, ...stepInsert } = step;
     const { seq: _messageSeq, ...messageInsert } = row;
     this.#opened.inserts.push(() => db.batch([insertStep(db, stepInsert), insertMessage(db, messageInsert)]));
-    this.#message = { row, step, chunks: [] };
+    this.#message = { row, step, text: new TextBuilder(), started: false };
     if (!this.#sink) return;
     const stepJson = JSON.stringify(toStepJson(step, run));
     const messageJson = JSON.stringify(toMessageJson(row));
@@ -261,25 +327,28 @@ class Execution {
     );
   }
 
-  async #toolCall(event: { index: number; id?: string; name?: string; arguments?: string }): Promise<void> {
+  /** Adds a tool-call fragment, as far as the answer cap allows; answers the characters kept. */
+  async #toolCall(event: { index: number; id?: string; name?: string; arguments?: string }): Promise<number> {
     if (!this.#toolStep) this.#openToolStep();
     const step = this.#toolStep!;
-    let call = step.calls[event.index];
+    const name = event.name ? this.#withinCap(event.name) : '';
+    const args = event.arguments ? this.#withinCap(event.arguments) : '';
+    let call = step.calls.get(event.index);
     const isNew = !call;
     if (!call) {
-      call = { id: event.id ?? newId('call'), type: 'function', function: { name: event.name ?? '', arguments: '', output: null } };
-      step.calls[event.index] = call;
-    } else if (event.name) {
-      call.function.name += event.name;
+      call = { id: event.id ?? newId('call'), name: new TextBuilder(), arguments: new TextBuilder() };
+      step.calls.set(event.index, call);
     }
-    if (event.arguments) call.function.arguments += event.arguments;
+    call.name.push(name);
+    call.arguments.push(args);
     const delta = isNew
-      ? { index: event.index, id: call.id, type: 'function', function: { name: call.function.name, arguments: event.arguments ?? '', output: null } }
-      : { index: event.index, type: 'function', function: { ...(event.name ? { name: event.name } : {}), arguments: event.arguments ?? '' } };
+      ? { index: event.index, id: call.id, type: 'function', function: { name, arguments: args, output: null } }
+      : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
     await this.#send([
       'thread.run.step.delta',
       { id: step.row.id, object: 'thread.run.step.delta', delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } } },
     ]);
+    return name.length + args.length;
   }
 
   /** Opens the turn's tool-calls step: sent and inserted with its first delta (see #send). */
@@ -288,7 +357,7 @@ class Execution {
     const step = this.#newStep('tool_calls', { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
     const { seq: _seq, ...insert } = step;
     this.#opened.inserts.push(() => insertStep(db, insert));
-    this.#toolStep = { row: step, calls: [] };
+    this.#toolStep = { row: step, calls: new Map() };
     if (!this.#sink) return;
     const json = JSON.stringify(toStepJson(step, this.#run));
     this.#opened.events.push(['thread.run.step.created', json], ['thread.run.step.in_progress', json]);
@@ -335,18 +404,27 @@ class Execution {
 
   // ── Outcomes ───────────────────────────────────────────────────────────────────────────────
 
-  /** The upstream finished: requires_action for tool calls, otherwise completed or incomplete. */
+  /**
+   * The upstream finished: requires_action for tool calls, otherwise completed or incomplete. An
+   * answer cut at GATEWAY_MAX_ANSWER_BYTES ends as one cut by the completion token limit (`length`).
+   */
   async #finish(finishReason: string, turnUsage: Usage): Promise<void> {
     const { db, now } = this.#deps;
     const at = now();
     const run = this.#run;
-    const calls = this.#toolStep?.calls.filter(Boolean) ?? [];
     const statements: BatchItem<'sqlite'>[] = [];
 
-    if (calls.length > 0 && finishReason !== 'length') {
+    if (this.#toolStep && finishReason !== 'length') {
       if (this.#message) statements.push(...this.#closeMessage(null, at));
+      const step = this.#toolStep;
+      const calls = [...step.calls.entries()]
+        .sort(([a], [b]) => a - b)
+        .map(([, call]) => ({
+          id: call.id,
+          type: 'function' as const,
+          function: { name: call.name.toString(), arguments: call.arguments.toString(), output: null },
+        }));
       const details: ToolCallsDetails = { type: 'tool_calls', tool_calls: calls };
-      const step = this.#toolStep!;
       step.row = { ...step.row, stepDetails: details, usage: turnUsage };
       statements.push(updateStep(db, step.row.id, { stepDetails: details, usage: turnUsage }));
       const requiredAction = {
@@ -386,9 +464,11 @@ class Execution {
       finishReason === 'length' ? 'max_tokens' : finishReason === 'content_filter' ? 'content_filter' : null;
     statements.push(...this.#closeMessage(messageStatus, at, turnUsage));
     if (this.#toolStep) {
-      // Tool calls cut short by the token limit cannot be executed: the step says why.
-      const lastError = { code: 'server_error', message: 'The completion token limit cut the tool calls short.' };
-      statements.push(this.#failToolStep(lastError, at));
+      // Tool calls cut short by the token limit or the answer cap cannot be executed: the step says why.
+      const message = this.#cut
+        ? `The answer reached the gateway's limit of ${this.#deps.config.GATEWAY_MAX_ANSWER_BYTES} bytes (GATEWAY_MAX_ANSWER_BYTES), which cut the tool calls short.`
+        : 'The completion token limit cut the tool calls short.';
+      statements.push(this.#failToolStep({ code: 'server_error', message }, at));
     }
     await this.#commit(statements, runPatch, ['in_progress']);
   }
@@ -400,7 +480,7 @@ class Execution {
   #closeMessage(reason: string | null, at: number, usage?: Usage) {
     const { db } = this.#deps;
     const message = this.#message!;
-    const content = [{ type: 'text', text: { value: message.chunks.join(''), annotations: [] } }];
+    const content = [{ type: 'text', text: { value: message.text.toString(), annotations: [] } }];
     const messagePatch =
       reason === null
         ? { status: 'completed' as const, content, completedAt: at }
@@ -430,11 +510,16 @@ class Execution {
    */
   async #commit(statements: BatchItem<'sqlite'>[], runPatch: Partial<NewRun>, from: RunRow['status'][]) {
     const { db } = this.#deps;
-    await this.#settleInserts();
-    const results = await batch(db, [...statements, updateRun(db, this.#run.id, from, runPatch)]);
-    const updated = (results[results.length - 1] as RunRow[])[0];
     const events = this.#pendingEvents;
     this.#pendingEvents = [];
+    let updated: RunRow | undefined;
+    try {
+      await this.#settleInserts();
+      const results = await batch(db, [...statements, updateRun(db, this.#run.id, from, runPatch)]);
+      updated = (results[results.length - 1] as RunRow[])[0];
+    } catch (error) {
+      throw new OutcomeNotRecorded(error);
+    }
     if (!updated) {
       const current = await getRunById(db, this.#run.id);
       if (current?.status === 'cancelling') throw new RunStopped('cancelled');
@@ -465,6 +550,10 @@ class Execution {
     } else if (error instanceof UpstreamError) {
       const code = error.status === 429 ? 'rate_limit_exceeded' : 'server_error';
       settlement = { status: 'failed', lastError: { code, message: error.message } };
+    } else if (error instanceof OutcomeNotRecorded) {
+      internal = true;
+      log.error('could not record how a run ended', { run_id: this.#run.id, error: error.reason });
+      settlement = { status: 'failed', lastError: NOT_RECORDED };
     } else {
       internal = true;
       log.error('run failed inside the gateway', { run_id: this.#run.id, error });
@@ -479,7 +568,7 @@ class Execution {
         internal = true;
         log.error('could not record a run step', { run_id: this.#run.id, error: insertError });
       });
-      const partial = this.#message ? { messageId: this.#message.row.id, text: this.#message.chunks.join('') } : undefined;
+      const partial = this.#message ? { messageId: this.#message.row.id, text: this.#message.text.toString() } : undefined;
       const settled = await settleRun(this.#deps, this.#run.id, ['in_progress', 'cancelling'], settlement, partial);
       this.#run = settled.run ?? (await getRunById(this.#deps.db, this.#run.id)) ?? this.#run;
       const ending: ServerSentEvent[] = [...this.#opened.events.splice(0)];
@@ -489,8 +578,24 @@ class Execution {
     } catch (settleError) {
       internal = true;
       log.error('could not record how a run ended', { run_id: this.#run.id, error: settleError });
+      await this.#failAlone();
     }
     if (internal) await this.#sink?.send([['error', serverError().body]]);
+  }
+
+  /**
+   * Settling the run failed too: fails the run's row alone, in one small write, so that it ends
+   * now and says why instead of waiting for its lease to run out (which would blame a crash).
+   */
+  async #failAlone(): Promise<void> {
+    try {
+      const run = await failRunAlone(this.#deps, this.#run.id, ['in_progress', 'cancelling'], NOT_RECORDED);
+      if (!run) return;
+      this.#run = run;
+      await this.#sink?.send([...this.#opened.events.splice(0), this.#runEvent()]);
+    } catch (error) {
+      this.#deps.log.error('could not fail a run whose outcome could not be recorded', { run_id: this.#run.id, error });
+    }
   }
 
   /** The run's event for its current status. */

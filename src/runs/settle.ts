@@ -29,6 +29,32 @@ export async function settleRun(
 }
 
 /**
+ * Fails a run whose settlement could not be written (settleRun threw): first the run's row alone,
+ * one statement, so that the run ends at once with `lastError` instead of waiting for its lease;
+ * then its open steps and message, one statement each, as far as they go. Answers the failed run,
+ * or null when it was no longer in one of `from`. Throws only when the run's own write fails.
+ */
+export async function failRunAlone(
+  deps: Deps,
+  runId: string,
+  from: readonly RunStatus[],
+  lastError: { code: string; message: string },
+): Promise<RunRow | null> {
+  const statements = settleRunStatements(deps.db, runId, from, { status: 'failed', lastError }, deps.now());
+  const [run] = (await statements[statements.length - 1]!) as RunRow[];
+  if (!run) return null;
+  for (const close of statements.slice(0, -1)) {
+    try {
+      await close;
+    } catch (error) {
+      deps.log.error('could not close a step or message of a failed run', { run_id: runId, error });
+    }
+  }
+  await chargeRun(deps, run);
+  return run;
+}
+
+/**
  * Settles the turn a run just ended, in requires_action or a terminal state, with its tokens
  * policies: the turn's reservation released, its real tokens (the run's usage beyond what it had
  * before the turn) charged. Called once per turn, by whoever moved the run out of execution: the

@@ -234,7 +234,15 @@ export function settleRunStatements(
     db
       .update(messages)
       .set({ status: 'incomplete', incompleteAt: at, incompleteDetails: { reason: MESSAGE_REASON[settlement.status] } })
-      .where(and(eq(messages.runId, runId), eq(messages.status, 'in_progress')))
+      // Found through the thread's index: messages has none on run_id, and a scan of the table
+      // would read through every large answer stored before the run_id column.
+      .where(
+        and(
+          eq(messages.threadId, sql`(SELECT ${runs.threadId} FROM ${runs} WHERE ${runs.id} = ${runId})`),
+          eq(messages.runId, runId),
+          eq(messages.status, 'in_progress'),
+        ),
+      )
       .returning(),
     db
       .update(runs)

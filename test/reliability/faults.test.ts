@@ -33,6 +33,8 @@ const ENV = {
   LOG_LEVEL: 'info',
   GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: String(TIMEOUT_MS),
   GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: String(TIMEOUT_MS),
+  // Room for the 16 MB answers of the clients that stop reading (the default cap is 4 MiB).
+  GATEWAY_MAX_ANSWER_BYTES: String(32 * 1024 * 1024),
 };
 
 let dataDir: string;

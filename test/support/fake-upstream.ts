@@ -71,8 +71,11 @@ export interface FakeScenario {
   argument_chunk_chars?: number;
   /** Overrides the finish reason (`stop`, `length`, `tool_calls`, `content_filter`...); the content is not cut. */
   finish_reason?: string;
-  /** Overrides some usage numbers; `total_tokens` defaults to the sum of the other two. */
-  usage?: Partial<FakeUsage>;
+  /**
+   * Overrides some usage numbers; `total_tokens` defaults to the sum of the other two. Any JSON
+   * value is sent as given (`-1e9`, `"01e4"`, `{}`), so that a gateway's checks can be tested.
+   */
+  usage?: { [K in keyof FakeUsage]?: unknown };
   /** The `model` reported back. Default: the request's model (Azure deployments: the deployment). */
   model?: string;
   /** Delay before the status line and headers. */
@@ -103,6 +106,32 @@ export interface FakeScenario {
   error_after_chunks?: number;
   /** The body `error_after_chunks` sends instead of the server_error one (an upstream that repeats a key, say). */
   stream_error?: unknown;
+
+  // Hostile upstreams: what a server under a tenant's control could send instead of an answer.
+
+  /**
+   * Streamed: the `index` of every tool-call delta instead of the call's position, any JSON value
+   * (`4294967294`, `-1`, `1.5`, `"abc"`, `"__proto__"`); `null` leaves `index` out.
+   */
+  tool_call_index?: unknown;
+  /**
+   * Each tool call's arguments are this many bytes of generated words instead of `arguments`,
+   * produced fragment by fragment (`argument_chunk_chars` each) and never held whole.
+   */
+  tool_argument_bytes?: number;
+  /**
+   * Streamed: before the answer, this text repeated, as raw event-stream bytes (`\n`, `: ping\n\n`,
+   * `data: xxx` without an end of line, tiny events), in writes of `chunk_bytes` (default: the
+   * text once) with `chunk_delay_ms` between them; `flood_bytes` in all, endless without it.
+   */
+  flood?: string;
+  /** How many bytes of `flood` to send before the answer. Default: endless. */
+  flood_bytes?: number;
+  /**
+   * Answer with an error (`status`, default 500) whose body is gzip-encoded and inflates to this
+   * many bytes: a small body that is a bomb for a reader without a bound.
+   */
+  gzip_error_bytes?: number;
 }
 
 export interface FakeUpstreamOptions {
@@ -391,6 +420,13 @@ export class FakeUpstream {
         if (azure) headers['retry-after-ms'] = String(Math.round(seconds * 1000));
       }
       if (status === 429) Object.assign(headers, RATE_LIMIT_HEADERS);
+      if (scenario.gzip_error_bytes !== undefined) {
+        const compressed = await gzipBomb(scenario.gzip_error_bytes);
+        return new Response(compressed, {
+          status,
+          headers: { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': String(compressed.length), ...headers },
+        });
+      }
       const model = str(body.model) || target.deployment || 'gpt-4o';
       const apiVersion = url.searchParams.get('api-version') ?? 'v1';
       return jsonResponse(status, scenario.error ?? defaultErrorBody(status, azure, model, scenario.retry_after ?? 1, apiVersion), headers);
@@ -546,6 +582,11 @@ const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   malformed_after_chunks: 'count',
   error_after_chunks: 'count',
   stream_error: 'any',
+  tool_call_index: 'any',
+  tool_argument_bytes: 'count',
+  flood: 'text',
+  flood_bytes: 'count',
+  gzip_error_bytes: 'count',
 };
 
 /** Refuses unknown fields and wrong types, so a typo in a test fails loudly instead of being ignored. */
@@ -729,6 +770,60 @@ function* generatedText(total: number, size: number): Generator<string> {
   for (let sent = 0; sent < total; sent += size) yield total - sent >= size ? template : template.slice(0, total - sent);
 }
 
+/** `text` in pieces of `size` characters. */
+function* slices(text: string, size: number): Generator<string> {
+  for (let i = 0; i < text.length; i += size) yield text.slice(i, i + size);
+}
+
+/** `text` repeated, `total` characters in all (endless when infinite), in pieces of `size`. */
+function* repeated(text: string, total: number, size: number): Generator<string> {
+  if (text === '') return;
+  const width = Math.max(1, size);
+  const block = text.repeat(Math.ceil(width / text.length) + 1);
+  for (let sent = 0; sent < total; sent += width) {
+    const offset = sent % text.length;
+    yield block.slice(offset, offset + Math.min(width, total - sent));
+  }
+}
+
+const gzipBombs = new Map<number, Promise<Uint8Array>>();
+
+/** A gzip body that inflates to `bytes` bytes of an error JSON's beginning and filler; made once per size. */
+function gzipBomb(bytes: number): Promise<Uint8Array> {
+  let bomb = gzipBombs.get(bytes);
+  if (!bomb) {
+    bomb = (async () => {
+      const head = '{"error":{"message":"';
+      const pieces = repeated('a', Math.max(0, bytes - head.length), 65536);
+      const encoder = new TextEncoder();
+      let opened = false;
+      const source = new ReadableStream<Uint8Array>({
+        pull(controller) {
+          if (!opened) {
+            opened = true;
+            return controller.enqueue(encoder.encode(head));
+          }
+          const next = pieces.next();
+          if (next.done) controller.close();
+          else controller.enqueue(encoder.encode(next.value));
+        },
+      });
+      const parts: Uint8Array[] = [];
+      const reader = source.pipeThrough(new CompressionStream('gzip')).getReader();
+      for (let read = await reader.read(); !read.done; read = await reader.read()) parts.push(read.value);
+      const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+      let at = 0;
+      for (const part of parts) {
+        out.set(part, at);
+        at += part.length;
+      }
+      return out;
+    })();
+    gzipBombs.set(bytes, bomb);
+  }
+  return bomb;
+}
+
 type Delta =
   | { type: 'content'; text: string }
   | { type: 'tool_header'; index: number; call: ToolCallPlan }
@@ -756,10 +851,14 @@ function* completionDeltas(plan: Plan, meter: { tokens: number }): Generator<Del
     yield { type: 'content', text };
   }
   const fragmentSize = Math.max(1, plan.scenario.argument_chunk_chars ?? ARGUMENT_CHUNK_CHARS);
+  const generated = plan.scenario.tool_argument_bytes;
   for (const [index, call] of plan.toolCalls.entries()) {
-    const fragments: string[] = [];
-    for (let i = 0; i < call.arguments.length; i += fragmentSize) fragments.push(call.arguments.slice(i, i + fragmentSize));
-    for (const delta of [{ type: 'tool_header', index, call } as const, ...fragments.map((text) => ({ type: 'tool_args', index, text }) as const)]) {
+    const fragments = generated !== undefined ? generatedText(generated, fragmentSize) : slices(call.arguments, fragmentSize);
+    const deltas = (function* (): Generator<Delta> {
+      yield { type: 'tool_header', index, call };
+      for (const text of fragments) yield { type: 'tool_args', index, text };
+    })();
+    for (const delta of deltas) {
       if (budget < 1) {
         yield { type: 'finish', reason: override ?? 'length' };
         return;
@@ -775,10 +874,11 @@ function usageOf(plan: Plan, completion: number): Record<string, unknown> {
   const override = plan.scenario.usage ?? {};
   const prompt = override.prompt_tokens ?? plan.promptTokens;
   const completed = override.completion_tokens ?? completion;
+  const sum = typeof prompt === 'number' && typeof completed === 'number' ? prompt + completed : null;
   return {
     prompt_tokens: prompt,
     completion_tokens: completed,
-    total_tokens: override.total_tokens ?? prompt + completed,
+    total_tokens: override.total_tokens ?? sum,
     prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
     completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
   };
@@ -807,8 +907,11 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
     choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
     ...tail(),
   });
+  // A hostile index replaces every call's position; null leaves it out.
+  const indexOf = (index: number): Record<string, unknown> =>
+    'tool_call_index' in plan.scenario ? (plan.scenario.tool_call_index === null ? {} : { index: plan.scenario.tool_call_index }) : { index };
   const header = (index: number, call: ToolCallPlan): Record<string, unknown> => ({
-    index,
+    ...indexOf(index),
     id: call.id,
     type: 'function',
     function: { name: call.name, arguments: '' },
@@ -829,7 +932,7 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
     }
     if (delta.type === 'content') yield chunk({ content: delta.text });
     else if (delta.type === 'tool_header') yield chunk({ tool_calls: [header(delta.index, delta.call)] });
-    else if (delta.type === 'tool_args') yield chunk({ tool_calls: [{ index: delta.index, function: { arguments: delta.text } }] });
+    else if (delta.type === 'tool_args') yield chunk({ tool_calls: [{ ...indexOf(delta.index), function: { arguments: delta.text } }] });
     else yield chunk({}, delta.reason);
   }
   if (plan.includeUsage) {
@@ -840,6 +943,15 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
 /** The SSE body, with the scenario's delays and faults woven in. */
 async function* sseFrames(plan: Plan, signal: AbortSignal): AsyncGenerator<Piece> {
   const s = plan.scenario;
+  if (s.flood !== undefined) {
+    let first = true;
+    for (const piece of repeated(s.flood, s.flood_bytes ?? Number.POSITIVE_INFINITY, s.chunk_bytes ?? s.flood.length)) {
+      if (!first && s.chunk_delay_ms && !(await sleep(s.chunk_delay_ms, signal))) return;
+      if (signal.aborted) return;
+      first = false;
+      yield piece;
+    }
+  }
   const payloads = chunkPayloads(plan);
   for (let sent = 0; ; sent += 1) {
     const next = payloads.next();

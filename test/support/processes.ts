@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
@@ -81,6 +81,65 @@ export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_
       reject(new Error(`gateway exited with ${code}\nstdout:\n${stdout}\nstderr:\n${stderr}`));
     });
   });
+}
+
+export interface FakeUpstreamProcess {
+  /** e.g. http://127.0.0.1:PORT/v1, a virtual key's base_url. */
+  baseURL: string;
+  child: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/**
+ * The fake upstream (test/support/fake-upstream.ts) as a process of its own, for measurements of
+ * the gateway that the fake's own work (generating huge answers, compressing bombs) must not skew.
+ */
+export function startFakeUpstreamProcess(timeoutMs = 20_000): Promise<FakeUpstreamProcess> {
+  const child = spawn(process.execPath, [...TSX, 'test/support/fake-upstream.ts', '--port', '0'], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`the fake upstream did not start in ${timeoutMs} ms`));
+    }, timeoutMs);
+    let stdout = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      stdout += chunk;
+      const url = /^(http:\/\/\S+)\n/.exec(stdout)?.[1];
+      if (!url) return;
+      clearTimeout(timer);
+      resolve({
+        baseURL: `${url}/v1`,
+        child,
+        stop: async () => {
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+          await exited;
+        },
+      });
+    });
+    void exited.then(() => reject(new Error(`the fake upstream exited before it listened:\n${stdout}`)));
+  });
+}
+
+/**
+ * Resets a process's peak resident memory (VmHWM) to its current resident memory, so that the
+ * next memoryOf() reports the peak since now (Linux: /proc/<pid>/clear_refs).
+ */
+export function resetPeakMemory(pid: number): void {
+  writeFileSync(`/proc/${pid}/clear_refs`, '5');
+}
+
+/**
+ * The time a process's main thread (its event loop) has spent on a CPU and waiting for one, in
+ * ms (Linux /proc/<pid>/schedstat). Waiting for a CPU is the machine's doing, not the process's:
+ * a latency measured from outside minus that wait is what the process itself took.
+ */
+export function mainThreadSchedule(pid: number): { onCpuMs: number; waitingMs: number } {
+  const [onCpu, waiting] = readFileSync(`/proc/${pid}/schedstat`, 'utf8').trim().split(/\s+/).map(Number);
+  return { onCpuMs: onCpu! / 1e6, waitingMs: waiting! / 1e6 };
 }
 
 /** Resident and peak resident memory of a process, in MB (Linux /proc). */

@@ -20,6 +20,12 @@ export interface Tally {
   rowsHalfWritten?: number;
   /** Requests answered with a 5xx. Must be 0. */
   answered5xx?: number;
+  /** Runs against an upstream that behaved as an attacker's would (test/reliability/hostile.test.ts). */
+  hostileUpstreams?: number;
+  /** Health checks answered in more than 50 ms while hostile upstreams were at work. Must be 0. */
+  gatewayStalls?: number;
+  /** Gateway processes that died of running out of memory. Must be 0. */
+  outOfMemoryDeaths?: number;
 }
 
 export function recordTally(suite: string, tally: Tally): void {
