@@ -34,7 +34,8 @@ import Database from 'libsql';
  * that finds the file locked waits for it, holding its thread: this thread writes only while no
  * group is on the writer thread, and a group is posted only between this thread's writes. Neither
  * ever waits for the other's lock; only another process (the CLI, a second gateway) can make one
- * wait, up to `timeoutMs`.
+ * wait, up to `timeoutMs`. Reads never wait for the writer in WAL mode, which the file must be in
+ * (node.ts sets it): with a rollback journal, a read would wait for every commit on this thread.
  *
  * Semantics kept from @libsql/client: a batch is atomic, rolled back whole on any error; `migrate`
  * runs with foreign keys off; integers come back as numbers; rows answer by index and by column
