@@ -20,7 +20,9 @@ import Database from 'libsql';
  * - On a thread of its own (embedded-writer.js), the other commits the app's writes. A commit is
  *   what takes long: writing the pages (10 to 30 ms for an answer of 4 MiB), the fsync, and every
  *   1000 pages a checkpoint copying the WAL into the database file (about 10 ms for 4 MiB, with
- *   two more fsyncs). On this thread each of them held every other request for its duration.
+ *   two more fsyncs). On this thread each of them held every other request for its duration;
+ *   committing without the fsync, or checkpointing elsewhere, would still leave the largest part,
+ *   writing the pages, here.
  *
  * The app's writes commit in groups: the batches and write statements issued while the writer
  * thread commits (or in the same turn of the event loop, when it is idle) share its next
