@@ -220,7 +220,11 @@ describe('the writer thread', () => {
   it('answers the group being committed when it closes, and refuses the writes still waiting', async () => {
     const { client, immediateClient, release, close, logged } = await open();
     try {
-      const committing = client.execute("INSERT INTO log (what) VALUES ('committing')");
+      // Its second statement returns rows, shaped on this thread once the group is answered.
+      const committing = client.batch([
+        "INSERT INTO log (what) VALUES ('committing')",
+        "INSERT INTO log (what) VALUES ('committing too') RETURNING what",
+      ]);
       await turns();
       const waiting = client.execute("INSERT INTO log (what) VALUES ('waiting')");
       const waitingHere = immediateClient.execute("INSERT INTO log (what) VALUES ('immediate')");
@@ -228,9 +232,11 @@ describe('the writer thread', () => {
       immediateClient.close();
       await expect(waiting).rejects.toThrow(/closed/);
       await release();
-      await expect(committing).resolves.toMatchObject({ rowsAffected: 1 });
+      const [first, second] = await committing;
+      expect(first!.rowsAffected).toBe(1);
+      expect(second!.rows.map((row) => row.what)).toEqual(['committing too']);
       await expect(waitingHere).rejects.toThrow(/closed/);
-      expect(await logged()).toEqual(['committing']);
+      expect(await logged()).toEqual(['committing', 'committing too']);
     } finally {
       await close();
     }

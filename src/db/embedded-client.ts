@@ -213,7 +213,7 @@ class EmbeddedFile {
   #waiting: (() => void)[] = [];
   /** Clients still open on the file: it closes with the last. */
   #clients: number;
-  closed = false;
+  #closed = false;
 
   constructor(path: string, timeoutMs: number, clients: number) {
     this.#db = new Database(path, { timeout: timeoutMs });
@@ -226,14 +226,14 @@ class EmbeddedFile {
 
   /** Runs `work` (SQL on this thread's connection that may write) now, or once no group is on the writer thread. */
   here<T>(work: () => T): Promise<T> {
-    if (this.closed) return Promise.reject(closedError());
+    if (this.#closed) return Promise.reject(closedError());
     if (!this.#flight) return new Promise((resolve) => resolve(work()));
     return new Promise<void>((resolve) => this.#waiting.push(resolve)).then(() => this.here(work));
   }
 
   /** Commits a caller's writes in the writer thread's next group. */
   group(statements: Statement[]): Promise<Result[]> {
-    if (this.closed) return Promise.reject(closedError());
+    if (this.#closed) return Promise.reject(closedError());
     return new Promise((resolve, reject) => {
       this.#pending.push({ statements, resolve, reject });
       this.#schedule();
@@ -292,15 +292,22 @@ class EmbeddedFile {
     return prepared;
   }
 
-  /** A client closed: the file closes with the last one. A group being committed is still answered. */
+  /**
+   * A client closed: the file closes with the last one. A group being committed is still answered
+   * (this thread's connection closes after it: its rows take their shape from prepared statements).
+   */
   release(): void {
     if (--this.#clients > 0) return;
-    this.closed = true;
+    this.#closed = true;
     for (const write of this.#pending.splice(0)) write.reject(closedError());
+    this.#writer?.postMessage({ type: 'close' } satisfies WriterRequest);
+    if (!this.#flight) this.#close();
+  }
+
+  #close(): void {
+    this.#writer?.unref();
     this.#statements.clear();
     this.#db.close();
-    this.#writer?.postMessage({ type: 'close' } satisfies WriterRequest);
-    if (!this.#flight) this.#writer?.unref();
   }
 
   #rows(prepared: Prepared, values: unknown[][]): Result {
@@ -318,7 +325,7 @@ class EmbeddedFile {
   }
 
   #commitGroup(): void {
-    if (this.#flight || this.#pending.length === 0 || this.closed) return;
+    if (this.#flight || this.#pending.length === 0 || this.#closed) return;
     let taken = 0;
     let bytes = 0;
     for (; taken < this.#pending.length && (taken === 0 || bytes < MAX_GROUP_BYTES); taken++) {
@@ -343,24 +350,24 @@ class EmbeddedFile {
   #answered(reply: WriterReply): void {
     const flight = this.#flight;
     if (!flight || flight.id !== reply.id) return;
-    this.#endFlight();
-    if ('error' in reply) {
-      const error = toError(reply.error);
-      for (const write of flight.writes) write.reject(error);
-      return;
-    }
     flight.writes.forEach((write, i) => {
-      const outcome = reply.outcomes[i]!;
-      if ('error' in outcome) write.reject(toError(outcome.error));
-      else write.resolve(outcome.results.map((result, j) => this.#result(write.statements[j]!.sql, result)));
+      const outcome = 'error' in reply ? reply : reply.outcomes[i]!;
+      if ('error' in outcome) return write.reject(toError(outcome.error));
+      try {
+        write.resolve(outcome.results.map((result, j) => this.#result(write.statements[j]!.sql, result)));
+      } catch (error) {
+        write.reject(error);
+      }
     });
+    this.#endFlight();
   }
 
   /** The writer thread is free again: this thread's waiting work goes first, then the next group. */
   #endFlight(): void {
     this.#flight = null;
-    this.#writer?.unref();
     for (const resume of this.#waiting.splice(0)) resume();
+    if (this.#closed) return this.#close();
+    this.#writer?.unref();
     this.#schedule();
   }
 
