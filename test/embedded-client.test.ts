@@ -3,11 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient, type Client, type ResultSet } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openEmbeddedClient } from '../src/db/embedded-client';
+import { openEmbeddedClient, openEmbeddedClients } from '../src/db/embedded-client';
 
 /**
  * The embedded database client against @libsql/client on the same file: same answers, and the
- * group commit keeps each caller's batch atomic and isolated from the others' failures.
+ * group commit keeps each caller's batch atomic and isolated from the others' failures. The
+ * group commits on a thread of its own: while it waits (here, for a lock another connection
+ * holds), this thread goes on reading, and the immediate client's writes take their turn after it.
  */
 
 let dir: string;
@@ -121,7 +123,122 @@ describe('batches and the group commit', () => {
     expect(count!.rows[0]!.n).toBe(names!.rows.length);
   });
 
+  it("answers a failed write with SQLite's error: its message and code", async () => {
+    await expect(ours.execute({ sql: 'INSERT INTO items (name) VALUES (?)', args: ['a'] })).rejects.toMatchObject({
+      message: expect.stringMatching(/UNIQUE constraint failed: items\.name/),
+      code: 'SQLITE_CONSTRAINT_UNIQUE',
+    });
+  });
+
+  it('stores blobs', async () => {
+    await ours.execute({ sql: 'INSERT INTO other (name) VALUES (?)', args: [new Uint8Array([1, 2, 3]).buffer] });
+    const { rows } = await reference.execute("SELECT hex(name) AS hex FROM other WHERE typeof(name) = 'blob'");
+    expect(rows.map((row) => row.hex)).toEqual(['010203']);
+  });
+
   it('refuses interactive transactions, pointing to batches', async () => {
     await expect(ours.transaction('write')).rejects.toThrow(/batch/);
+  });
+});
+
+describe('the writer thread', () => {
+  let files = 0;
+
+  /** The two clients on a fresh file, and a holder of its write lock, as another process would hold it. */
+  async function open() {
+    const path = join(dir, `writer-${files++}.db`);
+    const clients = openEmbeddedClients(path, { timeoutMs: 5000 });
+    await clients.client.execute('PRAGMA journal_mode = WAL');
+    await clients.client.execute('CREATE TABLE log (id INTEGER PRIMARY KEY, what TEXT NOT NULL)');
+    const holder = createClient({ url: `file:${path}` });
+    const lock = await holder.transaction('write');
+    await lock.execute("INSERT INTO log (what) VALUES ('holder')");
+    const release = async () => {
+      if (lock.closed) return;
+      await lock.commit();
+    };
+    const close = async () => {
+      await release();
+      holder.close();
+      clients.client.close();
+      clients.immediateClient.close();
+    };
+    /** What the file holds besides the holder's row, read by another connection. */
+    const logged = async () => {
+      const { rows } = await holder.execute("SELECT what FROM log WHERE what != 'holder' ORDER BY id");
+      return rows.map((row) => row.what);
+    };
+    return { ...clients, release, close, logged };
+  }
+
+  /** A few turns of the event loop, enough for a group to reach the writer thread. */
+  const turns = () => new Promise((resolve) => setTimeout(resolve, 20));
+
+  it('commits off this thread: while a group waits for the lock, this thread reads', async () => {
+    const { client, release, close, logged } = await open();
+    try {
+      const order: string[] = [];
+      const write = client.execute("INSERT INTO log (what) VALUES ('group')").then(() => order.push('group committed'));
+      await turns();
+      const { rows } = await client.execute("SELECT count(*) AS n FROM log WHERE what = 'group'");
+      order.push('read');
+      expect(rows[0]!.n).toBe(0);
+      await release();
+      await write;
+      expect(order).toEqual(['read', 'group committed']);
+      expect(await logged()).toEqual(['group']);
+    } finally {
+      await close();
+    }
+  });
+
+  it('takes turns with the immediate client: its writes wait for the group being committed and go before the next', async () => {
+    const { client, immediateClient, release, close, logged } = await open();
+    try {
+      const first = client.execute("INSERT INTO log (what) VALUES ('first group')");
+      await turns();
+      // A group is on the writer thread, waiting for the lock: the immediate write waits for it
+      // (instead of waiting for the lock on this thread), and the next group waits for both.
+      const immediate = immediateClient.execute("INSERT INTO log (what) VALUES ('immediate')");
+      const second = client.execute("INSERT INTO log (what) VALUES ('second group')");
+      await turns();
+      const { rows } = await client.execute("SELECT count(*) AS n FROM log WHERE what != 'holder'");
+      expect(rows[0]!.n).toBe(0);
+      await release();
+      await Promise.all([first, immediate, second]);
+      expect(await logged()).toEqual(['first group', 'immediate', 'second group']);
+      // With no group on the writer thread, an immediate write commits at once.
+      const now = immediateClient.execute("INSERT INTO log (what) VALUES ('at once')");
+      const { rows: seen } = await client.execute("SELECT count(*) AS n FROM log WHERE what = 'at once'");
+      expect(seen[0]!.n).toBe(1);
+      await now;
+    } finally {
+      await close();
+    }
+  });
+
+  it('answers the group being committed when it closes, and refuses the writes still waiting', async () => {
+    const { client, immediateClient, release, close, logged } = await open();
+    try {
+      // Its second statement returns rows, shaped on this thread once the group is answered.
+      const committing = client.batch([
+        "INSERT INTO log (what) VALUES ('committing')",
+        "INSERT INTO log (what) VALUES ('committing too') RETURNING what",
+      ]);
+      await turns();
+      const waiting = client.execute("INSERT INTO log (what) VALUES ('waiting')");
+      const waitingHere = immediateClient.execute("INSERT INTO log (what) VALUES ('immediate')");
+      client.close();
+      immediateClient.close();
+      await expect(waiting).rejects.toThrow(/closed/);
+      await release();
+      const [first, second] = await committing;
+      expect(first!.rowsAffected).toBe(1);
+      expect(second!.rows.map((row) => row.what)).toEqual(['committing too']);
+      await expect(waitingHere).rejects.toThrow(/closed/);
+      expect(await logged()).toEqual(['committing', 'committing too']);
+    } finally {
+      await close();
+    }
   });
 });

@@ -729,16 +729,16 @@ describe('pruning', () => {
     expect(await store.prune(T + 61_000)).toBe(0);
   });
 
-  it("counts on the embedded file's counters connection: its own, committing each write at once without waiting for the disk", async () => {
+  it("counts on the embedded file's immediate client, committing each write at once without waiting for the disk", async () => {
     const { client, countersClient } = gateway.database;
     expect(countersClient).not.toBe(client);
     const pragma = async (name: string) => Number((await countersClient.execute(`PRAGMA ${name}`)).rows[0]![0]);
-    // NORMAL (1): no fsync per commit; checkpoints are left to the app's connection.
+    // NORMAL (1): no fsync per commit; checkpoints are left to the writer thread's connection.
     expect(await pragma('synchronous')).toBe(1);
     expect(await pragma('wal_autocheckpoint')).toBe(0);
-    // Not awaited: the write has committed by the time execute() returns its promise (a group
-    // commit would wait for the end of this turn of the event loop), so the app's connection
-    // reads it at once.
+    // Not awaited: with no group on the writer thread, the write has committed by the time
+    // execute() returns its promise (a group commit would wait for the end of this turn of the
+    // event loop, then for the writer thread), so the app's client reads it at once.
     const written = countersClient.execute("INSERT INTO rate_limit_counters (key, used, window_end) VALUES ('prune/now', 1, 2e12)");
     const { rows } = await client.execute("SELECT used FROM rate_limit_counters WHERE key = 'prune/now'");
     expect(rows.map((row) => Number(row.used))).toEqual([1]);

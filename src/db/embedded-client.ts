@@ -1,7 +1,7 @@
 import type { Client, InArgs, InStatement, InValue, ResultSet, Row, TransactionMode } from '@libsql/client';
 import { setImmediate } from 'node:timers';
+import { Worker } from 'node:worker_threads';
 import Database from 'libsql';
-import { nodeSlices } from '../node-slices';
 
 /**
  * The embedded database's client: the part of @libsql/client's `Client` that Drizzle and the
@@ -12,23 +12,43 @@ import { nodeSlices } from '../node-slices';
  * each row cell by cell with Object.defineProperty; on the request path that was most of the
  * database's cost (about 0.2 ms a statement). Here a statement seen before costs its execution.
  *
- * Writes commit in groups. With `synchronous = FULL` every commit waits for the disk (an fsync,
- * ~0.25 ms here, several under load), and a run commits a few times; so the batches and write
- * statements issued in the same turn of the event loop share one transaction, each inside a
- * SAVEPOINT of its own: a failing caller's writes are rolled back alone, the others commit
- * together, and nobody is answered before the commit is durable. Reads run at once.
+ * Every call into SQLite holds the thread that makes it, so the file has two connections:
  *
- * Semantics kept from @libsql/client: one connection; a batch is atomic, rolled back whole on any
- * error; `migrate` runs with foreign keys off; integers come back as numbers; rows answer by index
- * and by column name, and only the names are enumerable. Interactive transactions are not offered:
- * the app writes with batches only (see client.ts).
+ * - On this thread, the event loop's, one reads, at once: a read of a few rows takes microseconds.
+ *   It also commits the writes of the immediate client (openEmbeddedClients), each at once in a
+ *   transaction of its own, and migrations.
+ * - On a thread of its own (embedded-writer.js), the other commits the app's writes. A commit is
+ *   what takes long: writing the pages (10 to 30 ms for an answer of 4 MiB), the fsync, and every
+ *   1000 pages a checkpoint copying the WAL into the database file (about 10 ms for 4 MiB, with
+ *   two more fsyncs). On this thread each of them held every other request for its duration;
+ *   committing without the fsync, or checkpointing elsewhere, would still leave the largest part,
+ *   writing the pages, here.
+ *
+ * The app's writes commit in groups: the batches and write statements issued while the writer
+ * thread commits (or in the same turn of the event loop, when it is idle) share its next
+ * transaction, each inside a SAVEPOINT of its own: a failing caller's writes are rolled back alone,
+ * the others commit together, and nobody is answered before the commit is durable. The writer's
+ * connection commits with `synchronous = FULL` (the WAL is flushed to the disk before COMMIT
+ * returns) and checkpoints every 1000 pages of WAL, SQLite's default, so a group costs one fsync
+ * however many writes it holds.
+ *
+ * The two connections take turns to write, since SQLite has one writer at a time and a connection
+ * that finds the file locked waits for it, holding its thread: this thread writes only while no
+ * group is on the writer thread, and a group is posted only between this thread's writes. Neither
+ * ever waits for the other's lock; only another process (the CLI, a second gateway) can make one
+ * wait, up to `timeoutMs`. Reads never wait for the writer in WAL mode, which the file must be in
+ * (node.ts sets it): with a rollback journal, a read would wait for every commit on this thread.
+ *
+ * Semantics kept from @libsql/client: a batch is atomic, rolled back whole on any error; `migrate`
+ * runs with foreign keys off; integers come back as numbers; rows answer by index and by column
+ * name, and only the names are enumerable. Interactive transactions are not offered: the app
+ * writes with batches only (see client.ts).
  */
 
 /**
- * A group commit takes writes until their arguments reach this size; the rest wait for the next
- * turn. Writing a large value holds the event loop (10 to 30 ms for 4 MiB), so a group this large
- * commits in a slice of the event loop of its own (lib/slices.ts), and several large answers
- * ending together commit one per turn, with requests served in between, not all at once.
+ * A group takes writes until their arguments reach this size; the rest wait for the next group.
+ * A group's arguments are copied to the writer thread on this thread (about 1 ms per MiB), so
+ * several large answers ending together go one per group, not all in one copy.
  */
 const MAX_GROUP_BYTES = 1024 * 1024;
 
@@ -130,167 +150,121 @@ class Result implements ResultSet {
   }
 }
 
+/** A statement and its arguments, as a caller gave them. */
+interface Statement {
+  sql: string;
+  args?: InArgs;
+}
+
 /** A caller's writes waiting for the next group commit. */
 interface PendingWrite {
-  statements: { sql: string; args?: InArgs }[];
+  statements: Statement[];
   resolve(results: Result[]): void;
   reject(error: unknown): void;
 }
 
-export class EmbeddedClient {
-  readonly protocol = 'file';
+// The writer thread's messages (embedded-writer.js).
+type WriterRequest = { type: 'group'; id: number; writes: [string, unknown[] | Record<string, unknown>][][] } | { type: 'close' };
+interface WriterResult {
+  /** Null for a statement that returns no rows. */
+  rows: unknown[][] | null;
+  rowsAffected: number;
+  lastInsertRowid: number | bigint;
+}
+interface WriterError {
+  message: string;
+  code: string | undefined;
+  rawCode: number | undefined;
+}
+type WriterReply =
+  | { id: number; outcomes: ({ results: WriterResult[] } | { error: WriterError })[] }
+  | { id: number; error: WriterError };
+
+/** An error SQLite raised on the writer thread, as the libsql binding raises it on this one. */
+class SqliteError extends Error {
+  override name = 'SqliteError';
+
+  constructor(
+    message: string,
+    readonly code: string | undefined,
+    readonly rawCode: number | undefined,
+  ) {
+    super(message);
+  }
+}
+
+const toError = ({ message, code, rawCode }: WriterError) => new SqliteError(message, code, rawCode);
+
+/** The file: its two connections, the prepared statements of this thread's, and whose turn it is to write. */
+class EmbeddedFile {
   readonly #db: Database.Database;
+  readonly #path: string;
+  readonly #timeoutMs: number;
   readonly #statements = new Map<string, Prepared>();
+  #writer: Worker | null = null;
+  /** Why the writer thread stopped, if it failed. */
+  #writerFailure: Error | null = null;
+  /** The group the writer thread is committing. */
+  #flight: { id: number; writes: PendingWrite[] } | null = null;
+  #nextId = 0;
   #pending: PendingWrite[] = [];
-  readonly #groupCommit: boolean;
-  closed = false;
+  #scheduled = false;
+  /** Work on this thread's connection waiting for the group on the writer thread to end. */
+  #waiting: (() => void)[] = [];
+  /** Clients still open on the file: it closes with the last. */
+  #clients: number;
+  #closed = false;
 
-  /**
-   * @param options.timeoutMs how long to wait for another process's write lock (SQLite's busy timeout).
-   * @param options.groupCommit false: each write commits at once, in its own transaction. For a
-   *   connection whose commits do not wait for the disk, where a group saves nothing and waiting
-   *   for the end of the event loop's turn would only add latency.
-   */
-  constructor(path: string, options: EmbeddedClientOptions) {
-    this.#db = new Database(path, { timeout: options.timeoutMs });
-    this.#groupCommit = options.groupCommit ?? true;
+  constructor(path: string, timeoutMs: number, clients: number) {
+    this.#db = new Database(path, { timeout: timeoutMs });
+    this.#path = path;
+    this.#timeoutMs = timeoutMs;
+    this.#clients = clients;
+    // Started now: the thread takes a few tens of ms to start, better spent before the first write.
+    this.#startWriter();
   }
 
-  async execute(statement: InStatement, args?: InArgs): Promise<ResultSet> {
-    this.#checkOpen();
-    const { sql, args: bound } = normalise(statement, args);
-    // Reads, and pragmas (some of which cannot run inside a transaction), run at once.
-    if (this.#prepare(sql).readonly || PRAGMA.test(sql)) return this.#run(sql, bound);
-    const [result] = await this.#write([{ sql, args: bound }]);
-    return result!;
+  /** Runs `work` (SQL on this thread's connection that may write) now, or once no group is on the writer thread. */
+  here<T>(work: () => T): Promise<T> {
+    if (this.#closed) return Promise.reject(closedError());
+    if (!this.#flight) return new Promise((resolve) => resolve(work()));
+    return new Promise<void>((resolve) => this.#waiting.push(resolve)).then(() => this.here(work));
   }
 
-  /** A batch is atomic; its mode does not matter here: every write group takes the write lock. */
-  async batch(statements: (InStatement | [string, InArgs?])[], _mode?: TransactionMode): Promise<ResultSet[]> {
-    this.#checkOpen();
-    const normalised = statements.map((statement) =>
-      Array.isArray(statement) ? { sql: statement[0], args: statement[1] } : normalise(statement),
-    );
-    if (normalised.every(({ sql }) => this.#prepare(sql).readonly)) {
-      return this.#inTransaction('BEGIN DEFERRED', () => normalised.map(({ sql, args }) => this.#run(sql, args)));
-    }
-    return this.#write(normalised);
-  }
-
-  async migrate(statements: InStatement[]): Promise<ResultSet[]> {
-    this.#checkOpen();
-    this.#run('PRAGMA foreign_keys = off');
-    try {
-      return this.#inTransaction('BEGIN DEFERRED', () => statements.map((statement) => this.#runStatement(statement)));
-    } finally {
-      this.#run('PRAGMA foreign_keys = on');
-    }
-  }
-
-  async executeMultiple(sql: string): Promise<void> {
-    this.#checkOpen();
-    this.#db.exec(sql);
-  }
-
-  async transaction(): Promise<never> {
-    throw new Error('Interactive transactions are not supported on the embedded database: use db.batch (see src/db/client.ts).');
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.#statements.clear();
-    this.#db.close();
-  }
-
-  /** Queues writes for the group commit that ends this turn of the event loop (or commits them now). */
-  #write(statements: { sql: string; args?: InArgs }[]): Promise<Result[]> {
+  /** Commits a caller's writes in the writer thread's next group. */
+  group(statements: Statement[]): Promise<Result[]> {
+    if (this.#closed) return Promise.reject(closedError());
     return new Promise((resolve, reject) => {
-      if (!this.#groupCommit) {
-        resolve(this.#inTransaction('BEGIN IMMEDIATE', () => statements.map(({ sql, args }) => this.#run(sql, args))));
-        return;
-      }
-      if (this.#pending.length === 0) setImmediate(() => this.#commitGroup());
       this.#pending.push({ statements, resolve, reject });
+      this.#schedule();
     });
   }
 
-  #commitGroup(): void {
-    let taken = 0;
-    let bytes = 0;
-    for (; taken < this.#pending.length && (taken === 0 || bytes < MAX_GROUP_BYTES); taken++) {
-      bytes += argumentBytes(this.#pending[taken]!);
-    }
-    const group = this.#pending.slice(0, taken);
-    this.#pending = this.#pending.slice(taken);
-    if (this.#pending.length > 0) setImmediate(() => this.#commitGroup());
-    if (bytes >= MAX_GROUP_BYTES) void nodeSlices.ownSlice(() => this.#commit(group));
-    else this.#commit(group);
-  }
-
-  #commit(group: PendingWrite[]): void {
-    if (this.closed) {
-      for (const write of group) write.reject(new Error('The database client is closed'));
-      return;
-    }
-    const outcomes: ({ results: Result[] } | { error: unknown })[] = [];
-    try {
-      this.#inTransaction('BEGIN IMMEDIATE', () => {
-        for (const write of group) {
-          this.#run('SAVEPOINT caller');
-          try {
-            outcomes.push({ results: write.statements.map(({ sql, args }) => this.#run(sql, args)) });
-            this.#run('RELEASE caller');
-          } catch (error) {
-            this.#run('ROLLBACK TO caller');
-            this.#run('RELEASE caller');
-            outcomes.push({ error });
-          }
-        }
-      });
-    } catch (error) {
-      // BEGIN or COMMIT failed (a lock held too long by another process, a full disk): nothing of
-      // the group was written.
-      for (const write of group) write.reject(error);
-      return;
-    }
-    group.forEach((write, i) => {
-      const outcome = outcomes[i]!;
-      if ('error' in outcome) write.reject(outcome.error);
-      else write.resolve(outcome.results);
-    });
-  }
-
-  #inTransaction<T>(begin: string, work: () => T): T {
-    this.#run(begin);
-    try {
-      const result = work();
-      this.#run('COMMIT');
-      return result;
-    } catch (error) {
-      if (this.#db.inTransaction) this.#run('ROLLBACK');
-      throw error;
-    }
-  }
-
-  #runStatement(statement: InStatement, args?: InArgs): Result {
-    const { sql, args: bound } = normalise(statement, args);
-    return this.#run(sql, bound);
-  }
-
-  #run(sql: string, args?: InArgs): Result {
-    const prepared = this.#prepare(sql);
+  run(sql: string, args?: InArgs): Result {
+    const prepared = this.prepare(sql);
     const bound = toArgs(args);
-    if (prepared.shape) {
-      const shape = prepared.shape;
-      const rows = (prepared.statement.all(bound) as unknown[][]).map((values) => toRow(shape, values));
-      return new Result(prepared.columns, prepared.columnTypes, rows, 0, undefined);
-    }
+    if (prepared.shape) return this.#rows(prepared, prepared.statement.all(bound) as unknown[][]);
     const info = prepared.statement.run(bound);
     return new Result([], [], [], info.changes, BigInt(info.lastInsertRowid));
   }
 
-  #prepare(sql: string): Prepared {
+  inTransaction<T>(begin: string, work: () => T): T {
+    this.run(begin);
+    try {
+      const result = work();
+      this.run('COMMIT');
+      return result;
+    } catch (error) {
+      if (this.#db.inTransaction) this.run('ROLLBACK');
+      throw error;
+    }
+  }
+
+  exec(sql: string): void {
+    this.#db.exec(sql);
+  }
+
+  prepare(sql: string): Prepared {
     const cached = this.#statements.get(sql);
     if (cached) return cached;
     const statement = this.#db.prepare(sql);
@@ -318,8 +292,195 @@ export class EmbeddedClient {
     return prepared;
   }
 
+  /**
+   * A client closed: the file closes with the last one. A group being committed is still answered
+   * (this thread's connection closes after it: its rows take their shape from prepared statements).
+   */
+  release(): void {
+    if (--this.#clients > 0) return;
+    this.#closed = true;
+    for (const write of this.#pending.splice(0)) write.reject(closedError());
+    this.#writer?.postMessage({ type: 'close' } satisfies WriterRequest);
+    if (!this.#flight) this.#close();
+  }
+
+  #close(): void {
+    this.#writer?.unref();
+    this.#statements.clear();
+    this.#db.close();
+  }
+
+  #rows(prepared: Prepared, values: unknown[][]): Result {
+    const shape = prepared.shape!;
+    return new Result(prepared.columns, prepared.columnTypes, values.map((row) => toRow(shape, row)), 0, undefined);
+  }
+
+  #schedule(): void {
+    if (this.#scheduled || this.#flight || this.#pending.length === 0) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      this.#commitGroup();
+    });
+  }
+
+  #commitGroup(): void {
+    if (this.#flight || this.#pending.length === 0 || this.#closed) return;
+    let taken = 0;
+    let bytes = 0;
+    for (; taken < this.#pending.length && (taken === 0 || bytes < MAX_GROUP_BYTES); taken++) {
+      bytes += argumentBytes(this.#pending[taken]!);
+    }
+    const writes = this.#pending.splice(0, taken);
+    const id = this.#nextId++;
+    try {
+      const request: WriterRequest = { type: 'group', id, writes: writes.map((write) => write.statements.map(({ sql, args }) => [sql, toArgs(args)])) };
+      (this.#writer ?? this.#startWriter()).postMessage(request);
+    } catch (error) {
+      // Arguments the writer thread cannot receive (a value a structured clone refuses).
+      for (const write of writes) write.reject(error);
+      this.#schedule();
+      return;
+    }
+    this.#flight = { id, writes };
+    // The thread keeps the process alive while it commits: a caller waits for its answer.
+    this.#writer!.ref();
+  }
+
+  #answered(reply: WriterReply): void {
+    const flight = this.#flight;
+    if (!flight || flight.id !== reply.id) return;
+    flight.writes.forEach((write, i) => {
+      const outcome = 'error' in reply ? reply : reply.outcomes[i]!;
+      if ('error' in outcome) return write.reject(toError(outcome.error));
+      try {
+        write.resolve(outcome.results.map((result, j) => this.#result(write.statements[j]!.sql, result)));
+      } catch (error) {
+        write.reject(error);
+      }
+    });
+    this.#endFlight();
+  }
+
+  /** The writer thread is free again: this thread's waiting work goes first, then the next group. */
+  #endFlight(): void {
+    this.#flight = null;
+    for (const resume of this.#waiting.splice(0)) resume();
+    if (this.#closed) return this.#close();
+    this.#writer?.unref();
+    this.#schedule();
+  }
+
+  #result(sql: string, result: WriterResult): Result {
+    // Rows come from statements that return them, which this thread has prepared (to tell
+    // whether they only read): their shape is known here.
+    if (result.rows) return this.#rows(this.prepare(sql), result.rows);
+    return new Result([], [], [], result.rowsAffected, BigInt(result.lastInsertRowid));
+  }
+
+  #startWriter(): Worker {
+    // No execArgv: the thread is plain JavaScript and needs none of this process's loaders.
+    const writer = new Worker(new URL('./embedded-writer.js', import.meta.url), {
+      workerData: { path: this.#path, timeoutMs: this.#timeoutMs },
+      execArgv: [],
+    });
+    writer.unref();
+    writer.on('message', (reply: WriterReply) => this.#answered(reply));
+    writer.on('error', (error) => (this.#writerFailure = error));
+    writer.on('exit', () => {
+      if (this.#writer === writer) this.#writer = null;
+      const flight = this.#flight;
+      if (!flight) return;
+      // The thread died with a group (a crash of its own: SQLite's errors it answers). The group
+      // may have committed or not, as when a process dies in a commit; its callers get an error
+      // and none is told that its writes were kept. The next group starts a new thread.
+      const why = this.#writerFailure?.message ?? 'it exited';
+      for (const write of flight.writes) write.reject(new Error(`The embedded database's writer thread stopped: ${why}`));
+      this.#writerFailure = null;
+      this.#endFlight();
+    });
+    this.#writer = writer;
+    return writer;
+  }
+}
+
+const closedError = () => new Error('The database client is closed');
+
+/** A client of the file (see openEmbeddedClients): reads here; writes in groups, or at once here. */
+class EmbeddedClient {
+  readonly protocol = 'file';
+  readonly #file: EmbeddedFile;
+  readonly #immediate: boolean;
+  closed = false;
+
+  constructor(file: EmbeddedFile, immediate: boolean) {
+    this.#file = file;
+    this.#immediate = immediate;
+  }
+
+  async execute(statement: InStatement, args?: InArgs): Promise<ResultSet> {
+    this.#checkOpen();
+    const { sql, args: bound } = normalise(statement, args);
+    if (this.#file.prepare(sql).readonly) return this.#file.run(sql, bound);
+    // Pragmas run on this thread's connection (some cannot run inside a transaction, and a
+    // checkpoint must not wait for the writer's lock).
+    if (PRAGMA.test(sql)) return this.#file.here(() => this.#file.run(sql, bound));
+    const [result] = await this.#write([{ sql, args: bound }]);
+    return result!;
+  }
+
+  /** A batch is atomic; its mode does not matter here: every write takes the write lock. */
+  async batch(statements: (InStatement | [string, InArgs?])[], _mode?: TransactionMode): Promise<ResultSet[]> {
+    this.#checkOpen();
+    const normalised = statements.map((statement) =>
+      Array.isArray(statement) ? { sql: statement[0], args: statement[1] } : normalise(statement),
+    );
+    const file = this.#file;
+    if (normalised.every(({ sql }) => file.prepare(sql).readonly)) {
+      return file.inTransaction('BEGIN DEFERRED', () => normalised.map(({ sql, args }) => file.run(sql, args)));
+    }
+    return this.#write(normalised);
+  }
+
+  async migrate(statements: InStatement[]): Promise<ResultSet[]> {
+    this.#checkOpen();
+    const file = this.#file;
+    return file.here(() => {
+      file.run('PRAGMA foreign_keys = off');
+      try {
+        return file.inTransaction('BEGIN DEFERRED', () => statements.map((statement) => {
+          const { sql, args } = normalise(statement);
+          return file.run(sql, args);
+        }));
+      } finally {
+        file.run('PRAGMA foreign_keys = on');
+      }
+    });
+  }
+
+  async executeMultiple(sql: string): Promise<void> {
+    this.#checkOpen();
+    return this.#file.here(() => this.#file.exec(sql));
+  }
+
+  async transaction(): Promise<never> {
+    throw new Error('Interactive transactions are not supported on the embedded database: use db.batch (see src/db/client.ts).');
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.#file.release();
+  }
+
+  #write(statements: Statement[]): Promise<Result[]> {
+    const file = this.#file;
+    if (!this.#immediate) return file.group(statements);
+    return file.here(() => file.inTransaction('BEGIN IMMEDIATE', () => statements.map(({ sql, args }) => file.run(sql, args))));
+  }
+
   #checkOpen(): void {
-    if (this.closed) throw new Error('The database client is closed');
+    if (this.closed) throw closedError();
   }
 }
 
@@ -335,16 +496,31 @@ function argumentBytes(write: PendingWrite): number {
   return bytes;
 }
 
-function normalise(statement: InStatement, args?: InArgs): { sql: string; args?: InArgs } {
+function normalise(statement: InStatement, args?: InArgs): Statement {
   return typeof statement === 'string' ? { sql: statement, args } : { sql: statement.sql, args: statement.args };
 }
 
 export interface EmbeddedClientOptions {
+  /** How long to wait for another process's write lock (SQLite's busy timeout). */
   timeoutMs: number;
-  groupCommit?: boolean;
 }
 
-/** The embedded client where code expects @libsql/client's `Client`. */
-export function openEmbeddedClient(path: string, options: EmbeddedClientOptions): Client {
-  return new EmbeddedClient(path, options) as unknown as Client;
+/**
+ * Two clients of one embedded file, as @libsql/client's `Client`: `client`, whose writes commit in
+ * groups on the writer thread and wait for the disk; and `immediateClient`, whose writes commit at
+ * once on this thread, each in its own transaction (after the group being committed, if any), for
+ * writes that a group would only delay (see NodeDatabase.countersClient). Both read on this thread,
+ * through one connection: a PRAGMA through either sets it for both (and not for the writer's).
+ */
+export function openEmbeddedClients(path: string, options: EmbeddedClientOptions): { client: Client; immediateClient: Client } {
+  const file = new EmbeddedFile(path, options.timeoutMs, 2);
+  return { client: asClient(new EmbeddedClient(file, false)), immediateClient: asClient(new EmbeddedClient(file, true)) };
 }
+
+/** The embedded file's group-committing client alone. */
+export function openEmbeddedClient(path: string, options: EmbeddedClientOptions): Client {
+  return asClient(new EmbeddedClient(new EmbeddedFile(path, options.timeoutMs, 1), false));
+}
+
+/** The embedded client where code expects @libsql/client's `Client` (the part of it Drizzle and the counter store use). */
+const asClient = (client: EmbeddedClient) => client as unknown as Client;

@@ -6,7 +6,7 @@ import { drizzle } from 'drizzle-orm/libsql';
 import { migrate } from 'drizzle-orm/libsql/migrator';
 import type { Config } from '../config';
 import type { Db } from './client';
-import { openEmbeddedClient } from './embedded-client';
+import { openEmbeddedClients } from './embedded-client';
 import * as schema from './schema';
 
 /**
@@ -21,14 +21,14 @@ export interface NodeDatabase {
   db: Db;
   client: Client;
   /**
-   * The connection rate-limit counters use. On the embedded file, a second connection whose commits
-   * do not wait for the disk (synchronous = NORMAL), and which commits each write at once: an
-   * admission would otherwise add a commit waiting for an fsync to every run creation (ms at p99),
-   * and wait for the end of the event loop's turn, behind other requests' I/O, to join a group
-   * that saves nothing without an fsync. An admitted run is answered only after its own commit,
-   * which does wait for the disk and, the WAL being one append-only file, makes the admission
-   * before it durable too. A kill loses nothing; a power loss can lose the token charges of runs
-   * that ended just before it. On a server: the same client.
+   * The client rate-limit counters use. On the embedded file, the immediate client of the file
+   * (embedded-client.ts): its writes commit at once on the event loop's thread, without waiting
+   * for the disk (synchronous = NORMAL) and without joining the app's groups on the writer thread,
+   * where an admission would wait for another group's commit and fsync, and for its own, before
+   * a run could be created. An admitted run is answered only after its own commit, which does wait
+   * for the disk and, the WAL being one append-only file, makes the admission before it durable
+   * too. A kill loses nothing; a power loss can lose the token charges of runs that ended just
+   * before it. On a server: the same client.
    */
   countersClient: Client;
   /** Where the data lives, for start-up messages: a file path or a URL without credentials. */
@@ -55,17 +55,16 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   } else {
     location = resolve(config.DATA_DIR, 'gateway.db');
     warnings = keepDataPrivate(config.DATA_DIR, location);
-    // One connection for the app: every statement on the embedded file is a synchronous call, so
-    // more would not add parallelism. Other processes on the same file wait up to this many ms for
-    // its write lock. The counters' connection never waits on this one either: neither holds a
-    // transaction open across calls.
-    client = openEmbeddedClient(location, { timeoutMs: 5000 });
-    // WAL lets readers in other processes (the CLI, a second gateway) proceed during writes.
+    // Reads run on the event loop's thread, the app's writes commit on a thread of their own
+    // (embedded-client.ts says why). Other processes on the same file wait up to this many ms
+    // for its write lock; the two clients never wait for each other's.
+    ({ client, immediateClient: countersClient } = openEmbeddedClients(location, { timeoutMs: 5000 }));
+    // WAL lets readers (this thread's, the CLI's, a second gateway's) proceed during writes.
     await client.execute('PRAGMA journal_mode = WAL');
-    countersClient = openEmbeddedClient(location, { timeoutMs: 5000, groupCommit: false });
+    // The connection of the event loop's thread: its only commits are the counters' (and
+    // migrations'). Checkpoints, which copy the WAL into the file and wait for the disk, are left
+    // to the writer thread's commits.
     await countersClient.execute('PRAGMA synchronous = NORMAL');
-    // Checkpoints (which copy the WAL into the file, and wait for the disk) are left to the app's
-    // commits, which follow admissions and charges: an admission never waits for one.
     await countersClient.execute('PRAGMA wal_autocheckpoint = 0');
   }
   const db = drizzle(client, { schema });

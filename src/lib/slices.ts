@@ -42,16 +42,6 @@ export class EventLoopSlices implements Slices {
     return new Promise((resolve) => this.#waiting.push(resolve));
   }
 
-  /**
-   * Runs `work` (one long synchronous step, such as writing a large row) at the start of a slice
-   * of its own, so that it never follows a full slice of other work in the same turn.
-   */
-  async ownSlice<T>(work: () => T): Promise<T> {
-    await this.next();
-    while (this.spent()) await this.next();
-    return work();
-  }
-
   #scheduleEnd(): void {
     if (this.#ending) return;
     this.#ending = true;

@@ -17,8 +17,8 @@ import {
  * file, or one libSQL server, take turns, so the check and the increment can never interleave
  * with another admission, in this process or any other. The counters are passed as one JSON
  * array, so the statement's text never changes and no count of counters can exceed SQLite's
- * limit on bound parameters. On Node's embedded file the store has a connection of its own whose
- * commits do not wait for the disk (NodeDatabase.countersClient says why that is safe).
+ * limit on bound parameters. On Node's embedded file the store writes through the file's immediate
+ * client, whose commits do not wait for the disk (NodeDatabase.countersClient says why that is safe).
  */
 
 // MATERIALIZED: `request` is read twice, and the JSON is parsed once.

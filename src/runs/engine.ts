@@ -275,8 +275,8 @@ class Execution {
 
   /**
    * Sends `event` with whatever the turn opened since the last send (a step and message created),
-   * then starts those rows' inserts: after the bytes left, since on the embedded database an insert
-   * holds the event loop for its commit.
+   * then starts those rows' inserts: after the bytes left, so that building and queueing them never
+   * delays the delta.
    */
   async #send(event: ServerSentEvent): Promise<void> {
     const opened = this.#opened;

@@ -1,0 +1,100 @@
+// @ts-check
+/**
+ * The embedded database's writer thread (embedded-client.ts starts it): a connection of its own to
+ * the file, on which the app's writes commit in groups, so that neither a commit (writing the
+ * pages, the fsync of `synchronous = FULL`, a checkpoint) nor a large write ever holds the event
+ * loop. It runs one message at a time, in the order posted, and answers each once it is done.
+ *
+ * Plain JavaScript: Node starts a worker thread from a file itself, without the TypeScript loader
+ * the rest of the process may run under (tsx for `npm start`, tsx's API for bin/gateway.js,
+ * Vitest's module runner in tests). The messages are typed in embedded-client.ts.
+ *
+ *   { type: 'group', id, writes: [[sql, args], …][] }  one transaction; each write (one caller's
+ *     statements) in a SAVEPOINT of its own, rolled back alone if it fails, the others committed:
+ *     answers { id, outcomes: ({ results } | { error })[] }, or { id, error } if BEGIN or COMMIT failed
+ *   { type: 'close' }                                   closes the connection; the thread ends
+ *
+ * A result is { rows (arrays, or null for a statement that returns none), rowsAffected,
+ * lastInsertRowid }; an error is { message, code, rawCode }, SQLite's as the binding reports it.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import Database from 'libsql';
+
+/** Statements kept prepared: the app has a few dozen distinct ones; the bound only guards misuse. */
+const MAX_CACHED_STATEMENTS = 500;
+
+const port = parentPort;
+if (!port) throw new Error('embedded-writer.js runs as a worker thread of embedded-client.ts');
+
+/** @type {{ path: string, timeoutMs: number }} */
+const { path, timeoutMs } = workerData;
+const db = new Database(path, { timeout: timeoutMs });
+// Said, not left to the build's default: a commit is answered only once the disk has the WAL.
+db.exec('PRAGMA synchronous = FULL');
+/** @type {Map<string, import('libsql').Statement>} */
+const statements = new Map();
+
+/** @param {string} sql */
+function prepare(sql) {
+  const cached = statements.get(sql);
+  if (cached) return cached;
+  const statement = db.prepare(sql);
+  if (statement.reader) statement.raw(true);
+  if (statements.size >= MAX_CACHED_STATEMENTS) statements.delete(/** @type {string} */ (statements.keys().next().value));
+  statements.set(sql, statement);
+  return statement;
+}
+
+/**
+ * @param {string} sql
+ * @param {unknown[] | Record<string, unknown>} [args]
+ */
+function run(sql, args = []) {
+  const statement = prepare(sql);
+  if (statement.reader) return { rows: /** @type {unknown[][]} */ (statement.all(args)), rowsAffected: 0, lastInsertRowid: 0 };
+  const info = statement.run(args);
+  return { rows: null, rowsAffected: info.changes, lastInsertRowid: info.lastInsertRowid };
+}
+
+/** @param {unknown} error */
+function describe(error) {
+  if (!(error instanceof Error)) return { message: String(error), code: undefined, rawCode: undefined };
+  const { code, rawCode } = /** @type {{ code?: unknown, rawCode?: unknown }} */ (error);
+  return { message: error.message, code: typeof code === 'string' ? code : undefined, rawCode: typeof rawCode === 'number' ? rawCode : undefined };
+}
+
+/** @param {[string, (unknown[] | Record<string, unknown>)?][][]} writes */
+function commitGroup(writes) {
+  /** @type {({ results: ReturnType<typeof run>[] } | { error: ReturnType<typeof describe> })[]} */
+  const outcomes = [];
+  try {
+    run('BEGIN IMMEDIATE');
+    for (const write of writes) {
+      run('SAVEPOINT caller');
+      try {
+        outcomes.push({ results: write.map(([sql, args]) => run(sql, args)) });
+        run('RELEASE caller');
+      } catch (error) {
+        run('ROLLBACK TO caller');
+        run('RELEASE caller');
+        outcomes.push({ error: describe(error) });
+      }
+    }
+    run('COMMIT');
+  } catch (error) {
+    // BEGIN or COMMIT failed (a lock held too long by another process, a full disk): nothing of
+    // the group was written.
+    if (db.inTransaction) run('ROLLBACK');
+    return { error: describe(error) };
+  }
+  return { outcomes };
+}
+
+port.on('message', (message) => {
+  if (message.type === 'close') {
+    db.close();
+    port.close();
+    return;
+  }
+  port.postMessage({ id: message.id, ...commitGroup(message.writes) });
+});
