@@ -1,4 +1,4 @@
-import type { PolicyUnit, TokenTicket } from '../db/schema';
+import type { PolicyUnit, TokenTicket } from '../schemas/policies';
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { sha256Hex } from '../lib/crypto';

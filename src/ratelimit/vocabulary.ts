@@ -21,7 +21,7 @@ export const METADATA_KEY_MAX = 64;
 export const ANY_VALUE = '*';
 
 export function isAttributeKey(key: string): key is AttributeKey {
-  if ((ATTRIBUTE_KEYS as readonly string[]).includes(key)) return true;
+  if (ATTRIBUTE_KEYS.some((known) => known === key)) return true;
   if (!key.startsWith(METADATA_PREFIX)) return false;
   const name = key.slice(METADATA_PREFIX.length);
   return name.length > 0 && name.length <= METADATA_KEY_MAX;

@@ -12,14 +12,15 @@ import type { ExecuteOptions } from '../runs/engine';
 import { SSE_HEADERS, type ServerSentEvent } from '../runs/event-stream';
 import { reconcileRun } from '../runs/recovery';
 import { settleRun } from '../runs/settle';
-import { createThreadAndRunBody, listMessagesQuery, submitToolOutputsBody } from '../schemas/runs';
+import { createThreadAndRunBody, submitToolOutputsBody } from '../schemas/runs';
+import { listMessagesQuery } from '../schemas/threads';
 import { getAssistant } from '../services/assistants';
 import {
+  acceptToolOutputs,
   getRun,
   insertThreadAndRun,
   isTerminal,
   leaseMs,
-  submitToolOutputsStatements,
   toRunJson,
   toStepJson,
   toolCallsStepInProgress,
@@ -95,7 +96,7 @@ export const threadRoutes = new Hono<AppEnv>()
     const results = await unlessWritten(
       c,
       admission,
-      submitToolOutputsStatements(deps.db, run.id, step, outputs, deps.now(), leaseMs(deps.config), admission.ticket),
+      acceptToolOutputs(deps.db, run.id, step, outputs, deps.now(), leaseMs(deps.config), admission.ticket),
     );
     if (!results.run) {
       await settleTokens(deps, admission.ticket, 0);
@@ -210,11 +211,7 @@ async function unlessWritten<T>(c: Context<AppEnv>, admission: Admission, write:
  * missing call is a 400 naming it, and nothing is written.
  */
 function matchToolOutputs(run: RunRow, outputs: { tool_call_id: string; output: string }[]): Map<string, string> {
-  const expected = new Set(
-    (run.requiredAction as { submit_tool_outputs: { tool_calls: { id: string }[] } }).submit_tool_outputs.tool_calls.map(
-      (call) => call.id,
-    ),
-  );
+  const expected = new Set(run.requiredAction?.submit_tool_outputs.tool_calls.map((call) => call.id));
   const byId = new Map<string, string>();
   outputs.forEach((output, index) => {
     const param = `tool_outputs[${index}].tool_call_id`;

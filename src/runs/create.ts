@@ -1,11 +1,12 @@
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
-import type { CreateThreadAndRunBody, ThreadMessageInput } from '../schemas/runs';
-import { HOSTED_TOOL_TYPES, type Tool } from '../schemas/tools';
+import type { CreateThreadAndRunBody } from '../schemas/runs';
+import type { MessageContent, ThreadMessageInput } from '../schemas/threads';
+import { isHostedTool } from '../schemas/tools';
 import type { AssistantRow } from '../services/assistants';
 import { leaseMs, type MessageInsert, type NewRun, type RunRow, type ThreadInsert } from '../services/runs';
-import type { MessageContent, MessageRow, ThreadRow } from '../services/threads';
+import type { MessageRow, ThreadRow } from '../services/threads';
 import { servedModel, type VirtualKey } from '../services/virtual-keys';
 
 /**
@@ -36,7 +37,7 @@ export function runSettings(assistant: AssistantRow, body: CreateThreadAndRunBod
   const settings: RunSettings = {
     model: body.model ?? assistant.model,
     instructions: body.instructions ?? assistant.instructions ?? '',
-    tools: body.tools ?? (assistant.tools as Tool[]),
+    tools: body.tools ?? assistant.tools,
     toolResources: body.tool_resources ?? assistant.toolResources ?? null,
     metadata: body.metadata ?? {},
     temperature: body.temperature ?? assistant.temperature ?? null,
@@ -60,8 +61,8 @@ export function runSettings(assistant: AssistantRow, body: CreateThreadAndRunBod
  * Completions provider does not have: a run that would use them is refused before anything exists.
  */
 function checkExecutable(settings: RunSettings, assistant: AssistantRow, toolsFromRequest: boolean) {
-  const tools = settings.tools as Tool[];
-  const hosted = tools.findIndex((tool) => (HOSTED_TOOL_TYPES as readonly string[]).includes(tool.type));
+  const tools = settings.tools;
+  const hosted = tools.findIndex(isHostedTool);
   if (hosted !== -1) {
     const type = tools[hosted]!.type;
     throw new ApiError(
@@ -74,7 +75,7 @@ function checkExecutable(settings: RunSettings, assistant: AssistantRow, toolsFr
     );
   }
   const functions = new Set(tools.flatMap((tool) => (tool.type === 'function' ? [tool.function.name] : [])));
-  const choice = settings.toolChoice as string | { type: string; function?: { name: string } };
+  const choice = settings.toolChoice;
   if (typeof choice === 'object') {
     if (choice.type !== 'function') {
       throw new ApiError('unsupported_tool', `tool_choice cannot force the ${choice.type} tool over Chat Completions.`, {

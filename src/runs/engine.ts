@@ -1,5 +1,4 @@
-import type { BatchItem } from 'drizzle-orm/batch';
-import { batch } from '../db/client';
+import type { Statement } from '../db/client';
 import type { Deps } from '../deps';
 import { serverError } from '../errors';
 import { newId } from '../lib/ids';
@@ -28,7 +27,9 @@ import {
 import { conversationMessages, toMessageJson, type MessageRow } from '../services/threads';
 import { upstreamRules } from '../services/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey, type VirtualKey } from '../services/virtual-keys';
-import { buildChatRequest, type ToolCallsDetails } from './chat-request';
+import type { RequiredAction, StepDetails, ToolCallsDetails } from '../schemas/runs';
+import type { MessageContent } from '../schemas/threads';
+import { buildChatRequest } from './chat-request';
 import type { EventSink, ServerSentEvent } from './event-stream';
 import { chargeRun, failRunAlone, settleRun } from './settle';
 
@@ -61,6 +62,9 @@ const NOT_RECORDED = {
   code: 'server_error',
   message: "The gateway could not record the run's outcome: the write to its database failed.",
 };
+
+/** The steps before a run's first turn. */
+const NO_STEPS: StepRow[] = [];
 
 /** A tool call while it streams: its name and arguments arrive in fragments. */
 interface StreamingToolCall {
@@ -170,7 +174,7 @@ class Execution {
 
     const [conversation, steps] = await Promise.all([
       this.#preloaded?.conversation ?? conversationMessages(db, run.threadId, run.id),
-      this.#preloaded?.firstTurn ? ([] as StepRow[]) : listSteps(db, run.id),
+      this.#preloaded?.firstTurn ? NO_STEPS : listSteps(db, run.id),
     ]);
     this.#earlierUsage = sumUsage(steps.map((step) => step.usage));
     const toolSteps = steps.filter((step) => step.type === 'tool_calls');
@@ -380,7 +384,7 @@ class Execution {
     await Promise.all(inserts);
   }
 
-  #newStep(type: StepRow['type'], details: unknown, at: number): StepRow {
+  #newStep(type: StepRow['type'], details: StepDetails, at: number): StepRow {
     const run = this.#run;
     return {
       seq: 0,
@@ -412,7 +416,7 @@ class Execution {
     const { db, now } = this.#deps;
     const at = now();
     const run = this.#run;
-    const statements: BatchItem<'sqlite'>[] = [];
+    const statements: Statement[] = [];
 
     if (this.#toolStep && finishReason !== 'length') {
       if (this.#message) statements.push(...this.#closeMessage(null, at));
@@ -427,7 +431,7 @@ class Execution {
       const details: ToolCallsDetails = { type: 'tool_calls', tool_calls: calls };
       step.row = { ...step.row, stepDetails: details, usage: turnUsage };
       statements.push(updateStep(db, step.row.id, { stepDetails: details, usage: turnUsage }));
-      const requiredAction = {
+      const requiredAction: RequiredAction = {
         type: 'submit_tool_outputs',
         submit_tool_outputs: {
           tool_calls: calls.map((call) => ({
@@ -480,7 +484,7 @@ class Execution {
   #closeMessage(reason: string | null, at: number, usage?: Usage) {
     const { db } = this.#deps;
     const message = this.#message!;
-    const content = [{ type: 'text', text: { value: message.text.toString(), annotations: [] } }];
+    const content: MessageContent[] = [{ type: 'text', text: { value: message.text.toString(), annotations: [] } }];
     const messagePatch =
       reason === null
         ? { status: 'completed' as const, content, completedAt: at }
@@ -508,15 +512,15 @@ class Execution {
    * the run's. If the run left `from` meanwhile (cancelled, expired by a sweep), nothing is written
    * and the run's actual state is reported instead.
    */
-  async #commit(statements: BatchItem<'sqlite'>[], runPatch: Partial<NewRun>, from: RunRow['status'][]) {
+  async #commit(statements: Statement[], runPatch: Partial<NewRun>, from: RunRow['status'][]) {
     const { db } = this.#deps;
     const events = this.#pendingEvents;
     this.#pendingEvents = [];
     let updated: RunRow | undefined;
     try {
       await this.#settleInserts();
-      const results = await batch(db, [...statements, updateRun(db, this.#run.id, from, runPatch)]);
-      updated = (results[results.length - 1] as RunRow[])[0];
+      // The run's row first: the other statements do not depend on it, and its result is the one read.
+      [[updated]] = await db.batch([updateRun(db, this.#run.id, from, runPatch), ...statements]);
     } catch (error) {
       throw new OutcomeNotRecorded(error);
     }

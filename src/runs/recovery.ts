@@ -1,5 +1,5 @@
 import type { Deps } from '../deps';
-import { ACTIVE_STATUSES, orphanedRuns, overdueRuns, type RunRow } from '../services/runs';
+import { ACTIVE_STATUSES, isActive, orphanedRuns, overdueRuns, type RunRow } from '../services/runs';
 import { settleRun } from './settle';
 
 /**
@@ -19,8 +19,7 @@ export const ORPHANED = {
 /** The run as it really stands: settles it first if it was left behind. */
 export async function reconcileRun(deps: Deps, run: RunRow): Promise<RunRow> {
   const now = deps.now();
-  const active = (ACTIVE_STATUSES as readonly string[]).includes(run.status);
-  if (active && run.leaseExpiresAt !== null && run.leaseExpiresAt < now) {
+  if (isActive(run.status) && run.leaseExpiresAt !== null && run.leaseExpiresAt < now) {
     return (await settleRun(deps, run.id, ACTIVE_STATUSES, { status: 'failed', lastError: { ...ORPHANED } })).run ?? run;
   }
   if (run.status === 'requires_action' && run.expiresAt !== null && run.expiresAt < now) {

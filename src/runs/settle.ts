@@ -1,4 +1,3 @@
-import { batch } from '../db/client';
 import type { Deps } from '../deps';
 import { settleTokens } from '../ratelimit';
 import type { RunStatus } from '../db/schema';
@@ -19,10 +18,7 @@ export async function settleRun(
   settlement: Settlement,
   partial?: { messageId: string; text: string },
 ): Promise<{ run: RunRow | null; message: MessageRow | null }> {
-  const statements = settleRunStatements(deps.db, runId, from, settlement, deps.now(), partial);
-  const results = await batch(deps.db, statements);
-  const [run] = results[results.length - 1] as RunRow[];
-  const [message] = results[results.length - 2] as MessageRow[];
+  const [, [message], [run]] = await deps.db.batch(settleRunStatements(deps.db, runId, from, settlement, deps.now(), partial));
   // A run waiting for tool outputs executes no turn: its last one was settled when it began to wait.
   if (run && !from.includes('requires_action')) await chargeRun(deps, run);
   return { run: run ?? null, message: message ?? null };
@@ -40,10 +36,10 @@ export async function failRunAlone(
   from: readonly RunStatus[],
   lastError: { code: string; message: string },
 ): Promise<RunRow | null> {
-  const statements = settleRunStatements(deps.db, runId, from, { status: 'failed', lastError }, deps.now());
-  const [run] = (await statements[statements.length - 1]!) as RunRow[];
+  const [steps, message, failRun] = settleRunStatements(deps.db, runId, from, { status: 'failed', lastError }, deps.now());
+  const [run] = await failRun;
   if (!run) return null;
-  for (const close of statements.slice(0, -1)) {
+  for (const close of [steps, message]) {
     try {
       await close;
     } catch (error) {

@@ -92,6 +92,8 @@ export type FunctionTool = z.infer<typeof functionTool>;
 /** Tool types that need OpenAI's hosted infrastructure and cannot run over Chat Completions. */
 export const HOSTED_TOOL_TYPES = ['code_interpreter', 'file_search'] as const;
 
+export const isHostedTool = (tool: Tool) => HOSTED_TOOL_TYPES.some((type) => type === tool.type);
+
 const fileIds = z.array(z.string().min(1).max(256)).max(20);
 const vectorStoreIds = z.array(z.string().min(1).max(256)).max(1);
 

@@ -8,7 +8,6 @@ import type { AssistantJson, CreateAssistantBody } from '../schemas/assistants';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage } from './pagination';
 import { insertWhere, quotaExceeded } from './quotas';
-import type { ResponseFormat, Tool, ToolResources } from '../schemas/tools';
 
 /**
  * Assistants, scoped to a workspace. Deleting one only marks it (`deleted_at`): runs that used it
@@ -26,12 +25,12 @@ export function toAssistantJson(row: AssistantRow): AssistantJson {
     description: row.description,
     model: row.model,
     instructions: row.instructions,
-    tools: row.tools as Tool[],
+    tools: row.tools,
     metadata: row.metadata,
-    tool_resources: (row.toolResources ?? {}) as ToolResources,
+    tool_resources: row.toolResources ?? {},
     temperature: row.temperature ?? 1,
     top_p: row.topP ?? 1,
-    response_format: (row.responseFormat ?? 'auto') as ResponseFormat,
+    response_format: row.responseFormat ?? 'auto',
   };
 }
 

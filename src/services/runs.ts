@@ -1,10 +1,12 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
-import type { BatchItem } from 'drizzle-orm/batch';
 import type { Config } from '../config';
-import { batch, type Db } from '../db/client';
-import { messages, runs, runSteps, threads, type RunStatus, type TokenTicket } from '../db/schema';
+import { batchWrites, type Db, type Statement } from '../db/client';
+import { messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import { toUnixSeconds } from '../lib/time';
+import type { Usage } from '../providers/types';
+import type { TokenTicket } from '../schemas/policies';
+import type { ToolCallsDetails } from '../schemas/runs';
 
 /**
  * Runs and run steps: queries and the wire shapes of OpenAI's Run and RunStep objects. The engine
@@ -30,7 +32,8 @@ export function leaseMs(config: Config): number {
 
 export const TERMINAL_STATUSES = ['completed', 'failed', 'cancelled', 'expired', 'incomplete'] as const;
 export const ACTIVE_STATUSES = ['queued', 'in_progress', 'cancelling'] as const;
-export const isTerminal = (status: RunStatus) => (TERMINAL_STATUSES as readonly string[]).includes(status);
+export const isTerminal = (status: RunStatus) => TERMINAL_STATUSES.some((terminal) => terminal === status);
+export const isActive = (status: RunStatus) => ACTIVE_STATUSES.some((active) => active === status);
 
 export function toRunJson(row: RunRow) {
   const terminal = isTerminal(row.status);
@@ -97,11 +100,11 @@ export async function insertThreadAndRun(
   threadMessages: MessageInsert[],
   run: NewRun,
 ): Promise<void> {
-  const statements: BatchItem<'sqlite'>[] = [];
+  const statements: Statement[] = [];
   if (thread) statements.push(db.insert(threads).values(thread));
   if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
   statements.push(db.insert(runs).values(run));
-  await batch(db, statements);
+  await batchWrites(db, statements);
 }
 
 export async function getRun(db: Db, workspaceId: string, threadId: string, runId: string): Promise<RunRow> {
@@ -191,7 +194,8 @@ const MESSAGE_REASON = { cancelled: 'run_cancelled', expired: 'run_expired', fai
  * The statements that end a run without an answer: its open steps take the run's fate, its open
  * message becomes incomplete (keeping `partialText`, the text streamed so far, when given), and
  * the run's usage is the sum of its steps' usage — computed in SQL so that it is exact whoever
- * settles. Only a run still in one of `from` changes; the last result is the run, if it did.
+ * settles. Only a run still in one of `from` changes. The statements, in their order: the steps,
+ * the message (returned), the run (returned, if it changed).
  */
 export function settleRunStatements(
   db: Db,
@@ -217,23 +221,24 @@ export function settleRunStatements(
       'completion_tokens', coalesce(sum(json_extract(${runSteps.usage}, '$.completion_tokens')), 0),
       'total_tokens', coalesce(sum(json_extract(${runSteps.usage}, '$.total_tokens')), 0))
     FROM ${runSteps} WHERE ${runSteps.runId} = ${runId})`;
-  const statements = [];
-  if (partial) {
-    statements.push(
-      db
-        .update(messages)
-        .set({ content: [{ type: 'text', text: { value: partial.text, annotations: [] } }] })
-        .where(and(eq(messages.id, partial.messageId), eq(messages.status, 'in_progress'))),
-    );
-  }
-  statements.push(
+  // The text streamed so far is kept in the message it left incomplete (only that one: a run
+  // has at most one message in progress).
+  const content = partial
+    ? sql`CASE WHEN ${messages.id} = ${partial.messageId} THEN ${JSON.stringify(partialContent(partial.text))} ELSE ${messages.content} END`
+    : undefined;
+  return [
     db
       .update(runSteps)
       .set({ status: settlement.status, ...stepStamp, ...(lastError ? { lastError } : {}) })
       .where(and(eq(runSteps.runId, runId), eq(runSteps.status, 'in_progress'))),
     db
       .update(messages)
-      .set({ status: 'incomplete', incompleteAt: at, incompleteDetails: { reason: MESSAGE_REASON[settlement.status] } })
+      .set({
+        status: 'incomplete',
+        incompleteAt: at,
+        incompleteDetails: { reason: MESSAGE_REASON[settlement.status] },
+        ...(content ? { content } : {}),
+      })
       // Found through the thread's index: messages has none on run_id, and a scan of the table
       // would read through every large answer stored before the run_id column.
       .where(
@@ -252,23 +257,29 @@ export function settleRunStatements(
         lastError,
         requiredAction: null,
         leaseExpiresAt: null,
-        usage: sql`${usage}` as unknown as RunRow['usage'],
+        usage: sql<Usage>`${usage}`,
       })
       .where(and(eq(runs.id, runId), inArray(runs.status, [...from])))
       .returning(),
-  );
-  return statements;
+  ] as const;
 }
 
+const partialContent = (text: string) => [{ type: 'text' as const, text: { value: text, annotations: [] } }];
+
+/** A tool-calls step, with its details narrowed to say so. */
+export type ToolCallsStep = StepRow & { stepDetails: ToolCallsDetails };
+
+const isToolCallsStep = (step: StepRow): step is ToolCallsStep => step.stepDetails.type === 'tool_calls';
+
 /** The tool-calls step a run in requires_action waits on. */
-export async function toolCallsStepInProgress(db: Db, runId: string): Promise<StepRow> {
+export async function toolCallsStepInProgress(db: Db, runId: string): Promise<ToolCallsStep> {
   const [step] = await db
     .select()
     .from(runSteps)
     .where(and(eq(runSteps.runId, runId), eq(runSteps.type, 'tool_calls'), eq(runSteps.status, 'in_progress')))
     .orderBy(desc(runSteps.seq))
     .limit(1);
-  if (!step) throw new Error(`run ${runId} requires action but has no tool-calls step in progress`);
+  if (!step || !isToolCallsStep(step)) throw new Error(`run ${runId} requires action but has no tool-calls step in progress`);
   return step;
 }
 
@@ -277,25 +288,24 @@ export async function toolCallsStepInProgress(db: Db, runId: string): Promise<St
  * requires_action (so a second submit finds nothing to do), and the step takes the outputs only if
  * the run moved. The caller executes the run's next turn at once.
  */
-export async function submitToolOutputsStatements(
+export async function acceptToolOutputs(
   db: Db,
   runId: string,
-  step: StepRow,
+  step: ToolCallsStep,
   outputs: Map<string, string>,
   at: number,
   lease: number,
   rateLimit: TokenTicket | null,
 ): Promise<{ run: RunRow | null; step: StepRow }> {
-  const details = step.stepDetails as { type: 'tool_calls'; tool_calls: { id: string; function: { output: string | null } }[] };
-  const stepDetails = {
-    ...details,
-    tool_calls: details.tool_calls.map((call) => ({
+  const stepDetails: ToolCallsDetails = {
+    ...step.stepDetails,
+    tool_calls: step.stepDetails.tool_calls.map((call) => ({
       ...call,
       function: { ...call.function, output: outputs.get(call.id) ?? null },
     })),
   };
   const stepPatch = { status: 'completed' as const, completedAt: at, stepDetails };
-  const [runResult] = await batch(db, [
+  const [[run]] = await db.batch([
     updateRun(db, runId, ['requires_action'], {
       status: 'in_progress',
       requiredAction: null,
@@ -313,6 +323,5 @@ export async function submitToolOutputsStatements(
         ),
       ),
   ]);
-  const [run] = runResult as RunRow[];
   return { run: run ?? null, step: { ...step, ...stepPatch } };
 }

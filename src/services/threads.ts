@@ -12,11 +12,6 @@ export type ThreadRow = typeof threads.$inferSelect;
 export type MessageRow = typeof messages.$inferSelect;
 export type NewMessage = typeof messages.$inferInsert;
 
-/** Message content as stored and answered: OpenAI's content parts. */
-export type MessageContent =
-  | { type: 'text'; text: { value: string; annotations: unknown[] } }
-  | { type: 'image_url'; image_url: { url: string; detail?: string } };
-
 export function toThreadJson(row: ThreadRow) {
   return {
     id: row.id,

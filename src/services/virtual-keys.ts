@@ -1,11 +1,11 @@
 import { and, count, desc, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
 import { preparedQuery, type Db } from '../db/client';
-import { virtualKeys, workspaces, type Provider } from '../db/schema';
+import { virtualKeys, workspaces } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
 import type { SecretBox } from '../lib/secrets';
 import { checkUpstreamUrl, type UpstreamUrlOptions } from '../lib/upstream-url';
-import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type VirtualKeyJson } from '../schemas/virtual-keys';
+import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type Provider, type VirtualKeyJson } from '../schemas/virtual-keys';
 import { toUnixSeconds } from '../lib/time';
 import { insertWhere, quotaExceeded } from './quotas';
 
