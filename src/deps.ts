@@ -37,7 +37,7 @@ export interface Deps {
   background: (c: Context<AppEnv>, task: Promise<unknown>) => void;
   /**
    * Executes a run put in progress whose answer has already gone out (a non-streamed run), in the
-   * background: in this process on Node (runs/dispatch.ts); on Workers, where `waitUntil` ends
+   * background: in this process on Node (node/run-host.ts); on Workers, where `waitUntil` ends
    * soon after the response, somewhere that lives as long as the run. `preloaded` spares database
    * reads when the run executes where it was created.
    */
@@ -45,7 +45,7 @@ export interface Deps {
   /**
    * Executes a streamed run put in progress and answers its event stream, `leading` first. The
    * run does not depend on the reader: a client that disconnects leaves it executing to the end.
-   * In this process on Node (runs/dispatch.ts); on Workers, in the run's executor object, since
+   * In this process on Node (node/run-host.ts); on Workers, in the run's executor object, since
    * `waitUntil` ends 30 seconds after a client disconnects.
    */
   streamRun: (

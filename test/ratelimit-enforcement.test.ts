@@ -7,7 +7,8 @@ import { organisations } from '../src/db/schema';
 import { newUuid } from '../src/lib/ids';
 import { ApiError, errorResponse } from '../src/errors';
 import { createLogger } from '../src/logger';
-import { createNodeDeps, nodeConfig } from '../src/node-runtime';
+import { nodeConfig } from '../src/node/config';
+import { createNodeDeps } from '../src/node/deps';
 import {
   admitRequest,
   settleTokens,

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createApp } from '../src/app';
-import { createNodeDeps } from '../src/node-runtime';
+import { createNodeDeps } from '../src/node/deps';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 

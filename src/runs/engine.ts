@@ -30,7 +30,7 @@ import { decryptVirtualKeySecret, getVirtualKey, type VirtualKey } from '../serv
 import type { RequiredAction, StepDetails, ToolCallsDetails } from '../schemas/runs';
 import type { MessageContent } from '../schemas/threads';
 import { buildChatRequest } from './chat-request';
-import type { EventSink, ServerSentEvent } from './event-stream';
+import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
 import { chargeRun, failRunAlone, settleRun } from './settle';
 
 /**
@@ -96,6 +96,33 @@ export interface ExecuteOptions {
  */
 export async function executeRun(deps: Deps, run: RunRow, options: ExecuteOptions = {}): Promise<void> {
   await new Execution(deps, run, options).run();
+}
+
+/**
+ * Executes a run into a new event stream, wherever it executes (in this process on Node, in its
+ * executor object on Workers): the stream to answer with, and the execution, which never rejects.
+ * The stream ends with `done`, after an `error` event if the gateway itself failed once the
+ * stream had begun.
+ */
+export function executeStreamed(
+  deps: Deps,
+  run: RunRow,
+  options: Pick<ExecuteOptions, 'leading' | 'preloaded'>,
+  requestId?: string,
+): { readable: ReadableStream<Uint8Array>; done: Promise<void> } {
+  // A client that reads nothing is given as long as a silent upstream.
+  const events = new EventStream({ stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS });
+  const done = (async () => {
+    try {
+      await executeRun(deps, run, { ...options, sink: events });
+    } catch (error) {
+      deps.log.error('run stream failed', { run_id: run.id, request_id: requestId, error });
+      await events.fail(serverError().body);
+    } finally {
+      await events.close();
+    }
+  })();
+  return { readable: events.readable, done };
 }
 
 class Execution {

@@ -1,7 +1,8 @@
 import { createInterface } from 'node:readline';
 import { openDatabase } from '../../src/db/node';
 import { ApiError } from '../../src/errors';
-import { createNodeDeps, nodeConfig } from '../../src/node-runtime';
+import { nodeConfig } from '../../src/node/config';
+import { createNodeDeps } from '../../src/node/deps';
 import { admitRequest, type RequestAttributes } from '../../src/ratelimit';
 import { createPolicy } from '../../src/services/policies';
 import { workspaceCaps } from '../../src/services/quotas';

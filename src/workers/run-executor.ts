@@ -1,8 +1,7 @@
 import { DurableObject } from 'cloudflare:workers';
-import { executeStreamed } from '../runs/dispatch';
-import { abortExecution, executeRun, type ExecuteOptions } from '../runs/engine';
+import { abortExecution, executeRun, executeStreamed, type ExecuteOptions } from '../runs/engine';
 import type { RunRow } from '../services/runs';
-import { workerDeps, type Env } from '../worker-runtime';
+import { workerDeps, type Env } from './deps';
 
 /**
  * Where runs execute on Workers (Deps.dispatchRun, Deps.streamRun): one object per run, named by

@@ -1,19 +1,19 @@
 import { createClient } from '@libsql/client/web';
 import { drizzle } from 'drizzle-orm/libsql/web';
-import { parseConfig, type Config } from './config';
-import * as schema from './db/schema';
+import { parseConfig, type Config } from '../config';
+import * as schema from '../db/schema';
 import type { Context } from 'hono';
-import type { AppEnv, Deps } from './deps';
-import { DurableObjectCounterStore, type RateLimitCounter } from './durable/counter-store';
-import type { RunExecutor } from './durable/run-executor';
-import { secretBoxFromEnv } from './lib/secrets';
-import { createLogger } from './logger';
-import { LibsqlCounterStore, PolicyCache } from './ratelimit';
-import { UNSLICED } from './lib/slices';
+import type { AppEnv, Deps } from '../deps';
+import { DurableObjectCounterStore, type RateLimitCounter } from './counter-store';
+import type { RunExecutor } from './run-executor';
+import { secretBoxFromEnv } from '../lib/secrets';
+import { createLogger } from '../logger';
+import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
+import { UNSLICED } from '../lib/slices';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
- * the fetch and scheduled handlers (worker.ts) and the Durable Objects (durable/). Data lives in
+ * the fetch and scheduled handlers (worker.ts) and the Durable Objects (run-executor.ts). Data lives in
  * libSQL (Turso) at LIBSQL_URL; migrations are applied from Node with `npm run db:migrate`
  * (README: "Cloudflare Workers").
  */
@@ -23,9 +23,9 @@ import { UNSLICED } from './lib/slices';
  * Durable Object namespaces.
  */
 export type Env = { [Name in keyof Config]?: string } & {
-  /** Rate-limit counters, one object per counter (durable/counter-store.ts). */
+  /** Rate-limit counters, one object per counter (counter-store.ts). */
   RATE_LIMIT_COUNTER: DurableObjectNamespace<RateLimitCounter>;
-  /** Where runs execute, one object per run (durable/run-executor.ts). */
+  /** Where runs execute, one object per run (run-executor.ts). */
   RUN_EXECUTOR: DurableObjectNamespace<RunExecutor>;
 };
 
