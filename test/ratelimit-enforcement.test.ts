@@ -358,7 +358,7 @@ describe('on a libSQL server', () => {
       await migrateDatabase(databases[0]!.db);
       const overrides = { now: () => now, log: createLogger('silent'), secrets: gateway.deps.secrets };
       const [one, two] = await Promise.all(
-        databases.map(async (database) => (await createNodeDeps(gateway.deps.config, database, overrides)).deps),
+        databases.map((database) => createNodeDeps(gateway.deps.config, database, overrides)),
       );
       const organisationId = newUuid();
       await one!.db.insert(organisations).values({ id: organisationId, name: 'sqld', createdAt: now });
@@ -635,7 +635,7 @@ describe('changes apply at once', () => {
     at('2030-06-01T10:00:05Z');
     const tenant = await gateway.tenant();
     const database = await openDatabase(gateway.deps.config);
-    const { deps: second } = await createNodeDeps(gateway.deps.config, database, {
+    const second = await createNodeDeps(gateway.deps.config, database, {
       now: () => now,
       log: createLogger('silent'),
     });

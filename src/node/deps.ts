@@ -6,18 +6,16 @@ import { nodeSlices } from '../node-slices';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
 import { upstreamRules } from '../services/upstream-rules';
 import { loadSecretBox } from './key-file';
-import { abortInProcess, dispatchInProcess, streamInProcess } from './run-host';
-import { TaskTracker } from './tasks';
+import { inProcessRunHost } from './run-host';
 import { upstreamFetch } from './upstream-fetch';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
  * secret box; without one, the box comes from loadSecretBox.
  */
-export async function createNodeDeps(config: Config, database: NodeDatabase, overrides: Partial<Deps> = {}) {
-  const tasks = new TaskTracker();
+export async function createNodeDeps(config: Config, database: NodeDatabase, overrides: Partial<Deps> = {}): Promise<Deps> {
   const log = overrides.log ?? createLogger(config.LOG_LEVEL);
-  const deps: Deps = {
+  const deps: Omit<Deps, 'runHost'> = {
     db: database.db,
     config,
     log,
@@ -25,13 +23,9 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     counters: new LibsqlCounterStore(database.countersClient, { log }),
     policyCache: new PolicyCache(database.db),
     now: Date.now,
-    background: (_c, task) => tasks.track(task),
-    dispatchRun: dispatchInProcess,
-    streamRun: streamInProcess,
-    abortRun: abortInProcess,
     slices: nodeSlices,
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     ...overrides,
   };
-  return { deps, tasks };
+  return { ...deps, runHost: overrides.runHost ?? inProcessRunHost(deps) };
 }

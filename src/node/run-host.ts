@@ -1,24 +1,26 @@
-import type { Deps } from '../deps';
-import { abortExecution, executeRun, executeStreamed } from '../runs/engine';
+import { abortExecution, executeRun, executeStreamed, type RunDeps } from '../runs/engine';
+import type { RunHost } from '../runs/host';
 
 /**
- * Runs a dispatched run in this process, as background work (see Deps.dispatchRun), from the next
- * turn of the event loop: starting the provider call is about a millisecond of synchronous work,
- * which would otherwise go out before the acknowledgement it does not need to precede.
+ * Runs execute in this process, kept alive by the request's waitUntil (on Node, a TaskTracker
+ * that a shutdown waits for: node/app.ts). A cancel reaches the execution here at once.
  */
-export const dispatchInProcess: Deps['dispatchRun'] = (c, run, preloaded) => {
-  const { deps } = c.var;
-  const nextTurn = new Promise<void>((resolve) => setImmediate(resolve));
-  deps.background(c, nextTurn.then(() => executeRun(deps, run, { preloaded })));
-};
-
-/** Streams a run executing in this process, as background work (see Deps.streamRun). */
-export const streamInProcess: Deps['streamRun'] = (c, run, options) => {
-  const { deps } = c.var;
-  const { readable, done } = executeStreamed(deps, run, options, c.var.requestId);
-  deps.background(c, done);
-  return Promise.resolve(readable);
-};
-
-/** Stops a run executing in this process (see Deps.abortRun). */
-export const abortInProcess: Deps['abortRun'] = (_c, runId) => abortExecution(runId);
+export function inProcessRunHost(deps: RunDeps): RunHost {
+  return {
+    start(run, options, context) {
+      // From the next turn of the event loop: starting the provider call is about a millisecond of
+      // synchronous work, which would otherwise go out before the acknowledgement it does not
+      // need to precede.
+      const nextTurn = new Promise<void>((resolve) => setImmediate(resolve));
+      context.waitUntil(nextTurn.then(() => executeRun(deps, run, options)));
+    },
+    stream(run, options, context) {
+      const { readable, done } = executeStreamed(deps, run, options, context.requestId);
+      context.waitUntil(done);
+      return Promise.resolve(readable);
+    },
+    cancel(runId) {
+      abortExecution(runId);
+    },
+  };
+}

@@ -1,10 +1,10 @@
-import { createApp } from '../app';
 import type { Config } from '../config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from '../db/node';
 import type { Deps } from '../deps';
 import { sweepRuns } from '../runs/recovery';
 import { initialise, type InitResult } from '../services/organisations';
 import { leaseMs } from '../services/runs';
+import { createNodeApp } from './app';
 import { createNodeDeps } from './deps';
 import { loadSecretBox } from './key-file';
 import { listen } from './server';
@@ -33,11 +33,11 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   const secrets = overrides.secrets ?? (await loadSecretBox(config));
   const database = await openDatabase(config);
   await migrateDatabase(database.db);
-  const { deps, tasks } = await createNodeDeps(config, database, { ...overrides, secrets });
+  const deps = await createNodeDeps(config, database, { ...overrides, secrets });
   const initialised = await initialise(database.db, deps.now());
   for (const warning of database.warnings) deps.log.warn(warning);
-  const app = createApp(deps);
-  const { server, url } = await listen((request) => app.fetch(request), config);
+  const { fetch, tasks } = createNodeApp(deps);
+  const { server, url } = await listen(fetch, config);
   deps.log.info('listening', { url, database: database.location });
 
   const sweep = () =>

@@ -8,7 +8,7 @@ import { workspace } from '../middleware/workspace';
 import { admitRequest, promptChars, settleTokens, turnReservation, type Admission, type TurnTokens } from '../ratelimit';
 import { METADATA_HEADER, requestMetadata } from '../ratelimit/attributes';
 import { asQueued, insertable, prepareThreadAndRun } from '../runs/create';
-import type { ExecuteOptions } from '../runs/engine';
+import type { Preloaded, RequestContext } from '../runs/host';
 import { SSE_HEADERS, type ServerSentEvent } from '../runs/event-stream';
 import { reconcileRun } from '../runs/recovery';
 import { settleRun } from '../runs/settle';
@@ -123,7 +123,7 @@ export const threadRoutes = new Hono<AppEnv>()
       }
       case 'in_progress': {
         const [cancelling] = await updateRun(deps.db, run.id, ['in_progress'], { status: 'cancelling' });
-        deps.abortRun(c, run.id);
+        deps.runHost.cancel(run.id, requestContext(c));
         return c.json(toRunJson(cancelling ?? (await currentRun(c))));
       }
       case 'cancelling':
@@ -235,20 +235,25 @@ function matchToolOutputs(run: RunRow, outputs: { tool_call_id: string; output: 
 /**
  * Answers a run just put in progress: as the acknowledged (queued) object, executing it in the
  * background, or as the event stream of its execution. Either way the execution does not belong to
- * the request (Deps.dispatchRun, Deps.streamRun), so a client that disconnects does not stop it.
+ * the request (runs/host.ts), so a client that disconnects does not stop it.
  */
 async function respond(
   c: Context<AppEnv>,
   run: RunRow,
   admission: Admission,
   stream: boolean,
-  options: { acknowledged: unknown; leading: ServerSentEvent[]; preloaded: ExecuteOptions['preloaded'] },
+  options: { acknowledged: unknown; leading: ServerSentEvent[]; preloaded: Preloaded | undefined },
 ): Promise<Response> {
-  const { deps } = c.var;
+  const { runHost } = c.var.deps;
   if (!stream) {
-    deps.dispatchRun(c, run, options.preloaded);
+    runHost.start(run, { preloaded: options.preloaded }, requestContext(c));
     return c.json(options.acknowledged, 200, admission.headers);
   }
-  const events = await deps.streamRun(c, run, { leading: options.leading, preloaded: options.preloaded });
+  const events = await runHost.stream(run, { leading: options.leading, preloaded: options.preloaded }, requestContext(c));
   return new Response(events, { status: 200, headers: { ...SSE_HEADERS, ...admission.headers } });
+}
+
+/** The request as a run host sees it: the runtime's waitUntil (both entries hand Hono one) and its id. */
+function requestContext(c: Context<AppEnv>): RequestContext {
+  return { waitUntil: (task) => c.executionCtx.waitUntil(task), requestId: c.var.requestId };
 }

@@ -26,11 +26,12 @@ import {
 } from '../services/runs';
 import { conversationMessages, toMessageJson, type MessageRow } from '../services/threads';
 import { upstreamRules } from '../services/upstream-rules';
-import { decryptVirtualKeySecret, getVirtualKey, type VirtualKey } from '../services/virtual-keys';
+import { decryptVirtualKeySecret, getVirtualKey } from '../services/virtual-keys';
 import type { RequiredAction, StepDetails, ToolCallsDetails } from '../schemas/runs';
 import type { MessageContent } from '../schemas/threads';
 import { buildChatRequest } from './chat-request';
 import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
+import type { StreamOptions } from './host';
 import { chargeRun, failRunAlone, settleRun } from './settle';
 
 /**
@@ -81,12 +82,12 @@ export function abortExecution(runId: string): void {
   executing.get(runId)?.abort(new RunStopped('cancelled'));
 }
 
-export interface ExecuteOptions {
+/** What executing a run uses of the deps. */
+export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'now' | 'slices'>;
+
+export interface ExecuteOptions extends StreamOptions {
+  /** Where the run's events go: a streamed run's event stream; none for a run that is polled. */
   sink?: EventSink;
-  /** Events the caller wants sent first, together with the run's `in_progress` (thread.created, …). */
-  leading?: ServerSentEvent[];
-  /** What the caller already holds, to spare the database reads on the hot path. */
-  preloaded?: { virtualKey: VirtualKey; conversation: MessageRow[]; firstTurn: boolean };
 }
 
 /**
@@ -94,7 +95,7 @@ export interface ExecuteOptions {
  * accepting its tool outputs) and so owns: calls the upstream and settles the outcome.
  * Never throws: every failure ends the run in a state the client can see.
  */
-export async function executeRun(deps: Deps, run: RunRow, options: ExecuteOptions = {}): Promise<void> {
+export async function executeRun(deps: RunDeps, run: RunRow, options: ExecuteOptions = {}): Promise<void> {
   await new Execution(deps, run, options).run();
 }
 
@@ -105,9 +106,9 @@ export async function executeRun(deps: Deps, run: RunRow, options: ExecuteOption
  * stream had begun.
  */
 export function executeStreamed(
-  deps: Deps,
+  deps: RunDeps,
   run: RunRow,
-  options: Pick<ExecuteOptions, 'leading' | 'preloaded'>,
+  options: StreamOptions,
   requestId?: string,
 ): { readable: ReadableStream<Uint8Array>; done: Promise<void> } {
   // A client that reads nothing is given as long as a silent upstream.
@@ -126,7 +127,7 @@ export function executeStreamed(
 }
 
 class Execution {
-  readonly #deps: Deps;
+  readonly #deps: RunDeps;
   readonly #sink: EventSink | undefined;
   readonly #leading: ServerSentEvent[];
   readonly #preloaded: ExecuteOptions['preloaded'];
@@ -152,7 +153,7 @@ class Execution {
   /** What the turn opened and has not sent yet: its events, and its inserts, started once sent. */
   #opened: { events: ServerSentEvent[]; inserts: (() => PromiseLike<unknown>)[] } = { events: [], inserts: [] };
 
-  constructor(deps: Deps, run: RunRow, options: ExecuteOptions) {
+  constructor(deps: RunDeps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
     this.#run = run;
     this.#sink = options.sink;

@@ -4,6 +4,9 @@ import type { RunStatus } from '../db/schema';
 import { settleRunStatements, type RunRow, type Settlement } from '../services/runs';
 import type { MessageRow } from '../services/threads';
 
+/** What settling a run uses of the deps. */
+export type SettleDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters'>;
+
 /**
  * Ends a run that will not produce its answer: cancelled, expired or failed. Used by the engine when
  * an execution stops, by the cancel route for a run with no executor (queued, requires_action), and
@@ -12,7 +15,7 @@ import type { MessageRow } from '../services/threads';
  * incomplete, or a null run when the run was no longer in one of `from`.
  */
 export async function settleRun(
-  deps: Deps,
+  deps: SettleDeps,
   runId: string,
   from: readonly RunStatus[],
   settlement: Settlement,
@@ -31,7 +34,7 @@ export async function settleRun(
  * or null when it was no longer in one of `from`. Throws only when the run's own write fails.
  */
 export async function failRunAlone(
-  deps: Deps,
+  deps: SettleDeps,
   runId: string,
   from: readonly RunStatus[],
   lastError: { code: string; message: string },
@@ -56,7 +59,7 @@ export async function failRunAlone(
  * before the turn) charged. Called once per turn, by whoever moved the run out of execution: the
  * move is conditional, so only one caller gets the row. Never throws.
  */
-export async function chargeRun(deps: Deps, run: RunRow): Promise<void> {
+export async function chargeRun(deps: Pick<Deps, 'now' | 'log' | 'counters'>, run: RunRow): Promise<void> {
   const ticket = run.rateLimit;
   if (!ticket) return;
   const tokens = (run.usage?.total_tokens ?? 0) - (ticket.base_tokens ?? 0);

@@ -2,10 +2,9 @@ import { createClient } from '@libsql/client/web';
 import { drizzle } from 'drizzle-orm/libsql/web';
 import { parseConfig, type Config } from '../config';
 import * as schema from '../db/schema';
-import type { Context } from 'hono';
-import type { AppEnv, Deps } from '../deps';
+import type { Deps } from '../deps';
 import { DurableObjectCounterStore, type RateLimitCounter } from './counter-store';
-import type { RunExecutor } from './run-executor';
+import { workersRunHost, type RunExecutorRpc } from './run-host';
 import { secretBoxFromEnv } from '../lib/secrets';
 import { createLogger } from '../logger';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
@@ -26,7 +25,7 @@ export type Env = { [Name in keyof Config]?: string } & {
   /** Rate-limit counters, one object per counter (counter-store.ts). */
   RATE_LIMIT_COUNTER: DurableObjectNamespace<RateLimitCounter>;
   /** Where runs execute, one object per run (run-executor.ts). */
-  RUN_EXECUTOR: DurableObjectNamespace<RunExecutor>;
+  RUN_EXECUTOR: DurableObjectNamespace<RunExecutorRpc>;
 };
 
 let built: Promise<Deps> | undefined;
@@ -60,7 +59,6 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
   });
   const db = drizzle(client, { schema });
   const log = createLogger(config.LOG_LEVEL);
-  const runs = env.RUN_EXECUTOR;
   return {
     db,
     config,
@@ -72,38 +70,8 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
         : new DurableObjectCounterStore(env.RATE_LIMIT_COUNTER, { log }),
     policyCache: new PolicyCache(db),
     now: Date.now,
-    background: (c, task) => c.executionCtx.waitUntil(task),
-    // Should the hand-over fail, the run is still leased: recovery fails it once the lease runs out.
-    dispatchRun: (c, run, preloaded) =>
-      handOver(c, runs, run.id, (executor) => executor.start(run, preloaded), (error) =>
-        log.error('run could not be handed to its executor', { run_id: run.id, request_id: c.var.requestId, error }),
-      ),
-    streamRun: (_c, run, options) => runExecutor(runs, run.id).stream(run, options),
-    // The run's lease renewal notices the cancel anyway, within a third of the lease.
-    abortRun: (c, runId) =>
-      handOver(c, runs, runId, (executor) => executor.cancel(runId), (error) =>
-        log.warn('cancel could not reach the run executor', { run_id: runId, request_id: c.var.requestId, error }),
-      ),
+    runHost: workersRunHost(env.RUN_EXECUTOR, log),
     fetch: (input, init) => fetch(input, init),
     slices: UNSLICED,
   };
-}
-
-/**
- * A call to a run's executor object that the request does not wait for (the object outlives the
- * request): kept going by the request's waitUntil, its failure reported by `failed`.
- */
-function handOver(
-  c: Context<AppEnv>,
-  namespace: DurableObjectNamespace<RunExecutor>,
-  runId: string,
-  call: (executor: DurableObjectStub<RunExecutor>) => Promise<unknown>,
-  failed: (error: unknown) => void,
-) {
-  c.var.deps.background(c, call(runExecutor(namespace, runId)).catch(failed));
-}
-
-/** The object where a run executes, one per run (a continued run comes back to the same one). */
-function runExecutor(namespace: DurableObjectNamespace<RunExecutor>, runId: string) {
-  return namespace.get(namespace.idFromName(runId));
 }

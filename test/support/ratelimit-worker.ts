@@ -23,7 +23,7 @@ const [command, first, second, nowText] = process.argv.slice(2);
 const now = Number(nowText);
 const config = nodeConfig({ DATA_DIR: process.env.DATA_DIR, LOG_LEVEL: 'silent' });
 const database = await openDatabase(config);
-const { deps } = await createNodeDeps(config, database, { now: () => now });
+const deps = await createNodeDeps(config, database, { now: () => now });
 
 if (command === 'admit') {
   const attributes = JSON.parse(first!) as RequestAttributes;
