@@ -6,8 +6,9 @@ import { virtualKey } from '../middleware/virtual-key';
 import { workspace } from '../middleware/workspace';
 import { createAssistantBody } from '../schemas/assistants';
 import { cursorListQuery } from '../schemas/common';
-import { createAssistant, deleteAssistant, getAssistant, listAssistants, toAssistantJson } from '../services/assistants';
-import { listObject } from '../services/pagination';
+import { createAssistant, deleteAssistant, getAssistant, listAssistants } from '../services/assistants';
+import { toAssistantJson } from '../wire/assistants';
+import { listObject } from '../wire/lists';
 
 /**
  * /v1/assistants, in the workspace of workspace(). Retrieving one needs `x-gateway-virtual-key`

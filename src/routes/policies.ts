@@ -9,10 +9,10 @@ import {
   createPolicy,
   getPolicy,
   listPolicies,
-  toPolicyJson,
   updatePolicy,
 } from '../services/policies';
 import { workspaceCaps } from '../services/quotas';
+import { toPolicyJson } from '../wire/policies';
 import { resolveWorkspaceScope } from '../services/workspaces';
 
 /** /v1/policies/rate-limits */

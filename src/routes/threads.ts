@@ -21,16 +21,16 @@ import {
   insertThreadAndRun,
   isTerminal,
   leaseMs,
-  toRunJson,
-  toStepJson,
   toolCallsStepInProgress,
   updateRun,
   type RunRow,
   type StepRow,
 } from '../services/runs';
-import { listObject } from '../services/pagination';
-import { getThread, listMessages, toMessageJson, toThreadJson, type MessageRow } from '../services/threads';
+import { getThread, listMessages, type MessageRow } from '../services/threads';
 import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
+import { listObject } from '../wire/lists';
+import { toRunJson, toStepJson } from '../wire/runs';
+import { toMessageJson, toThreadJson } from '../wire/threads';
 
 /** How often the OpenAI SDK's pollers should ask about a run that is still going. */
 const POLL_AFTER_MS = '250';

@@ -14,8 +14,6 @@ import {
   leaseMs,
   listSteps,
   renewLease,
-  toRunJson,
-  toStepJson,
   updateMessage,
   updateRun,
   updateStep,
@@ -24,9 +22,11 @@ import {
   type Settlement,
   type StepRow,
 } from '../services/runs';
-import { conversationMessages, toMessageJson, type MessageRow } from '../services/threads';
+import { conversationMessages, type MessageRow } from '../services/threads';
 import { upstreamRules } from '../services/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey } from '../services/virtual-keys';
+import { toRunJson, toStepJson } from '../wire/runs';
+import { toMessageJson } from '../wire/threads';
 import type { RequiredAction, StepDetails, ToolCallsDetails } from '../schemas/runs';
 import type { MessageContent } from '../schemas/threads';
 import { buildChatRequest } from './chat-request';

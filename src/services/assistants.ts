@@ -3,8 +3,7 @@ import { preparedQuery, type Db } from '../db/client';
 import { assistants } from '../db/schema';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
-import { toUnixSeconds } from '../lib/time';
-import type { AssistantJson, CreateAssistantBody } from '../schemas/assistants';
+import type { CreateAssistantBody } from '../schemas/assistants';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage } from './pagination';
 import { insertWhere, quotaExceeded } from './quotas';
@@ -16,23 +15,6 @@ import { insertWhere, quotaExceeded } from './quotas';
 
 export type AssistantRow = typeof assistants.$inferSelect;
 
-export function toAssistantJson(row: AssistantRow): AssistantJson {
-  return {
-    id: row.id,
-    object: 'assistant',
-    created_at: toUnixSeconds(row.createdAt),
-    name: row.name,
-    description: row.description,
-    model: row.model,
-    instructions: row.instructions,
-    tools: row.tools,
-    metadata: row.metadata,
-    tool_resources: row.toolResources ?? {},
-    temperature: row.temperature ?? 1,
-    top_p: row.topP ?? 1,
-    response_format: row.responseFormat ?? 'auto',
-  };
-}
 
 /**
  * Creates an assistant; 400 `quota_exceeded` when the workspace holds `maxAssistants` live ones

@@ -3,15 +3,15 @@ import type { Config } from '../config';
 import { batchWrites, type Db, type Statement } from '../db/client';
 import { messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
-import { toUnixSeconds } from '../lib/time';
 import type { Usage } from '../providers/types';
 import type { TokenTicket } from '../schemas/policies';
 import type { ToolCallsDetails } from '../schemas/runs';
 
 /**
- * Runs and run steps: queries and the wire shapes of OpenAI's Run and RunStep objects. The engine
- * (src/runs/engine.ts) decides the transitions; the statements live here and are returned
- * unexecuted where the engine needs several in one batch (one transaction).
+ * Runs and run steps: their queries (their JSON is wire/runs.ts). The engine (runs/engine.ts)
+ * decides the transitions; the statements live here, and are returned unexecuted (by a function
+ * whose name ends in Statements, or one that builds a single statement) where a caller needs
+ * several in one batch (one transaction).
  */
 
 export type RunRow = typeof runs.$inferSelect;
@@ -35,63 +35,8 @@ export const ACTIVE_STATUSES = ['queued', 'in_progress', 'cancelling'] as const;
 export const isTerminal = (status: RunStatus) => TERMINAL_STATUSES.some((terminal) => terminal === status);
 export const isActive = (status: RunStatus) => ACTIVE_STATUSES.some((active) => active === status);
 
-export function toRunJson(row: RunRow) {
-  const terminal = isTerminal(row.status);
-  return {
-    id: row.id,
-    object: 'thread.run' as const,
-    created_at: toUnixSeconds(row.createdAt),
-    assistant_id: row.assistantId,
-    thread_id: row.threadId,
-    status: row.status,
-    started_at: seconds(row.startedAt),
-    // As OpenAI does: a run that has ended no longer expires.
-    expires_at: terminal ? null : seconds(row.expiresAt),
-    cancelled_at: seconds(row.cancelledAt),
-    failed_at: seconds(row.failedAt),
-    completed_at: seconds(row.completedAt),
-    required_action: row.requiredAction ?? null,
-    last_error: row.lastError ?? null,
-    model: row.model,
-    instructions: row.instructions,
-    tools: row.tools,
-    tool_resources: row.toolResources ?? {},
-    metadata: row.metadata,
-    temperature: row.temperature ?? 1,
-    top_p: row.topP ?? 1,
-    max_completion_tokens: row.maxCompletionTokens,
-    max_prompt_tokens: row.maxPromptTokens,
-    truncation_strategy: row.truncationStrategy,
-    incomplete_details: row.incompleteDetails ?? null,
-    usage: terminal ? (row.usage ?? null) : null,
-    response_format: row.responseFormat,
-    tool_choice: row.toolChoice,
-    parallel_tool_calls: row.parallelToolCalls,
-  };
-}
 
-export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>) {
-  return {
-    id: row.id,
-    object: 'thread.run.step' as const,
-    created_at: toUnixSeconds(row.createdAt),
-    run_id: row.runId,
-    assistant_id: row.assistantId,
-    thread_id: row.threadId,
-    type: row.type,
-    status: row.status,
-    cancelled_at: seconds(row.cancelledAt),
-    completed_at: seconds(row.completedAt),
-    expires_at: row.status === 'in_progress' ? seconds(run.expiresAt) : null,
-    failed_at: seconds(row.failedAt),
-    expired_at: seconds(row.expiredAt),
-    last_error: row.lastError ?? null,
-    step_details: row.stepDetails,
-    usage: row.usage ?? null,
-  };
-}
 
-const seconds = (ms: number | null) => (ms === null ? null : toUnixSeconds(ms));
 
 /** Thread, its messages and the queued run, written in one transaction. */
 export async function insertThreadAndRun(

@@ -5,8 +5,7 @@ import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
 import type { SecretBox } from '../lib/secrets';
 import { checkUpstreamUrl, type UpstreamUrlOptions } from '../lib/upstream-url';
-import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type Provider, type VirtualKeyJson } from '../schemas/virtual-keys';
-import { toUnixSeconds } from '../lib/time';
+import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type Provider } from '../schemas/virtual-keys';
 import { insertWhere, quotaExceeded } from './quotas';
 
 /**
@@ -48,21 +47,6 @@ function fromRow(row: VirtualKeyRow): VirtualKey {
 }
 
 
-export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
-  return {
-    object: 'virtual_key',
-    id: key.id,
-    slug: key.slug,
-    provider: key.provider,
-    base_url: key.baseUrl,
-    workspace_id: key.workspaceId,
-    created_at: toUnixSeconds(key.createdAt),
-    revoked_at: key.revokedAt === null ? null : toUnixSeconds(key.revokedAt),
-    ...(key.provider === 'azure-openai'
-      ? { api_version: key.options.api_version, deployment: key.options.deployment, model: servedModel(key, '') }
-      : {}),
-  };
-}
 
 /**
  * The model a request through this key really reaches: an Azure deployment serves one model
