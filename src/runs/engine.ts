@@ -27,9 +27,10 @@ import { upstreamRules } from '../services/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { toMessageJson } from '../wire/threads';
-import type { RequiredAction, StepDetails, ToolCallsDetails } from '../schemas/runs';
+import type { RequiredAction, ToolCallsDetails } from '../schemas/runs';
 import type { MessageContent } from '../schemas/threads';
 import { buildChatRequest } from './chat-request';
+import { answerMessage, newStep } from './rows';
 import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
 import type { StreamOptions } from './host';
 import { chargeRun, failRunAlone, settleRun } from './settle';
@@ -322,31 +323,9 @@ class Execution {
     const { db, now } = this.#deps;
     const run = this.#run;
     const at = now();
-    const messageId = newId('msg');
-    const step: StepRow = this.#newStep('message_creation', {
-      type: 'message_creation',
-      message_creation: { message_id: messageId },
-    }, at);
-    const row: MessageRow = {
-      seq: 0,
-      id: messageId,
-      threadId: run.threadId,
-      workspaceId: run.workspaceId,
-      createdAt: at,
-      role: 'assistant',
-      content: [],
-      status: 'in_progress',
-      assistantId: run.assistantId,
-      runId: run.id,
-      attachments: [],
-      metadata: {},
-      incompleteDetails: null,
-      completedAt: null,
-      incompleteAt: null,
-    };
-    const { seq: _stepSeq, ...stepInsert } = step;
-    const { seq: _messageSeq, ...messageInsert } = row;
-    this.#opened.inserts.push(() => db.batch([insertStep(db, stepInsert), insertMessage(db, messageInsert)]));
+    const row = answerMessage(run, at);
+    const step = newStep(run, { type: 'message_creation', message_creation: { message_id: row.id } }, at);
+    this.#opened.inserts.push(() => db.batch([insertStep(db, step), insertMessage(db, row)]));
     this.#message = { row, step, text: new TextBuilder(), started: false };
     if (!this.#sink) return;
     const stepJson = JSON.stringify(toStepJson(step, run));
@@ -386,9 +365,8 @@ class Execution {
   /** Opens the turn's tool-calls step: sent and inserted with its first delta (see #send). */
   #openToolStep(): void {
     const { db } = this.#deps;
-    const step = this.#newStep('tool_calls', { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
-    const { seq: _seq, ...insert } = step;
-    this.#opened.inserts.push(() => insertStep(db, insert));
+    const step = newStep(this.#run, { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
+    this.#opened.inserts.push(() => insertStep(db, step));
     this.#toolStep = { row: step, calls: new Map() };
     if (!this.#sink) return;
     const json = JSON.stringify(toStepJson(step, this.#run));
@@ -410,28 +388,6 @@ class Execution {
     const inserts = this.#inserts;
     this.#inserts = [];
     await Promise.all(inserts);
-  }
-
-  #newStep(type: StepRow['type'], details: StepDetails, at: number): StepRow {
-    const run = this.#run;
-    return {
-      seq: 0,
-      id: newId('step'),
-      runId: run.id,
-      threadId: run.threadId,
-      assistantId: run.assistantId,
-      workspaceId: run.workspaceId,
-      type,
-      status: 'in_progress',
-      stepDetails: details,
-      createdAt: at,
-      completedAt: null,
-      cancelledAt: null,
-      failedAt: null,
-      expiredAt: null,
-      lastError: null,
-      usage: null,
-    };
   }
 
   // ── Outcomes ───────────────────────────────────────────────────────────────────────────────

@@ -65,6 +65,9 @@ export const createThreadAndRunBody = z.strictObject({
 });
 export type CreateThreadAndRunBody = z.infer<typeof createThreadAndRunBody>;
 
+/** The fields of a request that creates a run which set its effective settings (runs/settings.ts). */
+export type RunOverrides = Omit<CreateThreadAndRunBody, 'assistant_id' | 'thread' | 'stream'>;
+
 export const submitToolOutputsBody = z.strictObject({
   tool_outputs: z
     .array(z.strictObject({ tool_call_id: z.string().min(1).max(128), output: z.string().max(THREAD_LIMITS.text) }))

@@ -15,7 +15,6 @@ import { insertWhere, quotaExceeded } from './quotas';
 
 export type AssistantRow = typeof assistants.$inferSelect;
 
-
 /**
  * Creates an assistant; 400 `quota_exceeded` when the workspace holds `maxAssistants` live ones
  * (GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE), checked in the insert itself.

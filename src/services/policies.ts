@@ -14,7 +14,6 @@ import type { WorkspaceScope } from './workspaces';
 
 export type PolicyRow = typeof rateLimitPolicies.$inferSelect;
 
-
 /** What a workspace's active policies hold now (kept by the triggers of migration 0002). */
 const workspaceStats = (workspaceId: string | SQL) => ({
   count: sql<number>`coalesce((SELECT ${rateLimitPolicyVersions.activeCount} FROM ${rateLimitPolicyVersions} WHERE ${rateLimitPolicyVersions.workspaceId} = ${workspaceId}), 0)`,

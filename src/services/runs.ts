@@ -6,6 +6,7 @@ import { ApiError } from '../errors';
 import type { Usage } from '../providers/types';
 import type { TokenTicket } from '../schemas/policies';
 import type { ToolCallsDetails } from '../schemas/runs';
+import type { MessageRow, ThreadRow } from './threads';
 
 /**
  * Runs and run steps: their queries (their JSON is wire/runs.ts). The engine (runs/engine.ts)
@@ -14,11 +15,14 @@ import type { ToolCallsDetails } from '../schemas/runs';
  * several in one batch (one transaction).
  */
 
-export type RunRow = typeof runs.$inferSelect;
+/**
+ * Rows as the app holds them: every column but `seq`, which orders a table's rows, is assigned by
+ * the database on insert and is never read back (runs/rows.ts builds rows without it).
+ */
+export type RunRow = Omit<typeof runs.$inferSelect, 'seq'>;
 export type NewRun = typeof runs.$inferInsert;
-export type StepRow = typeof runSteps.$inferSelect;
+export type StepRow = Omit<typeof runSteps.$inferSelect, 'seq'>;
 export type NewStep = typeof runSteps.$inferInsert;
-export type ThreadInsert = typeof threads.$inferInsert;
 export type MessageInsert = typeof messages.$inferInsert;
 
 /**
@@ -26,7 +30,7 @@ export type MessageInsert = typeof messages.$inferInsert;
  * it while it works; a run whose lease ran out lost its executor and is settled by the recovery
  * sweep (runs/recovery.ts).
  */
-export function leaseMs(config: Config): number {
+export function leaseMs(config: Pick<Config, 'GATEWAY_RUN_LEASE_SECONDS'>): number {
   return config.GATEWAY_RUN_LEASE_SECONDS * 1000;
 }
 
@@ -35,15 +39,12 @@ export const ACTIVE_STATUSES = ['queued', 'in_progress', 'cancelling'] as const;
 export const isTerminal = (status: RunStatus) => TERMINAL_STATUSES.some((terminal) => terminal === status);
 export const isActive = (status: RunStatus) => ACTIVE_STATUSES.some((active) => active === status);
 
-
-
-
-/** Thread, its messages and the queued run, written in one transaction. */
+/** A new run, with its new thread (null: the thread exists) and new messages, in one transaction. */
 export async function insertThreadAndRun(
   db: Db,
-  thread: ThreadInsert | null,
-  threadMessages: MessageInsert[],
-  run: NewRun,
+  thread: ThreadRow | null,
+  threadMessages: MessageRow[],
+  run: RunRow,
 ): Promise<void> {
   const statements: Statement[] = [];
   if (thread) statements.push(db.insert(threads).values(thread));
@@ -126,7 +127,6 @@ export async function overdueRuns(db: Db, now: number, limit: number): Promise<R
     .where(and(eq(runs.status, 'requires_action'), lt(runs.expiresAt, now)))
     .limit(limit);
 }
-
 
 export type Settlement =
   | { status: 'cancelled' }

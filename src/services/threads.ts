@@ -7,11 +7,9 @@ import { cursorPage } from './pagination';
 
 /** Threads and their messages: their queries (their JSON is wire/threads.ts). */
 
-export type ThreadRow = typeof threads.$inferSelect;
-export type MessageRow = typeof messages.$inferSelect;
-export type NewMessage = typeof messages.$inferInsert;
-
-
+/** Without `seq`, as services/runs.ts explains. */
+export type ThreadRow = Omit<typeof threads.$inferSelect, 'seq'>;
+export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
 
 export async function getThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow> {
   const [row] = await db

@@ -46,8 +46,6 @@ function fromRow(row: VirtualKeyRow): VirtualKey {
   };
 }
 
-
-
 /**
  * The model a request through this key really reaches: an Azure deployment serves one model
  * whatever the request names (the key's `model`, by default its deployment's name), so that is the
