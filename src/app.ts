@@ -1,13 +1,14 @@
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import { methodNotAllowed } from 'hono/method-not-allowed';
-import type { AppEnv, Deps } from './deps';
+import type { Deps } from './deps';
 import { ApiError, errorResponse, serverError } from './errors';
 import { accessLog } from './middleware/access-log';
 import { apiKeyAuth } from './middleware/api-key-auth';
 import { bodyLimit } from './middleware/body-limit';
+import { provideDeps, type DepsVariables } from './middleware/deps';
 import { jsonBody } from './middleware/json-body';
-import { requestId } from './middleware/request-id';
+import { requestId, type RequestIdVariables } from './middleware/request-id';
 import { assistantRoutes } from './routes/assistants';
 import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
@@ -20,12 +21,9 @@ import { virtualKeyRoutes } from './routes/virtual-keys';
  *   every failure: ApiError ─> onError ─> {"error":{"message","type","param","code"}}
  */
 export function createApp(deps: Deps) {
-  const app = new Hono<AppEnv>();
+  const app = new Hono<{ Variables: DepsVariables & RequestIdVariables }>();
 
-  app.use(async (c, next) => {
-    c.set('deps', deps);
-    await next();
-  });
+  app.use(provideDeps(deps));
   app.use(requestId());
   app.use(accessLog());
   app.use(

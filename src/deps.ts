@@ -6,9 +6,6 @@ import type { Logger } from './logger';
 import type { CounterStore } from './ratelimit/counter-store';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RunHost } from './runs/host';
-import type { AuthenticatedKey } from './services/api-keys';
-import type { VirtualKey } from './services/virtual-keys';
-import type { WorkspaceScope } from './services/workspaces';
 
 /**
  * Everything runtime-specific, built once per process (node/deps.ts) or isolate (workers/deps.ts)
@@ -37,17 +34,3 @@ export interface Deps {
   /** Where runs execute (runs/host.ts): in this process on Node, in Durable Objects on Workers. */
   runHost: RunHost;
 }
-
-/** The one environment type of every Hono app, sub-app and middleware here. */
-export type AppEnv = {
-  Variables: {
-    deps: Deps;
-    requestId: string;
-    /** The key of `x-gateway-api-key`, set by the auth middleware on every /v1 route. */
-    apiKey: AuthenticatedKey;
-    /** The workspace of a workspace-scoped route (assistants, threads, runs), set by workspace(). */
-    workspace: WorkspaceScope;
-    /** The live virtual key of `x-gateway-virtual-key` in that workspace, set by virtualKey(). */
-    virtualKey: VirtualKey;
-  };
-};

@@ -1,5 +1,4 @@
 import { createMiddleware } from 'hono/factory';
-import type { AppEnv } from '../deps';
 import { ApiError } from '../errors';
 
 const HEADERS = ['vendor-beta', 'openai-beta'] as const;
@@ -11,7 +10,7 @@ const VERSION = 'assistants=v2';
  * optional); any other value asks for a version this gateway does not serve: 400 `invalid_beta`.
  */
 export const assistantsBeta = () =>
-  createMiddleware<AppEnv>(async (c, next) => {
+  createMiddleware(async (c, next) => {
     for (const header of HEADERS) {
       const value = c.req.header(header);
       if (value !== undefined && value.trim().toLowerCase() !== VERSION) {

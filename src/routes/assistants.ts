@@ -1,5 +1,4 @@
 import { Hono } from 'hono';
-import type { AppEnv } from '../deps';
 import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
 import { virtualKey } from '../middleware/virtual-key';
@@ -9,12 +8,13 @@ import { cursorListQuery } from '../schemas/common';
 import { createAssistant, deleteAssistant, getAssistant, listAssistants } from '../services/assistants';
 import { toAssistantJson } from '../wire/assistants';
 import { listObject } from '../wire/lists';
+import type { ApiEnv } from './env';
 
 /**
  * /v1/assistants, in the workspace of workspace(). Retrieving one needs `x-gateway-virtual-key`
  * as the seed says; creating, listing and deleting do not.
  */
-export const assistantRoutes = new Hono<AppEnv>()
+export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
   .post('/', validate('json', createAssistantBody), async (c) => {
     const { db, now, config } = c.var.deps;

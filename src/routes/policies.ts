@@ -1,5 +1,4 @@
 import { Hono } from 'hono';
-import type { AppEnv } from '../deps';
 import { ApiError } from '../errors';
 import { validate } from '../middleware/validate';
 import { createPolicyBody, listPoliciesQuery, updatePolicyBody } from '../schemas/policies';
@@ -14,9 +13,10 @@ import {
 import { workspaceCaps } from '../services/quotas';
 import { toPolicyJson } from '../wire/policies';
 import { resolveWorkspaceScope } from '../services/workspaces';
+import type { ApiEnv } from './env';
 
 /** /v1/policies/rate-limits */
-export const policyRoutes = new Hono<AppEnv>()
+export const policyRoutes = new Hono<ApiEnv>()
   .get('/', validate('query', listPoliciesQuery), async (c) => {
     const query = c.req.valid('query');
     const { db } = c.var.deps;

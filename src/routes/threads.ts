@@ -1,9 +1,8 @@
-import { Hono, type Context } from 'hono';
-import type { AppEnv } from '../deps';
+import { Hono, type Context, type ExecutionContext } from 'hono';
 import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
 import { virtualKey } from '../middleware/virtual-key';
-import { workspace } from '../middleware/workspace';
+import { workspace, type WorkspaceVariables } from '../middleware/workspace';
 import { METADATA_HEADER } from '../ratelimit';
 import { cancelRun, createThreadAndRun, retrieveRun, submitToolOutputs, type Caller, type RunAnswer } from '../runs/commands';
 import { SSE_HEADERS } from '../runs/event-stream';
@@ -15,6 +14,7 @@ import { getThread, listMessages } from '../services/threads';
 import { listObject } from '../wire/lists';
 import { toRunJson } from '../wire/runs';
 import { toMessageJson, toThreadJson } from '../wire/threads';
+import type { ApiEnv } from './env';
 
 /** How often the OpenAI SDK's pollers should ask about a run that is still going. */
 const POLL_AFTER_MS = '250';
@@ -23,7 +23,7 @@ const POLL_AFTER_MS = '250';
  * /v1/threads: createAndRun, a run's state, tool outputs, cancel, and the thread's messages. The
  * run operations are use-cases of runs/commands.ts.
  */
-export const threadRoutes = new Hono<AppEnv>()
+export const threadRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
   .post('/runs', virtualKey(), validate('json', createThreadAndRunBody), async (c) =>
     answer(c, await createThreadAndRun(c.var.deps, caller(c), c.req.valid('json'), c.var.virtualKey, requestContext(c))),
@@ -54,8 +54,11 @@ export const threadRoutes = new Hono<AppEnv>()
     return c.json(toRunJson(await cancelRun(c.var.deps, c.var.workspace.workspaceId, path, requestContext(c))));
   });
 
+// The helpers below take the parts of a handler's Context they read: a Context is typed by its
+// route's whole environment, which differs from route to route.
+
 /** Who asks, as the run use-cases need it. */
-function caller(c: Context<AppEnv>): Caller {
+function caller(c: { var: ApiEnv['Variables'] & WorkspaceVariables; req: { header(name: string): string | undefined } }): Caller {
   return {
     workspaceId: c.var.workspace.workspaceId,
     apiKeyId: c.var.apiKey.id,
@@ -64,12 +67,12 @@ function caller(c: Context<AppEnv>): Caller {
 }
 
 /** The request as a run host sees it: the runtime's waitUntil (both entries hand Hono one) and its id. */
-function requestContext(c: Context<AppEnv>): RequestContext {
+function requestContext(c: { var: ApiEnv['Variables']; executionCtx: ExecutionContext }): RequestContext {
   return { waitUntil: (task) => c.executionCtx.waitUntil(task), requestId: c.var.requestId };
 }
 
 /** A run just put in progress: the queued run object, or its event stream. */
-function answer(c: Context<AppEnv>, answer: RunAnswer): Response {
+function answer(c: Context, answer: RunAnswer): Response {
   if (!answer.stream) return c.json(toRunJson(answer.run), 200, answer.headers);
   return new Response(answer.events, { status: 200, headers: { ...SSE_HEADERS, ...answer.headers } });
 }
