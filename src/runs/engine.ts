@@ -27,12 +27,13 @@ import { upstreamRules } from '../services/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { toMessageJson } from '../wire/threads';
-import type { RequiredAction, ToolCallsDetails } from '../schemas/runs';
+import type { RequiredAction, RunError, ToolCallsDetails } from '../schemas/runs';
 import type { MessageContent } from '../schemas/threads';
 import { buildChatRequest } from './chat-request';
 import { answerMessage, newStep } from './rows';
 import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
 import type { StreamOptions } from './host';
+import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome } from './outcome';
 import { chargeRun, failRunAlone, settleRun } from './settle';
 
 /**
@@ -67,6 +68,13 @@ const NOT_RECORDED = {
 
 /** The steps before a run's first turn. */
 const NO_STEPS: StepRow[] = [];
+
+/** Why the tool calls of a turn cut short failed, by what cut them. */
+const TOOL_CALLS_CUT = {
+  answer_cap: (capBytes: number) =>
+    `The answer reached the gateway's limit of ${capBytes} bytes (GATEWAY_MAX_ANSWER_BYTES), which cut the tool calls short.`,
+  max_completion_tokens: () => 'The completion token limit cut the tool calls short.',
+};
 
 /** A tool call while it streams: its name and arguments arrive in fragments. */
 interface StreamingToolCall {
@@ -135,7 +143,7 @@ class Execution {
   readonly #abort = new AbortController();
   #run: RunRow;
   /** Usage of earlier turns of this run (before tool outputs were submitted). */
-  #earlierUsage: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+  #earlierUsage: Usage = NO_USAGE;
   #message: { row: MessageRow; step: StepRow; text: TextBuilder; started: boolean } | null = null;
   /** The turn's tool calls by the upstream's index (0 to MAX_TOOL_CALLS - 1, checked by the reader). */
   #toolStep: { row: StepRow; calls: Map<number, StreamingToolCall> } | null = null;
@@ -208,11 +216,8 @@ class Execution {
     this.#earlierUsage = sumUsage(steps.map((step) => step.usage));
     const toolSteps = steps.filter((step) => step.type === 'tool_calls');
 
-    let budget: number | null = null;
-    if (run.maxCompletionTokens !== null) {
-      budget = run.maxCompletionTokens - this.#earlierUsage.completion_tokens;
-      if (budget <= 0) return this.#finish('length', { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
-    }
+    const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
+    if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
     const request = buildChatRequest(run, conversation, toolSteps, budget);
     const secret = await decryptVirtualKeySecret(this.#deps.secrets, virtualKey);
 
@@ -393,18 +398,27 @@ class Execution {
   // ── Outcomes ───────────────────────────────────────────────────────────────────────────────
 
   /**
-   * The upstream finished: requires_action for tool calls, otherwise completed or incomplete. An
-   * answer cut at GATEWAY_MAX_ANSWER_BYTES ends as one cut by the completion token limit (`length`).
+   * The upstream finished (or the gateway cut the turn: `length`): records the turn's outcome
+   * (outcome.ts) in one commit with the rows it closes.
    */
   async #finish(finishReason: string, turnUsage: Usage): Promise<void> {
     const { db, now } = this.#deps;
     const at = now();
     const run = this.#run;
+    const usage = sumUsage([this.#earlierUsage, turnUsage]);
+    const outcome = turnOutcome({
+      finishReason,
+      toolCalls: this.#toolStep !== null,
+      cutAtAnswerCap: this.#cut,
+      usage,
+      maxPromptTokens: run.maxPromptTokens,
+      maxCompletionTokens: run.maxCompletionTokens,
+    });
     const statements: Statement[] = [];
 
-    if (this.#toolStep && finishReason !== 'length') {
+    if (outcome.status === 'requires_action') {
       if (this.#message) statements.push(...this.#closeMessage(null, at));
-      const step = this.#toolStep;
+      const step = this.#toolStep!;
       const calls = [...step.calls.entries()]
         .sort(([a], [b]) => a - b)
         .map(([, call]) => ({
@@ -426,39 +440,22 @@ class Execution {
         },
       };
       // The usage so far is kept (shown once the run ends): the turn is charged now, not when the run ends.
-      const usage = sumUsage([this.#earlierUsage, turnUsage]);
-      const patch: Partial<NewRun> = { status: 'requires_action', requiredAction, leaseExpiresAt: null, usage };
-      await this.#commit(statements, patch, ['in_progress']);
+      await this.#commit(statements, { status: 'requires_action', requiredAction, leaseExpiresAt: null, usage }, ['in_progress']);
       return;
     }
 
-    const total = sumUsage([this.#earlierUsage, turnUsage]);
-    let runPatch: Partial<NewRun>;
-    if (finishReason === 'length') {
-      runPatch = incomplete('max_completion_tokens', at);
-    } else if (run.maxPromptTokens !== null && total.prompt_tokens > run.maxPromptTokens) {
-      runPatch = incomplete('max_prompt_tokens', at);
-    } else if (run.maxCompletionTokens !== null && total.completion_tokens > run.maxCompletionTokens) {
-      runPatch = incomplete('max_completion_tokens', at);
-    } else {
-      runPatch = { status: 'completed', completedAt: at };
-    }
-    runPatch.usage = total;
-    runPatch.leaseExpiresAt = null;
-
     // Every ending turn leaves a message, even an empty one: it carries the step and its usage.
     if (!this.#message) this.#openMessage();
-    const messageStatus =
-      finishReason === 'length' ? 'max_tokens' : finishReason === 'content_filter' ? 'content_filter' : null;
-    statements.push(...this.#closeMessage(messageStatus, at, turnUsage));
-    if (this.#toolStep) {
-      // Tool calls cut short by the token limit or the answer cap cannot be executed: the step says why.
-      const message = this.#cut
-        ? `The answer reached the gateway's limit of ${this.#deps.config.GATEWAY_MAX_ANSWER_BYTES} bytes (GATEWAY_MAX_ANSWER_BYTES), which cut the tool calls short.`
-        : 'The completion token limit cut the tool calls short.';
+    statements.push(...this.#closeMessage(outcome.messageIncompleteReason, at, turnUsage));
+    if (outcome.toolCallsCutBy) {
+      const message = TOOL_CALLS_CUT[outcome.toolCallsCutBy](this.#deps.config.GATEWAY_MAX_ANSWER_BYTES);
       statements.push(this.#failToolStep({ code: 'server_error', message }, at));
     }
-    await this.#commit(statements, runPatch, ['in_progress']);
+    const ending: Partial<NewRun> =
+      outcome.incompleteReason === null
+        ? { status: 'completed', completedAt: at }
+        : { status: 'incomplete', incompleteDetails: { reason: outcome.incompleteReason }, completedAt: at };
+    await this.#commit(statements, { ...ending, usage, leaseExpiresAt: null }, ['in_progress']);
   }
 
   /**
@@ -483,7 +480,7 @@ class Execution {
     return [updateMessage(db, message.row.id, messagePatch), updateStep(db, message.step.id, stepPatch)];
   }
 
-  #failToolStep(lastError: { code: string; message: string }, at: number) {
+  #failToolStep(lastError: RunError, at: number) {
     const step = this.#toolStep!;
     const patch = { status: 'failed' as const, failedAt: at, lastError };
     step.row = { ...step.row, ...patch };
@@ -590,30 +587,4 @@ class Execution {
   #runEvent(): ServerSentEvent {
     return [`thread.run.${this.#run.status}`, JSON.stringify(toRunJson(this.#run))];
   }
-
-}
-
-function incomplete(reason: 'max_completion_tokens' | 'max_prompt_tokens', at: number): Partial<NewRun> {
-  return { status: 'incomplete', incompleteDetails: { reason }, completedAt: at };
-}
-
-function sumUsage(usages: (Usage | null | undefined)[]): Usage {
-  const total = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-  for (const usage of usages) {
-    if (!usage) continue;
-    total.prompt_tokens += usage.prompt_tokens;
-    total.completion_tokens += usage.completion_tokens;
-    total.total_tokens += usage.total_tokens;
-  }
-  return total;
-}
-
-/**
- * When an upstream sends no usage (a server without `stream_options` support), an estimate of about
- * four characters per token, so that token policies still count something. Documented in the README.
- */
-function estimateUsage(request: { messages: unknown[] }, completionChars: number): Usage {
-  const prompt = Math.ceil(JSON.stringify(request.messages).length / 4);
-  const completion = Math.ceil(completionChars / 4);
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
 }
