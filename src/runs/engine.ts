@@ -33,17 +33,23 @@ import { buildChatRequest } from './chat-request';
 import { answerMessage, newStep } from './rows';
 import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
 import type { StreamOptions } from './host';
+import { Outbox } from './outbox';
 import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome } from './outcome';
 import { chargeRun, failRunAlone, settleRun } from './settle';
 
 /**
- * The run engine: one state machine that moves a run from `queued` to where it ends, writing each
- * step a client can observe to the database and emitting the same step as an event. Streamed and
- * non-streamed runs take the same path; a non-streamed run just has no sink.
+ * The run engine: the bookkeeping of one turn of a run, from in progress to where it ends, writing
+ * each step a client can observe to the database and emitting the same step as an event
+ * (outbox.ts keeps the two in order). Streamed and non-streamed runs take the same path; a
+ * non-streamed run just has no sink. How a turn ends is decided by outcome.ts.
  *
- *   queued ─claim─> in_progress ─upstream─> completed | incomplete | requires_action | failed
- *                        │                        (cancel) cancelling ─> cancelled; (time) expired
- *   requires_action ─tool outputs─> queued ─> …
+ *   in_progress ─upstream─> completed | incomplete | requires_action | failed
+ *        │  (cancel) cancelling ─> cancelled; (time) expired; (executor lost) failed by recovery.ts
+ *   requires_action ─tool outputs─> in_progress ─> …
+ *
+ * A run is born in progress (runs/rows.ts), and so is a run whose tool outputs were accepted: the
+ * caller that put it there owns the turn and hands it to its host, which executes it here. Clients
+ * are told `queued` first all the same, as OpenAI does.
  */
 
 /** Why a run stopped early, carried as an abort reason. */
@@ -137,7 +143,7 @@ export function executeStreamed(
 
 class Execution {
   readonly #deps: RunDeps;
-  readonly #sink: EventSink | undefined;
+  readonly #outbox: Outbox;
   readonly #leading: ServerSentEvent[];
   readonly #preloaded: ExecuteOptions['preloaded'];
   readonly #abort = new AbortController();
@@ -151,21 +157,11 @@ class Execution {
   #answerBytes = 0;
   /** Whether the turn's answer reached GATEWAY_MAX_ANSWER_BYTES and was cut there. */
   #cut = false;
-  /** Events describing the statements of the commit being prepared, emitted once it succeeded. */
-  #pendingEvents: [string, () => unknown][] = [];
-  /**
-   * Inserts of the message and steps this turn opened. The events go out without waiting for them
-   * (on a remote database each would cost a round trip before the first delta); every later write
-   * of the run waits for them first.
-   */
-  #inserts: Promise<unknown>[] = [];
-  /** What the turn opened and has not sent yet: its events, and its inserts, started once sent. */
-  #opened: { events: ServerSentEvent[]; inserts: (() => PromiseLike<unknown>)[] } = { events: [], inserts: [] };
 
   constructor(deps: RunDeps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
     this.#run = run;
-    this.#sink = options.sink;
+    this.#outbox = new Outbox(options.sink);
     this.#leading = options.leading ?? [];
     this.#preloaded = options.preloaded;
   }
@@ -178,7 +174,7 @@ class Execution {
     // Renewed a few times per lease, so that one slow renewal does not lose it.
     const renewal = setInterval(() => void this.#renew(), leaseMs(deps.config) / 3);
     try {
-      await this.#sink?.send([...this.#leading, this.#runEvent()]);
+      await this.#outbox.send(...this.#leading, () => this.#runEvent());
       if (expiresIn <= 0) throw new RunStopped('expired');
       await this.#turn();
     } catch (error) {
@@ -305,41 +301,32 @@ class Execution {
     message.started = true;
     message.text.push(text);
     // The hot path: the delta is written as a string, not built as an object and serialised.
-    await this.#send([
+    await this.#outbox.send([
       'thread.message.delta',
       `{"id":"${message.row.id}","object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":${JSON.stringify(text)}${first ? ',"annotations":[]' : ''}}}]}}`,
     ]);
   }
 
-  /**
-   * Sends `event` with whatever the turn opened since the last send (a step and message created),
-   * then starts those rows' inserts: after the bytes left, since on the embedded database an insert
-   * holds the event loop for its commit.
-   */
-  async #send(event: ServerSentEvent): Promise<void> {
-    const opened = this.#opened;
-    this.#opened = { events: [], inserts: [] };
-    await this.#sink?.send([...opened.events, event]);
-    for (const insert of opened.inserts) this.#insert(insert());
-  }
-
-  /** Opens the turn's message and its step: sent and inserted with the first delta (see #send). */
+  /** Opens the turn's message and its step: announced and inserted with the first delta (outbox.ts). */
   #openMessage(): void {
     const { db, now } = this.#deps;
     const run = this.#run;
     const at = now();
     const row = answerMessage(run, at);
     const step = newStep(run, { type: 'message_creation', message_creation: { message_id: row.id } }, at);
-    this.#opened.inserts.push(() => db.batch([insertStep(db, step), insertMessage(db, row)]));
     this.#message = { row, step, text: new TextBuilder(), started: false };
-    if (!this.#sink) return;
-    const stepJson = JSON.stringify(toStepJson(step, run));
-    const messageJson = JSON.stringify(toMessageJson(row));
-    this.#opened.events.push(
-      ['thread.run.step.created', stepJson],
-      ['thread.run.step.in_progress', stepJson],
-      ['thread.message.created', messageJson],
-      ['thread.message.in_progress', messageJson],
+    this.#outbox.open(
+      () => db.batch([insertStep(db, step), insertMessage(db, row)]),
+      () => {
+        const stepJson = JSON.stringify(toStepJson(step, run));
+        const messageJson = JSON.stringify(toMessageJson(row));
+        return [
+          ['thread.run.step.created', stepJson],
+          ['thread.run.step.in_progress', stepJson],
+          ['thread.message.created', messageJson],
+          ['thread.message.in_progress', messageJson],
+        ];
+      },
     );
   }
 
@@ -360,39 +347,28 @@ class Execution {
     const delta = isNew
       ? { index: event.index, id: call.id, type: 'function', function: { name, arguments: args, output: null } }
       : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
-    await this.#send([
+    await this.#outbox.send([
       'thread.run.step.delta',
       { id: step.row.id, object: 'thread.run.step.delta', delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } } },
     ]);
     return name.length + args.length;
   }
 
-  /** Opens the turn's tool-calls step: sent and inserted with its first delta (see #send). */
+  /** Opens the turn's tool-calls step: announced and inserted with its first delta (outbox.ts). */
   #openToolStep(): void {
     const { db } = this.#deps;
     const step = newStep(this.#run, { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
-    this.#opened.inserts.push(() => insertStep(db, step));
     this.#toolStep = { row: step, calls: new Map() };
-    if (!this.#sink) return;
-    const json = JSON.stringify(toStepJson(step, this.#run));
-    this.#opened.events.push(['thread.run.step.created', json], ['thread.run.step.in_progress', json]);
-  }
-
-  #insert(write: PromiseLike<unknown>): void {
-    // Drizzle queries run on every `then`: resolve it exactly once, here.
-    const promise = Promise.resolve(write);
-    promise.catch(() => undefined); // observed by #settleInserts; this only keeps it from being "unhandled"
-    this.#inserts.push(promise);
-  }
-
-  /** Waits for the deferred inserts; their failure is the turn's failure. */
-  async #settleInserts(): Promise<void> {
-    // Rows opened but never sent (the turn ended before any delta) are inserted now.
-    for (const insert of this.#opened.inserts) this.#insert(insert());
-    this.#opened.inserts = [];
-    const inserts = this.#inserts;
-    this.#inserts = [];
-    await Promise.all(inserts);
+    this.#outbox.open(
+      () => insertStep(db, step),
+      () => {
+        const json = JSON.stringify(toStepJson(step, this.#run));
+        return [
+          ['thread.run.step.created', json],
+          ['thread.run.step.in_progress', json],
+        ];
+      },
+    );
   }
 
   // ── Outcomes ───────────────────────────────────────────────────────────────────────────────
@@ -440,7 +416,7 @@ class Execution {
         },
       };
       // The usage so far is kept (shown once the run ends): the turn is charged now, not when the run ends.
-      await this.#commit(statements, { status: 'requires_action', requiredAction, leaseExpiresAt: null, usage }, ['in_progress']);
+      await this.#commit(statements, { status: 'requires_action', requiredAction, leaseExpiresAt: null, usage });
       return;
     }
 
@@ -455,7 +431,7 @@ class Execution {
       outcome.incompleteReason === null
         ? { status: 'completed', completedAt: at }
         : { status: 'incomplete', incompleteDetails: { reason: outcome.incompleteReason }, completedAt: at };
-    await this.#commit(statements, { ...ending, usage, leaseExpiresAt: null }, ['in_progress']);
+    await this.#commit(statements, { ...ending, usage, leaseExpiresAt: null });
   }
 
   /**
@@ -473,10 +449,8 @@ class Execution {
     message.row = { ...message.row, ...messagePatch };
     const stepPatch = { status: 'completed' as const, completedAt: at, usage: usage ?? null };
     message.step = { ...message.step, ...stepPatch };
-    this.#pendingEvents.push(
-      [`thread.message.${messagePatch.status}`, () => toMessageJson(message.row)],
-      ['thread.run.step.completed', () => toStepJson(message.step, this.#run)],
-    );
+    this.#outbox.onCommit(() => [`thread.message.${messagePatch.status}`, toMessageJson(message.row)]);
+    this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
     return [updateMessage(db, message.row.id, messagePatch), updateStep(db, message.step.id, stepPatch)];
   }
 
@@ -484,43 +458,37 @@ class Execution {
     const step = this.#toolStep!;
     const patch = { status: 'failed' as const, failedAt: at, lastError };
     step.row = { ...step.row, ...patch };
-    this.#pendingEvents.push(['thread.run.step.failed', () => toStepJson(step.row, this.#run)]);
+    this.#outbox.onCommit(() => ['thread.run.step.failed', toStepJson(step.row, this.#run)]);
     return updateStep(this.#deps.db, step.row.id, patch);
   }
 
   /**
    * Writes the statements and the run's new state in one transaction, then emits their events and
-   * the run's. If the run left `from` meanwhile (cancelled, expired by a sweep), nothing is written
-   * and the run's actual state is reported instead.
+   * the run's. If the run was no longer in progress (cancelled, expired by a sweep), nothing is
+   * written and the run's actual state is reported instead. Every commit ends a turn
+   * (requires_action or an end), whose tokens are charged then.
    */
-  async #commit(statements: Statement[], runPatch: Partial<NewRun>, from: RunRow['status'][]) {
+  async #commit(statements: Statement[], runPatch: Partial<NewRun>) {
     const { db } = this.#deps;
-    const events = this.#pendingEvents;
-    this.#pendingEvents = [];
     let updated: RunRow | undefined;
     try {
-      await this.#settleInserts();
+      await this.#outbox.written();
       // The run's row first: the other statements do not depend on it, and its result is the one read.
-      [[updated]] = await db.batch([updateRun(db, this.#run.id, from, runPatch), ...statements]);
+      [[updated]] = await db.batch([updateRun(db, this.#run.id, ['in_progress'], runPatch), ...statements]);
     } catch (error) {
+      this.#outbox.discardCommit();
       throw new OutcomeNotRecorded(error);
     }
     if (!updated) {
+      this.#outbox.discardCommit();
       const current = await getRunById(db, this.#run.id);
       if (current?.status === 'cancelling') throw new RunStopped('cancelled');
       if (current) this.#run = current;
-      await this.#sink?.send([...this.#opened.events.splice(0), this.#runEvent()]);
+      await this.#outbox.send(() => this.#runEvent());
       return;
     }
     this.#run = updated;
-    if (this.#sink) {
-      await this.#sink.send([
-        ...this.#opened.events.splice(0),
-        ...events.map(([name, data]): ServerSentEvent => [name, data()]),
-        this.#runEvent(),
-      ]);
-    }
-    // Every commit ends a turn (requires_action or terminal): its tokens are settled now.
+    await this.#outbox.committed(() => this.#runEvent());
     await chargeRun(this.#deps, updated);
   }
 
@@ -549,23 +517,24 @@ class Execution {
     }
     try {
       // The rows this turn opened must exist before they are settled (or be known not to).
-      await this.#settleInserts().catch((insertError: unknown) => {
+      await this.#outbox.written().catch((insertError: unknown) => {
         internal = true;
         log.error('could not record a run step', { run_id: this.#run.id, error: insertError });
       });
       const partial = this.#message ? { messageId: this.#message.row.id, text: this.#message.text.toString() } : undefined;
       const settled = await settleRun(this.#deps, this.#run.id, ['in_progress', 'cancelling'], settlement, partial);
       this.#run = settled.run ?? (await getRunById(this.#deps.db, this.#run.id)) ?? this.#run;
-      const ending: ServerSentEvent[] = [...this.#opened.events.splice(0)];
-      if (settled.message) ending.push(['thread.message.incomplete', toMessageJson(settled.message)]);
-      ending.push(this.#runEvent());
-      await this.#sink?.send(ending);
+      const message = settled.message;
+      await this.#outbox.send(
+        ...(message ? [(): ServerSentEvent => ['thread.message.incomplete', toMessageJson(message)]] : []),
+        () => this.#runEvent(),
+      );
     } catch (settleError) {
       internal = true;
       log.error('could not record how a run ended', { run_id: this.#run.id, error: settleError });
       await this.#failAlone();
     }
-    if (internal) await this.#sink?.send([['error', serverError().body]]);
+    if (internal) await this.#outbox.send(['error', serverError().body]);
   }
 
   /**
@@ -577,7 +546,7 @@ class Execution {
       const run = await failRunAlone(this.#deps, this.#run.id, ['in_progress', 'cancelling'], NOT_RECORDED);
       if (!run) return;
       this.#run = run;
-      await this.#sink?.send([...this.#opened.events.splice(0), this.#runEvent()]);
+      await this.#outbox.send(() => this.#runEvent());
     } catch (error) {
       this.#deps.log.error('could not fail a run whose outcome could not be recorded', { run_id: this.#run.id, error });
     }
