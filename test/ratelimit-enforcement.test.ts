@@ -23,8 +23,9 @@ import type { CreatePolicyBody } from '../src/schemas/policies';
 import { createPolicy as createPolicyRow } from '../src/services/policies';
 import { workspaceCaps } from '../src/services/quotas';
 import { createWorkspace } from '../src/services/workspaces';
-import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
+import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
 import { ROOT } from './support/processes';
+import * as ratelimit from './support/ratelimit';
 
 /**
  * Rate-limit enforcement, driven through admitRequest and settleTokens on the real app's deps (a
@@ -46,16 +47,9 @@ const at = (iso: string) => {
   now = Date.parse(iso);
 };
 
-const PATH = '/v1/policies/rate-limits';
+const PATH = ratelimit.POLICIES;
 
-async function createPolicy(tenant: Tenant, body: Record<string, unknown>): Promise<string> {
-  const response = await gateway.request(PATH, {
-    key: tenant.workspaceKey,
-    body: { group_by: [{ key: 'workspace_id' }], type: 'requests', unit: 'rpm', value: 1, ...body },
-  });
-  expect(response.status).toBe(200);
-  return ((await json(response)) as { id: string }).id;
-}
+const createPolicy = (tenant: Tenant, body: Record<string, unknown>) => ratelimit.createPolicy(gateway, tenant, body);
 
 async function updatePolicy(tenant: Tenant, id: string, body: Record<string, unknown>) {
   const response = await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method: 'PUT', body });
@@ -105,15 +99,8 @@ async function governed(tenant: Tenant, overrides: Partial<RequestAttributes> = 
   return second === 'refused';
 }
 
-/** Every counter row of a policy, key -> used. */
-async function countersOf(policyId: string): Promise<Record<string, number>> {
-  const { rows } = await gateway.database.client.execute({
-    sql: 'SELECT key, used FROM rate_limit_counters WHERE key LIKE ?',
-    args: [`${policyId}/%`],
-  });
-  return Object.fromEntries(rows.map((row) => [row.key as string, Number(row.used)]));
-}
-const usedBy = async (policyId: string) => Object.values(await countersOf(policyId)).reduce((a, b) => a + b, 0);
+const countersOf = (policyId: string) => ratelimit.countersOf(gateway.database.client, policyId);
+const usedBy = (policyId: string) => ratelimit.usedBy(gateway.database.client, policyId);
 
 describe('matching', () => {
   const cases: [string, { key: string; value: string }[], Partial<RequestAttributes>, boolean][] = [

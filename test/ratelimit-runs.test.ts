@@ -7,15 +7,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { openDatabase } from '../src/db/node';
 import { PolicyCache, type PolicyLoader } from '../src/ratelimit/policy-cache';
 import { readPolicyPage } from '../src/services/policies';
-import {
-  completionTokens,
-  fakeDirective,
-  promptTokens,
-  startFakeUpstream,
-  type FakeScenario,
-  type FakeUpstreamServer,
-} from './support/fake-upstream';
+import { completionTokens, fakeThread, promptTokens, startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
+import * as ratelimit from './support/ratelimit';
 import { startGatewayProcess, type GatewayProcess } from './support/processes';
 
 /**
@@ -40,7 +34,7 @@ beforeEach(() => fake.reset());
 // Runs execute in the background: let each test's runs end before the next test looks.
 afterEach(() => settled());
 
-const POLICIES = '/v1/policies/rate-limits';
+const { POLICIES } = ratelimit;
 
 interface Caller {
   tenant: Tenant;
@@ -81,36 +75,19 @@ const WEATHER_TOOL = {
   },
 };
 
-/** Moves the clock to one second into the next UTC minute; answers that minute's start. */
-function freshMinute(): number {
-  const start = Math.floor(gateway.clock.now() / 60_000) * 60_000 + 60_000;
-  gateway.clock.set(start + 1000);
-  return start;
-}
+const freshMinute = () => ratelimit.freshMinute(gateway.clock);
 
 const settled = async () => {
   expect(await gateway.tasks.drain(20_000)).toBe(true);
 };
 
-async function createPolicy(tenant: Tenant, body: Record<string, unknown>): Promise<string> {
-  const response = await gateway.request(POLICIES, {
-    key: tenant.workspaceKey,
-    body: { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'requests', unit: 'rpm', value: 1, ...body },
-  });
-  expect(response.status).toBe(200);
-  return ((await json(response)) as { id: string }).id;
-}
-
-/** The thread of a run: one user message, or `scenario`'s directive after the text. */
-const thread = (text: string, scenario?: FakeScenario | FakeScenario[]) => ({
-  messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }],
-});
+const createPolicy = (tenant: Tenant, body: Record<string, unknown>) => ratelimit.createPolicy(gateway, tenant, body);
 
 /** POST /v1/threads/runs as `who`, non-streamed unless the body says otherwise. */
 function createRun(who: Caller, body: Record<string, unknown> = {}, headers: Record<string, string> = {}) {
   return gateway.request('/v1/threads/runs', {
     headers: { ...who.headers, ...headers },
-    body: { assistant_id: who.assistantId, thread: thread('Hello'), ...body },
+    body: { assistant_id: who.assistantId, thread: fakeThread('Hello'), ...body },
   });
 }
 
@@ -127,16 +104,8 @@ async function rowsOf(client: Client, workspaceId: string) {
   return { threads: Number(row.threads), messages: Number(row.messages), runs: Number(row.runs), steps: Number(row.steps) };
 }
 
-/** Every counter of a policy, key -> used. */
-async function countersOf(policyId: string, client: Client = gateway.database.client): Promise<Record<string, number>> {
-  const { rows } = await client.execute({
-    sql: 'SELECT key, used FROM rate_limit_counters WHERE key LIKE ?',
-    args: [`${policyId}/%`],
-  });
-  return Object.fromEntries(rows.map((row) => [row.key as string, Number(row.used)]));
-}
-const usedBy = async (policyId: string, client?: Client) =>
-  Object.values(await countersOf(policyId, client)).reduce((a, b) => a + b, 0);
+const countersOf = (policyId: string) => ratelimit.countersOf(gateway.database.client, policyId);
+const usedBy = (policyId: string, client: Client = gateway.database.client) => ratelimit.usedBy(client, policyId);
 
 const chatRequests = () => fake.requests.filter((request) => request.path.endsWith('/chat/completions'));
 
@@ -148,11 +117,7 @@ function fakeTotals(replies: { reply?: string; toolArguments?: string[] }[]): nu
   });
 }
 
-/** The tokens a run's current turn reserved at admission (its stored ticket). */
-async function reservedBy(runId: string): Promise<number> {
-  const { rows } = await gateway.database.client.execute({ sql: 'SELECT rate_limit FROM runs WHERE id = ?', args: [runId] });
-  return (JSON.parse(rows[0]!.rate_limit as string) as { reserved: number }).reserved;
-}
+const reservedBy = (runId: string) => ratelimit.reservedBy(gateway.database.client, runId);
 
 async function expectRefused(response: Response, type: 'requests' | 'tokens') {
   const error = await errorOf(response);
@@ -167,7 +132,7 @@ describe('exactness over run traffic', () => {
     const policy = await createPolicy(who.tenant, { value: 50 });
     const before = await rowsOf(gateway.database.client, who.tenant.workspace.id);
 
-    const responses = await Promise.all(Array.from({ length: 200 }, (_, i) => createRun(who, { thread: thread(`Run ${i}`) })));
+    const responses = await Promise.all(Array.from({ length: 200 }, (_, i) => createRun(who, { thread: fakeThread(`Run ${i}`) })));
     const admitted = responses.filter((response) => response.status === 200);
     const refused = responses.filter((response) => response.status !== 200);
     expect(admitted).toHaveLength(50);
@@ -213,7 +178,7 @@ describe('exactness over run traffic', () => {
       expect((await post(urls[0]!, '/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
       const assistant = (await (await post(urls[0]!, '/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
       const run = (url: string, i: number) =>
-        post(url, '/v1/threads/runs', { assistant_id: assistant.id, thread: thread(`Run ${i}`) });
+        post(url, '/v1/threads/runs', { assistant_id: assistant.id, thread: fakeThread(`Run ${i}`) });
       // Both processes warm (connections, prepared statements) before the policy exists.
       for (const url of urls) expect((await run(url, -1)).status).toBe(200);
       await expect.poll(() => chatRequests().length).toBe(2);
@@ -294,7 +259,7 @@ describe('counters across a crash', () => {
       // Per day, on the real clock: no window ends during the test (short of midnight UTC).
       const policy = await post(POLICIES, { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'requests', unit: 'rpd', value: 2 });
       expect(policy.status).toBe(200);
-      const run = () => post('/v1/threads/runs', { assistant_id: assistant.id, thread: thread('Hi') });
+      const run = () => post('/v1/threads/runs', { assistant_id: assistant.id, thread: fakeThread('Hi') });
       expect((await run()).status).toBe(200);
       expect((await run()).status).toBe(200);
       await expect.poll(() => chatRequests().length).toBe(2);
@@ -339,7 +304,7 @@ describe('a refused request', () => {
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', value: 5 });
     const first = await who.openai.beta.threads.createAndRunPoll(
-      { assistant_id: who.assistantId, thread: thread('Hello', { reply: 'one two three four five six' }) },
+      { assistant_id: who.assistantId, thread: fakeThread('Hello', { reply: 'one two three four five six' }) },
       { pollIntervalMs: 5 },
     );
     expect(first.status).toBe('completed');
@@ -359,7 +324,7 @@ describe('a refused request', () => {
     freshMinute();
     const who = await caller();
     const waiting = await who.openai.beta.threads.createAndRunPoll(
-      { assistant_id: who.assistantId, thread: thread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]) },
+      { assistant_id: who.assistantId, thread: fakeThread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]) },
       { pollIntervalMs: 5 },
     );
     expect(waiting.status).toBe('requires_action');
@@ -396,7 +361,7 @@ describe('token charging', () => {
     freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
-    const stream = who.openai.beta.threads.createAndRunStream({ assistant_id: who.assistantId, thread: thread('Weather?', { reply: REPLY }) });
+    const stream = who.openai.beta.threads.createAndRunStream({ assistant_id: who.assistantId, thread: fakeThread('Weather?', { reply: REPLY }) });
     const run = await stream.finalRun();
     expect(run.status).toBe('completed');
     const [total] = fakeTotals([{ reply: REPLY }]);
@@ -410,7 +375,7 @@ describe('token charging', () => {
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
     const run = await who.openai.beta.threads.createAndRunPoll(
-      { assistant_id: who.assistantId, thread: thread('Weather?', { reply: REPLY }) },
+      { assistant_id: who.assistantId, thread: fakeThread('Weather?', { reply: REPLY }) },
       { pollIntervalMs: 5 },
     );
     expect(run.status).toBe('completed');
@@ -428,7 +393,7 @@ describe('token charging', () => {
     const waiting = await who.openai.beta.threads.createAndRunPoll(
       {
         assistant_id: who.assistantId,
-        thread: thread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: REPLY }]),
+        thread: fakeThread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: REPLY }]),
       },
       { pollIntervalMs: 5 },
     );
@@ -456,7 +421,7 @@ describe('token charging', () => {
     freshMinute();
     const who = await caller();
     const first = await who.openai.beta.threads.createAndRunPoll(
-      { assistant_id: who.assistantId, thread: thread('Hi', { reply: REPLY }) },
+      { assistant_id: who.assistantId, thread: fakeThread('Hi', { reply: REPLY }) },
       { pollIntervalMs: 5 },
     );
     const perRun = first.usage!.total_tokens;
@@ -464,7 +429,7 @@ describe('token charging', () => {
     await createPolicy(who.tenant, { type: 'tokens', value: 2 * perRun, group_by: [{ key: 'api_key' }] });
     for (let i = 0; i < 2; i++) {
       const run = await who.openai.beta.threads.createAndRunPoll(
-        { assistant_id: who.assistantId, thread: thread('Hi', { reply: REPLY }) },
+        { assistant_id: who.assistantId, thread: fakeThread('Hi', { reply: REPLY }) },
         { pollIntervalMs: 5 },
       );
       expect(run.usage!.total_tokens).toBe(perRun);
@@ -558,7 +523,7 @@ describe('matching over run traffic', () => {
           assistant_id: who.assistantId,
           model: 'run-model',
           metadata: { team: 'blue' },
-          thread: thread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]),
+          thread: fakeThread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]),
         },
         { pollIntervalMs: 5 },
       );
@@ -635,7 +600,7 @@ describe('the model of an Azure key', () => {
     const azure = { 'x-gateway-virtual-key': 'azure-prod' };
     const args = '{"city":"Paris"}';
     const created = await json(
-      await createRun(who, { model: 'anything', thread: thread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: 'Sunny' }]) }, azure),
+      await createRun(who, { model: 'anything', thread: fakeThread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: 'Sunny' }]) }, azure),
     );
     expect(created.model).toBe('gpt-4o-mini');
     const waiting = await who.openai.beta.threads.runs.poll(created.id, { thread_id: created.thread_id }, { pollIntervalMs: 5 });
@@ -746,9 +711,9 @@ describe('the 429 and the headers through the SDK', () => {
         return Promise.resolve(gateway.app.request(String(url), init as RequestInit));
       },
     });
-    await openai.beta.threads.createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') });
+    await openai.beta.threads.createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') });
     const error = await openai.beta.threads
-      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
+      .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') })
       .then(() => null, (caught: unknown) => caught);
     expect(sent).toBe(2);
     expect(error).toBeInstanceOf(OpenAI.RateLimitError);
@@ -778,12 +743,12 @@ describe('the 429 and the headers through the SDK', () => {
     const start = freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', unit: 'rph', value: 1 });
-    await who.openai.beta.threads.createAndRunPoll({ assistant_id: who.assistantId, thread: thread('Hi') }, { pollIntervalMs: 5 });
+    await who.openai.beta.threads.createAndRunPoll({ assistant_id: who.assistantId, thread: fakeThread('Hi') }, { pollIntervalMs: 5 });
     await settled();
     const used = await usedBy(policy);
     const before = gateway.clock.now();
     const error = (await who.openai.beta.threads
-      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
+      .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') })
       .then(() => null, (caught: unknown) => caught)) as InstanceType<typeof OpenAI.RateLimitError>;
     expect(error).toBeInstanceOf(OpenAI.RateLimitError);
     expect(error.type).toBe('tokens');
@@ -804,7 +769,7 @@ describe('the 429 and the headers through the SDK', () => {
     const tokens = await createPolicy(who.tenant, { type: 'tokens', unit: 'rpd', value: 100_000 });
 
     const { data: run, response } = await who.openai.beta.threads
-      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
+      .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') })
       .withResponse();
     expect(run.status).toBe('queued');
     expect(response.headers.get('x-ratelimit-limit-requests')).toBe('10');
@@ -823,7 +788,7 @@ describe('the 429 and the headers through the SDK', () => {
     expect(charged).toBe((await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id })).usage!.total_tokens);
 
     const { data: stream, response: streamed } = await who.openai.beta.threads
-      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi'), stream: true })
+      .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi'), stream: true })
       .withResponse();
     expect(streamed.headers.get('content-type')).toMatch(/^text\/event-stream/);
     expect(streamed.headers.get('x-ratelimit-remaining-requests')).toBe('8');

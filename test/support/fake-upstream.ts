@@ -214,6 +214,14 @@ export function fakeDirective(scenario: FakeScenario | FakeScenario[]): string {
   return `#fake ${JSON.stringify(scenario)}`;
 }
 
+/**
+ * A run's new `thread`: one user message, which makes the fake answer with `scenario` (one per
+ * model turn when an array) when there is one.
+ */
+export function fakeThread(text: string, scenario?: FakeScenario | FakeScenario[]) {
+  return { messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }] };
+}
+
 /** The built-in reply to these messages (what the fake says when no scenario gives a reply). */
 export function defaultReplyText(messages: readonly unknown[]): string {
   const turn = analyseTurn(messages);
