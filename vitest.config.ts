@@ -4,8 +4,8 @@ import { configDefaults, defineConfig } from 'vitest/config';
 /**
  * Three projects: `node` (the app in-process on libSQL files, the CLI, the server) and `workers`
  * (the Worker entry inside workerd against a local sqld; test/global-setup.ts), which `npm test`
- * runs, and `reliability` (crashes, faults, load over real processes), which
- * `npm run test:reliability` runs.
+ * runs, and `reliability` (crashes, faults, load, rate limits across processes, the Node server's
+ * timeouts: real processes and the real clock), which `npm run test:reliability` runs.
  */
 
 const timeouts = {

@@ -1,21 +1,16 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Client } from '@libsql/client';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { openDatabase } from '../src/db/node';
 import { PolicyCache, type PolicyLoader } from '../src/ratelimit/policy-cache';
 import { readPolicyPage } from '../src/services/policies';
 import { completionTokens, fakeThread, promptTokens, startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import * as ratelimit from './support/ratelimit';
-import { startGatewayProcess, type GatewayProcess } from './support/processes';
 
 /**
  * Rate limiting over real run traffic: POST /v1/threads/runs and submit_tool_outputs through the
- * real app (in-process, and as two gateway processes on one database file), executing against the
- * fake provider over HTTP, with the official SDK where a client is involved. Each test moves the
+ * real app in-process (several gateway processes: test/reliability/processes.test.ts), executing
+ * against the fake provider over HTTP, with the official SDK where a client is involved. Each test moves the
  * gateway's clock to the start of a fresh UTC minute, so that no window ends during it.
  */
 
@@ -91,19 +86,8 @@ function createRun(who: Caller, body: Record<string, unknown> = {}, headers: Rec
   });
 }
 
-/** The rows a workspace holds: threads, messages, runs, run steps. */
-async function rowsOf(client: Client, workspaceId: string) {
-  const { rows } = await client.execute({
-    sql: `SELECT (SELECT count(*) FROM threads WHERE workspace_id = ?1) AS threads,
-                 (SELECT count(*) FROM messages WHERE workspace_id = ?1) AS messages,
-                 (SELECT count(*) FROM runs WHERE workspace_id = ?1) AS runs,
-                 (SELECT count(*) FROM run_steps WHERE workspace_id = ?1) AS steps`,
-    args: [workspaceId],
-  });
-  const row = rows[0]!;
-  return { threads: Number(row.threads), messages: Number(row.messages), runs: Number(row.runs), steps: Number(row.steps) };
-}
 
+const { expectRefused, rowsOf } = ratelimit;
 const countersOf = (policyId: string) => ratelimit.countersOf(gateway.database.client, policyId);
 const usedBy = (policyId: string, client: Client = gateway.database.client) => ratelimit.usedBy(client, policyId);
 
@@ -119,11 +103,6 @@ function fakeTotals(replies: { reply?: string; toolArguments?: string[] }[]): nu
 
 const reservedBy = (runId: string) => ratelimit.reservedBy(gateway.database.client, runId);
 
-async function expectRefused(response: Response, type: 'requests' | 'tokens') {
-  const error = await errorOf(response);
-  expect(error).toMatchObject({ status: 429, code: 'rate_limit_exceeded', type, param: null });
-  return error;
-}
 
 describe('exactness over run traffic', () => {
   it('admits exactly 50 of 200 concurrent runs under 50 rpm, and only those 50 exist and call the provider', async () => {
@@ -161,122 +140,8 @@ describe('exactness over run traffic', () => {
     expect(Number(rows[0]!.n)).toBe(50);
   });
 
-  it('stays exact over two gateway processes on one database file, both admitting', async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'gateway-ratelimit-runs-'));
-    const processes: GatewayProcess[] = [];
-    try {
-      processes.push(await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' }));
-      const first = processes[0]!;
-      await expect.poll(() => /workspace API key\s+(gk_\S+)/.exec(first.stdout())?.[1], { timeout: 5_000 }).toBeDefined();
-      const key = /workspace API key\s+(gk_\S+)/.exec(first.stdout())![1]!;
-      processes.push(await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' }));
-      const urls = processes.map((started) => started.url);
-
-      const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json', 'x-gateway-virtual-key': 'fake' };
-      const post = (url: string, path: string, body: unknown) =>
-        fetch(`${url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
-      expect((await post(urls[0]!, '/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
-      const assistant = (await (await post(urls[0]!, '/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
-      const run = (url: string, i: number) =>
-        post(url, '/v1/threads/runs', { assistant_id: assistant.id, thread: fakeThread(`Run ${i}`) });
-      // Both processes warm (connections, prepared statements) before the policy exists.
-      for (const url of urls) expect((await run(url, -1)).status).toBe(200);
-      await expect.poll(() => chatRequests().length).toBe(2);
-      const warmed = fake.requests.length;
-      const policyResponse = await post(urls[1]!, POLICIES, {
-        conditions: [{ key: 'model', value: '*' }],
-        group_by: [{ key: 'workspace_id' }],
-        type: 'requests',
-        unit: 'rpm',
-        value: 50,
-      });
-      expect(policyResponse.status).toBe(200);
-      const policy = ((await policyResponse.json()) as { id: string }).id;
-
-      // The processes use the real clock: keep the burst inside one minute.
-      const intoMinute = Date.now() % 60_000;
-      if (intoMinute > 45_000) await new Promise((resolve) => setTimeout(resolve, 60_500 - intoMinute));
-      // Requests alternate between the processes. SQLite hands the write lock to whichever process
-      // asks first, and a process commits all its waiting admissions at once, so one process could
-      // take all 50 before the other reaches the database. A first wave of 20 (10 each), all
-      // within the limit, makes sure both admit; then the other 180 go at once, and both
-      // processes race for the last 30 places.
-      const firstWave = await Promise.all(Array.from({ length: 20 }, (_, i) => run(urls[i % 2]!, i)));
-      const rest = await Promise.all(Array.from({ length: 180 }, (_, i) => run(urls[i % 2]!, 20 + i)));
-      const responses = [...firstWave, ...rest];
-      expect(firstWave.map((response) => response.status)).toEqual(Array(20).fill(200));
-      const admittedBy = [0, 1].map((p) => responses.filter((response, i) => i % 2 === p && response.status === 200).length);
-      const refused = responses.filter((response) => response.status !== 200);
-      expect(admittedBy[0]! + admittedBy[1]!).toBe(50);
-      expect(admittedBy[0]).toBeGreaterThanOrEqual(10);
-      expect(admittedBy[1]).toBeGreaterThanOrEqual(10);
-      expect(refused).toHaveLength(150);
-      // Each admission saw the count the one before it left, whichever process made it: the
-      // admitted answers show every remaining count from 49 down to 0 exactly once.
-      const remaining = responses
-        .filter((response) => response.status === 200)
-        .map((response) => Number(response.headers.get('x-ratelimit-remaining-requests')));
-      expect(remaining.sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i));
-      for (const response of refused) await expectRefused(response, 'requests');
-
-      await expect.poll(() => chatRequests().length - 2, { timeout: 20_000 }).toBe(50);
-      await fake.waitForIdle(5_000);
-      const database = await openDatabase({ DATA_DIR: dataDir });
-      try {
-        const { rows } = await database.client.execute('SELECT id FROM workspaces');
-        const workspaceId = rows[0]!.id as string;
-        expect(await usedBy(policy, database.client)).toBe(50);
-        // 50 admitted runs and the 2 warm-up ones, each with its user message (and an answer).
-        expect(await rowsOf(database.client, workspaceId)).toMatchObject({ threads: 52, runs: 52 });
-        const { rows: users } = await database.client.execute({
-          sql: "SELECT count(*) AS n FROM messages WHERE workspace_id = ? AND role = 'user'",
-          args: [workspaceId],
-        });
-        expect(Number(users[0]!.n)).toBe(52);
-      } finally {
-        database.close();
-      }
-      expect(fake.requests.length - warmed).toBe(50);
-    } finally {
-      for (const started of processes) await started.stop();
-      rmSync(dataDir, { recursive: true, force: true });
-    }
-  });
 });
 
-describe('counters across a crash', () => {
-  it('keeps what a killed gateway admitted: its restart refuses what would exceed the limit', async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'gateway-ratelimit-restart-'));
-    let started: GatewayProcess | undefined;
-    try {
-      started = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
-      await expect.poll(() => /workspace API key\s+(gk_\S+)/.exec(started!.stdout())?.[1], { timeout: 5_000 }).toBeDefined();
-      const key = /workspace API key\s+(gk_\S+)/.exec(started.stdout())![1]!;
-      const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json', 'x-gateway-virtual-key': 'fake' };
-      const post = (path: string, body: unknown) => fetch(`${started!.url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
-      expect((await post('/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
-      const assistant = (await (await post('/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
-      // Per day, on the real clock: no window ends during the test (short of midnight UTC).
-      const policy = await post(POLICIES, { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'requests', unit: 'rpd', value: 2 });
-      expect(policy.status).toBe(200);
-      const run = () => post('/v1/threads/runs', { assistant_id: assistant.id, thread: fakeThread('Hi') });
-      expect((await run()).status).toBe(200);
-      expect((await run()).status).toBe(200);
-      await expect.poll(() => chatRequests().length).toBe(2);
-
-      expect(await started.stop('SIGKILL')).toBeNull();
-      started = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
-      const refused = await run();
-      const error = await expectRefused(refused, 'requests');
-      expect(error.message).toContain('Limit 2, Used 2, Requested 1.');
-      await fake.waitForIdle(5_000);
-      expect(chatRequests()).toHaveLength(2);
-    } finally {
-      await started?.stop('SIGKILL');
-      rmSync(dataDir, { recursive: true, force: true });
-    }
-  });
-});
 
 describe('a refused request', () => {
   it('writes nothing and calls no provider: refused by a requests policy, streamed or not', async () => {

@@ -1,7 +1,9 @@
 import type { Client } from '@libsql/client';
 import { expect } from 'vitest';
+import { ApiError } from '../../src/errors';
+import type { Admission, RequestAttributes } from '../../src/ratelimit';
+import { errorOf, json } from './envelope';
 import type { TestClock, TestGateway, Tenant } from './gateway';
-import { json } from './envelope';
 
 /** Factories and readers the rate-limit suites share: policies made through the API, counters read from the database. */
 
@@ -52,4 +54,48 @@ export function freshMinute(clock: TestClock): number {
   const start = Math.floor(clock.now() / 60_000) * 60_000 + 60_000;
   clock.set(start + 1000);
   return start;
+}
+
+/** The rows a workspace holds: threads, messages, runs, run steps. */
+export async function rowsOf(client: Client, workspaceId: string) {
+  const { rows } = await client.execute({
+    sql: `SELECT (SELECT count(*) FROM threads WHERE workspace_id = ?1) AS threads,
+                 (SELECT count(*) FROM messages WHERE workspace_id = ?1) AS messages,
+                 (SELECT count(*) FROM runs WHERE workspace_id = ?1) AS runs,
+                 (SELECT count(*) FROM run_steps WHERE workspace_id = ?1) AS steps`,
+    args: [workspaceId],
+  });
+  const row = rows[0]!;
+  return { threads: Number(row.threads), messages: Number(row.messages), runs: Number(row.runs), steps: Number(row.steps) };
+}
+
+/** A 429 of a policy of `type`, in the envelope; answers the error. */
+export async function expectRefused(response: Response, type: 'requests' | 'tokens') {
+  const error = await errorOf(response);
+  expect(error).toMatchObject({ status: 429, code: 'rate_limit_exceeded', type, param: null });
+  return error;
+}
+
+/** A request of `tenant`'s workspace key, as admission sees it: gpt-4o on the `vk-main` OpenAI virtual key. */
+export const requestAttributes = (tenant: Tenant, overrides: Partial<RequestAttributes> = {}): RequestAttributes => ({
+  api_key: tenant.workspaceKeyId,
+  workspace_id: tenant.workspace.id,
+  virtual_key: 'vk-main',
+  provider: 'openai',
+  model: 'gpt-4o',
+  metadata: {},
+  ...overrides,
+});
+
+/** A turn that reserves no tokens: tokens policies then only refuse, and settleTokens only charges. */
+export const NO_RESERVATION = { reservation: 0, baseTokens: 0 };
+
+/** The 429 a refused admission throws; fails the test if the request was admitted. */
+export async function refusal(admission: Promise<Admission>): Promise<ApiError> {
+  const outcome = await admission.then(
+    (admitted) => new Error(`expected a refusal, but it was admitted: ${JSON.stringify(admitted)}`),
+    (error: unknown) => error,
+  );
+  if (!(outcome instanceof ApiError) || outcome.code !== 'rate_limit_exceeded') throw outcome;
+  return outcome;
 }
