@@ -487,9 +487,10 @@ describe('a name, resolved on Node just before the fetch', () => {
     const response = await lenient(`${fake.baseURL.replace('127.0.0.1', 'localhost')}/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: 'Bearer sk-test' },
-      body: JSON.stringify({ model: 'fake-model', messages: [{ role: 'user', content: 'hi' }] }),
+      body: JSON.stringify({ model: 'fake-model', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
     });
     expect(response.status).toBe(200);
+    await response.body?.cancel();
   });
 
   it('leaves literal addresses and unresolvable names to the checks before it and to fetch', async () => {
