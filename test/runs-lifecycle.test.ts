@@ -222,6 +222,7 @@ describe('an executor that stops', () => {
     const deps = await createNodeDeps(gateway.deps.config, gateway.database, {
       now: () => gateway.clock.now() + 60_000,
       secrets: gateway.deps.secrets,
+      log: gateway.deps.log,
     });
     const other = createNodeApp(deps);
     const created = await json(await createRun({ reply: 'never', first_byte_delay_ms: 250 }));
