@@ -15,10 +15,23 @@ import { threadRoutes } from './routes/threads';
 import { virtualKeyRoutes } from './routes/virtual-keys';
 
 /**
- * The gateway, for any runtime: node.ts and worker.ts build `deps` and serve what this returns.
+ * The gateway, for any runtime: node.ts and worker.ts build `deps` and serve what this returns,
+ * handing each request the runtime's ExecutionContext (its waitUntil keeps a run going after the
+ * answer).
  *
  *   request id ─> access log ─> (405) ─> /v1: body limit ─> JSON body ─> API-key auth ─> route
  *   every failure: ApiError ─> onError ─> {"error":{"message","type","param","code"}}
+ *
+ * Where a run lives, from its route (routes/threads.ts):
+ *   created    runs/commands.ts  createThreadAndRun (and submitToolOutputs, cancelRun): validate,
+ *                                admit, write, then hand it to deps.runHost (runs/host.ts)
+ *   hosted     Node: node/run-host.ts, in this process; Workers: workers/run-host.ts hands it to
+ *              its Durable Object, workers/run-executor.ts
+ *   executed   runs/engine.ts    executeRun, one turn; how it ends: runs/outcome.ts
+ *   streamed   runs/engine.ts    executeStreamed into runs/event-stream.ts, in order with the
+ *                                database by runs/outbox.ts
+ *   settled    runs/settle.ts    a run that ends without its answer; runs/recovery.ts for runs whose
+ *                                executor died (node/start.ts's sweep, worker.ts's cron)
  */
 export function createApp(deps: Deps) {
   const app = new Hono<{ Variables: DepsVariables & RequestIdVariables }>();

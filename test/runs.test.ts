@@ -58,7 +58,7 @@ beforeEach(() => fake.reset());
 const lastUpstreamBody = () => fake.requests[fake.requests.length - 1]!.body!;
 
 describe('createAndRun, not streamed', () => {
-  it('answers the queued run with every field of the seed and its defaults', async () => {
+  it('answers the queued run with every documented field and its defaults', async () => {
     const run = await openai.beta.threads.createAndRun({ assistant_id: assistantId, thread: fakeThread('Hello there') });
     expect(run).toMatchObject({
       object: 'thread.run',
@@ -577,8 +577,7 @@ function collapse(events: string[]): string[] {
 }
 
 /**
- * The event names of example N of the reference stream (a copy of
- * ../shared/reference/openai-run-stream-example.txt in test/fixtures), deltas collapsed.
+ * The event names of example N of a real OpenAI run stream (test/fixtures), deltas collapsed.
  */
 function referenceOrder(example: number): string[] {
   const text = readFileSync(new URL('./fixtures/openai-run-stream-example.txt', import.meta.url), 'utf8');

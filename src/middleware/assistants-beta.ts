@@ -5,9 +5,10 @@ const HEADERS = ['vendor-beta', 'openai-beta'] as const;
 const VERSION = 'assistants=v2';
 
 /**
- * The assistants interface version. The seed sends `Vendor-Beta: assistants=v2`; the OpenAI SDK
- * sends `OpenAI-Beta: assistants=v2`. Either is accepted, and so is neither (the seed leaves it
- * optional); any other value asks for a version this gateway does not serve: 400 `invalid_beta`.
+ * The assistants interface version. The gateway's own clients send `Vendor-Beta: assistants=v2`;
+ * the OpenAI SDK sends `OpenAI-Beta: assistants=v2`. Either is accepted, and so is neither (the
+ * header is optional); any other value asks for a version this gateway does not serve: 400
+ * `invalid_beta`.
  */
 export const assistantsBeta = () =>
   createMiddleware(async (c, next) => {

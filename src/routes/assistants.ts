@@ -12,7 +12,7 @@ import type { ApiEnv } from './env';
 
 /**
  * /v1/assistants, in the workspace of workspace(). Retrieving one needs `x-gateway-virtual-key`
- * as the seed says; creating, listing and deleting do not.
+ * (the gateway's API has always asked for one there); creating, listing and deleting do not.
  */
 export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())

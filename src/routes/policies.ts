@@ -58,8 +58,8 @@ export const policyRoutes = new Hono<ApiEnv>()
   });
 
 /**
- * The seed: "calls made otherwise [than with an API key identifying the workspace] must send
- * workspace_id and organisation_id". A workspace key may repeat its own organisation; an
+ * A call made with a key that does not identify a workspace (an organisation key) must send
+ * workspace_id and organisation_id. A workspace key may repeat its own organisation; an
  * organisation key must name its own.
  */
 function checkOrganisation(apiKey: AuthenticatedKey, organisationId: string | undefined) {

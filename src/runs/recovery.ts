@@ -7,7 +7,7 @@ import { settleRun, type SettleDeps } from './settle';
  *   last_error that says so;
  * - it waits for tool outputs past its expiry: it expires.
  * `reconcileRun` settles one such run when a client looks at it; `sweepRuns` settles all of them,
- * periodically on Node.
+ * periodically (a timer on Node, the cron trigger on Workers).
  */
 
 export const ORPHANED = {

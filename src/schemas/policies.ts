@@ -3,8 +3,7 @@ import { ATTRIBUTE_KEYS_DESCRIPTION, isAttributeKey } from '../ratelimit/vocabul
 import { queryInteger, uuidString } from './common';
 
 /**
- * Rate-limit policies: the seed's "List rate-limit policies" and "Create a rate-limit policy",
- * plus GET, PUT and DELETE of one policy.
+ * Rate-limit policies: list and create, plus GET, PUT and DELETE of one policy.
  */
 
 export const POLICY_TYPES = ['requests', 'tokens'] as const;
@@ -14,7 +13,7 @@ export type PolicyType = (typeof POLICY_TYPES)[number];
 export type PolicyUnit = (typeof POLICY_UNITS)[number];
 export type PolicyStatus = (typeof POLICY_STATUSES)[number];
 
-/** Bounds the seed leaves open, chosen so that a policy stays cheap to match. */
+/** Bounds of our own, chosen so that a policy stays cheap to match. */
 export const POLICY_LIMITS = {
   name: 255,
   conditions: 32,
@@ -98,7 +97,7 @@ export const listPoliciesQuery = z.strictObject({
 });
 export type ListPoliciesQuery = z.infer<typeof listPoliciesQuery>;
 
-/** A policy on the wire: every field of the seed's table, timestamps in ISO 8601. */
+/** A policy on the wire: every field the README documents, timestamps in ISO 8601. */
 export interface PolicyJson {
   id: string;
   type: PolicyType;

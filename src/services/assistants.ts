@@ -51,7 +51,7 @@ export async function createAssistant(
   );
 }
 
-// OpenAI's own 404 for a missing assistant, param null (../shared/reference/openai-errors.md).
+// OpenAI's own 404 for a missing assistant, with a null param.
 const notFound = (id: string) => new ApiError('assistant_not_found', `No assistant found with id '${id}'.`);
 
 const live = (workspaceId: string) => and(eq(assistants.workspaceId, workspaceId), isNull(assistants.deletedAt));
