@@ -22,19 +22,19 @@ import {
   type Settlement,
   type StepRow,
 } from '../services/runs';
+import type { RequiredAction, RunError, ToolCallsDetails } from '../schemas/runs';
+import type { MessageContent } from '../schemas/threads';
 import { conversationMessages, type MessageRow } from '../services/threads';
 import { upstreamRules } from '../services/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { toMessageJson } from '../wire/threads';
-import type { RequiredAction, RunError, ToolCallsDetails } from '../schemas/runs';
-import type { MessageContent } from '../schemas/threads';
 import { buildChatRequest } from './chat-request';
-import { answerMessage, newStep } from './rows';
 import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
 import type { StreamOptions } from './host';
 import { Outbox } from './outbox';
 import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome } from './outcome';
+import { answerMessage, newStep } from './rows';
 import { chargeRun, failRunAlone, settleRun } from './settle';
 
 /**
