@@ -2,11 +2,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { count, sql } from 'drizzle-orm';
-import { createApp } from '../src/app';
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { organisations, rateLimitPolicies } from '../src/db/schema';
 import { newUuid } from '../src/lib/ids';
-import { createNodeDeps, nodeConfig } from '../src/node-runtime';
+import { nodeConfig } from '../src/node/config';
+import { createNodeApp } from '../src/node/app';
+import { createNodeDeps } from '../src/node/deps';
 import { createApiKey } from '../src/services/api-keys';
 import { createWorkspace } from '../src/services/workspaces';
 import { measure, round } from './support';
@@ -28,8 +29,7 @@ async function scenario(workspaceCount: number) {
   const config = nodeConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'warn', GATEWAY_MAX_POLICIES_PER_WORKSPACE: '1000000' });
   const database = await openDatabase(config);
   await migrateDatabase(database.db);
-  const { deps } = await createNodeDeps(config, database);
-  const app = createApp(deps);
+  const app = createNodeApp(await createNodeDeps(config, database));
   const db = database.db;
 
   const organisationId = newUuid();

@@ -2,7 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { nodeConfig, startGateway } from '../src/node-runtime';
+import { nodeConfig } from '../src/node/config';
+import { startGateway } from '../src/node/start';
 import { fakeDirective, startFakeUpstream } from '../test/support/fake-upstream';
 
 /**

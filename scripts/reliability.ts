@@ -10,8 +10,8 @@ import type { Tally } from '../test/support/tally';
  * 1. the bad-input property tests of `npm test` (test/fuzz*.test.ts) with many more runs
  *    (FUZZ_RUNS, default 2000 here);
  * 2. the `reliability` vitest project (test/reliability): kill -9 rounds, upstream faults over real
- *    HTTP, client disconnects, hostile upstreams, and a load minute (LOAD_SECONDS, default 60) with
- *    5% faults.
+ *    HTTP, client disconnects, hostile upstreams, a load minute (LOAD_SECONDS, default 60) with 5%
+ *    faults, rate limits across gateway processes, and the Node server's timeouts and connection cap.
  *
  * Every suite appends its figures to RELIABILITY_REPORT_DIR (test/support/tally.ts,
  * test/reliability/support.ts); this script sums them. It fails when a test failed or when runs

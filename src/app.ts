@@ -1,31 +1,42 @@
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import { methodNotAllowed } from 'hono/method-not-allowed';
-import type { AppEnv, Deps } from './deps';
+import type { Deps } from './deps';
 import { ApiError, errorResponse, serverError } from './errors';
 import { accessLog } from './middleware/access-log';
 import { apiKeyAuth } from './middleware/api-key-auth';
 import { bodyLimit } from './middleware/body-limit';
+import { provideDeps, type DepsVariables } from './middleware/deps';
 import { jsonBody } from './middleware/json-body';
-import { requestId } from './middleware/request-id';
+import { requestId, type RequestIdVariables } from './middleware/request-id';
 import { assistantRoutes } from './routes/assistants';
 import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
 import { virtualKeyRoutes } from './routes/virtual-keys';
 
 /**
- * The gateway, for any runtime: node.ts and worker.ts build `deps` and serve what this returns.
+ * The gateway, for any runtime: node.ts and worker.ts build `deps` and serve what this returns,
+ * handing each request the runtime's ExecutionContext (its waitUntil keeps a run going after the
+ * answer).
  *
  *   request id ─> access log ─> (405) ─> /v1: body limit ─> JSON body ─> API-key auth ─> route
  *   every failure: ApiError ─> onError ─> {"error":{"message","type","param","code"}}
+ *
+ * Where a run lives, from its route (routes/threads.ts):
+ *   created    runs/commands.ts  createThreadAndRun (and submitToolOutputs, cancelRun): validate,
+ *                                admit, write, then hand it to deps.runHost (runs/host.ts)
+ *   hosted     Node: node/run-host.ts, in this process; Workers: workers/run-host.ts hands it to
+ *              its Durable Object, workers/run-executor.ts
+ *   executed   runs/engine.ts    executeRun, one turn; how it ends: runs/outcome.ts
+ *   streamed   runs/engine.ts    executeStreamed into runs/event-stream.ts, in order with the
+ *                                database by runs/outbox.ts
+ *   settled    runs/settle.ts    a run that ends without its answer; runs/recovery.ts for runs whose
+ *                                executor died (node/start.ts's sweep, worker.ts's cron)
  */
 export function createApp(deps: Deps) {
-  const app = new Hono<AppEnv>();
+  const app = new Hono<{ Variables: DepsVariables & RequestIdVariables }>();
 
-  app.use(async (c, next) => {
-    c.set('deps', deps);
-    await next();
-  });
+  app.use(provideDeps(deps));
   app.use(requestId());
   app.use(accessLog());
   app.use(

@@ -3,8 +3,8 @@
  *
  * Every failure the gateway reports leaves as OpenAI's error body,
  * `{"error":{"message","type","param","code"}}`, which the OpenAI SDKs parse into
- * `BadRequestError`, `AuthenticationError`, `RateLimitError`, ... (see
- * ../shared/reference/openai-errors.md). Code throws `ApiError`; `onError` in app.ts renders it.
+ * `BadRequestError`, `AuthenticationError`, `RateLimitError`, ... by status and code. Code throws
+ * `ApiError`; `onError` in app.ts renders it.
  */
 
 type ErrorSpec = { status: 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 429 | 500 | 503; message?: string };

@@ -1,5 +1,6 @@
 import { formatInitResult } from './cli/output';
-import { nodeConfig, startGateway } from './node-runtime';
+import { nodeConfig } from './node/config';
+import { startGateway } from './node/start';
 
 /** `npm start`: the gateway on Node, on the embedded database unless LIBSQL_URL says otherwise. */
 async function main() {

@@ -3,17 +3,17 @@ import { createApp, type App } from './app';
 import { errorResponse, serverError } from './errors';
 import { createLogger } from './logger';
 import { sweepRuns } from './runs/recovery';
-import { workerDeps, type Env } from './worker-runtime';
+import { workerDeps, type Env } from './workers/deps';
 
 /**
- * The Workers entry: the same app as on Node over the isolate's deps (worker-runtime.ts), the
+ * The Workers entry: the same app as on Node over the isolate's deps (workers/deps.ts), the
  * recovery sweep on the cron trigger of wrangler.toml, and the Durable Object classes, which the
  * runtime finds among this module's exports.
  */
 
-export { RateLimitCounter } from './durable/counter-store';
-export { RunExecutor } from './durable/run-executor';
-export type { Env } from './worker-runtime';
+export { RateLimitCounter } from './workers/counter-store';
+export { RunExecutor } from './workers/run-executor';
+export type { Env } from './workers/deps';
 
 let built: Promise<App> | undefined;
 

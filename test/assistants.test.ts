@@ -5,8 +5,8 @@ import { assistants } from '../src/db/schema';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
 /**
- * Assistants: create with every field and bound of the seed, retrieve (with the virtual key the
- * seed requires), list with OpenAI's cursors, delete, workspace isolation, organisation keys with
+ * Assistants: create with every documented field and bound, retrieve (with the virtual key it
+ * requires), list with OpenAI's cursors, delete, workspace isolation, organisation keys with
  * x-gateway-workspace-id, the beta header, and the official SDK against the gateway.
  */
 
@@ -86,7 +86,7 @@ describe('POST /v1/assistants', () => {
     expect(await json(fetched)).toEqual(created);
   });
 
-  it('fills the defaults of the seed for every unset or null field', async () => {
+  it('fills the documented defaults for every unset or null field', async () => {
     const minimal = await json(await post({ model: 'gpt-4o' }));
     const nulls = await json(
       await post({

@@ -86,11 +86,24 @@ async function runToEnd(scenario: FakeScenario, options: { stream?: boolean; vir
     await new Promise((resolve) => setTimeout(resolve, 20));
     run = await read();
   }
-  const messages = await json(await gateway.request(`/v1/threads/${created.thread_id}/messages?run_id=${created.id}`, { key: tenant.workspaceKey }));
   const client = gateway.database.client;
-  const steps = (await client.execute({ sql: 'SELECT type, status, last_error, step_details FROM run_steps WHERE run_id = ? ORDER BY seq', args: [run.id] })).rows.map(
-    (row) => ({ type: String(row[0]), status: String(row[1]), lastError: row[2] ? JSON.parse(String(row[2])) : null, stepDetails: String(row[3]) }),
-  );
+  const readRows = async () => ({
+    messages: await json(await gateway.request(`/v1/threads/${created.thread_id}/messages?run_id=${created.id}`, { key: tenant.workspaceKey })),
+    steps: (await client.execute({ sql: 'SELECT type, status, last_error, step_details FROM run_steps WHERE run_id = ? ORDER BY seq', args: [run.id] })).rows.map(
+      (row) => ({ type: String(row[0]), status: String(row[1]), lastError: row[2] ? JSON.parse(String(row[2])) : null, stepDetails: String(row[3]) }),
+    ),
+  });
+  // A run's row can end before its step and message do (a settle that fails writes the run alone
+  // first, then closes them one by one): read them once they have. (A run waiting for tool outputs
+  // keeps its tool-calls step open.)
+  let { messages, steps } = await readRows();
+  const open = () =>
+    run.status !== 'requires_action' &&
+    (steps.some((step) => step.status === 'in_progress') || messages.data.some((message: { status: string }) => message.status === 'in_progress'));
+  for (const deadline = Date.now() + 5_000; open() && Date.now() < deadline; ) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    ({ messages, steps } = await readRows());
+  }
   const sizes = await client.execute({
     sql: `SELECT (SELECT coalesce(length(required_action), 0) + coalesce(length(last_error), 0) + coalesce(length(usage), 0) FROM runs WHERE id = ?1)
             + (SELECT coalesce(sum(length(content)), 0) FROM messages WHERE run_id = ?1)

@@ -252,7 +252,7 @@ describe('GET /v1/policies/rate-limits', () => {
     await create(sibling, { ...validPolicy, name: 'sibling' });
   });
 
-  it('lists newest first with total, every field of the seed', async () => {
+  it('lists newest first with total, every documented field', async () => {
     const page = await list(tenant.workspaceKey);
     expect(page.object).toBe('list');
     expect(page.total).toBe(12);

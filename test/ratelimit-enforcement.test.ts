@@ -1,29 +1,23 @@
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startSqld } from '../scripts/sqld';
-import { migrateDatabase, openDatabase } from '../src/db/node';
-import { organisations } from '../src/db/schema';
-import { newUuid } from '../src/lib/ids';
+import { openDatabase } from '../src/db/node';
 import { ApiError, errorResponse } from '../src/errors';
 import { createLogger } from '../src/logger';
-import { createNodeDeps, nodeConfig } from '../src/node-runtime';
+import { nodeConfig } from '../src/node/config';
+import { createNodeDeps } from '../src/node/deps';
 import {
   admitRequest,
   settleTokens,
   LibsqlCounterStore,
   PolicyCache,
   requestMetadata,
-  type Admission,
   type RequestAttributes,
   type TokenTicket,
 } from '../src/ratelimit';
 import type { CreatePolicyBody } from '../src/schemas/policies';
 import { createPolicy as createPolicyRow } from '../src/services/policies';
 import { workspaceCaps } from '../src/services/quotas';
-import { createWorkspace } from '../src/services/workspaces';
-import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
-import { ROOT } from './support/processes';
+import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
+import * as ratelimit from './support/ratelimit';
 
 /**
  * Rate-limit enforcement, driven through admitRequest and settleTokens on the real app's deps (a
@@ -45,16 +39,9 @@ const at = (iso: string) => {
   now = Date.parse(iso);
 };
 
-const PATH = '/v1/policies/rate-limits';
+const PATH = ratelimit.POLICIES;
 
-async function createPolicy(tenant: Tenant, body: Record<string, unknown>): Promise<string> {
-  const response = await gateway.request(PATH, {
-    key: tenant.workspaceKey,
-    body: { group_by: [{ key: 'workspace_id' }], type: 'requests', unit: 'rpm', value: 1, ...body },
-  });
-  expect(response.status).toBe(200);
-  return ((await json(response)) as { id: string }).id;
-}
+const createPolicy = (tenant: Tenant, body: Record<string, unknown>) => ratelimit.createPolicy(gateway, tenant, body);
 
 async function updatePolicy(tenant: Tenant, id: string, body: Record<string, unknown>) {
   const response = await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method: 'PUT', body });
@@ -66,32 +53,10 @@ async function archivePolicy(tenant: Tenant, id: string) {
   expect(response.status).toBe(200);
 }
 
-/** A request of `tenant`'s workspace key: gpt-4o on the `vk-main` OpenAI virtual key. */
-const attributes = (tenant: Tenant, overrides: Partial<RequestAttributes> = {}): RequestAttributes => ({
-  api_key: tenant.workspaceKeyId,
-  workspace_id: tenant.workspace.id,
-  virtual_key: 'vk-main',
-  provider: 'openai',
-  model: 'gpt-4o',
-  metadata: {},
-  ...overrides,
-});
-
-/** A turn that reserves no tokens: tokens policies then only refuse, and settleTokens only charges. */
-const NO_RESERVATION = { reservation: 0, baseTokens: 0 };
+const { NO_RESERVATION, refusal, requestAttributes: attributes } = ratelimit;
 
 const admit = (tenant: Tenant, overrides: Partial<RequestAttributes> = {}, turn = NO_RESERVATION) =>
   admitRequest(gateway.deps, attributes(tenant, overrides), turn);
-
-/** The 429 a refused admission throws; fails the test if the request was admitted. */
-async function refusal(admission: Promise<Admission>): Promise<ApiError> {
-  const outcome = await admission.then(
-    (admitted) => new Error(`expected a refusal, but it was admitted: ${JSON.stringify(admitted)}`),
-    (error: unknown) => error,
-  );
-  if (!(outcome instanceof ApiError) || outcome.code !== 'rate_limit_exceeded') throw outcome;
-  return outcome;
-}
 
 /** Whether admissions are counted against some policy: admitted twice under 1 rpm means no. */
 async function governed(tenant: Tenant, overrides: Partial<RequestAttributes> = {}): Promise<boolean> {
@@ -104,15 +69,8 @@ async function governed(tenant: Tenant, overrides: Partial<RequestAttributes> = 
   return second === 'refused';
 }
 
-/** Every counter row of a policy, key -> used. */
-async function countersOf(policyId: string): Promise<Record<string, number>> {
-  const { rows } = await gateway.database.client.execute({
-    sql: 'SELECT key, used FROM rate_limit_counters WHERE key LIKE ?',
-    args: [`${policyId}/%`],
-  });
-  return Object.fromEntries(rows.map((row) => [row.key as string, Number(row.used)]));
-}
-const usedBy = async (policyId: string) => Object.values(await countersOf(policyId)).reduce((a, b) => a + b, 0);
+const countersOf = (policyId: string) => ratelimit.countersOf(gateway.database.client, policyId);
+const usedBy = (policyId: string) => ratelimit.usedBy(gateway.database.client, policyId);
 
 describe('matching', () => {
   const cases: [string, { key: string; value: string }[], Partial<RequestAttributes>, boolean][] = [
@@ -326,73 +284,8 @@ describe('exactness', () => {
     expect(await usedBy(broad)).toBe(2);
   });
 
-  it('stays exact with two gateway processes on one database file', async () => {
-    at('2030-03-01T10:00:05Z');
-    const tenant = await gateway.tenant();
-    const id = await createPolicy(tenant, { conditions: [{ key: 'model', value: '*' }], value: 50 });
-    const request = attributes(tenant);
-    await gateway.deps.policyCache.get(tenant.workspace.id);
-    const other = await startWorker(['admit', JSON.stringify(request), '100', String(now)]);
-    await other.line();
-    other.send('go');
-    const [here, there] = await Promise.all([
-      Promise.allSettled(Array.from({ length: 100 }, () => admitRequest(gateway.deps, request, NO_RESERVATION))),
-      other.line().then((line) => JSON.parse(line) as { admitted: number; refused: number }),
-    ]);
-    expect(await other.exit).toBe(0);
-    const admittedHere = here.filter((o) => o.status === 'fulfilled').length;
-    expect(admittedHere + there.admitted).toBe(50);
-    expect(here.length - admittedHere + there.refused).toBe(150);
-    expect(await usedBy(id)).toBe(50);
-  });
 });
 
-describe('on a libSQL server', () => {
-  it('stays exact with two gateways sharing it, and each sees the other\'s policy changes at once', async () => {
-    at('2030-03-01T10:00:05Z');
-    const sqld = await startSqld();
-    const databases = [await openDatabase({ ...gateway.deps.config, LIBSQL_URL: sqld.url })];
-    try {
-      databases.push(await openDatabase({ ...gateway.deps.config, LIBSQL_URL: sqld.url }));
-      await migrateDatabase(databases[0]!.db);
-      const overrides = { now: () => now, log: createLogger('silent'), secrets: gateway.deps.secrets };
-      const [one, two] = await Promise.all(
-        databases.map(async (database) => (await createNodeDeps(gateway.deps.config, database, overrides)).deps),
-      );
-      const organisationId = newUuid();
-      await one!.db.insert(organisations).values({ id: organisationId, name: 'sqld', createdAt: now });
-      const workspace = await createWorkspace(one!.db, { organisationId, slug: 'sqld', now });
-      const scope = { organisationId, workspaceId: workspace.id };
-      const body: CreatePolicyBody = {
-        conditions: [{ key: 'model', value: '*' }],
-        group_by: [{ key: 'workspace_id' }],
-        type: 'requests',
-        unit: 'rpm',
-        value: 50,
-      };
-      const policy = await createPolicyRow(one!.db, scope, body, now, ROW_RULES);
-      const request = { ...attributes(await gateway.tenant()), workspace_id: workspace.id };
-
-      const outcomes = await Promise.allSettled(
-        Array.from({ length: 200 }, (_, i) => admitRequest(i % 2 ? one! : two!, request, NO_RESERVATION)),
-      );
-      expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(50);
-      const { rows } = await databases[0]!.client.execute({
-        sql: 'SELECT sum(used) AS used FROM rate_limit_counters WHERE key LIKE ?',
-        args: [`${policy.id}/%`],
-      });
-      expect(rows[0]!.used).toBe(50);
-
-      await createPolicyRow(two!.db, scope, { ...body, conditions: [{ key: 'model', value: 'gpt-4o' }], value: 1 }, now, ROW_RULES);
-      at('2030-03-01T10:01:05Z');
-      await admitRequest(one!, request, NO_RESERVATION);
-      await refusal(admitRequest(one!, request, NO_RESERVATION));
-    } finally {
-      for (const database of databases) database.close();
-      await sqld.stop();
-    }
-  });
-});
 
 describe('tokens', () => {
   it('refuses once the group has used the value, counting charged tokens', async () => {
@@ -634,7 +527,7 @@ describe('changes apply at once', () => {
     at('2030-06-01T10:00:05Z');
     const tenant = await gateway.tenant();
     const database = await openDatabase(gateway.deps.config);
-    const { deps: second } = await createNodeDeps(gateway.deps.config, database, {
+    const second = await createNodeDeps(gateway.deps.config, database, {
       now: () => now,
       log: createLogger('silent'),
     });
@@ -663,18 +556,6 @@ describe('changes apply at once', () => {
     }
   });
 
-  it('from another process', async () => {
-    at('2030-06-01T10:00:05Z');
-    const tenant = await gateway.tenant();
-    expect((await admit(tenant)).headers).toEqual({});
-    const scope = { organisationId: tenant.organisationId, workspaceId: tenant.workspace.id };
-    const body = { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'api_key' }], type: 'requests', unit: 'rpm', value: 1 };
-    const worker = await startWorker(['create-policy', JSON.stringify(scope), JSON.stringify(body), String(now)]);
-    const id = await worker.line();
-    expect(await worker.exit).toBe(0);
-    expect((await admit(tenant)).headers['ratelimit-policy']).toBe(`"${id}";q=1;w=60`);
-    await refusal(admit(tenant));
-  });
 });
 
 describe('the policy cache', () => {
@@ -755,39 +636,4 @@ describe('pruning', () => {
   });
 });
 
-interface Worker {
-  /** The next line the worker prints. */
-  line(): Promise<string>;
-  send(line: string): void;
-  exit: Promise<number | null>;
-}
 
-/** test/support/ratelimit-worker.ts as a process on this gateway's database. */
-async function startWorker(args: string[]): Promise<Worker> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/ratelimit-worker.ts', ...args], {
-    cwd: ROOT,
-    env: { ...process.env, DATA_DIR: gateway.dataDir },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
-  const exit = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  const lines: string[] = [];
-  const waiting: ((line: string) => void)[] = [];
-  createInterface({ input: child.stdout }).on('line', (line) => {
-    const waiter = waiting.shift();
-    if (waiter) waiter(line);
-    else lines.push(line);
-  });
-  return {
-    line: () =>
-      lines.length > 0
-        ? Promise.resolve(lines.shift()!)
-        : Promise.race([
-            new Promise<string>((resolve) => waiting.push(resolve)),
-            exit.then((code) => Promise.reject(new Error(`worker exited with ${code}: ${stderr}`))),
-          ]),
-    send: (line) => child.stdin.write(`${line}\n`),
-    exit,
-  };
-}

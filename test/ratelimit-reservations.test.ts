@@ -1,13 +1,9 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { LibsqlCounterStore } from '../src/ratelimit';
 import { turnReservation } from '../src/ratelimit/reservation';
-import {
-  fakeDirective,
-  startFakeUpstream,
-  type FakeScenario,
-  type FakeUpstreamServer,
-} from './support/fake-upstream';
+import { fakeThread, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
+import * as ratelimit from './support/ratelimit';
 
 /**
  * Tokens policies bound their overshoot: a turn of a run reserves tokens in every matching tokens
@@ -37,7 +33,7 @@ afterEach(async () => {
   expect(await gateway.tasks.drain(30_000)).toBe(true);
 });
 
-const POLICIES = '/v1/policies/rate-limits';
+const { POLICIES } = ratelimit;
 const DEFAULT_RESERVATION = 1024;
 
 interface Caller {
@@ -60,21 +56,10 @@ async function caller(): Promise<Caller> {
   return { tenant, headers, assistantId: (await json(assistant)).id };
 }
 
-async function tokensPolicy(who: Caller, value: number, unit = 'rpd'): Promise<string> {
-  const response = await gateway.request(POLICIES, {
-    headers: who.headers,
-    body: { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'tokens', unit, value },
-  });
-  expect(response.status).toBe(200);
-  return (await json(response)).id;
-}
-
-const ask = (text: string, scenario?: FakeScenario | FakeScenario[]) => ({
-  messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }],
-});
+const tokensPolicy = (who: Caller, value: number, unit = 'rpd') => ratelimit.createPolicy(gateway, who.tenant, { type: 'tokens', unit, value });
 
 const createRun = (who: Caller, body: Record<string, unknown> = {}) =>
-  gateway.request('/v1/threads/runs', { headers: who.headers, body: { assistant_id: who.assistantId, thread: ask('Hello'), ...body } });
+  gateway.request('/v1/threads/runs', { headers: who.headers, body: { assistant_id: who.assistantId, thread: fakeThread('Hello'), ...body } });
 
 async function runOf(who: Caller, run: { id: string; thread_id: string }) {
   return json(await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { headers: who.headers }));
@@ -91,24 +76,15 @@ async function waitFor(who: Caller, run: { id: string; thread_id: string }, stat
 
 /** A policy's usage by window start, over its groups. */
 async function countersOf(policyId: string): Promise<Record<string, number>> {
-  const { rows } = await gateway.database.client.execute({
-    sql: 'SELECT key, used FROM rate_limit_counters WHERE key LIKE ?',
-    args: [`${policyId}/%`],
-  });
   const byWindow: Record<string, number> = {};
-  for (const row of rows) {
-    const window = String(row.key).split('/')[2]!;
-    byWindow[window] = (byWindow[window] ?? 0) + Number(row.used);
+  for (const [key, used] of Object.entries(await ratelimit.countersOf(gateway.database.client, policyId))) {
+    const window = key.split('/')[2]!;
+    byWindow[window] = (byWindow[window] ?? 0) + used;
   }
   return byWindow;
 }
-const usedBy = async (policyId: string) => Object.values(await countersOf(policyId)).reduce((a, b) => a + b, 0);
-
-/** The reservation a run's current turn holds (its stored ticket). */
-async function reservedBy(runId: string): Promise<number> {
-  const { rows } = await gateway.database.client.execute({ sql: 'SELECT rate_limit FROM runs WHERE id = ?', args: [runId] });
-  return (JSON.parse(String(rows[0]!.rate_limit)) as { reserved: number }).reserved;
-}
+const usedBy = (policyId: string) => ratelimit.usedBy(gateway.database.client, policyId);
+const reservedBy = (runId: string) => ratelimit.reservedBy(gateway.database.client, runId);
 
 /** Moves the clock to `offset` ms into a fresh UTC day (runs, and their windows, then stay in it). */
 function freshDay(offset = 3_600_000): number {
@@ -117,12 +93,7 @@ function freshDay(offset = 3_600_000): number {
   return day;
 }
 
-/** Minute windows: one second into a fresh UTC minute. */
-function freshMinute(): number {
-  const start = Math.floor(gateway.clock.now() / 60_000) * 60_000 + 60_000;
-  gateway.clock.set(start + 1000);
-  return start;
-}
+const freshMinute = () => ratelimit.freshMinute(gateway.clock);
 
 /**
  * Sends `n` run creations at once; waits for every admitted run to end. Answers the admitted runs
@@ -156,7 +127,7 @@ describe('the overshoot bound under 100 concurrent runs', () => {
     freshDay();
     const who = await caller();
     const policy = await tokensPolicy(who, 50);
-    const { admitted, refused } = await burst(who, 100, { thread: ask('Hello there', { reply: 'Hi, how can I help you today?' }) });
+    const { admitted, refused } = await burst(who, 100, { thread: fakeThread('Hello there', { reply: 'Hi, how can I help you today?' }) });
 
     expect(admitted.length + refused.length).toBe(100);
     expect(refused.every((error) => error.status === 429 && error.type === 'tokens' && error.code === 'rate_limit_exceeded')).toBe(true);
@@ -184,7 +155,7 @@ describe('the overshoot bound under 100 concurrent runs', () => {
     // The fake reports 5,000 tokens a run, far over its reservation (max_completion_tokens 256 and
     // the prompt's estimate): the case where the formula's Σ max(0, a − r) counts.
     const scenario: FakeScenario = { reply: 'Counted', usage: { prompt_tokens: 4000, completion_tokens: 1000 } };
-    const body = { max_completion_tokens: 256, thread: ask('Count me', scenario) };
+    const body = { max_completion_tokens: 256, thread: fakeThread('Count me', scenario) };
     const response = await gateway.request(POLICIES, {
       headers: who.headers,
       body: { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'api_key' }], type: 'tokens', unit: 'rpd', value: 1e9 },
@@ -225,7 +196,7 @@ describe('a turn that waits for tool outputs', () => {
     const who = await caller();
     const minute = freshMinute();
     const policy = await tokensPolicy(who, 1_000_000, 'rpm');
-    const created = await json(await createRun(who, { thread: ask('Weather?', CALL) }));
+    const created = await json(await createRun(who, { thread: fakeThread('Weather?', CALL) }));
     const waiting = await waitFor(who, created, ['requires_action']);
     expect(waiting.status).toBe('requires_action');
     expect(await gateway.tasks.drain(10_000)).toBe(true);
@@ -248,7 +219,7 @@ describe('a turn that waits for tool outputs', () => {
     const who = await caller();
     const minute = freshMinute();
     const policy = await tokensPolicy(who, 1_000_000, 'rpm');
-    const created = await json(await createRun(who, { thread: ask('Weather?', CALL) }));
+    const created = await json(await createRun(who, { thread: fakeThread('Weather?', CALL) }));
     await waitFor(who, created, ['requires_action']);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
     const before = await countersOf(policy);
@@ -263,7 +234,7 @@ describe('a turn that waits for tool outputs', () => {
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
     const created = await json(
-      await createRun(who, { thread: ask('Weather?', [CALL, { reply: 'Sunny and mild today in Paris', chunk_delay_ms: 300 }]) }),
+      await createRun(who, { thread: fakeThread('Weather?', [CALL, { reply: 'Sunny and mild today in Paris', chunk_delay_ms: 300 }]) }),
     );
     const waiting = await waitFor(who, created, ['requires_action']);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
@@ -294,7 +265,7 @@ describe('a turn that waits for tool outputs', () => {
     freshDay();
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
-    const created = await json(await createRun(who, { thread: ask('Weather?', [CALL, { reply: 'Sunny' }]) }));
+    const created = await json(await createRun(who, { thread: fakeThread('Weather?', [CALL, { reply: 'Sunny' }]) }));
     const waiting = await waitFor(who, created, ['requires_action']);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
     const [call] = waiting.required_action.submit_tool_outputs.tool_calls;
@@ -316,7 +287,7 @@ describe('a turn that ends without an answer', () => {
     freshDay();
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
-    const created = await json(await createRun(who, { thread: ask('Hi', { status: 500 }) }));
+    const created = await json(await createRun(who, { thread: fakeThread('Hi', { status: 500 }) }));
     expect(await reservedBy(created.id)).toBeGreaterThan(0);
     expect(await waitFor(who, created, ['failed'])).toMatchObject({ status: 'failed', usage: { total_tokens: 0 } });
     expect(await gateway.tasks.drain(10_000)).toBe(true);
@@ -328,7 +299,7 @@ describe('a turn that ends without an answer', () => {
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
     const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
-    const created = await json(await createRun(who, { thread: ask('Talk', { reply: words, chunk_delay_ms: 20 }) }));
+    const created = await json(await createRun(who, { thread: fakeThread('Talk', { reply: words, chunk_delay_ms: 20 }) }));
     const reserved = await reservedBy(created.id);
     expect(await usedBy(policy)).toBe(reserved);
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -343,7 +314,7 @@ describe('a turn that ends without an answer', () => {
     freshDay();
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
-    const created = await json(await createRun(who, { thread: ask('Slow', { first_byte_delay_ms: 1500 }) }));
+    const created = await json(await createRun(who, { thread: fakeThread('Slow', { first_byte_delay_ms: 1500 }) }));
     expect(await usedBy(policy)).toBe(await reservedBy(created.id));
     // Past the lease, a read settles the run as orphaned (as after a crash).
     gateway.clock.advance(gateway.deps.config.GATEWAY_RUN_LEASE_SECONDS * 1000 + 1000);
@@ -367,7 +338,7 @@ describe('a turn that ends without an answer', () => {
           body: { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'tokens', unit: 'rpd', value: 1e6 },
         }),
       );
-      const run = await json(await short.request('/v1/threads/runs', { headers, body: { assistant_id: assistant.id, thread: ask('Slow', { first_byte_delay_ms: 3000 }) } }));
+      const run = await json(await short.request('/v1/threads/runs', { headers, body: { assistant_id: assistant.id, thread: fakeThread('Slow', { first_byte_delay_ms: 3000 }) } }));
       expect(await short.tasks.drain(20_000)).toBe(true);
       expect(await json(await short.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { headers }))).toMatchObject({ status: 'expired' });
       const { rows } = await short.database.client.execute({ sql: 'SELECT sum(used) AS used FROM rate_limit_counters WHERE key LIKE ?', args: [`${policy.id}/%`] });

@@ -1,27 +1,16 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Client } from '@libsql/client';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { openDatabase } from '../src/db/node';
 import { PolicyCache, type PolicyLoader } from '../src/ratelimit/policy-cache';
 import { readPolicyPage } from '../src/services/policies';
-import {
-  completionTokens,
-  fakeDirective,
-  promptTokens,
-  startFakeUpstream,
-  type FakeScenario,
-  type FakeUpstreamServer,
-} from './support/fake-upstream';
+import { completionTokens, fakeThread, promptTokens, startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
-import { startGatewayProcess, type GatewayProcess } from './support/processes';
+import * as ratelimit from './support/ratelimit';
 
 /**
  * Rate limiting over real run traffic: POST /v1/threads/runs and submit_tool_outputs through the
- * real app (in-process, and as two gateway processes on one database file), executing against the
- * fake provider over HTTP, with the official SDK where a client is involved. Each test moves the
+ * real app in-process (several gateway processes: test/reliability/processes.test.ts), executing
+ * against the fake provider over HTTP, with the official SDK where a client is involved. Each test moves the
  * gateway's clock to the start of a fresh UTC minute, so that no window ends during it.
  */
 
@@ -40,7 +29,7 @@ beforeEach(() => fake.reset());
 // Runs execute in the background: let each test's runs end before the next test looks.
 afterEach(() => settled());
 
-const POLICIES = '/v1/policies/rate-limits';
+const { POLICIES } = ratelimit;
 
 interface Caller {
   tenant: Tenant;
@@ -81,62 +70,26 @@ const WEATHER_TOOL = {
   },
 };
 
-/** Moves the clock to one second into the next UTC minute; answers that minute's start. */
-function freshMinute(): number {
-  const start = Math.floor(gateway.clock.now() / 60_000) * 60_000 + 60_000;
-  gateway.clock.set(start + 1000);
-  return start;
-}
+const freshMinute = () => ratelimit.freshMinute(gateway.clock);
 
 const settled = async () => {
   expect(await gateway.tasks.drain(20_000)).toBe(true);
 };
 
-async function createPolicy(tenant: Tenant, body: Record<string, unknown>): Promise<string> {
-  const response = await gateway.request(POLICIES, {
-    key: tenant.workspaceKey,
-    body: { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'requests', unit: 'rpm', value: 1, ...body },
-  });
-  expect(response.status).toBe(200);
-  return ((await json(response)) as { id: string }).id;
-}
-
-/** The thread of a run: one user message, or `scenario`'s directive after the text. */
-const thread = (text: string, scenario?: FakeScenario | FakeScenario[]) => ({
-  messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }],
-});
+const createPolicy = (tenant: Tenant, body: Record<string, unknown>) => ratelimit.createPolicy(gateway, tenant, body);
 
 /** POST /v1/threads/runs as `who`, non-streamed unless the body says otherwise. */
 function createRun(who: Caller, body: Record<string, unknown> = {}, headers: Record<string, string> = {}) {
   return gateway.request('/v1/threads/runs', {
     headers: { ...who.headers, ...headers },
-    body: { assistant_id: who.assistantId, thread: thread('Hello'), ...body },
+    body: { assistant_id: who.assistantId, thread: fakeThread('Hello'), ...body },
   });
 }
 
-/** The rows a workspace holds: threads, messages, runs, run steps. */
-async function rowsOf(client: Client, workspaceId: string) {
-  const { rows } = await client.execute({
-    sql: `SELECT (SELECT count(*) FROM threads WHERE workspace_id = ?1) AS threads,
-                 (SELECT count(*) FROM messages WHERE workspace_id = ?1) AS messages,
-                 (SELECT count(*) FROM runs WHERE workspace_id = ?1) AS runs,
-                 (SELECT count(*) FROM run_steps WHERE workspace_id = ?1) AS steps`,
-    args: [workspaceId],
-  });
-  const row = rows[0]!;
-  return { threads: Number(row.threads), messages: Number(row.messages), runs: Number(row.runs), steps: Number(row.steps) };
-}
 
-/** Every counter of a policy, key -> used. */
-async function countersOf(policyId: string, client: Client = gateway.database.client): Promise<Record<string, number>> {
-  const { rows } = await client.execute({
-    sql: 'SELECT key, used FROM rate_limit_counters WHERE key LIKE ?',
-    args: [`${policyId}/%`],
-  });
-  return Object.fromEntries(rows.map((row) => [row.key as string, Number(row.used)]));
-}
-const usedBy = async (policyId: string, client?: Client) =>
-  Object.values(await countersOf(policyId, client)).reduce((a, b) => a + b, 0);
+const { expectRefused, rowsOf } = ratelimit;
+const countersOf = (policyId: string) => ratelimit.countersOf(gateway.database.client, policyId);
+const usedBy = (policyId: string, client: Client = gateway.database.client) => ratelimit.usedBy(client, policyId);
 
 const chatRequests = () => fake.requests.filter((request) => request.path.endsWith('/chat/completions'));
 
@@ -148,17 +101,8 @@ function fakeTotals(replies: { reply?: string; toolArguments?: string[] }[]): nu
   });
 }
 
-/** The tokens a run's current turn reserved at admission (its stored ticket). */
-async function reservedBy(runId: string): Promise<number> {
-  const { rows } = await gateway.database.client.execute({ sql: 'SELECT rate_limit FROM runs WHERE id = ?', args: [runId] });
-  return (JSON.parse(rows[0]!.rate_limit as string) as { reserved: number }).reserved;
-}
+const reservedBy = (runId: string) => ratelimit.reservedBy(gateway.database.client, runId);
 
-async function expectRefused(response: Response, type: 'requests' | 'tokens') {
-  const error = await errorOf(response);
-  expect(error).toMatchObject({ status: 429, code: 'rate_limit_exceeded', type, param: null });
-  return error;
-}
 
 describe('exactness over run traffic', () => {
   it('admits exactly 50 of 200 concurrent runs under 50 rpm, and only those 50 exist and call the provider', async () => {
@@ -167,7 +111,7 @@ describe('exactness over run traffic', () => {
     const policy = await createPolicy(who.tenant, { value: 50 });
     const before = await rowsOf(gateway.database.client, who.tenant.workspace.id);
 
-    const responses = await Promise.all(Array.from({ length: 200 }, (_, i) => createRun(who, { thread: thread(`Run ${i}`) })));
+    const responses = await Promise.all(Array.from({ length: 200 }, (_, i) => createRun(who, { thread: fakeThread(`Run ${i}`) })));
     const admitted = responses.filter((response) => response.status === 200);
     const refused = responses.filter((response) => response.status !== 200);
     expect(admitted).toHaveLength(50);
@@ -196,122 +140,8 @@ describe('exactness over run traffic', () => {
     expect(Number(rows[0]!.n)).toBe(50);
   });
 
-  it('stays exact over two gateway processes on one database file, both admitting', async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'gateway-ratelimit-runs-'));
-    const processes: GatewayProcess[] = [];
-    try {
-      processes.push(await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' }));
-      const first = processes[0]!;
-      await expect.poll(() => /workspace API key\s+(gk_\S+)/.exec(first.stdout())?.[1], { timeout: 5_000 }).toBeDefined();
-      const key = /workspace API key\s+(gk_\S+)/.exec(first.stdout())![1]!;
-      processes.push(await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' }));
-      const urls = processes.map((started) => started.url);
-
-      const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json', 'x-gateway-virtual-key': 'fake' };
-      const post = (url: string, path: string, body: unknown) =>
-        fetch(`${url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
-      expect((await post(urls[0]!, '/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
-      const assistant = (await (await post(urls[0]!, '/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
-      const run = (url: string, i: number) =>
-        post(url, '/v1/threads/runs', { assistant_id: assistant.id, thread: thread(`Run ${i}`) });
-      // Both processes warm (connections, prepared statements) before the policy exists.
-      for (const url of urls) expect((await run(url, -1)).status).toBe(200);
-      await expect.poll(() => chatRequests().length).toBe(2);
-      const warmed = fake.requests.length;
-      const policyResponse = await post(urls[1]!, POLICIES, {
-        conditions: [{ key: 'model', value: '*' }],
-        group_by: [{ key: 'workspace_id' }],
-        type: 'requests',
-        unit: 'rpm',
-        value: 50,
-      });
-      expect(policyResponse.status).toBe(200);
-      const policy = ((await policyResponse.json()) as { id: string }).id;
-
-      // The processes use the real clock: keep the burst inside one minute.
-      const intoMinute = Date.now() % 60_000;
-      if (intoMinute > 45_000) await new Promise((resolve) => setTimeout(resolve, 60_500 - intoMinute));
-      // Requests alternate between the processes. SQLite hands the write lock to whichever process
-      // asks first, and a process commits all its waiting admissions at once, so one process could
-      // take all 50 before the other reaches the database. A first wave of 20 (10 each), all
-      // within the limit, makes sure both admit; then the other 180 go at once, and both
-      // processes race for the last 30 places.
-      const firstWave = await Promise.all(Array.from({ length: 20 }, (_, i) => run(urls[i % 2]!, i)));
-      const rest = await Promise.all(Array.from({ length: 180 }, (_, i) => run(urls[i % 2]!, 20 + i)));
-      const responses = [...firstWave, ...rest];
-      expect(firstWave.map((response) => response.status)).toEqual(Array(20).fill(200));
-      const admittedBy = [0, 1].map((p) => responses.filter((response, i) => i % 2 === p && response.status === 200).length);
-      const refused = responses.filter((response) => response.status !== 200);
-      expect(admittedBy[0]! + admittedBy[1]!).toBe(50);
-      expect(admittedBy[0]).toBeGreaterThanOrEqual(10);
-      expect(admittedBy[1]).toBeGreaterThanOrEqual(10);
-      expect(refused).toHaveLength(150);
-      // Each admission saw the count the one before it left, whichever process made it: the
-      // admitted answers show every remaining count from 49 down to 0 exactly once.
-      const remaining = responses
-        .filter((response) => response.status === 200)
-        .map((response) => Number(response.headers.get('x-ratelimit-remaining-requests')));
-      expect(remaining.sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i));
-      for (const response of refused) await expectRefused(response, 'requests');
-
-      await expect.poll(() => chatRequests().length - 2, { timeout: 20_000 }).toBe(50);
-      await fake.waitForIdle(5_000);
-      const database = await openDatabase({ DATA_DIR: dataDir });
-      try {
-        const { rows } = await database.client.execute('SELECT id FROM workspaces');
-        const workspaceId = rows[0]!.id as string;
-        expect(await usedBy(policy, database.client)).toBe(50);
-        // 50 admitted runs and the 2 warm-up ones, each with its user message (and an answer).
-        expect(await rowsOf(database.client, workspaceId)).toMatchObject({ threads: 52, runs: 52 });
-        const { rows: users } = await database.client.execute({
-          sql: "SELECT count(*) AS n FROM messages WHERE workspace_id = ? AND role = 'user'",
-          args: [workspaceId],
-        });
-        expect(Number(users[0]!.n)).toBe(52);
-      } finally {
-        database.close();
-      }
-      expect(fake.requests.length - warmed).toBe(50);
-    } finally {
-      for (const started of processes) await started.stop();
-      rmSync(dataDir, { recursive: true, force: true });
-    }
-  });
 });
 
-describe('counters across a crash', () => {
-  it('keeps what a killed gateway admitted: its restart refuses what would exceed the limit', async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'gateway-ratelimit-restart-'));
-    let started: GatewayProcess | undefined;
-    try {
-      started = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
-      await expect.poll(() => /workspace API key\s+(gk_\S+)/.exec(started!.stdout())?.[1], { timeout: 5_000 }).toBeDefined();
-      const key = /workspace API key\s+(gk_\S+)/.exec(started.stdout())![1]!;
-      const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json', 'x-gateway-virtual-key': 'fake' };
-      const post = (path: string, body: unknown) => fetch(`${started!.url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
-      expect((await post('/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
-      const assistant = (await (await post('/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
-      // Per day, on the real clock: no window ends during the test (short of midnight UTC).
-      const policy = await post(POLICIES, { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'requests', unit: 'rpd', value: 2 });
-      expect(policy.status).toBe(200);
-      const run = () => post('/v1/threads/runs', { assistant_id: assistant.id, thread: thread('Hi') });
-      expect((await run()).status).toBe(200);
-      expect((await run()).status).toBe(200);
-      await expect.poll(() => chatRequests().length).toBe(2);
-
-      expect(await started.stop('SIGKILL')).toBeNull();
-      started = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
-      const refused = await run();
-      const error = await expectRefused(refused, 'requests');
-      expect(error.message).toContain('Limit 2, Used 2, Requested 1.');
-      await fake.waitForIdle(5_000);
-      expect(chatRequests()).toHaveLength(2);
-    } finally {
-      await started?.stop('SIGKILL');
-      rmSync(dataDir, { recursive: true, force: true });
-    }
-  });
-});
 
 describe('a refused request', () => {
   it('writes nothing and calls no provider: refused by a requests policy, streamed or not', async () => {
@@ -339,7 +169,7 @@ describe('a refused request', () => {
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', value: 5 });
     const first = await who.openai.beta.threads.createAndRunPoll(
-      { assistant_id: who.assistantId, thread: thread('Hello', { reply: 'one two three four five six' }) },
+      { assistant_id: who.assistantId, thread: fakeThread('Hello', { reply: 'one two three four five six' }) },
       { pollIntervalMs: 5 },
     );
     expect(first.status).toBe('completed');
@@ -359,7 +189,7 @@ describe('a refused request', () => {
     freshMinute();
     const who = await caller();
     const waiting = await who.openai.beta.threads.createAndRunPoll(
-      { assistant_id: who.assistantId, thread: thread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]) },
+      { assistant_id: who.assistantId, thread: fakeThread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]) },
       { pollIntervalMs: 5 },
     );
     expect(waiting.status).toBe('requires_action');
@@ -396,7 +226,7 @@ describe('token charging', () => {
     freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
-    const stream = who.openai.beta.threads.createAndRunStream({ assistant_id: who.assistantId, thread: thread('Weather?', { reply: REPLY }) });
+    const stream = who.openai.beta.threads.createAndRunStream({ assistant_id: who.assistantId, thread: fakeThread('Weather?', { reply: REPLY }) });
     const run = await stream.finalRun();
     expect(run.status).toBe('completed');
     const [total] = fakeTotals([{ reply: REPLY }]);
@@ -410,7 +240,7 @@ describe('token charging', () => {
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
     const run = await who.openai.beta.threads.createAndRunPoll(
-      { assistant_id: who.assistantId, thread: thread('Weather?', { reply: REPLY }) },
+      { assistant_id: who.assistantId, thread: fakeThread('Weather?', { reply: REPLY }) },
       { pollIntervalMs: 5 },
     );
     expect(run.status).toBe('completed');
@@ -428,7 +258,7 @@ describe('token charging', () => {
     const waiting = await who.openai.beta.threads.createAndRunPoll(
       {
         assistant_id: who.assistantId,
-        thread: thread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: REPLY }]),
+        thread: fakeThread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: REPLY }]),
       },
       { pollIntervalMs: 5 },
     );
@@ -456,7 +286,7 @@ describe('token charging', () => {
     freshMinute();
     const who = await caller();
     const first = await who.openai.beta.threads.createAndRunPoll(
-      { assistant_id: who.assistantId, thread: thread('Hi', { reply: REPLY }) },
+      { assistant_id: who.assistantId, thread: fakeThread('Hi', { reply: REPLY }) },
       { pollIntervalMs: 5 },
     );
     const perRun = first.usage!.total_tokens;
@@ -464,7 +294,7 @@ describe('token charging', () => {
     await createPolicy(who.tenant, { type: 'tokens', value: 2 * perRun, group_by: [{ key: 'api_key' }] });
     for (let i = 0; i < 2; i++) {
       const run = await who.openai.beta.threads.createAndRunPoll(
-        { assistant_id: who.assistantId, thread: thread('Hi', { reply: REPLY }) },
+        { assistant_id: who.assistantId, thread: fakeThread('Hi', { reply: REPLY }) },
         { pollIntervalMs: 5 },
       );
       expect(run.usage!.total_tokens).toBe(perRun);
@@ -558,7 +388,7 @@ describe('matching over run traffic', () => {
           assistant_id: who.assistantId,
           model: 'run-model',
           metadata: { team: 'blue' },
-          thread: thread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]),
+          thread: fakeThread('Weather?', [{ tool_calls: 1 }, { reply: 'Sunny.' }]),
         },
         { pollIntervalMs: 5 },
       );
@@ -635,7 +465,7 @@ describe('the model of an Azure key', () => {
     const azure = { 'x-gateway-virtual-key': 'azure-prod' };
     const args = '{"city":"Paris"}';
     const created = await json(
-      await createRun(who, { model: 'anything', thread: thread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: 'Sunny' }]) }, azure),
+      await createRun(who, { model: 'anything', thread: fakeThread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: 'Sunny' }]) }, azure),
     );
     expect(created.model).toBe('gpt-4o-mini');
     const waiting = await who.openai.beta.threads.runs.poll(created.id, { thread_id: created.thread_id }, { pollIntervalMs: 5 });
@@ -746,9 +576,9 @@ describe('the 429 and the headers through the SDK', () => {
         return Promise.resolve(gateway.app.request(String(url), init as RequestInit));
       },
     });
-    await openai.beta.threads.createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') });
+    await openai.beta.threads.createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') });
     const error = await openai.beta.threads
-      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
+      .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') })
       .then(() => null, (caught: unknown) => caught);
     expect(sent).toBe(2);
     expect(error).toBeInstanceOf(OpenAI.RateLimitError);
@@ -778,12 +608,12 @@ describe('the 429 and the headers through the SDK', () => {
     const start = freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', unit: 'rph', value: 1 });
-    await who.openai.beta.threads.createAndRunPoll({ assistant_id: who.assistantId, thread: thread('Hi') }, { pollIntervalMs: 5 });
+    await who.openai.beta.threads.createAndRunPoll({ assistant_id: who.assistantId, thread: fakeThread('Hi') }, { pollIntervalMs: 5 });
     await settled();
     const used = await usedBy(policy);
     const before = gateway.clock.now();
     const error = (await who.openai.beta.threads
-      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
+      .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') })
       .then(() => null, (caught: unknown) => caught)) as InstanceType<typeof OpenAI.RateLimitError>;
     expect(error).toBeInstanceOf(OpenAI.RateLimitError);
     expect(error.type).toBe('tokens');
@@ -804,7 +634,7 @@ describe('the 429 and the headers through the SDK', () => {
     const tokens = await createPolicy(who.tenant, { type: 'tokens', unit: 'rpd', value: 100_000 });
 
     const { data: run, response } = await who.openai.beta.threads
-      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi') })
+      .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') })
       .withResponse();
     expect(run.status).toBe('queued');
     expect(response.headers.get('x-ratelimit-limit-requests')).toBe('10');
@@ -823,7 +653,7 @@ describe('the 429 and the headers through the SDK', () => {
     expect(charged).toBe((await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id })).usage!.total_tokens);
 
     const { data: stream, response: streamed } = await who.openai.beta.threads
-      .createAndRun({ assistant_id: who.assistantId, thread: thread('Hi'), stream: true })
+      .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi'), stream: true })
       .withResponse();
     expect(streamed.headers.get('content-type')).toMatch(/^text\/event-stream/);
     expect(streamed.headers.get('x-ratelimit-remaining-requests')).toBe('8');

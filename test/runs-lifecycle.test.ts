@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createApp } from '../src/app';
-import { createNodeDeps } from '../src/node-runtime';
+import { createNodeApp } from '../src/node/app';
+import { createNodeDeps } from '../src/node/deps';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
@@ -219,11 +219,12 @@ describe('an executor that stops', () => {
   it('is noticed by another gateway once its lease runs out: the run fails and says why', async () => {
     // A second gateway process on the same database, 60 s in the future: the first one's lease
     // (30 s, renewed every 10 s) has run out from its point of view.
-    const { deps } = await createNodeDeps(gateway.deps.config, gateway.database, {
+    const deps = await createNodeDeps(gateway.deps.config, gateway.database, {
       now: () => gateway.clock.now() + 60_000,
       secrets: gateway.deps.secrets,
+      log: gateway.deps.log,
     });
-    const other = createApp(deps);
+    const other = createNodeApp(deps);
     const created = await json(await createRun({ reply: 'never', first_byte_delay_ms: 250 }));
     const seenElsewhere = await json(
       await other.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { headers: { 'x-gateway-api-key': tenant.workspaceKey } }),

@@ -5,10 +5,9 @@ import { count, eq } from 'drizzle-orm';
 import { messages, runs, threads } from '../src/db/schema';
 import {
   completionTokens,
-  fakeDirective,
+  fakeThread,
   promptTokens,
   startFakeUpstream,
-  type FakeScenario,
   type FakeUpstreamServer,
 } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
@@ -55,16 +54,12 @@ afterAll(async () => {
 });
 beforeEach(() => fake.reset());
 
-/** A user message that makes the fake answer with `scenario` (one per model turn when an array). */
-const ask = (text: string, scenario?: FakeScenario | FakeScenario[]) => ({
-  messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }],
-});
 
 const lastUpstreamBody = () => fake.requests[fake.requests.length - 1]!.body!;
 
 describe('createAndRun, not streamed', () => {
-  it('answers the queued run with every field of the seed and its defaults', async () => {
-    const run = await openai.beta.threads.createAndRun({ assistant_id: assistantId, thread: ask('Hello there') });
+  it('answers the queued run with every documented field and its defaults', async () => {
+    const run = await openai.beta.threads.createAndRun({ assistant_id: assistantId, thread: fakeThread('Hello there') });
     expect(run).toMatchObject({
       object: 'thread.run',
       assistant_id: assistantId,
@@ -99,7 +94,7 @@ describe('createAndRun, not streamed', () => {
 
   it('createAndRunPoll reaches completed, with usage, and the answer is in the thread', async () => {
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, thread: ask('What is the capital of France?', { reply: 'Paris is the capital.' }) },
+      { assistant_id: assistantId, thread: fakeThread('What is the capital of France?', { reply: 'Paris is the capital.' }) },
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('completed');
@@ -194,7 +189,7 @@ describe('createAndRun, not streamed', () => {
   it('ends incomplete when the completion cap cuts the answer', async () => {
     const long = Array.from({ length: 400 }, (_, i) => `word${i}`).join(' ');
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, max_completion_tokens: 256, thread: ask('Tell me everything', { reply: long }) },
+      { assistant_id: assistantId, max_completion_tokens: 256, thread: fakeThread('Tell me everything', { reply: long }) },
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('incomplete');
@@ -208,7 +203,7 @@ describe('createAndRun, not streamed', () => {
   it('ends incomplete when the prompt used more tokens than max_prompt_tokens', async () => {
     const prompt = Array.from({ length: 300 }, (_, i) => `w${i}`).join(' ');
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, max_prompt_tokens: 256, thread: ask(prompt) },
+      { assistant_id: assistantId, max_prompt_tokens: 256, thread: fakeThread(prompt) },
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('incomplete');
@@ -222,7 +217,7 @@ describe('createAndRun, not streamed', () => {
     [429, 'rate_limit_exceeded'],
   ])('fails with last_error when the upstream answers %i', async (status, code) => {
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, thread: ask('Hi', { status }) },
+      { assistant_id: assistantId, thread: fakeThread('Hi', { status }) },
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('failed');
@@ -235,7 +230,7 @@ describe('createAndRun, not streamed', () => {
     const run = await openai.beta.threads.createAndRunPoll(
       {
         assistant_id: assistantId,
-        thread: ask('Hi', {
+        thread: fakeThread('Hi', {
           status: 401,
           error: { error: { message: 'Incorrect API key provided: sk-test-provider-key.', type: 'invalid_request_error', code: 'invalid_api_key' } },
         }),
@@ -254,7 +249,7 @@ describe('createAndRunStream', () => {
     const stream = openai.beta.threads.createAndRunStream({
       assistant_id: assistantId,
       tools: [],
-      thread: ask('Stream please', { reply: 'One two three four five', chunk_delay_ms: 2 }),
+      thread: fakeThread('Stream please', { reply: 'One two three four five', chunk_delay_ms: 2 }),
     });
     const deltas: string[] = [];
     const events: string[] = [];
@@ -274,7 +269,7 @@ describe('createAndRunStream', () => {
   it('streams a function call, then continues it with submitToolOutputsStream', async () => {
     const first = openai.beta.threads.createAndRunStream({
       assistant_id: assistantId,
-      thread: ask('Weather in Paris?', [{ tool_calls: [{ name: 'get_weather', arguments: { city: 'Paris' } }] }, { reply: 'It is sunny in Paris.' }]),
+      thread: fakeThread('Weather in Paris?', [{ tool_calls: [{ name: 'get_weather', arguments: { city: 'Paris' } }] }, { reply: 'It is sunny in Paris.' }]),
     });
     const events: string[] = [];
     const toolCallDeltas: string[] = [];
@@ -322,7 +317,7 @@ describe('createAndRunStream', () => {
     const waiting = await openai.beta.threads.createAndRunPoll(
       {
         assistant_id: assistantId,
-        thread: ask('Weather in two cities?', [{ tool_calls: [{ arguments: { city: 'Oslo' } }, { arguments: { city: 'Rome' } }] }, {}]),
+        thread: fakeThread('Weather in two cities?', [{ tool_calls: [{ arguments: { city: 'Oslo' } }, { arguments: { city: 'Rome' } }] }, {}]),
       },
       { pollIntervalMs: 10 },
     );
@@ -367,7 +362,7 @@ describe('createAndRunStream', () => {
     const response = await gateway.request('/v1/threads/runs', {
       key: tenant.workspaceKey,
       headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
-      body: { assistant_id: assistantId, stream: true, thread: ask('Hi', { reply: 'a b c d', cut_after_chunks: 3 }) },
+      body: { assistant_id: assistantId, stream: true, thread: fakeThread('Hi', { reply: 'a b c d', cut_after_chunks: 3 }) },
     });
     expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const events = parseEvents(await response.text());
@@ -441,20 +436,20 @@ describe('what is refused before anything is created', () => {
   it('refuses an assistant that has a hosted tool, naming assistant_id, unless tools are overridden', async () => {
     const hosted = await openai.beta.assistants.create({ model: 'fake-model', tools: [{ type: 'code_interpreter' }] });
     const error = await openai.beta.threads
-      .createAndRun({ assistant_id: hosted.id, thread: ask('Hi') })
+      .createAndRun({ assistant_id: hosted.id, thread: fakeThread('Hi') })
       .catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);
     expect(error).toMatchObject({ status: 400, code: 'unsupported_tool', param: 'assistant_id' });
     expect((error as Error).message).toContain('code_interpreter');
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: hosted.id, tools: [], thread: ask('Hi') },
+      { assistant_id: hosted.id, tools: [], thread: fakeThread('Hi') },
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('completed');
   });
 
   it('requires the virtual key header (400), refuses an unknown one (401), and checks the beta header', async () => {
-    const body = { assistant_id: assistantId, thread: ask('Hi') };
+    const body = { assistant_id: assistantId, thread: fakeThread('Hi') };
     const missing = await gateway.request('/v1/threads/runs', { key: tenant.workspaceKey, body });
     expect(await errorOf(missing)).toMatchObject({ status: 400, code: 'missing_virtual_key', param: 'x-gateway-virtual-key' });
     const unknown = await gateway.request('/v1/threads/runs', {
@@ -481,7 +476,7 @@ describe('what is refused before anything is created', () => {
   });
 
   it("answers 404 for another workspace's run, thread and messages", async () => {
-    const run = await openai.beta.threads.createAndRunPoll({ assistant_id: assistantId, thread: ask('Hi') }, { pollIntervalMs: 10 });
+    const run = await openai.beta.threads.createAndRunPoll({ assistant_id: assistantId, thread: fakeThread('Hi') }, { pollIntervalMs: 10 });
     const stranger = await gateway.tenant();
     for (const path of [
       `/v1/threads/${run.thread_id}/runs/${run.id}`,
@@ -507,7 +502,7 @@ describe('the Azure OpenAI adapter', () => {
     } as never);
     const azure = gateway.openai({ ...headers, 'x-gateway-virtual-key': slug });
     const run = await azure.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, tools: [], thread: ask('Hi from Azure', { reply: 'Azure says hi' }) },
+      { assistant_id: assistantId, tools: [], thread: fakeThread('Hi from Azure', { reply: 'Azure says hi' }) },
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('completed');
@@ -547,7 +542,7 @@ describe('reading runs and threads', () => {
   it('tells pollers how often to ask while a run is going', async () => {
     const run = await openai.beta.threads.createAndRun({
       assistant_id: assistantId,
-      thread: ask('slowly', { first_byte_delay_ms: 300 }),
+      thread: fakeThread('slowly', { first_byte_delay_ms: 300 }),
     });
     const going = await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { key: tenant.workspaceKey });
     expect(going.headers.get('openai-poll-after-ms')).toBe('250');
@@ -582,8 +577,7 @@ function collapse(events: string[]): string[] {
 }
 
 /**
- * The event names of example N of the reference stream (a copy of
- * ../shared/reference/openai-run-stream-example.txt in test/fixtures), deltas collapsed.
+ * The event names of example N of a real OpenAI run stream (test/fixtures), deltas collapsed.
  */
 function referenceOrder(example: number): string[] {
   const text = readFileSync(new URL('./fixtures/openai-run-stream-example.txt', import.meta.url), 'utf8');

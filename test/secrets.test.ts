@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { generateKeyBase64, SecretBox } from '../src/lib/secrets';
-import { ENCRYPTION_KEY_FILE, loadSecretBox, nodeConfig } from '../src/node-runtime';
+import { nodeConfig } from '../src/node/config';
+import { ENCRYPTION_KEY_FILE, loadSecretBox } from '../src/node/key-file';
 
 const dirs: string[] = [];
 const tempDir = () => {

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vites
 import { parseConfig } from '../src/config';
 import { virtualKeys } from '../src/db/schema';
 import { checkResolvedAddress, checkUpstreamUrl, parseUpstreamHostPatterns, type UpstreamUrlOptions } from '../src/lib/upstream-url';
-import { upstreamFetch } from '../src/node-runtime';
+import { upstreamFetch } from '../src/node/upstream-fetch';
 import { upstreamRules, WORKSPACE_COUNT_TTL_MS } from '../src/services/upstream-rules';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
@@ -487,9 +487,10 @@ describe('a name, resolved on Node just before the fetch', () => {
     const response = await lenient(`${fake.baseURL.replace('127.0.0.1', 'localhost')}/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: 'Bearer sk-test' },
-      body: JSON.stringify({ model: 'fake-model', messages: [{ role: 'user', content: 'hi' }] }),
+      body: JSON.stringify({ model: 'fake-model', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
     });
     expect(response.status).toBe(200);
+    await response.body?.cancel();
   });
 
   it('leaves literal addresses and unresolvable names to the checks before it and to fetch', async () => {

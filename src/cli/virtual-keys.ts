@@ -4,11 +4,11 @@ import {
   createVirtualKey,
   listVirtualKeys,
   revokeVirtualKey,
-  toVirtualKeyJson,
   type VirtualKey,
 } from '../services/virtual-keys';
 import { upstreamRules } from '../services/upstream-rules';
 import { listWorkspaces, type Workspace } from '../services/workspaces';
+import { toVirtualKeyJson } from '../wire/virtual-keys';
 import { optionalString, requireString, UsageError, type Command, type CommandContext } from './command';
 import { formatTable } from './output';
 

@@ -2,6 +2,9 @@ import type { BatchItem } from 'drizzle-orm/batch';
 import type { LibSQLDatabase } from 'drizzle-orm/libsql';
 import type * as schema from './schema';
 
+type Driver = LibSQLDatabase<typeof schema>;
+type Transaction = Parameters<Driver['transaction']>[0] extends (tx: infer Tx) => unknown ? Tx : never;
+
 /**
  * The database as the app sees it: Drizzle over libSQL, whichever driver the entry chose
  * (`drizzle-orm/libsql` on Node, `drizzle-orm/libsql/web` on Workers). Type-only on purpose.
@@ -9,14 +12,25 @@ import type * as schema from './schema';
  * Atomic writes go through `db.batch([...])`, never `db.transaction()`: a batch runs as one
  * transaction in one call on every driver, while an interactive transaction on the embedded file
  * holds SQLite's write lock across awaits, and a second one in the same process would then wait
- * for it synchronously, blocking the very event loop that has to finish the first.
+ * for it synchronously, blocking the very event loop that has to finish the first. So
+ * `transaction` is typed here so that no call compiles (its `this` would have to be `never`),
+ * while the type stays interchangeable with what the drivers return and Drizzle's migrator takes.
  */
-export type Db = LibSQLDatabase<typeof schema>;
+export interface Db extends Driver {
+  /** Not for this app: use `db.batch`. */
+  transaction<T>(this: never, transaction: (tx: Transaction) => Promise<T>): Promise<T>;
+}
 
-/** `db.batch` over a list built at run time (Drizzle types want a non-empty tuple literal). */
-export function batch(db: Db, statements: BatchItem<'sqlite'>[]): Promise<unknown[]> {
-  if (statements.length === 0) return Promise.resolve([]);
-  return db.batch(statements as [BatchItem<'sqlite'>, ...BatchItem<'sqlite'>[]]) as Promise<unknown[]>;
+/** One statement of a batch. */
+export type Statement = BatchItem<'sqlite'>;
+
+/**
+ * `db.batch` over a list built at run time, for writes whose results nobody reads. (A batch of a
+ * tuple written out, `db.batch([a, b])`, types each result: read results from one of those.)
+ */
+export async function batchWrites(db: Db, statements: Statement[]): Promise<void> {
+  const [first, ...rest] = statements;
+  if (first) await db.batch([first, ...rest]);
 }
 
 /**

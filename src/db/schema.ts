@@ -1,5 +1,18 @@
 import { sql } from 'drizzle-orm';
 import { index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import type { Usage } from '../providers/types';
+import type { PolicyStatus, PolicyType, PolicyUnit, TokenTicket } from '../schemas/policies';
+import type {
+  RequiredAction,
+  RunError,
+  RunIncompleteDetails,
+  StepDetails,
+  ToolChoice,
+  TruncationStrategy,
+} from '../schemas/runs';
+import type { MessageAttachment, MessageContent, MessageIncompleteDetails } from '../schemas/threads';
+import type { ResponseFormat, Tool, ToolResources } from '../schemas/tools';
+import type { Provider } from '../schemas/virtual-keys';
 
 /**
  * Every table of the gateway. Conventions:
@@ -7,7 +20,7 @@ import { index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-or
  *   (Assistants objects) or ISO 8601 (policies);
  * - resources listed newest-first or paged by cursor have an integer `seq` primary key (SQLite's
  *   rowid, so ordering by it is free and stable) and their public `id` as a unique column;
- * - JSON columns hold the API's own shapes.
+ * - JSON columns hold the API's own shapes, typed here (schemas/) so that every reader gets them typed.
  * Migrations in drizzle/ are generated from this file (`npm run db:generate`) and append-only.
  */
 
@@ -61,8 +74,6 @@ export const apiKeys = sqliteTable(
 
 // ── Provider credentials ─────────────────────────────────────────────────────────────────────
 
-export type Provider = 'openai' | 'azure-openai';
-
 export const virtualKeys = sqliteTable(
   'virtual_keys',
   {
@@ -101,12 +112,12 @@ export const assistants = sqliteTable(
     description: text('description'),
     model: text('model').notNull(),
     instructions: text('instructions'),
-    tools: json<unknown[]>('tools').notNull(),
-    toolResources: json<Record<string, unknown>>('tool_resources'),
+    tools: json<Tool[]>('tools').notNull(),
+    toolResources: json<ToolResources>('tool_resources'),
     metadata: json<Record<string, string>>('metadata').notNull(),
     temperature: real('temperature'),
     topP: real('top_p'),
-    responseFormat: json<unknown>('response_format'),
+    responseFormat: json<ResponseFormat>('response_format'),
     deletedAt: ms('deleted_at'),
   },
   (t) => [
@@ -127,7 +138,7 @@ export const threads = sqliteTable(
       .references(() => workspaces.id),
     createdAt: ms('created_at').notNull(),
     metadata: json<Record<string, string>>('metadata').notNull(),
-    toolResources: json<Record<string, unknown>>('tool_resources'),
+    toolResources: json<ToolResources>('tool_resources'),
   },
   (t) => [uniqueIndex('threads_id').on(t.id)],
 );
@@ -144,13 +155,13 @@ export const messages = sqliteTable(
     createdAt: ms('created_at').notNull(),
     role: text('role').$type<'user' | 'assistant'>().notNull(),
     /** OpenAI's message content parts, e.g. `[{"type":"text","text":{"value":"…","annotations":[]}}]`. */
-    content: json<unknown[]>('content').notNull(),
+    content: json<MessageContent[]>('content').notNull(),
     status: text('status').$type<MessageStatus>().notNull(),
     assistantId: text('assistant_id'),
     runId: text('run_id'),
-    attachments: json<unknown[]>('attachments').notNull(),
+    attachments: json<MessageAttachment[]>('attachments').notNull(),
     metadata: json<Record<string, string>>('metadata').notNull(),
-    incompleteDetails: json<unknown>('incomplete_details'),
+    incompleteDetails: json<MessageIncompleteDetails>('incomplete_details'),
     completedAt: ms('completed_at'),
     incompleteAt: ms('incomplete_at'),
   },
@@ -187,21 +198,21 @@ export const runs = sqliteTable(
     cancelledAt: ms('cancelled_at'),
     failedAt: ms('failed_at'),
     completedAt: ms('completed_at'),
-    requiredAction: json<unknown>('required_action'),
-    lastError: json<{ code: string; message: string }>('last_error'),
-    incompleteDetails: json<{ reason: string }>('incomplete_details'),
+    requiredAction: json<RequiredAction>('required_action'),
+    lastError: json<RunError>('last_error'),
+    incompleteDetails: json<RunIncompleteDetails>('incomplete_details'),
     model: text('model').notNull(),
     instructions: text('instructions').notNull(),
-    tools: json<unknown[]>('tools').notNull(),
-    toolResources: json<Record<string, unknown>>('tool_resources'),
+    tools: json<Tool[]>('tools').notNull(),
+    toolResources: json<ToolResources>('tool_resources'),
     metadata: json<Record<string, string>>('metadata').notNull(),
-    usage: json<{ prompt_tokens: number; completion_tokens: number; total_tokens: number }>('usage'),
+    usage: json<Usage>('usage'),
     maxPromptTokens: integer('max_prompt_tokens'),
     maxCompletionTokens: integer('max_completion_tokens'),
-    truncationStrategy: json<{ type: string; last_messages: number | null }>('truncation_strategy').notNull(),
-    toolChoice: json<unknown>('tool_choice').notNull(),
+    truncationStrategy: json<TruncationStrategy>('truncation_strategy').notNull(),
+    toolChoice: json<ToolChoice>('tool_choice').notNull(),
     parallelToolCalls: integer('parallel_tool_calls', { mode: 'boolean' }).notNull(),
-    responseFormat: json<unknown>('response_format').notNull(),
+    responseFormat: json<ResponseFormat>('response_format').notNull(),
     temperature: real('temperature'),
     topP: real('top_p'),
     /** Rate-limit context captured at admission, so that whoever ends a turn of the run charges its tokens. */
@@ -232,39 +243,19 @@ export const runSteps = sqliteTable(
     workspaceId: text('workspace_id').notNull(),
     type: text('type').$type<'message_creation' | 'tool_calls'>().notNull(),
     status: text('status').$type<'in_progress' | 'cancelled' | 'failed' | 'completed' | 'expired'>().notNull(),
-    stepDetails: json<unknown>('step_details').notNull(),
+    stepDetails: json<StepDetails>('step_details').notNull(),
     createdAt: ms('created_at').notNull(),
     completedAt: ms('completed_at'),
     cancelledAt: ms('cancelled_at'),
     failedAt: ms('failed_at'),
     expiredAt: ms('expired_at'),
-    lastError: json<{ code: string; message: string }>('last_error'),
-    usage: json<{ prompt_tokens: number; completion_tokens: number; total_tokens: number }>('usage'),
+    lastError: json<RunError>('last_error'),
+    usage: json<Usage>('usage'),
   },
   (t) => [uniqueIndex('run_steps_id').on(t.id), index('run_steps_run').on(t.runId, t.seq)],
 );
 
 // ── Rate limits ──────────────────────────────────────────────────────────────────────────────
-
-export type PolicyType = 'requests' | 'tokens';
-export type PolicyUnit = 'rpm' | 'rph' | 'rpd';
-export type PolicyStatus = 'active' | 'archived';
-
-/**
- * What a run's tokens are charged to, captured at admission and stored on the run (see
- * ratelimit/enforce.ts): the tokens policies it matched, with its group in each, and the
- * reservation its current turn holds in their counters.
- */
-export interface TokenTicket {
-  workspace_id: string;
-  policies: { policy_id: string; unit: PolicyUnit; group: string }[];
-  /** Tokens reserved in each policy's counter at admission, released when the turn ends. */
-  reserved?: number;
-  /** When (ms since the epoch) the reservation was taken: its window is where it is released. */
-  reserved_at?: number;
-  /** The run's total tokens before this turn: the turn is charged the rest. */
-  base_tokens?: number;
-}
 
 export const rateLimitPolicies = sqliteTable(
   'rate_limit_policies',

@@ -1,7 +1,7 @@
 /**
  * Public identifiers. Assistants objects carry OpenAI-style ids (`asst_…`, `thread_…`, `run_…`,
  * `msg_…`, `step_…`, `call_…`): a prefix and 24 random alphanumerics (≈143 bits). Identities and
- * policies use UUIDs, as the seed says.
+ * policies use UUIDs, as the policies API documents them.
  */
 
 const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';

@@ -1,9 +1,10 @@
 import { createMiddleware } from 'hono/factory';
-import type { AppEnv } from '../deps';
+import type { DepsVariables } from './deps';
+import type { RequestIdVariables } from './request-id';
 
 /** One `info` line per request: method, path (never the query), status, duration. */
 export const accessLog = () =>
-  createMiddleware<AppEnv>(async (c, next) => {
+  createMiddleware<{ Variables: DepsVariables & RequestIdVariables }>(async (c, next) => {
     const { log, now } = c.var.deps;
     if (!log.enabled('info')) return next();
     const started = now();

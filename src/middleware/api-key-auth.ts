@@ -1,9 +1,11 @@
 import { createMiddleware } from 'hono/factory';
-import type { AppEnv } from '../deps';
 import { ApiError } from '../errors';
-import { authenticateApiKey } from '../services/api-keys';
+import { authenticateApiKey, type AuthenticatedKey } from '../services/api-keys';
+import type { DepsVariables } from './deps';
 
 export const API_KEY_HEADER = 'x-gateway-api-key';
+
+export type ApiKeyVariables = { apiKey: AuthenticatedKey };
 
 /**
  * Requires `x-gateway-api-key`: missing is 401 `missing_api_key`; unknown or revoked is 401
@@ -11,7 +13,7 @@ export const API_KEY_HEADER = 'x-gateway-api-key';
  * Sets `c.var.apiKey`.
  */
 export const apiKeyAuth = () =>
-  createMiddleware<AppEnv>(async (c, next) => {
+  createMiddleware<{ Variables: DepsVariables & ApiKeyVariables }>(async (c, next) => {
     const presented = c.req.header(API_KEY_HEADER);
     if (!presented) throw new ApiError('missing_api_key');
     const apiKey = await authenticateApiKey(c.var.deps.db, presented);

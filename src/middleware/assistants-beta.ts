@@ -1,17 +1,17 @@
 import { createMiddleware } from 'hono/factory';
-import type { AppEnv } from '../deps';
 import { ApiError } from '../errors';
 
 const HEADERS = ['vendor-beta', 'openai-beta'] as const;
 const VERSION = 'assistants=v2';
 
 /**
- * The assistants interface version. The seed sends `Vendor-Beta: assistants=v2`; the OpenAI SDK
- * sends `OpenAI-Beta: assistants=v2`. Either is accepted, and so is neither (the seed leaves it
- * optional); any other value asks for a version this gateway does not serve: 400 `invalid_beta`.
+ * The assistants interface version. The gateway's own clients send `Vendor-Beta: assistants=v2`;
+ * the OpenAI SDK sends `OpenAI-Beta: assistants=v2`. Either is accepted, and so is neither (the
+ * header is optional); any other value asks for a version this gateway does not serve: 400
+ * `invalid_beta`.
  */
 export const assistantsBeta = () =>
-  createMiddleware<AppEnv>(async (c, next) => {
+  createMiddleware(async (c, next) => {
     for (const header of HEADERS) {
       const value = c.req.header(header);
       if (value !== undefined && value.trim().toLowerCase() !== VERSION) {

@@ -1,6 +1,5 @@
 import type { Context } from 'hono';
 import { createMiddleware } from 'hono/factory';
-import type { AppEnv } from '../deps';
 import { ApiError } from '../errors';
 import { inspectJson, type JsonProblem } from '../lib/strict-json';
 import { unreadBody } from './body-limit';
@@ -22,7 +21,7 @@ const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * write one, and it carries no data.
  */
 export const jsonBody = () =>
-  createMiddleware<AppEnv>(async (c, next) => {
+  createMiddleware(async (c, next) => {
     if (BODYLESS.has(c.req.method)) return next();
     const mediaType = (c.req.header('content-type') ?? '').split(';')[0]!.trim();
     const isJson = JSON_MEDIA_TYPE.test(mediaType);
@@ -58,7 +57,7 @@ export const jsonBody = () =>
     return next();
   });
 
-const readBytes = (c: Context<AppEnv>) => c.req.arrayBuffer().catch((error: unknown) => Promise.reject(unreadBody(error)));
+const readBytes = (c: Context) => c.req.arrayBuffer().catch((error: unknown) => Promise.reject(unreadBody(error)));
 
 /**
  * `fatal`: a malformed sequence throws instead of becoming U+FFFD. `ignoreBOM: false` does not keep

@@ -1,9 +1,12 @@
 import { createMiddleware } from 'hono/factory';
-import type { AppEnv } from '../deps';
 import { ApiError } from '../errors';
-import { findActiveVirtualKey } from '../services/virtual-keys';
+import { findActiveVirtualKey, type VirtualKey } from '../services/virtual-keys';
+import type { DepsVariables } from './deps';
+import type { WorkspaceVariables } from './workspace';
 
 export const VIRTUAL_KEY_HEADER = 'x-gateway-virtual-key';
+
+export type VirtualKeyVariables = { virtualKey: VirtualKey };
 
 /**
  * Requires `x-gateway-virtual-key`, the slug of a live virtual key of `c.var.workspace` (so it
@@ -12,7 +15,7 @@ export const VIRTUAL_KEY_HEADER = 'x-gateway-virtual-key';
  * workspaces' slugs cannot be probed. Sets `c.var.virtualKey`.
  */
 export const virtualKey = () =>
-  createMiddleware<AppEnv>(async (c, next) => {
+  createMiddleware<{ Variables: DepsVariables & WorkspaceVariables & VirtualKeyVariables }>(async (c, next) => {
     const slug = c.req.header(VIRTUAL_KEY_HEADER)?.trim();
     if (!slug) {
       throw new ApiError('missing_virtual_key', `Missing required header: '${VIRTUAL_KEY_HEADER}' (a virtual key's slug).`, {

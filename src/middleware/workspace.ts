@@ -1,8 +1,11 @@
 import { createMiddleware } from 'hono/factory';
-import type { AppEnv } from '../deps';
-import { resolveWorkspaceScope } from '../services/workspaces';
+import { resolveWorkspaceScope, type WorkspaceScope } from '../services/workspaces';
+import type { ApiKeyVariables } from './api-key-auth';
+import type { DepsVariables } from './deps';
 
 export const WORKSPACE_HEADER = 'x-gateway-workspace-id';
+
+export type WorkspaceVariables = { workspace: WorkspaceScope };
 
 /**
  * The workspace of routes whose bodies have no `workspace_id` (assistants, threads, runs): a
@@ -11,7 +14,7 @@ export const WORKSPACE_HEADER = 'x-gateway-workspace-id';
  * Sets `c.var.workspace`.
  */
 export const workspace = () =>
-  createMiddleware<AppEnv>(async (c, next) => {
+  createMiddleware<{ Variables: DepsVariables & ApiKeyVariables & WorkspaceVariables }>(async (c, next) => {
     const ref = c.req.header(WORKSPACE_HEADER)?.trim() || undefined;
     const scope = await resolveWorkspaceScope(c.var.deps.db, c.var.apiKey, ref, {
       required: true,

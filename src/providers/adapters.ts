@@ -1,4 +1,4 @@
-import type { Provider } from '../db/schema';
+import type { Provider } from '../schemas/virtual-keys';
 import type { ChatCompletionRequest } from './types';
 
 /**

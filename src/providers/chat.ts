@@ -161,11 +161,11 @@ class SilenceTimer {
   }
 
   stop(): void {
-    clearTimeout(this.#timer);
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
   }
 
   #schedule(ms: number): void {
-    clearTimeout(this.#timer);
+    this.stop();
     this.#timer = setTimeout(() => this.#fire(), ms);
   }
 

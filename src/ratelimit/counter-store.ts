@@ -1,8 +1,9 @@
 /**
  * Where rate-limit counters live. A counter is one policy's usage by one group in one fixed window,
- * named by a string key: `<policy id>/<unit>/<window start>/<group>` (enforce.ts). Implementations: libsql-counter-store.ts
- * (the default, on Node and Workers); a Durable Object store can take the same calls, with one
- * object per `scope` so that an admission stays inside one object.
+ * named by a string key: `<policy id>/<unit>/<window start>/<group>` (enforce.ts). Two stores
+ * implement it (GATEWAY_RATE_LIMIT_STORE chooses on Workers): libsql-counter-store.ts, in the
+ * database (Node's, and an option on Workers), and workers/counter-store.ts, one Durable Object
+ * per counter (the default on Workers).
  */
 
 /** One counter of an admission. */

@@ -1,4 +1,4 @@
-import type { PolicyUnit, TokenTicket } from '../db/schema';
+import type { PolicyUnit, TokenTicket } from '../schemas/policies';
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { sha256Hex } from '../lib/crypto';
@@ -45,7 +45,7 @@ export interface TurnTokens {
  * value; a tokens counter while it is below the value (a reservation may take it past: the next
  * request is refused). The reservation is released, and the real tokens charged, by settleTokens.
  */
-export async function admitRequest(deps: Deps, attributes: RequestAttributes, turn: TurnTokens): Promise<Admission> {
+export async function admitRequest(deps: Pick<Deps, 'policyCache' | 'now' | 'counters'>, attributes: RequestAttributes, turn: TurnTokens): Promise<Admission> {
   const index = await deps.policyCache.get(attributes.workspace_id);
   if (index.size === 0) return { headers: {}, ticket: null };
   const values = attributeValues(attributes);
@@ -90,7 +90,7 @@ export async function admitRequest(deps: Deps, attributes: RequestAttributes, tu
  * two are one change. Counters never go below 0. A failure is logged, never thrown: it must not
  * fail a finished turn (the reservation then stays counted until its window ends).
  */
-export async function settleTokens(deps: Deps, ticket: TokenTicket | null, tokens: number): Promise<void> {
+export async function settleTokens(deps: Pick<Deps, 'now' | 'counters' | 'log'>, ticket: TokenTicket | null, tokens: number): Promise<void> {
   if (!ticket) return;
   const charged = Number.isFinite(tokens) && tokens > 0 ? tokens : 0;
   const reserved = ticket.reserved ?? 0;

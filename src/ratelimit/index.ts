@@ -1,6 +1,6 @@
 /**
- * Rate limiting: what the run routes and the runtimes use. See the README's "Rate limiting" for
- * the semantics and enforce.ts for the two calls.
+ * Rate limiting: what the run use-cases (runs/commands.ts) and the runtimes use. See the README's
+ * "Rate limiting" for the semantics and enforce.ts for the two calls.
  */
 export {
   attributeValues,

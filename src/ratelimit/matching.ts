@@ -1,4 +1,4 @@
-import type { PolicyType, PolicyUnit } from '../db/schema';
+import type { PolicyType, PolicyUnit } from '../schemas/policies';
 import type { EnforcedPolicyRow } from '../services/policies';
 import { ANY_VALUE } from './vocabulary';
 

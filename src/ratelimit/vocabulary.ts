@@ -14,14 +14,14 @@ export const ATTRIBUTE_KEYS = ['api_key', 'workspace_id', 'virtual_key', 'provid
 export type AttributeKey = (typeof ATTRIBUTE_KEYS)[number] | `metadata.${string}`;
 
 export const METADATA_PREFIX = 'metadata.';
-/** Metadata keys are bounded as in the seed: at most 64 characters. */
+/** Metadata keys are bounded as a run's metadata keys are: at most 64 characters. */
 export const METADATA_KEY_MAX = 64;
 
 /** A condition value of `*` matches any present value of its key. */
 export const ANY_VALUE = '*';
 
 export function isAttributeKey(key: string): key is AttributeKey {
-  if ((ATTRIBUTE_KEYS as readonly string[]).includes(key)) return true;
+  if (ATTRIBUTE_KEYS.some((known) => known === key)) return true;
   if (!key.startsWith(METADATA_PREFIX)) return false;
   const name = key.slice(METADATA_PREFIX.length);
   return name.length > 0 && name.length <= METADATA_KEY_MAX;

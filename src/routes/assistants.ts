@@ -1,19 +1,20 @@
 import { Hono } from 'hono';
-import type { AppEnv } from '../deps';
 import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
 import { virtualKey } from '../middleware/virtual-key';
 import { workspace } from '../middleware/workspace';
 import { createAssistantBody } from '../schemas/assistants';
 import { cursorListQuery } from '../schemas/common';
-import { createAssistant, deleteAssistant, getAssistant, listAssistants, toAssistantJson } from '../services/assistants';
-import { listObject } from '../services/pagination';
+import { createAssistant, deleteAssistant, getAssistant, listAssistants } from '../services/assistants';
+import { toAssistantJson } from '../wire/assistants';
+import { listObject } from '../wire/lists';
+import type { ApiEnv } from './env';
 
 /**
  * /v1/assistants, in the workspace of workspace(). Retrieving one needs `x-gateway-virtual-key`
- * as the seed says; creating, listing and deleting do not.
+ * (the gateway's API has always asked for one there); creating, listing and deleting do not.
  */
-export const assistantRoutes = new Hono<AppEnv>()
+export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
   .post('/', validate('json', createAssistantBody), async (c) => {
     const { db, now, config } = c.var.deps;

@@ -1,5 +1,4 @@
 import { Hono } from 'hono';
-import type { AppEnv } from '../deps';
 import { ApiError } from '../errors';
 import { validate } from '../middleware/validate';
 import { createPolicyBody, listPoliciesQuery, updatePolicyBody } from '../schemas/policies';
@@ -9,14 +8,15 @@ import {
   createPolicy,
   getPolicy,
   listPolicies,
-  toPolicyJson,
   updatePolicy,
 } from '../services/policies';
 import { workspaceCaps } from '../services/quotas';
+import { toPolicyJson } from '../wire/policies';
 import { resolveWorkspaceScope } from '../services/workspaces';
+import type { ApiEnv } from './env';
 
 /** /v1/policies/rate-limits */
-export const policyRoutes = new Hono<AppEnv>()
+export const policyRoutes = new Hono<ApiEnv>()
   .get('/', validate('query', listPoliciesQuery), async (c) => {
     const query = c.req.valid('query');
     const { db } = c.var.deps;
@@ -58,8 +58,8 @@ export const policyRoutes = new Hono<AppEnv>()
   });
 
 /**
- * The seed: "calls made otherwise [than with an API key identifying the workspace] must send
- * workspace_id and organisation_id". A workspace key may repeat its own organisation; an
+ * A call made with a key that does not identify a workspace (an organisation key) must send
+ * workspace_id and organisation_id. A workspace key may repeat its own organisation; an
  * organisation key must name its own.
  */
 function checkOrganisation(apiKey: AuthenticatedKey, organisationId: string | undefined) {

@@ -1,13 +1,14 @@
 import { Hono } from 'hono';
-import type { AppEnv } from '../deps';
 import { validate } from '../middleware/validate';
 import { createVirtualKeyBody, listVirtualKeysQuery, revokeVirtualKeyQuery } from '../schemas/virtual-keys';
 import { upstreamRules } from '../services/upstream-rules';
-import { createVirtualKey, listVirtualKeys, revokeVirtualKey, toVirtualKeyJson } from '../services/virtual-keys';
+import { createVirtualKey, listVirtualKeys, revokeVirtualKey } from '../services/virtual-keys';
 import { resolveWorkspaceScope } from '../services/workspaces';
+import { toVirtualKeyJson } from '../wire/virtual-keys';
+import type { ApiEnv } from './env';
 
 /** /v1/virtual-keys: a workspace key acts on its workspace; an organisation key names `workspace_id`. */
-export const virtualKeyRoutes = new Hono<AppEnv>()
+export const virtualKeyRoutes = new Hono<ApiEnv>()
   .get('/', validate('query', listVirtualKeysQuery), async (c) => {
     const query = c.req.valid('query');
     const { db } = c.var.deps;

@@ -1,7 +1,6 @@
 import type { ChatCompletionRequest, ChatContentPart, ChatMessage } from '../providers/types';
 import type { RunRow, StepRow } from '../services/runs';
-import type { MessageContent, MessageRow } from '../services/threads';
-import type { Tool } from '../schemas/tools';
+import type { MessageRow } from '../services/threads';
 
 /**
  * A run as a Chat Completions request: the run's instructions as the system message, the thread's
@@ -23,7 +22,7 @@ export function buildChatRequest(
   for (const message of thread) messages.push(toChatMessage(message));
 
   for (const step of toolSteps) {
-    const details = step.stepDetails as ToolCallsDetails;
+    const details = step.stepDetails;
     if (details.type !== 'tool_calls' || details.tool_calls.length === 0) continue;
     messages.push({
       role: 'assistant',
@@ -45,14 +44,14 @@ export function buildChatRequest(
     stream: true,
     stream_options: { include_usage: true },
   };
-  const functions = (run.tools as Tool[]).filter((tool) => tool.type === 'function');
+  const functions = run.tools.filter((tool) => tool.type === 'function');
   if (functions.length > 0) {
     request.tools = functions.map((tool) => ({ type: 'function', function: stripUndefined(tool.function) }));
     request.tool_choice = run.toolChoice;
     request.parallel_tool_calls = run.parallelToolCalls;
   }
   // Without function tools, tool_choice and parallel_tool_calls are left out: some servers reject them.
-  const format = run.responseFormat as { type?: string } | string;
+  const format = run.responseFormat;
   if (typeof format === 'object' && format.type !== 'text') request.response_format = format;
   if (run.temperature !== null) request.temperature = run.temperature;
   if (run.topP !== null) request.top_p = run.topP;
@@ -60,13 +59,8 @@ export function buildChatRequest(
   return request;
 }
 
-export interface ToolCallsDetails {
-  type: 'tool_calls';
-  tool_calls: { id: string; type: 'function'; function: { name: string; arguments: string; output: string | null } }[];
-}
-
 function toChatMessage(message: MessageRow): ChatMessage {
-  const parts = message.content as MessageContent[];
+  const parts = message.content;
   if (message.role === 'assistant') {
     return { role: 'assistant', content: parts.map((part) => (part.type === 'text' ? part.text.value : '')).join('') };
   }

@@ -1,5 +1,4 @@
-import type { BatchItem } from 'drizzle-orm/batch';
-import { batch } from '../db/client';
+import type { Statement } from '../db/client';
 import type { Deps } from '../deps';
 import { serverError } from '../errors';
 import { newId } from '../lib/ids';
@@ -15,8 +14,6 @@ import {
   leaseMs,
   listSteps,
   renewLease,
-  toRunJson,
-  toStepJson,
   updateMessage,
   updateRun,
   updateStep,
@@ -25,21 +22,34 @@ import {
   type Settlement,
   type StepRow,
 } from '../services/runs';
-import { conversationMessages, toMessageJson, type MessageRow } from '../services/threads';
+import type { RequiredAction, RunError, ToolCallsDetails } from '../schemas/runs';
+import type { MessageContent } from '../schemas/threads';
+import { conversationMessages, type MessageRow } from '../services/threads';
 import { upstreamRules } from '../services/upstream-rules';
-import { decryptVirtualKeySecret, getVirtualKey, type VirtualKey } from '../services/virtual-keys';
-import { buildChatRequest, type ToolCallsDetails } from './chat-request';
-import type { EventSink, ServerSentEvent } from './event-stream';
+import { decryptVirtualKeySecret, getVirtualKey } from '../services/virtual-keys';
+import { toRunJson, toStepJson } from '../wire/runs';
+import { toMessageJson } from '../wire/threads';
+import { buildChatRequest } from './chat-request';
+import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
+import type { StreamOptions } from './host';
+import { Outbox } from './outbox';
+import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome } from './outcome';
+import { answerMessage, newStep } from './rows';
 import { chargeRun, failRunAlone, settleRun } from './settle';
 
 /**
- * The run engine: one state machine that moves a run from `queued` to where it ends, writing each
- * step a client can observe to the database and emitting the same step as an event. Streamed and
- * non-streamed runs take the same path; a non-streamed run just has no sink.
+ * The run engine: the bookkeeping of one turn of a run, from in progress to where it ends, writing
+ * each step a client can observe to the database and emitting the same step as an event
+ * (outbox.ts keeps the two in order). Streamed and non-streamed runs take the same path; a
+ * non-streamed run just has no sink. How a turn ends is decided by outcome.ts.
  *
- *   queued ─claim─> in_progress ─upstream─> completed | incomplete | requires_action | failed
- *                        │                        (cancel) cancelling ─> cancelled; (time) expired
- *   requires_action ─tool outputs─> queued ─> …
+ *   in_progress ─upstream─> completed | incomplete | requires_action | failed
+ *        │  (cancel) cancelling ─> cancelled; (time) expired; (executor lost) failed by recovery.ts
+ *   requires_action ─tool outputs─> in_progress ─> …
+ *
+ * A run is born in progress (runs/rows.ts), and so is a run whose tool outputs were accepted: the
+ * caller that put it there owns the turn and hands it to its host, which executes it here. Clients
+ * are told `queued` first all the same, as OpenAI does.
  */
 
 /** Why a run stopped early, carried as an abort reason. */
@@ -62,6 +72,16 @@ const NOT_RECORDED = {
   message: "The gateway could not record the run's outcome: the write to its database failed.",
 };
 
+/** The steps before a run's first turn. */
+const NO_STEPS: StepRow[] = [];
+
+/** Why the tool calls of a turn cut short failed, by what cut them. */
+const TOOL_CALLS_CUT = {
+  answer_cap: (capBytes: number) =>
+    `The answer reached the gateway's limit of ${capBytes} bytes (GATEWAY_MAX_ANSWER_BYTES), which cut the tool calls short.`,
+  max_completion_tokens: () => 'The completion token limit cut the tool calls short.',
+};
+
 /** A tool call while it streams: its name and arguments arrive in fragments. */
 interface StreamingToolCall {
   id: string;
@@ -77,12 +97,12 @@ export function abortExecution(runId: string): void {
   executing.get(runId)?.abort(new RunStopped('cancelled'));
 }
 
-export interface ExecuteOptions {
+/** What executing a run uses of the deps. */
+export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'now' | 'slices'>;
+
+export interface ExecuteOptions extends StreamOptions {
+  /** Where the run's events go: a streamed run's event stream; none for a run that is polled. */
   sink?: EventSink;
-  /** Events the caller wants sent first, together with the run's `in_progress` (thread.created, …). */
-  leading?: ServerSentEvent[];
-  /** What the caller already holds, to spare the database reads on the hot path. */
-  preloaded?: { virtualKey: VirtualKey; conversation: MessageRow[]; firstTurn: boolean };
 }
 
 /**
@@ -90,19 +110,46 @@ export interface ExecuteOptions {
  * accepting its tool outputs) and so owns: calls the upstream and settles the outcome.
  * Never throws: every failure ends the run in a state the client can see.
  */
-export async function executeRun(deps: Deps, run: RunRow, options: ExecuteOptions = {}): Promise<void> {
+export async function executeRun(deps: RunDeps, run: RunRow, options: ExecuteOptions = {}): Promise<void> {
   await new Execution(deps, run, options).run();
 }
 
+/**
+ * Executes a run into a new event stream, wherever it executes (in this process on Node, in its
+ * executor object on Workers): the stream to answer with, and the execution, which never rejects.
+ * The stream ends with `done`, after an `error` event if the gateway itself failed once the
+ * stream had begun.
+ */
+export function executeStreamed(
+  deps: RunDeps,
+  run: RunRow,
+  options: StreamOptions,
+  requestId?: string,
+): { readable: ReadableStream<Uint8Array>; done: Promise<void> } {
+  // A client that reads nothing is given as long as a silent upstream.
+  const events = new EventStream({ stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS });
+  const done = (async () => {
+    try {
+      await executeRun(deps, run, { ...options, sink: events });
+    } catch (error) {
+      deps.log.error('run stream failed', { run_id: run.id, request_id: requestId, error });
+      await events.fail(serverError().body);
+    } finally {
+      await events.close();
+    }
+  })();
+  return { readable: events.readable, done };
+}
+
 class Execution {
-  readonly #deps: Deps;
-  readonly #sink: EventSink | undefined;
+  readonly #deps: RunDeps;
+  readonly #outbox: Outbox;
   readonly #leading: ServerSentEvent[];
   readonly #preloaded: ExecuteOptions['preloaded'];
   readonly #abort = new AbortController();
   #run: RunRow;
   /** Usage of earlier turns of this run (before tool outputs were submitted). */
-  #earlierUsage: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+  #earlierUsage: Usage = NO_USAGE;
   #message: { row: MessageRow; step: StepRow; text: TextBuilder; started: boolean } | null = null;
   /** The turn's tool calls by the upstream's index (0 to MAX_TOOL_CALLS - 1, checked by the reader). */
   #toolStep: { row: StepRow; calls: Map<number, StreamingToolCall> } | null = null;
@@ -110,21 +157,11 @@ class Execution {
   #answerBytes = 0;
   /** Whether the turn's answer reached GATEWAY_MAX_ANSWER_BYTES and was cut there. */
   #cut = false;
-  /** Events describing the statements of the commit being prepared, emitted once it succeeded. */
-  #pendingEvents: [string, () => unknown][] = [];
-  /**
-   * Inserts of the message and steps this turn opened. The events go out without waiting for them
-   * (on a remote database each would cost a round trip before the first delta); every later write
-   * of the run waits for them first.
-   */
-  #inserts: Promise<unknown>[] = [];
-  /** What the turn opened and has not sent yet: its events, and its inserts, started once sent. */
-  #opened: { events: ServerSentEvent[]; inserts: (() => PromiseLike<unknown>)[] } = { events: [], inserts: [] };
 
-  constructor(deps: Deps, run: RunRow, options: ExecuteOptions) {
+  constructor(deps: RunDeps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
     this.#run = run;
-    this.#sink = options.sink;
+    this.#outbox = new Outbox(options.sink);
     this.#leading = options.leading ?? [];
     this.#preloaded = options.preloaded;
   }
@@ -137,7 +174,7 @@ class Execution {
     // Renewed a few times per lease, so that one slow renewal does not lose it.
     const renewal = setInterval(() => void this.#renew(), leaseMs(deps.config) / 3);
     try {
-      await this.#sink?.send([...this.#leading, this.#runEvent()]);
+      await this.#outbox.send(...this.#leading, () => this.#runEvent());
       if (expiresIn <= 0) throw new RunStopped('expired');
       await this.#turn();
     } catch (error) {
@@ -170,16 +207,13 @@ class Execution {
 
     const [conversation, steps] = await Promise.all([
       this.#preloaded?.conversation ?? conversationMessages(db, run.threadId, run.id),
-      this.#preloaded?.firstTurn ? ([] as StepRow[]) : listSteps(db, run.id),
+      this.#preloaded?.firstTurn ? NO_STEPS : listSteps(db, run.id),
     ]);
     this.#earlierUsage = sumUsage(steps.map((step) => step.usage));
     const toolSteps = steps.filter((step) => step.type === 'tool_calls');
 
-    let budget: number | null = null;
-    if (run.maxCompletionTokens !== null) {
-      budget = run.maxCompletionTokens - this.#earlierUsage.completion_tokens;
-      if (budget <= 0) return this.#finish('length', { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
-    }
+    const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
+    if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
     const request = buildChatRequest(run, conversation, toolSteps, budget);
     const secret = await decryptVirtualKeySecret(this.#deps.secrets, virtualKey);
 
@@ -267,63 +301,32 @@ class Execution {
     message.started = true;
     message.text.push(text);
     // The hot path: the delta is written as a string, not built as an object and serialised.
-    await this.#send([
+    await this.#outbox.send([
       'thread.message.delta',
       `{"id":"${message.row.id}","object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":${JSON.stringify(text)}${first ? ',"annotations":[]' : ''}}}]}}`,
     ]);
   }
 
-  /**
-   * Sends `event` with whatever the turn opened since the last send (a step and message created),
-   * then starts those rows' inserts: after the bytes left, so that building and queueing them never
-   * delays the delta.
-   */
-  async #send(event: ServerSentEvent): Promise<void> {
-    const opened = this.#opened;
-    this.#opened = { events: [], inserts: [] };
-    await this.#sink?.send([...opened.events, event]);
-    for (const insert of opened.inserts) this.#insert(insert());
-  }
-
-  /** Opens the turn's message and its step: sent and inserted with the first delta (see #send). */
+  /** Opens the turn's message and its step: announced and inserted with the first delta (outbox.ts). */
   #openMessage(): void {
     const { db, now } = this.#deps;
     const run = this.#run;
     const at = now();
-    const messageId = newId('msg');
-    const step: StepRow = this.#newStep('message_creation', {
-      type: 'message_creation',
-      message_creation: { message_id: messageId },
-    }, at);
-    const row: MessageRow = {
-      seq: 0,
-      id: messageId,
-      threadId: run.threadId,
-      workspaceId: run.workspaceId,
-      createdAt: at,
-      role: 'assistant',
-      content: [],
-      status: 'in_progress',
-      assistantId: run.assistantId,
-      runId: run.id,
-      attachments: [],
-      metadata: {},
-      incompleteDetails: null,
-      completedAt: null,
-      incompleteAt: null,
-    };
-    const { seq: _stepSeq, ...stepInsert } = step;
-    const { seq: _messageSeq, ...messageInsert } = row;
-    this.#opened.inserts.push(() => db.batch([insertStep(db, stepInsert), insertMessage(db, messageInsert)]));
+    const row = answerMessage(run, at);
+    const step = newStep(run, { type: 'message_creation', message_creation: { message_id: row.id } }, at);
     this.#message = { row, step, text: new TextBuilder(), started: false };
-    if (!this.#sink) return;
-    const stepJson = JSON.stringify(toStepJson(step, run));
-    const messageJson = JSON.stringify(toMessageJson(row));
-    this.#opened.events.push(
-      ['thread.run.step.created', stepJson],
-      ['thread.run.step.in_progress', stepJson],
-      ['thread.message.created', messageJson],
-      ['thread.message.in_progress', messageJson],
+    this.#outbox.open(
+      () => db.batch([insertStep(db, step), insertMessage(db, row)]),
+      () => {
+        const stepJson = JSON.stringify(toStepJson(step, run));
+        const messageJson = JSON.stringify(toMessageJson(row));
+        return [
+          ['thread.run.step.created', stepJson],
+          ['thread.run.step.in_progress', stepJson],
+          ['thread.message.created', messageJson],
+          ['thread.message.in_progress', messageJson],
+        ];
+      },
     );
   }
 
@@ -344,79 +347,54 @@ class Execution {
     const delta = isNew
       ? { index: event.index, id: call.id, type: 'function', function: { name, arguments: args, output: null } }
       : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
-    await this.#send([
+    await this.#outbox.send([
       'thread.run.step.delta',
       { id: step.row.id, object: 'thread.run.step.delta', delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } } },
     ]);
     return name.length + args.length;
   }
 
-  /** Opens the turn's tool-calls step: sent and inserted with its first delta (see #send). */
+  /** Opens the turn's tool-calls step: announced and inserted with its first delta (outbox.ts). */
   #openToolStep(): void {
     const { db } = this.#deps;
-    const step = this.#newStep('tool_calls', { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
-    const { seq: _seq, ...insert } = step;
-    this.#opened.inserts.push(() => insertStep(db, insert));
+    const step = newStep(this.#run, { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
     this.#toolStep = { row: step, calls: new Map() };
-    if (!this.#sink) return;
-    const json = JSON.stringify(toStepJson(step, this.#run));
-    this.#opened.events.push(['thread.run.step.created', json], ['thread.run.step.in_progress', json]);
-  }
-
-  #insert(write: PromiseLike<unknown>): void {
-    // Drizzle queries run on every `then`: resolve it exactly once, here.
-    const promise = Promise.resolve(write);
-    promise.catch(() => undefined); // observed by #settleInserts; this only keeps it from being "unhandled"
-    this.#inserts.push(promise);
-  }
-
-  /** Waits for the deferred inserts; their failure is the turn's failure. */
-  async #settleInserts(): Promise<void> {
-    // Rows opened but never sent (the turn ended before any delta) are inserted now.
-    for (const insert of this.#opened.inserts) this.#insert(insert());
-    this.#opened.inserts = [];
-    const inserts = this.#inserts;
-    this.#inserts = [];
-    await Promise.all(inserts);
-  }
-
-  #newStep(type: StepRow['type'], details: unknown, at: number): StepRow {
-    const run = this.#run;
-    return {
-      seq: 0,
-      id: newId('step'),
-      runId: run.id,
-      threadId: run.threadId,
-      assistantId: run.assistantId,
-      workspaceId: run.workspaceId,
-      type,
-      status: 'in_progress',
-      stepDetails: details,
-      createdAt: at,
-      completedAt: null,
-      cancelledAt: null,
-      failedAt: null,
-      expiredAt: null,
-      lastError: null,
-      usage: null,
-    };
+    this.#outbox.open(
+      () => insertStep(db, step),
+      () => {
+        const json = JSON.stringify(toStepJson(step, this.#run));
+        return [
+          ['thread.run.step.created', json],
+          ['thread.run.step.in_progress', json],
+        ];
+      },
+    );
   }
 
   // ── Outcomes ───────────────────────────────────────────────────────────────────────────────
 
   /**
-   * The upstream finished: requires_action for tool calls, otherwise completed or incomplete. An
-   * answer cut at GATEWAY_MAX_ANSWER_BYTES ends as one cut by the completion token limit (`length`).
+   * The upstream finished (or the gateway cut the turn: `length`): records the turn's outcome
+   * (outcome.ts) in one commit with the rows it closes.
    */
   async #finish(finishReason: string, turnUsage: Usage): Promise<void> {
     const { db, now } = this.#deps;
     const at = now();
     const run = this.#run;
-    const statements: BatchItem<'sqlite'>[] = [];
+    const usage = sumUsage([this.#earlierUsage, turnUsage]);
+    const outcome = turnOutcome({
+      finishReason,
+      toolCalls: this.#toolStep !== null,
+      cutAtAnswerCap: this.#cut,
+      usage,
+      maxPromptTokens: run.maxPromptTokens,
+      maxCompletionTokens: run.maxCompletionTokens,
+    });
+    const statements: Statement[] = [];
 
-    if (this.#toolStep && finishReason !== 'length') {
+    if (outcome.status === 'requires_action') {
       if (this.#message) statements.push(...this.#closeMessage(null, at));
-      const step = this.#toolStep;
+      const step = this.#toolStep!;
       const calls = [...step.calls.entries()]
         .sort(([a], [b]) => a - b)
         .map(([, call]) => ({
@@ -427,7 +405,7 @@ class Execution {
       const details: ToolCallsDetails = { type: 'tool_calls', tool_calls: calls };
       step.row = { ...step.row, stepDetails: details, usage: turnUsage };
       statements.push(updateStep(db, step.row.id, { stepDetails: details, usage: turnUsage }));
-      const requiredAction = {
+      const requiredAction: RequiredAction = {
         type: 'submit_tool_outputs',
         submit_tool_outputs: {
           tool_calls: calls.map((call) => ({
@@ -438,39 +416,22 @@ class Execution {
         },
       };
       // The usage so far is kept (shown once the run ends): the turn is charged now, not when the run ends.
-      const usage = sumUsage([this.#earlierUsage, turnUsage]);
-      const patch: Partial<NewRun> = { status: 'requires_action', requiredAction, leaseExpiresAt: null, usage };
-      await this.#commit(statements, patch, ['in_progress']);
+      await this.#commit(statements, { status: 'requires_action', requiredAction, leaseExpiresAt: null, usage });
       return;
     }
 
-    const total = sumUsage([this.#earlierUsage, turnUsage]);
-    let runPatch: Partial<NewRun>;
-    if (finishReason === 'length') {
-      runPatch = incomplete('max_completion_tokens', at);
-    } else if (run.maxPromptTokens !== null && total.prompt_tokens > run.maxPromptTokens) {
-      runPatch = incomplete('max_prompt_tokens', at);
-    } else if (run.maxCompletionTokens !== null && total.completion_tokens > run.maxCompletionTokens) {
-      runPatch = incomplete('max_completion_tokens', at);
-    } else {
-      runPatch = { status: 'completed', completedAt: at };
-    }
-    runPatch.usage = total;
-    runPatch.leaseExpiresAt = null;
-
     // Every ending turn leaves a message, even an empty one: it carries the step and its usage.
     if (!this.#message) this.#openMessage();
-    const messageStatus =
-      finishReason === 'length' ? 'max_tokens' : finishReason === 'content_filter' ? 'content_filter' : null;
-    statements.push(...this.#closeMessage(messageStatus, at, turnUsage));
-    if (this.#toolStep) {
-      // Tool calls cut short by the token limit or the answer cap cannot be executed: the step says why.
-      const message = this.#cut
-        ? `The answer reached the gateway's limit of ${this.#deps.config.GATEWAY_MAX_ANSWER_BYTES} bytes (GATEWAY_MAX_ANSWER_BYTES), which cut the tool calls short.`
-        : 'The completion token limit cut the tool calls short.';
+    statements.push(...this.#closeMessage(outcome.messageIncompleteReason, at, turnUsage));
+    if (outcome.toolCallsCutBy) {
+      const message = TOOL_CALLS_CUT[outcome.toolCallsCutBy](this.#deps.config.GATEWAY_MAX_ANSWER_BYTES);
       statements.push(this.#failToolStep({ code: 'server_error', message }, at));
     }
-    await this.#commit(statements, runPatch, ['in_progress']);
+    const ending: Partial<NewRun> =
+      outcome.incompleteReason === null
+        ? { status: 'completed', completedAt: at }
+        : { status: 'incomplete', incompleteDetails: { reason: outcome.incompleteReason }, completedAt: at };
+    await this.#commit(statements, { ...ending, usage, leaseExpiresAt: null });
   }
 
   /**
@@ -480,7 +441,7 @@ class Execution {
   #closeMessage(reason: string | null, at: number, usage?: Usage) {
     const { db } = this.#deps;
     const message = this.#message!;
-    const content = [{ type: 'text', text: { value: message.text.toString(), annotations: [] } }];
+    const content: MessageContent[] = [{ type: 'text', text: { value: message.text.toString(), annotations: [] } }];
     const messagePatch =
       reason === null
         ? { status: 'completed' as const, content, completedAt: at }
@@ -488,54 +449,46 @@ class Execution {
     message.row = { ...message.row, ...messagePatch };
     const stepPatch = { status: 'completed' as const, completedAt: at, usage: usage ?? null };
     message.step = { ...message.step, ...stepPatch };
-    this.#pendingEvents.push(
-      [`thread.message.${messagePatch.status}`, () => toMessageJson(message.row)],
-      ['thread.run.step.completed', () => toStepJson(message.step, this.#run)],
-    );
+    this.#outbox.onCommit(() => [`thread.message.${messagePatch.status}`, toMessageJson(message.row)]);
+    this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
     return [updateMessage(db, message.row.id, messagePatch), updateStep(db, message.step.id, stepPatch)];
   }
 
-  #failToolStep(lastError: { code: string; message: string }, at: number) {
+  #failToolStep(lastError: RunError, at: number) {
     const step = this.#toolStep!;
     const patch = { status: 'failed' as const, failedAt: at, lastError };
     step.row = { ...step.row, ...patch };
-    this.#pendingEvents.push(['thread.run.step.failed', () => toStepJson(step.row, this.#run)]);
+    this.#outbox.onCommit(() => ['thread.run.step.failed', toStepJson(step.row, this.#run)]);
     return updateStep(this.#deps.db, step.row.id, patch);
   }
 
   /**
    * Writes the statements and the run's new state in one transaction, then emits their events and
-   * the run's. If the run left `from` meanwhile (cancelled, expired by a sweep), nothing is written
-   * and the run's actual state is reported instead.
+   * the run's. If the run was no longer in progress (cancelled, expired by a sweep), nothing is
+   * written and the run's actual state is reported instead. Every commit ends a turn
+   * (requires_action or an end), whose tokens are charged then.
    */
-  async #commit(statements: BatchItem<'sqlite'>[], runPatch: Partial<NewRun>, from: RunRow['status'][]) {
+  async #commit(statements: Statement[], runPatch: Partial<NewRun>) {
     const { db } = this.#deps;
-    const events = this.#pendingEvents;
-    this.#pendingEvents = [];
     let updated: RunRow | undefined;
     try {
-      await this.#settleInserts();
-      const results = await batch(db, [...statements, updateRun(db, this.#run.id, from, runPatch)]);
-      updated = (results[results.length - 1] as RunRow[])[0];
+      await this.#outbox.written();
+      // The run's row first: the other statements do not depend on it, and its result is the one read.
+      [[updated]] = await db.batch([updateRun(db, this.#run.id, ['in_progress'], runPatch), ...statements]);
     } catch (error) {
+      this.#outbox.discardCommit();
       throw new OutcomeNotRecorded(error);
     }
     if (!updated) {
+      this.#outbox.discardCommit();
       const current = await getRunById(db, this.#run.id);
       if (current?.status === 'cancelling') throw new RunStopped('cancelled');
       if (current) this.#run = current;
-      await this.#sink?.send([...this.#opened.events.splice(0), this.#runEvent()]);
+      await this.#outbox.send(() => this.#runEvent());
       return;
     }
     this.#run = updated;
-    if (this.#sink) {
-      await this.#sink.send([
-        ...this.#opened.events.splice(0),
-        ...events.map(([name, data]): ServerSentEvent => [name, data()]),
-        this.#runEvent(),
-      ]);
-    }
-    // Every commit ends a turn (requires_action or terminal): its tokens are settled now.
+    await this.#outbox.committed(() => this.#runEvent());
     await chargeRun(this.#deps, updated);
   }
 
@@ -564,23 +517,24 @@ class Execution {
     }
     try {
       // The rows this turn opened must exist before they are settled (or be known not to).
-      await this.#settleInserts().catch((insertError: unknown) => {
+      await this.#outbox.written().catch((insertError: unknown) => {
         internal = true;
         log.error('could not record a run step', { run_id: this.#run.id, error: insertError });
       });
       const partial = this.#message ? { messageId: this.#message.row.id, text: this.#message.text.toString() } : undefined;
       const settled = await settleRun(this.#deps, this.#run.id, ['in_progress', 'cancelling'], settlement, partial);
       this.#run = settled.run ?? (await getRunById(this.#deps.db, this.#run.id)) ?? this.#run;
-      const ending: ServerSentEvent[] = [...this.#opened.events.splice(0)];
-      if (settled.message) ending.push(['thread.message.incomplete', toMessageJson(settled.message)]);
-      ending.push(this.#runEvent());
-      await this.#sink?.send(ending);
+      const message = settled.message;
+      await this.#outbox.send(
+        ...(message ? [(): ServerSentEvent => ['thread.message.incomplete', toMessageJson(message)]] : []),
+        () => this.#runEvent(),
+      );
     } catch (settleError) {
       internal = true;
       log.error('could not record how a run ended', { run_id: this.#run.id, error: settleError });
       await this.#failAlone();
     }
-    if (internal) await this.#sink?.send([['error', serverError().body]]);
+    if (internal) await this.#outbox.send(['error', serverError().body]);
   }
 
   /**
@@ -592,7 +546,7 @@ class Execution {
       const run = await failRunAlone(this.#deps, this.#run.id, ['in_progress', 'cancelling'], NOT_RECORDED);
       if (!run) return;
       this.#run = run;
-      await this.#sink?.send([...this.#opened.events.splice(0), this.#runEvent()]);
+      await this.#outbox.send(() => this.#runEvent());
     } catch (error) {
       this.#deps.log.error('could not fail a run whose outcome could not be recorded', { run_id: this.#run.id, error });
     }
@@ -602,30 +556,4 @@ class Execution {
   #runEvent(): ServerSentEvent {
     return [`thread.run.${this.#run.status}`, JSON.stringify(toRunJson(this.#run))];
   }
-
-}
-
-function incomplete(reason: 'max_completion_tokens' | 'max_prompt_tokens', at: number): Partial<NewRun> {
-  return { status: 'incomplete', incompleteDetails: { reason }, completedAt: at };
-}
-
-function sumUsage(usages: (Usage | null | undefined)[]): Usage {
-  const total = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-  for (const usage of usages) {
-    if (!usage) continue;
-    total.prompt_tokens += usage.prompt_tokens;
-    total.completion_tokens += usage.completion_tokens;
-    total.total_tokens += usage.total_tokens;
-  }
-  return total;
-}
-
-/**
- * When an upstream sends no usage (a server without `stream_options` support), an estimate of about
- * four characters per token, so that token policies still count something. Documented in the README.
- */
-function estimateUsage(request: { messages: unknown[] }, completionChars: number): Usage {
-  const prompt = Math.ceil(JSON.stringify(request.messages).length / 4);
-  const completion = Math.ceil(completionChars / 4);
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
 }

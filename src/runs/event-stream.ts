@@ -111,7 +111,7 @@ export class EventStream implements EventSink {
     try {
       return await Promise.race([this.#writer.ready.then(() => true as const), stalled]);
     } finally {
-      clearTimeout(timer);
+      if (timer !== undefined) clearTimeout(timer);
     }
   }
 }

@@ -1,6 +1,5 @@
-import type { Deps } from '../deps';
-import { ACTIVE_STATUSES, orphanedRuns, overdueRuns, type RunRow } from '../services/runs';
-import { settleRun } from './settle';
+import { ACTIVE_STATUSES, isActive, orphanedRuns, overdueRuns, type RunRow } from '../services/runs';
+import { settleRun, type SettleDeps } from './settle';
 
 /**
  * No run stays queued, in progress or waiting forever. Two ways a run is left behind:
@@ -8,7 +7,7 @@ import { settleRun } from './settle';
  *   last_error that says so;
  * - it waits for tool outputs past its expiry: it expires.
  * `reconcileRun` settles one such run when a client looks at it; `sweepRuns` settles all of them,
- * periodically on Node.
+ * periodically (a timer on Node, the cron trigger on Workers).
  */
 
 export const ORPHANED = {
@@ -17,10 +16,9 @@ export const ORPHANED = {
 } as const;
 
 /** The run as it really stands: settles it first if it was left behind. */
-export async function reconcileRun(deps: Deps, run: RunRow): Promise<RunRow> {
+export async function reconcileRun(deps: SettleDeps, run: RunRow): Promise<RunRow> {
   const now = deps.now();
-  const active = (ACTIVE_STATUSES as readonly string[]).includes(run.status);
-  if (active && run.leaseExpiresAt !== null && run.leaseExpiresAt < now) {
+  if (isActive(run.status) && run.leaseExpiresAt !== null && run.leaseExpiresAt < now) {
     return (await settleRun(deps, run.id, ACTIVE_STATUSES, { status: 'failed', lastError: { ...ORPHANED } })).run ?? run;
   }
   if (run.status === 'requires_action' && run.expiresAt !== null && run.expiresAt < now) {
@@ -30,7 +28,7 @@ export async function reconcileRun(deps: Deps, run: RunRow): Promise<RunRow> {
 }
 
 /** Settles every left-behind run (in bounded batches); answers how many it settled. */
-export async function sweepRuns(deps: Deps, batchSize = 100): Promise<number> {
+export async function sweepRuns(deps: SettleDeps, batchSize = 100): Promise<number> {
   let settled = 0;
   for (const find of [orphanedRuns, overdueRuns]) {
     for (;;) {

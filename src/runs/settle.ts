@@ -1,28 +1,27 @@
-import { batch } from '../db/client';
 import type { Deps } from '../deps';
 import { settleTokens } from '../ratelimit';
 import type { RunStatus } from '../db/schema';
 import { settleRunStatements, type RunRow, type Settlement } from '../services/runs';
 import type { MessageRow } from '../services/threads';
 
+/** What settling a run uses of the deps. */
+export type SettleDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters'>;
+
 /**
  * Ends a run that will not produce its answer: cancelled, expired or failed. Used by the engine when
- * an execution stops, by the cancel route for a run with no executor (queued, requires_action), and
- * by the recovery sweep for runs whose executor died. Settles the tokens of the turn it ends, if it
+ * an execution stops, by cancelRun (runs/commands.ts) for a run that waits for tool outputs and so
+ * has no execution, and by recovery for runs whose executor died. Settles the tokens of the turn it ends, if it
  * ends one. Only a run in one of `from` is settled. Returns the settled run and the message it left
  * incomplete, or a null run when the run was no longer in one of `from`.
  */
 export async function settleRun(
-  deps: Deps,
+  deps: SettleDeps,
   runId: string,
   from: readonly RunStatus[],
   settlement: Settlement,
   partial?: { messageId: string; text: string },
 ): Promise<{ run: RunRow | null; message: MessageRow | null }> {
-  const statements = settleRunStatements(deps.db, runId, from, settlement, deps.now(), partial);
-  const results = await batch(deps.db, statements);
-  const [run] = results[results.length - 1] as RunRow[];
-  const [message] = results[results.length - 2] as MessageRow[];
+  const [, [message], [run]] = await deps.db.batch(settleRunStatements(deps.db, runId, from, settlement, deps.now(), partial));
   // A run waiting for tool outputs executes no turn: its last one was settled when it began to wait.
   if (run && !from.includes('requires_action')) await chargeRun(deps, run);
   return { run: run ?? null, message: message ?? null };
@@ -35,15 +34,15 @@ export async function settleRun(
  * or null when it was no longer in one of `from`. Throws only when the run's own write fails.
  */
 export async function failRunAlone(
-  deps: Deps,
+  deps: SettleDeps,
   runId: string,
   from: readonly RunStatus[],
   lastError: { code: string; message: string },
 ): Promise<RunRow | null> {
-  const statements = settleRunStatements(deps.db, runId, from, { status: 'failed', lastError }, deps.now());
-  const [run] = (await statements[statements.length - 1]!) as RunRow[];
+  const [steps, message, failRun] = settleRunStatements(deps.db, runId, from, { status: 'failed', lastError }, deps.now());
+  const [run] = await failRun;
   if (!run) return null;
-  for (const close of statements.slice(0, -1)) {
+  for (const close of [steps, message]) {
     try {
       await close;
     } catch (error) {
@@ -60,7 +59,7 @@ export async function failRunAlone(
  * before the turn) charged. Called once per turn, by whoever moved the run out of execution: the
  * move is conditional, so only one caller gets the row. Never throws.
  */
-export async function chargeRun(deps: Deps, run: RunRow): Promise<void> {
+export async function chargeRun(deps: Pick<Deps, 'now' | 'log' | 'counters'>, run: RunRow): Promise<void> {
   const ticket = run.rateLimit;
   if (!ticket) return;
   const tokens = (run.usage?.total_tokens ?? 0) - (ticket.base_tokens ?? 0);

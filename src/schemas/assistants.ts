@@ -3,7 +3,7 @@ import { metadataSchema } from './common';
 import { responseFormatSchema, toolResourcesSchema, toolsSchema, type ResponseFormat, type Tool, type ToolResources } from './tools';
 
 /**
- * Assistants: OpenAI's CreateAssistantRequest with the seed's bounds (Limits: name 256,
+ * Assistants: OpenAI's CreateAssistantRequest with the gateway's bounds (README: name 256,
  * description 512, instructions 256000, tools 128, metadata, temperature 0–2, top_p 0–1).
  */
 
@@ -24,7 +24,7 @@ export const createAssistantBody = z.strictObject({
 export type CreateAssistantBody = z.infer<typeof createAssistantBody>;
 
 
-/** An assistant on the wire: every field of the seed's Assistant table, defaults filled. */
+/** An assistant on the wire: every field of OpenAI's Assistant object, defaults filled. */
 export interface AssistantJson {
   id: string;
   object: 'assistant';

@@ -1,7 +1,7 @@
 import * as z from 'zod';
 
 /**
- * Building blocks shared by the request schemas. Bounds come from the seed's Limits table.
+ * Building blocks shared by the request schemas, with the bounds the API documents (README).
  */
 
 /** A non-negative integer in a query string: digits only, no sign, exponent or spaces. */

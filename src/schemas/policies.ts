@@ -3,15 +3,17 @@ import { ATTRIBUTE_KEYS_DESCRIPTION, isAttributeKey } from '../ratelimit/vocabul
 import { queryInteger, uuidString } from './common';
 
 /**
- * Rate-limit policies: the seed's "List rate-limit policies" and "Create a rate-limit policy",
- * plus GET, PUT and DELETE of one policy.
+ * Rate-limit policies: list and create, plus GET, PUT and DELETE of one policy.
  */
 
 export const POLICY_TYPES = ['requests', 'tokens'] as const;
 export const POLICY_UNITS = ['rpm', 'rph', 'rpd'] as const;
 export const POLICY_STATUSES = ['active', 'archived'] as const;
+export type PolicyType = (typeof POLICY_TYPES)[number];
+export type PolicyUnit = (typeof POLICY_UNITS)[number];
+export type PolicyStatus = (typeof POLICY_STATUSES)[number];
 
-/** Bounds the seed leaves open, chosen so that a policy stays cheap to match. */
+/** Bounds of our own, chosen so that a policy stays cheap to match. */
 export const POLICY_LIMITS = {
   name: 255,
   conditions: 32,
@@ -95,13 +97,13 @@ export const listPoliciesQuery = z.strictObject({
 });
 export type ListPoliciesQuery = z.infer<typeof listPoliciesQuery>;
 
-/** A policy on the wire: every field of the seed's table, timestamps in ISO 8601. */
+/** A policy on the wire: every field the README documents, timestamps in ISO 8601. */
 export interface PolicyJson {
   id: string;
-  type: (typeof POLICY_TYPES)[number];
-  unit: (typeof POLICY_UNITS)[number];
+  type: PolicyType;
+  unit: PolicyUnit;
   value: number;
-  status: (typeof POLICY_STATUSES)[number];
+  status: PolicyStatus;
   workspace_id: string;
   organisation_id: string;
   created_at: string;
@@ -111,4 +113,20 @@ export interface PolicyJson {
   group_by: { key: string }[];
   /** The kind of API key that created it: an organisation's policy is changed only by organisation keys. */
   created_by: 'organisation' | 'workspace';
+}
+
+/**
+ * What a run's tokens are charged to, captured at admission and stored on the run (see
+ * ratelimit/enforce.ts): the tokens policies it matched, with its group in each, and the
+ * reservation its current turn holds in their counters.
+ */
+export interface TokenTicket {
+  workspace_id: string;
+  policies: { policy_id: string; unit: PolicyUnit; group: string }[];
+  /** Tokens reserved in each policy's counter at admission, released when the turn ends. */
+  reserved?: number;
+  /** When (ms since the epoch) the reservation was taken: its window is where it is released. */
+  reserved_at?: number;
+  /** The run's total tokens before this turn: the turn is charged the rest. */
+  base_tokens?: number;
 }

@@ -1,54 +1,17 @@
 import * as z from 'zod';
-import { cursorListQuery, metadataSchema } from './common';
+import { metadataSchema } from './common';
+import { THREAD_LIMITS, threadSchema } from './threads';
 import { functionName, responseFormatSchema, toolResourcesSchema, toolsSchema } from './tools';
 
 /**
- * Runs and threads: the seed's "Create a run" (POST /threads/runs, OpenAI's
- * CreateThreadAndRunRequest), submitting tool outputs, and listing a thread's messages.
+ * Runs: creating a thread and a run on it (POST /threads/runs, OpenAI's CreateThreadAndRunRequest),
+ * submitting tool outputs, and the shapes of what a run stores in its JSON columns and answers.
  */
 
 export const RUN_LIMITS = {
   tools: 20,
-  messages: 1000,
-  contentParts: 100,
-  text: 256_000,
   minTokens: 256,
 } as const;
-
-const textPart = z.strictObject({ type: z.literal('text'), text: z.string().max(RUN_LIMITS.text) });
-const imageUrlPart = z.strictObject({
-  type: z.literal('image_url'),
-  image_url: z.strictObject({
-    url: z.string().min(1).max(RUN_LIMITS.text),
-    detail: z.enum(['auto', 'low', 'high']).optional(),
-  }),
-});
-const imageFilePart = z.strictObject({
-  type: z.literal('image_file'),
-  image_file: z.strictObject({ file_id: z.string().min(1).max(256), detail: z.enum(['auto', 'low', 'high']).optional() }),
-});
-
-/** A message given at creation: role user or assistant, content a string or content parts. */
-export const threadMessageSchema = z.strictObject({
-  role: z.enum(['user', 'assistant']),
-  content: z.union([
-    z.string().max(RUN_LIMITS.text),
-    z.array(z.discriminatedUnion('type', [textPart, imageUrlPart, imageFilePart])).min(1).max(RUN_LIMITS.contentParts),
-  ]),
-  attachments: z
-    .array(z.strictObject({ file_id: z.string().min(1).max(256), tools: z.array(z.unknown()).max(8).optional() }))
-    .max(20)
-    .nullable()
-    .optional(),
-  metadata: metadataSchema.nullable().optional(),
-});
-export type ThreadMessageInput = z.infer<typeof threadMessageSchema>;
-
-export const threadSchema = z.strictObject({
-  messages: z.array(threadMessageSchema).max(RUN_LIMITS.messages).optional(),
-  tool_resources: toolResourcesSchema.nullable().optional(),
-  metadata: metadataSchema.nullable().optional(),
-});
 
 /** `none`, `auto` (default), `required`, or a named tool to force. */
 export const toolChoiceSchema = z.union([
@@ -68,7 +31,7 @@ export type ToolChoice = z.infer<typeof toolChoiceSchema>;
 export const truncationStrategySchema = z
   .strictObject({
     type: z.enum(['auto', 'last_messages']),
-    last_messages: z.int().min(1).max(RUN_LIMITS.messages * 10).nullable().optional(),
+    last_messages: z.int().min(1).max(THREAD_LIMITS.messages * 10).nullable().optional(),
   })
   .refine((strategy) => strategy.type !== 'last_messages' || typeof strategy.last_messages === 'number', {
     error: "A truncation_strategy of type 'last_messages' needs last_messages (an integer >= 1).",
@@ -102,13 +65,51 @@ export const createThreadAndRunBody = z.strictObject({
 });
 export type CreateThreadAndRunBody = z.infer<typeof createThreadAndRunBody>;
 
+/** The fields of a request that creates a run which set its effective settings (runs/settings.ts). */
+export type RunOverrides = Omit<CreateThreadAndRunBody, 'assistant_id' | 'thread' | 'stream'>;
+
 export const submitToolOutputsBody = z.strictObject({
   tool_outputs: z
-    .array(z.strictObject({ tool_call_id: z.string().min(1).max(128), output: z.string().max(RUN_LIMITS.text) }))
+    .array(z.strictObject({ tool_call_id: z.string().min(1).max(128), output: z.string().max(THREAD_LIMITS.text) }))
     .min(1)
     .max(128),
   stream: z.boolean().nullable().optional(),
 });
 export type SubmitToolOutputsBody = z.infer<typeof submitToolOutputsBody>;
 
-export const listMessagesQuery = cursorListQuery.extend({ run_id: z.string().min(1).max(128).optional() });
+/** A run's truncation strategy as stored and answered: `last_messages` is null unless its type says so. */
+export interface TruncationStrategy {
+  type: 'auto' | 'last_messages';
+  last_messages: number | null;
+}
+
+/** A function call the model made, with the client's output once submitted. */
+export interface FunctionToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string; output: string | null };
+}
+
+/** What a run step did: created a message, or called tools. */
+export type StepDetails =
+  | { type: 'message_creation'; message_creation: { message_id: string } }
+  | { type: 'tool_calls'; tool_calls: FunctionToolCall[] };
+
+export type ToolCallsDetails = Extract<StepDetails, { type: 'tool_calls' }>;
+
+/** What a run in requires_action waits for: an output for each of these calls. */
+export interface RequiredAction {
+  type: 'submit_tool_outputs';
+  submit_tool_outputs: { tool_calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] };
+}
+
+/** Why a run or a step failed, as clients see it. */
+export interface RunError {
+  code: string;
+  message: string;
+}
+
+/** Why a run ended incomplete: one of its token caps. */
+export interface RunIncompleteDetails {
+  reason: 'max_completion_tokens' | 'max_prompt_tokens';
+}

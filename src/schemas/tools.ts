@@ -3,7 +3,7 @@ import * as z from 'zod';
 /**
  * Tools, tool resources and response formats, shared by assistants and runs. Shapes follow
  * OpenAI's AssistantToolsCode / AssistantToolsFileSearch / AssistantToolsFunction and
- * AssistantsApiResponseFormatOption (../shared/reference/openai-assistants-v2-schemas.yaml).
+ * AssistantsApiResponseFormatOption in its Assistants v2 OpenAPI schemas.
  */
 
 /** JSON Schemas and other free-form objects nest at most this deep (a bound on recursion everywhere). */
@@ -92,6 +92,8 @@ export type FunctionTool = z.infer<typeof functionTool>;
 /** Tool types that need OpenAI's hosted infrastructure and cannot run over Chat Completions. */
 export const HOSTED_TOOL_TYPES = ['code_interpreter', 'file_search'] as const;
 
+export const isHostedTool = (tool: Tool) => HOSTED_TOOL_TYPES.some((type) => type === tool.type);
+
 const fileIds = z.array(z.string().min(1).max(256)).max(20);
 const vectorStoreIds = z.array(z.string().min(1).max(256)).max(1);
 
@@ -102,7 +104,7 @@ export const toolResourcesSchema = z.strictObject({
 export type ToolResources = z.infer<typeof toolResourcesSchema>;
 
 /**
- * `auto` (default) and `none` (the seed), OpenAI's `{"type":"text"}`, JSON mode
+ * `auto` (default) and `none`, OpenAI's `{"type":"text"}`, JSON mode
  * `{"type":"json_object"}` and Structured Outputs `{"type":"json_schema","json_schema":{…}}`.
  */
 export const responseFormatSchema = z.union([

@@ -1,12 +1,12 @@
 import * as z from 'zod';
-import type { Provider } from '../db/schema';
 
 /**
  * Virtual keys: a workspace's stored provider credentials, selected per request by slug with
  * `x-gateway-virtual-key`. The API and the CLI validate with these same schemas.
  */
 
-export const PROVIDERS = ['openai', 'azure-openai'] as const satisfies readonly Provider[];
+export const PROVIDERS = ['openai', 'azure-openai'] as const;
+export type Provider = (typeof PROVIDERS)[number];
 
 /** `openai` means any OpenAI-compatible Chat Completions server; this is OpenAI's own. */
 export const DEFAULT_OPENAI_BASE_URL = 'https://api.openai.com/v1';

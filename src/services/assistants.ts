@@ -3,12 +3,10 @@ import { preparedQuery, type Db } from '../db/client';
 import { assistants } from '../db/schema';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
-import { toUnixSeconds } from '../lib/time';
-import type { AssistantJson, CreateAssistantBody } from '../schemas/assistants';
+import type { CreateAssistantBody } from '../schemas/assistants';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage } from './pagination';
 import { insertWhere, quotaExceeded } from './quotas';
-import type { ResponseFormat, Tool, ToolResources } from '../schemas/tools';
 
 /**
  * Assistants, scoped to a workspace. Deleting one only marks it (`deleted_at`): runs that used it
@@ -16,24 +14,6 @@ import type { ResponseFormat, Tool, ToolResources } from '../schemas/tools';
  */
 
 export type AssistantRow = typeof assistants.$inferSelect;
-
-export function toAssistantJson(row: AssistantRow): AssistantJson {
-  return {
-    id: row.id,
-    object: 'assistant',
-    created_at: toUnixSeconds(row.createdAt),
-    name: row.name,
-    description: row.description,
-    model: row.model,
-    instructions: row.instructions,
-    tools: row.tools as Tool[],
-    metadata: row.metadata,
-    tool_resources: (row.toolResources ?? {}) as ToolResources,
-    temperature: row.temperature ?? 1,
-    top_p: row.topP ?? 1,
-    response_format: (row.responseFormat ?? 'auto') as ResponseFormat,
-  };
-}
 
 /**
  * Creates an assistant; 400 `quota_exceeded` when the workspace holds `maxAssistants` live ones
@@ -71,7 +51,7 @@ export async function createAssistant(
   );
 }
 
-// OpenAI's own 404 for a missing assistant, param null (../shared/reference/openai-errors.md).
+// OpenAI's own 404 for a missing assistant, with a null param.
 const notFound = (id: string) => new ApiError('assistant_not_found', `No assistant found with id '${id}'.`);
 
 const live = (workspaceId: string) => and(eq(assistants.workspaceId, workspaceId), isNull(assistants.deletedAt));

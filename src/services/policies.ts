@@ -6,7 +6,6 @@ import { newUuid } from '../lib/ids';
 import type {
   CreatePolicyBody,
   ListPoliciesQuery,
-  PolicyJson,
   UpdatePolicyBody,
 } from '../schemas/policies';
 import type { AuthenticatedKey } from './api-keys';
@@ -14,24 +13,6 @@ import { insertWhere, quotaExceeded, utf8Bytes, type WorkspaceCaps } from './quo
 import type { WorkspaceScope } from './workspaces';
 
 export type PolicyRow = typeof rateLimitPolicies.$inferSelect;
-
-export function toPolicyJson(row: PolicyRow): PolicyJson {
-  return {
-    id: row.id,
-    type: row.type,
-    unit: row.unit,
-    value: row.value,
-    status: row.status,
-    workspace_id: row.workspaceId,
-    organisation_id: row.organisationId,
-    created_at: new Date(row.createdAt).toISOString(),
-    last_updated_at: new Date(row.lastUpdatedAt).toISOString(),
-    name: row.name,
-    conditions: row.conditions,
-    group_by: row.groupBy,
-    created_by: row.createdBy,
-  };
-}
 
 /** What a workspace's active policies hold now (kept by the triggers of migration 0002). */
 const workspaceStats = (workspaceId: string | SQL) => ({

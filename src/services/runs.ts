@@ -1,22 +1,28 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
-import type { BatchItem } from 'drizzle-orm/batch';
 import type { Config } from '../config';
-import { batch, type Db } from '../db/client';
-import { messages, runs, runSteps, threads, type RunStatus, type TokenTicket } from '../db/schema';
+import { batchWrites, type Db, type Statement } from '../db/client';
+import { messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
-import { toUnixSeconds } from '../lib/time';
+import type { Usage } from '../providers/types';
+import type { TokenTicket } from '../schemas/policies';
+import type { ToolCallsDetails } from '../schemas/runs';
+import type { MessageRow, ThreadRow } from './threads';
 
 /**
- * Runs and run steps: queries and the wire shapes of OpenAI's Run and RunStep objects. The engine
- * (src/runs/engine.ts) decides the transitions; the statements live here and are returned
- * unexecuted where the engine needs several in one batch (one transaction).
+ * Runs and run steps: their queries (their JSON is wire/runs.ts). The engine (runs/engine.ts)
+ * decides the transitions; the statements live here, and are returned unexecuted (by a function
+ * whose name ends in Statements, or one that builds a single statement) where a caller needs
+ * several in one batch (one transaction).
  */
 
-export type RunRow = typeof runs.$inferSelect;
+/**
+ * Rows as the app holds them: every column but `seq`, which orders a table's rows, is assigned by
+ * the database on insert and is never read back (runs/rows.ts builds rows without it).
+ */
+export type RunRow = Omit<typeof runs.$inferSelect, 'seq'>;
 export type NewRun = typeof runs.$inferInsert;
-export type StepRow = typeof runSteps.$inferSelect;
+export type StepRow = Omit<typeof runSteps.$inferSelect, 'seq'>;
 export type NewStep = typeof runSteps.$inferInsert;
-export type ThreadInsert = typeof threads.$inferInsert;
 export type MessageInsert = typeof messages.$inferInsert;
 
 /**
@@ -24,84 +30,27 @@ export type MessageInsert = typeof messages.$inferInsert;
  * it while it works; a run whose lease ran out lost its executor and is settled by the recovery
  * sweep (runs/recovery.ts).
  */
-export function leaseMs(config: Config): number {
+export function leaseMs(config: Pick<Config, 'GATEWAY_RUN_LEASE_SECONDS'>): number {
   return config.GATEWAY_RUN_LEASE_SECONDS * 1000;
 }
 
 export const TERMINAL_STATUSES = ['completed', 'failed', 'cancelled', 'expired', 'incomplete'] as const;
 export const ACTIVE_STATUSES = ['queued', 'in_progress', 'cancelling'] as const;
-export const isTerminal = (status: RunStatus) => (TERMINAL_STATUSES as readonly string[]).includes(status);
+export const isTerminal = (status: RunStatus) => TERMINAL_STATUSES.some((terminal) => terminal === status);
+export const isActive = (status: RunStatus) => ACTIVE_STATUSES.some((active) => active === status);
 
-export function toRunJson(row: RunRow) {
-  const terminal = isTerminal(row.status);
-  return {
-    id: row.id,
-    object: 'thread.run' as const,
-    created_at: toUnixSeconds(row.createdAt),
-    assistant_id: row.assistantId,
-    thread_id: row.threadId,
-    status: row.status,
-    started_at: seconds(row.startedAt),
-    // As OpenAI does: a run that has ended no longer expires.
-    expires_at: terminal ? null : seconds(row.expiresAt),
-    cancelled_at: seconds(row.cancelledAt),
-    failed_at: seconds(row.failedAt),
-    completed_at: seconds(row.completedAt),
-    required_action: row.requiredAction ?? null,
-    last_error: row.lastError ?? null,
-    model: row.model,
-    instructions: row.instructions,
-    tools: row.tools,
-    tool_resources: row.toolResources ?? {},
-    metadata: row.metadata,
-    temperature: row.temperature ?? 1,
-    top_p: row.topP ?? 1,
-    max_completion_tokens: row.maxCompletionTokens,
-    max_prompt_tokens: row.maxPromptTokens,
-    truncation_strategy: row.truncationStrategy,
-    incomplete_details: row.incompleteDetails ?? null,
-    usage: terminal ? (row.usage ?? null) : null,
-    response_format: row.responseFormat,
-    tool_choice: row.toolChoice,
-    parallel_tool_calls: row.parallelToolCalls,
-  };
-}
-
-export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>) {
-  return {
-    id: row.id,
-    object: 'thread.run.step' as const,
-    created_at: toUnixSeconds(row.createdAt),
-    run_id: row.runId,
-    assistant_id: row.assistantId,
-    thread_id: row.threadId,
-    type: row.type,
-    status: row.status,
-    cancelled_at: seconds(row.cancelledAt),
-    completed_at: seconds(row.completedAt),
-    expires_at: row.status === 'in_progress' ? seconds(run.expiresAt) : null,
-    failed_at: seconds(row.failedAt),
-    expired_at: seconds(row.expiredAt),
-    last_error: row.lastError ?? null,
-    step_details: row.stepDetails,
-    usage: row.usage ?? null,
-  };
-}
-
-const seconds = (ms: number | null) => (ms === null ? null : toUnixSeconds(ms));
-
-/** Thread, its messages and the queued run, written in one transaction. */
+/** A new run, with its new thread (null: the thread exists) and new messages, in one transaction. */
 export async function insertThreadAndRun(
   db: Db,
-  thread: ThreadInsert | null,
-  threadMessages: MessageInsert[],
-  run: NewRun,
+  thread: ThreadRow | null,
+  threadMessages: MessageRow[],
+  run: RunRow,
 ): Promise<void> {
-  const statements: BatchItem<'sqlite'>[] = [];
+  const statements: Statement[] = [];
   if (thread) statements.push(db.insert(threads).values(thread));
   if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
   statements.push(db.insert(runs).values(run));
-  await batch(db, statements);
+  await batchWrites(db, statements);
 }
 
 export async function getRun(db: Db, workspaceId: string, threadId: string, runId: string): Promise<RunRow> {
@@ -179,7 +128,6 @@ export async function overdueRuns(db: Db, now: number, limit: number): Promise<R
     .limit(limit);
 }
 
-
 export type Settlement =
   | { status: 'cancelled' }
   | { status: 'expired' }
@@ -191,7 +139,8 @@ const MESSAGE_REASON = { cancelled: 'run_cancelled', expired: 'run_expired', fai
  * The statements that end a run without an answer: its open steps take the run's fate, its open
  * message becomes incomplete (keeping `partialText`, the text streamed so far, when given), and
  * the run's usage is the sum of its steps' usage — computed in SQL so that it is exact whoever
- * settles. Only a run still in one of `from` changes; the last result is the run, if it did.
+ * settles. Only a run still in one of `from` changes. The statements, in their order: the steps,
+ * the message (returned), the run (returned, if it changed).
  */
 export function settleRunStatements(
   db: Db,
@@ -217,23 +166,24 @@ export function settleRunStatements(
       'completion_tokens', coalesce(sum(json_extract(${runSteps.usage}, '$.completion_tokens')), 0),
       'total_tokens', coalesce(sum(json_extract(${runSteps.usage}, '$.total_tokens')), 0))
     FROM ${runSteps} WHERE ${runSteps.runId} = ${runId})`;
-  const statements = [];
-  if (partial) {
-    statements.push(
-      db
-        .update(messages)
-        .set({ content: [{ type: 'text', text: { value: partial.text, annotations: [] } }] })
-        .where(and(eq(messages.id, partial.messageId), eq(messages.status, 'in_progress'))),
-    );
-  }
-  statements.push(
+  // The text streamed so far is kept in the message it left incomplete (only that one: a run
+  // has at most one message in progress).
+  const content = partial
+    ? sql`CASE WHEN ${messages.id} = ${partial.messageId} THEN ${JSON.stringify(partialContent(partial.text))} ELSE ${messages.content} END`
+    : undefined;
+  return [
     db
       .update(runSteps)
       .set({ status: settlement.status, ...stepStamp, ...(lastError ? { lastError } : {}) })
       .where(and(eq(runSteps.runId, runId), eq(runSteps.status, 'in_progress'))),
     db
       .update(messages)
-      .set({ status: 'incomplete', incompleteAt: at, incompleteDetails: { reason: MESSAGE_REASON[settlement.status] } })
+      .set({
+        status: 'incomplete',
+        incompleteAt: at,
+        incompleteDetails: { reason: MESSAGE_REASON[settlement.status] },
+        ...(content ? { content } : {}),
+      })
       // Found through the thread's index: messages has none on run_id, and a scan of the table
       // would read through every large answer stored before the run_id column.
       .where(
@@ -252,23 +202,29 @@ export function settleRunStatements(
         lastError,
         requiredAction: null,
         leaseExpiresAt: null,
-        usage: sql`${usage}` as unknown as RunRow['usage'],
+        usage: sql<Usage>`${usage}`,
       })
       .where(and(eq(runs.id, runId), inArray(runs.status, [...from])))
       .returning(),
-  );
-  return statements;
+  ] as const;
 }
 
+const partialContent = (text: string) => [{ type: 'text' as const, text: { value: text, annotations: [] } }];
+
+/** A tool-calls step, with its details narrowed to say so. */
+export type ToolCallsStep = StepRow & { stepDetails: ToolCallsDetails };
+
+const isToolCallsStep = (step: StepRow): step is ToolCallsStep => step.stepDetails.type === 'tool_calls';
+
 /** The tool-calls step a run in requires_action waits on. */
-export async function toolCallsStepInProgress(db: Db, runId: string): Promise<StepRow> {
+export async function toolCallsStepInProgress(db: Db, runId: string): Promise<ToolCallsStep> {
   const [step] = await db
     .select()
     .from(runSteps)
     .where(and(eq(runSteps.runId, runId), eq(runSteps.type, 'tool_calls'), eq(runSteps.status, 'in_progress')))
     .orderBy(desc(runSteps.seq))
     .limit(1);
-  if (!step) throw new Error(`run ${runId} requires action but has no tool-calls step in progress`);
+  if (!step || !isToolCallsStep(step)) throw new Error(`run ${runId} requires action but has no tool-calls step in progress`);
   return step;
 }
 
@@ -277,25 +233,24 @@ export async function toolCallsStepInProgress(db: Db, runId: string): Promise<St
  * requires_action (so a second submit finds nothing to do), and the step takes the outputs only if
  * the run moved. The caller executes the run's next turn at once.
  */
-export async function submitToolOutputsStatements(
+export async function acceptToolOutputs(
   db: Db,
   runId: string,
-  step: StepRow,
+  step: ToolCallsStep,
   outputs: Map<string, string>,
   at: number,
   lease: number,
   rateLimit: TokenTicket | null,
 ): Promise<{ run: RunRow | null; step: StepRow }> {
-  const details = step.stepDetails as { type: 'tool_calls'; tool_calls: { id: string; function: { output: string | null } }[] };
-  const stepDetails = {
-    ...details,
-    tool_calls: details.tool_calls.map((call) => ({
+  const stepDetails: ToolCallsDetails = {
+    ...step.stepDetails,
+    tool_calls: step.stepDetails.tool_calls.map((call) => ({
       ...call,
       function: { ...call.function, output: outputs.get(call.id) ?? null },
     })),
   };
   const stepPatch = { status: 'completed' as const, completedAt: at, stepDetails };
-  const [runResult] = await batch(db, [
+  const [[run]] = await db.batch([
     updateRun(db, runId, ['requires_action'], {
       status: 'in_progress',
       requiredAction: null,
@@ -313,6 +268,5 @@ export async function submitToolOutputsStatements(
         ),
       ),
   ]);
-  const [run] = runResult as RunRow[];
   return { run: run ?? null, step: { ...step, ...stepPatch } };
 }

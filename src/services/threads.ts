@@ -2,49 +2,14 @@ import { and, asc, eq, isNull, ne, or } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { messages, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
-import { toUnixSeconds } from '../lib/time';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage } from './pagination';
 
-/** Threads and their messages: queries and the wire shapes of OpenAI's Thread and Message objects. */
+/** Threads and their messages: their queries (their JSON is wire/threads.ts). */
 
-export type ThreadRow = typeof threads.$inferSelect;
-export type MessageRow = typeof messages.$inferSelect;
-export type NewMessage = typeof messages.$inferInsert;
-
-/** Message content as stored and answered: OpenAI's content parts. */
-export type MessageContent =
-  | { type: 'text'; text: { value: string; annotations: unknown[] } }
-  | { type: 'image_url'; image_url: { url: string; detail?: string } };
-
-export function toThreadJson(row: ThreadRow) {
-  return {
-    id: row.id,
-    object: 'thread' as const,
-    created_at: toUnixSeconds(row.createdAt),
-    metadata: row.metadata,
-    tool_resources: row.toolResources ?? {},
-  };
-}
-
-export function toMessageJson(row: MessageRow) {
-  return {
-    id: row.id,
-    object: 'thread.message' as const,
-    created_at: toUnixSeconds(row.createdAt),
-    assistant_id: row.assistantId,
-    thread_id: row.threadId,
-    run_id: row.runId,
-    status: row.status,
-    incomplete_details: row.incompleteDetails ?? null,
-    incomplete_at: row.incompleteAt === null ? null : toUnixSeconds(row.incompleteAt),
-    completed_at: row.completedAt === null ? null : toUnixSeconds(row.completedAt),
-    role: row.role,
-    content: row.content,
-    attachments: row.attachments,
-    metadata: row.metadata,
-  };
-}
+/** Without `seq`, as services/runs.ts explains. */
+export type ThreadRow = Omit<typeof threads.$inferSelect, 'seq'>;
+export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
 
 export async function getThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow> {
   const [row] = await db

@@ -1,12 +1,11 @@
 import { and, count, desc, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
 import { preparedQuery, type Db } from '../db/client';
-import { virtualKeys, workspaces, type Provider } from '../db/schema';
+import { virtualKeys, workspaces } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
 import type { SecretBox } from '../lib/secrets';
 import { checkUpstreamUrl, type UpstreamUrlOptions } from '../lib/upstream-url';
-import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type VirtualKeyJson } from '../schemas/virtual-keys';
-import { toUnixSeconds } from '../lib/time';
+import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type Provider } from '../schemas/virtual-keys';
 import { insertWhere, quotaExceeded } from './quotas';
 
 /**
@@ -44,23 +43,6 @@ function fromRow(row: VirtualKeyRow): VirtualKey {
     secretCiphertext: row.secretCiphertext,
     createdAt: row.createdAt,
     revokedAt: row.revokedAt,
-  };
-}
-
-
-export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
-  return {
-    object: 'virtual_key',
-    id: key.id,
-    slug: key.slug,
-    provider: key.provider,
-    base_url: key.baseUrl,
-    workspace_id: key.workspaceId,
-    created_at: toUnixSeconds(key.createdAt),
-    revoked_at: key.revokedAt === null ? null : toUnixSeconds(key.revokedAt),
-    ...(key.provider === 'azure-openai'
-      ? { api_version: key.options.api_version, deployment: key.options.deployment, model: servedModel(key, '') }
-      : {}),
   };
 }
 

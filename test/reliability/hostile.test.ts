@@ -101,7 +101,7 @@ beforeAll(async () => {
   const warm = await fetch(`${fake.baseURL}/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: fakeDirective(GZIP_BOMB) }] }),
+    body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: fakeDirective(GZIP_BOMB) }] }),
   });
   await warm.body?.cancel();
 

@@ -1,7 +1,8 @@
 /**
  * A fake OpenAI Chat Completions server: the stand-in for every real provider (OpenAI, Azure
- * OpenAI, vLLM, Ollama...) in tests, benchmarks and the demo. It follows the real wire format
- * closely, including the details that trip up clients: the role-only first delta, `usage: null` on
+ * OpenAI, vLLM, Ollama...) in tests, benchmarks and the demo. It answers what the gateway sends,
+ * streamed requests (others get a 400), and follows the real wire format closely, including the
+ * details that trip up clients: the role-only first delta, `usage: null` on
  * every chunk when usage is requested, the `choices: []` usage chunk, Azure's leading prompt-filter
  * chunk with no choices, tool-call arguments split over several deltas.
  *
@@ -60,7 +61,7 @@ export interface FakeScenario {
   chunks?: number;
   /**
    * Answer with this many bytes of generated ASCII words instead of `reply`, produced chunk by
-   * chunk and never held whole (memory benchmarks). Streamed and non-streamed.
+   * chunk and never held whole (memory benchmarks).
    */
   stream_bytes?: number;
   /** Bytes per generated chunk with `stream_bytes`. Default 1024. */
@@ -90,19 +91,13 @@ export interface FakeScenario {
   error?: unknown;
   /** Extra response headers. */
   headers?: Record<string, string>;
-  /**
-   * Streamed: stop sending after N chunks and hold the connection open until the client gives up
-   * or the server closes. Non-streamed: stop after the first bytes of the body.
-   */
+  /** Stop sending after N chunks and hold the connection open until the client gives up or the server closes. */
   stall_after_chunks?: number;
-  /**
-   * Streamed: drop the connection after N chunks, without the end of the chunked body and without
-   * `[DONE]`. Non-streamed: drop it after the first bytes of the body.
-   */
+  /** Drop the connection after N chunks, without the end of the chunked body and without `[DONE]`. */
   cut_after_chunks?: number;
-  /** Streamed: send `data: {not json` after N chunks, then carry on. Non-streamed: the whole body is `{not json`. */
+  /** Send `data: {not json` after N chunks, then carry on. */
   malformed_after_chunks?: number;
-  /** Streamed only: send `data: {"error":{...server_error...}}` after N chunks and end the body, as OpenAI does when a stream fails. */
+  /** Send `data: {"error":{...server_error...}}` after N chunks and end the body, as OpenAI does when a stream fails. */
   error_after_chunks?: number;
   /** The body `error_after_chunks` sends instead of the server_error one (an upstream that repeats a key, say). */
   stream_error?: unknown;
@@ -110,7 +105,7 @@ export interface FakeScenario {
   // Hostile upstreams: what a server under a tenant's control could send instead of an answer.
 
   /**
-   * Streamed: the `index` of every tool-call delta instead of the call's position, any JSON value
+   * The `index` of every tool-call delta instead of the call's position, any JSON value
    * (`4294967294`, `-1`, `1.5`, `"abc"`, `"__proto__"`); `null` leaves `index` out.
    */
   tool_call_index?: unknown;
@@ -120,7 +115,7 @@ export interface FakeScenario {
    */
   tool_argument_bytes?: number;
   /**
-   * Streamed: before the answer, this text repeated, as raw event-stream bytes (`\n`, `: ping\n\n`,
+   * Before the answer, this text repeated, as raw event-stream bytes (`\n`, `: ping\n\n`,
    * `data: xxx` without an end of line, tiny events), in writes of `chunk_bytes` (default: the
    * text once) with `chunk_delay_ms` between them; `flood_bytes` in all, endless without it.
    */
@@ -212,6 +207,14 @@ export function completionTokens(
 /** The directive line that selects `scenario` (one scenario, or one per model turn). */
 export function fakeDirective(scenario: FakeScenario | FakeScenario[]): string {
   return `#fake ${JSON.stringify(scenario)}`;
+}
+
+/**
+ * A run's new `thread`: one user message, which makes the fake answer with `scenario` (one per
+ * model turn when an array) when there is one.
+ */
+export function fakeThread(text: string, scenario?: FakeScenario | FakeScenario[]) {
+  return { messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }] };
 }
 
 /** The built-in reply to these messages (what the fake says when no scenario gives a reply). */
@@ -367,9 +370,8 @@ export class FakeUpstream {
     if (body.model === undefined && target.deployment === undefined) return openAiError(400, 'you must provide a model parameter');
     if (!Array.isArray(body.messages)) return openAiError(400, "Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
     if (body.messages.length === 0) return openAiError(400, "[] is too short - 'messages'", 'messages');
-    if (body.stream_options != null && body.stream !== true) {
-      return openAiError(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
-    }
+    // The gateway always streams: a request that does not is not one this fake needs to answer.
+    if (body.stream !== true) return openAiError(400, 'The fake upstream answers streamed requests only (`"stream": true`).', 'stream');
     const messages: unknown[] = body.messages;
     // Real validations a gateway can trip over: OpenAI refuses these, so the fake must too.
     const hasTools = Array.isArray(body.tools) && body.tools.length > 0;
@@ -433,24 +435,8 @@ export class FakeUpstream {
     }
 
     const plan = makePlan(scenario, body, messages, toolCalls, target);
-    if (record.stream) {
-      const sse = bodyStream((signal) => sseFrames(plan, signal), finish, request.signal, this.#openBodies);
-      return streamedResponse(sse, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...extraHeaders });
-    }
-
-    const jsonHeaders = { 'content-type': 'application/json', ...extraHeaders };
-    if (scenario.malformed_after_chunks !== undefined) return textResponse(200, '{not json', jsonHeaders);
-    const pieces = completionJson(plan);
-    const fault = scenario.stall_after_chunks !== undefined ? STALL : scenario.cut_after_chunks !== undefined ? CUT : undefined;
-    if (fault !== undefined) {
-      const opening = pieces.next().value ?? '';
-      const faulty = bodyStream(() => [opening, fault][Symbol.iterator](), finish, request.signal, this.#openBodies);
-      return streamedResponse(faulty, jsonHeaders);
-    }
-    if (scenario.stream_bytes !== undefined) {
-      return streamedResponse(bodyStream(() => pieces, finish, request.signal, this.#openBodies), jsonHeaders);
-    }
-    return textResponse(200, [...pieces].join(''), jsonHeaders);
+    const sse = bodyStream((signal) => sseFrames(plan, signal), finish, request.signal, this.#openBodies);
+    return streamedResponse(sse, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...extraHeaders });
   }
 }
 
@@ -964,42 +950,6 @@ async function* sseFrames(plan: Plan, signal: AbortSignal): AsyncGenerator<Piece
     if (next.done) return yield 'data: [DONE]\n\n';
     yield `data: ${JSON.stringify(next.value)}\n\n`;
   }
-}
-
-/**
- * The non-streamed `chat.completion` JSON, in pieces so that a `stream_bytes` answer is written
- * out without ever being whole in memory; keys in OpenAI's order.
- */
-function* completionJson(plan: Plan): Generator<string> {
-  const head = JSON.stringify({ id: plan.id, object: 'chat.completion', created: plan.created, model: plan.model });
-  yield `${head.slice(0, -1)},"choices":[{"index":0,"message":{"role":"assistant","content":`;
-  const meter = { tokens: 0 };
-  const calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] = [];
-  let open = false;
-  let finishReason = 'stop';
-  for (const delta of completionDeltas(plan, meter)) {
-    if (delta.type === 'content') {
-      if (!open) yield '"';
-      open = true;
-      yield JSON.stringify(delta.text).slice(1, -1);
-    } else if (delta.type === 'tool_header') {
-      calls[delta.index] = { id: delta.call.id, type: 'function', function: { name: delta.call.name, arguments: '' } };
-    } else if (delta.type === 'tool_args') {
-      calls[delta.index]!.function.arguments += delta.text;
-    } else {
-      finishReason = delta.reason;
-    }
-  }
-  yield open ? '"' : 'null';
-  const rest = { refusal: null, ...(calls.length > 0 ? { tool_calls: calls } : {}), annotations: [] };
-  const choiceTail = { logprobs: null, finish_reason: finishReason, ...(plan.azure ? { content_filter_results: FILTER_RESULTS } : {}) };
-  const tail = {
-    usage: usageOf(plan, meter.tokens),
-    service_tier: 'default',
-    system_fingerprint: SYSTEM_FINGERPRINT,
-    ...(plan.azure ? { prompt_filter_results: AZURE_PROMPT_FILTER_CHUNK.prompt_filter_results } : {}),
-  };
-  yield `,${JSON.stringify(rest).slice(1)},${JSON.stringify(choiceTail).slice(1, -1)}}],${JSON.stringify(tail).slice(1)}`;
 }
 
 /**

@@ -1,13 +1,15 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createApp, type App } from '../../src/app';
+import type { App } from '../../src/app';
 import type { Config } from '../../src/config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from '../../src/db/node';
 import type { Deps } from '../../src/deps';
-import { TaskTracker } from '../../src/lib/tasks';
+import type { TaskTracker } from '../../src/node/tasks';
 import { createLogger } from '../../src/logger';
-import { createNodeDeps, nodeConfig } from '../../src/node-runtime';
+import { nodeConfig } from '../../src/node/config';
+import { createNodeApp, type NodeApp } from '../../src/node/app';
+import { createNodeDeps } from '../../src/node/deps';
 import { createApiKey } from '../../src/services/api-keys';
 import { createWorkspace } from '../../src/services/workspaces';
 import { createVirtualKey } from '../../src/services/virtual-keys';
@@ -43,7 +45,8 @@ export function testClock(): TestClock {
 }
 
 export interface TestGateway {
-  app: ReturnType<typeof createApp>;
+  /** The app in-process, each request handed the ExecutionContext the Node server hands it. */
+  app: Pick<App, 'routes'> & Pick<NodeApp, 'request'>;
   deps: Deps;
   database: NodeDatabase;
   dataDir: string;
@@ -99,12 +102,13 @@ export async function createTestGateway(
   await migrateDatabase(database.db);
   const clock = testClock();
   const logs: string[] = [];
-  const { deps, tasks } = await createNodeDeps(config, database, {
+  const deps = await createNodeDeps(config, database, {
     now: clock.now,
     log: createLogger(config.LOG_LEVEL, (line) => logs.push(line)),
     ...options.deps,
   });
-  const app = createApp(deps);
+  const { app: hono, request: appRequest, tasks } = createNodeApp(deps);
+  const app = { routes: hono.routes, request: appRequest };
 
   const request = (path: string, init: RequestOptions = {}) => {
     const headers: Record<string, string> = { ...init.headers };
@@ -114,7 +118,7 @@ export async function createTestGateway(
       body = typeof init.body === 'string' ? init.body : JSON.stringify(init.body);
       headers['content-type'] ??= 'application/json';
     }
-    return Promise.resolve(app.request(path, { method: init.method ?? (body ? 'POST' : 'GET'), headers, body }));
+    return app.request(path, { method: init.method ?? (body ? 'POST' : 'GET'), headers, body });
   };
 
   const tenant = async (tenantOptions: { organisationId?: string; slug?: string } = {}): Promise<Tenant> => {
@@ -171,7 +175,7 @@ export async function createTestGateway(
       baseURL: 'http://gateway.test/v1',
       defaultHeaders: headers,
       maxRetries: 0,
-      fetch: (url, init) => Promise.resolve(app.request(String(url), init as RequestInit)),
+      fetch: (url, init) => app.request(String(url), init as RequestInit),
     });
 
   return {
@@ -201,7 +205,7 @@ export { errorOf, json } from './envelope';
  * one without being told: each `/v1` method and path once (middleware's ALL and wildcards left
  * out), in a stable order, path parameters as `:name`.
  */
-export function apiRoutes(app: App): { method: string; path: string }[] {
+export function apiRoutes(app: Pick<App, 'routes'>): { method: string; path: string }[] {
   const seen = new Map<string, { method: string; path: string }>();
   for (const { method, path } of app.routes) {
     if (!path.startsWith('/v1/') || method === 'ALL' || path.includes('*')) continue;

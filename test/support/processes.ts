@@ -1,5 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 /**
@@ -81,6 +82,43 @@ export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_
       reject(new Error(`gateway exited with ${code}\nstdout:\n${stdout}\nstderr:\n${stderr}`));
     });
   });
+}
+
+export interface RatelimitWorker {
+  /** The next line the worker prints. */
+  line(): Promise<string>;
+  send(line: string): void;
+  exit: Promise<number | null>;
+}
+
+/** test/support/ratelimit-worker.ts as a process on the database under `dataDir` (see its commands). */
+export async function startRatelimitWorker(dataDir: string, args: string[]): Promise<RatelimitWorker> {
+  const child = spawn(process.execPath, [...TSX, 'test/support/ratelimit-worker.ts', ...args], {
+    cwd: ROOT,
+    env: { ...process.env, DATA_DIR: dataDir },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+  const exit = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const lines: string[] = [];
+  const waiting: ((line: string) => void)[] = [];
+  createInterface({ input: child.stdout }).on('line', (line) => {
+    const waiter = waiting.shift();
+    if (waiter) waiter(line);
+    else lines.push(line);
+  });
+  return {
+    line: () =>
+      lines.length > 0
+        ? Promise.resolve(lines.shift()!)
+        : Promise.race([
+            new Promise<string>((resolve) => waiting.push(resolve)),
+            exit.then((code) => Promise.reject(new Error(`worker exited with ${code}: ${stderr}`))),
+          ]),
+    send: (line) => child.stdin.write(`${line}\n`),
+    exit,
+  };
 }
 
 export interface FakeUpstreamProcess {

@@ -1,7 +1,8 @@
 import { createInterface } from 'node:readline';
 import { openDatabase } from '../../src/db/node';
 import { ApiError } from '../../src/errors';
-import { createNodeDeps, nodeConfig } from '../../src/node-runtime';
+import { nodeConfig } from '../../src/node/config';
+import { createNodeDeps } from '../../src/node/deps';
 import { admitRequest, type RequestAttributes } from '../../src/ratelimit';
 import { createPolicy } from '../../src/services/policies';
 import { workspaceCaps } from '../../src/services/quotas';
@@ -22,7 +23,7 @@ const [command, first, second, nowText] = process.argv.slice(2);
 const now = Number(nowText);
 const config = nodeConfig({ DATA_DIR: process.env.DATA_DIR, LOG_LEVEL: 'silent' });
 const database = await openDatabase(config);
-const { deps } = await createNodeDeps(config, database, { now: () => now });
+const deps = await createNodeDeps(config, database, { now: () => now });
 
 if (command === 'admit') {
   const attributes = JSON.parse(first!) as RequestAttributes;

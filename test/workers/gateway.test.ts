@@ -178,20 +178,22 @@ describe('the error envelope on workerd', () => {
     const declared = await call(PATH, { key: tenant.workspaceKey, body: big });
     expect(await errorOf(declared)).toMatchObject({ status: 413, code: 'payload_too_large' });
 
-    const chunk = new TextEncoder().encode(' '.repeat(512));
-    let sent = 0;
-    const stream = new ReadableStream<Uint8Array>({
-      pull(controller) {
-        if (sent++ < 10) controller.enqueue(chunk);
-        else controller.close();
-      },
-    });
+    // A body without a length, written as the gateway reads it: once it has refused, the rest
+    // cannot be written, and the writer is told so (rather than workerd logging it as unhandled).
+    const { readable, writable } = new IdentityTransformStream();
+    const writer = writable.getWriter();
+    const writing = (async () => {
+      const chunk = new TextEncoder().encode(' '.repeat(512));
+      for (let i = 0; i < 10; i++) await writer.write(chunk);
+      await writer.close();
+    })().catch(() => 'refused');
     const streamed = await exports.default.fetch(`http://gateway${PATH}`, {
       method: 'POST',
       headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': 'application/json' },
-      body: stream,
+      body: readable,
     });
     expect(await errorOf(streamed)).toMatchObject({ status: 413, code: 'payload_too_large' });
+    await writing;
   });
 
   it('415s a body that is not JSON, 400s malformed JSON', async () => {

@@ -1,7 +1,7 @@
 /**
  * Work that outlives the request that started it (a non-streamed run, a stream whose client left),
- * kept track of so that a graceful shutdown can wait for it. Node's `background`; Workers use
- * `waitUntil` instead.
+ * kept track of so that a graceful shutdown can wait for it: what `waitUntil` does on Node
+ * (node/app.ts), where Workers have the platform's.
  */
 export class TaskTracker {
   readonly #pending = new Set<Promise<unknown>>();

@@ -1,13 +1,12 @@
 import { DurableObject } from 'cloudflare:workers';
-import { executeStreamed } from '../runs/dispatch';
-import { abortExecution, executeRun, type ExecuteOptions } from '../runs/engine';
+import { abortExecution, executeRun, executeStreamed } from '../runs/engine';
+import type { StartOptions, StreamOptions } from '../runs/host';
 import type { RunRow } from '../services/runs';
-import { workerDeps, type Env } from '../worker-runtime';
+import { workerDeps, type Env } from './deps';
+import type { RunExecutorRpc } from './run-host';
 
 /**
- * Where runs execute on Workers (Deps.dispatchRun, Deps.streamRun): one object per run, named by
- * the run's id. A Worker's `waitUntil` lasts only 30 seconds past its response or its client's
- * disconnect, too short for a run that takes minutes.
+ * Where runs execute on Workers (workers/run-host.ts): one object per run, named by the run's id.
  *
  * The object starts executing at once, in the call that hands it the run, and sets an alarm for
  * now whose handler waits for the execution to end: an object is kept in memory while an event
@@ -19,7 +18,7 @@ import { workerDeps, type Env } from '../worker-runtime';
  * does not execute the run again, which would call the provider a second time; the run's lease
  * runs out instead and the cron sweep fails it, as on Node.
  */
-export class RunExecutor extends DurableObject<Env> {
+export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
   /**
    * Executions in this instance (they never reject): one, or two for a moment when tool outputs
    * continue the run just as its previous turn ends.
@@ -27,13 +26,13 @@ export class RunExecutor extends DurableObject<Env> {
   readonly #executions = new Set<Promise<void>>();
 
   /** A non-streamed run its caller put in progress: executing once this returns. */
-  async start(run: RunRow, preloaded?: ExecuteOptions['preloaded']): Promise<void> {
+  async start(run: RunRow, options: StartOptions): Promise<void> {
     const deps = await this.#take();
-    this.#track(executeRun(deps, run, { preloaded }));
+    this.#track(executeRun(deps, run, options));
   }
 
   /** A streamed run its caller put in progress: its event stream, `leading` first. */
-  async stream(run: RunRow, options: Pick<ExecuteOptions, 'leading' | 'preloaded'>): Promise<ReadableStream<Uint8Array>> {
+  async stream(run: RunRow, options: StreamOptions): Promise<ReadableStream<Uint8Array>> {
     const deps = await this.#take();
     const { readable, done } = executeStreamed(deps, run, options);
     this.#track(done);
@@ -48,7 +47,7 @@ export class RunExecutor extends DurableObject<Env> {
     return wire;
   }
 
-  /** A cancel (Deps.abortRun): stops the run if it executes here, in this object's own context. */
+  /** A cancel: stops the run if it executes here, in this object's own context. */
   cancel(runId: string): void {
     abortExecution(runId);
   }

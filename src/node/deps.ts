@@ -1,0 +1,31 @@
+import type { Config } from '../config';
+import type { NodeDatabase } from '../db/node';
+import type { Deps } from '../deps';
+import { createLogger } from '../logger';
+import { nodeSlices } from '../node-slices';
+import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
+import { upstreamRules } from '../services/upstream-rules';
+import { loadSecretBox } from './key-file';
+import { inProcessRunHost } from './run-host';
+import { upstreamFetch } from './upstream-fetch';
+
+/**
+ * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
+ * secret box; without one, the box comes from loadSecretBox.
+ */
+export async function createNodeDeps(config: Config, database: NodeDatabase, overrides: Partial<Deps> = {}): Promise<Deps> {
+  const log = overrides.log ?? createLogger(config.LOG_LEVEL);
+  const deps: Omit<Deps, 'runHost'> = {
+    db: database.db,
+    config,
+    log,
+    secrets: overrides.secrets ?? (await loadSecretBox(config)),
+    counters: new LibsqlCounterStore(database.countersClient, { log }),
+    policyCache: new PolicyCache(database.db),
+    now: Date.now,
+    slices: nodeSlices,
+    fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
+    ...overrides,
+  };
+  return { ...deps, runHost: overrides.runHost ?? inProcessRunHost(deps) };
+}

@@ -1,0 +1,92 @@
+import { serve, type ServerType } from '@hono/node-server';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Config } from '../config';
+
+/**
+ * The HTTP server around the app on Node, and what only a Node server needs: event streams
+ * declared chunked, a lingering close, and bounds on slow clients and on connections.
+ */
+
+export type ServerConfig = Pick<
+  Config,
+  | 'HOST'
+  | 'PORT'
+  | 'GATEWAY_HEADERS_TIMEOUT_MS'
+  | 'GATEWAY_REQUEST_TIMEOUT_MS'
+  | 'GATEWAY_MAX_CONNECTIONS'
+  | 'GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS'
+  | 'GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS'
+>;
+
+/** Serves `fetch` on HOST:PORT; resolves once it listens, with the URL it listens on. */
+export async function listen(
+  fetch: (request: Request) => Response | Promise<Response>,
+  config: ServerConfig,
+): Promise<{ server: ServerType; url: string }> {
+  const server = serve({
+    fetch: (request) => declareStreams(fetch(request)),
+    hostname: config.HOST,
+    port: config.PORT,
+    // A client has this long for a request's headers, and for the whole request: what a slow
+    // sender can hold. They bound receiving the request only, never the answer, so a long event
+    // stream is not cut. Node checks them every connectionsCheckingInterval (30 s by default).
+    serverOptions: {
+      headersTimeout: config.GATEWAY_HEADERS_TIMEOUT_MS,
+      requestTimeout: config.GATEWAY_REQUEST_TIMEOUT_MS,
+      connectionsCheckingInterval: Math.min(1_000, config.GATEWAY_HEADERS_TIMEOUT_MS),
+    },
+  });
+  // Connections past this are closed as they arrive, so that many clients cannot exhaust the
+  // process's file descriptors and memory; those already open are served as before.
+  server.maxConnections = config.GATEWAY_MAX_CONNECTIONS;
+  server.on('connection', lingerOnClose);
+  // A connection with no traffic either way for this long is closed: a client that stopped
+  // reading a stream (its run carries on without it) would otherwise hold its socket for ever.
+  // Twice the upstream timeouts: a healthy stream is never silent longer than those.
+  server.setTimeout(2 * Math.max(config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS, config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS));
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+  return { server, url: urlOf(server.address()) };
+}
+
+function urlOf(address: AddressInfo | string | null): string {
+  if (address === null || typeof address === 'string') throw new Error(`the server listens on no TCP address (${address})`);
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return `http://${host}:${address.port}`;
+}
+
+/**
+ * @hono/node-server reads up to three chunks of a body that is not declared chunked, with a timer
+ * between reads, to give it a Content-Length: an event stream would wait for that before its
+ * headers and first events leave. Declaring event streams chunked sends each event as it comes.
+ * (Workers frame responses themselves; this is Node's alone.)
+ */
+async function declareStreams(response: Response | Promise<Response>): Promise<Response> {
+  const answer = await response;
+  if (answer.body && answer.headers.get('content-type')?.startsWith('text/event-stream')) {
+    answer.headers.set('transfer-encoding', 'chunked');
+  }
+  return answer;
+}
+
+/**
+ * Lingering close, as web servers do it. When Node closes a connection after its last response
+ * (the client asked for `connection: close`), it closes the socket as soon as the answer is
+ * written. If the client is still sending a body the gateway refused early (a 413 after the
+ * limit), the unread bytes make the kernel reset the connection, and a reset can destroy the 413
+ * before the client reads it. So the socket only half-closes: the answer and a FIN go out, the
+ * rest of the body is read and dropped, and the socket closes when the client closes its side,
+ * or after LINGER_MS.
+ */
+const LINGER_MS = 2_000;
+
+function lingerOnClose(socket: Socket) {
+  socket.destroySoon = function lingeringClose(this: Socket) {
+    this.end();
+    const timer = setTimeout(() => this.destroy(), LINGER_MS);
+    timer.unref();
+    this.once('close', () => clearTimeout(timer));
+  };
+}

@@ -1,0 +1,265 @@
+import type { Deps } from '../deps';
+import { ApiError } from '../errors';
+import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../ratelimit';
+import type { CreateThreadAndRunBody, SubmitToolOutputsBody } from '../schemas/runs';
+import { getAssistant } from '../services/assistants';
+import {
+  acceptToolOutputs,
+  getRun,
+  insertThreadAndRun,
+  leaseMs,
+  toolCallsStepInProgress,
+  updateRun,
+  type RunRow,
+  type StepRow,
+} from '../services/runs';
+import type { MessageRow } from '../services/threads';
+import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
+import { toRunJson, toStepJson } from '../wire/runs';
+import { toThreadJson } from '../wire/threads';
+import type { ServerSentEvent } from './event-stream';
+import type { Preloaded, RequestContext } from './host';
+import { reconcileRun } from './recovery';
+import { clientMessage, newRun, newThread } from './rows';
+import { runSettings } from './settings';
+import { settleRun } from './settle';
+
+/**
+ * The run use-cases, each in the order it must happen. A run is created or continued in four steps:
+ *
+ *   validate (settings, tool outputs) ─> admit (rate limits: a refusal writes nothing)
+ *     ─> write (one batch; the run is in progress from here) ─> host (RunHost.start or .stream)
+ *
+ * The routes (routes/threads.ts) validate the request, call one of these and answer what it returns.
+ */
+
+/** What the run use-cases use of the deps. */
+export type RunCommandDeps = Pick<Deps, 'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost'>;
+
+/** Who asks: what the run is attributed to and what rate-limit policies match on. */
+export interface Caller {
+  workspaceId: string;
+  apiKeyId: string;
+  /** The x-gateway-metadata header, merged over the run's metadata for policies. */
+  metadataHeader: string | undefined;
+}
+
+/** A run in a thread, as its path names it. */
+export interface RunPath {
+  threadId: string;
+  runId: string;
+}
+
+/**
+ * A run just put in progress, answered with its rate-limit headers: as the run object clients are
+ * told first (queued) while it executes in the background, or as the event stream of its execution.
+ */
+export type RunAnswer =
+  | { stream: false; run: RunRow; headers: Record<string, string> }
+  | { stream: true; events: ReadableStream<Uint8Array>; headers: Record<string, string> };
+
+/** POST /v1/threads/runs: a new thread with its messages, and a run on it. */
+export async function createThreadAndRun(
+  deps: RunCommandDeps,
+  caller: Caller,
+  body: CreateThreadAndRunBody,
+  virtualKey: VirtualKey,
+  context: RequestContext,
+): Promise<RunAnswer> {
+  const assistant = await getAssistant(deps.db, caller.workspaceId, body.assistant_id);
+  const settings = runSettings(assistant, body);
+  const at = deps.now();
+  const thread = newThread(caller.workspaceId, body.thread, at);
+  const messages = (body.thread?.messages ?? []).map((message, index) =>
+    clientMessage(thread, message, `thread.messages[${index}]`, at),
+  );
+  const run = newRun(settings, { thread, assistantId: assistant.id, virtualKey, apiKeyId: caller.apiKeyId }, deps.config, at);
+  const admission = await admit(deps, caller, virtualKey, run, firstTurn(deps, run, messages));
+  run.rateLimit = admission.ticket;
+  await unlessWritten(deps, admission, insertThreadAndRun(deps.db, thread, messages, run));
+  const queued = toRunJson(asQueued(run));
+  return host(deps, run, admission, body.stream === true, context, {
+    leading: [
+      ['thread.created', toThreadJson(thread)],
+      ['thread.run.created', queued],
+      ['thread.run.queued', queued],
+    ],
+    preloaded: { virtualKey, conversation: messages, firstTurn: true },
+  });
+}
+
+/** GET of a run: the run as it really stands, settled first if it was left behind (recovery.ts). */
+export async function retrieveRun(deps: RunCommandDeps, workspaceId: string, path: RunPath): Promise<RunRow> {
+  return reconcileRun(deps, await getRun(deps.db, workspaceId, path.threadId, path.runId));
+}
+
+/** Tool outputs for a run in requires_action: its next turn executes at once. */
+export async function submitToolOutputs(
+  deps: RunCommandDeps,
+  caller: Caller,
+  path: RunPath,
+  body: SubmitToolOutputsBody,
+  context: RequestContext,
+): Promise<RunAnswer> {
+  const run = await retrieveRun(deps, caller.workspaceId, path);
+  if (run.status !== 'requires_action') {
+    throw new ApiError('run_not_active', `Runs in status '${run.status}' do not accept tool outputs.`);
+  }
+  const step = await toolCallsStepInProgress(deps.db, run.id);
+  const outputs = matchToolOutputs(run, body.tool_outputs);
+  const key = await getVirtualKey(deps.db, run.virtualKeyId);
+  if (!key || key.revokedAt !== null) {
+    throw new ApiError('invalid_virtual_key', "The run's virtual key was revoked; the run cannot continue.");
+  }
+  const admission = await admit(deps, caller, key, run, nextTurn(deps, run, step, outputs));
+  const accepted = await unlessWritten(
+    deps,
+    admission,
+    acceptToolOutputs(deps.db, run.id, step, outputs, deps.now(), leaseMs(deps.config), admission.ticket),
+  );
+  if (!accepted.run) {
+    await settleTokens(deps, admission.ticket, 0);
+    throw new ApiError('run_not_active', 'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).');
+  }
+  return host(deps, accepted.run, admission, body.stream === true, context, {
+    leading: [
+      ['thread.run.step.completed', toStepJson(accepted.step, accepted.run)],
+      ['thread.run.queued', toRunJson(asQueued(accepted.run))],
+    ],
+    preloaded: undefined,
+  });
+}
+
+/**
+ * Cancels a run: one waiting for tool outputs ends here (nothing executes it); one in progress
+ * becomes `cancelling` and its host stops it, which settles it `cancelled`.
+ */
+export async function cancelRun(deps: RunCommandDeps, workspaceId: string, path: RunPath, context: RequestContext): Promise<RunRow> {
+  const run = await retrieveRun(deps, workspaceId, path);
+  switch (run.status) {
+    case 'requires_action': {
+      const settled = await settleRun(deps, run.id, [run.status], { status: 'cancelled' });
+      return settled.run ?? (await retrieveRun(deps, workspaceId, path));
+    }
+    case 'in_progress': {
+      const [cancelling] = await updateRun(deps.db, run.id, ['in_progress'], { status: 'cancelling' });
+      deps.runHost.cancel(run.id, context);
+      return cancelling ?? (await retrieveRun(deps, workspaceId, path));
+    }
+    case 'cancelling':
+      return run;
+    default:
+      throw new ApiError('run_not_active', `Cannot cancel run with status '${run.status}'.`);
+  }
+}
+
+/**
+ * Hands a run just put in progress to its host: executing in the background while the queued run
+ * is the answer, or executing into the event stream that is the answer.
+ */
+async function host(
+  deps: RunCommandDeps,
+  run: RunRow,
+  admission: Admission,
+  stream: boolean,
+  context: RequestContext,
+  options: { leading: ServerSentEvent[]; preloaded: Preloaded | undefined },
+): Promise<RunAnswer> {
+  if (!stream) {
+    deps.runHost.start(run, { preloaded: options.preloaded }, context);
+    return { stream: false, run: asQueued(run), headers: admission.headers };
+  }
+  const events = await deps.runHost.stream(run, options, context);
+  return { stream: true, events, headers: admission.headers };
+}
+
+/** The run as it is acknowledged: OpenAI answers createAndRun and starts its stream with `queued`. */
+function asQueued(run: RunRow): RunRow {
+  return { ...run, status: 'queued', startedAt: null };
+}
+
+/**
+ * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The
+ * model is the run's, which through an Azure key is the deployment's (servedModel).
+ */
+function admit(deps: RunCommandDeps, caller: Caller, key: VirtualKey, run: RunRow, turn: TurnTokens): Promise<Admission> {
+  return admitRequest(
+    deps,
+    {
+      api_key: caller.apiKeyId,
+      workspace_id: caller.workspaceId,
+      virtual_key: key.slug,
+      provider: key.provider,
+      model: run.model,
+      metadata: requestMetadata(run.metadata, caller.metadataHeader),
+    },
+    turn,
+  );
+}
+
+/** What a new run's first turn reserves: its instructions, tools and messages are its prompt. */
+function firstTurn(deps: RunCommandDeps, run: RunRow, messages: MessageRow[]): TurnTokens {
+  const estimate = {
+    promptChars: promptChars([run.instructions, run.tools, messages.map((message) => message.content)]),
+    knownPromptTokens: 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: 0,
+  };
+  return { reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION), baseTokens: 0 };
+}
+
+/**
+ * What the turn after tool outputs reserves: its prompt is the last turn's tokens (that turn's
+ * prompt and its calls, the step's usage) and the outputs.
+ */
+function nextTurn(deps: RunCommandDeps, run: RunRow, step: StepRow, outputs: Map<string, string>): TurnTokens {
+  const estimate = {
+    promptChars: promptChars([...outputs.values()]),
+    knownPromptTokens: step.usage?.total_tokens ?? 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: run.usage?.completion_tokens ?? 0,
+  };
+  return {
+    reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION),
+    baseTokens: run.usage?.total_tokens ?? 0,
+  };
+}
+
+/**
+ * The write that makes an admitted turn real. If it fails, the turn never executes and nothing
+ * would release its token reservation: it goes back at once.
+ */
+async function unlessWritten<T>(deps: RunCommandDeps, admission: Admission, write: Promise<T>): Promise<T> {
+  try {
+    return await write;
+  } catch (error) {
+    await settleTokens(deps, admission.ticket, 0);
+    throw error;
+  }
+}
+
+/**
+ * Each tool call of required_action gets exactly one output: an unknown id, a repeated id or a
+ * missing call is a 400 naming it, and nothing is written.
+ */
+function matchToolOutputs(run: RunRow, outputs: { tool_call_id: string; output: string }[]): Map<string, string> {
+  const expected = new Set(run.requiredAction?.submit_tool_outputs.tool_calls.map((call) => call.id));
+  const byId = new Map<string, string>();
+  outputs.forEach((output, index) => {
+    const param = `tool_outputs[${index}].tool_call_id`;
+    if (!expected.has(output.tool_call_id)) {
+      throw new ApiError('invalid_value', `No tool call '${output.tool_call_id}' awaits an output in this run.`, { param });
+    }
+    if (byId.has(output.tool_call_id)) {
+      throw new ApiError('invalid_value', `Tool call '${output.tool_call_id}' has more than one output.`, { param });
+    }
+    byId.set(output.tool_call_id, output.output);
+  });
+  const missing = [...expected].filter((id) => !byId.has(id));
+  if (missing.length > 0) {
+    throw new ApiError('invalid_value', `Expected outputs for every tool call; missing: ${missing.join(', ')}.`, {
+      param: 'tool_outputs',
+    });
+  }
+  return byId;
+}

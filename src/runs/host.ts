@@ -1,0 +1,51 @@
+import type { RunRow } from '../services/runs';
+import type { MessageRow } from '../services/threads';
+import type { VirtualKey } from '../services/virtual-keys';
+import type { ServerSentEvent } from './event-stream';
+
+/**
+ * Where runs execute: the one thing the two runtimes do differently with a run. Node executes it
+ * in its own process (node/run-host.ts); Workers hand it to the run's executor object, since a
+ * Worker's `waitUntil` ends 30 seconds after its response (workers/run-host.ts). Either way the
+ * execution does not belong to the request: a client that disconnects does not stop it.
+ *
+ * The caller has already put the run in progress (created it, or accepted its tool outputs), so
+ * the host owns it from here: runs/engine.ts executes it, runs/settle.ts ends it.
+ */
+export interface RunHost {
+  /** Executes the run in the background; its answer (the queued run) has gone out already. */
+  start(run: RunRow, options: StartOptions, context: RequestContext): void;
+  /** Executes the run into its event stream, `leading` first: the response's body. */
+  stream(run: RunRow, options: StreamOptions, context: RequestContext): Promise<ReadableStream<Uint8Array>>;
+  /**
+   * Stops a run just marked `cancelling`, at once, where it executes. Wherever this does not
+   * reach, the run's lease renewal notices the cancel, within a third of the lease.
+   */
+  cancel(runId: string, context: RequestContext): void;
+}
+
+/** The request a host is called from, as plain values: no framework's context. */
+export interface RequestContext {
+  /** Keeps `task` alive after the response: the runtime's ExecutionContext. The task handles its own errors. */
+  waitUntil(task: Promise<unknown>): void;
+  /** For log lines about the hand-over. */
+  requestId: string;
+}
+
+/** What the caller already holds, to spare the database reads of a run's first turn. */
+export interface Preloaded {
+  virtualKey: VirtualKey;
+  /** The thread's messages the run answers. */
+  conversation: MessageRow[];
+  /** Whether this is the run's first turn (it has no steps yet). */
+  firstTurn: boolean;
+}
+
+export interface StartOptions {
+  preloaded?: Preloaded;
+}
+
+export interface StreamOptions extends StartOptions {
+  /** Events the stream opens with, before the run's `in_progress` (thread.created, …). */
+  leading?: ServerSentEvent[];
+}

@@ -1,0 +1,72 @@
+import { ApiError } from '../errors';
+import type { RunOverrides } from '../schemas/runs';
+import { isHostedTool } from '../schemas/tools';
+import type { AssistantRow } from '../services/assistants';
+import type { RunRow } from '../services/runs';
+
+/**
+ * A run's effective settings: the request's, else its assistant's, else the default, one line per
+ * setting; and the checks that only make sense once they are known (hosted tools, tool_choice).
+ * Stored on the run's row (rows.ts), answered by wire/runs.ts, sent upstream by chat-request.ts.
+ */
+export function runSettings(assistant: AssistantRow, body: RunOverrides) {
+  const settings = {
+    model: body.model ?? assistant.model,
+    instructions: body.instructions ?? assistant.instructions ?? '',
+    tools: body.tools ?? assistant.tools,
+    toolResources: body.tool_resources ?? assistant.toolResources ?? null,
+    metadata: body.metadata ?? {},
+    temperature: body.temperature ?? assistant.temperature ?? null,
+    topP: body.top_p ?? assistant.topP ?? null,
+    maxPromptTokens: body.max_prompt_tokens ?? null,
+    maxCompletionTokens: body.max_completion_tokens ?? null,
+    truncationStrategy: {
+      type: body.truncation_strategy?.type ?? 'auto',
+      last_messages: body.truncation_strategy?.last_messages ?? null,
+    },
+    toolChoice: body.tool_choice ?? 'auto',
+    parallelToolCalls: body.parallel_tool_calls ?? true,
+    responseFormat: body.response_format ?? assistant.responseFormat ?? 'auto',
+  } satisfies Partial<RunRow>;
+  checkExecutable(settings, assistant, body.tools !== undefined && body.tools !== null);
+  return settings;
+}
+
+export type RunSettings = ReturnType<typeof runSettings>;
+
+/**
+ * Code interpreter and file search need OpenAI's hosted sandboxes and vector stores, which a Chat
+ * Completions provider does not have: a run that would use them is refused before anything exists.
+ */
+function checkExecutable(settings: Pick<RunRow, 'tools' | 'toolChoice'>, assistant: AssistantRow, toolsFromRequest: boolean) {
+  const { tools, toolChoice: choice } = settings;
+  const hosted = tools.findIndex(isHostedTool);
+  if (hosted !== -1) {
+    const type = tools[hosted]!.type;
+    throw new ApiError(
+      'unsupported_tool',
+      toolsFromRequest
+        ? `The ${type} tool cannot run over Chat Completions providers; only function tools can.`
+        : `Assistant '${assistant.id}' has the ${type} tool, which cannot run over Chat Completions providers. ` +
+            `Pass "tools" without it to run this assistant.`,
+      { param: toolsFromRequest ? `tools[${hosted}]` : 'assistant_id' },
+    );
+  }
+  const functions = new Set(tools.flatMap((tool) => (tool.type === 'function' ? [tool.function.name] : [])));
+  if (typeof choice === 'object') {
+    if (choice.type !== 'function') {
+      throw new ApiError('unsupported_tool', `tool_choice cannot force the ${choice.type} tool over Chat Completions.`, {
+        param: 'tool_choice.type',
+      });
+    }
+    if (!functions.has(choice.function!.name)) {
+      throw new ApiError('invalid_value', `tool_choice names the function '${choice.function!.name}', which the run's tools do not have.`, {
+        param: 'tool_choice.function.name',
+      });
+    }
+  } else if (choice === 'required' && functions.size === 0) {
+    throw new ApiError('invalid_value', "tool_choice 'required' needs at least one function tool.", {
+      param: 'tool_choice',
+    });
+  }
+}

@@ -1,0 +1,67 @@
+import * as z from 'zod';
+import { cursorListQuery, metadataSchema } from './common';
+import { toolResourcesSchema } from './tools';
+
+/**
+ * Threads and their messages: the messages a request brings (in a thread created with its run),
+ * listing a thread's messages, and the shapes a message is stored and answered in.
+ */
+
+export const THREAD_LIMITS = {
+  messages: 1000,
+  contentParts: 100,
+  text: 256_000,
+} as const;
+
+const textPart = z.strictObject({ type: z.literal('text'), text: z.string().max(THREAD_LIMITS.text) });
+const imageUrlPart = z.strictObject({
+  type: z.literal('image_url'),
+  image_url: z.strictObject({
+    url: z.string().min(1).max(THREAD_LIMITS.text),
+    detail: z.enum(['auto', 'low', 'high']).optional(),
+  }),
+});
+const imageFilePart = z.strictObject({
+  type: z.literal('image_file'),
+  image_file: z.strictObject({ file_id: z.string().min(1).max(256), detail: z.enum(['auto', 'low', 'high']).optional() }),
+});
+
+/** A message given at creation: role user or assistant, content a string or content parts. */
+export const threadMessageSchema = z.strictObject({
+  role: z.enum(['user', 'assistant']),
+  content: z.union([
+    z.string().max(THREAD_LIMITS.text),
+    z.array(z.discriminatedUnion('type', [textPart, imageUrlPart, imageFilePart])).min(1).max(THREAD_LIMITS.contentParts),
+  ]),
+  attachments: z
+    .array(z.strictObject({ file_id: z.string().min(1).max(256), tools: z.array(z.unknown()).max(8).optional() }))
+    .max(20)
+    .nullable()
+    .optional(),
+  metadata: metadataSchema.nullable().optional(),
+});
+export type ThreadMessageInput = z.infer<typeof threadMessageSchema>;
+
+export const threadSchema = z.strictObject({
+  messages: z.array(threadMessageSchema).max(THREAD_LIMITS.messages).optional(),
+  tool_resources: toolResourcesSchema.nullable().optional(),
+  metadata: metadataSchema.nullable().optional(),
+});
+
+export const listMessagesQuery = cursorListQuery.extend({ run_id: z.string().min(1).max(128).optional() });
+
+/** Message content as stored and answered: OpenAI's content parts. */
+export type MessageContent =
+  | { type: 'text'; text: { value: string; annotations: unknown[] } }
+  | { type: 'image_url'; image_url: { url: string; detail?: string } };
+
+/** A file attached to a message, with the tools that may read it (none are stored yet). */
+export interface MessageAttachment {
+  file_id: string;
+  tools: { type: string }[];
+}
+
+/** Why a message ended incomplete: the answer's cap (`max_tokens`), a filter, or its run's end. */
+export interface MessageIncompleteDetails {
+  reason: string;
+}

@@ -1,0 +1,20 @@
+import { toUnixSeconds } from '../lib/time';
+import type { VirtualKeyJson } from '../schemas/virtual-keys';
+import { servedModel, type VirtualKey } from '../services/virtual-keys';
+
+/** A virtual key as the API and the CLI show it: never its secret. */
+export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
+  return {
+    object: 'virtual_key',
+    id: key.id,
+    slug: key.slug,
+    provider: key.provider,
+    base_url: key.baseUrl,
+    workspace_id: key.workspaceId,
+    created_at: toUnixSeconds(key.createdAt),
+    revoked_at: key.revokedAt === null ? null : toUnixSeconds(key.revokedAt),
+    ...(key.provider === 'azure-openai'
+      ? { api_version: key.options.api_version, deployment: key.options.deployment, model: servedModel(key, '') }
+      : {}),
+  };
+}
