@@ -2,7 +2,7 @@ import type { Config } from '../config';
 import type { NodeDatabase } from '../db/node';
 import type { Deps } from '../deps';
 import { createLogger } from '../logger';
-import { nodeSlices } from '../node-slices';
+import { nodeSlices } from './slices';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
 import { upstreamRules } from '../services/upstream-rules';
 import { loadSecretBox } from './key-file';

@@ -1,4 +1,4 @@
-import { EventLoopSlices } from './lib/slices';
+import { EventLoopSlices } from '../lib/slices';
 
 /**
  * The slices of a Node process's one event loop (lib/slices.ts), shared by the runs it executes
