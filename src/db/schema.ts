@@ -88,12 +88,21 @@ export const virtualKeys = sqliteTable(
     secretCiphertext: text('secret_ciphertext').notNull(),
     /** Provider-specific settings that are not secret (Azure: api_version, deployment). */
     options: json<Record<string, string>>('options').notNull(),
+    /**
+     * The models this key serves, exact names or `*` globs (`gpt-4o*`): a run that names no virtual
+     * key is executed by the key whose pattern matches its model most specifically.
+     */
+    models: json<string[]>('models').notNull().default(sql`'[]'`),
+    /** The workspace's fallback key for runs that name none and match no `models` pattern. */
+    isDefault: integer('is_default', { mode: 'boolean' }).notNull().default(false),
     createdAt: ms('created_at').notNull(),
     revokedAt: ms('revoked_at'),
   },
   (t) => [
     // A slug names one live key; a revoked key's slug can be reused.
     uniqueIndex('virtual_keys_workspace_slug').on(t.workspaceId, t.slug).where(sql`revoked_at IS NULL`),
+    // At most one live default key per workspace, race-free.
+    uniqueIndex('virtual_keys_workspace_default').on(t.workspaceId).where(sql`is_default = 1 AND revoked_at IS NULL`),
   ],
 );
 
@@ -229,6 +238,11 @@ export const runs = sqliteTable(
     index('runs_active_lease')
       .on(t.leaseExpiresAt)
       .where(sql`status IN ('queued', 'in_progress', 'cancelling')`),
+    // One active run per thread, as OpenAI enforces it: a second one fails to insert, in any
+    // process and on any driver, however close together the two arrive.
+    uniqueIndex('runs_one_active_per_thread')
+      .on(t.threadId)
+      .where(sql`status IN ('queued', 'in_progress', 'requires_action', 'cancelling')`),
   ],
 );
 
