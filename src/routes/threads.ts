@@ -1,33 +1,16 @@
-import { Hono, type Context, type ExecutionContext } from 'hono';
+import { Hono } from 'hono';
 import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
-import { virtualKey } from '../middleware/virtual-key';
-import { workspace, type WorkspaceVariables } from '../middleware/workspace';
-import { METADATA_HEADER } from '../ratelimit';
-import { cancelRun, createThreadAndRun, retrieveRun, submitToolOutputs, type Caller, type RunAnswer } from '../runs/commands';
-import { SSE_HEADERS } from '../runs/event-stream';
-import type { RequestContext } from '../runs/host';
-import { createThreadAndRunBody, submitToolOutputsBody } from '../schemas/runs';
+import { workspace } from '../middleware/workspace';
 import { listMessagesQuery } from '../schemas/threads';
-import { isTerminal } from '../services/runs';
 import { getThread, listMessages } from '../services/threads';
 import { listObject } from '../wire/lists';
-import { toRunJson } from '../wire/runs';
 import { toMessageJson, toThreadJson } from '../wire/threads';
-import type { ApiEnv } from './env';
+import type { ApiEnv, WorkspaceEnv } from './env';
+import { runRoutes } from './runs';
 
-/** How often the OpenAI SDK's pollers should ask about a run that is still going. */
-const POLL_AFTER_MS = '250';
-
-/**
- * /v1/threads: createAndRun, a run's state, tool outputs, cancel, and the thread's messages. The
- * run operations are use-cases of runs/commands.ts.
- */
-export const threadRoutes = new Hono<ApiEnv>()
-  .use(assistantsBeta(), workspace())
-  .post('/runs', virtualKey(), validate('json', createThreadAndRunBody), async (c) =>
-    answer(c, await createThreadAndRun(c.var.deps, caller(c), c.req.valid('json'), c.var.virtualKey, requestContext(c))),
-  )
+/** Threads and their messages, under /v1/threads. */
+const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
   .get('/:thread_id', async (c) => {
     const thread = await getThread(c.var.deps.db, c.var.workspace.workspaceId, c.req.param('thread_id'));
     return c.json(toThreadJson(thread));
@@ -36,43 +19,13 @@ export const threadRoutes = new Hono<ApiEnv>()
     const { db } = c.var.deps;
     const thread = await getThread(db, c.var.workspace.workspaceId, c.req.param('thread_id'));
     return c.json(listObject(await listMessages(db, thread.id, c.req.valid('query')), toMessageJson));
-  })
-  .get('/:thread_id/runs/:run_id', async (c) => {
-    const run = await retrieveRun(c.var.deps, c.var.workspace.workspaceId, {
-      threadId: c.req.param('thread_id'),
-      runId: c.req.param('run_id'),
-    });
-    const headers: Record<string, string> = isTerminal(run.status) ? {} : { 'openai-poll-after-ms': POLL_AFTER_MS };
-    return c.json(toRunJson(run), 200, headers);
-  })
-  .post('/:thread_id/runs/:run_id/submit_tool_outputs', validate('json', submitToolOutputsBody), async (c) => {
-    const path = { threadId: c.req.param('thread_id'), runId: c.req.param('run_id') };
-    return answer(c, await submitToolOutputs(c.var.deps, caller(c), path, c.req.valid('json'), requestContext(c)));
-  })
-  .post('/:thread_id/runs/:run_id/cancel', async (c) => {
-    const path = { threadId: c.req.param('thread_id'), runId: c.req.param('run_id') };
-    return c.json(toRunJson(await cancelRun(c.var.deps, c.var.workspace.workspaceId, path, requestContext(c))));
   });
 
-// The helpers below take the parts of a handler's Context they read: a Context is typed by its
-// route's whole environment, which differs from route to route.
-
-/** Who asks, as the run use-cases need it. */
-function caller(c: { var: ApiEnv['Variables'] & WorkspaceVariables; req: { header(name: string): string | undefined } }): Caller {
-  return {
-    workspaceId: c.var.workspace.workspaceId,
-    apiKeyId: c.var.apiKey.id,
-    metadataHeader: c.req.header(METADATA_HEADER),
-  };
-}
-
-/** The request as a run host sees it: the runtime's waitUntil (both entries hand Hono one) and its id. */
-function requestContext(c: { var: ApiEnv['Variables']; executionCtx: ExecutionContext }): RequestContext {
-  return { waitUntil: (task) => c.executionCtx.waitUntil(task), requestId: c.var.requestId };
-}
-
-/** A run just put in progress: the queued run object, or its event stream. */
-function answer(c: Context, answer: RunAnswer): Response {
-  if (!answer.stream) return c.json(toRunJson(answer.run), 200, answer.headers);
-  return new Response(answer.events, { status: 200, headers: { ...SSE_HEADERS, ...answer.headers } });
-}
+/**
+ * /v1/threads: threads, their messages and their runs, in the workspace of workspace(). The run
+ * routes go first: `POST /runs` (createAndRun) must not be taken for a thread whose id is "runs".
+ */
+export const threadRoutes = new Hono<ApiEnv>()
+  .use(assistantsBeta(), workspace())
+  .route('/', runRoutes)
+  .route('/', threadAndMessageRoutes);

@@ -14,7 +14,7 @@ import {
   type StepRow,
 } from '../services/runs';
 import type { MessageRow } from '../services/threads';
-import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
+import { getVirtualKey, resolveVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { toThreadJson } from '../wire/threads';
 import type { ServerSentEvent } from './event-stream';
@@ -42,6 +42,8 @@ export interface Caller {
   apiKeyId: string;
   /** The x-gateway-metadata header, merged over the run's metadata for policies. */
   metadataHeader: string | undefined;
+  /** The x-gateway-virtual-key header: the slug of the virtual key to execute with, when named. */
+  virtualKeySlug: string | undefined;
 }
 
 /** A run in a thread, as its path names it. */
@@ -63,11 +65,11 @@ export async function createThreadAndRun(
   deps: RunCommandDeps,
   caller: Caller,
   body: CreateThreadAndRunBody,
-  virtualKey: VirtualKey,
   context: RequestContext,
 ): Promise<RunAnswer> {
   const assistant = await getAssistant(deps.db, caller.workspaceId, body.assistant_id);
   const settings = runSettings(assistant, body);
+  const virtualKey = await resolveVirtualKey(deps.db, caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
   const at = deps.now();
   const thread = newThread(caller.workspaceId, body.thread, at);
   const messages = (body.thread?.messages ?? []).map((message, index) =>

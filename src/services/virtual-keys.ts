@@ -174,6 +174,34 @@ const activeBySlug = preparedQuery((db) =>
     .prepare(),
 );
 
+/**
+ * The virtual key that executes a run (or answers for an assistant) of the workspace: the one the
+ * x-gateway-virtual-key header names. Missing is 400 `missing_virtual_key`; unknown, revoked and
+ * another workspace's are one 401 `invalid_virtual_key`, which does not repeat the slug, so other
+ * workspaces' slugs cannot be probed. `model` is the model the run will use.
+ */
+export async function resolveVirtualKey(
+  db: Db,
+  workspaceId: string,
+  request: { slug: string | undefined; model: string },
+): Promise<VirtualKey> {
+  if (!request.slug) {
+    throw new ApiError('missing_virtual_key', `Missing required header: '${VIRTUAL_KEY_HEADER}' (a virtual key's slug).`, {
+      param: VIRTUAL_KEY_HEADER,
+    });
+  }
+  const key = await findActiveVirtualKey(db, workspaceId, request.slug);
+  if (!key) {
+    throw new ApiError('invalid_virtual_key', `The '${VIRTUAL_KEY_HEADER}' header names no live virtual key of this workspace.`, {
+      param: VIRTUAL_KEY_HEADER,
+    });
+  }
+  return key;
+}
+
+/** The header that names a virtual key by its slug. */
+export const VIRTUAL_KEY_HEADER = 'x-gateway-virtual-key';
+
 export async function findActiveVirtualKey(db: Db, workspaceId: string, slug: string): Promise<VirtualKey | null> {
   const [row] = await activeBySlug(db).all({ workspaceId, slug });
   return row ? fromRow(row) : null;

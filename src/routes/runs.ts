@@ -1,0 +1,64 @@
+import { Hono, type Context, type ExecutionContext } from 'hono';
+import { validate } from '../middleware/validate';
+import { VIRTUAL_KEY_HEADER } from '../middleware/virtual-key';
+import { METADATA_HEADER } from '../ratelimit';
+import { cancelRun, createThreadAndRun, retrieveRun, submitToolOutputs, type Caller, type RunAnswer } from '../runs/commands';
+import { SSE_HEADERS } from '../runs/event-stream';
+import type { RequestContext } from '../runs/host';
+import { createThreadAndRunBody, submitToolOutputsBody } from '../schemas/runs';
+import { isTerminal } from '../services/runs';
+import { toRunJson } from '../wire/runs';
+import type { WorkspaceEnv } from './env';
+
+/** How often the OpenAI SDK's pollers should ask about a run that is still going. */
+const POLL_AFTER_MS = '250';
+
+/**
+ * Runs, under /v1/threads (routes/threads.ts mounts this behind the workspace): createAndRun, a
+ * run's state, tool outputs, cancel. Each handler validates, calls one use-case of
+ * runs/commands.ts and answers what it returns.
+ */
+export const runRoutes = new Hono<WorkspaceEnv>()
+  .post('/runs', validate('json', createThreadAndRunBody), async (c) =>
+    answer(c, await createThreadAndRun(c.var.deps, caller(c), c.req.valid('json'), requestContext(c))),
+  )
+  .get('/:thread_id/runs/:run_id', async (c) => {
+    const run = await retrieveRun(c.var.deps, c.var.workspace.workspaceId, {
+      threadId: c.req.param('thread_id'),
+      runId: c.req.param('run_id'),
+    });
+    const headers: Record<string, string> = isTerminal(run.status) ? {} : { 'openai-poll-after-ms': POLL_AFTER_MS };
+    return c.json(toRunJson(run), 200, headers);
+  })
+  .post('/:thread_id/runs/:run_id/submit_tool_outputs', validate('json', submitToolOutputsBody), async (c) => {
+    const path = { threadId: c.req.param('thread_id'), runId: c.req.param('run_id') };
+    return answer(c, await submitToolOutputs(c.var.deps, caller(c), path, c.req.valid('json'), requestContext(c)));
+  })
+  .post('/:thread_id/runs/:run_id/cancel', async (c) => {
+    const path = { threadId: c.req.param('thread_id'), runId: c.req.param('run_id') };
+    return c.json(toRunJson(await cancelRun(c.var.deps, c.var.workspace.workspaceId, path, requestContext(c))));
+  });
+
+// The helpers below take the parts of a handler's Context they read: a Context is typed by its
+// route's whole environment, which differs from route to route.
+
+/** Who asks, as the run use-cases need it. */
+function caller(c: { var: WorkspaceEnv['Variables']; req: { header(name: string): string | undefined } }): Caller {
+  return {
+    workspaceId: c.var.workspace.workspaceId,
+    apiKeyId: c.var.apiKey.id,
+    metadataHeader: c.req.header(METADATA_HEADER),
+    virtualKeySlug: c.req.header(VIRTUAL_KEY_HEADER)?.trim() || undefined,
+  };
+}
+
+/** The request as a run host sees it: the runtime's waitUntil (both entries hand Hono one) and its id. */
+function requestContext(c: { var: WorkspaceEnv['Variables']; executionCtx: ExecutionContext }): RequestContext {
+  return { waitUntil: (task) => c.executionCtx.waitUntil(task), requestId: c.var.requestId };
+}
+
+/** A run just put in progress: the queued run object, or its event stream. */
+function answer(c: Context, answer: RunAnswer): Response {
+  if (!answer.stream) return c.json(toRunJson(answer.run), 200, answer.headers);
+  return new Response(answer.events, { status: 200, headers: { ...SSE_HEADERS, ...answer.headers } });
+}
