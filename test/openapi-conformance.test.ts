@@ -31,6 +31,10 @@ interface Call {
   /** Under /v1. */
   path: string;
   body?: unknown;
+  /** The API key to send; default the tenant's workspace key, null for none. */
+  key?: string | null;
+  /** Added to (and over) the ones every call sends. */
+  headers?: Record<string, string>;
 }
 
 /** What a row can ask for: things that exist before its call, each made fresh through the API. */
@@ -341,7 +345,7 @@ const operations: Operation[] = [
 ];
 
 /** Errors, one per kind of refusal the operations above meet: each body must be an ErrorResponse. */
-const errors: { name: string; status: number; call(world: World): Promise<Call & { key?: string | null; headers?: Record<string, string> }> }[] = [
+const errors: { name: string; status: number; call(world: World): Promise<Call> }[] = [
   { name: 'no API key', status: 401, call: async () => ({ method: 'GET', path: '/assistants', key: null }) },
   { name: 'an invalid body', status: 400, call: async () => ({ method: 'POST', path: '/assistants', body: { model: 42 } }) },
   { name: 'malformed JSON', status: 400, call: async () => ({ method: 'POST', path: '/assistants', body: '{"model":' }) },
@@ -376,7 +380,7 @@ afterAll(async () => {
   await fake.close();
 });
 
-function send(call: Call & { key?: string | null; headers?: Record<string, string> }, as: Tenant = tenant): Promise<Response> {
+function send(call: Call, as: Tenant = tenant): Promise<Response> {
   return gateway.request(`/v1${call.path}`, {
     method: call.method,
     ...(call.key === null ? {} : { key: call.key ?? as.workspaceKey }),
