@@ -56,6 +56,8 @@ export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>) {
     last_error: row.lastError ?? null,
     step_details: row.stepDetails,
     usage: row.usage ?? null,
+    // OpenAI's RunStep has metadata, which no operation sets: always empty here.
+    metadata: {},
   };
 }
 
