@@ -29,6 +29,11 @@ export const ERROR_CODES = {
   unsupported_tool: { status: 400 },
   unsupported_content: { status: 400 },
   run_not_active: { status: 400 },
+  /**
+   * A run of the thread is queued, in progress, waiting for tool outputs or cancelling: until it
+   * ends, the thread takes no new message and cannot be deleted (OpenAI's rule for messages).
+   */
+  run_active: { status: 400 },
   /** A workspace's budget is spent: its policies, virtual keys or assistants are at their cap. */
   quota_exceeded: { status: 400 },
   // 401: who is calling is unknown.
@@ -51,6 +56,7 @@ export const ERROR_CODES = {
   virtual_key_not_found: { status: 404 },
   assistant_not_found: { status: 404 },
   thread_not_found: { status: 404 },
+  message_not_found: { status: 404 },
   run_not_found: { status: 404 },
   // 405, 409, 413, 415
   method_not_allowed: { status: 405 },

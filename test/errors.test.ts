@@ -104,9 +104,9 @@ describe('error envelope', () => {
     expect(error.message).not.toContain(secretish);
   });
 
-  it('400s an empty JSON body as a missing object', async () => {
+  it('reads an empty JSON body as an empty object: a route that needs fields names the first missing one', async () => {
     const error = await errorOf(await gateway.request(PATH, { key: tenant.workspaceKey, body: '' , headers: { 'content-type': 'application/json' }, method: 'POST' }));
-    expect(error).toMatchObject({ status: 400, code: 'invalid_json' });
+    expect(error).toMatchObject({ status: 400, code: 'missing_required_parameter', param: 'conditions' });
   });
 
   it('marks errors that retrying cannot fix, so the OpenAI SDK does not retry them', async () => {

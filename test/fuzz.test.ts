@@ -59,7 +59,10 @@ beforeAll(async () => {
   await gateway.tasks.drain(10_000);
   const policy = await json(await gateway.request('/v1/policies/rate-limits', { key: tenant.workspaceKey, body: VALID.policy }));
   const toolCalls = [];
+  const messageIds = [];
   for (const run of runs) {
+    const listed = await json(await gateway.request(`/v1/threads/${run.thread_id}/messages`, { key: tenant.workspaceKey }));
+    messageIds.push(...listed.data.map((message: { id: string }) => message.id));
     const current = await json(await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { key: tenant.workspaceKey }));
     expect(current.status).toBe('requires_action');
     toolCalls.push(current.required_action.submit_tool_outputs.tool_calls[0].id);
@@ -71,6 +74,7 @@ beforeAll(async () => {
     run_id: runs.map((run) => run.id),
     slug: [slug],
     tool_call_id: toolCalls,
+    message_id: messageIds,
     workspace: [tenant.workspace.id, tenant.workspace.slug],
   });
 });
@@ -118,6 +122,15 @@ function validBody(route: Route): Record<string, unknown> {
       };
     case 'POST /v1/threads/:thread_id/runs/:run_id/submit_tool_outputs':
       return { tool_outputs: [{ tool_call_id: real.tool_call_id![0], output: 'ok' }] };
+    case 'POST /v1/assistants/:assistant_id':
+      return { name: 'renamed', metadata: { k: 'v' }, temperature: 0.5 };
+    case 'POST /v1/threads':
+      return { messages: [{ role: 'user', content: 'hello' }], metadata: { k: 'v' } };
+    case 'POST /v1/threads/:thread_id':
+    case 'POST /v1/threads/:thread_id/messages/:message_id':
+      return { metadata: { k: 'v' } };
+    case 'POST /v1/threads/:thread_id/messages':
+      return { role: 'user', content: [{ type: 'text', text: 'hi' }], metadata: { k: 'v' } };
     default:
       return {};
   }

@@ -192,6 +192,10 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/assistants/${v.assistantId}`, headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey } },
     { method: 'GET', path: `/v1/assistants/${a.assistantId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id, 'x-gateway-virtual-key': v.virtualKey } },
   ],
+  'POST /v1/assistants/:assistant_id': (v) => [
+    { method: 'POST', path: `/v1/assistants/${v.assistantId}`, headers: scope(), body: { name: 'planted' } },
+    { method: 'POST', path: `/v1/assistants/${v.assistantId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { name: 'planted' } },
+  ],
   'DELETE /v1/assistants/:assistant_id': (v) => [
     { method: 'DELETE', path: `/v1/assistants/${v.assistantId}`, headers: scope() },
     { method: 'DELETE', path: `/v1/assistants/${v.assistantId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
@@ -204,6 +208,36 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
       { method: 'POST', path: '/v1/threads/runs', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id, 'x-gateway-virtual-key': v.virtualKey }, body: body(v.assistantId) },
     ];
   },
+  'POST /v1/threads': (v) => [
+    { method: 'POST', path: '/v1/threads', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { metadata: { planted: 'yes' } } },
+    { method: 'POST', path: '/v1/threads', headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug }, body: {} },
+  ],
+  'POST /v1/threads/:thread_id': (v) => [
+    { method: 'POST', path: `/v1/threads/${v.doneThreadId}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
+    { method: 'POST', path: `/v1/threads/${v.doneThreadId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { metadata: { planted: 'yes' } } },
+  ],
+  'DELETE /v1/threads/:thread_id': (v) => [
+    { method: 'DELETE', path: `/v1/threads/${v.doneThreadId}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/threads/${v.threadId}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/threads/${v.doneThreadId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'POST /v1/threads/:thread_id/messages': (v) => [
+    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/messages`, headers: scope(), body: { role: 'user', content: 'planted' } },
+    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/messages`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { role: 'user', content: 'planted' } },
+  ],
+  'GET /v1/threads/:thread_id/messages/:message_id': (v) => [
+    { method: 'GET', path: `/v1/threads/${v.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope() },
+    // A thread of the caller's own with the victim's message.
+    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope() },
+  ],
+  'POST /v1/threads/:thread_id/messages/:message_id': (v) => [
+    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
+    { method: 'POST', path: `/v1/threads/${a.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
+  ],
+  'DELETE /v1/threads/:thread_id/messages/:message_id': (v) => [
+    { method: 'DELETE', path: `/v1/threads/${v.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/threads/${a.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope() },
+  ],
   'GET /v1/threads/:thread_id': (v) => [
     { method: 'GET', path: `/v1/threads/${v.threadId}`, headers: scope() },
     { method: 'GET', path: `/v1/threads/${v.threadId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },

@@ -11,8 +11,9 @@ const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
 /**
  * Every request body is JSON: a non-empty body of another media type is 415, malformed JSON is 400
  * `invalid_json`. The parsed value is left in Hono's body cache, so validators do not parse twice.
- * An empty body is no body (the OpenAI SDK sends none on `cancel`); routes that need one then
- * report the missing fields. JSON that parses but is ambiguous or could not be stored as sent
+ * An empty body is no body (the OpenAI SDK sends none on `cancel`, OpenAI's examples send
+ * `-d ''` to create an empty thread): validators see `{}`, as for a request without a JSON
+ * content type, and routes that need fields report the missing ones. JSON that parses but is ambiguous or could not be stored as sent
  * (lib/strict-json.ts) is 400 too, naming where.
  *
  * The bytes must be UTF-8 (RFC 8259 requires it of JSON between systems): invalid sequences are
@@ -39,7 +40,10 @@ export const jsonBody = () =>
     }
     const text = decodeUtf8(await readBytes(c));
     if (text.length === 0) {
-      c.req.bodyCache.json = Promise.resolve(undefined);
+      // HonoRequest.json() parses the text of the first body it has cached: the bytes read above
+      // give it '' (not JSON), so they make way for the empty object.
+      delete c.req.bodyCache.arrayBuffer;
+      c.req.bodyCache.json = Promise.resolve({});
       return next();
     }
     let parsed: unknown;

@@ -31,8 +31,9 @@ function describe(issue: Issue, prefix: PropertyKey[], input: unknown, target: s
   const at = (code: ErrorCode, message: string, paramOverride: string | null = param) =>
     new ApiError(code, message, { param: paramOverride });
 
-  // A value that is absent fails its type or enum check: say that it is missing.
-  if ((issue.code === 'invalid_type' || issue.code === 'invalid_value') && valueAt(input, path) === undefined) {
+  // A value that is absent fails its type, enum or union check: say that it is missing.
+  const absentCodes = ['invalid_type', 'invalid_value', 'invalid_union'];
+  if (absentCodes.includes(issue.code) && valueAt(input, path) === undefined) {
     if (param === null) return at('invalid_json', 'The request body must be a JSON object.');
     return at('missing_required_parameter', `Missing required parameter: '${param}'.`);
   }
@@ -100,12 +101,14 @@ function describe(issue: Issue, prefix: PropertyKey[], input: unknown, target: s
             : `Invalid value for '${keyParam}': ${JSON.stringify(value)} is not supported.`;
         return at(value === undefined ? 'missing_required_parameter' : 'invalid_value', message, keyParam);
       }
-      // Report the branch that got furthest: its first issue is the most specific explanation.
+      // Report the branch that got furthest: its first issue is the most specific explanation. A
+      // branch whose type matched the value (its issue is not the type) got further than the others.
+      const wrongType = (first: Issue) => (first.path.length === 0 && first.code === 'invalid_type' ? 1 : 0);
       const best = issue.errors
         .map((branch) => branch[0])
         .filter((first): first is Issue => first !== undefined)
-        .sort((a, b) => b.path.length - a.path.length)[0];
-      if (best && best.path.length > 0) return describe(best, path, input, target);
+        .sort((a, b) => b.path.length - a.path.length || wrongType(a) - wrongType(b))[0];
+      if (best && (best.path.length > 0 || wrongType(best) === 0)) return describe(best, path, input, target);
       return at('invalid_value', `Invalid value for ${name}.`);
     }
     case 'invalid_key': {

@@ -3,16 +3,17 @@ import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
 import { virtualKey } from '../middleware/virtual-key';
 import { workspace } from '../middleware/workspace';
-import { createAssistantBody } from '../schemas/assistants';
+import { createAssistantBody, modifyAssistantBody } from '../schemas/assistants';
 import { cursorListQuery } from '../schemas/common';
-import { createAssistant, deleteAssistant, getAssistant, listAssistants } from '../services/assistants';
+import { createAssistant, deleteAssistant, getAssistant, listAssistants, modifyAssistant } from '../services/assistants';
 import { toAssistantJson } from '../wire/assistants';
 import { listObject } from '../wire/lists';
 import type { ApiEnv } from './env';
 
 /**
  * /v1/assistants, in the workspace of workspace(). Retrieving one needs `x-gateway-virtual-key`
- * (the gateway's API has always asked for one there); creating, listing and deleting do not.
+ * (the gateway's API has always asked for one there); creating, listing, modifying and deleting
+ * do not.
  */
 export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
@@ -33,6 +34,11 @@ export const assistantRoutes = new Hono<ApiEnv>()
   })
   .get('/:assistant_id', virtualKey(), async (c) => {
     const row = await getAssistant(c.var.deps.db, c.var.workspace.workspaceId, c.req.param('assistant_id'));
+    return c.json(toAssistantJson(row));
+  })
+  .post('/:assistant_id', validate('json', modifyAssistantBody), async (c) => {
+    const { workspaceId } = c.var.workspace;
+    const row = await modifyAssistant(c.var.deps.db, workspaceId, c.req.param('assistant_id'), c.req.valid('json'));
     return c.json(toAssistantJson(row));
   })
   .delete('/:assistant_id', async (c) => {

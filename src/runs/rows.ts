@@ -28,7 +28,10 @@ export function newThread(
   };
 }
 
-/** A message a client wrote into a thread; `param` names it in errors (`thread.messages[0]`). */
+/**
+ * A message a client wrote into a thread; `param` names it in errors (`thread.messages[0]`, or ''
+ * when the message is the whole request body).
+ */
 export function clientMessage(thread: ThreadRow, input: ThreadMessageInput, param: string, at: number): MessageRow {
   return {
     id: newId('msg'),
@@ -72,7 +75,7 @@ export function answerMessage(run: RunRow, at: number): MessageRow {
 function messageContent(input: ThreadMessageInput, param: string): MessageContent[] {
   if (input.attachments && input.attachments.length > 0) {
     throw new ApiError('unsupported_content', 'Attachments need OpenAI-hosted files, which this gateway does not have.', {
-      param: `${param}.attachments`,
+      param: field(param, 'attachments'),
     });
   }
   if (typeof input.content === 'string') return [{ type: 'text', text: { value: input.content, annotations: [] } }];
@@ -84,11 +87,13 @@ function messageContent(input: ThreadMessageInput, param: string): MessageConten
         return { type: 'image_url', image_url: { url: part.image_url.url, detail: part.image_url.detail ?? 'auto' } };
       case 'image_file':
         throw new ApiError('unsupported_content', 'image_file content needs OpenAI-hosted files; send image_url instead.', {
-          param: `${param}.content[${index}]`,
+          param: field(param, `content[${index}]`),
         });
     }
   });
 }
+
+const field = (param: string, name: string) => (param === '' ? name : `${param}.${name}`);
 
 /**
  * A run on `thread` with its effective settings, executed at once: born in progress (clients are

@@ -23,6 +23,12 @@ export const createAssistantBody = z.strictObject({
 });
 export type CreateAssistantBody = z.infer<typeof createAssistantBody>;
 
+/**
+ * POST /v1/assistants/{assistant_id}: OpenAI's ModifyAssistantRequest, every field of create with
+ * the same bounds, each optional; the fields sent replace the stored ones.
+ */
+export const modifyAssistantBody = createAssistantBody.partial();
+export type ModifyAssistantBody = z.infer<typeof modifyAssistantBody>;
 
 /** An assistant on the wire: every field of OpenAI's Assistant object, defaults filled. */
 export interface AssistantJson {

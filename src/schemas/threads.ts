@@ -3,8 +3,8 @@ import { cursorListQuery, metadataSchema } from './common';
 import { toolResourcesSchema } from './tools';
 
 /**
- * Threads and their messages: the messages a request brings (in a thread created with its run),
- * listing a thread's messages, and the shapes a message is stored and answered in.
+ * Threads and their messages: the bodies that create and modify them (alone, or a thread created
+ * with its run), listing a thread's messages, and the shapes a message is stored and answered in.
  */
 
 export const THREAD_LIMITS = {
@@ -47,6 +47,21 @@ export const threadSchema = z.strictObject({
   tool_resources: toolResourcesSchema.nullable().optional(),
   metadata: metadataSchema.nullable().optional(),
 });
+export type ThreadInput = z.infer<typeof threadSchema>;
+
+/** POST /v1/threads: OpenAI's CreateThreadRequest (an empty body is an empty thread). */
+export const createThreadBody = threadSchema;
+
+/** POST /v1/threads/{thread_id}: OpenAI's ModifyThreadRequest; the fields sent replace the stored ones. */
+export const modifyThreadBody = threadSchema.omit({ messages: true });
+export type ModifyThreadBody = z.infer<typeof modifyThreadBody>;
+
+/** POST /v1/threads/{thread_id}/messages: OpenAI's CreateMessageRequest. */
+export const createMessageBody = threadMessageSchema;
+
+/** POST /v1/threads/{thread_id}/messages/{message_id}: OpenAI's ModifyMessageRequest. */
+export const modifyMessageBody = z.strictObject({ metadata: metadataSchema.nullable().optional() });
+export type ModifyMessageBody = z.infer<typeof modifyMessageBody>;
 
 export const listMessagesQuery = cursorListQuery.extend({ run_id: z.string().min(1).max(128).optional() });
 

@@ -3,7 +3,7 @@ import { preparedQuery, type Db } from '../db/client';
 import { assistants } from '../db/schema';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
-import type { CreateAssistantBody } from '../schemas/assistants';
+import type { CreateAssistantBody, ModifyAssistantBody } from '../schemas/assistants';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage } from './pagination';
 import { insertWhere, quotaExceeded } from './quotas';
@@ -14,6 +14,7 @@ import { insertWhere, quotaExceeded } from './quotas';
  */
 
 export type AssistantRow = typeof assistants.$inferSelect;
+type AssistantColumns = Partial<typeof assistants.$inferInsert>;
 
 /**
  * Creates an assistant; 400 `quota_exceeded` when the workspace holds `maxAssistants` live ones
@@ -30,16 +31,17 @@ export async function createAssistant(
     id: newId('asst'),
     workspaceId,
     createdAt: now,
-    name: body.name ?? null,
-    description: body.description ?? null,
+    name: null,
+    description: null,
+    instructions: null,
+    tools: [],
+    toolResources: null,
+    metadata: {},
+    temperature: null,
+    topP: null,
+    responseFormat: null,
+    ...columnsOf(body),
     model: body.model,
-    instructions: body.instructions ?? null,
-    tools: body.tools ?? [],
-    toolResources: body.tool_resources ?? null,
-    metadata: body.metadata ?? {},
-    temperature: body.temperature ?? null,
-    topP: body.top_p ?? null,
-    responseFormat: body.response_format ?? null,
   };
   // Counted on the partial index assistants_live, without reading the rows.
   const held = sql`(SELECT count(*) FROM ${assistants} WHERE ${live(workspaceId)})`;
@@ -49,6 +51,25 @@ export async function createAssistant(
   throw quotaExceeded(
     `This workspace has ${counted?.count ?? maxAssistants} assistants; its cap is ${maxAssistants}. Delete one before creating another.`,
   );
+}
+
+/**
+ * The columns a create or modify body sets: only the fields it sends. A field sent as null clears
+ * it (the answer then shows its default); null metadata is no metadata.
+ */
+function columnsOf(body: ModifyAssistantBody): AssistantColumns {
+  const columns: AssistantColumns = {};
+  if (body.model !== undefined) columns.model = body.model;
+  if (body.name !== undefined) columns.name = body.name;
+  if (body.description !== undefined) columns.description = body.description;
+  if (body.instructions !== undefined) columns.instructions = body.instructions;
+  if (body.tools !== undefined) columns.tools = body.tools;
+  if (body.tool_resources !== undefined) columns.toolResources = body.tool_resources;
+  if (body.metadata !== undefined) columns.metadata = body.metadata ?? {};
+  if (body.temperature !== undefined) columns.temperature = body.temperature;
+  if (body.top_p !== undefined) columns.topP = body.top_p;
+  if (body.response_format !== undefined) columns.responseFormat = body.response_format;
+  return columns;
 }
 
 // OpenAI's own 404 for a missing assistant, with a null param.
@@ -94,6 +115,23 @@ export function listAssistants(db: Db, workspaceId: string, query: CursorListQue
     select: (where, orderBy, limit) =>
       db.select().from(assistants).where(and(live(workspaceId), where)).orderBy(orderBy).limit(limit),
   });
+}
+
+/**
+ * Changes the fields `body` sends, in one statement; 404 as getAssistant. Nothing counts against
+ * the workspace's cap (the assistant is already one of its assistants), and the body was checked
+ * against the same bounds as a create.
+ */
+export async function modifyAssistant(db: Db, workspaceId: string, id: string, body: ModifyAssistantBody): Promise<AssistantRow> {
+  const columns = columnsOf(body);
+  if (Object.keys(columns).length === 0) return getAssistant(db, workspaceId, id);
+  const [row] = await db
+    .update(assistants)
+    .set(columns)
+    .where(and(eq(assistants.id, id), live(workspaceId)))
+    .returning();
+  if (!row) throw notFound(id);
+  return row;
 }
 
 /** Marks the assistant deleted; 404 as getAssistant when it is not there (or already deleted). */

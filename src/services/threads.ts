@@ -1,15 +1,33 @@
-import { and, asc, eq, isNull, ne, or } from 'drizzle-orm';
-import type { Db } from '../db/client';
-import { messages, threads, type MessageStatus } from '../db/schema';
+import { and, asc, eq, inArray, isNull, ne, or, sql } from 'drizzle-orm';
+import { batchWrites, type Db, type Statement } from '../db/client';
+import { messages, runs, runSteps, threads, type MessageStatus, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
+import type { ModifyMessageBody, ModifyThreadBody } from '../schemas/threads';
 import { cursorPage } from './pagination';
+import { insertWhere } from './quotas';
 
 /** Threads and their messages: their queries (their JSON is wire/threads.ts). */
 
 /** Without `seq`, as services/runs.ts explains. */
 export type ThreadRow = Omit<typeof threads.$inferSelect, 'seq'>;
 export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
+
+/**
+ * The statuses in which a run holds its thread: until it leaves them, the thread takes no new
+ * message, no other run, and is not deleted (OpenAI's rule: one active run per thread).
+ */
+export const THREAD_HOLDING_STATUSES = ['queued', 'in_progress', 'requires_action', 'cancelling'] as const;
+export const holdsThread = (status: RunStatus) => THREAD_HOLDING_STATUSES.some((held) => held === status);
+
+/**
+ * `status IN (…)` written exactly as the WHERE of the partial index runs_one_active_per_thread
+ * (db/schema.ts): SQLite uses a partial index only for a query whose WHERE contains its own, and
+ * then finds a thread's active run in one index probe however many runs the thread had.
+ */
+const heldStatus = sql.raw(`status IN (${THREAD_HOLDING_STATUSES.map((status) => `'${status}'`).join(', ')})`);
+const runHoldingThread = (threadId: string) =>
+  sql`SELECT 1 FROM ${runs} WHERE ${runs.threadId} = ${threadId} AND ${heldStatus}`;
 
 export async function getThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow> {
   const [row] = await db
@@ -19,6 +37,114 @@ export async function getThread(db: Db, workspaceId: string, id: string): Promis
     .limit(1);
   if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
   return row;
+}
+
+/** A new thread and its first messages, in one transaction. */
+export async function insertThread(db: Db, thread: ThreadRow, threadMessages: MessageRow[]): Promise<void> {
+  const statements: Statement[] = [db.insert(threads).values(thread)];
+  if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
+  await batchWrites(db, statements);
+}
+
+/** Replaces the fields `body` sends (null metadata is no metadata); 404 as getThread. */
+export async function modifyThread(db: Db, workspaceId: string, id: string, body: ModifyThreadBody): Promise<ThreadRow> {
+  const columns: Partial<ThreadRow> = {};
+  if (body.metadata !== undefined) columns.metadata = body.metadata ?? {};
+  if (body.tool_resources !== undefined) columns.toolResources = body.tool_resources;
+  if (Object.keys(columns).length === 0) return getThread(db, workspaceId, id);
+  const [row] = await db
+    .update(threads)
+    .set(columns)
+    .where(and(eq(threads.id, id), eq(threads.workspaceId, workspaceId)))
+    .returning();
+  if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
+  return row;
+}
+
+/** The run that holds the thread (see THREAD_HOLDING_STATUSES), if one does. */
+export async function runHoldingThreadOf(db: Db, threadId: string) {
+  const [row] = await db
+    .select()
+    .from(runs)
+    .where(and(eq(runs.threadId, threadId), heldStatus))
+    .limit(1);
+  return row ?? null;
+}
+
+/**
+ * Deletes the thread with its messages, runs and run steps, in one transaction, unless a run
+ * holds it: the thread's row goes first, in a statement that checks for such a run, and the rest
+ * only goes once the row is gone. Answers whether the thread was deleted.
+ */
+export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boolean> {
+  const gone = sql`NOT EXISTS (SELECT 1 FROM ${threads} WHERE ${threads.id} = ${thread.id})`;
+  const [deleted] = await db.batch([
+    db
+      .delete(threads)
+      .where(and(eq(threads.id, thread.id), eq(threads.workspaceId, thread.workspaceId), sql`NOT EXISTS (${runHoldingThread(thread.id)})`))
+      .returning({ id: threads.id }),
+    // Through the thread's runs (runs_thread, then run_steps_run): run_steps has no index on thread_id.
+    db
+      .delete(runSteps)
+      .where(and(inArray(runSteps.runId, db.select({ id: runs.id }).from(runs).where(eq(runs.threadId, thread.id))), gone)),
+    db.delete(messages).where(and(eq(messages.threadId, thread.id), gone)),
+    db.delete(runs).where(and(eq(runs.threadId, thread.id), gone)),
+  ]);
+  return deleted.length > 0;
+}
+
+/**
+ * Adds a message to its thread in one statement, `INSERT … SELECT … WHERE`, that writes it only
+ * while no run holds the thread and the thread still exists: a run admitted at the same instant
+ * is either before it (the message is refused) or after it (the run sees the message), never
+ * both. Answers the message, or null when it was not written.
+ */
+export async function insertMessageWhileIdle(db: Db, message: MessageRow): Promise<MessageRow | null> {
+  const threadExists = sql`EXISTS (SELECT 1 FROM ${threads} WHERE ${threads.id} = ${message.threadId})`;
+  const idle = sql`NOT EXISTS (${runHoldingThread(message.threadId)})`;
+  const [row] = await insertWhere(db, messages, message, sql`${threadExists} AND ${idle}`).returning();
+  return row ?? null;
+}
+
+const messageNotFound = (id: string) => new ApiError('message_not_found', `No message found with id '${id}'.`);
+const messageOf = (workspaceId: string, threadId: string, id: string) =>
+  and(eq(messages.id, id), eq(messages.threadId, threadId), eq(messages.workspaceId, workspaceId));
+
+/**
+ * A missing message's 404: the thread's when the thread is not there either (which getThread
+ * throws), the message's otherwise.
+ */
+async function missingMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<never> {
+  await getThread(db, workspaceId, threadId);
+  throw messageNotFound(id);
+}
+
+export async function getMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<MessageRow> {
+  const [row] = await db.select().from(messages).where(messageOf(workspaceId, threadId, id)).limit(1);
+  return row ?? missingMessage(db, workspaceId, threadId, id);
+}
+
+/** Replaces the message's metadata when `body` sends it (null is no metadata); 404 as getMessage. */
+export async function modifyMessage(
+  db: Db,
+  workspaceId: string,
+  threadId: string,
+  id: string,
+  body: ModifyMessageBody,
+): Promise<MessageRow> {
+  if (body.metadata === undefined) return getMessage(db, workspaceId, threadId, id);
+  const [row] = await db
+    .update(messages)
+    .set({ metadata: body.metadata ?? {} })
+    .where(messageOf(workspaceId, threadId, id))
+    .returning();
+  return row ?? missingMessage(db, workspaceId, threadId, id);
+}
+
+/** Deletes the message; 404 as getMessage. */
+export async function deleteMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<void> {
+  const [row] = await db.delete(messages).where(messageOf(workspaceId, threadId, id)).returning({ id: messages.id });
+  if (!row) await missingMessage(db, workspaceId, threadId, id);
 }
 
 /** The messages a run's conversation is built from: the thread's, except this run's own answers. */

@@ -1,0 +1,97 @@
+import type { Deps } from '../deps';
+import { ApiError } from '../errors';
+import { reconcileRun } from '../runs/recovery';
+import { clientMessage, newThread } from '../runs/rows';
+import type { ThreadInput, ThreadMessageInput } from '../schemas/threads';
+import {
+  deleteIdleThread,
+  getThread,
+  holdsThread,
+  insertMessageWhileIdle,
+  insertThread,
+  runHoldingThreadOf,
+  type MessageRow,
+  type ThreadRow,
+} from '../services/threads';
+
+/**
+ * The thread and message use-cases that involve more than one query: creating a thread with its
+ * messages, and the two writes a run holding the thread forbids (adding a message, deleting the
+ * thread). The routes (routes/threads.ts) validate, call one of these or one service, and answer.
+ */
+
+/** What these use-cases use of the deps: a run left behind is settled on the way (runs/recovery.ts). */
+export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters'>;
+
+/** POST /v1/threads: the thread and its messages, in one transaction. */
+export async function createThread(deps: ThreadCommandDeps, workspaceId: string, body: ThreadInput): Promise<ThreadRow> {
+  const at = deps.now();
+  const thread = newThread(workspaceId, body, at);
+  const messages = (body.messages ?? []).map((message, index) => clientMessage(thread, message, `messages[${index}]`, at));
+  await insertThread(deps.db, thread, messages);
+  return thread;
+}
+
+/**
+ * POST /v1/threads/{thread_id}/messages: refused with 400 `run_active` while a run holds the
+ * thread, in OpenAI's words.
+ */
+export async function createMessage(
+  deps: ThreadCommandDeps,
+  workspaceId: string,
+  threadId: string,
+  body: ThreadMessageInput,
+): Promise<MessageRow> {
+  const thread = await getThread(deps.db, workspaceId, threadId);
+  const message = clientMessage(thread, body, '', deps.now());
+  return whileIdle(deps, thread, () => insertMessageWhileIdle(deps.db, message), (run) =>
+    run
+      ? `Can't add messages to ${thread.id} while a run ${run} is active.`
+      : `Can't add messages to ${thread.id} while a run is active.`,
+  );
+}
+
+/**
+ * DELETE /v1/threads/{thread_id}: the thread with its messages, runs and run steps. Refused with
+ * 400 `run_active` while a run holds the thread, as a message is: deleting the thread under a
+ * run would leave it executing into rows that are gone. Cancel the run first.
+ */
+export async function deleteThread(deps: ThreadCommandDeps, workspaceId: string, threadId: string): Promise<void> {
+  const thread = await getThread(deps.db, workspaceId, threadId);
+  await whileIdle(deps, thread, async () => ((await deleteIdleThread(deps.db, thread)) ? true : null), (run) =>
+    run ? `Can't delete ${thread.id} while a run ${run} is active.` : `Can't delete ${thread.id} while a run is active.`,
+  );
+}
+
+/** How often a write refused for a run that then turned out to have ended is tried again. */
+const ATTEMPTS = 3;
+
+/**
+ * Runs `write`, a single statement that writes nothing while a run holds the thread (answering
+ * null then), so that the check and the write cannot be separated by a run's admission. When it
+ * wrote nothing: a run left behind (its executor gone, or waiting for tool outputs past its
+ * expiry) is settled first, as any read of it would, and the write tried again, so such a run
+ * never blocks its thread for ever; a run really active refuses the write, named in the 400; a
+ * thread deleted in the meantime is a 404.
+ */
+async function whileIdle<T>(
+  deps: ThreadCommandDeps,
+  thread: ThreadRow,
+  write: () => Promise<T | null>,
+  refusal: (runId: string | null) => string,
+): Promise<T> {
+  for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
+    const written = await write();
+    if (written !== null) return written;
+    const run = await runHoldingThreadOf(deps.db, thread.id);
+    if (run === null) {
+      // The thread is gone (404), or the run that held it ended between the two statements.
+      await getThread(deps.db, thread.workspaceId, thread.id);
+      continue;
+    }
+    const current = await reconcileRun(deps, run);
+    if (holdsThread(current.status)) throw new ApiError('run_active', refusal(run.id));
+  }
+  // Runs kept starting and ending between each write and its check: refuse, as OpenAI would.
+  throw new ApiError('run_active', refusal(null));
+}
