@@ -29,6 +29,8 @@ export const ERROR_CODES = {
   unsupported_tool: { status: 400 },
   unsupported_content: { status: 400 },
   run_not_active: { status: 400 },
+  /** A run was created on a thread that has one queued, in progress, waiting for tool outputs or cancelling. */
+  thread_has_active_run: { status: 400 },
   /** A workspace's budget is spent: its policies, virtual keys or assistants are at their cap. */
   quota_exceeded: { status: 400 },
   // 401: who is calling is unknown.
@@ -52,6 +54,7 @@ export const ERROR_CODES = {
   assistant_not_found: { status: 404 },
   thread_not_found: { status: 404 },
   run_not_found: { status: 404 },
+  run_step_not_found: { status: 404 },
   // 405, 409, 413, 415
   method_not_allowed: { status: 405 },
   already_exists: { status: 409 },

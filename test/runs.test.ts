@@ -200,7 +200,19 @@ describe('createAndRun, not streamed', () => {
     expect((answer!.content[0] as { text: { value: string } }).text.value.split(' ')).toHaveLength(256);
   });
 
-  it('ends incomplete when the prompt used more tokens than max_prompt_tokens', async () => {
+  it('ends incomplete when the provider reports more prompt tokens than max_prompt_tokens', async () => {
+    const run = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, max_prompt_tokens: 256, thread: fakeThread('Short', { usage: { prompt_tokens: 300 } }) },
+      { pollIntervalMs: 10 },
+    );
+    expect(run.status).toBe('incomplete');
+    expect(run.incomplete_details).toEqual({ reason: 'max_prompt_tokens' });
+    expect(run.usage!.prompt_tokens).toBe(300);
+    expect(fake.requests).toHaveLength(1);
+  });
+
+  it('ends incomplete without calling the provider when the prompt cannot fit max_prompt_tokens', async () => {
+    // About 2,000 characters: 500 tokens at four characters a token, and no older history to leave out.
     const prompt = Array.from({ length: 300 }, (_, i) => `w${i}`).join(' ');
     const run = await openai.beta.threads.createAndRunPoll(
       { assistant_id: assistantId, max_prompt_tokens: 256, thread: fakeThread(prompt) },
@@ -208,7 +220,9 @@ describe('createAndRun, not streamed', () => {
     );
     expect(run.status).toBe('incomplete');
     expect(run.incomplete_details).toEqual({ reason: 'max_prompt_tokens' });
-    expect(run.usage!.prompt_tokens).toBeGreaterThan(256);
+    expect(run.usage).toEqual({ prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
+    expect(fake.requests).toHaveLength(0);
+    expect((await openai.beta.threads.messages.list(run.thread_id)).data.map((message) => message.role)).toEqual(['user']);
   });
 
   it.each([

@@ -1,4 +1,4 @@
-import { and, asc, eq, isNull, ne, or } from 'drizzle-orm';
+import { and, eq } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { messages, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
@@ -19,15 +19,6 @@ export async function getThread(db: Db, workspaceId: string, id: string): Promis
     .limit(1);
   if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
   return row;
-}
-
-/** The messages a run's conversation is built from: the thread's, except this run's own answers. */
-export async function conversationMessages(db: Db, threadId: string, runId: string): Promise<MessageRow[]> {
-  return db
-    .select()
-    .from(messages)
-    .where(and(eq(messages.threadId, threadId), or(isNull(messages.runId), ne(messages.runId, runId))))
-    .orderBy(asc(messages.seq));
 }
 
 /** One page of a thread's messages (see cursorPage), optionally those of one run. */
