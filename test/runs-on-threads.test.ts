@@ -1,5 +1,9 @@
+import { eq, getTableColumns } from 'drizzle-orm';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { isUniqueViolation } from '../src/db/client';
+import { messages as messageTable, runs } from '../src/db/schema';
+import { insertRunOnThread } from '../src/services/runs';
 import { fakeDirective, fakeThread, promptTokens, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import * as ratelimit from './support/ratelimit';
@@ -408,13 +412,13 @@ describe('listing and updating runs, and their steps', () => {
   /** A thread with three completed runs, oldest first. */
   async function threeRuns() {
     const first = await openai.beta.threads.createAndRunPoll({ assistant_id: assistantId, thread: fakeThread('one', { reply: '1' }) }, POLL);
-    const runs = [first];
+    const created = [first];
     for (const text of ['two', 'three']) {
-      runs.push(
+      created.push(
         await openai.beta.threads.runs.createAndPoll(first.thread_id, { assistant_id: assistantId, additional_messages: [{ role: 'user', content: text }] }, POLL),
       );
     }
-    return { threadId: first.thread_id, ids: runs.map((run) => run.id) };
+    return { threadId: first.thread_id, ids: created.map((run) => run.id) };
   }
 
   it('lists a thread’s runs, newest first by default, and pages both ways', async () => {
@@ -627,6 +631,31 @@ describe('one open run per thread', () => {
     // Every reservation of a refused run was given back: the counter holds what the two runs used.
     const cancelled = await client.beta.threads.runs.cancel(winner.id, { thread_id: threadId });
     expect(await ratelimit.usedBy(gateway.database.client, policy)).toBe(first.usage!.total_tokens + cancelled.usage!.total_tokens);
+  });
+
+  it('is decided by the unique index at the insert: a second open run is refused whole, other conflicts are errors', async () => {
+    const threadId = await threadWith('Hi', 'Hello.');
+    const waiting = await openai.beta.threads.runs.createAndPoll(
+      threadId,
+      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: ask('Weather?', { tool_calls: 1 }) }] },
+      POLL,
+    );
+    const { db } = gateway.database;
+    // The rows as the app builds them: every column but seq.
+    const { seq: _runSeq, ...runColumns } = getTableColumns(runs);
+    const { seq: _messageSeq, ...messageColumns } = getTableColumns(messageTable);
+    const [open] = await db.select(runColumns).from(runs).where(eq(runs.id, waiting.id));
+    const [message] = await db.select(messageColumns).from(messageTable).where(eq(messageTable.threadId, threadId)).limit(1);
+    const before = await ratelimit.rowsOf(gateway.database.client, tenant.workspace.id);
+    // The embedded client's SqliteError, as Drizzle's batch passes it on.
+    expect(await insertRunOnThread(db, [{ ...message!, id: 'msg_second' }], { ...open!, id: 'run_second' })).toBe(false);
+    expect(await ratelimit.rowsOf(gateway.database.client, tenant.workspace.id)).toEqual(before);
+    // A conflict on another index (the run's id) is not taken for an open run.
+    const cancelled = await openai.beta.threads.runs.cancel(waiting.id, { thread_id: threadId });
+    expect(cancelled.status).toBe('cancelled');
+    const error = await insertRunOnThread(db, [], { ...open!, status: 'queued' }).catch((caught: unknown) => caught);
+    expect(isUniqueViolation(error, 'runs.id')).toBe(true);
+    expect(isUniqueViolation(error, 'runs.thread_id')).toBe(false);
   });
 
   it('reconciles an open run left behind, and creates the new run', async () => {
