@@ -11,6 +11,6 @@ export {
 } from './attributes';
 export type { AdmitResult, CounterAdjustment, CounterAdmission, CounterStore } from './counter-store';
 export { admitRequest, settleTokens, type Admission, type TokenTicket, type TurnTokens } from './enforce';
-export { CHARS_PER_TOKEN, promptChars, turnReservation } from './reservation';
+export { promptChars, turnReservation } from './reservation';
 export { LibsqlCounterStore } from './libsql-counter-store';
 export { PolicyCache } from './policy-cache';

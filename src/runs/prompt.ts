@@ -1,7 +1,7 @@
 import type { Config } from '../config';
 import { utf8Length } from '../lib/text';
 import type { ChatContentPart, ChatMessage } from '../providers/types';
-import { CHARS_PER_TOKEN } from '../ratelimit';
+import { CHARS_PER_TOKEN } from '../ratelimit/reservation';
 import type { ToolCallsDetails, TruncationStrategy } from '../schemas/runs';
 import type { History, HistoryStep } from '../services/history';
 import type { RunRow, StepRow } from '../services/runs';
