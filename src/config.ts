@@ -56,6 +56,12 @@ export const configSchema = z.object({
    * together, in UTF-8 bytes. Past it the upstream call is dropped and the run ends `incomplete`.
    */
   GATEWAY_MAX_ANSWER_BYTES: positiveInt.default(4 * 1024 * 1024),
+  /**
+   * The most of a thread's history one turn of a run sends its provider: earlier messages, tool
+   * calls and outputs, the newest first, in bytes. Older ones are left out, as `auto` truncation
+   * leaves out what does not fit a model's context; it bounds what a turn reads and holds.
+   */
+  GATEWAY_MAX_HISTORY_BYTES: positiveInt.default(8 * 1024 * 1024),
   /** A run not finished this long after its creation expires (OpenAI: 10 minutes). */
   GATEWAY_RUN_EXPIRES_AFTER_SECONDS: positiveInt.default(600),
   /**

@@ -31,9 +31,9 @@ export const ERROR_CODES = {
   run_not_active: { status: 400 },
   /**
    * A run of the thread is queued, in progress, waiting for tool outputs or cancelling: until it
-   * ends, the thread takes no new message and cannot be deleted (OpenAI's rule for messages).
+   * ends, the thread takes no new run or message and cannot be deleted (OpenAI's rule).
    */
-  run_active: { status: 400 },
+  thread_has_active_run: { status: 400 },
   /** A workspace's budget is spent: its policies, virtual keys or assistants are at their cap. */
   quota_exceeded: { status: 400 },
   // 401: who is calling is unknown.
@@ -58,6 +58,7 @@ export const ERROR_CODES = {
   thread_not_found: { status: 404 },
   message_not_found: { status: 404 },
   run_not_found: { status: 404 },
+  run_step_not_found: { status: 404 },
   // 405, 409, 413, 415
   method_not_allowed: { status: 405 },
   already_exists: { status: 409 },

@@ -193,6 +193,18 @@ describe('answers', () => {
     expect(roundTrip.choices[0]!.finish_reason).toBe('stop');
   });
 
+  it('echo the messages they were sent, as JSON, with echo_messages', async () => {
+    const messages: ChatCompletionMessageParam[] = [
+      { role: 'system', content: 'You are terse.' },
+      { role: 'assistant', content: 'Earlier  answer,\nwith lines.' },
+      user('Now?', { echo_messages: true }),
+    ];
+    const echoed = await complete({ model: MODEL, messages });
+    expect(JSON.parse(echoed.choices[0]!.message.content!)).toEqual(messages);
+    const invalid = await complete({ model: MODEL, messages: [{ role: 'user', content: 'Hi\n#fake {"echo_messages":"yes"}' }] }).catch((e: unknown) => e);
+    expect(invalid).toMatchObject({ status: 400, message: expect.stringContaining("invalid value for 'echo_messages'") });
+  });
+
   it('answer valid JSON in JSON mode', async () => {
     const object = await complete({
       model: MODEL,

@@ -274,7 +274,7 @@ describe('listing messages', () => {
 describe('the active-run rule', () => {
   const refusal = (threadId: string, runId: string) => ({
     status: 400,
-    code: 'run_active',
+    code: 'thread_has_active_run',
     param: null,
     type: 'invalid_request_error',
     message: `Can't add messages to ${threadId} while a run ${runId} is active.`,

@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { count, eq } from 'drizzle-orm';
@@ -11,6 +10,7 @@ import {
   type FakeUpstreamServer,
 } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
+import { collapse, parseEvents, referenceOrder } from './support/run-stream';
 
 /**
  * Runs end to end, as users drive them: the official `openai` SDK against the real app, on a real
@@ -200,7 +200,19 @@ describe('createAndRun, not streamed', () => {
     expect((answer!.content[0] as { text: { value: string } }).text.value.split(' ')).toHaveLength(256);
   });
 
-  it('ends incomplete when the prompt used more tokens than max_prompt_tokens', async () => {
+  it('ends incomplete when the provider reports more prompt tokens than max_prompt_tokens', async () => {
+    const run = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, max_prompt_tokens: 256, thread: fakeThread('Short', { usage: { prompt_tokens: 300 } }) },
+      { pollIntervalMs: 10 },
+    );
+    expect(run.status).toBe('incomplete');
+    expect(run.incomplete_details).toEqual({ reason: 'max_prompt_tokens' });
+    expect(run.usage!.prompt_tokens).toBe(300);
+    expect(fake.requests).toHaveLength(1);
+  });
+
+  it('ends incomplete without calling the provider when the prompt cannot fit max_prompt_tokens', async () => {
+    // About 2,000 characters: 500 tokens at four characters a token, and no older history to leave out.
     const prompt = Array.from({ length: 300 }, (_, i) => `w${i}`).join(' ');
     const run = await openai.beta.threads.createAndRunPoll(
       { assistant_id: assistantId, max_prompt_tokens: 256, thread: fakeThread(prompt) },
@@ -208,7 +220,9 @@ describe('createAndRun, not streamed', () => {
     );
     expect(run.status).toBe('incomplete');
     expect(run.incomplete_details).toEqual({ reason: 'max_prompt_tokens' });
-    expect(run.usage!.prompt_tokens).toBeGreaterThan(256);
+    expect(run.usage).toEqual({ prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
+    expect(fake.requests).toHaveLength(0);
+    expect((await openai.beta.threads.messages.list(run.thread_id)).data.map((message) => message.role)).toEqual(['user']);
   });
 
   it.each([
@@ -552,41 +566,3 @@ describe('reading runs and threads', () => {
     expect(after.headers.get('openai-poll-after-ms')).toBeNull();
   });
 });
-
-// ── The event order of the reference stream ─────────────────────────────────────────────────
-
-interface ParsedEvent {
-  event: string;
-  data: unknown;
-}
-
-function parseEvents(text: string): ParsedEvent[] {
-  return text
-    .split('\n\n')
-    .filter((block) => block.startsWith('event: '))
-    .map((block) => {
-      const [eventLine, dataLine] = block.split('\n');
-      const data = dataLine!.slice('data: '.length);
-      return { event: eventLine!.slice('event: '.length), data: data === '[DONE]' ? data : JSON.parse(data) };
-    });
-}
-
-/** Repeated delta events count once: how many deltas depends on the answer. */
-function collapse(events: string[]): string[] {
-  return events.filter((event, i) => !(event.endsWith('.delta') && events[i - 1] === event));
-}
-
-/**
- * The event names of example N of a real OpenAI run stream (test/fixtures), deltas collapsed.
- */
-function referenceOrder(example: number): string[] {
-  const text = readFileSync(new URL('./fixtures/openai-run-stream-example.txt', import.meta.url), 'utf8');
-  const section = text.split(/# =+ EXAMPLE \d/)[example]!;
-  const names = section
-    .split('\n')
-    .filter((line) => line.startsWith('event: '))
-    .map((line) => line.slice('event: '.length))
-    // The SDK consumes `done` itself; it never reaches the 'event' listener.
-    .filter((name) => name !== 'done');
-  return collapse(names);
-}

@@ -197,7 +197,7 @@ describe('deleting a thread', () => {
     const refused = await errorOf(await alice.request(`/v1/threads/${held.threadId}`, { method: 'DELETE' }));
     expect(refused).toEqual({
       status: 400,
-      code: 'run_active',
+      code: 'thread_has_active_run',
       param: null,
       type: 'invalid_request_error',
       message: `Can't delete ${held.threadId} while a run ${held.runId} is active.`,

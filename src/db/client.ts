@@ -48,3 +48,19 @@ export function preparedQuery<T>(build: (db: Db) => T): (db: Db) => T {
     return query;
   };
 }
+
+/**
+ * Whether `error` is SQLite refusing a write for a duplicate in a unique index on `columns`
+ * (`runs.thread_id`), as each driver reports it: the embedded client's SqliteError (code
+ * SQLITE_CONSTRAINT_UNIQUE), @libsql/client's LibsqlError or LibsqlBatchError over HTTP (code
+ * SQLITE_CONSTRAINT), either of them wrapped by Drizzle as the `cause` of a DrizzleQueryError. All
+ * carry SQLite's own message, which names the index's columns.
+ */
+export function isUniqueViolation(error: unknown, columns: string): boolean {
+  const needle = `UNIQUE constraint failed: ${columns}`;
+  for (let cause = error, depth = 0; cause instanceof Error && depth < 8; cause = cause.cause, depth++) {
+    const code = 'code' in cause ? cause.code : undefined;
+    if (typeof code === 'string' && code.startsWith('SQLITE_CONSTRAINT') && cause.message.includes(needle)) return true;
+  }
+  return false;
+}

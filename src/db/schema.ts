@@ -188,6 +188,20 @@ export type RunStatus =
   | 'incomplete'
   | 'expired';
 
+/**
+ * The statuses in which a run holds its thread: until it leaves them, the thread takes no other
+ * run, no new message, and is not deleted (OpenAI's rule: one active run per thread).
+ */
+export const THREAD_HOLDING_STATUSES = ['queued', 'in_progress', 'requires_action', 'cancelling'] as const;
+export const holdsThread = (status: RunStatus) => THREAD_HOLDING_STATUSES.some((held) => held === status);
+
+/**
+ * `status IN (…)` over THREAD_HOLDING_STATUSES, written out rather than bound: it is the WHERE of
+ * the partial index runs_one_active_per_thread, and SQLite uses a partial index only for a query
+ * whose WHERE contains the index's own, finding a thread's active run in one index probe.
+ */
+export const holdsThreadSql = sql.raw(`status IN (${THREAD_HOLDING_STATUSES.map((status) => `'${status}'`).join(', ')})`);
+
 export const runs = sqliteTable(
   'runs',
   {
@@ -242,7 +256,7 @@ export const runs = sqliteTable(
     // process and on any driver, however close together the two arrive.
     uniqueIndex('runs_one_active_per_thread')
       .on(t.threadId)
-      .where(sql`status IN ('queued', 'in_progress', 'requires_action', 'cancelling')`),
+      .where(holdsThreadSql),
   ],
 );
 

@@ -2,12 +2,34 @@ import { Hono, type Context, type ExecutionContext } from 'hono';
 import { validate } from '../middleware/validate';
 import { VIRTUAL_KEY_HEADER } from '../middleware/virtual-key';
 import { METADATA_HEADER } from '../ratelimit';
-import { cancelRun, createThreadAndRun, retrieveRun, submitToolOutputs, type Caller, type RunAnswer } from '../runs/commands';
+import {
+  cancelRun,
+  createRun,
+  createThreadAndRun,
+  listRuns,
+  listRunSteps,
+  modifyRun,
+  retrieveRun,
+  retrieveRunStep,
+  submitToolOutputs,
+  type Caller,
+  type RunAnswer,
+  type RunPath,
+} from '../runs/commands';
 import { SSE_HEADERS } from '../runs/event-stream';
 import type { RequestContext } from '../runs/host';
-import { createThreadAndRunBody, submitToolOutputsBody } from '../schemas/runs';
+import { cursorListQuery } from '../schemas/common';
+import {
+  createRunBody,
+  createThreadAndRunBody,
+  listRunStepsQuery,
+  modifyRunBody,
+  runStepIncludeQuery,
+  submitToolOutputsBody,
+} from '../schemas/runs';
 import { isTerminal } from '../services/runs';
-import { toRunJson } from '../wire/runs';
+import { listObject } from '../wire/lists';
+import { toRunJson, toStepJson } from '../wire/runs';
 import type { WorkspaceEnv } from './env';
 
 /** How often the OpenAI SDK's pollers should ask about a run that is still going. */
@@ -15,32 +37,53 @@ const POLL_AFTER_MS = '250';
 
 /**
  * Runs, under /v1/threads (routes/threads.ts mounts this behind the workspace): createAndRun, a
- * run's state, tool outputs, cancel. Each handler validates, calls one use-case of
- * runs/commands.ts and answers what it returns.
+ * run on a thread, the thread's runs, a run's state and metadata, tool outputs, cancel, run steps.
+ * Each handler validates, calls one use-case of runs/commands.ts and answers what it returns.
+ *
+ * `include[]` (file search results' content in run steps) is checked where OpenAI takes it; no
+ * step has such results yet, so it changes no answer.
  */
 export const runRoutes = new Hono<WorkspaceEnv>()
   .post('/runs', validate('json', createThreadAndRunBody), async (c) =>
     answer(c, await createThreadAndRun(c.var.deps, caller(c), c.req.valid('json'), requestContext(c))),
   )
+  .post('/:thread_id/runs', validate('query', runStepIncludeQuery), validate('json', createRunBody), async (c) =>
+    answer(c, await createRun(c.var.deps, caller(c), c.req.param('thread_id'), c.req.valid('json'), requestContext(c))),
+  )
+  .get('/:thread_id/runs', validate('query', cursorListQuery), async (c) => {
+    const page = await listRuns(c.var.deps, c.var.workspace.workspaceId, c.req.param('thread_id'), c.req.valid('query'));
+    return c.json(listObject(page, toRunJson));
+  })
   .get('/:thread_id/runs/:run_id', async (c) => {
-    const run = await retrieveRun(c.var.deps, c.var.workspace.workspaceId, {
-      threadId: c.req.param('thread_id'),
-      runId: c.req.param('run_id'),
-    });
+    const run = await retrieveRun(c.var.deps, c.var.workspace.workspaceId, runPath(c));
     const headers: Record<string, string> = isTerminal(run.status) ? {} : { 'openai-poll-after-ms': POLL_AFTER_MS };
     return c.json(toRunJson(run), 200, headers);
   })
-  .post('/:thread_id/runs/:run_id/submit_tool_outputs', validate('json', submitToolOutputsBody), async (c) => {
-    const path = { threadId: c.req.param('thread_id'), runId: c.req.param('run_id') };
-    return answer(c, await submitToolOutputs(c.var.deps, caller(c), path, c.req.valid('json'), requestContext(c)));
+  .post('/:thread_id/runs/:run_id', validate('json', modifyRunBody), async (c) =>
+    c.json(toRunJson(await modifyRun(c.var.deps, c.var.workspace.workspaceId, runPath(c), c.req.valid('json')))),
+  )
+  .post('/:thread_id/runs/:run_id/submit_tool_outputs', validate('json', submitToolOutputsBody), async (c) =>
+    answer(c, await submitToolOutputs(c.var.deps, caller(c), runPath(c), c.req.valid('json'), requestContext(c))),
+  )
+  .post('/:thread_id/runs/:run_id/cancel', async (c) =>
+    c.json(toRunJson(await cancelRun(c.var.deps, c.var.workspace.workspaceId, runPath(c), requestContext(c)))),
+  )
+  .get('/:thread_id/runs/:run_id/steps', validate('query', listRunStepsQuery), async (c) => {
+    const { run, page } = await listRunSteps(c.var.deps, c.var.workspace.workspaceId, runPath(c), c.req.valid('query'));
+    return c.json(listObject(page, (step) => toStepJson(step, run)));
   })
-  .post('/:thread_id/runs/:run_id/cancel', async (c) => {
-    const path = { threadId: c.req.param('thread_id'), runId: c.req.param('run_id') };
-    return c.json(toRunJson(await cancelRun(c.var.deps, c.var.workspace.workspaceId, path, requestContext(c))));
+  .get('/:thread_id/runs/:run_id/steps/:step_id', validate('query', runStepIncludeQuery), async (c) => {
+    const { run, step } = await retrieveRunStep(c.var.deps, c.var.workspace.workspaceId, runPath(c), c.req.param('step_id'));
+    return c.json(toStepJson(step, run));
   });
 
 // The helpers below take the parts of a handler's Context they read: a Context is typed by its
 // route's whole environment, which differs from route to route.
+
+/** The run a path names. */
+function runPath(c: { req: { param(name: 'thread_id' | 'run_id'): string } }): RunPath {
+  return { threadId: c.req.param('thread_id'), runId: c.req.param('run_id') };
+}
 
 /** Who asks, as the run use-cases need it. */
 function caller(c: { var: WorkspaceEnv['Variables']; req: { header(name: string): string | undefined } }): Caller {

@@ -1,43 +1,12 @@
-import type { ChatCompletionRequest, ChatContentPart, ChatMessage } from '../providers/types';
-import type { RunRow, StepRow } from '../services/runs';
-import type { MessageRow } from '../services/threads';
+import type { ChatCompletionRequest, ChatMessage } from '../providers/types';
+import type { RunRow } from '../services/runs';
 
 /**
- * A run as a Chat Completions request: the run's instructions as the system message, the thread's
- * messages (the last `last_messages` of them when the truncation strategy says so), then this run's
- * earlier tool calls and their outputs, function tools as chat tools, and the run's sampling,
- * JSON-mode and token settings. Always streamed, with usage.
+ * A turn of a run as a Chat Completions request: its prompt (runs/prompt.ts: the system message
+ * and the thread's history), function tools as chat tools, and the run's sampling, JSON-mode and
+ * token settings. Always streamed, with usage.
  */
-export function buildChatRequest(
-  run: RunRow,
-  conversation: MessageRow[],
-  toolSteps: StepRow[],
-  completionBudget: number | null,
-): ChatCompletionRequest {
-  const messages: ChatMessage[] = [];
-  if (run.instructions) messages.push({ role: 'system', content: run.instructions });
-
-  const keep = run.truncationStrategy.type === 'last_messages' ? (run.truncationStrategy.last_messages ?? 0) : 0;
-  const thread = keep > 0 ? conversation.slice(-keep) : conversation;
-  for (const message of thread) messages.push(toChatMessage(message));
-
-  for (const step of toolSteps) {
-    const details = step.stepDetails;
-    if (details.type !== 'tool_calls' || details.tool_calls.length === 0) continue;
-    messages.push({
-      role: 'assistant',
-      content: null,
-      tool_calls: details.tool_calls.map((call) => ({
-        id: call.id,
-        type: 'function',
-        function: { name: call.function.name, arguments: call.function.arguments },
-      })),
-    });
-    for (const call of details.tool_calls) {
-      messages.push({ role: 'tool', tool_call_id: call.id, content: call.function.output ?? '' });
-    }
-  }
-
+export function buildChatRequest(run: RunRow, messages: ChatMessage[], completionBudget: number | null): ChatCompletionRequest {
   const request: ChatCompletionRequest = {
     model: run.model,
     messages,
@@ -57,23 +26,6 @@ export function buildChatRequest(
   if (run.topP !== null) request.top_p = run.topP;
   if (completionBudget !== null) request.max_completion_tokens = completionBudget;
   return request;
-}
-
-function toChatMessage(message: MessageRow): ChatMessage {
-  const parts = message.content;
-  if (message.role === 'assistant') {
-    return { role: 'assistant', content: parts.map((part) => (part.type === 'text' ? part.text.value : '')).join('') };
-  }
-  if (parts.every((part) => part.type === 'text')) {
-    return { role: 'user', content: parts.map((part) => (part.type === 'text' ? part.text.value : '')).join('\n') };
-  }
-  return {
-    role: 'user',
-    content: parts.map(
-      (part): ChatContentPart =>
-        part.type === 'text' ? { type: 'text', text: part.text.value } : { type: 'image_url', image_url: part.image_url },
-    ),
-  };
 }
 
 function stripUndefined<T extends object>(value: T): Record<string, unknown> {

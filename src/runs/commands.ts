@@ -1,27 +1,39 @@
 import type { Deps } from '../deps';
+import { holdsThread } from '../db/schema';
 import { ApiError } from '../errors';
 import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../ratelimit';
-import type { CreateThreadAndRunBody, SubmitToolOutputsBody } from '../schemas/runs';
+import type { CursorListQuery } from '../schemas/common';
+import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOutputsBody } from '../schemas/runs';
+import type { ThreadMessageInput } from '../schemas/threads';
 import { getAssistant } from '../services/assistants';
+import { readHistory, type History } from '../services/history';
 import {
   acceptToolOutputs,
+  activeRunError,
   getRun,
+  getStep,
+  insertRunOnThread,
   insertThreadAndRun,
   leaseMs,
+  listRuns as listRunsPage,
+  listStepsPage,
+  openRunOf,
+  setRunMetadata,
   toolCallsStepInProgress,
   updateRun,
   type RunRow,
   type StepRow,
 } from '../services/runs';
-import type { MessageRow } from '../services/threads';
+import { getThread, type MessageRow, type ThreadRow } from '../services/threads';
 import { getVirtualKey, resolveVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { toThreadJson } from '../wire/threads';
 import type { ServerSentEvent } from './event-stream';
-import type { Preloaded, RequestContext } from './host';
+import type { RequestContext, StreamOptions } from './host';
+import { buildPrompt, promptLimits, type Prompt } from './prompt';
 import { reconcileRun } from './recovery';
 import { clientMessage, newRun, newThread } from './rows';
-import { runSettings } from './settings';
+import { runSettings, type RunSettings } from './settings';
 import { settleRun } from './settle';
 
 /**
@@ -30,7 +42,7 @@ import { settleRun } from './settle';
  *   validate (settings, tool outputs) ─> admit (rate limits: a refusal writes nothing)
  *     ─> write (one batch; the run is in progress from here) ─> host (RunHost.start or .stream)
  *
- * The routes (routes/threads.ts) validate the request, call one of these and answer what it returns.
+ * The routes (routes/runs.ts) validate the request, call one of these and answer what it returns.
  */
 
 /** What the run use-cases use of the deps. */
@@ -68,26 +80,146 @@ export async function createThreadAndRun(
   context: RequestContext,
 ): Promise<RunAnswer> {
   const assistant = await getAssistant(deps.db, caller.workspaceId, body.assistant_id);
-  const settings = runSettings(assistant, body);
-  const virtualKey = await resolveVirtualKey(deps.db, caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
   const at = deps.now();
   const thread = newThread(caller.workspaceId, body.thread, at);
-  const messages = (body.thread?.messages ?? []).map((message, index) =>
-    clientMessage(thread, message, `thread.messages[${index}]`, at),
-  );
-  const run = newRun(settings, { thread, assistantId: assistant.id, virtualKey, apiKeyId: caller.apiKeyId }, deps.config, at);
-  const admission = await admit(deps, caller, virtualKey, run, firstTurn(deps, run, messages));
-  run.rateLimit = admission.ticket;
-  await unlessWritten(deps, admission, insertThreadAndRun(deps.db, thread, messages, run));
-  const queued = toRunJson(asQueued(run));
-  return host(deps, run, admission, body.stream === true, context, {
-    leading: [
-      ['thread.created', toThreadJson(thread)],
-      ['thread.run.created', queued],
-      ['thread.run.queued', queued],
-    ],
-    preloaded: { virtualKey, conversation: messages, firstTurn: true },
+  return startRun(deps, caller, context, {
+    at,
+    thread,
+    assistantId: assistant.id,
+    settings: runSettings(assistant, body),
+    messages: body.thread?.messages ?? [],
+    messagesParam: 'thread.messages',
+    history: NO_HISTORY,
+    write: (messages, run) => insertThreadAndRun(deps.db, thread, messages, run),
+    leading: [['thread.created', toThreadJson(thread)]],
+    stream: body.stream === true,
   });
+}
+
+/**
+ * POST /v1/threads/{thread_id}/runs: a run on an existing thread, its additional_messages added
+ * to the thread with it. A thread takes one open run at a time (activeRunError otherwise): its
+ * open run is looked at first, so that a run that cannot be created is refused before it is
+ * admitted; the unique index then decides, race-free, between runs that arrive together.
+ */
+export async function createRun(
+  deps: RunCommandDeps,
+  caller: Caller,
+  threadId: string,
+  body: CreateRunBody,
+  context: RequestContext,
+): Promise<RunAnswer> {
+  const { db, config } = deps;
+  // Read together; their errors are reported in this order, whichever comes first.
+  const reads = [
+    getThread(db, caller.workspaceId, threadId),
+    getAssistant(db, caller.workspaceId, body.assistant_id),
+    readHistory(db, { workspaceId: caller.workspaceId, threadId, runId: null }, config.GATEWAY_MAX_HISTORY_BYTES),
+  ] as const;
+  for (const read of reads) read.catch(() => undefined);
+  const [thread, assistant, history] = [await reads[0], await reads[1], await reads[2]];
+  const settings = runSettings(assistant, body);
+  const blocking = await blockingRun(deps, thread.id);
+  if (blocking) throw activeRunError(thread.id, blocking.id);
+  return startRun(deps, caller, context, {
+    at: deps.now(),
+    thread,
+    assistantId: assistant.id,
+    settings,
+    messages: body.additional_messages ?? [],
+    messagesParam: 'additional_messages',
+    history,
+    write: async (messages, run) => {
+      if (await insertRunOnThread(db, messages, run)) return;
+      // The open run in the way may have been left behind: settled by recovery, it is in the way no more.
+      const blocking = await blockingRun(deps, thread.id);
+      if (blocking === null && (await insertRunOnThread(db, messages, run))) return;
+      throw activeRunError(thread.id, blocking?.id ?? (await openRunOf(db, thread.id))?.id ?? null);
+    },
+    leading: [],
+    stream: body.stream === true,
+  });
+}
+
+const NO_HISTORY: History = { messages: [], steps: [] };
+
+/** What a new run is, and how it comes about; startRun does the rest. */
+interface RunStart {
+  /** When the run and its messages are created. */
+  at: number;
+  thread: ThreadRow;
+  assistantId: string;
+  settings: RunSettings;
+  /** The messages the request adds to the thread with the run; `messagesParam` names them in errors. */
+  messages: ThreadMessageInput[];
+  messagesParam: string;
+  /** The thread's history before them. */
+  history: History;
+  /** Writes the run and the messages (with its thread, if new) in one batch, or throws and writes nothing. */
+  write: (messages: MessageRow[], run: RunRow) => Promise<void>;
+  /** The events before thread.run.created: thread.created for a new thread. */
+  leading: ServerSentEvent[];
+  stream: boolean;
+}
+
+/**
+ * A new run, in the order it must happen: its virtual key (by the model it runs), its rows, its
+ * first prompt, admission (its reservation sized by that prompt), the write, and the host, which
+ * gets the prompt and the key: the first turn reads nothing more.
+ */
+async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestContext, start: RunStart): Promise<RunAnswer> {
+  const { thread, settings } = start;
+  const virtualKey = await resolveVirtualKey(deps.db, caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
+  const { at } = start;
+  const messages = start.messages.map((message, index) => clientMessage(thread, message, `${start.messagesParam}[${index}]`, at));
+  const run = newRun(settings, { thread, assistantId: start.assistantId, virtualKey, apiKeyId: caller.apiKeyId }, deps.config, at);
+  const history = { messages: [...start.history.messages, ...messages], steps: start.history.steps };
+  const prompt = buildPrompt(run, history, [], promptLimits(run, 0, deps.config));
+  const admission = await admit(deps, caller, virtualKey, run, firstTurn(deps, run, prompt));
+  run.rateLimit = admission.ticket;
+  await unlessWritten(deps, admission, start.write(messages, run));
+  const queued = toRunJson(asQueued(run));
+  return host(deps, run, admission, start.stream, context, {
+    leading: [...start.leading, ['thread.run.created', queued], ['thread.run.queued', queued]],
+    preloaded: { virtualKey, prompt },
+  });
+}
+
+/**
+ * The run that keeps the thread from taking a new one: its open run, unless that run was left
+ * behind (its executor gone, or waiting for tool outputs past its expiry), in which case recovery
+ * settles it and there is none.
+ */
+async function blockingRun(deps: RunCommandDeps, threadId: string): Promise<RunRow | null> {
+  const open = await openRunOf(deps.db, threadId);
+  if (!open) return null;
+  const now = await reconcileRun(deps, open);
+  return holdsThread(now.status) ? now : null;
+}
+
+/** GET /v1/threads/{thread_id}/runs: a page of the thread's runs, each as it really stands. */
+export async function listRuns(deps: RunCommandDeps, workspaceId: string, threadId: string, query: CursorListQuery) {
+  const thread = await getThread(deps.db, workspaceId, threadId);
+  const page = await listRunsPage(deps.db, thread.id, query);
+  return { ...page, rows: await Promise.all(page.rows.map((run) => reconcileRun(deps, run))) };
+}
+
+/** POST /v1/threads/{thread_id}/runs/{run_id}: a run's metadata, replaced (absent or null: unchanged). */
+export async function modifyRun(deps: RunCommandDeps, workspaceId: string, path: RunPath, body: ModifyRunBody): Promise<RunRow> {
+  if (!body.metadata) return retrieveRun(deps, workspaceId, path);
+  return reconcileRun(deps, await setRunMetadata(deps.db, workspaceId, path.threadId, path.runId, body.metadata));
+}
+
+/** GET …/runs/{run_id}/steps: a page of the run's steps, with the run they belong to. */
+export async function listRunSteps(deps: RunCommandDeps, workspaceId: string, path: RunPath, query: CursorListQuery) {
+  const run = await retrieveRun(deps, workspaceId, path);
+  return { run, page: await listStepsPage(deps.db, run.id, query) };
+}
+
+/** GET …/runs/{run_id}/steps/{step_id}: one step, with the run it belongs to. */
+export async function retrieveRunStep(deps: RunCommandDeps, workspaceId: string, path: RunPath, stepId: string) {
+  const run = await retrieveRun(deps, workspaceId, path);
+  return { run, step: await getStep(deps.db, run.id, stepId) };
 }
 
 /** GET of a run: the run as it really stands, settled first if it was left behind (recovery.ts). */
@@ -128,7 +260,6 @@ export async function submitToolOutputs(
       ['thread.run.step.completed', toStepJson(accepted.step, accepted.run)],
       ['thread.run.queued', toRunJson(asQueued(accepted.run))],
     ],
-    preloaded: undefined,
   });
 }
 
@@ -165,7 +296,7 @@ async function host(
   admission: Admission,
   stream: boolean,
   context: RequestContext,
-  options: { leading: ServerSentEvent[]; preloaded: Preloaded | undefined },
+  options: StreamOptions,
 ): Promise<RunAnswer> {
   if (!stream) {
     deps.runHost.start(run, { preloaded: options.preloaded }, context);
@@ -199,10 +330,10 @@ function admit(deps: RunCommandDeps, caller: Caller, key: VirtualKey, run: RunRo
   );
 }
 
-/** What a new run's first turn reserves: its instructions, tools and messages are its prompt. */
-function firstTurn(deps: RunCommandDeps, run: RunRow, messages: MessageRow[]): TurnTokens {
+/** What a new run's first turn reserves: its prompt, as it will be sent (truncated). */
+function firstTurn(deps: RunCommandDeps, run: RunRow, prompt: Prompt): TurnTokens {
   const estimate = {
-    promptChars: promptChars([run.instructions, run.tools, messages.map((message) => message.content)]),
+    promptChars: prompt.chars,
     knownPromptTokens: 0,
     maxCompletionTokens: run.maxCompletionTokens,
     completionTokensSoFar: 0,

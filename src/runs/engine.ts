@@ -24,7 +24,8 @@ import {
 } from '../services/runs';
 import type { RequiredAction, RunError, ToolCallsDetails } from '../schemas/runs';
 import type { MessageContent } from '../schemas/threads';
-import { conversationMessages, type MessageRow } from '../services/threads';
+import { readHistory } from '../services/history';
+import type { MessageRow } from '../services/threads';
 import { upstreamRules } from '../services/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
@@ -34,6 +35,7 @@ import { EventStream, type EventSink, type ServerSentEvent } from './event-strea
 import type { StreamOptions } from './host';
 import { Outbox } from './outbox';
 import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome } from './outcome';
+import { buildPrompt, promptLimits, type Prompt } from './prompt';
 import { answerMessage, newStep } from './rows';
 import { chargeRun, failRunAlone, settleRun } from './settle';
 
@@ -205,16 +207,13 @@ class Execution {
     const addressProblem = checkUpstreamUrl(virtualKey.baseUrl, await upstreamRules(db, config, { now: this.#deps.now() }));
     if (addressProblem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${addressProblem}`);
 
-    const [conversation, steps] = await Promise.all([
-      this.#preloaded?.conversation ?? conversationMessages(db, run.threadId, run.id),
-      this.#preloaded?.firstTurn ? NO_STEPS : listSteps(db, run.id),
-    ]);
+    const { prompt, steps } = this.#preloaded ? { prompt: this.#preloaded.prompt, steps: NO_STEPS } : await this.#laterTurn();
     this.#earlierUsage = sumUsage(steps.map((step) => step.usage));
-    const toolSteps = steps.filter((step) => step.type === 'tool_calls');
 
     const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
     if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
-    const request = buildChatRequest(run, conversation, toolSteps, budget);
+    if (!prompt.fits) return this.#promptTooLong();
+    const request = buildChatRequest(run, prompt.messages, budget);
     const secret = await decryptVirtualKeySecret(this.#deps.secrets, virtualKey);
 
     let finishReason: string | null = null;
@@ -273,6 +272,21 @@ class Execution {
       throw new UpstreamError('protocol', 'The upstream stream ended before the answer finished.');
     }
     await this.#finish(finishReason, usage ?? estimateUsage(request, completionChars));
+  }
+
+  /**
+   * A later turn's prompt and the run's steps so far: the thread read again (a first turn's comes
+   * built by the use-case that created the run), its own tool calls and their outputs included.
+   */
+  async #laterTurn(): Promise<{ prompt: Prompt; steps: StepRow[] }> {
+    const { db, config } = this.#deps;
+    const run = this.#run;
+    const [history, steps] = await Promise.all([
+      readHistory(db, { workspaceId: run.workspaceId, threadId: run.threadId, runId: run.id }, config.GATEWAY_MAX_HISTORY_BYTES),
+      listSteps(db, run.id),
+    ]);
+    const earlier = sumUsage(steps.map((step) => step.usage));
+    return { steps, prompt: buildPrompt(run, history, steps, promptLimits(run, earlier.prompt_tokens, config)) };
   }
 
   /**
@@ -432,6 +446,21 @@ class Execution {
         ? { status: 'completed', completedAt: at }
         : { status: 'incomplete', incompleteDetails: { reason: outcome.incompleteReason }, completedAt: at };
     await this.#commit(statements, { ...ending, usage, leaseExpiresAt: null });
+  }
+
+  /**
+   * The prompt does not fit what max_prompt_tokens leaves for the turn, even with the history left
+   * out that truncation may leave out: the run ends incomplete without calling the upstream.
+   */
+  async #promptTooLong(): Promise<void> {
+    const at = this.#deps.now();
+    await this.#commit([], {
+      status: 'incomplete',
+      incompleteDetails: { reason: 'max_prompt_tokens' },
+      completedAt: at,
+      usage: this.#earlierUsage,
+      leaseExpiresAt: null,
+    });
   }
 
   /**

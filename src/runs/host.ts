@@ -1,7 +1,7 @@
 import type { RunRow } from '../services/runs';
-import type { MessageRow } from '../services/threads';
 import type { VirtualKey } from '../services/virtual-keys';
 import type { ServerSentEvent } from './event-stream';
+import type { Prompt } from './prompt';
 
 /**
  * Where runs execute: the one thing the two runtimes do differently with a run. Node executes it
@@ -32,13 +32,14 @@ export interface RequestContext {
   requestId: string;
 }
 
-/** What the caller already holds, to spare the database reads of a run's first turn. */
+/**
+ * What the caller of a run's first turn already holds, to spare the turn's database reads: the
+ * creating use-case resolved the virtual key and built the prompt (it sized the turn's token
+ * reservation by it).
+ */
 export interface Preloaded {
   virtualKey: VirtualKey;
-  /** The thread's messages the run answers. */
-  conversation: MessageRow[];
-  /** Whether this is the run's first turn (it has no steps yet). */
-  firstTurn: boolean;
+  prompt: Prompt;
 }
 
 export interface StartOptions {

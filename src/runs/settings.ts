@@ -12,7 +12,7 @@ import type { RunRow } from '../services/runs';
 export function runSettings(assistant: AssistantRow, body: RunOverrides) {
   const settings = {
     model: body.model ?? assistant.model,
-    instructions: body.instructions ?? assistant.instructions ?? '',
+    instructions: withAdditional(body.instructions ?? assistant.instructions ?? '', body.additional_instructions),
     tools: body.tools ?? assistant.tools,
     toolResources: body.tool_resources ?? assistant.toolResources ?? null,
     metadata: body.metadata ?? {},
@@ -33,6 +33,15 @@ export function runSettings(assistant: AssistantRow, body: RunOverrides) {
 }
 
 export type RunSettings = ReturnType<typeof runSettings>;
+
+/**
+ * additional_instructions go at the end of the instructions, after a blank line; the run shows
+ * (and sends as its system message) the two together.
+ */
+function withAdditional(instructions: string, additional: string | null | undefined): string {
+  if (!additional) return instructions;
+  return instructions ? `${instructions}\n\n${additional}` : additional;
+}
 
 /**
  * Code interpreter and file search need OpenAI's hosted sandboxes and vector stores, which a Chat

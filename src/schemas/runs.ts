@@ -1,16 +1,19 @@
 import * as z from 'zod';
-import { metadataSchema } from './common';
-import { THREAD_LIMITS, threadSchema } from './threads';
+import { cursorListQuery, metadataSchema } from './common';
+import { THREAD_LIMITS, threadMessageSchema, threadSchema } from './threads';
 import { functionName, responseFormatSchema, toolResourcesSchema, toolsSchema } from './tools';
 
 /**
- * Runs: creating a thread and a run on it (POST /threads/runs, OpenAI's CreateThreadAndRunRequest),
- * submitting tool outputs, and the shapes of what a run stores in its JSON columns and answers.
+ * Runs: creating one on an existing thread (POST /threads/{id}/runs, OpenAI's CreateRunRequest) or
+ * with a new thread (POST /threads/runs, CreateThreadAndRunRequest), submitting tool outputs,
+ * updating one, listing runs and their steps, and the shapes of what a run stores in its JSON
+ * columns and answers.
  */
 
 export const RUN_LIMITS = {
   tools: 20,
   minTokens: 256,
+  instructions: 256_000,
 } as const;
 
 /** `none`, `auto` (default), `required`, or a named tool to force. */
@@ -43,7 +46,7 @@ const tokenCap = z.int().min(RUN_LIMITS.minTokens).max(100_000_000).nullable().o
 /** Fields a run takes over from its assistant unless the request overrides them. */
 const runOverrides = {
   model: z.string().min(1).max(256).nullable().optional(),
-  instructions: z.string().max(256_000).nullable().optional(),
+  instructions: z.string().max(RUN_LIMITS.instructions).nullable().optional(),
   tools: toolsSchema(RUN_LIMITS.tools).nullable().optional(),
   metadata: metadataSchema.nullable().optional(),
   temperature: z.number().min(0).max(2).nullable().optional(),
@@ -65,8 +68,53 @@ export const createThreadAndRunBody = z.strictObject({
 });
 export type CreateThreadAndRunBody = z.infer<typeof createThreadAndRunBody>;
 
+export const createRunBody = z.strictObject({
+  assistant_id: z.string().min(1).max(128),
+  /** Appended to the run's instructions (the request's, else the assistant's). */
+  additional_instructions: z.string().max(RUN_LIMITS.instructions).nullable().optional(),
+  /** Added to the thread in the batch that creates the run, before it. */
+  additional_messages: z.array(threadMessageSchema).max(THREAD_LIMITS.messages).nullable().optional(),
+  ...runOverrides,
+});
+export type CreateRunBody = z.infer<typeof createRunBody>;
+
 /** The fields of a request that creates a run which set its effective settings (runs/settings.ts). */
-export type RunOverrides = Omit<CreateThreadAndRunBody, 'assistant_id' | 'thread' | 'stream'>;
+export type RunOverrides = Omit<CreateThreadAndRunBody, 'assistant_id' | 'thread' | 'stream'> &
+  Pick<CreateRunBody, 'additional_instructions'>;
+
+/**
+ * What `include[]` may ask of run steps: the content of file search results, which only runs with
+ * the file_search tool have. Accepted and checked wherever OpenAI takes it (creating a run, listing
+ * and retrieving steps).
+ */
+export const RUN_STEP_INCLUDES = ['step_details.tool_calls[*].file_search.results[*].content'] as const;
+
+export type RunStepInclude = (typeof RUN_STEP_INCLUDES)[number];
+const isRunStepInclude = (value: string): value is RunStepInclude => RUN_STEP_INCLUDES.some((known) => known === value);
+
+/**
+ * `include[]=…`, once or repeated (the query gives one value as a string, several as an array). An
+ * unknown value is refused naming it and the values there are.
+ */
+const includeParam = z.union([z.string(), z.array(z.string()).max(16)]).transform((value, ctx) => {
+  const values = Array.isArray(value) ? value : [value];
+  const unknown = values.find((item) => !isRunStepInclude(item));
+  if (unknown !== undefined) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `Invalid value for 'include[]': '${unknown.slice(0, 100)}' is not supported. Supported values: ${RUN_STEP_INCLUDES.join(', ')}.`,
+    });
+    return z.NEVER;
+  }
+  return values.filter(isRunStepInclude);
+});
+
+export const runStepIncludeQuery = z.strictObject({ 'include[]': includeParam.optional() });
+
+export const listRunStepsQuery = cursorListQuery.extend({ 'include[]': includeParam.optional() });
+
+export const modifyRunBody = z.strictObject({ metadata: metadataSchema.nullable().optional() });
+export type ModifyRunBody = z.infer<typeof modifyRunBody>;
 
 export const submitToolOutputsBody = z.strictObject({
   tool_outputs: z

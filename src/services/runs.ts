@@ -1,11 +1,13 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Config } from '../config';
-import { batchWrites, type Db, type Statement } from '../db/client';
-import { messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
+import { batchWrites, isUniqueViolation, type Db, type Statement } from '../db/client';
+import { holdsThreadSql, messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { Usage } from '../providers/types';
+import type { CursorListQuery } from '../schemas/common';
 import type { TokenTicket } from '../schemas/policies';
 import type { ToolCallsDetails } from '../schemas/runs';
+import { cursorPage } from './pagination';
 import type { MessageRow, ThreadRow } from './threads';
 
 /**
@@ -38,6 +40,70 @@ export const TERMINAL_STATUSES = ['completed', 'failed', 'cancelled', 'expired',
 export const ACTIVE_STATUSES = ['queued', 'in_progress', 'cancelling'] as const;
 export const isTerminal = (status: RunStatus) => TERMINAL_STATUSES.some((terminal) => terminal === status);
 export const isActive = (status: RunStatus) => ACTIVE_STATUSES.some((active) => active === status);
+
+/** The 400 for a run or message created on a thread whose run `runId` is open, in OpenAI's words. */
+export function activeRunError(threadId: string, runId: string | null): ApiError {
+  const run = runId === null ? 'an active run' : `an active run ${runId}`;
+  return new ApiError('thread_has_active_run', `Thread ${threadId} already has ${run}.`);
+}
+
+/**
+ * A new run on an existing thread, with the messages it adds to the thread, in one transaction:
+ * false, and nothing written, when the thread has an open run (the unique index refused it).
+ */
+export async function insertRunOnThread(db: Db, threadMessages: MessageRow[], run: RunRow): Promise<boolean> {
+  try {
+    await insertThreadAndRun(db, null, threadMessages, run);
+    return true;
+  } catch (error) {
+    if (isUniqueViolation(error, 'runs.thread_id')) return false;
+    throw error;
+  }
+}
+
+/** The run that holds the thread (db/schema.ts, THREAD_HOLDING_STATUSES), if one does: one index probe. */
+export async function openRunOf(db: Db, threadId: string): Promise<RunRow | null> {
+  const [row] = await db
+    .select()
+    .from(runs)
+    .where(and(eq(runs.threadId, threadId), holdsThreadSql))
+    .limit(1);
+  return row ?? null;
+}
+
+/** One page of a thread's runs (see cursorPage). */
+export function listRuns(db: Db, threadId: string, query: CursorListQuery) {
+  return cursorPage(query, {
+    seq: runs.seq,
+    noun: 'run in this thread',
+    seqOf: async (id) => {
+      const [row] = await db
+        .select({ seq: runs.seq })
+        .from(runs)
+        .where(and(eq(runs.id, id), eq(runs.threadId, threadId)))
+        .limit(1);
+      return row?.seq;
+    },
+    select: (where, orderBy, limit) =>
+      db
+        .select()
+        .from(runs)
+        .where(and(eq(runs.threadId, threadId), where))
+        .orderBy(orderBy)
+        .limit(limit),
+  });
+}
+
+/** A run's metadata, replaced whatever the run's status; 404 as getRun. */
+export async function setRunMetadata(db: Db, workspaceId: string, threadId: string, runId: string, metadata: Record<string, string>): Promise<RunRow> {
+  const [row] = await db
+    .update(runs)
+    .set({ metadata })
+    .where(and(eq(runs.id, runId), eq(runs.threadId, threadId), eq(runs.workspaceId, workspaceId)))
+    .returning();
+  if (!row) throw new ApiError('run_not_found', `No run found with id '${runId}'.`);
+  return row;
+}
 
 /** A new run, with its new thread (null: the thread exists) and new messages, in one transaction. */
 export async function insertThreadAndRun(
@@ -95,6 +161,39 @@ export function updateMessage(db: Db, messageId: string, patch: Partial<MessageI
 
 export async function listSteps(db: Db, runId: string): Promise<StepRow[]> {
   return db.select().from(runSteps).where(eq(runSteps.runId, runId)).orderBy(asc(runSteps.seq));
+}
+
+/** One page of a run's steps (see cursorPage). */
+export function listStepsPage(db: Db, runId: string, query: CursorListQuery) {
+  return cursorPage(query, {
+    seq: runSteps.seq,
+    noun: 'step in this run',
+    seqOf: async (id) => {
+      const [row] = await db
+        .select({ seq: runSteps.seq })
+        .from(runSteps)
+        .where(and(eq(runSteps.id, id), eq(runSteps.runId, runId)))
+        .limit(1);
+      return row?.seq;
+    },
+    select: (where, orderBy, limit) =>
+      db
+        .select()
+        .from(runSteps)
+        .where(and(eq(runSteps.runId, runId), where))
+        .orderBy(orderBy)
+        .limit(limit),
+  });
+}
+
+export async function getStep(db: Db, runId: string, stepId: string): Promise<StepRow> {
+  const [row] = await db
+    .select()
+    .from(runSteps)
+    .where(and(eq(runSteps.id, stepId), eq(runSteps.runId, runId)))
+    .limit(1);
+  if (!row) throw new ApiError('run_step_not_found', `No run step found with id '${stepId}'.`);
+  return row;
 }
 
 /** Extends the lease of a run being executed; answers its status, so a cancel from elsewhere is seen. */

@@ -1,6 +1,6 @@
 import { and, asc, eq, inArray, isNull, ne, or, sql } from 'drizzle-orm';
 import { batchWrites, type Db, type Statement } from '../db/client';
-import { messages, runs, runSteps, threads, type MessageStatus, type RunStatus } from '../db/schema';
+import { holdsThreadSql, messages, runs, runSteps, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import type { ModifyMessageBody, ModifyThreadBody } from '../schemas/threads';
@@ -13,21 +13,9 @@ import { insertWhere } from './quotas';
 export type ThreadRow = Omit<typeof threads.$inferSelect, 'seq'>;
 export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
 
-/**
- * The statuses in which a run holds its thread: until it leaves them, the thread takes no new
- * message, no other run, and is not deleted (OpenAI's rule: one active run per thread).
- */
-export const THREAD_HOLDING_STATUSES = ['queued', 'in_progress', 'requires_action', 'cancelling'] as const;
-export const holdsThread = (status: RunStatus) => THREAD_HOLDING_STATUSES.some((held) => held === status);
-
-/**
- * `status IN (…)` written exactly as the WHERE of the partial index runs_one_active_per_thread
- * (db/schema.ts): SQLite uses a partial index only for a query whose WHERE contains its own, and
- * then finds a thread's active run in one index probe however many runs the thread had.
- */
-const heldStatus = sql.raw(`status IN (${THREAD_HOLDING_STATUSES.map((status) => `'${status}'`).join(', ')})`);
+/** A thread's holding run (db/schema.ts, THREAD_HOLDING_STATUSES), as a subquery. */
 const runHoldingThread = (threadId: string) =>
-  sql`SELECT 1 FROM ${runs} WHERE ${runs.threadId} = ${threadId} AND ${heldStatus}`;
+  sql`SELECT 1 FROM ${runs} WHERE ${runs.threadId} = ${threadId} AND ${holdsThreadSql}`;
 
 export async function getThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow> {
   const [row] = await db
@@ -59,16 +47,6 @@ export async function modifyThread(db: Db, workspaceId: string, id: string, body
     .returning();
   if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
   return row;
-}
-
-/** The run that holds the thread (see THREAD_HOLDING_STATUSES), if one does. */
-export async function runHoldingThreadOf(db: Db, threadId: string) {
-  const [row] = await db
-    .select()
-    .from(runs)
-    .where(and(eq(runs.threadId, threadId), heldStatus))
-    .limit(1);
-  return row ?? null;
 }
 
 /**
@@ -145,15 +123,6 @@ export async function modifyMessage(
 export async function deleteMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<void> {
   const [row] = await db.delete(messages).where(messageOf(workspaceId, threadId, id)).returning({ id: messages.id });
   if (!row) await missingMessage(db, workspaceId, threadId, id);
-}
-
-/** The messages a run's conversation is built from: the thread's, except this run's own answers. */
-export async function conversationMessages(db: Db, threadId: string, runId: string): Promise<MessageRow[]> {
-  return db
-    .select()
-    .from(messages)
-    .where(and(eq(messages.threadId, threadId), or(isNull(messages.runId), ne(messages.runId, runId))))
-    .orderBy(asc(messages.seq));
 }
 
 /** One page of a thread's messages (see cursorPage), optionally those of one run. */

@@ -1,18 +1,18 @@
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
+import { holdsThread } from '../db/schema';
 import { reconcileRun } from '../runs/recovery';
 import { clientMessage, newThread } from '../runs/rows';
 import type { ThreadInput, ThreadMessageInput } from '../schemas/threads';
 import {
   deleteIdleThread,
   getThread,
-  holdsThread,
   insertMessageWhileIdle,
   insertThread,
-  runHoldingThreadOf,
   type MessageRow,
   type ThreadRow,
 } from '../services/threads';
+import { openRunOf } from '../services/runs';
 
 /**
  * The thread and message use-cases that involve more than one query: creating a thread with its
@@ -33,7 +33,7 @@ export async function createThread(deps: ThreadCommandDeps, workspaceId: string,
 }
 
 /**
- * POST /v1/threads/{thread_id}/messages: refused with 400 `run_active` while a run holds the
+ * POST /v1/threads/{thread_id}/messages: refused with 400 `thread_has_active_run` while a run holds the
  * thread, in OpenAI's words.
  */
 export async function createMessage(
@@ -53,7 +53,7 @@ export async function createMessage(
 
 /**
  * DELETE /v1/threads/{thread_id}: the thread with its messages, runs and run steps. Refused with
- * 400 `run_active` while a run holds the thread, as a message is: deleting the thread under a
+ * 400 `thread_has_active_run` while a run holds the thread, as a message is: deleting the thread under a
  * run would leave it executing into rows that are gone. Cancel the run first.
  */
 export async function deleteThread(deps: ThreadCommandDeps, workspaceId: string, threadId: string): Promise<void> {
@@ -83,15 +83,15 @@ async function whileIdle<T>(
   for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
     const written = await write();
     if (written !== null) return written;
-    const run = await runHoldingThreadOf(deps.db, thread.id);
+    const run = await openRunOf(deps.db, thread.id);
     if (run === null) {
       // The thread is gone (404), or the run that held it ended between the two statements.
       await getThread(deps.db, thread.workspaceId, thread.id);
       continue;
     }
     const current = await reconcileRun(deps, run);
-    if (holdsThread(current.status)) throw new ApiError('run_active', refusal(run.id));
+    if (holdsThread(current.status)) throw new ApiError('thread_has_active_run', refusal(run.id));
   }
   // Runs kept starting and ending between each write and its check: refuse, as OpenAI would.
-  throw new ApiError('run_active', refusal(null));
+  throw new ApiError('thread_has_active_run', refusal(null));
 }

@@ -55,6 +55,11 @@ export interface FakeUsage {
 export interface FakeScenario {
   /** The assistant's text. Default: the built-in reply (none when tool calls are made). */
   reply?: string;
+  /**
+   * Answer with the request's `messages` as JSON instead of `reply`: what the gateway sent, for a
+   * test that cannot read this fake's records (a gateway in workerd or in another process).
+   */
+  echo_messages?: boolean;
   /** Tokens (words) per streamed content chunk. Default 1. */
   chunk_tokens?: number;
   /** Split the content into this many chunks instead of `chunk_tokens` words each. */
@@ -544,10 +549,11 @@ function messageText(message: unknown): string {
 }
 
 const TOOL_CALL_FIELDS = new Set(['name', 'arguments', 'id']);
-type FieldKind = 'text' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'any';
+type FieldKind = 'text' | 'flag' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'any';
 // A Record over the keys makes the compiler insist that every scenario field is validated.
 const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   reply: 'text',
+  echo_messages: 'flag',
   chunk_tokens: 'count',
   chunks: 'count',
   stream_bytes: 'count',
@@ -584,6 +590,7 @@ function validateScenario(value: unknown, where: string): FakeScenario {
     const ok =
       kind === 'any' ||
       (kind === 'text' && typeof field === 'string') ||
+      (kind === 'flag' && typeof field === 'boolean') ||
       (kind === 'count' && Number.isInteger(field) && (field as number) >= 0) ||
       (kind === 'duration' && typeof field === 'number' && field >= 0 && Number.isFinite(field)) ||
       (kind === 'status' && Number.isInteger(field) && (field as number) >= 200 && (field as number) <= 599) ||
@@ -652,6 +659,7 @@ function makePlan(scenario: FakeScenario, body: Record<string, unknown>, message
 }
 
 function replyText(scenario: FakeScenario, body: Record<string, unknown>, messages: unknown[], callsTools: boolean): string {
+  if (scenario.echo_messages) return JSON.stringify(messages);
   if (scenario.reply !== undefined) return scenario.reply;
   if (callsTools) return '';
   const text = defaultReplyText(messages);

@@ -106,7 +106,7 @@ describe('threads and messages on workerd', () => {
     const refused = await errorOf(await call(`/v1/threads/${run.thread_id}/messages`, { body: { role: 'user', content: 'Hello?' } }));
     expect(refused).toEqual({
       status: 400,
-      code: 'run_active',
+      code: 'thread_has_active_run',
       param: null,
       type: 'invalid_request_error',
       message: `Can't add messages to ${run.thread_id} while a run ${run.id} is active.`,
