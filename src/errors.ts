@@ -34,7 +34,8 @@ export const ERROR_CODES = {
   // 401: who is calling is unknown.
   missing_api_key: {
     status: 401,
-    message: "You didn't provide an API key. Send it in the 'x-gateway-api-key' header.",
+    message:
+      "You didn't provide an API key. Send your gateway API key as 'Authorization: Bearer <key>' or in the 'x-gateway-api-key' header.",
   },
   invalid_api_key: { status: 401, message: 'Incorrect, unknown or revoked API key provided.' },
   invalid_virtual_key: { status: 401 },
