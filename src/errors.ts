@@ -46,6 +46,8 @@ export const ERROR_CODES = {
   policy_forbidden: { status: 403 },
   // 404: nothing of that id in the caller's reach. Another tenant's resource is a 404 too.
   route_not_found: { status: 404 },
+  /** A path under /v1 that the gateway does not serve (yet): OpenAI's Files, Vector stores, … */
+  unsupported_endpoint: { status: 404 },
   workspace_not_found: { status: 404 },
   policy_not_found: { status: 404 },
   api_key_not_found: { status: 404 },
