@@ -92,7 +92,14 @@ describe('Authorization: Bearer', () => {
   });
 
   it('is missing when absent, empty or another scheme, and the message names both ways', async () => {
-    for (const headers of [{}, { authorization: '' }, { authorization: 'Bearer ' }, { authorization: `Basic ${btoa('user:pass')}` }, { authorization: tenant.workspaceKey }]) {
+    const cases: Record<string, string>[] = [
+      {},
+      { authorization: '' },
+      { authorization: 'Bearer ' },
+      { authorization: `Basic ${btoa('user:pass')}` },
+      { authorization: tenant.workspaceKey },
+    ];
+    for (const headers of cases) {
       const error = await errorOf(await call(headers));
       expect({ headers, ...error }).toMatchObject({ headers, status: 401, code: 'missing_api_key', param: null });
       expect(error.message).toContain("'Authorization: Bearer <key>'");
