@@ -58,6 +58,10 @@ export const ERROR_CODES = {
   // 405, 409, 413, 415
   method_not_allowed: { status: 405 },
   already_exists: { status: 409 },
+  /** A virtual key's `models` would tie with another key's for some model. */
+  ambiguous_models: { status: 409 },
+  /** What a write was checked against changed before it could be written, every time it was tried. */
+  concurrent_update: { status: 409 },
   policy_archived: { status: 409 },
   payload_too_large: { status: 413 },
   unsupported_media_type: {
