@@ -6,7 +6,8 @@ import { ApiError, errorResponse } from '../errors';
 /**
  * Whether the app has a handler for this request's method and path: Hono matches every route of a
  * request (its middleware and its handler) before the first middleware runs, and middleware is
- * registered for every method (`ALL`), handlers for theirs.
+ * registered for every method (`ALL`), handlers for theirs. So a handler registered with `.all()`
+ * would not count: routes name their methods (`.on(['POST', 'PATCH'], …)` for several).
  */
 export function hasHandler(c: Context): boolean {
   return matchedRoutes(c).some((route) => route.method !== 'ALL');

@@ -111,7 +111,7 @@ export async function createVirtualKey(db: Db, secrets: SecretBox, input: Create
   };
   const live = sql`(SELECT count(*) FROM ${virtualKeys} WHERE ${liveIn(workspaceId)})`;
   return withPatternsChecked(db, workspaceId, { id, models: values.models }, async (patternsUnchanged) => {
-    const insert = insertWhere(db, virtualKeys, values, and(sql`${live} < ${input.maxKeys}`, patternsUnchanged)!)
+    const insert = insertWhere(db, virtualKeys, values, sql`${live} < ${input.maxKeys} AND ${patternsUnchanged}`)
       // The partial unique index (workspace, slug) WHERE revoked_at IS NULL decides, race-free.
       .onConflictDoNothing()
       .returning();
@@ -189,9 +189,9 @@ export async function updateVirtualKey(db: Db, secrets: SecretBox, input: Update
   // Drizzle refuses an empty SET; rewriting the slug with itself changes nothing.
   if (Object.keys(changes).length === 0) changes.slug = key.slug;
 
-  const models = body.models ?? key.models;
-  return withPatternsChecked(db, workspaceId, { id: key.id, models }, async (patternsUnchanged) => {
-    const stillLive = and(eq(virtualKeys.id, key.id), isNull(virtualKeys.revokedAt), patternsUnchanged)!;
+  // Patterns that are not being changed are not checked again: rotating a key never waits on them.
+  return withPatternsChecked(db, workspaceId, { id: key.id, models: body.models ?? [] }, async (patternsUnchanged) => {
+    const stillLive = sql`${virtualKeys.id} = ${key.id} AND ${virtualKeys.revokedAt} IS NULL AND ${patternsUnchanged}`;
     const update = db.update(virtualKeys).set(changes).where(stillLive).returning();
     // The default moves first, under the same condition evaluated before anything changed: the
     // update may change the patterns that the condition compares.
@@ -219,10 +219,11 @@ async function withPatternsChecked(
   db: Db,
   workspaceId: string,
   key: { id: string; models: string[] },
-  write: (patternsUnchanged: SQL | undefined) => Promise<VirtualKey | null>,
+  write: (patternsUnchanged: SQL) => Promise<VirtualKey | null>,
 ): Promise<VirtualKey> {
   for (let attempt = 0; attempt < PATTERN_ATTEMPTS; attempt++) {
-    let condition: SQL | undefined;
+    // A key without patterns cannot tie: nothing to hold still.
+    let condition = sql`1`;
     if (key.models.length > 0) {
       const others = await db
         .select({ id: virtualKeys.id, slug: virtualKeys.slug, models: virtualKeys.models, stored: sql<string>`${virtualKeys.models}` })
