@@ -16,11 +16,19 @@ import { round, startFakeProvider, summarise } from './support';
  * - streamed runs per second at concurrency 32 (whole runs, first byte to [DONE]);
  * - memory: the gateway's RSS over rounds of streamed 1 MB answers against 1 KB ones (flat: it
  *   settles instead of growing with the runs served).
+ *
+ * BENCH_VIRTUAL_KEY chooses how runs find their virtual key: `header` (the default, the slug in
+ * x-gateway-virtual-key), `models` (no header; the key's models match the run's model, beside 10
+ * other keys of 3 patterns each) or `default` (no header; the workspace's default key).
+ * BENCH_ONLY=latency skips the memory rounds, BENCH_ONLY=memory the rest.
  */
 
 const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 300);
 const N32 = Number(process.env.BENCH_CONCURRENT ?? 1600);
 const CONCURRENCY = 32;
+
+const RESOLVE = process.env.BENCH_VIRTUAL_KEY ?? 'header';
+if (!['header', 'models', 'default'].includes(RESOLVE)) throw new Error(`BENCH_VIRTUAL_KEY: header, models or default, not ${RESOLVE}`);
 
 const fakeUrl = await startFakeProvider();
 const env = { LOG_LEVEL: 'warn' };
@@ -106,9 +114,18 @@ async function prepare(gateway: GatewayProcess): Promise<Target> {
   await until(() => /workspace API key\s+gk_/.test(gateway.stdout()));
   const key = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())![1]!;
   const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
-  await post(`${gateway.url}/v1/virtual-keys`, headers, { slug: 'bench', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench' });
+  const virtualKey = { slug: 'bench', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench' };
+  if (RESOLVE === 'models') {
+    for (let i = 0; i < 10; i++) {
+      const models = [`other-${i}`, `other-${i}-*`, `*-other-${i}`];
+      await post(`${gateway.url}/v1/virtual-keys`, headers, { ...virtualKey, slug: `other-${i}`, models });
+    }
+  }
+  const routing: Record<string, unknown> = RESOLVE === 'models' ? { models: ['bench-*'] } : RESOLVE === 'default' ? { default: true } : {};
+  await post(`${gateway.url}/v1/virtual-keys`, headers, { ...virtualKey, ...routing });
   const assistant = (await post(`${gateway.url}/v1/assistants`, headers, { model: 'bench-model' })) as { id: string };
-  return { url: gateway.url, headers: { ...headers, 'x-gateway-virtual-key': 'bench' }, assistantId: assistant.id };
+  const named: Record<string, string> = RESOLVE === 'header' ? { 'x-gateway-virtual-key': 'bench' } : {};
+  return { url: gateway.url, headers: { ...headers, ...named }, assistantId: assistant.id };
 }
 
 const SHORT: FakeScenario = { reply: 'Hello there, this is a short answer.' };
@@ -224,9 +241,10 @@ async function until(condition: () => boolean, timeoutMs = 10_000) {
 }
 
 
-const latency = process.env.BENCH_ONLY === 'memory' ? {} : await main();
-const small = await memory(1024, 40);
-const large = await memory(1024 * 1024, 40);
+const latency = process.env.BENCH_ONLY === 'memory' ? {} : { virtual_key: RESOLVE, ...(await main()) };
+const withMemory = process.env.BENCH_ONLY !== 'latency';
+const small = withMemory ? await memory(1024, 40) : undefined;
+const large = withMemory ? await memory(1024 * 1024, 40) : undefined;
 console.log(
   JSON.stringify(
     {
@@ -234,12 +252,15 @@ console.log(
       setup: 'client (this process) -> gateway process (embedded libSQL, WAL) -> fake provider process, over loopback HTTP',
       targets: { added_first_delta_p50_ms: 2, added_first_delta_p99_ms: 10, create_p99_ms: 20, memory: 'flat' },
       ...latency,
-      memory: {
-        answer_1kb: small,
-        answer_1mb: large,
-        peak_rss_growth_1mb_over_1kb_mb: round(large.peak_rss_mb - small.peak_rss_mb, 1),
-        rss_growth_last_rounds_1mb_mb: round(large.rss_after_each_round_mb.at(-1)! - large.rss_after_each_round_mb[1]!, 1),
-      },
+      ...(small &&
+        large && {
+          memory: {
+            answer_1kb: small,
+            answer_1mb: large,
+            peak_rss_growth_1mb_over_1kb_mb: round(large.peak_rss_mb - small.peak_rss_mb, 1),
+            rss_growth_last_rounds_1mb_mb: round(large.rss_after_each_round_mb.at(-1)! - large.rss_after_each_round_mb[1]!, 1),
+          },
+        }),
     },
     null,
     2,

@@ -25,20 +25,17 @@ try {
   step(`Gateway on ${gateway.url} ${dim(`(fresh database in ${dataDir})`)}`);
   process.stdout.write(`  workspace API key ${dim(keys.workspace_api_key.slice(0, 10) + '…')} created by init\n`);
 
-  step('POST /v1/virtual-keys: the provider, with its key encrypted at rest');
+  step("POST /v1/virtual-keys: the provider, with its key encrypted at rest, as the workspace's default");
   const response = await fetch(`${gateway.url}/v1/virtual-keys`, {
     method: 'POST',
     headers: { 'x-gateway-api-key': keys.workspace_api_key, 'content-type': 'application/json' },
-    body: JSON.stringify({ slug: 'demo', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-demo' }),
+    body: JSON.stringify({ slug: 'demo', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-demo', default: true }),
   });
   const virtualKey = (await response.json()) as { slug: string; provider: string; base_url: string };
   process.stdout.write(`  ${JSON.stringify(virtualKey)}\n`);
 
-  const openai = new OpenAI({
-    apiKey: 'unused',
-    baseURL: `${gateway.url}/v1`,
-    defaultHeaders: { 'x-gateway-api-key': keys.workspace_api_key, 'x-gateway-virtual-key': 'demo' },
-  });
+  // What OPENAI_BASE_URL and OPENAI_API_KEY would say: nothing else is needed.
+  const openai = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: keys.workspace_api_key });
 
   step('beta.assistants.create');
   const assistant = await openai.beta.assistants.create({

@@ -9,6 +9,7 @@ import { bodyLimit } from './middleware/body-limit';
 import { provideDeps, type DepsVariables } from './middleware/deps';
 import { jsonBody } from './middleware/json-body';
 import { requestId, type RequestIdVariables } from './middleware/request-id';
+import { servedRoutesOnly } from './middleware/served-routes';
 import { assistantRoutes } from './routes/assistants';
 import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
@@ -19,7 +20,8 @@ import { virtualKeyRoutes } from './routes/virtual-keys';
  * handing each request the runtime's ExecutionContext (its waitUntil keeps a run going after the
  * answer).
  *
- *   request id ─> access log ─> (405) ─> /v1: body limit ─> JSON body ─> API-key auth ─> route
+ *   request id ─> access log ─> (405) ─> /v1: served (404 unsupported_endpoint) ─> body limit
+ *     ─> JSON body ─> API-key auth ─> route
  *   every failure: ApiError ─> onError ─> {"error":{"message","type","param","code"}}
  *
  * Where a run lives, from its route (routes/threads.ts):
@@ -53,7 +55,15 @@ export function createApp(deps: Deps) {
 
   app.get('/health', (c) => c.json({ status: 'ok' }));
 
-  app.use('/v1/*', bodyLimit({ maxBytes: deps.config.GATEWAY_MAX_BODY_BYTES }), jsonBody(), apiKeyAuth());
+  // What the gateway does not serve is answered first, unauthenticated and unread: a path or a
+  // method is not a secret, and a client should learn that before it is asked for a key.
+  app.use(
+    '/v1/*',
+    servedRoutesOnly(),
+    bodyLimit({ maxBytes: deps.config.GATEWAY_MAX_BODY_BYTES }),
+    jsonBody(),
+    apiKeyAuth(),
+  );
   app.route('/v1/policies/rate-limits', policyRoutes);
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/assistants', assistantRoutes);

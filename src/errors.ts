@@ -39,7 +39,8 @@ export const ERROR_CODES = {
   // 401: who is calling is unknown.
   missing_api_key: {
     status: 401,
-    message: "You didn't provide an API key. Send it in the 'x-gateway-api-key' header.",
+    message:
+      "You didn't provide an API key. Send your gateway API key as 'Authorization: Bearer <key>' or in the 'x-gateway-api-key' header.",
   },
   invalid_api_key: { status: 401, message: 'Incorrect, unknown or revoked API key provided.' },
   invalid_virtual_key: { status: 401 },
@@ -50,6 +51,8 @@ export const ERROR_CODES = {
   policy_forbidden: { status: 403 },
   // 404: nothing of that id in the caller's reach. Another tenant's resource is a 404 too.
   route_not_found: { status: 404 },
+  /** A path under /v1 that the gateway does not serve (yet): OpenAI's Files, Vector stores, … */
+  unsupported_endpoint: { status: 404 },
   workspace_not_found: { status: 404 },
   policy_not_found: { status: 404 },
   api_key_not_found: { status: 404 },
@@ -62,6 +65,10 @@ export const ERROR_CODES = {
   // 405, 409, 413, 415
   method_not_allowed: { status: 405 },
   already_exists: { status: 409 },
+  /** A virtual key's `models` would tie with another key's for some model. */
+  ambiguous_models: { status: 409 },
+  /** What a write was checked against changed before it could be written, every time it was tried. */
+  concurrent_update: { status: 409 },
   policy_archived: { status: 409 },
   payload_too_large: { status: 413 },
   unsupported_media_type: {

@@ -448,8 +448,10 @@ describe('the official openai SDK', () => {
     expect((error as NotFoundError).message).toContain("No assistant found with id 'asst_missing000000000000000'.");
     expect((error as NotFoundError).requestID).toMatch(/^req_/);
 
+    // The tenant's key has no models and is not its default: an assistant that exists has no key.
+    const { id } = await openai.beta.assistants.create({ model: 'gpt-4o' });
     const withoutKey = client({ 'x-gateway-api-key': tenant.workspaceKey });
-    const missing = await withoutKey.beta.assistants.retrieve('asst_x').catch((e: unknown) => e);
+    const missing = await withoutKey.beta.assistants.retrieve(id).catch((e: unknown) => e);
     expect(missing).toBeInstanceOf(OpenAI.BadRequestError);
     expect((missing as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('x-gateway-virtual-key');
   });

@@ -10,7 +10,7 @@ import { recordTally } from './support/tally';
 
 /**
  * No secret leaves: a gateway process (everything it writes to stdout and stderr, at LOG_LEVEL
- * debug) goes through keys, virtual keys with provider secrets, runs streamed and not, and upstream
+ * debug) goes through keys, virtual keys with provider secrets (one rotated), runs streamed and not, and upstream
  * errors that repeat the provider key back, in their bodies, their headers and mid-stream. Every
  * response (status line, headers, body) and every line written is scanned for the API keys, their
  * hashes, the provider keys and the encryption key.
@@ -152,7 +152,11 @@ describe('a gateway process, scanned for secrets', () => {
     expect((await call('/v1/assistants/asst_nope', { key: keys.workspace, headers: { 'x-gateway-virtual-key': OPENAI_KEY } })).status).toBe(401);
     expect((await call('/v1/virtual-keys', { key: keys.workspace, body: { slug: 'bad', provider: 'openai', api_key: OPENAI_KEY, base_url: 'http://169.254.169.254/' } })).status).toBe(400);
     expect((await call('/v1/virtual-keys', { key: keys.workspace, body: { slug: 'openai', provider: 'openai', api_key: OPENAI_KEY } })).status).toBe(409);
+    expect((await call('/v1/policies/rate-limits', { headers: { authorization: `Bearer ${OPENAI_KEY}` } })).status).toBe(401);
     expect((await call('/v1/virtual-keys?include_revoked=true', { key: keys.organisation })).status).toBe(200);
+    // The wrong key rotated to the right one: its runs complete from then on.
+    expect((await call('/v1/virtual-keys/wrong', { key: keys.workspace, body: { api_key: OPENAI_KEY } })).status).toBe(200);
+    expect((await run('wrong', null)).status).toBe('completed');
     expect((await call('/v1/virtual-keys/wrong', { method: 'DELETE', key: keys.workspace })).status).toBe(200);
   });
 

@@ -137,7 +137,7 @@ describe('POST /v1/virtual-keys', () => {
     expect(response.status).toBe(200);
     const body = await json(response);
     expect(Object.keys(body).sort()).toEqual(
-      ['base_url', 'created_at', 'id', 'object', 'provider', 'revoked_at', 'slug', 'workspace_id'].sort(),
+      ['base_url', 'created_at', 'default', 'id', 'models', 'object', 'provider', 'revoked_at', 'slug', 'workspace_id'].sort(),
     );
     expect(body).toMatchObject({
       object: 'virtual_key',
@@ -146,6 +146,8 @@ describe('POST /v1/virtual-keys', () => {
       base_url: 'https://api.openai.com/v1',
       workspace_id: tenant.workspace.id,
       revoked_at: null,
+      models: [],
+      default: false,
     });
     expect(body.created_at).toBe(Math.floor(gateway.clock.now() / 1000));
   });

@@ -10,8 +10,9 @@ export function formatInitResult(result: InitResult): string {
     `  organisation API key  ${result.organisation_api_key}`,
     `  workspace API key     ${result.workspace_api_key}`,
     '',
-    'Send a key in the x-gateway-api-key header. A workspace key acts on its workspace; an',
-    'organisation key acts on any workspace of the organisation and names it (workspace_id).',
+    "Send a key as 'Authorization: Bearer <key>' (OPENAI_API_KEY) or in the x-gateway-api-key header.",
+    'A workspace key acts on its workspace; an organisation key acts on any workspace of the',
+    'organisation and names it (workspace_id).',
     '',
   ].join('\n');
 }

@@ -1,9 +1,11 @@
+import type * as z from 'zod';
 import { validationError } from '../middleware/validate';
-import { createVirtualKeyBody } from '../schemas/virtual-keys';
+import { createVirtualKeyBody, updateVirtualKeyBody } from '../schemas/virtual-keys';
 import {
   createVirtualKey,
   listVirtualKeys,
   revokeVirtualKey,
+  updateVirtualKey,
   type VirtualKey,
 } from '../services/virtual-keys';
 import { upstreamRules } from '../services/upstream-rules';
@@ -13,8 +15,9 @@ import { optionalString, requireString, UsageError, type Command, type CommandCo
 import { formatTable } from './output';
 
 /**
- * Commands for virtual keys. `create` validates with the API's own schema and service, so the CLI
- * and `POST /v1/virtual-keys` accept and refuse the same things with the same messages.
+ * Commands for virtual keys. `create` and `update` validate with the API's own schemas and
+ * services, so the CLI and `POST /v1/virtual-keys[/{slug}]` accept and refuse the same things with
+ * the same messages.
  */
 
 const workspaceOption = { workspace: { type: 'string', short: 'w' } } as const;
@@ -31,7 +34,10 @@ async function resolveWorkspace(ctx: CommandContext, ref: string): Promise<Works
  * The provider's API key, from standard input or a named environment variable. Never from a flag:
  * command lines are kept in shell history and shown to other users by `ps`.
  */
-async function readProviderKey(ctx: CommandContext): Promise<string> {
+async function readProviderKey(ctx: CommandContext): Promise<string>;
+/** `optional`: neither source means no new key (an update that keeps the stored one). */
+async function readProviderKey(ctx: CommandContext, optional: true): Promise<string | undefined>;
+async function readProviderKey(ctx: CommandContext, optional = false): Promise<string | undefined> {
   if (ctx.values['api-key'] !== undefined) {
     throw new UsageError(
       '--api-key is not accepted: a key on the command line lands in shell history and process lists. ' +
@@ -40,7 +46,9 @@ async function readProviderKey(ctx: CommandContext): Promise<string> {
   }
   const fromStdin = ctx.values['api-key-stdin'] === true;
   const variable = optionalString(ctx, 'api-key-env');
-  if (fromStdin === (variable !== undefined)) {
+  if (fromStdin && variable !== undefined) throw new UsageError('pass only one of --api-key-stdin and --api-key-env <NAME>');
+  if (!fromStdin && variable === undefined) {
+    if (optional) return undefined;
     throw new UsageError('pass exactly one of --api-key-stdin and --api-key-env <NAME>');
   }
   if (fromStdin) return (await ctx.readStdin()).trim();
@@ -55,47 +63,88 @@ function tableRow(key: VirtualKey) {
   return { ...json, created_at: iso(json.created_at), revoked_at: iso(json.revoked_at) };
 }
 
-const TABLE_COLUMNS = ['slug', 'provider', 'base_url', 'workspace_id', 'id', 'created_at', 'revoked_at'];
+const TABLE_COLUMNS = ['slug', 'provider', 'base_url', 'models', 'default', 'workspace_id', 'id', 'created_at', 'revoked_at'];
+
+/** `--models a,b*`: the list, comma-separated; an empty value (`--models ''`) is the empty list. */
+function modelsOption(ctx: CommandContext): string[] | undefined {
+  const value = ctx.values.models;
+  if (typeof value !== 'string') return undefined;
+  return value
+    .split(',')
+    .map((pattern) => pattern.trim())
+    .filter((pattern) => pattern !== '');
+}
+
+/** `--default` / `--no-default` (update only); neither leaves the key's default as it is. */
+function defaultOption(ctx: CommandContext): boolean | undefined {
+  const on = ctx.values.default === true;
+  const off = ctx.values['no-default'] === true;
+  if (on && off) throw new UsageError('pass only one of --default and --no-default');
+  return on ? true : off ? false : undefined;
+}
+
+/** Validates CLI input with an API schema: a failure reads as the API's 400 would. */
+function parseBody<Schema extends z.ZodType>(schema: Schema, input: Record<string, unknown>): z.infer<Schema> {
+  const parsed = schema.safeParse(input);
+  if (!parsed.success) throw validationError(parsed.error.issues, input, 'json');
+  return parsed.data;
+}
+
+/** What a person reads about a key's routing: the models it serves and whether it is the default. */
+function routing(key: VirtualKey): string {
+  const models = key.models.length === 0 ? '' : ` Runs of ${key.models.join(', ')} that name no key go to it.`;
+  return `${models}${key.isDefault ? ' It is the default key of its workspace.' : ''}`;
+}
+
+const keyOptions = {
+  'base-url': { type: 'string' },
+  'api-version': { type: 'string' },
+  deployment: { type: 'string' },
+  model: { type: 'string' },
+  models: { type: 'string' },
+  'api-key-stdin': { type: 'boolean' },
+  'api-key-env': { type: 'string' },
+  // Accepted only to be refused with an explanation.
+  'api-key': { type: 'string' },
+} as const;
+
+/** The options shared by create and update, as the API's fields. */
+function keyFields(ctx: CommandContext) {
+  return {
+    base_url: optionalString(ctx, 'base-url'),
+    api_version: optionalString(ctx, 'api-version'),
+    deployment: optionalString(ctx, 'deployment'),
+    model: optionalString(ctx, 'model'),
+    models: modelsOption(ctx),
+  };
+}
 
 export const virtualKeyCommands: Command[] = [
   {
     name: 'virtual-keys create',
     usage:
       'virtual-keys create --workspace <id|slug> --slug <slug> --provider openai|azure-openai ' +
-      '[--base-url <url>] [--api-version <v>] [--deployment <d>] [--model <m>] (--api-key-stdin | --api-key-env <NAME>) [--json]',
+      '[--base-url <url>] [--api-version <v>] [--deployment <d>] [--model <m>] [--models <a,b*>] [--default] ' +
+      '(--api-key-stdin | --api-key-env <NAME>) [--json]',
     summary:
       "Store a provider's credentials in a workspace under a slug (x-gateway-virtual-key). The provider key is " +
-      'read from standard input or from the environment variable NAME, never from a flag (shell history).',
-    options: {
-      ...workspaceOption,
-      slug: { type: 'string' },
-      provider: { type: 'string' },
-      'base-url': { type: 'string' },
-      'api-version': { type: 'string' },
-      deployment: { type: 'string' },
-      model: { type: 'string' },
-      'api-key-stdin': { type: 'boolean' },
-      'api-key-env': { type: 'string' },
-      // Accepted only to be refused with an explanation.
-      'api-key': { type: 'string' },
-    },
+      'read from standard input or from the environment variable NAME, never from a flag (shell history). ' +
+      '--models: the models (exact names, * globs) whose runs go to it when they name no key; --default: the ' +
+      "workspace's fallback key.",
+    options: { ...workspaceOption, slug: { type: 'string' }, provider: { type: 'string' }, default: { type: 'boolean' }, ...keyOptions },
     async run(ctx) {
       const apiKey = await readProviderKey(ctx);
       const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
-      const input = {
+      const body = parseBody(createVirtualKeyBody, {
         slug: optionalString(ctx, 'slug'),
         provider: optionalString(ctx, 'provider'),
-        base_url: optionalString(ctx, 'base-url'),
         api_key: apiKey,
-        api_version: optionalString(ctx, 'api-version'),
-        deployment: optionalString(ctx, 'deployment'),
-        model: optionalString(ctx, 'model'),
-      };
-      const parsed = createVirtualKeyBody.safeParse(input);
-      if (!parsed.success) throw validationError(parsed.error.issues, input, 'json');
+        ...keyFields(ctx),
+        default: ctx.values.default === true ? true : undefined,
+      });
       const key = await createVirtualKey(ctx.db, await ctx.secrets(), {
         workspaceId: workspace.id,
-        body: parsed.data,
+        body,
         upstreamRules: await upstreamRules(ctx.db, ctx.config, { now: ctx.now(), fresh: true }),
         maxKeys: ctx.config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
         now: ctx.now(),
@@ -103,8 +152,37 @@ export const virtualKeyCommands: Command[] = [
       ctx.print(
         ctx.json
           ? JSON.stringify(toVirtualKeyJson(key))
-          : `Created virtual key '${key.slug}' (${key.provider}, ${key.baseUrl}) in workspace ${workspace.slug}.\n` +
+          : `Created virtual key '${key.slug}' (${key.provider}, ${key.baseUrl}) in workspace ${workspace.slug}.${routing(key)}\n` +
               `Send it as x-gateway-virtual-key: ${key.slug}\n`,
+      );
+    },
+  },
+  {
+    name: 'virtual-keys update',
+    usage:
+      'virtual-keys update --workspace <id|slug> <slug> [--base-url <url>] [--models <a,b*>] [--default | --no-default] ' +
+      '[--api-key-stdin | --api-key-env <NAME>] [--api-version <v>] [--deployment <d>] [--model <m>] [--json]',
+    summary:
+      'Change a virtual key, keeping its slug: its base URL, its models (--models "" clears them), whether it is ' +
+      "the workspace's default, its provider key (rotated: from standard input or NAME, never a flag), and " +
+      "Azure's api-version, deployment and model.",
+    options: { ...workspaceOption, default: { type: 'boolean' }, 'no-default': { type: 'boolean' }, ...keyOptions },
+    async run(ctx) {
+      const slug = ctx.positionals[0];
+      if (!slug) throw new UsageError('the slug of the virtual key to update is required');
+      const apiKey = await readProviderKey(ctx, true);
+      const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
+      const body = parseBody(updateVirtualKeyBody, { api_key: apiKey, ...keyFields(ctx), default: defaultOption(ctx) });
+      const key = await updateVirtualKey(ctx.db, await ctx.secrets(), {
+        workspaceId: workspace.id,
+        slug,
+        body,
+        upstreamRules: await upstreamRules(ctx.db, ctx.config, { now: ctx.now(), fresh: true }),
+      });
+      ctx.print(
+        ctx.json
+          ? JSON.stringify(toVirtualKeyJson(key))
+          : `Updated virtual key '${key.slug}' (${key.provider}, ${key.baseUrl}) in workspace ${workspace.slug}.${routing(key)}\n`,
       );
     },
   },

@@ -1,5 +1,6 @@
-import type { Context } from 'hono';
+import type { Context, MiddlewareHandler } from 'hono';
 import { createMiddleware } from 'hono/factory';
+import { matchedRoutes } from 'hono/route';
 import { ApiError } from '../errors';
 import { inspectJson, type JsonProblem } from '../lib/strict-json';
 import { unreadBody } from './body-limit';
@@ -20,10 +21,13 @@ const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * 400 `invalid_json`, never replaced with U+FFFD, which would store a value the client did not
  * send. A leading byte order mark is skipped, as RFC 8259 lets parsers do: some Windows tools
  * write one, and it carries no data.
+ *
+ * A route whose body is not JSON (a multipart upload) opts out with `ownBody()` before its handler:
+ * its body is then left for the route to read (the body limit still bounds it).
  */
 export const jsonBody = () =>
   createMiddleware(async (c, next) => {
-    if (BODYLESS.has(c.req.method)) return next();
+    if (BODYLESS.has(c.req.method) || readsOwnBody(c)) return next();
     const mediaType = (c.req.header('content-type') ?? '').split(';')[0]!.trim();
     const isJson = JSON_MEDIA_TYPE.test(mediaType);
     if (!isJson) {
@@ -60,6 +64,17 @@ export const jsonBody = () =>
     c.req.bodyCache.json = Promise.resolve(parsed);
     return next();
   });
+
+/**
+ * Marks a route that reads its body itself, in a format of its own: `.post('/', ownBody(), handler)`.
+ * It does nothing when it runs; jsonBody() finds it among the request's matched routes, which Hono
+ * knows before the first middleware runs.
+ */
+export const ownBody = (): MiddlewareHandler => OWN_BODY;
+
+const OWN_BODY: MiddlewareHandler = (_c, next) => next();
+
+const readsOwnBody = (c: Context) => matchedRoutes(c).some((route) => route.handler === OWN_BODY);
 
 const readBytes = (c: Context) => c.req.arrayBuffer().catch((error: unknown) => Promise.reject(unreadBody(error)));
 

@@ -1,20 +1,12 @@
-import { createMiddleware } from 'hono/factory';
-import { resolveVirtualKey, VIRTUAL_KEY_HEADER, type VirtualKey } from '../services/virtual-keys';
-import type { DepsVariables } from './deps';
-import type { WorkspaceVariables } from './workspace';
+import { VIRTUAL_KEY_HEADER } from '../services/virtual-keys';
 
 export { VIRTUAL_KEY_HEADER };
 
-export type VirtualKeyVariables = { virtualKey: VirtualKey };
-
 /**
- * The virtual key of a request that needs one before its handler runs (GET of an assistant), as
- * resolveVirtualKey finds it for `model`; after workspace(). Runs resolve theirs in their use-case,
- * once their model is known. Sets `c.var.virtualKey`.
+ * The slug a request names in `x-gateway-virtual-key`, if any (blank is none). The key itself is
+ * resolved once the model it is for is known (resolveVirtualKey): in the run use-cases, and by
+ * GET of an assistant, for the assistant's model.
  */
-export const virtualKey = () =>
-  createMiddleware<{ Variables: DepsVariables & WorkspaceVariables & VirtualKeyVariables }>(async (c, next) => {
-    const slug = c.req.header(VIRTUAL_KEY_HEADER)?.trim() || undefined;
-    c.set('virtualKey', await resolveVirtualKey(c.var.deps.db, c.var.workspace.workspaceId, { slug, model: '' }));
-    await next();
-  });
+export function requestedVirtualKey(c: { req: { header(name: string): string | undefined } }): string | undefined {
+  return c.req.header(VIRTUAL_KEY_HEADER)?.trim() || undefined;
+}

@@ -1,19 +1,20 @@
 import { Hono } from 'hono';
 import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
-import { virtualKey } from '../middleware/virtual-key';
+import { requestedVirtualKey } from '../middleware/virtual-key';
 import { workspace } from '../middleware/workspace';
 import { createAssistantBody, modifyAssistantBody } from '../schemas/assistants';
 import { cursorListQuery } from '../schemas/common';
 import { createAssistant, deleteAssistant, getAssistant, listAssistants, modifyAssistant } from '../services/assistants';
+import { resolveVirtualKey } from '../services/virtual-keys';
 import { toAssistantJson } from '../wire/assistants';
 import { listObject } from '../wire/lists';
 import type { ApiEnv } from './env';
 
 /**
- * /v1/assistants, in the workspace of workspace(). Retrieving one needs `x-gateway-virtual-key`
- * (the gateway's API has always asked for one there); creating, listing, modifying and deleting
- * do not.
+ * /v1/assistants, in the workspace of workspace(). Retrieving one needs a virtual key that would
+ * execute its runs (the gateway's API has always asked for one there), resolved as a run of the
+ * assistant's model resolves it; creating, listing, modifying and deleting do not.
  */
 export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
@@ -32,8 +33,11 @@ export const assistantRoutes = new Hono<ApiEnv>()
     const page = await listAssistants(c.var.deps.db, c.var.workspace.workspaceId, c.req.valid('query'));
     return c.json(listObject(page, toAssistantJson));
   })
-  .get('/:assistant_id', virtualKey(), async (c) => {
-    const row = await getAssistant(c.var.deps.db, c.var.workspace.workspaceId, c.req.param('assistant_id'));
+  .get('/:assistant_id', async (c) => {
+    const { db } = c.var.deps;
+    const { workspaceId } = c.var.workspace;
+    const row = await getAssistant(db, workspaceId, c.req.param('assistant_id'));
+    await resolveVirtualKey(db, workspaceId, { slug: requestedVirtualKey(c), model: row.model });
     return c.json(toAssistantJson(row));
   })
   .post('/:assistant_id', validate('json', modifyAssistantBody), async (c) => {

@@ -6,7 +6,7 @@ import type { WorkspaceVariables } from '../middleware/workspace';
 /**
  * What every /v1 route can rely on: app.ts gives every request its deps and its id, and
  * authenticates every /v1 request before its route. A route adds what its own middleware sets
- * (workspace(), virtualKey()); Hono types that from the middleware, which declares it.
+ * (workspace()); Hono types that from the middleware, which declares it.
  */
 export type ApiEnv = { Variables: DepsVariables & RequestIdVariables & ApiKeyVariables };
 

@@ -1,13 +1,21 @@
 import { Hono } from 'hono';
 import { validate } from '../middleware/validate';
-import { createVirtualKeyBody, listVirtualKeysQuery, revokeVirtualKeyQuery } from '../schemas/virtual-keys';
+import {
+  createVirtualKeyBody,
+  listVirtualKeysQuery,
+  revokeVirtualKeyQuery,
+  updateVirtualKeyBody,
+} from '../schemas/virtual-keys';
 import { upstreamRules } from '../services/upstream-rules';
-import { createVirtualKey, listVirtualKeys, revokeVirtualKey } from '../services/virtual-keys';
+import { createVirtualKey, listVirtualKeys, revokeVirtualKey, updateVirtualKey } from '../services/virtual-keys';
 import { resolveWorkspaceScope } from '../services/workspaces';
 import { toVirtualKeyJson } from '../wire/virtual-keys';
 import type { ApiEnv } from './env';
 
-/** /v1/virtual-keys: a workspace key acts on its workspace; an organisation key names `workspace_id`. */
+/**
+ * /v1/virtual-keys: a workspace key acts on its workspace; an organisation key names `workspace_id`.
+ * An update is OpenAI's `POST /{id}`, here by slug; PATCH is accepted too, as REST clients send it.
+ */
 export const virtualKeyRoutes = new Hono<ApiEnv>()
   .get('/', validate('query', listVirtualKeysQuery), async (c) => {
     const query = c.req.valid('query');
@@ -30,6 +38,18 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
       upstreamRules: await upstreamRules(db, config, { now: now(), fresh: true }),
       maxKeys: config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
       now: now(),
+    });
+    return c.json(toVirtualKeyJson(key));
+  })
+  .on(['POST', 'PATCH'], '/:slug', validate('json', updateVirtualKeyBody), async (c) => {
+    const body = c.req.valid('json');
+    const { db, secrets, config, now } = c.var.deps;
+    const scope = await resolveWorkspaceScope(db, c.var.apiKey, body.workspace_id, { required: true });
+    const key = await updateVirtualKey(db, secrets, {
+      workspaceId: scope!.workspaceId,
+      slug: c.req.param('slug'),
+      body,
+      upstreamRules: await upstreamRules(db, config, { now: now(), fresh: true }),
     });
     return c.json(toVirtualKeyJson(key));
   })

@@ -34,6 +34,11 @@ export interface ApiKeyRecord {
   revokedAt: number | null;
 }
 
+/** Whether a presented key could be a gateway key at all (a provider's `sk-…` cannot). */
+export function isGatewayKeyShaped(plaintext: string): boolean {
+  return plaintext.startsWith(KEY_PREFIX);
+}
+
 export function generateApiKey(): string {
   return KEY_PREFIX + randomToken(32);
 }
@@ -97,7 +102,7 @@ const recentHashes = new Map<string, string>();
 const RECENT_HASHES_MAX = 10_000;
 
 export async function authenticateApiKey(db: Db, plaintext: string): Promise<AuthenticatedKey | null> {
-  if (!plaintext.startsWith(KEY_PREFIX)) return null;
+  if (!isGatewayKeyShaped(plaintext)) return null;
   const hash = recentHashes.get(plaintext) ?? (await sha256Hex(plaintext));
   const [row] = await keyByHash(db).all({ hash });
   if (!row) return null;

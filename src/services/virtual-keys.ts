@@ -1,11 +1,18 @@
-import { and, count, desc, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
 import { preparedQuery, type Db } from '../db/client';
 import { virtualKeys, workspaces } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
+import { conflicts, matches, sharedModel, specificity } from '../lib/model-patterns';
 import type { SecretBox } from '../lib/secrets';
 import { checkUpstreamUrl, type UpstreamUrlOptions } from '../lib/upstream-url';
-import { DEFAULT_OPENAI_BASE_URL, type CreateVirtualKeyBody, type Provider } from '../schemas/virtual-keys';
+import {
+  DEFAULT_OPENAI_BASE_URL,
+  misplacedAzureField,
+  type CreateVirtualKeyBody,
+  type Provider,
+  type UpdateVirtualKeyBody,
+} from '../schemas/virtual-keys';
 import { insertWhere, quotaExceeded } from './quotas';
 
 /**
@@ -25,6 +32,10 @@ export interface VirtualKey {
    * `model` was added; the deployment's name stands in for it on older keys). Empty for `openai`.
    */
   options: { api_version?: string; deployment?: string; model?: string };
+  /** Exact model names and `*` globs: runs of those models that name no key go to this one. */
+  models: string[];
+  /** The workspace's fallback for runs that name no key and match no key's `models`. */
+  isDefault: boolean;
   secretCiphertext: string;
   createdAt: number;
   revokedAt: number | null;
@@ -40,6 +51,8 @@ function fromRow(row: VirtualKeyRow): VirtualKey {
     provider: row.provider,
     baseUrl: row.baseUrl,
     options: { api_version: row.options.api_version, deployment: row.options.deployment, model: row.options.model },
+    models: row.models,
+    isDefault: row.isDefault,
     secretCiphertext: row.secretCiphertext,
     createdAt: row.createdAt,
     revokedAt: row.revokedAt,
@@ -70,10 +83,13 @@ const liveIn = (workspaceId: string) => and(eq(virtualKeys.workspaceId, workspac
 
 /**
  * Stores a new key; 409 `already_exists` when a live key of the workspace has the slug, 400
- * `quota_exceeded` when the workspace holds `maxKeys` live keys (checked in the insert itself).
+ * `quota_exceeded` when the workspace holds `maxKeys` live keys (checked in the insert itself),
+ * 409 `ambiguous_models` when a pattern of `models` would tie with another key's. With
+ * `default: true` it becomes the workspace's default key, in the same write that takes the
+ * default from the key that had it.
  */
 export async function createVirtualKey(db: Db, secrets: SecretBox, input: CreateVirtualKeyInput): Promise<VirtualKey> {
-  const { body } = input;
+  const { body, workspaceId } = input;
   const baseUrl = checkBaseUrl(body.base_url ?? DEFAULT_OPENAI_BASE_URL, input.upstreamRules);
   const id = newUuid();
   const options: Record<string, string> =
@@ -82,30 +98,186 @@ export async function createVirtualKey(db: Db, secrets: SecretBox, input: Create
       : {};
   const values = {
     id,
-    workspaceId: input.workspaceId,
+    workspaceId,
     slug: body.slug,
     provider: body.provider,
     baseUrl,
     secretCiphertext: await secrets.encrypt(body.api_key, id),
     options,
+    models: body.models ?? [],
+    isDefault: false,
     createdAt: input.now,
     revokedAt: null,
   };
-  const live = sql`(SELECT count(*) FROM ${virtualKeys} WHERE ${liveIn(input.workspaceId)})`;
-  const [row] = await insertWhere(db, virtualKeys, values, sql`${live} < ${input.maxKeys}`)
-    // The partial unique index (workspace, slug) WHERE revoked_at IS NULL decides, race-free.
-    .onConflictDoNothing()
-    .returning();
-  if (row) return fromRow(row);
-  if (await findActiveVirtualKey(db, input.workspaceId, body.slug)) {
-    throw new ApiError('already_exists', `A virtual key with slug '${body.slug}' already exists in this workspace.`, {
-      param: 'slug',
-    });
+  const live = sql`(SELECT count(*) FROM ${virtualKeys} WHERE ${liveIn(workspaceId)})`;
+  return withPatternsChecked(db, workspaceId, { id, models: values.models }, async (patternsUnchanged) => {
+    const insert = insertWhere(db, virtualKeys, values, sql`${live} < ${input.maxKeys} AND ${patternsUnchanged}`)
+      // The partial unique index (workspace, slug) WHERE revoked_at IS NULL decides, race-free.
+      .onConflictDoNothing()
+      .returning();
+    const row = body.default
+      ? (await db.batch([insert, ...takeDefault(db, workspaceId, id, sql`EXISTS (SELECT 1 FROM ${virtualKeys} WHERE ${eq(virtualKeys.id, id)})`)]))[2][0]
+      : (await insert)[0];
+    if (row) return fromRow(row);
+    if (await findActiveVirtualKey(db, workspaceId, body.slug)) {
+      throw new ApiError('already_exists', `A virtual key with slug '${body.slug}' already exists in this workspace.`, {
+        param: 'slug',
+      });
+    }
+    const [held] = await db.select({ count: count() }).from(virtualKeys).where(liveIn(workspaceId));
+    if ((held?.count ?? 0) >= input.maxKeys) {
+      throw quotaExceeded(
+        `This workspace has ${held?.count ?? input.maxKeys} live virtual keys; its cap is ${input.maxKeys}. Revoke one before creating another.`,
+      );
+    }
+    return null;
+  });
+}
+
+/**
+ * The two statements that make `id` the workspace's default key when `condition` holds: the key
+ * that has the default loses it, then `id` takes it (the partial unique index allows one live
+ * default per workspace, so the order matters). The second returns the key.
+ */
+function takeDefault(db: Db, workspaceId: string, id: string, condition: SQL) {
+  return [
+    db
+      .update(virtualKeys)
+      .set({ isDefault: false })
+      .where(and(liveIn(workspaceId), eq(virtualKeys.isDefault, true), ne(virtualKeys.id, id), condition)),
+    db
+      .update(virtualKeys)
+      .set({ isDefault: true })
+      .where(and(eq(virtualKeys.id, id), condition))
+      .returning(),
+  ] as const;
+}
+
+export interface UpdateVirtualKeyInput {
+  workspaceId: string;
+  slug: string;
+  body: UpdateVirtualKeyBody;
+  upstreamRules: UpstreamUrlOptions;
+}
+
+/**
+ * Changes the workspace's live key with that slug, which keeps its slug, id and provider: its
+ * `base_url` (checked by the upstream rules, as at creation), `models` (409 `ambiguous_models` on a
+ * tie with another key), `default`, the provider key (`api_key`, encrypted afresh) and Azure's
+ * `api_version`, `deployment` and `model`. 404 `virtual_key_not_found` for no such live key.
+ */
+export async function updateVirtualKey(db: Db, secrets: SecretBox, input: UpdateVirtualKeyInput): Promise<VirtualKey> {
+  const { body, workspaceId } = input;
+  const key = await findActiveVirtualKey(db, workspaceId, input.slug);
+  if (!key) throw virtualKeyNotFound(input.slug);
+  const misplaced = misplacedAzureField(key.provider, body);
+  if (misplaced) throw new ApiError('unknown_parameter', misplaced.message, { param: misplaced.field });
+
+  const changes: Partial<typeof virtualKeys.$inferInsert> = {};
+  if (body.base_url !== undefined) changes.baseUrl = checkBaseUrl(body.base_url, input.upstreamRules);
+  if (body.api_key !== undefined) changes.secretCiphertext = await secrets.encrypt(body.api_key, key.id);
+  if (body.api_version !== undefined || body.deployment !== undefined || body.model !== undefined) {
+    changes.options = {
+      ...key.options,
+      ...(body.api_version === undefined ? {} : { api_version: body.api_version }),
+      ...(body.deployment === undefined ? {} : { deployment: body.deployment }),
+      ...(body.model === undefined ? {} : { model: body.model }),
+    };
   }
-  const [held] = await db.select({ count: count() }).from(virtualKeys).where(liveIn(input.workspaceId));
-  throw quotaExceeded(
-    `This workspace has ${held?.count ?? input.maxKeys} live virtual keys; its cap is ${input.maxKeys}. Revoke one before creating another.`,
+  if (body.models !== undefined) changes.models = body.models;
+  if (body.default === false) changes.isDefault = false;
+  // Drizzle refuses an empty SET; rewriting the slug with itself changes nothing.
+  if (Object.keys(changes).length === 0) changes.slug = key.slug;
+
+  // Patterns that are not being changed are not checked again: rotating a key never waits on them.
+  return withPatternsChecked(db, workspaceId, { id: key.id, models: body.models ?? [] }, async (patternsUnchanged) => {
+    const stillLive = sql`${virtualKeys.id} = ${key.id} AND ${virtualKeys.revokedAt} IS NULL AND ${patternsUnchanged}`;
+    const update = db.update(virtualKeys).set(changes).where(stillLive).returning();
+    // The default moves first, under the same condition evaluated before anything changed: the
+    // update may change the patterns that the condition compares.
+    const row = body.default
+      ? (await db.batch([...takeDefault(db, workspaceId, key.id, sql`EXISTS (SELECT 1 FROM ${virtualKeys} WHERE ${stillLive})`), update]))[2][0]
+      : (await update)[0];
+    if (row) return fromRow(row);
+    if (!(await findActiveVirtualKey(db, workspaceId, input.slug))) throw virtualKeyNotFound(input.slug);
+    return null;
+  });
+}
+
+/** How often a write whose patterns changed under it is checked and tried again. */
+const PATTERN_ATTEMPTS = 5;
+
+/**
+ * Runs `write` once the key's `models` are known not to tie with any other live key's (409
+ * `ambiguous_models` naming the other key and a model both would claim). The check reads the
+ * workspace's patterns; `write` gets the condition that they are still what was read, to put in
+ * its statement, so that two keys written at once cannot both pass against the old patterns. A
+ * `write` that returns null wrote nothing because the patterns had changed: it is checked and
+ * tried again.
+ */
+async function withPatternsChecked(
+  db: Db,
+  workspaceId: string,
+  key: { id: string; models: string[] },
+  write: (patternsUnchanged: SQL) => Promise<VirtualKey | null>,
+): Promise<VirtualKey> {
+  for (let attempt = 0; attempt < PATTERN_ATTEMPTS; attempt++) {
+    // A key without patterns cannot tie: nothing to hold still.
+    let condition = sql`1`;
+    if (key.models.length > 0) {
+      const others = await db
+        .select({ id: virtualKeys.id, slug: virtualKeys.slug, models: virtualKeys.models, stored: sql<string>`${virtualKeys.models}` })
+        .from(virtualKeys)
+        .where(and(liveIn(workspaceId), withModels));
+      refuseTies(key, others);
+      condition = patternsAre(workspaceId, others);
+    }
+    const written = await write(condition);
+    if (written) return written;
+    // Nothing to check against: whatever stopped the write was the write's to report.
+    if (key.models.length === 0) break;
+  }
+  throw new ApiError(
+    'concurrent_update',
+    "The workspace's virtual keys kept changing while this one was checked against them; try again.",
   );
+}
+
+const withModels = sql`${virtualKeys.models} <> '[]'`;
+
+/** 409 for the first pattern of `key` that ties with a pattern of another key. */
+function refuseTies(key: { id: string; models: string[] }, others: { id: string; slug: string; models: string[] }[]) {
+  for (const [index, pattern] of key.models.entries()) {
+    for (const other of others) {
+      if (other.id === key.id) continue;
+      const rival = other.models.find((theirs) => conflicts(pattern, theirs));
+      if (rival === undefined) continue;
+      const example = sharedModel(pattern, rival);
+      throw new ApiError(
+        'ambiguous_models',
+        `'models[${index}]' ('${pattern}') and '${rival}' of virtual key '${other.slug}' are equally specific for ` +
+          `model '${example}', so a run of it would have no single key. Make one of the two patterns more specific ` +
+          `(an exact name beats any glob; a glob with more characters besides '*' beats one with fewer), or remove one.`,
+        { param: `models[${index}]` },
+      );
+    }
+  }
+}
+
+/**
+ * True while the workspace's live keys with patterns are exactly `snapshot` (ids and stored
+ * patterns): the condition under which a pattern check still holds.
+ */
+function patternsAre(workspaceId: string, snapshot: { id: string; stored: string }[]): SQL {
+  const scope = and(liveIn(workspaceId), withModels);
+  const total = sql`(SELECT count(*) FROM ${virtualKeys} WHERE ${scope}) = ${snapshot.length}`;
+  if (snapshot.length === 0) return total;
+  const rows = sql.join(
+    snapshot.map((row) => sql`(${row.id}, ${row.stored})`),
+    sql`, `,
+  );
+  const same = sql`(SELECT count(*) FROM ${virtualKeys} WHERE ${scope} AND (${virtualKeys.id}, ${virtualKeys.models}) IN (VALUES ${rows})) = ${snapshot.length}`;
+  return sql`(${total} AND ${same})`;
 }
 
 /** The base URL as stored, or 400 naming `base_url`. */
@@ -150,13 +322,12 @@ export async function revokeVirtualKey(db: Db, workspaceId: string, slug: string
     .set({ revokedAt: now })
     .where(and(eq(virtualKeys.workspaceId, workspaceId), eq(virtualKeys.slug, slug), isNull(virtualKeys.revokedAt)))
     .returning();
-  if (!row) {
-    throw new ApiError('virtual_key_not_found', `No virtual key found with slug '${slug}' in this workspace.`, {
-      param: 'slug',
-    });
-  }
+  if (!row) throw virtualKeyNotFound(slug);
   return fromRow(row);
 }
+
+const virtualKeyNotFound = (slug: string) =>
+  new ApiError('virtual_key_not_found', `No virtual key found with slug '${slug}' in this workspace.`, { param: 'slug' });
 
 /** The live key of the workspace with that slug: what `x-gateway-virtual-key` selects. */
 const activeBySlug = preparedQuery((db) =>
@@ -175,28 +346,88 @@ const activeBySlug = preparedQuery((db) =>
 );
 
 /**
- * The virtual key that executes a run (or answers for an assistant) of the workspace: the one the
- * x-gateway-virtual-key header names. Missing is 400 `missing_virtual_key`; unknown, revoked and
- * another workspace's are one 401 `invalid_virtual_key`, which does not repeat the slug, so other
- * workspaces' slugs cannot be probed. `model` is the model the run will use.
+ * The live keys of the workspace that a run naming no key could go to: those with `models`, and
+ * the default. One read on the partial index (workspace, slug) of live keys.
+ */
+const routableKeys = preparedQuery((db) =>
+  db
+    .select()
+    .from(virtualKeys)
+    .where(
+      and(
+        eq(virtualKeys.workspaceId, sql.placeholder('workspaceId')),
+        isNull(virtualKeys.revokedAt),
+        or(eq(virtualKeys.isDefault, true), withModels),
+      ),
+    )
+    .prepare(),
+);
+
+/**
+ * The virtual key that executes a run (or answers for an assistant) of the workspace, whose model
+ * is `model`, in this order:
+ *   1. the key that the x-gateway-virtual-key header names (`slug`): unknown, revoked and another
+ *      workspace's are one 401 `invalid_virtual_key`, which does not repeat the slug, so other
+ *      workspaces' slugs cannot be probed;
+ *   2. else the key whose `models` match `model` most specifically (chooseVirtualKey);
+ *   3. else the workspace's default key.
+ * None: 400 `missing_virtual_key`, saying the three ways to configure one. One query either way.
  */
 export async function resolveVirtualKey(
   db: Db,
   workspaceId: string,
   request: { slug: string | undefined; model: string },
 ): Promise<VirtualKey> {
-  if (!request.slug) {
-    throw new ApiError('missing_virtual_key', `Missing required header: '${VIRTUAL_KEY_HEADER}' (a virtual key's slug).`, {
-      param: VIRTUAL_KEY_HEADER,
-    });
+  if (request.slug) {
+    const key = await findActiveVirtualKey(db, workspaceId, request.slug);
+    if (!key) {
+      throw new ApiError('invalid_virtual_key', `The '${VIRTUAL_KEY_HEADER}' header names no live virtual key of this workspace.`, {
+        param: VIRTUAL_KEY_HEADER,
+      });
+    }
+    return key;
   }
-  const key = await findActiveVirtualKey(db, workspaceId, request.slug);
+  const key = chooseVirtualKey((await routableKeys(db).all({ workspaceId })).map(fromRow), request.model);
   if (!key) {
-    throw new ApiError('invalid_virtual_key', `The '${VIRTUAL_KEY_HEADER}' header names no live virtual key of this workspace.`, {
-      param: VIRTUAL_KEY_HEADER,
-    });
+    throw new ApiError(
+      'missing_virtual_key',
+      `No virtual key of this workspace serves model '${request.model}'. Name one in the '${VIRTUAL_KEY_HEADER}' header, ` +
+        `add the model to a key's models (POST /v1/virtual-keys/{slug} with {"models":["${request.model}"]}), ` +
+        `or make a key the workspace's default ({"default":true}).`,
+      { param: VIRTUAL_KEY_HEADER },
+    );
   }
   return key;
+}
+
+/**
+ * Of a workspace's live keys, the one for a run of `model` that names none: the key with the most
+ * specific pattern matching `model` (lib/model-patterns.ts: an exact name, else the glob with the
+ * most literal characters), else the default key, else null. Keys are written so that no two tie
+ * (ambiguous_models); a tie that plain SQL made anyway is refused rather than settled by chance.
+ */
+export function chooseVirtualKey(keys: readonly VirtualKey[], model: string): VirtualKey | null {
+  let best: { key: VirtualKey; score: number } | null = null;
+  let tied: VirtualKey | null = null;
+  for (const key of keys) {
+    const score = Math.max(-1, ...key.models.filter((pattern) => matches(pattern, model)).map(specificity));
+    if (score < 0) continue;
+    if (best === null || score > best.score) {
+      best = { key, score };
+      tied = null;
+    } else if (score === best.score) {
+      tied = key;
+    }
+  }
+  if (best && tied) {
+    throw new ApiError(
+      'ambiguous_models',
+      `Virtual keys '${best.key.slug}' and '${tied.slug}' match model '${model}' equally specifically; ` +
+        `change the models of one of them, or name a key in the '${VIRTUAL_KEY_HEADER}' header.`,
+      { param: VIRTUAL_KEY_HEADER },
+    );
+  }
+  return best?.key ?? keys.find((key) => key.isDefault) ?? null;
 }
 
 /** The header that names a virtual key by its slug. */

@@ -13,6 +13,8 @@ export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
     workspace_id: key.workspaceId,
     created_at: toUnixSeconds(key.createdAt),
     revoked_at: key.revokedAt === null ? null : toUnixSeconds(key.revokedAt),
+    models: key.models,
+    default: key.isDefault,
     ...(key.provider === 'azure-openai'
       ? { api_version: key.options.api_version, deployment: key.options.deployment, model: servedModel(key, '') }
       : {}),
