@@ -101,6 +101,8 @@ async function ownView(h: Holdings) {
     thread: await get(`/v1/threads/${h.threadId}`),
     run: await get(`/v1/threads/${h.threadId}/runs/${h.runId}`),
     doneRun: await get(`/v1/threads/${h.doneThreadId}/runs/${h.doneRunId}`),
+    runs: await get(`/v1/threads/${h.doneThreadId}/runs`),
+    steps: await get(`/v1/threads/${h.doneThreadId}/runs/${h.doneRunId}/steps`),
     messages: await get(`/v1/threads/${h.doneThreadId}/messages`),
   };
 }
@@ -175,6 +177,13 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
   'POST /v1/virtual-keys': (v) => [
     { method: 'POST', path: '/v1/virtual-keys', body: { slug: 'planted', provider: 'openai', api_key: 'sk-x', workspace_id: v.tenant.workspace.id } },
     { method: 'POST', path: '/v1/virtual-keys', body: { slug: 'planted', provider: 'openai', api_key: 'sk-x', workspace_id: v.tenant.workspace.slug } },
+  ],
+  'POST /v1/virtual-keys/:slug': (v) => [
+    // The same slug exists in a: naming a's workspace updates a's key, never v's (checked below).
+    { method: 'POST', path: `/v1/virtual-keys/${v.virtualKey}`, body: { workspace_id: v.tenant.workspace.id, base_url: 'https://planted.example/v1' } },
+  ],
+  'PATCH /v1/virtual-keys/:slug': (v) => [
+    { method: 'PATCH', path: `/v1/virtual-keys/${v.virtualKey}`, body: { workspace_id: v.tenant.workspace.slug, models: ['planted'] } },
   ],
   'DELETE /v1/virtual-keys/:slug': (v) => [
     { method: 'DELETE', path: `/v1/virtual-keys/${v.virtualKey}?workspace_id=${v.tenant.workspace.id}` },
@@ -252,6 +261,31 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     // A thread of the caller's own with the victim's run.
     { method: 'GET', path: `/v1/threads/${a.doneThreadId}/runs/${v.doneRunId}`, headers: scope() },
   ],
+  'GET /v1/threads/:thread_id/runs': (v) => [
+    { method: 'GET', path: `/v1/threads/${v.doneThreadId}/runs`, headers: scope() },
+    { method: 'GET', path: `/v1/threads/${v.doneThreadId}/runs`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/runs?after=${v.doneRunId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+  ],
+  'POST /v1/threads/:thread_id/runs': (v) => [
+    // The victim's thread with the caller's assistant and key; the caller's thread with the victim's assistant.
+    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/runs`, headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey }, body: { assistant_id: a.assistantId } },
+    { method: 'POST', path: `/v1/threads/${a.doneThreadId}/runs`, headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey }, body: { assistant_id: v.assistantId, stream: true } },
+    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/runs`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id, 'x-gateway-virtual-key': v.virtualKey }, body: { assistant_id: v.assistantId } },
+  ],
+  'POST /v1/threads/:thread_id/runs/:run_id': (v) => [
+    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/runs/${v.doneRunId}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
+    { method: 'POST', path: `/v1/threads/${a.doneThreadId}/runs/${v.doneRunId}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
+  ],
+  'GET /v1/threads/:thread_id/runs/:run_id/steps': (v) => [
+    { method: 'GET', path: `/v1/threads/${v.doneThreadId}/runs/${v.doneRunId}/steps`, headers: scope() },
+    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/runs/${v.doneRunId}/steps`, headers: scope() },
+    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/runs/${a.doneRunId}/steps?after=${firstStepOf(v)}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+  ],
+  'GET /v1/threads/:thread_id/runs/:run_id/steps/:step_id': (v) => [
+    { method: 'GET', path: `/v1/threads/${v.doneThreadId}/runs/${v.doneRunId}/steps/${firstStepOf(v)}`, headers: scope() },
+    // The caller's own run with the victim's step.
+    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/runs/${a.doneRunId}/steps/${firstStepOf(v)}`, headers: scope() },
+  ],
   'POST /v1/threads/:thread_id/runs/:run_id/submit_tool_outputs': (v) => [
     {
       method: 'POST',
@@ -279,6 +313,8 @@ const scopeQuery = () => `?workspace_id=${a.tenant.workspace.id}`;
 
 const victimMessages = new Map<string, string>();
 const firstMessageOf = (v: Holdings) => victimMessages.get(v.marker) ?? 'msg_unknown';
+const victimSteps = new Map<string, string>();
+const firstStepOf = (v: Holdings) => victimSteps.get(v.marker) ?? 'step_unknown';
 
 function appRoutes(): string[] {
   return apiRoutes(gateway.app).map((route) => `${route.method} ${route.path}`);
@@ -315,6 +351,10 @@ describe('the isolation matrix', () => {
     for (const victim of [b, c]) {
       const messages = await json(await gateway.request(`/v1/threads/${victim.doneThreadId}/messages`, { key: victim.tenant.workspaceKey }));
       victimMessages.set(victim.marker, messages.data[0].id);
+      const steps = await json(
+        await gateway.request(`/v1/threads/${victim.doneThreadId}/runs/${victim.doneRunId}/steps`, { key: victim.tenant.workspaceKey }),
+      );
+      victimSteps.set(victim.marker, steps.data[0].id);
     }
     const before = { b: await ownView(b), c: await ownView(c) };
     const callers: [Caller, Holdings[]][] = [
@@ -396,11 +436,13 @@ describe('API keys', () => {
         tally.inputsTried += 1;
         const error = await errorOf(await gateway.request('/v1/policies/rate-limits', { key: presented }));
         expect(error).toMatchObject({ status: 401, code: 'invalid_api_key' });
-        messages.add(error.message);
+        // Without the public prefix gk_, the answer says what a gateway key looks like instead.
+        if (presented.startsWith('gk_')) messages.add(error.message);
+        else expect(error.message).toContain("is not a gateway API key (those start with 'gk_')");
       }),
       { numRuns: Number(process.env.FUZZ_RUNS ?? 100) },
     );
-    // One answer for every wrong key: nothing tells how close a guess came.
+    // One answer for every wrong key of the right shape: nothing tells how close a guess came.
     expect(messages.size).toBe(1);
     expect((await gateway.request('/v1/policies/rate-limits', { key })).status).toBe(200);
   });

@@ -15,7 +15,6 @@ import { parseEventStream, type StreamEvent } from './support/sse';
  * coverage test below fails once the route exists and its row is still pending (remove the mark).
  */
 
-const ISSUE_12 = 'issue 12 (threads, messages, runs on a thread, run steps, updates)';
 
 const WEATHER_TOOL = {
   type: 'function',
@@ -109,7 +108,6 @@ const operations: Operation[] = [
   { operationId: 'getAssistant', call: async (world) => ({ method: 'GET', path: `/assistants/${await world.assistant()}` }) },
   {
     operationId: 'modifyAssistant',
-    pending: ISSUE_12,
     call: async (world) => ({ method: 'POST', path: `/assistants/${await world.assistant()}`, body: { name: 'Renamed', metadata: { v: '2' } } }),
   },
   { operationId: 'deleteAssistant', call: async (world) => ({ method: 'DELETE', path: `/assistants/${await world.assistant()}` }) },
@@ -117,7 +115,6 @@ const operations: Operation[] = [
   // ── Threads ──
   {
     operationId: 'createThread',
-    pending: ISSUE_12,
     call: async () => ({
       method: 'POST',
       path: '/threads',
@@ -127,12 +124,10 @@ const operations: Operation[] = [
   { operationId: 'getThread', call: async (world) => ({ method: 'GET', path: `/threads/${(await world.completedRun()).threadId}` }) },
   {
     operationId: 'modifyThread',
-    pending: ISSUE_12,
     call: async (world) => ({ method: 'POST', path: `/threads/${(await world.completedRun()).threadId}`, body: { metadata: { topic: 'rain' } } }),
   },
   {
     operationId: 'deleteThread',
-    pending: ISSUE_12,
     call: async (world) => ({ method: 'DELETE', path: `/threads/${(await world.completedRun()).threadId}` }),
   },
 
@@ -151,7 +146,6 @@ const operations: Operation[] = [
   },
   {
     operationId: 'createMessage',
-    pending: ISSUE_12,
     call: async (world) => ({
       method: 'POST',
       path: `/threads/${(await world.completedRun()).threadId}/messages`,
@@ -160,7 +154,6 @@ const operations: Operation[] = [
   },
   {
     operationId: 'getMessage',
-    pending: ISSUE_12,
     call: async (world) => {
       const { threadId, messageId } = await world.completedRun();
       return { method: 'GET', path: `/threads/${threadId}/messages/${messageId}` };
@@ -168,7 +161,6 @@ const operations: Operation[] = [
   },
   {
     operationId: 'modifyMessage',
-    pending: ISSUE_12,
     call: async (world) => {
       const { threadId, messageId } = await world.completedRun();
       return { method: 'POST', path: `/threads/${threadId}/messages/${messageId}`, body: { metadata: { seen: 'yes' } } };
@@ -176,7 +168,6 @@ const operations: Operation[] = [
   },
   {
     operationId: 'deleteMessage',
-    pending: ISSUE_12,
     call: async (world) => {
       const { threadId, messageId } = await world.completedRun();
       return { method: 'DELETE', path: `/threads/${threadId}/messages/${messageId}` };
@@ -251,7 +242,6 @@ const operations: Operation[] = [
   },
   {
     operationId: 'createRun',
-    pending: ISSUE_12,
     call: async (world) => {
       const { threadId } = await world.completedRun();
       return { method: 'POST', path: `/threads/${threadId}/runs`, body: { assistant_id: await world.assistant(), additional_instructions: 'Be brief.' } };
@@ -262,7 +252,6 @@ const operations: Operation[] = [
     variant: 'streamed',
     streamed: true,
     events: ['thread.run.created', 'thread.message.delta', 'thread.run.completed', 'done'],
-    pending: ISSUE_12,
     call: async (world) => {
       const { threadId } = await world.completedRun();
       return { method: 'POST', path: `/threads/${threadId}/runs`, body: { assistant_id: await world.assistant(), stream: true } };
@@ -270,7 +259,6 @@ const operations: Operation[] = [
   },
   {
     operationId: 'listRuns',
-    pending: ISSUE_12,
     call: async (world) => ({ method: 'GET', path: `/threads/${(await world.completedRun()).threadId}/runs` }),
   },
   {
@@ -290,7 +278,6 @@ const operations: Operation[] = [
   },
   {
     operationId: 'modifyRun',
-    pending: ISSUE_12,
     call: async (world) => {
       const { threadId, runId } = await world.completedRun();
       return { method: 'POST', path: `/threads/${threadId}/runs/${runId}`, body: { metadata: { reviewed: 'yes' } } };
@@ -328,7 +315,6 @@ const operations: Operation[] = [
   // ── Run steps ──
   {
     operationId: 'listRunSteps',
-    pending: ISSUE_12,
     call: async (world) => {
       const { threadId, runId } = await world.completedRun();
       return { method: 'GET', path: `/threads/${threadId}/runs/${runId}/steps` };
@@ -336,7 +322,6 @@ const operations: Operation[] = [
   },
   {
     operationId: 'getRunStep',
-    pending: ISSUE_12,
     call: async (world) => {
       const { threadId, runId, stepId } = await world.completedRun();
       return { method: 'GET', path: `/threads/${threadId}/runs/${runId}/steps/${stepId}` };

@@ -21,7 +21,6 @@ if (!pythonSdk) {
 }
 
 /** The issue that brings the quickstart's operations (threads, messages, runs on a thread, Bearer auth). */
-const UNTIL = 'issue 12 lands: threads and messages created, runs on a thread, Authorization: Bearer, the default virtual key';
 
 interface Ran {
   code: number | null;
@@ -116,8 +115,7 @@ describe.skipIf(!pythonSdk)(
       ]);
     });
 
-    // Expected to fail until UNTIL: the lead removes `.fails` when it lands.
-    it.fails(`examples/python/quickstart.py, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone (expected to fail until ${UNTIL})`, async () => {
+    it('examples/python/quickstart.py, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
       fake.reset();
       await gatewayApi('/virtual-keys', { slug: 'default', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-fake', default: true });
       const ran = await runPython('examples/python/quickstart.py', { OPENAI_BASE_URL: `${gateway.url}/v1`, OPENAI_API_KEY: apiKey });

@@ -149,7 +149,7 @@ describe('a gateway process, scanned for secrets', () => {
     for (const key of [`${keys.workspace}x`, keys.workspace.slice(0, -1), keys.workspace.toUpperCase(), OPENAI_KEY]) {
       expect((await call('/v1/policies/rate-limits', { key })).status).toBe(401);
     }
-    expect((await call('/v1/assistants/asst_nope', { key: keys.workspace, headers: { 'x-gateway-virtual-key': OPENAI_KEY } })).status).toBe(401);
+    expect((await call(`/v1/assistants/${assistantId}`, { key: keys.workspace, headers: { 'x-gateway-virtual-key': OPENAI_KEY } })).status).toBe(401);
     expect((await call('/v1/virtual-keys', { key: keys.workspace, body: { slug: 'bad', provider: 'openai', api_key: OPENAI_KEY, base_url: 'http://169.254.169.254/' } })).status).toBe(400);
     expect((await call('/v1/virtual-keys', { key: keys.workspace, body: { slug: 'openai', provider: 'openai', api_key: OPENAI_KEY } })).status).toBe(409);
     expect((await call('/v1/policies/rate-limits', { headers: { authorization: `Bearer ${OPENAI_KEY}` } })).status).toBe(401);
