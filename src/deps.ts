@@ -1,5 +1,6 @@
 import type { Config } from './config';
 import type { Db } from './db/client';
+import type { BlobStore } from './files/blob-store';
 import type { SecretBox } from './lib/secrets';
 import type { Slices } from './lib/slices';
 import type { Logger } from './logger';
@@ -33,4 +34,6 @@ export interface Deps {
   slices: Slices;
   /** Where runs execute (runs/host.ts): in this process on Node, in Durable Objects on Workers. */
   runHost: RunHost;
+  /** Uploaded files' bytes (files/blob-store.ts): a directory under DATA_DIR on Node, R2 on Workers. */
+  blobs: BlobStore;
 }

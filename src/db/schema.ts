@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import { blob, index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 import type { Usage } from '../providers/types';
 import type { PolicyStatus, PolicyType, PolicyUnit, TokenTicket } from '../schemas/policies';
 import type {
@@ -45,6 +45,8 @@ export const workspaces = sqliteTable(
     slug: text('slug').notNull(),
     name: text('name').notNull(),
     createdAt: ms('created_at').notNull(),
+    /** The embeddings model of the workspace's new vector stores; null: GATEWAY_EMBEDDINGS_MODEL. */
+    embeddingsModel: text('embeddings_model'),
   },
   (t) => [uniqueIndex('workspaces_organisation_slug').on(t.organisationId, t.slug)],
 );
@@ -281,6 +283,131 @@ export const runSteps = sqliteTable(
     usage: json<Usage>('usage'),
   },
   (t) => [uniqueIndex('run_steps_id').on(t.id), index('run_steps_run').on(t.runId, t.seq)],
+);
+
+// ── Files and retrieval ──────────────────────────────────────────────────────────────────────
+
+export type FilePurpose = 'assistants' | 'assistants_output' | 'batch' | 'batch_output' | 'fine-tune' | 'fine-tune-results' | 'vision' | 'user_data' | 'evals';
+
+/** An uploaded file: its row here, its bytes in the blob store (deps.blobs) under `blobKey`. */
+export const files = sqliteTable(
+  'files',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    purpose: text('purpose').$type<FilePurpose>().notNull(),
+    filename: text('filename').notNull(),
+    bytes: integer('bytes').notNull(),
+    /** The part's Content-Type as uploaded (extraction falls back on the filename's extension). */
+    contentType: text('content_type'),
+    blobKey: text('blob_key').notNull(),
+    createdAt: ms('created_at').notNull(),
+    expiresAt: ms('expires_at'),
+  },
+  (t) => [
+    uniqueIndex('files_id').on(t.id),
+    index('files_workspace').on(t.workspaceId, t.seq),
+    index('files_workspace_purpose').on(t.workspaceId, t.purpose, t.seq),
+  ],
+);
+
+export type VectorStoreStatus = 'expired' | 'in_progress' | 'completed';
+export type VectorStoreFileStatus = 'in_progress' | 'completed' | 'cancelled' | 'failed';
+export type ExpiresAfter = { anchor: 'last_active_at'; days: number };
+export type ChunkingStrategy =
+  | { type: 'static'; static: { max_chunk_size_tokens: number; chunk_overlap_tokens: number } }
+  | { type: 'other' };
+export type VectorStoreFileError = { code: 'server_error' | 'unsupported_file' | 'invalid_file'; message: string };
+export type FileAttributes = Record<string, string | number | boolean>;
+
+/**
+ * A vector store. `embeddingModel` and `embeddingDimensions` are fixed when its first file is
+ * embedded (or at creation), so that every vector in it and every query against it agree;
+ * `virtualKeyId` is the virtual key that embeds for it, resolved at creation as a run's is.
+ */
+export const vectorStores = sqliteTable(
+  'vector_stores',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    name: text('name'),
+    metadata: json<Record<string, string>>('metadata').notNull(),
+    expiresAfter: json<ExpiresAfter>('expires_after'),
+    expiresAt: ms('expires_at'),
+    createdAt: ms('created_at').notNull(),
+    lastActiveAt: ms('last_active_at').notNull(),
+    embeddingModel: text('embedding_model').notNull(),
+    embeddingDimensions: integer('embedding_dimensions'),
+    virtualKeyId: text('virtual_key_id'),
+    deletedAt: ms('deleted_at'),
+  },
+  (t) => [uniqueIndex('vector_stores_id').on(t.id), index('vector_stores_workspace').on(t.workspaceId, t.seq)],
+);
+
+/**
+ * A file in a vector store, and the job that ingests it: `in_progress` rows are the ingestion
+ * queue (claimed with a lease, as runs are, so a crashed ingestion is taken up again).
+ */
+export const vectorStoreFiles = sqliteTable(
+  'vector_store_files',
+  {
+    seq: integer('seq').primaryKey(),
+    vectorStoreId: text('vector_store_id').notNull(),
+    fileId: text('file_id').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    batchId: text('batch_id'),
+    status: text('status').$type<VectorStoreFileStatus>().notNull(),
+    usageBytes: integer('usage_bytes').notNull().default(0),
+    chunkingStrategy: json<ChunkingStrategy>('chunking_strategy').notNull(),
+    attributes: json<FileAttributes>('attributes').notNull(),
+    lastError: json<VectorStoreFileError>('last_error'),
+    createdAt: ms('created_at').notNull(),
+    attempts: integer('attempts').notNull().default(0),
+    leaseExpiresAt: ms('lease_expires_at'),
+  },
+  (t) => [
+    uniqueIndex('vector_store_files_store_file').on(t.vectorStoreId, t.fileId),
+    index('vector_store_files_store').on(t.vectorStoreId, t.status, t.seq),
+    index('vector_store_files_batch').on(t.batchId, t.seq),
+    index('vector_store_files_file').on(t.fileId),
+    index('vector_store_files_pending').on(t.leaseExpiresAt).where(sql`status = 'in_progress'`),
+  ],
+);
+
+export const vectorStoreFileBatches = sqliteTable(
+  'vector_store_file_batches',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    vectorStoreId: text('vector_store_id').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    /** cancelled once cancelled; otherwise the batch's status is its files' (in_progress until none is). */
+    cancelledAt: ms('cancelled_at'),
+    createdAt: ms('created_at').notNull(),
+  },
+  (t) => [uniqueIndex('vector_store_file_batches_id').on(t.id), index('vector_store_file_batches_store').on(t.vectorStoreId)],
+);
+
+/**
+ * The chunks of a store's files: text, and the embedding as a libSQL F32 vector blob (any
+ * dimension: the store records it). vector_store_chunks_fts (migration 0004, FTS5, kept by
+ * triggers) indexes the same text for keyword search. A chunk is searchable only while its
+ * vector_store_files row is `completed`: a file half-ingested, or failed, is never found.
+ */
+export const vectorStoreChunks = sqliteTable(
+  'vector_store_chunks',
+  {
+    id: integer('id').primaryKey(),
+    vectorStoreId: text('vector_store_id').notNull(),
+    fileId: text('file_id').notNull(),
+    chunkIndex: integer('chunk_index').notNull(),
+    text: text('text').notNull(),
+    tokens: integer('tokens').notNull(),
+    embedding: blob('embedding').$type<Uint8Array>().notNull(),
+  },
+  (t) => [index('vector_store_chunks_store_file').on(t.vectorStoreId, t.fileId, t.chunkIndex)],
 );
 
 // ── Rate limits ──────────────────────────────────────────────────────────────────────────────

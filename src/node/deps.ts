@@ -5,6 +5,8 @@ import { createLogger } from '../logger';
 import { nodeSlices } from './slices';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
 import { upstreamRules } from '../services/upstream-rules';
+import { join } from 'node:path';
+import { directoryBlobStore } from './blob-store';
 import { loadSecretBox } from './key-file';
 import { inProcessRunHost } from './run-host';
 import { upstreamFetch } from './upstream-fetch';
@@ -24,6 +26,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     policyCache: new PolicyCache(database.db),
     now: Date.now,
     slices: nodeSlices,
+    blobs: directoryBlobStore(join(config.DATA_DIR, 'files')),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     ...overrides,
   };

@@ -7,6 +7,8 @@ import type { ChatCompletionRequest } from './types';
  */
 export interface ProviderAdapter {
   url(baseUrl: string, options: Record<string, string | undefined>): string;
+  /** Where an embeddings request goes (providers/embeddings.ts); the same authentication. */
+  embeddingsUrl(baseUrl: string, options: Record<string, string | undefined>): string;
   headers(secret: string): Record<string, string>;
   /** Adjusts the body where a provider departs from OpenAI's. */
   body(request: ChatCompletionRequest): ChatCompletionRequest;
@@ -17,18 +19,25 @@ const trimSlash = (url: string) => url.replace(/\/+$/, '');
 /** OpenAI and every OpenAI-compatible server: vLLM, Ollama, llama.cpp, Groq, OpenRouter, … */
 const openaiCompatible: ProviderAdapter = {
   url: (baseUrl) => `${trimSlash(baseUrl)}/chat/completions`,
+  embeddingsUrl: (baseUrl) => `${trimSlash(baseUrl)}/embeddings`,
   headers: (secret) => ({ authorization: `Bearer ${secret}` }),
   body: (request) => request,
 };
 
 /** Azure OpenAI: the deployment is in the path, the version in the query, the key in `api-key`. */
 const azureOpenai: ProviderAdapter = {
-  url: (baseUrl, options) =>
-    `${trimSlash(baseUrl)}/openai/deployments/${encodeURIComponent(options.deployment ?? '')}/chat/completions?api-version=${encodeURIComponent(options.api_version ?? '')}`,
+  url: (baseUrl, options) => azureUrl(baseUrl, options, 'chat/completions'),
+  // An embeddings model is a deployment of its own: a virtual key whose deployment serves it.
+  embeddingsUrl: (baseUrl, options) => azureUrl(baseUrl, options, 'embeddings'),
   headers: (secret) => ({ 'api-key': secret }),
   // The deployment decides the model; Azure ignores `model` in the body but tolerates it.
   body: (request) => request,
 };
+
+function azureUrl(baseUrl: string, options: Record<string, string | undefined>, operation: string): string {
+  const deployment = encodeURIComponent(options.deployment ?? '');
+  return `${trimSlash(baseUrl)}/openai/deployments/${deployment}/${operation}?api-version=${encodeURIComponent(options.api_version ?? '')}`;
+}
 
 export const ADAPTERS: Record<Provider, ProviderAdapter> = {
   openai: openaiCompatible,

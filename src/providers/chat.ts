@@ -1,6 +1,7 @@
 import type { Slices } from '../lib/slices';
 import type { ProviderAdapter } from './adapters';
 import { readServerSentData } from './sse-reader';
+import { errorDetail, MAX_ERROR_MESSAGE_CHARS, redact } from './upstream-text';
 import { MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, type UpstreamEvent } from './types';
 
 /**
@@ -30,10 +31,6 @@ export interface ChatCallOptions {
   slices: Slices;
 }
 
-/** Of an error answer, this many bytes are read at most, after decompression. */
-const MAX_ERROR_BODY_BYTES = 8192;
-/** What a run's last_error quotes of an upstream's error message, at most. */
-const MAX_ERROR_MESSAGE_CHARS = 500;
 /** The largest event-stream line (bytes on the wire) and event (characters of data) read. */
 const SSE_LIMITS = { maxLineBytes: 1024 * 1024, maxEventChars: 1024 * 1024 };
 /** Longer tool-call ids are refused: OpenAI's are about 30 characters. */
@@ -305,103 +302,4 @@ function asUpstreamError(error: unknown, signal: AbortSignal): unknown {
   if (signal.aborted) return signal.reason;
   if (error instanceof UpstreamError) return error;
   return new UpstreamError('network', 'The connection to the upstream failed or was cut.');
-}
-
-/** The upstream's own error message, shortened and scrubbed of anything resembling a key. */
-async function errorDetail(response: Response, secret: string): Promise<string> {
-  let text: string;
-  try {
-    text = await readCapped(response.body, MAX_ERROR_BODY_BYTES, secret);
-  } catch {
-    return '.';
-  }
-  let message = text;
-  try {
-    const parsed = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
-    const candidate = typeof parsed.error === 'string' ? parsed.error : (parsed.error?.message ?? parsed.message);
-    if (typeof candidate === 'string') message = candidate;
-  } catch {
-    // not JSON (or cut short): keep the text
-  }
-  message = redact(message.trim(), secret, MAX_ERROR_MESSAGE_CHARS);
-  return message ? `: ${message}` : '.';
-}
-
-/**
- * At most `maxBytes` of a body (as the runtime hands it over: decompressed), decoded. Whatever
- * follows is never read: the body is cancelled, which drops the connection, so a small compressed
- * body that inflates to gigabytes costs no more than the cap.
- */
-async function readCapped(body: ReadableStream<Uint8Array> | null, maxBytes: number, secret: string): Promise<string> {
-  if (!body) return '';
-  const reader = body.getReader();
-  const parts: Uint8Array[] = [];
-  let size = 0;
-  let cut = false;
-  try {
-    while (size < maxBytes) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      const kept = value.subarray(0, maxBytes - size);
-      parts.push(kept);
-      size += kept.length;
-      cut = kept.length < value.length;
-    }
-    cut ||= size >= maxBytes;
-  } finally {
-    await reader.cancel().catch(() => undefined);
-  }
-  const bytes = new Uint8Array(size);
-  let at = 0;
-  for (const part of parts) {
-    bytes.set(part, at);
-    at += part.length;
-  }
-  const text = new TextDecoder().decode(bytes);
-  return cut ? withoutKeyPrefixAtEnd(text, secret) : text;
-}
-
-const REDACTED = '[redacted]';
-/** Shorter provider keys (`none`, `x`: servers that ignore keys) are not secrets and not redacted. */
-const MIN_SECRET_CHARS = 8;
-/** A key's prefix this long or longer, left at the end of a cut text, is removed too. */
-const MIN_PREFIX_CHARS = 4;
-const KEY_LIKE = /\b(sk|gk|pk|rk|key)[-_][A-Za-z0-9*._-]{6,}/gi;
-
-/**
- * Removes the provider key and anything shaped like an API key from upstream text, then cuts it
- * to `maxChars`. The order matters: cut first, and a key straddling the cut would survive in
- * part; and a prefix of the key left at the end of the cut text is removed as well.
- */
-export function redact(text: string, secret: string, maxChars: number): string {
-  let out = secret.length >= MIN_SECRET_CHARS ? text.split(secret).join(REDACTED) : text;
-  out = out.replace(KEY_LIKE, REDACTED);
-  if (out.length <= maxChars) return out;
-  return withoutKeyPrefixAtEnd(out.slice(0, maxChars), secret);
-}
-
-/** `text` without a prefix of `secret` (MIN_PREFIX_CHARS or longer) at its very end. */
-function withoutKeyPrefixAtEnd(text: string, secret: string): string {
-  if (secret.length < MIN_SECRET_CHARS) return text;
-  const overlap = keyPrefixAtEnd(text, secret);
-  return overlap >= MIN_PREFIX_CHARS ? `${text.slice(0, text.length - overlap)}${REDACTED}` : text;
-}
-
-/**
- * The length of the longest end of `text` that is a proper prefix of `key`: Knuth-Morris-Pratt
- * over the text's last key.length - 1 characters, linear however long or repetitive the key.
- */
-function keyPrefixAtEnd(text: string, key: string): number {
-  const fallback = new Int32Array(key.length);
-  for (let i = 1, k = 0; i < key.length; i++) {
-    while (k > 0 && key[i] !== key[k]) k = fallback[k - 1]!;
-    if (key[i] === key[k]) k++;
-    fallback[i] = k;
-  }
-  let matched = 0;
-  for (let i = Math.max(0, text.length - (key.length - 1)); i < text.length; i++) {
-    while (matched > 0 && text[i] !== key[matched]) matched = fallback[matched - 1]!;
-    if (text[i] === key[matched]) matched++;
-  }
-  return matched;
 }

@@ -4,6 +4,7 @@ import { parseConfig, type Config } from '../config';
 import * as schema from '../db/schema';
 import type { Deps } from '../deps';
 import { DurableObjectCounterStore, type RateLimitCounter } from './counter-store';
+import { r2BlobStore } from './blob-store';
 import { workersRunHost, type RunExecutorRpc } from './run-host';
 import { secretBoxFromEnv } from '../lib/secrets';
 import { createLogger } from '../logger';
@@ -26,6 +27,8 @@ export type Env = { [Name in keyof Config]?: string } & {
   RATE_LIMIT_COUNTER: DurableObjectNamespace<RateLimitCounter>;
   /** Where runs execute, one object per run (run-executor.ts). */
   RUN_EXECUTOR: DurableObjectNamespace<RunExecutorRpc>;
+  /** Uploaded files' bytes (blob-store.ts). */
+  FILES: R2Bucket;
 };
 
 let built: Promise<Deps> | undefined;
@@ -73,5 +76,6 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     runHost: workersRunHost(env.RUN_EXECUTOR, log),
     fetch: (input, init) => fetch(input, init),
     slices: UNSLICED,
+    blobs: r2BlobStore(env.FILES),
   };
 }

@@ -373,6 +373,7 @@ export class FakeUpstream {
     record.body = body;
     record.stream = body.stream === true;
     if (body.model === undefined && target.deployment === undefined) return openAiError(400, 'you must provide a model parameter');
+    if (target.operation === 'embeddings') return embeddingsAnswer(body);
     if (!Array.isArray(body.messages)) return openAiError(400, "Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
     if (body.messages.length === 0) return openAiError(400, "[] is too short - 'messages'", 'messages');
     // The gateway always streams: a request that does not is not one this fake needs to answer.
@@ -446,20 +447,69 @@ export class FakeUpstream {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Embeddings
+
+/** Dimensions of the fake's vectors when the request asks for none (text-embedding-3-small's are 1536). */
+export const FAKE_EMBEDDING_DIMENSIONS = 256;
+/** A text containing this, followed by an HTTP status, makes the whole embeddings call fail with it. */
+export const FAKE_EMBEDDINGS_STATUS = '#fake-embeddings-status';
+
+/**
+ * `/v1/embeddings`, deterministic: a text's vector is its bag of words (lower-cased, letters and
+ * digits), each word hashed to a dimension and a sign, normalised. Texts sharing words are close
+ * (cosine similarity grows with the words in common), unrelated texts nearly orthogonal, so that
+ * retrieval can be tested for the right chunk. Usage: one token per word, as for chat.
+ */
+export function embeddingsAnswer(body: Record<string, unknown>): Response {
+  const input = typeof body.input === 'string' ? [body.input] : body.input;
+  if (!Array.isArray(input) || input.length === 0 || !input.every((text) => typeof text === 'string')) {
+    return openAiError(400, "'input' must be a non-empty string or array of strings", 'input');
+  }
+  if (input.length > 2048) return openAiError(400, `'input' has ${input.length} items; at most 2048`, 'input');
+  const dimensions = body.dimensions ?? FAKE_EMBEDDING_DIMENSIONS;
+  if (typeof dimensions !== 'number' || !Number.isInteger(dimensions) || dimensions < 1 || dimensions > 3072) {
+    return openAiError(400, 'Invalid dimensions', 'dimensions');
+  }
+  const failing = input.map((text) => new RegExp(`${FAKE_EMBEDDINGS_STATUS} (\\d{3})`).exec(text)?.[1]).find(Boolean);
+  if (failing) return openAiError(Number(failing), `The fake embeddings upstream was told to fail with ${failing}.`);
+  const data = input.map((text, index) => ({ object: 'embedding', index, embedding: fakeEmbedding(text, dimensions) }));
+  const tokens = input.reduce((sum, text) => sum + countTokens(text), 0);
+  return jsonResponse(200, { object: 'list', data, model: str(body.model) || 'fake-embeddings', usage: { prompt_tokens: tokens, total_tokens: tokens } });
+}
+
+/** The fake's vector for `text` (see embeddingsAnswer): exported so tests can compute expected scores. */
+export function fakeEmbedding(text: string, dimensions = FAKE_EMBEDDING_DIMENSIONS): number[] {
+  const vector = new Array<number>(dimensions).fill(0);
+  for (const word of text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
+    let hash = 2166136261;
+    for (let i = 0; i < word.length; i++) hash = Math.imul(hash ^ word.charCodeAt(i), 16777619) >>> 0;
+    vector[hash % dimensions]! += hash & 0x80000000 ? -1 : 1;
+  }
+  const norm = Math.hypot(...vector);
+  // An empty text still gets a unit vector: providers never answer zeros.
+  return norm === 0 ? vector.map((_, i) => (i === 0 ? 1 : 0)) : vector.map((value) => value / norm);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Requests: routes, directives, turns
 
 interface Target {
   flavour: 'openai' | 'azure';
+  operation: 'chat' | 'embeddings';
   /** Set on Azure's deployment paths, which need `api-version` and take the model from the path. */
   deployment?: string;
 }
 
 function route(method: string, path: string): Target | undefined {
   if (method !== 'POST') return undefined;
-  if (path === '/v1/chat/completions' || path === '/chat/completions') return { flavour: 'openai' };
-  if (path === '/openai/v1/chat/completions') return { flavour: 'azure' };
-  const deployment = /^\/openai\/deployments\/([^/]+)\/chat\/completions$/.exec(path)?.[1];
-  return deployment === undefined ? undefined : { flavour: 'azure', deployment: decodeURIComponent(deployment) };
+  for (const operation of ['chat', 'embeddings'] as const) {
+    const suffix = operation === 'chat' ? 'chat/completions' : 'embeddings';
+    if (path === `/v1/${suffix}` || path === `/${suffix}`) return { flavour: 'openai', operation };
+    if (path === `/openai/v1/${suffix}`) return { flavour: 'azure', operation };
+    const deployment = new RegExp(`^/openai/deployments/([^/]+)/${suffix}$`).exec(path)?.[1];
+    if (deployment !== undefined) return { flavour: 'azure', operation, deployment: decodeURIComponent(deployment) };
+  }
+  return undefined;
 }
 
 /** A request the fake refuses with 400 because the test asked for something impossible. */
