@@ -44,6 +44,13 @@ export const configSchema = z.object({
       return z.NEVER;
     })
     .default([]),
+  /** The embeddings model of new vector stores, unless their workspace sets another (workspaces.embeddings_model). */
+  GATEWAY_EMBEDDINGS_MODEL: z.string().min(1).max(256).default('text-embedding-3-small'),
+  /**
+   * The dimensions asked of models that can shorten their vectors (OpenAI's text-embedding-3-*):
+   * smaller vectors search faster and take less room; other models answer their own size.
+   */
+  GATEWAY_EMBEDDINGS_DIMENSIONS: positiveInt.max(4096).default(512),
   /** A run fails when its upstream sends no first byte (connection and headers included) in this time. */
   GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: positiveInt.default(60_000),
   /**

@@ -1,0 +1,121 @@
+import type { Deps } from '../deps';
+import { ADAPTERS } from '../providers/adapters';
+import { createEmbeddings, MAX_DIMENSIONS, retryable } from '../providers/embeddings';
+import { UpstreamError } from '../providers/types';
+import { admitRequest, settleTokens } from '../ratelimit';
+import { CHARS_PER_TOKEN } from '../ratelimit/reservation';
+import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type VirtualKey } from '../services/virtual-keys';
+
+/**
+ * Texts into vectors for a vector store: the one way ingestion (chunks) and search (queries) embed.
+ * The store decides the model, the dimensions and the virtual key, so that every vector of a store
+ * and every query against it agree. Texts go in batches of BATCH_TEXTS; a batch the provider
+ * refuses for a passing reason (429, 5xx, the network, a timeout) is tried again after a backoff,
+ * up to ATTEMPTS times (within about 10 s). Each call is admitted by the workspace's rate-limit policies like a run's
+ * turn (model = the embeddings model) and charged the tokens the provider reports.
+ */
+
+export interface EmbeddingTarget {
+  workspaceId: string;
+  /** The API key the work is attributed to in rate-limit policies. */
+  apiKeyId: string;
+  /** The store's virtual key; null, or revoked since: resolved again for `model` (models, default). */
+  virtualKeyId: string | null;
+  model: string;
+  /** The store's dimensions once known; null before its first vector (then the first answer decides). */
+  dimensions: number | null;
+}
+
+export interface EmbeddedTexts {
+  vectors: Float32Array[];
+  dimensions: number;
+  /** The virtual key that answered (a store records it on its first embedding). */
+  virtualKeyId: string;
+  promptTokens: number;
+}
+
+export type EmbedDeps = Pick<Deps, 'db' | 'secrets' | 'fetch' | 'config' | 'now' | 'counters' | 'policyCache' | 'log'>;
+
+/** Texts per embeddings call: OpenAI takes 2048 inputs and 300k tokens; chunks are up to 4096 tokens. */
+export const BATCH_TEXTS = 64;
+const ATTEMPTS = 4;
+const BACKOFF_MS = [500, 2_000, 8_000];
+const TIMEOUT_MS = 60_000;
+
+/** The dimensions to ask of `model`, when it is one that takes the parameter. */
+export function requestedDimensions(model: string, config: EmbedDeps['config']): number | undefined {
+  return /^text-embedding-3-/.test(model) ? config.GATEWAY_EMBEDDINGS_DIMENSIONS : undefined;
+}
+
+export async function embedTexts(deps: EmbedDeps, target: EmbeddingTarget, texts: string[], signal?: AbortSignal): Promise<EmbeddedTexts> {
+  const key = await keyFor(deps, target);
+  const secret = await decryptVirtualKeySecret(deps.secrets, key);
+  const vectors: Float32Array[] = [];
+  let dimensions = target.dimensions;
+  let promptTokens = 0;
+  for (let start = 0; start < texts.length; start += BATCH_TEXTS) {
+    const batch = texts.slice(start, start + BATCH_TEXTS);
+    const answer = await withRetries(signal, async () => {
+      const chars = batch.reduce((sum, text) => sum + text.length, 0);
+      const admission = await admitRequest(
+        deps,
+        { api_key: target.apiKeyId, workspace_id: target.workspaceId, virtual_key: key.slug, provider: key.provider, model: target.model, metadata: {} },
+        { reservation: Math.ceil(chars / CHARS_PER_TOKEN), baseTokens: 0 },
+      );
+      let charged = 0;
+      try {
+        const result = await createEmbeddings(
+          { model: target.model, input: batch, dimensions: requestedDimensions(target.model, deps.config) },
+          { fetch: deps.fetch, adapter: ADAPTERS[key.provider], baseUrl: key.baseUrl, options: key.options, secret, timeoutMs: TIMEOUT_MS, signal },
+        );
+        // A provider that reports no usage is charged the estimate.
+        charged = result.promptTokens || Math.ceil(chars / CHARS_PER_TOKEN);
+        return result;
+      } finally {
+        await settleTokens(deps, admission.ticket, charged);
+      }
+    });
+    const size = answer.vectors[0]!.length;
+    dimensions ??= size;
+    if (size !== dimensions || size > MAX_DIMENSIONS) {
+      throw new UpstreamError('protocol', `The embeddings upstream answered vectors of ${size} dimensions for a store of ${dimensions}.`);
+    }
+    vectors.push(...answer.vectors);
+    promptTokens += answer.promptTokens;
+  }
+  return { vectors, dimensions: dimensions ?? 0, virtualKeyId: key.id, promptTokens };
+}
+
+/** The store's key while it is live; otherwise the one the workspace would use now for the model. */
+async function keyFor(deps: EmbedDeps, target: EmbeddingTarget): Promise<VirtualKey> {
+  if (target.virtualKeyId) {
+    const key = await getVirtualKey(deps.db, target.virtualKeyId);
+    if (key && key.revokedAt === null && key.workspaceId === target.workspaceId) return key;
+  }
+  return resolveVirtualKey(deps.db, target.workspaceId, { slug: undefined, model: target.model });
+}
+
+async function withRetries<T>(signal: AbortSignal | undefined, attempt: () => Promise<T>): Promise<T> {
+  for (let tried = 1; ; tried++) {
+    try {
+      return await attempt();
+    } catch (error) {
+      // The workspace's own policies refusing (429 rate_limit_exceeded) is not retried here: a
+      // search answers it at once, ingestion takes the file up again later.
+      if (!retryable(error) || tried >= ATTEMPTS || signal?.aborted) throw error;
+      await sleep(BACKOFF_MS[tried - 1]! * (0.75 + Math.random() / 2), signal);
+    }
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+  });
+}
+
+/** A vector as libSQL stores it (F32_BLOB: little-endian float32s), for a statement's arguments. */
+export function vectorBlob(vector: Float32Array): Uint8Array {
+  return new Uint8Array(vector.buffer, vector.byteOffset, vector.byteLength);
+}
