@@ -35,6 +35,7 @@ export default defineConfig({
         test: {
           name: 'node',
           include: ['test/**/*.test.ts'],
+          globalSetup: ['test/support/build-node.ts'],
           exclude: [...configDefaults.exclude, 'test/workers/**', 'test/reliability/**'],
           ...timeouts,
         },
@@ -44,6 +45,7 @@ export default defineConfig({
         test: {
           name: 'reliability',
           include: ['test/reliability/**/*.test.ts'],
+          globalSetup: ['test/support/build-node.ts'],
           testTimeout: 300_000,
           hookTimeout: 60_000,
         },

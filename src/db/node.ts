@@ -1,5 +1,5 @@
-import { chmodSync, closeSync, mkdirSync, openSync, statSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createClient, type Client } from '@libsql/client';
 import { drizzle } from 'drizzle-orm/libsql';
@@ -15,7 +15,18 @@ import * as schema from './schema';
  * code at a libSQL server or Turso instead.
  */
 
-export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../drizzle', import.meta.url));
+/**
+ * drizzle/ of this package, found from this module's file upward: the module is src/db/node.ts
+ * under tsx and vitest, and part of dist/node.js or dist/cli.js once built (scripts/build-node.mjs).
+ */
+export const MIGRATIONS_FOLDER = findUpward(dirname(fileURLToPath(import.meta.url)), join('drizzle', 'meta', '_journal.json'));
+
+function findUpward(from: string, marker: string): string {
+  for (let dir = from; ; dir = dirname(dir)) {
+    if (existsSync(join(dir, marker))) return join(dir, 'drizzle');
+    if (dirname(dir) === dir) throw new Error(`no ${marker} above ${from}: the package is incomplete`);
+  }
+}
 
 export interface NodeDatabase {
   db: Db;

@@ -5,8 +5,8 @@ import { fileURLToPath } from 'node:url';
 
 /**
  * The gateway and its CLI as separate processes, started exactly as `npm start` and
- * `npm run gateway` start them (node with tsx), for tests of what only a process shows: the
- * start-up output, two gateways on one database, a kill -9.
+ * `npm run gateway` start them (node on dist/, built by the global setup, build-node.ts), for
+ * tests of what only a process shows: the start-up output, two gateways on one database, a kill -9.
  */
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -20,7 +20,7 @@ export interface CliResult {
 
 export function runCli(args: string[], env: Record<string, string>): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...TSX, 'src/cli/main.ts', ...args], {
+    const child = spawn(process.execPath, ['--enable-source-maps', 'dist/cli.js', ...args], {
       cwd: ROOT,
       env: { ...process.env, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -44,9 +44,9 @@ export interface GatewayProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Starts `src/node.ts` and resolves once it logs that it listens (PORT 0 picks a free port). */
+/** Starts the gateway (dist/node.js) and resolves once it logs that it listens (PORT 0 picks a free port). */
 export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_000): Promise<GatewayProcess> {
-  const child = spawn(process.execPath, [...TSX, 'src/node.ts'], {
+  const child = spawn(process.execPath, ['--enable-source-maps', 'dist/node.js'], {
     cwd: ROOT,
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,0 +1,21 @@
+// `npm run build:node`: the Node server and the CLI as compiled JavaScript (dist/node.js,
+// dist/cli.js), which `npm start` and `npm run gateway` run with plain `node`: no TypeScript loader
+// and no wrapper process at runtime. Packages stay external (node_modules, as installed); the
+// embedded database's writer thread is a file of its own, copied beside the bundles that start it.
+// Runs before every start (about a quarter of a second), so a start never runs stale code.
+import { copyFile, mkdir } from 'node:fs/promises';
+import { build } from 'esbuild';
+
+await mkdir('dist', { recursive: true });
+await build({
+  entryPoints: { node: 'src/node.ts', cli: 'src/cli/main.ts' },
+  outdir: 'dist',
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  packages: 'external',
+  sourcemap: 'linked',
+  logLevel: 'warning',
+});
+await copyFile('src/db/embedded-writer.js', 'dist/embedded-writer.js');
