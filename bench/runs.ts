@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective, type FakeScenario } from '../test/support/fake-upstream';
 import { memoryOf, startGatewayProcess, type GatewayProcess } from '../test/support/processes';
-import { round, startFakeProvider, summarise } from './support';
+import { pool, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
 
 /**
  * `npm run bench:runs`: what the gateway adds to a run, measured from outside over HTTP, with the
@@ -195,12 +195,6 @@ async function wholeStreamedRun(target: Target, scenario: FakeScenario): Promise
   return bytes;
 }
 
-async function readStream(response: Response, onText: (text: string) => void): Promise<void> {
-  if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}: ${await response.text()}`);
-  const decoder = new TextDecoder();
-  for await (const chunk of response.body) onText(decoder.decode(chunk as Uint8Array, { stream: true }));
-}
-
 async function post(url: string, headers: Record<string, string>, body: unknown): Promise<unknown> {
   const response = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body) });
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${await response.text()}`);
@@ -209,36 +203,8 @@ async function post(url: string, headers: Record<string, string>, body: unknown)
 
 // ── Harness ──────────────────────────────────────────────────────────────────────────────────
 
-async function sequential<T>(n: number, task: () => Promise<T>): Promise<T[]> {
-  const results: T[] = [];
-  for (let i = 0; i < n; i++) results.push(await task());
-  return results;
-}
-
-/** Runs `n` tasks with at most `concurrency` in flight. */
-async function pool<T>(n: number, concurrency: number, task: () => Promise<T>): Promise<T[]> {
-  const results: T[] = [];
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < n) {
-        next++;
-        results.push(await task());
-      }
-    }),
-  );
-  return results;
-}
-
 const diff = (a: Record<string, number>, b: Record<string, number>, key: string) => round(a[key]! - b[key]!);
 
-async function until(condition: () => boolean, timeoutMs = 10_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 
 const latency = process.env.BENCH_ONLY === 'memory' ? {} : { virtual_key: RESOLVE, ...(await main()) };

@@ -53,3 +53,40 @@ export function startFakeProvider(): Promise<string> {
     child.once('exit', (code) => reject(new Error(`fake upstream exited with ${code}`)));
   });
 }
+
+/** Reads a response's body as text as it arrives; fails on a non-2xx answer. */
+export async function readStream(response: Response, onText: (text: string) => void): Promise<void> {
+  if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}: ${await response.text()}`);
+  const decoder = new TextDecoder();
+  for await (const chunk of response.body) onText(decoder.decode(chunk as Uint8Array, { stream: true }));
+}
+
+export async function sequential<T>(n: number, task: () => Promise<T>): Promise<T[]> {
+  const results: T[] = [];
+  for (let i = 0; i < n; i++) results.push(await task());
+  return results;
+}
+
+/** Runs `n` tasks with at most `concurrency` in flight. */
+export async function pool<T>(n: number, concurrency: number, task: () => Promise<T>): Promise<T[]> {
+  const results: T[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < n) {
+        next++;
+        results.push(await task());
+      }
+    }),
+  );
+  return results;
+}
+
+/** Waits until `condition` holds, checking every 20 ms. */
+export async function until(condition: () => boolean, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

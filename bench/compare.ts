@@ -1,0 +1,354 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fakeDirective } from '../test/support/fake-upstream';
+import { memoryOf, resetPeakMemory, startGatewayProcess } from '../test/support/processes';
+import { pool, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
+
+/**
+ * `npm run bench:compare`: this gateway against the reference, Portkey's OSS gateway 1.15.2
+ * (`@portkey-ai/gateway` on npm, with the hono 4.9.7 and @hono/node-server 1.13.5 its lockfile
+ * pins), on the same fake provider, side by side and interleaved over BENCH_ROUNDS rounds (3).
+ * Our exchange is a whole streamed run (POST /v1/threads/runs: thread, message and run stored,
+ * the run executed and streamed); the reference's a proxied streamed chat completion. Both answer
+ * the same 8-word reply from the fake provider, which runs in a process of its own.
+ *
+ * For each: whole streamed exchanges per second at 32 connections (wrk when installed, else this
+ * process as the client: said in the output), the server's CPU per exchange (utime + stime from
+ * /proc over the load), the first token added over calling the provider directly (p50/p99 at
+ * concurrency 1 and 32), RSS idle after warm-up and peak under load. Medians over the rounds.
+ *
+ * The reference is not a dependency: it is installed on first use into a directory under the
+ * system's temporary directory, and when the registry cannot be reached this says so and
+ * measures this gateway alone.
+ */
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const LOAD_SECONDS = Number(process.env.BENCH_LOAD_SECONDS ?? 8);
+const CONNECTIONS = 32;
+const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 200);
+const N32 = Number(process.env.BENCH_CONCURRENT ?? 800);
+const REPLY = { reply: 'a b c d e f g h' };
+/**
+ * Newer @hono/node-server breaks the reference's streaming (its responses' headers are immutable
+ * there), and the gateway's own dependencies pull one in nested: overrides hold every copy to
+ * what its lockfile pins.
+ */
+const REFERENCE = {
+  package: '@portkey-ai/gateway@1.15.2',
+  pins: ['hono@4.9.7', '@hono/node-server@1.13.5'],
+  overrides: { hono: '4.9.7', '@hono/node-server': '1.13.5' },
+};
+
+interface Target {
+  name: string;
+  pid: number;
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+  /** Text that marks the first token in the target's stream. */
+  firstToken: RegExp;
+  stop(): Promise<unknown>;
+}
+
+const fakeUrl = await startFakeProvider();
+const content = `go\n${fakeDirective(REPLY)}`;
+
+// ── The targets ───────────────────────────────────────────────────────────────────────────────
+
+async function ours(): Promise<Target> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'bench-compare-'));
+  const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir });
+  await until(() => /workspace API key\s+gk_/.test(gateway.stdout()));
+  const key = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())![1]!;
+  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  await post(`${gateway.url}/v1/virtual-keys`, headers, { slug: 'bench', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench', default: true });
+  const assistant = (await post(`${gateway.url}/v1/assistants`, headers, { model: 'bench-model' })) as { id: string };
+  return {
+    name: 'this_gateway',
+    pid: gateway.child.pid!,
+    url: `${gateway.url}/v1/threads/runs`,
+    headers,
+    body: JSON.stringify({ assistant_id: assistant.id, stream: true, thread: { messages: [{ role: 'user', content }] } }),
+    firstToken: /event: thread\.message\.delta/,
+    stop: async () => {
+      await gateway.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The reference's start script, installed on demand; null (with the reason) when it cannot be. */
+function installReference(): { script: string } | { unavailable: string } {
+  const dir = join(tmpdir(), 'assistants-gateway-bench-reference-1.15.2-pinned');
+  const script = join(dir, 'node_modules/@portkey-ai/gateway/build/start-server.js');
+  if (existsSync(script)) return { script };
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'bench-reference', private: true, overrides: REFERENCE.overrides }));
+  process.stderr.write(`Installing the reference (${REFERENCE.package}) into ${dir}…\n`);
+  const installed = spawnSync(
+    'npm',
+    ['install', '--no-audit', '--no-fund', '--ignore-scripts', '--prefix', dir, REFERENCE.package, ...REFERENCE.pins],
+    { encoding: 'utf8', timeout: 300_000 },
+  );
+  if (installed.status !== 0 || !existsSync(script)) {
+    const reason = (installed.stderr || installed.error?.message || 'npm install failed').trim().split('\n').slice(-3).join(' ');
+    return { unavailable: `the reference could not be installed from the registry: ${reason}` };
+  }
+  return { script };
+}
+
+async function reference(script: string): Promise<Target> {
+  const port = await freePort();
+  const child = spawn(process.execPath, [script, `--port=${port}`, '--headless'], {
+    env: { ...process.env, NODE_ENV: 'production' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk));
+  await until(() => output.includes('Ready for connections') || child.exitCode !== null, 20_000);
+  if (child.exitCode !== null) throw new Error(`the reference exited: ${output}`);
+  return {
+    name: 'reference',
+    pid: child.pid!,
+    url: `http://127.0.0.1:${port}/v1/chat/completions`,
+    headers: {
+      'content-type': 'application/json',
+      authorization: 'Bearer sk-bench',
+      'x-portkey-provider': 'openai',
+      'x-portkey-custom-host': `${fakeUrl}/v1`,
+    },
+    body: chatBody(),
+    firstToken: /"content":"[^"]/,
+    stop: () => stopChild(child),
+  };
+}
+
+/** The provider itself, for the baseline. */
+function direct(): Omit<Target, 'pid' | 'stop'> {
+  return {
+    name: 'direct_provider',
+    url: `${fakeUrl}/v1/chat/completions`,
+    headers: { 'content-type': 'application/json', authorization: 'Bearer sk-bench' },
+    body: chatBody(),
+    firstToken: /"content":"[^"]/,
+  };
+}
+
+function chatBody(): string {
+  return JSON.stringify({ model: 'bench-model', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content }] });
+}
+
+// ── Measurements ──────────────────────────────────────────────────────────────────────────────
+
+/** ms to the first token of one exchange. */
+async function firstToken(target: Omit<Target, 'pid' | 'stop'>): Promise<number> {
+  const started = performance.now();
+  const response = await fetch(target.url, { method: 'POST', headers: target.headers, body: target.body });
+  let first = NaN;
+  await readStream(response, (text) => {
+    if (Number.isNaN(first) && target.firstToken.test(text)) first = performance.now() - started;
+  });
+  if (Number.isNaN(first)) throw new Error(`${target.name}: no token arrived`);
+  return first;
+}
+
+const HAS_WRK = spawnSync('wrk', ['--version']).error === undefined;
+
+/** Whole exchanges per second at CONNECTIONS, and the server's CPU ms per exchange. */
+async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>) {
+  const pid = 'pid' in target ? target.pid : undefined;
+  const cpuBefore = pid ? cpuMs(pid) : 0;
+  if (pid) resetPeakMemory(pid);
+  let exchanges: number;
+  let seconds: number;
+  let errors = 0;
+  if (HAS_WRK) {
+    const dir = mkdtempSync(join(tmpdir(), 'bench-wrk-'));
+    const script = join(dir, 'post.lua');
+    const headers = Object.entries(target.headers).map(([name, value]) => `wrk.headers[${JSON.stringify(name)}] = ${JSON.stringify(value)}`);
+    writeFileSync(script, ['wrk.method = "POST"', `wrk.body = ${JSON.stringify(target.body)}`, ...headers].join('\n'));
+    const out = await runWrk(['-t2', `-c${CONNECTIONS}`, `-d${LOAD_SECONDS}s`, '-s', script, target.url]);
+    rmSync(dir, { recursive: true, force: true });
+    exchanges = Number(/(\d+) requests in/.exec(out)?.[1] ?? NaN);
+    seconds = Number(/requests in ([\d.]+)s/.exec(out)?.[1] ?? NaN);
+    errors = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0) + Number(/Socket errors:.*?timeout (\d+)/.exec(out)?.[1] ?? 0);
+  } else {
+    const started = performance.now();
+    const deadline = started + LOAD_SECONDS * 1000;
+    let done = 0;
+    await Promise.all(
+      Array.from({ length: CONNECTIONS }, async () => {
+        while (performance.now() < deadline) {
+          const response = await fetch(target.url, { method: 'POST', headers: target.headers, body: target.body });
+          await readStream(response, () => undefined).catch(() => errors++);
+          done++;
+        }
+      }),
+    );
+    exchanges = done;
+    seconds = (performance.now() - started) / 1000;
+  }
+  return {
+    exchanges_per_second: round(exchanges / seconds, 0),
+    errors,
+    ...(pid && {
+      server_cpu_ms_per_exchange: round((cpuMs(pid) - cpuBefore) / exchanges, 3),
+      peak_rss_mb: round(memoryOf(pid).peakMb, 1),
+    }),
+  };
+}
+
+function runWrk(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('wrk', args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk));
+    child.on('error', reject);
+    child.on('exit', () => resolve(out));
+  });
+}
+
+/** CPU time of a process, every thread, in ms (Linux /proc/<pid>/stat: utime + stime, in ticks of 10 ms). */
+function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+async function measure(target: Target) {
+  // Warm up: JIT, pools, caches.
+  await pool(300, 8, () => firstToken(target));
+  const idle = memoryOf(target.pid).rssMb;
+  const c1 = summarise(await sequential(N1, () => firstToken(target)));
+  const c32 = summarise(await pool(N32, CONNECTIONS, () => firstToken(target)));
+  return { idle_rss_mb: round(idle, 1), first_token_c1: c1, first_token_c32: c32, ...(await load(target)) };
+}
+
+async function measureDirect() {
+  const target = direct();
+  await pool(300, 8, () => firstToken(target));
+  const c1 = summarise(await sequential(N1, () => firstToken(target)));
+  const c32 = summarise(await pool(N32, CONNECTIONS, () => firstToken(target)));
+  return { first_token_c1: c1, first_token_c32: c32, ...(await load(target)) };
+}
+
+// ── Rounds ────────────────────────────────────────────────────────────────────────────────────
+
+type Figures = Record<string, number>;
+
+function flatten(result: Awaited<ReturnType<typeof measure>> | Awaited<ReturnType<typeof measureDirect>>): Figures {
+  const figures: Figures = {
+    exchanges_per_second: result.exchanges_per_second,
+    first_token_c1_p50_ms: result.first_token_c1.p50_ms,
+    first_token_c1_p99_ms: result.first_token_c1.p99_ms,
+    first_token_c32_p50_ms: result.first_token_c32.p50_ms,
+    first_token_c32_p99_ms: result.first_token_c32.p99_ms,
+  };
+  if ('server_cpu_ms_per_exchange' in result && result.server_cpu_ms_per_exchange !== undefined) {
+    figures.server_cpu_ms_per_exchange = result.server_cpu_ms_per_exchange;
+    figures.peak_rss_mb = result.peak_rss_mb!;
+  }
+  if ('idle_rss_mb' in result) figures.idle_rss_mb = result.idle_rss_mb;
+  return figures;
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)]!;
+}
+
+function medians(rounds: Figures[]): Figures {
+  const out: Figures = {};
+  for (const key of Object.keys(rounds[0] ?? {})) out[key] = round(median(rounds.map((figures) => figures[key]!)), 3);
+  return out;
+}
+
+const installed = installReference();
+const rounds: Record<string, Figures[]> = { direct_provider: [], this_gateway: [], reference: [] };
+for (let i = 0; i < ROUNDS; i++) {
+  rounds.direct_provider!.push(flatten(await measureDirect()));
+  const gateway = await ours();
+  try {
+    rounds.this_gateway!.push(flatten(await measure(gateway)));
+  } finally {
+    await gateway.stop();
+  }
+  if ('script' in installed) {
+    const other = await reference(installed.script);
+    try {
+      rounds.reference!.push(flatten(await measure(other)));
+    } finally {
+      await other.stop();
+    }
+  }
+}
+
+const result: Record<string, Figures> = {};
+for (const [name, figures] of Object.entries(rounds)) if (figures.length > 0) result[name] = medians(figures);
+const added = (name: string) => {
+  const figures = result[name];
+  const base = result.direct_provider!;
+  if (!figures) return undefined;
+  return {
+    first_token_added_c1_p50_ms: round(figures.first_token_c1_p50_ms! - base.first_token_c1_p50_ms!, 2),
+    first_token_added_c1_p99_ms: round(figures.first_token_c1_p99_ms! - base.first_token_c1_p99_ms!, 2),
+    first_token_added_c32_p50_ms: round(figures.first_token_c32_p50_ms! - base.first_token_c32_p50_ms!, 2),
+    first_token_added_c32_p99_ms: round(figures.first_token_c32_p99_ms! - base.first_token_c32_p99_ms!, 2),
+  };
+};
+const mine = result.this_gateway!;
+const theirs = result.reference;
+console.log(
+  JSON.stringify(
+    {
+      benchmark: 'compare',
+      setup:
+        `client (${HAS_WRK ? 'wrk -t2' : 'this process; wrk not installed'}) -> gateway process -> fake provider process, loopback, ` +
+        `${ROUNDS} interleaved rounds, medians; load ${LOAD_SECONDS} s at ${CONNECTIONS} connections`,
+      reference_gateway: 'script' in installed ? `${REFERENCE.package} with ${REFERENCE.pins.join(', ')}` : installed.unavailable,
+      goals: { exchanges_per_second: '>= 2x the reference', server_cpu_ms_per_exchange: '<= 0.8', first_token_added_c1: '<= 1 / 3 ms (p50 / p99)', first_token_added_c32: '<= 10 / 40 ms', idle_rss_mb: '<= 60', peak_rss_mb: '<= 120' },
+      ...result,
+      added: { this_gateway: added('this_gateway'), reference: added('reference') },
+      ...(theirs && {
+        ratios_this_over_reference: {
+          exchanges_per_second: round(mine.exchanges_per_second! / theirs.exchanges_per_second!, 2),
+          server_cpu_ms_per_exchange: round(mine.server_cpu_ms_per_exchange! / theirs.server_cpu_ms_per_exchange!, 2),
+          idle_rss_mb: round(mine.idle_rss_mb! / theirs.idle_rss_mb!, 2),
+          peak_rss_mb: round(mine.peak_rss_mb! / theirs.peak_rss_mb!, 2),
+        },
+      }),
+    },
+    null,
+    2,
+  ),
+);
+process.exit(0);
+
+// ── Helpers ───────────────────────────────────────────────────────────────────────────────────
+
+async function post(url: string, headers: Record<string, string>, body: unknown): Promise<unknown> {
+  const response = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body) });
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${await response.text()}`);
+  return response.json();
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+function stopChild(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve();
+    child.once('exit', () => resolve());
+    child.kill('SIGTERM');
+  });
+}
