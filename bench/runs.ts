@@ -19,7 +19,7 @@ import { pool, readStream, round, sequential, startFakeProvider, summarise, unti
  *
  * BENCH_VIRTUAL_KEY chooses how runs find their virtual key: `header` (the default, the slug in
  * x-gateway-virtual-key), `models` (no header; the key's models match the run's model, beside 10
- * other keys of 3 patterns each) or `default` (no header; the workspace's default key).
+ * other keys of 3 patterns each, none of them tied) or `default` (no header; the workspace's default key).
  * BENCH_ONLY=latency skips the memory rounds, BENCH_ONLY=memory the rest.
  */
 
@@ -117,7 +117,7 @@ async function prepare(gateway: GatewayProcess): Promise<Target> {
   const virtualKey = { slug: 'bench', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench' };
   if (RESOLVE === 'models') {
     for (let i = 0; i < 10; i++) {
-      const models = [`other-${i}`, `other-${i}-*`, `*-other-${i}`];
+      const models = [`other-${i}`, `other-${i}-*`, `legacy-${i}.*`];
       await post(`${gateway.url}/v1/virtual-keys`, headers, { ...virtualKey, slug: `other-${i}`, models });
     }
   }
