@@ -10,6 +10,8 @@ import { provideDeps, type DepsVariables } from './middleware/deps';
 import { jsonBody } from './middleware/json-body';
 import { requestId, type RequestIdVariables } from './middleware/request-id';
 import { servedRoutesOnly } from './middleware/served-routes';
+import { DOCS_PAGE } from './openapi/docs-page';
+import openApiDocument from './openapi/document.json';
 import { assistantRoutes } from './routes/assistants';
 import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
@@ -54,6 +56,9 @@ export function createApp(deps: Deps) {
   );
 
   app.get('/health', (c) => c.json({ status: 'ok' }));
+  // Generated from the routes below and their schemas by `npm run openapi` (openapi/generate.ts).
+  app.get('/openapi.json', (c) => c.json(openApiDocument));
+  app.get('/docs', (c) => c.html(DOCS_PAGE));
 
   // What the gateway does not serve is answered first, unauthenticated and unread: a path or a
   // method is not a secret, and a client should learn that before it is asked for a key.

@@ -4,16 +4,25 @@ import type * as z from 'zod';
 import { ApiError, type ErrorCode } from '../errors';
 
 /**
+ * Each validating middleware, with what it validates: the OpenAPI document is generated from
+ * these (openapi/generate.ts), so it describes every route's input with the schema that checks it.
+ */
+export const validatedInputs = new WeakMap<object, { target: keyof ValidationTargets; schema: z.ZodType }>();
+
+/**
  * The only way routes validate input: @hono/zod-validator with a hook that turns the first zod
  * issue into an `ApiError` naming the field (`param`), in OpenAI's wording where it has one.
  */
 export const validate = <Target extends keyof ValidationTargets, Schema extends z.ZodType>(
   target: Target,
   schema: Schema,
-) =>
-  zValidator(target, schema, (result) => {
+) => {
+  const middleware = zValidator(target, schema, (result) => {
     if (!result.success) throw validationError(result.error.issues, result.data, target);
   });
+  validatedInputs.set(middleware, { target, schema });
+  return middleware;
+};
 
 type Issue = z.core.$ZodIssue;
 

@@ -1,0 +1,26 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openDatabase } from '../src/db/node';
+import { createNodeApp } from '../src/node/app';
+import { nodeConfig } from '../src/node/config';
+import { createNodeDeps } from '../src/node/deps';
+import { DOCUMENT_PATH, openApiDocument, serialiseDocument } from '../src/openapi/generate';
+
+/**
+ * `npm run openapi`: regenerates src/openapi/document.json from the app's routes and their
+ * validating schemas (src/openapi/generate.ts). Run it after changing a route or a request schema;
+ * test/openapi-document.test.ts fails until the file matches.
+ */
+
+const dataDir = mkdtempSync(join(tmpdir(), 'gateway-openapi-'));
+try {
+  const config = nodeConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'error' });
+  const database = await openDatabase(config);
+  const { app } = createNodeApp(await createNodeDeps(config, database));
+  writeFileSync(DOCUMENT_PATH, serialiseDocument(await openApiDocument(app)));
+  database.close();
+  console.log(`Wrote ${DOCUMENT_PATH}`);
+} finally {
+  rmSync(dataDir, { recursive: true, force: true });
+}
