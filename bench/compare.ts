@@ -242,6 +242,7 @@ type Figures = Record<string, number>;
 function flatten(result: Awaited<ReturnType<typeof measure>> | Awaited<ReturnType<typeof measureDirect>>): Figures {
   const figures: Figures = {
     exchanges_per_second: result.exchanges_per_second,
+    load_errors: result.errors,
     first_token_c1_p50_ms: result.first_token_c1.p50_ms,
     first_token_c1_p99_ms: result.first_token_c1.p99_ms,
     first_token_c32_p50_ms: result.first_token_c32.p50_ms,
