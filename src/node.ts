@@ -1,6 +1,7 @@
 import { formatInitResult } from './cli/output';
 import { nodeConfig } from './node/config';
 import { startGateway } from './node/start';
+import { listVirtualKeys } from './services/virtual-keys';
 
 /** `npm start`: the gateway on Node, on the embedded database unless LIBSQL_URL says otherwise. */
 async function main() {
@@ -8,6 +9,12 @@ async function main() {
   if (gateway.initialised) process.stdout.write(formatInitResult(gateway.initialised));
   // Always said, whatever LOG_LEVEL: where to send requests.
   process.stdout.write(`Gateway listening on ${gateway.url} (database: ${gateway.database.location})\n`);
+  if ((await listVirtualKeys(gateway.deps.db, {})).length === 0) {
+    process.stdout.write(
+      'No virtual key yet, so runs have no provider. To try the gateway without an account, start the bundled\n' +
+        'fake provider in another terminal (`npm run fake-provider`) and follow the README\'s "A first run".\n',
+    );
+  }
 
   let stopping = false;
   const stop = (signal: string) => {
