@@ -11,9 +11,11 @@ import { ROOT, startGatewayProcess } from '../test/support/processes';
  * none can drift from what the gateway does. Each file's ```sh blocks run in order, as one bash
  * script with `set -euo pipefail`, against a fresh gateway (`npm start`'s build, on a new data
  * directory) and the fake provider; the script gets what a reader sets by hand (the blocks marked
- * ```sh no-run say how): GATEWAY, GATEWAY_API_KEY, GATEWAY_ORG_KEY, FAKE_PROVIDER. Blocks marked
+ * ```sh no-run say how): GATEWAY, GATEWAY_API_KEY, GATEWAY_ORG_KEY, FAKE_PROVIDER, and placeholder
+ * provider keys (OPENAI_API_KEY, …) for the examples that store one. Blocks marked
  * `no-run` are skipped: starting servers, real providers' keys, deploying.
- * Exits non-zero naming the file, the block and what it printed when one fails.
+ * Their curl calls fail on any HTTP error. Exits non-zero naming the file, the block and what it printed when one fails. Files named as
+ * arguments are the only ones run (`npm run check:docs -- docs/api.md`).
  */
 
 export interface Example {
@@ -52,14 +54,24 @@ export async function runExamples(file: string, examples: Example[]): Promise<st
     const key = (name: string) => new RegExp(`${name} API key\\s+(gk_[A-Za-z0-9_-]+)`).exec(gateway.stdout())?.[1] ?? '';
     const env = {
       ...process.env,
+      // The CLI's examples administer the same database.
+      DATA_DIR: dataDir,
       GATEWAY: gateway.url,
       GATEWAY_API_KEY: key('workspace'),
       GATEWAY_ORG_KEY: key('organisation'),
       FAKE_PROVIDER: fake.baseURL,
+      // Provider keys a reader has: the examples only store them (no provider is called), so
+      // placeholders do, and a developer's real keys never reach the examples' output.
+      OPENAI_API_KEY: 'sk-docs-example-openai-0000',
+      NEW_OPENAI_API_KEY: 'sk-docs-example-openai-0001',
+      AZURE_OPENAI_API_KEY: 'docs-example-azure-0000',
     };
     // Each block is announced on stderr, so a failure shows which one it was.
+    // Every curl of an example fails on an HTTP error, body shown: an example that no longer works
+    // cannot pass by printing an error envelope.
     const script = [
       'set -euo pipefail',
+      'curl() { command curl --fail-with-body "$@"; }',
       ...examples.map((example) => `echo ${JSON.stringify(`--- ${relative(ROOT, example.file)}:${example.line}`)} >&2\n${example.code}`),
     ].join('\n');
     const result = await bash(script, env);
@@ -95,7 +107,9 @@ function bash(script: string, env: NodeJS.ProcessEnv): Promise<{ code: number | 
 
 if (process.argv[1] && pathToFileURL(resolve(process.argv[1])).href === import.meta.url) {
   let failed = false;
-  for (const file of documentationFiles()) {
+  // Files named on the command line, or all of them.
+  const named = process.argv.slice(2).map((file) => resolve(file));
+  for (const file of named.length > 0 ? named : documentationFiles()) {
     const examples = shellExamples(file, readFileSync(file, 'utf8'));
     const problem = await runExamples(file, examples);
     process.stdout.write(`${problem ? 'FAIL' : 'ok  '} ${relative(ROOT, file)} (${examples.length} examples)\n`);
