@@ -11,6 +11,7 @@ import { jsonBody } from './middleware/json-body';
 import { requestId, type RequestIdVariables } from './middleware/request-id';
 import { servedRoutesOnly } from './middleware/served-routes';
 import { assistantRoutes } from './routes/assistants';
+import { fileRoutes } from './routes/files';
 import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
 import { virtualKeyRoutes } from './routes/virtual-keys';
@@ -68,6 +69,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes);
+  app.route('/v1/files', fileRoutes);
 
   app.notFound((c) =>
     errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${c.req.path}.`)),

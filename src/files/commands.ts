@@ -1,0 +1,89 @@
+import type { Deps } from '../deps';
+import { ApiError } from '../errors';
+import { newId } from '../lib/ids';
+import { validationError } from '../middleware/validate';
+import { uploadFields, type UploadFields } from '../schemas/files';
+import { deleteFile, insertFile, type FileRow } from '../services/files';
+import { readUpload } from './upload';
+
+/**
+ * The file use-cases that touch both the database and the blob store: an upload (bytes first,
+ * then the row, or nothing) and a delete (the row first, then the bytes). The routes
+ * (routes/files.ts) call one of these or one service, and answer.
+ */
+
+export type FileCommandDeps = Pick<Deps, 'db' | 'blobs' | 'config' | 'now' | 'log'>;
+
+/**
+ * POST /v1/files: streams the `file` part into the blob store under a key of its own, then checks
+ * the fields (the SDKs send them after the file) and writes the row. Any refusal or failure on
+ * the way deletes what was stored: a file is there whole, with its row, or not at all.
+ */
+export async function createFile(
+  deps: FileCommandDeps,
+  workspaceId: string,
+  body: ReadableStream<Uint8Array> | null,
+  contentType: string | undefined,
+): Promise<FileRow> {
+  const id = newId('file');
+  const blobKey = `${workspaceId}/${id}`;
+  const upload = await readUpload(body, contentType, { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES });
+  try {
+    if (!upload.file) throw new ApiError('missing_required_parameter', "Missing required parameter: 'file'.", { param: 'file' });
+    if (upload.file.bytes === 0) throw new ApiError('invalid_value', "Invalid 'file': the file is empty (0 bytes).", { param: 'file' });
+    const fields = formFields(upload.fields);
+    const at = deps.now();
+    const row: FileRow = {
+      id,
+      workspaceId,
+      purpose: fields.purpose,
+      filename: upload.file.filename,
+      bytes: upload.file.bytes,
+      contentType: upload.file.contentType,
+      blobKey,
+      createdAt: at,
+      expiresAt: fields.expires_after ? at + fields.expires_after.seconds * 1000 : null,
+    };
+    await insertFile(deps.db, row);
+    return row;
+  } catch (error) {
+    await forget(deps, blobKey);
+    throw error;
+  }
+}
+
+/** DELETE /v1/files/{file_id}: the row (and the file's place in vector stores), then its bytes. */
+export async function removeFile(deps: FileCommandDeps, workspaceId: string, id: string): Promise<void> {
+  const row = await deleteFile(deps.db, workspaceId, id);
+  await forget(deps, row.blobKey);
+}
+
+/**
+ * Deletes bytes that no row points at. A failure is logged, not answered: without its row the blob
+ * is unreachable, and the client's request has its answer either way.
+ */
+async function forget(deps: FileCommandDeps, blobKey: string): Promise<void> {
+  try {
+    await deps.blobs.delete(blobKey);
+  } catch (error) {
+    deps.log.warn('a file blob could not be deleted', { blob_key: blobKey, error });
+  }
+}
+
+/**
+ * The upload's fields, checked like a JSON body (validate.ts's errors, naming the field):
+ * `expires_after[anchor]` and `expires_after[seconds]` as OpenAI's SDKs write the object.
+ */
+function formFields(fields: Record<string, string>): UploadFields {
+  const nested: Record<string, unknown> = Object.create(null);
+  let expiresAfter: Record<string, string> | undefined;
+  for (const [name, value] of Object.entries(fields)) {
+    const inner = /^expires_after\[(\w+)\]$/.exec(name);
+    if (inner) (expiresAfter ??= {})[inner[1]!] = value;
+    else nested[name] = value;
+  }
+  if (expiresAfter) nested.expires_after = expiresAfter;
+  const result = uploadFields.safeParse(nested);
+  if (!result.success) throw validationError(result.error.issues, nested, 'form');
+  return result.data;
+}
