@@ -126,8 +126,9 @@ describe('POST /v1/files', () => {
     );
     expect(contentDisposition('../../etc/passwd')).toBe(`attachment; filename="../../etc/passwd"; filename*=UTF-8''..%2F..%2Fetc%2Fpasswd`);
     // The name is never a path: the blob's key is the gateway's own.
-    const traversal = await openai.files.create({ file: await toFile(Buffer.from('x'), '../../../escape.txt'), purpose: 'assistants' });
-    expect(traversal.filename).toBe('../../../escape.txt');
+    // (The SDK sends a basename; a hand-made body sends what it likes.)
+    const traversal = await upload(multipart([{ name: 'file', filename: '../../../escape.txt', bytes: 'x' }, { name: 'purpose', value: 'assistants' }]));
+    expect((await json(traversal)).filename).toBe('../../../escape.txt');
     expect(storedBlobs().every((path) => path.startsWith(join(gateway.dataDir, 'files', tenant.workspace.id)))).toBe(true);
   });
 
