@@ -225,6 +225,32 @@ describe('refused uploads store nothing', () => {
     expect(await errorOf(response)).toMatchObject({ status: 415, code: 'unsupported_media_type' });
   });
 
+  it('an upload over the cap is refused without its body being read to the end', async () => {
+    const boundary = 'endless';
+    const head = new TextEncoder().encode(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="huge.bin"\r\n\r\n`);
+    let pulled = 0;
+    const total = 64 * 1024 * 1024;
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(head);
+      },
+      pull(controller) {
+        if (pulled >= total) return controller.close();
+        pulled += 65_536;
+        controller.enqueue(new Uint8Array(65_536).fill(65));
+      },
+    });
+    const response = await gateway.app.request('http://gateway.test/v1/files', {
+      method: 'POST',
+      headers: { 'x-gateway-api-key': refusing.workspaceKey, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      body,
+      duplex: 'half',
+    } as RequestInit);
+    expect(await errorOf(response)).toMatchObject({ status: 413, param: 'file' });
+    expect(pulled).toBeLessThan(16 * MAX_FILE_BYTES);
+    expect(await fileRows(refusing.workspace.id)).toBe(0);
+  });
+
   it('a stream that fails mid-body leaves neither a blob, a temporary file nor a row', async () => {
     const whole = multipart([{ name: 'file', filename: 'cut.bin', bytes: new Uint8Array(30_000).fill(7) }, { name: 'purpose', value: 'assistants' }]);
     const bytes = new Uint8Array(await whole.body.arrayBuffer());
