@@ -36,7 +36,7 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 /** A UTF-16 surrogate without its pair: no character, and no header could carry it. */
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
 /** Refuses a content type other than multipart/form-data (415), or one without a boundary. */
 function checkContentType(contentType: string | undefined): void {
