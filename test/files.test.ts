@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores } from '../src/db/schema';
 import { listen } from '../src/node/server';
 import { contentDisposition } from '../src/routes/files';
+import { purgeExpiredFiles } from '../src/files/commands';
 import { MAX_FIELD_BYTES, MAX_PARTS } from '../src/files/upload';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
@@ -161,6 +162,27 @@ describe('POST /v1/files', () => {
       expect(error, JSON.stringify(fields)).toMatchObject({ status: 400, param });
     }
     expect(await fileRows(other.workspace.id)).toBe(1);
+  });
+
+  it('deletes expired files, rows and bytes, in the sweep', async () => {
+    const expiring = await gateway.tenant();
+    const client = gateway.openai({ 'x-gateway-api-key': expiring.workspaceKey });
+    const soon = await client.files.create({ file: await toFile(Buffer.from('soon'), 'soon.txt'), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 3600 } });
+    const later = await client.files.create({ file: await toFile(Buffer.from('later'), 'later.txt'), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 7200 } });
+    const kept = await client.files.create({ file: await toFile(Buffer.from('kept'), 'kept.txt'), purpose: 'batch' });
+    const blobsOf = () => storedBlobs().filter((path) => path.includes(expiring.workspace.id)).map((path) => path.slice(path.lastIndexOf('/') + 1));
+    expect(blobsOf().sort()).toEqual([soon.id, later.id, kept.id].sort());
+    gateway.clock.advance(3601_000);
+    try {
+      // Other tenants' files expiring in this window go too: at least this one.
+      expect(await purgeExpiredFiles(gateway.deps)).toBeGreaterThanOrEqual(1);
+      expect(await purgeExpiredFiles(gateway.deps)).toBe(0);
+      expect(blobsOf().sort()).toEqual([later.id, kept.id].sort());
+      expect((await client.files.list()).data.map((file) => file.id)).toEqual([kept.id, later.id]);
+      expect(await fileRows(expiring.workspace.id)).toBe(2);
+    } finally {
+      gateway.clock.advance(-3601_000);
+    }
   });
 });
 

@@ -3,7 +3,7 @@ import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
 import { validationError } from '../middleware/validate';
 import { uploadFields, type UploadFields } from '../schemas/files';
-import { deleteFile, insertFile, type FileRow } from '../services/files';
+import { deleteFile, expiredFiles, insertFile, type FileRow } from '../services/files';
 import { readUpload } from './upload';
 
 /**
@@ -56,6 +56,30 @@ export async function createFile(
 export async function removeFile(deps: FileCommandDeps, workspaceId: string, id: string): Promise<void> {
   const row = await deleteFile(deps.db, workspaceId, id);
   await forget(deps, row.blobKey);
+}
+
+/** How often the sweeps delete expired files (node/start.ts's timer, worker.ts's cron). */
+export const FILE_PURGE_INTERVAL_MS = 10 * 60 * 1000;
+
+/**
+ * Deletes the files past their `expires_after` (reads already treat them as gone), as a delete
+ * would: rows, places in vector stores, bytes; in batches of `batchSize`. Answers how many.
+ */
+export async function purgeExpiredFiles(deps: FileCommandDeps, batchSize = 100): Promise<number> {
+  let purged = 0;
+  for (;;) {
+    const expired = await expiredFiles(deps.db, deps.now(), batchSize);
+    for (const file of expired) {
+      try {
+        await removeFile(deps, file.workspaceId, file.id);
+        purged++;
+      } catch (error) {
+        // Deleted by its owner in the meantime: nothing left to do.
+        if (!(error instanceof ApiError && error.code === 'file_not_found')) throw error;
+      }
+    }
+    if (expired.length < batchSize) return purged;
+  }
 }
 
 /**

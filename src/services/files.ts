@@ -1,4 +1,4 @@
-import { and, eq, gt, inArray, isNull, or, sql, type SQL } from 'drizzle-orm';
+import { and, eq, gt, inArray, isNotNull, isNull, lte, or, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { files, vectorStoreChunks, vectorStoreFiles, type FilePurpose } from '../db/schema';
 import { ApiError } from '../errors';
@@ -77,4 +77,16 @@ export async function deleteFile(db: Db, workspaceId: string, id: string): Promi
   if (!row) throw notFound(id);
   const { seq: _seq, ...file } = row;
   return file;
+}
+
+/**
+ * Up to `limit` files of any workspace whose `expires_at` has passed at `now`. No index serves
+ * this (files rarely expire): it reads the table, which is why the sweeps that call it are rare.
+ */
+export async function expiredFiles(db: Db, now: number, limit: number): Promise<Pick<FileRow, 'id' | 'workspaceId'>[]> {
+  return db
+    .select({ id: files.id, workspaceId: files.workspaceId })
+    .from(files)
+    .where(and(isNotNull(files.expiresAt), lte(files.expiresAt, now)))
+    .limit(limit);
 }
