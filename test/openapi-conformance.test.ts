@@ -49,6 +49,8 @@ interface World {
   runRequiringAction(): Promise<{ threadId: string; runId: string; toolCallId: string }>;
   /** An uploaded file of purpose assistants, whose bytes are FILE_TEXT. */
   file(): Promise<string>;
+  /** An uploaded PNG of purpose vision. */
+  image(): Promise<string>;
 }
 
 interface Operation {
@@ -160,6 +162,15 @@ const operations: Operation[] = [
       method: 'POST',
       path: `/threads/${(await world.completedRun()).threadId}/messages`,
       body: { role: 'user', content: [{ type: 'text', text: 'And tomorrow?' }], metadata: { n: '2' } },
+    }),
+  },
+  {
+    operationId: 'createMessage',
+    variant: 'an image_file part',
+    call: async (world) => ({
+      method: 'POST',
+      path: `/threads/${(await world.completedRun()).threadId}/messages`,
+      body: { role: 'user', content: [{ type: 'text', text: 'And this?' }, { type: 'image_file', image_file: { file_id: await world.image(), detail: 'high' } }] },
     }),
   },
   {
@@ -459,6 +470,12 @@ const world: World = {
     const form = new FormData();
     form.set('file', new Blob([FILE_TEXT]), 'desk.txt');
     form.set('purpose', 'assistants');
+    return (await json(await send({ method: 'POST', path: '/files', body: form }))).id;
+  },
+  async image() {
+    const form = new FormData();
+    form.set('file', new Blob([new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13])], { type: 'image/png' }), 'dot.png');
+    form.set('purpose', 'vision');
     return (await json(await send({ method: 'POST', path: '/files', body: form }))).id;
   },
   async runRequiringAction() {
