@@ -337,6 +337,52 @@ async function until(condition: () => boolean): Promise<void> {
   throw new Error('the condition did not become true');
 }
 
+describe("a workspace's storage cap", () => {
+  it('refuses an upload that would pass GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE, exactly, also when uploads finish together', async () => {
+    const capped = await createTestGateway({ env: { GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE: '100' } });
+    try {
+      const owner = await capped.tenant();
+      const send = (bytes: number, key = owner.workspaceKey) =>
+        capped.app.request('http://gateway.test/v1/files', {
+          method: 'POST',
+          headers: { 'x-gateway-api-key': key },
+          body: (() => {
+            const form = new FormData();
+            form.set('file', new Blob([new Uint8Array(bytes).fill(1)]), 'f.bin');
+            form.set('purpose', 'assistants');
+            return form;
+          })(),
+        });
+      const blobs = () => readdirSync(join(capped.dataDir, 'files'), { recursive: true }).filter((name) => String(name).includes('file-'));
+      // Five of 30 bytes at once: three fit.
+      const answers = await Promise.all(Array.from({ length: 5 }, () => send(30)));
+      expect(answers.map((response) => response.status).sort()).toEqual([200, 200, 200, 400, 400]);
+      const refused = await errorOf(answers.find((response) => response.status === 400)!);
+      expect(refused).toMatchObject({ code: 'quota_exceeded', param: 'file' });
+      expect(refused.message).toContain('GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE');
+      expect(blobs()).toHaveLength(3);
+      expect((await send(11)).status).toBe(400);
+      expect((await send(10)).status).toBe(200);
+      // At the cap: refused before the body is read.
+      const request = new Request('http://gateway.test/v1/files', {
+        method: 'POST',
+        headers: { 'x-gateway-api-key': owner.workspaceKey, 'content-type': 'multipart/form-data; boundary=x' },
+        body: 'never read',
+      });
+      expect(await errorOf(await capped.app.request(request))).toMatchObject({ status: 400, code: 'quota_exceeded' });
+      expect(request.bodyUsed).toBe(false);
+      // Another workspace has its own.
+      expect((await send(100, (await capped.tenant()).workspaceKey)).status).toBe(200);
+      // Deleting frees room.
+      const thirty = (await json(await capped.request('/v1/files', { key: owner.workspaceKey }))).data.find((file: { bytes: number }) => file.bytes === 30);
+      expect((await capped.request(`/v1/files/${thirty.id}`, { method: 'DELETE', key: owner.workspaceKey })).status).toBe(200);
+      expect((await send(30)).status).toBe(200);
+    } finally {
+      await capped.close();
+    }
+  });
+});
+
 describe('GET /v1/files', () => {
   it('lists newest first, by purpose, in pages with after, and asc', async () => {
     const lister = await gateway.tenant();

@@ -3,7 +3,7 @@ import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
 import { validationError } from '../middleware/validate';
 import { uploadFields, type UploadFields } from '../schemas/files';
-import { deleteFile, expiredFiles, insertFile, type FileRow } from '../services/files';
+import { deleteFile, expiredFiles, insertFile, storageExceeded, storedBytes, type FileRow } from '../services/files';
 import { readUpload } from './upload';
 
 /**
@@ -25,6 +25,10 @@ export async function createFile(
   body: ReadableStream<Uint8Array> | null,
   contentType: string | undefined,
 ): Promise<FileRow> {
+  const maxStored = deps.config.GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE;
+  // A workspace already at its cap is told before its upload is read; the insert checks again.
+  const held = await storedBytes(deps.db, workspaceId);
+  if (held >= maxStored) throw storageExceeded(held, maxStored);
   const id = newId('file');
   const blobKey = `${workspaceId}/${id}`;
   const upload = await readUpload(body, contentType, { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES });
@@ -44,7 +48,7 @@ export async function createFile(
       createdAt: at,
       expiresAt: fields.expires_after ? at + fields.expires_after.seconds * 1000 : null,
     };
-    await insertFile(deps.db, row);
+    await insertFile(deps.db, row, maxStored);
     return row;
   } catch (error) {
     await forget(deps, blobKey);

@@ -4,6 +4,7 @@ import { files, vectorStoreChunks, vectorStoreFiles, type FilePurpose } from '..
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage } from './pagination';
+import { insertWhere, quotaExceeded } from './quotas';
 
 /**
  * Uploaded files' rows, scoped to a workspace (their bytes: deps.blobs, under `blobKey`). A file
@@ -12,9 +13,28 @@ import { cursorPage } from './pagination';
 
 export type FileRow = Omit<typeof files.$inferSelect, 'seq'>;
 
-export async function insertFile(db: Db, row: FileRow): Promise<void> {
-  await db.insert(files).values(row);
+/**
+ * Writes the file's row unless the workspace's files would then hold more than `maxBytes`
+ * (GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE): 400 `quota_exceeded`, checked in the insert itself, so
+ * that uploads finishing together cannot pass the cap between them.
+ */
+export async function insertFile(db: Db, row: FileRow, maxBytes = Number.MAX_SAFE_INTEGER): Promise<void> {
+  const held = sql`(SELECT coalesce(sum(${files.bytes}), 0) FROM ${files} WHERE ${files.workspaceId} = ${row.workspaceId})`;
+  const inserted = await insertWhere(db, files, row, sql`${held} + ${row.bytes} <= ${maxBytes}`).returning({ id: files.id });
+  if (inserted.length === 0) throw storageExceeded(await storedBytes(db, row.workspaceId), maxBytes);
 }
+
+/** The bytes of the workspace's files together (expired ones included until they are deleted). */
+export async function storedBytes(db: Db, workspaceId: string): Promise<number> {
+  const [row] = await db.select({ bytes: sql<number>`coalesce(sum(${files.bytes}), 0)` }).from(files).where(eq(files.workspaceId, workspaceId));
+  return Number(row?.bytes ?? 0);
+}
+
+export const storageExceeded = (held: number, maxBytes: number) =>
+  quotaExceeded(
+    `This workspace's files hold ${held} bytes; its cap is ${maxBytes} (GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE). Delete files before uploading more.`,
+    'file',
+  );
 
 /** Not expired at `now` (without `now`, whatever its expiry). */
 const current = (now: number | undefined): SQL | undefined =>
