@@ -1,4 +1,4 @@
-import { createReadStream, readdirSync, writeFileSync } from 'node:fs';
+import { createReadStream, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { count, eq } from 'drizzle-orm';
@@ -274,6 +274,7 @@ describe('refused uploads store nothing', () => {
   });
 
   it('a stream that fails mid-body leaves neither a blob, a temporary file nor a row', async () => {
+    const errorsBefore = gateway.logs.filter((line) => line.includes('"level":"error"')).length;
     const whole = multipart([{ name: 'file', filename: 'cut.bin', bytes: new Uint8Array(30_000).fill(7) }, { name: 'purpose', value: 'assistants' }]);
     const bytes = new Uint8Array(await whole.body.arrayBuffer());
     let sent = false;
@@ -296,7 +297,19 @@ describe('refused uploads store nothing', () => {
     expect(await errorOf(response)).toMatchObject({ status: 400, code: 'invalid_multipart' });
     expect(storedBlobs().filter((path) => path.includes(refusing.workspace.id))).toEqual([]);
     expect(await fileRows(refusing.workspace.id)).toBe(0);
-    expect(gateway.logs.filter((line) => line.includes('"level":"error"'))).toEqual([]);
+    // The client's doing, not the gateway's: nothing logged as an error.
+    expect(gateway.logs.filter((line) => line.includes('"level":"error"')).length).toBe(errorsBefore);
+  });
+
+  it('a store that fails is a 500, logged, and leaves no row', async () => {
+    const broken = await gateway.tenant();
+    // Where the workspace's directory should be, a file: the directory store cannot write there.
+    mkdirSync(join(gateway.dataDir, 'files'), { recursive: true });
+    writeFileSync(join(gateway.dataDir, 'files', broken.workspace.id), 'in the way');
+    const error = await errorOf(await upload(multipart([{ name: 'file', filename: 'a.txt', bytes: 'hello' }, { name: 'purpose', value: 'assistants' }]), broken.workspaceKey));
+    expect(error).toMatchObject({ status: 500, code: 'server_error' });
+    expect(await fileRows(broken.workspace.id)).toBe(0);
+    expect(gateway.logs.some((line) => line.includes('"level":"error"') && line.includes('/v1/files'))).toBe(true);
   });
 
   it('a client that disconnects mid-upload from the Node server leaves nothing behind', async () => {

@@ -67,7 +67,7 @@ export async function readUpload(
   const upload: Upload = { fields: Object.create(null) };
   try {
     let parts = 0;
-    for await (const part of parseMultipart(body, { contentType: contentType! })) {
+    for await (const part of parseMultipart(fromClient(body), { contentType: contentType! })) {
       if (++parts > MAX_PARTS) {
         throw new ApiError('invalid_multipart', `The request body has more than ${MAX_PARTS} parts.`);
       }
@@ -95,16 +95,47 @@ export async function readUpload(
   }
 }
 
-/** What a failure while reading becomes: ours pass, too large is 413, anything else a bad body. */
+/** A failure to read the request body itself: the client stopped sending it (or broke its framing). */
+class UnreadBody extends Error {
+  constructor(cause: unknown) {
+    super('the request body could not be read', { cause });
+  }
+}
+
+/** `body`, each failure to read it an UnreadBody, so that it is told apart from the store's. */
+function fromClient(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        const read = await reader.read().catch((error: unknown) => Promise.reject(new UnreadBody(error)));
+        if (read.done) controller.close();
+        else controller.enqueue(read.value);
+      },
+      cancel: (reason) => reader.cancel(reason),
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+/**
+ * What a failure while reading becomes: the client's doing is a 4xx (413 for too large, 400 for a
+ * body that is cut, or is not multipart as multitars reads it); the store's failures pass as they
+ * are (a 500: the disk or the bucket failed, not the client).
+ */
 function uploadError(error: unknown, maxFileBytes: number): unknown {
   if (error instanceof ApiError) return error;
   if (error instanceof BlobTooLarge) {
     return new ApiError('payload_too_large', `The file is larger than ${maxFileBytes} bytes (GATEWAY_MAX_FILE_BYTES).`, { param: 'file' });
   }
-  // multitars's own messages describe the format ("Invalid Multipart Part: Unexpected EOF"); a
-  // stream that failed under it (the client went away) is said plainly, without internals.
-  const detail = error instanceof Error && error.message.startsWith('Invalid Multipart') ? ` (${error.message})` : '';
-  return new ApiError('invalid_multipart', `The request body is not complete, valid multipart/form-data${detail}.`, { cause: error });
+  if (error instanceof UnreadBody) {
+    return new ApiError('invalid_multipart', 'The request body ended before the multipart/form-data did (the upload was cut).', { cause: error });
+  }
+  // multitars's own messages describe the format ("Invalid Multipart Part: Unexpected EOF").
+  if (error instanceof Error && error.message.startsWith('Invalid Multipart')) {
+    return new ApiError('invalid_multipart', `The request body is not valid multipart/form-data (${error.message}).`, { cause: error });
+  }
+  return error;
 }
 
 async function fieldText(part: MultipartPart, name: string): Promise<string> {
