@@ -127,4 +127,36 @@ describe('/v1/files on workerd', () => {
     expect(await errorOf(raw)).toMatchObject({ status: 415, code: 'unsupported_media_type' });
     expect((await openai.files.list()).data.length).toBe(before);
   });
+
+  it('sends an image_file part to the provider as a data: URL, from R2, in the run\'s executor object', async () => {
+    const slug = `files-${crypto.randomUUID().slice(0, 8)}`;
+    const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
+      method: 'POST',
+      headers: { 'x-gateway-api-key': API_KEY, 'content-type': 'application/json' },
+      body: JSON.stringify({ slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake-provider-key' }),
+    });
+    expect(created.status).toBe(200);
+    const client = openai.withOptions({ defaultHeaders: { 'x-gateway-virtual-key': slug } });
+    const png = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 1, 2, 3, 4, 5]);
+    const image = await client.files.create({ file: await toFile(png, 'dot.png'), purpose: 'vision' });
+    const assistant = await client.beta.assistants.create({ model: 'fake-model' });
+    // The fake answers with the messages it was sent (the provider's records stay in Node).
+    const text = 'What is this?\n#fake {"echo_messages":true}';
+    const run = await client.beta.threads.createAndRunPoll(
+      { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: [{ type: 'text', text }, { type: 'image_file', image_file: { file_id: image.id } }] }] } },
+      { pollIntervalMs: 50 },
+    );
+    expect(run.status).toBe('completed');
+    const [answer] = (await client.beta.threads.messages.list(run.thread_id, { run_id: run.id })).data;
+    const sent = JSON.parse(answer!.content[0]!.type === 'text' ? answer!.content[0]!.text.value : '[]');
+    expect(sent).toEqual([
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text },
+          { type: 'image_url', image_url: { url: `data:image/png;base64,${btoa(String.fromCharCode(...png))}`, detail: 'auto' } },
+        ],
+      },
+    ]);
+  });
 });
