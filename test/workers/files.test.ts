@@ -113,6 +113,34 @@ describe('/v1/files on workerd', () => {
     await expect(openai.files.content(created.id)).rejects.toBeInstanceOf(NotFoundError);
   });
 
+  it('leaves nothing in the bucket when the upload is cut', async () => {
+    const workspaceId = inject('workersTenant').workspace.id;
+    const before = (await keysUnder(`${workspaceId}/`)).length;
+    const boundary = 'cutcutcut';
+    const head = new TextEncoder().encode(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="cut.bin"\r\n\r\n`);
+    let sent = 0;
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(head);
+      },
+      pull(controller) {
+        // Past R2's first 8 MiB part, so that a multipart upload was under way when it ended. (It
+        // ends rather than errors: workerd reports a request body's error as uncaught, whoever reads it.)
+        if (sent >= 9 * MiB) return controller.close();
+        sent += 256 * 1024;
+        controller.enqueue(new Uint8Array(256 * 1024).fill(9));
+      },
+    });
+    const response = await exports.default.fetch('http://gateway/v1/files', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${API_KEY}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      body,
+    });
+    expect(await errorOf(response)).toMatchObject({ status: 400, code: 'invalid_multipart' });
+    expect((await keysUnder(`${workspaceId}/`)).length).toBe(before);
+    expect((await openai.files.list()).data.filter((file) => file.filename === 'cut.bin')).toEqual([]);
+  });
+
   it('refuses a wrong purpose and a non-multipart body, storing nothing', async () => {
     const before = (await openai.files.list()).data.length;
     const wrong = await openai.files
