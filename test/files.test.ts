@@ -273,6 +273,34 @@ describe('refused uploads store nothing', () => {
     expect(await fileRows(refusing.workspace.id)).toBe(0);
   });
 
+  it('a wrong purpose sent before the file is refused before the file is read', async () => {
+    const boundary = 'purposefirst';
+    const head = new TextEncoder().encode(
+      `--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nmemes\r\n` +
+        `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.bin"\r\n\r\n`,
+    );
+    let pulled = 0;
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(head);
+      },
+      pull(controller) {
+        if (pulled >= MAX_FILE_BYTES / 2) return controller.close();
+        pulled += 4096;
+        controller.enqueue(new Uint8Array(4096));
+      },
+    });
+    const response = await gateway.app.request('http://gateway.test/v1/files', {
+      method: 'POST',
+      headers: { 'x-gateway-api-key': refusing.workspaceKey, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      body,
+      duplex: 'half',
+    } as RequestInit);
+    expect(await errorOf(response)).toMatchObject({ status: 400, code: 'invalid_value', param: 'purpose' });
+    expect(pulled).toBeLessThan(MAX_FILE_BYTES / 4);
+    expect(await fileRows(refusing.workspace.id)).toBe(0);
+  });
+
   it('a stream that fails mid-body leaves neither a blob, a temporary file nor a row', async () => {
     const errorsBefore = gateway.logs.filter((line) => line.includes('"level":"error"')).length;
     const whole = multipart([{ name: 'file', filename: 'cut.bin', bytes: new Uint8Array(30_000).fill(7) }, { name: 'purpose', value: 'assistants' }]);

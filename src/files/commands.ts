@@ -2,7 +2,8 @@ import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
 import { validationError } from '../middleware/validate';
-import { uploadFields, type UploadFields } from '../schemas/files';
+import type * as z from 'zod';
+import { uploadFields } from '../schemas/files';
 import { deleteFile, expiredFiles, insertFile, storageExceeded, storedBytes, type FileRow } from '../services/files';
 import { readUpload } from './upload';
 
@@ -31,11 +32,17 @@ export async function createFile(
   if (held >= maxStored) throw storageExceeded(held, maxStored);
   const id = newId('file');
   const blobKey = `${workspaceId}/${id}`;
-  const upload = await readUpload(body, contentType, { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES });
+  const upload = await readUpload(
+    body,
+    contentType,
+    { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES },
+    // Fields sent before the file (curl's order) are judged before it is stored.
+    (fields) => formFields(fields, uploadFields.partial()),
+  );
   try {
     if (!upload.file) throw new ApiError('missing_required_parameter', "Missing required parameter: 'file'.", { param: 'file' });
     if (upload.file.bytes === 0) throw new ApiError('invalid_value', "Invalid 'file': the file is empty (0 bytes).", { param: 'file' });
-    const fields = formFields(upload.fields);
+    const fields = formFields(upload.fields, uploadFields);
     const at = deps.now();
     const row: FileRow = {
       id,
@@ -102,7 +109,7 @@ async function forget(deps: FileCommandDeps, blobKey: string): Promise<void> {
  * The upload's fields, checked like a JSON body (validate.ts's errors, naming the field):
  * `expires_after[anchor]` and `expires_after[seconds]` as OpenAI's SDKs write the object.
  */
-function formFields(fields: Record<string, string>): UploadFields {
+function formFields<Schema extends z.ZodType>(fields: Readonly<Record<string, string>>, schema: Schema): z.infer<Schema> {
   const nested: Record<string, unknown> = Object.create(null);
   let expiresAfter: Record<string, string> | undefined;
   for (const [name, value] of Object.entries(fields)) {
@@ -111,7 +118,7 @@ function formFields(fields: Record<string, string>): UploadFields {
     else nested[name] = value;
   }
   if (expiresAfter) nested.expires_after = expiresAfter;
-  const result = uploadFields.safeParse(nested);
+  const result = schema.safeParse(nested);
   if (!result.success) throw validationError(result.error.issues, nested, 'form');
   return result.data;
 }

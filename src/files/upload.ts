@@ -61,6 +61,8 @@ export async function readUpload(
   body: ReadableStream<Uint8Array> | null,
   contentType: string | undefined,
   store: { blobs: BlobStore; blobKey: string; maxFileBytes: number },
+  /** Judges the fields sent before the file, before it is stored (throws to refuse the upload). */
+  beforeFile: (fields: Readonly<Record<string, string>>) => void = () => undefined,
 ): Promise<Upload> {
   checkContentType(contentType);
   if (!body) throw new ApiError('invalid_multipart', 'The request has no body.');
@@ -78,6 +80,7 @@ export async function readUpload(
           throw new ApiError('invalid_value', "'file' must be a file (a part with a filename), not a text field.", { param: 'file' });
         }
         checkFilename(filename);
+        beforeFile(upload.fields);
         const { bytes } = await store.blobs.put(store.blobKey, part.stream(), { maxBytes: store.maxFileBytes });
         upload.file = { filename, contentType: mediaTypeOf(part), bytes };
       } else {
