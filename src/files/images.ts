@@ -102,6 +102,9 @@ export async function inlineImages(deps: ImageDeps, workspaceId: string, message
 
 type ImageType = 'image/png' | 'image/jpeg' | 'image/gif' | 'image/webp';
 
+/** The bytes sniffImageType looks at (WebP's signature ends at the twelfth). */
+const SNIFF_BYTES = 12;
+
 /** The image type of `bytes` from its signature, or null for anything else. */
 export function sniffImageType(bytes: Uint8Array): ImageType | null {
   const starts = (signature: number[], at = 0) => signature.every((byte, i) => bytes[at + i] === byte);
@@ -117,7 +120,7 @@ async function imageTypeOf(deps: ImageDeps, file: FileRow): Promise<ImageType | 
   const stream = await deps.blobs.get(file.blobKey);
   if (!stream) return null;
   const reader = stream.getReader();
-  const head = new Uint8Array(12);
+  const head = new Uint8Array(SNIFF_BYTES);
   let filled = 0;
   try {
     while (filled < head.byteLength) {
@@ -142,14 +145,19 @@ async function dataUrl(deps: ImageDeps, file: FileRow): Promise<string | null> {
   const stream = await deps.blobs.get(file.blobKey);
   if (!stream) return null;
   const pieces: string[] = [];
-  let head: Uint8Array | null = null;
+  const head = new Uint8Array(SNIFF_BYTES);
+  let headFilled = 0;
   let carry = new Uint8Array(0);
   try {
     const reader = capped(stream, MAX_IMAGE_BYTES).stream.getReader();
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      head ??= value.slice(0, 12);
+      if (headFilled < SNIFF_BYTES) {
+        const take = value.subarray(0, SNIFF_BYTES - headFilled);
+        head.set(take, headFilled);
+        headFilled += take.byteLength;
+      }
       const bytes: Uint8Array = carry.byteLength === 0 ? value : concat(carry, value);
       const whole = bytes.byteLength - (bytes.byteLength % 3);
       pieces.push(base64(bytes.subarray(0, whole)));
@@ -160,7 +168,7 @@ async function dataUrl(deps: ImageDeps, file: FileRow): Promise<string | null> {
     throw error;
   }
   pieces.push(base64(carry));
-  const type = head && sniffImageType(head);
+  const type = sniffImageType(head.subarray(0, headFilled));
   return type ? `data:${type};base64,${pieces.join('')}` : null;
 }
 

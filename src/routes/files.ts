@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { ApiError } from '../errors';
 import { createFile, removeFile } from '../files/commands';
 import { ownBody } from '../middleware/own-body';
 import { validate } from '../middleware/validate';
@@ -8,7 +9,6 @@ import { getFile, listFiles } from '../services/files';
 import { toFileJson } from '../wire/files';
 import { listObject } from '../wire/lists';
 import type { ApiEnv } from './env';
-import { ApiError } from '../errors';
 
 /**
  * /v1/files, in the workspace of workspace(). An upload is multipart/form-data, read by the route
