@@ -79,7 +79,10 @@ export async function inlineImages(deps: ImageDeps, workspaceId: string, message
         continue;
       }
       const id = part.image_file.file_id;
-      const file = await getFile(deps.db, workspaceId, id, now).catch(() => null);
+      const file = await getFile(deps.db, workspaceId, id, now).catch((error: unknown) => {
+        if (error instanceof ApiError && error.code === 'file_not_found') return null;
+        throw error;
+      });
       const unavailable = (why: string): ChatContentPart => ({ type: 'text', text: `[image ${id} not included: ${why}]` });
       if (!file) {
         parts[p] = unavailable('the file was deleted');
