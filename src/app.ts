@@ -13,6 +13,7 @@ import { servedRoutesOnly } from './middleware/served-routes';
 import { DOCS_PAGE } from './openapi/docs-page';
 import openApiDocument from './openapi/document.json';
 import { assistantRoutes } from './routes/assistants';
+import { fileRoutes } from './routes/files';
 import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
 import { virtualKeyRoutes } from './routes/virtual-keys';
@@ -73,6 +74,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes);
+  app.route('/v1/files', fileRoutes);
 
   app.notFound((c) =>
     errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${c.req.path}.`)),

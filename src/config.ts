@@ -23,6 +23,14 @@ export const configSchema = z.object({
   LIBSQL_AUTH_TOKEN: z.string().optional(),
   /** Requests with a larger body are refused with 413, also when sent chunked. */
   GATEWAY_MAX_BODY_BYTES: positiveInt.default(4 * 1024 * 1024),
+  /**
+   * The largest file POST /v1/files accepts (413 past it), counted as it streams to the blob store;
+   * uploads are exempt from GATEWAY_MAX_BODY_BYTES. Workers' platform caps request bodies lower
+   * (100 MB on the Free and Pro plans) whatever this says.
+   */
+  GATEWAY_MAX_FILE_BYTES: positiveInt.default(512 * 1024 * 1024),
+  /** The bytes of a workspace's files together (400 quota_exceeded past it): what one tenant may store. */
+  GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE: positiveInt.default(10 * 1024 * 1024 * 1024),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   /**
    * The AES-256-GCM key of provider secrets: 32 bytes, base64. Required on Workers and with

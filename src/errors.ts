@@ -28,6 +28,8 @@ export const ERROR_CODES = {
   invalid_metadata_header: { status: 400 },
   unsupported_tool: { status: 400 },
   unsupported_content: { status: 400 },
+  /** A multipart/form-data body (POST /v1/files) that does not parse, or was cut before its end. */
+  invalid_multipart: { status: 400 },
   run_not_active: { status: 400 },
   /**
    * A run of the thread is queued, in progress, waiting for tool outputs or cancelling: until it

@@ -2,6 +2,7 @@ import type { ExecutionContext } from 'hono';
 import { createApp, type App } from './app';
 import { errorResponse, serverError } from './errors';
 import { createLogger } from './logger';
+import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from './files/commands';
 import { sweepRuns } from './runs/recovery';
 import { workerDeps, type Env } from './workers/deps';
 
@@ -31,8 +32,11 @@ export default {
     return app.fetch(request, env, ctx);
   },
 
-  /** Every minute (wrangler.toml [triggers]): settles runs left behind, as Node's sweep does. */
-  async scheduled(_controller: ScheduledController, env: Env): Promise<void> {
+  /**
+   * Every minute (wrangler.toml [triggers]): settles runs left behind, as Node's sweep does; and
+   * every FILE_PURGE_INTERVAL_MS, deletes expired files.
+   */
+  async scheduled(controller: ScheduledController, env: Env): Promise<void> {
     let deps;
     try {
       deps = await workerDeps(env);
@@ -45,6 +49,13 @@ export default {
       if (settled > 0) deps.log.info('recovery sweep settled runs', { count: settled });
     } catch (error) {
       deps.log.error('recovery sweep failed', { error });
+    }
+    if (Math.floor(controller.scheduledTime / 60_000) % (FILE_PURGE_INTERVAL_MS / 60_000) !== 0) return;
+    try {
+      const purged = await purgeExpiredFiles(deps);
+      if (purged > 0) deps.log.info('deleted expired files', { count: purged });
+    } catch (error) {
+      deps.log.error('expired files sweep failed', { error });
     }
   },
 };

@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, fakeDirective } from './support/fake-upstream';
 import { apiRoutes, createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
@@ -30,6 +31,8 @@ interface Holdings {
   /** A completed run. */
   doneThreadId: string;
   doneRunId: string;
+  /** An uploaded image (purpose vision) whose name and bytes carry the marker. */
+  fileId: string;
 }
 
 let a: Holdings; // the caller
@@ -70,6 +73,8 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
         },
       }),
     );
+  const image = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, ...new TextEncoder().encode(marker)]);
+  const file = await gateway.openai({ 'x-gateway-api-key': key }).files.create({ file: await toFile(image, `${marker}.png`), purpose: 'vision' });
   const waiting = await run({ tool_calls: 1 });
   const done = await run({ reply: marker });
   await gateway.tasks.drain(10_000);
@@ -86,6 +91,7 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     toolCallId: current.required_action.submit_tool_outputs.tool_calls[0].id,
     doneThreadId: done.thread_id,
     doneRunId: done.id,
+    fileId: file.id,
   };
 }
 
@@ -104,6 +110,9 @@ async function ownView(h: Holdings) {
     runs: await get(`/v1/threads/${h.doneThreadId}/runs`),
     steps: await get(`/v1/threads/${h.doneThreadId}/runs/${h.doneRunId}/steps`),
     messages: await get(`/v1/threads/${h.doneThreadId}/messages`),
+    file: await get(`/v1/files/${h.fileId}`),
+    files: await get('/v1/files'),
+    content: await (await gateway.request(`/v1/files/${h.fileId}/content`, { key })).text(),
   };
 }
 
@@ -233,6 +242,14 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
   'POST /v1/threads/:thread_id/messages': (v) => [
     { method: 'POST', path: `/v1/threads/${v.doneThreadId}/messages`, headers: scope(), body: { role: 'user', content: 'planted' } },
     { method: 'POST', path: `/v1/threads/${v.doneThreadId}/messages`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { role: 'user', content: 'planted' } },
+    // The victim's image in the caller's own thread: as unknown as any file id.
+    {
+      method: 'POST',
+      path: `/v1/threads/${a.doneThreadId}/messages`,
+      headers: scope(),
+      body: { role: 'user', content: [{ type: 'image_file', image_file: { file_id: v.fileId } }] },
+      refusals: [400],
+    },
   ],
   'GET /v1/threads/:thread_id/messages/:message_id': (v) => [
     { method: 'GET', path: `/v1/threads/${v.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope() },
@@ -300,6 +317,29 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
       body: { tool_outputs: [{ tool_call_id: v.toolCallId, output: 'planted' }] },
     },
   ],
+  'GET /v1/files': (v) => [
+    { method: 'GET', path: '/v1/files', headers: scope(), list: true },
+    { method: 'GET', path: '/v1/files?purpose=vision', headers: scope(), list: true },
+    { method: 'GET', path: `/v1/files?after=${v.fileId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    { method: 'GET', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  // Read no further than the workspace: the body (not multipart here) is never reached.
+  'POST /v1/files': (v) => [
+    { method: 'POST', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+    { method: 'POST', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug } },
+  ],
+  'GET /v1/files/:file_id': (v) => [
+    { method: 'GET', path: `/v1/files/${v.fileId}`, headers: scope() },
+    { method: 'GET', path: `/v1/files/${v.fileId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'DELETE /v1/files/:file_id': (v) => [
+    { method: 'DELETE', path: `/v1/files/${v.fileId}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/files/${v.fileId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'GET /v1/files/:file_id/content': (v) => [
+    { method: 'GET', path: `/v1/files/${v.fileId}/content`, headers: scope() },
+    { method: 'GET', path: `/v1/files/${v.fileId}/content`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug } },
+  ],
   'POST /v1/threads/:thread_id/runs/:run_id/cancel': (v) => [
     { method: 'POST', path: `/v1/threads/${v.threadId}/runs/${v.runId}/cancel`, headers: scope() },
     { method: 'POST', path: `/v1/threads/${a.threadId}/runs/${v.runId}/cancel`, headers: scope() },
@@ -333,6 +373,7 @@ function leaks(text: string, victim: Holdings, sent: string): string[] {
     victim.toolCallId,
     victim.doneThreadId,
     victim.doneRunId,
+    victim.fileId,
     victim.tenant.workspace.id,
     victim.tenant.workspace.slug,
     victim.tenant.organisationId,

@@ -9,7 +9,7 @@ import { createTestGateway, errorOf, json, type TestGateway } from './support/ga
 import { heldThread, member, startRun, waitForRun, type Member } from './support/threads';
 
 /**
- * Messages: create (text and image_url parts; file-based content refused until files exist),
+ * Messages: create (text and image_url parts; image_file parts: test/file-images.test.ts),
  * retrieve, modify, delete, the list paginated both ways, the bounds and errors of each, and the
  * active-run rule: a message is refused while a run holds its thread, in one statement that no
  * run's admission can slip between, and a run left behind does not hold its thread for ever.
@@ -103,7 +103,7 @@ describe('creating a message', () => {
     ['17 metadata pairs', { role: 'user', content: 'hi', metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) }, 'invalid_value', 'metadata'],
     ['a metadata value of 513', { role: 'user', content: 'hi', metadata: { k: 'v'.repeat(513) } }, 'string_above_max_length', 'metadata.k'],
     ['an unknown field', { role: 'user', content: 'hi', file_ids: [] }, 'unknown_parameter', 'file_ids'],
-    ['image_file content', { role: 'user', content: [{ type: 'text', text: 'see' }, { type: 'image_file', image_file: { file_id: 'file-1' } }] }, 'unsupported_content', 'content[1]'],
+    ['image_file content of no file', { role: 'user', content: [{ type: 'text', text: 'see' }, { type: 'image_file', image_file: { file_id: 'file-1' } }] }, 'invalid_value', 'content[1].image_file.file_id'],
     ['attachments', { role: 'user', content: 'hi', attachments: [{ file_id: 'file-1', tools: [{ type: 'file_search' }] }] }, 'unsupported_content', 'attachments'],
   ])('refuses %s with a 400 naming the field, and writes nothing', async (_, body, code, param) => {
     const threadId = await emptyThread();

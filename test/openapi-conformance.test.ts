@@ -16,6 +16,8 @@ import { parseEventStream, type StreamEvent } from './support/sse';
  */
 
 
+const FILE_TEXT = 'Umbrellas are lent at the front desk.\n';
+
 const WEATHER_TOOL = {
   type: 'function',
   function: {
@@ -29,6 +31,7 @@ interface Call {
   method: string;
   /** Under /v1. */
   path: string;
+  /** JSON-encoded, unless a FormData (sent as multipart/form-data, as the SDKs upload files). */
   body?: unknown;
   /** The API key to send; default the tenant's workspace key, null for none. */
   key?: string | null;
@@ -44,6 +47,10 @@ interface World {
   completedRun(scenario?: FakeScenario): Promise<{ threadId: string; runId: string; messageId: string; stepId: string }>;
   /** A thread whose run waits for the output of one tool call. */
   runRequiringAction(): Promise<{ threadId: string; runId: string; toolCallId: string }>;
+  /** An uploaded file of purpose assistants, whose bytes are FILE_TEXT. */
+  file(): Promise<string>;
+  /** An uploaded PNG of purpose vision. */
+  image(): Promise<string>;
 }
 
 interface Operation {
@@ -57,6 +64,11 @@ interface Operation {
   events?: string[];
   /** Not served yet: the issue that serves it. The row is expected to fail until then. */
   pending?: string;
+  /**
+   * The answer is a file's bytes, not JSON: they must be these. (The reference types the 200 of
+   * downloadFile as a JSON string; OpenAI, and the SDKs, send and read the file as it is.)
+   */
+  bytes?: string;
   call(world: World): Promise<Call>;
   /** Runs around the call (a database trigger, say); answers what undoes it. */
   around?(gateway: TestGateway): Promise<() => Promise<void>>;
@@ -150,6 +162,15 @@ const operations: Operation[] = [
       method: 'POST',
       path: `/threads/${(await world.completedRun()).threadId}/messages`,
       body: { role: 'user', content: [{ type: 'text', text: 'And tomorrow?' }], metadata: { n: '2' } },
+    }),
+  },
+  {
+    operationId: 'createMessage',
+    variant: 'an image_file part',
+    call: async (world) => ({
+      method: 'POST',
+      path: `/threads/${(await world.completedRun()).threadId}/messages`,
+      body: { role: 'user', content: [{ type: 'text', text: 'And this?' }, { type: 'image_file', image_file: { file_id: await world.image(), detail: 'high' } }] },
     }),
   },
   {
@@ -312,6 +333,33 @@ const operations: Operation[] = [
     },
   },
 
+  // ── Files ──
+  {
+    operationId: 'createFile',
+    call: async () => {
+      const form = new FormData();
+      form.set('file', new Blob([FILE_TEXT], { type: 'text/plain' }), 'notes.txt');
+      form.set('purpose', 'assistants');
+      return { method: 'POST', path: '/files', body: form };
+    },
+  },
+  {
+    operationId: 'createFile',
+    variant: 'with expires_after',
+    call: async () => {
+      const form = new FormData();
+      form.set('file', new Blob(['{"prompt":"x"}\n']), 'batch.jsonl');
+      form.set('purpose', 'batch');
+      form.set('expires_after[anchor]', 'created_at');
+      form.set('expires_after[seconds]', '86400');
+      return { method: 'POST', path: '/files', body: form };
+    },
+  },
+  { operationId: 'listFiles', call: async (world) => (await world.file(), { method: 'GET', path: '/files?purpose=assistants&limit=2' }) },
+  { operationId: 'retrieveFile', call: async (world) => ({ method: 'GET', path: `/files/${await world.file()}` }) },
+  { operationId: 'deleteFile', call: async (world) => ({ method: 'DELETE', path: `/files/${await world.file()}` }) },
+  { operationId: 'downloadFile', bytes: FILE_TEXT, call: async (world) => ({ method: 'GET', path: `/files/${await world.file()}/content` }) },
+
   // ── Run steps ──
   {
     operationId: 'listRunSteps',
@@ -335,6 +383,18 @@ const errors: { name: string; status: number; call(world: World): Promise<Call> 
   { name: 'an invalid body', status: 400, call: async () => ({ method: 'POST', path: '/assistants', body: { model: 42 } }) },
   { name: 'malformed JSON', status: 400, call: async () => ({ method: 'POST', path: '/assistants', body: '{"model":' }) },
   { name: 'an unknown assistant', status: 404, call: async () => ({ method: 'GET', path: '/assistants/asst_missing' }) },
+  { name: 'an unknown file', status: 404, call: async () => ({ method: 'GET', path: '/files/file-missing' }) },
+  {
+    name: 'an upload with a wrong purpose',
+    status: 400,
+    call: async () => {
+      const form = new FormData();
+      form.set('file', new Blob(['x']), 'x.txt');
+      form.set('purpose', 'memes');
+      return { method: 'POST', path: '/files', body: form };
+    },
+  },
+  { name: 'an upload that is not multipart', status: 415, call: async () => ({ method: 'POST', path: '/files', body: { purpose: 'assistants' } }) },
   { name: 'an unknown run', status: 404, call: async (world) => ({ method: 'GET', path: `/threads/${(await world.completedRun()).threadId}/runs/run_missing` }) },
   {
     name: 'tool outputs for a run that asks for none',
@@ -366,6 +426,13 @@ afterAll(async () => {
 });
 
 function send(call: Call, as: Tenant = tenant): Promise<Response> {
+  if (call.body instanceof FormData) {
+    return gateway.app.request(`http://gateway.test/v1${call.path}`, {
+      method: call.method,
+      headers: { 'x-gateway-api-key': call.key ?? as.workspaceKey, ...call.headers },
+      body: call.body,
+    });
+  }
   return gateway.request(`/v1${call.path}`, {
     method: call.method,
     ...(call.key === null ? {} : { key: call.key ?? as.workspaceKey }),
@@ -399,6 +466,18 @@ const world: World = {
     const step = events.findLast((event) => event.event.startsWith('thread.run.step.') && event.event !== 'thread.run.step.delta')!.data as { id: string };
     return { threadId: run.thread_id, runId: run.id, messageId: message.id, stepId: step.id };
   },
+  async file() {
+    const form = new FormData();
+    form.set('file', new Blob([FILE_TEXT]), 'desk.txt');
+    form.set('purpose', 'assistants');
+    return (await json(await send({ method: 'POST', path: '/files', body: form }))).id;
+  },
+  async image() {
+    const form = new FormData();
+    form.set('file', new Blob([new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13])], { type: 'image/png' }), 'dot.png');
+    form.set('purpose', 'vision');
+    return (await json(await send({ method: 'POST', path: '/files', body: form }))).id;
+  },
   async runRequiringAction() {
     const events = await streamedRun({ assistant_id: await world.assistant(), thread: fakeThread('Weather in Paris?', { tool_calls: 1 }) });
     const run = dataOf(events, 'thread.run.requires_action');
@@ -408,7 +487,7 @@ const world: World = {
 
 describe('every answer validates against the reference', () => {
   for (const operation of operations) {
-    const shape = operation.streamed ? 'AssistantStreamEvent' : responseComponent(operation.operationId);
+    const shape = operation.streamed ? 'AssistantStreamEvent' : operation.bytes !== undefined ? 'the file' : responseComponent(operation.operationId);
     const title = `${operation.operationId}${operation.variant ? `, ${operation.variant}` : ''} → ${shape}`;
     const test = operation.pending ? it.fails : it;
     test(operation.pending ? `${title} (expected to fail until ${operation.pending})` : title, async () => {
@@ -418,6 +497,10 @@ describe('every answer validates against the reference', () => {
         const response = await send(call);
         const type = response.headers.get('content-type') ?? '';
         if (response.status !== 200) throw new Error(`${call.method} ${call.path} answered ${response.status}: ${await response.text()}`);
+        if (operation.bytes !== undefined) {
+          expect(await response.text()).toBe(operation.bytes);
+          return;
+        }
         expect(type.startsWith('text/event-stream'), `content-type ${type}`).toBe(Boolean(operation.streamed));
         if (!operation.streamed) {
           expect(componentErrors(shape, await response.json())).toEqual([]);
@@ -467,10 +550,10 @@ describe('every error validates against ErrorResponse', () => {
 });
 
 describe('the table', () => {
-  const reference = referenceOperations().filter(({ path }) => path.startsWith('/assistants') || path.startsWith('/threads'));
+  const reference = referenceOperations().filter(({ path }) => ['/assistants', '/threads', '/files'].some((prefix) => path.startsWith(prefix)));
   const rows = new Map(operations.map((operation) => [operation.operationId, operation]));
 
-  it('has a row for every Assistants operation of the reference', () => {
+  it('has a row for every Assistants and Files operation of the reference', () => {
     expect(reference.map(({ operationId }) => operationId).filter((id) => !rows.has(id))).toEqual([]);
   });
 

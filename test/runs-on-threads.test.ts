@@ -698,9 +698,9 @@ describe('what a run on a thread refuses, writing nothing', () => {
     ['an unknown assistant', { assistant_id: 'asst_nope' }, { status: 404, code: 'assistant_not_found', param: null }],
     ['a system message', { additional_messages: [{ role: 'system', content: 'x' }] }, { status: 400, code: 'invalid_value', param: 'additional_messages[0].role' }],
     [
-      'an image_file part',
+      'an image_file part of no file',
       { additional_messages: [{ role: 'user', content: 'ok' }, { role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file_1' } }] }] },
-      { status: 400, code: 'unsupported_content', param: 'additional_messages[1].content[0]' },
+      { status: 400, code: 'invalid_value', param: 'additional_messages[1].content[0].image_file.file_id' },
     ],
     ['attachments', { additional_messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file_1' }] }] }, { status: 400, code: 'unsupported_content', param: 'additional_messages[0].attachments' }],
     ['additional_instructions too long', { additional_instructions: 'i'.repeat(256_001) }, { status: 400, code: 'string_above_max_length', param: 'additional_instructions' }],

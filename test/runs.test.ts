@@ -408,7 +408,7 @@ describe('what is refused before anything is created', () => {
     ['a role other than user/assistant', { thread: { messages: [{ role: 'system', content: 'x' }] } }, { status: 400, code: 'invalid_value', param: 'thread.messages[0].role' }],
     ['content of the wrong type', { thread: { messages: [{ role: 'user', content: 5 }] } }, { status: 400, code: 'invalid_value', param: 'thread.messages[0].content' }],
     ['an empty content array', { thread: { messages: [{ role: 'user', content: [] }] } }, { status: 400, code: 'array_below_min_length', param: 'thread.messages[0].content' }],
-    ['an image_file part', { thread: { messages: [{ role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file_1' } }] }] } }, { status: 400, code: 'unsupported_content', param: 'thread.messages[0].content[0]' }],
+    ['an image_file part of no file', { thread: { messages: [{ role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file_1' } }] }] } }, { status: 400, code: 'invalid_value', param: 'thread.messages[0].content[0].image_file.file_id' }],
     ['attachments', { thread: { messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file_1' }] }] } }, { status: 400, code: 'unsupported_content', param: 'thread.messages[0].attachments' }],
     ['21 tools', { tools: Array.from({ length: 21 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } })) }, { status: 400, code: 'array_above_max_length', param: 'tools' }],
     ['a code_interpreter tool', { tools: [{ type: 'code_interpreter' }] }, { status: 400, code: 'unsupported_tool', param: 'tools[0]' }],

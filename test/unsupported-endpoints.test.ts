@@ -2,7 +2,8 @@ import { Hono } from 'hono';
 import OpenAI, { NotFoundError, toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError, errorResponse } from '../src/errors';
-import { jsonBody, ownBody } from '../src/middleware/json-body';
+import { jsonBody } from '../src/middleware/json-body';
+import { ownBody } from '../src/middleware/own-body';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
 /**
@@ -19,15 +20,11 @@ beforeAll(async () => {
 afterAll(() => gateway.close());
 
 /**
- * Operations of OpenAI's API that the gateway does not serve: Files and Vector stores from the
- * reference OpenAPI (docs/supported-operations.md), and other APIs a client may try.
+ * Operations of OpenAI's API that the gateway does not serve: Vector stores from the reference
+ * OpenAPI (docs/supported-operations.md), and other APIs a client may try.
  */
 const UNSERVED: [string, string][] = [
-  ['GET', '/v1/files'],
-  ['POST', '/v1/files'],
-  ['GET', '/v1/files/file-abc123'],
-  ['DELETE', '/v1/files/file-abc123'],
-  ['GET', '/v1/files/file-abc123/content'],
+  ['POST', '/v1/uploads'],
   ['GET', '/v1/vector_stores'],
   ['POST', '/v1/vector_stores'],
   ['GET', '/v1/vector_stores/vs_abc123'],
@@ -83,15 +80,15 @@ describe('unsupported endpoints', () => {
     }
   });
 
-  it('answer a multipart upload to /v1/files with the 404, without reading it (never a 415)', async () => {
+  it('answer a multipart upload to an unserved path with the 404, without reading it (never a 415)', async () => {
     const form = new FormData();
     form.set('purpose', 'assistants');
     form.set('file', new Blob(['x'.repeat(10_000)], { type: 'text/plain' }), 'notes.txt');
     for (const headers of [{ 'x-gateway-api-key': tenant.workspaceKey }, {} as Record<string, string>]) {
-      const request = new Request('http://gateway.test/v1/files', { method: 'POST', headers, body: form });
+      const request = new Request('http://gateway.test/v1/audio/transcriptions', { method: 'POST', headers, body: form });
       expect(request.headers.get('content-type')).toMatch(/^multipart\/form-data; boundary=/);
       const response = await gateway.app.request(request);
-      expectUnsupported(await errorOf(response), 'POST', '/v1/files');
+      expectUnsupported(await errorOf(response), 'POST', '/v1/audio/transcriptions');
       expect(request.bodyUsed).toBe(false);
     }
   });
@@ -111,8 +108,8 @@ describe('unsupported endpoints', () => {
 
   it('are NotFoundError in the OpenAI SDK, its file upload included', async () => {
     const openai = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
-    const upload = await openai.files
-      .create({ file: await toFile(Buffer.from('hello'), 'hello.txt'), purpose: 'assistants' })
+    const upload = await openai.audio.transcriptions
+      .create({ file: await toFile(Buffer.from('hello'), 'hello.wav'), model: 'whisper-1' })
       .catch((error: unknown) => error);
     expect(upload).toBeInstanceOf(NotFoundError);
     expect(upload).toMatchObject({ status: 404, code: 'unsupported_endpoint' });
@@ -145,7 +142,7 @@ describe('unsupported endpoints', () => {
 
 describe('ownBody()', () => {
   // The app's JSON-body middleware, in a Hono app of its own: a route marked with ownBody() reads
-  // its multipart body itself (as POST /v1/files will), while its neighbours keep the JSON rule.
+  // its multipart body itself (as POST /v1/files does), while its neighbours keep the JSON rule.
   const app = new Hono();
   app.use('*', jsonBody());
   app.post('/upload', ownBody(), async (c) => {

@@ -25,7 +25,9 @@ export class BlobTooLarge extends Error {
 
 /**
  * `body` passed through, failing with BlobTooLarge as soon as more than `maxBytes` went by: the
- * stores pipe through it, so a too-large upload is refused without being read to its end.
+ * stores pipe through it, so a too-large upload is refused without being read to its end. `body`
+ * itself is not cancelled then (its owner decides): cancelling a multipart part reads the request
+ * on to the part's end, which for an oversized upload is what the cap is there to avoid.
  */
 export function capped(body: ReadableStream<Uint8Array>, maxBytes: number): { stream: ReadableStream<Uint8Array>; bytes: () => number } {
   let bytes = 0;
@@ -37,6 +39,7 @@ export function capped(body: ReadableStream<Uint8Array>, maxBytes: number): { st
         else controller.enqueue(chunk);
       },
     }),
+    { preventCancel: true },
   );
   return { stream, bytes: () => bytes };
 }

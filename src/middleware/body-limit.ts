@@ -1,10 +1,12 @@
 import type { Context, Next } from 'hono';
 import { bodyLimit as honoBodyLimit } from 'hono/body-limit';
 import { ApiError } from '../errors';
+import { readsOwnBody } from './own-body';
 
 /**
  * Refuses bodies over `maxBytes` with 413. Hono's middleware counts a chunked body as it streams,
- * so a body without Content-Length cannot slip past the limit either.
+ * so a body without Content-Length cannot slip past the limit either. A route marked ownBody()
+ * bounds its body itself and is not counted here.
  */
 export function bodyLimit(options: { maxBytes: number }) {
   if (!Number.isInteger(options.maxBytes) || options.maxBytes <= 0) {
@@ -17,6 +19,7 @@ export function bodyLimit(options: { maxBytes: number }) {
     },
   });
   return async (c: Context, next: Next) => {
+    if (readsOwnBody(c)) return next();
     // Hono reads a chunked body here, before the routes: a failure before `next` is the reading's.
     let reached = false;
     try {

@@ -1,8 +1,8 @@
-import type { Context, MiddlewareHandler } from 'hono';
+import type { Context } from 'hono';
 import { createMiddleware } from 'hono/factory';
-import { matchedRoutes } from 'hono/route';
 import { ApiError } from '../errors';
 import { inspectJson, type JsonProblem } from '../lib/strict-json';
+import { readsOwnBody } from './own-body';
 import { unreadBody } from './body-limit';
 import { formatPath } from './validate';
 
@@ -22,8 +22,8 @@ const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * send. A leading byte order mark is skipped, as RFC 8259 lets parsers do: some Windows tools
  * write one, and it carries no data.
  *
- * A route whose body is not JSON (a multipart upload) opts out with `ownBody()` before its handler:
- * its body is then left for the route to read (the body limit still bounds it).
+ * A route whose body is not JSON (a multipart upload) opts out with `ownBody()` (own-body.ts): its
+ * body is then left for the route to read, and bound.
  */
 export const jsonBody = () =>
   createMiddleware(async (c, next) => {
@@ -64,17 +64,6 @@ export const jsonBody = () =>
     c.req.bodyCache.json = Promise.resolve(parsed);
     return next();
   });
-
-/**
- * Marks a route that reads its body itself, in a format of its own: `.post('/', ownBody(), handler)`.
- * It does nothing when it runs; jsonBody() finds it among the request's matched routes, which Hono
- * knows before the first middleware runs.
- */
-export const ownBody = (): MiddlewareHandler => OWN_BODY;
-
-const OWN_BODY: MiddlewareHandler = (_c, next) => next();
-
-const readsOwnBody = (c: Context) => matchedRoutes(c).some((route) => route.handler === OWN_BODY);
 
 const readBytes = (c: Context) => c.req.arrayBuffer().catch((error: unknown) => Promise.reject(unreadBody(error)));
 

@@ -1,14 +1,14 @@
 import { randomUUID } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, open, rename, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import { capped, type BlobStore } from '../files/blob-store';
 
 /**
  * The blob store on Node: one file per key in `root` (DATA_DIR/files, private to the owner as the
- * database is). A put writes a temporary file beside the others, syncs it and renames it into
- * place, so a key holds a whole upload or nothing, whatever happens midway (a cut upload, a crash).
+ * database is). A put writes a temporary file beside the others, syncs it, renames it into place
+ * and syncs the directory, so a key holds a whole upload or nothing, whatever happens midway (a cut
+ * upload, a crash), and a put that resolved survives a power cut.
  */
 export function directoryBlobStore(root: string): BlobStore {
   const pathOf = (key: string) => {
@@ -19,8 +19,9 @@ export function directoryBlobStore(root: string): BlobStore {
   return {
     async put(key, body, { maxBytes }) {
       const path = pathOf(key);
-      await mkdir(dirname(path), { recursive: true, mode: 0o700 });
-      const temporary = join(dirname(path), `.upload-${randomUUID()}`);
+      const directory = dirname(path);
+      await mkdir(directory, { recursive: true, mode: 0o700 });
+      const temporary = join(directory, `.upload-${randomUUID()}`);
       const file = await open(temporary, 'wx', 0o600);
       const counted = capped(body, maxBytes);
       try {
@@ -28,11 +29,15 @@ export function directoryBlobStore(root: string): BlobStore {
         for (;;) {
           const { done, value } = await reader.read();
           if (done) break;
-          await file.write(value);
+          // A write may take less than it was given; the rest goes in the next.
+          for (let offset = 0; offset < value.byteLength; ) {
+            offset += (await file.write(value, offset)).bytesWritten;
+          }
         }
         await file.sync();
         await file.close();
         await rename(temporary, path);
+        await syncDirectory(directory);
         return { bytes: counted.bytes() };
       } catch (error) {
         await file.close().catch(() => undefined);
@@ -41,16 +46,27 @@ export function directoryBlobStore(root: string): BlobStore {
       }
     },
     async get(key) {
-      const path = pathOf(key);
-      try {
-        await stat(path);
-      } catch {
-        return null;
-      }
-      return Readable.toWeb(createReadStream(path)) as ReadableStream<Uint8Array>;
+      // Opened before it is streamed: a delete in between cannot fail the stream (the open file
+      // stays readable), and a missing key is known before anything is answered.
+      const file = await open(pathOf(key), 'r').catch((error: NodeJS.ErrnoException) => {
+        if (error.code === 'ENOENT') return null;
+        throw error;
+      });
+      if (!file) return null;
+      return Readable.toWeb(file.createReadStream()) as ReadableStream<Uint8Array>;
     },
     async delete(key) {
       await rm(pathOf(key), { force: true });
     },
   };
+}
+
+/** Makes a rename in `directory` durable (POSIX: the directory's entry is its own write). */
+async function syncDirectory(directory: string): Promise<void> {
+  const handle = await open(directory, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
 }

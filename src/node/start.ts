@@ -1,6 +1,7 @@
 import type { Config } from '../config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from '../db/node';
 import type { Deps } from '../deps';
+import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from '../files/commands';
 import { sweepRuns } from '../runs/recovery';
 import { initialise, type InitResult } from '../services/organisations';
 import { leaseMs } from '../services/runs';
@@ -26,7 +27,8 @@ export interface RunningGateway {
 
 /**
  * Opens and migrates the database, initialises an empty one, listens on HOST:PORT, and settles
- * runs left behind by a crash of this or another process, now and periodically.
+ * runs left behind by a crash of this or another process, now and periodically (and deletes
+ * expired files, less often).
  */
 export async function startGateway(config: Config, overrides: Partial<Deps> = {}): Promise<RunningGateway> {
   // The key first: a missing one stops the start before the database is touched.
@@ -51,6 +53,16 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   // Twice per lease: a run whose executor died is settled at most 1.5 leases after its last renewal.
   const sweeper = setInterval(sweep, leaseMs(config) / 2);
   sweeper.unref();
+  const purge = () =>
+    tasks.track(
+      purgeExpiredFiles(deps).then(
+        (purged) => purged > 0 && deps.log.info('deleted expired files', { count: purged }),
+        (error: unknown) => deps.log.error('expired files sweep failed', { error }),
+      ),
+    );
+  purge();
+  const purger = setInterval(purge, FILE_PURGE_INTERVAL_MS);
+  purger.unref();
 
   return {
     url,
@@ -59,6 +71,7 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     initialised,
     async close(drainMs = 10_000) {
       clearInterval(sweeper);
+      clearInterval(purger);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         // Idle keep-alive connections would hold close() open; streams in flight end on their own.

@@ -32,6 +32,7 @@ import type { ServerSentEvent } from './event-stream';
 import type { RequestContext, StreamOptions } from './host';
 import { buildPrompt, promptLimits, type Prompt } from './prompt';
 import { reconcileRun } from './recovery';
+import { checkImageFiles } from '../files/images';
 import { clientMessage, newRun, newThread } from './rows';
 import { runSettings, type RunSettings } from './settings';
 import { settleRun } from './settle';
@@ -46,7 +47,7 @@ import { settleRun } from './settle';
  */
 
 /** What the run use-cases use of the deps. */
-export type RunCommandDeps = Pick<Deps, 'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost'>;
+export type RunCommandDeps = Pick<Deps, 'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs'>;
 
 /** Who asks: what the run is attributed to and what rate-limit policies match on. */
 export interface Caller {
@@ -172,6 +173,7 @@ async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestCo
   const virtualKey = await resolveVirtualKey(deps.db, caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
   const { at } = start;
   const messages = start.messages.map((message, index) => clientMessage(thread, message, `${start.messagesParam}[${index}]`, at));
+  await checkImageFiles(deps, caller.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
   const run = newRun(settings, { thread, assistantId: start.assistantId, virtualKey, apiKeyId: caller.apiKeyId }, deps.config, at);
   const history = { messages: [...start.history.messages, ...messages], steps: start.history.steps };
   const prompt = buildPrompt(run, history, [], promptLimits(run, 0, deps.config));

@@ -30,6 +30,7 @@ import { upstreamRules } from '../services/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { toMessageJson } from '../wire/threads';
+import { inlineImages } from '../files/images';
 import { buildChatRequest } from './chat-request';
 import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
 import type { StreamOptions } from './host';
@@ -100,7 +101,7 @@ export function abortExecution(runId: string): void {
 }
 
 /** What executing a run uses of the deps. */
-export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'now' | 'slices'>;
+export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'now' | 'slices' | 'blobs'>;
 
 export interface ExecuteOptions extends StreamOptions {
   /** Where the run's events go: a streamed run's event stream; none for a run that is polled. */
@@ -213,7 +214,8 @@ class Execution {
     const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
     if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
     if (!prompt.fits) return this.#promptTooLong();
-    const request = buildChatRequest(run, prompt.messages, budget);
+    const messages = await inlineImages(this.#deps, run.workspaceId, prompt.messages, this.#deps.now());
+    const request = buildChatRequest(run, messages, budget);
     const secret = await decryptVirtualKeySecret(this.#deps.secrets, virtualKey);
 
     let finishReason: string | null = null;
@@ -266,12 +268,12 @@ class Execution {
         run_id: run.id,
         cap_bytes: config.GATEWAY_MAX_ANSWER_BYTES,
       });
-      return this.#finish('length', usage ?? estimateUsage(request, completionChars));
+      return this.#finish('length', usage ?? estimateUsage(prompt, completionChars));
     }
     if (finishReason === null) {
       throw new UpstreamError('protocol', 'The upstream stream ended before the answer finished.');
     }
-    await this.#finish(finishReason, usage ?? estimateUsage(request, completionChars));
+    await this.#finish(finishReason, usage ?? estimateUsage(prompt, completionChars));
   }
 
   /**

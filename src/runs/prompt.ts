@@ -28,9 +28,14 @@ export interface PromptLimits {
   historyBytes: number;
 }
 
+/** An uploaded image in a prompt (a message's image_file part), sent as its bytes (files/images.ts). */
+export type ImageFilePart = { type: 'image_file'; image_file: { file_id: string; detail?: string } };
+/** A prompt's message: a chat message, except that user content may name uploaded images. */
+export type PromptMessage = Exclude<ChatMessage, { role: 'user' }> | { role: 'user'; content: string | (ChatContentPart | ImageFilePart)[] };
+
 export interface Prompt {
   /** The system message (the run's instructions) and the history, in order. */
-  messages: ChatMessage[];
+  messages: PromptMessage[];
   /** Characters of the messages and the run's tools as they travel, JSON. */
   chars: number;
   /** The estimate in tokens: four characters a token. */
@@ -64,7 +69,7 @@ export function buildPrompt(
 ): Prompt {
   const steps = [...history.steps, ...ownSteps.map((step) => ({ ...step, runCreatedAt: run.createdAt }))];
   const units = timeline(history.messages, steps);
-  const system: ChatMessage[] = run.instructions ? [{ role: 'system', content: run.instructions }] : [];
+  const system: PromptMessage[] = run.instructions ? [{ role: 'system', content: run.instructions }] : [];
   const fixedChars = JSON.stringify(system).length + JSON.stringify(run.tools).length;
 
   // From the end: the characters and bytes of units[i…], and how many of them are thread messages.
@@ -97,7 +102,7 @@ export function buildPrompt(
 
 /** What truncation keeps or leaves out whole: a thread message, or one turn's tool calls with their outputs. */
 interface Unit {
-  messages: ChatMessage[];
+  messages: PromptMessage[];
   /** A thread message (what last_messages counts), rather than tool calls. */
   message: boolean;
   /** A user message. */
@@ -161,7 +166,7 @@ function byRun(steps: HistoryStep[]): HistoryStep[][] {
   return [...runs.values()];
 }
 
-function unit(messages: ChatMessage[], kind: { message: boolean; user: boolean }): Unit {
+function unit(messages: PromptMessage[], kind: { message: boolean; user: boolean }): Unit {
   const json = JSON.stringify(messages);
   return { messages, ...kind, chars: json.length, bytes: utf8Length(json) };
 }
@@ -185,10 +190,11 @@ function toolCallsUnit(details: ToolCallsDetails): Unit {
 
 /**
  * A thread message as a chat message: user text as a string, user images as vision content parts
- * (with their text parts, in order), an assistant's text. An assistant message without text (a
+ * (with their text parts, in order; uploaded ones named, inlined when the request is built), an
+ * assistant's text. An assistant message without text (a
  * turn that only called tools, or ended before any) says nothing and is left out.
  */
-function toChatMessage(message: MessageRow): ChatMessage | null {
+function toChatMessage(message: MessageRow): PromptMessage | null {
   const parts = message.content;
   const text = (separator: string) => parts.map((part) => (part.type === 'text' ? part.text.value : '')).join(separator);
   if (message.role === 'assistant') {
@@ -198,9 +204,15 @@ function toChatMessage(message: MessageRow): ChatMessage | null {
   if (parts.every((part) => part.type === 'text')) return { role: 'user', content: text('\n') };
   return {
     role: 'user',
-    content: parts.map(
-      (part): ChatContentPart =>
-        part.type === 'text' ? { type: 'text', text: part.text.value } : { type: 'image_url', image_url: part.image_url },
-    ),
+    content: parts.map((part): ChatContentPart | ImageFilePart => {
+      switch (part.type) {
+        case 'text':
+          return { type: 'text', text: part.text.value };
+        case 'image_url':
+          return { type: 'image_url', image_url: part.image_url };
+        case 'image_file':
+          return { type: 'image_file', image_file: part.image_file };
+      }
+    }),
   };
 }

@@ -71,7 +71,7 @@ export function answerMessage(run: RunRow, at: number): MessageRow {
   };
 }
 
-/** Message content as stored; file-based content is refused (there is no file store behind it). */
+/** Message content as stored; attachments are refused (nothing reads them yet). */
 function messageContent(input: ThreadMessageInput, param: string): MessageContent[] {
   if (input.attachments && input.attachments.length > 0) {
     throw new ApiError('unsupported_content', 'Attachments need OpenAI-hosted files, which this gateway does not have.', {
@@ -86,9 +86,8 @@ function messageContent(input: ThreadMessageInput, param: string): MessageConten
       case 'image_url':
         return { type: 'image_url', image_url: { url: part.image_url.url, detail: part.image_url.detail ?? 'auto' } };
       case 'image_file':
-        throw new ApiError('unsupported_content', 'image_file content needs OpenAI-hosted files; send image_url instead.', {
-          param: field(param, `content[${index}]`),
-        });
+        // The file was checked before (files/images.ts, checkImageFiles); its bytes go at run time.
+        return { type: 'image_file', image_file: { file_id: part.image_file.file_id, detail: part.image_file.detail ?? 'auto' } };
     }
   });
 }

@@ -68,7 +68,8 @@ export const listMessagesQuery = cursorListQuery.extend({ run_id: z.string().min
 /** Message content as stored and answered: OpenAI's content parts. */
 export type MessageContent =
   | { type: 'text'; text: { value: string; annotations: unknown[] } }
-  | { type: 'image_url'; image_url: { url: string; detail?: string } };
+  | { type: 'image_url'; image_url: { url: string; detail?: string } }
+  | { type: 'image_file'; image_file: { file_id: string; detail?: string } };
 
 /** A file attached to a message, with the tools that may read it (none are stored yet). */
 export interface MessageAttachment {

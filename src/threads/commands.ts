@@ -2,6 +2,7 @@ import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { holdsThread } from '../db/schema';
 import { reconcileRun } from '../runs/recovery';
+import { checkImageFiles } from '../files/images';
 import { clientMessage, newThread } from '../runs/rows';
 import type { ThreadInput, ThreadMessageInput } from '../schemas/threads';
 import {
@@ -21,13 +22,14 @@ import { openRunOf } from '../services/runs';
  */
 
 /** What these use-cases use of the deps: a run left behind is settled on the way (runs/recovery.ts). */
-export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters'>;
+export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | 'blobs'>;
 
 /** POST /v1/threads: the thread and its messages, in one transaction. */
 export async function createThread(deps: ThreadCommandDeps, workspaceId: string, body: ThreadInput): Promise<ThreadRow> {
   const at = deps.now();
   const thread = newThread(workspaceId, body, at);
   const messages = (body.messages ?? []).map((message, index) => clientMessage(thread, message, `messages[${index}]`, at));
+  await checkImageFiles(deps, workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
   await insertThread(deps.db, thread, messages);
   return thread;
 }
@@ -44,6 +46,7 @@ export async function createMessage(
 ): Promise<MessageRow> {
   const thread = await getThread(deps.db, workspaceId, threadId);
   const message = clientMessage(thread, body, '', deps.now());
+  await checkImageFiles(deps, workspaceId, [body], () => '');
   return whileIdle(deps, thread, () => insertMessageWhileIdle(deps.db, message), (run) =>
     run
       ? `Can't add messages to ${thread.id} while a run ${run} is active.`

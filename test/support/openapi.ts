@@ -73,6 +73,21 @@ for (const [name, fields] of Object.entries(fieldsOpenAiSendsUndocumented)) {
   components[name] = { ...schema, properties: { ...(schema.properties as Record<string, Schema>), ...fields } };
 }
 
+/**
+ * Documented fields that OpenAI's API sends as null although the description types them without
+ * null, and that its SDKs type as optional (`expires_at?: number`, `status_details?: string`):
+ * a File without an expiry, and the deprecated `status_details` of every File.
+ */
+export const fieldsOpenAiSendsNull: Readonly<Record<string, readonly string[]>> = {
+  OpenAIFile: ['expires_at', 'status_details'],
+};
+for (const [name, fields] of Object.entries(fieldsOpenAiSendsNull)) {
+  const schema = components[name]!;
+  const properties = { ...(schema.properties as Record<string, Schema>) };
+  for (const field of fields) properties[field] = { ...properties[field], nullable: true };
+  components[name] = { ...schema, properties };
+}
+
 const ajv = new Ajv2019({ allErrors: true, strict: true, strictTypes: false, strictRequired: false });
 addFormats(ajv);
 ajv.addVocabulary(ANNOTATIONS);

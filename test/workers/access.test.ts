@@ -55,13 +55,13 @@ describe('drop-in access on workerd', () => {
     expect(error.message).toContain('not a gateway API key');
   });
 
-  it('answers a multipart upload to /v1/files with 404 unsupported_endpoint', async () => {
+  it('answers a multipart upload to an unserved path with 404 unsupported_endpoint', async () => {
     const form = new FormData();
     form.set('purpose', 'assistants');
     form.set('file', new Blob(['hello']), 'hello.txt');
-    const response = await exports.default.fetch('http://gateway/v1/files', { method: 'POST', body: form });
+    const response = await exports.default.fetch('http://gateway/v1/audio/transcriptions', { method: 'POST', body: form });
     const error = await errorOf(response);
     expect(error).toMatchObject({ status: 404, code: 'unsupported_endpoint', param: null });
-    expect(error.message).toContain('POST /v1/files');
+    expect(error.message).toContain('POST /v1/audio/transcriptions');
   });
 });

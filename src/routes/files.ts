@@ -1,0 +1,64 @@
+import { Hono } from 'hono';
+import { ApiError } from '../errors';
+import { createFile, removeFile } from '../files/commands';
+import { ownBody } from '../middleware/own-body';
+import { validate } from '../middleware/validate';
+import { workspace } from '../middleware/workspace';
+import { listFilesQuery } from '../schemas/files';
+import { getFile, listFiles } from '../services/files';
+import { toFileJson } from '../wire/files';
+import { listObject } from '../wire/lists';
+import type { ApiEnv } from './env';
+
+/**
+ * /v1/files, in the workspace of workspace(). An upload is multipart/form-data, read by the route
+ * itself (ownBody(): neither the JSON reading nor GATEWAY_MAX_BODY_BYTES applies; its own cap is
+ * GATEWAY_MAX_FILE_BYTES), streamed into the blob store.
+ */
+export const fileRoutes = new Hono<ApiEnv>()
+  .use(workspace())
+  .post('/', ownBody(), async (c) => {
+    const row = await createFile(c.var.deps, c.var.workspace.workspaceId, c.req.raw.body, c.req.header('content-type'));
+    return c.json(toFileJson(row));
+  })
+  .get('/', validate('query', listFilesQuery), async (c) => {
+    const { db, now } = c.var.deps;
+    const page = await listFiles(db, c.var.workspace.workspaceId, c.req.valid('query'), now());
+    return c.json(listObject(page, toFileJson));
+  })
+  .get('/:file_id', async (c) => {
+    const { db, now } = c.var.deps;
+    const row = await getFile(db, c.var.workspace.workspaceId, c.req.param('file_id'), now());
+    return c.json(toFileJson(row));
+  })
+  .delete('/:file_id', async (c) => {
+    const id = c.req.param('file_id');
+    await removeFile(c.var.deps, c.var.workspace.workspaceId, id);
+    return c.json({ id, object: 'file' as const, deleted: true });
+  })
+  .get('/:file_id/content', async (c) => {
+    const { db, now, blobs } = c.var.deps;
+    const row = await getFile(db, c.var.workspace.workspaceId, c.req.param('file_id'), now());
+    const body = await blobs.get(row.blobKey);
+    // A row without its bytes is the store's fault (lost or deleted behind the gateway's back).
+    if (!body) throw new ApiError('server_error', undefined, { cause: new Error(`the blob of file ${row.id} is missing`) });
+    return new Response(body, {
+      headers: {
+        'content-type': 'application/octet-stream',
+        'content-length': String(row.bytes),
+        'content-disposition': contentDisposition(row.filename),
+        'x-content-type-options': 'nosniff',
+      },
+    });
+  });
+
+/**
+ * `attachment` with the filename twice, as RFC 6266 advises: `filename` an ASCII stand-in (other
+ * characters, quotes and backslashes as `_`), `filename*` the name itself, UTF-8 percent-encoded.
+ * A filename never reaches a header unescaped.
+ */
+export function contentDisposition(filename: string): string {
+  const ascii = filename.replace(/[^\x20-\x7e]|["\\]/g, '_');
+  const encoded = encodeURIComponent(filename).replace(/['()*]/g, (char) => `%${char.charCodeAt(0).toString(16).toUpperCase()}`);
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${encoded}`;
+}

@@ -1,0 +1,115 @@
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { BlobTooLarge, type BlobStore } from '../src/files/blob-store';
+import { directoryBlobStore } from '../src/node/blob-store';
+
+/**
+ * The blob store on Node (a directory under DATA_DIR): whole blobs or nothing, whatever the stream
+ * does; the R2 store has the same cases inside workerd (test/workers/blob-store.test.ts).
+ */
+
+let root: string;
+let blobs: BlobStore;
+beforeEach(() => {
+  root = mkdtempSync(join(tmpdir(), 'blob-store-'));
+  blobs = directoryBlobStore(root);
+});
+afterEach(() => rmSync(root, { recursive: true, force: true }));
+
+/** Every file under the root, temporary ones included. */
+const filesOnDisk = () =>
+  readdirSync(root, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => join(entry.parentPath, entry.name).slice(root.length + 1))
+    .sort();
+
+/** `bytes` as a stream of `chunk`-byte pieces; `failAfter` pieces, it errors instead of going on. */
+function streamOf(bytes: Uint8Array, chunk = 1000, failAfter = Infinity): ReadableStream<Uint8Array> {
+  let offset = 0;
+  let pieces = 0;
+  return new ReadableStream({
+    pull(controller) {
+      if (pieces++ >= failAfter) return controller.error(new Error('connection reset'));
+      if (offset >= bytes.byteLength) return controller.close();
+      controller.enqueue(bytes.slice(offset, (offset += chunk)));
+    },
+  });
+}
+
+const pattern = (length: number, seed = 1) => new Uint8Array(length).map((_, i) => (i * 31 + seed) % 251);
+
+async function read(blobs: BlobStore, key: string): Promise<Uint8Array | null> {
+  const stream = await blobs.get(key);
+  return stream ? new Uint8Array(await new Response(stream).arrayBuffer()) : null;
+}
+
+describe('directoryBlobStore', () => {
+  it('stores, streams back and deletes a blob', async () => {
+    const bytes = pattern(123_457);
+    expect(await blobs.put('ws-1/file-a', streamOf(bytes), { maxBytes: 1_000_000 })).toEqual({ bytes: 123_457 });
+    expect(await read(blobs, 'ws-1/file-a')).toEqual(bytes);
+    expect(filesOnDisk()).toEqual(['ws-1/file-a']);
+    await blobs.delete('ws-1/file-a');
+    expect(await blobs.get('ws-1/file-a')).toBeNull();
+    await blobs.delete('ws-1/file-a');
+    expect(filesOnDisk()).toEqual([]);
+  });
+
+  it('stores exactly maxBytes, and refuses one byte more leaving nothing', async () => {
+    expect(await blobs.put('ws/at-cap', streamOf(pattern(5000)), { maxBytes: 5000 })).toEqual({ bytes: 5000 });
+    await expect(blobs.put('ws/over-cap', streamOf(pattern(5001)), { maxBytes: 5000 })).rejects.toBeInstanceOf(BlobTooLarge);
+    expect(filesOnDisk()).toEqual(['ws/at-cap']);
+  });
+
+  it('stops reading a too-large stream at the cap', async () => {
+    let pulled = 0;
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        pulled += 1000;
+        controller.enqueue(new Uint8Array(1000));
+      },
+    });
+    await expect(blobs.put('ws/endless', endless, { maxBytes: 10_000 })).rejects.toBeInstanceOf(BlobTooLarge);
+    expect(pulled).toBeLessThan(20_000);
+    expect(filesOnDisk()).toEqual([]);
+  });
+
+  it('leaves nothing when the stream fails midway (a cut upload), and keeps an earlier blob of the key', async () => {
+    const first = pattern(3000, 7);
+    await blobs.put('ws/kept', streamOf(first), { maxBytes: 1_000_000 });
+    await expect(blobs.put('ws/cut', streamOf(pattern(50_000), 1000, 10), { maxBytes: 1_000_000 })).rejects.toThrow('connection reset');
+    await expect(blobs.put('ws/kept', streamOf(pattern(50_000), 1000, 10), { maxBytes: 1_000_000 })).rejects.toThrow('connection reset');
+    expect(filesOnDisk()).toEqual(['ws/kept']);
+    expect(await read(blobs, 'ws/kept')).toEqual(first);
+  });
+
+  it('keeps concurrent puts apart, and a key written concurrently holds one whole blob', async () => {
+    const many = Array.from({ length: 20 }, (_, i) => pattern(10_000 + i * 997, i));
+    await Promise.all(many.map((bytes, i) => blobs.put(`ws/file-${i}`, streamOf(bytes, 333), { maxBytes: 1_000_000 })));
+    for (const [i, bytes] of many.entries()) expect(await read(blobs, `ws/file-${i}`)).toEqual(bytes);
+
+    const rivals = Array.from({ length: 8 }, (_, i) => pattern(40_000, 100 + i));
+    await Promise.all(rivals.map((bytes) => blobs.put('ws/contested', streamOf(bytes, 777), { maxBytes: 1_000_000 })));
+    const winner = await read(blobs, 'ws/contested');
+    expect(rivals.some((bytes) => Buffer.from(bytes).equals(Buffer.from(winner!)))).toBe(true);
+    expect(filesOnDisk().filter((path) => path.includes('.upload-'))).toEqual([]);
+  });
+
+  it('streams a blob opened before it was deleted to its end', async () => {
+    const bytes = pattern(200_000);
+    await blobs.put('ws/going', streamOf(bytes), { maxBytes: 1_000_000 });
+    const stream = await blobs.get('ws/going');
+    await blobs.delete('ws/going');
+    expect(new Uint8Array(await new Response(stream).arrayBuffer())).toEqual(bytes);
+  });
+
+  it('refuses a key that is not one of the gateway\'s own', async () => {
+    for (const key of ['../escape', 'ws/../../x', '/abs', 'ws//x', 'a b', '']) {
+      await expect(blobs.put(key, streamOf(pattern(1)), { maxBytes: 10 }), key).rejects.toThrow('not a blob key');
+      await expect(blobs.get(key), key).rejects.toThrow('not a blob key');
+    }
+    expect(filesOnDisk()).toEqual([]);
+  });
+});
