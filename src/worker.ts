@@ -1,9 +1,10 @@
 import type { ExecutionContext } from 'hono';
 import { createApp, type App } from './app';
-import { errorResponse, serverError } from './errors';
+import { ConfigurationError } from './config';
+import { ApiError, errorResponse, serverError } from './errors';
 import { createLogger } from './logger';
 import { sweepRuns } from './runs/recovery';
-import { workerDeps, type Env } from './workers/deps';
+import { missingConfiguration, missingConfigurationError, workerDeps, type Env } from './workers/deps';
 
 /**
  * The Workers entry: the same app as on Node over the isolate's deps (workers/deps.ts), the
@@ -16,9 +17,18 @@ export { RunExecutor } from './workers/run-executor';
 export type { Env } from './workers/deps';
 
 let built: Promise<App> | undefined;
+let reportedMissing = false;
 
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
+    const missing = missingConfiguration(env);
+    if (missing.length > 0) {
+      const error = missingConfigurationError(missing);
+      // Once per isolate in the log; every answer says it.
+      if (!reportedMissing) startupFailed(error);
+      reportedMissing = true;
+      return misconfigured(request, error);
+    }
     let app: App;
     try {
       app = await (built ??= workerDeps(env).then(createApp));
@@ -26,7 +36,7 @@ export default {
       // A bad binding: say so in the log and answer with the envelope; the next request retries.
       built = undefined;
       startupFailed(error);
-      return errorResponse(serverError(error));
+      return error instanceof ConfigurationError ? misconfigured(request, error) : errorResponse(serverError(error));
     }
     return app.fetch(request, env, ctx);
   },
@@ -48,6 +58,17 @@ export default {
     }
   },
 };
+
+/**
+ * A Worker that cannot serve for want of configuration says what is wrong on every path, 503:
+ * `/health` as `{"status":"misconfigured","message"}` (for probes and people), the rest in the envelope.
+ */
+function misconfigured(request: Request, error: ConfigurationError): Response {
+  if (new URL(request.url).pathname === '/health') {
+    return Response.json({ status: 'misconfigured', message: error.message }, { status: 503 });
+  }
+  return errorResponse(new ApiError('gateway_misconfigured', error.message));
+}
 
 function startupFailed(error: unknown) {
   createLogger('error').error('worker start-up failed', { error });
