@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -8,7 +9,7 @@ import { encryptionCheck } from '../src/db/schema';
 import { generateKeyBase64, SecretBox } from '../src/lib/secrets';
 import { checkEncryptionKey } from '../src/services/encryption-check';
 import { createTestGateway, type TestGateway } from './support/gateway';
-import { runGatewayToExit, startGatewayProcess } from './support/processes';
+import { ROOT, runGatewayToExit, startGatewayProcess } from './support/processes';
 
 /**
  * A gateway that cannot work refuses to start, at once, with one line naming the cause and a
@@ -135,5 +136,14 @@ describe('the encryption check', () => {
     await gateway.database.db.delete(encryptionCheck);
     const results = await Promise.allSettled([check(gateway.deps.secrets), check(await box())]);
     expect(results.map((result) => result.status).sort()).toEqual(['fulfilled', 'rejected']);
+  });
+});
+
+describe('npm run dev:worker', () => {
+  it('refuses a --port that is not a port before it starts anything', () => {
+    const result = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/dev-worker.ts', '--port', '80a'], { cwd: ROOT, encoding: 'utf8' });
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain("--port must be a port number (1-65535), got '80a'");
+    expect(result.stdout).toBe('');
   });
 });
