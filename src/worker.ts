@@ -1,6 +1,6 @@
 import type { ExecutionContext } from 'hono';
 import { createApp, type App } from './app';
-import { ConfigurationError } from './config';
+import { ConfigurationError, configSchema } from './config';
 import { ApiError, errorResponse, serverError } from './errors';
 import { createLogger } from './logger';
 import { sweepRuns } from './runs/recovery';
@@ -25,7 +25,7 @@ export default {
     if (missing.length > 0) {
       const error = missingConfigurationError(missing);
       // Once per isolate in the log; every answer says it.
-      if (!reportedMissing) startupFailed(error);
+      if (!reportedMissing) startupFailed(env, error);
       reportedMissing = true;
       return misconfigured(request, error);
     }
@@ -35,7 +35,7 @@ export default {
     } catch (error) {
       // A bad binding: say so in the log and answer with the envelope; the next request retries.
       built = undefined;
-      startupFailed(error);
+      startupFailed(env, error);
       return error instanceof ConfigurationError ? misconfigured(request, error) : errorResponse(serverError(error));
     }
     return app.fetch(request, env, ctx);
@@ -47,7 +47,7 @@ export default {
     try {
       deps = await workerDeps(env);
     } catch (error) {
-      startupFailed(error);
+      startupFailed(env, error);
       return;
     }
     try {
@@ -70,6 +70,8 @@ function misconfigured(request: Request, error: ConfigurationError): Response {
   return errorResponse(new ApiError('gateway_misconfigured', error.message));
 }
 
-function startupFailed(error: unknown) {
-  createLogger('error').error('worker start-up failed', { error });
+/** Logged at the configured LOG_LEVEL when it is a valid one (the failure may be that it is not). */
+function startupFailed(env: Env, error: unknown) {
+  const level = configSchema.shape.LOG_LEVEL.safeParse(env.LOG_LEVEL);
+  createLogger(level.success ? level.data : 'error').error('worker start-up failed', { error });
 }

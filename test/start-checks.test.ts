@@ -5,7 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigurationError } from '../src/config';
-import { encryptionCheck } from '../src/db/schema';
+import { eq } from 'drizzle-orm';
+import { encryptionCheck, virtualKeys } from '../src/db/schema';
 import { generateKeyBase64, SecretBox } from '../src/lib/secrets';
 import { checkEncryptionKey } from '../src/services/encryption-check';
 import { createTestGateway, type TestGateway } from './support/gateway';
@@ -127,6 +128,17 @@ describe('the encryption check', () => {
 
     await expect(check(await box())).rejects.toBeInstanceOf(ConfigurationError);
     expect(await gateway.database.db.select().from(encryptionCheck)).toEqual([]);
+
+    await check(gateway.deps.secrets);
+    expect(await gateway.database.db.select().from(encryptionCheck)).toHaveLength(1);
+  });
+
+  it('is not stopped by one damaged provider secret when another opens', async () => {
+    await gateway.database.db.delete(encryptionCheck);
+    const tenant = await gateway.tenant();
+    await gateway.virtualKey(tenant, { base_url: 'https://api.example.com/v1' });
+    const damaged = await gateway.virtualKey(tenant, { base_url: 'https://api.example.com/v1' });
+    await gateway.database.db.update(virtualKeys).set({ secretCiphertext: 'v1.AAAA.AAAA' }).where(eq(virtualKeys.slug, damaged));
 
     await check(gateway.deps.secrets);
     expect(await gateway.database.db.select().from(encryptionCheck)).toHaveLength(1);

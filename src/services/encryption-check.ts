@@ -11,14 +11,16 @@ import type { SecretBox } from '../lib/secrets';
  */
 
 const CHECK_ID = 1;
+/** Provider secrets tried on a database without a check value: the newest few. */
+const SAMPLE = 8;
 const CHECK_TEXT = 'assistants-gateway encryption check';
 /** The associated data of the check: no virtual key's id, so no provider secret can stand in for it. */
 const CHECK_DATA = 'encryption_check';
 
 /**
- * Checks `secrets` against the stored check value. A database without one is checked against a
- * provider secret if it holds any (a database from before the check), then given the check value
- * sealed under this key. Throws ConfigurationError naming `keySource` when the key is another.
+ * Checks `secrets` against the stored check value. A database without one is checked against its
+ * newest provider secrets if it holds any (a database from before the check: one of them must
+ * open), then given the check value sealed under this key. Throws ConfigurationError naming `keySource` when the key is another.
  */
 export async function checkEncryptionKey(db: Db, secrets: SecretBox, options: { keySource: string; now: number }): Promise<void> {
   const mismatch = () =>
@@ -28,12 +30,14 @@ export async function checkEncryptionKey(db: Db, secrets: SecretBox, options: { 
     );
   const stored = await readCheck(db);
   if (stored === null) {
-    const [secret] = await db
+    // One secret that opens is enough (a single damaged row must not stop every start).
+    const sample = await db
       .select({ id: virtualKeys.id, sealed: virtualKeys.secretCiphertext })
       .from(virtualKeys)
       .orderBy(desc(virtualKeys.createdAt))
-      .limit(1);
-    if (secret && !(await opens(secrets, secret.sealed, secret.id))) throw mismatch();
+      .limit(SAMPLE);
+    const opened = await Promise.all(sample.map((secret) => opens(secrets, secret.sealed, secret.id)));
+    if (sample.length > 0 && !opened.includes(true)) throw mismatch();
     const sealed = await secrets.encrypt(CHECK_TEXT, CHECK_DATA);
     await db.insert(encryptionCheck).values({ id: CHECK_ID, sealed, createdAt: options.now }).onConflictDoNothing();
   }
