@@ -551,13 +551,14 @@ class Execution {
     } else if (error instanceof OutcomeNotRecorded) {
       internal = true;
       log.error('could not record how a run ended', { run_id: this.#run.id, error: error.reason });
-      settlement = { status: 'failed', lastError: NOT_RECORDED };
+      settlement = { status: 'failed', lastError: NOT_RECORDED, cause: 'not_recorded' };
     } else {
       internal = true;
       log.error('run failed inside the gateway', { run_id: this.#run.id, error });
       settlement = {
         status: 'failed',
         lastError: { code: 'server_error', message: 'The gateway had an internal error while executing the run.' },
+        cause: 'internal',
       };
     }
     try {
