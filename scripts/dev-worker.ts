@@ -1,12 +1,14 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { parseArgs } from 'node:util';
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { generateKeyBase64 } from '../src/lib/secrets';
 import { startSqld } from './sqld';
 import { exitCode, ROOT, spawnWrangler } from './wrangler';
 
 /**
- * `npm run dev:worker`: the Worker on http://127.0.0.1:8787 under `wrangler dev` (workerd, offline),
+ * `npm run dev:worker [-- --port N]`: the Worker on http://127.0.0.1:8788 (beside `npm start`'s 8787)
+ * under `wrangler dev` (workerd, offline),
  * on a local libSQL server (sqld) on 127.0.0.1:8080 with its data in ./data/sqld, migrated first.
  * Ctrl-C or SIGTERM stops wrangler (and its workerd), then sqld.
  *
@@ -16,8 +18,27 @@ import { exitCode, ROOT, spawnWrangler } from './wrangler';
  */
 
 const SQLD_PORT = 8080;
-const WORKER_PORT = 8787;
 const LIBSQL_URL = `http://127.0.0.1:${SQLD_PORT}`;
+const WORKER_PORT = workerPort(process.argv.slice(2));
+
+/** `--port N`: where the Worker listens; 8788 by default, so that `npm start` can keep 8787. */
+function workerPort(args: string[]): number {
+  let port: string | undefined;
+  try {
+    ({ port } = parseArgs({ args, options: { port: { type: 'string', short: 'p' } }, strict: true }).values);
+  } catch (error) {
+    usage((error as Error).message);
+  }
+  if (port === undefined) return 8788;
+  const number = Number(port);
+  if (!Number.isInteger(number) || number < 1 || number > 65535) usage(`--port must be a port number (1-65535), got '${port}'`);
+  return number;
+}
+
+function usage(problem: string): never {
+  console.error(`${problem}\nUsage: npm run dev:worker [-- --port <port>]`);
+  process.exit(2);
+}
 
 ensureDevVars();
 

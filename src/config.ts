@@ -6,9 +6,10 @@ import { parseUpstreamHostPatterns } from './lib/upstream-url';
  * Every variable is listed in the README's configuration table and in .dev.vars.example.
  */
 
+/** A boolean: `true`/`1` or `false`/`0`, nothing looser (a `yes` is refused rather than guessed at). */
 const flag = z
-  .enum(['true', 'false', '1', '0', 'yes', 'no', ''])
-  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+  .enum(['true', 'false', '1', '0'], { error: 'must be true, false, 1 or 0' })
+  .transform((v) => v === 'true' || v === '1');
 
 const positiveInt = z.coerce.number().int().positive();
 
@@ -124,7 +125,15 @@ export const configSchema = z.object({
 
 export type Config = z.infer<typeof configSchema>;
 
-/** Parses an environment record; throws one readable error naming every bad variable. */
+/**
+ * A configuration the gateway cannot start with: its message names the variables and what is wrong,
+ * never their values, and is safe to show (the Worker answers it with 503; node.ts prints it).
+ */
+export class ConfigurationError extends Error {
+  override name = 'ConfigurationError';
+}
+
+/** Parses an environment record; throws one readable line naming every bad variable. */
 export function parseConfig(env: Record<string, unknown>): Config {
   // Empty strings mean "unset", as they do in shells and in .dev.vars.
   const present = Object.fromEntries(
@@ -132,6 +141,6 @@ export function parseConfig(env: Record<string, unknown>): Config {
   );
   const result = configSchema.safeParse(present);
   if (result.success) return result.data;
-  const problems = result.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`);
-  throw new Error(`Invalid configuration:\n${problems.join('\n')}`);
+  const problems = result.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`);
+  throw new ConfigurationError(`Invalid configuration: ${problems.join('; ')}.`);
 }

@@ -89,6 +89,8 @@ export const ERROR_CODES = {
     message: 'The server had an error while processing your request. Sorry about that!',
   },
   shutting_down: { status: 503, message: 'The gateway is shutting down; retry on another instance.' },
+  /** The deployment lacks configuration it cannot serve without (a Worker's LIBSQL_URL, its key): the message names it. */
+  gateway_misconfigured: { status: 503 },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -1,10 +1,11 @@
 import type { ExecutionContext } from 'hono';
 import { createApp, type App } from './app';
-import { errorResponse, serverError } from './errors';
+import { ConfigurationError, configSchema } from './config';
+import { ApiError, errorResponse, serverError } from './errors';
 import { createLogger } from './logger';
 import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from './files/commands';
 import { sweepRuns } from './runs/recovery';
-import { workerDeps, type Env } from './workers/deps';
+import { missingConfiguration, missingConfigurationError, workerDeps, type Env } from './workers/deps';
 
 /**
  * The Workers entry: the same app as on Node over the isolate's deps (workers/deps.ts), the
@@ -17,17 +18,26 @@ export { RunExecutor } from './workers/run-executor';
 export type { Env } from './workers/deps';
 
 let built: Promise<App> | undefined;
+let reportedMissing = false;
 
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
+    const missing = missingConfiguration(env);
+    if (missing.length > 0) {
+      const error = missingConfigurationError(missing);
+      // Once per isolate in the log; every answer says it.
+      if (!reportedMissing) startupFailed(env, error);
+      reportedMissing = true;
+      return misconfigured(request, error);
+    }
     let app: App;
     try {
       app = await (built ??= workerDeps(env).then(createApp));
     } catch (error) {
       // A bad binding: say so in the log and answer with the envelope; the next request retries.
       built = undefined;
-      startupFailed(error);
-      return errorResponse(serverError(error));
+      startupFailed(env, error);
+      return error instanceof ConfigurationError ? misconfigured(request, error) : errorResponse(serverError(error));
     }
     return app.fetch(request, env, ctx);
   },
@@ -41,7 +51,7 @@ export default {
     try {
       deps = await workerDeps(env);
     } catch (error) {
-      startupFailed(error);
+      startupFailed(env, error);
       return;
     }
     try {
@@ -60,6 +70,19 @@ export default {
   },
 };
 
-function startupFailed(error: unknown) {
-  createLogger('error').error('worker start-up failed', { error });
+/**
+ * A Worker that cannot serve for want of configuration says what is wrong on every path, 503:
+ * `/health` as `{"status":"misconfigured","message"}` (for probes and people), the rest in the envelope.
+ */
+function misconfigured(request: Request, error: ConfigurationError): Response {
+  if (new URL(request.url).pathname === '/health') {
+    return Response.json({ status: 'misconfigured', message: error.message }, { status: 503 });
+  }
+  return errorResponse(new ApiError('gateway_misconfigured', error.message));
+}
+
+/** Logged at the configured LOG_LEVEL when it is a valid one (the failure may be that it is not). */
+function startupFailed(env: Env, error: unknown) {
+  const level = configSchema.shape.LOG_LEVEL.safeParse(env.LOG_LEVEL);
+  createLogger(level.success ? level.data : 'error').error('worker start-up failed', { error });
 }

@@ -54,9 +54,18 @@ describe('gateway CLI', () => {
     expect(init.workspace_api_key).not.toBe(init.organisation_api_key);
 
     const again = await json(['init']);
-    expect(again).toEqual({ initialised: false, message: 'already initialised' });
+    expect(again).toEqual({
+      already_initialised: true,
+      organisation_id: init.organisation_id,
+      workspace_id: init.workspace_id,
+      workspace_slug: 'default',
+      create_keys: ['gateway api-keys create --workspace default', 'gateway api-keys create --organisation-key'],
+      message: expect.stringContaining('not stored'),
+    });
     const text = await runCli(['init'], env);
     expect(text.stdout).toContain('Already initialised');
+    expect(text.stdout).toContain(init.workspace_id);
+    expect(text.stdout).toContain('gateway api-keys create --workspace default');
   });
 
   it('stores only hashes and prefixes of the keys', async () => {

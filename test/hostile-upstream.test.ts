@@ -286,7 +286,7 @@ describe('the provider key in what the upstream sends back', () => {
     for (let length = 4; length < KEY.length; length++) {
       const text = `${'.'.repeat(500 - length)}${KEY.slice(0, length)}-and-more`;
       const ended = await runToEnd({ status: 401, error: { error: { message: text } } });
-      expect(ended.run.last_error.message).toBe(`The upstream answered HTTP 401: ${'.'.repeat(500 - length)}[redacted]`);
+      expect(ended.run.last_error.message).toBe(`The upstream refused the virtual key's provider API key: HTTP 401: ${'.'.repeat(500 - length)}[redacted]`);
     }
   });
 
@@ -304,7 +304,7 @@ describe('the provider key in what the upstream sends back', () => {
     const local = await gateway.virtualKey(tenant, { base_url: fake.baseURL, api_key: 'none' });
     const text = 'Nevertheless, the model gpt-5-nonexistent does not exist; none was found.';
     const ended = await runToEnd({ status: 404, error: { error: { message: text } } }, { virtualKey: local });
-    expect(ended.run.last_error.message).toBe(`The upstream answered HTTP 404: ${text}`);
+    expect(ended.run.last_error.message).toBe(`The upstream has no model "fake-model" (or no Chat Completions at the virtual key's base_url): HTTP 404: ${text}`);
   });
 });
 

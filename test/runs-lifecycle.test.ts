@@ -194,7 +194,7 @@ describe('upstream faults end the run failed', () => {
       }),
     );
     const run = await waitFor(() => runOf(created.thread_id, created.id), (r) => r.status === 'failed');
-    expect(run.last_error).toEqual({ code: 'server_error', message: 'The connection to the upstream failed or was cut.' });
+    expect(run.last_error).toEqual({ code: 'server_error', message: "The upstream refused the connection: nothing listens at the virtual key's base_url." });
   });
 });
 

@@ -41,11 +41,42 @@ export const identityCommands: Command[] = [
     summary: 'Create the first organisation, its default workspace and two API keys (once).',
     async run(ctx) {
       const result = await initialise(ctx.db, ctx.now());
+      if (result) return ctx.print(ctx.json ? JSON.stringify(result) : formatInitResult(result));
+      // The keys were shown once and are not stored: the ids, and how to make new keys.
+      const [organisation] = await listOrganisations(ctx.db);
+      const workspaces = organisation ? await listWorkspaces(ctx.db, organisation.id) : [];
+      const workspace = workspaces.find((candidate) => candidate.slug === 'default') ?? workspaces[0];
+      const commands = [
+        { command: `gateway api-keys create --workspace ${workspace?.slug ?? '<slug>'}`, makes: 'a workspace key' },
+        { command: 'gateway api-keys create --organisation-key', makes: 'an organisation key' },
+      ];
+      const message = 'Already initialised: nothing created. Its first API keys were shown once and are not stored; create new ones with the create_keys commands.';
       if (ctx.json) {
-        ctx.print(JSON.stringify(result ?? { initialised: false, message: 'already initialised' }));
-      } else {
-        ctx.print(result ? formatInitResult(result) : 'Already initialised: nothing created.\n');
+        ctx.print(
+          JSON.stringify({
+            already_initialised: true,
+            organisation_id: organisation?.id ?? null,
+            workspace_id: workspace?.id ?? null,
+            workspace_slug: workspace?.slug ?? null,
+            create_keys: commands.map(({ command }) => command),
+            message,
+          }),
+        );
+        return;
       }
+      const width = Math.max(...commands.map(({ command }) => command.length));
+      ctx.print(
+        [
+          'Already initialised: nothing created.',
+          '',
+          `  organisation_id  ${organisation?.id ?? '-'}`,
+          `  workspace_id     ${workspace ? `${workspace.id} (slug: ${workspace.slug})` : '-'}`,
+          '',
+          'Its first API keys were shown once and are not stored. New ones (`npm run gateway -- …` from a checkout):',
+          ...commands.map(({ command, makes }) => `  ${command.padEnd(width)}  ${makes}`),
+          '',
+        ].join('\n'),
+      );
     },
   },
   {

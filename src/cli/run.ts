@@ -3,7 +3,9 @@ import { migrateDatabase, openDatabase } from '../db/node';
 import { ApiError } from '../errors';
 import type { SecretBox } from '../lib/secrets';
 import { nodeConfig } from '../node/config';
-import { loadSecretBox } from '../node/key-file';
+import { checkDataDir } from '../node/data-dir';
+import { encryptionKeySource, loadSecretBox } from '../node/key-file';
+import { checkEncryptionKey } from '../services/encryption-check';
 import { UsageError, type Command } from './command';
 import { identityCommands } from './identities';
 import { virtualKeyCommands } from './virtual-keys';
@@ -98,6 +100,7 @@ export async function runCli(
   }
   const json = parsed.values.json === true;
   const config = nodeConfig(env);
+  if (!config.LIBSQL_URL) checkDataDir(config.DATA_DIR);
   const database = await openDatabase(config);
   for (const warning of database.warnings) io.stderr(`warning: ${warning}\n`);
   let secrets: Promise<SecretBox> | undefined;
@@ -106,7 +109,12 @@ export async function runCli(
     await command.run({
       db: database.db,
       config,
-      secrets: () => (secrets ??= loadSecretBox(config)),
+      // Checked as the server checks it: a wrong key must not seal new secrets beside the others.
+      secrets: () =>
+        (secrets ??= loadSecretBox(config).then(async (box) => {
+          await checkEncryptionKey(database.db, box, { keySource: encryptionKeySource(config), now: Date.now() });
+          return box;
+        })),
       readStdin: () => io.stdin?.() ?? Promise.resolve(''),
       env,
       now: Date.now,

@@ -1,10 +1,12 @@
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, statSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, openSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createClient, type Client } from '@libsql/client';
 import { drizzle } from 'drizzle-orm/libsql';
 import { migrate } from 'drizzle-orm/libsql/migrator';
-import type { Config } from '../config';
+import { ConfigurationError, type Config } from '../config';
+import { innermostMessage } from '../lib/network-errors';
+import { makeDirectory } from '../node/data-dir';
 import type { Db } from './client';
 import { openEmbeddedClients } from './embedded-client';
 import * as schema from './schema';
@@ -63,6 +65,7 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
     const url = new URL(config.LIBSQL_URL);
     location = `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;
     countersClient = client;
+    await reach(client, location);
   } else {
     location = resolve(config.DATA_DIR, 'gateway.db');
     warnings = keepDataPrivate(config.DATA_DIR, location);
@@ -86,6 +89,29 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   return { db, client, countersClient, location, embedded, warnings, close };
 }
 
+/** How long a remote database has to answer its first statement before the start gives up. */
+const REACH_TIMEOUT_MS = 15_000;
+
+/**
+ * A remote database answers a first statement, or the start stops here naming the database and
+ * the cause (a refused connection, a name that does not resolve, a refused token), rather than at
+ * the first migration's statement with none.
+ */
+async function reach(client: Client, location: string): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${REACH_TIMEOUT_MS / 1000} s`)), REACH_TIMEOUT_MS);
+  });
+  try {
+    await Promise.race([client.execute('SELECT 1'), timeout]);
+  } catch (error) {
+    client.close();
+    throw new ConfigurationError(`Cannot reach the database at LIBSQL_URL (${location}): ${innermostMessage(error)}.`);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
  * The embedded database holds every tenant's threads: its files are the owner's alone. DATA_DIR
  * is created 0700, and the database file 0600 before SQLite opens it, since SQLite gives the -wal
@@ -97,11 +123,11 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
  */
 export function keepDataPrivate(dataDir: string, databaseFile: string): string[] {
   const warnings: string[] = [];
-  const created = mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const created = makeDirectory(dataDir, 0o700);
   if (process.platform === 'win32') return warnings;
   const modeOf = (path: string) => statSync(path, { throwIfNoEntry: false })?.mode;
   const directoryMode = statSync(dataDir).mode & 0o777;
-  if (created === undefined && (directoryMode & 0o077) !== 0) {
+  if (!created && (directoryMode & 0o077) !== 0) {
     warnings.push(
       `The data directory ${dataDir} is open to other users (mode ${directoryMode.toString(8)}); ` +
         `its database files are kept 600, but consider \`chmod 700 ${dataDir}\`.`,

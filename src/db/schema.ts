@@ -108,6 +108,17 @@ export const virtualKeys = sqliteTable(
   ],
 );
 
+/**
+ * One row: a known text sealed under the encryption key of the provider secrets by the first start
+ * with a key, so that a later start with another key refuses to run (services/encryption-check.ts)
+ * instead of failing every run that decrypts a provider key.
+ */
+export const encryptionCheck = sqliteTable('encryption_check', {
+  id: integer('id').primaryKey(),
+  sealed: text('sealed').notNull(),
+  createdAt: ms('created_at').notNull(),
+});
+
 // ── Assistants, threads, messages, runs ──────────────────────────────────────────────────────
 
 export const assistants = sqliteTable(

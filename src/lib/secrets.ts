@@ -1,3 +1,4 @@
+import { ConfigurationError } from '../config';
 import { fromBase64Url, toBase64Url } from './crypto';
 
 /**
@@ -92,7 +93,7 @@ export class SecretBox {
 /** The box of GATEWAY_ENCRYPTION_KEY (Node and Workers), with an error that names the variable. */
 export function secretBoxFromEnv(value: string): Promise<SecretBox> {
   return SecretBox.fromBase64(value).catch((error: Error) => {
-    throw new Error(`Invalid GATEWAY_ENCRYPTION_KEY: ${error.message}`);
+    throw new ConfigurationError(`Invalid GATEWAY_ENCRYPTION_KEY: ${error.message}`);
   });
 }
 

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, readFile, stat, unlink, writeFile } from 'node:fs/promises';
+import { link, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Config } from '../config';
 import { generateKeyBase64, SecretBox, secretBoxFromEnv } from '../lib/secrets';
+import { makeDirectory } from './data-dir';
 
 export const ENCRYPTION_KEY_FILE = 'encryption.key';
 
@@ -27,6 +28,11 @@ export async function loadSecretBox(config: Config): Promise<SecretBox> {
   });
 }
 
+/** Where loadSecretBox takes the key from, for messages about it. */
+export function encryptionKeySource(config: Config): string {
+  return config.GATEWAY_ENCRYPTION_KEY ? 'GATEWAY_ENCRYPTION_KEY' : join(config.DATA_DIR, ENCRYPTION_KEY_FILE);
+}
+
 /**
  * Reads the key file, creating it first if there is none. The key is written to a private
  * temporary file and then hard-linked into place: the link either appears complete or fails
@@ -38,7 +44,7 @@ async function readKeyFile(path: string): Promise<string> {
   const existing = await readPrivateFile(path);
   if (existing !== null) return existing;
   // The data directory, when the key comes first, is as private as the key (db/node.ts).
-  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  makeDirectory(dirname(path), 0o700);
   const temporary = `${path}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
   await writeFile(temporary, `${generateKeyBase64()}\n`, { flag: 'wx', mode: 0o600 });
   try {

@@ -3,11 +3,13 @@ import { migrateDatabase, openDatabase, type NodeDatabase } from '../db/node';
 import type { Deps } from '../deps';
 import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from '../files/commands';
 import { sweepRuns } from '../runs/recovery';
+import { checkEncryptionKey } from '../services/encryption-check';
 import { initialise, type InitResult } from '../services/organisations';
 import { leaseMs } from '../services/runs';
 import { createNodeApp } from './app';
 import { createNodeDeps } from './deps';
-import { loadSecretBox } from './key-file';
+import { checkDataDir } from './data-dir';
+import { encryptionKeySource, loadSecretBox } from './key-file';
 import { listen } from './server';
 
 /**
@@ -31,10 +33,17 @@ export interface RunningGateway {
  * expired files, less often).
  */
 export async function startGateway(config: Config, overrides: Partial<Deps> = {}): Promise<RunningGateway> {
-  // The key first: a missing one stops the start before the database is touched.
+  // The data directory and the key first: either stops the start before the database is touched.
+  checkDataDir(config.DATA_DIR);
   const secrets = overrides.secrets ?? (await loadSecretBox(config));
   const database = await openDatabase(config);
-  await migrateDatabase(database.db);
+  try {
+    await migrateDatabase(database.db);
+    await checkEncryptionKey(database.db, secrets, { keySource: encryptionKeySource(config), now: (overrides.now ?? Date.now)() });
+  } catch (error) {
+    database.close();
+    throw error;
+  }
   const deps = await createNodeDeps(config, database, { ...overrides, secrets });
   const initialised = await initialise(database.db, deps.now());
   for (const warning of database.warnings) deps.log.warn(warning);

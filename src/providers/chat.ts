@@ -1,3 +1,4 @@
+import { networkCause, type NetworkCause } from '../lib/network-errors';
 import type { Slices } from '../lib/slices';
 import type { ProviderAdapter } from './adapters';
 import { readServerSentData } from './sse-reader';
@@ -69,7 +70,7 @@ export async function* streamChatCompletion(
 
     if (!response.ok) {
       const detail = await errorDetail(response, call.secret);
-      throw new UpstreamError('http', `The upstream answered HTTP ${response.status}${detail}`, response.status);
+      throw new UpstreamError('http', `${refusal(response.status, request.model)}HTTP ${response.status}${detail}`, response.status);
     }
     if (!response.body) throw new UpstreamError('protocol', 'The upstream answered without a body.');
 
@@ -297,9 +298,30 @@ function show(value: unknown): string {
   return text.length > 40 ? `${text.slice(0, 40)}…` : text;
 }
 
+/** What an upstream's refusal means for the run, by status: the first words of its last_error. */
+function refusal(status: number, model: string): string {
+  if (status === 401 || status === 403) return "The upstream refused the virtual key's provider API key: ";
+  if (status === 404) return `The upstream has no model ${show(model)} (or no Chat Completions at the virtual key's base_url): `;
+  if (status === 429) return 'The upstream rate-limited the request: ';
+  if (status === 400 || status === 422) return 'The upstream refused the request as invalid: ';
+  return 'The upstream answered ';
+}
+
+/** A failed connection's last_error, by cause: what to check first. */
+const NETWORK_FAILURES: Record<NetworkCause, string> = {
+  dns: "The upstream's host name did not resolve (DNS): check the virtual key's base_url.",
+  refused: "The upstream refused the connection: nothing listens at the virtual key's base_url.",
+  reset: 'The upstream cut the connection.',
+  tls: "The TLS handshake with the upstream failed (its certificate or protocol): check the virtual key's base_url.",
+  timeout: 'The connection to the upstream timed out.',
+  unreachable: "The upstream's address is unreachable from the gateway.",
+  network: 'The connection to the upstream failed or was cut.',
+};
+
 /** The cause of a failed fetch or read: our own timeout or abort reason if there is one. */
 function asUpstreamError(error: unknown, signal: AbortSignal): unknown {
   if (signal.aborted) return signal.reason;
   if (error instanceof UpstreamError) return error;
-  return new UpstreamError('network', 'The connection to the upstream failed or was cut.');
+  const cause = networkCause(error);
+  return new UpstreamError('network', NETWORK_FAILURES[cause], undefined, cause);
 }

@@ -1,3 +1,5 @@
+import type { NetworkCause } from '../lib/network-errors';
+
 /**
  * OpenAI's Chat Completions wire format: what the gateway sends upstream and the streamed chunks
  * it reads back. Every provider here speaks it; adapters differ only in URL and authentication.
@@ -54,12 +56,16 @@ export type UpstreamEvent =
   | { type: 'usage'; usage: Usage }
   | { type: 'invalid_usage'; field: string };
 
-/** How an upstream call failed; the engine turns it into the run's `last_error`. */
+/**
+ * How an upstream call failed; the engine turns it into the run's `last_error`. A `network`
+ * failure says which (`network`: what a runtime without error codes, Workers, reports).
+ */
 export class UpstreamError extends Error {
   constructor(
     readonly kind: 'http' | 'timeout' | 'network' | 'protocol' | 'address',
     message: string,
     readonly status?: number,
+    readonly network?: NetworkCause,
   ) {
     super(message);
     this.name = 'UpstreamError';

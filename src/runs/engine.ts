@@ -35,10 +35,10 @@ import { buildChatRequest } from './chat-request';
 import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
 import type { StreamOptions } from './host';
 import { Outbox } from './outbox';
-import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome } from './outcome';
+import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome, upstreamCause, upstreamErrorCode } from './outcome';
 import { buildPrompt, promptLimits, type Prompt } from './prompt';
 import { answerMessage, newStep } from './rows';
-import { chargeRun, failRunAlone, settleRun } from './settle';
+import { chargeRun, failRunAlone, logRunEnd, settleRun, type RunEndNote } from './settle';
 
 /**
  * The run engine: the bookkeeping of one turn of a run, from in progress to where it ends, writing
@@ -160,6 +160,10 @@ class Execution {
   #answerBytes = 0;
   /** Whether the turn's answer reached GATEWAY_MAX_ANSWER_BYTES and was cut there. */
   #cut = false;
+  /** For the run's log line (settle.ts): when the turn started, its first token, its key's slug. */
+  readonly #startedAt: number;
+  #firstTokenAt: number | null = null;
+  #virtualKeySlug: string | undefined;
 
   constructor(deps: RunDeps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
@@ -167,6 +171,7 @@ class Execution {
     this.#outbox = new Outbox(options.sink);
     this.#leading = options.leading ?? [];
     this.#preloaded = options.preloaded;
+    this.#startedAt = deps.now();
   }
 
   async run(): Promise<void> {
@@ -202,6 +207,7 @@ class Execution {
     const { db, config } = this.#deps;
     const run = this.#run;
     const virtualKey = this.#preloaded?.virtualKey ?? (await getVirtualKey(db, run.virtualKeyId));
+    this.#virtualKeySlug = virtualKey?.slug;
     if (!virtualKey || virtualKey.revokedAt !== null) {
       throw new UpstreamError('address', 'The virtual key of this run was revoked before it could execute.');
     }
@@ -233,6 +239,7 @@ class Execution {
       signal: this.#abort.signal,
       slices: this.#deps.slices,
     })) {
+      if (event.type === 'text' || event.type === 'tool_call') this.#firstTokenAt ??= this.#deps.now();
       switch (event.type) {
         case 'text': {
           const text = this.#withinCap(event.text);
@@ -521,6 +528,12 @@ class Execution {
     this.#run = updated;
     await this.#outbox.committed(() => this.#runEvent());
     await chargeRun(this.#deps, updated);
+    await logRunEnd(this.#deps, updated, this.#endNote());
+  }
+
+  #endNote(): RunEndNote {
+    const firstTokenMs = this.#firstTokenAt === null ? null : this.#firstTokenAt - this.#startedAt;
+    return { virtualKeySlug: this.#virtualKeySlug, firstTokenMs };
   }
 
   /** The execution stopped without an answer: settle the run from what the database holds. */
@@ -532,18 +545,22 @@ class Execution {
     if (stopped) {
       settlement = { status: stopped.outcome };
     } else if (error instanceof UpstreamError) {
-      const code = error.status === 429 ? 'rate_limit_exceeded' : 'server_error';
-      settlement = { status: 'failed', lastError: { code, message: error.message } };
+      settlement = {
+        status: 'failed',
+        lastError: { code: upstreamErrorCode(error), message: error.message },
+        cause: upstreamCause(error),
+      };
     } else if (error instanceof OutcomeNotRecorded) {
       internal = true;
       log.error('could not record how a run ended', { run_id: this.#run.id, error: error.reason });
-      settlement = { status: 'failed', lastError: NOT_RECORDED };
+      settlement = { status: 'failed', lastError: NOT_RECORDED, cause: 'not_recorded' };
     } else {
       internal = true;
       log.error('run failed inside the gateway', { run_id: this.#run.id, error });
       settlement = {
         status: 'failed',
         lastError: { code: 'server_error', message: 'The gateway had an internal error while executing the run.' },
+        cause: 'internal',
       };
     }
     try {
@@ -553,7 +570,7 @@ class Execution {
         log.error('could not record a run step', { run_id: this.#run.id, error: insertError });
       });
       const partial = this.#message ? { messageId: this.#message.row.id, text: this.#message.text.toString() } : undefined;
-      const settled = await settleRun(this.#deps, this.#run.id, ['in_progress', 'cancelling'], settlement, partial);
+      const settled = await settleRun(this.#deps, this.#run.id, ['in_progress', 'cancelling'], settlement, partial, this.#endNote());
       this.#run = settled.run ?? (await getRunById(this.#deps.db, this.#run.id)) ?? this.#run;
       const message = settled.message;
       await this.#outbox.send(

@@ -1,4 +1,4 @@
-import type { Usage } from '../providers/types';
+import type { UpstreamError, Usage } from '../providers/types';
 
 /**
  * How a turn of a run ends, decided from what the upstream said and the run's token caps: pure
@@ -87,4 +87,34 @@ export function estimateUsage(request: { messages: unknown[] }, completionChars:
   const prompt = Math.ceil(JSON.stringify(request.messages).length / 4);
   const completion = Math.ceil(completionChars / 4);
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}
+
+/**
+ * The last_error code of a run its upstream failed. OpenAI documents three for runs
+ * (`server_error`, `rate_limit_exceeded`, `invalid_prompt`); an upstream's refusal gets the code
+ * OpenAI's API answers the same refusal with, so that a client can tell a wrong provider key or
+ * model, which retrying will not fix, from the gateway's own failure.
+ */
+export function upstreamErrorCode(error: Pick<UpstreamError, 'kind' | 'status'>): string {
+  if (error.kind !== 'http') return 'server_error';
+  switch (error.status) {
+    case 401:
+    case 403:
+      return 'invalid_api_key';
+    case 404:
+      return 'model_not_found';
+    case 400:
+    case 422:
+      return 'invalid_request_error';
+    case 429:
+      return 'rate_limit_exceeded';
+    default:
+      return 'server_error';
+  }
+}
+
+/** Why an upstream call failed, in a word, for the run's log line: `http_404`, `dns`, `timeout`, … */
+export function upstreamCause(error: Pick<UpstreamError, 'kind' | 'status' | 'network'>): string {
+  if (error.kind === 'http') return `http_${error.status}`;
+  return error.kind === 'network' ? (error.network ?? 'network') : error.kind;
 }

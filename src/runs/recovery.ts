@@ -19,7 +19,7 @@ export const ORPHANED = {
 export async function reconcileRun(deps: SettleDeps, run: RunRow): Promise<RunRow> {
   const now = deps.now();
   if (isActive(run.status) && run.leaseExpiresAt !== null && run.leaseExpiresAt < now) {
-    return (await settleRun(deps, run.id, ACTIVE_STATUSES, { status: 'failed', lastError: { ...ORPHANED } })).run ?? run;
+    return (await settleRun(deps, run.id, ACTIVE_STATUSES, { status: 'failed', lastError: { ...ORPHANED }, cause: 'executor_lost' })).run ?? run;
   }
   if (run.status === 'requires_action' && run.expiresAt !== null && run.expiresAt < now) {
     return (await settleRun(deps, run.id, ['requires_action'], { status: 'expired' })).run ?? run;

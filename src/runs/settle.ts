@@ -1,8 +1,9 @@
 import type { Deps } from '../deps';
 import { settleTokens } from '../ratelimit';
 import type { RunStatus } from '../db/schema';
-import { settleRunStatements, type RunRow, type Settlement } from '../services/runs';
+import { isTerminal, settleRunStatements, type RunRow, type Settlement } from '../services/runs';
 import type { MessageRow } from '../services/threads';
+import { getVirtualKey } from '../services/virtual-keys';
 
 /** What settling a run uses of the deps. */
 export type SettleDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters'>;
@@ -20,10 +21,12 @@ export async function settleRun(
   from: readonly RunStatus[],
   settlement: Settlement,
   partial?: { messageId: string; text: string },
+  note: RunEndNote = {},
 ): Promise<{ run: RunRow | null; message: MessageRow | null }> {
   const [, [message], [run]] = await deps.db.batch(settleRunStatements(deps.db, runId, from, settlement, deps.now(), partial));
   // A run waiting for tool outputs executes no turn: its last one was settled when it began to wait.
   if (run && !from.includes('requires_action')) await chargeRun(deps, run);
+  if (run) await logRunEnd(deps, run, { ...note, cause: settlement.status === 'failed' ? settlement.cause : undefined });
   return { run: run ?? null, message: message ?? null };
 }
 
@@ -50,6 +53,7 @@ export async function failRunAlone(
     }
   }
   await chargeRun(deps, run);
+  await logRunEnd(deps, run, { cause: 'not_recorded' });
   return run;
 }
 
@@ -68,4 +72,44 @@ export async function chargeRun(deps: Pick<Deps, 'now' | 'log' | 'counters'>, ru
   } catch (error) {
     deps.log.error('could not settle a run turn with its token policies', { run_id: run.id, error });
   }
+}
+
+/** What the execution knows of a run's end that the run's row does not hold, for its log line. */
+export interface RunEndNote {
+  /** The slug of the run's virtual key, when the execution holds it (otherwise it is read). */
+  virtualKeySlug?: string;
+  /** Milliseconds from the start of the run's last turn to the upstream's first token, if one came. */
+  firstTokenMs?: number | null;
+  /** Why the run failed, in a word: `dns`, `refused`, `tls`, `timeout`, `http_401`, … */
+  cause?: string;
+}
+
+/**
+ * One `info` line for each run that ends (completed, incomplete, failed, cancelled, expired), whoever
+ * ends it: the engine, a cancel, the recovery sweep. Who ran what on which key and model, its
+ * tokens, how long it took and, when it failed, why. Ids and counts only, never content. Never throws.
+ */
+export async function logRunEnd(deps: Pick<Deps, 'db' | 'log' | 'now'>, run: RunRow, note: RunEndNote = {}): Promise<void> {
+  if (!deps.log.enabled('info') || !isTerminal(run.status)) return;
+  const slug = note.virtualKeySlug ?? (await getVirtualKey(deps.db, run.virtualKeyId).catch(() => null))?.slug;
+  const endedAt = run.completedAt ?? run.failedAt ?? run.cancelledAt ?? deps.now();
+  deps.log.info('run ended', {
+    run_id: run.id,
+    thread_id: run.threadId,
+    assistant_id: run.assistantId,
+    workspace_id: run.workspaceId,
+    api_key_id: run.apiKeyId,
+    virtual_key: slug ?? null,
+    model: run.model,
+    status: run.status,
+    prompt_tokens: run.usage?.prompt_tokens ?? 0,
+    completion_tokens: run.usage?.completion_tokens ?? 0,
+    total_tokens: run.usage?.total_tokens ?? 0,
+    time_to_first_token_ms: note.firstTokenMs ?? null,
+    duration_ms: endedAt - run.createdAt,
+    ...(run.incompleteDetails ? { incomplete_reason: run.incompleteDetails.reason } : {}),
+    ...(run.lastError
+      ? { cause: note.cause ?? run.lastError.code, error_code: run.lastError.code, error_message: run.lastError.message }
+      : {}),
+  });
 }

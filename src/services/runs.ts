@@ -230,7 +230,8 @@ export async function overdueRuns(db: Db, now: number, limit: number): Promise<R
 export type Settlement =
   | { status: 'cancelled' }
   | { status: 'expired' }
-  | { status: 'failed'; lastError: { code: string; message: string } };
+  /** `cause`: why, in a word, for the run's log line (`dns`, `refused`, `http_401`, …; runs/settle.ts). */
+  | { status: 'failed'; lastError: { code: string; message: string }; cause?: string };
 
 const MESSAGE_REASON = { cancelled: 'run_cancelled', expired: 'run_expired', failed: 'run_failed' } as const;
 

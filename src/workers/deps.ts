@@ -1,12 +1,13 @@
 import { createClient } from '@libsql/client/web';
 import { drizzle } from 'drizzle-orm/libsql/web';
-import { parseConfig, type Config } from '../config';
+import { ConfigurationError, parseConfig, type Config } from '../config';
 import * as schema from '../db/schema';
 import type { Deps } from '../deps';
 import { DurableObjectCounterStore, type RateLimitCounter } from './counter-store';
 import { r2BlobStore } from './blob-store';
 import { workersRunHost, type RunExecutorRpc } from './run-host';
 import { secretBoxFromEnv } from '../lib/secrets';
+import { checkEncryptionKey } from '../services/encryption-check';
 import { createLogger } from '../logger';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
 import { UNSLICED } from '../lib/slices';
@@ -42,18 +43,31 @@ export function workerDeps(env: Env): Promise<Deps> {
   return built;
 }
 
+/** What a Worker cannot serve without, and how to give it. */
+const REQUIRED = {
+  LIBSQL_URL: 'LIBSQL_URL (the URL of a Turso or libSQL server)',
+  GATEWAY_ENCRYPTION_KEY:
+    'GATEWAY_ENCRYPTION_KEY (`wrangler secret put GATEWAY_ENCRYPTION_KEY` with the 32-byte base64 key that every ' +
+    'host of the database uses; `openssl rand -base64 32` makes one)',
+} as const;
+
+/** The required variables the bindings lack. Property reads only: worker.ts asks on every request. */
+export function missingConfiguration(env: Partial<Record<keyof typeof REQUIRED, unknown>>): (keyof typeof REQUIRED)[] {
+  return (Object.keys(REQUIRED) as (keyof typeof REQUIRED)[]).filter((name) => !env[name]);
+}
+
+/** What a Worker lacking `missing` answers (503) and logs. */
+export function missingConfigurationError(missing: (keyof typeof REQUIRED)[]): ConfigurationError {
+  return new ConfigurationError(`The Worker is missing required configuration: ${missing.map((name) => REQUIRED[name]).join('; ')}.`);
+}
+
 export async function createWorkerDeps(env: Env): Promise<Deps> {
   const config = parseConfig({ ...env });
-  if (!config.LIBSQL_URL) throw new Error('LIBSQL_URL is required on Workers (a Turso or libSQL server URL)');
-  if (!config.GATEWAY_ENCRYPTION_KEY) {
-    throw new Error(
-      'GATEWAY_ENCRYPTION_KEY is required on Workers: `wrangler secret put GATEWAY_ENCRYPTION_KEY` with the ' +
-        '32-byte base64 key that every host of this database uses (`openssl rand -base64 32` makes one).',
-    );
-  }
-  const secrets = await secretBoxFromEnv(config.GATEWAY_ENCRYPTION_KEY);
+  const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
+  if (!url || !key) throw missingConfigurationError(missingConfiguration(config));
+  const secrets = await secretBoxFromEnv(key);
   const client = createClient({
-    url: config.LIBSQL_URL,
+    url,
     authToken: config.LIBSQL_AUTH_TOKEN,
     // The client is shared by every request of the isolate. Its default limit (20) queues a
     // statement behind another request's, and workerd refuses I/O started on behalf of one request
@@ -61,6 +75,7 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     concurrency: Number.MAX_SAFE_INTEGER,
   });
   const db = drizzle(client, { schema });
+  await checkEncryptionKey(db, secrets, { keySource: 'GATEWAY_ENCRYPTION_KEY', now: Date.now() });
   const log = createLogger(config.LOG_LEVEL);
   return {
     db,

@@ -98,7 +98,7 @@ async function runRow(id: string) {
 }
 
 const FAULTS: [string, FakeScenario | 'refused', { code: string; message: RegExp }][] = [
-  ['a refused connection', 'refused', { code: 'server_error', message: /connection to the upstream failed/ }],
+  ['a refused connection', 'refused', { code: 'server_error', message: /The upstream refused the connection/ }],
   ['HTTP 500', { status: 500 }, { code: 'server_error', message: /HTTP 500: The server had an error/ }],
   ['HTTP 503', { status: 503 }, { code: 'server_error', message: /HTTP 503/ }],
   ['HTTP 429 with Retry-After', { status: 429, retry_after: 20 }, { code: 'rate_limit_exceeded', message: /HTTP 429: Rate limit reached/ }],

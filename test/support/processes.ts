@@ -84,6 +84,30 @@ export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_
   });
 }
 
+/**
+ * Runs `src/node.ts` with a configuration it should refuse, to its exit: its code and output. A
+ * gateway that starts anyway is stopped after `timeoutMs` (null code) rather than left to hang.
+ */
+export function runGatewayToExit(env: Record<string, string>, timeoutMs = 20_000): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...TSX, 'src/node.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
 export interface RatelimitWorker {
   /** The next line the worker prints. */
   line(): Promise<string>;

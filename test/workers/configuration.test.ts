@@ -1,0 +1,37 @@
+import { createExecutionContext } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
+import { describe, expect, it } from 'vitest';
+import worker from '../../src/worker';
+import { errorOf } from '../support/envelope';
+
+/**
+ * A Worker deployed without the configuration it cannot serve without says so, on every path and
+ * on /health, instead of "Ready" and a generic 500: the entry called with bindings that lack it.
+ */
+
+/** The entry's answer under `bindings`; its start-up failure is logged at their LOG_LEVEL, silent here. */
+const call = (path: string, bindings: typeof env) =>
+  worker.fetch(new Request(`http://gateway${path}`), { ...bindings, LOG_LEVEL: 'silent' }, createExecutionContext());
+
+describe('a Worker missing required configuration', () => {
+  it('answers /health with 503 misconfigured, naming the missing GATEWAY_ENCRYPTION_KEY', async () => {
+    const response = await call('/health', { ...env, GATEWAY_ENCRYPTION_KEY: undefined });
+    expect(response.status).toBe(503);
+    const body = await response.json<{ status: string; message: string }>();
+    expect(body).toEqual({ status: 'misconfigured', message: expect.stringContaining('GATEWAY_ENCRYPTION_KEY') });
+    expect(body.message).not.toContain('LIBSQL_URL');
+  });
+
+  it('answers the API with 503 gateway_misconfigured, naming each missing variable', async () => {
+    const error = await errorOf(await call('/v1/assistants', { ...env, LIBSQL_URL: undefined, GATEWAY_ENCRYPTION_KEY: '' }));
+    expect(error).toMatchObject({ status: 503, code: 'gateway_misconfigured', type: 'server_error' });
+    expect(error.message).toContain('LIBSQL_URL');
+    expect(error.message).toContain('GATEWAY_ENCRYPTION_KEY');
+  });
+
+  it('serves as usual with its configuration', async () => {
+    const response = await call('/health', env);
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ status: 'ok' });
+  });
+});
