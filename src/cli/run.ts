@@ -6,6 +6,7 @@ import { nodeConfig } from '../node/config';
 import { loadSecretBox } from '../node/key-file';
 import { UsageError, type Command } from './command';
 import { identityCommands } from './identities';
+import { usageCommands } from './usage';
 import { virtualKeyCommands } from './virtual-keys';
 
 /**
@@ -17,6 +18,7 @@ import { virtualKeyCommands } from './virtual-keys';
 const commands: Command[] = [
   ...identityCommands,
   ...virtualKeyCommands,
+  ...usageCommands,
   {
     name: 'migrate',
     usage: 'migrate',
