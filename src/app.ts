@@ -16,6 +16,7 @@ import { assistantRoutes } from './routes/assistants';
 import { fileRoutes } from './routes/files';
 import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
+import { usageRoutes } from './routes/usage';
 import { virtualKeyRoutes } from './routes/virtual-keys';
 
 /**
@@ -72,6 +73,7 @@ export function createApp(deps: Deps) {
   );
   app.route('/v1/policies/rate-limits', policyRoutes);
   app.route('/v1/virtual-keys', virtualKeyRoutes);
+  app.route('/v1/usage', usageRoutes);
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes);
   app.route('/v1/files', fileRoutes);

@@ -198,6 +198,11 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'DELETE', path: `/v1/virtual-keys/${v.virtualKey}?workspace_id=${v.tenant.workspace.id}` },
     // The same slug exists in a: naming a's workspace revokes a's key, never v's (checked below).
   ],
+  'GET /v1/usage': (v) => [
+    { method: 'GET', path: '/v1/usage?group_by=workspace_id,api_key_id,virtual_key,model,kind&limit=31', list: true },
+    { method: 'GET', path: `/v1/usage?workspace_id=${v.tenant.workspace.id}` },
+    { method: 'GET', path: `/v1/usage?workspace_id=${v.tenant.workspace.slug}&group_by=api_key_id` },
+  ],
   'GET /v1/assistants': (v) => [
     { method: 'GET', path: '/v1/assistants', headers: scope(), list: true },
     { method: 'GET', path: `/v1/assistants?after=${v.assistantId}`, headers: scope(), refusals: UNKNOWN_CURSOR },

@@ -6,12 +6,12 @@ import { formatInitResult, formatTable } from './output';
 
 /** Commands for organisations, workspaces and API keys. */
 
-const organisationOption = {
+export const organisationOption = {
   organisation: { type: 'string', short: 'o' },
 } as const;
 
 /** The organisation a command acts on: the one given, or the only one there is. */
-async function resolveOrganisation(ctx: CommandContext): Promise<string> {
+export async function resolveOrganisation(ctx: CommandContext): Promise<string> {
   const given = optionalString(ctx, 'organisation');
   const organisations = await listOrganisations(ctx.db);
   if (given) {

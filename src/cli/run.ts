@@ -8,6 +8,7 @@ import { encryptionKeySource, loadSecretBox } from '../node/key-file';
 import { checkEncryptionKey } from '../services/encryption-check';
 import { UsageError, type Command } from './command';
 import { identityCommands } from './identities';
+import { usageCommands } from './usage';
 import { virtualKeyCommands } from './virtual-keys';
 
 /**
@@ -19,6 +20,7 @@ import { virtualKeyCommands } from './virtual-keys';
 const commands: Command[] = [
   ...identityCommands,
   ...virtualKeyCommands,
+  ...usageCommands,
   {
     name: 'migrate',
     usage: 'migrate',

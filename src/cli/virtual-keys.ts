@@ -23,7 +23,7 @@ import { formatTable } from './output';
 const workspaceOption = { workspace: { type: 'string', short: 'w' } } as const;
 
 /** A workspace by id or slug, in any organisation; a slug that several organisations use needs the id. */
-async function resolveWorkspace(ctx: CommandContext, ref: string): Promise<Workspace> {
+export async function resolveWorkspace(ctx: CommandContext, ref: string): Promise<Workspace> {
   const matches = (await listWorkspaces(ctx.db)).filter((workspace) => workspace.id === ref || workspace.slug === ref);
   if (matches.length === 0) throw new UsageError(`no workspace '${ref}' (see \`workspaces list\`)`);
   if (matches.length > 1) throw new UsageError(`several organisations have a workspace '${ref}': pass its id`);

@@ -421,6 +421,35 @@ export const vectorStoreChunks = sqliteTable(
   (t) => [index('vector_store_chunks_store_file').on(t.vectorStoreId, t.fileId, t.chunkIndex)],
 );
 
+// ── Usage ────────────────────────────────────────────────────────────────────────────────────
+
+export type UsageKind = 'run' | 'embeddings';
+
+/**
+ * Tokens per hour, workspace, API key, virtual key, model and kind: what GET /v1/usage adds up.
+ * Runs are counted by a trigger (migration 0006) in the statement that ends them, with the usage
+ * that statement writes, so the table matches the runs exactly whatever ends them; in the hour the
+ * run was created. Embeddings calls are counted by retrieval/embed.ts. `requests`: runs ended, or
+ * embeddings calls made.
+ */
+export const usage = sqliteTable(
+  'usage',
+  {
+    workspaceId: text('workspace_id').notNull(),
+    /** The start of the hour, ms since the epoch (UTC). */
+    hour: ms('hour').notNull(),
+    kind: text('kind').$type<UsageKind>().notNull(),
+    model: text('model').notNull(),
+    apiKeyId: text('api_key_id').notNull(),
+    virtualKeyId: text('virtual_key_id').notNull(),
+    requests: integer('requests').notNull().default(0),
+    promptTokens: integer('prompt_tokens').notNull().default(0),
+    completionTokens: integer('completion_tokens').notNull().default(0),
+    totalTokens: integer('total_tokens').notNull().default(0),
+  },
+  (t) => [uniqueIndex('usage_key').on(t.workspaceId, t.hour, t.kind, t.model, t.apiKeyId, t.virtualKeyId)],
+);
+
 // ── Rate limits ──────────────────────────────────────────────────────────────────────────────
 
 export const rateLimitPolicies = sqliteTable(

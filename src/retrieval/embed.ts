@@ -4,6 +4,7 @@ import { createEmbeddings, MAX_DIMENSIONS, retryable } from '../providers/embedd
 import { UpstreamError } from '../providers/types';
 import { admitRequest, settleTokens } from '../ratelimit';
 import { CHARS_PER_TOKEN } from '../ratelimit/reservation';
+import { recordEmbeddingsUsage } from '../services/usage';
 import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type VirtualKey } from '../services/virtual-keys';
 
 /**
@@ -12,7 +13,8 @@ import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type Virtual
  * and every query against it agree. Texts go in batches of BATCH_TEXTS; a batch the provider
  * refuses for a passing reason (429, 5xx, the network, a timeout) is tried again after a backoff,
  * up to ATTEMPTS times (within about 10 s). Each call is admitted by the workspace's rate-limit policies like a run's
- * turn (model = the embeddings model) and charged the tokens the provider reports.
+ * turn (model = the embeddings model), charged the tokens the provider reports, and counted in
+ * the usage table (GET /v1/usage).
  */
 
 export interface EmbeddingTarget {
@@ -68,8 +70,16 @@ export async function embedTexts(deps: EmbedDeps, target: EmbeddingTarget, texts
           { model: target.model, input: batch, dimensions: requestedDimensions(target.model, deps.config) },
           { fetch: deps.fetch, adapter: ADAPTERS[key.provider], baseUrl: key.baseUrl, options: key.options, secret, timeoutMs: TIMEOUT_MS, signal },
         );
-        // A provider that reports no usage is charged the estimate.
+        // A provider that reports no usage is charged, and counted, the estimate.
         charged = result.promptTokens || Math.ceil(chars / CHARS_PER_TOKEN);
+        await recordEmbeddingsUsage(deps.db, {
+          workspaceId: target.workspaceId,
+          at: deps.now(),
+          model: target.model,
+          apiKeyId: target.apiKeyId,
+          virtualKeyId: key.id,
+          promptTokens: charged,
+        });
         return result;
       } finally {
         await settleTokens(deps, admission.ticket, charged);

@@ -1,0 +1,28 @@
+import { Hono } from 'hono';
+import { validate } from '../middleware/validate';
+import { usageQuery } from '../schemas/usage';
+import { usageBuckets } from '../services/usage';
+import { resolveWorkspaceScope } from '../services/workspaces';
+import type { ApiEnv } from './env';
+
+/**
+ * GET /v1/usage: tokens and requests per bucket of time, grouped as asked (schemas/usage.ts). A
+ * workspace key sees its workspace; an organisation key its whole organisation, or the workspace
+ * it names.
+ */
+export const usageRoutes = new Hono<ApiEnv>().get('/', validate('query', usageQuery), async (c) => {
+  const query = c.req.valid('query');
+  const { db, now } = c.var.deps;
+  const workspace = await resolveWorkspaceScope(db, c.var.apiKey, query.workspace_id, { required: false });
+  const page = await usageBuckets(db, {
+    scope: workspace ? { workspaceId: workspace.workspaceId } : { organisationId: c.var.apiKey.organisationId },
+    startMs: query.start_time === undefined ? undefined : query.start_time * 1000,
+    endMs: query.end_time === undefined ? undefined : query.end_time * 1000,
+    width: query.bucket_width,
+    groupBy: query.group_by ?? [],
+    limit: query.limit,
+    page: query.page,
+    now: now(),
+  });
+  return c.json(page);
+});
