@@ -1,8 +1,7 @@
-import { networkCause, type NetworkCause } from '../lib/network-errors';
 import type { Slices } from '../lib/slices';
 import type { ProviderAdapter } from './adapters';
 import { readServerSentData } from './sse-reader';
-import { errorDetail, MAX_ERROR_MESSAGE_CHARS, redact } from './upstream-text';
+import { errorDetail, MAX_ERROR_MESSAGE_CHARS, networkFailure, redact } from './upstream-text';
 import { MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, type UpstreamEvent } from './types';
 
 /**
@@ -307,21 +306,10 @@ function refusal(status: number, model: string): string {
   return 'The upstream answered ';
 }
 
-/** A failed connection's last_error, by cause: what to check first. */
-const NETWORK_FAILURES: Record<NetworkCause, string> = {
-  dns: "The upstream's host name did not resolve (DNS): check the virtual key's base_url.",
-  refused: "The upstream refused the connection: nothing listens at the virtual key's base_url.",
-  reset: 'The upstream cut the connection.',
-  tls: "The TLS handshake with the upstream failed (its certificate or protocol): check the virtual key's base_url.",
-  timeout: 'The connection to the upstream timed out.',
-  unreachable: "The upstream's address is unreachable from the gateway.",
-  network: 'The connection to the upstream failed or was cut.',
-};
 
 /** The cause of a failed fetch or read: our own timeout or abort reason if there is one. */
 function asUpstreamError(error: unknown, signal: AbortSignal): unknown {
   if (signal.aborted) return signal.reason;
   if (error instanceof UpstreamError) return error;
-  const cause = networkCause(error);
-  return new UpstreamError('network', NETWORK_FAILURES[cause], undefined, cause);
+  return networkFailure(error);
 }

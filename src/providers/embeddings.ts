@@ -1,6 +1,6 @@
 import type { ProviderAdapter } from './adapters';
 import { UpstreamError } from './types';
-import { errorDetail, readCapped } from './upstream-text';
+import { errorDetail, networkFailure, readCapped } from './upstream-text';
 
 /**
  * One OpenAI-compatible `/embeddings` call (OpenAI, Azure, Ollama, vLLM, TEI, …): texts in, one
@@ -123,7 +123,7 @@ function failure(error: unknown, signal: AbortSignal, callerSignal: AbortSignal 
   if (callerSignal?.aborted) return callerSignal.reason;
   if (signal.aborted) return new UpstreamError('timeout', 'The embeddings upstream did not answer in time.');
   if (error instanceof UpstreamError) return error;
-  return new UpstreamError('network', 'The connection to the embeddings upstream failed or was cut.');
+  return networkFailure(error);
 }
 
 const malformed = (what: string) => new UpstreamError('protocol', `The embeddings upstream sent a malformed answer: ${what}.`);

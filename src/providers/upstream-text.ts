@@ -1,7 +1,11 @@
+import { networkCause, type NetworkCause } from '../lib/network-errors';
+import { UpstreamError } from './types';
+
 /**
  * What the gateway reads of an upstream's text outside the answer itself (error bodies, error
  * messages): bounded in bytes however much the upstream sends or its compression inflates, and
- * scrubbed of the provider key and anything shaped like one before it is stored or shown.
+ * scrubbed of the provider key and anything shaped like one before it is stored or shown; and
+ * what a failed connection's error says, for chat and embeddings calls alike.
  */
 
 /** Of an error answer, this many bytes are read at most, after decompression. */
@@ -106,4 +110,21 @@ function keyPrefixAtEnd(text: string, key: string): number {
     if (text[i] === key[matched]) matched++;
   }
   return matched;
+}
+
+/** A failed connection's last_error, by cause: what to check first. */
+const NETWORK_FAILURES: Record<NetworkCause, string> = {
+  dns: "The upstream's host name did not resolve (DNS): check the virtual key's base_url.",
+  refused: "The upstream refused the connection: nothing listens at the virtual key's base_url.",
+  reset: 'The upstream cut the connection.',
+  tls: "The TLS handshake with the upstream failed (its certificate or protocol): check the virtual key's base_url.",
+  timeout: 'The connection to the upstream timed out.',
+  unreachable: "The upstream's address is unreachable from the gateway.",
+  network: 'The connection to the upstream failed or was cut.',
+};
+
+/** A failed connection to an upstream, as an UpstreamError whose message says what to check first. */
+export function networkFailure(error: unknown): UpstreamError {
+  const cause = networkCause(error);
+  return new UpstreamError('network', NETWORK_FAILURES[cause], undefined, cause);
 }
