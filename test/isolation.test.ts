@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, fakeDirective } from './support/fake-upstream';
 import { apiRoutes, createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import { recordTally } from './support/tally';
+import { seedStore } from './support/vector-stores';
 
 /**
  * Tenancy, as a matrix: every route of the app, called with the credentials of one tenant on the
@@ -30,6 +31,8 @@ interface Holdings {
   /** A completed run. */
   doneThreadId: string;
   doneRunId: string;
+  /** A vector store whose one chunk says the marker. */
+  vectorStoreId: string;
 }
 
 let a: Holdings; // the caller
@@ -74,6 +77,8 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
   const done = await run({ reply: marker });
   await gateway.tasks.drain(10_000);
   const current = await json(await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}`, { key }));
+  await gateway.virtualKey(tenant, { base_url: `http://${marker}.upstream.test/v1`, models: ['text-embedding-*'], api_key: `sk-${marker}` });
+  const store = await seedStore(gateway, tenant, [{ filename: `${marker}.txt`, chunks: [`The secret is ${marker}`] }]);
   expect(current.status).toBe('requires_action');
   return {
     tenant,
@@ -86,6 +91,7 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     toolCallId: current.required_action.submit_tool_outputs.tool_calls[0].id,
     doneThreadId: done.thread_id,
     doneRunId: done.id,
+    vectorStoreId: store.id,
   };
 }
 
@@ -104,6 +110,7 @@ async function ownView(h: Holdings) {
     runs: await get(`/v1/threads/${h.doneThreadId}/runs`),
     steps: await get(`/v1/threads/${h.doneThreadId}/runs/${h.doneRunId}/steps`),
     messages: await get(`/v1/threads/${h.doneThreadId}/messages`),
+    search: await json(await gateway.request(`/v1/vector_stores/${h.vectorStoreId}/search`, { key, body: { query: h.marker } })),
   };
 }
 
@@ -300,6 +307,10 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
       body: { tool_outputs: [{ tool_call_id: v.toolCallId, output: 'planted' }] },
     },
   ],
+  'POST /v1/vector_stores/:vector_store_id/search': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.vectorStoreId}/search`, headers: scope(), body: { query: v.marker } },
+    { method: 'POST', path: `/v1/vector_stores/${v.vectorStoreId}/search`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { query: v.marker } },
+  ],
   'POST /v1/threads/:thread_id/runs/:run_id/cancel': (v) => [
     { method: 'POST', path: `/v1/threads/${v.threadId}/runs/${v.runId}/cancel`, headers: scope() },
     { method: 'POST', path: `/v1/threads/${a.threadId}/runs/${v.runId}/cancel`, headers: scope() },
@@ -333,6 +344,7 @@ function leaks(text: string, victim: Holdings, sent: string): string[] {
     victim.toolCallId,
     victim.doneThreadId,
     victim.doneRunId,
+    victim.vectorStoreId,
     victim.tenant.workspace.id,
     victim.tenant.workspace.slug,
     victim.tenant.organisationId,

@@ -1,22 +1,34 @@
 import type { ChatCompletionRequest, ChatMessage } from '../providers/types';
+import type { ToolChoice } from '../schemas/runs';
 import type { RunRow } from '../services/runs';
+import { FILE_SEARCH_CHAT_TOOL, FILE_SEARCH_FUNCTION } from './file-search';
 
 /**
  * A turn of a run as a Chat Completions request: its prompt (runs/prompt.ts: the system message
- * and the thread's history), function tools as chat tools, and the run's sampling, JSON-mode and
+ * and the thread's history), function tools as chat tools (and file_search as the gateway's
+ * search function: file-search.ts), and the run's sampling, JSON-mode and
  * token settings. Always streamed, with usage.
  */
-export function buildChatRequest(run: RunRow, messages: ChatMessage[], completionBudget: number | null): ChatCompletionRequest {
+export function buildChatRequest(
+  run: RunRow,
+  messages: ChatMessage[],
+  completionBudget: number | null,
+  options: { toolsSpent?: boolean } = {},
+): ChatCompletionRequest {
   const request: ChatCompletionRequest = {
     model: run.model,
     messages,
     stream: true,
     stream_options: { include_usage: true },
   };
-  const functions = run.tools.filter((tool) => tool.type === 'function');
-  if (functions.length > 0) {
-    request.tools = functions.map((tool) => ({ type: 'function', function: stripUndefined(tool.function) }));
-    request.tool_choice = run.toolChoice;
+  const tools = run.tools.flatMap((tool): NonNullable<ChatCompletionRequest['tools']> => {
+    if (tool.type === 'function') return [{ type: 'function', function: stripUndefined(tool.function) }];
+    return tool.type === 'file_search' ? [FILE_SEARCH_CHAT_TOOL] : [];
+  });
+  if (tools.length > 0) {
+    request.tools = tools;
+    // A turn that searched MAX_SEARCH_ROUNDS times must answer with what it found.
+    request.tool_choice = options.toolsSpent ? 'none' : chatToolChoice(run.toolChoice);
     request.parallel_tool_calls = run.parallelToolCalls;
   }
   // Without function tools, tool_choice and parallel_tool_calls are left out: some servers reject them.
@@ -26,6 +38,11 @@ export function buildChatRequest(run: RunRow, messages: ChatMessage[], completio
   if (run.topP !== null) request.top_p = run.topP;
   if (completionBudget !== null) request.max_completion_tokens = completionBudget;
   return request;
+}
+
+/** Forcing the file_search tool forces the function it is given to the model as. */
+function chatToolChoice(choice: ToolChoice): unknown {
+  return typeof choice === 'object' && choice.type === 'file_search' ? { type: 'function', function: { name: FILE_SEARCH_FUNCTION } } : choice;
 }
 
 function stripUndefined<T extends object>(value: T): Record<string, unknown> {
