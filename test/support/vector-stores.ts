@@ -1,3 +1,4 @@
+import type { Db } from '../../src/db/client';
 import type { FileAttributes, VectorStoreFileStatus } from '../../src/db/schema';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores } from '../../src/db/schema';
 import { newId } from '../../src/lib/ids';
@@ -28,17 +29,36 @@ export interface SeededStore {
 
 export const EMBEDDINGS_MODEL = 'text-embedding-3-small';
 
+/** The store test/global-setup.ts writes for the workerd tests, of the gateway's default dimensions. */
+export const SEARCH_DIMENSIONS = 512;
+export const SEARCH_FILES: SeedFile[] = [
+  { filename: 'policies.md', chunks: ['Refunds are granted within 30 days of purchase.', 'Shipping takes five business days.'] },
+  { filename: 'office.txt', chunks: ['Our office is in Paris, near the river.'] },
+];
+
 /** The tenant needs a virtual key for EMBEDDINGS_MODEL (its default key, or one whose models match). */
 export async function seedStore(gateway: TestGateway, tenant: Tenant, seedFiles: SeedFile[]): Promise<SeededStore> {
-  const { db } = gateway.database;
-  const at = gateway.clock.now();
-  const id = newId('vs');
   const texts = seedFiles.flatMap((file) => file.chunks);
   const target = { workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId, virtualKeyId: null, model: EMBEDDINGS_MODEL, dimensions: null };
   const embedded = texts.length > 0 ? await embedTexts(gateway.deps, target, texts) : null;
+  return insertStore(gateway.database.db, tenant.workspace.id, seedFiles, embedded, gateway.clock.now());
+}
+
+/**
+ * The rows of a store whose chunks' vectors are given (in the order of the files' chunks), for a
+ * database the test reaches without the app's deps (test/global-setup.ts, for the workerd tests).
+ */
+export async function insertStore(
+  db: Db,
+  workspaceId: string,
+  seedFiles: SeedFile[],
+  embedded: { vectors: Float32Array[]; dimensions: number; virtualKeyId: string | null } | null,
+  at: number,
+): Promise<SeededStore> {
+  const id = newId('vs');
   await db.insert(vectorStores).values({
     id,
-    workspaceId: tenant.workspace.id,
+    workspaceId,
     name: 'seeded',
     metadata: {},
     createdAt: at,
@@ -55,7 +75,7 @@ export async function seedStore(gateway: TestGateway, tenant: Tenant, seedFiles:
     const bytes = file.chunks.join('\n').length;
     await db.insert(files).values({
       id: fileId,
-      workspaceId: tenant.workspace.id,
+      workspaceId,
       purpose: 'assistants',
       filename: file.filename,
       bytes,
@@ -66,7 +86,7 @@ export async function seedStore(gateway: TestGateway, tenant: Tenant, seedFiles:
     await db.insert(vectorStoreFiles).values({
       vectorStoreId: id,
       fileId,
-      workspaceId: tenant.workspace.id,
+      workspaceId,
       status: file.status ?? 'completed',
       usageBytes: bytes,
       chunkingStrategy: { type: 'static', static: { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 } },
