@@ -31,7 +31,7 @@ export function buildChatRequest(
     request.tool_choice = options.toolsSpent ? 'none' : chatToolChoice(run.toolChoice);
     request.parallel_tool_calls = run.parallelToolCalls;
   }
-  // Without function tools, tool_choice and parallel_tool_calls are left out: some servers reject them.
+  // Without tools, tool_choice and parallel_tool_calls are left out: some servers reject them.
   const format = run.responseFormat;
   if (typeof format === 'object' && format.type !== 'text') request.response_format = format;
   if (run.temperature !== null) request.temperature = run.temperature;

@@ -65,6 +65,10 @@ import { chargeRun, failRunAlone, settleRun } from './settle';
  * A run is born in progress (runs/rows.ts), and so is a run whose tool outputs were accepted: the
  * caller that put it there owns the turn and hands it to its host, which executes it here. Clients
  * are told `queued` first all the same, as OpenAI does.
+ *
+ * A turn is one upstream call, or several when the model searches files: a round whose tool calls
+ * are all the file_search tool's (file-search.ts) is answered here, its step completed with the
+ * results, and the turn calls the upstream again with them (at most MAX_SEARCH_ROUNDS times).
  */
 
 /** Why a run stopped early, carried as an abort reason. */
@@ -245,7 +249,8 @@ class Execution {
       if (!prompt.fits) return this.#promptTooLong();
       const request = buildChatRequest(run, prompt.messages, budget, { toolsSpent: round > MAX_SEARCH_ROUNDS });
       const { finishReason, usage } = await this.#complete(request, virtualKey, secret);
-      const calls = [...(this.#toolStep?.calls.values() ?? [])];
+      // In the upstream's order, as the step records them: result numbers follow it (citationSources).
+      const calls = [...(this.#toolStep?.calls.entries() ?? [])].sort(([a], [b]) => a - b).map(([, call]) => call);
       if (finishReason !== 'length' && calls.some((call) => call.hosted)) {
         if (round > MAX_SEARCH_ROUNDS) {
           throw new UpstreamError('protocol', `The model called file_search again after ${MAX_SEARCH_ROUNDS} searches in one turn, when told to answer.`);
@@ -332,10 +337,11 @@ class Execution {
   /** Runs the searches the model asked for, numbering their results after the run's earlier ones. */
   async #searchFiles(calls: StreamingToolCall[]): Promise<void> {
     const settings = this.#search!;
+    let position = 0;
     for (const call of calls) {
       if (!call.hosted) continue;
       const args = call.arguments.toString();
-      const queries = searchQueries(args);
+      const queries = searchQueries(args, position++);
       const found = 'problem' in queries ? { output: queries.problem, results: [] } : searchOutput(await this.#searchStores(queries), this.#sources.length);
       this.#sources.push(...found.results.map((result) => ({ fileId: result.file_id })));
       call.hosted.search = {

@@ -20,6 +20,9 @@ export const FILE_SEARCH_FUNCTION = 'file_search';
 /** Rounds of searching one turn may take before the model must answer (tool_choice `none`). */
 export const MAX_SEARCH_ROUNDS = 4;
 
+/** Searches one round may run: calls past them are told so, not searched (a model may make 128 calls at once). */
+export const MAX_SEARCHES_PER_ROUND = 8;
+
 /** OpenAI's default number of results for its gpt-4 models. */
 export const DEFAULT_MAX_RESULTS = 20;
 
@@ -84,7 +87,10 @@ export function storeIdsOf(runResources: ToolResources | null, threadResources: 
  * The queries of a call's arguments, `{"queries": [...]}` (or `{"query": "..."}`, which models
  * also write), bounded; a message for the model when there are none.
  */
-export function searchQueries(args: string): string[] | { problem: string } {
+export function searchQueries(args: string, position: number): string[] | { problem: string } {
+  if (position >= MAX_SEARCHES_PER_ROUND) {
+    return { problem: `Not searched: at most ${MAX_SEARCHES_PER_ROUND} searches at once. Search again with fewer calls if needed.` };
+  }
   let parsed: unknown;
   try {
     parsed = JSON.parse(args);
