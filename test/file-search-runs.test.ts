@@ -211,6 +211,19 @@ describe('file_search in runs', () => {
     expect(tool[1]).toBe('The file search found nothing for this query.');
   });
 
+  it('forces the search with tool_choice file_search, in the first round only', async () => {
+    const marker = `forced-${crypto.randomUUID()}`;
+    // No directive for the first round: the fake calls the forced function with example arguments.
+    const run = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, tool_choice: { type: 'file_search' }, thread: { messages: [{ role: 'user', content: `${marker} refunds` }] } },
+      { pollIntervalMs: 20 },
+    );
+    expect(run.status).toBe('completed');
+    const requests = chatRequestsOf(marker);
+    expect(requests.map((request) => request.body!.tool_choice)).toEqual([{ type: 'function', function: { name: 'file_search' } }, 'auto']);
+    expect(run.tool_choice).toEqual({ type: 'file_search' });
+  });
+
   it('refuses a function tool named as the search function beside file_search', async () => {
     const response = await gateway.request('/v1/threads/runs', {
       key: tenant.workspaceKey,

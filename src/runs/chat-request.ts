@@ -1,7 +1,7 @@
 import type { ChatCompletionRequest, ChatMessage } from '../providers/types';
 import type { ToolChoice } from '../schemas/runs';
 import type { RunRow } from '../services/runs';
-import { FILE_SEARCH_CHAT_TOOL, FILE_SEARCH_FUNCTION } from './file-search';
+import { FILE_SEARCH_CHAT_TOOL, FILE_SEARCH_FUNCTION, MAX_SEARCH_ROUNDS } from './file-search';
 
 /**
  * A turn of a run as a Chat Completions request: its prompt (runs/prompt.ts: the system message
@@ -13,7 +13,8 @@ export function buildChatRequest(
   run: RunRow,
   messages: ChatMessage[],
   completionBudget: number | null,
-  options: { toolsSpent?: boolean } = {},
+  /** The turn's round (engine.ts): its file searches so far, plus one. */
+  round = 1,
 ): ChatCompletionRequest {
   const request: ChatCompletionRequest = {
     model: run.model,
@@ -27,8 +28,7 @@ export function buildChatRequest(
   });
   if (tools.length > 0) {
     request.tools = tools;
-    // A turn that searched MAX_SEARCH_ROUNDS times must answer with what it found.
-    request.tool_choice = options.toolsSpent ? 'none' : chatToolChoice(run.toolChoice);
+    request.tool_choice = chatToolChoice(run.toolChoice, round);
     request.parallel_tool_calls = run.parallelToolCalls;
   }
   // Without tools, tool_choice and parallel_tool_calls are left out: some servers reject them.
@@ -40,9 +40,15 @@ export function buildChatRequest(
   return request;
 }
 
-/** Forcing the file_search tool forces the function it is given to the model as. */
-function chatToolChoice(choice: ToolChoice): unknown {
-  return typeof choice === 'object' && choice.type === 'file_search' ? { type: 'function', function: { name: FILE_SEARCH_FUNCTION } } : choice;
+/**
+ * The run's tool_choice for a round of its turn. Forcing the file_search tool forces the function
+ * it is given to the model as, in the first round only (then the model may answer); a turn that
+ * searched MAX_SEARCH_ROUNDS times must answer with what it found.
+ */
+function chatToolChoice(choice: ToolChoice, round: number): unknown {
+  if (round > MAX_SEARCH_ROUNDS) return 'none';
+  if (typeof choice !== 'object' || choice.type !== 'file_search') return choice;
+  return round === 1 ? { type: 'function', function: { name: FILE_SEARCH_FUNCTION } } : 'auto';
 }
 
 function stripUndefined<T extends object>(value: T): Record<string, unknown> {

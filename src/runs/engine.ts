@@ -247,7 +247,7 @@ class Execution {
       const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
       if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
       if (!prompt.fits) return this.#promptTooLong();
-      const request = buildChatRequest(run, prompt.messages, budget, { toolsSpent: round > MAX_SEARCH_ROUNDS });
+      const request = buildChatRequest(run, prompt.messages, budget, round);
       const { finishReason, usage } = await this.#complete(request, virtualKey, secret);
       // In the upstream's order, as the step records them: result numbers follow it (citationSources).
       const calls = [...(this.#toolStep?.calls.entries() ?? [])].sort(([a], [b]) => a - b).map(([, call]) => call);
