@@ -17,6 +17,7 @@ import { fileRoutes } from './routes/files';
 import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
 import { usageRoutes } from './routes/usage';
+import { vectorStoreSearchRoutes } from './routes/vector-store-search';
 import { virtualKeyRoutes } from './routes/virtual-keys';
 
 /**
@@ -77,6 +78,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes);
   app.route('/v1/files', fileRoutes);
+  app.route('/v1/vector_stores', vectorStoreSearchRoutes);
 
   app.notFound((c) =>
     errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${c.req.path}.`)),

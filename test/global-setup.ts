@@ -5,7 +5,8 @@ import { generateKeyBase64 } from '../src/lib/secrets';
 import { createApiKey, revokeApiKey } from '../src/services/api-keys';
 import { initialise } from '../src/services/organisations';
 import { createWorkspace } from '../src/services/workspaces';
-import { startFakeUpstream } from './support/fake-upstream';
+import { fakeEmbedding, startFakeUpstream } from './support/fake-upstream';
+import { insertStore, SEARCH_DIMENSIONS, SEARCH_FILES } from './support/vector-stores';
 
 /**
  * Runs in Node, once per `vitest run` that includes the workers project: a real libSQL server
@@ -50,7 +51,21 @@ export default async function setup(project: TestProject) {
         name: 'runs',
         now,
       });
+      // A workspace with a vector store, for the searches in workerd (test/workers/file-search.test.ts):
+      // its vectors are the fake provider's, as its /v1/embeddings answers them for the store's model.
+      const searchWorkspace = await createWorkspace(database.db, { organisationId: created.organisation_id, slug: 'search', now });
+      const searchKey = await createApiKey(database.db, {
+        kind: 'workspace',
+        organisationId: created.organisation_id,
+        workspaceId: searchWorkspace.id,
+        name: 'search',
+        now,
+      });
+      const texts = SEARCH_FILES.flatMap((file) => file.chunks);
+      const vectors = texts.map((text) => Float32Array.from(fakeEmbedding(text, SEARCH_DIMENSIONS)));
+      const store = await insertStore(database.db, searchWorkspace.id, SEARCH_FILES, { vectors, dimensions: SEARCH_DIMENSIONS, virtualKeyId: null }, now);
       project.provide('sqldUrl', sqld.url);
+      project.provide('searchTenant', { workspaceKey: searchKey.plaintext, vectorStoreId: store.id, fileIds: store.fileIds });
       project.provide('upstreamUrl', fake.baseURL);
       project.provide('encryptionKey', generateKeyBase64());
       project.provide('workersTenant', {

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, fakeDirective } from './support/fake-upstream';
 import { apiRoutes, createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import { recordTally } from './support/tally';
+import { seedStore } from './support/vector-stores';
 
 /**
  * Tenancy, as a matrix: every route of the app, called with the credentials of one tenant on the
@@ -33,6 +34,8 @@ interface Holdings {
   doneRunId: string;
   /** An uploaded image (purpose vision) whose name and bytes carry the marker. */
   fileId: string;
+  /** A vector store whose one chunk says the marker. */
+  vectorStoreId: string;
 }
 
 let a: Holdings; // the caller
@@ -79,6 +82,8 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
   const done = await run({ reply: marker });
   await gateway.tasks.drain(10_000);
   const current = await json(await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}`, { key }));
+  await gateway.virtualKey(tenant, { base_url: `http://${marker}.upstream.test/v1`, models: ['text-embedding-*'], api_key: `sk-${marker}` });
+  const store = await seedStore(gateway, tenant, [{ filename: `${marker}.txt`, chunks: [`The secret is ${marker}`] }]);
   expect(current.status).toBe('requires_action');
   return {
     tenant,
@@ -92,6 +97,7 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     doneThreadId: done.thread_id,
     doneRunId: done.id,
     fileId: file.id,
+    vectorStoreId: store.id,
   };
 }
 
@@ -113,6 +119,7 @@ async function ownView(h: Holdings) {
     file: await get(`/v1/files/${h.fileId}`),
     files: await get('/v1/files'),
     content: await (await gateway.request(`/v1/files/${h.fileId}/content`, { key })).text(),
+    search: await json(await gateway.request(`/v1/vector_stores/${h.vectorStoreId}/search`, { key, body: { query: h.marker } })),
   };
 }
 
@@ -345,6 +352,10 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/files/${v.fileId}/content`, headers: scope() },
     { method: 'GET', path: `/v1/files/${v.fileId}/content`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug } },
   ],
+  'POST /v1/vector_stores/:vector_store_id/search': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.vectorStoreId}/search`, headers: scope(), body: { query: v.marker } },
+    { method: 'POST', path: `/v1/vector_stores/${v.vectorStoreId}/search`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { query: v.marker } },
+  ],
   'POST /v1/threads/:thread_id/runs/:run_id/cancel': (v) => [
     { method: 'POST', path: `/v1/threads/${v.threadId}/runs/${v.runId}/cancel`, headers: scope() },
     { method: 'POST', path: `/v1/threads/${a.threadId}/runs/${v.runId}/cancel`, headers: scope() },
@@ -379,6 +390,7 @@ function leaks(text: string, victim: Holdings, sent: string): string[] {
     victim.doneThreadId,
     victim.doneRunId,
     victim.fileId,
+    victim.vectorStoreId,
     victim.tenant.workspace.id,
     victim.tenant.workspace.slug,
     victim.tenant.organisationId,

@@ -10,6 +10,8 @@ declare module 'vitest' {
     upstreamUrl: string;
     /** The Worker's GATEWAY_ENCRYPTION_KEY in those tests. */
     encryptionKey: string;
+    /** A workspace of that database with a vector store (test/support/vector-stores.ts, SEARCH_FILES). */
+    searchTenant: { workspaceKey: string; vectorStoreId: string; fileIds: string[] };
     /** A tenant created in that database before the tests start. */
     workersTenant: {
       organisationId: string;

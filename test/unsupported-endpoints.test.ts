@@ -40,7 +40,6 @@ const UNSERVED: [string, string][] = [
   ['POST', '/v1/vector_stores/vs_abc123/files/file-abc123'],
   ['DELETE', '/v1/vector_stores/vs_abc123/files/file-abc123'],
   ['GET', '/v1/vector_stores/vs_abc123/files/file-abc123/content'],
-  ['POST', '/v1/vector_stores/vs_abc123/search'],
   ['POST', '/v1/chat/completions'],
   ['POST', '/v1/responses'],
   ['POST', '/v1/embeddings'],

@@ -26,6 +26,7 @@ import {
   modifyRunBody,
   runStepIncludeQuery,
   submitToolOutputsBody,
+  type RunStepInclude,
 } from '../schemas/runs';
 import { isTerminal } from '../services/runs';
 import { listObject } from '../wire/lists';
@@ -40,16 +41,17 @@ const POLL_AFTER_MS = '250';
  * run on a thread, the thread's runs, a run's state and metadata, tool outputs, cancel, run steps.
  * Each handler validates, calls one use-case of runs/commands.ts and answers what it returns.
  *
- * `include[]` (file search results' content in run steps) is checked where OpenAI takes it; no
- * step has such results yet, so it changes no answer.
+ * `include[]` (file search results' content in run steps) is taken where OpenAI takes it: listing
+ * and retrieving steps, and creating a run, for the steps its stream shows.
  */
 export const runRoutes = new Hono<WorkspaceEnv>()
   .post('/runs', validate('json', createThreadAndRunBody), async (c) =>
     answer(c, await createThreadAndRun(c.var.deps, caller(c), c.req.valid('json'), requestContext(c))),
   )
-  .post('/:thread_id/runs', validate('query', runStepIncludeQuery), validate('json', createRunBody), async (c) =>
-    answer(c, await createRun(c.var.deps, caller(c), c.req.param('thread_id'), c.req.valid('json'), requestContext(c))),
-  )
+  .post('/:thread_id/runs', validate('query', runStepIncludeQuery), validate('json', createRunBody), async (c) => {
+    const include = includesContent(c.req.valid('query'));
+    return answer(c, await createRun(c.var.deps, caller(c), c.req.param('thread_id'), c.req.valid('json'), requestContext(c), include));
+  })
   .get('/:thread_id/runs', validate('query', cursorListQuery), async (c) => {
     const page = await listRuns(c.var.deps, c.var.workspace.workspaceId, c.req.param('thread_id'), c.req.valid('query'));
     return c.json(listObject(page, toRunJson));
@@ -70,12 +72,18 @@ export const runRoutes = new Hono<WorkspaceEnv>()
   )
   .get('/:thread_id/runs/:run_id/steps', validate('query', listRunStepsQuery), async (c) => {
     const { run, page } = await listRunSteps(c.var.deps, c.var.workspace.workspaceId, runPath(c), c.req.valid('query'));
-    return c.json(listObject(page, (step) => toStepJson(step, run)));
+    const include = includesContent(c.req.valid('query'));
+    return c.json(listObject(page, (step) => toStepJson(step, run, include)));
   })
   .get('/:thread_id/runs/:run_id/steps/:step_id', validate('query', runStepIncludeQuery), async (c) => {
     const { run, step } = await retrieveRunStep(c.var.deps, c.var.workspace.workspaceId, runPath(c), c.req.param('step_id'));
-    return c.json(toStepJson(step, run));
+    return c.json(toStepJson(step, run, includesContent(c.req.valid('query'))));
   });
+
+/** Whether `include[]` asks for the content of file search results. */
+function includesContent(query: { 'include[]'?: RunStepInclude[] }): boolean {
+  return query['include[]']?.includes('step_details.tool_calls[*].file_search.results[*].content') ?? false;
+}
 
 // The helpers below take the parts of a handler's Context they read: a Context is typed by its
 // route's whole environment, which differs from route to route.

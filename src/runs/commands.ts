@@ -109,6 +109,7 @@ export async function createRun(
   threadId: string,
   body: CreateRunBody,
   context: RequestContext,
+  includeResultContent = false,
 ): Promise<RunAnswer> {
   const { db, config } = deps;
   // Read together; their errors are reported in this order, whichever comes first.
@@ -139,6 +140,7 @@ export async function createRun(
     },
     leading: [],
     stream: body.stream === true,
+    includeResultContent,
   });
 }
 
@@ -161,6 +163,8 @@ interface RunStart {
   /** The events before thread.run.created: thread.created for a new thread. */
   leading: ServerSentEvent[];
   stream: boolean;
+  /** Whether the stream's file search steps show their results' content. */
+  includeResultContent?: boolean;
 }
 
 /**
@@ -184,6 +188,7 @@ async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestCo
   return host(deps, run, admission, start.stream, context, {
     leading: [...start.leading, ['thread.run.created', queued], ['thread.run.queued', queued]],
     preloaded: { virtualKey, prompt },
+    includeResultContent: start.includeResultContent,
   });
 }
 

@@ -1,12 +1,13 @@
-import type { Statement } from '../db/client';
+import { batchWrites, type Statement } from '../db/client';
 import type { Deps } from '../deps';
-import { serverError } from '../errors';
+import { ApiError, serverError } from '../errors';
 import { newId } from '../lib/ids';
 import { TextBuilder, utf8Length, utf8Prefix } from '../lib/text';
 import { checkUpstreamUrl } from '../lib/upstream-url';
 import { ADAPTERS } from '../providers/adapters';
 import { streamChatCompletion } from '../providers/chat';
-import { UpstreamError, type Usage } from '../providers/types';
+import { UpstreamError, type ChatCompletionRequest, type Usage } from '../providers/types';
+import { findStores, searchStores, type SearchableStore, type SearchResult } from '../retrieval/search';
 import {
   getRunById,
   insertMessage,
@@ -22,17 +23,29 @@ import {
   type Settlement,
   type StepRow,
 } from '../services/runs';
-import type { RequiredAction, RunError, ToolCallsDetails } from '../schemas/runs';
+import type { FileSearchToolCall, RequiredAction, RunError, ToolCall, ToolCallsDetails } from '../schemas/runs';
 import type { MessageContent } from '../schemas/threads';
 import { readHistory } from '../services/history';
-import type { MessageRow } from '../services/threads';
+import { getThread, type MessageRow } from '../services/threads';
 import { upstreamRules } from '../services/upstream-rules';
-import { decryptVirtualKeySecret, getVirtualKey } from '../services/virtual-keys';
+import { decryptVirtualKeySecret, getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { toMessageJson } from '../wire/threads';
 import { inlineImages } from '../files/images';
 import { buildChatRequest } from './chat-request';
 import { EventStream, type EventSink, type ServerSentEvent } from './event-stream';
+import {
+  citations,
+  citationSources,
+  FILE_SEARCH_FUNCTION,
+  MAX_SEARCH_ROUNDS,
+  searchOutput,
+  searchQueries,
+  searchSettings,
+  storeIdsOf,
+  type CitationSource,
+  type SearchSettings,
+} from './file-search';
 import type { StreamOptions } from './host';
 import { Outbox } from './outbox';
 import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome, upstreamCause, upstreamErrorCode } from './outcome';
@@ -53,6 +66,10 @@ import { chargeRun, failRunAlone, logRunEnd, settleRun, type RunEndNote } from '
  * A run is born in progress (runs/rows.ts), and so is a run whose tool outputs were accepted: the
  * caller that put it there owns the turn and hands it to its host, which executes it here. Clients
  * are told `queued` first all the same, as OpenAI does.
+ *
+ * A turn is one upstream call, or several when the model searches files: a round whose tool calls
+ * are all the file_search tool's (file-search.ts) is answered here, its step completed with the
+ * results, and the turn calls the upstream again with them (at most MAX_SEARCH_ROUNDS times).
  */
 
 /** Why a run stopped early, carried as an abort reason. */
@@ -90,6 +107,8 @@ interface StreamingToolCall {
   id: string;
   name: TextBuilder;
   arguments: TextBuilder;
+  /** A call of the file_search tool's function, which the gateway answers itself: its search once run. */
+  hosted: { search: FileSearchToolCall | null } | null;
 }
 
 /** Runs executing in this process, so a cancel here can stop them at once (others see it on renewal). */
@@ -101,7 +120,7 @@ export function abortExecution(runId: string): void {
 }
 
 /** What executing a run uses of the deps. */
-export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'now' | 'slices' | 'blobs'>;
+export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'policyCache' | 'now' | 'slices' | 'blobs'>;
 
 export interface ExecuteOptions extends StreamOptions {
   /** Where the run's events go: a streamed run's event stream; none for a run that is polled. */
@@ -164,6 +183,14 @@ class Execution {
   readonly #startedAt: number;
   #firstTokenAt: number | null = null;
   #virtualKeySlug: string | undefined;
+  /** How the run searches files (its file_search tool), or null without one. */
+  readonly #search: SearchSettings | null;
+  /** The stores the run searches, read at its first search. */
+  #stores: SearchableStore[] | null = null;
+  /** What the run's file search results are, by number: the sources of its answer's citations. */
+  #sources: CitationSource[] = [];
+  /** Whether events show file search results' content (`include[]`). */
+  readonly #includeContent: boolean;
 
   constructor(deps: RunDeps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
@@ -172,6 +199,8 @@ class Execution {
     this.#leading = options.leading ?? [];
     this.#preloaded = options.preloaded;
     this.#startedAt = deps.now();
+    this.#search = searchSettings(run.tools);
+    this.#includeContent = options.includeResultContent ?? false;
   }
 
   async run(): Promise<void> {
@@ -214,16 +243,50 @@ class Execution {
     const addressProblem = checkUpstreamUrl(virtualKey.baseUrl, await upstreamRules(db, config, { now: this.#deps.now() }));
     if (addressProblem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${addressProblem}`);
 
-    const { prompt, steps } = this.#preloaded ? { prompt: this.#preloaded.prompt, steps: NO_STEPS } : await this.#laterTurn();
-    this.#earlierUsage = sumUsage(steps.map((step) => step.usage));
-
-    const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
-    if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
-    if (!prompt.fits) return this.#promptTooLong();
-    const messages = await inlineImages(this.#deps, run.workspaceId, prompt.messages, this.#deps.now());
-    const request = buildChatRequest(run, messages, budget);
+    let { prompt, steps } = this.#preloaded ? { prompt: this.#preloaded.prompt, steps: NO_STEPS } : await this.#laterTurn();
     const secret = await decryptVirtualKeySecret(this.#deps.secrets, virtualKey);
 
+    // Each round is one upstream call; a round whose only tool calls are file searches is answered
+    // here (the search results sent back) and the turn goes on with the next round.
+    for (let round = 1; ; round++) {
+      this.#earlierUsage = sumUsage(steps.map((step) => step.usage));
+      this.#sources = citationSources(steps);
+      const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
+      if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
+      if (!prompt.fits) return this.#promptTooLong();
+      const messages = await inlineImages(this.#deps, run.workspaceId, prompt.messages, this.#deps.now());
+      const request = buildChatRequest(run, messages, budget, round);
+      const { finishReason, usage } = await this.#complete(request, prompt, virtualKey, secret);
+      // In the upstream's order, as the step records them: result numbers follow it (citationSources).
+      const calls = [...(this.#toolStep?.calls.entries() ?? [])].sort(([a], [b]) => a - b).map(([, call]) => call);
+      if (finishReason !== 'length' && calls.some((call) => call.hosted)) {
+        if (round > MAX_SEARCH_ROUNDS) {
+          throw new UpstreamError('protocol', `The model called file_search again after ${MAX_SEARCH_ROUNDS} searches in one turn, when told to answer.`);
+        }
+        await this.#searchFiles(calls);
+        // Calls of the client's functions wait for its outputs (requires_action), the searches' results kept.
+        if (calls.every((call) => call.hosted)) {
+          await this.#endSearchRound(usage);
+          ({ prompt, steps } = await this.#laterTurn());
+          continue;
+        }
+      }
+      return this.#finish(finishReason, usage);
+    }
+  }
+
+  /**
+   * One upstream call of the turn, streamed into the turn's message and tool-calls step: how it
+   * finished (`length` when the gateway cut it at the answer cap) and its usage.
+   */
+  async #complete(
+    request: ChatCompletionRequest,
+    prompt: Prompt,
+    virtualKey: VirtualKey,
+    secret: string,
+  ): Promise<{ finishReason: string; usage: Usage }> {
+    const { config } = this.#deps;
+    const run = this.#run;
     let finishReason: string | null = null;
     let usage: Usage | null = null;
     let invalidUsage = false;
@@ -275,12 +338,91 @@ class Execution {
         run_id: run.id,
         cap_bytes: config.GATEWAY_MAX_ANSWER_BYTES,
       });
-      return this.#finish('length', usage ?? estimateUsage(prompt, completionChars));
+      // Estimated from the prompt as written: inlined images' bytes are not its tokens.
+      return { finishReason: 'length', usage: usage ?? estimateUsage(prompt, completionChars) };
     }
     if (finishReason === null) {
       throw new UpstreamError('protocol', 'The upstream stream ended before the answer finished.');
     }
-    await this.#finish(finishReason, usage ?? estimateUsage(prompt, completionChars));
+    return { finishReason, usage: usage ?? estimateUsage(prompt, completionChars) };
+  }
+
+  // ── File search ────────────────────────────────────────────────────────────────────────────
+
+  /** Runs the searches the model asked for, numbering their results after the run's earlier ones. */
+  async #searchFiles(calls: StreamingToolCall[]): Promise<void> {
+    const settings = this.#search!;
+    let position = 0;
+    for (const call of calls) {
+      if (!call.hosted) continue;
+      const args = call.arguments.toString();
+      const queries = searchQueries(args, position++);
+      const found = 'problem' in queries ? { output: queries.problem, results: [] } : searchOutput(await this.#searchStores(queries), this.#sources.length);
+      this.#sources.push(...found.results.map((result) => ({ fileId: result.file_id })));
+      call.hosted.search = {
+        id: call.id,
+        type: 'file_search',
+        file_search: { ranking_options: settings.rankingOptions, results: found.results },
+        function: { name: FILE_SEARCH_FUNCTION, arguments: args, output: found.output },
+      };
+    }
+  }
+
+  /** The run's stores (its own tool resources' and its thread's), searched for `queries`. */
+  async #searchStores(queries: string[]): Promise<SearchResult[]> {
+    const { db } = this.#deps;
+    const run = this.#run;
+    const settings = this.#search!;
+    try {
+      if (this.#stores === null) {
+        const thread = await getThread(db, run.workspaceId, run.threadId);
+        this.#stores = await findStores(db, run.workspaceId, storeIdsOf(run.toolResources, thread.toolResources));
+      }
+      const options = { queries, maxResults: settings.maxResults, scoreThreshold: settings.rankingOptions.score_threshold, filter: null };
+      return await searchStores(this.#deps, { workspaceId: run.workspaceId, apiKeyId: run.apiKeyId }, this.#stores, options, this.#abort.signal);
+    } catch (error) {
+      // The embeddings provider failing, or the workspace's policies refusing its tokens, fail the run saying so.
+      if (error instanceof UpstreamError) throw new UpstreamError(error.kind, `file_search could not embed the query: ${error.message}`, error.status);
+      if (error instanceof ApiError) throw new UpstreamError('http', `file_search could not search: ${error.message}`, error.status);
+      throw error;
+    }
+  }
+
+  /**
+   * A round whose tool calls were all file searches: its step completes with their results (and
+   * the round's usage), the message it may have begun with completes, and the turn goes on.
+   */
+  async #endSearchRound(usage: Usage): Promise<void> {
+    const { db, now } = this.#deps;
+    const at = now();
+    const statements: Statement[] = [];
+    if (this.#message) statements.push(...this.#closeMessage(null, at));
+    const step = this.#toolStep!;
+    const patch = { status: 'completed' as const, completedAt: at, stepDetails: this.#toolCallsDetails(), usage };
+    step.row = { ...step.row, ...patch };
+    statements.push(updateStep(db, step.row.id, patch));
+    this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(step.row, this.#run, this.#includeContent)]);
+    try {
+      await this.#outbox.written();
+      await batchWrites(db, statements);
+    } catch (error) {
+      this.#outbox.discardCommit();
+      throw error;
+    }
+    await this.#outbox.committed();
+    this.#message = null;
+    this.#toolStep = null;
+    this.#answerBytes = 0;
+  }
+
+  /** The turn's tool calls as its step records them, in the upstream's order. */
+  #toolCallsDetails(): ToolCallsDetails {
+    const calls = [...this.#toolStep!.calls.entries()]
+      .sort(([a], [b]) => a - b)
+      .map(([, call]): ToolCall =>
+        call.hosted?.search ?? { id: call.id, type: 'function', function: { name: call.name.toString(), arguments: call.arguments.toString(), output: null } },
+      );
+    return { type: 'tool_calls', tool_calls: calls };
   }
 
   /**
@@ -362,14 +504,20 @@ class Execution {
     let call = step.calls.get(event.index);
     const isNew = !call;
     if (!call) {
-      call = { id: event.id ?? newId('call'), name: new TextBuilder(), arguments: new TextBuilder() };
+      // Providers name a call in its first fragment: that decides whether it is the file_search tool's.
+      const hosted = this.#search !== null && name === FILE_SEARCH_FUNCTION ? { search: null } : null;
+      call = { id: event.id ?? newId('call'), name: new TextBuilder(), arguments: new TextBuilder(), hosted };
       step.calls.set(event.index, call);
     }
     call.name.push(name);
     call.arguments.push(args);
-    const delta = isNew
-      ? { index: event.index, id: call.id, type: 'function', function: { name, arguments: args, output: null } }
-      : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
+    // A file search shows as one delta, as OpenAI's do: its query is the gateway's business.
+    if (call.hosted && !isNew) return name.length + args.length;
+    const delta = call.hosted
+      ? { index: event.index, id: call.id, type: 'file_search', file_search: {} }
+      : isNew
+        ? { index: event.index, id: call.id, type: 'function', function: { name, arguments: args, output: null } }
+        : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
     await this.#outbox.send([
       'thread.run.step.delta',
       { id: step.row.id, object: 'thread.run.step.delta', delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } } },
@@ -418,24 +566,16 @@ class Execution {
     if (outcome.status === 'requires_action') {
       if (this.#message) statements.push(...this.#closeMessage(null, at));
       const step = this.#toolStep!;
-      const calls = [...step.calls.entries()]
-        .sort(([a], [b]) => a - b)
-        .map(([, call]) => ({
-          id: call.id,
-          type: 'function' as const,
-          function: { name: call.name.toString(), arguments: call.arguments.toString(), output: null },
-        }));
-      const details: ToolCallsDetails = { type: 'tool_calls', tool_calls: calls };
+      const details = this.#toolCallsDetails();
       step.row = { ...step.row, stepDetails: details, usage: turnUsage };
       statements.push(updateStep(db, step.row.id, { stepDetails: details, usage: turnUsage }));
+      // The client is asked for its functions' outputs only: file searches of the turn were answered already.
       const requiredAction: RequiredAction = {
         type: 'submit_tool_outputs',
         submit_tool_outputs: {
-          tool_calls: calls.map((call) => ({
-            id: call.id,
-            type: 'function',
-            function: { name: call.function.name, arguments: call.function.arguments },
-          })),
+          tool_calls: details.tool_calls.flatMap((call) =>
+            call.type === 'function' ? [{ id: call.id, type: 'function' as const, function: { name: call.function.name, arguments: call.function.arguments } }] : [],
+          ),
         },
       };
       // The usage so far is kept (shown once the run ends): the turn is charged now, not when the run ends.
@@ -479,7 +619,9 @@ class Execution {
   #closeMessage(reason: string | null, at: number, usage?: Usage) {
     const { db } = this.#deps;
     const message = this.#message!;
-    const content: MessageContent[] = [{ type: 'text', text: { value: message.text.toString(), annotations: [] } }];
+    const value = message.text.toString();
+    const annotations = citations(value, this.#sources);
+    const content: MessageContent[] = [{ type: 'text', text: { value, annotations } }];
     const messagePatch =
       reason === null
         ? { status: 'completed' as const, content, completedAt: at }
@@ -487,6 +629,17 @@ class Execution {
     message.row = { ...message.row, ...messagePatch };
     const stepPatch = { status: 'completed' as const, completedAt: at, usage: usage ?? null };
     message.step = { ...message.step, ...stepPatch };
+    // Citations are known once the answer is whole: one delta carries them, before the message ends.
+    if (annotations.length > 0) {
+      this.#outbox.onCommit(() => [
+        'thread.message.delta',
+        {
+          id: message.row.id,
+          object: 'thread.message.delta',
+          delta: { content: [{ index: 0, type: 'text', text: { annotations: annotations.map((annotation, index) => ({ index, ...annotation })) } }] },
+        },
+      ]);
+    }
     this.#outbox.onCommit(() => [`thread.message.${messagePatch.status}`, toMessageJson(message.row)]);
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
     return [updateMessage(db, message.row.id, messagePatch), updateStep(db, message.step.id, stepPatch)];
@@ -496,7 +649,7 @@ class Execution {
     const step = this.#toolStep!;
     const patch = { status: 'failed' as const, failedAt: at, lastError };
     step.row = { ...step.row, ...patch };
-    this.#outbox.onCommit(() => ['thread.run.step.failed', toStepJson(step.row, this.#run)]);
+    this.#outbox.onCommit(() => ['thread.run.step.failed', toStepJson(step.row, this.#run, this.#includeContent)]);
     return updateStep(this.#deps.db, step.row.id, patch);
   }
 

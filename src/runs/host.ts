@@ -49,4 +49,6 @@ export interface StartOptions {
 export interface StreamOptions extends StartOptions {
   /** Events the stream opens with, before the run's `in_progress` (thread.created, …). */
   leading?: ServerSentEvent[];
+  /** Whether file search steps show their results' content (`include[]` on run create). */
+  includeResultContent?: boolean;
 }

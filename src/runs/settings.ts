@@ -1,6 +1,7 @@
 import { ApiError } from '../errors';
 import type { RunOverrides } from '../schemas/runs';
 import { isHostedTool } from '../schemas/tools';
+import { FILE_SEARCH_FUNCTION } from './file-search';
 import type { AssistantRow } from '../services/assistants';
 import type { RunRow } from '../services/runs';
 
@@ -44,8 +45,10 @@ function withAdditional(instructions: string, additional: string | null | undefi
 }
 
 /**
- * Code interpreter and file search need OpenAI's hosted sandboxes and vector stores, which a Chat
- * Completions provider does not have: a run that would use them is refused before anything exists.
+ * Code interpreter needs OpenAI's hosted sandboxes, which a Chat Completions provider does not
+ * have: a run that would use it is refused before anything exists. File search runs in the
+ * gateway (runs/file-search.ts) behind a function of its own name, which a function tool of the
+ * run cannot take too.
  */
 function checkExecutable(settings: Pick<RunRow, 'tools' | 'toolChoice'>, assistant: AssistantRow, toolsFromRequest: boolean) {
   const { tools, toolChoice: choice } = settings;
@@ -55,14 +58,29 @@ function checkExecutable(settings: Pick<RunRow, 'tools' | 'toolChoice'>, assista
     throw new ApiError(
       'unsupported_tool',
       toolsFromRequest
-        ? `The ${type} tool cannot run over Chat Completions providers; only function tools can.`
+        ? `The ${type} tool cannot run over Chat Completions providers; function and file_search tools can.`
         : `Assistant '${assistant.id}' has the ${type} tool, which cannot run over Chat Completions providers. ` +
             `Pass "tools" without it to run this assistant.`,
       { param: toolsFromRequest ? `tools[${hosted}]` : 'assistant_id' },
     );
   }
+  const fileSearch = tools.some((tool) => tool.type === 'file_search');
+  const taken = fileSearch ? tools.findIndex((tool) => tool.type === 'function' && tool.function.name === FILE_SEARCH_FUNCTION) : -1;
+  if (taken !== -1) {
+    throw new ApiError(
+      'invalid_value',
+      `The function name '${FILE_SEARCH_FUNCTION}' is the file_search tool's own: rename the function tool, or drop the file_search tool.`,
+      { param: toolsFromRequest ? `tools[${taken}].function.name` : 'assistant_id' },
+    );
+  }
   const functions = new Set(tools.flatMap((tool) => (tool.type === 'function' ? [tool.function.name] : [])));
   if (typeof choice === 'object') {
+    if (choice.type === 'file_search') {
+      if (!fileSearch) {
+        throw new ApiError('invalid_value', "tool_choice names the file_search tool, which the run's tools do not have.", { param: 'tool_choice.type' });
+      }
+      return;
+    }
     if (choice.type !== 'function') {
       throw new ApiError('unsupported_tool', `tool_choice cannot force the ${choice.type} tool over Chat Completions.`, {
         param: 'tool_choice.type',
@@ -73,8 +91,8 @@ function checkExecutable(settings: Pick<RunRow, 'tools' | 'toolChoice'>, assista
         param: 'tool_choice.function.name',
       });
     }
-  } else if (choice === 'required' && functions.size === 0) {
-    throw new ApiError('invalid_value', "tool_choice 'required' needs at least one function tool.", {
+  } else if (choice === 'required' && functions.size === 0 && !fileSearch) {
+    throw new ApiError('invalid_value', "tool_choice 'required' needs at least one function or file_search tool.", {
       param: 'tool_choice',
     });
   }

@@ -138,10 +138,35 @@ export interface FunctionToolCall {
   function: { name: string; arguments: string; output: string | null };
 }
 
+/** A chunk the file_search tool found, with its text (answered only when `include[]` asks for it). */
+export interface FileSearchResult {
+  file_id: string;
+  file_name: string;
+  score: number;
+  content: { type: 'text'; text: string }[];
+}
+
+/**
+ * A file search the gateway ran for the model. `function` is never answered (wire/runs.ts): it is
+ * the call as the model made it (the gateway's search function) and the text the model was given
+ * back, so that later turns send the model what it saw, as for a function call.
+ */
+export interface FileSearchToolCall {
+  id: string;
+  type: 'file_search';
+  file_search: {
+    ranking_options: { ranker: 'auto' | 'default_2024_08_21'; score_threshold: number };
+    results: FileSearchResult[];
+  };
+  function: { name: string; arguments: string; output: string };
+}
+
+export type ToolCall = FunctionToolCall | FileSearchToolCall;
+
 /** What a run step did: created a message, or called tools. */
 export type StepDetails =
   | { type: 'message_creation'; message_creation: { message_id: string } }
-  | { type: 'tool_calls'; tool_calls: FunctionToolCall[] };
+  | { type: 'tool_calls'; tool_calls: ToolCall[] };
 
 export type ToolCallsDetails = Extract<StepDetails, { type: 'tool_calls' }>;
 

@@ -89,8 +89,11 @@ export const toolsSchema = (max: number) =>
 
 export type FunctionTool = z.infer<typeof functionTool>;
 
-/** Tool types that need OpenAI's hosted infrastructure and cannot run over Chat Completions. */
-export const HOSTED_TOOL_TYPES = ['code_interpreter', 'file_search'] as const;
+/**
+ * Tool types that need OpenAI's hosted infrastructure and cannot run over Chat Completions
+ * (file_search runs in the gateway: runs/file-search.ts).
+ */
+export const HOSTED_TOOL_TYPES = ['code_interpreter'] as const;
 
 export const isHostedTool = (tool: Tool) => HOSTED_TOOL_TYPES.some((type) => type === tool.type);
 

@@ -344,10 +344,10 @@ export async function acceptToolOutputs(
 ): Promise<{ run: RunRow | null; step: StepRow }> {
   const stepDetails: ToolCallsDetails = {
     ...step.stepDetails,
-    tool_calls: step.stepDetails.tool_calls.map((call) => ({
-      ...call,
-      function: { ...call.function, output: outputs.get(call.id) ?? null },
-    })),
+    // The file searches the gateway ran in the same turn keep their results.
+    tool_calls: step.stepDetails.tool_calls.map((call) =>
+      call.type === 'function' ? { ...call, function: { ...call.function, output: outputs.get(call.id) ?? null } } : call,
+    ),
   };
   const stepPatch = { status: 'completed' as const, completedAt: at, stepDetails };
   const [[run]] = await db.batch([

@@ -1,4 +1,5 @@
 import { toUnixSeconds } from '../lib/time';
+import type { StepDetails } from '../schemas/runs';
 import { isTerminal, type RunRow, type StepRow } from '../services/runs';
 
 /** OpenAI's Run and RunStep objects, from their rows. */
@@ -38,7 +39,12 @@ export function toRunJson(row: RunRow) {
   };
 }
 
-export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>) {
+/**
+ * A run step. A file search shows its results' content only when the client asks for it
+ * (`include[]=step_details.tool_calls[*].file_search.results[*].content`), as OpenAI's do; the
+ * model's side of the call (`function`) is the gateway's own and never shown.
+ */
+export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>, includeContent = false) {
   return {
     id: row.id,
     object: 'thread.run.step' as const,
@@ -54,10 +60,22 @@ export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>) {
     failed_at: seconds(row.failedAt),
     expired_at: seconds(row.expiredAt),
     last_error: row.lastError ?? null,
-    step_details: row.stepDetails,
+    step_details: stepDetailsJson(row.stepDetails, includeContent),
     usage: row.usage ?? null,
     // OpenAI's RunStep has metadata, which no operation sets: always empty here.
     metadata: {},
+  };
+}
+
+function stepDetailsJson(details: StepDetails, includeContent: boolean) {
+  if (details.type === 'message_creation') return details;
+  return {
+    type: details.type,
+    tool_calls: details.tool_calls.map((call) => {
+      if (call.type === 'function') return call;
+      const results = call.file_search.results.map(({ content, ...result }) => (includeContent ? { ...result, content } : result));
+      return { id: call.id, type: call.type, file_search: { ranking_options: call.file_search.ranking_options, results } };
+    }),
   };
 }
 

@@ -1,0 +1,162 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { vectorStoreChunks, vectorStoreFiles, vectorStores, organisations } from '../src/db/schema';
+import { migrateDatabase, openDatabase } from '../src/db/node';
+import { newId, newUuid } from '../src/lib/ids';
+import { createLogger } from '../src/logger';
+import { nodeConfig } from '../src/node/config';
+import { createNodeDeps } from '../src/node/deps';
+import { vectorBlob } from '../src/retrieval/embed';
+import { findStores, searchStores } from '../src/retrieval/search';
+import { createApiKey } from '../src/services/api-keys';
+import { createVirtualKey } from '../src/services/virtual-keys';
+import { createWorkspace } from '../src/services/workspaces';
+import { createFakeUpstream, fakeEmbedding } from '../test/support/fake-upstream';
+import { measure, round } from './support';
+
+/**
+ * `npm run bench:search`: the latency of a hybrid search (retrieval/search.ts: the query embedded,
+ * the store's vector list and keyword list, fused) on the embedded libSQL file, with one store of
+ * 10,000 then 100,000 chunks, then with 100 other stores of BENCH_OTHER_CHUNKS chunks each beside
+ * it. Chunks are BENCH_WORDS words drawn from a Zipf-like vocabulary (so that queries hit common
+ * words as real ones do), embedded by the fake provider's bag-of-words vectors of
+ * GATEWAY_EMBEDDINGS_DIMENSIONS (512). The fake answers in this process (its /v1/embeddings is a
+ * function call, not a network hop), so the figures are the gateway's: admission, the SQL, fusion.
+ * Each search holds the event loop for most of its duration (the embedded client is synchronous).
+ */
+
+const DIMENSIONS = Number(process.env.BENCH_DIMENSIONS ?? 512);
+const WORDS = Number(process.env.BENCH_WORDS ?? 120);
+const SIZES = (process.env.BENCH_SIZES ?? '10000,100000').split(',').map(Number);
+const OTHER_STORES = Number(process.env.BENCH_OTHER_STORES ?? 100);
+const OTHER_CHUNKS = Number(process.env.BENCH_OTHER_CHUNKS ?? 1000);
+const QUERIES = Number(process.env.BENCH_QUERIES ?? 200);
+const VOCABULARY = 20_000;
+
+const upstream = createFakeUpstream();
+const dataDir = mkdtempSync(join(tmpdir(), 'gateway-bench-search-'));
+const config = nodeConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'warn', GATEWAY_EMBEDDINGS_DIMENSIONS: String(DIMENSIONS) });
+const database = await openDatabase(config);
+await migrateDatabase(database.db);
+const deps = await createNodeDeps(config, database, { log: createLogger('warn'), fetch: upstream.fetch });
+const { db } = database;
+
+const organisationId = newUuid();
+const now = Date.now();
+await db.insert(organisations).values({ id: organisationId, name: 'bench', createdAt: now });
+const workspace = await createWorkspace(db, { organisationId, slug: 'bench', now });
+const apiKey = await createApiKey(db, { kind: 'workspace', organisationId, workspaceId: workspace.id, name: 'bench', now });
+const key = await createVirtualKey(db, deps.secrets, {
+  workspaceId: workspace.id,
+  body: { slug: 'fake', provider: 'openai', api_key: 'sk-fake', base_url: 'http://fake.bench/v1', default: true, models: [] },
+  upstreamRules: { allowPrivate: true },
+  maxKeys: 10,
+  now,
+});
+const searcher = { workspaceId: workspace.id, apiKeyId: apiKey.record.id };
+
+/** A deterministic pseudo-random stream (mulberry32), so that every run measures the same data. */
+function random(seed: number) {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const next = random(42);
+/** Word i of the vocabulary drawn with probability ∝ 1/(i+1): a few very common words, a long tail. */
+const harmonic = Math.log(VOCABULARY) + 0.5772;
+const word = () => `w${Math.min(VOCABULARY - 1, Math.floor(Math.exp(next() * harmonic)) - 1)}`;
+const text = (words: number) => Array.from({ length: words }, word).join(' ');
+
+async function newStore(): Promise<string> {
+  const id = newId('vs');
+  await db.insert(vectorStores).values({
+    id,
+    workspaceId: workspace.id,
+    metadata: {},
+    createdAt: now,
+    lastActiveAt: now,
+    embeddingModel: 'text-embedding-3-small',
+    embeddingDimensions: DIMENSIONS,
+    virtualKeyId: key.id,
+  });
+  return id;
+}
+
+/** Adds `count` chunks to the store, in files of 100 chunks, every file completed. */
+async function fill(storeId: string, count: number): Promise<void> {
+  for (let done = 0; done < count; done += 100) {
+    const fileId = newId('file');
+    await db.insert(vectorStoreFiles).values({
+      vectorStoreId: storeId,
+      fileId,
+      workspaceId: workspace.id,
+      status: 'completed',
+      chunkingStrategy: { type: 'static', static: { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 } },
+      attributes: {},
+      createdAt: now,
+    });
+    const rows = Array.from({ length: Math.min(100, count - done) }, (_, chunkIndex) => {
+      const body = text(WORDS);
+      return { vectorStoreId: storeId, fileId, chunkIndex, text: body, tokens: WORDS, embedding: vectorBlob(Float32Array.from(fakeEmbedding(body, DIMENSIONS))) };
+    });
+    await db.insert(vectorStoreChunks).values(rows);
+  }
+}
+
+const queries = Array.from({ length: QUERIES }, () => text(8));
+
+async function searchLatency(storeId: string) {
+  const stores = await findStores(db, workspace.id, [storeId]);
+  let found = 0;
+  const latency = await measure(
+    async (i) => {
+      const results = await searchStores(deps, searcher, stores, { queries: [queries[i % queries.length]!], maxResults: 20, scoreThreshold: 0, filter: null });
+      found += results.length;
+    },
+    QUERIES,
+    20,
+  );
+  return { ...latency, mean_results: round(found / (QUERIES + 20), 1) };
+}
+
+const results: Record<string, unknown>[] = [];
+const main = await newStore();
+let size = 0;
+for (const target of SIZES) {
+  const started = performance.now();
+  await fill(main, target - size);
+  size = target;
+  results.push({ phase: `one store of ${target} chunks`, fill_s: round((performance.now() - started) / 1000, 1), ...(await searchLatency(main)) });
+}
+const started = performance.now();
+const others: string[] = [];
+for (let i = 0; i < OTHER_STORES; i++) {
+  const other = await newStore();
+  others.push(other);
+  await fill(other, OTHER_CHUNKS);
+}
+const fillOthers = round((performance.now() - started) / 1000, 1);
+results.push({ phase: `the store of ${size} chunks, ${OTHER_STORES} other stores of ${OTHER_CHUNKS} beside it`, fill_s: fillOthers, ...(await searchLatency(main)) });
+results.push({ phase: `a store of ${OTHER_CHUNKS} chunks among them`, ...(await searchLatency(others[0]!)) });
+
+console.log(
+  JSON.stringify(
+    {
+      benchmark: 'search',
+      dimensions: DIMENSIONS,
+      words_per_chunk: WORDS,
+      queries: QUERIES,
+      goal: 'p99 under 20 ms at 100,000 chunks, flat in the size of other stores',
+      load_average: loadavg().map((value) => round(value, 2)),
+      results,
+    },
+    null,
+    2,
+  ),
+);
+database.close();
+rmSync(dataDir, { recursive: true, force: true });

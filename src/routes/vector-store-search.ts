@@ -1,0 +1,20 @@
+import { Hono } from 'hono';
+import { validate } from '../middleware/validate';
+import { workspace } from '../middleware/workspace';
+import { searchVectorStore } from '../retrieval/search';
+import { vectorStoreSearchBody } from '../schemas/vector-store-search';
+import { toSearchResultsPage } from '../wire/vector-store-search';
+import type { ApiEnv } from './env';
+
+/**
+ * POST /v1/vector_stores/{vector_store_id}/search, in the workspace of workspace(). The query is
+ * searched as sent: `rewrite_query` is accepted and rewrites nothing, and `ranking_options.ranker`
+ * is accepted and changes nothing (README, "File search").
+ */
+export const vectorStoreSearchRoutes = new Hono<ApiEnv>()
+  // workspace() on the route alone: other routes under /v1/vector_stores have their own.
+  .post('/:vector_store_id/search', workspace(), validate('json', vectorStoreSearchBody), async (c) => {
+    const searcher = { workspaceId: c.var.workspace.workspaceId, apiKeyId: c.var.apiKey.id };
+    const { queries, results } = await searchVectorStore(c.var.deps, searcher, c.req.param('vector_store_id'), c.req.valid('json'));
+    return c.json(toSearchResultsPage(queries, results));
+  });
