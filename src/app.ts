@@ -13,6 +13,7 @@ import { servedRoutesOnly } from './middleware/served-routes';
 import { assistantRoutes } from './routes/assistants';
 import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
+import { vectorStoreRoutes } from './routes/vector-stores';
 import { virtualKeyRoutes } from './routes/virtual-keys';
 
 /**
@@ -68,6 +69,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes);
+  app.route('/v1/vector_stores', vectorStoreRoutes);
 
   app.notFound((c) =>
     errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${c.req.path}.`)),

@@ -1,0 +1,153 @@
+import { convert } from 'html-to-text';
+import mammoth from 'mammoth';
+import { getDocumentProxy } from 'unpdf';
+
+/**
+ * A file's text, for chunking: UTF-8 text formats (plain text, Markdown, JSON, source code) as
+ * they are, HTML without its markup, PDF's text layer, DOCX's paragraphs. The format comes from
+ * the file's extension, else its uploaded Content-Type. What cannot be read is an
+ * ExtractionError, which ingestion records as the file's last_error.
+ */
+
+export type FileFormat = 'text' | 'html' | 'pdf' | 'docx';
+
+export class ExtractionError extends Error {
+  constructor(
+    readonly code: 'unsupported_file' | 'invalid_file',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ExtractionError';
+  }
+}
+
+/** Extensions of UTF-8 text files: OpenAI's file_search list, and a few more of the same kind. */
+const TEXT_EXTENSIONS = new Set([
+  'txt', 'md', 'markdown', 'json', 'jsonl', 'csv', 'tsv', 'xml', 'yaml', 'yml', 'toml', 'ini', 'log', 'rst', 'tex',
+  'c', 'h', 'cc', 'cpp', 'hpp', 'cs', 'css', 'go', 'java', 'js', 'mjs', 'cjs', 'jsx', 'ts', 'tsx', 'php', 'py',
+  'rb', 'rs', 'sh', 'bash', 'sql', 'swift', 'kt', 'scala', 'lua', 'pl', 'r', 'vue', 'svelte',
+]);
+
+const MEDIA_TYPES: Record<string, FileFormat> = {
+  'text/html': 'html',
+  'application/xhtml+xml': 'html',
+  'application/pdf': 'pdf',
+  'application/vnd.openxmlformats-officedocument.wordprocessingml.document': 'docx',
+  'application/json': 'text',
+  'application/xml': 'text',
+  'application/javascript': 'text',
+  'application/x-sh': 'text',
+  'application/x-yaml': 'text',
+};
+
+/** The format of a file named `filename`, uploaded as `contentType`; null when none is supported. */
+export function formatOf(filename: string, contentType: string | null): FileFormat | null {
+  const extension = /\.([A-Za-z0-9]+)$/.exec(filename)?.[1]?.toLowerCase();
+  if (extension === 'html' || extension === 'htm' || extension === 'xhtml') return 'html';
+  if (extension === 'pdf') return 'pdf';
+  if (extension === 'docx') return 'docx';
+  if (extension !== undefined && TEXT_EXTENSIONS.has(extension)) return 'text';
+  const mediaType = contentType?.split(';')[0]?.trim().toLowerCase();
+  if (!mediaType) return null;
+  return MEDIA_TYPES[mediaType] ?? (mediaType.startsWith('text/') ? 'text' : null);
+}
+
+/**
+ * The text of `bytes` in `format`. `pause` is awaited between the pages of a PDF, so that a long
+ * document shares the event loop; `maxChars` bounds the text kept (ExtractionError past it).
+ */
+export async function extract(
+  bytes: Uint8Array,
+  format: FileFormat,
+  options: { maxChars: number; pause: () => Promise<void> },
+): Promise<string> {
+  const text = await read(bytes, format, options);
+  if (text.length > options.maxChars) {
+    throw new ExtractionError('invalid_file', `The file's text is longer than ${options.maxChars} characters, the most a file may index.`);
+  }
+  if (text.trim() === '') {
+    const why = format === 'pdf' ? ' (a PDF of scanned pages has no text layer to read)' : '';
+    throw new ExtractionError('invalid_file', `The file has no text to index${why}.`);
+  }
+  return text;
+}
+
+async function read(bytes: Uint8Array, format: FileFormat, options: { maxChars: number; pause: () => Promise<void> }): Promise<string> {
+  switch (format) {
+    case 'text':
+      return utf8(bytes);
+    case 'html':
+      return convert(utf8(bytes), {
+        wordwrap: false,
+        selectors: [
+          { selector: 'a', options: { ignoreHref: true } },
+          { selector: 'img', format: 'skip' },
+          { selector: 'h1', options: { uppercase: false } },
+          { selector: 'h2', options: { uppercase: false } },
+          { selector: 'h3', options: { uppercase: false } },
+          { selector: 'table', format: 'dataTable', options: { uppercaseHeaderCells: false } },
+        ],
+      });
+    case 'pdf':
+      return pdfText(bytes, options);
+    case 'docx':
+      return docxText(bytes);
+  }
+}
+
+function utf8(bytes: Uint8Array): string {
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    throw new ExtractionError('invalid_file', 'The file is not valid UTF-8 text.');
+  }
+}
+
+/** Page by page, pausing between pages, and stopping once the text is past `maxChars`. */
+async function pdfText(bytes: Uint8Array, options: { maxChars: number; pause: () => Promise<void> }): Promise<string> {
+  let pdf;
+  try {
+    // pdf.js takes ownership of the buffer it is handed: give it a copy.
+    pdf = await getDocumentProxy(bytes.slice(), { verbosity: 0 });
+  } catch (error) {
+    throw new ExtractionError('invalid_file', `The PDF cannot be read: ${describe(error)}.`);
+  }
+  try {
+    const pages: string[] = [];
+    let chars = 0;
+    for (let number = 1; number <= pdf.numPages && chars <= options.maxChars; number++) {
+      const page = await pdf.getPage(number);
+      const content = await page.getTextContent();
+      const text = content.items.map((item) => ('str' in item ? item.str + (item.hasEOL ? '\n' : '') : '')).join('');
+      pages.push(text);
+      chars += text.length + 1;
+      page.cleanup();
+      await options.pause();
+    }
+    // As unpdf's mergePages: runs of blanks to one space, at most one blank line.
+    return pages.join('\n').replace(/[^\S\n]+/g, ' ').replace(/ ?\n ?/g, '\n').replace(/\n{3,}/g, '\n\n');
+  } catch (error) {
+    throw new ExtractionError('invalid_file', `The PDF cannot be read: ${describe(error)}.`);
+  } finally {
+    await pdf.destroy();
+  }
+}
+
+async function docxText(bytes: Uint8Array): Promise<string> {
+  // mammoth's Node build reads `buffer` (any ArrayBuffer does), its browser build (what a Worker
+  // bundles) `arrayBuffer`: both are given. Its types know only the browser's with an ArrayBuffer.
+  const arrayBuffer = new Uint8Array(bytes).buffer;
+  const input = Object.assign({ arrayBuffer }, { buffer: arrayBuffer });
+  try {
+    const { value } = await mammoth.extractRawText(input);
+    return value;
+  } catch (error) {
+    throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${describe(error)}.`);
+  }
+}
+
+/** A library's error, bounded: it may quote the file. */
+function describe(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  return message.length > 200 ? `${message.slice(0, 200)}…` : message;
+}
