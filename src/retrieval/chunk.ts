@@ -17,6 +17,8 @@ import { decodeGenerator, encode } from 'gpt-tokenizer/encoding/cl100k_base';
 export interface Chunk {
   text: string;
   tokens: number;
+  /** Where the chunk's text starts in the document (a UTF-16 offset). */
+  start: number;
 }
 
 export interface ChunkingOptions {
@@ -50,7 +52,7 @@ export async function chunkText(text: string, options: ChunkingOptions): Promise
     const slice = text.slice(charAt[start], charAt[end]);
     if (slice.trim() !== '') {
       if (chunks.length >= options.maxChunks) throw new TooManyChunks(options.maxChunks);
-      chunks.push({ text: slice, tokens: end - start });
+      chunks.push({ text: slice, tokens: end - start, start: charAt[start]! });
     }
     if (end >= tokens) break;
     let next = end - options.overlapTokens; // overlap ≤ max / 2, so this moves forward
