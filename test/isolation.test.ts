@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, fakeDirective } from './support/fake-upstream';
+import { storeFile } from './support/files';
 import { apiRoutes, createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import { recordTally } from './support/tally';
 
@@ -30,6 +31,10 @@ interface Holdings {
   /** A completed run. */
   doneThreadId: string;
   doneRunId: string;
+  /** A vector store with a file, added by a batch. */
+  storeId: string;
+  fileId: string;
+  batchId: string;
 }
 
 let a: Holdings; // the caller
@@ -72,6 +77,11 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     );
   const waiting = await run({ tool_calls: 1 });
   const done = await run({ reply: marker });
+  const fileId = await storeFile(gateway, tenant, { filename: `${marker}.txt`, content: marker });
+  const store = await json(
+    await gateway.request('/v1/vector_stores', { key, headers: { 'x-gateway-virtual-key': virtualKey }, body: { name: marker, metadata: { owner: marker } } }),
+  );
+  const batch = await json(await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, { key, body: { file_ids: [fileId] } }));
   await gateway.tasks.drain(10_000);
   const current = await json(await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}`, { key }));
   expect(current.status).toBe('requires_action');
@@ -86,6 +96,9 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     toolCallId: current.required_action.submit_tool_outputs.tool_calls[0].id,
     doneThreadId: done.thread_id,
     doneRunId: done.id,
+    storeId: store.id,
+    fileId,
+    batchId: batch.id,
   };
 }
 
@@ -104,6 +117,11 @@ async function ownView(h: Holdings) {
     runs: await get(`/v1/threads/${h.doneThreadId}/runs`),
     steps: await get(`/v1/threads/${h.doneThreadId}/runs/${h.doneRunId}/steps`),
     messages: await get(`/v1/threads/${h.doneThreadId}/messages`),
+    store: await get(`/v1/vector_stores/${h.storeId}`),
+    storeFiles: await get(`/v1/vector_stores/${h.storeId}/files`),
+    storeFile: await get(`/v1/vector_stores/${h.storeId}/files/${h.fileId}`),
+    fileContent: await get(`/v1/vector_stores/${h.storeId}/files/${h.fileId}/content`),
+    batch: await get(`/v1/vector_stores/${h.storeId}/file_batches/${h.batchId}`),
   };
 }
 
@@ -305,6 +323,68 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'POST', path: `/v1/threads/${a.threadId}/runs/${v.runId}/cancel`, headers: scope() },
     { method: 'POST', path: `/v1/threads/${v.threadId}/runs/${v.runId}/cancel`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug } },
   ],
+  'GET /v1/vector_stores': (v) => [
+    { method: 'GET', path: '/v1/vector_stores', headers: scope(), list: true },
+    { method: 'GET', path: `/v1/vector_stores?after=${v.storeId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    { method: 'GET', path: '/v1/vector_stores', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'POST /v1/vector_stores': (v) => [
+    { method: 'POST', path: '/v1/vector_stores', headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug }, body: { name: 'planted' } },
+    // The caller's own store, with the victim's file or the victim's virtual key.
+    { method: 'POST', path: '/v1/vector_stores', headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey }, body: { file_ids: [v.fileId] } },
+  ],
+  'GET /v1/vector_stores/:vector_store_id': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'POST /v1/vector_stores/:vector_store_id': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}`, headers: scope(), body: { name: 'planted' } },
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { name: 'planted' } },
+  ],
+  'DELETE /v1/vector_stores/:vector_store_id': (v) => [
+    { method: 'DELETE', path: `/v1/vector_stores/${v.storeId}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/vector_stores/${v.storeId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'POST /v1/vector_stores/:vector_store_id/files': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/files`, headers: scope(), body: { file_id: a.fileId } },
+    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/files`, headers: scope(), body: { file_id: v.fileId } },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/files': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/files`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/files?after=${v.fileId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/files/:file_id': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/files/${v.fileId}`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/files/${v.fileId}`, headers: scope() },
+  ],
+  'POST /v1/vector_stores/:vector_store_id/files/:file_id': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/files/${v.fileId}`, headers: scope(), body: { attributes: { planted: true } } },
+    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/files/${v.fileId}`, headers: scope(), body: { attributes: { planted: true } } },
+  ],
+  'DELETE /v1/vector_stores/:vector_store_id/files/:file_id': (v) => [
+    { method: 'DELETE', path: `/v1/vector_stores/${v.storeId}/files/${v.fileId}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/vector_stores/${a.storeId}/files/${v.fileId}`, headers: scope() },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/files/:file_id/content': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/files/${v.fileId}/content`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/files/${v.fileId}/content`, headers: scope() },
+  ],
+  'POST /v1/vector_stores/:vector_store_id/file_batches': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/file_batches`, headers: scope(), body: { file_ids: [a.fileId] } },
+    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/file_batches`, headers: scope(), body: { files: [{ file_id: v.fileId }] } },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/file_batches/:batch_id': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/file_batches/${v.batchId}`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/file_batches/${v.batchId}`, headers: scope() },
+  ],
+  'POST /v1/vector_stores/:vector_store_id/file_batches/:batch_id/cancel': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/file_batches/${v.batchId}/cancel`, headers: scope() },
+    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/file_batches/${v.batchId}/cancel`, headers: scope() },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/file_batches/:batch_id/files': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/file_batches/${v.batchId}/files`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/file_batches/${v.batchId}/files`, headers: scope() },
+  ],
 };
 
 /** An organisation key names the workspace it acts on (a's); a workspace key may too. */
@@ -333,6 +413,9 @@ function leaks(text: string, victim: Holdings, sent: string): string[] {
     victim.toolCallId,
     victim.doneThreadId,
     victim.doneRunId,
+    victim.storeId,
+    victim.fileId,
+    victim.batchId,
     victim.tenant.workspace.id,
     victim.tenant.workspace.slug,
     victim.tenant.organisationId,

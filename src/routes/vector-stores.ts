@@ -1,7 +1,6 @@
 import { Hono, type Context } from 'hono';
 import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
-import { requestedVirtualKey } from '../middleware/virtual-key';
 import { workspace } from '../middleware/workspace';
 import { cursorListQuery } from '../schemas/common';
 import {
@@ -30,10 +29,11 @@ import {
   type FileBatchRow,
   type VectorStoreRow,
 } from '../services/vector-stores';
-import { addStoreFile, createFileBatch, createVectorStore, type StoreRequest } from '../vector-stores/commands';
+import { addStoreFile, createFileBatch, createVectorStore } from '../vector-stores/commands';
 import { listObject } from '../wire/lists';
 import { toFileBatchJson, toVectorStoreFileJson, toVectorStoreJson } from '../wire/vector-stores';
 import type { ApiEnv, WorkspaceEnv } from './env';
+import { storeRequest } from './store-request';
 
 /**
  * /v1/vector_stores (without /search): stores, their files and file batches, in the workspace of
@@ -41,13 +41,6 @@ import type { ApiEnv, WorkspaceEnv } from './env';
  */
 
 type Ctx = Context<WorkspaceEnv>;
-
-const storeRequest = (c: Ctx): StoreRequest => ({
-  workspaceId: c.var.workspace.workspaceId,
-  apiKeyId: c.var.apiKey.id,
-  virtualKeySlug: requestedVirtualKey(c),
-  waitUntil: (task) => c.executionCtx.waitUntil(task),
-});
 
 /** Stores as JSON, with their file counts and usage in two queries however many. */
 async function storesJson(c: Ctx, rows: VectorStoreRow[]) {

@@ -1,4 +1,4 @@
-import { and, eq, inArray, sql } from 'drizzle-orm';
+import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
 import type { Db, Statement } from '../db/client';
 import {
   files,
@@ -147,8 +147,9 @@ export function insertStoreFiles(
   store: { id: string; workspaceId: string },
   toAdd: FileToAdd[],
   owner: { batchId: string | null; apiKeyId: string; at: number },
+  condition?: SQL,
 ): Statement[] {
-  const storeExists = sql`EXISTS (SELECT 1 FROM ${vectorStores} WHERE ${vectorStores.id} = ${store.id})`;
+  const storeExists = and(sql`EXISTS (SELECT 1 FROM ${vectorStores} WHERE ${vectorStores.id} = ${store.id})`, condition)!;
   const seen = new Set<string>();
   const statements: Statement[] = [];
   for (const file of toAdd) {
@@ -181,11 +182,11 @@ export function insertStoreFiles(
 }
 
 /** A store's activity: a file added, a search. Moves `expires_at` for stores that expire after inactivity. */
-export function touchVectorStore(db: Db, store: VectorStoreRow, at: number): Statement {
+export function touchVectorStore(db: Db, store: VectorStoreRow, at: number, condition?: SQL): Statement {
   return db
     .update(vectorStores)
     .set({ lastActiveAt: at, expiresAt: expiresAt(store.expiresAfter, at) })
-    .where(eq(vectorStores.id, store.id));
+    .where(and(eq(vectorStores.id, store.id), condition));
 }
 
 const fileOf = (storeId: string, fileId: string) => and(eq(vectorStoreFiles.vectorStoreId, storeId), eq(vectorStoreFiles.fileId, fileId));

@@ -1,4 +1,4 @@
-import { eq } from 'drizzle-orm';
+import { eq, type SQL } from 'drizzle-orm';
 import { batchWrites, type Statement } from '../db/client';
 import { vectorStoreFileBatches, vectorStores, workspaces, type ChunkingStrategy, type FileAttributes } from '../db/schema';
 import type { Deps } from '../deps';
@@ -12,6 +12,7 @@ import {
   type CreateVectorStoreFileBody,
   type FileToAdd,
 } from '../schemas/vector-stores';
+import { insertWhere } from '../services/quotas';
 import { resolveVirtualKey } from '../services/virtual-keys';
 import {
   checkFiles,
@@ -45,11 +46,14 @@ export interface StoreRequest {
 /** The files of a request, each with its attributes and chunking, named for errors (`file_ids[2]`). */
 export function filesToAdd(
   fileIds: readonly string[],
-  options: { chunking?: ChunkingStrategyInput; attributes?: FileAttributes | null; param: string },
+  options: { chunking?: ChunkingStrategyInput; attributes?: FileAttributes | null; param: (index: number) => string },
 ): FileToAdd[] {
   const chunking: ChunkingStrategy = storedChunking(options.chunking);
-  return fileIds.map((fileId, index) => ({ fileId, attributes: options.attributes ?? {}, chunking, param: `${options.param}[${index}]` }));
+  return fileIds.map((fileId, index) => ({ fileId, attributes: options.attributes ?? {}, chunking, param: options.param(index) }));
 }
+
+/** `file_ids[2]`: the parameter of the third of a list. */
+export const itemOf = (list: string) => (index: number) => `${list}[${index}]`;
 
 /**
  * A new store's row and the statements that write it with its files, for the caller's batch
@@ -60,6 +64,7 @@ export async function prepareVectorStore(
   deps: StoreCommandDeps,
   request: StoreRequest,
   input: { name?: string | null; metadata?: Record<string, string> | null; expiresAfter?: CreateVectorStoreBody['expires_after']; files: FileToAdd[] },
+  condition?: SQL,
 ): Promise<{ store: VectorStoreRow; statements: Statement[] }> {
   const model = await embeddingsModel(deps, request.workspaceId);
   const key = await resolveVirtualKey(deps.db, request.workspaceId, { slug: request.virtualKeySlug, model });
@@ -82,8 +87,9 @@ export async function prepareVectorStore(
     virtualKeyId: key.id,
     deletedAt: null,
   };
+  // Its files are written only with it (insertStoreFiles checks that the store exists).
   const statements: Statement[] = [
-    deps.db.insert(vectorStores).values(store),
+    condition ? insertWhere(deps.db, vectorStores, store, condition) : deps.db.insert(vectorStores).values(store),
     ...insertStoreFiles(deps.db, store, input.files, { batchId: null, apiKeyId: request.apiKeyId, at }),
   ];
   return { store, statements };
@@ -91,7 +97,7 @@ export async function prepareVectorStore(
 
 /** POST /v1/vector_stores. */
 export async function createVectorStore(deps: StoreCommandDeps, request: StoreRequest, body: CreateVectorStoreBody): Promise<VectorStoreRow> {
-  const files = filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, param: 'file_ids' });
+  const files = filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, param: itemOf('file_ids') });
   const { store, statements } = await prepareVectorStore(deps, request, {
     name: body.name,
     metadata: body.metadata,
@@ -111,9 +117,7 @@ export async function addStoreFile(
   body: CreateVectorStoreFileBody,
 ): Promise<VectorStoreFileRow> {
   const store = await getVectorStore(deps.db, request.workspaceId, storeId);
-  const files = filesToAdd([body.file_id], { chunking: body.chunking_strategy, attributes: body.attributes, param: 'file_id' }).map(
-    (file) => ({ ...file, param: 'file_id' }),
-  );
+  const files = filesToAdd([body.file_id], { chunking: body.chunking_strategy, attributes: body.attributes, param: () => 'file_id' });
   await addFiles(deps, request, store, files, null);
   return getStoreFile(deps.db, store.id, body.file_id);
 }
@@ -128,11 +132,9 @@ export async function createFileBatch(
   const store = await getVectorStore(deps.db, request.workspaceId, storeId);
   const files = body.files
     ? body.files.flatMap((file, index) =>
-        filesToAdd([file.file_id], { chunking: file.chunking_strategy, attributes: file.attributes, param: `files[${index}].file_id` }).map(
-          (one) => ({ ...one, param: `files[${index}].file_id` }),
-        ),
+        filesToAdd([file.file_id], { chunking: file.chunking_strategy, attributes: file.attributes, param: () => `files[${index}].file_id` }),
       )
-    : filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, attributes: body.attributes, param: 'file_ids' });
+    : filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, attributes: body.attributes, param: itemOf('file_ids') });
   const batch: FileBatchRow = { id: newId('vsfb'), vectorStoreId: store.id, workspaceId: store.workspaceId, cancelledAt: null, createdAt: deps.now() };
   await addFiles(deps, request, store, files, batch);
   return batch;
