@@ -1,5 +1,4 @@
 import * as z from 'zod';
-import type { ChunkingStrategy, FileAttributes } from '../db/schema';
 import { cursorListQuery, metadataSchema } from './common';
 
 /**
@@ -34,12 +33,6 @@ export const chunkingStrategySchema = z.discriminatedUnion('type', [
   }),
 ]);
 export type ChunkingStrategyInput = z.infer<typeof chunkingStrategySchema>;
-
-/** The strategy as stored and answered: OpenAI answers `auto` as the static sizes it stands for. */
-export function storedChunking(input: ChunkingStrategyInput | undefined): ChunkingStrategy {
-  if (input?.type === 'static') return { type: 'static', static: { ...input.static } };
-  return { type: 'static', static: { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 } };
-}
 
 export const attributesSchema = z
   .record(z.string().max(64), z.union([z.string().max(512), z.number(), z.boolean()]))
@@ -107,11 +100,3 @@ export const vectorStoreFileStatus = z.enum(['in_progress', 'completed', 'failed
 
 export const listVectorStoreFilesQuery = cursorListQuery.extend({ filter: vectorStoreFileStatus.optional() });
 export type ListVectorStoreFilesQuery = z.infer<typeof listVectorStoreFilesQuery>;
-
-/** One file to add: its id, attributes and chunking, and the parameter that named it (for errors). */
-export interface FileToAdd {
-  fileId: string;
-  attributes: FileAttributes;
-  chunking: ChunkingStrategy;
-  param: string;
-}

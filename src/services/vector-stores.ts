@@ -6,12 +6,14 @@ import {
   vectorStoreFileBatches,
   vectorStoreFiles,
   vectorStores,
+  type ChunkingStrategy,
   type ExpiresAfter,
+  type FileAttributes,
   type VectorStoreFileStatus,
 } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
-import type { FileToAdd, ListVectorStoreFilesQuery, UpdateVectorStoreBody } from '../schemas/vector-stores';
+import type { ListVectorStoreFilesQuery, UpdateVectorStoreBody } from '../schemas/vector-stores';
 import { cursorPage } from './pagination';
 import { insertWhere } from './quotas';
 
@@ -27,6 +29,14 @@ export type VectorStoreFileRow = typeof vectorStoreFiles.$inferSelect;
 export type FileBatchRow = Omit<typeof vectorStoreFileBatches.$inferSelect, 'seq'>;
 
 export type FileCounts = Record<VectorStoreFileStatus | 'total', number>;
+
+/** One file to add: its id, attributes and chunking, and the parameter that named it (for errors). */
+export interface FileToAdd {
+  fileId: string;
+  attributes: FileAttributes;
+  chunking: ChunkingStrategy;
+  param: string;
+}
 
 const DAY_MS = 86_400_000;
 

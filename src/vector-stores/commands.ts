@@ -4,14 +4,7 @@ import { vectorStoreFileBatches, vectorStores, workspaces, type ChunkingStrategy
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
-import {
-  storedChunking,
-  type ChunkingStrategyInput,
-  type CreateFileBatchBody,
-  type CreateVectorStoreBody,
-  type CreateVectorStoreFileBody,
-  type FileToAdd,
-} from '../schemas/vector-stores';
+import type { ChunkingStrategyInput, CreateFileBatchBody, CreateVectorStoreBody, CreateVectorStoreFileBody } from '../schemas/vector-stores';
 import { insertWhere } from '../services/quotas';
 import { resolveVirtualKey } from '../services/virtual-keys';
 import {
@@ -22,6 +15,7 @@ import {
   insertStoreFiles,
   touchVectorStore,
   type FileBatchRow,
+  type FileToAdd,
   type VectorStoreFileRow,
   type VectorStoreRow,
 } from '../services/vector-stores';
@@ -41,6 +35,12 @@ export interface StoreRequest {
   /** The x-gateway-virtual-key header, if sent: the store's key, as a run's. */
   virtualKeySlug: string | undefined;
   waitUntil(task: Promise<unknown>): void;
+}
+
+/** The strategy as stored and answered: OpenAI answers `auto` as the static sizes it stands for. */
+export function storedChunking(input: ChunkingStrategyInput | undefined): ChunkingStrategy {
+  if (input?.type === 'static') return { type: 'static', static: { ...input.static } };
+  return { type: 'static', static: { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 } };
 }
 
 /** The files of a request, each with its attributes and chunking, named for errors (`file_ids[2]`). */
@@ -66,12 +66,12 @@ export async function prepareVectorStore(
   input: { name?: string | null; metadata?: Record<string, string> | null; expiresAfter?: CreateVectorStoreBody['expires_after']; files: FileToAdd[] },
   condition?: SQL,
 ): Promise<{ store: VectorStoreRow; statements: Statement[] }> {
-  const model = await embeddingsModel(deps, request.workspaceId);
-  const key = await resolveVirtualKey(deps.db, request.workspaceId, { slug: request.virtualKeySlug, model });
   if (input.files.length > 0) {
     ingestionHost(deps, input.files[0]!.param);
     await checkFiles(deps.db, request.workspaceId, input.files);
   }
+  const model = await embeddingsModel(deps, request.workspaceId);
+  const key = await resolveVirtualKey(deps.db, request.workspaceId, { slug: request.virtualKeySlug, model });
   const at = deps.now();
   const store: VectorStoreRow = {
     id: newId('vs'),

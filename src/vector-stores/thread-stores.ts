@@ -2,8 +2,7 @@ import type { SQL } from 'drizzle-orm';
 import type { Statement } from '../db/client';
 import type { NewThreadToolResources, ThreadMessageInput } from '../schemas/threads';
 import type { ToolResources } from '../schemas/tools';
-import type { FileToAdd } from '../schemas/vector-stores';
-import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore } from '../services/vector-stores';
+import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from '../services/vector-stores';
 import { filesToAdd, ingestionHost, itemOf, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from './commands';
 
 /**
