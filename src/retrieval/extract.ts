@@ -1,12 +1,12 @@
-import { convert } from 'html-to-text';
+import { convert, type HtmlToTextOptions } from 'html-to-text';
 import mammoth from 'mammoth';
 import { getDocumentProxy } from 'unpdf';
 
 /**
  * A file's text, for chunking: UTF-8 text formats (plain text, Markdown, JSON, source code) as
- * they are, HTML without its markup, PDF's text layer, DOCX's paragraphs. The format comes from
- * the file's extension, else its uploaded Content-Type. What cannot be read is an
- * ExtractionError, which ingestion records as the file's last_error.
+ * they are, HTML without its markup, PDF's text layer (page by page), DOCX's paragraphs. The
+ * format comes from the file's extension, else its uploaded Content-Type. What cannot be read is
+ * an ExtractionError, which ingestion records as the file's last_error.
  */
 
 export type FileFormat = 'text' | 'html' | 'pdf' | 'docx';
@@ -52,15 +52,49 @@ export function formatOf(filename: string, contentType: string | null): FileForm
   return MEDIA_TYPES[mediaType] ?? (mediaType.startsWith('text/') ? 'text' : null);
 }
 
+/** html-to-text's options: block structure kept (headings, lists, table rows), links and images left out. */
+export const HTML_OPTIONS: HtmlToTextOptions = {
+  wordwrap: false,
+  selectors: [
+    { selector: 'a', options: { ignoreHref: true } },
+    { selector: 'img', format: 'skip' },
+    { selector: 'h1', options: { uppercase: false } },
+    { selector: 'h2', options: { uppercase: false } },
+    { selector: 'h3', options: { uppercase: false } },
+    { selector: 'table', format: 'dataTable', options: { uppercaseHeaderCells: false } },
+  ],
+};
+
 /**
- * The text of `bytes` in `format`. `pause` is awaited between the pages of a PDF, so that a long
- * document shares the event loop; `maxChars` bounds the text kept (ExtractionError past it).
+ * The parsers that take a whole document in one synchronous call (HTML, DOCX). A runtime that
+ * serves other requests on the same event loop runs them elsewhere (Node: a worker thread,
+ * node/extract-thread.ts); `inlineParsers` runs them here. A parser rejects what it cannot read.
  */
-export async function extract(
-  bytes: Uint8Array,
-  format: FileFormat,
-  options: { maxChars: number; pause: () => Promise<void> },
-): Promise<string> {
+export interface Parsers {
+  html(html: string): Promise<string>;
+  docx(bytes: Uint8Array): Promise<string>;
+}
+
+export const inlineParsers: Parsers = {
+  html: async (html) => convert(html, HTML_OPTIONS),
+  docx: async (bytes) => {
+    // mammoth's Node build reads `buffer` (any ArrayBuffer does), its browser build (what a Worker
+    // bundles) `arrayBuffer`: both are given. Its types know only the browser's with an ArrayBuffer.
+    const arrayBuffer = new Uint8Array(bytes).buffer;
+    return (await mammoth.extractRawText(Object.assign({ arrayBuffer }, { buffer: arrayBuffer }))).value;
+  },
+};
+
+export interface ExtractOptions {
+  /** The most text kept (ExtractionError past it). */
+  maxChars: number;
+  /** Awaited between the pages of a PDF, so that a long document shares the event loop. */
+  pause: () => Promise<void>;
+  parsers: Parsers;
+}
+
+/** The text of `bytes` in `format`. */
+export async function extract(bytes: Uint8Array, format: FileFormat, options: ExtractOptions): Promise<string> {
   const text = await read(bytes, format, options);
   if (text.length > options.maxChars) {
     throw new ExtractionError('invalid_file', `The file's text is longer than ${options.maxChars} characters, the most a file may index.`);
@@ -72,26 +106,26 @@ export async function extract(
   return text;
 }
 
-async function read(bytes: Uint8Array, format: FileFormat, options: { maxChars: number; pause: () => Promise<void> }): Promise<string> {
+async function read(bytes: Uint8Array, format: FileFormat, options: ExtractOptions): Promise<string> {
   switch (format) {
     case 'text':
       return utf8(bytes);
-    case 'html':
-      return convert(utf8(bytes), {
-        wordwrap: false,
-        selectors: [
-          { selector: 'a', options: { ignoreHref: true } },
-          { selector: 'img', format: 'skip' },
-          { selector: 'h1', options: { uppercase: false } },
-          { selector: 'h2', options: { uppercase: false } },
-          { selector: 'h3', options: { uppercase: false } },
-          { selector: 'table', format: 'dataTable', options: { uppercaseHeaderCells: false } },
-        ],
-      });
+    case 'html': {
+      const html = utf8(bytes);
+      try {
+        return await options.parsers.html(html);
+      } catch (error) {
+        throw new ExtractionError('invalid_file', `The HTML file cannot be read: ${describe(error)}.`);
+      }
+    }
     case 'pdf':
       return pdfText(bytes, options);
     case 'docx':
-      return docxText(bytes);
+      try {
+        return await options.parsers.docx(bytes);
+      } catch (error) {
+        throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${describe(error)}.`);
+      }
   }
 }
 
@@ -104,7 +138,7 @@ function utf8(bytes: Uint8Array): string {
 }
 
 /** Page by page, pausing between pages, and stopping once the text is past `maxChars`. */
-async function pdfText(bytes: Uint8Array, options: { maxChars: number; pause: () => Promise<void> }): Promise<string> {
+async function pdfText(bytes: Uint8Array, options: ExtractOptions): Promise<string> {
   let pdf;
   try {
     // pdf.js takes ownership of the buffer it is handed: give it a copy.
@@ -130,19 +164,6 @@ async function pdfText(bytes: Uint8Array, options: { maxChars: number; pause: ()
     throw new ExtractionError('invalid_file', `The PDF cannot be read: ${describe(error)}.`);
   } finally {
     await pdf.destroy();
-  }
-}
-
-async function docxText(bytes: Uint8Array): Promise<string> {
-  // mammoth's Node build reads `buffer` (any ArrayBuffer does), its browser build (what a Worker
-  // bundles) `arrayBuffer`: both are given. Its types know only the browser's with an ArrayBuffer.
-  const arrayBuffer = new Uint8Array(bytes).buffer;
-  const input = Object.assign({ arrayBuffer }, { buffer: arrayBuffer });
-  try {
-    const { value } = await mammoth.extractRawText(input);
-    return value;
-  } catch (error) {
-    throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${describe(error)}.`);
   }
 }
 

@@ -7,7 +7,7 @@ import { UpstreamError } from '../providers/types';
 import type { VectorStoreFileRow } from '../services/vector-stores';
 import { chunkText, TooManyChunks, type Chunk } from './chunk';
 import { BATCH_TEXTS, embedTexts, vectorBlob, type EmbedDeps } from './embed';
-import { extract, ExtractionError, formatOf } from './extract';
+import { extract, ExtractionError, formatOf, type Parsers } from './extract';
 
 /**
  * Ingesting one file of a vector store: read its bytes from the blob store, extract its text,
@@ -31,13 +31,15 @@ export const MAX_ATTEMPTS = 3;
 /** A document's text holds at most this many characters per token of its chunk budget. */
 const CHARS_PER_TOKEN_BOUND = 10;
 
-export interface IngestLimits {
+export interface IngestOptions {
   maxFileBytes: number;
   maxChunks: number;
+  /** Where HTML and DOCX are parsed (retrieval/extract.ts). */
+  parsers: Parsers;
 }
 
-export function ingestLimits(config: IngestDeps['config']): IngestLimits {
-  return { maxFileBytes: config.GATEWAY_INGEST_MAX_FILE_BYTES, maxChunks: config.GATEWAY_INGEST_MAX_CHUNKS };
+export function ingestOptions(config: IngestDeps['config'], parsers: Parsers): IngestOptions {
+  return { maxFileBytes: config.GATEWAY_INGEST_MAX_FILE_BYTES, maxChunks: config.GATEWAY_INGEST_MAX_CHUNKS, parsers };
 }
 
 /** A file claimed for ingestion: its row, with the lease it holds. */
@@ -89,9 +91,9 @@ export async function nextClaimAt(deps: Pick<IngestDeps, 'db'>): Promise<number 
 }
 
 /** Ingests the claimed file to its end: completed, failed, deferred (rate limits), or abandoned (no longer its own). */
-export async function ingestClaimed(deps: IngestDeps, claim: Claim, limits: IngestLimits): Promise<'completed' | 'failed' | 'deferred' | 'abandoned'> {
+export async function ingestClaimed(deps: IngestDeps, claim: Claim, options: IngestOptions): Promise<'completed' | 'failed' | 'deferred' | 'abandoned'> {
   try {
-    const chunks = await chunksOf(deps, claim, limits);
+    const chunks = await chunksOf(deps, claim, options);
     const vectors = await embedChunks(deps, claim, chunks);
     if (vectors === null) return 'abandoned';
     return (await complete(deps, claim, chunks, vectors)) ? 'completed' : 'abandoned';
@@ -108,26 +110,26 @@ export async function ingestClaimed(deps: IngestDeps, claim: Claim, limits: Inge
 }
 
 /** The file's text in chunks, by its store file's strategy. */
-async function chunksOf(deps: IngestDeps, claim: Claim, limits: IngestLimits): Promise<Chunk[]> {
+async function chunksOf(deps: IngestDeps, claim: Claim, options: IngestOptions): Promise<Chunk[]> {
   const [file] = await deps.db.select().from(files).where(eq(files.id, claim.row.fileId)).limit(1);
   if (!file) throw new ExtractionError('invalid_file', 'The file was deleted before it could be indexed.');
   const format = formatOf(file.filename, file.contentType);
   if (format === null) {
     throw new ExtractionError('unsupported_file', `Files of this type cannot be indexed (${file.filename}): send text, Markdown, JSON, code, HTML, PDF or DOCX.`);
   }
-  if (file.bytes > limits.maxFileBytes) {
-    throw new ExtractionError('invalid_file', `The file is larger than ${limits.maxFileBytes} bytes, the most a file may index.`);
+  if (file.bytes > options.maxFileBytes) {
+    throw new ExtractionError('invalid_file', `The file is larger than ${options.maxFileBytes} bytes, the most a file may index.`);
   }
-  const bytes = await readBlob(deps, file.blobKey, limits.maxFileBytes);
+  const bytes = await readBlob(deps, file.blobKey, options.maxFileBytes);
   const strategy = claim.row.chunkingStrategy;
   const sizes = strategy.type === 'static' ? strategy.static : { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 };
   const pause = () => (deps.slices.spent() ? deps.slices.next() : Promise.resolve());
-  const text = await extract(bytes, format, { maxChars: limits.maxChunks * sizes.max_chunk_size_tokens * CHARS_PER_TOKEN_BOUND, pause });
+  const text = await extract(bytes, format, { maxChars: options.maxChunks * sizes.max_chunk_size_tokens * CHARS_PER_TOKEN_BOUND, pause, parsers: options.parsers });
   try {
     return await chunkText(text, {
       maxTokens: sizes.max_chunk_size_tokens,
       overlapTokens: sizes.chunk_overlap_tokens,
-      maxChunks: limits.maxChunks,
+      maxChunks: options.maxChunks,
       pause,
     });
   } catch (error) {

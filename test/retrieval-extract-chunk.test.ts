@@ -1,9 +1,11 @@
 import { encode } from 'gpt-tokenizer/encoding/cl100k_base';
 import { describe, expect, it } from 'vitest';
 import { AUTO_CHUNKING, chunkText, TooManyChunks } from '../src/retrieval/chunk';
-import { formatOf } from '../src/retrieval/extract';
+import { threadParsers } from '../src/node/extract-thread';
+import { extract, ExtractionError, formatOf, inlineParsers, type Parsers } from '../src/retrieval/extract';
+import { fixture } from './support/files';
 
-/** Token chunking (retrieval/chunk.ts) and format detection (retrieval/extract.ts). */
+/** Token chunking (retrieval/chunk.ts), format detection (retrieval/extract.ts) and Node's extraction thread. */
 
 const noPause = () => Promise.resolve();
 const tokens = (text: string) => encode(text, { disallowedSpecial: new Set() }).length;
@@ -62,5 +64,27 @@ describe('formatOf', () => {
     ['x.bin', null, null],
   ])('%s (%s) is %s', (name, type, format) => {
     expect(formatOf(name, type)).toBe(format);
+  });
+});
+
+describe('the extraction thread', () => {
+  const parsers = threadParsers({ timeoutMs: 60_000, maxHeapMb: 256 });
+  const options = (which: Parsers) => ({ maxChars: 1_000_000, pause: noPause, parsers: which });
+
+  it.each([
+    ['sample.html', 'html'],
+    ['sample.docx', 'docx'],
+  ] as const)('parses %s as the inline parsers do', async (name, format) => {
+    const bytes = fixture(name);
+    const inThread = await extract(bytes, format, options(parsers));
+    expect(inThread).toContain('PAPAYA-42');
+    expect(inThread).toBe(await extract(bytes, format, options(inlineParsers)));
+  });
+
+  it('refuses what it cannot read, and goes on parsing', async () => {
+    const error = await extract(fixture('corrupt.pdf'), 'docx', options(parsers)).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ExtractionError);
+    expect((error as ExtractionError).message).toContain('The DOCX file cannot be read');
+    expect(await extract(fixture('sample.html'), 'html', options(parsers))).toContain('Refund policy');
   });
 });
