@@ -16,9 +16,9 @@ import { extract, ExtractionError, formatOf, type Parsers } from './extract';
  *
  * The vector_store_files row is the job. A worker claims an in-progress row whose lease is
  * absent or past (`lease_expires_at`, which is also the claim's token: every write of the
- * ingestion is conditional on the row being in progress with the token it last wrote), renews the
- * lease between embedding calls, and gives up without writing as soon as the row is no longer
- * its own: the file was removed, its batch cancelled, its store deleted (their rows and chunks go
+ * ingestion is conditional on the row being in progress with the token it last wrote), checks
+ * the row between embedding calls (renewing the lease as it goes), and gives up without writing
+ * as soon as the row is no longer its own: the file was removed, its batch cancelled, its store deleted (their rows and chunks go
  * in one batch, services/vector-stores.ts), or the lease was lost. A crashed ingestion is claimed
  * again once its lease passes, at most MAX_ATTEMPTS times; the workspace's own rate-limit policies
  * refusing an embedding call puts the file back until their window resets, without counting it.
@@ -163,7 +163,7 @@ async function readBlob(deps: IngestDeps, key: string, maxBytes: number): Promis
 }
 
 /**
- * The chunks' vectors, one embeddings call's worth at a time, renewing the lease between calls;
+ * The chunks' vectors, one embeddings call's worth at a time, checking the claim between calls;
  * null as soon as the file is no longer this claim's.
  */
 async function embedChunks(deps: IngestDeps, claim: Claim, chunks: Chunk[]): Promise<{ vectors: Float32Array[]; dimensions: number } | null> {
@@ -181,14 +181,22 @@ async function embedChunks(deps: IngestDeps, claim: Claim, chunks: Chunk[]): Pro
     const answer = await embedTexts(deps, target, chunks.slice(start, start + BATCH_TEXTS).map((chunk) => chunk.text));
     target.dimensions = answer.dimensions;
     vectors.push(...answer.vectors);
-    if (!(await renew(deps, claim))) return null;
+    if (!(await stillHeld(deps, claim))) return null;
   }
   return { vectors, dimensions: target.dimensions ?? 0 };
 }
 
-/** Moves the lease on; false when the row is no longer this claim's. */
-async function renew(deps: IngestDeps, claim: Claim): Promise<boolean> {
-  const lease = deps.now() + LEASE_MS;
+/**
+ * Whether the row is still this claim's (a read: a cancelled or removed file stops being embedded
+ * at once); the lease is moved on (a write) once a fifth of it has gone by.
+ */
+async function stillHeld(deps: IngestDeps, claim: Claim): Promise<boolean> {
+  const now = deps.now();
+  if (claim.lease - now > LEASE_MS - LEASE_MS / 5) {
+    const [row] = await deps.db.select({ seq: vectorStoreFiles.seq }).from(vectorStoreFiles).where(held(claim)).limit(1);
+    return row !== undefined;
+  }
+  const lease = now + LEASE_MS;
   const [row] = await deps.db.update(vectorStoreFiles).set({ leaseExpiresAt: lease }).where(held(claim)).returning({ seq: vectorStoreFiles.seq });
   if (row) claim.lease = lease;
   return row !== undefined;
