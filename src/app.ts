@@ -18,6 +18,7 @@ import { policyRoutes } from './routes/policies';
 import { threadRoutes } from './routes/threads';
 import { usageRoutes } from './routes/usage';
 import { vectorStoreSearchRoutes } from './routes/vector-store-search';
+import { vectorStoreRoutes } from './routes/vector-stores';
 import { virtualKeyRoutes } from './routes/virtual-keys';
 
 /**
@@ -78,6 +79,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes);
   app.route('/v1/files', fileRoutes);
+  app.route('/v1/vector_stores', vectorStoreRoutes);
   app.route('/v1/vector_stores', vectorStoreSearchRoutes);
 
   app.notFound((c) =>

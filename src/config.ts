@@ -60,6 +60,14 @@ export const configSchema = z.object({
    * smaller vectors search faster and take less room; other models answer their own size.
    */
   GATEWAY_EMBEDDINGS_DIMENSIONS: positiveInt.max(4096).default(512),
+  /**
+   * Ingestion of a vector store's files: the largest file indexed (its bytes are read whole), the
+   * most chunks one file may make (its chunks are written in one transaction), and (Node) how
+   * many files are ingested at once. Past either cap the file ends `failed`.
+   */
+  GATEWAY_INGEST_MAX_FILE_BYTES: positiveInt.default(64 * 1024 * 1024),
+  GATEWAY_INGEST_MAX_CHUNKS: positiveInt.default(4096),
+  GATEWAY_INGEST_CONCURRENCY: positiveInt.max(64).default(2),
   /** A run fails when its upstream sends no first byte (connection and headers included) in this time. */
   GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: positiveInt.default(60_000),
   /**

@@ -4,6 +4,7 @@ import type { BlobStore } from './files/blob-store';
 import type { SecretBox } from './lib/secrets';
 import type { Slices } from './lib/slices';
 import type { Logger } from './logger';
+import type { IngestionHost } from './retrieval/host';
 import type { CounterStore } from './ratelimit/counter-store';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RunHost } from './runs/host';
@@ -36,4 +37,6 @@ export interface Deps {
   runHost: RunHost;
   /** Uploaded files' bytes (files/blob-store.ts): a directory under DATA_DIR on Node, R2 on Workers. */
   blobs: BlobStore;
+  /** Where files added to vector stores are ingested (retrieval/host.ts): in process on Node; none on Workers. */
+  ingestion: IngestionHost | null;
 }

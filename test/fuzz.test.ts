@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_CODES } from '../src/errors';
 import { createFakeUpstream, fakeDirective, type FakeUpstream } from './support/fake-upstream';
+import { storeFile } from './support/files';
 import { apiRoutes, createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
 import { startGatewayProcess, type GatewayProcess } from './support/processes';
 import { recordTally } from './support/tally';
@@ -67,8 +68,18 @@ beforeAll(async () => {
     expect(current.status).toBe('requires_action');
     toolCalls.push(current.required_action.submit_tool_outputs.tool_calls[0].id);
   }
+  const fileIds = [await storeFile(gateway, tenant, { filename: 'fuzz.md', content: '# Fuzz\n\nSome text.' })];
+  fileIds.push(await storeFile(gateway, tenant, { filename: 'fuzz2.txt', content: 'more text' }));
+  const store = await json(
+    await gateway.request('/v1/vector_stores', { key: tenant.workspaceKey, headers: { 'x-gateway-virtual-key': slug }, body: { name: 'fuzz' } }),
+  );
+  const batch = await json(await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, { key: tenant.workspaceKey, body: { file_ids: [fileIds[0]] } }));
+  await gateway.tasks.drain(10_000);
   Object.assign(real, {
     id: [policy.id],
+    vector_store_id: [store.id],
+    file_id: fileIds,
+    batch_id: [batch.id],
     assistant_id: [assistant.id],
     thread_id: runs.map((run) => run.thread_id),
     run_id: runs.map((run) => run.id),
@@ -131,6 +142,16 @@ function validBody(route: Route): Record<string, unknown> {
       return { metadata: { k: 'v' } };
     case 'POST /v1/threads/:thread_id/messages':
       return { role: 'user', content: [{ type: 'text', text: 'hi' }], metadata: { k: 'v' } };
+    case 'POST /v1/vector_stores':
+      return { name: 'v', metadata: { k: 'v' }, expires_after: { anchor: 'last_active_at', days: 2 } };
+    case 'POST /v1/vector_stores/:vector_store_id':
+      return { name: 'renamed', metadata: { k: 'v' }, expires_after: null };
+    case 'POST /v1/vector_stores/:vector_store_id/files':
+      return { file_id: real.file_id![1], attributes: { k: 'v', n: 1 }, chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 50 } } };
+    case 'POST /v1/vector_stores/:vector_store_id/files/:file_id':
+      return { attributes: { k: 'v', b: true } };
+    case 'POST /v1/vector_stores/:vector_store_id/file_batches':
+      return { files: [{ file_id: real.file_id![1], attributes: { n: 2 } }] };
     default:
       return {};
   }

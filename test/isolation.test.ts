@@ -2,9 +2,9 @@ import fc from 'fast-check';
 import { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, fakeDirective } from './support/fake-upstream';
+import { storeFile } from './support/files';
 import { apiRoutes, createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import { recordTally } from './support/tally';
-import { seedStore } from './support/vector-stores';
 
 /**
  * Tenancy, as a matrix: every route of the app, called with the credentials of one tenant on the
@@ -34,8 +34,10 @@ interface Holdings {
   doneRunId: string;
   /** An uploaded image (purpose vision) whose name and bytes carry the marker. */
   fileId: string;
-  /** A vector store whose one chunk says the marker. */
-  vectorStoreId: string;
+  /** A vector store with a file, added by a batch. */
+  storeId: string;
+  storeFileId: string;
+  batchId: string;
 }
 
 let a: Holdings; // the caller
@@ -80,10 +82,13 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
   const file = await gateway.openai({ 'x-gateway-api-key': key }).files.create({ file: await toFile(image, `${marker}.png`), purpose: 'vision' });
   const waiting = await run({ tool_calls: 1 });
   const done = await run({ reply: marker });
+  const storeFileId = await storeFile(gateway, tenant, { filename: `${marker}.txt`, content: marker });
+  const store = await json(
+    await gateway.request('/v1/vector_stores', { key, headers: { 'x-gateway-virtual-key': virtualKey }, body: { name: marker, metadata: { owner: marker } } }),
+  );
+  const batch = await json(await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, { key, body: { file_ids: [storeFileId] } }));
   await gateway.tasks.drain(10_000);
   const current = await json(await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}`, { key }));
-  await gateway.virtualKey(tenant, { base_url: `http://${marker}.upstream.test/v1`, models: ['text-embedding-*'], api_key: `sk-${marker}` });
-  const store = await seedStore(gateway, tenant, [{ filename: `${marker}.txt`, chunks: [`The secret is ${marker}`] }]);
   expect(current.status).toBe('requires_action');
   return {
     tenant,
@@ -97,7 +102,9 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     doneThreadId: done.thread_id,
     doneRunId: done.id,
     fileId: file.id,
-    vectorStoreId: store.id,
+    storeId: store.id,
+    storeFileId,
+    batchId: batch.id,
   };
 }
 
@@ -119,7 +126,12 @@ async function ownView(h: Holdings) {
     file: await get(`/v1/files/${h.fileId}`),
     files: await get('/v1/files'),
     content: await (await gateway.request(`/v1/files/${h.fileId}/content`, { key })).text(),
-    search: await json(await gateway.request(`/v1/vector_stores/${h.vectorStoreId}/search`, { key, body: { query: h.marker } })),
+    search: await json(await gateway.request(`/v1/vector_stores/${h.storeId}/search`, { key, body: { query: h.marker } })),
+    store: await get(`/v1/vector_stores/${h.storeId}`),
+    storeFiles: await get(`/v1/vector_stores/${h.storeId}/files`),
+    storeFile: await get(`/v1/vector_stores/${h.storeId}/files/${h.storeFileId}`),
+    fileContent: await get(`/v1/vector_stores/${h.storeId}/files/${h.storeFileId}/content`),
+    batch: await get(`/v1/vector_stores/${h.storeId}/file_batches/${h.batchId}`),
   };
 }
 
@@ -353,13 +365,75 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/files/${v.fileId}/content`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug } },
   ],
   'POST /v1/vector_stores/:vector_store_id/search': (v) => [
-    { method: 'POST', path: `/v1/vector_stores/${v.vectorStoreId}/search`, headers: scope(), body: { query: v.marker } },
-    { method: 'POST', path: `/v1/vector_stores/${v.vectorStoreId}/search`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { query: v.marker } },
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/search`, headers: scope(), body: { query: v.marker } },
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/search`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { query: v.marker } },
   ],
   'POST /v1/threads/:thread_id/runs/:run_id/cancel': (v) => [
     { method: 'POST', path: `/v1/threads/${v.threadId}/runs/${v.runId}/cancel`, headers: scope() },
     { method: 'POST', path: `/v1/threads/${a.threadId}/runs/${v.runId}/cancel`, headers: scope() },
     { method: 'POST', path: `/v1/threads/${v.threadId}/runs/${v.runId}/cancel`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug } },
+  ],
+  'GET /v1/vector_stores': (v) => [
+    { method: 'GET', path: '/v1/vector_stores', headers: scope(), list: true },
+    { method: 'GET', path: `/v1/vector_stores?after=${v.storeId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    { method: 'GET', path: '/v1/vector_stores', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'POST /v1/vector_stores': (v) => [
+    { method: 'POST', path: '/v1/vector_stores', headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug }, body: { name: 'planted' } },
+    // The caller's own store, with the victim's file or the victim's virtual key.
+    { method: 'POST', path: '/v1/vector_stores', headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey }, body: { file_ids: [v.storeFileId] } },
+  ],
+  'GET /v1/vector_stores/:vector_store_id': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'POST /v1/vector_stores/:vector_store_id': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}`, headers: scope(), body: { name: 'planted' } },
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { name: 'planted' } },
+  ],
+  'DELETE /v1/vector_stores/:vector_store_id': (v) => [
+    { method: 'DELETE', path: `/v1/vector_stores/${v.storeId}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/vector_stores/${v.storeId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'POST /v1/vector_stores/:vector_store_id/files': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/files`, headers: scope(), body: { file_id: a.storeFileId } },
+    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/files`, headers: scope(), body: { file_id: v.storeFileId } },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/files': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/files`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/files?after=${v.storeFileId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/files/:file_id': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/files/${v.storeFileId}`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/files/${v.storeFileId}`, headers: scope() },
+  ],
+  'POST /v1/vector_stores/:vector_store_id/files/:file_id': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/files/${v.storeFileId}`, headers: scope(), body: { attributes: { planted: true } } },
+    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/files/${v.storeFileId}`, headers: scope(), body: { attributes: { planted: true } } },
+  ],
+  'DELETE /v1/vector_stores/:vector_store_id/files/:file_id': (v) => [
+    { method: 'DELETE', path: `/v1/vector_stores/${v.storeId}/files/${v.storeFileId}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/vector_stores/${a.storeId}/files/${v.storeFileId}`, headers: scope() },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/files/:file_id/content': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/files/${v.storeFileId}/content`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/files/${v.storeFileId}/content`, headers: scope() },
+  ],
+  'POST /v1/vector_stores/:vector_store_id/file_batches': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/file_batches`, headers: scope(), body: { file_ids: [a.storeFileId] } },
+    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/file_batches`, headers: scope(), body: { files: [{ file_id: v.storeFileId }] } },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/file_batches/:batch_id': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/file_batches/${v.batchId}`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/file_batches/${v.batchId}`, headers: scope() },
+  ],
+  'POST /v1/vector_stores/:vector_store_id/file_batches/:batch_id/cancel': (v) => [
+    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/file_batches/${v.batchId}/cancel`, headers: scope() },
+    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/file_batches/${v.batchId}/cancel`, headers: scope() },
+  ],
+  'GET /v1/vector_stores/:vector_store_id/file_batches/:batch_id/files': (v) => [
+    { method: 'GET', path: `/v1/vector_stores/${v.storeId}/file_batches/${v.batchId}/files`, headers: scope() },
+    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/file_batches/${v.batchId}/files`, headers: scope() },
   ],
 };
 
@@ -390,7 +464,9 @@ function leaks(text: string, victim: Holdings, sent: string): string[] {
     victim.doneThreadId,
     victim.doneRunId,
     victim.fileId,
-    victim.vectorStoreId,
+    victim.storeId,
+    victim.storeFileId,
+    victim.batchId,
     victim.tenant.workspace.id,
     victim.tenant.workspace.slug,
     victim.tenant.organisationId,

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeThread, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
+import { storeFile } from './support/files';
 import { apiRoutes, createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
 import { componentErrors, referenceOperations, responseComponent, streamEventErrors } from './support/openapi';
 import { parseEventStream, type StreamEvent } from './support/sse';
@@ -51,6 +52,8 @@ interface World {
   file(): Promise<string>;
   /** An uploaded PNG of purpose vision. */
   image(): Promise<string>;
+  /** A vector store with one file, ingested, and the batch that added it. */
+  vectorStore(): Promise<{ storeId: string; fileId: string; batchId: string }>;
 }
 
 interface Operation {
@@ -375,6 +378,102 @@ const operations: Operation[] = [
       return { method: 'GET', path: `/threads/${threadId}/runs/${runId}/steps/${stepId}` };
     },
   },
+
+  // ── Vector stores ──
+  {
+    operationId: 'createVectorStore',
+    call: async (world) => ({
+      method: 'POST',
+      path: '/vector_stores',
+      body: {
+        name: 'Docs',
+        file_ids: [await world.file()],
+        chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 400, chunk_overlap_tokens: 100 } },
+        expires_after: { anchor: 'last_active_at', days: 7 },
+        metadata: { team: 'docs' },
+      },
+    }),
+  },
+  { operationId: 'listVectorStores', call: async (world) => (await world.vectorStore(), { method: 'GET', path: '/vector_stores?limit=2' }) },
+  { operationId: 'getVectorStore', call: async (world) => ({ method: 'GET', path: `/vector_stores/${(await world.vectorStore()).storeId}` }) },
+  {
+    operationId: 'modifyVectorStore',
+    call: async (world) => ({ method: 'POST', path: `/vector_stores/${(await world.vectorStore()).storeId}`, body: { name: 'Renamed', expires_after: null } }),
+  },
+  { operationId: 'deleteVectorStore', call: async (world) => ({ method: 'DELETE', path: `/vector_stores/${(await world.vectorStore()).storeId}` }) },
+  {
+    operationId: 'createVectorStoreFile',
+    call: async (world) => ({
+      method: 'POST',
+      path: `/vector_stores/${(await world.vectorStore()).storeId}/files`,
+      body: { file_id: await world.file(), attributes: { year: 2024, draft: true, author: 'ann' } },
+    }),
+  },
+  {
+    operationId: 'listVectorStoreFiles',
+    call: async (world) => ({ method: 'GET', path: `/vector_stores/${(await world.vectorStore()).storeId}/files?filter=completed` }),
+  },
+  {
+    operationId: 'getVectorStoreFile',
+    call: async (world) => {
+      const { storeId, fileId } = await world.vectorStore();
+      return { method: 'GET', path: `/vector_stores/${storeId}/files/${fileId}` };
+    },
+  },
+  {
+    operationId: 'updateVectorStoreFileAttributes',
+    call: async (world) => {
+      const { storeId, fileId } = await world.vectorStore();
+      return { method: 'POST', path: `/vector_stores/${storeId}/files/${fileId}`, body: { attributes: { reviewed: true } } };
+    },
+  },
+  {
+    operationId: 'deleteVectorStoreFile',
+    call: async (world) => {
+      const { storeId, fileId } = await world.vectorStore();
+      return { method: 'DELETE', path: `/vector_stores/${storeId}/files/${fileId}` };
+    },
+  },
+  {
+    operationId: 'retrieveVectorStoreFileContent',
+    call: async (world) => {
+      const { storeId, fileId } = await world.vectorStore();
+      return { method: 'GET', path: `/vector_stores/${storeId}/files/${fileId}/content` };
+    },
+  },
+  {
+    operationId: 'createVectorStoreFileBatch',
+    call: async (world) => ({
+      method: 'POST',
+      path: `/vector_stores/${(await world.vectorStore()).storeId}/file_batches`,
+      body: { files: [{ file_id: await world.file(), attributes: { n: 1 } }, { file_id: await world.file() }] },
+    }),
+  },
+  {
+    operationId: 'getVectorStoreFileBatch',
+    call: async (world) => {
+      const { storeId, batchId } = await world.vectorStore();
+      return { method: 'GET', path: `/vector_stores/${storeId}/file_batches/${batchId}` };
+    },
+  },
+  {
+    operationId: 'cancelVectorStoreFileBatch',
+    call: async (world) => {
+      const { storeId, batchId } = await world.vectorStore();
+      return { method: 'POST', path: `/vector_stores/${storeId}/file_batches/${batchId}/cancel` };
+    },
+  },
+  {
+    operationId: 'listFilesInVectorStoreBatch',
+    call: async (world) => {
+      const { storeId, batchId } = await world.vectorStore();
+      return { method: 'GET', path: `/vector_stores/${storeId}/file_batches/${batchId}/files` };
+    },
+  },
+  {
+    operationId: 'searchVectorStore',
+    call: async (world) => ({ method: 'POST', path: `/vector_stores/${(await world.vectorStore()).storeId}/search`, body: { query: 'hello' } }),
+  },
 ];
 
 /** Errors, one per kind of refusal the operations above meet: each body must be an ErrorResponse. */
@@ -478,6 +577,12 @@ const world: World = {
     form.set('purpose', 'vision');
     return (await json(await send({ method: 'POST', path: '/files', body: form }))).id;
   },
+  async vectorStore() {
+    const store = await json(await send({ method: 'POST', path: '/vector_stores', body: { name: 'Docs' } }));
+    const batch = await json(await send({ method: 'POST', path: `/vector_stores/${store.id}/file_batches`, body: { file_ids: [await world.file()] } }));
+    await gateway.tasks.drain(20_000);
+    return { storeId: store.id, fileId: (await json(await send({ method: 'GET', path: `/vector_stores/${store.id}/files` }))).data[0].id, batchId: batch.id };
+  },
   async runRequiringAction() {
     const events = await streamedRun({ assistant_id: await world.assistant(), thread: fakeThread('Weather in Paris?', { tool_calls: 1 }) });
     const run = dataOf(events, 'thread.run.requires_action');
@@ -550,10 +655,10 @@ describe('every error validates against ErrorResponse', () => {
 });
 
 describe('the table', () => {
-  const reference = referenceOperations().filter(({ path }) => ['/assistants', '/threads', '/files'].some((prefix) => path.startsWith(prefix)));
+  const reference = referenceOperations().filter(({ path }) => ['/assistants', '/threads', '/files', '/vector_stores'].some((prefix) => path.startsWith(prefix)));
   const rows = new Map(operations.map((operation) => [operation.operationId, operation]));
 
-  it('has a row for every Assistants and Files operation of the reference', () => {
+  it('has a row for every Assistants, Files and Vector stores operation of the reference', () => {
     expect(reference.map(({ operationId }) => operationId).filter((id) => !rows.has(id))).toEqual([]);
   });
 

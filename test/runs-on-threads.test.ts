@@ -702,7 +702,7 @@ describe('what a run on a thread refuses, writing nothing', () => {
       { additional_messages: [{ role: 'user', content: 'ok' }, { role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file_1' } }] }] },
       { status: 400, code: 'invalid_value', param: 'additional_messages[1].content[0].image_file.file_id' },
     ],
-    ['attachments', { additional_messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file_1' }] }] }, { status: 400, code: 'unsupported_content', param: 'additional_messages[0].attachments' }],
+    ['a code_interpreter attachment', { additional_messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file_1', tools: [{ type: 'code_interpreter' }] }] }] }, { status: 400, code: 'unsupported_tool', param: 'additional_messages[0].attachments[0].tools[0]' }],
     ['additional_instructions too long', { additional_instructions: 'i'.repeat(256_001) }, { status: 400, code: 'string_above_max_length', param: 'additional_instructions' }],
     ['a thread', { thread: { messages: [] } }, { status: 400, code: 'unknown_parameter', param: 'thread' }],
     ['tool_resources', { tool_resources: {} }, { status: 400, code: 'unknown_parameter', param: 'tool_resources' }],

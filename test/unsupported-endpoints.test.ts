@@ -20,26 +20,11 @@ beforeAll(async () => {
 afterAll(() => gateway.close());
 
 /**
- * Operations of OpenAI's API that the gateway does not serve: Vector stores from the reference
- * OpenAPI (docs/supported-operations.md), and other APIs a client may try.
+ * Operations the gateway does not serve: other APIs of OpenAI a client may try (every Assistants,
+ * Files and Vector stores operation of the reference OpenAPI is served: docs/supported-operations.md).
  */
 const UNSERVED: [string, string][] = [
   ['POST', '/v1/uploads'],
-  ['GET', '/v1/vector_stores'],
-  ['POST', '/v1/vector_stores'],
-  ['GET', '/v1/vector_stores/vs_abc123'],
-  ['POST', '/v1/vector_stores/vs_abc123'],
-  ['DELETE', '/v1/vector_stores/vs_abc123'],
-  ['POST', '/v1/vector_stores/vs_abc123/file_batches'],
-  ['GET', '/v1/vector_stores/vs_abc123/file_batches/vsfb_abc123'],
-  ['POST', '/v1/vector_stores/vs_abc123/file_batches/vsfb_abc123/cancel'],
-  ['GET', '/v1/vector_stores/vs_abc123/file_batches/vsfb_abc123/files'],
-  ['GET', '/v1/vector_stores/vs_abc123/files'],
-  ['POST', '/v1/vector_stores/vs_abc123/files'],
-  ['GET', '/v1/vector_stores/vs_abc123/files/file-abc123'],
-  ['POST', '/v1/vector_stores/vs_abc123/files/file-abc123'],
-  ['DELETE', '/v1/vector_stores/vs_abc123/files/file-abc123'],
-  ['GET', '/v1/vector_stores/vs_abc123/files/file-abc123/content'],
   ['POST', '/v1/chat/completions'],
   ['POST', '/v1/responses'],
   ['POST', '/v1/embeddings'],
@@ -95,12 +80,12 @@ describe('unsupported endpoints', () => {
   it('answer a body over the size limit and of any type with the same 404, unread', async () => {
     const limit = gateway.deps.config.GATEWAY_MAX_BODY_BYTES;
     for (const contentType of ['application/octet-stream', 'text/plain', 'application/json']) {
-      const request = new Request('http://gateway.test/v1/vector_stores/vs_1/files', {
+      const request = new Request('http://gateway.test/v1/responses', {
         method: 'POST',
         headers: { 'content-type': contentType, 'content-length': String(limit + 1) },
         body: 'x'.repeat(limit + 1),
       });
-      expectUnsupported(await errorOf(await gateway.app.request(request)), 'POST', '/v1/vector_stores/vs_1/files');
+      expectUnsupported(await errorOf(await gateway.app.request(request)), 'POST', '/v1/responses');
       expect(request.bodyUsed).toBe(false);
     }
   });
@@ -112,9 +97,9 @@ describe('unsupported endpoints', () => {
       .catch((error: unknown) => error);
     expect(upload).toBeInstanceOf(NotFoundError);
     expect(upload).toMatchObject({ status: 404, code: 'unsupported_endpoint' });
-    const stores = await openai.vectorStores.list().catch((error: unknown) => error);
-    expect(stores).toBeInstanceOf(OpenAI.NotFoundError);
-    expect((stores as NotFoundError).message).toContain('GET /v1/vector_stores');
+    const models = await openai.models.list().catch((error: unknown) => error);
+    expect(models).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((models as NotFoundError).message).toContain('GET /v1/models');
   });
 
   it('shorten a very long path in the message', async () => {

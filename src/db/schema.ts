@@ -377,6 +377,8 @@ export const vectorStoreFiles = sqliteTable(
     createdAt: ms('created_at').notNull(),
     attempts: integer('attempts').notNull().default(0),
     leaseExpiresAt: ms('lease_expires_at'),
+    /** The API key that added the file: its embedding calls count against that key in rate-limit policies. */
+    apiKeyId: text('api_key_id'),
   },
   (t) => [
     uniqueIndex('vector_store_files_store_file').on(t.vectorStoreId, t.fileId),

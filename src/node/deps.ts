@@ -8,6 +8,7 @@ import { upstreamRules } from '../services/upstream-rules';
 import { join } from 'node:path';
 import { directoryBlobStore } from './blob-store';
 import { loadSecretBox } from './key-file';
+import { inProcessIngestionHost } from './ingest-host';
 import { inProcessRunHost } from './run-host';
 import { upstreamFetch } from './upstream-fetch';
 
@@ -17,7 +18,7 @@ import { upstreamFetch } from './upstream-fetch';
  */
 export async function createNodeDeps(config: Config, database: NodeDatabase, overrides: Partial<Deps> = {}): Promise<Deps> {
   const log = overrides.log ?? createLogger(config.LOG_LEVEL);
-  const deps: Omit<Deps, 'runHost'> = {
+  const deps: Omit<Deps, 'runHost' | 'ingestion'> = {
     db: database.db,
     config,
     log,
@@ -30,5 +31,9 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     ...overrides,
   };
-  return { ...deps, runHost: overrides.runHost ?? inProcessRunHost(deps) };
+  return {
+    ...deps,
+    runHost: overrides.runHost ?? inProcessRunHost(deps),
+    ingestion: overrides.ingestion === undefined ? inProcessIngestionHost(deps) : overrides.ingestion,
+  };
 }

@@ -59,8 +59,12 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
       ),
     );
   sweep();
+  // Files of vector stores left in progress by a crash of this or another process (their lease
+  // passes), and any queued while no worker ran: ingestion looks at them at start and with each sweep.
+  const ingest = () => deps.ingestion?.wake({ waitUntil: (task) => tasks.track(task) });
+  ingest();
   // Twice per lease: a run whose executor died is settled at most 1.5 leases after its last renewal.
-  const sweeper = setInterval(sweep, leaseMs(config) / 2);
+  const sweeper = setInterval(() => (sweep(), ingest()), leaseMs(config) / 2);
   sweeper.unref();
   const purge = () =>
     tasks.track(

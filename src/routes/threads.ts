@@ -9,11 +9,12 @@ import { listObject } from '../wire/lists';
 import { toMessageJson, toThreadJson } from '../wire/threads';
 import type { ApiEnv, WorkspaceEnv } from './env';
 import { runRoutes } from './runs';
+import { storeRequest } from './store-request';
 
 /** Threads and their messages, under /v1/threads. */
 const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
   .post('/', validate('json', createThreadBody), async (c) => {
-    const thread = await createThread(c.var.deps, c.var.workspace.workspaceId, c.req.valid('json'));
+    const thread = await createThread(c.var.deps, storeRequest(c), c.req.valid('json'));
     return c.json(toThreadJson(thread));
   })
   .get('/:thread_id', async (c) => {
@@ -36,7 +37,7 @@ const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
     return c.json(listObject(await listMessages(db, thread.id, c.req.valid('query')), toMessageJson));
   })
   .post('/:thread_id/messages', validate('json', createMessageBody), async (c) => {
-    const message = await createMessage(c.var.deps, c.var.workspace.workspaceId, c.req.param('thread_id'), c.req.valid('json'));
+    const message = await createMessage(c.var.deps, storeRequest(c), c.req.param('thread_id'), c.req.valid('json'));
     return c.json(toMessageJson(message));
   })
   .get('/:thread_id/messages/:message_id', async (c) => {

@@ -24,9 +24,11 @@ import {
   type RunRow,
   type StepRow,
 } from '../services/runs';
-import { getThread, type MessageRow, type ThreadRow } from '../services/threads';
+import { getThread, setToolResources, type MessageRow, type ThreadRow } from '../services/threads';
 import { getVirtualKey, resolveVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
+import { wakeIngestion } from '../vector-stores/commands';
+import { attachedFiles, storedToolResources, threadStoreWrites } from '../vector-stores/thread-stores';
 import { toThreadJson } from '../wire/threads';
 import type { ServerSentEvent } from './event-stream';
 import type { RequestContext, StreamOptions } from './host';
@@ -47,7 +49,7 @@ import { settleRun } from './settle';
  */
 
 /** What the run use-cases use of the deps. */
-export type RunCommandDeps = Pick<Deps, 'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs'>;
+export type RunCommandDeps = Pick<Deps, 'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs' | 'ingestion'>;
 
 /** Who asks: what the run is attributed to and what rate-limit policies match on. */
 export interface Caller {
@@ -82,8 +84,16 @@ export async function createThreadAndRun(
 ): Promise<RunAnswer> {
   const assistant = await getAssistant(deps.db, caller.workspaceId, body.assistant_id);
   const at = deps.now();
-  const thread = newThread(caller.workspaceId, body.thread, at);
-  return startRun(deps, caller, context, {
+  const thread = newThread(caller.workspaceId, { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) }, at);
+  // The thread's vector store, when its tool_resources create one or its messages attach files for file_search.
+  const request = { ...caller, waitUntil: (task: Promise<unknown>) => context.waitUntil(task) };
+  const stores = await threadStoreWrites(deps, request, thread, {
+    inline: body.thread?.tool_resources?.file_search?.vector_stores?.[0],
+    inlineParam: 'thread.tool_resources',
+    attached: attachedFiles(body.thread?.messages ?? [], (index) => `thread.messages[${index}].`),
+  });
+  if (stores.toolResources) thread.toolResources = stores.toolResources;
+  const answer = await startRun(deps, caller, context, {
     at,
     thread,
     assistantId: assistant.id,
@@ -91,10 +101,12 @@ export async function createThreadAndRun(
     messages: body.thread?.messages ?? [],
     messagesParam: 'thread.messages',
     history: NO_HISTORY,
-    write: (messages, run) => insertThreadAndRun(deps.db, thread, messages, run),
+    write: (messages, run) => insertThreadAndRun(deps.db, thread, messages, run, stores.statements),
     leading: [['thread.created', toThreadJson(thread)]],
     stream: body.stream === true,
   });
+  if (stores.queued) wakeIngestion(deps, request);
+  return answer;
 }
 
 /**
@@ -123,7 +135,14 @@ export async function createRun(
   const settings = runSettings(assistant, body);
   const blocking = await blockingRun(deps, thread.id);
   if (blocking) throw activeRunError(thread.id, blocking.id);
-  return startRun(deps, caller, context, {
+  // additional_messages' file_search attachments go to the thread's store (created if it has none),
+  // in the run's batch: written with it or not at all.
+  const request = { ...caller, waitUntil: (task: Promise<unknown>) => context.waitUntil(task) };
+  const stores = await threadStoreWrites(deps, request, thread, {
+    attached: attachedFiles(body.additional_messages ?? [], (index) => `additional_messages[${index}].`),
+  });
+  const extra = stores.toolResources ? [...stores.statements, setToolResources(db, thread.id, stores.toolResources)] : stores.statements;
+  const answer = await startRun(deps, caller, context, {
     at: deps.now(),
     thread,
     assistantId: assistant.id,
@@ -132,16 +151,18 @@ export async function createRun(
     messagesParam: 'additional_messages',
     history,
     write: async (messages, run) => {
-      if (await insertRunOnThread(db, messages, run)) return;
+      if (await insertRunOnThread(db, messages, run, extra)) return;
       // The open run in the way may have been left behind: settled by recovery, it is in the way no more.
       const blocking = await blockingRun(deps, thread.id);
-      if (blocking === null && (await insertRunOnThread(db, messages, run))) return;
+      if (blocking === null && (await insertRunOnThread(db, messages, run, extra))) return;
       throw activeRunError(thread.id, blocking?.id ?? (await openRunOf(db, thread.id))?.id ?? null);
     },
     leading: [],
     stream: body.stream === true,
     includeResultContent,
   });
+  if (stores.queued) wakeIngestion(deps, request);
+  return answer;
 }
 
 const NO_HISTORY: History = { messages: [], steps: [] };

@@ -2,7 +2,7 @@ import type { Config } from '../config';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
 import type { StepDetails } from '../schemas/runs';
-import type { MessageContent, ThreadMessageInput } from '../schemas/threads';
+import type { MessageAttachment, MessageContent, ThreadMessageInput } from '../schemas/threads';
 import type { ToolResources } from '../schemas/tools';
 import { leaseMs, type RunRow, type StepRow } from '../services/runs';
 import type { MessageRow, ThreadRow } from '../services/threads';
@@ -43,7 +43,7 @@ export function clientMessage(thread: ThreadRow, input: ThreadMessageInput, para
     status: 'completed',
     assistantId: null,
     runId: null,
-    attachments: [],
+    attachments: messageAttachments(input, param),
     metadata: input.metadata ?? {},
     incompleteDetails: null,
     completedAt: at,
@@ -71,13 +71,25 @@ export function answerMessage(run: RunRow, at: number): MessageRow {
   };
 }
 
-/** Message content as stored; attachments are refused (nothing reads them yet). */
+/**
+ * A message's attachments as stored. Those for file_search are added to the thread's vector store
+ * (vector-stores/thread-stores.ts); code_interpreter has no sandbox here and is refused.
+ */
+function messageAttachments(input: ThreadMessageInput, param: string): MessageAttachment[] {
+  return (input.attachments ?? []).map((attachment, index) => {
+    const tools = attachment.tools ?? [];
+    const refused = tools.findIndex((tool) => tool.type !== 'file_search');
+    if (refused >= 0) {
+      throw new ApiError('unsupported_tool', 'Attachments for code_interpreter are not supported: this gateway has no code sandbox. Attach files for file_search.', {
+        param: field(param, `attachments[${index}].tools[${refused}]`),
+      });
+    }
+    return { file_id: attachment.file_id, tools };
+  });
+}
+
+/** Message content as stored; image_file parts were checked against the files before (files/images.ts). */
 function messageContent(input: ThreadMessageInput, param: string): MessageContent[] {
-  if (input.attachments && input.attachments.length > 0) {
-    throw new ApiError('unsupported_content', 'Attachments need OpenAI-hosted files, which this gateway does not have.', {
-      param: field(param, 'attachments'),
-    });
-  }
   if (typeof input.content === 'string') return [{ type: 'text', text: { value: input.content, annotations: [] } }];
   return input.content.map((part, index): MessageContent => {
     switch (part.type) {

@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { cursorListQuery, metadataSchema } from './common';
 import { toolResourcesSchema } from './tools';
+import { chunkingStrategySchema, VECTOR_STORE_LIMITS } from './vector-stores';
 
 /**
  * Threads and their messages: the bodies that create and modify them (alone, or a thread created
@@ -34,7 +35,15 @@ export const threadMessageSchema = z.strictObject({
     z.array(z.discriminatedUnion('type', [textPart, imageUrlPart, imageFilePart])).min(1).max(THREAD_LIMITS.contentParts),
   ]),
   attachments: z
-    .array(z.strictObject({ file_id: z.string().min(1).max(256), tools: z.array(z.unknown()).max(8).optional() }))
+    .array(
+      z.strictObject({
+        file_id: z.string().min(1).max(256),
+        tools: z
+          .array(z.discriminatedUnion('type', [z.strictObject({ type: z.literal('file_search') }), z.strictObject({ type: z.literal('code_interpreter') })]))
+          .max(8)
+          .optional(),
+      }),
+    )
     .max(20)
     .nullable()
     .optional(),
@@ -42,9 +51,37 @@ export const threadMessageSchema = z.strictObject({
 });
 export type ThreadMessageInput = z.infer<typeof threadMessageSchema>;
 
+/**
+ * A new thread's tool resources: file_search may also create its vector store, from files
+ * (`vector_stores`, at most one, OpenAI's rule), instead of naming one (`vector_store_ids`).
+ */
+const newThreadToolResources = toolResourcesSchema
+  .extend({
+    file_search: toolResourcesSchema.shape.file_search
+      .unwrap()
+      .extend({
+        vector_stores: z
+          .array(
+            z.strictObject({
+              file_ids: z.array(z.string().min(1).max(256)).max(VECTOR_STORE_LIMITS.storeFiles).optional(),
+              chunking_strategy: chunkingStrategySchema.optional(),
+              metadata: metadataSchema.nullable().optional(),
+            }),
+          )
+          .max(1)
+          .optional(),
+      })
+      .refine((value) => value.vector_store_ids === undefined || value.vector_stores === undefined, {
+        path: ['vector_stores'],
+        error: "'vector_store_ids' and 'vector_stores' are mutually exclusive: send one of them.",
+      })
+      .optional(),
+  });
+export type NewThreadToolResources = z.infer<typeof newThreadToolResources>;
+
 export const threadSchema = z.strictObject({
   messages: z.array(threadMessageSchema).max(THREAD_LIMITS.messages).optional(),
-  tool_resources: toolResourcesSchema.nullable().optional(),
+  tool_resources: newThreadToolResources.nullable().optional(),
   metadata: metadataSchema.nullable().optional(),
 });
 export type ThreadInput = z.infer<typeof threadSchema>;
@@ -53,7 +90,7 @@ export type ThreadInput = z.infer<typeof threadSchema>;
 export const createThreadBody = threadSchema;
 
 /** POST /v1/threads/{thread_id}: OpenAI's ModifyThreadRequest; the fields sent replace the stored ones. */
-export const modifyThreadBody = threadSchema.omit({ messages: true });
+export const modifyThreadBody = threadSchema.omit({ messages: true }).extend({ tool_resources: toolResourcesSchema.nullable().optional() });
 export type ModifyThreadBody = z.infer<typeof modifyThreadBody>;
 
 /** POST /v1/threads/{thread_id}/messages: OpenAI's CreateMessageRequest. */
@@ -71,7 +108,7 @@ export type MessageContent =
   | { type: 'image_url'; image_url: { url: string; detail?: string } }
   | { type: 'image_file'; image_file: { file_id: string; detail?: string } };
 
-/** A file attached to a message, with the tools that may read it (none are stored yet). */
+/** A file attached to a message, with the tools that may read it (file_search: it is in the thread's vector store). */
 export interface MessageAttachment {
   file_id: string;
   tools: { type: string }[];

@@ -51,9 +51,9 @@ export function activeRunError(threadId: string, runId: string | null): ApiError
  * A new run on an existing thread, with the messages it adds to the thread, in one transaction:
  * false, and nothing written, when the thread has an open run (the unique index refused it).
  */
-export async function insertRunOnThread(db: Db, threadMessages: MessageRow[], run: RunRow): Promise<boolean> {
+export async function insertRunOnThread(db: Db, threadMessages: MessageRow[], run: RunRow, extra: Statement[] = []): Promise<boolean> {
   try {
-    await insertThreadAndRun(db, null, threadMessages, run);
+    await insertThreadAndRun(db, null, threadMessages, run, extra);
     return true;
   } catch (error) {
     if (isUniqueViolation(error, 'runs.thread_id')) return false;
@@ -111,12 +111,13 @@ export async function insertThreadAndRun(
   thread: ThreadRow | null,
   threadMessages: MessageRow[],
   run: RunRow,
+  extra: Statement[] = [],
 ): Promise<void> {
   const statements: Statement[] = [];
   if (thread) statements.push(db.insert(threads).values(thread));
   if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
   statements.push(db.insert(runs).values(run));
-  await batchWrites(db, statements);
+  await batchWrites(db, [...statements, ...extra]);
 }
 
 export async function getRun(db: Db, workspaceId: string, threadId: string, runId: string): Promise<RunRow> {

@@ -1,9 +1,10 @@
-import { and, asc, eq, inArray, isNull, ne, or, sql } from 'drizzle-orm';
+import { and, asc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
 import { batchWrites, type Db, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import type { ModifyMessageBody, ModifyThreadBody } from '../schemas/threads';
+import type { ToolResources } from '../schemas/tools';
 import { cursorPage } from './pagination';
 import { insertWhere } from './quotas';
 
@@ -27,12 +28,20 @@ export async function getThread(db: Db, workspaceId: string, id: string): Promis
   return row;
 }
 
-/** A new thread and its first messages, in one transaction. */
-export async function insertThread(db: Db, thread: ThreadRow, threadMessages: MessageRow[]): Promise<void> {
+/** A new thread and its first messages, in one transaction (with `extra`: its vector store, say). */
+export async function insertThread(db: Db, thread: ThreadRow, threadMessages: MessageRow[], extra: Statement[] = []): Promise<void> {
   const statements: Statement[] = [db.insert(threads).values(thread)];
   if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
-  await batchWrites(db, statements);
+  await batchWrites(db, [...statements, ...extra]);
 }
+
+/** Sets the thread's tool resources (when `condition` holds: a statement of the caller's batch). */
+export function setToolResources(db: Db, threadId: string, toolResources: ToolResources, condition?: SQL): Statement {
+  return db.update(threads).set({ toolResources }).where(and(eq(threads.id, threadId), condition));
+}
+
+/** Holds once `messageId` is written: the condition of writes that go with a message. */
+export const messageWritten = (messageId: string): SQL => sql`EXISTS (SELECT 1 FROM ${messages} WHERE ${messages.id} = ${messageId})`;
 
 /** Replaces the fields `body` sends (null metadata is no metadata); 404 as getThread. */
 export async function modifyThread(db: Db, workspaceId: string, id: string, body: ModifyThreadBody): Promise<ThreadRow> {
@@ -77,10 +86,12 @@ export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boole
  * is either before it (the message is refused) or after it (the run sees the message), never
  * both. Answers the message, or null when it was not written.
  */
-export async function insertMessageWhileIdle(db: Db, message: MessageRow): Promise<MessageRow | null> {
+export async function insertMessageWhileIdle(db: Db, message: MessageRow, extra: Statement[] = []): Promise<MessageRow | null> {
   const threadExists = sql`EXISTS (SELECT 1 FROM ${threads} WHERE ${threads.id} = ${message.threadId})`;
   const idle = sql`NOT EXISTS (${runHoldingThread(message.threadId)})`;
-  const [row] = await insertWhere(db, messages, message, sql`${threadExists} AND ${idle}`).returning();
+  const insert = insertWhere(db, messages, message, sql`${threadExists} AND ${idle}`).returning();
+  // `extra` (writes conditional on messageWritten) goes in the same transaction, after the message.
+  const [[row]] = await db.batch([insert, ...extra]);
   return row ?? null;
 }
 

@@ -10,10 +10,14 @@ import {
   getThread,
   insertMessageWhileIdle,
   insertThread,
+  messageWritten,
+  setToolResources,
   type MessageRow,
   type ThreadRow,
 } from '../services/threads';
 import { openRunOf } from '../services/runs';
+import { wakeIngestion, type StoreRequest } from '../vector-stores/commands';
+import { attachedFiles, storedToolResources, threadStoreWrites } from '../vector-stores/thread-stores';
 
 /**
  * The thread and message use-cases that involve more than one query: creating a thread with its
@@ -21,16 +25,29 @@ import { openRunOf } from '../services/runs';
  * thread). The routes (routes/threads.ts) validate, call one of these or one service, and answer.
  */
 
-/** What these use-cases use of the deps: a run left behind is settled on the way (runs/recovery.ts). */
-export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | 'blobs'>;
+/**
+ * What these use-cases use of the deps: a run left behind is settled on the way (runs/recovery.ts);
+ * image parts are checked against the files (blobs); files for file_search go to the thread's
+ * vector store (vector-stores/thread-stores.ts).
+ */
+export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | 'config' | 'ingestion' | 'blobs'>;
 
-/** POST /v1/threads: the thread and its messages, in one transaction. */
-export async function createThread(deps: ThreadCommandDeps, workspaceId: string, body: ThreadInput): Promise<ThreadRow> {
+/**
+ * POST /v1/threads: the thread and its messages, with the vector store its tool_resources create
+ * and its messages' file_search attachments fill, in one transaction.
+ */
+export async function createThread(deps: ThreadCommandDeps, request: StoreRequest, body: ThreadInput): Promise<ThreadRow> {
   const at = deps.now();
-  const thread = newThread(workspaceId, body, at);
+  const thread = newThread(request.workspaceId, { metadata: body.metadata, tool_resources: storedToolResources(body.tool_resources) }, at);
   const messages = (body.messages ?? []).map((message, index) => clientMessage(thread, message, `messages[${index}]`, at));
-  await checkImageFiles(deps, workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
-  await insertThread(deps.db, thread, messages);
+  await checkImageFiles(deps, request.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
+  const stores = await threadStoreWrites(deps, request, thread, {
+    inline: body.tool_resources?.file_search?.vector_stores?.[0],
+    attached: attachedFiles(body.messages ?? [], (index) => `messages[${index}].`),
+  });
+  if (stores.toolResources) thread.toolResources = stores.toolResources;
+  await insertThread(deps.db, thread, messages, stores.statements);
+  if (stores.queued) wakeIngestion(deps, request);
   return thread;
 }
 
@@ -40,18 +57,24 @@ export async function createThread(deps: ThreadCommandDeps, workspaceId: string,
  */
 export async function createMessage(
   deps: ThreadCommandDeps,
-  workspaceId: string,
+  request: StoreRequest,
   threadId: string,
   body: ThreadMessageInput,
 ): Promise<MessageRow> {
-  const thread = await getThread(deps.db, workspaceId, threadId);
+  const thread = await getThread(deps.db, request.workspaceId, threadId);
   const message = clientMessage(thread, body, '', deps.now());
-  await checkImageFiles(deps, workspaceId, [body], () => '');
-  return whileIdle(deps, thread, () => insertMessageWhileIdle(deps.db, message), (run) =>
+  await checkImageFiles(deps, request.workspaceId, [body], () => '');
+  // Its file_search attachments go to the thread's store (created if it has none), only if it is written.
+  const written = messageWritten(message.id);
+  const stores = await threadStoreWrites(deps, request, thread, { attached: attachedFiles([body], () => '') }, written);
+  const extra = [...stores.statements, ...(stores.toolResources ? [setToolResources(deps.db, thread.id, stores.toolResources, written)] : [])];
+  const row = await whileIdle(deps, thread, () => insertMessageWhileIdle(deps.db, message, extra), (run) =>
     run
       ? `Can't add messages to ${thread.id} while a run ${run} is active.`
       : `Can't add messages to ${thread.id} while a run is active.`,
   );
+  if (stores.queued) wakeIngestion(deps, request);
+  return row;
 }
 
 /**

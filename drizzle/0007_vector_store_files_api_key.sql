@@ -1,0 +1,1 @@
+ALTER TABLE `vector_store_files` ADD `api_key_id` text;

@@ -1,0 +1,14 @@
+/**
+ * Where files are ingested (read, extracted, chunked, embedded, written: retrieval/ingest.ts),
+ * away from the request that added them: an upload or a store's creation never waits for
+ * embeddings. Node ingests in its own process (node/ingest-host.ts). The Workers gateway has none
+ * (deps.ingestion is null there): the ingestion libraries would not fit its bundle, and adding
+ * files to a vector store is refused with `ingestion_unavailable` (README, "Vector stores").
+ */
+export interface IngestionHost {
+  /**
+   * Files were queued (vector_store_files rows in progress): start ingesting them, in the
+   * background, kept alive by `context.waitUntil`.
+   */
+  wake(context: { waitUntil(task: Promise<unknown>): void }): void;
+}

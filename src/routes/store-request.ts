@@ -1,0 +1,12 @@
+import type { Context } from 'hono';
+import { requestedVirtualKey } from '../middleware/virtual-key';
+import type { StoreRequest } from '../vector-stores/commands';
+import type { WorkspaceEnv } from './env';
+
+/** Who adds files to a vector store, from a request of a workspace route (vector stores, threads, messages). */
+export const storeRequest = (c: Context<WorkspaceEnv>): StoreRequest => ({
+  workspaceId: c.var.workspace.workspaceId,
+  apiKeyId: c.var.apiKey.id,
+  virtualKeySlug: requestedVirtualKey(c),
+  waitUntil: (task) => c.executionCtx.waitUntil(task),
+});

@@ -1,0 +1,148 @@
+import { Hono, type Context } from 'hono';
+import { assistantsBeta } from '../middleware/assistants-beta';
+import { validate } from '../middleware/validate';
+import { workspace } from '../middleware/workspace';
+import { cursorListQuery } from '../schemas/common';
+import {
+  createFileBatchBody,
+  createVectorStoreBody,
+  createVectorStoreFileBody,
+  listVectorStoreFilesQuery,
+  updateVectorStoreBody,
+  updateVectorStoreFileBody,
+} from '../schemas/vector-stores';
+import {
+  cancelFileBatch,
+  deleteStoreFile,
+  deleteVectorStore,
+  emptyCounts,
+  fileCounts,
+  getFileBatch,
+  getStoreFile,
+  getVectorStore,
+  listStoreFiles,
+  listVectorStores,
+  storeFileChunks,
+  updateStoreFileAttributes,
+  updateVectorStore,
+  usageBytes,
+  type FileBatchRow,
+  type VectorStoreRow,
+} from '../services/vector-stores';
+import { addStoreFile, createFileBatch, createVectorStore } from '../vector-stores/commands';
+import { listObject } from '../wire/lists';
+import { toFileBatchJson, toVectorStoreFileJson, toVectorStoreJson } from '../wire/vector-stores';
+import type { ApiEnv, WorkspaceEnv } from './env';
+import { storeRequest } from './store-request';
+
+/**
+ * /v1/vector_stores (without /search): stores, their files and file batches, in the workspace of
+ * workspace(). A store of another workspace is a 404, as is a file or batch of another store.
+ */
+
+type Ctx = Context<WorkspaceEnv>;
+
+/** Stores as JSON, with their file counts and usage in two queries however many. */
+async function storesJson(c: Ctx, rows: VectorStoreRow[]) {
+  const { db, now } = c.var.deps;
+  const ids = rows.map((row) => row.id);
+  const [counts, bytes] = await Promise.all([fileCounts(db, { storeIds: ids }), usageBytes(db, ids)]);
+  return rows.map((row) => toVectorStoreJson(row, counts.get(row.id) ?? emptyCounts(), bytes.get(row.id) ?? 0, now()));
+}
+
+async function batchJson(c: Ctx, batch: FileBatchRow) {
+  const counts = await fileCounts(c.var.deps.db, { batchId: batch.id });
+  return toFileBatchJson(batch, counts.get(batch.id) ?? emptyCounts());
+}
+
+/** The store named by the path, in the caller's workspace (404 otherwise). */
+const storeOf = (c: Ctx) => getVectorStore(c.var.deps.db, c.var.workspace.workspaceId, c.req.param('vector_store_id')!);
+
+/** Most chunks the content endpoint answers in its one page. */
+const CONTENT_CHUNKS = 10_000;
+
+const storeRoutes = new Hono<WorkspaceEnv>()
+  .post('/', validate('json', createVectorStoreBody), async (c) => {
+    const store = await createVectorStore(c.var.deps, storeRequest(c), c.req.valid('json'));
+    return c.json((await storesJson(c, [store]))[0]!);
+  })
+  .get('/', validate('query', cursorListQuery), async (c) => {
+    const page = await listVectorStores(c.var.deps.db, c.var.workspace.workspaceId, c.req.valid('query'));
+    const json = new Map((await storesJson(c, page.rows)).map((store) => [store.id, store]));
+    return c.json(listObject(page, (row) => json.get(row.id)!));
+  })
+  .get('/:vector_store_id', async (c) => c.json((await storesJson(c, [await storeOf(c)]))[0]!))
+  .post('/:vector_store_id', validate('json', updateVectorStoreBody), async (c) => {
+    const { workspaceId } = c.var.workspace;
+    const store = await updateVectorStore(c.var.deps.db, workspaceId, c.req.param('vector_store_id'), c.req.valid('json'));
+    return c.json((await storesJson(c, [store]))[0]!);
+  })
+  .delete('/:vector_store_id', async (c) => {
+    const id = c.req.param('vector_store_id');
+    await deleteVectorStore(c.var.deps.db, c.var.workspace.workspaceId, id);
+    return c.json({ id, object: 'vector_store.deleted' as const, deleted: true });
+  });
+
+const fileRoutes = new Hono<WorkspaceEnv>()
+  .post('/:vector_store_id/files', validate('json', createVectorStoreFileBody), async (c) => {
+    const row = await addStoreFile(c.var.deps, storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
+    return c.json(toVectorStoreFileJson(row));
+  })
+  .get('/:vector_store_id/files', validate('query', listVectorStoreFilesQuery), async (c) => {
+    const store = await storeOf(c);
+    return c.json(listObject(await listStoreFiles(c.var.deps.db, { storeId: store.id }, c.req.valid('query')), toVectorStoreFileJson));
+  })
+  .get('/:vector_store_id/files/:file_id', async (c) => {
+    const store = await storeOf(c);
+    return c.json(toVectorStoreFileJson(await getStoreFile(c.var.deps.db, store.id, c.req.param('file_id'))));
+  })
+  .post('/:vector_store_id/files/:file_id', validate('json', updateVectorStoreFileBody), async (c) => {
+    const store = await storeOf(c);
+    const attributes = c.req.valid('json').attributes ?? {};
+    return c.json(toVectorStoreFileJson(await updateStoreFileAttributes(c.var.deps.db, store.id, c.req.param('file_id'), attributes)));
+  })
+  .delete('/:vector_store_id/files/:file_id', async (c) => {
+    const store = await storeOf(c);
+    const id = c.req.param('file_id');
+    await deleteStoreFile(c.var.deps.db, store.id, id);
+    return c.json({ id, object: 'vector_store.file.deleted' as const, deleted: true });
+  })
+  .get('/:vector_store_id/files/:file_id/content', async (c) => {
+    const store = await storeOf(c);
+    const file = await getStoreFile(c.var.deps.db, store.id, c.req.param('file_id'));
+    const texts = await storeFileChunks(c.var.deps.db, store.id, file.fileId, CONTENT_CHUNKS);
+    return c.json({
+      object: 'vector_store.file_content.page' as const,
+      data: texts.map((text) => ({ type: 'text' as const, text })),
+      has_more: false,
+      next_page: null,
+    });
+  });
+
+const batchRoutes = new Hono<WorkspaceEnv>()
+  .post('/:vector_store_id/file_batches', validate('json', createFileBatchBody), async (c) => {
+    const batch = await createFileBatch(c.var.deps, storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
+    return c.json(await batchJson(c, batch));
+  })
+  .get('/:vector_store_id/file_batches/:batch_id', async (c) => {
+    const store = await storeOf(c);
+    return c.json(await batchJson(c, await getFileBatch(c.var.deps.db, store.id, c.req.param('batch_id'))));
+  })
+  .post('/:vector_store_id/file_batches/:batch_id/cancel', async (c) => {
+    const store = await storeOf(c);
+    const batch = await getFileBatch(c.var.deps.db, store.id, c.req.param('batch_id'));
+    return c.json(await batchJson(c, await cancelFileBatch(c.var.deps.db, batch, c.var.deps.now())));
+  })
+  .get('/:vector_store_id/file_batches/:batch_id/files', validate('query', listVectorStoreFilesQuery), async (c) => {
+    const store = await storeOf(c);
+    const batch = await getFileBatch(c.var.deps.db, store.id, c.req.param('batch_id'));
+    const page = await listStoreFiles(c.var.deps.db, { storeId: store.id, batchId: batch.id }, c.req.valid('query'));
+    return c.json(listObject(page, toVectorStoreFileJson));
+  });
+
+/** /v1/vector_stores: the sub-resources first, so that no path segment is taken for a store id. */
+export const vectorStoreRoutes = new Hono<ApiEnv>()
+  .use(assistantsBeta(), workspace())
+  .route('/', batchRoutes)
+  .route('/', fileRoutes)
+  .route('/', storeRoutes);

@@ -1,0 +1,83 @@
+import type { SQL } from 'drizzle-orm';
+import type { Statement } from '../db/client';
+import type { NewThreadToolResources, ThreadMessageInput } from '../schemas/threads';
+import type { ToolResources } from '../schemas/tools';
+import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from '../services/vector-stores';
+import { filesToAdd, ingestionHost, itemOf, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from './commands';
+
+/**
+ * A thread's vector store, as OpenAI kept it: a new thread may create one from files
+ * (`tool_resources.file_search.vector_stores`), and a message's attachments for `file_search` are
+ * added to the thread's store, which is created when the thread has none. The statements go into
+ * the batch that writes the thread or the message, so that both are written or neither.
+ */
+
+export interface ThreadStoreWrites {
+  statements: Statement[];
+  /** The thread's tool resources once written, when they change (a store was created). */
+  toolResources: ToolResources | null;
+  /** Whether files were queued: ingestion is to be woken once the batch is written. */
+  queued: boolean;
+}
+
+const NOTHING: ThreadStoreWrites = { statements: [], toolResources: null, queued: false };
+
+/** A new thread's tool resources as stored: without the stores to create (they become vector_store_ids). */
+export function storedToolResources(input: NewThreadToolResources | null | undefined): ToolResources | null {
+  if (!input) return null;
+  const { file_search: fileSearch, ...rest } = input;
+  if (!fileSearch) return rest;
+  const { vector_stores: _created, ...ids } = fileSearch;
+  return { ...rest, file_search: ids };
+}
+
+/** The files of `messages` attached for file_search, each named for errors (`messages[0].attachments[1].file_id`). */
+export function attachedFiles(messages: readonly ThreadMessageInput[], param: (index: number) => string): FileToAdd[] {
+  return messages.flatMap((message, index) =>
+    (message.attachments ?? []).flatMap((attachment, at) =>
+      attachment.tools?.some((tool) => tool.type === 'file_search')
+        ? filesToAdd([attachment.file_id], { param: () => `${param(index)}attachments[${at}].file_id` })
+        : [],
+    ),
+  );
+}
+
+/**
+ * The writes that give a thread (`toolResources`, as it stands) its files for file_search:
+ * `inline`, a store to create with files, and `attached`, files of its messages. With
+ * `condition`, every write happens only if it holds when the batch runs (a message's statement).
+ */
+export async function threadStoreWrites(
+  deps: StoreCommandDeps,
+  request: StoreRequest,
+  thread: { toolResources: ToolResources | null },
+  files: { inline?: NonNullable<NonNullable<NewThreadToolResources['file_search']>['vector_stores']>[number]; inlineParam?: string; attached: FileToAdd[] },
+  condition?: SQL,
+): Promise<ThreadStoreWrites> {
+  const { inline, attached } = files;
+  if (!inline && attached.length === 0) return NOTHING;
+  const existing = thread.toolResources?.file_search?.vector_store_ids?.[0];
+  if (existing !== undefined && !inline) {
+    ingestionHost(deps, attached[0]!.param);
+    const store = await getVectorStore(deps.db, request.workspaceId, existing);
+    await checkFiles(deps.db, request.workspaceId, attached);
+    const at = deps.now();
+    return {
+      statements: [
+        ...insertStoreFiles(deps.db, store, attached, { batchId: null, apiKeyId: request.apiKeyId, at }, condition),
+        touchVectorStore(deps.db, store, at, condition),
+      ],
+      toolResources: null,
+      queued: true,
+    };
+  }
+  const inlineParam = `${files.inlineParam ?? 'tool_resources'}.file_search.vector_stores[0].file_ids`;
+  const inlineFiles = filesToAdd(inline?.file_ids ?? [], { chunking: inline?.chunking_strategy, param: itemOf(inlineParam) });
+  const toAdd = [...inlineFiles, ...attached];
+  const { store, statements } = await prepareVectorStore(deps, request, { metadata: inline?.metadata, files: toAdd }, condition);
+  return {
+    statements,
+    toolResources: { ...thread.toolResources, file_search: { vector_store_ids: [store.id] } },
+    queued: toAdd.length > 0,
+  };
+}
