@@ -104,7 +104,6 @@ describe('creating a message', () => {
     ['a metadata value of 513', { role: 'user', content: 'hi', metadata: { k: 'v'.repeat(513) } }, 'string_above_max_length', 'metadata.k'],
     ['an unknown field', { role: 'user', content: 'hi', file_ids: [] }, 'unknown_parameter', 'file_ids'],
     ['image_file content of no file', { role: 'user', content: [{ type: 'text', text: 'see' }, { type: 'image_file', image_file: { file_id: 'file-1' } }] }, 'invalid_value', 'content[1].image_file.file_id'],
-    ['attachments', { role: 'user', content: 'hi', attachments: [{ file_id: 'file-1', tools: [{ type: 'file_search' }] }] }, 'unsupported_content', 'attachments'],
     ['a code_interpreter attachment', { role: 'user', content: 'hi', attachments: [{ file_id: 'file-1', tools: [{ type: 'code_interpreter' }] }] }, 'unsupported_tool', 'attachments[0].tools[0]'],
   ])('refuses %s with a 400 naming the field, and writes nothing', async (_, body, code, param) => {
     const threadId = await emptyThread();

@@ -93,7 +93,6 @@ describe('creating a thread', () => {
     ['a bad message role', { messages: [{ role: 'user', content: 'ok' }, { role: 'tool', content: 'x' }] }, 'invalid_value', 'messages[1].role'],
     ['a message without content', { messages: [{ role: 'user' }] }, 'missing_required_parameter', 'messages[0].content'],
     ['image_file content of no file', { messages: [{ role: 'user', content: 'ok' }, { role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file-1' } }] }] }, 'invalid_value', 'messages[1].content[0].image_file.file_id'],
-    ['attachments', { messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file-1', tools: [] }] }] }, 'unsupported_content', 'messages[0].attachments'],
     ['a code_interpreter attachment', { messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file-1', tools: [{ type: 'code_interpreter' }] }] }] }, 'unsupported_tool', 'messages[0].attachments[0].tools[0]'],
     ['1001 messages', { messages: Array.from({ length: 1001 }, () => ({ role: 'user', content: 'x' })) }, 'array_above_max_length', 'messages'],
     ['two vector stores', { tool_resources: { file_search: { vector_store_ids: ['vs_1', 'vs_2'] } } }, 'array_above_max_length', 'tool_resources.file_search.vector_store_ids'],
