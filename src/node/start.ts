@@ -51,31 +51,26 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   const { server, url } = await listen(fetch, config);
   deps.log.info('listening', { url, database: database.location });
 
-  const sweep = () =>
-    tasks.track(
-      sweepRuns(deps).then(
-        (settled) => settled > 0 && deps.log.warn('settled runs left behind', { count: settled }),
-        (error: unknown) => deps.log.error('run recovery sweep failed', { error }),
-      ),
-    );
-  sweep();
-  // Files of vector stores left in progress by a crash of this or another process (their lease
-  // passes), and any queued while no worker ran: ingestion looks at them at start and with each sweep.
-  const ingest = () => deps.ingestion?.wake({ waitUntil: (task) => tasks.track(task) });
-  ingest();
+  /** Runs `task` now and every `ms`, in the background (tracked: close() waits for it), logging a failure. */
+  const periodically = (ms: number, what: string, task: () => Promise<unknown>) => {
+    const run = () => tasks.track(task().catch((error: unknown) => deps.log.error(`${what} failed`, { error })));
+    run();
+    const timer = setInterval(run, ms);
+    timer.unref();
+    return timer;
+  };
   // Twice per lease: a run whose executor died is settled at most 1.5 leases after its last renewal.
-  const sweeper = setInterval(() => (sweep(), ingest()), leaseMs(config) / 2);
-  sweeper.unref();
-  const purge = () =>
-    tasks.track(
-      purgeExpiredFiles(deps).then(
-        (purged) => purged > 0 && deps.log.info('deleted expired files', { count: purged }),
-        (error: unknown) => deps.log.error('expired files sweep failed', { error }),
-      ),
-    );
-  purge();
-  const purger = setInterval(purge, FILE_PURGE_INTERVAL_MS);
-  purger.unref();
+  // Files of vector stores left in progress by a crash of this or another process (their lease
+  // passes), and any queued while no worker ran, are looked at with each sweep.
+  const sweeper = periodically(leaseMs(config) / 2, 'run recovery sweep', async () => {
+    deps.ingestion?.wake({ waitUntil: (task) => tasks.track(task) });
+    const settled = await sweepRuns(deps);
+    if (settled > 0) deps.log.warn('settled runs left behind', { count: settled });
+  });
+  const purger = periodically(FILE_PURGE_INTERVAL_MS, 'expired files sweep', async () => {
+    const purged = await purgeExpiredFiles(deps);
+    if (purged > 0) deps.log.info('deleted expired files', { count: purged });
+  });
 
   return {
     url,
