@@ -391,6 +391,9 @@ async function sendAndCheck(request: Sent): Promise<number> {
     expect(after, where).toEqual(before);
   } else if (response.headers.get('content-type')?.startsWith('text/event-stream')) {
     expect(text, where).toMatch(/event: done\ndata: \[DONE\]\n\n$/);
+  } else if (response.headers.get('content-type') === 'application/octet-stream') {
+    // A file's bytes (GET /v1/files/{id}/content), as stored.
+    expect(request.path, where).toMatch(/^\/v1\/files\/[^/?]+\/content(\?|$)/);
   } else {
     const body = JSON.parse(text);
     expect(body !== null && typeof body === 'object' && !Array.isArray(body), where).toBe(true);
