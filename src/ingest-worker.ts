@@ -1,10 +1,8 @@
-import { and, eq, isNull, lte, or } from 'drizzle-orm';
-import { vectorStoreFiles } from './db/schema';
 import { createLogger } from './logger';
 import { inlineParsers } from './retrieval/extract';
 import { claimNext, ingestClaimed, ingestOptions, type IngestDeps, type IngestOptions } from './retrieval/ingest';
 import { createSharedDeps, perIsolate, type SharedEnv } from './workers/deps';
-import type { IngestWake } from './workers/ingest-queue';
+import { wakeForWaitingFiles, type IngestWake } from './workers/ingest-queue';
 
 /**
  * The ingest Worker (wrangler.ingest.toml): where files added to vector stores on Workers are
@@ -63,7 +61,7 @@ export default {
       return;
     }
     try {
-      if (await filesWaiting(deps)) await env.INGEST_QUEUE.send({ reason: 'sweep' });
+      await wakeForWaitingFiles(deps, env.INGEST_QUEUE);
     } catch (error) {
       deps.log.error('ingestion sweep failed', { error });
     }
@@ -74,7 +72,7 @@ export default {
  * Claims and ingests files one after the other. False once none is left to claim; true when the
  * budget ran out first (files may be left).
  */
-export async function ingestFiles(deps: IngestDeps, options: IngestOptions, budgetMs: number): Promise<boolean> {
+async function ingestFiles(deps: IngestDeps, options: IngestOptions, budgetMs: number): Promise<boolean> {
   const end = deps.now() + budgetMs;
   while (deps.now() < end) {
     const claim = await claimNext(deps);
@@ -82,21 +80,6 @@ export async function ingestFiles(deps: IngestDeps, options: IngestOptions, budg
     await ingestClaimed(deps, claim, options);
   }
   return true;
-}
-
-/** Whether a file is claimable now (claimNext's condition): in progress, its lease absent or past. */
-async function filesWaiting(deps: Pick<IngestDeps, 'db' | 'now'>): Promise<boolean> {
-  const [row] = await deps.db
-    .select({ seq: vectorStoreFiles.seq })
-    .from(vectorStoreFiles)
-    .where(
-      and(
-        eq(vectorStoreFiles.status, 'in_progress'),
-        or(isNull(vectorStoreFiles.leaseExpiresAt), lte(vectorStoreFiles.leaseExpiresAt, deps.now())),
-      ),
-    )
-    .limit(1);
-  return row !== undefined;
 }
 
 function startupFailed(error: unknown) {

@@ -3,10 +3,11 @@ import { and, eq } from 'drizzle-orm';
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { createApp } from '../../src/app';
-import { vectorStoreChunks, vectorStores } from '../../src/db/schema';
+import { vectorStoreChunks, vectorStoreFiles, vectorStores } from '../../src/db/schema';
 import { newId } from '../../src/lib/ids';
 import { insertFile } from '../../src/services/files';
 import { createWorkerDeps, workerDeps } from '../../src/workers/deps';
+import { wakeForWaitingFiles } from '../../src/workers/ingest-queue';
 import { errorOf, json } from '../support/envelope';
 
 /**
@@ -121,6 +122,37 @@ describe('ingestion on Workers', () => {
     const [first, second] = await Promise.all([good, bad].map((id) => openai.vectorStores.files.poll(store.id, id, { pollIntervalMs: 100 })));
     expect(first).toMatchObject({ status: 'completed', last_error: null });
     expect(second).toMatchObject({ status: 'failed', last_error: { code: 'invalid_file', message: 'The file is not valid UTF-8 text.' } });
+  });
+
+  it("the ingest Worker's cron takes up a file whose ingestion died (its lease ran out)", async () => {
+    const { db } = await workerDeps(env);
+    const fileId = await storeFile('orphan.txt', 'The harbour master rings the bell at noon.');
+    const store = await openai.vectorStores.create({ name: 'crashed ingestion' });
+    // As an invocation that claimed the file and died leaves it: in progress, one attempt, its lease past.
+    await db.insert(vectorStoreFiles).values({
+      vectorStoreId: store.id,
+      fileId,
+      workspaceId,
+      batchId: null,
+      status: 'in_progress',
+      chunkingStrategy: { type: 'other' },
+      attributes: {},
+      createdAt: Date.now(),
+      attempts: 1,
+      leaseExpiresAt: Date.now() - 1000,
+      apiKeyId: null,
+    });
+    const queue = env.INGEST_QUEUE;
+    if (!queue) throw new Error('wrangler.toml declares INGEST_QUEUE');
+    // What the ingest Worker's scheduled handler does, here on the same queue and database (its
+    // module, with the extraction libraries, is not loaded into the test's isolate): the message
+    // reaches the ingest Worker beside.
+    expect(await wakeForWaitingFiles({ db, now: Date.now }, queue)).toBe(true);
+
+    const file = await openai.vectorStores.files.poll(store.id, fileId, { pollIntervalMs: 100 });
+    expect(file).toMatchObject({ status: 'completed', last_error: null });
+    const [row] = await db.select().from(vectorStoreFiles).where(eq(vectorStoreFiles.fileId, fileId));
+    expect(row!.attempts).toBe(2);
   });
 
   it('without the queue binding, adding files is refused and nothing is written', async () => {
