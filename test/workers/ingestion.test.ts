@@ -33,7 +33,7 @@ function call(path: string, init: { method?: string; body?: unknown } = {}) {
 }
 
 /** A file as the Files API stores it: its bytes in the bucket (the gateway's blob store), its row in the database. */
-async function storeFile(filename: string, content: string | Uint8Array): Promise<string> {
+async function storeFile(filename: string, content: string | Uint8Array, workspace = workspaceId): Promise<string> {
   const deps = await workerDeps(env);
   const id = newId('file');
   const bytes = typeof content === 'string' ? new TextEncoder().encode(content) : content;
@@ -41,7 +41,7 @@ async function storeFile(filename: string, content: string | Uint8Array): Promis
   await deps.blobs.put(blobKey, new Blob([bytes]).stream(), { maxBytes: bytes.byteLength + 1 });
   await insertFile(deps.db, {
     id,
-    workspaceId,
+    workspaceId: workspace,
     purpose: 'assistants',
     filename,
     bytes: bytes.byteLength,
@@ -153,6 +153,40 @@ describe('ingestion on Workers', () => {
     expect(file).toMatchObject({ status: 'completed', last_error: null });
     const [row] = await db.select().from(vectorStoreFiles).where(eq(vectorStoreFiles.fileId, fileId));
     expect(row!.attempts).toBe(2);
+  });
+
+  it("counts embedding calls in the gateway's rate-limit counter objects", async () => {
+    // In the second workspace, whose policies no other test lists: a policy of one request a day
+    // for a virtual key of this test's own, taken by a run created on the gateway. The counter is
+    // a Durable Object of the gateway Worker; had the ingest Worker counted anywhere else, its
+    // embedding call would find room and the file would complete.
+    const tenant = inject('workersTenant');
+    const slug = `counted-${crypto.randomUUID().slice(0, 8)}`;
+    const headers = { 'x-gateway-api-key': tenant.runsWorkspaceKey, 'x-gateway-virtual-key': slug, 'content-type': 'application/json' };
+    const post = (path: string, body: unknown) => exports.default.fetch(`http://gateway${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+    const key = await json(await post('/v1/virtual-keys', { slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake' }));
+    expect(key).toMatchObject({ object: 'virtual_key', slug });
+    const policy = { type: 'requests', unit: 'rpd', value: 1, conditions: [{ key: 'virtual_key', value: slug }], group_by: [{ key: 'workspace_id' }] };
+    expect((await post('/v1/policies/rate-limits', policy)).status).toBe(200);
+    const assistant = await json(await post('/v1/assistants', { model: 'fake-model' }));
+    expect((await post('/v1/threads/runs', { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: 'Hi' }] } })).status).toBe(200);
+
+    const fileId = await storeFile('counted.txt', 'The lamp is lit at dusk.', key.workspace_id);
+    const store = await json(await post('/v1/vector_stores', { name: 'counted', file_ids: [fileId] }));
+    expect(store.file_counts).toMatchObject({ in_progress: 1 });
+    // Put back until the window resets, as a refusal by the workspace's own policies does: still
+    // in progress, the attempt not counted, claimable again only later.
+    const { db } = await workerDeps(env);
+    const deferred = async () => {
+      for (;;) {
+        const [row] = await db.select().from(vectorStoreFiles).where(eq(vectorStoreFiles.fileId, fileId));
+        if (row!.status !== 'in_progress' || (row!.attempts === 0 && row!.leaseExpiresAt !== null)) return row!;
+        await scheduler.wait(100);
+      }
+    };
+    const row = await deferred();
+    expect(row).toMatchObject({ status: 'in_progress', attempts: 0, lastError: null });
+    expect(row.leaseExpiresAt).toBeGreaterThan(Date.now());
   });
 
   it('without the queue binding, adding files is refused and nothing is written', async () => {
