@@ -14,7 +14,8 @@ import { wakeForWaitingFiles, type IngestWake } from './workers/ingest-queue';
  * mid-file (its lease ran out), a file put back by the workspace's rate limits.
  *
  * Same database, bucket and key as the gateway (createSharedDeps). HTML and DOCX are parsed inline:
- * workerd has no threads, and an invocation serves no other tenant's request meanwhile.
+ * workerd has no threads, and this Worker answers no API request, so a long parse delays only other
+ * ingestions.
  */
 
 export type IngestEnv = SharedEnv & {
