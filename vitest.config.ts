@@ -1,5 +1,7 @@
+import { dirname } from 'node:path';
 import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { configDefaults, defineConfig } from 'vitest/config';
+import { unstable_getMiniflareWorkerOptions } from 'wrangler';
 
 /**
  * Three projects: `node` (the app in-process on libSQL files, the CLI, the server) and `workers`
@@ -52,25 +54,26 @@ export default defineConfig({
       },
       {
         plugins: [
-          cloudflareTest(({ inject }) => ({
-            wrangler: { configPath: './wrangler.toml' },
-            // Never reach Cloudflare: everything the tests need is local.
-            remoteBindings: false,
-            miniflare: {
-              // These win over wrangler.toml [vars] and over a developer's .dev.vars, which the
-              // pool also reads.
-              bindings: {
-                LIBSQL_URL: inject('sqldUrl'),
-                LIBSQL_AUTH_TOKEN: '',
-                GATEWAY_ENCRYPTION_KEY: inject('encryptionKey'),
-                LOG_LEVEL: 'warn',
-                GATEWAY_MAX_BODY_BYTES: '2048',
-                // The fake upstream listens on loopback.
-                GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true',
-                GATEWAY_RATE_LIMIT_STORE: 'durable-object',
-              },
-            },
-          })),
+          cloudflareTest(({ inject }) => {
+            // These win over wrangler.toml [vars] and over a developer's .dev.vars, which the
+            // pool also reads.
+            const bindings = {
+              LIBSQL_URL: inject('sqldUrl'),
+              LIBSQL_AUTH_TOKEN: '',
+              GATEWAY_ENCRYPTION_KEY: inject('encryptionKey'),
+              LOG_LEVEL: 'warn',
+              GATEWAY_MAX_BODY_BYTES: '2048',
+              // The fake upstream listens on loopback.
+              GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true',
+              GATEWAY_RATE_LIMIT_STORE: 'durable-object',
+            };
+            return {
+              wrangler: { configPath: './wrangler.toml' },
+              // Never reach Cloudflare: everything the tests need is local.
+              remoteBindings: false,
+              miniflare: { bindings, workers: [ingestWorker(inject('ingestWorkerScript'), bindings)] },
+            };
+          }),
         ],
         test: {
           name: 'workers',
@@ -82,3 +85,26 @@ export default defineConfig({
     ],
   },
 });
+
+/**
+ * The ingest Worker beside the gateway under test, in the same workerd: its bindings as
+ * wrangler.ingest.toml declares them (the queue it consumes and the gateway produces to, the
+ * bucket, the gateway's rate-limit counters), its code the bundle that `wrangler deploy` would
+ * upload (built by test/global-setup.ts). The gateway is the pool's runner Worker here, named after
+ * the project, so the counters' script_name is that name.
+ */
+function ingestWorker(scriptPath: string, bindings: Record<string, string>) {
+  const { workerOptions } = unstable_getMiniflareWorkerOptions('wrangler.ingest.toml');
+  return {
+    ...workerOptions,
+    name: 'assistants-gateway-ingest',
+    modules: true,
+    scriptPath,
+    // The bundle is in a temporary directory, outside the project that module paths are relative to.
+    modulesRoot: dirname(scriptPath),
+    bindings: { ...workerOptions.bindings, ...bindings },
+    durableObjects: {
+      RATE_LIMIT_COUNTER: { className: 'RateLimitCounter', scriptName: 'vitest-pool-workers-runner-workers' },
+    },
+  };
+}

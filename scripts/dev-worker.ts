@@ -59,6 +59,12 @@ console.log(`  LIBSQL_URL=${LIBSQL_URL} npm run gateway -- init\n`);
 
 const wrangler = spawnWrangler([
   'dev',
+  // Both Workers in one workerd, so that the gateway's queue reaches the ingest Worker: the first
+  // config is the one served on WORKER_PORT and the one the flags below apply to.
+  '-c',
+  'wrangler.toml',
+  '-c',
+  'wrangler.ingest.toml',
   '--local',
   '--ip',
   '127.0.0.1',

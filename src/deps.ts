@@ -37,6 +37,9 @@ export interface Deps {
   runHost: RunHost;
   /** Uploaded files' bytes (files/blob-store.ts): a directory under DATA_DIR on Node, R2 on Workers. */
   blobs: BlobStore;
-  /** Where files added to vector stores are ingested (retrieval/host.ts): in process on Node; none on Workers. */
+  /**
+   * Where files added to vector stores are ingested (retrieval/host.ts): in process on Node; on Workers,
+   * by the ingest Worker, told through a Queue (null without its binding).
+   */
   ingestion: IngestionHost | null;
 }

@@ -38,7 +38,7 @@ export const ERROR_CODES = {
   thread_has_active_run: { status: 400 },
   /** A workspace's budget is spent: its policies, virtual keys or assistants are at their cap. */
   quota_exceeded: { status: 400 },
-  /** Files cannot be added to vector stores where the gateway has no ingestion (the Workers gateway). */
+  /** Files cannot be added to vector stores where the gateway has no ingestion (a Workers gateway without its ingestion queue). */
   ingestion_unavailable: { status: 400 },
   // 401: who is calling is unknown.
   missing_api_key: {

@@ -1,4 +1,8 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
+import { bundleWorker, TARGETS } from '../scripts/bundle-worker';
 import { startSqld } from '../scripts/sqld';
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { generateKeyBase64 } from '../src/lib/secrets';
@@ -13,10 +17,15 @@ import { insertStore, SEARCH_DIMENSIONS, SEARCH_FILES } from './support/vector-s
  * (sqld) on a free loopback port, migrated and given a tenant, for the Worker under test to reach
  * as its LIBSQL_URL. The keys are created here with the app's own services, then handed to the
  * tests (`inject('workersTenant')`), because code inside workerd cannot open a Node database.
- * Also the fake Chat Completions server, in Node (it serves over node:http), for the runs.
+ * Also the fake Chat Completions server, in Node (it serves over node:http), for the runs, and the
+ * ingest Worker's bundle, which vitest.config.ts runs beside the gateway.
  */
 
 export default async function setup(project: TestProject) {
+  const bundleDir = mkdtempSync(join(tmpdir(), 'ingest-worker-'));
+  const bundled = bundleWorker(TARGETS.ingest, bundleDir, 'ignore');
+  // Awaited below; a failure before then is not unhandled.
+  bundled.catch(() => undefined);
   const sqld = await startSqld();
   const fake = await startFakeUpstream().catch(async (error: unknown) => {
     await sqld.stop();
@@ -25,6 +34,7 @@ export default async function setup(project: TestProject) {
   const stop = async () => {
     await fake.close();
     await sqld.stop();
+    rmSync(bundleDir, { recursive: true, force: true });
   };
   try {
     const database = await openDatabase({ DATA_DIR: sqld.dir, LIBSQL_URL: sqld.url });
@@ -64,6 +74,7 @@ export default async function setup(project: TestProject) {
       const texts = SEARCH_FILES.flatMap((file) => file.chunks);
       const vectors = texts.map((text) => Float32Array.from(fakeEmbedding(text, SEARCH_DIMENSIONS)));
       const store = await insertStore(database.db, searchWorkspace.id, SEARCH_FILES, { vectors, dimensions: SEARCH_DIMENSIONS, virtualKeyId: null }, now);
+      project.provide('ingestWorkerScript', await bundled);
       project.provide('sqldUrl', sqld.url);
       project.provide('searchTenant', { workspaceKey: searchKey.plaintext, vectorStoreId: store.id, fileIds: store.fileIds });
       project.provide('upstreamUrl', fake.baseURL);

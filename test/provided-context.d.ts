@@ -8,6 +8,8 @@ declare module 'vitest' {
     sqldUrl: string;
     /** The fake Chat Completions server for the workerd tests: a virtual key's base_url (…/v1). */
     upstreamUrl: string;
+    /** The ingest Worker's bundle (wrangler.ingest.toml), run beside the gateway in those tests. */
+    ingestWorkerScript: string;
     /** The Worker's GATEWAY_ENCRYPTION_KEY in those tests. */
     encryptionKey: string;
     /** A workspace of that database with a vector store (test/support/vector-stores.ts, SEARCH_FILES). */

@@ -131,7 +131,8 @@ async function read(bytes: Uint8Array, format: FileFormat, options: ExtractOptio
 
 function utf8(bytes: Uint8Array): string {
   try {
-    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    // ignoreBOM false (the default) is spelled out: the Workers types require both options.
+    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: false }).decode(bytes);
   } catch {
     throw new ExtractionError('invalid_file', 'The file is not valid UTF-8 text.');
   }

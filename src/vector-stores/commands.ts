@@ -157,13 +157,13 @@ export function wakeIngestion(deps: Pick<Deps, 'ingestion'>, request: Pick<Store
   deps.ingestion?.wake(request);
 }
 
-/** The host that will ingest the files; where there is none (Workers), a 400 naming `param`. */
+/** The host that will ingest the files; where there is none (Workers without the queue), a 400 naming `param`. */
 export function ingestionHost(deps: Pick<Deps, 'ingestion'>, param: string): void {
   if (deps.ingestion === null) {
     throw new ApiError(
       'ingestion_unavailable',
-      'This gateway cannot add files to vector stores: its Workers deployment does not ingest files. ' +
-        'The Node gateway does (see the README, "Vector stores").',
+      'This gateway cannot add files to vector stores: its Workers deployment has no ingestion queue ' +
+        '(the INGEST_QUEUE binding, consumed by the ingest Worker: see the README, "Cloudflare Workers").',
       { param },
     );
   }

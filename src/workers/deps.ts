@@ -5,6 +5,7 @@ import * as schema from '../db/schema';
 import type { Deps } from '../deps';
 import { DurableObjectCounterStore, type RateLimitCounter } from './counter-store';
 import { r2BlobStore } from './blob-store';
+import { queueIngestionHost, type IngestWake } from './ingest-queue';
 import { workersRunHost, type RunExecutorRpc } from './run-host';
 import { secretBoxFromEnv } from '../lib/secrets';
 import { checkEncryptionKey } from '../services/encryption-check';
@@ -16,31 +17,49 @@ import { UNSLICED } from '../lib/slices';
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
  * the fetch and scheduled handlers (worker.ts) and the Durable Objects (run-executor.ts). Data lives in
  * libSQL (Turso) at LIBSQL_URL; migrations are applied from Node with `npm run db:migrate`
- * (README: "Cloudflare Workers").
+ * (README: "Cloudflare Workers"). The ingest Worker (ingest-worker.ts) builds its deps from the same
+ * pieces (`createSharedDeps`).
  */
 
 /**
- * The bindings: [vars] in wrangler.toml, secrets from `wrangler secret put` (or .dev.vars), and the
- * Durable Object namespaces.
+ * The bindings both Workers have: [vars] in wrangler.toml (wrangler.ingest.toml), secrets from
+ * `wrangler secret put` (or .dev.vars), the files' bucket and the rate-limit counters.
  */
-export type Env = { [Name in keyof Config]?: string } & {
-  /** Rate-limit counters, one object per counter (counter-store.ts). */
-  RATE_LIMIT_COUNTER: DurableObjectNamespace<RateLimitCounter>;
-  /** Where runs execute, one object per run (run-executor.ts). */
-  RUN_EXECUTOR: DurableObjectNamespace<RunExecutorRpc>;
+export type SharedEnv = { [Name in keyof Config]?: string } & {
+  /**
+   * Rate-limit counters, one object per counter (counter-store.ts): the gateway's class, which the
+   * ingest Worker reaches by `script_name`. Unused with GATEWAY_RATE_LIMIT_STORE=libsql.
+   */
+  RATE_LIMIT_COUNTER?: DurableObjectNamespace<RateLimitCounter>;
   /** Uploaded files' bytes (blob-store.ts). */
   FILES: R2Bucket;
 };
 
-let built: Promise<Deps> | undefined;
+/** The gateway Worker's bindings: also the run executors and the ingestion queue. */
+export type Env = SharedEnv & {
+  RATE_LIMIT_COUNTER: DurableObjectNamespace<RateLimitCounter>;
+  /** Where runs execute, one object per run (run-executor.ts). */
+  RUN_EXECUTOR: DurableObjectNamespace<RunExecutorRpc>;
+  /**
+   * Where files added to vector stores are announced to the ingest Worker (ingest-queue.ts). A
+   * deployment without it refuses to add files (`ingestion_unavailable`).
+   */
+  INGEST_QUEUE?: Queue<IngestWake>;
+};
 
 /** The isolate's deps, built on first use; a failed build is retried by the next caller. */
-export function workerDeps(env: Env): Promise<Deps> {
-  built ??= createWorkerDeps(env).catch((error: unknown) => {
-    built = undefined;
-    throw error;
-  });
-  return built;
+export const workerDeps = perIsolate(createWorkerDeps);
+
+/** `build` run once per isolate (its bindings do not change), again after a failure. */
+export function perIsolate<E, T>(build: (env: E) => Promise<T>): (env: E) => Promise<T> {
+  let built: Promise<T> | undefined;
+  return (env) => {
+    built ??= build(env).catch((error: unknown) => {
+      built = undefined;
+      throw error;
+    });
+    return built;
+  };
 }
 
 /** What a Worker cannot serve without, and how to give it. */
@@ -62,6 +81,16 @@ export function missingConfigurationError(missing: (keyof typeof REQUIRED)[]): C
 }
 
 export async function createWorkerDeps(env: Env): Promise<Deps> {
+  const shared = await createSharedDeps(env);
+  return {
+    ...shared,
+    runHost: workersRunHost(env.RUN_EXECUTOR, shared.log),
+    ingestion: env.INGEST_QUEUE ? queueIngestionHost(env.INGEST_QUEUE, shared.log) : null,
+  };
+}
+
+/** Everything but where runs execute and where files are ingested: what both Workers need. */
+export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runHost' | 'ingestion'>> {
   const config = parseConfig({ ...env });
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
   if (!url || !key) throw missingConfigurationError(missingConfiguration(config));
@@ -82,17 +111,21 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     config,
     log,
     secrets,
-    counters:
-      config.GATEWAY_RATE_LIMIT_STORE === 'libsql'
-        ? new LibsqlCounterStore(client, { log })
-        : new DurableObjectCounterStore(env.RATE_LIMIT_COUNTER, { log }),
+    counters: config.GATEWAY_RATE_LIMIT_STORE === 'libsql' ? new LibsqlCounterStore(client, { log }) : counterObjects(env, log),
     policyCache: new PolicyCache(db),
     now: Date.now,
-    runHost: workersRunHost(env.RUN_EXECUTOR, log),
     fetch: (input, init) => fetch(input, init),
     slices: UNSLICED,
     blobs: r2BlobStore(env.FILES),
-    // The ingestion libraries do not fit the gateway Worker's bundle: see retrieval/host.ts.
-    ingestion: null,
   };
+}
+
+function counterObjects(env: SharedEnv, log: Deps['log']): DurableObjectCounterStore {
+  if (!env.RATE_LIMIT_COUNTER) {
+    throw new Error(
+      'The RATE_LIMIT_COUNTER binding is missing: bind the gateway\'s RateLimitCounter class (script_name), ' +
+        'or set GATEWAY_RATE_LIMIT_STORE=libsql.',
+    );
+  }
+  return new DurableObjectCounterStore(env.RATE_LIMIT_COUNTER, { log });
 }

@@ -1,0 +1,31 @@
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { exitCode, spawnWrangler } from './wrangler';
+
+/**
+ * The two Workers bundled as `wrangler deploy` would, without uploading: for `npm run build:worker`
+ * and `npm run build:ingest-worker` (build-worker.ts), and for the workerd tests, which run the
+ * ingest Worker's bundle beside the gateway (test/global-setup.ts).
+ */
+
+export interface WorkerTarget {
+  config: string;
+  /** wrangler names the bundle after `main`. */
+  bundle: string;
+  /** Gzipped. The gateway's keeps cold starts short; the ingest Worker's is the platform's (3 MB on Free). */
+  budgetKiB: number;
+}
+
+export const TARGETS = {
+  gateway: { config: 'wrangler.toml', bundle: 'worker.js', budgetKiB: 300 },
+  ingest: { config: 'wrangler.ingest.toml', bundle: 'ingest-worker.js', budgetKiB: 2900 },
+} satisfies Record<string, WorkerTarget>;
+
+/** Bundles `target` into `outdir` (emptied first); resolves to the bundle's path. */
+export async function bundleWorker(target: WorkerTarget, outdir: string, stdio: 'inherit' | 'ignore' = 'inherit'): Promise<string> {
+  rmSync(outdir, { recursive: true, force: true });
+  const args = ['deploy', '-c', target.config, '--env=', '--dry-run', '--minify', '--outdir', outdir];
+  const code = await exitCode(spawnWrangler(args, {}, stdio));
+  if (code !== 0) throw new Error(`wrangler could not bundle ${target.config} (exit code ${code})`);
+  return join(outdir, target.bundle);
+}

@@ -1,0 +1,88 @@
+import { createLogger } from './logger';
+import { inlineParsers } from './retrieval/extract';
+import { claimNext, ingestClaimed, ingestOptions, type IngestDeps, type IngestOptions } from './retrieval/ingest';
+import { createSharedDeps, perIsolate, type SharedEnv } from './workers/deps';
+import { wakeForWaitingFiles, type IngestWake } from './workers/ingest-queue';
+
+/**
+ * The ingest Worker (wrangler.ingest.toml): where files added to vector stores on Workers are
+ * ingested (retrieval/ingest.ts), apart from the gateway Worker, whose bundle the extraction and
+ * tokenizer libraries would outgrow. The gateway sends a message on the ingestion Queue when files
+ * are added (workers/ingest-queue.ts); each batch of messages makes this Worker claim and ingest
+ * files, one at a time, until none is left or its time is spent (then it sends itself a message to
+ * go on). The cron sends one when files wait unclaimed: a lost message, an invocation that died
+ * mid-file (its lease ran out), a file put back by the workspace's rate limits.
+ *
+ * Same database, bucket and key as the gateway (createSharedDeps). HTML and DOCX are parsed inline:
+ * workerd has no threads, and this Worker answers no API request, so a long parse delays only other
+ * ingestions.
+ */
+
+export type IngestEnv = SharedEnv & {
+  /** The queue this Worker consumes, also to send itself a message when it runs out of time. */
+  INGEST_QUEUE: Queue<IngestWake>;
+};
+
+/**
+ * No file is claimed after this long in one invocation. A queue consumer may run 15 minutes of wall
+ * time: the rest is for the file in hand (its lease, 5 minutes, is renewed between embedding calls).
+ */
+const BUDGET_MS = 5 * 60_000;
+
+const ingestDeps = perIsolate(createSharedDeps);
+
+export default {
+  async queue(batch: MessageBatch<IngestWake>, env: IngestEnv): Promise<void> {
+    let deps: IngestDeps;
+    try {
+      deps = await ingestDeps(env);
+    } catch (error) {
+      startupFailed(error);
+      batch.retryAll({ delaySeconds: 60 });
+      return;
+    }
+    try {
+      const more = await ingestFiles(deps, ingestOptions(deps.config, inlineParsers), BUDGET_MS);
+      if (more) await env.INGEST_QUEUE.send({ reason: 'more' });
+      batch.ackAll();
+    } catch (error) {
+      // The database or the bucket failed: the files are still in progress, claimable again.
+      deps.log.error('ingestion failed', { error });
+      batch.retryAll({ delaySeconds: 30 });
+    }
+  },
+
+  /** Every minute (wrangler.ingest.toml [triggers]): a message when files wait unclaimed. */
+  async scheduled(_controller: ScheduledController, env: IngestEnv): Promise<void> {
+    let deps: IngestDeps;
+    try {
+      deps = await ingestDeps(env);
+    } catch (error) {
+      startupFailed(error);
+      return;
+    }
+    try {
+      await wakeForWaitingFiles(deps, env.INGEST_QUEUE);
+    } catch (error) {
+      deps.log.error('ingestion sweep failed', { error });
+    }
+  },
+};
+
+/**
+ * Claims and ingests files one after the other. False once none is left to claim; true when the
+ * budget ran out first (files may be left).
+ */
+async function ingestFiles(deps: IngestDeps, options: IngestOptions, budgetMs: number): Promise<boolean> {
+  const end = deps.now() + budgetMs;
+  while (deps.now() < end) {
+    const claim = await claimNext(deps);
+    if (claim === null) return false;
+    await ingestClaimed(deps, claim, options);
+  }
+  return true;
+}
+
+function startupFailed(error: unknown) {
+  createLogger('error').error('ingest worker start-up failed', { error });
+}
