@@ -5,6 +5,7 @@ import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { UpstreamError } from '../providers/types';
 import type { VectorStoreFileRow } from '../services/vector-stores';
+import { claimableAt } from './claims';
 import { chunkText, TooManyChunks, type Chunk } from './chunk';
 import { BATCH_TEXTS, embedTexts, vectorBlob, type EmbedDeps } from './embed';
 import { extract, ExtractionError, formatOf, type Parsers } from './extract';
@@ -57,7 +58,7 @@ const held = (claim: Claim) =>
  */
 export async function claimNext(deps: Pick<IngestDeps, 'db' | 'now'>): Promise<Claim | null> {
   const now = deps.now();
-  const free = and(eq(vectorStoreFiles.status, 'in_progress'), or(isNull(vectorStoreFiles.leaseExpiresAt), lte(vectorStoreFiles.leaseExpiresAt, now)));
+  const free = claimableAt(now);
   await deps.db
     .update(vectorStoreFiles)
     .set({

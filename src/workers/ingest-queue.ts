@@ -1,7 +1,7 @@
-import { and, eq, isNull, lte, or } from 'drizzle-orm';
 import { vectorStoreFiles } from '../db/schema';
 import type { Deps } from '../deps';
 import type { Logger } from '../logger';
+import { claimableAt } from '../retrieval/claims';
 import type { IngestionHost } from '../retrieval/host';
 
 /**
@@ -30,20 +30,12 @@ export function queueIngestionHost(queue: Queue<IngestWake>, log: Logger): Inges
   };
 }
 
-/**
- * The ingest Worker's cron: a message when a file is claimable now (claimNext's condition in
- * retrieval/ingest.ts: in progress, its lease absent or past). True when one was sent.
- */
+/** The ingest Worker's cron: a message when a file is claimable now (retrieval/claims.ts). True when one was sent. */
 export async function wakeForWaitingFiles(deps: Pick<Deps, 'db' | 'now'>, queue: Queue<IngestWake>): Promise<boolean> {
   const [row] = await deps.db
     .select({ seq: vectorStoreFiles.seq })
     .from(vectorStoreFiles)
-    .where(
-      and(
-        eq(vectorStoreFiles.status, 'in_progress'),
-        or(isNull(vectorStoreFiles.leaseExpiresAt), lte(vectorStoreFiles.leaseExpiresAt, deps.now())),
-      ),
-    )
+    .where(claimableAt(deps.now()))
     .limit(1);
   if (row === undefined) return false;
   await queue.send({ reason: 'sweep' });
