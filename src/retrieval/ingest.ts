@@ -1,4 +1,4 @@
-import { and, asc, eq, isNull, lte, or, sql, type SQL } from 'drizzle-orm';
+import { and, asc, eq, sql, type SQL } from 'drizzle-orm';
 import { batchWrites, type Statement } from '../db/client';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores, type VectorStoreFileError } from '../db/schema';
 import type { Deps } from '../deps';
