@@ -2,6 +2,7 @@ import type { ExecutionContext } from 'hono';
 import { createApp, type App } from './app';
 import { errorResponse, serverError } from './errors';
 import { createLogger } from './logger';
+import { maintainVectorIndexes } from './retrieval/vector-index';
 import { sweepRuns } from './runs/recovery';
 import { workerDeps, type Env } from './workers/deps';
 
@@ -17,6 +18,9 @@ export type { Env } from './workers/deps';
 
 let built: Promise<App> | undefined;
 
+/** A cron invocation's share for index maintenance: well within a scheduled handler's limits. */
+const INDEX_BUDGET_MS = 20_000;
+
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
     let app: App;
@@ -31,7 +35,11 @@ export default {
     return app.fetch(request, env, ctx);
   },
 
-  /** Every minute (wrangler.toml [triggers]): settles runs left behind, as Node's sweep does. */
+  /**
+   * Every minute (wrangler.toml [triggers]): settles runs left behind, as Node's sweep does, then
+   * maintains the vector indexes of large stores (retrieval/vector-index.ts) for up to
+   * INDEX_BUDGET_MS: one back-fill batch per round trip to the database, each a short statement.
+   */
   async scheduled(_controller: ScheduledController, env: Env): Promise<void> {
     let deps;
     try {
@@ -45,6 +53,11 @@ export default {
       if (settled > 0) deps.log.info('recovery sweep settled runs', { count: settled });
     } catch (error) {
       deps.log.error('recovery sweep failed', { error });
+    }
+    try {
+      await maintainVectorIndexes(deps, { budgetMs: INDEX_BUDGET_MS });
+    } catch (error) {
+      deps.log.error('vector index maintenance failed', { error });
     }
   },
 };

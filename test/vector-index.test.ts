@@ -3,7 +3,7 @@ import { eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSqld, type RunningSqld } from '../scripts/sqld';
 import { vectorStoreChunks, vectorStores } from '../src/db/schema';
-import { findStores, searchStores, type SearchableStore } from '../src/retrieval/search';
+import { COMMON_WORD_CHUNKS, findStores, searchStores, type SearchableStore } from '../src/retrieval/search';
 import { indexNames, maintainVectorIndexes } from '../src/retrieval/vector-index';
 import { createFakeUpstream } from './support/fake-upstream';
 import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
@@ -173,4 +173,39 @@ describe.each([
     await db().delete(vectorStoreChunks).where(eq(vectorStoreChunks.vectorStoreId, donor.id));
     return moved;
   }
+});
+
+describe('keyword search over common words', () => {
+  let gateway: TestGateway;
+  let tenant: Tenant;
+  let store: SeededStore;
+
+  beforeAll(async () => {
+    gateway = await createTestGateway({ deps: { fetch: upstream.fetch } });
+    tenant = await gateway.tenant();
+    await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
+    const filler = Array.from({ length: COMMON_WORD_CHUNKS }, (_, i) => `common filler number ${i}`);
+    store = await seedStore(gateway, tenant, [{ filename: 'many.txt', chunks: [...filler, 'common needle'] }]);
+  }, 60_000);
+  afterAll(() => gateway?.close());
+
+  const top = async (query: string) => {
+    const found = await findStores(gateway.database.db, tenant.workspace.id, [store.id]);
+    const [first] = await searchStores(gateway.deps, { workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId }, found, {
+      queries: [query],
+      maxResults: 5,
+      scoreThreshold: 0,
+      filter: null,
+    });
+    return first!;
+  };
+
+  it('leaves out of bm25 a word in COMMON_WORD_CHUNKS chunks of the store, and keeps a rare one', async () => {
+    // `needle` is in one chunk: first by meaning and by keywords.
+    expect(await top('needle')).toMatchObject({ text: 'common needle', score: 1 });
+    // `common` is in every chunk: no keyword list, so the best chunk is first in one list of two.
+    expect((await top('common')).score).toBe(0.5);
+    // With the rare word beside it, the keyword list has the rare word only.
+    expect(await top('common needle')).toMatchObject({ text: 'common needle', score: 1 });
+  });
 });

@@ -1,6 +1,7 @@
 import type { Config } from '../config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from '../db/node';
 import type { Deps } from '../deps';
+import { maintainVectorIndexes } from '../retrieval/vector-index';
 import { sweepRuns } from '../runs/recovery';
 import { initialise, type InitResult } from '../services/organisations';
 import { leaseMs } from '../services/runs';
@@ -13,6 +14,9 @@ import { listen } from './server';
  * The gateway on Node, started: what node.ts (the entry), the demo and the reliability suites run.
  * Nothing here runs on import.
  */
+
+const INDEX_PASS_MS = 500;
+const INDEX_IDLE_MS = 30_000;
 
 export interface RunningGateway {
   url: string;
@@ -52,6 +56,25 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   const sweeper = setInterval(sweep, leaseMs(config) / 2);
   sweeper.unref();
 
+  // Vector indexes of large stores (retrieval/vector-index.ts): while one is back-filled, a pass of
+  // INDEX_PASS_MS every other INDEX_PASS_MS, so the writer is free half the time; otherwise a look
+  // for stores past the threshold (and deleted ones) every INDEX_IDLE_MS.
+  let indexer: NodeJS.Timeout | undefined;
+  let closing = false;
+  const index = () =>
+    tasks.track(
+      maintainVectorIndexes(deps, { budgetMs: INDEX_PASS_MS }).then(
+        (building) => {
+          if (!closing) indexer = setTimeout(index, building ? INDEX_PASS_MS : INDEX_IDLE_MS).unref();
+        },
+        (error: unknown) => {
+          deps.log.error('vector index maintenance failed', { error });
+          if (!closing) indexer = setTimeout(index, INDEX_IDLE_MS).unref();
+        },
+      ),
+    );
+  index();
+
   return {
     url,
     deps,
@@ -59,6 +82,8 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     initialised,
     async close(drainMs = 10_000) {
       clearInterval(sweeper);
+      closing = true;
+      clearTimeout(indexer);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         // Idle keep-alive connections would hold close() open; streams in flight end on their own.

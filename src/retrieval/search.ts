@@ -1,5 +1,6 @@
 import { and, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../db/client';
+import type { Deps } from '../deps';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
 import { ApiError } from '../errors';
 import type { AttributeFilter, ComparisonFilter, VectorStoreSearchBody } from '../schemas/vector-store-search';
@@ -103,9 +104,16 @@ export async function findStores(db: Db, workspaceId: string, ids: readonly stri
   return ids.flatMap((id) => rows.filter((row) => row.id === id).map((row) => ({ ...row, indexed: Boolean(row.indexed) })));
 }
 
-/** Searches `stores` (one workspace's) for `options.queries`: the best chunks, best first. */
+/** What searching needs: embedding, and the event loop's slices (on Node, one loop serves every tenant). */
+export type SearchDeps = EmbedDeps & Pick<Deps, 'slices'>;
+
+/**
+ * Searches `stores` (one workspace's) for `options.queries`: the best chunks, best first. Between
+ * statements it lets the event loop turn once its slice is spent, so a search holds the loop for
+ * one statement at most, not for all of them.
+ */
 export async function searchStores(
-  deps: EmbedDeps,
+  deps: SearchDeps,
   searcher: Searcher,
   stores: readonly SearchableStore[],
   options: SearchOptions,
@@ -116,6 +124,9 @@ export async function searchStores(
   if (withChunks.length === 0 || options.queries.length === 0) return [];
   const candidates = Math.min(MAX_CANDIDATES, Math.max(MIN_CANDIDATES, options.maxResults * 2));
 
+  const turn = async () => {
+    if (deps.slices.spent()) await deps.slices.next();
+  };
   const lists: Ranked[][] = [];
   for (const store of withChunks) {
     const { vectors } = await embedTexts(
@@ -133,17 +144,20 @@ export async function searchStores(
     const searchable = searchableFiles(store.id, options.filter);
     for (const [index, query] of options.queries.entries()) {
       const vector = vectors[index]!;
-      lists.push(
-        (store.indexed ? await byIndex(db, store.id, searchable, vector, candidates) : null) ??
-          (await byVector(db, store.id, searchable, vector, candidates)),
-      );
+      await turn();
+      const nearest = store.indexed ? await byIndex(db, store.id, searchable, vector, candidates) : null;
+      if (nearest === null) await turn();
+      lists.push(nearest ?? (await byVector(db, store.id, searchable, vector, candidates)));
+      await turn();
       const match = keywordMatch(store.id, await rareWords(db, store.id, keywords(query)));
+      await turn();
       lists.push(match === null ? [] : await byKeywords(db, store.id, searchable, match, candidates));
     }
   }
   const fused = fuse(mergeLists(lists, withChunks.length), options.queries.length * 2)
     .filter((hit) => hit.score >= options.scoreThreshold)
     .slice(0, options.maxResults);
+  await turn();
   return withDetails(db, fused);
 }
 
@@ -334,7 +348,7 @@ async function withDetails(db: Db, hits: { chunkId: number; score: number }[]): 
  * POST /v1/vector_stores/{id}/search: the store of the caller's workspace (404 otherwise),
  * searched as OpenAI's endpoint does, 10 results unless asked otherwise.
  */
-export async function searchVectorStore(deps: EmbedDeps, searcher: Searcher, storeId: string, body: VectorStoreSearchBody) {
+export async function searchVectorStore(deps: SearchDeps, searcher: Searcher, storeId: string, body: VectorStoreSearchBody) {
   const [store] = await findStores(deps.db, searcher.workspaceId, [storeId]);
   if (!store) throw new ApiError('vector_store_not_found', `No vector store found with id '${storeId}'.`);
   const queries = typeof body.query === 'string' ? [body.query] : body.query;
