@@ -21,8 +21,9 @@ import { indexNames, storeIdPart } from './vector-index';
  *
  * Cost, bounded whatever the store's size: the vector list of a store with a ready
  * approximate-nearest-neighbour index (vector-index.ts, stores past GATEWAY_VECTOR_INDEX_MIN_CHUNKS)
- * reads TOP_K neighbours from it; a smaller store's is an exact scan of its chunks (below the
- * threshold by definition, about 10 ms for 10,000 chunks of 512 dimensions on the embedded file).
+ * reads TOP_K neighbours from it (unless a filter leaves too few of them: see TOP_K); a smaller
+ * store's is an exact scan of its chunks (below the threshold by definition: about 15 ms for 3,000
+ * chunks of 512 dimensions on the embedded file of a busy machine).
  * The keyword list leaves out the query's words found in COMMON_WORD_CHUNKS chunks of the store or
  * more (each counted no further than that), so bm25 ranks at most that many chunks per remaining
  * word (the store's id is part of the MATCH, so other stores' chunks are not ranked). On the
