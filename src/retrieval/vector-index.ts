@@ -55,22 +55,25 @@ export interface MaintenanceOptions {
   maxBatches?: number;
 }
 
+type MaintenanceDeps = Pick<Deps, 'db' | 'config' | 'now' | 'slices'>;
+
 /**
  * One pass: drops the indexes of deleted stores, creates the index of stores past the threshold
- * (within the limit), and back-fills unfinished indexes until `budgetMs` is spent. Answers
- * whether an index is still being back-filled (the caller comes back soon rather than later).
+ * (within the limit) unless one is being back-filled, and back-fills unfinished indexes until
+ * `budgetMs` is spent. Answers whether an index is still being back-filled (the caller comes back
+ * soon rather than later).
  */
-export async function maintainVectorIndexes(deps: Pick<Deps, 'db' | 'config' | 'now'>, options: MaintenanceOptions): Promise<boolean> {
+export async function maintainVectorIndexes(deps: MaintenanceDeps, options: MaintenanceOptions): Promise<boolean> {
   const { db } = deps;
   const started = Date.now();
   for (const storeId of await orphanedIndexes(db)) await dropVectorIndex(db, storeId);
-  await createDueIndexes(deps);
+  const unfinishedIndexes = () => db.select().from(vectorStoreIndexes).where(isNull(vectorStoreIndexes.readyAt)).orderBy(vectorStoreIndexes.createdAt);
+  let building = await unfinishedIndexes();
+  if (building.length === 0) {
+    await createDueIndexes(deps);
+    building = await unfinishedIndexes();
+  }
   const batchSize = options.batchSize ?? BACKFILL_BATCH;
-  const building = await db
-    .select()
-    .from(vectorStoreIndexes)
-    .where(isNull(vectorStoreIndexes.readyAt))
-    .orderBy(vectorStoreIndexes.createdAt);
   let unfinished = building.length;
   let batches = 0;
   for (const index of building) {
@@ -110,9 +113,10 @@ export async function dropVectorIndex(db: Db, storeId: string): Promise<void> {
 /**
  * Creates the index of each live store of at least GATEWAY_VECTOR_INDEX_MIN_CHUNKS chunks that has
  * none, while fewer than GATEWAY_VECTOR_INDEX_MAX_STORES exist. Each store's chunks are counted
- * only up to the threshold, one statement per store, so no statement reads more than that.
+ * only up to the threshold, one statement per store, so no statement reads more than that; and
+ * the event loop gets a turn between them once its slice is spent (there may be many stores).
  */
-async function createDueIndexes(deps: Pick<Deps, 'db' | 'config' | 'now'>): Promise<void> {
+async function createDueIndexes(deps: MaintenanceDeps): Promise<void> {
   const { db, config } = deps;
   const threshold = config.GATEWAY_VECTOR_INDEX_MIN_CHUNKS;
   const [{ indexes } = { indexes: 0 }] = await db.select({ indexes: sql<number>`count(*)` }).from(vectorStoreIndexes);
@@ -134,6 +138,7 @@ async function createDueIndexes(deps: Pick<Deps, 'db' | 'config' | 'now'>): Prom
       .limit(STORE_PAGE);
     for (const store of page) {
       if (room === 0 || store.dimensions === null) continue;
+      if (deps.slices.spent()) await deps.slices.next();
       const [counted] = await db.all<{ chunks: number }>(
         sql`SELECT count(*) AS chunks FROM (SELECT 1 FROM vector_store_chunks WHERE vector_store_id = ${store.id} LIMIT ${threshold})`,
       );
