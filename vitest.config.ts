@@ -66,6 +66,8 @@ export default defineConfig({
               // The fake upstream listens on loopback.
               GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true',
               GATEWAY_RATE_LIMIT_STORE: 'durable-object',
+              // The search store of global-setup.ts (3 chunks) gets a vector index on the cron.
+              GATEWAY_VECTOR_INDEX_MIN_CHUNKS: '3',
             };
             return {
               wrangler: { configPath: './wrangler.toml' },

@@ -68,6 +68,13 @@ export const configSchema = z.object({
   GATEWAY_INGEST_MAX_FILE_BYTES: positiveInt.default(64 * 1024 * 1024),
   GATEWAY_INGEST_MAX_CHUNKS: positiveInt.default(4096),
   GATEWAY_INGEST_CONCURRENCY: positiveInt.max(64).default(2),
+  /**
+   * A vector store with at least this many chunks gets an approximate-nearest-neighbour index of its
+   * own (retrieval/vector-index.ts), built in the background; smaller stores are searched exactly.
+   */
+  GATEWAY_VECTOR_INDEX_MIN_CHUNKS: positiveInt.default(5000),
+  /** At most this many stores have such an index (each adds a trigger to every chunk insert); the others are searched exactly. */
+  GATEWAY_VECTOR_INDEX_MAX_STORES: positiveInt.max(1000).default(100),
   /** A run fails when its upstream sends no first byte (connection and headers included) in this time. */
   GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: positiveInt.default(60_000),
   /**

@@ -4,6 +4,7 @@ import { ConfigurationError, configSchema } from './config';
 import { ApiError, errorResponse, serverError } from './errors';
 import { createLogger } from './logger';
 import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from './files/commands';
+import { maintainVectorIndexes } from './retrieval/vector-index';
 import { sweepRuns } from './runs/recovery';
 import { missingConfiguration, missingConfigurationError, workerDeps, type Env } from './workers/deps';
 
@@ -19,6 +20,9 @@ export type { Env } from './workers/deps';
 
 let built: Promise<App> | undefined;
 let reportedMissing = false;
+
+/** A cron invocation's share for index maintenance: well within a scheduled handler's limits. */
+const INDEX_BUDGET_MS = 20_000;
 
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
@@ -43,8 +47,10 @@ export default {
   },
 
   /**
-   * Every minute (wrangler.toml [triggers]): settles runs left behind, as Node's sweep does; and
-   * every FILE_PURGE_INTERVAL_MS, deletes expired files.
+   * Every minute (wrangler.toml [triggers]): settles runs left behind, as Node's sweep does, then
+   * maintains the vector indexes of large stores (retrieval/vector-index.ts) for up to
+   * INDEX_BUDGET_MS: one back-fill batch per round trip to the database, each a short statement;
+   * and every FILE_PURGE_INTERVAL_MS, deletes expired files.
    */
   async scheduled(controller: ScheduledController, env: Env): Promise<void> {
     let deps;
@@ -59,6 +65,11 @@ export default {
       if (settled > 0) deps.log.info('recovery sweep settled runs', { count: settled });
     } catch (error) {
       deps.log.error('recovery sweep failed', { error });
+    }
+    try {
+      await maintainVectorIndexes(deps, { budgetMs: INDEX_BUDGET_MS });
+    } catch (error) {
+      deps.log.error('vector index maintenance failed', { error });
     }
     if (Math.floor(controller.scheduledTime / 60_000) % (FILE_PURGE_INTERVAL_MS / 60_000) !== 0) return;
     try {

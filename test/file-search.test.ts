@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { citations, MAX_RESULT_CHARS, MAX_SEARCHES_PER_ROUND, searchOutput, searchQueries } from '../src/runs/file-search';
-import { fuse, keywordMatch } from '../src/retrieval/search';
+import { fuse, keywordMatch, keywords } from '../src/retrieval/search';
 
 /** The pure parts of file search: arguments, the text the model is given, citations, fusion. */
 
@@ -58,8 +58,11 @@ describe('fuse and keywordMatch', () => {
   });
 
   it('quotes every word, names the store by its random part, and refuses an id it cannot inline', () => {
-    expect(keywordMatch('vs_Abc123', 'Refund "policy" OR x*')).toBe('vector_store_id : "Abc123" AND ("refund" OR "policy" OR "or" OR "x")');
-    expect(keywordMatch('vs_Abc123', '?!')).toBeNull();
-    expect(() => keywordMatch('vs_a"b', 'x')).toThrow();
+    expect(keywordMatch('vs_Abc123', keywords('Refund "policy" OR x* refund'))).toBe(
+      'vector_store_id : "Abc123" AND ("refund" OR "policy" OR "or" OR "x")',
+    );
+    expect(keywords('?!')).toEqual([]);
+    expect(keywordMatch('vs_Abc123', [])).toBeNull();
+    expect(() => keywordMatch('vs_a"b', ['x'])).toThrow();
   });
 });

@@ -452,6 +452,24 @@ export const usage = sqliteTable(
   (t) => [uniqueIndex('usage_key').on(t.workspaceId, t.hour, t.kind, t.model, t.apiKeyId, t.virtualKeyId)],
 );
 
+/**
+ * The approximate-nearest-neighbour index of a large store (retrieval/vector-index.ts): a table of
+ * its own, `vector_store_ann_<id's random part>` (chunk id, F32_BLOB embedding, a libsql_vector_idx),
+ * kept in step with vector_store_chunks by two triggers of the store, and back-filled in short
+ * batches with the chunks older than the index (ids up to `backfill_until`). Searched only once
+ * `ready_at` is set; until then the store is scanned exactly.
+ */
+export const vectorStoreIndexes = sqliteTable('vector_store_indexes', {
+  vectorStoreId: text('vector_store_id').primaryKey(),
+  dimensions: integer('dimensions').notNull(),
+  /** The largest chunk id when the index was created: the triggers copy every later chunk. */
+  backfillUntil: integer('backfill_until').notNull(),
+  /** The back-fill's cursor: every chunk of the store with an id up to this one is in the index. */
+  backfilledTo: integer('backfilled_to').notNull(),
+  readyAt: ms('ready_at'),
+  createdAt: ms('created_at').notNull(),
+});
+
 // ── Rate limits ──────────────────────────────────────────────────────────────────────────────
 
 export const rateLimitPolicies = sqliteTable(

@@ -2,6 +2,7 @@ import type { Config } from '../config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from '../db/node';
 import type { Deps } from '../deps';
 import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from '../files/commands';
+import { maintainVectorIndexes } from '../retrieval/vector-index';
 import { sweepRuns } from '../runs/recovery';
 import { checkEncryptionKey } from '../services/encryption-check';
 import { initialise, type InitResult } from '../services/organisations';
@@ -16,6 +17,9 @@ import { listen } from './server';
  * The gateway on Node, started: what node.ts (the entry), the demo and the reliability suites run.
  * Nothing here runs on import.
  */
+
+const INDEX_PASS_MS = 500;
+const INDEX_IDLE_MS = 30_000;
 
 export interface RunningGateway {
   url: string;
@@ -72,6 +76,25 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     if (purged > 0) deps.log.info('deleted expired files', { count: purged });
   });
 
+  // Vector indexes of large stores (retrieval/vector-index.ts): while one is back-filled, a pass of
+  // INDEX_PASS_MS every other INDEX_PASS_MS, so the writer is free half the time; otherwise a look
+  // for stores past the threshold (and deleted ones) every INDEX_IDLE_MS.
+  let indexer: NodeJS.Timeout | undefined;
+  let closing = false;
+  const index = () =>
+    tasks.track(
+      maintainVectorIndexes(deps, { budgetMs: INDEX_PASS_MS }).then(
+        (building) => {
+          if (!closing) indexer = setTimeout(index, building ? INDEX_PASS_MS : INDEX_IDLE_MS).unref();
+        },
+        (error: unknown) => {
+          deps.log.error('vector index maintenance failed', { error });
+          if (!closing) indexer = setTimeout(index, INDEX_IDLE_MS).unref();
+        },
+      ),
+    );
+  index();
+
   return {
     url,
     deps,
@@ -80,6 +103,8 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     async close(drainMs = 10_000) {
       clearInterval(sweeper);
       clearInterval(purger);
+      closing = true;
+      clearTimeout(indexer);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         // Idle keep-alive connections would hold close() open; streams in flight end on their own.

@@ -1,9 +1,11 @@
 import { and, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { files, vectorStoreChunks, vectorStoreFiles, vectorStores, type FileAttributes } from '../db/schema';
+import type { Deps } from '../deps';
+import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
 import { ApiError } from '../errors';
 import type { AttributeFilter, ComparisonFilter, VectorStoreSearchBody } from '../schemas/vector-store-search';
 import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
+import { indexNames, storeIdPart } from './vector-index';
 
 /**
  * Hybrid search over vector stores: each query is embedded with the store's own model, dimensions
@@ -17,11 +19,16 @@ import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
  * list), so 1 means first by meaning and by keywords for every query. `score_threshold` drops
  * what scores below it.
  *
- * Cost: each list is one statement, bounded by the store's size: the vector list scans the store's
- * chunks exactly (about 10 ms for 10,000 chunks of 512 dimensions on the embedded file), the
- * keyword list ranks the chunks that match a term (the store's id is part of the MATCH, so other
- * stores' chunks are not ranked). On the embedded file each statement holds the event loop for its
- * duration: `npm run bench:search` measures it.
+ * Cost, bounded whatever the store's size: the vector list of a store with a ready
+ * approximate-nearest-neighbour index (vector-index.ts, stores past GATEWAY_VECTOR_INDEX_MIN_CHUNKS)
+ * reads TOP_K neighbours from it (unless a filter leaves too few of them: see TOP_K); a smaller
+ * store's is an exact scan of its chunks (below the threshold by definition: about 15 ms for 3,000
+ * chunks of 512 dimensions on the embedded file of a busy machine).
+ * The keyword list leaves out the query's words found in COMMON_WORD_CHUNKS chunks of the store or
+ * more (each counted no further than that), so bm25 ranks at most that many chunks per remaining
+ * word (the store's id is part of the MATCH, so other stores' chunks are not ranked). On the
+ * embedded file each statement holds the event loop for its duration: `npm run bench:search`
+ * measures it.
  */
 
 /** The reciprocal-rank constant (Cormack et al.'s 60): rank r in a list adds 1 / (RRF_K + r). */
@@ -31,6 +38,19 @@ const MIN_CANDIDATES = 20;
 const MAX_CANDIDATES = 100;
 /** Distinct words of a query sent to FTS5 (each quoted): a long query does not become a huge MATCH. */
 const MAX_KEYWORDS = 32;
+/**
+ * Neighbours read from a store's vector index per query. libSQL's vector_top_k returns at most
+ * about 200 rows whatever k; of these, the chunks of searchable files (completed, the filter's)
+ * are kept. When fewer than the list's length remain (a filter that leaves few files, many files
+ * still ingesting), the store is scanned exactly instead, as a small store is.
+ */
+const TOP_K = 200;
+/**
+ * A word found in this many chunks of a store says little about which chunk is meant, and ranking
+ * every chunk it is in costs in proportion: the keyword list leaves it out (the vector list still
+ * weighs it). A query whose words are all that common has no keyword list.
+ */
+export const COMMON_WORD_CHUNKS = 1000;
 
 /** What searching needs of a store. */
 export interface SearchableStore {
@@ -40,6 +60,8 @@ export interface SearchableStore {
   /** Null until the store's first vector: such a store has no chunks, and nothing is embedded for it. */
   embeddingDimensions: number | null;
   virtualKeyId: string | null;
+  /** The store has a ready vector index (vector-index.ts): its vector list is read from it. */
+  indexed: boolean;
 }
 
 export interface SearchOptions {
@@ -75,15 +97,24 @@ export async function findStores(db: Db, workspaceId: string, ids: readonly stri
       embeddingModel: vectorStores.embeddingModel,
       embeddingDimensions: vectorStores.embeddingDimensions,
       virtualKeyId: vectorStores.virtualKeyId,
+      indexed: sql<number>`${vectorStoreIndexes.readyAt} IS NOT NULL`,
     })
     .from(vectorStores)
+    .leftJoin(vectorStoreIndexes, eq(vectorStoreIndexes.vectorStoreId, vectorStores.id))
     .where(and(inArray(vectorStores.id, [...ids]), eq(vectorStores.workspaceId, workspaceId), isNull(vectorStores.deletedAt)));
-  return ids.flatMap((id) => rows.filter((row) => row.id === id));
+  return ids.flatMap((id) => rows.filter((row) => row.id === id).map((row) => ({ ...row, indexed: Boolean(row.indexed) })));
 }
 
-/** Searches `stores` (one workspace's) for `options.queries`: the best chunks, best first. */
+/** What searching needs: embedding, and the event loop's slices (on Node, one loop serves every tenant). */
+export type SearchDeps = EmbedDeps & Pick<Deps, 'slices'>;
+
+/**
+ * Searches `stores` (one workspace's) for `options.queries`: the best chunks, best first. Between
+ * statements it lets the event loop turn once its slice is spent, so a search holds the loop for
+ * one statement at most, not for all of them.
+ */
 export async function searchStores(
-  deps: EmbedDeps,
+  deps: SearchDeps,
   searcher: Searcher,
   stores: readonly SearchableStore[],
   options: SearchOptions,
@@ -94,6 +125,9 @@ export async function searchStores(
   if (withChunks.length === 0 || options.queries.length === 0) return [];
   const candidates = Math.min(MAX_CANDIDATES, Math.max(MIN_CANDIDATES, options.maxResults * 2));
 
+  const turn = async () => {
+    if (deps.slices.spent()) await deps.slices.next();
+  };
   const lists: Ranked[][] = [];
   for (const store of withChunks) {
     const { vectors } = await embedTexts(
@@ -110,14 +144,21 @@ export async function searchStores(
     );
     const searchable = searchableFiles(store.id, options.filter);
     for (const [index, query] of options.queries.entries()) {
-      lists.push(await byVector(db, store.id, searchable, vectors[index]!, candidates));
-      const match = keywordMatch(store.id, query);
-      if (match !== null) lists.push(await byKeywords(db, store.id, searchable, match, candidates));
+      const vector = vectors[index]!;
+      await turn();
+      const nearest = store.indexed ? await byIndex(db, store.id, searchable, vector, candidates) : null;
+      if (nearest === null) await turn();
+      lists.push(nearest ?? (await byVector(db, store.id, searchable, vector, candidates)));
+      await turn();
+      const match = keywordMatch(store.id, await rareWords(db, store.id, keywords(query)));
+      await turn();
+      lists.push(match === null ? [] : await byKeywords(db, store.id, searchable, match, candidates));
     }
   }
   const fused = fuse(mergeLists(lists, withChunks.length), options.queries.length * 2)
     .filter((hit) => hit.score >= options.scoreThreshold)
     .slice(0, options.maxResults);
+  await turn();
   return withDetails(db, fused);
 }
 
@@ -166,9 +207,26 @@ async function byVector(db: Db, storeId: string, searchable: SQL, vector: Float3
     SELECT id, vector_distance_cos(embedding, ${vectorBlob(vector)}) AS distance
     FROM vector_store_chunks
     WHERE vector_store_id = ${storeId} AND file_id IN (${searchable})
-    ORDER BY distance LIMIT ${limit}`);
-  // A chunk at a right angle to the query, or further, shares nothing with it.
-  return rows.filter((row) => row.distance < 1).map((row) => ({ id: Number(row.id), measure: row.distance }));
+    ORDER BY distance, id LIMIT ${limit}`);
+  return near(rows);
+}
+
+/** A chunk at a right angle to the query, or further, shares nothing with it. */
+const near = (rows: { id: number; distance: number }[]): Ranked[] =>
+  rows.filter((row) => row.distance < 1).map((row) => ({ id: Number(row.id), measure: row.distance }));
+
+/**
+ * The store's nearest chunks by its vector index (TOP_K neighbours, then the searchable ones,
+ * ranked by their exact distance); null when fewer than `limit` are searchable (see TOP_K).
+ */
+async function byIndex(db: Db, storeId: string, searchable: SQL, vector: Float32Array, limit: number): Promise<Ranked[] | null> {
+  const query = vectorBlob(vector);
+  const rows = await db.all<{ id: number; distance: number }>(sql`
+    SELECT c.id AS id, vector_distance_cos(c.embedding, ${query}) AS distance
+    FROM vector_top_k(${indexNames(storeId).index}, ${query}, ${TOP_K}) AS t CROSS JOIN vector_store_chunks AS c ON c.id = t.id
+    WHERE c.vector_store_id = ${storeId} AND c.file_id IN (${searchable})
+    ORDER BY distance, id LIMIT ${limit}`);
+  return rows.length < limit ? null : near(rows);
 }
 
 /**
@@ -185,20 +243,37 @@ async function byKeywords(db: Db, storeId: string, searchable: SQL, match: strin
   return rows.map((row) => ({ id: Number(row.id), measure: row.rank }));
 }
 
-/** A store id as the MATCH names it: checked, since it is written into the query's text. */
-const STORE_ID = /^vs_[A-Za-z0-9]+$/;
+/**
+ * The FTS5 query for `words` (keywords: a query's words) in store `storeId`: each quoted (so that
+ * any text is a valid query and no word is an operator), any of them, in the store's column only. The id's
+ * random part alone names the store: FTS5 splits `vs_…` at the underscore, and the `vs` every row
+ * has would make the query read every store's rows. Null without words.
+ */
+export function keywordMatch(storeId: string, words: readonly string[]): string | null {
+  const store = storeIdPart(storeId);
+  if (words.length === 0) return null;
+  return `vector_store_id : "${store}" AND (${words.map((word) => `"${word}"`).join(' OR ')})`;
+}
+
+/** A query's distinct words, lower-cased, at most MAX_KEYWORDS: what FTS5 is asked for. */
+export function keywords(query: string): string[] {
+  return [...new Set(query.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])].slice(0, MAX_KEYWORDS);
+}
 
 /**
- * The FTS5 query for `query` in store `storeId`: its distinct words, each quoted (so that any text
- * is a valid query and no word is an operator), any of them, in the store's column only. The id's
- * random part alone names the store: FTS5 splits `vs_…` at the underscore, and the `vs` every row
- * has would make the query read every store's rows. Null when the query has no words.
+ * The words found in fewer than COMMON_WORD_CHUNKS chunks of the store, in one statement: each
+ * word's chunks are counted up to that many (FTS5 stops reading its list there), so a common
+ * word costs no more than a rare one.
  */
-export function keywordMatch(storeId: string, query: string): string | null {
-  if (!STORE_ID.test(storeId)) throw new Error(`not a vector store id: ${storeId}`);
-  const words = [...new Set(query.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])].slice(0, MAX_KEYWORDS);
-  if (words.length === 0) return null;
-  return `vector_store_id : "${storeId.slice('vs_'.length)}" AND (${words.map((word) => `"${word}"`).join(' OR ')})`;
+async function rareWords(db: Db, storeId: string, words: string[]): Promise<string[]> {
+  if (words.length === 0) return [];
+  const counts = words.map(
+    (word, i) => sql`SELECT ${i} AS word, count(*) AS chunks FROM (SELECT rowid FROM vector_store_chunks_fts
+      WHERE vector_store_chunks_fts MATCH ${keywordMatch(storeId, [word])} LIMIT ${COMMON_WORD_CHUNKS})`,
+  );
+  const rows = await db.all<{ word: number; chunks: number }>(sql.join(counts, sql.raw(' UNION ALL ')));
+  const common = new Set(rows.filter((row) => Number(row.chunks) >= COMMON_WORD_CHUNKS).map((row) => Number(row.word)));
+  return words.filter((_, i) => !common.has(i));
 }
 
 /**
@@ -274,7 +349,7 @@ async function withDetails(db: Db, hits: { chunkId: number; score: number }[]): 
  * POST /v1/vector_stores/{id}/search: the store of the caller's workspace (404 otherwise),
  * searched as OpenAI's endpoint does, 10 results unless asked otherwise.
  */
-export async function searchVectorStore(deps: EmbedDeps, searcher: Searcher, storeId: string, body: VectorStoreSearchBody) {
+export async function searchVectorStore(deps: SearchDeps, searcher: Searcher, storeId: string, body: VectorStoreSearchBody) {
   const [store] = await findStores(deps.db, searcher.workspaceId, [storeId]);
   if (!store) throw new ApiError('vector_store_not_found', `No vector store found with id '${storeId}'.`);
   const queries = typeof body.query === 'string' ? [body.query] : body.query;

@@ -88,7 +88,11 @@ export async function updateVectorStore(db: Db, workspaceId: string, id: string,
   return row;
 }
 
-/** The store, its files (and so their ingestion jobs), batches and chunks, in one transaction. */
+/**
+ * The store, its files (and so their ingestion jobs), batches and chunks, in one transaction. The
+ * store's row goes first: a store's vector index (retrieval/vector-index.ts) then skips its chunks'
+ * deletes, and is dropped whole by the next maintenance pass.
+ */
 export async function deleteVectorStore(db: Db, workspaceId: string, id: string): Promise<void> {
   const store = await getVectorStore(db, workspaceId, id);
   await db.batch([

@@ -1,12 +1,17 @@
-import { exports } from 'cloudflare:workers';
+import { createClient } from '@libsql/client/web';
+import { createScheduledController } from 'cloudflare:test';
+import { env, exports } from 'cloudflare:workers';
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
+import worker from '../../src/worker';
 import { json } from '../support/envelope';
 
 /**
  * Search inside workerd: the Worker entry against sqld, a vector store written by
  * test/global-setup.ts (its vectors the fake provider's), the query embedded by the fake provider
  * through a virtual key of the workspace; and a file_search run, executed in its Durable Object.
+ * The store's vector index (past GATEWAY_VECTOR_INDEX_MIN_CHUNKS, 3 here) is built by the cron
+ * trigger's handler, as on Cloudflare.
  */
 
 const { workspaceKey, vectorStoreId, fileIds } = inject('searchTenant');
@@ -52,5 +57,18 @@ describe('file search on workerd', () => {
     });
     const messages = await openai.beta.threads.messages.list(run.thread_id);
     expect(messages.data[0]!.content[0]).toMatchObject({ text: { annotations: [{ type: 'file_citation', file_citation: { file_id: fileIds[0] } }] } });
+  });
+
+  it('builds the store’s vector index on the cron trigger, and still finds the right chunk', async () => {
+    await worker.scheduled(createScheduledController(), env);
+    const client = createClient({ url: inject('sqldUrl') });
+    const { rows } = await client.execute({ sql: 'SELECT ready_at FROM vector_store_indexes WHERE vector_store_id = ?', args: [vectorStoreId] });
+    const table = `vector_store_ann_${vectorStoreId.slice('vs_'.length)}`;
+    const indexed = await client.execute(`SELECT count(*) AS chunks FROM ${table}`);
+    client.close();
+    expect(rows[0]?.ready_at).toEqual(expect.any(Number));
+    expect(indexed.rows[0]?.chunks).toBe(3);
+    const page = await openai.vectorStores.search(vectorStoreId, { query: 'How many days for refunds?' });
+    expect(page.data[0]).toMatchObject({ file_id: fileIds[0], content: [{ type: 'text', text: REFUND_CHUNK }] });
   });
 });
