@@ -5,7 +5,7 @@ import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorS
 import { ApiError } from '../errors';
 import type { AttributeFilter, ComparisonFilter, VectorStoreSearchBody } from '../schemas/vector-store-search';
 import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
-import { indexNames, storeIdPart } from './vector-index';
+import { indexNames, SEARCH_L, storeIdPart } from './vector-index';
 
 /**
  * Hybrid search over vector stores: each query is embedded with the store's own model, dimensions
@@ -39,18 +39,20 @@ const MAX_CANDIDATES = 100;
 /** Distinct words of a query sent to FTS5 (each quoted): a long query does not become a huge MATCH. */
 const MAX_KEYWORDS = 32;
 /**
- * Neighbours read from a store's vector index per query. libSQL's vector_top_k returns at most
- * about 200 rows whatever k; of these, the chunks of searchable files (completed, the filter's)
- * are kept. When fewer than the list's length remain (a filter that leaves few files, many files
- * still ingesting), the store is scanned exactly instead, as a small store is.
+ * Neighbours read from a store's vector index per query: as many as its graph search keeps
+ * (SEARCH_L), at least the longest list a search asks for (MAX_CANDIDATES). Of these, the chunks
+ * of searchable files (completed, the filter's) are kept. When fewer than the list's length remain
+ * (a filter that leaves few files, many files still ingesting), the store is scanned exactly
+ * instead, as a small store is.
  */
-const TOP_K = 200;
+const TOP_K = Math.max(SEARCH_L, MAX_CANDIDATES);
 /**
  * A word found in this many chunks of a store says little about which chunk is meant, and ranking
  * every chunk it is in costs in proportion: the keyword list leaves it out (the vector list still
- * weighs it). A query whose words are all that common has no keyword list.
+ * weighs it). A query whose words are all that common has no keyword list. At 1,000, bm25 and the
+ * words' counts took half of a search's time at 100,000 chunks.
  */
-export const COMMON_WORD_CHUNKS = 1000;
+export const COMMON_WORD_CHUNKS = 300;
 
 /** What searching needs of a store. */
 export interface SearchableStore {
