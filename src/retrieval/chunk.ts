@@ -1,4 +1,3 @@
-import { decodeGenerator, encode } from 'gpt-tokenizer/encoding/cl100k_base';
 
 /**
  * Text into chunks of at most `maxTokens` tokens, each overlapping the one before by about
@@ -40,6 +39,11 @@ export class TooManyChunks extends Error {
 export const AUTO_CHUNKING = { maxTokens: 800, overlapTokens: 400 } as const;
 
 const SEGMENT_CHARS = 32_768;
+/**
+ * The tokenizer, imported on first use: its tables take about 40 MB of memory, which a process
+ * that never chunks a file (most of them, most of the time) should not hold.
+ */
+let tokenizer: Promise<typeof import('gpt-tokenizer/encoding/cl100k_base')> | undefined;
 /** `<|endoftext|>` and its kind are text in a document, not special tokens. */
 const NO_SPECIAL = { disallowedSpecial: new Set<string>() };
 
@@ -67,6 +71,7 @@ export async function chunkText(text: string, options: ChunkingOptions): Promise
  * or -1 where it cuts a character.
  */
 async function boundaries(text: string, pause: () => Promise<void>): Promise<{ tokens: number; charAt: Int32Array }> {
+  const { decodeGenerator, encode } = await (tokenizer ??= import('gpt-tokenizer/encoding/cl100k_base'));
   const offsets: Int32Array[] = [];
   let tokens = 0;
   for (let from = 0; from < text.length; ) {

@@ -1,6 +1,4 @@
-import { convert, type HtmlToTextOptions } from 'html-to-text';
-import mammoth from 'mammoth';
-import { getDocumentProxy } from 'unpdf';
+import type { HtmlToTextOptions } from 'html-to-text';
 
 /**
  * A file's text, for chunking: UTF-8 text formats (plain text, Markdown, JSON, source code) as
@@ -75,9 +73,12 @@ export interface Parsers {
   docx(bytes: Uint8Array): Promise<string>;
 }
 
+// The parsing libraries are imported when a document first needs them: a process that never
+// ingests (or, on Node, parses on its thread) does not hold them (about 15 MB of memory for mammoth).
 export const inlineParsers: Parsers = {
-  html: async (html) => convert(html, HTML_OPTIONS),
+  html: async (html) => (await import('html-to-text')).convert(html, HTML_OPTIONS),
   docx: async (bytes) => {
+    const { default: mammoth } = await import('mammoth');
     // mammoth's Node build reads `buffer` (any ArrayBuffer does), its browser build (what a Worker
     // bundles) `arrayBuffer`: both are given. Its types know only the browser's with an ArrayBuffer.
     const arrayBuffer = new Uint8Array(bytes).buffer;
@@ -143,6 +144,7 @@ async function pdfText(bytes: Uint8Array, options: ExtractOptions): Promise<stri
   let pdf;
   try {
     // pdf.js takes ownership of the buffer it is handed: give it a copy.
+    const { getDocumentProxy } = await import('unpdf');
     pdf = await getDocumentProxy(bytes.slice(), { verbosity: 0 });
   } catch (error) {
     throw new ExtractionError('invalid_file', `The PDF cannot be read: ${describe(error)}.`);
