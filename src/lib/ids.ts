@@ -11,15 +11,31 @@ export type IdPrefix = 'asst' | 'thread' | 'run' | 'msg' | 'step' | 'call' | 're
 /** OpenAI's file ids are `file-…`, with a hyphen; every other id has an underscore. */
 const SEPARATOR: Partial<Record<IdPrefix, string>> = { file: '-' };
 
+/**
+ * Random bytes, drawn from the system's generator POOL_BYTES at a time (about 150 ids' worth)
+ * rather than once per id: each draw is a call into the crypto library, which cost more than the
+ * rest of making an id. Filled on first use, inside a request (Workers allow no random values at
+ * start-up).
+ */
+const POOL_BYTES = 4096;
+const pool = new Uint8Array(POOL_BYTES);
+let used = POOL_BYTES;
+
 export function newId(prefix: IdPrefix): string {
+  let id = `${prefix}${SEPARATOR[prefix] ?? '_'}`;
   // 248 is the largest multiple of 62 below 256: rejecting bytes above it keeps the draw uniform.
-  const out: string[] = [];
-  while (out.length < 24) {
-    for (const byte of crypto.getRandomValues(new Uint8Array(32))) {
-      if (byte < 248 && out.length < 24) out.push(ALPHABET[byte % 62]!);
+  for (let drawn = 0; drawn < 24; ) {
+    if (used === POOL_BYTES) {
+      crypto.getRandomValues(pool);
+      used = 0;
+    }
+    const byte = pool[used++]!;
+    if (byte < 248) {
+      id += ALPHABET[byte % 62];
+      drawn++;
     }
   }
-  return `${prefix}${SEPARATOR[prefix] ?? '_'}${out.join('')}`;
+  return id;
 }
 
 export const newUuid = (): string => crypto.randomUUID();
