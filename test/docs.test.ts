@@ -33,10 +33,11 @@ describe('the documentation', () => {
     }
   });
 
+  // Each file's examples run against a gateway and a fake provider of their own: the files run at once.
   for (const file of documentationFiles()) {
     const examples = shellExamples(file, read(file));
     if (examples.length === 0) continue;
-    it(`runs the ${examples.length} shell examples of ${file.slice(ROOT.length)} as written`, async () => {
+    it.concurrent(`runs the ${examples.length} shell examples of ${file.slice(ROOT.length)} as written`, async ({ expect }) => {
       expect(await runExamples(file, examples)).toBeNull();
     }, 180_000);
   }
