@@ -10,8 +10,7 @@ import { UpstreamError, type ChatCompletionRequest, type Usage } from '../provid
 import { findStores, searchStores, type SearchableStore, type SearchResult } from '../retrieval/search';
 import {
   getRunById,
-  insertMessage,
-  insertStep,
+  insertTurnRows,
   leaseMs,
   listSteps,
   renewLease,
@@ -481,7 +480,7 @@ class Execution {
     const step = newStep(run, { type: 'message_creation', message_creation: { message_id: row.id } }, at);
     this.#message = { row, step, text: new TextBuilder(), started: false };
     this.#outbox.open(
-      () => db.batch([insertStep(db, step), insertMessage(db, row)]),
+      () => insertTurnRows(db, { steps: [step], message: row }),
       () => {
         const stepJson = JSON.stringify(toStepJson(step, run));
         const messageJson = JSON.stringify(toMessageJson(row));
@@ -531,7 +530,7 @@ class Execution {
     const step = newStep(this.#run, { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
     this.#toolStep = { row: step, calls: new Map() };
     this.#outbox.open(
-      () => insertStep(db, step),
+      () => insertTurnRows(db, { steps: [step] }),
       () => {
         const json = JSON.stringify(toStepJson(step, this.#run));
         return [

@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Config } from '../config';
-import { batchWrites, isUniqueViolation, type Db, type Statement } from '../db/client';
+import { batchRaw, batchWrites, insertStatement, isUniqueViolation, type Db, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { Usage } from '../providers/types';
@@ -113,6 +113,12 @@ export async function insertThreadAndRun(
   run: RunRow,
   extra: Statement[] = [],
 ): Promise<void> {
+  if (extra.length === 0) {
+    // The common case, on every run's path: the rows as raw statements (no query building).
+    const rows = [...(thread ? [insertStatement(threads, thread)] : []), ...threadMessages.map((message) => insertStatement(messages, message))];
+    await batchRaw(db, [...rows, insertStatement(runs, run)]);
+    return;
+  }
   const statements: Statement[] = [];
   if (thread) statements.push(db.insert(threads).values(thread));
   if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
@@ -144,16 +150,14 @@ export function updateRun(db: Db, runId: string, from: readonly RunStatus[], pat
     .returning();
 }
 
-export function insertStep(db: Db, step: NewStep) {
-  return db.insert(runSteps).values(step);
+/** A run's new steps and message, written in one transaction (raw statements: on every streamed run's path). */
+export function insertTurnRows(db: Db, rows: { steps: NewStep[]; message?: MessageInsert }): Promise<void> {
+  const statements = rows.steps.map((step) => insertStatement(runSteps, step));
+  return batchRaw(db, rows.message ? [...statements, insertStatement(messages, rows.message)] : statements);
 }
 
 export function updateStep(db: Db, stepId: string, patch: Partial<NewStep>) {
   return db.update(runSteps).set(patch).where(eq(runSteps.id, stepId));
-}
-
-export function insertMessage(db: Db, message: MessageInsert) {
-  return db.insert(messages).values(message);
 }
 
 export function updateMessage(db: Db, messageId: string, patch: Partial<MessageInsert>) {
