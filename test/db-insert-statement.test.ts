@@ -1,6 +1,7 @@
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { batchRaw, insertStatement } from '../src/db/client';
+import { batchRaw, batchRawResults, insertStatement, rowOf, updateStatement } from '../src/db/client';
+import { endTurn } from '../src/services/runs';
 import { messages, runs, runSteps, threads } from '../src/db/schema';
 import { createFakeUpstream } from './support/fake-upstream';
 import { createTestGateway, type TestGateway } from './support/gateway';
@@ -62,6 +63,31 @@ describe('insertStatement', () => {
       run: await db.select().from(runs).where(eq(runs.id, runId)),
       steps: await db.select().from(runSteps).where(eq(runSteps.runId, runId)),
     }).toEqual(stored);
+  });
+
+  it('updates as Drizzle does, reads the returned row as Drizzle does, and ends only a turn in progress', async () => {
+    const who = await member(gateway);
+    const { threadId, runId } = await startRun(who, { reply: 'Done.' });
+    expect((await waitForRun(who, threadId, runId, ['completed'])).status).toBe('completed');
+    const db = gateway.database.db;
+    const patch = {
+      status: 'incomplete' as const,
+      incompleteDetails: { reason: 'max_completion_tokens' as const },
+      usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
+      completedAt: 7_000,
+      leaseExpiresAt: null,
+    };
+    const raw = updateStatement(runs, patch, { sql: '"id" = ?', args: [runId] }, true);
+    // The same arguments (Drizzle orders the set clause by the table's columns, this by the patch's fields).
+    const sorted = (args: unknown[]) => args.map((arg) => JSON.stringify(arg)).sort();
+    expect(sorted(raw.args)).toEqual(sorted(db.update(runs).set(patch).where(eq(runs.id, runId)).toSQL().params));
+    const [result] = await batchRawResults(db, [raw]);
+    const [stored] = await db.select().from(runs).where(eq(runs.id, runId));
+    expect(stored).toMatchObject(patch);
+    expect(rowOf(runs, result!.rows[0]!)).toEqual(stored);
+    // The run is not in progress: endTurn changes nothing and says so.
+    expect(await endTurn(db, runId, { status: 'completed', completedAt: 9_000 }, [])).toBeNull();
+    expect((await db.select().from(runs).where(eq(runs.id, runId)))[0]).toEqual(stored);
   });
 
   it('leaves out what a row leaves undefined, so that the column’s default applies', () => {

@@ -1,5 +1,5 @@
-import type { Client, InValue } from '@libsql/client';
-import { getTableColumns, getTableName, type Column, type InferInsertModel, type Table } from 'drizzle-orm';
+import type { Client, InValue, ResultSet } from '@libsql/client';
+import { getTableColumns, getTableName, type Column, type InferInsertModel, type InferSelectModel, type Table } from 'drizzle-orm';
 import type { BatchItem } from 'drizzle-orm/batch';
 import type { LibSQLDatabase } from 'drizzle-orm/libsql';
 import type * as schema from './schema';
@@ -119,4 +119,62 @@ export function insertStatement<T extends Table>(table: T, row: InferInsertModel
  */
 export async function batchRaw(db: Db, statements: RawStatement[]): Promise<void> {
   if (statements.length > 0) await db.$client.batch(statements);
+}
+
+/** A condition of a raw statement: SQL text with `?` for each of its arguments. */
+export interface RawCondition {
+  sql: string;
+  args: InValue[];
+}
+
+const updateShapes = new WeakMap<Table, Map<string, { set: string; columns: Column[] }>>();
+
+/**
+ * `update <table> set <patch> where <condition>` as a raw statement (see insertStatement): the set
+ * clause is built once per table and set of fields; each value goes through its column's mapping.
+ * Fields left undefined are not changed. `returning` adds `returning *`: read it with rowOf.
+ */
+export function updateStatement<T extends Table>(
+  table: T,
+  patch: Partial<InferInsertModel<T>>,
+  where: RawCondition,
+  returning = false,
+): RawStatement {
+  const values: Record<string, unknown> = patch;
+  const keys = Object.keys(values).filter((key) => values[key] !== undefined);
+  if (keys.length === 0) throw new Error(`an update of ${getTableName(table)} that changes nothing`);
+  let shapes = updateShapes.get(table);
+  if (!shapes) updateShapes.set(table, (shapes = new Map()));
+  const signature = keys.join(',');
+  let shape = shapes.get(signature);
+  if (!shape) {
+    const all = getTableColumns(table);
+    const columns = keys.map((key) => {
+      const column = all[key];
+      if (!column) throw new Error(`${getTableName(table)} has no column ${key}`);
+      return column;
+    });
+    shape = { set: `update "${getTableName(table)}" set ${columns.map((column) => `"${column.name}" = ?`).join(', ')} where `, columns };
+    shapes.set(signature, shape);
+  }
+  const { columns } = shape;
+  const args = keys.map((key, i) => (values[key] === null ? null : (columns[i]!.mapToDriverValue(values[key]) as InValue)));
+  return { sql: `${shape.set}${where.sql}${returning ? ' returning *' : ''}`, args: [...args, ...where.args] };
+}
+
+/** A row the client returned (columns by their SQL names), as Drizzle maps it: each value through its column's mapping. */
+export function rowOf<T extends Table>(table: T, row: Record<string, unknown>): InferSelectModel<T> {
+  const mapped: Record<string, unknown> = {};
+  for (const [key, column] of Object.entries(getTableColumns(table))) {
+    const value = row[column.name];
+    mapped[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
+  }
+  // Every column of the table, mapped as Drizzle maps them: the model's shape, which a loop over the
+  // columns cannot show the compiler.
+  return mapped as InferSelectModel<T>;
+}
+
+/** Runs `statements` in one transaction, as batchRaw does, and answers the client's results. */
+export async function batchRawResults(db: Db, statements: RawStatement[]): Promise<ResultSet[]> {
+  return db.$client.batch(statements);
 }

@@ -1,4 +1,4 @@
-import { batchWrites, type Statement } from '../db/client';
+import { batchRaw, type RawStatement } from '../db/client';
 import type { Deps } from '../deps';
 import { ApiError, serverError } from '../errors';
 import { newId } from '../lib/ids';
@@ -9,14 +9,14 @@ import { streamChatCompletion } from '../providers/chat';
 import { UpstreamError, type ChatCompletionRequest, type Usage } from '../providers/types';
 import { findStores, searchStores, type SearchableStore, type SearchResult } from '../retrieval/search';
 import {
+  endTurn,
   getRunById,
   insertTurnRows,
   leaseMs,
   listSteps,
+  messageUpdate,
   renewLease,
-  updateMessage,
-  updateRun,
-  updateStep,
+  stepUpdate,
   type NewRun,
   type RunRow,
   type Settlement,
@@ -394,16 +394,16 @@ class Execution {
   async #endSearchRound(usage: Usage): Promise<void> {
     const { db, now } = this.#deps;
     const at = now();
-    const statements: Statement[] = [];
+    const statements: RawStatement[] = [];
     if (this.#message) statements.push(...this.#closeMessage(null, at));
     const step = this.#toolStep!;
     const patch = { status: 'completed' as const, completedAt: at, stepDetails: this.#toolCallsDetails(), usage };
     step.row = { ...step.row, ...patch };
-    statements.push(updateStep(db, step.row.id, patch));
+    statements.push(stepUpdate(step.row.id, patch));
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(step.row, this.#run, this.#includeContent)]);
     try {
       await this.#outbox.written();
-      await batchWrites(db, statements);
+      await batchRaw(db, statements);
     } catch (error) {
       this.#outbox.discardCommit();
       throw error;
@@ -560,14 +560,14 @@ class Execution {
       maxPromptTokens: run.maxPromptTokens,
       maxCompletionTokens: run.maxCompletionTokens,
     });
-    const statements: Statement[] = [];
+    const statements: RawStatement[] = [];
 
     if (outcome.status === 'requires_action') {
       if (this.#message) statements.push(...this.#closeMessage(null, at));
       const step = this.#toolStep!;
       const details = this.#toolCallsDetails();
       step.row = { ...step.row, stepDetails: details, usage: turnUsage };
-      statements.push(updateStep(db, step.row.id, { stepDetails: details, usage: turnUsage }));
+      statements.push(stepUpdate(step.row.id, { stepDetails: details, usage: turnUsage }));
       // The client is asked for its functions' outputs only: file searches of the turn were answered already.
       const requiredAction: RequiredAction = {
         type: 'submit_tool_outputs',
@@ -641,7 +641,7 @@ class Execution {
     }
     this.#outbox.onCommit(() => [`thread.message.${messagePatch.status}`, toMessageJson(message.row)]);
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
-    return [updateMessage(db, message.row.id, messagePatch), updateStep(db, message.step.id, stepPatch)];
+    return [messageUpdate(message.row.id, messagePatch), stepUpdate(message.step.id, stepPatch)];
   }
 
   #failToolStep(lastError: RunError, at: number) {
@@ -649,7 +649,7 @@ class Execution {
     const patch = { status: 'failed' as const, failedAt: at, lastError };
     step.row = { ...step.row, ...patch };
     this.#outbox.onCommit(() => ['thread.run.step.failed', toStepJson(step.row, this.#run, this.#includeContent)]);
-    return updateStep(this.#deps.db, step.row.id, patch);
+    return stepUpdate(step.row.id, patch);
   }
 
   /**
@@ -658,13 +658,12 @@ class Execution {
    * written and the run's actual state is reported instead. Every commit ends a turn
    * (requires_action or an end), whose tokens are charged then.
    */
-  async #commit(statements: Statement[], runPatch: Partial<NewRun>) {
+  async #commit(statements: RawStatement[], runPatch: Partial<NewRun>) {
     const { db } = this.#deps;
-    let updated: RunRow | undefined;
+    let updated: RunRow | null;
     try {
       await this.#outbox.written();
-      // The run's row first: the other statements do not depend on it, and its result is the one read.
-      [[updated]] = await db.batch([updateRun(db, this.#run.id, ['in_progress'], runPatch), ...statements]);
+      updated = await endTurn(db, this.#run.id, runPatch, statements);
     } catch (error) {
       this.#outbox.discardCommit();
       throw new OutcomeNotRecorded(error);

@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Config } from '../config';
-import { batchRaw, batchWrites, insertStatement, isUniqueViolation, type Db, type Statement } from '../db/client';
+import { batchRaw, batchRawResults, batchWrites, insertStatement, isUniqueViolation, rowOf, updateStatement, type Db, type RawStatement, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { Usage } from '../providers/types';
@@ -156,12 +156,26 @@ export function insertTurnRows(db: Db, rows: { steps: NewStep[]; message?: Messa
   return batchRaw(db, rows.message ? [...statements, insertStatement(messages, rows.message)] : statements);
 }
 
-export function updateStep(db: Db, stepId: string, patch: Partial<NewStep>) {
-  return db.update(runSteps).set(patch).where(eq(runSteps.id, stepId));
+/** A step's change, as a raw statement for a turn's writes (endTurn, batchRaw). */
+export function stepUpdate(stepId: string, patch: Partial<NewStep>): RawStatement {
+  return updateStatement(runSteps, patch, { sql: '"id" = ?', args: [stepId] });
 }
 
-export function updateMessage(db: Db, messageId: string, patch: Partial<MessageInsert>) {
-  return db.update(messages).set(patch).where(eq(messages.id, messageId));
+/** A message's change, as a raw statement for a turn's writes (endTurn, batchRaw). */
+export function messageUpdate(messageId: string, patch: Partial<MessageInsert>): RawStatement {
+  return updateStatement(messages, patch, { sql: '"id" = ?', args: [messageId] });
+}
+
+/**
+ * Ends a turn in one transaction: the run's change, made only while it is still `in_progress`,
+ * then `statements`. Answers the run as the database holds it after the change, or null when the
+ * run was no longer in progress.
+ */
+export async function endTurn(db: Db, runId: string, patch: Partial<NewRun>, statements: RawStatement[]): Promise<RunRow | null> {
+  const change = updateStatement(runs, patch, { sql: `"id" = ? and "status" = 'in_progress'`, args: [runId] }, true);
+  const [changed] = await batchRawResults(db, [change, ...statements]);
+  const row = changed?.rows[0];
+  return row ? rowOf(runs, row) : null;
 }
 
 export async function listSteps(db: Db, runId: string): Promise<StepRow[]> {
