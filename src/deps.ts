@@ -6,6 +6,7 @@ import type { Slices } from './lib/slices';
 import type { Logger } from './logger';
 import type { IngestionHost } from './retrieval/host';
 import type { CounterStore } from './ratelimit/counter-store';
+import type { UpstreamFetch } from './providers/types';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RunHost } from './runs/host';
 
@@ -20,8 +21,8 @@ export interface Deps {
   log: Logger;
   /** Encrypts and decrypts provider secrets under GATEWAY_ENCRYPTION_KEY. */
   secrets: SecretBox;
-  /** How upstream providers are called: the runtime's fetch (tests may hand in a fake's handler). */
-  fetch: typeof fetch;
+  /** How upstream providers are called: Node's pooled client, Workers' fetch (tests may hand in a fake's handler). */
+  fetch: UpstreamFetch;
   /** Rate-limit counters (ratelimit/counter-store.ts): libSQL by default. */
   counters: CounterStore;
   /** The active rate-limit policies per workspace, cached and indexed for matching. */

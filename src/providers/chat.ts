@@ -2,7 +2,7 @@ import type { Slices } from '../lib/slices';
 import type { ProviderAdapter } from './adapters';
 import { readServerSentData } from './sse-reader';
 import { errorDetail, MAX_ERROR_MESSAGE_CHARS, networkFailure, redact } from './upstream-text';
-import { MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, type UpstreamEvent } from './types';
+import { isSuccess, MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, type UpstreamAnswer, type UpstreamEvent, type UpstreamFetch } from './types';
 
 /**
  * One streamed Chat Completions call: sends the request, then yields the answer as normalised
@@ -18,7 +18,7 @@ import { MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, type Upstrea
  */
 
 export interface ChatCallOptions {
-  fetch: typeof fetch;
+  fetch: UpstreamFetch;
   adapter: ProviderAdapter;
   baseUrl: string;
   options: Record<string, string | undefined>;
@@ -50,7 +50,7 @@ export async function* streamChatCompletion(
   let finished = false;
 
   try {
-    let response: Response;
+    let response: UpstreamAnswer;
     try {
       response = await call.fetch(call.adapter.url(call.baseUrl, call.options), {
         method: 'POST',
@@ -67,7 +67,7 @@ export async function* streamChatCompletion(
     // From the headers on, the body must make progress.
     silence.start(call.idleTimeoutMs, 'went silent for longer than allowed');
 
-    if (!response.ok) {
+    if (!isSuccess(response)) {
       const detail = await errorDetail(response, call.secret);
       throw new UpstreamError('http', `${refusal(response.status, request.model)}HTTP ${response.status}${detail}`, response.status);
     }

@@ -1,5 +1,5 @@
 import type { ProviderAdapter } from './adapters';
-import { UpstreamError } from './types';
+import { isSuccess, UpstreamError, type UpstreamAnswer, type UpstreamFetch } from './types';
 import { errorDetail, networkFailure, readCapped } from './upstream-text';
 
 /**
@@ -19,7 +19,7 @@ export interface EmbeddingsRequest {
 }
 
 export interface EmbeddingsCall {
-  fetch: typeof fetch;
+  fetch: UpstreamFetch;
   adapter: ProviderAdapter;
   baseUrl: string;
   options: Record<string, string | undefined>;
@@ -49,7 +49,7 @@ export async function createEmbeddings(request: EmbeddingsRequest, call: Embeddi
   if (request.input.length > MAX_INPUTS) throw new RangeError(`at most ${MAX_INPUTS} texts per embeddings call`);
   const timeout = AbortSignal.timeout(call.timeoutMs);
   const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
-  let response: Response;
+  let response: UpstreamAnswer;
   try {
     response = await call.fetch(call.adapter.embeddingsUrl(call.baseUrl, call.options), {
       method: 'POST',
@@ -62,7 +62,7 @@ export async function createEmbeddings(request: EmbeddingsRequest, call: Embeddi
   } catch (error) {
     throw failure(error, signal, call.signal);
   }
-  if (!response.ok) {
+  if (!isSuccess(response)) {
     const detail = await errorDetail(response, call.secret);
     throw new UpstreamError('http', `The embeddings upstream answered HTTP ${response.status}${detail}`, response.status);
   }

@@ -1,5 +1,6 @@
 import { createParser } from 'eventsource-parser';
 import { UpstreamError } from './types';
+import { release } from './upstream-text';
 
 /**
  * Reads an upstream `text/event-stream` body incrementally and yields the data of the events each
@@ -15,11 +16,11 @@ import { UpstreamError } from './types';
  * fields are not progress, so an upstream sending only those still counts as silent.
  */
 export async function* readServerSentData(
-  body: ReadableStream<Uint8Array>,
+  body: AsyncIterable<Uint8Array>,
   limits: { maxLineBytes: number; maxEventChars: number },
   onActivity?: () => void,
 ): AsyncGenerator<string[]> {
-  const reader = body.getReader();
+  const chunks = body[Symbol.asyncIterator]();
   const decoder = new TextDecoder();
   const events: string[] = [];
   let overflow = false;
@@ -33,7 +34,7 @@ export async function* readServerSentData(
   const line = new LineTracker();
   try {
     for (;;) {
-      const { done, value } = await reader.read();
+      const { done, value } = await chunks.next();
       if (done) break;
       const dataGrew = line.advance(value);
       if (line.bytes > limits.maxLineBytes) {
@@ -51,7 +52,7 @@ export async function* readServerSentData(
     if (events.length > 0) yield events.splice(0);
   } finally {
     // Also when the consumer stops early: cancelling closes the upstream connection.
-    await reader.cancel().catch(() => undefined);
+    await release(chunks);
   }
 }
 

@@ -41,6 +41,38 @@ export interface Usage {
   total_tokens: number;
 }
 
+/**
+ * How the gateway calls a provider: a POST, its answer read once as it arrives. The runtime's
+ * `fetch` is one (Workers, tests); Node's is node/upstream-fetch.ts, a pooled HTTP client that
+ * costs a fraction of `fetch` per call.
+ */
+export type UpstreamFetch = (url: string, init: UpstreamRequest) => Promise<UpstreamAnswer>;
+
+export interface UpstreamRequest {
+  method: 'POST';
+  headers: Record<string, string>;
+  body: string;
+  signal?: AbortSignal;
+  /** Never followed: base_url was checked, a Location header was not (chat.ts). */
+  redirect?: 'manual';
+}
+
+/** What a provider call reads of an answer; a `Response` has it. */
+export interface UpstreamAnswer {
+  readonly status: number;
+  readonly headers: { get(name: string): string | null };
+  /**
+   * Decompressed. Read once, with for-await: leaving the loop early (a break, an error) cancels
+   * the body and drops the connection.
+   */
+  readonly body: AsyncIterable<Uint8Array> | null;
+}
+
+/** A 2xx answer, as `Response.ok` has it. */
+export function isSuccess(answer: UpstreamAnswer): boolean {
+  return answer.status >= 200 && answer.status < 300;
+}
+
 /** Tool calls of one answer are numbered 0 to MAX_TOOL_CALLS - 1 (the upstream's `index`). */
 export const MAX_TOOL_CALLS = 128;
 

@@ -1,5 +1,5 @@
 import { networkCause, type NetworkCause } from '../lib/network-errors';
-import { UpstreamError } from './types';
+import { UpstreamError, type UpstreamAnswer } from './types';
 
 /**
  * What the gateway reads of an upstream's text outside the answer itself (error bodies, error
@@ -14,7 +14,7 @@ const MAX_ERROR_BODY_BYTES = 8192;
 export const MAX_ERROR_MESSAGE_CHARS = 500;
 
 /** The upstream's own error message, shortened and scrubbed of anything resembling a key. */
-export async function errorDetail(response: Response, secret: string): Promise<string> {
+export async function errorDetail(response: UpstreamAnswer, secret: string): Promise<string> {
   let text: string;
   try {
     text = await readCapped(response.body, MAX_ERROR_BODY_BYTES, secret);
@@ -38,15 +38,15 @@ export async function errorDetail(response: Response, secret: string): Promise<s
  * follows is never read: the body is cancelled, which drops the connection, so a small compressed
  * body that inflates to gigabytes costs no more than the cap.
  */
-export async function readCapped(body: ReadableStream<Uint8Array> | null, maxBytes: number, secret: string): Promise<string> {
+export async function readCapped(body: AsyncIterable<Uint8Array> | null, maxBytes: number, secret: string): Promise<string> {
   if (!body) return '';
-  const reader = body.getReader();
+  const chunks = body[Symbol.asyncIterator]();
   const parts: Uint8Array[] = [];
   let size = 0;
   let cut = false;
   try {
     while (size < maxBytes) {
-      const { done, value } = await reader.read();
+      const { done, value } = await chunks.next();
       if (done) break;
       const kept = value.subarray(0, maxBytes - size);
       parts.push(kept);
@@ -55,7 +55,7 @@ export async function readCapped(body: ReadableStream<Uint8Array> | null, maxByt
     }
     cut ||= size >= maxBytes;
   } finally {
-    await reader.cancel().catch(() => undefined);
+    await release(chunks);
   }
   const bytes = new Uint8Array(size);
   let at = 0;
@@ -65,6 +65,14 @@ export async function readCapped(body: ReadableStream<Uint8Array> | null, maxByt
   }
   const text = new TextDecoder().decode(bytes);
   return cut ? withoutKeyPrefixAtEnd(text, secret) : text;
+}
+
+/**
+ * Lets go of a body being read: cancelled (the connection dropped) unless it was read to its end.
+ * A body that fails to cancel has nothing more to give either.
+ */
+export async function release(chunks: AsyncIterator<Uint8Array>): Promise<void> {
+  await chunks.return?.()?.catch(() => undefined);
 }
 
 const REDACTED = '[redacted]';

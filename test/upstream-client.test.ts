@@ -1,0 +1,122 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { upstreamFetch } from '../src/node/upstream-fetch';
+import type { UpstreamAnswer } from '../src/providers/types';
+
+/**
+ * Node's upstream client (node/upstream-fetch.ts) on what only it does itself, where fetch did it
+ * before: decompressing what an upstream compresses unasked, never following a redirect, and
+ * dropping the connection when a reader lets go of a body early.
+ */
+
+let server: Server;
+let base: string;
+const closed: string[] = [];
+const handlers = new Map<string, (request: IncomingMessage, response: ServerResponse) => void>();
+
+beforeAll(async () => {
+  server = createServer((request, response) => {
+    request.on('close', () => closed.push(request.url!));
+    handlers.get(request.url!)!(request, response);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+});
+
+const client = upstreamFetch({ rules: () => ({ allowPrivate: true }) });
+const POST = { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' } as const;
+
+async function text(answer: UpstreamAnswer): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of answer.body ?? []) chunks.push(Buffer.from(chunk));
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function answering(path: string, headers: Record<string, string>, body: Uint8Array | string, status = 200) {
+  handlers.set(path, (_request, response) => {
+    response.writeHead(status, headers);
+    response.end(body);
+  });
+  return `${base}${path}`;
+}
+
+describe("Node's upstream client", () => {
+  const plain = JSON.stringify({ error: { message: 'overloaded' } });
+
+  it('asks for no compression and reads an identity body as sent', async () => {
+    let asked: string | undefined;
+    handlers.set('/identity', (request, response) => {
+      asked = request.headers['accept-encoding'];
+      response.end(plain);
+    });
+    const answer = await client(`${base}/identity`, POST);
+    expect(asked).toBeUndefined();
+    expect(answer.status).toBe(200);
+    expect(await text(answer)).toBe(plain);
+  });
+
+  it.each([
+    ['gzip', gzipSync(plain)],
+    ['x-gzip', gzipSync(plain)],
+    ['deflate', deflateSync(plain)],
+    ['br', brotliCompressSync(plain)],
+    ['gzip, br', brotliCompressSync(gzipSync(plain))],
+    ['identity', Buffer.from(plain)],
+  ])('decompresses a body sent with content-encoding %s', async (coding, body) => {
+    const answer = await client(answering(`/coded-${coding.replace(/\W+/g, '-')}`, { 'content-encoding': coding }, body, 503), POST);
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('Content-Encoding')).toBe(coding);
+    expect(await text(answer)).toBe(plain);
+  });
+
+  it('passes a body of an unknown coding as sent, and refuses more than five codings', async () => {
+    expect(await text(await client(answering('/unknown', { 'content-encoding': 'zstd' }, 'raw bytes'), POST))).toBe('raw bytes');
+    const six = Array.from({ length: 6 }, () => 'gzip').join(', ');
+    await expect(client(answering('/six', { 'content-encoding': six }, 'x'), POST)).rejects.toThrow(/more than 5 content codings/);
+  });
+
+  it('answers a redirect as it is, without following it', async () => {
+    let followed = false;
+    handlers.set('/elsewhere', (_request, response) => {
+      followed = true;
+      response.end('no');
+    });
+    const answer = await client(answering('/moved', { location: `${base}/elsewhere` }, '', 307), POST);
+    expect(answer.status).toBe(307);
+    expect(answer.headers.get('location')).toBe(`${base}/elsewhere`);
+    await text(answer);
+    expect(followed).toBe(false);
+  });
+
+  it('drops the connection when a reader lets go of an endless body, compressed or not', async () => {
+    for (const compressed of [false, true]) {
+      const path = `/endless-${compressed}`;
+      handlers.set(path, (_request, response) => {
+        response.writeHead(200, compressed ? { 'content-encoding': 'gzip' } : {});
+        const chunk = compressed ? gzipSync('x'.repeat(65_536)).subarray(0, 10) : Buffer.alloc(65_536, 120);
+        const timer = setInterval(() => response.write(chunk), 1);
+        response.on('close', () => clearInterval(timer));
+      });
+      const answer = await client(`${base}${path}`, POST);
+      const chunks = answer.body![Symbol.asyncIterator]();
+      if (!compressed) expect((await chunks.next()).done).toBe(false);
+      await chunks.return!();
+      await expect.poll(() => closed.includes(path)).toBe(true);
+    }
+  });
+
+  it('stops at once when its signal aborts, with the signal reason', async () => {
+    handlers.set('/silent', () => undefined);
+    const controller = new AbortController();
+    const answered = client(`${base}/silent`, { ...POST, signal: controller.signal });
+    controller.abort(new Error('cancelled by the run'));
+    await expect(answered).rejects.toThrow();
+    await expect.poll(() => closed.includes('/silent')).toBe(true);
+  });
+});
