@@ -5,7 +5,6 @@ import type { Deps } from './deps';
 import { ApiError, errorResponse, serverError } from './errors';
 import { accessLog } from './middleware/access-log';
 import { apiKeyAuth } from './middleware/api-key-auth';
-import { bodyLimit } from './middleware/body-limit';
 import { provideDeps, type DepsVariables } from './middleware/deps';
 import { jsonBody } from './middleware/json-body';
 import { requestId, type RequestIdVariables } from './middleware/request-id';
@@ -26,8 +25,8 @@ import { virtualKeyRoutes } from './routes/virtual-keys';
  * handing each request the runtime's ExecutionContext (its waitUntil keeps a run going after the
  * answer).
  *
- *   request id ─> access log ─> (405) ─> /v1: served (404 unsupported_endpoint) ─> body limit
- *     ─> JSON body ─> API-key auth ─> route
+ *   request id ─> access log ─> (405) ─> /v1: served (404 unsupported_endpoint) ─> JSON body
+ *     (413, 415, 400) ─> API-key auth ─> route
  *   every failure: ApiError ─> onError ─> {"error":{"message","type","param","code"}}
  *
  * Where a run lives, from its route (routes/threads.ts):
@@ -69,8 +68,7 @@ export function createApp(deps: Deps) {
   app.use(
     '/v1/*',
     servedRoutesOnly(),
-    bodyLimit({ maxBytes: deps.config.GATEWAY_MAX_BODY_BYTES }),
-    jsonBody(),
+    jsonBody({ maxBytes: deps.config.GATEWAY_MAX_BODY_BYTES, requestBody: deps.requestBody }),
     apiKeyAuth(),
   );
   app.route('/v1/policies/rate-limits', policyRoutes);
@@ -102,7 +100,7 @@ export type App = ReturnType<typeof createApp>;
 function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;
   if (error instanceof HTTPException) {
-    // Hono's own middleware: the validator's malformed JSON and the body limit.
+    // Hono's own middleware: the validator's malformed JSON, a body over a limit.
     if (error.status === 400) return new ApiError('invalid_json', 'The request body is not valid JSON.');
     if (error.status === 413) return new ApiError('payload_too_large');
   }

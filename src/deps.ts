@@ -34,6 +34,11 @@ export interface Deps {
    * one process executes every run; not at all on Workers, where each run has its executor object.
    */
   slices: Slices;
+  /**
+   * A request's body, read once (middleware/json-body.ts): the Request's own stream, or on Node the
+   * HTTP server's message underneath it (node/request-body.ts), which costs far less to read.
+   */
+  requestBody: (request: Request) => AsyncIterable<Uint8Array> | null;
   /** Where runs execute (runs/host.ts): in this process on Node, in Durable Objects on Workers. */
   runHost: RunHost;
   /** Uploaded files' bytes (files/blob-store.ts): a directory under DATA_DIR on Node, R2 on Workers. */

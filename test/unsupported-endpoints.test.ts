@@ -128,7 +128,7 @@ describe('ownBody()', () => {
   // The app's JSON-body middleware, in a Hono app of its own: a route marked with ownBody() reads
   // its multipart body itself (as POST /v1/files does), while its neighbours keep the JSON rule.
   const app = new Hono();
-  app.use('*', jsonBody());
+  app.use('*', jsonBody({ maxBytes: 1024 * 1024, requestBody: (request) => request.body }));
   app.post('/upload', ownBody(), async (c) => {
     const form = await c.req.formData();
     return c.json({ purpose: form.get('purpose') });

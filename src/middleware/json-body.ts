@@ -2,14 +2,19 @@ import type { Context } from 'hono';
 import { createMiddleware } from 'hono/factory';
 import { ApiError } from '../errors';
 import { inspectJson, type JsonProblem } from '../lib/strict-json';
+import type { Deps } from '../deps';
 import { readsOwnBody } from './own-body';
-import { unreadBody } from './body-limit';
 import { formatPath } from './validate';
 
 const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
 const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /**
+ * Every request body is read here, bounded, and is JSON. A body over `maxBytes` is 413: at once
+ * when its Content-Length says so, else when the count passes it (a chunked body, or one longer
+ * than it said), reading no further. The bytes come from Deps.requestBody: on Node, the HTTP
+ * server's message itself.
+ *
  * Every request body is JSON: a non-empty body of another media type is 415, malformed JSON is 400
  * `invalid_json`. The parsed value is left in Hono's body cache, so validators do not parse twice.
  * An empty body is no body (the OpenAI SDK sends none on `cancel`, OpenAI's examples send
@@ -25,9 +30,16 @@ const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * A route whose body is not JSON (a multipart upload) opts out with `ownBody()` (own-body.ts): its
  * body is then left for the route to read, and bound.
  */
-export const jsonBody = () =>
-  createMiddleware(async (c, next) => {
+export const jsonBody = (options: { maxBytes: number; requestBody: Deps['requestBody'] }) => {
+  if (!Number.isInteger(options.maxBytes) || options.maxBytes <= 0) {
+    throw new Error(`jsonBody: maxBytes must be a positive integer, got ${options.maxBytes}`);
+  }
+  const tooLarge = () => new ApiError('payload_too_large', `The request body is larger than ${options.maxBytes} bytes.`);
+  const readBytes = (c: Context) => readBounded(options.requestBody(c.req.raw), options.maxBytes, tooLarge);
+  return createMiddleware(async (c, next) => {
     if (BODYLESS.has(c.req.method) || readsOwnBody(c)) return next();
+    const declared = c.req.header('content-length');
+    if (declared !== undefined && Number(declared) > options.maxBytes) throw tooLarge();
     const mediaType = (c.req.header('content-type') ?? '').split(';')[0]!.trim();
     const isJson = JSON_MEDIA_TYPE.test(mediaType);
     if (!isJson) {
@@ -37,16 +49,13 @@ export const jsonBody = () =>
       if (c.req.header('transfer-encoding') !== undefined || (length !== undefined && length !== '0')) {
         throw new ApiError('unsupported_media_type');
       }
-      if (length === undefined && c.req.raw.body && (await readBytes(c)).byteLength > 0) {
+      if (length === undefined && (await readBytes(c)).byteLength > 0) {
         throw new ApiError('unsupported_media_type');
       }
       return next();
     }
     const text = decodeUtf8(await readBytes(c));
     if (text.length === 0) {
-      // HonoRequest.json() parses the text of the first body it has cached: the bytes read above
-      // give it '' (not JSON), so they make way for the empty object.
-      delete c.req.bodyCache.arrayBuffer;
       c.req.bodyCache.json = Promise.resolve({});
       return next();
     }
@@ -64,8 +73,40 @@ export const jsonBody = () =>
     c.req.bodyCache.json = Promise.resolve(parsed);
     return next();
   });
+};
 
-const readBytes = (c: Context) => c.req.arrayBuffer().catch((error: unknown) => Promise.reject(unreadBody(error)));
+/** The whole body, or `tooLarge()` once more than `maxBytes` arrived (the rest is left unread). */
+async function readBounded(body: AsyncIterable<Uint8Array> | null, maxBytes: number, tooLarge: () => ApiError): Promise<Uint8Array> {
+  if (body === null) return new Uint8Array(0);
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for await (const part of body) {
+      size += part.length;
+      if (size > maxBytes) throw tooLarge();
+      parts.push(part);
+    }
+  } catch (error) {
+    throw unreadBody(error);
+  }
+  if (parts.length === 1) return parts[0]!;
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const part of parts) {
+    bytes.set(part, at);
+    at += part.length;
+  }
+  return bytes;
+}
+
+/**
+ * What a failure to read the request body becomes: the client stopped sending it (closed the
+ * connection mid-body), which is its doing, not a server error to log. Our own refusals pass.
+ */
+function unreadBody(error: unknown): unknown {
+  if (error instanceof ApiError) return error;
+  return new ApiError('invalid_json', 'The request body could not be read to its end.', { cause: error });
+}
 
 /**
  * `fatal`: a malformed sequence throws instead of becoming U+FFFD. `ignoreBOM: false` does not keep
@@ -73,7 +114,7 @@ const readBytes = (c: Context) => c.req.arrayBuffer().catch((error: unknown) => 
  */
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
-function decodeUtf8(bytes: ArrayBuffer): string {
+function decodeUtf8(bytes: Uint8Array): string {
   try {
     return utf8.decode(bytes);
   } catch {

@@ -10,6 +10,7 @@ import { directoryBlobStore } from './blob-store';
 import { loadSecretBox } from './key-file';
 import { inProcessIngestionHost } from './ingest-host';
 import { inProcessRunHost } from './run-host';
+import { requestBody } from './request-body';
 import { upstreamFetch } from './upstream-fetch';
 
 /**
@@ -29,6 +30,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     slices: nodeSlices,
     blobs: directoryBlobStore(join(config.DATA_DIR, 'files')),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
+    requestBody,
     ...overrides,
   };
   return {

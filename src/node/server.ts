@@ -1,6 +1,7 @@
 import { serve, type ServerType } from '@hono/node-server';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Config } from '../config';
+import { noteMessage } from './request-body';
 
 /**
  * The HTTP server around the app on Node, and what only a Node server needs: event streams
@@ -24,7 +25,10 @@ export async function listen(
   config: ServerConfig,
 ): Promise<{ server: ServerType; url: string }> {
   const server = serve({
-    fetch: (request) => declareStreams(fetch(request)),
+    fetch: (request, { incoming }) => {
+      noteMessage(request, incoming);
+      return declareStreams(fetch(request));
+    },
     hostname: config.HOST,
     port: config.PORT,
     // A client has this long for a request's headers, and for the whole request: what a slow

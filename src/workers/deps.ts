@@ -115,6 +115,7 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     policyCache: new PolicyCache(db),
     now: Date.now,
     fetch: (input, init) => fetch(input, init),
+    requestBody: (request) => request.body,
     slices: UNSLICED,
     blobs: r2BlobStore(env.FILES),
   };
