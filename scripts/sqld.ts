@@ -73,13 +73,14 @@ export async function startSqld(options: { port?: number; dataDir?: string } = {
   return { url, dir, stop };
 }
 
-function freePort(): Promise<number> {
+/** A port on loopback that nothing listens on now. */
+export function freePort(): Promise<number> {
   return new Promise((done, fail) => {
     const server = createServer();
     server.once('error', fail);
     server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => done(port));
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? done(address.port) : fail(new Error('no port'))));
     });
   });
 }
