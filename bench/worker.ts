@@ -28,9 +28,9 @@ import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, su
  * locally reports 0 there (tail and streaming tail workers alike), so the process's CPU is the
  * figure here: an upper bound of the billed one, since it also counts what the runtime does
  * outside the isolate (HTTP, the connections to sqld and the provider, RPC to the object).
- * Not `wrangler dev`: it enables the inspector's Network events, which workerd then emits for every
- * subrequest (each SQL statement is one), and which wrangler's proxy relays; they cost more CPU
- * than the Worker's own work.
+ * Not `wrangler dev`: it turns on the inspector's network events, which workerd then emits for every
+ * subrequest (each SQL statement is one) and a second workerd, wrangler's proxy in front, relays:
+ * measured that way, a run cost the Worker's workerd a quarter more CPU, and the proxy as much again.
  */
 
 const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 200);
