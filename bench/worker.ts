@@ -46,7 +46,7 @@ const sqld = await startSqld({ args: ['--disable-intelligent-throttling'] });
 let worker: Miniflare | undefined;
 try {
   const workspaceKey = await tenant();
-  worker = await startWorker(await bundleWorker(TARGETS.gateway, bundleDir, 'ignore'));
+  worker = startWorker(await bundleWorker(TARGETS.gateway, bundleDir, 'ignore'));
   const url = (await worker.ready).origin;
   const pid = workerdProcess();
   const target = await prepare(url, { authorization: `Bearer ${workspaceKey}`, 'content-type': 'application/json' });
