@@ -1,11 +1,11 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective } from '../test/support/fake-upstream';
+import { freePort } from '../scripts/sqld';
 import { memoryOf, resetPeakMemory, startGatewayProcess } from '../test/support/processes';
-import { pool, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
+import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
 
 /**
  * `npm run bench:compare`: this gateway against the reference, Portkey's OSS gateway 1.15.2
@@ -212,12 +212,6 @@ function runWrk(args: string[]): Promise<string> {
   });
 }
 
-/** CPU time of a process, every thread, in ms (Linux /proc/<pid>/stat: utime + stime, in ticks of 10 ms). */
-function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * 10;
-}
-
 async function measure(target: Target) {
   // Warm up: JIT, pools, caches.
   await pool(300, 8, () => firstToken(target));
@@ -329,22 +323,6 @@ console.log(
 process.exit(0);
 
 // ── Helpers ───────────────────────────────────────────────────────────────────────────────────
-
-async function post(url: string, headers: Record<string, string>, body: unknown): Promise<unknown> {
-  const response = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body) });
-  if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${await response.text()}`);
-  return response.json();
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 function stopChild(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => {

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective, type FakeScenario } from '../test/support/fake-upstream';
 import { memoryOf, startGatewayProcess, type GatewayProcess } from '../test/support/processes';
-import { pool, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
+import { pool, post, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
 
 /**
  * `npm run bench:runs`: what the gateway adds to a run, measured from outside over HTTP, with the
@@ -193,12 +193,6 @@ async function wholeStreamedRun(target: Target, scenario: FakeScenario): Promise
   });
   if (!tail.includes('[DONE]')) throw new Error('the stream did not finish');
   return bytes;
-}
-
-async function post(url: string, headers: Record<string, string>, body: unknown): Promise<unknown> {
-  const response = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body) });
-  if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${await response.text()}`);
-  return response.json();
 }
 
 // ── Harness ──────────────────────────────────────────────────────────────────────────────────

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { ROOT } from '../test/support/processes';
 
 /** Shared by the benchmarks: timing and percentiles, printed as JSON; the fake provider. */
@@ -52,6 +53,19 @@ export function startFakeProvider(): Promise<string> {
     });
     child.once('exit', (code) => reject(new Error(`fake upstream exited with ${code}`)));
   });
+}
+
+/** CPU time of a process, every thread, in ms (Linux /proc/<pid>/stat: utime + stime, in ticks of 10 ms). */
+export function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** POSTs `body` as JSON; answers the JSON answer, fails on a non-2xx one. */
+export async function post(url: string, headers: Record<string, string>, body: unknown): Promise<unknown> {
+  const response = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body) });
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${await response.text()}`);
+  return response.json();
 }
 
 /** Reads a response's body as text as it arrives; fails on a non-2xx answer. */

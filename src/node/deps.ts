@@ -5,6 +5,7 @@ import { createLogger } from '../logger';
 import { nodeSlices } from './slices';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
 import { upstreamRules } from '../services/upstream-rules';
+import openApiDocument from '../openapi/assets/openapi.json';
 import { join } from 'node:path';
 import { directoryBlobStore } from './blob-store';
 import { loadSecretBox } from './key-file';
@@ -31,6 +32,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     blobs: directoryBlobStore(join(config.DATA_DIR, 'files')),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     requestBody,
+    openApiDocument: () => Promise.resolve(openApiDocument),
     ...overrides,
   };
   return {

@@ -45,6 +45,11 @@ export type Env = SharedEnv & {
    * deployment without it refuses to add files (`ingestion_unavailable`).
    */
   INGEST_QUEUE?: Queue<IngestWake>;
+  /**
+   * The Worker's static assets (wrangler.toml [assets]): the OpenAPI document, which only the Worker
+   * reads (`run_worker_first`), so that the script does not carry it.
+   */
+  ASSETS: Fetcher;
 };
 
 /** The isolate's deps, built on first use; a failed build is retried by the next caller. */
@@ -86,11 +91,31 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     ...shared,
     runHost: workersRunHost(env.RUN_EXECUTOR, shared.log),
     ingestion: env.INGEST_QUEUE ? queueIngestionHost(env.INGEST_QUEUE, shared.log) : null,
+    openApiDocument: assetsDocument(env.ASSETS, '/openapi.json'),
   };
 }
 
-/** Everything but where runs execute and where files are ingested: what both Workers need. */
-export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runHost' | 'ingestion'>> {
+/**
+ * The JSON document at `path` of the static assets, read and parsed on first use and kept for the
+ * isolate: the document, not a promise of it, so that no request waits on another's I/O. Read
+ * again after a failure.
+ */
+function assetsDocument(assets: Fetcher, path: string): () => Promise<object> {
+  let document: object | undefined;
+  return async () => {
+    if (document) return document;
+    const response = await assets.fetch(new URL(path, 'https://assets.invalid'));
+    if (!response.ok) throw new Error(`The Worker's static assets have no ${path} (${response.status}).`);
+    document = await response.json<object>();
+    return document;
+  };
+}
+
+/**
+ * Everything but where runs execute, where files are ingested and the API's description: what both
+ * Workers need.
+ */
+export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument'>> {
   const config = parseConfig({ ...env });
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
   if (!url || !key) throw missingConfigurationError(missingConfiguration(config));

@@ -1,5 +1,6 @@
 import { exports } from 'cloudflare:workers';
 import { describe, expect, inject, it } from 'vitest';
+import openApiDocument from '../../src/openapi/assets/openapi.json';
 import { errorOf, json } from '../support/envelope';
 
 /**
@@ -223,6 +224,20 @@ describe('the error envelope on workerd', () => {
     }
     expect(new Set(ids).size).toBe(ids.length);
     expect(await json(await call('/health'))).toEqual({ status: 'ok' });
+  });
+});
+
+describe('GET /openapi.json on workerd', () => {
+  it('serves the generated document from the static assets, through the app, as Node does', async () => {
+    const response = await call('/openapi.json');
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toBe('application/json');
+    expect(response.headers.get('x-gateway-request-id')).toMatch(/^req_/);
+    expect(await response.text()).toBe(JSON.stringify(openApiDocument));
+    // Read once per isolate: the second answer is the same.
+    expect(await json(await call('/openapi.json'))).toEqual(openApiDocument);
+    const post = await call('/openapi.json', { body: {} });
+    expect(await errorOf(post)).toMatchObject({ status: 405, code: 'method_not_allowed' });
   });
 });
 
