@@ -2,6 +2,7 @@ import { chmodSync, closeSync, existsSync, openSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createClient, type Client } from '@libsql/client';
+import { BusyRetryingClient } from './busy-retry';
 import { drizzle } from 'drizzle-orm/libsql';
 import { migrate } from 'drizzle-orm/libsql/migrator';
 import { ConfigurationError, type Config } from '../config';
@@ -61,7 +62,7 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   let location: string;
   let warnings: string[] = [];
   if (config.LIBSQL_URL) {
-    client = createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN });
+    client = new BusyRetryingClient(createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN }));
     const url = new URL(config.LIBSQL_URL);
     location = `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;
     countersClient = client;

@@ -1,4 +1,5 @@
 import { createClient } from '@libsql/client/web';
+import { BusyRetryingClient } from '../db/busy-retry';
 import { drizzle } from 'drizzle-orm/libsql/web';
 import { ConfigurationError, parseConfig, type Config } from '../config';
 import * as schema from '../db/schema';
@@ -120,14 +121,16 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
   if (!url || !key) throw missingConfigurationError(missingConfiguration(config));
   const secrets = await secretBoxFromEnv(key);
-  const client = createClient({
-    url,
-    authToken: config.LIBSQL_AUTH_TOKEN,
-    // The client is shared by every request of the isolate. Its default limit (20) queues a
-    // statement behind another request's, and workerd refuses I/O started on behalf of one request
-    // from another's; the per-request connection limit applies anyway.
-    concurrency: Number.MAX_SAFE_INTEGER,
-  });
+  const client = new BusyRetryingClient(
+    createClient({
+      url,
+      authToken: config.LIBSQL_AUTH_TOKEN,
+      // The client is shared by every request of the isolate. Its default limit (20) queues a
+      // statement behind another request's, and workerd refuses I/O started on behalf of one request
+      // from another's; the per-request connection limit applies anyway.
+      concurrency: Number.MAX_SAFE_INTEGER,
+    }),
+  );
   const db = drizzle(client, { schema });
   await checkEncryptionKey(db, secrets, { keySource: 'GATEWAY_ENCRYPTION_KEY', now: Date.now() });
   const log = createLogger(config.LOG_LEVEL);

@@ -1,0 +1,82 @@
+import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, TransactionMode } from '@libsql/client';
+
+/**
+ * A libSQL server (sqld, Turso), seen from its HTTP clients: when writes from many connections
+ * meet, it answers some of them SQLITE_BUSY ("database is locked") after a short wait of its own;
+ * 32 runs at once on Workers saw about one batch in a hundred refused. Such a statement took no
+ * effect (a statement commits alone, a batch is one transaction rolled back whole), so it is sent
+ * again, after a random wait that doubles each time, up to BUSY_ATTEMPTS sends in all: a refusal
+ * then reaches the caller as before. Interactive transactions (which the app does not use) are
+ * not retried. The embedded file needs none of this: its writes take turns (embedded-client.ts).
+ */
+export class BusyRetryingClient implements Client {
+  readonly #inner: Client;
+
+  constructor(inner: Client) {
+    this.#inner = inner;
+  }
+
+  execute(stmt: InStatement): Promise<ResultSet>;
+  execute(sql: string, args?: InArgs): Promise<ResultSet>;
+  execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
+    return whileBusy(() => (typeof stmt === 'string' ? this.#inner.execute(stmt, args) : this.#inner.execute(stmt)));
+  }
+
+  batch(stmts: Array<InStatement | [string, InArgs?]>, mode?: TransactionMode): Promise<ResultSet[]> {
+    return whileBusy(() => this.#inner.batch(stmts, mode));
+  }
+
+  migrate(stmts: InStatement[]): Promise<ResultSet[]> {
+    return whileBusy(() => this.#inner.migrate(stmts));
+  }
+
+  transaction(mode?: TransactionMode): Promise<Transaction> {
+    return this.#inner.transaction(mode);
+  }
+
+  executeMultiple(sql: string): Promise<void> {
+    return this.#inner.executeMultiple(sql);
+  }
+
+  sync(): Promise<Replicated> {
+    return this.#inner.sync();
+  }
+
+  close(): void {
+    this.#inner.close();
+  }
+
+  reconnect(): void {
+    this.#inner.reconnect();
+  }
+
+  get closed(): boolean {
+    return this.#inner.closed;
+  }
+
+  get protocol(): string {
+    return this.#inner.protocol;
+  }
+}
+
+/** Sends in all, at most, the first included. */
+export const BUSY_ATTEMPTS = 8;
+/** The first wait's upper bound; each next one's doubles, up to MAX_WAIT_MS. */
+const FIRST_WAIT_MS = 5;
+const MAX_WAIT_MS = 250;
+
+async function whileBusy<T>(send: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await send();
+    } catch (error) {
+      if (attempt >= BUSY_ATTEMPTS || !isBusy(error)) throw error;
+      const bound = Math.min(MAX_WAIT_MS, FIRST_WAIT_MS * 2 ** (attempt - 1));
+      await new Promise((resume) => setTimeout(resume, bound / 2 + Math.random() * (bound / 2)));
+    }
+  }
+}
+
+function isBusy(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && 'code' in error && error.code === 'SQLITE_BUSY';
+}
