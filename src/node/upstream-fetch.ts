@@ -76,7 +76,7 @@ export function upstreamFetch(options: {
     return {
       status: answer.statusCode,
       headers: { get: (name) => headerOf(answer.headers, name) },
-      body: decoded(answer.body, headerOf(answer.headers, 'content-encoding')) ?? keptAlive(answer.body),
+      body: decoded(answer.body, headerOf(answer.headers, 'content-encoding')),
     } satisfies UpstreamAnswer;
   };
 }
@@ -92,55 +92,15 @@ function headerOf(headers: IncomingHttpHeaders, name: string): string | null {
 /** More codings than this in one Content-Encoding are refused (fetch allows five as well). */
 const MAX_CODINGS = 5;
 
-/**
- * A body whose reader may let go of it just before its end (at `[DONE]`, before the chunk that
- * ends the body): rather than destroyed, with its connection, it is read on to its end, up to
- * DRAIN_BYTES within DRAIN_MS, so that the connection returns to the pool for the next call.
- */
-function keptAlive(body: Readable): AsyncIterable<Uint8Array> {
-  return {
-    [Symbol.asyncIterator]() {
-      const chunks: AsyncIterator<Uint8Array> = body.iterator({ destroyOnReturn: false });
-      return {
-        next: () => chunks.next(),
-        async return() {
-          await chunks.return?.();
-          drain(body);
-          return { done: true, value: undefined };
-        },
-      };
-    },
-  };
-}
-
-/** What is read of a body after its reader let go, at most, before the connection is dropped instead. */
-const DRAIN_BYTES = 64 * 1024;
-const DRAIN_MS = 1_000;
-
-function drain(body: Readable) {
-  if (body.readableEnded || body.destroyed) return;
-  let left = DRAIN_BYTES;
-  const timer = setTimeout(() => body.destroy(), DRAIN_MS);
-  body.on('data', (chunk: Uint8Array) => {
-    left -= chunk.length;
-    if (left < 0) body.destroy();
-  });
-  body.once('close', () => clearTimeout(timer));
-  body.resume();
-}
-
-/**
- * The body decompressed as its Content-Encoding says, innermost coding last; null when it is not
- * encoded (or in a coding unknown here, passed as is, as fetch does).
- */
-function decoded(body: Readable, contentEncoding: string | null): Readable | null {
-  if (contentEncoding === null) return null;
+/** The body decompressed as its Content-Encoding says, innermost coding last; unknown codings pass as is. */
+function decoded(body: Readable, contentEncoding: string | null): Readable {
+  if (contentEncoding === null) return body;
   const codings = contentEncoding
     .toLowerCase()
     .split(',')
     .map((coding) => coding.trim())
     .filter((coding) => coding !== '' && coding !== 'identity');
-  if (codings.length === 0) return null;
+  if (codings.length === 0) return body;
   if (codings.length > MAX_CODINGS) {
     body.destroy();
     throw new UpstreamError('protocol', `The upstream answered with more than ${MAX_CODINGS} content codings.`);
@@ -148,7 +108,7 @@ function decoded(body: Readable, contentEncoding: string | null): Readable | nul
   const decoders: Transform[] = [];
   for (const coding of codings.reverse()) {
     const decoder = decoderOf(coding);
-    if (decoder === null) return null;
+    if (decoder === null) return body;
     decoders.push(decoder);
   }
   // A reader iterates the last; destroying it (a reader letting go) destroys every stream before it.
