@@ -1,6 +1,4 @@
 import { serve, type ServerType } from '@hono/node-server';
-import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
-import { ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Config } from '../config';
 import { noteMessage } from './request-body';
@@ -27,13 +25,9 @@ export async function listen(
   config: ServerConfig,
 ): Promise<{ server: ServerType; url: string }> {
   const server = serve({
-    fetch: async (request, { incoming, outgoing }) => {
+    fetch: (request, { incoming }) => {
       noteMessage(request, incoming);
-      const answer = await fetch(request);
-      if (!answer.body || !outgoing || !(outgoing instanceof ServerResponse)) return answer;
-      if (!answer.headers.get('content-type')?.startsWith('text/event-stream')) return answer;
-      await sendEventStream(answer.status, answer.headers, answer.body, outgoing);
-      return RESPONSE_ALREADY_SENT;
+      return declareStreams(fetch(request));
     },
     hostname: config.HOST,
     port: config.PORT,
@@ -68,49 +62,17 @@ function urlOf(address: AddressInfo | string | null): string {
 }
 
 /**
- * An event stream, written to the socket here rather than by @hono/node-server, which reads up to
- * three chunks of a body not declared chunked, with a timer between reads (the first events would
- * wait), and otherwise sends the headers on their own. Here the headers leave with the first
- * events, and what the stream yields within one turn of the event loop leaves in one write: every
- * write is a system call here and a read on the client. The client's backpressure is honoured
- * (the next chunk is read once the socket drains), a client that leaves cancels the stream (the
- * run detaches from it and carries on), and a stream that fails cuts the response.
+ * @hono/node-server reads up to three chunks of a body that is not declared chunked, with a timer
+ * between reads, to give it a Content-Length: an event stream would wait for that before its
+ * headers and first events leave. Declaring event streams chunked sends each event as it comes.
+ * (Workers frame responses themselves; this is Node's alone.)
  */
-async function sendEventStream(status: number, headers: Headers, body: ReadableStream<Uint8Array>, outgoing: ServerResponse): Promise<void> {
-  const reader = body.getReader();
-  const leave = () => void reader.cancel().catch(() => undefined);
-  outgoing.once('close', leave);
-  try {
-    outgoing.writeHead(status, Object.fromEntries(headers));
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      if (outgoing.destroyed) return;
-      if (!outgoing.writableCorked) {
-        outgoing.cork();
-        process.nextTick(() => outgoing.uncork());
-      }
-      if (!outgoing.write(value)) await drained(outgoing);
-    }
-    if (!outgoing.destroyed) outgoing.end();
-  } catch {
-    outgoing.destroy();
-  } finally {
-    outgoing.off('close', leave);
+async function declareStreams(response: Response | Promise<Response>): Promise<Response> {
+  const answer = await response;
+  if (answer.body && answer.headers.get('content-type')?.startsWith('text/event-stream')) {
+    answer.headers.set('transfer-encoding', 'chunked');
   }
-}
-
-/** Resolves once `outgoing` can take more, or is gone. */
-function drained(outgoing: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      outgoing.off('drain', done);
-      outgoing.off('close', done);
-      resolve();
-    };
-    outgoing.on('drain', done);
-    outgoing.on('close', done);
-  });
+  return answer;
 }
 
 /**
