@@ -7,10 +7,9 @@ import { json } from './support/envelope';
 import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
 
 /**
- * A streamed run as the Node server writes it on the socket (node/server.ts sendEventStream):
- * framed as chunks, the first events there as soon as the headers, each later event as it
- * happens, the body ended; and a client that leaves mid-stream does not stop its run. (That the
- * headers and the first events leave in one system call, not two, strace shows, not a test.)
+ * A streamed run as the Node server (node/server.ts) writes it on the socket: framed as chunks,
+ * the first events there as soon as the headers, each later event as it happens, the body ended;
+ * and a client that leaves mid-stream does not stop its run.
  */
 
 let gateway: TestGateway;
