@@ -1,9 +1,7 @@
-import type { ServerType } from '@hono/node-server';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listen } from '../src/node/server';
 import { startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
-import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
+import { createTestGateway, serveOverHttp, type Tenant, type TestGateway } from './support/gateway';
 
 /**
  * `OPENAI_BASE_URL=<gateway>/v1 OPENAI_API_KEY=<gateway key>` is all an application sets: the
@@ -14,21 +12,17 @@ import { createTestGateway, type Tenant, type TestGateway } from './support/gate
 
 let gateway: TestGateway;
 let fake: FakeUpstreamServer;
-let server: ServerType;
+let served: { url: string; close(): Promise<void> };
 let baseURL: string;
 
 beforeAll(async () => {
   fake = await startFakeUpstream();
   gateway = await createTestGateway();
-  const listening = await listen((request) => gateway.app.request(request), { ...gateway.deps.config, HOST: '127.0.0.1', PORT: 0 });
-  server = listening.server;
-  baseURL = `${listening.url}/v1`;
+  served = await serveOverHttp(gateway);
+  baseURL = `${served.url}/v1`;
 });
 afterAll(async () => {
-  await new Promise<void>((resolve) => {
-    server.close(() => resolve());
-    if ('closeAllConnections' in server) server.closeAllConnections();
-  });
+  await served.close();
   await gateway.close();
   await fake.close();
 });

@@ -1,10 +1,8 @@
-import type { ServerType } from '@hono/node-server';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listen } from '../src/node/server';
 import { fakeThread, startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
 import { json } from './support/envelope';
-import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
+import { createTestGateway, serveOverHttp, type Tenant, type TestGateway } from './support/gateway';
 
 /**
  * A streamed run as the Node server (node/server.ts) writes it on the socket: framed as chunks,
@@ -14,7 +12,7 @@ import { createTestGateway, type Tenant, type TestGateway } from './support/gate
 
 let gateway: TestGateway;
 let fake: FakeUpstreamServer;
-let server: ServerType;
+let served: { url: string; close(): Promise<void> };
 let url: URL;
 let tenant: Tenant;
 let body: string;
@@ -22,19 +20,15 @@ let body: string;
 beforeAll(async () => {
   fake = await startFakeUpstream();
   gateway = await createTestGateway();
-  const listening = await listen((request) => gateway.app.request(request), { ...gateway.deps.config, HOST: '127.0.0.1', PORT: 0 });
-  server = listening.server;
-  url = new URL(listening.url);
+  served = await serveOverHttp(gateway);
+  url = new URL(served.url);
   tenant = await gateway.tenant();
   await gateway.virtualKey(tenant, { base_url: fake.baseURL, default: true });
   const assistant = await json(await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model' } }));
   body = JSON.stringify({ assistant_id: assistant.id, stream: true, thread: fakeThread('Hello', { reply: 'one two three four', chunk_delay_ms: 30 }) });
 });
 afterAll(async () => {
-  await new Promise<void>((resolve) => {
-    server.close(() => resolve());
-    if ('closeAllConnections' in server) server.closeAllConnections();
-  });
+  await served.close();
   await gateway.close();
   await fake.close();
 });

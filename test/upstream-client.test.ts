@@ -77,6 +77,7 @@ describe("Node's upstream client", () => {
 
   it('passes a body of an unknown coding as sent, and refuses more than five codings', async () => {
     expect(await text(await client(answering('/unknown', { 'content-encoding': 'zstd' }, 'raw bytes'), POST))).toBe('raw bytes');
+    expect(await text(await client(answering('/object-key', { 'content-encoding': 'gzip, constructor' }, 'raw bytes'), POST))).toBe('raw bytes');
     const six = Array.from({ length: 6 }, () => 'gzip').join(', ');
     await expect(client(answering('/six', { 'content-encoding': six }, 'x'), POST)).rejects.toThrow(/more than 5 content codings/);
   });

@@ -1,6 +1,7 @@
 import type { Context } from 'hono';
 import { createMiddleware } from 'hono/factory';
 import { ApiError } from '../errors';
+import { concatBytes } from '../lib/bytes';
 import { inspectJson, type JsonProblem } from '../lib/strict-json';
 import type { Deps } from '../deps';
 import { readsOwnBody } from './own-body';
@@ -38,14 +39,13 @@ export const jsonBody = (options: { maxBytes: number; requestBody: Deps['request
   const readBytes = (c: Context) => readBounded(options.requestBody(c.req.raw), options.maxBytes, tooLarge);
   return createMiddleware(async (c, next) => {
     if (BODYLESS.has(c.req.method) || readsOwnBody(c)) return next();
-    const declared = c.req.header('content-length');
-    if (declared !== undefined && Number(declared) > options.maxBytes) throw tooLarge();
+    const length = c.req.header('content-length');
+    if (length !== undefined && Number(length) > options.maxBytes) throw tooLarge();
     const mediaType = (c.req.header('content-type') ?? '').split(';')[0]!.trim();
     const isJson = JSON_MEDIA_TYPE.test(mediaType);
     if (!isJson) {
       // A body of another type is refused from its headers when they announce one; only a body
       // that declares no length at all has to be looked at to know whether it is empty.
-      const length = c.req.header('content-length');
       if (c.req.header('transfer-encoding') !== undefined || (length !== undefined && length !== '0')) {
         throw new ApiError('unsupported_media_type');
       }
@@ -89,14 +89,7 @@ async function readBounded(body: AsyncIterable<Uint8Array> | null, maxBytes: num
   } catch (error) {
     throw unreadBody(error);
   }
-  if (parts.length === 1) return parts[0]!;
-  const bytes = new Uint8Array(size);
-  let at = 0;
-  for (const part of parts) {
-    bytes.set(part, at);
-    at += part.length;
-  }
-  return bytes;
+  return concatBytes(parts);
 }
 
 /**

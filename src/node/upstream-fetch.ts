@@ -105,27 +105,28 @@ function decoded(body: Readable, contentEncoding: string | null): Readable {
     body.destroy();
     throw new UpstreamError('protocol', `The upstream answered with more than ${MAX_CODINGS} content codings.`);
   }
-  const decoders: Transform[] = [];
+  const decoders: (() => Transform)[] = [];
   for (const coding of codings.reverse()) {
-    const decoder = decoderOf(coding);
-    if (decoder === null) return body;
+    const decoder = DECODERS.get(coding);
+    if (decoder === undefined) return body;
     decoders.push(decoder);
   }
   // A reader iterates the last; destroying it (a reader letting go) destroys every stream before it.
   let last: Readable = body;
-  for (const decoder of decoders) last = pipeline(last, decoder, ignore);
+  for (const decoder of decoders) last = pipeline(last, decoder(), ignore);
   return last;
 }
 
 /** As fetch decompresses: a body cut short still yields what it inflated to. */
 const LENIENT = { flush: constants.Z_SYNC_FLUSH, finishFlush: constants.Z_SYNC_FLUSH };
 
-function decoderOf(coding: string): Transform | null {
-  if (coding === 'gzip' || coding === 'x-gzip') return createGunzip(LENIENT);
-  if (coding === 'deflate') return createInflate(LENIENT);
-  if (coding === 'br') return createBrotliDecompress({ flush: constants.BROTLI_OPERATION_FLUSH, finishFlush: constants.BROTLI_OPERATION_FLUSH });
-  return null;
-}
+/** A decompressor per coding the gateway reads (a Map: a coding named `constructor` is unknown, not Object's). */
+const DECODERS = new Map<string, () => Transform>([
+  ['gzip', () => createGunzip(LENIENT)],
+  ['x-gzip', () => createGunzip(LENIENT)],
+  ['deflate', () => createInflate(LENIENT)],
+  ['br', () => createBrotliDecompress({ flush: constants.BROTLI_OPERATION_FLUSH, finishFlush: constants.BROTLI_OPERATION_FLUSH })],
+]);
 
 const NAME_ADDRESSES_MS = 10_000;
 const NAME_ADDRESSES_MAX = 1_000;

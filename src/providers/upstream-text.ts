@@ -1,3 +1,4 @@
+import { concatBytes } from '../lib/bytes';
 import { networkCause, type NetworkCause } from '../lib/network-errors';
 import { UpstreamError, type UpstreamAnswer } from './types';
 
@@ -57,13 +58,7 @@ export async function readCapped(body: AsyncIterable<Uint8Array> | null, maxByte
   } finally {
     await release(chunks);
   }
-  const bytes = new Uint8Array(size);
-  let at = 0;
-  for (const part of parts) {
-    bytes.set(part, at);
-    at += part.length;
-  }
-  const text = new TextDecoder().decode(bytes);
+  const text = new TextDecoder().decode(concatBytes(parts));
   return cut ? withoutKeyPrefixAtEnd(text, secret) : text;
 }
 

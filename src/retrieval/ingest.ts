@@ -2,6 +2,7 @@ import { and, asc, eq, sql, type SQL } from 'drizzle-orm';
 import { batchWrites, type Statement } from '../db/client';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores, type VectorStoreFileError } from '../db/schema';
 import type { Deps } from '../deps';
+import { concatBytes } from '../lib/bytes';
 import { ApiError } from '../errors';
 import { UpstreamError } from '../providers/types';
 import type { VectorStoreFileRow } from '../services/vector-stores';
@@ -154,13 +155,7 @@ async function readBlob(deps: IngestDeps, key: string, maxBytes: number): Promis
     }
     parts.push(part);
   }
-  const bytes = new Uint8Array(size);
-  let at = 0;
-  for (const part of parts) {
-    bytes.set(part, at);
-    at += part.byteLength;
-  }
-  return bytes;
+  return concatBytes(parts);
 }
 
 /**

@@ -10,6 +10,7 @@ import { createLogger } from '../../src/logger';
 import { nodeConfig } from '../../src/node/config';
 import { createNodeApp, type NodeApp } from '../../src/node/app';
 import { createNodeDeps } from '../../src/node/deps';
+import { listen } from '../../src/node/server';
 import { createApiKey } from '../../src/services/api-keys';
 import { createWorkspace } from '../../src/services/workspaces';
 import { createVirtualKey } from '../../src/services/virtual-keys';
@@ -212,4 +213,15 @@ export function apiRoutes(app: Pick<App, 'routes'>): { method: string; path: str
     seen.set(`${method} ${path}`, { method, path });
   }
   return [...seen.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, route]) => route);
+}
+
+/** `gateway` served over real HTTP as `npm start` serves it (node/server.ts), on a free loopback port. */
+export async function serveOverHttp(gateway: TestGateway): Promise<{ url: string; close(): Promise<void> }> {
+  const { server, url } = await listen((request) => gateway.app.request(request), { ...gateway.deps.config, HOST: '127.0.0.1', PORT: 0 });
+  const close = () =>
+    new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      if ('closeAllConnections' in server) server.closeAllConnections();
+    });
+  return { url, close };
 }
