@@ -112,12 +112,15 @@ describe("Node's upstream client", () => {
     }
   });
 
-  it('stops at once when its signal aborts, with the signal reason', async () => {
-    handlers.set('/silent', () => undefined);
+  it('stops waiting when its signal aborts, with the signal reason, and drops the connection', async () => {
+    let received!: () => void;
+    const arrived = new Promise<void>((resolve) => (received = resolve));
+    handlers.set('/silent', () => received());
     const controller = new AbortController();
     const answered = client(`${base}/silent`, { ...POST, signal: controller.signal });
+    await arrived;
     controller.abort(new Error('cancelled by the run'));
-    await expect(answered).rejects.toThrow();
+    await expect(answered).rejects.toThrow('cancelled by the run');
     await expect.poll(() => closed.includes('/silent')).toBe(true);
   });
 });

@@ -2,7 +2,7 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { pipeline, type Readable, type Transform } from 'node:stream';
 import { constants, createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
-import { Agent } from 'undici';
+import type { Agent } from 'undici';
 import type { IncomingHttpHeaders } from 'undici/types/header';
 import { checkResolvedAddress, type UpstreamUrlOptions } from '../lib/upstream-url';
 import { UpstreamError, type UpstreamAnswer, type UpstreamFetch } from '../providers/types';
@@ -37,7 +37,9 @@ export function upstreamFetch(options: {
   resolve?: Resolve;
 }): UpstreamFetch {
   const resolve = options.resolve ?? resolveAll;
-  const agent = new Agent({ headersTimeout: 0, bodyTimeout: 0 });
+  // undici takes about 100 ms to load: on the first call, not at start-up.
+  let agent: Promise<Agent> | undefined;
+  const agentOf = () => (agent ??= import('undici').then(({ Agent }) => new Agent({ headersTimeout: 0, bodyTimeout: 0 })));
   const known = new Map<string, { addresses: string[]; until: number }>();
   const addressesOf = async (hostname: string): Promise<string[] | null> => {
     const cached = known.get(hostname);
@@ -62,7 +64,7 @@ export function upstreamFetch(options: {
         if (problem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${problem}`);
       }
     }
-    const answer = await agent.request({
+    const answer = await (await agentOf()).request({
       origin: url.origin,
       path: `${url.pathname}${url.search}`,
       method: init.method,
