@@ -69,15 +69,20 @@ describe('POST /v1/assistants', () => {
       top_p: 0,
       response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { type: 'object' }, strict: true } },
     };
+    // The test clock runs with real time: the creation's second is between these two.
+    const before = Math.floor(gateway.clock.now() / 1000);
     const response = await post(body);
+    const after = Math.floor(gateway.clock.now() / 1000);
     expect(response.status).toBe(200);
     const created = await json(response);
     expect(created.id).toMatch(/^asst_[A-Za-z0-9]{24}$/);
+    expect(created.created_at).toBeGreaterThanOrEqual(before);
+    expect(created.created_at).toBeLessThanOrEqual(after);
     expect(created).toEqual({
       ...body,
       id: created.id,
       object: 'assistant',
-      created_at: Math.floor(gateway.clock.now() / 1000),
+      created_at: created.created_at,
     });
     expect(created.tools).toHaveLength(128);
 
