@@ -633,6 +633,36 @@ describe('one open run per thread', () => {
     expect(await ratelimit.usedBy(gateway.database.client, policy)).toBe(first.usage!.total_tokens + cancelled.usage!.total_tokens);
   });
 
+  it('streamed, admits exactly one of 8 racers; a loser whose upstream call had begun leaves no row, event or open exchange', async () => {
+    const threadId = await threadWith('Hi', 'Hello.');
+    const before = fake.requests.length;
+    // A streamed run's upstream call starts while its rows commit (RunHost.stream): the losers'
+    // calls may reach the fake before their commit fails, and must be closed, not completed.
+    const responses = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        gateway.request(`/v1/threads/${threadId}/runs`, {
+          headers,
+          body: { assistant_id: assistantId, stream: true, additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { reply: 'Slow answer.', first_byte_delay_ms: 200 }) }] },
+        }),
+      ),
+    );
+    const admitted = responses.filter((response) => response.status === 200);
+    expect(admitted).toHaveLength(1);
+    const events = parseEvents(await admitted[0]!.text());
+    const created = events.find((event) => event.event === 'thread.run.created')!.data as { id: string };
+    expect(events.at(-2)).toMatchObject({ event: 'thread.run.completed' });
+    for (const response of responses.filter((r) => r.status !== 200)) {
+      expect(await errorOf(response)).toMatchObject({ status: 400, code: 'thread_has_active_run' });
+    }
+    expect(await gateway.tasks.drain(10_000)).toBe(true);
+    const calls = fake.requests.slice(before).filter((request) => request.path.endsWith('/chat/completions'));
+    expect(calls.filter((call) => call.outcome === 'completed')).toHaveLength(1);
+    expect(calls.every((call) => call.outcome !== 'open')).toBe(true);
+    const messages = (await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data;
+    expect(messages.map(textOf).slice(2)).toEqual([expect.stringMatching(/^Racer \d+/), 'Slow answer.']);
+    expect((await openai.beta.threads.runs.list(threadId)).data.map((run) => run.id)[0]).toBe(created.id);
+  });
+
   it('is decided by the unique index at the insert: a second open run is refused whole, other conflicts are errors', async () => {
     const threadId = await threadWith('Hi', 'Hello.');
     const waiting = await openai.beta.threads.runs.createAndPoll(

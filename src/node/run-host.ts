@@ -14,8 +14,8 @@ export function inProcessRunHost(deps: RunDeps): RunHost {
       const nextTurn = new Promise<void>((resolve) => setImmediate(resolve));
       context.waitUntil(nextTurn.then(() => executeRun(deps, run, options)));
     },
-    stream(run, options, context) {
-      const { readable, done } = executeStreamed(deps, run, options, context.requestId);
+    stream(run, options, context, written) {
+      const { readable, done } = executeStreamed(deps, run, { ...options, rowsWritten: written }, context.requestId);
       context.waitUntil(done);
       return Promise.resolve(readable);
     },

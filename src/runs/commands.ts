@@ -204,13 +204,21 @@ async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestCo
   const prompt = buildPrompt(run, history, [], promptLimits(run, 0, deps.config));
   const admission = await admit(deps, caller, virtualKey, run, firstTurn(deps, run, prompt));
   run.rateLimit = admission.ticket;
-  await unlessWritten(deps, admission, start.write(messages, run));
+  const written = unlessWritten(deps, admission, start.write(messages, run));
   const queued = toRunJson(asQueued(run));
-  return host(deps, run, admission, start.stream, context, {
-    leading: [...start.leading, ['thread.run.created', queued], ['thread.run.queued', queued]],
-    preloaded: { virtualKey, prompt },
-    includeResultContent: start.includeResultContent,
-  });
+  return host(
+    deps,
+    run,
+    admission,
+    start.stream,
+    context,
+    {
+      leading: [...start.leading, ['thread.run.created', queued], ['thread.run.queued', queued]],
+      preloaded: { virtualKey, prompt },
+      includeResultContent: start.includeResultContent,
+    },
+    written,
+  );
 }
 
 /**
@@ -315,8 +323,10 @@ export async function cancelRun(deps: RunCommandDeps, workspaceId: string, path:
 }
 
 /**
- * Hands a run just put in progress to its host: executing in the background while the queued run
- * is the answer, or executing into the event stream that is the answer.
+ * Hands a run put in progress to its host: executing in the background while the queued run is
+ * the answer, or executing into the event stream that is the answer. `written`, the commit that
+ * puts it in progress, may still be under way: a streamed run's upstream call starts meanwhile
+ * (RunHost.stream), and either answer leaves only once it has succeeded.
  */
 async function host(
   deps: RunCommandDeps,
@@ -325,13 +335,22 @@ async function host(
   stream: boolean,
   context: RequestContext,
   options: StreamOptions,
+  written: Promise<unknown> = Promise.resolve(),
 ): Promise<RunAnswer> {
   if (!stream) {
+    await written;
     deps.runHost.start(run, { preloaded: options.preloaded }, context);
     return { stream: false, run: asQueued(run), headers: admission.headers };
   }
-  const events = await deps.runHost.stream(run, options, context);
-  return { stream: true, events, headers: admission.headers };
+  const events = deps.runHost.stream(run, options, context, written);
+  try {
+    const [readable] = await Promise.all([events, written]);
+    return { stream: true, events: readable, headers: admission.headers };
+  } catch (error) {
+    // A stream nobody will read (its execution ends at the failed commit, writing nothing).
+    events.then((readable) => readable.cancel()).catch(() => undefined);
+    throw error;
+  }
 }
 
 /** The run as it is acknowledged: OpenAI answers createAndRun and starts its stream with `queued`. */

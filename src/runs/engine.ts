@@ -124,6 +124,12 @@ export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' |
 export interface ExecuteOptions extends StreamOptions {
   /** Where the run's events go: a streamed run's event stream; none for a run that is polled. */
   sink?: EventSink;
+  /**
+   * The commit of the run's rows, when it is still under way (RunHost.stream): the turn starts its
+   * upstream call meanwhile, but sends and writes nothing before it succeeds, and if it fails the
+   * execution ends without a trace (the run never existed; its creator answers with the failure).
+   */
+  rowsWritten?: Promise<unknown>;
 }
 
 /**
@@ -144,7 +150,7 @@ export async function executeRun(deps: RunDeps, run: RunRow, options: ExecuteOpt
 export function executeStreamed(
   deps: RunDeps,
   run: RunRow,
-  options: StreamOptions,
+  options: StreamOptions & Pick<ExecuteOptions, 'rowsWritten'>,
   requestId?: string,
 ): { readable: ReadableStream<Uint8Array>; done: Promise<void> } {
   // A client that reads nothing is given as long as a silent upstream.
@@ -168,6 +174,8 @@ class Execution {
   readonly #leading: ServerSentEvent[];
   readonly #preloaded: ExecuteOptions['preloaded'];
   readonly #abort = new AbortController();
+  /** Whether the run's rows exist: at once, unless their commit was still under way (ExecuteOptions). */
+  readonly #rowsExist: Promise<boolean>;
   #run: RunRow;
   /** Usage of earlier turns of this run (before tool outputs were submitted). */
   #earlierUsage: Usage = NO_USAGE;
@@ -194,7 +202,10 @@ class Execution {
   constructor(deps: RunDeps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
     this.#run = run;
-    this.#outbox = new Outbox(options.sink);
+    this.#outbox = new Outbox(options.sink, options.rowsWritten);
+    this.#rowsExist = options.rowsWritten ? options.rowsWritten.then(() => true, () => false) : Promise.resolve(true);
+    // Rows that were never written: their upstream call stops at once.
+    void this.#rowsExist.then((exist) => exist || this.#abort.abort(new Error('the run was not written')));
     this.#leading = options.leading ?? [];
     this.#preloaded = options.preloaded;
     this.#startedAt = deps.now();
@@ -210,11 +221,16 @@ class Execution {
     // Renewed a few times per lease, so that one slow renewal does not lose it.
     const renewal = setInterval(() => void this.#renew(), leaseMs(deps.config) / 3);
     try {
-      await this.#outbox.send(...this.#leading, () => this.#runEvent());
+      const opened = this.#outbox.send(...this.#leading, () => this.#runEvent());
+      // While the run's rows commit, the turn begins (its upstream call); its sends queue behind these.
+      if (this.#outbox.queueing) opened.catch(() => undefined);
+      else await opened;
       if (expiresIn <= 0) throw new RunStopped('expired');
       await this.#turn();
+      await opened;
     } catch (error) {
-      await this.#settleFailure(error);
+      // Nothing was acknowledged of a run whose rows were not written: nothing to settle.
+      if (await this.#rowsExist) await this.#settleFailure(error);
     } finally {
       clearTimeout(expiry);
       clearInterval(renewal);
@@ -223,6 +239,7 @@ class Execution {
   }
 
   async #renew(): Promise<void> {
+    if (!(await this.#rowsExist)) return;
     try {
       const status = await renewLease(this.#deps.db, this.#run.id, this.#deps.now() + leaseMs(this.#deps.config));
       if (status === 'cancelling' || status === null) this.#abort.abort(new RunStopped('cancelled'));

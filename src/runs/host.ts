@@ -15,8 +15,14 @@ import type { Prompt } from './prompt';
 export interface RunHost {
   /** Executes the run in the background; its answer (the queued run) has gone out already. */
   start(run: RunRow, options: StartOptions, context: RequestContext): void;
-  /** Executes the run into its event stream, `leading` first: the response's body. */
-  stream(run: RunRow, options: StreamOptions, context: RequestContext): Promise<ReadableStream<Uint8Array>>;
+  /**
+   * Executes the run into its event stream, `leading` first: the response's body. `written` is
+   * the commit of the run's rows when it is still under way: a host may start the run's upstream
+   * call meanwhile (the first token comes sooner by a commit), but sends and writes nothing until
+   * it has succeeded, and drops the execution, without a trace, if it fails. The caller answers
+   * with the stream only once the commit succeeded.
+   */
+  stream(run: RunRow, options: StreamOptions, context: RequestContext, written?: Promise<unknown>): Promise<ReadableStream<Uint8Array>>;
   /**
    * Stops a run just marked `cancelling`, at once, where it executes. Wherever this does not
    * reach, the run's lease renewal notices the cancel, within a third of the lease.

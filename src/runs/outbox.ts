@@ -18,6 +18,10 @@ export type OutgoingEvent = ServerSentEvent | (() => ServerSentEvent);
  *
  * Without a sink (a run that is polled), nothing is sent and no event is built; the rows are
  * written all the same.
+ *
+ * A run's first turn may begin while the run's own rows still commit (`rowsWritten`: the upstream
+ * call starts meanwhile). Until that commit has succeeded, sends queue in their order and nothing
+ * leaves or is written; if it fails, every send and `written` rejects with its error.
  */
 export class Outbox {
   readonly #sink: EventSink | undefined;
@@ -29,9 +33,17 @@ export class Outbox {
   #started: Promise<unknown>[] = [];
   /** Events of the commit being prepared. */
   #commit: (() => ServerSentEvent)[] = [];
+  /** While the run's rows commit: the last send queued behind that commit (or the commit itself). */
+  #queue: Promise<unknown> | null;
 
-  constructor(sink: EventSink | undefined) {
+  constructor(sink: EventSink | undefined, rowsWritten?: Promise<unknown>) {
     this.#sink = sink;
+    this.#queue = rowsWritten ?? null;
+  }
+
+  /** Whether sends queue behind the run's rows' commit, still under way. */
+  get queueing(): boolean {
+    return this.#queue !== null;
   }
 
   /** A row the turn opened: `insert` writes it; `announce` builds the events that say so. */
@@ -41,11 +53,27 @@ export class Outbox {
   }
 
   /** Sends `events` after the announcements of what was opened since, then starts those rows' inserts. */
-  async send(...events: OutgoingEvent[]): Promise<void> {
+  send(...events: OutgoingEvent[]): Promise<void> {
     const announced = this.#announced;
     const unstarted = this.#unstarted;
     this.#announced = [];
     this.#unstarted = [];
+    const deliver = () => this.#deliver(announced, unstarted, events);
+    const queue = this.#queue;
+    if (queue === null) return deliver();
+    const sent = queue.then(deliver);
+    this.#queue = sent;
+    // The queue ends with its last send: from then on, sends go straight out.
+    sent.then(
+      () => {
+        if (this.#queue === sent) this.#queue = null;
+      },
+      () => undefined,
+    );
+    return sent;
+  }
+
+  async #deliver(announced: ServerSentEvent[], unstarted: (() => PromiseLike<unknown>)[], events: OutgoingEvent[]): Promise<void> {
     if (this.#sink) await this.#sink.send([...announced, ...events.map(build)]);
     for (const insert of unstarted) this.#start(insert);
   }
@@ -69,6 +97,7 @@ export class Outbox {
 
   /** Waits until every row opened so far is written (starting the inserts not started yet). */
   async written(): Promise<void> {
+    if (this.#queue !== null) await this.#queue;
     for (const insert of this.#unstarted) this.#start(insert);
     this.#unstarted = [];
     const started = this.#started;

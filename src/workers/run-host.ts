@@ -37,7 +37,11 @@ export function workersRunHost(namespace: DurableObjectNamespace<RunExecutorRpc>
       handOver(context, run.id, (stub) => stub.start(run, options), (error) =>
         log.error('run could not be handed to its executor', { run_id: run.id, request_id: context.requestId, error }),
       ),
-    stream: (run, options) => executor(run.id).stream(run, options),
+    // The executor object is handed runs that exist: a promise cannot travel over RPC anyway.
+    stream: async (run, options, _context, written) => {
+      await written;
+      return executor(run.id).stream(run, options);
+    },
     // The run's lease renewal notices the cancel anyway, within a third of the lease.
     cancel: (runId, context) =>
       handOver(context, runId, (stub) => stub.cancel(runId), (error) =>

@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'vitest';
+import { EventStream } from '../src/runs/event-stream';
+import { Outbox } from '../src/runs/outbox';
+import { parseEvents } from './support/run-stream';
+
+/**
+ * The outbox of a run whose first turn began while the run's rows still committed (RunHost.stream):
+ * nothing leaves and nothing is written before that commit, the order holds across it, and a commit
+ * that fails leaves nothing behind. The sink is the real event stream, read as a client would.
+ */
+
+function deferred() {
+  let resolve!: () => void;
+  let reject!: (error: Error) => void;
+  const promise = new Promise<void>((yes, no) => ((resolve = yes), (reject = no)));
+  return { promise, resolve, reject };
+}
+
+async function received(events: EventStream): Promise<string[]> {
+  await events.close();
+  const text = await new Response(events.readable).text();
+  return parseEvents(text).map((event) => event.event);
+}
+
+const tick = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('a turn begun while its run’s rows commit', () => {
+  it('sends nothing and writes nothing before the commit, then everything in order', async () => {
+    const commit = deferred();
+    const events = new EventStream({ stallMs: 1000 });
+    const outbox = new Outbox(events, commit.promise);
+    const inserted: string[] = [];
+    expect(outbox.queueing).toBe(true);
+
+    const leading = outbox.send(['thread.run.created', '{}']);
+    outbox.open(
+      async () => void inserted.push('message'),
+      () => [['thread.message.created', '{}']],
+    );
+    const delta = outbox.send(['thread.message.delta', '{}']);
+    const written = outbox.written();
+    await tick();
+    expect(inserted).toEqual([]);
+    expect(events.readable.locked).toBe(false);
+
+    commit.resolve();
+    await Promise.all([leading, delta, written]);
+    expect(inserted).toEqual(['message']);
+    await tick();
+    expect(outbox.queueing).toBe(false);
+    await outbox.send(['thread.run.completed', '{}']);
+    expect(await received(events)).toEqual(['thread.run.created', 'thread.message.created', 'thread.message.delta', 'thread.run.completed', 'done']);
+  });
+
+  it('when the commit fails, every send and `written` rejects with its error, and nothing left or was written', async () => {
+    const commit = deferred();
+    const events = new EventStream({ stallMs: 1000 });
+    const outbox = new Outbox(events, commit.promise);
+    const inserted: string[] = [];
+    const leading = outbox.send(['thread.run.created', '{}']);
+    outbox.open(
+      async () => void inserted.push('message'),
+      () => [['thread.message.created', '{}']],
+    );
+    const delta = outbox.send(['thread.message.delta', '{}']);
+    const failure = new Error('UNIQUE constraint failed: runs.thread_id');
+    commit.reject(failure);
+    await expect(leading).rejects.toBe(failure);
+    await expect(delta).rejects.toBe(failure);
+    await expect(outbox.written()).rejects.toBe(failure);
+    await expect(outbox.send(['thread.run.failed', '{}'])).rejects.toBe(failure);
+    expect(inserted).toEqual([]);
+    expect(await received(events)).toEqual(['done']);
+  });
+
+  it('without a commit under way, sends go straight out', async () => {
+    const events = new EventStream({ stallMs: 1000 });
+    const outbox = new Outbox(events);
+    expect(outbox.queueing).toBe(false);
+    await outbox.send(['thread.run.created', '{}']);
+    expect(await received(events)).toEqual(['thread.run.created', 'done']);
+  });
+});
