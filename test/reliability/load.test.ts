@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { round, summarise } from '../../bench/support';
 import { startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../support/fake-upstream';
@@ -25,6 +26,10 @@ import {
  * database and terminal: failed if its upstream faulted, completed otherwise. The gateway's memory
  * is sampled throughout and must stay bounded; latency (of the runs without a fault: a streamed
  * run's whole stream, a non-streamed run's create) and throughput are reported, not asserted.
+ *
+ * The fake provider and the clients share this test's process (and the machine's cores with the
+ * gateway): the delay of its own event loop is reported too, since a run that fails with "no first
+ * byte" while this process was held that long was failed by its fake, not by the gateway.
  */
 
 const SECONDS = Number(process.env.LOAD_SECONDS ?? 60);
@@ -81,6 +86,8 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
   const pid = gateway.child.pid!;
 
   const sampler = setInterval(() => (peakRssMb = Math.max(peakRssMb, memoryOf(pid).rssMb)), 250);
+  const ownDelay = monitorEventLoopDelay({ resolution: 10 });
+  ownDelay.enable();
   const started = performance.now();
   const deadline = started + SECONDS * 1000;
   const client = async (index: number) => {
@@ -119,6 +126,7 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
   try {
     await Promise.all(Array.from({ length: CONCURRENCY }, (_, i) => client(i)));
     const elapsed = (performance.now() - started) / 1000;
+    ownDelay.disable();
 
     // Non-streamed runs finish in the background; they end within the upstream timeouts.
     const db = openDataDir(dataDir);
@@ -153,6 +161,9 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
         peak_rss_mb: round(peakRssMb, 1),
         // How long the runs still going when the clients stopped took to end.
         drained_after_s: round(drainedAfter, 1),
+        // This process's (the fake's and the clients') event loop: how long it was held.
+        test_process_delay_p99_ms: round(ownDelay.percentile(99) / 1e6, 0),
+        test_process_delay_max_ms: round(ownDelay.max / 1e6, 0),
       };
       recordFigures('load', figures);
       console.log(`load: ${JSON.stringify({ ...figures, runs: expected.size, faults, failed, refused, lost, half_written: halfWritten.length })}`);
