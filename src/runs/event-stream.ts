@@ -36,24 +36,31 @@ const QUEUE_EVENTS = 64;
 
 export class EventStream implements EventSink {
   readonly readable: ReadableStream<Uint8Array>;
-  readonly #writer: WritableStreamDefaultWriter<Uint8Array>;
+  // A readable stream fed directly, not the readable side of a TransformStream: a run's stream is
+  // made per request, and a writable side and a transform in between cost more than its events.
+  #controller!: ReadableStreamDefaultController<Uint8Array>;
   readonly #stallMs: number;
+  /** Called when the client makes room in a full queue (or leaves), while the engine waits for it. */
+  #roomMade: (() => void) | null = null;
   #detached = false;
   #closed = false;
 
   constructor(options: { stallMs: number }) {
     this.#stallMs = options.stallMs;
-    const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>(
-      undefined,
-      undefined,
+    this.readable = new ReadableStream<Uint8Array>(
+      {
+        start: (controller) => {
+          this.#controller = controller;
+        },
+        pull: () => this.#madeRoom(),
+        // The client cancelled (disconnected): from then on, events are dropped.
+        cancel: () => {
+          this.#detached = true;
+          this.#madeRoom();
+        },
+      },
       new CountQueuingStrategy({ highWaterMark: QUEUE_EVENTS }),
     );
-    this.readable = readable;
-    this.#writer = writable.getWriter();
-    // The client cancelled (disconnected): the writable side errors; from then on, events are dropped.
-    this.#writer.closed.catch(() => {
-      this.#detached = true;
-    });
   }
 
   /** Whether the client is gone. */
@@ -80,38 +87,48 @@ export class EventStream implements EventSink {
     if (this.#closed) return;
     await this.#write('event: done\ndata: [DONE]\n\n');
     this.#closed = true;
-    if (!this.#detached) await this.#writer.close().catch(() => undefined);
-  }
-
-  async #write(text: string): Promise<void> {
     if (this.#detached) return;
     try {
-      if (!(await this.#roomWithin(this.#stallMs))) {
-        this.#detached = true;
-        // Errors the readable side: the response ends, cut, as if the client had left.
-        void this.#writer.abort(new Error('the client stopped reading the stream')).catch(() => undefined);
-        return;
-      }
-      // Not awaited: `ready` already paced us; a failed write means the client left.
-      this.#writer.write(encoder.encode(text)).catch(() => {
-        this.#detached = true;
-      });
+      this.#controller.close();
     } catch {
       this.#detached = true;
     }
   }
 
-  /** Whether the client made room in the queue within `ms` (rejects if it left). */
+  async #write(text: string): Promise<void> {
+    if (this.#detached) return;
+    if (!(await this.#roomWithin(this.#stallMs))) {
+      if (this.#detached) return;
+      this.#detached = true;
+      // Errors the stream: the response ends, cut, as if the client had left.
+      this.#controller.error(new Error('the client stopped reading the stream'));
+      return;
+    }
+    try {
+      this.#controller.enqueue(encoder.encode(text));
+    } catch {
+      this.#detached = true;
+    }
+  }
+
+  #madeRoom(): void {
+    const roomMade = this.#roomMade;
+    this.#roomMade = null;
+    roomMade?.();
+  }
+
+  /** Whether the client made room in the queue within `ms` (false if it left). */
   async #roomWithin(ms: number): Promise<boolean> {
     // The usual case, on every event: room already, so no clock to start and stop.
-    const room = this.#writer.desiredSize;
+    const room = this.#controller.desiredSize;
     if (room !== null && room > 0) return true;
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const stalled = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-    try {
-      return await Promise.race([this.#writer.ready.then(() => true as const), stalled]);
-    } finally {
-      if (timer !== undefined) clearTimeout(timer);
-    }
+    const made = await new Promise<boolean>((resolve) => {
+      this.#roomMade = () => resolve(true);
+      timer = setTimeout(() => resolve(false), ms);
+    });
+    clearTimeout(timer);
+    this.#roomMade = null;
+    return made && !this.#detached;
   }
 }

@@ -4,9 +4,10 @@ import { Outbox } from '../src/runs/outbox';
 import { parseEvents } from './support/run-stream';
 
 /**
- * The outbox of a run whose first turn began while the run's rows still committed (RunHost.stream):
- * nothing leaves and nothing is written before that commit, the order holds across it, and a commit
- * that fails leaves nothing behind. The sink is the real event stream, read as a client would.
+ * A run's way out, below the engine: the outbox of a run whose first turn began while the run's
+ * rows still committed (RunHost.stream): nothing leaves and nothing is written before that commit,
+ * the order holds across it, and a commit that fails leaves nothing behind; and the event stream
+ * itself, read as a client would: backpressure, a client that stops reading, one that leaves.
  */
 
 function deferred() {
@@ -79,5 +80,41 @@ describe('a turn begun while its run’s rows commit', () => {
     expect(outbox.queueing).toBe(false);
     await outbox.send(['thread.run.created', '{}']);
     expect(await received(events)).toEqual(['thread.run.created', 'done']);
+  });
+});
+
+describe('the event stream towards its client', () => {
+  it('lets go of a client that makes no room within stallMs: the stream errors and later events are dropped', async () => {
+    const events = new EventStream({ stallMs: 50 });
+    // 64 events fill the queue; the 65th waits for room that never comes.
+    for (let i = 0; i < 64; i++) await events.send([['thread.message.delta', `{"i":${i}}`]]);
+    expect(events.detached).toBe(false);
+    const started = performance.now();
+    await events.send([['thread.message.delta', '{"i":64}']]);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(45);
+    expect(events.detached).toBe(true);
+    await events.close();
+    await expect(new Response(events.readable).text()).rejects.toThrow('the client stopped reading the stream');
+  });
+
+  it('goes on once the client reads, in order', async () => {
+    const events = new EventStream({ stallMs: 5_000 });
+    const sending = (async () => {
+      for (let i = 0; i < 200; i++) await events.send([['thread.message.delta', `{"i":${i}}`]]);
+      await events.close();
+    })();
+    const parsed = parseEvents(await new Response(events.readable).text());
+    await sending;
+    expect(parsed.map((event) => event.event)).toEqual([...Array.from({ length: 200 }, () => 'thread.message.delta'), 'done']);
+    expect(parsed.slice(0, 200).map((event) => (event.data as { i: number }).i)).toEqual(Array.from({ length: 200 }, (_, i) => i));
+  });
+
+  it('drops events once the client cancels', async () => {
+    const events = new EventStream({ stallMs: 5_000 });
+    await events.send([['thread.run.created', '{}']]);
+    await events.readable.cancel();
+    expect(events.detached).toBe(true);
+    await events.send([['thread.run.completed', '{}']]);
+    await events.close();
   });
 });
