@@ -17,7 +17,9 @@ const BODYLESS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * server's message itself.
  *
  * Every request body is JSON: a non-empty body of another media type is 415, malformed JSON is 400
- * `invalid_json`. The parsed value is left in Hono's body cache, so validators do not parse twice.
+ * `invalid_json`. The text is left in Hono's body cache, where `c.req.json()` (the validators')
+ * reads it: Hono parses the cached text, and a cached parsed value would cost it a Response object
+ * and a round through JSON.stringify per request, as Hono's `json()` asks its cache for the text.
  * An empty body is no body (the OpenAI SDK sends none on `cancel`, OpenAI's examples send
  * `-d ''` to create an empty thread): validators see `{}`, as for a request without a JSON
  * content type, and routes that need fields report the missing ones. JSON that parses but is ambiguous or could not be stored as sent
@@ -56,12 +58,11 @@ export const jsonBody = (options: { maxBytes: number; requestBody: Deps['request
     }
     const text = decodeUtf8(await readBytes(c));
     if (text.length === 0) {
-      c.req.bodyCache.json = Promise.resolve({});
+      cacheText(c, '{}');
       return next();
     }
-    let parsed: unknown;
     try {
-      parsed = JSON.parse(text);
+      JSON.parse(text);
     } catch (error) {
       // V8's message may quote part of the body; only its position is repeated back.
       const position = error instanceof Error ? /position (\d+)/.exec(error.message)?.[1] : undefined;
@@ -70,10 +71,19 @@ export const jsonBody = (options: { maxBytes: number; requestBody: Deps['request
     }
     const problem = inspectJson(text, { maxDepth: MAX_BODY_DEPTH });
     if (problem) throw strictJsonError(problem);
-    c.req.bodyCache.json = Promise.resolve(parsed);
+    cacheText(c, text);
     return next();
   });
 };
+
+/**
+ * Leaves the body's text where `c.req.json()` and `c.req.text()` read it. Hono's cache holds the
+ * promises its reads made (hono/dist/request.js), though its type names the values they resolve
+ * to: the entry is set as Hono sets it.
+ */
+function cacheText(c: Context, text: string): void {
+  Object.assign(c.req.bodyCache, { text: Promise.resolve(text) });
+}
 
 /** The whole body, or `tooLarge()` once more than `maxBytes` arrived (the rest is left unread). */
 async function readBounded(body: AsyncIterable<Uint8Array> | null, maxBytes: number, tooLarge: () => ApiError): Promise<Uint8Array> {

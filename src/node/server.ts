@@ -69,7 +69,8 @@ function urlOf(address: AddressInfo | string | null): string {
  */
 async function declareStreams(response: Response | Promise<Response>): Promise<Response> {
   const answer = await response;
-  if (answer.body && answer.headers.get('content-type')?.startsWith('text/event-stream')) {
+  // By the header alone: reading `body` would make @hono/node-server build the whole Response.
+  if (answer.headers.get('content-type')?.startsWith('text/event-stream')) {
     answer.headers.set('transfer-encoding', 'chunked');
   }
   return answer;
