@@ -205,7 +205,8 @@ async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestCo
   const admission = await admit(deps, caller, virtualKey, run, firstTurn(deps, run, prompt));
   run.rateLimit = admission.ticket;
   const written = unlessWritten(deps, admission, start.write(messages, run));
-  const queued = toRunJson(asQueued(run));
+  // Serialised once for the two events that carry it.
+  const queued = JSON.stringify(toRunJson(asQueued(run)));
   return host(
     deps,
     run,
