@@ -5,11 +5,10 @@ import { count, eq } from 'drizzle-orm';
 import OpenAI, { NotFoundError, toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores } from '../src/db/schema';
-import { listen } from '../src/node/server';
 import { contentDisposition } from '../src/routes/files';
 import { purgeExpiredFiles } from '../src/files/commands';
 import { MAX_FIELD_BYTES, MAX_PARTS } from '../src/files/upload';
-import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
+import { createTestGateway, errorOf, json, serveOverHttp, type Tenant, type TestGateway } from './support/gateway';
 
 /**
  * Files: uploads as the OpenAI SDK sends them (file part first, chunked), the list, retrieve,
@@ -341,7 +340,7 @@ describe('refused uploads store nothing', () => {
   });
 
   it('a client that disconnects mid-upload from the Node server leaves nothing behind', async () => {
-    const { server, url } = await listen((request) => gateway.app.request(request), { ...gateway.deps.config, PORT: 0, HOST: '127.0.0.1' });
+    const { url, close } = await serveOverHttp(gateway);
     try {
       const { port } = new URL(url);
       const whole = multipart([{ name: 'file', filename: 'gone.bin', bytes: new Uint8Array(50_000).fill(1) }, { name: 'purpose', value: 'assistants' }]);
@@ -364,7 +363,7 @@ describe('refused uploads store nothing', () => {
       await until(() => !storedBlobs().some((path) => path.includes(refusing.workspace.id)));
       expect(await fileRows(refusing.workspace.id)).toBe(0);
     } finally {
-      server.close();
+      await close();
     }
   });
 });
