@@ -127,7 +127,7 @@ export class EventStream implements EventSink {
       this.#roomMade = () => resolve(true);
       timer = setTimeout(() => resolve(false), ms);
     });
-    clearTimeout(timer);
+    if (timer !== undefined) clearTimeout(timer);
     this.#roomMade = null;
     return made && !this.#detached;
   }
