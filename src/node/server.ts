@@ -27,7 +27,7 @@ export async function listen(
   const server = serve({
     fetch: (request, { incoming }) => {
       noteMessage(request, incoming);
-      return declareStreams(fetch(request));
+      return declareStreams(fetch(request), incoming.socket);
     },
     hostname: config.HOST,
     port: config.PORT,
@@ -66,12 +66,18 @@ function urlOf(address: AddressInfo | string | null): string {
  * between reads, to give it a Content-Length: an event stream would wait for that before its
  * headers and first events leave. Declaring event streams chunked sends each event as it comes.
  * (Workers frame responses themselves; this is Node's alone.)
+ *
+ * It then writes the headers on their own, and the events the stream already holds (a run's
+ * opening events) just after, in the same run of microtasks: the socket is corked until that run
+ * is over, so that both leave in one write (a syscall, and a read for the client, fewer per run).
  */
-async function declareStreams(response: Response | Promise<Response>): Promise<Response> {
+async function declareStreams(response: Response | Promise<Response>, socket: Socket): Promise<Response> {
   const answer = await response;
   // By the header alone: reading `body` would make @hono/node-server build the whole Response.
   if (answer.headers.get('content-type')?.startsWith('text/event-stream')) {
     answer.headers.set('transfer-encoding', 'chunked');
+    socket.cork();
+    process.nextTick(() => socket.uncork());
   }
   return answer;
 }
