@@ -15,7 +15,7 @@ export function inProcessRunHost(deps: RunDeps): RunHost {
       context.waitUntil(nextTurn.then(() => executeRun(deps, run, options)));
     },
     stream(run, options, context, written) {
-      const { readable, done } = executeStreamed(deps, run, { ...options, rowsWritten: written }, context.requestId);
+      const { readable, done } = executeStreamed(deps, run, { rowsWritten: written, ...options }, context.requestId);
       context.waitUntil(done);
       return Promise.resolve(readable);
     },

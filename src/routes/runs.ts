@@ -111,5 +111,5 @@ function requestContext(c: { var: WorkspaceEnv['Variables']; executionCtx: Execu
 /** A run just put in progress: the queued run object, or its event stream. */
 function answer(c: Context, answer: RunAnswer): Response {
   if (!answer.stream) return c.json(toRunJson(answer.run), 200, answer.headers);
-  return new Response(answer.events, { status: 200, headers: { ...SSE_HEADERS, ...answer.headers } });
+  return new Response(answer.events, { status: 200, headers: Object.assign({}, SSE_HEADERS, answer.headers) });
 }

@@ -86,7 +86,7 @@ export async function createThreadAndRun(
   const at = deps.now();
   const thread = newThread(caller.workspaceId, { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) }, at);
   // The thread's vector store, when its tool_resources create one or its messages attach files for file_search.
-  const request = { ...caller, waitUntil: (task: Promise<unknown>) => context.waitUntil(task) };
+  const request = { waitUntil: (task: Promise<unknown>) => context.waitUntil(task), ...caller };
   const stores = await threadStoreWrites(deps, request, thread, {
     inline: body.thread?.tool_resources?.file_search?.vector_stores?.[0],
     inlineParam: 'thread.tool_resources',
@@ -137,7 +137,7 @@ export async function createRun(
   if (blocking) throw activeRunError(thread.id, blocking.id);
   // additional_messages' file_search attachments go to the thread's store (created if it has none),
   // in the run's batch: written with it or not at all.
-  const request = { ...caller, waitUntil: (task: Promise<unknown>) => context.waitUntil(task) };
+  const request = { waitUntil: (task: Promise<unknown>) => context.waitUntil(task), ...caller };
   const stores = await threadStoreWrites(deps, request, thread, {
     attached: attachedFiles(body.additional_messages ?? [], (index) => `additional_messages[${index}].`),
   });

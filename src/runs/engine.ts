@@ -157,7 +157,7 @@ export function executeStreamed(
   const events = new EventStream({ stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS });
   const done = (async () => {
     try {
-      await executeRun(deps, run, { ...options, sink: events });
+      await executeRun(deps, run, { sink: events, ...options });
     } catch (error) {
       deps.log.error('run stream failed', { run_id: run.id, request_id: requestId, error });
       await events.fail(serverError().body);
@@ -610,7 +610,7 @@ class Execution {
       outcome.incompleteReason === null
         ? { status: 'completed', completedAt: at }
         : { status: 'incomplete', incompleteDetails: { reason: outcome.incompleteReason }, completedAt: at };
-    await this.#commit(statements, { ...ending, usage, leaseExpiresAt: null });
+    await this.#commit(statements, { usage, leaseExpiresAt: null, ...ending });
   }
 
   /**
