@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { upstreamFetch } from '../src/node/upstream-fetch';
+import { readServerSentData } from '../src/providers/sse-reader';
 import type { UpstreamAnswer } from '../src/providers/types';
 
 /**
@@ -122,5 +123,102 @@ describe("Node's upstream client", () => {
     controller.abort(new Error('cancelled by the run'));
     await expect(answered).rejects.toThrow('cancelled by the run');
     await expect.poll(() => closed.includes('/silent')).toBe(true);
+  });
+});
+
+describe('after `[DONE]`', () => {
+  /** A server answering every POST with one event and `[DONE]`, then doing `after` with the response. */
+  async function sseServer(after: (response: ServerResponse) => void) {
+    let connections = 0;
+    const sse = createServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.write('data: {"x":1}\n\ndata: [DONE]\n\n');
+      after(response);
+    });
+    sse.on('connection', () => connections++);
+    await new Promise<void>((resolve) => sse.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(sse.address() as AddressInfo).port}/v1/chat/completions`;
+    return {
+      url,
+      connections: () => connections,
+      close: async () => {
+        sse.closeAllConnections();
+        await new Promise<void>((resolve) => sse.close(() => resolve()));
+      },
+    };
+  }
+
+  /** Reads as the chat provider does: stops at `[DONE]`, saying so. */
+  async function readToDone(url: string): Promise<string[]> {
+    const call = new AbortController();
+    const answer = await client(url, { ...POST, signal: call.signal });
+    const seen: string[] = [];
+    let done = false;
+    const end = { stopped: () => done, cut: () => call.abort() };
+    for await (const batch of readServerSentData(answer.body!, { maxLineBytes: 65_536, maxEventChars: 65_536 }, undefined, end)) {
+      for (const data of batch) {
+        if (data === '[DONE]') {
+          done = true;
+          break;
+        }
+        seen.push(data);
+      }
+      if (done) break;
+    }
+    return seen;
+  }
+
+  const settled = () => new Promise((resolve) => setTimeout(resolve, 100));
+
+  it('a body that ends soon after leaves its connection to the next call', async () => {
+    const sse = await sseServer((response) => setTimeout(() => response.end(), 20));
+    try {
+      for (let i = 0; i < 3; i++) {
+        expect(await readToDone(sse.url)).toEqual(['{"x":1}']);
+        await settled();
+      }
+      expect(sse.connections()).toBe(1);
+    } finally {
+      await sse.close();
+    }
+  });
+
+  it('a body that goes on past 1 KiB is cut, and the next call opens a connection of its own', async () => {
+    const sse = await sseServer((response) => response.write(`: ${'x'.repeat(4096)}\n\n`));
+    try {
+      for (let i = 0; i < 2; i++) {
+        expect(await readToDone(sse.url)).toEqual(['{"x":1}']);
+        await settled();
+      }
+      expect(sse.connections()).toBe(2);
+    } finally {
+      await sse.close();
+    }
+  });
+
+  it('a body that does not end within a second is cut', async () => {
+    let closedAt = 0;
+    const sse = await sseServer((response) => response.on('close', () => (closedAt = performance.now())));
+    try {
+      const started = performance.now();
+      await readToDone(sse.url);
+      await new Promise((resolve) => setTimeout(resolve, 1_300));
+      expect(closedAt).toBeGreaterThan(started + 900);
+    } finally {
+      await sse.close();
+    }
+  });
+
+  it('any other early stop cuts the body at once', async () => {
+    let closed = false;
+    const sse = await sseServer((response) => response.on('close', () => (closed = true)));
+    try {
+      const answer = await client(sse.url, POST);
+      for await (const _batch of readServerSentData(answer.body!, { maxLineBytes: 65_536, maxEventChars: 65_536 })) break;
+      await settled();
+      expect(closed).toBe(true);
+    } finally {
+      await sse.close();
+    }
   });
 });

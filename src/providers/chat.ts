@@ -75,7 +75,10 @@ export async function* streamChatCompletion(
 
     const toolCalls = new ToolCallIndexer();
     try {
-      for await (const batch of readServerSentData(response.body, SSE_LIMITS, () => silence.touch())) {
+      for await (const batch of readServerSentData(response.body, SSE_LIMITS, () => silence.touch(), {
+        stopped: () => finished,
+        cut: () => controller.abort(),
+      })) {
         for (const data of batch) {
           if (call.slices.spent()) {
             // Waiting for the event loop is not the upstream's silence.

@@ -19,6 +19,11 @@ export async function* readServerSentData(
   body: AsyncIterable<Uint8Array>,
   limits: { maxLineBytes: number; maxEventChars: number },
   onActivity?: () => void,
+  /**
+   * `stopped`: whether the consumer stopped at the stream's natural end (`[DONE]`), so that the
+   * body may end by itself (letEnd); `cut` cuts it where a read is pending (the call's abort).
+   */
+  end?: { stopped: () => boolean; cut: () => void },
 ): AsyncGenerator<string[]> {
   const chunks = body[Symbol.asyncIterator]();
   const decoder = new TextDecoder();
@@ -51,9 +56,46 @@ export async function* readServerSentData(
     parser.feed(`${decoder.decode()}\n\n`);
     if (events.length > 0) yield events.splice(0);
   } finally {
-    // Also when the consumer stops early: cancelling closes the upstream connection.
-    await release(chunks);
+    // A consumer that stopped at `[DONE]` leaves the rest to end by itself, in the background;
+    // any other early stop cancels the body, which closes the upstream connection.
+    if (end?.stopped()) void letEnd(chunks, end.cut);
+    else await release(chunks);
   }
+}
+
+/** What an upstream may still send after `[DONE]`, and for how long, before its connection is dropped. */
+const AFTER_END = { bytes: 1024, ms: 1000 };
+
+/**
+ * Reads what follows `[DONE]` (usually nothing: the body's end is on its way), so that a body that
+ * ends soon lets its connection go back to the pool (node/upstream-fetch.ts keeps them per
+ * origin) instead of closing it: without this, nearly every run opened a new connection to its
+ * provider, a TLS handshake each over HTTPS. Bounded: more than AFTER_END.bytes, or no end within
+ * AFTER_END.ms, and the body is cut (`cut`: a pending read holds the iterator, which only the
+ * call's abort releases) and cancelled as before. Never throws.
+ */
+async function letEnd(chunks: AsyncIterator<Uint8Array>, cut: () => void): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(resolve, AFTER_END.ms, 'late')));
+  let bytes = 0;
+  try {
+    for (;;) {
+      const next = chunks.next();
+      // Left pending when the time runs out: cutting the body settles it.
+      next.catch(() => undefined);
+      const result = await Promise.race([next, late]);
+      if (result === 'late') break;
+      if (result.done) return;
+      bytes += result.value.byteLength;
+      if (bytes > AFTER_END.bytes) break;
+    }
+  } catch {
+    return;
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+  }
+  cut();
+  await release(chunks);
 }
 
 const DATA_FIELD = 'data:';
