@@ -1388,6 +1388,11 @@ async function runAsScript(): Promise<void> {
   const apiKey = flag('--api-key');
   const fake = await startFakeUpstream({ port, host: flag('--host') ?? '127.0.0.1', ...(apiKey ? { apiKey } : {}) });
   process.stdout.write(`${fake.url}\n`);
+  // Started with an IPC channel (a test running the fake in a process of its own): answers how
+  // many of its exchanges are still open.
+  process.on('message', (message) => {
+    if (message === 'open exchanges') process.send?.({ openExchanges: fake.requests.filter((request) => request.outcome === 'open').length });
+  });
   const stop = (): void => void fake.close().then(() => process.exit(0));
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
