@@ -170,30 +170,26 @@ describe('after `[DONE]`', () => {
 
   const settled = () => new Promise((resolve) => setTimeout(resolve, 100));
 
-  it('a body that ends soon after leaves its connection to the next call', async () => {
-    const sse = await sseServer((response) => setTimeout(() => response.end(), 20));
+  /** The connections `calls` calls read to `[DONE]` opened, the server doing `after` past it. */
+  async function connectionsOf(calls: number, after: (response: ServerResponse) => void): Promise<number> {
+    const sse = await sseServer(after);
     try {
-      for (let i = 0; i < 3; i++) {
+      for (let i = 0; i < calls; i++) {
         expect(await readToDone(sse.url)).toEqual(['{"x":1}']);
         await settled();
       }
-      expect(sse.connections()).toBe(1);
+      return sse.connections();
     } finally {
       await sse.close();
     }
+  }
+
+  it('a body that ends soon after leaves its connection to the next call', async () => {
+    expect(await connectionsOf(3, (response) => setTimeout(() => response.end(), 20))).toBe(1);
   });
 
   it('a body that goes on past 1 KiB is cut, and the next call opens a connection of its own', async () => {
-    const sse = await sseServer((response) => response.write(`: ${'x'.repeat(4096)}\n\n`));
-    try {
-      for (let i = 0; i < 2; i++) {
-        expect(await readToDone(sse.url)).toEqual(['{"x":1}']);
-        await settled();
-      }
-      expect(sse.connections()).toBe(2);
-    } finally {
-      await sse.close();
-    }
+    expect(await connectionsOf(2, (response) => response.write(`: ${'x'.repeat(4096)}\n\n`))).toBe(2);
   });
 
   it('a body that does not end within a second is cut', async () => {

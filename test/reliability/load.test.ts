@@ -1,4 +1,3 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,7 +5,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { round, summarise } from '../../bench/support';
 import type { FakeScenario } from '../support/fake-upstream';
-import { memoryOf, startGatewayProcess, type GatewayProcess } from '../support/processes';
+import { memoryOf, startFakeUpstreamProcess, startGatewayProcess, type FakeUpstreamProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
 import {
   activeRunCount,
@@ -58,19 +57,18 @@ const FAULTS: FakeScenario[] = [
 ];
 
 let dataDir: string;
-let fake: ChildProcess;
+let fake: FakeUpstreamProcess;
 let gateway: GatewayProcess;
 let target: Target;
 beforeAll(async () => {
   dataDir = mkdtempSync(join(tmpdir(), 'reliability-load-'));
-  const started = await startFakeProcess();
-  fake = started.child;
+  fake = await startFakeUpstreamProcess();
   gateway = await startGatewayProcess({ ...ENV, DATA_DIR: dataDir });
-  target = await prepare(gateway, `${started.url}/v1`);
+  target = await prepare(gateway, fake.baseURL);
 });
 afterAll(async () => {
   await gateway?.stop('SIGKILL');
-  fake?.kill('SIGTERM');
+  await fake?.stop();
   rmSync(dataDir, { recursive: true, force: true });
 });
 
@@ -146,7 +144,7 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
       }
       halfWritten = await halfWrittenRows(db);
       // Every upstream exchange ended: completed, or closed by the gateway or the fault.
-      const openExchanges = await waitFor(() => openExchangesOf(fake), (n) => n === 0, 10_000);
+      const openExchanges = await waitFor(() => fake.openExchanges(), (n) => n === 0, 10_000);
       const failed = [...states.values()].filter((state) => state.status === 'failed').length;
       peakRssMb = Math.max(peakRssMb, memoryOf(pid).peakMb);
 
@@ -189,22 +187,3 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
   }
 });
 
-/** The fake provider in a process of its own (test/support/fake-upstream.ts run as a script), with an IPC channel. */
-async function startFakeProcess(): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/fake-upstream.ts', '--port', '0'], {
-    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.once('data', (chunk: Buffer) => resolve(chunk.toString('utf8').trim()));
-    child.once('exit', (code) => reject(new Error(`the fake provider exited with ${code}`)));
-  });
-  return { child, url };
-}
-
-/** How many of the fake's exchanges are still open, asked over its IPC channel. */
-function openExchangesOf(child: ChildProcess): Promise<number> {
-  return new Promise((resolve) => {
-    child.once('message', (message: { openExchanges: number }) => resolve(message.openExchanges));
-    child.send('open exchanges');
-  });
-}

@@ -163,17 +163,21 @@ export interface FakeUpstreamProcess {
   /** e.g. http://127.0.0.1:PORT/v1, a virtual key's base_url. */
   baseURL: string;
   child: ChildProcess;
+  /** How many of its exchanges are still open (asked over its IPC channel). */
+  openExchanges(): Promise<number>;
   stop(): Promise<void>;
 }
 
 /**
  * The fake upstream (test/support/fake-upstream.ts) as a process of its own, for measurements of
- * the gateway that the fake's own work (generating huge answers, compressing bombs) must not skew.
+ * the gateway that the fake's own work (generating huge answers, compressing bombs) must not skew,
+ * and for load that would starve a fake sharing the test's process (on 2 cores beside 48 clients,
+ * one could not accept connections fast enough).
  */
 export function startFakeUpstreamProcess(timeoutMs = 20_000): Promise<FakeUpstreamProcess> {
   const child = spawn(process.execPath, [...TSX, 'test/support/fake-upstream.ts', '--port', '0'], {
     cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
   });
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
   return new Promise((resolve, reject) => {
@@ -190,6 +194,11 @@ export function startFakeUpstreamProcess(timeoutMs = 20_000): Promise<FakeUpstre
       resolve({
         baseURL: `${url}/v1`,
         child,
+        openExchanges: () =>
+          new Promise((resolveCount) => {
+            child.once('message', (message: { openExchanges: number }) => resolveCount(message.openExchanges));
+            child.send('open exchanges');
+          }),
         stop: async () => {
           if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
           await exited;
