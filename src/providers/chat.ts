@@ -6,7 +6,7 @@ import { isSuccess, MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, t
 
 /**
  * One streamed Chat Completions call: sends the request, then yields the answer as normalised
- * events while it arrives. Fails with UpstreamError on a non-2xx answer, a malformed chunk, a
+ * events while it arrives, the events of each read together (one hand-over per read, not per event). Fails with UpstreamError on a non-2xx answer, a malformed chunk, a
  * dropped connection, or silence: no response within `firstByteTimeoutMs` (connecting and the
  * response headers included), or a gap longer than `idleTimeoutMs` without progress (comments and
  * keep-alive lines are not progress).
@@ -39,7 +39,7 @@ const MAX_TOOL_CALL_ID_CHARS = 256;
 export async function* streamChatCompletion(
   request: ChatCompletionRequest,
   call: ChatCallOptions,
-): AsyncGenerator<UpstreamEvent> {
+): AsyncGenerator<UpstreamEvent[]> {
   const controller = new AbortController();
   const onAbort = () => controller.abort(call.signal!.reason);
   if (call.signal?.aborted) throw call.signal.reason;
@@ -79,32 +79,33 @@ export async function* streamChatCompletion(
         stopped: () => finished,
         cut: () => controller.abort(),
       })) {
-        for (const data of batch) {
-          if (call.slices.spent()) {
-            // Waiting for the event loop is not the upstream's silence.
-            silence.pause();
-            await call.slices.next();
-            silence.touch();
-          }
-          if (data === '[DONE]') {
-            finished = true;
-            return;
-          }
-          let chunk: unknown;
-          try {
-            chunk = JSON.parse(data);
-          } catch {
-            throw new UpstreamError('protocol', 'The upstream sent a malformed chunk (not JSON).');
-          }
-          if (isRecord(chunk) && chunk.error) {
-            const message = isRecord(chunk.error) ? chunk.error.message : chunk.error;
-            const text = typeof message === 'string' ? message : 'unknown';
-            throw new UpstreamError('protocol', `The upstream reported an error mid-stream: ${redact(text, call.secret, MAX_ERROR_MESSAGE_CHARS)}`);
+        let at = 0;
+        while (at < batch.length) {
+          // A slice of the event loop at a time; what it read goes to the consumer before the loop is let go.
+          const events: UpstreamEvent[] = [];
+          // A chunk at fault fails the call after what came before it (the answer so far is kept).
+          let fault: unknown = null;
+          for (; at < batch.length && !call.slices.spent(); at++) {
+            const data = batch[at]!;
+            if (data === '[DONE]') {
+              finished = true;
+              break;
+            }
+            try {
+              normalise(parseChunk(data, call.secret), toolCalls, events);
+            } catch (error) {
+              fault = error;
+              break;
+            }
           }
           // The idle timeout measures the upstream's silence, not the time the consumer takes before
-          // asking for more (the engine waits for a slow streaming client): no clock while it holds.
+          // asking for more (the engine waits for a slow streaming client), nor the wait for the
+          // event loop: no clock meanwhile.
           silence.pause();
-          yield* normalise(chunk, toolCalls);
+          if (events.length > 0) yield events;
+          if (fault) throw fault;
+          if (finished) return;
+          if (at < batch.length) await call.slices.next();
           silence.touch();
         }
       }
@@ -177,8 +178,24 @@ class SilenceTimer {
   }
 }
 
-/** A chunk's JSON as events, every field the engine uses checked for its type. */
-function* normalise(chunk: unknown, toolCalls: ToolCallIndexer): Generator<UpstreamEvent> {
+/** An event's data as JSON, unless it is malformed or reports an error. */
+function parseChunk(data: string, secret: string): unknown {
+  let chunk: unknown;
+  try {
+    chunk = JSON.parse(data);
+  } catch {
+    throw new UpstreamError('protocol', 'The upstream sent a malformed chunk (not JSON).');
+  }
+  if (isRecord(chunk) && chunk.error) {
+    const message = isRecord(chunk.error) ? chunk.error.message : chunk.error;
+    const text = typeof message === 'string' ? message : 'unknown';
+    throw new UpstreamError('protocol', `The upstream reported an error mid-stream: ${redact(text, secret, MAX_ERROR_MESSAGE_CHARS)}`);
+  }
+  return chunk;
+}
+
+/** Adds a chunk's events to `events`, every field the engine uses checked for its type. */
+function normalise(chunk: unknown, toolCalls: ToolCallIndexer, events: UpstreamEvent[]): void {
   if (!isRecord(chunk)) throw malformed('a chunk is not a JSON object');
   const { choices, usage } = chunk;
   if (choices != null && !Array.isArray(choices)) throw malformed('`choices` is not a list');
@@ -189,9 +206,9 @@ function* normalise(chunk: unknown, toolCalls: ToolCallIndexer): Generator<Upstr
     const delta = optional(choice.delta, 'object', 'choices[0].delta');
     if (delta) {
       const content = optional(delta.content, 'string', 'delta.content');
-      if (content) yield { type: 'text', text: content };
+      if (content) events.push({ type: 'text', text: content });
       const refusal = optional(delta.refusal, 'string', 'delta.refusal');
-      if (refusal) yield { type: 'text', text: refusal };
+      if (refusal) events.push({ type: 'text', text: refusal });
       const calls = delta.tool_calls;
       if (calls != null) {
         if (!Array.isArray(calls)) throw malformed('`delta.tool_calls` is not a list');
@@ -202,20 +219,20 @@ function* normalise(chunk: unknown, toolCalls: ToolCallIndexer): Generator<Upstr
             throw new UpstreamError('protocol', `The upstream sent a tool call id longer than ${MAX_TOOL_CALL_ID_CHARS} characters.`);
           }
           const fn = optional(raw.function, 'object', 'tool_calls[].function');
-          yield {
+          events.push({
             type: 'tool_call',
             index: toolCalls.resolve(raw.index, id),
             id,
             name: optional(fn?.name, 'string', 'tool_calls[].function.name'),
             arguments: optional(fn?.arguments, 'string', 'tool_calls[].function.arguments'),
-          };
+          });
         }
       }
     }
     const finish = optional(choice.finish_reason, 'string', 'choices[0].finish_reason');
-    if (finish) yield { type: 'finish', reason: finish };
+    if (finish) events.push({ type: 'finish', reason: finish });
   }
-  if (usage != null) yield checkUsage(usage);
+  if (usage != null) events.push(checkUsage(usage));
 }
 
 /**

@@ -307,7 +307,7 @@ class Execution {
     let usage: Usage | null = null;
     let invalidUsage = false;
     let completionChars = 0;
-    for await (const event of streamChatCompletion(request, {
+    const events = streamChatCompletion(request, {
       fetch: this.#deps.fetch,
       adapter: ADAPTERS[virtualKey.provider],
       baseUrl: virtualKey.baseUrl,
@@ -317,35 +317,42 @@ class Execution {
       idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
       signal: this.#abort.signal,
       slices: this.#deps.slices,
-    })) {
-      if (event.type === 'text' || event.type === 'tool_call') this.#firstTokenAt ??= this.#deps.now();
-      switch (event.type) {
-        case 'text': {
-          const text = this.#withinCap(event.text);
-          completionChars += text.length;
-          if (text) await this.#text(text);
-          break;
-        }
-        case 'tool_call':
-          completionChars += await this.#toolCall(event);
-          break;
-        case 'finish':
-          finishReason = event.reason;
-          break;
-        case 'usage':
-          usage = event.usage;
-          break;
-        case 'invalid_usage':
-          // Counted from what was streamed instead (unless a valid report follows); said once a turn.
-          usage = null;
-          if (!invalidUsage) {
-            this.#deps.log.warn('the upstream reported invalid usage; counting it from the streamed answer', { run_id: run.id, field: event.field });
+    });
+    read: for await (const batch of events) {
+      for (let i = 0; i < batch.length; i++) {
+        const event = batch[i]!;
+        if (event.type === 'text' || event.type === 'tool_call') this.#firstTokenAt ??= this.#deps.now();
+        switch (event.type) {
+          case 'text': {
+            // The texts of one read go out as one delta: the client gets them at the same moment anyway.
+            let joined = event.text;
+            for (let next = batch[i + 1]; next?.type === 'text'; next = batch[++i + 1]) joined += next.text;
+            const text = this.#withinCap(joined);
+            completionChars += text.length;
+            if (text) await this.#text(text);
+            break;
           }
-          invalidUsage = true;
-          break;
+          case 'tool_call':
+            completionChars += await this.#toolCall(event);
+            break;
+          case 'finish':
+            finishReason = event.reason;
+            break;
+          case 'usage':
+            usage = event.usage;
+            break;
+          case 'invalid_usage':
+            // Counted from what was streamed instead (unless a valid report follows); said once a turn.
+            usage = null;
+            if (!invalidUsage) {
+              this.#deps.log.warn('the upstream reported invalid usage; counting it from the streamed answer', { run_id: run.id, field: event.field });
+            }
+            invalidUsage = true;
+            break;
+        }
+        // Leaving the loop ends the upstream call: the connection is dropped, nothing more is read.
+        if (this.#cut) break read;
       }
-      // Leaving the loop ends the upstream call: the connection is dropped, nothing more is read.
-      if (this.#cut) break;
     }
     // Recording the outcome copies the answer (up to the cap) a few times: in a slice of its own.
     if (this.#deps.slices.spent()) await this.#deps.slices.next();

@@ -106,6 +106,11 @@ export interface FakeScenario {
   error_after_chunks?: number;
   /** The body `error_after_chunks` sends instead of the server_error one (an upstream that repeats a key, say). */
   stream_error?: unknown;
+  /**
+   * Send the whole event stream in one write, as a buffering proxy does: the gateway reads every
+   * chunk at once, a fault (`error_after_chunks`, `malformed_after_chunks`) with the answer before it.
+   */
+  one_write?: boolean;
 
   // Hostile upstreams: what a server under a tenant's control could send instead of an answer.
 
@@ -441,7 +446,8 @@ export class FakeUpstream {
     }
 
     const plan = makePlan(scenario, body, messages, toolCalls, target);
-    const sse = bodyStream((signal) => sseFrames(plan, signal), finish, request.signal, this.#openBodies);
+    const frames = (signal: AbortSignal) => (scenario.one_write ? inOneWrite(sseFrames(plan, signal)) : sseFrames(plan, signal));
+    const sse = bodyStream(frames, finish, request.signal, this.#openBodies);
     return streamedResponse(sse, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...extraHeaders });
   }
 }
@@ -624,6 +630,7 @@ const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   malformed_after_chunks: 'count',
   error_after_chunks: 'count',
   stream_error: 'any',
+  one_write: 'flag',
   tool_call_index: 'any',
   tool_argument_bytes: 'count',
   flood: 'text',
@@ -982,6 +989,20 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
   if (plan.includeUsage) {
     yield { ...base, choices: [], usage: usageOf(plan, meter.tokens), ...(plan.obfuscate ? { obfuscation: randomId(8) } : {}) };
   }
+}
+
+/** The text pieces of `frames` as one, then what follows them (a stall or a cut). */
+async function* inOneWrite(frames: AsyncGenerator<Piece>): AsyncGenerator<Piece> {
+  let text = '';
+  for await (const piece of frames) {
+    if (typeof piece === 'string') {
+      text += piece;
+      continue;
+    }
+    if (text) yield text;
+    return yield piece;
+  }
+  if (text) yield text;
 }
 
 /** The SSE body, with the scenario's delays and faults woven in. */
