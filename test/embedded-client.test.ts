@@ -45,6 +45,13 @@ describe('answers like @libsql/client', () => {
       ['SELECT items.id, other.id, items.name FROM items JOIN other ON other.name = items.name', []],
       ['SELECT count(*) AS n, sum(price) AS total FROM items', []],
       ['SELECT * FROM items WHERE id = ?', [999]],
+      // One row at most is read with the binding's get(): by `LIMIT 1`, or `LIMIT ?` bound to 1.
+      ['SELECT id, name FROM items ORDER BY id LIMIT 1', []],
+      ['SELECT id, name FROM items ORDER BY id LIMIT ?', [1]],
+      ['SELECT id, name FROM items ORDER BY id LIMIT ?', [2]],
+      ['SELECT id, name FROM items WHERE id = ? LIMIT ?', [999, 1]],
+      ['SELECT id, name FROM items WHERE price >= ? ORDER BY id limit ? ', [1, 1]],
+      ['SELECT id FROM items WHERE id IN (SELECT id FROM items LIMIT 1) OR price = ?', [1]],
     ] as const) {
       const [a, b] = await Promise.all([ours.execute({ sql, args: [...args] }), reference.execute({ sql, args: [...args] })]);
       expect(a.columns).toEqual(b.columns);

@@ -61,6 +61,8 @@ interface Prepared {
   readonly: boolean;
   /** Null for statements that return no rows. */
   shape: RowShape | null;
+  /** Whether the text limits its rows to one: `LIMIT 1`, or `LIMIT ?` when its argument (the last) is 1. */
+  oneRow: 'always' | 'if the last argument is 1' | 'never';
   columns: string[];
   columnTypes: string[];
 }
@@ -85,6 +87,19 @@ function readsOnly(sql: string): boolean {
   return /^\s*WITH\b/i.test(sql) && !/\b(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(sql);
 }
 const PRAGMA = /^\s*PRAGMA\b/i;
+/** A text that ends with a limit of one row, or of an argument (Drizzle's `.limit(1)` binds it). */
+const LIMIT = /\blimit\s+(1|\?)\s*;?\s*$/i;
+
+function oneRowOf(sql: string): Prepared['oneRow'] {
+  const limit = LIMIT.exec(sql)?.[1];
+  return limit === '1' ? 'always' : limit === '?' ? 'if the last argument is 1' : 'never';
+}
+
+/** Whether a statement returns one row at most: its limit says so. */
+function atMostOneRow(prepared: Prepared, bound: unknown[] | Record<string, unknown>): boolean {
+  if (prepared.oneRow === 'always') return true;
+  return prepared.oneRow === 'if the last argument is 1' && Array.isArray(bound) && bound.at(-1) === 1;
+}
 
 function rowShape(names: string[]): RowShape {
   const prototype = {};
@@ -243,7 +258,14 @@ class EmbeddedFile {
   run(sql: string, args?: InArgs): Result {
     const prepared = this.prepare(sql);
     const bound = toArgs(args);
-    if (prepared.shape) return this.#rows(prepared, prepared.statement.all(bound) as unknown[][]);
+    if (prepared.shape) {
+      // The binding's get() costs half its all(), which builds an iterator and a 100-row buffer.
+      if (atMostOneRow(prepared, bound)) {
+        const row = prepared.statement.get(bound) as unknown[] | undefined;
+        return this.#rows(prepared, row === undefined ? [] : [row]);
+      }
+      return this.#rows(prepared, prepared.statement.all(bound) as unknown[][]);
+    }
     const info = prepared.statement.run(bound);
     return new Result([], [], [], info.changes, BigInt(info.lastInsertRowid));
   }
@@ -277,11 +299,12 @@ class EmbeddedFile {
         statement,
         readonly: readsOnly(sql),
         shape: rowShape(columns),
+        oneRow: oneRowOf(sql),
         columns,
         columnTypes: described.map((column) => column.type ?? ''),
       };
     } else {
-      prepared = { statement, readonly: false, shape: null, columns: [], columnTypes: [] };
+      prepared = { statement, readonly: false, shape: null, oneRow: 'never', columns: [], columnTypes: [] };
     }
     // Statements that change the schema invalidate prepared ones; they are rare (migrations) and
     // SQLite re-prepares transparently, so only the cache size needs a bound.
