@@ -9,6 +9,7 @@ import type { CounterStore } from './ratelimit/counter-store';
 import type { UpstreamFetch } from './providers/types';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RunHost } from './runs/host';
+import type { SettingsCache } from './services/settings';
 
 /**
  * Everything runtime-specific, built once per process (node/deps.ts) or isolate (workers/deps.ts)
@@ -27,6 +28,8 @@ export interface Deps {
   counters: CounterStore;
   /** The active rate-limit policies per workspace, cached and indexed for matching. */
   policyCache: PolicyCache;
+  /** API keys, assistants and virtual keys, kept while the database's settings do not change. */
+  settings: SettingsCache;
   /** Milliseconds since the epoch. Tests move it to cross rate-limit windows and run expiry. */
   now: () => number;
   /**

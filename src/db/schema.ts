@@ -535,6 +535,18 @@ export const rateLimitPolicyVersions = sqliteTable('rate_limit_policy_versions',
 });
 
 /**
+ * The generation of the settings every request reads, one number for the whole database: bumped
+ * by triggers (migration 0009) on every change to api_keys, workspaces, assistants and
+ * virtual_keys, in the transaction of the change, whoever makes it (this gateway, another, the CLI,
+ * plain SQL). SettingsCache keeps those rows in memory for one generation: a request reads this one
+ * row first, and a change governs the very next request. One row (id 0); none means no caching.
+ */
+export const settingsGeneration = sqliteTable('settings_generation', {
+  id: integer('id').primaryKey(),
+  value: integer('value').notNull(),
+});
+
+/**
  * One row per counter: a policy, one combination of its group_by values and one fixed window.
  * `key` encodes all three; `window_end` lets expired windows be pruned.
  */

@@ -1,11 +1,13 @@
 import { createMiddleware } from 'hono/factory';
 import { ApiError } from '../errors';
-import { authenticateApiKey, isGatewayKeyShaped, type AuthenticatedKey } from '../services/api-keys';
+import { isGatewayKeyShaped, type AuthenticatedKey } from '../services/api-keys';
+import type { Settings } from '../services/settings';
 import type { DepsVariables } from './deps';
 
 export const API_KEY_HEADER = 'x-gateway-api-key';
 
-export type ApiKeyVariables = { apiKey: AuthenticatedKey };
+/** `settings`: the settings as of the request's start (services/settings.ts), for its other lookups. */
+export type ApiKeyVariables = { apiKey: AuthenticatedKey; settings: Settings };
 
 /**
  * Requires a gateway API key, in `x-gateway-api-key` or as `Authorization: Bearer <key>` (what
@@ -14,16 +16,18 @@ export type ApiKeyVariables = { apiKey: AuthenticatedKey };
  * `missing_api_key`; unknown or revoked is 401 `invalid_api_key` (one answer for both, so a revoked
  * key cannot be told from a guessed one); a key that is not shaped like a gateway key (a provider's
  * `sk-…`) is `invalid_api_key` too, with a message saying what to send instead. The key itself is
- * never repeated. Sets `c.var.apiKey`.
+ * never repeated. Sets `c.var.apiKey`, and `c.var.settings`, read first.
  */
 export const apiKeyAuth = () =>
   createMiddleware<{ Variables: DepsVariables & ApiKeyVariables }>(async (c, next) => {
     const presented = c.req.header(API_KEY_HEADER) || bearerToken(c.req.header('authorization'));
     if (!presented) throw new ApiError('missing_api_key');
     if (!isGatewayKeyShaped(presented)) throw notAGatewayKey();
-    const apiKey = await authenticateApiKey(c.var.deps.db, presented);
+    const settings = await c.var.deps.settings.now();
+    const apiKey = await settings.apiKey(presented);
     if (!apiKey) throw new ApiError('invalid_api_key');
     c.set('apiKey', apiKey);
+    c.set('settings', settings);
     await next();
   });
 

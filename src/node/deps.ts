@@ -4,6 +4,7 @@ import type { Deps } from '../deps';
 import { createLogger } from '../logger';
 import { nodeSlices } from './slices';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
+import { SettingsCache } from '../services/settings';
 import { upstreamRules } from '../services/upstream-rules';
 import openApiDocument from '../openapi/assets/openapi.json';
 import { join } from 'node:path';
@@ -27,6 +28,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     secrets: overrides.secrets ?? (await loadSecretBox(config)),
     counters: new LibsqlCounterStore(database.countersClient, { log }),
     policyCache: new PolicyCache(database.db),
+    settings: new SettingsCache(database.db),
     now: Date.now,
     slices: nodeSlices,
     blobs: directoryBlobStore(join(config.DATA_DIR, 'files')),

@@ -100,6 +100,7 @@ function caller(c: { var: WorkspaceEnv['Variables']; req: { header(name: string)
     apiKeyId: c.var.apiKey.id,
     metadataHeader: c.req.header(METADATA_HEADER),
     virtualKeySlug: c.req.header(VIRTUAL_KEY_HEADER)?.trim() || undefined,
+    settings: c.var.settings,
   };
 }
 

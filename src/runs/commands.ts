@@ -5,7 +5,7 @@ import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservati
 import type { CursorListQuery } from '../schemas/common';
 import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOutputsBody } from '../schemas/runs';
 import type { ThreadMessageInput } from '../schemas/threads';
-import { getAssistant } from '../services/assistants';
+import type { Settings } from '../services/settings';
 import { readHistory, type History } from '../services/history';
 import {
   acceptToolOutputs,
@@ -25,7 +25,7 @@ import {
   type StepRow,
 } from '../services/runs';
 import { getThread, setToolResources, type MessageRow, type ThreadRow } from '../services/threads';
-import { getVirtualKey, resolveVirtualKey, type VirtualKey } from '../services/virtual-keys';
+import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { wakeIngestion } from '../vector-stores/commands';
 import { attachedFiles, storedToolResources, threadStoreWrites } from '../vector-stores/thread-stores';
@@ -59,6 +59,8 @@ export interface Caller {
   metadataHeader: string | undefined;
   /** The x-gateway-virtual-key header: the slug of the virtual key to execute with, when named. */
   virtualKeySlug: string | undefined;
+  /** The settings as of the request's start: its assistant and virtual key are read through them. */
+  settings: Settings;
 }
 
 /** A run in a thread, as its path names it. */
@@ -82,7 +84,7 @@ export async function createThreadAndRun(
   body: CreateThreadAndRunBody,
   context: RequestContext,
 ): Promise<RunAnswer> {
-  const assistant = await getAssistant(deps.db, caller.workspaceId, body.assistant_id);
+  const assistant = await caller.settings.assistant(caller.workspaceId, body.assistant_id);
   const at = deps.now();
   const thread = newThread(caller.workspaceId, { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) }, at);
   // The thread's vector store, when its tool_resources create one or its messages attach files for file_search.
@@ -127,7 +129,7 @@ export async function createRun(
   // Read together; their errors are reported in this order, whichever comes first.
   const reads = [
     getThread(db, caller.workspaceId, threadId),
-    getAssistant(db, caller.workspaceId, body.assistant_id),
+    caller.settings.assistant(caller.workspaceId, body.assistant_id),
     readHistory(db, { workspaceId: caller.workspaceId, threadId, runId: null }, config.GATEWAY_MAX_HISTORY_BYTES),
   ] as const;
   for (const read of reads) read.catch(() => undefined);
@@ -195,7 +197,7 @@ interface RunStart {
  */
 async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestContext, start: RunStart): Promise<RunAnswer> {
   const { thread, settings } = start;
-  const virtualKey = await resolveVirtualKey(deps.db, caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
+  const virtualKey = await caller.settings.virtualKey(caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
   const { at } = start;
   const messages = start.messages.map((message, index) => clientMessage(thread, message, `${start.messagesParam}[${index}]`, at));
   await checkImageFiles(deps, caller.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);

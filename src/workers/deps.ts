@@ -12,6 +12,7 @@ import { secretBoxFromEnv } from '../lib/secrets';
 import { checkEncryptionKey } from '../services/encryption-check';
 import { createLogger } from '../logger';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
+import { SettingsCache } from '../services/settings';
 import { UNSLICED } from '../lib/slices';
 
 /**
@@ -141,6 +142,7 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     secrets,
     counters: config.GATEWAY_RATE_LIMIT_STORE === 'libsql' ? new LibsqlCounterStore(client, { log }) : counterObjects(env, log),
     policyCache: new PolicyCache(db),
+    settings: new SettingsCache(db),
     now: Date.now,
     fetch: (input, init) => fetch(input, init),
     requestBody: (request) => request.body,
