@@ -255,6 +255,7 @@ const policyVersion = preparedQuery((db) =>
     .select({ version: rateLimitPolicyVersions.version })
     .from(rateLimitPolicyVersions)
     .where(eq(rateLimitPolicyVersions.workspaceId, sql.placeholder('workspaceId')))
+    .limit(1)
     .prepare(),
 );
 
