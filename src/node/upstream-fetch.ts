@@ -37,9 +37,12 @@ export function upstreamFetch(options: {
   resolve?: Resolve;
 }): UpstreamFetch {
   const resolve = options.resolve ?? resolveAll;
-  // undici takes about 100 ms to load: on the first call, not at start-up.
+  // undici takes about 100 ms to load (more on a busy machine): not during start-up, nor on the
+  // first run's clock (its first-byte timeout), but in the background, a turn of the event loop
+  // after; a call before then waits for the same load.
   let agent: Promise<Agent> | undefined;
   const agentOf = () => (agent ??= import('undici').then(({ Agent }) => new Agent({ headersTimeout: 0, bodyTimeout: 0 })));
+  setTimeout(() => void agentOf(), 0).unref();
   const known = new Map<string, { addresses: string[]; until: number }>();
   const addressesOf = async (hostname: string): Promise<string[] | null> => {
     const cached = known.get(hostname);
