@@ -54,3 +54,15 @@ END;
 CREATE TRIGGER `virtual_keys_settings_generation_delete` AFTER DELETE ON `virtual_keys` BEGIN
 	UPDATE `settings_generation` SET `value` = `value` + 1 WHERE `id` = 0;
 END;
+--> statement-breakpoint
+CREATE TRIGGER `rate_limit_policies_settings_generation_insert` AFTER INSERT ON `rate_limit_policies` BEGIN
+	UPDATE `settings_generation` SET `value` = `value` + 1 WHERE `id` = 0;
+END;
+--> statement-breakpoint
+CREATE TRIGGER `rate_limit_policies_settings_generation_update` AFTER UPDATE ON `rate_limit_policies` BEGIN
+	UPDATE `settings_generation` SET `value` = `value` + 1 WHERE `id` = 0;
+END;
+--> statement-breakpoint
+CREATE TRIGGER `rate_limit_policies_settings_generation_delete` AFTER DELETE ON `rate_limit_policies` BEGIN
+	UPDATE `settings_generation` SET `value` = `value` + 1 WHERE `id` = 0;
+END;

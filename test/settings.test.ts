@@ -4,6 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { SettingsCache } from '../src/services/settings';
 import { fakeThread, startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
+import { createPolicy } from './support/ratelimit';
 
 /**
  * The settings cache (services/settings.ts): API keys, assistants and virtual keys are kept in
@@ -45,15 +46,17 @@ async function run(assistantId: string, headers: Record<string, string> = {}) {
   return { status: ended.status as string, error: null, system: fake.requests.at(-1)?.body?.messages[0]?.content as string | undefined };
 }
 
+/** Changes a row with the generation put back as it was, in the same transaction: only a kept row hides the change. */
+async function behindTheGeneration(change: { sql: string; args: (string | number)[] }) {
+  const generation = Number((await other.execute('SELECT value FROM settings_generation WHERE id = 0')).rows[0]!.value);
+  await other.batch([change, { sql: 'UPDATE settings_generation SET value = ? WHERE id = 0', args: [generation] }]);
+}
+
 describe('what a request reads', () => {
   it('is kept while the generation stays: a row changed without it is not seen, until the generation moves', async () => {
     const id = await assistant('First instructions.');
     expect((await run(id)).system).toBe('First instructions.');
-    // The change, with the generation put back in the same transaction: only a kept row hides it.
-    await other.batch([
-      { sql: 'UPDATE assistants SET instructions = ? WHERE id = ?', args: ['Second instructions.', id] },
-      'UPDATE settings_generation SET value = value - 1 WHERE id = 0',
-    ]);
+    await behindTheGeneration({ sql: 'UPDATE assistants SET instructions = ? WHERE id = ?', args: ['Second instructions.', id] });
     expect((await run(id)).system).toBe('First instructions.');
     await other.execute('UPDATE settings_generation SET value = value + 1 WHERE id = 0');
     expect((await run(id)).system).toBe('Second instructions.');
@@ -104,6 +107,24 @@ describe('what a request reads', () => {
     } finally {
       await other.execute('INSERT INTO settings_generation (id, value) VALUES (0, 1000)');
     }
+  });
+});
+
+describe("a run's rate-limit policies", () => {
+  it('are read again only when the generation moves, and follow a policy changed elsewhere', async () => {
+    const limited = (await json(await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'limited-model' } }))).id as string;
+    expect((await run(limited)).status).toBe('completed');
+    const policy = await createPolicy(gateway, tenant, { conditions: [{ key: 'model', value: 'limited-model' }] });
+    expect((await run(limited)).status).toBe('completed');
+    expect(await run(limited)).toMatchObject({ status: 429, error: { code: 'rate_limit_exceeded' } });
+    await other.execute({ sql: "UPDATE rate_limit_policies SET status = 'archived' WHERE id = ?", args: [policy] });
+    expect((await run(limited)).status).toBe('completed');
+    // Active again, with the generation put back: the index kept for the generation does not see it.
+    await behindTheGeneration({ sql: "UPDATE rate_limit_policies SET status = 'active' WHERE id = ?", args: [policy] });
+    expect((await run(limited)).status).toBe('completed');
+    await other.execute('UPDATE settings_generation SET value = value + 1 WHERE id = 0');
+    expect(await run(limited)).toMatchObject({ status: 429, error: { code: 'rate_limit_exceeded' } });
+    await other.execute({ sql: "UPDATE rate_limit_policies SET status = 'archived' WHERE id = ?", args: [policy] });
   });
 });
 

@@ -536,10 +536,11 @@ export const rateLimitPolicyVersions = sqliteTable('rate_limit_policy_versions',
 
 /**
  * The generation of the settings every request reads, one number for the whole database: bumped
- * by triggers (migration 0009) on every change to api_keys, workspaces, assistants and
- * virtual_keys, in the transaction of the change, whoever makes it (this gateway, another, the CLI,
- * plain SQL). SettingsCache keeps those rows in memory for one generation: a request reads this one
- * row first, and a change governs the very next request. One row (id 0); none means no caching.
+ * by triggers (migration 0009) on every change to api_keys, workspaces, assistants, virtual_keys
+ * and rate_limit_policies, in the transaction of the change, whoever makes it (this gateway,
+ * another, the CLI, plain SQL). SettingsCache keeps those rows in memory for one generation, and
+ * the policy cache skips its version read while it holds: a request reads this one row first, and
+ * a change governs the very next request. One row (id 0); none means no caching.
  */
 export const settingsGeneration = sqliteTable('settings_generation', {
   id: integer('id').primaryKey(),

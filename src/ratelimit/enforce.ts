@@ -44,9 +44,15 @@ export interface TurnTokens {
  * refused one costs nothing anywhere. A requests counter admits while the unit fits under the
  * value; a tokens counter while it is below the value (a reservation may take it past: the next
  * request is refused). The reservation is released, and the real tokens charged, by settleTokens.
+ * `settingsGeneration`, the request's (services/settings.ts), spares the policy version read while it holds.
  */
-export async function admitRequest(deps: Pick<Deps, 'policyCache' | 'now' | 'counters'>, attributes: RequestAttributes, turn: TurnTokens): Promise<Admission> {
-  const index = await deps.policyCache.get(attributes.workspace_id);
+export async function admitRequest(
+  deps: Pick<Deps, 'policyCache' | 'now' | 'counters'>,
+  attributes: RequestAttributes,
+  turn: TurnTokens,
+  settingsGeneration: number | null = null,
+): Promise<Admission> {
+  const index = await deps.policyCache.get(attributes.workspace_id, settingsGeneration);
   if (index.size === 0) return { headers: {}, ticket: null };
   const values = attributeValues(attributes);
   const matched = index.match(values);

@@ -8,6 +8,8 @@ export type PolicyLoader = typeof readPolicyPage;
 interface Entry {
   /** Every change up to this version of the workspace's policies is in the index. */
   version: number;
+  /** The settings' generation (services/settings.ts) at which `version` was last found current. */
+  settingsGeneration?: number;
   index: PolicyIndex;
   /** What the entry counts in the cache's weight (recorded: the index changes in place). */
   weight: number;
@@ -28,7 +30,9 @@ const nextTurn = () => new Promise<void>((resolve) => setTimeout(resolve, 0));
  * (Node) or isolate (Workers). Every lookup first reads the workspace's policy version (one
  * primary-key read), which triggers on the policies table bump in the same transaction as any
  * change, wherever it comes from: a change made by this process, another gateway or the CLI governs
- * the very next request.
+ * the very next request. The same changes move the settings' generation (services/settings.ts),
+ * which a request reads at its start: given it, a lookup skips the version read while the entry
+ * was last found current at that generation.
  *
  * A changed version refreshes the workspace once, however many requests ask at the same moment,
  * and the refresh costs the change, not the workspace: each policy row carries the version of its
@@ -62,19 +66,24 @@ export class PolicyCache {
   }
 
   /**
-   * The workspace's index at its current version. A refresh that another request started belongs
+   * The workspace's index at its current version: as of `settingsGeneration` (the request's
+   * settings, read at its start) when given, else as of now. A refresh that another request started belongs
    * to that request: on Workers, when it is cancelled its I/O fails, and the requests waiting on it
    * would fail with it. So a caller whose shared refresh failed refreshes on its own, and only the
    * failure of its own refresh is its failure.
    */
-  async get(workspaceId: string): Promise<PolicyIndex> {
+  async get(workspaceId: string, settingsGeneration: number | null = null): Promise<PolicyIndex> {
+    // A change to the workspace's policies moves the settings' generation too: at the generation
+    // the entry was last found current, it still is, and the version need not be read.
+    const held = this.#entries.get(workspaceId);
+    if (held && settingsGeneration !== null && held.settingsGeneration === settingsGeneration) return this.#touch(workspaceId, held);
     const version = await readPolicyVersion(this.#db, workspaceId);
     for (;;) {
       const entry = this.#entries.get(workspaceId);
       if (entry && entry.version >= version) {
-        this.#entries.delete(workspaceId);
-        this.#entries.set(workspaceId, entry);
-        return entry.index;
+        // Read before the version was, the generation is no newer than the state the entry holds.
+        if (settingsGeneration !== null) entry.settingsGeneration = settingsGeneration;
+        return this.#touch(workspaceId, entry);
       }
       const running = this.#refreshing.get(workspaceId);
       if (running) {
@@ -83,6 +92,12 @@ export class PolicyCache {
       }
       await this.#start(workspaceId);
     }
+  }
+
+  #touch(workspaceId: string, entry: Entry): PolicyIndex {
+    this.#entries.delete(workspaceId);
+    this.#entries.set(workspaceId, entry);
+    return entry.index;
   }
 
   #start(workspaceId: string): Promise<void> {

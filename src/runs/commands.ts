@@ -377,6 +377,7 @@ function admit(deps: RunCommandDeps, caller: Caller, key: VirtualKey, run: RunRo
       metadata: requestMetadata(run.metadata, caller.metadataHeader),
     },
     turn,
+    caller.settings.generation,
   );
 }
 

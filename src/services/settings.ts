@@ -14,8 +14,10 @@ import { resolveVirtualKey, type VirtualKey } from './virtual-keys';
  * rows, as before, when it is not. So a change made anywhere (this gateway, another, the CLI, plain
  * SQL) governs the very next request, exactly as reading the rows every time would.
  *
- * On the embedded database this is four reads fewer per run created (one instead of four); on
- * Workers, where each read is a round trip to the database, three round trips fewer.
+ * Changes to rate-limit policies move the generation too, so the policy cache skips its version
+ * read while it holds (ratelimit/policy-cache.ts). On the embedded database a run's creation reads
+ * one row instead of five; on Workers, where each read is a round trip to the database, that is
+ * four round trips fewer.
  *
  * Only what was found is kept (an unknown key or an unknown assistant reads again: guesses cannot
  * crowd out what is used), frozen (requests share it), within a weight: about the characters of its
