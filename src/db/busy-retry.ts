@@ -4,7 +4,9 @@ import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, T
  * A libSQL server (sqld, Turso), seen from its HTTP clients: when writes from many connections
  * meet, it answers some of them SQLITE_BUSY ("database is locked") after a short wait of its own;
  * 32 runs at once on Workers saw about one batch in a hundred refused. Such a statement took no
- * effect (a statement commits alone, a batch is one transaction rolled back whole), so it is sent
+ * effect (a statement commits alone, a batch is one transaction rolled back whole). Nor did one
+ * the server answered HTTP 429, its load shedding, before running anything: in some benchmark
+ * rounds of 32 runs at once on Workers, a local sqld turned most runs away so. Either is sent
  * again, after a random wait that doubles each time, up to BUSY_ATTEMPTS sends in all: a refusal
  * then reaches the caller as before. Interactive transactions (which the app does not use) are
  * not retried. The embedded file needs none of this: its writes take turns (embedded-client.ts).
@@ -77,6 +79,10 @@ async function whileBusy<T>(send: () => Promise<T>): Promise<T> {
   }
 }
 
+/** SQLite's busy refusal, or the server's HTTP 429 (the client's LibsqlError caused by an HttpServerError). */
 function isBusy(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && 'code' in error && error.code === 'SQLITE_BUSY';
+  if (typeof error !== 'object' || error === null) return false;
+  if ('code' in error && error.code === 'SQLITE_BUSY') return true;
+  const cause = 'cause' in error ? error.cause : undefined;
+  return typeof cause === 'object' && cause !== null && 'status' in cause && cause.status === 429;
 }
