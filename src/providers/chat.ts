@@ -6,10 +6,12 @@ import { isSuccess, MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, t
 
 /**
  * One streamed Chat Completions call: sends the request, then yields the answer as normalised
- * events while it arrives, the events of each read together (one hand-over per read, not per event). Fails with UpstreamError on a non-2xx answer, a malformed chunk, a
- * dropped connection, or silence: no response within `firstByteTimeoutMs` (connecting and the
- * response headers included), or a gap longer than `idleTimeoutMs` without progress (comments and
- * keep-alive lines are not progress).
+ * events while it arrives: the events of each read together (one hand-over per read, not per
+ * event), the texts of consecutive chunks as one (the client gets them at the same moment anyway).
+ * Fails with UpstreamError on a non-2xx answer, a malformed chunk, a dropped connection, or
+ * silence: no response within `firstByteTimeoutMs` (connecting and the response headers
+ * included), or a gap longer than `idleTimeoutMs` without progress (comments and keep-alive lines
+ * are not progress).
  *
  * Every byte of the answer is hostile input, bounded here: an error body is read up to
  * MAX_ERROR_BODY_BYTES (decompressed) and the connection dropped, an event-stream line or event up
@@ -206,9 +208,9 @@ function normalise(chunk: unknown, toolCalls: ToolCallIndexer, events: UpstreamE
     const delta = optional(choice.delta, 'object', 'choices[0].delta');
     if (delta) {
       const content = optional(delta.content, 'string', 'delta.content');
-      if (content) events.push({ type: 'text', text: content });
+      if (content) addText(events, content);
       const refusal = optional(delta.refusal, 'string', 'delta.refusal');
-      if (refusal) events.push({ type: 'text', text: refusal });
+      if (refusal) addText(events, refusal);
       const calls = delta.tool_calls;
       if (calls != null) {
         if (!Array.isArray(calls)) throw malformed('`delta.tool_calls` is not a list');
@@ -233,6 +235,13 @@ function normalise(chunk: unknown, toolCalls: ToolCallIndexer, events: UpstreamE
     if (finish) events.push({ type: 'finish', reason: finish });
   }
   if (usage != null) events.push(checkUsage(usage));
+}
+
+/** Adds `text` to the last of `events` when that is a text, else as an event of its own. */
+function addText(events: UpstreamEvent[], text: string): void {
+  const last = events.at(-1);
+  if (last?.type === 'text') events[events.length - 1] = { type: 'text', text: last.text + text };
+  else events.push({ type: 'text', text });
 }
 
 /**

@@ -319,15 +319,11 @@ class Execution {
       slices: this.#deps.slices,
     });
     read: for await (const batch of events) {
-      for (let i = 0; i < batch.length; i++) {
-        const event = batch[i]!;
+      for (const event of batch) {
         if (event.type === 'text' || event.type === 'tool_call') this.#firstTokenAt ??= this.#deps.now();
         switch (event.type) {
           case 'text': {
-            // The texts of one read go out as one delta: the client gets them at the same moment anyway.
-            let joined = event.text;
-            for (let next = batch[i + 1]; next?.type === 'text'; next = batch[++i + 1]) joined += next.text;
-            const text = this.#withinCap(joined);
+            const text = this.#withinCap(event.text);
             completionChars += text.length;
             if (text) await this.#text(text);
             break;

@@ -25,54 +25,63 @@ import { resolveVirtualKey, type VirtualKey } from './virtual-keys';
  */
 export class SettingsCache {
   readonly #db: Db;
-  // A shelf per kind of lookup, each within its share of the weight.
-  readonly #apiKeys: Shelf<AuthenticatedKey | null>;
-  readonly #assistants: Shelf<AssistantRow>;
-  readonly #virtualKeys: Shelf<VirtualKey>;
+  readonly #shelves: Shelves;
 
   /** @param options.maxWeight the characters (of JSON) kept over all entries; default 16 Mi. */
   constructor(db: Db, options: { maxWeight?: number } = {}) {
     const maxWeight = options.maxWeight ?? 16 * 1024 * 1024;
     this.#db = db;
-    this.#apiKeys = new Shelf(maxWeight / 8);
-    this.#assistants = new Shelf((maxWeight * 5) / 8);
-    this.#virtualKeys = new Shelf((maxWeight * 2) / 8);
+    // A shelf per kind of lookup, each within its share of the weight.
+    this.#shelves = { apiKeys: new Shelf(maxWeight / 8), assistants: new Shelf((maxWeight * 5) / 8), virtualKeys: new Shelf((maxWeight * 2) / 8) };
   }
 
   /** The settings as they are now: what a request reads once, before its lookups. */
   async now(): Promise<Settings> {
     const [row] = await generationRow(this.#db).all();
-    const generation = row?.value ?? null;
-    const db = this.#db;
-    return {
-      generation,
-      apiKey: (presented) => this.#apiKeys.get(generation, presented, () => authenticateApiKey(db, presented)),
-      assistant: (workspaceId, id) => this.#assistants.get(generation, `${workspaceId} ${id}`, () => getAssistant(db, workspaceId, id)),
-      virtualKey: (workspaceId, request) =>
-        this.#virtualKeys.get(
-          generation,
-          request.slug === undefined ? `${workspaceId} for ${request.model}` : `${workspaceId} ${request.slug}`,
-          () => resolveVirtualKey(db, workspaceId, request),
-        ),
-    };
+    return new Settings(this.#shelves, this.#db, row?.value ?? null);
   }
 
   /** What the entries weigh now. */
   get weight(): number {
-    return this.#apiKeys.weight + this.#assistants.weight + this.#virtualKeys.weight;
+    const { apiKeys, assistants, virtualKeys } = this.#shelves;
+    return apiKeys.weight + assistants.weight + virtualKeys.weight;
   }
 }
 
+interface Shelves {
+  apiKeys: Shelf<AuthenticatedKey | null>;
+  assistants: Shelf<AssistantRow>;
+  virtualKeys: Shelf<VirtualKey>;
+}
+
 /** The settings at one generation: the lookups of one request (see SettingsCache). */
-export interface Settings {
+export class Settings {
+  readonly #shelves: Shelves;
+  readonly #db: Db;
   /** Null when the database has no generation row: nothing is kept then. */
-  generation: number | null;
+  readonly generation: number | null;
+
+  constructor(shelves: Shelves, db: Db, generation: number | null) {
+    this.#shelves = shelves;
+    this.#db = db;
+    this.generation = generation;
+  }
+
   /** authenticateApiKey: the key presented, if it is live. */
-  apiKey(presented: string): Promise<AuthenticatedKey | null>;
+  apiKey(presented: string): Promise<AuthenticatedKey | null> {
+    return this.#shelves.apiKeys.get(this.generation, presented, () => authenticateApiKey(this.#db, presented));
+  }
+
   /** getAssistant: the workspace's live assistant, or 404. */
-  assistant(workspaceId: string, id: string): Promise<AssistantRow>;
+  assistant(workspaceId: string, id: string): Promise<AssistantRow> {
+    return this.#shelves.assistants.get(this.generation, `${workspaceId} ${id}`, () => getAssistant(this.#db, workspaceId, id));
+  }
+
   /** resolveVirtualKey: the key a run of `model` executes with, or the error saying why there is none. */
-  virtualKey(workspaceId: string, request: { slug: string | undefined; model: string }): Promise<VirtualKey>;
+  virtualKey(workspaceId: string, request: { slug: string | undefined; model: string }): Promise<VirtualKey> {
+    const key = request.slug === undefined ? `${workspaceId} for ${request.model}` : `${workspaceId} ${request.slug}`;
+    return this.#shelves.virtualKeys.get(this.generation, key, () => resolveVirtualKey(this.#db, workspaceId, request));
+  }
 }
 
 /** Values of one kind of lookup by key, each read at a generation, within a weight. */
