@@ -10,7 +10,7 @@
  * Vitest's module runner in tests). The messages are typed in embedded-client.ts.
  *
  *   { type: 'group', id, writes: [[sql, args], …][] }  one transaction; each write (one caller's
- *     statements) in a SAVEPOINT of its own, rolled back alone if it fails, the others committed:
+ *     statements) is kept whole or not at all, a failed one alone, the others committed:
  *     answers { id, outcomes: ({ results } | { error })[] }, or { id, error } if BEGIN or COMMIT failed
  *   { type: 'close' }                                   closes the connection; the thread ends
  *
@@ -63,31 +63,76 @@ function describe(error) {
   return { message: error.message, code: typeof code === 'string' ? code : undefined, rawCode: typeof rawCode === 'number' ? rawCode : undefined };
 }
 
-/** @param {[string, (unknown[] | Record<string, unknown>)?][][]} writes */
+/**
+ * @typedef {[string, (unknown[] | Record<string, unknown>)?][]} Write
+ * @typedef {{ results: ReturnType<typeof run>[] } | { error: ReturnType<typeof describe> }} Outcome
+ */
+
+/**
+ * Commits a group. Writes rarely fail, so the group is first written whole, without a savepoint
+ * around each write (two statements a write spared); if a write fails, that transaction is rolled
+ * back and the group written again with each write in a savepoint of its own, rolled back alone.
+ * Either way nothing of a failed write is kept and every other write of the group is.
+ *
+ * @param {Write[]} writes
+ */
 function commitGroup(writes) {
-  /** @type {({ results: ReturnType<typeof run>[] } | { error: ReturnType<typeof describe> })[]} */
-  const outcomes = [];
+  let failedWrite = false;
   try {
-    run('BEGIN IMMEDIATE');
-    for (const write of writes) {
-      run('SAVEPOINT caller');
-      try {
-        outcomes.push({ results: write.map(([sql, args]) => run(sql, args)) });
-        run('RELEASE caller');
-      } catch (error) {
-        run('ROLLBACK TO caller');
-        run('RELEASE caller');
-        outcomes.push({ error: describe(error) });
-      }
-    }
-    run('COMMIT');
+    const outcomes = inTransaction(() =>
+      writes.map((write) => {
+        try {
+          return { results: write.map(([sql, args]) => run(sql, args)) };
+        } catch (error) {
+          failedWrite = true;
+          throw error;
+        }
+      }),
+    );
+    return { outcomes };
   } catch (error) {
     // BEGIN or COMMIT failed (a lock held too long by another process, a full disk): nothing of
     // the group was written.
-    if (db.inTransaction) run('ROLLBACK');
+    if (!failedWrite) return { error: describe(error) };
+  }
+  try {
+    return { outcomes: inTransaction(() => writes.map(savepointed)) };
+  } catch (error) {
     return { error: describe(error) };
   }
-  return { outcomes };
+}
+
+/**
+ * @template T
+ * @param {() => T} work
+ */
+function inTransaction(work) {
+  try {
+    run('BEGIN IMMEDIATE');
+    const result = work();
+    run('COMMIT');
+    return result;
+  } catch (error) {
+    if (db.inTransaction) run('ROLLBACK');
+    throw error;
+  }
+}
+
+/**
+ * @param {Write} write
+ * @returns {Outcome}
+ */
+function savepointed(write) {
+  run('SAVEPOINT caller');
+  try {
+    const results = write.map(([sql, args]) => run(sql, args));
+    run('RELEASE caller');
+    return { results };
+  } catch (error) {
+    run('ROLLBACK TO caller');
+    run('RELEASE caller');
+    return { error: describe(error) };
+  }
 }
 
 port.on('message', (message) => {
