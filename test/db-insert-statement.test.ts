@@ -1,7 +1,10 @@
+import { createClient } from '@libsql/client';
 import { eq } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { batchRaw, batchRawResults, insertStatement, rowOf, updateStatement } from '../src/db/client';
-import { endTurn } from '../src/services/runs';
+import { batchRaw, batchRawResults, insertStatement, rowOf, TextParts, updateStatement } from '../src/db/client';
+import { endTurn, messageUpdate } from '../src/services/runs';
+import * as schema from '../src/db/schema';
 import { messages, runs, runSteps, threads } from '../src/db/schema';
 import { createFakeUpstream } from './support/fake-upstream';
 import { createTestGateway, type TestGateway } from './support/gateway';
@@ -77,7 +80,7 @@ describe('insertStatement', () => {
       completedAt: 7_000,
       leaseExpiresAt: null,
     };
-    const raw = updateStatement(runs, patch, { sql: '"id" = ?', args: [runId] }, true);
+    const raw = updateStatement(runs, patch, { sql: '"id" = ?', args: [runId] }, { returning: true });
     // The same arguments (Drizzle orders the set clause by the table's columns, this by the patch's fields).
     const sorted = (args: unknown[]) => args.map((arg) => JSON.stringify(arg)).sort();
     expect(sorted(raw.args)).toEqual(sorted(db.update(runs).set(patch).where(eq(runs.id, runId)).toSQL().params));
@@ -94,5 +97,43 @@ describe('insertStatement', () => {
     const statement = insertStatement(threads, { id: 'thread_x', workspaceId: 'w', metadata: {}, createdAt: 5 });
     expect(statement.sql).toBe('insert into "threads" ("id", "workspace_id", "metadata", "created_at") values (?, ?, ?, ?)');
     expect(statement.args).toEqual(['thread_x', 'w', '{}', 5]);
+  });
+});
+
+describe('a message answer written in parts (TextParts)', () => {
+  // A surrogate pair cut between two pieces, quotes, a newline, a control character, and more
+  // than the 64 KiB from which the embedded client hands the parts over unjoined.
+  const pieces = ['He said "hi"\n', 'caf\u00e9 \u0001 \ud83d', '\ude00 and ', 'x'.repeat(70_000), '\ud83d'];
+  const annotations = [{ type: 'file_citation', text: '【0†a】', start_index: 0, end_index: 5, file_citation: { file_id: 'file_1' } }];
+
+  it('is the JSON Drizzle would write for the content, character for character', () => {
+    const statement = messageUpdate('msg_x', { status: 'completed', completedAt: 5 }, { pieces, annotations });
+    const content = statement.args.find((arg) => arg instanceof TextParts);
+    expect(content).toBeInstanceOf(TextParts);
+    expect(String(content)).toBe(messages.content.mapToDriverValue([{ type: 'text', text: { value: pieces.join(''), annotations } }]));
+  });
+
+  it('reads back as the content, through the embedded client and through a plain libSQL client', async () => {
+    const who = await member(gateway);
+    const { threadId, runId } = await startRun(who, { reply: 'Short.' });
+    expect((await waitForRun(who, threadId, runId, ['completed'])).status).toBe('completed');
+    const db = gateway.database.db;
+    const [message] = await db.select().from(messages).where(eq(messages.runId, runId));
+    const expected = [{ type: 'text', text: { value: pieces.join(''), annotations } }];
+    await batchRaw(db, [messageUpdate(message!.id, { status: 'completed' }, { pieces, annotations })]);
+    expect((await db.select().from(messages).where(eq(messages.id, message!.id)))[0]!.content).toEqual(expected);
+
+    // A client without batchWithParts (a libSQL server, Workers) is given the text joined.
+    const plain = createClient({ url: `file:${gateway.database.location}` });
+    try {
+      const other = drizzle(plain, { schema });
+      expect('batchWithParts' in other.$client).toBe(false);
+      const reversed = [...pieces].reverse();
+      await batchRaw(other, [messageUpdate(message!.id, { status: 'completed' }, { pieces: reversed, annotations: [] })]);
+      const [row] = await db.select().from(messages).where(eq(messages.id, message!.id));
+      expect(row!.content).toEqual([{ type: 'text', text: { value: reversed.join(''), annotations: [] } }]);
+    } finally {
+      plain.close();
+    }
   });
 });

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient, type Client, type ResultSet } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TextParts, type PartsClient } from '../src/db/client';
 import { openEmbeddedClient, openEmbeddedClients } from '../src/db/embedded-client';
 
 /**
@@ -13,7 +14,7 @@ import { openEmbeddedClient, openEmbeddedClients } from '../src/db/embedded-clie
  */
 
 let dir: string;
-let ours: Client;
+let ours: Client & PartsClient;
 let reference: Client;
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'embedded-client-'));
@@ -145,6 +146,38 @@ describe('batches and the group commit', () => {
 
   it('refuses interactive transactions, pointing to batches', async () => {
     await expect(ours.transaction('write')).rejects.toThrow(/batch/);
+  });
+});
+
+describe('text in parts (TextParts)', () => {
+  // Long enough to go to the writer thread as parts; a surrogate pair cut between two parts.
+  const parts = ['caf\u00e9 \ud83d', '\ude00 ', 'y'.repeat(70_000), '\u4e2d\u6587', '\ud83d', '\ude00'];
+  const stored = async (name: string) =>
+    (await reference.execute({ sql: 'SELECT data FROM items WHERE name = ?', args: [name] })).rows.map((row) => row.data);
+
+  it('stores the joined text, through the writer thread and at once on this one, long or short', async () => {
+    const { immediateClient, client } = openEmbeddedClients(join(dir, 'test.db'), { timeoutMs: 5000 });
+    try {
+      const insert = (name: string, value: string[]) => ({ sql: 'INSERT INTO items (name, data) VALUES (?, ?)', args: [name, new TextParts(value)] });
+      await client.batchWithParts([insert('parts-group', parts), insert('parts-short', ['a', '\ud83d', '\ude00'])]);
+      await immediateClient.batchWithParts([insert('parts-immediate', parts)]);
+      for (const name of ['parts-group', 'parts-immediate']) expect(await stored(name)).toEqual([parts.join('')]);
+      expect(await stored('parts-short')).toEqual(['a\ud83d\ude00']);
+    } finally {
+      client.close();
+      immediateClient.close();
+    }
+  });
+
+  it('rolls back a failing write alone, its parts with it', async () => {
+    const insert = (name: string) => ({ sql: 'INSERT INTO items (name, data) VALUES (?, ?)', args: [name, new TextParts(parts)] });
+    const outcomes = await Promise.allSettled([
+      ours.batchWithParts([insert('parts-kept')]),
+      ours.batchWithParts([insert('parts-lost'), insert('parts-kept')]), // duplicate name: this batch fails
+    ]);
+    expect(outcomes.map((outcome) => outcome.status)).toEqual(['fulfilled', 'rejected']);
+    expect(await stored('parts-kept')).toEqual([parts.join('')]);
+    expect(await stored('parts-lost')).toEqual([]);
   });
 });
 

@@ -19,8 +19,11 @@ type Transaction = Parameters<Driver['transaction']>[0] extends (tx: infer Tx) =
  * while the type stays interchangeable with what the drivers return and Drizzle's migrator takes.
  */
 export interface Db extends Driver {
-  /** The libSQL client under Drizzle (what both drivers return): `batchRaw` hands it statements directly. */
-  readonly $client: Client;
+  /**
+   * The libSQL client under Drizzle (what both drivers return): `batchRaw` hands it statements
+   * directly, with their TextParts as they are to a client that takes them (PartsClient).
+   */
+  readonly $client: Client & Partial<PartsClient>;
   /** Not for this app: use `db.batch`. */
   transaction<T>(this: never, transaction: (tx: Transaction) => Promise<T>): Promise<T>;
 }
@@ -69,10 +72,43 @@ export function isUniqueViolation(error: unknown, columns: string): boolean {
   return false;
 }
 
-/** A statement as SQL text and its arguments, as the libSQL client takes it. */
+/**
+ * A long text argument as the pieces it was built from, written as their concatenation: a run's
+ * answer of up to GATEWAY_MAX_ANSWER_BYTES, streamed in pieces of a few KiB. Joined, escaped as
+ * JSON and copied to the embedded database's writer thread whole, a 4 MiB answer cost the event
+ * loop three fresh copies of 4 MiB, 35 to 90 ms on a machine where first touching memory is slow
+ * (page faults of about 14 µs a page), while every other request waited. The embedded client
+ * hands the pieces over as they are and its writer thread joins them; other clients are given
+ * the joined text.
+ */
+export class TextParts {
+  constructor(readonly parts: readonly string[]) {}
+
+  /** In UTF-16 code units, as a string's length. */
+  get length(): number {
+    let length = 0;
+    for (const part of this.parts) length += part.length;
+    return length;
+  }
+
+  toString(): string {
+    return this.parts.join('');
+  }
+}
+
+/** A value of a raw statement: what the libSQL client takes, or a long text in parts. */
+export type RawValue = InValue | TextParts;
+
+/** A statement as SQL text and its arguments, as the libSQL client takes it (TextParts aside). */
 export interface RawStatement {
   sql: string;
-  args: InValue[];
+  args: RawValue[];
+}
+
+/** A client that takes TextParts arguments without their being joined first (the embedded client). */
+export interface PartsClient {
+  /** `batch` of raw statements: one transaction, their results in order. */
+  batchWithParts(statements: RawStatement[]): Promise<ResultSet[]>;
 }
 
 /** Per table: its columns with a `$defaultFn`, and the insert SQL for each set of fields written. */
@@ -118,7 +154,7 @@ export function insertStatement<T extends Table>(table: T, row: InferInsertModel
  * for the hot writes, whose results nobody reads.
  */
 export async function batchRaw(db: Db, statements: RawStatement[]): Promise<void> {
-  if (statements.length > 0) await db.$client.batch(statements);
+  if (statements.length > 0) await rawBatch(db, statements);
 }
 
 /** A condition of a raw statement: SQL text with `?` for each of its arguments. */
@@ -132,15 +168,17 @@ const updateShapes = new WeakMap<Table, Map<string, { set: string; columns: Colu
 /**
  * `update <table> set <patch> where <condition>` as a raw statement (see insertStatement): the set
  * clause is built once per table and set of fields; each value goes through its column's mapping.
- * Fields left undefined are not changed. `returning` adds `returning *`: read it with rowOf.
+ * Fields left undefined are not changed. `encoded` sets columns to values already in their stored
+ * form, as text in parts (a JSON column's JSON). `returning` adds `returning *`: read it with rowOf.
  */
 export function updateStatement<T extends Table>(
   table: T,
   patch: Partial<InferInsertModel<T>>,
   where: RawCondition,
-  returning = false,
+  options: { returning?: boolean; encoded?: Partial<Record<keyof InferInsertModel<T>, TextParts>> } = {},
 ): RawStatement {
-  const values: Record<string, unknown> = patch;
+  const encoded: Partial<Record<string, TextParts>> = options.encoded ?? {};
+  const values: Record<string, unknown> = { ...patch, ...encoded };
   const keys = Object.keys(values).filter((key) => values[key] !== undefined);
   if (keys.length === 0) throw new Error(`an update of ${getTableName(table)} that changes nothing`);
   let shapes = updateShapes.get(table);
@@ -158,8 +196,12 @@ export function updateStatement<T extends Table>(
     shapes.set(signature, shape);
   }
   const { columns } = shape;
-  const args = keys.map((key, i) => (values[key] === null ? null : (columns[i]!.mapToDriverValue(values[key]) as InValue)));
-  return { sql: `${shape.set}${where.sql}${returning ? ' returning *' : ''}`, args: [...args, ...where.args] };
+  const args = keys.map((key, i): RawValue => {
+    const value = values[key];
+    if (value === null) return null;
+    return encoded[key] ?? (columns[i]!.mapToDriverValue(value) as InValue);
+  });
+  return { sql: `${shape.set}${where.sql}${options.returning ? ' returning *' : ''}`, args: [...args, ...where.args] };
 }
 
 /** A row the client returned (columns by their SQL names), as Drizzle maps it: each value through its column's mapping. */
@@ -176,5 +218,13 @@ export function rowOf<T extends Table>(table: T, row: Record<string, unknown>): 
 
 /** Runs `statements` in one transaction, as batchRaw does, and answers the client's results. */
 export async function batchRawResults(db: Db, statements: RawStatement[]): Promise<ResultSet[]> {
-  return db.$client.batch(statements);
+  return rawBatch(db, statements);
 }
+
+function rawBatch(db: Db, statements: RawStatement[]): Promise<ResultSet[]> {
+  const client = db.$client;
+  if (client.batchWithParts) return client.batchWithParts(statements);
+  return client.batch(statements.map(({ sql, args }) => ({ sql, args: args.map(joined) })));
+}
+
+const joined = (value: RawValue): InValue => (value instanceof TextParts ? value.toString() : value);

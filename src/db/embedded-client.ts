@@ -2,6 +2,8 @@ import type { Client, InArgs, InStatement, InValue, ResultSet, Row, TransactionM
 import { setImmediate } from 'node:timers';
 import { Worker } from 'node:worker_threads';
 import Database from 'libsql';
+import { wholeCharacterPieces } from '../lib/text';
+import { TextParts, type PartsClient, type RawStatement, type RawValue } from './client';
 
 /**
  * The embedded database's client: the part of @libsql/client's `Client` that Drizzle and the
@@ -26,8 +28,9 @@ import Database from 'libsql';
  *
  * The app's writes commit in groups: the batches and write statements issued while the writer
  * thread commits (or in the same turn of the event loop, when it is idle) share its next
- * transaction, each inside a SAVEPOINT of its own: a failing caller's writes are rolled back alone,
- * the others commit together, and nobody is answered before the commit is durable. The writer's
+ * transaction, each kept whole or not at all: a failing caller's writes are rolled back alone (the
+ * group is then written again with a SAVEPOINT per caller), the others commit together, and nobody
+ * is answered before the commit is durable. The writer's
  * connection commits with `synchronous = FULL` (the WAL is flushed to the disk before COMMIT
  * returns) and checkpoints every 1000 pages of WAL, SQLite's default, so a group costs one fsync
  * however many writes it holds.
@@ -127,15 +130,16 @@ function toRow(shape: RowShape, values: unknown[]): Row {
   return row as unknown as Row;
 }
 
-function toSqlValue(value: InValue | undefined): unknown {
+function toSqlValue(value: RawValue | undefined): unknown {
   if (value === undefined) return null;
+  if (value instanceof TextParts) return value.toString();
   if (typeof value === 'boolean') return value ? 1 : 0;
   if (value instanceof Date) return value.valueOf();
   if (value instanceof ArrayBuffer) return Buffer.from(value);
   return value;
 }
 
-function toArgs(args: InArgs | undefined): unknown[] | Record<string, unknown> {
+function toArgs(args: Args | undefined): unknown[] | Record<string, unknown> {
   if (args === undefined) return [];
   if (Array.isArray(args)) return args.map(toSqlValue);
   const named: Record<string, unknown> = {};
@@ -165,10 +169,13 @@ class Result implements ResultSet {
   }
 }
 
+/** A statement's arguments, as a caller gave them: libSQL's, or a raw statement's (TextParts among them). */
+type Args = InArgs | RawValue[];
+
 /** A statement and its arguments, as a caller gave them. */
 interface Statement {
   sql: string;
-  args?: InArgs;
+  args?: Args;
 }
 
 /** A caller's writes waiting for the next group commit. */
@@ -178,7 +185,8 @@ interface PendingWrite {
   reject(error: unknown): void;
 }
 
-// The writer thread's messages (embedded-writer.js).
+// The writer thread's messages (embedded-writer.js). A text given in parts (TextParts) goes as
+// `{ utf8: [...] }`, its parts encoded one by one and transferred, and is joined there.
 type WriterRequest = { type: 'group'; id: number; writes: [string, unknown[] | Record<string, unknown>][][] } | { type: 'close' };
 interface WriterResult {
   /** Null for a statement that returns no rows. */
@@ -255,7 +263,7 @@ class EmbeddedFile {
     });
   }
 
-  run(sql: string, args?: InArgs): Result {
+  run(sql: string, args?: Args): Result {
     const prepared = this.prepare(sql);
     const bound = toArgs(args);
     if (prepared.shape) {
@@ -357,8 +365,13 @@ class EmbeddedFile {
     const writes = this.#pending.splice(0, taken);
     const id = this.#nextId++;
     try {
-      const request: WriterRequest = { type: 'group', id, writes: writes.map((write) => write.statements.map(({ sql, args }) => [sql, toArgs(args)])) };
-      (this.#writer ?? this.#startWriter()).postMessage(request);
+      const transfer: ArrayBuffer[] = [];
+      const request: WriterRequest = {
+        type: 'group',
+        id,
+        writes: writes.map((write) => write.statements.map(({ sql, args }) => [sql, toWriterArgs(args, transfer)])),
+      };
+      (this.#writer ?? this.#startWriter()).postMessage(request, transfer);
     } catch (error) {
       // Arguments the writer thread cannot receive (a value a structured clone refuses).
       for (const write of writes) write.reject(error);
@@ -455,9 +468,16 @@ class EmbeddedClient {
   /** A batch is atomic; its mode does not matter here: every write takes the write lock. */
   async batch(statements: (InStatement | [string, InArgs?])[], _mode?: TransactionMode): Promise<ResultSet[]> {
     this.#checkOpen();
-    const normalised = statements.map((statement) =>
-      Array.isArray(statement) ? { sql: statement[0], args: statement[1] } : normalise(statement),
-    );
+    return this.#batch(statements.map((statement) => (Array.isArray(statement) ? { sql: statement[0], args: statement[1] } : normalise(statement))));
+  }
+
+  /** PartsClient (client.ts): a batch whose TextParts reach the writer thread unjoined. */
+  async batchWithParts(statements: RawStatement[]): Promise<ResultSet[]> {
+    this.#checkOpen();
+    return this.#batch(statements);
+  }
+
+  async #batch(normalised: Statement[]): Promise<Result[]> {
     const file = this.#file;
     if (normalised.every(({ sql }) => file.prepare(sql).readonly)) {
       return file.inTransaction('BEGIN DEFERRED', () => normalised.map(({ sql, args }) => file.run(sql, args)));
@@ -512,11 +532,33 @@ function argumentBytes(write: PendingWrite): number {
   let bytes = 0;
   for (const { args } of write.statements) {
     for (const value of args === undefined ? [] : Array.isArray(args) ? args : Object.values(args)) {
-      if (typeof value === 'string') bytes += value.length;
+      if (typeof value === 'string' || value instanceof TextParts) bytes += value.length;
       else if (value instanceof ArrayBuffer || ArrayBuffer.isView(value)) bytes += value.byteLength;
     }
   }
   return bytes;
+}
+
+const encoder = new TextEncoder();
+
+/** TextParts shorter than this (UTF-16 units) go to the writer thread joined: one short string clones for less than buffers transfer. */
+const TEXT_PARTS_FROM = 64 * 1024;
+
+/**
+ * A statement's arguments as the writer thread takes them. Long TextParts go as `{ utf8 }`: each
+ * part (re-cut between whole characters) encoded on its own, a few KiB of memory the allocator
+ * has at hand where one buffer of the whole text would be fresh memory to fault in, and its
+ * buffer added to `transfer`, so that the structured clone copies none of them.
+ */
+function toWriterArgs(args: Args | undefined, transfer: ArrayBuffer[]): unknown[] | Record<string, unknown> {
+  if (!Array.isArray(args)) return toArgs(args);
+  return args.map((value: RawValue) => {
+    if (!(value instanceof TextParts)) return toSqlValue(value);
+    if (value.length < TEXT_PARTS_FROM) return value.toString();
+    const utf8 = wholeCharacterPieces(value.parts).map((part) => encoder.encode(part));
+    for (const bytes of utf8) transfer.push(bytes.buffer);
+    return { utf8 };
+  });
 }
 
 function normalise(statement: InStatement, args?: InArgs): Statement {
@@ -535,15 +577,15 @@ export interface EmbeddedClientOptions {
  * writes that a group would only delay (see NodeDatabase.countersClient). Both read on this thread,
  * through one connection: a PRAGMA through either sets it for both (and not for the writer's).
  */
-export function openEmbeddedClients(path: string, options: EmbeddedClientOptions): { client: Client; immediateClient: Client } {
+export function openEmbeddedClients(path: string, options: EmbeddedClientOptions): { client: Client & PartsClient; immediateClient: Client & PartsClient } {
   const file = new EmbeddedFile(path, options.timeoutMs, 2);
   return { client: asClient(new EmbeddedClient(file, false)), immediateClient: asClient(new EmbeddedClient(file, true)) };
 }
 
 /** The embedded file's group-committing client alone. */
-export function openEmbeddedClient(path: string, options: EmbeddedClientOptions): Client {
+export function openEmbeddedClient(path: string, options: EmbeddedClientOptions): Client & PartsClient {
   return asClient(new EmbeddedClient(new EmbeddedFile(path, options.timeoutMs, 1), false));
 }
 
 /** The embedded client where code expects @libsql/client's `Client` (the part of it Drizzle and the counter store use). */
-const asClient = (client: EmbeddedClient) => client as unknown as Client;
+const asClient = (client: EmbeddedClient) => client as unknown as Client & PartsClient;

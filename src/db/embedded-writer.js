@@ -14,8 +14,11 @@
  *     answers { id, outcomes: ({ results } | { error })[] }, or { id, error } if BEGIN or COMMIT failed
  *   { type: 'close' }                                   closes the connection; the thread ends
  *
- * A result is { rows (arrays, or null for a statement that returns none), rowsAffected,
- * lastInsertRowid }; an error is { message, code, rawCode }, SQLite's as the binding reports it.
+ * An argument `{ utf8: Uint8Array[] }` is a text sent in parts (TextParts in client.ts), each
+ * part whole characters: it is bound as their concatenation, joined here rather than on the
+ * event loop's thread. A result is { rows (arrays, or null for a statement that returns none),
+ * rowsAffected, lastInsertRowid }; an error is { message, code, rawCode }, SQLite's as the binding
+ * reports it.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'libsql';
@@ -135,11 +138,23 @@ function savepointed(write) {
   }
 }
 
+/** @param {unknown} value */
+function bound(value) {
+  if (value === null || typeof value !== 'object' || !('utf8' in value) || !Array.isArray(value.utf8)) return value;
+  return Buffer.concat(value.utf8).toString('utf8');
+}
+
+/**
+ * @param {Write[]} writes
+ * @returns {Write[]}
+ */
+const withTexts = (writes) => writes.map((write) => write.map(([sql, args]) => [sql, Array.isArray(args) ? args.map(bound) : args]));
+
 port.on('message', (message) => {
   if (message.type === 'close') {
     db.close();
     port.close();
     return;
   }
-  port.postMessage({ id: message.id, ...commitGroup(message.writes) });
+  port.postMessage({ id: message.id, ...commitGroup(withTexts(message.writes)) });
 });

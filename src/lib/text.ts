@@ -68,10 +68,46 @@ export class TextBuilder {
     return text;
   }
 
+  /** The text as the pieces it is held in, not joined: their concatenation is toString(). */
+  parts(): readonly string[] {
+    this.#flushSmall();
+    return [...this.#pieces];
+  }
+
   #flushSmall(): void {
     if (this.#small.length === 0) return;
     this.#pieces.push(this.#small.join(''));
     this.#small = [];
     this.#smallLength = 0;
   }
+}
+
+/**
+ * `pieces` cut again where needed so that no piece ends inside a surrogate pair (the high half
+ * moves to the next piece): pieces that can be encoded or escaped one by one, each then standing
+ * for whole characters. Empty pieces are left out.
+ */
+export function wholeCharacterPieces(pieces: readonly string[]): string[] {
+  const whole: string[] = [];
+  let carry = '';
+  for (const piece of pieces) {
+    let text = carry + piece;
+    carry = '';
+    const last = text.charCodeAt(text.length - 1);
+    if (last >= 0xd800 && last < 0xdc00) {
+      carry = text.slice(-1);
+      text = text.slice(0, -1);
+    }
+    if (text !== '') whole.push(text);
+  }
+  if (carry !== '') whole.push(carry);
+  return whole;
+}
+
+/**
+ * `JSON.stringify` of the concatenation of `pieces`, without its quotes, as pieces: the same
+ * characters as escaping the joined text, without ever holding it whole.
+ */
+export function jsonStringParts(pieces: readonly string[]): string[] {
+  return wholeCharacterPieces(pieces).map((piece) => JSON.stringify(piece).slice(1, -1));
 }

@@ -633,18 +633,18 @@ class Execution {
 
   /**
    * Statements that complete the open message's step and end the message: completed, or
-   * `incomplete` with a reason (`max_tokens`, `content_filter`). In-memory rows updated to match.
+   * `incomplete` with a reason (`max_tokens`, `content_filter`). In-memory rows updated to match,
+   * but for the message's content: the answer is joined only where it is needed whole, to find
+   * citations (after a file search) and for the events of a streamed run; its write takes the
+   * pieces it was streamed in (messageUpdate).
    */
   #closeMessage(reason: string | null, at: number, usage?: Usage) {
-    const { db } = this.#deps;
     const message = this.#message!;
-    const value = message.text.toString();
-    const annotations = citations(value, this.#sources);
-    const content: MessageContent[] = [{ type: 'text', text: { value, annotations } }];
+    const annotations = this.#sources.length === 0 ? [] : citations(message.text.toString(), this.#sources);
     const messagePatch =
       reason === null
-        ? { status: 'completed' as const, content, completedAt: at }
-        : { status: 'incomplete' as const, content, incompleteAt: at, incompleteDetails: { reason } };
+        ? { status: 'completed' as const, completedAt: at }
+        : { status: 'incomplete' as const, incompleteAt: at, incompleteDetails: { reason } };
     message.row = { ...message.row, ...messagePatch };
     const stepPatch = { status: 'completed' as const, completedAt: at, usage: usage ?? null };
     message.step = { ...message.step, ...stepPatch };
@@ -659,9 +659,12 @@ class Execution {
         },
       ]);
     }
-    this.#outbox.onCommit(() => [`thread.message.${messagePatch.status}`, toMessageJson(message.row)]);
+    this.#outbox.onCommit(() => {
+      const content: MessageContent[] = [{ type: 'text', text: { value: message.text.toString(), annotations } }];
+      return [`thread.message.${messagePatch.status}`, toMessageJson({ ...message.row, content })];
+    });
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
-    return [messageUpdate(message.row.id, messagePatch), stepUpdate(message.step.id, stepPatch)];
+    return [messageUpdate(message.row.id, messagePatch, { pieces: message.text.parts(), annotations }), stepUpdate(message.step.id, stepPatch)];
   }
 
   #failToolStep(lastError: RunError, at: number) {

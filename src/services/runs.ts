@@ -1,8 +1,9 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Config } from '../config';
-import { batchRaw, batchRawResults, batchWrites, insertStatement, isUniqueViolation, rowOf, updateStatement, type Db, type RawStatement, type Statement } from '../db/client';
+import { batchRaw, batchRawResults, batchWrites, insertStatement, isUniqueViolation, rowOf, TextParts, updateStatement, type Db, type RawStatement, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
+import { jsonStringParts } from '../lib/text';
 import type { Usage } from '../providers/types';
 import type { CursorListQuery } from '../schemas/common';
 import type { TokenTicket } from '../schemas/policies';
@@ -161,9 +162,20 @@ export function stepUpdate(stepId: string, patch: Partial<NewStep>): RawStatemen
   return updateStatement(runSteps, patch, { sql: '"id" = ?', args: [stepId] });
 }
 
-/** A message's change, as a raw statement for a turn's writes (endTurn, batchRaw). */
-export function messageUpdate(messageId: string, patch: Partial<MessageInsert>): RawStatement {
-  return updateStatement(messages, patch, { sql: '"id" = ?', args: [messageId] });
+/**
+ * A message's change, as a raw statement for a turn's writes (endTurn, batchRaw). `answer`, when
+ * given, is the message's content: one text part, its value given in the pieces it was streamed
+ * in and written as the JSON Drizzle would write, without being joined here (TextParts).
+ */
+export function messageUpdate(messageId: string, patch: Partial<MessageInsert>, answer?: { pieces: readonly string[]; annotations: unknown[] }): RawStatement {
+  const encoded = answer && {
+    content: new TextParts([
+      '[{"type":"text","text":{"value":"',
+      ...jsonStringParts(answer.pieces),
+      `","annotations":${JSON.stringify(answer.annotations)}}}]`,
+    ]),
+  };
+  return updateStatement(messages, patch, { sql: '"id" = ?', args: [messageId] }, { encoded });
 }
 
 /**
@@ -172,7 +184,7 @@ export function messageUpdate(messageId: string, patch: Partial<MessageInsert>):
  * run was no longer in progress.
  */
 export async function endTurn(db: Db, runId: string, patch: Partial<NewRun>, statements: RawStatement[]): Promise<RunRow | null> {
-  const change = updateStatement(runs, patch, { sql: `"id" = ? and "status" = 'in_progress'`, args: [runId] }, true);
+  const change = updateStatement(runs, patch, { sql: `"id" = ? and "status" = 'in_progress'`, args: [runId] }, { returning: true });
   const [changed] = await batchRawResults(db, [change, ...statements]);
   const row = changed?.rows[0];
   return row ? rowOf(runs, row) : null;
