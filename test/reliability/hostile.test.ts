@@ -29,8 +29,10 @@ import { activeRunCount, halfWrittenRows, openDataDir, prepare, readEvents, reco
  * STALL_MS, and no answer slower: a stall), the gateway's peak resident memory stays within a
  * stated bound of what it was before (MAX_RSS_GROWTH_MB; CAPPED_RUN_BOUND_MB a run for answers cut
  * at the cap), another tenant's healthy runs complete whole, and every hostile run ends in its
- * documented state saying why. The fake upstream runs in a process of its own, at the lowest
- * priority, so that producing the hostile answers does not take the CPU from the gateway.
+ * documented state saying why. The hostile fake upstream runs in a process of its own, at the
+ * lowest priority, so that producing the hostile answers does not take the CPU from the gateway;
+ * the other tenant's provider is another process, at the usual priority: a provider starved of the
+ * CPU by the attacker's would fail that tenant's runs whatever the gateway did.
  */
 
 const STALL_MS = 50;
@@ -57,6 +59,8 @@ const ENV = {
 
 let dataDir: string;
 let fake: FakeUpstreamProcess;
+/** The other tenant's provider. */
+let bystanderFake: FakeUpstreamProcess;
 let gateway: GatewayProcess;
 /** The attacker's workspace: its default virtual key (`reliability`) and `hostile`, keyed with KEY. */
 let attacker: Target;
@@ -70,7 +74,7 @@ const figures: Record<string, number> = {};
 
 beforeAll(async () => {
   dataDir = mkdtempSync(join(tmpdir(), 'reliability-hostile-'));
-  fake = await startFakeUpstreamProcess();
+  [fake, bystanderFake] = await Promise.all([startFakeUpstreamProcess(), startFakeUpstreamProcess()]);
   // The hostile upstreams run on the same machine: they yield the CPU to the gateway under test.
   setPriority(fake.child.pid!, 19);
   gateway = await startGatewayProcess({ ...ENV, DATA_DIR: dataDir });
@@ -85,7 +89,7 @@ beforeAll(async () => {
   const key = JSON.parse(created.stdout).key as string;
   const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
   const base = { url: gateway.url, workspaceKey: key, headers, assistantId: '' };
-  await post(base, '/v1/virtual-keys', { slug: 'bystander', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-bystander-key' });
+  await post(base, '/v1/virtual-keys', { slug: 'bystander', provider: 'openai', base_url: bystanderFake.baseURL, api_key: 'sk-bystander-key' });
   const assistant = await post(base, '/v1/assistants', { model: 'fake-model' });
   other = { ...base, headers: { ...headers, 'x-gateway-virtual-key': 'bystander' }, assistantId: assistant.id };
 
@@ -118,6 +122,7 @@ afterAll(async () => {
   db?.close();
   await gateway?.stop('SIGKILL');
   await fake?.stop();
+  await bystanderFake?.stop();
   rmSync(dataDir, { recursive: true, force: true });
 });
 
