@@ -77,10 +77,8 @@ export async function* streamChatCompletion(
 
     const toolCalls = new ToolCallIndexer();
     try {
-      for await (const batch of readServerSentData(response.body, SSE_LIMITS, () => silence.touch(), {
-        stopped: () => finished,
-        cut: () => controller.abort(),
-      })) {
+      const end = { stopped: () => finished, cut: () => controller.abort() };
+      for await (const batch of readServerSentData(response.body, SSE_LIMITS, () => silence.touch(), end, call.slices)) {
         let at = 0;
         while (at < batch.length) {
           // A slice of the event loop at a time; what it read goes to the consumer before the loop is let go.

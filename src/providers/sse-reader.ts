@@ -1,4 +1,5 @@
 import { createParser } from 'eventsource-parser';
+import { UNSLICED, type Slices } from '../lib/slices';
 import { UpstreamError } from './types';
 import { release } from './upstream-text';
 
@@ -14,6 +15,10 @@ import { release } from './upstream-text';
  * `onActivity` reports progress towards an answer: a chunk that completed an event, or that
  * carried more of a `data:` line still arriving. Comments (`: keep-alive`), blank lines and other
  * fields are not progress, so an upstream sending only those still counts as silent.
+ *
+ * A chunk is parsed FEED_CHARS at a time, within the event loop's `slices`: a read of 64 KiB of
+ * tiny events is three thousand of them, a few ms to frame, and several upstreams' reads land in
+ * the same turn of the event loop.
  */
 export async function* readServerSentData(
   body: AsyncIterable<Uint8Array>,
@@ -24,6 +29,7 @@ export async function* readServerSentData(
    * body may end by itself (letEnd); `cut` cuts it where a read is pending (the call's abort).
    */
   end?: { stopped: () => boolean; cut: () => void },
+  slices: Slices = UNSLICED,
 ): AsyncGenerator<string[]> {
   const chunks = body[Symbol.asyncIterator]();
   const decoder = new TextDecoder();
@@ -45,12 +51,16 @@ export async function* readServerSentData(
       if (line.bytes > limits.maxLineBytes) {
         throw new UpstreamError('protocol', `The upstream sent a server-sent event line longer than ${limits.maxLineBytes} bytes.`);
       }
-      parser.feed(decoder.decode(value, { stream: true }));
-      if (overflow) {
-        throw new UpstreamError('protocol', `The upstream sent a server-sent event larger than ${limits.maxEventChars} characters.`);
+      const text = decoder.decode(value, { stream: true });
+      for (let at = 0; at < text.length; at += FEED_CHARS) {
+        if (at > 0 && slices.spent()) await slices.next();
+        parser.feed(at === 0 && text.length <= FEED_CHARS ? text : text.slice(at, at + FEED_CHARS));
+        if (overflow) {
+          throw new UpstreamError('protocol', `The upstream sent a server-sent event larger than ${limits.maxEventChars} characters.`);
+        }
+        if (events.length > 0 || dataGrew) onActivity?.();
+        if (events.length > 0) yield events.splice(0);
       }
-      if (events.length > 0 || dataGrew) onActivity?.();
-      if (events.length > 0) yield events.splice(0);
     }
     // A last event without its blank line still counts, as it would with one.
     parser.feed(`${decoder.decode()}\n\n`);
@@ -62,6 +72,9 @@ export async function* readServerSentData(
     else await release(chunks);
   }
 }
+
+/** How much of a chunk's text is parsed before the event loop's slice is looked at. */
+const FEED_CHARS = 16 * 1024;
 
 /** What an upstream may still send after `[DONE]`, and for how long, before its connection is dropped. */
 const AFTER_END = { bytes: 1024, ms: 1000 };

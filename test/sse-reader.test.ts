@@ -1,0 +1,39 @@
+import { describe, expect, it } from 'vitest';
+import type { Slices } from '../src/lib/slices';
+import { readServerSentData } from '../src/providers/sse-reader';
+
+/**
+ * The event-stream reader within the event loop's slices (lib/slices.ts): a chunk of thousands of
+ * tiny events is framed a part at a time, the slice looked at between parts, and every event
+ * still comes out, in order, whatever the cuts.
+ */
+
+/** A body of one chunk: what one read of a socket can hand over. */
+async function* oneChunk(text: string): AsyncIterable<Uint8Array> {
+  yield new TextEncoder().encode(text);
+}
+
+describe('readServerSentData within slices', () => {
+  it('frames a 64 KiB chunk of tiny events part by part, waiting for the next slice between parts', async () => {
+    const count = 3000;
+    const body = Array.from({ length: count }, (_, i) => `data: {"i":${i}}\n\n`).join('');
+    expect(body.length).toBeGreaterThan(32 * 1024);
+    // A slice that is always spent: the reader waits before every part after a chunk's first.
+    let waits = 0;
+    const spentAlways: Slices = { spent: () => true, next: async () => void waits++ };
+    const batches: string[][] = [];
+    for await (const batch of readServerSentData(oneChunk(body), { maxLineBytes: 65_536, maxEventChars: 65_536 }, undefined, undefined, spentAlways)) {
+      batches.push(batch);
+    }
+    expect(batches.flat()).toEqual(Array.from({ length: count }, (_, i) => `{"i":${i}}`));
+    expect(batches.length).toBeGreaterThan(1);
+    expect(waits).toBe(Math.ceil(body.length / (16 * 1024)) - 1);
+  });
+
+  it('reads the same events unsliced', async () => {
+    const body = 'data: a\n\ndata: b\ndata: c\n\n: comment\n\ndata: d';
+    const batches: string[][] = [];
+    for await (const batch of readServerSentData(oneChunk(body), { maxLineBytes: 1024, maxEventChars: 1024 })) batches.push(batch);
+    expect(batches.flat()).toEqual(['a', 'b\nc', 'd']);
+  });
+});
