@@ -3,6 +3,7 @@ import { eq } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { batchRaw, batchRawResults, insertStatement, rowOf, TextParts, updateStatement } from '../src/db/client';
+import { TextBuilder } from '../src/lib/text';
 import { endTurn, messageUpdate } from '../src/services/runs';
 import * as schema from '../src/db/schema';
 import { messages, runs, runSteps, threads } from '../src/db/schema';
@@ -104,10 +105,15 @@ describe('a message answer written in parts (TextParts)', () => {
   // A surrogate pair cut between two pieces, quotes, a newline, a control character, and more
   // than the 64 KiB from which the embedded client hands the parts over unjoined.
   const pieces = ['He said "hi"\n', 'caf\u00e9 \u0001 \ud83d', '\ude00 and ', 'x'.repeat(70_000), '\ud83d'];
+  const builder = (given: string[]) => {
+    const value = new TextBuilder();
+    for (const piece of given) value.push(piece);
+    return value;
+  };
   const annotations = [{ type: 'file_citation', text: '【0†a】', start_index: 0, end_index: 5, file_citation: { file_id: 'file_1' } }];
 
   it('is the JSON Drizzle would write for the content, character for character', () => {
-    const statement = messageUpdate('msg_x', { status: 'completed', completedAt: 5 }, { pieces, annotations });
+    const statement = messageUpdate('msg_x', { status: 'completed', completedAt: 5 }, { value: builder(pieces), annotations });
     const content = statement.args.find((arg) => arg instanceof TextParts);
     expect(content).toBeInstanceOf(TextParts);
     expect(String(content)).toBe(messages.content.mapToDriverValue([{ type: 'text', text: { value: pieces.join(''), annotations } }]));
@@ -120,7 +126,7 @@ describe('a message answer written in parts (TextParts)', () => {
     const db = gateway.database.db;
     const [message] = await db.select().from(messages).where(eq(messages.runId, runId));
     const expected = [{ type: 'text', text: { value: pieces.join(''), annotations } }];
-    await batchRaw(db, [messageUpdate(message!.id, { status: 'completed' }, { pieces, annotations })]);
+    await batchRaw(db, [messageUpdate(message!.id, { status: 'completed' }, { value: builder(pieces), annotations })]);
     expect((await db.select().from(messages).where(eq(messages.id, message!.id)))[0]!.content).toEqual(expected);
 
     // A client without batchWithParts (a libSQL server, Workers) is given the text joined.
@@ -129,7 +135,7 @@ describe('a message answer written in parts (TextParts)', () => {
       const other = drizzle(plain, { schema });
       expect('batchWithParts' in other.$client).toBe(false);
       const reversed = [...pieces].reverse();
-      await batchRaw(other, [messageUpdate(message!.id, { status: 'completed' }, { pieces: reversed, annotations: [] })]);
+      await batchRaw(other, [messageUpdate(message!.id, { status: 'completed' }, { value: builder(reversed), annotations: [] })]);
       const [row] = await db.select().from(messages).where(eq(messages.id, message!.id));
       expect(row!.content).toEqual([{ type: 'text', text: { value: reversed.join(''), annotations: [] } }]);
     } finally {

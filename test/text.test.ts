@@ -1,11 +1,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { jsonStringParts, TextBuilder, wholeCharacterPieces } from '../src/lib/text';
+import { TextBuilder, wholeCharacterPieces } from '../src/lib/text';
 
 /**
- * Text held and written in pieces (src/lib/text.ts): a run's answer is kept as the pieces it was
- * streamed in, escaped as JSON piece by piece and encoded piece by piece for the embedded
- * database's writer thread. Whatever the pieces, surrogate pairs cut between them and lone
+ * Text held and written in pieces (src/lib/text.ts): a run's answer is kept as the JSON escaping
+ * of the pieces it was streamed in, encoded chunk by chunk, and strings handed to the embedded
+ * database's writer thread are encoded piece by piece. Whatever the pieces, surrogate pairs cut between them and lone
  * surrogates included, that must give exactly what the joined text would.
  */
 
@@ -45,27 +45,34 @@ describe('wholeCharacterPieces', () => {
   });
 });
 
-describe('jsonStringParts', () => {
-  it('escapes as JSON.stringify escapes the joined text', () => {
+describe('TextBuilder', () => {
+  const build = (given: string[]) => {
+    const builder = new TextBuilder();
+    for (const piece of given) builder.push(piece);
+    return builder;
+  };
+  const decoded = (chunks: readonly (string | Uint8Array)[]) => chunks.map((chunk) => (typeof chunk === 'string' ? chunk : new TextDecoder().decode(chunk))).join('');
+
+  it('holds the JSON escaping of the text, as JSON.stringify escapes it joined, and gives the text back', () => {
     fc.assert(
       fc.property(pieces, (given) => {
-        expect(`"${jsonStringParts(given).join('')}"`).toBe(JSON.stringify(given.join('')));
+        const builder = build(given);
+        expect(`"${decoded(builder.jsonParts())}"`).toBe(JSON.stringify(given.join('')));
+        expect(builder.toString()).toBe(given.join(''));
       }),
       { numRuns: 2000 },
     );
   });
-});
 
-describe('TextBuilder', () => {
-  it('holds the text as pieces whose concatenation is the text, small ones joined', () => {
+  it('stores long answers in chunks, none cutting a pair, runs of small pieces gathered', () => {
     fc.assert(
-      fc.property(fc.array(fc.oneof(fc.string({ maxLength: 40 }), fc.string({ minLength: 1024, maxLength: 1100 })), { maxLength: 60 }), (given) => {
-        const builder = new TextBuilder();
-        for (const piece of given) builder.push(piece);
-        const parts = builder.parts();
-        expect(parts.join('')).toBe(given.join(''));
-        // Runs of small pieces come out joined: no two short parts in a row.
-        for (let i = 1; i < parts.length; i++) expect(parts[i - 1]!.length >= 1024 || parts[i]!.length >= 1024).toBe(true);
+      fc.property(fc.array(fc.oneof(fc.string({ maxLength: 40 }), fc.string({ minLength: 1024, maxLength: 1100 }), fc.constantFrom('\ud83d', '\ude00')), { maxLength: 60 }), (given) => {
+        const builder = build(given);
+        const chunks = builder.jsonParts();
+        // A pair cut between chunks would be escaped as two \\u escapes; the joined text keeps it whole.
+        expect(decoded(chunks)).toBe(JSON.stringify(given.join('')).slice(1, -1));
+        // Runs of small pieces are gathered: no two short chunks in a row but at the end.
+        for (let i = 1; i < chunks.length - 1; i++) expect(chunks[i - 1]!.length >= 1024 || chunks[i]!.length >= 1024).toBe(true);
         expect(builder.toString()).toBe(given.join(''));
       }),
       { numRuns: 300 },

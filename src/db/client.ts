@@ -73,28 +73,30 @@ export function isUniqueViolation(error: unknown, columns: string): boolean {
 }
 
 /**
- * A long text argument as the pieces it was built from, written as their concatenation: a run's
- * answer of up to GATEWAY_MAX_ANSWER_BYTES, streamed in pieces of a few KiB. Joined, escaped as
- * JSON and copied to the embedded database's writer thread whole, a 4 MiB answer cost the event
- * loop three fresh copies of 4 MiB, 35 to 90 ms on a machine where first touching memory is slow
- * (page faults of about 14 µs a page), while every other request waited. The embedded client
- * hands the pieces over as they are and its writer thread joins them; other clients are given
- * the joined text.
+ * A long text argument as the pieces it was built from, strings or UTF-8 bytes (each of whole
+ * characters), written as their concatenation: a run's answer of up to GATEWAY_MAX_ANSWER_BYTES,
+ * streamed in pieces of a few KiB. Joined, escaped as JSON and copied to the embedded database's
+ * writer thread whole, a 4 MiB answer cost the event loop three fresh copies of 4 MiB, 35 to 90 ms
+ * on a machine where first touching memory is slow (page faults of about 14 µs a page), while
+ * every other request waited. The embedded client hands the pieces over as they are and its
+ * writer thread joins them; other clients are given the joined text.
  */
 export class TextParts {
-  constructor(readonly parts: readonly string[]) {}
+  constructor(readonly parts: readonly (string | Uint8Array)[]) {}
 
-  /** In UTF-16 code units, as a string's length. */
+  /** About its size: the UTF-16 units of its strings and the bytes of its bytes. */
   get length(): number {
     let length = 0;
-    for (const part of this.parts) length += part.length;
+    for (const part of this.parts) length += typeof part === 'string' ? part.length : part.byteLength;
     return length;
   }
 
   toString(): string {
-    return this.parts.join('');
+    return this.parts.map((part) => (typeof part === 'string' ? part : decoder.decode(part))).join('');
   }
 }
+
+const decoder = new TextDecoder();
 
 /** A value of a raw statement: what the libSQL client takes, or a long text in parts. */
 export type RawValue = InValue | TextParts;

@@ -546,16 +546,32 @@ const TEXT_PARTS_FROM = 64 * 1024;
 
 /**
  * A statement's arguments as the writer thread takes them. Long TextParts go as `{ utf8 }`: each
- * part (re-cut between whole characters) encoded on its own, a few KiB of memory the allocator
- * has at hand where one buffer of the whole text would be fresh memory to fault in, and its
- * buffer added to `transfer`, so that the structured clone copies none of them.
+ * part as bytes of its own (strings encoded, re-cut between whole characters; bytes copied), a
+ * few KiB of memory the allocator has at hand where one buffer of the whole text would be fresh
+ * memory to fault in, and its buffer added to `transfer`, so that the structured clone copies
+ * none of them.
  */
 function toWriterArgs(args: Args | undefined, transfer: ArrayBuffer[]): unknown[] | Record<string, unknown> {
   if (!Array.isArray(args)) return toArgs(args);
   return args.map((value: RawValue) => {
     if (!(value instanceof TextParts)) return toSqlValue(value);
     if (value.length < TEXT_PARTS_FROM) return value.toString();
-    const utf8 = wholeCharacterPieces(value.parts).map((part) => encoder.encode(part));
+    const utf8: Uint8Array<ArrayBuffer>[] = [];
+    let strings: string[] = [];
+    const encodeStrings = () => {
+      for (const part of wholeCharacterPieces(strings)) utf8.push(encoder.encode(part));
+      strings = [];
+    };
+    for (const part of value.parts) {
+      if (typeof part === 'string') {
+        strings.push(part);
+        continue;
+      }
+      encodeStrings();
+      // A copy: the caller keeps its bytes (a run's events read them after the commit).
+      utf8.push(part.slice());
+    }
+    encodeStrings();
     for (const bytes of utf8) transfer.push(bytes.buffer);
     return { utf8 };
   });

@@ -34,51 +34,56 @@ export function utf8Prefix(text: string, maxBytes: number): string {
 
 const isLowSurrogate = (code: number) => code >= 0xdc00 && code < 0xe000;
 
-/** Pieces shorter than this are joined with their neighbours; longer ones are kept as they are. */
+/** Pieces are gathered until they reach this many characters, then stored. */
 const SMALL_PIECE = 1024;
 
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
 /**
- * A string appended to in many small pieces, such as an answer streamed a few characters per
- * delta. Held as an array of every piece, or as a `+=` rope, a million one-character deltas would
- * cost tens of bytes each; here runs of small pieces are joined once they add up to SMALL_PIECE,
- * and large pieces are kept whole, so that each character is copied at most twice (once more by
- * toString) and at most one piece in SMALL_PIECE characters is held apart.
+ * A string appended to in many pieces, such as an answer streamed a few characters per delta, or
+ * 4 MiB streamed 16 KiB at a time. Runs of pieces are gathered until they add up to SMALL_PIECE
+ * characters, then stored as the UTF-8 bytes of their JSON escaping (the text of a JSON string,
+ * without its quotes): off the JavaScript heap, where the garbage collector copied every piece a
+ * run held from one generation to the next (on a machine where memory touched for the first time
+ * is slow, the collections of eight 4 MiB answers held the event loop for tens of ms each), and
+ * already in the form the answer is written in (jsonParts). Each character is copied a few times
+ * on its way in, and a million one-character deltas cost no more than their bytes.
  */
 export class TextBuilder {
-  #pieces: string[] = [];
-  #small: string[] = [];
-  #smallLength = 0;
+  #chunks: Uint8Array[] = [];
+  #pending: string[] = [];
+  #pendingLength = 0;
 
   push(piece: string): void {
     if (piece === '') return;
-    if (piece.length >= SMALL_PIECE) {
-      this.#flushSmall();
-      this.#pieces.push(piece);
-      return;
-    }
-    this.#small.push(piece);
-    this.#smallLength += piece.length;
-    if (this.#smallLength >= SMALL_PIECE) this.#flushSmall();
+    this.#pending.push(piece);
+    this.#pendingLength += piece.length;
+    if (this.#pendingLength >= SMALL_PIECE) this.#store();
+  }
+
+  /**
+   * The text's JSON escaping (`JSON.stringify(text)` without its quotes): the stored chunks, as
+   * UTF-8 bytes, then the pieces still gathering, escaped (a short answer is never encoded).
+   */
+  jsonParts(): readonly (string | Uint8Array)[] {
+    const pending = this.#pending.join('');
+    return pending === '' ? [...this.#chunks] : [...this.#chunks, JSON.stringify(pending).slice(1, -1)];
   }
 
   toString(): string {
-    this.#flushSmall();
-    const text = this.#pieces.join('');
-    this.#pieces = text ? [text] : [];
-    return text;
+    const pending = this.#pending.join('');
+    if (this.#chunks.length === 0) return pending;
+    const stored = this.#chunks.map((chunk) => decoder.decode(chunk)).join('');
+    return JSON.parse(`"${stored}${JSON.stringify(pending).slice(1, -1)}"`);
   }
 
-  /** The text as the pieces it is held in, not joined: their concatenation is toString(). */
-  parts(): readonly string[] {
-    this.#flushSmall();
-    return [...this.#pieces];
-  }
-
-  #flushSmall(): void {
-    if (this.#small.length === 0) return;
-    this.#pieces.push(this.#small.join(''));
-    this.#small = [];
-    this.#smallLength = 0;
+  /** Stores the pending pieces, but for a high surrogate at their end, which waits for its low half. */
+  #store(): void {
+    const [text, carry] = cutTrailingHalf(this.#pending.join(''));
+    if (text !== '') this.#chunks.push(encoder.encode(JSON.stringify(text).slice(1, -1)));
+    this.#pending = carry === '' ? [] : [carry];
+    this.#pendingLength = carry.length;
   }
 }
 
@@ -91,23 +96,16 @@ export function wholeCharacterPieces(pieces: readonly string[]): string[] {
   const whole: string[] = [];
   let carry = '';
   for (const piece of pieces) {
-    let text = carry + piece;
-    carry = '';
-    const last = text.charCodeAt(text.length - 1);
-    if (last >= 0xd800 && last < 0xdc00) {
-      carry = text.slice(-1);
-      text = text.slice(0, -1);
-    }
+    const [text, half] = cutTrailingHalf(carry + piece);
+    carry = half;
     if (text !== '') whole.push(text);
   }
   if (carry !== '') whole.push(carry);
   return whole;
 }
 
-/**
- * `JSON.stringify` of the concatenation of `pieces`, without its quotes, as pieces: the same
- * characters as escaping the joined text, without ever holding it whole.
- */
-export function jsonStringParts(pieces: readonly string[]): string[] {
-  return wholeCharacterPieces(pieces).map((piece) => JSON.stringify(piece).slice(1, -1));
+/** `text` without the high surrogate that ends it (a pair's first half), and that surrogate, or ''. */
+function cutTrailingHalf(text: string): [text: string, half: string] {
+  const last = text.charCodeAt(text.length - 1);
+  return last >= 0xd800 && last < 0xdc00 ? [text.slice(0, -1), text.slice(-1)] : [text, ''];
 }

@@ -664,7 +664,7 @@ class Execution {
       return [`thread.message.${messagePatch.status}`, toMessageJson({ ...message.row, content })];
     });
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
-    return [messageUpdate(message.row.id, messagePatch, { pieces: message.text.parts(), annotations }), stepUpdate(message.step.id, stepPatch)];
+    return [messageUpdate(message.row.id, messagePatch, { value: message.text, annotations }), stepUpdate(message.step.id, stepPatch)];
   }
 
   #failToolStep(lastError: RunError, at: number) {

@@ -3,7 +3,7 @@ import type { Config } from '../config';
 import { batchRaw, batchRawResults, batchWrites, insertStatement, isUniqueViolation, rowOf, TextParts, updateStatement, type Db, type RawStatement, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
-import { jsonStringParts } from '../lib/text';
+import type { TextBuilder } from '../lib/text';
 import type { Usage } from '../providers/types';
 import type { CursorListQuery } from '../schemas/common';
 import type { TokenTicket } from '../schemas/policies';
@@ -164,14 +164,15 @@ export function stepUpdate(stepId: string, patch: Partial<NewStep>): RawStatemen
 
 /**
  * A message's change, as a raw statement for a turn's writes (endTurn, batchRaw). `answer`, when
- * given, is the message's content: one text part, its value given in the pieces it was streamed
- * in and written as the JSON Drizzle would write, without being joined here (TextParts).
+ * given, is the message's content: one text part, its value as the answer was streamed in,
+ * written as the JSON Drizzle would write from the escaped chunks the builder holds, without
+ * being joined here (TextParts).
  */
-export function messageUpdate(messageId: string, patch: Partial<MessageInsert>, answer?: { pieces: readonly string[]; annotations: unknown[] }): RawStatement {
+export function messageUpdate(messageId: string, patch: Partial<MessageInsert>, answer?: { value: TextBuilder; annotations: unknown[] }): RawStatement {
   const encoded = answer && {
     content: new TextParts([
       '[{"type":"text","text":{"value":"',
-      ...jsonStringParts(answer.pieces),
+      ...answer.value.jsonParts(),
       `","annotations":${JSON.stringify(answer.annotations)}}}]`,
     ]),
   };
