@@ -1,9 +1,13 @@
 import { chmodSync, closeSync, existsSync, openSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createClient, type Client } from '@libsql/client';
+import type { Client } from '@libsql/client';
 import { BusyRetryingClient } from './busy-retry';
-import { drizzle } from 'drizzle-orm/libsql';
+// drizzle-orm/libsql/sqlite3, not drizzle-orm/libsql: given a client, both only wrap it (Drizzle's
+// driver-core), but the latter imports @libsql/client's HTTP and WebSocket clients at start, about
+// 10 MB of resident memory the embedded file never uses. A server's client is imported when
+// LIBSQL_URL asks for one.
+import { drizzle } from 'drizzle-orm/libsql/sqlite3';
 import { migrate } from 'drizzle-orm/libsql/migrator';
 import { ConfigurationError, type Config } from '../config';
 import { innermostMessage } from '../lib/network-errors';
@@ -62,6 +66,7 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   let location: string;
   let warnings: string[] = [];
   if (config.LIBSQL_URL) {
+    const { createClient } = await import('@libsql/client');
     client = new BusyRetryingClient(createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN }));
     const url = new URL(config.LIBSQL_URL);
     location = `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;
