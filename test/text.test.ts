@@ -1,12 +1,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { TextBuilder, wholeCharacterPieces } from '../src/lib/text';
+import { TextBuilder } from '../src/lib/text';
 
 /**
- * Text held and written in pieces (src/lib/text.ts): a run's answer is kept as the JSON escaping
- * of the pieces it was streamed in, encoded chunk by chunk, and strings handed to the embedded
- * database's writer thread are encoded piece by piece. Whatever the pieces, surrogate pairs cut between them and lone
- * surrogates included, that must give exactly what the joined text would.
+ * Text held in pieces (src/lib/text.ts): a run's answer is kept as the JSON escaping of the
+ * pieces it was streamed in, encoded chunk by chunk. Whatever the pieces, surrogate pairs cut
+ * between them and lone surrogates included, that must give exactly what the joined text would.
  */
 
 /** Pieces of text where surrogates are common: halves of pairs, whole pairs, lone ones, ASCII. */
@@ -14,36 +13,6 @@ const pieces = fc.array(
   fc.string({ unit: fc.constantFrom('a', '"', '\n', 'é', '\ud83d', '\ude00', '\ud83d\ude00', '\u0001'), maxLength: 6 }),
   { maxLength: 8 },
 );
-
-describe('wholeCharacterPieces', () => {
-  it('keeps the text and cuts no piece inside a surrogate pair', () => {
-    fc.assert(
-      fc.property(pieces, (given) => {
-        const whole = wholeCharacterPieces(given);
-        expect(whole.join('')).toBe(given.join(''));
-        for (const piece of whole) {
-          expect(piece).not.toBe('');
-          const last = piece.charCodeAt(piece.length - 1);
-          const next = whole[whole.indexOf(piece) + 1];
-          // A high surrogate ends a piece only when the next does not begin with its low half.
-          if (last >= 0xd800 && last < 0xdc00 && next !== undefined) expect(/^[\udc00-\udfff]/.test(next)).toBe(false);
-        }
-      }),
-      { numRuns: 2000 },
-    );
-  });
-
-  it('gives pieces that encode, one by one, to the bytes of the joined text', () => {
-    const encoder = new TextEncoder();
-    fc.assert(
-      fc.property(pieces, (given) => {
-        const bytes = Buffer.concat(wholeCharacterPieces(given).map((piece) => encoder.encode(piece)));
-        expect(bytes).toEqual(Buffer.from(encoder.encode(given.join(''))));
-      }),
-      { numRuns: 2000 },
-    );
-  });
-});
 
 describe('TextBuilder', () => {
   const build = (given: string[]) => {

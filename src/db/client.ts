@@ -181,7 +181,8 @@ export function updateStatement<T extends Table>(
   options: { returning?: boolean; encoded?: Partial<Record<keyof InferInsertModel<T>, TextParts>> } = {},
 ): RawStatement {
   const encoded: Partial<Record<string, TextParts>> = options.encoded ?? {};
-  const values: Record<string, unknown> = { ...patch, ...encoded };
+  // A copy only when there is something to add: the patch is read, not kept.
+  const values: Record<string, unknown> = options.encoded ? { ...patch, ...encoded } : patch;
   const keys = Object.keys(values).filter((key) => values[key] !== undefined);
   if (keys.length === 0) throw new Error(`an update of ${getTableName(table)} that changes nothing`);
   let shapes = updateShapes.get(table);

@@ -2,7 +2,6 @@ import type { Client, InArgs, InStatement, InValue, ResultSet, Row, TransactionM
 import { setImmediate } from 'node:timers';
 import { Worker } from 'node:worker_threads';
 import Database from 'libsql';
-import { wholeCharacterPieces } from '../lib/text';
 import { TextParts, type PartsClient, type RawStatement, type RawValue } from './client';
 
 /**
@@ -546,10 +545,9 @@ const TEXT_PARTS_FROM = 64 * 1024;
 
 /**
  * A statement's arguments as the writer thread takes them. Long TextParts go as `{ utf8 }`: each
- * part as bytes of its own (strings encoded, re-cut between whole characters; bytes copied), a
- * few KiB of memory the allocator has at hand where one buffer of the whole text would be fresh
- * memory to fault in, and its buffer added to `transfer`, so that the structured clone copies
- * none of them.
+ * part as bytes of its own (strings encoded, bytes copied), a few KiB of memory the allocator has
+ * at hand where one buffer of the whole text would be fresh memory to fault in, and its buffer
+ * added to `transfer`, so that the structured clone copies none of them.
  */
 function toWriterArgs(args: Args | undefined, transfer: ArrayBuffer[]): unknown[] | Record<string, unknown> {
   if (!Array.isArray(args)) return toArgs(args);
@@ -557,21 +555,19 @@ function toWriterArgs(args: Args | undefined, transfer: ArrayBuffer[]): unknown[
     if (!(value instanceof TextParts)) return toSqlValue(value);
     if (value.length < TEXT_PARTS_FROM) return value.toString();
     const utf8: Uint8Array<ArrayBuffer>[] = [];
-    let strings: string[] = [];
-    const encodeStrings = () => {
-      for (const part of wholeCharacterPieces(strings)) utf8.push(encoder.encode(part));
-      strings = [];
-    };
+    // Strings next to each other are encoded together, so that no surrogate pair is cut.
+    let strings = '';
     for (const part of value.parts) {
       if (typeof part === 'string') {
-        strings.push(part);
+        strings += part;
         continue;
       }
-      encodeStrings();
+      if (strings !== '') utf8.push(encoder.encode(strings));
+      strings = '';
       // A copy: the caller keeps its bytes (a run's events read them after the commit).
       utf8.push(part.slice());
     }
-    encodeStrings();
+    if (strings !== '') utf8.push(encoder.encode(strings));
     for (const bytes of utf8) transfer.push(bytes.buffer);
     return { utf8 };
   });

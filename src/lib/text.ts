@@ -10,7 +10,7 @@ export function utf8Length(text: string): number {
     const code = text.charCodeAt(i);
     if (code < 0x80) bytes += 1;
     else if (code < 0x800) bytes += 2;
-    else if (code >= 0xd800 && code < 0xdc00 && isLowSurrogate(text.charCodeAt(i + 1))) {
+    else if (isHighSurrogate(code) && isLowSurrogate(text.charCodeAt(i + 1))) {
       bytes += 4;
       i++;
     } else bytes += 3;
@@ -23,7 +23,7 @@ export function utf8Prefix(text: string, maxBytes: number): string {
   let bytes = 0;
   for (let i = 0; i < text.length; i++) {
     const code = text.charCodeAt(i);
-    const pair = code >= 0xd800 && code < 0xdc00 && isLowSurrogate(text.charCodeAt(i + 1));
+    const pair = isHighSurrogate(code) && isLowSurrogate(text.charCodeAt(i + 1));
     const size = code < 0x80 ? 1 : code < 0x800 ? 2 : pair ? 4 : 3;
     if (bytes + size > maxBytes) return text.slice(0, i);
     bytes += size;
@@ -32,6 +32,7 @@ export function utf8Prefix(text: string, maxBytes: number): string {
   return text;
 }
 
+const isHighSurrogate = (code: number) => code >= 0xd800 && code < 0xdc00;
 const isLowSurrogate = (code: number) => code >= 0xdc00 && code < 0xe000;
 
 /** Pieces are gathered until they reach this many characters, then stored. */
@@ -87,25 +88,7 @@ export class TextBuilder {
   }
 }
 
-/**
- * `pieces` cut again where needed so that no piece ends inside a surrogate pair (the high half
- * moves to the next piece): pieces that can be encoded or escaped one by one, each then standing
- * for whole characters. Empty pieces are left out.
- */
-export function wholeCharacterPieces(pieces: readonly string[]): string[] {
-  const whole: string[] = [];
-  let carry = '';
-  for (const piece of pieces) {
-    const [text, half] = cutTrailingHalf(carry + piece);
-    carry = half;
-    if (text !== '') whole.push(text);
-  }
-  if (carry !== '') whole.push(carry);
-  return whole;
-}
-
 /** `text` without the high surrogate that ends it (a pair's first half), and that surrogate, or ''. */
 function cutTrailingHalf(text: string): [text: string, half: string] {
-  const last = text.charCodeAt(text.length - 1);
-  return last >= 0xd800 && last < 0xdc00 ? [text.slice(0, -1), text.slice(-1)] : [text, ''];
+  return isHighSurrogate(text.charCodeAt(text.length - 1)) ? [text.slice(0, -1), text.slice(-1)] : [text, ''];
 }

@@ -54,7 +54,7 @@ export async function* readServerSentData(
       const text = decoder.decode(value, { stream: true });
       for (let at = 0; at < text.length; at += FEED_CHARS) {
         if (at > 0 && slices.spent()) await slices.next();
-        parser.feed(at === 0 && text.length <= FEED_CHARS ? text : text.slice(at, at + FEED_CHARS));
+        parser.feed(text.slice(at, at + FEED_CHARS));
         if (overflow) {
           throw new UpstreamError('protocol', `The upstream sent a server-sent event larger than ${limits.maxEventChars} characters.`);
         }
