@@ -18,7 +18,8 @@ import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, su
  * For each: whole streamed exchanges per second at 32 connections (wrk when installed, else this
  * process as the client: said in the output), the server's CPU per exchange (utime + stime from
  * /proc over the load), the first token added over calling the provider directly (p50/p99 at
- * concurrency 1 and 32), RSS idle after warm-up and peak under load. Medians over the rounds.
+ * concurrency 1 and 32), RSS idle after warm-up, peak under load, and BENCH_SETTLE_SECONDS (12)
+ * after the load ended (what a server holds between bursts). Medians over the rounds.
  *
  * The reference is not a dependency: it is installed on first use into a directory under the
  * system's temporary directory, and when the registry cannot be reached this says so and
@@ -28,6 +29,7 @@ import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, su
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const LOAD_SECONDS = Number(process.env.BENCH_LOAD_SECONDS ?? 8);
 const CONNECTIONS = 32;
+const SETTLE_SECONDS = Number(process.env.BENCH_SETTLE_SECONDS ?? 12);
 const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 200);
 const N32 = Number(process.env.BENCH_CONCURRENT ?? 800);
 const REPLY = { reply: 'a b c d e f g h' };
@@ -218,7 +220,10 @@ async function measure(target: Target) {
   const idle = memoryOf(target.pid).rssMb;
   const c1 = summarise(await sequential(N1, () => firstToken(target)));
   const c32 = summarise(await pool(N32, CONNECTIONS, () => firstToken(target)));
-  return { idle_rss_mb: round(idle, 1), first_token_c1: c1, first_token_c32: c32, ...(await load(target)) };
+  const loaded = await load(target);
+  await new Promise((resolve) => setTimeout(resolve, SETTLE_SECONDS * 1000));
+  const settled = memoryOf(target.pid).rssMb;
+  return { idle_rss_mb: round(idle, 1), first_token_c1: c1, first_token_c32: c32, ...loaded, rss_after_load_settled_mb: round(settled, 1) };
 }
 
 async function measureDirect() {
@@ -246,7 +251,10 @@ function flatten(result: Awaited<ReturnType<typeof measure>> | Awaited<ReturnTyp
     figures.server_cpu_ms_per_exchange = result.server_cpu_ms_per_exchange;
     figures.peak_rss_mb = result.peak_rss_mb!;
   }
-  if ('idle_rss_mb' in result) figures.idle_rss_mb = result.idle_rss_mb;
+  if ('idle_rss_mb' in result) {
+    figures.idle_rss_mb = result.idle_rss_mb;
+    figures.rss_after_load_settled_mb = result.rss_after_load_settled_mb;
+  }
   return figures;
 }
 
@@ -313,6 +321,7 @@ console.log(
           server_cpu_ms_per_exchange: round(mine.server_cpu_ms_per_exchange! / theirs.server_cpu_ms_per_exchange!, 2),
           idle_rss_mb: round(mine.idle_rss_mb! / theirs.idle_rss_mb!, 2),
           peak_rss_mb: round(mine.peak_rss_mb! / theirs.peak_rss_mb!, 2),
+          rss_after_load_settled_mb: round(mine.rss_after_load_settled_mb! / theirs.rss_after_load_settled_mb!, 2),
         },
       }),
     },

@@ -72,9 +72,10 @@ async function main() {
 
 /**
  * A fresh gateway process streaming answers of `bytes` each, 4 at a time, in rounds of `count`
- * runs: its RSS after each round and its peak. Flat memory means the RSS stops growing with the
- * runs served (nothing is kept per run once it ends); what a run holds meanwhile is garbage that
- * V8 collects at its own pace, so the level it settles at says more than any single sample.
+ * runs: its RSS after each round, its peak, and 12 s after the last round (the gateway gives back
+ * what a burst grew once idle: node/memory-trim.ts). Flat memory means the RSS stops growing with
+ * the runs served (nothing is kept per run once it ends); what a run holds meanwhile is garbage
+ * that V8 collects at its own pace, so the level it settles at says more than any single sample.
  */
 async function memory(bytes: number, count: number, rounds = 5) {
   const dataDir = mkdtempSync(join(tmpdir(), 'bench-mem-'));
@@ -90,13 +91,16 @@ async function memory(bytes: number, count: number, rounds = 5) {
       received += (await pool(count, 4, () => wholeStreamedRun(target, scenario))).reduce((a, b) => a + b, 0);
       rssAfterRound.push(round(memoryOf(gateway.child.pid!).rssMb, 1));
     }
+    const peak = memoryOf(gateway.child.pid!).peakMb;
+    await new Promise((resolve) => setTimeout(resolve, 12_000));
     return {
       answer_bytes: bytes,
       received_bytes_per_run: Math.round(received / (count * rounds)),
       runs_per_round: count,
       rss_before_mb: round(before, 1),
       rss_after_each_round_mb: rssAfterRound,
-      peak_rss_mb: round(memoryOf(gateway.child.pid!).peakMb, 1),
+      peak_rss_mb: round(peak, 1),
+      rss_12s_after_mb: round(memoryOf(gateway.child.pid!).rssMb, 1),
     };
   } finally {
     await gateway.stop();

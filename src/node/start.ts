@@ -11,6 +11,7 @@ import { createNodeApp } from './app';
 import { createNodeDeps } from './deps';
 import { checkDataDir } from './data-dir';
 import { encryptionKeySource, loadSecretBox } from './key-file';
+import { trimMemoryWhenIdle } from './memory-trim';
 import { listen } from './server';
 
 /**
@@ -52,8 +53,18 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   const initialised = await initialise(database.db, deps.now());
   for (const warning of database.warnings) deps.log.warn(warning);
   const { fetch, tasks } = createNodeApp(deps);
-  const { server, url } = await listen(fetch, config);
+  let requests = 0;
+  const { server, url } = await listen((request) => {
+    requests++;
+    return fetch(request);
+  }, config);
   deps.log.info('listening', { url, database: database.location });
+  const stopTrimming = trimMemoryWhenIdle({
+    activity: () => requests,
+    busy: () => tasks.size > 0,
+    trimmed: ({ heapBytesBefore, heapBytesAfter }) =>
+      deps.log.debug('memory given back after a burst', { heap_mb_before: mb(heapBytesBefore), heap_mb_after: mb(heapBytesAfter) }),
+  });
 
   /** Runs `task` now and every `ms`, in the background (tracked: close() waits for it), logging a failure. */
   const periodically = (ms: number, what: string, task: () => Promise<unknown>) => {
@@ -101,6 +112,7 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     database,
     initialised,
     async close(drainMs = 10_000) {
+      stopTrimming();
       clearInterval(sweeper);
       clearInterval(purger);
       closing = true;
@@ -117,3 +129,5 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     },
   };
 }
+
+const mb = (bytes: number) => Math.round(bytes / 1024 / 102.4) / 10;
