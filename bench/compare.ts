@@ -17,7 +17,8 @@ import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, su
  *
  * For each: whole streamed exchanges per second at 32 connections (wrk when installed, else this
  * process as the client: said in the output), the server's CPU per exchange (utime + stime from
- * /proc over the load), the first token added over calling the provider directly (p50/p99 at
+ * /proc over the load) and the fake provider's (which shares the machine: it bounds what any gateway
+ * can serve here), the first token added over calling the provider directly (p50/p99 at
  * concurrency 1 and 32), RSS idle after warm-up, peak under load, and BENCH_SETTLE_SECONDS (12)
  * after the load ended (what a server holds between bursts). Medians over the rounds.
  *
@@ -55,7 +56,7 @@ interface Target {
   stop(): Promise<unknown>;
 }
 
-const fakeUrl = await startFakeProvider();
+const { url: fakeUrl, pid: fakePid } = await startFakeProvider();
 const content = `go\n${fakeDirective(REPLY)}`;
 
 // ── The targets ───────────────────────────────────────────────────────────────────────────────
@@ -160,10 +161,15 @@ async function firstToken(target: Omit<Target, 'pid' | 'stop'>): Promise<number>
 
 const HAS_WRK = spawnSync('wrk', ['--version']).error === undefined;
 
-/** Whole exchanges per second at CONNECTIONS, and the server's CPU ms per exchange. */
+/**
+ * Whole exchanges per second at CONNECTIONS, the server's CPU ms per exchange, and the fake
+ * provider's: on a machine the client, the server and the provider share, what the provider
+ * spends bounds what the server can serve.
+ */
 async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>) {
   const pid = 'pid' in target ? target.pid : undefined;
   const cpuBefore = pid ? cpuMs(pid) : 0;
+  const providerCpuBefore = cpuMs(fakePid);
   if (pid) resetPeakMemory(pid);
   let exchanges: number;
   let seconds: number;
@@ -197,6 +203,7 @@ async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>)
   return {
     exchanges_per_second: round(exchanges / seconds, 0),
     errors,
+    provider_cpu_ms_per_exchange: round((cpuMs(fakePid) - providerCpuBefore) / exchanges, 3),
     ...(pid && {
       server_cpu_ms_per_exchange: round((cpuMs(pid) - cpuBefore) / exchanges, 3),
       peak_rss_mb: round(memoryOf(pid).peakMb, 1),
@@ -242,6 +249,7 @@ function flatten(result: Awaited<ReturnType<typeof measure>> | Awaited<ReturnTyp
   const figures: Figures = {
     exchanges_per_second: result.exchanges_per_second,
     load_errors: result.errors,
+    provider_cpu_ms_per_exchange: result.provider_cpu_ms_per_exchange,
     first_token_c1_p50_ms: result.first_token_c1.p50_ms,
     first_token_c1_p99_ms: result.first_token_c1.p99_ms,
     first_token_c32_p50_ms: result.first_token_c32.p50_ms,

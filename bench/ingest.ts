@@ -16,7 +16,7 @@ import { round, startFakeProvider } from './support';
  */
 
 const FILES = Number(process.env.BENCH_FILES ?? 20);
-const fakeUrl = await startFakeProvider();
+const { url: fakeUrl } = await startFakeProvider();
 
 let providerMs = 0;
 const real = upstreamFetch({ rules: () => ({ allowPrivate: true, allowedHosts: [] }) });

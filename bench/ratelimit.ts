@@ -33,7 +33,7 @@ const POLICIES = Number(process.env.BENCH_POLICIES ?? 10_000);
 const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 1000);
 const CONCURRENCY = 32;
 
-const fakeUrl = await startFakeProvider();
+const { url: fakeUrl } = await startFakeProvider();
 const dataDir = mkdtempSync(join(tmpdir(), 'gateway-bench-ratelimit-'));
 const config = nodeConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
 const database = await openDatabase(config);

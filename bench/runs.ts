@@ -30,7 +30,7 @@ const CONCURRENCY = 32;
 const RESOLVE = process.env.BENCH_VIRTUAL_KEY ?? 'header';
 if (!['header', 'models', 'default'].includes(RESOLVE)) throw new Error(`BENCH_VIRTUAL_KEY: header, models or default, not ${RESOLVE}`);
 
-const fakeUrl = await startFakeProvider();
+const { url: fakeUrl } = await startFakeProvider();
 const env = { LOG_LEVEL: 'warn' };
 
 async function main() {

@@ -36,9 +36,10 @@ export function summarise(samples: number[]) {
 
 /**
  * The fake provider (test/support/fake-upstream.ts) in a process of its own, so that its work is
- * not counted as the gateway's; answers its base URL. Stopped when this process exits.
+ * not counted as the gateway's; answers its base URL and its pid (to read the CPU it spends).
+ * Stopped when this process exits.
  */
-export function startFakeProvider(): Promise<string> {
+export function startFakeProvider(): Promise<{ url: string; pid: number }> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/fake-upstream.ts', '--port', '0'], {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -49,7 +50,7 @@ export function startFakeProvider(): Promise<string> {
     child.stdout.on('data', (chunk: Buffer) => {
       out += chunk;
       const line = out.split('\n')[0];
-      if (out.includes('\n') && line) resolve(line.trim());
+      if (out.includes('\n') && line) resolve({ url: line.trim(), pid: child.pid! });
     });
     child.once('exit', (code) => reject(new Error(`fake upstream exited with ${code}`)));
   });

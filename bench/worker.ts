@@ -38,7 +38,7 @@ const N32 = Number(process.env.BENCH_CONCURRENT ?? 800);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const content = `go\n${fakeDirective({ reply: 'a b c d e f g h' })}`;
 
-const fakeUrl = await startFakeProvider();
+const { url: fakeUrl } = await startFakeProvider();
 const bundleDir = mkdtempSync(join(tmpdir(), 'bench-worker-'));
 // sqld sheds load with 429s when its requests slow down, as they do with this machine's cores busy
 // at 32 runs at a time: not what is measured here.
