@@ -72,7 +72,7 @@ describe('trimMemoryWhenIdle', () => {
     }
   });
 
-  it('trims again only after the heap has grown by the given amount', async () => {
+  it('trims only once the heap has grown by the given amount since the last trim', async () => {
     const state = { requests: 0, busy: false };
     const { reports, stop } = watch(state, 64 * 1024 * 1024);
     try {
