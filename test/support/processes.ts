@@ -44,7 +44,7 @@ export interface GatewayProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** How a gateway process is started: by default node on dist/node.js in this checkout. */
+/** How a gateway process is started: by default as `npm start` runs it, node on dist/node.js in this checkout. */
 export interface GatewayCommand {
   /** The program and its arguments, e.g. `['npm', 'start']`: run in a process group of its own, which stop() signals whole. */
   command?: string[];
@@ -53,7 +53,7 @@ export interface GatewayCommand {
 
 /** Starts the gateway (dist/node.js) and resolves once it logs that it listens (PORT 0 picks a free port). */
 export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_000, how: GatewayCommand = {}): Promise<GatewayProcess> {
-  const [program, ...args] = how.command ?? [process.execPath, '--enable-source-maps', 'dist/node.js'];
+  const [program, ...args] = how.command ?? [process.execPath, 'dist/node.js'];
   const group = how.command !== undefined;
   const child = spawn(program!, args, {
     cwd: how.cwd ?? ROOT,
