@@ -37,3 +37,40 @@ describe('readServerSentData within slices', () => {
     expect(batches.flat()).toEqual(['a', 'b\nc', 'd']);
   });
 });
+
+describe('readServerSentData, a line arriving over many reads', () => {
+  /** `text` as a body cut every `size` bytes: through characters, and with no line ending in most reads. */
+  async function* cutEvery(text: string, size: number): AsyncIterable<Uint8Array> {
+    const bytes = new TextEncoder().encode(text);
+    for (let at = 0; at < bytes.length; at += size) yield bytes.slice(at, at + size);
+  }
+  const read = async (body: AsyncIterable<Uint8Array>, onActivity?: () => void) => {
+    const events: string[] = [];
+    for await (const batch of readServerSentData(body, { maxLineBytes: 1 << 20, maxEventChars: 1 << 20 }, onActivity)) events.push(...batch);
+    return events;
+  };
+
+  it('reads it whole, its characters cut anywhere between reads', async () => {
+    const long = 'é😀x\u2028'.repeat(5000);
+    const body = `data: ${long}\n\ndata: second\r\n\r\ndata: third`;
+    for (const size of [1, 7, 4096]) {
+      expect(await read(cutEvery(body, size))).toEqual([long, 'second', 'third']);
+    }
+  });
+
+  it('counts each read that carries more of a data line as activity before the line ends', async () => {
+    let activity = 0;
+    const events = await read(cutEvery(`data: ${'y'.repeat(10_000)}\n\n`, 1000), () => activity++);
+    expect(events).toEqual(['y'.repeat(10_000)]);
+    // Eleven reads: ten carry the line still open, the last ends it and the event.
+    expect(activity).toBeGreaterThanOrEqual(10);
+  });
+
+  it('still refuses a line past maxLineBytes before it ends', async () => {
+    const body = cutEvery(`data: ${'x'.repeat(5000)}`, 512);
+    const reading = (async () => {
+      for await (const batch of readServerSentData(body, { maxLineBytes: 4096, maxEventChars: 1 << 20 })) void batch;
+    })();
+    await expect(reading).rejects.toThrow('longer than 4096 bytes');
+  });
+});
