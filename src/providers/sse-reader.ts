@@ -67,9 +67,15 @@ export async function* readServerSentData(
         if (dataGrew) onActivity?.();
         continue;
       }
-      unfinished.push(value.subarray(0, ended));
-      const text = decoder.decode(concatBytes(unfinished), { stream: true });
-      unfinished = ended < value.length ? [value.subarray(ended)] : [];
+      let text: string;
+      if (unfinished.length === 0 && ended === value.length) {
+        // The usual chunk: whole events, nothing held.
+        text = decoder.decode(value, { stream: true });
+      } else {
+        unfinished.push(value.subarray(0, ended));
+        text = decoder.decode(concatBytes(unfinished), { stream: true });
+        unfinished = ended < value.length ? [value.subarray(ended)] : [];
+      }
       for (let at = 0; at < text.length; at += FEED_CHARS) {
         if (at > 0 && slices.spent()) await slices.next();
         parser.feed(text.slice(at, at + FEED_CHARS));
