@@ -83,13 +83,13 @@ export function isUniqueViolation(error: unknown, columns: string): boolean {
  * writer thread joins them; other clients are given the joined text.
  */
 export class TextParts {
-  constructor(readonly parts: readonly (string | Uint8Array)[]) {}
-
   /** About its size: the UTF-16 units of its strings and the bytes of its bytes. */
-  get length(): number {
+  readonly length: number;
+
+  constructor(readonly parts: readonly (string | Uint8Array)[]) {
     let length = 0;
-    for (const part of this.parts) length += typeof part === 'string' ? part.length : part.byteLength;
-    return length;
+    for (const part of parts) length += typeof part === 'string' ? part.length : part.byteLength;
+    this.length = length;
   }
 
   toString(): string {

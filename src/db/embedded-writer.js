@@ -138,17 +138,23 @@ function savepointed(write) {
   }
 }
 
+/**
+ * @param {unknown} value
+ * @returns {value is { utf8: Uint8Array[] }}
+ */
+const isTextInParts = (value) => value !== null && typeof value === 'object' && 'utf8' in value && Array.isArray(value.utf8);
+
 /** @param {unknown} value */
-function bound(value) {
-  if (value === null || typeof value !== 'object' || !('utf8' in value) || !Array.isArray(value.utf8)) return value;
-  return Buffer.concat(value.utf8).toString('utf8');
-}
+const bound = (value) => (isTextInParts(value) ? Buffer.concat(value.utf8).toString('utf8') : value);
 
 /**
+ * The writes with their texts in parts joined; a statement without one (nearly all) as it came.
+ *
  * @param {Write[]} writes
  * @returns {Write[]}
  */
-const withTexts = (writes) => writes.map((write) => write.map(([sql, args]) => [sql, Array.isArray(args) ? args.map(bound) : args]));
+const withTexts = (writes) =>
+  writes.map((write) => write.map((statement) => (Array.isArray(statement[1]) && statement[1].some(isTextInParts) ? [statement[0], statement[1].map(bound)] : statement)));
 
 port.on('message', (message) => {
   if (message.type === 'close') {

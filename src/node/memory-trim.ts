@@ -70,8 +70,10 @@ export function trimMemoryWhenIdle(options: MemoryTrimOptions): () => void {
       trim.report.collections++;
       collect();
       finish(trim.report);
-    } else if (quietChecks >= idleChecks && heapBytes() >= baseline + growthBytes) {
-      trim = { report: { heapBytesBefore: heapBytes(), heapBytesAfter: 0, collections: 1 }, secondAt: quietChecks + settleChecks };
+    } else if (quietChecks >= idleChecks) {
+      const heap = heapBytes();
+      if (heap < baseline + growthBytes) return;
+      trim = { report: { heapBytesBefore: heap, heapBytesAfter: 0, collections: 1 }, secondAt: quietChecks + settleChecks };
       collect();
     }
   }, checkMs);

@@ -640,7 +640,9 @@ class Execution {
    */
   #closeMessage(reason: string | null, at: number, usage?: Usage) {
     const message = this.#message!;
-    const annotations = this.#sources.length === 0 ? [] : citations(message.text.toString(), this.#sources);
+    // Joined here only when citations need it, and then once for them and the event.
+    const joined = this.#sources.length === 0 ? null : message.text.toString();
+    const annotations = joined === null ? [] : citations(joined, this.#sources);
     const messagePatch =
       reason === null
         ? { status: 'completed' as const, completedAt: at }
@@ -660,7 +662,7 @@ class Execution {
       ]);
     }
     this.#outbox.onCommit(() => {
-      const content: MessageContent[] = [{ type: 'text', text: { value: message.text.toString(), annotations } }];
+      const content: MessageContent[] = [{ type: 'text', text: { value: joined ?? message.text.toString(), annotations } }];
       return [`thread.message.${messagePatch.status}`, toMessageJson({ ...message.row, content })];
     });
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
