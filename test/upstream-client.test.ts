@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { upstreamFetch } from '../src/node/upstream-fetch';
@@ -124,23 +124,80 @@ describe("Node's upstream client", () => {
     await expect(answered).rejects.toThrow('cancelled by the run');
     await expect.poll(() => closed.includes('/silent')).toBe(true);
   });
+
+  it('rejects a read pending when its signal aborts, with the signal reason, and drops the connection', async () => {
+    handlers.set('/stalls', (_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.write('data: first\n\n');
+    });
+    const controller = new AbortController();
+    const answer = await client(`${base}/stalls`, { ...POST, signal: controller.signal });
+    const chunks = answer.body![Symbol.asyncIterator]();
+    expect(Buffer.from((await chunks.next()).value!).toString()).toBe('data: first\n\n');
+    const pending = chunks.next();
+    controller.abort(new Error('the run expired'));
+    await expect(pending).rejects.toThrow('the run expired');
+    await expect.poll(() => closed.includes('/stalls')).toBe(true);
+  });
+
+  it('stops reading from a provider while its body is not read, and reads all of it once it is', async () => {
+    const size = 64 * 1024 * 1024;
+    let sent = 0;
+    handlers.set('/flood', (_request, response) => {
+      response.writeHead(200, { 'content-length': String(size) });
+      const chunk = Buffer.alloc(64 * 1024, 97);
+      const send = () => {
+        while (sent < size) {
+          sent += chunk.length;
+          if (!response.write(chunk)) return void response.once('drain', send);
+        }
+        response.end();
+      };
+      send();
+    });
+    const answer = await client(`${base}/flood`, POST);
+    // Nobody reads: the client keeps its high-water mark and pauses, so the provider's writes back
+    // up once the kernel's buffers are full (a few MiB on loopback), far short of the whole body.
+    let before = -1;
+    while (sent !== before) {
+      before = sent;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    expect(sent).toBeLessThan(size / 2);
+    let read = 0;
+    for await (const chunk of answer.body!) read += chunk.byteLength;
+    expect(read).toBe(size);
+  });
+
+  it('skips an informational answer (103 Early Hints) for the one that follows it', async () => {
+    handlers.set('/hints', (_request, response) => {
+      response.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' });
+      response.writeHead(201, { 'content-type': 'text/plain' });
+      response.end('created');
+    });
+    const answer = await client(`${base}/hints`, POST);
+    expect(answer.status).toBe(201);
+    expect(await text(answer)).toBe('created');
+  });
 });
 
 describe('after `[DONE]`', () => {
   /** A server answering every POST with one event and `[DONE]`, then doing `after` with the response. */
   async function sseServer(after: (response: ServerResponse) => void) {
-    let connections = 0;
-    const sse = createServer((_request, response) => {
+    // The connections that carried a call: undici may open a spare one after a connection it
+    // dropped, which no call uses.
+    const connections = new Set<Socket>();
+    const sse = createServer((request, response) => {
+      connections.add(request.socket);
       response.writeHead(200, { 'content-type': 'text/event-stream' });
       response.write('data: {"x":1}\n\ndata: [DONE]\n\n');
       after(response);
     });
-    sse.on('connection', () => connections++);
     await new Promise<void>((resolve) => sse.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(sse.address() as AddressInfo).port}/v1/chat/completions`;
     return {
       url,
-      connections: () => connections,
+      connections: () => connections.size,
       close: async () => {
         sse.closeAllConnections();
         await new Promise<void>((resolve) => sse.close(() => resolve()));

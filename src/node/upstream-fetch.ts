@@ -1,11 +1,12 @@
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
-import { pipeline, type Readable, type Transform } from 'node:stream';
+import { pipeline, Readable, type Transform } from 'node:stream';
 import { constants, createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import type { Agent } from 'undici';
 import type { IncomingHttpHeaders } from 'undici/types/header';
 import { checkResolvedAddress, type UpstreamUrlOptions } from '../lib/upstream-url';
 import { UpstreamError, type UpstreamAnswer, type UpstreamFetch } from '../providers/types';
+import { requestUpstream, type UpstreamBody } from './upstream-request';
 
 type Resolve = (hostname: string) => Promise<{ address: string }[]>;
 
@@ -13,10 +14,10 @@ const resolveAll: Resolve = (hostname) => dnsLookup(hostname, { all: true, verba
 
 /**
  * Node's upstream client: undici's pooled dispatcher (an Agent keeps a pool of kept-alive
- * connections per origin), whose `request` answers with the status, the headers and a Node
- * stream, where `fetch` builds a Request, Headers, a Response and web streams around the same
- * bytes, and copies the request body to follow redirects (which the gateway refuses anyway):
- * fetch was a tenth of a run's CPU. undici's own timeouts are off: every call carries the
+ * connections per origin), dispatched to directly (upstream-request.ts): the status, the headers
+ * and the body's chunks as they arrive, where `fetch` builds a Request, Headers, a Response and
+ * web streams around the same bytes, and copies the request body to follow redirects (which the
+ * gateway refuses anyway): fetch was a tenth of a run's CPU. undici's own timeouts are off: every call carries the
  * gateway's (providers/chat.ts, embeddings.ts). A 3xx is an answer like any other, never followed.
  *
  * The gateway asks for no compression, but an upstream may compress anyway: gzip, deflate and br
@@ -67,17 +68,11 @@ export function upstreamFetch(options: {
         if (problem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${problem}`);
       }
     }
-    const answer = await (await agentOf()).request({
-      origin: url.origin,
-      path: `${url.pathname}${url.search}`,
-      method: init.method,
-      headers: init.headers,
-      body: init.body,
-      signal: init.signal ?? null,
-    });
-    // A body that fails (aborted, cut) while no reader listens is not the process's failure: a
-    // reader sees the error through its iterator.
-    answer.body.on('error', ignore);
+    const answer = await requestUpstream(
+      await agentOf(),
+      { origin: url.origin, path: `${url.pathname}${url.search}`, method: init.method, headers: init.headers, body: init.body },
+      init.signal ?? null,
+    );
     return {
       status: answer.statusCode,
       headers: { get: (name) => headerOf(answer.headers, name) },
@@ -98,7 +93,7 @@ function headerOf(headers: IncomingHttpHeaders, name: string): string | null {
 const MAX_CODINGS = 5;
 
 /** The body decompressed as its Content-Encoding says, innermost coding last; unknown codings pass as is. */
-function decoded(body: Readable, contentEncoding: string | null): Readable {
+function decoded(body: UpstreamBody, contentEncoding: string | null): AsyncIterable<Uint8Array> {
   if (contentEncoding === null) return body;
   const codings = contentEncoding
     .toLowerCase()
@@ -107,7 +102,7 @@ function decoded(body: Readable, contentEncoding: string | null): Readable {
     .filter((coding) => coding !== '' && coding !== 'identity');
   if (codings.length === 0) return body;
   if (codings.length > MAX_CODINGS) {
-    body.destroy();
+    void body.return();
     throw new UpstreamError('protocol', `The upstream answered with more than ${MAX_CODINGS} content codings.`);
   }
   const decoders: (() => Transform)[] = [];
@@ -116,8 +111,9 @@ function decoded(body: Readable, contentEncoding: string | null): Readable {
     if (decoder === undefined) return body;
     decoders.push(decoder);
   }
-  // A reader iterates the last; destroying it (a reader letting go) destroys every stream before it.
-  let last: Readable = body;
+  // A reader iterates the last; destroying it (a reader letting go) destroys every stream before
+  // it, the body's included, which aborts the request.
+  let last: Readable = Readable.from(body, { objectMode: false });
   for (const decoder of decoders) last = pipeline(last, decoder(), ignore);
   return last;
 }
