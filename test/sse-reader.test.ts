@@ -14,20 +14,21 @@ async function* oneChunk(text: string): AsyncIterable<Uint8Array> {
 }
 
 describe('readServerSentData within slices', () => {
-  it('frames a 64 KiB chunk of tiny events part by part, waiting for the next slice between parts', async () => {
+  it('frames a 64 KiB chunk of tiny events part by part, waiting for the next slice before each part', async () => {
     const count = 3000;
     const body = Array.from({ length: count }, (_, i) => `data: {"i":${i}}\n\n`).join('');
     expect(body.length).toBeGreaterThan(32 * 1024);
-    // A slice that is always spent: the reader waits before every part after a chunk's first.
-    let waits = 0;
-    const spentAlways: Slices = { spent: () => true, next: async () => void waits++ };
+    // A slice that is always spent: the reader waits before every part, the chunk's first
+    // included (it arrived once the slice was spent), and before looking at the chunk at all.
+    const log: string[] = [];
+    const spentAlways: Slices = { spent: () => true, next: async () => void log.push('wait') };
     const batches: string[][] = [];
-    for await (const batch of readServerSentData(oneChunk(body), { maxLineBytes: 65_536, maxEventChars: 65_536 }, undefined, undefined, spentAlways)) {
-      batches.push(batch);
-    }
+    const read = readServerSentData(oneChunk(body), { maxLineBytes: 65_536, maxEventChars: 65_536 }, () => log.push('activity'), undefined, spentAlways);
+    for await (const batch of read) batches.push(batch);
     expect(batches.flat()).toEqual(Array.from({ length: count }, (_, i) => `{"i":${i}}`));
     expect(batches.length).toBeGreaterThan(1);
-    expect(waits).toBe(Math.ceil(body.length / (16 * 1024)) - 1);
+    expect(log.filter((entry) => entry === 'wait')).toHaveLength(Math.ceil(body.length / (16 * 1024)));
+    expect(log[0]).toBe('wait');
   });
 
   it('reads the same events unsliced', async () => {

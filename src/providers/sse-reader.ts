@@ -19,7 +19,9 @@ import { release } from './upstream-text';
  *
  * A chunk is parsed FEED_CHARS at a time, within the event loop's `slices`: a read of 64 KiB of
  * tiny events is three thousand of them, a few ms to frame, and several upstreams' reads land in
- * the same turn of the event loop.
+ * the same turn of the event loop. A chunk that arrives once the slice is spent waits for the
+ * next one before any of it is looked at: chunks arrive in the poll phase, where each upstream's
+ * read would otherwise scan, decode and frame its first part whatever the slice had left.
  *
  * The bytes after a chunk's last line ending (a line still arriving) are kept as bytes and
  * decoded with the chunk that ends the line. A line that arrives over many reads (a long answer's
@@ -57,6 +59,7 @@ export async function* readServerSentData(
     for (;;) {
       const { done, value } = await chunks.next();
       if (done) break;
+      if (slices.spent()) await slices.next();
       const dataGrew = line.advance(value);
       if (line.bytes > limits.maxLineBytes) {
         throw new UpstreamError('protocol', `The upstream sent a server-sent event line longer than ${limits.maxLineBytes} bytes.`);
