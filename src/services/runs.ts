@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Config } from '../config';
-import { batchRaw, batchRawResults, batchWrites, insertStatement, isUniqueViolation, rowOf, TextParts, updateStatement, type Db, type RawStatement, type Statement } from '../db/client';
+import { batchRaw, batchRawResults, batchWrites, insertStatement, isUniqueViolation, preparedQuery, rowOf, TextParts, updateStatement, type Db, type RawStatement, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { TextBuilder } from '../lib/text';
@@ -127,18 +127,33 @@ export async function insertThreadAndRun(
   await batchWrites(db, [...statements, ...extra]);
 }
 
-export async function getRun(db: Db, workspaceId: string, threadId: string, runId: string): Promise<RunRow> {
-  const [row] = await db
+// Prepared: a run is read on every poll of it (GET …/runs/{run_id}), and Drizzle building the
+// SQL of a select of every column cost more than the read itself.
+const runInThread = preparedQuery((db) =>
+  db
     .select()
     .from(runs)
-    .where(and(eq(runs.id, runId), eq(runs.threadId, threadId), eq(runs.workspaceId, workspaceId)))
-    .limit(1);
+    .where(
+      and(
+        eq(runs.id, sql.placeholder('runId')),
+        eq(runs.threadId, sql.placeholder('threadId')),
+        eq(runs.workspaceId, sql.placeholder('workspaceId')),
+      ),
+    )
+    .limit(1)
+    .prepare(),
+);
+
+const runById = preparedQuery((db) => db.select().from(runs).where(eq(runs.id, sql.placeholder('runId'))).limit(1).prepare());
+
+export async function getRun(db: Db, workspaceId: string, threadId: string, runId: string): Promise<RunRow> {
+  const [row] = await runInThread(db).all({ runId, threadId, workspaceId });
   if (!row) throw new ApiError('run_not_found', `No run found with id '${runId}'.`);
   return row;
 }
 
 export async function getRunById(db: Db, runId: string): Promise<RunRow | null> {
-  const [row] = await db.select().from(runs).where(eq(runs.id, runId)).limit(1);
+  const [row] = await runById(db).all({ runId });
   return row ?? null;
 }
 
