@@ -1,5 +1,5 @@
 import { and, asc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
-import { batchWrites, type Db, type Statement } from '../db/client';
+import { batchWrites, preparedQuery, type Db, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
@@ -18,12 +18,18 @@ export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
 const runHoldingThread = (threadId: string) =>
   sql`SELECT 1 FROM ${runs} WHERE ${runs.threadId} = ${threadId} AND ${holdsThreadSql}`;
 
-export async function getThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow> {
-  const [row] = await db
+// Prepared: every route under a thread reads it first (its messages, runs and steps).
+const threadById = preparedQuery((db) =>
+  db
     .select()
     .from(threads)
-    .where(and(eq(threads.id, id), eq(threads.workspaceId, workspaceId)))
-    .limit(1);
+    .where(and(eq(threads.id, sql.placeholder('id')), eq(threads.workspaceId, sql.placeholder('workspaceId'))))
+    .limit(1)
+    .prepare(),
+);
+
+export async function getThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow> {
+  const [row] = await threadById(db).all({ id, workspaceId });
   if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
   return row;
 }
