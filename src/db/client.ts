@@ -58,6 +58,26 @@ export function preparedQuery<T>(build: (db: Db) => T): (db: Db) => T {
 }
 
 /**
+ * preparedQuery for a query whose SQL takes a few shapes (an order, a filter present or not): one
+ * prepared per database and shape, `shapeOf` naming the shape of the arguments `build` takes. The
+ * shapes must be few (they are kept), and everything `build` puts in the SQL must be in the name.
+ */
+export function preparedQueries<Args extends unknown[], T>(build: (db: Db, ...args: Args) => T, shapeOf: (...args: Args) => string): (db: Db, ...args: Args) => T {
+  const prepared = new WeakMap<Db, Map<string, T>>();
+  return (db, ...args) => {
+    let shapes = prepared.get(db);
+    if (shapes === undefined) prepared.set(db, (shapes = new Map()));
+    const shape = shapeOf(...args);
+    let query = shapes.get(shape);
+    if (query === undefined) {
+      query = build(db, ...args);
+      shapes.set(shape, query);
+    }
+    return query;
+  };
+}
+
+/**
  * Whether `error` is SQLite refusing a write for a duplicate in a unique index on `columns`
  * (`runs.thread_id`), as each driver reports it: the embedded client's SqliteError (code
  * SQLITE_CONSTRAINT_UNIQUE), @libsql/client's LibsqlError or LibsqlBatchError over HTTP (code

@@ -1,11 +1,11 @@
 import { and, count, eq, isNull, sql } from 'drizzle-orm';
-import { preparedQuery, type Db } from '../db/client';
+import { preparedQueries, preparedQuery, type Db } from '../db/client';
 import { assistants } from '../db/schema';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
 import type { CreateAssistantBody, ModifyAssistantBody } from '../schemas/assistants';
 import type { CursorListQuery } from '../schemas/common';
-import { cursorPage } from './pagination';
+import { cursorPage, type PageQuery } from './pagination';
 import { insertWhere, quotaExceeded } from './quotas';
 
 /**
@@ -112,10 +112,21 @@ export function listAssistants(db: Db, workspaceId: string, query: CursorListQue
         .limit(1);
       return row?.seq;
     },
-    select: (where, orderBy, limit) =>
-      db.select().from(assistants).where(and(live(workspaceId), where)).orderBy(orderBy).limit(limit),
+    select: (page) => assistantPage(db, page).all({ ...page.values, workspaceId }),
   });
 }
+
+const assistantPage = preparedQueries(
+  (db, page: PageQuery) =>
+    db
+      .select()
+      .from(assistants)
+      .where(and(eq(assistants.workspaceId, sql.placeholder('workspaceId')), isNull(assistants.deletedAt), page.where))
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
+  (page) => page.shape,
+);
 
 /**
  * Changes the fields `body` sends, in one statement; 404 as getAssistant. Nothing counts against

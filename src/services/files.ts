@@ -1,9 +1,9 @@
-import { and, eq, gt, inArray, isNotNull, isNull, lte, or, sql, type SQL } from 'drizzle-orm';
-import type { Db } from '../db/client';
+import { and, eq, gt, inArray, isNotNull, isNull, lte, or, sql, type Placeholder, type SQL } from 'drizzle-orm';
+import { preparedQueries, type Db } from '../db/client';
 import { files, vectorStoreChunks, vectorStoreFiles, type FilePurpose } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
-import { cursorPage } from './pagination';
+import { cursorPage, type PageQuery } from './pagination';
 import { insertWhere, quotaExceeded } from './quotas';
 
 /**
@@ -37,7 +37,7 @@ export const storageExceeded = (held: number, maxBytes: number) =>
   );
 
 /** Not expired at `now` (without `now`, whatever its expiry). */
-const current = (now: number | undefined): SQL | undefined =>
+const current = (now: number | Placeholder | undefined): SQL | undefined =>
   now === undefined ? undefined : or(isNull(files.expiresAt), gt(files.expiresAt, now));
 
 /** The workspace's file; 404 `file_not_found` when unknown, expired at `now`, or another workspace's. */
@@ -60,7 +60,7 @@ export async function listFiles(
   query: Omit<CursorListQuery, 'before'> & { purpose?: FilePurpose },
   now: number,
 ): Promise<{ rows: FileRow[]; hasMore: boolean }> {
-  const scope = and(eq(files.workspaceId, workspaceId), query.purpose === undefined ? undefined : eq(files.purpose, query.purpose), current(now));
+  const ofPurpose = query.purpose !== undefined;
   return cursorPage(query, {
     seq: files.seq,
     noun: 'file',
@@ -68,12 +68,32 @@ export async function listFiles(
       const [row] = await db.select({ seq: files.seq }).from(files).where(and(eq(files.workspaceId, workspaceId), eq(files.id, id))).limit(1);
       return row?.seq;
     },
-    select: async (where, orderBy, limit) => {
-      const rows = await db.select().from(files).where(and(scope, where)).orderBy(orderBy).limit(limit);
+    select: async (page) => {
+      const rows = await filePage(db, page, ofPurpose).all({ ...page.values, workspaceId, purpose: query.purpose, now });
       return rows.map(({ seq: _seq, ...row }) => row);
     },
   });
 }
+
+/** The files of a page: the workspace's, of a purpose if given, not expired at `now`. */
+const filePage = preparedQueries(
+  (db, page: PageQuery, ofPurpose: boolean) =>
+    db
+      .select()
+      .from(files)
+      .where(
+        and(
+          eq(files.workspaceId, sql.placeholder('workspaceId')),
+          ofPurpose ? eq(files.purpose, sql.placeholder('purpose')) : undefined,
+          current(sql.placeholder('now')),
+          page.where,
+        ),
+      )
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
+  (page, ofPurpose) => `${page.shape}${ofPurpose ? ' of a purpose' : ''}`,
+);
 
 /**
  * Deletes the workspace's file, and with it, in the same batch, its place in every vector store

@@ -1,4 +1,4 @@
-import { and, asc, desc, gt, lt, type SQL } from 'drizzle-orm';
+import { and, asc, desc, gt, lt, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
@@ -8,6 +8,10 @@ import type { CursorListQuery } from '../schemas/common';
  * in `order`; `after` continues past its id; `before` gives the page just before its id (read
  * backwards from it, then turned around), so following `first_id` with `before` walks back page by
  * page. One extra row tells whether more exist.
+ *
+ * A list asks for its page with a query of its own built from `PageQuery` (its bounds, order and
+ * row count as placeholders) and prepared once per shape (preparedQueries in db/client.ts): lists
+ * are read as often as runs are polled, and Drizzle building a select's SQL cost more than the read.
  */
 export async function cursorPage<Row>(
   query: CursorListQuery,
@@ -15,8 +19,8 @@ export async function cursorPage<Row>(
     seq: SQLiteColumn;
     /** The seq of a cursor id within the caller's scope, or undefined when there is none. */
     seqOf: (id: string) => Promise<number | undefined>;
-    /** Rows of the caller's scope that also satisfy `where`, in `orderBy`, at most `limit`. */
-    select: (where: SQL | undefined, orderBy: SQL, limit: number) => Promise<Row[]>;
+    /** Rows of the caller's scope that also satisfy `page.where`, in `page.orderBy`, at most `page.limit`. */
+    select: (page: PageQuery) => Promise<Row[]>;
     /** What the cursor names, for the error: "assistant", "message". */
     noun: string;
   },
@@ -34,16 +38,32 @@ export async function cursorPage<Row>(
   const beforeSeq = await cursor(query.before, 'before');
   const backwards = beforeSeq !== undefined && afterSeq === undefined;
   const { seq } = options;
-  const rows = await options.select(
-    and(
-      afterSeq === undefined ? undefined : ascending ? gt(seq, afterSeq) : lt(seq, afterSeq),
-      beforeSeq === undefined ? undefined : ascending ? lt(seq, beforeSeq) : gt(seq, beforeSeq),
+  const after = sql.placeholder('afterSeq');
+  const before = sql.placeholder('beforeSeq');
+  const rows = await options.select({
+    shape: `${ascending ? 'asc' : 'desc'}${afterSeq === undefined ? '' : ' after'}${beforeSeq === undefined ? '' : ' before'}`,
+    where: and(
+      afterSeq === undefined ? undefined : ascending ? gt(seq, after) : lt(seq, after),
+      beforeSeq === undefined ? undefined : ascending ? lt(seq, before) : gt(seq, before),
     ),
-    ascending !== backwards ? asc(seq) : desc(seq),
-    query.limit + 1,
-  );
+    orderBy: ascending !== backwards ? asc(seq) : desc(seq),
+    limit: sql.placeholder('limit'),
+    values: { afterSeq, beforeSeq, limit: query.limit + 1 },
+  });
   const page = rows.slice(0, query.limit);
   if (backwards) page.reverse();
   return { rows: page, hasMore: rows.length > query.limit };
 }
 
+/** One page's query, as cursorPage asks a list for it. */
+export interface PageQuery {
+  /** What the page's SQL depends on (its order and which cursors it has): a prepared query per shape. */
+  shape: string;
+  /** The cursors' bounds on `seq`, as placeholders, or undefined. */
+  where: SQL | undefined;
+  orderBy: SQL;
+  /** The row count, as a placeholder. */
+  limit: Placeholder;
+  /** The placeholders' values, to execute the query with (beside the list's own). */
+  values: { afterSeq: number | undefined; beforeSeq: number | undefined; limit: number };
+}

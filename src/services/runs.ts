@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Config } from '../config';
-import { batchRaw, batchRawResults, batchWrites, insertStatement, isUniqueViolation, preparedQuery, rowOf, TextParts, updateStatement, type Db, type RawStatement, type Statement } from '../db/client';
+import { batchRaw, batchRawResults, batchWrites, insertStatement, isUniqueViolation, preparedQueries, preparedQuery, rowOf, TextParts, updateStatement, type Db, type RawStatement, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { TextBuilder } from '../lib/text';
@@ -8,7 +8,7 @@ import type { Usage } from '../providers/types';
 import type { CursorListQuery } from '../schemas/common';
 import type { TokenTicket } from '../schemas/policies';
 import type { ToolCallsDetails } from '../schemas/runs';
-import { cursorPage } from './pagination';
+import { cursorPage, type PageQuery } from './pagination';
 import type { MessageRow, ThreadRow } from './threads';
 
 /**
@@ -85,15 +85,15 @@ export function listRuns(db: Db, threadId: string, query: CursorListQuery) {
         .limit(1);
       return row?.seq;
     },
-    select: (where, orderBy, limit) =>
-      db
-        .select()
-        .from(runs)
-        .where(and(eq(runs.threadId, threadId), where))
-        .orderBy(orderBy)
-        .limit(limit),
+    select: (page) => runPage(db, page).all({ ...page.values, threadId }),
   });
 }
+
+const runPage = preparedQueries(
+  (db, page: PageQuery) =>
+    db.select().from(runs).where(and(eq(runs.threadId, sql.placeholder('threadId')), page.where)).orderBy(page.orderBy).limit(page.limit).prepare(),
+  (page) => page.shape,
+);
 
 /** A run's metadata, replaced whatever the run's status; 404 as getRun. */
 export async function setRunMetadata(db: Db, workspaceId: string, threadId: string, runId: string, metadata: Record<string, string>): Promise<RunRow> {
@@ -223,15 +223,15 @@ export function listStepsPage(db: Db, runId: string, query: CursorListQuery) {
         .limit(1);
       return row?.seq;
     },
-    select: (where, orderBy, limit) =>
-      db
-        .select()
-        .from(runSteps)
-        .where(and(eq(runSteps.runId, runId), where))
-        .orderBy(orderBy)
-        .limit(limit),
+    select: (page) => stepPage(db, page).all({ ...page.values, runId }),
   });
 }
+
+const stepPage = preparedQueries(
+  (db, page: PageQuery) =>
+    db.select().from(runSteps).where(and(eq(runSteps.runId, sql.placeholder('runId')), page.where)).orderBy(page.orderBy).limit(page.limit).prepare(),
+  (page) => page.shape,
+);
 
 export async function getStep(db: Db, runId: string, stepId: string): Promise<StepRow> {
   const [row] = await db

@@ -1,11 +1,11 @@
 import { and, asc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
-import { batchWrites, preparedQuery, type Db, type Statement } from '../db/client';
+import { batchWrites, preparedQueries, preparedQuery, type Db, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import type { ModifyMessageBody, ModifyThreadBody } from '../schemas/threads';
 import type { ToolResources } from '../schemas/tools';
-import { cursorPage } from './pagination';
+import { cursorPage, type PageQuery } from './pagination';
 import { insertWhere } from './quotas';
 
 /** Threads and their messages: their queries (their JSON is wire/threads.ts). */
@@ -144,7 +144,7 @@ export async function deleteMessage(db: Db, workspaceId: string, threadId: strin
 
 /** One page of a thread's messages (see cursorPage), optionally those of one run. */
 export function listMessages(db: Db, threadId: string, query: CursorListQuery & { run_id?: string }) {
-  const inThread = and(eq(messages.threadId, threadId), query.run_id ? eq(messages.runId, query.run_id) : undefined);
+  const runId = query.run_id;
   return cursorPage(query, {
     seq: messages.seq,
     noun: 'message in this thread',
@@ -156,8 +156,20 @@ export function listMessages(db: Db, threadId: string, query: CursorListQuery & 
         .limit(1);
       return row?.seq;
     },
-    select: (where, orderBy, limit) => db.select().from(messages).where(and(inThread, where)).orderBy(orderBy).limit(limit),
+    select: (page) => messagePage(db, page, runId !== undefined).all({ ...page.values, threadId, runId }),
   });
 }
+
+const messagePage = preparedQueries(
+  (db, page: PageQuery, ofRun: boolean) =>
+    db
+      .select()
+      .from(messages)
+      .where(and(eq(messages.threadId, sql.placeholder('threadId')), ofRun ? eq(messages.runId, sql.placeholder('runId')) : undefined, page.where))
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
+  (page, ofRun) => `${page.shape}${ofRun ? ' of a run' : ''}`,
+);
 
 export type { MessageStatus };

@@ -1,5 +1,5 @@
 import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
-import type { Db, Statement } from '../db/client';
+import { preparedQueries, type Db, type Statement } from '../db/client';
 import {
   files,
   vectorStoreChunks,
@@ -14,7 +14,7 @@ import {
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import type { ListVectorStoreFilesQuery, UpdateVectorStoreBody } from '../schemas/vector-stores';
-import { cursorPage } from './pagination';
+import { cursorPage, type PageQuery } from './pagination';
 import { insertWhere } from './quotas';
 
 /**
@@ -56,17 +56,32 @@ export async function getVectorStore(db: Db, workspaceId: string, id: string): P
 }
 
 export function listVectorStores(db: Db, workspaceId: string, query: CursorListQuery) {
-  const inWorkspace = eq(vectorStores.workspaceId, workspaceId);
   return cursorPage(query, {
     seq: vectorStores.seq,
     noun: 'vector store',
     seqOf: async (id) => {
-      const [row] = await db.select({ seq: vectorStores.seq }).from(vectorStores).where(and(inWorkspace, eq(vectorStores.id, id))).limit(1);
+      const [row] = await db
+        .select({ seq: vectorStores.seq })
+        .from(vectorStores)
+        .where(and(eq(vectorStores.workspaceId, workspaceId), eq(vectorStores.id, id)))
+        .limit(1);
       return row?.seq;
     },
-    select: (where, orderBy, limit) => db.select().from(vectorStores).where(and(inWorkspace, where)).orderBy(orderBy).limit(limit),
+    select: (page) => storePage(db, page).all({ ...page.values, workspaceId }),
   });
 }
+
+const storePage = preparedQueries(
+  (db, page: PageQuery) =>
+    db
+      .select()
+      .from(vectorStores)
+      .where(and(eq(vectorStores.workspaceId, sql.placeholder('workspaceId')), page.where))
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
+  (page) => page.shape,
+);
 
 /** Changes the fields `body` sends; `expires_after` moves `expires_at` from the store's last activity. */
 export async function updateVectorStore(db: Db, workspaceId: string, id: string, body: UpdateVectorStoreBody): Promise<VectorStoreRow> {
@@ -214,11 +229,8 @@ export async function getStoreFile(db: Db, storeId: string, fileId: string): Pro
 }
 
 export function listStoreFiles(db: Db, scope: { storeId: string; batchId?: string }, query: ListVectorStoreFilesQuery) {
-  const inScope = and(
-    eq(vectorStoreFiles.vectorStoreId, scope.storeId),
-    scope.batchId === undefined ? undefined : eq(vectorStoreFiles.batchId, scope.batchId),
-    query.filter === undefined ? undefined : eq(vectorStoreFiles.status, query.filter),
-  );
+  const values = { storeId: scope.storeId, batchId: scope.batchId, status: query.filter };
+  const filters = { ofBatch: scope.batchId !== undefined, ofStatus: query.filter !== undefined };
   return cursorPage(query, {
     seq: vectorStoreFiles.seq,
     noun: 'file in this vector store',
@@ -226,9 +238,28 @@ export function listStoreFiles(db: Db, scope: { storeId: string; batchId?: strin
       const [row] = await db.select({ seq: vectorStoreFiles.seq }).from(vectorStoreFiles).where(fileOf(scope.storeId, id)).limit(1);
       return row?.seq;
     },
-    select: (where, orderBy, limit) => db.select().from(vectorStoreFiles).where(and(inScope, where)).orderBy(orderBy).limit(limit),
+    select: (page) => storeFilePage(db, page, filters).all({ ...page.values, ...values }),
   });
 }
+
+const storeFilePage = preparedQueries(
+  (db, page: PageQuery, filters: { ofBatch: boolean; ofStatus: boolean }) =>
+    db
+      .select()
+      .from(vectorStoreFiles)
+      .where(
+        and(
+          eq(vectorStoreFiles.vectorStoreId, sql.placeholder('storeId')),
+          filters.ofBatch ? eq(vectorStoreFiles.batchId, sql.placeholder('batchId')) : undefined,
+          filters.ofStatus ? eq(vectorStoreFiles.status, sql.placeholder('status')) : undefined,
+          page.where,
+        ),
+      )
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
+  (page, filters) => `${page.shape}${filters.ofBatch ? ' of a batch' : ''}${filters.ofStatus ? ' in a status' : ''}`,
+);
 
 export async function updateStoreFileAttributes(
   db: Db,
