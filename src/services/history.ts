@@ -1,5 +1,5 @@
 import { and, asc, eq, ne, or, sql } from 'drizzle-orm';
-import type { Db } from '../db/client';
+import { preparedQueries, preparedQuery, type Db } from '../db/client';
 import { messages, runs, runSteps } from '../db/schema';
 import type { StepRow } from './runs';
 import type { MessageRow } from './threads';
@@ -42,42 +42,56 @@ export async function readHistory(db: Db, of: HistoryOf, maxBytes: number): Prom
 }
 
 function historyMessages(db: Db, { workspaceId, threadId }: HistoryOf, maxBytes: number): Promise<MessageRow[]> {
-  const inThread = and(eq(messages.threadId, threadId), eq(messages.workspaceId, workspaceId));
+  return messagesKept(db).all({ workspaceId, threadId, maxBytes });
+}
+
+// Prepared (db/client.ts): every turn of every run reads its thread's history.
+const messagesKept = preparedQuery((db) => {
+  const inThread = and(eq(messages.threadId, sql.placeholder('threadId')), eq(messages.workspaceId, sql.placeholder('workspaceId')));
   const size = sql`length(CAST(${messages.content} AS BLOB))`;
   // `newer`: the bytes of the messages after this one. A message is kept while they leave room.
   const kept = sql`SELECT seq FROM (
       SELECT ${messages.seq} AS seq, sum(${size}) OVER (ORDER BY ${messages.seq} DESC) - ${size} AS newer
       FROM ${messages} WHERE ${inThread}
-    ) WHERE newer < ${maxBytes}`;
+    ) WHERE newer < ${sql.placeholder('maxBytes')}`;
   return db
     .select()
     .from(messages)
     .where(and(inThread, sql`${messages.seq} IN (${kept})`))
-    .orderBy(asc(messages.seq));
-}
+    .orderBy(asc(messages.seq))
+    .prepare();
+});
 
 function historySteps(db: Db, { workspaceId, threadId, runId }: HistoryOf, maxBytes: number): Promise<HistoryStep[]> {
-  const size = sql`length(CAST(${runSteps.stepDetails} AS BLOB))`;
-  const inThread = and(eq(runs.threadId, threadId), eq(runs.workspaceId, workspaceId));
-  const shown = and(
-    inThread,
-    runId === null ? undefined : ne(runs.id, runId),
-    or(eq(runSteps.type, 'message_creation'), eq(runSteps.status, 'completed')),
-  );
-  const kept = sql`SELECT seq FROM (
+  return stepsKept(db, runId !== null).all({ workspaceId, threadId, runId, maxBytes });
+}
+
+const stepsKept = preparedQueries(
+  (db, ofOtherRuns: boolean) => {
+    const size = sql`length(CAST(${runSteps.stepDetails} AS BLOB))`;
+    const inThread = and(eq(runs.threadId, sql.placeholder('threadId')), eq(runs.workspaceId, sql.placeholder('workspaceId')));
+    const shown = and(
+      inThread,
+      ofOtherRuns ? ne(runs.id, sql.placeholder('runId')) : undefined,
+      or(eq(runSteps.type, 'message_creation'), eq(runSteps.status, 'completed')),
+    );
+    const kept = sql`SELECT seq FROM (
       SELECT ${runSteps.seq} AS seq, sum(${size}) OVER (ORDER BY ${runs.seq} DESC, ${runSteps.seq} DESC) - ${size} AS newer
       FROM ${runSteps} INNER JOIN ${runs} ON ${runs.id} = ${runSteps.runId} WHERE ${shown}
-    ) WHERE newer < ${maxBytes}`;
-  return db
-    .select({
-      runId: runSteps.runId,
-      type: runSteps.type,
-      status: runSteps.status,
-      stepDetails: runSteps.stepDetails,
-      runCreatedAt: runs.createdAt,
-    })
-    .from(runSteps)
-    .innerJoin(runs, eq(runs.id, runSteps.runId))
-    .where(and(inThread, sql`${runSteps.seq} IN (${kept})`))
-    .orderBy(asc(runs.seq), asc(runSteps.seq));
-}
+    ) WHERE newer < ${sql.placeholder('maxBytes')}`;
+    return db
+      .select({
+        runId: runSteps.runId,
+        type: runSteps.type,
+        status: runSteps.status,
+        stepDetails: runSteps.stepDetails,
+        runCreatedAt: runs.createdAt,
+      })
+      .from(runSteps)
+      .innerJoin(runs, eq(runs.id, runSteps.runId))
+      .where(and(inThread, sql`${runSteps.seq} IN (${kept})`))
+      .orderBy(asc(runs.seq), asc(runSteps.seq))
+      .prepare();
+  },
+  (ofOtherRuns) => (ofOtherRuns ? 'without a run' : 'all'),
+);

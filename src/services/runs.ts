@@ -9,7 +9,7 @@ import type { CursorListQuery } from '../schemas/common';
 import type { TokenTicket } from '../schemas/policies';
 import type { ToolCallsDetails } from '../schemas/runs';
 import { cursorPage, type PageQuery } from './pagination';
-import type { MessageRow, ThreadRow } from './threads';
+import { threadRows, type MessageRow, type ThreadRow } from './threads';
 
 /**
  * Runs and run steps: their queries (their JSON is wire/runs.ts). The engine (runs/engine.ts)
@@ -64,13 +64,18 @@ export async function insertRunOnThread(db: Db, threadMessages: MessageRow[], ru
 
 /** The run that holds the thread (db/schema.ts, THREAD_HOLDING_STATUSES), if one does: one index probe. */
 export async function openRunOf(db: Db, threadId: string): Promise<RunRow | null> {
-  const [row] = await db
-    .select()
-    .from(runs)
-    .where(and(eq(runs.threadId, threadId), holdsThreadSql))
-    .limit(1);
+  const [row] = await openRun(db).all({ threadId });
   return row ?? null;
 }
+
+const openRun = preparedQuery((db) =>
+  db
+    .select()
+    .from(runs)
+    .where(and(eq(runs.threadId, sql.placeholder('threadId')), holdsThreadSql))
+    .limit(1)
+    .prepare(),
+);
 
 /** One page of a thread's runs (see cursorPage). */
 export function listRuns(db: Db, threadId: string, query: CursorListQuery) {
@@ -116,8 +121,7 @@ export async function insertThreadAndRun(
 ): Promise<void> {
   if (extra.length === 0) {
     // The common case, on every run's path: the rows as raw statements (no query building).
-    const rows = [...(thread ? [insertStatement(threads, thread)] : []), ...threadMessages.map((message) => insertStatement(messages, message))];
-    await batchRaw(db, [...rows, insertStatement(runs, run)]);
+    await batchRaw(db, [...threadRows(thread, threadMessages), insertStatement(runs, run)]);
     return;
   }
   const statements: Statement[] = [];

@@ -1,5 +1,5 @@
 import { and, asc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
-import { batchWrites, preparedQueries, preparedQuery, type Db, type Statement } from '../db/client';
+import { batchRaw, batchWrites, insertStatement, preparedQueries, preparedQuery, type Db, type RawStatement, type Statement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
@@ -36,9 +36,18 @@ export async function getThread(db: Db, workspaceId: string, id: string): Promis
 
 /** A new thread and its first messages, in one transaction (with `extra`: its vector store, say). */
 export async function insertThread(db: Db, thread: ThreadRow, threadMessages: MessageRow[], extra: Statement[] = []): Promise<void> {
+  if (extra.length === 0) return batchRaw(db, threadRows(thread, threadMessages));
   const statements: Statement[] = [db.insert(threads).values(thread)];
   if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
   await batchWrites(db, [...statements, ...extra]);
+}
+
+/**
+ * A new thread's rows (the thread, when new, and its messages) as raw statements: the common case
+ * of its writes, on the path of every thread and run created, without building queries.
+ */
+export function threadRows(thread: ThreadRow | null, threadMessages: MessageRow[]): RawStatement[] {
+  return [...(thread ? [insertStatement(threads, thread)] : []), ...threadMessages.map((message) => insertStatement(messages, message))];
 }
 
 /** Sets the thread's tool resources (when `condition` holds: a statement of the caller's batch). */
