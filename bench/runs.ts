@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective, type FakeScenario } from '../test/support/fake-upstream';
 import { memoryOf, startGatewayProcess, type GatewayProcess } from '../test/support/processes';
-import { pool, post, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
+import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
 
 /**
  * `npm run bench:runs`: what the gateway adds to a run, measured from outside over HTTP, with the
@@ -14,6 +14,8 @@ import { pool, post, readStream, round, sequential, startFakeProvider, summarise
  * - non-streamed create: latency of POST /v1/threads/runs answering the queued run, at
  *   concurrency 32, and the requests per second that makes;
  * - streamed runs per second at concurrency 32 (whole runs, first byte to [DONE]);
+ * - the SDK's usual flow (a thread, a message, a streamed run on it, its messages listed), 8 at a
+ *   time: flows per second, and the gateway's CPU per flow (all its threads, from /proc);
  * - memory: the gateway's RSS over rounds of streamed 1 MB answers against 1 KB ones (flat: it
  *   settles instead of growing with the runs served).
  *
@@ -26,6 +28,8 @@ import { pool, post, readStream, round, sequential, startFakeProvider, summarise
 const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 300);
 const N32 = Number(process.env.BENCH_CONCURRENT ?? 1600);
 const CONCURRENCY = 32;
+/** The SDK's usual flow runs this many at a time (sdkFlow). */
+const FLOW_CONCURRENCY = 8;
 
 const RESOLVE = process.env.BENCH_VIRTUAL_KEY ?? 'header';
 if (!['header', 'models', 'default'].includes(RESOLVE)) throw new Error(`BENCH_VIRTUAL_KEY: header, models or default, not ${RESOLVE}`);
@@ -56,6 +60,13 @@ async function main() {
     await pool(N32, CONCURRENCY, () => wholeStreamedRun(target, { reply: 'a b c d e f g h' }));
     const streamSeconds = (performance.now() - streamStarted) / 1000;
 
+    await pool(100, FLOW_CONCURRENCY, () => sdkFlow(target));
+    const flowCpu = cpuMs(gateway.child.pid!);
+    const flowStarted = performance.now();
+    await pool(N32 / 2, FLOW_CONCURRENCY, () => sdkFlow(target));
+    const flowSeconds = (performance.now() - flowStarted) / 1000;
+    const flowCpuMs = (cpuMs(gateway.child.pid!) - flowCpu) / (N32 / 2);
+
     return {
       first_delta: {
         concurrency_1: { direct_provider: direct1, via_gateway: gateway1, added_p50_ms: diff(gateway1, direct1, 'p50_ms'), added_p99_ms: diff(gateway1, direct1, 'p99_ms') },
@@ -63,6 +74,7 @@ async function main() {
       },
       non_streamed_create_concurrency_32: { ...creates, requests_per_second: round(creates.n / createSeconds, 0) },
       streamed_runs_per_second_concurrency_32: round(N32 / streamSeconds, 0),
+      sdk_flow_concurrency_8: { flows_per_second: round(N32 / 2 / flowSeconds, 0), server_cpu_ms_per_flow: round(flowCpuMs, 2) },
     };
   } finally {
     await gateway.stop();
@@ -180,6 +192,26 @@ async function createNonStreamed(target: Target): Promise<number> {
   const body = (await response.json()) as { status?: string };
   if (body.status !== 'queued') throw new Error(`unexpected answer ${JSON.stringify(body)}`);
   return performance.now() - started;
+}
+
+/**
+ * The SDK's usual flow, four requests: a thread, a message on it, a streamed run on it, and the
+ * thread's messages listed (what `threads.create`, `messages.create`, `runs.stream` and
+ * `messages.list` send).
+ */
+async function sdkFlow(target: Target): Promise<void> {
+  const thread = (await post(`${target.url}/v1/threads`, target.headers, {})) as { id: string };
+  await post(`${target.url}/v1/threads/${thread.id}/messages`, target.headers, { role: 'user', content: `hi\n${fakeDirective({ reply: 'a b c d e f g h' })}` });
+  const run = await fetch(`${target.url}/v1/threads/${thread.id}/runs`, {
+    method: 'POST',
+    headers: target.headers,
+    body: JSON.stringify({ assistant_id: target.assistantId, stream: true }),
+  });
+  let tail = '';
+  await readStream(run, (text) => (tail = (tail + text).slice(-64)));
+  if (!tail.includes('[DONE]')) throw new Error('the stream did not finish');
+  const listed = (await (await fetch(`${target.url}/v1/threads/${thread.id}/messages`, { headers: target.headers })).json()) as { data?: unknown[] };
+  if (listed.data?.length !== 2) throw new Error(`unexpected messages ${JSON.stringify(listed)}`);
 }
 
 /** A whole streamed run; answers the bytes received. */
