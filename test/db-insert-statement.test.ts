@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { batchRaw, batchRawResults, insertStatement, rowOf, TextParts, updateStatement } from '../src/db/client';
 import { TextBuilder } from '../src/lib/text';
 import { endTurn, messageUpdate } from '../src/services/runs';
+import { insertMessageWhileIdle } from '../src/services/threads';
 import * as schema from '../src/db/schema';
 import { messages, runs, runSteps, threads } from '../src/db/schema';
 import { createFakeUpstream } from './support/fake-upstream';
@@ -98,6 +99,38 @@ describe('insertStatement', () => {
     const statement = insertStatement(threads, { id: 'thread_x', workspaceId: 'w', metadata: {}, createdAt: 5 });
     expect(statement.sql).toBe('insert into "threads" ("id", "workspace_id", "metadata", "created_at") values (?, ?, ?, ?)');
     expect(statement.args).toEqual(['thread_x', 'w', '{}', 5]);
+  });
+});
+
+describe('insertMessageWhileIdle without attachments (insertWhereStatement)', () => {
+  it('writes the row Drizzle’s conditional insert writes, and nothing while a run holds the thread or when it is gone', async () => {
+    const who = await member(gateway);
+    const { threadId, runId } = await startRun(who, { reply: 'Forty-two.' });
+    expect((await waitForRun(who, threadId, runId, ['completed'])).status).toBe('completed');
+    const db = gateway.database.db;
+    const [stored] = await db.select().from(messages).where(eq(messages.threadId, threadId)).orderBy(messages.seq).limit(1);
+    const { seq: _seq, ...row } = stored!;
+    const attachments = [{ file_id: 'file-abc', tools: [{ type: 'file_search' as const }] }];
+    // One with every column set as a client's message sets them, one with nulls (the raw path), and
+    // the builder's path (extra statements given) for each: the rows read back the same but for ids.
+    for (const variant of [{ ...row, metadata: { k: 'v' }, attachments, incompleteDetails: { reason: 'max_tokens' as const }, completedAt: 1_700_000_000_000 }, { ...row, assistantId: null, runId: null, attachments: [], incompleteDetails: null, completedAt: null }]) {
+      const raw = await insertMessageWhileIdle(db, { ...variant, id: 'msg_raw_variant' });
+      const built = await insertMessageWhileIdle(db, { ...variant, id: 'msg_built_variant' }, [db.select().from(threads).where(eq(threads.id, threadId))]);
+      expect(raw).not.toBeNull();
+      const [rawRow] = await db.select().from(messages).where(eq(messages.id, 'msg_raw_variant'));
+      const [builtRow] = await db.select().from(messages).where(eq(messages.id, 'msg_built_variant'));
+      expect({ ...rawRow, id: '', seq: 0 }).toEqual({ ...builtRow, id: '', seq: 0 });
+      expect({ ...raw, seq: 0 }).toEqual({ ...rawRow, seq: 0 });
+      await db.delete(messages).where(eq(messages.threadId, threadId));
+    }
+    // A run holding the thread: nothing written.
+    await db.update(runs).set({ status: 'in_progress' }).where(eq(runs.id, runId));
+    expect(await insertMessageWhileIdle(db, { ...row, id: 'msg_while_held' })).toBeNull();
+    await db.update(runs).set({ status: 'completed' }).where(eq(runs.id, runId));
+    // The thread gone: nothing written either.
+    expect(await insertMessageWhileIdle(db, { ...row, id: 'msg_no_thread', threadId: 'thread_missing' })).toBeNull();
+    expect(await db.select().from(messages).where(eq(messages.threadId, threadId))).toEqual([]);
+    expect(await db.select().from(messages).where(eq(messages.id, 'msg_no_thread'))).toEqual([]);
   });
 });
 

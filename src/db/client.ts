@@ -134,8 +134,8 @@ export interface PartsClient {
   batchWithParts(statements: RawStatement[]): Promise<ResultSet[]>;
 }
 
-/** Per table: its columns with a `$defaultFn`, and the insert SQL for each set of fields written. */
-const insertShapes = new WeakMap<Table, { generated: [string, Column][]; shapes: Map<string, { sql: string; columns: Column[] }> }>();
+/** Per table: its columns with a `$defaultFn`, and for each set of fields written, the insert's head and `?`s. */
+const insertShapes = new WeakMap<Table, { generated: [string, Column][]; shapes: Map<string, { head: string; marks: string; columns: Column[] }> }>();
 
 /**
  * The insert of one row into `table`, as a raw statement: the same SQL and arguments Drizzle's
@@ -145,6 +145,21 @@ const insertShapes = new WeakMap<Table, { generated: [string, Column][]; shapes:
  * is left out, so that the database's default applies.
  */
 export function insertStatement<T extends Table>(table: T, row: InferInsertModel<T>): RawStatement {
+  const { head, marks, args } = insertParts(table, row);
+  return { sql: `${head} values (${marks})`, args };
+}
+
+/**
+ * The insert of one row, as insertStatement, made only while `condition` holds (`INSERT … SELECT
+ * … WHERE`), answering the row written (read it with rowOf) or none: a write and its check in one
+ * statement, which nothing can come between.
+ */
+export function insertWhereStatement<T extends Table>(table: T, row: InferInsertModel<T>, condition: RawCondition): RawStatement {
+  const { head, marks, args } = insertParts(table, row);
+  return { sql: `${head} select ${marks} where ${condition.sql} returning *`, args: [...args, ...condition.args] };
+}
+
+function insertParts<T extends Table>(table: T, row: InferInsertModel<T>): { head: string; marks: string; args: InValue[] } {
   let known = insertShapes.get(table);
   if (!known) {
     const generated = Object.entries(getTableColumns(table)).filter(([, column]) => column.defaultFn !== undefined);
@@ -165,11 +180,11 @@ export function insertStatement<T extends Table>(table: T, row: InferInsertModel
       return column;
     });
     const names = columns.map((column) => `"${column.name}"`).join(', ');
-    shape = { sql: `insert into "${getTableName(table)}" (${names}) values (${columns.map(() => '?').join(', ')})`, columns };
+    shape = { head: `insert into "${getTableName(table)}" (${names})`, marks: columns.map(() => '?').join(', '), columns };
     known.shapes.set(signature, shape);
   }
-  const { columns } = shape;
-  return { sql: shape.sql, args: keys.map((key, i) => (values[key] === null ? null : (columns[i]!.mapToDriverValue(values[key]) as InValue))) };
+  const { head, marks, columns } = shape;
+  return { head, marks, args: keys.map((key, i) => (values[key] === null ? null : (columns[i]!.mapToDriverValue(values[key]) as InValue))) };
 }
 
 /**

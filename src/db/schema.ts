@@ -211,9 +211,11 @@ export const holdsThread = (status: RunStatus) => THREAD_HOLDING_STATUSES.some((
 /**
  * `status IN (…)` over THREAD_HOLDING_STATUSES, written out rather than bound: it is the WHERE of
  * the partial index runs_one_active_per_thread, and SQLite uses a partial index only for a query
- * whose WHERE contains the index's own, finding a thread's active run in one index probe.
+ * whose WHERE contains the index's own, finding a thread's active run in one index probe. As text
+ * for raw statements (THREAD_HOLDING_SQL), and as SQL for Drizzle's.
  */
-export const holdsThreadSql = sql.raw(`status IN (${THREAD_HOLDING_STATUSES.map((status) => `'${status}'`).join(', ')})`);
+export const THREAD_HOLDING_SQL = `status IN (${THREAD_HOLDING_STATUSES.map((status) => `'${status}'`).join(', ')})`;
+export const holdsThreadSql = sql.raw(THREAD_HOLDING_SQL);
 
 export const runs = sqliteTable(
   'runs',

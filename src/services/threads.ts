@@ -1,6 +1,19 @@
 import { and, asc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
-import { batchRaw, batchWrites, insertStatement, preparedQueries, preparedQuery, type Db, type RawStatement, type Statement } from '../db/client';
-import { holdsThreadSql, messages, runs, runSteps, threads, type MessageStatus } from '../db/schema';
+import {
+  batchRaw,
+  batchRawResults,
+  batchWrites,
+  insertStatement,
+  insertWhereStatement,
+  preparedQueries,
+  preparedQuery,
+  rowOf,
+  type Db,
+  type RawCondition,
+  type RawStatement,
+  type Statement,
+} from '../db/client';
+import { holdsThreadSql, messages, runs, runSteps, THREAD_HOLDING_SQL, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import type { ModifyMessageBody, ModifyThreadBody } from '../schemas/threads';
@@ -102,6 +115,13 @@ export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boole
  * both. Answers the message, or null when it was not written.
  */
 export async function insertMessageWhileIdle(db: Db, message: MessageRow, extra: Statement[] = []): Promise<MessageRow | null> {
+  if (extra.length === 0) {
+    // The common case (no attachments), on the path of every message added: a raw statement,
+    // without building the query.
+    const [written] = await batchRawResults(db, [insertWhereStatement(messages, message, whileIdle(message.threadId))]);
+    const row = written?.rows[0];
+    return row ? rowOf(messages, row) : null;
+  }
   const threadExists = sql`EXISTS (SELECT 1 FROM ${threads} WHERE ${threads.id} = ${message.threadId})`;
   const idle = sql`NOT EXISTS (${runHoldingThread(message.threadId)})`;
   const insert = insertWhere(db, messages, message, sql`${threadExists} AND ${idle}`).returning();
@@ -109,6 +129,12 @@ export async function insertMessageWhileIdle(db: Db, message: MessageRow, extra:
   const [[row]] = await db.batch([insert, ...extra]);
   return row ?? null;
 }
+
+/** The thread exists and no run holds it: insertMessageWhileIdle's condition, as SQL of its own. */
+const whileIdle = (threadId: string): RawCondition => ({
+  sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ?) AND NOT EXISTS (SELECT 1 FROM "runs" WHERE "runs"."thread_id" = ? AND ${THREAD_HOLDING_SQL})`,
+  args: [threadId, threadId],
+});
 
 const messageNotFound = (id: string) => new ApiError('message_not_found', `No message found with id '${id}'.`);
 const messageOf = (workspaceId: string, threadId: string, id: string) =>
