@@ -26,11 +26,17 @@ beforeAll(async () => {
 });
 afterAll(() => gateway?.close());
 
+/** A run of a new member's that answered and completed: its thread and run ids. */
+async function completedRun(): Promise<{ threadId: string; runId: string }> {
+  const who = await member(gateway);
+  const { threadId, runId } = await startRun(who, { reply: 'Forty-two.' });
+  expect((await waitForRun(who, threadId, runId, ['completed'])).status).toBe('completed');
+  return { threadId, runId };
+}
+
 describe('insertStatement', () => {
   it('makes the arguments Drizzle makes for stored rows, and writes rows that read back the same', async () => {
-    const who = await member(gateway);
-    const { threadId, runId } = await startRun(who, { reply: 'Forty-two.' });
-    expect((await waitForRun(who, threadId, runId, ['completed'])).status).toBe('completed');
+    const { threadId, runId } = await completedRun();
     const db = gateway.database.db;
     const stored = {
       thread: await db.select().from(threads).where(eq(threads.id, threadId)),
@@ -104,9 +110,7 @@ describe('insertStatement', () => {
 
 describe('insertMessageWhileIdle without attachments (insertWhereStatement)', () => {
   it('writes the row Drizzle’s conditional insert writes, and nothing while a run holds the thread or when it is gone', async () => {
-    const who = await member(gateway);
-    const { threadId, runId } = await startRun(who, { reply: 'Forty-two.' });
-    expect((await waitForRun(who, threadId, runId, ['completed'])).status).toBe('completed');
+    const { threadId, runId } = await completedRun();
     const db = gateway.database.db;
     const [stored] = await db.select().from(messages).where(eq(messages.threadId, threadId)).orderBy(messages.seq).limit(1);
     const { seq: _seq, ...row } = stored!;
