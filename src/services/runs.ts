@@ -211,8 +211,11 @@ export async function endTurn(db: Db, runId: string, patch: Partial<NewRun>, sta
 }
 
 export async function listSteps(db: Db, runId: string): Promise<StepRow[]> {
-  return db.select().from(runSteps).where(eq(runSteps.runId, runId)).orderBy(asc(runSteps.seq));
+  return stepsOfRun(db).all({ runId });
 }
+
+// Prepared: every later turn of a run (after tool outputs, or a file search) reads its steps.
+const stepsOfRun = preparedQuery((db) => db.select().from(runSteps).where(eq(runSteps.runId, sql.placeholder('runId'))).orderBy(asc(runSteps.seq)).prepare());
 
 /** One page of a run's steps (see cursorPage). */
 export function listStepsPage(db: Db, runId: string, query: CursorListQuery) {
@@ -369,15 +372,21 @@ const isToolCallsStep = (step: StepRow): step is ToolCallsStep => step.stepDetai
 
 /** The tool-calls step a run in requires_action waits on. */
 export async function toolCallsStepInProgress(db: Db, runId: string): Promise<ToolCallsStep> {
-  const [step] = await db
-    .select()
-    .from(runSteps)
-    .where(and(eq(runSteps.runId, runId), eq(runSteps.type, 'tool_calls'), eq(runSteps.status, 'in_progress')))
-    .orderBy(desc(runSteps.seq))
-    .limit(1);
+  const [step] = await toolCallsInProgress(db).all({ runId });
   if (!step || !isToolCallsStep(step)) throw new Error(`run ${runId} requires action but has no tool-calls step in progress`);
   return step;
 }
+
+// Prepared: read on every submission of tool outputs.
+const toolCallsInProgress = preparedQuery((db) =>
+  db
+    .select()
+    .from(runSteps)
+    .where(and(eq(runSteps.runId, sql.placeholder('runId')), eq(runSteps.type, 'tool_calls'), eq(runSteps.status, 'in_progress')))
+    .orderBy(desc(runSteps.seq))
+    .limit(1)
+    .prepare(),
+);
 
 /**
  * Tool outputs in, run in progress again, in one transaction: the run moves only from
@@ -401,23 +410,20 @@ export async function acceptToolOutputs(
     ),
   };
   const stepPatch = { status: 'completed' as const, completedAt: at, stepDetails };
-  const [[run]] = await db.batch([
-    updateRun(db, runId, ['requires_action'], {
-      status: 'in_progress',
-      requiredAction: null,
-      leaseExpiresAt: at + lease,
-      rateLimit,
+  // Raw statements (db/client.ts): on the path of every submission. The run goes back to
+  // in_progress only from requires_action, and the step completes only if the run did.
+  const [resumed] = await batchRawResults(db, [
+    updateStatement(
+      runs,
+      { status: 'in_progress', requiredAction: null, leaseExpiresAt: at + lease, rateLimit },
+      { sql: `"id" = ? AND "status" = 'requires_action'`, args: [runId] },
+      { returning: true },
+    ),
+    updateStatement(runSteps, stepPatch, {
+      sql: `"id" = ? AND "status" = 'in_progress' AND (SELECT "status" FROM "runs" WHERE "runs"."id" = ?) = 'in_progress'`,
+      args: [step.id, runId],
     }),
-    db
-      .update(runSteps)
-      .set(stepPatch)
-      .where(
-        and(
-          eq(runSteps.id, step.id),
-          eq(runSteps.status, 'in_progress'),
-          sql`(SELECT ${runs.status} FROM ${runs} WHERE ${runs.id} = ${runId}) = 'in_progress'`,
-        ),
-      ),
   ]);
-  return { run: run ?? null, step: { ...step, ...stepPatch } };
+  const row = resumed?.rows[0];
+  return { run: row ? rowOf(runs, row) : null, step: { ...step, ...stepPatch } };
 }

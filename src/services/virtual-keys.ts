@@ -440,9 +440,12 @@ export async function findActiveVirtualKey(db: Db, workspaceId: string, slug: st
 
 /** A key by id, revoked or not (a run keeps the id of its key; the caller checks `revokedAt`). */
 export async function getVirtualKey(db: Db, id: string): Promise<VirtualKey | null> {
-  const [row] = await db.select().from(virtualKeys).where(eq(virtualKeys.id, id)).limit(1);
+  const [row] = await keyById(db).all({ id });
   return row ? fromRow(row) : null;
 }
+
+// Prepared: read by every later turn of a run and every submission of tool outputs.
+const keyById = preparedQuery((db) => db.select().from(virtualKeys).where(eq(virtualKeys.id, sql.placeholder('id'))).limit(1).prepare());
 
 /** The provider's API key, for the upstream request only: never log it or put it in a response. */
 export function decryptVirtualKeySecret(secrets: SecretBox, key: VirtualKey): Promise<string> {
