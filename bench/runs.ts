@@ -207,9 +207,7 @@ async function sdkFlow(target: Target): Promise<void> {
     headers: target.headers,
     body: JSON.stringify({ assistant_id: target.assistantId, stream: true }),
   });
-  let tail = '';
-  await readStream(run, (text) => (tail = (tail + text).slice(-64)));
-  if (!tail.includes('[DONE]')) throw new Error('the stream did not finish');
+  await readToDone(run);
   const listed = (await (await fetch(`${target.url}/v1/threads/${thread.id}/messages`, { headers: target.headers })).json()) as { data?: unknown[] };
   if (listed.data?.length !== 2) throw new Error(`unexpected messages ${JSON.stringify(listed)}`);
 }
@@ -221,6 +219,11 @@ async function wholeStreamedRun(target: Target, scenario: FakeScenario): Promise
     headers: target.headers,
     body: JSON.stringify({ assistant_id: target.assistantId, stream: true, thread: { messages: [{ role: 'user', content: `go\n${fakeDirective(scenario)}` }] } }),
   });
+  return readToDone(response);
+}
+
+/** A run's event stream read to its end, which must be `[DONE]`; answers the bytes received. */
+async function readToDone(response: Response): Promise<number> {
   let bytes = 0;
   let tail = '';
   await readStream(response, (text) => {

@@ -1,10 +1,11 @@
 import { createClient } from '@libsql/client';
-import { eq } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { batchRaw, batchRawResults, insertStatement, rowOf, TextParts, updateStatement } from '../src/db/client';
 import { TextBuilder } from '../src/lib/text';
 import { endTurn, messageUpdate } from '../src/services/runs';
+import { insertWhere } from '../src/services/quotas';
 import { insertMessageWhileIdle } from '../src/services/threads';
 import * as schema from '../src/db/schema';
 import { messages, runs, runSteps, threads } from '../src/db/schema';
@@ -108,18 +109,19 @@ describe('insertStatement', () => {
   });
 });
 
-describe('insertMessageWhileIdle without attachments (insertWhereStatement)', () => {
+describe('insertMessageWhileIdle (insertWhereStatement)', () => {
   it('writes the row Drizzle’s conditional insert writes, and nothing while a run holds the thread or when it is gone', async () => {
     const { threadId, runId } = await completedRun();
     const db = gateway.database.db;
     const [stored] = await db.select().from(messages).where(eq(messages.threadId, threadId)).orderBy(messages.seq).limit(1);
     const { seq: _seq, ...row } = stored!;
     const attachments = [{ file_id: 'file-abc', tools: [{ type: 'file_search' as const }] }];
-    // One with every column set as a client's message sets them, one with nulls (the raw path), and
-    // the builder's path (extra statements given) for each: the rows read back the same but for ids.
+    // One with every column set as a client's message sets them, one with nulls, each written too
+    // by Drizzle's conditional insert (insertWhere, its condition true): the rows read back the same
+    // but for ids.
     for (const variant of [{ ...row, metadata: { k: 'v' }, attachments, incompleteDetails: { reason: 'max_tokens' as const }, completedAt: 1_700_000_000_000 }, { ...row, assistantId: null, runId: null, attachments: [], incompleteDetails: null, completedAt: null }]) {
       const raw = await insertMessageWhileIdle(db, { ...variant, id: 'msg_raw_variant' });
-      const built = await insertMessageWhileIdle(db, { ...variant, id: 'msg_built_variant' }, [db.select().from(threads).where(eq(threads.id, threadId))]);
+      await insertWhere(db, messages, { ...variant, id: 'msg_built_variant' }, sql`1 = 1`);
       expect(raw).not.toBeNull();
       const [rawRow] = await db.select().from(messages).where(eq(messages.id, 'msg_raw_variant'));
       const [builtRow] = await db.select().from(messages).where(eq(messages.id, 'msg_built_variant'));

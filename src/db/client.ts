@@ -32,6 +32,35 @@ export interface Db extends Driver {
 /** One statement of a batch. */
 export type Statement = BatchItem<'sqlite'>;
 
+/** A statement of Drizzle's query builder (an insert, an update, a delete, a select), which tells its SQL. */
+export type BuiltStatement = Statement & { toSQL(): { sql: string; params: unknown[] } };
+
+/**
+ * A builder's statement as a raw one (its SQL and arguments, as Drizzle makes them), so that it can
+ * join a batch of raw statements: the hot inserts (insertStatement) and what a caller adds to them.
+ */
+export function rawOf(statement: BuiltStatement): RawStatement {
+  const { sql, params } = statement.toSQL();
+  return { sql, args: params.map(driverValue) };
+}
+
+/** A value as Drizzle hands it to the driver: what the libSQL client takes. */
+function driverValue(value: unknown): InValue {
+  if (
+    value === null ||
+    typeof value === 'string' ||
+    typeof value === 'number' ||
+    typeof value === 'bigint' ||
+    typeof value === 'boolean' ||
+    value instanceof Uint8Array ||
+    value instanceof ArrayBuffer ||
+    value instanceof Date
+  ) {
+    return value;
+  }
+  throw new TypeError(`a statement's argument the database cannot take: ${typeof value}`);
+}
+
 /**
  * `db.batch` over a list built at run time, for writes whose results nobody reads. (A batch of a
  * tuple written out, `db.batch([a, b])`, types each result: read results from one of those.)
@@ -46,15 +75,7 @@ export async function batchWrites(db: Db, statements: Statement[]): Promise<void
  * queries on every request's path. `build` receives the database and returns `.prepare()`d query.
  */
 export function preparedQuery<T>(build: (db: Db) => T): (db: Db) => T {
-  const prepared = new WeakMap<Db, T>();
-  return (db) => {
-    let query = prepared.get(db);
-    if (query === undefined) {
-      query = build(db);
-      prepared.set(db, query);
-    }
-    return query;
-  };
+  return preparedQueries(build, () => '');
 }
 
 /**

@@ -17,8 +17,9 @@ const resolveAll: Resolve = (hostname) => dnsLookup(hostname, { all: true, verba
  * connections per origin), dispatched to directly (upstream-request.ts): the status, the headers
  * and the body's chunks as they arrive, where `fetch` builds a Request, Headers, a Response and
  * web streams around the same bytes, and copies the request body to follow redirects (which the
- * gateway refuses anyway): fetch was a tenth of a run's CPU. undici's own timeouts are off: every call carries the
- * gateway's (providers/chat.ts, embeddings.ts). A 3xx is an answer like any other, never followed.
+ * gateway refuses anyway): fetch was a tenth of a run's CPU. undici's own timeouts are off: every
+ * call carries the gateway's (providers/chat.ts, embeddings.ts). A 3xx is an answer like any
+ * other, never followed.
  *
  * The gateway asks for no compression, but an upstream may compress anyway: gzip, deflate and br
  * bodies are decompressed as they are read (as fetch would), so a reader's bound applies to the

@@ -1,7 +1,7 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Config } from '../config';
-import { batchRaw, batchRawResults, batchWrites, insertStatement, isUniqueViolation, preparedQueries, preparedQuery, rowOf, TextParts, updateStatement, type Db, type RawStatement, type Statement } from '../db/client';
-import { holdsThreadSql, messages, runs, runSteps, threads, type RunStatus } from '../db/schema';
+import { batchRaw, batchRawResults, insertStatement, isUniqueViolation, preparedQueries, preparedQuery, rawOf, rowOf, TextParts, updateStatement, type BuiltStatement, type Db, type RawStatement } from '../db/client';
+import { holdsThreadSql, messages, runs, runSteps, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { TextBuilder } from '../lib/text';
 import type { Usage } from '../providers/types';
@@ -52,7 +52,7 @@ export function activeRunError(threadId: string, runId: string | null): ApiError
  * A new run on an existing thread, with the messages it adds to the thread, in one transaction:
  * false, and nothing written, when the thread has an open run (the unique index refused it).
  */
-export async function insertRunOnThread(db: Db, threadMessages: MessageRow[], run: RunRow, extra: Statement[] = []): Promise<boolean> {
+export async function insertRunOnThread(db: Db, threadMessages: MessageRow[], run: RunRow, extra: BuiltStatement[] = []): Promise<boolean> {
   try {
     await insertThreadAndRun(db, null, threadMessages, run, extra);
     return true;
@@ -117,18 +117,10 @@ export async function insertThreadAndRun(
   thread: ThreadRow | null,
   threadMessages: MessageRow[],
   run: RunRow,
-  extra: Statement[] = [],
+  extra: BuiltStatement[] = [],
 ): Promise<void> {
-  if (extra.length === 0) {
-    // The common case, on every run's path: the rows as raw statements (no query building).
-    await batchRaw(db, [...threadRows(thread, threadMessages), insertStatement(runs, run)]);
-    return;
-  }
-  const statements: Statement[] = [];
-  if (thread) statements.push(db.insert(threads).values(thread));
-  if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
-  statements.push(db.insert(runs).values(run));
-  await batchWrites(db, [...statements, ...extra]);
+  // On every run's path: the rows as raw statements, without building queries.
+  await batchRaw(db, [...threadRows(thread, threadMessages), insertStatement(runs, run), ...extra.map(rawOf)]);
 }
 
 // Prepared: a run is read on every poll of it (GET …/runs/{run_id}), and Drizzle building the

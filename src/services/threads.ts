@@ -1,17 +1,17 @@
-import { and, asc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
+import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
 import {
   batchRaw,
   batchRawResults,
-  batchWrites,
   insertStatement,
   insertWhereStatement,
   preparedQueries,
   preparedQuery,
+  rawOf,
   rowOf,
+  type BuiltStatement,
   type Db,
   type RawCondition,
   type RawStatement,
-  type Statement,
 } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, THREAD_HOLDING_SQL, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
@@ -19,7 +19,6 @@ import type { CursorListQuery } from '../schemas/common';
 import type { ModifyMessageBody, ModifyThreadBody } from '../schemas/threads';
 import type { ToolResources } from '../schemas/tools';
 import { cursorPage, type PageQuery } from './pagination';
-import { insertWhere } from './quotas';
 
 /** Threads and their messages: their queries (their JSON is wire/threads.ts). */
 
@@ -48,23 +47,20 @@ export async function getThread(db: Db, workspaceId: string, id: string): Promis
 }
 
 /** A new thread and its first messages, in one transaction (with `extra`: its vector store, say). */
-export async function insertThread(db: Db, thread: ThreadRow, threadMessages: MessageRow[], extra: Statement[] = []): Promise<void> {
-  if (extra.length === 0) return batchRaw(db, threadRows(thread, threadMessages));
-  const statements: Statement[] = [db.insert(threads).values(thread)];
-  if (threadMessages.length > 0) statements.push(db.insert(messages).values(threadMessages));
-  await batchWrites(db, [...statements, ...extra]);
+export async function insertThread(db: Db, thread: ThreadRow, threadMessages: MessageRow[], extra: BuiltStatement[] = []): Promise<void> {
+  await batchRaw(db, [...threadRows(thread, threadMessages), ...extra.map(rawOf)]);
 }
 
 /**
- * A new thread's rows (the thread, when new, and its messages) as raw statements: the common case
- * of its writes, on the path of every thread and run created, without building queries.
+ * A new thread's rows (the thread, when new, and its messages) as raw statements: on the path of
+ * every thread and run created, without building queries.
  */
 export function threadRows(thread: ThreadRow | null, threadMessages: MessageRow[]): RawStatement[] {
   return [...(thread ? [insertStatement(threads, thread)] : []), ...threadMessages.map((message) => insertStatement(messages, message))];
 }
 
 /** Sets the thread's tool resources (when `condition` holds: a statement of the caller's batch). */
-export function setToolResources(db: Db, threadId: string, toolResources: ToolResources, condition?: SQL): Statement {
+export function setToolResources(db: Db, threadId: string, toolResources: ToolResources, condition?: SQL): BuiltStatement {
   return db.update(threads).set({ toolResources }).where(and(eq(threads.id, threadId), condition));
 }
 
@@ -114,20 +110,11 @@ export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boole
  * is either before it (the message is refused) or after it (the run sees the message), never
  * both. Answers the message, or null when it was not written.
  */
-export async function insertMessageWhileIdle(db: Db, message: MessageRow, extra: Statement[] = []): Promise<MessageRow | null> {
-  if (extra.length === 0) {
-    // The common case (no attachments), on the path of every message added: a raw statement,
-    // without building the query.
-    const [written] = await batchRawResults(db, [insertWhereStatement(messages, message, whileIdle(message.threadId))]);
-    const row = written?.rows[0];
-    return row ? rowOf(messages, row) : null;
-  }
-  const threadExists = sql`EXISTS (SELECT 1 FROM ${threads} WHERE ${threads.id} = ${message.threadId})`;
-  const idle = sql`NOT EXISTS (${runHoldingThread(message.threadId)})`;
-  const insert = insertWhere(db, messages, message, sql`${threadExists} AND ${idle}`).returning();
+export async function insertMessageWhileIdle(db: Db, message: MessageRow, extra: BuiltStatement[] = []): Promise<MessageRow | null> {
   // `extra` (writes conditional on messageWritten) goes in the same transaction, after the message.
-  const [[row]] = await db.batch([insert, ...extra]);
-  return row ?? null;
+  const [written] = await batchRawResults(db, [insertWhereStatement(messages, message, whileIdle(message.threadId)), ...extra.map(rawOf)]);
+  const row = written?.rows[0];
+  return row ? rowOf(messages, row) : null;
 }
 
 /** The thread exists and no run holds it: insertMessageWhileIdle's condition, as SQL of its own. */

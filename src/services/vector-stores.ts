@@ -1,5 +1,5 @@
 import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
-import { preparedQueries, type Db, type Statement } from '../db/client';
+import { preparedQueries, type BuiltStatement, type Db } from '../db/client';
 import {
   files,
   vectorStoreChunks,
@@ -177,10 +177,10 @@ export function insertStoreFiles(
   toAdd: FileToAdd[],
   owner: { batchId: string | null; apiKeyId: string; at: number },
   condition?: SQL,
-): Statement[] {
+): BuiltStatement[] {
   const storeExists = and(sql`EXISTS (SELECT 1 FROM ${vectorStores} WHERE ${vectorStores.id} = ${store.id})`, condition)!;
   const seen = new Set<string>();
-  const statements: Statement[] = [];
+  const statements: BuiltStatement[] = [];
   for (const file of toAdd) {
     if (seen.has(file.fileId)) continue;
     seen.add(file.fileId);
@@ -211,7 +211,7 @@ export function insertStoreFiles(
 }
 
 /** A store's activity: a file added, a search. Moves `expires_at` for stores that expire after inactivity. */
-export function touchVectorStore(db: Db, store: VectorStoreRow, at: number, condition?: SQL): Statement {
+export function touchVectorStore(db: Db, store: VectorStoreRow, at: number, condition?: SQL): BuiltStatement {
   return db
     .update(vectorStores)
     .set({ lastActiveAt: at, expiresAt: expiresAt(store.expiresAfter, at) })

@@ -1,5 +1,5 @@
 import { eq, type SQL } from 'drizzle-orm';
-import { batchWrites, type Statement } from '../db/client';
+import { batchWrites, type BuiltStatement } from '../db/client';
 import { vectorStoreFileBatches, vectorStores, workspaces, type ChunkingStrategy, type FileAttributes } from '../db/schema';
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
@@ -65,7 +65,7 @@ export async function prepareVectorStore(
   request: StoreRequest,
   input: { name?: string | null; metadata?: Record<string, string> | null; expiresAfter?: CreateVectorStoreBody['expires_after']; files: FileToAdd[] },
   condition?: SQL,
-): Promise<{ store: VectorStoreRow; statements: Statement[] }> {
+): Promise<{ store: VectorStoreRow; statements: BuiltStatement[] }> {
   if (input.files.length > 0) {
     ingestionHost(deps, input.files[0]!.param);
     await checkFiles(deps.db, request.workspaceId, input.files);
@@ -88,7 +88,7 @@ export async function prepareVectorStore(
     deletedAt: null,
   };
   // Its files are written only with it (insertStoreFiles checks that the store exists).
-  const statements: Statement[] = [
+  const statements: BuiltStatement[] = [
     condition ? insertWhere(deps.db, vectorStores, store, condition) : deps.db.insert(vectorStores).values(store),
     ...insertStoreFiles(deps.db, store, input.files, { batchId: null, apiKeyId: request.apiKeyId, at }),
   ];

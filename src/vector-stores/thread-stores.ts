@@ -1,5 +1,5 @@
 import type { SQL } from 'drizzle-orm';
-import type { Statement } from '../db/client';
+import type { BuiltStatement } from '../db/client';
 import type { NewThreadToolResources, ThreadMessageInput } from '../schemas/threads';
 import type { ToolResources } from '../schemas/tools';
 import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from '../services/vector-stores';
@@ -13,7 +13,7 @@ import { filesToAdd, ingestionHost, itemOf, prepareVectorStore, type StoreComman
  */
 
 export interface ThreadStoreWrites {
-  statements: Statement[];
+  statements: BuiltStatement[];
   /** The thread's tool resources once written, when they change (a store was created). */
   toolResources: ToolResources | null;
   /** Whether files were queued: ingestion is to be woken once the batch is written. */
