@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeThread, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
-import { storeFile } from './support/files';
 import { apiRoutes, createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
 import { componentErrors, referenceOperations, responseComponent, streamEventErrors } from './support/openapi';
 import { parseEventStream, type StreamEvent } from './support/sse';

@@ -1,7 +1,7 @@
 import { and, eq } from 'drizzle-orm';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { vectorStoreChunks, vectorStoreFiles, vectorStores } from '../src/db/schema';
+import { vectorStoreChunks, vectorStores } from '../src/db/schema';
 import { createFakeUpstream, FAKE_EMBEDDINGS_STATUS } from './support/fake-upstream';
 import { fixture, storeFile } from './support/files';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';

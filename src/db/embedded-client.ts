@@ -1,4 +1,4 @@
-import type { Client, InArgs, InStatement, InValue, ResultSet, Row, TransactionMode } from '@libsql/client';
+import type { Client, InArgs, InStatement, ResultSet, Row, TransactionMode } from '@libsql/client';
 import { setImmediate } from 'node:timers';
 import { Worker } from 'node:worker_threads';
 import Database from 'libsql';

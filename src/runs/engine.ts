@@ -568,7 +568,7 @@ class Execution {
    * (outcome.ts) in one commit with the rows it closes.
    */
   async #finish(finishReason: string, turnUsage: Usage): Promise<void> {
-    const { db, now } = this.#deps;
+    const { now } = this.#deps;
     const at = now();
     const run = this.#run;
     const usage = sumUsage([this.#earlierUsage, turnUsage]);
