@@ -2,7 +2,7 @@ import { createClient } from '@libsql/client';
 import { eq, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { batchRaw, batchRawResults, insertStatement, rowOf, TextParts, updateStatement } from '../src/db/client';
+import { batchRaw, batchRawResults, insertStatement, rowOf, sqlOf, TextParts, updateStatement } from '../src/db/client';
 import { TextBuilder } from '../src/lib/text';
 import { endTurn, messageUpdate } from '../src/services/runs';
 import { insertWhere } from '../src/services/quotas';
@@ -180,5 +180,23 @@ describe('a message answer written in parts (TextParts)', () => {
     } finally {
       plain.close();
     }
+  });
+});
+
+describe('sqlOf (a raw condition in a builder)', () => {
+  it('binds each mark to its argument: the builder selects what the raw condition selects', async () => {
+    const { threadId, runId } = await completedRun();
+    const db = gateway.database.db;
+    const condition = { sql: '"runs"."thread_id" = ? AND "runs"."status" = ? AND "runs"."id" <> ?', args: [threadId, 'completed', 'run_none'] };
+    const built = await db.select({ id: runs.id }).from(runs).where(sqlOf(condition));
+    const raw = await batchRawResults(db, [{ sql: `select "id" from "runs" where ${condition.sql}`, args: condition.args }]);
+    expect(built).toEqual([{ id: runId }]);
+    expect(raw[0]!.rows.map((row) => row.id)).toEqual([runId]);
+    // An argument is bound, not spliced into the text: a quote in it is a value like any other.
+    expect(await db.select({ id: runs.id }).from(runs).where(sqlOf({ sql: '"runs"."thread_id" = ?', args: [`${threadId}' OR '1' = '1`] }))).toEqual([]);
+  });
+
+  it('refuses a condition whose marks and arguments differ in number', () => {
+    expect(() => sqlOf({ sql: '"id" = ? AND "status" = ?', args: ['x'] })).toThrow('a raw condition with 2 marks and 1 arguments');
   });
 });

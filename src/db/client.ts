@@ -1,5 +1,5 @@
 import type { Client, InValue, ResultSet } from '@libsql/client';
-import { getTableColumns, getTableName, type Column, type InferInsertModel, type InferSelectModel, type Table } from 'drizzle-orm';
+import { getTableColumns, getTableName, sql, type Column, type InferInsertModel, type InferSelectModel, type SQL, type Table } from 'drizzle-orm';
 import type { BatchItem } from 'drizzle-orm/batch';
 import type { LibSQLDatabase } from 'drizzle-orm/libsql';
 import type * as schema from './schema';
@@ -220,6 +220,17 @@ export async function batchRaw(db: Db, statements: RawStatement[]): Promise<void
 export interface RawCondition {
   sql: string;
   args: InValue[];
+}
+
+/**
+ * A raw condition as Drizzle SQL, for a builder's `where`: its text with each `?` bound to the
+ * argument in its place. So a condition that both kinds of statement use is written once. Its text
+ * has no `?` but those marks (no string literal holds one).
+ */
+export function sqlOf(condition: RawCondition): SQL {
+  const parts = condition.sql.split('?');
+  if (parts.length !== condition.args.length + 1) throw new Error(`a raw condition with ${parts.length - 1} marks and ${condition.args.length} arguments`);
+  return sql.join(parts.flatMap((part, i) => (i === 0 ? [sql.raw(part)] : [sql`${condition.args[i - 1]}`, sql.raw(part)])));
 }
 
 const updateShapes = new WeakMap<Table, Map<string, { set: string; columns: Column[] }>>();

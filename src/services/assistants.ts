@@ -5,7 +5,7 @@ import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
 import type { CreateAssistantBody, ModifyAssistantBody } from '../schemas/assistants';
 import type { CursorListQuery } from '../schemas/common';
-import { cursorPage, type PageQuery } from './pagination';
+import { cursorPage, cursorsOf, type PageQuery } from './pagination';
 import { insertWhere, quotaExceeded } from './quotas';
 
 /**
@@ -102,19 +102,15 @@ export async function getAssistant(db: Db, workspaceId: string, id: string): Pro
 /** One page of the workspace's assistants (see cursorPage); a cursor deleted since still counts. */
 export function listAssistants(db: Db, workspaceId: string, query: CursorListQuery) {
   return cursorPage(query, {
-    seq: assistants.seq,
+    db,
+    cursors: assistantCursors,
+    scope: workspaceId,
     noun: 'assistant',
-    seqOf: async (id) => {
-      const [row] = await db
-        .select({ seq: assistants.seq })
-        .from(assistants)
-        .where(and(eq(assistants.id, id), eq(assistants.workspaceId, workspaceId)))
-        .limit(1);
-      return row?.seq;
-    },
     select: (page) => assistantPage(db, page).all({ ...page.values, workspaceId }),
   });
 }
+
+const assistantCursors = cursorsOf(assistants, { seq: assistants.seq, id: assistants.id, scope: assistants.workspaceId });
 
 const assistantPage = preparedQueries(
   (db, page: PageQuery) =>

@@ -3,7 +3,7 @@ import { preparedQueries, type Db } from '../db/client';
 import { files, vectorStoreChunks, vectorStoreFiles, type FilePurpose } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
-import { cursorPage, type PageQuery } from './pagination';
+import { cursorPage, cursorsOf, type PageQuery } from './pagination';
 import { insertWhere, quotaExceeded } from './quotas';
 
 /**
@@ -62,18 +62,18 @@ export async function listFiles(
 ): Promise<{ rows: FileRow[]; hasMore: boolean }> {
   const ofPurpose = query.purpose !== undefined;
   return cursorPage(query, {
-    seq: files.seq,
+    db,
+    cursors: fileCursors,
+    scope: workspaceId,
     noun: 'file',
-    seqOf: async (id) => {
-      const [row] = await db.select({ seq: files.seq }).from(files).where(and(eq(files.workspaceId, workspaceId), eq(files.id, id))).limit(1);
-      return row?.seq;
-    },
     select: async (page) => {
       const rows = await filePage(db, page, ofPurpose).all({ ...page.values, workspaceId, purpose: query.purpose, now });
       return rows.map(({ seq: _seq, ...row }) => row);
     },
   });
 }
+
+const fileCursors = cursorsOf(files, { seq: files.seq, id: files.id, scope: files.workspaceId });
 
 /** The files of a page: the workspace's, of a purpose if given, not expired at `now`. */
 const filePage = preparedQueries(

@@ -1,5 +1,6 @@
-import { and, asc, desc, gt, lt, sql, type Placeholder, type SQL } from 'drizzle-orm';
-import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
+import { and, asc, desc, eq, gt, lt, sql, type Placeholder, type SQL } from 'drizzle-orm';
+import type { AnySQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
+import { preparedQuery, type Db } from '../db/client';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 
@@ -10,15 +11,18 @@ import type { CursorListQuery } from '../schemas/common';
  * page. One extra row tells whether more exist.
  *
  * A list asks for its page with a query of its own built from `PageQuery` (its bounds, order and
- * row count as placeholders) and prepared once per shape (preparedQueries in db/client.ts): lists
- * are read as often as runs are polled, and Drizzle building a select's SQL cost more than the read.
+ * row count as placeholders) and prepared once per shape (preparedQueries in db/client.ts), and
+ * finds its cursors with its table's `Cursors`: lists are read as often as runs are polled, and
+ * Drizzle building a select's SQL cost more than the read.
  */
 export async function cursorPage<Row>(
   query: CursorListQuery,
   options: {
-    seq: SQLiteColumn;
-    /** The seq of a cursor id within the caller's scope, or undefined when there is none. */
-    seqOf: (id: string) => Promise<number | undefined>;
+    db: Db;
+    /** The list's table (see cursorsOf). */
+    cursors: Cursors;
+    /** Whose list it is: the value of the table's scope column (a thread's id, a workspace's). */
+    scope: string;
     /** Rows of the caller's scope that also satisfy `page.where`, in `page.orderBy`, at most `page.limit`. */
     select: (page: PageQuery) => Promise<Row[]>;
     /** What the cursor names, for the error: "assistant", "message". */
@@ -27,7 +31,7 @@ export async function cursorPage<Row>(
 ): Promise<{ rows: Row[]; hasMore: boolean }> {
   const cursor = async (id: string | undefined, param: 'after' | 'before') => {
     if (id === undefined) return undefined;
-    const seq = await options.seqOf(id);
+    const seq = await options.cursors.seqOf(options.db, id, options.scope);
     if (seq === undefined) {
       throw new ApiError('invalid_value', `Invalid '${param}': no ${options.noun} found with id '${id}'.`, { param });
     }
@@ -37,7 +41,7 @@ export async function cursorPage<Row>(
   const afterSeq = await cursor(query.after, 'after');
   const beforeSeq = await cursor(query.before, 'before');
   const backwards = beforeSeq !== undefined && afterSeq === undefined;
-  const { seq } = options;
+  const { seq } = options.cursors;
   const after = sql.placeholder('afterSeq');
   const before = sql.placeholder('beforeSeq');
   const rows = await options.select({
@@ -66,4 +70,35 @@ export interface PageQuery {
   limit: Placeholder;
   /** The placeholders' values, to execute the query with (beside the list's own). */
   values: { afterSeq: number | undefined; beforeSeq: number | undefined; limit: number };
+}
+
+/** How a list's table orders its rows and finds a cursor's place in them (cursorsOf). */
+export interface Cursors {
+  /** The order: the table's `seq`. */
+  seq: AnySQLiteColumn;
+  /** The seq of the row `id` in the list of `scope`, or undefined when that list has no such row. */
+  seqOf(db: Db, id: string, scope: string): Promise<number | undefined>;
+}
+
+/**
+ * The cursors of a list over `table`: rows ordered by `seq`, a cursor being a row's `id` and a list
+ * being the rows with one value of `scope` (a thread's messages: `thread_id`). The seq of a cursor is
+ * read with one query, prepared once per database.
+ */
+export function cursorsOf(table: SQLiteTable, columns: { seq: AnySQLiteColumn<{ data: number }>; id: AnySQLiteColumn; scope: AnySQLiteColumn }): Cursors {
+  const seqOfId = preparedQuery((db) =>
+    db
+      .select({ seq: columns.seq })
+      .from(table)
+      .where(and(eq(columns.id, sql.placeholder('id')), eq(columns.scope, sql.placeholder('scope'))))
+      .limit(1)
+      .prepare(),
+  );
+  return {
+    seq: columns.seq,
+    async seqOf(db, id, scope) {
+      const [row] = await seqOfId(db).all({ id, scope });
+      return row?.seq ?? undefined;
+    },
+  };
 }

@@ -8,7 +8,7 @@ import type { Usage } from '../providers/types';
 import type { CursorListQuery } from '../schemas/common';
 import type { TokenTicket } from '../schemas/policies';
 import type { ToolCallsDetails } from '../schemas/runs';
-import { cursorPage, type PageQuery } from './pagination';
+import { cursorPage, cursorsOf, type PageQuery } from './pagination';
 import { threadRows, type MessageRow, type ThreadRow } from './threads';
 
 /**
@@ -80,19 +80,15 @@ const openRun = preparedQuery((db) =>
 /** One page of a thread's runs (see cursorPage). */
 export function listRuns(db: Db, threadId: string, query: CursorListQuery) {
   return cursorPage(query, {
-    seq: runs.seq,
+    db,
+    cursors: runCursors,
+    scope: threadId,
     noun: 'run in this thread',
-    seqOf: async (id) => {
-      const [row] = await db
-        .select({ seq: runs.seq })
-        .from(runs)
-        .where(and(eq(runs.id, id), eq(runs.threadId, threadId)))
-        .limit(1);
-      return row?.seq;
-    },
     select: (page) => runPage(db, page).all({ ...page.values, threadId }),
   });
 }
+
+const runCursors = cursorsOf(runs, { seq: runs.seq, id: runs.id, scope: runs.threadId });
 
 const runPage = preparedQueries(
   (db, page: PageQuery) =>
@@ -212,19 +208,15 @@ const stepsOfRun = preparedQuery((db) => db.select().from(runSteps).where(eq(run
 /** One page of a run's steps (see cursorPage). */
 export function listStepsPage(db: Db, runId: string, query: CursorListQuery) {
   return cursorPage(query, {
-    seq: runSteps.seq,
+    db,
+    cursors: stepCursors,
+    scope: runId,
     noun: 'step in this run',
-    seqOf: async (id) => {
-      const [row] = await db
-        .select({ seq: runSteps.seq })
-        .from(runSteps)
-        .where(and(eq(runSteps.id, id), eq(runSteps.runId, runId)))
-        .limit(1);
-      return row?.seq;
-    },
     select: (page) => stepPage(db, page).all({ ...page.values, runId }),
   });
 }
+
+const stepCursors = cursorsOf(runSteps, { seq: runSteps.seq, id: runSteps.id, scope: runSteps.runId });
 
 const stepPage = preparedQueries(
   (db, page: PageQuery) =>
@@ -233,14 +225,19 @@ const stepPage = preparedQueries(
 );
 
 export async function getStep(db: Db, runId: string, stepId: string): Promise<StepRow> {
-  const [row] = await db
-    .select()
-    .from(runSteps)
-    .where(and(eq(runSteps.id, stepId), eq(runSteps.runId, runId)))
-    .limit(1);
+  const [row] = await stepOfRun(db).all({ stepId, runId });
   if (!row) throw new ApiError('run_step_not_found', `No run step found with id '${stepId}'.`);
   return row;
 }
+
+const stepOfRun = preparedQuery((db) =>
+  db
+    .select()
+    .from(runSteps)
+    .where(and(eq(runSteps.id, sql.placeholder('stepId')), eq(runSteps.runId, sql.placeholder('runId'))))
+    .limit(1)
+    .prepare(),
+);
 
 /** Extends the lease of a run being executed; answers its status, so a cancel from elsewhere is seen. */
 export async function renewLease(db: Db, runId: string, until: number): Promise<RunStatus | null> {

@@ -8,17 +8,18 @@ import {
   preparedQuery,
   rawOf,
   rowOf,
+  sqlOf,
   type BuiltStatement,
   type Db,
   type RawCondition,
   type RawStatement,
 } from '../db/client';
-import { holdsThreadSql, messages, runs, runSteps, THREAD_HOLDING_SQL, threads, type MessageStatus } from '../db/schema';
+import { messages, runs, runSteps, THREAD_HOLDING_SQL, threads, type MessageStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import type { ModifyMessageBody, ModifyThreadBody } from '../schemas/threads';
 import type { ToolResources } from '../schemas/tools';
-import { cursorPage, type PageQuery } from './pagination';
+import { cursorPage, cursorsOf, type PageQuery } from './pagination';
 
 /** Threads and their messages: their queries (their JSON is wire/threads.ts). */
 
@@ -26,9 +27,15 @@ import { cursorPage, type PageQuery } from './pagination';
 export type ThreadRow = Omit<typeof threads.$inferSelect, 'seq'>;
 export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
 
-/** A thread's holding run (db/schema.ts, THREAD_HOLDING_STATUSES), as a subquery. */
-const runHoldingThread = (threadId: string) =>
-  sql`SELECT 1 FROM ${runs} WHERE ${runs.threadId} = ${threadId} AND ${holdsThreadSql}`;
+/**
+ * No run holds the thread (db/schema.ts, THREAD_HOLDING_STATUSES): the condition of the writes a
+ * running thread refuses (a message added, the thread deleted). Raw, for raw statements; sqlOf
+ * gives it to Drizzle's.
+ */
+const noRunHolds = (threadId: string): RawCondition => ({
+  sql: `NOT EXISTS (SELECT 1 FROM "runs" WHERE "runs"."thread_id" = ? AND ${THREAD_HOLDING_SQL})`,
+  args: [threadId],
+});
 
 // Prepared: every route under a thread reads it first (its messages, runs and steps).
 const threadById = preparedQuery((db) =>
@@ -92,7 +99,7 @@ export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boole
   const [deleted] = await db.batch([
     db
       .delete(threads)
-      .where(and(eq(threads.id, thread.id), eq(threads.workspaceId, thread.workspaceId), sql`NOT EXISTS (${runHoldingThread(thread.id)})`))
+      .where(and(eq(threads.id, thread.id), eq(threads.workspaceId, thread.workspaceId), sqlOf(noRunHolds(thread.id))))
       .returning({ id: threads.id }),
     // Through the thread's runs (runs_thread, then run_steps_run): run_steps has no index on thread_id.
     db
@@ -117,15 +124,24 @@ export async function insertMessageWhileIdle(db: Db, message: MessageRow, extra:
   return row ? rowOf(messages, row) : null;
 }
 
-/** The thread exists and no run holds it: insertMessageWhileIdle's condition, as SQL of its own. */
-const whileIdle = (threadId: string): RawCondition => ({
-  sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ?) AND NOT EXISTS (SELECT 1 FROM "runs" WHERE "runs"."thread_id" = ? AND ${THREAD_HOLDING_SQL})`,
-  args: [threadId, threadId],
-});
+/** The thread exists and no run holds it: insertMessageWhileIdle's condition. */
+const whileIdle = (threadId: string): RawCondition => {
+  const idle = noRunHolds(threadId);
+  return { sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ?) AND ${idle.sql}`, args: [threadId, ...idle.args] };
+};
 
 const messageNotFound = (id: string) => new ApiError('message_not_found', `No message found with id '${id}'.`);
-const messageOf = (workspaceId: string, threadId: string, id: string) =>
-  and(eq(messages.id, id), eq(messages.threadId, threadId), eq(messages.workspaceId, workspaceId));
+/**
+ * The message `id` of the thread `threadId` in the workspace `workspaceId` (placeholders): what a
+ * message's reads and changes find it by, in queries prepared once per database.
+ */
+const messageOf = and(
+  eq(messages.id, sql.placeholder('id')),
+  eq(messages.threadId, sql.placeholder('threadId')),
+  eq(messages.workspaceId, sql.placeholder('workspaceId')),
+);
+const messageById = preparedQuery((db) => db.select().from(messages).where(messageOf).limit(1).prepare());
+const deleteMessageById = preparedQuery((db) => db.delete(messages).where(messageOf).returning({ id: messages.id }).prepare());
 
 /**
  * A missing message's 404: the thread's when the thread is not there either (which getThread
@@ -137,7 +153,7 @@ async function missingMessage(db: Db, workspaceId: string, threadId: string, id:
 }
 
 export async function getMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<MessageRow> {
-  const [row] = await db.select().from(messages).where(messageOf(workspaceId, threadId, id)).limit(1);
+  const [row] = await messageById(db).all({ id, threadId, workspaceId });
   return row ?? missingMessage(db, workspaceId, threadId, id);
 }
 
@@ -153,14 +169,16 @@ export async function modifyMessage(
   const [row] = await db
     .update(messages)
     .set({ metadata: body.metadata ?? {} })
-    .where(messageOf(workspaceId, threadId, id))
-    .returning();
+    .where(messageOf)
+    .returning()
+    .prepare()
+    .all({ id, threadId, workspaceId });
   return row ?? missingMessage(db, workspaceId, threadId, id);
 }
 
 /** Deletes the message; 404 as getMessage. */
 export async function deleteMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<void> {
-  const [row] = await db.delete(messages).where(messageOf(workspaceId, threadId, id)).returning({ id: messages.id });
+  const [row] = await deleteMessageById(db).all({ id, threadId, workspaceId });
   if (!row) await missingMessage(db, workspaceId, threadId, id);
 }
 
@@ -168,19 +186,15 @@ export async function deleteMessage(db: Db, workspaceId: string, threadId: strin
 export function listMessages(db: Db, threadId: string, query: CursorListQuery & { run_id?: string }) {
   const runId = query.run_id;
   return cursorPage(query, {
-    seq: messages.seq,
+    db,
+    cursors: messageCursors,
+    scope: threadId,
     noun: 'message in this thread',
-    seqOf: async (id) => {
-      const [row] = await db
-        .select({ seq: messages.seq })
-        .from(messages)
-        .where(and(eq(messages.id, id), eq(messages.threadId, threadId)))
-        .limit(1);
-      return row?.seq;
-    },
     select: (page) => messagePage(db, page, runId !== undefined).all({ ...page.values, threadId, runId }),
   });
 }
+
+const messageCursors = cursorsOf(messages, { seq: messages.seq, id: messages.id, scope: messages.threadId });
 
 const messagePage = preparedQueries(
   (db, page: PageQuery, ofRun: boolean) =>

@@ -14,7 +14,7 @@ import {
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import type { ListVectorStoreFilesQuery, UpdateVectorStoreBody } from '../schemas/vector-stores';
-import { cursorPage, type PageQuery } from './pagination';
+import { cursorPage, cursorsOf, type PageQuery } from './pagination';
 import { insertWhere } from './quotas';
 
 /**
@@ -57,19 +57,15 @@ export async function getVectorStore(db: Db, workspaceId: string, id: string): P
 
 export function listVectorStores(db: Db, workspaceId: string, query: CursorListQuery) {
   return cursorPage(query, {
-    seq: vectorStores.seq,
+    db,
+    cursors: storeCursors,
+    scope: workspaceId,
     noun: 'vector store',
-    seqOf: async (id) => {
-      const [row] = await db
-        .select({ seq: vectorStores.seq })
-        .from(vectorStores)
-        .where(and(eq(vectorStores.workspaceId, workspaceId), eq(vectorStores.id, id)))
-        .limit(1);
-      return row?.seq;
-    },
     select: (page) => storePage(db, page).all({ ...page.values, workspaceId }),
   });
 }
+
+const storeCursors = cursorsOf(vectorStores, { seq: vectorStores.seq, id: vectorStores.id, scope: vectorStores.workspaceId });
 
 const storePage = preparedQueries(
   (db, page: PageQuery) =>
@@ -232,15 +228,15 @@ export function listStoreFiles(db: Db, scope: { storeId: string; batchId?: strin
   const values = { storeId: scope.storeId, batchId: scope.batchId, status: query.filter };
   const filters = { ofBatch: scope.batchId !== undefined, ofStatus: query.filter !== undefined };
   return cursorPage(query, {
-    seq: vectorStoreFiles.seq,
+    db,
+    cursors: storeFileCursors,
+    scope: scope.storeId,
     noun: 'file in this vector store',
-    seqOf: async (id) => {
-      const [row] = await db.select({ seq: vectorStoreFiles.seq }).from(vectorStoreFiles).where(fileOf(scope.storeId, id)).limit(1);
-      return row?.seq;
-    },
     select: (page) => storeFilePage(db, page, filters).all({ ...page.values, ...values }),
   });
 }
+
+const storeFileCursors = cursorsOf(vectorStoreFiles, { seq: vectorStoreFiles.seq, id: vectorStoreFiles.fileId, scope: vectorStoreFiles.vectorStoreId });
 
 const storeFilePage = preparedQueries(
   (db, page: PageQuery, filters: { ofBatch: boolean; ofStatus: boolean }) =>
