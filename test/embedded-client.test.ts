@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient, type Client, type ResultSet } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TextParts, type PartsClient } from '../src/db/client';
+import type { PartsClient } from '../src/db/client';
+import { TextParts } from '../src/lib/text';
 import { openEmbeddedClient, openEmbeddedClients } from '../src/db/embedded-client';
 
 /**

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { TextBuilder, TextParts, jsonWithText } from '../src/lib/text';
 import { EventStream } from '../src/runs/event-stream';
 import { Outbox } from '../src/runs/outbox';
 import { parseEvents } from './support/run-stream';
@@ -107,6 +108,37 @@ describe('the event stream towards its client', () => {
     await sending;
     expect(parsed.map((event) => event.event)).toEqual([...Array.from({ length: 200 }, () => 'thread.message.delta'), 'done']);
     expect(parsed.slice(0, 200).map((event) => (event.data as { i: number }).i)).toEqual(Array.from({ length: 200 }, (_, i) => i));
+  });
+
+  it('writes an event in parts (a long answer’s message) as the same bytes, in chunks of at most 64 KiB', async () => {
+    const answer = new TextBuilder();
+    for (let i = 0; i < 300; i++) answer.push(`${i} "quoted" é ${'x'.repeat(1000)}\n`);
+    const message = (value: string) => ({ id: 'msg_1', object: 'thread.message', content: [{ type: 'text', text: { value, annotations: [] } }] });
+    const events = new EventStream({ stallMs: 5_000 });
+    const reading = (async () => {
+      const chunks: Uint8Array[] = [];
+      for await (const chunk of events.readable) chunks.push(chunk);
+      return chunks;
+    })();
+    await events.send([
+      ['thread.run.step.completed', '{"id":"step_1"}'],
+      ['thread.message.completed', jsonWithText(message, answer)],
+      ['thread.run.completed', { id: 'run_1' }],
+    ]);
+    await events.close();
+    const chunks = await reading;
+    expect(Math.max(...chunks.map((chunk) => chunk.byteLength))).toBeLessThanOrEqual(64 * 1024);
+    expect(chunks.length).toBeGreaterThanOrEqual(5);
+    const text = new TextDecoder().decode(Buffer.concat(chunks));
+    expect(text).toBe(
+      `event: thread.run.step.completed\ndata: {"id":"step_1"}\n\nevent: thread.message.completed\ndata: ${JSON.stringify(message(answer.toString()))}\n\n` +
+        'event: thread.run.completed\ndata: {"id":"run_1"}\n\nevent: done\ndata: [DONE]\n\n',
+    );
+    expect(parseEvents(text).map((event) => event.event)).toEqual(['thread.run.step.completed', 'thread.message.completed', 'thread.run.completed', 'done']);
+    // Parts given as they are: strings and bytes, in order.
+    const parted = new EventStream({ stallMs: 5_000 });
+    await parted.send([['x', new TextParts(['{"a":"', new TextEncoder().encode('é'), '"}'])]]);
+    expect(await received(parted)).toEqual(['x', 'done']);
   });
 
   it('drops events once the client cancels', async () => {

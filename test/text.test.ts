@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { TextBuilder } from '../src/lib/text';
+import { jsonWithText, TextBuilder } from '../src/lib/text';
 
 /**
  * Text held in pieces (src/lib/text.ts): a run's answer is kept as the JSON escaping of the
@@ -46,5 +46,37 @@ describe('TextBuilder', () => {
       }),
       { numRuns: 300 },
     );
+  });
+});
+
+describe('jsonWithText', () => {
+  const message = (value: string) => ({ id: 'msg_1', content: [{ type: 'text', text: { value, annotations: [] } }], metadata: { note: 'a "quoted" \\ note' } });
+
+  it('is JSON.stringify of the object with the text in its place, the text never joined', () => {
+    fc.assert(
+      fc.property(fc.array(fc.oneof(pieces.map((given) => given.join('')), fc.string({ minLength: 1024, maxLength: 1100 })), { maxLength: 12 }), (given) => {
+        const builder = new TextBuilder();
+        for (const piece of given) builder.push(piece);
+        const parts = jsonWithText(message, builder);
+        expect(parts.toString()).toBe(JSON.stringify(message(given.join(''))));
+        // The answer's stored chunks are the very parts written: nothing of them was copied.
+        for (const chunk of builder.jsonParts().filter((part) => typeof part !== 'string')) expect(parts.parts).toContain(chunk);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('is not fooled by a text or object that looks like its stand-in', () => {
+    const builder = new TextBuilder();
+    builder.push('\u0000deadbeef\u0000 "\u0000"');
+    const parts = jsonWithText((value) => ({ before: '\u0000', value, after: '\u0000\u0000' }), builder);
+    expect(JSON.parse(parts.toString())).toEqual({ before: '\u0000', value: '\u0000deadbeef\u0000 "\u0000"', after: '\u0000\u0000' });
+  });
+
+  it('refuses an object without the text, or with it twice', () => {
+    const builder = new TextBuilder();
+    builder.push('x');
+    expect(() => jsonWithText(() => ({ value: 'no text here' }), builder)).toThrow('exactly once');
+    expect(() => jsonWithText((value) => ({ a: value, b: value }), builder)).toThrow('exactly once');
   });
 });

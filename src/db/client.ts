@@ -2,6 +2,7 @@ import type { Client, InValue, ResultSet } from '@libsql/client';
 import { getTableColumns, getTableName, sql, type Column, type InferInsertModel, type InferSelectModel, type SQL, type Table } from 'drizzle-orm';
 import type { BatchItem } from 'drizzle-orm/batch';
 import type { LibSQLDatabase } from 'drizzle-orm/libsql';
+import { TextParts } from '../lib/text';
 import type * as schema from './schema';
 
 type Driver = LibSQLDatabase<typeof schema>;
@@ -115,30 +116,13 @@ export function isUniqueViolation(error: unknown, columns: string): boolean {
 }
 
 /**
- * A long text argument as the pieces it was built from, strings or UTF-8 bytes (each of whole
- * characters), written as their concatenation: a run's answer of up to GATEWAY_MAX_ANSWER_BYTES,
- * streamed in pieces of a few KiB. Joined, escaped as JSON and copied to the embedded database's
- * writer thread whole, a 4 MiB answer cost the event loop three fresh copies of 4 MiB, 35 to 90 ms
- * on a machine where first touching memory is slow (page faults of about 14 µs a page), while
- * every other request waited. The embedded client hands the pieces over as they are and its
- * writer thread joins them; other clients are given the joined text.
+ * A long text argument may come as TextParts (lib/text.ts): a run's answer of up to
+ * GATEWAY_MAX_ANSWER_BYTES, streamed in pieces of a few KiB. Joined, escaped as JSON and copied to
+ * the embedded database's writer thread whole, a 4 MiB answer cost the event loop three fresh
+ * copies of 4 MiB, 35 to 90 ms on a machine where first touching memory is slow (page faults of
+ * about 14 µs a page), while every other request waited. The embedded client hands the pieces over
+ * as they are and its writer thread joins them; other clients are given the joined text.
  */
-export class TextParts {
-  /** About its size: the UTF-16 units of its strings and the bytes of its bytes. */
-  readonly length: number;
-
-  constructor(readonly parts: readonly (string | Uint8Array)[]) {
-    let length = 0;
-    for (const part of parts) length += typeof part === 'string' ? part.length : part.byteLength;
-    this.length = length;
-  }
-
-  toString(): string {
-    return this.parts.map((part) => (typeof part === 'string' ? part : decoder.decode(part))).join('');
-  }
-}
-
-const decoder = new TextDecoder();
 
 /** A value of a raw statement: what the libSQL client takes, or a long text in parts. */
 export type RawValue = InValue | TextParts;

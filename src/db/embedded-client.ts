@@ -2,7 +2,8 @@ import type { Client, InArgs, InStatement, ResultSet, Row, TransactionMode } fro
 import { setImmediate } from 'node:timers';
 import { Worker } from 'node:worker_threads';
 import Database from 'libsql';
-import { TextParts, type PartsClient, type RawStatement, type RawValue } from './client';
+import { TextParts } from '../lib/text';
+import type { PartsClient, RawStatement, RawValue } from './client';
 
 /**
  * The embedded database's client: the part of @libsql/client's `Client` that Drizzle and the

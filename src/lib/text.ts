@@ -42,6 +42,27 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 /**
+ * A long text as the pieces it was built from, strings or UTF-8 bytes (each of whole characters),
+ * meaning their concatenation: a run's answer (TextBuilder.jsonParts), as its database write takes
+ * it (db/client.ts, RawValue) and as its event stream writes it (runs/event-stream.ts), so that
+ * neither joins a text of up to GATEWAY_MAX_ANSWER_BYTES into fresh memory.
+ */
+export class TextParts {
+  /** About its size: the UTF-16 units of its strings and the bytes of its bytes. */
+  readonly length: number;
+
+  constructor(readonly parts: readonly (string | Uint8Array)[]) {
+    let length = 0;
+    for (const part of parts) length += typeof part === 'string' ? part.length : part.byteLength;
+    this.length = length;
+  }
+
+  toString(): string {
+    return this.parts.map((part) => (typeof part === 'string' ? part : decoder.decode(part))).join('');
+  }
+}
+
+/**
  * A string appended to in many pieces, such as an answer streamed a few characters per delta, or
  * 4 MiB streamed 16 KiB at a time. Runs of pieces are gathered until they add up to SMALL_PIECE
  * characters, then stored as the UTF-8 bytes of their JSON escaping (the text of a JSON string,
@@ -91,4 +112,33 @@ export class TextBuilder {
 /** `text` without the high surrogate that ends it (a pair's first half), and that surrogate, or ''. */
 function cutTrailingHalf(text: string): [text: string, half: string] {
   return isHighSurrogate(text.charCodeAt(text.length - 1)) ? [text.slice(0, -1), text.slice(-1)] : [text, ''];
+}
+
+/**
+ * What stands for the text in the value jsonWithText serialises: control characters around 128
+ * random bits, which no text holds by chance. Drawn at first use: Workers allow no random values
+ * in a module's global scope.
+ */
+let hole: { text: string; quoted: string } | null = null;
+
+function theHole(): { text: string; quoted: string } {
+  if (hole === null) {
+    const text = `\u0000${Array.from(crypto.getRandomValues(new Uint8Array(16)), (byte) => byte.toString(16).padStart(2, '0')).join('')}\u0000`;
+    hole = { text, quoted: JSON.stringify(text) };
+  }
+  return hole;
+}
+
+/**
+ * `JSON.stringify(build(text))` in parts, for an object that holds a long text in one place: the
+ * object is serialised with a stand-in where the text goes (`build` puts `hole` there), and the
+ * text's JSON string is the builder's parts (jsonParts) in its place, never joined.
+ */
+export function jsonWithText(build: (hole: string) => unknown, text: TextBuilder): TextParts {
+  const { text: stand, quoted } = theHole();
+  const json = JSON.stringify(build(stand));
+  const at = json.indexOf(quoted);
+  // `build` put the stand-in in exactly one place (or the object's own strings hold it: they do not).
+  if (at < 0 || json.includes(quoted, at + 1)) throw new Error('jsonWithText: the text must appear exactly once in what build returns');
+  return new TextParts([json.slice(0, at + 1), ...text.jsonParts(), json.slice(at + quoted.length - 1)]);
 }

@@ -2,7 +2,7 @@ import { batchRaw, type RawStatement } from '../db/client';
 import type { Deps } from '../deps';
 import { ApiError, serverError } from '../errors';
 import { newId } from '../lib/ids';
-import { TextBuilder, utf8Length, utf8Prefix } from '../lib/text';
+import { jsonWithText, TextBuilder, utf8Length, utf8Prefix } from '../lib/text';
 import { checkUpstreamUrl } from '../lib/upstream-url';
 import { ADAPTERS } from '../providers/adapters';
 import { streamChatCompletion } from '../providers/chat';
@@ -640,9 +640,8 @@ class Execution {
    */
   #closeMessage(reason: string | null, at: number, usage?: Usage) {
     const message = this.#message!;
-    // Joined here only when citations need it, and then once for them and the event.
-    const joined = this.#sources.length === 0 ? null : message.text.toString();
-    const annotations = joined === null ? [] : citations(joined, this.#sources);
+    // Joined only when citations need it: the write and the event take the answer in parts.
+    const annotations = this.#sources.length === 0 ? [] : citations(message.text.toString(), this.#sources);
     const messagePatch =
       reason === null
         ? { status: 'completed' as const, completedAt: at }
@@ -661,9 +660,13 @@ class Execution {
         },
       ]);
     }
+    // The message with its whole answer, serialised around the answer's parts (never joined for it).
     this.#outbox.onCommit(() => {
-      const content: MessageContent[] = [{ type: 'text', text: { value: joined ?? message.text.toString(), annotations } }];
-      return [`thread.message.${messagePatch.status}`, toMessageJson({ ...message.row, content })];
+      const withText = (value: string) => {
+        const content: MessageContent[] = [{ type: 'text', text: { value, annotations } }];
+        return toMessageJson({ ...message.row, content });
+      };
+      return [`thread.message.${messagePatch.status}`, jsonWithText(withText, message.text)];
     });
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
     return [messageUpdate(message.row.id, messagePatch, { value: message.text, annotations }), stepUpdate(message.step.id, stepPatch)];

@@ -1,4 +1,5 @@
 import type { ErrorBody } from '../errors';
+import { TextParts } from '../lib/text';
 
 /**
  * The server-sent event stream of a run, as OpenAI writes it: `event: <name>\ndata: <json>\n\n`,
@@ -18,7 +19,10 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 } as const;
 
-/** One event: its name and its data, an object to serialise or an already-serialised JSON string. */
+/**
+ * One event: its name and its data, an object to serialise, or JSON already serialised: a string,
+ * or TextParts for a long one (a message of a long answer, jsonWithText), written part by part.
+ */
 export type ServerSentEvent = [name: string, data: unknown];
 
 /** Receives a run's events. The engine emits through this; a non-streamed run has none. */
@@ -33,6 +37,8 @@ export interface EventSink {
 
 /** Events queued towards a slow client before the engine waits for it. */
 const QUEUE_EVENTS = 64;
+/** The most bytes one chunk of events written in parts holds. */
+const PARTS_CHUNK_BYTES = 64 * 1024;
 
 export class EventStream implements EventSink {
   readonly readable: ReadableStream<Uint8Array>;
@@ -70,11 +76,28 @@ export class EventStream implements EventSink {
 
   async send(events: ServerSentEvent[]): Promise<void> {
     if (this.#detached || this.#closed || events.length === 0) return;
+    if (events.some(([, data]) => data instanceof TextParts)) return this.#sendParts(events);
     let text = '';
     for (const [name, data] of events) {
       text += `event: ${name}\ndata: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
     }
-    await this.#write(text);
+    await this.#write(encoder.encode(text));
+  }
+
+  /**
+   * Events of which some are in parts: written in chunks of up to PARTS_CHUNK_BYTES, each part
+   * copied once into its chunk, so that a message of a 4 MiB answer never exists whole (as a
+   * string, then as bytes) beside the answer.
+   */
+  async #sendParts(events: ServerSentEvent[]): Promise<void> {
+    const chunks = new ChunkWriter(PARTS_CHUNK_BYTES);
+    for (const [name, data] of events) {
+      chunks.add(`event: ${name}\ndata: `);
+      if (data instanceof TextParts) for (const part of data.parts) chunks.add(part);
+      else chunks.add(typeof data === 'string' ? data : JSON.stringify(data));
+      chunks.add('\n\n');
+    }
+    for (const chunk of chunks.end()) await this.#write(chunk);
   }
 
   /** An error after the headers were sent: the envelope the SDKs raise, then the end. */
@@ -85,7 +108,7 @@ export class EventStream implements EventSink {
   /** `done`, then the end of the body. Idempotent. */
   async close(): Promise<void> {
     if (this.#closed) return;
-    await this.#write('event: done\ndata: [DONE]\n\n');
+    await this.#write(encoder.encode('event: done\ndata: [DONE]\n\n'));
     this.#closed = true;
     if (this.#detached) return;
     try {
@@ -95,7 +118,7 @@ export class EventStream implements EventSink {
     }
   }
 
-  async #write(text: string): Promise<void> {
+  async #write(bytes: Uint8Array): Promise<void> {
     if (this.#detached) return;
     if (!(await this.#roomWithin(this.#stallMs))) {
       if (this.#detached) return;
@@ -105,7 +128,7 @@ export class EventStream implements EventSink {
       return;
     }
     try {
-      this.#controller.enqueue(encoder.encode(text));
+      this.#controller.enqueue(bytes);
     } catch {
       this.#detached = true;
     }
@@ -130,5 +153,41 @@ export class EventStream implements EventSink {
     if (timer !== undefined) clearTimeout(timer);
     this.#roomMade = null;
     return made && !this.#detached;
+  }
+}
+
+/** Text and bytes gathered into chunks of at most `size` bytes, each filled before the next begins. */
+class ChunkWriter {
+  readonly #size: number;
+  readonly #full: Uint8Array[] = [];
+  #chunk: Uint8Array;
+  #at = 0;
+
+  constructor(size: number) {
+    this.#size = size;
+    this.#chunk = new Uint8Array(size);
+  }
+
+  add(part: string | Uint8Array): void {
+    let bytes = typeof part === 'string' ? encoder.encode(part) : part;
+    while (bytes.byteLength > 0) {
+      if (this.#at === this.#size) this.#next();
+      const taken = Math.min(bytes.byteLength, this.#size - this.#at);
+      this.#chunk.set(bytes.subarray(0, taken), this.#at);
+      this.#at += taken;
+      bytes = bytes.subarray(taken);
+    }
+  }
+
+  /** The chunks, the last one as long as what it holds. */
+  end(): Uint8Array[] {
+    if (this.#at > 0) this.#full.push(this.#chunk.subarray(0, this.#at));
+    return this.#full;
+  }
+
+  #next(): void {
+    this.#full.push(this.#chunk);
+    this.#chunk = new Uint8Array(this.#size);
+    this.#at = 0;
   }
 }

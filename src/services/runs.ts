@@ -1,9 +1,9 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Config } from '../config';
-import { batchRaw, batchRawResults, insertStatement, isUniqueViolation, preparedQueries, preparedQuery, rawOf, rowOf, TextParts, updateStatement, type BuiltStatement, type Db, type RawStatement } from '../db/client';
+import { batchRaw, batchRawResults, insertStatement, isUniqueViolation, preparedQueries, preparedQuery, rawOf, rowOf, updateStatement, type BuiltStatement, type Db, type RawStatement } from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
-import type { TextBuilder } from '../lib/text';
+import { TextParts, type TextBuilder } from '../lib/text';
 import type { Usage } from '../providers/types';
 import type { CursorListQuery } from '../schemas/common';
 import type { TokenTicket } from '../schemas/policies';
