@@ -90,14 +90,15 @@ export class EventStream implements EventSink {
    * string, then as bytes) beside the answer.
    */
   async #sendParts(events: ServerSentEvent[]): Promise<void> {
-    const chunks = new ChunkWriter(PARTS_CHUNK_BYTES);
+    const parts: Uint8Array[] = [];
+    const add = (part: string | Uint8Array) => parts.push(typeof part === 'string' ? encoder.encode(part) : part);
     for (const [name, data] of events) {
-      chunks.add(`event: ${name}\ndata: `);
-      if (data instanceof TextParts) for (const part of data.parts) chunks.add(part);
-      else chunks.add(typeof data === 'string' ? data : JSON.stringify(data));
-      chunks.add('\n\n');
+      add(`event: ${name}\ndata: `);
+      if (data instanceof TextParts) data.parts.forEach(add);
+      else add(typeof data === 'string' ? data : JSON.stringify(data));
+      add('\n\n');
     }
-    for (const chunk of chunks.end()) await this.#write(chunk);
+    for (const chunk of inChunks(parts, PARTS_CHUNK_BYTES)) await this.#write(chunk);
   }
 
   /** An error after the headers were sent: the envelope the SDKs raise, then the end. */
@@ -156,38 +157,26 @@ export class EventStream implements EventSink {
   }
 }
 
-/** Text and bytes gathered into chunks of at most `size` bytes, each filled before the next begins. */
-class ChunkWriter {
-  readonly #size: number;
-  readonly #full: Uint8Array[] = [];
-  #chunk: Uint8Array;
-  #at = 0;
-
-  constructor(size: number) {
-    this.#size = size;
-    this.#chunk = new Uint8Array(size);
-  }
-
-  add(part: string | Uint8Array): void {
-    let bytes = typeof part === 'string' ? encoder.encode(part) : part;
-    while (bytes.byteLength > 0) {
-      if (this.#at === this.#size) this.#next();
-      const taken = Math.min(bytes.byteLength, this.#size - this.#at);
-      this.#chunk.set(bytes.subarray(0, taken), this.#at);
-      this.#at += taken;
-      bytes = bytes.subarray(taken);
+/** `parts` copied into chunks of at most `size` bytes, each filled before the next begins, the last only as long as what is left. */
+function inChunks(parts: Uint8Array[], size: number): Uint8Array[] {
+  let left = 0;
+  for (const part of parts) left += part.byteLength;
+  const chunks: Uint8Array[] = [];
+  let chunk = new Uint8Array(0);
+  let at = 0;
+  for (let part of parts) {
+    while (part.byteLength > 0) {
+      if (at === chunk.byteLength) {
+        chunk = new Uint8Array(Math.min(size, left));
+        chunks.push(chunk);
+        at = 0;
+      }
+      const taken = Math.min(part.byteLength, chunk.byteLength - at);
+      chunk.set(part.subarray(0, taken), at);
+      at += taken;
+      left -= taken;
+      part = part.subarray(taken);
     }
   }
-
-  /** The chunks, the last one as long as what it holds. */
-  end(): Uint8Array[] {
-    if (this.#at > 0) this.#full.push(this.#chunk.subarray(0, this.#at));
-    return this.#full;
-  }
-
-  #next(): void {
-    this.#full.push(this.#chunk);
-    this.#chunk = new Uint8Array(this.#size);
-    this.#at = 0;
-  }
+  return chunks;
 }
