@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { jsonWithText, TextBuilder } from '../src/lib/text';
+import { jsonWithText, TextBuilder, TextParts } from '../src/lib/text';
 
 /**
  * Text held in pieces (src/lib/text.ts): a run's answer is kept as the JSON escaping of the
@@ -57,10 +57,13 @@ describe('jsonWithText', () => {
       fc.property(fc.array(fc.oneof(pieces.map((given) => given.join('')), fc.string({ minLength: 1024, maxLength: 1100 })), { maxLength: 12 }), (given) => {
         const builder = new TextBuilder();
         for (const piece of given) builder.push(piece);
-        const parts = jsonWithText(message, builder);
-        expect(parts.toString()).toBe(JSON.stringify(message(given.join(''))));
-        // The answer's stored chunks are the very parts written: nothing of them was copied.
-        for (const chunk of builder.jsonParts().filter((part) => typeof part !== 'string')) expect(parts.parts).toContain(chunk);
+        const json = jsonWithText(message, builder);
+        expect(json.toString()).toBe(JSON.stringify(message(given.join(''))));
+        const stored = builder.jsonParts().filter((part) => typeof part !== 'string');
+        // A text still held as a string gives one string; a longer one, parts: its stored chunks
+        // themselves, none of them copied.
+        expect(json instanceof TextParts).toBe(stored.length > 0);
+        if (json instanceof TextParts) for (const chunk of stored) expect(json.parts).toContain(chunk);
       }),
       { numRuns: 500 },
     );
@@ -68,14 +71,16 @@ describe('jsonWithText', () => {
 
   it('is not fooled by a text or object that looks like its stand-in', () => {
     const builder = new TextBuilder();
-    builder.push('\u0000deadbeef\u0000 "\u0000"');
-    const parts = jsonWithText((value) => ({ before: '\u0000', value, after: '\u0000\u0000' }), builder);
-    expect(JSON.parse(parts.toString())).toEqual({ before: '\u0000', value: '\u0000deadbeef\u0000 "\u0000"', after: '\u0000\u0000' });
+    const text = `\u0000deadbeef\u0000 "\u0000" ${'y'.repeat(2000)}`;
+    builder.push(text);
+    const json = jsonWithText((value) => ({ before: '\u0000', value, after: '\u0000\u0000' }), builder);
+    expect(json).toBeInstanceOf(TextParts);
+    expect(JSON.parse(json.toString())).toEqual({ before: '\u0000', value: text, after: '\u0000\u0000' });
   });
 
   it('refuses an object without the text, or with it twice', () => {
     const builder = new TextBuilder();
-    builder.push('x');
+    builder.push('x'.repeat(2000));
     expect(() => jsonWithText(() => ({ value: 'no text here' }), builder)).toThrow('exactly once');
     expect(() => jsonWithText((value) => ({ a: value, b: value }), builder)).toThrow('exactly once');
   });

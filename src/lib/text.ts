@@ -130,15 +130,18 @@ function theHole(): { text: string; quoted: string } {
 }
 
 /**
- * `JSON.stringify(build(text))` in parts, for an object that holds a long text in one place: the
- * object is serialised with a stand-in where the text goes (`build` puts `hole` there), and the
- * text's JSON string is the builder's parts (jsonParts) in its place, never joined.
+ * `JSON.stringify(build(text))`, for an object that holds a long text in one place: the object is
+ * serialised with a stand-in where the text goes (`build` puts `hole` there), and the text's JSON
+ * string is the builder's parts (jsonParts) in its place, never joined. A text short enough to be
+ * held as a string still (under SMALL_PIECE characters) gives one string, as JSON.stringify would.
  */
-export function jsonWithText(build: (hole: string) => unknown, text: TextBuilder): TextParts {
+export function jsonWithText(build: (hole: string) => unknown, text: TextBuilder): string | TextParts {
+  const parts = text.jsonParts();
+  if (parts.every((part) => typeof part === 'string')) return JSON.stringify(build(text.toString()));
   const { text: stand, quoted } = theHole();
   const json = JSON.stringify(build(stand));
   const at = json.indexOf(quoted);
   // `build` put the stand-in in exactly one place (or the object's own strings hold it: they do not).
   if (at < 0 || json.includes(quoted, at + 1)) throw new Error('jsonWithText: the text must appear exactly once in what build returns');
-  return new TextParts([json.slice(0, at + 1), ...text.jsonParts(), json.slice(at + quoted.length - 1)]);
+  return new TextParts([json.slice(0, at + 1), ...parts, json.slice(at + quoted.length - 1)]);
 }

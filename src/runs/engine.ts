@@ -660,7 +660,7 @@ class Execution {
         },
       ]);
     }
-    // The message with its whole answer, serialised around the answer's parts (never joined for it).
+    // The message with its whole answer: a long answer is written from its parts, never joined.
     this.#outbox.onCommit(() => {
       const withText = (value: string) => {
         const content: MessageContent[] = [{ type: 'text', text: { value, annotations } }];
