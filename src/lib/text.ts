@@ -84,6 +84,11 @@ export class TextBuilder {
     if (this.#pendingLength >= SMALL_PIECE) this.#store();
   }
 
+  /** Whether the text is still held as a string (under SMALL_PIECE characters): nothing stored as bytes yet. */
+  get short(): boolean {
+    return this.#chunks.length === 0;
+  }
+
   /**
    * The text's JSON escaping (`JSON.stringify(text)` without its quotes): the stored chunks, as
    * UTF-8 bytes, then the pieces still gathering, escaped (a short answer is never encoded).
@@ -136,12 +141,11 @@ function theHole(): { text: string; quoted: string } {
  * held as a string still (under SMALL_PIECE characters) gives one string, as JSON.stringify would.
  */
 export function jsonWithText(build: (hole: string) => unknown, text: TextBuilder): string | TextParts {
-  const parts = text.jsonParts();
-  if (parts.every((part) => typeof part === 'string')) return JSON.stringify(build(text.toString()));
+  if (text.short) return JSON.stringify(build(text.toString()));
   const { text: stand, quoted } = theHole();
   const json = JSON.stringify(build(stand));
   const at = json.indexOf(quoted);
   // `build` put the stand-in in exactly one place (or the object's own strings hold it: they do not).
   if (at < 0 || json.includes(quoted, at + 1)) throw new Error('jsonWithText: the text must appear exactly once in what build returns');
-  return new TextParts([json.slice(0, at + 1), ...parts, json.slice(at + quoted.length - 1)]);
+  return new TextParts([json.slice(0, at + 1), ...text.jsonParts(), json.slice(at + quoted.length - 1)]);
 }

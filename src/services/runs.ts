@@ -1,6 +1,21 @@
 import { and, asc, desc, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Config } from '../config';
-import { batchRaw, batchRawResults, insertStatement, isUniqueViolation, preparedQueries, preparedQuery, rawOf, rowOf, updateStatement, type BuiltStatement, type Db, type RawStatement } from '../db/client';
+import {
+  batchRaw,
+  batchRawResults,
+  insertStatement,
+  isUniqueViolation,
+  preparedQueries,
+  preparedQuery,
+  rawOf,
+  rowOf,
+  sqlOf,
+  updateStatement,
+  type BuiltStatement,
+  type Db,
+  type RawCondition,
+  type RawStatement,
+} from '../db/client';
 import { holdsThreadSql, messages, runs, runSteps, type RunStatus } from '../db/schema';
 import { ApiError } from '../errors';
 import { TextParts, type TextBuilder } from '../lib/text';
@@ -151,11 +166,15 @@ export async function getRunById(db: Db, runId: string): Promise<RunRow | null> 
 
 /** Changes a run only while it is in one of `from`; returns the new row, or null if it was not. */
 export function updateRun(db: Db, runId: string, from: readonly RunStatus[], patch: Partial<NewRun>) {
-  return db
-    .update(runs)
-    .set(patch)
-    .where(and(eq(runs.id, runId), inArray(runs.status, [...from])))
-    .returning();
+  return db.update(runs).set(patch).where(sqlOf(runIn(runId, from))).returning();
+}
+
+/**
+ * The run `runId` while its status is one of `from`: the condition of every change a run makes
+ * only from some statuses (updateRun; endTurn and acceptToolOutputs, raw). Raw; sqlOf gives it to Drizzle.
+ */
+function runIn(runId: string, from: readonly RunStatus[]): RawCondition {
+  return { sql: `"runs"."id" = ? AND "runs"."status" IN (${from.map(() => '?').join(', ')})`, args: [runId, ...from] };
 }
 
 /** A run's new steps and message, written in one transaction (raw statements: on every streamed run's path). */
@@ -192,7 +211,7 @@ export function messageUpdate(messageId: string, patch: Partial<MessageInsert>, 
  * run was no longer in progress.
  */
 export async function endTurn(db: Db, runId: string, patch: Partial<NewRun>, statements: RawStatement[]): Promise<RunRow | null> {
-  const change = updateStatement(runs, patch, { sql: `"id" = ? and "status" = 'in_progress'`, args: [runId] }, { returning: true });
+  const change = updateStatement(runs, patch, runIn(runId, ['in_progress']), { returning: true });
   const [changed] = await batchRawResults(db, [change, ...statements]);
   const row = changed?.rows[0];
   return row ? rowOf(runs, row) : null;
@@ -405,7 +424,7 @@ export async function acceptToolOutputs(
     updateStatement(
       runs,
       { status: 'in_progress', requiredAction: null, leaseExpiresAt: at + lease, rateLimit },
-      { sql: `"id" = ? AND "status" = 'requires_action'`, args: [runId] },
+      runIn(runId, ['requires_action']),
       { returning: true },
     ),
     updateStatement(runSteps, stepPatch, {

@@ -166,6 +166,7 @@ export async function modifyMessage(
   body: ModifyMessageBody,
 ): Promise<MessageRow> {
   if (body.metadata === undefined) return getMessage(db, workspaceId, threadId, id);
+  // Built per call (Drizzle's set takes no placeholder), found by the same condition as the reads.
   const [row] = await db
     .update(messages)
     .set({ metadata: body.metadata ?? {} })
