@@ -1,14 +1,18 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createClient } from '@libsql/client';
 import { eq, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { batchRaw, batchRawResults, insertStatement, rowOf, sqlOf, updateStatement } from '../src/db/client';
+import { batchRaw, batchRawResults, insertStatement, insertWhere, rowOf, sqlOf, updateStatement } from '../src/db/client';
 import { TextBuilder, TextParts } from '../src/lib/text';
 import { endTurn, messageUpdate } from '../src/services/runs';
-import { insertWhere } from '../src/services/quotas';
+import { migrateDatabase, openDatabase } from '../src/db/node';
+import { initialise } from '../src/services/organisations';
 import { insertMessageWhileIdle } from '../src/services/threads';
 import * as schema from '../src/db/schema';
-import { messages, runs, runSteps, threads } from '../src/db/schema';
+import { apiKeys, messages, organisations, runs, runSteps, threads, workspaces } from '../src/db/schema';
 import { createFakeUpstream } from './support/fake-upstream';
 import { createTestGateway, type TestGateway } from './support/gateway';
 import { member, startRun, waitForRun } from './support/threads';
@@ -198,5 +202,29 @@ describe('sqlOf (a raw condition in a builder)', () => {
 
   it('refuses a condition whose marks and arguments differ in number', () => {
     expect(() => sqlOf({ sql: '"id" = ? AND "status" = ?', args: ['x'] })).toThrow('a raw condition with 2 marks and 1 arguments');
+  });
+});
+
+describe('insertWhere (the builder form), in first-run set-up', () => {
+  it('of set-ups racing on one empty database, exactly one creates, and nothing of the others is written', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'gateway-initialise-'));
+    const databases = [await openDatabase({ DATA_DIR: dataDir }), await openDatabase({ DATA_DIR: dataDir })];
+    try {
+      await migrateDatabase(databases[0]!.db);
+      const results = await Promise.all(databases.flatMap(({ db }) => [initialise(db, 1), initialise(db, 2)]));
+      const created = results.filter((result) => result !== null);
+      expect(created).toHaveLength(1);
+      const db = databases[0]!.db;
+      expect(await db.select({ id: organisations.id }).from(organisations)).toEqual([{ id: created[0]!.organisation_id }]);
+      expect(await db.select({ id: workspaces.id }).from(workspaces)).toEqual([{ id: created[0]!.workspace_id }]);
+      const keys = await db.select({ organisationId: apiKeys.organisationId, kind: apiKeys.kind }).from(apiKeys);
+      expect(keys.sort((a, b) => a.kind.localeCompare(b.kind))).toEqual([
+        { organisationId: created[0]!.organisation_id, kind: 'organisation' },
+        { organisationId: created[0]!.organisation_id, kind: 'workspace' },
+      ]);
+    } finally {
+      for (const database of databases) database.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });

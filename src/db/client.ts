@@ -2,6 +2,7 @@ import type { Client, InValue, ResultSet } from '@libsql/client';
 import { getTableColumns, getTableName, sql, type Column, type InferInsertModel, type InferSelectModel, type SQL, type Table } from 'drizzle-orm';
 import type { BatchItem } from 'drizzle-orm/batch';
 import type { LibSQLDatabase } from 'drizzle-orm/libsql';
+import type { SQLiteTable } from 'drizzle-orm/sqlite-core';
 import { TextParts } from '../lib/text';
 import type * as schema from './schema';
 
@@ -152,6 +153,23 @@ const insertShapes = new WeakMap<Table, { generated: [string, Column][]; shapes:
 export function insertStatement<T extends Table>(table: T, row: InferInsertModel<T>): RawStatement {
   const { head, marks, args } = insertParts(table, row);
   return { sql: `${head} values (${marks})`, args };
+}
+
+/**
+ * `INSERT INTO table (every column) SELECT <values> WHERE <condition>`, as Drizzle's builder: the
+ * row is written only if the condition holds when the statement runs, for a condition written in
+ * Drizzle (a quota's count, a subquery) and a statement batched with other builders. Values left
+ * out take the column's default (or NULL, which an integer primary key turns into the next rowid).
+ * Chain `.returning()`: no row back means the condition did not hold (or, with
+ * `.onConflictDoNothing()`, a conflict). The hot path's raw form is insertWhereStatement.
+ */
+export function insertWhere<T extends SQLiteTable>(db: Db, table: T, values: T['$inferInsert'], condition: SQL) {
+  const given = new Map(Object.entries(values));
+  const selected = Object.entries(getTableColumns(table)).map(([key, column]) => {
+    const value: unknown = given.has(key) ? given.get(key) : column.default;
+    return value === undefined ? sql`NULL` : sql.param(value, column);
+  });
+  return db.insert(table).select(sql`SELECT ${sql.join(selected, sql`, `)} WHERE ${condition}`);
 }
 
 /**

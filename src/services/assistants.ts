@@ -1,12 +1,12 @@
 import { and, count, eq, isNull, sql } from 'drizzle-orm';
-import { preparedQueries, preparedQuery, type Db } from '../db/client';
+import { insertWhere, preparedQueries, preparedQuery, type Db } from '../db/client';
 import { assistants } from '../db/schema';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
 import type { CreateAssistantBody, ModifyAssistantBody } from '../schemas/assistants';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage, cursorsOf, type PageQuery } from './pagination';
-import { insertWhere, quotaExceeded } from './quotas';
+import { quotaExceeded } from './quotas';
 
 /**
  * Assistants, scoped to a workspace. Deleting one only marks it (`deleted_at`): runs that used it

@@ -1,10 +1,10 @@
 import { and, eq, gt, inArray, isNotNull, isNull, lte, or, sql, type Placeholder, type SQL } from 'drizzle-orm';
-import { preparedQueries, type Db } from '../db/client';
+import { insertWhere, preparedQueries, type Db } from '../db/client';
 import { files, vectorStoreChunks, vectorStoreFiles, type FilePurpose } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage, cursorsOf, type PageQuery } from './pagination';
-import { insertWhere, quotaExceeded } from './quotas';
+import { quotaExceeded } from './quotas';
 
 /**
  * Uploaded files' rows, scoped to a workspace (their bytes: deps.blobs, under `blobKey`). A file

@@ -1,6 +1,5 @@
-import { asc, eq, getTableColumns, sql, type SQL } from 'drizzle-orm';
-import type { SQLiteTable } from 'drizzle-orm/sqlite-core';
-import type { Db } from '../db/client';
+import { asc, eq, sql } from 'drizzle-orm';
+import { insertWhere, type Db } from '../db/client';
 import { apiKeys, organisations, workspaces } from '../db/schema';
 import { newUuid } from '../lib/ids';
 import { prepareApiKey } from './api-keys';
@@ -41,16 +40,10 @@ export async function initialise(db: Db, now: number): Promise<InitResult | null
   ]);
   const guard = sql`NOT EXISTS (SELECT 1 FROM ${organisations} WHERE ${organisations.id} <> ${organisationId})`;
   await db.batch([
-    db.run(insertWhere(organisations, { id: organisationId, name: 'default', createdAt: now }, guard)),
-    db.run(
-      insertWhere(
-        workspaces,
-        { id: workspaceId, organisationId, slug, name: 'Default workspace', createdAt: now },
-        guard,
-      ),
-    ),
-    db.run(insertWhere(apiKeys, orgKey.row, guard)),
-    db.run(insertWhere(apiKeys, workspaceKey.row, guard)),
+    insertWhere(db, organisations, { id: organisationId, name: 'default', createdAt: now }, guard),
+    insertWhere(db, workspaces, { id: workspaceId, organisationId, slug, name: 'Default workspace', createdAt: now }, guard),
+    insertWhere(db, apiKeys, orgKey.row, guard),
+    insertWhere(db, apiKeys, workspaceKey.row, guard),
   ]);
   const [created] = await db.select({ id: workspaces.id }).from(workspaces).where(eq(workspaces.id, workspaceId));
   if (!created) return null;
@@ -61,23 +54,4 @@ export async function initialise(db: Db, now: number): Promise<InitResult | null
     organisation_api_key: orgKey.plaintext,
     workspace_api_key: workspaceKey.plaintext,
   };
-}
-
-/** `INSERT INTO table (…) SELECT … WHERE guard`: Drizzle has no conditional insert of values. */
-function insertWhere<T extends SQLiteTable>(table: T, values: Record<string, unknown>, guard: SQL): SQL {
-  const columns = getTableColumns(table) as Record<string, { name: string }>;
-  const entries = Object.entries(values).map(([key, value]) => {
-    const column = columns[key];
-    if (!column) throw new Error(`Unknown column ${key}`);
-    return [column.name, value] as const;
-  });
-  const names = sql.join(
-    entries.map(([name]) => sql.identifier(name)),
-    sql`, `,
-  );
-  const selected = sql.join(
-    entries.map(([, value]) => sql`${value}`),
-    sql`, `,
-  );
-  return sql`INSERT INTO ${table} (${names}) SELECT ${selected} WHERE ${guard}`;
 }

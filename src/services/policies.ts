@@ -1,5 +1,5 @@
 import { and, asc, count, desc, eq, gt, sql, type AnyColumn, type SQL } from 'drizzle-orm';
-import { preparedQuery, type Db } from '../db/client';
+import { insertWhere, preparedQuery, type Db } from '../db/client';
 import { rateLimitPolicies, rateLimitPolicyVersions, type ApiKeyKind } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
@@ -9,7 +9,7 @@ import type {
   UpdatePolicyBody,
 } from '../schemas/policies';
 import type { AuthenticatedKey } from './api-keys';
-import { insertWhere, quotaExceeded, utf8Bytes, type WorkspaceCaps } from './quotas';
+import { quotaExceeded, utf8Bytes, type WorkspaceCaps } from './quotas';
 import type { WorkspaceScope } from './workspaces';
 
 export type PolicyRow = typeof rateLimitPolicies.$inferSelect;

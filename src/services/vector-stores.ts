@@ -1,5 +1,5 @@
 import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
-import { preparedQueries, type BuiltStatement, type Db } from '../db/client';
+import { insertWhere, preparedQueries, type BuiltStatement, type Db } from '../db/client';
 import {
   files,
   vectorStoreChunks,
@@ -15,7 +15,6 @@ import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import type { ListVectorStoreFilesQuery, UpdateVectorStoreBody } from '../schemas/vector-stores';
 import { cursorPage, cursorsOf, type PageQuery } from './pagination';
-import { insertWhere } from './quotas';
 
 /**
  * Vector stores, their files and their file batches: the queries (their JSON is

@@ -1,5 +1,5 @@
 import { and, count, desc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
-import { preparedQuery, type Db } from '../db/client';
+import { insertWhere, preparedQuery, type Db } from '../db/client';
 import { virtualKeys, workspaces } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
@@ -13,7 +13,7 @@ import {
   type Provider,
   type UpdateVirtualKeyBody,
 } from '../schemas/virtual-keys';
-import { insertWhere, quotaExceeded } from './quotas';
+import { quotaExceeded } from './quotas';
 
 /**
  * Virtual keys: provider credentials stored per workspace. The provider's API key is kept only as

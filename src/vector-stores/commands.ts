@@ -1,11 +1,10 @@
 import { eq, type SQL } from 'drizzle-orm';
-import { batchWrites, type BuiltStatement } from '../db/client';
+import { batchWrites, insertWhere, type BuiltStatement } from '../db/client';
 import { vectorStoreFileBatches, vectorStores, workspaces, type ChunkingStrategy, type FileAttributes } from '../db/schema';
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
 import type { ChunkingStrategyInput, CreateFileBatchBody, CreateVectorStoreBody, CreateVectorStoreFileBody } from '../schemas/vector-stores';
-import { insertWhere } from '../services/quotas';
 import { resolveVirtualKey } from '../services/virtual-keys';
 import {
   checkFiles,
