@@ -81,6 +81,12 @@ describe('insertStatement', () => {
     }).toEqual(stored);
   });
 
+  it('refuses a field its table has no column for, in an insert and in an update alike', () => {
+    const stray = { id: 'thread_stray', nonsense: 1 } as unknown as typeof threads.$inferInsert;
+    expect(() => insertStatement(threads, stray)).toThrow('threads has no column nonsense');
+    expect(() => updateStatement(threads, stray, { sql: '"id" = ?', args: ['thread_stray'] })).toThrow('threads has no column nonsense');
+  });
+
   it('updates as Drizzle does, reads the returned row as Drizzle does, and ends only a turn in progress', async () => {
     const who = await member(gateway);
     const { threadId, runId } = await startRun(who, { reply: 'Done.' });

@@ -196,18 +196,23 @@ function insertParts<T extends Table>(table: T, row: InferInsertModel<T>): { hea
   const signature = keys.join(',');
   let shape = known.shapes.get(signature);
   if (!shape) {
-    const all = getTableColumns(table);
-    const columns = keys.map((key) => {
-      const column = all[key];
-      if (!column) throw new Error(`${getTableName(table)} has no column ${key}`);
-      return column;
-    });
+    const columns = columnsOf(table, keys);
     const names = columns.map((column) => `"${column.name}"`).join(', ');
     shape = { head: `insert into "${getTableName(table)}" (${names})`, marks: columns.map(() => '?').join(', '), columns };
     known.shapes.set(signature, shape);
   }
   const { head, marks, columns } = shape;
   return { head, marks, args: keys.map((key, i) => (values[key] === null ? null : (columns[i]!.mapToDriverValue(values[key]) as InValue))) };
+}
+
+/** The columns of `table` that `keys` (its fields' names) name, in their order; an unknown name throws. */
+function columnsOf(table: Table, keys: string[]): Column[] {
+  const all = getTableColumns(table);
+  return keys.map((key) => {
+    const column = all[key];
+    if (!column) throw new Error(`${getTableName(table)} has no column ${key}`);
+    return column;
+  });
 }
 
 /**
@@ -259,12 +264,7 @@ export function updateStatement<T extends Table>(
   const signature = keys.join(',');
   let shape = shapes.get(signature);
   if (!shape) {
-    const all = getTableColumns(table);
-    const columns = keys.map((key) => {
-      const column = all[key];
-      if (!column) throw new Error(`${getTableName(table)} has no column ${key}`);
-      return column;
-    });
+    const columns = columnsOf(table, keys);
     shape = { set: `update "${getTableName(table)}" set ${columns.map((column) => `"${column.name}" = ?`).join(', ')} where `, columns };
     shapes.set(signature, shape);
   }
