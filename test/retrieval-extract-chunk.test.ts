@@ -1,5 +1,6 @@
 import { encode } from 'gpt-tokenizer/encoding/cl100k_base';
 import { describe, expect, it } from 'vitest';
+import { UNSLICED, type Slices } from '../src/lib/slices';
 import { AUTO_CHUNKING, chunkText, TooManyChunks } from '../src/retrieval/chunk';
 import { threadParsers } from '../src/node/extract-thread';
 import { extract, ExtractionError, formatOf, inlineParsers, type Parsers } from '../src/retrieval/extract';
@@ -7,14 +8,13 @@ import { fixture } from './support/files';
 
 /** Token chunking (retrieval/chunk.ts), format detection (retrieval/extract.ts) and Node's extraction thread. */
 
-const noPause = () => Promise.resolve();
 const tokens = (text: string) => encode(text, { disallowedSpecial: new Set() }).length;
 
 describe('chunkText', () => {
   it('never cuts a character, never exceeds the size, and leaves no gap between chunks', async () => {
     const unit = 'Zürich 東京 😀👍🏽 naïve café — 中文字符测试 ';
     const text = Array.from({ length: 400 }, (_, i) => `${i} ${unit}`).join('');
-    const chunks = await chunkText(text, { maxTokens: 100, overlapTokens: 30, maxChunks: 1000, pause: noPause });
+    const chunks = await chunkText(text, { maxTokens: 100, overlapTokens: 30, maxChunks: 1000, slices: UNSLICED });
     expect(chunks.length).toBeGreaterThan(10);
     let covered = 0;
     for (const chunk of chunks) {
@@ -30,24 +30,25 @@ describe('chunkText', () => {
 
   it('overlaps consecutive chunks by about the overlap, with auto’s 800/400', async () => {
     const text = Array.from({ length: 3000 }, (_, i) => `w${i}`).join(' ');
-    const chunks = await chunkText(text, { ...AUTO_CHUNKING, maxChunks: 100, pause: noPause });
+    const chunks = await chunkText(text, { ...AUTO_CHUNKING, maxChunks: 100, slices: UNSLICED });
     expect(chunks[0]!.tokens).toBe(800);
     const overlap = chunks[0]!.text.slice(chunks[0]!.text.length - 200);
     expect(chunks[1]!.text).toContain(overlap);
   });
 
-  it('tokenizes long texts in segments, pausing between them, and keeps special-token text as text', async () => {
-    let pauses = 0;
+  it('tokenizes long texts in segments, looking at the event loop\'s slices between them, and keeps special-token text as text', async () => {
+    let looks = 0;
+    const counted: Slices = { spent: () => (looks++, false), next: () => Promise.resolve() };
     const text = `${'plain words here '.repeat(6000)}<|endoftext|> the end`;
-    const chunks = await chunkText(text, { maxTokens: 4096, overlapTokens: 0, maxChunks: 100, pause: async () => void pauses++ });
-    expect(pauses).toBeGreaterThan(2);
+    const chunks = await chunkText(text, { maxTokens: 4096, overlapTokens: 0, maxChunks: 100, slices: counted });
+    expect(looks).toBeGreaterThan(2);
     expect(chunks.map((c) => c.text).join('')).toBe(text);
     expect(chunks.at(-1)!.text).toContain('<|endoftext|> the end');
   });
 
   it('refuses a text that needs more chunks than allowed', async () => {
     const text = 'word '.repeat(5000);
-    await expect(chunkText(text, { maxTokens: 100, overlapTokens: 0, maxChunks: 10, pause: noPause })).rejects.toBeInstanceOf(TooManyChunks);
+    await expect(chunkText(text, { maxTokens: 100, overlapTokens: 0, maxChunks: 10, slices: UNSLICED })).rejects.toBeInstanceOf(TooManyChunks);
   });
 });
 
@@ -69,7 +70,7 @@ describe('formatOf', () => {
 
 describe('the extraction thread', () => {
   const parsers = threadParsers({ timeoutMs: 60_000, maxHeapMb: 256 });
-  const options = (which: Parsers) => ({ maxChars: 1_000_000, pause: noPause, parsers: which });
+  const options = (which: Parsers) => ({ maxChars: 1_000_000, slices: UNSLICED, parsers: which });
 
   it.each([
     ['sample.html', 'html'],

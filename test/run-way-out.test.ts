@@ -3,6 +3,7 @@ import { TextBuilder, TextParts, jsonWithText } from '../src/lib/text';
 import { EventStream } from '../src/runs/event-stream';
 import { Outbox } from '../src/runs/outbox';
 import { parseEvents } from './support/run-stream';
+import { slicesOfOnePiece } from './support/slices';
 
 /**
  * A run's way out, below the engine: the outbox of a run whose first turn began while the run's
@@ -142,6 +143,25 @@ describe('the event stream towards its client', () => {
     const parted = new EventStream({ stallMs: 5_000 });
     await parted.send([['x', new TextParts(['{"a":"', new TextEncoder().encode('é'), '"}'])]]);
     expect(await received(parted)).toEqual(['x', 'done']);
+  });
+
+  it("copies and writes a long event's chunks a slice at a time: the event loop's turns come between them", async () => {
+    const answer = new TextBuilder();
+    for (let i = 0; i < 300; i++) answer.push(`${i} ${'x'.repeat(1000)}\n`);
+    // Slices of one chunk each: spent once a chunk is written, fresh after each wait.
+    const log: string[] = [];
+    const oneChunkEach = slicesOfOnePiece(log, { firstSpent: false });
+    const events = new EventStream({ stallMs: 5_000, slices: oneChunkEach });
+    const reading = (async () => {
+      for await (const chunk of events.readable) log.push(`chunk ${chunk.byteLength}`);
+    })();
+    await events.send([['thread.message.completed', jsonWithText((value) => ({ text: value }), answer)]]);
+    await events.close();
+    await reading;
+    const chunks = log.filter((entry) => entry.startsWith('chunk')).length - 1; // `done` is written apart
+    expect(chunks).toBeGreaterThanOrEqual(5);
+    // A wait before every chunk of the event but its first, which the fresh slice took.
+    expect(log.filter((entry) => entry === 'wait')).toHaveLength(chunks - 1);
   });
 
   it('drops events once the client cancels', async () => {

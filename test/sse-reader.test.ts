@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { Slices } from '../src/lib/slices';
 import { readServerSentData } from '../src/providers/sse-reader';
+import { slicesOfOnePiece } from './support/slices';
 
 /**
  * The event-stream reader within the event loop's slices (lib/slices.ts): a chunk of thousands of
@@ -18,12 +18,12 @@ describe('readServerSentData within slices', () => {
     const count = 3000;
     const body = Array.from({ length: count }, (_, i) => `data: {"i":${i}}\n\n`).join('');
     expect(body.length).toBeGreaterThan(32 * 1024);
-    // A slice that is always spent: the reader waits before every part, the chunk's first
-    // included (it arrived once the slice was spent), and before looking at the chunk at all.
+    // Slices that hold one part each, and the first spent when the chunk arrives: the reader
+    // waits before every part, the chunk's first included, and before looking at the chunk at all.
     const log: string[] = [];
-    const spentAlways: Slices = { spent: () => true, next: async () => void log.push('wait') };
+    const onePartEach = slicesOfOnePiece(log, { firstSpent: true });
     const batches: string[][] = [];
-    const read = readServerSentData(oneChunk(body), { maxLineBytes: 65_536, maxEventChars: 65_536 }, () => log.push('activity'), undefined, spentAlways);
+    const read = readServerSentData(oneChunk(body), { maxLineBytes: 65_536, maxEventChars: 65_536 }, () => log.push('activity'), undefined, onePartEach);
     for await (const batch of read) batches.push(batch);
     expect(batches.flat()).toEqual(Array.from({ length: count }, (_, i) => `{"i":${i}}`));
     expect(batches.length).toBeGreaterThan(1);

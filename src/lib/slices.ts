@@ -5,7 +5,15 @@
  * bounded, but many upstreams pouring in at once would otherwise all be served in the same turn,
  * and every other request (another tenant's, a health check) would wait for the sum.
  *
- *   if (slices.spent()) await slices.next();
+ * Before each piece of work, in the function that does it:
+ *
+ *   while (slices.spent()) await slices.next();
+ *
+ * `while`, not `if`, and not inside a helper of its own: the waiters a slice's end resumes all run
+ * in the same turn, one after another, and only a look taken right before a piece of work sees
+ * what the pieces before it used. With `if` each of them ran a piece whatever was left of the
+ * slice; behind a helper's `await`, each looked before any of them had worked. Eight runs at once
+ * then held the event loop for three slices' worth and more, not one.
  */
 export interface Slices {
   /** Whether this turn's slice is spent (starting a slice if none is running). */
@@ -23,12 +31,20 @@ export const UNSLICED: Slices = {
 /** Slices of SLICE_MS over one event loop, for a process that executes many runs (Node). */
 export class EventLoopSlices implements Slices {
   static readonly SLICE_MS = 8;
+  readonly #now: () => number;
+  readonly #later: (end: () => void) => void;
   #startedAt = -1;
   #ending = false;
   #waiting: (() => void)[] = [];
 
+  /** `now` and `later` (what runs `end` in a later turn) are the clock's and the event loop's; a test gives its own. */
+  constructor(options: { now?: () => number; later?: (end: () => void) => void } = {}) {
+    this.#now = options.now ?? Date.now;
+    this.#later = options.later ?? ((end) => setTimeout(end, 0));
+  }
+
   spent(): boolean {
-    const now = Date.now();
+    const now = this.#now();
     if (this.#startedAt < 0) {
       this.#startedAt = now;
       this.#scheduleEnd();
@@ -45,7 +61,7 @@ export class EventLoopSlices implements Slices {
   #scheduleEnd(): void {
     if (this.#ending) return;
     this.#ending = true;
-    setTimeout(() => this.#end(), 0);
+    this.#later(() => this.#end());
   }
 
   #end(): void {

@@ -59,7 +59,7 @@ export async function* readServerSentData(
     for (;;) {
       const { done, value } = await chunks.next();
       if (done) break;
-      if (slices.spent()) await slices.next();
+      while (slices.spent()) await slices.next();
       const dataGrew = line.advance(value);
       if (line.bytes > limits.maxLineBytes) {
         throw new UpstreamError('protocol', `The upstream sent a server-sent event line longer than ${limits.maxLineBytes} bytes.`);
@@ -80,7 +80,7 @@ export async function* readServerSentData(
         unfinished = ended < value.length ? [value.subarray(ended)] : [];
       }
       for (let at = 0; at < text.length; at += FEED_CHARS) {
-        if (at > 0 && slices.spent()) await slices.next();
+        while (at > 0 && slices.spent()) await slices.next();
         parser.feed(text.slice(at, at + FEED_CHARS));
         if (overflow) {
           throw new UpstreamError('protocol', `The upstream sent a server-sent event larger than ${limits.maxEventChars} characters.`);

@@ -1,3 +1,4 @@
+import type { Slices } from '../lib/slices';
 
 /**
  * Text into chunks of at most `maxTokens` tokens, each overlapping the one before by about
@@ -10,7 +11,8 @@
  * on a whole character), windows end on such a boundary, and each chunk is a slice of the text.
  *
  * Tokenizing is synchronous: the text is taken in segments of about SEGMENT_CHARS, cut before a
- * whitespace, with `pause` awaited between them, so that a long document shares the event loop.
+ * whitespace, with the event loop's slices looked at between them, so that a long document shares
+ * the event loop.
  */
 
 export interface Chunk {
@@ -25,7 +27,8 @@ export interface ChunkingOptions {
   overlapTokens: number;
   /** At most this many chunks: a text that needs more is a TooManyChunks. */
   maxChunks: number;
-  pause: () => Promise<void>;
+  /** The event loop's slices (Deps.slices), which the tokenizing shares it in. */
+  slices: Slices;
 }
 
 export class TooManyChunks extends Error {
@@ -48,7 +51,7 @@ let tokenizer: Promise<typeof import('gpt-tokenizer/encoding/cl100k_base')> | un
 const NO_SPECIAL = { disallowedSpecial: new Set<string>() };
 
 export async function chunkText(text: string, options: ChunkingOptions): Promise<Chunk[]> {
-  const { tokens, charAt } = await boundaries(text, options.pause);
+  const { tokens, charAt } = await boundaries(text, options.slices);
   const chunks: Chunk[] = [];
   for (let start = 0; ; ) {
     let end = Math.min(start + options.maxTokens, tokens);
@@ -70,7 +73,7 @@ export async function chunkText(text: string, options: ChunkingOptions): Promise
  * The number of tokens of `text`, and for each token boundary k the character offset it falls on,
  * or -1 where it cuts a character.
  */
-async function boundaries(text: string, pause: () => Promise<void>): Promise<{ tokens: number; charAt: Int32Array }> {
+async function boundaries(text: string, slices: Slices): Promise<{ tokens: number; charAt: Int32Array }> {
   const { decodeGenerator, encode } = await (tokenizer ??= import('gpt-tokenizer/encoding/cl100k_base'));
   const offsets: Int32Array[] = [];
   let tokens = 0;
@@ -94,7 +97,7 @@ async function boundaries(text: string, pause: () => Promise<void>): Promise<{ t
     offsets.push(charAt);
     tokens += ids.length;
     from = to;
-    await pause();
+    while (slices.spent()) await slices.next();
   }
   const all = new Int32Array(tokens + 1);
   all[0] = 0;

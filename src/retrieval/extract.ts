@@ -1,4 +1,5 @@
 import type { HtmlToTextOptions } from 'html-to-text';
+import type { Slices } from '../lib/slices';
 
 /**
  * A file's text, for chunking: UTF-8 text formats (plain text, Markdown, JSON, source code) as
@@ -89,8 +90,8 @@ export const inlineParsers: Parsers = {
 export interface ExtractOptions {
   /** The most text kept (ExtractionError past it). */
   maxChars: number;
-  /** Awaited between the pages of a PDF, so that a long document shares the event loop. */
-  pause: () => Promise<void>;
+  /** The event loop's slices (Deps.slices), looked at between the pages of a PDF, so that a long document shares the event loop. */
+  slices: Slices;
   parsers: Parsers;
 }
 
@@ -159,7 +160,7 @@ async function pdfText(bytes: Uint8Array, options: ExtractOptions): Promise<stri
       pages.push(text);
       chars += text.length + 1;
       page.cleanup();
-      await options.pause();
+      while (options.slices.spent()) await options.slices.next();
     }
     // As unpdf's mergePages: runs of blanks to one space, at most one blank line.
     return pages.join('\n').replace(/[^\S\n]+/g, ' ').replace(/ ?\n ?/g, '\n').replace(/\n{3,}/g, '\n\n');

@@ -125,14 +125,17 @@ async function chunksOf(deps: IngestDeps, claim: Claim, options: IngestOptions):
   const bytes = await readBlob(deps, file.blobKey, options.maxFileBytes);
   const strategy = claim.row.chunkingStrategy;
   const sizes = strategy.type === 'static' ? strategy.static : { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 };
-  const pause = () => (deps.slices.spent() ? deps.slices.next() : Promise.resolve());
-  const text = await extract(bytes, format, { maxChars: options.maxChunks * sizes.max_chunk_size_tokens * CHARS_PER_TOKEN_BOUND, pause, parsers: options.parsers });
+  const text = await extract(bytes, format, {
+    maxChars: options.maxChunks * sizes.max_chunk_size_tokens * CHARS_PER_TOKEN_BOUND,
+    slices: deps.slices,
+    parsers: options.parsers,
+  });
   try {
     return await chunkText(text, {
       maxTokens: sizes.max_chunk_size_tokens,
       overlapTokens: sizes.chunk_overlap_tokens,
       maxChunks: options.maxChunks,
-      pause,
+      slices: deps.slices,
     });
   } catch (error) {
     if (error instanceof TooManyChunks) {

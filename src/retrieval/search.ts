@@ -127,9 +127,6 @@ export async function searchStores(
   if (withChunks.length === 0 || options.queries.length === 0) return [];
   const candidates = Math.min(MAX_CANDIDATES, Math.max(MIN_CANDIDATES, options.maxResults * 2));
 
-  const turn = async () => {
-    if (deps.slices.spent()) await deps.slices.next();
-  };
   const lists: Ranked[][] = [];
   for (const store of withChunks) {
     const { vectors } = await embedTexts(
@@ -147,20 +144,20 @@ export async function searchStores(
     const searchable = searchableFiles(store.id, options.filter);
     for (const [index, query] of options.queries.entries()) {
       const vector = vectors[index]!;
-      await turn();
+      while (deps.slices.spent()) await deps.slices.next();
       const nearest = store.indexed ? await byIndex(db, store.id, searchable, vector, candidates) : null;
-      if (nearest === null) await turn();
+      while (nearest === null && deps.slices.spent()) await deps.slices.next();
       lists.push(nearest ?? (await byVector(db, store.id, searchable, vector, candidates)));
-      await turn();
+      while (deps.slices.spent()) await deps.slices.next();
       const match = keywordMatch(store.id, await rareWords(db, store.id, keywords(query)));
-      await turn();
+      while (deps.slices.spent()) await deps.slices.next();
       lists.push(match === null ? [] : await byKeywords(db, store.id, searchable, match, candidates));
     }
   }
   const fused = fuse(mergeLists(lists, withChunks.length), options.queries.length * 2)
     .filter((hit) => hit.score >= options.scoreThreshold)
     .slice(0, options.maxResults);
-  await turn();
+  while (deps.slices.spent()) await deps.slices.next();
   return withDetails(db, fused);
 }
 

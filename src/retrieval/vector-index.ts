@@ -145,7 +145,7 @@ async function createDueIndexes(deps: MaintenanceDeps): Promise<void> {
       .limit(STORE_PAGE);
     for (const store of page) {
       if (room === 0 || store.dimensions === null) continue;
-      if (deps.slices.spent()) await deps.slices.next();
+      while (deps.slices.spent()) await deps.slices.next();
       const [counted] = await db.all<{ chunks: number }>(
         sql`SELECT count(*) AS chunks FROM (SELECT 1 FROM vector_store_chunks WHERE vector_store_id = ${store.id} LIMIT ${threshold})`,
       );

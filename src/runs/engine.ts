@@ -154,7 +154,7 @@ export function executeStreamed(
   requestId?: string,
 ): { readable: ReadableStream<Uint8Array>; done: Promise<void> } {
   // A client that reads nothing is given as long as a silent upstream.
-  const events = new EventStream({ stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS });
+  const events = new EventStream({ stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS, slices: deps.slices });
   const done = (async () => {
     try {
       await executeRun(deps, run, { sink: events, ...options });
@@ -351,7 +351,7 @@ class Execution {
       }
     }
     // Recording the outcome copies the answer (up to the cap) a few times: in a slice of its own.
-    if (this.#deps.slices.spent()) await this.#deps.slices.next();
+    while (this.#deps.slices.spent()) await this.#deps.slices.next();
     if (this.#cut) {
       this.#deps.log.warn('the upstream answer reached the answer cap and was cut', {
         run_id: run.id,
