@@ -14,12 +14,13 @@ async function* oneChunk(text: string): AsyncIterable<Uint8Array> {
 }
 
 describe('readServerSentData within slices', () => {
-  it('frames a 64 KiB chunk of tiny events part by part, waiting for the next slice before each part', async () => {
+  it('frames a 64 KiB chunk of tiny events part by part, waiting for the next slice before each part and before each read', async () => {
     const count = 3000;
     const body = Array.from({ length: count }, (_, i) => `data: {"i":${i}}\n\n`).join('');
     expect(body.length).toBeGreaterThan(32 * 1024);
-    // Slices that hold one part each, and the first spent when the chunk arrives: the reader
-    // waits before every part, the chunk's first included, and before looking at the chunk at all.
+    // Slices that hold one piece of work each, the first spent already: the reader waits before
+    // asking for the chunk (asking copies what the socket holds), before every part of it, the
+    // first included, and before asking for what follows (here, the body's end).
     const log: string[] = [];
     const onePartEach = slicesOfOnePiece(log, { firstSpent: true });
     const batches: string[][] = [];
@@ -27,7 +28,7 @@ describe('readServerSentData within slices', () => {
     for await (const batch of read) batches.push(batch);
     expect(batches.flat()).toEqual(Array.from({ length: count }, (_, i) => `{"i":${i}}`));
     expect(batches.length).toBeGreaterThan(1);
-    expect(log.filter((entry) => entry === 'wait')).toHaveLength(Math.ceil(body.length / (16 * 1024)));
+    expect(log.filter((entry) => entry === 'wait')).toHaveLength(1 + Math.ceil(body.length / (16 * 1024)) + 1);
     expect(log[0]).toBe('wait');
   });
 

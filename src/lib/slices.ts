@@ -37,10 +37,13 @@ export class EventLoopSlices implements Slices {
   #ending = false;
   #waiting: (() => void)[] = [];
 
-  /** `now` and `later` (what runs `end` in a later turn) are the clock's and the event loop's; a test gives its own. */
-  constructor(options: { now?: () => number; later?: (end: () => void) => void } = {}) {
+  /**
+   * `later` runs a slice's end in a later turn of the event loop, once its pending I/O was served
+   * (node/slices.ts: setImmediate). `now` is the clock (Date.now unless a test gives its own).
+   */
+  constructor(options: { later: (end: () => void) => void; now?: () => number }) {
+    this.#later = options.later;
     this.#now = options.now ?? Date.now;
-    this.#later = options.later ?? ((end) => setTimeout(end, 0));
   }
 
   spent(): boolean {

@@ -57,6 +57,9 @@ export async function* readServerSentData(
   let unfinished: Uint8Array[] = [];
   try {
     for (;;) {
+      // Asking for the next chunk is work too: what the socket holds while the reader was busy is
+      // handed over joined (a copy of up to 64 KiB), so it waits for room in a slice as well.
+      while (slices.spent()) await slices.next();
       const { done, value } = await chunks.next();
       if (done) break;
       while (slices.spent()) await slices.next();
