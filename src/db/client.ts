@@ -138,12 +138,6 @@ export interface RawStatement {
 export interface PartsClient {
   /** `batch` of raw statements: one transaction, their results in order. */
   batchWithParts(statements: RawStatement[]): Promise<ResultSet[]>;
-  /**
-   * Room for `length` bytes of a long text that will be handed over in parts, where the client
-   * takes them without a copy (the embedded client: shared memory, which its writer thread reads
-   * as it is). The bytes must not change once handed over.
-   */
-  bytesForParts(length: number): Uint8Array;
 }
 
 /** Per table: its columns with a `$defaultFn`, and for each set of fields written, the insert's head and `?`s. */

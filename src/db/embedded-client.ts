@@ -470,9 +470,6 @@ class EmbeddedClient {
     this.#immediate = immediate;
   }
 
-  /** PartsClient.bytesForParts: shared memory, which goes to the writer thread as it is (toWriterArgs). */
-  readonly bytesForParts = (length: number): Uint8Array => new Uint8Array(new SharedArrayBuffer(length));
-
   async execute(statement: InStatement, args?: InArgs): Promise<ResultSet> {
     this.#checkOpen();
     const { sql, args: bound } = normalise(statement, args);
@@ -565,19 +562,16 @@ const TEXT_PARTS_FROM = 64 * 1024;
 
 /**
  * A statement's arguments as the writer thread takes them. Long TextParts go as `{ utf8 }`: each
- * part as bytes of its own. Bytes in shared memory (bytesForParts: a long answer's, as the
- * TextBuilder stored them) go as they are, since the writer thread reads the same memory: no copy
- * on this thread, where a 4 MiB answer's took about 15 ms. Other parts are copied (strings
- * encoded), a few KiB of memory the allocator has at hand where one buffer of the whole text would
- * be fresh memory to fault in, and their buffers added to `transfer`, so that the structured clone
- * copies none of them.
+ * part as bytes of its own (strings encoded, bytes copied), a few KiB of memory the allocator has
+ * at hand where one buffer of the whole text would be fresh memory to fault in, and its buffer
+ * added to `transfer`, so that the structured clone copies none of them.
  */
 function toWriterArgs(args: Args | undefined, transfer: ArrayBuffer[]): unknown[] | Record<string, unknown> {
   if (!Array.isArray(args)) return toArgs(args);
   return args.map((value: RawValue) => {
     if (!(value instanceof TextParts)) return toSqlValue(value);
     if (value.length < TEXT_PARTS_FROM) return value.toString();
-    const utf8: Uint8Array[] = [];
+    const utf8: Uint8Array<ArrayBuffer>[] = [];
     // Strings next to each other are encoded together, so that no surrogate pair is cut.
     let strings = '';
     for (const part of value.parts) {
@@ -585,21 +579,15 @@ function toWriterArgs(args: Args | undefined, transfer: ArrayBuffer[]): unknown[
         strings += part;
         continue;
       }
-      if (strings !== '') utf8.push(taken(encoder.encode(strings), transfer));
+      if (strings !== '') utf8.push(encoder.encode(strings));
       strings = '';
-      if (part.buffer instanceof SharedArrayBuffer) utf8.push(part);
       // A copy: the caller keeps its bytes (a run's events read them after the commit).
-      else utf8.push(taken(part.slice(), transfer));
+      utf8.push(part.slice());
     }
-    if (strings !== '') utf8.push(taken(encoder.encode(strings), transfer));
+    if (strings !== '') utf8.push(encoder.encode(strings));
+    for (const bytes of utf8) transfer.push(bytes.buffer);
     return { utf8 };
   });
-}
-
-/** `bytes`, its buffer added to what the writer thread is handed over (transferred, not copied). */
-function taken(bytes: Uint8Array<ArrayBuffer>, transfer: ArrayBuffer[]): Uint8Array {
-  transfer.push(bytes.buffer);
-  return bytes;
 }
 
 function normalise(statement: InStatement, args?: InArgs): Statement {

@@ -73,18 +73,9 @@ export class TextParts {
  * on its way in, and a million one-character deltas cost no more than their bytes.
  */
 export class TextBuilder {
-  readonly #bytes: (length: number) => Uint8Array;
   #chunks: Uint8Array[] = [];
   #pending: string[] = [];
   #pendingLength = 0;
-
-  /**
-   * `bytes`: where the stored chunks go (PartsClient.bytesForParts, so that the database client
-   * the text is written through takes them without copying them); fresh memory unless given.
-   */
-  constructor(bytes: (length: number) => Uint8Array = (length) => new Uint8Array(length)) {
-    this.#bytes = bytes;
-  }
 
   push(piece: string): void {
     if (piece === '') return;
@@ -117,12 +108,7 @@ export class TextBuilder {
   /** Stores the pending pieces, but for a high surrogate at their end, which waits for its low half. */
   #store(): void {
     const [text, carry] = cutTrailingHalf(this.#pending.join(''));
-    if (text !== '') {
-      const json = JSON.stringify(text).slice(1, -1);
-      const bytes = this.#bytes(utf8Length(json));
-      encoder.encodeInto(json, bytes);
-      this.#chunks.push(bytes);
-    }
+    if (text !== '') this.#chunks.push(encoder.encode(JSON.stringify(text).slice(1, -1)));
     this.#pending = carry === '' ? [] : [carry];
     this.#pendingLength = carry.length;
   }

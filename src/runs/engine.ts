@@ -498,7 +498,7 @@ class Execution {
     const at = now();
     const row = answerMessage(run, at);
     const step = newStep(run, { type: 'message_creation', message_creation: { message_id: row.id } }, at);
-    this.#message = { row, step, text: new TextBuilder(db.$client.bytesForParts), started: false };
+    this.#message = { row, step, text: new TextBuilder(), started: false };
     this.#outbox.open(
       () => insertTurnRows(db, { steps: [step], message: row }),
       () => {
