@@ -170,15 +170,6 @@ describe('text in parts (TextParts)', () => {
     }
   });
 
-  it("takes a long text's bytes when the write is asked for: the caller's bytes changed afterwards change nothing", async () => {
-    const bytes = new TextEncoder().encode('z'.repeat(70_000));
-    const writing = ours.batchWithParts([{ sql: 'INSERT INTO items (name, data) VALUES (?, ?)', args: ['parts-taken', new TextParts(['<', bytes, '>'])] }]);
-    // Before the group is committed (the writer thread's next group starts in a later turn).
-    bytes.fill('q'.charCodeAt(0));
-    await writing;
-    expect(await stored('parts-taken')).toEqual([`<${'z'.repeat(70_000)}>`]);
-  });
-
   it('rolls back a failing write alone, its parts with it', async () => {
     const insert = (name: string) => ({ sql: 'INSERT INTO items (name, data) VALUES (?, ?)', args: [name, new TextParts(parts)] });
     const outcomes = await Promise.allSettled([

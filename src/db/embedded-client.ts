@@ -183,14 +183,7 @@ interface Statement {
 
 /** A caller's writes waiting for the next group commit. */
 interface PendingWrite {
-  /** Each statement's SQL, which its result's shape comes from. */
-  sql: string[];
-  /** The statements as the writer thread takes them (toWriterArgs). */
-  request: [string, unknown[] | Record<string, unknown>][];
-  /** The buffers their arguments hand over to the writer thread. */
-  transfer: ArrayBuffer[];
-  /** About how many bytes their arguments hold (argumentBytes). */
-  bytes: number;
+  statements: Statement[];
   resolve(results: Result[]): void;
   reject(error: unknown): void;
 }
@@ -264,18 +257,11 @@ class EmbeddedFile {
     return new Promise<void>((resolve) => this.#waiting.push(resolve)).then(() => this.here(work));
   }
 
-  /**
-   * Commits a caller's writes in the writer thread's next group. Their arguments are made ready for
-   * the writer thread now, in the caller's turn of the event loop, not with the whole group's: a
-   * long text is copied on the way (toWriterArgs), and the group of eight 4 MiB answers that ended
-   * together copied 32 MiB in one turn, holding every other request for about 40 ms.
-   */
+  /** Commits a caller's writes in the writer thread's next group. */
   group(statements: Statement[]): Promise<Result[]> {
     if (this.#closed) return Promise.reject(closedError());
     return new Promise((resolve, reject) => {
-      const transfer: ArrayBuffer[] = [];
-      const request = statements.map(({ sql, args }): [string, unknown[] | Record<string, unknown>] => [sql, toWriterArgs(args, transfer)]);
-      this.#pending.push({ sql: statements.map(({ sql }) => sql), request, transfer, bytes: argumentBytes(statements), resolve, reject });
+      this.#pending.push({ statements, resolve, reject });
       this.#schedule();
     });
   }
@@ -377,13 +363,18 @@ class EmbeddedFile {
     let taken = 0;
     let bytes = 0;
     for (; taken < this.#pending.length && (taken === 0 || bytes < MAX_GROUP_BYTES); taken++) {
-      bytes += this.#pending[taken]!.bytes;
+      bytes += argumentBytes(this.#pending[taken]!);
     }
     const writes = this.#pending.splice(0, taken);
     const id = this.#nextId++;
     try {
-      const request: WriterRequest = { type: 'group', id, writes: writes.map((write) => write.request) };
-      (this.#writer ?? this.#startWriter()).postMessage(request, writes.flatMap((write) => write.transfer));
+      const transfer: ArrayBuffer[] = [];
+      const request: WriterRequest = {
+        type: 'group',
+        id,
+        writes: writes.map((write) => write.statements.map(({ sql, args }) => [sql, toWriterArgs(args, transfer)])),
+      };
+      (this.#writer ?? this.#startWriter()).postMessage(request, transfer);
     } catch (error) {
       // Arguments the writer thread cannot receive (a value a structured clone refuses).
       for (const write of writes) write.reject(error);
@@ -402,7 +393,7 @@ class EmbeddedFile {
       const outcome = 'error' in reply ? reply : reply.outcomes[i]!;
       if ('error' in outcome) return write.reject(toError(outcome.error));
       try {
-        write.resolve(outcome.results.map((result, j) => this.#result(write.sql[j]!, result)));
+        write.resolve(outcome.results.map((result, j) => this.#result(write.statements[j]!.sql, result)));
       } catch (error) {
         write.reject(error);
       }
@@ -543,10 +534,10 @@ class EmbeddedClient {
   }
 }
 
-/** About how many bytes statements' arguments hold (strings by their length). */
-function argumentBytes(statements: Statement[]): number {
+/** About how many bytes a write's arguments hold (strings by their length). */
+function argumentBytes(write: PendingWrite): number {
   let bytes = 0;
-  for (const { args } of statements) {
+  for (const { args } of write.statements) {
     for (const value of args === undefined ? [] : Array.isArray(args) ? args : Object.values(args)) {
       if (typeof value === 'string' || value instanceof TextParts) bytes += value.length;
       else if (value instanceof ArrayBuffer || ArrayBuffer.isView(value)) bytes += value.byteLength;
