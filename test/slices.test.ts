@@ -1,8 +1,5 @@
-import { once } from 'node:events';
-import { connect, createServer, type AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { EventLoopSlices } from '../src/lib/slices';
-import { nodeSlices } from '../src/node/slices';
 
 /**
  * EventLoopSlices (lib/slices.ts) on a clock of the test's own, with its turns ended by the test:
@@ -52,37 +49,5 @@ describe('EventLoopSlices', () => {
   it('is overrun by waiters that look only once (`if`): each resumed run does a piece, spent or not', async () => {
     const turns = await eightRuns('if');
     expect(Math.max(...turns.map((turn) => turn.length))).toBeGreaterThanOrEqual(8);
-  });
-});
-
-describe("the Node process's slices (node/slices.ts)", () => {
-  it('let the I/O that waits through between slices: an echo asked for during the work comes back before it ends', async () => {
-    const server = createServer((socket) => socket.on('data', (data) => socket.write(data)));
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const client = connect((server.address() as AddressInfo).port, '127.0.0.1');
-    await once(client, 'connect');
-    try {
-      let piecesLeft = 8 * 40;
-      let leftWhenEchoed: number | null = null;
-      client.once('data', () => (leftWhenEchoed = piecesLeft));
-      // Eight runs of 40 pieces of about 2 ms (40 slices' worth), each piece reading the clock as
-      // real work does (a timer set and cleared). The echo is asked for once the work is under way.
-      const run = async () => {
-        for (let piece = 0; piece < 40; piece++) {
-          while (nodeSlices.spent()) await nodeSlices.next();
-          const until = performance.now() + 2;
-          while (performance.now() < until);
-          clearTimeout(setTimeout(() => undefined, 1_000));
-          if (--piecesLeft === 8 * 40 - 4) client.write('ping');
-          await null;
-        }
-      };
-      await Promise.all(Array.from({ length: 8 }, run));
-      expect(leftWhenEchoed).not.toBeNull();
-      expect(leftWhenEchoed!).toBeGreaterThan(0);
-    } finally {
-      client.destroy();
-      server.close();
-    }
   });
 });
