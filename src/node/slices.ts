@@ -10,7 +10,7 @@ import { EventLoopSlices } from '../lib/slices';
  * read. Ending them in the check phase instead (setImmediate, after the poll phase) served the
  * waiting requests (120 echoes in a second of sliced work, against one) and held the hostile
  * suite's framing case under 42 ms, but the suite's H2 then peaked now and then at 150 to 500 MB
- * over idle instead of under 115 (5 of about 45 runs; never in 36 with timers), for a reason not
+ * over idle instead of under 115 (6 of about 60 runs; never in 24 with timers), for a reason not
  * found yet. Until it is, memory wins: see docs/development.md.
  */
 export const nodeSlices = new EventLoopSlices({ later: (end) => setTimeout(end, 0) });
