@@ -1,7 +1,8 @@
 /**
  * Sharing one event loop between the work of many runs (reading their upstreams' answers,
  * recording their ends): the work takes it in slices, and once a slice's worth ran in one turn of
- * the event loop, the rest waits for a later turn, after pending I/O. Each run's work per chunk is
+ * the event loop, the rest waits for a later turn, after pending I/O (on Node 20 not always: see
+ * the known limit in node/slices.ts). Each run's work per chunk is
  * bounded, but many upstreams pouring in at once would otherwise all be served in the same turn,
  * and every other request (another tenant's, a health check) would wait for the sum.
  *
