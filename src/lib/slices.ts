@@ -39,8 +39,8 @@ export class EventLoopSlices implements Slices {
   #waiting: (() => void)[] = [];
 
   /**
-   * `later` runs a slice's end in a later turn of the event loop, once its pending I/O was served
-   * (node/slices.ts: setImmediate). `now` is the clock (Date.now unless a test gives its own).
+   * `later` runs a slice's end in a later turn of the event loop (node/slices.ts: a 0 ms timer,
+   * and why not setImmediate). `now` is the clock (Date.now unless a test gives its own).
    */
   constructor(options: { later: (end: () => void) => void; now?: () => number }) {
     this.#later = options.later;
