@@ -7,7 +7,8 @@ import { drizzle } from 'drizzle-orm/libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { batchRaw, batchRawResults, insertStatement, insertWhere, rowOf, sqlOf, updateStatement } from '../src/db/client';
 import { TextBuilder, TextParts } from '../src/lib/text';
-import { endTurn, messageUpdate } from '../src/services/runs';
+import { endTurn, messageUpdate, turnRowsInsert } from '../src/services/runs';
+import { newId } from '../src/lib/ids';
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { initialise } from '../src/services/organisations';
 import { insertMessageWhileIdle } from '../src/services/threads';
@@ -190,6 +191,23 @@ describe('a message answer written in parts (TextParts)', () => {
     } finally {
       plain.close();
     }
+  });
+
+  it('inserted with a turn that ends before its rows were written (turnRowsInsert), reads back as the content, the rest of the row as given', async () => {
+    const who = await member(gateway);
+    const { threadId, runId } = await startRun(who, { reply: 'Short.' });
+    expect((await waitForRun(who, threadId, runId, ['completed'])).status).toBe('completed');
+    const db = gateway.database.db;
+    const withoutSeq = <T extends { seq: number }>({ seq, ...row }: T) => (expect(seq).toBeGreaterThan(0), row);
+    const [stored] = await db.select().from(messages).where(eq(messages.runId, runId));
+    const [storedStep] = await db.select().from(runSteps).where(eq(runSteps.runId, runId));
+    const row = { ...withoutSeq(stored!), id: newId('msg') };
+    const step = { ...withoutSeq(storedStep!), id: newId('step'), stepDetails: { type: 'message_creation' as const, message_creation: { message_id: row.id } } };
+    await batchRaw(db, turnRowsInsert({ steps: [step], message: row, answer: { value: builder(pieces), annotations } }));
+    const [written] = await db.select().from(messages).where(eq(messages.id, row.id));
+    expect(withoutSeq(written!)).toEqual({ ...row, content: [{ type: 'text', text: { value: pieces.join(''), annotations } }] });
+    const [writtenStep] = await db.select().from(runSteps).where(eq(runSteps.id, step.id));
+    expect(withoutSeq(writtenStep!)).toEqual(step);
   });
 });
 

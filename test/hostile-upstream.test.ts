@@ -405,11 +405,23 @@ describe('recording how a run ended fails (a real database failure: a trigger re
     }
   }
 
+  /**
+   * The same refusal of the answer's message when the turn's closing write inserts it, as it ends
+   * (an answer that ends before the message was written: runs/outbox.ts); the user's messages,
+   * which carry the marker too, are let through.
+   */
+  const endedInsert = (name: string, when: string) => `CREATE TRIGGER ${name} BEFORE INSERT ON messages
+    WHEN NEW.role = 'assistant' AND ${when}
+    BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`;
+
   it('the final write fails: the run is failed at once, saying so, and keeps its answer so far', async () => {
-    const trigger = `CREATE TRIGGER refuse_completed BEFORE UPDATE OF status ON messages
-      WHEN NEW.status = 'completed' AND NEW.content LIKE '%MARKER-ONE%'
-      BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`;
-    const ended = await withTriggers([trigger], () => runToEnd({ reply: 'an answer MARKER-ONE' }, { stream: true }));
+    const triggers = [
+      `CREATE TRIGGER refuse_completed BEFORE UPDATE OF status ON messages
+        WHEN NEW.status = 'completed' AND NEW.content LIKE '%MARKER-ONE%'
+        BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`,
+      endedInsert('refuse_completed_insert', `NEW.status = 'completed' AND NEW.content LIKE '%MARKER-ONE%'`),
+    ];
+    const ended = await withTriggers(triggers, () => runToEnd({ reply: 'an answer MARKER-ONE' }, { stream: true }));
     expect(ended.run).toMatchObject({
       status: 'failed',
       last_error: { code: 'server_error', message: "The gateway could not record the run's outcome: the write to its database failed." },
@@ -421,10 +433,13 @@ describe('recording how a run ended fails (a real database failure: a trigger re
   });
 
   it('settling it fails too: the run alone is failed, in a second small write, and its step and message closed', async () => {
-    const trigger = `CREATE TRIGGER refuse_content BEFORE UPDATE ON messages
-      WHEN NEW.content LIKE '%MARKER-TWO%'
-      BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`;
-    const ended = await withTriggers([trigger], () => runToEnd({ reply: 'an answer MARKER-TWO' }));
+    const triggers = [
+      `CREATE TRIGGER refuse_content BEFORE UPDATE ON messages
+        WHEN NEW.content LIKE '%MARKER-TWO%'
+        BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`,
+      endedInsert('refuse_content_insert', `NEW.content LIKE '%MARKER-TWO%'`),
+    ];
+    const ended = await withTriggers(triggers, () => runToEnd({ reply: 'an answer MARKER-TWO' }));
     expect(ended.run).toMatchObject({
       status: 'failed',
       last_error: { code: 'server_error', message: "The gateway could not record the run's outcome: the write to its database failed." },

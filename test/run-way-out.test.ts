@@ -8,8 +8,9 @@ import { slicesOfOnePiece } from './support/slices';
 /**
  * A run's way out, below the engine: the outbox of a run whose first turn began while the run's
  * rows still committed (RunHost.stream): nothing leaves and nothing is written before that commit,
- * the order holds across it, and a commit that fails leaves nothing behind; and the event stream
- * itself, read as a client would: backpressure, a client that stops reading, one that leaves.
+ * the order holds across it, and a commit that fails leaves nothing behind; when the rows a turn
+ * opens are inserted, or left to the turn's end; and the event stream itself, read as a client
+ * would: backpressure, a client that stops reading, one that leaves.
  */
 
 function deferred() {
@@ -82,6 +83,78 @@ describe('a turn begun while its run’s rows commit', () => {
     expect(outbox.queueing).toBe(false);
     await outbox.send(['thread.run.created', '{}']);
     expect(await received(events)).toEqual(['thread.run.created', 'done']);
+  });
+});
+
+describe('the rows a turn opens', () => {
+  const DELAY_MS = 10;
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  /** An outbox whose rows wait DELAY_MS after their announcement, and the inserts it started. */
+  function outboxOfRows() {
+    const events = new EventStream({ stallMs: 1000 });
+    const outbox = new Outbox(events, undefined, DELAY_MS);
+    const inserted: string[] = [];
+    const open = (name: string) =>
+      outbox.open(
+        async () => void inserted.push(name),
+        () => [[`${name}.created`, '{}']],
+      );
+    return { events, outbox, inserted, open };
+  }
+
+  it('are inserted once their announcement has left and the delay has passed, without being asked', async () => {
+    const { outbox, inserted, open } = outboxOfRows();
+    open('message');
+    await outbox.send(['thread.message.delta', '{}']);
+    expect(inserted).toEqual([]);
+    for (let waited = 0; inserted.length === 0 && waited < 5_000; waited += DELAY_MS) await sleep(DELAY_MS);
+    expect(inserted).toEqual(['message']);
+    // Started once: a write that needs them now only waits for it.
+    await outbox.written();
+    expect(inserted).toEqual(['message']);
+  });
+
+  it('taken by the turn before their insert started, are left to it: announced all the same, never inserted here', async () => {
+    const { events, outbox, inserted, open } = outboxOfRows();
+    const message = open('message');
+    await outbox.send(['thread.message.delta', '{}']);
+    expect(outbox.take(message)).toBe(true);
+    // Not announced yet when taken: its announcement still leaves with the next send.
+    const step = open('step');
+    expect(outbox.take(step)).toBe(true);
+    await outbox.send(['thread.run.step.delta', '{}']);
+    await sleep(DELAY_MS * 5);
+    await outbox.written();
+    expect(inserted).toEqual([]);
+    expect(outbox.take(message)).toBe(false);
+    expect(await received(events)).toEqual(['message.created', 'thread.message.delta', 'step.created', 'thread.run.step.delta', 'done']);
+  });
+
+  it('taken by a commit that then fails, are given back: inserted as they were opened before anything else is written', async () => {
+    const { outbox, inserted, open } = outboxOfRows();
+    const message = open('message');
+    await outbox.send(['thread.message.delta', '{}']);
+    expect(outbox.take(message)).toBe(true);
+    outbox.failCommit();
+    await outbox.written();
+    expect(inserted).toEqual(['message']);
+    // A commit that ran, whether it changed the run or not, wrote them: nothing is given back.
+    const step = open('step');
+    expect(outbox.take(step)).toBe(true);
+    outbox.discardCommit();
+    outbox.failCommit();
+    await outbox.written();
+    expect(inserted).toEqual(['message']);
+  });
+
+  it('cannot be taken once their insert has started: a write that needed them started it', async () => {
+    const { outbox, inserted, open } = outboxOfRows();
+    const message = open('message');
+    await outbox.send(['thread.message.delta', '{}']);
+    await outbox.written();
+    expect(inserted).toEqual(['message']);
+    expect(outbox.take(message)).toBe(false);
   });
 });
 

@@ -420,6 +420,64 @@ describe('createAndRunStream', () => {
   });
 });
 
+describe('when a streamed turn writes the message and step it opens', () => {
+  // Every change to a message or a step after its insert, as SQLite makes it: triggers of this test's own.
+  beforeAll(async () => {
+    await gateway.database.client.executeMultiple(`
+      CREATE TABLE test_row_updates (tbl TEXT NOT NULL, id TEXT NOT NULL);
+      CREATE TRIGGER test_message_updates AFTER UPDATE ON messages BEGIN INSERT INTO test_row_updates VALUES ('messages', new.id); END;
+      CREATE TRIGGER test_step_updates AFTER UPDATE ON run_steps BEGIN INSERT INTO test_row_updates VALUES ('run_steps', new.id); END;`);
+  });
+  afterAll(async () => {
+    await gateway.database.client.executeMultiple('DROP TRIGGER test_message_updates; DROP TRIGGER test_step_updates; DROP TABLE test_row_updates;');
+  });
+
+  async function updatesOf(...ids: string[]): Promise<string[]> {
+    const result = await gateway.database.client.execute({
+      sql: `SELECT tbl FROM test_row_updates WHERE id IN (${ids.map(() => '?').join(', ')}) ORDER BY rowid`,
+      args: ids,
+    });
+    return result.rows.map((row) => String(row.tbl));
+  }
+
+  it('an answer that ends at once: both inserted as they end, in the run’s closing commit, never updated', async () => {
+    // One write of the whole answer: the gateway reads it all before any timer can run.
+    const stream = openai.beta.threads.createAndRunStream({ assistant_id: assistantId, tools: [], thread: fakeThread('Quick', { reply: 'Quick answer.', one_write: true }) });
+    const run = await stream.finalRun();
+    expect(run.status).toBe('completed');
+    const [step] = (await openai.beta.threads.runs.steps.list(run.id, { thread_id: run.thread_id })).data;
+    const messageId = step!.step_details.type === 'message_creation' ? step!.step_details.message_creation.message_id : '';
+    const message = await openai.beta.threads.messages.retrieve(messageId, { thread_id: run.thread_id });
+    expect(message).toMatchObject({ status: 'completed', run_id: run.id, content: [{ type: 'text', text: { value: 'Quick answer.', annotations: [] } }] });
+    expect(step).toMatchObject({ status: 'completed', usage: run.usage });
+    expect(await updatesOf(message.id, step!.id)).toEqual([]);
+  });
+
+  it('an answer that streams on: inserted while it streams (a poller sees the message in progress), completed at its end', async () => {
+    const reply = Array.from({ length: 20 }, (_, i) => `word${i}`).join(' ');
+    const stream = openai.beta.threads.createAndRunStream({ assistant_id: assistantId, tools: [], thread: fakeThread('Slowly', { reply, chunk_delay_ms: 100 }) });
+    const created = new Promise<{ id: string; thread_id: string }>((resolve) => stream.on('messageCreated', resolve));
+    const ended = stream.finalRun();
+    const { id, thread_id } = await created;
+    let seen: string | null = null;
+    let running = true;
+    void ended.finally(() => (running = false));
+    while (seen === null && running) {
+      const found = await openai.beta.threads.messages.retrieve(id, { thread_id }).catch(() => null);
+      if (found) seen = found.status;
+      else await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(seen).toBe('in_progress');
+    const run = await ended;
+    expect(run.status).toBe('completed');
+    const message = await openai.beta.threads.messages.retrieve(id, { thread_id });
+    expect(message).toMatchObject({ status: 'completed', content: [{ type: 'text', text: { value: reply } }] });
+    const [step] = (await openai.beta.threads.runs.steps.list(run.id, { thread_id })).data;
+    expect(step).toMatchObject({ status: 'completed', step_details: { message_creation: { message_id: id } } });
+    expect((await updatesOf(id, step!.id)).sort()).toEqual(['messages', 'run_steps']);
+  });
+});
+
 describe('what is refused before anything is created', () => {
   const countRows = async () => {
     const { db } = gateway.database;

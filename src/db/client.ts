@@ -148,12 +148,16 @@ const insertShapes = new WeakMap<Table, { generated: [string, Column][]; shapes:
  * builder makes (each value through its column's mapping: JSON, timestamps, booleans), without
  * building it anew for every row: on the hot path of a run (its thread, messages, run and steps)
  * the builder cost about 40 µs a row. A field left undefined takes its column's `$defaultFn`, or else
- * is left out, so that the database's default applies.
+ * is left out, so that the database's default applies. `encoded` sets columns to values already in
+ * their stored form, as text in parts (a JSON column's JSON), as updateStatement's does.
  */
-export function insertStatement<T extends Table>(table: T, row: InferInsertModel<T>): RawStatement {
-  const { head, marks, args } = insertParts(table, row);
+export function insertStatement<T extends Table>(table: T, row: InferInsertModel<T>, encoded?: Encoded<T>): RawStatement {
+  const { head, marks, args } = insertParts(table, row, encoded);
   return { sql: `${head} values (${marks})`, args };
 }
+
+/** Columns given in their stored form, as text in parts (insertStatement, updateStatement). */
+export type Encoded<T extends Table> = Partial<Record<keyof InferInsertModel<T>, TextParts>>;
 
 /**
  * `INSERT INTO table (every column) SELECT <values> WHERE <condition>`, as Drizzle's builder: the
@@ -182,13 +186,15 @@ export function insertWhereStatement<T extends Table>(table: T, row: InferInsert
   return { sql: `${head} select ${marks} where ${condition.sql} returning *`, args: [...args, ...condition.args] };
 }
 
-function insertParts<T extends Table>(table: T, row: InferInsertModel<T>): { head: string; marks: string; args: InValue[] } {
+function insertParts<T extends Table>(table: T, row: InferInsertModel<T>, encoded?: Encoded<T>): { head: string; marks: string; args: RawValue[] } {
   let known = insertShapes.get(table);
   if (!known) {
     const generated = Object.entries(getTableColumns(table)).filter(([, column]) => column.defaultFn !== undefined);
     insertShapes.set(table, (known = { generated, shapes: new Map() }));
   }
-  const values: Record<string, unknown> = known.generated.length > 0 ? { ...row } : row;
+  const given: Partial<Record<string, TextParts>> = encoded ?? {};
+  // A copy only when there is something to add: the row is read, not kept.
+  const values: Record<string, unknown> = known.generated.length > 0 || encoded ? { ...row, ...encoded } : row;
   for (const [key, column] of known.generated) {
     if (values[key] === undefined) values[key] = column.defaultFn!();
   }
@@ -202,7 +208,7 @@ function insertParts<T extends Table>(table: T, row: InferInsertModel<T>): { hea
     known.shapes.set(signature, shape);
   }
   const { head, marks, columns } = shape;
-  return { head, marks, args: keys.map((key, i) => (values[key] === null ? null : (columns[i]!.mapToDriverValue(values[key]) as InValue))) };
+  return { head, marks, args: keys.map((key, i) => (values[key] === null ? null : (given[key] ?? (columns[i]!.mapToDriverValue(values[key]) as InValue)))) };
 }
 
 /** The columns of `table` that `keys` (its fields' names) name, in their order; an unknown name throws. */
@@ -252,7 +258,7 @@ export function updateStatement<T extends Table>(
   table: T,
   patch: Partial<InferInsertModel<T>>,
   where: RawCondition,
-  options: { returning?: boolean; encoded?: Partial<Record<keyof InferInsertModel<T>, TextParts>> } = {},
+  options: { returning?: boolean; encoded?: Encoded<T> } = {},
 ): RawStatement {
   const encoded: Partial<Record<string, TextParts>> = options.encoded ?? {};
   // A copy only when there is something to add: the patch is read, not kept.

@@ -17,6 +17,7 @@ import {
   messageUpdate,
   renewLease,
   stepUpdate,
+  turnRowsInsert,
   type NewRun,
   type RunRow,
   type Settlement,
@@ -46,7 +47,7 @@ import {
   type SearchSettings,
 } from './file-search';
 import type { StreamOptions } from './host';
-import { Outbox } from './outbox';
+import { Outbox, type OpenedRows } from './outbox';
 import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome, upstreamCause, upstreamErrorCode } from './outcome';
 import { buildPrompt, promptLimits, type Prompt } from './prompt';
 import { answerMessage, newStep } from './rows';
@@ -179,9 +180,9 @@ class Execution {
   #run: RunRow;
   /** Usage of earlier turns of this run (before tool outputs were submitted). */
   #earlierUsage: Usage = NO_USAGE;
-  #message: { row: MessageRow; step: StepRow; text: TextBuilder; started: boolean } | null = null;
+  #message: { row: MessageRow; step: StepRow; text: TextBuilder; started: boolean; opened: OpenedRows } | null = null;
   /** The turn's tool calls by the upstream's index (0 to MAX_TOOL_CALLS - 1, checked by the reader). */
-  #toolStep: { row: StepRow; calls: Map<number, StreamingToolCall> } | null = null;
+  #toolStep: { row: StepRow; calls: Map<number, StreamingToolCall>; opened: OpenedRows } | null = null;
   /** UTF-8 bytes of answer text, tool-call names and arguments this turn kept (GATEWAY_MAX_ANSWER_BYTES). */
   #answerBytes = 0;
   /** Whether the turn's answer reached GATEWAY_MAX_ANSWER_BYTES and was cut there. */
@@ -419,13 +420,13 @@ class Execution {
     const step = this.#toolStep!;
     const patch = { status: 'completed' as const, completedAt: at, stepDetails: this.#toolCallsDetails(), usage };
     step.row = { ...step.row, ...patch };
-    statements.push(stepUpdate(step.row.id, patch));
+    statements.push(...this.#toolStepWrite(patch));
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(step.row, this.#run, this.#includeContent)]);
     try {
       await this.#outbox.written();
       await batchRaw(db, statements);
     } catch (error) {
-      this.#outbox.discardCommit();
+      this.#outbox.failCommit();
       throw error;
     }
     await this.#outbox.committed();
@@ -498,8 +499,7 @@ class Execution {
     const at = now();
     const row = answerMessage(run, at);
     const step = newStep(run, { type: 'message_creation', message_creation: { message_id: row.id } }, at);
-    this.#message = { row, step, text: new TextBuilder(), started: false };
-    this.#outbox.open(
+    const opened = this.#outbox.open(
       () => insertTurnRows(db, { steps: [step], message: row }),
       () => {
         const stepJson = JSON.stringify(toStepJson(step, run));
@@ -512,6 +512,7 @@ class Execution {
         ];
       },
     );
+    this.#message = { row, step, text: new TextBuilder(), started: false, opened };
   }
 
   /** Adds a tool-call fragment, as far as the answer cap allows; answers the characters kept. */
@@ -548,8 +549,7 @@ class Execution {
   #openToolStep(): void {
     const { db } = this.#deps;
     const step = newStep(this.#run, { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
-    this.#toolStep = { row: step, calls: new Map() };
-    this.#outbox.open(
+    const opened = this.#outbox.open(
       () => insertTurnRows(db, { steps: [step] }),
       () => {
         const json = JSON.stringify(toStepJson(step, this.#run));
@@ -559,6 +559,7 @@ class Execution {
         ];
       },
     );
+    this.#toolStep = { row: step, calls: new Map(), opened };
   }
 
   // ── Outcomes ───────────────────────────────────────────────────────────────────────────────
@@ -587,7 +588,7 @@ class Execution {
       const step = this.#toolStep!;
       const details = this.#toolCallsDetails();
       step.row = { ...step.row, stepDetails: details, usage: turnUsage };
-      statements.push(stepUpdate(step.row.id, { stepDetails: details, usage: turnUsage }));
+      statements.push(...this.#toolStepWrite({ stepDetails: details, usage: turnUsage }));
       // The client is asked for its functions' outputs only: file searches of the turn were answered already.
       const requiredAction: RequiredAction = {
         type: 'submit_tool_outputs',
@@ -607,7 +608,7 @@ class Execution {
     statements.push(...this.#closeMessage(outcome.messageIncompleteReason, at, turnUsage));
     if (outcome.toolCallsCutBy) {
       const message = TOOL_CALLS_CUT[outcome.toolCallsCutBy](this.#deps.config.GATEWAY_MAX_ANSWER_BYTES);
-      statements.push(this.#failToolStep({ code: 'server_error', message }, at));
+      statements.push(...this.#failToolStep({ code: 'server_error', message }, at));
     }
     const ending: Partial<NewRun> =
       outcome.incompleteReason === null
@@ -669,7 +670,10 @@ class Execution {
       return [`thread.message.${messagePatch.status}`, jsonWithText(withText, message.text)];
     });
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
-    return [messageUpdate(message.row.id, messagePatch, { value: message.text, annotations }), stepUpdate(message.step.id, stepPatch)];
+    const answer = { value: message.text, annotations };
+    // Rows whose insert had not started are inserted as they end (outbox.ts, take).
+    if (this.#outbox.take(message.opened)) return turnRowsInsert({ steps: [message.step], message: message.row, answer });
+    return [messageUpdate(message.row.id, messagePatch, answer), stepUpdate(message.step.id, stepPatch)];
   }
 
   #failToolStep(lastError: RunError, at: number) {
@@ -677,7 +681,13 @@ class Execution {
     const patch = { status: 'failed' as const, failedAt: at, lastError };
     step.row = { ...step.row, ...patch };
     this.#outbox.onCommit(() => ['thread.run.step.failed', toStepJson(step.row, this.#run, this.#includeContent)]);
-    return stepUpdate(step.row.id, patch);
+    return this.#toolStepWrite(patch);
+  }
+
+  /** The tool-calls step's change to the database: `patch`, or the step inserted as it now is if its insert had not started (outbox.ts, take). */
+  #toolStepWrite(patch: Partial<StepRow>): RawStatement[] {
+    const step = this.#toolStep!;
+    return this.#outbox.take(step.opened) ? turnRowsInsert({ steps: [step.row] }) : [stepUpdate(step.row.id, patch)];
   }
 
   /**
@@ -693,7 +703,7 @@ class Execution {
       await this.#outbox.written();
       updated = await endTurn(db, this.#run.id, runPatch, statements);
     } catch (error) {
-      this.#outbox.discardCommit();
+      this.#outbox.failCommit();
       throw new OutcomeNotRecorded(error);
     }
     if (!updated) {

@@ -178,9 +178,26 @@ function runIn(runId: string, from: readonly RunStatus[]): RawCondition {
 }
 
 /** A run's new steps and message, written in one transaction (raw statements: on every streamed run's path). */
-export function insertTurnRows(db: Db, rows: { steps: NewStep[]; message?: MessageInsert }): Promise<void> {
+export function insertTurnRows(db: Db, rows: TurnRows): Promise<void> {
+  return batchRaw(db, turnRowsInsert(rows));
+}
+
+/** A turn's steps and its message, with the message's answer when the turn writes them as they end. */
+export interface TurnRows {
+  steps: NewStep[];
+  message?: MessageInsert;
+  answer?: Answer;
+}
+
+/**
+ * The inserts of a turn's rows (insertTurnRows), or, for a turn that ended before their inserts
+ * started (runs/outbox.ts, take), of the rows as they end, for its closing commit: the message's
+ * content is then `answer`, as messageUpdate writes it.
+ */
+export function turnRowsInsert(rows: TurnRows): RawStatement[] {
   const statements = rows.steps.map((step) => insertStatement(runSteps, step));
-  return batchRaw(db, rows.message ? [...statements, insertStatement(messages, rows.message)] : statements);
+  if (!rows.message) return statements;
+  return [...statements, insertStatement(messages, rows.message, rows.answer && answerContent(rows.answer))];
 }
 
 /** A step's change, as a raw statement for a turn's writes (endTurn, batchRaw). */
@@ -194,15 +211,24 @@ export function stepUpdate(stepId: string, patch: Partial<NewStep>): RawStatemen
  * written as the JSON Drizzle would write from the escaped chunks the builder holds, without
  * being joined here (TextParts).
  */
-export function messageUpdate(messageId: string, patch: Partial<MessageInsert>, answer?: { value: TextBuilder; annotations: unknown[] }): RawStatement {
-  const encoded = answer && {
+export function messageUpdate(messageId: string, patch: Partial<MessageInsert>, answer?: Answer): RawStatement {
+  return updateStatement(messages, patch, { sql: '"id" = ?', args: [messageId] }, { encoded: answer && answerContent(answer) });
+}
+
+/** A message's answer as the turn streamed it: its text, and its citations' annotations. */
+interface Answer {
+  value: TextBuilder;
+  annotations: unknown[];
+}
+
+function answerContent(answer: Answer): { content: TextParts } {
+  return {
     content: new TextParts([
       '[{"type":"text","text":{"value":"',
       ...answer.value.jsonParts(),
       `","annotations":${JSON.stringify(answer.annotations)}}}]`,
     ]),
   };
-  return updateStatement(messages, patch, { sql: '"id" = ?', args: [messageId] }, { encoded });
 }
 
 /**

@@ -437,8 +437,13 @@ describe('hostile upstreams, one behaviour at a time', () => {
   });
 
   it('L5: a database that refuses to record how a run ended: the run is failed at once, saying so', async () => {
+    // The outcome's write completes the message: an update of it, or, for an answer that ended
+    // before the message was written, its insert as it ends (runs/outbox.ts).
     await db.execute(`CREATE TRIGGER refuse_hostile_outcome BEFORE UPDATE OF status ON messages
       WHEN NEW.status = 'completed' AND NEW.content LIKE '%REFUSED-BY-TRIGGER%'
+      BEGIN SELECT RAISE(ABORT, 'refused by the reliability test'); END`);
+    await db.execute(`CREATE TRIGGER refuse_hostile_ended_message BEFORE INSERT ON messages
+      WHEN NEW.role = 'assistant' AND NEW.status = 'completed' AND NEW.content LIKE '%REFUSED-BY-TRIGGER%'
       BEGIN SELECT RAISE(ABORT, 'refused by the reliability test'); END`);
     try {
       const { result: runs } = await whileMeasured('l5_settle_fails', () =>
@@ -452,6 +457,7 @@ describe('hostile upstreams, one behaviour at a time', () => {
       }
     } finally {
       await db.execute('DROP TRIGGER refuse_hostile_outcome');
+      await db.execute('DROP TRIGGER refuse_hostile_ended_message');
     }
   });
 });
