@@ -86,7 +86,7 @@ export function createApp(deps: Deps) {
   app.onError((error, c) => {
     const apiError = toApiError(error);
     if (apiError.status >= 500) {
-      deps.log.error('request failed', { request_id: c.var.requestId, path: c.req.path, error });
+      deps.log.error('request failed', { request_id: c.get('requestId'), path: c.req.path, error });
     }
     return errorResponse(apiError);
   });

@@ -5,12 +5,12 @@ import type { RequestIdVariables } from './request-id';
 /** One `info` line per request: method, path (never the query), status, duration. */
 export const accessLog = () =>
   createMiddleware<{ Variables: DepsVariables & RequestIdVariables }>(async (c, next) => {
-    const { log, now } = c.var.deps;
+    const { log, now } = c.get('deps');
     if (!log.enabled('info')) return next();
     const started = now();
     await next();
     log.info('request', {
-      request_id: c.var.requestId,
+      request_id: c.get('requestId'),
       method: c.req.method,
       path: c.req.path,
       status: c.res.status,

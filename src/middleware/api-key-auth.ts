@@ -16,14 +16,14 @@ export type ApiKeyVariables = { apiKey: AuthenticatedKey; settings: Settings };
  * `missing_api_key`; unknown or revoked is 401 `invalid_api_key` (one answer for both, so a revoked
  * key cannot be told from a guessed one); a key that is not shaped like a gateway key (a provider's
  * `sk-…`) is `invalid_api_key` too, with a message saying what to send instead. The key itself is
- * never repeated. Sets `c.var.apiKey`, and `c.var.settings`, read first.
+ * never repeated. Sets `c.get('apiKey')`, and `c.get('settings')`, read first.
  */
 export const apiKeyAuth = () =>
   createMiddleware<{ Variables: DepsVariables & ApiKeyVariables }>(async (c, next) => {
     const presented = c.req.header(API_KEY_HEADER) || bearerToken(c.req.header('authorization'));
     if (!presented) throw new ApiError('missing_api_key');
     if (!isGatewayKeyShaped(presented)) throw notAGatewayKey();
-    const settings = await c.var.deps.settings.now();
+    const settings = await c.get('deps').settings.now();
     const apiKey = await settings.apiKey(presented);
     if (!apiKey) throw new ApiError('invalid_api_key');
     c.set('apiKey', apiKey);

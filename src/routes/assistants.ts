@@ -19,10 +19,10 @@ import type { ApiEnv } from './env';
 export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
   .post('/', validate('json', createAssistantBody), async (c) => {
-    const { db, now, config } = c.var.deps;
+    const { db, now, config } = c.get('deps');
     const row = await createAssistant(
       db,
-      c.var.workspace.workspaceId,
+      c.get('workspace').workspaceId,
       c.req.valid('json'),
       now(),
       config.GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE,
@@ -30,23 +30,23 @@ export const assistantRoutes = new Hono<ApiEnv>()
     return c.json(toAssistantJson(row));
   })
   .get('/', validate('query', cursorListQuery), async (c) => {
-    const page = await listAssistants(c.var.deps.db, c.var.workspace.workspaceId, c.req.valid('query'));
+    const page = await listAssistants(c.get('deps').db, c.get('workspace').workspaceId, c.req.valid('query'));
     return c.json(listObject(page, toAssistantJson));
   })
   .get('/:assistant_id', async (c) => {
-    const { db } = c.var.deps;
-    const { workspaceId } = c.var.workspace;
+    const { db } = c.get('deps');
+    const { workspaceId } = c.get('workspace');
     const row = await getAssistant(db, workspaceId, c.req.param('assistant_id'));
     await resolveVirtualKey(db, workspaceId, { slug: requestedVirtualKey(c), model: row.model });
     return c.json(toAssistantJson(row));
   })
   .post('/:assistant_id', validate('json', modifyAssistantBody), async (c) => {
-    const { workspaceId } = c.var.workspace;
-    const row = await modifyAssistant(c.var.deps.db, workspaceId, c.req.param('assistant_id'), c.req.valid('json'));
+    const { workspaceId } = c.get('workspace');
+    const row = await modifyAssistant(c.get('deps').db, workspaceId, c.req.param('assistant_id'), c.req.valid('json'));
     return c.json(toAssistantJson(row));
   })
   .delete('/:assistant_id', async (c) => {
-    const { db, now } = c.var.deps;
-    const row = await deleteAssistant(db, c.var.workspace.workspaceId, c.req.param('assistant_id'), now());
+    const { db, now } = c.get('deps');
+    const row = await deleteAssistant(db, c.get('workspace').workspaceId, c.req.param('assistant_id'), now());
     return c.json({ id: row.id, object: 'assistant.deleted', deleted: true });
   });

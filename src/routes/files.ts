@@ -18,27 +18,27 @@ import type { ApiEnv } from './env';
 export const fileRoutes = new Hono<ApiEnv>()
   .use(workspace())
   .post('/', ownBody(), async (c) => {
-    const row = await createFile(c.var.deps, c.var.workspace.workspaceId, c.req.raw.body, c.req.header('content-type'));
+    const row = await createFile(c.get('deps'), c.get('workspace').workspaceId, c.req.raw.body, c.req.header('content-type'));
     return c.json(toFileJson(row));
   })
   .get('/', validate('query', listFilesQuery), async (c) => {
-    const { db, now } = c.var.deps;
-    const page = await listFiles(db, c.var.workspace.workspaceId, c.req.valid('query'), now());
+    const { db, now } = c.get('deps');
+    const page = await listFiles(db, c.get('workspace').workspaceId, c.req.valid('query'), now());
     return c.json(listObject(page, toFileJson));
   })
   .get('/:file_id', async (c) => {
-    const { db, now } = c.var.deps;
-    const row = await getFile(db, c.var.workspace.workspaceId, c.req.param('file_id'), now());
+    const { db, now } = c.get('deps');
+    const row = await getFile(db, c.get('workspace').workspaceId, c.req.param('file_id'), now());
     return c.json(toFileJson(row));
   })
   .delete('/:file_id', async (c) => {
     const id = c.req.param('file_id');
-    await removeFile(c.var.deps, c.var.workspace.workspaceId, id);
+    await removeFile(c.get('deps'), c.get('workspace').workspaceId, id);
     return c.json({ id, object: 'file' as const, deleted: true });
   })
   .get('/:file_id/content', async (c) => {
-    const { db, now, blobs } = c.var.deps;
-    const row = await getFile(db, c.var.workspace.workspaceId, c.req.param('file_id'), now());
+    const { db, now, blobs } = c.get('deps');
+    const row = await getFile(db, c.get('workspace').workspaceId, c.req.param('file_id'), now());
     const body = await blobs.get(row.blobKey);
     // A row without its bytes is the store's fault (lost or deleted behind the gateway's back).
     if (!body) throw new ApiError('server_error', undefined, { cause: new Error(`the blob of file ${row.id} is missing`) });

@@ -19,12 +19,12 @@ import type { ApiEnv } from './env';
 export const policyRoutes = new Hono<ApiEnv>()
   .get('/', validate('query', listPoliciesQuery), async (c) => {
     const query = c.req.valid('query');
-    const { db } = c.var.deps;
-    const scope = await resolveWorkspaceScope(db, c.var.apiKey, query.workspace_id, { required: false });
+    const { db } = c.get('deps');
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: false });
     const { rows, total } = await listPolicies(
       db,
       {
-        organisationId: c.var.apiKey.organisationId,
+        organisationId: c.get('apiKey').organisationId,
         workspaceId: scope?.workspaceId ?? null,
         status: query.status,
         type: query.type,
@@ -36,24 +36,24 @@ export const policyRoutes = new Hono<ApiEnv>()
   })
   .post('/', validate('json', createPolicyBody), async (c) => {
     const body = c.req.valid('json');
-    const { db, now, config } = c.var.deps;
-    checkOrganisation(c.var.apiKey, body.organisation_id);
-    const scope = await resolveWorkspaceScope(db, c.var.apiKey, body.workspace_id, { required: true });
-    const policy = await createPolicy(db, scope!, body, now(), { createdBy: c.var.apiKey.kind, caps: workspaceCaps(config) });
+    const { db, now, config } = c.get('deps');
+    checkOrganisation(c.get('apiKey'), body.organisation_id);
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
+    const policy = await createPolicy(db, scope!, body, now(), { createdBy: c.get('apiKey').kind, caps: workspaceCaps(config) });
     return c.json({ id: policy.id, object: 'policy_usage_limits' });
   })
   .get('/:id', async (c) => {
-    const policy = await getPolicy(c.var.deps.db, c.var.apiKey, c.req.param('id'));
+    const policy = await getPolicy(c.get('deps').db, c.get('apiKey'), c.req.param('id'));
     return c.json(toPolicyJson(policy));
   })
   .put('/:id', validate('json', updatePolicyBody), async (c) => {
-    const { db, now, config } = c.var.deps;
-    const policy = await updatePolicy(db, c.var.apiKey, c.req.param('id'), c.req.valid('json'), now(), workspaceCaps(config));
+    const { db, now, config } = c.get('deps');
+    const policy = await updatePolicy(db, c.get('apiKey'), c.req.param('id'), c.req.valid('json'), now(), workspaceCaps(config));
     return c.json(toPolicyJson(policy));
   })
   .delete('/:id', async (c) => {
-    const { db, now } = c.var.deps;
-    const policy = await archivePolicy(db, c.var.apiKey, c.req.param('id'), now());
+    const { db, now } = c.get('deps');
+    const policy = await archivePolicy(db, c.get('apiKey'), c.req.param('id'), now());
     return c.json(toPolicyJson(policy));
   });
 

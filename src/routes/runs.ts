@@ -46,37 +46,37 @@ const POLL_AFTER_MS = '250';
  */
 export const runRoutes = new Hono<WorkspaceEnv>()
   .post('/runs', validate('json', createThreadAndRunBody), async (c) =>
-    answer(c, await createThreadAndRun(c.var.deps, caller(c), c.req.valid('json'), requestContext(c))),
+    answer(c, await createThreadAndRun(c.get('deps'), caller(c), c.req.valid('json'), requestContext(c))),
   )
   .post('/:thread_id/runs', validate('query', runStepIncludeQuery), validate('json', createRunBody), async (c) => {
     const include = includesContent(c.req.valid('query'));
-    return answer(c, await createRun(c.var.deps, caller(c), c.req.param('thread_id'), c.req.valid('json'), requestContext(c), include));
+    return answer(c, await createRun(c.get('deps'), caller(c), c.req.param('thread_id'), c.req.valid('json'), requestContext(c), include));
   })
   .get('/:thread_id/runs', validate('query', cursorListQuery), async (c) => {
-    const page = await listRuns(c.var.deps, c.var.workspace.workspaceId, c.req.param('thread_id'), c.req.valid('query'));
+    const page = await listRuns(c.get('deps'), c.get('workspace').workspaceId, c.req.param('thread_id'), c.req.valid('query'));
     return c.json(listObject(page, toRunJson));
   })
   .get('/:thread_id/runs/:run_id', async (c) => {
-    const run = await retrieveRun(c.var.deps, c.var.workspace.workspaceId, runPath(c));
+    const run = await retrieveRun(c.get('deps'), c.get('workspace').workspaceId, runPath(c));
     const headers: Record<string, string> = isTerminal(run.status) ? {} : { 'openai-poll-after-ms': POLL_AFTER_MS };
     return c.json(toRunJson(run), 200, headers);
   })
   .post('/:thread_id/runs/:run_id', validate('json', modifyRunBody), async (c) =>
-    c.json(toRunJson(await modifyRun(c.var.deps, c.var.workspace.workspaceId, runPath(c), c.req.valid('json')))),
+    c.json(toRunJson(await modifyRun(c.get('deps'), c.get('workspace').workspaceId, runPath(c), c.req.valid('json')))),
   )
   .post('/:thread_id/runs/:run_id/submit_tool_outputs', validate('json', submitToolOutputsBody), async (c) =>
-    answer(c, await submitToolOutputs(c.var.deps, caller(c), runPath(c), c.req.valid('json'), requestContext(c))),
+    answer(c, await submitToolOutputs(c.get('deps'), caller(c), runPath(c), c.req.valid('json'), requestContext(c))),
   )
   .post('/:thread_id/runs/:run_id/cancel', async (c) =>
-    c.json(toRunJson(await cancelRun(c.var.deps, c.var.workspace.workspaceId, runPath(c), requestContext(c)))),
+    c.json(toRunJson(await cancelRun(c.get('deps'), c.get('workspace').workspaceId, runPath(c), requestContext(c)))),
   )
   .get('/:thread_id/runs/:run_id/steps', validate('query', listRunStepsQuery), async (c) => {
-    const { run, page } = await listRunSteps(c.var.deps, c.var.workspace.workspaceId, runPath(c), c.req.valid('query'));
+    const { run, page } = await listRunSteps(c.get('deps'), c.get('workspace').workspaceId, runPath(c), c.req.valid('query'));
     const include = includesContent(c.req.valid('query'));
     return c.json(listObject(page, (step) => toStepJson(step, run, include)));
   })
   .get('/:thread_id/runs/:run_id/steps/:step_id', validate('query', runStepIncludeQuery), async (c) => {
-    const { run, step } = await retrieveRunStep(c.var.deps, c.var.workspace.workspaceId, runPath(c), c.req.param('step_id'));
+    const { run, step } = await retrieveRunStep(c.get('deps'), c.get('workspace').workspaceId, runPath(c), c.req.param('step_id'));
     return c.json(toStepJson(step, run, includesContent(c.req.valid('query'))));
   });
 
@@ -94,19 +94,19 @@ function runPath(c: { req: { param(name: 'thread_id' | 'run_id'): string } }): R
 }
 
 /** Who asks, as the run use-cases need it. */
-function caller(c: { var: WorkspaceEnv['Variables']; req: { header(name: string): string | undefined } }): Caller {
+function caller(c: { get: Context<WorkspaceEnv>['get']; req: { header(name: string): string | undefined } }): Caller {
   return {
-    workspaceId: c.var.workspace.workspaceId,
-    apiKeyId: c.var.apiKey.id,
+    workspaceId: c.get('workspace').workspaceId,
+    apiKeyId: c.get('apiKey').id,
     metadataHeader: c.req.header(METADATA_HEADER),
     virtualKeySlug: c.req.header(VIRTUAL_KEY_HEADER)?.trim() || undefined,
-    settings: c.var.settings,
+    settings: c.get('settings'),
   };
 }
 
 /** The request as a run host sees it: the runtime's waitUntil (both entries hand Hono one) and its id. */
-function requestContext(c: { var: WorkspaceEnv['Variables']; executionCtx: ExecutionContext }): RequestContext {
-  return { waitUntil: (task) => c.executionCtx.waitUntil(task), requestId: c.var.requestId };
+function requestContext(c: { get: Context<WorkspaceEnv>['get']; executionCtx: ExecutionContext }): RequestContext {
+  return { waitUntil: (task) => c.executionCtx.waitUntil(task), requestId: c.get('requestId') };
 }
 
 /** A run just put in progress: the queued run object, or its event stream. */

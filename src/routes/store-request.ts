@@ -5,8 +5,8 @@ import type { WorkspaceEnv } from './env';
 
 /** Who adds files to a vector store, from a request of a workspace route (vector stores, threads, messages). */
 export const storeRequest = (c: Context<WorkspaceEnv>): StoreRequest => ({
-  workspaceId: c.var.workspace.workspaceId,
-  apiKeyId: c.var.apiKey.id,
+  workspaceId: c.get('workspace').workspaceId,
+  apiKeyId: c.get('apiKey').id,
   virtualKeySlug: requestedVirtualKey(c),
   waitUntil: (task) => c.executionCtx.waitUntil(task),
 });

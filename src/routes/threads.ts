@@ -14,44 +14,44 @@ import { storeRequest } from './store-request';
 /** Threads and their messages, under /v1/threads. */
 const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
   .post('/', validate('json', createThreadBody), async (c) => {
-    const thread = await createThread(c.var.deps, storeRequest(c), c.req.valid('json'));
+    const thread = await createThread(c.get('deps'), storeRequest(c), c.req.valid('json'));
     return c.json(toThreadJson(thread));
   })
   .get('/:thread_id', async (c) => {
-    const thread = await getThread(c.var.deps.db, c.var.workspace.workspaceId, c.req.param('thread_id'));
+    const thread = await getThread(c.get('deps').db, c.get('workspace').workspaceId, c.req.param('thread_id'));
     return c.json(toThreadJson(thread));
   })
   .post('/:thread_id', validate('json', modifyThreadBody), async (c) => {
-    const { workspaceId } = c.var.workspace;
-    const thread = await modifyThread(c.var.deps.db, workspaceId, c.req.param('thread_id'), c.req.valid('json'));
+    const { workspaceId } = c.get('workspace');
+    const thread = await modifyThread(c.get('deps').db, workspaceId, c.req.param('thread_id'), c.req.valid('json'));
     return c.json(toThreadJson(thread));
   })
   .delete('/:thread_id', async (c) => {
     const id = c.req.param('thread_id');
-    await deleteThread(c.var.deps, c.var.workspace.workspaceId, id);
+    await deleteThread(c.get('deps'), c.get('workspace').workspaceId, id);
     return c.json({ id, object: 'thread.deleted', deleted: true });
   })
   .get('/:thread_id/messages', validate('query', listMessagesQuery), async (c) => {
-    const { db } = c.var.deps;
-    const thread = await getThread(db, c.var.workspace.workspaceId, c.req.param('thread_id'));
+    const { db } = c.get('deps');
+    const thread = await getThread(db, c.get('workspace').workspaceId, c.req.param('thread_id'));
     return c.json(listObject(await listMessages(db, thread.id, c.req.valid('query')), toMessageJson));
   })
   .post('/:thread_id/messages', validate('json', createMessageBody), async (c) => {
-    const message = await createMessage(c.var.deps, storeRequest(c), c.req.param('thread_id'), c.req.valid('json'));
+    const message = await createMessage(c.get('deps'), storeRequest(c), c.req.param('thread_id'), c.req.valid('json'));
     return c.json(toMessageJson(message));
   })
   .get('/:thread_id/messages/:message_id', async (c) => {
     const { thread_id: threadId, message_id: messageId } = c.req.param();
-    return c.json(toMessageJson(await getMessage(c.var.deps.db, c.var.workspace.workspaceId, threadId, messageId)));
+    return c.json(toMessageJson(await getMessage(c.get('deps').db, c.get('workspace').workspaceId, threadId, messageId)));
   })
   .post('/:thread_id/messages/:message_id', validate('json', modifyMessageBody), async (c) => {
     const { thread_id: threadId, message_id: messageId } = c.req.param();
     const body = c.req.valid('json');
-    return c.json(toMessageJson(await modifyMessage(c.var.deps.db, c.var.workspace.workspaceId, threadId, messageId, body)));
+    return c.json(toMessageJson(await modifyMessage(c.get('deps').db, c.get('workspace').workspaceId, threadId, messageId, body)));
   })
   .delete('/:thread_id/messages/:message_id', async (c) => {
     const { thread_id: threadId, message_id: messageId } = c.req.param();
-    await deleteMessage(c.var.deps.db, c.var.workspace.workspaceId, threadId, messageId);
+    await deleteMessage(c.get('deps').db, c.get('workspace').workspaceId, threadId, messageId);
     return c.json({ id: messageId, object: 'thread.message.deleted', deleted: true });
   });
 

@@ -12,10 +12,10 @@ import type { ApiEnv } from './env';
  */
 export const usageRoutes = new Hono<ApiEnv>().get('/', validate('query', usageQuery), async (c) => {
   const query = c.req.valid('query');
-  const { db, now } = c.var.deps;
-  const workspace = await resolveWorkspaceScope(db, c.var.apiKey, query.workspace_id, { required: false });
+  const { db, now } = c.get('deps');
+  const workspace = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: false });
   const page = await usageBuckets(db, {
-    scope: workspace ? { workspaceId: workspace.workspaceId } : { organisationId: c.var.apiKey.organisationId },
+    scope: workspace ? { workspaceId: workspace.workspaceId } : { organisationId: c.get('apiKey').organisationId },
     startMs: query.start_time === undefined ? undefined : query.start_time * 1000,
     endMs: query.end_time === undefined ? undefined : query.end_time * 1000,
     width: query.bucket_width,

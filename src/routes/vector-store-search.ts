@@ -14,7 +14,7 @@ import type { ApiEnv } from './env';
 export const vectorStoreSearchRoutes = new Hono<ApiEnv>()
   // workspace() on the route alone: other routes under /v1/vector_stores have their own.
   .post('/:vector_store_id/search', workspace(), validate('json', vectorStoreSearchBody), async (c) => {
-    const searcher = { workspaceId: c.var.workspace.workspaceId, apiKeyId: c.var.apiKey.id };
-    const { queries, results } = await searchVectorStore(c.var.deps, searcher, c.req.param('vector_store_id'), c.req.valid('json'));
+    const searcher = { workspaceId: c.get('workspace').workspaceId, apiKeyId: c.get('apiKey').id };
+    const { queries, results } = await searchVectorStore(c.get('deps'), searcher, c.req.param('vector_store_id'), c.req.valid('json'));
     return c.json(toSearchResultsPage(queries, results));
   });

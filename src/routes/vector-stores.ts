@@ -44,73 +44,73 @@ type Ctx = Context<WorkspaceEnv>;
 
 /** Stores as JSON, with their file counts and usage in two queries however many. */
 async function storesJson(c: Ctx, rows: VectorStoreRow[]) {
-  const { db, now } = c.var.deps;
+  const { db, now } = c.get('deps');
   const ids = rows.map((row) => row.id);
   const [counts, bytes] = await Promise.all([fileCounts(db, { storeIds: ids }), usageBytes(db, ids)]);
   return rows.map((row) => toVectorStoreJson(row, counts.get(row.id) ?? emptyCounts(), bytes.get(row.id) ?? 0, now()));
 }
 
 async function batchJson(c: Ctx, batch: FileBatchRow) {
-  const counts = await fileCounts(c.var.deps.db, { batchId: batch.id });
+  const counts = await fileCounts(c.get('deps').db, { batchId: batch.id });
   return toFileBatchJson(batch, counts.get(batch.id) ?? emptyCounts());
 }
 
 /** The store named by the path, in the caller's workspace (404 otherwise). */
-const storeOf = (c: Ctx) => getVectorStore(c.var.deps.db, c.var.workspace.workspaceId, c.req.param('vector_store_id')!);
+const storeOf = (c: Ctx) => getVectorStore(c.get('deps').db, c.get('workspace').workspaceId, c.req.param('vector_store_id')!);
 
 /** Most chunks the content endpoint answers in its one page. */
 const CONTENT_CHUNKS = 10_000;
 
 const storeRoutes = new Hono<WorkspaceEnv>()
   .post('/', validate('json', createVectorStoreBody), async (c) => {
-    const store = await createVectorStore(c.var.deps, storeRequest(c), c.req.valid('json'));
+    const store = await createVectorStore(c.get('deps'), storeRequest(c), c.req.valid('json'));
     return c.json((await storesJson(c, [store]))[0]!);
   })
   .get('/', validate('query', cursorListQuery), async (c) => {
-    const page = await listVectorStores(c.var.deps.db, c.var.workspace.workspaceId, c.req.valid('query'));
+    const page = await listVectorStores(c.get('deps').db, c.get('workspace').workspaceId, c.req.valid('query'));
     const json = new Map((await storesJson(c, page.rows)).map((store) => [store.id, store]));
     return c.json(listObject(page, (row) => json.get(row.id)!));
   })
   .get('/:vector_store_id', async (c) => c.json((await storesJson(c, [await storeOf(c)]))[0]!))
   .post('/:vector_store_id', validate('json', updateVectorStoreBody), async (c) => {
-    const { workspaceId } = c.var.workspace;
-    const store = await updateVectorStore(c.var.deps.db, workspaceId, c.req.param('vector_store_id'), c.req.valid('json'));
+    const { workspaceId } = c.get('workspace');
+    const store = await updateVectorStore(c.get('deps').db, workspaceId, c.req.param('vector_store_id'), c.req.valid('json'));
     return c.json((await storesJson(c, [store]))[0]!);
   })
   .delete('/:vector_store_id', async (c) => {
     const id = c.req.param('vector_store_id');
-    await deleteVectorStore(c.var.deps.db, c.var.workspace.workspaceId, id);
+    await deleteVectorStore(c.get('deps').db, c.get('workspace').workspaceId, id);
     return c.json({ id, object: 'vector_store.deleted' as const, deleted: true });
   });
 
 const fileRoutes = new Hono<WorkspaceEnv>()
   .post('/:vector_store_id/files', validate('json', createVectorStoreFileBody), async (c) => {
-    const row = await addStoreFile(c.var.deps, storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
+    const row = await addStoreFile(c.get('deps'), storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
     return c.json(toVectorStoreFileJson(row));
   })
   .get('/:vector_store_id/files', validate('query', listVectorStoreFilesQuery), async (c) => {
     const store = await storeOf(c);
-    return c.json(listObject(await listStoreFiles(c.var.deps.db, { storeId: store.id }, c.req.valid('query')), toVectorStoreFileJson));
+    return c.json(listObject(await listStoreFiles(c.get('deps').db, { storeId: store.id }, c.req.valid('query')), toVectorStoreFileJson));
   })
   .get('/:vector_store_id/files/:file_id', async (c) => {
     const store = await storeOf(c);
-    return c.json(toVectorStoreFileJson(await getStoreFile(c.var.deps.db, store.id, c.req.param('file_id'))));
+    return c.json(toVectorStoreFileJson(await getStoreFile(c.get('deps').db, store.id, c.req.param('file_id'))));
   })
   .post('/:vector_store_id/files/:file_id', validate('json', updateVectorStoreFileBody), async (c) => {
     const store = await storeOf(c);
     const attributes = c.req.valid('json').attributes ?? {};
-    return c.json(toVectorStoreFileJson(await updateStoreFileAttributes(c.var.deps.db, store.id, c.req.param('file_id'), attributes)));
+    return c.json(toVectorStoreFileJson(await updateStoreFileAttributes(c.get('deps').db, store.id, c.req.param('file_id'), attributes)));
   })
   .delete('/:vector_store_id/files/:file_id', async (c) => {
     const store = await storeOf(c);
     const id = c.req.param('file_id');
-    await deleteStoreFile(c.var.deps.db, store.id, id);
+    await deleteStoreFile(c.get('deps').db, store.id, id);
     return c.json({ id, object: 'vector_store.file.deleted' as const, deleted: true });
   })
   .get('/:vector_store_id/files/:file_id/content', async (c) => {
     const store = await storeOf(c);
-    const file = await getStoreFile(c.var.deps.db, store.id, c.req.param('file_id'));
-    const texts = await storeFileChunks(c.var.deps.db, store.id, file.fileId, CONTENT_CHUNKS);
+    const file = await getStoreFile(c.get('deps').db, store.id, c.req.param('file_id'));
+    const texts = await storeFileChunks(c.get('deps').db, store.id, file.fileId, CONTENT_CHUNKS);
     return c.json({
       object: 'vector_store.file_content.page' as const,
       data: texts.map((text) => ({ type: 'text' as const, text })),
@@ -121,22 +121,22 @@ const fileRoutes = new Hono<WorkspaceEnv>()
 
 const batchRoutes = new Hono<WorkspaceEnv>()
   .post('/:vector_store_id/file_batches', validate('json', createFileBatchBody), async (c) => {
-    const batch = await createFileBatch(c.var.deps, storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
+    const batch = await createFileBatch(c.get('deps'), storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
     return c.json(await batchJson(c, batch));
   })
   .get('/:vector_store_id/file_batches/:batch_id', async (c) => {
     const store = await storeOf(c);
-    return c.json(await batchJson(c, await getFileBatch(c.var.deps.db, store.id, c.req.param('batch_id'))));
+    return c.json(await batchJson(c, await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'))));
   })
   .post('/:vector_store_id/file_batches/:batch_id/cancel', async (c) => {
     const store = await storeOf(c);
-    const batch = await getFileBatch(c.var.deps.db, store.id, c.req.param('batch_id'));
-    return c.json(await batchJson(c, await cancelFileBatch(c.var.deps.db, batch, c.var.deps.now())));
+    const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
+    return c.json(await batchJson(c, await cancelFileBatch(c.get('deps').db, batch, c.get('deps').now())));
   })
   .get('/:vector_store_id/file_batches/:batch_id/files', validate('query', listVectorStoreFilesQuery), async (c) => {
     const store = await storeOf(c);
-    const batch = await getFileBatch(c.var.deps.db, store.id, c.req.param('batch_id'));
-    const page = await listStoreFiles(c.var.deps.db, { storeId: store.id, batchId: batch.id }, c.req.valid('query'));
+    const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
+    const page = await listStoreFiles(c.get('deps').db, { storeId: store.id, batchId: batch.id }, c.req.valid('query'));
     return c.json(listObject(page, toVectorStoreFileJson));
   });
 

@@ -19,10 +19,10 @@ import type { ApiEnv } from './env';
 export const virtualKeyRoutes = new Hono<ApiEnv>()
   .get('/', validate('query', listVirtualKeysQuery), async (c) => {
     const query = c.req.valid('query');
-    const { db } = c.var.deps;
-    const scope = await resolveWorkspaceScope(db, c.var.apiKey, query.workspace_id, { required: false });
+    const { db } = c.get('deps');
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: false });
     const keys = await listVirtualKeys(db, {
-      organisationId: c.var.apiKey.organisationId,
+      organisationId: c.get('apiKey').organisationId,
       workspaceId: scope?.workspaceId,
       includeRevoked: query.include_revoked,
     });
@@ -30,8 +30,8 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
   })
   .post('/', validate('json', createVirtualKeyBody), async (c) => {
     const body = c.req.valid('json');
-    const { db, secrets, config, now } = c.var.deps;
-    const scope = await resolveWorkspaceScope(db, c.var.apiKey, body.workspace_id, { required: true });
+    const { db, secrets, config, now } = c.get('deps');
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
     const key = await createVirtualKey(db, secrets, {
       workspaceId: scope!.workspaceId,
       body,
@@ -43,8 +43,8 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
   })
   .on(['POST', 'PATCH'], '/:slug', validate('json', updateVirtualKeyBody), async (c) => {
     const body = c.req.valid('json');
-    const { db, secrets, config, now } = c.var.deps;
-    const scope = await resolveWorkspaceScope(db, c.var.apiKey, body.workspace_id, { required: true });
+    const { db, secrets, config, now } = c.get('deps');
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
     const key = await updateVirtualKey(db, secrets, {
       workspaceId: scope!.workspaceId,
       slug: c.req.param('slug'),
@@ -54,9 +54,9 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
     return c.json(toVirtualKeyJson(key));
   })
   .delete('/:slug', validate('query', revokeVirtualKeyQuery), async (c) => {
-    const { db, now } = c.var.deps;
+    const { db, now } = c.get('deps');
     const query = c.req.valid('query');
-    const scope = await resolveWorkspaceScope(db, c.var.apiKey, query.workspace_id, { required: true });
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: true });
     const key = await revokeVirtualKey(db, scope!.workspaceId, c.req.param('slug'), now());
     return c.json(toVirtualKeyJson(key));
   });
