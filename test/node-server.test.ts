@@ -70,7 +70,7 @@ describe('the Node server', () => {
     expect(policies.rows.map((row) => row[0])).toEqual([policyId]);
   });
 
-  it('on restart prints no key, keeps the data, and refuses chunked bodies over the limit', async () => {
+  it('on restart prints no key, keeps the data, refuses chunked bodies over the limit, and reads a body whole or in pieces alike', async () => {
     const gateway = await startGatewayProcess({ DATA_DIR: dataDir, GATEWAY_MAX_BODY_BYTES: '1024' });
     try {
       const response = await fetch(`${gateway.url}/v1/policies/rate-limits/${policyId}`, {
@@ -93,6 +93,41 @@ describe('the Node server', () => {
         req.end('{}');
       });
       expect(status).toBe(413);
+
+      // A body the server has whole when it is read (its length declared, one write), and one
+      // still arriving in pieces, its length declared or not: read alike.
+      const send = (pieces: Buffer[], gapMs: number, declared: boolean) =>
+        new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const url = new URL(`${gateway.url}/v1/assistants`);
+          const length = declared ? { 'content-length': String(Buffer.concat(pieces).length) } : {};
+          const req = httpRequest(
+            { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json', ...length } },
+            (res) => {
+              let body = '';
+              res.on('data', (chunk: Buffer) => (body += chunk));
+              res.on('end', () => resolve({ status: res.statusCode!, body }));
+            },
+          );
+          req.on('error', reject);
+          void (async () => {
+            for (const piece of pieces.slice(0, -1)) {
+              req.write(piece);
+              await new Promise((wait) => setTimeout(wait, gapMs));
+            }
+            req.end(pieces[pieces.length - 1]);
+          })();
+        });
+      const name = 'caf\u00e9 \ud83d\ude00';
+      const json = Buffer.from(JSON.stringify({ model: 'gpt-4o', name }));
+      const whole = await send([json], 0, true);
+      // The last cut falls inside the emoji's four bytes: pieces are bytes, not characters.
+      const pieces = [json.subarray(0, 10), json.subarray(10, json.length - 4), json.subarray(json.length - 4)];
+      const inPieces = await send(pieces, 50, false);
+      const declaredInPieces = await send(pieces, 50, true);
+      for (const answer of [whole, inPieces, declaredInPieces]) {
+        expect(answer.status).toBe(200);
+        expect(JSON.parse(answer.body)).toMatchObject({ object: 'assistant', model: 'gpt-4o', name });
+      }
 
       expect(await gateway.stop('SIGTERM')).toBe(0);
       expect(gateway.stdout()).not.toMatch(/gk_/);
