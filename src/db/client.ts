@@ -151,8 +151,8 @@ const insertShapes = new WeakMap<Table, { generated: [string, Column][]; shapes:
  * is left out, so that the database's default applies. `encoded` sets columns to values already in
  * their stored form, as text in parts (a JSON column's JSON), as updateStatement's does.
  */
-export function insertStatement<T extends Table>(table: T, row: InferInsertModel<T>, encoded?: Encoded<T>): RawStatement {
-  const { head, marks, args } = insertParts(table, row, encoded);
+export function insertStatement<T extends Table>(table: T, row: InferInsertModel<T>, options: { encoded?: Encoded<T> } = {}): RawStatement {
+  const { head, marks, args } = insertParts(table, row, options.encoded);
   return { sql: `${head} values (${marks})`, args };
 }
 
@@ -192,7 +192,6 @@ function insertParts<T extends Table>(table: T, row: InferInsertModel<T>, encode
     const generated = Object.entries(getTableColumns(table)).filter(([, column]) => column.defaultFn !== undefined);
     insertShapes.set(table, (known = { generated, shapes: new Map() }));
   }
-  const given: Partial<Record<string, TextParts>> = encoded ?? {};
   // A copy only when there is something to add: the row is read, not kept.
   const values: Record<string, unknown> = known.generated.length > 0 || encoded ? { ...row, ...encoded } : row;
   for (const [key, column] of known.generated) {
@@ -208,7 +207,16 @@ function insertParts<T extends Table>(table: T, row: InferInsertModel<T>, encode
     known.shapes.set(signature, shape);
   }
   const { head, marks, columns } = shape;
-  return { head, marks, args: keys.map((key, i) => (values[key] === null ? null : (given[key] ?? (columns[i]!.mapToDriverValue(values[key]) as InValue)))) };
+  return { head, marks, args: driverValues(keys, values, columns, encoded) };
+}
+
+/** The arguments for `keys`' columns: each value through its column's mapping, but those given `encoded`, as they are. */
+function driverValues(keys: string[], values: Record<string, unknown>, columns: Column[], encoded: Partial<Record<string, TextParts>> = {}): RawValue[] {
+  return keys.map((key, i) => {
+    const value = values[key];
+    if (value === null) return null;
+    return encoded[key] ?? (columns[i]!.mapToDriverValue(value) as InValue);
+  });
 }
 
 /** The columns of `table` that `keys` (its fields' names) name, in their order; an unknown name throws. */
@@ -260,9 +268,9 @@ export function updateStatement<T extends Table>(
   where: RawCondition,
   options: { returning?: boolean; encoded?: Encoded<T> } = {},
 ): RawStatement {
-  const encoded: Partial<Record<string, TextParts>> = options.encoded ?? {};
+  const { encoded } = options;
   // A copy only when there is something to add: the patch is read, not kept.
-  const values: Record<string, unknown> = options.encoded ? { ...patch, ...encoded } : patch;
+  const values: Record<string, unknown> = encoded ? { ...patch, ...encoded } : patch;
   const keys = Object.keys(values).filter((key) => values[key] !== undefined);
   if (keys.length === 0) throw new Error(`an update of ${getTableName(table)} that changes nothing`);
   let shapes = updateShapes.get(table);
@@ -274,12 +282,7 @@ export function updateStatement<T extends Table>(
     shape = { set: `update "${getTableName(table)}" set ${columns.map((column) => `"${column.name}" = ?`).join(', ')} where `, columns };
     shapes.set(signature, shape);
   }
-  const { columns } = shape;
-  const args = keys.map((key, i): RawValue => {
-    const value = values[key];
-    if (value === null) return null;
-    return encoded[key] ?? (columns[i]!.mapToDriverValue(value) as InValue);
-  });
+  const args = driverValues(keys, values, shape.columns, encoded);
   return { sql: `${shape.set}${where.sql}${options.returning ? ' returning *' : ''}`, args: [...args, ...where.args] };
 }
 

@@ -15,6 +15,11 @@ export class OpenedRows {
   state: 'announcing' | 'waiting' | 'started' | 'taken' = 'announcing';
 
   constructor(readonly insert: () => PromiseLike<unknown>) {}
+
+  /** Whether their insert can still start, or be taken. */
+  get unstarted(): boolean {
+    return this.state === 'announcing' || this.state === 'waiting';
+  }
 }
 
 /**
@@ -88,12 +93,10 @@ export class Outbox {
    * their insert has not started, which then never will (their announcement leaves all the same).
    */
   take(rows: OpenedRows): boolean {
-    if (rows.state !== 'announcing' && rows.state !== 'waiting') return false;
+    if (!rows.unstarted) return false;
+    // Left where it is listed: a row is started only while it is unstarted.
     rows.state = 'taken';
     this.#taken.push(rows);
-    this.#opened = this.#opened.filter((opened) => opened !== rows);
-    this.#waiting = this.#waiting.filter((waiting) => waiting !== rows);
-    if (this.#waiting.length === 0) this.#stopTimer();
     return true;
   }
 
@@ -178,18 +181,14 @@ export class Outbox {
   }
 
   #startWaiting(): void {
-    this.#stopTimer();
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.#timer = null;
     for (const rows of this.#waiting) this.#start(rows);
     this.#waiting = [];
   }
 
-  #stopTimer(): void {
-    if (this.#timer !== null) clearTimeout(this.#timer);
-    this.#timer = null;
-  }
-
   #start(rows: OpenedRows): void {
-    if (rows.state !== 'announcing' && rows.state !== 'waiting') return;
+    if (!rows.unstarted) return;
     rows.state = 'started';
     // Drizzle queries run on every `then`: resolve it exactly once, here.
     const promise = Promise.resolve(rows.insert());

@@ -197,7 +197,7 @@ export interface TurnRows {
 export function turnRowsInsert(rows: TurnRows): RawStatement[] {
   const statements = rows.steps.map((step) => insertStatement(runSteps, step));
   if (!rows.message) return statements;
-  return [...statements, insertStatement(messages, rows.message, rows.answer && answerContent(rows.answer))];
+  return [...statements, insertStatement(messages, rows.message, { encoded: rows.answer && answerContent(rows.answer) })];
 }
 
 /** A step's change, as a raw statement for a turn's writes (endTurn, batchRaw). */
