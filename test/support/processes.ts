@@ -44,7 +44,18 @@ export interface GatewayProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** How a gateway process is started: by default as `npm start` runs it, node on dist/node.js in this checkout. */
+/**
+ * The command `npm start` ends with (package.json), flags included, with this process's node:
+ * the gateway as users start it.
+ */
+const START = ((): string[] => {
+  const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
+  const [program, ...args] = scripts.start.split('&&').at(-1)!.trim().split(/\s+/);
+  if (program !== 'node') throw new Error(`npm start ends with '${program}', not node: processes.ts cannot start it as it does`);
+  return [process.execPath, ...args];
+})();
+
+/** How a gateway process is started: by default as `npm start` runs it (START), in this checkout. */
 export interface GatewayCommand {
   /** The program and its arguments, e.g. `['npm', 'start']`: run in a process group of its own, which stop() signals whole. */
   command?: string[];
@@ -53,7 +64,7 @@ export interface GatewayCommand {
 
 /** Starts the gateway (dist/node.js) and resolves once it logs that it listens (PORT 0 picks a free port). */
 export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_000, how: GatewayCommand = {}): Promise<GatewayProcess> {
-  const [program, ...args] = how.command ?? [process.execPath, 'dist/node.js'];
+  const [program, ...args] = how.command ?? START;
   const group = how.command !== undefined;
   const child = spawn(program!, args, {
     cwd: how.cwd ?? ROOT,
