@@ -236,6 +236,16 @@ describe('checkUpstreamUrl, generated', () => {
       { numRuns: RUNS },
     );
   });
+
+  it('judges a URL it has judged before by the rules of each call (what a URL is is kept, not the verdict)', () => {
+    const url = 'http://10.1.2.3:8000/v1';
+    const listed = { allowPrivate: false, allowedHosts: patterns('10.1.2.3:8000') };
+    for (let round = 0; round < 2; round++) {
+      expect(checkUpstreamUrl(url, { allowPrivate: true })).toBeNull();
+      expect(checkUpstreamUrl(url, { allowPrivate: false, privateRefusedBecause: `round ${round}` })).toContain(`(round ${round})`);
+      expect(checkUpstreamUrl(url, listed)).toBeNull();
+    }
+  });
 });
 
 describe('addresses that carry an IPv4 address, by example', () => {
