@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
+import { startFakeUpstreamProcess, type FakeUpstreamProcess } from './support/processes';
 
 /**
  * An upstream under a tenant's control, answering what no provider would: the cheap cases, in
@@ -346,6 +347,49 @@ describe('event-stream framing', () => {
     const ended = await runToEnd({ flood: line, flood_bytes: line.length, chunk_bytes: 4096, chunk_delay_ms: IDLE_MS / 6, reply: '.' });
     expect(ended.run.status).toBe('completed');
     expect(ended.message.content[0].text.value).toBe(`${'z'.repeat(60_000)}.`);
+  });
+});
+
+describe('the idle timeout counts the upstream\'s silence, not a stall of the gateway', () => {
+  let upstream: FakeUpstreamProcess;
+  beforeAll(async () => {
+    // A process of its own: it keeps sending while this process's event loop is held.
+    upstream = await startFakeUpstreamProcess();
+  });
+  afterAll(() => upstream.stop());
+
+  it('an event loop held past the idle timeout while the upstream kept sending: the run completes', async () => {
+    const slug = await gateway.virtualKey(tenant, { base_url: upstream.baseURL, api_key: KEY });
+    const scenario: FakeScenario = { reply: 'one two three four five', chunk_delay_ms: IDLE_MS / 3 };
+    const response = await gateway.request('/v1/threads/runs', {
+      key: tenant.workspaceKey,
+      headers: { 'x-gateway-virtual-key': slug },
+      body: { assistant_id: assistantId, stream: true, thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] } },
+    });
+    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let text = '';
+    let held = false;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += value;
+      if (!held && text.includes('event: thread.message.delta')) {
+        held = true;
+        // Once the run waits for the upstream's next chunk, the whole event loop is held for three
+        // idle timeouts (a long turn, a machine short of CPU): the chunks sent meanwhile wait in the
+        // socket, and the idle timer is overdue when the loop comes back.
+        // Held from the check phase: the next turn's timers run before its I/O is read. (A timer's
+        // callback would not do: Node runs no timer that fell due during one in the same phase.)
+        await new Promise((resolve) => setImmediate(resolve));
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 3 * IDLE_MS);
+      }
+    }
+    expect(held).toBe(true);
+    const completed = /^event: thread\.run\.completed\ndata: (.*)$/m.exec(text);
+    expect(completed, text.slice(-600)).not.toBeNull();
+    const run = JSON.parse(completed![1]!);
+    const messages = await json(await gateway.request(`/v1/threads/${run.thread_id}/messages?run_id=${run.id}`, { key: tenant.workspaceKey }));
+    expect(messages.data[0].content[0].text.value).toBe('one two three four five');
   });
 });
 

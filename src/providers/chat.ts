@@ -136,6 +136,8 @@ class SilenceTimer {
   #what = '';
   #deadline = 0;
   #paused = false;
+  /** Found past its deadline once: judged again after the I/O of the event loop's next turn. */
+  #overdue = false;
 
   constructor(fail: (error: UpstreamError) => void) {
     this.#fail = fail;
@@ -146,6 +148,7 @@ class SilenceTimer {
     this.#ms = ms;
     this.#what = what;
     this.#paused = false;
+    this.#overdue = false;
     this.#deadline = Date.now() + ms;
     this.#schedule(ms);
   }
@@ -172,9 +175,13 @@ class SilenceTimer {
 
   #fire(): void {
     const left = this.#deadline - Date.now();
-    if (this.#paused) this.#schedule(this.#ms);
-    else if (left > 0) this.#schedule(left);
-    else this.#fail(new UpstreamError('timeout', `The upstream ${this.#what} within ${this.#ms} ms.`));
+    const overdue = !this.#paused && left <= 0;
+    if (overdue && this.#overdue) return this.#fail(new UpstreamError('timeout', `The upstream ${this.#what} within ${this.#ms} ms.`));
+    this.#overdue = overdue;
+    // Overdue, it is judged once more in a later turn, after that turn's I/O: timers run before it,
+    // so when this process was held (a long turn, a machine short of CPU) what the upstream sent
+    // meanwhile is still unread here. Only the upstream's own silence fails the call.
+    this.#schedule(this.#paused ? this.#ms : Math.max(0, left));
   }
 }
 
