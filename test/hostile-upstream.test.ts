@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
+import { readEvents } from './support/events';
 import { startFakeUpstreamProcess, type FakeUpstreamProcess } from './support/processes';
 
 /**
@@ -366,28 +367,21 @@ describe('the idle timeout counts the upstream\'s silence, not a stall of the ga
       headers: { 'x-gateway-virtual-key': slug },
       body: { assistant_id: assistantId, stream: true, thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] } },
     });
-    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
-    let text = '';
     let held = false;
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      text += value;
-      if (!held && text.includes('event: thread.message.delta')) {
-        held = true;
-        // Once the run waits for the upstream's next chunk, the whole event loop is held for three
-        // idle timeouts (a long turn, a machine short of CPU): the chunks sent meanwhile wait in the
-        // socket, and the idle timer is overdue when the loop comes back.
-        // Held from the check phase: the next turn's timers run before its I/O is read. (A timer's
-        // callback would not do: Node runs no timer that fell due during one in the same phase.)
-        await new Promise((resolve) => setImmediate(resolve));
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 3 * IDLE_MS);
-      }
-    }
+    const events = await readEvents(response, ({ event }) => {
+      if (held || event !== 'thread.message.delta') return;
+      held = true;
+      // Once the run waits for the upstream's next chunk, the whole event loop is held for three
+      // idle timeouts (a long turn, a machine short of CPU): the chunks sent meanwhile wait in the
+      // socket, and the idle timer is overdue when the loop comes back. Held from the check phase:
+      // the next turn's timers run before its I/O (from a timer's callback it would not show: Node
+      // runs no timer that fell due during one in the same phase).
+      setImmediate(() => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 3 * IDLE_MS));
+    });
     expect(held).toBe(true);
-    const completed = /^event: thread\.run\.completed\ndata: (.*)$/m.exec(text);
-    expect(completed, text.slice(-600)).not.toBeNull();
-    const run = JSON.parse(completed![1]!);
+    // The run as its last event left it.
+    const run = events.filter(({ data }) => data?.object === 'thread.run').at(-1)?.data;
+    expect(run).toMatchObject({ status: 'completed', last_error: null });
     const messages = await json(await gateway.request(`/v1/threads/${run.thread_id}/messages?run_id=${run.id}`, { key: tenant.workspaceKey }));
     expect(messages.data[0].content[0].text.value).toBe('one two three four five');
   });

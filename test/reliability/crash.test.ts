@@ -5,13 +5,13 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
 import { startGatewayProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
+import { readEvents } from '../support/events';
 import {
   activeRunCount,
   createRunRequest,
   halfWrittenRows,
   openDataDir,
   prepare,
-  readEvents,
   runStates,
   sleep,
   waitFor,

@@ -8,13 +8,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../support/fake-upstream';
 import { memoryOf, startGatewayProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
+import { readEvents } from '../support/events';
 import {
   activeRunCount,
   createRunRequest,
   halfWrittenRows,
   openDataDir,
   prepare,
-  readEvents,
   waitFor,
   type Target,
 } from './support';

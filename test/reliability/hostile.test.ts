@@ -15,7 +15,8 @@ import {
   type GatewayProcess,
 } from '../support/processes';
 import { recordTally } from '../support/tally';
-import { activeRunCount, halfWrittenRows, openDataDir, prepare, readEvents, recordFigures, sleep, waitFor, type Target } from './support';
+import { readEvents } from '../support/events';
+import { activeRunCount, halfWrittenRows, openDataDir, prepare, recordFigures, sleep, waitFor, type Target } from './support';
 
 /**
  * Upstreams that behave as an attacker's would (a tenant points a virtual key at a server it runs),

@@ -7,13 +7,13 @@ import { round, summarise } from '../../bench/support';
 import type { FakeScenario } from '../support/fake-upstream';
 import { memoryOf, startFakeUpstreamProcess, startGatewayProcess, type FakeUpstreamProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
+import { readEvents } from '../support/events';
 import {
   activeRunCount,
   createRunRequest,
   halfWrittenRows,
   openDataDir,
   prepare,
-  readEvents,
   recordFigures,
   runStates,
   waitFor,

@@ -48,33 +48,6 @@ export function createRunRequest(target: Target, scenario: FakeScenario, stream:
   });
 }
 
-export interface ServerSentEvent {
-  event: string;
-  data: any;
-}
-
-/** Reads a streamed response's events as they arrive; `onEvent` sees each one. Answers them all. */
-export async function readEvents(response: Response, onEvent: (event: ServerSentEvent) => void = () => {}): Promise<ServerSentEvent[]> {
-  const seen: ServerSentEvent[] = [];
-  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = '';
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) return seen;
-    buffer += value;
-    let end: number;
-    while ((end = buffer.indexOf('\n\n')) !== -1) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const event = /^event: (.*)$/m.exec(block)?.[1] ?? 'message';
-      const data = /^data: (.*)$/m.exec(block)?.[1] ?? '';
-      const parsed = { event, data: data === '[DONE]' ? data : JSON.parse(data) };
-      seen.push(parsed);
-      onEvent(parsed);
-    }
-  }
-}
-
 /** The gateway's database, read beside it (WAL mode allows readers while it writes). */
 export function openDataDir(dataDir: string): Client {
   return createClient({ url: `file:${join(dataDir, 'gateway.db')}` });
@@ -124,7 +97,6 @@ export async function halfWrittenRows(db: Client): Promise<string[]> {
   }
   return found;
 }
-
 
 /** Polls `read` until `done` holds or `timeoutMs` passes; answers the last value read. */
 export async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number): Promise<T> {
