@@ -1,3 +1,4 @@
+import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { TextBuilder, TextParts, jsonWithText } from '../src/lib/text';
 import { EventStream } from '../src/runs/event-stream';
@@ -170,6 +171,35 @@ describe('the event stream towards its client', () => {
     expect(events.detached).toBe(true);
     await events.close();
     await expect(new Response(events.readable).text()).rejects.toThrow('the client stopped reading the stream');
+  });
+
+  it('keeps a client that read while this process was held past stallMs: the stall is judged after the I/O that came meanwhile', async () => {
+    const events = new EventStream({ stallMs: 50 });
+    for (let i = 0; i < 64; i++) await events.send([['thread.message.delta', `{"i":${i}}`]]);
+    const reader = events.readable.getReader();
+    // The client's read arrives as I/O (a message from a thread of its own), 20 ms into a stall
+    // of 200 ms of this event loop, which begins once the 65th event waits for room.
+    const client = new Worker(
+      'const { parentPort } = require("node:worker_threads"); parentPort.on("message", () => { Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20); parentPort.postMessage("read"); }); parentPort.postMessage("ready");',
+      { eval: true },
+    );
+    await new Promise((resolve) => client.once('message', resolve));
+    client.once('message', () => void reader.read());
+    const waiting = events.send([['thread.message.delta', '{"i":64}']]);
+    await new Promise((resolve) => setImmediate(resolve));
+    client.postMessage('go');
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200);
+    await waiting;
+    await client.terminate();
+    expect(events.detached).toBe(false);
+    const readRest = async () => {
+      let text = '';
+      for (let read = await reader.read(); !read.done; read = await reader.read()) text += new TextDecoder().decode(read.value);
+      return text;
+    };
+    const [rest] = await Promise.all([readRest(), events.close()]);
+    // Events 1 to 64 (the client read the first), then done.
+    expect(parseEvents(rest).map((event) => event.data)).toEqual([...Array.from({ length: 64 }, (_, i) => ({ i: i + 1 })), '[DONE]']);
   });
 
   it('goes on once the client reads, in order', async () => {

@@ -158,7 +158,9 @@ export class EventStream implements EventSink {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const made = await new Promise<boolean>((resolve) => {
       this.#roomMade = () => resolve(true);
-      timer = setTimeout(() => resolve(false), ms);
+      // Due, it waits one turn more, for that turn's I/O: timers run before it, and a client that
+      // read while this process was held has made room that is not seen yet (as SilenceTimer, providers/chat.ts).
+      timer = setTimeout(() => (timer = setTimeout(() => resolve(false), 0)), ms);
     });
     if (timer !== undefined) clearTimeout(timer);
     this.#roomMade = null;
