@@ -814,6 +814,22 @@ describe('in-process and as a script', () => {
     expect(local.requests.map((r) => r.outcome)).toEqual(['completed', 'completed', 'cut', 'closed']);
   });
 
+  it('keeps no request with record: false (as a script), and still counts those in flight', async () => {
+    const local = createFakeUpstream({ record: false, defaultScenario: { reply: 'not kept' } });
+    const request = (scenario?: FakeScenario) =>
+      new Request('http://fake.invalid/v1/chat/completions', {
+        method: 'POST',
+        body: JSON.stringify({ model: MODEL, stream: true, messages: [user('Hi', scenario)] }),
+      });
+    expect(dataEvents(await (await local.fetch(request())).text()).at(-1)).toBe('[DONE]');
+    const stalled = readRaw(await local.fetch(request({ stall_after_chunks: 0 })));
+    expect(local.inFlight).toBe(1);
+    local.abortAll();
+    await stalled;
+    expect(local.inFlight).toBe(0);
+    expect(local.requests).toEqual([]);
+  });
+
   it('runs as a script that prints its URL', async () => {
     const root = fileURLToPath(new URL('..', import.meta.url));
     const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/fake-upstream.ts', '--port', '0', '--api-key', 'k1'], {
