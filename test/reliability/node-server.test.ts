@@ -92,17 +92,19 @@ describe('the HTTP server', () => {
   it('refuses connections beyond GATEWAY_MAX_CONNECTIONS while it answers those it holds', async () => {
     // Four connections held open mid-request: each has been answered `100 Continue`, so the server
     // has them, and waits for a body.
+    // Closed however the test ends: held open, they would keep the server at its cap for the tests
+    // after this one. The server has 10 s to answer each: the suites share two cores with a load minute.
     const held: RawConnection[] = [];
-    for (let i = 0; i < 4; i++) {
-      const connection = await rawConnection(gateway.url);
-      connection.socket.write(
-        'POST /v1/assistants HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: 2\r\n' +
-          'expect: 100-continue\r\nconnection: close\r\n\r\n',
-      );
-      await expect.poll(connection.received).toContain('100 Continue');
-      held.push(connection);
-    }
     try {
+      for (let i = 0; i < 4; i++) {
+        const connection = await rawConnection(gateway.url);
+        held.push(connection);
+        connection.socket.write(
+          'POST /v1/assistants HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: 2\r\n' +
+            'expect: 100-continue\r\nconnection: close\r\n\r\n',
+        );
+        await expect.poll(connection.received, { timeout: 10_000 }).toContain('100 Continue');
+      }
       const refused = await rawConnection(gateway.url);
       refused.socket.write('GET /health HTTP/1.1\r\nhost: gateway\r\n\r\n');
       await refused.closed;
@@ -115,7 +117,7 @@ describe('the HTTP server', () => {
         expect(connection.received()).toMatch(/HTTP\/1\.1 401 /);
       }
       // And with room again, new connections are too.
-      await expect.poll(async () => (await fetch(`${gateway.url}/health`).catch(() => null))?.status).toBe(200);
+      await expect.poll(async () => (await fetch(`${gateway.url}/health`).catch(() => null))?.status, { timeout: 10_000 }).toBe(200);
     } finally {
       for (const connection of held) connection.socket.destroy();
     }
