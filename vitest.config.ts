@@ -63,6 +63,10 @@ export default defineConfig({
         test: {
           name: 'reliability',
           include: ['test/reliability/**/*.test.ts'],
+          // One file at a time: they measure stalls, latency and memory on a machine of a few cores,
+          // and the load minute beside another suite starved its fake provider (thousands of runs
+          // failed 'no first byte within 3000 ms') and the Node server's tests of their answers.
+          fileParallelism: false,
           globalSetup: ['test/support/build-node.ts'],
           testTimeout: 300_000,
           hookTimeout: 60_000,
