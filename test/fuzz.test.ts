@@ -210,6 +210,9 @@ function setAt(value: unknown, path: (string | number)[], replacement: unknown, 
   if (rest.length === 0 && remove) {
     if (Array.isArray(copy)) copy.splice(head as number, 1);
     else delete copy[head!];
+  } else if (Array.isArray(copy) && typeof head !== 'number') {
+    // A field added to a list is an item more: a list has no named fields (and `length` breaks it).
+    copy.push(setAt(undefined, rest, replacement, remove));
   } else copy[head!] = setAt(copy[head!], rest, replacement, remove);
   return copy;
 }
