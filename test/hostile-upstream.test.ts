@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { readEvents } from './support/events';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
-import { readEvents } from './support/events';
 import { startFakeUpstreamProcess, type FakeUpstreamProcess } from './support/processes';
 
 /**

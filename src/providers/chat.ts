@@ -1,4 +1,5 @@
 import type { Slices } from '../lib/slices';
+import { silenceTimeout } from '../lib/time';
 import type { ProviderAdapter } from './adapters';
 import { readServerSentData } from './sse-reader';
 import { errorDetail, MAX_ERROR_MESSAGE_CHARS, networkFailure, redact } from './upstream-text';
@@ -131,13 +132,11 @@ export async function* streamChatCompletion(
  */
 class SilenceTimer {
   readonly #fail: (error: UpstreamError) => void;
-  #timer: ReturnType<typeof setTimeout> | undefined;
+  #cancel: (() => void) | undefined;
   #ms = 0;
   #what = '';
   #deadline = 0;
   #paused = false;
-  /** Found past its deadline once: judged again after the I/O of the event loop's next turn. */
-  #overdue = false;
 
   constructor(fail: (error: UpstreamError) => void) {
     this.#fail = fail;
@@ -148,7 +147,6 @@ class SilenceTimer {
     this.#ms = ms;
     this.#what = what;
     this.#paused = false;
-    this.#overdue = false;
     this.#deadline = Date.now() + ms;
     this.#schedule(ms);
   }
@@ -165,23 +163,20 @@ class SilenceTimer {
   }
 
   stop(): void {
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#cancel?.();
   }
 
   #schedule(ms: number): void {
     this.stop();
-    this.#timer = setTimeout(() => this.#fire(), ms);
+    // Judged after the I/O that came meanwhile (silenceTimeout): a stall of this process is not the upstream's silence.
+    this.#cancel = silenceTimeout(() => this.#fire(), ms);
   }
 
   #fire(): void {
     const left = this.#deadline - Date.now();
-    const overdue = !this.#paused && left <= 0;
-    if (overdue && this.#overdue) return this.#fail(new UpstreamError('timeout', `The upstream ${this.#what} within ${this.#ms} ms.`));
-    this.#overdue = overdue;
-    // Overdue, it is judged once more in a later turn, after that turn's I/O: timers run before it,
-    // so when this process was held (a long turn, a machine short of CPU) what the upstream sent
-    // meanwhile is still unread here. Only the upstream's own silence fails the call.
-    this.#schedule(this.#paused ? this.#ms : Math.max(0, left));
+    if (this.#paused) this.#schedule(this.#ms);
+    else if (left > 0) this.#schedule(left);
+    else this.#fail(new UpstreamError('timeout', `The upstream ${this.#what} within ${this.#ms} ms.`));
   }
 }
 

@@ -1,6 +1,7 @@
 import type { ErrorBody } from '../errors';
 import { UNSLICED, type Slices } from '../lib/slices';
 import { TextParts } from '../lib/text';
+import { silenceTimeout } from '../lib/time';
 
 /**
  * The server-sent event stream of a run, as OpenAI writes it: `event: <name>\ndata: <json>\n\n`,
@@ -155,14 +156,12 @@ export class EventStream implements EventSink {
     // The usual case, on every event: room already, so no clock to start and stop.
     const room = this.#controller.desiredSize;
     if (room !== null && room > 0) return true;
-    let timer: ReturnType<typeof setTimeout> | undefined;
+    let cancel: (() => void) | undefined;
     const made = await new Promise<boolean>((resolve) => {
       this.#roomMade = () => resolve(true);
-      // Due, it waits one turn more, for that turn's I/O: timers run before it, and a client that
-      // read while this process was held has made room that is not seen yet (as SilenceTimer, providers/chat.ts).
-      timer = setTimeout(() => (timer = setTimeout(() => resolve(false), 0)), ms);
+      cancel = silenceTimeout(() => resolve(false), ms);
     });
-    if (timer !== undefined) clearTimeout(timer);
+    cancel?.();
     this.#roomMade = null;
     return made && !this.#detached;
   }

@@ -2,10 +2,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { readEvents } from '../support/events';
 import { startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
 import { startGatewayProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
-import { readEvents } from '../support/events';
 import {
   activeRunCount,
   createRunRequest,

@@ -5,10 +5,10 @@ import { join } from 'node:path';
 import type { Client } from '@libsql/client';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readEvents } from '../support/events';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../support/fake-upstream';
 import { memoryOf, startGatewayProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
-import { readEvents } from '../support/events';
 import {
   activeRunCount,
   createRunRequest,

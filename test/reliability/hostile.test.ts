@@ -3,6 +3,7 @@ import { setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readEvents } from '../support/events';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
 import {
   mainThreadSchedule,
@@ -15,7 +16,6 @@ import {
   type GatewayProcess,
 } from '../support/processes';
 import { recordTally } from '../support/tally';
-import { readEvents } from '../support/events';
 import { activeRunCount, halfWrittenRows, openDataDir, prepare, recordFigures, sleep, waitFor, type Target } from './support';
 
 /**

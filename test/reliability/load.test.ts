@@ -4,10 +4,10 @@ import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { round, summarise } from '../../bench/support';
+import { readEvents } from '../support/events';
 import type { FakeScenario } from '../support/fake-upstream';
 import { memoryOf, startFakeUpstreamProcess, startGatewayProcess, type FakeUpstreamProcess, type GatewayProcess } from '../support/processes';
 import { recordTally } from '../support/tally';
-import { readEvents } from '../support/events';
 import {
   activeRunCount,
   createRunRequest,
