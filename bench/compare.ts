@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective } from '../test/support/fake-upstream';
 import { freePort } from '../scripts/sqld';
-import { memoryOf, resetPeakMemory, startGatewayProcess } from '../test/support/processes';
+import { memoryOf, resetPeakMemory, ROOT, startGatewayProcess } from '../test/support/processes';
 import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
 
 /**
@@ -21,6 +21,11 @@ import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, su
  * can serve here), the first token added over calling the provider directly (p50/p99 at
  * concurrency 1 and 32), RSS idle after warm-up, peak under load, and BENCH_SETTLE_SECONDS (12)
  * after the load ended (what a server holds between bursts). Medians over the rounds.
+ *
+ * Beside them, the stack's floor (bench/floor-proxy.js): the same completion passed through on
+ * this gateway's own stack (hono, @hono/node-server, undici) and nothing else, measured the same
+ * way. It is what any gateway on this stack pays; the gateway's figures less the floor's are what
+ * storing and executing a run cost (`this_gateway_over_floor`).
  *
  * The reference is not a dependency: it is installed on first use into a directory under the
  * system's temporary directory, and when the registry cannot be reached this says so and
@@ -128,6 +133,19 @@ async function reference(script: string): Promise<Target> {
     firstToken: /"content":"[^"]/,
     stop: () => stopChild(child),
   };
+}
+
+/** The stack's floor: the completion passed through on this gateway's own stack, nothing stored. */
+async function floor(): Promise<Target> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ['--v8-pool-size=1', join(ROOT, 'bench/floor-proxy.js'), String(port), new URL(fakeUrl).origin], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk));
+  await until(() => output.includes('ready') || child.exitCode !== null, 20_000);
+  if (child.exitCode !== null) throw new Error(`the floor proxy exited with ${child.exitCode}`);
+  return { ...direct(), name: 'stack_floor', pid: child.pid!, url: `http://127.0.0.1:${port}/v1/chat/completions`, stop: () => stopChild(child) };
 }
 
 /** The provider itself, for the baseline. */
@@ -278,9 +296,15 @@ function medians(rounds: Figures[]): Figures {
 }
 
 const installed = installReference();
-const rounds: Record<string, Figures[]> = { direct_provider: [], this_gateway: [], reference: [] };
+const rounds: Record<string, Figures[]> = { direct_provider: [], stack_floor: [], this_gateway: [], reference: [] };
 for (let i = 0; i < ROUNDS; i++) {
   rounds.direct_provider!.push(flatten(await measureDirect()));
+  const proxy = await floor();
+  try {
+    rounds.stack_floor!.push(flatten(await measure(proxy)));
+  } finally {
+    await proxy.stop();
+  }
   const gateway = await ours();
   try {
     rounds.this_gateway!.push(flatten(await measure(gateway)));
@@ -312,6 +336,7 @@ const added = (name: string) => {
 };
 const mine = result.this_gateway!;
 const theirs = result.reference;
+const base = result.stack_floor!;
 console.log(
   JSON.stringify(
     {
@@ -322,7 +347,14 @@ console.log(
       reference_gateway: 'script' in installed ? `${REFERENCE.package} with ${REFERENCE.pins.join(', ')}` : installed.unavailable,
       goals: { exchanges_per_second: '>= 2x the reference', server_cpu_ms_per_exchange: '<= 0.8', first_token_added_c1: '<= 1 / 3 ms (p50 / p99)', first_token_added_c32: '<= 10 / 40 ms', idle_rss_mb: '<= 60', peak_rss_mb: '<= 120' },
       ...result,
-      added: { this_gateway: added('this_gateway'), reference: added('reference') },
+      added: { this_gateway: added('this_gateway'), reference: added('reference'), stack_floor: added('stack_floor') },
+      this_gateway_over_floor: {
+        server_cpu_ms_per_exchange: round(mine.server_cpu_ms_per_exchange! - base.server_cpu_ms_per_exchange!, 3),
+        first_token_c1_p50_ms: round(mine.first_token_c1_p50_ms! - base.first_token_c1_p50_ms!, 2),
+        first_token_c32_p50_ms: round(mine.first_token_c32_p50_ms! - base.first_token_c32_p50_ms!, 2),
+        idle_rss_mb: round(mine.idle_rss_mb! - base.idle_rss_mb!, 1),
+        peak_rss_mb: round(mine.peak_rss_mb! - base.peak_rss_mb!, 1),
+      },
       ...(theirs && {
         ratios_this_over_reference: {
           exchanges_per_second: round(mine.exchanges_per_second! / theirs.exchanges_per_second!, 2),
