@@ -110,15 +110,7 @@ function installReference(): { script: string } | { unavailable: string } {
 
 async function reference(script: string): Promise<Target> {
   const port = await freePort();
-  const child = spawn(process.execPath, [script, `--port=${port}`, '--headless'], {
-    env: { ...process.env, NODE_ENV: 'production' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk));
-  await until(() => output.includes('Ready for connections') || child.exitCode !== null, 20_000);
-  if (child.exitCode !== null) throw new Error(`the reference exited: ${output}`);
+  const child = await startServer('the reference', [script, `--port=${port}`, '--headless'], 'Ready for connections', { NODE_ENV: 'production' });
   return {
     name: 'reference',
     pid: child.pid!,
@@ -138,13 +130,7 @@ async function reference(script: string): Promise<Target> {
 /** The stack's floor: the completion passed through on this gateway's own stack, nothing stored. */
 async function floor(): Promise<Target> {
   const port = await freePort();
-  const child = spawn(process.execPath, ['--v8-pool-size=1', join(ROOT, 'bench/floor-proxy.js'), String(port), new URL(fakeUrl).origin], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk));
-  await until(() => output.includes('ready') || child.exitCode !== null, 20_000);
-  if (child.exitCode !== null) throw new Error(`the floor proxy exited with ${child.exitCode}`);
+  const child = await startServer('the floor proxy', ['--v8-pool-size=1', join(ROOT, 'bench/floor-proxy.js'), String(port), new URL(fakeUrl).origin], 'ready');
   return { ...direct(), name: 'stack_floor', pid: child.pid!, url: `http://127.0.0.1:${port}/v1/chat/completions`, stop: () => stopChild(child) };
 }
 
@@ -372,6 +358,17 @@ console.log(
 process.exit(0);
 
 // ── Helpers ───────────────────────────────────────────────────────────────────────────────────
+
+/** A server in a node process of its own, once its output says `ready`; its output is the error if it exits first. */
+async function startServer(what: string, args: string[], ready: string, env: Record<string, string> = {}): Promise<ChildProcess> {
+  const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk));
+  await until(() => output.includes(ready) || child.exitCode !== null, 20_000);
+  if (child.exitCode !== null) throw new Error(`${what} exited: ${output}`);
+  return child;
+}
 
 function stopChild(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => {
