@@ -91,6 +91,8 @@ export const ERROR_CODES = {
     message: 'The server had an error while processing your request. Sorry about that!',
   },
   shutting_down: { status: 503, message: 'The gateway is shutting down; retry on another instance.' },
+  /** The database turned a write away under load (its busy refusal, a libSQL server's 429) past the retries: nothing was written. */
+  database_busy: { status: 503, message: 'The database is busy; nothing was written. Retry in a moment.' },
   /** The deployment lacks configuration it cannot serve without (a Worker's LIBSQL_URL, its key): the message names it. */
   gateway_misconfigured: { status: 503 },
 } as const satisfies Record<string, ErrorSpec>;

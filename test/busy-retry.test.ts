@@ -1,7 +1,8 @@
 import { createClient, LibsqlError, type Client } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSqld, type RunningSqld } from '../scripts/sqld';
-import { BUSY_ATTEMPTS, BusyRetryingClient } from '../src/db/busy-retry';
+import { DrizzleQueryError } from 'drizzle-orm/errors';
+import { BUSY_ATTEMPTS, BusyRetryingClient, isDatabaseBusy } from '../src/db/busy-retry';
 
 /**
  * What a libSQL server (sqld, Turso) refuses, with SQLITE_BUSY or its load shedding's HTTP 429,
@@ -57,5 +58,27 @@ describe('BusyRetryingClient', () => {
     const constraint = refusing(Infinity, new LibsqlError('UNIQUE constraint failed', 'SQLITE_CONSTRAINT'));
     await expect(constraint.client.execute('SELECT 1')).rejects.toMatchObject({ code: 'SQLITE_CONSTRAINT' });
     expect(constraint.sends()).toBe(1);
+
+    // Past the retries, what reaches the app is the refusal (under Drizzle's wrapping, as a query
+    // sees it): the client is told to come back (503 database_busy), not that the gateway broke.
+    const shedAlways = refusing(Infinity, shedding);
+    const shed429 = await refusalOf(shedAlways.client.execute('SELECT 1'));
+    expect(shedAlways.sends()).toBe(BUSY_ATTEMPTS);
+    expect(isDatabaseBusy(new DrizzleQueryError('INSERT INTO runs ...', [], shed429))).toBe(true);
+    const busy = await refusalOf(always.client.execute('SELECT 1'));
+    expect(isDatabaseBusy(new DrizzleQueryError('INSERT INTO runs ...', [], busy))).toBe(true);
+    // Other failures stay server errors, and a 429 that is not the database's (a provider's) is not it.
+    const failure = await refusalOf(failing.client.execute('SELECT 1'));
+    expect(isDatabaseBusy(new DrizzleQueryError('SELECT 1', [], failure))).toBe(false);
+    expect(isDatabaseBusy(Object.assign(new Error('upstream answered 429'), { cause: Object.assign(new Error('429'), { status: 429 }) }))).toBe(false);
   });
 });
+
+async function refusalOf(sending: Promise<unknown>): Promise<Error> {
+  const outcome = await sending.then(
+    () => null,
+    (error: unknown) => error,
+  );
+  if (!(outcome instanceof Error)) throw new Error('expected the send to be refused');
+  return outcome;
+}

@@ -1,3 +1,4 @@
+import Database from 'libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestGateway, errorOf, type Tenant, type TestGateway } from './support/gateway';
 
@@ -159,6 +160,32 @@ describe('500', () => {
     expect(logged).toMatchObject({ message: 'request failed', request_id: requestId });
     expect(JSON.stringify(logged.error)).toMatch(/closed/i);
   });
+});
+
+describe('503 database_busy', () => {
+  it('answers a write the database turned away (another process holds its lock past the busy timeout) with Retry-After, nothing of it written', async () => {
+    // A real lock on the real file: another connection, as a second process (the CLI, a backup) would hold it.
+    const holder = new Database(gateway.database.location);
+    holder.exec('BEGIN IMMEDIATE');
+    let response: Response;
+    try {
+      response = await gateway.request(PATH, { key: tenant.workspaceKey, body: { ...policy, name: 'written-while-locked' } });
+    } finally {
+      holder.exec('ROLLBACK');
+      holder.close();
+    }
+    expect(response.headers.get('retry-after')).toBe('1');
+    expect(response.headers.get('x-should-retry')).toBeNull();
+    expect(await errorOf(response)).toMatchObject({ status: 503, type: 'server_error', code: 'database_busy', param: null });
+    const logged = gateway.logs.map((line) => JSON.parse(line)).find((entry) => entry.level === 'error' && /SQLITE_BUSY|locked/i.test(JSON.stringify(entry.error)));
+    expect(logged).toMatchObject({ message: 'request failed' });
+
+    const listed = (await (await gateway.request(PATH, { key: tenant.workspaceKey })).json()) as { data: { name: string | null }[] };
+    expect(listed.data.map((stored) => stored.name)).not.toContain('written-while-locked');
+    // The retry the SDKs make succeeds once the lock is gone.
+    const retried = await gateway.request(PATH, { key: tenant.workspaceKey, body: { ...policy, name: 'written-while-locked' } });
+    expect(retried.status).toBe(200);
+  }, 20_000);
 });
 
 describe('logs', () => {

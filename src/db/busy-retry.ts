@@ -8,7 +8,7 @@ import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, T
  * the server answered HTTP 429, its load shedding, before running anything: in some benchmark
  * rounds of 32 runs at once on Workers, a local sqld turned most runs away so. Either is sent
  * again, after a random wait that doubles each time, up to BUSY_ATTEMPTS sends in all: a refusal
- * then reaches the caller as before. Interactive transactions (which the app does not use) are
+ * then reaches the caller as before, and the client as HTTP 503 with Retry-After (isDatabaseBusy). Interactive transactions (which the app does not use) are
  * not retried. The embedded file needs none of this: its writes take turns (embedded-client.ts).
  */
 export class BusyRetryingClient implements Client {
@@ -83,6 +83,24 @@ async function whileBusy<T>(send: () => Promise<T>): Promise<T> {
 function isBusy(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
   if ('code' in error && error.code === 'SQLITE_BUSY') return true;
-  const cause = 'cause' in error ? error.cause : undefined;
+  if (!(error instanceof Error) || error.name !== 'LibsqlError') return false;
+  const cause = error.cause;
   return typeof cause === 'object' && cause !== null && 'status' in cause && cause.status === 429;
+}
+
+/** How deep isDatabaseBusy looks: Drizzle's DrizzleQueryError wraps what the client threw, once. */
+const CAUSE_DEPTH = 4;
+
+/**
+ * Whether a failure is the database turning the write away under load, past what was waited for
+ * (BUSY_ATTEMPTS sends to a server; an embedded file's busy timeout, another process holding its
+ * lock): the client is told to come back (503, Retry-After) rather than that the gateway broke.
+ * Nothing of such a request was written: a refused statement or batch takes no effect.
+ */
+export function isDatabaseBusy(error: unknown): boolean {
+  for (let depth = 0; depth < CAUSE_DEPTH && typeof error === 'object' && error !== null; depth++) {
+    if (isBusy(error)) return true;
+    error = 'cause' in error ? error.cause : undefined;
+  }
+  return false;
 }
