@@ -16,6 +16,8 @@ export interface RunningSqld {
   url: string;
   /** Its data directory. */
   dir: string;
+  /** Its process (a test stops it with SIGSTOP to see a server that no longer answers). */
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -70,7 +72,7 @@ export async function startSqld(options: { port?: number; dataDir?: string; args
     }
     await new Promise((wait) => setTimeout(wait, 25));
   }
-  return { url, dir, stop };
+  return { url, dir, pid: child.pid!, stop };
 }
 
 /** A port on loopback that nothing listens on now. */

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import { methodNotAllowed } from 'hono/method-not-allowed';
-import { isDatabaseBusy } from './db/busy-retry';
+import { databaseRefusal } from './db/busy-retry';
 import type { Deps } from './deps';
 import { ApiError, errorResponse, serverError } from './errors';
 import { accessLog } from './middleware/access-log';
@@ -104,6 +104,7 @@ function toApiError(error: unknown): ApiError {
     if (error.status === 400) return new ApiError('invalid_json', 'The request body is not valid JSON.');
     if (error.status === 413) return new ApiError('payload_too_large');
   }
-  if (isDatabaseBusy(error)) return new ApiError('database_busy', undefined, { headers: { 'retry-after': '1' }, cause: error });
+  const refusal = databaseRefusal(error);
+  if (refusal) return new ApiError(refusal === 'busy' ? 'database_busy' : 'database_timeout', undefined, { headers: { 'retry-after': '1' }, cause: error });
   return serverError(error);
 }

@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { DEFAULT_ANSWER_MS } from './db/busy-retry';
 import { parseUpstreamHostPatterns } from './lib/upstream-url';
 
 /**
@@ -22,6 +23,11 @@ export const configSchema = z.object({
   /** A remote libSQL server or Turso database; unset on Node means the embedded file. */
   LIBSQL_URL: z.string().url().optional(),
   LIBSQL_AUTH_TOKEN: z.string().optional(),
+  /**
+   * With LIBSQL_URL (and on Workers): how long the server has to answer a statement or a batch
+   * before the request that sent it fails with 503 database_timeout (db/busy-retry.ts).
+   */
+  GATEWAY_DATABASE_TIMEOUT_MS: positiveInt.default(DEFAULT_ANSWER_MS),
   /** Requests with a larger body are refused with 413, also when sent chunked. */
   GATEWAY_MAX_BODY_BYTES: positiveInt.default(4 * 1024 * 1024),
   /**

@@ -1,8 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { createClient, LibsqlError, type Client } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSqld, type RunningSqld } from '../scripts/sqld';
 import { DrizzleQueryError } from 'drizzle-orm/errors';
-import { BUSY_ATTEMPTS, BusyRetryingClient, isDatabaseBusy } from '../src/db/busy-retry';
+import { BUSY_ATTEMPTS, BusyRetryingClient, databaseRefusal } from '../src/db/busy-retry';
+import { createTestGateway, errorOf } from './support/gateway';
 
 /**
  * What a libSQL server (sqld, Turso) refuses, with SQLITE_BUSY or its load shedding's HTTP 429,
@@ -64,14 +66,54 @@ describe('BusyRetryingClient', () => {
     const shedAlways = refusing(Infinity, shedding);
     const shed429 = await refusalOf(shedAlways.client.execute('SELECT 1'));
     expect(shedAlways.sends()).toBe(BUSY_ATTEMPTS);
-    expect(isDatabaseBusy(new DrizzleQueryError('INSERT INTO runs ...', [], shed429))).toBe(true);
+    expect(databaseRefusal(new DrizzleQueryError('INSERT INTO runs ...', [], shed429))).toBe('busy');
     const busy = await refusalOf(always.client.execute('SELECT 1'));
-    expect(isDatabaseBusy(new DrizzleQueryError('INSERT INTO runs ...', [], busy))).toBe(true);
+    expect(databaseRefusal(new DrizzleQueryError('INSERT INTO runs ...', [], busy))).toBe('busy');
     // Other failures stay server errors, and a 429 that is not the database's (a provider's) is not it.
     const failure = await refusalOf(failing.client.execute('SELECT 1'));
-    expect(isDatabaseBusy(new DrizzleQueryError('SELECT 1', [], failure))).toBe(false);
-    expect(isDatabaseBusy(Object.assign(new Error('upstream answered 429'), { cause: Object.assign(new Error('429'), { status: 429 }) }))).toBe(false);
+    expect(databaseRefusal(new DrizzleQueryError('SELECT 1', [], failure))).toBeNull();
+    expect(databaseRefusal(Object.assign(new Error('upstream answered 429'), { cause: Object.assign(new Error('429'), { status: 429 }) }))).toBeNull();
   });
+});
+
+describe('a gateway whose libSQL server stops answering', () => {
+  it('answers 503 database_timeout with Retry-After once GATEWAY_DATABASE_TIMEOUT_MS has passed, instead of waiting with it', async () => {
+    // A real sqld, frozen (SIGSTOP): its connections stay open, nothing is answered, as with a
+    // server that hangs. sqld under heavy load left requests so for five minutes.
+    const server = await startSqld();
+    const gateway = await createTestGateway({
+      env: { LIBSQL_URL: server.url, GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64'), GATEWAY_DATABASE_TIMEOUT_MS: '400' },
+    });
+    try {
+      const tenant = await gateway.tenant();
+      const path = '/v1/policies/rate-limits';
+      expect((await gateway.request(path, { key: tenant.workspaceKey })).status).toBe(200);
+      const policy = { name: 'frozen', conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'model' }], type: 'requests', unit: 'rpm', value: 1 };
+
+      process.kill(server.pid, 'SIGSTOP');
+      let response: Response;
+      const started = performance.now();
+      try {
+        response = await gateway.request(path, { key: tenant.workspaceKey, body: policy });
+      } finally {
+        process.kill(server.pid, 'SIGCONT');
+      }
+      const waited = performance.now() - started;
+      expect(response.headers.get('retry-after')).toBe('1');
+      expect(await errorOf(response)).toMatchObject({ status: 503, type: 'server_error', code: 'database_timeout', param: null });
+      // At least the deadline, and not many of them: the request failed at its first unanswered send.
+      expect(waited).toBeGreaterThanOrEqual(400);
+      expect(waited).toBeLessThan(5_000);
+      const logged = gateway.logs.map((line) => JSON.parse(line)).find((entry) => entry.level === 'error' && entry.message === 'request failed');
+      expect(JSON.stringify(logged.error)).toContain('DatabaseTimeoutError');
+
+      // Answering again, the server serves the gateway again.
+      expect((await gateway.request(path, { key: tenant.workspaceKey })).status).toBe(200);
+    } finally {
+      gateway.close();
+      await server.stop();
+    }
+  }, 20_000);
 });
 
 async function refusalOf(sending: Promise<unknown>): Promise<Error> {

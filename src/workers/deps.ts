@@ -131,6 +131,7 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
       // from another's; the per-request connection limit applies anyway.
       concurrency: Number.MAX_SAFE_INTEGER,
     }),
+    { answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS },
   );
   const db = drizzle(client, { schema });
   await checkEncryptionKey(db, secrets, { keySource: 'GATEWAY_ENCRYPTION_KEY', now: Date.now() });
