@@ -11,7 +11,9 @@ import { BusyRetryingClient } from '../../src/db/busy-retry';
  * Here rather than in npm test, which it failed now and then: at 16 to 64 writers this sqld
  * sometimes stops answering while it spins on a core, for minutes (about one run in four at 64,
  * once under CI's load at 16; with or without its load shedding; before 429s were sent again as
- * after). Not understood yet: when it stalls, this test fails at its limit.
+ * after). Not understood yet: while it stalls, many of its threads stay runnable (47 to 156 seen
+ * under bench:worker), and this test fails at its first send left unanswered for the client's
+ * deadline (DatabaseTimeoutError after 30 s; before the deadline, at the test's limit).
  */
 
 let sqld: RunningSqld;
