@@ -91,7 +91,7 @@ export const ERROR_CODES = {
     message: 'The server had an error while processing your request. Sorry about that!',
   },
   shutting_down: { status: 503, message: 'The gateway is shutting down; retry on another instance.' },
-  /** The database turned a write away under load (its busy refusal, a libSQL server's 429) past the retries: nothing was written. */
+  /** The database turned the request away under load (its busy refusal, a libSQL server's 429) past the retries: nothing was written. */
   database_busy: { status: 503, message: 'The database is busy; nothing was written. Retry in a moment.' },
   /** The database server did not answer in time (GATEWAY_DATABASE_TIMEOUT_MS): a write may or may not have been applied. */
   database_timeout: { status: 503, message: 'The database did not answer in time; a write of this request may or may not have been applied. Retry in a moment.' },

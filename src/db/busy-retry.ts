@@ -8,7 +8,7 @@ import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, T
  * the server answered HTTP 429, its load shedding, before running anything: in some benchmark
  * rounds of 32 runs at once on Workers, a local sqld turned most runs away so. Either is sent
  * again, after a random wait that doubles each time, up to BUSY_ATTEMPTS sends in all: a refusal
- * then reaches the caller as before, and the client as HTTP 503 with Retry-After (isDatabaseBusy).
+ * then reaches the caller as before, and the client as HTTP 503 with Retry-After (databaseRefusal).
  * Interactive transactions (which the app does not use) are not retried. The embedded file needs
  * none of this: its writes take turns (embedded-client.ts).
  *
