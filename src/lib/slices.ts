@@ -39,8 +39,8 @@ export class EventLoopSlices implements Slices {
   #waiting: (() => void)[] = [];
 
   /**
-   * `later` runs a slice's end in a later turn of the event loop (node/slices.ts: a 0 ms timer,
-   * and why not setImmediate). `now` is the clock (Date.now unless a test gives its own).
+   * `later` runs a slice's end in a later turn of the event loop, after pending I/O (node/slices.ts:
+   * setImmediate, and why not a 0 ms timer). `now` is the clock (Date.now unless a test gives its own).
    */
   constructor(options: { later: (end: () => void) => void; now?: () => number }) {
     this.#later = options.later;
