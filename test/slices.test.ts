@@ -11,7 +11,19 @@ import { EventLoopSlices } from '../src/lib/slices';
 async function eightRuns(how: 'while' | 'if'): Promise<number[][]> {
   let clock = 0;
   const ends: (() => void)[] = [];
-  const slices = new EventLoopSlices({ now: () => clock, later: (end) => ends.push(end) });
+  const slices = new EventLoopSlices({
+    now: () => clock,
+    ends: {
+      soon: (end) => {
+        ends.push(end);
+        return () => {
+          const at = ends.indexOf(end);
+          if (at >= 0) ends.splice(at, 1);
+        };
+      },
+      afterIo: (end) => ends.push(end),
+    },
+  });
   const turns: number[][] = [[]];
   const run = async (id: number) => {
     for (let piece = 0; piece < 6; piece++) {

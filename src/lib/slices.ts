@@ -29,21 +29,30 @@ export const UNSLICED: Slices = {
   next: () => Promise.resolve(),
 };
 
+/**
+ * How a slice ends, in a later turn of the event loop: `soon` for a slice nothing waits on yet (it
+ * answers how to cancel that end), `afterIo` once work waits on it, after the I/O pending
+ * meanwhile has been read (node/slices.ts says why two).
+ */
+export interface SliceEnds {
+  soon(end: () => void): () => void;
+  afterIo(end: () => void): void;
+}
+
 /** Slices of SLICE_MS over one event loop, for a process that executes many runs (Node). */
 export class EventLoopSlices implements Slices {
   static readonly SLICE_MS = 8;
   readonly #now: () => number;
-  readonly #later: (end: () => void) => void;
+  readonly #ends: SliceEnds;
   #startedAt = -1;
-  #ending = false;
+  /** Cancels the slice's `soon` end, while it is the one scheduled. */
+  #cancelSoon: (() => void) | null = null;
+  #endingAfterIo = false;
   #waiting: (() => void)[] = [];
 
-  /**
-   * `later` runs a slice's end in a later turn of the event loop, after pending I/O (node/slices.ts:
-   * setImmediate, and why not a 0 ms timer). `now` is the clock (Date.now unless a test gives its own).
-   */
-  constructor(options: { later: (end: () => void) => void; now?: () => number }) {
-    this.#later = options.later;
+  /** `now` is the clock (Date.now unless a test gives its own). */
+  constructor(options: { ends: SliceEnds; now?: () => number }) {
+    this.#ends = options.ends;
     this.#now = options.now ?? Date.now;
   }
 
@@ -51,25 +60,26 @@ export class EventLoopSlices implements Slices {
     const now = this.#now();
     if (this.#startedAt < 0) {
       this.#startedAt = now;
-      this.#scheduleEnd();
+      this.#cancelSoon = this.#ends.soon(() => this.#end());
       return false;
     }
     return now - this.#startedAt >= EventLoopSlices.SLICE_MS;
   }
 
   next(): Promise<void> {
-    this.#scheduleEnd();
+    if (!this.#endingAfterIo) {
+      this.#endingAfterIo = true;
+      this.#cancelSoon?.();
+      this.#cancelSoon = null;
+      this.#ends.afterIo(() => this.#end());
+    }
     return new Promise((resolve) => this.#waiting.push(resolve));
   }
 
-  #scheduleEnd(): void {
-    if (this.#ending) return;
-    this.#ending = true;
-    this.#later(() => this.#end());
-  }
-
   #end(): void {
-    this.#ending = false;
+    this.#cancelSoon?.();
+    this.#cancelSoon = null;
+    this.#endingAfterIo = false;
     this.#startedAt = -1;
     const resumed = this.#waiting;
     this.#waiting = [];
