@@ -62,4 +62,49 @@ describe('EventLoopSlices', () => {
     const turns = await eightRuns('if');
     expect(Math.max(...turns.map((turn) => turn.length))).toBeGreaterThanOrEqual(8);
   });
+
+  it('ends a slice nothing waits on `soon`, and one that work waits on `afterIo`, its `soon` end cancelled', async () => {
+    let clock = 0;
+    const scheduled: string[] = [];
+    const pending = new Map<string, () => void>();
+    const slices = new EventLoopSlices({
+      now: () => clock,
+      ends: {
+        soon: (end) => {
+          scheduled.push('soon');
+          pending.set('soon', end);
+          return () => {
+            scheduled.push('soon cancelled');
+            pending.delete('soon');
+          };
+        },
+        afterIo: (end) => {
+          scheduled.push('afterIo');
+          pending.set('afterIo', end);
+        },
+      },
+    });
+    // A turn's first look starts a slice, with an end that nothing waits on.
+    expect(slices.spent()).toBe(false);
+    expect(scheduled).toEqual(['soon']);
+    pending.get('soon')!();
+    // (An end clears the timer it may have come from: a no-op for one that has fired.)
+    expect(scheduled).toEqual(['soon', 'soon cancelled']);
+
+    // A slice spent: the work waits, on an end after the I/O pending meanwhile.
+    expect(slices.spent()).toBe(false);
+    clock += 8;
+    expect(slices.spent()).toBe(true);
+    let resumed = false;
+    const waited = slices.next().then(() => (resumed = true));
+    expect(scheduled.slice(2)).toEqual(['soon', 'soon cancelled', 'afterIo']);
+    expect([...pending.keys()]).toEqual(['afterIo']);
+    await null;
+    expect(resumed).toBe(false);
+    pending.get('afterIo')!();
+    await waited;
+    expect(resumed).toBe(true);
+    // The next turn starts afresh.
+    expect(slices.spent()).toBe(false);
+  });
 });
