@@ -45,9 +45,8 @@ export class EventLoopSlices implements Slices {
   readonly #now: () => number;
   readonly #ends: SliceEnds;
   #startedAt = -1;
-  /** Cancels the slice's `soon` end, while it is the one scheduled. */
-  #cancelSoon: (() => void) | null = null;
-  #endingAfterIo = false;
+  /** The end scheduled, if any: `soon` (how to cancel it) until work waits, then `afterIo`. */
+  #ending: { cancelSoon: () => void } | 'afterIo' | null = null;
   #waiting: (() => void)[] = [];
 
   /** `now` is the clock (Date.now unless a test gives its own). */
@@ -60,26 +59,24 @@ export class EventLoopSlices implements Slices {
     const now = this.#now();
     if (this.#startedAt < 0) {
       this.#startedAt = now;
-      this.#cancelSoon = this.#ends.soon(() => this.#end());
+      this.#ending ??= { cancelSoon: this.#ends.soon(() => this.#end()) };
       return false;
     }
     return now - this.#startedAt >= EventLoopSlices.SLICE_MS;
   }
 
   next(): Promise<void> {
-    if (!this.#endingAfterIo) {
-      this.#endingAfterIo = true;
-      this.#cancelSoon?.();
-      this.#cancelSoon = null;
+    if (this.#ending !== 'afterIo') {
+      this.#ending?.cancelSoon();
+      this.#ending = 'afterIo';
       this.#ends.afterIo(() => this.#end());
     }
     return new Promise((resolve) => this.#waiting.push(resolve));
   }
 
   #end(): void {
-    this.#cancelSoon?.();
-    this.#cancelSoon = null;
-    this.#endingAfterIo = false;
+    if (this.#ending !== 'afterIo') this.#ending?.cancelSoon();
+    this.#ending = null;
     this.#startedAt = -1;
     const resumed = this.#waiting;
     this.#waiting = [];
