@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { DEFAULT_ANSWER_MS } from './db/busy-retry';
+import { DEFAULT_ANSWER_MS, DEFAULT_SERVER_WRITERS } from './db/busy-retry';
 import { parseUpstreamHostPatterns } from './lib/upstream-url';
 
 /**
@@ -28,6 +28,11 @@ export const configSchema = z.object({
    * before the request that sent it fails with 503 database_timeout (db/busy-retry.ts).
    */
   GATEWAY_DATABASE_TIMEOUT_MS: positiveInt.default(DEFAULT_ANSWER_MS),
+  /**
+   * Node with LIBSQL_URL: writes sent to the server at once, the others wait their turn
+   * (db/busy-retry.ts: a local sqld collapsed under 16 or more).
+   */
+  GATEWAY_DATABASE_WRITERS: positiveInt.default(DEFAULT_SERVER_WRITERS),
   /** Requests with a larger body are refused with 413, also when sent chunked. */
   GATEWAY_MAX_BODY_BYTES: positiveInt.default(4 * 1024 * 1024),
   /**

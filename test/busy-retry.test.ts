@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { createClient, LibsqlError, type Client } from '@libsql/client';
+import { createClient, LibsqlError, type Client, type InStatement, type TransactionMode } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSqld, type RunningSqld } from '../scripts/sqld';
 import { DrizzleQueryError } from 'drizzle-orm/errors';
-import { BUSY_ATTEMPTS, BusyRetryingClient, databaseRefusal } from '../src/db/busy-retry';
+import { BUSY_ATTEMPTS, BusyRetryingClient, DatabaseTimeoutError, databaseRefusal } from '../src/db/busy-retry';
 import { createTestGateway, errorOf } from './support/gateway';
 
 /**
@@ -73,6 +73,95 @@ describe('BusyRetryingClient', () => {
     const failure = await refusalOf(failing.client.execute('SELECT 1'));
     expect(databaseRefusal(new DrizzleQueryError('SELECT 1', [], failure))).toBeNull();
     expect(databaseRefusal(Object.assign(new Error('upstream answered 429'), { cause: Object.assign(new Error('429'), { status: 429 }) }))).toBeNull();
+  });
+});
+
+describe('BusyRetryingClient, writes taking turns', () => {
+  /** `raw`, its sends counted (in flight, at most, in all, their first arguments in the order sent), each answered `delayMs` late or held while `hold` is set. */
+  const counted = (delayMs = 0) => {
+    const seen = { inFlight: 0, most: 0, sent: 0, firstArgs: [] as unknown[] };
+    let hold: Promise<void> | null = null;
+    const around = async <T,>(stmt: InStatement, send: () => Promise<T>): Promise<T> => {
+      seen.sent++;
+      seen.firstArgs.push(typeof stmt === 'object' && Array.isArray(stmt.args) ? stmt.args[0] : undefined);
+      seen.most = Math.max(seen.most, ++seen.inFlight);
+      try {
+        if (hold) await hold;
+        if (delayMs) await new Promise((resolve) => setTimeout(resolve, delayMs));
+        return await send();
+      } finally {
+        seen.inFlight--;
+      }
+    };
+    const inner: Client = Object.assign(Object.create(raw), {
+      execute: (stmt: InStatement) => around(stmt, () => raw.execute(stmt)),
+      batch: (stmts: InStatement[], mode?: TransactionMode) => around(stmts[0]!, () => raw.batch(stmts, mode)),
+    });
+    return { inner, seen, hold: (until: Promise<void> | null) => (hold = until) };
+  };
+
+  it('sends at most `writers` writes at once, the rest in order as turns end, and every one of them', async () => {
+    await raw.execute('CREATE TABLE IF NOT EXISTS turns (id INTEGER PRIMARY KEY, writer INTEGER NOT NULL)');
+    const { inner, seen } = counted(5);
+    const client = new BusyRetryingClient(inner, { writers: 3 });
+    const writers = Array.from({ length: 24 }, (_, writer) => writer + 1000);
+    await Promise.all(
+      writers.map((writer) =>
+        writer % 2
+          ? client.batch([{ sql: 'INSERT INTO turns (writer) VALUES (?)', args: [writer] }], 'write')
+          : client.execute({ sql: 'INSERT INTO turns (writer) VALUES (?)', args: [writer] }),
+      ),
+    );
+    expect(seen.most).toBe(3);
+    expect(seen.firstArgs).toEqual(writers);
+    const rows = await raw.execute('SELECT writer FROM turns WHERE writer >= 1000 ORDER BY writer');
+    expect(rows.rows.map((row) => row.writer)).toEqual(writers);
+  });
+
+  it('lets reads by while every turn is held', async () => {
+    const { inner, seen, hold } = counted();
+    const client = new BusyRetryingClient(inner, { writers: 2 });
+    let unblock!: () => void;
+    hold(new Promise<void>((resolve) => (unblock = resolve)));
+    const writes = [client.batch([{ sql: 'SELECT 1' }], 'write'), client.execute('UPDATE turns SET writer = writer WHERE 0'), client.execute('DELETE FROM turns WHERE 0')];
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(seen.sent).toBe(2);
+    // Reads take no turn: sent at once, beside the two writes held.
+    const reads = [client.execute('SELECT 1 AS one'), client.batch([{ sql: 'SELECT 2 AS two' }], 'read')];
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(seen.sent).toBe(4);
+    expect(seen.most).toBe(4);
+    hold(null);
+    unblock();
+    await Promise.all([...writes, ...reads]);
+    expect(seen.sent).toBe(5);
+  });
+
+  it('never sends a write whose deadline passed while it waited for its turn', async () => {
+    // One turn, each send answered after 120 ms, a deadline of 300 ms: the first answers at 120,
+    // the second at 240, the third is sent at 240 and times out at 300; the fourth is still
+    // waiting then.
+    const { inner, seen } = counted(120);
+    const client = new BusyRetryingClient(inner, { writers: 1, answerMs: 300 });
+    const outcomes = await Promise.allSettled([1, 2, 3, 4].map((writer) => client.execute({ sql: 'INSERT INTO turns (writer) VALUES (?)', args: [-writer] })));
+    expect(outcomes.map((outcome) => outcome.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'rejected']);
+    expect(outcomes.slice(2).every((outcome) => outcome.status === 'rejected' && outcome.reason instanceof DatabaseTimeoutError)).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(seen.firstArgs).toEqual([-1, -2, -3]);
+    expect((await raw.execute('SELECT count(*) AS n FROM turns WHERE writer = -4')).rows[0]!.n).toBe(0);
+  });
+
+  it('gives up the turns of sends left unanswered past their deadline, so that later writes go out', async () => {
+    const { inner, seen, hold } = counted();
+    const client = new BusyRetryingClient(inner, { writers: 2, answerMs: 200 });
+    hold(new Promise<void>(() => undefined)); // never answered
+    const hung = [client.execute('UPDATE turns SET writer = writer WHERE 0'), client.execute('UPDATE turns SET writer = writer WHERE 0')];
+    await Promise.all(hung.map((sending) => expect(sending).rejects.toBeInstanceOf(DatabaseTimeoutError)));
+    hold(null);
+    // Both sends are still in flight at the server, but no longer hold a turn.
+    expect(seen.inFlight).toBe(2);
+    expect((await client.execute('INSERT INTO turns (writer) VALUES (-5) RETURNING writer')).rows[0]!.writer).toBe(-5);
+    expect(seen.sent).toBe(3);
   });
 });
 

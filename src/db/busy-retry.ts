@@ -18,24 +18,56 @@ import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, T
  * to be answered; past it the caller gets DatabaseTimeoutError, and the client HTTP 503 with
  * Retry-After. The send itself is left to end on its own: whether it took effect is not known (a
  * batch is still all or nothing). Migrations, which may rightly take long, have no deadline.
+ *
+ * What tipped that server over was many writes at once: its connections waiting for the write lock
+ * spin on the clock (sqld's `ManagedConnectionWalWrapper::acquire`), and on this 2-core machine 16
+ * or more writers at once sooner or later left it with over a hundred runnable threads and the
+ * lock's holder starved, for minutes (sqld-writers.test.ts). So a client given `writers` sends at
+ * most that many writes (a batch that is not a read, a statement that is not a SELECT) at once; the
+ * others wait their turn, in order (DEFAULT_SERVER_WRITERS: what that bought). A write whose
+ * deadline passes while it waits is never sent. Reads take no turn: WAL serves them beside the
+ * writer. The Node server's client takes turns (GATEWAY_DATABASE_WRITERS). The Workers' cannot:
+ * workerd runs a promise's continuation on behalf of the request that resolved it, so a turn handed
+ * from one request to another would send the second's write as the first's I/O, which workerd
+ * refuses (tried: "Cannot perform I/O on behalf of a different request").
  */
 export class BusyRetryingClient implements Client {
   readonly #inner: Client;
   readonly #answerMs: number;
+  readonly #writeTurns: Turns | null;
 
-  constructor(inner: Client, options: { answerMs?: number } = {}) {
+  constructor(inner: Client, options: { answerMs?: number; writers?: number } = {}) {
     this.#inner = inner;
     this.#answerMs = options.answerMs ?? DEFAULT_ANSWER_MS;
+    this.#writeTurns = options.writers ? new Turns(options.writers) : null;
   }
 
   execute(stmt: InStatement): Promise<ResultSet>;
   execute(sql: string, args?: InArgs): Promise<ResultSet>;
   execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
-    return whileBusy(() => answered(typeof stmt === 'string' ? this.#inner.execute(stmt, args) : this.#inner.execute(stmt), this.#answerMs));
+    const sql = typeof stmt === 'string' ? stmt : stmt.sql;
+    const send = () => (typeof stmt === 'string' ? this.#inner.execute(stmt, args) : this.#inner.execute(stmt));
+    return whileBusy(() => this.#answered(this.#writeTurns && !READ.test(sql) ? this.#writeTurns.take(send) : send));
   }
 
   batch(stmts: Array<InStatement | [string, InArgs?]>, mode?: TransactionMode): Promise<ResultSet[]> {
-    return whileBusy(() => answered(this.#inner.batch(stmts, mode), this.#answerMs));
+    const send = () => this.#inner.batch(stmts, mode);
+    return whileBusy(() => this.#answered(this.#writeTurns && mode !== 'read' ? this.#writeTurns.take(send) : send));
+  }
+
+  /** `send`'s answer, or DatabaseTimeoutError once answerMs have passed without it. */
+  #answered<T>(send: (deadline: Deadline) => Promise<T>): Promise<T> {
+    const ms = this.#answerMs;
+    const deadline: Deadline = { at: Date.now() + ms };
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        deadline.onPass?.();
+        reject(new DatabaseTimeoutError(ms));
+      }, ms);
+      void send(deadline)
+        .then(resolve, reject)
+        .finally(() => clearTimeout(timer));
+    });
   }
 
   migrate(stmts: InStatement[]): Promise<ResultSet[]> {
@@ -83,12 +115,67 @@ export class DatabaseTimeoutError extends Error {
   }
 }
 
-/** `sending`, or DatabaseTimeoutError once `ms` have passed without its answer. */
-function answered<T>(sending: Promise<T>, ms: number): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new DatabaseTimeoutError(ms)), ms);
-    void sending.then(resolve, reject).finally(() => clearTimeout(timer));
-  });
+/**
+ * GATEWAY_DATABASE_WRITERS's default (2026-11-28, a local sqld). 32 runs at once through the Node
+ * server (`wrk`, 10 s): 136 runs/s with 8, 124 to 125 with 4, 118 with 2, 34 to 46 with every write
+ * sent at once. 64 writers of 20 batches each, round after round: 1.5 to 1.7 s a round with 4, 1.7
+ * to 2.0 with 8 (15 rounds, none collapsed); sent at once, 2 to 3 s while the server held, and it
+ * collapsed in 4 of 5 runs; 16 at once collapsed it in its second round. A distant server wants
+ * more than a local one: each write holds its turn for a round trip.
+ */
+export const DEFAULT_SERVER_WRITERS = 8;
+
+/** A statement that only reads, and so takes no write turn. Anything else (WITH included) takes one. */
+const READ = /^\s*select\b/i;
+
+/** A send's deadline: when it passes (`Date.now()`), and what then lets go of its turn. */
+interface Deadline {
+  at: number;
+  onPass?: () => void;
+}
+
+/**
+ * At most `count` sends at once; the others wait in order. A send whose deadline has passed gives
+ * up its place: one still waiting is never sent, one in flight stops counting (a server that leaves
+ * a few sends unanswered does not hold every write behind them).
+ */
+class Turns {
+  #free: number;
+  /** Insertion-ordered: the first is next. */
+  readonly #waiting = new Set<{ go: () => void; deadline: Deadline }>();
+
+  constructor(count: number) {
+    this.#free = count;
+  }
+
+  take<T>(send: () => Promise<T>): (deadline: Deadline) => Promise<T> {
+    return async (deadline) => {
+      if (this.#free > 0) this.#free--;
+      else await new Promise<void>((go) => this.#waiting.add({ go, deadline }));
+      let held = true;
+      const release = () => {
+        if (!held) return;
+        held = false;
+        this.#pass();
+      };
+      deadline.onPass = release;
+      try {
+        return await send();
+      } finally {
+        release();
+      }
+    };
+  }
+
+  /** Hands a turn that ended to the first waiter whose deadline has not passed, or frees it. */
+  #pass(): void {
+    const now = Date.now();
+    for (const next of this.#waiting) {
+      this.#waiting.delete(next);
+      if (next.deadline.at > now) return next.go();
+    }
+    this.#free++;
+  }
 }
 
 /** Sends in all, at most, the first included. */

@@ -57,7 +57,7 @@ export interface NodeDatabase {
   close(): void;
 }
 
-type DatabaseConfig = Pick<Config, 'DATA_DIR' | 'LIBSQL_URL' | 'LIBSQL_AUTH_TOKEN'> & Partial<Pick<Config, 'GATEWAY_DATABASE_TIMEOUT_MS'>>;
+type DatabaseConfig = Pick<Config, 'DATA_DIR' | 'LIBSQL_URL' | 'LIBSQL_AUTH_TOKEN'> & Partial<Pick<Config, 'GATEWAY_DATABASE_TIMEOUT_MS' | 'GATEWAY_DATABASE_WRITERS'>>;
 
 export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase> {
   const embedded = !config.LIBSQL_URL;
@@ -67,7 +67,10 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   let warnings: string[] = [];
   if (config.LIBSQL_URL) {
     const { createClient } = await import('@libsql/client');
-    client = new BusyRetryingClient(createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN }), { answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS });
+    client = new BusyRetryingClient(createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN }), {
+      answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS,
+      writers: config.GATEWAY_DATABASE_WRITERS,
+    });
     const url = new URL(config.LIBSQL_URL);
     location = `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;
     countersClient = client;

@@ -128,7 +128,8 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
       authToken: config.LIBSQL_AUTH_TOKEN,
       // The client is shared by every request of the isolate. Its default limit (20) queues a
       // statement behind another request's, and workerd refuses I/O started on behalf of one request
-      // from another's; the per-request connection limit applies anyway.
+      // from another's; the per-request connection limit applies anyway. For the same reason its
+      // writes take no turns (busy-retry.ts).
       concurrency: Number.MAX_SAFE_INTEGER,
     }),
     { answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS },
