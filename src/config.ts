@@ -30,7 +30,7 @@ export const configSchema = z.object({
   GATEWAY_DATABASE_TIMEOUT_MS: positiveInt.default(DEFAULT_ANSWER_MS),
   /**
    * Node with LIBSQL_URL: writes sent to the server at once, the others wait their turn
-   * (db/busy-retry.ts: a local sqld collapsed under 16 or more).
+   * (db/busy-retry.ts: a local sqld spun under 8 now and then, and collapsed under 16 or more).
    */
   GATEWAY_DATABASE_WRITERS: positiveInt.default(DEFAULT_SERVER_WRITERS),
   /** Requests with a larger body are refused with 413, also when sent chunked. */

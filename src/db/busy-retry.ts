@@ -58,7 +58,7 @@ export class BusyRetryingClient implements Client {
   /** `send`'s answer, or DatabaseTimeoutError once answerMs have passed without it. */
   #answered<T>(send: (deadline: Deadline) => Promise<T>): Promise<T> {
     const ms = this.#answerMs;
-    const deadline: Deadline = { at: Date.now() + ms };
+    const deadline: Deadline = {};
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
         deadline.onPass?.();
@@ -116,33 +116,33 @@ export class DatabaseTimeoutError extends Error {
 }
 
 /**
- * GATEWAY_DATABASE_WRITERS's default (2026-11-28, a local sqld). 32 runs at once through the Node
- * server (`wrk`, 10 s): 136 runs/s with 8, 124 to 125 with 4, 118 with 2, 34 to 46 with every write
- * sent at once. 64 writers of 20 batches each, round after round: 1.5 to 1.7 s a round with 4, 1.7
- * to 2.0 with 8 (15 rounds, none collapsed); sent at once, 2 to 3 s while the server held, and it
- * collapsed in 4 of 5 runs; 16 at once collapsed it in its second round. A distant server wants
- * more than a local one: each write holds its turn for a round trip.
+ * GATEWAY_DATABASE_WRITERS's default (2026-11-28, a local sqld on the gateway's 2 cores). 32 runs
+ * at once through the Node server (`wrk`, 10 s), three interleaved rounds on a busy machine: 87 to
+ * 109 runs/s with 4, 73 to 103 with 2, 31 to 104 with 8, whose waiting writers were left spinning
+ * in two rounds (7 and 8 of sqld's threads runnable); 32 to 46 with every write sent at once, and
+ * now and then nothing at all. 64 writers of 20 batches each, round after round, sqld alone on the
+ * cores: never collapsed with 4 (12 rounds) or 8 (15), collapsed with 16 in its second round. A
+ * distant server may want more: each write holds its turn for a round trip.
  */
-export const DEFAULT_SERVER_WRITERS = 8;
+export const DEFAULT_SERVER_WRITERS = 4;
 
 /** A statement that only reads, and so takes no write turn. Anything else (WITH included) takes one. */
 const READ = /^\s*select\b/i;
 
-/** A send's deadline: when it passes (`Date.now()`), and what then lets go of its turn. */
+/** A send's deadline: what lets go of the send's turn, or its place in line, once it has passed. */
 interface Deadline {
-  at: number;
   onPass?: () => void;
 }
 
 /**
- * At most `count` sends at once; the others wait in order. A send whose deadline has passed gives
- * up its place: one still waiting is never sent, one in flight stops counting (a server that leaves
+ * At most `count` sends at once; the others wait in order. A send whose deadline passes gives up
+ * its place: one still waiting is never sent, one in flight stops counting (a server that leaves
  * a few sends unanswered does not hold every write behind them).
  */
 class Turns {
   #free: number;
   /** Insertion-ordered: the first is next. */
-  readonly #waiting = new Set<{ go: () => void; deadline: Deadline }>();
+  readonly #waiting = new Set<() => void>();
 
   constructor(count: number) {
     this.#free = count;
@@ -151,30 +151,41 @@ class Turns {
   take<T>(send: () => Promise<T>): (deadline: Deadline) => Promise<T> {
     return async (deadline) => {
       if (this.#free > 0) this.#free--;
-      else await new Promise<void>((go) => this.#waiting.add({ go, deadline }));
+      else {
+        await new Promise<void>((go) => {
+          this.#waiting.add(go);
+          deadline.onPass = () => this.#waiting.delete(go);
+        });
+      }
       let held = true;
-      const release = () => {
+      deadline.onPass = () => {
         if (!held) return;
         held = false;
-        this.#pass();
+        // Handed on a task later: sends asked for in the same turn of the loop as this one have
+        // deadlines that pass with its own (their timers fire right after), and those waiting are
+        // to leave the line first rather than be sent as they time out.
+        setTimeout(() => this.#pass(), 0);
       };
-      deadline.onPass = release;
       try {
         return await send();
       } finally {
-        release();
+        if (held) {
+          held = false;
+          this.#pass();
+        }
       }
     };
   }
 
-  /** Hands a turn that ended to the first waiter whose deadline has not passed, or frees it. */
+  /** Hands a turn that ended to the first waiter, or frees it. */
   #pass(): void {
-    const now = Date.now();
-    for (const next of this.#waiting) {
-      this.#waiting.delete(next);
-      if (next.deadline.at > now) return next.go();
+    const [next] = this.#waiting;
+    if (!next) {
+      this.#free++;
+      return;
     }
-    this.#free++;
+    this.#waiting.delete(next);
+    next();
   }
 }
 

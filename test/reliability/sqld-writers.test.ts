@@ -13,8 +13,8 @@ import { BusyRetryingClient, DEFAULT_SERVER_WRITERS } from '../../src/db/busy-re
  * once under CI's load at 16; with or without its load shedding). Its threads waiting for the
  * write lock spin on the clock (sqld's ManagedConnectionWalWrapper::acquire, in `perf`): over a
  * hundred of them runnable on 2 cores starve the lock's holder. So the Node server's client sends
- * at most GATEWAY_DATABASE_WRITERS writes at once, as here, which sqld has not collapsed under (15
- * rounds of this test's writes in a row). Sent all at once, as the Workers' client does (it cannot
+ * at most GATEWAY_DATABASE_WRITERS writes at once, as here, which sqld has not collapsed under (4 at
+ * once: 12 rounds of this test's writes in a row; 8: 15). Sent all at once, as the Workers' client does (it cannot
  * take turns: busy-retry.ts), this test failed at its first send left unanswered past the client's
  * deadline in 4 of 5 runs of 4 to 10 rounds, from the second round on.
  */
