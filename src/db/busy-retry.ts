@@ -116,13 +116,13 @@ export class DatabaseTimeoutError extends Error {
 }
 
 /**
- * GATEWAY_DATABASE_WRITERS's default (2026-11-28, a local sqld on the gateway's 2 cores). 32 runs
- * at once through the Node server (`wrk`, 10 s), three interleaved rounds on a busy machine: 87 to
- * 109 runs/s with 4, 73 to 103 with 2, 31 to 104 with 8, whose waiting writers were left spinning
- * in two rounds (7 and 8 of sqld's threads runnable); 32 to 46 with every write sent at once, and
- * now and then nothing at all. 64 writers of 20 batches each, round after round, sqld alone on the
- * cores: never collapsed with 4 (12 rounds) or 8 (15), collapsed with 16 in its second round. A
- * distant server may want more: each write holds its turn for a round trip.
+ * GATEWAY_DATABASE_WRITERS's default (2026-11-28, a local sqld on the gateway's 2 cores; the
+ * figures are in docs/development.md). 32 runs at once through the Node server, interleaved rounds
+ * on a busy machine: with 4, 87 to 116 runs/s in seven rounds of nine, 5 and 16 in the other two;
+ * with 8, 31 to 104, its waiting writers left spinning in two rounds of three; with every write sent
+ * at once, 0 to 46. 64 writers of 20 batches each, round after round, sqld alone on the cores:
+ * never collapsed with 4 (12 rounds) or 8 (15), collapsed with 16 in its second round. A distant
+ * server may want more: each write holds its turn for a round trip.
  */
 export const DEFAULT_SERVER_WRITERS = 4;
 
