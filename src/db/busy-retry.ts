@@ -116,14 +116,10 @@ export class DatabaseTimeoutError extends Error {
 }
 
 /**
- * GATEWAY_DATABASE_WRITERS's default (2026-11-28, a local sqld on the gateway's 2 cores; the
- * figures are in docs/development.md). 32 runs at once through the Node server, interleaved
- * rounds on a machine more or less busy: with 4, 87 to 125 runs/s in eight rounds of twelve, 48
- * and 56 in two, 5 and 16 in two; with 8, 31 to 104, its waiting writers left spinning in two
- * rounds of three; with every write sent at once, 0 to 46. 64 writers of 20 batches each, round
- * after round, sqld alone on the cores: never collapsed with 4 (12 rounds) or 8 (15), collapsed
- * with 16 in its second round. A distant server may want more: each write holds its turn for a
- * round trip.
+ * GATEWAY_DATABASE_WRITERS's default: the most that a local sqld sharing 2 cores with the gateway
+ * and its load held under round after round; with 8 its waiting writers were left spinning now and
+ * then (docs/development.md has the figures). A distant server may want more: each write holds its
+ * turn for a round trip.
  */
 export const DEFAULT_SERVER_WRITERS = 4;
 
@@ -159,21 +155,19 @@ class Turns {
         });
       }
       let held = true;
-      deadline.onPass = () => {
+      const release = (pass: () => void) => {
         if (!held) return;
         held = false;
-        // Handed on a task later: sends asked for in the same turn of the loop as this one have
-        // deadlines that pass with its own (their timers fire right after), and those waiting are
-        // to leave the line first rather than be sent as they time out.
-        setTimeout(() => this.#pass(), 0);
+        pass();
       };
+      // Given up at the deadline, the turn is handed on a task later: sends asked for in the same
+      // turn of the loop as this one have deadlines that pass with its own (their timers fire right
+      // after), and those waiting are to leave the line first rather than be sent as they time out.
+      deadline.onPass = () => release(() => setTimeout(() => this.#pass(), 0));
       try {
         return await send();
       } finally {
-        if (held) {
-          held = false;
-          this.#pass();
-        }
+        release(() => this.#pass());
       }
     };
   }
