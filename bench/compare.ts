@@ -1,11 +1,11 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective } from '../test/support/fake-upstream';
 import { freePort } from '../scripts/sqld';
 import { memoryOf, resetPeakMemory, ROOT, startGatewayProcess } from '../test/support/processes';
-import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
+import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, startServer, stopChild, summarise, until } from './support';
 
 /**
  * `npm run bench:compare`: this gateway against the reference, Portkey's OSS gateway 1.15.2
@@ -357,23 +357,3 @@ console.log(
 );
 process.exit(0);
 
-// ── Helpers ───────────────────────────────────────────────────────────────────────────────────
-
-/** A server in a node process of its own, once its output says `ready`; its output is the error if it exits first. */
-async function startServer(what: string, args: string[], ready: string, env: Record<string, string> = {}): Promise<ChildProcess> {
-  const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk));
-  await until(() => output.includes(ready) || child.exitCode !== null, 20_000);
-  if (child.exitCode !== null) throw new Error(`${what} exited: ${output}`);
-  return child;
-}
-
-function stopChild(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve();
-    child.once('exit', () => resolve());
-    child.kill('SIGTERM');
-  });
-}

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { ROOT } from '../test/support/processes';
 
@@ -104,4 +104,23 @@ export async function until(condition: () => boolean, timeoutMs = 10_000) {
     if (Date.now() > deadline) throw new Error('timed out');
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
+}
+
+/** A server in a node process of its own, once its output says `ready`; its output is the error if it exits first. */
+export async function startServer(what: string, args: string[], ready: string, env: Record<string, string> = {}): Promise<ChildProcess> {
+  const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk));
+  await until(() => output.includes(ready) || child.exitCode !== null, 20_000);
+  if (child.exitCode !== null) throw new Error(`${what} exited: ${output}`);
+  return child;
+}
+
+export function stopChild(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve();
+    child.once('exit', () => resolve());
+    child.kill('SIGTERM');
+  });
 }
