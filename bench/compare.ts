@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { fakeDirective } from '../test/support/fake-upstream';
 import { freePort } from '../scripts/sqld';
 import { memoryOf, resetPeakMemory, ROOT, startGatewayProcess } from '../test/support/processes';
-import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, startServer, stopChild, summarise, until } from './support';
+import { cpuMs, forSeconds, pool, post, readStream, round, sequential, sleep, startFakeProvider, startServer, stopChild, summarise, until } from './support';
 
 /**
  * `npm run bench:compare`: this gateway against the reference, Portkey's OSS gateway 1.15.2
@@ -190,18 +190,10 @@ async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>)
     errors = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0) + Number(/Socket errors:.*?timeout (\d+)/.exec(out)?.[1] ?? 0);
   } else {
     const started = performance.now();
-    const deadline = started + LOAD_SECONDS * 1000;
-    let done = 0;
-    await Promise.all(
-      Array.from({ length: CONNECTIONS }, async () => {
-        while (performance.now() < deadline) {
-          const response = await fetch(target.url, { method: 'POST', headers: target.headers, body: target.body });
-          await readStream(response, () => undefined).catch(() => errors++);
-          done++;
-        }
-      }),
-    );
-    exchanges = done;
+    exchanges = await forSeconds(LOAD_SECONDS, CONNECTIONS, async () => {
+      const response = await fetch(target.url, { method: 'POST', headers: target.headers, body: target.body });
+      await readStream(response, () => undefined).catch(() => errors++);
+    });
     seconds = (performance.now() - started) / 1000;
   }
   return {
@@ -232,7 +224,7 @@ async function measure(target: Target) {
   const c1 = summarise(await sequential(N1, () => firstToken(target)));
   const c32 = summarise(await pool(N32, CONNECTIONS, () => firstToken(target)));
   const loaded = await load(target);
-  await new Promise((resolve) => setTimeout(resolve, SETTLE_SECONDS * 1000));
+  await sleep(SETTLE_SECONDS * 1000);
   const settled = memoryOf(target.pid).rssMb;
   return { idle_rss_mb: round(idle, 1), first_token_c1: c1, first_token_c32: c32, ...loaded, rss_after_load_settled_mb: round(settled, 1) };
 }

@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { freePort } from '../scripts/sqld';
 import { memoryOf, resetPeakMemory, ROOT } from '../test/support/processes';
-import { pool, round, startServer, stopChild } from './support';
+import { forSeconds, pool, round, sleep, startServer, stopChild } from './support';
 
 /**
  * `npm run bench:memory-floor`: what this gateway's stack holds in memory before any of the
@@ -26,8 +26,6 @@ const CONNECTIONS = 32;
 const NODE_FLAGS = ['--v8-pool-size=1'];
 const SMALLEST_YOUNG_GENERATION = '--max-semi-space-size=1';
 const BODY = JSON.stringify({ assistant_id: 'asst_bench', stream: true, thread: { messages: [{ role: 'user', content: 'x'.repeat(200) }] } });
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function nodeAlone() {
   const child = await startServer('node alone', [...NODE_FLAGS, '-e', "setInterval(() => {}, 1000); console.log('ready')"], 'ready');
@@ -54,16 +52,7 @@ async function server(mode: 'framework' | 'database', flags: string[]) {
     await pool(300, 8, exchange);
     const idle = memoryOf(pid).rssMb;
     resetPeakMemory(pid);
-    const deadline = performance.now() + LOAD_SECONDS * 1000;
-    let exchanges = 0;
-    await Promise.all(
-      Array.from({ length: CONNECTIONS }, async () => {
-        while (performance.now() < deadline) {
-          await exchange();
-          exchanges++;
-        }
-      }),
-    );
+    const exchanges = await forSeconds(LOAD_SECONDS, CONNECTIONS, exchange);
     const peak = memoryOf(pid).peakMb;
     await sleep(SETTLE_SECONDS * 1000);
     return {

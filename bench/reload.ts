@@ -11,7 +11,7 @@ import { createNodeDeps } from '../src/node/deps';
 import { createApiKey } from '../src/services/api-keys';
 import { createWorkspace } from '../src/services/workspaces';
 import { fakeDirective } from '../test/support/fake-upstream';
-import { round, startFakeProvider, summarise } from './support';
+import { round, sleep, startFakeProvider, summarise } from './support';
 
 /**
  * `npm run bench:reload`: what one workspace's policy reloads cost every other workspace. One
@@ -126,8 +126,6 @@ const changes = {
     await client.execute({ sql: INSERT(1), args: rowOf(index, id) });
   },
 };
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * The other workspace's requests, one every INTERVAL_MS for PHASE_MS, each timed from when it was

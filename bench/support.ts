@@ -97,6 +97,23 @@ export async function pool<T>(n: number, concurrency: number, task: () => Promis
   return results;
 }
 
+/** Runs `task` back to back on `concurrency` loops for `seconds`; answers how many ended. */
+export async function forSeconds(seconds: number, concurrency: number, task: () => Promise<unknown>): Promise<number> {
+  const deadline = performance.now() + seconds * 1000;
+  let done = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < deadline) {
+        await task();
+        done++;
+      }
+    }),
+  );
+  return done;
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 /** Waits until `condition` holds, checking every 20 ms. */
 export async function until(condition: () => boolean, timeoutMs = 10_000) {
   const deadline = Date.now() + timeoutMs;
