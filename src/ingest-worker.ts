@@ -1,5 +1,5 @@
 import { createLogger } from './logger';
-import { inlineParsers } from './retrieval/extract';
+import { inlineChunker } from './retrieval/chunker';
 import { claimNext, ingestClaimed, ingestOptions, type IngestDeps, type IngestOptions } from './retrieval/ingest';
 import { createSharedDeps, perIsolate, type SharedEnv } from './workers/deps';
 import { wakeForWaitingFiles, type IngestWake } from './workers/ingest-queue';
@@ -13,9 +13,9 @@ import { wakeForWaitingFiles, type IngestWake } from './workers/ingest-queue';
  * go on). The cron sends one when files wait unclaimed: a lost message, an invocation that died
  * mid-file (its lease ran out), a file put back by the workspace's rate limits.
  *
- * Same database, bucket and key as the gateway (createSharedDeps). HTML and DOCX are parsed inline:
- * workerd has no threads, and this Worker answers no API request, so a long parse delays only other
- * ingestions.
+ * Same database, bucket and key as the gateway (createSharedDeps). Documents are read and chunked
+ * inline (retrieval/chunker.ts): this Worker answers no API request, so a long document delays only
+ * other ingestions, within the platform's CPU and memory limits and the extraction's own bounds.
  */
 
 export type IngestEnv = SharedEnv & {
@@ -42,7 +42,7 @@ export default {
       return;
     }
     try {
-      const more = await ingestFiles(deps, ingestOptions(deps.config, inlineParsers), BUDGET_MS);
+      const more = await ingestFiles(deps, ingestOptions(deps.config, inlineChunker), BUDGET_MS);
       if (more) await env.INGEST_QUEUE.send({ reason: 'more' });
       batch.ackAll();
     } catch (error) {

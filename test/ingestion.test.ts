@@ -4,7 +4,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { vectorStoreChunks, vectorStoreFiles } from '../src/db/schema';
 import { LEASE_MS, MAX_ATTEMPTS } from '../src/retrieval/ingest';
 import { createFakeUpstream } from './support/fake-upstream';
+import { pdf } from './support/documents';
 import { storeFile } from './support/files';
+import { chunkerProcessesOf } from './support/processes';
+import { waitFor } from './support/wait';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
 /**
@@ -27,9 +30,15 @@ function hold() {
   return held;
 }
 
+/** Embeddings calls to this host wait here until released: a provider that does not answer. */
+const STUCK_HOST = 'stuck.test';
+let stuck = hold();
+held = null;
+
 const heldFetch: typeof fetch = async (input, init) => {
-  const gate = held;
-  if (gate && String(input instanceof Request ? input.url : input).endsWith('/embeddings')) {
+  const url = String(input instanceof Request ? input.url : input);
+  const gate = new URL(url).host === STUCK_HOST ? stuck : held;
+  if (gate && url.endsWith('/embeddings')) {
     gate.arrive();
     await gate.released;
   }
@@ -48,6 +57,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   held?.release();
+  stuck.release();
   await gateway?.close();
 });
 
@@ -158,6 +168,64 @@ describe('ingestion left behind', () => {
     gateway.deps.ingestion!.wake({ waitUntil: (task) => gateway.tasks.track(task) });
     await gateway.tasks.drain(20_000);
     expect(await fileRow(store.id, second)).toMatchObject({ status: 'completed', lastError: null });
+  });
+});
+
+describe('ingestion shared between workspaces', () => {
+  it('gives a workspace whose embeddings provider never answers only its share of the slots', async () => {
+    // Two slots, one per workspace (the defaults): the stuck workspace's second file waits for its first.
+    const slow = await gateway.tenant();
+    await gateway.virtualKey(slow, { base_url: `http://${STUCK_HOST}/v1`, default: true });
+    const slowClient = gateway.openai({ 'x-gateway-api-key': slow.workspaceKey });
+    const ids = await Promise.all([1, 2].map((i) => storeFile(gateway, slow, { filename: `slow${i}.txt`, content: `never embedded ${i}` })));
+    const slowStore = await slowClient.vectorStores.create({ name: 'stuck', file_ids: ids });
+    await stuck.arrived;
+
+    // Another workspace's file is ingested meanwhile, in the other slot.
+    const store = await client.vectorStores.create({ name: 'unhindered' });
+    const fileId = await text('quick.txt', 'ingested while the other workspace waits');
+    expect((await client.vectorStores.files.createAndPoll(store.id, { file_id: fileId }, { pollIntervalMs: 20 })).status).toBe('completed');
+    const rows = await Promise.all(ids.map((id) => fileRow(slowStore.id, id)));
+    expect(rows.map((row) => row?.attempts).sort()).toEqual([0, 1]);
+
+    stuck.release();
+    await gateway.tasks.drain(20_000);
+    expect((await Promise.all(ids.map((id) => fileRow(slowStore.id, id)))).map((row) => row?.status)).toEqual(['completed', 'completed']);
+    stuck = hold();
+    held = null;
+  });
+});
+
+describe('a document that takes long to read', () => {
+  it('keeps its lease while it is read, and stops being read when its store is deleted', async () => {
+    const reading = await createTestGateway({ env: { GATEWAY_INGEST_MAX_PAGES: '100000' }, deps: { fetch: heldFetch } });
+    try {
+      const own = await reading.tenant();
+      await reading.virtualKey(own, { base_url: 'http://fake.test/v1', default: true });
+      const theirs = reading.openai({ 'x-gateway-api-key': own.workspaceKey });
+      // Tens of seconds of CPU to read: far longer than this test waits for anything.
+      const fileId = await storeFile(reading, own, { filename: 'long.pdf', content: pdf({ pageCount: 20_000 }) });
+      const others = chunkerProcessesOf(process.pid);
+      const store = await theirs.vectorStores.create({ name: 'long', file_ids: [fileId] });
+      const row = () => reading.database.db.select().from(vectorStoreFiles).where(eq(vectorStoreFiles.fileId, fileId)).then((rows) => rows[0]);
+      const claimed = await waitFor(row, (current) => current?.leaseExpiresAt != null);
+      const started = (pids: number[]) => pids.filter((pid) => !others.includes(pid));
+      const [pid] = started(await waitFor(() => chunkerProcessesOf(process.pid), (pids) => started(pids).length === 1));
+      expect(pid).toBeDefined();
+
+      // Two minutes on, the lease has less than four fifths left: it is moved on while the file is read.
+      reading.clock.advance(120_000);
+      const renewed = await waitFor(row, (current) => current!.leaseExpiresAt! > claimed!.leaseExpiresAt!);
+      expect(renewed!.leaseExpiresAt).toBeGreaterThan(claimed!.leaseExpiresAt!);
+      expect(chunkerProcessesOf(process.pid)).toContain(pid);
+
+      await theirs.vectorStores.delete(store.id);
+      expect(await waitFor(() => chunkerProcessesOf(process.pid), (pids) => !pids.includes(pid!))).not.toContain(pid);
+      await reading.tasks.drain(20_000);
+      expect(await row()).toBeUndefined();
+    } finally {
+      await reading.close();
+    }
   });
 });
 

@@ -1,5 +1,5 @@
 import type { HtmlToTextOptions } from 'html-to-text';
-import type { Slices } from '../lib/slices';
+import { pdfInflatedBytes, zipInflatedBytes, ZipError } from './inflation';
 
 /**
  * A file's text, for chunking: UTF-8 text formats (plain text, Markdown, JSON, source code) as
@@ -52,7 +52,7 @@ export function formatOf(filename: string, contentType: string | null): FileForm
 }
 
 /** html-to-text's options: block structure kept (headings, lists, table rows), links and images left out. */
-export const HTML_OPTIONS: HtmlToTextOptions = {
+const HTML_OPTIONS: HtmlToTextOptions = {
   wordwrap: false,
   selectors: [
     { selector: 'a', options: { ignoreHref: true } },
@@ -65,41 +65,27 @@ export const HTML_OPTIONS: HtmlToTextOptions = {
 };
 
 /**
- * The parsers that take a whole document in one synchronous call (HTML, DOCX). A runtime that
- * serves other requests on the same event loop runs them elsewhere (Node: a worker thread,
- * node/extract-thread.ts); `inlineParsers` runs them here. A parser rejects what it cannot read.
+ * What one file may cost to read, each past bound an ExtractionError that names it. Time and
+ * memory are bounded by where extraction runs (node/chunker-pool.ts: a process of its own; on
+ * Workers, the platform's limits).
  */
-export interface Parsers {
-  html(html: string): Promise<string>;
-  docx(bytes: Uint8Array): Promise<string>;
-}
-
-// The parsing libraries are imported when a document first needs them: a process that never
-// ingests (or, on Node, parses on its thread) does not hold them (about 15 MB of memory for mammoth).
-export const inlineParsers: Parsers = {
-  html: async (html) => (await import('html-to-text')).convert(html, HTML_OPTIONS),
-  docx: async (bytes) => {
-    const { default: mammoth } = await import('mammoth');
-    // mammoth's Node build reads `buffer` (any ArrayBuffer does), its browser build (what a Worker
-    // bundles) `arrayBuffer`: both are given. Its types know only the browser's with an ArrayBuffer.
-    const arrayBuffer = new Uint8Array(bytes).buffer;
-    return (await mammoth.extractRawText(Object.assign({ arrayBuffer }, { buffer: arrayBuffer }))).value;
-  },
-};
-
-export interface ExtractOptions {
-  /** The most text kept (ExtractionError past it). */
+export interface ExtractionLimits {
+  /** The most text kept. */
   maxChars: number;
-  /** The event loop's slices (Deps.slices), looked at between the pages of a PDF, so that a long document shares the event loop. */
-  slices: Slices;
-  parsers: Parsers;
+  /** What a file's compressed parts (a PDF's streams, a DOCX's parts) may inflate to, together. */
+  maxInflatedBytes: number;
+  /** A PDF's pages. */
+  maxPages: number;
 }
 
-/** The text of `bytes` in `format`. */
-export async function extract(bytes: Uint8Array, format: FileFormat, options: ExtractOptions): Promise<string> {
-  const text = await read(bytes, format, options);
-  if (text.length > options.maxChars) {
-    throw new ExtractionError('invalid_file', `The file's text is longer than ${options.maxChars} characters, the most a file may index.`);
+/** A DOCX's parts at most (a real one has a few dozen; each part costs the ZIP library memory). */
+const MAX_ZIP_ENTRIES = 10_000;
+
+/** The text of `bytes` in `format`. `signal` is looked at between a PDF's pages. */
+export async function extract(bytes: Uint8Array, format: FileFormat, limits: ExtractionLimits, signal?: AbortSignal): Promise<string> {
+  const text = await read(bytes, format, limits, signal);
+  if (text.length > limits.maxChars) {
+    throw new ExtractionError('invalid_file', `The file's text is longer than ${limits.maxChars} characters, the most a file may index.`);
   }
   if (text.trim() === '') {
     const why = format === 'pdf' ? ' (a PDF of scanned pages has no text layer to read)' : '';
@@ -108,26 +94,22 @@ export async function extract(bytes: Uint8Array, format: FileFormat, options: Ex
   return text;
 }
 
-async function read(bytes: Uint8Array, format: FileFormat, options: ExtractOptions): Promise<string> {
+async function read(bytes: Uint8Array, format: FileFormat, limits: ExtractionLimits, signal: AbortSignal | undefined): Promise<string> {
   switch (format) {
     case 'text':
       return utf8(bytes);
     case 'html': {
       const html = utf8(bytes);
       try {
-        return await options.parsers.html(html);
+        return (await import('html-to-text')).convert(html, HTML_OPTIONS);
       } catch (error) {
         throw new ExtractionError('invalid_file', `The HTML file cannot be read: ${describe(error)}.`);
       }
     }
     case 'pdf':
-      return pdfText(bytes, options);
+      return pdfText(bytes, limits, signal);
     case 'docx':
-      try {
-        return await options.parsers.docx(bytes);
-      } catch (error) {
-        throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${describe(error)}.`);
-      }
+      return docxText(bytes, limits);
   }
 }
 
@@ -140,39 +122,74 @@ function utf8(bytes: Uint8Array): string {
   }
 }
 
-/** Page by page, pausing between pages, and stopping once the text is past `maxChars`. */
-async function pdfText(bytes: Uint8Array, options: ExtractOptions): Promise<string> {
+function inflatesTooFar(kind: string, limits: ExtractionLimits): ExtractionError {
+  return new ExtractionError(
+    'invalid_file',
+    `The ${kind}'s compressed parts inflate to more than ${limits.maxInflatedBytes} bytes (GATEWAY_INGEST_MAX_INFLATED_BYTES), the most a file may inflate to.`,
+  );
+}
+
+/** Page by page, stopping once the text is past `maxChars`. */
+async function pdfText(bytes: Uint8Array, limits: ExtractionLimits, signal: AbortSignal | undefined): Promise<string> {
+  if ((await pdfInflatedBytes(bytes, limits.maxInflatedBytes)) > limits.maxInflatedBytes) throw inflatesTooFar('PDF', limits);
   let pdf;
   try {
-    // pdf.js takes ownership of the buffer it is handed: give it a copy.
+    // pdf.js takes ownership of the buffer it is handed, and refuses a Node Buffer: give it a plain
+    // copy. No eval of font programs: text needs none, and a crafted font then runs nothing
+    // (CVE-2024-4367).
     const { getDocumentProxy } = await import('unpdf');
-    pdf = await getDocumentProxy(bytes.slice(), { verbosity: 0 });
+    pdf = await getDocumentProxy(new Uint8Array(bytes), { verbosity: 0, isEvalSupported: false });
   } catch (error) {
     throw new ExtractionError('invalid_file', `The PDF cannot be read: ${describe(error)}.`);
   }
   try {
+    if (pdf.numPages > limits.maxPages) {
+      throw new ExtractionError('invalid_file', `The PDF has ${pdf.numPages} pages, more than ${limits.maxPages} (GATEWAY_INGEST_MAX_PAGES), the most a file may index.`);
+    }
     const pages: string[] = [];
     let chars = 0;
-    for (let number = 1; number <= pdf.numPages && chars <= options.maxChars; number++) {
+    for (let number = 1; number <= pdf.numPages && chars <= limits.maxChars; number++) {
+      signal?.throwIfAborted();
       const page = await pdf.getPage(number);
       const content = await page.getTextContent();
       const text = content.items.map((item) => ('str' in item ? item.str + (item.hasEOL ? '\n' : '') : '')).join('');
       pages.push(text);
       chars += text.length + 1;
       page.cleanup();
-      while (options.slices.spent()) await options.slices.next();
     }
     // As unpdf's mergePages: runs of blanks to one space, at most one blank line.
     return pages.join('\n').replace(/[^\S\n]+/g, ' ').replace(/ ?\n ?/g, '\n').replace(/\n{3,}/g, '\n\n');
   } catch (error) {
+    if (error instanceof ExtractionError || signal?.aborted) throw error;
     throw new ExtractionError('invalid_file', `The PDF cannot be read: ${describe(error)}.`);
   } finally {
     await pdf.destroy();
   }
 }
 
-/** A library's error, bounded: it may quote the file. */
+async function docxText(bytes: Uint8Array, limits: ExtractionLimits): Promise<string> {
+  let inflated;
+  try {
+    inflated = await zipInflatedBytes(bytes, limits.maxInflatedBytes, MAX_ZIP_ENTRIES);
+  } catch (error) {
+    if (error instanceof ZipError) throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${error.message}.`);
+    throw error;
+  }
+  if (inflated > limits.maxInflatedBytes) throw inflatesTooFar('DOCX file', limits);
+  try {
+    const { default: mammoth } = await import('mammoth');
+    // mammoth's Node build reads `buffer` (any ArrayBuffer does), its browser build (what a Worker
+    // bundles) `arrayBuffer`: both are given. Its types know only the browser's with an ArrayBuffer.
+    const arrayBuffer = new Uint8Array(bytes).buffer;
+    return (await mammoth.extractRawText(Object.assign({ arrayBuffer }, { buffer: arrayBuffer }))).value;
+  } catch (error) {
+    throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${describe(error)}.`);
+  }
+}
+
+/** A library's error, bounded: it may quote the file. A stack overflow is the document's nesting. */
 function describe(error: unknown): string {
+  if (error instanceof RangeError && /call stack/i.test(error.message)) return 'its elements are nested too deeply';
   const message = error instanceof Error ? error.message : String(error);
   return message.length > 200 ? `${message.slice(0, 200)}…` : message;
 }

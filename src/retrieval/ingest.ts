@@ -1,15 +1,15 @@
-import { and, asc, eq, sql, type SQL } from 'drizzle-orm';
+import { and, asc, eq, notInArray, sql, type SQL } from 'drizzle-orm';
 import { batchWrites, type Statement } from '../db/client';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores, type VectorStoreFileError } from '../db/schema';
 import type { Deps } from '../deps';
-import { concatBytes } from '../lib/bytes';
 import { ApiError } from '../errors';
 import { UpstreamError } from '../providers/types';
 import type { VectorStoreFileRow } from '../services/vector-stores';
 import { claimableAt } from './claims';
-import { chunkText, TooManyChunks, type Chunk } from './chunk';
+import type { Chunk } from './chunk';
+import type { Chunker } from './chunker';
 import { BATCH_TEXTS, embedTexts, vectorBlob, type EmbedDeps } from './embed';
-import { extract, ExtractionError, formatOf, type Parsers } from './extract';
+import { ExtractionError, formatOf } from './extract';
 
 /**
  * Ingesting one file of a vector store: read its bytes from the blob store, extract its text,
@@ -18,30 +18,42 @@ import { extract, ExtractionError, formatOf, type Parsers } from './extract';
  *
  * The vector_store_files row is the job. A worker claims an in-progress row whose lease is
  * absent or past (`lease_expires_at`, which is also the claim's token: every write of the
- * ingestion is conditional on the row being in progress with the token it last wrote), checks
- * the row between embedding calls (renewing the lease as it goes), and gives up without writing
- * as soon as the row is no longer its own: the file was removed, its batch cancelled, its store deleted (their rows and chunks go
- * in one batch, services/vector-stores.ts), or the lease was lost. A crashed ingestion is claimed
- * again once its lease passes, at most MAX_ATTEMPTS times; the workspace's own rate-limit policies
- * refusing an embedding call puts the file back until their window resets, without counting it.
+ * ingestion is conditional on the row being in progress with the token it last wrote). While it
+ * works on the file, reading and chunking it included, it looks at the row every KEEP_MS
+ * (renewing the lease as it goes: ClaimKeeper), and stops the work and gives up without writing
+ * as soon as the row is no longer its own: the file was removed, its batch cancelled, its store
+ * deleted (their rows and chunks go in one batch, services/vector-stores.ts), or the lease was
+ * lost. A crashed ingestion is claimed again once its lease passes, at most MAX_ATTEMPTS times;
+ * the workspace's own rate-limit policies refusing an embedding call puts the file back until
+ * their window resets, without counting it.
  */
 
-export type IngestDeps = EmbedDeps & Pick<Deps, 'blobs' | 'slices'>;
+export type IngestDeps = EmbedDeps & Pick<Deps, 'blobs'>;
 
 export const LEASE_MS = 5 * 60_000;
 export const MAX_ATTEMPTS = 3;
+/** How often a claim is looked at while its file is worked on: a deleted file stops within this. */
+export const KEEP_MS = 2_000;
 /** A document's text holds at most this many characters per token of its chunk budget. */
 const CHARS_PER_TOKEN_BOUND = 10;
 
 export interface IngestOptions {
   maxFileBytes: number;
   maxChunks: number;
-  /** Where HTML and DOCX are parsed (retrieval/extract.ts). */
-  parsers: Parsers;
+  maxInflatedBytes: number;
+  maxPages: number;
+  /** Where documents are read and chunked (retrieval/chunker.ts). */
+  chunker: Chunker;
 }
 
-export function ingestOptions(config: IngestDeps['config'], parsers: Parsers): IngestOptions {
-  return { maxFileBytes: config.GATEWAY_INGEST_MAX_FILE_BYTES, maxChunks: config.GATEWAY_INGEST_MAX_CHUNKS, parsers };
+export function ingestOptions(config: IngestDeps['config'], chunker: Chunker): IngestOptions {
+  return {
+    maxFileBytes: config.GATEWAY_INGEST_MAX_FILE_BYTES,
+    maxChunks: config.GATEWAY_INGEST_MAX_CHUNKS,
+    maxInflatedBytes: config.GATEWAY_INGEST_MAX_INFLATED_BYTES,
+    maxPages: config.GATEWAY_INGEST_MAX_PAGES,
+    chunker,
+  };
 }
 
 /** A file claimed for ingestion: its row, with the lease it holds. */
@@ -54,12 +66,14 @@ const held = (claim: Claim) =>
   and(eq(vectorStoreFiles.seq, claim.row.seq), eq(vectorStoreFiles.status, 'in_progress'), eq(vectorStoreFiles.leaseExpiresAt, claim.lease));
 
 /**
- * Claims the next file to ingest: in progress, its lease absent or past. Files whose lease passed
- * MAX_ATTEMPTS times fail first. Null when there is none.
+ * Claims the next file to ingest: in progress, its lease absent or past, of a workspace other than
+ * `skipWorkspaces` (those at their share of the slots). Files whose lease passed MAX_ATTEMPTS times
+ * fail first. Null when there is none.
  */
-export async function claimNext(deps: Pick<IngestDeps, 'db' | 'now'>): Promise<Claim | null> {
+export async function claimNext(deps: Pick<IngestDeps, 'db' | 'now'>, skipWorkspaces: readonly string[] = []): Promise<Claim | null> {
   const now = deps.now();
   const free = claimableAt(now);
+  const eligible = skipWorkspaces.length === 0 ? free : and(free, notInArray(vectorStoreFiles.workspaceId, [...skipWorkspaces]));
   await deps.db
     .update(vectorStoreFiles)
     .set({
@@ -72,7 +86,7 @@ export async function claimNext(deps: Pick<IngestDeps, 'db' | 'now'>): Promise<C
   const next = deps.db
     .select({ seq: vectorStoreFiles.seq })
     .from(vectorStoreFiles)
-    .where(free)
+    .where(eligible)
     .orderBy(asc(vectorStoreFiles.leaseExpiresAt))
     .limit(1);
   const [row] = await deps.db
@@ -94,12 +108,15 @@ export async function nextClaimAt(deps: Pick<IngestDeps, 'db'>): Promise<number 
 
 /** Ingests the claimed file to its end: completed, failed, deferred (rate limits), or abandoned (no longer its own). */
 export async function ingestClaimed(deps: IngestDeps, claim: Claim, options: IngestOptions): Promise<'completed' | 'failed' | 'deferred' | 'abandoned'> {
+  const keeper = new ClaimKeeper(deps, claim);
   try {
-    const chunks = await chunksOf(deps, claim, options);
-    const vectors = await embedChunks(deps, claim, chunks);
-    if (vectors === null) return 'abandoned';
+    const chunks = await chunksOf(deps, claim, options, keeper.signal);
+    const vectors = await embedChunks(deps, claim, chunks, keeper.signal);
+    // The lease is final from here: the writes below are conditional on it.
+    if (!(await keeper.stop()) || vectors === null) return 'abandoned';
     return (await complete(deps, claim, chunks, vectors)) ? 'completed' : 'abandoned';
   } catch (error) {
+    if (!(await keeper.stop())) return 'abandoned';
     if (error instanceof ApiError && error.code === 'rate_limit_exceeded') {
       return (await defer(deps, claim, error)) ? 'deferred' : 'abandoned';
     }
@@ -111,8 +128,8 @@ export async function ingestClaimed(deps: IngestDeps, claim: Claim, options: Ing
   }
 }
 
-/** The file's text in chunks, by its store file's strategy. */
-async function chunksOf(deps: IngestDeps, claim: Claim, options: IngestOptions): Promise<Chunk[]> {
+/** The file's text in chunks, by its store file's strategy, read and chunked by the chunker. */
+async function chunksOf(deps: IngestDeps, claim: Claim, options: IngestOptions, signal: AbortSignal): Promise<Chunk[]> {
   const [file] = await deps.db.select().from(files).where(eq(files.id, claim.row.fileId)).limit(1);
   if (!file) throw new ExtractionError('invalid_file', 'The file was deleted before it could be indexed.');
   const format = formatOf(file.filename, file.contentType);
@@ -122,50 +139,32 @@ async function chunksOf(deps: IngestDeps, claim: Claim, options: IngestOptions):
   if (file.bytes > options.maxFileBytes) {
     throw new ExtractionError('invalid_file', `The file is larger than ${options.maxFileBytes} bytes, the most a file may index.`);
   }
-  const bytes = await readBlob(deps, file.blobKey, options.maxFileBytes);
+  const bytes = await deps.blobs.get(file.blobKey);
+  if (bytes === null) throw new ExtractionError('invalid_file', "The file's content is missing from the blob store.");
   const strategy = claim.row.chunkingStrategy;
   const sizes = strategy.type === 'static' ? strategy.static : { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 };
-  const text = await extract(bytes, format, {
-    maxChars: options.maxChunks * sizes.max_chunk_size_tokens * CHARS_PER_TOKEN_BOUND,
-    slices: deps.slices,
-    parsers: options.parsers,
-  });
-  try {
-    return await chunkText(text, {
-      maxTokens: sizes.max_chunk_size_tokens,
-      overlapTokens: sizes.chunk_overlap_tokens,
-      maxChunks: options.maxChunks,
-      slices: deps.slices,
-    });
-  } catch (error) {
-    if (error instanceof TooManyChunks) {
-      throw new ExtractionError('invalid_file', `The file's text makes more than ${error.maxChunks} chunks, the most a file may index.`);
-    }
-    throw error;
-  }
+  const job = {
+    format,
+    maxBytes: options.maxFileBytes,
+    limits: {
+      maxChars: options.maxChunks * sizes.max_chunk_size_tokens * CHARS_PER_TOKEN_BOUND,
+      maxInflatedBytes: options.maxInflatedBytes,
+      maxPages: options.maxPages,
+    },
+    maxTokens: sizes.max_chunk_size_tokens,
+    overlapTokens: sizes.chunk_overlap_tokens,
+    maxChunks: options.maxChunks,
+  };
+  return options.chunker.chunk(bytes, job, signal);
 }
 
-async function readBlob(deps: IngestDeps, key: string, maxBytes: number): Promise<Uint8Array> {
-  const stream = await deps.blobs.get(key);
-  if (stream === null) throw new ExtractionError('invalid_file', "The file's content is missing from the blob store.");
-  const parts: Uint8Array[] = [];
-  let size = 0;
-  for await (const part of stream) {
-    size += part.byteLength;
-    if (size > maxBytes) {
-      await stream.cancel().catch(() => undefined);
-      throw new ExtractionError('invalid_file', `The file is larger than ${maxBytes} bytes, the most a file may index.`);
-    }
-    parts.push(part);
-  }
-  return concatBytes(parts);
-}
-
-/**
- * The chunks' vectors, one embeddings call's worth at a time, checking the claim between calls;
- * null as soon as the file is no longer this claim's.
- */
-async function embedChunks(deps: IngestDeps, claim: Claim, chunks: Chunk[]): Promise<{ vectors: Float32Array[]; dimensions: number } | null> {
+/** The chunks' vectors, one embeddings call's worth at a time; null once the file is no longer this claim's. */
+async function embedChunks(
+  deps: IngestDeps,
+  claim: Claim,
+  chunks: Chunk[],
+  signal: AbortSignal,
+): Promise<{ vectors: Float32Array[]; dimensions: number } | null> {
   const [store] = await deps.db.select().from(vectorStores).where(eq(vectorStores.id, claim.row.vectorStoreId)).limit(1);
   if (!store) return null;
   const target = {
@@ -177,12 +176,53 @@ async function embedChunks(deps: IngestDeps, claim: Claim, chunks: Chunk[]): Pro
   };
   const vectors: Float32Array[] = [];
   for (let start = 0; start < chunks.length; start += BATCH_TEXTS) {
-    const answer = await embedTexts(deps, target, chunks.slice(start, start + BATCH_TEXTS).map((chunk) => chunk.text));
+    const answer = await embedTexts(deps, target, chunks.slice(start, start + BATCH_TEXTS).map((chunk) => chunk.text), signal);
     target.dimensions = answer.dimensions;
     vectors.push(...answer.vectors);
-    if (!(await stillHeld(deps, claim))) return null;
+    if (signal.aborted) return null;
   }
   return { vectors, dimensions: target.dimensions ?? 0 };
+}
+
+/**
+ * Holds a claim while its file is worked on: every KEEP_MS it looks whether the row is still the
+ * claim's (stillHeld, which also moves the lease on), and aborts `signal` as soon as it is not, so
+ * that the chunker and the embeddings call in hand stop there.
+ */
+class ClaimKeeper {
+  readonly #deps: IngestDeps;
+  readonly #claim: Claim;
+  readonly #controller = new AbortController();
+  readonly #timer: ReturnType<typeof setInterval>;
+  #looking: Promise<void> | null = null;
+
+  constructor(deps: IngestDeps, claim: Claim) {
+    this.#deps = deps;
+    this.#claim = claim;
+    this.#timer = setInterval(() => {
+      this.#looking ??= this.#look().finally(() => (this.#looking = null));
+    }, KEEP_MS);
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  async #look(): Promise<void> {
+    try {
+      if (!(await stillHeld(this.#deps, this.#claim))) this.#controller.abort(new Error('the file is no longer this ingestion\'s'));
+    } catch (error) {
+      // The database failed this once: the next look tries again, and the lease has minutes left.
+      this.#deps.log.warn('an ingestion could not look at its claim', { file_id: this.#claim.row.fileId, error });
+    }
+  }
+
+  /** Stops looking, once the look in hand has ended (the claim's lease is then final); whether the claim is still held. */
+  async stop(): Promise<boolean> {
+    clearInterval(this.#timer);
+    await this.#looking;
+    return !this.#controller.signal.aborted;
+  }
 }
 
 /**
