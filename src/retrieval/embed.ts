@@ -12,7 +12,8 @@ import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type Virtual
  * The store decides the model, the dimensions and the virtual key, so that every vector of a store
  * and every query against it agree. Texts go in batches of BATCH_TEXTS; a batch the provider
  * refuses for a passing reason (429, 5xx, the network, a timeout) is tried again after a backoff,
- * up to ATTEMPTS times (within about 10 s). Each call is admitted by the workspace's rate-limit policies like a run's
+ * up to ATTEMPTS times, all within DEADLINE_MS: a provider that never answers fails a batch in that
+ * time, not in four times it. Each call is admitted by the workspace's rate-limit policies like a run's
  * turn (model = the embeddings model), charged the tokens the provider reports, and counted in
  * the usage table (GET /v1/usage).
  */
@@ -42,7 +43,8 @@ export type EmbedDeps = Pick<Deps, 'db' | 'secrets' | 'fetch' | 'config' | 'now'
 export const BATCH_TEXTS = 64;
 const ATTEMPTS = 4;
 const BACKOFF_MS = [500, 2_000, 8_000];
-const TIMEOUT_MS = 60_000;
+/** A batch's attempts and their backoffs together, each attempt given what is left of it. */
+const DEADLINE_MS = 60_000;
 
 /** The dimensions to ask of `model`, when it is one that takes the parameter. */
 export function requestedDimensions(model: string, config: EmbedDeps['config']): number | undefined {
@@ -57,7 +59,7 @@ export async function embedTexts(deps: EmbedDeps, target: EmbeddingTarget, texts
   let promptTokens = 0;
   for (let start = 0; start < texts.length; start += BATCH_TEXTS) {
     const batch = texts.slice(start, start + BATCH_TEXTS);
-    const answer = await withRetries(signal, async () => {
+    const answer = await withRetries(signal, async (timeoutMs) => {
       const chars = batch.reduce((sum, text) => sum + text.length, 0);
       const admission = await admitRequest(
         deps,
@@ -68,7 +70,7 @@ export async function embedTexts(deps: EmbedDeps, target: EmbeddingTarget, texts
       try {
         const result = await createEmbeddings(
           { model: target.model, input: batch, dimensions: requestedDimensions(target.model, deps.config) },
-          { fetch: deps.fetch, adapter: ADAPTERS[key.provider], baseUrl: key.baseUrl, options: key.options, secret, timeoutMs: TIMEOUT_MS, signal },
+          { fetch: deps.fetch, adapter: ADAPTERS[key.provider], baseUrl: key.baseUrl, options: key.options, secret, timeoutMs, signal },
         );
         // A provider that reports no usage is charged, and counted, the estimate.
         charged = result.promptTokens || Math.ceil(chars / CHARS_PER_TOKEN);
@@ -105,15 +107,18 @@ async function keyFor(deps: EmbedDeps, target: EmbeddingTarget): Promise<Virtual
   return resolveVirtualKey(deps.db, target.workspaceId, { slug: undefined, model: target.model });
 }
 
-async function withRetries<T>(signal: AbortSignal | undefined, attempt: () => Promise<T>): Promise<T> {
+/** `attempt` given the ms left before DEADLINE_MS, again while it fails for a passing reason and time is left. */
+async function withRetries<T>(signal: AbortSignal | undefined, attempt: (timeoutMs: number) => Promise<T>): Promise<T> {
+  const deadline = Date.now() + DEADLINE_MS;
   for (let tried = 1; ; tried++) {
     try {
-      return await attempt();
+      return await attempt(deadline - Date.now());
     } catch (error) {
       // The workspace's own policies refusing (429 rate_limit_exceeded) is not retried here: a
       // search answers it at once, ingestion takes the file up again later.
-      if (!retryable(error) || tried >= ATTEMPTS || signal?.aborted) throw error;
-      await sleep(BACKOFF_MS[tried - 1]! * (0.75 + Math.random() / 2), signal);
+      const backoff = BACKOFF_MS[tried - 1]! * (0.75 + Math.random() / 2);
+      if (!retryable(error) || tried >= ATTEMPTS || signal?.aborted || Date.now() + backoff >= deadline) throw error;
+      await sleep(backoff, signal);
     }
   }
 }
