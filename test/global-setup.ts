@@ -9,6 +9,7 @@ import { generateKeyBase64 } from '../src/lib/secrets';
 import { createApiKey, revokeApiKey } from '../src/services/api-keys';
 import { initialise } from '../src/services/organisations';
 import { createWorkspace } from '../src/services/workspaces';
+import { deflatedBlanks, pdf } from './support/documents';
 import { fakeEmbedding, startFakeUpstream } from './support/fake-upstream';
 import { insertStore, SEARCH_DIMENSIONS, SEARCH_FILES } from './support/vector-stores';
 
@@ -24,6 +25,9 @@ import { insertStore, SEARCH_DIMENSIONS, SEARCH_FILES } from './support/vector-s
 export default async function setup(project: TestProject) {
   const bundleDir = mkdtempSync(join(tmpdir(), 'ingest-worker-'));
   const bundled = bundleWorker(TARGETS.ingest, bundleDir, 'ignore');
+  // A PDF of 200 KB whose content stream inflates to 200 MiB, past the ingest Worker's bound; made here, in Node.
+  const pdfBomb = deflatedBlanks(200 * 1024 * 1024).then((content) => pdf({ deflatedContent: content, pages: ['After the bomb'] }).toString('base64'));
+  pdfBomb.catch(() => undefined);
   // Awaited below; a failure before then is not unhandled.
   bundled.catch(() => undefined);
   const sqld = await startSqld();
@@ -75,6 +79,7 @@ export default async function setup(project: TestProject) {
       const vectors = texts.map((text) => Float32Array.from(fakeEmbedding(text, SEARCH_DIMENSIONS)));
       const store = await insertStore(database.db, searchWorkspace.id, SEARCH_FILES, { vectors, dimensions: SEARCH_DIMENSIONS, virtualKeyId: null }, now);
       project.provide('ingestWorkerScript', await bundled);
+      project.provide('pdfBomb', await pdfBomb);
       project.provide('sqldUrl', sqld.url);
       project.provide('searchTenant', { workspaceKey: searchKey.plaintext, vectorStoreId: store.id, fileIds: store.fileIds });
       project.provide('upstreamUrl', fake.baseURL);

@@ -10,6 +10,8 @@ declare module 'vitest' {
     upstreamUrl: string;
     /** The ingest Worker's bundle (wrangler.ingest.toml), run beside the gateway in those tests. */
     ingestWorkerScript: string;
+    /** A PDF whose content stream inflates to 200 MiB (test/support/documents.ts), base64. */
+    pdfBomb: string;
     /** The Worker's GATEWAY_ENCRYPTION_KEY in those tests. */
     encryptionKey: string;
     /** A workspace of that database with a vector store (test/support/vector-stores.ts, SEARCH_FILES). */

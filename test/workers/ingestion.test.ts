@@ -124,6 +124,22 @@ describe('ingestion on Workers', () => {
     expect(second).toMatchObject({ status: 'failed', last_error: { code: 'invalid_file', message: 'The file is not valid UTF-8 text.' } });
   });
 
+  it('refuses a PDF bomb before inflating it, naming the bound, and chunks text without a space', async () => {
+    const bomb = await storeFile('bomb.pdf', Uint8Array.from(atob(inject('pdfBomb')), (char) => char.charCodeAt(0)));
+    // 40,000 CJK characters without a space: one call of the tokenizer took seconds on them.
+    const cjk = await storeFile('cjk.txt', Array.from({ length: 40_000 }, (_, i) => String.fromCharCode(0x4e00 + ((i * 7919) % 20_000))).join(''));
+    const store = await openai.vectorStores.create({ name: 'hostile documents', file_ids: [bomb, cjk] });
+    const [refused, chunked] = await Promise.all([bomb, cjk].map((id) => openai.vectorStores.files.poll(store.id, id, { pollIntervalMs: 100 })));
+    expect(refused).toMatchObject({
+      status: 'failed',
+      last_error: {
+        code: 'invalid_file',
+        message: "The PDF's compressed parts inflate to more than 134217728 bytes (GATEWAY_INGEST_MAX_INFLATED_BYTES), the most a file may inflate to.",
+      },
+    });
+    expect(chunked).toMatchObject({ status: 'completed', last_error: null });
+  });
+
   it("the ingest Worker's cron takes up a file whose ingestion died (its lease ran out)", async () => {
     const { db } = await workerDeps(env);
     const fileId = await storeFile('orphan.txt', 'The harbour master rings the bell at noon.');
