@@ -3,6 +3,7 @@ import { createNodeApp } from '../src/node/app';
 import { createNodeDeps } from '../src/node/deps';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
+import { waitFor } from './support/wait';
 
 /**
  * How runs end when things do not go to plan: cancelled, expired, upstream silence and faults, a
@@ -52,15 +53,6 @@ function createRun(scenario: FakeScenario | FakeScenario[], extra: Record<string
 
 async function runOf(threadId: string, runId: string, target = gateway) {
   return json(await target.request(`/v1/threads/${threadId}/runs/${runId}`, { key: tenant.workspaceKey }));
-}
-
-async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 /** Reads server-sent events from a streamed response as they arrive. */

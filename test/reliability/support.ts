@@ -5,6 +5,9 @@ import { expect } from 'vitest';
 import { readEvents } from '../support/events';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
 import { mainThreadSchedule, memoryOf, resetPeakMemory, type GatewayProcess } from '../support/processes';
+import { waitFor } from '../support/wait';
+
+export { waitFor };
 
 /**
  * What the reliability suites share: a gateway process seen from outside (keys read from its first
@@ -150,16 +153,6 @@ export async function halfWrittenRows(db: Client): Promise<string[]> {
     for (const row of (await db.execute(query)).rows) found.push(`${what}: ${String(row[0])}`);
   }
   return found;
-}
-
-/** Polls `read` until `done` holds or `timeoutMs` passes; answers the last value read. */
-export async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await sleep(100);
-  }
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -92,36 +92,26 @@ export function zip(entries: ZipEntry[]): Buffer {
     const data = entry.deflated?.data ?? deflateRawSync(raw ?? Buffer.alloc(0));
     const size = entry.deflated?.size ?? raw?.length ?? 0;
     const crc = entry.deflated?.crc ?? crc32(raw ?? Buffer.alloc(0));
-    const local = Buffer.alloc(30);
-    local.writeUInt32LE(0x04034b50, 0);
-    local.writeUInt16LE(20, 4);
-    local.writeUInt16LE(8, 8);
-    local.writeUInt32LE(crc, 14);
-    local.writeUInt32LE(data.length, 18);
-    local.writeUInt32LE(size, 22);
-    local.writeUInt16LE(name.length, 26);
+    // The local header and the central directory's entry: the same fields, at their own offsets.
+    const local = record(30, [[0, 4, 0x04034b50], [4, 2, 20], [8, 2, 8], [14, 4, crc], [18, 4, data.length], [22, 4, size], [26, 2, name.length]]);
     locals.push(local, name, data);
-    const header = Buffer.alloc(46);
-    header.writeUInt32LE(0x02014b50, 0);
-    header.writeUInt16LE(20, 4);
-    header.writeUInt16LE(20, 6);
-    header.writeUInt16LE(8, 10);
-    header.writeUInt32LE(crc, 16);
-    header.writeUInt32LE(data.length, 20);
-    header.writeUInt32LE(size, 24);
-    header.writeUInt16LE(name.length, 28);
-    header.writeUInt32LE(offset, 42);
+    const header = record(46, [[0, 4, 0x02014b50], [4, 2, 20], [6, 2, 20], [10, 2, 8], [16, 4, crc], [20, 4, data.length], [24, 4, size], [28, 2, name.length], [42, 4, offset]]);
     central.push(header, name);
     offset += local.length + name.length + data.length;
   }
   const directory = Buffer.concat(central);
-  const end = Buffer.alloc(22);
-  end.writeUInt32LE(0x06054b50, 0);
-  end.writeUInt16LE(entries.length, 8);
-  end.writeUInt16LE(entries.length, 10);
-  end.writeUInt32LE(directory.length, 12);
-  end.writeUInt32LE(offset, 16);
+  const end = record(22, [[0, 4, 0x06054b50], [8, 2, entries.length], [10, 2, entries.length], [12, 4, directory.length], [16, 4, offset]]);
   return Buffer.concat([...locals, directory, end]);
+}
+
+/** `length` bytes of zeros, but for the little-endian fields given as [offset, bytes, value]. */
+function record(length: number, fields: [number, 2 | 4, number][]): Buffer {
+  const bytes = Buffer.alloc(length);
+  for (const [offset, size, value] of fields) {
+    if (size === 2) bytes.writeUInt16LE(value, offset);
+    else bytes.writeUInt32LE(value, offset);
+  }
+  return bytes;
 }
 
 const W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"';
