@@ -28,7 +28,8 @@ import { getThread, setToolResources, type MessageRow, type ThreadRow } from '..
 import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { wakeIngestion } from '../vector-stores/commands';
-import { attachedFiles, storedToolResources, threadStoreWrites } from '../vector-stores/thread-stores';
+import { attachedFiles, threadStoreWrites } from '../vector-stores/thread-stores';
+import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 import { toThreadJson } from '../wire/threads';
 import type { ServerSentEvent } from './event-stream';
 import type { RequestContext, StreamOptions } from './host';
@@ -87,6 +88,8 @@ export async function createThreadAndRun(
   const assistant = await caller.settings.assistant(caller.workspaceId, body.assistant_id);
   const at = deps.now();
   const thread = newThread(caller.workspaceId, { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) }, at);
+  await checkToolResources(deps.db, caller.workspaceId, body.tool_resources, 'tool_resources');
+  await checkToolResources(deps.db, caller.workspaceId, thread.toolResources, 'thread.tool_resources');
   // The thread's vector store, when its tool_resources create one or its messages attach files for file_search.
   const request = { waitUntil: (task: Promise<unknown>) => context.waitUntil(task), ...caller };
   const stores = await threadStoreWrites(deps, request, thread, {
