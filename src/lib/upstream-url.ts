@@ -40,16 +40,31 @@ export interface UpstreamHostPattern {
   port: number | null;
 }
 
-type AddressClass = 'public' | 'private' | 'metadata';
+export type AddressClass = 'public' | 'private' | 'metadata';
 
 /** A problem with `url` as an upstream, in words for an API error; null when it may be fetched. */
 export function checkUpstreamUrl(url: string, options: UpstreamUrlOptions): string | null {
   const judged = judgedUrl(url);
   if (typeof judged === 'string') return judged;
-  if (judged.kind === 'private' && !allowsPrivate(judged.parsed, options)) {
-    return `loopback, private, CGNAT and unspecified addresses are refused as upstreams ${privateRule(judged.parsed, options)}`;
-  }
-  return null;
+  const refused = judged.kind === 'private' ? privateRefusal(judged.parsed, options) : null;
+  return refused && `loopback, private, CGNAT and unspecified addresses are refused as upstreams ${refused}`;
+}
+
+/**
+ * What the host of `url` is by its text alone: a literal address by its range, a name public
+ * unless it is localhost's or a metadata service's. Names are not resolved here (see the top).
+ */
+export function hostKind(url: URL): AddressClass {
+  const host = url.hostname;
+  return host.startsWith('[') ? classifyIpv6(host.slice(1, -1)) : classifyHost(host);
+}
+
+/**
+ * Null when the rules allow `url`'s private host; otherwise the end of a refusal: what would allow
+ * it, why it is refused here, and how an admin allows this host.
+ */
+export function privateRefusal(url: URL, options: UpstreamUrlOptions): string | null {
+  return allowsPrivate(url, options) ? null : privateRule(url, options);
 }
 
 /** What a URL is as an upstream, whatever the rules: a problem in words, or its host's kind. */
@@ -88,8 +103,7 @@ function judge(url: string): UrlJudgement {
   // An empty fragment (`…/#`) leaves `hash` empty but is still in `href`; `#` appears nowhere else.
   if (parsed.href.includes('#')) return 'the URL must not contain a fragment (#…).';
 
-  const host = parsed.hostname;
-  const kind = host.startsWith('[') ? classifyIpv6(host.slice(1, -1)) : classifyHost(host);
+  const kind = hostKind(parsed);
   if (kind === 'metadata') return 'cloud metadata and link-local addresses are never allowed as upstreams.';
   return { parsed, kind };
 }

@@ -35,7 +35,7 @@ import type { ServerSentEvent } from './event-stream';
 import type { RequestContext, StreamOptions } from './host';
 import { buildPrompt, promptLimits, type Prompt } from './prompt';
 import { reconcileRun } from './recovery';
-import { checkImageFiles } from '../files/images';
+import { checkImages } from '../files/images';
 import { clientMessage, newRun, newThread } from './rows';
 import { runSettings, type RunSettings } from './settings';
 import { settleRun } from './settle';
@@ -203,7 +203,7 @@ async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestCo
   const virtualKey = await caller.settings.virtualKey(caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
   const { at } = start;
   const messages = start.messages.map((message, index) => clientMessage(thread, message, `${start.messagesParam}[${index}]`, at));
-  await checkImageFiles(deps, caller.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
+  await checkImages(deps, caller.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
   const run = newRun(settings, { thread, assistantId: start.assistantId, virtualKey, apiKeyId: caller.apiKeyId }, deps.config, at);
   const history = { messages: [...start.history.messages, ...messages], steps: start.history.steps };
   const prompt = buildPrompt(run, history, [], promptLimits(run, 0, deps.config));

@@ -2,7 +2,7 @@ import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { holdsThread } from '../db/schema';
 import { reconcileRun } from '../runs/recovery';
-import { checkImageFiles } from '../files/images';
+import { checkImages } from '../files/images';
 import { clientMessage, newThread } from '../runs/rows';
 import type { ModifyThreadBody, ThreadInput, ThreadMessageInput } from '../schemas/threads';
 import {
@@ -43,7 +43,7 @@ export async function createThread(deps: ThreadCommandDeps, request: StoreReques
   const thread = newThread(request.workspaceId, { metadata: body.metadata, tool_resources: storedToolResources(body.tool_resources) }, at);
   await checkToolResources(deps.db, request.workspaceId, thread.toolResources, 'tool_resources');
   const messages = (body.messages ?? []).map((message, index) => clientMessage(thread, message, `messages[${index}]`, at));
-  await checkImageFiles(deps, request.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
+  await checkImages(deps, request.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
   const stores = await threadStoreWrites(deps, request, thread, {
     inline: body.tool_resources?.file_search?.vector_stores?.[0],
     attached: attachedFiles(body.messages ?? [], (index) => `messages[${index}].`),
@@ -79,7 +79,7 @@ export async function createMessage(
 ): Promise<MessageRow> {
   const thread = await getThread(deps.db, request.workspaceId, threadId);
   const message = clientMessage(thread, body, '', deps.now());
-  await checkImageFiles(deps, request.workspaceId, [body], () => '');
+  await checkImages(deps, request.workspaceId, [body], () => '');
   // Its file_search attachments go to the thread's store (created if it has none), only if it is written.
   const written = messageWritten(message.id);
   const stores = await threadStoreWrites(deps, request, thread, { attached: attachedFiles([body], () => '') }, written);
