@@ -4,7 +4,7 @@ import type { ChatContentPart, ChatMessage } from '../providers/types';
 import type { PromptMessage } from '../runs/prompt';
 import type { ThreadMessageInput } from '../schemas/threads';
 import { getFile, type FileRow } from '../services/files';
-import { hostKind, privateRefusal, type UpstreamUrlOptions } from '../lib/upstream-url';
+import { hostKind, parseHttpUrl, privateRefusal, type UpstreamUrlOptions } from '../lib/upstream-url';
 import { upstreamRules } from '../services/upstream-rules';
 import { BlobTooLarge, capped } from './blob-store';
 
@@ -147,15 +147,8 @@ const IMAGE_TYPES: readonly string[] = ['image/png', 'image/jpeg', 'image/gif', 
  */
 export function imageUrlProblem(url: string, rules: UpstreamUrlOptions): string | null {
   if (/^data:/i.test(url)) return dataUrlProblem(url);
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return 'expected an absolute https or http URL, or a data: URL of an image.';
-  }
-  if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:') {
-    return `expected an https or http URL, or a data: URL of an image, not '${parsed.protocol.slice(0, -1).slice(0, 32)}'.`;
-  }
+  const parsed = parseHttpUrl(url);
+  if (typeof parsed === 'string') return `${parsed.slice(0, -1)} (or a data: URL of an image).`;
   switch (hostKind(parsed)) {
     case 'metadata':
       return 'cloud metadata and link-local addresses are never allowed in image URLs.';

@@ -87,7 +87,8 @@ function judgedUrl(url: string): UrlJudgement {
   return judged;
 }
 
-function judge(url: string): UrlJudgement {
+/** `url` parsed, when it is an absolute http or https URL; else what it is not, in words for an API error. */
+export function parseHttpUrl(url: string): URL | string {
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -95,8 +96,14 @@ function judge(url: string): UrlJudgement {
     return 'expected an absolute http or https URL.';
   }
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-    return `expected an http or https URL, not '${parsed.protocol.slice(0, -1)}'.`;
+    return `expected an http or https URL, not '${parsed.protocol.slice(0, -1).slice(0, 32)}'.`;
   }
+  return parsed;
+}
+
+function judge(url: string): UrlJudgement {
+  const parsed = parseHttpUrl(url);
+  if (typeof parsed === 'string') return parsed;
   if (parsed.username !== '' || parsed.password !== '') {
     return 'the URL must not contain credentials; the API key is a separate field.';
   }
