@@ -50,8 +50,9 @@ export const configSchema = z.object({
    */
   GATEWAY_ENCRYPTION_KEY: z.string().optional(),
   /**
-   * Loopback and private upstreams (local servers: Ollama, vLLM, llama.cpp): true allows them, false
-   * refuses them, unset allows them only while the database holds a single workspace.
+   * Loopback and private upstreams (local servers: Ollama, vLLM, llama.cpp), and such hosts in
+   * messages' image URLs: true allows them, false refuses them, unset allows them only while the
+   * database holds a single workspace.
    */
   GATEWAY_ALLOW_PRIVATE_UPSTREAMS: flag.optional(),
   /** Comma-separated host[:port] patterns allowed as upstreams even when private addresses are not. */

@@ -1,6 +1,7 @@
 import { NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, type FakeUpstream } from './support/fake-upstream';
+import { storeFile } from './support/files';
 import { createTestGateway, errorOf, json, type TestGateway } from './support/gateway';
 import { LOOKUP_TOOL, member, startRun, waitForRun, type Member } from './support/threads';
 
@@ -29,11 +30,12 @@ const newAssistant = (fields: Record<string, unknown> = {}) =>
 describe('modifying an assistant', () => {
   it('changes what the SDK sends and keeps the rest, as retrieve shows', async () => {
     const created = await newAssistant({ description: 'Helps', metadata: { team: 'a' }, temperature: 0.5 });
+    const store = await alice.openai.vectorStores.create({ name: 'hr' });
     const modified = await alice.openai.beta.assistants.update(created.id, {
       instructions: 'You are an HR bot.',
       name: 'HR Helper',
       tools: [{ type: 'file_search' }, LOOKUP_TOOL],
-      tool_resources: { file_search: { vector_store_ids: ['vs_1'] } },
+      tool_resources: { file_search: { vector_store_ids: [store.id] } },
       model: 'gpt-4o-mini',
       response_format: { type: 'json_object' },
       top_p: 0.9,
@@ -43,7 +45,7 @@ describe('modifying an assistant', () => {
       instructions: 'You are an HR bot.',
       name: 'HR Helper',
       tools: [{ type: 'file_search' }, LOOKUP_TOOL],
-      tool_resources: { file_search: { vector_store_ids: ['vs_1'] } },
+      tool_resources: { file_search: { vector_store_ids: [store.id] } },
       model: 'gpt-4o-mini',
       response_format: { type: 'json_object' },
       top_p: 0.9,
@@ -59,7 +61,7 @@ describe('modifying an assistant', () => {
       temperature: 0.2,
       top_p: 0.3,
       response_format: { type: 'json_object' },
-      tool_resources: { code_interpreter: { file_ids: ['file-1'] } },
+      tool_resources: { code_interpreter: { file_ids: [await storeFile(gateway, alice.tenant, { filename: 'data.csv', content: 'a,b' })] } },
     });
     const replaced = await json(await modify(created.id, { metadata: { c: '3' } }));
     expect(replaced.metadata).toEqual({ c: '3' });

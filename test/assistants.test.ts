@@ -2,6 +2,7 @@ import { eq } from 'drizzle-orm';
 import OpenAI, { NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assistants } from '../src/db/schema';
+import { storeFile } from './support/files';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
 /**
@@ -63,7 +64,10 @@ describe('POST /v1/assistants', () => {
       description: 'd'.repeat(512),
       instructions: 'i'.repeat(256_000),
       tools,
-      tool_resources: { code_interpreter: { file_ids: ['file-1', 'file-2'] }, file_search: { vector_store_ids: ['vs_1'] } },
+      tool_resources: {
+        code_interpreter: { file_ids: [await storeFile(gateway, tenant, { filename: 'a.csv', content: 'a' }), await storeFile(gateway, tenant, { filename: 'b.csv', content: 'b' })] },
+        file_search: { vector_store_ids: [(await json(await gateway.request('/v1/vector_stores', { key: tenant.workspaceKey, body: {}, headers: { 'x-gateway-virtual-key': VIRTUAL_KEY } }))).id] },
+      },
       metadata,
       temperature: 2,
       top_p: 0,

@@ -82,10 +82,10 @@ describe('rate-limit policies', () => {
     expect(await stats(tenant)).toEqual(await recomputed(tenant));
   });
 
-  it('admits exactly the cap of 50 concurrent creates, with either kind of key', async () => {
+  it('admits exactly the cap of 130 concurrent creates, with either kind of key', async () => {
     const tenant = await gateway.tenant();
     const responses = await Promise.all(
-      Array.from({ length: 50 }, (_, i) =>
+      Array.from({ length: 130 }, (_, i) =>
         gateway.request(POLICIES, {
           key: i % 2 ? tenant.workspaceKey : tenant.orgKey,
           body: { ...policy(`c${i}`), workspace_id: tenant.workspace.id, organisation_id: tenant.organisationId },
@@ -94,7 +94,7 @@ describe('rate-limit policies', () => {
     );
     const statuses = responses.map((response) => response.status);
     expect(statuses.filter((status) => status === 200)).toHaveLength(10);
-    expect(statuses.filter((status) => status === 400)).toHaveLength(40);
+    expect(statuses.filter((status) => status === 400)).toHaveLength(120);
     for (const response of responses.filter((r) => r.status === 400)) {
       expect(await errorOf(response)).toMatchObject({ code: 'quota_exceeded' });
     }
@@ -193,11 +193,11 @@ describe('virtual keys', () => {
     expect(listed.data).toHaveLength(10);
   });
 
-  it('admits exactly the cap of 50 concurrent creates', async () => {
+  it('admits exactly the cap of 130 concurrent creates', async () => {
     const tenant = await gateway.tenant();
-    const responses = await Promise.all(Array.from({ length: 50 }, (_, i) => createKey(tenant, `c${i}`)));
+    const responses = await Promise.all(Array.from({ length: 130 }, (_, i) => createKey(tenant, `c${i}`)));
     expect(responses.filter((r) => r.status === 200)).toHaveLength(10);
-    expect(responses.filter((r) => r.status === 400)).toHaveLength(40);
+    expect(responses.filter((r) => r.status === 400)).toHaveLength(120);
     expect((await json(await gateway.request('/v1/virtual-keys', { key: tenant.workspaceKey }))).data).toHaveLength(10);
   });
 });
@@ -218,11 +218,11 @@ describe('assistants', () => {
     expect((await json(await gateway.request('/v1/assistants?limit=100', { key: tenant.workspaceKey }))).data).toHaveLength(10);
   });
 
-  it('admits exactly the cap of 50 concurrent creates', async () => {
+  it('admits exactly the cap of 130 concurrent creates', async () => {
     const tenant = await gateway.tenant();
-    const responses = await Promise.all(Array.from({ length: 50 }, (_, i) => createAssistant(tenant, `c${i}`)));
+    const responses = await Promise.all(Array.from({ length: 130 }, (_, i) => createAssistant(tenant, `c${i}`)));
     expect(responses.filter((r) => r.status === 200)).toHaveLength(10);
-    expect(responses.filter((r) => r.status === 400)).toHaveLength(40);
+    expect(responses.filter((r) => r.status === 400)).toHaveLength(120);
     expect((await json(await gateway.request('/v1/assistants?limit=100', { key: tenant.workspaceKey }))).data).toHaveLength(10);
   });
 });

@@ -3,6 +3,7 @@ import { NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { messages, runs, runSteps, threads } from '../src/db/schema';
 import { createFakeUpstream } from './support/fake-upstream';
+import { storeFile } from './support/files';
 import { createTestGateway, errorOf, json, type TestGateway } from './support/gateway';
 import { heldThread, member, startRun, waitForRun, type Member } from './support/threads';
 
@@ -55,6 +56,7 @@ describe('creating a thread', () => {
   });
 
   it('creates a thread with its messages in order, its metadata and its tool_resources', async () => {
+    const file = await storeFile(gateway, alice.tenant, { filename: 'data.csv', content: 'a,b' });
     const thread = await alice.openai.beta.threads.create({
       messages: [
         { role: 'user', content: 'Hello, what is AI?', metadata: { n: '1' } },
@@ -68,9 +70,9 @@ describe('creating a thread', () => {
         },
       ],
       metadata: { user: 'abc123' },
-      tool_resources: { code_interpreter: { file_ids: ['file-1'] } },
+      tool_resources: { code_interpreter: { file_ids: [file] } },
     });
-    expect(thread).toMatchObject({ metadata: { user: 'abc123' }, tool_resources: { code_interpreter: { file_ids: ['file-1'] } } });
+    expect(thread).toMatchObject({ metadata: { user: 'abc123' }, tool_resources: { code_interpreter: { file_ids: [file] } } });
     const listed = await alice.openai.beta.threads.messages.list(thread.id, { order: 'asc' });
     expect(listed.data.map(({ role, content, metadata, run_id, assistant_id, thread_id }) => ({ role, content, metadata, run_id, assistant_id, thread_id }))).toEqual([
       { role: 'user', content: [{ type: 'text', text: { value: 'Hello, what is AI?', annotations: [] } }], metadata: { n: '1' }, run_id: null, assistant_id: null, thread_id: thread.id },
@@ -124,11 +126,13 @@ describe('creating a thread', () => {
 
 describe('modifying a thread', () => {
   it('replaces metadata and tool_resources when sent, keeps them when not, and clears them with null', async () => {
-    const thread = await alice.openai.beta.threads.create({ metadata: { a: '1' }, tool_resources: { file_search: { vector_store_ids: ['vs_1'] } } });
+    const store = await alice.openai.vectorStores.create({ name: 'notes' });
+    const file = await storeFile(gateway, alice.tenant, { filename: 'data.csv', content: 'a,b' });
+    const thread = await alice.openai.beta.threads.create({ metadata: { a: '1' }, tool_resources: { file_search: { vector_store_ids: [store.id] } } });
     const renamed = await alice.openai.beta.threads.update(thread.id, { metadata: { modified: 'true', user: 'abc123' } });
     expect(renamed).toEqual({ ...thread, metadata: { modified: 'true', user: 'abc123' } });
-    const moved = await alice.openai.beta.threads.update(thread.id, { tool_resources: { code_interpreter: { file_ids: ['file-9'] } } });
-    expect(moved).toEqual({ ...renamed, tool_resources: { code_interpreter: { file_ids: ['file-9'] } } });
+    const moved = await alice.openai.beta.threads.update(thread.id, { tool_resources: { code_interpreter: { file_ids: [file] } } });
+    expect(moved).toEqual({ ...renamed, tool_resources: { code_interpreter: { file_ids: [file] } } });
     expect(await alice.openai.beta.threads.update(thread.id, {})).toEqual(moved);
     const cleared = await json(await alice.request(`/v1/threads/${thread.id}`, { body: { metadata: null, tool_resources: null } }));
     expect(cleared).toEqual({ ...thread, metadata: {}, tool_resources: {} });

@@ -1,6 +1,9 @@
+import { sql } from 'drizzle-orm';
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '../src/cli/run';
-import { decryptVirtualKeySecret, findActiveVirtualKey } from '../src/services/virtual-keys';
+import { conflicts } from '../src/lib/model-patterns';
+import { decryptVirtualKeySecret, findActiveVirtualKey, tiesWith } from '../src/services/virtual-keys';
 import { startFakeUpstream, type FakeUpstreamServer, type RecordedRequest } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
@@ -228,6 +231,41 @@ describe('ties between keys', () => {
     );
     expect(responses.filter((response) => response.status === 200)).toHaveLength(1);
     expect((await list(tenant)).filter((key: { models: string[] }) => key.models.length > 0)).toHaveLength(1);
+  });
+
+  it('do not stand in the way of keys that cannot tie: 130 created at once, each with its own models, up to the cap exactly', async () => {
+    // Before the write's condition was narrowed to the patterns that would tie, every key with
+    // models written meanwhile stopped the others: 5 or so of 130 were created, the rest answered
+    // 409 concurrent_update.
+    const { tenant } = await workspaceWith([]);
+    const cap = gateway.deps.config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE;
+    const responses = await Promise.all(
+      Array.from({ length: cap + 30 }, (_, i) =>
+        call('/v1/virtual-keys', {
+          key: tenant.workspaceKey,
+          body: { slug: `many-${i}`, provider: 'openai', api_key: 'k', models: [`model-${i}`, `family-${i}-*`, `*-${i}`], default: i % 10 === 0 },
+        }),
+      ),
+    );
+    const codes = await Promise.all(responses.map(async (response) => (response.status === 200 ? 'created' : (await errorOf(response)).code)));
+    expect(codes.filter((code) => code === 'created')).toHaveLength(cap);
+    expect(codes.filter((code) => code === 'quota_exceeded')).toHaveLength(30);
+    const listed = await list(tenant);
+    expect(listed).toHaveLength(cap);
+    const createdDefaults = codes.filter((code, i) => code === 'created' && i % 10 === 0).length;
+    expect(listed.filter((key: { default: boolean }) => key.default)).toHaveLength(Math.min(createdDefaults, 1));
+  });
+
+  it('are found by the write’s own condition as by the check before it (tiesWith against conflicts)', async () => {
+    const db = gateway.database.db;
+    const unit = fc.constantFrom('a', 'b', '-', '*');
+    await fc.assert(
+      fc.asyncProperty(fc.string({ unit, minLength: 1, maxLength: 6 }), fc.string({ unit, minLength: 1, maxLength: 6 }), async (ours, theirs) => {
+        const [row] = await db.all<{ tie: number }>(sql`SELECT ${tiesWith(ours, sql`${theirs}`)} AS tie`);
+        expect(Boolean(row?.tie)).toBe(conflicts(ours, theirs));
+      }),
+      { numRuns: 2000 },
+    );
   });
 });
 

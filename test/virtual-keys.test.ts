@@ -508,10 +508,36 @@ describe('the CLI', () => {
     expect((await cli([...base, '--api-key-stdin', '--api-key-env', 'X'], { stdin: 'k' })).code).toBe(2);
     const unset = await cli([...base, '--api-key-env', 'SURELY_NOT_SET_ANYWHERE']);
     expect(unset).toMatchObject({ code: 2 });
-    expect(unset.stderr).toContain('SURELY_NOT_SET_ANYWHERE is not set');
+    expect(unset.stderr).toContain('the environment variable that --api-key-env names is not set');
     const unknownWorkspace = await cli(['virtual-keys', 'create', '--workspace', 'no-such-ws', '--slug', 'x', '--provider', 'openai', '--api-key-stdin'], { stdin: 'k' });
     expect(unknownWorkspace.code).toBe(2);
     expect((await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }))).data.map((k: { slug: string }) => k.slug)).not.toContain('nope');
+  });
+
+  it('never prints what was given where a variable name belongs: a key there is not repeated (create and update)', async () => {
+    // A key of each shape: one no variable could be named, one that could (Groq's gsk_…), as `=` and as the next word.
+    const keys = [secret('pasted'), `gsk_${crypto.randomUUID().replaceAll('-', '')}`];
+    SECRETS.add(keys[1]!);
+    const commands = [
+      ['virtual-keys', 'create', '--workspace', owner.workspace.id, '--slug', 'pasted', '--provider', 'openai'],
+      ['virtual-keys', 'update', '--workspace', owner.workspace.id, 'from-stdin'],
+    ];
+    for (const command of commands) {
+      for (const key of keys) {
+        for (const given of [[`--api-key-env=${key}`], ['--api-key-env', key]]) {
+          for (const json of [[], ['--json']]) {
+            const result = await cli([...command, ...given, ...json]);
+            expect(result.code).toBe(2);
+            expect(result.stderr).toMatch(/--api-key-env (takes the name|names is not set)/);
+            expect(result.stdout + result.stderr).not.toContain(key);
+            expect(result.stdout + result.stderr).not.toContain(key.slice(4, 16));
+          }
+        }
+      }
+    }
+    const malformed = await cli([...commands[0]!, '--api-key-env', keys[0]!]);
+    expect(malformed.stderr).toContain('--api-key-env takes the name of an environment variable');
+    expect((await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }))).data.map((k: { slug: string }) => k.slug)).not.toContain('pasted');
   });
 
   it('reports validation failures with the API’s own messages', async () => {

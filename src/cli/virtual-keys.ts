@@ -52,10 +52,23 @@ async function readProviderKey(ctx: CommandContext, optional = false): Promise<s
     throw new UsageError('pass exactly one of --api-key-stdin and --api-key-env <NAME>');
   }
   if (fromStdin) return (await ctx.readStdin()).trim();
+  // What was given is never repeated: a key pasted where its variable's name belongs would go
+  // from the shell's history to a terminal, a CI log or a ticket.
+  if (!ENVIRONMENT_NAME.test(variable!)) {
+    throw new UsageError(
+      '--api-key-env takes the name of an environment variable (letters, digits and underscores, such as OPENAI_API_KEY); ' +
+        'what was given is not one, and is not shown here in case it is a key (if it was, it is in your shell history now: rotate it).',
+    );
+  }
   const value = ctx.env[variable!];
-  if (value === undefined) throw new UsageError(`the environment variable ${variable} is not set`);
+  if (value === undefined) {
+    throw new UsageError('the environment variable that --api-key-env names is not set (its name is not shown here, in case it is a key)');
+  }
   return value;
 }
+
+/** A name a shell can export (POSIX: letters, digits and underscores, not starting with a digit). */
+const ENVIRONMENT_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 function tableRow(key: VirtualKey) {
   const json = toVirtualKeyJson(key);

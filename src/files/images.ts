@@ -4,14 +4,25 @@ import type { ChatContentPart, ChatMessage } from '../providers/types';
 import type { PromptMessage } from '../runs/prompt';
 import type { ThreadMessageInput } from '../schemas/threads';
 import { getFile, type FileRow } from '../services/files';
+import { hostKind, parseHttpUrl, privateRefusal, type UpstreamUrlOptions } from '../lib/upstream-url';
+import { upstreamRules } from '../services/upstream-rules';
 import { BlobTooLarge, capped } from './blob-store';
 
 /**
- * Uploaded images in messages (`image_file` content parts): checked when a message is written,
- * and sent to the provider as image content (a `data:` URL of the bytes, which every Chat
+ * Images in messages. Uploaded ones (`image_file` content parts): checked when a message is
+ * written, and sent to the provider as image content (a `data:` URL of the bytes, which every Chat
  * Completions server with vision takes) when a run's prompt is built. What a prompt carries is
  * bounded: each image at most MAX_IMAGE_BYTES, and the images of one prompt together at most
  * MAX_PROMPT_IMAGE_BYTES (a run holds them, base64, while its request is sent).
+ *
+ * Linked ones (`image_url` parts) go to the provider as they are, and a provider that fetches
+ * image URLs fetches them from where it runs: a URL is an address a tenant makes it fetch, judged
+ * as a virtual key's base_url is (lib/upstream-url.ts), by its text alone, since the gateway
+ * fetches nothing (resolving a name would be a probe of its own). An `https:` or `http:` URL to a
+ * public host, or to a private one the upstream rules allow, never a metadata or link-local
+ * address; or a `data:` URL of a PNG, JPEG, GIF or WebP image, base64 (bounded by the part's
+ * length). Checked when the message is written and again when a prompt is built, since the rules
+ * may have changed since (a second workspace, say).
  */
 
 export const MAX_IMAGE_BYTES = 20 * 1024 * 1024;
@@ -23,23 +34,32 @@ const IMAGE_PURPOSES = new Set(['vision', 'assistants']);
 type ImageDeps = Pick<Deps, 'db' | 'blobs'>;
 
 /**
- * Refuses a message whose image_file parts name no usable image: 400 naming the part
+ * Refuses a message whose images cannot be sent: 400 naming the part. An image_file part
  * (`messages[0].content[1].image_file.file_id`) for an unknown or another workspace's file, one
  * whose purpose is not vision or assistants, one over MAX_IMAGE_BYTES, or bytes that are not a
- * PNG, JPEG, GIF or WebP image (read from their first bytes). Nothing is written before this.
+ * PNG, JPEG, GIF or WebP image (read from their first bytes); an image_url part
+ * (`messages[0].content[1].image_url.url`) whose URL imageUrlProblem refuses. Nothing is written
+ * before this.
  */
-export async function checkImageFiles(
-  deps: ImageDeps & Pick<Deps, 'now'>,
+export async function checkImages(
+  deps: ImageDeps & Pick<Deps, 'now' | 'config'>,
   workspaceId: string,
   messages: readonly ThreadMessageInput[],
   param: (index: number) => string,
 ): Promise<void> {
+  let rules: UpstreamUrlOptions | undefined;
   for (const [index, message] of messages.entries()) {
     if (typeof message.content === 'string') continue;
     for (const [partIndex, part] of message.content.entries()) {
-      if (part.type !== 'image_file') continue;
-      const where = `${param(index)}content[${partIndex}].image_file.file_id`;
+      if (part.type === 'text') continue;
+      const where = `${param(index)}content[${partIndex}].${part.type === 'image_url' ? 'image_url.url' : 'image_file.file_id'}`;
       const refuse = (why: string) => new ApiError('invalid_value', `Invalid '${where}': ${why}`, { param: where });
+      if (part.type === 'image_url') {
+        rules ??= await upstreamRules(deps.db, deps.config, { now: deps.now() });
+        const problem = imageUrlProblem(part.image_url.url, rules);
+        if (problem) throw refuse(problem);
+        continue;
+      }
       const id = part.image_file.file_id;
       const file = await getFile(deps.db, workspaceId, id, deps.now()).catch((error: unknown) => {
         if (error instanceof ApiError && error.code === 'file_not_found') throw refuse(`no file found with id '${id}'.`);
@@ -55,10 +75,17 @@ export async function checkImageFiles(
 /**
  * The prompt as the provider is sent it: each image_file part replaced by its image, as a data:
  * URL, the newest images first while the prompt's images fit MAX_PROMPT_IMAGE_BYTES. An image
- * that cannot be sent (its file deleted or expired since the message was written, or past the
- * prompt's budget) becomes a text part that says so, so that the model knows an image was there.
+ * that cannot be sent (its file deleted or expired since the message was written, past the
+ * prompt's budget, or a URL that `rules`, the upstream rules in force, now refuse) becomes a text
+ * part that says so, so that the model knows an image was there.
  */
-export async function inlineImages(deps: ImageDeps, workspaceId: string, messages: readonly PromptMessage[], now: number): Promise<ChatMessage[]> {
+export async function inlineImages(
+  deps: ImageDeps,
+  workspaceId: string,
+  messages: readonly PromptMessage[],
+  now: number,
+  rules: UpstreamUrlOptions,
+): Promise<ChatMessage[]> {
   let budget = MAX_PROMPT_IMAGE_BYTES;
   const out: ChatMessage[] = new Array(messages.length);
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -74,6 +101,12 @@ export async function inlineImages(deps: ImageDeps, workspaceId: string, message
     const parts: ChatContentPart[] = new Array(message.content.length);
     for (let p = message.content.length - 1; p >= 0; p--) {
       const part = message.content[p]!;
+      if (part.type === 'image_url') {
+        const problem = imageUrlProblem(part.image_url.url, rules);
+        // Not the problem's words: they name the gateway's settings, which are not the provider's to read.
+        parts[p] = problem ? { type: 'text', text: '[image not included: its URL is not allowed]' } : part;
+        continue;
+      }
       if (part.type !== 'image_file') {
         parts[p] = part;
         continue;
@@ -104,6 +137,44 @@ export async function inlineImages(deps: ImageDeps, workspaceId: string, message
 }
 
 type ImageType = 'image/png' | 'image/jpeg' | 'image/gif' | 'image/webp';
+
+const IMAGE_TYPES: readonly string[] = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'] satisfies ImageType[];
+
+/**
+ * Why an image_url part's URL may not go to a provider, in words for an API error (the file's
+ * header says what is allowed); null when it may. By the URL's text only: nothing is fetched or
+ * resolved. `rules` decide private hosts (loopback, private ranges, CGNAT, `localhost`).
+ */
+export function imageUrlProblem(url: string, rules: UpstreamUrlOptions): string | null {
+  if (/^data:/i.test(url)) return dataUrlProblem(url);
+  const parsed = parseHttpUrl(url);
+  if (typeof parsed === 'string') return `${parsed.slice(0, -1)} (or a data: URL of an image).`;
+  switch (hostKind(parsed)) {
+    case 'metadata':
+      return 'cloud metadata and link-local addresses are never allowed in image URLs.';
+    case 'private': {
+      const refused = privateRefusal(parsed, rules);
+      return refused && `loopback, private, CGNAT and unspecified addresses are refused in image URLs ${refused}`;
+    }
+    case 'public':
+      return null;
+  }
+}
+
+/** `data:image/png;base64,…`: one of the four image types, base64, whose first bytes are such an image. */
+function dataUrlProblem(url: string): string | null {
+  const comma = url.indexOf(',');
+  const header = (comma < 0 ? url : url.slice(0, comma)).slice('data:'.length).toLowerCase().split(';');
+  const payload = comma < 0 ? '' : url.slice(comma + 1);
+  if (!IMAGE_TYPES.includes(header[0]!)) return 'a data: URL must be an image/png, image/jpeg, image/gif or image/webp one.';
+  if (header.at(-1) !== 'base64' || header.length < 2) return `a data: URL of an image must be base64: data:${header[0]};base64,….`;
+  if (payload.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(payload)) return 'the data: URL is not valid base64.';
+  const head = atob(payload.slice(0, 16));
+  if (sniffImageType(Uint8Array.from(head, (character) => character.charCodeAt(0))) === null) {
+    return 'the data: URL is not a PNG, JPEG, GIF or WebP image.';
+  }
+  return null;
+}
 
 /** The bytes sniffImageType looks at (WebP's signature ends at the twelfth). */
 const SNIFF_BYTES = 12;

@@ -51,8 +51,8 @@ export function matches(pattern: string, model: string): boolean {
 export function overlap(a: string, b: string): boolean {
   if (!isGlob(a)) return matches(b, a);
   if (!isGlob(b)) return matches(a, b);
-  const [prefixA, suffixA] = ends(a);
-  const [prefixB, suffixB] = ends(b);
+  const [prefixA, suffixA] = globEnds(a);
+  const [prefixB, suffixB] = globEnds(b);
   const prefixes = prefixA.startsWith(prefixB) || prefixB.startsWith(prefixA);
   const suffixes = suffixA.endsWith(suffixB) || suffixB.endsWith(suffixA);
   return prefixes && suffixes;
@@ -67,8 +67,8 @@ export function conflicts(a: string, b: string): boolean {
 export function sharedModel(a: string, b: string): string {
   if (!isGlob(a)) return a;
   if (!isGlob(b)) return b;
-  const [prefixA, suffixA] = ends(a);
-  const [prefixB, suffixB] = ends(b);
+  const [prefixA, suffixA] = globEnds(a);
+  const [prefixB, suffixB] = globEnds(b);
   const prefix = prefixA.length >= prefixB.length ? prefixA : prefixB;
   const suffix = suffixA.length >= suffixB.length ? suffixA : suffixB;
   const middle = (pattern: string) => pattern.split('*').slice(1, -1).join('');
@@ -76,7 +76,7 @@ export function sharedModel(a: string, b: string): string {
 }
 
 /** The literal text before the first `*` and after the last one. */
-function ends(glob: string): [string, string] {
+export function globEnds(glob: string): [string, string] {
   return [glob.slice(0, glob.indexOf('*')), glob.slice(glob.lastIndexOf('*') + 1)];
 }
 

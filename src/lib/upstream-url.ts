@@ -40,16 +40,31 @@ export interface UpstreamHostPattern {
   port: number | null;
 }
 
-type AddressClass = 'public' | 'private' | 'metadata';
+export type AddressClass = 'public' | 'private' | 'metadata';
 
 /** A problem with `url` as an upstream, in words for an API error; null when it may be fetched. */
 export function checkUpstreamUrl(url: string, options: UpstreamUrlOptions): string | null {
   const judged = judgedUrl(url);
   if (typeof judged === 'string') return judged;
-  if (judged.kind === 'private' && !allowsPrivate(judged.parsed, options)) {
-    return `loopback, private, CGNAT and unspecified addresses are refused as upstreams ${privateRule(judged.parsed, options)}`;
-  }
-  return null;
+  const refused = judged.kind === 'private' ? privateRefusal(judged.parsed, options) : null;
+  return refused && `loopback, private, CGNAT and unspecified addresses are refused as upstreams ${refused}`;
+}
+
+/**
+ * What the host of `url` is by its text alone: a literal address by its range, a name public
+ * unless it is localhost's or a metadata service's. Names are not resolved here (see the top).
+ */
+export function hostKind(url: URL): AddressClass {
+  const host = url.hostname;
+  return host.startsWith('[') ? classifyIpv6(host.slice(1, -1)) : classifyHost(host);
+}
+
+/**
+ * Null when the rules allow `url`'s private host; otherwise the end of a refusal: what would allow
+ * it, why it is refused here, and how an admin allows this host.
+ */
+export function privateRefusal(url: URL, options: UpstreamUrlOptions): string | null {
+  return allowsPrivate(url, options) ? null : privateRule(url, options);
 }
 
 /** What a URL is as an upstream, whatever the rules: a problem in words, or its host's kind. */
@@ -72,7 +87,8 @@ function judgedUrl(url: string): UrlJudgement {
   return judged;
 }
 
-function judge(url: string): UrlJudgement {
+/** `url` parsed, when it is an absolute http or https URL; else what it is not, in words for an API error. */
+export function parseHttpUrl(url: string): URL | string {
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -80,16 +96,21 @@ function judge(url: string): UrlJudgement {
     return 'expected an absolute http or https URL.';
   }
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-    return `expected an http or https URL, not '${parsed.protocol.slice(0, -1)}'.`;
+    return `expected an http or https URL, not '${parsed.protocol.slice(0, -1).slice(0, 32)}'.`;
   }
+  return parsed;
+}
+
+function judge(url: string): UrlJudgement {
+  const parsed = parseHttpUrl(url);
+  if (typeof parsed === 'string') return parsed;
   if (parsed.username !== '' || parsed.password !== '') {
     return 'the URL must not contain credentials; the API key is a separate field.';
   }
   // An empty fragment (`…/#`) leaves `hash` empty but is still in `href`; `#` appears nowhere else.
   if (parsed.href.includes('#')) return 'the URL must not contain a fragment (#…).';
 
-  const host = parsed.hostname;
-  const kind = host.startsWith('[') ? classifyIpv6(host.slice(1, -1)) : classifyHost(host);
+  const kind = hostKind(parsed);
   if (kind === 'metadata') return 'cloud metadata and link-local addresses are never allowed as upstreams.';
   return { parsed, kind };
 }

@@ -5,28 +5,24 @@ import { requestedVirtualKey } from '../middleware/virtual-key';
 import { workspace } from '../middleware/workspace';
 import { createAssistantBody, modifyAssistantBody } from '../schemas/assistants';
 import { cursorListQuery } from '../schemas/common';
-import { createAssistant, deleteAssistant, getAssistant, listAssistants, modifyAssistant } from '../services/assistants';
+import { createAssistant, modifyAssistant } from '../assistants/commands';
+import { deleteAssistant, getAssistant, listAssistants } from '../services/assistants';
 import { resolveVirtualKey } from '../services/virtual-keys';
 import { toAssistantJson } from '../wire/assistants';
 import { listObject } from '../wire/lists';
 import type { ApiEnv } from './env';
+import { storeRequest } from './store-request';
 
 /**
  * /v1/assistants, in the workspace of workspace(). Retrieving one needs a virtual key that would
  * execute its runs (the gateway's API has always asked for one there), resolved as a run of the
- * assistant's model resolves it; creating, listing, modifying and deleting do not.
+ * assistant's model resolves it; creating and modifying need one only for the vector store their
+ * tool_resources create (its embeddings), listing and deleting never.
  */
 export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
   .post('/', validate('json', createAssistantBody), async (c) => {
-    const { db, now, config } = c.get('deps');
-    const row = await createAssistant(
-      db,
-      c.get('workspace').workspaceId,
-      c.req.valid('json'),
-      now(),
-      config.GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE,
-    );
+    const row = await createAssistant(c.get('deps'), storeRequest(c), c.req.valid('json'));
     return c.json(toAssistantJson(row));
   })
   .get('/', validate('query', cursorListQuery), async (c) => {
@@ -41,8 +37,7 @@ export const assistantRoutes = new Hono<ApiEnv>()
     return c.json(toAssistantJson(row));
   })
   .post('/:assistant_id', validate('json', modifyAssistantBody), async (c) => {
-    const { workspaceId } = c.get('workspace');
-    const row = await modifyAssistant(c.get('deps').db, workspaceId, c.req.param('assistant_id'), c.req.valid('json'));
+    const row = await modifyAssistant(c.get('deps'), storeRequest(c), c.req.param('assistant_id'), c.req.valid('json'));
     return c.json(toAssistantJson(row));
   })
   .delete('/:assistant_id', async (c) => {

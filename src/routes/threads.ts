@@ -3,8 +3,8 @@ import { assistantsBeta } from '../middleware/assistants-beta';
 import { validate } from '../middleware/validate';
 import { workspace } from '../middleware/workspace';
 import { createMessageBody, createThreadBody, listMessagesQuery, modifyMessageBody, modifyThreadBody } from '../schemas/threads';
-import { deleteMessage, getMessage, getThread, listMessages, modifyMessage, modifyThread } from '../services/threads';
-import { createMessage, createThread, deleteThread } from '../threads/commands';
+import { deleteMessage, getMessage, getThread, listMessages, modifyMessage } from '../services/threads';
+import { createMessage, createThread, deleteThread, modifyThread } from '../threads/commands';
 import { listObject } from '../wire/lists';
 import { toMessageJson, toThreadJson } from '../wire/threads';
 import type { ApiEnv, WorkspaceEnv } from './env';
@@ -22,8 +22,7 @@ const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
     return c.json(toThreadJson(thread));
   })
   .post('/:thread_id', validate('json', modifyThreadBody), async (c) => {
-    const { workspaceId } = c.get('workspace');
-    const thread = await modifyThread(c.get('deps').db, workspaceId, c.req.param('thread_id'), c.req.valid('json'));
+    const thread = await modifyThread(c.get('deps'), c.get('workspace').workspaceId, c.req.param('thread_id'), c.req.valid('json'));
     return c.json(toThreadJson(thread));
   })
   .delete('/:thread_id', async (c) => {

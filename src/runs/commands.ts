@@ -28,13 +28,14 @@ import { getThread, setToolResources, type MessageRow, type ThreadRow } from '..
 import { getVirtualKey, type VirtualKey } from '../services/virtual-keys';
 import { toRunJson, toStepJson } from '../wire/runs';
 import { wakeIngestion } from '../vector-stores/commands';
-import { attachedFiles, storedToolResources, threadStoreWrites } from '../vector-stores/thread-stores';
+import { attachedFiles, threadStoreWrites } from '../vector-stores/thread-stores';
+import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 import { toThreadJson } from '../wire/threads';
 import type { ServerSentEvent } from './event-stream';
 import type { RequestContext, StreamOptions } from './host';
 import { buildPrompt, promptLimits, type Prompt } from './prompt';
 import { reconcileRun } from './recovery';
-import { checkImageFiles } from '../files/images';
+import { checkImages } from '../files/images';
 import { clientMessage, newRun, newThread } from './rows';
 import { runSettings, type RunSettings } from './settings';
 import { settleRun } from './settle';
@@ -87,6 +88,8 @@ export async function createThreadAndRun(
   const assistant = await caller.settings.assistant(caller.workspaceId, body.assistant_id);
   const at = deps.now();
   const thread = newThread(caller.workspaceId, { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) }, at);
+  await checkToolResources(deps.db, caller.workspaceId, body.tool_resources, 'tool_resources');
+  await checkToolResources(deps.db, caller.workspaceId, thread.toolResources, 'thread.tool_resources');
   // The thread's vector store, when its tool_resources create one or its messages attach files for file_search.
   const request = { waitUntil: (task: Promise<unknown>) => context.waitUntil(task), ...caller };
   const stores = await threadStoreWrites(deps, request, thread, {
@@ -200,7 +203,7 @@ async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestCo
   const virtualKey = await caller.settings.virtualKey(caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
   const { at } = start;
   const messages = start.messages.map((message, index) => clientMessage(thread, message, `${start.messagesParam}[${index}]`, at));
-  await checkImageFiles(deps, caller.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
+  await checkImages(deps, caller.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
   const run = newRun(settings, { thread, assistantId: start.assistantId, virtualKey, apiKeyId: caller.apiKeyId }, deps.config, at);
   const history = { messages: [...start.history.messages, ...messages], steps: start.history.steps };
   const prompt = buildPrompt(run, history, [], promptLimits(run, 0, deps.config));

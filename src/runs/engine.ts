@@ -257,7 +257,8 @@ class Execution {
     if (!virtualKey || virtualKey.revokedAt !== null) {
       throw new UpstreamError('address', 'The virtual key of this run was revoked before it could execute.');
     }
-    const addressProblem = checkUpstreamUrl(virtualKey.baseUrl, await upstreamRules(db, config, { now: this.#deps.now() }));
+    const rules = await upstreamRules(db, config, { now: this.#deps.now() });
+    const addressProblem = checkUpstreamUrl(virtualKey.baseUrl, rules);
     if (addressProblem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${addressProblem}`);
 
     let { prompt, steps } = this.#preloaded ? { prompt: this.#preloaded.prompt, steps: NO_STEPS } : await this.#laterTurn();
@@ -271,7 +272,7 @@ class Execution {
       const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
       if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
       if (!prompt.fits) return this.#promptTooLong();
-      const messages = await inlineImages(this.#deps, run.workspaceId, prompt.messages, this.#deps.now());
+      const messages = await inlineImages(this.#deps, run.workspaceId, prompt.messages, this.#deps.now(), rules);
       const request = buildChatRequest(run, messages, budget, round);
       const { finishReason, usage } = await this.#complete(request, prompt, virtualKey, secret);
       // In the upstream's order, as the step records them: result numbers follow it (citationSources).

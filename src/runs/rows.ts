@@ -88,7 +88,7 @@ function messageAttachments(input: ThreadMessageInput, param: string): MessageAt
   });
 }
 
-/** Message content as stored; image_file parts were checked against the files before (files/images.ts). */
+/** Message content as stored; its image parts were checked before (files/images.ts, checkImages). */
 function messageContent(input: ThreadMessageInput, param: string): MessageContent[] {
   if (typeof input.content === 'string') return [{ type: 'text', text: { value: input.content, annotations: [] } }];
   return input.content.map((part, index): MessageContent => {
@@ -98,7 +98,7 @@ function messageContent(input: ThreadMessageInput, param: string): MessageConten
       case 'image_url':
         return { type: 'image_url', image_url: { url: part.image_url.url, detail: part.image_url.detail ?? 'auto' } };
       case 'image_file':
-        // The file was checked before (files/images.ts, checkImageFiles); its bytes go at run time.
+        // The file was checked before (files/images.ts, checkImages); its bytes go at run time.
         return { type: 'image_file', image_file: { file_id: part.image_file.file_id, detail: part.image_file.detail ?? 'auto' } };
     }
   });

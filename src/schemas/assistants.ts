@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { metadataSchema } from './common';
-import { responseFormatSchema, toolResourcesSchema, toolsSchema, type ResponseFormat, type Tool, type ToolResources } from './tools';
+import { responseFormatSchema, toolResourcesInputSchema, toolsSchema, type ResponseFormat, type Tool, type ToolResources } from './tools';
 
 /**
  * Assistants: OpenAI's CreateAssistantRequest with the gateway's bounds (README: name 256,
@@ -15,7 +15,7 @@ export const createAssistantBody = z.strictObject({
   description: z.string().max(ASSISTANT_LIMITS.description).nullable().optional(),
   instructions: z.string().max(ASSISTANT_LIMITS.instructions).nullable().optional(),
   tools: toolsSchema(ASSISTANT_LIMITS.tools).optional(),
-  tool_resources: toolResourcesSchema.nullable().optional(),
+  tool_resources: toolResourcesInputSchema.nullable().optional(),
   metadata: metadataSchema.nullable().optional(),
   temperature: z.number().min(0).max(2).nullable().optional(),
   top_p: z.number().min(0).max(1).nullable().optional(),
@@ -25,7 +25,8 @@ export type CreateAssistantBody = z.infer<typeof createAssistantBody>;
 
 /**
  * POST /v1/assistants/{assistant_id}: OpenAI's ModifyAssistantRequest, every field of create with
- * the same bounds, each optional; the fields sent replace the stored ones.
+ * the same bounds, each optional; the fields sent replace the stored ones. Its tool_resources may
+ * create a vector store too, which OpenAI's modify did not take (a client written for it never sends one).
  */
 export const modifyAssistantBody = createAssistantBody.partial();
 export type ModifyAssistantBody = z.infer<typeof modifyAssistantBody>;

@@ -1,7 +1,6 @@
 import * as z from 'zod';
 import { cursorListQuery, metadataSchema } from './common';
-import { toolResourcesSchema } from './tools';
-import { chunkingStrategySchema, VECTOR_STORE_LIMITS } from './vector-stores';
+import { toolResourcesInputSchema, toolResourcesSchema } from './tools';
 
 /**
  * Threads and their messages: the bodies that create and modify them (alone, or a thread created
@@ -51,37 +50,9 @@ export const threadMessageSchema = z.strictObject({
 });
 export type ThreadMessageInput = z.infer<typeof threadMessageSchema>;
 
-/**
- * A new thread's tool resources: file_search may also create its vector store, from files
- * (`vector_stores`, at most one, OpenAI's rule), instead of naming one (`vector_store_ids`).
- */
-const newThreadToolResources = toolResourcesSchema
-  .extend({
-    file_search: toolResourcesSchema.shape.file_search
-      .unwrap()
-      .extend({
-        vector_stores: z
-          .array(
-            z.strictObject({
-              file_ids: z.array(z.string().min(1).max(256)).max(VECTOR_STORE_LIMITS.storeFiles).optional(),
-              chunking_strategy: chunkingStrategySchema.optional(),
-              metadata: metadataSchema.nullable().optional(),
-            }),
-          )
-          .max(1)
-          .optional(),
-      })
-      .refine((value) => value.vector_store_ids === undefined || value.vector_stores === undefined, {
-        path: ['vector_stores'],
-        error: "'vector_store_ids' and 'vector_stores' are mutually exclusive: send one of them.",
-      })
-      .optional(),
-  });
-export type NewThreadToolResources = z.infer<typeof newThreadToolResources>;
-
 export const threadSchema = z.strictObject({
   messages: z.array(threadMessageSchema).max(THREAD_LIMITS.messages).optional(),
-  tool_resources: newThreadToolResources.nullable().optional(),
+  tool_resources: toolResourcesInputSchema.nullable().optional(),
   metadata: metadataSchema.nullable().optional(),
 });
 export type ThreadInput = z.infer<typeof threadSchema>;

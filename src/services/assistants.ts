@@ -1,10 +1,11 @@
-import { and, count, eq, isNull, sql } from 'drizzle-orm';
-import { insertWhere, preparedQueries, preparedQuery, type Db } from '../db/client';
+import { and, count, eq, isNull, sql, type SQL } from 'drizzle-orm';
+import { insertWhere, preparedQueries, preparedQuery, type BuiltStatement, type Db } from '../db/client';
 import { assistants } from '../db/schema';
 import { ApiError } from '../errors';
 import { newId } from '../lib/ids';
-import type { CreateAssistantBody, ModifyAssistantBody } from '../schemas/assistants';
+import type { ModifyAssistantBody } from '../schemas/assistants';
 import type { CursorListQuery } from '../schemas/common';
+import type { ToolResources } from '../schemas/tools';
 import { cursorPage, cursorsOf, type PageQuery } from './pagination';
 import { quotaExceeded } from './quotas';
 
@@ -17,20 +18,34 @@ export type AssistantRow = typeof assistants.$inferSelect;
 type AssistantColumns = Partial<typeof assistants.$inferInsert>;
 
 /**
- * Creates an assistant; 400 `quota_exceeded` when the workspace holds `maxAssistants` live ones
- * (GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE), checked in the insert itself.
+ * An assistant's fields as written: a create or modify body's, with its tool resources as stored
+ * (a vector store they create is named by its id: assistants/commands.ts).
  */
-export async function createAssistant(
-  db: Db,
-  workspaceId: string,
-  body: CreateAssistantBody,
-  now: number,
-  maxAssistants: number,
-): Promise<AssistantRow> {
+export type AssistantFields = Omit<ModifyAssistantBody, 'tool_resources'> & { tool_resources?: ToolResources | null };
+
+/** A new assistant: its id is known before it is written, so that the writes that go with it can wait for it (assistantLive). */
+export interface NewAssistant {
+  id: string;
+  workspaceId: string;
+  fields: AssistantFields & { model: string };
+  now: number;
+  /** GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE. */
+  maxAssistants: number;
+}
+
+export const newAssistantId = () => newId('asst');
+
+/**
+ * Writes a new assistant, with `extra` (statements made only while assistantLive holds) in the same
+ * transaction; 400 `quota_exceeded` when the workspace holds `maxAssistants` live ones, checked in
+ * the insert itself.
+ */
+export async function insertAssistant(db: Db, assistant: NewAssistant, extra: BuiltStatement[] = []): Promise<AssistantRow> {
+  const { workspaceId, maxAssistants } = assistant;
   const values = {
-    id: newId('asst'),
+    id: assistant.id,
     workspaceId,
-    createdAt: now,
+    createdAt: assistant.now,
     name: null,
     description: null,
     instructions: null,
@@ -40,12 +55,13 @@ export async function createAssistant(
     temperature: null,
     topP: null,
     responseFormat: null,
-    ...columnsOf(body),
-    model: body.model,
+    ...columnsOf(assistant.fields),
+    model: assistant.fields.model,
   };
   // Counted on the partial index assistants_live, without reading the rows.
   const held = sql`(SELECT count(*) FROM ${assistants} WHERE ${live(workspaceId)})`;
-  const [row] = await insertWhere(db, assistants, values, sql`${held} < ${maxAssistants}`).returning();
+  const insert = insertWhere(db, assistants, values, sql`${held} < ${maxAssistants}`).returning();
+  const [row] = extra.length > 0 ? (await db.batch([insert, ...extra]))[0] : await insert;
   if (row) return row;
   const [counted] = await db.select({ count: count() }).from(assistants).where(live(workspaceId));
   throw quotaExceeded(
@@ -53,11 +69,15 @@ export async function createAssistant(
   );
 }
 
+/** Holds while the workspace's assistant `id` is there, not deleted: the condition of the writes that go with it. */
+export const assistantLive = (workspaceId: string, id: string): SQL =>
+  sql`EXISTS (SELECT 1 FROM ${assistants} WHERE ${assistants.id} = ${id} AND ${live(workspaceId)})`;
+
 /**
  * The columns a create or modify body sets: only the fields it sends. A field sent as null clears
  * it (the answer then shows its default); null metadata is no metadata.
  */
-function columnsOf(body: ModifyAssistantBody): AssistantColumns {
+function columnsOf(body: AssistantFields): AssistantColumns {
   const columns: AssistantColumns = {};
   if (body.model !== undefined) columns.model = body.model;
   if (body.name !== undefined) columns.name = body.name;
@@ -125,18 +145,26 @@ const assistantPage = preparedQueries(
 );
 
 /**
- * Changes the fields `body` sends, in one statement; 404 as getAssistant. Nothing counts against
- * the workspace's cap (the assistant is already one of its assistants), and the body was checked
- * against the same bounds as a create.
+ * Changes the fields sent, in one statement (with `extra`, made only while assistantLive holds, in
+ * the same transaction); 404 as getAssistant. Nothing counts against the workspace's cap (the
+ * assistant is already one of its assistants), and the fields were checked against the same
+ * bounds as a create.
  */
-export async function modifyAssistant(db: Db, workspaceId: string, id: string, body: ModifyAssistantBody): Promise<AssistantRow> {
-  const columns = columnsOf(body);
+export async function updateAssistant(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  fields: AssistantFields,
+  extra: BuiltStatement[] = [],
+): Promise<AssistantRow> {
+  const columns = columnsOf(fields);
   if (Object.keys(columns).length === 0) return getAssistant(db, workspaceId, id);
-  const [row] = await db
+  const update = db
     .update(assistants)
     .set(columns)
     .where(and(eq(assistants.id, id), live(workspaceId)))
     .returning();
+  const [row] = extra.length > 0 ? (await db.batch([update, ...extra]))[0] : await update;
   if (!row) throw notFound(id);
   return row;
 }

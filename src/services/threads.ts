@@ -75,7 +75,7 @@ export function setToolResources(db: Db, threadId: string, toolResources: ToolRe
 export const messageWritten = (messageId: string): SQL => sql`EXISTS (SELECT 1 FROM ${messages} WHERE ${messages.id} = ${messageId})`;
 
 /** Replaces the fields `body` sends (null metadata is no metadata); 404 as getThread. */
-export async function modifyThread(db: Db, workspaceId: string, id: string, body: ModifyThreadBody): Promise<ThreadRow> {
+export async function updateThread(db: Db, workspaceId: string, id: string, body: ModifyThreadBody): Promise<ThreadRow> {
   const columns: Partial<ThreadRow> = {};
   if (body.metadata !== undefined) columns.metadata = body.metadata ?? {};
   if (body.tool_resources !== undefined) columns.toolResources = body.tool_resources;

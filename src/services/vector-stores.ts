@@ -44,13 +44,14 @@ export function expiresAt(expiresAfter: ExpiresAfter | null, lastActiveAt: numbe
   return expiresAfter ? lastActiveAt + expiresAfter.days * DAY_MS : null;
 }
 
-export async function getVectorStore(db: Db, workspaceId: string, id: string): Promise<VectorStoreRow> {
+/** The workspace's store; 404 `vector_store_not_found` (naming `param`, when a body names the store) for no such store or another workspace's. */
+export async function getVectorStore(db: Db, workspaceId: string, id: string, param?: string): Promise<VectorStoreRow> {
   const [row] = await db
     .select()
     .from(vectorStores)
     .where(and(eq(vectorStores.id, id), eq(vectorStores.workspaceId, workspaceId)))
     .limit(1);
-  if (!row) throw new ApiError('vector_store_not_found', `No vector store found with id '${id}'.`);
+  if (!row) throw new ApiError('vector_store_not_found', `No vector store found with id '${id}'.`, { param });
   return row;
 }
 
@@ -151,7 +152,7 @@ export async function usageBytes(db: Db, storeIds: string[]): Promise<Map<string
  * 404 `file_not_found` naming the first of `wanted` that is not a file of the workspace (another
  * workspace's file is not found either), before anything is written.
  */
-export async function checkFiles(db: Db, workspaceId: string, wanted: FileToAdd[]): Promise<void> {
+export async function checkFiles(db: Db, workspaceId: string, wanted: readonly Pick<FileToAdd, 'fileId' | 'param'>[]): Promise<void> {
   const ids = [...new Set(wanted.map((file) => file.fileId))];
   const found = new Set<string>();
   for (let start = 0; start < ids.length; start += 500) {

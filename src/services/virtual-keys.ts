@@ -3,7 +3,7 @@ import { insertWhere, preparedQuery, type Db } from '../db/client';
 import { virtualKeys, workspaces } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
-import { conflicts, matches, sharedModel, specificity } from '../lib/model-patterns';
+import { conflicts, globEnds, isGlob, matches, sharedModel, specificity } from '../lib/model-patterns';
 import type { SecretBox } from '../lib/secrets';
 import { checkUpstreamUrl, type UpstreamUrlOptions } from '../lib/upstream-url';
 import {
@@ -110,8 +110,8 @@ export async function createVirtualKey(db: Db, secrets: SecretBox, input: Create
     revokedAt: null,
   };
   const live = sql`(SELECT count(*) FROM ${virtualKeys} WHERE ${liveIn(workspaceId)})`;
-  return withPatternsChecked(db, workspaceId, { id, models: values.models }, async (patternsUnchanged) => {
-    const insert = insertWhere(db, virtualKeys, values, sql`${live} < ${input.maxKeys} AND ${patternsUnchanged}`)
+  return withPatternsChecked(db, workspaceId, { id, models: values.models }, async (noTies) => {
+    const insert = insertWhere(db, virtualKeys, values, sql`${live} < ${input.maxKeys} AND ${noTies}`)
       // The partial unique index (workspace, slug) WHERE revoked_at IS NULL decides, race-free.
       .onConflictDoNothing()
       .returning();
@@ -190,11 +190,11 @@ export async function updateVirtualKey(db: Db, secrets: SecretBox, input: Update
   if (Object.keys(changes).length === 0) changes.slug = key.slug;
 
   // Patterns that are not being changed are not checked again: rotating a key never waits on them.
-  return withPatternsChecked(db, workspaceId, { id: key.id, models: body.models ?? [] }, async (patternsUnchanged) => {
-    const stillLive = sql`${virtualKeys.id} = ${key.id} AND ${virtualKeys.revokedAt} IS NULL AND ${patternsUnchanged}`;
+  return withPatternsChecked(db, workspaceId, { id: key.id, models: body.models ?? [] }, async (noTies) => {
+    const stillLive = sql`${virtualKeys.id} = ${key.id} AND ${virtualKeys.revokedAt} IS NULL AND ${noTies}`;
     const update = db.update(virtualKeys).set(changes).where(stillLive).returning();
-    // The default moves first, under the same condition evaluated before anything changed: the
-    // update may change the patterns that the condition compares.
+    // The default moves first (one live default per workspace, by a unique index), and only if
+    // the update is going to be made.
     const row = body.default
       ? (await db.batch([...takeDefault(db, workspaceId, key.id, sql`EXISTS (SELECT 1 FROM ${virtualKeys} WHERE ${stillLive})`), update]))[2][0]
       : (await update)[0];
@@ -204,33 +204,33 @@ export async function updateVirtualKey(db: Db, secrets: SecretBox, input: Update
   });
 }
 
-/** How often a write whose patterns changed under it is checked and tried again. */
+/** How often a write that a tying key stopped, which was then gone when looked for, is tried again. */
 const PATTERN_ATTEMPTS = 5;
 
 /**
  * Runs `write` once the key's `models` are known not to tie with any other live key's (409
- * `ambiguous_models` naming the other key and a model both would claim). The check reads the
- * workspace's patterns; `write` gets the condition that they are still what was read, to put in
- * its statement, so that two keys written at once cannot both pass against the old patterns. A
- * `write` that returns null wrote nothing because the patterns had changed: it is checked and
- * tried again.
+ * `ambiguous_models` naming the other key and a model both would claim). `write` gets the
+ * condition to put in its statement, noTiesWith: checked where the key is written, so that two
+ * keys written at once cannot both pass. Only a key that would tie stops a write: keys with other
+ * patterns, written meanwhile, do not. A `write` that returns null wrote nothing for want of that
+ * condition: the check runs again, and names the key now in the way.
  */
 async function withPatternsChecked(
   db: Db,
   workspaceId: string,
   key: { id: string; models: string[] },
-  write: (patternsUnchanged: SQL) => Promise<VirtualKey | null>,
+  write: (noTies: SQL) => Promise<VirtualKey | null>,
 ): Promise<VirtualKey> {
   for (let attempt = 0; attempt < PATTERN_ATTEMPTS; attempt++) {
-    // A key without patterns cannot tie: nothing to hold still.
+    // A key without patterns cannot tie: nothing to check.
     let condition = sql`1`;
     if (key.models.length > 0) {
       const others = await db
-        .select({ id: virtualKeys.id, slug: virtualKeys.slug, models: virtualKeys.models, stored: sql<string>`${virtualKeys.models}` })
+        .select({ id: virtualKeys.id, slug: virtualKeys.slug, models: virtualKeys.models })
         .from(virtualKeys)
         .where(and(liveIn(workspaceId), withModels));
       refuseTies(key, others);
-      condition = patternsAre(workspaceId, others);
+      condition = noTiesWith(workspaceId, key);
     }
     const written = await write(condition);
     if (written) return written;
@@ -264,20 +264,37 @@ function refuseTies(key: { id: string; models: string[] }, others: { id: string;
   }
 }
 
-/**
- * True while the workspace's live keys with patterns are exactly `snapshot` (ids and stored
- * patterns): the condition under which a pattern check still holds.
- */
-function patternsAre(workspaceId: string, snapshot: { id: string; stored: string }[]): SQL {
-  const scope = and(liveIn(workspaceId), withModels);
-  const total = sql`(SELECT count(*) FROM ${virtualKeys} WHERE ${scope}) = ${snapshot.length}`;
-  if (snapshot.length === 0) return total;
-  const rows = sql.join(
-    snapshot.map((row) => sql`(${row.id}, ${row.stored})`),
-    sql`, `,
+/** True while no live key of the workspace but `key` has a pattern that ties with one of `key.models`. */
+function noTiesWith(workspaceId: string, key: { id: string; models: string[] }): SQL {
+  const theirs = sql`"their_pattern"."value"`;
+  const ties = sql.join(
+    key.models.map((pattern) => tiesWith(pattern, theirs)),
+    sql` OR `,
   );
-  const same = sql`(SELECT count(*) FROM ${virtualKeys} WHERE ${scope} AND (${virtualKeys.id}, ${virtualKeys.models}) IN (VALUES ${rows})) = ${snapshot.length}`;
-  return sql`(${total} AND ${same})`;
+  return sql`NOT EXISTS (SELECT 1 FROM ${virtualKeys}, json_each(${virtualKeys.models}) AS "their_pattern"
+    WHERE ${liveIn(workspaceId)} AND ${virtualKeys.id} <> ${key.id} AND (${ties}))`;
+}
+
+/**
+ * Whether the pattern `theirs` (an SQL text) ties with `pattern`: conflicts() of
+ * lib/model-patterns.ts in SQL, for patterns of visible ASCII (schemas/virtual-keys.ts), where
+ * SQLite's length counts what JavaScript's does. An exact name ties with itself alone; a glob with
+ * a glob of as many literal characters whose prefix (before its first `*`) and suffix (after its
+ * last) agree with its own, one extending the other. rtrim(t, t's characters but `*`) is t up to
+ * its last `*`: SQLite has no search from the right.
+ */
+export function tiesWith(pattern: string, theirs: SQL): SQL {
+  if (!isGlob(pattern)) return sql`${theirs} = ${pattern}`;
+  const [prefix, suffix] = globEnds(pattern);
+  const theirPrefix = sql`substr(${theirs}, 1, instr(${theirs}, '*') - 1)`;
+  const theirSuffix = sql`substr(${theirs}, length(rtrim(${theirs}, replace(${theirs}, '*', ''))) + 1)`;
+  const prefixes =
+    prefix === '' ? sql`1` : sql`(substr(${theirPrefix}, 1, ${prefix.length}) = ${prefix} OR substr(${prefix}, 1, length(${theirPrefix})) = ${theirPrefix})`;
+  const suffixes =
+    suffix === ''
+      ? sql`1`
+      : sql`(substr(${theirSuffix}, -${suffix.length}) = ${suffix} OR ${theirSuffix} = '' OR substr(${suffix}, -length(${theirSuffix})) = ${theirSuffix})`;
+  return sql`(instr(${theirs}, '*') > 0 AND length(replace(${theirs}, '*', '')) = ${specificity(pattern)} AND ${prefixes} AND ${suffixes})`;
 }
 
 /** The base URL as stored, or 400 naming `base_url`. */

@@ -2,9 +2,9 @@ import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { holdsThread } from '../db/schema';
 import { reconcileRun } from '../runs/recovery';
-import { checkImageFiles } from '../files/images';
+import { checkImages } from '../files/images';
 import { clientMessage, newThread } from '../runs/rows';
-import type { ThreadInput, ThreadMessageInput } from '../schemas/threads';
+import type { ModifyThreadBody, ThreadInput, ThreadMessageInput } from '../schemas/threads';
 import {
   deleteIdleThread,
   getThread,
@@ -12,12 +12,14 @@ import {
   insertThread,
   messageWritten,
   setToolResources,
+  updateThread,
   type MessageRow,
   type ThreadRow,
 } from '../services/threads';
 import { openRunOf } from '../services/runs';
 import { wakeIngestion, type StoreRequest } from '../vector-stores/commands';
-import { attachedFiles, storedToolResources, threadStoreWrites } from '../vector-stores/thread-stores';
+import { attachedFiles, threadStoreWrites } from '../vector-stores/thread-stores';
+import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 
 /**
  * The thread and message use-cases that involve more than one query: creating a thread with its
@@ -39,8 +41,9 @@ export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | '
 export async function createThread(deps: ThreadCommandDeps, request: StoreRequest, body: ThreadInput): Promise<ThreadRow> {
   const at = deps.now();
   const thread = newThread(request.workspaceId, { metadata: body.metadata, tool_resources: storedToolResources(body.tool_resources) }, at);
+  await checkToolResources(deps.db, request.workspaceId, thread.toolResources, 'tool_resources');
   const messages = (body.messages ?? []).map((message, index) => clientMessage(thread, message, `messages[${index}]`, at));
-  await checkImageFiles(deps, request.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
+  await checkImages(deps, request.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
   const stores = await threadStoreWrites(deps, request, thread, {
     inline: body.tool_resources?.file_search?.vector_stores?.[0],
     attached: attachedFiles(body.messages ?? [], (index) => `messages[${index}].`),
@@ -49,6 +52,19 @@ export async function createThread(deps: ThreadCommandDeps, request: StoreReques
   await insertThread(deps.db, thread, messages, stores.statements);
   if (stores.queued) wakeIngestion(deps, request);
   return thread;
+}
+
+/**
+ * POST /v1/threads/{thread_id}: the fields sent replace the stored ones; the vector stores and files
+ * that tool_resources name are the workspace's (404 naming the field otherwise; an unknown thread
+ * is the answer first).
+ */
+export async function modifyThread(deps: ThreadCommandDeps, workspaceId: string, threadId: string, body: ModifyThreadBody): Promise<ThreadRow> {
+  if (body.tool_resources) {
+    await getThread(deps.db, workspaceId, threadId);
+    await checkToolResources(deps.db, workspaceId, body.tool_resources, 'tool_resources');
+  }
+  return updateThread(deps.db, workspaceId, threadId, body);
 }
 
 /**
@@ -63,7 +79,7 @@ export async function createMessage(
 ): Promise<MessageRow> {
   const thread = await getThread(deps.db, request.workspaceId, threadId);
   const message = clientMessage(thread, body, '', deps.now());
-  await checkImageFiles(deps, request.workspaceId, [body], () => '');
+  await checkImages(deps, request.workspaceId, [body], () => '');
   // Its file_search attachments go to the thread's store (created if it has none), only if it is written.
   const written = messageWritten(message.id);
   const stores = await threadStoreWrites(deps, request, thread, { attached: attachedFiles([body], () => '') }, written);

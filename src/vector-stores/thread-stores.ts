@@ -1,9 +1,10 @@
 import type { SQL } from 'drizzle-orm';
 import type { BuiltStatement } from '../db/client';
-import type { NewThreadToolResources, ThreadMessageInput } from '../schemas/threads';
-import type { ToolResources } from '../schemas/tools';
+import type { ThreadMessageInput } from '../schemas/threads';
+import type { InlineVectorStore, ToolResources } from '../schemas/tools';
 import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from '../services/vector-stores';
-import { filesToAdd, ingestionHost, itemOf, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from './commands';
+import { filesToAdd, ingestionHost, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from './commands';
+import { inlineStoreFiles } from './tool-resources';
 
 /**
  * A thread's vector store, as OpenAI kept it: a new thread may create one from files
@@ -21,15 +22,6 @@ export interface ThreadStoreWrites {
 }
 
 const NOTHING: ThreadStoreWrites = { statements: [], toolResources: null, queued: false };
-
-/** A new thread's tool resources as stored: without the stores to create (they become vector_store_ids). */
-export function storedToolResources(input: NewThreadToolResources | null | undefined): ToolResources | null {
-  if (!input) return null;
-  const { file_search: fileSearch, ...rest } = input;
-  if (!fileSearch) return rest;
-  const { vector_stores: _created, ...ids } = fileSearch;
-  return { ...rest, file_search: ids };
-}
 
 /** The files of `messages` attached for file_search, each named for errors (`messages[0].attachments[1].file_id`). */
 export function attachedFiles(messages: readonly ThreadMessageInput[], param: (index: number) => string): FileToAdd[] {
@@ -51,7 +43,7 @@ export async function threadStoreWrites(
   deps: StoreCommandDeps,
   request: StoreRequest,
   thread: { toolResources: ToolResources | null },
-  files: { inline?: NonNullable<NonNullable<NewThreadToolResources['file_search']>['vector_stores']>[number]; inlineParam?: string; attached: FileToAdd[] },
+  files: { inline?: InlineVectorStore; inlineParam?: string; attached: FileToAdd[] },
   condition?: SQL,
 ): Promise<ThreadStoreWrites> {
   const { inline, attached } = files;
@@ -71,9 +63,7 @@ export async function threadStoreWrites(
       queued: true,
     };
   }
-  const inlineParam = `${files.inlineParam ?? 'tool_resources'}.file_search.vector_stores[0].file_ids`;
-  const inlineFiles = filesToAdd(inline?.file_ids ?? [], { chunking: inline?.chunking_strategy, param: itemOf(inlineParam) });
-  const toAdd = [...inlineFiles, ...attached];
+  const toAdd = [...inlineStoreFiles(inline, files.inlineParam ?? 'tool_resources'), ...attached];
   const { store, statements } = await prepareVectorStore(deps, request, { metadata: inline?.metadata, files: toAdd }, condition);
   return {
     statements,
