@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { Readable } from 'node:stream';
 import { capped, type BlobStore } from '../files/blob-store';
 
 /**
@@ -53,12 +52,51 @@ export function directoryBlobStore(root: string): BlobStore {
         throw error;
       });
       if (!file) return null;
-      return Readable.toWeb(file.createReadStream()) as ReadableStream<Uint8Array>;
+      return fileStream(file);
     },
     async delete(key) {
       await rm(pathOf(key), { force: true });
     },
   };
+}
+
+/** Bytes read from an open file per pull. */
+const READ_BYTES = 64 * 1024;
+
+/**
+ * The file's bytes, read as they are pulled, the file closed at its end or when the reader
+ * cancels. Not Readable.toWeb(createReadStream()): on Node 20 its Node stream could push one more
+ * chunk after a reader had cancelled, which threw "Controller is already closed" outside any
+ * caller (an ingestion stopped mid-file did that).
+ */
+function fileStream(file: FileHandle): ReadableStream<Uint8Array> {
+  let closed = false;
+  const close = async () => {
+    if (closed) return;
+    closed = true;
+    await file.close();
+  };
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        try {
+          const buffer = new Uint8Array(READ_BYTES);
+          const { bytesRead } = await file.read(buffer, 0, READ_BYTES, null);
+          if (bytesRead > 0) {
+            controller.enqueue(buffer.subarray(0, bytesRead));
+            return;
+          }
+          await close();
+          controller.close();
+        } catch (error) {
+          await close().catch(() => undefined);
+          controller.error(error);
+        }
+      },
+      cancel: close,
+    },
+    { highWaterMark: 0 },
+  );
 }
 
 /** Makes a rename in `directory` durable (POSIX: the directory's entry is its own write). */
