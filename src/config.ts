@@ -41,7 +41,10 @@ export const configSchema = z.object({
    * (100 MB on the Free and Pro plans) whatever this says.
    */
   GATEWAY_MAX_FILE_BYTES: positiveInt.default(512 * 1024 * 1024),
-  /** The bytes of a workspace's files together (400 quota_exceeded past it): what one tenant may store. */
+  /**
+   * The bytes of a workspace's files together (400 quota_exceeded past it): what one tenant may
+   * store. Uploads reserve their bytes against it before writing them (files/reservation.ts).
+   */
   GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE: positiveInt.default(10 * 1024 * 1024 * 1024),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   /**

@@ -1,9 +1,9 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { BlobTooLarge, type BlobStore } from '../src/files/blob-store';
-import { directoryBlobStore } from '../src/node/blob-store';
+import { BlobTooLarge, type BlobStore, type StoredBlob } from '../src/files/blob-store';
+import { directoryBlobStore, type DirectoryBlobStore } from '../src/node/blob-store';
 
 /**
  * The blob store on Node (a directory under DATA_DIR): whole blobs or nothing, whatever the stream
@@ -11,7 +11,7 @@ import { directoryBlobStore } from '../src/node/blob-store';
  */
 
 let root: string;
-let blobs: BlobStore;
+let blobs: DirectoryBlobStore;
 beforeEach(() => {
   root = mkdtempSync(join(tmpdir(), 'blob-store-'));
   blobs = directoryBlobStore(root);
@@ -111,5 +111,45 @@ describe('directoryBlobStore', () => {
       await expect(blobs.get(key), key).rejects.toThrow('not a blob key');
     }
     expect(filesOnDisk()).toEqual([]);
+  });
+
+  it('lists whole blobs by key, temporary files by the key they are written to, and strays; removes each alone', async () => {
+    await blobs.put('ws-1/file-a', streamOf(pattern(10)), { maxBytes: 100 });
+    await blobs.put('ws-2/file-b', streamOf(pattern(20)), { maxBytes: 100 });
+    // A put under way: its temporary file, named after its key.
+    let release = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let sent = 0;
+    const slow = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        if (sent === 1) await held;
+        if (sent++ === 2) return controller.close();
+        controller.enqueue(pattern(1000));
+      },
+    });
+    const putting = blobs.put('ws-1/file-c', slow, { maxBytes: 10_000 });
+    while (!filesOnDisk().some((path) => path.startsWith('.uploads/ws-1.file-c.'))) await new Promise((resolve) => setTimeout(resolve, 5));
+    writeFileSync(join(root, 'ws-2', '.upload-0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f70'), 'left by an earlier version');
+
+    const listed: StoredBlob[] = [];
+    for await (const blob of blobs.list()) listed.push(blob);
+    const described = listed.map((blob) => (blob.kind === 'stray' ? `stray ${typeof blob.modifiedAt}` : `${blob.kind} ${blob.key}`)).sort();
+    expect(described).toEqual(['partial ws-1/file-c', 'stray number', 'whole ws-1/file-a', 'whole ws-2/file-b']);
+
+    // Each goes alone: the stray and a whole blob, while the put under way is left to complete.
+    await listed.find((blob) => blob.kind === 'stray')!.remove();
+    await listed.find((blob) => blob.kind === 'whole' && blob.key === 'ws-2/file-b')!.remove();
+    expect(filesOnDisk().filter((path) => !path.startsWith('.uploads/'))).toEqual(['ws-1/file-a']);
+    release();
+    expect(await putting).toEqual({ bytes: 2000 });
+  });
+
+  it('deletes what a put cut short by a crash left of a key with the key', async () => {
+    await blobs.put('ws/file-d', streamOf(pattern(10)), { maxBytes: 100 });
+    mkdirSync(join(root, '.uploads'), { recursive: true });
+    writeFileSync(join(root, '.uploads', 'ws.file-d.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f70'), 'cut short');
+    writeFileSync(join(root, '.uploads', 'ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71'), 'another key');
+    await blobs.delete('ws/file-d');
+    expect(filesOnDisk()).toEqual(['.uploads/ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71']);
   });
 });

@@ -12,9 +12,23 @@ export interface BlobStore {
   put(key: string, body: ReadableStream<Uint8Array>, options: { maxBytes: number }): Promise<{ bytes: number }>;
   /** The bytes at `key`, streamed; null when there are none. */
   get(key: string): Promise<ReadableStream<Uint8Array> | null>;
-  /** Removes `key`; nothing happens when it is not there. */
+  /**
+   * Removes `key`'s bytes, and what a put to `key` left partly written (a crash cut it short);
+   * nothing happens when there are none. Never called while a put to `key` is under way: the
+   * gateway deletes a file's bytes once its row is gone, or once its upload's reservation lapsed.
+   */
   delete(key: string): Promise<void>;
 }
+
+/**
+ * A blob as a sweep finds it in a store that can list what it holds (files/sweep.ts): whole, or
+ * partial (a put under way, or one a crash cut short) with the key it is written to; a stray is a
+ * partial one whose key is unknown (left by an earlier version of the gateway).
+ */
+export type StoredBlob = {
+  /** Deletes this blob, and only it: a partial one's removal leaves the key's whole blob alone. */
+  remove(): Promise<void>;
+} & ({ kind: 'whole' | 'partial'; key: string } | { kind: 'stray'; modifiedAt: number });
 
 export class BlobTooLarge extends Error {
   constructor(readonly maxBytes: number) {

@@ -1,27 +1,60 @@
 import { randomUUID } from 'node:crypto';
-import { mkdir, open, rename, rm } from 'node:fs/promises';
+import type { Dirent } from 'node:fs';
+import { mkdir, open, opendir, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
-import { capped, type BlobStore } from '../files/blob-store';
+import type { Config } from '../config';
+import { capped, type BlobStore, type StoredBlob } from '../files/blob-store';
 
 /**
  * The blob store on Node: one file per key in `root` (DATA_DIR/files, private to the owner as the
- * database is). A put writes a temporary file beside the others, syncs it, renames it into place
+ * database is). A put writes a temporary file in `root/.uploads`, syncs it, renames it into place
  * and syncs the directory, so a key holds a whole upload or nothing, whatever happens midway (a cut
- * upload, a crash), and a put that resolved survives a power cut.
+ * upload, a crash), and a put that resolved survives a power cut. The temporary files sit apart,
+ * each named after its key, so that the sweeps find what a crash left without walking every
+ * workspace's files (files/sweep.ts).
  */
-export function directoryBlobStore(root: string): BlobStore {
+
+/** The directory of temporary files, under the root (a key never starts with a dot). */
+const TEMPORARY = '.uploads';
+const KEY = /^[A-Za-z0-9_-]+(\/[A-Za-z0-9_-]+)*$/;
+/** A temporary file's name: its key with `.` for `/` (keys hold no dot), then a random suffix. */
+const TEMPORARY_NAME = /^([A-Za-z0-9_.-]+)\.([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
+/** What earlier versions named their temporary files, beside the key's blob: the key is not in it. */
+const STRAY_NAME = /^\.upload-/;
+
+/** The Node store, listable for the sweep of what no row or reservation holds (files/sweep.ts). */
+export interface DirectoryBlobStore extends BlobStore {
+  /** Every blob under the root, the temporary files first; walked as it is read, never held whole. */
+  list(): AsyncIterable<StoredBlob>;
+}
+
+/** The gateway's store under DATA_DIR. */
+export const nodeBlobStore = (config: Pick<Config, 'DATA_DIR'>): DirectoryBlobStore => directoryBlobStore(join(config.DATA_DIR, 'files'));
+
+export function directoryBlobStore(root: string): DirectoryBlobStore {
+  const temporaries = join(root, TEMPORARY);
   const pathOf = (key: string) => {
     // Keys are the gateway's own ids; anything else is a bug that must not become a path.
-    if (!/^[A-Za-z0-9_-]+(\/[A-Za-z0-9_-]+)*$/.test(key)) throw new Error(`not a blob key: ${key}`);
+    if (!KEY.test(key)) throw new Error(`not a blob key: ${key}`);
     return join(root, key);
+  };
+  /** The temporary files of puts to `key` (each put has its own), by path. */
+  const temporariesOf = async (key: string) => {
+    const prefix = `${key.replaceAll('/', '.')}.`;
+    const paths: string[] = [];
+    for await (const entry of await openDirectory(temporaries)) {
+      if (entry.name.startsWith(prefix) && TEMPORARY_NAME.test(entry.name)) paths.push(join(temporaries, entry.name));
+    }
+    return paths;
   };
   return {
     async put(key, body, { maxBytes }) {
       const path = pathOf(key);
       const directory = dirname(path);
       await mkdir(directory, { recursive: true, mode: 0o700 });
-      const temporary = join(directory, `.upload-${randomUUID()}`);
+      await mkdir(temporaries, { recursive: true, mode: 0o700 });
+      const temporary = join(temporaries, `${key.replaceAll('/', '.')}.${randomUUID()}`);
       const file = await open(temporary, 'wx', 0o600);
       const counted = capped(body, maxBytes);
       try {
@@ -56,10 +89,46 @@ export function directoryBlobStore(root: string): BlobStore {
       return Readable.toWeb(file.createReadStream()) as ReadableStream<Uint8Array>;
     },
     async delete(key) {
-      await rm(pathOf(key), { force: true });
+      const path = pathOf(key);
+      for (const temporary of await temporariesOf(key)) await rm(temporary, { force: true });
+      await rm(path, { force: true });
+    },
+    async *list() {
+      for await (const entry of await openDirectory(temporaries)) {
+        const named = TEMPORARY_NAME.exec(entry.name);
+        const path = join(temporaries, entry.name);
+        if (named && entry.isFile()) yield { kind: 'partial', key: named[1]!.replaceAll('.', '/'), remove: () => rm(path, { force: true }) };
+      }
+      yield* walk(root, '');
     },
   };
 }
+
+/** The whole blobs under `directory` (`prefix` their keys' start), and strays, depth first. */
+async function* walk(directory: string, prefix: string): AsyncIterable<StoredBlob> {
+  for await (const entry of await openDirectory(directory)) {
+    const path = join(directory, entry.name);
+    if (STRAY_NAME.test(entry.name) && entry.isFile()) {
+      const modifiedAt = await stat(path).then((stats) => stats.mtimeMs, () => null);
+      if (modifiedAt !== null) yield { kind: 'stray', modifiedAt, remove: () => rm(path, { force: true }) };
+      continue;
+    }
+    if (entry.name.startsWith('.')) continue;
+    const key = `${prefix}${entry.name}`;
+    if (entry.isDirectory()) yield* walk(path, `${key}/`);
+    else if (entry.isFile() && KEY.test(key)) yield { kind: 'whole', key, remove: () => rm(path, { force: true }) };
+  }
+}
+
+/** The entries of `directory`, read as they are iterated; none when it does not exist. */
+async function openDirectory(directory: string): Promise<AsyncIterable<Dirent>> {
+  return opendir(directory, { bufferSize: 256 }).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT') return none();
+    throw error;
+  });
+}
+
+async function* none(): AsyncIterable<Dirent> {}
 
 /** Makes a rename in `directory` durable (POSIX: the directory's entry is its own write). */
 async function syncDirectory(directory: string): Promise<void> {
