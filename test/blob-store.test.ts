@@ -1,8 +1,8 @@
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { BlobTooLarge, type BlobStore, type StoredBlob } from '../src/files/blob-store';
+import { BlobTooLarge, StoreFull, type BlobStore, type StoredBlob } from '../src/files/blob-store';
 import { directoryBlobStore, type DirectoryBlobStore } from '../src/node/blob-store';
 
 /**
@@ -151,5 +151,41 @@ describe('directoryBlobStore', () => {
     writeFileSync(join(root, '.uploads', 'ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71'), 'another key');
     await blobs.delete('ws/file-d');
     expect(filesOnDisk()).toEqual(['.uploads/ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71']);
+  });
+});
+
+describe('directoryBlobStore with a floor of free space', () => {
+  /** A filesystem of `size` bytes: free is what the store's files do not take (the real bytes written). */
+  const filesystemOf = (size: number) => async () => size - filesOnDisk().reduce((sum, path) => sum + statSync(join(root, path)).size, 0);
+
+  it('refuses before writing when the filesystem is below the floor, leaving nothing', async () => {
+    const full = directoryBlobStore(root, { minFreeBytes: 10 * 1024 * 1024, freeBytes: filesystemOf(10 * 1024 * 1024 - 1) });
+    await expect(full.put('ws/file-a', streamOf(pattern(1)), { maxBytes: 10 })).rejects.toBeInstanceOf(StoreFull);
+    expect(filesOnDisk()).toEqual([]);
+  });
+
+  it('stops writing as the floor comes near, within a MiB of it, leaving nothing', async () => {
+    const MiB = 1024 * 1024;
+    const store = directoryBlobStore(root, { minFreeBytes: 10 * MiB, freeBytes: filesystemOf(16 * MiB) });
+    let pulled = 0;
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        pulled += 64 * 1024;
+        controller.enqueue(new Uint8Array(64 * 1024));
+      },
+    });
+    await expect(store.put('ws/file-b', endless, { maxBytes: 64 * MiB })).rejects.toBeInstanceOf(StoreFull);
+    // It wrote up to the 6 MiB above the floor, and no more than a MiB past it.
+    expect(pulled).toBeGreaterThan(5 * MiB);
+    expect(pulled).toBeLessThan(8 * MiB);
+    expect(filesOnDisk()).toEqual([]);
+    // Below the floor's reach, a put goes through.
+    expect(await store.put('ws/file-c', streamOf(pattern(3 * MiB), 64 * 1024), { maxBytes: 64 * MiB })).toEqual({ bytes: 3 * MiB });
+  });
+
+  it('reads the real filesystem by default: a floor above its free space refuses, 0 checks nothing', async () => {
+    const refusing = directoryBlobStore(root, { minFreeBytes: Number.MAX_SAFE_INTEGER });
+    await expect(refusing.put('ws/file-e', streamOf(pattern(1)), { maxBytes: 10 })).rejects.toBeInstanceOf(StoreFull);
+    expect(await directoryBlobStore(root, { minFreeBytes: 0 }).put('ws/file-e', streamOf(pattern(1)), { maxBytes: 10 })).toEqual({ bytes: 1 });
   });
 });

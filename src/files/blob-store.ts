@@ -21,6 +21,17 @@ export interface BlobStore {
 }
 
 /**
+ * A put would leave less free space than the store must keep (the Node store's floor,
+ * GATEWAY_MIN_FREE_DISK_BYTES): nothing was stored, and nothing is left of what was written.
+ */
+export class StoreFull extends Error {
+  constructor(readonly minFreeBytes: number) {
+    super(`less than ${minFreeBytes} bytes of free space would be left`);
+    this.name = 'StoreFull';
+  }
+}
+
+/**
  * A blob as a sweep finds it in a store that can list what it holds (files/sweep.ts): whole, or
  * partial (a put under way, or one a crash cut short) with the key it is written to; a stray is a
  * partial one whose key is unknown (left by an earlier version of the gateway).

@@ -1,6 +1,6 @@
 import { parseMultipart, type MultipartPart } from 'multitars';
 import { ApiError } from '../errors';
-import { BlobTooLarge, capped, type BlobStore } from './blob-store';
+import { BlobTooLarge, capped, StoreFull, type BlobStore } from './blob-store';
 
 /**
  * Reading a multipart/form-data upload (POST /v1/files) as the OpenAI SDKs send it: the `file` part
@@ -64,7 +64,7 @@ export function checkUploadRequest(
  * Reads `body` (checked by checkUploadRequest), storing the part named `file` at `blobKey` in
  * `blobs`, through `gate` (files/reservation.ts: each chunk reserved before the store writes it).
  * On any failure (a refusal, a malformed or cut body, a store error) the error is thrown: an
- * ApiError for what the client did. The file may have been stored by then
+ * ApiError for what the client did, or for a full store. The file may have been stored by then
  * (a part after it failed): the caller deletes what is at `blobKey`.
  */
 export async function readUpload(
@@ -130,14 +130,15 @@ function fromClient(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array
 
 /**
  * What a failure while reading becomes: the client's doing is a 4xx (413 for too large, 400 for a
- * body that is cut, or is not multipart as multitars reads it); the store's failures pass as they
- * are (a 500: the disk or the bucket failed, not the client).
+ * body that is cut, or is not multipart as multitars reads it); a store short of free space a 507;
+ * the store's other failures pass as they are (a 500: the disk or the bucket failed, not the client).
  */
 function uploadError(error: unknown, maxFileBytes: number): unknown {
   if (error instanceof ApiError) return error;
   if (error instanceof BlobTooLarge) {
     return new ApiError('payload_too_large', `The file is larger than ${maxFileBytes} bytes (GATEWAY_MAX_FILE_BYTES).`, { param: 'file' });
   }
+  if (error instanceof StoreFull) return new ApiError('insufficient_storage', undefined, { cause: error });
   if (error instanceof UnreadBody) {
     return new ApiError('invalid_multipart', 'The request body ended before the multipart/form-data did (the upload was cut).', { cause: error });
   }

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { Dirent } from 'node:fs';
-import { mkdir, open, opendir, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, open, opendir, rename, rm, stat, statfs } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import type { Config } from '../config';
-import { capped, type BlobStore, type StoredBlob } from '../files/blob-store';
+import { capped, StoreFull, type BlobStore, type StoredBlob } from '../files/blob-store';
 
 /**
  * The blob store on Node: one file per key in `root` (DATA_DIR/files, private to the owner as the
@@ -13,15 +13,28 @@ import { capped, type BlobStore, type StoredBlob } from '../files/blob-store';
  * upload, a crash), and a put that resolved survives a power cut. The temporary files sit apart,
  * each named after its key, so that the sweeps find what a crash left without walking every
  * workspace's files (files/sweep.ts).
+ *
+ * A put refuses to leave less than `minFreeBytes` free on the filesystem (StoreFull): looked at
+ * before the first byte and again every CHECK_BYTES written, so each put under way may pass the
+ * floor by that much at most.
  */
 
 /** The directory of temporary files, under the root (a key never starts with a dot). */
 const TEMPORARY = '.uploads';
+/** Free space is looked at again after this many bytes written. */
+const CHECK_BYTES = 1024 * 1024;
 const KEY = /^[A-Za-z0-9_-]+(\/[A-Za-z0-9_-]+)*$/;
 /** A temporary file's name: its key with `.` for `/` (keys hold no dot), then a random suffix. */
 const TEMPORARY_NAME = /^([A-Za-z0-9_.-]+)\.([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
 /** What earlier versions named their temporary files, beside the key's blob: the key is not in it. */
 const STRAY_NAME = /^\.upload-/;
+
+export interface DirectoryBlobStoreOptions {
+  /** The free bytes a put must leave on the filesystem; 0 by default. */
+  minFreeBytes?: number;
+  /** The filesystem's free bytes at `path` (statfs by default). */
+  freeBytes?: (path: string) => Promise<number>;
+}
 
 /** The Node store, listable for the sweep of what no row or reservation holds (files/sweep.ts). */
 export interface DirectoryBlobStore extends BlobStore {
@@ -29,15 +42,21 @@ export interface DirectoryBlobStore extends BlobStore {
   list(): AsyncIterable<StoredBlob>;
 }
 
-/** The gateway's store under DATA_DIR. */
-export const nodeBlobStore = (config: Pick<Config, 'DATA_DIR'>): DirectoryBlobStore => directoryBlobStore(join(config.DATA_DIR, 'files'));
+/** The gateway's store under DATA_DIR, with its free-space floor. */
+export const nodeBlobStore = (config: Pick<Config, 'DATA_DIR' | 'GATEWAY_MIN_FREE_DISK_BYTES'>): DirectoryBlobStore =>
+  directoryBlobStore(join(config.DATA_DIR, 'files'), { minFreeBytes: config.GATEWAY_MIN_FREE_DISK_BYTES });
 
-export function directoryBlobStore(root: string): DirectoryBlobStore {
+export function directoryBlobStore(root: string, options: DirectoryBlobStoreOptions = {}): DirectoryBlobStore {
+  const { minFreeBytes = 0, freeBytes = statfsFreeBytes } = options;
   const temporaries = join(root, TEMPORARY);
   const pathOf = (key: string) => {
     // Keys are the gateway's own ids; anything else is a bug that must not become a path.
     if (!KEY.test(key)) throw new Error(`not a blob key: ${key}`);
     return join(root, key);
+  };
+  /** Refuses to write `bytes` more when they would leave less than the floor free. */
+  const keepFree = async (bytes: number) => {
+    if (minFreeBytes > 0 && (await freeBytes(root)) - bytes < minFreeBytes) throw new StoreFull(minFreeBytes);
   };
   /** The temporary files of puts to `key` (each put has its own), by path. */
   const temporariesOf = async (key: string) => {
@@ -54,14 +73,21 @@ export function directoryBlobStore(root: string): DirectoryBlobStore {
       const directory = dirname(path);
       await mkdir(directory, { recursive: true, mode: 0o700 });
       await mkdir(temporaries, { recursive: true, mode: 0o700 });
+      await keepFree(0);
       const temporary = join(temporaries, `${key.replaceAll('/', '.')}.${randomUUID()}`);
       const file = await open(temporary, 'wx', 0o600);
       const counted = capped(body, maxBytes);
       try {
         const reader = counted.stream.getReader();
+        let unchecked = 0;
         for (;;) {
           const { done, value } = await reader.read();
           if (done) break;
+          if (unchecked + value.byteLength > CHECK_BYTES) {
+            await keepFree(value.byteLength);
+            unchecked = 0;
+          }
+          unchecked += value.byteLength;
           // A write may take less than it was given; the rest goes in the next.
           for (let offset = 0; offset < value.byteLength; ) {
             offset += (await file.write(value, offset)).bytesWritten;
@@ -129,6 +155,11 @@ async function openDirectory(directory: string): Promise<AsyncIterable<Dirent>> 
 }
 
 async function* none(): AsyncIterable<Dirent> {}
+
+async function statfsFreeBytes(path: string): Promise<number> {
+  const stats = await statfs(path);
+  return stats.bavail * stats.bsize;
+}
 
 /** Makes a rename in `directory` durable (POSIX: the directory's entry is its own write). */
 async function syncDirectory(directory: string): Promise<void> {
