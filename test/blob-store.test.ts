@@ -113,6 +113,24 @@ describe('directoryBlobStore', () => {
     expect(filesOnDisk()).toEqual([]);
   });
 
+  it('lets each chunk be admitted before it is written, and leaves nothing when one is not', async () => {
+    const admitted: number[] = [];
+    const onDiskAtAdmission: number[] = [];
+    const refusal = new Error('no room');
+    const admit = (bytes: number) => {
+      const temporary = filesOnDisk().find((path) => path.startsWith('.uploads/'));
+      onDiskAtAdmission.push(temporary ? statSync(join(root, temporary)).size : 0);
+      if (admitted.reduce((sum, n) => sum + n, 0) + bytes > 3500) return Promise.reject(refusal);
+      admitted.push(bytes);
+      return undefined;
+    };
+    await expect(blobs.put('ws/admitted', streamOf(pattern(10_000)), { maxBytes: 100_000, admit })).rejects.toBe(refusal);
+    // Three chunks of 1,000 admitted, each written only after its admission; the fourth refused, unwritten.
+    expect(admitted).toEqual([1000, 1000, 1000]);
+    expect(onDiskAtAdmission).toEqual([0, 1000, 2000, 3000]);
+    expect(filesOnDisk()).toEqual([]);
+  });
+
   it('lists whole blobs by key, temporary files by the key they are written to, and strays; removes each alone', async () => {
     await blobs.put('ws-1/file-a', streamOf(pattern(10)), { maxBytes: 100 });
     await blobs.put('ws-2/file-b', streamOf(pattern(20)), { maxBytes: 100 });

@@ -6,10 +6,12 @@
 export interface BlobStore {
   /**
    * Streams `body` to `key` and resolves with its size once the bytes are durable. Past
-   * `maxBytes` it stops reading and rejects with BlobTooLarge; when the stream errors (a cut
-   * upload) or is too large, nothing is left at `key` or anywhere else.
+   * `maxBytes` it stops reading and rejects with BlobTooLarge; before writing each chunk it lets
+   * `admit` pass its size (a throw or rejection stops the put: files/reservation.ts). When the
+   * stream errors (a cut upload), is too large or is not admitted, nothing is left at `key` or
+   * anywhere else.
    */
-  put(key: string, body: ReadableStream<Uint8Array>, options: { maxBytes: number }): Promise<{ bytes: number }>;
+  put(key: string, body: ReadableStream<Uint8Array>, options: PutOptions): Promise<{ bytes: number }>;
   /** The bytes at `key`, streamed; null when there are none. */
   get(key: string): Promise<ReadableStream<Uint8Array> | null>;
   /**
@@ -40,6 +42,12 @@ export type StoredBlob = {
   /** Deletes this blob, and only it: a partial one's removal leaves the key's whole blob alone. */
   remove(): Promise<void>;
 } & ({ kind: 'whole' | 'partial'; key: string } | { kind: 'stray'; modifiedAt: number });
+
+export interface PutOptions {
+  maxBytes: number;
+  /** Called with each chunk's size before it is written, one chunk at a time; awaited when it answers a promise. */
+  admit?: (bytes: number) => Promise<void> | undefined;
+}
 
 export class BlobTooLarge extends Error {
   constructor(readonly maxBytes: number) {

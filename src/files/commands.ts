@@ -40,7 +40,7 @@ export async function createFile(deps: FileCommandDeps, workspaceId: string, req
     const upload = await readUpload(
       body,
       contentType,
-      { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES, gate: (file) => reservation.gate(file) },
+      { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES, admit: reservation.admit },
       // Fields sent before the file (curl's order) are judged before it is stored.
       (fields) => formFields(fields, uploadFields.partial()),
     );

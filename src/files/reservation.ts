@@ -21,10 +21,11 @@ import { storageExceeded } from '../services/files';
  * - Before the body is read, the upload reserves its Content-Length when it declared one (at
  *   least the length less FRAMING_BYTES of multipart framing must fit, or it is refused at once),
  *   else a first byte: a workspace at its quota is refused before its body is read.
- * - As the file streams, each chunk is reserved before the store is handed it, with a step ahead
- *   (an eighth of what it holds, from MIN_STEP to MAX_STEP): a statement per step, not per chunk.
- *   Near the quota, where a step ahead would leave less than another step free, only what each
- *   chunk needs is taken, so that uploads that fit together are all admitted.
+ * - As the file streams, each chunk is reserved before the store writes it, with a step ahead
+ *   (an eighth of what it holds, from MIN_STEP to MAX_STEP): a statement per step, not per chunk,
+ *   asked for while the chunks go on once half the step is used. Near the quota, where a step
+ *   ahead would leave less than another step free, only what each chunk needs is taken, so that
+ *   uploads that fit together are all admitted.
  * - An upload short of room is refused (400 quota_exceeded naming `file`) when its files' bytes
  *   alone leave none, or when an older upload of the workspace waits for room; otherwise it waits
  *   (up to WAIT_MS) for the others to end, each giving back what it did not use. Uploads that
@@ -59,6 +60,10 @@ export class UploadReservation {
   #reserved: number;
   #written = 0;
   #lapsed = false;
+  /** The next step, asked for ahead of need while the chunks go on (null when none is). */
+  #asking: Promise<void> | null = null;
+  /** Whether the last step asked ahead took nothing (near the quota): none is asked again until one is needed. */
+  #noRoomAhead = false;
   readonly #renewal: ReturnType<typeof setInterval>;
 
   private constructor(deps: ReservationDeps, request: ReservationRequest, reserved: number) {
@@ -85,23 +90,31 @@ export class UploadReservation {
   }
 
   /**
-   * `file` passed through, each chunk reserved before it goes on; fails with quota_exceeded when
-   * it cannot be (the store then writes no more). `file` itself is not cancelled, as capped()
-   * leaves it (files/blob-store.ts).
+   * Reserves a chunk of `bytes` before the store writes it (the store's `admit`, files/blob-store.ts):
+   * at once while what is held covers it, else once a step is taken; throws quota_exceeded when
+   * it cannot be (the store then writes no more). Called for one chunk at a time.
    */
-  gate(file: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
-    return file.pipeThrough(
-      new TransformStream<Uint8Array, Uint8Array>({
-        transform: async (chunk, controller) => {
-          const written = this.#written + chunk.byteLength;
-          if (this.#lapsed) throw lapsed();
-          if (written > this.#reserved) await this.#grow(written - this.#reserved, Math.min(MAX_STEP, Math.max(MIN_STEP, Math.floor(this.#reserved / 8))));
-          this.#written = written;
-          controller.enqueue(chunk);
-        },
-      }),
-      { preventCancel: true },
-    );
+  readonly admit = (bytes: number): Promise<void> | undefined => {
+    if (this.#lapsed) throw lapsed();
+    const written = this.#written + bytes;
+    if (written > this.#reserved) return this.#admitGrown(written);
+    this.#admitted(written);
+    return undefined;
+  };
+
+  async #admitGrown(written: number): Promise<void> {
+    await this.#asking;
+    if (written > this.#reserved) await this.#grow(written - this.#reserved, this.#step());
+    this.#admitted(written);
+  }
+
+  #admitted(written: number): void {
+    this.#written = written;
+    // Once half of what is held ahead is used, the next step is asked for beside the chunks, so
+    // that the database's answer (a commit, a round trip to Turso) rarely holds them up.
+    if (this.#asking === null && !this.#noRoomAhead && this.#reserved - written < this.#step() / 2) {
+      this.#asking = this.#growAhead().finally(() => (this.#asking = null));
+    }
   }
 
   /**
@@ -119,6 +132,23 @@ export class UploadReservation {
     }
   }
 
+  /** An eighth of what the upload holds, from MIN_STEP to MAX_STEP. */
+  #step(): number {
+    return Math.min(MAX_STEP, Math.max(MIN_STEP, Math.floor(this.#reserved / 8)));
+  }
+
+  /** A step ahead of need, when there is room for it; a failure is left for the step that is needed. */
+  async #growAhead(): Promise<void> {
+    try {
+      const reserved = await growReservation(this.#deps.db, askOf(this.#deps, this.#request, 0, this.#step()));
+      if (reserved === null) return;
+      this.#noRoomAhead = reserved === this.#reserved;
+      this.#reserved = reserved;
+    } catch (error) {
+      this.#deps.log.warn('an upload could not reserve ahead', { blob_key: this.#request.blobKey, error });
+    }
+  }
+
   /** Takes `need` more bytes (and `ahead` when there is room for it), waiting for room when it may; else throws. */
   async #grow(need: number, ahead: number): Promise<void> {
     const deps = this.#deps;
@@ -129,6 +159,7 @@ export class UploadReservation {
       const reserved = await growReservation(deps.db, ask);
       if (reserved !== null) {
         this.#reserved = reserved;
+        this.#noRoomAhead = false;
         return;
       }
       const state = await reservationState(deps.db, ask);

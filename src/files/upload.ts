@@ -1,6 +1,6 @@
 import { parseMultipart, type MultipartPart } from 'multitars';
 import { ApiError } from '../errors';
-import { BlobTooLarge, capped, StoreFull, type BlobStore } from './blob-store';
+import { BlobTooLarge, capped, StoreFull, type BlobStore, type PutOptions } from './blob-store';
 
 /**
  * Reading a multipart/form-data upload (POST /v1/files) as the OpenAI SDKs send it: the `file` part
@@ -62,7 +62,7 @@ export function checkUploadRequest(
 
 /**
  * Reads `body` (checked by checkUploadRequest), storing the part named `file` at `blobKey` in
- * `blobs`, through `gate` (files/reservation.ts: each chunk reserved before the store writes it).
+ * `blobs`, each chunk let through by `admit` before it is written (files/reservation.ts).
  * On any failure (a refusal, a malformed or cut body, a store error) the error is thrown: an
  * ApiError for what the client did, or for a full store. The file may have been stored by then
  * (a part after it failed): the caller deletes what is at `blobKey`.
@@ -70,7 +70,7 @@ export function checkUploadRequest(
 export async function readUpload(
   body: ReadableStream<Uint8Array>,
   contentType: string,
-  store: { blobs: BlobStore; blobKey: string; maxFileBytes: number; gate: (file: ReadableStream<Uint8Array>) => ReadableStream<Uint8Array> },
+  store: { blobs: BlobStore; blobKey: string; maxFileBytes: number; admit: PutOptions['admit'] },
   /** Judges the fields sent before the file, before it is stored (throws to refuse the upload). */
   beforeFile: (fields: Readonly<Record<string, string>>) => void = () => undefined,
 ): Promise<Upload> {
@@ -89,7 +89,7 @@ export async function readUpload(
         }
         checkFilename(filename);
         beforeFile(upload.fields);
-        const { bytes } = await store.blobs.put(store.blobKey, store.gate(part.stream()), { maxBytes: store.maxFileBytes });
+        const { bytes } = await store.blobs.put(store.blobKey, part.stream(), { maxBytes: store.maxFileBytes, admit: store.admit });
         upload.file = { filename, contentType: mediaTypeOf(part), bytes };
       } else {
         if (name === undefined || name === '') throw new ApiError('invalid_multipart', 'A part of the request body has no name.');

@@ -68,7 +68,7 @@ export function directoryBlobStore(root: string, options: DirectoryBlobStoreOpti
     return paths;
   };
   return {
-    async put(key, body, { maxBytes }) {
+    async put(key, body, { maxBytes, admit }) {
       const path = pathOf(key);
       const directory = dirname(path);
       await mkdir(directory, { recursive: true, mode: 0o700 });
@@ -83,6 +83,9 @@ export function directoryBlobStore(root: string, options: DirectoryBlobStoreOpti
         for (;;) {
           const { done, value } = await reader.read();
           if (done) break;
+          // Awaited only when it has to wait: most chunks are admitted at once.
+          const admitting = admit?.(value.byteLength);
+          if (admitting) await admitting;
           if (unchecked + value.byteLength > CHECK_BYTES) {
             await keepFree(value.byteLength);
             unchecked = 0;

@@ -81,6 +81,20 @@ describe('r2BlobStore', () => {
     expect(await keysUnder(`${prefix}/cut`)).toEqual([]);
   });
 
+  it('lets each chunk be admitted first, and leaves nothing when one is not, before or after its first part went up', async () => {
+    for (const [name, limit] of [['early', MiB], ['late', 10 * MiB]] as const) {
+      let admitted = 0;
+      const admit = (bytes: number) => {
+        if (admitted + bytes > limit) return Promise.reject(new Error('no room'));
+        admitted += bytes;
+        return undefined;
+      };
+      await expect(blobs.put(`${prefix}/refused-${name}`, streamOf(20 * MiB, 5), { maxBytes: 32 * MiB, admit })).rejects.toThrow('no room');
+      expect(admitted).toBe(limit);
+    }
+    expect(await keysUnder(`${prefix}/refused`)).toEqual([]);
+  });
+
   it('keeps concurrent puts apart', async () => {
     const lengths = Array.from({ length: 6 }, (_, i) => 50_000 + i * 10_007);
     await Promise.all(lengths.map((length, i) => blobs.put(`${prefix}/many-${i}`, streamOf(length, 10 + i, 3000), { maxBytes: MiB })));
