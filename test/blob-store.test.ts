@@ -167,8 +167,9 @@ describe('directoryBlobStore', () => {
     mkdirSync(join(root, '.uploads'), { recursive: true });
     writeFileSync(join(root, '.uploads', 'ws.file-d.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f70'), 'cut short');
     writeFileSync(join(root, '.uploads', 'ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71'), 'another key');
+    writeFileSync(join(root, '.uploads', 'ws.file-d.x.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f72'), 'a key under it');
     await blobs.delete('ws/file-d');
-    expect(filesOnDisk()).toEqual(['.uploads/ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71']);
+    expect(filesOnDisk().sort()).toEqual(['.uploads/ws.file-d.x.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f72', '.uploads/ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71']);
   });
 });
 

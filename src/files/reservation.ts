@@ -26,9 +26,9 @@ import { storageExceeded } from '../services/files';
  *   asked for while the chunks go on once half the step is used. Near the quota, where a step
  *   ahead would leave less than another step free, only what each chunk needs is taken, so that
  *   uploads that fit together are all admitted.
- * - An upload short of room is refused (400 quota_exceeded naming `file`) when its files' bytes
- *   alone leave none, or when an older upload of the workspace waits for room; otherwise it waits
- *   (up to WAIT_MS) for the others to end, each giving back what it did not use. Uploads that
+ * - An upload short of room is refused (400 quota_exceeded naming `file`) when the workspace's
+ *   files alone leave it none, or when an older upload of the workspace waits for room; otherwise
+ *   it waits (up to WAIT_MS) for the others to end, each giving back what it did not use. Uploads that
  *   would each fit alone but not together thus end with one admitted, not with each holding part
  *   of the room and all refused.
  * - The upload renews its reservation every third of UPLOAD_LEASE_MS. One whose process died

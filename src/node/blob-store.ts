@@ -60,10 +60,10 @@ export function directoryBlobStore(root: string, options: DirectoryBlobStoreOpti
   };
   /** The temporary files of puts to `key` (each put has its own), by path. */
   const temporariesOf = async (key: string) => {
-    const prefix = `${key.replaceAll('/', '.')}.`;
+    const named = key.replaceAll('/', '.');
     const paths: string[] = [];
     for await (const entry of await openDirectory(temporaries)) {
-      if (entry.name.startsWith(prefix) && TEMPORARY_NAME.test(entry.name)) paths.push(join(temporaries, entry.name));
+      if (TEMPORARY_NAME.exec(entry.name)?.[1] === named) paths.push(join(temporaries, entry.name));
     }
     return paths;
   };
