@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { memoryOf, resetPeakMemory, startGatewayProcess } from '../test/support/processes';
+import { sendUpload, uploadBody } from '../test/support/uploads';
 import { round } from './support';
 
 /**
@@ -19,47 +20,10 @@ import { round } from './support';
 const MIB = 1024 * 1024;
 const FILE_MIB = Number(process.env.BENCH_FILE_MIB ?? 256);
 const CONCURRENT = Number(process.env.BENCH_FILE_CONCURRENT ?? 4);
-const CHUNK = 64 * 1024;
-
-/** A multipart body of `bytes` file bytes, generated as it is read; `sent()` counts what left. */
-function uploadBody(bytes: number) {
-  const boundary = `bench${Math.random().toString(36).slice(2)}`;
-  const encoder = new TextEncoder();
-  const head = encoder.encode(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="bench.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`);
-  const tail = encoder.encode(`\r\n--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nassistants\r\n--${boundary}--\r\n`);
-  const chunk = new Uint8Array(CHUNK).map((_, i) => i % 251);
-  let produced = 0;
-  let stage = 0;
-  const body = new ReadableStream<Uint8Array>({
-    pull(controller) {
-      if (stage === 0) {
-        stage = 1;
-        return controller.enqueue(head);
-      }
-      if (produced < bytes) {
-        const size = Math.min(CHUNK, bytes - produced);
-        produced += size;
-        return controller.enqueue(size === CHUNK ? chunk : chunk.subarray(0, size));
-      }
-      if (stage === 1) {
-        stage = 2;
-        return controller.enqueue(tail);
-      }
-      controller.close();
-    },
-  });
-  return { body, contentType: `multipart/form-data; boundary=${boundary}`, sent: () => produced };
-}
 
 async function upload(url: string, key: string, bytes: number): Promise<{ status: number; body: { id?: string }; sent: number }> {
-  const form = uploadBody(bytes);
-  const response = await fetch(`${url}/v1/files`, {
-    method: 'POST',
-    headers: { 'x-gateway-api-key': key, 'content-type': form.contentType },
-    body: form.body,
-    duplex: 'half',
-  } as RequestInit);
-  return { status: response.status, body: (await response.json()) as { id?: string }, sent: form.sent() };
+  const { status, body, sentBeforeAnswer } = await sendUpload(url, key, uploadBody(bytes));
+  return { status, body, sent: sentBeforeAnswer };
 }
 
 async function gatewayWith(env: Record<string, string>) {

@@ -41,8 +41,17 @@ export const configSchema = z.object({
    * (100 MB on the Free and Pro plans) whatever this says.
    */
   GATEWAY_MAX_FILE_BYTES: positiveInt.default(512 * 1024 * 1024),
-  /** The bytes of a workspace's files together (400 quota_exceeded past it): what one tenant may store. */
+  /**
+   * The bytes of a workspace's files together (400 quota_exceeded past it): what one tenant may
+   * store. Uploads reserve their bytes against it before writing them (files/reservation.ts).
+   */
   GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE: positiveInt.default(10 * 1024 * 1024 * 1024),
+  /**
+   * Node: the free space an upload must leave on DATA_DIR's filesystem (507 insufficient_storage
+   * past it, looked at before and while the file is written), so that uploads cannot fill the
+   * disk the database writes to. 0 turns the check off.
+   */
+  GATEWAY_MIN_FREE_DISK_BYTES: z.coerce.number().int().min(0).default(1024 * 1024 * 1024),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   /**
    * The AES-256-GCM key of provider secrets: 32 bytes, base64. Required on Workers and with

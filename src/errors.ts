@@ -7,7 +7,7 @@
  * `ApiError`; `onError` in app.ts renders it.
  */
 
-type ErrorSpec = { status: 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 429 | 500 | 503; message?: string };
+type ErrorSpec = { status: 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 429 | 500 | 503 | 507; message?: string };
 
 /** Every code the gateway can answer with, its HTTP status and, where it has one, a default message. */
 export const ERROR_CODES = {
@@ -97,6 +97,15 @@ export const ERROR_CODES = {
   database_timeout: { status: 503, message: 'The database did not answer in time; a write of this request may or may not have been applied. Retry in a moment.' },
   /** The deployment lacks configuration it cannot serve without (a Worker's LIBSQL_URL, its key): the message names it. */
   gateway_misconfigured: { status: 503 },
+  /**
+   * Storing the file would leave the gateway's disk with less free space than it keeps
+   * (GATEWAY_MIN_FREE_DISK_BYTES): nothing was stored. Not retried: sending the file again soon
+   * finds the same disk, until its operator frees space.
+   */
+  insufficient_storage: {
+    status: 507,
+    message: "The gateway's storage is full: the file was not stored. Retry once its operator has freed space.",
+  },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
@@ -142,10 +151,11 @@ export class ApiError extends Error {
 
   /**
    * Whether a client should try again. The OpenAI SDK retries 409 and every 5xx unless told
-   * otherwise by `x-should-retry`; only rate limits and transient server states deserve it.
+   * otherwise by `x-should-retry`; only rate limits and transient server states deserve it (a
+   * full disk is not one).
    */
   get retryable(): boolean {
-    return this.status === 429 || this.status >= 500;
+    return this.status === 429 || (this.status >= 500 && this.code !== 'insufficient_storage');
   }
 }
 

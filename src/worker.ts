@@ -4,6 +4,7 @@ import { ConfigurationError, configSchema } from './config';
 import { ApiError, errorResponse, serverError } from './errors';
 import { createLogger } from './logger';
 import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from './files/commands';
+import { sweepUploads } from './files/sweep';
 import { maintainVectorIndexes } from './retrieval/vector-index';
 import { sweepRuns } from './runs/recovery';
 import { missingConfiguration, missingConfigurationError, workerDeps, type Env } from './workers/deps';
@@ -47,10 +48,12 @@ export default {
   },
 
   /**
-   * Every minute (wrangler.toml [triggers]): settles runs left behind, as Node's sweep does, then
-   * maintains the vector indexes of large stores (retrieval/vector-index.ts) for up to
-   * INDEX_BUDGET_MS: one back-fill batch per round trip to the database, each a short statement;
-   * and every FILE_PURGE_INTERVAL_MS, deletes expired files.
+   * Every minute (wrangler.toml [triggers]): settles runs left behind, as Node's sweep does, and
+   * deletes from R2 what uploads whose isolate died, or failed deletes, left (files/sweep.ts: named
+   * by lapsed reservations; the bucket itself is never listed), then maintains the vector indexes
+   * of large stores (retrieval/vector-index.ts) for up to INDEX_BUDGET_MS: one back-fill batch per
+   * round trip to the database, each a short statement; and every FILE_PURGE_INTERVAL_MS, deletes
+   * expired files.
    */
   async scheduled(controller: ScheduledController, env: Env): Promise<void> {
     let deps;
@@ -65,6 +68,12 @@ export default {
       if (settled > 0) deps.log.info('recovery sweep settled runs', { count: settled });
     } catch (error) {
       deps.log.error('recovery sweep failed', { error });
+    }
+    try {
+      const swept = await sweepUploads(deps);
+      if (swept > 0) deps.log.warn('deleted what uploads left behind', { count: swept });
+    } catch (error) {
+      deps.log.error('uploads sweep failed', { error });
     }
     try {
       await maintainVectorIndexes(deps, { budgetMs: INDEX_BUDGET_MS });

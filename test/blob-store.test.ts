@@ -1,9 +1,9 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { BlobTooLarge, type BlobStore } from '../src/files/blob-store';
-import { directoryBlobStore } from '../src/node/blob-store';
+import { BlobTooLarge, StoreFull, type BlobStore, type StoredBlob } from '../src/files/blob-store';
+import { directoryBlobStore, type DirectoryBlobStore } from '../src/node/blob-store';
 
 /**
  * The blob store on Node (a directory under DATA_DIR): whole blobs or nothing, whatever the stream
@@ -11,7 +11,7 @@ import { directoryBlobStore } from '../src/node/blob-store';
  */
 
 let root: string;
-let blobs: BlobStore;
+let blobs: DirectoryBlobStore;
 beforeEach(() => {
   root = mkdtempSync(join(tmpdir(), 'blob-store-'));
   blobs = directoryBlobStore(root);
@@ -128,5 +128,100 @@ describe('directoryBlobStore', () => {
       await expect(blobs.get(key), key).rejects.toThrow('not a blob key');
     }
     expect(filesOnDisk()).toEqual([]);
+  });
+
+  it('lets each chunk be admitted before it is written, and leaves nothing when one is not', async () => {
+    const admitted: number[] = [];
+    const onDiskAtAdmission: number[] = [];
+    const refusal = new Error('no room');
+    const admit = (bytes: number) => {
+      const temporary = filesOnDisk().find((path) => path.startsWith('.uploads/'));
+      onDiskAtAdmission.push(temporary ? statSync(join(root, temporary)).size : 0);
+      if (admitted.reduce((sum, n) => sum + n, 0) + bytes > 3500) return Promise.reject(refusal);
+      admitted.push(bytes);
+      return undefined;
+    };
+    await expect(blobs.put('ws/admitted', streamOf(pattern(10_000)), { maxBytes: 100_000, admit })).rejects.toBe(refusal);
+    // Three chunks of 1,000 admitted, each written only after its admission; the fourth refused, unwritten.
+    expect(admitted).toEqual([1000, 1000, 1000]);
+    expect(onDiskAtAdmission).toEqual([0, 1000, 2000, 3000]);
+    expect(filesOnDisk()).toEqual([]);
+  });
+
+  it('lists whole blobs by key, temporary files by the key they are written to, and strays; removes each alone', async () => {
+    await blobs.put('ws-1/file-a', streamOf(pattern(10)), { maxBytes: 100 });
+    await blobs.put('ws-2/file-b', streamOf(pattern(20)), { maxBytes: 100 });
+    // A put under way: its temporary file, named after its key.
+    let release = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let sent = 0;
+    const slow = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        if (sent === 1) await held;
+        if (sent++ === 2) return controller.close();
+        controller.enqueue(pattern(1000));
+      },
+    });
+    const putting = blobs.put('ws-1/file-c', slow, { maxBytes: 10_000 });
+    while (!filesOnDisk().some((path) => path.startsWith('.uploads/ws-1.file-c.'))) await new Promise((resolve) => setTimeout(resolve, 5));
+    writeFileSync(join(root, 'ws-2', '.upload-0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f70'), 'left by an earlier version');
+
+    const listed: StoredBlob[] = [];
+    for await (const blob of blobs.list()) listed.push(blob);
+    const described = listed.map((blob) => (blob.kind === 'stray' ? `stray ${typeof blob.modifiedAt}` : `${blob.kind} ${blob.key}`)).sort();
+    expect(described).toEqual(['partial ws-1/file-c', 'stray number', 'whole ws-1/file-a', 'whole ws-2/file-b']);
+
+    // Each goes alone: the stray and a whole blob, while the put under way is left to complete.
+    await listed.find((blob) => blob.kind === 'stray')!.remove();
+    await listed.find((blob) => blob.kind === 'whole' && blob.key === 'ws-2/file-b')!.remove();
+    expect(filesOnDisk().filter((path) => !path.startsWith('.uploads/'))).toEqual(['ws-1/file-a']);
+    release();
+    expect(await putting).toEqual({ bytes: 2000 });
+  });
+
+  it('deletes what a put cut short by a crash left of a key with the key', async () => {
+    await blobs.put('ws/file-d', streamOf(pattern(10)), { maxBytes: 100 });
+    mkdirSync(join(root, '.uploads'), { recursive: true });
+    writeFileSync(join(root, '.uploads', 'ws.file-d.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f70'), 'cut short');
+    writeFileSync(join(root, '.uploads', 'ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71'), 'another key');
+    writeFileSync(join(root, '.uploads', 'ws.file-d.x.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f72'), 'a key under it');
+    await blobs.delete('ws/file-d');
+    expect(filesOnDisk().sort()).toEqual(['.uploads/ws.file-d.x.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f72', '.uploads/ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71']);
+  });
+});
+
+describe('directoryBlobStore with a floor of free space', () => {
+  /** A filesystem of `size` bytes: free is what the store's files do not take (the real bytes written). */
+  const filesystemOf = (size: number) => async () => size - filesOnDisk().reduce((sum, path) => sum + statSync(join(root, path)).size, 0);
+
+  it('refuses before writing when the filesystem is below the floor, leaving nothing', async () => {
+    const full = directoryBlobStore(root, { minFreeBytes: 10 * 1024 * 1024, freeBytes: filesystemOf(10 * 1024 * 1024 - 1) });
+    await expect(full.put('ws/file-a', streamOf(pattern(1)), { maxBytes: 10 })).rejects.toBeInstanceOf(StoreFull);
+    expect(filesOnDisk()).toEqual([]);
+  });
+
+  it('stops writing as the floor comes near, within a MiB of it, leaving nothing', async () => {
+    const MiB = 1024 * 1024;
+    const store = directoryBlobStore(root, { minFreeBytes: 10 * MiB, freeBytes: filesystemOf(16 * MiB) });
+    let pulled = 0;
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        pulled += 64 * 1024;
+        controller.enqueue(new Uint8Array(64 * 1024));
+      },
+    });
+    await expect(store.put('ws/file-b', endless, { maxBytes: 64 * MiB })).rejects.toBeInstanceOf(StoreFull);
+    // It wrote up to the 6 MiB above the floor, and no more than a MiB past it.
+    expect(pulled).toBeGreaterThan(5 * MiB);
+    expect(pulled).toBeLessThan(8 * MiB);
+    expect(filesOnDisk()).toEqual([]);
+    // Below the floor's reach, a put goes through.
+    expect(await store.put('ws/file-c', streamOf(pattern(3 * MiB), 64 * 1024), { maxBytes: 64 * MiB })).toEqual({ bytes: 3 * MiB });
+  });
+
+  it('reads the real filesystem by default: a floor above its free space refuses, 0 checks nothing', async () => {
+    const refusing = directoryBlobStore(root, { minFreeBytes: Number.MAX_SAFE_INTEGER });
+    await expect(refusing.put('ws/file-e', streamOf(pattern(1)), { maxBytes: 10 })).rejects.toBeInstanceOf(StoreFull);
+    expect(await directoryBlobStore(root, { minFreeBytes: 0 }).put('ws/file-e', streamOf(pattern(1)), { maxBytes: 10 })).toEqual({ bytes: 1 });
   });
 });

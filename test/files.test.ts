@@ -2,7 +2,7 @@ import { createReadStream, mkdirSync, readdirSync, writeFileSync } from 'node:fs
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { count, eq } from 'drizzle-orm';
-import OpenAI, { NotFoundError, toFile } from 'openai';
+import OpenAI, { APIError, NotFoundError, toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores } from '../src/db/schema';
 import { contentDisposition } from '../src/routes/files';
@@ -419,6 +419,26 @@ describe("a workspace's storage cap", () => {
       expect((await send(30)).status).toBe(200);
     } finally {
       await capped.close();
+    }
+  });
+});
+
+describe("the disk's free space", () => {
+  it('refuses an upload that would leave less than GATEWAY_MIN_FREE_DISK_BYTES free: 507, not retried, nothing stored', async () => {
+    // A floor no disk is above: the store refuses before the file's first byte is written.
+    const full = await createTestGateway({ env: { GATEWAY_MIN_FREE_DISK_BYTES: String(Number.MAX_SAFE_INTEGER) } });
+    try {
+      const owner = await full.tenant();
+      const client = full.openai({ 'x-gateway-api-key': owner.workspaceKey });
+      const refused = await client.files.create({ file: await toFile(Buffer.from('no room'), 'full.txt'), purpose: 'assistants' }).catch((error: unknown) => error);
+      expect(refused).toMatchObject({ status: 507, code: 'insufficient_storage', param: null });
+      expect(refused instanceof APIError && refused.headers?.get('x-should-retry')).toBe('false');
+      expect(readdirSync(join(full.dataDir, 'files'), { recursive: true }).filter((name) => String(name).includes('file-'))).toEqual([]);
+      expect((await client.files.list()).data).toEqual([]);
+      expect((await full.database.client.execute('SELECT count(*) AS n FROM file_reservations')).rows[0]!.n).toBe(0);
+      expect(full.logs.some((line) => line.includes('"level":"error"') && line.includes('StoreFull'))).toBe(true);
+    } finally {
+      await full.close();
     }
   });
 });

@@ -322,6 +322,34 @@ export const files = sqliteTable(
     uniqueIndex('files_id').on(t.id),
     index('files_workspace').on(t.workspaceId, t.seq),
     index('files_workspace_purpose').on(t.workspaceId, t.purpose, t.seq),
+    // The sweeps ask which blobs a row holds (files/sweep.ts).
+    index('files_blob_key').on(t.blobKey),
+  ],
+);
+
+/**
+ * The bytes an upload under way holds against its workspace's quota (files/reservation.ts), taken
+ * before they are written and counted with the files' own by every check of the quota; its key
+ * is the blob being written. Live while `expires_at` is ahead: the upload renews it, and one whose
+ * process died lapses, which frees its bytes and lets the sweeps delete what it wrote; a deleted
+ * file's bytes are covered by a lapsed one until they are gone (files/sweep.ts). `seq` orders the
+ * uploads and `waiting` says which one waits for room: a younger upload short of room gives up
+ * while an older one waits (reservation.ts).
+ */
+export const fileReservations = sqliteTable(
+  'file_reservations',
+  {
+    seq: integer('seq').primaryKey(),
+    blobKey: text('blob_key').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    bytes: integer('bytes').notNull(),
+    expiresAt: ms('expires_at').notNull(),
+    waiting: integer('waiting', { mode: 'boolean' }).notNull().default(false),
+  },
+  (t) => [
+    uniqueIndex('file_reservations_blob_key').on(t.blobKey),
+    index('file_reservations_workspace').on(t.workspaceId),
+    index('file_reservations_expires_at').on(t.expiresAt),
   ],
 );
 

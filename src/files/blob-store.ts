@@ -6,14 +6,47 @@
 export interface BlobStore {
   /**
    * Streams `body` to `key` and resolves with its size once the bytes are durable. Past
-   * `maxBytes` it stops reading and rejects with BlobTooLarge; when the stream errors (a cut
-   * upload) or is too large, nothing is left at `key` or anywhere else.
+   * `maxBytes` it stops reading and rejects with BlobTooLarge; before writing each chunk it lets
+   * `admit` pass its size (a throw or rejection stops the put: files/reservation.ts). When the
+   * stream errors (a cut upload), is too large or is not admitted, nothing is left at `key` or
+   * anywhere else.
    */
-  put(key: string, body: ReadableStream<Uint8Array>, options: { maxBytes: number }): Promise<{ bytes: number }>;
+  put(key: string, body: ReadableStream<Uint8Array>, options: PutOptions): Promise<{ bytes: number }>;
   /** The bytes at `key`, streamed; null when there are none. */
   get(key: string): Promise<ReadableStream<Uint8Array> | null>;
-  /** Removes `key`; nothing happens when it is not there. */
+  /**
+   * Removes `key`'s bytes, and what a put to `key` left partly written (a crash cut it short);
+   * nothing happens when there are none. Never called while a put to `key` is under way: the
+   * gateway deletes a file's bytes once its row is gone, or once its upload's reservation lapsed.
+   */
   delete(key: string): Promise<void>;
+}
+
+/**
+ * A put would leave less free space than the store must keep (the Node store's floor,
+ * GATEWAY_MIN_FREE_DISK_BYTES): nothing was stored, and nothing is left of what was written.
+ */
+export class StoreFull extends Error {
+  constructor(readonly minFreeBytes: number) {
+    super(`less than ${minFreeBytes} bytes of free space would be left`);
+    this.name = 'StoreFull';
+  }
+}
+
+/**
+ * A blob as a sweep finds it in a store that can list what it holds (files/sweep.ts): whole, or
+ * partial (a put under way, or one a crash cut short) with the key it is written to; a stray is a
+ * partial one whose key is unknown (left by an earlier version of the gateway).
+ */
+export type StoredBlob = {
+  /** Deletes this blob, and only it: a partial one's removal leaves the key's whole blob alone. */
+  remove(): Promise<void>;
+} & ({ kind: 'whole' | 'partial'; key: string } | { kind: 'stray'; modifiedAt: number });
+
+export interface PutOptions {
+  maxBytes: number;
+  /** Called with each chunk's size before it is written, one chunk at a time; awaited when it answers a promise. */
+  admit?: (bytes: number) => Promise<void> | undefined;
 }
 
 export class BlobTooLarge extends Error {

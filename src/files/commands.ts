@@ -4,42 +4,46 @@ import { newId } from '../lib/ids';
 import { validationError } from '../middleware/validate';
 import type * as z from 'zod';
 import { uploadFields } from '../schemas/files';
-import { deleteFile, expiredFiles, insertFile, storageExceeded, storedBytes, type FileRow } from '../services/files';
-import { readUpload } from './upload';
+import { releaseReservation } from '../services/file-reservations';
+import { deleteFile, expiredFiles, insertFile, type FileRow } from '../services/files';
+import { UploadReservation } from './reservation';
+import { checkUploadRequest, readUpload } from './upload';
 
 /**
- * The file use-cases that touch both the database and the blob store: an upload (bytes first,
- * then the row, or nothing) and a delete (the row first, then the bytes). The routes
- * (routes/files.ts) call one of these or one service, and answer.
+ * The file use-cases that touch both the database and the blob store: an upload (a reservation,
+ * then the bytes, then the row, or nothing) and a delete (the row first, then the bytes). The
+ * routes (routes/files.ts) call one of these or one service, and answer.
  */
 
 export type FileCommandDeps = Pick<Deps, 'db' | 'blobs' | 'config' | 'now' | 'log'>;
 
+export interface UploadRequest {
+  body: ReadableStream<Uint8Array> | null;
+  contentType: string | undefined;
+  contentLength: string | undefined;
+}
+
 /**
- * POST /v1/files: streams the `file` part into the blob store under a key of its own, then checks
- * the fields (the SDKs send them after the file) and writes the row. Any refusal or failure on
- * the way deletes what was stored: a file is there whole, with its row, or not at all.
+ * POST /v1/files: reserves room under the workspace's quota (files/reservation.ts), streams the
+ * `file` part into the blob store under a key of its own, each chunk reserved before it is
+ * written, then checks the fields (the SDKs send them after the file) and writes the row, which
+ * takes the reservation over. Any refusal or failure on the way deletes what was stored, then
+ * gives the reservation back: a file is there whole, with its row, or not at all.
  */
-export async function createFile(
-  deps: FileCommandDeps,
-  workspaceId: string,
-  body: ReadableStream<Uint8Array> | null,
-  contentType: string | undefined,
-): Promise<FileRow> {
-  const maxStored = deps.config.GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE;
-  // A workspace already at its cap is told before its upload is read; the insert checks again.
-  const held = await storedBytes(deps.db, workspaceId);
-  if (held >= maxStored) throw storageExceeded(held, maxStored);
+export async function createFile(deps: FileCommandDeps, workspaceId: string, request: UploadRequest): Promise<FileRow> {
+  const { body, contentType } = checkUploadRequest(request.body, request.contentType);
   const id = newId('file');
   const blobKey = `${workspaceId}/${id}`;
-  const upload = await readUpload(
-    body,
-    contentType,
-    { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES },
-    // Fields sent before the file (curl's order) are judged before it is stored.
-    (fields) => formFields(fields, uploadFields.partial()),
-  );
+  const declared = /^\d{1,15}$/.test(request.contentLength ?? '') ? Number(request.contentLength) : undefined;
+  const reservation = await UploadReservation.open(deps, { workspaceId, blobKey, contentLength: declared });
   try {
+    const upload = await readUpload(
+      body,
+      contentType,
+      { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES, admit: reservation.admit },
+      // Fields sent before the file (curl's order) are judged before it is stored.
+      (fields) => formFields(fields, uploadFields.partial()),
+    );
     if (!upload.file) throw new ApiError('missing_required_parameter', "Missing required parameter: 'file'.", { param: 'file' });
     if (upload.file.bytes === 0) throw new ApiError('invalid_value', "Invalid 'file': the file is empty (0 bytes).", { param: 'file' });
     const fields = formFields(upload.fields, uploadFields);
@@ -55,10 +59,12 @@ export async function createFile(
       createdAt: at,
       expiresAt: fields.expires_after ? at + fields.expires_after.seconds * 1000 : null,
     };
-    await insertFile(deps.db, row, maxStored);
+    await insertFile(deps.db, row, { maxBytes: deps.config.GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE, now: deps.now() });
+    await reservation.end({ admitted: true, released: false });
     return row;
   } catch (error) {
-    await forget(deps, blobKey);
+    // Released only once nothing is stored; else it lapses, and the sweep deletes what is left.
+    await reservation.end({ admitted: false, released: await forget(deps, blobKey) });
     throw error;
   }
 }
@@ -66,7 +72,8 @@ export async function createFile(
 /** DELETE /v1/files/{file_id}: the row (and the file's place in vector stores), then its bytes. */
 export async function removeFile(deps: FileCommandDeps, workspaceId: string, id: string): Promise<void> {
   const row = await deleteFile(deps.db, workspaceId, id);
-  await forget(deps, row.blobKey);
+  // The reservation deleteFile left covers the bytes until they are gone (the sweep finishes a failed delete).
+  if (await forget(deps, row.blobKey)) await releaseReservation(deps.db, row.blobKey);
 }
 
 /** How often the sweeps delete expired files (node/start.ts's timer, worker.ts's cron). */
@@ -94,14 +101,17 @@ export async function purgeExpiredFiles(deps: FileCommandDeps, batchSize = 100):
 }
 
 /**
- * Deletes bytes that no row points at. A failure is logged, not answered: without its row the blob
- * is unreachable, and the client's request has its answer either way.
+ * Deletes bytes that no row points at; answers whether they are gone. A failure is logged, not
+ * answered: without its row the blob is unreachable, the client's request has its answer either
+ * way, and the sweep of lapsed reservations tries again.
  */
-async function forget(deps: FileCommandDeps, blobKey: string): Promise<void> {
+async function forget(deps: FileCommandDeps, blobKey: string): Promise<boolean> {
   try {
     await deps.blobs.delete(blobKey);
+    return true;
   } catch (error) {
-    deps.log.warn('a file blob could not be deleted', { blob_key: blobKey, error });
+    deps.log.warn('a file blob could not be deleted; the sweep will', { blob_key: blobKey, error });
+    return false;
   }
 }
 

@@ -1,6 +1,6 @@
 import { parseMultipart, type MultipartPart } from 'multitars';
 import { ApiError } from '../errors';
-import { BlobTooLarge, capped, type BlobStore } from './blob-store';
+import { BlobTooLarge, capped, StoreFull, type BlobStore, type PutOptions } from './blob-store';
 
 /**
  * Reading a multipart/form-data upload (POST /v1/files) as the OpenAI SDKs send it: the `file` part
@@ -38,8 +38,14 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
-/** Refuses a content type other than multipart/form-data (415), or one without a boundary. */
-function checkContentType(contentType: string | undefined): void {
+/**
+ * Refuses what cannot be an upload before anything is read or reserved: a content type other than
+ * multipart/form-data (415), one without a boundary, a request without a body. Answers both, known.
+ */
+export function checkUploadRequest(
+  body: ReadableStream<Uint8Array> | null,
+  contentType: string | undefined,
+): { body: ReadableStream<Uint8Array>; contentType: string } {
   const mediaType = (contentType ?? '').split(';')[0]!.trim();
   if (!MULTIPART.test(mediaType)) {
     throw new ApiError(
@@ -47,29 +53,31 @@ function checkContentType(contentType: string | undefined): void {
       "The request body must be multipart/form-data, with the file in a part named 'file' and its purpose in a part named 'purpose'.",
     );
   }
-  if (!BOUNDARY.test(contentType ?? '')) {
+  if (!contentType || !BOUNDARY.test(contentType)) {
     throw new ApiError('invalid_multipart', 'The multipart/form-data content type has no boundary parameter.');
   }
+  if (!body) throw new ApiError('invalid_multipart', 'The request has no body.');
+  return { body, contentType };
 }
 
 /**
- * Reads `body`, storing the part named `file` at `blobKey` in `blobs`. On any failure (a refusal,
- * a malformed or cut body, a store error) nothing is left at `blobKey` and the error is thrown:
- * an ApiError for what the client did.
+ * Reads `body` (checked by checkUploadRequest), storing the part named `file` at `blobKey` in
+ * `blobs`, each chunk let through by `admit` before it is written (files/reservation.ts).
+ * On any failure (a refusal, a malformed or cut body, a store error) the error is thrown: an
+ * ApiError for what the client did, or for a full store. The file may have been stored by then
+ * (a part after it failed): the caller deletes what is at `blobKey`.
  */
 export async function readUpload(
-  body: ReadableStream<Uint8Array> | null,
-  contentType: string | undefined,
-  store: { blobs: BlobStore; blobKey: string; maxFileBytes: number },
+  body: ReadableStream<Uint8Array>,
+  contentType: string,
+  store: { blobs: BlobStore; blobKey: string; maxFileBytes: number; admit: PutOptions['admit'] },
   /** Judges the fields sent before the file, before it is stored (throws to refuse the upload). */
   beforeFile: (fields: Readonly<Record<string, string>>) => void = () => undefined,
 ): Promise<Upload> {
-  checkContentType(contentType);
-  if (!body) throw new ApiError('invalid_multipart', 'The request has no body.');
   const upload: Upload = { fields: Object.create(null) };
   try {
     let parts = 0;
-    for await (const part of parseMultipart(fromClient(body), { contentType: contentType! })) {
+    for await (const part of parseMultipart(fromClient(body), { contentType })) {
       if (++parts > MAX_PARTS) {
         throw new ApiError('invalid_multipart', `The request body has more than ${MAX_PARTS} parts.`);
       }
@@ -81,7 +89,7 @@ export async function readUpload(
         }
         checkFilename(filename);
         beforeFile(upload.fields);
-        const { bytes } = await store.blobs.put(store.blobKey, part.stream(), { maxBytes: store.maxFileBytes });
+        const { bytes } = await store.blobs.put(store.blobKey, part.stream(), { maxBytes: store.maxFileBytes, admit: store.admit });
         upload.file = { filename, contentType: mediaTypeOf(part), bytes };
       } else {
         if (name === undefined || name === '') throw new ApiError('invalid_multipart', 'A part of the request body has no name.');
@@ -93,7 +101,6 @@ export async function readUpload(
     }
     return upload;
   } catch (error) {
-    await store.blobs.delete(store.blobKey);
     throw uploadError(error, store.maxFileBytes);
   }
 }
@@ -123,14 +130,15 @@ function fromClient(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array
 
 /**
  * What a failure while reading becomes: the client's doing is a 4xx (413 for too large, 400 for a
- * body that is cut, or is not multipart as multitars reads it); the store's failures pass as they
- * are (a 500: the disk or the bucket failed, not the client).
+ * body that is cut, or is not multipart as multitars reads it); a store short of free space a 507;
+ * the store's other failures pass as they are (a 500: the disk or the bucket failed, not the client).
  */
 function uploadError(error: unknown, maxFileBytes: number): unknown {
   if (error instanceof ApiError) return error;
   if (error instanceof BlobTooLarge) {
     return new ApiError('payload_too_large', `The file is larger than ${maxFileBytes} bytes (GATEWAY_MAX_FILE_BYTES).`, { param: 'file' });
   }
+  if (error instanceof StoreFull) return new ApiError('insufficient_storage', undefined, { cause: error });
   if (error instanceof UnreadBody) {
     return new ApiError('invalid_multipart', 'The request body ended before the multipart/form-data did (the upload was cut).', { cause: error });
   }

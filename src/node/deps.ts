@@ -7,8 +7,7 @@ import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
 import { SettingsCache } from '../services/settings';
 import { upstreamRules } from '../services/upstream-rules';
 import openApiDocument from '../openapi/assets/openapi.json';
-import { join } from 'node:path';
-import { directoryBlobStore } from './blob-store';
+import { nodeBlobStore } from './blob-store';
 import { loadSecretBox } from './key-file';
 import { inProcessIngestionHost } from './ingest-host';
 import { inProcessRunHost } from './run-host';
@@ -31,7 +30,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     settings: new SettingsCache(database.db),
     now: Date.now,
     slices: nodeSlices,
-    blobs: directoryBlobStore(join(config.DATA_DIR, 'files')),
+    blobs: nodeBlobStore(config),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     requestBody,
     openApiDocument: () => Promise.resolve(openApiDocument),

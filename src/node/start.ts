@@ -2,12 +2,14 @@ import type { Config } from '../config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from '../db/node';
 import type { Deps } from '../deps';
 import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from '../files/commands';
+import { sweepStoredBlobs, sweepUploads } from '../files/sweep';
 import { maintainVectorIndexes } from '../retrieval/vector-index';
 import { sweepRuns } from '../runs/recovery';
 import { checkEncryptionKey } from '../services/encryption-check';
 import { initialise, type InitResult } from '../services/organisations';
 import { leaseMs } from '../services/runs';
 import { createNodeApp } from './app';
+import { nodeBlobStore } from './blob-store';
 import { createNodeDeps } from './deps';
 import { checkDataDir } from './data-dir';
 import { encryptionKeySource, loadSecretBox } from './key-file';
@@ -20,6 +22,7 @@ import { listen } from './server';
  */
 
 const INDEX_PASS_MS = 500;
+const ORPHAN_SWEEP_INTERVAL_MS = 60 * 60 * 1000;
 const INDEX_IDLE_MS = 30_000;
 
 export interface RunningGateway {
@@ -34,8 +37,8 @@ export interface RunningGateway {
 
 /**
  * Opens and migrates the database, initialises an empty one, listens on HOST:PORT, and settles
- * runs left behind by a crash of this or another process, now and periodically (and deletes
- * expired files, less often).
+ * runs and uploads left behind by a crash of this or another process, now and periodically (and
+ * deletes expired files and file bytes nothing holds, less often).
  */
 export async function startGateway(config: Config, overrides: Partial<Deps> = {}): Promise<RunningGateway> {
   // The data directory and the key first: either stops the start before the database is touched.
@@ -82,9 +85,22 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     const settled = await sweepRuns(deps);
     if (settled > 0) deps.log.warn('settled runs left behind', { count: settled });
   });
+  // Uploads whose reservation lapsed (a crash, a kill -9 of this or another process) and deletes
+  // that failed: found through an index, so as often as the runs' sweep (files/sweep.ts).
+  const uploadSweeper = periodically(leaseMs(config) / 2, 'uploads sweep', async () => {
+    const swept = await sweepUploads(deps);
+    if (swept > 0) deps.log.warn('deleted what uploads left behind', { count: swept });
+  });
   const purger = periodically(FILE_PURGE_INTERVAL_MS, 'expired files sweep', async () => {
     const purged = await purgeExpiredFiles(deps);
     if (purged > 0) deps.log.info('deleted expired files', { count: purged });
+  });
+  // Everything under DATA_DIR/files that nothing holds: walks every workspace's files, so at start
+  // and hourly only.
+  const stored = nodeBlobStore(config);
+  const orphanSweeper = periodically(ORPHAN_SWEEP_INTERVAL_MS, 'orphan blobs sweep', async () => {
+    const removed = await sweepStoredBlobs(deps, stored.list());
+    if (removed > 0) deps.log.warn('deleted file bytes that nothing held', { count: removed });
   });
 
   // Vector indexes of large stores (retrieval/vector-index.ts): while one is back-filled, a pass of
@@ -113,8 +129,7 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     initialised,
     async close(drainMs = 10_000) {
       stopTrimming();
-      clearInterval(sweeper);
-      clearInterval(purger);
+      for (const timer of [sweeper, uploadSweeper, purger, orphanSweeper]) clearInterval(timer);
       closing = true;
       clearTimeout(indexer);
       await new Promise<void>((resolve) => {

@@ -18,7 +18,11 @@ import type { ApiEnv } from './env';
 export const fileRoutes = new Hono<ApiEnv>()
   .use(workspace())
   .post('/', ownBody(), async (c) => {
-    const row = await createFile(c.get('deps'), c.get('workspace').workspaceId, c.req.raw.body, c.req.header('content-type'));
+    const row = await createFile(c.get('deps'), c.get('workspace').workspaceId, {
+      body: c.req.raw.body,
+      contentType: c.req.header('content-type'),
+      contentLength: c.req.header('content-length'),
+    });
     return c.json(toFileJson(row));
   })
   .get('/', validate('query', listFilesQuery), async (c) => {

@@ -1,9 +1,10 @@
 import { and, eq, gt, inArray, isNotNull, isNull, lte, or, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { insertWhere, preparedQueries, type Db } from '../db/client';
-import { files, vectorStoreChunks, vectorStoreFiles, type FilePurpose } from '../db/schema';
+import { fileReservations, files, vectorStoreChunks, vectorStoreFiles, type FilePurpose } from '../db/schema';
 import { ApiError } from '../errors';
 import type { CursorListQuery } from '../schemas/common';
 import { cursorPage, cursorsOf, type PageQuery } from './pagination';
+import { filesBytes, reservationLive, reservationState, reservedBytes } from './file-reservations';
 import { quotaExceeded } from './quotas';
 
 /**
@@ -15,26 +16,39 @@ export type FileRow = Omit<typeof files.$inferSelect, 'seq'>;
 
 /**
  * Writes the file's row unless the workspace's files would then hold more than `maxBytes`
- * (GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE): 400 `quota_exceeded`, checked in the insert itself, so
- * that uploads finishing together cannot pass the cap between them.
+ * (GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE) beside its other uploads' live reservations: 400
+ * `quota_exceeded`, checked in the insert itself, so that uploads finishing together cannot pass
+ * the cap between them. With `upload`, the row is an upload's (files/reservation.ts): its
+ * reservation must still be live at `now` (one that lapsed may have had its bytes swept) and is
+ * released in the same batch, the row holding its bytes from then on (a lapsed one is an Error:
+ * the server's fault, a 500). Without, the row is written as it is (tests that store files directly).
  */
-export async function insertFile(db: Db, row: FileRow, maxBytes = Number.MAX_SAFE_INTEGER): Promise<void> {
-  const held = sql`(SELECT coalesce(sum(${files.bytes}), 0) FROM ${files} WHERE ${files.workspaceId} = ${row.workspaceId})`;
-  const inserted = await insertWhere(db, files, row, sql`${held} + ${row.bytes} <= ${maxBytes}`).returning({ id: files.id });
-  if (inserted.length === 0) throw storageExceeded(await storedBytes(db, row.workspaceId), maxBytes);
+export async function insertFile(db: Db, row: FileRow, upload?: { maxBytes: number; now: number }): Promise<void> {
+  if (!upload) {
+    await db.insert(files).values(row);
+    return;
+  }
+  const { maxBytes, now } = upload;
+  const fits = sql`${filesBytes(row.workspaceId)} + ${reservedBytes(row.workspaceId, now, row.blobKey)} + ${row.bytes} <= ${maxBytes}`;
+  const [inserted] = await db.batch([
+    insertWhere(db, files, row, sql`${fits} AND ${reservationLive(row.blobKey, now)}`).returning({ id: files.id }),
+    // Only once the row holds the bytes: a refused upload keeps its reservation until they are deleted.
+    db.delete(fileReservations).where(and(eq(fileReservations.blobKey, row.blobKey), sql`EXISTS (SELECT 1 FROM ${files} WHERE ${files.id} = ${row.id})`)),
+  ]);
+  if (inserted.length > 0) return;
+  const held = await reservationState(db, { workspaceId: row.workspaceId, blobKey: row.blobKey, now });
+  if (held.own === null) throw new Error(`the upload of ${row.id} lost its reservation before its row was written`);
+  throw storageExceeded({ files: held.files, uploading: held.others, maxBytes });
 }
 
-/** The bytes of the workspace's files together (expired ones included until they are deleted). */
-export async function storedBytes(db: Db, workspaceId: string): Promise<number> {
-  const [row] = await db.select({ bytes: sql<number>`coalesce(sum(${files.bytes}), 0)` }).from(files).where(eq(files.workspaceId, workspaceId));
-  return Number(row?.bytes ?? 0);
-}
-
-export const storageExceeded = (held: number, maxBytes: number) =>
-  quotaExceeded(
-    `This workspace's files hold ${held} bytes; its cap is ${maxBytes} (GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE). Delete files before uploading more.`,
+/** The 400 for a workspace whose files, and uploads under way, leave no room for this one. */
+export function storageExceeded({ files, uploading, maxBytes }: { files: number; uploading: number; maxBytes: number }): ApiError {
+  const held = uploading > 0 ? `hold ${files} bytes, and its uploads under way ${uploading} more` : `hold ${files} bytes`;
+  return quotaExceeded(
+    `This workspace's files ${held}; its cap is ${maxBytes} (GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE), and this file does not fit. Delete files before uploading more.`,
     'file',
   );
+}
 
 /** Not expired at `now` (without `now`, whatever its expiry). */
 const current = (now: number | Placeholder | undefined): SQL | undefined =>
@@ -98,8 +112,10 @@ const filePage = preparedQueries(
 /**
  * Deletes the workspace's file, and with it, in the same batch, its place in every vector store
  * (vector_store_files) and its chunks, so that a deleted file is never found by a search. Only
- * the row goes here; the caller deletes the bytes afterwards (a blob without a row is invisible).
- * Answers the deleted row.
+ * the row goes here; the caller deletes the bytes afterwards (a blob without a row is invisible),
+ * then releases the lapsed reservation the batch leaves in the row's place: should deleting the
+ * bytes fail, or the process die first, the sweep of lapsed reservations deletes them
+ * (files/sweep.ts). Answers the deleted row.
  */
 export async function deleteFile(db: Db, workspaceId: string, id: string): Promise<FileRow> {
   const gone = sql`NOT EXISTS (SELECT 1 FROM ${files} WHERE ${files.id} = ${id})`;
@@ -107,7 +123,10 @@ export async function deleteFile(db: Db, workspaceId: string, id: string): Promi
     .select({ id: vectorStoreFiles.vectorStoreId })
     .from(vectorStoreFiles)
     .where(and(eq(vectorStoreFiles.fileId, id), eq(vectorStoreFiles.workspaceId, workspaceId)));
-  const [deleted] = await db.batch([
+  const [, deleted] = await db.batch([
+    db.run(sql`INSERT INTO file_reservations (blob_key, workspace_id, bytes, expires_at)
+      SELECT ${files.blobKey}, ${files.workspaceId}, 0, 0 FROM ${files} WHERE ${files.id} = ${id} AND ${files.workspaceId} = ${workspaceId}
+      ON CONFLICT (blob_key) DO NOTHING`),
     db.delete(files).where(and(eq(files.id, id), eq(files.workspaceId, workspaceId))).returning(),
     // Through the stores that hold it (vector_store_files_file, then the chunks' store-and-file index).
     db.delete(vectorStoreChunks).where(and(inArray(vectorStoreChunks.vectorStoreId, itsStores), eq(vectorStoreChunks.fileId, id), gone)),

@@ -11,7 +11,7 @@ const PART_BYTES = 8 * 1024 * 1024;
  */
 export function r2BlobStore(bucket: R2Bucket): BlobStore {
   return {
-    async put(key, body, { maxBytes }) {
+    async put(key, body, { maxBytes, admit }) {
       const counted = capped(body, maxBytes);
       const reader = counted.stream.getReader();
       const buffer = new Uint8Array(PART_BYTES);
@@ -22,6 +22,9 @@ export function r2BlobStore(bucket: R2Bucket): BlobStore {
         for (;;) {
           const { done, value } = await reader.read();
           if (done) break;
+          // Awaited only when it has to wait: most chunks are admitted at once.
+          const admitting = admit?.(value.byteLength);
+          if (admitting) await admitting;
           let offset = 0;
           while (offset < value.byteLength) {
             const take = Math.min(PART_BYTES - filled, value.byteLength - offset);

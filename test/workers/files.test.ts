@@ -1,7 +1,10 @@
+import { createClient } from '@libsql/client/web';
+import { createScheduledController } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import OpenAI, { NotFoundError, toFile } from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { BlobTooLarge, type BlobStore } from '../../src/files/blob-store';
+import worker from '../../src/worker';
 import { r2BlobStore } from '../../src/workers/blob-store';
 import { errorOf, json } from '../support/envelope';
 
@@ -76,6 +79,20 @@ describe('r2BlobStore', () => {
     await expect(blobs.put(`${prefix}/cut-early`, streamOf(4 * MiB, 4, 256 * 1024, MiB), { maxBytes: 32 * MiB })).rejects.toThrow('connection reset');
     await expect(blobs.put(`${prefix}/cut-late`, streamOf(20 * MiB, 4, 256 * 1024, 10 * MiB), { maxBytes: 32 * MiB })).rejects.toThrow('connection reset');
     expect(await keysUnder(`${prefix}/cut`)).toEqual([]);
+  });
+
+  it('lets each chunk be admitted first, and leaves nothing when one is not, before or after its first part went up', async () => {
+    for (const [name, limit] of [['early', MiB], ['late', 10 * MiB]] as const) {
+      let admitted = 0;
+      const admit = (bytes: number) => {
+        if (admitted + bytes > limit) return Promise.reject(new Error('no room'));
+        admitted += bytes;
+        return undefined;
+      };
+      await expect(blobs.put(`${prefix}/refused-${name}`, streamOf(20 * MiB, 5), { maxBytes: 32 * MiB, admit })).rejects.toThrow('no room');
+      expect(admitted).toBe(limit);
+    }
+    expect(await keysUnder(`${prefix}/refused`)).toEqual([]);
   });
 
   it('keeps concurrent puts apart', async () => {
@@ -187,5 +204,30 @@ describe('/v1/files on workerd', () => {
         ],
       },
     ]);
+  });
+
+  it("deletes on the cron what an upload whose isolate died left in R2, never an upload under way's", async () => {
+    const workspaceId = inject('workersTenant').workspace.id;
+    const database = createClient({ url: inject('sqldUrl') });
+    const [lapsed, live] = ['lapsed', 'live'].map((name) => `${workspaceId}/file-${name}${crypto.randomUUID().replaceAll('-', '')}`) as [string, string];
+    try {
+      // What the database and the bucket hold when an isolate dies mid-upload (its reservation no
+      // longer renewed) while another isolate's upload goes on.
+      await env.FILES.put(lapsed, 'left by an isolate that died');
+      await env.FILES.put(live, 'an upload under way');
+      await database.execute({
+        sql: 'INSERT INTO file_reservations (blob_key, workspace_id, bytes, expires_at) VALUES (?, ?, 1024, ?), (?, ?, 1024, ?)',
+        args: [lapsed, workspaceId, Date.now() - 1, live, workspaceId, Date.now() + 60_000],
+      });
+      await worker.scheduled(createScheduledController(), env);
+      expect(await env.FILES.head(lapsed)).toBeNull();
+      expect(await env.FILES.head(live)).not.toBeNull();
+      const left = await database.execute({ sql: 'SELECT blob_key FROM file_reservations WHERE blob_key IN (?, ?)', args: [lapsed, live] });
+      expect(left.rows.map((row) => row.blob_key)).toEqual([live]);
+    } finally {
+      await database.execute({ sql: 'DELETE FROM file_reservations WHERE blob_key = ?', args: [live] });
+      await env.FILES.delete(live);
+      database.close();
+    }
   });
 });
