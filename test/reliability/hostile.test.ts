@@ -3,12 +3,9 @@ import { setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readEvents } from '../support/events';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
 import {
-  mainThreadSchedule,
   memoryOf,
-  resetPeakMemory,
   runCli,
   startFakeUpstreamProcess,
   startGatewayProcess,
@@ -16,7 +13,23 @@ import {
   type GatewayProcess,
 } from '../support/processes';
 import { recordTally } from '../support/tally';
-import { activeRunCount, halfWrittenRows, openDataDir, prepare, recordFigures, sleep, waitFor, type Target } from './support';
+import {
+  activeRunCount,
+  expectRunEnded,
+  halfWrittenRows,
+  healthyRun,
+  openDataDir,
+  postJson,
+  prepare,
+  recordFigures,
+  runToEnd,
+  sleep,
+  waitFor,
+  whileMeasured as measured,
+  type EndedRun,
+  type Target,
+  type Watch,
+} from './support';
 
 /**
  * Upstreams that behave as an attacker's would (a tenant points a virtual key at a server it runs),
@@ -27,7 +40,7 @@ import { activeRunCount, halfWrittenRows, openDataDir, prepare, recordFigures, s
  * and a database that refuses to record a run's end.
  *
  * While each one happens: a poller asks the gateway's /health every millisecond or so (p99 under
- * STALL_MS, and no answer slower: a stall), the gateway's peak resident memory stays within a
+ * STALL_MS (support.ts), and no answer slower: a stall), the gateway's peak resident memory stays within a
  * stated bound of what it was before (MAX_RSS_GROWTH_MB; CAPPED_RUN_BOUND_MB a run for answers cut
  * at the cap), another tenant's healthy runs complete whole, and every hostile run ends in its
  * documented state saying why. The hostile fake upstream runs in a process of its own, at the
@@ -36,7 +49,6 @@ import { activeRunCount, halfWrittenRows, openDataDir, prepare, recordFigures, s
  * CPU by the attacker's would fail that tenant's runs whatever the gateway did.
  */
 
-const STALL_MS = 50;
 /** Peak resident memory over what it was before a behaviour, with eight such runs at once. */
 const MAX_RSS_GROWTH_MB = 64;
 const IDLE_MS = 1000;
@@ -69,6 +81,8 @@ let attacker: Target;
 let other: Target;
 let db: Client;
 let idleRssMb: number;
+/** What whileMeasured watches: this gateway, the other tenant, and where the counts go. */
+let watch: Watch;
 let tokenPolicyId: string;
 const tally = { hostileUpstreams: 0, gatewayStalls: 0, outOfMemoryDeaths: 0, runsCreated: 0, runsLost: 0, rowsHalfWritten: 0, answered5xx: 0 };
 const figures: Record<string, number> = {};
@@ -111,10 +125,11 @@ beforeAll(async () => {
   await warm.body?.cancel();
 
   // Idle: after a few ordinary runs, so that lazily loaded code and caches count as idle.
-  for (let i = 0; i < 5; i++) expect((await healthyRun(other)).ok).toBe(true);
+  for (let i = 0; i < 5; i++) expect((await healthyRun(other, tally)).ok).toBe(true);
   await sleep(500);
   idleRssMb = memoryOf(gateway.child.pid!).rssMb;
   figures.idle_rss_mb = Math.round(idleRssMb);
+  watch = { gateway, bystander: other, tally, figures, idleRssMb };
 });
 
 afterAll(async () => {
@@ -127,159 +142,24 @@ afterAll(async () => {
   rmSync(dataDir, { recursive: true, force: true });
 });
 
-async function post<T = { id: string }>(target: Pick<Target, 'url' | 'headers'>, path: string, body: unknown): Promise<T> {
-  const response = await fetch(`${target.url}${path}`, { method: 'POST', headers: target.headers, body: JSON.stringify(body) });
-  if (response.status >= 500) tally.answered5xx++;
-  if (!response.ok) throw new Error(`POST ${path}: ${response.status} ${await response.text()}`);
-  return (await response.json()) as T;
-}
+const post = <T = { id: string }>(target: Pick<Target, 'url' | 'headers'>, path: string, body: unknown) => postJson<T>(target, path, body, tally);
 
 const GZIP_BOMB: FakeScenario = { status: 500, gzip_error_bytes: 300 * 1000 * 1000 };
 
-interface EndedRun {
-  id: string;
-  thread_id: string;
-  status: string;
-  last_error: { code: string; message: string } | null;
-  incomplete_details: { reason: string } | null;
-  required_action: unknown;
-  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | null;
-}
-
 /** A hostile run of the attacker's (not streamed), followed to its end through the API. */
-async function hostileRun(scenario: FakeScenario, virtualKey = 'hostile'): Promise<EndedRun> {
+function hostileRun(scenario: FakeScenario, virtualKey = 'hostile'): Promise<EndedRun> {
   tally.hostileUpstreams++;
-  const created = await post<{ id: string; thread_id: string }>({ url: attacker.url, headers: { ...attacker.headers, 'x-gateway-virtual-key': virtualKey } }, '/v1/threads/runs', {
+  return runToEnd({ url: attacker.url, headers: { ...attacker.headers, 'x-gateway-virtual-key': virtualKey } }, {
     assistant_id: attacker.assistantId,
     thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] },
-  });
-  tally.runsCreated++;
-  const run = await waitFor(
-    async () => {
-      const response = await fetch(`${attacker.url}/v1/threads/${created.thread_id}/runs/${created.id}`, { headers: attacker.headers });
-      if (response.status >= 500) tally.answered5xx++;
-      return (await response.json()) as EndedRun;
-    },
-    (current) => !['queued', 'in_progress', 'cancelling'].includes(current.status),
-    60_000,
-  );
-  return run;
+  }, tally);
 }
 
 /** The run ended as `expected` says; a run that did not is counted lost. */
-function expectEnded(run: EndedRun, expected: Partial<EndedRun> | Record<string, unknown>): void {
-  try {
-    expect(run).toMatchObject(expected);
-  } catch (error) {
-    tally.runsLost++;
-    throw error;
-  }
-}
+const expectEnded = (run: EndedRun, expected: Partial<EndedRun> | Record<string, unknown>) => expectRunEnded(run, expected, tally);
 
-/** One streamed run of `target` that must complete with its whole answer. */
-async function healthyRun(target: Target): Promise<{ ok: boolean; detail: string }> {
-  const words = Array.from({ length: 24 }, (_, i) => `w${i}`).join(' ');
-  const response = await fetch(`${target.url}/v1/threads/runs`, {
-    method: 'POST',
-    headers: target.headers,
-    body: JSON.stringify({
-      assistant_id: target.assistantId,
-      stream: true,
-      thread: { messages: [{ role: 'user', content: `Hi\n${fakeDirective({ reply: words, chunk_delay_ms: 10 })}` }] },
-    }),
-  });
-  if (response.status >= 500) tally.answered5xx++;
-  if (!response.ok) return { ok: false, detail: `HTTP ${response.status}` };
-  let text = '';
-  let final = '';
-  await readEvents(response, ({ event, data }) => {
-    if (event === 'thread.message.delta') text += data.delta.content[0].text.value;
-    if (event.startsWith('thread.run.')) final = event;
-  });
-  return { ok: final === 'thread.run.completed' && text === words, detail: `${final}: ${text.slice(0, 80)}` };
-}
-
-interface Measured<T> {
-  result: T;
-  /** /health p99, of the gateway's own part of the latency (see whileMeasured). */
-  p99Ms: number;
-  stalls: number;
-  peakRssGrowthMb: number;
-}
-
-const percentile = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(values.length * p) - 1)]!;
-
-/**
- * Runs `work` while a poller times the gateway's /health every millisecond or so and the other
- * tenant runs healthy runs back to back; then asserts: /health p99 under STALL_MS and no stall
- * (no answer over STALL_MS), peak RSS within `rssBoundMb` of what it was before, every healthy run
- * complete, and the gateway alive.
- *
- * Latencies are judged by the gateway's own part: the time a health check took minus the time
- * the gateway's event-loop thread spent waiting for a CPU meanwhile (/proc/<pid>/schedstat). On a
- * machine shared with other work (this fake upstream, the test runner, anything else) the rest
- * measures the neighbours, not the gateway; both figures are reported.
- */
-async function whileMeasured<T>(name: string, work: () => Promise<T>, rssBoundMb = MAX_RSS_GROWTH_MB): Promise<Measured<T>> {
-  const pid = gateway.child.pid!;
-  const beforeRssMb = memoryOf(pid).rssMb;
-  resetPeakMemory(pid);
-  let done = false;
-  const raw: number[] = [];
-  const own: number[] = [];
-  const poller = (async () => {
-    while (!done) {
-      const before = mainThreadSchedule(pid);
-      const started = performance.now();
-      const response = await fetch(`${gateway.url}/health`);
-      await response.arrayBuffer();
-      const ms = performance.now() - started;
-      raw.push(ms);
-      own.push(ms - (mainThreadSchedule(pid).waitingMs - before.waitingMs));
-      await sleep(1);
-    }
-  })();
-  const healthy: { ok: boolean; detail: string }[] = [];
-  const bystander = (async () => {
-    do healthy.push(await healthyRun(other));
-    while (!done);
-  })();
-  let result: T;
-  try {
-    result = await work();
-  } finally {
-    done = true;
-    await Promise.allSettled([poller, bystander]);
-  }
-  const alive = gateway.child.exitCode === null && gateway.child.signalCode === null;
-  if (!alive || /heap out of memory|Invalid string length/.test(gateway.stderr())) tally.outOfMemoryDeaths++;
-  expect(alive).toBe(true);
-
-  const p99Ms = percentile(own, 0.99);
-  const stalls = own.filter((ms) => ms > STALL_MS).length;
-  tally.gatewayStalls += stalls;
-  const peakRssGrowthMb = memoryOf(pid).peakMb - beforeRssMb;
-  const round = (value: number) => Math.round(value * 10) / 10;
-  Object.assign(figures, {
-    [`${name}_health_p99_ms`]: round(p99Ms),
-    [`${name}_health_max_ms`]: round(Math.max(...own)),
-    [`${name}_health_raw_p99_ms`]: round(percentile(raw, 0.99)),
-    [`${name}_rss_growth_mb`]: Math.round(peakRssGrowthMb),
-  });
-  console.log(
-    `${name}: /health p99 ${p99Ms.toFixed(1)} ms, max ${Math.max(...own).toFixed(1)} ms over ${own.length} polls ` +
-      `(with the waits for a CPU: p99 ${percentile(raw, 0.99).toFixed(1)} ms, max ${Math.max(...raw).toFixed(1)} ms); ` +
-      `peak RSS +${peakRssGrowthMb.toFixed(1)} MB over ${beforeRssMb.toFixed(0)} MB (idle ${idleRssMb.toFixed(0)} MB)`,
-  );
-
-  expect(healthy.length).toBeGreaterThan(0);
-  expect(healthy.filter((run) => !run.ok)).toEqual([]);
-  expect(own.length).toBeGreaterThan(10);
-  expect(p99Ms).toBeLessThan(STALL_MS);
-  expect(stalls).toBe(0);
-  expect(peakRssGrowthMb).toBeLessThan(rssBoundMb);
-  return { result: result!, p99Ms, stalls, peakRssGrowthMb };
-}
+/** `work` measured (support.ts, whileMeasured), its peak RSS within `rssBoundMb` of what it was before. */
+const whileMeasured = <T>(name: string, work: () => Promise<T>, rssBoundMb = MAX_RSS_GROWTH_MB) => measured(watch, name, work, rssBoundMb);
 
 /** Bytes of a run's rows: the run, its messages, its steps. */
 async function storedBytes(runId: string): Promise<number> {

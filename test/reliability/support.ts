@@ -1,8 +1,10 @@
 import { appendFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createClient, type Client } from '@libsql/client';
+import { expect } from 'vitest';
+import { readEvents } from '../support/events';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
-import type { GatewayProcess } from '../support/processes';
+import { mainThreadSchedule, memoryOf, resetPeakMemory, type GatewayProcess } from '../support/processes';
 
 /**
  * What the reliability suites share: a gateway process seen from outside (keys read from its first
@@ -46,6 +48,58 @@ export function createRunRequest(target: Target, scenario: FakeScenario, stream:
       thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] },
     }),
   });
+}
+
+/** A POST of JSON whose answer must be a success (a 5xx is counted in `tally`): its JSON. */
+export async function postJson<T = { id: string }>(
+  target: Pick<Target, 'url' | 'headers'>,
+  path: string,
+  body: unknown,
+  tally: { answered5xx: number },
+): Promise<T> {
+  const response = await fetch(`${target.url}${path}`, { method: 'POST', headers: target.headers, body: JSON.stringify(body) });
+  if (response.status >= 500) tally.answered5xx++;
+  if (!response.ok) throw new Error(`POST ${path}: ${response.status} ${await response.text()}`);
+  return (await response.json()) as T;
+}
+
+export interface EndedRun {
+  id: string;
+  thread_id: string;
+  status: string;
+  last_error: { code: string; message: string } | null;
+  incomplete_details: { reason: string } | null;
+  required_action: unknown;
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | null;
+}
+
+/** A run created (POST /v1/threads/runs, not streamed, `body`), followed through the API to its end (60 s at most). */
+export async function runToEnd(
+  target: Pick<Target, 'url' | 'headers'>,
+  body: unknown,
+  tally: { answered5xx: number; runsCreated: number },
+): Promise<EndedRun> {
+  const created = await postJson<{ id: string; thread_id: string }>(target, '/v1/threads/runs', body, tally);
+  tally.runsCreated++;
+  return waitFor(
+    async () => {
+      const response = await fetch(`${target.url}/v1/threads/${created.thread_id}/runs/${created.id}`, { headers: target.headers });
+      if (response.status >= 500) tally.answered5xx++;
+      return (await response.json()) as EndedRun;
+    },
+    (current) => !['queued', 'in_progress', 'cancelling'].includes(current.status),
+    60_000,
+  );
+}
+
+/** The run ended as `expected` says; a run that did not is counted lost in `tally`. */
+export function expectRunEnded(run: EndedRun, expected: Partial<EndedRun> | Record<string, unknown>, tally: { runsLost: number }): void {
+  try {
+    expect(run).toMatchObject(expected);
+  } catch (error) {
+    tally.runsLost++;
+    throw error;
+  }
 }
 
 /** The gateway's database, read beside it (WAL mode allows readers while it writes). */
@@ -118,4 +172,134 @@ export function recordFigures(suite: string, figures: Record<string, number>): v
   const dir = process.env.RELIABILITY_REPORT_DIR;
   if (!dir) return;
   appendFileSync(join(dir, 'figures.jsonl'), `${JSON.stringify({ suite, ...figures })}\n`);
+}
+
+/** A /health answer slower than this, of the gateway's own part of the time, is a stall. */
+export const STALL_MS = 50;
+
+/** What whileMeasured watches, and where it counts what it saw. */
+export interface Watch {
+  gateway: GatewayProcess;
+  /** Another tenant, whose streamed runs go on back to back and must not notice. */
+  bystander: Target;
+  tally: { gatewayStalls: number; outOfMemoryDeaths: number; answered5xx: number };
+  figures: Record<string, number>;
+  /** The gateway's resident memory at rest, for the log line. */
+  idleRssMb: number;
+}
+
+export interface HealthyRun {
+  ok: boolean;
+  detail: string;
+  /** From the request to the stream's end. */
+  ms: number;
+}
+
+/** One streamed run of `target` that must complete with its whole answer (a 5xx is counted in `tally`). */
+export async function healthyRun(target: Target, tally: Pick<Watch['tally'], 'answered5xx'>): Promise<HealthyRun> {
+  const words = Array.from({ length: 24 }, (_, i) => `w${i}`).join(' ');
+  const started = performance.now();
+  const response = await fetch(`${target.url}/v1/threads/runs`, {
+    method: 'POST',
+    headers: target.headers,
+    body: JSON.stringify({
+      assistant_id: target.assistantId,
+      stream: true,
+      thread: { messages: [{ role: 'user', content: `Hi\n${fakeDirective({ reply: words, chunk_delay_ms: 10 })}` }] },
+    }),
+  });
+  if (response.status >= 500) tally.answered5xx++;
+  if (!response.ok) return { ok: false, detail: `HTTP ${response.status}`, ms: performance.now() - started };
+  let text = '';
+  let final = '';
+  await readEvents(response, ({ event, data }) => {
+    if (event === 'thread.message.delta') text += data.delta.content[0].text.value;
+    if (event.startsWith('thread.run.')) final = event;
+  });
+  return { ok: final === 'thread.run.completed' && text === words, detail: `${final}: ${text.slice(0, 80)}`, ms: performance.now() - started };
+}
+
+export interface Measured<T> {
+  result: T;
+  /** /health p99, of the gateway's own part of the latency (see whileMeasured). */
+  p99Ms: number;
+  stalls: number;
+  peakRssGrowthMb: number;
+  /** The other tenant's runs meanwhile. */
+  healthy: HealthyRun[];
+}
+
+export const percentile = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(values.length * p) - 1)]!;
+
+/**
+ * Runs `work` while a poller times the gateway's /health every millisecond or so and the other
+ * tenant runs healthy runs back to back; then asserts: /health p99 under STALL_MS and no stall
+ * (no answer over STALL_MS), peak RSS within `rssBoundMb` of what it was before, every healthy run
+ * complete, and the gateway alive. Figures go to `watch.figures` under `name`.
+ *
+ * Latencies are judged by the gateway's own part: the time a health check took minus the time
+ * the gateway's event-loop thread spent waiting for a CPU meanwhile (/proc/<pid>/schedstat). On a
+ * machine shared with other work (this fake upstream, the test runner, anything else) the rest
+ * measures the neighbours, not the gateway; both figures are reported.
+ */
+export async function whileMeasured<T>(watch: Watch, name: string, work: () => Promise<T>, rssBoundMb: number): Promise<Measured<T>> {
+  const { gateway, tally, figures } = watch;
+  const pid = gateway.child.pid!;
+  const beforeRssMb = memoryOf(pid).rssMb;
+  resetPeakMemory(pid);
+  let done = false;
+  const raw: number[] = [];
+  const own: number[] = [];
+  const poller = (async () => {
+    while (!done) {
+      const before = mainThreadSchedule(pid);
+      const started = performance.now();
+      const response = await fetch(`${gateway.url}/health`);
+      await response.arrayBuffer();
+      const ms = performance.now() - started;
+      raw.push(ms);
+      own.push(ms - (mainThreadSchedule(pid).waitingMs - before.waitingMs));
+      await sleep(1);
+    }
+  })();
+  const healthy: HealthyRun[] = [];
+  const bystander = (async () => {
+    do healthy.push(await healthyRun(watch.bystander, tally));
+    while (!done);
+  })();
+  let result: T;
+  try {
+    result = await work();
+  } finally {
+    done = true;
+    await Promise.allSettled([poller, bystander]);
+  }
+  const alive = gateway.child.exitCode === null && gateway.child.signalCode === null;
+  if (!alive || /heap out of memory|Invalid string length/.test(gateway.stderr())) tally.outOfMemoryDeaths++;
+  expect(alive).toBe(true);
+
+  const p99Ms = percentile(own, 0.99);
+  const stalls = own.filter((ms) => ms > STALL_MS).length;
+  tally.gatewayStalls += stalls;
+  const peakRssGrowthMb = memoryOf(pid).peakMb - beforeRssMb;
+  const round = (value: number) => Math.round(value * 10) / 10;
+  Object.assign(figures, {
+    [`${name}_health_p99_ms`]: round(p99Ms),
+    [`${name}_health_max_ms`]: round(Math.max(...own)),
+    [`${name}_health_raw_p99_ms`]: round(percentile(raw, 0.99)),
+    [`${name}_rss_growth_mb`]: Math.round(peakRssGrowthMb),
+  });
+  console.log(
+    `${name}: /health p99 ${p99Ms.toFixed(1)} ms, max ${Math.max(...own).toFixed(1)} ms over ${own.length} polls ` +
+      `(with the waits for a CPU: p99 ${percentile(raw, 0.99).toFixed(1)} ms, max ${Math.max(...raw).toFixed(1)} ms); ` +
+      `peak RSS +${peakRssGrowthMb.toFixed(1)} MB over ${beforeRssMb.toFixed(0)} MB (idle ${watch.idleRssMb.toFixed(0)} MB)`,
+  );
+
+  expect(healthy.length).toBeGreaterThan(0);
+  expect(healthy.filter((run) => !run.ok)).toEqual([]);
+  expect(own.length).toBeGreaterThan(10);
+  expect(p99Ms).toBeLessThan(STALL_MS);
+  expect(stalls).toBe(0);
+  expect(peakRssGrowthMb).toBeLessThan(rssBoundMb);
+  return { result: result!, p99Ms, stalls, peakRssGrowthMb, healthy };
 }
