@@ -39,6 +39,7 @@ import {
   citationSources,
   FILE_SEARCH_FUNCTION,
   MAX_SEARCH_ROUNDS,
+  searchedArguments,
   searchOutput,
   searchQueries,
   searchSettings,
@@ -183,7 +184,10 @@ class Execution {
   #message: { row: MessageRow; step: StepRow; text: TextBuilder; started: boolean; opened: OpenedRows } | null = null;
   /** The turn's tool calls by the upstream's index (0 to MAX_TOOL_CALLS - 1, checked by the reader). */
   #toolStep: { row: StepRow; calls: Map<number, StreamingToolCall>; opened: OpenedRows } | null = null;
-  /** UTF-8 bytes of answer text, tool-call names and arguments this turn kept (GATEWAY_MAX_ANSWER_BYTES). */
+  /**
+   * UTF-8 bytes of answer text, tool-call names and arguments this turn kept, over all its rounds
+   * (GATEWAY_MAX_ANSWER_BYTES): a model that searches again and again shares one cap.
+   */
   #answerBytes = 0;
   /** Whether the turn's answer reached GATEWAY_MAX_ANSWER_BYTES and was cut there. */
   #cut = false;
@@ -375,15 +379,14 @@ class Execution {
     let position = 0;
     for (const call of calls) {
       if (!call.hosted) continue;
-      const args = call.arguments.toString();
-      const queries = searchQueries(args, position++);
+      const queries = searchQueries(call.arguments.toString(), position++);
       const found = 'problem' in queries ? { output: queries.problem, results: [] } : searchOutput(await this.#searchStores(queries), this.#sources.length);
       this.#sources.push(...found.results.map((result) => ({ fileId: result.file_id })));
       call.hosted.search = {
         id: call.id,
         type: 'file_search',
         file_search: { ranking_options: settings.rankingOptions, results: found.results },
-        function: { name: FILE_SEARCH_FUNCTION, arguments: args, output: found.output },
+        function: { name: FILE_SEARCH_FUNCTION, arguments: searchedArguments(queries), output: found.output },
       };
     }
   }
@@ -432,7 +435,6 @@ class Execution {
     await this.#outbox.committed();
     this.#message = null;
     this.#toolStep = null;
-    this.#answerBytes = 0;
   }
 
   /** The turn's tool calls as its step records them, in the upstream's order. */
