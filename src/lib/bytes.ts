@@ -11,3 +11,50 @@ export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
   }
   return bytes;
 }
+
+const ALPHABET = new TextEncoder().encode('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/');
+const PAD = 0x3d;
+
+/**
+ * `bytes` base64-encoded, as the ASCII bytes of the text, padding included: written byte by byte
+ * into one array, where btoa over String.fromCharCode's strings took about 60 ms a MB here.
+ */
+export function base64(bytes: Uint8Array): Uint8Array {
+  const out = new Uint8Array(base64Length(bytes.byteLength));
+  const whole = bytes.byteLength - (bytes.byteLength % 3);
+  let o = 0;
+  for (let i = 0; i < whole; i += 3) {
+    const n = (bytes[i]! << 16) | (bytes[i + 1]! << 8) | bytes[i + 2]!;
+    out[o++] = ALPHABET[n >>> 18]!;
+    out[o++] = ALPHABET[(n >>> 12) & 63]!;
+    out[o++] = ALPHABET[(n >>> 6) & 63]!;
+    out[o++] = ALPHABET[n & 63]!;
+  }
+  const rest = bytes.byteLength - whole;
+  if (rest > 0) {
+    const n = (bytes[whole]! << 16) | (rest === 2 ? bytes[whole + 1]! << 8 : 0);
+    out[o++] = ALPHABET[n >>> 18]!;
+    out[o++] = ALPHABET[(n >>> 12) & 63]!;
+    out[o++] = rest === 2 ? ALPHABET[(n >>> 6) & 63]! : PAD;
+    out[o] = PAD;
+  }
+  return out;
+}
+
+/**
+ * `chunks` base64-encoded as they come (base64), each chunk up to a multiple of three bytes and
+ * the rest carried over to the next, since three bytes make four characters.
+ */
+export async function* base64Chunks(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+  let carry = new Uint8Array(0);
+  for await (const chunk of chunks) {
+    const bytes = carry.byteLength === 0 ? chunk : concatBytes([carry, chunk]);
+    const whole = bytes.byteLength - (bytes.byteLength % 3);
+    if (whole > 0) yield base64(bytes.subarray(0, whole));
+    carry = bytes.slice(whole);
+  }
+  if (carry.byteLength > 0) yield base64(carry);
+}
+
+/** The length of `bytes` bytes base64-encoded, padding included. */
+export const base64Length = (bytes: number): number => Math.ceil(bytes / 3) * 4;

@@ -14,6 +14,7 @@ import { inProcessIngestionHost } from './ingest-host';
 import { inProcessRunHost } from './run-host';
 import { requestBody } from './request-body';
 import { upstreamFetch } from './upstream-fetch';
+import { upstreamShares } from '../lib/fair-shares';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -33,6 +34,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     slices: nodeSlices,
     blobs: directoryBlobStore(join(config.DATA_DIR, 'files')),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
+    upstreamShares: upstreamShares(config),
     requestBody,
     openApiDocument: () => Promise.resolve(openApiDocument),
     ...overrides,

@@ -1,0 +1,117 @@
+import { base64Chunks, base64Length } from '../lib/bytes';
+import type { ChatCompletionRequest, ChatContentPart, ChatMessage, StreamedImage, StreamedImagePart } from './types';
+
+/**
+ * A Chat Completions request as the bytes sent: its JSON, encoded once (what the HTTP client
+ * would otherwise encode from the string). A request with streamed images (types.ts) is a stream
+ * instead: the JSON around each image, held, and in between each image's bytes as they are read,
+ * base64-encoded into its data: URL. Held whole, a 20 MiB image was 27 MiB of base64 several
+ * times over (its pieces, their join, the request's JSON, its encoded copy) for as long as a
+ * provider took to read it.
+ */
+export interface RequestBody {
+  /** Its size as sent; an image counted at its size in base64, with its media type's longest name. */
+  bytes: number;
+  /** What it holds in memory until it is sent: its JSON, images left out. */
+  heldBytes: number;
+  /** The body to send, once. */
+  body: Uint8Array | ReadableStream<Uint8Array>;
+}
+
+const encoder = new TextEncoder();
+
+/** The longest media type an image's data: URL may name (files/images.ts sniffs four). */
+const MEDIA_TYPE_CHARS = 'image/jpeg'.length;
+
+export function encodeRequest(request: ChatCompletionRequest): RequestBody {
+  if (!request.messages.some((message) => partsWithImages(message) !== null)) {
+    const body = encoder.encode(JSON.stringify(request));
+    return { bytes: body.byteLength, heldBytes: body.byteLength, body };
+  }
+  // The messages last, each one as JSON but a user message with streamed images, written part by part.
+  const segments: (Uint8Array | StreamedImagePart['image_url'])[] = [];
+  let json = `${JSON.stringify({ ...request, messages: undefined }).slice(0, -1)},"messages":[`;
+  let bytes = 0;
+  let heldBytes = 0;
+  const hold = () => {
+    const held = encoder.encode(json);
+    segments.push(held);
+    heldBytes += held.byteLength;
+    json = '';
+  };
+  for (const [i, message] of request.messages.entries()) {
+    if (i > 0) json += ',';
+    const parts = partsWithImages(message);
+    if (parts === null) {
+      json += JSON.stringify(message);
+      continue;
+    }
+    json += '{"role":"user","content":[';
+    for (const [j, part] of parts.entries()) {
+      if (j > 0) json += ',';
+      if (!isStreamedImage(part)) {
+        json += JSON.stringify(part);
+        continue;
+      }
+      hold();
+      segments.push(part.image_url);
+      bytes += imagePrefix(part.image_url.detail, '').length + MEDIA_TYPE_CHARS + base64Length(part.image_url.url.bytes) + IMAGE_SUFFIX.length;
+    }
+    json += ']}';
+  }
+  json += ']}';
+  hold();
+  return { bytes: bytes + heldBytes, heldBytes, body: bodyStream(segments) };
+}
+
+/** A user message's parts when a streamed image is among them; null for every other message. */
+function partsWithImages(message: ChatMessage): (ChatContentPart | StreamedImagePart)[] | null {
+  if (message.role !== 'user' || typeof message.content === 'string') return null;
+  return message.content.some(isStreamedImage) ? message.content : null;
+}
+
+function isStreamedImage(part: ChatContentPart | StreamedImagePart): part is StreamedImagePart {
+  return part.type === 'image_url' && typeof part.image_url.url !== 'string';
+}
+
+const imagePrefix = (detail: string | undefined, mediaType: string) =>
+  `{"type":"image_url","image_url":{${detail === undefined ? '' : `"detail":${JSON.stringify(detail)},`}"url":"data:${mediaType};base64,`;
+const IMAGE_SUFFIX = '"}}';
+
+/**
+ * The segments in order, an image's bytes read only when the body is read that far: a provider
+ * that reads slowly holds back the reading of the image, and one that stops (or a call that ends)
+ * cancels it.
+ */
+function bodyStream(segments: (Uint8Array | { url: StreamedImage; detail?: string })[]): ReadableStream<Uint8Array> {
+  const chunks = (async function* () {
+    for (const segment of segments) {
+      if (segment instanceof Uint8Array) yield segment;
+      else yield* imagePart(segment.url, segment.detail);
+    }
+  })();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        const next = await chunks.next();
+        if (next.done) controller.close();
+        else controller.enqueue(next.value);
+      },
+      async cancel() {
+        await chunks.return(undefined);
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+async function* imagePart(image: StreamedImage, detail: string | undefined): AsyncGenerator<Uint8Array> {
+  const opened = await image.open();
+  if ('text' in opened) {
+    yield encoder.encode(JSON.stringify({ type: 'text', text: opened.text }));
+    return;
+  }
+  yield encoder.encode(imagePrefix(detail, opened.mediaType));
+  yield* base64Chunks(opened.chunks);
+  yield encoder.encode(IMAGE_SUFFIX);
+}
