@@ -23,9 +23,11 @@ import { createTestGateway, type Tenant, type TestGateway } from './support/gate
 
 const REQUEST_BYTES = 64 * 1024;
 const FIRST_BYTE_MS = 3000;
+/** `bounded`'s requests built and not yet sent, per workspace. */
+const HELD_BYTES = 48 * 1024;
 
 let fake: FakeUpstreamServer;
-/** A gateway whose requests are at most REQUEST_BYTES. */
+/** A gateway whose requests are at most REQUEST_BYTES, a workspace's held at most HELD_BYTES. */
 let bounded: TestGateway;
 /** A gateway with two provider calls at once per workspace and a short first-byte timeout, on its own data directory. */
 let shared: TestGateway;
@@ -35,7 +37,9 @@ const readBytes = new Map<string, number>();
 
 beforeAll(async () => {
   fake = await startFakeUpstream();
-  bounded = await createTestGateway({ env: { GATEWAY_MAX_UPSTREAM_REQUEST_BYTES: String(REQUEST_BYTES) } });
+  bounded = await createTestGateway({
+    env: { GATEWAY_MAX_UPSTREAM_REQUEST_BYTES: String(REQUEST_BYTES), GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE: String(HELD_BYTES) },
+  });
   sharedDataDir = mkdtempSync(join(tmpdir(), 'gateway-test-shares-'));
   shared = await createTestGateway({
     env: { DATA_DIR: sharedDataDir, GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: String(FIRST_BYTE_MS), GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE: '2' },
@@ -140,6 +144,27 @@ describe("a request's bound (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)", () => {
     const content = requestsOf(marker)[0]!.body!.messages.at(-1).content;
     expect(content[1]).toEqual({ type: 'text', text: `[image ${large} not included: the request to the provider has no room left for it (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)]` });
     expect(content[2].image_url.url).toBe(`data:image/png;base64,${Buffer.from(png(1000)).toString('base64')}`);
+  });
+});
+
+describe('requests built and not yet sent (GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE)', () => {
+  it("hold a workspace's calls back once they pass its bytes, until a request is sent", async () => {
+    const { openai, assistantId } = await setUp(bounded);
+    const marker = `held-${crypto.randomUUID()}`;
+    // Two prompts of 30 KB: the second would pass the workspace's 48 KiB while the first is not sent.
+    const text = (i: number) => `${marker}-${i} ${'words '.repeat(5000)}`;
+    const first = openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: `${text(1)}\n#fake {"first_byte_delay_ms":1000,"reply":"late"}` }] } },
+      { pollIntervalMs: 10 },
+    );
+    await until(() => requestsOf(`${marker}-1`).length, (n) => n === 1);
+    const second = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: text(2) }] } },
+      { pollIntervalMs: 10 },
+    );
+    expect([(await first).status, second.status]).toEqual(['completed', 'completed']);
+    // Sent once the first's answer began: a second after it, at the earliest.
+    expect(requestsOf(`${marker}-2`)[0]!.receivedAt - requestsOf(`${marker}-1`)[0]!.receivedAt).toBeGreaterThanOrEqual(1000);
   });
 });
 
