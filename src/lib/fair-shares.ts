@@ -86,6 +86,9 @@ export class FairShares {
       state = { key, calls: 0, bytes: 0, queue: [], head: 0 };
       this.#keys.set(key, state);
     }
+    // No one in line, the usual case: nothing to wait for or to overtake.
+    if (this.#waiting.size === 0 && this.#fitsKey(state, bytes) && this.#fitsTotal(bytes)) return Promise.resolve(this.#grant(state, bytes));
+    const taken = state;
     return new Promise<Share>((resolve, reject) => {
       let stopTimer = () => {};
       const giveUp = (error: unknown) => {
@@ -99,7 +102,7 @@ export class FairShares {
       };
       const onAbort = () => giveUp(signal!.reason);
       const waiter: Waiter = {
-        state,
+        state: taken,
         bytes,
         seq: this.#seq++,
         settled: false,
@@ -110,8 +113,8 @@ export class FairShares {
           resolve(this.#grant(waiter.state, bytes));
         },
       };
-      state.queue.push(waiter);
-      this.#waiting.add(state);
+      taken.queue.push(waiter);
+      this.#waiting.add(taken);
       this.#pump();
       if (waiter.settled) return;
       const timer = setTimeout(() => {
