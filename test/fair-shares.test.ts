@@ -119,6 +119,16 @@ describe('fair shares', () => {
     expect(admitted).toEqual(['a1', 'a3']);
   });
 
+  it('says how long a share was waited for: nothing when there was room', async () => {
+    const shares = new FairShares({ ...LIMITS, callsPerKey: 1 });
+    const first = await shares.take('a', 0, LONG);
+    expect(first.waitedMs).toBe(0);
+    const second = shares.take('a', 0, LONG);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    first.end();
+    expect((await second).waitedMs).toBeGreaterThanOrEqual(25);
+  });
+
   it('forgets a key that holds nothing, and ending twice gives back once', async () => {
     const shares = new FairShares(LIMITS);
     const share = await shares.take('a', 300, LONG);

@@ -42,18 +42,26 @@ export function base64(bytes: Uint8Array): Uint8Array {
 }
 
 /**
- * `chunks` base64-encoded as they come (base64), each chunk up to a multiple of three bytes and
- * the rest carried over to the next, since three bytes make four characters.
+ * Base64 of bytes that arrive in pieces: three bytes make four characters, so each piece is
+ * encoded up to a multiple of three bytes and the rest carried over to the next.
  */
-export async function* base64Chunks(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
-  let carry = new Uint8Array(0);
-  for await (const chunk of chunks) {
-    const bytes = carry.byteLength === 0 ? chunk : concatBytes([carry, chunk]);
+export class Base64Pieces {
+  #carry = new Uint8Array(0);
+
+  /** The next piece's base64 (empty when it and the carry make fewer than three bytes). */
+  push(piece: Uint8Array): Uint8Array {
+    const bytes = this.#carry.byteLength === 0 ? piece : concatBytes([this.#carry, piece]);
     const whole = bytes.byteLength - (bytes.byteLength % 3);
-    if (whole > 0) yield base64(bytes.subarray(0, whole));
-    carry = bytes.slice(whole);
+    this.#carry = bytes.slice(whole);
+    return base64(bytes.subarray(0, whole));
   }
-  if (carry.byteLength > 0) yield base64(carry);
+
+  /** The carry's base64, padded: the end of the text. */
+  end(): Uint8Array {
+    const last = base64(this.#carry);
+    this.#carry = new Uint8Array(0);
+    return last;
+  }
 }
 
 /** The length of `bytes` bytes base64-encoded, padding included. */

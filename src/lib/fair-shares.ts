@@ -20,6 +20,8 @@ export interface ShareLimits {
 
 /** What a taker holds until it lets go. */
 export interface Share {
+  /** How long it waited in line for it: 0 when there was room at once. */
+  readonly waitedMs: number;
   /** Gives the bytes back (for a call: its request was sent); the call is held on. */
   sent(): void;
   /** Gives everything back; again does nothing. */
@@ -87,8 +89,9 @@ export class FairShares {
       this.#keys.set(key, state);
     }
     // No one in line, the usual case: nothing to wait for or to overtake.
-    if (this.#waiting.size === 0 && this.#fitsKey(state, bytes) && this.#fitsTotal(bytes)) return Promise.resolve(this.#grant(state, bytes));
+    if (this.#waiting.size === 0 && this.#fitsKey(state, bytes) && this.#fitsTotal(bytes)) return Promise.resolve(this.#grant(state, bytes, 0));
     const taken = state;
+    const since = Date.now();
     return new Promise<Share>((resolve, reject) => {
       let stopTimer = () => {};
       const giveUp = (error: unknown) => {
@@ -110,7 +113,7 @@ export class FairShares {
           waiter.settled = true;
           stopTimer();
           signal?.removeEventListener('abort', onAbort);
-          resolve(this.#grant(waiter.state, bytes));
+          resolve(this.#grant(waiter.state, bytes, Date.now() - since));
         },
       };
       taken.queue.push(waiter);
@@ -126,7 +129,7 @@ export class FairShares {
     });
   }
 
-  #grant(state: KeyState, bytes: number): Share {
+  #grant(state: KeyState, bytes: number, waitedMs: number): Share {
     state.calls++;
     state.bytes += bytes;
     this.#total.calls++;
@@ -134,6 +137,7 @@ export class FairShares {
     let sent = false;
     let ended = false;
     const share: Share = {
+      waitedMs,
       sent: () => {
         if (sent) return;
         sent = true;

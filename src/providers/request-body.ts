@@ -1,4 +1,5 @@
-import { base64Chunks, base64Length } from '../lib/bytes';
+import { Base64Pieces, base64Length, concatBytes } from '../lib/bytes';
+import type { Slices } from '../lib/slices';
 import type { ChatCompletionRequest, ChatContentPart, ChatMessage, StreamedImage, StreamedImagePart } from './types';
 
 /**
@@ -23,7 +24,8 @@ const encoder = new TextEncoder();
 /** The longest media type an image's data: URL may name (files/images.ts sniffs four). */
 const MEDIA_TYPE_CHARS = 'image/jpeg'.length;
 
-export function encodeRequest(request: ChatCompletionRequest): RequestBody {
+/** `request` as its body; `slices` share the event loop while images are read into it (Deps.slices). */
+export function encodeRequest(request: ChatCompletionRequest, slices: Slices): RequestBody {
   if (!request.messages.some((message) => partsWithImages(message) !== null)) {
     const body = encoder.encode(JSON.stringify(request));
     return { bytes: body.byteLength, heldBytes: body.byteLength, body };
@@ -61,7 +63,7 @@ export function encodeRequest(request: ChatCompletionRequest): RequestBody {
   }
   json += ']}';
   hold();
-  return { bytes: bytes + heldBytes, heldBytes, body: bodyStream(segments) };
+  return { bytes: bytes + heldBytes, heldBytes, body: bodyStream(segments, slices) };
 }
 
 /** A user message's parts when a streamed image is among them; null for every other message. */
@@ -83,11 +85,11 @@ const IMAGE_SUFFIX = '"}}';
  * that reads slowly holds back the reading of the image, and one that stops (or a call that ends)
  * cancels it.
  */
-function bodyStream(segments: (Uint8Array | { url: StreamedImage; detail?: string })[]): ReadableStream<Uint8Array> {
+function bodyStream(segments: (Uint8Array | { url: StreamedImage; detail?: string })[], slices: Slices): ReadableStream<Uint8Array> {
   const chunks = (async function* () {
     for (const segment of segments) {
       if (segment instanceof Uint8Array) yield segment;
-      else yield* imagePart(segment.url, segment.detail);
+      else yield* imagePart(segment.url, segment.detail, slices);
     }
   })();
   return new ReadableStream<Uint8Array>(
@@ -105,13 +107,23 @@ function bodyStream(segments: (Uint8Array | { url: StreamedImage; detail?: strin
   );
 }
 
-async function* imagePart(image: StreamedImage, detail: string | undefined): AsyncGenerator<Uint8Array> {
+/**
+ * An image's part: its data: URL's bytes base64-encoded as they are read, a slice of the event
+ * loop at a time (a provider that reads fast, or a connection's buffers filling at its start, has
+ * the whole image read and encoded as fast as the disk goes: 32 MB for eight runs at once).
+ */
+async function* imagePart(image: StreamedImage, detail: string | undefined, slices: Slices): AsyncGenerator<Uint8Array> {
   const opened = await image.open();
   if ('text' in opened) {
     yield encoder.encode(JSON.stringify({ type: 'text', text: opened.text }));
     return;
   }
   yield encoder.encode(imagePrefix(detail, opened.mediaType));
-  yield* base64Chunks(opened.chunks);
-  yield encoder.encode(IMAGE_SUFFIX);
+  const base64 = new Base64Pieces();
+  for await (const piece of opened.chunks) {
+    while (slices.spent()) await slices.next();
+    const encoded = base64.push(piece);
+    if (encoded.byteLength > 0) yield encoded;
+  }
+  yield concatBytes([base64.end(), encoder.encode(IMAGE_SUFFIX)]);
 }

@@ -337,15 +337,13 @@ class Execution {
     secret: string,
   ): Promise<{ finishReason: string; usage: Usage }> {
     const { config } = this.#deps;
-    const waitedFrom = Date.now();
     const share = await this.#share(prompt.bytes);
     try {
-      const queuedMs = Date.now() - waitedFrom;
       const roomBytes = config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES - REQUEST_FIELDS_BYTES - prompt.bytes;
       const messages = await inlineImages(this.#deps, this.#run.workspaceId, prompt.messages, { now: this.#deps.now(), roomBytes });
       const adapter = ADAPTERS[virtualKey.provider];
       const request = adapter.body(buildChatRequest(this.#run, messages, budget, round));
-      const body = encodeRequest(request);
+      const body = encodeRequest(request, this.#deps.slices);
       if (body.bytes > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
         await cancelBody(body);
         throw new RunFailed({ code: 'invalid_prompt', message: REQUEST_TOO_LARGE(body.bytes, config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) }, 'request_too_large');
@@ -359,7 +357,7 @@ class Execution {
           options: virtualKey.options,
           secret,
           firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
-          queuedMs,
+          queuedMs: share.waitedMs,
           sent: share.sent,
           idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
           signal: this.#abort.signal,
