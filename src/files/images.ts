@@ -102,7 +102,7 @@ export async function inlineImages(
       } else if (file.bytes > budget) {
         parts[p] = { type: 'text', text: unavailable(`the images of this prompt exceed the gateway's ${MAX_PROMPT_IMAGE_BYTES} bytes`) };
       } else if (cost > room) {
-        parts[p] = { type: 'text', text: unavailable("the request to the provider has no room left for it (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)") };
+        parts[p] = { type: 'text', text: unavailable('the request to the provider has no room left for it (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)') };
       } else {
         budget -= file.bytes;
         room -= cost;

@@ -6,9 +6,8 @@ import type { ChatCompletionRequest, ChatContentPart, ChatMessage, StreamedImage
  * A Chat Completions request as the bytes sent: its JSON, encoded once (what the HTTP client
  * would otherwise encode from the string). A request with streamed images (types.ts) is a stream
  * instead: the JSON around each image, held, and in between each image's bytes as they are read,
- * base64-encoded into its data: URL. Held whole, a 20 MiB image was 27 MiB of base64 several
- * times over (its pieces, their join, the request's JSON, its encoded copy) for as long as a
- * provider took to read it.
+ * base64-encoded into its data: URL, so that no request holds an image (a 20 MiB image is 27 MiB
+ * of base64, and a provider may take minutes to read it).
  */
 export interface RequestBody {
   /** Its size as sent; an image counted at its size in base64, with its media type's longest name. */
@@ -31,7 +30,7 @@ export function encodeRequest(request: ChatCompletionRequest, slices: Slices): R
     return { bytes: body.byteLength, heldBytes: body.byteLength, body };
   }
   // The messages last, each one as JSON but a user message with streamed images, written part by part.
-  const segments: (Uint8Array | StreamedImagePart['image_url'])[] = [];
+  const segments: Segment[] = [];
   let json = `${JSON.stringify({ ...request, messages: undefined }).slice(0, -1)},"messages":[`;
   let bytes = 0;
   let heldBytes = 0;
@@ -76,6 +75,9 @@ function isStreamedImage(part: ChatContentPart | StreamedImagePart): part is Str
   return part.type === 'image_url' && typeof part.image_url.url !== 'string';
 }
 
+/** What a body is made of: JSON's bytes, held, and images, read when the body is read that far. */
+type Segment = Uint8Array | StreamedImagePart['image_url'];
+
 const imagePrefix = (detail: string | undefined, mediaType: string) =>
   `{"type":"image_url","image_url":{${detail === undefined ? '' : `"detail":${JSON.stringify(detail)},`}"url":"data:${mediaType};base64,`;
 const IMAGE_SUFFIX = '"}}';
@@ -85,7 +87,7 @@ const IMAGE_SUFFIX = '"}}';
  * that reads slowly holds back the reading of the image, and one that stops (or a call that ends)
  * cancels it.
  */
-function bodyStream(segments: (Uint8Array | { url: StreamedImage; detail?: string })[], slices: Slices): ReadableStream<Uint8Array> {
+function bodyStream(segments: Segment[], slices: Slices): ReadableStream<Uint8Array> {
   const chunks = (async function* () {
     for (const segment of segments) {
       if (segment instanceof Uint8Array) yield segment;
@@ -109,8 +111,8 @@ function bodyStream(segments: (Uint8Array | { url: StreamedImage; detail?: strin
 
 /**
  * An image's part: its data: URL's bytes base64-encoded as they are read, a slice of the event
- * loop at a time (a provider that reads fast, or a connection's buffers filling at its start, has
- * the whole image read and encoded as fast as the disk goes: 32 MB for eight runs at once).
+ * loop at a time: a provider that reads fast, or a connection's buffers filling at its start
+ * (megabytes on loopback), has the image read and encoded as fast as the disk goes.
  */
 async function* imagePart(image: StreamedImage, detail: string | undefined, slices: Slices): AsyncGenerator<Uint8Array> {
   const opened = await image.open();
