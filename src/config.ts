@@ -119,8 +119,9 @@ export const configSchema = z.object({
    */
   GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: positiveInt.default(60_000),
   /**
-   * The most one turn of a run keeps of an upstream's answer: text, tool-call names and arguments
-   * together, in UTF-8 bytes. Past it the upstream call is dropped and the run ends `incomplete`.
+   * The most one turn of a run keeps of an upstream's answers: text, tool-call names and arguments
+   * together, in UTF-8 bytes, over all the turn's calls (its file-search rounds). Past it the
+   * upstream call is dropped and the run ends `incomplete`.
    */
   GATEWAY_MAX_ANSWER_BYTES: positiveInt.default(4 * 1024 * 1024),
   /**
@@ -129,6 +130,23 @@ export const configSchema = z.object({
    * leaves out what does not fit a model's context; it bounds what a turn reads and holds.
    */
   GATEWAY_MAX_HISTORY_BYTES: positiveInt.default(8 * 1024 * 1024),
+  /**
+   * The most one request of a run to its provider may be, in bytes as sent (images as their
+   * base64): older history is left out to fit it, then images past it; a run whose instructions,
+   * tools and the turn being answered do not fit even then fails with a last_error saying so.
+   */
+  GATEWAY_MAX_UPSTREAM_REQUEST_BYTES: positiveInt.min(64 * 1024).default(48 * 1024 * 1024),
+  /**
+   * Fair shares of the provider calls one process makes (runs/engine.ts, lib/fair-shares.ts):
+   * calls in flight at once, in all and per workspace, and the bytes of requests built and not yet
+   * sent (images aside: they are streamed), in all and per workspace. A call past them waits its
+   * turn, in order, within its first-byte timeout; past that its run fails with a last_error
+   * naming the limit.
+   */
+  GATEWAY_UPSTREAM_CALLS: positiveInt.default(512),
+  GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE: positiveInt.default(64),
+  GATEWAY_UPSTREAM_BYTES: positiveInt.default(256 * 1024 * 1024),
+  GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE: positiveInt.default(64 * 1024 * 1024),
   /** A run not finished this long after its creation expires (OpenAI: 10 minutes). */
   GATEWAY_RUN_EXPIRES_AFTER_SECONDS: positiveInt.default(600),
   /**

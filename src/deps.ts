@@ -1,5 +1,6 @@
 import type { Config } from './config';
 import type { Db } from './db/client';
+import type { FairShares } from './lib/fair-shares';
 import type { BlobStore } from './files/blob-store';
 import type { SecretBox } from './lib/secrets';
 import type { Slices } from './lib/slices';
@@ -24,6 +25,11 @@ export interface Deps {
   secrets: SecretBox;
   /** How upstream providers are called: Node's pooled client, Workers' fetch (tests may hand in a fake's handler). */
   fetch: UpstreamFetch;
+  /**
+   * The shares of provider calls, per workspace and in all, that runs take turns for
+   * (GATEWAY_UPSTREAM_CALLS…): one per process on Node, per isolate on Workers.
+   */
+  upstreamShares: FairShares;
   /** Rate-limit counters (ratelimit/counter-store.ts): libSQL by default. */
   counters: CounterStore;
   /** The active rate-limit policies per workspace, cached and indexed for matching. */

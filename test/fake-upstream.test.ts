@@ -783,6 +783,52 @@ describe('hostile answers', () => {
   });
 });
 
+describe('turn bounds (issue 34)', () => {
+  it('generates file_search arguments of tool_argument_queries, in argument_chunk_chars fragments', async () => {
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      stream: true,
+      messages: [user('Hi', { tool_calls: [{ name: 'file_search' }], tool_argument_queries: { count: 3, bytes: 5000 }, argument_chunk_chars: 1000 })],
+      tools: [{ type: 'function', function: { name: 'file_search', parameters: { type: 'object', properties: { queries: { type: 'array' } } } } }],
+    });
+    let args = '';
+    for await (const chunk of stream) args += chunk.choices[0]?.delta.tool_calls?.[0]?.function?.arguments ?? '';
+    const { queries } = JSON.parse(args) as { queries: string[] };
+    expect(queries.map((query) => query.length)).toEqual([5000, 5000, 5000]);
+    expect(queries[0]).toMatch(/^lorem ipsum/);
+  });
+
+  it('reads a body at the rate a /slow-read/<bytes per second>/ path says, then answers', async () => {
+    const body = JSON.stringify({ model: MODEL, stream: true, messages: [user(`Hi ${'x'.repeat(60_000)}`, { reply: 'read' })] });
+    const started = performance.now();
+    const response = await post(body, {}, '/slow-read/200000/v1/chat/completions');
+    const { text } = await readRaw(response);
+    // The fake sleeps a chunk's share of the second after reading it: no faster than the rate.
+    expect(performance.now() - started).toBeGreaterThanOrEqual((body.length * 1000) / 200_000 - 5);
+    expect(dataEvents(text).slice(0, -1).map((data) => JSON.parse(data).choices[0]?.delta.content ?? '').join('')).toBe('read');
+    expect(fake.requests.at(-1)!.path).toBe('/v1/chat/completions');
+  });
+
+  it('neither reads nor answers a body sent to /unread/, until the client leaves', async () => {
+    const leave = new AbortController();
+    const unread = post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'never' })] }, {}, '/unread/v1/chat/completions', leave.signal);
+    let settled = false;
+    void unread.then(() => (settled = true), () => (settled = true));
+    // Sent after it, answered before it: the fake never looked at the first request.
+    const after = await complete({ model: MODEL, messages: [user('Hi', { reply: 'after' })] });
+    expect(after.choices[0]!.message.content).toBe('after');
+    expect(settled).toBe(false);
+    expect(fake.requests.map((request) => request.path)).toEqual(['/v1/chat/completions']);
+    // Its connection is held (beside the kept-alive one of the request after it) until the client leaves.
+    const held = fake.openConnections;
+    leave.abort();
+    await expect(unread).rejects.toThrow();
+    const deadline = Date.now() + 5000;
+    while (fake.openConnections >= held && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(fake.openConnections).toBe(held - 1);
+  });
+});
+
 describe('in-process and as a script', () => {
   it('answers through fetch() without a socket, with the same faults', async () => {
     const local = createFakeUpstream({ defaultScenario: { reply: 'in process' } });

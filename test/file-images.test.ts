@@ -2,6 +2,7 @@ import OpenAI, { BadRequestError, toFile } from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { MAX_PROMPT_IMAGE_BYTES, sniffImageType } from '../src/files/images';
 import { startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
+import { png } from './support/files';
 import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
 
 /**
@@ -33,13 +34,6 @@ afterEach(async () => {
   expect(await gateway.tasks.drain(30_000)).toBe(true);
 });
 
-const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
-/** Bytes that start as a PNG does (the gateway sniffs the signature; the fake decodes nothing). */
-const png = (length: number, seed = 0) => {
-  const bytes = new Uint8Array(length).map((_, i) => (i * 13 + seed) % 256);
-  bytes.set(PNG_SIGNATURE);
-  return bytes;
-};
 const upload = async (bytes: Uint8Array, purpose: 'vision' | 'assistants' | 'batch' = 'vision', name = 'picture.png') =>
   (await openai.files.create({ file: await toFile(bytes, name), purpose })).id;
 

@@ -211,6 +211,40 @@ describe('file_search in runs', () => {
     expect(tool[1]).toBe('The file search found nothing for this query.');
   });
 
+  it('sends back what was searched, queries cut to 4,096 characters, not what the model sent', async () => {
+    const marker = `replayed-${crypto.randomUUID()}`;
+    const long = `refunds ${'x'.repeat(10_000)}`;
+    const run = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, thread: fakeThread(marker, [{ tool_calls: [{ name: 'file_search', arguments: { queries: [long, ' days '] } }] }, { reply: 'Done.' }]) },
+      { pollIntervalMs: 20 },
+    );
+    expect(run.status).toBe('completed');
+    const calls = chatRequestsOf(marker)[1]!.body!.messages.find((message: any) => message.tool_calls).tool_calls;
+    expect(calls[0].function.arguments).toBe(JSON.stringify({ queries: [long.slice(0, 4096), 'days'] }));
+  });
+
+  it("counts a turn's rounds together against the answer cap: five queries of 700 KB a round stop the turn in its second", async () => {
+    const marker = `capped-${crypto.randomUUID()}`;
+    const round: FakeScenario = { tool_calls: [{ name: 'file_search' }], tool_argument_queries: { count: 5, bytes: 700_000 }, argument_chunk_chars: 16_384 };
+    const run = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, thread: fakeThread(marker, [round, round, round, round, { reply: 'Found.' }]) },
+      { pollIntervalMs: 20 },
+    );
+    expect(run.status).toBe('incomplete');
+    expect(run.incomplete_details).toEqual({ reason: 'max_completion_tokens' });
+    const steps = await openai.beta.threads.runs.steps.list(run.id, { thread_id: run.thread_id, order: 'asc' });
+    expect(steps.data.map((step) => [step.type, step.status])).toEqual([
+      ['tool_calls', 'completed'],
+      ['tool_calls', 'failed'],
+      ['message_creation', 'completed'],
+    ]);
+    expect(steps.data[1]!.last_error!.message).toContain('GATEWAY_MAX_ANSWER_BYTES');
+    // The second round was sent the first's search as what was searched: kilobytes, not 3.5 MB.
+    const requests = chatRequestsOf(marker);
+    expect(requests).toHaveLength(2);
+    expect(requests[1]!.rawBody.length).toBeLessThan(64 * 1024);
+  });
+
   it('forces the search with tool_choice file_search, in the first round only', async () => {
     const marker = `forced-${crypto.randomUUID()}`;
     // No directive for the first round: the fake calls the forced function with example arguments.

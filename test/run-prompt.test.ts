@@ -97,6 +97,7 @@ const limits = (truncation: Partial<TruncationStrategy> = {}, overrides: Partial
   truncation: { type: 'auto', last_messages: null, ...truncation },
   promptTokens: null,
   historyBytes: 1 << 30,
+  requestBytes: 1 << 30,
   ...overrides,
 });
 

@@ -1,19 +1,20 @@
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
-import type { ChatContentPart, ChatMessage } from '../providers/types';
+import { base64Length, concatBytes } from '../lib/bytes';
+import { UpstreamError, type ChatContentPart, type ChatMessage, type StreamedImage, type StreamedImagePart } from '../providers/types';
 import type { PromptMessage } from '../runs/prompt';
 import type { ThreadMessageInput } from '../schemas/threads';
 import { getFile, type FileRow } from '../services/files';
 import { hostKind, parseHttpUrl, privateRefusal, type UpstreamUrlOptions } from '../lib/upstream-url';
 import { upstreamRules } from '../services/upstream-rules';
-import { BlobTooLarge, capped } from './blob-store';
 
 /**
  * Images in messages. Uploaded ones (`image_file` content parts): checked when a message is
  * written, and sent to the provider as image content (a `data:` URL of the bytes, which every Chat
- * Completions server with vision takes) when a run's prompt is built. What a prompt carries is
- * bounded: each image at most MAX_IMAGE_BYTES, and the images of one prompt together at most
- * MAX_PROMPT_IMAGE_BYTES (a run holds them, base64, while its request is sent).
+ * Completions server with vision takes) when a run's request is sent, streamed from the blob
+ * store into the request's body (providers/request-body.ts). What a prompt carries is bounded:
+ * each image at most MAX_IMAGE_BYTES, and the images of one prompt together at most
+ * MAX_PROMPT_IMAGE_BYTES and what the request's bound leaves for them.
  *
  * Linked ones (`image_url` parts) go to the provider as they are, and a provider that fetches
  * image URLs fetches them from where it runs: a URL is an address a tenant makes it fetch, judged
@@ -72,21 +73,26 @@ export async function checkImages(
   }
 }
 
+/** What an image part takes in a request besides its bytes' base64 (request-body.ts), at most. */
+const IMAGE_PART_BYTES = 128;
+
 /**
- * The prompt as the provider is sent it: each image_file part replaced by its image, as a data:
- * URL, the newest images first while the prompt's images fit MAX_PROMPT_IMAGE_BYTES. An image
- * that cannot be sent (its file deleted or expired since the message was written, past the
- * prompt's budget, or a URL that `rules`, the upstream rules in force, now refuse) becomes a text
- * part that says so, so that the model knows an image was there.
+ * The prompt as the provider is sent it: each image_file part replaced by its image, streamed
+ * from the blob store as the request is sent (StreamedImage), the newest images first while the
+ * prompt's images fit MAX_PROMPT_IMAGE_BYTES and, as base64, the `roomBytes` its request has left
+ * for them (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES). An image that cannot be sent (its file deleted or
+ * expired since the message was written, past either budget, or a URL that `rules`, the upstream
+ * rules in force, now refuse) becomes a text part that says so, so that the model knows an image
+ * was there. Only the files' rows are read here.
  */
 export async function inlineImages(
   deps: ImageDeps,
   workspaceId: string,
   messages: readonly PromptMessage[],
-  now: number,
-  rules: UpstreamUrlOptions,
+  { now, roomBytes, rules }: { now: number; roomBytes: number; rules: UpstreamUrlOptions },
 ): Promise<ChatMessage[]> {
   let budget = MAX_PROMPT_IMAGE_BYTES;
+  let room = roomBytes;
   const out: ChatMessage[] = new Array(messages.length);
   for (let i = messages.length - 1; i >= 0; i--) {
     const message = messages[i]!;
@@ -98,7 +104,7 @@ export async function inlineImages(
       out[i] = { role: 'user', content: message.content };
       continue;
     }
-    const parts: ChatContentPart[] = new Array(message.content.length);
+    const parts: (ChatContentPart | StreamedImagePart)[] = new Array(message.content.length);
     for (let p = message.content.length - 1; p >= 0; p--) {
       const part = message.content[p]!;
       if (part.type === 'image_url') {
@@ -116,24 +122,91 @@ export async function inlineImages(
         if (error instanceof ApiError && error.code === 'file_not_found') return null;
         throw error;
       });
-      const unavailable = (why: string): ChatContentPart => ({ type: 'text', text: `[image ${id} not included: ${why}]` });
+      const unavailable = (why: string) => `[image ${id} not included: ${why}]`;
+      const cost = file ? base64Length(file.bytes) + IMAGE_PART_BYTES : 0;
       if (!file) {
-        parts[p] = unavailable('the file was deleted');
+        parts[p] = { type: 'text', text: unavailable('the file was deleted') };
       } else if (file.bytes > budget) {
-        parts[p] = unavailable(`the images of this prompt exceed the gateway's ${MAX_PROMPT_IMAGE_BYTES} bytes`);
+        parts[p] = { type: 'text', text: unavailable(`the images of this prompt exceed the gateway's ${MAX_PROMPT_IMAGE_BYTES} bytes`) };
+      } else if (cost > room) {
+        parts[p] = { type: 'text', text: unavailable('the request to the provider has no room left for it (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)') };
       } else {
-        const url = await dataUrl(deps, file);
-        if (url === null) {
-          parts[p] = unavailable('the file was deleted');
-        } else {
-          budget -= file.bytes;
-          parts[p] = { type: 'image_url', image_url: { url, ...(part.image_file.detail ? { detail: part.image_file.detail } : {}) } };
-        }
+        budget -= file.bytes;
+        room -= cost;
+        const url = streamedImage(deps, file, unavailable);
+        parts[p] = { type: 'image_url', image_url: { url, ...(part.image_file.detail ? { detail: part.image_file.detail } : {}) } };
       }
     }
     out[i] = { role: 'user', content: parts };
   }
   return out;
+}
+
+/**
+ * The file's image, read when its request is sent: its media type from its first bytes, then its
+ * bytes, no more than its row says (the request was sized by it). Opened only then, so a file
+ * deleted meanwhile, or bytes that are not an image, become the text that says so.
+ */
+function streamedImage(deps: ImageDeps, file: FileRow, unavailable: (why: string) => string): StreamedImage {
+  return {
+    bytes: file.bytes,
+    async open() {
+      const stream = await deps.blobs.get(file.blobKey);
+      if (!stream) return { text: unavailable('the file was deleted') };
+      const chunks = bytesOf(file, stream.getReader());
+      const head: Uint8Array[] = [];
+      let headBytes = 0;
+      while (headBytes < SNIFF_BYTES) {
+        const next = await chunks.next();
+        if (next.done) break;
+        head.push(next.value);
+        headBytes += next.value.byteLength;
+      }
+      const mediaType = sniffImageType(concatBytes(head).subarray(0, SNIFF_BYTES));
+      if (mediaType === null) {
+        await chunks.return();
+        return { text: unavailable('the file is not an image') };
+      }
+      return { mediaType, chunks: withHead(head, chunks) };
+    },
+  };
+}
+
+/** The file's bytes from `reader`, failing past the row's size; the reader cancelled (the file closed) if left early. */
+async function* bytesOf(file: FileRow, reader: ReadableStreamDefaultReader<Uint8Array>): AsyncGenerator<Uint8Array, void> {
+  let read = 0;
+  let ended = false;
+  try {
+    for (;;) {
+      const next = await reader.read().catch(() => {
+        throw unreadable(file, 'its bytes could not be read');
+      });
+      if (next.done) {
+        ended = true;
+        return;
+      }
+      read += next.value.byteLength;
+      if (read > file.bytes) throw unreadable(file, `its bytes are more than the ${file.bytes} its file says`);
+      yield next.value;
+    }
+  } finally {
+    if (!ended) await reader.cancel().catch(() => undefined);
+  }
+}
+
+/** `head`, then `rest`; `rest` let go of whenever this ends. */
+async function* withHead(head: Uint8Array[], rest: AsyncGenerator<Uint8Array, void>): AsyncGenerator<Uint8Array> {
+  try {
+    yield* head;
+    yield* rest;
+  } finally {
+    await rest.return();
+  }
+}
+
+/** An image whose bytes could not be read while its request was sent. */
+function unreadable(file: FileRow, why: string): UpstreamError {
+  return new UpstreamError('network', `The image ${file.id} could not be sent to the provider: ${why}.`);
 }
 
 type ImageType = 'image/png' | 'image/jpeg' | 'image/gif' | 'image/webp';
@@ -208,54 +281,4 @@ async function imageTypeOf(deps: ImageDeps, file: FileRow): Promise<ImageType | 
     await reader.cancel().catch(() => undefined);
   }
   return sniffImageType(head.subarray(0, filled));
-}
-
-/**
- * The file's bytes as a data: URL, base64-encoded as they stream (three bytes at a time make four
- * characters, so each chunk is encoded up to a multiple of three and the rest carried over); null
- * when the bytes are gone or are not an image. Read up to MAX_IMAGE_BYTES, whatever the row says.
- */
-async function dataUrl(deps: ImageDeps, file: FileRow): Promise<string | null> {
-  const stream = await deps.blobs.get(file.blobKey);
-  if (!stream) return null;
-  const pieces: string[] = [];
-  const head = new Uint8Array(SNIFF_BYTES);
-  let headFilled = 0;
-  let carry = new Uint8Array(0);
-  try {
-    const reader = capped(stream, MAX_IMAGE_BYTES).stream.getReader();
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      if (headFilled < SNIFF_BYTES) {
-        const take = value.subarray(0, SNIFF_BYTES - headFilled);
-        head.set(take, headFilled);
-        headFilled += take.byteLength;
-      }
-      const bytes: Uint8Array = carry.byteLength === 0 ? value : concat(carry, value);
-      const whole = bytes.byteLength - (bytes.byteLength % 3);
-      pieces.push(base64(bytes.subarray(0, whole)));
-      carry = bytes.slice(whole);
-    }
-  } catch (error) {
-    if (error instanceof BlobTooLarge) return null;
-    throw error;
-  }
-  pieces.push(base64(carry));
-  const type = sniffImageType(head.subarray(0, headFilled));
-  return type ? `data:${type};base64,${pieces.join('')}` : null;
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.byteLength + b.byteLength);
-  out.set(a);
-  out.set(b, a.byteLength);
-  return out;
-}
-
-/** btoa over bytes, in slices small enough for String.fromCharCode's arguments. */
-function base64(bytes: Uint8Array): string {
-  let binary = '';
-  for (let i = 0; i < bytes.byteLength; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(binary);
 }

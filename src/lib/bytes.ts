@@ -11,3 +11,58 @@ export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
   }
   return bytes;
 }
+
+const ALPHABET = new TextEncoder().encode('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/');
+const PAD = 0x3d;
+
+/**
+ * `bytes` base64-encoded, as the ASCII bytes of the text, padding included: written byte by byte
+ * into one array, where btoa over String.fromCharCode's strings took about 60 ms a MB here.
+ */
+export function base64(bytes: Uint8Array): Uint8Array {
+  const out = new Uint8Array(base64Length(bytes.byteLength));
+  const whole = bytes.byteLength - (bytes.byteLength % 3);
+  let o = 0;
+  for (let i = 0; i < whole; i += 3) {
+    const n = (bytes[i]! << 16) | (bytes[i + 1]! << 8) | bytes[i + 2]!;
+    out[o++] = ALPHABET[n >>> 18]!;
+    out[o++] = ALPHABET[(n >>> 12) & 63]!;
+    out[o++] = ALPHABET[(n >>> 6) & 63]!;
+    out[o++] = ALPHABET[n & 63]!;
+  }
+  const rest = bytes.byteLength - whole;
+  if (rest > 0) {
+    const n = (bytes[whole]! << 16) | (rest === 2 ? bytes[whole + 1]! << 8 : 0);
+    out[o++] = ALPHABET[n >>> 18]!;
+    out[o++] = ALPHABET[(n >>> 12) & 63]!;
+    out[o++] = rest === 2 ? ALPHABET[(n >>> 6) & 63]! : PAD;
+    out[o] = PAD;
+  }
+  return out;
+}
+
+/**
+ * Base64 of bytes that arrive in pieces: three bytes make four characters, so each piece is
+ * encoded up to a multiple of three bytes and the rest carried over to the next.
+ */
+export class Base64Pieces {
+  #carry = new Uint8Array(0);
+
+  /** The next piece's base64 (empty when it and the carry make fewer than three bytes). */
+  push(piece: Uint8Array): Uint8Array {
+    const bytes = this.#carry.byteLength === 0 ? piece : concatBytes([this.#carry, piece]);
+    const whole = bytes.byteLength - (bytes.byteLength % 3);
+    this.#carry = bytes.slice(whole);
+    return base64(bytes.subarray(0, whole));
+  }
+
+  /** The carry's base64, padded: the end of the text. */
+  end(): Uint8Array {
+    const last = base64(this.#carry);
+    this.#carry = new Uint8Array(0);
+    return last;
+  }
+}
+
+/** The length of `bytes` bytes base64-encoded, padding included. */
+export const base64Length = (bytes: number): number => Math.ceil(bytes / 3) * 4;

@@ -13,6 +13,7 @@ import { inProcessIngestionHost } from './ingest-host';
 import { inProcessRunHost } from './run-host';
 import { requestBody } from './request-body';
 import { upstreamFetch } from './upstream-fetch';
+import { upstreamShares } from '../lib/fair-shares';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -32,6 +33,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     slices: nodeSlices,
     blobs: nodeBlobStore(config),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
+    upstreamShares: upstreamShares(config),
     requestBody,
     openApiDocument: () => Promise.resolve(openApiDocument),
     ...overrides,

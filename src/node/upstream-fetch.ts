@@ -5,7 +5,7 @@ import { constants, createBrotliDecompress, createGunzip, createInflate } from '
 import type { Agent } from 'undici';
 import type { IncomingHttpHeaders } from 'undici/types/header';
 import { checkResolvedAddress, type UpstreamUrlOptions } from '../lib/upstream-url';
-import { UpstreamError, type UpstreamAnswer, type UpstreamFetch } from '../providers/types';
+import { UpstreamError, type UpstreamAnswer, type UpstreamFetch, type UpstreamRequest } from '../providers/types';
 import { requestUpstream, type UpstreamBody } from './upstream-request';
 
 type Resolve = (hostname: string) => Promise<{ address: string }[]>;
@@ -71,7 +71,7 @@ export function upstreamFetch(options: {
     }
     const answer = await requestUpstream(
       await agentOf(),
-      { origin: url.origin, path: `${url.pathname}${url.search}`, method: init.method, headers: init.headers, body: init.body },
+      { origin: url.origin, path: `${url.pathname}${url.search}`, method: init.method, headers: init.headers, body: nodeBody(init.body) },
       init.signal ?? null,
     );
     return {
@@ -83,6 +83,11 @@ export function upstreamFetch(options: {
 }
 
 function ignore() {}
+
+/** A request's body as undici takes it: a web stream as a Readable, which undici reads as the socket drains and destroys (cancelling the stream) when the request ends early. */
+function nodeBody(body: UpstreamRequest['body']): string | Uint8Array | Readable {
+  return typeof body === 'string' || body instanceof Uint8Array ? body : Readable.fromWeb(body);
+}
 
 function headerOf(headers: IncomingHttpHeaders, name: string): string | null {
   const value = headers[name.toLowerCase()];

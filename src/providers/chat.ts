@@ -3,7 +3,8 @@ import { silenceTimeout } from '../lib/time';
 import type { ProviderAdapter } from './adapters';
 import { readServerSentData } from './sse-reader';
 import { errorDetail, MAX_ERROR_MESSAGE_CHARS, networkFailure, redact } from './upstream-text';
-import { isSuccess, MAX_TOOL_CALLS, UpstreamError, type ChatCompletionRequest, type UpstreamAnswer, type UpstreamEvent, type UpstreamFetch } from './types';
+import type { RequestBody } from './request-body';
+import { isSuccess, MAX_TOOL_CALLS, UpstreamError, type UpstreamAnswer, type UpstreamEvent, type UpstreamFetch } from './types';
 
 /**
  * One streamed Chat Completions call: sends the request, then yields the answer as normalised
@@ -27,6 +28,10 @@ export interface ChatCallOptions {
   options: Record<string, string | undefined>;
   secret: string;
   firstByteTimeoutMs: number;
+  /** How long of `firstByteTimeoutMs` the call already waited for its turn (a fair share, engine.ts) before it was sent. */
+  queuedMs?: number;
+  /** Told once the upstream's answer begins: the request was sent. */
+  sent?: () => void;
   idleTimeoutMs: number;
   /** Aborts the call (run cancelled or expired, shutdown); its reason is rethrown as is. */
   signal?: AbortSignal;
@@ -40,7 +45,7 @@ const SSE_LIMITS = { maxLineBytes: 1024 * 1024, maxEventChars: 1024 * 1024 };
 const MAX_TOOL_CALL_ID_CHARS = 256;
 
 export async function* streamChatCompletion(
-  request: ChatCompletionRequest,
+  request: { model: string; body: RequestBody['body'] },
   call: ChatCallOptions,
 ): AsyncGenerator<UpstreamEvent[]> {
   const controller = new AbortController();
@@ -49,7 +54,8 @@ export async function* streamChatCompletion(
   call.signal?.addEventListener('abort', onAbort, { once: true });
 
   const silence = new SilenceTimer((error) => controller.abort(error));
-  silence.start(call.firstByteTimeoutMs, 'sent no first byte');
+  const queued = call.queuedMs ?? 0;
+  silence.start(call.firstByteTimeoutMs, 'sent no first byte', queued, queued > 0 ? `, ${queued} ms of them waiting for its turn among the provider calls at once` : '');
   let finished = false;
 
   try {
@@ -58,7 +64,8 @@ export async function* streamChatCompletion(
       response = await call.fetch(call.adapter.url(call.baseUrl, call.options), {
         method: 'POST',
         headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...call.adapter.headers(call.secret) },
-        body: JSON.stringify(call.adapter.body(request)),
+        body: request.body,
+        ...(request.body instanceof ReadableStream ? { duplex: 'half' as const } : {}),
         signal: controller.signal,
         // base_url was checked, a Location header was not: following it could take the gateway's
         // request (and the provider key) to a metadata or internal address. A 3xx fails the call.
@@ -67,6 +74,7 @@ export async function* streamChatCompletion(
     } catch (error) {
       throw asUpstreamError(error, controller.signal);
     }
+    call.sent?.();
     // From the headers on, the body must make progress.
     silence.start(call.idleTimeoutMs, 'went silent for longer than allowed');
 
@@ -135,6 +143,7 @@ class SilenceTimer {
   #cancel: (() => void) | undefined;
   #ms = 0;
   #what = '';
+  #note = '';
   #deadline = 0;
   #paused = false;
 
@@ -142,13 +151,17 @@ class SilenceTimer {
     this.#fail = fail;
   }
 
-  /** A new limit, from now: `what` the upstream did when it fails (`sent no first byte`). */
-  start(ms: number, what: string): void {
+  /**
+   * A new limit, from now: `what` the upstream did when it fails (`sent no first byte`), `spent`
+   * of its `ms` already gone (said in `note`).
+   */
+  start(ms: number, what: string, spent = 0, note = ''): void {
     this.#ms = ms;
     this.#what = what;
+    this.#note = note;
     this.#paused = false;
-    this.#deadline = Date.now() + ms;
-    this.#schedule(ms);
+    this.#deadline = Date.now() + ms - spent;
+    this.#schedule(ms - spent);
   }
 
   /** Progress: the limit counts again from now. */
@@ -176,7 +189,7 @@ class SilenceTimer {
     const left = this.#deadline - Date.now();
     if (this.#paused) this.#schedule(this.#ms);
     else if (left > 0) this.#schedule(left);
-    else this.#fail(new UpstreamError('timeout', `The upstream ${this.#what} within ${this.#ms} ms.`));
+    else this.#fail(new UpstreamError('timeout', `The upstream ${this.#what} within ${this.#ms} ms${this.#note}.`));
   }
 }
 

@@ -9,6 +9,20 @@ export type ChatContentPart =
   | { type: 'text'; text: string }
   | { type: 'image_url'; image_url: { url: string; detail?: string } };
 
+/**
+ * An image whose bytes are read from where they are kept while its request is sent, into the body
+ * as a data: URL (request-body.ts): the request never holds them.
+ */
+export interface StreamedImage {
+  /** The image's size: what its bytes come to at most. */
+  readonly bytes: number;
+  /** Its bytes and their media type; or, when they cannot be sent after all, the text that says so in its place. */
+  open(): Promise<{ mediaType: string; chunks: AsyncIterable<Uint8Array> } | { text: string }>;
+}
+
+/** A user message's image, sent as a data: URL of bytes streamed as the request is sent. */
+export type StreamedImagePart = { type: 'image_url'; image_url: { url: StreamedImage; detail?: string } };
+
 export interface ChatToolCall {
   id: string;
   type: 'function';
@@ -17,7 +31,7 @@ export interface ChatToolCall {
 
 export type ChatMessage =
   | { role: 'system'; content: string }
-  | { role: 'user'; content: string | ChatContentPart[] }
+  | { role: 'user'; content: string | (ChatContentPart | StreamedImagePart)[] }
   | { role: 'assistant'; content: string | null; tool_calls?: ChatToolCall[] }
   | { role: 'tool'; tool_call_id: string; content: string };
 
@@ -51,7 +65,10 @@ export type UpstreamFetch = (url: string, init: UpstreamRequest) => Promise<Upst
 export interface UpstreamRequest {
   method: 'POST';
   headers: Record<string, string>;
-  body: string;
+  /** JSON; a stream when what it sends is read as it goes (request-body.ts). */
+  body: string | Uint8Array | ReadableStream<Uint8Array>;
+  /** Set with a stream: fetch needs it to send one. */
+  duplex?: 'half';
   signal?: AbortSignal;
   /** Never followed: base_url was checked, a Location header was not (chat.ts). */
   redirect?: 'manual';

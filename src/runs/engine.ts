@@ -3,10 +3,12 @@ import type { Deps } from '../deps';
 import { ApiError, serverError } from '../errors';
 import { newId } from '../lib/ids';
 import { jsonWithText, TextBuilder, utf8Length, utf8Prefix } from '../lib/text';
-import { checkUpstreamUrl } from '../lib/upstream-url';
+import { checkUpstreamUrl, type UpstreamUrlOptions } from '../lib/upstream-url';
 import { ADAPTERS } from '../providers/adapters';
 import { streamChatCompletion } from '../providers/chat';
-import { UpstreamError, type ChatCompletionRequest, type Usage } from '../providers/types';
+import { encodeRequest, type RequestBody } from '../providers/request-body';
+import { UpstreamError, type UpstreamEvent, type Usage } from '../providers/types';
+import { ShareTimeout, type Share, type ShareLimits } from '../lib/fair-shares';
 import { findStores, searchStores, type SearchableStore, type SearchResult } from '../retrieval/search';
 import {
   endTurn,
@@ -39,6 +41,7 @@ import {
   citationSources,
   FILE_SEARCH_FUNCTION,
   MAX_SEARCH_ROUNDS,
+  searchedArguments,
   searchOutput,
   searchQueries,
   searchSettings,
@@ -49,7 +52,7 @@ import {
 import type { StreamOptions } from './host';
 import { Outbox, type OpenedRows } from './outbox';
 import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome, upstreamCause, upstreamErrorCode } from './outcome';
-import { buildPrompt, promptLimits, type Prompt } from './prompt';
+import { buildPrompt, promptLimits, REQUEST_FIELDS_BYTES, type Prompt } from './prompt';
 import { answerMessage, newStep } from './rows';
 import { chargeRun, failRunAlone, logRunEnd, settleRun, type RunEndNote } from './settle';
 
@@ -92,6 +95,33 @@ const NOT_RECORDED = {
   message: "The gateway could not record the run's outcome: the write to its database failed.",
 };
 
+/** The gateway ends the run itself: failed with `lastError`, for the reason `why` (its log line's cause). */
+class RunFailed extends Error {
+  constructor(
+    readonly lastError: RunError,
+    readonly why: string,
+  ) {
+    super(lastError.message);
+  }
+}
+
+const REQUEST_TOO_LARGE = (bytes: number, limit: number) =>
+  `The request to the provider would be ${bytes} bytes, over the gateway's limit of ${limit} (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES): ` +
+  "the run's instructions, tools and the turn being answered (its last user message, and the tool calls and outputs since) do not fit, even with the older history left out.";
+
+/** What kept a provider call from starting (lib/fair-shares.ts), as a run's last_error says it. */
+const SHARE_LIMITS: Record<keyof ShareLimits, (value: number) => string> = {
+  callsPerKey: (n) => `this workspace's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE) were all in flight`,
+  calls: (n) => `the gateway's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS) were all in flight`,
+  bytesPerKey: (n) => `this workspace's requests waiting to be sent held its ${n} bytes (GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE)`,
+  bytes: (n) => `the requests waiting to be sent held the gateway's ${n} bytes (GATEWAY_UPSTREAM_BYTES)`,
+};
+
+/** A body never sent: a stream of it is cancelled, so that nothing it would have read stays open. */
+async function cancelBody(body: RequestBody): Promise<void> {
+  if (body.body instanceof ReadableStream) await body.body.cancel();
+}
+
 /** The steps before a run's first turn. */
 const NO_STEPS: StepRow[] = [];
 
@@ -120,7 +150,7 @@ export function abortExecution(runId: string): void {
 }
 
 /** What executing a run uses of the deps. */
-export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'policyCache' | 'now' | 'slices' | 'blobs'>;
+export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'policyCache' | 'now' | 'slices' | 'blobs' | 'upstreamShares'>;
 
 export interface ExecuteOptions extends StreamOptions {
   /** Where the run's events go: a streamed run's event stream; none for a run that is polled. */
@@ -183,7 +213,10 @@ class Execution {
   #message: { row: MessageRow; step: StepRow; text: TextBuilder; started: boolean; opened: OpenedRows } | null = null;
   /** The turn's tool calls by the upstream's index (0 to MAX_TOOL_CALLS - 1, checked by the reader). */
   #toolStep: { row: StepRow; calls: Map<number, StreamingToolCall>; opened: OpenedRows } | null = null;
-  /** UTF-8 bytes of answer text, tool-call names and arguments this turn kept (GATEWAY_MAX_ANSWER_BYTES). */
+  /**
+   * UTF-8 bytes of answer text, tool-call names and arguments this turn kept, over all its rounds
+   * (GATEWAY_MAX_ANSWER_BYTES): a model that searches again and again shares one cap.
+   */
   #answerBytes = 0;
   /** Whether the turn's answer reached GATEWAY_MAX_ANSWER_BYTES and was cut there. */
   #cut = false;
@@ -272,9 +305,7 @@ class Execution {
       const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
       if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
       if (!prompt.fits) return this.#promptTooLong();
-      const messages = await inlineImages(this.#deps, run.workspaceId, prompt.messages, this.#deps.now(), rules);
-      const request = buildChatRequest(run, messages, budget, round);
-      const { finishReason, usage } = await this.#complete(request, prompt, virtualKey, secret);
+      const { finishReason, usage } = await this.#complete(prompt, budget, round, virtualKey, secret, rules);
       // In the upstream's order, as the step records them: result numbers follow it (citationSources).
       const calls = [...(this.#toolStep?.calls.entries() ?? [])].sort(([a], [b]) => a - b).map(([, call]) => call);
       if (finishReason !== 'length' && calls.some((call) => call.hosted)) {
@@ -295,31 +326,77 @@ class Execution {
 
   /**
    * One upstream call of the turn, streamed into the turn's message and tool-calls step: how it
-   * finished (`length` when the gateway cut it at the answer cap) and its usage.
+   * finished (`length` when the gateway cut it at the answer cap) and its usage. The call waits
+   * for its share of the process's provider calls (#share) before its request is built, and holds
+   * it until it ends.
    */
   async #complete(
-    request: ChatCompletionRequest,
     prompt: Prompt,
+    budget: number | null,
+    round: number,
     virtualKey: VirtualKey,
     secret: string,
+    rules: UpstreamUrlOptions,
   ): Promise<{ finishReason: string; usage: Usage }> {
+    const { config } = this.#deps;
+    const share = await this.#share(prompt.bytes);
+    try {
+      const roomBytes = config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES - REQUEST_FIELDS_BYTES - prompt.bytes;
+      const messages = await inlineImages(this.#deps, this.#run.workspaceId, prompt.messages, { now: this.#deps.now(), roomBytes, rules });
+      const adapter = ADAPTERS[virtualKey.provider];
+      const request = adapter.body(buildChatRequest(this.#run, messages, budget, round));
+      const body = encodeRequest(request, this.#deps.slices);
+      if (body.bytes > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
+        await cancelBody(body);
+        throw new RunFailed({ code: 'invalid_prompt', message: REQUEST_TOO_LARGE(body.bytes, config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) }, 'request_too_large');
+      }
+      const events = streamChatCompletion(
+        { model: request.model, body: body.body },
+        {
+          fetch: this.#deps.fetch,
+          adapter,
+          baseUrl: virtualKey.baseUrl,
+          options: virtualKey.options,
+          secret,
+          firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
+          queuedMs: share.waitedMs,
+          sent: share.sent,
+          idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
+          signal: this.#abort.signal,
+          slices: this.#deps.slices,
+        },
+      );
+      return await this.#read(events, prompt);
+    } finally {
+      share.end();
+    }
+  }
+
+  /**
+   * This call's share of the provider calls the process makes (Deps.upstreamShares), for the
+   * workspace, weighing `bytes` (its request, images aside): waited for in turn within the
+   * first-byte timeout, past which the run fails saying which limit kept it.
+   */
+  async #share(bytes: number): Promise<Share> {
+    const { config, upstreamShares } = this.#deps;
+    const timeoutMs = config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS;
+    try {
+      return await upstreamShares.take(this.#run.workspaceId, bytes, timeoutMs, this.#abort.signal);
+    } catch (error) {
+      if (!(error instanceof ShareTimeout)) throw error;
+      const message = `No call to the provider could start within ${timeoutMs} ms: ${SHARE_LIMITS[error.limit](error.value)}.`;
+      throw new RunFailed({ code: 'rate_limit_exceeded', message }, 'upstream_busy');
+    }
+  }
+
+  /** The call's answer, read into the turn's message and tool-calls step (#complete). */
+  async #read(events: AsyncGenerator<UpstreamEvent[]>, prompt: Prompt): Promise<{ finishReason: string; usage: Usage }> {
     const { config } = this.#deps;
     const run = this.#run;
     let finishReason: string | null = null;
     let usage: Usage | null = null;
     let invalidUsage = false;
     let completionChars = 0;
-    const events = streamChatCompletion(request, {
-      fetch: this.#deps.fetch,
-      adapter: ADAPTERS[virtualKey.provider],
-      baseUrl: virtualKey.baseUrl,
-      options: virtualKey.options,
-      secret,
-      firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
-      idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
-      signal: this.#abort.signal,
-      slices: this.#deps.slices,
-    });
     read: for await (const batch of events) {
       for (const event of batch) {
         if (event.type === 'text' || event.type === 'tool_call') this.#firstTokenAt ??= this.#deps.now();
@@ -376,15 +453,14 @@ class Execution {
     let position = 0;
     for (const call of calls) {
       if (!call.hosted) continue;
-      const args = call.arguments.toString();
-      const queries = searchQueries(args, position++);
+      const queries = searchQueries(call.arguments.toString(), position++);
       const found = 'problem' in queries ? { output: queries.problem, results: [] } : searchOutput(await this.#searchStores(queries), this.#sources.length);
       this.#sources.push(...found.results.map((result) => ({ fileId: result.file_id })));
       call.hosted.search = {
         id: call.id,
         type: 'file_search',
         file_search: { ranking_options: settings.rankingOptions, results: found.results },
-        function: { name: FILE_SEARCH_FUNCTION, arguments: args, output: found.output },
+        function: { name: FILE_SEARCH_FUNCTION, arguments: searchedArguments(queries), output: found.output },
       };
     }
   }
@@ -433,7 +509,6 @@ class Execution {
     await this.#outbox.committed();
     this.#message = null;
     this.#toolStep = null;
-    this.#answerBytes = 0;
   }
 
   /** The turn's tool calls as its step records them, in the upstream's order. */
@@ -734,6 +809,8 @@ class Execution {
     let internal = false;
     if (stopped) {
       settlement = { status: stopped.outcome };
+    } else if (error instanceof RunFailed) {
+      settlement = { status: 'failed', lastError: error.lastError, cause: error.why };
     } else if (error instanceof UpstreamError) {
       settlement = {
         status: 'failed',

@@ -113,6 +113,15 @@ export function searchQueries(args: string, position: number): string[] | { prob
 }
 
 /**
+ * The call's arguments as its step keeps them and later rounds send them back: the queries that
+ * were searched (none when there was a problem), bounded as searchQueries bounds them, rather than
+ * what the model sent, which may be megabytes a call and would be sent again with every round.
+ */
+export function searchedArguments(queries: string[] | { problem: string }): string {
+  return JSON.stringify({ queries: Array.isArray(queries) ? queries : [] });
+}
+
+/**
  * What the model is given for a search (numbered from `first`) and the results its step keeps:
  * as many as fit MAX_RESULT_CHARS, in order (the first one cut to fit if it alone does not).
  */

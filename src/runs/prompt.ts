@@ -14,10 +14,12 @@ import type { MessageRow } from '../services/threads';
  * The history is the thread as it happened: its messages, user and assistant, and where a run
  * called tools, the calls and their outputs, just before the message the run answered with after
  * them. Truncation then leaves out the oldest of it: `last_messages` keeps the last N messages
- * (and what came after the first of them); every strategy keeps at most GATEWAY_MAX_HISTORY_BYTES;
+ * (and what came after the first of them); every strategy keeps at most GATEWAY_MAX_HISTORY_BYTES,
+ * and no more than the request to the provider has room for (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES);
  * `auto` also leaves out the oldest until the prompt's estimate fits what max_prompt_tokens leaves
  * for the turn. The last user message and what follows it (the turn being answered) are never left
- * out: a prompt that does not fit even then is not sent, and the run ends incomplete.
+ * out: a prompt that does not fit max_prompt_tokens even then is not sent, and the run ends
+ * incomplete; one too large for the request fails the run (engine.ts).
  */
 
 export interface PromptLimits {
@@ -26,7 +28,15 @@ export interface PromptLimits {
   promptTokens: number | null;
   /** GATEWAY_MAX_HISTORY_BYTES: the most of the history a turn sends. */
   historyBytes: number;
+  /**
+   * The most the prompt's messages and tools may take in the request, as JSON: what
+   * GATEWAY_MAX_UPSTREAM_REQUEST_BYTES leaves once REQUEST_FIELDS_BYTES are set aside.
+   */
+  requestBytes: number;
 }
+
+/** What a request's fields besides its messages and tools take at most (model, settings), set aside from its bound. */
+export const REQUEST_FIELDS_BYTES = 16 * 1024;
 
 /** An uploaded image in a prompt (a message's image_file part), sent as its bytes (files/images.ts). */
 export type ImageFilePart = { type: 'image_file'; image_file: { file_id: string; detail?: string } };
@@ -38,6 +48,8 @@ export interface Prompt {
   messages: PromptMessage[];
   /** Characters of the messages and the run's tools as they travel, JSON. */
   chars: number;
+  /** The same in UTF-8 bytes, images named rather than inlined. */
+  bytes: number;
   /** The estimate in tokens: four characters a token. */
   tokens: number;
   /** Whether `tokens` fits the turn's prompt tokens. A prompt that does not is not sent. */
@@ -48,12 +60,13 @@ export interface Prompt {
 export function promptLimits(
   run: Pick<RunRow, 'truncationStrategy' | 'maxPromptTokens'>,
   earlierPromptTokens: number,
-  config: Pick<Config, 'GATEWAY_MAX_HISTORY_BYTES'>,
+  config: Pick<Config, 'GATEWAY_MAX_HISTORY_BYTES' | 'GATEWAY_MAX_UPSTREAM_REQUEST_BYTES'>,
 ): PromptLimits {
   return {
     truncation: run.truncationStrategy,
     promptTokens: run.maxPromptTokens === null ? null : run.maxPromptTokens - earlierPromptTokens,
     historyBytes: config.GATEWAY_MAX_HISTORY_BYTES,
+    requestBytes: config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES - REQUEST_FIELDS_BYTES,
   };
 }
 
@@ -70,7 +83,9 @@ export function buildPrompt(
   const steps = [...history.steps, ...ownSteps.map((step) => ({ ...step, runCreatedAt: run.createdAt }))];
   const units = timeline(history.messages, steps);
   const system: PromptMessage[] = run.instructions ? [{ role: 'system', content: run.instructions }] : [];
-  const fixedChars = JSON.stringify(system).length + JSON.stringify(run.tools).length;
+  const fixed = [JSON.stringify(system), JSON.stringify(run.tools)];
+  const fixedChars = fixed[0]!.length + fixed[1]!.length;
+  const fixedBytes = utf8Length(fixed[0]!) + utf8Length(fixed[1]!);
 
   // From the end: the characters and bytes of units[i…], and how many of them are thread messages.
   const charsFrom = new Array<number>(units.length + 1).fill(0);
@@ -88,13 +103,16 @@ export function buildPrompt(
   const protectedFrom = lastUser === -1 ? units.length - 1 : lastUser;
   const auto = limits.truncation.type === 'auto';
   const over = (i: number) =>
-    bytesFrom[i]! > limits.historyBytes || (auto && limits.promptTokens !== null && tokensFrom(i) > limits.promptTokens);
+    bytesFrom[i]! > limits.historyBytes ||
+    fixedBytes + bytesFrom[i]! > limits.requestBytes ||
+    (auto && limits.promptTokens !== null && tokensFrom(i) > limits.promptTokens);
   while (start < protectedFrom && over(start)) start++;
 
   const tokens = tokensFrom(start);
   return {
     messages: [...system, ...units.slice(start).flatMap((unit) => unit.messages)],
     chars: fixedChars + charsFrom[start]!,
+    bytes: fixedBytes + bytesFrom[start]!,
     tokens,
     fits: limits.promptTokens === null || tokens <= limits.promptTokens,
   };
@@ -173,7 +191,7 @@ function unit(messages: PromptMessage[], kind: { message: boolean; user: boolean
 
 /** A turn's tool calls as the model made them, each followed by the output the client submitted. */
 function toolCallsUnit(details: ToolCallsDetails): Unit {
-  const calls: ChatMessage = {
+  const calls: PromptMessage = {
     role: 'assistant',
     content: null,
     tool_calls: details.tool_calls.map((call) => ({
@@ -183,7 +201,7 @@ function toolCallsUnit(details: ToolCallsDetails): Unit {
     })),
   };
   const outputs = details.tool_calls.map(
-    (call): ChatMessage => ({ role: 'tool', tool_call_id: call.id, content: call.function.output ?? '' }),
+    (call): PromptMessage => ({ role: 'tool', tool_call_id: call.id, content: call.function.output ?? '' }),
   );
   return unit([calls, ...outputs], { message: false, user: false });
 }

@@ -14,6 +14,7 @@ import { createLogger } from '../logger';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
 import { SettingsCache } from '../services/settings';
 import { UNSLICED } from '../lib/slices';
+import { upstreamShares } from '../lib/fair-shares';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
@@ -147,6 +148,7 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     settings: new SettingsCache(db),
     now: Date.now,
     fetch: (input, init) => fetch(input, init),
+    upstreamShares: upstreamShares(config),
     requestBody: (request) => request.body,
     slices: UNSLICED,
     blobs: r2BlobStore(env.FILES),

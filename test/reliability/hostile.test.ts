@@ -1,31 +1,19 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { setPriority, tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Client } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
-import {
-  memoryOf,
-  runCli,
-  startFakeUpstreamProcess,
-  startGatewayProcess,
-  type FakeUpstreamProcess,
-  type GatewayProcess,
-} from '../support/processes';
-import { recordTally } from '../support/tally';
+import { memoryOf, type GatewayProcess } from '../support/processes';
 import {
   activeRunCount,
+  atRest,
+  closeArena,
   expectRunEnded,
   halfWrittenRows,
-  healthyRun,
-  openDataDir,
+  openArena,
   postJson,
-  prepare,
-  recordFigures,
   runToEnd,
-  sleep,
   waitFor,
   whileMeasured as measured,
+  type Arena,
   type EndedRun,
   type Target,
   type Watch,
@@ -70,15 +58,10 @@ const ENV = {
   GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: String(IDLE_MS),
 };
 
-let dataDir: string;
-let fake: FakeUpstreamProcess;
-/** The other tenant's provider. */
-let bystanderFake: FakeUpstreamProcess;
+/** The gateway, the attacker's workspace (its virtual keys `reliability` and `hostile`, keyed with KEY), the other tenant's. */
+let arena: Arena;
 let gateway: GatewayProcess;
-/** The attacker's workspace: its default virtual key (`reliability`) and `hostile`, keyed with KEY. */
 let attacker: Target;
-/** Another tenant, whose runs must not notice. */
-let other: Target;
 let db: Client;
 let idleRssMb: number;
 /** What whileMeasured watches: this gateway, the other tenant, and where the counts go. */
@@ -88,25 +71,9 @@ const tally = { hostileUpstreams: 0, gatewayStalls: 0, outOfMemoryDeaths: 0, run
 const figures: Record<string, number> = {};
 
 beforeAll(async () => {
-  dataDir = mkdtempSync(join(tmpdir(), 'reliability-hostile-'));
-  [fake, bystanderFake] = await Promise.all([startFakeUpstreamProcess(), startFakeUpstreamProcess()]);
-  // The hostile upstreams run on the same machine: they yield the CPU to the gateway under test.
-  setPriority(fake.child.pid!, 19);
-  gateway = await startGatewayProcess({ ...ENV, DATA_DIR: dataDir });
-  attacker = await prepare(gateway, fake.baseURL);
-  await post(attacker, '/v1/virtual-keys', { slug: 'hostile', provider: 'openai', base_url: fake.baseURL, api_key: KEY });
-  db = openDataDir(dataDir);
-
-  // The other tenant: a second workspace with its own key, virtual key and assistant.
-  const env = { DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
-  expect((await runCli(['workspaces', 'create', '--slug', 'bystander', '--json'], env)).code).toBe(0);
-  const created = await runCli(['api-keys', 'create', '--workspace', 'bystander', '--json'], env);
-  const key = JSON.parse(created.stdout).key as string;
-  const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
-  const base = { url: gateway.url, workspaceKey: key, headers, assistantId: '' };
-  await post(base, '/v1/virtual-keys', { slug: 'bystander', provider: 'openai', base_url: bystanderFake.baseURL, api_key: 'sk-bystander-key' });
-  const assistant = await post(base, '/v1/assistants', { model: 'fake-model' });
-  other = { ...base, headers: { ...headers, 'x-gateway-virtual-key': 'bystander' }, assistantId: assistant.id };
+  arena = await openArena('hostile', ENV, tally);
+  ({ gateway, attacker, db } = arena);
+  await post(attacker, '/v1/virtual-keys', { slug: 'hostile', provider: 'openai', base_url: arena.fake.baseURL, api_key: KEY });
 
   // A token policy on the attacker's workspace, to see what its runs are charged.
   tokenPolicyId = (await post(attacker, '/v1/policies/rate-limits', {
@@ -117,30 +84,18 @@ beforeAll(async () => {
     value: 1e12,
   })).id;
   // The gzip bomb is made once per size by the fake: made now, not while measuring.
-  const warm = await fetch(`${fake.baseURL}/chat/completions`, {
+  const warm = await fetch(`${arena.fake.baseURL}/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: fakeDirective(GZIP_BOMB) }] }),
   });
   await warm.body?.cancel();
 
-  // Idle: after a few ordinary runs, so that lazily loaded code and caches count as idle.
-  for (let i = 0; i < 5; i++) expect((await healthyRun(other, tally)).ok).toBe(true);
-  await sleep(500);
-  idleRssMb = memoryOf(gateway.child.pid!).rssMb;
-  figures.idle_rss_mb = Math.round(idleRssMb);
-  watch = { gateway, bystander: other, tally, figures, idleRssMb };
+  ({ watch } = await atRest(arena, tally, figures));
+  idleRssMb = watch.idleRssMb;
 });
 
-afterAll(async () => {
-  recordTally('hostile', tally);
-  recordFigures('hostile', figures);
-  db?.close();
-  await gateway?.stop('SIGKILL');
-  await fake?.stop();
-  await bystanderFake?.stop();
-  rmSync(dataDir, { recursive: true, force: true });
-});
+afterAll(() => closeArena(arena, 'hostile', tally, figures));
 
 const post = <T = { id: string }>(target: Pick<Target, 'url' | 'headers'>, path: string, body: unknown) => postJson<T>(target, path, body, tally);
 

@@ -1,10 +1,21 @@
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient, type Client } from '@libsql/client';
 import { expect } from 'vitest';
 import { readEvents } from '../support/events';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
-import { mainThreadSchedule, memoryOf, resetPeakMemory, type GatewayProcess } from '../support/processes';
+import {
+  mainThreadSchedule,
+  memoryOf,
+  resetPeakMemory,
+  runCli,
+  startFakeUpstreamProcess,
+  startGatewayProcess,
+  type FakeUpstreamProcess,
+  type GatewayProcess,
+} from '../support/processes';
+import { recordTally, type Tally } from '../support/tally';
 import { waitFor } from '../support/wait';
 
 export { waitFor };
@@ -295,4 +306,82 @@ export async function whileMeasured<T>(watch: Watch, name: string, work: () => P
   expect(stalls).toBe(0);
   expect(peakRssGrowthMb).toBeLessThan(rssBoundMb);
   return { result: result!, p99Ms, stalls, peakRssGrowthMb, healthy };
+}
+
+/**
+ * Where a hostile suite happens (hostile.test.ts, turn-bounds.test.ts): a gateway process on a
+ * data directory of its own, an attacker's workspace whose provider is the fake at the lowest
+ * priority (producing hostile answers must not take the CPU from the gateway under test), and
+ * another tenant's workspace whose provider is another fake at the usual priority (one starved
+ * by the attacker's would fail that tenant's runs whatever the gateway did).
+ */
+export interface Arena {
+  dataDir: string;
+  fake: FakeUpstreamProcess;
+  bystanderFake: FakeUpstreamProcess;
+  gateway: GatewayProcess;
+  /** The attacker's workspace: its virtual key `reliability` on `fake`, and an assistant (prepare). */
+  attacker: Target;
+  /** The other tenant: a second workspace with its own key, a virtual key on `bystanderFake`, an assistant. */
+  other: Target;
+  db: Client;
+}
+
+export async function openArena(name: string, env: Record<string, string>, tally: { answered5xx: number }): Promise<Arena> {
+  const dataDir = mkdtempSync(join(tmpdir(), `reliability-${name}-`));
+  const started: { stop(): Promise<unknown> }[] = [];
+  try {
+    const [fake, bystanderFake] = await Promise.all([startFakeUpstreamProcess(), startFakeUpstreamProcess()]);
+    started.push(fake, bystanderFake);
+    setPriority(fake.child.pid!, 19);
+    const gateway = await startGatewayProcess({ ...env, DATA_DIR: dataDir });
+    started.push({ stop: () => gateway.stop('SIGKILL') });
+    const attacker = await prepare(gateway, fake.baseURL);
+    const cli = { DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
+    expect((await runCli(['workspaces', 'create', '--slug', 'bystander', '--json'], cli)).code).toBe(0);
+    const key = JSON.parse((await runCli(['api-keys', 'create', '--workspace', 'bystander', '--json'], cli)).stdout).key as string;
+    const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
+    const base = { url: gateway.url, workspaceKey: key, headers, assistantId: '' };
+    await postJson(base, '/v1/virtual-keys', { slug: 'bystander', provider: 'openai', base_url: bystanderFake.baseURL, api_key: 'sk-bystander-key' }, tally);
+    const assistant = await postJson(base, '/v1/assistants', { model: 'fake-model' }, tally);
+    const other = { ...base, headers: { ...headers, 'x-gateway-virtual-key': 'bystander' }, assistantId: assistant.id };
+    return { dataDir, fake, bystanderFake, gateway, attacker, other, db: openDataDir(dataDir) };
+  } catch (error) {
+    // Nothing left running when the suite cannot start.
+    await Promise.allSettled(started.map((process) => process.stop()));
+    rmSync(dataDir, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+/**
+ * The arena at rest, once the other tenant has run a few runs (so that lazily loaded code and
+ * caches count as rest): what whileMeasured watches, and the other tenant's median run time then
+ * (the first two runs left out). Both go to `figures` too.
+ */
+export async function atRest(arena: Arena, tally: Watch['tally'], figures: Record<string, number>): Promise<{ watch: Watch; baselineMs: number }> {
+  const times: number[] = [];
+  for (let i = 0; i < 7; i++) {
+    const run = await healthyRun(arena.other, tally);
+    expect(run.ok).toBe(true);
+    times.push(run.ms);
+  }
+  const baselineMs = percentile(times.slice(2), 0.5);
+  await sleep(500);
+  const idleRssMb = memoryOf(arena.gateway.child.pid!).rssMb;
+  figures.idle_rss_mb = Math.round(idleRssMb);
+  figures.bystander_baseline_ms = Math.round(baselineMs);
+  return { watch: { gateway: arena.gateway, bystander: arena.other, tally, figures, idleRssMb }, baselineMs };
+}
+
+/** Records the suite's tally and figures, and stops and removes what openArena started. */
+export async function closeArena(arena: Arena | undefined, suite: string, tally: Tally, figures: Record<string, number>): Promise<void> {
+  recordTally(suite, tally);
+  recordFigures(suite, figures);
+  if (!arena) return;
+  arena.db.close();
+  await arena.gateway.stop('SIGKILL');
+  await arena.fake.stop();
+  await arena.bystanderFake.stop();
+  rmSync(arena.dataDir, { recursive: true, force: true });
 }

@@ -20,6 +20,11 @@
  *
  * Run as a script: `tsx test/support/fake-upstream.ts [--port N] [--host H] [--api-key K]` prints
  * the server's URL on stdout and serves until SIGINT/SIGTERM.
+ *
+ * Over HTTP, how the request's body is read is chosen by the path, since the directive is in the
+ * body (a virtual key's base_url carries it): `/unread/v1/chat/completions` never reads the body
+ * nor answers, holding the connection until the client leaves (a provider that reads not at all);
+ * `/slow-read/<bytes per second>/v1/...` reads it at that rate, then answers as usual.
  */
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -137,6 +142,15 @@ export interface FakeScenario {
    * many bytes: a small body that is a bomb for a reader without a bound.
    */
   gzip_error_bytes?: number;
+
+  // Turn bounds (issue 34, F4): tool-call arguments shaped as the gateway's file_search function takes them.
+
+  /**
+   * Each tool call's arguments are `{"queries":[…]}` with `count` generated queries of `bytes`
+   * bytes each (the file_search function's shape), produced fragment by fragment
+   * (`argument_chunk_chars` each) and never held whole.
+   */
+  tool_argument_queries?: { count: number; bytes: number };
 }
 
 export interface FakeUpstreamOptions {
@@ -614,7 +628,7 @@ function messageText(message: unknown): string {
 }
 
 const TOOL_CALL_FIELDS = new Set(['name', 'arguments', 'id']);
-type FieldKind = 'text' | 'flag' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'any';
+type FieldKind = 'text' | 'flag' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'queries' | 'any';
 // A Record over the keys makes the compiler insist that every scenario field is validated.
 const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   reply: 'text',
@@ -645,6 +659,7 @@ const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   flood: 'text',
   flood_bytes: 'count',
   gzip_error_bytes: 'count',
+  tool_argument_queries: 'queries',
 };
 
 /** Refuses unknown fields and wrong types, so a typo in a test fails loudly instead of being ignored. */
@@ -661,10 +676,15 @@ function validateScenario(value: unknown, where: string): FakeScenario {
       (kind === 'duration' && typeof field === 'number' && field >= 0 && Number.isFinite(field)) ||
       (kind === 'status' && Number.isInteger(field) && (field as number) >= 200 && (field as number) <= 599) ||
       (kind === 'record' && isRecord(field)) ||
-      (kind === 'tool_calls' && isToolCallsSpec(field));
+      (kind === 'tool_calls' && isToolCallsSpec(field)) ||
+      (kind === 'queries' && isQueriesSpec(field));
     if (!ok) throw new Error(`${where}: invalid value for '${key}': ${JSON.stringify(field)}`);
   }
   return value as FakeScenario;
+}
+
+function isQueriesSpec(field: unknown): boolean {
+  return isRecord(field) && Object.keys(field).every((k) => k === 'count' || k === 'bytes') && [field.count, field.bytes].every((n) => Number.isInteger(n) && n >= 0);
 }
 
 function isToolCallsSpec(field: unknown): boolean {
@@ -830,6 +850,17 @@ function* generatedText(total: number, size: number): Generator<string> {
   for (let sent = 0; sent < total; sent += size) yield total - sent >= size ? template : template.slice(0, total - sent);
 }
 
+/** `{"queries":[…]}` of `count` generated queries of `bytes` bytes, in fragments of at most `size`. */
+function* generatedQueries(count: number, bytes: number, size: number): Generator<string> {
+  yield '{"queries":[';
+  for (let i = 0; i < count; i++) {
+    yield i === 0 ? '"' : ',"';
+    yield* generatedText(bytes, size);
+    yield '"';
+  }
+  yield ']}';
+}
+
 /** `text` in pieces of `size` characters. */
 function* slices(text: string, size: number): Generator<string> {
   for (let i = 0; i < text.length; i += size) yield text.slice(i, i + size);
@@ -912,8 +943,14 @@ function* completionDeltas(plan: Plan, meter: { tokens: number }): Generator<Del
   }
   const fragmentSize = Math.max(1, plan.scenario.argument_chunk_chars ?? ARGUMENT_CHUNK_CHARS);
   const generated = plan.scenario.tool_argument_bytes;
+  const queries = plan.scenario.tool_argument_queries;
   for (const [index, call] of plan.toolCalls.entries()) {
-    const fragments = generated !== undefined ? generatedText(generated, fragmentSize) : slices(call.arguments, fragmentSize);
+    const fragments =
+      queries !== undefined
+        ? generatedQueries(queries.count, queries.bytes, fragmentSize)
+        : generated !== undefined
+          ? generatedText(generated, fragmentSize)
+          : slices(call.arguments, fragmentSize);
     const deltas = (function* (): Generator<Delta> {
       yield { type: 'tool_header', index, call };
       for (const text of fragments) yield { type: 'tool_args', index, text };
@@ -1334,12 +1371,17 @@ async function serveNode(fake: FakeUpstream, req: IncomingMessage, res: ServerRe
     if (!res.writableFinished) gone.abort(new Error('fake upstream: the client closed the connection'));
   });
   try {
+    const reading = hostileReading(req.url ?? '/');
+    if (reading?.bytesPerSecond === 0) return await closed;
     const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
+    for await (const chunk of req) {
+      chunks.push(chunk as Buffer);
+      if (reading && !(await sleep(((chunk as Buffer).length * 1000) / reading.bytesPerSecond, gone.signal))) return;
+    }
     const headers = new Headers();
     for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
     const method = req.method ?? 'GET';
-    const request = new Request(new URL(req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`), {
+    const request = new Request(new URL(reading?.url ?? req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`), {
       method,
       headers,
       body: method === 'GET' || method === 'HEAD' ? undefined : Buffer.concat(chunks),
@@ -1397,6 +1439,20 @@ async function serveNode(fake: FakeUpstream, req: IncomingMessage, res: ServerRe
       res.destroy();
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile readers (issue 34, F5): a provider that reads the request's body slowly or not at all
+
+/**
+ * How a request's body is read, from its path (see the header), and the path without the prefix
+ * that says so: `bytesPerSecond` 0 for never; null for at once, as usual.
+ */
+function hostileReading(url: string): { bytesPerSecond: number; url: string } | null {
+  const unread = /^\/unread(\/.*)$/.exec(url);
+  if (unread) return { bytesPerSecond: 0, url: unread[1]! };
+  const slow = /^\/slow-read\/([1-9]\d*)(\/.*)$/.exec(url);
+  return slow ? { bytesPerSecond: Number(slow[1]), url: slow[2]! } : null;
 }
 
 // ---------------------------------------------------------------------------------------------

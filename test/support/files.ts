@@ -32,3 +32,12 @@ export async function storeFile(
 
 /** A fixture of test/fixtures, as bytes. */
 export const fixture = (name: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../fixtures/${name}`, import.meta.url)));
+
+const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
+
+/** Bytes that start as a PNG does (the gateway sniffs the signature; the fake decodes nothing). */
+export const png = (length: number, seed = 0): Uint8Array => {
+  const bytes = new Uint8Array(length).map((_, i) => (i * 13 + seed) % 256);
+  bytes.set(PNG_SIGNATURE);
+  return bytes;
+};
