@@ -1,13 +1,9 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import type { Client } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deflatedBlanks, docxBomb, pdf } from '../support/documents';
-import { chunkerProcessesOf, runCli, startFakeUpstreamProcess, startGatewayProcess, type FakeUpstreamProcess, type GatewayProcess } from '../support/processes';
-import { recordTally } from '../support/tally';
-import { healthyRun, openDataDir, percentile, prepare, recordFigures, sleep, waitFor, whileMeasured, type Target, type Watch } from './support';
+import { chunkerProcessesOf } from '../support/processes';
+import { atRest, closeArena, openArena, percentile, postJson, sleep, waitFor, whileMeasured, type Arena, type Target, type Watch } from './support';
 
 /**
  * A tenant's files as an attacker writes them, added to vector stores of a gateway process with its
@@ -18,90 +14,53 @@ import { healthyRun, openDataDir, percentile, prepare, recordFigures, sleep, wai
  * While each is ingested, whileMeasured (support.ts) polls /health (p99 under STALL_MS, no stall),
  * watches the gateway's memory (peak growth under MAX_RSS_GROWTH_MB: documents are read in chunker
  * processes of their own, whose own peak is reported beside it) and runs another tenant's streamed
- * runs back to back, whose median time must stay within SLOWDOWN of what it was before. Text ends
+ * runs back to back, whose median time must stay within SLOWDOWN of what it was at rest. Text ends
  * `completed`; every bomb ends `failed` with a message naming the bound it passed.
  */
 
 const MIB = 1024 * 1024;
 const MAX_RSS_GROWTH_MB = 64;
-/** The other tenant's median run time during a case, over its median before: at most this. */
+/** The other tenant's median run time during a case, over its median at rest: at most this. */
 const SLOWDOWN = 2;
 const ENV = { LOG_LEVEL: 'warn', GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true' };
 
-let dataDir: string;
-let fake: FakeUpstreamProcess;
-let bystanderFake: FakeUpstreamProcess;
-let gateway: GatewayProcess;
+let arena: Arena;
 /** A server that takes connections and never answers: the attacker's embeddings provider in F6. */
 let silent: Server;
 const held: Socket[] = [];
 let attacker: Target;
 let other: Target;
-let db: Client;
 let watch: Watch;
 let baselineRunMs: number;
 const tally = { gatewayStalls: 0, outOfMemoryDeaths: 0, answered5xx: 0, inputsTried: 0 };
 const figures: Record<string, number> = {};
 
 beforeAll(async () => {
-  dataDir = mkdtempSync(join(tmpdir(), 'reliability-ingestion-'));
-  [fake, bystanderFake] = await Promise.all([startFakeUpstreamProcess(), startFakeUpstreamProcess()]);
   silent = createServer((socket) => held.push(socket.on('error', () => undefined)));
   await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
-  gateway = await startGatewayProcess({ ...ENV, DATA_DIR: dataDir });
-  attacker = await prepare(gateway, fake.baseURL);
   const address = silent.address();
   if (address === null || typeof address === 'string') throw new Error('the silent server has no port');
-  await post(attacker, '/v1/virtual-keys', { slug: 'embed', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-embed', default: true });
+  arena = await openArena('ingestion', ENV, tally);
+  ({ attacker, other } = arena);
+  await post(attacker, '/v1/virtual-keys', { slug: 'embed', provider: 'openai', base_url: arena.fake.baseURL, api_key: 'sk-embed', default: true });
   await post(attacker, '/v1/virtual-keys', { slug: 'silent', provider: 'openai', base_url: `http://127.0.0.1:${address.port}/v1`, api_key: 'sk-silent' });
-  db = openDataDir(dataDir);
-
-  const env = { DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
-  expect((await runCli(['workspaces', 'create', '--slug', 'bystander', '--json'], env)).code).toBe(0);
-  const key = JSON.parse((await runCli(['api-keys', 'create', '--workspace', 'bystander', '--json'], env)).stdout).key as string;
-  const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
-  const base = { url: gateway.url, workspaceKey: key, headers, assistantId: '' };
-  await post(base, '/v1/virtual-keys', { slug: 'bystander', provider: 'openai', base_url: bystanderFake.baseURL, api_key: 'sk-bystander', default: true });
-  const assistant = await post(base, '/v1/assistants', { model: 'fake-model' });
-  other = { ...base, assistantId: assistant.id };
-
-  const before: number[] = [];
-  for (let i = 0; i < 7; i++) {
-    const run = await healthyRun(other, tally);
-    expect(run.ok).toBe(true);
-    before.push(run.ms);
-  }
-  baselineRunMs = percentile(before, 0.5);
-  figures.bystander_run_before_p50_ms = Math.round(baselineRunMs);
-  await sleep(500);
-  watch = { gateway, bystander: other, tally, figures, idleRssMb: readRssMb(gateway.child.pid!) };
-  figures.idle_rss_mb = Math.round(watch.idleRssMb);
+  ({ watch, baselineMs: baselineRunMs } = await atRest(arena, tally, figures));
 });
 
 afterAll(async () => {
-  recordTally('ingestion', tally);
-  recordFigures('ingestion', figures);
-  db?.close();
-  await gateway?.stop('SIGKILL');
-  await Promise.all([fake?.stop(), bystanderFake?.stop()]);
+  await closeArena(arena, 'ingestion', tally, figures);
   for (const socket of held) socket.destroy();
   silent?.close();
-  rmSync(dataDir, { recursive: true, force: true });
 });
 
-async function post<T = { id: string }>(target: Pick<Target, 'url' | 'headers'>, path: string, body: unknown): Promise<T> {
-  const response = await fetch(`${target.url}${path}`, { method: 'POST', headers: target.headers, body: JSON.stringify(body) });
-  if (response.status >= 500) tally.answered5xx++;
-  if (!response.ok) throw new Error(`POST ${path}: ${response.status} ${await response.text()}`);
-  return (await response.json()) as T;
-}
+const post = <T = { id: string }>(target: Pick<Target, 'url' | 'headers'>, path: string, body: unknown) => postJson<T>(target, path, body, tally);
 
-/** A file uploaded by the attacker through POST /v1/files, as the SDKs send one. */
-async function upload(filename: string, content: Uint8Array | string): Promise<string> {
+/** A file uploaded through POST /v1/files as the SDKs send one, by the attacker unless told. */
+async function upload(filename: string, content: Uint8Array | string, target: Target = attacker): Promise<string> {
   const form = new FormData();
   form.append('purpose', 'assistants');
   form.append('file', new Blob([content]), filename);
-  const response = await fetch(`${attacker.url}/v1/files`, { method: 'POST', headers: { 'x-gateway-api-key': attacker.workspaceKey }, body: form });
+  const response = await fetch(`${target.url}/v1/files`, { method: 'POST', headers: { 'x-gateway-api-key': target.workspaceKey }, body: form });
   if (response.status >= 500) tally.answered5xx++;
   expect(response.status).toBe(200);
   tally.inputsTried++;
@@ -130,10 +89,6 @@ async function ingested(fileIds: string[], timeoutMs = 120_000, virtualKey = 'em
   return { storeId: store.id, files: fileIds.map((id) => files.find((file) => file.id === id)!) };
 }
 
-function readRssMb(pid: number): number {
-  return Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
-}
-
 /**
  * `work` measured (whileMeasured), with the peak resident memory of the gateway's chunker
  * processes meanwhile, and the other tenant's median run time checked against its baseline.
@@ -143,7 +98,7 @@ async function measured<T>(name: string, work: () => Promise<T>): Promise<T> {
   let chunkerPeakMb = 0;
   const sampler = (async () => {
     while (!done) {
-      for (const pid of chunkerProcessesOf(gateway.child.pid!)) {
+      for (const pid of chunkerProcessesOf(arena.gateway.child.pid!)) {
         try {
           chunkerPeakMb = Math.max(chunkerPeakMb, Number(/^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024);
         } catch {
@@ -215,11 +170,7 @@ describe('hostile documents, one kind at a time', () => {
     const started = performance.now();
     const ownHeaders = other.headers;
     const { storeId, fileIds, seconds } = await measured('f6_stuck_embeddings', async () => {
-      const form = new FormData();
-      form.append('purpose', 'assistants');
-      form.append('file', new Blob(['a line of the other tenant']), 'line.txt');
-      const uploaded = await fetch(`${other.url}/v1/files`, { method: 'POST', headers: { 'x-gateway-api-key': other.workspaceKey }, body: form });
-      const fileId = ((await uploaded.json()) as { id: string }).id;
+      const fileId = await upload('line.txt', 'a line of the other tenant', other);
       const store = await post({ url: other.url, headers: ownHeaders }, '/v1/vector_stores', { name: 'bystander', file_ids: [fileId] });
       const file = await waitFor(
         async () => (await (await fetch(`${other.url}/v1/vector_stores/${store.id}/files/${fileId}`, { headers: ownHeaders })).json()) as StoreFile,
