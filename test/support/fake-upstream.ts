@@ -15,6 +15,14 @@
  *      user message, or "The tool returned: ..." when tool outputs are being submitted).
  *
  * Token counts are deterministic (see `countTokens`, `promptTokens`, `completionTokens`).
+ *
+ * Gates hold answers until a test says so, rather than for a time (a winner held open while its
+ * racers are answered, however slowly a loaded machine serves them): a scenario's `hold` names a
+ * gate, and the answer waits before its status line until the gate opens. A gate is opened in
+ * process with `openGate(name)`, and from anywhere else (another process, workerd) over HTTP with
+ * `remoteGate(url, name)`: `POST /fake/gates/{name}/open`, read with `GET /fake/gates/{name}`, both
+ * answering `{name, open, waiting, passed}`. These control requests are not provider traffic: they
+ * are not recorded, counted in flight or checked for the API key.
  * The core (`createFakeUpstream`) uses Web APIs only, so it can also run inside workerd;
  * `startFakeUpstream` adds a node:http server, loaded lazily for that reason.
  *
@@ -86,6 +94,14 @@ export interface FakeScenario {
   model?: string;
   /** Delay before the status line and headers. */
   first_byte_delay_ms?: number;
+  /**
+   * Hold the answer, before the status line and before `first_byte_delay_ms`, until the gate of
+   * this name is open (see the header). A gate stays open once opened, so an opening that comes
+   * before the request is not lost; a client that leaves meanwhile ends the exchange `cancelled`.
+   * Names are letters, digits and `._:-` (1 to 100); a test takes a fresh one, so that tests
+   * sharing a fake never open each other's.
+   */
+  hold?: string;
   /** Delay between two streamed chunks. */
   chunk_delay_ms?: number;
   /** Answer with this HTTP status and an error body like the real API's (500, 429, 503, 400...). */
@@ -151,6 +167,16 @@ export interface FakeUpstreamOptions {
    * byte within 3000 ms" by the dozen, late in its minute).
    */
   record?: boolean;
+}
+
+/** A gate (FakeScenario's `hold`) as it stands. */
+export interface GateState {
+  name: string;
+  open: boolean;
+  /** Requests it holds now. */
+  waiting: number;
+  /** Requests it let through, when it opened or on arriving after. */
+  passed: number;
 }
 
 /** How a request's exchange ended; `closed` means `abortAll()` or the server's `close()` ended it. */
@@ -234,6 +260,21 @@ export function fakeThread(text: string, scenario?: FakeScenario | FakeScenario[
   return { messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }] };
 }
 
+/**
+ * The gate `name` of the fake serving `url` (any of its URLs: only its origin is used), through
+ * its HTTP control requests: for a test whose fake is in another process, or that runs in workerd.
+ */
+export function remoteGate(url: string, name: string) {
+  const path = `${new URL(url).origin}/fake/gates/${encodeURIComponent(name)}`;
+  const call = async (method: 'GET' | 'POST', to: string): Promise<GateState> => {
+    const response = await fetch(to, { method });
+    const state: unknown = await response.json().catch(() => undefined);
+    if (!response.ok || !isGateState(state)) throw new Error(`fake upstream: ${method} ${to} answered ${response.status}: ${JSON.stringify(state)}`);
+    return state;
+  };
+  return { name, open: () => call('POST', `${path}/open`), state: () => call('GET', path) };
+}
+
 /** The built-in reply to these messages (what the fake says when no scenario gives a reply). */
 export function defaultReplyText(messages: readonly unknown[]): string {
   const turn = analyseTurn(messages);
@@ -264,6 +305,8 @@ export class FakeUpstream {
   #inFlight = 0;
   /** Ends every open response body, for abortAll() and close(). */
   readonly #openBodies = new Set<() => void>();
+  /** Gates by name, each with the requests it holds (their go-ahead), made when first named. */
+  readonly #gates = new Map<string, { open: boolean; held: Set<() => void>; passed: number }>();
 
   constructor(options: FakeUpstreamOptions = {}) {
     this.#apiKey = options.apiKey;
@@ -299,6 +342,56 @@ export class FakeUpstream {
     for (const end of [...this.#openBodies]) end();
   }
 
+  /** Opens the gate `name`: the requests it holds go on, and those that come later pass straight through. */
+  openGate(name: string): GateState {
+    const gate = this.#gate(name);
+    gate.open = true;
+    for (const go of [...gate.held]) go();
+    return this.gateState(name);
+  }
+
+  gateState(name: string): GateState {
+    const gate = this.#gate(name);
+    return { name, open: gate.open, waiting: gate.held.size, passed: gate.passed };
+  }
+
+  #gate(name: string) {
+    if (!GATE_NAME.test(name)) throw new Error(`fake upstream: not a gate name: ${JSON.stringify(name)}`);
+    let gate = this.#gates.get(name);
+    if (!gate) this.#gates.set(name, (gate = { open: false, held: new Set(), passed: 0 }));
+    return gate;
+  }
+
+  /** Resolves true once the gate `name` is open, or false as soon as the client leaves. */
+  #pass(name: string, signal: AbortSignal): Promise<boolean> {
+    const gate = this.#gate(name);
+    return new Promise((resolve) => {
+      const go = (): void => {
+        gate.held.delete(go);
+        signal.removeEventListener('abort', leave);
+        gate.passed += 1;
+        resolve(true);
+      };
+      const leave = (): void => {
+        gate.held.delete(go);
+        resolve(false);
+      };
+      if (gate.open) return go();
+      if (signal.aborted) return resolve(false);
+      gate.held.add(go);
+      signal.addEventListener('abort', leave, { once: true });
+    });
+  }
+
+  /** Answers the gate control requests (see the header), or undefined for any other request. */
+  #gateControl(request: Request): Response | undefined {
+    const [, name, open] = GATE_PATH.exec(new URL(request.url).pathname) ?? [];
+    if (name === undefined) return undefined;
+    if (!GATE_NAME.test(name)) return openAiError(400, `Not a gate name: ${name}`);
+    if (open ? request.method !== 'POST' : request.method !== 'GET') return openAiError(405, `${request.method} is not served here`);
+    return jsonResponse(200, open ? this.openGate(name) : this.gateState(name));
+  }
+
   /** Resolves once no request is in flight; rejects after timeoutMs. */
   async waitForIdle(timeoutMs = 2000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
@@ -311,6 +404,8 @@ export class FakeUpstream {
   /** The Web-standard handler; same signature as the global fetch, so it can be injected as one. */
   readonly fetch = async (input: Request | string | URL, init?: RequestInit): Promise<Response> => {
     const request = input instanceof Request && init === undefined ? input : new Request(input, init);
+    const control = this.#gateControl(request);
+    if (control) return control;
     const receivedAt = Date.now();
     this.#inFlight += 1;
     let finished = false;
@@ -425,11 +520,10 @@ export class FakeUpstream {
       throw error;
     }
 
-    if (scenario.first_byte_delay_ms) {
-      if (!(await sleep(scenario.first_byte_delay_ms, request.signal))) {
-        finish('cancelled');
-        return new Response(null, { status: 499 });
-      }
+    const held = scenario.hold === undefined || (await this.#pass(scenario.hold, request.signal));
+    if (!held || (scenario.first_byte_delay_ms && !(await sleep(scenario.first_byte_delay_ms, request.signal)))) {
+      finish('cancelled');
+      return new Response(null, { status: 499 });
     }
 
     const extraHeaders = scenario.headers ?? {};
@@ -530,6 +624,9 @@ function route(method: string, path: string): Target | undefined {
 /** A request the fake refuses with 400 because the test asked for something impossible. */
 class FakeRequestError extends Error {}
 
+const GATE_NAME = /^[\w.:-]{1,100}$/;
+const GATE_PATH = /^\/fake\/gates\/([^/]+)(\/open)?$/;
+
 const DIRECTIVE_LINE = /^[ \t]*#fake[ \t]+(.*?)[ \t]*$/m;
 const DIRECTIVE_LINES = /^[ \t]*#fake[ \t].*$/gm;
 
@@ -614,7 +711,7 @@ function messageText(message: unknown): string {
 }
 
 const TOOL_CALL_FIELDS = new Set(['name', 'arguments', 'id']);
-type FieldKind = 'text' | 'flag' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'any';
+type FieldKind = 'text' | 'flag' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'gate' | 'any';
 // A Record over the keys makes the compiler insist that every scenario field is validated.
 const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   reply: 'text',
@@ -629,6 +726,7 @@ const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   usage: 'record',
   model: 'text',
   first_byte_delay_ms: 'duration',
+  hold: 'gate',
   chunk_delay_ms: 'duration',
   status: 'status',
   retry_after: 'duration',
@@ -656,6 +754,7 @@ function validateScenario(value: unknown, where: string): FakeScenario {
     const ok =
       kind === 'any' ||
       (kind === 'text' && typeof field === 'string') ||
+      (kind === 'gate' && typeof field === 'string' && GATE_NAME.test(field)) ||
       (kind === 'flag' && typeof field === 'boolean') ||
       (kind === 'count' && Number.isInteger(field) && (field as number) >= 0) ||
       (kind === 'duration' && typeof field === 'number' && field >= 0 && Number.isFinite(field)) ||
@@ -1215,6 +1314,16 @@ function defaultErrorBody(status: number, azure: boolean, model: string, retryAf
 
 function isRecord(value: unknown): value is Record<string, any> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function isGateState(value: unknown): value is GateState {
+  return (
+    isRecord(value) &&
+    typeof value.name === 'string' &&
+    typeof value.open === 'boolean' &&
+    Number.isInteger(value.waiting) &&
+    Number.isInteger(value.passed)
+  );
 }
 
 function str(value: unknown): string {
