@@ -14,6 +14,7 @@ import { createLogger } from '../logger';
 import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
 import { SettingsCache } from '../services/settings';
 import { UNSLICED } from '../lib/slices';
+import { workersUpstreamFetch } from './upstream-fetch';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
@@ -146,7 +147,7 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     policyCache: new PolicyCache(db),
     settings: new SettingsCache(db),
     now: Date.now,
-    fetch: (input, init) => fetch(input, init),
+    fetch: workersUpstreamFetch((input, init) => fetch(input, init)),
     requestBody: (request) => request.body,
     slices: UNSLICED,
     blobs: r2BlobStore(env.FILES),

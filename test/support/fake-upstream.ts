@@ -1366,6 +1366,13 @@ export interface StartFakeUpstreamOptions extends FakeUpstreamOptions {
   port?: number;
   /** Default 127.0.0.1. */
   host?: string;
+  /**
+   * Close, without an answer, the connection of a request that arrives on a connection that
+   * already carried one: what a client meets when it sends on a kept-alive connection that the
+   * server closed while it sat idle, before the client noticed (Node closes idle ones after 5 s).
+   * Such requests are not recorded. Default false.
+   */
+  dropReusedConnections?: boolean;
 }
 
 export class FakeUpstreamServer extends FakeUpstream {
@@ -1413,10 +1420,13 @@ export class FakeUpstreamServer extends FakeUpstream {
 export async function startFakeUpstream(options: StartFakeUpstreamOptions = {}): Promise<FakeUpstreamServer> {
   const { createServer } = await import('node:http');
   const sockets = new Set<Socket>();
+  /** Connections that carried an answer, for dropReusedConnections. */
+  const answered = new WeakSet<Socket>();
   let fake: FakeUpstreamServer | undefined;
   const server = createServer((req, res) => {
-    if (fake) void serveNode(fake, req, res);
-    else res.destroy();
+    if (!fake || (options.dropReusedConnections && answered.has(req.socket))) return void req.socket.destroy();
+    res.once('finish', () => answered.add(req.socket));
+    void serveNode(fake, req, res);
   });
   server.on('connection', (socket: Socket) => {
     sockets.add(socket);

@@ -157,6 +157,32 @@ describe('runs on workerd', () => {
     expect(await answerOf(created.thread_id, created.id)).toBe(words);
     expect(await executorIds()).toContain(executorOf(created.id));
   });
+  it('sends a call again whose kept-alive connection the upstream had closed: every run completes', async () => {
+    // This upstream drops every connection that carried an answer once a call arrives on it, as a
+    // server that closed it while idle does to the call sent on it before workerd noticed.
+    const slug = `dropping-${crypto.randomUUID().slice(0, 8)}`;
+    const created = await call('/v1/virtual-keys', {
+      body: { slug, provider: 'openai', base_url: inject('droppingUpstreamUrl'), api_key: 'sk-fake-provider-key' },
+    });
+    expect(created.status).toBe(200);
+    const dropping = new OpenAI({
+      apiKey: 'unused-by-the-gateway',
+      baseURL: 'http://gateway/v1',
+      defaultHeaders: { ...headers, 'x-gateway-virtual-key': slug },
+      maxRetries: 0,
+      fetch: (url, init) => exports.default.fetch(url, init),
+    });
+    // One after another, so that each call after the first finds the last one's connection kept.
+    for (const text of ['First', 'Second', 'Third']) {
+      const run = await dropping.beta.threads.createAndRunPoll(
+        { assistant_id: assistantId, thread: ask(text, { reply: `${text} answer` }) },
+        { pollIntervalMs: 50 },
+      );
+      expect(run).toMatchObject({ status: 'completed', last_error: null });
+      expect(await answerOf(run.thread_id, run.id)).toBe(`${text} answer`);
+    }
+  });
+
   it('cancels a streamed run mid-answer in its executor: cancelled, the partial message incomplete', async () => {
     const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
     const response = await call('/v1/threads/runs', {
