@@ -22,6 +22,7 @@ import {
   countTokens,
   createFakeUpstream,
   fakeDirective,
+  freshGate,
   promptTokens,
   remoteGate,
   startFakeUpstream,
@@ -29,6 +30,7 @@ import {
   type FakeUpstreamServer,
 } from './support/fake-upstream';
 import { errorOf } from './support/envelope';
+import { waitFor } from './support/wait';
 
 /**
  * The fake upstream is only useful if it behaves like the real API, so it is driven here with the
@@ -319,24 +321,16 @@ describe('streamed answers', () => {
 });
 
 describe('gates', () => {
-  /** Reads `read` until `done` holds of it, or 10 s pass (the caller's assertion then fails). */
-  async function until<T>(read: () => T | Promise<T>, done: (value: T) => boolean): Promise<T> {
-    for (const deadline = Date.now() + 10_000; ; await new Promise((resolve) => setTimeout(resolve, 5))) {
-      const value = await read();
-      if (done(value) || Date.now() > deadline) return value;
-    }
-  }
-  const gateName = () => `gate-${crypto.randomUUID()}`;
 
   it('hold an answer until the gate opens over HTTP, then let the later ones straight through', async () => {
-    const name = gateName();
+    const name = freshGate();
     const gate = remoteGate(fake.baseURL, name);
     let answered = false;
     const held = post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'Held', hold: name })] }).then((response) => {
       answered = true;
       return response;
     });
-    expect(await until(gate.state, (state) => state.waiting === 1)).toEqual({ name, open: false, waiting: 1, passed: 0 });
+    expect(await waitFor(gate.state, (state) => state.waiting === 1)).toEqual({ name, open: false, waiting: 1, passed: 0 });
     expect(answered).toBe(false);
     expect(fake.inFlight).toBe(1);
 
@@ -353,12 +347,12 @@ describe('gates', () => {
   });
 
   it('an opening before the request is not lost, and opens that gate alone', async () => {
-    const [early, other] = [gateName(), gateName()];
+    const [early, other] = [freshGate(), freshGate()];
     fake.openGate(early);
     expect((await complete({ model: MODEL, messages: [user('Hi', { reply: 'Passed', hold: early })] })).choices[0]!.message.content).toBe('Passed');
     const leave = new AbortController();
     const error = post({ model: MODEL, stream: true, messages: [user('Hi', { hold: other })] }, {}, undefined, leave.signal).catch((e: unknown) => e);
-    expect(await until(() => fake.gateState(other), (state) => state.waiting === 1)).toMatchObject({ open: false, waiting: 1 });
+    expect(await waitFor(() => fake.gateState(other), (state) => state.waiting === 1)).toMatchObject({ open: false, waiting: 1 });
     // A client that leaves while held: the exchange ends cancelled and the gate holds nothing.
     leave.abort();
     expect(await error).toMatchObject({ name: 'AbortError' });

@@ -3,6 +3,9 @@ import { join } from 'node:path';
 import { createClient, type Client } from '@libsql/client';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
 import type { GatewayProcess } from '../support/processes';
+import { sleep } from '../support/wait';
+
+export { sleep, waitFor } from '../support/wait';
 
 /**
  * What the reliability suites share: a gateway process seen from outside (keys read from its first
@@ -97,18 +100,6 @@ export async function halfWrittenRows(db: Client): Promise<string[]> {
   }
   return found;
 }
-
-/** Polls `read` until `done` holds or `timeoutMs` passes; answers the last value read. */
-export async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await sleep(100);
-  }
-}
-
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /**
  * Measured figures beside the tally (latency, throughput, memory), for the closing table of

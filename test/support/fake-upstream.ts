@@ -260,6 +260,11 @@ export function fakeThread(text: string, scenario?: FakeScenario | FakeScenario[
   return { messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }] };
 }
 
+/** A gate name no other test uses (`label` and random characters), for a scenario's `hold`. */
+export function freshGate(label = 'gate'): string {
+  return `${label}-${randomId(16)}`;
+}
+
 /**
  * The gate `name` of the fake serving `url` (any of its URLs: only its origin is used), through
  * its HTTP control requests: for a test whose fake is in another process, or that runs in workerd.
