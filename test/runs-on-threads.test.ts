@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { isUniqueViolation } from '../src/db/client';
 import { messages as messageTable, runs } from '../src/db/schema';
 import { insertRunOnThread } from '../src/services/runs';
-import { fakeDirective, fakeThread, promptTokens, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
+import { fakeDirective, fakeThread, freshGate, promptTokens, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import * as ratelimit from './support/ratelimit';
 import { collapse, parseEvents, referenceOrder } from './support/run-stream';
@@ -702,10 +702,12 @@ describe('one open run per thread', () => {
     expect(next.status).toBe('completed');
     expect(await openai.beta.threads.runs.retrieve(waiting.id, { thread_id: threadId })).toMatchObject({ status: 'expired' });
 
-    // In progress, its executor gone: its lease ran out.
+    // In progress, its executor gone: its lease ran out (the executor, held at the gate, is let go
+    // at the end, and finds the run settled).
+    const gate = freshGate('slow');
     const slow = await openai.beta.threads.runs.create(threadId, {
       assistant_id: assistantId,
-      additional_messages: [{ role: 'user', content: ask('Slowly', { reply: 'Late.', first_byte_delay_ms: 500 }) }],
+      additional_messages: [{ role: 'user', content: ask('Slowly', { reply: 'Late.', hold: gate }) }],
     });
     gateway.clock.advance(gateway.deps.config.GATEWAY_RUN_LEASE_SECONDS * 1000 + 1000);
     const after = await openai.beta.threads.runs.createAndPoll(threadId, { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'Hello?' }] }, POLL);
@@ -714,6 +716,12 @@ describe('one open run per thread', () => {
       status: 'failed',
       last_error: { code: 'server_error', message: expect.stringContaining('stopped before the run finished') },
     });
+    // Its executor, answered at last, writes nothing to the thread that has moved on.
+    const messagesBefore = (await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data.map(textOf);
+    fake.openGate(gate);
+    expect(await gateway.tasks.drain(10_000)).toBe(true);
+    expect(fake.requests.find((request) => request.scenario?.hold === gate)?.outcome).toBe('completed');
+    expect((await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data.map(textOf)).toEqual(messagesBefore);
   });
 });
 
