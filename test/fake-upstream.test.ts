@@ -22,14 +22,13 @@ import {
   countTokens,
   createFakeUpstream,
   fakeDirective,
-  freshGate,
   promptTokens,
-  remoteGate,
   startFakeUpstream,
   type FakeScenario,
   type FakeUpstreamServer,
 } from './support/fake-upstream';
 import { errorOf } from './support/envelope';
+import { freshGate, remoteGate } from './support/gates';
 import { waitFor } from './support/wait';
 
 /**

@@ -20,9 +20,10 @@
  * racers are answered, however slowly a loaded machine serves them): a scenario's `hold` names a
  * gate, and the answer waits before its status line until the gate opens. A gate is opened in
  * process with `openGate(name)`, and from anywhere else (another process, workerd) over HTTP with
- * `remoteGate(url, name)`: `POST /fake/gates/{name}/open`, read with `GET /fake/gates/{name}`, both
- * answering `{name, open, waiting, passed}`. These control requests are not provider traffic: they
- * are not recorded, counted in flight or checked for the API key.
+ * `remoteGate(url, name)` (test/support/gates.ts): `POST /fake/gates/{name}/open`, read with
+ * `GET /fake/gates/{name}`, both answering `{name, open, waiting, passed}`. These control requests
+ * are not provider traffic: they are not recorded, counted in flight or checked for the API key.
+ *
  * The core (`createFakeUpstream`) uses Web APIs only, so it can also run inside workerd;
  * `startFakeUpstream` adds a node:http server, loaded lazily for that reason.
  *
@@ -31,6 +32,7 @@
  */
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { GATE_NAME, type GateState } from './gates';
 
 // ---------------------------------------------------------------------------------------------
 // Public types
@@ -169,16 +171,6 @@ export interface FakeUpstreamOptions {
   record?: boolean;
 }
 
-/** A gate (FakeScenario's `hold`) as it stands. */
-export interface GateState {
-  name: string;
-  open: boolean;
-  /** Requests it holds now. */
-  waiting: number;
-  /** Requests it let through, when it opened or on arriving after. */
-  passed: number;
-}
-
 /** How a request's exchange ended; `closed` means `abortAll()` or the server's `close()` ended it. */
 export type RequestOutcome = 'open' | 'completed' | 'cancelled' | 'cut' | 'closed';
 
@@ -258,26 +250,6 @@ export function fakeDirective(scenario: FakeScenario | FakeScenario[]): string {
  */
 export function fakeThread(text: string, scenario?: FakeScenario | FakeScenario[]) {
   return { messages: [{ role: 'user' as const, content: scenario ? `${text}\n${fakeDirective(scenario)}` : text }] };
-}
-
-/** A gate name no other test uses (`label` and random characters), for a scenario's `hold`. */
-export function freshGate(label = 'gate'): string {
-  return `${label}-${randomId(16)}`;
-}
-
-/**
- * The gate `name` of the fake serving `url` (any of its URLs: only its origin is used), through
- * its HTTP control requests: for a test whose fake is in another process, or that runs in workerd.
- */
-export function remoteGate(url: string, name: string) {
-  const path = `${new URL(url).origin}/fake/gates/${encodeURIComponent(name)}`;
-  const call = async (method: 'GET' | 'POST', to: string): Promise<GateState> => {
-    const response = await fetch(to, { method });
-    const state: unknown = await response.json().catch(() => undefined);
-    if (!response.ok || !isGateState(state)) throw new Error(`fake upstream: ${method} ${to} answered ${response.status}: ${JSON.stringify(state)}`);
-    return state;
-  };
-  return { name, open: () => call('POST', `${path}/open`), state: () => call('GET', path) };
 }
 
 /** The built-in reply to these messages (what the fake says when no scenario gives a reply). */
@@ -629,7 +601,6 @@ function route(method: string, path: string): Target | undefined {
 /** A request the fake refuses with 400 because the test asked for something impossible. */
 class FakeRequestError extends Error {}
 
-const GATE_NAME = /^[\w.:-]{1,100}$/;
 const GATE_PATH = /^\/fake\/gates\/([^/]+)(\/open)?$/;
 
 const DIRECTIVE_LINE = /^[ \t]*#fake[ \t]+(.*?)[ \t]*$/m;
@@ -1319,16 +1290,6 @@ function defaultErrorBody(status: number, azure: boolean, model: string, retryAf
 
 function isRecord(value: unknown): value is Record<string, any> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-function isGateState(value: unknown): value is GateState {
-  return (
-    isRecord(value) &&
-    typeof value.name === 'string' &&
-    typeof value.open === 'boolean' &&
-    Number.isInteger(value.waiting) &&
-    Number.isInteger(value.passed)
-  );
 }
 
 function str(value: unknown): string {

@@ -3,6 +3,7 @@ import { listDurableObjectIds } from 'cloudflare:test';
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { errorOf, json } from '../support/envelope';
+import { freshGate, remoteGate } from '../support/gates';
 
 /**
  * Runs and rate limits inside workerd, as on Cloudflare: the Worker entry, its Durable Objects
@@ -308,25 +309,39 @@ describe('rate limits in Durable Objects', () => {
       }
     }
 
-    // A failing run holds a reservation past the value of 1 while it executes, then gives it back:
-    // a run is admitted again (just after the failure is recorded), which no charge would allow.
+    // A failing run holds a reservation past the value of 1 while it executes (its answer held at a
+    // gate: it is refused meanwhile), then gives it back: a run is admitted again (just after the
+    // failure is recorded), which no charge would allow.
     const failing = await limited();
-    const failed = await json(await failing.run({ status: 500 }));
+    const held = remoteGate(inject('upstreamUrl'), freshGate('failing'));
+    const failed = await json(await failing.run({ status: 500, hold: held.name }));
+    expect(await errorOf(await failing.run({ status: 500 }))).toMatchObject({ status: 429, type: 'tokens', code: 'rate_limit_exceeded' });
+    await held.open();
     expect((await waitForRun(failed.thread_id, failed.id, 'failed')).status).toBe('failed');
     const again = await until(() => failing.run({ status: 500 }), async (response) => response.status === 200);
     expect(again.status).toBe(200);
 
-    // Of ten at once, one is admitted: its reservation refuses the rest.
+    // Of ten at once, one is admitted: its reservation refuses the rest (its answer held at a gate
+    // until all ten are answered, however slowly).
     const counted = await limited();
-    const responses = await Promise.all(Array.from({ length: 10 }, () => counted.run({ reply: 'Counted' })));
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('counted'));
+    const responses = await Promise.all(Array.from({ length: 10 }, () => counted.run({ reply: 'Counted', hold: gate.name })));
     const admitted = [];
+    const refusals = [];
     for (const response of responses) {
       if (response.status === 200) admitted.push(await json(response));
-      else expect(await errorOf(response)).toMatchObject({ status: 429, type: 'tokens', code: 'rate_limit_exceeded' });
+      else refusals.push(await errorOf(response));
     }
     expect(admitted).toHaveLength(1);
+    await gate.open();
     const done = await waitForRun(admitted[0].thread_id, admitted[0].id, 'completed');
     expect(done.status).toBe('completed');
+    expect(await gate.state()).toMatchObject({ waiting: 0, passed: 1 });
+    // Each was refused by the reservation, more than the run then used.
+    for (const refusal of refusals) {
+      expect(refusal).toMatchObject({ status: 429, type: 'tokens', code: 'rate_limit_exceeded' });
+      expect(Number(/Used (\d+)/.exec(refusal.message)?.[1])).toBeGreaterThan(done.usage.total_tokens);
+    }
 
     // Settled (just after the run's last write): the counter holds its real tokens, not its
     // reservation. Every request meanwhile is refused: the counter never drops below the value.
