@@ -17,13 +17,17 @@ import { unstable_getMiniflareWorkerOptions } from 'wrangler';
  * - workerd reports, with a native stack, disconnections that these tests cause on purpose or that
  *   the pool causes as it ends: a client leaving a streamed run (abortRead), a request body the
  *   gateway refused before the client had sent it all (the read end of its pipe aborted), the
- *   pool's own socket closing (WebSocket peer disconnected);
+ *   pool's own socket closing (WebSocket peer disconnected), and a provider dropping the connection
+ *   a call went out on (the dropping fake of test/workers/runs.test.ts: the stream disconnected
+ *   prematurely, the connection reset by peer, and as an uncaught rejection besides the one the
+ *   gateway handles, Network connection lost);
  * - the OpenAI SDK, run inside workerd by the tests, probes whether fetch supports FormData by
  *   reading an empty form as text, which workerd warns about;
  * - vite warns that multitars (the multipart parser) ships a source map without its sources.
  */
 const EXPECTED_NOISE = [
-  /^exception = \S+: disconnected: (abortRead\(\) has been called|read end of pipe was aborted|WebSocket peer disconnected)\n/,
+  /^exception = \S+: disconnected: (abortRead\(\) has been called|read end of pipe was aborted|WebSocket peer disconnected|stream disconnected prematurely|::read\(fd, buffer, maxBytes\): Connection reset by peer)\n/,
+  /^uncaught exception; (source = Uncaught \(in promise\); stack = Error|exception = \S+: disconnected: jsg\.Error): Network connection lost\.\n/,
   /^console warning; message = Called \.text\(\) on an HTTP body which does not appear to be text\. The body's Content-Type is "multipart\/form-data; boundary=[0-9a-f-]+"\./,
   /^Sourcemap for "[^"]*\/node_modules\/multitars\/dist\/multitars\.mjs" points to missing source files\n/,
 ];

@@ -1,22 +1,12 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import type { Readable } from 'node:stream';
-import { Miniflare } from 'miniflare';
-import { unstable_getMiniflareWorkerOptions } from 'wrangler';
-import { bundleWorker, TARGETS } from '../scripts/bundle-worker';
-import { startSqld } from '../scripts/sqld';
-import { migrateDatabase, openDatabase } from '../src/db/node';
-import { generateKeyBase64 } from '../src/lib/secrets';
-import { initialise } from '../src/services/organisations';
 import { fakeDirective } from '../test/support/fake-upstream';
+import { startLocalWorker, type LocalWorker } from '../test/support/workerd';
 import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, summarise } from './support';
 
 /**
  * `npm run bench:worker`: the gateway Worker's CPU per run on the Workers runtime. The Worker is
  * the bundle `wrangler deploy` uploads (`npm run build:worker`'s), with wrangler.toml's bindings,
- * in a workerd of its own started by Miniflare (as the workerd tests start the ingest Worker), on a
- * local sqld, with the fake provider in a process of its own; this process is the client. The run
+ * in a workerd of its own started by Miniflare (test/support/workerd.ts), on a local sqld, with the
+ * fake provider in a process of its own; this process is the client. The run
  * is bench:compare's: POST /v1/threads/runs, streamed, a thread of one message, an 8-word answer
  * (the fetch handler, then the run's Durable Object executing it: both billed).
  *
@@ -28,9 +18,8 @@ import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, su
  * locally reports 0 there (tail and streaming tail workers alike), so the process's CPU is the
  * figure here: an upper bound of the billed one, since it also counts what the runtime does
  * outside the isolate (HTTP, the connections to sqld and the provider, RPC to the object).
- * Not `wrangler dev`: it turns on the inspector's network events, which workerd then emits for every
- * subrequest (each SQL statement is one) and a second workerd, wrangler's proxy in front, relays:
- * measured that way, the proxy alone took about as much CPU per run as the Worker's workerd.
+ * Not `wrangler dev`: measured that way, its proxy alone took about as much CPU per run as the
+ * Worker's workerd.
  */
 
 const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 200);
@@ -39,17 +28,13 @@ const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const content = `go\n${fakeDirective({ reply: 'a b c d e f g h' })}`;
 
 const { url: fakeUrl } = await startFakeProvider();
-const bundleDir = mkdtempSync(join(tmpdir(), 'bench-worker-'));
-// sqld sheds load with 429s when its requests slow down, as they do with this machine's cores busy
-// at 32 runs at a time: not what is measured here.
-const sqld = await startSqld({ args: ['--disable-intelligent-throttling'] });
-let worker: Miniflare | undefined;
+let worker: LocalWorker | undefined;
 try {
-  const workspaceKey = await tenant();
-  worker = startWorker(await bundleWorker(TARGETS.gateway, bundleDir, 'ignore'));
-  const url = (await worker.ready).origin;
-  const pid = workerdProcess();
-  const target = await prepare(url, { authorization: `Bearer ${workspaceKey}`, 'content-type': 'application/json' });
+  // sqld sheds load with 429s when its requests slow down, as they do with this machine's cores
+  // busy at 32 runs at a time: not what is measured here.
+  worker = await startLocalWorker({ sqldArgs: ['--disable-intelligent-throttling'] });
+  const pid = worker.pid();
+  const target = await prepare(worker.url, { authorization: `Bearer ${worker.workspaceKey}`, 'content-type': 'application/json' });
   await pool(100, 8, () => firstToken(target));
   const result = {
     benchmark: 'worker',
@@ -62,53 +47,9 @@ try {
   };
   console.log(JSON.stringify(result, null, 2));
 } finally {
-  await worker?.dispose();
-  await sqld.stop();
-  rmSync(bundleDir, { recursive: true, force: true });
+  await worker?.stop();
 }
 process.exit(0);
-
-/** Migrates sqld and creates the tenant; answers its workspace key. */
-async function tenant(): Promise<string> {
-  const database = await openDatabase({ DATA_DIR: sqld.dir, LIBSQL_URL: sqld.url });
-  try {
-    await migrateDatabase(database.db);
-    const created = await initialise(database.db, Date.now());
-    if (!created) throw new Error('a fresh sqld database was already initialised');
-    return created.workspace_api_key;
-  } finally {
-    database.close();
-  }
-}
-
-/** `script` with wrangler.toml's bindings, its Durable Objects' storage in memory, on a free port. */
-function startWorker(script: string): Miniflare {
-  const { workerOptions } = unstable_getMiniflareWorkerOptions(TARGETS.gateway.config);
-  return new Miniflare({
-    host: '127.0.0.1',
-    port: 0,
-    // The Worker's logs (warnings and errors) on stderr: stdout is the JSON.
-    handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
-      stdout.pipe(process.stderr);
-      stderr.pipe(process.stderr);
-    },
-    workers: [
-      {
-        ...workerOptions,
-        modules: true,
-        scriptPath: script,
-        modulesRoot: dirname(script),
-        bindings: {
-          ...workerOptions.bindings,
-          LIBSQL_URL: sqld.url,
-          GATEWAY_ENCRYPTION_KEY: generateKeyBase64(),
-          GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true',
-          LOG_LEVEL: 'warn',
-        },
-      },
-    ],
-  });
-}
 
 interface Target {
   url: string;
@@ -162,20 +103,4 @@ async function phase(target: Target, pid: number, runs: number, concurrency: num
     cpu_ms_per_run: round((cpuMs(pid) - cpuBefore) / runs, 3),
     failed_runs: Object.fromEntries(failures),
   };
-}
-
-/** Miniflare's workerd: this process's one child of that name (Linux /proc). */
-function workerdProcess(): number {
-  const found = readdirSync('/proc').filter((entry) => {
-    if (!/^\d+$/.test(entry)) return false;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const parent = Number(stat.slice(stat.lastIndexOf(') ') + 2).split(' ')[1]);
-      return parent === process.pid && stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(') ')) === 'workerd';
-    } catch {
-      return false; // exited meanwhile
-    }
-  });
-  if (found.length !== 1) throw new Error(`expected one workerd child process, found ${found.length}`);
-  return Number(found[0]);
 }

@@ -11,12 +11,15 @@ import type { Tally } from '../test/support/tally';
  *    (FUZZ_RUNS, default 2000 here);
  * 2. the `reliability` vitest project (test/reliability): kill -9 rounds, upstream faults over real
  *    HTTP, client disconnects, hostile upstreams, a load minute (LOAD_SECONDS, default 60) with 5%
- *    faults, rate limits across gateway processes, and the Node server's timeouts and connection cap.
+ *    faults, rate limits across gateway processes, the Node server's timeouts and connection cap,
+ *    and one active run per thread and token reservations under racers while a CPU hog keeps every
+ *    core busy, on Node and on workerd (starvation.test.ts).
  *
  * Every suite appends its figures to RELIABILITY_REPORT_DIR (test/support/tally.ts,
  * test/reliability/support.ts); this script sums them. It fails when a test failed or when runs
  * were lost, rows half-written, requests answered 5xx, the gateway stalled over 50 ms while hostile
- * upstreams were at work, or it ran out of memory.
+ * upstreams were at work, it ran out of memory, or a concurrency guarantee broke under CPU
+ * starvation.
  */
 
 const ROOT = new URL('..', import.meta.url).pathname;
@@ -56,6 +59,7 @@ const COLUMNS: [keyof Tally, string, boolean][] = [
   ['hostileUpstreams', 'hostile upstreams tried', false],
   ['gatewayStalls', 'gateway stalls over 50 ms', true],
   ['outOfMemoryDeaths', 'out-of-memory deaths', true],
+  ['starvationViolations', 'run under CPU starvation: violations', true],
 ];
 
 const lines = (file: string): Record<string, any>[] =>

@@ -108,9 +108,18 @@ describe('insertStatement', () => {
     const [stored] = await db.select().from(runs).where(eq(runs.id, runId));
     expect(stored).toMatchObject(patch);
     expect(rowOf(runs, result!.rows[0]!)).toEqual(stored);
-    // The run is not in progress: endTurn changes nothing and says so.
-    expect(await endTurn(db, runId, { status: 'completed', completedAt: 9_000 }, [])).toBeNull();
+    // The run is not in progress: endTurn changes nothing, the turn's rows included, and says so.
+    const [message] = await db.select().from(messages).where(eq(messages.runId, runId));
+    const [step] = await db.select().from(runSteps).where(eq(runSteps.runId, runId));
+    const late = { ...message!, id: newId('msg'), seq: undefined };
+    const turn = [
+      messageUpdate(runId, message!.id, { status: 'incomplete', incompleteAt: 9_000 }),
+      ...turnRowsInsert(runId, { steps: [{ ...step!, id: newId('step'), seq: undefined }], message: late }),
+    ];
+    expect(await endTurn(db, runId, { status: 'completed', completedAt: 9_000 }, turn)).toBeNull();
     expect((await db.select().from(runs).where(eq(runs.id, runId)))[0]).toEqual(stored);
+    expect(await db.select().from(messages).where(eq(messages.runId, runId))).toEqual([message]);
+    expect(await db.select().from(runSteps).where(eq(runSteps.runId, runId))).toEqual([step]);
   });
 
   it('leaves out what a row leaves undefined, so that the column’s default applies', () => {
@@ -163,7 +172,7 @@ describe('a message answer written in parts (TextParts)', () => {
   const annotations = [{ type: 'file_citation', text: '【0†a】', start_index: 0, end_index: 5, file_citation: { file_id: 'file_1' } }];
 
   it('is the JSON Drizzle would write for the content, character for character', () => {
-    const statement = messageUpdate('msg_x', { status: 'completed', completedAt: 5 }, { value: builder(pieces), annotations });
+    const statement = messageUpdate('run_x', 'msg_x', { status: 'completed', completedAt: 5 }, { value: builder(pieces), annotations });
     const content = statement.args.find((arg) => arg instanceof TextParts);
     expect(content).toBeInstanceOf(TextParts);
     expect(String(content)).toBe(messages.content.mapToDriverValue([{ type: 'text', text: { value: pieces.join(''), annotations } }]));
@@ -176,7 +185,9 @@ describe('a message answer written in parts (TextParts)', () => {
     const db = gateway.database.db;
     const [message] = await db.select().from(messages).where(eq(messages.runId, runId));
     const expected = [{ type: 'text', text: { value: pieces.join(''), annotations } }];
-    await batchRaw(db, [messageUpdate(message!.id, { status: 'completed' }, { value: builder(pieces), annotations })]);
+    // Written by an executor, while its run is in progress.
+    await db.update(runs).set({ status: 'in_progress' }).where(eq(runs.id, runId));
+    await batchRaw(db, [messageUpdate(runId, message!.id, { status: 'completed' }, { value: builder(pieces), annotations })]);
     expect((await db.select().from(messages).where(eq(messages.id, message!.id)))[0]!.content).toEqual(expected);
 
     // A client without batchWithParts (a libSQL server, Workers) is given the text joined.
@@ -185,7 +196,7 @@ describe('a message answer written in parts (TextParts)', () => {
       const other = drizzle(plain, { schema });
       expect('batchWithParts' in other.$client).toBe(false);
       const reversed = [...pieces].reverse();
-      await batchRaw(other, [messageUpdate(message!.id, { status: 'completed' }, { value: builder(reversed), annotations: [] })]);
+      await batchRaw(other, [messageUpdate(runId, message!.id, { status: 'completed' }, { value: builder(reversed), annotations: [] })]);
       const [row] = await db.select().from(messages).where(eq(messages.id, message!.id));
       expect(row!.content).toEqual([{ type: 'text', text: { value: reversed.join(''), annotations: [] } }]);
     } finally {
@@ -203,7 +214,8 @@ describe('a message answer written in parts (TextParts)', () => {
     const [storedStep] = await db.select().from(runSteps).where(eq(runSteps.runId, runId));
     const row = { ...withoutSeq(stored!), id: newId('msg') };
     const step = { ...withoutSeq(storedStep!), id: newId('step'), stepDetails: { type: 'message_creation' as const, message_creation: { message_id: row.id } } };
-    await batchRaw(db, turnRowsInsert({ steps: [step], message: row, answer: { value: builder(pieces), annotations } }));
+    await db.update(runs).set({ status: 'in_progress' }).where(eq(runs.id, runId));
+    await batchRaw(db, turnRowsInsert(runId, { steps: [step], message: row, answer: { value: builder(pieces), annotations } }));
     const [written] = await db.select().from(messages).where(eq(messages.id, row.id));
     expect(withoutSeq(written!)).toEqual({ ...row, content: [{ type: 'text', text: { value: pieces.join(''), annotations } }] });
     const [writtenStep] = await db.select().from(runSteps).where(eq(runSteps.id, step.id));

@@ -27,6 +27,8 @@ import {
   type FakeScenario,
   type FakeUpstreamServer,
 } from './support/fake-upstream';
+import { errorOf } from './support/envelope';
+import { freshGate, remoteGate } from './support/gates';
 import { waitFor } from './support/wait';
 
 /**
@@ -314,6 +316,57 @@ describe('streamed answers', () => {
     const chunks = await collect(stream);
     expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe('one two');
     expect(chunks.at(-1)!.choices[0]!.finish_reason).toBe('length');
+  });
+});
+
+describe('gates', () => {
+
+  it('hold an answer until the gate opens over HTTP, then let the later ones straight through', async () => {
+    const name = freshGate();
+    const gate = remoteGate(fake.baseURL, name);
+    let answered = false;
+    const held = post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'Held', hold: name })] }).then((response) => {
+      answered = true;
+      return response;
+    });
+    expect(await waitFor(gate.state, (state) => state.waiting === 1)).toEqual({ name, open: false, waiting: 1, passed: 0 });
+    expect(answered).toBe(false);
+    expect(fake.inFlight).toBe(1);
+
+    expect(await gate.open()).toEqual({ name, open: true, waiting: 0, passed: 1 });
+    const response = await held;
+    expect(response.status).toBe(200);
+    expect(dataEvents(await response.text()).join('')).toContain('Held');
+    // Open it stays: a request after the opening is answered at once.
+    const later = await complete({ model: MODEL, messages: [user('Hi', { reply: 'Later', hold: name })] });
+    expect(later.choices[0]!.message.content).toBe('Later');
+    expect(fake.gateState(name)).toEqual({ name, open: true, waiting: 0, passed: 2 });
+    // The control requests are not provider traffic.
+    expect(fake.requests.map((request) => request.path)).toEqual(['/v1/chat/completions', '/v1/chat/completions']);
+  });
+
+  it('an opening before the request is not lost, and opens that gate alone', async () => {
+    const [early, other] = [freshGate(), freshGate()];
+    fake.openGate(early);
+    expect((await complete({ model: MODEL, messages: [user('Hi', { reply: 'Passed', hold: early })] })).choices[0]!.message.content).toBe('Passed');
+    const leave = new AbortController();
+    const error = post({ model: MODEL, stream: true, messages: [user('Hi', { hold: other })] }, {}, undefined, leave.signal).catch((e: unknown) => e);
+    expect(await waitFor(() => fake.gateState(other), (state) => state.waiting === 1)).toMatchObject({ open: false, waiting: 1 });
+    // A client that leaves while held: the exchange ends cancelled and the gate holds nothing.
+    leave.abort();
+    expect(await error).toMatchObject({ name: 'AbortError' });
+    await fake.waitForIdle();
+    expect(fake.requests[1]!.outcome).toBe('cancelled');
+    expect(fake.gateState(other)).toEqual({ name: other, open: false, waiting: 0, passed: 0 });
+  });
+
+  it('refuses a gate name it could not serve, in a scenario and in a control request', async () => {
+    const refused = await post({ model: MODEL, stream: true, messages: [user('Hi', { hold: 'a/b' })] });
+    expect(refused.status).toBe(400);
+    expect(await errorOf(refused)).toMatchObject({ code: 'invalid_fake_directive', message: expect.stringContaining("'hold'") });
+    expect((await fetch(`${fake.url}/fake/gates/a%20b`)).status).toBe(400);
+    expect((await fetch(`${fake.url}/fake/gates/ok/open`)).status).toBe(405);
+    await expect(remoteGate(fake.url, 'a b').state()).rejects.toThrow(/answered 400/);
   });
 });
 

@@ -10,7 +10,7 @@ import { createApiKey, revokeApiKey } from '../src/services/api-keys';
 import { initialise } from '../src/services/organisations';
 import { createWorkspace } from '../src/services/workspaces';
 import { deflatedBlanks, pdf } from './support/documents';
-import { fakeEmbedding, startFakeUpstream } from './support/fake-upstream';
+import { fakeEmbedding, startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
 import { insertStore, SEARCH_DIMENSIONS, SEARCH_FILES } from './support/vector-stores';
 
 /**
@@ -18,8 +18,9 @@ import { insertStore, SEARCH_DIMENSIONS, SEARCH_FILES } from './support/vector-s
  * (sqld) on a free loopback port, migrated and given a tenant, for the Worker under test to reach
  * as its LIBSQL_URL. The keys are created here with the app's own services, then handed to the
  * tests (`inject('workersTenant')`), because code inside workerd cannot open a Node database.
- * Also the fake Chat Completions server, in Node (it serves over node:http), for the runs, and the
- * ingest Worker's bundle, which vitest.config.ts runs beside the gateway.
+ * Also the fake Chat Completions server, in Node (it serves over node:http), for the runs, a second
+ * one that drops the connections it has answered on (test/workers/runs.test.ts), and the ingest
+ * Worker's bundle, which vitest.config.ts runs beside the gateway.
  */
 
 export default async function setup(project: TestProject) {
@@ -35,12 +36,15 @@ export default async function setup(project: TestProject) {
     await sqld.stop();
     throw error;
   });
+  let dropping: FakeUpstreamServer | undefined;
   const stop = async () => {
     await fake.close();
+    await dropping?.close();
     await sqld.stop();
     rmSync(bundleDir, { recursive: true, force: true });
   };
   try {
+    dropping = await startFakeUpstream({ dropReusedConnections: true });
     const database = await openDatabase({ DATA_DIR: sqld.dir, LIBSQL_URL: sqld.url });
     try {
       await migrateDatabase(database.db);
@@ -83,6 +87,7 @@ export default async function setup(project: TestProject) {
       project.provide('sqldUrl', sqld.url);
       project.provide('searchTenant', { workspaceKey: searchKey.plaintext, vectorStoreId: store.id, fileIds: store.fileIds });
       project.provide('upstreamUrl', fake.baseURL);
+      project.provide('droppingUpstreamUrl', dropping.baseURL);
       project.provide('encryptionKey', generateKeyBase64());
       project.provide('workersTenant', {
         organisationId: created.organisation_id,

@@ -5,6 +5,7 @@ import { messages, runs } from '../src/db/schema';
 import { newId } from '../src/lib/ids';
 import { insertThreadAndRun } from '../src/services/runs';
 import { createFakeUpstream } from './support/fake-upstream';
+import { freshGate } from './support/gates';
 import { createTestGateway, errorOf, json, type TestGateway } from './support/gateway';
 import { heldThread, member, startRun, waitForRun, type Member } from './support/threads';
 
@@ -17,9 +18,9 @@ import { heldThread, member, startRun, waitForRun, type Member } from './support
 
 let gateway: TestGateway;
 let alice: Member;
+const upstream = createFakeUpstream();
 
 beforeAll(async () => {
-  const upstream = createFakeUpstream();
   gateway = await createTestGateway({ deps: { fetch: upstream.fetch } });
   alice = await member(gateway);
 });
@@ -293,9 +294,12 @@ describe('the active-run rule', () => {
   });
 
   it('refuses a message while a run is executing', async () => {
-    const started = await startRun(alice, { reply: 'Slowly.', first_byte_delay_ms: 400 });
+    // Executing for as long as its provider holds the answer.
+    const gate = freshGate('executing');
+    const started = await startRun(alice, { reply: 'Slowly.', hold: gate });
     expect(await errorOf(await postMessage(started.threadId, { role: 'user', content: 'Wait' }))).toEqual(refusal(started.threadId, started.runId));
-    await waitForRun(alice, started.threadId, started.runId, ['completed']);
+    upstream.openGate(gate);
+    expect((await waitForRun(alice, started.threadId, started.runId, ['completed'])).status).toBe('completed');
     expect((await postMessage(started.threadId, { role: 'user', content: 'Next' })).status).toBe(200);
   });
 

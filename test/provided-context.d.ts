@@ -8,6 +8,11 @@ declare module 'vitest' {
     sqldUrl: string;
     /** The fake Chat Completions server for the workerd tests: a virtual key's base_url (…/v1). */
     upstreamUrl: string;
+    /**
+     * A second one, whose connections are dropped once they carried an answer: what a kept-alive
+     * connection that the upstream closed while idle looks like to the next call sent on it.
+     */
+    droppingUpstreamUrl: string;
     /** The ingest Worker's bundle (wrangler.ingest.toml), run beside the gateway in those tests. */
     ingestWorkerScript: string;
     /** A PDF whose content stream inflates to 200 MiB (test/support/documents.ts), base64. */

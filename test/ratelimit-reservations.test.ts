@@ -2,6 +2,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { LibsqlCounterStore } from '../src/ratelimit';
 import { turnReservation } from '../src/ratelimit/reservation';
 import { fakeThread, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
+import { freshGate } from './support/gates';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import * as ratelimit from './support/ratelimit';
 
@@ -233,9 +234,8 @@ describe('a turn that waits for tool outputs', () => {
     freshDay();
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
-    const created = await json(
-      await createRun(who, { thread: fakeThread('Weather?', [CALL, { reply: 'Sunny and mild today in Paris', chunk_delay_ms: 300 }]) }),
-    );
+    const gate = freshGate('second-turn');
+    const created = await json(await createRun(who, { thread: fakeThread('Weather?', [CALL, { reply: 'Sunny and mild today in Paris', hold: gate }]) }));
     const waiting = await waitFor(who, created, ['requires_action']);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
     const firstTurn = await usedBy(policy);
@@ -256,6 +256,7 @@ describe('a turn that waits for tool outputs', () => {
       ),
     );
     expect(await usedBy(policy)).toBe(firstTurn + reserved);
+    fake.openGate(gate);
     const done = await waitFor(who, created, ['completed']);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
     expect(await usedBy(policy)).toBe(done.usage.total_tokens);
@@ -314,14 +315,17 @@ describe('a turn that ends without an answer', () => {
     freshDay();
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
-    const created = await json(await createRun(who, { thread: fakeThread('Slow', { first_byte_delay_ms: 1500 }) }));
+    const gate = freshGate('slow');
+    const created = await json(await createRun(who, { thread: fakeThread('Slow', { hold: gate }) }));
     expect(await usedBy(policy)).toBe(await reservedBy(created.id));
     // Past the lease, a read settles the run as orphaned (as after a crash).
     gateway.clock.advance(gateway.deps.config.GATEWAY_RUN_LEASE_SECONDS * 1000 + 1000);
     expect(await runOf(who, created)).toMatchObject({ status: 'failed', last_error: { code: 'server_error' } });
     expect(await usedBy(policy)).toBe(0);
-    // The executor's own ending then finds the run settled: nothing is charged twice.
+    // The executor, answered at last, finds the run settled: nothing is charged twice.
+    fake.openGate(gate);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
+    expect(fake.requests.at(-1)!.outcome).toBe('completed');
     expect(await usedBy(policy)).toBe(0);
   });
 

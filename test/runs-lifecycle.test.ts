@@ -2,6 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createNodeApp } from '../src/node/app';
 import { createNodeDeps } from '../src/node/deps';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
+import { freshGate } from './support/gates';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import { waitFor } from './support/wait';
 
@@ -220,7 +221,9 @@ describe('an executor that stops', () => {
       log: gateway.deps.log,
     });
     const other = createNodeApp(deps);
-    const created = await json(await createRun({ reply: 'never', first_byte_delay_ms: 250 }));
+    // The first executor is alive, its answer held, while the other gateway settles the run.
+    const gate = freshGate('held');
+    const created = await json(await createRun({ reply: 'never', hold: gate }));
     const seenElsewhere = await json(
       await other.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { headers: { 'x-gateway-api-key': tenant.workspaceKey } }),
     );
@@ -228,8 +231,15 @@ describe('an executor that stops', () => {
       status: 'failed',
       last_error: { code: 'server_error', message: expect.stringMatching(/stopped before the run finished/) },
     });
-    // The first executor, when its answer arrives, finds the run settled and leaves it so.
-    await gateway.tasks.drain(5_000);
+    // The first executor, when its answer arrives, finds the run settled and leaves it so: the
+    // run failed, its thread without an answer.
+    const messages = `/v1/threads/${created.thread_id}/messages`;
+    const before = await json(await gateway.request(messages, { key: tenant.workspaceKey }));
+    fake.openGate(gate);
+    expect(await gateway.tasks.drain(5_000)).toBe(true);
+    expect(fake.requests.at(-1)!.outcome).toBe('completed');
     expect((await runOf(created.thread_id, created.id)).status).toBe('failed');
+    expect(await json(await gateway.request(messages, { key: tenant.workspaceKey }))).toEqual(before);
+    expect(before.data.map((message: { role: string }) => message.role)).toEqual(['user']);
   });
 });

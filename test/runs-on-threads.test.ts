@@ -5,9 +5,11 @@ import { isUniqueViolation } from '../src/db/client';
 import { messages as messageTable, runs } from '../src/db/schema';
 import { insertRunOnThread } from '../src/services/runs';
 import { fakeDirective, fakeThread, promptTokens, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
+import { freshGate } from './support/gates';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import * as ratelimit from './support/ratelimit';
 import { collapse, parseEvents, referenceOrder } from './support/run-stream';
+import { waitFor } from './support/wait';
 
 /**
  * Runs on an existing thread, as applications drive them with the official `openai` SDK: second and
@@ -575,17 +577,19 @@ describe('one open run per thread', () => {
     expect((refused as Error).message).toContain(`Thread ${threadId} already has an active run ${waiting.id}.`);
     expect(await ratelimit.rowsOf(gateway.database.client, tenant.workspace.id)).toEqual(before);
 
-    // Executing: the same.
+    // Executing: the same, for as long as its provider holds the answer.
     await openai.beta.threads.runs.cancel(waiting.id, { thread_id: threadId });
+    const gate = freshGate('slow');
     const slow = await openai.beta.threads.runs.create(threadId, {
       assistant_id: assistantId,
-      additional_messages: [{ role: 'user', content: ask('Slowly', { reply: 'Done.', first_byte_delay_ms: 300 }) }],
+      additional_messages: [{ role: 'user', content: ask('Slowly', { reply: 'Done.', hold: gate }) }],
     });
     expect(await errorOf(await create(threadId))).toMatchObject({
       status: 400,
       code: 'thread_has_active_run',
       message: `Thread ${threadId} already has an active run ${slow.id}.`,
     });
+    fake.openGate(gate);
     expect((await openai.beta.threads.runs.poll(slow.id, { thread_id: threadId }, POLL)).status).toBe('completed');
     // Once it has ended, the thread takes a new run.
     expect((await create(threadId)).status).toBe(200);
@@ -637,25 +641,35 @@ describe('one open run per thread', () => {
     const threadId = await threadWith('Hi', 'Hello.');
     const before = fake.requests.length;
     // A streamed run's upstream call starts while its rows commit (RunHost.stream): the losers'
-    // calls may reach the fake before their commit fails, and must be closed, not completed.
+    // calls may reach the fake before their commit fails, and must be closed, not completed. Each
+    // racer's answer waits at a gate of its own: the winner's opens once every racer has its
+    // answer, a loser's never.
+    const gates = Array.from({ length: 8 }, () => freshGate('racer'));
     const responses = await Promise.all(
-      Array.from({ length: 8 }, (_, i) =>
+      gates.map((gate, i) =>
         gateway.request(`/v1/threads/${threadId}/runs`, {
           headers,
-          body: { assistant_id: assistantId, stream: true, additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { reply: 'Slow answer.', first_byte_delay_ms: 200 }) }] },
+          body: { assistant_id: assistantId, stream: true, additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { reply: 'Slow answer.', hold: gate }) }] },
         }),
       ),
     );
     const admitted = responses.filter((response) => response.status === 200);
     expect(admitted).toHaveLength(1);
-    const events = parseEvents(await admitted[0]!.text());
-    const created = events.find((event) => event.event === 'thread.run.created')!.data as { id: string };
-    expect(events.at(-2)).toMatchObject({ event: 'thread.run.completed' });
     for (const response of responses.filter((r) => r.status !== 200)) {
       expect(await errorOf(response)).toMatchObject({ status: 400, code: 'thread_has_active_run' });
     }
+    // The winner is the racer whose message the thread took.
+    const [taken] = (await openai.beta.threads.messages.list(threadId, { limit: 1 })).data;
+    fake.openGate(gates[Number(/^Racer (\d)/.exec(textOf(taken!))![1])]!);
+    const events = parseEvents(await admitted[0]!.text());
+    const created = events.find((event) => event.event === 'thread.run.created')!.data as { id: string };
+    expect(events.at(-2)).toMatchObject({ event: 'thread.run.completed' });
     expect(await gateway.tasks.drain(10_000)).toBe(true);
-    const calls = fake.requests.slice(before).filter((request) => request.path.endsWith('/chat/completions'));
+    // A loser's exchange ends once the fake sees the connection the gateway dropped close.
+    const calls = await waitFor(
+      () => fake.requests.slice(before).filter((request) => request.path.endsWith('/chat/completions')),
+      (all) => all.every((call) => call.outcome !== 'open'),
+    );
     expect(calls.filter((call) => call.outcome === 'completed')).toHaveLength(1);
     expect(calls.every((call) => call.outcome !== 'open')).toBe(true);
     const messages = (await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data;
@@ -702,10 +716,12 @@ describe('one open run per thread', () => {
     expect(next.status).toBe('completed');
     expect(await openai.beta.threads.runs.retrieve(waiting.id, { thread_id: threadId })).toMatchObject({ status: 'expired' });
 
-    // In progress, its executor gone: its lease ran out.
+    // In progress, its executor gone: its lease ran out (the executor, held at the gate, is let go
+    // at the end, and finds the run settled).
+    const gate = freshGate('slow');
     const slow = await openai.beta.threads.runs.create(threadId, {
       assistant_id: assistantId,
-      additional_messages: [{ role: 'user', content: ask('Slowly', { reply: 'Late.', first_byte_delay_ms: 500 }) }],
+      additional_messages: [{ role: 'user', content: ask('Slowly', { reply: 'Late.', hold: gate }) }],
     });
     gateway.clock.advance(gateway.deps.config.GATEWAY_RUN_LEASE_SECONDS * 1000 + 1000);
     const after = await openai.beta.threads.runs.createAndPoll(threadId, { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'Hello?' }] }, POLL);
@@ -714,6 +730,12 @@ describe('one open run per thread', () => {
       status: 'failed',
       last_error: { code: 'server_error', message: expect.stringContaining('stopped before the run finished') },
     });
+    // Its executor, answered at last, writes nothing to the thread that has moved on.
+    const messagesBefore = (await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data.map(textOf);
+    fake.openGate(gate);
+    expect(await gateway.tasks.drain(10_000)).toBe(true);
+    expect(fake.requests.find((request) => request.scenario?.hold === gate)?.outcome).toBe('completed');
+    expect((await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data.map(textOf)).toEqual(messagesBefore);
   });
 });
 

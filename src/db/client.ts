@@ -178,12 +178,17 @@ export function insertWhere<T extends SQLiteTable>(db: Db, table: T, values: T['
 
 /**
  * The insert of one row, as insertStatement, made only while `condition` holds (`INSERT … SELECT
- * … WHERE`), answering the row written (read it with rowOf) or none: a write and its check in one
- * statement, which nothing can come between.
+ * … WHERE`), answering the row written (read it with rowOf) or none, unless `returning` is false:
+ * a write and its check in one statement, which nothing can come between.
  */
-export function insertWhereStatement<T extends Table>(table: T, row: InferInsertModel<T>, condition: RawCondition): RawStatement {
-  const { head, marks, args } = insertParts(table, row);
-  return { sql: `${head} select ${marks} where ${condition.sql} returning *`, args: [...args, ...condition.args] };
+export function insertWhereStatement<T extends Table>(
+  table: T,
+  row: InferInsertModel<T>,
+  condition: RawCondition,
+  options: { encoded?: Encoded<T>; returning?: boolean } = {},
+): RawStatement {
+  const { head, marks, args } = insertParts(table, row, options.encoded);
+  return { sql: `${head} select ${marks} where ${condition.sql}${options.returning === false ? '' : ' returning *'}`, args: [...args, ...condition.args] };
 }
 
 function insertParts<T extends Table>(table: T, row: InferInsertModel<T>, encoded?: Encoded<T>): { head: string; marks: string; args: RawValue[] } {

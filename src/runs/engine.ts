@@ -12,6 +12,7 @@ import { ShareTimeout, type Share, type ShareLimits } from '../lib/fair-shares';
 import { findStores, searchStores, type SearchableStore, type SearchResult } from '../retrieval/search';
 import {
   endTurn,
+  EXECUTING_STATUSES,
   getRunById,
   insertTurnRows,
   leaseMs,
@@ -576,7 +577,7 @@ class Execution {
     const row = answerMessage(run, at);
     const step = newStep(run, { type: 'message_creation', message_creation: { message_id: row.id } }, at);
     const opened = this.#outbox.open(
-      () => insertTurnRows(db, { steps: [step], message: row }),
+      () => insertTurnRows(db, run.id, { steps: [step], message: row }),
       () => {
         const stepJson = JSON.stringify(toStepJson(step, run));
         const messageJson = JSON.stringify(toMessageJson(row));
@@ -626,7 +627,7 @@ class Execution {
     const { db } = this.#deps;
     const step = newStep(this.#run, { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
     const opened = this.#outbox.open(
-      () => insertTurnRows(db, { steps: [step] }),
+      () => insertTurnRows(db, this.#run.id, { steps: [step] }),
       () => {
         const json = JSON.stringify(toStepJson(step, this.#run));
         return [
@@ -748,8 +749,9 @@ class Execution {
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run)]);
     const answer = { value: message.text, annotations };
     // Rows whose insert had not started are inserted as they end (outbox.ts, take).
-    if (this.#outbox.take(message.opened)) return turnRowsInsert({ steps: [message.step], message: message.row, answer });
-    return [messageUpdate(message.row.id, messagePatch, answer), stepUpdate(message.step.id, stepPatch)];
+    const runId = this.#run.id;
+    if (this.#outbox.take(message.opened)) return turnRowsInsert(runId, { steps: [message.step], message: message.row, answer });
+    return [messageUpdate(runId, message.row.id, messagePatch, answer), stepUpdate(runId, message.step.id, stepPatch)];
   }
 
   #failToolStep(lastError: RunError, at: number) {
@@ -763,7 +765,8 @@ class Execution {
   /** The tool-calls step's change to the database: `patch`, or the step inserted as it now is if its insert had not started (outbox.ts, take). */
   #toolStepWrite(patch: Partial<StepRow>): RawStatement[] {
     const step = this.#toolStep!;
-    return this.#outbox.take(step.opened) ? turnRowsInsert({ steps: [step.row] }) : [stepUpdate(step.row.id, patch)];
+    const runId = this.#run.id;
+    return this.#outbox.take(step.opened) ? turnRowsInsert(runId, { steps: [step.row] }) : [stepUpdate(runId, step.row.id, patch)];
   }
 
   /**
@@ -837,7 +840,7 @@ class Execution {
         log.error('could not record a run step', { run_id: this.#run.id, error: insertError });
       });
       const partial = this.#message ? { messageId: this.#message.row.id, text: this.#message.text.toString() } : undefined;
-      const settled = await settleRun(this.#deps, this.#run.id, ['in_progress', 'cancelling'], settlement, partial, this.#endNote());
+      const settled = await settleRun(this.#deps, this.#run.id, EXECUTING_STATUSES, settlement, partial, this.#endNote());
       this.#run = settled.run ?? (await getRunById(this.#deps.db, this.#run.id)) ?? this.#run;
       const message = settled.message;
       await this.#outbox.send(
@@ -858,7 +861,7 @@ class Execution {
    */
   async #failAlone(): Promise<void> {
     try {
-      const run = await failRunAlone(this.#deps, this.#run.id, ['in_progress', 'cancelling'], NOT_RECORDED);
+      const run = await failRunAlone(this.#deps, this.#run.id, EXECUTING_STATUSES, NOT_RECORDED);
       if (!run) return;
       this.#run = run;
       await this.#outbox.send(() => this.#runEvent());

@@ -4,6 +4,7 @@ import {
   batchRaw,
   batchRawResults,
   insertStatement,
+  insertWhereStatement,
   isUniqueViolation,
   preparedQueries,
   preparedQuery,
@@ -177,9 +178,31 @@ function runIn(runId: string, from: readonly RunStatus[]): RawCondition {
   return { sql: `"runs"."id" = ? AND "runs"."status" IN (${from.map(() => '?').join(', ')})`, args: [runId, ...from] };
 }
 
-/** A run's new steps and message, written in one transaction (raw statements: on every streamed run's path). */
-export function insertTurnRows(db: Db, rows: TurnRows): Promise<void> {
-  return batchRaw(db, turnRowsInsert(rows));
+/** The statuses in which a run's executor owns it: it ends the run from them, as it ends or when it stops. */
+export const EXECUTING_STATUSES = ['in_progress', 'cancelling'] as const;
+
+/**
+ * The condition of every write that a run's executor makes to the run's steps and message: the run
+ * is still its executor's (EXECUTING_STATUSES) when the statement runs. A run settled meanwhile
+ * (failed by recovery because its lease ran out while its executor was held up, cancelled while
+ * waiting, expired) takes nothing more from an executor that carries on until it notices (at its
+ * next lease renewal): no step or message is added or changed under a run that has ended, nor in a
+ * thread that has gone on to its next run.
+ */
+function whileExecuting(runId: string): RawCondition {
+  const run = runIn(runId, EXECUTING_STATUSES);
+  return { sql: `exists (select 1 from "runs" where ${run.sql})`, args: run.args };
+}
+
+/** `"id" = ?` of a turn's row, while its run's executor owns the run (whileExecuting). */
+function turnRow(runId: string, id: string): RawCondition {
+  const fence = whileExecuting(runId);
+  return { sql: `"id" = ? and ${fence.sql}`, args: [id, ...fence.args] };
+}
+
+/** A run's new steps and message, written in one transaction while its executor owns it (raw statements: on every streamed run's path). */
+export function insertTurnRows(db: Db, runId: string, rows: TurnRows): Promise<void> {
+  return batchRaw(db, turnRowsInsert(runId, rows));
 }
 
 /** A turn's steps and its message, with the message's answer when the turn writes them as they end. */
@@ -192,27 +215,30 @@ export interface TurnRows {
 /**
  * The inserts of a turn's rows (insertTurnRows), or, for a turn that ended before their inserts
  * started (runs/outbox.ts, take), of the rows as they end, for its closing commit: the message's
- * content is then `answer`, as messageUpdate writes it.
+ * content is then `answer`, as messageUpdate writes it. Each is made only while the run's executor
+ * owns it (whileExecuting).
  */
-export function turnRowsInsert(rows: TurnRows): RawStatement[] {
-  const statements = rows.steps.map((step) => insertStatement(runSteps, step));
+export function turnRowsInsert(runId: string, rows: TurnRows): RawStatement[] {
+  const fence = whileExecuting(runId);
+  const statements = rows.steps.map((step) => insertWhereStatement(runSteps, step, fence, { returning: false }));
   if (!rows.message) return statements;
-  return [...statements, insertStatement(messages, rows.message, { encoded: rows.answer && answerContent(rows.answer) })];
+  const encoded = rows.answer && answerContent(rows.answer);
+  return [...statements, insertWhereStatement(messages, rows.message, fence, { encoded, returning: false })];
 }
 
-/** A step's change, as a raw statement for a turn's writes (endTurn, batchRaw). */
-export function stepUpdate(stepId: string, patch: Partial<NewStep>): RawStatement {
-  return updateStatement(runSteps, patch, { sql: '"id" = ?', args: [stepId] });
+/** A step's change while its run's executor owns it, as a raw statement for a turn's writes (endTurn, batchRaw). */
+export function stepUpdate(runId: string, stepId: string, patch: Partial<NewStep>): RawStatement {
+  return updateStatement(runSteps, patch, turnRow(runId, stepId));
 }
 
 /**
- * A message's change, as a raw statement for a turn's writes (endTurn, batchRaw). `answer`, when
- * given, is the message's content: one text part, its value as the answer was streamed in,
- * written as the JSON Drizzle would write from the escaped chunks the builder holds, without
- * being joined here (TextParts).
+ * A message's change while its run's executor owns it, as a raw statement for a turn's writes
+ * (endTurn, batchRaw). `answer`, when given, is the message's content: one text part, its value as
+ * the answer was streamed in, written as the JSON Drizzle would write from the escaped chunks the
+ * builder holds, without being joined here (TextParts).
  */
-export function messageUpdate(messageId: string, patch: Partial<MessageInsert>, answer?: Answer): RawStatement {
-  return updateStatement(messages, patch, { sql: '"id" = ?', args: [messageId] }, { encoded: answer && answerContent(answer) });
+export function messageUpdate(runId: string, messageId: string, patch: Partial<MessageInsert>, answer?: Answer): RawStatement {
+  return updateStatement(messages, patch, turnRow(runId, messageId), { encoded: answer && answerContent(answer) });
 }
 
 /** A message's answer as the turn streamed it: its text, and its citations' annotations. */
@@ -232,14 +258,16 @@ function answerContent(answer: Answer): { content: TextParts } {
 }
 
 /**
- * Ends a turn in one transaction: the run's change, made only while it is still `in_progress`,
- * then `statements`. Answers the run as the database holds it after the change, or null when the
- * run was no longer in progress.
+ * Ends a turn in one transaction: `statements` (the turn's rows, each written only while the run's
+ * executor owns it: turnRowsInsert, stepUpdate, messageUpdate), then the run's change, made only
+ * while it is still `in_progress`. A run that ended meanwhile takes none of it; a run being
+ * cancelled takes the rows, which its cancellation then settles. Answers the run as the database
+ * holds it after the change, or null when the run was no longer in progress.
  */
 export async function endTurn(db: Db, runId: string, patch: Partial<NewRun>, statements: RawStatement[]): Promise<RunRow | null> {
   const change = updateStatement(runs, patch, runIn(runId, ['in_progress']), { returning: true });
-  const [changed] = await batchRawResults(db, [change, ...statements]);
-  const row = changed?.rows[0];
+  const results = await batchRawResults(db, [...statements, change]);
+  const row = results.at(-1)?.rows[0];
   return row ? rowOf(runs, row) : null;
 }
 

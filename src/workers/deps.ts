@@ -15,6 +15,7 @@ import { LibsqlCounterStore, PolicyCache } from '../ratelimit';
 import { SettingsCache } from '../services/settings';
 import { UNSLICED } from '../lib/slices';
 import { upstreamShares } from '../lib/fair-shares';
+import { workersUpstreamFetch } from './upstream-fetch';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
@@ -147,7 +148,7 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     policyCache: new PolicyCache(db),
     settings: new SettingsCache(db),
     now: Date.now,
-    fetch: (input, init) => fetch(input, init),
+    fetch: workersUpstreamFetch((input, init) => fetch(input, init)),
     upstreamShares: upstreamShares(config),
     requestBody: (request) => request.body,
     slices: UNSLICED,

@@ -16,9 +16,9 @@ import {
   type GatewayProcess,
 } from '../support/processes';
 import { recordTally, type Tally } from '../support/tally';
-import { waitFor } from '../support/wait';
+import { sleep, waitFor } from '../support/wait';
 
-export { waitFor };
+export { sleep, waitFor } from '../support/wait';
 
 /**
  * What the reliability suites share: a gateway process seen from outside (keys read from its first
@@ -41,15 +41,23 @@ export async function prepare(gateway: GatewayProcess, upstreamBaseURL: string):
   while (!/workspace API key\s+gk_/.test(gateway.stdout()) && Date.now() < deadline) await sleep(20);
   const workspaceKey = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())?.[1];
   if (!workspaceKey) throw new Error(`no workspace key printed:\n${gateway.stdout()}`);
+  return prepareWorkspace(gateway.url, workspaceKey, upstreamBaseURL);
+}
+
+/**
+ * In the workspace of `workspaceKey`, on the gateway at `url` (a process, or the Worker), a
+ * virtual key on `upstreamBaseURL` (`reliability`) and an assistant, made over HTTP.
+ */
+export async function prepareWorkspace(url: string, workspaceKey: string, upstreamBaseURL: string): Promise<Target> {
   const headers = { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json' };
   const post = async (path: string, body: unknown) => {
-    const response = await fetch(`${gateway.url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+    const response = await fetch(`${url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
     if (!response.ok) throw new Error(`POST ${path}: ${response.status} ${await response.text()}`);
     return (await response.json()) as { id: string };
   };
   await post('/v1/virtual-keys', { slug: 'reliability', provider: 'openai', base_url: upstreamBaseURL, api_key: 'sk-reliability' });
   const assistant = await post('/v1/assistants', { model: 'fake-model' });
-  return { url: gateway.url, workspaceKey, headers: { ...headers, 'x-gateway-virtual-key': 'reliability' }, assistantId: assistant.id };
+  return { url, workspaceKey, headers: { ...headers, 'x-gateway-virtual-key': 'reliability' }, assistantId: assistant.id };
 }
 
 export function createRunRequest(target: Target, scenario: FakeScenario, stream: boolean): Promise<Response> {
@@ -165,8 +173,6 @@ export async function halfWrittenRows(db: Client): Promise<string[]> {
   }
   return found;
 }
-
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /**
  * Measured figures beside the tally (latency, throughput, memory), for the closing table of

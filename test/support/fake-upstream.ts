@@ -15,6 +15,15 @@
  *      user message, or "The tool returned: ..." when tool outputs are being submitted).
  *
  * Token counts are deterministic (see `countTokens`, `promptTokens`, `completionTokens`).
+ *
+ * Gates hold answers until a test says so, rather than for a time (a winner held open while its
+ * racers are answered, however slowly a loaded machine serves them): a scenario's `hold` names a
+ * gate, and the answer waits before its status line until the gate opens. A gate is opened in
+ * process with `openGate(name)`, and from anywhere else (another process, workerd) over HTTP with
+ * `remoteGate(url, name)` (test/support/gates.ts): `POST /fake/gates/{name}/open`, read with
+ * `GET /fake/gates/{name}`, both answering `{name, open, waiting, passed}`. These control requests
+ * are not provider traffic: they are not recorded, counted in flight or checked for the API key.
+ *
  * The core (`createFakeUpstream`) uses Web APIs only, so it can also run inside workerd;
  * `startFakeUpstream` adds a node:http server, loaded lazily for that reason.
  *
@@ -28,6 +37,7 @@
  */
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { GATE_NAME, type GateState } from './gates';
 
 // ---------------------------------------------------------------------------------------------
 // Public types
@@ -91,6 +101,14 @@ export interface FakeScenario {
   model?: string;
   /** Delay before the status line and headers. */
   first_byte_delay_ms?: number;
+  /**
+   * Hold the answer, before the status line and before `first_byte_delay_ms`, until the gate of
+   * this name is open (see the header). A gate stays open once opened, so an opening that comes
+   * before the request is not lost; a client that leaves meanwhile ends the exchange `cancelled`.
+   * Names are letters, digits and `._:-` (1 to 100); a test takes a fresh one, so that tests
+   * sharing a fake never open each other's.
+   */
+  hold?: string;
   /** Delay between two streamed chunks. */
   chunk_delay_ms?: number;
   /** Answer with this HTTP status and an error body like the real API's (500, 429, 503, 400...). */
@@ -278,6 +296,8 @@ export class FakeUpstream {
   #inFlight = 0;
   /** Ends every open response body, for abortAll() and close(). */
   readonly #openBodies = new Set<() => void>();
+  /** Gates by name, each with the requests it holds (their go-ahead), made when first named. */
+  readonly #gates = new Map<string, { open: boolean; held: Set<() => void>; passed: number }>();
 
   constructor(options: FakeUpstreamOptions = {}) {
     this.#apiKey = options.apiKey;
@@ -313,6 +333,56 @@ export class FakeUpstream {
     for (const end of [...this.#openBodies]) end();
   }
 
+  /** Opens the gate `name`: the requests it holds go on, and those that come later pass straight through. */
+  openGate(name: string): GateState {
+    const gate = this.#gate(name);
+    gate.open = true;
+    for (const go of [...gate.held]) go();
+    return this.gateState(name);
+  }
+
+  gateState(name: string): GateState {
+    const gate = this.#gate(name);
+    return { name, open: gate.open, waiting: gate.held.size, passed: gate.passed };
+  }
+
+  #gate(name: string) {
+    if (!GATE_NAME.test(name)) throw new Error(`fake upstream: not a gate name: ${JSON.stringify(name)}`);
+    let gate = this.#gates.get(name);
+    if (!gate) this.#gates.set(name, (gate = { open: false, held: new Set(), passed: 0 }));
+    return gate;
+  }
+
+  /** Resolves true once the gate `name` is open, or false as soon as the client leaves. */
+  #pass(name: string, signal: AbortSignal): Promise<boolean> {
+    const gate = this.#gate(name);
+    return new Promise((resolve) => {
+      const go = (): void => {
+        gate.held.delete(go);
+        signal.removeEventListener('abort', leave);
+        gate.passed += 1;
+        resolve(true);
+      };
+      const leave = (): void => {
+        gate.held.delete(go);
+        resolve(false);
+      };
+      if (gate.open) return go();
+      if (signal.aborted) return resolve(false);
+      gate.held.add(go);
+      signal.addEventListener('abort', leave, { once: true });
+    });
+  }
+
+  /** Answers the gate control requests (see the header), or undefined for any other request. */
+  #gateControl(request: Request): Response | undefined {
+    const [, name, open] = GATE_PATH.exec(new URL(request.url).pathname) ?? [];
+    if (name === undefined) return undefined;
+    if (!GATE_NAME.test(name)) return openAiError(400, `Not a gate name: ${name}`);
+    if (open ? request.method !== 'POST' : request.method !== 'GET') return openAiError(405, `${request.method} is not served here`);
+    return jsonResponse(200, open ? this.openGate(name) : this.gateState(name));
+  }
+
   /** Resolves once no request is in flight; rejects after timeoutMs. */
   async waitForIdle(timeoutMs = 2000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
@@ -325,6 +395,8 @@ export class FakeUpstream {
   /** The Web-standard handler; same signature as the global fetch, so it can be injected as one. */
   readonly fetch = async (input: Request | string | URL, init?: RequestInit): Promise<Response> => {
     const request = input instanceof Request && init === undefined ? input : new Request(input, init);
+    const control = this.#gateControl(request);
+    if (control) return control;
     const receivedAt = Date.now();
     this.#inFlight += 1;
     let finished = false;
@@ -439,11 +511,10 @@ export class FakeUpstream {
       throw error;
     }
 
-    if (scenario.first_byte_delay_ms) {
-      if (!(await sleep(scenario.first_byte_delay_ms, request.signal))) {
-        finish('cancelled');
-        return new Response(null, { status: 499 });
-      }
+    const held = scenario.hold === undefined || (await this.#pass(scenario.hold, request.signal));
+    if (!held || (scenario.first_byte_delay_ms && !(await sleep(scenario.first_byte_delay_ms, request.signal)))) {
+      finish('cancelled');
+      return new Response(null, { status: 499 });
     }
 
     const extraHeaders = scenario.headers ?? {};
@@ -544,6 +615,8 @@ function route(method: string, path: string): Target | undefined {
 /** A request the fake refuses with 400 because the test asked for something impossible. */
 class FakeRequestError extends Error {}
 
+const GATE_PATH = /^\/fake\/gates\/([^/]+)(\/open)?$/;
+
 const DIRECTIVE_LINE = /^[ \t]*#fake[ \t]+(.*?)[ \t]*$/m;
 const DIRECTIVE_LINES = /^[ \t]*#fake[ \t].*$/gm;
 
@@ -628,7 +701,7 @@ function messageText(message: unknown): string {
 }
 
 const TOOL_CALL_FIELDS = new Set(['name', 'arguments', 'id']);
-type FieldKind = 'text' | 'flag' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'queries' | 'any';
+type FieldKind = 'text' | 'flag' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'queries' | 'gate' | 'any';
 // A Record over the keys makes the compiler insist that every scenario field is validated.
 const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   reply: 'text',
@@ -643,6 +716,7 @@ const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   usage: 'record',
   model: 'text',
   first_byte_delay_ms: 'duration',
+  hold: 'gate',
   chunk_delay_ms: 'duration',
   status: 'status',
   retry_after: 'duration',
@@ -671,6 +745,7 @@ function validateScenario(value: unknown, where: string): FakeScenario {
     const ok =
       kind === 'any' ||
       (kind === 'text' && typeof field === 'string') ||
+      (kind === 'gate' && typeof field === 'string' && GATE_NAME.test(field)) ||
       (kind === 'flag' && typeof field === 'boolean') ||
       (kind === 'count' && Number.isInteger(field) && (field as number) >= 0) ||
       (kind === 'duration' && typeof field === 'number' && field >= 0 && Number.isFinite(field)) ||
@@ -1294,6 +1369,13 @@ export interface StartFakeUpstreamOptions extends FakeUpstreamOptions {
   port?: number;
   /** Default 127.0.0.1. */
   host?: string;
+  /**
+   * Close, without an answer, the connection of a request that arrives on a connection that
+   * already carried one: what a client meets when it sends on a kept-alive connection that the
+   * server closed while it sat idle, before the client noticed (Node closes idle ones after 5 s).
+   * Such requests are not recorded. Default false.
+   */
+  dropReusedConnections?: boolean;
 }
 
 export class FakeUpstreamServer extends FakeUpstream {
@@ -1341,10 +1423,13 @@ export class FakeUpstreamServer extends FakeUpstream {
 export async function startFakeUpstream(options: StartFakeUpstreamOptions = {}): Promise<FakeUpstreamServer> {
   const { createServer } = await import('node:http');
   const sockets = new Set<Socket>();
+  /** Connections that carried an answer, for dropReusedConnections. */
+  const answered = new WeakSet<Socket>();
   let fake: FakeUpstreamServer | undefined;
   const server = createServer((req, res) => {
-    if (fake) void serveNode(fake, req, res);
-    else res.destroy();
+    if (!fake || (options.dropReusedConnections && answered.has(req.socket))) return void req.socket.destroy();
+    res.once('finish', () => answered.add(req.socket));
+    void serveNode(fake, req, res);
   });
   server.on('connection', (socket: Socket) => {
     sockets.add(socket);

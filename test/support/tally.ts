@@ -26,6 +26,13 @@ export interface Tally {
   gatewayStalls?: number;
   /** Gateway processes that died of running out of memory. Must be 0. */
   outOfMemoryDeaths?: number;
+  /**
+   * Concurrency guarantees broken while a CPU hog kept every core busy (test/reliability/starvation.test.ts):
+   * a second run admitted or active on a thread, a racer admitted past a held token reservation, a
+   * reservation not given back or a counter not exact, a run failed that should have completed, a
+   * racer's row or open exchange left behind. Must be 0.
+   */
+  starvationViolations?: number;
 }
 
 export function recordTally(suite: string, tally: Tally): void {

@@ -8,6 +8,7 @@ import { isUniqueViolation } from '../../src/db/client';
 import * as schema from '../../src/db/schema';
 import { insertRunOnThread } from '../../src/services/runs';
 import { errorOf, json } from '../support/envelope';
+import { freshGate, remoteGate } from '../support/gates';
 
 /**
  * Runs on an existing thread inside workerd, as on Cloudflare: the Worker entry, each run in its
@@ -113,11 +114,13 @@ describe('runs on an existing thread, on workerd', () => {
 
   it('admits exactly one of 20 runs created at the same instant on one thread', async () => {
     const { threadId } = await threadWith('Hi', 'Hello.');
+    // The winner's answer waits at a gate until every racer has been answered, however slowly.
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('racers'));
     const responses = await Promise.all(
       Array.from({ length: 20 }, (_, i) =>
         call(`/v1/threads/${threadId}/runs`, {
           assistant_id: assistantId,
-          additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { reply: 'Done.', first_byte_delay_ms: 200 }) }],
+          additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { reply: 'Done.', hold: gate.name }) }],
         }),
       ),
     );
@@ -131,7 +134,10 @@ describe('runs on an existing thread, on workerd', () => {
         message: `Thread ${threadId} already has an active run ${winner.id}.`,
       });
     }
+    await gate.open();
     expect((await openai.beta.threads.runs.poll(winner.id, { thread_id: threadId }, POLL)).status).toBe('completed');
+    // The winner alone called the provider.
+    expect(await gate.state()).toMatchObject({ waiting: 0, passed: 1 });
     const messages = (await openai.beta.threads.messages.list(threadId)).data;
     expect(messages).toHaveLength(4);
     expect((await openai.beta.threads.runs.list(threadId)).data).toHaveLength(2);
@@ -139,11 +145,12 @@ describe('runs on an existing thread, on workerd', () => {
 
   it('takes the unique index’s refusal over @libsql/client/web for an open run, and nothing else', async () => {
     const { threadId } = await threadWith('Hi', 'Hello.');
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('open'));
     const run = await openai.beta.threads.runs.create(threadId, {
       assistant_id: assistantId,
-      additional_messages: [{ role: 'user', content: ask('Wait', { reply: 'Done.', first_byte_delay_ms: 1000 }) }],
+      additional_messages: [{ role: 'user', content: ask('Wait', { reply: 'Done.', hold: gate.name }) }],
     });
-    // The run is open (its provider answers in a second): a second open run of the thread, written
+    // The run is open (its provider holds the answer): a second open run of the thread, written
     // directly through the driver, is refused by the index and reported as such.
     const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });
     const { seq: _seq, ...columns } = getTableColumns(schema.runs);
@@ -152,6 +159,7 @@ describe('runs on an existing thread, on workerd', () => {
     expect(await insertRunOnThread(db, [], { ...open!, id: `run_${crypto.randomUUID().replaceAll('-', '')}` })).toBe(false);
 
     // Once it has ended, the thread is free: a duplicate id is another conflict, and an error.
+    await gate.open();
     expect((await openai.beta.threads.runs.poll(run.id, { thread_id: threadId }, POLL)).status).toBe('completed');
     const error = await insertRunOnThread(db, [], open!).catch((caught: unknown) => caught);
     expect(isUniqueViolation(error, 'runs.id')).toBe(true);

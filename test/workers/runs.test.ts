@@ -3,6 +3,7 @@ import { listDurableObjectIds } from 'cloudflare:test';
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { errorOf, json } from '../support/envelope';
+import { freshGate, remoteGate } from '../support/gates';
 
 /**
  * Runs and rate limits inside workerd, as on Cloudflare: the Worker entry, its Durable Objects
@@ -157,6 +158,32 @@ describe('runs on workerd', () => {
     expect(await answerOf(created.thread_id, created.id)).toBe(words);
     expect(await executorIds()).toContain(executorOf(created.id));
   });
+  it('sends a call again whose kept-alive connection the upstream had closed: every run completes', async () => {
+    // This upstream drops every connection that carried an answer once a call arrives on it, as a
+    // server that closed it while idle does to the call sent on it before workerd noticed.
+    const slug = `dropping-${crypto.randomUUID().slice(0, 8)}`;
+    const created = await call('/v1/virtual-keys', {
+      body: { slug, provider: 'openai', base_url: inject('droppingUpstreamUrl'), api_key: 'sk-fake-provider-key' },
+    });
+    expect(created.status).toBe(200);
+    const dropping = new OpenAI({
+      apiKey: 'unused-by-the-gateway',
+      baseURL: 'http://gateway/v1',
+      defaultHeaders: { ...headers, 'x-gateway-virtual-key': slug },
+      maxRetries: 0,
+      fetch: (url, init) => exports.default.fetch(url, init),
+    });
+    // One after another, so that each call after the first finds the last one's connection kept.
+    for (const text of ['First', 'Second', 'Third']) {
+      const run = await dropping.beta.threads.createAndRunPoll(
+        { assistant_id: assistantId, thread: ask(text, { reply: `${text} answer` }) },
+        { pollIntervalMs: 50 },
+      );
+      expect(run).toMatchObject({ status: 'completed', last_error: null });
+      expect(await answerOf(run.thread_id, run.id)).toBe(`${text} answer`);
+    }
+  });
+
   it('cancels a streamed run mid-answer in its executor: cancelled, the partial message incomplete', async () => {
     const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
     const response = await call('/v1/threads/runs', {
@@ -282,25 +309,39 @@ describe('rate limits in Durable Objects', () => {
       }
     }
 
-    // A failing run holds a reservation past the value of 1 while it executes, then gives it back:
-    // a run is admitted again (just after the failure is recorded), which no charge would allow.
+    // A failing run holds a reservation past the value of 1 while it executes (its answer held at a
+    // gate: it is refused meanwhile), then gives it back: a run is admitted again (just after the
+    // failure is recorded), which no charge would allow.
     const failing = await limited();
-    const failed = await json(await failing.run({ status: 500 }));
+    const held = remoteGate(inject('upstreamUrl'), freshGate('failing'));
+    const failed = await json(await failing.run({ status: 500, hold: held.name }));
+    expect(await errorOf(await failing.run({ status: 500 }))).toMatchObject({ status: 429, type: 'tokens', code: 'rate_limit_exceeded' });
+    await held.open();
     expect((await waitForRun(failed.thread_id, failed.id, 'failed')).status).toBe('failed');
     const again = await until(() => failing.run({ status: 500 }), async (response) => response.status === 200);
     expect(again.status).toBe(200);
 
-    // Of ten at once, one is admitted: its reservation refuses the rest.
+    // Of ten at once, one is admitted: its reservation refuses the rest (its answer held at a gate
+    // until all ten are answered, however slowly).
     const counted = await limited();
-    const responses = await Promise.all(Array.from({ length: 10 }, () => counted.run({ reply: 'Counted' })));
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('counted'));
+    const responses = await Promise.all(Array.from({ length: 10 }, () => counted.run({ reply: 'Counted', hold: gate.name })));
     const admitted = [];
+    const refusals = [];
     for (const response of responses) {
       if (response.status === 200) admitted.push(await json(response));
-      else expect(await errorOf(response)).toMatchObject({ status: 429, type: 'tokens', code: 'rate_limit_exceeded' });
+      else refusals.push(await errorOf(response));
     }
     expect(admitted).toHaveLength(1);
+    await gate.open();
     const done = await waitForRun(admitted[0].thread_id, admitted[0].id, 'completed');
     expect(done.status).toBe('completed');
+    expect(await gate.state()).toMatchObject({ waiting: 0, passed: 1 });
+    // Each was refused by the reservation, more than the run then used.
+    for (const refusal of refusals) {
+      expect(refusal).toMatchObject({ status: 429, type: 'tokens', code: 'rate_limit_exceeded' });
+      expect(Number(/Used (\d+)/.exec(refusal.message)?.[1])).toBeGreaterThan(done.usage.total_tokens);
+    }
 
     // Settled (just after the run's last write): the counter holds its real tokens, not its
     // reservation. Every request meanwhile is refused: the counter never drops below the value.

@@ -1,0 +1,44 @@
+/**
+ * The fake provider's gates (test/support/fake-upstream.ts, a scenario's `hold`), from a test's
+ * side: names, and the HTTP control requests that read and open a gate. Web APIs only, for the
+ * Node tests and the workerd ones alike (fake-upstream.ts's Node server is out of workerd's reach).
+ */
+
+/** A gate (FakeScenario's `hold`) as it stands. */
+export interface GateState {
+  name: string;
+  open: boolean;
+  /** Requests it holds now. */
+  waiting: number;
+  /** Requests it let through, when it opened or on arriving after. */
+  passed: number;
+}
+
+/** What a gate may be named: it travels in a JSON directive and in a URL path. */
+export const GATE_NAME = /^[\w.:-]{1,100}$/;
+
+/** A gate name no other test uses (`label` and a random id), for a scenario's `hold`. */
+export function freshGate(label = 'gate'): string {
+  return `${label}-${crypto.randomUUID()}`;
+}
+
+/**
+ * The gate `name` of the fake serving `url` (any of its URLs: only its origin is used), through
+ * its HTTP control requests: for a test whose fake is in another process, or that runs in workerd.
+ */
+export function remoteGate(url: string, name: string) {
+  const path = `${new URL(url).origin}/fake/gates/${encodeURIComponent(name)}`;
+  const call = async (method: 'GET' | 'POST', to: string): Promise<GateState> => {
+    const response = await fetch(to, { method });
+    const state: unknown = await response.json().catch(() => undefined);
+    if (!response.ok || !isGateState(state)) throw new Error(`fake upstream: ${method} ${to} answered ${response.status}: ${JSON.stringify(state)}`);
+    return state;
+  };
+  return { name, open: () => call('POST', `${path}/open`), state: () => call('GET', path) };
+}
+
+function isGateState(value: unknown): value is GateState {
+  if (typeof value !== 'object' || value === null) return false;
+  const state: Partial<Record<keyof GateState, unknown>> = value;
+  return typeof state.name === 'string' && typeof state.open === 'boolean' && Number.isInteger(state.waiting) && Number.isInteger(state.passed);
+}
