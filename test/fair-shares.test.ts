@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { FairShares, ShareTimeout, type Share, type ShareLimits } from '../src/lib/fair-shares';
 
 /**
@@ -10,16 +10,29 @@ import { FairShares, ShareTimeout, type Share, type ShareLimits } from '../src/l
 const LIMITS: ShareLimits = { calls: 4, callsPerKey: 2, bytes: 1000, bytesPerKey: 600 };
 const LONG = 60_000;
 
-/** Takes in order, recording who was let in when. */
+/** Ends the waits a test left in line, so that none reaches its deadline once the test is over. */
+const leftInLine = new Set<AbortController>();
+afterEach(() => {
+  for (const controller of leftInLine) controller.abort(new Error('the test is over'));
+  leftInLine.clear();
+});
+
+/** Takes in order, recording who was let in when; a wait left in line ends with its test. */
 function recorder(shares: FairShares) {
   const admitted: string[] = [];
   const shareOf = new Map<string, Share>();
-  const take = (name: string, key: string, bytes = 0, timeoutMs = LONG, signal?: AbortSignal) =>
-    shares.take(key, bytes, timeoutMs, signal).then((share) => {
+  const over = new AbortController();
+  leftInLine.add(over);
+  const take = (name: string, key: string, bytes = 0, timeoutMs = LONG, signal?: AbortSignal) => {
+    const taken = shares.take(key, bytes, timeoutMs, signal ? AbortSignal.any([signal, over.signal]) : over.signal).then((share) => {
       admitted.push(name);
       shareOf.set(name, share);
       return share;
     });
+    // Those a test leaves in line end when it does: their refusal is expected, not unhandled.
+    taken.catch(() => {});
+    return taken;
+  };
   return { admitted, take, end: (name: string) => shareOf.get(name)!.end(), sent: (name: string) => shareOf.get(name)!.sent() };
 }
 
