@@ -1,4 +1,5 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { appendFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -206,5 +207,63 @@ describe('gateway help', () => {
     // The check reads imports as esbuild writes them: the server's entry shows it finds packages.
     visit('node.js');
     expect(packages).toContain('hono');
+  });
+});
+
+describe('the build that npm start and npm run gateway run first', () => {
+  /** A checkout of what the build reads, beside this repository's node_modules. */
+  let checkout: string;
+  beforeAll(() => {
+    checkout = mkdtempSync(join(tmpdir(), 'gateway-build-'));
+    for (const entry of ['package.json', 'package-lock.json', 'tsconfig.json', 'bin', 'scripts', 'src']) {
+      cpSync(join(ROOT, entry), join(checkout, entry), { recursive: true });
+    }
+    symlinkSync(join(ROOT, 'node_modules'), join(checkout, 'node_modules'), 'dir');
+  });
+  afterAll(() => rmSync(checkout, { recursive: true, force: true }));
+
+  /** dist/'s files and when each was last written. */
+  const dist = () =>
+    Object.fromEntries(readdirSync(join(checkout, 'dist')).map((name) => [name, statSync(join(checkout, 'dist', name)).mtimeMs]));
+  const run = (args: string[]) => {
+    const result = spawnSync(process.execPath, args, { cwd: checkout, encoding: 'utf8' });
+    expect(result.status, result.stderr).toBe(0);
+    return result.stdout;
+  };
+
+  it('builds when a source changed since the last build, and only then', { timeout: 180_000 }, () => {
+    // The bin builds a checkout that was never built, then answers.
+    expect(run(['bin/gateway.js', 'virtual-keys', '--help'])).toMatch(/^Usage: gateway virtual-keys <command>/);
+    const first = dist();
+    expect(Object.keys(first)).toEqual(expect.arrayContaining(['node.js', 'cli.js', 'chunker-process.js', 'embedded-writer.js']));
+
+    run(['scripts/build-node.mjs']);
+    run(['bin/gateway.js', '--help']);
+    expect(dist()).toEqual(first);
+
+    // A source touched, its content the same: built again (by its time, not its content).
+    const source = join(checkout, 'src', 'cli', 'identities.ts');
+    const later = new Date(statSync(source).mtimeMs + 1_000);
+    utimesSync(source, later, later);
+    run(['scripts/build-node.mjs']);
+    const touched = dist();
+    expect(Object.keys(touched).sort()).toEqual(Object.keys(first).sort());
+    expect(touched['cli.js']).toBeGreaterThan(first['cli.js']!);
+    run(['scripts/build-node.mjs']);
+    expect(dist()).toEqual(touched);
+
+    // A source changed: its chunk, named by its content, replaces the last one, which is deleted.
+    const chunk = (files: Record<string, number>) => Object.keys(files).filter((name) => /^identities-\w+\.js$/.test(name));
+    appendFileSync(source, '\nexport const rebuilt = true;\n');
+    expect(run(['bin/gateway.js', 'api-keys', '--help'])).toMatch(/^Usage: gateway api-keys <command>/);
+    const changed = dist();
+    expect(chunk(changed)).toHaveLength(1);
+    expect(chunk(changed)).not.toEqual(chunk(first));
+    expect(readFileSync(join(checkout, 'dist', chunk(changed)[0]!), 'utf8')).toContain('rebuilt');
+
+    // An output lost (deleted by hand) is built again too.
+    rmSync(join(checkout, 'dist', 'node.js'));
+    run(['scripts/build-node.mjs']);
+    expect(existsSync(join(checkout, 'dist', 'node.js'))).toBe(true);
   });
 });
