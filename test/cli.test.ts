@@ -253,7 +253,7 @@ describe('the build that npm start and npm run gateway run first', () => {
     expect(dist()).toEqual(touched);
 
     // A source changed: its chunk, named by its content, replaces the last one, which is deleted.
-    const chunk = (files: Record<string, number>) => Object.keys(files).filter((name) => /^identities-\w+\.js$/.test(name));
+    const chunk = (files: Record<string, number>) => Object.keys(files).filter((name) => /^cli-identities-\w+\.js$/.test(name));
     appendFileSync(source, '\nexport const rebuilt = true;\n');
     expect(run(['bin/gateway.js', 'api-keys', '--help'])).toMatch(/^Usage: gateway api-keys <command>/);
     const changed = dist();
