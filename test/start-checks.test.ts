@@ -123,6 +123,12 @@ describe('the Node start refuses', () => {
     }
   });
 
+  it('a HOST that is not an address of this machine, naming HOST', async () => {
+    // 192.0.2.0/24 is TEST-NET-1 (RFC 5737): no machine's own address.
+    const line = await refusal({ DATA_DIR: join(scratch, 'host'), HOST: '192.0.2.1', PORT: '8787' });
+    expect(line).toBe('Cannot listen on 192.0.2.1:8787: HOST is not an address of this machine. Set HOST to one (127.0.0.1, or 0.0.0.0 for every interface).');
+  });
+
   it('an encryption key that is not the one the database was started with', async () => {
     const dataDir = join(scratch, 'keys');
     const key = generateKeyBase64();
