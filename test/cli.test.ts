@@ -1,10 +1,12 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { appendFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '@libsql/client';
+import { commands } from '../src/cli/commands';
 import { runCli as runCliInProcess } from '../src/cli/run';
-import { runCli as runCliProcess } from './support/processes';
+import { ROOT, runCli as runCliProcess } from './support/processes';
 
 /** Most commands run in-process (a process costs ~1 s of module loading); one test goes through the real entry. */
 async function runCli(args: string[], env: Record<string, string>) {
@@ -126,5 +128,142 @@ describe('gateway CLI', () => {
     for (const command of ['init', 'workspaces create', 'workspaces list', 'api-keys create', 'api-keys list', 'api-keys revoke']) {
       expect(help.stdout).toContain(command);
     }
+  });
+});
+
+describe('gateway help', () => {
+  // Where the database would be if help opened one: a path no command could use.
+  const nowhere = { DATA_DIR: '/proc/nope' };
+  const all = commands.map((command) => command.name);
+  const groups = [...new Set(all.filter((name) => name.includes(' ')).map((name) => name.split(' ')[0]!))];
+
+  /** The commands a help text lists (its lines of usage). */
+  const listed = (text: string) => all.filter((name) => text.includes(`\n  ${name} `) || text.includes(`\n  ${name}\n`));
+
+  it('lists every command, with --help, -h, help or nothing at all, exit 0', async () => {
+    expect(groups.sort()).toEqual(['api-keys', 'virtual-keys', 'workspaces']);
+    for (const args of [['--help'], ['-h'], ['help'], []]) {
+      const result = await runCli(args, nowhere);
+      expect(result, args.join(' ')).toMatchObject({ code: 0, stderr: '' });
+      expect(result.stdout).toMatch(/^Usage: gateway <command> \[options\]\n/);
+      expect(listed(result.stdout)).toEqual(all);
+    }
+  });
+
+  it("answers each group's --help, and help <group>, with its commands, exit 0", async () => {
+    for (const group of groups) {
+      for (const args of [[group, '--help'], [group, '-h'], ['help', group]]) {
+        const result = await runCli(args, nowhere);
+        expect(result, args.join(' ')).toMatchObject({ code: 0, stderr: '' });
+        expect(result.stdout).toMatch(new RegExp(`^Usage: gateway ${group} <command> \\[options\\]\n`));
+        expect(listed(result.stdout)).toEqual(all.filter((name) => name.startsWith(`${group} `)));
+      }
+    }
+  });
+
+  it("answers each command's --help, and help <command>, with its usage and summary, exit 0, whatever else the line holds", async () => {
+    for (const command of commands) {
+      const words = command.name.split(' ');
+      for (const args of [[...words, '--help'], [...words, '-h'], ['help', ...words], [...words, '--bogus', '--help']]) {
+        const result = await runCli(args, nowhere);
+        expect(result, args.join(' ')).toMatchObject({ code: 0, stderr: '' });
+        expect(result.stdout.startsWith(`Usage: gateway ${command.usage}\n\n${command.summary}\n\n`)).toBe(true);
+      }
+    }
+  });
+
+  it('refuses a group without its command and an unknown command with exit 2 and the help of the nearest group', async () => {
+    const bare = await runCli(['virtual-keys'], nowhere);
+    expect(bare).toMatchObject({ code: 2, stdout: '' });
+    expect(bare.stderr).toMatch(/^gateway virtual-keys needs a command\.\n\nUsage: gateway virtual-keys <command>/);
+
+    const typo = await runCli(['virtual-keys', 'craete', '--workspace', 'x'], nowhere);
+    expect(typo).toMatchObject({ code: 2, stdout: '' });
+    expect(typo.stderr).toMatch(/^Unknown command: virtual-keys craete\n\nUsage: gateway virtual-keys <command>/);
+    expect(listed(typo.stderr)).toEqual(all.filter((name) => name.startsWith('virtual-keys ')));
+
+    for (const args of [['frobnicate'], ['help', 'frobnicate'], ['frobnicate', '--help']]) {
+      const unknown = await runCli(args, nowhere);
+      expect(unknown, args.join(' ')).toMatchObject({ code: 2, stdout: '' });
+      expect(unknown.stderr).toMatch(/^Unknown command: frobnicate\n\nUsage: gateway <command>/);
+      expect(listed(unknown.stderr)).toEqual(all);
+    }
+  });
+
+  it('is answered by the built CLI without loading a package: its entry imports only Node built-ins until a command runs', () => {
+    const packages = new Set<string>();
+    const seen = new Set<string>();
+    const visit = (file: string) => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      // Static imports only (`import … from "x"`, `import "x"`), not `import("x")`.
+      for (const [, specifier] of readFileSync(join(ROOT, 'dist', file), 'utf8').matchAll(/^import\s[^;(]*?["']([^"']+)["'];?$/gm)) {
+        if (specifier!.startsWith('./')) visit(specifier!.slice(2));
+        else packages.add(specifier!);
+      }
+    };
+    visit('cli.js');
+    expect([...packages].filter((specifier) => !specifier.startsWith('node:'))).toEqual([]);
+    // The check reads imports as esbuild writes them: the server's entry shows it finds packages.
+    visit('node.js');
+    expect(packages).toContain('hono');
+  });
+});
+
+describe('the build that npm start and npm run gateway run first', () => {
+  /** A checkout of what the build reads, beside this repository's node_modules. */
+  let checkout: string;
+  beforeAll(() => {
+    checkout = mkdtempSync(join(tmpdir(), 'gateway-build-'));
+    for (const entry of ['package.json', 'package-lock.json', 'tsconfig.json', 'bin', 'scripts', 'src']) {
+      cpSync(join(ROOT, entry), join(checkout, entry), { recursive: true });
+    }
+    symlinkSync(join(ROOT, 'node_modules'), join(checkout, 'node_modules'), 'dir');
+  });
+  afterAll(() => rmSync(checkout, { recursive: true, force: true }));
+
+  /** dist/'s files and when each was last written. */
+  const dist = () =>
+    Object.fromEntries(readdirSync(join(checkout, 'dist')).map((name) => [name, statSync(join(checkout, 'dist', name)).mtimeMs]));
+  const run = (args: string[]) => {
+    const result = spawnSync(process.execPath, args, { cwd: checkout, encoding: 'utf8' });
+    expect(result.status, result.stderr).toBe(0);
+    return result.stdout;
+  };
+
+  it('builds when a source changed since the last build, and only then', { timeout: 180_000 }, () => {
+    // The bin builds a checkout that was never built, then answers.
+    expect(run(['bin/gateway.js', 'virtual-keys', '--help'])).toMatch(/^Usage: gateway virtual-keys <command>/);
+    const first = dist();
+    expect(Object.keys(first)).toEqual(expect.arrayContaining(['node.js', 'cli.js', 'chunker-process.js', 'embedded-writer.js']));
+
+    run(['scripts/build-node.mjs']);
+    run(['bin/gateway.js', '--help']);
+    expect(dist()).toEqual(first);
+
+    // A source touched, its content the same: built again (by its time, not its content).
+    const source = join(checkout, 'src', 'cli', 'identities.ts');
+    const later = new Date(statSync(source).mtimeMs + 1_000);
+    utimesSync(source, later, later);
+    run(['scripts/build-node.mjs']);
+    const touched = dist();
+    expect(Object.keys(touched).sort()).toEqual(Object.keys(first).sort());
+    expect(touched['cli.js']).toBeGreaterThan(first['cli.js']!);
+    run(['scripts/build-node.mjs']);
+    expect(dist()).toEqual(touched);
+
+    // A source changed: its chunk, named by its content, replaces the last one, which is deleted.
+    const chunk = (files: Record<string, number>) => Object.keys(files).filter((name) => /^cli-identities-\w+\.js$/.test(name));
+    appendFileSync(source, '\nexport const rebuilt = true;\n');
+    expect(run(['bin/gateway.js', 'api-keys', '--help'])).toMatch(/^Usage: gateway api-keys <command>/);
+    const changed = dist();
+    expect(chunk(changed)).toHaveLength(1);
+    expect(chunk(changed)).not.toEqual(chunk(first));
+    expect(readFileSync(join(checkout, 'dist', chunk(changed)[0]!), 'utf8')).toContain('rebuilt');
+
+    // An output lost (deleted by hand) is built again too.
+    rmSync(join(checkout, 'dist', 'node.js'));
+    run(['scripts/build-node.mjs']);
+    expect(existsSync(join(checkout, 'dist', 'node.js'))).toBe(true);
   });
 });

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClient } from '@libsql/client';
 import { ConfigurationError } from '../src/config';
 import { eq } from 'drizzle-orm';
 import { encryptionCheck, virtualKeys } from '../src/db/schema';
@@ -47,14 +48,20 @@ async function startAndStop(env: Record<string, string>): Promise<void> {
   }
 }
 
-/** A loopback port that nothing listens on. */
-async function closedPort(): Promise<number> {
+/** A loopback port that a server of this process listens on (it accepts connections and answers nothing). */
+async function takenPort(): Promise<{ port: number; release(): Promise<void> }> {
   const server = createServer();
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
   if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
+  return { port: address.port, release: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+/** A loopback port that nothing listens on. */
+async function closedPort(): Promise<number> {
+  const { port, release } = await takenPort();
+  await release();
+  return port;
 }
 
 describe('the Node start refuses', () => {
@@ -84,6 +91,42 @@ describe('the Node start refuses', () => {
   it('a LIBSQL_URL whose name does not resolve, naming it', async () => {
     const line = await refusal({ DATA_DIR: join(scratch, 'dns'), LIBSQL_URL: 'http://gateway-db.invalid', GATEWAY_ENCRYPTION_KEY: generateKeyBase64() });
     expect(line).toMatch(/^Cannot reach the database at LIBSQL_URL \(http:\/\/gateway-db\.invalid\): getaddrinfo (ENOTFOUND|EAI_AGAIN) gateway-db\.invalid\.$/);
+  });
+
+  it('a PORT another process listens on, naming PORT, before any key exists; the next start shows the keys', async () => {
+    const dataDir = join(scratch, 'port');
+    const { port, release } = await takenPort();
+    try {
+      const line = await refusal({ DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1' });
+      expect(line).toBe(
+        `Cannot listen on 127.0.0.1:${port}: another process listens there. Stop it, or set PORT to another port (PORT=0 picks a free one).`,
+      );
+    } finally {
+      await release();
+    }
+    const database = createClient({ url: `file:${join(dataDir, 'gateway.db')}` });
+    try {
+      for (const table of ['organisations', 'workspaces', 'api_keys']) {
+        expect((await database.execute(`SELECT count(*) AS n FROM ${table}`)).rows[0]?.n, table).toBe(0);
+      }
+    } finally {
+      database.close();
+    }
+
+    const gateway = await startGatewayProcess({ DATA_DIR: dataDir });
+    try {
+      const apiKey = /workspace API key\s+(gk_\S+)/.exec(gateway.stdout())?.[1];
+      expect(apiKey, gateway.stdout()).toBeDefined();
+      expect((await fetch(`${gateway.url}/v1/assistants`, { headers: { authorization: `Bearer ${apiKey}` } })).status).toBe(200);
+    } finally {
+      await gateway.stop('SIGTERM');
+    }
+  });
+
+  it('a HOST that is not an address of this machine, naming HOST', async () => {
+    // 192.0.2.0/24 is TEST-NET-1 (RFC 5737): no machine's own address.
+    const line = await refusal({ DATA_DIR: join(scratch, 'host'), HOST: '192.0.2.1', PORT: '8787' });
+    expect(line).toBe('Cannot listen on 192.0.2.1:8787: HOST is not an address of this machine. Set HOST to one (127.0.0.1, or 0.0.0.0 for every interface).');
   });
 
   it('an encryption key that is not the one the database was started with', async () => {

@@ -31,7 +31,16 @@ export interface Command {
   usage: string;
   summary: string;
   options?: NonNullable<ParseArgsConfig['options']>;
+  /** The command's work: commands.ts imports its group's module here, so that help never loads it. */
   run(ctx: CommandContext): Promise<void>;
+}
+
+/** Where the CLI writes and reads: the process's streams, or a test's. */
+export interface CliIo {
+  stdout(text: string): void;
+  stderr(text: string): void;
+  /** All of standard input. */
+  stdin?(): Promise<string>;
 }
 
 /** A usage mistake: printed with the command's usage, exit code 2. */

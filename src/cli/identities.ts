@@ -1,14 +1,10 @@
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from '../services/api-keys';
 import { initialise, listOrganisations } from '../services/organisations';
 import { createWorkspace, findWorkspace, listWorkspaces } from '../services/workspaces';
-import { optionalString, requireString, UsageError, type Command, type CommandContext } from './command';
+import { optionalString, requireString, UsageError, type CommandContext } from './command';
 import { formatInitResult, formatTable } from './output';
 
-/** Commands for organisations, workspaces and API keys. */
-
-export const organisationOption = {
-  organisation: { type: 'string', short: 'o' },
-} as const;
+/** The work of the commands for organisations, workspaces and API keys (commands.ts lists them). */
 
 /** The organisation a command acts on: the one given, or the only one there is. */
 export async function resolveOrganisation(ctx: CommandContext): Promise<string> {
@@ -34,140 +30,105 @@ const apiKeyJson = (key: ApiKeyRecord) => ({
   revoked_at: key.revokedAt === null ? null : new Date(key.revokedAt).toISOString(),
 });
 
-export const identityCommands: Command[] = [
-  {
-    name: 'init',
-    usage: 'init [--json]',
-    summary: 'Create the first organisation, its default workspace and two API keys (once).',
-    async run(ctx) {
-      const result = await initialise(ctx.db, ctx.now());
-      if (result) return ctx.print(ctx.json ? JSON.stringify(result) : formatInitResult(result));
-      // The keys were shown once and are not stored: the ids, and how to make new keys.
-      const [organisation] = await listOrganisations(ctx.db);
-      const workspaces = organisation ? await listWorkspaces(ctx.db, organisation.id) : [];
-      const workspace = workspaces.find((candidate) => candidate.slug === 'default') ?? workspaces[0];
-      const commands = [
-        { command: `gateway api-keys create --workspace ${workspace?.slug ?? '<slug>'}`, makes: 'a workspace key' },
-        { command: 'gateway api-keys create --organisation-key', makes: 'an organisation key' },
-      ];
-      const message = 'Already initialised: nothing created. Its first API keys were shown once and are not stored; create new ones with the create_keys commands.';
-      if (ctx.json) {
-        ctx.print(
-          JSON.stringify({
-            already_initialised: true,
-            organisation_id: organisation?.id ?? null,
-            workspace_id: workspace?.id ?? null,
-            workspace_slug: workspace?.slug ?? null,
-            create_keys: commands.map(({ command }) => command),
-            message,
-          }),
-        );
-        return;
-      }
-      const width = Math.max(...commands.map(({ command }) => command.length));
-      ctx.print(
-        [
-          'Already initialised: nothing created.',
-          '',
-          `  organisation_id  ${organisation?.id ?? '-'}`,
-          `  workspace_id     ${workspace ? `${workspace.id} (slug: ${workspace.slug})` : '-'}`,
-          '',
-          'Its first API keys were shown once and are not stored. New ones (`npm run gateway -- …` from a checkout):',
-          ...commands.map(({ command, makes }) => `  ${command.padEnd(width)}  ${makes}`),
-          '',
-        ].join('\n'),
-      );
-    },
-  },
-  {
-    name: 'workspaces create',
-    usage: 'workspaces create --slug <slug> [--name <name>] [--organisation <id>] [--json]',
-    summary: 'Create a workspace in an organisation.',
-    options: { slug: { type: 'string' }, name: { type: 'string' }, ...organisationOption },
-    async run(ctx) {
-      const workspace = await createWorkspace(ctx.db, {
-        organisationId: await resolveOrganisation(ctx),
-        slug: requireString(ctx, 'slug'),
-        name: optionalString(ctx, 'name'),
-        now: ctx.now(),
-      });
-      const json = workspaceJson(workspace);
-      ctx.print(ctx.json ? JSON.stringify(json) : formatTable([json], ['id', 'slug', 'name', 'organisation_id']));
-    },
-  },
-  {
-    name: 'workspaces list',
-    usage: 'workspaces list [--organisation <id>] [--json]',
-    summary: 'List workspaces.',
-    options: organisationOption,
-    async run(ctx) {
-      const rows = (await listWorkspaces(ctx.db, optionalString(ctx, 'organisation'))).map(workspaceJson);
-      ctx.print(ctx.json ? JSON.stringify(rows) : formatTable(rows, ['id', 'slug', 'name', 'organisation_id']));
-    },
-  },
-  {
-    name: 'api-keys create',
-    usage: 'api-keys create (--workspace <id|slug> | --organisation-key) [--name <name>] [--organisation <id>] [--json]',
-    summary: 'Create an API key for a workspace, or an organisation key. The key is printed once.',
-    options: {
-      workspace: { type: 'string', short: 'w' },
-      'organisation-key': { type: 'boolean' },
-      name: { type: 'string' },
-      ...organisationOption,
-    },
-    async run(ctx) {
-      const organisationId = await resolveOrganisation(ctx);
-      const workspaceRef = optionalString(ctx, 'workspace');
-      const forOrganisation = ctx.values['organisation-key'] === true;
-      if (!workspaceRef === !forOrganisation) {
-        throw new UsageError('pass exactly one of --workspace <id|slug> and --organisation-key');
-      }
-      let workspaceId: string | null = null;
-      if (workspaceRef) {
-        const workspace = await findWorkspace(ctx.db, organisationId, workspaceRef);
-        if (!workspace) throw new UsageError(`no workspace '${workspaceRef}' in organisation ${organisationId}`);
-        workspaceId = workspace.id;
-      }
-      const { record, plaintext } = await createApiKey(ctx.db, {
-        kind: forOrganisation ? 'organisation' : 'workspace',
-        organisationId,
-        workspaceId,
-        name: optionalString(ctx, 'name') ?? '',
-        now: ctx.now(),
-      });
-      const json = { ...apiKeyJson(record), key: plaintext };
-      if (ctx.json) ctx.print(JSON.stringify(json));
-      else {
-        ctx.print(`Created ${record.kind} key ${record.id}. It is shown this once:\n\n  ${plaintext}\n\n`);
-      }
-    },
-  },
-  {
-    name: 'api-keys list',
-    usage: 'api-keys list [--organisation <id>] [--json]',
-    summary: 'List API keys (their prefixes; the keys themselves are not stored).',
-    options: organisationOption,
-    async run(ctx) {
-      const rows = (await listApiKeys(ctx.db, optionalString(ctx, 'organisation'))).map(apiKeyJson);
-      ctx.print(
-        ctx.json
-          ? JSON.stringify(rows)
-          : formatTable(rows, ['id', 'kind', 'prefix', 'name', 'workspace_id', 'created_at', 'revoked_at']),
-      );
-    },
-  },
-  {
-    name: 'api-keys revoke',
-    usage: 'api-keys revoke <id> [--json]',
-    summary: 'Revoke an API key: it stops working at once.',
-    async run(ctx) {
-      const id = ctx.positionals[0];
-      if (!id) throw new UsageError('the id of the key to revoke is required');
-      const key = apiKeyJson(await revokeApiKey(ctx.db, id, ctx.now()));
-      ctx.print(ctx.json ? JSON.stringify(key) : `Revoked ${key.kind} key ${key.id} (${key.prefix}…).\n`);
-    },
-  },
-];
+export async function init(ctx: CommandContext): Promise<void> {
+  const result = await initialise(ctx.db, ctx.now());
+  if (result) return ctx.print(ctx.json ? JSON.stringify(result) : formatInitResult(result));
+  // The keys were shown once and are not stored: the ids, and how to make new keys.
+  const [organisation] = await listOrganisations(ctx.db);
+  const workspaces = organisation ? await listWorkspaces(ctx.db, organisation.id) : [];
+  const workspace = workspaces.find((candidate) => candidate.slug === 'default') ?? workspaces[0];
+  const commands = [
+    { command: `gateway api-keys create --workspace ${workspace?.slug ?? '<slug>'}`, makes: 'a workspace key' },
+    { command: 'gateway api-keys create --organisation-key', makes: 'an organisation key' },
+  ];
+  const message = 'Already initialised: nothing created. Its first API keys were shown once and are not stored; create new ones with the create_keys commands.';
+  if (ctx.json) {
+    ctx.print(
+      JSON.stringify({
+        already_initialised: true,
+        organisation_id: organisation?.id ?? null,
+        workspace_id: workspace?.id ?? null,
+        workspace_slug: workspace?.slug ?? null,
+        create_keys: commands.map(({ command }) => command),
+        message,
+      }),
+    );
+    return;
+  }
+  const width = Math.max(...commands.map(({ command }) => command.length));
+  ctx.print(
+    [
+      'Already initialised: nothing created.',
+      '',
+      `  organisation_id  ${organisation?.id ?? '-'}`,
+      `  workspace_id     ${workspace ? `${workspace.id} (slug: ${workspace.slug})` : '-'}`,
+      '',
+      'Its first API keys were shown once and are not stored. New ones (`npm run gateway -- …` from a checkout):',
+      ...commands.map(({ command, makes }) => `  ${command.padEnd(width)}  ${makes}`),
+      '',
+    ].join('\n'),
+  );
+}
+
+export async function createWorkspaceCommand(ctx: CommandContext): Promise<void> {
+  const workspace = await createWorkspace(ctx.db, {
+    organisationId: await resolveOrganisation(ctx),
+    slug: requireString(ctx, 'slug'),
+    name: optionalString(ctx, 'name'),
+    now: ctx.now(),
+  });
+  const json = workspaceJson(workspace);
+  ctx.print(ctx.json ? JSON.stringify(json) : formatTable([json], ['id', 'slug', 'name', 'organisation_id']));
+}
+
+export async function listWorkspacesCommand(ctx: CommandContext): Promise<void> {
+  const rows = (await listWorkspaces(ctx.db, optionalString(ctx, 'organisation'))).map(workspaceJson);
+  ctx.print(ctx.json ? JSON.stringify(rows) : formatTable(rows, ['id', 'slug', 'name', 'organisation_id']));
+}
+
+export async function createApiKeyCommand(ctx: CommandContext): Promise<void> {
+  const organisationId = await resolveOrganisation(ctx);
+  const workspaceRef = optionalString(ctx, 'workspace');
+  const forOrganisation = ctx.values['organisation-key'] === true;
+  if (!workspaceRef === !forOrganisation) {
+    throw new UsageError('pass exactly one of --workspace <id|slug> and --organisation-key');
+  }
+  let workspaceId: string | null = null;
+  if (workspaceRef) {
+    const workspace = await findWorkspace(ctx.db, organisationId, workspaceRef);
+    if (!workspace) throw new UsageError(`no workspace '${workspaceRef}' in organisation ${organisationId}`);
+    workspaceId = workspace.id;
+  }
+  const { record, plaintext } = await createApiKey(ctx.db, {
+    kind: forOrganisation ? 'organisation' : 'workspace',
+    organisationId,
+    workspaceId,
+    name: optionalString(ctx, 'name') ?? '',
+    now: ctx.now(),
+  });
+  const json = { ...apiKeyJson(record), key: plaintext };
+  if (ctx.json) ctx.print(JSON.stringify(json));
+  else {
+    ctx.print(`Created ${record.kind} key ${record.id}. It is shown this once:\n\n  ${plaintext}\n\n`);
+  }
+}
+
+export async function listApiKeysCommand(ctx: CommandContext): Promise<void> {
+  const rows = (await listApiKeys(ctx.db, optionalString(ctx, 'organisation'))).map(apiKeyJson);
+  ctx.print(
+    ctx.json
+      ? JSON.stringify(rows)
+      : formatTable(rows, ['id', 'kind', 'prefix', 'name', 'workspace_id', 'created_at', 'revoked_at']),
+  );
+}
+
+export async function revokeApiKeyCommand(ctx: CommandContext): Promise<void> {
+  const id = ctx.positionals[0];
+  if (!id) throw new UsageError('the id of the key to revoke is required');
+  const key = apiKeyJson(await revokeApiKey(ctx.db, id, ctx.now()));
+  ctx.print(ctx.json ? JSON.stringify(key) : `Revoked ${key.kind} key ${key.id} (${key.prefix}…).\n`);
+}
+
 
 function workspaceJson(workspace: { id: string; slug: string; name: string; organisationId: string; createdAt: number }) {
   return {

@@ -1,45 +1,45 @@
 import { parseArgs } from 'node:util';
-import { migrateDatabase, openDatabase } from '../db/node';
-import { ApiError } from '../errors';
-import type { SecretBox } from '../lib/secrets';
-import { nodeConfig } from '../node/config';
-import { checkDataDir } from '../node/data-dir';
-import { encryptionKeySource, loadSecretBox } from '../node/key-file';
-import { checkEncryptionKey } from '../services/encryption-check';
-import { UsageError, type Command } from './command';
-import { identityCommands } from './identities';
-import { usageCommands } from './usage';
-import { virtualKeyCommands } from './virtual-keys';
+import type { CliIo, Command } from './command';
+import { commands } from './commands';
 
 /**
  * The admin command line: `npm run gateway -- <command>` or the package's `gateway` bin. It works
  * on the database that the environment names (DATA_DIR, or LIBSQL_URL and LIBSQL_AUTH_TOKEN),
- * migrating it first, so it administers an embedded gateway and a remote one alike.
+ * migrating it first, so it administers an embedded gateway and a remote one alike. Help, for
+ * every command, every group (`gateway virtual-keys --help`) or all, and usage mistakes are
+ * answered from commands.ts alone; execute.ts, which opens the database, is imported to run one.
  */
 
-const commands: Command[] = [
-  ...identityCommands,
-  ...virtualKeyCommands,
-  ...usageCommands,
-  {
-    name: 'migrate',
-    usage: 'migrate',
-    summary: 'Apply the migrations in drizzle/ to the database (done by every command too).',
-    async run(ctx) {
-      ctx.print(ctx.json ? JSON.stringify({ migrated: true }) : 'Database migrated.\n');
-    },
-  },
-];
+const FOOTER = [
+  'Every command takes --help, and --json to print one JSON value instead of text.',
+  'The database comes from the environment: DATA_DIR (default ./data) or LIBSQL_URL and LIBSQL_AUTH_TOKEN.',
+  '',
+].join('\n');
 
-function help(): string {
+/** The commands whose names start with these words: all of them, a group's, or one. */
+const commandsUnder = (words: string[]) =>
+  commands.filter((command) => words.every((word, i) => command.name.split(' ')[i] === word));
+
+function commandHelp(command: Command): string {
+  return `Usage: gateway ${command.usage}\n\n${command.summary}\n\n${FOOTER}`;
+}
+
+/** The commands under `words` (all, or a group's), a line of usage and one of summary each. */
+function listHelp(words: string[]): string {
   return [
-    'Usage: gateway <command> [options]',
+    `Usage: gateway ${[...words, '<command>'].join(' ')} [options]`,
     '',
-    ...commands.map((command) => `  ${command.usage}\n      ${command.summary}`),
+    ...commandsUnder(words).map((command) => `  ${command.usage}\n      ${command.summary}`),
     '',
-    'The database comes from the environment: DATA_DIR (default ./data) or LIBSQL_URL and LIBSQL_AUTH_TOKEN.',
-    '',
+    FOOTER,
   ].join('\n');
+}
+
+/** The help of the command `words` name, or of the commands under them; null for none. */
+function help(words: string[]): string | null {
+  const command = commands.find((candidate) => candidate.name === words.join(' '));
+  if (command) return commandHelp(command);
+  return commandsUnder(words).length === 0 ? null : listHelp(words);
 }
 
 /** Finds the command named by the first one or two words. */
@@ -50,13 +50,6 @@ function findCommand(argv: string[]): { command: Command; rest: string[] } | nul
     if (command) return { command, rest: argv.slice(words) };
   }
   return null;
-}
-
-export interface CliIo {
-  stdout(text: string): void;
-  stderr(text: string): void;
-  /** All of standard input. */
-  stdin?(): Promise<string>;
 }
 
 const processIo: CliIo = {
@@ -70,75 +63,58 @@ const processIo: CliIo = {
   },
 };
 
+const isHelp = (arg: string) => arg === '--help' || arg === '-h';
+
 /** Runs one command; resolves to the exit code. Tests call it in-process with their own `io`. */
 export async function runCli(
   argv: string[],
   env: Record<string, string | undefined>,
   io: CliIo = processIo,
 ): Promise<number> {
-  const print = (text: string) => io.stdout(text.endsWith('\n') ? text : `${text}\n`);
-  const found = findCommand(argv);
-  if (!found) {
-    const asked = argv.length === 0 || argv[0] === 'help' || argv[0] === '--help' || argv[0] === '-h';
-    io[asked ? 'stdout' : 'stderr']((asked ? '' : `Unknown command: ${argv.join(' ')}\n\n`) + help());
-    return asked ? 0 : 2;
-  }
+  const found = argv[0] === 'help' ? null : findCommand(argv);
+  if (!found) return answerWithoutCommand(argv, io);
   const { command, rest } = found;
+  // Before parsing: help is what a user asks for whatever else the line holds, mistakes included.
+  if (rest.some(isHelp)) {
+    io.stdout(commandHelp(command));
+    return 0;
+  }
   let parsed;
   try {
     parsed = parseArgs({
       args: rest,
-      options: { ...command.options, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+      options: { ...command.options, json: { type: 'boolean' } },
       allowPositionals: true,
       strict: true,
     });
   } catch (error) {
-    io.stderr(`${(error as Error).message}\nUsage: gateway ${command.usage}\n`);
+    io.stderr(`${error instanceof Error ? error.message : String(error)}\nUsage: gateway ${command.usage}\n`);
     return 2;
   }
-  if (parsed.values.help) {
-    print(`Usage: gateway ${command.usage}\n\n${command.summary}`);
-    return 0;
-  }
-  const json = parsed.values.json === true;
-  const config = nodeConfig(env);
-  if (!config.LIBSQL_URL) checkDataDir(config.DATA_DIR);
-  const database = await openDatabase(config);
-  for (const warning of database.warnings) io.stderr(`warning: ${warning}\n`);
-  let secrets: Promise<SecretBox> | undefined;
-  try {
-    await migrateDatabase(database.db);
-    await command.run({
-      db: database.db,
-      config,
-      // Checked as the server checks it: a wrong key must not seal new secrets beside the others.
-      secrets: () =>
-        (secrets ??= loadSecretBox(config).then(async (box) => {
-          await checkEncryptionKey(database.db, box, { keySource: encryptionKeySource(config), now: Date.now() });
-          return box;
-        })),
-      readStdin: () => io.stdin?.() ?? Promise.resolve(''),
-      env,
-      now: Date.now,
-      json,
-      values: parsed.values,
-      positionals: parsed.positionals,
-      print,
-    });
-    return 0;
-  } catch (error) {
-    if (error instanceof UsageError) {
-      io.stderr(`error: ${error.message}\nUsage: gateway ${command.usage}\n`);
-      return 2;
-    }
-    if (error instanceof ApiError) {
-      if (json) print(JSON.stringify(error.body));
-      else io.stderr(`error: ${error.message}\n`);
-      return 1;
-    }
-    throw error;
-  } finally {
-    database.close();
-  }
+  const { execute } = await import('./execute');
+  return execute(command, parsed, env, io);
 }
 
+/**
+ * No command named: help when asked for (`--help`, `-h`, `help [words]`, nothing at all), exit 0;
+ * otherwise a group without its command or an unknown command, with the help of the nearest
+ * group (or of all), exit 2.
+ */
+function answerWithoutCommand(argv: string[], io: CliIo): number {
+  const asked = argv.length === 0 || argv[0] === 'help' || argv.some(isHelp);
+  const words = (argv[0] === 'help' ? argv.slice(1) : argv).filter((arg) => !isHelp(arg));
+  const flag = words.findIndex((arg) => arg.startsWith('-'));
+  const named = flag === -1 ? words : words.slice(0, flag);
+  const text = help(named);
+  if (text !== null && asked) {
+    io.stdout(text);
+    return 0;
+  }
+  if (text !== null) {
+    io.stderr(`${['gateway', ...named].join(' ')} needs a command.\n\n${text}`);
+    return 2;
+  }
+  const group = named.slice(0, commandsUnder(named.slice(0, 1)).length > 0 ? 1 : 0);
+  io.stderr(`Unknown command: ${named.join(' ')}\n\n${listHelp(group)}`);
+  return 2;
+}

@@ -1,8 +1,8 @@
 import { validationError } from '../middleware/validate';
 import { usageQuery } from '../schemas/usage';
 import { usageBuckets } from '../services/usage';
-import { optionalString, UsageError, type Command, type CommandContext } from './command';
-import { organisationOption, resolveOrganisation } from './identities';
+import { optionalString, UsageError, type CommandContext } from './command';
+import { resolveOrganisation } from './identities';
 import { formatTable } from './output';
 import { resolveWorkspace } from './virtual-keys';
 
@@ -21,56 +21,39 @@ function unixSeconds(ctx: CommandContext, option: string): string | undefined {
   return String(Math.floor(ms / 1000));
 }
 
-export const usageCommands: Command[] = [
-  {
-    name: 'usage',
-    usage:
-      'usage [--workspace <id|slug>] [--organisation <id>] [--since <date>] [--until <date>] [--bucket 1d|1h] ' +
-      '[--group-by model,api_key_id,virtual_key,workspace_id,kind] [--limit <buckets>] [--json]',
-    summary: "Tokens and requests per day or hour (GET /v1/usage): a workspace's, or its organisation's.",
-    options: {
-      workspace: { type: 'string', short: 'w' },
-      since: { type: 'string' },
-      until: { type: 'string' },
-      bucket: { type: 'string' },
-      'group-by': { type: 'string' },
-      limit: { type: 'string' },
-      ...organisationOption,
-    },
-    async run(ctx) {
-      const input = Object.fromEntries(
-        Object.entries({
-          start_time: unixSeconds(ctx, 'since'),
-          end_time: unixSeconds(ctx, 'until'),
-          bucket_width: optionalString(ctx, 'bucket'),
-          group_by: optionalString(ctx, 'group-by'),
-          limit: optionalString(ctx, 'limit'),
-        }).filter(([, value]) => value !== undefined),
-      );
-      const parsed = usageQuery.safeParse(input);
-      if (!parsed.success) throw validationError(parsed.error.issues, input, 'query');
-      const query = parsed.data;
-      const workspaceRef = optionalString(ctx, 'workspace');
-      const scope = workspaceRef
-        ? { workspaceId: (await resolveWorkspace(ctx, workspaceRef)).id }
-        : { organisationId: await resolveOrganisation(ctx) };
-      const page = await usageBuckets(ctx.db, {
-        scope,
-        startMs: query.start_time === undefined ? undefined : query.start_time * 1000,
-        endMs: query.end_time === undefined ? undefined : query.end_time * 1000,
-        width: query.bucket_width,
-        groupBy: query.group_by ?? [],
-        limit: query.limit,
-        page: undefined,
-        now: ctx.now(),
-      });
-      if (ctx.json) return ctx.print(JSON.stringify(page));
-      const groups = query.group_by ?? [];
-      const rows = page.data.flatMap((bucket) =>
-        bucket.results.map((result) => ({ start: new Date(bucket.start_time * 1000).toISOString(), ...result })),
-      );
-      ctx.print(formatTable(rows, ['start', ...groups, 'input_tokens', 'output_tokens', 'total_tokens', 'num_requests']));
-      if (page.has_more) ctx.print(`More buckets follow: --since ${page.next_page}\n`);
-    },
-  },
-];
+export async function usageCommand(ctx: CommandContext): Promise<void> {
+  const input = Object.fromEntries(
+    Object.entries({
+      start_time: unixSeconds(ctx, 'since'),
+      end_time: unixSeconds(ctx, 'until'),
+      bucket_width: optionalString(ctx, 'bucket'),
+      group_by: optionalString(ctx, 'group-by'),
+      limit: optionalString(ctx, 'limit'),
+    }).filter(([, value]) => value !== undefined),
+  );
+  const parsed = usageQuery.safeParse(input);
+  if (!parsed.success) throw validationError(parsed.error.issues, input, 'query');
+  const query = parsed.data;
+  const workspaceRef = optionalString(ctx, 'workspace');
+  const scope = workspaceRef
+    ? { workspaceId: (await resolveWorkspace(ctx, workspaceRef)).id }
+    : { organisationId: await resolveOrganisation(ctx) };
+  const page = await usageBuckets(ctx.db, {
+    scope,
+    startMs: query.start_time === undefined ? undefined : query.start_time * 1000,
+    endMs: query.end_time === undefined ? undefined : query.end_time * 1000,
+    width: query.bucket_width,
+    groupBy: query.group_by ?? [],
+    limit: query.limit,
+    page: undefined,
+    now: ctx.now(),
+  });
+  if (ctx.json) return ctx.print(JSON.stringify(page));
+  const groups = query.group_by ?? [];
+  const rows = page.data.flatMap((bucket) =>
+    bucket.results.map((result) => ({ start: new Date(bucket.start_time * 1000).toISOString(), ...result })),
+  );
+  ctx.print(formatTable(rows, ['start', ...groups, 'input_tokens', 'output_tokens', 'total_tokens', 'num_requests']));
+  if (page.has_more) ctx.print(`More buckets follow: --since ${page.next_page}\n`);
+}
+

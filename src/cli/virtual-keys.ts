@@ -11,16 +11,14 @@ import {
 import { upstreamRules } from '../services/upstream-rules';
 import { listWorkspaces, type Workspace } from '../services/workspaces';
 import { toVirtualKeyJson } from '../wire/virtual-keys';
-import { optionalString, requireString, UsageError, type Command, type CommandContext } from './command';
+import { optionalString, requireString, UsageError, type CommandContext } from './command';
 import { formatTable } from './output';
 
 /**
- * Commands for virtual keys. `create` and `update` validate with the API's own schemas and
+ * The work of the commands for virtual keys (commands.ts lists them). `create` and `update` validate with the API's own schemas and
  * services, so the CLI and `POST /v1/virtual-keys[/{slug}]` accept and refuse the same things with
  * the same messages.
  */
-
-const workspaceOption = { workspace: { type: 'string', short: 'w' } } as const;
 
 /** A workspace by id or slug, in any organisation; a slug that several organisations use needs the id. */
 export async function resolveWorkspace(ctx: CommandContext, ref: string): Promise<Workspace> {
@@ -109,18 +107,6 @@ function routing(key: VirtualKey): string {
   return `${models}${key.isDefault ? ' It is the default key of its workspace.' : ''}`;
 }
 
-const keyOptions = {
-  'base-url': { type: 'string' },
-  'api-version': { type: 'string' },
-  deployment: { type: 'string' },
-  model: { type: 'string' },
-  models: { type: 'string' },
-  'api-key-stdin': { type: 'boolean' },
-  'api-key-env': { type: 'string' },
-  // Accepted only to be refused with an explanation.
-  'api-key': { type: 'string' },
-} as const;
-
 /** The options shared by create and update, as the API's fields. */
 function keyFields(ctx: CommandContext) {
   return {
@@ -132,98 +118,64 @@ function keyFields(ctx: CommandContext) {
   };
 }
 
-export const virtualKeyCommands: Command[] = [
-  {
-    name: 'virtual-keys create',
-    usage:
-      'virtual-keys create --workspace <id|slug> --slug <slug> --provider openai|azure-openai ' +
-      '[--base-url <url>] [--api-version <v>] [--deployment <d>] [--model <m>] [--models <a,b*>] [--default] ' +
-      '(--api-key-stdin | --api-key-env <NAME>) [--json]',
-    summary:
-      "Store a provider's credentials in a workspace under a slug (x-gateway-virtual-key). The provider key is " +
-      'read from standard input or from the environment variable NAME, never from a flag (shell history). ' +
-      '--models: the models (exact names, * globs) whose runs go to it when they name no key; --default: the ' +
-      "workspace's fallback key.",
-    options: { ...workspaceOption, slug: { type: 'string' }, provider: { type: 'string' }, default: { type: 'boolean' }, ...keyOptions },
-    async run(ctx) {
-      const apiKey = await readProviderKey(ctx);
-      const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
-      const body = parseBody(createVirtualKeyBody, {
-        slug: optionalString(ctx, 'slug'),
-        provider: optionalString(ctx, 'provider'),
-        api_key: apiKey,
-        ...keyFields(ctx),
-        default: ctx.values.default === true ? true : undefined,
-      });
-      const key = await createVirtualKey(ctx.db, await ctx.secrets(), {
-        workspaceId: workspace.id,
-        body,
-        upstreamRules: await upstreamRules(ctx.db, ctx.config, { now: ctx.now(), fresh: true }),
-        maxKeys: ctx.config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
-        now: ctx.now(),
-      });
-      ctx.print(
-        ctx.json
-          ? JSON.stringify(toVirtualKeyJson(key))
-          : `Created virtual key '${key.slug}' (${key.provider}, ${key.baseUrl}) in workspace ${workspace.slug}.${routing(key)}\n` +
-              `Send it as x-gateway-virtual-key: ${key.slug}\n`,
-      );
-    },
-  },
-  {
-    name: 'virtual-keys update',
-    usage:
-      'virtual-keys update --workspace <id|slug> <slug> [--base-url <url>] [--models <a,b*>] [--default | --no-default] ' +
-      '[--api-key-stdin | --api-key-env <NAME>] [--api-version <v>] [--deployment <d>] [--model <m>] [--json]',
-    summary:
-      'Change a virtual key, keeping its slug: its base URL, its models (--models "" clears them), whether it is ' +
-      "the workspace's default, its provider key (rotated: from standard input or NAME, never a flag), and " +
-      "Azure's api-version, deployment and model.",
-    options: { ...workspaceOption, default: { type: 'boolean' }, 'no-default': { type: 'boolean' }, ...keyOptions },
-    async run(ctx) {
-      const slug = ctx.positionals[0];
-      if (!slug) throw new UsageError('the slug of the virtual key to update is required');
-      const apiKey = await readProviderKey(ctx, true);
-      const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
-      const body = parseBody(updateVirtualKeyBody, { api_key: apiKey, ...keyFields(ctx), default: defaultOption(ctx) });
-      const key = await updateVirtualKey(ctx.db, await ctx.secrets(), {
-        workspaceId: workspace.id,
-        slug,
-        body,
-        upstreamRules: await upstreamRules(ctx.db, ctx.config, { now: ctx.now(), fresh: true }),
-      });
-      ctx.print(
-        ctx.json
-          ? JSON.stringify(toVirtualKeyJson(key))
-          : `Updated virtual key '${key.slug}' (${key.provider}, ${key.baseUrl}) in workspace ${workspace.slug}.${routing(key)}\n`,
-      );
-    },
-  },
-  {
-    name: 'virtual-keys list',
-    usage: 'virtual-keys list [--workspace <id|slug>] [--include-revoked] [--json]',
-    summary: 'List virtual keys, newest first (never their secrets).',
-    options: { ...workspaceOption, 'include-revoked': { type: 'boolean' } },
-    async run(ctx) {
-      const ref = optionalString(ctx, 'workspace');
-      const keys = await listVirtualKeys(ctx.db, {
-        workspaceId: ref === undefined ? undefined : (await resolveWorkspace(ctx, ref)).id,
-        includeRevoked: ctx.values['include-revoked'] === true,
-      });
-      ctx.print(ctx.json ? JSON.stringify(keys.map(toVirtualKeyJson)) : formatTable(keys.map(tableRow), TABLE_COLUMNS));
-    },
-  },
-  {
-    name: 'virtual-keys revoke',
-    usage: 'virtual-keys revoke --workspace <id|slug> <slug> [--json]',
-    summary: 'Revoke a virtual key: runs can no longer use it, and its slug is free again.',
-    options: workspaceOption,
-    async run(ctx) {
-      const slug = ctx.positionals[0];
-      if (!slug) throw new UsageError('the slug of the virtual key to revoke is required');
-      const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
-      const key = await revokeVirtualKey(ctx.db, workspace.id, slug, ctx.now());
-      ctx.print(ctx.json ? JSON.stringify(toVirtualKeyJson(key)) : `Revoked virtual key '${key.slug}' in workspace ${workspace.slug}.\n`);
-    },
-  },
-];
+export async function createVirtualKeyCommand(ctx: CommandContext): Promise<void> {
+  const apiKey = await readProviderKey(ctx);
+  const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
+  const body = parseBody(createVirtualKeyBody, {
+    slug: optionalString(ctx, 'slug'),
+    provider: optionalString(ctx, 'provider'),
+    api_key: apiKey,
+    ...keyFields(ctx),
+    default: ctx.values.default === true ? true : undefined,
+  });
+  const key = await createVirtualKey(ctx.db, await ctx.secrets(), {
+    workspaceId: workspace.id,
+    body,
+    upstreamRules: await upstreamRules(ctx.db, ctx.config, { now: ctx.now(), fresh: true }),
+    maxKeys: ctx.config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
+    now: ctx.now(),
+  });
+  ctx.print(
+    ctx.json
+      ? JSON.stringify(toVirtualKeyJson(key))
+      : `Created virtual key '${key.slug}' (${key.provider}, ${key.baseUrl}) in workspace ${workspace.slug}.${routing(key)}\n` +
+          `Send it as x-gateway-virtual-key: ${key.slug}\n`,
+  );
+}
+
+export async function updateVirtualKeyCommand(ctx: CommandContext): Promise<void> {
+  const slug = ctx.positionals[0];
+  if (!slug) throw new UsageError('the slug of the virtual key to update is required');
+  const apiKey = await readProviderKey(ctx, true);
+  const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
+  const body = parseBody(updateVirtualKeyBody, { api_key: apiKey, ...keyFields(ctx), default: defaultOption(ctx) });
+  const key = await updateVirtualKey(ctx.db, await ctx.secrets(), {
+    workspaceId: workspace.id,
+    slug,
+    body,
+    upstreamRules: await upstreamRules(ctx.db, ctx.config, { now: ctx.now(), fresh: true }),
+  });
+  ctx.print(
+    ctx.json
+      ? JSON.stringify(toVirtualKeyJson(key))
+      : `Updated virtual key '${key.slug}' (${key.provider}, ${key.baseUrl}) in workspace ${workspace.slug}.${routing(key)}\n`,
+  );
+}
+
+export async function listVirtualKeysCommand(ctx: CommandContext): Promise<void> {
+  const ref = optionalString(ctx, 'workspace');
+  const keys = await listVirtualKeys(ctx.db, {
+    workspaceId: ref === undefined ? undefined : (await resolveWorkspace(ctx, ref)).id,
+    includeRevoked: ctx.values['include-revoked'] === true,
+  });
+  ctx.print(ctx.json ? JSON.stringify(keys.map(toVirtualKeyJson)) : formatTable(keys.map(tableRow), TABLE_COLUMNS));
+}
+
+export async function revokeVirtualKeyCommand(ctx: CommandContext): Promise<void> {
+  const slug = ctx.positionals[0];
+  if (!slug) throw new UsageError('the slug of the virtual key to revoke is required');
+  const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
+  const key = await revokeVirtualKey(ctx.db, workspace.id, slug, ctx.now());
+  ctx.print(ctx.json ? JSON.stringify(toVirtualKeyJson(key)) : `Revoked virtual key '${key.slug}' in workspace ${workspace.slug}.\n`);
+}
+

@@ -1,6 +1,6 @@
 import { serve, type ServerType } from '@hono/node-server';
 import type { AddressInfo, Socket } from 'node:net';
-import type { Config } from '../config';
+import { ConfigurationError, type Config } from '../config';
 import { noteMessage } from './request-body';
 
 /**
@@ -19,7 +19,10 @@ export type ServerConfig = Pick<
   | 'GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS'
 >;
 
-/** Serves `fetch` on HOST:PORT; resolves once it listens, with the URL it listens on. */
+/**
+ * Serves `fetch` on HOST:PORT; resolves once it listens, with the URL it listens on. An address
+ * that cannot be had rejects with a ConfigurationError that names the variable to change.
+ */
 export async function listen(
   fetch: (request: Request) => Response | Promise<Response>,
   config: ServerConfig,
@@ -50,9 +53,30 @@ export async function listen(
   server.setTimeout(2 * Math.max(config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS, config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS));
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
-    server.once('error', reject);
+    server.once('error', (error: NodeJS.ErrnoException) => reject(listenError(error, config)));
   });
   return { server, url: urlOf(server.address()) };
+}
+
+/** Why HOST:PORT cannot be listened on, as one line that says which variable picks another. */
+function listenError(error: NodeJS.ErrnoException, { HOST, PORT }: Pick<Config, 'HOST' | 'PORT'>): Error {
+  const address = `${HOST.includes(':') ? `[${HOST}]` : HOST}:${PORT}`;
+  switch (error.code) {
+    case 'EADDRINUSE':
+      return new ConfigurationError(
+        `Cannot listen on ${address}: another process listens there. Stop it, or set PORT to another port (PORT=0 picks a free one).`,
+      );
+    case 'EACCES':
+      return new ConfigurationError(`Cannot listen on ${address}: this user may not open port ${PORT}. Set PORT to a port above 1023.`);
+    case 'EADDRNOTAVAIL':
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return new ConfigurationError(
+        `Cannot listen on ${address}: HOST is not an address of this machine. Set HOST to one (127.0.0.1, or 0.0.0.0 for every interface).`,
+      );
+    default:
+      return error;
+  }
 }
 
 function urlOf(address: AddressInfo | string | null): string {

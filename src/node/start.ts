@@ -36,7 +36,7 @@ export interface RunningGateway {
 }
 
 /**
- * Opens and migrates the database, initialises an empty one, listens on HOST:PORT, and settles
+ * Opens and migrates the database, listens on HOST:PORT, initialises an empty database, and settles
  * runs and uploads left behind by a crash of this or another process, now and periodically (and
  * deletes expired files and file bytes nothing holds, less often).
  */
@@ -53,14 +53,24 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     throw error;
   }
   const deps = await createNodeDeps(config, database, { ...overrides, secrets });
-  const initialised = await initialise(database.db, deps.now());
   for (const warning of database.warnings) deps.log.warn(warning);
   const { fetch, tasks } = createNodeApp(deps);
   let requests = 0;
+  // The port before the first organisation: its keys are shown once, by the start that made them,
+  // so that start must be one that can serve (a taken port must fail it before any key exists). A
+  // request in between finds no key, as on any gateway before its first start.
   const { server, url } = await listen((request) => {
     requests++;
     return fetch(request);
-  }, config);
+  }, config).catch((error: unknown) => {
+    database.close();
+    throw error;
+  });
+  const initialised = await initialise(database.db, deps.now()).catch((error: unknown) => {
+    server.close();
+    database.close();
+    throw error;
+  });
   deps.log.info('listening', { url, database: database.location });
   const stopTrimming = trimMemoryWhenIdle({
     activity: () => requests,
