@@ -112,25 +112,33 @@ function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
+/** What following the examples gave: what went wrong (null: nothing), and how long each file took. */
+export interface ExamplesReport {
+  problem: string | null;
+  /** Seconds from a file's first block to the next file's, by file, in order. */
+  seconds: Map<string, number>;
+}
+
 /**
  * Runs `examples` in order as one script with `env`, then compares each shown output with what its
- * commands printed: null, or what went wrong.
+ * commands printed.
  */
-export async function runExamples(examples: Example[], env: NodeJS.ProcessEnv): Promise<string | null> {
+export async function runExamples(examples: Example[], env: NodeJS.ProcessEnv): Promise<ExamplesReport> {
   const script = [
     'set -euo pipefail',
     'curl() { command curl --fail-with-body "$@"; }',
     // Each block is announced on stderr, so that a failure shows which one it was, and starts a
-    // new stretch of output (a group shows what its own block printed).
+    // new stretch of output (a group shows what its own block printed), with the time.
     ...examples.map(
       (example, index) =>
-        `echo ${JSON.stringify(`--- ${relative(ROOT, example.file)}:${example.line}`)} >&2\nprintf '\\n${MARK}-${MARK}\\n'\n${example.code.replaceAll(EXAMPLE, String(index))}`,
+        `echo ${JSON.stringify(`--- ${relative(ROOT, example.file)}:${example.line}`)} >&2\n${startMarker(index)}\n${example.code.replaceAll(EXAMPLE, String(index))}`,
     ),
+    startMarker(examples.length),
   ].join('\n');
   const result = await bash(script, env);
   const problems: string[] = [];
   if (result.code !== 0) {
-    const printed = result.stdout.replaceAll(new RegExp(`\\n${MARK}[-.\\d]+${MARK}\\n`, 'g'), '\n').trimEnd();
+    const printed = result.stdout.replaceAll(new RegExp(`\\n${MARK}[-.@\\d]+${MARK}\\n`, 'g'), '\n').trimEnd();
     problems.push(`an example failed (exit ${result.code})\n${tail(result.stderr, 30)}\nwhat it printed last:\n${indent(tail(printed, 10))}`);
   }
   const stretches = printedStretches(result.stdout);
@@ -147,16 +155,31 @@ export async function runExamples(examples: Example[], env: NodeJS.ProcessEnv): 
       );
     }
   }
-  return problems.length === 0 ? null : problems.join('\n\n');
+  return { problem: problems.length === 0 ? null : problems.join('\n\n'), seconds: secondsByFile(examples, result.stdout) };
+}
+
+/** Starts the stretch of output of example `index` (or ends the last), with the time in ns. */
+const startMarker = (index: number) => `printf '\\n${MARK}-${index}@%s${MARK}\\n' "$(date +%s%N)"`;
+
+/** How long each file's blocks took, from the times their start markers printed. */
+function secondsByFile(examples: Example[], stdout: string): Map<string, number> {
+  const started = new Map<number, number>();
+  for (const match of stdout.matchAll(new RegExp(`${MARK}-(\\d+)@(\\d+)${MARK}`, 'g'))) started.set(Number(match[1]), Number(match[2]) / 1e9);
+  const seconds = new Map<string, number>();
+  for (const [index, example] of examples.entries()) {
+    const [from, to] = [started.get(index), started.get(index + 1)];
+    if (from !== undefined && to !== undefined) seconds.set(example.file, (seconds.get(example.file) ?? 0) + to - from);
+  }
+  return seconds;
 }
 
 /** What was printed before each group's marker, since the previous marker, by group. */
 function printedStretches(stdout: string): Map<string, string> {
   const stretches = new Map<string, string>();
-  const marker = new RegExp(`\\n${MARK}(-|\\d+\\.\\d+)${MARK}\\n`, 'g');
+  const marker = new RegExp(`\\n${MARK}(-\\d+@\\d+|\\d+\\.\\d+)${MARK}\\n`, 'g');
   let from = 0;
   for (const match of stdout.matchAll(marker)) {
-    if (match[1] !== '-') stretches.set(match[1]!, stdout.slice(from, match.index));
+    if (!match[1]!.startsWith('-')) stretches.set(match[1]!, stdout.slice(from, match.index));
     from = match.index + match[0].length;
   }
   return stretches;
@@ -179,8 +202,8 @@ export function chapterExamples(): Example[] {
 /** Providers' keys a developer may have set: the examples get none of them. */
 const PROVIDER_KEYS = ['OPENAI_API_KEY', 'NEW_OPENAI_API_KEY', 'AZURE_OPENAI_API_KEY', 'OPENAI_BASE_URL'];
 
-/** Runs the chapters' examples in order on one fresh gateway and fake provider: null, or what went wrong. */
-export async function checkChapters(examples = chapterExamples()): Promise<string | null> {
+/** Runs the chapters' examples in order on one fresh gateway and fake provider. */
+export async function checkChapters(examples = chapterExamples()): Promise<ExamplesReport> {
   const dataDir = mkdtempSync(join(tmpdir(), 'gateway-docs-'));
   const fake = await startFakeUpstream();
   const gateway = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
@@ -229,8 +252,9 @@ function bash(script: string, env: NodeJS.ProcessEnv): Promise<{ code: number | 
 
 if (process.argv[1] && pathToFileURL(resolve(process.argv[1])).href === import.meta.url) {
   const examples = chapterExamples();
-  const problem = await checkChapters(examples);
+  const { problem, seconds } = await checkChapters(examples);
   process.stdout.write(`${problem ? 'FAIL' : 'ok  '} ${CHAPTERS.join(', ')}: ${examples.length} examples, ${examples.reduce((n, e) => n + e.shown.length, 0)} outputs compared\n`);
+  for (const [file, taken] of seconds) process.stdout.write(`  ${relative(ROOT, file)}: ${taken.toFixed(1)} s\n`);
   if (problem) process.stderr.write(`${problem}\n`);
   process.exit(problem ? 1 : 0);
 }

@@ -49,15 +49,33 @@ describe('the documentation', () => {
   });
 
   it('runs every chapter’s shell examples in order on one gateway, and each output they show is what came back', async ({ expect }) => {
-    expect(await checkChapters()).toBeNull();
+    expect((await checkChapters()).problem).toBeNull();
   }, 300_000);
+});
+
+describe('the README’s wait_run', () => {
+  it('ends on a run that failed, printing its status and its last_error, as on any final status', async ({ expect }) => {
+    const readme = read(join(ROOT, 'README.md'));
+    const helpers = /^json\(\) \{.*\n(?:wait_run\(\) \{[^]*?\n\}\n)/m.exec(readme)?.[0];
+    expect(helpers).toContain('wait_run() {');
+    const code = [
+      helpers!,
+      `curl -s $GATEWAY/v1/virtual-keys -H "Authorization: Bearer $GATEWAY_API_KEY" -H 'content-type: application/json' -d '{"slug":"fake","provider":"openai","base_url":"'$FAKE_PROVIDER'","api_key":"none","default":true}' > /dev/null`,
+      `ID=$(curl -s $GATEWAY/v1/assistants -H "Authorization: Bearer $GATEWAY_API_KEY" -H 'content-type: application/json' -d '{"model":"gpt-4o"}' | json .id)`,
+      `RUN=$(curl -s $GATEWAY/v1/threads/runs -H "Authorization: Bearer $GATEWAY_API_KEY" -H 'content-type: application/json' -d '{"assistant_id":"'$ID'","thread":{"messages":[{"role":"user","content":"Hi\\n#fake {\\"status\\":503}"}]}}')`,
+      'wait_run $(echo "$RUN" | json .thread_id) $(echo "$RUN" | json .id)',
+      '# → failed',
+      '# → The upstream answered HTTP 503: …',
+    ].join('\n');
+    expect((await checkChapters(shellExamples('wait_run.md', `\`\`\`sh\n${code}\n\`\`\``))).problem).toBeNull();
+  }, 120_000);
 });
 
 describe('check:docs', () => {
   const example = (code: string) => shellExamples('example.md', `\`\`\`sh\n${code}\n\`\`\``);
 
   it('fails when a shown output differs from what the command printed, naming the line and both', async () => {
-    const problem = await runExamples(example('echo \'{"data":[]}\'\n# → {"data":[{"file_id":"file-…"}]}'), process.env);
+    const { problem } = await runExamples(example('echo \'{"data":[]}\'\n# → {"data":[{"file_id":"file-…"}]}'), process.env);
     expect(problem).toContain('example.md:3: shows');
     expect(problem).toContain('{"data":[{"file_id":"file-…"}]}');
     expect(problem).toContain('but the commands above it printed\n    {"data":[]}');
@@ -65,11 +83,11 @@ describe('check:docs', () => {
 
   it('passes a shown output that matches, `…` standing for anything in a line and a `…` line for any lines', async () => {
     const code = ['echo "id: abc123 at 1767225600"', '# → id: … at …', "printf 'a\\nb\\nc\\nd\\n'", '# → a', '# → …', '# → d', 'echo tail', '# → tail'];
-    expect(await runExamples(example(code.join('\n')), process.env)).toBeNull();
+    expect((await runExamples(example(code.join('\n')), process.env)).problem).toBeNull();
   });
 
   it('fails an example that fails, and an output shown without `# →`', async () => {
-    expect(await runExamples(example('false'), process.env)).toContain('an example failed (exit 1)');
+    expect((await runExamples(example('false'), process.env)).problem).toContain('an example failed (exit 1)');
     expect(() => example('curl -s $GATEWAY/health\n# {"status":"ok"}')).toThrow(/example\.md:3: an output shown without '# →' is not compared/);
   });
 
