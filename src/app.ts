@@ -8,8 +8,9 @@ import { accessLog } from './middleware/access-log';
 import { apiKeyAuth } from './middleware/api-key-auth';
 import { provideDeps, type DepsVariables } from './middleware/deps';
 import { jsonBody } from './middleware/json-body';
+import { jsonNewline } from './middleware/json-newline';
 import { requestId, type RequestIdVariables } from './middleware/request-id';
-import { servedRoutesOnly } from './middleware/served-routes';
+import { servedRoutesOnly, shorten } from './middleware/served-routes';
 import { DOCS_PAGE } from './openapi/docs-page';
 import { assistantRoutes } from './routes/assistants';
 import { fileRoutes } from './routes/files';
@@ -45,6 +46,7 @@ export function createApp(deps: Deps) {
 
   app.use(provideDeps(deps));
   app.use(requestId());
+  app.use(jsonNewline());
   app.use(accessLog());
   app.use(
     methodNotAllowed({
@@ -80,9 +82,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/vector_stores', vectorStoreRoutes);
   app.route('/v1/vector_stores', vectorStoreSearchRoutes);
 
-  app.notFound((c) =>
-    errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${c.req.path}.`)),
-  );
+  app.notFound((c) => errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${shorten(c.req.path)}.${baseUrlHint(c.req.path)}`)));
 
   app.onError((error, c) => {
     const apiError = toApiError(error);
@@ -96,6 +96,15 @@ export function createApp(deps: Deps) {
 }
 
 export type App = ReturnType<typeof createApp>;
+
+/**
+ * Every route of the API is under /v1, which OpenAI's SDKs expect in their base URL: a path
+ * outside it is most often a base URL without its /v1 (OPENAI_BASE_URL=http://127.0.0.1:8787).
+ */
+function baseUrlHint(path: string): string {
+  if (path === '/v1' || path.startsWith('/v1/')) return '';
+  return ` The API is served under /v1: a client's base URL ends in /v1 (OPENAI_BASE_URL=http://<gateway>/v1), as in ${shorten(`/v1${path}`)}.`;
+}
 
 function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;

@@ -1,3 +1,5 @@
+import { jsonText } from './lib/json-text';
+
 /**
  * The one error type, the closed list of error codes and the one envelope.
  *
@@ -167,5 +169,5 @@ export function errorResponse(error: ApiError): Response {
   const headers = new Headers(error.headers);
   headers.set('content-type', 'application/json');
   if (!error.retryable) headers.set('x-should-retry', 'false');
-  return new Response(JSON.stringify(error.body), { status: error.status, headers });
+  return new Response(jsonText(error.body), { status: error.status, headers });
 }

@@ -69,13 +69,14 @@ describe('a client configured by base URL and API key alone', () => {
     const client = new OpenAI({ baseURL, apiKey: tenant.workspaceKey });
     const upstream = await quickstart(client, 'llama3.2');
     expect(upstream?.headers.authorization).toBe(`Bearer ${providerKey}`);
-    // A model no key serves: the SDK's BadRequestError, saying how to configure one.
+    // A model no key serves: the SDK's BadRequestError, saying what the workspace serves and how to configure one.
     const other = await client.beta.assistants.create({ model: 'qwen2.5' });
     const refused = await client.beta.threads
       .createAndRun({ assistant_id: other.id, thread: { messages: [{ role: 'user', content: 'hi' }] } })
       .catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((refused as InstanceType<typeof OpenAI.BadRequestError>).message).toContain('{"models":["qwen2.5"]}');
+    expect((refused as InstanceType<typeof OpenAI.BadRequestError>).message).toContain("Its virtual keys serve 'llama3.*'.");
+    expect((refused as InstanceType<typeof OpenAI.BadRequestError>).message).toContain('{"models":[…,"qwen2.5"]}');
   });
 
   it('reads OPENAI_BASE_URL and OPENAI_API_KEY from the environment', async () => {

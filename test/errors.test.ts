@@ -1,6 +1,6 @@
 import Database from 'libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestGateway, errorOf, type Tenant, type TestGateway } from './support/gateway';
+import { createTestGateway, errorOf, serveOverHttp, type Tenant, type TestGateway } from './support/gateway';
 
 /** The one envelope, its status codes, and the request id on every response. */
 
@@ -33,6 +33,43 @@ describe('error envelope', () => {
     const error = await errorOf(await gateway.request('/v1/nope', { key: tenant.workspaceKey }));
     expect(error).toMatchObject({ status: 404, code: 'unsupported_endpoint', type: 'invalid_request_error', param: null });
     expect(error.message).toContain('GET /v1/nope');
+  });
+
+  it('says that the API is under /v1 for a path outside it, and for a path that repeats /v1', async () => {
+    const error = await errorOf(await gateway.request('/assistants', { key: tenant.workspaceKey }));
+    expect(error).toMatchObject({ status: 404, code: 'route_not_found' });
+    expect(error.message).toBe(
+      "Unknown route: GET /assistants. The API is served under /v1: a client's base URL ends in /v1 (OPENAI_BASE_URL=http://<gateway>/v1), as in /v1/assistants.",
+    );
+    const doubled = await errorOf(await gateway.request('/v1/v1/assistants', { key: tenant.workspaceKey }));
+    expect(doubled).toMatchObject({ status: 404, code: 'unsupported_endpoint' });
+    expect(doubled.message).toContain('The path repeats /v1: a base URL ends in /v1');
+    // A path is the client's text: repeated, not at any length.
+    expect((await errorOf(await gateway.request(`/${'a'.repeat(10_000)}`))).message.length).toBeLessThan(800);
+  });
+
+  it('ends every JSON answer with a newline, errors included, over HTTP with a Content-Length that counts it', async () => {
+    const server = await serveOverHttp(gateway);
+    try {
+      const answers = [
+        await fetch(`${server.url}/health`),
+        await fetch(`${server.url}/v1/assistants`, { headers: { authorization: `Bearer ${tenant.workspaceKey}` } }),
+        await fetch(`${server.url}/v1/assistants`, { method: 'POST', headers: { authorization: `Bearer ${tenant.workspaceKey}`, 'content-type': 'application/json' }, body: '{}' }),
+        await fetch(`${server.url}/nope`),
+        await fetch(`${server.url}/v1/assistants`),
+      ];
+      expect(answers.map((response) => response.status)).toEqual([200, 200, 400, 404, 401]);
+      for (const response of answers) {
+        expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+        const bytes = new Uint8Array(await response.arrayBuffer());
+        expect(bytes.at(-1)).toBe(0x0a);
+        expect(bytes.at(-2)).toBe(0x7d); // the JSON's own last byte, `}`
+        if (response.headers.has('content-length')) expect(Number(response.headers.get('content-length'))).toBe(bytes.length);
+        JSON.parse(new TextDecoder().decode(bytes));
+      }
+    } finally {
+      await server.close();
+    }
   });
 
   it('405s a known path with another method, with Allow', async () => {

@@ -444,6 +444,24 @@ describe('tool calls', () => {
     expect(fake.requests.map((r) => r.scenarioSource)).toEqual(['directive', 'directive']);
   });
 
+  it('search with the user’s message when given the gateway’s file_search function and no scenario, once a turn', async () => {
+    const FILE_SEARCH = { type: 'function' as const, function: { name: 'file_search', parameters: { type: 'object', properties: { queries: { type: 'array', items: { type: 'string' } } } } } };
+    const first = await complete({ model: MODEL, tools: [WEATHER_TOOL, FILE_SEARCH], messages: [user('Are refunds accepted?')] });
+    const call = first.choices[0]!.message.tool_calls![0]!;
+    expect(call.type === 'function' && [call.function.name, JSON.parse(call.function.arguments)]).toEqual(['file_search', { queries: ['Are refunds accepted?'] }]);
+    // Its results back: the answer, no second search.
+    const second = await complete({
+      model: MODEL,
+      tools: [FILE_SEARCH],
+      messages: [user('Are refunds accepted?'), first.choices[0]!.message, { role: 'tool', tool_call_id: call.id, content: '【0†policy.txt】 Refunds are accepted.' }],
+    });
+    expect(second.choices[0]!.message).toMatchObject({ content: 'The tool returned: 【0†policy.txt】 Refunds are accepted.' });
+    // Not with tool_choice none, nor when a scenario says what to answer.
+    expect((await complete({ model: MODEL, tools: [FILE_SEARCH], tool_choice: 'none', messages: [user('Refunds?')] })).choices[0]!.message.tool_calls).toBeUndefined();
+    expect((await complete({ model: MODEL, tools: [FILE_SEARCH], messages: [user('Refunds?', { reply: 'No.' })] })).choices[0]!.message).toMatchObject({ content: 'No.' });
+    expect((await complete({ model: MODEL, tools: [WEATHER_TOOL], messages: [user('Refunds?')] })).choices[0]!.message.tool_calls).toBeUndefined();
+  });
+
   it('refuse a nameless tool call when the request has no tools', async () => {
     const error = await complete({ model: MODEL, messages: [user('Hi', { tool_calls: 1 })] }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(BadRequestError);

@@ -273,13 +273,20 @@ describe('listing messages', () => {
 });
 
 describe('the active-run rule', () => {
-  const refusal = (threadId: string, runId: string) => ({
-    status: 400,
-    code: 'thread_has_active_run',
-    param: null,
-    type: 'invalid_request_error',
-    message: `Can't add messages to ${threadId} while a run ${runId} is active.`,
-  });
+  /** The refusal, saying what frees the thread from a run in `status`. */
+  const refusal = (threadId: string, runId: string, status: 'queued' | 'in_progress' | 'requires_action' | 'cancelling' = 'requires_action') => {
+    const submit = `submit its tool outputs (POST /v1/threads/${threadId}/runs/${runId}/submit_tool_outputs), `;
+    const cancel = `cancel it (POST /v1/threads/${threadId}/runs/${runId}/cancel) or wait for it to end`;
+    return {
+      status: 400,
+      code: 'thread_has_active_run',
+      param: null,
+      type: 'invalid_request_error',
+      message:
+        `Can't add messages to ${threadId} while a run ${runId} is active. To free the thread, ` +
+        `${status === 'cancelling' ? 'wait for its cancellation to end' : `${status === 'requires_action' ? submit : ''}${cancel}`}.`,
+    };
+  };
 
   it('refuses a message while a run waits for tool outputs, naming the run, and takes it once the run ends', async () => {
     const held = await heldThread(alice);
@@ -297,7 +304,7 @@ describe('the active-run rule', () => {
     // Executing for as long as its provider holds the answer.
     const gate = freshGate('executing');
     const started = await startRun(alice, { reply: 'Slowly.', hold: gate });
-    expect(await errorOf(await postMessage(started.threadId, { role: 'user', content: 'Wait' }))).toEqual(refusal(started.threadId, started.runId));
+    expect(await errorOf(await postMessage(started.threadId, { role: 'user', content: 'Wait' }))).toEqual(refusal(started.threadId, started.runId, 'in_progress'));
     upstream.openGate(gate);
     expect((await waitForRun(alice, started.threadId, started.runId, ['completed'])).status).toBe('completed');
     expect((await postMessage(started.threadId, { role: 'user', content: 'Next' })).status).toBe(200);
@@ -313,7 +320,7 @@ describe('the active-run rule', () => {
     ['cancelled', true],
     ['expired', true],
     ['incomplete', true],
-  ] as const)('with the thread’s run %s, a message is admitted: %s', async (status, admitted) => {
+  ] as const)('with the thread’s run %s, a message is admitted: %s (else told what frees the thread)', async (status, admitted) => {
     const held = await heldThread(alice);
     // A run in each status, its lease and expiry far ahead: set in the database, as another
     // process executing it would have.
@@ -321,7 +328,7 @@ describe('the active-run rule', () => {
     await gateway.database.db.update(runs).set({ status, leaseExpiresAt: future, expiresAt: future }).where(eq(runs.id, held.runId));
     const response = await postMessage(held.threadId, { role: 'user', content: 'Now?' });
     if (admitted) expect(response.status).toBe(200);
-    else expect(await errorOf(response)).toEqual(refusal(held.threadId, held.runId));
+    else expect(await errorOf(response)).toEqual(refusal(held.threadId, held.runId, status));
     await gateway.database.db.update(runs).set({ status: 'cancelled', leaseExpiresAt: null }).where(eq(runs.id, held.runId));
   });
 

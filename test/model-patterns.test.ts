@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../src/errors';
-import { conflicts, matches, overlap, sharedModel, specificity } from '../src/lib/model-patterns';
+import { closestModel, conflicts, matches, overlap, sharedModel, specificity } from '../src/lib/model-patterns';
 import { chooseVirtualKey, type VirtualKey } from '../src/services/virtual-keys';
 
 /**
@@ -9,6 +9,25 @@ import { chooseVirtualKey, type VirtualKey } from '../src/services/virtual-keys'
  * run's model among a workspace's keys (chooseVirtualKey), as pure functions. The same rules
  * through the API, with real runs: test/virtual-key-routing.test.ts.
  */
+
+describe('closestModel', () => {
+  const patterns = ['gpt-4o*', 'o3*', 'llama3.*', 'gpt-4.1', '*'];
+  const table: [string, string | null][] = [
+    ['gpt4o', 'gpt-4o'], // a glob stands for its literal text
+    ['gpt-4.2', 'gpt-4.1'],
+    ['lama3.', 'llama3.'],
+    ['o4', 'o3'],
+    ['claude-3-opus', null], // nothing close: no guess
+    ['', null],
+  ];
+  it.each(table)('%s → %s', (model, expected) => expect(closestModel(model, patterns)).toBe(expected));
+
+  it('takes the nearest of several, and a bounded time for long names', () => {
+    expect(closestModel('gpt-4o-mimi', ['gpt-4o-mini', 'gpt-4o-m'])).toBe('gpt-4o-mini');
+    const long = 'x'.repeat(256);
+    expect(closestModel(long, Array.from({ length: 3200 }, (_, i) => `${'y'.repeat(250)}${i}`))).toBeNull();
+  });
+});
 
 describe('matches', () => {
   const table: [string, string, boolean][] = [

@@ -574,7 +574,10 @@ describe('one open run per thread', () => {
       .catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
     expect(refused).toMatchObject({ status: 400, code: 'thread_has_active_run', param: null });
-    expect((refused as Error).message).toContain(`Thread ${threadId} already has an active run ${waiting.id}.`);
+    expect((refused as Error).message).toContain(
+      `Thread ${threadId} already has an active run ${waiting.id}.` +
+        ` To free the thread, submit its tool outputs (POST /v1/threads/${threadId}/runs/${waiting.id}/submit_tool_outputs), cancel it (POST /v1/threads/${threadId}/runs/${waiting.id}/cancel) or wait for it to end.`,
+    );
     expect(await ratelimit.rowsOf(gateway.database.client, tenant.workspace.id)).toEqual(before);
 
     // Executing: the same, for as long as its provider holds the answer.
@@ -587,7 +590,9 @@ describe('one open run per thread', () => {
     expect(await errorOf(await create(threadId))).toMatchObject({
       status: 400,
       code: 'thread_has_active_run',
-      message: `Thread ${threadId} already has an active run ${slow.id}.`,
+      message:
+        `Thread ${threadId} already has an active run ${slow.id}.` +
+        ` To free the thread, cancel it (POST /v1/threads/${threadId}/runs/${slow.id}/cancel) or wait for it to end.`,
     });
     fake.openGate(gate);
     expect((await openai.beta.threads.runs.poll(slow.id, { thread_id: threadId }, POLL)).status).toBe('completed');
@@ -621,7 +626,7 @@ describe('one open run per thread', () => {
       expect(await errorOf(response)).toMatchObject({
         status: 400,
         code: 'thread_has_active_run',
-        message: `Thread ${threadId} already has an active run ${winner.id}.`,
+        message: expect.stringMatching(new RegExp(`^Thread ${threadId} already has an active run ${winner.id}\\. To free the thread, .*cancel it \\(POST /v1/threads/${threadId}/runs/${winner.id}/cancel\\) or wait for it to end\\.$`)),
       });
     }
     const waiting = await client.beta.threads.runs.poll(winner.id, { thread_id: threadId }, POLL);

@@ -203,7 +203,9 @@ describe('deleting a thread', () => {
       code: 'thread_has_active_run',
       param: null,
       type: 'invalid_request_error',
-      message: `Can't delete ${held.threadId} while a run ${held.runId} is active.`,
+      message:
+        `Can't delete ${held.threadId} while a run ${held.runId} is active.` +
+        ` To free the thread, submit its tool outputs (POST /v1/threads/${held.threadId}/runs/${held.runId}/submit_tool_outputs), cancel it (POST /v1/threads/${held.threadId}/runs/${held.runId}/cancel) or wait for it to end.`,
     });
     expect(await rowsOf(held.threadId)).toMatchObject({ threads: 1, runs: 1 });
     await alice.openai.beta.threads.runs.cancel(held.runId, { thread_id: held.threadId });

@@ -131,8 +131,25 @@ describe('resolution order and specificity', () => {
     expect(error).toMatchObject({ status: 400, code: 'missing_virtual_key', param: 'x-gateway-virtual-key' });
     expect(error!.message).toContain("model 'claude-3'");
     expect(error!.message).toContain("'x-gateway-virtual-key' header");
-    expect(error!.message).toContain('{"models":["claude-3"]}');
+    expect(error!.message).toContain('{"models":[…,"claude-3"]}');
     expect(error!.message).toContain('{"default":true}');
+    expect(error!.message).toContain('No virtual key of this workspace names models, and none is its default.');
+  });
+
+  it('names the models the workspace serves and the closest to a misspelt one, before how to route it', async () => {
+    const workspace = await workspaceWith([
+      { slug: 'openai', models: ['gpt-4o*', 'o3*'] },
+      { slug: 'local', models: ['llama3.*', 'mistral-large'] },
+    ]);
+    const { error } = await runOf(workspace, 'gpt4o');
+    expect(error).toMatchObject({ status: 400, code: 'missing_virtual_key', param: 'x-gateway-virtual-key' });
+    expect(error!.message).toMatch(
+      /^No virtual key of this workspace serves model 'gpt4o'\. Did you mean 'gpt-4o'\? Its virtual keys serve '(gpt-4o\*|o3\*|llama3\.\*|mistral-large)'(, '(gpt-4o\*|o3\*|llama3\.\*|mistral-large)'){3}\. To run 'gpt4o' as it is: /,
+    );
+    for (const pattern of ['gpt-4o*', 'o3*', 'llama3.*', 'mistral-large']) expect(error!.message).toContain(`'${pattern}'`);
+    // An exact name is suggested as it is; a model close to nothing gets no guess.
+    expect((await runOf(workspace, 'mistral-larg')).error!.message).toContain("Did you mean 'mistral-large'?");
+    expect((await runOf(workspace, 'claude-3')).error!.message).not.toContain('Did you mean');
   });
 
   it('takes a key’s models and default from another workspace never', async () => {

@@ -85,3 +85,37 @@ function countStars(pattern: string): number {
   for (const character of pattern) if (character === '*') stars++;
   return stars;
 }
+
+/**
+ * Of the patterns a workspace's keys serve, the model name closest to `model`, for a request whose
+ * model none of them matches (a typo: `gpt4o` for `gpt-4o*`): a glob stands for its literal text
+ * (`gpt-4o*` for `gpt-4o`), and a candidate counts when at most a third of `model`'s characters
+ * (at least two) must change, and not all of them. Null when none is that close. Bounded: patterns are at most 256
+ * characters, and a workspace's keys hold at most a few thousand of them.
+ */
+export function closestModel(model: string, patterns: readonly string[]): string | null {
+  const limit = Math.max(2, Math.floor(model.length / 3));
+  let best: { name: string; distance: number } | null = null;
+  for (const pattern of patterns) {
+    const name = pattern.replaceAll('*', '');
+    if (name === '' || Math.abs(name.length - model.length) > limit) continue;
+    const distance = editDistance(model, name, limit);
+    // A candidate changed whole is no suggestion (`o3` for a two-letter name).
+    if (distance <= limit && distance < Math.max(model.length, name.length) && (best === null || distance < best.distance)) best = { name, distance };
+  }
+  return best?.name ?? null;
+}
+
+/** Levenshtein distance, or `limit + 1` once it must exceed `limit` (the row's least value does). */
+function editDistance(a: string, b: string, limit: number): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    if (Math.min(...row) > limit) return limit + 1;
+    previous = row;
+  }
+  return previous[b.length]!;
+}

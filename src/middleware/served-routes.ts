@@ -28,13 +28,15 @@ export const servedRoutesOnly = () =>
       new ApiError(
         'unsupported_endpoint',
         `The gateway does not serve ${c.req.method} ${shorten(c.req.path)}. ` +
-          'See docs/supported-operations.md for the operations it serves.',
+          (c.req.path.startsWith('/v1/v1/')
+            ? 'The path repeats /v1: a base URL ends in /v1 (OPENAI_BASE_URL=http://<gateway>/v1), and the client adds the rest.'
+            : 'See docs/supported-operations.md for the operations it serves.'),
       ),
     );
   });
 
 /** A path is the client's own text: repeated, but not at any length. */
-function shorten(path: string): string {
+export function shorten(path: string): string {
   return path.length <= MAX_PATH_CHARS ? path : `${path.slice(0, MAX_PATH_CHARS)}…`;
 }
 

@@ -139,7 +139,7 @@ export async function createRun(
   const [thread, assistant, history] = [await reads[0], await reads[1], await reads[2]];
   const settings = runSettings(assistant, body);
   const blocking = await blockingRun(deps, thread.id);
-  if (blocking) throw activeRunError(thread.id, blocking.id);
+  if (blocking) throw activeRunError(thread.id, blocking);
   // additional_messages' file_search attachments go to the thread's store (created if it has none),
   // in the run's batch: written with it or not at all.
   const request = { waitUntil: (task: Promise<unknown>) => context.waitUntil(task), ...caller };
@@ -160,7 +160,7 @@ export async function createRun(
       // The open run in the way may have been left behind: settled by recovery, it is in the way no more.
       const blocking = await blockingRun(deps, thread.id);
       if (blocking === null && (await insertRunOnThread(db, messages, run, extra))) return;
-      throw activeRunError(thread.id, blocking?.id ?? (await openRunOf(db, thread.id))?.id ?? null);
+      throw activeRunError(thread.id, blocking ?? (await openRunOf(db, thread.id)));
     },
     leading: [],
     stream: body.stream === true,

@@ -58,10 +58,29 @@ export const ACTIVE_STATUSES = ['queued', 'in_progress', 'cancelling'] as const;
 export const isTerminal = (status: RunStatus) => TERMINAL_STATUSES.some((terminal) => terminal === status);
 export const isActive = (status: RunStatus) => ACTIVE_STATUSES.some((active) => active === status);
 
-/** The 400 for a run or message created on a thread whose run `runId` is open, in OpenAI's words. */
-export function activeRunError(threadId: string, runId: string | null): ApiError {
-  const run = runId === null ? 'an active run' : `an active run ${runId}`;
-  return new ApiError('thread_has_active_run', `Thread ${threadId} already has ${run}.`);
+/** The run that holds a thread, as a refusal names it: null when it ended before it could be read. */
+export type HoldingRun = Pick<RunRow, 'id' | 'status'> | null;
+
+/** The 400 for a run created on a thread that `run` holds: OpenAI's words, then what frees the thread. */
+export function activeRunError(threadId: string, run: HoldingRun): ApiError {
+  return threadHeld(`Thread ${threadId} already has ${run === null ? 'an active run' : `an active run ${run.id}`}.`, threadId, run);
+}
+
+/**
+ * 400 `thread_has_active_run`: `refusal` (OpenAI's words for what was refused), then what frees
+ * the thread, which OpenAI leaves the client to guess: the run's tool outputs when it waits for
+ * them, its cancellation, or its end.
+ */
+export function threadHeld(refusal: string, threadId: string, run: HoldingRun): ApiError {
+  const runs = `/v1/threads/${threadId}/runs`;
+  const ways =
+    run === null
+      ? `cancel the thread's active run (GET ${runs} lists it) or wait for it to end`
+      : run.status === 'cancelling'
+        ? 'wait for its cancellation to end'
+        : `${run.status === 'requires_action' ? `submit its tool outputs (POST ${runs}/${run.id}/submit_tool_outputs), ` : ''}` +
+          `cancel it (POST ${runs}/${run.id}/cancel) or wait for it to end`;
+  return new ApiError('thread_has_active_run', `${refusal} To free the thread, ${ways}.`);
 }
 
 /**

@@ -3,7 +3,7 @@ import { insertWhere, preparedQuery, type Db } from '../db/client';
 import { virtualKeys, workspaces } from '../db/schema';
 import { ApiError } from '../errors';
 import { newUuid } from '../lib/ids';
-import { conflicts, globEnds, isGlob, matches, sharedModel, specificity } from '../lib/model-patterns';
+import { closestModel, conflicts, globEnds, isGlob, matches, sharedModel, specificity } from '../lib/model-patterns';
 import type { SecretBox } from '../lib/secrets';
 import { checkUpstreamUrl, type UpstreamUrlOptions } from '../lib/upstream-url';
 import {
@@ -404,17 +404,31 @@ export async function resolveVirtualKey(
     }
     return key;
   }
-  const key = chooseVirtualKey((await routableKeys(db).all({ workspaceId })).map(fromRow), request.model);
-  if (!key) {
-    throw new ApiError(
-      'missing_virtual_key',
-      `No virtual key of this workspace serves model '${request.model}'. Name one in the '${VIRTUAL_KEY_HEADER}' header, ` +
-        `add the model to a key's models (POST /v1/virtual-keys/{slug} with {"models":["${request.model}"]}), ` +
-        `or make a key the workspace's default ({"default":true}).`,
-      { param: VIRTUAL_KEY_HEADER },
-    );
-  }
+  const keys = (await routableKeys(db).all({ workspaceId })).map(fromRow);
+  const key = chooseVirtualKey(keys, request.model);
+  if (!key) throw new ApiError('missing_virtual_key', unservedModel(request.model, keys), { param: VIRTUAL_KEY_HEADER });
   return key;
+}
+
+/** What the workspace's patterns a message lists, at most; the rest are counted. */
+const LISTED_PATTERNS = 20;
+
+/**
+ * The 400 for a model that no key serves and no default takes: first what the workspace serves and
+ * the closest of it (most such requests are typos), then how to route the model as it is.
+ */
+function unservedModel(model: string, keys: readonly VirtualKey[]): string {
+  const patterns = [...new Set(keys.flatMap((key) => key.models))];
+  const closest = closestModel(model, patterns);
+  const listed = patterns.slice(0, LISTED_PATTERNS).map((pattern) => `'${pattern}'`).join(', ');
+  const more = patterns.length > LISTED_PATTERNS ? ` and ${patterns.length - LISTED_PATTERNS} more` : '';
+  const served = patterns.length === 0 ? ' No virtual key of this workspace names models, and none is its default.' : ` Its virtual keys serve ${listed}${more}.`;
+  return (
+    `No virtual key of this workspace serves model '${model}'.${closest === null ? '' : ` Did you mean '${closest}'?`}${served} ` +
+    `To run '${model}' as it is: name a key in the '${VIRTUAL_KEY_HEADER}' header, ` +
+    `add the model to a key's models (POST /v1/virtual-keys/{slug} with {"models":[…,"${model}"]}), ` +
+    `or make a key the workspace's default ({"default":true}).`
+  );
 }
 
 /**

@@ -1,5 +1,4 @@
 import type { Deps } from '../deps';
-import { ApiError } from '../errors';
 import { holdsThread } from '../db/schema';
 import { reconcileRun } from '../runs/recovery';
 import { checkImages } from '../files/images';
@@ -16,7 +15,7 @@ import {
   type MessageRow,
   type ThreadRow,
 } from '../services/threads';
-import { openRunOf } from '../services/runs';
+import { openRunOf, threadHeld, type HoldingRun } from '../services/runs';
 import { wakeIngestion, type StoreRequest } from '../vector-stores/commands';
 import { attachedFiles, threadStoreWrites } from '../vector-stores/thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
@@ -85,9 +84,7 @@ export async function createMessage(
   const stores = await threadStoreWrites(deps, request, thread, { attached: attachedFiles([body], () => '') }, written);
   const extra = [...stores.statements, ...(stores.toolResources ? [setToolResources(deps.db, thread.id, stores.toolResources, written)] : [])];
   const row = await whileIdle(deps, thread, () => insertMessageWhileIdle(deps.db, message, extra), (run) =>
-    run
-      ? `Can't add messages to ${thread.id} while a run ${run} is active.`
-      : `Can't add messages to ${thread.id} while a run is active.`,
+    `Can't add messages to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
   if (stores.queued) wakeIngestion(deps, request);
   return row;
@@ -101,7 +98,7 @@ export async function createMessage(
 export async function deleteThread(deps: ThreadCommandDeps, workspaceId: string, threadId: string): Promise<void> {
   const thread = await getThread(deps.db, workspaceId, threadId);
   await whileIdle(deps, thread, async () => ((await deleteIdleThread(deps.db, thread)) ? true : null), (run) =>
-    run ? `Can't delete ${thread.id} while a run ${run} is active.` : `Can't delete ${thread.id} while a run is active.`,
+    `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
 }
 
@@ -120,7 +117,7 @@ async function whileIdle<T>(
   deps: ThreadCommandDeps,
   thread: ThreadRow,
   write: () => Promise<T | null>,
-  refusal: (runId: string | null) => string,
+  refusal: (run: HoldingRun) => string,
 ): Promise<T> {
   for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
     const written = await write();
@@ -132,8 +129,8 @@ async function whileIdle<T>(
       continue;
     }
     const current = await reconcileRun(deps, run);
-    if (holdsThread(current.status)) throw new ApiError('thread_has_active_run', refusal(run.id));
+    if (holdsThread(current.status)) throw threadHeld(refusal(current), thread.id, current);
   }
   // Runs kept starting and ending between each write and its check: refuse, as OpenAI would.
-  throw new ApiError('thread_has_active_run', refusal(null));
+  throw threadHeld(refusal(null), thread.id, null);
 }

@@ -12,7 +12,10 @@
  *      model turn since that user message: `[{"tool_calls":1},{"reply":"Done"}]`);
  *   2. otherwise the next scenario queued with `enqueue()` (in-process tests);
  *   3. otherwise the default scenario, otherwise the built-in reply ("You said: ..." echoing the last
- *      user message, or "The tool returned: ..." when tool outputs are being submitted).
+ *      user message, or "The tool returned: ..." when tool outputs are being submitted); given the
+ *      gateway's `file_search` function (a run with the file_search tool), the built-in answer
+ *      first calls it with the user's message as the query.
+ * docs/fake-provider.md documents all of this for users.
  *
  * Token counts are deterministic (see `countTokens`, `promptTokens`, `completionTokens`).
  *
@@ -505,7 +508,9 @@ export class FakeUpstream {
         record.scenarioSource = this.#default ? 'default' : 'builtin';
       }
       record.scenario = scenario;
-      toolCalls = resolveToolCalls(scenario, body, turn.toolOutputs.length > 0);
+      // The built-in answer searches when it can, as a model given file_search would.
+      const search = record.scenarioSource === 'builtin' ? turn.userText.replace(DIRECTIVE_LINES, '').trim() : '';
+      toolCalls = resolveToolCalls(scenario, body, turn.toolOutputs.length > 0, search);
     } catch (error) {
       if (error instanceof FakeRequestError) return openAiError(400, error.message, 'messages', 'invalid_fake_directive');
       throw error;
@@ -619,6 +624,9 @@ const GATE_PATH = /^\/fake\/gates\/([^/]+)(\/open)?$/;
 
 const DIRECTIVE_LINE = /^[ \t]*#fake[ \t]+(.*?)[ \t]*$/m;
 const DIRECTIVE_LINES = /^[ \t]*#fake[ \t].*$/gm;
+
+/** The function the gateway gives a model for a run with the file_search tool. */
+const FILE_SEARCH = 'file_search';
 
 /** The scenarios of the `#fake` line in `text` (an object is one step), or undefined without one. */
 export function parseDirective(text: string): FakeScenario[] | undefined {
@@ -836,8 +844,11 @@ function replyText(scenario: FakeScenario, body: Record<string, unknown>, messag
 /**
  * The calls to make. Without `tool_calls` in the scenario, a forcing `tool_choice` ("required" or a
  * named function) still makes one, but only before tool outputs come back, or a run would loop.
+ * Otherwise, given `search` (the user's message, for the built-in answer) and a function named
+ * `file_search` (the gateway's, for a run with the file_search tool), it calls that with
+ * `{"queries":[search]}`, once a turn, unless `tool_choice` is "none".
  */
-function resolveToolCalls(scenario: FakeScenario, body: Record<string, unknown>, outputsSubmitted: boolean): ToolCallPlan[] {
+function resolveToolCalls(scenario: FakeScenario, body: Record<string, unknown>, outputsSubmitted: boolean, search = ''): ToolCallPlan[] {
   const tools = (Array.isArray(body.tools) ? body.tools : [])
     .filter((t): t is Record<string, unknown> => isRecord(t) && t.type === 'function' && isRecord(t.function))
     .map((t) => t.function as Record<string, unknown>);
@@ -848,6 +859,7 @@ function resolveToolCalls(scenario: FakeScenario, body: Record<string, unknown>,
     if (outputsSubmitted || scenario.reply !== undefined || tools.length === 0) return [];
     if (choice === 'required') calls = [{}];
     else if (isRecord(choice) && isRecord(choice.function) && typeof choice.function.name === 'string') calls = [{ name: choice.function.name }];
+    else if (search !== '' && choice !== 'none' && tools.some((tool) => tool.name === FILE_SEARCH)) calls = [{ name: FILE_SEARCH, arguments: { queries: [search] } }];
     else return [];
   } else if (spec === true) {
     calls = [{}];

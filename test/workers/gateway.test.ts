@@ -225,6 +225,14 @@ describe('the error envelope on workerd', () => {
     expect(new Set(ids).size).toBe(ids.length);
     expect(await json(await call('/health'))).toEqual({ status: 'ok' });
   });
+
+  it('ends every JSON answer with a newline, errors included, and says that the API is under /v1', async () => {
+    const responses = [await call('/health'), await call(PATH, { key: tenant.workspaceKey }), await call(PATH, { key: tenant.workspaceKey, body: {} }), await call(PATH), await call('/assistants')];
+    expect(responses.map((response) => response.status)).toEqual([200, 200, 400, 401, 404]);
+    const texts = await Promise.all(responses.map((response) => response.text()));
+    for (const text of texts) expect(text).toMatch(/}\n$/);
+    expect(JSON.parse(texts[4]!).error.message).toContain("The API is served under /v1: a client's base URL ends in /v1");
+  });
 });
 
 describe('GET /openapi.json on workerd', () => {
@@ -233,7 +241,7 @@ describe('GET /openapi.json on workerd', () => {
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toBe('application/json');
     expect(response.headers.get('x-gateway-request-id')).toMatch(/^req_/);
-    expect(await response.text()).toBe(JSON.stringify(openApiDocument));
+    expect(await response.text()).toBe(`${JSON.stringify(openApiDocument)}\n`);
     // Read once per isolate: the second answer is the same.
     expect(await json(await call('/openapi.json'))).toEqual(openApiDocument);
     const post = await call('/openapi.json', { body: {} });

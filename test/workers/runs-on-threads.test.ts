@@ -131,7 +131,9 @@ describe('runs on an existing thread, on workerd', () => {
       expect(await errorOf(response)).toMatchObject({
         status: 400,
         code: 'thread_has_active_run',
-        message: `Thread ${threadId} already has an active run ${winner.id}.`,
+        message:
+          `Thread ${threadId} already has an active run ${winner.id}.` +
+          ` To free the thread, cancel it (POST /v1/threads/${threadId}/runs/${winner.id}/cancel) or wait for it to end.`,
       });
     }
     await gate.open();

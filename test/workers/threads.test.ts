@@ -109,7 +109,9 @@ describe('threads and messages on workerd', () => {
       code: 'thread_has_active_run',
       param: null,
       type: 'invalid_request_error',
-      message: `Can't add messages to ${run.thread_id} while a run ${run.id} is active.`,
+      message:
+        `Can't add messages to ${run.thread_id} while a run ${run.id} is active.` +
+        ` To free the thread, submit its tool outputs (POST /v1/threads/${run.thread_id}/runs/${run.id}/submit_tool_outputs), cancel it (POST /v1/threads/${run.thread_id}/runs/${run.id}/cancel) or wait for it to end.`,
     });
     await expect(openai.beta.threads.delete(run.thread_id)).rejects.toBeInstanceOf(BadRequestError);
 
