@@ -1,13 +1,17 @@
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { createApp } from '../src/app';
+import { ASSETS_DIRECTORY } from '../src/node/static-assets';
+import { DOCS_SCRIPT } from '../src/openapi/docs-page';
 import { DOCUMENT_PATH, openApiDocument, serialiseDocument } from '../src/openapi/generate';
 import { apiRoutes, createTestGateway, json, type TestGateway } from './support/gateway';
 
 /**
  * GET /openapi.json describes every route of the app, validly, and is what the routes generate;
- * GET /docs serves the reference page.
+ * GET /docs serves the reference page and its script.
  */
 
 let gateway: TestGateway;
@@ -63,10 +67,27 @@ describe('src/openapi/assets/openapi.json', () => {
 });
 
 describe('GET /docs', () => {
-  it('serves the interactive reference over /openapi.json', async () => {
+  it('serves the reference page, its script from the gateway itself with the integrity the page declares', async () => {
     const response = await gateway.request('/docs');
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toMatch(/^text\/html/);
-    expect(await response.text()).toContain('data-url="/openapi.json"');
+    const page = await response.text();
+    const scripts = [...page.matchAll(/<script src="([^"]+)" integrity="([^"]+)"/g)].map(([, src, integrity]) => ({ src, integrity }));
+    expect(scripts).toEqual([{ src: `/docs/${DOCS_SCRIPT.file}`, integrity: DOCS_SCRIPT.integrity }]);
+    expect(page).toContain('<a href="/openapi.json">');
+
+    const script = await gateway.request(`/docs/${DOCS_SCRIPT.file}`);
+    expect(script.status).toBe(200);
+    expect(script.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    expect(script.headers.get('cache-control')).toContain('immutable');
+    const bytes = new Uint8Array(await script.arrayBuffer());
+    expect(`sha384-${createHash('sha384').update(bytes).digest('base64')}`).toBe(DOCS_SCRIPT.integrity);
+    expect(bytes.length).toBe(statSync(join(ASSETS_DIRECTORY, DOCS_SCRIPT.file)).size);
+  });
+
+  it('serves no other file of the assets directory', async () => {
+    for (const path of ['/docs/openapi.json', '/docs/scalar-api-reference-0.0.0.js', '/docs/..%2Fopenapi.json']) {
+      expect((await gateway.request(path)).status, path).toBe(404);
+    }
   });
 });
