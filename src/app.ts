@@ -8,6 +8,7 @@ import { accessLog } from './middleware/access-log';
 import { apiKeyAuth } from './middleware/api-key-auth';
 import { provideDeps, type DepsVariables } from './middleware/deps';
 import { jsonBody } from './middleware/json-body';
+import { responds } from './middleware/responds';
 import { requestId, type RequestIdVariables } from './middleware/request-id';
 import { servedRoutesOnly } from './middleware/served-routes';
 import { DOCS_PAGE, DOCS_SCRIPT } from './openapi/docs-page';
@@ -19,6 +20,7 @@ import { usageRoutes } from './routes/usage';
 import { vectorStoreSearchRoutes } from './routes/vector-store-search';
 import { vectorStoreRoutes } from './routes/vector-stores';
 import { virtualKeyRoutes } from './routes/virtual-keys';
+import { healthObject } from './schemas/objects';
 
 /**
  * The gateway, for any runtime: node.ts and worker.ts build `deps` and serve what this returns,
@@ -58,7 +60,7 @@ export function createApp(deps: Deps) {
     }),
   );
 
-  app.get('/health', (c) => c.json({ status: 'ok' }));
+  app.get('/health', responds({ summary: 'Health', ok: healthObject }), (c) => c.json({ status: 'ok' as const }));
   // Generated from the routes below and their schemas by `npm run openapi` (openapi/generate.ts).
   app.get('/openapi.json', async (c) => c.json(await deps.openApiDocument()));
   app.get('/docs', (c) => c.html(DOCS_PAGE));

@@ -58,6 +58,51 @@ describe('GET /openapi.json', () => {
   });
 });
 
+describe('the answers /openapi.json declares', () => {
+  it('are, for every operation, a success schema and the error envelope for its error statuses', async () => {
+    const document = await json(await gateway.request('/openapi.json'));
+    const error = { $ref: '#/components/schemas/Error' };
+    for (const { method, path } of [...apiRoutes(gateway.app), { method: 'GET', path: '/health' }]) {
+      const where = `${method} ${path}`;
+      const operation = document.paths[openApiPath(path)][method.toLowerCase()];
+      expect(operation.summary, where).toMatch(/^[A-Z]/);
+      const success = operation.responses[200].content;
+      const schema = success['application/json']?.schema ?? success['application/octet-stream']?.schema;
+      expect(schema, where).toBeDefined();
+      expect(Object.keys(schema).length, where).toBeGreaterThan(0);
+      const statuses = Object.keys(operation.responses).filter((status) => /^[45]\d\d$/.test(status));
+      if (path.startsWith('/v1/')) expect(statuses, where).toEqual(expect.arrayContaining(['400', '401']));
+      if (path.includes('/:')) expect(statuses, where).toContain('404');
+      for (const status of [...statuses, 'default']) {
+        expect(operation.responses[status].content['application/json'].schema, `${where} ${status}`).toEqual(error);
+      }
+    }
+    // A run's object is OpenAI's RunObject, by name; lists and deletions say what they hold.
+    const createRun = document.paths['/v1/threads/{thread_id}/runs'].post.responses;
+    expect(createRun[200].content['application/json'].schema).toEqual({ $ref: '#/components/schemas/RunObject' });
+    expect(createRun[429]).toBeDefined();
+    const listed = document.paths['/v1/assistants'].get.responses[200].content['application/json'].schema;
+    expect(listed.properties.data.items).toEqual({ $ref: '#/components/schemas/AssistantObject' });
+    const deleted = document.paths['/v1/threads/{thread_id}'].delete.responses[200].content['application/json'].schema;
+    expect(deleted.properties.object).toEqual({ type: 'string', const: 'thread.deleted' });
+    expect(document.components.schemas.RunObject.properties.status.enum).toContain('requires_action');
+  });
+
+  it('include the event stream where a run can be streamed, and there only', async () => {
+    const document = await json(await gateway.request('/openapi.json'));
+    const streamed = Object.entries(document.paths as Record<string, Record<string, { responses: Record<string, { content?: object }> }>>)
+      .flatMap(([path, item]) => Object.entries(item).map(([method, operation]) => ({ operation: `${method} ${path}`, content: operation.responses[200]!.content })))
+      .filter(({ content }) => content !== undefined && 'text/event-stream' in content)
+      .map(({ operation }) => operation)
+      .sort();
+    expect(streamed).toEqual([
+      'post /v1/threads/runs',
+      'post /v1/threads/{thread_id}/runs',
+      'post /v1/threads/{thread_id}/runs/{run_id}/submit_tool_outputs',
+    ]);
+  });
+});
+
 describe('src/openapi/assets/openapi.json', () => {
   it('is what the routes and their schemas generate now (else: npm run openapi)', async () => {
     const generated = serialiseDocument(await openApiDocument(createApp(gateway.deps)));
