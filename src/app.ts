@@ -10,8 +10,9 @@ import { provideDeps, type DepsVariables } from './middleware/deps';
 import { jsonBody } from './middleware/json-body';
 import { jsonNewline } from './middleware/json-newline';
 import { requestId, type RequestIdVariables } from './middleware/request-id';
+import { responds } from './middleware/responds';
 import { servedRoutesOnly, shorten } from './middleware/served-routes';
-import { DOCS_PAGE } from './openapi/docs-page';
+import { DOCS_PAGE, DOCS_SCRIPT } from './openapi/docs-page';
 import { assistantRoutes } from './routes/assistants';
 import { fileRoutes } from './routes/files';
 import { policyRoutes } from './routes/policies';
@@ -20,6 +21,7 @@ import { usageRoutes } from './routes/usage';
 import { vectorStoreSearchRoutes } from './routes/vector-store-search';
 import { vectorStoreRoutes } from './routes/vector-stores';
 import { virtualKeyRoutes } from './routes/virtual-keys';
+import { healthObject } from './schemas/objects';
 
 /**
  * The gateway, for any runtime: node.ts and worker.ts build `deps` and serve what this returns,
@@ -60,10 +62,19 @@ export function createApp(deps: Deps) {
     }),
   );
 
-  app.get('/health', (c) => c.json({ status: 'ok' }));
+  app.get('/health', responds({ summary: 'Health', ok: healthObject }), (c) => c.json({ status: 'ok' as const }));
   // Generated from the routes below and their schemas by `npm run openapi` (openapi/generate.ts).
   app.get('/openapi.json', async (c) => c.json(await deps.openApiDocument()));
   app.get('/docs', (c) => c.html(DOCS_PAGE));
+  app.get(`/docs/${DOCS_SCRIPT.file}`, async (c) => {
+    const script = await deps.staticAsset(DOCS_SCRIPT.file);
+    if (!script) throw new Error(`openapi/assets has no ${DOCS_SCRIPT.file}: the package is incomplete.`);
+    // Its name changes with its version: an answer never goes stale.
+    return c.body(script, 200, {
+      'content-type': 'text/javascript; charset=utf-8',
+      'cache-control': 'public, max-age=31536000, immutable',
+    });
+  });
 
   // What the gateway does not serve is answered first, unauthenticated and unread: a path or a
   // method is not a secret, and a client should learn that before it is asked for a key.

@@ -63,4 +63,9 @@ export interface Deps {
    * the script does not carry it.
    */
   openApiDocument: () => Promise<object>;
+  /**
+   * A file of openapi/assets (the reference page's script), as a stream, or null when there is none:
+   * read from the package's files on Node, from the Worker's static assets on Workers.
+   */
+  staticAsset: (name: string) => Promise<ReadableStream<Uint8Array> | null>;
 }

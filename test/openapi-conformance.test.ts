@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeThread, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { apiRoutes, createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
+import * as ours from './support/gateway-openapi';
 import { componentErrors, referenceOperations, responseComponent, streamEventErrors } from './support/openapi';
 import { parseEventStream, type StreamEvent } from './support/sse';
 
@@ -8,7 +9,11 @@ import { parseEventStream, type StreamEvent } from './support/sse';
  * Every object the gateway answers has the shape OpenAI describes for it: each operation's body
  * validates against the component the reference names for its 200 answer (test/support/openapi.ts,
  * strict about undocumented properties), each event of a streamed answer against its
- * AssistantStreamEvent, and each error against ErrorResponse.
+ * AssistantStreamEvent, and each error against ErrorResponse. Each is checked against the gateway's
+ * own document too (src/openapi/assets/openapi.json, test/support/gateway-openapi.ts): the schema it
+ * declares for that operation and status, and for each streamed object its component; and the
+ * gateway's own resources (policies, virtual keys, usage), which OpenAI does not describe, against
+ * that document alone.
  *
  * One row per call. An operation the gateway does not serve yet has its row already, marked
  * `pending` with the issue that brings it: it runs as expected-to-fail until then, and the
@@ -607,12 +612,19 @@ describe('every answer validates against the reference', () => {
         }
         expect(type.startsWith('text/event-stream'), `content-type ${type}`).toBe(Boolean(operation.streamed));
         if (!operation.streamed) {
-          expect(componentErrors(shape, await response.json())).toEqual([]);
+          const body = await response.json();
+          expect(componentErrors(shape, body)).toEqual([]);
+          expect(ours.answerErrors(call.method, `/v1${call.path}`, 200, body)).toEqual([]);
           return;
         }
         const events = parseEventStream(await response.text());
         const failures = events.flatMap(({ event, data }, i) => streamEventErrors(event, data).map((line) => `event ${i} (${event}): ${line}`));
         expect(failures).toEqual([]);
+        const ourFailures = events.flatMap(({ event, data }, i) => {
+          const component = ours.streamEventComponent(event);
+          return component ? ours.componentErrors(component, data).map((line) => `event ${i} (${event} → ${component}): ${line}`) : [];
+        });
+        expect(ourFailures).toEqual([]);
         const names = events.map(({ event }) => event);
         expect(names.at(-1)).toBe('done');
         for (const name of operation.events ?? []) expect(names, `no ${name} event`).toContain(name);
@@ -626,9 +638,12 @@ describe('every answer validates against the reference', () => {
 describe('every error validates against ErrorResponse', () => {
   for (const error of errors) {
     it(`${error.name}: ${error.status}`, async () => {
-      const response = await send(await error.call(world));
+      const call = await error.call(world);
+      const response = await send(call);
       expect(response.status).toBe(error.status);
-      expect(componentErrors('ErrorResponse', await response.json())).toEqual([]);
+      const body = await response.json();
+      expect(componentErrors('ErrorResponse', body)).toEqual([]);
+      expectDeclaredError(call, error.status, body);
     });
   }
 
@@ -649,7 +664,59 @@ describe('every error validates against ErrorResponse', () => {
     expect((await send(run, limited)).status).toBe(200);
     const refused = await send(run, limited);
     expect(refused.status).toBe(429);
-    expect(componentErrors(responseComponent('createThreadAndRun', '429'), await refused.json())).toEqual([]);
+    const body = await refused.json();
+    expect(componentErrors(responseComponent('createThreadAndRun', '429'), body)).toEqual([]);
+    expectDeclaredError(run, 429, body);
+  });
+});
+
+/**
+ * An error is the envelope the gateway's document declares for its operation and status, and the
+ * operation names that status (405 aside: it is the path's, not an operation's); for a path the
+ * document does not have, the envelope is its Error component.
+ */
+function expectDeclaredError(call: Call, status: number, body: unknown) {
+  const path = `/v1${call.path}`;
+  const answer = ours.declaredAnswer(call.method, path, status);
+  if (!answer) {
+    expect(ours.componentErrors('Error', body)).toEqual([]);
+    return;
+  }
+  if (status !== 405) expect(answer.declared, `${call.method} ${path} declares no ${status}`).toBe(true);
+  expect(ours.answerErrors(call.method, path, status, body)).toEqual([]);
+}
+
+/** The gateway's own resources, which OpenAI's reference does not have: each answer against the gateway's document alone. */
+describe("the gateway's own operations answer what its document declares", () => {
+  const policy = { conditions: [{ key: 'model', value: 'gpt-4o' }], group_by: [{ key: 'api_key' }], type: 'requests', unit: 'rpm', value: 60 };
+  const createPolicy = async () => (await json(await send({ method: 'POST', path: '/policies/rate-limits', body: policy }))).id as string;
+  const rows: { name: string; status: number; call(): Promise<Call> }[] = [
+    { name: 'create a policy', status: 200, call: async () => ({ method: 'POST', path: '/policies/rate-limits', body: policy }) },
+    { name: 'list policies', status: 200, call: async () => (await createPolicy(), { method: 'GET', path: '/policies/rate-limits?page_size=2' }) },
+    { name: 'retrieve a policy', status: 200, call: async () => ({ method: 'GET', path: `/policies/rate-limits/${await createPolicy()}` }) },
+    { name: 'update a policy', status: 200, call: async () => ({ method: 'PUT', path: `/policies/rate-limits/${await createPolicy()}`, body: { value: 30 } }) },
+    { name: 'archive a policy', status: 200, call: async () => ({ method: 'DELETE', path: `/policies/rate-limits/${await createPolicy()}` }) },
+    { name: 'an unknown policy', status: 404, call: async () => ({ method: 'GET', path: '/policies/rate-limits/pol_missing' }) },
+    { name: 'a policy of another kind', status: 400, call: async () => ({ method: 'POST', path: '/policies/rate-limits', body: { ...policy, type: 'bytes' } }) },
+    { name: 'list virtual keys', status: 200, call: async () => ({ method: 'GET', path: '/virtual-keys' }) },
+    { name: 'an unknown virtual key', status: 404, call: async () => ({ method: 'DELETE', path: '/virtual-keys/no-such-key' }) },
+    { name: 'usage by day and model', status: 200, call: async () => ({ method: 'GET', path: '/usage?bucket_width=1d&group_by=model' }) },
+    { name: 'usage without a key', status: 401, call: async () => ({ method: 'GET', path: '/usage', key: null }) },
+  ];
+  for (const row of rows) {
+    it(`${row.name}: ${row.status}`, async () => {
+      const call = await row.call();
+      const response = await send(call);
+      const body = await response.json();
+      expect(response.status, JSON.stringify(body)).toBe(row.status);
+      if (row.status === 200) expect(ours.answerErrors(call.method, `/v1${call.path}`, 200, body)).toEqual([]);
+      else expectDeclaredError(call, row.status, body);
+    });
+  }
+
+  it('GET /health', async () => {
+    const response = await gateway.request('/health');
+    expect(ours.answerErrors('GET', '/health', 200, await response.json())).toEqual([]);
   });
 });
 

@@ -26,11 +26,12 @@ import * as schema from './schema';
  * drizzle/ of this package, found from this module's file upward: the module is src/db/node.ts
  * under tsx and vitest, and part of dist/node.js or dist/cli.js once built (scripts/build-node.mjs).
  */
-export const MIGRATIONS_FOLDER = findUpward(dirname(fileURLToPath(import.meta.url)), join('drizzle', 'meta', '_journal.json'));
+export const MIGRATIONS_FOLDER = join(findUpward(dirname(fileURLToPath(import.meta.url)), join('drizzle', 'meta', '_journal.json')), 'drizzle');
 
-function findUpward(from: string, marker: string): string {
+/** The nearest directory at or above `from` that holds `marker` (a path relative to it). */
+export function findUpward(from: string, marker: string): string {
   for (let dir = from; ; dir = dirname(dir)) {
-    if (existsSync(join(dir, marker))) return join(dir, 'drizzle');
+    if (existsSync(join(dir, marker))) return dir;
     if (dirname(dir) === dir) throw new Error(`no ${marker} above ${from}: the package is incomplete`);
   }
 }

@@ -172,7 +172,7 @@ const READ_BYTES = 64 * 1024;
  * chunk after a reader had cancelled, which threw "Controller is already closed" outside any
  * caller (an ingestion stopped mid-file did that).
  */
-function fileStream(file: FileHandle): ReadableStream<Uint8Array> {
+export function fileStream(file: FileHandle): ReadableStream<Uint8Array> {
   let closed = false;
   const close = async () => {
     if (closed) return;

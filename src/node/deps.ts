@@ -12,6 +12,7 @@ import { loadSecretBox } from './key-file';
 import { inProcessIngestionHost } from './ingest-host';
 import { inProcessRunHost } from './run-host';
 import { requestBody } from './request-body';
+import { nodeStaticAsset } from './static-assets';
 import { upstreamFetch } from './upstream-fetch';
 import { upstreamShares } from '../lib/fair-shares';
 
@@ -36,6 +37,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     upstreamShares: upstreamShares(config),
     requestBody,
     openApiDocument: () => Promise.resolve(openApiDocument),
+    staticAsset: nodeStaticAsset,
     ...overrides,
   };
   return {

@@ -12,6 +12,8 @@ import { toAssistantJson } from '../wire/assistants';
 import { listObject } from '../wire/lists';
 import type { ApiEnv } from './env';
 import { storeRequest } from './store-request';
+import { responds } from '../middleware/responds';
+import { assistantObject, deletedObject, listOf } from '../schemas/objects';
 
 /**
  * /v1/assistants, in the workspace of workspace(). Retrieving one needs a virtual key that would
@@ -21,26 +23,26 @@ import { storeRequest } from './store-request';
  */
 export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
-  .post('/', validate('json', createAssistantBody), async (c) => {
+  .post('/', responds({ summary: 'Create an assistant', ok: assistantObject }), validate('json', createAssistantBody), async (c) => {
     const row = await createAssistant(c.get('deps'), storeRequest(c), c.req.valid('json'));
     return c.json(toAssistantJson(row));
   })
-  .get('/', validate('query', cursorListQuery), async (c) => {
+  .get('/', responds({ summary: 'List assistants', ok: listOf(assistantObject) }), validate('query', cursorListQuery), async (c) => {
     const page = await listAssistants(c.get('deps').db, c.get('workspace').workspaceId, c.req.valid('query'));
     return c.json(listObject(page, toAssistantJson));
   })
-  .get('/:assistant_id', async (c) => {
+  .get('/:assistant_id', responds({ summary: 'Retrieve an assistant', ok: assistantObject }), async (c) => {
     const { db } = c.get('deps');
     const { workspaceId } = c.get('workspace');
     const row = await getAssistant(db, workspaceId, c.req.param('assistant_id'));
     await resolveVirtualKey(db, workspaceId, { slug: requestedVirtualKey(c), model: row.model });
     return c.json(toAssistantJson(row));
   })
-  .post('/:assistant_id', validate('json', modifyAssistantBody), async (c) => {
+  .post('/:assistant_id', responds({ summary: 'Modify an assistant', ok: assistantObject }), validate('json', modifyAssistantBody), async (c) => {
     const row = await modifyAssistant(c.get('deps'), storeRequest(c), c.req.param('assistant_id'), c.req.valid('json'));
     return c.json(toAssistantJson(row));
   })
-  .delete('/:assistant_id', async (c) => {
+  .delete('/:assistant_id', responds({ summary: 'Delete an assistant', ok: deletedObject('assistant.deleted') }), async (c) => {
     const { db, now } = c.get('deps');
     const row = await deleteAssistant(db, c.get('workspace').workspaceId, c.req.param('assistant_id'), now());
     return c.json({ id: row.id, object: 'assistant.deleted', deleted: true });

@@ -1,3 +1,4 @@
+import * as z from 'zod';
 import { Hono } from 'hono';
 import { ApiError } from '../errors';
 import { createFile, removeFile } from '../files/commands';
@@ -9,6 +10,8 @@ import { getFile, listFiles } from '../services/files';
 import { toFileJson } from '../wire/files';
 import { listObject } from '../wire/lists';
 import type { ApiEnv } from './env';
+import { responds } from '../middleware/responds';
+import { deletedObject, fileObject, listOf } from '../schemas/objects';
 
 /**
  * /v1/files, in the workspace of workspace(). An upload is multipart/form-data, read by the route
@@ -17,7 +20,7 @@ import type { ApiEnv } from './env';
  */
 export const fileRoutes = new Hono<ApiEnv>()
   .use(workspace())
-  .post('/', ownBody(), async (c) => {
+  .post('/', responds({ summary: 'Upload a file', ok: fileObject, errors: [413, 415, 507] }), ownBody(), async (c) => {
     const row = await createFile(c.get('deps'), c.get('workspace').workspaceId, {
       body: c.req.raw.body,
       contentType: c.req.header('content-type'),
@@ -25,22 +28,22 @@ export const fileRoutes = new Hono<ApiEnv>()
     });
     return c.json(toFileJson(row));
   })
-  .get('/', validate('query', listFilesQuery), async (c) => {
+  .get('/', responds({ summary: 'List files', ok: listOf(fileObject) }), validate('query', listFilesQuery), async (c) => {
     const { db, now } = c.get('deps');
     const page = await listFiles(db, c.get('workspace').workspaceId, c.req.valid('query'), now());
     return c.json(listObject(page, toFileJson));
   })
-  .get('/:file_id', async (c) => {
+  .get('/:file_id', responds({ summary: 'Retrieve a file', ok: fileObject }), async (c) => {
     const { db, now } = c.get('deps');
     const row = await getFile(db, c.get('workspace').workspaceId, c.req.param('file_id'), now());
     return c.json(toFileJson(row));
   })
-  .delete('/:file_id', async (c) => {
+  .delete('/:file_id', responds({ summary: 'Delete a file', ok: deletedObject('file') }), async (c) => {
     const id = c.req.param('file_id');
     await removeFile(c.get('deps'), c.get('workspace').workspaceId, id);
     return c.json({ id, object: 'file' as const, deleted: true });
   })
-  .get('/:file_id/content', async (c) => {
+  .get('/:file_id/content', responds({ summary: "Retrieve a file's content", ok: z.string(), bytes: true }), async (c) => {
     const { db, now, blobs } = c.get('deps');
     const row = await getFile(db, c.get('workspace').workspaceId, c.req.param('file_id'), now());
     const body = await blobs.get(row.blobKey);

@@ -14,10 +14,12 @@ import { workspaceCaps } from '../services/quotas';
 import { toPolicyJson } from '../wire/policies';
 import { resolveWorkspaceScope } from '../services/workspaces';
 import type { ApiEnv } from './env';
+import { responds } from '../middleware/responds';
+import { createdPolicy, policyList, policyObject } from '../schemas/objects';
 
 /** /v1/policies/rate-limits */
 export const policyRoutes = new Hono<ApiEnv>()
-  .get('/', validate('query', listPoliciesQuery), async (c) => {
+  .get('/', responds({ summary: 'List rate-limit policies', ok: policyList, errors: [403] }), validate('query', listPoliciesQuery), async (c) => {
     const query = c.req.valid('query');
     const { db } = c.get('deps');
     const scope = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: false });
@@ -34,7 +36,7 @@ export const policyRoutes = new Hono<ApiEnv>()
     );
     return c.json({ object: 'list', data: rows.map(toPolicyJson), total });
   })
-  .post('/', validate('json', createPolicyBody), async (c) => {
+  .post('/', responds({ summary: 'Create a rate-limit policy', ok: createdPolicy, errors: [403, 409] }), validate('json', createPolicyBody), async (c) => {
     const body = c.req.valid('json');
     const { db, now, config } = c.get('deps');
     checkOrganisation(c.get('apiKey'), body.organisation_id);
@@ -42,16 +44,16 @@ export const policyRoutes = new Hono<ApiEnv>()
     const policy = await createPolicy(db, scope!, body, now(), { createdBy: c.get('apiKey').kind, caps: workspaceCaps(config) });
     return c.json({ id: policy.id, object: 'policy_usage_limits' });
   })
-  .get('/:id', async (c) => {
+  .get('/:id', responds({ summary: 'Retrieve a rate-limit policy', ok: policyObject, errors: [403] }), async (c) => {
     const policy = await getPolicy(c.get('deps').db, c.get('apiKey'), c.req.param('id'));
     return c.json(toPolicyJson(policy));
   })
-  .put('/:id', validate('json', updatePolicyBody), async (c) => {
+  .put('/:id', responds({ summary: 'Update a rate-limit policy', ok: policyObject, errors: [403, 409] }), validate('json', updatePolicyBody), async (c) => {
     const { db, now, config } = c.get('deps');
     const policy = await updatePolicy(db, c.get('apiKey'), c.req.param('id'), c.req.valid('json'), now(), workspaceCaps(config));
     return c.json(toPolicyJson(policy));
   })
-  .delete('/:id', async (c) => {
+  .delete('/:id', responds({ summary: 'Archive a rate-limit policy', ok: policyObject, errors: [403] }), async (c) => {
     const { db, now } = c.get('deps');
     const policy = await archivePolicy(db, c.get('apiKey'), c.req.param('id'), now());
     return c.json(toPolicyJson(policy));

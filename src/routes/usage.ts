@@ -1,5 +1,7 @@
 import { Hono } from 'hono';
+import { responds } from '../middleware/responds';
 import { validate } from '../middleware/validate';
+import { usagePage } from '../schemas/objects';
 import { usageQuery } from '../schemas/usage';
 import { usageBuckets } from '../services/usage';
 import { resolveWorkspaceScope } from '../services/workspaces';
@@ -10,19 +12,24 @@ import type { ApiEnv } from './env';
  * workspace key sees its workspace; an organisation key its whole organisation, or the workspace
  * it names.
  */
-export const usageRoutes = new Hono<ApiEnv>().get('/', validate('query', usageQuery), async (c) => {
-  const query = c.req.valid('query');
-  const { db, now } = c.get('deps');
-  const workspace = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: false });
-  const page = await usageBuckets(db, {
-    scope: workspace ? { workspaceId: workspace.workspaceId } : { organisationId: c.get('apiKey').organisationId },
-    startMs: query.start_time === undefined ? undefined : query.start_time * 1000,
-    endMs: query.end_time === undefined ? undefined : query.end_time * 1000,
-    width: query.bucket_width,
-    groupBy: query.group_by ?? [],
-    limit: query.limit,
-    page: query.page,
-    now: now(),
-  });
-  return c.json(page);
-});
+export const usageRoutes = new Hono<ApiEnv>().get(
+  '/',
+  responds({ summary: 'Usage by bucket of time', ok: usagePage, errors: [403] }),
+  validate('query', usageQuery),
+  async (c) => {
+    const query = c.req.valid('query');
+    const { db, now } = c.get('deps');
+    const workspace = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: false });
+    const page = await usageBuckets(db, {
+      scope: workspace ? { workspaceId: workspace.workspaceId } : { organisationId: c.get('apiKey').organisationId },
+      startMs: query.start_time === undefined ? undefined : query.start_time * 1000,
+      endMs: query.end_time === undefined ? undefined : query.end_time * 1000,
+      width: query.bucket_width,
+      groupBy: query.group_by ?? [],
+      limit: query.limit,
+      page: query.page,
+      now: now(),
+    });
+    return c.json(page);
+  },
+);

@@ -5,6 +5,8 @@ import { searchVectorStore } from '../retrieval/search';
 import { vectorStoreSearchBody } from '../schemas/vector-store-search';
 import { toSearchResultsPage } from '../wire/vector-store-search';
 import type { ApiEnv } from './env';
+import { responds } from '../middleware/responds';
+import { vectorStoreSearchResultsPage } from '../schemas/objects';
 
 /**
  * POST /v1/vector_stores/{vector_store_id}/search, in the workspace of workspace(). The query is
@@ -13,7 +15,7 @@ import type { ApiEnv } from './env';
  */
 export const vectorStoreSearchRoutes = new Hono<ApiEnv>()
   // workspace() on the route alone: other routes under /v1/vector_stores have their own.
-  .post('/:vector_store_id/search', workspace(), validate('json', vectorStoreSearchBody), async (c) => {
+  .post('/:vector_store_id/search', responds({ summary: 'Search a vector store', ok: vectorStoreSearchResultsPage, errors: [429] }), workspace(), validate('json', vectorStoreSearchBody), async (c) => {
     const searcher = { workspaceId: c.get('workspace').workspaceId, apiKeyId: c.get('apiKey').id };
     const { queries, results } = await searchVectorStore(c.get('deps'), searcher, c.req.param('vector_store_id'), c.req.valid('json'));
     return c.json(toSearchResultsPage(queries, results));

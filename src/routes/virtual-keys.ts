@@ -11,13 +11,15 @@ import { createVirtualKey, listVirtualKeys, revokeVirtualKey, updateVirtualKey }
 import { resolveWorkspaceScope } from '../services/workspaces';
 import { toVirtualKeyJson } from '../wire/virtual-keys';
 import type { ApiEnv } from './env';
+import { responds } from '../middleware/responds';
+import { virtualKeyList, virtualKeyObject } from '../schemas/objects';
 
 /**
  * /v1/virtual-keys: a workspace key acts on its workspace; an organisation key names `workspace_id`.
  * An update is OpenAI's `POST /{id}`, here by slug; PATCH is accepted too, as REST clients send it.
  */
 export const virtualKeyRoutes = new Hono<ApiEnv>()
-  .get('/', validate('query', listVirtualKeysQuery), async (c) => {
+  .get('/', responds({ summary: 'List virtual keys', ok: virtualKeyList, errors: [403] }), validate('query', listVirtualKeysQuery), async (c) => {
     const query = c.req.valid('query');
     const { db } = c.get('deps');
     const scope = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: false });
@@ -28,7 +30,7 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
     });
     return c.json({ object: 'list', data: keys.map(toVirtualKeyJson) });
   })
-  .post('/', validate('json', createVirtualKeyBody), async (c) => {
+  .post('/', responds({ summary: 'Create a virtual key', ok: virtualKeyObject, errors: [403, 409] }), validate('json', createVirtualKeyBody), async (c) => {
     const body = c.req.valid('json');
     const { db, secrets, config, now } = c.get('deps');
     const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
@@ -41,7 +43,7 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
     });
     return c.json(toVirtualKeyJson(key));
   })
-  .on(['POST', 'PATCH'], '/:slug', validate('json', updateVirtualKeyBody), async (c) => {
+  .on(['POST', 'PATCH'], '/:slug', responds({ summary: 'Update a virtual key', ok: virtualKeyObject, errors: [403, 409] }), validate('json', updateVirtualKeyBody), async (c) => {
     const body = c.req.valid('json');
     const { db, secrets, config, now } = c.get('deps');
     const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
@@ -53,7 +55,7 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
     });
     return c.json(toVirtualKeyJson(key));
   })
-  .delete('/:slug', validate('query', revokeVirtualKeyQuery), async (c) => {
+  .delete('/:slug', responds({ summary: 'Revoke a virtual key', ok: virtualKeyObject, errors: [403] }), validate('query', revokeVirtualKeyQuery), async (c) => {
     const { db, now } = c.get('deps');
     const query = c.req.valid('query');
     const scope = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: true });

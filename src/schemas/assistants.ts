@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { metadataSchema } from './common';
-import { responseFormatSchema, toolResourcesInputSchema, toolsSchema, type ResponseFormat, type Tool, type ToolResources } from './tools';
+import { responseFormatSchema, toolResourcesInputSchema, toolsSchema } from './tools';
 
 /**
  * Assistants: OpenAI's CreateAssistantRequest with the gateway's bounds (README: name 256,
@@ -31,19 +31,3 @@ export type CreateAssistantBody = z.infer<typeof createAssistantBody>;
 export const modifyAssistantBody = createAssistantBody.partial();
 export type ModifyAssistantBody = z.infer<typeof modifyAssistantBody>;
 
-/** An assistant on the wire: every field of OpenAI's Assistant object, defaults filled. */
-export interface AssistantJson {
-  id: string;
-  object: 'assistant';
-  created_at: number;
-  name: string | null;
-  description: string | null;
-  model: string;
-  instructions: string | null;
-  tools: Tool[];
-  metadata: Record<string, string>;
-  tool_resources: ToolResources;
-  temperature: number;
-  top_p: number;
-  response_format: ResponseFormat;
-}

@@ -97,23 +97,6 @@ export const listPoliciesQuery = z.strictObject({
 });
 export type ListPoliciesQuery = z.infer<typeof listPoliciesQuery>;
 
-/** A policy on the wire: every field the README documents, timestamps in ISO 8601. */
-export interface PolicyJson {
-  id: string;
-  type: PolicyType;
-  unit: PolicyUnit;
-  value: number;
-  status: PolicyStatus;
-  workspace_id: string;
-  organisation_id: string;
-  created_at: string;
-  last_updated_at: string;
-  name: string;
-  conditions: { key: string; value: string }[];
-  group_by: { key: string }[];
-  /** The kind of API key that created it: an organisation's policy is changed only by organisation keys. */
-  created_by: 'organisation' | 'workspace';
-}
 
 /**
  * What a run's tokens are charged to, captured at admission and stored on the run (see

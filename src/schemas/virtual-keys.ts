@@ -139,23 +139,3 @@ export const listVirtualKeysQuery = z.strictObject({
 
 export const revokeVirtualKeyQuery = z.strictObject({ workspace_id: workspaceRef.optional() });
 
-/** A virtual key on the wire. The secret has no field here, so no mapper can leak it. */
-export interface VirtualKeyJson {
-  object: 'virtual_key';
-  id: string;
-  slug: string;
-  provider: Provider;
-  base_url: string;
-  workspace_id: string;
-  /** Unix seconds, like the Assistants objects. */
-  created_at: number;
-  revoked_at: number | null;
-  api_version?: string;
-  deployment?: string;
-  /** Azure OpenAI: the model the deployment serves. */
-  model?: string;
-  /** Exact model names and `*` globs whose runs this key executes when they name no key. */
-  models: string[];
-  /** Whether this is the workspace's default key. */
-  default: boolean;
-}

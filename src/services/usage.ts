@@ -1,6 +1,7 @@
 import { and, gte, inArray, lt, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { usage, virtualKeys, workspaces, type UsageKind } from '../db/schema';
+import type { UsagePage, UsageResult } from '../schemas/objects';
 import { BUCKET_LIMITS, type BucketWidth, type UsageGroup } from '../schemas/usage';
 
 /**
@@ -39,34 +40,6 @@ export async function recordEmbeddingsUsage(
         totalTokens: sql`${usage.totalTokens} + ${tokens}`,
       },
     });
-}
-
-export interface UsageResult {
-  object: 'usage.result';
-  input_tokens: number;
-  output_tokens: number;
-  total_tokens: number;
-  num_requests: number;
-  workspace_id: string | null;
-  api_key_id: string | null;
-  /** The virtual key's slug. */
-  virtual_key: string | null;
-  model: string | null;
-  kind: UsageKind | null;
-}
-
-export interface UsageBucket {
-  object: 'bucket';
-  start_time: number;
-  end_time: number;
-  results: UsageResult[];
-}
-
-export interface UsagePage {
-  object: 'page';
-  data: UsageBucket[];
-  has_more: boolean;
-  next_page: string | null;
 }
 
 export interface UsageRequest {

@@ -1,9 +1,9 @@
 import { toUnixSeconds } from '../lib/time';
-import type { AssistantJson } from '../schemas/assistants';
+import type { AssistantObject } from '../schemas/objects';
 import type { AssistantRow } from '../services/assistants';
 
 /** OpenAI's Assistant object, from its row: every field, defaults filled. */
-export function toAssistantJson(row: AssistantRow): AssistantJson {
+export function toAssistantJson(row: AssistantRow): AssistantObject {
   return {
     id: row.id,
     object: 'assistant',

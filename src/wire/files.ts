@@ -1,11 +1,12 @@
 import { toUnixSeconds } from '../lib/time';
+import type { FileObject } from '../schemas/objects';
 import type { FileRow } from '../services/files';
 
 /**
  * OpenAI's File object, from its row. `status` is always `processed` (a file is stored whole before
  * it is answered) and `status_details` null, as OpenAI sends them for every file today.
  */
-export function toFileJson(row: FileRow) {
+export function toFileJson(row: FileRow): FileObject {
   return {
     id: row.id,
     object: 'file' as const,

@@ -1,8 +1,8 @@
-import type { PolicyJson } from '../schemas/policies';
+import type { PolicyObject } from '../schemas/objects';
 import type { PolicyRow } from '../services/policies';
 
 /** A rate-limit policy on the wire: timestamps in ISO 8601. */
-export function toPolicyJson(row: PolicyRow): PolicyJson {
+export function toPolicyJson(row: PolicyRow): PolicyObject {
   return {
     id: row.id,
     type: row.type,

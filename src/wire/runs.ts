@@ -1,10 +1,11 @@
 import { toUnixSeconds } from '../lib/time';
+import type { RunObject, RunStepObject } from '../schemas/objects';
 import type { StepDetails } from '../schemas/runs';
 import { isTerminal, type RunRow, type StepRow } from '../services/runs';
 
 /** OpenAI's Run and RunStep objects, from their rows. */
 
-export function toRunJson(row: RunRow) {
+export function toRunJson(row: RunRow): RunObject {
   const terminal = isTerminal(row.status);
   return {
     id: row.id,
@@ -44,7 +45,7 @@ export function toRunJson(row: RunRow) {
  * (`include[]=step_details.tool_calls[*].file_search.results[*].content`), as OpenAI's do; the
  * model's side of the call (`function`) is the gateway's own and never shown.
  */
-export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>, includeContent = false) {
+export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>, includeContent = false): RunStepObject {
   return {
     id: row.id,
     object: 'thread.run.step' as const,
@@ -67,7 +68,7 @@ export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>, include
   };
 }
 
-function stepDetailsJson(details: StepDetails, includeContent: boolean) {
+function stepDetailsJson(details: StepDetails, includeContent: boolean): RunStepObject['step_details'] {
   if (details.type === 'message_creation') return details;
   return {
     type: details.type,

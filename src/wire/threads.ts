@@ -1,9 +1,10 @@
 import { toUnixSeconds } from '../lib/time';
+import type { MessageObject, ThreadObject } from '../schemas/objects';
 import type { MessageRow, ThreadRow } from '../services/threads';
 
 /** OpenAI's Thread and Message objects, from their rows. */
 
-export function toThreadJson(row: ThreadRow) {
+export function toThreadJson(row: ThreadRow): ThreadObject {
   return {
     id: row.id,
     object: 'thread' as const,
@@ -13,7 +14,7 @@ export function toThreadJson(row: ThreadRow) {
   };
 }
 
-export function toMessageJson(row: MessageRow) {
+export function toMessageJson(row: MessageRow): MessageObject {
   return {
     id: row.id,
     object: 'thread.message' as const,

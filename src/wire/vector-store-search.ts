@@ -1,7 +1,8 @@
 import type { SearchResult } from '../retrieval/search';
+import type { VectorStoreSearchResultsPage } from '../schemas/objects';
 
 /** OpenAI's VectorStoreSearchResultsPage: one item per chunk found, best first, in one page. */
-export function toSearchResultsPage(queries: string[], results: SearchResult[]) {
+export function toSearchResultsPage(queries: string[], results: SearchResult[]): VectorStoreSearchResultsPage {
   return {
     object: 'vector_store.search_results.page' as const,
     search_query: queries,

@@ -1,9 +1,10 @@
 import { toUnixSeconds } from '../lib/time';
+import type { VectorStoreFileBatchObject, VectorStoreFileObject, VectorStoreObject } from '../schemas/objects';
 import type { FileBatchRow, FileCounts, VectorStoreFileRow, VectorStoreRow } from '../services/vector-stores';
 
 /** OpenAI's VectorStoreObject, VectorStoreFileObject and VectorStoreFileBatchObject, from their rows. */
 
-export function toVectorStoreJson(row: VectorStoreRow, counts: FileCounts, usageBytes: number, now: number) {
+export function toVectorStoreJson(row: VectorStoreRow, counts: FileCounts, usageBytes: number, now: number): VectorStoreObject {
   const expired = row.expiresAt !== null && row.expiresAt <= now;
   return {
     id: row.id,
@@ -20,7 +21,7 @@ export function toVectorStoreJson(row: VectorStoreRow, counts: FileCounts, usage
   };
 }
 
-export function toVectorStoreFileJson(row: VectorStoreFileRow) {
+export function toVectorStoreFileJson(row: VectorStoreFileRow): VectorStoreFileObject {
   return {
     id: row.fileId,
     object: 'vector_store.file' as const,
@@ -35,7 +36,7 @@ export function toVectorStoreFileJson(row: VectorStoreFileRow) {
 }
 
 /** A batch is cancelled once cancelled; otherwise in progress while a file is, failed if every file failed. */
-export function toFileBatchJson(row: FileBatchRow, counts: FileCounts) {
+export function toFileBatchJson(row: FileBatchRow, counts: FileCounts): VectorStoreFileBatchObject {
   const status =
     row.cancelledAt !== null
       ? 'cancelled'

@@ -1,9 +1,9 @@
 import { toUnixSeconds } from '../lib/time';
-import type { VirtualKeyJson } from '../schemas/virtual-keys';
+import type { VirtualKeyObject } from '../schemas/objects';
 import { servedModel, type VirtualKey } from '../services/virtual-keys';
 
 /** A virtual key as the API and the CLI show it: never its secret. */
-export function toVirtualKeyJson(key: VirtualKey): VirtualKeyJson {
+export function toVirtualKeyJson(key: VirtualKey): VirtualKeyObject {
   return {
     object: 'virtual_key',
     id: key.id,

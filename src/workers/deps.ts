@@ -50,8 +50,8 @@ export type Env = SharedEnv & {
    */
   INGEST_QUEUE?: Queue<IngestWake>;
   /**
-   * The Worker's static assets (wrangler.toml [assets]): the OpenAPI document, which only the Worker
-   * reads (`run_worker_first`), so that the script does not carry it.
+   * The Worker's static assets (wrangler.toml [assets]): the OpenAPI document and the reference
+   * page's script, which only the Worker reads (`run_worker_first`), so that the script does not carry them.
    */
   ASSETS: Fetcher;
 };
@@ -96,7 +96,16 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     runHost: workersRunHost(env.RUN_EXECUTOR, shared.log),
     ingestion: env.INGEST_QUEUE ? queueIngestionHost(env.INGEST_QUEUE, shared.log) : null,
     openApiDocument: assetsDocument(env.ASSETS, '/openapi.json'),
+    staticAsset: (name) => assetsFile(env.ASSETS, `/${encodeURIComponent(name)}`),
   };
+}
+
+/** The file at `path` of the static assets, as it is read; null when there is none. */
+async function assetsFile(assets: Fetcher, path: string): Promise<ReadableStream<Uint8Array> | null> {
+  const response = await assets.fetch(new URL(path, 'https://assets.invalid'));
+  if (response.ok) return response.body;
+  await response.body?.cancel();
+  return null;
 }
 
 /**
@@ -116,10 +125,10 @@ function assetsDocument(assets: Fetcher, path: string): () => Promise<object> {
 }
 
 /**
- * Everything but where runs execute, where files are ingested and the API's description: what both
+ * Everything but where runs execute, where files are ingested and the API's description and page: what both
  * Workers need.
  */
-export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument'>> {
+export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset'>> {
   const config = parseConfig({ ...env });
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
   if (!url || !key) throw missingConfigurationError(missingConfiguration(config));

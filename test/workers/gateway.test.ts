@@ -1,6 +1,7 @@
 import { exports } from 'cloudflare:workers';
 import { describe, expect, inject, it } from 'vitest';
 import openApiDocument from '../../src/openapi/assets/openapi.json';
+import { DOCS_SCRIPT } from '../../src/openapi/docs-page';
 import { errorOf, json } from '../support/envelope';
 
 /**
@@ -246,6 +247,22 @@ describe('GET /openapi.json on workerd', () => {
     expect(await json(await call('/openapi.json'))).toEqual(openApiDocument);
     const post = await call('/openapi.json', { body: {} });
     expect(await errorOf(post)).toMatchObject({ status: 405, code: 'method_not_allowed' });
+  });
+});
+
+describe('GET /docs on workerd', () => {
+  it('serves the reference page and its script from the static assets, as Node does', async () => {
+    const page = await call('/docs');
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(await page.text()).toContain(`<script src="/docs/${DOCS_SCRIPT.file}" integrity="${DOCS_SCRIPT.integrity}"`);
+    const script = await call(`/docs/${DOCS_SCRIPT.file}`);
+    expect(script.status).toBe(200);
+    expect(script.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    expect(script.headers.get('x-gateway-request-id')).toMatch(/^req_/);
+    const digest = new Uint8Array(await crypto.subtle.digest('SHA-384', await script.arrayBuffer()));
+    expect(`sha384-${btoa(String.fromCharCode(...digest))}`).toBe(DOCS_SCRIPT.integrity);
+    expect((await call('/docs/openapi.json')).status).toBe(404);
   });
 });
 
