@@ -4,7 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseConfig } from '../src/config';
+import { listen } from '../src/node/server';
 import { startGatewayProcess } from './support/processes';
+import { waitFor } from './support/wait';
 
 /**
  * `npm start` as a new user meets it: a fresh data directory, keys printed once, then served; and
@@ -186,6 +189,40 @@ describe('the data files', () => {
       }
     } finally {
       rmSync(directory, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('answers in flight', () => {
+  it('counts an answer from its request until its last byte is written or its client goes', async () => {
+    const config = { ...parseConfig({}), HOST: '127.0.0.1', PORT: 0 };
+    let feed!: ReadableStreamDefaultController<Uint8Array>;
+    const { server, url, answering } = await listen(
+      () => new Response(new ReadableStream<Uint8Array>({ start: (controller) => void (feed = controller) })),
+      config,
+    );
+    try {
+      expect(answering()).toBe(0);
+      // Read to its end: counted while its body is written, not once its headers are.
+      const read = await fetch(url);
+      expect(answering()).toBe(1);
+      feed.enqueue(new TextEncoder().encode('part'));
+      feed.close();
+      expect(await read.text()).toBe('part');
+      await waitFor(answering, (count) => count === 0);
+      expect(answering()).toBe(0);
+
+      // Left by its client midway: no longer counted.
+      const left = new AbortController();
+      const leaving = await fetch(url, { signal: left.signal });
+      feed.enqueue(new TextEncoder().encode('part'));
+      await leaving.body!.getReader().read();
+      expect(answering()).toBe(1);
+      left.abort();
+      await waitFor(answering, (count) => count === 0);
+      expect(answering()).toBe(0);
+    } finally {
+      server.close();
     }
   });
 });

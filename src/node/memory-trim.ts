@@ -8,8 +8,9 @@ import { runInNewContext } from 'node:vm';
  * allocates. After a burst of runs, the gateway sat at about 200 MB for the minute we watched,
  * against 150 MB before the burst.
  *
- * So once no request has arrived and no background task has run for `idleMs`, and the heap has
- * grown by `growthBytes` since the last trim, this collects garbage twice:
+ * So once no request has arrived, none has been answered and no background task has run for
+ * `idleMs`, and the heap has grown by `growthBytes` since the last trim, this collects garbage
+ * twice:
  *
  * - at once, which frees the old generation's garbage;
  * - `settleMs` later, still idle, which returns the freed pages and shrinks the young generation.
@@ -24,7 +25,11 @@ import { runInNewContext } from 'node:vm';
 export interface MemoryTrimOptions {
   /** Moves when a request arrives (a count of requests). */
   activity: () => number;
-  /** True while background work is in flight (a run without its client, an ingestion). */
+  /**
+   * True while work is in flight: an answer still being written (a download read slowly, an event
+   * stream: a collection would hold it up 25 to 150 ms), or background work (a run without its
+   * client, an ingestion).
+   */
   busy: () => boolean;
   /** Called after each trim, with the heap's committed size before and after. */
   trimmed?: (report: TrimReport) => void;

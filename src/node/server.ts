@@ -26,9 +26,14 @@ export type ServerConfig = Pick<
 export async function listen(
   fetch: (request: Request) => Response | Promise<Response>,
   config: ServerConfig,
-): Promise<{ server: ServerType; url: string }> {
+): Promise<{ server: ServerType; url: string; answering: () => number }> {
+  // Answers in flight, until their last byte is written or their client goes: a download read
+  // slowly or a long event stream is one as long as it lasts (memory-trim.ts waits for none).
+  let answering = 0;
   const server = serve({
-    fetch: (request, { incoming }) => {
+    fetch: (request, { incoming, outgoing }) => {
+      answering++;
+      outgoing.once('close', () => answering--);
       noteMessage(request, incoming);
       return declareStreams(fetch(request), incoming.socket);
     },
@@ -55,7 +60,7 @@ export async function listen(
     server.once('listening', resolve);
     server.once('error', (error: NodeJS.ErrnoException) => reject(listenError(error, config)));
   });
-  return { server, url: urlOf(server.address()) };
+  return { server, url: urlOf(server.address()), answering: () => answering };
 }
 
 /** Why HOST:PORT cannot be listened on, as one line that says which variable picks another. */

@@ -59,7 +59,7 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   // The port before the first organisation: its keys are shown once, by the start that made them,
   // so that start must be one that can serve (a taken port must fail it before any key exists). A
   // request in between finds no key, as on any gateway before its first start.
-  const { server, url } = await listen((request) => {
+  const { server, url, answering } = await listen((request) => {
     requests++;
     return fetch(request);
   }, config).catch((error: unknown) => {
@@ -74,7 +74,7 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   deps.log.info('listening', { url, database: database.location });
   const stopTrimming = trimMemoryWhenIdle({
     activity: () => requests,
-    busy: () => tasks.size > 0,
+    busy: () => tasks.size > 0 || answering() > 0,
     trimmed: ({ heapBytesBefore, heapBytesAfter }) =>
       deps.log.debug('memory given back after a burst', { heap_mb_before: mb(heapBytesBefore), heap_mb_after: mb(heapBytesAfter) }),
   });
