@@ -1,6 +1,6 @@
 import { createTestGateway } from '../test/support/gateway';
 import { fixture, storeFile } from '../test/support/files';
-import { upstreamFetch } from '../src/node/upstream-fetch';
+import { upstreamFetch } from '../src/runtime/node/upstream-fetch';
 import type { UpstreamFetch } from '../src/providers/types';
 import { round, startFakeProvider } from './support';
 

@@ -5,11 +5,11 @@ import { count, sql } from 'drizzle-orm';
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { organisations, rateLimitPolicies } from '../src/db/schema';
 import { newUuid } from '../src/lib/ids';
-import { nodeConfig } from '../src/node/config';
-import { createNodeApp } from '../src/node/app';
-import { createNodeDeps } from '../src/node/deps';
-import { createApiKey } from '../src/services/api-keys';
-import { createWorkspace } from '../src/services/workspaces';
+import { nodeConfig } from '../src/runtime/node/config';
+import { createNodeApp } from '../src/runtime/node/app';
+import { createNodeDeps } from '../src/runtime/node/deps';
+import { createApiKey } from '../src/resources/identities/api-keys';
+import { createWorkspace } from '../src/resources/identities/workspaces';
 import { measure, round } from './support';
 
 /**

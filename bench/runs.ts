@@ -85,7 +85,7 @@ async function main() {
 /**
  * A fresh gateway process streaming answers of `bytes` each, 4 at a time, in rounds of `count`
  * runs: its RSS after each round, its peak, and 12 s after the last round (the gateway gives back
- * what a burst grew once idle: node/memory-trim.ts). Flat memory means the RSS stops growing with
+ * what a burst grew once idle: runtime/node/memory-trim.ts). Flat memory means the RSS stops growing with
  * the runs served (nothing is kept per run once it ends); what a run holds meanwhile is garbage
  * that V8 collects at its own pace, so the level it settles at says more than any single sample.
  */

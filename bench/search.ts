@@ -6,14 +6,14 @@ import { vectorStoreChunks, vectorStoreFiles, vectorStores, organisations } from
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { newId, newUuid } from '../src/lib/ids';
 import { createLogger } from '../src/logger';
-import { nodeConfig } from '../src/node/config';
-import { createNodeDeps } from '../src/node/deps';
+import { nodeConfig } from '../src/runtime/node/config';
+import { createNodeDeps } from '../src/runtime/node/deps';
 import { vectorBlob } from '../src/retrieval/embed';
 import { findStores, searchStores } from '../src/retrieval/search';
 import { maintainVectorIndexes } from '../src/retrieval/vector-index';
-import { createApiKey } from '../src/services/api-keys';
-import { createVirtualKey } from '../src/services/virtual-keys';
-import { createWorkspace } from '../src/services/workspaces';
+import { createApiKey } from '../src/resources/identities/api-keys';
+import { createVirtualKey } from '../src/resources/virtual-keys/commands';
+import { createWorkspace } from '../src/resources/identities/workspaces';
 import { createFakeUpstream, fakeEmbedding } from '../test/support/fake-upstream';
 import { measure, round, summarise } from './support';
 

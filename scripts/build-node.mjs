@@ -2,7 +2,7 @@
 // dist/cli.js), which `npm start` and `npm run gateway` run with plain `node`: no TypeScript loader
 // and no wrapper process at runtime. Packages stay external (node_modules, as installed); the
 // embedded database's writer thread is a file of its own, copied beside the bundle that starts it,
-// and the chunker process (node/chunker-process.ts) a bundle of its own; both are found beside the
+// and the chunker process (runtime/node/chunker-process.ts) a bundle of its own; both are found beside the
 // bundles that start them (`new URL('./….js', import.meta.url)`). What the CLI imports on demand
 // (its commands' work, behind its help) is split into chunks beside it (dist/cli-*.js), so that
 // help never loads the database, zod or the services.
@@ -48,7 +48,7 @@ export async function buildNode(root) {
   };
   const results = await Promise.all([
     // The server and its chunker process whole, one file each, as docs/development.md measures them.
-    build({ ...common, entryPoints: { node: 'src/node.ts', 'chunker-process': 'src/node/chunker-process.ts' } }),
+    build({ ...common, entryPoints: { node: 'src/node.ts', 'chunker-process': 'src/runtime/node/chunker-process.ts' } }),
     build({ ...common, entryPoints: { cli: 'src/cli/main.ts' }, splitting: true, chunkNames: 'cli-[name]-[hash]' }),
   ]);
   await copyFile(join(root, 'src/db/embedded-writer.js'), join(root, 'dist/embedded-writer.js'));

@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { nodeConfig } from '../src/node/config';
-import { startGateway } from '../src/node/start';
+import { nodeConfig } from '../src/runtime/node/config';
+import { startGateway } from '../src/runtime/node/start';
 import { fakeDirective, startFakeUpstream } from '../test/support/fake-upstream';
 
 /**

@@ -3,11 +3,11 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { DOCS_SCRIPT } from '../src/openapi/docs-page';
-import { ASSETS_DIRECTORY } from '../src/node/static-assets';
+import { DOCS_SCRIPT } from '../src/http/openapi/docs-page';
+import { ASSETS_DIRECTORY } from '../src/runtime/node/static-assets';
 
 /**
- * `npm run docs:script`: writes the reference page's script (DOCS_SCRIPT in src/openapi/docs-page.ts:
+ * `npm run docs:script`: writes the reference page's script (DOCS_SCRIPT in src/http/openapi/docs-page.ts:
  * the package, its exact version and the file inside it) into src/openapi/assets, from the npm
  * registry through `npm pack`, and checks it against the integrity the page declares. The file is
  * committed, so that neither `npm start` nor the Worker's build needs the package (284 packages,

@@ -2,14 +2,14 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openDatabase } from '../src/db/node';
-import { createNodeApp } from '../src/node/app';
-import { nodeConfig } from '../src/node/config';
-import { createNodeDeps } from '../src/node/deps';
-import { DOCUMENT_PATH, openApiDocument, serialiseDocument } from '../src/openapi/generate';
+import { createNodeApp } from '../src/runtime/node/app';
+import { nodeConfig } from '../src/runtime/node/config';
+import { createNodeDeps } from '../src/runtime/node/deps';
+import { DOCUMENT_PATH, openApiDocument, serialiseDocument } from '../src/http/openapi/generate';
 
 /**
- * `npm run openapi`: regenerates src/openapi/assets/openapi.json from the app's routes and their
- * validating schemas (src/openapi/generate.ts). Run it after changing a route or a request schema;
+ * `npm run openapi`: regenerates src/http/openapi/assets/openapi.json from the app's routes and their
+ * validating schemas (src/http/openapi/generate.ts). Run it after changing a route or a request schema;
  * test/openapi-document.test.ts fails until the file matches.
  */
 

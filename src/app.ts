@@ -4,24 +4,24 @@ import { methodNotAllowed } from 'hono/method-not-allowed';
 import { databaseRefusal } from './db/busy-retry';
 import type { Deps } from './deps';
 import { ApiError, errorResponse, serverError } from './errors';
-import { accessLog } from './middleware/access-log';
-import { apiKeyAuth } from './middleware/api-key-auth';
-import { provideDeps, type DepsVariables } from './middleware/deps';
-import { jsonBody } from './middleware/json-body';
-import { jsonNewline } from './middleware/json-newline';
-import { requestId, type RequestIdVariables } from './middleware/request-id';
-import { responds } from './middleware/responds';
-import { servedRoutesOnly, shorten } from './middleware/served-routes';
-import { DOCS_PAGE, DOCS_SCRIPT } from './openapi/docs-page';
-import { assistantRoutes } from './routes/assistants';
-import { fileRoutes } from './routes/files';
-import { policyRoutes } from './routes/policies';
-import { threadRoutes } from './routes/threads';
-import { usageRoutes } from './routes/usage';
-import { vectorStoreSearchRoutes } from './routes/vector-store-search';
-import { vectorStoreRoutes } from './routes/vector-stores';
-import { virtualKeyRoutes } from './routes/virtual-keys';
-import { healthObject } from './schemas/objects';
+import { accessLog } from './http/middleware/access-log';
+import { apiKeyAuth } from './http/middleware/api-key-auth';
+import { provideDeps, type DepsVariables } from './http/middleware/deps';
+import { jsonBody } from './http/middleware/json-body';
+import { jsonNewline } from './http/middleware/json-newline';
+import { requestId, type RequestIdVariables } from './http/middleware/request-id';
+import { responds } from './http/middleware/responds';
+import { servedRoutesOnly, shorten } from './http/middleware/served-routes';
+import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
+import { assistantRoutes } from './resources/assistants/routes';
+import { fileRoutes } from './resources/files/routes';
+import { policyRoutes } from './resources/policies/routes';
+import { threadRoutes } from './resources/threads/routes';
+import { usageRoutes } from './resources/usage/routes';
+import { vectorStoreSearchRoutes } from './resources/vector-stores/search-routes';
+import { vectorStoreRoutes } from './resources/vector-stores/routes';
+import { virtualKeyRoutes } from './resources/virtual-keys/routes';
+import { healthObject } from './http/objects';
 
 /**
  * The gateway, for any runtime: node.ts and worker.ts build `deps` and serve what this returns,
@@ -32,16 +32,16 @@ import { healthObject } from './schemas/objects';
  *     (413, 415, 400) ─> API-key auth ─> route
  *   every failure: ApiError ─> onError ─> {"error":{"message","type","param","code"}}
  *
- * Where a run lives, from its route (routes/threads.ts):
- *   created    runs/commands.ts  createThreadAndRun (and submitToolOutputs, cancelRun): validate,
- *                                admit, write, then hand it to deps.runHost (runs/host.ts)
- *   hosted     Node: node/run-host.ts, in this process; Workers: workers/run-host.ts hands it to
- *              its Durable Object, workers/run-executor.ts
- *   executed   runs/engine.ts    executeRun, one turn; how it ends: runs/outcome.ts
- *   streamed   runs/engine.ts    executeStreamed into runs/event-stream.ts, in order with the
- *                                database by runs/outbox.ts
- *   settled    runs/settle.ts    a run that ends without its answer; runs/recovery.ts for runs whose
- *                                executor died (node/start.ts's sweep, worker.ts's cron)
+ * Where a run lives, from its route (resources/threads/routes.ts):
+ *   created    resources/runs/execution/commands.ts  createThreadAndRun (and submitToolOutputs, cancelRun): validate,
+ *                                admit, write, then hand it to deps.runHost (resources/runs/execution/host.ts)
+ *   hosted     Node: runtime/node/run-host.ts, in this process; Workers: runtime/workers/run-host.ts hands it to
+ *              its Durable Object, runtime/workers/run-executor.ts
+ *   executed   resources/runs/execution/engine.ts    executeRun, one turn; how it ends: resources/runs/execution/outcome.ts
+ *   streamed   resources/runs/execution/engine.ts    executeStreamed into resources/runs/execution/event-stream.ts, in order with the
+ *                                database by resources/runs/execution/outbox.ts
+ *   settled    resources/runs/execution/settle.ts    a run that ends without its answer; resources/runs/execution/recovery.ts for runs whose
+ *                                executor died (runtime/node/start.ts's sweep, worker.ts's cron)
  */
 export function createApp(deps: Deps) {
   const app = new Hono<{ Variables: DepsVariables & RequestIdVariables }>();
@@ -63,7 +63,7 @@ export function createApp(deps: Deps) {
   );
 
   app.get('/health', responds({ summary: 'Health', ok: healthObject }), (c) => c.json({ status: 'ok' as const }));
-  // Generated from the routes below and their schemas by `npm run openapi` (openapi/generate.ts).
+  // Generated from the routes below and their schemas by `npm run openapi` (http/openapi/generate.ts).
   app.get('/openapi.json', async (c) => c.json(await deps.openApiDocument()));
   app.get('/docs', (c) => c.html(DOCS_PAGE));
   app.get(`/docs/${DOCS_SCRIPT.file}`, async (c) => {

@@ -43,7 +43,7 @@ export const configSchema = z.object({
   GATEWAY_MAX_FILE_BYTES: positiveInt.default(512 * 1024 * 1024),
   /**
    * The bytes of a workspace's files together (400 quota_exceeded past it): what one tenant may
-   * store. Uploads reserve their bytes against it before writing them (files/reservation.ts).
+   * store. Uploads reserve their bytes against it before writing them (resources/files/reservation.ts).
    */
   GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE: positiveInt.default(10 * 1024 * 1024 * 1024),
   /**
@@ -98,7 +98,7 @@ export const configSchema = z.object({
   GATEWAY_INGEST_CONCURRENCY: positiveInt.max(64).default(2),
   GATEWAY_INGEST_CONCURRENCY_PER_WORKSPACE: positiveInt.max(64).default(1),
   /**
-   * Node: a file is read and chunked in a process of its own (node/chunker-pool.ts), at a lower
+   * Node: a file is read and chunked in a process of its own (runtime/node/chunker-pool.ts), at a lower
    * priority than the server; past this much CPU time, or this much memory, the process is
    * stopped and the file ends `failed`, saying which.
    */
@@ -137,7 +137,7 @@ export const configSchema = z.object({
    */
   GATEWAY_MAX_UPSTREAM_REQUEST_BYTES: positiveInt.min(64 * 1024).default(48 * 1024 * 1024),
   /**
-   * Fair shares of the provider calls one process makes (runs/engine.ts, lib/fair-shares.ts):
+   * Fair shares of the provider calls one process makes (resources/runs/execution/engine.ts, lib/fair-shares.ts):
    * calls in flight at once, in all and per workspace, and the bytes of requests built and not yet
    * sent (images aside: they are streamed), in all and per workspace. A call past them waits its
    * turn, in order, within its first-byte timeout; past that its run fails with a last_error

@@ -1,14 +1,14 @@
 import { createLogger } from './logger';
 import { inlineChunker } from './retrieval/chunker';
 import { claimNext, ingestClaimed, ingestOptions, type IngestDeps, type IngestOptions } from './retrieval/ingest';
-import { createSharedDeps, perIsolate, type SharedEnv } from './workers/deps';
-import { wakeForWaitingFiles, type IngestWake } from './workers/ingest-queue';
+import { createSharedDeps, perIsolate, type SharedEnv } from './runtime/workers/deps';
+import { wakeForWaitingFiles, type IngestWake } from './runtime/workers/ingest-queue';
 
 /**
  * The ingest Worker (wrangler.ingest.toml): where files added to vector stores on Workers are
  * ingested (retrieval/ingest.ts), apart from the gateway Worker, whose bundle the extraction and
  * tokenizer libraries would outgrow. The gateway sends a message on the ingestion Queue when files
- * are added (workers/ingest-queue.ts); each batch of messages makes this Worker claim and ingest
+ * are added (runtime/workers/ingest-queue.ts); each batch of messages makes this Worker claim and ingest
  * files, one at a time, until none is left or its time is spent (then it sends itself a message to
  * go on). The cron sends one when files wait unclaimed: a lost message, an invocation that died
  * mid-file (its lease ran out), a file put back by the workspace's rate limits.

@@ -1,7 +1,7 @@
 import { formatInitResult } from './cli/output';
-import { nodeConfig } from './node/config';
-import { startGateway } from './node/start';
-import { listVirtualKeys } from './services/virtual-keys';
+import { nodeConfig } from './runtime/node/config';
+import { startGateway } from './runtime/node/start';
+import { listVirtualKeys } from './resources/virtual-keys/commands';
 
 /** `npm start`: the gateway on Node, on the embedded database unless LIBSQL_URL says otherwise. */
 async function main() {

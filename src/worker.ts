@@ -3,21 +3,21 @@ import { createApp, type App } from './app';
 import { ConfigurationError, configSchema } from './config';
 import { ApiError, errorResponse, serverError } from './errors';
 import { createLogger } from './logger';
-import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from './files/commands';
-import { sweepUploads } from './files/sweep';
+import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from './resources/files/commands';
+import { sweepUploads } from './resources/files/sweep';
 import { maintainVectorIndexes } from './retrieval/vector-index';
-import { sweepRuns } from './runs/recovery';
-import { missingConfiguration, missingConfigurationError, workerDeps, type Env } from './workers/deps';
+import { sweepRuns } from './resources/runs/execution/recovery';
+import { missingConfiguration, missingConfigurationError, workerDeps, type Env } from './runtime/workers/deps';
 
 /**
- * The Workers entry: the same app as on Node over the isolate's deps (workers/deps.ts), the
+ * The Workers entry: the same app as on Node over the isolate's deps (runtime/workers/deps.ts), the
  * recovery sweep on the cron trigger of wrangler.toml, and the Durable Object classes, which the
  * runtime finds among this module's exports.
  */
 
-export { RateLimitCounter } from './workers/counter-store';
-export { RunExecutor } from './workers/run-executor';
-export type { Env } from './workers/deps';
+export { RateLimitCounter } from './runtime/workers/counter-store';
+export { RunExecutor } from './runtime/workers/run-executor';
+export type { Env } from './runtime/workers/deps';
 
 let built: Promise<App> | undefined;
 let reportedMissing = false;
@@ -49,7 +49,7 @@ export default {
 
   /**
    * Every minute (wrangler.toml [triggers]): settles runs left behind, as Node's sweep does, and
-   * deletes from R2 what uploads whose isolate died, or failed deletes, left (files/sweep.ts: named
+   * deletes from R2 what uploads whose isolate died, or failed deletes, left (resources/files/sweep.ts: named
    * by lapsed reservations; the bucket itself is never listed), then maintains the vector indexes
    * of large stores (retrieval/vector-index.ts) for up to INDEX_BUDGET_MS: one back-fill batch per
    * round trip to the database, each a short statement; and every FILE_PURGE_INTERVAL_MS, deletes

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { revokeApiKey } from '../src/services/api-keys';
+import { revokeApiKey } from '../src/resources/identities/api-keys';
 import { apiRoutes, createTestGateway, errorOf, type Tenant, type TestGateway } from './support/gateway';
 
 /**

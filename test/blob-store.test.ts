@@ -2,8 +2,8 @@ import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { BlobTooLarge, StoreFull, type BlobStore, type StoredBlob } from '../src/files/blob-store';
-import { directoryBlobStore, type DirectoryBlobStore } from '../src/node/blob-store';
+import { BlobTooLarge, StoreFull, type BlobStore, type StoredBlob } from '../src/resources/files/blob-store';
+import { directoryBlobStore, type DirectoryBlobStore } from '../src/runtime/node/blob-store';
 
 /**
  * The blob store on Node (a directory under DATA_DIR): whole blobs or nothing, whatever the stream

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { chunkerPool } from '../src/node/chunker-pool';
+import { chunkerPool } from '../src/runtime/node/chunker-pool';
 import { chunkDocument, type ChunkJob } from '../src/retrieval/chunker';
 import { ExtractionError, type FileFormat } from '../src/retrieval/extract';
 import { deflatedBlanks, pdf } from './support/documents';
@@ -9,7 +9,7 @@ import { chunkerProcessesOf } from './support/processes';
 import { waitFor } from './support/wait';
 
 /**
- * Node's chunker (node/chunker-pool.ts): documents read and chunked in processes of their own,
+ * Node's chunker (runtime/node/chunker-pool.ts): documents read and chunked in processes of their own,
  * which are stopped past their CPU time or memory, or when the ingestion no longer wants the file.
  */
 

@@ -2,16 +2,16 @@ import { mkdirSync, readdirSync, statSync, utimesSync, writeFileSync } from 'nod
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileReservations } from '../src/db/schema';
-import { FRAMING_BYTES, UPLOAD_LEASE_MS } from '../src/files/reservation';
-import { sweepStoredBlobs, sweepUploads } from '../src/files/sweep';
+import { FRAMING_BYTES, UPLOAD_LEASE_MS } from '../src/resources/files/reservation';
+import { sweepStoredBlobs, sweepUploads } from '../src/resources/files/sweep';
 import { newId } from '../src/lib/ids';
-import { nodeBlobStore } from '../src/node/blob-store';
-import { deleteFile } from '../src/services/files';
+import { nodeBlobStore } from '../src/runtime/node/blob-store';
+import { deleteFile } from '../src/resources/files/queries';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
 /**
  * Uploads reserve their bytes against the workspace's quota before writing them
- * (files/reservation.ts), and what nothing will ever hold is swept (files/sweep.ts): the real app
+ * (resources/files/reservation.ts), and what nothing will ever hold is swept (resources/files/sweep.ts): the real app
  * in-process, its database and DATA_DIR/files, with uploads whose bytes the tests hand over as
  * they please, so that the order of events is the test's, not the scheduler's.
  */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { citations, MAX_RESULT_CHARS, MAX_SEARCHES_PER_ROUND, searchOutput, searchQueries } from '../src/runs/file-search';
+import { citations, MAX_RESULT_CHARS, MAX_SEARCHES_PER_ROUND, searchOutput, searchQueries } from '../src/resources/runs/execution/file-search';
 import { fuse, keywordMatch, keywords } from '../src/retrieval/search';
 
 /** The pure parts of file search: arguments, the text the model is given, citations, fusion. */

@@ -5,9 +5,9 @@ import { count, eq } from 'drizzle-orm';
 import OpenAI, { APIError, NotFoundError, toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores } from '../src/db/schema';
-import { contentDisposition } from '../src/routes/files';
-import { purgeExpiredFiles } from '../src/files/commands';
-import { MAX_FIELD_BYTES, MAX_PARTS } from '../src/files/upload';
+import { contentDisposition } from '../src/resources/files/routes';
+import { purgeExpiredFiles } from '../src/resources/files/commands';
+import { MAX_FIELD_BYTES, MAX_PARTS } from '../src/resources/files/upload';
 import { createTestGateway, errorOf, json, serveOverHttp, type Tenant, type TestGateway } from './support/gateway';
 
 /**

@@ -2,12 +2,12 @@ import fc from 'fast-check';
 import { isUtf8 } from 'node:buffer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inspectJson, isStorableString, type JsonProblem } from '../src/lib/strict-json';
-import { MAX_BODY_DEPTH } from '../src/middleware/json-body';
+import { MAX_BODY_DEPTH } from '../src/http/middleware/json-body';
 import { createTestGateway, errorOf, type Tenant, type TestGateway } from './support/gateway';
 import { recordTally } from './support/tally';
 
 /**
- * The strict reading of JSON bodies (lib/strict-json.ts, middleware/json-body.ts), generated:
+ * The strict reading of JSON bodies (lib/strict-json.ts, http/middleware/json-body.ts), generated:
  * inspectJson against a plain recursive oracle on what JSON.parse made of the same text, and the
  * API's answers to each kind of refused body.
  */

@@ -445,7 +445,7 @@ describe('recording how a run ended fails (a real database failure: a trigger re
 
   /**
    * The same refusal of the answer's message when the turn's closing write inserts it, as it ends
-   * (an answer that ends before the message was written: runs/outbox.ts); the user's messages,
+   * (an answer that ends before the message was written: resources/runs/execution/outbox.ts); the user's messages,
    * which carry the marker too, are let through.
    */
   const endedInsert = (name: string, when: string) => `CREATE TRIGGER ${name} BEFORE INSERT ON messages

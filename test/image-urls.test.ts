@@ -2,9 +2,9 @@ import { count, eq } from 'drizzle-orm';
 import { BadRequestError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { messages, runs, threads } from '../src/db/schema';
-import { imageUrlProblem } from '../src/files/images';
+import { imageUrlProblem } from '../src/resources/files/images';
 import { parseUpstreamHostPatterns, type UpstreamHostPattern, type UpstreamUrlOptions } from '../src/lib/upstream-url';
-import { WORKSPACE_COUNT_TTL_MS } from '../src/services/upstream-rules';
+import { WORKSPACE_COUNT_TTL_MS } from '../src/resources/virtual-keys/upstream-rules';
 import { createFakeUpstream } from './support/fake-upstream';
 import { createTestGateway, errorOf, type Tenant, type TestGateway } from './support/gateway';
 

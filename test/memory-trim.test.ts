@@ -3,11 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import { afterAll, describe, expect, it } from 'vitest';
-import { trimMemoryWhenIdle, type TrimReport } from '../src/node/memory-trim';
+import { trimMemoryWhenIdle, type TrimReport } from '../src/runtime/node/memory-trim';
 import { memoryOf, startGatewayProcess } from './support/processes';
 
 /**
- * After a burst, the Node gateway gives back the memory it grew (src/node/memory-trim.ts): once
+ * After a burst, the Node gateway gives back the memory it grew (src/runtime/node/memory-trim.ts): once
  * idle, never while requests arrive or background work runs, and once per growth of the heap.
  */
 

@@ -3,7 +3,7 @@ import { BadRequestError, NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { messages, runs } from '../src/db/schema';
 import { newId } from '../src/lib/ids';
-import { insertThreadAndRun } from '../src/services/runs';
+import { insertThreadAndRun } from '../src/resources/runs/queries';
 import { createFakeUpstream } from './support/fake-upstream';
 import { freshGate } from './support/gates';
 import { createTestGateway, errorOf, json, type TestGateway } from './support/gateway';

@@ -5,7 +5,7 @@ import { json } from './support/envelope';
 import { createTestGateway, serveOverHttp, type Tenant, type TestGateway } from './support/gateway';
 
 /**
- * A streamed run as the Node server (node/server.ts) writes it on the socket: framed as chunks,
+ * A streamed run as the Node server (runtime/node/server.ts) writes it on the socket: framed as chunks,
  * thread.created first, each later event as it happens, the body ended; and a client that leaves
  * mid-stream does not stop its run.
  */

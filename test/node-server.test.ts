@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { createClient } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../src/config';
-import { listen } from '../src/node/server';
+import { listen } from '../src/runtime/node/server';
 import { startGatewayProcess } from './support/processes';
 import { waitFor } from './support/wait';
 

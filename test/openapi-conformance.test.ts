@@ -10,7 +10,7 @@ import { parseEventStream, type StreamEvent } from './support/sse';
  * validates against the component the reference names for its 200 answer (test/support/openapi.ts,
  * strict about undocumented properties), each event of a streamed answer against its
  * AssistantStreamEvent, and each error against ErrorResponse. Each is checked against the gateway's
- * own document too (src/openapi/assets/openapi.json, test/support/gateway-openapi.ts): the schema it
+ * own document too (src/http/openapi/assets/openapi.json, test/support/gateway-openapi.ts): the schema it
  * declares for that operation and status, and for each streamed object its component; and the
  * gateway's own resources (policies, virtual keys, usage), which OpenAI does not describe, against
  * that document alone.

@@ -4,9 +4,9 @@ import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { createApp } from '../src/app';
-import { ASSETS_DIRECTORY } from '../src/node/static-assets';
-import { DOCS_SCRIPT } from '../src/openapi/docs-page';
-import { DOCUMENT_PATH, openApiDocument, serialiseDocument } from '../src/openapi/generate';
+import { ASSETS_DIRECTORY } from '../src/runtime/node/static-assets';
+import { DOCS_SCRIPT } from '../src/http/openapi/docs-page';
+import { DOCUMENT_PATH, openApiDocument, serialiseDocument } from '../src/http/openapi/generate';
 import { apiRoutes, createTestGateway, json, type TestGateway } from './support/gateway';
 
 /**
@@ -103,11 +103,11 @@ describe('the answers /openapi.json declares', () => {
   });
 });
 
-describe('src/openapi/assets/openapi.json', () => {
+describe('src/http/openapi/assets/openapi.json', () => {
   it('is what the routes and their schemas generate now (else: npm run openapi)', async () => {
     const generated = serialiseDocument(await openApiDocument(createApp(gateway.deps)));
     const kept = readFileSync(DOCUMENT_PATH, 'utf8');
-    expect(kept === generated, 'src/openapi/assets/openapi.json is stale: run `npm run openapi` and commit the file').toBe(true);
+    expect(kept === generated, 'src/http/openapi/assets/openapi.json is stale: run `npm run openapi` and commit the file').toBe(true);
   });
 });
 

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PolicyIndex, toActivePolicy } from '../src/ratelimit/matching';
 import { PolicyCache, type PolicyLoader } from '../src/ratelimit/policy-cache';
-import type { CreatePolicyBody } from '../src/schemas/policies';
-import { createPolicy, readPolicyPage, type PolicyPageStart } from '../src/services/policies';
-import { workspaceCaps } from '../src/services/quotas';
+import type { CreatePolicyBody } from '../src/resources/policies/schemas';
+import { createPolicy, readPolicyPage, type PolicyPageStart } from '../src/resources/policies/queries';
+import { workspaceCaps } from '../src/resources/identities/quotas';
 import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
 
 /**

@@ -2,8 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/node';
 import { ApiError, errorResponse } from '../src/errors';
 import { createLogger } from '../src/logger';
-import { nodeConfig } from '../src/node/config';
-import { createNodeDeps } from '../src/node/deps';
+import { nodeConfig } from '../src/runtime/node/config';
+import { createNodeDeps } from '../src/runtime/node/deps';
 import {
   admitRequest,
   settleTokens,
@@ -13,9 +13,9 @@ import {
   type RequestAttributes,
   type TokenTicket,
 } from '../src/ratelimit';
-import type { CreatePolicyBody } from '../src/schemas/policies';
-import { createPolicy as createPolicyRow } from '../src/services/policies';
-import { workspaceCaps } from '../src/services/quotas';
+import type { CreatePolicyBody } from '../src/resources/policies/schemas';
+import { createPolicy as createPolicyRow } from '../src/resources/policies/queries';
+import { workspaceCaps } from '../src/resources/identities/quotas';
 import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
 import * as ratelimit from './support/ratelimit';
 

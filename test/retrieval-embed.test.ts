@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { embedTexts, vectorBlob } from '../src/retrieval/embed';
-import { findActiveVirtualKey, revokeVirtualKey } from '../src/services/virtual-keys';
+import { findActiveVirtualKey, revokeVirtualKey } from '../src/resources/virtual-keys/commands';
 import { createFakeUpstream, fakeEmbedding, FAKE_EMBEDDINGS_STATUS } from './support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
 

@@ -1,7 +1,7 @@
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UpstreamError } from '../src/providers/types';
-import { upstreamCause, upstreamErrorCode } from '../src/runs/outcome';
+import { upstreamCause, upstreamErrorCode } from '../src/resources/runs/execution/outcome';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from './support/gateway';
 

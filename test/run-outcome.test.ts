@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { completionBudget, sumUsage, turnOutcome, type TurnEnd, type TurnOutcome } from '../src/runs/outcome';
+import { completionBudget, sumUsage, turnOutcome, type TurnEnd, type TurnOutcome } from '../src/resources/runs/execution/outcome';
 
 /**
- * How a turn of a run ends (src/runs/outcome.ts): the decision alone, case by case. The same rules
+ * How a turn of a run ends (src/resources/runs/execution/outcome.ts): the decision alone, case by case. The same rules
  * are exercised end to end against the fake provider in runs.test.ts and hostile-upstream.test.ts.
  */
 

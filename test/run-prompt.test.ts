@@ -1,14 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import type { ChatMessage } from '../src/providers/types';
-import { buildPrompt, type PromptLimits } from '../src/runs/prompt';
-import type { FunctionToolCall, TruncationStrategy } from '../src/schemas/runs';
-import type { MessageContent } from '../src/schemas/threads';
-import type { HistoryStep } from '../src/services/history';
-import type { StepRow } from '../src/services/runs';
-import type { MessageRow } from '../src/services/threads';
+import { buildPrompt, type PromptLimits } from '../src/resources/runs/execution/prompt';
+import type { FunctionToolCall, TruncationStrategy } from '../src/resources/runs/schemas';
+import type { MessageContent } from '../src/resources/threads/schemas';
+import type { HistoryStep } from '../src/resources/threads/history';
+import type { StepRow } from '../src/resources/runs/queries';
+import type { MessageRow } from '../src/resources/threads/queries';
 
 /**
- * A turn's prompt from its thread's history (src/runs/prompt.ts): the order in which messages and
+ * A turn's prompt from its thread's history (src/resources/runs/execution/prompt.ts): the order in which messages and
  * earlier runs' tool calls are sent, and what truncation leaves out, case by case. The same rules
  * are exercised end to end, against the fake provider, in runs-on-threads.test.ts.
  */

@@ -1,8 +1,8 @@
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { TextBuilder, TextParts, jsonWithText } from '../src/lib/text';
-import { EventStream } from '../src/runs/event-stream';
-import { Outbox } from '../src/runs/outbox';
+import { EventStream } from '../src/resources/runs/execution/event-stream';
+import { Outbox } from '../src/resources/runs/execution/outbox';
 import { parseEvents } from './support/run-stream';
 import { slicesOfOnePiece } from './support/slices';
 

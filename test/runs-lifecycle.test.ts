@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createNodeApp } from '../src/node/app';
-import { createNodeDeps } from '../src/node/deps';
+import { createNodeApp } from '../src/runtime/node/app';
+import { createNodeDeps } from '../src/runtime/node/deps';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { freshGate } from './support/gates';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';

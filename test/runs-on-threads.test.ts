@@ -3,7 +3,7 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { isUniqueViolation } from '../src/db/client';
 import { messages as messageTable, runs } from '../src/db/schema';
-import { insertRunOnThread } from '../src/services/runs';
+import { insertRunOnThread } from '../src/resources/runs/queries';
 import { fakeDirective, fakeThread, promptTokens, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { freshGate } from './support/gates';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';

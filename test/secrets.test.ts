@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { generateKeyBase64, SecretBox } from '../src/lib/secrets';
-import { nodeConfig } from '../src/node/config';
-import { ENCRYPTION_KEY_FILE, loadSecretBox } from '../src/node/key-file';
+import { nodeConfig } from '../src/runtime/node/config';
+import { ENCRYPTION_KEY_FILE, loadSecretBox } from '../src/runtime/node/key-file';
 
 const dirs: string[] = [];
 const tempDir = () => {

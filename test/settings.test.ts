@@ -1,13 +1,13 @@
 import { join } from 'node:path';
 import { createClient, type Client } from '@libsql/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { SettingsCache } from '../src/services/settings';
+import { SettingsCache } from '../src/db/settings-cache';
 import { fakeThread, startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import { createPolicy } from './support/ratelimit';
 
 /**
- * The settings cache (services/settings.ts): API keys, assistants and virtual keys are kept in
+ * The settings cache (db/settings-cache.ts): API keys, assistants and virtual keys are kept in
  * memory for one generation of the database's settings, and a change made anywhere, here by plain
  * SQL on a connection of its own as the CLI or a second gateway would make it, governs the next
  * request.

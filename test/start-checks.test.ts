@@ -9,7 +9,7 @@ import { ConfigurationError } from '../src/config';
 import { eq } from 'drizzle-orm';
 import { encryptionCheck, virtualKeys } from '../src/db/schema';
 import { generateKeyBase64, SecretBox } from '../src/lib/secrets';
-import { checkEncryptionKey } from '../src/services/encryption-check';
+import { checkEncryptionKey } from '../src/resources/identities/encryption-check';
 import { createTestGateway, type TestGateway } from './support/gateway';
 import { ROOT, runGatewayToExit, startGatewayProcess } from './support/processes';
 

@@ -2,8 +2,8 @@ import { Hono } from 'hono';
 import OpenAI, { NotFoundError, toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError, errorResponse } from '../src/errors';
-import { jsonBody } from '../src/middleware/json-body';
-import { ownBody } from '../src/middleware/own-body';
+import { jsonBody } from '../src/http/middleware/json-body';
+import { ownBody } from '../src/http/middleware/own-body';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
 /**

@@ -4,8 +4,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vites
 import { parseConfig } from '../src/config';
 import { virtualKeys } from '../src/db/schema';
 import { checkResolvedAddress, checkUpstreamUrl, parseUpstreamHostPatterns, type UpstreamUrlOptions } from '../src/lib/upstream-url';
-import { upstreamFetch } from '../src/node/upstream-fetch';
-import { upstreamRules, WORKSPACE_COUNT_TTL_MS } from '../src/services/upstream-rules';
+import { upstreamFetch } from '../src/runtime/node/upstream-fetch';
+import { upstreamRules, WORKSPACE_COUNT_TTL_MS } from '../src/resources/virtual-keys/upstream-rules';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import { recordTally } from './support/tally';

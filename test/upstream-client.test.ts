@@ -2,12 +2,12 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { upstreamFetch } from '../src/node/upstream-fetch';
+import { upstreamFetch } from '../src/runtime/node/upstream-fetch';
 import { readServerSentData } from '../src/providers/sse-reader';
 import type { UpstreamAnswer } from '../src/providers/types';
 
 /**
- * Node's upstream client (node/upstream-fetch.ts) on what only it does itself, where fetch did it
+ * Node's upstream client (runtime/node/upstream-fetch.ts) on what only it does itself, where fetch did it
  * before: decompressing what an upstream compresses unasked, never following a redirect, and
  * dropping the connection when a reader lets go of a body early.
  */

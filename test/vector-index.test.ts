@@ -5,7 +5,7 @@ import { startSqld, type RunningSqld } from '../scripts/sqld';
 import { vectorStoreChunks, vectorStores } from '../src/db/schema';
 import { COMMON_WORD_CHUNKS, findStores, searchStores, type SearchableStore } from '../src/retrieval/search';
 import { indexNames, maintainVectorIndexes } from '../src/retrieval/vector-index';
-import { deleteVectorStore } from '../src/services/vector-stores';
+import { deleteVectorStore } from '../src/resources/vector-stores/queries';
 import { createFakeUpstream } from './support/fake-upstream';
 import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
 import { seedStore, type SeedFile, type SeededStore } from './support/vector-stores';

@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '../src/cli/run';
 import { conflicts } from '../src/lib/model-patterns';
-import { decryptVirtualKeySecret, findActiveVirtualKey, tiesWith } from '../src/services/virtual-keys';
+import { decryptVirtualKeySecret, findActiveVirtualKey, tiesWith } from '../src/resources/virtual-keys/commands';
 import { startFakeUpstream, type FakeUpstreamServer, type RecordedRequest } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 

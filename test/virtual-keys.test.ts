@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli as runCliInProcess } from '../src/cli/run';
 import { virtualKeys } from '../src/db/schema';
 import { checkUpstreamUrl } from '../src/lib/upstream-url';
-import { decryptVirtualKeySecret, getVirtualKey } from '../src/services/virtual-keys';
+import { decryptVirtualKeySecret, getVirtualKey } from '../src/resources/virtual-keys/commands';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 
 /**

@@ -8,7 +8,7 @@ export interface CommandContext {
   db: Db;
   config: Config;
   /**
-   * The gateway's secret box, loaded as the server loads it (node/key-file.ts's loadSecretBox). Asked
+   * The gateway's secret box, loaded as the server loads it (runtime/node/key-file.ts's loadSecretBox). Asked
    * for only by commands that encrypt, so the others work without GATEWAY_ENCRYPTION_KEY (e.g.
    * `migrate` against the remote database of a Workers deployment).
    */

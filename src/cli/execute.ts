@@ -1,10 +1,10 @@
 import { migrateDatabase, openDatabase } from '../db/node';
 import { ApiError } from '../errors';
 import type { SecretBox } from '../lib/secrets';
-import { nodeConfig } from '../node/config';
-import { checkDataDir } from '../node/data-dir';
-import { encryptionKeySource, loadSecretBox } from '../node/key-file';
-import { checkEncryptionKey } from '../services/encryption-check';
+import { nodeConfig } from '../runtime/node/config';
+import { checkDataDir } from '../runtime/node/data-dir';
+import { encryptionKeySource, loadSecretBox } from '../runtime/node/key-file';
+import { checkEncryptionKey } from '../resources/identities/encryption-check';
 import { UsageError, type CliIo, type Command, type CommandContext } from './command';
 
 /**

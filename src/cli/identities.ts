@@ -1,6 +1,6 @@
-import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from '../services/api-keys';
-import { initialise, listOrganisations } from '../services/organisations';
-import { createWorkspace, findWorkspace, listWorkspaces } from '../services/workspaces';
+import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from '../resources/identities/api-keys';
+import { initialise, listOrganisations } from '../resources/identities/organisations';
+import { createWorkspace, findWorkspace, listWorkspaces } from '../resources/identities/workspaces';
 import { optionalString, requireString, UsageError, type CommandContext } from './command';
 import { formatInitResult, formatTable } from './output';
 

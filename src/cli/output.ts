@@ -1,4 +1,4 @@
-import type { InitResult } from '../services/organisations';
+import type { InitResult } from '../resources/identities/organisations';
 
 /** The one printing of freshly created keys, by `npm start` on an empty database and by `init`. */
 export function formatInitResult(result: InitResult): string {

@@ -1,13 +1,13 @@
-import { validationError } from '../middleware/validate';
-import { usageQuery } from '../schemas/usage';
-import { usageBuckets } from '../services/usage';
+import { validationError } from '../http/middleware/validate';
+import { usageQuery } from '../resources/usage/schemas';
+import { usageBuckets } from '../resources/usage/queries';
 import { optionalString, UsageError, type CommandContext } from './command';
 import { resolveOrganisation } from './identities';
 import { formatTable } from './output';
 import { resolveWorkspace } from './virtual-keys';
 
 /**
- * `gateway usage`: what GET /v1/usage answers (services/usage.ts), with the same options under
+ * `gateway usage`: what GET /v1/usage answers (resources/usage/queries.ts), with the same options under
  * the same validation, for one workspace or a whole organisation.
  */
 

@@ -1,16 +1,16 @@
 import type * as z from 'zod';
-import { validationError } from '../middleware/validate';
-import { createVirtualKeyBody, updateVirtualKeyBody } from '../schemas/virtual-keys';
+import { validationError } from '../http/middleware/validate';
+import { createVirtualKeyBody, updateVirtualKeyBody } from '../resources/virtual-keys/schemas';
 import {
   createVirtualKey,
   listVirtualKeys,
   revokeVirtualKey,
   updateVirtualKey,
   type VirtualKey,
-} from '../services/virtual-keys';
-import { upstreamRules } from '../services/upstream-rules';
-import { listWorkspaces, type Workspace } from '../services/workspaces';
-import { toVirtualKeyJson } from '../wire/virtual-keys';
+} from '../resources/virtual-keys/commands';
+import { upstreamRules } from '../resources/virtual-keys/upstream-rules';
+import { listWorkspaces, type Workspace } from '../resources/identities/workspaces';
+import { toVirtualKeyJson } from '../resources/virtual-keys/wire';
 import { optionalString, requireString, UsageError, type CommandContext } from './command';
 import { formatTable } from './output';
 

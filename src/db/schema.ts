@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { blob, index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 import type { Usage } from '../providers/types';
-import type { PolicyStatus, PolicyType, PolicyUnit, TokenTicket } from '../schemas/policies';
+import type { PolicyStatus, PolicyType, PolicyUnit, TokenTicket } from '../resources/policies/schemas';
 import type {
   RequiredAction,
   RunError,
@@ -9,10 +9,10 @@ import type {
   StepDetails,
   ToolChoice,
   TruncationStrategy,
-} from '../schemas/runs';
-import type { MessageAttachment, MessageContent, MessageIncompleteDetails } from '../schemas/threads';
-import type { ResponseFormat, Tool, ToolResources } from '../schemas/tools';
-import type { Provider } from '../schemas/virtual-keys';
+} from '../resources/runs/schemas';
+import type { MessageAttachment, MessageContent, MessageIncompleteDetails } from '../resources/threads/schemas';
+import type { ResponseFormat, Tool, ToolResources } from '../resources/runs/tools';
+import type { Provider } from '../resources/virtual-keys/schemas';
 
 /**
  * Every table of the gateway. Conventions:
@@ -110,7 +110,7 @@ export const virtualKeys = sqliteTable(
 
 /**
  * One row: a known text sealed under the encryption key of the provider secrets by the first start
- * with a key, so that a later start with another key refuses to run (services/encryption-check.ts)
+ * with a key, so that a later start with another key refuses to run (resources/identities/encryption-check.ts)
  * instead of failing every run that decrypts a provider key.
  */
 export const encryptionCheck = sqliteTable('encryption_check', {
@@ -322,17 +322,17 @@ export const files = sqliteTable(
     uniqueIndex('files_id').on(t.id),
     index('files_workspace').on(t.workspaceId, t.seq),
     index('files_workspace_purpose').on(t.workspaceId, t.purpose, t.seq),
-    // The sweeps ask which blobs a row holds (files/sweep.ts).
+    // The sweeps ask which blobs a row holds (resources/files/sweep.ts).
     index('files_blob_key').on(t.blobKey),
   ],
 );
 
 /**
- * The bytes an upload under way holds against its workspace's quota (files/reservation.ts), taken
+ * The bytes an upload under way holds against its workspace's quota (resources/files/reservation.ts), taken
  * before they are written and counted with the files' own by every check of the quota; its key
  * is the blob being written. Live while `expires_at` is ahead: the upload renews it, and one whose
  * process died lapses, which frees its bytes and lets the sweeps delete what it wrote; a deleted
- * file's bytes are covered by a lapsed one until they are gone (files/sweep.ts). `seq` orders the
+ * file's bytes are covered by a lapsed one until they are gone (resources/files/sweep.ts). `seq` orders the
  * uploads and `waiting` says which one waits for room: a younger upload short of room gives up
  * while an older one waits (reservation.ts).
  */

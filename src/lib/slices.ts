@@ -2,7 +2,7 @@
  * Sharing one event loop between the work of many runs (reading their upstreams' answers,
  * recording their ends): the work takes it in slices, and once a slice's worth ran in one turn of
  * the event loop, the rest waits for a later turn, after pending I/O (on Node 20 not always: see
- * the known limit in node/slices.ts). Each run's work per chunk is
+ * the known limit in runtime/node/slices.ts). Each run's work per chunk is
  * bounded, but many upstreams pouring in at once would otherwise all be served in the same turn,
  * and every other request (another tenant's, a health check) would wait for the sum.
  *
@@ -32,7 +32,7 @@ export const UNSLICED: Slices = {
 /**
  * How a slice ends, in a later turn of the event loop: `soon` for a slice nothing waits on yet (it
  * answers how to cancel that end), `afterIo` once work waits on it, after the I/O pending
- * meanwhile has been read (node/slices.ts says why two).
+ * meanwhile has been read (runtime/node/slices.ts says why two).
  */
 export interface SliceEnds {
   soon(end: () => void): () => void;

@@ -44,7 +44,7 @@ const decoder = new TextDecoder();
 /**
  * A long text as the pieces it was built from, strings or UTF-8 bytes (each of whole characters),
  * meaning their concatenation: a run's answer (TextBuilder.jsonParts), as its database write takes
- * it (db/client.ts, RawValue) and as its event stream writes it (runs/event-stream.ts), so that
+ * it (db/client.ts, RawValue) and as its event stream writes it (resources/runs/execution/event-stream.ts), so that
  * neither joins a text of up to GATEWAY_MAX_ANSWER_BYTES into fresh memory.
  */
 export class TextParts {

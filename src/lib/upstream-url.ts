@@ -6,7 +6,7 @@ import ipaddr from 'ipaddr.js';
  * tenant could read a cloud metadata service (credentials of the machine) or probe internal hosts.
  *
  * Here only literal addresses are judged: Workers cannot resolve names (nor reach private
- * addresses). On Node, where a name could point anywhere, node/upstream-fetch.ts also resolves it just
+ * addresses). On Node, where a name could point anywhere, runtime/node/upstream-fetch.ts also resolves it just
  * before each upstream fetch and judges every address with checkResolvedAddress.
  *
  * Hosts are taken from WHATWG URL parsing, which already turns `2852039166`, `0xA9FEA9FE` and

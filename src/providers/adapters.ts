@@ -1,4 +1,4 @@
-import type { Provider } from '../schemas/virtual-keys';
+import type { Provider } from '../resources/virtual-keys/schemas';
 import type { ChatCompletionRequest } from './types';
 
 /**

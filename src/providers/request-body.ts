@@ -20,7 +20,7 @@ export interface RequestBody {
 
 const encoder = new TextEncoder();
 
-/** The longest media type an image's data: URL may name (files/images.ts sniffs four). */
+/** The longest media type an image's data: URL may name (resources/files/images.ts sniffs four). */
 const MEDIA_TYPE_CHARS = 'image/jpeg'.length;
 
 /** `request` as its body; `slices` share the event loop while images are read into it (Deps.slices). */

@@ -112,7 +112,7 @@ const AFTER_END = { bytes: 1024, ms: 1000 };
 
 /**
  * Reads what follows `[DONE]` (usually nothing: the body's end is on its way), so that a body that
- * ends soon lets its connection go back to the pool (node/upstream-fetch.ts keeps them per
+ * ends soon lets its connection go back to the pool (runtime/node/upstream-fetch.ts keeps them per
  * origin) instead of closing it: without this, nearly every run opened a new connection to its
  * provider, a TLS handshake each over HTTPS. Bounded: more than AFTER_END.bytes, or no end within
  * AFTER_END.ms, and the body is cut (`cut`: a pending read holds the iterator, which only the

@@ -57,7 +57,7 @@ export interface Usage {
 
 /**
  * How the gateway calls a provider: a POST, its answer read once as it arrives. The runtime's
- * `fetch` is one (Workers, tests); Node's is node/upstream-fetch.ts, a pooled HTTP client that
+ * `fetch` is one (Workers, tests); Node's is runtime/node/upstream-fetch.ts, a pooled HTTP client that
  * costs a fraction of `fetch` per call.
  */
 export type UpstreamFetch = (url: string, init: UpstreamRequest) => Promise<UpstreamAnswer>;

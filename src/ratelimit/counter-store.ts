@@ -2,7 +2,7 @@
  * Where rate-limit counters live. A counter is one policy's usage by one group in one fixed window,
  * named by a string key: `<policy id>/<unit>/<window start>/<group>` (enforce.ts). Two stores
  * implement it (GATEWAY_RATE_LIMIT_STORE chooses on Workers): libsql-counter-store.ts, in the
- * database (Node's, and an option on Workers), and workers/counter-store.ts, one Durable Object
+ * database (Node's, and an option on Workers), and runtime/workers/counter-store.ts, one Durable Object
  * per counter (the default on Workers).
  */
 

@@ -1,4 +1,4 @@
-import type { PolicyUnit, TokenTicket } from '../schemas/policies';
+import type { PolicyUnit, TokenTicket } from '../resources/policies/schemas';
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { sha256Hex } from '../lib/crypto';
@@ -44,7 +44,7 @@ export interface TurnTokens {
  * refused one costs nothing anywhere. A requests counter admits while the unit fits under the
  * value; a tokens counter while it is below the value (a reservation may take it past: the next
  * request is refused). The reservation is released, and the real tokens charged, by settleTokens.
- * `settingsGeneration`, the request's (services/settings.ts), spares the policy version read while it holds.
+ * `settingsGeneration`, the request's (db/settings-cache.ts), spares the policy version read while it holds.
  */
 export async function admitRequest(
   deps: Pick<Deps, 'policyCache' | 'now' | 'counters'>,

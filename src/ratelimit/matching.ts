@@ -1,5 +1,5 @@
-import type { PolicyType, PolicyUnit } from '../schemas/policies';
-import type { EnforcedPolicyRow } from '../services/policies';
+import type { PolicyType, PolicyUnit } from '../resources/policies/schemas';
+import type { EnforcedPolicyRow } from '../resources/policies/queries';
 import { ANY_VALUE } from './vocabulary';
 
 /** An active policy as enforcement needs it. */

@@ -1,5 +1,5 @@
 import type { Db } from '../db/client';
-import { readPolicyPage, readPolicyVersion, type PolicyPage } from '../services/policies';
+import { readPolicyPage, readPolicyVersion, type PolicyPage } from '../resources/policies/queries';
 import { PolicyIndex, toActivePolicy, type ActivePolicy } from './matching';
 
 /** Reads one page of a workspace's policies: readPolicyPage, unless a test injects a fault. */
@@ -8,7 +8,7 @@ export type PolicyLoader = typeof readPolicyPage;
 interface Entry {
   /** Every change up to this version of the workspace's policies is in the index. */
   version: number;
-  /** The settings' generation (services/settings.ts) at which `version` was last found current. */
+  /** The settings' generation (db/settings-cache.ts) at which `version` was last found current. */
   settingsGeneration?: number;
   index: PolicyIndex;
   /** What the entry counts in the cache's weight (recorded: the index changes in place). */
@@ -30,7 +30,7 @@ const nextTurn = () => new Promise<void>((resolve) => setTimeout(resolve, 0));
  * (Node) or isolate (Workers). Every lookup first reads the workspace's policy version (one
  * primary-key read), which triggers on the policies table bump in the same transaction as any
  * change, wherever it comes from: a change made by this process, another gateway or the CLI governs
- * the very next request. The same changes move the settings' generation (services/settings.ts),
+ * the very next request. The same changes move the settings' generation (db/settings-cache.ts),
  * which a request reads at its start: given it, a lookup skips the version read while the entry
  * was last found current at that generation.
  *

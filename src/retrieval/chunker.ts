@@ -7,7 +7,7 @@ import { extract, ExtractionError, type ExtractionLimits, type FileFormat } from
  * one function that does it wherever that is (chunkDocument). Reading a document is the work a
  * tenant's file can make arbitrarily hard (a PDF of 20,000 pages, a parser's deep recursion), so
  * on Node it runs in processes of their own, bounded in CPU time and memory and at a lower
- * priority than the server (node/chunker-pool.ts); the ingest Worker, which answers no request,
+ * priority than the server (runtime/node/chunker-pool.ts); the ingest Worker, which answers no request,
  * runs it inline (inlineChunker) within the platform's limits.
  */
 

@@ -4,7 +4,7 @@ import { vectorStoreFiles } from '../db/schema';
 /**
  * Which vector store files an ingestion may claim at `now`: in progress, with no lease or a lease
  * that has passed. Its own module, free of the extraction libraries, so that the gateway Worker
- * (which only announces work: workers/ingest-queue.ts) shares it with ingestion itself (ingest.ts).
+ * (which only announces work: runtime/workers/ingest-queue.ts) shares it with ingestion itself (ingest.ts).
  */
 export function claimableAt(now: number): SQL {
   return and(eq(vectorStoreFiles.status, 'in_progress'), or(isNull(vectorStoreFiles.leaseExpiresAt), lte(vectorStoreFiles.leaseExpiresAt, now)))!;

@@ -4,8 +4,8 @@ import { createEmbeddings, MAX_DIMENSIONS, retryable } from '../providers/embedd
 import { UpstreamError } from '../providers/types';
 import { admitRequest, settleTokens } from '../ratelimit';
 import { CHARS_PER_TOKEN } from '../ratelimit/reservation';
-import { recordEmbeddingsUsage } from '../services/usage';
-import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type VirtualKey } from '../services/virtual-keys';
+import { recordEmbeddingsUsage } from '../resources/usage/queries';
+import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type VirtualKey } from '../resources/virtual-keys/commands';
 
 /**
  * Texts into vectors for a vector store: the one way ingestion (chunks) and search (queries) embed.

@@ -66,7 +66,7 @@ const HTML_OPTIONS: HtmlToTextOptions = {
 
 /**
  * What one file may cost to read, each past bound an ExtractionError that names it. Time and
- * memory are bounded by where extraction runs (node/chunker-pool.ts: a process of its own; on
+ * memory are bounded by where extraction runs (runtime/node/chunker-pool.ts: a process of its own; on
  * Workers, the platform's limits).
  */
 export interface ExtractionLimits {

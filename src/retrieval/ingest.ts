@@ -4,7 +4,7 @@ import { files, vectorStoreChunks, vectorStoreFiles, vectorStores, type VectorSt
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { UpstreamError } from '../providers/types';
-import type { VectorStoreFileRow } from '../services/vector-stores';
+import type { VectorStoreFileRow } from '../resources/vector-stores/queries';
 import { claimableAt } from './claims';
 import type { Chunk } from './chunk';
 import type { Chunker } from './chunker';
@@ -22,7 +22,7 @@ import { ExtractionError, formatOf } from './extract';
  * works on the file, reading and chunking it included, it looks at the row every KEEP_MS
  * (renewing the lease as it goes: ClaimKeeper), and stops the work and gives up without writing
  * as soon as the row is no longer its own: the file was removed, its batch cancelled, its store
- * deleted (their rows and chunks go in one batch, services/vector-stores.ts), or the lease was
+ * deleted (their rows and chunks go in one batch, resources/vector-stores/queries.ts), or the lease was
  * lost. A crashed ingestion is claimed again once its lease passes, at most MAX_ATTEMPTS times;
  * the workspace's own rate-limit policies refusing an embedding call puts the file back until
  * their window resets, without counting it.

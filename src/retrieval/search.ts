@@ -3,7 +3,7 @@ import type { Db } from '../db/client';
 import type { Deps } from '../deps';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
 import { ApiError } from '../errors';
-import type { AttributeFilter, ComparisonFilter, VectorStoreSearchBody } from '../schemas/vector-store-search';
+import type { AttributeFilter, ComparisonFilter, VectorStoreSearchBody } from '../resources/vector-stores/search-schemas';
 import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
 import { indexNames, SEARCH_L, storeIdPart } from './vector-index';
 

@@ -23,7 +23,7 @@ import type { Deps } from '../deps';
  *
  * At most GATEWAY_VECTOR_INDEX_MAX_STORES stores are indexed: each index's triggers are evaluated
  * on every chunk insert, of any store. `maintainVectorIndexes` does one pass of this work; Node
- * runs it on a timer (node/start.ts), Workers on the cron trigger (worker.ts).
+ * runs it on a timer (runtime/node/start.ts), Workers on the cron trigger (worker.ts).
  */
 
 /** Chunks copied into an index per statement: about 0.1 to 0.3 s of the writer's time at 512 dimensions. */

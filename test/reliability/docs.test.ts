@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { DOCS_SCRIPT } from '../../src/openapi/docs-page';
+import { DOCS_SCRIPT } from '../../src/http/openapi/docs-page';
 import { atRest, closeArena, openArena, percentile, whileMeasured, type Arena, type Watch } from './support';
 
 /**

@@ -274,7 +274,7 @@ describe('hostile upstreams, one behaviour at a time', () => {
 
   it('L5: a database that refuses to record how a run ended: the run is failed at once, saying so', async () => {
     // The outcome's write completes the message: an update of it, or, for an answer that ended
-    // before the message was written, its insert as it ends (runs/outbox.ts).
+    // before the message was written, its insert as it ends (resources/runs/execution/outbox.ts).
     await db.execute(`CREATE TRIGGER refuse_hostile_outcome BEFORE UPDATE OF status ON messages
       WHEN NEW.status = 'completed' AND NEW.content LIKE '%REFUSED-BY-TRIGGER%'
       BEGIN SELECT RAISE(ABORT, 'refused by the reliability test'); END`);

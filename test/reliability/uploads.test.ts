@@ -26,7 +26,7 @@ import { openDataDir, recordFigures, waitFor } from './support';
 const MB = 1000 * 1000;
 const QUOTA = 10 * MB;
 const FILE = 8 * MB;
-/** UPLOAD_LEASE_MS (files/reservation.ts), and the sweeps' period with a lease of LEASE_SECONDS. */
+/** UPLOAD_LEASE_MS (resources/files/reservation.ts), and the sweeps' period with a lease of LEASE_SECONDS. */
 const UPLOAD_LEASE_MS = 30_000;
 const LEASE_SECONDS = 3;
 

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { newId } from '../../src/lib/ids';
-import { insertFile } from '../../src/services/files';
+import { insertFile } from '../../src/resources/files/queries';
 import type { Tenant, TestGateway } from './gateway';
 
 /**

@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { Ajv2020, type ErrorObject } from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
-import { DOCUMENT_PATH } from '../../src/openapi/generate';
+import { DOCUMENT_PATH } from '../../src/http/openapi/generate';
 
 /**
- * The gateway's own OpenAPI document (src/openapi/assets/openapi.json) as a validator: does an
+ * The gateway's own OpenAPI document (src/http/openapi/assets/openapi.json) as a validator: does an
  * answer have the shape the document declares for its operation and status?
  *
  *   answerErrors('GET', '/v1/assistants/asst_1', 200, body)  → [] or readable failures, one a line

@@ -5,16 +5,16 @@ import type { App } from '../../src/app';
 import type { Config } from '../../src/config';
 import { migrateDatabase, openDatabase, type NodeDatabase } from '../../src/db/node';
 import type { Deps } from '../../src/deps';
-import type { TaskTracker } from '../../src/node/tasks';
+import type { TaskTracker } from '../../src/runtime/node/tasks';
 import { createLogger } from '../../src/logger';
-import { nodeConfig } from '../../src/node/config';
-import { createNodeApp, type NodeApp } from '../../src/node/app';
-import { createNodeDeps } from '../../src/node/deps';
-import { listen } from '../../src/node/server';
-import { createApiKey } from '../../src/services/api-keys';
-import { createWorkspace } from '../../src/services/workspaces';
-import { createVirtualKey } from '../../src/services/virtual-keys';
-import type { CreateVirtualKeyBody } from '../../src/schemas/virtual-keys';
+import { nodeConfig } from '../../src/runtime/node/config';
+import { createNodeApp, type NodeApp } from '../../src/runtime/node/app';
+import { createNodeDeps } from '../../src/runtime/node/deps';
+import { listen } from '../../src/runtime/node/server';
+import { createApiKey } from '../../src/resources/identities/api-keys';
+import { createWorkspace } from '../../src/resources/identities/workspaces';
+import { createVirtualKey } from '../../src/resources/virtual-keys/commands';
+import type { CreateVirtualKeyBody } from '../../src/resources/virtual-keys/schemas';
 import OpenAI from 'openai';
 import { organisations } from '../../src/db/schema';
 import { newUuid } from '../../src/lib/ids';
@@ -215,7 +215,7 @@ export function apiRoutes(app: Pick<App, 'routes'>): { method: string; path: str
   return [...seen.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, route]) => route);
 }
 
-/** `gateway` served over real HTTP as `npm start` serves it (node/server.ts), on a free loopback port. */
+/** `gateway` served over real HTTP as `npm start` serves it (runtime/node/server.ts), on a free loopback port. */
 export async function serveOverHttp(gateway: TestGateway): Promise<{ url: string; close(): Promise<void> }> {
   const { server, url } = await listen((request) => gateway.app.request(request), { ...gateway.deps.config, HOST: '127.0.0.1', PORT: 0 });
   const close = () =>

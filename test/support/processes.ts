@@ -245,7 +245,7 @@ export function memoryOf(pid: number): { rssMb: number; peakMb: number } {
   return { rssMb: kb('VmRSS') / 1024, peakMb: kb('VmHWM') / 1024 };
 }
 
-/** The chunker processes (node/chunker-pool.ts) a process started and that are alive, by pid (Linux /proc). */
+/** The chunker processes (runtime/node/chunker-pool.ts) a process started and that are alive, by pid (Linux /proc). */
 export function chunkerProcessesOf(parent: number): number[] {
   return readdirSync('/proc')
     .filter((name) => /^\d+$/.test(name))

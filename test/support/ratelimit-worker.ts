@@ -1,11 +1,11 @@
 import { createInterface } from 'node:readline';
 import { openDatabase } from '../../src/db/node';
 import { ApiError } from '../../src/errors';
-import { nodeConfig } from '../../src/node/config';
-import { createNodeDeps } from '../../src/node/deps';
+import { nodeConfig } from '../../src/runtime/node/config';
+import { createNodeDeps } from '../../src/runtime/node/deps';
 import { admitRequest, type RequestAttributes } from '../../src/ratelimit';
-import { createPolicy } from '../../src/services/policies';
-import { workspaceCaps } from '../../src/services/quotas';
+import { createPolicy } from '../../src/resources/policies/queries';
+import { workspaceCaps } from '../../src/resources/identities/quotas';
 
 /**
  * A second gateway process for test/ratelimit-enforcement.test.ts: it opens the database under

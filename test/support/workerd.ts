@@ -8,7 +8,7 @@ import { bundleWorker, TARGETS } from '../../scripts/bundle-worker';
 import { startSqld, type RunningSqld } from '../../scripts/sqld';
 import { migrateDatabase, openDatabase } from '../../src/db/node';
 import { generateKeyBase64 } from '../../src/lib/secrets';
-import { initialise } from '../../src/services/organisations';
+import { initialise } from '../../src/resources/identities/organisations';
 
 /**
  * The gateway Worker in a workerd of its own, driven from outside over HTTP: the bundle `wrangler

@@ -1,7 +1,7 @@
 import { exports } from 'cloudflare:workers';
 import { describe, expect, inject, it } from 'vitest';
-import openApiDocument from '../../src/openapi/assets/openapi.json';
-import { DOCS_SCRIPT } from '../../src/openapi/docs-page';
+import openApiDocument from '../../src/http/openapi/assets/openapi.json';
+import { DOCS_SCRIPT } from '../../src/http/openapi/docs-page';
 import { errorOf, json } from '../support/envelope';
 
 /**

@@ -5,9 +5,9 @@ import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { createApp } from '../../src/app';
 import { vectorStoreChunks, vectorStoreFiles, vectorStores } from '../../src/db/schema';
 import { newId } from '../../src/lib/ids';
-import { insertFile } from '../../src/services/files';
-import { createWorkerDeps, workerDeps } from '../../src/workers/deps';
-import { wakeForWaitingFiles } from '../../src/workers/ingest-queue';
+import { insertFile } from '../../src/resources/files/queries';
+import { createWorkerDeps, workerDeps } from '../../src/runtime/workers/deps';
+import { wakeForWaitingFiles } from '../../src/runtime/workers/ingest-queue';
 import { errorOf, json } from '../support/envelope';
 
 /**

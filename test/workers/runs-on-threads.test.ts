@@ -6,7 +6,7 @@ import OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { isUniqueViolation } from '../../src/db/client';
 import * as schema from '../../src/db/schema';
-import { insertRunOnThread } from '../../src/services/runs';
+import { insertRunOnThread } from '../../src/resources/runs/queries';
 import { errorOf, json } from '../support/envelope';
 import { freshGate, remoteGate } from '../support/gates';
 

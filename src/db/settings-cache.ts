@@ -1,0 +1,144 @@
+import { eq } from 'drizzle-orm';
+import { preparedQuery, type Db } from './client';
+import { settingsGeneration } from './schema';
+import { authenticateApiKey, type AuthenticatedKey } from '../resources/identities/api-keys';
+import { getAssistant, type AssistantRow } from '../resources/assistants/queries';
+import { resolveVirtualKey, type VirtualKey } from '../resources/virtual-keys/commands';
+
+/**
+ * The settings every request reads (its API key; a run's assistant and virtual key), kept in
+ * memory per process (Node) or isolate (Workers) for one generation of the database's settings
+ * (settings_generation in schema.ts, bumped by triggers on every change to them, whoever makes it).
+ * A request reads that one row first (SettingsCache.now, in the API-key middleware); its lookups
+ * then answer from memory while the generation is the one their entry was read at, and read the
+ * rows, as before, when it is not. So a change made anywhere (this gateway, another, the CLI, plain
+ * SQL) governs the very next request, exactly as reading the rows every time would.
+ *
+ * Changes to rate-limit policies move the generation too, so the policy cache skips its version
+ * read while it holds (ratelimit/policy-cache.ts). On the embedded database a run's creation reads
+ * one row instead of five; on Workers, where each read is a round trip to the database, that is
+ * four round trips fewer.
+ *
+ * Only what was found is kept (an unknown key or an unknown assistant reads again: guesses cannot
+ * crowd out what is used), frozen (requests share it), within a weight: about the characters of its
+ * JSON, the least recently used dropped beyond it.
+ */
+export class SettingsCache {
+  readonly #db: Db;
+  readonly #shelves: Shelves;
+
+  /** @param options.maxWeight the characters (of JSON) kept over all entries; default 16 Mi. */
+  constructor(db: Db, options: { maxWeight?: number } = {}) {
+    const maxWeight = options.maxWeight ?? 16 * 1024 * 1024;
+    this.#db = db;
+    // A shelf per kind of lookup, each within its share of the weight.
+    this.#shelves = { apiKeys: new Shelf(maxWeight / 8), assistants: new Shelf((maxWeight * 5) / 8), virtualKeys: new Shelf((maxWeight * 2) / 8) };
+  }
+
+  /** The settings as they are now: what a request reads once, before its lookups. */
+  async now(): Promise<Settings> {
+    const [row] = await generationRow(this.#db).all();
+    return new Settings(this.#shelves, this.#db, row?.value ?? null);
+  }
+
+  /** What the entries weigh now. */
+  get weight(): number {
+    const { apiKeys, assistants, virtualKeys } = this.#shelves;
+    return apiKeys.weight + assistants.weight + virtualKeys.weight;
+  }
+}
+
+interface Shelves {
+  apiKeys: Shelf<AuthenticatedKey | null>;
+  assistants: Shelf<AssistantRow>;
+  virtualKeys: Shelf<VirtualKey>;
+}
+
+/** The settings at one generation: the lookups of one request (see SettingsCache). */
+export class Settings {
+  readonly #shelves: Shelves;
+  readonly #db: Db;
+  /** Null when the database has no generation row: nothing is kept then. */
+  readonly generation: number | null;
+
+  constructor(shelves: Shelves, db: Db, generation: number | null) {
+    this.#shelves = shelves;
+    this.#db = db;
+    this.generation = generation;
+  }
+
+  /** authenticateApiKey: the key presented, if it is live. */
+  apiKey(presented: string): Promise<AuthenticatedKey | null> {
+    return this.#shelves.apiKeys.get(this.generation, presented, () => authenticateApiKey(this.#db, presented));
+  }
+
+  /** getAssistant: the workspace's live assistant, or 404. */
+  assistant(workspaceId: string, id: string): Promise<AssistantRow> {
+    return this.#shelves.assistants.get(this.generation, `${workspaceId} ${id}`, () => getAssistant(this.#db, workspaceId, id));
+  }
+
+  /** resolveVirtualKey: the key a run of `model` executes with, or the error saying why there is none. */
+  virtualKey(workspaceId: string, request: { slug: string | undefined; model: string }): Promise<VirtualKey> {
+    const key = request.slug === undefined ? `${workspaceId} for ${request.model}` : `${workspaceId} ${request.slug}`;
+    return this.#shelves.virtualKeys.get(this.generation, key, () => resolveVirtualKey(this.#db, workspaceId, request));
+  }
+}
+
+/** Values of one kind of lookup by key, each read at a generation, within a weight. */
+class Shelf<T> {
+  readonly #maxWeight: number;
+  /** In least-recently-used order: a hit moves its entry to the end. */
+  readonly #entries = new Map<string, { generation: number; value: T; weight: number }>();
+  #weight = 0;
+
+  constructor(maxWeight: number) {
+    this.#maxWeight = maxWeight;
+  }
+
+  get weight(): number {
+    return this.#weight;
+  }
+
+  /** `load()`'s answer at `generation`: kept from an earlier request when read at the same one. */
+  async get(generation: number | null, key: string, load: () => Promise<T>): Promise<T> {
+    const entry = this.#entries.get(key);
+    if (entry && generation !== null && entry.generation === generation) {
+      this.#entries.delete(key);
+      this.#entries.set(key, entry);
+      return entry.value;
+    }
+    const value = await load();
+    if (value !== null && generation !== null) this.#put(key, generation, value);
+    return value;
+  }
+
+  #put(key: string, generation: number, value: T): void {
+    this.#remove(key);
+    const weight = key.length + JSON.stringify(value).length;
+    if (weight > this.#maxWeight) return;
+    this.#entries.set(key, { generation, value: deepFreeze(value), weight });
+    this.#weight += weight;
+    for (const oldest of this.#entries.keys()) {
+      if (this.#weight <= this.#maxWeight) break;
+      this.#remove(oldest);
+    }
+  }
+
+  #remove(key: string): void {
+    const entry = this.#entries.get(key);
+    if (!entry) return;
+    this.#entries.delete(key);
+    this.#weight -= entry.weight;
+  }
+}
+
+const generationRow = preparedQuery((db) =>
+  db.select({ value: settingsGeneration.value }).from(settingsGeneration).where(eq(settingsGeneration.id, 0)).limit(1).prepare(),
+);
+
+/** Freezes `value` and everything in it: an entry is shared by every request that reads it. */
+function deepFreeze<T>(value: T): T {
+  if (typeof value !== 'object' || value === null || Object.isFrozen(value)) return value;
+  for (const inner of Object.values(value)) deepFreeze(inner);
+  return Object.freeze(value);
+}

@@ -1,0 +1,38 @@
+import type { MiddlewareHandler } from 'hono';
+import type * as z from 'zod';
+import type { ErrorStatus } from '../../errors';
+
+/** What a route answers, as the OpenAPI document describes it. */
+export interface ResponseDeclaration {
+  /** The operation's name, as a sentence: "Create an assistant". */
+  summary: string;
+  /** The body of its success (200). */
+  ok: z.ZodType;
+  /** The success is `application/octet-stream` (a file's bytes), not JSON. */
+  bytes?: true;
+  /** With `stream: true` in its body, the success is a `text/event-stream` of the run's events. */
+  stream?: true;
+  /**
+   * Its error statuses beyond those the document gives a route from its shape: 401 for every route
+   * under /v1, 400 for one that validates input, 404 for one whose path names something.
+   */
+  errors?: ErrorStatus[];
+}
+
+/**
+ * Each declaring middleware, with its declaration: the OpenAPI document is generated from these
+ * (http/openapi/generate.ts), beside what http/middleware/validate.ts records of each route's input.
+ */
+export const declaredResponses = new WeakMap<object, ResponseDeclaration>();
+
+/**
+ * Declares what the route it is given to answers, next to its validators:
+ * `.post('/', responds({ summary: 'Create an assistant', ok: assistantObject }), validate('json', …), handler)`.
+ * It does nothing with the request: the declaration is for the document, and the wire mappers
+ * (src/wire/*) return the types inferred from the same schemas.
+ */
+export function responds(declaration: ResponseDeclaration): MiddlewareHandler {
+  const middleware: MiddlewareHandler = (_c, next) => next();
+  declaredResponses.set(middleware, declaration);
+  return middleware;
+}

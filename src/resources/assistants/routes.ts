@@ -1,0 +1,49 @@
+import { Hono } from 'hono';
+import { assistantsBeta } from '../../http/middleware/assistants-beta';
+import { validate } from '../../http/middleware/validate';
+import { requestedVirtualKey } from '../../http/middleware/virtual-key';
+import { workspace } from '../../http/middleware/workspace';
+import { createAssistantBody, modifyAssistantBody } from './schemas';
+import { cursorListQuery } from '../../http/schemas';
+import { createAssistant, modifyAssistant } from './commands';
+import { deleteAssistant, getAssistant, listAssistants } from './queries';
+import { resolveVirtualKey } from '../virtual-keys/commands';
+import { toAssistantJson } from './wire';
+import { listObject } from '../../http/lists';
+import type { ApiEnv } from '../../http/env';
+import { storeRequest } from '../vector-stores/store-request';
+import { responds } from '../../http/middleware/responds';
+import { assistantObject, deletedObject, listOf } from '../../http/objects';
+
+/**
+ * /v1/assistants, in the workspace of workspace(). Retrieving one needs a virtual key that would
+ * execute its runs (the gateway's API has always asked for one there), resolved as a run of the
+ * assistant's model resolves it; creating and modifying need one only for the vector store their
+ * tool_resources create (its embeddings), listing and deleting never.
+ */
+export const assistantRoutes = new Hono<ApiEnv>()
+  .use(assistantsBeta(), workspace())
+  .post('/', responds({ summary: 'Create an assistant', ok: assistantObject }), validate('json', createAssistantBody), async (c) => {
+    const row = await createAssistant(c.get('deps'), storeRequest(c), c.req.valid('json'));
+    return c.json(toAssistantJson(row));
+  })
+  .get('/', responds({ summary: 'List assistants', ok: listOf(assistantObject) }), validate('query', cursorListQuery), async (c) => {
+    const page = await listAssistants(c.get('deps').db, c.get('workspace').workspaceId, c.req.valid('query'));
+    return c.json(listObject(page, toAssistantJson));
+  })
+  .get('/:assistant_id', responds({ summary: 'Retrieve an assistant', ok: assistantObject }), async (c) => {
+    const { db } = c.get('deps');
+    const { workspaceId } = c.get('workspace');
+    const row = await getAssistant(db, workspaceId, c.req.param('assistant_id'));
+    await resolveVirtualKey(db, workspaceId, { slug: requestedVirtualKey(c), model: row.model });
+    return c.json(toAssistantJson(row));
+  })
+  .post('/:assistant_id', responds({ summary: 'Modify an assistant', ok: assistantObject }), validate('json', modifyAssistantBody), async (c) => {
+    const row = await modifyAssistant(c.get('deps'), storeRequest(c), c.req.param('assistant_id'), c.req.valid('json'));
+    return c.json(toAssistantJson(row));
+  })
+  .delete('/:assistant_id', responds({ summary: 'Delete an assistant', ok: deletedObject('assistant.deleted') }), async (c) => {
+    const { db, now } = c.get('deps');
+    const row = await deleteAssistant(db, c.get('workspace').workspaceId, c.req.param('assistant_id'), now());
+    return c.json({ id: row.id, object: 'assistant.deleted', deleted: true });
+  });

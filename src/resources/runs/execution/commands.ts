@@ -1,0 +1,452 @@
+import type { Deps } from '../../../deps';
+import { holdsThread } from '../../../db/schema';
+import { ApiError } from '../../../errors';
+import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../../../ratelimit';
+import type { CursorListQuery } from '../../../http/schemas';
+import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOutputsBody } from '../schemas';
+import type { ThreadMessageInput } from '../../threads/schemas';
+import type { Settings } from '../../../db/settings-cache';
+import { readHistory, type History } from '../../threads/history';
+import {
+  acceptToolOutputs,
+  activeRunError,
+  getRun,
+  getStep,
+  insertRunOnThread,
+  insertThreadAndRun,
+  leaseMs,
+  listRuns as listRunsPage,
+  listStepsPage,
+  openRunOf,
+  setRunMetadata,
+  toolCallsStepInProgress,
+  updateRun,
+  type RunRow,
+  type StepRow,
+} from '../queries';
+import { getThread, setToolResources, type MessageRow, type ThreadRow } from '../../threads/queries';
+import { getVirtualKey, type VirtualKey } from '../../virtual-keys/commands';
+import { toRunJson, toStepJson } from '../wire';
+import { wakeIngestion } from '../../vector-stores/commands';
+import { attachedFiles, threadStoreWrites } from '../../vector-stores/thread-stores';
+import { checkToolResources, storedToolResources } from '../../vector-stores/tool-resources';
+import { toThreadJson } from '../../threads/wire';
+import type { ServerSentEvent } from './event-stream';
+import type { RequestContext, StreamOptions } from './host';
+import { buildPrompt, promptLimits, type Prompt } from './prompt';
+import { reconcileRun } from './recovery';
+import { checkImages } from '../../files/images';
+import { clientMessage, newRun, newThread } from './rows';
+import { runSettings, type RunSettings } from './settings';
+import { settleRun } from './settle';
+
+/**
+ * The run use-cases, each in the order it must happen. A run is created or continued in four steps:
+ *
+ *   validate (settings, tool outputs) ─> admit (rate limits: a refusal writes nothing)
+ *     ─> write (one batch; the run is in progress from here) ─> host (RunHost.start or .stream)
+ *
+ * The routes (resources/runs/routes.ts) validate the request, call one of these and answer what it returns.
+ */
+
+/** What the run use-cases use of the deps. */
+export type RunCommandDeps = Pick<Deps, 'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs' | 'ingestion'>;
+
+/** Who asks: what the run is attributed to and what rate-limit policies match on. */
+export interface Caller {
+  workspaceId: string;
+  apiKeyId: string;
+  /** The x-gateway-metadata header, merged over the run's metadata for policies. */
+  metadataHeader: string | undefined;
+  /** The x-gateway-virtual-key header: the slug of the virtual key to execute with, when named. */
+  virtualKeySlug: string | undefined;
+  /** The settings as of the request's start: its assistant and virtual key are read through them. */
+  settings: Settings;
+}
+
+/** A run in a thread, as its path names it. */
+export interface RunPath {
+  threadId: string;
+  runId: string;
+}
+
+/**
+ * A run just put in progress, answered with its rate-limit headers: as the run object clients are
+ * told first (queued) while it executes in the background, or as the event stream of its execution.
+ */
+export type RunAnswer =
+  | { stream: false; run: RunRow; headers: Record<string, string> }
+  | { stream: true; events: ReadableStream<Uint8Array>; headers: Record<string, string> };
+
+/** POST /v1/threads/runs: a new thread with its messages, and a run on it. */
+export async function createThreadAndRun(
+  deps: RunCommandDeps,
+  caller: Caller,
+  body: CreateThreadAndRunBody,
+  context: RequestContext,
+): Promise<RunAnswer> {
+  const assistant = await caller.settings.assistant(caller.workspaceId, body.assistant_id);
+  const at = deps.now();
+  const thread = newThread(caller.workspaceId, { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) }, at);
+  await checkToolResources(deps.db, caller.workspaceId, body.tool_resources, 'tool_resources');
+  await checkToolResources(deps.db, caller.workspaceId, thread.toolResources, 'thread.tool_resources');
+  // The thread's vector store, when its tool_resources create one or its messages attach files for file_search.
+  const request = { waitUntil: (task: Promise<unknown>) => context.waitUntil(task), ...caller };
+  const stores = await threadStoreWrites(deps, request, thread, {
+    inline: body.thread?.tool_resources?.file_search?.vector_stores?.[0],
+    inlineParam: 'thread.tool_resources',
+    attached: attachedFiles(body.thread?.messages ?? [], (index) => `thread.messages[${index}].`),
+  });
+  if (stores.toolResources) thread.toolResources = stores.toolResources;
+  const answer = await startRun(deps, caller, context, {
+    at,
+    thread,
+    assistantId: assistant.id,
+    settings: runSettings(assistant, body),
+    messages: body.thread?.messages ?? [],
+    messagesParam: 'thread.messages',
+    history: NO_HISTORY,
+    write: (messages, run) => insertThreadAndRun(deps.db, thread, messages, run, stores.statements),
+    leading: [['thread.created', toThreadJson(thread)]],
+    stream: body.stream === true,
+  });
+  if (stores.queued) wakeIngestion(deps, request);
+  return answer;
+}
+
+/**
+ * POST /v1/threads/{thread_id}/runs: a run on an existing thread, its additional_messages added
+ * to the thread with it. A thread takes one open run at a time (activeRunError otherwise): its
+ * open run is looked at first, so that a run that cannot be created is refused before it is
+ * admitted; the unique index then decides, race-free, between runs that arrive together.
+ */
+export async function createRun(
+  deps: RunCommandDeps,
+  caller: Caller,
+  threadId: string,
+  body: CreateRunBody,
+  context: RequestContext,
+  includeResultContent = false,
+): Promise<RunAnswer> {
+  const { db, config } = deps;
+  // Read together; their errors are reported in this order, whichever comes first.
+  const reads = [
+    getThread(db, caller.workspaceId, threadId),
+    caller.settings.assistant(caller.workspaceId, body.assistant_id),
+    readHistory(db, { workspaceId: caller.workspaceId, threadId, runId: null }, config.GATEWAY_MAX_HISTORY_BYTES),
+  ] as const;
+  for (const read of reads) read.catch(() => undefined);
+  const [thread, assistant, history] = [await reads[0], await reads[1], await reads[2]];
+  const settings = runSettings(assistant, body);
+  const blocking = await blockingRun(deps, thread.id);
+  if (blocking) throw activeRunError(thread.id, blocking);
+  // additional_messages' file_search attachments go to the thread's store (created if it has none),
+  // in the run's batch: written with it or not at all.
+  const request = { waitUntil: (task: Promise<unknown>) => context.waitUntil(task), ...caller };
+  const stores = await threadStoreWrites(deps, request, thread, {
+    attached: attachedFiles(body.additional_messages ?? [], (index) => `additional_messages[${index}].`),
+  });
+  const extra = stores.toolResources ? [...stores.statements, setToolResources(db, thread.id, stores.toolResources)] : stores.statements;
+  const answer = await startRun(deps, caller, context, {
+    at: deps.now(),
+    thread,
+    assistantId: assistant.id,
+    settings,
+    messages: body.additional_messages ?? [],
+    messagesParam: 'additional_messages',
+    history,
+    write: async (messages, run) => {
+      if (await insertRunOnThread(db, messages, run, extra)) return;
+      // The open run in the way may have been left behind: settled by recovery, it is in the way no more.
+      const blocking = await blockingRun(deps, thread.id);
+      if (blocking === null && (await insertRunOnThread(db, messages, run, extra))) return;
+      throw activeRunError(thread.id, blocking ?? (await openRunOf(db, thread.id)));
+    },
+    leading: [],
+    stream: body.stream === true,
+    includeResultContent,
+  });
+  if (stores.queued) wakeIngestion(deps, request);
+  return answer;
+}
+
+const NO_HISTORY: History = { messages: [], steps: [] };
+
+/** What a new run is, and how it comes about; startRun does the rest. */
+interface RunStart {
+  /** When the run and its messages are created. */
+  at: number;
+  thread: ThreadRow;
+  assistantId: string;
+  settings: RunSettings;
+  /** The messages the request adds to the thread with the run; `messagesParam` names them in errors. */
+  messages: ThreadMessageInput[];
+  messagesParam: string;
+  /** The thread's history before them. */
+  history: History;
+  /** Writes the run and the messages (with its thread, if new) in one batch, or throws and writes nothing. */
+  write: (messages: MessageRow[], run: RunRow) => Promise<void>;
+  /** The events before thread.run.created: thread.created for a new thread. */
+  leading: ServerSentEvent[];
+  stream: boolean;
+  /** Whether the stream's file search steps show their results' content. */
+  includeResultContent?: boolean;
+}
+
+/**
+ * A new run, in the order it must happen: its virtual key (by the model it runs), its rows, its
+ * first prompt, admission (its reservation sized by that prompt), the write, and the host, which
+ * gets the prompt and the key: the first turn reads nothing more.
+ */
+async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestContext, start: RunStart): Promise<RunAnswer> {
+  const { thread, settings } = start;
+  const virtualKey = await caller.settings.virtualKey(caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
+  const { at } = start;
+  const messages = start.messages.map((message, index) => clientMessage(thread, message, `${start.messagesParam}[${index}]`, at));
+  await checkImages(deps, caller.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
+  const run = newRun(settings, { thread, assistantId: start.assistantId, virtualKey, apiKeyId: caller.apiKeyId }, deps.config, at);
+  const history = { messages: [...start.history.messages, ...messages], steps: start.history.steps };
+  const prompt = buildPrompt(run, history, [], promptLimits(run, 0, deps.config));
+  const admission = await admit(deps, caller, virtualKey, run, firstTurn(deps, run, prompt));
+  run.rateLimit = admission.ticket;
+  const written = unlessWritten(deps, admission, start.write(messages, run));
+  // Serialised once for the two events that carry it.
+  const queued = JSON.stringify(toRunJson(asQueued(run)));
+  return host(
+    deps,
+    run,
+    admission,
+    start.stream,
+    context,
+    {
+      leading: [...start.leading, ['thread.run.created', queued], ['thread.run.queued', queued]],
+      preloaded: { virtualKey, prompt },
+      includeResultContent: start.includeResultContent,
+    },
+    written,
+  );
+}
+
+/**
+ * The run that keeps the thread from taking a new one: its open run, unless that run was left
+ * behind (its executor gone, or waiting for tool outputs past its expiry), in which case recovery
+ * settles it and there is none.
+ */
+async function blockingRun(deps: RunCommandDeps, threadId: string): Promise<RunRow | null> {
+  const open = await openRunOf(deps.db, threadId);
+  if (!open) return null;
+  const now = await reconcileRun(deps, open);
+  return holdsThread(now.status) ? now : null;
+}
+
+/** GET /v1/threads/{thread_id}/runs: a page of the thread's runs, each as it really stands. */
+export async function listRuns(deps: RunCommandDeps, workspaceId: string, threadId: string, query: CursorListQuery) {
+  const thread = await getThread(deps.db, workspaceId, threadId);
+  const page = await listRunsPage(deps.db, thread.id, query);
+  return { ...page, rows: await Promise.all(page.rows.map((run) => reconcileRun(deps, run))) };
+}
+
+/** POST /v1/threads/{thread_id}/runs/{run_id}: a run's metadata, replaced (absent or null: unchanged). */
+export async function modifyRun(deps: RunCommandDeps, workspaceId: string, path: RunPath, body: ModifyRunBody): Promise<RunRow> {
+  if (!body.metadata) return retrieveRun(deps, workspaceId, path);
+  return reconcileRun(deps, await setRunMetadata(deps.db, workspaceId, path.threadId, path.runId, body.metadata));
+}
+
+/** GET …/runs/{run_id}/steps: a page of the run's steps, with the run they belong to. */
+export async function listRunSteps(deps: RunCommandDeps, workspaceId: string, path: RunPath, query: CursorListQuery) {
+  const run = await retrieveRun(deps, workspaceId, path);
+  return { run, page: await listStepsPage(deps.db, run.id, query) };
+}
+
+/** GET …/runs/{run_id}/steps/{step_id}: one step, with the run it belongs to. */
+export async function retrieveRunStep(deps: RunCommandDeps, workspaceId: string, path: RunPath, stepId: string) {
+  const run = await retrieveRun(deps, workspaceId, path);
+  return { run, step: await getStep(deps.db, run.id, stepId) };
+}
+
+/** GET of a run: the run as it really stands, settled first if it was left behind (recovery.ts). */
+export async function retrieveRun(deps: RunCommandDeps, workspaceId: string, path: RunPath): Promise<RunRow> {
+  return reconcileRun(deps, await getRun(deps.db, workspaceId, path.threadId, path.runId));
+}
+
+/** Tool outputs for a run in requires_action: its next turn executes at once. */
+export async function submitToolOutputs(
+  deps: RunCommandDeps,
+  caller: Caller,
+  path: RunPath,
+  body: SubmitToolOutputsBody,
+  context: RequestContext,
+): Promise<RunAnswer> {
+  const run = await retrieveRun(deps, caller.workspaceId, path);
+  if (run.status !== 'requires_action') {
+    throw new ApiError('run_not_active', `Runs in status '${run.status}' do not accept tool outputs.`);
+  }
+  const step = await toolCallsStepInProgress(deps.db, run.id);
+  const outputs = matchToolOutputs(run, body.tool_outputs);
+  const key = await getVirtualKey(deps.db, run.virtualKeyId);
+  if (!key || key.revokedAt !== null) {
+    throw new ApiError('invalid_virtual_key', "The run's virtual key was revoked; the run cannot continue.");
+  }
+  const admission = await admit(deps, caller, key, run, nextTurn(deps, run, step, outputs));
+  const accepted = await unlessWritten(
+    deps,
+    admission,
+    acceptToolOutputs(deps.db, run.id, step, outputs, deps.now(), leaseMs(deps.config), admission.ticket),
+  );
+  if (!accepted.run) {
+    await settleTokens(deps, admission.ticket, 0);
+    throw new ApiError('run_not_active', 'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).');
+  }
+  return host(deps, accepted.run, admission, body.stream === true, context, {
+    leading: [
+      ['thread.run.step.completed', toStepJson(accepted.step, accepted.run)],
+      ['thread.run.queued', toRunJson(asQueued(accepted.run))],
+    ],
+  });
+}
+
+/**
+ * Cancels a run: one waiting for tool outputs ends here (nothing executes it); one in progress
+ * becomes `cancelling` and its host stops it, which settles it `cancelled`.
+ */
+export async function cancelRun(deps: RunCommandDeps, workspaceId: string, path: RunPath, context: RequestContext): Promise<RunRow> {
+  const run = await retrieveRun(deps, workspaceId, path);
+  switch (run.status) {
+    case 'requires_action': {
+      const settled = await settleRun(deps, run.id, [run.status], { status: 'cancelled' });
+      return settled.run ?? (await retrieveRun(deps, workspaceId, path));
+    }
+    case 'in_progress': {
+      const [cancelling] = await updateRun(deps.db, run.id, ['in_progress'], { status: 'cancelling' });
+      deps.runHost.cancel(run.id, context);
+      return cancelling ?? (await retrieveRun(deps, workspaceId, path));
+    }
+    case 'cancelling':
+      return run;
+    default:
+      throw new ApiError('run_not_active', `Cannot cancel run with status '${run.status}'.`);
+  }
+}
+
+/**
+ * Hands a run put in progress to its host: executing in the background while the queued run is
+ * the answer, or executing into the event stream that is the answer. `written`, the commit that
+ * puts it in progress, may still be under way: a streamed run's upstream call starts meanwhile
+ * (RunHost.stream), and either answer leaves only once it has succeeded.
+ */
+async function host(
+  deps: RunCommandDeps,
+  run: RunRow,
+  admission: Admission,
+  stream: boolean,
+  context: RequestContext,
+  options: StreamOptions,
+  written: Promise<unknown> = Promise.resolve(),
+): Promise<RunAnswer> {
+  if (!stream) {
+    await written;
+    deps.runHost.start(run, { preloaded: options.preloaded }, context);
+    return { stream: false, run: asQueued(run), headers: admission.headers };
+  }
+  const events = deps.runHost.stream(run, options, context, written);
+  try {
+    const [readable] = await Promise.all([events, written]);
+    return { stream: true, events: readable, headers: admission.headers };
+  } catch (error) {
+    // A stream nobody will read (its execution ends at the failed commit, writing nothing).
+    events.then((readable) => readable.cancel()).catch(() => undefined);
+    throw error;
+  }
+}
+
+/** The run as it is acknowledged: OpenAI answers createAndRun and starts its stream with `queued`. */
+function asQueued(run: RunRow): RunRow {
+  return { ...run, status: 'queued', startedAt: null };
+}
+
+/**
+ * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The
+ * model is the run's, which through an Azure key is the deployment's (servedModel).
+ */
+function admit(deps: RunCommandDeps, caller: Caller, key: VirtualKey, run: RunRow, turn: TurnTokens): Promise<Admission> {
+  return admitRequest(
+    deps,
+    {
+      api_key: caller.apiKeyId,
+      workspace_id: caller.workspaceId,
+      virtual_key: key.slug,
+      provider: key.provider,
+      model: run.model,
+      metadata: requestMetadata(run.metadata, caller.metadataHeader),
+    },
+    turn,
+    caller.settings.generation,
+  );
+}
+
+/** What a new run's first turn reserves: its prompt, as it will be sent (truncated). */
+function firstTurn(deps: RunCommandDeps, run: RunRow, prompt: Prompt): TurnTokens {
+  const estimate = {
+    promptChars: prompt.chars,
+    knownPromptTokens: 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: 0,
+  };
+  return { reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION), baseTokens: 0 };
+}
+
+/**
+ * What the turn after tool outputs reserves: its prompt is the last turn's tokens (that turn's
+ * prompt and its calls, the step's usage) and the outputs.
+ */
+function nextTurn(deps: RunCommandDeps, run: RunRow, step: StepRow, outputs: Map<string, string>): TurnTokens {
+  const estimate = {
+    promptChars: promptChars([...outputs.values()]),
+    knownPromptTokens: step.usage?.total_tokens ?? 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: run.usage?.completion_tokens ?? 0,
+  };
+  return {
+    reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION),
+    baseTokens: run.usage?.total_tokens ?? 0,
+  };
+}
+
+/**
+ * The write that makes an admitted turn real. If it fails, the turn never executes and nothing
+ * would release its token reservation: it goes back at once.
+ */
+async function unlessWritten<T>(deps: RunCommandDeps, admission: Admission, write: Promise<T>): Promise<T> {
+  try {
+    return await write;
+  } catch (error) {
+    await settleTokens(deps, admission.ticket, 0);
+    throw error;
+  }
+}
+
+/**
+ * Each tool call of required_action gets exactly one output: an unknown id, a repeated id or a
+ * missing call is a 400 naming it, and nothing is written.
+ */
+function matchToolOutputs(run: RunRow, outputs: { tool_call_id: string; output: string }[]): Map<string, string> {
+  const expected = new Set(run.requiredAction?.submit_tool_outputs.tool_calls.map((call) => call.id));
+  const byId = new Map<string, string>();
+  outputs.forEach((output, index) => {
+    const param = `tool_outputs[${index}].tool_call_id`;
+    if (!expected.has(output.tool_call_id)) {
+      throw new ApiError('invalid_value', `No tool call '${output.tool_call_id}' awaits an output in this run.`, { param });
+    }
+    if (byId.has(output.tool_call_id)) {
+      throw new ApiError('invalid_value', `Tool call '${output.tool_call_id}' has more than one output.`, { param });
+    }
+    byId.set(output.tool_call_id, output.output);
+  });
+  const missing = [...expected].filter((id) => !byId.has(id));
+  if (missing.length > 0) {
+    throw new ApiError('invalid_value', `Expected outputs for every tool call; missing: ${missing.join(', ')}.`, {
+      param: 'tool_outputs',
+    });
+  }
+  return byId;
+}

@@ -1,0 +1,236 @@
+import type { Config } from '../../../config';
+import { utf8Length } from '../../../lib/text';
+import type { ChatContentPart, ChatMessage } from '../../../providers/types';
+import { CHARS_PER_TOKEN } from '../../../ratelimit/reservation';
+import type { ToolCallsDetails, TruncationStrategy } from '../schemas';
+import type { History, HistoryStep } from '../../threads/history';
+import type { RunRow, StepRow } from '../queries';
+import type { MessageRow } from '../../threads/queries';
+
+/**
+ * A turn's prompt, from the thread's history: pure decisions, kept apart from the reads
+ * (resources/threads/history.ts) and the engine (test/run-prompt.test.ts lists the cases).
+ *
+ * The history is the thread as it happened: its messages, user and assistant, and where a run
+ * called tools, the calls and their outputs, just before the message the run answered with after
+ * them. Truncation then leaves out the oldest of it: `last_messages` keeps the last N messages
+ * (and what came after the first of them); every strategy keeps at most GATEWAY_MAX_HISTORY_BYTES,
+ * and no more than the request to the provider has room for (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES);
+ * `auto` also leaves out the oldest until the prompt's estimate fits what max_prompt_tokens leaves
+ * for the turn. The last user message and what follows it (the turn being answered) are never left
+ * out: a prompt that does not fit max_prompt_tokens even then is not sent, and the run ends
+ * incomplete; one too large for the request fails the run (engine.ts).
+ */
+
+export interface PromptLimits {
+  truncation: TruncationStrategy;
+  /** The prompt tokens this turn may use: max_prompt_tokens less the run's earlier turns', or null. */
+  promptTokens: number | null;
+  /** GATEWAY_MAX_HISTORY_BYTES: the most of the history a turn sends. */
+  historyBytes: number;
+  /**
+   * The most the prompt's messages and tools may take in the request, as JSON: what
+   * GATEWAY_MAX_UPSTREAM_REQUEST_BYTES leaves once REQUEST_FIELDS_BYTES are set aside.
+   */
+  requestBytes: number;
+}
+
+/** What a request's fields besides its messages and tools take at most (model, settings), set aside from its bound. */
+export const REQUEST_FIELDS_BYTES = 16 * 1024;
+
+/** An uploaded image in a prompt (a message's image_file part), sent as its bytes (resources/files/images.ts). */
+export type ImageFilePart = { type: 'image_file'; image_file: { file_id: string; detail?: string } };
+/** A prompt's message: a chat message, except that user content may name uploaded images. */
+export type PromptMessage = Exclude<ChatMessage, { role: 'user' }> | { role: 'user'; content: string | (ChatContentPart | ImageFilePart)[] };
+
+export interface Prompt {
+  /** The system message (the run's instructions) and the history, in order. */
+  messages: PromptMessage[];
+  /** Characters of the messages and the run's tools as they travel, JSON. */
+  chars: number;
+  /** The same in UTF-8 bytes, images named rather than inlined. */
+  bytes: number;
+  /** The estimate in tokens: four characters a token. */
+  tokens: number;
+  /** Whether `tokens` fits the turn's prompt tokens. A prompt that does not is not sent. */
+  fits: boolean;
+}
+
+/** The limits of a turn of `run` whose earlier turns used `earlierPromptTokens`. */
+export function promptLimits(
+  run: Pick<RunRow, 'truncationStrategy' | 'maxPromptTokens'>,
+  earlierPromptTokens: number,
+  config: Pick<Config, 'GATEWAY_MAX_HISTORY_BYTES' | 'GATEWAY_MAX_UPSTREAM_REQUEST_BYTES'>,
+): PromptLimits {
+  return {
+    truncation: run.truncationStrategy,
+    promptTokens: run.maxPromptTokens === null ? null : run.maxPromptTokens - earlierPromptTokens,
+    historyBytes: config.GATEWAY_MAX_HISTORY_BYTES,
+    requestBytes: config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES - REQUEST_FIELDS_BYTES,
+  };
+}
+
+/**
+ * The prompt of a turn of `run`: its instructions as the system message, then its thread's history
+ * (`history`, the other runs' steps among it; `ownSteps`, the run's own so far), truncated.
+ */
+export function buildPrompt(
+  run: Pick<RunRow, 'createdAt' | 'instructions' | 'tools'>,
+  history: History,
+  ownSteps: StepRow[],
+  limits: PromptLimits,
+): Prompt {
+  const steps = [...history.steps, ...ownSteps.map((step) => ({ ...step, runCreatedAt: run.createdAt }))];
+  const units = timeline(history.messages, steps);
+  const system: PromptMessage[] = run.instructions ? [{ role: 'system', content: run.instructions }] : [];
+  const fixed = [JSON.stringify(system), JSON.stringify(run.tools)];
+  const fixedChars = fixed[0]!.length + fixed[1]!.length;
+  const fixedBytes = utf8Length(fixed[0]!) + utf8Length(fixed[1]!);
+
+  // From the end: the characters and bytes of units[i…], and how many of them are thread messages.
+  const charsFrom = new Array<number>(units.length + 1).fill(0);
+  const bytesFrom = new Array<number>(units.length + 1).fill(0);
+  let start = 0;
+  let counted = 0;
+  const keep = limits.truncation.type === 'last_messages' ? (limits.truncation.last_messages ?? Infinity) : Infinity;
+  for (let i = units.length - 1; i >= 0; i--) {
+    charsFrom[i] = charsFrom[i + 1]! + units[i]!.chars;
+    bytesFrom[i] = bytesFrom[i + 1]! + units[i]!.bytes;
+    if (units[i]!.message && ++counted === keep) start = i;
+  }
+  const tokensFrom = (i: number) => Math.ceil((fixedChars + charsFrom[i]!) / CHARS_PER_TOKEN);
+  const lastUser = units.findLastIndex((unit) => unit.user);
+  const protectedFrom = lastUser === -1 ? units.length - 1 : lastUser;
+  const auto = limits.truncation.type === 'auto';
+  const over = (i: number) =>
+    bytesFrom[i]! > limits.historyBytes ||
+    fixedBytes + bytesFrom[i]! > limits.requestBytes ||
+    (auto && limits.promptTokens !== null && tokensFrom(i) > limits.promptTokens);
+  while (start < protectedFrom && over(start)) start++;
+
+  const tokens = tokensFrom(start);
+  return {
+    messages: [...system, ...units.slice(start).flatMap((unit) => unit.messages)],
+    chars: fixedChars + charsFrom[start]!,
+    bytes: fixedBytes + bytesFrom[start]!,
+    tokens,
+    fits: limits.promptTokens === null || tokens <= limits.promptTokens,
+  };
+}
+
+/** What truncation keeps or leaves out whole: a thread message, or one turn's tool calls with their outputs. */
+interface Unit {
+  messages: PromptMessage[];
+  /** A thread message (what last_messages counts), rather than tool calls. */
+  message: boolean;
+  /** A user message. */
+  user: boolean;
+  chars: number;
+  bytes: number;
+}
+
+/**
+ * The history in the order it happened. Messages are in the thread's order. A run's tool calls go
+ * just before the next message the run wrote after them (its answer once it had the outputs); when
+ * it wrote none after them, just after the last one it wrote; and when it wrote none at all (it
+ * failed or was cancelled once it had the outputs), after the messages that were in the thread
+ * when it was created. Tool calls whose message is not in the history (left out as too old) are
+ * left out with it.
+ */
+function timeline(messages: MessageRow[], steps: HistoryStep[]): Unit[] {
+  const before = new Map<string, Unit[]>();
+  const after = new Map<string, Unit[]>();
+  const unanchored: { at: number; units: Unit[] }[] = [];
+  for (const runSteps of byRun(steps)) {
+    let pending: Unit[] = [];
+    let lastMessage: string | null = null;
+    for (const step of runSteps) {
+      const details = step.stepDetails;
+      if (details.type === 'message_creation') {
+        if (pending.length > 0) before.set(details.message_creation.message_id, pending);
+        pending = [];
+        lastMessage = details.message_creation.message_id;
+      } else if (step.status === 'completed' && details.tool_calls.length > 0) {
+        pending.push(toolCallsUnit(details));
+      }
+    }
+    if (pending.length === 0) continue;
+    if (lastMessage !== null) after.set(lastMessage, pending);
+    else unanchored.push({ at: runSteps[0]!.runCreatedAt, units: pending });
+  }
+  unanchored.sort((a, b) => a.at - b.at);
+
+  const units: Unit[] = [];
+  let next = 0;
+  for (const message of messages) {
+    while (next < unanchored.length && unanchored[next]!.at < message.createdAt) units.push(...unanchored[next++]!.units);
+    units.push(...(before.get(message.id) ?? []));
+    const chat = toChatMessage(message);
+    if (chat) units.push(unit([chat], { message: true, user: chat.role === 'user' }));
+    units.push(...(after.get(message.id) ?? []));
+  }
+  while (next < unanchored.length) units.push(...unanchored[next++]!.units);
+  return units;
+}
+
+/** The steps of each run, in their order (Map.groupBy, which Node 20 does not have). */
+function byRun(steps: HistoryStep[]): HistoryStep[][] {
+  const runs = new Map<string, HistoryStep[]>();
+  for (const step of steps) {
+    const list = runs.get(step.runId);
+    if (list) list.push(step);
+    else runs.set(step.runId, [step]);
+  }
+  return [...runs.values()];
+}
+
+function unit(messages: PromptMessage[], kind: { message: boolean; user: boolean }): Unit {
+  const json = JSON.stringify(messages);
+  return { messages, ...kind, chars: json.length, bytes: utf8Length(json) };
+}
+
+/** A turn's tool calls as the model made them, each followed by the output the client submitted. */
+function toolCallsUnit(details: ToolCallsDetails): Unit {
+  const calls: PromptMessage = {
+    role: 'assistant',
+    content: null,
+    tool_calls: details.tool_calls.map((call) => ({
+      id: call.id,
+      type: 'function',
+      function: { name: call.function.name, arguments: call.function.arguments },
+    })),
+  };
+  const outputs = details.tool_calls.map(
+    (call): PromptMessage => ({ role: 'tool', tool_call_id: call.id, content: call.function.output ?? '' }),
+  );
+  return unit([calls, ...outputs], { message: false, user: false });
+}
+
+/**
+ * A thread message as a chat message: user text as a string, user images as vision content parts
+ * (with their text parts, in order; uploaded ones named, inlined when the request is built), an
+ * assistant's text. An assistant message without text (a
+ * turn that only called tools, or ended before any) says nothing and is left out.
+ */
+function toChatMessage(message: MessageRow): PromptMessage | null {
+  const parts = message.content;
+  const text = (separator: string) => parts.map((part) => (part.type === 'text' ? part.text.value : '')).join(separator);
+  if (message.role === 'assistant') {
+    const content = text('');
+    return content === '' ? null : { role: 'assistant', content };
+  }
+  if (parts.every((part) => part.type === 'text')) return { role: 'user', content: text('\n') };
+  return {
+    role: 'user',
+    content: parts.map((part): ChatContentPart | ImageFilePart => {
+      switch (part.type) {
+        case 'text':
+          return { type: 'text', text: part.text.value };
+        case 'image_url':
+          return { type: 'image_url', image_url: part.image_url };
+        case 'image_file':
+          return { type: 'image_file', image_file: part.image_file };
+      }
+    }),
+  };
+}

@@ -1,0 +1,115 @@
+import type { Deps } from '../../../deps';
+import { settleTokens } from '../../../ratelimit';
+import type { RunStatus } from '../../../db/schema';
+import { isTerminal, settleRunStatements, type RunRow, type Settlement } from '../queries';
+import type { MessageRow } from '../../threads/queries';
+import { getVirtualKey } from '../../virtual-keys/commands';
+
+/** What settling a run uses of the deps. */
+export type SettleDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters'>;
+
+/**
+ * Ends a run that will not produce its answer: cancelled, expired or failed. Used by the engine when
+ * an execution stops, by cancelRun (resources/runs/execution/commands.ts) for a run that waits for tool outputs and so
+ * has no execution, and by recovery for runs whose executor died. Settles the tokens of the turn it ends, if it
+ * ends one. Only a run in one of `from` is settled. Returns the settled run and the message it left
+ * incomplete, or a null run when the run was no longer in one of `from`.
+ */
+export async function settleRun(
+  deps: SettleDeps,
+  runId: string,
+  from: readonly RunStatus[],
+  settlement: Settlement,
+  partial?: { messageId: string; text: string },
+  note: RunEndNote = {},
+): Promise<{ run: RunRow | null; message: MessageRow | null }> {
+  const [, [message], [run]] = await deps.db.batch(settleRunStatements(deps.db, runId, from, settlement, deps.now(), partial));
+  // A run waiting for tool outputs executes no turn: its last one was settled when it began to wait.
+  if (run && !from.includes('requires_action')) await chargeRun(deps, run);
+  if (run) await logRunEnd(deps, run, { ...note, cause: settlement.status === 'failed' ? settlement.cause : undefined });
+  return { run: run ?? null, message: message ?? null };
+}
+
+/**
+ * Fails a run whose settlement could not be written (settleRun threw): first the run's row alone,
+ * one statement, so that the run ends at once with `lastError` instead of waiting for its lease;
+ * then its open steps and message, one statement each, as far as they go. Answers the failed run,
+ * or null when it was no longer in one of `from`. Throws only when the run's own write fails.
+ */
+export async function failRunAlone(
+  deps: SettleDeps,
+  runId: string,
+  from: readonly RunStatus[],
+  lastError: { code: string; message: string },
+): Promise<RunRow | null> {
+  const [steps, message, failRun] = settleRunStatements(deps.db, runId, from, { status: 'failed', lastError }, deps.now());
+  const [run] = await failRun;
+  if (!run) return null;
+  for (const close of [steps, message]) {
+    try {
+      await close;
+    } catch (error) {
+      deps.log.error('could not close a step or message of a failed run', { run_id: runId, error });
+    }
+  }
+  await chargeRun(deps, run);
+  await logRunEnd(deps, run, { cause: 'not_recorded' });
+  return run;
+}
+
+/**
+ * Settles the turn a run just ended, in requires_action or a terminal state, with its tokens
+ * policies: the turn's reservation released, its real tokens (the run's usage beyond what it had
+ * before the turn) charged. Called once per turn, by whoever moved the run out of execution: the
+ * move is conditional, so only one caller gets the row. Never throws.
+ */
+export async function chargeRun(deps: Pick<Deps, 'now' | 'log' | 'counters'>, run: RunRow): Promise<void> {
+  const ticket = run.rateLimit;
+  if (!ticket) return;
+  const tokens = (run.usage?.total_tokens ?? 0) - (ticket.base_tokens ?? 0);
+  try {
+    await settleTokens(deps, ticket, tokens);
+  } catch (error) {
+    deps.log.error('could not settle a run turn with its token policies', { run_id: run.id, error });
+  }
+}
+
+/** What the execution knows of a run's end that the run's row does not hold, for its log line. */
+export interface RunEndNote {
+  /** The slug of the run's virtual key, when the execution holds it (otherwise it is read). */
+  virtualKeySlug?: string;
+  /** Milliseconds from the start of the run's last turn to the upstream's first token, if one came. */
+  firstTokenMs?: number | null;
+  /** Why the run failed, in a word: `dns`, `refused`, `tls`, `timeout`, `http_401`, … */
+  cause?: string;
+}
+
+/**
+ * One `info` line for each run that ends (completed, incomplete, failed, cancelled, expired), whoever
+ * ends it: the engine, a cancel, the recovery sweep. Who ran what on which key and model, its
+ * tokens, how long it took and, when it failed, why. Ids and counts only, never content. Never throws.
+ */
+export async function logRunEnd(deps: Pick<Deps, 'db' | 'log' | 'now'>, run: RunRow, note: RunEndNote = {}): Promise<void> {
+  if (!deps.log.enabled('info') || !isTerminal(run.status)) return;
+  const slug = note.virtualKeySlug ?? (await getVirtualKey(deps.db, run.virtualKeyId).catch(() => null))?.slug;
+  const endedAt = run.completedAt ?? run.failedAt ?? run.cancelledAt ?? deps.now();
+  deps.log.info('run ended', {
+    run_id: run.id,
+    thread_id: run.threadId,
+    assistant_id: run.assistantId,
+    workspace_id: run.workspaceId,
+    api_key_id: run.apiKeyId,
+    virtual_key: slug ?? null,
+    model: run.model,
+    status: run.status,
+    prompt_tokens: run.usage?.prompt_tokens ?? 0,
+    completion_tokens: run.usage?.completion_tokens ?? 0,
+    total_tokens: run.usage?.total_tokens ?? 0,
+    time_to_first_token_ms: note.firstTokenMs ?? null,
+    duration_ms: endedAt - run.createdAt,
+    ...(run.incompleteDetails ? { incomplete_reason: run.incompleteDetails.reason } : {}),
+    ...(run.lastError
+      ? { cause: note.cause ?? run.lastError.code, error_code: run.lastError.code, error_message: run.lastError.message }
+      : {}),
+  });
+}

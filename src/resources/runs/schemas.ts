@@ -1,0 +1,188 @@
+import * as z from 'zod';
+import { cursorListQuery, metadataSchema } from '../../http/schemas';
+import { THREAD_LIMITS, threadMessageSchema, threadSchema } from '../threads/schemas';
+import { functionName, responseFormatSchema, toolResourcesSchema, toolsSchema } from './tools';
+
+/**
+ * Runs: creating one on an existing thread (POST /threads/{id}/runs, OpenAI's CreateRunRequest) or
+ * with a new thread (POST /threads/runs, CreateThreadAndRunRequest), submitting tool outputs,
+ * updating one, listing runs and their steps, and the shapes of what a run stores in its JSON
+ * columns and answers.
+ */
+
+export const RUN_LIMITS = {
+  tools: 20,
+  minTokens: 256,
+  instructions: 256_000,
+} as const;
+
+/** `none`, `auto` (default), `required`, or a named tool to force. */
+export const toolChoiceSchema = z.union([
+  z.enum(['none', 'auto', 'required']),
+  z
+    .strictObject({
+      type: z.enum(['function', 'code_interpreter', 'file_search']),
+      function: z.strictObject({ name: functionName }).optional(),
+    })
+    .refine((choice) => choice.type !== 'function' || choice.function !== undefined, {
+      error: "A tool_choice of type 'function' must name the function: {\"type\":\"function\",\"function\":{\"name\":\"…\"}}.",
+      path: ['function'],
+    }),
+]);
+export type ToolChoice = z.infer<typeof toolChoiceSchema>;
+
+export const truncationStrategySchema = z
+  .strictObject({
+    type: z.enum(['auto', 'last_messages']),
+    last_messages: z.int().min(1).max(THREAD_LIMITS.messages * 10).nullable().optional(),
+  })
+  .refine((strategy) => strategy.type !== 'last_messages' || typeof strategy.last_messages === 'number', {
+    error: "A truncation_strategy of type 'last_messages' needs last_messages (an integer >= 1).",
+    path: ['last_messages'],
+  });
+
+const tokenCap = z.int().min(RUN_LIMITS.minTokens).max(100_000_000).nullable().optional();
+
+/** Fields a run takes over from its assistant unless the request overrides them. */
+const runOverrides = {
+  model: z.string().min(1).max(256).nullable().optional(),
+  instructions: z.string().max(RUN_LIMITS.instructions).nullable().optional(),
+  tools: toolsSchema(RUN_LIMITS.tools).nullable().optional(),
+  metadata: metadataSchema.nullable().optional(),
+  temperature: z.number().min(0).max(2).nullable().optional(),
+  top_p: z.number().min(0).max(1).nullable().optional(),
+  stream: z.boolean().nullable().optional(),
+  max_prompt_tokens: tokenCap,
+  max_completion_tokens: tokenCap,
+  truncation_strategy: truncationStrategySchema.nullable().optional(),
+  tool_choice: toolChoiceSchema.nullable().optional(),
+  parallel_tool_calls: z.boolean().nullable().optional(),
+  response_format: responseFormatSchema.nullable().optional(),
+};
+
+export const createThreadAndRunBody = z.strictObject({
+  assistant_id: z.string().min(1).max(128),
+  thread: threadSchema.optional(),
+  tool_resources: toolResourcesSchema.nullable().optional(),
+  ...runOverrides,
+});
+export type CreateThreadAndRunBody = z.infer<typeof createThreadAndRunBody>;
+
+export const createRunBody = z.strictObject({
+  assistant_id: z.string().min(1).max(128),
+  /** Appended to the run's instructions (the request's, else the assistant's). */
+  additional_instructions: z.string().max(RUN_LIMITS.instructions).nullable().optional(),
+  /** Added to the thread in the batch that creates the run, before it. */
+  additional_messages: z.array(threadMessageSchema).max(THREAD_LIMITS.messages).nullable().optional(),
+  ...runOverrides,
+});
+export type CreateRunBody = z.infer<typeof createRunBody>;
+
+/** The fields of a request that creates a run which set its effective settings (resources/runs/execution/settings.ts). */
+export type RunOverrides = Omit<CreateThreadAndRunBody, 'assistant_id' | 'thread' | 'stream'> &
+  Pick<CreateRunBody, 'additional_instructions'>;
+
+/**
+ * What `include[]` may ask of run steps: the content of file search results, which only runs with
+ * the file_search tool have. Accepted and checked wherever OpenAI takes it (creating a run, listing
+ * and retrieving steps).
+ */
+export const RUN_STEP_INCLUDES = ['step_details.tool_calls[*].file_search.results[*].content'] as const;
+
+export type RunStepInclude = (typeof RUN_STEP_INCLUDES)[number];
+const isRunStepInclude = (value: string): value is RunStepInclude => RUN_STEP_INCLUDES.some((known) => known === value);
+
+/**
+ * `include[]=…`, once or repeated (the query gives one value as a string, several as an array). An
+ * unknown value is refused naming it and the values there are.
+ */
+const includeParam = z.union([z.string(), z.array(z.string()).max(16)]).transform((value, ctx) => {
+  const values = Array.isArray(value) ? value : [value];
+  const unknown = values.find((item) => !isRunStepInclude(item));
+  if (unknown !== undefined) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `Invalid value for 'include[]': '${unknown.slice(0, 100)}' is not supported. Supported values: ${RUN_STEP_INCLUDES.join(', ')}.`,
+    });
+    return z.NEVER;
+  }
+  return values.filter(isRunStepInclude);
+});
+
+export const runStepIncludeQuery = z.strictObject({ 'include[]': includeParam.optional() });
+
+export const listRunStepsQuery = cursorListQuery.extend({ 'include[]': includeParam.optional() });
+
+export const modifyRunBody = z.strictObject({ metadata: metadataSchema.nullable().optional() });
+export type ModifyRunBody = z.infer<typeof modifyRunBody>;
+
+export const submitToolOutputsBody = z.strictObject({
+  tool_outputs: z
+    .array(z.strictObject({ tool_call_id: z.string().min(1).max(128), output: z.string().max(THREAD_LIMITS.text) }))
+    .min(1)
+    .max(128),
+  stream: z.boolean().nullable().optional(),
+});
+export type SubmitToolOutputsBody = z.infer<typeof submitToolOutputsBody>;
+
+/** A run's truncation strategy as stored and answered: `last_messages` is null unless its type says so. */
+export interface TruncationStrategy {
+  type: 'auto' | 'last_messages';
+  last_messages: number | null;
+}
+
+/** A function call the model made, with the client's output once submitted. */
+export interface FunctionToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string; output: string | null };
+}
+
+/** A chunk the file_search tool found, with its text (answered only when `include[]` asks for it). */
+export interface FileSearchResult {
+  file_id: string;
+  file_name: string;
+  score: number;
+  content: { type: 'text'; text: string }[];
+}
+
+/**
+ * A file search the gateway ran for the model. `function` is never answered (resources/runs/wire.ts): it is
+ * the call as the model made it (the gateway's search function) and the text the model was given
+ * back, so that later turns send the model what it saw, as for a function call.
+ */
+export interface FileSearchToolCall {
+  id: string;
+  type: 'file_search';
+  file_search: {
+    ranking_options: { ranker: 'auto' | 'default_2024_08_21'; score_threshold: number };
+    results: FileSearchResult[];
+  };
+  function: { name: string; arguments: string; output: string };
+}
+
+export type ToolCall = FunctionToolCall | FileSearchToolCall;
+
+/** What a run step did: created a message, or called tools. */
+export type StepDetails =
+  | { type: 'message_creation'; message_creation: { message_id: string } }
+  | { type: 'tool_calls'; tool_calls: ToolCall[] };
+
+export type ToolCallsDetails = Extract<StepDetails, { type: 'tool_calls' }>;
+
+/** What a run in requires_action waits for: an output for each of these calls. */
+export interface RequiredAction {
+  type: 'submit_tool_outputs';
+  submit_tool_outputs: { tool_calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] };
+}
+
+/** Why a run or a step failed, as clients see it. */
+export interface RunError {
+  code: string;
+  message: string;
+}
+
+/** Why a run ended incomplete: one of its token caps. */
+export interface RunIncompleteDetails {
+  reason: 'max_completion_tokens' | 'max_prompt_tokens';
+}

@@ -1,0 +1,162 @@
+import * as z from 'zod';
+import { metadataSchema } from '../../http/schemas';
+import { chunkingStrategySchema, VECTOR_STORE_LIMITS } from '../vector-stores/schemas';
+
+/**
+ * Tools, tool resources and response formats, shared by assistants and runs. Shapes follow
+ * OpenAI's AssistantToolsCode / AssistantToolsFileSearch / AssistantToolsFunction and
+ * AssistantsApiResponseFormatOption in its Assistants v2 OpenAPI schemas.
+ */
+
+/** JSON Schemas and other free-form objects nest at most this deep (a bound on recursion everywhere). */
+export const MAX_JSON_DEPTH = 32;
+
+function withinDepth(value: unknown, limit: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [current, depth] = stack.pop()!;
+    if (current === null || typeof current !== 'object') continue;
+    if (depth > limit) return false;
+    for (const child of Object.values(current)) stack.push([child, depth + 1]);
+  }
+  return true;
+}
+
+/** A free-form JSON object (a JSON Schema, say), bounded in depth. */
+export const jsonObject = z
+  .record(z.string(), z.unknown())
+  .refine((value) => withinDepth(value, MAX_JSON_DEPTH), {
+    error: `must not nest deeper than ${MAX_JSON_DEPTH} levels.`,
+  });
+
+/** a-z, A-Z, 0-9, underscores and dashes, at most 64: OpenAI's rule for function and schema names. */
+export const functionName = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[a-zA-Z0-9_-]+$/, { error: 'only a-z, A-Z, 0-9, underscores and dashes are allowed.' });
+
+export const functionTool = z.strictObject({
+  type: z.literal('function'),
+  function: z.strictObject({
+    name: functionName,
+    description: z.string().max(16_384).optional(),
+    parameters: jsonObject.optional(),
+    strict: z.boolean().nullable().optional(),
+  }),
+});
+
+export const codeInterpreterTool = z.strictObject({ type: z.literal('code_interpreter') });
+
+export const fileSearchTool = z.strictObject({
+  type: z.literal('file_search'),
+  file_search: z
+    .strictObject({
+      max_num_results: z.int().min(1).max(50).optional(),
+      ranking_options: z
+        .strictObject({
+          ranker: z.enum(['auto', 'default_2024_08_21']).optional(),
+          score_threshold: z.number().min(0).max(1),
+        })
+        .optional(),
+    })
+    .optional(),
+});
+
+export const toolSchema = z.discriminatedUnion('type', [codeInterpreterTool, fileSearchTool, functionTool]);
+export type Tool = z.infer<typeof toolSchema>;
+
+/**
+ * Tools, at most `max`, with no function name twice: a model could not tell two same-named
+ * functions apart, and Chat Completions providers refuse them. Shared with run overrides.
+ */
+export const toolsSchema = (max: number) =>
+  z
+    .array(toolSchema)
+    .max(max)
+    .superRefine((tools, ctx) => {
+      const seen = new Map<string, number>();
+      tools.forEach((tool, index) => {
+        if (tool.type !== 'function') return;
+        const first = seen.get(tool.function.name);
+        if (first !== undefined) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [index, 'function', 'name'],
+            message: `Invalid 'tools[${index}].function.name': the function '${tool.function.name}' is already defined by tools[${first}].`,
+          });
+        } else seen.set(tool.function.name, index);
+      });
+    });
+
+export type FunctionTool = z.infer<typeof functionTool>;
+
+/**
+ * Tool types that need OpenAI's hosted infrastructure and cannot run over Chat Completions
+ * (file_search runs in the gateway: resources/runs/execution/file-search.ts).
+ */
+export const HOSTED_TOOL_TYPES = ['code_interpreter'] as const;
+
+export const isHostedTool = (tool: Tool) => HOSTED_TOOL_TYPES.some((type) => type === tool.type);
+
+const fileIds = z.array(z.string().min(1).max(256)).max(20);
+const vectorStoreIds = z.array(z.string().min(1).max(256)).max(1);
+
+export const toolResourcesSchema = z.strictObject({
+  code_interpreter: z.strictObject({ file_ids: fileIds.optional() }).optional(),
+  file_search: z.strictObject({ vector_store_ids: vectorStoreIds.optional() }).optional(),
+});
+export type ToolResources = z.infer<typeof toolResourcesSchema>;
+
+/**
+ * Tool resources as an assistant or a new thread is given them: file_search may also create its
+ * vector store, from files (`vector_stores`, at most one, OpenAI's rule), instead of naming one
+ * (`vector_store_ids`). Stored as ToolResources, the store created named by its id.
+ */
+export const toolResourcesInputSchema = toolResourcesSchema.extend({
+  file_search: toolResourcesSchema.shape.file_search
+    .unwrap()
+    .extend({
+      vector_stores: z
+        .array(
+          z.strictObject({
+            file_ids: z.array(z.string().min(1).max(256)).max(VECTOR_STORE_LIMITS.storeFiles).optional(),
+            chunking_strategy: chunkingStrategySchema.optional(),
+            metadata: metadataSchema.nullable().optional(),
+          }),
+        )
+        .max(1)
+        .optional(),
+    })
+    .refine((value) => value.vector_store_ids === undefined || value.vector_stores === undefined, {
+      path: ['vector_stores'],
+      error: "'vector_store_ids' and 'vector_stores' are mutually exclusive: send one of them.",
+    })
+    .optional(),
+});
+export type ToolResourcesInput = z.infer<typeof toolResourcesInputSchema>;
+
+/** A vector store that tool_resources create. */
+export type InlineVectorStore = NonNullable<NonNullable<ToolResourcesInput['file_search']>['vector_stores']>[number];
+
+/**
+ * `auto` (default) and `none`, OpenAI's `{"type":"text"}`, JSON mode
+ * `{"type":"json_object"}` and Structured Outputs `{"type":"json_schema","json_schema":{…}}`.
+ */
+export const responseFormatSchema = z.union([
+  z.enum(['auto', 'none']),
+  z.discriminatedUnion('type', [
+    z.strictObject({ type: z.literal('text') }),
+    z.strictObject({ type: z.literal('json_object') }),
+    z.strictObject({
+      type: z.literal('json_schema'),
+      json_schema: z.strictObject({
+        name: functionName,
+        description: z.string().max(16_384).optional(),
+        schema: jsonObject.optional(),
+        strict: z.boolean().nullable().optional(),
+      }),
+    }),
+  ]),
+]);
+export type ResponseFormat = z.infer<typeof responseFormatSchema>;

@@ -1,0 +1,136 @@
+import type { Deps } from '../../deps';
+import { holdsThread } from '../../db/schema';
+import { reconcileRun } from '../runs/execution/recovery';
+import { checkImages } from '../files/images';
+import { clientMessage, newThread } from '../runs/execution/rows';
+import type { ModifyThreadBody, ThreadInput, ThreadMessageInput } from './schemas';
+import {
+  deleteIdleThread,
+  getThread,
+  insertMessageWhileIdle,
+  insertThread,
+  messageWritten,
+  setToolResources,
+  updateThread,
+  type MessageRow,
+  type ThreadRow,
+} from './queries';
+import { openRunOf, threadHeld, type HoldingRun } from '../runs/queries';
+import { wakeIngestion, type StoreRequest } from '../vector-stores/commands';
+import { attachedFiles, threadStoreWrites } from '../vector-stores/thread-stores';
+import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
+
+/**
+ * The thread and message use-cases that involve more than one query: creating a thread with its
+ * messages, and the two writes a run holding the thread forbids (adding a message, deleting the
+ * thread). The routes (resources/threads/routes.ts) validate, call one of these or one service, and answer.
+ */
+
+/**
+ * What these use-cases use of the deps: a run left behind is settled on the way (resources/runs/execution/recovery.ts);
+ * image parts are checked against the files (blobs); files for file_search go to the thread's
+ * vector store (resources/vector-stores/thread-stores.ts).
+ */
+export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | 'config' | 'ingestion' | 'blobs'>;
+
+/**
+ * POST /v1/threads: the thread and its messages, with the vector store its tool_resources create
+ * and its messages' file_search attachments fill, in one transaction.
+ */
+export async function createThread(deps: ThreadCommandDeps, request: StoreRequest, body: ThreadInput): Promise<ThreadRow> {
+  const at = deps.now();
+  const thread = newThread(request.workspaceId, { metadata: body.metadata, tool_resources: storedToolResources(body.tool_resources) }, at);
+  await checkToolResources(deps.db, request.workspaceId, thread.toolResources, 'tool_resources');
+  const messages = (body.messages ?? []).map((message, index) => clientMessage(thread, message, `messages[${index}]`, at));
+  await checkImages(deps, request.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
+  const stores = await threadStoreWrites(deps, request, thread, {
+    inline: body.tool_resources?.file_search?.vector_stores?.[0],
+    attached: attachedFiles(body.messages ?? [], (index) => `messages[${index}].`),
+  });
+  if (stores.toolResources) thread.toolResources = stores.toolResources;
+  await insertThread(deps.db, thread, messages, stores.statements);
+  if (stores.queued) wakeIngestion(deps, request);
+  return thread;
+}
+
+/**
+ * POST /v1/threads/{thread_id}: the fields sent replace the stored ones; the vector stores and files
+ * that tool_resources name are the workspace's (404 naming the field otherwise; an unknown thread
+ * is the answer first).
+ */
+export async function modifyThread(deps: ThreadCommandDeps, workspaceId: string, threadId: string, body: ModifyThreadBody): Promise<ThreadRow> {
+  if (body.tool_resources) {
+    await getThread(deps.db, workspaceId, threadId);
+    await checkToolResources(deps.db, workspaceId, body.tool_resources, 'tool_resources');
+  }
+  return updateThread(deps.db, workspaceId, threadId, body);
+}
+
+/**
+ * POST /v1/threads/{thread_id}/messages: refused with 400 `thread_has_active_run` while a run holds the
+ * thread, in OpenAI's words.
+ */
+export async function createMessage(
+  deps: ThreadCommandDeps,
+  request: StoreRequest,
+  threadId: string,
+  body: ThreadMessageInput,
+): Promise<MessageRow> {
+  const thread = await getThread(deps.db, request.workspaceId, threadId);
+  const message = clientMessage(thread, body, '', deps.now());
+  await checkImages(deps, request.workspaceId, [body], () => '');
+  // Its file_search attachments go to the thread's store (created if it has none), only if it is written.
+  const written = messageWritten(message.id);
+  const stores = await threadStoreWrites(deps, request, thread, { attached: attachedFiles([body], () => '') }, written);
+  const extra = [...stores.statements, ...(stores.toolResources ? [setToolResources(deps.db, thread.id, stores.toolResources, written)] : [])];
+  const row = await whileIdle(deps, thread, () => insertMessageWhileIdle(deps.db, message, extra), (run) =>
+    `Can't add messages to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
+  );
+  if (stores.queued) wakeIngestion(deps, request);
+  return row;
+}
+
+/**
+ * DELETE /v1/threads/{thread_id}: the thread with its messages, runs and run steps. Refused with
+ * 400 `thread_has_active_run` while a run holds the thread, as a message is: deleting the thread under a
+ * run would leave it executing into rows that are gone. Cancel the run first.
+ */
+export async function deleteThread(deps: ThreadCommandDeps, workspaceId: string, threadId: string): Promise<void> {
+  const thread = await getThread(deps.db, workspaceId, threadId);
+  await whileIdle(deps, thread, async () => ((await deleteIdleThread(deps.db, thread)) ? true : null), (run) =>
+    `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
+  );
+}
+
+/** How often a write refused for a run that then turned out to have ended is tried again. */
+const ATTEMPTS = 3;
+
+/**
+ * Runs `write`, a single statement that writes nothing while a run holds the thread (answering
+ * null then), so that the check and the write cannot be separated by a run's admission. When it
+ * wrote nothing: a run left behind (its executor gone, or waiting for tool outputs past its
+ * expiry) is settled first, as any read of it would, and the write tried again, so such a run
+ * never blocks its thread for ever; a run really active refuses the write, named in the 400; a
+ * thread deleted in the meantime is a 404.
+ */
+async function whileIdle<T>(
+  deps: ThreadCommandDeps,
+  thread: ThreadRow,
+  write: () => Promise<T | null>,
+  refusal: (run: HoldingRun) => string,
+): Promise<T> {
+  for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
+    const written = await write();
+    if (written !== null) return written;
+    const run = await openRunOf(deps.db, thread.id);
+    if (run === null) {
+      // The thread is gone (404), or the run that held it ended between the two statements.
+      await getThread(deps.db, thread.workspaceId, thread.id);
+      continue;
+    }
+    const current = await reconcileRun(deps, run);
+    if (holdsThread(current.status)) throw threadHeld(refusal(current), thread.id, current);
+  }
+  // Runs kept starting and ending between each write and its check: refuse, as OpenAI would.
+  throw threadHeld(refusal(null), thread.id, null);
+}

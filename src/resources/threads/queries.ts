@@ -1,0 +1,212 @@
+import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
+import {
+  batchRaw,
+  batchRawResults,
+  insertStatement,
+  insertWhereStatement,
+  preparedQueries,
+  preparedQuery,
+  rawOf,
+  rowOf,
+  sqlOf,
+  type BuiltStatement,
+  type Db,
+  type RawCondition,
+  type RawStatement,
+} from '../../db/client';
+import { messages, runs, runSteps, THREAD_HOLDING_SQL, threads, type MessageStatus } from '../../db/schema';
+import { ApiError } from '../../errors';
+import type { CursorListQuery } from '../../http/schemas';
+import type { ModifyMessageBody, ModifyThreadBody } from './schemas';
+import type { ToolResources } from '../runs/tools';
+import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
+
+/** Threads and their messages: their queries (their JSON is resources/threads/wire.ts). */
+
+/** Without `seq`, as resources/runs/queries.ts explains. */
+export type ThreadRow = Omit<typeof threads.$inferSelect, 'seq'>;
+export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
+
+/**
+ * No run holds the thread (db/schema.ts, THREAD_HOLDING_STATUSES): the condition of the writes a
+ * running thread refuses (a message added, the thread deleted). Raw, for raw statements; sqlOf
+ * gives it to Drizzle's.
+ */
+const noRunHolds = (threadId: string): RawCondition => ({
+  sql: `NOT EXISTS (SELECT 1 FROM "runs" WHERE "runs"."thread_id" = ? AND ${THREAD_HOLDING_SQL})`,
+  args: [threadId],
+});
+
+// Prepared: every route under a thread reads it first (its messages, runs and steps).
+const threadById = preparedQuery((db) =>
+  db
+    .select()
+    .from(threads)
+    .where(and(eq(threads.id, sql.placeholder('id')), eq(threads.workspaceId, sql.placeholder('workspaceId'))))
+    .limit(1)
+    .prepare(),
+);
+
+export async function getThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow> {
+  const [row] = await threadById(db).all({ id, workspaceId });
+  if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
+  return row;
+}
+
+/** A new thread and its first messages, in one transaction (with `extra`: its vector store, say). */
+export async function insertThread(db: Db, thread: ThreadRow, threadMessages: MessageRow[], extra: BuiltStatement[] = []): Promise<void> {
+  await batchRaw(db, [...threadRows(thread, threadMessages), ...extra.map(rawOf)]);
+}
+
+/**
+ * A new thread's rows (the thread, when new, and its messages) as raw statements: on the path of
+ * every thread and run created, without building queries.
+ */
+export function threadRows(thread: ThreadRow | null, threadMessages: MessageRow[]): RawStatement[] {
+  return [...(thread ? [insertStatement(threads, thread)] : []), ...threadMessages.map((message) => insertStatement(messages, message))];
+}
+
+/** Sets the thread's tool resources (when `condition` holds: a statement of the caller's batch). */
+export function setToolResources(db: Db, threadId: string, toolResources: ToolResources, condition?: SQL): BuiltStatement {
+  return db.update(threads).set({ toolResources }).where(and(eq(threads.id, threadId), condition));
+}
+
+/** Holds once `messageId` is written: the condition of writes that go with a message. */
+export const messageWritten = (messageId: string): SQL => sql`EXISTS (SELECT 1 FROM ${messages} WHERE ${messages.id} = ${messageId})`;
+
+/** Replaces the fields `body` sends (null metadata is no metadata); 404 as getThread. */
+export async function updateThread(db: Db, workspaceId: string, id: string, body: ModifyThreadBody): Promise<ThreadRow> {
+  const columns: Partial<ThreadRow> = {};
+  if (body.metadata !== undefined) columns.metadata = body.metadata ?? {};
+  if (body.tool_resources !== undefined) columns.toolResources = body.tool_resources;
+  if (Object.keys(columns).length === 0) return getThread(db, workspaceId, id);
+  const [row] = await db
+    .update(threads)
+    .set(columns)
+    .where(and(eq(threads.id, id), eq(threads.workspaceId, workspaceId)))
+    .returning();
+  if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
+  return row;
+}
+
+/**
+ * Deletes the thread with its messages, runs and run steps, in one transaction, unless a run
+ * holds it: the thread's row goes first, in a statement that checks for such a run, and the rest
+ * only goes once the row is gone. Answers whether the thread was deleted.
+ */
+export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boolean> {
+  const gone = sql`NOT EXISTS (SELECT 1 FROM ${threads} WHERE ${threads.id} = ${thread.id})`;
+  const [deleted] = await db.batch([
+    db
+      .delete(threads)
+      .where(and(eq(threads.id, thread.id), eq(threads.workspaceId, thread.workspaceId), sqlOf(noRunHolds(thread.id))))
+      .returning({ id: threads.id }),
+    // Through the thread's runs (runs_thread, then run_steps_run): run_steps has no index on thread_id.
+    db
+      .delete(runSteps)
+      .where(and(inArray(runSteps.runId, db.select({ id: runs.id }).from(runs).where(eq(runs.threadId, thread.id))), gone)),
+    db.delete(messages).where(and(eq(messages.threadId, thread.id), gone)),
+    db.delete(runs).where(and(eq(runs.threadId, thread.id), gone)),
+  ]);
+  return deleted.length > 0;
+}
+
+/**
+ * Adds a message to its thread in one statement, `INSERT … SELECT … WHERE`, that writes it only
+ * while no run holds the thread and the thread still exists: a run admitted at the same instant
+ * is either before it (the message is refused) or after it (the run sees the message), never
+ * both. Answers the message, or null when it was not written.
+ */
+export async function insertMessageWhileIdle(db: Db, message: MessageRow, extra: BuiltStatement[] = []): Promise<MessageRow | null> {
+  // `extra` (writes conditional on messageWritten) goes in the same transaction, after the message.
+  const [written] = await batchRawResults(db, [insertWhereStatement(messages, message, whileIdle(message.threadId)), ...extra.map(rawOf)]);
+  const row = written?.rows[0];
+  return row ? rowOf(messages, row) : null;
+}
+
+/** The thread exists and no run holds it: insertMessageWhileIdle's condition. */
+const whileIdle = (threadId: string): RawCondition => {
+  const idle = noRunHolds(threadId);
+  return { sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ?) AND ${idle.sql}`, args: [threadId, ...idle.args] };
+};
+
+const messageNotFound = (id: string) => new ApiError('message_not_found', `No message found with id '${id}'.`);
+/**
+ * The message `id` of the thread `threadId` in the workspace `workspaceId` (placeholders): what a
+ * message's reads and changes find it by, in queries prepared once per database.
+ */
+const messageOf = and(
+  eq(messages.id, sql.placeholder('id')),
+  eq(messages.threadId, sql.placeholder('threadId')),
+  eq(messages.workspaceId, sql.placeholder('workspaceId')),
+);
+const messageById = preparedQuery((db) => db.select().from(messages).where(messageOf).limit(1).prepare());
+const deleteMessageById = preparedQuery((db) => db.delete(messages).where(messageOf).returning({ id: messages.id }).prepare());
+
+/**
+ * A missing message's 404: the thread's when the thread is not there either (which getThread
+ * throws), the message's otherwise.
+ */
+async function missingMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<never> {
+  await getThread(db, workspaceId, threadId);
+  throw messageNotFound(id);
+}
+
+export async function getMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<MessageRow> {
+  const [row] = await messageById(db).all({ id, threadId, workspaceId });
+  return row ?? missingMessage(db, workspaceId, threadId, id);
+}
+
+/** Replaces the message's metadata when `body` sends it (null is no metadata); 404 as getMessage. */
+export async function modifyMessage(
+  db: Db,
+  workspaceId: string,
+  threadId: string,
+  id: string,
+  body: ModifyMessageBody,
+): Promise<MessageRow> {
+  if (body.metadata === undefined) return getMessage(db, workspaceId, threadId, id);
+  // Built per call (Drizzle's set takes no placeholder), found by the same condition as the reads.
+  const [row] = await db
+    .update(messages)
+    .set({ metadata: body.metadata ?? {} })
+    .where(messageOf)
+    .returning()
+    .prepare()
+    .all({ id, threadId, workspaceId });
+  return row ?? missingMessage(db, workspaceId, threadId, id);
+}
+
+/** Deletes the message; 404 as getMessage. */
+export async function deleteMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<void> {
+  const [row] = await deleteMessageById(db).all({ id, threadId, workspaceId });
+  if (!row) await missingMessage(db, workspaceId, threadId, id);
+}
+
+/** One page of a thread's messages (see cursorPage), optionally those of one run. */
+export function listMessages(db: Db, threadId: string, query: CursorListQuery & { run_id?: string }) {
+  const runId = query.run_id;
+  return cursorPage(query, {
+    db,
+    cursors: messageCursors,
+    scope: threadId,
+    noun: 'message in this thread',
+    select: (page) => messagePage(db, page, runId !== undefined).all({ ...page.values, threadId, runId }),
+  });
+}
+
+const messageCursors = cursorsOf(messages, { seq: messages.seq, id: messages.id, scope: messages.threadId });
+
+const messagePage = preparedQueries(
+  (db, page: PageQuery, ofRun: boolean) =>
+    db
+      .select()
+      .from(messages)
+      .where(and(eq(messages.threadId, sql.placeholder('threadId')), ofRun ? eq(messages.runId, sql.placeholder('runId')) : undefined, page.where))
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
+  (page, ofRun) => `${page.shape}${ofRun ? ' of a run' : ''}`,
+);
+
+export type { MessageStatus };

@@ -1,0 +1,174 @@
+import { eq, type SQL } from 'drizzle-orm';
+import { batchWrites, insertWhere, type BuiltStatement } from '../../db/client';
+import { vectorStoreFileBatches, vectorStores, workspaces, type ChunkingStrategy, type FileAttributes } from '../../db/schema';
+import type { Deps } from '../../deps';
+import { ApiError } from '../../errors';
+import { newId } from '../../lib/ids';
+import type { ChunkingStrategyInput, CreateFileBatchBody, CreateVectorStoreBody, CreateVectorStoreFileBody } from './schemas';
+import { resolveVirtualKey } from '../virtual-keys/commands';
+import {
+  checkFiles,
+  expiresAt,
+  getStoreFile,
+  getVectorStore,
+  insertStoreFiles,
+  touchVectorStore,
+  type FileBatchRow,
+  type FileToAdd,
+  type VectorStoreFileRow,
+  type VectorStoreRow,
+} from './queries';
+
+/**
+ * The vector store use-cases that write more than one row or start ingestion: creating a store
+ * (alone, or inline with a thread), adding a file or a batch of files. Each checks every file
+ * before writing anything, writes in one batch, then wakes ingestion (deps.ingestion).
+ */
+
+export type StoreCommandDeps = Pick<Deps, 'db' | 'config' | 'now' | 'ingestion'>;
+
+/** Who asks, as the route knows it. */
+export interface StoreRequest {
+  workspaceId: string;
+  apiKeyId: string;
+  /** The x-gateway-virtual-key header, if sent: the store's key, as a run's. */
+  virtualKeySlug: string | undefined;
+  waitUntil(task: Promise<unknown>): void;
+}
+
+/** The strategy as stored and answered: OpenAI answers `auto` as the static sizes it stands for. */
+export function storedChunking(input: ChunkingStrategyInput | undefined): ChunkingStrategy {
+  if (input?.type === 'static') return { type: 'static', static: { ...input.static } };
+  return { type: 'static', static: { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 } };
+}
+
+/** The files of a request, each with its attributes and chunking, named for errors (`file_ids[2]`). */
+export function filesToAdd(
+  fileIds: readonly string[],
+  options: { chunking?: ChunkingStrategyInput; attributes?: FileAttributes | null; param: (index: number) => string },
+): FileToAdd[] {
+  const chunking: ChunkingStrategy = storedChunking(options.chunking);
+  return fileIds.map((fileId, index) => ({ fileId, attributes: options.attributes ?? {}, chunking, param: options.param(index) }));
+}
+
+/** `file_ids[2]`: the parameter of the third of a list. */
+export const itemOf = (list: string) => (index: number) => `${list}[${index}]`;
+
+/**
+ * A new store's row and the statements that write it with its files, for the caller's batch
+ * (a store created inline with a thread is written with the thread). The embeddings model is the
+ * workspace's, else GATEWAY_EMBEDDINGS_MODEL; its virtual key is resolved as a run's is.
+ */
+export async function prepareVectorStore(
+  deps: StoreCommandDeps,
+  request: StoreRequest,
+  input: { name?: string | null; metadata?: Record<string, string> | null; expiresAfter?: CreateVectorStoreBody['expires_after']; files: FileToAdd[] },
+  condition?: SQL,
+): Promise<{ store: VectorStoreRow; statements: BuiltStatement[] }> {
+  if (input.files.length > 0) {
+    ingestionHost(deps, input.files[0]!.param);
+    await checkFiles(deps.db, request.workspaceId, input.files);
+  }
+  const model = await embeddingsModel(deps, request.workspaceId);
+  const key = await resolveVirtualKey(deps.db, request.workspaceId, { slug: request.virtualKeySlug, model });
+  const at = deps.now();
+  const store: VectorStoreRow = {
+    id: newId('vs'),
+    workspaceId: request.workspaceId,
+    name: input.name ?? null,
+    metadata: input.metadata ?? {},
+    expiresAfter: input.expiresAfter ?? null,
+    expiresAt: expiresAt(input.expiresAfter ?? null, at),
+    createdAt: at,
+    lastActiveAt: at,
+    embeddingModel: model,
+    embeddingDimensions: null,
+    virtualKeyId: key.id,
+    deletedAt: null,
+  };
+  // Its files are written only with it (insertStoreFiles checks that the store exists).
+  const statements: BuiltStatement[] = [
+    condition ? insertWhere(deps.db, vectorStores, store, condition) : deps.db.insert(vectorStores).values(store),
+    ...insertStoreFiles(deps.db, store, input.files, { batchId: null, apiKeyId: request.apiKeyId, at }),
+  ];
+  return { store, statements };
+}
+
+/** POST /v1/vector_stores. */
+export async function createVectorStore(deps: StoreCommandDeps, request: StoreRequest, body: CreateVectorStoreBody): Promise<VectorStoreRow> {
+  const files = filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, param: itemOf('file_ids') });
+  const { store, statements } = await prepareVectorStore(deps, request, {
+    name: body.name,
+    metadata: body.metadata,
+    expiresAfter: body.expires_after,
+    files,
+  });
+  await batchWrites(deps.db, statements);
+  if (files.length > 0) wakeIngestion(deps, request);
+  return store;
+}
+
+/** POST /v1/vector_stores/{id}/files: the file queued for ingestion (as it was, if already in the store). */
+export async function addStoreFile(
+  deps: StoreCommandDeps,
+  request: StoreRequest,
+  storeId: string,
+  body: CreateVectorStoreFileBody,
+): Promise<VectorStoreFileRow> {
+  const store = await getVectorStore(deps.db, request.workspaceId, storeId);
+  const files = filesToAdd([body.file_id], { chunking: body.chunking_strategy, attributes: body.attributes, param: () => 'file_id' });
+  await addFiles(deps, request, store, files, null);
+  return getStoreFile(deps.db, store.id, body.file_id);
+}
+
+/** POST /v1/vector_stores/{id}/file_batches: `file_ids` with the batch's attributes and chunking, or `files` each with its own. */
+export async function createFileBatch(
+  deps: StoreCommandDeps,
+  request: StoreRequest,
+  storeId: string,
+  body: CreateFileBatchBody,
+): Promise<FileBatchRow> {
+  const store = await getVectorStore(deps.db, request.workspaceId, storeId);
+  const files = body.files
+    ? body.files.flatMap((file, index) =>
+        filesToAdd([file.file_id], { chunking: file.chunking_strategy, attributes: file.attributes, param: () => `files[${index}].file_id` }),
+      )
+    : filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, attributes: body.attributes, param: itemOf('file_ids') });
+  const batch: FileBatchRow = { id: newId('vsfb'), vectorStoreId: store.id, workspaceId: store.workspaceId, cancelledAt: null, createdAt: deps.now() };
+  await addFiles(deps, request, store, files, batch);
+  return batch;
+}
+
+/** A store to add files to is also a store's activity; the batch row goes with its files. */
+async function addFiles(deps: StoreCommandDeps, request: StoreRequest, store: VectorStoreRow, files: FileToAdd[], batch: FileBatchRow | null) {
+  ingestionHost(deps, files[0]?.param ?? 'file_ids');
+  await checkFiles(deps.db, request.workspaceId, files);
+  const at = deps.now();
+  await batchWrites(deps.db, [
+    ...(batch ? [deps.db.insert(vectorStoreFileBatches).values(batch)] : []),
+    ...insertStoreFiles(deps.db, store, files, { batchId: batch?.id ?? null, apiKeyId: request.apiKeyId, at }),
+    touchVectorStore(deps.db, store, at),
+  ]);
+  wakeIngestion(deps, request);
+}
+
+export function wakeIngestion(deps: Pick<Deps, 'ingestion'>, request: Pick<StoreRequest, 'waitUntil'>): void {
+  deps.ingestion?.wake(request);
+}
+
+/** The host that will ingest the files; where there is none (Workers without the queue), a 400 naming `param`. */
+export function ingestionHost(deps: Pick<Deps, 'ingestion'>, param: string): void {
+  if (deps.ingestion === null) {
+    throw new ApiError(
+      'ingestion_unavailable',
+      'This gateway cannot add files to vector stores: its Workers deployment has no ingestion queue ' +
+        '(the INGEST_QUEUE binding, consumed by the ingest Worker: see the README, "Cloudflare Workers").',
+      { param },
+    );
+  }
+}
+
+async function embeddingsModel(deps: StoreCommandDeps, workspaceId: string): Promise<string> {
+  const [row] = await deps.db.select({ model: workspaces.embeddingsModel }).from(workspaces).where(eq(workspaces.id, workspaceId)).limit(1);
+  return row?.model ?? deps.config.GATEWAY_EMBEDDINGS_MODEL;
+}

@@ -1,0 +1,150 @@
+import { Hono, type Context } from 'hono';
+import { assistantsBeta } from '../../http/middleware/assistants-beta';
+import { validate } from '../../http/middleware/validate';
+import { workspace } from '../../http/middleware/workspace';
+import { cursorListQuery } from '../../http/schemas';
+import {
+  createFileBatchBody,
+  createVectorStoreBody,
+  createVectorStoreFileBody,
+  listVectorStoreFilesQuery,
+  updateVectorStoreBody,
+  updateVectorStoreFileBody,
+} from './schemas';
+import {
+  cancelFileBatch,
+  deleteStoreFile,
+  deleteVectorStore,
+  emptyCounts,
+  fileCounts,
+  getFileBatch,
+  getStoreFile,
+  getVectorStore,
+  listStoreFiles,
+  listVectorStores,
+  storeFileChunks,
+  updateStoreFileAttributes,
+  updateVectorStore,
+  usageBytes,
+  type FileBatchRow,
+  type VectorStoreRow,
+} from './queries';
+import { addStoreFile, createFileBatch, createVectorStore } from './commands';
+import { listObject } from '../../http/lists';
+import { toFileBatchJson, toVectorStoreFileJson, toVectorStoreJson } from './wire';
+import type { ApiEnv, WorkspaceEnv } from '../../http/env';
+import { storeRequest } from './store-request';
+import { responds } from '../../http/middleware/responds';
+import { deletedObject, listOf, vectorStoreFileBatchObject, vectorStoreFileContentPage, vectorStoreFileObject, vectorStoreObject } from '../../http/objects';
+
+/**
+ * /v1/vector_stores (without /search): stores, their files and file batches, in the workspace of
+ * workspace(). A store of another workspace is a 404, as is a file or batch of another store.
+ */
+
+type Ctx = Context<WorkspaceEnv>;
+
+/** Stores as JSON, with their file counts and usage in two queries however many. */
+async function storesJson(c: Ctx, rows: VectorStoreRow[]) {
+  const { db, now } = c.get('deps');
+  const ids = rows.map((row) => row.id);
+  const [counts, bytes] = await Promise.all([fileCounts(db, { storeIds: ids }), usageBytes(db, ids)]);
+  return rows.map((row) => toVectorStoreJson(row, counts.get(row.id) ?? emptyCounts(), bytes.get(row.id) ?? 0, now()));
+}
+
+async function batchJson(c: Ctx, batch: FileBatchRow) {
+  const counts = await fileCounts(c.get('deps').db, { batchId: batch.id });
+  return toFileBatchJson(batch, counts.get(batch.id) ?? emptyCounts());
+}
+
+/** The store named by the path, in the caller's workspace (404 otherwise). */
+const storeOf = (c: Ctx) => getVectorStore(c.get('deps').db, c.get('workspace').workspaceId, c.req.param('vector_store_id')!);
+
+/** Most chunks the content endpoint answers in its one page. */
+const CONTENT_CHUNKS = 10_000;
+
+const storeRoutes = new Hono<WorkspaceEnv>()
+  .post('/', responds({ summary: 'Create a vector store', ok: vectorStoreObject }), validate('json', createVectorStoreBody), async (c) => {
+    const store = await createVectorStore(c.get('deps'), storeRequest(c), c.req.valid('json'));
+    return c.json((await storesJson(c, [store]))[0]!);
+  })
+  .get('/', responds({ summary: 'List vector stores', ok: listOf(vectorStoreObject) }), validate('query', cursorListQuery), async (c) => {
+    const page = await listVectorStores(c.get('deps').db, c.get('workspace').workspaceId, c.req.valid('query'));
+    const json = new Map((await storesJson(c, page.rows)).map((store) => [store.id, store]));
+    return c.json(listObject(page, (row) => json.get(row.id)!));
+  })
+  .get('/:vector_store_id', responds({ summary: 'Retrieve a vector store', ok: vectorStoreObject }), async (c) => c.json((await storesJson(c, [await storeOf(c)]))[0]!))
+  .post('/:vector_store_id', responds({ summary: 'Modify a vector store', ok: vectorStoreObject }), validate('json', updateVectorStoreBody), async (c) => {
+    const { workspaceId } = c.get('workspace');
+    const store = await updateVectorStore(c.get('deps').db, workspaceId, c.req.param('vector_store_id'), c.req.valid('json'));
+    return c.json((await storesJson(c, [store]))[0]!);
+  })
+  .delete('/:vector_store_id', responds({ summary: 'Delete a vector store', ok: deletedObject('vector_store.deleted') }), async (c) => {
+    const id = c.req.param('vector_store_id');
+    await deleteVectorStore(c.get('deps').db, c.get('workspace').workspaceId, id);
+    return c.json({ id, object: 'vector_store.deleted' as const, deleted: true });
+  });
+
+const fileRoutes = new Hono<WorkspaceEnv>()
+  .post('/:vector_store_id/files', responds({ summary: 'Add a file to a vector store', ok: vectorStoreFileObject }), validate('json', createVectorStoreFileBody), async (c) => {
+    const row = await addStoreFile(c.get('deps'), storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
+    return c.json(toVectorStoreFileJson(row));
+  })
+  .get('/:vector_store_id/files', responds({ summary: "List a vector store's files", ok: listOf(vectorStoreFileObject) }), validate('query', listVectorStoreFilesQuery), async (c) => {
+    const store = await storeOf(c);
+    return c.json(listObject(await listStoreFiles(c.get('deps').db, { storeId: store.id }, c.req.valid('query')), toVectorStoreFileJson));
+  })
+  .get('/:vector_store_id/files/:file_id', responds({ summary: 'Retrieve a vector store file', ok: vectorStoreFileObject }), async (c) => {
+    const store = await storeOf(c);
+    return c.json(toVectorStoreFileJson(await getStoreFile(c.get('deps').db, store.id, c.req.param('file_id'))));
+  })
+  .post('/:vector_store_id/files/:file_id', responds({ summary: "Update a vector store file's attributes", ok: vectorStoreFileObject }), validate('json', updateVectorStoreFileBody), async (c) => {
+    const store = await storeOf(c);
+    const attributes = c.req.valid('json').attributes ?? {};
+    return c.json(toVectorStoreFileJson(await updateStoreFileAttributes(c.get('deps').db, store.id, c.req.param('file_id'), attributes)));
+  })
+  .delete('/:vector_store_id/files/:file_id', responds({ summary: 'Remove a file from a vector store', ok: deletedObject('vector_store.file.deleted') }), async (c) => {
+    const store = await storeOf(c);
+    const id = c.req.param('file_id');
+    await deleteStoreFile(c.get('deps').db, store.id, id);
+    return c.json({ id, object: 'vector_store.file.deleted' as const, deleted: true });
+  })
+  .get('/:vector_store_id/files/:file_id/content', responds({ summary: "Retrieve a vector store file's content", ok: vectorStoreFileContentPage }), async (c) => {
+    const store = await storeOf(c);
+    const file = await getStoreFile(c.get('deps').db, store.id, c.req.param('file_id'));
+    const texts = await storeFileChunks(c.get('deps').db, store.id, file.fileId, CONTENT_CHUNKS);
+    return c.json({
+      object: 'vector_store.file_content.page' as const,
+      data: texts.map((text) => ({ type: 'text' as const, text })),
+      has_more: false,
+      next_page: null,
+    });
+  });
+
+const batchRoutes = new Hono<WorkspaceEnv>()
+  .post('/:vector_store_id/file_batches', responds({ summary: 'Create a file batch', ok: vectorStoreFileBatchObject }), validate('json', createFileBatchBody), async (c) => {
+    const batch = await createFileBatch(c.get('deps'), storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
+    return c.json(await batchJson(c, batch));
+  })
+  .get('/:vector_store_id/file_batches/:batch_id', responds({ summary: 'Retrieve a file batch', ok: vectorStoreFileBatchObject }), async (c) => {
+    const store = await storeOf(c);
+    return c.json(await batchJson(c, await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'))));
+  })
+  .post('/:vector_store_id/file_batches/:batch_id/cancel', responds({ summary: 'Cancel a file batch', ok: vectorStoreFileBatchObject }), async (c) => {
+    const store = await storeOf(c);
+    const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
+    return c.json(await batchJson(c, await cancelFileBatch(c.get('deps').db, batch, c.get('deps').now())));
+  })
+  .get('/:vector_store_id/file_batches/:batch_id/files', responds({ summary: "List a file batch's files", ok: listOf(vectorStoreFileObject) }), validate('query', listVectorStoreFilesQuery), async (c) => {
+    const store = await storeOf(c);
+    const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
+    const page = await listStoreFiles(c.get('deps').db, { storeId: store.id, batchId: batch.id }, c.req.valid('query'));
+    return c.json(listObject(page, toVectorStoreFileJson));
+  });
+
+/** /v1/vector_stores: the sub-resources first, so that no path segment is taken for a store id. */
+export const vectorStoreRoutes = new Hono<ApiEnv>()
+  .use(assistantsBeta(), workspace())
+  .route('/', batchRoutes)
+  .route('/', fileRoutes)
+  .route('/', storeRoutes);

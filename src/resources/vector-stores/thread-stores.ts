@@ -1,0 +1,73 @@
+import type { SQL } from 'drizzle-orm';
+import type { BuiltStatement } from '../../db/client';
+import type { ThreadMessageInput } from '../threads/schemas';
+import type { InlineVectorStore, ToolResources } from '../runs/tools';
+import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from './queries';
+import { filesToAdd, ingestionHost, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from './commands';
+import { inlineStoreFiles } from './tool-resources';
+
+/**
+ * A thread's vector store, as OpenAI kept it: a new thread may create one from files
+ * (`tool_resources.file_search.vector_stores`), and a message's attachments for `file_search` are
+ * added to the thread's store, which is created when the thread has none. The statements go into
+ * the batch that writes the thread or the message, so that both are written or neither.
+ */
+
+export interface ThreadStoreWrites {
+  statements: BuiltStatement[];
+  /** The thread's tool resources once written, when they change (a store was created). */
+  toolResources: ToolResources | null;
+  /** Whether files were queued: ingestion is to be woken once the batch is written. */
+  queued: boolean;
+}
+
+const NOTHING: ThreadStoreWrites = { statements: [], toolResources: null, queued: false };
+
+/** The files of `messages` attached for file_search, each named for errors (`messages[0].attachments[1].file_id`). */
+export function attachedFiles(messages: readonly ThreadMessageInput[], param: (index: number) => string): FileToAdd[] {
+  return messages.flatMap((message, index) =>
+    (message.attachments ?? []).flatMap((attachment, at) =>
+      attachment.tools?.some((tool) => tool.type === 'file_search')
+        ? filesToAdd([attachment.file_id], { param: () => `${param(index)}attachments[${at}].file_id` })
+        : [],
+    ),
+  );
+}
+
+/**
+ * The writes that give a thread (`toolResources`, as it stands) its files for file_search:
+ * `inline`, a store to create with files, and `attached`, files of its messages. With
+ * `condition`, every write happens only if it holds when the batch runs (a message's statement).
+ */
+export async function threadStoreWrites(
+  deps: StoreCommandDeps,
+  request: StoreRequest,
+  thread: { toolResources: ToolResources | null },
+  files: { inline?: InlineVectorStore; inlineParam?: string; attached: FileToAdd[] },
+  condition?: SQL,
+): Promise<ThreadStoreWrites> {
+  const { inline, attached } = files;
+  if (!inline && attached.length === 0) return NOTHING;
+  const existing = thread.toolResources?.file_search?.vector_store_ids?.[0];
+  if (existing !== undefined && !inline) {
+    ingestionHost(deps, attached[0]!.param);
+    const store = await getVectorStore(deps.db, request.workspaceId, existing);
+    await checkFiles(deps.db, request.workspaceId, attached);
+    const at = deps.now();
+    return {
+      statements: [
+        ...insertStoreFiles(deps.db, store, attached, { batchId: null, apiKeyId: request.apiKeyId, at }, condition),
+        touchVectorStore(deps.db, store, at, condition),
+      ],
+      toolResources: null,
+      queued: true,
+    };
+  }
+  const toAdd = [...inlineStoreFiles(inline, files.inlineParam ?? 'tool_resources'), ...attached];
+  const { store, statements } = await prepareVectorStore(deps, request, { metadata: inline?.metadata, files: toAdd }, condition);
+  return {
+    statements,
+    toolResources: { ...thread.toolResources, file_search: { vector_store_ids: [store.id] } },
+    queued: toAdd.length > 0,
+  };
+}

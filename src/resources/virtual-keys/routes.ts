@@ -1,0 +1,64 @@
+import { Hono } from 'hono';
+import { validate } from '../../http/middleware/validate';
+import {
+  createVirtualKeyBody,
+  listVirtualKeysQuery,
+  revokeVirtualKeyQuery,
+  updateVirtualKeyBody,
+} from './schemas';
+import { upstreamRules } from './upstream-rules';
+import { createVirtualKey, listVirtualKeys, revokeVirtualKey, updateVirtualKey } from './commands';
+import { resolveWorkspaceScope } from '../identities/workspaces';
+import { toVirtualKeyJson } from './wire';
+import type { ApiEnv } from '../../http/env';
+import { responds } from '../../http/middleware/responds';
+import { virtualKeyList, virtualKeyObject } from '../../http/objects';
+
+/**
+ * /v1/virtual-keys: a workspace key acts on its workspace; an organisation key names `workspace_id`.
+ * An update is OpenAI's `POST /{id}`, here by slug; PATCH is accepted too, as REST clients send it.
+ */
+export const virtualKeyRoutes = new Hono<ApiEnv>()
+  .get('/', responds({ summary: 'List virtual keys', ok: virtualKeyList, errors: [403] }), validate('query', listVirtualKeysQuery), async (c) => {
+    const query = c.req.valid('query');
+    const { db } = c.get('deps');
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: false });
+    const keys = await listVirtualKeys(db, {
+      organisationId: c.get('apiKey').organisationId,
+      workspaceId: scope?.workspaceId,
+      includeRevoked: query.include_revoked,
+    });
+    return c.json({ object: 'list', data: keys.map(toVirtualKeyJson) });
+  })
+  .post('/', responds({ summary: 'Create a virtual key', ok: virtualKeyObject, errors: [403, 409] }), validate('json', createVirtualKeyBody), async (c) => {
+    const body = c.req.valid('json');
+    const { db, secrets, config, now } = c.get('deps');
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
+    const key = await createVirtualKey(db, secrets, {
+      workspaceId: scope!.workspaceId,
+      body,
+      upstreamRules: await upstreamRules(db, config, { now: now(), fresh: true }),
+      maxKeys: config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
+      now: now(),
+    });
+    return c.json(toVirtualKeyJson(key));
+  })
+  .on(['POST', 'PATCH'], '/:slug', responds({ summary: 'Update a virtual key', ok: virtualKeyObject, errors: [403, 409] }), validate('json', updateVirtualKeyBody), async (c) => {
+    const body = c.req.valid('json');
+    const { db, secrets, config, now } = c.get('deps');
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
+    const key = await updateVirtualKey(db, secrets, {
+      workspaceId: scope!.workspaceId,
+      slug: c.req.param('slug'),
+      body,
+      upstreamRules: await upstreamRules(db, config, { now: now(), fresh: true }),
+    });
+    return c.json(toVirtualKeyJson(key));
+  })
+  .delete('/:slug', responds({ summary: 'Revoke a virtual key', ok: virtualKeyObject, errors: [403] }), validate('query', revokeVirtualKeyQuery), async (c) => {
+    const { db, now } = c.get('deps');
+    const query = c.req.valid('query');
+    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: true });
+    const key = await revokeVirtualKey(db, scope!.workspaceId, c.req.param('slug'), now());
+    return c.json(toVirtualKeyJson(key));
+  });

@@ -1,0 +1,22 @@
+import { toUnixSeconds } from '../../lib/time';
+import type { VirtualKeyObject } from '../../http/objects';
+import { servedModel, type VirtualKey } from './commands';
+
+/** A virtual key as the API and the CLI show it: never its secret. */
+export function toVirtualKeyJson(key: VirtualKey): VirtualKeyObject {
+  return {
+    object: 'virtual_key',
+    id: key.id,
+    slug: key.slug,
+    provider: key.provider,
+    base_url: key.baseUrl,
+    workspace_id: key.workspaceId,
+    created_at: toUnixSeconds(key.createdAt),
+    revoked_at: key.revokedAt === null ? null : toUnixSeconds(key.revokedAt),
+    models: key.models,
+    default: key.isDefault,
+    ...(key.provider === 'azure-openai'
+      ? { api_version: key.options.api_version, deployment: key.options.deployment, model: servedModel(key, '') }
+      : {}),
+  };
+}

@@ -1,0 +1,48 @@
+import type { Config } from '../../config';
+import type { NodeDatabase } from '../../db/node';
+import type { Deps } from '../../deps';
+import { createLogger } from '../../logger';
+import { nodeSlices } from './slices';
+import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
+import { SettingsCache } from '../../db/settings-cache';
+import { upstreamRules } from '../../resources/virtual-keys/upstream-rules';
+import openApiDocument from '../../http/openapi/assets/openapi.json';
+import { nodeBlobStore } from './blob-store';
+import { loadSecretBox } from './key-file';
+import { inProcessIngestionHost } from './ingest-host';
+import { inProcessRunHost } from './run-host';
+import { requestBody } from './request-body';
+import { nodeStaticAsset } from './static-assets';
+import { upstreamFetch } from './upstream-fetch';
+import { upstreamShares } from '../../lib/fair-shares';
+
+/**
+ * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
+ * secret box; without one, the box comes from loadSecretBox.
+ */
+export async function createNodeDeps(config: Config, database: NodeDatabase, overrides: Partial<Deps> = {}): Promise<Deps> {
+  const log = overrides.log ?? createLogger(config.LOG_LEVEL);
+  const deps: Omit<Deps, 'runHost' | 'ingestion'> = {
+    db: database.db,
+    config,
+    log,
+    secrets: overrides.secrets ?? (await loadSecretBox(config)),
+    counters: new LibsqlCounterStore(database.countersClient, { log }),
+    policyCache: new PolicyCache(database.db),
+    settings: new SettingsCache(database.db),
+    now: Date.now,
+    slices: nodeSlices,
+    blobs: nodeBlobStore(config),
+    fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
+    upstreamShares: upstreamShares(config),
+    requestBody,
+    openApiDocument: () => Promise.resolve(openApiDocument),
+    staticAsset: nodeStaticAsset,
+    ...overrides,
+  };
+  return {
+    ...deps,
+    runHost: overrides.runHost ?? inProcessRunHost(deps),
+    ingestion: overrides.ingestion === undefined ? inProcessIngestionHost(deps) : overrides.ingestion,
+  };
+}

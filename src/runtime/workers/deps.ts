@@ -1,0 +1,176 @@
+import { createClient } from '@libsql/client/web';
+import { BusyRetryingClient } from '../../db/busy-retry';
+import { drizzle } from 'drizzle-orm/libsql/web';
+import { ConfigurationError, parseConfig, type Config } from '../../config';
+import * as schema from '../../db/schema';
+import type { Deps } from '../../deps';
+import { DurableObjectCounterStore, type RateLimitCounter } from './counter-store';
+import { r2BlobStore } from './blob-store';
+import { queueIngestionHost, type IngestWake } from './ingest-queue';
+import { workersRunHost, type RunExecutorRpc } from './run-host';
+import { secretBoxFromEnv } from '../../lib/secrets';
+import { checkEncryptionKey } from '../../resources/identities/encryption-check';
+import { createLogger } from '../../logger';
+import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
+import { SettingsCache } from '../../db/settings-cache';
+import { UNSLICED } from '../../lib/slices';
+import { upstreamShares } from '../../lib/fair-shares';
+import { workersUpstreamFetch } from './upstream-fetch';
+
+/**
+ * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
+ * the fetch and scheduled handlers (worker.ts) and the Durable Objects (run-executor.ts). Data lives in
+ * libSQL (Turso) at LIBSQL_URL; migrations are applied from Node with `npm run db:migrate`
+ * (README: "Cloudflare Workers"). The ingest Worker (ingest-worker.ts) builds its deps from the same
+ * pieces (`createSharedDeps`).
+ */
+
+/**
+ * The bindings both Workers have: [vars] in wrangler.toml (wrangler.ingest.toml), secrets from
+ * `wrangler secret put` (or .dev.vars), the files' bucket and the rate-limit counters.
+ */
+export type SharedEnv = { [Name in keyof Config]?: string } & {
+  /**
+   * Rate-limit counters, one object per counter (counter-store.ts): the gateway's class, which the
+   * ingest Worker reaches by `script_name`. Unused with GATEWAY_RATE_LIMIT_STORE=libsql.
+   */
+  RATE_LIMIT_COUNTER?: DurableObjectNamespace<RateLimitCounter>;
+  /** Uploaded files' bytes (blob-store.ts). */
+  FILES: R2Bucket;
+};
+
+/** The gateway Worker's bindings: also the run executors and the ingestion queue. */
+export type Env = SharedEnv & {
+  RATE_LIMIT_COUNTER: DurableObjectNamespace<RateLimitCounter>;
+  /** Where runs execute, one object per run (run-executor.ts). */
+  RUN_EXECUTOR: DurableObjectNamespace<RunExecutorRpc>;
+  /**
+   * Where files added to vector stores are announced to the ingest Worker (ingest-queue.ts). A
+   * deployment without it refuses to add files (`ingestion_unavailable`).
+   */
+  INGEST_QUEUE?: Queue<IngestWake>;
+  /**
+   * The Worker's static assets (wrangler.toml [assets]): the OpenAPI document and the reference
+   * page's script, which only the Worker reads (`run_worker_first`), so that the script does not carry them.
+   */
+  ASSETS: Fetcher;
+};
+
+/** The isolate's deps, built on first use; a failed build is retried by the next caller. */
+export const workerDeps = perIsolate(createWorkerDeps);
+
+/** `build` run once per isolate (its bindings do not change), again after a failure. */
+export function perIsolate<E, T>(build: (env: E) => Promise<T>): (env: E) => Promise<T> {
+  let built: Promise<T> | undefined;
+  return (env) => {
+    built ??= build(env).catch((error: unknown) => {
+      built = undefined;
+      throw error;
+    });
+    return built;
+  };
+}
+
+/** What a Worker cannot serve without, and how to give it. */
+const REQUIRED = {
+  LIBSQL_URL: 'LIBSQL_URL (the URL of a Turso or libSQL server)',
+  GATEWAY_ENCRYPTION_KEY:
+    'GATEWAY_ENCRYPTION_KEY (`wrangler secret put GATEWAY_ENCRYPTION_KEY` with the 32-byte base64 key that every ' +
+    'host of the database uses; `openssl rand -base64 32` makes one)',
+} as const;
+
+/** The required variables the bindings lack. Property reads only: worker.ts asks on every request. */
+export function missingConfiguration(env: Partial<Record<keyof typeof REQUIRED, unknown>>): (keyof typeof REQUIRED)[] {
+  return (Object.keys(REQUIRED) as (keyof typeof REQUIRED)[]).filter((name) => !env[name]);
+}
+
+/** What a Worker lacking `missing` answers (503) and logs. */
+export function missingConfigurationError(missing: (keyof typeof REQUIRED)[]): ConfigurationError {
+  return new ConfigurationError(`The Worker is missing required configuration: ${missing.map((name) => REQUIRED[name]).join('; ')}.`);
+}
+
+export async function createWorkerDeps(env: Env): Promise<Deps> {
+  const shared = await createSharedDeps(env);
+  return {
+    ...shared,
+    runHost: workersRunHost(env.RUN_EXECUTOR, shared.log),
+    ingestion: env.INGEST_QUEUE ? queueIngestionHost(env.INGEST_QUEUE, shared.log) : null,
+    openApiDocument: assetsDocument(env.ASSETS, '/openapi.json'),
+    staticAsset: (name) => assetsFile(env.ASSETS, `/${encodeURIComponent(name)}`),
+  };
+}
+
+/** The file at `path` of the static assets, as it is read; null when there is none. */
+async function assetsFile(assets: Fetcher, path: string): Promise<ReadableStream<Uint8Array> | null> {
+  const response = await assets.fetch(new URL(path, 'https://assets.invalid'));
+  if (response.ok) return response.body;
+  await response.body?.cancel();
+  return null;
+}
+
+/**
+ * The JSON document at `path` of the static assets, read and parsed on first use and kept for the
+ * isolate: the document, not a promise of it, so that no request waits on another's I/O. Read
+ * again after a failure.
+ */
+function assetsDocument(assets: Fetcher, path: string): () => Promise<object> {
+  let document: object | undefined;
+  return async () => {
+    if (document) return document;
+    const response = await assets.fetch(new URL(path, 'https://assets.invalid'));
+    if (!response.ok) throw new Error(`The Worker's static assets have no ${path} (${response.status}).`);
+    document = await response.json<object>();
+    return document;
+  };
+}
+
+/**
+ * Everything but where runs execute, where files are ingested and the API's description and page: what both
+ * Workers need.
+ */
+export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset'>> {
+  const config = parseConfig({ ...env });
+  const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
+  if (!url || !key) throw missingConfigurationError(missingConfiguration(config));
+  const secrets = await secretBoxFromEnv(key);
+  const client = new BusyRetryingClient(
+    createClient({
+      url,
+      authToken: config.LIBSQL_AUTH_TOKEN,
+      // The client is shared by every request of the isolate. Its default limit (20) queues a
+      // statement behind another request's, and workerd refuses I/O started on behalf of one request
+      // from another's; the per-request connection limit applies anyway. For the same reason its
+      // writes take no turns (busy-retry.ts).
+      concurrency: Number.MAX_SAFE_INTEGER,
+    }),
+    { answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS },
+  );
+  const db = drizzle(client, { schema });
+  await checkEncryptionKey(db, secrets, { keySource: 'GATEWAY_ENCRYPTION_KEY', now: Date.now() });
+  const log = createLogger(config.LOG_LEVEL);
+  return {
+    db,
+    config,
+    log,
+    secrets,
+    counters: config.GATEWAY_RATE_LIMIT_STORE === 'libsql' ? new LibsqlCounterStore(client, { log }) : counterObjects(env, log),
+    policyCache: new PolicyCache(db),
+    settings: new SettingsCache(db),
+    now: Date.now,
+    fetch: workersUpstreamFetch((input, init) => fetch(input, init)),
+    upstreamShares: upstreamShares(config),
+    requestBody: (request) => request.body,
+    slices: UNSLICED,
+    blobs: r2BlobStore(env.FILES),
+  };
+}
+
+function counterObjects(env: SharedEnv, log: Deps['log']): DurableObjectCounterStore {
+  if (!env.RATE_LIMIT_COUNTER) {
+    throw new Error(
+      'The RATE_LIMIT_COUNTER binding is missing: bind the gateway\'s RateLimitCounter class (script_name), ' +
+        'or set GATEWAY_RATE_LIMIT_STORE=libsql.',
+    );
+  }
+  return new DurableObjectCounterStore(env.RATE_LIMIT_COUNTER, { log });
+}

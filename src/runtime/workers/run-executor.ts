@@ -1,0 +1,73 @@
+import { DurableObject } from 'cloudflare:workers';
+import { abortExecution, executeRun, executeStreamed } from '../../resources/runs/execution/engine';
+import type { StartOptions, StreamOptions } from '../../resources/runs/execution/host';
+import type { RunRow } from '../../resources/runs/queries';
+import { workerDeps, type Env } from './deps';
+import type { RunExecutorRpc } from './run-host';
+
+/**
+ * Where runs execute on Workers (runtime/workers/run-host.ts): one object per run, named by the run's id.
+ *
+ * The object starts executing at once, in the call that hands it the run, and sets an alarm for
+ * now whose handler waits for the execution to end: an object is kept in memory while an event
+ * (the alarm) is in progress, for up to 15 minutes of wall time, longer than a run lives
+ * (GATEWAY_RUN_EXPIRES_AFTER_SECONDS, 10 minutes by default). A streamed run answers its event
+ * stream from here; when the reader goes away, the stream detaches and the run carries on.
+ *
+ * At most once: an alarm that finds no execution in memory (the object was restarted mid-run)
+ * does not execute the run again, which would call the provider a second time; the run's lease
+ * runs out instead and the cron sweep fails it, as on Node.
+ */
+export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
+  /**
+   * Executions in this instance (they never reject): one, or two for a moment when tool outputs
+   * continue the run just as its previous turn ends.
+   */
+  readonly #executions = new Set<Promise<void>>();
+
+  /** A non-streamed run its caller put in progress: executing once this returns. */
+  async start(run: RunRow, options: StartOptions): Promise<void> {
+    const deps = await this.#take();
+    this.#track(executeRun(deps, run, options));
+  }
+
+  /** A streamed run its caller put in progress: its event stream, `leading` first. */
+  async stream(run: RunRow, options: StreamOptions): Promise<ReadableStream<Uint8Array>> {
+    const deps = await this.#take();
+    const { readable, done } = executeStreamed(deps, run, options);
+    this.#track(done);
+    // Handed over RPC through a native byte stream: when the reader goes away, the runtime errors
+    // a native stream, and pipeTo passes that on to the event stream, which detaches. A stream
+    // built in JavaScript (the event stream's own) would never learn of it, and the run would
+    // stall once its queue filled (test/workers/runs.test.ts, the client that disconnects).
+    const { readable: wire, writable } = new IdentityTransformStream();
+    readable.pipeTo(writable).catch(() => {
+      // The reader left: the run carries on, detached.
+    });
+    return wire;
+  }
+
+  /** A cancel: stops the run if it executes here, in this object's own context. */
+  cancel(runId: string): void {
+    abortExecution(runId);
+  }
+
+  override async alarm(): Promise<void> {
+    while (this.#executions.size > 0) await Promise.all(this.#executions);
+    // Nothing is kept once the run has ended: an object with empty storage costs nothing. (No
+    // call is delivered while storage is written, so none can start a run in between.)
+    await this.ctx.storage.deleteAll();
+  }
+
+  /** The deps, and the alarm that keeps this object alive while the run executes. */
+  async #take() {
+    const deps = await workerDeps(this.env);
+    await this.ctx.storage.setAlarm(Date.now());
+    return deps;
+  }
+
+  #track(execution: Promise<void>) {
+    this.#executions.add(execution);
+    void execution.finally(() => this.#executions.delete(execution));
+  }
+}

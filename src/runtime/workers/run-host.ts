@@ -1,0 +1,51 @@
+import type { Logger } from '../../logger';
+import type { RequestContext, RunHost, StartOptions, StreamOptions } from '../../resources/runs/execution/host';
+import type { RunRow } from '../../resources/runs/queries';
+
+/**
+ * What a run's executor object (run-executor.ts) answers over RPC: the RunHost calls, received
+ * where the run executes.
+ */
+export interface RunExecutorRpc extends Rpc.DurableObjectBranded {
+  start(run: RunRow, options: StartOptions): Promise<void>;
+  stream(run: RunRow, options: StreamOptions): Promise<ReadableStream<Uint8Array>>;
+  cancel(runId: string): void;
+}
+
+/**
+ * Runs execute in Durable Objects, one per run, named by the run's id (a run continued by tool
+ * outputs comes back to the same one): a Worker's `waitUntil` ends 30 seconds after its response
+ * or its client's disconnect, too short for a run that takes minutes.
+ */
+export function workersRunHost(namespace: DurableObjectNamespace<RunExecutorRpc>, log: Logger): RunHost {
+  const executor = (runId: string) => namespace.get(namespace.idFromName(runId));
+
+  /**
+   * A call to the executor that the request does not wait for (the object outlives the request):
+   * kept going by the request's waitUntil, its failure reported by `failed`.
+   */
+  const handOver = (
+    context: RequestContext,
+    runId: string,
+    call: (stub: DurableObjectStub<RunExecutorRpc>) => Promise<unknown>,
+    failed: (error: unknown) => void,
+  ) => context.waitUntil(call(executor(runId)).catch(failed));
+
+  return {
+    // Should the hand-over fail, the run is still leased: recovery fails it once the lease runs out.
+    start: (run, options, context) =>
+      handOver(context, run.id, (stub) => stub.start(run, options), (error) =>
+        log.error('run could not be handed to its executor', { run_id: run.id, request_id: context.requestId, error }),
+      ),
+    // The executor object is handed runs that exist: a promise cannot travel over RPC anyway.
+    stream: async (run, options, _context, written) => {
+      await written;
+      return executor(run.id).stream(run, options);
+    },
+    // The run's lease renewal notices the cancel anyway, within a third of the lease.
+    cancel: (runId, context) =>
+      handOver(context, runId, (stub) => stub.cancel(runId), (error) =>
+        log.warn('cancel could not reach the run executor', { run_id: runId, request_id: context.requestId, error }),
+      ),
+  };
+}
