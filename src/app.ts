@@ -33,7 +33,7 @@ import { healthObject } from './http/objects';
  *   every failure: ApiError ─> onError ─> {"error":{"message","type","param","code"}}
  *
  * Where a run lives, from its route (resources/threads/routes.ts):
- *   created    resources/runs/execution/commands.ts  createThreadAndRun (and submitToolOutputs, cancelRun): validate,
+ *   created    resources/runs/commands.ts  createThreadAndRun (and submitToolOutputs, cancelRun): validate,
  *                                admit, write, then hand it to deps.runHost (resources/runs/execution/host.ts)
  *   hosted     Node: runtime/node/run-host.ts, in this process; Workers: runtime/workers/run-host.ts hands it to
  *              its Durable Object, runtime/workers/run-executor.ts

@@ -1,5 +1,5 @@
 /**
- * Rate limiting: what the run use-cases (resources/runs/execution/commands.ts) and the runtimes use. See the README's
+ * Rate limiting: what the run use-cases (resources/runs/commands.ts) and the runtimes use. See the README's
  * "Rate limiting" for the semantics and enforce.ts for the two calls.
  */
 export {

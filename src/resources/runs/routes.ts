@@ -15,7 +15,7 @@ import {
   type Caller,
   type RunAnswer,
   type RunPath,
-} from './execution/commands';
+} from './commands';
 import { SSE_HEADERS } from './execution/event-stream';
 import type { RequestContext } from './execution/host';
 import { cursorListQuery } from '../../http/schemas';
@@ -41,7 +41,7 @@ const POLL_AFTER_MS = '250';
 /**
  * Runs, under /v1/threads (resources/threads/routes.ts mounts this behind the workspace): createAndRun, a
  * run on a thread, the thread's runs, a run's state and metadata, tool outputs, cancel, run steps.
- * Each handler validates, calls one use-case of resources/runs/execution/commands.ts and answers what it returns.
+ * Each handler validates, calls one use-case of resources/runs/commands.ts and answers what it returns.
  *
  * `include[]` (file search results' content in run steps) is taken where OpenAI takes it: listing
  * and retrieving steps, and creating a run, for the steps its stream shows.

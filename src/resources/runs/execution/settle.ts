@@ -10,7 +10,7 @@ export type SettleDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters'>;
 
 /**
  * Ends a run that will not produce its answer: cancelled, expired or failed. Used by the engine when
- * an execution stops, by cancelRun (resources/runs/execution/commands.ts) for a run that waits for tool outputs and so
+ * an execution stops, by cancelRun (resources/runs/commands.ts) for a run that waits for tool outputs and so
  * has no execution, and by recovery for runs whose executor died. Settles the tokens of the turn it ends, if it
  * ends one. Only a run in one of `from` is settled. Returns the settled run and the message it left
  * incomplete, or a null run when the run was no longer in one of `from`.

@@ -1,12 +1,12 @@
-import type { Deps } from '../../../deps';
-import { holdsThread } from '../../../db/schema';
-import { ApiError } from '../../../errors';
-import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../../../ratelimit';
-import type { CursorListQuery } from '../../../http/schemas';
-import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOutputsBody } from '../schemas';
-import type { ThreadMessageInput } from '../../threads/schemas';
-import type { Settings } from '../../../db/settings-cache';
-import { readHistory, type History } from '../../threads/history';
+import type { Deps } from '../../deps';
+import { holdsThread } from '../../db/schema';
+import { ApiError } from '../../errors';
+import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../../ratelimit';
+import type { CursorListQuery } from '../../http/schemas';
+import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOutputsBody } from './schemas';
+import type { ThreadMessageInput } from '../threads/schemas';
+import type { Settings } from '../../db/settings-cache';
+import { readHistory, type History } from '../threads/history';
 import {
   acceptToolOutputs,
   activeRunError,
@@ -23,22 +23,22 @@ import {
   updateRun,
   type RunRow,
   type StepRow,
-} from '../queries';
-import { getThread, setToolResources, type MessageRow, type ThreadRow } from '../../threads/queries';
-import { getVirtualKey, type VirtualKey } from '../../virtual-keys/commands';
-import { toRunJson, toStepJson } from '../wire';
-import { wakeIngestion } from '../../vector-stores/commands';
-import { attachedFiles, threadStoreWrites } from '../../vector-stores/thread-stores';
-import { checkToolResources, storedToolResources } from '../../vector-stores/tool-resources';
-import { toThreadJson } from '../../threads/wire';
-import type { ServerSentEvent } from './event-stream';
-import type { RequestContext, StreamOptions } from './host';
-import { buildPrompt, promptLimits, type Prompt } from './prompt';
-import { reconcileRun } from './recovery';
-import { checkImages } from '../../files/images';
-import { clientMessage, newRun, newThread } from './rows';
-import { runSettings, type RunSettings } from './settings';
-import { settleRun } from './settle';
+} from './queries';
+import { getThread, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
+import { getVirtualKey, type VirtualKey } from '../virtual-keys/commands';
+import { toRunJson, toStepJson } from './wire';
+import { wakeIngestion } from '../vector-stores/commands';
+import { attachedFiles, threadStoreWrites } from '../vector-stores/thread-stores';
+import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
+import { toThreadJson } from '../threads/wire';
+import type { ServerSentEvent } from './execution/event-stream';
+import type { RequestContext, StreamOptions } from './execution/host';
+import { buildPrompt, promptLimits, type Prompt } from './execution/prompt';
+import { reconcileRun } from './execution/recovery';
+import { checkImages } from '../files/images';
+import { clientMessage, newRun, newThread } from './execution/rows';
+import { runSettings, type RunSettings } from './execution/settings';
+import { settleRun } from './execution/settle';
 
 /**
  * The run use-cases, each in the order it must happen. A run is created or continued in four steps:
