@@ -38,7 +38,9 @@ const CONNECTIONS = 32;
 const SETTLE_SECONDS = Number(process.env.BENCH_SETTLE_SECONDS ?? 12);
 const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 200);
 const N32 = Number(process.env.BENCH_CONCURRENT ?? 800);
-const REPLY = { reply: 'a b c d e f g h' };
+/** The fake provider's words arrive BENCH_WORD_GAP_MS apart (2), as a real model's tokens do. */
+const WORD_GAP_MS = Number(process.env.BENCH_WORD_GAP_MS ?? 2);
+const REPLY = { reply: 'a b c d e f g h', chunk_delay_ms: WORD_GAP_MS };
 /**
  * Newer @hono/node-server breaks the reference's streaming (its responses' headers are immutable
  * there), and the gateway's own dependencies pull one in nested: overrides hold every copy to

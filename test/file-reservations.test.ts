@@ -8,6 +8,7 @@ import { newId } from '../src/lib/ids';
 import { nodeBlobStore } from '../src/runtime/node/blob-store';
 import { deleteFile } from '../src/resources/files/queries';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
+import { waitFor } from './support/wait';
 
 /**
  * Uploads reserve their bytes against the workspace's quota before writing them
@@ -48,11 +49,7 @@ const bytesOf = (tenant: Tenant) => onDisk().filter((file) => file.path.includes
 const reservations = () => gateway.database.db.select().from(fileReservations).orderBy(fileReservations.seq);
 
 async function until(condition: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  for (let i = 0; i < 1000; i++) {
-    if (await condition()) return;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  throw new Error(`never: ${what}`);
+  if (!(await waitFor(condition, Boolean, 10_000, 10))) throw new Error(`never: ${what}`);
 }
 
 interface HeldUpload {

@@ -10,6 +10,7 @@ import { directoryBlobStore } from '../src/runtime/node/blob-store';
 import { fakeThread, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { png } from './support/files';
 import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
+import { waitFor } from './support/wait';
 
 /**
  * What a run sends its provider and holds while it does, bounded per request and shared fairly:
@@ -83,16 +84,6 @@ async function setUp(gateway: TestGateway, path = ''): Promise<{ tenant: Tenant;
 /** The provider's requests for the run whose thread says `marker`. */
 const requestsOf = (marker: string) => fake.requests.filter((request) => request.rawBody.includes(marker));
 
-/** Polls `read` until `done` holds (5 s at most); answers the last value. */
-async function until<T>(read: () => T | Promise<T>, done: (value: T) => boolean): Promise<T> {
-  const deadline = Date.now() + 5000;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
 describe("a request's bound (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)", () => {
   it('leaves out the oldest history to fit it', async () => {
     const { openai, assistantId } = await setUp(bounded);
@@ -157,7 +148,7 @@ describe('requests built and not yet sent (GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE)
       { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: `${text(1)}\n#fake {"first_byte_delay_ms":1000,"reply":"late"}` }] } },
       { pollIntervalMs: 10 },
     );
-    await until(() => requestsOf(`${marker}-1`).length, (n) => n === 1);
+    await waitFor(() => requestsOf(`${marker}-1`).length, (n) => n === 1);
     const second = await openai.beta.threads.createAndRunPoll(
       { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: text(2) }] } },
       { pollIntervalMs: 10 },
@@ -190,7 +181,7 @@ describe('images, streamed as the request is sent', () => {
         return false;
       }
     });
-    expect(await until(open, (fds) => fds.length === 0)).toEqual([]);
+    expect(await waitFor(open, (fds) => fds.length === 0)).toEqual([]);
   });
 
   it('fail the run saying so when a file holds more bytes than its row says', async () => {
@@ -214,7 +205,7 @@ describe('provider calls, shared fairly (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE)',
     const marker = `shares-${crypto.randomUUID()}`;
     const slow: FakeScenario = { first_byte_delay_ms: 1000, reply: 'late' };
     const first = [1, 2].map((i) => a.openai.beta.threads.createAndRunPoll({ assistant_id: a.assistantId, thread: fakeThread(`${marker}-${i}`, slow) }, { pollIntervalMs: 20 }));
-    await until(() => requestsOf(marker).length, (n) => n === 2);
+    await waitFor(() => requestsOf(marker).length, (n) => n === 2);
     const third = a.openai.beta.threads.createAndRunPoll({ assistant_id: a.assistantId, thread: fakeThread(`${marker}-3`, { reply: 'third' }) }, { pollIntervalMs: 20 });
     // Another workspace's run meanwhile: sent at once, answered at once.
     const other = await b.openai.beta.threads.createAndRunPoll({ assistant_id: b.assistantId, thread: fakeThread(`${marker}-b`, { reply: 'mine' }) }, { pollIntervalMs: 20 });
@@ -233,7 +224,7 @@ describe('provider calls, shared fairly (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE)',
     // Two calls that answer and then hold their streams open: they keep their shares until cancelled.
     const holding: FakeScenario = { reply: 'a b c d', stall_after_chunks: 2 };
     const first = await Promise.all([1, 2].map((i) => openai.beta.threads.createAndRun({ assistant_id: assistantId, thread: fakeThread(`${marker}-${i}`, holding) })));
-    await until(() => requestsOf(marker).length, (n) => n === 2);
+    await waitFor(() => requestsOf(marker).length, (n) => n === 2);
     const third = await openai.beta.threads.createAndRunPoll({ assistant_id: assistantId, thread: fakeThread(`${marker}-3`, { reply: 'never' }) }, { pollIntervalMs: 20 });
     expect(third.status).toBe('failed');
     expect(third.last_error).toEqual({
@@ -243,7 +234,7 @@ describe('provider calls, shared fairly (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE)',
     expect(requestsOf(`${marker}-3`)).toEqual([]);
     for (const run of first) await openai.beta.threads.runs.cancel(run.id, { thread_id: run.thread_id });
     for (const run of first) {
-      const ended = await until(() => openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id }), (current) => current.status === 'cancelled');
+      const ended = await waitFor(() => openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id }), (current) => current.status === 'cancelled');
       expect(ended.status).toBe('cancelled');
     }
   });

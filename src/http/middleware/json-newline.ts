@@ -12,7 +12,7 @@ const JSON_TYPE = 'application/json';
  * untouched.
  */
 export const jsonNewline = () =>
-  createMiddleware(async (c, next) => {
+  createMiddleware((c, next) => {
     function json(value: unknown, arg?: ContentfulStatusCode | { status?: StatusCode; statusText?: string; headers?: ConstructorParameters<typeof Headers>[0] }, headers?: Record<string, string | string[]>): Response {
       if (typeof arg !== 'object') return c.newResponse(jsonText(value), arg, { 'Content-Type': JSON_TYPE, ...headers });
       const merged = new Headers(arg.headers);
@@ -22,5 +22,5 @@ export const jsonNewline = () =>
     // Hono's TypedResponse is a type-level brand that no function can produce: Hono's own `json`
     // is cast to it the same way.
     c.json = json as typeof c.json;
-    await next();
+    return next();
   });
