@@ -1,0 +1,27 @@
+// Lint with type information: what the compiler cannot see but a reader must, above all promises
+// nobody waits for or handles. Formatting is prettier's (.prettierrc.json), not a rule here.
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['dist/**', 'node_modules/**', '.wrangler/**', 'coverage/**', 'src/http/openapi/assets/**', 'drizzle/meta/**'] },
+  {
+    files: ['**/*.ts', '**/*.js', '**/*.mjs'],
+    extends: [tseslint.configs.base],
+    languageOptions: {
+      parserOptions: {
+        // Two programs: Node's (tsconfig.json) and the Worker's, checked without Node's types.
+        project: ['./tsconfig.json', './test/workers/tsconfig.json'],
+        tsconfigRootDir: import.meta.dirname,
+      },
+    },
+    linterOptions: { reportUnusedDisableDirectives: 'error' },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/await-thenable': 'error',
+      '@typescript-eslint/switch-exhaustiveness-check': ['error', { considerDefaultExhaustiveForUnions: true }],
+      '@typescript-eslint/no-non-null-assertion': 'error',
+      '@typescript-eslint/no-unnecessary-type-assertion': 'error',
+    },
+  },
+);
