@@ -118,8 +118,8 @@ export class DatabaseTimeoutError extends Error {
 /**
  * GATEWAY_DATABASE_WRITERS's default: the most that a local sqld sharing 2 cores with the gateway
  * and its load held under round after round; with 8 its waiting writers were left spinning now and
- * then (docs/development.md has the figures). A distant server may want more: each write holds its
- * turn for a round trip.
+ * then (the reliability suite's sqld-writers.test.ts). A distant server may want more: each write
+ * holds its turn for a round trip.
  */
 export const DEFAULT_SERVER_WRITERS = 4;
 

@@ -6,8 +6,9 @@
  * loop. It runs one message at a time, in the order posted, and answers each once it is done.
  *
  * Plain JavaScript: Node starts a worker thread from a file itself, without the TypeScript loader
- * the rest of the process may run under (tsx for `npm start`, tsx's API for bin/gateway.js,
- * Vitest's module runner in tests). The messages are typed in embedded-client.ts.
+ * the rest of the process may run under (tsx for the scripts and benches, Vitest's module runner
+ * in tests); the build copies it beside the bundle (scripts/build-node.mjs). The messages are
+ * typed in embedded-client.ts.
  *
  *   { type: 'group', id, writes: [[sql, args], …][] }  one transaction; each write (one caller's
  *     statements) is kept whole or not at all, a failed one alone, the others committed:

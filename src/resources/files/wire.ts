@@ -4,7 +4,7 @@ import type { FileRow } from './queries';
 
 /**
  * OpenAI's File object, from its row. `status` is always `processed` (a file is stored whole before
- * it is answered) and `status_details` null, as OpenAI sends them for every file today.
+ * it is answered) and `status_details` null, as OpenAI sends them for every file.
  */
 export function toFileJson(row: FileRow): FileObject {
   return {

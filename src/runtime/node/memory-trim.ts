@@ -5,8 +5,8 @@ import { runInNewContext } from 'node:vm';
  * Gives memory back once a burst is over. V8 keeps the heap a burst grew (its young generation at
  * its largest, the old one with the garbage the last collection left) for as long as the process
  * stays idle: it decides to shrink only when it collects, and it collects only when something
- * allocates. After a burst of runs, the gateway sat at about 200 MB for the minute we watched,
- * against 150 MB before the burst.
+ * allocates. After a burst of runs, an idle gateway stays at about 200 MB, against 150 MB before
+ * the burst.
  *
  * So once no request has arrived, none has been answered and no background task has run for
  * `idleMs`, and the heap has grown by `growthBytes` since the last trim, this collects garbage
