@@ -8,7 +8,7 @@ import { ASSETS_DIRECTORY } from '../src/runtime/node/static-assets';
 
 /**
  * `npm run docs:script`: writes the reference page's script (DOCS_SCRIPT in src/http/openapi/docs-page.ts:
- * the package, its exact version and the file inside it) into src/openapi/assets, from the npm
+ * the package, its exact version and the file inside it) into src/http/openapi/assets, from the npm
  * registry through `npm pack`, and checks it against the integrity the page declares. The file is
  * committed, so that neither `npm start` nor the Worker's build needs the package (284 packages,
  * 311 MB installed) nor the network. To move to another version: change the version, run this with
