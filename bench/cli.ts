@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { round, summarise } from './support';
+import { required, round, summarise } from './support';
 
 /**
  * `npm run bench:cli`: how long the admin CLI takes to answer as users run it (`npm run -s gateway
@@ -23,26 +23,29 @@ const commands: Record<string, string[]> = {
   build_unchanged: [process.execPath, 'scripts/build-node.mjs'],
 };
 
+/** The 1-minute load average (Linux always reports three). */
+const oneMinuteLoad = (): number => loadavg()[0] ?? NaN;
+
 function time([program, ...args]: string[]): number {
   const started = performance.now();
-  const result = spawnSync(program!, args, { env, encoding: 'utf8' });
+  const result = spawnSync(required(program, 'a command'), args, { env, encoding: 'utf8' });
   if (result.status !== 0) throw new Error(`${[program, ...args].join(' ')} exited ${result.status}: ${result.stderr}`);
   return performance.now() - started;
 }
 
 try {
-  time(commands.build_unchanged!);
+  time(required(commands.build_unchanged, 'the build command'));
   time(['npm', 'run', '-s', 'gateway', '--', 'init']);
   const samples: Record<string, number[]> = Object.fromEntries(Object.keys(commands).map((name) => [name, []]));
-  const loadBefore = loadavg()[0]!;
+  const loadBefore = oneMinuteLoad();
   for (let i = 0; i < RUNS; i++) {
-    for (const [name, command] of Object.entries(commands)) samples[name]!.push(time(command));
+    for (const [name, command] of Object.entries(commands)) required(samples[name], `the samples of ${name}`).push(time(command));
   }
   console.log(
     JSON.stringify(
       {
         runs: RUNS,
-        load_average: { before: round(loadBefore, 2), after: round(loadavg()[0]!, 2) },
+        load_average: { before: round(loadBefore, 2), after: round(oneMinuteLoad(), 2) },
         ...Object.fromEntries(
           Object.entries(samples).map(([name, ms]) => [name, { min_ms: round(Math.min(...ms), 0), ...summarise(ms) }]),
         ),

@@ -5,7 +5,23 @@ import { join } from 'node:path';
 import { fakeDirective } from '../test/support/fake-upstream';
 import { freePort } from '../scripts/sqld';
 import { memoryOf, resetPeakMemory, ROOT, startGatewayProcess } from '../test/support/processes';
-import { cpuMs, forSeconds, pool, post, readStream, round, sequential, sleep, startFakeProvider, startServer, stopChild, summarise, until } from './support';
+import {
+  cpuMs,
+  forSeconds,
+  pidOf,
+  pool,
+  post,
+  printedWorkspaceKey,
+  readStream,
+  required,
+  round,
+  sequential,
+  sleep,
+  startFakeProvider,
+  startServer,
+  stopChild,
+  summarise,
+} from './support';
 
 /**
  * `npm run bench:compare`: this gateway against the reference, Portkey's OSS gateway 1.15.2
@@ -71,14 +87,13 @@ const content = `go\n${fakeDirective(REPLY)}`;
 async function ours(): Promise<Target> {
   const dataDir = mkdtempSync(join(tmpdir(), 'bench-compare-'));
   const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir });
-  await until(() => /workspace API key\s+gk_/.test(gateway.stdout()));
-  const key = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())![1]!;
+  const key = await printedWorkspaceKey(() => gateway.stdout());
   const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
   await post(`${gateway.url}/v1/virtual-keys`, headers, { slug: 'bench', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench', default: true });
   const assistant = (await post(`${gateway.url}/v1/assistants`, headers, { model: 'bench-model' })) as { id: string };
   return {
     name: 'this_gateway',
-    pid: gateway.child.pid!,
+    pid: pidOf(gateway.child),
     url: `${gateway.url}/v1/threads/runs`,
     headers,
     body: JSON.stringify({ assistant_id: assistant.id, stream: true, thread: { messages: [{ role: 'user', content }] } }),
@@ -115,7 +130,7 @@ async function reference(script: string): Promise<Target> {
   const child = await startServer('the reference', [script, `--port=${port}`, '--headless'], 'Ready for connections', { NODE_ENV: 'production' });
   return {
     name: 'reference',
-    pid: child.pid!,
+    pid: pidOf(child),
     url: `http://127.0.0.1:${port}/v1/chat/completions`,
     headers: {
       'content-type': 'application/json',
@@ -133,7 +148,7 @@ async function reference(script: string): Promise<Target> {
 async function floor(): Promise<Target> {
   const port = await freePort();
   const child = await startServer('the floor proxy', ['--v8-pool-size=1', join(ROOT, 'bench/floor-proxy.js'), String(port), new URL(fakeUrl).origin], 'ready');
-  return { ...direct(), name: 'stack_floor', pid: child.pid!, url: `http://127.0.0.1:${port}/v1/chat/completions`, stop: () => stopChild(child) };
+  return { ...direct(), name: 'stack_floor', pid: pidOf(child), url: `http://127.0.0.1:${port}/v1/chat/completions`, stop: () => stopChild(child) };
 }
 
 /** The provider itself, for the baseline. */
@@ -255,7 +270,7 @@ function flatten(result: Awaited<ReturnType<typeof measure>> | Awaited<ReturnTyp
   };
   if ('server_cpu_ms_per_exchange' in result && result.server_cpu_ms_per_exchange !== undefined) {
     figures.server_cpu_ms_per_exchange = result.server_cpu_ms_per_exchange;
-    figures.peak_rss_mb = result.peak_rss_mb!;
+    figures.peak_rss_mb = result.peak_rss_mb ?? NaN;
   }
   if ('idle_rss_mb' in result) {
     figures.idle_rss_mb = result.idle_rss_mb;
@@ -264,37 +279,42 @@ function flatten(result: Awaited<ReturnType<typeof measure>> | Awaited<ReturnTyp
   return figures;
 }
 
+/** A figure of a target; one it does not have (not every target has every figure) prints as null. */
+const figure = (figures: Figures, key: string): number => figures[key] ?? NaN;
+const less = (a: Figures, b: Figures, key: string, digits: number) => round(figure(a, key) - figure(b, key), digits);
+const ratio = (a: Figures, b: Figures, key: string) => round(figure(a, key) / figure(b, key), 2);
+
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
+  return sorted[Math.floor(sorted.length / 2)] ?? NaN;
 }
 
 function medians(rounds: Figures[]): Figures {
   const out: Figures = {};
-  for (const key of Object.keys(rounds[0] ?? {})) out[key] = round(median(rounds.map((figures) => figures[key]!)), 3);
+  for (const key of Object.keys(rounds[0] ?? {})) out[key] = round(median(rounds.map((figures) => figure(figures, key))), 3);
   return out;
 }
 
 const installed = installReference();
-const rounds: Record<string, Figures[]> = { direct_provider: [], stack_floor: [], this_gateway: [], reference: [] };
+const rounds: Record<'direct_provider' | 'stack_floor' | 'this_gateway' | 'reference', Figures[]> = { direct_provider: [], stack_floor: [], this_gateway: [], reference: [] };
 for (let i = 0; i < ROUNDS; i++) {
-  rounds.direct_provider!.push(flatten(await measureDirect()));
+  rounds.direct_provider.push(flatten(await measureDirect()));
   const proxy = await floor();
   try {
-    rounds.stack_floor!.push(flatten(await measure(proxy)));
+    rounds.stack_floor.push(flatten(await measure(proxy)));
   } finally {
     await proxy.stop();
   }
   const gateway = await ours();
   try {
-    rounds.this_gateway!.push(flatten(await measure(gateway)));
+    rounds.this_gateway.push(flatten(await measure(gateway)));
   } finally {
     await gateway.stop();
   }
   if ('script' in installed) {
     const other = await reference(installed.script);
     try {
-      rounds.reference!.push(flatten(await measure(other)));
+      rounds.reference.push(flatten(await measure(other)));
     } finally {
       await other.stop();
     }
@@ -305,18 +325,18 @@ const result: Record<string, Figures> = {};
 for (const [name, figures] of Object.entries(rounds)) if (figures.length > 0) result[name] = medians(figures);
 const added = (name: string) => {
   const figures = result[name];
-  const base = result.direct_provider!;
+  const base = required(result.direct_provider, "the direct provider's figures");
   if (!figures) return undefined;
   return {
-    first_token_added_c1_p50_ms: round(figures.first_token_c1_p50_ms! - base.first_token_c1_p50_ms!, 2),
-    first_token_added_c1_p99_ms: round(figures.first_token_c1_p99_ms! - base.first_token_c1_p99_ms!, 2),
-    first_token_added_c32_p50_ms: round(figures.first_token_c32_p50_ms! - base.first_token_c32_p50_ms!, 2),
-    first_token_added_c32_p99_ms: round(figures.first_token_c32_p99_ms! - base.first_token_c32_p99_ms!, 2),
+    first_token_added_c1_p50_ms: less(figures, base, 'first_token_c1_p50_ms', 2),
+    first_token_added_c1_p99_ms: less(figures, base, 'first_token_c1_p99_ms', 2),
+    first_token_added_c32_p50_ms: less(figures, base, 'first_token_c32_p50_ms', 2),
+    first_token_added_c32_p99_ms: less(figures, base, 'first_token_c32_p99_ms', 2),
   };
 };
-const mine = result.this_gateway!;
+const mine = required(result.this_gateway, "this gateway's figures");
 const theirs = result.reference;
-const base = result.stack_floor!;
+const base = required(result.stack_floor, "the stack floor's figures");
 console.log(
   JSON.stringify(
     {
@@ -329,19 +349,19 @@ console.log(
       ...result,
       added: { this_gateway: added('this_gateway'), reference: added('reference'), stack_floor: added('stack_floor') },
       this_gateway_over_floor: {
-        server_cpu_ms_per_exchange: round(mine.server_cpu_ms_per_exchange! - base.server_cpu_ms_per_exchange!, 3),
-        first_token_c1_p50_ms: round(mine.first_token_c1_p50_ms! - base.first_token_c1_p50_ms!, 2),
-        first_token_c32_p50_ms: round(mine.first_token_c32_p50_ms! - base.first_token_c32_p50_ms!, 2),
-        idle_rss_mb: round(mine.idle_rss_mb! - base.idle_rss_mb!, 1),
-        peak_rss_mb: round(mine.peak_rss_mb! - base.peak_rss_mb!, 1),
+        server_cpu_ms_per_exchange: less(mine, base, 'server_cpu_ms_per_exchange', 3),
+        first_token_c1_p50_ms: less(mine, base, 'first_token_c1_p50_ms', 2),
+        first_token_c32_p50_ms: less(mine, base, 'first_token_c32_p50_ms', 2),
+        idle_rss_mb: less(mine, base, 'idle_rss_mb', 1),
+        peak_rss_mb: less(mine, base, 'peak_rss_mb', 1),
       },
       ...(theirs && {
         ratios_this_over_reference: {
-          exchanges_per_second: round(mine.exchanges_per_second! / theirs.exchanges_per_second!, 2),
-          server_cpu_ms_per_exchange: round(mine.server_cpu_ms_per_exchange! / theirs.server_cpu_ms_per_exchange!, 2),
-          idle_rss_mb: round(mine.idle_rss_mb! / theirs.idle_rss_mb!, 2),
-          peak_rss_mb: round(mine.peak_rss_mb! / theirs.peak_rss_mb!, 2),
-          rss_after_load_settled_mb: round(mine.rss_after_load_settled_mb! / theirs.rss_after_load_settled_mb!, 2),
+          exchanges_per_second: ratio(mine, theirs, 'exchanges_per_second'),
+          server_cpu_ms_per_exchange: ratio(mine, theirs, 'server_cpu_ms_per_exchange'),
+          idle_rss_mb: ratio(mine, theirs, 'idle_rss_mb'),
+          peak_rss_mb: ratio(mine, theirs, 'peak_rss_mb'),
+          rss_after_load_settled_mb: ratio(mine, theirs, 'rss_after_load_settled_mb'),
         },
       }),
     },

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { memoryOf, resetPeakMemory, startGatewayProcess } from '../test/support/processes';
 import { sendUpload, uploadBody } from '../test/support/uploads';
-import { round } from './support';
+import { pidOf, printedWorkspaceKey, required, round } from './support';
 
 /**
  * `npm run bench:files`: uploads and downloads through the Node server, from outside over HTTP,
@@ -29,8 +29,7 @@ async function upload(url: string, key: string, bytes: number): Promise<{ status
 async function gatewayWith(env: Record<string, string>) {
   const dataDir = mkdtempSync(join(tmpdir(), 'bench-files-'));
   const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir, GATEWAY_REQUEST_TIMEOUT_MS: '600000', ...env });
-  await until(() => /workspace API key\s+gk_/.test(gateway.stdout()));
-  const key = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())![1]!;
+  const key = await printedWorkspaceKey(() => gateway.stdout());
   return {
     gateway,
     key,
@@ -60,7 +59,7 @@ async function until(condition: () => boolean, timeoutMs = 10_000): Promise<void
 
 async function main() {
   const { gateway, key, stop } = await gatewayWith({});
-  const pid = gateway.child.pid!;
+  const pid = pidOf(gateway.child);
   try {
     await upload(gateway.url, key, 4 * MIB); // warm up
     const baseline = memoryOf(pid).rssMb;
@@ -69,7 +68,7 @@ async function main() {
     const download = await timed(pid, async () => {
       const response = await fetch(`${gateway.url}/v1/files/${one.value.body.id}/content`, { headers: { 'x-gateway-api-key': key } });
       let bytes = 0;
-      for await (const chunk of response.body!) bytes += chunk.byteLength;
+      for await (const chunk of required(response.body, 'the download body')) bytes += chunk.byteLength;
       return bytes;
     });
     if (download.value !== FILE_MIB * MIB) throw new Error(`downloaded ${download.value} bytes`);
@@ -80,7 +79,7 @@ async function main() {
     const capped = await gatewayWith({ GATEWAY_MAX_FILE_BYTES: String(16 * MIB) });
     let over;
     try {
-      over = await timed(capped.gateway.child.pid!, () => upload(capped.gateway.url, capped.key, 1024 * MIB));
+      over = await timed(pidOf(capped.gateway.child), () => upload(capped.gateway.url, capped.key, 1024 * MIB));
     } finally {
       await capped.stop();
     }

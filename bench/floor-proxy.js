@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * bench:compare's floor: a streamed chat completion passed through on this gateway's own stack
  * (hono, @hono/node-server, undici's pooled Agent, the response a web stream as the gateway's
@@ -32,7 +33,9 @@ app.post('/v1/chat/completions', async (c) => {
       if (done) controller.close();
       else controller.enqueue(value);
     },
-    cancel: () => upstream.body.destroy(),
+    cancel: () => {
+      upstream.body.destroy();
+    },
   });
   return c.body(body, 200, { 'content-type': 'text/event-stream' });
 });

@@ -2,7 +2,7 @@ import { createTestGateway } from '../test/support/gateway';
 import { fixture, storeFile } from '../test/support/files';
 import { upstreamFetch } from '../src/runtime/node/upstream-fetch';
 import type { UpstreamFetch } from '../src/providers/types';
-import { round, startFakeProvider } from './support';
+import { required, round, startFakeProvider } from './support';
 
 /**
  * `npm run bench:ingest`: how fast the gateway ingests files into a vector store (read, extract,
@@ -56,7 +56,7 @@ async function corpus(name: string, files: { filename: string; content: string |
   const wallMs = performance.now() - started;
   if (batch.file_counts.completed !== files.length) throw new Error(`${name}: ${JSON.stringify(batch.file_counts)}`);
   const [row] = (await gateway.database.client.execute({ sql: 'SELECT count(*) AS n FROM vector_store_chunks WHERE vector_store_id = ?', args: [store.id] })).rows;
-  const chunks = Number(row!.n);
+  const chunks = Number(required(row, 'the count of chunks').n);
   const ownMs = wallMs - providerMs;
   return {
     files: files.length,

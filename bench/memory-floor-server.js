@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * bench:memory-floor's servers: what this gateway's stack holds in memory before any of the
  * gateway's own code. Plain JavaScript, run as `node bench/memory-floor-server.js <port> <mode>`
@@ -25,11 +26,17 @@ const app = new Hono();
 app.post('/echo', async (c) => c.text(await store(await c.req.text())));
 serve({ fetch: app.fetch, port: Number(port), hostname: '127.0.0.1' }, () => console.log('ready'));
 
-/** framework: the body as it came; database: the body once committed, with the rows read back. */
+/**
+ * framework: the body as it came; database: the body once committed, with the rows read back.
+ *
+ * @param {string} body
+ */
 async function store(body) {
-  if (mode === 'framework') return body;
+  if (!database) return body;
   await database.commit(body);
-  return `${database.count.get()[0]} ${body}`;
+  // A raw statement's row is an array, which libsql's types leave as unknown.
+  const row = database.count.get();
+  return `${Array.isArray(row) ? row[0] : row} ${body}`;
 }
 
 async function openDatabase() {
@@ -46,16 +53,19 @@ async function openDatabase() {
      parentPort.on('message', ({ id, body }) => { insert.run(body); parentPort.postMessage(id); });`,
     { eval: true, workerData: { path } },
   );
+  /** @type {Map<number, (value?: unknown) => void>} */
   const waiting = new Map();
   let next = 0;
-  writer.on('message', (id) => {
-    waiting.get(id)();
+  writer.on('message', (/** @type {number} */ id) => {
+    const resolve = waiting.get(id);
+    if (!resolve) throw new Error(`the writer answered commit ${id}, which nobody waits for`);
     waiting.delete(id);
+    resolve();
   });
   writer.unref();
   return {
     count,
-    commit: (body) =>
+    commit: (/** @type {string} */ body) =>
       new Promise((resolve) => {
         const id = next++;
         waiting.set(id, resolve);

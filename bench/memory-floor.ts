@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { freePort } from '../scripts/sqld';
 import { memoryOf, resetPeakMemory, ROOT } from '../test/support/processes';
-import { forSeconds, pool, round, sleep, startServer, stopChild } from './support';
+import { forSeconds, pidOf, pool, round, sleep, startServer, stopChild } from './support';
 
 /**
  * `npm run bench:memory-floor`: what this gateway's stack holds in memory before any of the
@@ -30,7 +30,7 @@ const BODY = JSON.stringify({ assistant_id: 'asst_bench', stream: true, thread: 
 async function nodeAlone() {
   const child = await startServer('node alone', [...NODE_FLAGS, '-e', "setInterval(() => {}, 1000); console.log('ready')"], 'ready');
   await sleep(1_500);
-  const rss = memoryOf(child.pid!).rssMb;
+  const rss = memoryOf(pidOf(child)).rssMb;
   await stopChild(child);
   return { rss_mb: round(rss, 1) };
 }
@@ -38,7 +38,7 @@ async function nodeAlone() {
 async function server(mode: 'framework' | 'database', flags: string[]) {
   const port = await freePort();
   const child = await startServer(`the ${mode} server`, [...flags, join(ROOT, 'bench/memory-floor-server.js'), String(port), mode], 'ready');
-  const pid = child.pid!;
+  const pid = pidOf(child);
   const url = `http://127.0.0.1:${port}/echo`;
   const exchange = async () => {
     const response = await fetch(url, { method: 'POST', body: BODY });

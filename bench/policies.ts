@@ -10,7 +10,7 @@ import { createNodeApp } from '../src/runtime/node/app';
 import { createNodeDeps } from '../src/runtime/node/deps';
 import { createApiKey } from '../src/resources/identities/api-keys';
 import { createWorkspace } from '../src/resources/identities/workspaces';
-import { measure, round } from './support';
+import { cycle, measure, required, round } from './support';
 
 /**
  * `npm run bench:policies`: 100,000 policies over 100 workspaces in the embedded database; p50/p99
@@ -52,8 +52,8 @@ async function scenario(workspaceCount: number) {
           organisationId,
           workspaceId: workspace.id,
           name: `policy ${i}`,
-          type: types[i % 2]!,
-          unit: units[i % 3]!,
+          type: cycle(types, i),
+          unit: cycle(units, i),
           value: 100 + i,
           status: i % 10 === 9 ? ('archived' as const) : ('active' as const),
           conditions: [{ key: 'model', value: `model-${i % 7}` }],
@@ -67,7 +67,7 @@ async function scenario(workspaceCount: number) {
   }
   const seedSeconds = (performance.now() - seedStarted) / 1000;
 
-  const target = workspaces[workspaceCount >> 1]!;
+  const target = required(workspaces[workspaceCount >> 1], 'the middle workspace');
   const { plaintext: key } = await createApiKey(db, {
     kind: 'workspace',
     organisationId,

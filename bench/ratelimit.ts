@@ -14,7 +14,7 @@ import { createApiKey } from '../src/resources/identities/api-keys';
 import { createVirtualKey } from '../src/resources/virtual-keys/commands';
 import { createWorkspace } from '../src/resources/identities/workspaces';
 import { fakeDirective } from '../test/support/fake-upstream';
-import { round, startFakeProvider, summarise } from './support';
+import { cycle, required, round, startFakeProvider, summarise } from './support';
 
 /**
  * `npm run bench:ratelimit`: what rate limiting adds to run traffic. The real app runs in this
@@ -137,7 +137,7 @@ function missing(i: number): Condition[] {
 const seedStarted = performance.now();
 const rows = [];
 for (let i = 0; i < POLICIES; i++) {
-  const spec = i < matching.length ? matching[i]! : null;
+  const spec = matching[i] ?? null;
   const now = Date.now();
   rows.push({
     id: newUuid(),
@@ -145,7 +145,7 @@ for (let i = 0; i < POLICIES; i++) {
     workspaceId: limited.workspaceId,
     name: spec ? `matching ${i}` : `other ${i}`,
     type: spec?.type ?? (i % 2 ? 'tokens' : 'requests'),
-    unit: spec?.unit ?? (['rpm', 'rph', 'rpd'] as const)[i % 3]!,
+    unit: spec?.unit ?? cycle(['rpm', 'rph', 'rpd'] as const, i),
     value: HIGH,
     status: 'active' as const,
     conditions: spec?.conditions ?? missing(i),
@@ -197,7 +197,7 @@ if (check.ticket?.policies.length !== 3 || !check.headers['x-ratelimit-limit-req
 }
 const cacheLoad = await (async () => {
   // A policy write anywhere in the workspace makes the next admission reload what changed: one row.
-  await db.update(rateLimitPolicies).set({ lastUpdatedAt: Date.now() }).where(eq(rateLimitPolicies.id, rows[matching.length]!.id));
+  await db.update(rateLimitPolicies).set({ lastUpdatedAt: Date.now() }).where(eq(rateLimitPolicies.id, required(rows[matching.length], 'a policy that does not match').id));
   const start = performance.now();
   await admitRequest(deps, attributes(limited), TURN);
   return round(performance.now() - start);
@@ -247,7 +247,7 @@ async function rates(concurrency: number, repeats = 3) {
     withTen.push(await throughput(limited, concurrency));
     withNone.push(await throughput(unlimited, concurrency));
   }
-  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN;
   return { ten_matching: round(median(withTen), 0), no_policies: round(median(withNone), 0) };
 }
 

@@ -11,7 +11,7 @@ import { createNodeDeps } from '../src/runtime/node/deps';
 import { createApiKey } from '../src/resources/identities/api-keys';
 import { createWorkspace } from '../src/resources/identities/workspaces';
 import { fakeDirective } from '../test/support/fake-upstream';
-import { round, sleep, startFakeProvider, summarise } from './support';
+import { cycle, round, sleep, startFakeProvider, summarise } from './support';
 
 /**
  * `npm run bench:reload`: what one workspace's policy reloads cost every other workspace. One
@@ -120,7 +120,7 @@ const changes = {
   },
   replace: async (i: number) => {
     const index = i % ids.length;
-    await client.execute({ sql: 'DELETE FROM rate_limit_policies WHERE id = ?', args: [ids[index]!] });
+    await client.execute({ sql: 'DELETE FROM rate_limit_policies WHERE id = ?', args: [cycle(ids, index)] });
     const id = newUuid();
     ids[index] = id;
     await client.execute({ sql: INSERT(1), args: rowOf(index, id) });

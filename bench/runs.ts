@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective, type FakeScenario } from '../test/support/fake-upstream';
 import { memoryOf, startGatewayProcess, type GatewayProcess } from '../test/support/processes';
-import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, summarise, until } from './support';
+import { cpuMs, pidOf, pool, post, printedWorkspaceKey, readStream, round, sequential, startFakeProvider, summarise } from './support';
 
 /**
  * `npm run bench:runs`: what the gateway adds to a run, measured from outside over HTTP, with the
@@ -61,11 +61,11 @@ async function main() {
     const streamSeconds = (performance.now() - streamStarted) / 1000;
 
     await pool(100, FLOW_CONCURRENCY, () => sdkFlow(target));
-    const flowCpu = cpuMs(gateway.child.pid!);
+    const flowCpu = cpuMs(pidOf(gateway.child));
     const flowStarted = performance.now();
     await pool(N32 / 2, FLOW_CONCURRENCY, () => sdkFlow(target));
     const flowSeconds = (performance.now() - flowStarted) / 1000;
-    const flowCpuMs = (cpuMs(gateway.child.pid!) - flowCpu) / (N32 / 2);
+    const flowCpuMs = (cpuMs(pidOf(gateway.child)) - flowCpu) / (N32 / 2);
 
     return {
       first_delta: {
@@ -95,15 +95,15 @@ async function memory(bytes: number, count: number, rounds = 5) {
   try {
     const target = await prepare(gateway);
     await pool(20, 4, () => wholeStreamedRun(target, { reply: 'warm up' }));
-    const before = memoryOf(gateway.child.pid!).rssMb;
+    const before = memoryOf(pidOf(gateway.child)).rssMb;
     const scenario = { stream_bytes: bytes, chunk_bytes: 1024 };
     const rssAfterRound: number[] = [];
     let received = 0;
     for (let i = 0; i < rounds; i++) {
       received += (await pool(count, 4, () => wholeStreamedRun(target, scenario))).reduce((a, b) => a + b, 0);
-      rssAfterRound.push(round(memoryOf(gateway.child.pid!).rssMb, 1));
+      rssAfterRound.push(round(memoryOf(pidOf(gateway.child)).rssMb, 1));
     }
-    const peak = memoryOf(gateway.child.pid!).peakMb;
+    const peak = memoryOf(pidOf(gateway.child)).peakMb;
     await new Promise((resolve) => setTimeout(resolve, 12_000));
     return {
       answer_bytes: bytes,
@@ -112,7 +112,7 @@ async function memory(bytes: number, count: number, rounds = 5) {
       rss_before_mb: round(before, 1),
       rss_after_each_round_mb: rssAfterRound,
       peak_rss_mb: round(peak, 1),
-      rss_12s_after_mb: round(memoryOf(gateway.child.pid!).rssMb, 1),
+      rss_12s_after_mb: round(memoryOf(pidOf(gateway.child)).rssMb, 1),
     };
   } finally {
     await gateway.stop();
@@ -127,8 +127,7 @@ interface Target {
 }
 
 async function prepare(gateway: GatewayProcess): Promise<Target> {
-  await until(() => /workspace API key\s+gk_/.test(gateway.stdout()));
-  const key = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())![1]!;
+  const key = await printedWorkspaceKey(() => gateway.stdout());
   const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
   const virtualKey = { slug: 'bench', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench' };
   if (RESOLVE === 'models') {
@@ -236,7 +235,7 @@ async function readToDone(response: Response): Promise<number> {
 
 // ── Harness ──────────────────────────────────────────────────────────────────────────────────
 
-const diff = (a: Record<string, number>, b: Record<string, number>, key: string) => round(a[key]! - b[key]!);
+const diff = (a: Record<string, number>, b: Record<string, number>, key: string) => round((a[key] ?? NaN) - (b[key] ?? NaN));
 
 
 
@@ -257,7 +256,7 @@ console.log(
             answer_1kb: small,
             answer_1mb: large,
             peak_rss_growth_1mb_over_1kb_mb: round(large.peak_rss_mb - small.peak_rss_mb, 1),
-            rss_growth_last_rounds_1mb_mb: round(large.rss_after_each_round_mb.at(-1)! - large.rss_after_each_round_mb[1]!, 1),
+            rss_growth_last_rounds_1mb_mb: round((large.rss_after_each_round_mb.at(-1) ?? NaN) - (large.rss_after_each_round_mb[1] ?? NaN), 1),
           },
         }),
     },

@@ -15,7 +15,7 @@ import { createApiKey } from '../src/resources/identities/api-keys';
 import { createVirtualKey } from '../src/resources/virtual-keys/commands';
 import { createWorkspace } from '../src/resources/identities/workspaces';
 import { createFakeUpstream, fakeEmbedding } from '../test/support/fake-upstream';
-import { measure, round, summarise } from './support';
+import { cycle, measure, required, round, summarise } from './support';
 
 /**
  * `npm run bench:search`: the latency of a hybrid search (retrieval/search.ts: the query embedded,
@@ -155,7 +155,7 @@ async function searchLatency(storeId: string) {
   const stalls: number[] = [];
   const latency = await measure(
     async (i) => {
-      const query = queries[i % queries.length]!;
+      const query = cycle(queries, i);
       stalls.push(
         await stallOf(async () => {
           const results = await searchStores(deps, searcher, stores, { queries: [query], maxResults: 20, scoreThreshold: 0, filter: null });
@@ -167,7 +167,7 @@ async function searchLatency(storeId: string) {
     20,
   );
   const stall = summarise(stalls.slice(20));
-  return { indexed: stores[0]!.indexed, ...latency, mean_results: round(found / (QUERIES + 20), 1), stall_p50_ms: stall.p50_ms, stall_p99_ms: stall.p99_ms };
+  return { indexed: required(stores[0], 'the store searched').indexed, ...latency, mean_results: round(found / (QUERIES + 20), 1), stall_p50_ms: stall.p50_ms, stall_p99_ms: stall.p99_ms };
 }
 
 const results: Record<string, unknown>[] = [];

@@ -4,10 +4,30 @@ import { ROOT } from '../test/support/processes';
 
 /** Shared by the benchmarks: timing and percentiles, printed as JSON; the fake provider. */
 
+/** `value`, or an error naming `what`, which the benchmark cannot go on without. */
+export function required<T>(value: T | null | undefined, what: string): T {
+  if (value === null || value === undefined) throw new Error(`${what} is missing`);
+  return value;
+}
+
+/** The element at `i` of a list gone through again and again. */
+export const cycle = <T>(values: readonly T[], i: number): T => required(values[i % values.length], 'an element of an empty list');
+
+/** A started child process's id (none: it could not be started). */
+export const pidOf = (child: ChildProcess): number => required(child.pid, `the process id of ${child.spawnfile}`);
+
+const WORKSPACE_KEY = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/;
+
+/** The workspace API key a gateway started on an empty database prints, once it has. */
+export async function printedWorkspaceKey(stdout: () => string): Promise<string> {
+  await until(() => /workspace API key\s+gk_/.test(stdout()));
+  return required(WORKSPACE_KEY.exec(stdout())?.[1], "the gateway's workspace API key");
+}
+
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return NaN;
   const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1);
-  return sorted[Math.max(0, index)]!;
+  return sorted[Math.max(0, index)] ?? NaN;
 }
 
 export const round = (value: number, digits = 3) => Number(value.toFixed(digits));
@@ -50,7 +70,7 @@ export function startFakeProvider(): Promise<{ url: string; pid: number }> {
     child.stdout.on('data', (chunk: Buffer) => {
       out += chunk;
       const line = out.split('\n')[0];
-      if (out.includes('\n') && line) resolve({ url: line.trim(), pid: child.pid! });
+      if (out.includes('\n') && line) resolve({ url: line.trim(), pid: pidOf(child) });
     });
     child.once('exit', (code) => reject(new Error(`fake upstream exited with ${code}`)));
   });
@@ -58,7 +78,8 @@ export function startFakeProvider(): Promise<{ url: string; pid: number }> {
 
 /** CPU time of a process, every thread, in ms (Linux /proc/<pid>/stat: utime + stime, in ticks of 10 ms). */
 export function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  // After the command's name, which may hold spaces, in parentheses.
+  const fields = (readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1] ?? '').split(' ');
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
@@ -127,8 +148,8 @@ export async function until(condition: () => boolean, timeoutMs = 10_000) {
 export async function startServer(what: string, args: string[], ready: string, env: Record<string, string> = {}): Promise<ChildProcess> {
   const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk));
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk));
   await until(() => output.includes(ready) || child.exitCode !== null, 20_000);
   if (child.exitCode !== null) throw new Error(`${what} exited: ${output}`);
   return child;

@@ -10,7 +10,7 @@ import { createNodeApp } from '../src/runtime/node/app';
 import { createNodeDeps } from '../src/runtime/node/deps';
 import { createApiKey } from '../src/resources/identities/api-keys';
 import { createWorkspace } from '../src/resources/identities/workspaces';
-import { measure, round } from './support';
+import { cycle, measure, round } from './support';
 
 /**
  * `npm run bench:usage`: 1,000,000 runs over 30 days in one workspace (20 API keys, 5 models, 4
@@ -52,11 +52,11 @@ async function endRuns(count: number): Promise<number> {
         workspaceId: workspace.id,
         threadId: `thread_${i}`,
         assistantId: 'asst_bench',
-        virtualKeyId: virtualKeys[i % virtualKeys.length]!,
-        apiKeyId: apiKeys[i % apiKeys.length]!,
+        virtualKeyId: cycle(virtualKeys, i),
+        apiKeyId: cycle(apiKeys, i),
         status: 'in_progress' as const,
         createdAt: start + Math.floor((i / count) * (end - start)),
-        model: models[i % models.length]!,
+        model: cycle(models, i),
         instructions: '',
         tools: [],
         metadata: {},

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// @ts-check
 // The `gateway` command of the package, and what `npm run gateway` runs: the admin CLI, compiled
 // (dist/cli.js). In a checkout, dist/ is built first when a source changed since its last build
 // (scripts/build-node.mjs, which otherwise only compares a stamp), in this process: a second node

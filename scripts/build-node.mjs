@@ -1,3 +1,4 @@
+// @ts-check
 // `npm run build:node`: the Node server and the CLI as compiled JavaScript (dist/node.js,
 // dist/cli.js), which `npm start` and `npm run gateway` run with plain `node`: no TypeScript loader
 // and no wrapper process at runtime. Packages stay external (node_modules, as installed); the
@@ -25,6 +26,9 @@ const STAMP = join('dist', '.build-node.json');
 /**
  * Builds dist/ in `root` unless the stamp says it was built from the sources as they are and is
  * still as that build left it. Resolves to whether it built.
+ *
+ * @param {string} root
+ * @returns {Promise<boolean>}
  */
 export async function buildNode(root) {
   const sources = fingerprint(root, SOURCES.flatMap((path) => walk(root, path)));
@@ -34,6 +38,7 @@ export async function buildNode(root) {
   // Loaded only to build: the check above is what most runs do.
   const { build } = await import('esbuild');
   await mkdir(join(root, 'dist'), { recursive: true });
+  /** @satisfies {import('esbuild').BuildOptions} */
   const common = {
     absWorkingDir: root,
     outdir: 'dist',
@@ -64,7 +69,13 @@ export async function buildNode(root) {
   return true;
 }
 
-/** The files under `path` (itself, if it is a file), relative to `root`; none if it does not exist. */
+/**
+ * The files under `path` (itself, if it is a file), relative to `root`; none if it does not exist.
+ *
+ * @param {string} root
+ * @param {string} path
+ * @returns {string[]}
+ */
 function walk(root, path) {
   const stats = statSync(join(root, path), { throwIfNoEntry: false });
   if (!stats) return [];
@@ -74,7 +85,13 @@ function walk(root, path) {
     .map((entry) => relative(root, join(entry.parentPath, entry.name)));
 }
 
-/** Each path's size and modification time (null for a missing file). */
+/**
+ * Each path's size and modification time (null for a missing file).
+ *
+ * @param {string} root
+ * @param {string[]} paths
+ * @returns {Fingerprint}
+ */
 function fingerprint(root, paths) {
   return Object.fromEntries(
     paths.map((path) => {
@@ -84,6 +101,15 @@ function fingerprint(root, paths) {
   );
 }
 
+/**
+ * @typedef {Record<string, string | null>} Fingerprint
+ * @typedef {{ sources: Fingerprint, outputs: Fingerprint }} Stamp
+ */
+
+/**
+ * @param {string} root
+ * @returns {Promise<Stamp | null>}
+ */
 async function readStamp(root) {
   try {
     return JSON.parse(await readFile(join(root, STAMP), 'utf8'));
@@ -92,6 +118,10 @@ async function readStamp(root) {
   }
 }
 
+/**
+ * @param {Fingerprint} a
+ * @param {Fingerprint} b
+ */
 function same(a, b) {
   const keys = Object.keys(a);
   return keys.length === Object.keys(b).length && keys.every((key) => b[key] === a[key]);

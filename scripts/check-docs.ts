@@ -50,11 +50,11 @@ export function shellExamples(file: string, markdown: string): Example[] {
   const examples: Example[] = [];
   const lines = markdown.split('\n');
   for (let i = 0; i < lines.length; i++) {
-    const open = /^```(\S*)(.*)$/.exec(lines[i]!);
+    const open = /^```(\S*)(.*)$/.exec(lines[i] ?? '');
     if (!open) continue;
     const end = lines.findIndex((line, j) => j > i && line.startsWith('```'));
     if (end === -1) break;
-    if (open[1] === 'sh' && !/\bno-run\b/.test(open[2]!)) examples.push(parseExample(file, i + 2, lines.slice(i + 1, end)));
+    if (open[1] === 'sh' && !/\bno-run\b/.test(open[2] ?? '')) examples.push(parseExample(file, i + 2, lines.slice(i + 1, end)));
     i = end;
   }
   return examples;
@@ -68,7 +68,7 @@ function parseExample(file: string, firstLine: number, lines: string[]): Example
   const shown: ShownOutput[] = [];
   const code: string[] = [];
   for (let i = 0; i < lines.length; i++) {
-    const line = lines[i]!;
+    const line = lines[i] ?? '';
     const match = SHOWN.exec(line);
     if (!match) {
       if (UNMARKED_OUTPUT.test(line)) {
@@ -79,10 +79,10 @@ function parseExample(file: string, firstLine: number, lines: string[]): Example
     }
     const group: ShownOutput = { line: firstLine + i, lines: [] };
     for (; i < lines.length; i++) {
-      const shownLine = SHOWN.exec(lines[i]!);
-      const continued = CONTINUED.exec(lines[i]!);
+      const shownLine = SHOWN.exec(lines[i] ?? '');
+      const continued = CONTINUED.exec(lines[i] ?? '');
       if (shownLine) group.lines.push(shownLine[1] ?? '');
-      else if (continued) group.lines.push(`${group.lines.pop()!}${continued[1]!}`);
+      else if (continued) group.lines.push(`${group.lines.pop() ?? ''}${continued[1] ?? ''}`);
       else break;
     }
     i--;
@@ -179,7 +179,8 @@ function printedStretches(stdout: string): Map<string, string> {
   const marker = new RegExp(`\\n${MARK}(-\\d+@\\d+|\\d+\\.\\d+)${MARK}\\n`, 'g');
   let from = 0;
   for (const match of stdout.matchAll(marker)) {
-    if (!match[1]!.startsWith('-')) stretches.set(match[1]!, stdout.slice(from, match.index));
+    const name = match[1] ?? '';
+    if (!name.startsWith('-')) stretches.set(name, stdout.slice(from, match.index));
     from = match.index + match[0].length;
   }
   return stretches;
@@ -237,7 +238,7 @@ function bash(script: string, env: NodeJS.ProcessEnv): Promise<{ code: number | 
     let stderr = '';
     const timer = setTimeout(() => {
       stderr += `\n(stopped after ${SCRIPT_TIMEOUT_MS / 1000} s: an example that does not return?)`;
-      process.kill(-child.pid!, 'SIGKILL');
+      if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
     }, SCRIPT_TIMEOUT_MS);
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
     // What the commands print on stderr goes with the block announcements, as a terminal shows it.

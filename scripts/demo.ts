@@ -20,7 +20,8 @@ const dataDir = mkdtempSync(join(tmpdir(), 'gateway-demo-'));
 const fake = await startFakeUpstream();
 const gateway = await startGateway(nodeConfig({ DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'warn' }));
 try {
-  const keys = gateway.initialised!;
+  const keys = gateway.initialised;
+  if (!keys) throw new Error('The gateway did not initialise its fresh database');
   step(`Fake Chat Completions provider on ${fake.baseURL}`);
   step(`Gateway on ${gateway.url} ${dim(`(fresh database in ${dataDir})`)}`);
   process.stdout.write(`  workspace API key ${dim(keys.workspace_api_key.slice(0, 10) + '…')} created by init\n`);
@@ -79,7 +80,8 @@ try {
     },
   });
   const waiting = await first.finalRun();
-  const call = waiting.required_action!.submit_tool_outputs.tool_calls[0]!;
+  const call = waiting.required_action?.submit_tool_outputs.tool_calls[0];
+  if (!call) throw new Error(`The run is ${waiting.status}, with no tool call to answer`);
   process.stdout.write(`  ${waiting.status}: ${call.function.name}(${call.function.arguments})\n`);
   process.stdout.write(`  submitting {"temperature_c":22,"sky":"sunny"}\n  `);
   const second = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {

@@ -72,7 +72,7 @@ export async function startSqld(options: { port?: number; dataDir?: string; args
     }
     await new Promise((wait) => setTimeout(wait, 25));
   }
-  return { url, dir, pid: child.pid!, stop };
+  return { url, dir, pid: child.pid, stop };
 }
 
 /** A port on loopback that nothing listens on now. */

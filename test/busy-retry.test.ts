@@ -98,7 +98,13 @@ describe('BusyRetryingClient, writes taking turns', () => {
       execute: (stmt: InStatement) => around(stmt, () => raw.execute(stmt)),
       batch: (stmts: InStatement[], mode?: TransactionMode) => around(stmts[0]!, () => raw.batch(stmts, mode)),
     });
-    return { inner, seen, hold: (until: Promise<void> | null) => (hold = until) };
+    return {
+      inner,
+      seen,
+      hold: (until: Promise<void> | null) => {
+        hold = until;
+      },
+    };
   };
 
   beforeAll(() => raw.execute('CREATE TABLE IF NOT EXISTS turns (id INTEGER PRIMARY KEY, writer INTEGER NOT NULL)'));
@@ -214,7 +220,7 @@ describe('a gateway whose libSQL server stops answering', () => {
       // Answering again, the server serves the gateway again.
       expect((await gateway.request(path, { key: tenant.workspaceKey })).status).toBe(200);
     } finally {
-      gateway.close();
+      await gateway.close();
       await server.stop();
     }
   }, 60_000);

@@ -102,7 +102,7 @@ describe('error envelope', () => {
       headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
       body: stream,
       duplex: 'half',
-    } as RequestInit);
+    });
     expect(await errorOf(await gateway.app.request(request))).toMatchObject({ status: 413, code: 'payload_too_large' });
     expect(sent).toBeLessThanOrEqual(6);
   });

@@ -139,6 +139,6 @@ describe('sniffImageType', () => {
     ['text', [...'hello'].map((c) => c.charCodeAt(0)), null],
     ['empty', [], null],
   ])('%s', (_, bytes, type) => {
-    expect(sniffImageType(new Uint8Array(bytes as number[]))).toBe(type);
+    expect(sniffImageType(new Uint8Array(bytes))).toBe(type);
   });
 });

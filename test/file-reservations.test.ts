@@ -97,7 +97,7 @@ function heldUpload(tenant: Tenant, options: { contentLength?: number } = {}): H
       push(encoder.encode(`\r\n--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nassistants\r\n--${boundary}--\r\n`), null);
     },
     read: () => read,
-    response: gateway.app.request('http://gateway.test/v1/files', { method: 'POST', headers, body, duplex: 'half' } as RequestInit),
+    response: gateway.app.request('http://gateway.test/v1/files', { method: 'POST', headers, body, duplex: 'half' }),
   };
 }
 

@@ -70,7 +70,7 @@ function upload(form: { body: Blob; contentType: string }, key = tenant.workspac
     headers: { 'x-gateway-api-key': key, 'content-type': form.contentType },
     body: form.body.stream(),
     duplex: 'half',
-  } as RequestInit);
+  });
 }
 
 describe('POST /v1/files', () => {
@@ -266,7 +266,7 @@ describe('refused uploads store nothing', () => {
       headers: { 'x-gateway-api-key': refusing.workspaceKey, 'content-type': `multipart/form-data; boundary=${boundary}` },
       body,
       duplex: 'half',
-    } as RequestInit);
+    });
     expect(await errorOf(response)).toMatchObject({ status: 413, param: 'file' });
     expect(pulled).toBeLessThan(16 * MAX_FILE_BYTES);
     expect(await fileRows(refusing.workspace.id)).toBe(0);
@@ -294,7 +294,7 @@ describe('refused uploads store nothing', () => {
       headers: { 'x-gateway-api-key': refusing.workspaceKey, 'content-type': `multipart/form-data; boundary=${boundary}` },
       body,
       duplex: 'half',
-    } as RequestInit);
+    });
     expect(await errorOf(response)).toMatchObject({ status: 400, code: 'invalid_value', param: 'purpose' });
     expect(pulled).toBeLessThan(MAX_FILE_BYTES / 4);
     expect(await fileRows(refusing.workspace.id)).toBe(0);
@@ -320,7 +320,7 @@ describe('refused uploads store nothing', () => {
       headers: { 'x-gateway-api-key': refusing.workspaceKey, 'content-type': whole.contentType },
       body: cut,
       duplex: 'half',
-    } as RequestInit);
+    });
     expect(await errorOf(response)).toMatchObject({ status: 400, code: 'invalid_multipart' });
     expect(storedBlobs().filter((path) => path.includes(refusing.workspace.id))).toEqual([]);
     expect(await fileRows(refusing.workspace.id)).toBe(0);

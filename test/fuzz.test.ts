@@ -469,7 +469,7 @@ describe('a body the client stops sending', () => {
       headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': 'application/json', ...framing },
       body,
       duplex: 'half',
-    } as RequestInit);
+    });
     const response = await gateway.app.request(request);
     expect(response.status).toBe(400);
     expect((await json(response)).error).toMatchObject({ code: 'invalid_json', message: expect.stringMatching(/could not be read/) });

@@ -550,7 +550,6 @@ async function streamedRun(body: Record<string, unknown>): Promise<StreamEvent[]
   return parseEventStream(await response.text());
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 const dataOf = (events: StreamEvent[], name: string): any => {
   const found = events.find((event) => event.event === name);
   if (!found) throw new Error(`no ${name} event in: ${events.map((event) => event.event).join(', ')}`);

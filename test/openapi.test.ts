@@ -23,7 +23,6 @@ const examples = readFileSync(new URL('./fixtures/openai-run-stream-example.txt'
   .map((section) => parseEventStream(section.replace(/^#.*\n/gm, '')));
 const [liveCapture, documented, errorExample] = examples as [StreamEvent[], StreamEvent[], StreamEvent[]];
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 const dataOf = (events: StreamEvent[], name: string): any => structuredClone(events.find((event) => event.event === name)!.data);
 const completedRun = () => dataOf(liveCapture, 'thread.run.completed');
 

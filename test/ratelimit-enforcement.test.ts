@@ -259,7 +259,7 @@ describe('exactness', () => {
     expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(50);
     expect(refused).toHaveLength(150);
     for (const outcome of refused) {
-      expect((outcome as PromiseRejectedResult).reason).toMatchObject({ status: 429, code: 'rate_limit_exceeded' });
+      expect(outcome.reason).toMatchObject({ status: 429, code: 'rate_limit_exceeded' });
     }
     expect(await usedBy(id)).toBe(50);
   });

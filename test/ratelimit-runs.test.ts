@@ -594,14 +594,14 @@ describe('the 429 and the headers through the SDK', () => {
           `The window resets at ${reset.replace(/\./g, '\\.')}; please try again in \\d+(\\.\\d+)?s\\.$`,
       ),
     );
-    const retryAfter = Number(limited.headers!.get('retry-after'));
+    const retryAfter = Number(limited.headers.get('retry-after'));
     expect(retryAfter).toBeGreaterThanOrEqual(1);
     expect(retryAfter).toBeLessThanOrEqual(60);
-    expect(limited.headers!.get('x-ratelimit-limit-requests')).toBe('1');
-    expect(limited.headers!.get('x-ratelimit-remaining-requests')).toBe('0');
-    expect(limited.headers!.get('x-ratelimit-reset-requests')).toMatch(/^\d+(\.\d+)?s$/);
-    expect(limited.headers!.get('ratelimit-policy')).toBe(`"${policy}";q=1;w=60`);
-    expect(limited.headers!.get('ratelimit')).toBe(`"${policy}";r=0;t=${retryAfter}`);
+    expect(limited.headers.get('x-ratelimit-limit-requests')).toBe('1');
+    expect(limited.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    expect(limited.headers.get('x-ratelimit-reset-requests')).toMatch(/^\d+(\.\d+)?s$/);
+    expect(limited.headers.get('ratelimit-policy')).toBe(`"${policy}";q=1;w=60`);
+    expect(limited.headers.get('ratelimit')).toBe(`"${policy}";r=0;t=${retryAfter}`);
   });
 
   it('surfaces a tokens refusal as RateLimitError of type tokens', async () => {
@@ -620,9 +620,9 @@ describe('the 429 and the headers through the SDK', () => {
     expect(error.code).toBe('rate_limit_exceeded');
     const hourEnd = Math.floor(start / 3_600_000) * 3_600_000 + 3_600_000;
     expect(error.message).toContain(`policy ${policy} on tokens per hour: Limit 1, Used ${used}. The window resets at ${new Date(hourEnd).toISOString()}`);
-    expect(error.headers!.get('x-ratelimit-remaining-tokens')).toBe('0');
-    expect(error.headers!.get('ratelimit-policy')).toBe(`"${policy}";q=1;qu="tokens";w=3600`);
-    const retryAfter = Number(error.headers!.get('retry-after'));
+    expect(error.headers.get('x-ratelimit-remaining-tokens')).toBe('0');
+    expect(error.headers.get('ratelimit-policy')).toBe(`"${policy}";q=1;qu="tokens";w=3600`);
+    const retryAfter = Number(error.headers.get('retry-after'));
     expect(retryAfter).toBeGreaterThanOrEqual(Math.ceil((hourEnd - gateway.clock.now()) / 1000));
     expect(retryAfter).toBeLessThanOrEqual(Math.ceil((hourEnd - before) / 1000));
   });

@@ -170,7 +170,7 @@ describe('upstream faults end the run failed', () => {
     ['a malformed chunk', { reply: 'a b c d', malformed_after_chunks: 2 }, /malformed/],
     ['an error chunk mid-stream', { reply: 'a b c d', error_after_chunks: 2 }, /error mid-stream/],
   ])('%s', async (_name, scenario, message) => {
-    const created = await json(await createRun(scenario as FakeScenario));
+    const created = await json(await createRun(scenario));
     const run = await waitFor(() => runOf(created.thread_id, created.id), (r) => r.status === 'failed');
     expect(run).toMatchObject({ status: 'failed', last_error: { code: 'server_error', message: expect.stringMatching(message) } });
     await waitFor(async () => fake.inFlight, (n) => n === 0);

@@ -31,7 +31,7 @@ async function eightRuns(how: 'while' | 'if'): Promise<number[][]> {
       else if (slices.spent()) await slices.next();
       clock += 2;
       turns.at(-1)!.push(id);
-      await null;
+      await Promise.resolve();
     }
   };
   const runs = Promise.all(Array.from({ length: 8 }, (_, id) => run(id)));
@@ -99,7 +99,7 @@ describe('EventLoopSlices', () => {
     const waited = slices.next().then(() => (resumed = true));
     expect(scheduled.slice(2)).toEqual(['soon', 'soon cancelled', 'afterIo']);
     expect([...pending.keys()]).toEqual(['afterIo']);
-    await null;
+    await Promise.resolve();
     expect(resumed).toBe(false);
     pending.get('afterIo')!();
     await waited;

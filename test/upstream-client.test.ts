@@ -133,7 +133,7 @@ describe("Node's upstream client", () => {
     const controller = new AbortController();
     const answer = await client(`${base}/stalls`, { ...POST, signal: controller.signal });
     const chunks = answer.body![Symbol.asyncIterator]();
-    expect(Buffer.from((await chunks.next()).value!).toString()).toBe('data: first\n\n');
+    expect(Buffer.from((await chunks.next()).value).toString()).toBe('data: first\n\n');
     const pending = chunks.next();
     controller.abort(new Error('the run expired'));
     await expect(pending).rejects.toThrow('the run expired');

@@ -35,7 +35,7 @@ afterAll(() => gateway?.close());
 async function run(scenario: object | object[], options: { stream?: boolean; key?: string } = {}) {
   const response = await gateway.request('/v1/threads/runs', {
     key: options.key ?? tenant.workspaceKey,
-    body: { assistant_id: assistantId, stream: options.stream ?? false, thread: { messages: [{ role: 'user', content: `go\n${fakeDirective(scenario as never)}` }] } },
+    body: { assistant_id: assistantId, stream: options.stream ?? false, thread: { messages: [{ role: 'user', content: `go\n${fakeDirective(scenario)}` }] } },
   });
   expect(response.status).toBe(200);
   if (options.stream) {

@@ -60,7 +60,7 @@ describe.each([
     small = await seedStore(gateway, tenant, files(2, [THRESHOLD - 1]));
   }, 60_000);
   afterAll(async () => {
-    gateway?.close();
+    await gateway?.close();
     await sqld?.stop();
   });
 

@@ -1,3 +1,4 @@
+// @ts-check
 // The official OpenAI SDK against the gateway, configured by OPENAI_BASE_URL and OPENAI_API_KEY
 // alone: a run polled to its end, then a streamed run that calls a function, answered with
 // submitToolOutputsStream until the run completes. docs/api.md runs it (npm run check:docs).
@@ -5,7 +6,11 @@ import OpenAI from 'openai';
 
 const client = new OpenAI();
 
-/** The functions the assistant may call, by name. */
+/**
+ * The functions the assistant may call, by name.
+ *
+ * @type {Record<string, (args: { a: number, b: number }) => number>}
+ */
 const functions = {
   add: ({ a, b }) => a + b,
 };
@@ -42,8 +47,12 @@ const stream = client.beta.threads.createAndRunStream({
 stream.on('textDelta', (delta) => process.stdout.write(delta.value ?? ''));
 let run = await stream.finalRun();
 while (run.status === 'requires_action') {
-  const tool_outputs = run.required_action.submit_tool_outputs.tool_calls.map((call) => {
-    const result = functions[call.function.name](JSON.parse(call.function.arguments));
+  const calls = run.required_action?.submit_tool_outputs.tool_calls;
+  if (!calls) throw new Error(`run ${run.id} requires action but names no tool calls`);
+  const tool_outputs = calls.map((call) => {
+    const call_function = functions[call.function.name];
+    if (!call_function) throw new Error(`the assistant called an unknown function: ${call.function.name}`);
+    const result = call_function(JSON.parse(call.function.arguments));
     process.stdout.write(`${call.function.name}(${call.function.arguments}) = ${result} `);
     return { tool_call_id: call.id, output: String(result) };
   });

@@ -14,8 +14,9 @@ export async function resolveOrganisation(ctx: CommandContext): Promise<string> 
     if (!organisations.some((org) => org.id === given)) throw new UsageError(`no organisation with id ${given}`);
     return given;
   }
-  if (organisations.length === 1) return organisations[0]!.id;
-  if (organisations.length === 0) throw new UsageError('the database has no organisation yet: run `init` first');
+  const [only, ...others] = organisations;
+  if (!only) throw new UsageError('the database has no organisation yet: run `init` first');
+  if (others.length === 0) return only.id;
   throw new UsageError('there are several organisations: pass --organisation <id>');
 }
 

@@ -23,9 +23,10 @@ import { formatTable } from './output';
 /** A workspace by id or slug, in any organisation; a slug that several organisations use needs the id. */
 export async function resolveWorkspace(ctx: CommandContext, ref: string): Promise<Workspace> {
   const matches = (await listWorkspaces(ctx.db)).filter((workspace) => workspace.id === ref || workspace.slug === ref);
-  if (matches.length === 0) throw new UsageError(`no workspace '${ref}' (see \`workspaces list\`)`);
-  if (matches.length > 1) throw new UsageError(`several organisations have a workspace '${ref}': pass its id`);
-  return matches[0]!;
+  const [match, ...others] = matches;
+  if (!match) throw new UsageError(`no workspace '${ref}' (see \`workspaces list\`)`);
+  if (others.length > 0) throw new UsageError(`several organisations have a workspace '${ref}': pass its id`);
+  return match;
 }
 
 /**
@@ -45,20 +46,20 @@ async function readProviderKey(ctx: CommandContext, optional = false): Promise<s
   const fromStdin = ctx.values['api-key-stdin'] === true;
   const variable = optionalString(ctx, 'api-key-env');
   if (fromStdin && variable !== undefined) throw new UsageError('pass only one of --api-key-stdin and --api-key-env <NAME>');
-  if (!fromStdin && variable === undefined) {
+  if (fromStdin) return (await ctx.readStdin()).trim();
+  if (variable === undefined) {
     if (optional) return undefined;
     throw new UsageError('pass exactly one of --api-key-stdin and --api-key-env <NAME>');
   }
-  if (fromStdin) return (await ctx.readStdin()).trim();
   // What was given is never repeated: a key pasted where its variable's name belongs would go
   // from the shell's history to a terminal, a CI log or a ticket.
-  if (!ENVIRONMENT_NAME.test(variable!)) {
+  if (!ENVIRONMENT_NAME.test(variable)) {
     throw new UsageError(
       '--api-key-env takes the name of an environment variable (letters, digits and underscores, such as OPENAI_API_KEY); ' +
         'what was given is not one, and is not shown here in case it is a key (if it was, it is in your shell history now: rotate it).',
     );
   }
-  const value = ctx.env[variable!];
+  const value = ctx.env[variable];
   if (value === undefined) {
     throw new UsageError('the environment variable that --api-key-env names is not set (its name is not shown here, in case it is a key)');
   }

@@ -141,7 +141,7 @@ export interface PartsClient {
 }
 
 /** Per table: its columns with a `$defaultFn`, and for each set of fields written, the insert's head and `?`s. */
-const insertShapes = new WeakMap<Table, { generated: [string, Column][]; shapes: Map<string, { head: string; marks: string; columns: Column[] }> }>();
+const insertShapes = new WeakMap<Table, { generated: [string, () => unknown][]; shapes: Map<string, { head: string; marks: string; columns: Column[] }> }>();
 
 /**
  * The insert of one row into `table`, as a raw statement: the same SQL and arguments Drizzle's
@@ -194,13 +194,15 @@ export function insertWhereStatement<T extends Table>(
 function insertParts<T extends Table>(table: T, row: InferInsertModel<T>, encoded?: Encoded<T>): { head: string; marks: string; args: RawValue[] } {
   let known = insertShapes.get(table);
   if (!known) {
-    const generated = Object.entries(getTableColumns(table)).filter(([, column]) => column.defaultFn !== undefined);
+    const generated = Object.entries(getTableColumns(table)).flatMap(([key, column]): [string, () => unknown][] =>
+      column.defaultFn ? [[key, column.defaultFn]] : [],
+    );
     insertShapes.set(table, (known = { generated, shapes: new Map() }));
   }
   // A copy only when there is something to add: the row is read, not kept.
   const values: Record<string, unknown> = known.generated.length > 0 || encoded ? { ...row, ...encoded } : row;
-  for (const [key, column] of known.generated) {
-    if (values[key] === undefined) values[key] = column.defaultFn!();
+  for (const [key, generate] of known.generated) {
+    if (values[key] === undefined) values[key] = generate();
   }
   const keys = Object.keys(values).filter((key) => values[key] !== undefined);
   const signature = keys.join(',');
@@ -220,7 +222,9 @@ function driverValues(keys: string[], values: Record<string, unknown>, columns: 
   return keys.map((key, i) => {
     const value = values[key];
     if (value === null) return null;
-    return encoded[key] ?? (columns[i]!.mapToDriverValue(value) as InValue);
+    const column = columns[i];
+    if (!column) throw new Error(`no column for the value of ${key}`);
+    return encoded[key] ?? (column.mapToDriverValue(value) as InValue);
   });
 }
 

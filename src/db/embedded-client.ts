@@ -2,6 +2,7 @@ import type { Client, InArgs, InStatement, ResultSet, Row, TransactionMode } fro
 import { setImmediate } from 'node:timers';
 import { Worker } from 'node:worker_threads';
 import Database from 'libsql';
+import { deleteOldest } from '../lib/maps';
 import { TextParts } from '../lib/text';
 import type { PartsClient, RawStatement, RawValue } from './client';
 
@@ -129,7 +130,10 @@ function rowShape(names: string[]): RowShape {
 function toRow(shape: RowShape, values: unknown[]): Row {
   const row = Object.create(shape.prototype) as Record<string | symbol, unknown>;
   Object.defineProperty(row, VALUES, { value: values });
-  for (let i = 0; i < values.length; i++) if (shape.firstOfName[i]) row[shape.names[i]!] = values[i];
+  for (let i = 0; i < values.length; i++) {
+    const name = shape.names[i];
+    if (name !== undefined && shape.firstOfName[i]) row[name] = values[i];
+  }
   return row as unknown as Row;
 }
 
@@ -220,6 +224,9 @@ class SqliteError extends Error {
 }
 
 const toError = ({ message, code, rawCode }: WriterError) => new SqliteError(message, code, rawCode);
+
+/** A reply that misses a write's outcome (the thread answers one per write): that write fails. */
+const NO_OUTCOME = { error: { message: 'The writer thread answered no outcome for this write', code: undefined, rawCode: undefined } };
 
 /** The file: its two connections, the prepared statements of this thread's, and whose turn it is to write. */
 class EmbeddedFile {
@@ -319,9 +326,7 @@ class EmbeddedFile {
     }
     // Statements that change the schema invalidate prepared ones; they are rare (migrations) and
     // SQLite re-prepares transparently, so only the cache size needs a bound.
-    if (this.#statements.size >= MAX_CACHED_STATEMENTS) {
-      this.#statements.delete(this.#statements.keys().next().value!);
-    }
+    if (this.#statements.size >= MAX_CACHED_STATEMENTS) deleteOldest(this.#statements);
     this.#statements.set(sql, prepared);
     return prepared;
   }
@@ -345,7 +350,8 @@ class EmbeddedFile {
   }
 
   #rows(prepared: Prepared, values: unknown[][]): Result {
-    const shape = prepared.shape!;
+    const { shape } = prepared;
+    if (!shape) throw new Error('The database answered rows for a statement that returns none');
     return new Result(prepared.columns, prepared.columnTypes, values.map((row) => toRow(shape, row)), 0, undefined);
   }
 
@@ -362,11 +368,14 @@ class EmbeddedFile {
     if (this.#flight || this.#pending.length === 0 || this.#closed) return;
     let taken = 0;
     let bytes = 0;
-    for (; taken < this.#pending.length && (taken === 0 || bytes < MAX_GROUP_BYTES); taken++) {
-      bytes += argumentBytes(this.#pending[taken]!);
+    for (const write of this.#pending) {
+      if (taken > 0 && bytes >= MAX_GROUP_BYTES) break;
+      bytes += argumentBytes(write);
+      taken++;
     }
     const writes = this.#pending.splice(0, taken);
     const id = this.#nextId++;
+    let writer: Worker;
     try {
       const transfer: ArrayBuffer[] = [];
       const request: WriterRequest = {
@@ -374,7 +383,8 @@ class EmbeddedFile {
         id,
         writes: writes.map((write) => write.statements.map(({ sql, args }) => [sql, toWriterArgs(args, transfer)])),
       };
-      (this.#writer ?? this.#startWriter()).postMessage(request, transfer);
+      writer = this.#writer ?? this.#startWriter();
+      writer.postMessage(request, transfer);
     } catch (error) {
       // Arguments the writer thread cannot receive (a value a structured clone refuses).
       for (const write of writes) write.reject(error);
@@ -383,17 +393,23 @@ class EmbeddedFile {
     }
     this.#flight = { id, writes };
     // The thread keeps the process alive while it commits: a caller waits for its answer.
-    this.#writer!.ref();
+    writer.ref();
   }
 
   #answered(reply: WriterReply): void {
     const flight = this.#flight;
     if (!flight || flight.id !== reply.id) return;
     flight.writes.forEach((write, i) => {
-      const outcome = 'error' in reply ? reply : reply.outcomes[i]!;
+      const outcome = 'error' in reply ? reply : (reply.outcomes[i] ?? NO_OUTCOME);
       if ('error' in outcome) return write.reject(toError(outcome.error));
       try {
-        write.resolve(outcome.results.map((result, j) => this.#result(write.statements[j]!.sql, result)));
+        write.resolve(
+          outcome.results.map((result, j) => {
+            const statement = write.statements[j];
+            if (!statement) throw new Error('The writer thread answered more results than the write has statements');
+            return this.#result(statement.sql, result);
+          }),
+        );
       } catch (error) {
         write.reject(error);
       }
@@ -469,7 +485,8 @@ class EmbeddedClient {
     // checkpoint must not wait for the writer's lock).
     if (PRAGMA.test(sql)) return this.#file.here(() => this.#file.run(sql, bound));
     const [result] = await this.#write([{ sql, args: bound }]);
-    return result!;
+    if (!result) throw new Error('The writer thread answered no result for the statement');
+    return result;
   }
 
   /** A batch is atomic; its mode does not matter here: every write takes the write lock. */

@@ -5,10 +5,10 @@
  * pages, the fsync of `synchronous = FULL`, a checkpoint) nor a large write ever holds the event
  * loop. It runs one message at a time, in the order posted, and answers each once it is done.
  *
- * Plain JavaScript: Node starts a worker thread from a file itself, without the TypeScript loader
- * the rest of the process may run under (tsx for the scripts and benches, Vitest's module runner
- * in tests); the build copies it beside the bundle (scripts/build-node.mjs). The messages are
- * typed in embedded-client.ts.
+ * Plain JavaScript (checked by `// @ts-check`): Node starts a worker thread from a file itself,
+ * without the loader of the process that starts it (Vitest's module runner in tests, tsx for the
+ * scripts and benches), and `npm run build:node` copies it as it is beside the esbuild bundles that
+ * `npm start` and bin/gateway.js run (dist/). The messages are typed in embedded-client.ts.
  *
  *   { type: 'group', id, writes: [[sql, args], …][] }  one transaction; each write (one caller's
  *     statements) is kept whole or not at all, a failed one alone, the others committed:

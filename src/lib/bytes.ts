@@ -1,6 +1,6 @@
 /** `parts` as one array of bytes, in order: the part itself when there is only one. */
 export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
-  if (parts.length === 1) return parts[0]!;
+  if (parts.length === 1 && parts[0]) return parts[0];
   let size = 0;
   for (const part of parts) size += part.byteLength;
   const bytes = new Uint8Array(size);
@@ -14,6 +14,10 @@ export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
 
 const ALPHABET = new TextEncoder().encode('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/');
 const PAD = 0x3d;
+/** The base64 letter of the low six bits of `n` (every index of the alphabet is a letter). */
+const letter = (n: number): number => ALPHABET[n & 63] ?? PAD;
+/** The byte at `at`, which the callers keep within `bytes`. */
+const byteAt = (bytes: Uint8Array, at: number): number => bytes[at] ?? 0;
 
 /**
  * `bytes` base64-encoded, as the ASCII bytes of the text, padding included: written byte by byte
@@ -24,18 +28,18 @@ export function base64(bytes: Uint8Array): Uint8Array {
   const whole = bytes.byteLength - (bytes.byteLength % 3);
   let o = 0;
   for (let i = 0; i < whole; i += 3) {
-    const n = (bytes[i]! << 16) | (bytes[i + 1]! << 8) | bytes[i + 2]!;
-    out[o++] = ALPHABET[n >>> 18]!;
-    out[o++] = ALPHABET[(n >>> 12) & 63]!;
-    out[o++] = ALPHABET[(n >>> 6) & 63]!;
-    out[o++] = ALPHABET[n & 63]!;
+    const n = (byteAt(bytes, i) << 16) | (byteAt(bytes, i + 1) << 8) | byteAt(bytes, i + 2);
+    out[o++] = letter(n >>> 18);
+    out[o++] = letter(n >>> 12);
+    out[o++] = letter(n >>> 6);
+    out[o++] = letter(n);
   }
   const rest = bytes.byteLength - whole;
   if (rest > 0) {
-    const n = (bytes[whole]! << 16) | (rest === 2 ? bytes[whole + 1]! << 8 : 0);
-    out[o++] = ALPHABET[n >>> 18]!;
-    out[o++] = ALPHABET[(n >>> 12) & 63]!;
-    out[o++] = rest === 2 ? ALPHABET[(n >>> 6) & 63]! : PAD;
+    const n = (byteAt(bytes, whole) << 16) | (rest === 2 ? byteAt(bytes, whole + 1) << 8 : 0);
+    out[o++] = letter(n >>> 18);
+    out[o++] = letter(n >>> 12);
+    out[o++] = rest === 2 ? letter(n >>> 6) : PAD;
     out[o] = PAD;
   }
   return out;

@@ -103,7 +103,7 @@ export class FairShares {
         // It may have been the one that those behind it could not overtake.
         this.#pump();
       };
-      const onAbort = () => giveUp(signal!.reason);
+      const onAbort = () => giveUp(signal?.reason);
       const waiter: Waiter = {
         state: taken,
         bytes,
@@ -174,7 +174,7 @@ export class FairShares {
 
   /** The first waiter of `state` still in line, those that gave up dropped; none: the key leaves the waiting. */
   #headOf(state: KeyState): Waiter | undefined {
-    while (state.head < state.queue.length && state.queue[state.head]!.settled) state.head++;
+    while (state.queue[state.head]?.settled) state.head++;
     if (state.head < state.queue.length) {
       // Drops what was passed once it is most of the array.
       if (state.head > 1024 && state.head * 2 > state.queue.length) {

@@ -54,7 +54,8 @@ export function newId(prefix: IdPrefix): string {
       crypto.getRandomValues(pool);
       used = 0;
     }
-    const byte = pool[used++]!;
+    // Past the pool (never: it is refilled first) reads as a byte the draw rejects.
+    const byte = pool[used++] ?? 255;
     if (byte < 248) {
       id += ALPHABET[byte % 62];
       drawn++;

@@ -27,8 +27,9 @@ export function isGlob(pattern: string): boolean {
 export function matches(pattern: string, model: string): boolean {
   if (!isGlob(pattern)) return pattern === model;
   const parts = pattern.split('*');
-  const first = parts[0]!;
-  const last = parts[parts.length - 1]!;
+  // A glob has a star, so it splits in two parts at least.
+  const first = parts[0] ?? '';
+  const last = parts.at(-1) ?? '';
   if (model.length < first.length + last.length || !model.startsWith(first) || !model.endsWith(last)) return false;
   // The parts between stars, each found leftmost after the previous one: for `*`-only globs the
   // leftmost choice never loses a match that a later one would allow.
@@ -108,14 +109,15 @@ export function closestModel(model: string, patterns: readonly string[]): string
 
 /** Levenshtein distance, or `limit + 1` once it must exceed `limit` (the row's least value does). */
 function editDistance(a: string, b: string, limit: number): number {
+  // Each row is written from 0 to b.length in order, so every index read holds a number.
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const row = [i];
     for (let j = 1; j <= b.length; j++) {
-      row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+      row[j] = Math.min((previous[j] ?? 0) + 1, (row[j - 1] ?? 0) + 1, (previous[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1));
     }
     if (Math.min(...row) > limit) return limit + 1;
     previous = row;
   }
-  return previous[b.length]!;
+  return previous[b.length] ?? 0;
 }

@@ -1,5 +1,6 @@
 import { ConfigurationError } from '../config';
 import { fromBase64Url, toBase64Url } from './crypto';
+import { deleteOldest } from './maps';
 
 /**
  * Provider secrets at rest: AES-256-GCM through WebCrypto, so Node and Workers share the code.
@@ -63,7 +64,7 @@ export class SecretBox {
     const cached = this.#opened.get(cacheKey);
     if (cached !== undefined) return cached;
     const plaintext = await this.#decrypt(ciphertext, associatedData);
-    if (this.#opened.size >= MAX_OPENED) this.#opened.delete(this.#opened.keys().next().value!);
+    if (this.#opened.size >= MAX_OPENED) deleteOldest(this.#opened);
     this.#opened.set(cacheKey, plaintext);
     return plaintext;
   }

@@ -81,7 +81,9 @@ export function inspectJson(text: string, options: { maxDepth: number }): JsonPr
         break;
       case 0x2c: {
         // ,
-        const top = frames[frames.length - 1]!;
+        const top = frames.at(-1);
+        // A comma outside any object or array is no JSON, which the parser has refused already.
+        if (!top) break;
         if (top.keys) expectingKey = true;
         else top.at = (top.at as number) + 1;
         break;

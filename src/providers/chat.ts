@@ -49,7 +49,7 @@ export async function* streamChatCompletion(
   call: ChatCallOptions,
 ): AsyncGenerator<UpstreamEvent[]> {
   const controller = new AbortController();
-  const onAbort = () => controller.abort(call.signal!.reason);
+  const onAbort = () => controller.abort(call.signal?.reason);
   if (call.signal?.aborted) throw call.signal.reason;
   call.signal?.addEventListener('abort', onAbort, { once: true });
 
@@ -95,7 +95,8 @@ export async function* streamChatCompletion(
           // A chunk at fault fails the call after what came before it (the answer so far is kept).
           let fault: unknown = null;
           for (; at < batch.length && !call.slices.spent(); at++) {
-            const data = batch[at]!;
+            const data = batch[at];
+            if (data === undefined) throw new Error(`No event at ${at} of a batch of ${batch.length}`);
             if (data === '[DONE]') {
               finished = true;
               break;

@@ -116,7 +116,10 @@ function checked(body: unknown, count: number): Embeddings {
   }
   const usage = isRecord(body.usage) ? body.usage.prompt_tokens : undefined;
   const promptTokens = typeof usage === 'number' && Number.isSafeInteger(usage) && usage >= 0 && usage <= 1e9 ? usage : 0;
-  return { vectors: vectors.map((vector) => vector!), promptTokens };
+  // As many items as texts, each at an index of its own below their count: every index is filled.
+  const filled = vectors.filter((vector) => vector !== undefined);
+  if (filled.length !== count) throw malformed(`${filled.length} vectors for ${count} texts`);
+  return { vectors: filled, promptTokens };
 }
 
 function failure(error: unknown, signal: AbortSignal, callerSignal: AbortSignal | undefined): unknown {

@@ -166,7 +166,7 @@ class LineTracker {
     }
     this.bytes += chunk.length - start;
     for (let i = start; i < chunk.length && this.#head.length < DATA_FIELD.length; i++) {
-      this.#head += String.fromCharCode(chunk[i]!);
+      this.#head += String.fromCharCode(chunk[i] ?? 0);
     }
     return chunk.length > start && this.#head === DATA_FIELD;
   }

@@ -103,13 +103,13 @@ function withoutKeyPrefixAtEnd(text: string, secret: string): string {
 function keyPrefixAtEnd(text: string, key: string): number {
   const fallback = new Int32Array(key.length);
   for (let i = 1, k = 0; i < key.length; i++) {
-    while (k > 0 && key[i] !== key[k]) k = fallback[k - 1]!;
+    while (k > 0 && key[i] !== key[k]) k = fallback[k - 1] ?? 0;
     if (key[i] === key[k]) k++;
     fallback[i] = k;
   }
   let matched = 0;
   for (let i = Math.max(0, text.length - (key.length - 1)); i < text.length; i++) {
-    while (matched > 0 && text[i] !== key[matched]) matched = fallback[matched - 1]!;
+    while (matched > 0 && text[i] !== key[matched]) matched = fallback[matched - 1] ?? 0;
     if (text[i] === key[matched]) matched++;
   }
   return matched;

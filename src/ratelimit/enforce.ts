@@ -156,12 +156,13 @@ const counterKey = (policyId: string, unit: PolicyUnit, windowStart: number, gro
 function refusal(usages: (PolicyUsage & { cost: number })[], now: number): ApiError {
   const full = usages.filter((usage) => !hasRoom(usage.used, usage.cost, usage.policy.value, usage.policy.type === 'requests'));
   // Only a prune of an ended window between the decision and the read can leave `full` empty.
-  const reported = (full.length > 0 ? full : usages).sort(
+  const [reported] = (full.length > 0 ? full : usages).sort(
     (a, b) =>
       b.windowEnd - a.windowEnd ||
       Number(b.policy.type === 'requests') - Number(a.policy.type === 'requests') ||
       (a.policy.id < b.policy.id ? -1 : 1),
-  )[0]!;
+  );
+  if (!reported) throw new Error('A refusal comes from at least one policy');
   const { policy } = reported;
   const named = policy.name ? `'${policy.name}' (${policy.id})` : policy.id;
   const requested = policy.type === 'requests' ? ', Requested 1' : '';

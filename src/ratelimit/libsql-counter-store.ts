@@ -87,7 +87,7 @@ export class LibsqlCounterStore implements CounterStore {
       if (rows.length > 0) return { admitted: true, used: usageOf(rows, counters) };
     }
     const used = await this.read(counters.map((counter) => counter.key));
-    const admitted = counters.every((c) => hasRoom(used.get(c.key)!, c.cost, c.limit, c.mustFit));
+    const admitted = counters.every((c) => hasRoom(used.get(c.key) ?? 0, c.cost, c.limit, c.mustFit));
     return { admitted, used };
   }
 
@@ -100,7 +100,8 @@ export class LibsqlCounterStore implements CounterStore {
       ...(changes.some((a) => a.delta < 0) ? [{ sql: RELEASE, args }] : []),
       ...(changes.some((a) => a.delta > 0) ? [{ sql: ADD, args }] : []),
     ];
-    if (statements.length === 1) await this.#client.execute(statements[0]!);
+    const [only, ...others] = statements;
+    if (only && others.length === 0) await this.#client.execute(only);
     else await this.#client.batch(statements, 'write');
   }
 

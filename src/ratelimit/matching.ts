@@ -110,8 +110,9 @@ export class PolicyIndex {
         let byValue = this.#exact.get(anchor.key);
         if (!byValue) this.#exact.set(anchor.key, (byValue = new Map()));
         holder = [byValue, anchor.value];
-      } else if (policy.conditions.length > 0) {
-        holder = [this.#anyValue, policy.conditions[0]!.key];
+      } else {
+        const [first] = policy.conditions;
+        if (first) holder = [this.#anyValue, first.key];
       }
       let bucket = this.#unconditional;
       if (holder) {

@@ -120,9 +120,10 @@ export class PolicyCache {
         if (policy.active) entry.index.upsert(toActivePolicy(policy));
         else entry.index.remove(policy.id);
       }
-      if (page.policies.length < PAGE_SIZE) break;
+      const last = page.policies.at(-1);
+      if (!last || page.policies.length < PAGE_SIZE) break;
       await nextTurn();
-      page = await this.#loadPage(this.#db, workspaceId, { changedAfter: page.policies.at(-1)!.version }, PAGE_SIZE);
+      page = await this.#loadPage(this.#db, workspaceId, { changedAfter: last.version }, PAGE_SIZE);
     }
     entry.version = Math.max(entry.version, version);
     this.#put(workspaceId, entry);
@@ -142,9 +143,10 @@ export class PolicyCache {
       const policies = page.policies.map(toActivePolicy);
       index.count(policies);
       pages.push(policies);
-      if (page.policies.length < PAGE_SIZE) break;
+      const last = page.policies.at(-1);
+      if (!last || page.policies.length < PAGE_SIZE) break;
       await nextTurn();
-      page = await this.#loadPage(this.#db, workspaceId, { afterSeq: page.policies.at(-1)!.seq }, PAGE_SIZE);
+      page = await this.#loadPage(this.#db, workspaceId, { afterSeq: last.seq }, PAGE_SIZE);
     }
     for (const [i, policies] of pages.entries()) {
       if (i > 0) await nextTurn();

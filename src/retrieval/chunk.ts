@@ -59,15 +59,15 @@ export async function chunkText(text: string, options: ChunkingOptions): Promise
   const chunks: Chunk[] = [];
   for (let start = 0; ; ) {
     let end = Math.min(start + options.maxTokens, tokens);
-    while (charAt[end]! < 0) end--; // end on a whole character: never over maxTokens
+    while ((charAt[end] ?? 0) < 0) end--; // end on a whole character: never over maxTokens
     const slice = text.slice(charAt[start], charAt[end]);
     if (slice.trim() !== '') {
       if (chunks.length >= options.maxChunks) throw new TooManyChunks(options.maxChunks);
-      chunks.push({ text: slice, tokens: end - start, start: charAt[start]! });
+      chunks.push({ text: slice, tokens: end - start, start: charAt[start] ?? 0 });
     }
     if (end >= tokens) break;
     let next = end - options.overlapTokens; // overlap ≤ max / 2, so this moves forward
-    while (charAt[next]! < 0) next--;
+    while ((charAt[next] ?? 0) < 0) next--;
     start = next > start ? next : end;
   }
   return chunks;
@@ -90,7 +90,10 @@ async function boundaries(text: string, signal: AbortSignal | undefined): Promis
       let chars = 0;
       const source = {
         *[Symbol.iterator]() {
-          while (pulled < ids.length) yield ids[pulled++]!;
+          for (const id of ids) {
+            pulled++;
+            yield id;
+          }
         },
       };
       for (const piece of decodeGenerator(source)) {

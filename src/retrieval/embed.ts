@@ -87,7 +87,9 @@ export async function embedTexts(deps: EmbedDeps, target: EmbeddingTarget, texts
         await settleTokens(deps, admission.ticket, charged);
       }
     });
-    const size = answer.vectors[0]!.length;
+    const [first] = answer.vectors;
+    if (!first) throw new UpstreamError('protocol', 'The embeddings upstream answered no vectors.');
+    const size = first.length;
     dimensions ??= size;
     if (size !== dimensions || size > MAX_DIMENSIONS) {
       throw new UpstreamError('protocol', `The embeddings upstream answered vectors of ${size} dimensions for a store of ${dimensions}.`);
@@ -116,8 +118,10 @@ async function withRetries<T>(signal: AbortSignal | undefined, attempt: (timeout
     } catch (error) {
       // The workspace's own policies refusing (429 rate_limit_exceeded) is not retried here: a
       // search answers it at once, ingestion takes the file up again later.
-      const backoff = BACKOFF_MS[tried - 1]! * (0.75 + Math.random() / 2);
-      if (!retryable(error) || tried >= ATTEMPTS || signal?.aborted || Date.now() + backoff >= deadline) throw error;
+      const base = BACKOFF_MS[tried - 1];
+      if (!retryable(error) || tried >= ATTEMPTS || base === undefined || signal?.aborted) throw error;
+      const backoff = base * (0.75 + Math.random() / 2);
+      if (Date.now() + backoff >= deadline) throw error;
       await sleep(backoff, signal);
     }
   }

@@ -135,7 +135,9 @@ function bytesOf(text: string): Uint8Array {
 
 /** The first `needle` in `haystack` at or after `from`; -1 if none. */
 function indexOf(haystack: Uint8Array, needle: Uint8Array, from: number): number {
-  for (let at = haystack.indexOf(needle[0]!, from); at >= 0; at = haystack.indexOf(needle[0]!, at + 1)) {
+  const [first] = needle;
+  if (first === undefined) return -1;
+  for (let at = haystack.indexOf(first, from); at >= 0; at = haystack.indexOf(first, at + 1)) {
     if (matches(haystack, needle, at)) return at;
   }
   return -1;

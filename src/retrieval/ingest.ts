@@ -252,14 +252,19 @@ async function complete(deps: IngestDeps, claim: Claim, chunks: Chunk[], embedde
   const { db } = deps;
   const { vectorStoreId, fileId } = claim.row;
   const encoder = new TextEncoder();
-  const usageBytes = chunks.reduce((sum, chunk, index) => sum + encoder.encode(chunk.text).byteLength + embedded.vectors[index]!.byteLength, 0);
+  const vectorOf = (index: number): Float32Array => {
+    const vector = embedded.vectors[index];
+    if (!vector) throw new Error(`No vector for chunk ${index} of ${chunks.length}`);
+    return vector;
+  };
+  const usageBytes = chunks.reduce((sum, chunk, index) => sum + encoder.encode(chunk.text).byteLength + vectorOf(index).byteLength, 0);
   const mine: SQL = sql`EXISTS (SELECT 1 FROM ${vectorStoreFiles} WHERE ${vectorStoreFiles.seq} = ${claim.row.seq} AND ${vectorStoreFiles.status} = 'completed' AND ${vectorStoreFiles.leaseExpiresAt} = ${claim.lease})`;
   const statements: Statement[] = [
     db.update(vectorStoreFiles).set({ status: 'completed', usageBytes, lastError: null }).where(held(claim)),
   ];
   for (let start = 0; start < chunks.length; start += ROWS_PER_INSERT) {
     const rows = chunks.slice(start, start + ROWS_PER_INSERT).map(
-      (chunk, offset) => sql`(${vectorStoreId}, ${fileId}, ${start + offset}, ${chunk.text}, ${chunk.tokens}, ${vectorBlob(embedded.vectors[start + offset]!)})`,
+      (chunk, offset) => sql`(${vectorStoreId}, ${fileId}, ${start + offset}, ${chunk.text}, ${chunk.tokens}, ${vectorBlob(vectorOf(start + offset))})`,
     );
     statements.push(
       db.run(

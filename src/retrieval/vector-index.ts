@@ -153,8 +153,9 @@ async function createDueIndexes(deps: MaintenanceDeps): Promise<void> {
       await createVectorIndex(db, store.id, store.dimensions, deps.now());
       room--;
     }
-    if (page.length < STORE_PAGE) break;
-    after = page[page.length - 1]!.seq;
+    const last = page.at(-1);
+    if (!last || page.length < STORE_PAGE) break;
+    after = last.seq;
   }
 }
 

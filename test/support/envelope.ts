@@ -4,7 +4,6 @@
  */
 
 /** A response's JSON body, untyped: tests assert its shape. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export const json = (response: Response): Promise<any> => response.json();
 
 /** The error envelope of a response, asserting its shape on the way. */

@@ -162,7 +162,7 @@ export async function createTestGateway(
   const virtualKey = async (owner: Tenant, body: Partial<CreateVirtualKeyBody> & { base_url: string }) => {
     const key = await createVirtualKey(database.db, deps.secrets, {
       workspaceId: owner.workspace.id,
-      body: { slug: `vk-${++virtualKeys}`, provider: 'openai', api_key: 'sk-test-provider-key', ...body } as CreateVirtualKeyBody,
+      body: { slug: `vk-${++virtualKeys}`, provider: 'openai', api_key: 'sk-test-provider-key', ...body },
       upstreamRules: { allowPrivate: true },
       maxKeys: deps.config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
       now: clock.now(),
@@ -176,7 +176,7 @@ export async function createTestGateway(
       baseURL: 'http://gateway.test/v1',
       defaultHeaders: headers,
       maxRetries: 0,
-      fetch: (url, init) => app.request(String(url), init as RequestInit),
+      fetch: (url, init) => app.request(String(url), init),
     });
 
   return {

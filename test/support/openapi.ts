@@ -217,7 +217,7 @@ export function responseComponent(operationId: string, status = '200'): string {
     for (const operations of Object.values(document.paths ?? {})) {
       for (const operation of Object.values(operations)) {
         if (operation.operationId !== operationId) continue;
-        let answer = operation.responses?.[status] as Answer | undefined;
+        let answer = operation.responses?.[status];
         if (answer?.$ref?.startsWith(RESPONSE_REF)) answer = document.components.responses?.[answer.$ref.slice(RESPONSE_REF.length)];
         const ref = answer?.content?.['application/json']?.schema?.$ref;
         if (!ref?.startsWith(COMPONENT_REF)) throw new Error(`openapi.ts: ${operationId} names no component for its ${status} answer`);

@@ -81,8 +81,8 @@ export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_
       else child.kill('SIGKILL');
       reject(new Error(`gateway did not start in ${timeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
     }, timeoutMs);
-    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk));
-    child.stdout!.on('data', (chunk: Buffer) => {
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+    child.stdout.on('data', (chunk: Buffer) => {
       stdout += chunk;
       const match = /Gateway listening on (http:\/\/\S+)/.exec(stdout);
       if (match) {

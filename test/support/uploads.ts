@@ -69,7 +69,6 @@ export async function holdsPattern(stream: ReadableStream<Uint8Array>, bytes: nu
 
 export interface Sent {
   status: number;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
   body: any;
   /** The file's bytes the client had sent when the answer came. */
   sentBeforeAnswer: number;
@@ -82,7 +81,7 @@ export async function sendUpload(url: string, key: string, form: UploadBody): Pr
     headers: { 'x-gateway-api-key': key, 'content-type': form.contentType },
     body: form.body,
     duplex: 'half',
-  } as RequestInit);
+  });
   const sentBeforeAnswer = form.sent();
   return { status: response.status, body: await response.json(), sentBeforeAnswer };
 }

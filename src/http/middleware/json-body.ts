@@ -43,7 +43,7 @@ export const jsonBody = (options: { maxBytes: number; requestBody: Deps['request
     if (BODYLESS.has(c.req.method) || readsOwnBody(c)) return next();
     const length = c.req.header('content-length');
     if (length !== undefined && Number(length) > options.maxBytes) throw tooLarge();
-    const mediaType = (c.req.header('content-type') ?? '').split(';')[0]!.trim();
+    const mediaType = (c.req.header('content-type') ?? '').split(';', 1)[0]?.trim() ?? '';
     const isJson = JSON_MEDIA_TYPE.test(mediaType);
     if (!isJson) {
       // A body of another type is refused from its headers when they announce one; only a body

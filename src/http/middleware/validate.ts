@@ -113,7 +113,7 @@ function describe(issue: Issue, prefix: PropertyKey[], input: unknown, target: s
     case 'not_multiple_of':
       return at('invalid_value', `Invalid ${name}: expected a multiple of ${Number(issue.divisor)}.`);
     case 'unrecognized_keys': {
-      const keyParam = formatPath([...path, issue.keys[0]!], target);
+      const keyParam = formatPath([...path, ...issue.keys.slice(0, 1)], target);
       const noun = target === 'query' ? 'query parameter' : 'request argument';
       return at('unknown_parameter', `Unrecognized ${noun} supplied: '${keyParam}'.`, keyParam);
     }

@@ -124,7 +124,8 @@ function formFields<Schema extends z.ZodType>(fields: Readonly<Record<string, st
   let expiresAfter: Record<string, string> | undefined;
   for (const [name, value] of Object.entries(fields)) {
     const inner = /^expires_after\[(\w+)\]$/.exec(name);
-    if (inner) (expiresAfter ??= {})[inner[1]!] = value;
+    const field = inner?.[1];
+    if (field !== undefined) (expiresAfter ??= {})[field] = value;
     else nested[name] = value;
   }
   if (expiresAfter) nested.expires_after = expiresAfter;

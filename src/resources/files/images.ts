@@ -94,8 +94,7 @@ export async function inlineImages(
   let budget = MAX_PROMPT_IMAGE_BYTES;
   let room = roomBytes;
   const out: ChatMessage[] = new Array(messages.length);
-  for (let i = messages.length - 1; i >= 0; i--) {
-    const message = messages[i]!;
+  for (const [i, message] of [...messages.entries()].reverse()) {
     if (message.role !== 'user') {
       out[i] = message;
       continue;
@@ -105,8 +104,7 @@ export async function inlineImages(
       continue;
     }
     const parts: (ChatContentPart | StreamedImagePart)[] = new Array(message.content.length);
-    for (let p = message.content.length - 1; p >= 0; p--) {
-      const part = message.content[p]!;
+    for (const [p, part] of [...message.content.entries()].reverse()) {
       if (part.type === 'image_url') {
         const problem = imageUrlProblem(part.image_url.url, rules);
         // Not the problem's words: they name the gateway's settings, which are not the provider's to read.
@@ -239,7 +237,7 @@ function dataUrlProblem(url: string): string | null {
   const comma = url.indexOf(',');
   const header = (comma < 0 ? url : url.slice(0, comma)).slice('data:'.length).toLowerCase().split(';');
   const payload = comma < 0 ? '' : url.slice(comma + 1);
-  if (!IMAGE_TYPES.includes(header[0]!)) return 'a data: URL must be an image/png, image/jpeg, image/gif or image/webp one.';
+  if (!IMAGE_TYPES.includes(header[0] ?? '')) return 'a data: URL must be an image/png, image/jpeg, image/gif or image/webp one.';
   if (header.at(-1) !== 'base64' || header.length < 2) return `a data: URL of an image must be base64: data:${header[0]};base64,….`;
   if (payload.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(payload)) return 'the data: URL is not valid base64.';
   const head = atob(payload.slice(0, 16));

@@ -31,7 +31,6 @@ const MULTIPART = /^multipart\/form-data$/i;
 const BOUNDARY = /;\s*boundary=(?:"([^"]{1,70})"|([^\s;"]{1,70}))/i;
 /** A media type as RFC 9110 writes one (type/subtype, parameters), bounded: stored as a hint only. */
 const MEDIA_TYPE = /^[\w!#$&^.+-]{1,127}\/[\w!#$&^.+-]{1,127}(\s*;[\x20-\x7e]*)?$/;
-// eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 /** A UTF-16 surrogate without its pair: no character, and no header could carry it. */
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -46,7 +45,7 @@ export function checkUploadRequest(
   body: ReadableStream<Uint8Array> | null,
   contentType: string | undefined,
 ): { body: ReadableStream<Uint8Array>; contentType: string } {
-  const mediaType = (contentType ?? '').split(';')[0]!.trim();
+  const mediaType = (contentType ?? '').split(';', 1)[0]?.trim() ?? '';
   if (!MULTIPART.test(mediaType)) {
     throw new ApiError(
       'unsupported_media_type',
@@ -204,15 +203,16 @@ export function disposition(header: string): { name?: string; filename?: string 
   const params: Record<string, string> = {};
   const pattern = /;\s*([\w*.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;]*))/g;
   for (const match of header.matchAll(pattern)) {
-    const key = match[1]!.toLowerCase();
+    // The pattern's name group always takes part, and one of its two value groups does.
+    const key = (match[1] ?? '').toLowerCase();
     if (key in params) continue;
-    params[key] = match[2] !== undefined ? match[2].replace(/\\(.)/g, '$1').replace(/%22/g, '"') : match[3]!.trim();
+    params[key] = match[2] !== undefined ? match[2].replace(/\\(.)/g, '$1').replace(/%22/g, '"') : (match[3] ?? '').trim();
   }
   let filename = params.filename;
   const extended = params['filename*'] && /^utf-8''(.*)$/i.exec(params['filename*']);
   if (extended) {
     try {
-      filename = decodeURIComponent(extended[1]!);
+      filename = decodeURIComponent(extended[1] ?? '');
     } catch {
       // A malformed filename* leaves the plain filename.
     }

@@ -41,7 +41,8 @@ export const policyRoutes = new Hono<ApiEnv>()
     const { db, now, config } = c.get('deps');
     checkOrganisation(c.get('apiKey'), body.organisation_id);
     const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
-    const policy = await createPolicy(db, scope!, body, now(), { createdBy: c.get('apiKey').kind, caps: workspaceCaps(config) });
+    if (!scope) throw new Error('resolveWorkspaceScope answered no workspace where one is required');
+    const policy = await createPolicy(db, scope, body, now(), { createdBy: c.get('apiKey').kind, caps: workspaceCaps(config) });
     return c.json({ id: policy.id, object: 'policy_usage_limits' });
   })
   .get('/:id', responds({ summary: 'Retrieve a rate-limit policy', ok: policyObject, errors: [403] }), async (c) => {

@@ -174,7 +174,9 @@ export function insertStoreFiles(
   owner: { batchId: string | null; apiKeyId: string; at: number },
   condition?: SQL,
 ): BuiltStatement[] {
-  const storeExists = and(sql`EXISTS (SELECT 1 FROM ${vectorStores} WHERE ${vectorStores.id} = ${store.id})`, condition)!;
+  const exists = sql`EXISTS (SELECT 1 FROM ${vectorStores} WHERE ${vectorStores.id} = ${store.id})`;
+  // and() of one condition (no `condition` given) is that condition.
+  const storeExists = and(exists, condition) ?? exists;
   const seen = new Set<string>();
   const statements: BuiltStatement[] = [];
   for (const file of toAdd) {

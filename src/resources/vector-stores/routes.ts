@@ -52,13 +52,23 @@ async function storesJson(c: Ctx, rows: VectorStoreRow[]) {
   return rows.map((row) => toVectorStoreJson(row, counts.get(row.id) ?? emptyCounts(), bytes.get(row.id) ?? 0, now()));
 }
 
+async function storeJson(c: Ctx, row: VectorStoreRow) {
+  const [json] = await storesJson(c, [row]);
+  if (!json) throw new Error(`No JSON for vector store ${row.id}`);
+  return json;
+}
+
 async function batchJson(c: Ctx, batch: FileBatchRow) {
   const counts = await fileCounts(c.get('deps').db, { batchId: batch.id });
   return toFileBatchJson(batch, counts.get(batch.id) ?? emptyCounts());
 }
 
 /** The store named by the path, in the caller's workspace (404 otherwise). */
-const storeOf = (c: Ctx) => getVectorStore(c.get('deps').db, c.get('workspace').workspaceId, c.req.param('vector_store_id')!);
+const storeOf = (c: Ctx) => {
+  const id = c.req.param('vector_store_id');
+  if (id === undefined) throw new Error('storeOf serves only routes with a :vector_store_id');
+  return getVectorStore(c.get('deps').db, c.get('workspace').workspaceId, id);
+};
 
 /** Most chunks the content endpoint answers in its one page. */
 const CONTENT_CHUNKS = 10_000;
@@ -66,18 +76,24 @@ const CONTENT_CHUNKS = 10_000;
 const storeRoutes = new Hono<WorkspaceEnv>()
   .post('/', responds({ summary: 'Create a vector store', ok: vectorStoreObject }), validate('json', createVectorStoreBody), async (c) => {
     const store = await createVectorStore(c.get('deps'), storeRequest(c), c.req.valid('json'));
-    return c.json((await storesJson(c, [store]))[0]!);
+    return c.json(await storeJson(c, store));
   })
   .get('/', responds({ summary: 'List vector stores', ok: listOf(vectorStoreObject) }), validate('query', cursorListQuery), async (c) => {
     const page = await listVectorStores(c.get('deps').db, c.get('workspace').workspaceId, c.req.valid('query'));
     const json = new Map((await storesJson(c, page.rows)).map((store) => [store.id, store]));
-    return c.json(listObject(page, (row) => json.get(row.id)!));
+    return c.json(
+      listObject(page, (row) => {
+        const store = json.get(row.id);
+        if (!store) throw new Error(`No JSON for vector store ${row.id}`);
+        return store;
+      }),
+    );
   })
-  .get('/:vector_store_id', responds({ summary: 'Retrieve a vector store', ok: vectorStoreObject }), async (c) => c.json((await storesJson(c, [await storeOf(c)]))[0]!))
+  .get('/:vector_store_id', responds({ summary: 'Retrieve a vector store', ok: vectorStoreObject }), async (c) => c.json(await storeJson(c, await storeOf(c))))
   .post('/:vector_store_id', responds({ summary: 'Modify a vector store', ok: vectorStoreObject }), validate('json', updateVectorStoreBody), async (c) => {
     const { workspaceId } = c.get('workspace');
     const store = await updateVectorStore(c.get('deps').db, workspaceId, c.req.param('vector_store_id'), c.req.valid('json'));
-    return c.json((await storesJson(c, [store]))[0]!);
+    return c.json(await storeJson(c, store));
   })
   .delete('/:vector_store_id', responds({ summary: 'Delete a vector store', ok: deletedObject('vector_store.deleted') }), async (c) => {
     const id = c.req.param('vector_store_id');

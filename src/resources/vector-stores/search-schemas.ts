@@ -46,8 +46,8 @@ const filterShape: z.ZodType<AttributeFilter> = z.lazy(() =>
 function filterBounds(value: unknown): string | null {
   let comparisons = 0;
   const stack: [unknown, number][] = [[value, 1]];
-  while (stack.length > 0) {
-    const [node, depth] = stack.pop()!;
+  for (let entry = stack.pop(); entry !== undefined; entry = stack.pop()) {
+    const [node, depth] = entry;
     if (depth > FILTER_LIMITS.depth) return `must not nest compound filters deeper than ${FILTER_LIMITS.depth} levels.`;
     if (node === null || typeof node !== 'object' || !('filters' in node) || !Array.isArray(node.filters)) {
       if (++comparisons > FILTER_LIMITS.comparisons) return `must hold at most ${FILTER_LIMITS.comparisons} comparisons.`;

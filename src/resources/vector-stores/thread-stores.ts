@@ -47,10 +47,12 @@ export async function threadStoreWrites(
   condition?: SQL,
 ): Promise<ThreadStoreWrites> {
   const { inline, attached } = files;
-  if (!inline && attached.length === 0) return NOTHING;
+  const [first] = attached;
+  if (!inline && !first) return NOTHING;
   const existing = thread.toolResources?.file_search?.vector_store_ids?.[0];
-  if (existing !== undefined && !inline) {
-    ingestionHost(deps, attached[0]!.param);
+  // Without an inline store there is a first file (see above).
+  if (existing !== undefined && !inline && first) {
+    ingestionHost(deps, first.param);
     const store = await getVectorStore(deps.db, request.workspaceId, existing);
     await checkFiles(deps.db, request.workspaceId, attached);
     const at = deps.now();

@@ -92,10 +92,13 @@ export async function createVirtualKey(db: Db, secrets: SecretBox, input: Create
   const { body, workspaceId } = input;
   const baseUrl = checkBaseUrl(body.base_url ?? DEFAULT_OPENAI_BASE_URL, input.upstreamRules);
   const id = newUuid();
-  const options: Record<string, string> =
-    body.provider === 'azure-openai'
-      ? { api_version: body.api_version!, deployment: body.deployment!, model: body.model ?? body.deployment! }
-      : {};
+  let options: Record<string, string> = {};
+  if (body.provider === 'azure-openai') {
+    const { api_version, deployment } = body;
+    // The body's schema requires both for azure-openai.
+    if (api_version === undefined || deployment === undefined) throw new Error('An azure-openai key without api_version or deployment');
+    options = { api_version, deployment, model: body.model ?? deployment };
+  }
   const values = {
     id,
     workspaceId,

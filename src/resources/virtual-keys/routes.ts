@@ -1,4 +1,4 @@
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import { validate } from '../../http/middleware/validate';
 import {
   createVirtualKeyBody,
@@ -13,6 +13,13 @@ import { toVirtualKeyJson } from './wire';
 import type { ApiEnv } from '../../http/env';
 import { responds } from '../../http/middleware/responds';
 import { virtualKeyList, virtualKeyObject } from '../../http/objects';
+
+/** The workspace a write acts on: an organisation key must name it (resolveWorkspaceScope throws otherwise). */
+async function workspaceOf(c: Context<ApiEnv>, ref: string | undefined): Promise<string> {
+  const scope = await resolveWorkspaceScope(c.get('deps').db, c.get('apiKey'), ref, { required: true });
+  if (!scope) throw new Error('resolveWorkspaceScope answered no workspace where one is required');
+  return scope.workspaceId;
+}
 
 /**
  * /v1/virtual-keys: a workspace key acts on its workspace; an organisation key names `workspace_id`.
@@ -33,9 +40,8 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
   .post('/', responds({ summary: 'Create a virtual key', ok: virtualKeyObject, errors: [403, 409] }), validate('json', createVirtualKeyBody), async (c) => {
     const body = c.req.valid('json');
     const { db, secrets, config, now } = c.get('deps');
-    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
     const key = await createVirtualKey(db, secrets, {
-      workspaceId: scope!.workspaceId,
+      workspaceId: await workspaceOf(c, body.workspace_id),
       body,
       upstreamRules: await upstreamRules(db, config, { now: now(), fresh: true }),
       maxKeys: config.GATEWAY_MAX_VIRTUAL_KEYS_PER_WORKSPACE,
@@ -46,9 +52,8 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
   .on(['POST', 'PATCH'], '/:slug', responds({ summary: 'Update a virtual key', ok: virtualKeyObject, errors: [403, 409] }), validate('json', updateVirtualKeyBody), async (c) => {
     const body = c.req.valid('json');
     const { db, secrets, config, now } = c.get('deps');
-    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), body.workspace_id, { required: true });
     const key = await updateVirtualKey(db, secrets, {
-      workspaceId: scope!.workspaceId,
+      workspaceId: await workspaceOf(c, body.workspace_id),
       slug: c.req.param('slug'),
       body,
       upstreamRules: await upstreamRules(db, config, { now: now(), fresh: true }),
@@ -58,7 +63,6 @@ export const virtualKeyRoutes = new Hono<ApiEnv>()
   .delete('/:slug', responds({ summary: 'Revoke a virtual key', ok: virtualKeyObject, errors: [403] }), validate('query', revokeVirtualKeyQuery), async (c) => {
     const { db, now } = c.get('deps');
     const query = c.req.valid('query');
-    const scope = await resolveWorkspaceScope(db, c.get('apiKey'), query.workspace_id, { required: true });
-    const key = await revokeVirtualKey(db, scope!.workspaceId, c.req.param('slug'), now());
+    const key = await revokeVirtualKey(db, await workspaceOf(c, query.workspace_id), c.req.param('slug'), now());
     return c.json(toVirtualKeyJson(key));
   });

@@ -125,7 +125,8 @@ export function directoryBlobStore(root: string, options: DirectoryBlobStoreOpti
       for await (const entry of await openDirectory(temporaries)) {
         const named = TEMPORARY_NAME.exec(entry.name);
         const path = join(temporaries, entry.name);
-        if (named && entry.isFile()) yield { kind: 'partial', key: named[1]!.replaceAll('.', '/'), remove: () => rm(path, { force: true }) };
+        const key = named?.[1];
+        if (key !== undefined && entry.isFile()) yield { kind: 'partial', key: key.replaceAll('.', '/'), remove: () => rm(path, { force: true }) };
       }
       yield* walk(root, '');
     },

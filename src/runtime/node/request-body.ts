@@ -44,7 +44,7 @@ function bodyOf(message: Message): AsyncIterator<Uint8Array> {
   return {
     next: async () => {
       if (chunks === null) {
-        await undefined;
+        await Promise.resolve();
         chunks ??= received(message) ? wholeBody(message) : message.iterator({ destroyOnReturn: false });
       }
       return chunks.next();

@@ -4,6 +4,7 @@ import { pipeline, Readable, type Transform } from 'node:stream';
 import { constants, createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import type { Agent } from 'undici';
 import type { IncomingHttpHeaders } from 'undici/types/header';
+import { deleteOldest } from '../../lib/maps';
 import { checkResolvedAddress, type UpstreamUrlOptions } from '../../lib/upstream-url';
 import { UpstreamError, type UpstreamAnswer, type UpstreamFetch, type UpstreamRequest } from '../../providers/types';
 import { requestUpstream, type UpstreamBody } from './upstream-request';
@@ -53,7 +54,7 @@ export function upstreamFetch(options: {
     if (resolved === null) return null;
     const addresses = resolved.map(({ address }) => address);
     known.delete(hostname);
-    if (known.size >= NAME_ADDRESSES_MAX) known.delete(known.keys().next().value!);
+    if (known.size >= NAME_ADDRESSES_MAX) deleteOldest(known);
     known.set(hostname, { addresses, until: Date.now() + NAME_ADDRESSES_MS });
     return addresses;
   };

@@ -22,7 +22,7 @@ export function requestUpstream(
     if (signal?.aborted) return reject(signal.reason);
     let controller: Dispatcher.DispatchController | null = null;
     let body: UpstreamBody | null = null;
-    const onAbort = () => controller?.abort(signal!.reason);
+    const onAbort = () => controller?.abort(signal?.reason);
     const settled = () => signal?.removeEventListener('abort', onAbort);
     signal?.addEventListener('abort', onAbort, { once: true });
     agent.dispatch(options, {
@@ -100,8 +100,8 @@ export class UpstreamBody implements AsyncIterableIterator<Uint8Array> {
   }
 
   next(): Promise<IteratorResult<Uint8Array>> {
-    if (this.#chunks.length > 0) {
-      const value = this.#chunks.shift()!;
+    const value = this.#chunks.shift();
+    if (value) {
       this.#unread -= value.byteLength;
       if (this.#unread < HIGH_WATER_BYTES && this.#controller.paused) this.#controller.resume();
       return Promise.resolve({ done: false, value });

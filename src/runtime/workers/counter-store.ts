@@ -112,9 +112,11 @@ export class DurableObjectCounterStore implements CounterStore {
 
     // Counters that cost nothing only refuse: checked together, first.
     if (readOnly.length > 0) {
-      const checks = await Promise.all(readOnly.map((c) => this.#counter(c.key).admit(0, c.limit, c.windowEnd, c.mustFit)));
-      checks.forEach((check, i) => used.set(readOnly[i]!.key, check.used));
-      if (checks.some((check) => !check.admitted)) {
+      const checks = await Promise.all(
+        readOnly.map(async (c) => ({ key: c.key, check: await this.#counter(c.key).admit(0, c.limit, c.windowEnd, c.mustFit) })),
+      );
+      for (const { key, check } of checks) used.set(key, check.used);
+      if (checks.some(({ check }) => !check.admitted)) {
         await this.#readInto(used, costly);
         return { admitted: false, used };
       }
