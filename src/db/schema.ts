@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { blob, index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import type { Provider } from '../providers/adapters';
 import type { Usage } from '../providers/types';
 import type { PolicyStatus, PolicyType, PolicyUnit, TokenTicket } from '../resources/policies/schemas';
 import type {
@@ -12,7 +13,6 @@ import type {
 } from '../resources/runs/schemas';
 import type { MessageAttachment, MessageContent, MessageIncompleteDetails } from '../resources/threads/schemas';
 import type { ResponseFormat, Tool, ToolResources } from '../resources/runs/tools';
-import type { Provider } from '../resources/virtual-keys/schemas';
 
 /**
  * Every table of the gateway. Conventions:
@@ -25,6 +25,9 @@ import type { Provider } from '../resources/virtual-keys/schemas';
  */
 
 const json = <T>(name: string) => text(name, { mode: 'json' }).$type<T>();
+
+/** A `metadata` column: at most 16 pairs, keys of at most 64 characters, string values of at most 512. */
+export const METADATA_LIMITS = { pairs: 16, keyLength: 64, valueLength: 512 } as const;
 const ms = (name: string) => integer(name);
 
 // ── Identities ───────────────────────────────────────────────────────────────────────────────

@@ -3,7 +3,7 @@ import { metadataSchema } from './schemas';
 import { POLICY_STATUSES, POLICY_TYPES, POLICY_UNITS } from '../resources/policies/schemas';
 import { toolChoiceSchema } from '../resources/runs/schemas';
 import { responseFormatSchema, toolResourcesSchema, toolSchema } from '../resources/runs/tools';
-import { PROVIDERS } from '../resources/virtual-keys/schemas';
+import { PROVIDERS } from '../providers/adapters';
 import { attributesSchema, expiresAfterSchema } from '../resources/vector-stores/schemas';
 
 /**

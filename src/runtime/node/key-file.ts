@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { link, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import type { Config } from '../../config';
-import { generateKeyBase64, SecretBox, secretBoxFromEnv } from '../../lib/secrets';
+import { secretBoxFromEnv, type Config } from '../../config';
+import { generateKeyBase64, SecretBox } from '../../lib/secrets';
 import { makeDirectory } from './data-dir';
 
 export const ENCRYPTION_KEY_FILE = 'encryption.key';
