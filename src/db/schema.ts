@@ -2,7 +2,6 @@ import { sql } from 'drizzle-orm';
 import { blob, index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 import type { Provider } from '../providers/adapters';
 import type { Usage } from '../providers/types';
-import type { PolicyStatus, PolicyType, PolicyUnit, TokenTicket } from '../resources/policies/schemas';
 import type {
   RequiredAction,
   RunError,
@@ -504,6 +503,30 @@ export const vectorStoreIndexes = sqliteTable('vector_store_indexes', {
 });
 
 // ── Rate limits ──────────────────────────────────────────────────────────────────────────────
+
+/** A policy's vocabulary: the API's, the columns' and enforcement's (ratelimit/). */
+export const POLICY_TYPES = ['requests', 'tokens'] as const;
+export const POLICY_UNITS = ['rpm', 'rph', 'rpd'] as const;
+export const POLICY_STATUSES = ['active', 'archived'] as const;
+export type PolicyType = (typeof POLICY_TYPES)[number];
+export type PolicyUnit = (typeof POLICY_UNITS)[number];
+export type PolicyStatus = (typeof POLICY_STATUSES)[number];
+
+/**
+ * What a run's tokens are charged to, captured at admission and stored on the run (see
+ * ratelimit/enforce.ts): the tokens policies it matched, with its group in each, and the
+ * reservation its current turn holds in their counters.
+ */
+export interface TokenTicket {
+  workspace_id: string;
+  policies: { policy_id: string; unit: PolicyUnit; group: string }[];
+  /** Tokens reserved in each policy's counter at admission, released when the turn ends. */
+  reserved?: number;
+  /** When (ms since the epoch) the reservation was taken: its window is where it is released. */
+  reserved_at?: number;
+  /** The run's total tokens before this turn: the turn is charged the rest. */
+  base_tokens?: number;
+}
 
 export const rateLimitPolicies = sqliteTable(
   'rate_limit_policies',

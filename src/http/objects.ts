@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { metadataSchema } from './schemas';
-import { POLICY_STATUSES, POLICY_TYPES, POLICY_UNITS } from '../resources/policies/schemas';
+import { POLICY_STATUSES, POLICY_TYPES, POLICY_UNITS } from '../db/schema';
 import { toolChoiceSchema } from '../resources/runs/schemas';
 import { responseFormatSchema, toolResourcesSchema, toolSchema } from '../resources/runs/tools';
 import { PROVIDERS } from '../providers/adapters';

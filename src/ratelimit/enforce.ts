@@ -1,4 +1,4 @@
-import type { PolicyUnit, TokenTicket } from '../resources/policies/schemas';
+import type { PolicyUnit, TokenTicket } from '../db/schema';
 import type { Deps } from '../deps';
 import { ApiError } from '../errors';
 import { sha256Hex } from '../lib/crypto';
