@@ -3,7 +3,7 @@ import { link, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { secretBoxFromEnv, type Config } from '../../config';
 import { generateKeyBase64, SecretBox } from '../../lib/secrets';
-import { makeDirectory } from './data-dir';
+import { makeDirectory } from '../../lib/make-directory';
 
 export const ENCRYPTION_KEY_FILE = 'encryption.key';
 
