@@ -29,7 +29,7 @@ export const declaredResponses = new WeakMap<object, ResponseDeclaration>();
  * Declares what the route it is given to answers, next to its validators:
  * `.post('/', responds({ summary: 'Create an assistant', ok: assistantObject }), validate('json', …), handler)`.
  * It does nothing with the request: the declaration is for the document, and the wire mappers
- * (src/wire/*) return the types inferred from the same schemas.
+ * (resources/<name>/wire.ts) return the types inferred from the same schemas.
  */
 export function responds(declaration: ResponseDeclaration): MiddlewareHandler {
   const middleware: MiddlewareHandler = (_c, next) => next();

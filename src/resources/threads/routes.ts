@@ -11,7 +11,8 @@ import type { ApiEnv, WorkspaceEnv } from '../../http/env';
 import { runRoutes } from '../runs/routes';
 import { storeRequest } from '../vector-stores/store-request';
 import { responds } from '../../http/middleware/responds';
-import { deletedObject, listOf, messageObject, threadObject } from '../../http/objects';
+import { deletedObject, listOf } from '../../http/objects';
+import { messageObject, threadObject } from './objects';
 
 /** Threads and their messages, under /v1/threads. */
 const threadAndMessageRoutes = new Hono<WorkspaceEnv>()

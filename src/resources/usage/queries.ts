@@ -1,7 +1,7 @@
 import { and, gte, inArray, lt, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../../db/client';
 import { usage, virtualKeys, workspaces, type UsageKind } from '../../db/schema';
-import type { UsagePage, UsageResult } from '../../http/objects';
+import type { UsagePage, UsageResult } from './objects';
 import { BUCKET_LIMITS, type BucketWidth, type UsageGroup } from './schemas';
 
 /**

@@ -12,7 +12,7 @@ import { resolveWorkspaceScope } from '../identities/workspaces';
 import { toVirtualKeyJson } from './wire';
 import type { ApiEnv } from '../../http/env';
 import { responds } from '../../http/middleware/responds';
-import { virtualKeyList, virtualKeyObject } from '../../http/objects';
+import { virtualKeyList, virtualKeyObject } from './objects';
 
 /**
  * /v1/virtual-keys: a workspace key acts on its workspace; an organisation key names `workspace_id`.
