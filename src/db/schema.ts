@@ -24,9 +24,6 @@ import type { ResponseFormat, Tool, ToolResources } from '../resources/runs/tool
  */
 
 const json = <T>(name: string) => text(name, { mode: 'json' }).$type<T>();
-
-/** A `metadata` column: at most 16 pairs, keys of at most 64 characters, string values of at most 512. */
-export const METADATA_LIMITS = { pairs: 16, keyLength: 64, valueLength: 512 } as const;
 const ms = (name: string) => integer(name);
 
 // ── Identities ───────────────────────────────────────────────────────────────────────────────

@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { METADATA_LIMITS } from '../db/schema';
+import { METADATA_LIMITS } from '../lib/metadata';
 
 /**
  * Building blocks shared by the request schemas, with the bounds the API documents (README).
