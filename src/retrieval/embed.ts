@@ -1,8 +1,11 @@
-import type { Deps } from '../deps';
+import type { Config } from '../config';
+import type { Db } from '../db/client';
+import type { SecretBox } from '../lib/secrets';
 import { ADAPTERS } from '../providers/adapters';
 import { createEmbeddings, MAX_DIMENSIONS, retryable } from '../providers/embeddings';
-import { UpstreamError } from '../providers/types';
+import { UpstreamError, type UpstreamFetch } from '../providers/types';
 import { admitRequest, settleTokens } from '../ratelimit';
+import type { RateLimitDeps } from '../ratelimit/enforce';
 import { CHARS_PER_TOKEN } from '../ratelimit/reservation';
 import { recordEmbeddingsUsage } from '../resources/usage/queries';
 import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type VirtualKey } from '../resources/virtual-keys/commands';
@@ -37,7 +40,13 @@ export interface EmbeddedTexts {
   promptTokens: number;
 }
 
-export type EmbedDeps = Pick<Deps, 'db' | 'secrets' | 'fetch' | 'config' | 'now' | 'counters' | 'policyCache' | 'log'>;
+/** What embedding takes of the gateway's Deps: its calls are admitted, charged and counted like a run's. */
+export interface EmbedDeps extends RateLimitDeps {
+  db: Db;
+  secrets: SecretBox;
+  fetch: UpstreamFetch;
+  config: Config;
+}
 
 /** Texts per embeddings call: OpenAI takes 2048 inputs and 300k tokens; chunks are up to 4096 tokens. */
 export const BATCH_TEXTS = 64;
