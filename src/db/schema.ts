@@ -11,7 +11,8 @@ import type {
   TruncationStrategy,
 } from '../resources/runs/schemas';
 import type { MessageAttachment, MessageContent, MessageIncompleteDetails } from '../resources/threads/schemas';
-import type { ResponseFormat, Tool, ToolResources } from '../resources/runs/tools';
+import type { ResponseFormat, Tool } from '../resources/assistants/tools';
+import type { ToolResources } from '../resources/vector-stores/schemas';
 
 /**
  * Every table of the gateway. Conventions:

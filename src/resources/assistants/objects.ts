@@ -1,7 +1,8 @@
 import * as z from 'zod';
 import { seconds } from '../../http/objects';
 import { metadataSchema } from '../../http/schemas';
-import { responseFormatSchema, toolResourcesSchema, toolSchema } from '../runs/tools';
+import { responseFormatSchema, toolSchema } from './tools';
+import { toolResourcesSchema } from '../vector-stores/schemas';
 
 /** An assistant as the API answers it (see http/objects.ts). */
 

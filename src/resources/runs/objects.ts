@@ -2,7 +2,8 @@ import * as z from 'zod';
 import { nullableSeconds, seconds, textPart } from '../../http/objects';
 import { metadataSchema } from '../../http/schemas';
 import { toolChoiceSchema } from './schemas';
-import { responseFormatSchema, toolResourcesSchema, toolSchema } from './tools';
+import { responseFormatSchema, toolSchema } from '../assistants/tools';
+import { toolResourcesSchema } from '../vector-stores/schemas';
 
 /** Runs and their steps as the API answers them (see http/objects.ts). */
 

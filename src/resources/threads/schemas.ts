@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { cursorListQuery, metadataSchema } from '../../http/schemas';
-import { toolResourcesInputSchema, toolResourcesSchema } from '../runs/tools';
+import { toolResourcesInputSchema, toolResourcesSchema } from '../vector-stores/schemas';
 
 /**
  * Threads and their messages: the bodies that create and modify them (alone, or a thread created

@@ -1,7 +1,7 @@
 import type { SQL } from 'drizzle-orm';
 import type { BuiltStatement } from '../../db/client';
 import type { ThreadMessageInput } from '../threads/schemas';
-import type { InlineVectorStore, ToolResources } from '../runs/tools';
+import type { InlineVectorStore, ToolResources } from './schemas';
 import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from './queries';
 import { filesToAdd, ingestionHost, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from './commands';
 import { inlineStoreFiles } from './tool-resources';

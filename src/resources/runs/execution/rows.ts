@@ -3,7 +3,7 @@ import { ApiError } from '../../../errors';
 import { newId } from '../../../lib/ids';
 import type { StepDetails } from '../schemas';
 import type { MessageAttachment, MessageContent, ThreadMessageInput } from '../../threads/schemas';
-import type { ToolResources } from '../tools';
+import type { ToolResources } from '../../vector-stores/schemas';
 import { leaseMs, type RunRow, type StepRow } from '../queries';
 import type { MessageRow, ThreadRow } from '../../threads/queries';
 import { servedModel, type VirtualKey } from '../../virtual-keys/commands';
