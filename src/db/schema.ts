@@ -10,7 +10,6 @@ import type {
   ToolChoice,
   TruncationStrategy,
 } from '../resources/runs/schemas';
-import type { MessageAttachment, MessageContent, MessageIncompleteDetails } from '../resources/threads/schemas';
 import type { ResponseFormat, Tool } from '../resources/assistants/tools';
 import type { ToolResources } from '../resources/vector-stores/schemas';
 
@@ -120,6 +119,23 @@ export const encryptionCheck = sqliteTable('encryption_check', {
 });
 
 // ── Assistants, threads, messages, runs ──────────────────────────────────────────────────────
+
+/** Message content as stored and answered: OpenAI's content parts. */
+export type MessageContent =
+  | { type: 'text'; text: { value: string; annotations: unknown[] } }
+  | { type: 'image_url'; image_url: { url: string; detail?: string } }
+  | { type: 'image_file'; image_file: { file_id: string; detail?: string } };
+
+/** A file attached to a message, with the tools that may read it (file_search: it is in the thread's vector store). */
+export interface MessageAttachment {
+  file_id: string;
+  tools: { type: string }[];
+}
+
+/** Why a message ended incomplete: the answer's cap (`max_tokens`), a filter, or its run's end. */
+export interface MessageIncompleteDetails {
+  reason: string;
+}
 
 export const assistants = sqliteTable(
   'assistants',
