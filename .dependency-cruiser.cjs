@@ -83,6 +83,13 @@ module.exports = {
     ...upward,
     ...acrossResources,
     {
+      name: 'runtimes-apart',
+      severity: 'error',
+      comment: 'Node and Workers each build their own deps: neither runtime imports the other.',
+      from: { path: '^src/runtime/(node|workers)/' },
+      to: { path: '^src/runtime/(node|workers)/', pathNot: '^src/runtime/$1/' },
+    },
+    {
       name: 'no-unresolvable',
       severity: 'error',
       comment: 'Every import resolves (but the Workers runtime\'s own modules): a rule cannot check what it cannot find.',
