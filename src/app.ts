@@ -16,6 +16,7 @@ import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
 import { assistantRoutes } from './resources/assistants/routes';
 import { fileRoutes } from './resources/files/routes';
 import { policyRoutes } from './resources/policies/routes';
+import { runRoutes } from './resources/runs/routes';
 import { threadRoutes } from './resources/threads/routes';
 import { usageRoutes } from './resources/usage/routes';
 import { vectorStoreSearchRoutes } from './resources/vector-stores/search-routes';
@@ -32,7 +33,7 @@ import { healthObject } from './http/objects';
  *     (413, 415, 400) ─> API-key auth ─> route
  *   every failure: ApiError ─> onError ─> {"error":{"message","type","param","code"}}
  *
- * Where a run lives, from its route (resources/threads/routes.ts):
+ * Where a run lives, from its route (resources/runs/routes.ts, under /v1/threads):
  *   created    resources/runs/commands.ts  createThreadAndRun (and submitToolOutputs, cancelRun): validate,
  *                                admit, write, then hand it to deps.runHost (resources/runs/execution/host.ts)
  *   hosted     Node: runtime/node/run-host.ts, in this process; Workers: runtime/workers/run-host.ts hands it to
@@ -88,7 +89,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/usage', usageRoutes);
   app.route('/v1/assistants', assistantRoutes);
-  app.route('/v1/threads', threadRoutes);
+  app.route('/v1/threads', threadRoutes(runRoutes));
   app.route('/v1/files', fileRoutes);
   app.route('/v1/vector_stores', vectorStoreRoutes);
   app.route('/v1/vector_stores', vectorStoreSearchRoutes);

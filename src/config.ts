@@ -1,5 +1,6 @@
 import * as z from 'zod';
-import { DEFAULT_ANSWER_MS, DEFAULT_SERVER_WRITERS } from './db/busy-retry';
+import { FairShares } from './lib/fair-shares';
+import { SecretBox } from './lib/secrets';
 import { parseUpstreamHostPatterns } from './lib/upstream-url';
 
 /**
@@ -13,6 +14,17 @@ const flag = z
   .transform((v) => v === 'true' || v === '1');
 
 const positiveInt = z.coerce.number().int().positive();
+
+/** GATEWAY_DATABASE_TIMEOUT_MS's default: how long db/busy-retry.ts gives the server to answer. */
+export const DEFAULT_ANSWER_MS = 30_000;
+
+/**
+ * GATEWAY_DATABASE_WRITERS's default: the most that a local sqld sharing 2 cores with the gateway
+ * and its load held under round after round; with 8 its waiting writers were left spinning now and
+ * then (the reliability suite's sqld-writers.test.ts). A distant server may want more: each write holds its
+ * turn for a round trip.
+ */
+export const DEFAULT_SERVER_WRITERS = 4;
 
 export const configSchema = z.object({
   /** Where the Node server listens. */
@@ -214,4 +226,21 @@ export function parseConfig(env: Record<string, unknown>): Config {
   if (result.success) return result.data;
   const problems = result.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`);
   throw new ConfigurationError(`Invalid configuration: ${problems.join('; ')}.`);
+}
+
+/** The box of GATEWAY_ENCRYPTION_KEY (Node and Workers), with an error that names the variable. */
+export function secretBoxFromEnv(value: string): Promise<SecretBox> {
+  return SecretBox.fromBase64(value).catch((error: Error) => {
+    throw new ConfigurationError(`Invalid GATEWAY_ENCRYPTION_KEY: ${error.message}`);
+  });
+}
+
+/** The shares of the provider calls of a process (Deps.upstreamShares), by workspace, as configured. */
+export function upstreamShares(config: Pick<Config, 'GATEWAY_UPSTREAM_CALLS' | 'GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE' | 'GATEWAY_UPSTREAM_BYTES' | 'GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE'>): FairShares {
+  return new FairShares({
+    calls: config.GATEWAY_UPSTREAM_CALLS,
+    callsPerKey: config.GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE,
+    bytes: config.GATEWAY_UPSTREAM_BYTES,
+    bytesPerKey: config.GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE,
+  });
 }

@@ -1,7 +1,7 @@
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { FairShares } from './lib/fair-shares';
-import type { BlobStore } from './resources/files/blob-store';
+import type { BlobStore } from './lib/blob-store';
 import type { SecretBox } from './lib/secrets';
 import type { Slices } from './lib/slices';
 import type { Logger } from './logger';

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, wr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { BlobTooLarge, StoreFull, type BlobStore, type StoredBlob } from '../src/resources/files/blob-store';
+import { BlobTooLarge, StoreFull, type BlobStore, type StoredBlob } from '../src/lib/blob-store';
 import { directoryBlobStore, type DirectoryBlobStore } from '../src/runtime/node/blob-store';
 
 /**

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PolicyIndex, toActivePolicy } from '../src/ratelimit/matching';
 import { PolicyCache, type PolicyLoader } from '../src/ratelimit/policy-cache';
 import type { CreatePolicyBody } from '../src/resources/policies/schemas';
-import { createPolicy, readPolicyPage, type PolicyPageStart } from '../src/resources/policies/queries';
+import { createPolicy } from '../src/resources/policies/queries';
+import { readPolicyPage, type PolicyPageStart } from '../src/ratelimit/policy-reads';
 import { workspaceCaps } from '../src/resources/identities/quotas';
 import { createTestGateway, type Tenant, type TestGateway } from './support/gateway';
 

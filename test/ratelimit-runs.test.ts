@@ -2,7 +2,7 @@ import type { Client } from '@libsql/client';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { PolicyCache, type PolicyLoader } from '../src/ratelimit/policy-cache';
-import { readPolicyPage } from '../src/resources/policies/queries';
+import { readPolicyPage } from '../src/ratelimit/policy-reads';
 import { completionTokens, fakeThread, promptTokens, startFakeUpstream, type FakeUpstreamServer } from './support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from './support/gateway';
 import * as ratelimit from './support/ratelimit';

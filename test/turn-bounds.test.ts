@@ -5,7 +5,7 @@ import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eq } from 'drizzle-orm';
 import { files } from '../src/db/schema';
-import type { BlobStore } from '../src/resources/files/blob-store';
+import type { BlobStore } from '../src/lib/blob-store';
 import { directoryBlobStore } from '../src/runtime/node/blob-store';
 import { fakeThread, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from './support/fake-upstream';
 import { png } from './support/files';

@@ -1,4 +1,5 @@
 import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, TransactionMode } from '@libsql/client';
+import { DEFAULT_ANSWER_MS } from '../config';
 
 /**
  * A libSQL server (sqld, Turso), seen from its HTTP clients: when writes from many connections
@@ -103,9 +104,6 @@ export class BusyRetryingClient implements Client {
   }
 }
 
-/** GATEWAY_DATABASE_TIMEOUT_MS's default. */
-export const DEFAULT_ANSWER_MS = 30_000;
-
 /** A send the database server did not answer within its deadline (BusyRetryingClient): its effect is not known. */
 export class DatabaseTimeoutError extends Error {
   override name = 'DatabaseTimeoutError';
@@ -114,14 +112,6 @@ export class DatabaseTimeoutError extends Error {
     super(`The database did not answer within ${ms} ms.`);
   }
 }
-
-/**
- * GATEWAY_DATABASE_WRITERS's default: the most that a local sqld sharing 2 cores with the gateway
- * and its load held under round after round; with 8 its waiting writers were left spinning now and
- * then (the reliability suite's sqld-writers.test.ts). A distant server may want more: each write
- * holds its turn for a round trip.
- */
-export const DEFAULT_SERVER_WRITERS = 4;
 
 /** A statement that only reads, and so takes no write turn. Anything else (WITH included) takes one. */
 const READ = /^\s*select\b/i;

@@ -11,7 +11,7 @@ import { drizzle } from 'drizzle-orm/libsql/sqlite3';
 import { migrate } from 'drizzle-orm/libsql/migrator';
 import { ConfigurationError, type Config } from '../config';
 import { innermostMessage } from '../lib/network-errors';
-import { makeDirectory } from '../runtime/node/data-dir';
+import { makeDirectory } from '../lib/make-directory';
 import type { Db } from './client';
 import { openEmbeddedClients } from './embedded-client';
 import * as schema from './schema';

@@ -2,7 +2,6 @@ import { and, asc, desc, eq, gt, lt, sql, type Placeholder, type SQL } from 'dri
 import type { AnySQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
 import { preparedQuery, type Db } from './client';
 import { ApiError } from '../errors';
-import type { CursorListQuery } from '../http/schemas';
 
 /**
  * OpenAI's cursor pagination over a `seq`-ordered table (assistants, a thread's messages): one page
@@ -16,7 +15,7 @@ import type { CursorListQuery } from '../http/schemas';
  * Drizzle building a select's SQL cost more than the read.
  */
 export async function cursorPage<Row>(
-  query: CursorListQuery,
+  query: CursorQuery,
   options: {
     db: Db;
     /** The list's table (see cursorsOf). */
@@ -57,6 +56,14 @@ export async function cursorPage<Row>(
   const page = rows.slice(0, query.limit);
   if (backwards) page.reverse();
   return { rows: page, hasMore: rows.length > query.limit };
+}
+
+/** What a list is asked for: http/schemas.ts's cursorListQuery, validated. */
+export interface CursorQuery {
+  limit: number;
+  order: 'asc' | 'desc';
+  after?: string | undefined;
+  before?: string | undefined;
 }
 
 /** One page's query, as cursorPage asks a list for it. */

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { blob, index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import type { Provider } from '../providers/adapters';
 import type { Usage } from '../providers/types';
-import type { PolicyStatus, PolicyType, PolicyUnit, TokenTicket } from '../resources/policies/schemas';
 import type {
   RequiredAction,
   RunError,
@@ -10,9 +10,8 @@ import type {
   ToolChoice,
   TruncationStrategy,
 } from '../resources/runs/schemas';
-import type { MessageAttachment, MessageContent, MessageIncompleteDetails } from '../resources/threads/schemas';
-import type { ResponseFormat, Tool, ToolResources } from '../resources/runs/tools';
-import type { Provider } from '../resources/virtual-keys/schemas';
+import type { ResponseFormat, Tool } from '../resources/assistants/tools';
+import type { ToolResources } from '../resources/vector-stores/schemas';
 
 /**
  * Every table of the gateway. Conventions:
@@ -120,6 +119,23 @@ export const encryptionCheck = sqliteTable('encryption_check', {
 });
 
 // ── Assistants, threads, messages, runs ──────────────────────────────────────────────────────
+
+/** Message content as stored and answered: OpenAI's content parts. */
+export type MessageContent =
+  | { type: 'text'; text: { value: string; annotations: unknown[] } }
+  | { type: 'image_url'; image_url: { url: string; detail?: string } }
+  | { type: 'image_file'; image_file: { file_id: string; detail?: string } };
+
+/** A file attached to a message, with the tools that may read it (file_search: it is in the thread's vector store). */
+export interface MessageAttachment {
+  file_id: string;
+  tools: { type: string }[];
+}
+
+/** Why a message ended incomplete: the answer's cap (`max_tokens`), a filter, or its run's end. */
+export interface MessageIncompleteDetails {
+  reason: string;
+}
 
 export const assistants = sqliteTable(
   'assistants',
@@ -501,6 +517,30 @@ export const vectorStoreIndexes = sqliteTable('vector_store_indexes', {
 });
 
 // ── Rate limits ──────────────────────────────────────────────────────────────────────────────
+
+/** A policy's vocabulary: the API's, the columns' and enforcement's (ratelimit/). */
+export const POLICY_TYPES = ['requests', 'tokens'] as const;
+export const POLICY_UNITS = ['rpm', 'rph', 'rpd'] as const;
+export const POLICY_STATUSES = ['active', 'archived'] as const;
+export type PolicyType = (typeof POLICY_TYPES)[number];
+export type PolicyUnit = (typeof POLICY_UNITS)[number];
+export type PolicyStatus = (typeof POLICY_STATUSES)[number];
+
+/**
+ * What a run's tokens are charged to, captured at admission and stored on the run (see
+ * ratelimit/enforce.ts): the tokens policies it matched, with its group in each, and the
+ * reservation its current turn holds in their counters.
+ */
+export interface TokenTicket {
+  workspace_id: string;
+  policies: { policy_id: string; unit: PolicyUnit; group: string }[];
+  /** Tokens reserved in each policy's counter at admission, released when the turn ends. */
+  reserved?: number;
+  /** When (ms since the epoch) the reservation was taken: its window is where it is released. */
+  reserved_at?: number;
+  /** The run's total tokens before this turn: the turn is charged the rest. */
+  base_tokens?: number;
+}
 
 export const rateLimitPolicies = sqliteTable(
   'rate_limit_policies',

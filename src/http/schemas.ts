@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { METADATA_LIMITS } from '../lib/metadata';
 
 /**
  * Building blocks shared by the request schemas, with the bounds the API documents (README).
@@ -11,9 +12,6 @@ export const queryInteger = (options: { min: number; max: number }) =>
     .regex(/^\d{1,15}$/, { error: 'expected a non-negative integer' })
     .transform(Number)
     .pipe(z.number().int().min(options.min).max(options.max));
-
-/** Metadata: at most 16 pairs, keys of at most 64 characters, string values of at most 512. */
-export const METADATA_LIMITS = { pairs: 16, keyLength: 64, valueLength: 512 } as const;
 
 export const metadataSchema = z
   .record(z.string().max(METADATA_LIMITS.keyLength), z.string().max(METADATA_LIMITS.valueLength))

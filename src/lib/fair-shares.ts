@@ -1,5 +1,3 @@
-import type { Config } from '../config';
-
 /**
  * Fair shares of something scarce among keys (the provider calls of a process among workspaces):
  * at most `calls` held at once in all and `callsPerKey` by one key, and at most `bytes` of weight
@@ -212,14 +210,4 @@ export class FairShares {
   #forgetIfIdle(state: KeyState): void {
     if (state.calls === 0 && state.bytes === 0 && !this.#waiting.has(state)) this.#keys.delete(state.key);
   }
-}
-
-/** The shares of the provider calls of a process (Deps.upstreamShares), by workspace, as configured. */
-export function upstreamShares(config: Pick<Config, 'GATEWAY_UPSTREAM_CALLS' | 'GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE' | 'GATEWAY_UPSTREAM_BYTES' | 'GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE'>): FairShares {
-  return new FairShares({
-    calls: config.GATEWAY_UPSTREAM_CALLS,
-    callsPerKey: config.GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE,
-    bytes: config.GATEWAY_UPSTREAM_BYTES,
-    bytesPerKey: config.GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE,
-  });
 }

@@ -1,4 +1,3 @@
-import { ConfigurationError } from '../config';
 import { fromBase64Url, toBase64Url } from './crypto';
 import { deleteOldest } from './maps';
 
@@ -89,13 +88,6 @@ export class SecretBox {
     }
     return decoder.decode(opened);
   }
-}
-
-/** The box of GATEWAY_ENCRYPTION_KEY (Node and Workers), with an error that names the variable. */
-export function secretBoxFromEnv(value: string): Promise<SecretBox> {
-  return SecretBox.fromBase64(value).catch((error: Error) => {
-    throw new ConfigurationError(`Invalid GATEWAY_ENCRYPTION_KEY: ${error.message}`);
-  });
 }
 
 /** A new random key in standard base64 (what `openssl rand -base64 32` prints). */

@@ -1,5 +1,8 @@
-import type { Provider } from '../resources/virtual-keys/schemas';
 import type { ChatCompletionRequest } from './types';
+
+/** The kinds of upstream a virtual key names (its `provider`): one adapter each. */
+export const PROVIDERS = ['openai', 'azure-openai'] as const;
+export type Provider = (typeof PROVIDERS)[number];
 
 /**
  * One adapter per kind of upstream, behind one shape: where to send a Chat Completions request and

@@ -1,5 +1,5 @@
 import { ApiError } from '../errors';
-import { METADATA_LIMITS } from '../http/schemas';
+import { METADATA_LIMITS } from '../lib/metadata';
 import { ATTRIBUTE_KEYS, METADATA_PREFIX } from './vocabulary';
 
 /** The request as policies see it: the values of the vocabulary's keys (see vocabulary.ts). */

@@ -1,11 +1,12 @@
-import type { PolicyUnit, TokenTicket } from '../resources/policies/schemas';
-import type { Deps } from '../deps';
+import type { PolicyUnit, TokenTicket } from '../db/schema';
 import { ApiError } from '../errors';
 import { sha256Hex } from '../lib/crypto';
+import type { Logger } from '../logger';
 import { attributeValues, type RequestAttributes } from './attributes';
-import { hasRoom, type CounterAdjustment, type CounterAdmission } from './counter-store';
+import { hasRoom, type CounterAdjustment, type CounterAdmission, type CounterStore } from './counter-store';
 import { goDuration, rateLimitHeaders, tightest, type PolicyUsage } from './headers';
 import type { ActivePolicy } from './matching';
+import type { PolicyCache } from './policy-cache';
 import { secondsUntil, UNIT_NAMES, windowOf } from './windows';
 
 /**
@@ -15,6 +16,14 @@ import { secondsUntil, UNIT_NAMES, windowOf } from './windows';
  */
 
 export type { TokenTicket };
+
+/** What enforcement takes of the gateway's Deps. */
+export interface RateLimitDeps {
+  policyCache: PolicyCache;
+  counters: CounterStore;
+  now: () => number;
+  log: Logger;
+}
 
 export interface Admission {
   /**
@@ -47,7 +56,7 @@ export interface TurnTokens {
  * `settingsGeneration`, the request's (db/settings-cache.ts), spares the policy version read while it holds.
  */
 export async function admitRequest(
-  deps: Pick<Deps, 'policyCache' | 'now' | 'counters'>,
+  deps: Pick<RateLimitDeps, 'policyCache' | 'now' | 'counters'>,
   attributes: RequestAttributes,
   turn: TurnTokens,
   settingsGeneration: number | null = null,
@@ -96,7 +105,7 @@ export async function admitRequest(
  * two are one change. Counters never go below 0. A failure is logged, never thrown: it must not
  * fail a finished turn (the reservation then stays counted until its window ends).
  */
-export async function settleTokens(deps: Pick<Deps, 'now' | 'counters' | 'log'>, ticket: TokenTicket | null, tokens: number): Promise<void> {
+export async function settleTokens(deps: Pick<RateLimitDeps, 'now' | 'counters' | 'log'>, ticket: TokenTicket | null, tokens: number): Promise<void> {
   if (!ticket) return;
   const charged = Number.isFinite(tokens) && tokens > 0 ? tokens : 0;
   const reserved = ticket.reserved ?? 0;

@@ -1,5 +1,5 @@
-import type { PolicyType, PolicyUnit } from '../resources/policies/schemas';
-import type { EnforcedPolicyRow } from '../resources/policies/queries';
+import type { PolicyType, PolicyUnit } from '../db/schema';
+import type { EnforcedPolicyRow } from './policy-reads';
 import { ANY_VALUE } from './vocabulary';
 
 /** An active policy as enforcement needs it. */

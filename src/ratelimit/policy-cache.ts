@@ -1,5 +1,5 @@
 import type { Db } from '../db/client';
-import { readPolicyPage, readPolicyVersion, type PolicyPage } from '../resources/policies/queries';
+import { readPolicyPage, readPolicyVersion, type PolicyPage } from './policy-reads';
 import { PolicyIndex, toActivePolicy, type ActivePolicy } from './matching';
 
 /** Reads one page of a workspace's policies: readPolicyPage, unless a test injects a fault. */

@@ -1,4 +1,4 @@
-import type { PolicyUnit } from '../resources/policies/schemas';
+import type { PolicyUnit } from '../db/schema';
 
 /** The length of each unit's window. Each divides a day, so windows align to UTC boundaries. */
 export const WINDOW_MS: Record<PolicyUnit, number> = { rpm: 60_000, rph: 3_600_000, rpd: 86_400_000 };

@@ -1,10 +1,14 @@
-import type { Deps } from '../deps';
+import { sql } from 'drizzle-orm';
+import type { Config } from '../config';
+import type { Db } from '../db/client';
+import { usage } from '../db/schema';
+import type { SecretBox } from '../lib/secrets';
 import { ADAPTERS } from '../providers/adapters';
 import { createEmbeddings, MAX_DIMENSIONS, retryable } from '../providers/embeddings';
-import { UpstreamError } from '../providers/types';
+import { UpstreamError, type UpstreamFetch } from '../providers/types';
 import { admitRequest, settleTokens } from '../ratelimit';
+import type { RateLimitDeps } from '../ratelimit/enforce';
 import { CHARS_PER_TOKEN } from '../ratelimit/reservation';
-import { recordEmbeddingsUsage } from '../resources/usage/queries';
 import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type VirtualKey } from '../resources/virtual-keys/commands';
 
 /**
@@ -37,7 +41,13 @@ export interface EmbeddedTexts {
   promptTokens: number;
 }
 
-export type EmbedDeps = Pick<Deps, 'db' | 'secrets' | 'fetch' | 'config' | 'now' | 'counters' | 'policyCache' | 'log'>;
+/** What embedding takes of the gateway's Deps: its calls are admitted, charged and counted like a run's. */
+export interface EmbedDeps extends RateLimitDeps {
+  db: Db;
+  secrets: SecretBox;
+  fetch: UpstreamFetch;
+  config: Config;
+}
 
 /** Texts per embeddings call: OpenAI takes 2048 inputs and 300k tokens; chunks are up to 4096 tokens. */
 export const BATCH_TEXTS = 64;
@@ -108,6 +118,38 @@ async function keyFor(deps: EmbedDeps, target: EmbeddingTarget): Promise<Virtual
   }
   return resolveVirtualKey(deps.db, target.workspaceId, { slug: undefined, model: target.model });
 }
+
+/** Counts one embeddings call in its hour of the `usage` table (GET /v1/usage reads it), in one upsert. */
+async function recordEmbeddingsUsage(
+  db: Db,
+  call: { workspaceId: string; at: number; model: string; apiKeyId: string; virtualKeyId: string; promptTokens: number },
+): Promise<void> {
+  const tokens = Math.max(0, Math.floor(call.promptTokens));
+  await db
+    .insert(usage)
+    .values({
+      workspaceId: call.workspaceId,
+      hour: call.at - (call.at % HOUR_MS),
+      kind: 'embeddings',
+      model: call.model,
+      apiKeyId: call.apiKeyId,
+      virtualKeyId: call.virtualKeyId,
+      requests: 1,
+      promptTokens: tokens,
+      completionTokens: 0,
+      totalTokens: tokens,
+    })
+    .onConflictDoUpdate({
+      target: [usage.workspaceId, usage.hour, usage.kind, usage.model, usage.apiKeyId, usage.virtualKeyId],
+      set: {
+        requests: sql`${usage.requests} + 1`,
+        promptTokens: sql`${usage.promptTokens} + ${tokens}`,
+        totalTokens: sql`${usage.totalTokens} + ${tokens}`,
+      },
+    });
+}
+
+const HOUR_MS = 3_600_000;
 
 /** `attempt` given the ms left before DEADLINE_MS, again while it fails for a passing reason and time is left. */
 async function withRetries<T>(signal: AbortSignal | undefined, attempt: (timeoutMs: number) => Promise<T>): Promise<T> {

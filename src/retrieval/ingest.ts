@@ -1,10 +1,9 @@
 import { and, asc, eq, notInArray, sql, type SQL } from 'drizzle-orm';
 import { batchWrites, type Statement } from '../db/client';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores, type VectorStoreFileError } from '../db/schema';
-import type { Deps } from '../deps';
 import { ApiError } from '../errors';
+import type { BlobStore } from '../lib/blob-store';
 import { UpstreamError } from '../providers/types';
-import type { VectorStoreFileRow } from '../resources/vector-stores/queries';
 import { claimableAt } from './claims';
 import type { Chunk } from './chunk';
 import type { Chunker } from './chunker';
@@ -28,7 +27,7 @@ import { ExtractionError, formatOf } from './extract';
  * their window resets, without counting it.
  */
 
-export type IngestDeps = EmbedDeps & Pick<Deps, 'blobs'>;
+export type IngestDeps = EmbedDeps & { blobs: BlobStore };
 
 export const LEASE_MS = 5 * 60_000;
 export const MAX_ATTEMPTS = 3;
@@ -58,7 +57,7 @@ export function ingestOptions(config: IngestDeps['config'], chunker: Chunker): I
 
 /** A file claimed for ingestion: its row, with the lease it holds. */
 export interface Claim {
-  row: VectorStoreFileRow;
+  row: typeof vectorStoreFiles.$inferSelect;
   lease: number;
 }
 

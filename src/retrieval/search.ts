@@ -1,9 +1,10 @@
 import { and, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import type { Deps } from '../deps';
+import type { Slices } from '../lib/slices';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
 import { ApiError } from '../errors';
-import type { AttributeFilter, ComparisonFilter, VectorStoreSearchBody } from '../resources/vector-stores/search-schemas';
+import type { AttributeFilter, ComparisonFilter } from './filters';
+import type { VectorStoreSearchBody } from '../resources/vector-stores/search-schemas';
 import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
 import { indexNames, SEARCH_L, storeIdPart } from './vector-index';
 
@@ -108,7 +109,7 @@ export async function findStores(db: Db, workspaceId: string, ids: readonly stri
 }
 
 /** What searching needs: embedding, and the event loop's slices (on Node, one loop serves every tenant). */
-export type SearchDeps = EmbedDeps & Pick<Deps, 'slices'>;
+export type SearchDeps = EmbedDeps & { slices: Slices };
 
 /**
  * Searches `stores` (one workspace's) for `options.queries`: the best chunks, best first. Between

@@ -1,7 +1,8 @@
 import { and, eq, isNotNull, isNull, sql } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { vectorStoreIndexes, vectorStores } from '../db/schema';
-import type { Deps } from '../deps';
+import type { Config } from '../config';
+import type { Slices } from '../lib/slices';
 
 /**
  * Approximate-nearest-neighbour indexes of large vector stores, so that a store's vector search
@@ -62,7 +63,7 @@ export interface MaintenanceOptions {
   maxBatches?: number;
 }
 
-type MaintenanceDeps = Pick<Deps, 'db' | 'config' | 'now' | 'slices'>;
+type MaintenanceDeps = { db: Db; config: Config; now: () => number; slices: Slices };
 
 /**
  * One pass: drops the indexes of deleted stores, creates the index of stores past the threshold

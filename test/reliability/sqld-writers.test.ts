@@ -1,7 +1,8 @@
 import { createClient } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSqld, type RunningSqld } from '../../scripts/sqld';
-import { BusyRetryingClient, DEFAULT_SERVER_WRITERS } from '../../src/db/busy-retry';
+import { BusyRetryingClient } from '../../src/db/busy-retry';
+import { DEFAULT_SERVER_WRITERS } from '../../src/config';
 
 /**
  * Writes to a libSQL server (sqld, as Turso runs it, its load shedding on) from many connections

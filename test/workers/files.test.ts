@@ -3,7 +3,7 @@ import { createScheduledController } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import OpenAI, { NotFoundError, toFile } from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
-import { BlobTooLarge, type BlobStore } from '../../src/resources/files/blob-store';
+import { BlobTooLarge, type BlobStore } from '../../src/lib/blob-store';
 import worker from '../../src/worker';
 import { r2BlobStore } from '../../src/runtime/workers/blob-store';
 import { errorOf, json } from '../support/envelope';

@@ -13,7 +13,8 @@ import { listObject } from '../../http/lists';
 import type { ApiEnv } from '../../http/env';
 import { storeRequest } from '../vector-stores/store-request';
 import { responds } from '../../http/middleware/responds';
-import { assistantObject, deletedObject, listOf } from '../../http/objects';
+import { deletedObject, listOf } from '../../http/objects';
+import { assistantObject } from './objects';
 
 /**
  * /v1/assistants, in the workspace of workspace(). Retrieving one needs a virtual key that would

@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { metadataSchema } from '../../http/schemas';
-import { responseFormatSchema, toolResourcesInputSchema, toolsSchema } from '../runs/tools';
+import { responseFormatSchema, toolsSchema } from './tools';
+import { toolResourcesInputSchema } from '../vector-stores/schemas';
 
 /**
  * Assistants: OpenAI's CreateAssistantRequest with the gateway's bounds (README: name 256,

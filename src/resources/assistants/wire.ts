@@ -1,5 +1,5 @@
 import { toUnixSeconds } from '../../lib/time';
-import type { AssistantObject } from '../../http/objects';
+import type { AssistantObject } from './objects';
 import type { AssistantRow } from './queries';
 
 /** OpenAI's Assistant object, from its row: every field, defaults filled. */

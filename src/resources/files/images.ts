@@ -3,7 +3,6 @@ import { ApiError } from '../../errors';
 import { base64Length, concatBytes } from '../../lib/bytes';
 import { UpstreamError, type ChatContentPart, type ChatMessage, type StreamedImage, type StreamedImagePart } from '../../providers/types';
 import type { PromptMessage } from '../runs/execution/prompt';
-import type { ThreadMessageInput } from '../threads/schemas';
 import { getFile, type FileRow } from './queries';
 import { hostKind, parseHttpUrl, privateRefusal, type UpstreamUrlOptions } from '../../lib/upstream-url';
 import { upstreamRules } from '../virtual-keys/upstream-rules';
@@ -34,6 +33,11 @@ const IMAGE_PURPOSES = new Set(['vision', 'assistants']);
 
 type ImageDeps = Pick<Deps, 'db' | 'blobs'>;
 
+/** A message as a request gives it (a thread's, a run's additional ones), as far as its images go. */
+type MessageInput = {
+  content: string | readonly ({ type: 'text' } | { type: 'image_url'; image_url: { url: string } } | { type: 'image_file'; image_file: { file_id: string } })[];
+};
+
 /**
  * Refuses a message whose images cannot be sent: 400 naming the part. An image_file part
  * (`messages[0].content[1].image_file.file_id`) for an unknown or another workspace's file, one
@@ -45,7 +49,7 @@ type ImageDeps = Pick<Deps, 'db' | 'blobs'>;
 export async function checkImages(
   deps: ImageDeps & Pick<Deps, 'now' | 'config'>,
   workspaceId: string,
-  messages: readonly ThreadMessageInput[],
+  messages: readonly MessageInput[],
   param: (index: number) => string,
 ): Promise<void> {
   let rules: UpstreamUrlOptions | undefined;

@@ -90,7 +90,7 @@ export class UploadReservation {
   }
 
   /**
-   * Reserves a chunk of `bytes` before the store writes it (the store's `admit`, resources/files/blob-store.ts):
+   * Reserves a chunk of `bytes` before the store writes it (the store's `admit`, lib/blob-store.ts):
    * at once while what is held covers it, else once a step is taken; throws quota_exceeded when
    * it cannot be (the store then writes no more). Called for one chunk at a time.
    */

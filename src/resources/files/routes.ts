@@ -11,7 +11,8 @@ import { toFileJson } from './wire';
 import { listObject } from '../../http/lists';
 import type { ApiEnv } from '../../http/env';
 import { responds } from '../../http/middleware/responds';
-import { deletedObject, fileObject, listOf } from '../../http/objects';
+import { deletedObject, listOf } from '../../http/objects';
+import { fileObject } from './objects';
 
 /**
  * /v1/files, in the workspace of workspace(). An upload is multipart/form-data, read by the route

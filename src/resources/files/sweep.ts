@@ -1,6 +1,6 @@
 import type { Deps } from '../../deps';
 import { blobKeysHeld, forgetLapsedReservations, lapsedReservations } from './reservation-queries';
-import type { StoredBlob } from './blob-store';
+import type { StoredBlob } from '../../lib/blob-store';
 import { UPLOAD_LEASE_MS } from './reservation';
 
 /**

@@ -1,6 +1,6 @@
 import { parseMultipart, type MultipartPart } from 'multitars';
 import { ApiError } from '../../errors';
-import { BlobTooLarge, capped, StoreFull, type BlobStore, type PutOptions } from './blob-store';
+import { BlobTooLarge, capped, StoreFull, type BlobStore, type PutOptions } from '../../lib/blob-store';
 
 /**
  * Reading a multipart/form-data upload (POST /v1/files) as the OpenAI SDKs send it: the `file` part

@@ -1,5 +1,5 @@
 import { toUnixSeconds } from '../../lib/time';
-import type { FileObject } from '../../http/objects';
+import type { FileObject } from './objects';
 import type { FileRow } from './queries';
 
 /**

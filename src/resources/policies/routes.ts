@@ -15,7 +15,7 @@ import { toPolicyJson } from './wire';
 import { resolveWorkspaceScope } from '../identities/workspaces';
 import type { ApiEnv } from '../../http/env';
 import { responds } from '../../http/middleware/responds';
-import { createdPolicy, policyList, policyObject } from '../../http/objects';
+import { createdPolicy, policyList, policyObject } from './objects';
 
 /** /v1/policies/rate-limits */
 export const policyRoutes = new Hono<ApiEnv>()

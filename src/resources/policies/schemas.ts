@@ -1,17 +1,11 @@
 import * as z from 'zod';
 import { ATTRIBUTE_KEYS_DESCRIPTION, isAttributeKey } from '../../ratelimit/vocabulary';
 import { queryInteger, uuidString } from '../../http/schemas';
+import { POLICY_STATUSES, POLICY_TYPES, POLICY_UNITS } from '../../db/schema';
 
 /**
  * Rate-limit policies: list and create, plus GET, PUT and DELETE of one policy.
  */
-
-export const POLICY_TYPES = ['requests', 'tokens'] as const;
-export const POLICY_UNITS = ['rpm', 'rph', 'rpd'] as const;
-export const POLICY_STATUSES = ['active', 'archived'] as const;
-export type PolicyType = (typeof POLICY_TYPES)[number];
-export type PolicyUnit = (typeof POLICY_UNITS)[number];
-export type PolicyStatus = (typeof POLICY_STATUSES)[number];
 
 /** Bounds of our own, chosen so that a policy stays cheap to match. */
 export const POLICY_LIMITS = {
@@ -96,20 +90,3 @@ export const listPoliciesQuery = z.strictObject({
   current_page: queryInteger({ min: 0, max: 1_000_000_000 }).default(0),
 });
 export type ListPoliciesQuery = z.infer<typeof listPoliciesQuery>;
-
-
-/**
- * What a run's tokens are charged to, captured at admission and stored on the run (see
- * ratelimit/enforce.ts): the tokens policies it matched, with its group in each, and the
- * reservation its current turn holds in their counters.
- */
-export interface TokenTicket {
-  workspace_id: string;
-  policies: { policy_id: string; unit: PolicyUnit; group: string }[];
-  /** Tokens reserved in each policy's counter at admission, released when the turn ends. */
-  reserved?: number;
-  /** When (ms since the epoch) the reservation was taken: its window is where it is released. */
-  reserved_at?: number;
-  /** The run's total tokens before this turn: the turn is charged the rest. */
-  base_tokens?: number;
-}

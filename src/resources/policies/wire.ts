@@ -1,4 +1,4 @@
-import type { PolicyObject } from '../../http/objects';
+import type { PolicyObject } from './objects';
 import type { PolicyRow } from './queries';
 
 /** A rate-limit policy on the wire: timestamps in ISO 8601. */

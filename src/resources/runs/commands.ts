@@ -28,7 +28,7 @@ import { getThread, setToolResources, type MessageRow, type ThreadRow } from '..
 import { getVirtualKey, type VirtualKey } from '../virtual-keys/commands';
 import { toRunJson, toStepJson } from './wire';
 import { wakeIngestion } from '../vector-stores/commands';
-import { attachedFiles, threadStoreWrites } from '../vector-stores/thread-stores';
+import { attachedFiles, threadStoreWrites } from '../threads/thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 import { toThreadJson } from '../threads/wire';
 import type { ServerSentEvent } from './execution/event-stream';

@@ -22,7 +22,7 @@ import { ApiError } from '../../errors';
 import { TextParts, type TextBuilder } from '../../lib/text';
 import type { Usage } from '../../providers/types';
 import type { CursorListQuery } from '../../http/schemas';
-import type { TokenTicket } from '../policies/schemas';
+import type { TokenTicket } from '../../db/schema';
 import type { ToolCallsDetails } from './schemas';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 import { threadRows, type MessageRow, type ThreadRow } from '../threads/queries';

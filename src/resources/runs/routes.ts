@@ -33,7 +33,8 @@ import { listObject } from '../../http/lists';
 import { toRunJson, toStepJson } from './wire';
 import type { WorkspaceEnv } from '../../http/env';
 import { responds } from '../../http/middleware/responds';
-import { listOf, runObject, runStepObject } from '../../http/objects';
+import { listOf } from '../../http/objects';
+import { runObject, runStepObject } from './objects';
 
 /** How often the OpenAI SDK's pollers should ask about a run that is still going. */
 const POLL_AFTER_MS = '250';

@@ -1,7 +1,8 @@
 import * as z from 'zod';
 import { cursorListQuery, metadataSchema } from '../../http/schemas';
 import { THREAD_LIMITS, threadMessageSchema, threadSchema } from '../threads/schemas';
-import { functionName, responseFormatSchema, toolResourcesSchema, toolsSchema } from './tools';
+import { functionName, responseFormatSchema, toolsSchema } from '../assistants/tools';
+import { toolResourcesSchema } from '../vector-stores/schemas';
 
 /**
  * Runs: creating one on an existing thread (POST /threads/{id}/runs, OpenAI's CreateRunRequest) or

@@ -1,5 +1,5 @@
 import { toUnixSeconds } from '../../lib/time';
-import type { RunObject, RunStepObject } from '../../http/objects';
+import type { RunObject, RunStepObject } from './objects';
 import type { StepDetails } from './schemas';
 import { isTerminal, type RunRow, type StepRow } from './queries';
 

@@ -17,7 +17,7 @@ import {
 } from './queries';
 import { openRunOf, threadHeld, type HoldingRun } from '../runs/queries';
 import { wakeIngestion, type StoreRequest } from '../vector-stores/commands';
-import { attachedFiles, threadStoreWrites } from '../vector-stores/thread-stores';
+import { attachedFiles, threadStoreWrites } from './thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 
 /**

@@ -1,7 +1,6 @@
 import { and, asc, eq, ne, or, sql } from 'drizzle-orm';
 import { preparedQueries, preparedQuery, type Db } from '../../db/client';
 import { messages, runs, runSteps } from '../../db/schema';
-import type { StepRow } from '../runs/queries';
 import type { MessageRow } from './queries';
 
 /**
@@ -13,7 +12,7 @@ import type { MessageRow } from './queries';
  */
 
 /** A step of one of the thread's runs, with the time its run was created. */
-export type HistoryStep = Pick<StepRow, 'runId' | 'type' | 'status' | 'stepDetails'> & { runCreatedAt: number };
+export type HistoryStep = Pick<typeof runSteps.$inferSelect, 'runId' | 'type' | 'status' | 'stepDetails'> & { runCreatedAt: number };
 
 export interface History {
   /** The thread's messages, oldest first. */

@@ -18,7 +18,7 @@ import { messages, runs, runSteps, THREAD_HOLDING_SQL, threads, type MessageStat
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
 import type { ModifyMessageBody, ModifyThreadBody } from './schemas';
-import type { ToolResources } from '../runs/tools';
+import type { ToolResources } from '../vector-stores/schemas';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 
 /** Threads and their messages: their queries (their JSON is resources/threads/wire.ts). */

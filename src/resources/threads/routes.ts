@@ -8,10 +8,10 @@ import { createMessage, createThread, deleteThread, modifyThread } from './comma
 import { listObject } from '../../http/lists';
 import { toMessageJson, toThreadJson } from './wire';
 import type { ApiEnv, WorkspaceEnv } from '../../http/env';
-import { runRoutes } from '../runs/routes';
 import { storeRequest } from '../vector-stores/store-request';
 import { responds } from '../../http/middleware/responds';
-import { deletedObject, listOf, messageObject, threadObject } from '../../http/objects';
+import { deletedObject, listOf } from '../../http/objects';
+import { messageObject, threadObject } from './objects';
 
 /** Threads and their messages, under /v1/threads. */
 const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
@@ -57,10 +57,10 @@ const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
   });
 
 /**
- * /v1/threads: threads, their messages and their runs, in the workspace of workspace(). The run
- * routes go first: `POST /runs` (createAndRun) must not be taken for a thread whose id is "runs".
+ * /v1/threads: threads, their messages and their runs, in the workspace of workspace(). The runs'
+ * routes (resources/runs/routes.ts) are handed in by app.ts, since runs use threads and not the
+ * other way round. They go first: `POST /runs` (createAndRun) must not be taken for a thread whose
+ * id is "runs".
  */
-export const threadRoutes = new Hono<ApiEnv>()
-  .use(assistantsBeta(), workspace())
-  .route('/', runRoutes)
-  .route('/', threadAndMessageRoutes);
+export const threadRoutes = (runRoutes: Hono<WorkspaceEnv>) =>
+  new Hono<ApiEnv>().use(assistantsBeta(), workspace()).route('/', runRoutes).route('/', threadAndMessageRoutes);

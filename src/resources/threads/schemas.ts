@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { cursorListQuery, metadataSchema } from '../../http/schemas';
-import { toolResourcesInputSchema, toolResourcesSchema } from '../runs/tools';
+import { toolResourcesInputSchema, toolResourcesSchema } from '../vector-stores/schemas';
 
 /**
  * Threads and their messages: the bodies that create and modify them (alone, or a thread created
@@ -72,20 +72,3 @@ export const modifyMessageBody = z.strictObject({ metadata: metadataSchema.nulla
 export type ModifyMessageBody = z.infer<typeof modifyMessageBody>;
 
 export const listMessagesQuery = cursorListQuery.extend({ run_id: z.string().min(1).max(128).optional() });
-
-/** Message content as stored and answered: OpenAI's content parts. */
-export type MessageContent =
-  | { type: 'text'; text: { value: string; annotations: unknown[] } }
-  | { type: 'image_url'; image_url: { url: string; detail?: string } }
-  | { type: 'image_file'; image_file: { file_id: string; detail?: string } };
-
-/** A file attached to a message, with the tools that may read it (file_search: it is in the thread's vector store). */
-export interface MessageAttachment {
-  file_id: string;
-  tools: { type: string }[];
-}
-
-/** Why a message ended incomplete: the answer's cap (`max_tokens`), a filter, or its run's end. */
-export interface MessageIncompleteDetails {
-  reason: string;
-}

@@ -1,5 +1,5 @@
 import { toUnixSeconds } from '../../lib/time';
-import type { MessageObject, ThreadObject } from '../../http/objects';
+import type { MessageObject, ThreadObject } from './objects';
 import type { MessageRow, ThreadRow } from './queries';
 
 /** OpenAI's Thread and Message objects, from their rows. */

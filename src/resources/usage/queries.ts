@@ -1,46 +1,16 @@
 import { and, gte, inArray, lt, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../../db/client';
 import { usage, virtualKeys, workspaces, type UsageKind } from '../../db/schema';
-import type { UsagePage, UsageResult } from '../../http/objects';
+import type { UsagePage, UsageResult } from './objects';
 import { BUCKET_LIMITS, type BucketWidth, type UsageGroup } from './schemas';
 
 /**
  * Token usage, added up: per hour in the `usage` table (runs by a trigger as they end, embeddings
- * calls by recordEmbeddingsUsage), read here into buckets of an hour or a day.
+ * calls by retrieval/embed.ts), read here into buckets of an hour or a day.
  */
 
 const HOUR_MS = 3_600_000;
 const WIDTH_MS: Record<BucketWidth, number> = { '1h': HOUR_MS, '1d': 24 * HOUR_MS };
-
-/** Counts one embeddings call in its hour (the call's own statement: an upsert). */
-export async function recordEmbeddingsUsage(
-  db: Db,
-  call: { workspaceId: string; at: number; model: string; apiKeyId: string; virtualKeyId: string; promptTokens: number },
-): Promise<void> {
-  const tokens = Math.max(0, Math.floor(call.promptTokens));
-  await db
-    .insert(usage)
-    .values({
-      workspaceId: call.workspaceId,
-      hour: call.at - (call.at % HOUR_MS),
-      kind: 'embeddings',
-      model: call.model,
-      apiKeyId: call.apiKeyId,
-      virtualKeyId: call.virtualKeyId,
-      requests: 1,
-      promptTokens: tokens,
-      completionTokens: 0,
-      totalTokens: tokens,
-    })
-    .onConflictDoUpdate({
-      target: [usage.workspaceId, usage.hour, usage.kind, usage.model, usage.apiKeyId, usage.virtualKeyId],
-      set: {
-        requests: sql`${usage.requests} + 1`,
-        promptTokens: sql`${usage.promptTokens} + ${tokens}`,
-        totalTokens: sql`${usage.totalTokens} + ${tokens}`,
-      },
-    });
-}
 
 export interface UsageRequest {
   /** The workspaces counted: one, or every one of an organisation. */

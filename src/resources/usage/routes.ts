@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { responds } from '../../http/middleware/responds';
 import { validate } from '../../http/middleware/validate';
-import { usagePage } from '../../http/objects';
+import { usagePage } from './objects';
 import { usageQuery } from './schemas';
 import { usageBuckets } from './queries';
 import { resolveWorkspaceScope } from '../identities/workspaces';

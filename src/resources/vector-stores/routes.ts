@@ -35,7 +35,8 @@ import { toFileBatchJson, toVectorStoreFileJson, toVectorStoreJson } from './wir
 import type { ApiEnv, WorkspaceEnv } from '../../http/env';
 import { storeRequest } from './store-request';
 import { responds } from '../../http/middleware/responds';
-import { deletedObject, listOf, vectorStoreFileBatchObject, vectorStoreFileContentPage, vectorStoreFileObject, vectorStoreObject } from '../../http/objects';
+import { deletedObject, listOf } from '../../http/objects';
+import { vectorStoreFileBatchObject, vectorStoreFileContentPage, vectorStoreFileObject, vectorStoreObject } from './objects';
 
 /**
  * /v1/vector_stores (without /search): stores, their files and file batches, in the workspace of

@@ -100,3 +100,47 @@ export const vectorStoreFileStatus = z.enum(['in_progress', 'completed', 'failed
 
 export const listVectorStoreFilesQuery = cursorListQuery.extend({ filter: vectorStoreFileStatus.optional() });
 export type ListVectorStoreFilesQuery = z.infer<typeof listVectorStoreFilesQuery>;
+
+/**
+ * Tool resources, the files and vector stores an assistant's, a thread's or a run's tools use
+ * (code_interpreter, file_search).
+ */
+const fileIds = z.array(z.string().min(1).max(256)).max(20);
+const vectorStoreIds = z.array(z.string().min(1).max(256)).max(1);
+
+export const toolResourcesSchema = z.strictObject({
+  code_interpreter: z.strictObject({ file_ids: fileIds.optional() }).optional(),
+  file_search: z.strictObject({ vector_store_ids: vectorStoreIds.optional() }).optional(),
+});
+export type ToolResources = z.infer<typeof toolResourcesSchema>;
+
+/**
+ * Tool resources as an assistant or a new thread is given them: file_search may also create its
+ * vector store, from files (`vector_stores`, at most one, OpenAI's rule), instead of naming one
+ * (`vector_store_ids`). Stored as ToolResources, the store created named by its id.
+ */
+export const toolResourcesInputSchema = toolResourcesSchema.extend({
+  file_search: toolResourcesSchema.shape.file_search
+    .unwrap()
+    .extend({
+      vector_stores: z
+        .array(
+          z.strictObject({
+            file_ids: z.array(z.string().min(1).max(256)).max(VECTOR_STORE_LIMITS.storeFiles).optional(),
+            chunking_strategy: chunkingStrategySchema.optional(),
+            metadata: metadataSchema.nullable().optional(),
+          }),
+        )
+        .max(1)
+        .optional(),
+    })
+    .refine((value) => value.vector_store_ids === undefined || value.vector_stores === undefined, {
+      path: ['vector_stores'],
+      error: "'vector_store_ids' and 'vector_stores' are mutually exclusive: send one of them.",
+    })
+    .optional(),
+});
+export type ToolResourcesInput = z.infer<typeof toolResourcesInputSchema>;
+
+/** A vector store that tool_resources create. */
+export type InlineVectorStore = NonNullable<NonNullable<ToolResourcesInput['file_search']>['vector_stores']>[number];

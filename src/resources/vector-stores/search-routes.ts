@@ -6,7 +6,7 @@ import { vectorStoreSearchBody } from './search-schemas';
 import { toSearchResultsPage } from './search-wire';
 import type { ApiEnv } from '../../http/env';
 import { responds } from '../../http/middleware/responds';
-import { vectorStoreSearchResultsPage } from '../../http/objects';
+import { vectorStoreSearchResultsPage } from './objects';
 
 /**
  * POST /v1/vector_stores/{vector_store_id}/search, in the workspace of workspace(). The query is

@@ -1,5 +1,5 @@
 import type { SearchResult } from '../../retrieval/search';
-import type { VectorStoreSearchResultsPage } from '../../http/objects';
+import type { VectorStoreSearchResultsPage } from './objects';
 
 /** OpenAI's VectorStoreSearchResultsPage: one item per chunk found, best first, in one page. */
 export function toSearchResultsPage(queries: string[], results: SearchResult[]): VectorStoreSearchResultsPage {

@@ -1,6 +1,6 @@
 import type { SQL } from 'drizzle-orm';
 import type { BuiltStatement, Db } from '../../db/client';
-import type { InlineVectorStore, ToolResources, ToolResourcesInput } from '../runs/tools';
+import type { InlineVectorStore, ToolResources, ToolResourcesInput } from './schemas';
 import { checkFiles, getVectorStore, type FileToAdd } from './queries';
 import { filesToAdd, itemOf, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from './commands';
 

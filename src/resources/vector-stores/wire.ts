@@ -1,5 +1,5 @@
 import { toUnixSeconds } from '../../lib/time';
-import type { VectorStoreFileBatchObject, VectorStoreFileObject, VectorStoreObject } from '../../http/objects';
+import type { VectorStoreFileBatchObject, VectorStoreFileObject, VectorStoreObject } from './objects';
 import type { FileBatchRow, FileCounts, VectorStoreFileRow, VectorStoreRow } from './queries';
 
 /** OpenAI's VectorStoreObject, VectorStoreFileObject and VectorStoreFileBatchObject, from their rows. */

@@ -10,9 +10,9 @@ import {
   DEFAULT_OPENAI_BASE_URL,
   misplacedAzureField,
   type CreateVirtualKeyBody,
-  type Provider,
   type UpdateVirtualKeyBody,
 } from './schemas';
+import type { Provider } from '../../providers/adapters';
 import { quotaExceeded } from '../identities/quotas';
 
 /**

@@ -12,7 +12,7 @@ import { resolveWorkspaceScope } from '../identities/workspaces';
 import { toVirtualKeyJson } from './wire';
 import type { ApiEnv } from '../../http/env';
 import { responds } from '../../http/middleware/responds';
-import { virtualKeyList, virtualKeyObject } from '../../http/objects';
+import { virtualKeyList, virtualKeyObject } from './objects';
 
 /** The workspace a write acts on: an organisation key must name it (resolveWorkspaceScope throws otherwise). */
 async function workspaceOf(c: Context<ApiEnv>, ref: string | undefined): Promise<string> {

@@ -1,13 +1,11 @@
 import * as z from 'zod';
+import { PROVIDERS, type Provider } from '../../providers/adapters';
 
 /**
  * Virtual keys: a workspace's stored provider credentials, selected per run by slug with
  * `x-gateway-virtual-key`, else by the run's model (`models`), else the workspace's `default`
  * (resources/virtual-keys/commands.ts, resolveVirtualKey). The API and the CLI validate with these same schemas.
  */
-
-export const PROVIDERS = ['openai', 'azure-openai'] as const;
-export type Provider = (typeof PROVIDERS)[number];
 
 /** `openai` means any OpenAI-compatible Chat Completions server; this is OpenAI's own. */
 export const DEFAULT_OPENAI_BASE_URL = 'https://api.openai.com/v1';

@@ -1,5 +1,5 @@
 import { toUnixSeconds } from '../../lib/time';
-import type { VirtualKeyObject } from '../../http/objects';
+import type { VirtualKeyObject } from './objects';
 import { servedModel, type VirtualKey } from './commands';
 
 /** A virtual key as the API and the CLI show it: never its secret. */

@@ -3,7 +3,7 @@ import type { Dirent } from 'node:fs';
 import { mkdir, open, opendir, rename, rm, stat, statfs, type FileHandle } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Config } from '../../config';
-import { capped, StoreFull, type BlobStore, type StoredBlob } from '../../resources/files/blob-store';
+import { capped, StoreFull, type BlobStore, type StoredBlob } from '../../lib/blob-store';
 
 /**
  * The blob store on Node: one file per key in `root` (DATA_DIR/files, private to the owner as the

@@ -1,4 +1,4 @@
-import type { Config } from '../../config';
+import { upstreamShares, type Config } from '../../config';
 import type { NodeDatabase } from '../../db/node';
 import type { Deps } from '../../deps';
 import { createLogger } from '../../logger';
@@ -14,7 +14,6 @@ import { inProcessRunHost } from './run-host';
 import { requestBody } from './request-body';
 import { nodeStaticAsset } from './static-assets';
 import { upstreamFetch } from './upstream-fetch';
-import { upstreamShares } from '../../lib/fair-shares';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the

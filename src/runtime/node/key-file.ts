@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { link, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import type { Config } from '../../config';
-import { generateKeyBase64, SecretBox, secretBoxFromEnv } from '../../lib/secrets';
-import { makeDirectory } from './data-dir';
+import { secretBoxFromEnv, type Config } from '../../config';
+import { generateKeyBase64, SecretBox } from '../../lib/secrets';
+import { makeDirectory } from '../../lib/make-directory';
 
 export const ENCRYPTION_KEY_FILE = 'encryption.key';
 

@@ -1,4 +1,4 @@
-import { capped, type BlobStore } from '../../resources/files/blob-store';
+import { capped, type BlobStore } from '../../lib/blob-store';
 
 /** R2 wants every part of a multipart upload but the last at least 5 MiB; these are 8. */
 const PART_BYTES = 8 * 1024 * 1024;

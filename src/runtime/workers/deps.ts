@@ -1,20 +1,18 @@
 import { createClient } from '@libsql/client/web';
 import { BusyRetryingClient } from '../../db/busy-retry';
 import { drizzle } from 'drizzle-orm/libsql/web';
-import { ConfigurationError, parseConfig, type Config } from '../../config';
+import { ConfigurationError, parseConfig, secretBoxFromEnv, upstreamShares, type Config } from '../../config';
 import * as schema from '../../db/schema';
 import type { Deps } from '../../deps';
 import { DurableObjectCounterStore, type RateLimitCounter } from './counter-store';
 import { r2BlobStore } from './blob-store';
 import { queueIngestionHost, type IngestWake } from './ingest-queue';
 import { workersRunHost, type RunExecutorRpc } from './run-host';
-import { secretBoxFromEnv } from '../../lib/secrets';
 import { checkEncryptionKey } from '../../resources/identities/encryption-check';
 import { createLogger } from '../../logger';
 import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
 import { SettingsCache } from '../../db/settings-cache';
 import { UNSLICED } from '../../lib/slices';
-import { upstreamShares } from '../../lib/fair-shares';
 import { workersUpstreamFetch } from './upstream-fetch';
 
 /**

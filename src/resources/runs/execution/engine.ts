@@ -27,7 +27,7 @@ import {
   type StepRow,
 } from '../queries';
 import type { FileSearchToolCall, RequiredAction, RunError, ToolCall, ToolCallsDetails } from '../schemas';
-import type { MessageContent } from '../../threads/schemas';
+import type { MessageContent } from '../../../db/schema';
 import { readHistory } from '../../threads/history';
 import { getThread, type MessageRow } from '../../threads/queries';
 import { upstreamRules } from '../../virtual-keys/upstream-rules';

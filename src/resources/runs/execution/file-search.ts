@@ -1,7 +1,8 @@
 import type { ChatCompletionRequest } from '../../../providers/types';
 import type { SearchResult } from '../../../retrieval/search';
 import type { FileSearchResult, FileSearchToolCall, StepDetails } from '../schemas';
-import type { Tool, ToolResources } from '../tools';
+import type { Tool } from '../../assistants/tools';
+import type { ToolResources } from '../../vector-stores/schemas';
 import { SEARCH_LIMITS } from '../../vector-stores/search-schemas';
 
 /**

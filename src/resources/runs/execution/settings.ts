@@ -1,6 +1,6 @@
 import { ApiError } from '../../../errors';
 import type { RunOverrides } from '../schemas';
-import { isHostedTool } from '../tools';
+import { isHostedTool } from '../../assistants/tools';
 import { FILE_SEARCH_FUNCTION } from './file-search';
 import type { AssistantRow } from '../../assistants/queries';
 import type { RunRow } from '../queries';

@@ -1,11 +1,10 @@
 import * as z from 'zod';
-import { metadataSchema } from '../../http/schemas';
-import { chunkingStrategySchema, VECTOR_STORE_LIMITS } from '../vector-stores/schemas';
 
 /**
- * Tools, tool resources and response formats, shared by assistants and runs. Shapes follow
- * OpenAI's AssistantToolsCode / AssistantToolsFileSearch / AssistantToolsFunction and
- * AssistantsApiResponseFormatOption in its Assistants v2 OpenAPI schemas.
+ * Tools and response formats, shared by assistants and runs (tool resources are in
+ * resources/vector-stores/schemas.ts). Shapes follow OpenAI's AssistantToolsCode /
+ * AssistantToolsFileSearch / AssistantToolsFunction and AssistantsApiResponseFormatOption in its
+ * Assistants v2 OpenAPI schemas.
  */
 
 /** JSON Schemas and other free-form objects nest at most this deep (a bound on recursion everywhere). */
@@ -98,46 +97,6 @@ export type FunctionTool = z.infer<typeof functionTool>;
 export const HOSTED_TOOL_TYPES = ['code_interpreter'] as const;
 
 export const isHostedTool = (tool: Tool) => HOSTED_TOOL_TYPES.some((type) => type === tool.type);
-
-const fileIds = z.array(z.string().min(1).max(256)).max(20);
-const vectorStoreIds = z.array(z.string().min(1).max(256)).max(1);
-
-export const toolResourcesSchema = z.strictObject({
-  code_interpreter: z.strictObject({ file_ids: fileIds.optional() }).optional(),
-  file_search: z.strictObject({ vector_store_ids: vectorStoreIds.optional() }).optional(),
-});
-export type ToolResources = z.infer<typeof toolResourcesSchema>;
-
-/**
- * Tool resources as an assistant or a new thread is given them: file_search may also create its
- * vector store, from files (`vector_stores`, at most one, OpenAI's rule), instead of naming one
- * (`vector_store_ids`). Stored as ToolResources, the store created named by its id.
- */
-export const toolResourcesInputSchema = toolResourcesSchema.extend({
-  file_search: toolResourcesSchema.shape.file_search
-    .unwrap()
-    .extend({
-      vector_stores: z
-        .array(
-          z.strictObject({
-            file_ids: z.array(z.string().min(1).max(256)).max(VECTOR_STORE_LIMITS.storeFiles).optional(),
-            chunking_strategy: chunkingStrategySchema.optional(),
-            metadata: metadataSchema.nullable().optional(),
-          }),
-        )
-        .max(1)
-        .optional(),
-    })
-    .refine((value) => value.vector_store_ids === undefined || value.vector_stores === undefined, {
-      path: ['vector_stores'],
-      error: "'vector_store_ids' and 'vector_stores' are mutually exclusive: send one of them.",
-    })
-    .optional(),
-});
-export type ToolResourcesInput = z.infer<typeof toolResourcesInputSchema>;
-
-/** A vector store that tool_resources create. */
-export type InlineVectorStore = NonNullable<NonNullable<ToolResourcesInput['file_search']>['vector_stores']>[number];
 
 /**
  * `auto` (default) and `none`, OpenAI's `{"type":"text"}`, JSON mode

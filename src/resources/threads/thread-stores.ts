@@ -1,10 +1,10 @@
 import type { SQL } from 'drizzle-orm';
 import type { BuiltStatement } from '../../db/client';
-import type { ThreadMessageInput } from '../threads/schemas';
-import type { InlineVectorStore, ToolResources } from '../runs/tools';
-import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from './queries';
-import { filesToAdd, ingestionHost, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from './commands';
-import { inlineStoreFiles } from './tool-resources';
+import type { ThreadMessageInput } from './schemas';
+import type { InlineVectorStore, ToolResources } from '../vector-stores/schemas';
+import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from '../vector-stores/queries';
+import { filesToAdd, ingestionHost, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from '../vector-stores/commands';
+import { inlineStoreFiles } from '../vector-stores/tool-resources';
 
 /**
  * A thread's vector store, as OpenAI kept it: a new thread may create one from files
