@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps';
-import { holdsThread } from '../../db/schema';
+import { holdsThread } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../../ratelimit';
 import type { CursorListQuery } from '../../http/schemas';

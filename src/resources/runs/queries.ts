@@ -17,7 +17,8 @@ import {
   type RawCondition,
   type RawStatement,
 } from '../../db/client';
-import { holdsThreadSql, messages, runs, runSteps, type RunStatus } from '../../db/schema';
+import { messages, runs, runSteps } from '../../db/schema';
+import { ACTIVE_STATUSES, EXECUTING_STATUSES, holdsThreadSql, type RunStatus } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import { TextParts, type TextBuilder } from '../../lib/text';
 import type { Usage } from '../../providers/types';
@@ -52,11 +53,6 @@ export type MessageInsert = typeof messages.$inferInsert;
 export function leaseMs(config: Pick<Config, 'GATEWAY_RUN_LEASE_SECONDS'>): number {
   return config.GATEWAY_RUN_LEASE_SECONDS * 1000;
 }
-
-export const TERMINAL_STATUSES = ['completed', 'failed', 'cancelled', 'expired', 'incomplete'] as const;
-export const ACTIVE_STATUSES = ['queued', 'in_progress', 'cancelling'] as const;
-export const isTerminal = (status: RunStatus) => TERMINAL_STATUSES.some((terminal) => terminal === status);
-export const isActive = (status: RunStatus) => ACTIVE_STATUSES.some((active) => active === status);
 
 /** The run that holds a thread, as a refusal names it: null when it ended before it could be read. */
 export type HoldingRun = Pick<RunRow, 'id' | 'status'> | null;
@@ -196,9 +192,6 @@ export function updateRun(db: Db, runId: string, from: readonly RunStatus[], pat
 function runIn(runId: string, from: readonly RunStatus[]): RawCondition {
   return { sql: `"runs"."id" = ? AND "runs"."status" IN (${from.map(() => '?').join(', ')})`, args: [runId, ...from] };
 }
-
-/** The statuses in which a run's executor owns it: it ends the run from them, as it ends or when it stops. */
-export const EXECUTING_STATUSES = ['in_progress', 'cancelling'] as const;
 
 /**
  * The condition of every write that a run's executor makes to the run's steps and message: the run

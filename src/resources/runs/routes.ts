@@ -28,7 +28,7 @@ import {
   submitToolOutputsBody,
   type RunStepInclude,
 } from './schemas';
-import { isTerminal } from './queries';
+import { isTerminal } from '../../db/run-statuses';
 import { listObject } from '../../http/lists';
 import { toRunJson, toStepJson } from './wire';
 import type { WorkspaceEnv } from '../../http/env';

@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps';
-import { holdsThread } from '../../db/schema';
+import { holdsThread } from '../../db/run-statuses';
 import { reconcileRun } from '../runs/execution/recovery';
 import { checkImages } from '../files/images';
 import { clientMessage, newThread } from '../runs/execution/rows';

@@ -1,4 +1,5 @@
 import { batchRaw, type RawStatement } from '../../../db/client';
+import { EXECUTING_STATUSES } from '../../../db/run-statuses';
 import type { Deps } from '../../../deps';
 import { ApiError, serverError } from '../../../errors';
 import { newId } from '../../../lib/ids';
@@ -12,7 +13,6 @@ import { ShareTimeout, type Share, type ShareLimits } from '../../../lib/fair-sh
 import { findStores, searchStores, type SearchableStore, type SearchResult } from '../../../retrieval/search';
 import {
   endTurn,
-  EXECUTING_STATUSES,
   getRunById,
   insertTurnRows,
   leaseMs,

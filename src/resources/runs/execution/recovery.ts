@@ -1,4 +1,5 @@
-import { ACTIVE_STATUSES, isActive, orphanedRuns, overdueRuns, type RunRow } from '../queries';
+import { ACTIVE_STATUSES, isActive } from '../../../db/run-statuses';
+import { orphanedRuns, overdueRuns, type RunRow } from '../queries';
 import { settleRun, type SettleDeps } from './settle';
 
 /**
