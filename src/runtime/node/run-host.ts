@@ -1,4 +1,4 @@
-import { abortExecution, executeRun, executeStreamed, type RunDeps } from '../../resources/runs/execution/engine';
+import { executeRun, executeStreamed, type RunDeps } from '../../resources/runs/execution/engine';
 import type { RunHost } from '../../resources/runs/execution/host';
 
 /**
@@ -20,7 +20,7 @@ export function inProcessRunHost(deps: RunDeps): RunHost {
       return Promise.resolve(readable);
     },
     cancel(runId) {
-      abortExecution(runId);
+      deps.executions.cancel(runId);
     },
   };
 }

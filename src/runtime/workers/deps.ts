@@ -15,6 +15,8 @@ import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
 import { SettingsCache } from '../../db/settings-cache';
 import { UNSLICED } from '../../lib/slices';
 import { upstreamShares } from '../../lib/fair-shares';
+import { UpstreamUrlJudgements } from '../../lib/upstream-url';
+import { Executions } from '../../resources/runs/execution/executions';
 import { workersUpstreamFetch } from './upstream-fetch';
 
 /**
@@ -159,6 +161,8 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     now: Date.now,
     fetch: workersUpstreamFetch((input, init) => fetch(input, init)),
     upstreamShares: upstreamShares(config),
+    executions: new Executions(),
+    upstreamUrls: new UpstreamUrlJudgements(),
     requestBody: (request) => request.body,
     slices: UNSLICED,
     blobs: r2BlobStore(env.FILES),

@@ -4,7 +4,7 @@ import type { Deps } from '../../../deps';
 import { ApiError, serverError } from '../../../errors';
 import { newId } from '../../../lib/ids';
 import { jsonWithText, TextBuilder, utf8Length, utf8Prefix } from '../../../lib/text';
-import { checkUpstreamUrl, type UpstreamUrlOptions } from '../../../lib/upstream-url';
+import type { UpstreamUrlOptions } from '../../../lib/upstream-url';
 import { ADAPTERS } from '../../../providers/adapters';
 import { streamChatCompletion } from '../../../providers/chat';
 import { encodeRequest, type RequestBody } from '../../../providers/request-body';
@@ -50,6 +50,7 @@ import {
   type CitationSource,
   type SearchSettings,
 } from './file-search';
+import { RunStopped } from './executions';
 import type { StreamOptions } from './host';
 import { Outbox, type OpenedRows } from './outbox';
 import { completionBudget, estimateUsage, NO_USAGE, sumUsage, turnOutcome, upstreamCause, upstreamErrorCode } from './outcome';
@@ -75,13 +76,6 @@ import { chargeRun, failRunAlone, logRunEnd, settleRun, type RunEndNote } from '
  * are all the file_search tool's (file-search.ts) is answered here, its step completed with the
  * results, and the turn calls the upstream again with them (at most MAX_SEARCH_ROUNDS times).
  */
-
-/** Why a run stopped early, carried as an abort reason. */
-class RunStopped extends Error {
-  constructor(readonly outcome: 'cancelled' | 'expired') {
-    super(`run ${outcome}`);
-  }
-}
 
 /** Recording how a run ended failed (the write threw); carries what failed, for the log. */
 class OutcomeNotRecorded extends Error {
@@ -142,16 +136,11 @@ interface StreamingToolCall {
   hosted: { search: FileSearchToolCall | null } | null;
 }
 
-/** Runs executing in this process, so a cancel here can stop them at once (others see it on renewal). */
-const executing = new Map<string, AbortController>();
-
-/** Stops a run executing in this process, if it is here. */
-export function abortExecution(runId: string): void {
-  executing.get(runId)?.abort(new RunStopped('cancelled'));
-}
-
 /** What executing a run uses of the deps. */
-export type RunDeps = Pick<Deps, 'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'policyCache' | 'now' | 'slices' | 'blobs' | 'upstreamShares'>;
+export type RunDeps = Pick<
+  Deps,
+  'db' | 'config' | 'log' | 'secrets' | 'fetch' | 'counters' | 'policyCache' | 'now' | 'slices' | 'blobs' | 'upstreamShares' | 'executions' | 'upstreamUrls'
+>;
 
 export interface ExecuteOptions extends StreamOptions {
   /** Where the run's events go: a streamed run's event stream; none for a run that is polled. */
@@ -250,7 +239,7 @@ class Execution {
 
   async run(): Promise<void> {
     const deps = this.#deps;
-    executing.set(this.#run.id, this.#abort);
+    deps.executions.add(this.#run.id, this.#abort);
     const expiresIn = (this.#run.expiresAt ?? Infinity) - deps.now();
     const expiry = setTimeout(() => this.#abort.abort(new RunStopped('expired')), Math.max(0, Math.min(expiresIn, 2 ** 31 - 1)));
     // Renewed a few times per lease, so that one slow renewal does not lose it.
@@ -269,7 +258,7 @@ class Execution {
     } finally {
       clearTimeout(expiry);
       clearInterval(renewal);
-      executing.delete(this.#run.id);
+      deps.executions.remove(this.#run.id, this.#abort);
     }
   }
 
@@ -292,7 +281,7 @@ class Execution {
       throw new UpstreamError('address', 'The virtual key of this run was revoked before it could execute.');
     }
     const rules = await upstreamRules(db, config, { now: this.#deps.now() });
-    const addressProblem = checkUpstreamUrl(virtualKey.baseUrl, rules);
+    const addressProblem = this.#deps.upstreamUrls.check(virtualKey.baseUrl, rules);
     if (addressProblem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${addressProblem}`);
 
     let { prompt, steps } = this.#preloaded ? { prompt: this.#preloaded.prompt, steps: NO_STEPS } : await this.#laterTurn();
