@@ -1,4 +1,5 @@
 import { and, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
+import type { Actor } from '../actor';
 import type { Db } from '../db/client';
 import type { Deps } from '../deps';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
@@ -83,12 +84,6 @@ export interface SearchResult {
   text: string;
 }
 
-/** Who searches: the embedding calls are attributed to it in rate-limit policies. */
-export interface Searcher {
-  workspaceId: string;
-  apiKeyId: string;
-}
-
 /** The live stores of `workspaceId` among `ids`, in the order of `ids` (another workspace's are not found). */
 export async function findStores(db: Db, workspaceId: string, ids: readonly string[]): Promise<SearchableStore[]> {
   if (ids.length === 0) return [];
@@ -117,7 +112,8 @@ export type SearchDeps = EmbedDeps & Pick<Deps, 'slices'>;
  */
 export async function searchStores(
   deps: SearchDeps,
-  searcher: Searcher,
+  /** Who searches: the embedding calls are attributed to it in rate-limit policies. */
+  actor: Pick<Actor, 'workspaceId' | 'apiKeyId'>,
   stores: readonly SearchableStore[],
   options: SearchOptions,
   signal?: AbortSignal,
@@ -132,8 +128,8 @@ export async function searchStores(
     const { vectors } = await embedTexts(
       deps,
       {
-        workspaceId: searcher.workspaceId,
-        apiKeyId: searcher.apiKeyId,
+        workspaceId: actor.workspaceId,
+        apiKeyId: actor.apiKeyId,
         virtualKeyId: store.virtualKeyId,
         model: store.embeddingModel,
         dimensions: store.embeddingDimensions,
@@ -348,11 +344,11 @@ async function withDetails(db: Db, hits: { chunkId: number; score: number }[]): 
  * POST /v1/vector_stores/{id}/search: the store of the caller's workspace (404 otherwise),
  * searched as OpenAI's endpoint does, 10 results unless asked otherwise.
  */
-export async function searchVectorStore(deps: SearchDeps, searcher: Searcher, storeId: string, body: VectorStoreSearchBody) {
-  const [store] = await findStores(deps.db, searcher.workspaceId, [storeId]);
+export async function searchVectorStore(deps: SearchDeps, actor: Actor, storeId: string, body: VectorStoreSearchBody) {
+  const [store] = await findStores(deps.db, actor.workspaceId, [storeId]);
   if (!store) throw new ApiError('vector_store_not_found', `No vector store found with id '${storeId}'.`);
   const queries = typeof body.query === 'string' ? [body.query] : body.query;
-  const results = await searchStores(deps, searcher, [store], {
+  const results = await searchStores(deps, actor, [store], {
     queries,
     maxResults: body.max_num_results ?? 10,
     scoreThreshold: body.ranking_options?.score_threshold ?? 0,
