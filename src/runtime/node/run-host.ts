@@ -1,4 +1,5 @@
-import { executeRun, executeStreamed, type RunDeps } from '../../resources/runs/execution/engine';
+import { executeRun, executeStreamed } from '../../resources/runs/execution/engine';
+import type { RunDeps } from '../../resources/runs/execution/run-deps';
 import type { RunHost } from '../../resources/runs/execution/host';
 
 /**
