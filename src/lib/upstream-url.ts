@@ -276,7 +276,7 @@ function classifyIpv6(text: string): AddressClass {
         [9, 10, 11, 12],
         [12, 13, 14, 15],
       ];
-      return worst('private', ...places.map((place) => classifyIpv4(ipv4Of(place.map((i) => bytes[i]!)))));
+      return worst('private', ...places.map((place) => classifyIpv4(ipv4Of(bytes.filter((_, index) => place.includes(index))))));
     }
     case '6to4': // 2002:aabb:ccdd::/48 reaches aa.bb.cc.dd
       return classifyIpv4(ipv4Of(bytes.slice(2, 6)));

@@ -4,6 +4,7 @@ import type { Db } from '../db/client';
 import type { Deps } from '../deps';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
 import { ApiError } from '../errors';
+import { UpstreamError } from '../providers/types';
 import type { AttributeFilter, ComparisonFilter, VectorStoreSearchBody } from '../resources/vector-stores/search-schemas';
 import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
 import { indexNames, SEARCH_L, storeIdPart } from './vector-index';
@@ -139,7 +140,9 @@ export async function searchStores(
     );
     const searchable = searchableFiles(store.id, options.filter);
     for (const [index, query] of options.queries.entries()) {
-      const vector = vectors[index]!;
+      const vector = vectors[index];
+      // Checked by the embeddings client (a vector per text): here for the types.
+      if (vector === undefined) throw new UpstreamError('protocol', 'The embeddings upstream answered fewer vectors than queries.');
       while (deps.slices.spent()) await deps.slices.next();
       const nearest = store.indexed ? await byIndex(db, store.id, searchable, vector, candidates) : null;
       while (nearest === null && deps.slices.spent()) await deps.slices.next();

@@ -57,8 +57,9 @@ export async function prepareVectorStore(
   input: { name?: string | null; metadata?: Record<string, string> | null; expiresAfter?: CreateVectorStoreBody['expires_after']; files: FileToAdd[] },
   condition?: SQL,
 ): Promise<{ store: VectorStoreRow; statements: BuiltStatement[] }> {
-  if (input.files.length > 0) {
-    ingestionHost(deps, input.files[0]!.param);
+  const [first] = input.files;
+  if (first) {
+    ingestionHost(deps, first.param);
     await checkFiles(deps.db, actor.workspaceId, input.files);
   }
   const model = await embeddingsModel(deps, actor.workspaceId);

@@ -50,8 +50,9 @@ export async function threadStoreWrites(
   const { inline, attached } = files;
   if (!inline && attached.length === 0) return NOTHING;
   const existing = thread.toolResources?.file_search?.vector_store_ids?.[0];
-  if (existing !== undefined && !inline) {
-    ingestionHost(deps, attached[0]!.param);
+  const [firstAttached] = attached;
+  if (existing !== undefined && !inline && firstAttached) {
+    ingestionHost(deps, firstAttached.param);
     const store = await getVectorStore(deps.db, actor.workspaceId, existing);
     await checkFiles(deps.db, actor.workspaceId, attached);
     const at = deps.now();
