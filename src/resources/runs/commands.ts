@@ -2,7 +2,8 @@ import type { Actor, RequestContext } from '../../actor';
 import type { Deps } from '../../deps';
 import { holdsThread } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
-import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../../ratelimit';
+import { settleTokens, type Admission } from '../../ratelimit';
+import { admit, firstTurn, nextTurn, unlessWritten } from './admission';
 import type { CursorListQuery } from '../../http/schemas';
 import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOutputsBody } from './schemas';
 import type { ThreadMessageInput } from '../threads/schemas';
@@ -23,10 +24,9 @@ import {
   toolCallsStepInProgress,
   updateRun,
   type RunRow,
-  type StepRow,
 } from './queries';
 import { getThread, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
-import { getVirtualKey, type VirtualKey } from '../virtual-keys/commands';
+import { getVirtualKey } from '../virtual-keys/commands';
 import { toRunJson, toStepJson } from './wire';
 import { wakeIngestion } from '../vector-stores/commands';
 import { attachedFiles, threadStoreWrites } from '../vector-stores/thread-stores';
@@ -34,7 +34,7 @@ import { checkToolResources, storedToolResources } from '../vector-stores/tool-r
 import { toThreadJson } from '../threads/wire';
 import type { ServerSentEvent } from './execution/event-stream';
 import type { StreamOptions } from './execution/host';
-import { buildPrompt, promptLimits, type Prompt } from './execution/prompt';
+import { buildPrompt, promptLimits } from './execution/prompt';
 import { reconcileRun } from './execution/recovery';
 import { checkImages } from '../files/images';
 import { clientMessage, newRun, newThread } from './execution/rows';
@@ -352,67 +352,6 @@ async function host(
 /** The run as it is acknowledged: OpenAI answers createAndRun and starts its stream with `queued`. */
 function asQueued(run: RunRow): RunRow {
   return { ...run, status: 'queued', startedAt: null };
-}
-
-/**
- * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The
- * model is the run's, which through an Azure key is the deployment's (servedModel).
- */
-function admit(deps: RunCommandDeps, actor: Actor, snapshot: Settings, key: VirtualKey, run: RunRow, turn: TurnTokens): Promise<Admission> {
-  return admitRequest(
-    deps,
-    {
-      api_key: actor.apiKeyId,
-      workspace_id: actor.workspaceId,
-      virtual_key: key.slug,
-      provider: key.provider,
-      model: run.model,
-      metadata: requestMetadata(run.metadata, actor.metadataHeader),
-    },
-    turn,
-    snapshot.generation,
-  );
-}
-
-/** What a new run's first turn reserves: its prompt, as it will be sent (truncated). */
-function firstTurn(deps: RunCommandDeps, run: RunRow, prompt: Prompt): TurnTokens {
-  const estimate = {
-    promptChars: prompt.chars,
-    knownPromptTokens: 0,
-    maxCompletionTokens: run.maxCompletionTokens,
-    completionTokensSoFar: 0,
-  };
-  return { reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION), baseTokens: 0 };
-}
-
-/**
- * What the turn after tool outputs reserves: its prompt is the last turn's tokens (that turn's
- * prompt and its calls, the step's usage) and the outputs.
- */
-function nextTurn(deps: RunCommandDeps, run: RunRow, step: StepRow, outputs: Map<string, string>): TurnTokens {
-  const estimate = {
-    promptChars: promptChars([...outputs.values()]),
-    knownPromptTokens: step.usage?.total_tokens ?? 0,
-    maxCompletionTokens: run.maxCompletionTokens,
-    completionTokensSoFar: run.usage?.completion_tokens ?? 0,
-  };
-  return {
-    reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION),
-    baseTokens: run.usage?.total_tokens ?? 0,
-  };
-}
-
-/**
- * The write that makes an admitted turn real. If it fails, the turn never executes and nothing
- * would release its token reservation: it goes back at once.
- */
-async function unlessWritten<T>(deps: RunCommandDeps, admission: Admission, write: Promise<T>): Promise<T> {
-  try {
-    return await write;
-  } catch (error) {
-    await settleTokens(deps, admission.ticket, 0);
-    throw error;
-  }
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { Logger } from '../../../logger';
 import { UpstreamError } from '../../../providers/types';
-import type { Settlement } from '../queries';
+import type { Settlement } from '../executor-writes';
 import type { RunError } from '../schemas';
 import { RunStopped } from './executions';
 import { upstreamCause, upstreamErrorCode } from './outcome';

@@ -1,4 +1,5 @@
-import { leaseMs, renewLease, type RunRow } from '../queries';
+import { renewLease } from '../executor-writes';
+import { leaseMs, type RunRow } from '../queries';
 import type { RunDeps } from './run-deps';
 import { RunStopped } from './executions';
 

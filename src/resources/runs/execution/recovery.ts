@@ -1,5 +1,6 @@
 import { ACTIVE_STATUSES, isActive } from '../../../db/run-statuses';
-import { orphanedRuns, overdueRuns, type RunRow } from '../queries';
+import { orphanedRuns, overdueRuns } from '../executor-writes';
+import type { RunRow } from '../queries';
 import { settleRun, type SettleDeps } from './settle';
 
 /**
