@@ -26,9 +26,9 @@ import { threadRows, type MessageRow, type ThreadRow } from '../threads/queries'
 
 /**
  * Runs and run steps: their queries (their JSON is resources/runs/wire.ts). The engine (resources/runs/execution/engine.ts)
- * decides the transitions; the statements live here, and are returned unexecuted (by a function
- * whose name ends in Statements, or one that builds a single statement) where a caller needs
- * several in one batch (one transaction).
+ * decides the transitions; the statements of the use-cases live here, those of a run's executor in
+ * executor-writes.ts; they are returned unexecuted (by a function whose name ends in Statements,
+ * or one that builds a single statement) where a caller needs several in one batch (one transaction).
  */
 
 /**

@@ -19,7 +19,7 @@ import type { MessageRow } from '../../threads/queries';
  * `auto` also leaves out the oldest until the prompt's estimate fits what max_prompt_tokens leaves
  * for the turn. The last user message and what follows it (the turn being answered) are never left
  * out: a prompt that does not fit max_prompt_tokens even then is not sent, and the run ends
- * incomplete; one too large for the request fails the run (engine.ts).
+ * incomplete; one too large for the request fails the run (upstream-call.ts).
  */
 
 export interface PromptLimits {
