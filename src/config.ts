@@ -149,7 +149,7 @@ export const configSchema = z.object({
    */
   GATEWAY_MAX_UPSTREAM_REQUEST_BYTES: positiveInt.min(64 * 1024).default(48 * 1024 * 1024),
   /**
-   * Fair shares of the provider calls one process makes (resources/runs/execution/engine.ts, lib/fair-shares.ts):
+   * Fair shares of the provider calls one process makes (resources/runs/execution/upstream-call.ts, lib/fair-shares.ts):
    * calls in flight at once, in all and per workspace, and the bytes of requests built and not yet
    * sent (images aside: they are streamed), in all and per workspace. A call past them waits its
    * turn, in order, within its first-byte timeout; past that its run fails with a last_error

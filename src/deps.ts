@@ -10,6 +10,8 @@ import type { CounterStore } from './ratelimit/counter-store';
 import type { UpstreamFetch } from './providers/types';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RunHost } from './resources/runs/execution/host';
+import type { Executions } from './resources/runs/execution/executions';
+import type { UpstreamUrlJudgements } from './lib/upstream-url';
 import type { SettingsCache } from './db/settings-cache';
 
 /**
@@ -50,6 +52,10 @@ export interface Deps {
   requestBody: (request: Request) => AsyncIterable<Uint8Array> | null;
   /** Where runs execute (resources/runs/execution/host.ts): in this process on Node, in Durable Objects on Workers. */
   runHost: RunHost;
+  /** The runs executing where this app runs, so that a cancel reaching them stops them at once. */
+  executions: Executions;
+  /** Which URLs may be upstreams, judged once per URL's text (lib/upstream-url.ts). */
+  upstreamUrls: UpstreamUrlJudgements;
   /** Uploaded files' bytes (resources/files/blob-store.ts): a directory under DATA_DIR on Node, R2 on Workers. */
   blobs: BlobStore;
   /**

@@ -7,7 +7,7 @@ import { drizzle } from 'drizzle-orm/libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { batchRaw, batchRawResults, insertStatement, insertWhere, rowOf, sqlOf, updateStatement } from '../src/db/client';
 import { TextBuilder, TextParts } from '../src/lib/text';
-import { endTurn, messageUpdate, turnRowsInsert } from '../src/resources/runs/queries';
+import { endTurn, messageUpdate, turnRowsInsert } from '../src/resources/runs/executor-writes';
 import { newId } from '../src/lib/ids';
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { initialise } from '../src/resources/identities/organisations';

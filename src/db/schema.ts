@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import { blob, index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 import type { Provider } from '../providers/adapters';
 import type { Usage } from '../providers/types';
+import { activeSql, holdsThreadSql, type RunStatus, type StepStatus } from './run-statuses';
 import type {
   RequiredAction,
   RunError,
@@ -206,33 +207,6 @@ export const messages = sqliteTable(
   (t) => [uniqueIndex('messages_id').on(t.id), index('messages_thread').on(t.threadId, t.seq)],
 );
 
-export type RunStatus =
-  | 'queued'
-  | 'in_progress'
-  | 'requires_action'
-  | 'cancelling'
-  | 'cancelled'
-  | 'failed'
-  | 'completed'
-  | 'incomplete'
-  | 'expired';
-
-/**
- * The statuses in which a run holds its thread: until it leaves them, the thread takes no other
- * run, no new message, and is not deleted (OpenAI's rule: one active run per thread).
- */
-export const THREAD_HOLDING_STATUSES = ['queued', 'in_progress', 'requires_action', 'cancelling'] as const;
-export const holdsThread = (status: RunStatus) => THREAD_HOLDING_STATUSES.some((held) => held === status);
-
-/**
- * `status IN (…)` over THREAD_HOLDING_STATUSES, written out rather than bound: it is the WHERE of
- * the partial index runs_one_active_per_thread, and SQLite uses a partial index only for a query
- * whose WHERE contains the index's own, finding a thread's active run in one index probe. As text
- * for raw statements (THREAD_HOLDING_SQL), and as SQL for Drizzle's.
- */
-export const THREAD_HOLDING_SQL = `status IN (${THREAD_HOLDING_STATUSES.map((status) => `'${status}'`).join(', ')})`;
-export const holdsThreadSql = sql.raw(THREAD_HOLDING_SQL);
-
 export const runs = sqliteTable(
   'runs',
   {
@@ -282,7 +256,7 @@ export const runs = sqliteTable(
     index('runs_thread').on(t.threadId, t.seq),
     index('runs_active_lease')
       .on(t.leaseExpiresAt)
-      .where(sql`status IN ('queued', 'in_progress', 'cancelling')`),
+      .where(activeSql),
     // One active run per thread, as OpenAI enforces it: a second one fails to insert, in any
     // process and on any driver, however close together the two arrive.
     uniqueIndex('runs_one_active_per_thread')
@@ -301,7 +275,7 @@ export const runSteps = sqliteTable(
     assistantId: text('assistant_id').notNull(),
     workspaceId: text('workspace_id').notNull(),
     type: text('type').$type<'message_creation' | 'tool_calls'>().notNull(),
-    status: text('status').$type<'in_progress' | 'cancelled' | 'failed' | 'completed' | 'expired'>().notNull(),
+    status: text('status').$type<StepStatus>().notNull(),
     stepDetails: json<StepDetails>('step_details').notNull(),
     createdAt: ms('created_at').notNull(),
     completedAt: ms('completed_at'),

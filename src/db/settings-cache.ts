@@ -1,7 +1,7 @@
 import { eq } from 'drizzle-orm';
 import { preparedQuery, type Db } from './client';
 import { settingsGeneration } from './schema';
-import { authenticateApiKey, type AuthenticatedKey } from '../resources/identities/api-keys';
+import { authenticateApiKey, KeyHashes, type AuthenticatedKey } from '../resources/identities/api-keys';
 import { getAssistant, type AssistantRow } from '../resources/assistants/queries';
 import { resolveVirtualKey, type VirtualKey } from '../resources/virtual-keys/commands';
 
@@ -32,7 +32,7 @@ export class SettingsCache {
     const maxWeight = options.maxWeight ?? 16 * 1024 * 1024;
     this.#db = db;
     // A shelf per kind of lookup, each within its share of the weight.
-    this.#shelves = { apiKeys: new Shelf(maxWeight / 8), assistants: new Shelf((maxWeight * 5) / 8), virtualKeys: new Shelf((maxWeight * 2) / 8) };
+    this.#shelves = { keyHashes: new KeyHashes(), apiKeys: new Shelf(maxWeight / 8), assistants: new Shelf((maxWeight * 5) / 8), virtualKeys: new Shelf((maxWeight * 2) / 8) };
   }
 
   /** The settings as they are now: what a request reads once, before its lookups. */
@@ -49,6 +49,7 @@ export class SettingsCache {
 }
 
 interface Shelves {
+  keyHashes: KeyHashes;
   apiKeys: Shelf<AuthenticatedKey | null>;
   assistants: Shelf<AssistantRow>;
   virtualKeys: Shelf<VirtualKey>;
@@ -69,7 +70,7 @@ export class Settings {
 
   /** authenticateApiKey: the key presented, if it is live. */
   apiKey(presented: string): Promise<AuthenticatedKey | null> {
-    return this.#shelves.apiKeys.get(this.generation, presented, () => authenticateApiKey(this.#db, presented));
+    return this.#shelves.apiKeys.get(this.generation, presented, () => authenticateApiKey(this.#db, this.#shelves.keyHashes, presented));
   }
 
   /** getAssistant: the workspace's live assistant, or 404. */

@@ -1,7 +1,7 @@
 import type { ApiKeyVariables } from './middleware/api-key-auth';
 import type { DepsVariables } from './middleware/deps';
 import type { RequestIdVariables } from './middleware/request-id';
-import type { WorkspaceVariables } from './middleware/workspace';
+import type { ActorVariables } from './middleware/workspace';
 
 /**
  * What every /v1 route can rely on: app.ts gives every request its deps and its id, and
@@ -10,5 +10,5 @@ import type { WorkspaceVariables } from './middleware/workspace';
  */
 export type ApiEnv = { Variables: DepsVariables & RequestIdVariables & ApiKeyVariables };
 
-/** A route behind workspace(): the workspace-scoped resources (assistants, threads, messages, runs). */
-export type WorkspaceEnv = { Variables: ApiEnv['Variables'] & WorkspaceVariables };
+/** A route behind workspace(), which sets the request's Actor: the workspace-scoped resources (assistants, threads, messages, runs, files, vector stores). */
+export type WorkspaceEnv = { Variables: ApiEnv['Variables'] & ActorVariables };

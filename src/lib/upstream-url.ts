@@ -1,4 +1,5 @@
 import ipaddr from 'ipaddr.js';
+import { BoundedMap } from './bounded-map';
 
 /**
  * Which URLs the gateway may send a provider request to. A virtual key's base_url is chosen by a
@@ -15,8 +16,8 @@ import ipaddr from 'ipaddr.js';
  * the string. IPv6 addresses that carry an IPv4 address (mapped, NAT64, 6to4, Teredo) are judged
  * by the IPv4 address they lead to.
  *
- * Pure on purpose: the run engine calls it before every upstream fetch, and what a URL is, whatever
- * the rules, is kept by its text (judgedUrl).
+ * Pure on purpose: the run engine calls it before every upstream fetch, through an app's
+ * UpstreamUrlJudgements, which keep what a URL is, whatever the rules, by its text.
  */
 
 export interface UpstreamUrlOptions {
@@ -44,7 +45,10 @@ export type AddressClass = 'public' | 'private' | 'metadata';
 
 /** A problem with `url` as an upstream, in words for an API error; null when it may be fetched. */
 export function checkUpstreamUrl(url: string, options: UpstreamUrlOptions): string | null {
-  const judged = judgedUrl(url);
+  return verdict(judge(url), options);
+}
+
+function verdict(judged: UrlJudgement, options: UpstreamUrlOptions): string | null {
   if (typeof judged === 'string') return judged;
   const refused = judged.kind === 'private' ? privateRefusal(judged.parsed, options) : null;
   return refused && `loopback, private, CGNAT and unspecified addresses are refused as upstreams ${refused}`;
@@ -70,21 +74,25 @@ export function privateRefusal(url: URL, options: UpstreamUrlOptions): string | 
 /** What a URL is as an upstream, whatever the rules: a problem in words, or its host's kind. */
 type UrlJudgement = string | { parsed: URL; kind: 'private' | 'public' };
 
-/**
- * URLs judged, by their text: a run's turn checks its virtual key's base_url each time (parsing it
- * and classifying its host took about 13 µs, 1.8% of the event loop at 32 connections), and a gateway
- * has few. Bounded: past MAX_JUDGED_URLS the oldest is forgotten.
- */
-const judgedUrls = new Map<string, UrlJudgement>();
 const MAX_JUDGED_URLS = 1000;
 
-function judgedUrl(url: string): UrlJudgement {
-  let judged = judgedUrls.get(url);
-  if (judged !== undefined) return judged;
-  judged = judge(url);
-  if (judgedUrls.size >= MAX_JUDGED_URLS) judgedUrls.delete(judgedUrls.keys().next().value!);
-  judgedUrls.set(url, judged);
-  return judged;
+/**
+ * checkUpstreamUrl with the URLs judged kept, by their text: a run's turn checks its virtual key's
+ * base_url each time (parsing it and classifying its host is a noticeable share of a turn's event
+ * loop time), and a gateway has few. Bounded: past MAX_JUDGED_URLS the oldest is forgotten. One
+ * per app (Deps.upstreamUrls).
+ */
+export class UpstreamUrlJudgements {
+  readonly #judged = new BoundedMap<string, UrlJudgement>(MAX_JUDGED_URLS);
+
+  check(url: string, options: UpstreamUrlOptions): string | null {
+    let judged = this.#judged.get(url);
+    if (judged === undefined) {
+      judged = judge(url);
+      this.#judged.set(url, judged);
+    }
+    return verdict(judged, options);
+  }
 }
 
 /** `url` parsed, when it is an absolute http or https URL; else what it is not, in words for an API error. */
@@ -268,7 +276,7 @@ function classifyIpv6(text: string): AddressClass {
         [9, 10, 11, 12],
         [12, 13, 14, 15],
       ];
-      return worst('private', ...places.map((place) => classifyIpv4(ipv4Of(place.map((i) => bytes[i]!)))));
+      return worst('private', ...places.map((place) => classifyIpv4(ipv4Of(bytes.filter((_, index) => place.includes(index))))));
     }
     case '6to4': // 2002:aabb:ccdd::/48 reaches aa.bb.cc.dd
       return classifyIpv4(ipv4Of(bytes.slice(2, 6)));

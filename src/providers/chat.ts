@@ -28,7 +28,7 @@ export interface ChatCallOptions {
   options: Record<string, string | undefined>;
   secret: string;
   firstByteTimeoutMs: number;
-  /** How long of `firstByteTimeoutMs` the call already waited for its turn (a fair share, engine.ts) before it was sent. */
+  /** How long of `firstByteTimeoutMs` the call already waited for its turn (a fair share, resources/runs/execution/upstream-call.ts) before it was sent. */
   queuedMs?: number;
   /** Told once the upstream's answer begins: the request was sent. */
   sent?: () => void;

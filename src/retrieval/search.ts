@@ -1,8 +1,10 @@
 import { and, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
+import type { Actor } from '../actor';
 import type { Db } from '../db/client';
 import type { Slices } from '../lib/slices';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
 import { ApiError } from '../errors';
+import { UpstreamError } from '../providers/types';
 import type { AttributeFilter, ComparisonFilter } from './filters';
 import type { VectorStoreSearchBody } from '../resources/vector-stores/search-schemas';
 import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
@@ -84,12 +86,6 @@ export interface SearchResult {
   text: string;
 }
 
-/** Who searches: the embedding calls are attributed to it in rate-limit policies. */
-export interface Searcher {
-  workspaceId: string;
-  apiKeyId: string;
-}
-
 /** The live stores of `workspaceId` among `ids`, in the order of `ids` (another workspace's are not found). */
 export async function findStores(db: Db, workspaceId: string, ids: readonly string[]): Promise<SearchableStore[]> {
   if (ids.length === 0) return [];
@@ -118,7 +114,8 @@ export type SearchDeps = EmbedDeps & { slices: Slices };
  */
 export async function searchStores(
   deps: SearchDeps,
-  searcher: Searcher,
+  /** Who searches: the embedding calls are attributed to it in rate-limit policies. */
+  actor: Pick<Actor, 'workspaceId' | 'apiKeyId'>,
   stores: readonly SearchableStore[],
   options: SearchOptions,
   signal?: AbortSignal,
@@ -133,8 +130,8 @@ export async function searchStores(
     const { vectors } = await embedTexts(
       deps,
       {
-        workspaceId: searcher.workspaceId,
-        apiKeyId: searcher.apiKeyId,
+        workspaceId: actor.workspaceId,
+        apiKeyId: actor.apiKeyId,
         virtualKeyId: store.virtualKeyId,
         model: store.embeddingModel,
         dimensions: store.embeddingDimensions,
@@ -144,7 +141,9 @@ export async function searchStores(
     );
     const searchable = searchableFiles(store.id, options.filter);
     for (const [index, query] of options.queries.entries()) {
-      const vector = vectors[index]!;
+      const vector = vectors[index];
+      // Checked by the embeddings client (a vector per text): here for the types.
+      if (vector === undefined) throw new UpstreamError('protocol', 'The embeddings upstream answered fewer vectors than queries.');
       while (deps.slices.spent()) await deps.slices.next();
       const nearest = store.indexed ? await byIndex(db, store.id, searchable, vector, candidates) : null;
       while (nearest === null && deps.slices.spent()) await deps.slices.next();
@@ -349,11 +348,11 @@ async function withDetails(db: Db, hits: { chunkId: number; score: number }[]): 
  * POST /v1/vector_stores/{id}/search: the store of the caller's workspace (404 otherwise),
  * searched as OpenAI's endpoint does, 10 results unless asked otherwise.
  */
-export async function searchVectorStore(deps: SearchDeps, searcher: Searcher, storeId: string, body: VectorStoreSearchBody) {
-  const [store] = await findStores(deps.db, searcher.workspaceId, [storeId]);
+export async function searchVectorStore(deps: SearchDeps, actor: Actor, storeId: string, body: VectorStoreSearchBody) {
+  const [store] = await findStores(deps.db, actor.workspaceId, [storeId]);
   if (!store) throw new ApiError('vector_store_not_found', `No vector store found with id '${storeId}'.`);
   const queries = typeof body.query === 'string' ? [body.query] : body.query;
-  const results = await searchStores(deps, searcher, [store], {
+  const results = await searchStores(deps, actor, [store], {
     queries,
     maxResults: body.max_num_results ?? 10,
     scoreThreshold: body.ranking_options?.score_threshold ?? 0,

@@ -4,7 +4,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient, type Client } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { THREAD_HOLDING_SQL } from '../../src/db/schema';
+import { THREAD_HOLDING_SQL } from '../../src/db/run-statuses';
 import { json } from '../support/envelope';
 import { readEvents } from '../support/events';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';

@@ -1,6 +1,7 @@
 import type { CreateAssistantBody, ModifyAssistantBody } from './schemas';
 import { assistantLive, getAssistant, insertAssistant, newAssistantId, updateAssistant, type AssistantRow } from './queries';
-import { wakeIngestion, type StoreCommandDeps, type StoreRequest } from '../vector-stores/commands';
+import type { Actor, RequestContext } from '../../actor';
+import { wakeIngestion, type StoreCommandDeps } from '../vector-stores/commands';
 import { toolResourcesWrites } from '../vector-stores/tool-resources';
 
 /**
@@ -14,21 +15,26 @@ import { toolResourcesWrites } from '../vector-stores/tool-resources';
 export type AssistantCommandDeps = StoreCommandDeps;
 
 /** POST /v1/assistants. */
-export async function createAssistant(deps: AssistantCommandDeps, request: StoreRequest, body: CreateAssistantBody): Promise<AssistantRow> {
+export async function createAssistant(
+  deps: AssistantCommandDeps,
+  actor: Actor,
+  body: CreateAssistantBody,
+  context: RequestContext,
+): Promise<AssistantRow> {
   const id = newAssistantId();
-  const resources = await toolResourcesWrites(deps, request, body.tool_resources, assistantLive(request.workspaceId, id));
+  const resources = await toolResourcesWrites(deps, actor, body.tool_resources, assistantLive(actor.workspaceId, id));
   const row = await insertAssistant(
     deps.db,
     {
       id,
-      workspaceId: request.workspaceId,
+      workspaceId: actor.workspaceId,
       fields: { ...body, tool_resources: resources.toolResources },
       now: deps.now(),
       maxAssistants: deps.config.GATEWAY_MAX_ASSISTANTS_PER_WORKSPACE,
     },
     resources.statements,
   );
-  if (resources.queued) wakeIngestion(deps, request);
+  if (resources.queued) wakeIngestion(deps, context);
   return row;
 }
 
@@ -39,15 +45,16 @@ export async function createAssistant(deps: AssistantCommandDeps, request: Store
  */
 export async function modifyAssistant(
   deps: AssistantCommandDeps,
-  request: StoreRequest,
+  actor: Actor,
   id: string,
   body: ModifyAssistantBody,
+  context: RequestContext,
 ): Promise<AssistantRow> {
-  if (body.tool_resources === undefined) return updateAssistant(deps.db, request.workspaceId, id, { ...body, tool_resources: undefined });
+  if (body.tool_resources === undefined) return updateAssistant(deps.db, actor.workspaceId, id, { ...body, tool_resources: undefined });
   // An unknown assistant is the answer, before anything its tool_resources name.
-  await getAssistant(deps.db, request.workspaceId, id);
-  const resources = await toolResourcesWrites(deps, request, body.tool_resources, assistantLive(request.workspaceId, id));
-  const row = await updateAssistant(deps.db, request.workspaceId, id, { ...body, tool_resources: resources.toolResources }, resources.statements);
-  if (resources.queued) wakeIngestion(deps, request);
+  await getAssistant(deps.db, actor.workspaceId, id);
+  const resources = await toolResourcesWrites(deps, actor, body.tool_resources, assistantLive(actor.workspaceId, id));
+  const row = await updateAssistant(deps.db, actor.workspaceId, id, { ...body, tool_resources: resources.toolResources }, resources.statements);
+  if (resources.queued) wakeIngestion(deps, context);
   return row;
 }

@@ -1,7 +1,6 @@
 import { Hono } from 'hono';
 import { assistantsBeta } from '../../http/middleware/assistants-beta';
 import { validate } from '../../http/middleware/validate';
-import { requestedVirtualKey } from '../../http/middleware/virtual-key';
 import { workspace } from '../../http/middleware/workspace';
 import { createAssistantBody, modifyAssistantBody } from './schemas';
 import { cursorListQuery } from '../../http/schemas';
@@ -11,7 +10,7 @@ import { resolveVirtualKey } from '../virtual-keys/commands';
 import { toAssistantJson } from './wire';
 import { listObject } from '../../http/lists';
 import type { ApiEnv } from '../../http/env';
-import { storeRequest } from '../vector-stores/store-request';
+import { requestContext } from '../../http/request-context';
 import { responds } from '../../http/middleware/responds';
 import { deletedObject, listOf } from '../../http/objects';
 import { assistantObject } from './objects';
@@ -25,26 +24,26 @@ import { assistantObject } from './objects';
 export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
   .post('/', responds({ summary: 'Create an assistant', ok: assistantObject }), validate('json', createAssistantBody), async (c) => {
-    const row = await createAssistant(c.get('deps'), storeRequest(c), c.req.valid('json'));
+    const row = await createAssistant(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
     return c.json(toAssistantJson(row));
   })
   .get('/', responds({ summary: 'List assistants', ok: listOf(assistantObject) }), validate('query', cursorListQuery), async (c) => {
-    const page = await listAssistants(c.get('deps').db, c.get('workspace').workspaceId, c.req.valid('query'));
+    const page = await listAssistants(c.get('deps').db, c.get('actor').workspaceId, c.req.valid('query'));
     return c.json(listObject(page, toAssistantJson));
   })
   .get('/:assistant_id', responds({ summary: 'Retrieve an assistant', ok: assistantObject }), async (c) => {
     const { db } = c.get('deps');
-    const { workspaceId } = c.get('workspace');
+    const { workspaceId } = c.get('actor');
     const row = await getAssistant(db, workspaceId, c.req.param('assistant_id'));
-    await resolveVirtualKey(db, workspaceId, { slug: requestedVirtualKey(c), model: row.model });
+    await resolveVirtualKey(db, workspaceId, { slug: c.get('actor').virtualKeySlug, model: row.model });
     return c.json(toAssistantJson(row));
   })
   .post('/:assistant_id', responds({ summary: 'Modify an assistant', ok: assistantObject }), validate('json', modifyAssistantBody), async (c) => {
-    const row = await modifyAssistant(c.get('deps'), storeRequest(c), c.req.param('assistant_id'), c.req.valid('json'));
+    const row = await modifyAssistant(c.get('deps'), c.get('actor'), c.req.param('assistant_id'), c.req.valid('json'), requestContext(c));
     return c.json(toAssistantJson(row));
   })
   .delete('/:assistant_id', responds({ summary: 'Delete an assistant', ok: deletedObject('assistant.deleted') }), async (c) => {
     const { db, now } = c.get('deps');
-    const row = await deleteAssistant(db, c.get('workspace').workspaceId, c.req.param('assistant_id'), now());
+    const row = await deleteAssistant(db, c.get('actor').workspaceId, c.req.param('assistant_id'), now());
     return c.json({ id: row.id, object: 'assistant.deleted', deleted: true });
   });

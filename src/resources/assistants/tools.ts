@@ -12,8 +12,8 @@ export const MAX_JSON_DEPTH = 32;
 
 function withinDepth(value: unknown, limit: number): boolean {
   const stack: [unknown, number][] = [[value, 1]];
-  while (stack.length > 0) {
-    const [current, depth] = stack.pop()!;
+  for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+    const [current, depth] = next;
     if (current === null || typeof current !== 'object') continue;
     if (depth > limit) return false;
     for (const child of Object.values(current)) stack.push([child, depth + 1]);

@@ -22,7 +22,7 @@ import { fileObject } from './objects';
 export const fileRoutes = new Hono<ApiEnv>()
   .use(workspace())
   .post('/', responds({ summary: 'Upload a file', ok: fileObject, errors: [413, 415, 507] }), ownBody(), async (c) => {
-    const row = await createFile(c.get('deps'), c.get('workspace').workspaceId, {
+    const row = await createFile(c.get('deps'), c.get('actor').workspaceId, {
       body: c.req.raw.body,
       contentType: c.req.header('content-type'),
       contentLength: c.req.header('content-length'),
@@ -31,22 +31,22 @@ export const fileRoutes = new Hono<ApiEnv>()
   })
   .get('/', responds({ summary: 'List files', ok: listOf(fileObject) }), validate('query', listFilesQuery), async (c) => {
     const { db, now } = c.get('deps');
-    const page = await listFiles(db, c.get('workspace').workspaceId, c.req.valid('query'), now());
+    const page = await listFiles(db, c.get('actor').workspaceId, c.req.valid('query'), now());
     return c.json(listObject(page, toFileJson));
   })
   .get('/:file_id', responds({ summary: 'Retrieve a file', ok: fileObject }), async (c) => {
     const { db, now } = c.get('deps');
-    const row = await getFile(db, c.get('workspace').workspaceId, c.req.param('file_id'), now());
+    const row = await getFile(db, c.get('actor').workspaceId, c.req.param('file_id'), now());
     return c.json(toFileJson(row));
   })
   .delete('/:file_id', responds({ summary: 'Delete a file', ok: deletedObject('file') }), async (c) => {
     const id = c.req.param('file_id');
-    await removeFile(c.get('deps'), c.get('workspace').workspaceId, id);
+    await removeFile(c.get('deps'), c.get('actor').workspaceId, id);
     return c.json({ id, object: 'file' as const, deleted: true });
   })
   .get('/:file_id/content', responds({ summary: "Retrieve a file's content", ok: z.string(), bytes: true }), async (c) => {
     const { db, now, blobs } = c.get('deps');
-    const row = await getFile(db, c.get('workspace').workspaceId, c.req.param('file_id'), now());
+    const row = await getFile(db, c.get('actor').workspaceId, c.req.param('file_id'), now());
     const body = await blobs.get(row.blobKey);
     // A row without its bytes is the store's fault (lost or deleted behind the gateway's back).
     if (!body) throw new ApiError('server_error', undefined, { cause: new Error(`the blob of file ${row.id} is missing`) });

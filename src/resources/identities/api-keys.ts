@@ -3,6 +3,7 @@ import { preparedQuery, type Db } from '../../db/client';
 import { apiKeys, workspaces, type ApiKeyKind } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { randomToken, sha256Hex } from '../../lib/crypto';
+import { BoundedMap } from '../../lib/bounded-map';
 import { newUuid } from '../../lib/ids';
 
 /**
@@ -92,24 +93,33 @@ const keyByHash = preparedQuery((db) =>
     .prepare(),
 );
 
-/**
- * Hashes of keys that authenticated recently, oldest first. Every request hashes its key, and
- * WebCrypto's digest is asynchronous (on Node a hop through the thread pool): about 5% of a run's
- * creation. Only the hash is remembered, never the lookup, so a revoked key is refused at its next
- * request; only keys that matched are kept, so unknown keys cannot crowd out real ones.
- */
-const recentHashes = new Map<string, string>();
 const RECENT_HASHES_MAX = 10_000;
 
-export async function authenticateApiKey(db: Db, plaintext: string): Promise<AuthenticatedKey | null> {
+/**
+ * Hashes of keys that authenticated recently, oldest first, one set per app (the settings cache
+ * holds it: db/settings-cache.ts). Every request hashes its key, and WebCrypto's digest is
+ * asynchronous (on Node a hop through the thread pool), a noticeable share of a run's creation.
+ * Only the hash is remembered, never the lookup, so a revoked key is refused at its next request;
+ * only keys that matched are kept, so unknown keys cannot crowd out real ones.
+ */
+export class KeyHashes {
+  readonly #recent = new BoundedMap<string, string>(RECENT_HASHES_MAX);
+
+  /** The hash of `plaintext`, and `remember`, which keeps it once the key is known to be live. */
+  async of(plaintext: string): Promise<{ hash: string; remember: () => void }> {
+    const recent = this.#recent.get(plaintext);
+    if (recent !== undefined) return { hash: recent, remember: () => undefined };
+    const hash = await sha256Hex(plaintext);
+    return { hash, remember: () => this.#recent.set(plaintext, hash) };
+  }
+}
+
+export async function authenticateApiKey(db: Db, hashes: KeyHashes, plaintext: string): Promise<AuthenticatedKey | null> {
   if (!isGatewayKeyShaped(plaintext)) return null;
-  const hash = recentHashes.get(plaintext) ?? (await sha256Hex(plaintext));
+  const { hash, remember } = await hashes.of(plaintext);
   const [row] = await keyByHash(db).all({ hash });
   if (!row) return null;
-  if (!recentHashes.has(plaintext)) {
-    if (recentHashes.size >= RECENT_HASHES_MAX) recentHashes.delete(recentHashes.keys().next().value!);
-    recentHashes.set(plaintext, hash);
-  }
+  remember();
   return {
     id: row.id,
     kind: row.kind,

@@ -83,6 +83,18 @@ export async function resolveWorkspaceScope(
   db: Db,
   apiKey: AuthenticatedKey,
   ref: string | undefined,
+  options: { required: true; param?: string },
+): Promise<WorkspaceScope>;
+export async function resolveWorkspaceScope(
+  db: Db,
+  apiKey: AuthenticatedKey,
+  ref: string | undefined,
+  options: { required: boolean; param?: string },
+): Promise<WorkspaceScope | null>;
+export async function resolveWorkspaceScope(
+  db: Db,
+  apiKey: AuthenticatedKey,
+  ref: string | undefined,
   options: { required: boolean; param?: string },
 ): Promise<WorkspaceScope | null> {
   const param = options.param ?? 'workspace_id';

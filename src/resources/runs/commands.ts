@@ -1,7 +1,9 @@
+import type { Actor, RequestContext } from '../../actor';
 import type { Deps } from '../../deps';
-import { holdsThread } from '../../db/schema';
+import { holdsThread } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
-import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../../ratelimit';
+import { settleTokens, type Admission } from '../../ratelimit';
+import { admit, firstTurn, nextTurn, unlessWritten } from './admission';
 import type { CursorListQuery } from '../../http/schemas';
 import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOutputsBody } from './schemas';
 import type { ThreadMessageInput } from '../threads/schemas';
@@ -22,18 +24,17 @@ import {
   toolCallsStepInProgress,
   updateRun,
   type RunRow,
-  type StepRow,
 } from './queries';
 import { getThread, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
-import { getVirtualKey, type VirtualKey } from '../virtual-keys/commands';
+import { getVirtualKey } from '../virtual-keys/commands';
 import { toRunJson, toStepJson } from './wire';
 import { wakeIngestion } from '../vector-stores/commands';
 import { attachedFiles, threadStoreWrites } from '../threads/thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 import { toThreadJson } from '../threads/wire';
 import type { ServerSentEvent } from './execution/event-stream';
-import type { RequestContext, StreamOptions } from './execution/host';
-import { buildPrompt, promptLimits, type Prompt } from './execution/prompt';
+import type { StreamOptions } from './execution/host';
+import { buildPrompt, promptLimits } from './execution/prompt';
 import { reconcileRun } from './execution/recovery';
 import { checkImages } from '../files/images';
 import { clientMessage, newRun, newThread } from './execution/rows';
@@ -52,18 +53,6 @@ import { settleRun } from './execution/settle';
 /** What the run use-cases use of the deps. */
 export type RunCommandDeps = Pick<Deps, 'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs' | 'ingestion'>;
 
-/** Who asks: what the run is attributed to and what rate-limit policies match on. */
-export interface Caller {
-  workspaceId: string;
-  apiKeyId: string;
-  /** The x-gateway-metadata header, merged over the run's metadata for policies. */
-  metadataHeader: string | undefined;
-  /** The x-gateway-virtual-key header: the slug of the virtual key to execute with, when named. */
-  virtualKeySlug: string | undefined;
-  /** The settings as of the request's start: its assistant and virtual key are read through them. */
-  settings: Settings;
-}
-
 /** A run in a thread, as its path names it. */
 export interface RunPath {
   threadId: string;
@@ -81,24 +70,24 @@ export type RunAnswer =
 /** POST /v1/threads/runs: a new thread with its messages, and a run on it. */
 export async function createThreadAndRun(
   deps: RunCommandDeps,
-  caller: Caller,
+  actor: Actor,
+  snapshot: Settings,
   body: CreateThreadAndRunBody,
   context: RequestContext,
 ): Promise<RunAnswer> {
-  const assistant = await caller.settings.assistant(caller.workspaceId, body.assistant_id);
+  const assistant = await snapshot.assistant(actor.workspaceId, body.assistant_id);
   const at = deps.now();
-  const thread = newThread(caller.workspaceId, { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) }, at);
-  await checkToolResources(deps.db, caller.workspaceId, body.tool_resources, 'tool_resources');
-  await checkToolResources(deps.db, caller.workspaceId, thread.toolResources, 'thread.tool_resources');
+  const thread = newThread(actor.workspaceId, { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) }, at);
+  await checkToolResources(deps.db, actor.workspaceId, body.tool_resources, 'tool_resources');
+  await checkToolResources(deps.db, actor.workspaceId, thread.toolResources, 'thread.tool_resources');
   // The thread's vector store, when its tool_resources create one or its messages attach files for file_search.
-  const request = { waitUntil: (task: Promise<unknown>) => context.waitUntil(task), ...caller };
-  const stores = await threadStoreWrites(deps, request, thread, {
+  const stores = await threadStoreWrites(deps, actor, thread, {
     inline: body.thread?.tool_resources?.file_search?.vector_stores?.[0],
     inlineParam: 'thread.tool_resources',
     attached: attachedFiles(body.thread?.messages ?? [], (index) => `thread.messages[${index}].`),
   });
   if (stores.toolResources) thread.toolResources = stores.toolResources;
-  const answer = await startRun(deps, caller, context, {
+  const answer = await startRun(deps, actor, snapshot, context, {
     at,
     thread,
     assistantId: assistant.id,
@@ -110,7 +99,7 @@ export async function createThreadAndRun(
     leading: [['thread.created', toThreadJson(thread)]],
     stream: body.stream === true,
   });
-  if (stores.queued) wakeIngestion(deps, request);
+  if (stores.queued) wakeIngestion(deps, context);
   return answer;
 }
 
@@ -122,7 +111,8 @@ export async function createThreadAndRun(
  */
 export async function createRun(
   deps: RunCommandDeps,
-  caller: Caller,
+  actor: Actor,
+  snapshot: Settings,
   threadId: string,
   body: CreateRunBody,
   context: RequestContext,
@@ -131,9 +121,9 @@ export async function createRun(
   const { db, config } = deps;
   // Read together; their errors are reported in this order, whichever comes first.
   const reads = [
-    getThread(db, caller.workspaceId, threadId),
-    caller.settings.assistant(caller.workspaceId, body.assistant_id),
-    readHistory(db, { workspaceId: caller.workspaceId, threadId, runId: null }, config.GATEWAY_MAX_HISTORY_BYTES),
+    getThread(db, actor.workspaceId, threadId),
+    snapshot.assistant(actor.workspaceId, body.assistant_id),
+    readHistory(db, { workspaceId: actor.workspaceId, threadId, runId: null }, config.GATEWAY_MAX_HISTORY_BYTES),
   ] as const;
   for (const read of reads) read.catch(() => undefined);
   const [thread, assistant, history] = [await reads[0], await reads[1], await reads[2]];
@@ -142,12 +132,11 @@ export async function createRun(
   if (blocking) throw activeRunError(thread.id, blocking);
   // additional_messages' file_search attachments go to the thread's store (created if it has none),
   // in the run's batch: written with it or not at all.
-  const request = { waitUntil: (task: Promise<unknown>) => context.waitUntil(task), ...caller };
-  const stores = await threadStoreWrites(deps, request, thread, {
+  const stores = await threadStoreWrites(deps, actor, thread, {
     attached: attachedFiles(body.additional_messages ?? [], (index) => `additional_messages[${index}].`),
   });
   const extra = stores.toolResources ? [...stores.statements, setToolResources(db, thread.id, stores.toolResources)] : stores.statements;
-  const answer = await startRun(deps, caller, context, {
+  const answer = await startRun(deps, actor, snapshot, context, {
     at: deps.now(),
     thread,
     assistantId: assistant.id,
@@ -166,7 +155,7 @@ export async function createRun(
     stream: body.stream === true,
     includeResultContent,
   });
-  if (stores.queued) wakeIngestion(deps, request);
+  if (stores.queued) wakeIngestion(deps, context);
   return answer;
 }
 
@@ -198,16 +187,16 @@ interface RunStart {
  * first prompt, admission (its reservation sized by that prompt), the write, and the host, which
  * gets the prompt and the key: the first turn reads nothing more.
  */
-async function startRun(deps: RunCommandDeps, caller: Caller, context: RequestContext, start: RunStart): Promise<RunAnswer> {
+async function startRun(deps: RunCommandDeps, actor: Actor, snapshot: Settings, context: RequestContext, start: RunStart): Promise<RunAnswer> {
   const { thread, settings } = start;
-  const virtualKey = await caller.settings.virtualKey(caller.workspaceId, { slug: caller.virtualKeySlug, model: settings.model });
+  const virtualKey = await snapshot.virtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: settings.model });
   const { at } = start;
   const messages = start.messages.map((message, index) => clientMessage(thread, message, `${start.messagesParam}[${index}]`, at));
-  await checkImages(deps, caller.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
-  const run = newRun(settings, { thread, assistantId: start.assistantId, virtualKey, apiKeyId: caller.apiKeyId }, deps.config, at);
+  await checkImages(deps, actor.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
+  const run = newRun(settings, { thread, assistantId: start.assistantId, virtualKey, apiKeyId: actor.apiKeyId }, deps.config, at);
   const history = { messages: [...start.history.messages, ...messages], steps: start.history.steps };
   const prompt = buildPrompt(run, history, [], promptLimits(run, 0, deps.config));
-  const admission = await admit(deps, caller, virtualKey, run, firstTurn(deps, run, prompt));
+  const admission = await admit(deps, actor, snapshot, virtualKey, run, firstTurn(deps, run, prompt));
   run.rateLimit = admission.ticket;
   const written = unlessWritten(deps, admission, start.write(messages, run));
   // Serialised once for the two events that carry it.
@@ -272,12 +261,13 @@ export async function retrieveRun(deps: RunCommandDeps, workspaceId: string, pat
 /** Tool outputs for a run in requires_action: its next turn executes at once. */
 export async function submitToolOutputs(
   deps: RunCommandDeps,
-  caller: Caller,
+  actor: Actor,
+  snapshot: Settings,
   path: RunPath,
   body: SubmitToolOutputsBody,
   context: RequestContext,
 ): Promise<RunAnswer> {
-  const run = await retrieveRun(deps, caller.workspaceId, path);
+  const run = await retrieveRun(deps, actor.workspaceId, path);
   if (run.status !== 'requires_action') {
     throw new ApiError('run_not_active', `Runs in status '${run.status}' do not accept tool outputs.`);
   }
@@ -287,7 +277,7 @@ export async function submitToolOutputs(
   if (!key || key.revokedAt !== null) {
     throw new ApiError('invalid_virtual_key', "The run's virtual key was revoked; the run cannot continue.");
   }
-  const admission = await admit(deps, caller, key, run, nextTurn(deps, run, step, outputs));
+  const admission = await admit(deps, actor, snapshot, key, run, nextTurn(deps, run, step, outputs));
   const accepted = await unlessWritten(
     deps,
     admission,
@@ -362,67 +352,6 @@ async function host(
 /** The run as it is acknowledged: OpenAI answers createAndRun and starts its stream with `queued`. */
 function asQueued(run: RunRow): RunRow {
   return { ...run, status: 'queued', startedAt: null };
-}
-
-/**
- * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The
- * model is the run's, which through an Azure key is the deployment's (servedModel).
- */
-function admit(deps: RunCommandDeps, caller: Caller, key: VirtualKey, run: RunRow, turn: TurnTokens): Promise<Admission> {
-  return admitRequest(
-    deps,
-    {
-      api_key: caller.apiKeyId,
-      workspace_id: caller.workspaceId,
-      virtual_key: key.slug,
-      provider: key.provider,
-      model: run.model,
-      metadata: requestMetadata(run.metadata, caller.metadataHeader),
-    },
-    turn,
-    caller.settings.generation,
-  );
-}
-
-/** What a new run's first turn reserves: its prompt, as it will be sent (truncated). */
-function firstTurn(deps: RunCommandDeps, run: RunRow, prompt: Prompt): TurnTokens {
-  const estimate = {
-    promptChars: prompt.chars,
-    knownPromptTokens: 0,
-    maxCompletionTokens: run.maxCompletionTokens,
-    completionTokensSoFar: 0,
-  };
-  return { reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION), baseTokens: 0 };
-}
-
-/**
- * What the turn after tool outputs reserves: its prompt is the last turn's tokens (that turn's
- * prompt and its calls, the step's usage) and the outputs.
- */
-function nextTurn(deps: RunCommandDeps, run: RunRow, step: StepRow, outputs: Map<string, string>): TurnTokens {
-  const estimate = {
-    promptChars: promptChars([...outputs.values()]),
-    knownPromptTokens: step.usage?.total_tokens ?? 0,
-    maxCompletionTokens: run.maxCompletionTokens,
-    completionTokensSoFar: run.usage?.completion_tokens ?? 0,
-  };
-  return {
-    reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION),
-    baseTokens: run.usage?.total_tokens ?? 0,
-  };
-}
-
-/**
- * The write that makes an admitted turn real. If it fails, the turn never executes and nothing
- * would release its token reservation: it goes back at once.
- */
-async function unlessWritten<T>(deps: RunCommandDeps, admission: Admission, write: Promise<T>): Promise<T> {
-  try {
-    return await write;
-  } catch (error) {
-    await settleTokens(deps, admission.ticket, 0);
-    throw error;
-  }
 }
 
 /**

@@ -1,3 +1,4 @@
+import { RUN_STATUSES, STEP_STATUSES } from '../../db/run-statuses';
 import * as z from 'zod';
 import { nullableSeconds, seconds, textPart } from '../../http/objects';
 import { metadataSchema } from '../../http/schemas';
@@ -18,7 +19,7 @@ export const runObject = z.strictObject({
   created_at: seconds,
   assistant_id: z.string(),
   thread_id: z.string(),
-  status: z.enum(['queued', 'in_progress', 'requires_action', 'cancelling', 'cancelled', 'failed', 'completed', 'incomplete', 'expired']),
+  status: z.enum(RUN_STATUSES),
   started_at: nullableSeconds,
   expires_at: nullableSeconds,
   cancelled_at: nullableSeconds,
@@ -82,7 +83,7 @@ export const runStepObject = z.strictObject({
   assistant_id: z.string(),
   thread_id: z.string(),
   type: z.enum(['message_creation', 'tool_calls']),
-  status: z.enum(['in_progress', 'cancelled', 'failed', 'completed', 'expired']),
+  status: z.enum(STEP_STATUSES),
   cancelled_at: nullableSeconds,
   completed_at: nullableSeconds,
   expires_at: nullableSeconds,

@@ -1,7 +1,5 @@
-import { Hono, type Context, type ExecutionContext } from 'hono';
+import { Hono, type Context } from 'hono';
 import { validate } from '../../http/middleware/validate';
-import { VIRTUAL_KEY_HEADER } from '../../http/middleware/virtual-key';
-import { METADATA_HEADER } from '../../ratelimit';
 import {
   cancelRun,
   createRun,
@@ -12,12 +10,11 @@ import {
   retrieveRun,
   retrieveRunStep,
   submitToolOutputs,
-  type Caller,
   type RunAnswer,
   type RunPath,
 } from './commands';
 import { SSE_HEADERS } from './execution/event-stream';
-import type { RequestContext } from './execution/host';
+import { requestContext } from '../../http/request-context';
 import { cursorListQuery } from '../../http/schemas';
 import {
   createRunBody,
@@ -28,7 +25,7 @@ import {
   submitToolOutputsBody,
   type RunStepInclude,
 } from './schemas';
-import { isTerminal } from './queries';
+import { isTerminal } from '../../db/run-statuses';
 import { listObject } from '../../http/lists';
 import { toRunJson, toStepJson } from './wire';
 import type { WorkspaceEnv } from '../../http/env';
@@ -49,37 +46,37 @@ const POLL_AFTER_MS = '250';
  */
 export const runRoutes = new Hono<WorkspaceEnv>()
   .post('/runs', responds({ summary: 'Create a thread and run it', ok: runObject, stream: true, errors: [429] }), validate('json', createThreadAndRunBody), async (c) =>
-    answer(c, await createThreadAndRun(c.get('deps'), caller(c), c.req.valid('json'), requestContext(c))),
+    answer(c, await createThreadAndRun(c.get('deps'), c.get('actor'), c.get('settings'), c.req.valid('json'), requestContext(c))),
   )
   .post('/:thread_id/runs', responds({ summary: 'Create a run', ok: runObject, stream: true, errors: [429] }), validate('query', runStepIncludeQuery), validate('json', createRunBody), async (c) => {
     const include = includesContent(c.req.valid('query'));
-    return answer(c, await createRun(c.get('deps'), caller(c), c.req.param('thread_id'), c.req.valid('json'), requestContext(c), include));
+    return answer(c, await createRun(c.get('deps'), c.get('actor'), c.get('settings'), c.req.param('thread_id'), c.req.valid('json'), requestContext(c), include));
   })
   .get('/:thread_id/runs', responds({ summary: 'List runs', ok: listOf(runObject) }), validate('query', cursorListQuery), async (c) => {
-    const page = await listRuns(c.get('deps'), c.get('workspace').workspaceId, c.req.param('thread_id'), c.req.valid('query'));
+    const page = await listRuns(c.get('deps'), c.get('actor').workspaceId, c.req.param('thread_id'), c.req.valid('query'));
     return c.json(listObject(page, toRunJson));
   })
   .get('/:thread_id/runs/:run_id', responds({ summary: 'Retrieve a run', ok: runObject }), async (c) => {
-    const run = await retrieveRun(c.get('deps'), c.get('workspace').workspaceId, runPath(c));
+    const run = await retrieveRun(c.get('deps'), c.get('actor').workspaceId, runPath(c));
     const headers: Record<string, string> = isTerminal(run.status) ? {} : { 'openai-poll-after-ms': POLL_AFTER_MS };
     return c.json(toRunJson(run), 200, headers);
   })
   .post('/:thread_id/runs/:run_id', responds({ summary: 'Modify a run', ok: runObject }), validate('json', modifyRunBody), async (c) =>
-    c.json(toRunJson(await modifyRun(c.get('deps'), c.get('workspace').workspaceId, runPath(c), c.req.valid('json')))),
+    c.json(toRunJson(await modifyRun(c.get('deps'), c.get('actor').workspaceId, runPath(c), c.req.valid('json')))),
   )
   .post('/:thread_id/runs/:run_id/submit_tool_outputs', responds({ summary: 'Submit tool outputs to a run', ok: runObject, stream: true, errors: [429] }), validate('json', submitToolOutputsBody), async (c) =>
-    answer(c, await submitToolOutputs(c.get('deps'), caller(c), runPath(c), c.req.valid('json'), requestContext(c))),
+    answer(c, await submitToolOutputs(c.get('deps'), c.get('actor'), c.get('settings'), runPath(c), c.req.valid('json'), requestContext(c))),
   )
   .post('/:thread_id/runs/:run_id/cancel', responds({ summary: 'Cancel a run', ok: runObject }), async (c) =>
-    c.json(toRunJson(await cancelRun(c.get('deps'), c.get('workspace').workspaceId, runPath(c), requestContext(c)))),
+    c.json(toRunJson(await cancelRun(c.get('deps'), c.get('actor').workspaceId, runPath(c), requestContext(c)))),
   )
   .get('/:thread_id/runs/:run_id/steps', responds({ summary: 'List run steps', ok: listOf(runStepObject) }), validate('query', listRunStepsQuery), async (c) => {
-    const { run, page } = await listRunSteps(c.get('deps'), c.get('workspace').workspaceId, runPath(c), c.req.valid('query'));
+    const { run, page } = await listRunSteps(c.get('deps'), c.get('actor').workspaceId, runPath(c), c.req.valid('query'));
     const include = includesContent(c.req.valid('query'));
     return c.json(listObject(page, (step) => toStepJson(step, run, include)));
   })
   .get('/:thread_id/runs/:run_id/steps/:step_id', responds({ summary: 'Retrieve a run step', ok: runStepObject }), validate('query', runStepIncludeQuery), async (c) => {
-    const { run, step } = await retrieveRunStep(c.get('deps'), c.get('workspace').workspaceId, runPath(c), c.req.param('step_id'));
+    const { run, step } = await retrieveRunStep(c.get('deps'), c.get('actor').workspaceId, runPath(c), c.req.param('step_id'));
     return c.json(toStepJson(step, run, includesContent(c.req.valid('query'))));
   });
 
@@ -94,22 +91,6 @@ function includesContent(query: { 'include[]'?: RunStepInclude[] }): boolean {
 /** The run a path names. */
 function runPath(c: { req: { param(name: 'thread_id' | 'run_id'): string } }): RunPath {
   return { threadId: c.req.param('thread_id'), runId: c.req.param('run_id') };
-}
-
-/** Who asks, as the run use-cases need it. */
-function caller(c: { get: Context<WorkspaceEnv>['get']; req: { header(name: string): string | undefined } }): Caller {
-  return {
-    workspaceId: c.get('workspace').workspaceId,
-    apiKeyId: c.get('apiKey').id,
-    metadataHeader: c.req.header(METADATA_HEADER),
-    virtualKeySlug: c.req.header(VIRTUAL_KEY_HEADER)?.trim() || undefined,
-    settings: c.get('settings'),
-  };
-}
-
-/** The request as a run host sees it: the runtime's waitUntil (both entries hand Hono one) and its id. */
-function requestContext(c: { get: Context<WorkspaceEnv>['get']; executionCtx: ExecutionContext }): RequestContext {
-  return { waitUntil: (task) => c.executionCtx.waitUntil(task), requestId: c.get('requestId') };
 }
 
 /** A run just put in progress: the queued run object, or its event stream. */

@@ -1,7 +1,8 @@
 import { toUnixSeconds } from '../../lib/time';
 import type { RunObject, RunStepObject } from './objects';
 import type { StepDetails } from './schemas';
-import { isTerminal, type RunRow, type StepRow } from './queries';
+import { isTerminal } from '../../db/run-statuses';
+import type { RunRow, StepRow } from './queries';
 
 /** OpenAI's Run and RunStep objects, from their rows. */
 

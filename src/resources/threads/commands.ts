@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps';
-import { holdsThread } from '../../db/schema';
+import { holdsThread } from '../../db/run-statuses';
 import { reconcileRun } from '../runs/execution/recovery';
 import { checkImages } from '../files/images';
 import { clientMessage, newThread } from '../runs/execution/rows';
@@ -16,7 +16,8 @@ import {
   type ThreadRow,
 } from './queries';
 import { openRunOf, threadHeld, type HoldingRun } from '../runs/queries';
-import { wakeIngestion, type StoreRequest } from '../vector-stores/commands';
+import type { Actor, RequestContext } from '../../actor';
+import { wakeIngestion } from '../vector-stores/commands';
 import { attachedFiles, threadStoreWrites } from './thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 
@@ -37,19 +38,19 @@ export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | '
  * POST /v1/threads: the thread and its messages, with the vector store its tool_resources create
  * and its messages' file_search attachments fill, in one transaction.
  */
-export async function createThread(deps: ThreadCommandDeps, request: StoreRequest, body: ThreadInput): Promise<ThreadRow> {
+export async function createThread(deps: ThreadCommandDeps, actor: Actor, body: ThreadInput, context: RequestContext): Promise<ThreadRow> {
   const at = deps.now();
-  const thread = newThread(request.workspaceId, { metadata: body.metadata, tool_resources: storedToolResources(body.tool_resources) }, at);
-  await checkToolResources(deps.db, request.workspaceId, thread.toolResources, 'tool_resources');
+  const thread = newThread(actor.workspaceId, { metadata: body.metadata, tool_resources: storedToolResources(body.tool_resources) }, at);
+  await checkToolResources(deps.db, actor.workspaceId, thread.toolResources, 'tool_resources');
   const messages = (body.messages ?? []).map((message, index) => clientMessage(thread, message, `messages[${index}]`, at));
-  await checkImages(deps, request.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
-  const stores = await threadStoreWrites(deps, request, thread, {
+  await checkImages(deps, actor.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
+  const stores = await threadStoreWrites(deps, actor, thread, {
     inline: body.tool_resources?.file_search?.vector_stores?.[0],
     attached: attachedFiles(body.messages ?? [], (index) => `messages[${index}].`),
   });
   if (stores.toolResources) thread.toolResources = stores.toolResources;
   await insertThread(deps.db, thread, messages, stores.statements);
-  if (stores.queued) wakeIngestion(deps, request);
+  if (stores.queued) wakeIngestion(deps, context);
   return thread;
 }
 
@@ -72,21 +73,22 @@ export async function modifyThread(deps: ThreadCommandDeps, workspaceId: string,
  */
 export async function createMessage(
   deps: ThreadCommandDeps,
-  request: StoreRequest,
+  actor: Actor,
   threadId: string,
   body: ThreadMessageInput,
+  context: RequestContext,
 ): Promise<MessageRow> {
-  const thread = await getThread(deps.db, request.workspaceId, threadId);
+  const thread = await getThread(deps.db, actor.workspaceId, threadId);
   const message = clientMessage(thread, body, '', deps.now());
-  await checkImages(deps, request.workspaceId, [body], () => '');
+  await checkImages(deps, actor.workspaceId, [body], () => '');
   // Its file_search attachments go to the thread's store (created if it has none), only if it is written.
   const written = messageWritten(message.id);
-  const stores = await threadStoreWrites(deps, request, thread, { attached: attachedFiles([body], () => '') }, written);
+  const stores = await threadStoreWrites(deps, actor, thread, { attached: attachedFiles([body], () => '') }, written);
   const extra = [...stores.statements, ...(stores.toolResources ? [setToolResources(deps.db, thread.id, stores.toolResources, written)] : [])];
   const row = await whileIdle(deps, thread, () => insertMessageWhileIdle(deps.db, message, extra), (run) =>
     `Can't add messages to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
-  if (stores.queued) wakeIngestion(deps, request);
+  if (stores.queued) wakeIngestion(deps, context);
   return row;
 }
 

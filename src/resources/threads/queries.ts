@@ -14,7 +14,8 @@ import {
   type RawCondition,
   type RawStatement,
 } from '../../db/client';
-import { messages, runs, runSteps, THREAD_HOLDING_SQL, threads, type MessageStatus } from '../../db/schema';
+import { messages, runs, runSteps, threads, type MessageStatus } from '../../db/schema';
+import { THREAD_HOLDING_SQL } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
 import type { ModifyMessageBody, ModifyThreadBody } from './schemas';

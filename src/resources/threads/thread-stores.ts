@@ -1,9 +1,10 @@
 import type { SQL } from 'drizzle-orm';
+import type { Actor } from '../../actor';
 import type { BuiltStatement } from '../../db/client';
 import type { ThreadMessageInput } from './schemas';
 import type { InlineVectorStore, ToolResources } from '../vector-stores/schemas';
 import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from '../vector-stores/queries';
-import { filesToAdd, ingestionHost, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from '../vector-stores/commands';
+import { filesToAdd, ingestionHost, prepareVectorStore, type StoreCommandDeps } from '../vector-stores/commands';
 import { inlineStoreFiles } from '../vector-stores/tool-resources';
 
 /**
@@ -41,7 +42,7 @@ export function attachedFiles(messages: readonly ThreadMessageInput[], param: (i
  */
 export async function threadStoreWrites(
   deps: StoreCommandDeps,
-  request: StoreRequest,
+  actor: Actor,
   thread: { toolResources: ToolResources | null },
   files: { inline?: InlineVectorStore; inlineParam?: string; attached: FileToAdd[] },
   condition?: SQL,
@@ -53,12 +54,12 @@ export async function threadStoreWrites(
   // Without an inline store there is a first file (see above).
   if (existing !== undefined && !inline && first) {
     ingestionHost(deps, first.param);
-    const store = await getVectorStore(deps.db, request.workspaceId, existing);
-    await checkFiles(deps.db, request.workspaceId, attached);
+    const store = await getVectorStore(deps.db, actor.workspaceId, existing);
+    await checkFiles(deps.db, actor.workspaceId, attached);
     const at = deps.now();
     return {
       statements: [
-        ...insertStoreFiles(deps.db, store, attached, { batchId: null, apiKeyId: request.apiKeyId, at }, condition),
+        ...insertStoreFiles(deps.db, store, attached, { batchId: null, apiKeyId: actor.apiKeyId, at }, condition),
         touchVectorStore(deps.db, store, at, condition),
       ],
       toolResources: null,
@@ -66,7 +67,7 @@ export async function threadStoreWrites(
     };
   }
   const toAdd = [...inlineStoreFiles(inline, files.inlineParam ?? 'tool_resources'), ...attached];
-  const { store, statements } = await prepareVectorStore(deps, request, { metadata: inline?.metadata, files: toAdd }, condition);
+  const { store, statements } = await prepareVectorStore(deps, actor, { metadata: inline?.metadata, files: toAdd }, condition);
   return {
     statements,
     toolResources: { ...thread.toolResources, file_search: { vector_store_ids: [store.id] } },

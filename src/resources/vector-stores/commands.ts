@@ -1,6 +1,7 @@
 import { eq, type SQL } from 'drizzle-orm';
 import { batchWrites, insertWhere, type BuiltStatement } from '../../db/client';
 import { vectorStoreFileBatches, vectorStores, workspaces, type ChunkingStrategy, type FileAttributes } from '../../db/schema';
+import type { Actor, RequestContext } from '../../actor';
 import type { Deps } from '../../deps';
 import { ApiError } from '../../errors';
 import { newId } from '../../lib/ids';
@@ -27,15 +28,6 @@ import {
 
 export type StoreCommandDeps = Pick<Deps, 'db' | 'config' | 'now' | 'ingestion'>;
 
-/** Who asks, as the route knows it. */
-export interface StoreRequest {
-  workspaceId: string;
-  apiKeyId: string;
-  /** The x-gateway-virtual-key header, if sent: the store's key, as a run's. */
-  virtualKeySlug: string | undefined;
-  waitUntil(task: Promise<unknown>): void;
-}
-
 /** The strategy as stored and answered: OpenAI answers `auto` as the static sizes it stands for. */
 export function storedChunking(input: ChunkingStrategyInput | undefined): ChunkingStrategy {
   if (input?.type === 'static') return { type: 'static', static: { ...input.static } };
@@ -61,20 +53,21 @@ export const itemOf = (list: string) => (index: number) => `${list}[${index}]`;
  */
 export async function prepareVectorStore(
   deps: StoreCommandDeps,
-  request: StoreRequest,
+  actor: Actor,
   input: { name?: string | null; metadata?: Record<string, string> | null; expiresAfter?: CreateVectorStoreBody['expires_after']; files: FileToAdd[] },
   condition?: SQL,
 ): Promise<{ store: VectorStoreRow; statements: BuiltStatement[] }> {
-  if (input.files.length > 0) {
-    ingestionHost(deps, input.files[0]!.param);
-    await checkFiles(deps.db, request.workspaceId, input.files);
+  const [first] = input.files;
+  if (first) {
+    ingestionHost(deps, first.param);
+    await checkFiles(deps.db, actor.workspaceId, input.files);
   }
-  const model = await embeddingsModel(deps, request.workspaceId);
-  const key = await resolveVirtualKey(deps.db, request.workspaceId, { slug: request.virtualKeySlug, model });
+  const model = await embeddingsModel(deps, actor.workspaceId);
+  const key = await resolveVirtualKey(deps.db, actor.workspaceId, { slug: actor.virtualKeySlug, model });
   const at = deps.now();
   const store: VectorStoreRow = {
     id: newId('vs'),
-    workspaceId: request.workspaceId,
+    workspaceId: actor.workspaceId,
     name: input.name ?? null,
     metadata: input.metadata ?? {},
     expiresAfter: input.expiresAfter ?? null,
@@ -89,71 +82,78 @@ export async function prepareVectorStore(
   // Its files are written only with it (insertStoreFiles checks that the store exists).
   const statements: BuiltStatement[] = [
     condition ? insertWhere(deps.db, vectorStores, store, condition) : deps.db.insert(vectorStores).values(store),
-    ...insertStoreFiles(deps.db, store, input.files, { batchId: null, apiKeyId: request.apiKeyId, at }),
+    ...insertStoreFiles(deps.db, store, input.files, { batchId: null, apiKeyId: actor.apiKeyId, at }),
   ];
   return { store, statements };
 }
 
 /** POST /v1/vector_stores. */
-export async function createVectorStore(deps: StoreCommandDeps, request: StoreRequest, body: CreateVectorStoreBody): Promise<VectorStoreRow> {
+export async function createVectorStore(
+  deps: StoreCommandDeps,
+  actor: Actor,
+  body: CreateVectorStoreBody,
+  context: RequestContext,
+): Promise<VectorStoreRow> {
   const files = filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, param: itemOf('file_ids') });
-  const { store, statements } = await prepareVectorStore(deps, request, {
+  const { store, statements } = await prepareVectorStore(deps, actor, {
     name: body.name,
     metadata: body.metadata,
     expiresAfter: body.expires_after,
     files,
   });
   await batchWrites(deps.db, statements);
-  if (files.length > 0) wakeIngestion(deps, request);
+  if (files.length > 0) wakeIngestion(deps, context);
   return store;
 }
 
 /** POST /v1/vector_stores/{id}/files: the file queued for ingestion (as it was, if already in the store). */
 export async function addStoreFile(
   deps: StoreCommandDeps,
-  request: StoreRequest,
+  actor: Actor,
   storeId: string,
   body: CreateVectorStoreFileBody,
+  context: RequestContext,
 ): Promise<VectorStoreFileRow> {
-  const store = await getVectorStore(deps.db, request.workspaceId, storeId);
+  const store = await getVectorStore(deps.db, actor.workspaceId, storeId);
   const files = filesToAdd([body.file_id], { chunking: body.chunking_strategy, attributes: body.attributes, param: () => 'file_id' });
-  await addFiles(deps, request, store, files, null);
+  await addFiles(deps, actor, store, files, null, context);
   return getStoreFile(deps.db, store.id, body.file_id);
 }
 
 /** POST /v1/vector_stores/{id}/file_batches: `file_ids` with the batch's attributes and chunking, or `files` each with its own. */
 export async function createFileBatch(
   deps: StoreCommandDeps,
-  request: StoreRequest,
+  actor: Actor,
   storeId: string,
   body: CreateFileBatchBody,
+  context: RequestContext,
 ): Promise<FileBatchRow> {
-  const store = await getVectorStore(deps.db, request.workspaceId, storeId);
+  const store = await getVectorStore(deps.db, actor.workspaceId, storeId);
   const files = body.files
     ? body.files.flatMap((file, index) =>
         filesToAdd([file.file_id], { chunking: file.chunking_strategy, attributes: file.attributes, param: () => `files[${index}].file_id` }),
       )
     : filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, attributes: body.attributes, param: itemOf('file_ids') });
   const batch: FileBatchRow = { id: newId('vsfb'), vectorStoreId: store.id, workspaceId: store.workspaceId, cancelledAt: null, createdAt: deps.now() };
-  await addFiles(deps, request, store, files, batch);
+  await addFiles(deps, actor, store, files, batch, context);
   return batch;
 }
 
 /** A store to add files to is also a store's activity; the batch row goes with its files. */
-async function addFiles(deps: StoreCommandDeps, request: StoreRequest, store: VectorStoreRow, files: FileToAdd[], batch: FileBatchRow | null) {
+async function addFiles(deps: StoreCommandDeps, actor: Actor, store: VectorStoreRow, files: FileToAdd[], batch: FileBatchRow | null, context: RequestContext) {
   ingestionHost(deps, files[0]?.param ?? 'file_ids');
-  await checkFiles(deps.db, request.workspaceId, files);
+  await checkFiles(deps.db, actor.workspaceId, files);
   const at = deps.now();
   await batchWrites(deps.db, [
     ...(batch ? [deps.db.insert(vectorStoreFileBatches).values(batch)] : []),
-    ...insertStoreFiles(deps.db, store, files, { batchId: batch?.id ?? null, apiKeyId: request.apiKeyId, at }),
+    ...insertStoreFiles(deps.db, store, files, { batchId: batch?.id ?? null, apiKeyId: actor.apiKeyId, at }),
     touchVectorStore(deps.db, store, at),
   ]);
-  wakeIngestion(deps, request);
+  wakeIngestion(deps, context);
 }
 
-export function wakeIngestion(deps: Pick<Deps, 'ingestion'>, request: Pick<StoreRequest, 'waitUntil'>): void {
-  deps.ingestion?.wake(request);
+export function wakeIngestion(deps: Pick<Deps, 'ingestion'>, context: Pick<RequestContext, 'waitUntil'>): void {
+  deps.ingestion?.wake(context);
 }
 
 /** The host that will ingest the files; where there is none (Workers without the queue), a 400 naming `param`. */

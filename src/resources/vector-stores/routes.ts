@@ -33,7 +33,7 @@ import { addStoreFile, createFileBatch, createVectorStore } from './commands';
 import { listObject } from '../../http/lists';
 import { toFileBatchJson, toVectorStoreFileJson, toVectorStoreJson } from './wire';
 import type { ApiEnv, WorkspaceEnv } from '../../http/env';
-import { storeRequest } from './store-request';
+import { requestContext } from '../../http/request-context';
 import { responds } from '../../http/middleware/responds';
 import { deletedObject, listOf } from '../../http/objects';
 import { vectorStoreFileBatchObject, vectorStoreFileContentPage, vectorStoreFileObject, vectorStoreObject } from './objects';
@@ -68,7 +68,7 @@ async function batchJson(c: Ctx, batch: FileBatchRow) {
 const storeOf = (c: Ctx) => {
   const id = c.req.param('vector_store_id');
   if (id === undefined) throw new Error('storeOf serves only routes with a :vector_store_id');
-  return getVectorStore(c.get('deps').db, c.get('workspace').workspaceId, id);
+  return getVectorStore(c.get('deps').db, c.get('actor').workspaceId, id);
 };
 
 /** Most chunks the content endpoint answers in its one page. */
@@ -76,11 +76,11 @@ const CONTENT_CHUNKS = 10_000;
 
 const storeRoutes = new Hono<WorkspaceEnv>()
   .post('/', responds({ summary: 'Create a vector store', ok: vectorStoreObject }), validate('json', createVectorStoreBody), async (c) => {
-    const store = await createVectorStore(c.get('deps'), storeRequest(c), c.req.valid('json'));
+    const store = await createVectorStore(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
     return c.json(await storeJson(c, store));
   })
   .get('/', responds({ summary: 'List vector stores', ok: listOf(vectorStoreObject) }), validate('query', cursorListQuery), async (c) => {
-    const page = await listVectorStores(c.get('deps').db, c.get('workspace').workspaceId, c.req.valid('query'));
+    const page = await listVectorStores(c.get('deps').db, c.get('actor').workspaceId, c.req.valid('query'));
     const json = new Map((await storesJson(c, page.rows)).map((store) => [store.id, store]));
     return c.json(
       listObject(page, (row) => {
@@ -92,19 +92,19 @@ const storeRoutes = new Hono<WorkspaceEnv>()
   })
   .get('/:vector_store_id', responds({ summary: 'Retrieve a vector store', ok: vectorStoreObject }), async (c) => c.json(await storeJson(c, await storeOf(c))))
   .post('/:vector_store_id', responds({ summary: 'Modify a vector store', ok: vectorStoreObject }), validate('json', updateVectorStoreBody), async (c) => {
-    const { workspaceId } = c.get('workspace');
+    const { workspaceId } = c.get('actor');
     const store = await updateVectorStore(c.get('deps').db, workspaceId, c.req.param('vector_store_id'), c.req.valid('json'));
     return c.json(await storeJson(c, store));
   })
   .delete('/:vector_store_id', responds({ summary: 'Delete a vector store', ok: deletedObject('vector_store.deleted') }), async (c) => {
     const id = c.req.param('vector_store_id');
-    await deleteVectorStore(c.get('deps').db, c.get('workspace').workspaceId, id);
+    await deleteVectorStore(c.get('deps').db, c.get('actor').workspaceId, id);
     return c.json({ id, object: 'vector_store.deleted' as const, deleted: true });
   });
 
 const fileRoutes = new Hono<WorkspaceEnv>()
   .post('/:vector_store_id/files', responds({ summary: 'Add a file to a vector store', ok: vectorStoreFileObject }), validate('json', createVectorStoreFileBody), async (c) => {
-    const row = await addStoreFile(c.get('deps'), storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
+    const row = await addStoreFile(c.get('deps'), c.get('actor'), c.req.param('vector_store_id'), c.req.valid('json'), requestContext(c));
     return c.json(toVectorStoreFileJson(row));
   })
   .get('/:vector_store_id/files', responds({ summary: "List a vector store's files", ok: listOf(vectorStoreFileObject) }), validate('query', listVectorStoreFilesQuery), async (c) => {
@@ -140,7 +140,7 @@ const fileRoutes = new Hono<WorkspaceEnv>()
 
 const batchRoutes = new Hono<WorkspaceEnv>()
   .post('/:vector_store_id/file_batches', responds({ summary: 'Create a file batch', ok: vectorStoreFileBatchObject }), validate('json', createFileBatchBody), async (c) => {
-    const batch = await createFileBatch(c.get('deps'), storeRequest(c), c.req.param('vector_store_id'), c.req.valid('json'));
+    const batch = await createFileBatch(c.get('deps'), c.get('actor'), c.req.param('vector_store_id'), c.req.valid('json'), requestContext(c));
     return c.json(await batchJson(c, batch));
   })
   .get('/:vector_store_id/file_batches/:batch_id', responds({ summary: 'Retrieve a file batch', ok: vectorStoreFileBatchObject }), async (c) => {

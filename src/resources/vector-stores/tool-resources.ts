@@ -1,8 +1,9 @@
 import type { SQL } from 'drizzle-orm';
+import type { Actor } from '../../actor';
 import type { BuiltStatement, Db } from '../../db/client';
 import type { InlineVectorStore, ToolResources, ToolResourcesInput } from './schemas';
 import { checkFiles, getVectorStore, type FileToAdd } from './queries';
-import { filesToAdd, itemOf, prepareVectorStore, type StoreCommandDeps, type StoreRequest } from './commands';
+import { filesToAdd, itemOf, prepareVectorStore, type StoreCommandDeps } from './commands';
 
 /**
  * tool_resources as requests give them (assistants, threads, a thread and its run): what they name
@@ -56,16 +57,16 @@ export interface ToolResourcesWrites {
  */
 export async function toolResourcesWrites(
   deps: StoreCommandDeps,
-  request: StoreRequest,
+  actor: Actor,
   input: ToolResourcesInput | null | undefined,
   condition: SQL,
 ): Promise<ToolResourcesWrites> {
   const param = 'tool_resources';
   const stored = storedToolResources(input);
-  await checkToolResources(deps.db, request.workspaceId, stored, param);
+  await checkToolResources(deps.db, actor.workspaceId, stored, param);
   const inline = input?.file_search?.vector_stores?.[0];
   if (!inline) return { toolResources: stored, statements: [], queued: false };
   const files = inlineStoreFiles(inline, param);
-  const { store, statements } = await prepareVectorStore(deps, request, { metadata: inline.metadata, files }, condition);
+  const { store, statements } = await prepareVectorStore(deps, actor, { metadata: inline.metadata, files }, condition);
   return { toolResources: { ...stored, file_search: { vector_store_ids: [store.id] } }, statements, queued: files.length > 0 };
 }

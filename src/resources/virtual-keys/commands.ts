@@ -2,6 +2,7 @@ import { and, count, desc, eq, inArray, isNull, ne, or, sql, type SQL } from 'dr
 import { insertWhere, preparedQuery, type Db } from '../../db/client';
 import { virtualKeys, workspaces } from '../../db/schema';
 import { ApiError } from '../../errors';
+import { VIRTUAL_KEY_HEADER } from '../../http/middleware/virtual-key';
 import { newUuid } from '../../lib/ids';
 import { closestModel, conflicts, globEnds, isGlob, matches, sharedModel, specificity } from '../../lib/model-patterns';
 import type { SecretBox } from '../../lib/secrets';
@@ -465,7 +466,6 @@ export function chooseVirtualKey(keys: readonly VirtualKey[], model: string): Vi
 }
 
 /** The header that names a virtual key by its slug. */
-export const VIRTUAL_KEY_HEADER = 'x-gateway-virtual-key';
 
 export async function findActiveVirtualKey(db: Db, workspaceId: string, slug: string): Promise<VirtualKey | null> {
   const [row] = await activeBySlug(db).all({ workspaceId, slug });

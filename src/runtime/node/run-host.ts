@@ -1,4 +1,5 @@
-import { abortExecution, executeRun, executeStreamed, type RunDeps } from '../../resources/runs/execution/engine';
+import { executeRun, executeStreamed } from '../../resources/runs/execution/engine';
+import type { RunDeps } from '../../resources/runs/execution/run-deps';
 import type { RunHost } from '../../resources/runs/execution/host';
 
 /**
@@ -20,7 +21,7 @@ export function inProcessRunHost(deps: RunDeps): RunHost {
       return Promise.resolve(readable);
     },
     cancel(runId) {
-      abortExecution(runId);
+      deps.executions.cancel(runId);
     },
   };
 }

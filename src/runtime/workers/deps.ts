@@ -13,6 +13,8 @@ import { createLogger } from '../../logger';
 import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
 import { SettingsCache } from '../../db/settings-cache';
 import { UNSLICED } from '../../lib/slices';
+import { UpstreamUrlJudgements } from '../../lib/upstream-url';
+import { Executions } from '../../resources/runs/execution/executions';
 import { workersUpstreamFetch } from './upstream-fetch';
 
 /**
@@ -157,6 +159,8 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     now: Date.now,
     fetch: workersUpstreamFetch((input, init) => fetch(input, init)),
     upstreamShares: upstreamShares(config),
+    executions: new Executions(),
+    upstreamUrls: new UpstreamUrlJudgements(),
     requestBody: (request) => request.body,
     slices: UNSLICED,
     blobs: r2BlobStore(env.FILES),

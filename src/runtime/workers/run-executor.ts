@@ -1,5 +1,5 @@
 import { DurableObject } from 'cloudflare:workers';
-import { abortExecution, executeRun, executeStreamed } from '../../resources/runs/execution/engine';
+import { executeRun, executeStreamed } from '../../resources/runs/execution/engine';
 import type { StartOptions, StreamOptions } from '../../resources/runs/execution/host';
 import type { RunRow } from '../../resources/runs/queries';
 import { workerDeps, type Env } from './deps';
@@ -48,8 +48,8 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
   }
 
   /** A cancel: stops the run if it executes here, in this object's own context. */
-  cancel(runId: string): void {
-    abortExecution(runId);
+  async cancel(runId: string): Promise<void> {
+    (await workerDeps(this.env)).executions.cancel(runId);
   }
 
   override async alarm(): Promise<void> {

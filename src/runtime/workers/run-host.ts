@@ -1,5 +1,6 @@
 import type { Logger } from '../../logger';
-import type { RequestContext, RunHost, StartOptions, StreamOptions } from '../../resources/runs/execution/host';
+import type { RequestContext } from '../../actor';
+import type { RunHost, StartOptions, StreamOptions } from '../../resources/runs/execution/host';
 import type { RunRow } from '../../resources/runs/queries';
 
 /**
@@ -9,7 +10,7 @@ import type { RunRow } from '../../resources/runs/queries';
 export interface RunExecutorRpc extends Rpc.DurableObjectBranded {
   start(run: RunRow, options: StartOptions): Promise<void>;
   stream(run: RunRow, options: StreamOptions): Promise<ReadableStream<Uint8Array>>;
-  cancel(runId: string): void;
+  cancel(runId: string): Promise<void>;
 }
 
 /**

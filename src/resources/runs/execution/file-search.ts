@@ -10,7 +10,7 @@ import { SEARCH_LIMITS } from '../../vector-stores/search-schemas';
  * and when it calls it the gateway searches the run's vector stores itself (retrieval/search.ts)
  * and answers the call with the results, each under a numbered marker (`【3†policies.md】`) the
  * model is asked to cite; markers in the answer become `file_citation` annotations. Pure pieces
- * here; the engine (engine.ts) runs the search and records the step.
+ * here; file-search-round.ts runs the search and turn-answer.ts records the step.
  *
  * Numbers count the run's results in order (its steps, their calls, their results), so that
  * every turn of a run agrees on what a number names.

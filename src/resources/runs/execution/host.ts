@@ -1,3 +1,4 @@
+import type { RequestContext } from '../../../actor';
 import type { RunRow } from '../queries';
 import type { VirtualKey } from '../../virtual-keys/commands';
 import type { ServerSentEvent } from './event-stream';
@@ -28,14 +29,6 @@ export interface RunHost {
    * reach, the run's lease renewal notices the cancel, within a third of the lease.
    */
   cancel(runId: string, context: RequestContext): void;
-}
-
-/** The request a host is called from, as plain values: no framework's context. */
-export interface RequestContext {
-  /** Keeps `task` alive after the response: the runtime's ExecutionContext. The task handles its own errors. */
-  waitUntil(task: Promise<unknown>): void;
-  /** For log lines about the hand-over. */
-  requestId: string;
 }
 
 /**

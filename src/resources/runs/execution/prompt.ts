@@ -19,7 +19,7 @@ import type { MessageRow } from '../../threads/queries';
  * `auto` also leaves out the oldest until the prompt's estimate fits what max_prompt_tokens leaves
  * for the turn. The last user message and what follows it (the turn being answered) are never left
  * out: a prompt that does not fit max_prompt_tokens even then is not sent, and the run ends
- * incomplete; one too large for the request fails the run (engine.ts).
+ * incomplete; one too large for the request fails the run (upstream-call.ts).
  */
 
 export interface PromptLimits {
@@ -83,9 +83,10 @@ export function buildPrompt(
   const steps = [...history.steps, ...ownSteps.map((step) => ({ ...step, runCreatedAt: run.createdAt }))];
   const units = timeline(history.messages, steps);
   const system: PromptMessage[] = run.instructions ? [{ role: 'system', content: run.instructions }] : [];
-  const fixed = [JSON.stringify(system), JSON.stringify(run.tools)];
-  const fixedChars = fixed[0]!.length + fixed[1]!.length;
-  const fixedBytes = utf8Length(fixed[0]!) + utf8Length(fixed[1]!);
+  const systemJson = JSON.stringify(system);
+  const toolsJson = JSON.stringify(run.tools);
+  const fixedChars = systemJson.length + toolsJson.length;
+  const fixedBytes = utf8Length(systemJson) + utf8Length(toolsJson);
 
   // From the end: the characters and bytes of units[i…], and how many of them are thread messages.
   const charsFrom = new Array<number>(units.length + 1).fill(0);
@@ -93,26 +94,35 @@ export function buildPrompt(
   let start = 0;
   let counted = 0;
   const keep = limits.truncation.type === 'last_messages' ? (limits.truncation.last_messages ?? Infinity) : Infinity;
-  for (let i = units.length - 1; i >= 0; i--) {
-    charsFrom[i] = charsFrom[i + 1]! + units[i]!.chars;
-    bytesFrom[i] = bytesFrom[i + 1]! + units[i]!.bytes;
-    if (units[i]!.message && ++counted === keep) start = i;
+  let index = units.length;
+  for (const unit of [...units].reverse()) {
+    index--;
+    charsFrom[index] = charsAt(index + 1) + unit.chars;
+    bytesFrom[index] = bytesAt(index + 1) + unit.bytes;
+    if (unit.message && ++counted === keep) start = index;
   }
-  const tokensFrom = (i: number) => Math.ceil((fixedChars + charsFrom[i]!) / CHARS_PER_TOKEN);
+  // Every index from 0 to units.length is filled: the fallback is never taken.
+  function charsAt(index: number): number {
+    return charsFrom[index] ?? 0;
+  }
+  function bytesAt(index: number): number {
+    return bytesFrom[index] ?? 0;
+  }
+  const tokensFrom = (i: number) => Math.ceil((fixedChars + charsAt(i)) / CHARS_PER_TOKEN);
   const lastUser = units.findLastIndex((unit) => unit.user);
   const protectedFrom = lastUser === -1 ? units.length - 1 : lastUser;
   const auto = limits.truncation.type === 'auto';
   const over = (i: number) =>
-    bytesFrom[i]! > limits.historyBytes ||
-    fixedBytes + bytesFrom[i]! > limits.requestBytes ||
+    bytesAt(i) > limits.historyBytes ||
+    fixedBytes + bytesAt(i) > limits.requestBytes ||
     (auto && limits.promptTokens !== null && tokensFrom(i) > limits.promptTokens);
   while (start < protectedFrom && over(start)) start++;
 
   const tokens = tokensFrom(start);
   return {
     messages: [...system, ...units.slice(start).flatMap((unit) => unit.messages)],
-    chars: fixedChars + charsFrom[start]!,
-    bytes: fixedBytes + bytesFrom[start]!,
+    chars: fixedChars + charsAt(start),
+    bytes: fixedBytes + bytesAt(start),
     tokens,
     fits: limits.promptTokens === null || tokens <= limits.promptTokens,
   };
@@ -142,6 +152,7 @@ function timeline(messages: MessageRow[], steps: HistoryStep[]): Unit[] {
   const after = new Map<string, Unit[]>();
   const unanchored: { at: number; units: Unit[] }[] = [];
   for (const runSteps of byRun(steps)) {
+    const createdAt = runSteps[0]?.runCreatedAt ?? 0;
     let pending: Unit[] = [];
     let lastMessage: string | null = null;
     for (const step of runSteps) {
@@ -156,20 +167,23 @@ function timeline(messages: MessageRow[], steps: HistoryStep[]): Unit[] {
     }
     if (pending.length === 0) continue;
     if (lastMessage !== null) after.set(lastMessage, pending);
-    else unanchored.push({ at: runSteps[0]!.runCreatedAt, units: pending });
+    else unanchored.push({ at: createdAt, units: pending });
   }
   unanchored.sort((a, b) => a.at - b.at);
 
   const units: Unit[] = [];
   let next = 0;
+  const unanchoredBefore = (at: number) => {
+    for (let group = unanchored[next]; group !== undefined && group.at < at; group = unanchored[++next]) units.push(...group.units);
+  };
   for (const message of messages) {
-    while (next < unanchored.length && unanchored[next]!.at < message.createdAt) units.push(...unanchored[next++]!.units);
+    unanchoredBefore(message.createdAt);
     units.push(...(before.get(message.id) ?? []));
     const chat = toChatMessage(message);
     if (chat) units.push(unit([chat], { message: true, user: chat.role === 'user' }));
     units.push(...(after.get(message.id) ?? []));
   }
-  while (next < unanchored.length) units.push(...unanchored[next++]!.units);
+  unanchoredBefore(Infinity);
   return units;
 }
 

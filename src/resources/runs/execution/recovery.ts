@@ -1,4 +1,6 @@
-import { ACTIVE_STATUSES, isActive, orphanedRuns, overdueRuns, type RunRow } from '../queries';
+import { ACTIVE_STATUSES, isActive } from '../../../db/run-statuses';
+import { orphanedRuns, overdueRuns } from '../executor-writes';
+import type { RunRow } from '../queries';
 import { settleRun, type SettleDeps } from './settle';
 
 /**

@@ -52,9 +52,10 @@ function withAdditional(instructions: string, additional: string | null | undefi
  */
 function checkExecutable(settings: Pick<RunRow, 'tools' | 'toolChoice'>, assistant: AssistantRow, toolsFromRequest: boolean) {
   const { tools, toolChoice: choice } = settings;
-  const hosted = tools.findIndex(isHostedTool);
-  if (hosted !== -1) {
-    const type = tools[hosted]!.type;
+  const hostedTool = tools.find(isHostedTool);
+  if (hostedTool) {
+    const hosted = tools.indexOf(hostedTool);
+    const type = hostedTool.type;
     throw new ApiError(
       'unsupported_tool',
       toolsFromRequest
@@ -86,8 +87,10 @@ function checkExecutable(settings: Pick<RunRow, 'tools' | 'toolChoice'>, assista
         param: 'tool_choice.type',
       });
     }
-    if (!functions.has(choice.function!.name)) {
-      throw new ApiError('invalid_value', `tool_choice names the function '${choice.function!.name}', which the run's tools do not have.`, {
+    // The schema requires the name of a function choice (toolChoiceSchema).
+    const named = choice.function?.name ?? '';
+    if (!functions.has(named)) {
+      throw new ApiError('invalid_value', `tool_choice names the function '${named}', which the run's tools do not have.`, {
         param: 'tool_choice.function.name',
       });
     }

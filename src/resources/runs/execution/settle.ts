@@ -1,7 +1,8 @@
 import type { Deps } from '../../../deps';
 import { settleTokens } from '../../../ratelimit';
-import type { RunStatus } from '../../../db/schema';
-import { isTerminal, settleRunStatements, type RunRow, type Settlement } from '../queries';
+import { isTerminal, type RunStatus } from '../../../db/run-statuses';
+import { settleRunStatements, type Settlement } from '../executor-writes';
+import type { RunRow } from '../queries';
 import type { MessageRow } from '../../threads/queries';
 import { getVirtualKey } from '../../virtual-keys/commands';
 

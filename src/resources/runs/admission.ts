@@ -1,0 +1,76 @@
+import type { Actor } from '../../actor';
+import type { Settings } from '../../db/settings-cache';
+import type { Deps } from '../../deps';
+import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../../ratelimit';
+import type { VirtualKey } from '../virtual-keys/commands';
+import type { RunRow, StepRow } from './queries';
+import type { Prompt } from './execution/prompt';
+
+/**
+ * A run's turns before rate limits (ratelimit/): what the first turn and the turn after tool
+ * outputs reserve, their admission, and the reservation given back when the write that makes a
+ * turn real fails. The run use-cases (commands.ts) call these in their order.
+ */
+
+type AdmissionDeps = Pick<Deps, 'config' | 'counters' | 'policyCache' | 'log' | 'now'>;
+
+/**
+ * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The
+ * model is the run's, which through an Azure key is the deployment's (servedModel).
+ */
+export function admit(deps: AdmissionDeps, actor: Actor, snapshot: Settings, key: VirtualKey, run: RunRow, turn: TurnTokens): Promise<Admission> {
+  return admitRequest(
+    deps,
+    {
+      api_key: actor.apiKeyId,
+      workspace_id: actor.workspaceId,
+      virtual_key: key.slug,
+      provider: key.provider,
+      model: run.model,
+      metadata: requestMetadata(run.metadata, actor.metadataHeader),
+    },
+    turn,
+    snapshot.generation,
+  );
+}
+
+/** What a new run's first turn reserves: its prompt, as it will be sent (truncated). */
+export function firstTurn(deps: AdmissionDeps, run: RunRow, prompt: Prompt): TurnTokens {
+  const estimate = {
+    promptChars: prompt.chars,
+    knownPromptTokens: 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: 0,
+  };
+  return { reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION), baseTokens: 0 };
+}
+
+/**
+ * What the turn after tool outputs reserves: its prompt is the last turn's tokens (that turn's
+ * prompt and its calls, the step's usage) and the outputs.
+ */
+export function nextTurn(deps: AdmissionDeps, run: RunRow, step: StepRow, outputs: Map<string, string>): TurnTokens {
+  const estimate = {
+    promptChars: promptChars([...outputs.values()]),
+    knownPromptTokens: step.usage?.total_tokens ?? 0,
+    maxCompletionTokens: run.maxCompletionTokens,
+    completionTokensSoFar: run.usage?.completion_tokens ?? 0,
+  };
+  return {
+    reservation: turnReservation(estimate, deps.config.GATEWAY_TOKEN_RESERVATION),
+    baseTokens: run.usage?.total_tokens ?? 0,
+  };
+}
+
+/**
+ * The write that makes an admitted turn real. If it fails, the turn never executes and nothing
+ * would release its token reservation: it goes back at once.
+ */
+export async function unlessWritten<T>(deps: AdmissionDeps, admission: Admission, write: Promise<T>): Promise<T> {
+  try {
+    return await write;
+  } catch (error) {
+    await settleTokens(deps, admission.ticket, 0);
+    throw error;
+  }
+}

@@ -1,0 +1,350 @@
+import { batchRaw, type RawStatement } from '../../../db/client';
+import { newId } from '../../../lib/ids';
+import { jsonWithText, TextBuilder, utf8Length, utf8Prefix } from '../../../lib/text';
+import type { Usage } from '../../../providers/types';
+import { insertTurnRows, messageUpdate, stepUpdate, turnRowsInsert } from '../executor-writes';
+import type { RunRow, StepRow } from '../queries';
+import type { FileSearchToolCall, RequiredAction, RunError, ToolCall, ToolCallsDetails } from '../schemas';
+import type { MessageContent } from '../../../db/schema';
+import type { MessageRow } from '../../threads/queries';
+import { toStepJson } from '../wire';
+import { toMessageJson } from '../../threads/wire';
+import { citations, FILE_SEARCH_FUNCTION, type CitationSource } from './file-search';
+import type { Outbox, OpenedRows } from './outbox';
+import type { TurnOutcome } from './outcome';
+import { answerMessage, newStep } from './rows';
+import type { RunDeps } from './run-deps';
+
+/** A tool call while it streams: its name and arguments arrive in fragments. */
+export interface StreamingToolCall {
+  id: string;
+  name: TextBuilder;
+  arguments: TextBuilder;
+  /** A call of the file_search tool's function, which the gateway answers itself: its search once run. */
+  hosted: { search: FileSearchToolCall | null } | null;
+}
+
+/** Why the tool calls of a turn cut short failed, by what cut them. */
+const TOOL_CALLS_CUT = {
+  answer_cap: (capBytes: number) =>
+    `The answer reached the gateway's limit of ${capBytes} bytes (GATEWAY_MAX_ANSWER_BYTES), which cut the tool calls short.`,
+  max_completion_tokens: () => 'The completion token limit cut the tool calls short.',
+};
+
+interface OpenMessage {
+  row: MessageRow;
+  step: StepRow;
+  text: TextBuilder;
+  started: boolean;
+  opened: OpenedRows;
+}
+
+/** The turn's tool-calls step while it is open. */
+export interface OpenToolStep {
+  row: StepRow;
+  /** By the upstream's index (0 to MAX_TOOL_CALLS - 1, checked by the reader). */
+  calls: Map<number, StreamingToolCall>;
+  opened: OpenedRows;
+}
+
+/**
+ * A turn's answer as the upstream streams it: its message and its tool-calls step, each opened
+ * with its first fragment, their deltas sent as events, and the statements and events that close
+ * them (written by the engine's commit, or here at the end of a file search round). Events and
+ * rows go through the outbox (outbox.ts), which keeps them in order.
+ */
+export class TurnAnswer {
+  readonly #deps: Pick<RunDeps, 'db' | 'now' | 'config'>;
+  readonly #outbox: Outbox;
+  readonly #run: () => RunRow;
+  readonly #searches: boolean;
+  readonly #includeContent: boolean;
+  #message: OpenMessage | null = null;
+  #toolStep: OpenToolStep | null = null;
+  /**
+   * UTF-8 bytes of answer text, tool-call names and arguments this turn kept, over all its rounds
+   * (GATEWAY_MAX_ANSWER_BYTES): a model that searches again and again shares one cap.
+   */
+  #answerBytes = 0;
+  #cut = false;
+  /** When the turn's first token arrived: for the run's log line (settle.ts). */
+  firstTokenAt: number | null = null;
+  /** What the run's file search results are, by number: the sources of its answer's citations. */
+  sources: CitationSource[] = [];
+
+  /**
+   * @param run the run as it now stands
+   * @param options.searches whether the run has the file_search tool, whose calls the gateway answers
+   * @param options.includeContent whether events show file search results' content (`include[]`)
+   */
+  constructor(
+    deps: Pick<RunDeps, 'db' | 'now' | 'config'>,
+    outbox: Outbox,
+    run: () => RunRow,
+    options: { searches: boolean; includeContent: boolean },
+  ) {
+    this.#deps = deps;
+    this.#outbox = outbox;
+    this.#run = run;
+    this.#searches = options.searches;
+    this.#includeContent = options.includeContent;
+  }
+
+  /** Whether the answer reached GATEWAY_MAX_ANSWER_BYTES and was cut there. */
+  get cut(): boolean {
+    return this.#cut;
+  }
+
+  get hasToolCalls(): boolean {
+    return this.#toolStep !== null;
+  }
+
+  /** The turn's tool calls, in the upstream's order, as the step records them: result numbers follow it (citationSources). */
+  calls(): StreamingToolCall[] {
+    return [...(this.#toolStep?.calls.entries() ?? [])].sort(([a], [b]) => a - b).map(([, call]) => call);
+  }
+
+  /** The answer so far, for a run settled without it. */
+  partial(): { messageId: string; text: string } | undefined {
+    return this.#message ? { messageId: this.#message.row.id, text: this.#message.text.toString() } : undefined;
+  }
+
+  /** Adds a text fragment, as far as the answer cap allows; answers the characters kept. */
+  async text(fragment: string): Promise<number> {
+    this.firstTokenAt ??= this.#deps.now();
+    const text = this.#withinCap(fragment);
+    if (!text) return 0;
+    const message = this.#message ?? this.#openMessage();
+    const first = !message.started;
+    message.started = true;
+    message.text.push(text);
+    // The hot path: the delta is written as a string, not built as an object and serialised.
+    await this.#outbox.send([
+      'thread.message.delta',
+      `{"id":"${message.row.id}","object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":${JSON.stringify(text)}${first ? ',"annotations":[]' : ''}}}]}}`,
+    ]);
+    return text.length;
+  }
+
+  /** Adds a tool-call fragment, as far as the answer cap allows; answers the characters kept. */
+  async toolCall(event: { index: number; id?: string; name?: string; arguments?: string }): Promise<number> {
+    this.firstTokenAt ??= this.#deps.now();
+    const step = this.#toolStep ?? this.#openToolStep();
+    const name = event.name ? this.#withinCap(event.name) : '';
+    const args = event.arguments ? this.#withinCap(event.arguments) : '';
+    let call = step.calls.get(event.index);
+    const isNew = !call;
+    if (!call) {
+      // Providers name a call in its first fragment: that decides whether it is the file_search tool's.
+      const hosted = this.#searches && name === FILE_SEARCH_FUNCTION ? { search: null } : null;
+      call = { id: event.id ?? newId('call'), name: new TextBuilder(), arguments: new TextBuilder(), hosted };
+      step.calls.set(event.index, call);
+    }
+    call.name.push(name);
+    call.arguments.push(args);
+    // A file search shows as one delta, as OpenAI's do: its query is the gateway's business.
+    if (call.hosted && !isNew) return name.length + args.length;
+    const delta = call.hosted
+      ? { index: event.index, id: call.id, type: 'file_search', file_search: {} }
+      : isNew
+        ? { index: event.index, id: call.id, type: 'function', function: { name, arguments: args, output: null } }
+        : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
+    await this.#outbox.send([
+      'thread.run.step.delta',
+      { id: step.row.id, object: 'thread.run.step.delta', delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } } },
+    ]);
+    return name.length + args.length;
+  }
+
+  /**
+   * A round whose tool calls were all file searches: its step completes with their results (and
+   * the round's usage), the message it may have begun with completes, and the turn goes on with
+   * a new message and step.
+   */
+  async endSearchRound(toolStep: OpenToolStep, usage: Usage): Promise<void> {
+    const at = this.#deps.now();
+    const statements: RawStatement[] = [];
+    if (this.#message) statements.push(...this.#closeMessage(this.#message, null, at));
+    const patch = { status: 'completed' as const, completedAt: at, stepDetails: toolCallsDetails(toolStep), usage };
+    toolStep.row = { ...toolStep.row, ...patch };
+    statements.push(...this.#toolStepWrite(toolStep, patch));
+    this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(toolStep.row, this.#run(), this.#includeContent)]);
+    try {
+      await this.#outbox.written();
+      await batchRaw(this.#deps.db, statements);
+    } catch (error) {
+      this.#outbox.failCommit();
+      throw error;
+    }
+    await this.#outbox.committed();
+    this.#message = null;
+    this.#toolStep = null;
+  }
+
+  /** The open tool-calls step, when the turn has one. */
+  get toolStep(): OpenToolStep | null {
+    return this.#toolStep;
+  }
+
+  /**
+   * A turn that waits for the client's outputs: the statements that record its tool calls (and
+   * close its message), and what the run requires, the client's functions only: file searches of
+   * the turn were answered already.
+   */
+  requiresAction(toolStep: OpenToolStep, turnUsage: Usage, at: number): { statements: RawStatement[]; requiredAction: RequiredAction } {
+    const statements: RawStatement[] = [];
+    if (this.#message) statements.push(...this.#closeMessage(this.#message, null, at));
+    const details = toolCallsDetails(toolStep);
+    toolStep.row = { ...toolStep.row, stepDetails: details, usage: turnUsage };
+    statements.push(...this.#toolStepWrite(toolStep, { stepDetails: details, usage: turnUsage }));
+    const requiredAction: RequiredAction = {
+      type: 'submit_tool_outputs',
+      submit_tool_outputs: {
+        tool_calls: details.tool_calls.flatMap((call) =>
+          call.type === 'function' ? [{ id: call.id, type: 'function' as const, function: { name: call.function.name, arguments: call.function.arguments } }] : [],
+        ),
+      },
+    };
+    return { statements, requiredAction };
+  }
+
+  /**
+   * A turn that ends the run: its message (every ending turn leaves one, even empty: it carries
+   * the step and its usage) closed as the outcome says, and its tool calls failed if they were cut.
+   */
+  ending(outcome: Exclude<TurnOutcome, { status: 'requires_action' }>, turnUsage: Usage, at: number): RawStatement[] {
+    const message = this.#message ?? this.#openMessage();
+    const statements = this.#closeMessage(message, outcome.messageIncompleteReason, at, turnUsage);
+    if (outcome.toolCallsCutBy && this.#toolStep) {
+      const lastError = { code: 'server_error', message: TOOL_CALLS_CUT[outcome.toolCallsCutBy](this.#deps.config.GATEWAY_MAX_ANSWER_BYTES) };
+      statements.push(...this.#failToolStep(this.#toolStep, lastError, at));
+    }
+    return statements;
+  }
+
+  /**
+   * The part of `text` that fits in what is left of the turn's answer cap (GATEWAY_MAX_ANSWER_BYTES,
+   * in UTF-8 bytes, shared by text, tool-call names and arguments). Reaching past it cuts the turn.
+   */
+  #withinCap(text: string): string {
+    const room = this.#deps.config.GATEWAY_MAX_ANSWER_BYTES - this.#answerBytes;
+    const bytes = utf8Length(text);
+    if (bytes <= room) {
+      this.#answerBytes += bytes;
+      return text;
+    }
+    this.#cut = true;
+    const kept = utf8Prefix(text, room);
+    this.#answerBytes += utf8Length(kept);
+    return kept;
+  }
+
+  /** Opens the turn's message and its step: announced and inserted with the first delta (outbox.ts). */
+  #openMessage(): OpenMessage {
+    const { db, now } = this.#deps;
+    const run = this.#run();
+    const at = now();
+    const row = answerMessage(run, at);
+    const step = newStep(run, { type: 'message_creation', message_creation: { message_id: row.id } }, at);
+    const opened = this.#outbox.open(
+      () => insertTurnRows(db, run.id, { steps: [step], message: row }),
+      () => {
+        const stepJson = JSON.stringify(toStepJson(step, run));
+        const messageJson = JSON.stringify(toMessageJson(row));
+        return [
+          ['thread.run.step.created', stepJson],
+          ['thread.run.step.in_progress', stepJson],
+          ['thread.message.created', messageJson],
+          ['thread.message.in_progress', messageJson],
+        ];
+      },
+    );
+    this.#message = { row, step, text: new TextBuilder(), started: false, opened };
+    return this.#message;
+  }
+
+  /** Opens the turn's tool-calls step: announced and inserted with its first delta (outbox.ts). */
+  #openToolStep(): OpenToolStep {
+    const { db } = this.#deps;
+    const run = this.#run();
+    const step = newStep(run, { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
+    const opened = this.#outbox.open(
+      () => insertTurnRows(db, run.id, { steps: [step] }),
+      () => {
+        const json = JSON.stringify(toStepJson(step, run));
+        return [
+          ['thread.run.step.created', json],
+          ['thread.run.step.in_progress', json],
+        ];
+      },
+    );
+    this.#toolStep = { row: step, calls: new Map(), opened };
+    return this.#toolStep;
+  }
+
+  /**
+   * Statements that complete the message's step and end the message: completed, or `incomplete`
+   * with a reason (`max_tokens`, `content_filter`). In-memory rows updated to match, but for the
+   * message's content: the answer is joined only where it is needed whole, to find citations
+   * (after a file search) and for the events of a streamed run; its write takes the pieces it was
+   * streamed in (messageUpdate).
+   */
+  #closeMessage(message: OpenMessage, reason: string | null, at: number, usage?: Usage): RawStatement[] {
+    const annotations = this.sources.length === 0 ? [] : citations(message.text.toString(), this.sources);
+    const messagePatch =
+      reason === null
+        ? { status: 'completed' as const, completedAt: at }
+        : { status: 'incomplete' as const, incompleteAt: at, incompleteDetails: { reason } };
+    message.row = { ...message.row, ...messagePatch };
+    const stepPatch = { status: 'completed' as const, completedAt: at, usage: usage ?? null };
+    message.step = { ...message.step, ...stepPatch };
+    // Citations are known once the answer is whole: one delta carries them, before the message ends.
+    if (annotations.length > 0) {
+      this.#outbox.onCommit(() => [
+        'thread.message.delta',
+        {
+          id: message.row.id,
+          object: 'thread.message.delta',
+          delta: { content: [{ index: 0, type: 'text', text: { annotations: annotations.map((annotation, index) => ({ index, ...annotation })) } }] },
+        },
+      ]);
+    }
+    // The message with its whole answer: a long answer is written from its parts, never joined.
+    this.#outbox.onCommit(() => {
+      const withText = (value: string) => {
+        const content: MessageContent[] = [{ type: 'text', text: { value, annotations } }];
+        return toMessageJson({ ...message.row, content });
+      };
+      return [`thread.message.${messagePatch.status}`, jsonWithText(withText, message.text)];
+    });
+    this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run())]);
+    const answer = { value: message.text, annotations };
+    // Rows whose insert had not started are inserted as they end (outbox.ts, take).
+    const runId = this.#run().id;
+    if (this.#outbox.take(message.opened)) return turnRowsInsert(runId, { steps: [message.step], message: message.row, answer });
+    return [messageUpdate(runId, message.row.id, messagePatch, answer), stepUpdate(runId, message.step.id, stepPatch)];
+  }
+
+  #failToolStep(step: OpenToolStep, lastError: RunError, at: number): RawStatement[] {
+    const patch = { status: 'failed' as const, failedAt: at, lastError };
+    step.row = { ...step.row, ...patch };
+    this.#outbox.onCommit(() => ['thread.run.step.failed', toStepJson(step.row, this.#run(), this.#includeContent)]);
+    return this.#toolStepWrite(step, patch);
+  }
+
+  /** The tool-calls step's change to the database: `patch`, or the step inserted as it now is if its insert had not started (outbox.ts, take). */
+  #toolStepWrite(step: OpenToolStep, patch: Partial<StepRow>): RawStatement[] {
+    const runId = this.#run().id;
+    return this.#outbox.take(step.opened) ? turnRowsInsert(runId, { steps: [step.row] }) : [stepUpdate(runId, step.row.id, patch)];
+  }
+}
+
+/** The turn's tool calls as its step records them, in the upstream's order. */
+function toolCallsDetails(step: OpenToolStep): ToolCallsDetails {
+  const calls = [...step.calls.entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([, call]): ToolCall =>
+      call.hosted?.search ?? { id: call.id, type: 'function', function: { name: call.name.toString(), arguments: call.arguments.toString(), output: null } },
+    );
+  return { type: 'tool_calls', tool_calls: calls };
+}

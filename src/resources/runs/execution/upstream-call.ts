@@ -1,0 +1,158 @@
+import { ShareTimeout, type Share, type ShareLimits } from '../../../lib/fair-shares';
+import type { UpstreamUrlOptions } from '../../../lib/upstream-url';
+import { ADAPTERS } from '../../../providers/adapters';
+import { streamChatCompletion } from '../../../providers/chat';
+import { encodeRequest, type RequestBody } from '../../../providers/request-body';
+import { UpstreamError, type UpstreamEvent, type Usage } from '../../../providers/types';
+import type { VirtualKey } from '../../virtual-keys/commands';
+import { inlineImages } from '../../files/images';
+import type { RunRow } from '../queries';
+import { buildChatRequest } from './chat-request';
+import { RunFailed } from './failures';
+import { estimateUsage } from './outcome';
+import { REQUEST_FIELDS_BYTES, type Prompt } from './prompt';
+import type { RunDeps } from './run-deps';
+import type { TurnAnswer } from './turn-answer';
+
+const REQUEST_TOO_LARGE = (bytes: number, limit: number) =>
+  `The request to the provider would be ${bytes} bytes, over the gateway's limit of ${limit} (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES): ` +
+  "the run's instructions, tools and the turn being answered (its last user message, and the tool calls and outputs since) do not fit, even with the older history left out.";
+
+/** What kept a provider call from starting (lib/fair-shares.ts), as a run's last_error says it. */
+const SHARE_LIMITS: Record<keyof ShareLimits, (value: number) => string> = {
+  callsPerKey: (n) => `this workspace's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE) were all in flight`,
+  calls: (n) => `the gateway's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS) were all in flight`,
+  bytesPerKey: (n) => `this workspace's requests waiting to be sent held its ${n} bytes (GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE)`,
+  bytes: (n) => `the requests waiting to be sent held the gateway's ${n} bytes (GATEWAY_UPSTREAM_BYTES)`,
+};
+
+/** One upstream call of a turn: what it sends, with what, and into which answer. */
+export interface UpstreamCall {
+  run: RunRow;
+  prompt: Prompt;
+  /** The completion tokens left to the run (max_completion_tokens), or null for no cap. */
+  budget: number | null;
+  /** The call's number within the turn: file search rounds call again. */
+  round: number;
+  virtualKey: VirtualKey;
+  secret: string;
+  rules: UpstreamUrlOptions;
+  answer: TurnAnswer;
+  signal: AbortSignal;
+}
+
+/**
+ * One upstream call of the turn, streamed into the turn's answer: how it finished (`length` when
+ * the gateway cut it at the answer cap) and its usage. The call waits for its share of the
+ * process's provider calls (takeShare) before its request is built, and holds it until it ends.
+ */
+export async function callUpstream(deps: RunDeps, call: UpstreamCall): Promise<{ finishReason: string; usage: Usage }> {
+  const { config } = deps;
+  const { run, prompt, virtualKey } = call;
+  const share = await takeShare(deps, run.workspaceId, prompt.bytes, call.signal);
+  try {
+    const roomBytes = config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES - REQUEST_FIELDS_BYTES - prompt.bytes;
+    const messages = await inlineImages(deps, run.workspaceId, prompt.messages, { now: deps.now(), roomBytes, rules: call.rules });
+    const adapter = ADAPTERS[virtualKey.provider];
+    const request = adapter.body(buildChatRequest(run, messages, call.budget, call.round));
+    const body = encodeRequest(request, deps.slices);
+    if (body.bytes > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
+      await cancelBody(body);
+      throw new RunFailed({ code: 'invalid_prompt', message: REQUEST_TOO_LARGE(body.bytes, config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) }, 'request_too_large');
+    }
+    const events = streamChatCompletion(
+      { model: request.model, body: body.body },
+      {
+        fetch: deps.fetch,
+        adapter,
+        baseUrl: virtualKey.baseUrl,
+        options: virtualKey.options,
+        secret: call.secret,
+        firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
+        queuedMs: share.waitedMs,
+        sent: share.sent,
+        idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
+        signal: call.signal,
+        slices: deps.slices,
+      },
+    );
+    return await readAnswer(deps, run, events, prompt, call.answer);
+  } finally {
+    share.end();
+  }
+}
+
+/**
+ * This call's share of the provider calls the process makes (Deps.upstreamShares), for the
+ * workspace, weighing `bytes` (its request, images aside): waited for in turn within the
+ * first-byte timeout, past which the run fails saying which limit kept it.
+ */
+async function takeShare(deps: RunDeps, workspaceId: string, bytes: number, signal: AbortSignal): Promise<Share> {
+  const { config, upstreamShares } = deps;
+  const timeoutMs = config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS;
+  try {
+    return await upstreamShares.take(workspaceId, bytes, timeoutMs, signal);
+  } catch (error) {
+    if (!(error instanceof ShareTimeout)) throw error;
+    const message = `No call to the provider could start within ${timeoutMs} ms: ${SHARE_LIMITS[error.limit](error.value)}.`;
+    throw new RunFailed({ code: 'rate_limit_exceeded', message }, 'upstream_busy');
+  }
+}
+
+/** The call's answer, read into the turn's answer (callUpstream). */
+async function readAnswer(
+  deps: RunDeps,
+  run: RunRow,
+  events: AsyncGenerator<UpstreamEvent[]>,
+  prompt: Prompt,
+  answer: TurnAnswer,
+): Promise<{ finishReason: string; usage: Usage }> {
+  let finishReason: string | null = null;
+  let usage: Usage | null = null;
+  let invalidUsage = false;
+  let completionChars = 0;
+  read: for await (const batch of events) {
+    for (const event of batch) {
+      switch (event.type) {
+        case 'text':
+          completionChars += await answer.text(event.text);
+          break;
+        case 'tool_call':
+          completionChars += await answer.toolCall(event);
+          break;
+        case 'finish':
+          finishReason = event.reason;
+          break;
+        case 'usage':
+          usage = event.usage;
+          break;
+        case 'invalid_usage':
+          // Counted from what was streamed instead (unless a valid report follows); said once a turn.
+          usage = null;
+          if (!invalidUsage) {
+            deps.log.warn('the upstream reported invalid usage; counting it from the streamed answer', { run_id: run.id, field: event.field });
+          }
+          invalidUsage = true;
+          break;
+      }
+      // Leaving the loop ends the upstream call: the connection is dropped, nothing more is read.
+      if (answer.cut) break read;
+    }
+  }
+  // Recording the outcome copies the answer (up to the cap) a few times: in a slice of its own.
+  while (deps.slices.spent()) await deps.slices.next();
+  if (answer.cut) {
+    deps.log.warn('the upstream answer reached the answer cap and was cut', { run_id: run.id, cap_bytes: deps.config.GATEWAY_MAX_ANSWER_BYTES });
+    // Estimated from the prompt as written: inlined images' bytes are not its tokens.
+    return { finishReason: 'length', usage: usage ?? estimateUsage(prompt, completionChars) };
+  }
+  if (finishReason === null) {
+    throw new UpstreamError('protocol', 'The upstream stream ended before the answer finished.');
+  }
+  return { finishReason, usage: usage ?? estimateUsage(prompt, completionChars) };
+}
+
+/** A body never sent: a stream of it is cancelled, so that nothing it would have read stays open. */
+async function cancelBody(body: RequestBody): Promise<void> {
+  if (body.body instanceof ReadableStream) await body.body.cancel();
+}
