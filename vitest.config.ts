@@ -6,7 +6,7 @@ import { unstable_getMiniflareWorkerOptions } from 'wrangler';
 
 /**
  * Three projects: `node` (the app in-process on libSQL files, the CLI, the server) and `workers`
- * (the Worker entry inside workerd against a local sqld; test/global-setup.ts), which `npm test`
+ * (the Worker entry inside workerd against a local sqld; test/support/workers-global-setup.ts), which `npm test`
  * runs, and `reliability` (crashes, faults, load, rate limits across processes, the Node server's
  * timeouts: real processes and the real clock), which `npm run test:reliability` runs.
  */
@@ -104,7 +104,7 @@ export default defineConfig({
         test: {
           name: 'workers',
           include: ['test/workers/**/*.test.ts'],
-          globalSetup: ['./test/global-setup.ts'],
+          globalSetup: ['./test/support/workers-global-setup.ts'],
           ...timeouts,
         },
       },
@@ -116,7 +116,7 @@ export default defineConfig({
  * The ingest Worker beside the gateway under test, in the same workerd: its bindings as
  * wrangler.ingest.toml declares them (the queue it consumes and the gateway produces to, the
  * bucket, the gateway's rate-limit counters), its code the bundle that `wrangler deploy` would
- * upload (built by test/global-setup.ts). The gateway is the pool's runner Worker here, named after
+ * upload (built by test/support/workers-global-setup.ts). The gateway is the pool's runner Worker here, named after
  * the project, so the counters' script_name is that name.
  */
 function ingestWorker(scriptPath: string, bindings: Record<string, string>) {

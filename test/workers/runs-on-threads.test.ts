@@ -13,7 +13,7 @@ import { freshGate, remoteGate } from '../support/gates';
 /**
  * Runs on an existing thread inside workerd, as on Cloudflare: the Worker entry, each run in its
  * RunExecutor object, sqld through @libsql/client/web, the fake provider in Node
- * (test/global-setup.ts). The provider's records stay in Node: what it was sent comes back as its
+ * (test/support/workers-global-setup.ts). The provider's records stay in Node: what it was sent comes back as its
  * answer (the `echo_messages` scenario of test/support/fake-upstream.ts).
  */
 

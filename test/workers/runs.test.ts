@@ -9,7 +9,7 @@ import { freshGate, remoteGate } from '../support/gates';
  * Runs and rate limits inside workerd, as on Cloudflare: the Worker entry, its Durable Objects
  * (RunExecutor, where runs execute; RateLimitCounter for counters: GATEWAY_RATE_LIMIT_STORE is
  * "durable-object" in vitest.config.ts), a real sqld, and the fake Chat Completions server
- * (test/support/fake-upstream.ts, served from Node by test/global-setup.ts) as the provider. The
+ * (test/support/fake-upstream.ts, served from Node by test/support/workers-global-setup.ts) as the provider. The
  * client is the official OpenAI SDK, running in workerd too, its fetch the Worker's own.
  */
 
