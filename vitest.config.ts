@@ -54,6 +54,7 @@ export default defineConfig({
           name: 'node',
           include: ['test/**/*.test.ts'],
           globalSetup: ['test/support/build-node.ts'],
+          setupFiles: ['test/support/same-bytes.ts'],
           exclude: [...configDefaults.exclude, 'test/workers/**', 'test/reliability/**'],
           // The files of a worker share one module graph instead of importing the app afresh each
           // (two thirds of the suite's time was imports): every file builds its own gateways,
@@ -105,6 +106,7 @@ export default defineConfig({
           name: 'workers',
           include: ['test/workers/**/*.test.ts'],
           globalSetup: ['./test/support/workers-global-setup.ts'],
+          setupFiles: ['./test/support/same-bytes.ts'],
           ...timeouts,
         },
       },
