@@ -355,13 +355,11 @@ const requestFor = (route: Route) =>
 /** Rows in every table of the database (the list comes from the database, so new tables count). */
 async function rowCounts(client = gateway.database.client): Promise<Record<string, number>> {
   const tables = await client.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'");
-  const counts: Record<string, number> = {};
-  for (const row of tables.rows) {
-    const name = String(row[0]);
-    const result = await client.execute(`SELECT count(*) FROM "${name}"`);
-    counts[name] = Number(result.rows[0]![0]);
-  }
-  return counts;
+  const names = tables.rows.map((row) => String(row[0]));
+  // One statement for all of them: a statement per table, twice per request, was most of this file's time.
+  const counts = names.map((name) => `SELECT '${name.replaceAll("'", "''")}', count(*) FROM "${name.replaceAll('"', '""')}"`);
+  const result = await client.execute(counts.join(' UNION ALL '));
+  return Object.fromEntries(result.rows.map((row) => [String(row[0]), Number(row[1])]));
 }
 
 interface Sent {
