@@ -3,6 +3,7 @@ import { fakeThread, startFakeUpstream, type FakeScenario, type FakeUpstreamServ
 import { apiRoutes, createTestGateway, json, type Tenant, type TestGateway } from '../../support/gateway';
 import * as ours from '../../support/gateway-openapi';
 import { componentErrors, referenceOperations, responseComponent, streamEventErrors } from '../../support/openapi';
+import { WEATHER_TOOL } from '../../support/runs';
 import { parseEventStream, type StreamEvent } from '../../support/sse';
 
 /**
@@ -22,15 +23,6 @@ import { parseEventStream, type StreamEvent } from '../../support/sse';
 
 
 const FILE_TEXT = 'Umbrellas are lent at the front desk.\n';
-
-const WEATHER_TOOL = {
-  type: 'function',
-  function: {
-    name: 'get_weather',
-    description: 'The weather in a city',
-    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
-  },
-};
 
 interface Call {
   method: string;

@@ -6,11 +6,11 @@ import {
   completionTokens,
   fakeThread,
   promptTokens,
-  startFakeUpstream,
   type FakeUpstreamServer,
 } from '../../support/fake-upstream';
-import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
+import { errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
 import { collapse, parseEvents, referenceOrder } from '../../support/run-stream';
+import { startRunsSetup, WEATHER_TOOL } from '../../support/runs';
 
 /**
  * Runs end to end, as users drive them: the official `openai` SDK against the real app, on a real
@@ -24,29 +24,8 @@ let openai: OpenAI;
 let assistantId: string;
 let headers: Record<string, string>;
 
-const WEATHER_TOOL = {
-  type: 'function' as const,
-  function: {
-    name: 'get_weather',
-    description: 'The weather in a city',
-    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
-  },
-};
-
 beforeAll(async () => {
-  fake = await startFakeUpstream();
-  gateway = await createTestGateway();
-  tenant = await gateway.tenant();
-  const slug = await gateway.virtualKey(tenant, { base_url: fake.baseURL, slug: 'fake' });
-  headers = { 'x-gateway-api-key': tenant.workspaceKey, 'x-gateway-virtual-key': slug };
-  openai = gateway.openai(headers);
-  const assistant = await openai.beta.assistants.create({
-    model: 'fake-model',
-    name: 'Weather bot',
-    instructions: 'You answer briefly.',
-    tools: [WEATHER_TOOL],
-  });
-  assistantId = assistant.id;
+  ({ fake, gateway, tenant, headers, openai, assistantId } = await startRunsSetup({ name: 'Weather bot', instructions: 'You answer briefly.' }));
 });
 afterAll(async () => {
   await gateway.close();

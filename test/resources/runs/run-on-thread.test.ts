@@ -4,11 +4,12 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { isUniqueViolation } from '../../../src/db/client';
 import { messages as messageTable, runs } from '../../../src/db/schema';
 import { insertRunOnThread } from '../../../src/resources/runs/queries';
-import { fakeDirective, fakeThread, promptTokens, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../../support/fake-upstream';
+import { fakeDirective, fakeThread, promptTokens, type FakeScenario, type FakeUpstreamServer } from '../../support/fake-upstream';
 import { freshGate } from '../../support/gates';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
 import * as ratelimit from '../../support/ratelimit';
 import { collapse, parseEvents, referenceOrder } from '../../support/run-stream';
+import { startRunsSetup, WEATHER_TOOL } from '../../support/runs';
 import { waitFor } from '../../support/wait';
 
 /**
@@ -26,24 +27,8 @@ let assistantId: string;
 let headers: Record<string, string>;
 
 const INSTRUCTIONS = 'You answer briefly.';
-const WEATHER_TOOL = {
-  type: 'function' as const,
-  function: {
-    name: 'get_weather',
-    description: 'The weather in a city',
-    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
-  },
-};
-
 beforeAll(async () => {
-  fake = await startFakeUpstream();
-  gateway = await createTestGateway();
-  tenant = await gateway.tenant();
-  const slug = await gateway.virtualKey(tenant, { base_url: fake.baseURL, slug: 'fake' });
-  headers = { 'x-gateway-api-key': tenant.workspaceKey, 'x-gateway-virtual-key': slug };
-  openai = gateway.openai(headers);
-  const assistant = await openai.beta.assistants.create({ model: 'fake-model', instructions: INSTRUCTIONS, tools: [WEATHER_TOOL] });
-  assistantId = assistant.id;
+  ({ fake, gateway, tenant, headers, openai, assistantId } = await startRunsSetup({ instructions: INSTRUCTIONS }));
 });
 afterAll(async () => {
   await gateway.close();

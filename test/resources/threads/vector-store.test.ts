@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { messages, threads, vectorStores } from '../../../src/db/schema';
 import { createFakeUpstream, fakeThread } from '../../support/fake-upstream';
 import { storeFile } from '../../support/files';
-import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
+import { errorOf, gatewayWithDefaultKey, json, type Tenant, type TestGateway } from '../../support/gateway';
 
 /**
  * A thread's vector store, as OpenAI kept it: created inline by tool_resources.file_search.vector_stores,
@@ -17,10 +17,7 @@ let tenant: Tenant;
 let client: OpenAI;
 
 beforeAll(async () => {
-  gateway = await createTestGateway({ deps: { fetch: upstream.fetch } });
-  tenant = await gateway.tenant();
-  await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
-  client = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
+  ({ gateway, tenant, client } = await gatewayWithDefaultKey(upstream.fetch));
 });
 afterAll(() => gateway?.close());
 
