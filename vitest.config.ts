@@ -18,7 +18,7 @@ import { unstable_getMiniflareWorkerOptions } from 'wrangler';
  *   the pool causes as it ends: a client leaving a streamed run (abortRead), a request body the
  *   gateway refused before the client had sent it all (the read end of its pipe aborted), the
  *   pool's own socket closing (WebSocket peer disconnected), and a provider dropping the connection
- *   a call went out on (the dropping fake of test/workers/runs.test.ts: the stream disconnected
+ *   a call went out on (the dropping fake of test/workers/runs-and-rate-limits.test.ts: the stream disconnected
  *   prematurely, the connection reset by peer, and as an uncaught rejection besides the one the
  *   gateway handles, Network connection lost);
  * - the OpenAI SDK, run inside workerd by the tests, probes whether fetch supports FormData by

@@ -29,7 +29,7 @@ declare module 'vitest' {
       orgKey: string;
       /** A workspace key of the same organisation, revoked. */
       revokedKey: string;
-      /** A key of a second workspace of the organisation, where test/workers/runs.test.ts works. */
+      /** A key of a second workspace of the organisation, where test/workers/runs-and-rate-limits.test.ts works. */
       runsWorkspaceKey: string;
     };
   }

@@ -19,7 +19,7 @@ import { insertStore, SEARCH_DIMENSIONS, SEARCH_FILES } from './vector-stores';
  * as its LIBSQL_URL. The keys are created here with the app's own services, then handed to the
  * tests (`inject('workersTenant')`), because code inside workerd cannot open a Node database.
  * Also the fake Chat Completions server, in Node (it serves over node:http), for the runs, a second
- * one that drops the connections it has answered on (test/workers/runs.test.ts), and the ingest
+ * one that drops the connections it has answered on (test/workers/runs-and-rate-limits.test.ts), and the ingest
  * Worker's bundle, which vitest.config.ts runs beside the gateway.
  */
 
