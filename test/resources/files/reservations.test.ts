@@ -49,7 +49,7 @@ const bytesOf = (tenant: Tenant) => onDisk().filter((file) => file.path.includes
 const reservations = () => gateway.database.db.select().from(fileReservations).orderBy(fileReservations.seq);
 
 async function until(condition: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  if (!(await waitFor(condition, Boolean, 10_000, 10))) throw new Error(`never: ${what}`);
+  if (!(await waitFor(condition, Boolean, 25_000, 10))) throw new Error(`never: ${what}`);
 }
 
 interface HeldUpload {

@@ -25,7 +25,7 @@ const text = (name: string, content = `the content of ${name}`) => storeFile(gat
 const storeIdOf = (thread: { tool_resources?: { file_search?: { vector_store_ids?: string[] } } | null }) =>
   thread.tool_resources?.file_search?.vector_store_ids?.[0];
 async function filesOf(storeId: string) {
-  await gateway.tasks.drain(20_000);
+  await gateway.tasks.drain(45_000);
   const page = await client.vectorStores.files.list(storeId);
   return page.data.map((file) => [file.id, file.status]).sort();
 }
