@@ -5,7 +5,7 @@ import { exitCode, spawnWrangler } from './wrangler';
 /**
  * The two Workers bundled as `wrangler deploy` would, without uploading: for `npm run build:worker`
  * and `npm run build:ingest-worker` (build-worker.ts), and for the workerd tests, which run the
- * ingest Worker's bundle beside the gateway (test/global-setup.ts).
+ * ingest Worker's bundle beside the gateway (test/support/workers-global-setup.ts).
  */
 
 export interface WorkerTarget {

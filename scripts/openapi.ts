@@ -10,7 +10,7 @@ import { DOCUMENT_PATH, openApiDocument, serialiseDocument } from '../src/http/o
 /**
  * `npm run openapi`: regenerates src/http/openapi/assets/openapi.json from the app's routes and their
  * validating schemas (src/http/openapi/generate.ts). Run it after changing a route or a request schema;
- * test/openapi-document.test.ts fails until the file matches.
+ * test/http/openapi/document.test.ts fails until the file matches.
  */
 
 const dataDir = mkdtempSync(join(tmpdir(), 'gateway-openapi-'));

@@ -7,7 +7,7 @@ import type { Tally } from '../test/support/tally';
 /**
  * `npm run test:reliability`: the suites that take minutes, then one table of what they did.
  *
- * 1. the bad-input property tests of `npm test` (test/fuzz*.test.ts) with many more runs
+ * 1. the bad-input property tests of `npm test` (the files under test/ named *-fuzz.test.ts) with many more runs
  *    (FUZZ_RUNS, default 2000 here);
  * 2. the `reliability` vitest project (test/reliability): kill -9 rounds, upstream faults over real
  *    HTTP, client disconnects, hostile upstreams, a load minute (LOAD_SECONDS, default 60) with 5%
@@ -40,10 +40,10 @@ function vitest(args: string[]): Promise<number> {
 
 const started = performance.now();
 const failures: string[] = [];
-const fuzzFiles = readdirSync(join(ROOT, 'test'))
-  .filter((name) => /^fuzz.*\.test\.ts$/.test(name))
+const fuzzFiles = readdirSync(join(ROOT, 'test'), { recursive: true, encoding: 'utf8' })
+  .filter((name) => /(^|\/)[^/]*fuzz\.test\.ts$/.test(name))
   .map((name) => `test/${name}`);
-if (fuzzFiles.length === 0) failures.push('no test/fuzz*.test.ts found');
+if (fuzzFiles.length === 0) failures.push('no test/**/*-fuzz.test.ts found');
 else if ((await vitest(['--project', 'node', ...fuzzFiles])) !== 0) failures.push('the fuzz tests failed');
 if ((await vitest(['--project', 'reliability'])) !== 0) failures.push('the reliability tests failed');
 

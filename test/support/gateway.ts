@@ -225,3 +225,15 @@ export async function serveOverHttp(gateway: TestGateway): Promise<{ url: string
     });
   return { url, close };
 }
+
+/**
+ * A gateway whose provider calls go to `fetch` (an in-process fake's, e.g. createFakeUpstream()'s),
+ * a tenant whose default virtual key names that provider (http://fake.test/v1), and the official
+ * SDK with the tenant's workspace key.
+ */
+export async function gatewayWithDefaultKey(fetch: Deps['fetch']): Promise<{ gateway: TestGateway; tenant: Tenant; client: OpenAI }> {
+  const gateway = await createTestGateway({ deps: { fetch } });
+  const tenant = await gateway.tenant();
+  await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
+  return { gateway, tenant, client: gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey }) };
+}

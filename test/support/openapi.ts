@@ -61,7 +61,7 @@ for (const document of documents) {
 /**
  * Fields OpenAI's live API sends that its description leaves out, and the gateway sends too: a
  * client written against the live API may read them. Each is in the live stream captured in
- * test/fixtures/openai-run-stream-example.txt (test/openapi.test.ts checks that it is there), and
+ * test/fixtures/openai-run-stream-example.txt (test/support/openapi.test.ts checks that it is there), and
  * is typed as the description types the same field elsewhere.
  */
 export const fieldsOpenAiSendsUndocumented: Readonly<Record<string, Record<string, Schema>>> = {

@@ -8,7 +8,7 @@ import { createPolicy } from '../../src/resources/policies/queries';
 import { workspaceCaps } from '../../src/resources/identities/quotas';
 
 /**
- * A second gateway process for test/ratelimit-enforcement.test.ts: it opens the database under
+ * A second gateway process for test/ratelimit/enforcement.test.ts: it opens the database under
  * DATA_DIR with the gateway's own Node wiring (its own connection, counter store and policy
  * cache) and, with the clock stopped at <now ms>, does one of:
  *

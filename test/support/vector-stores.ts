@@ -29,7 +29,7 @@ export interface SeededStore {
 
 export const EMBEDDINGS_MODEL = 'text-embedding-3-small';
 
-/** The store test/global-setup.ts writes for the workerd tests, of the gateway's default dimensions. */
+/** The store test/support/workers-global-setup.ts writes for the workerd tests, of the gateway's default dimensions. */
 export const SEARCH_DIMENSIONS = 512;
 export const SEARCH_FILES: SeedFile[] = [
   { filename: 'policies.md', chunks: ['Refunds are granted within 30 days of purchase.', 'Shipping takes five business days.'] },
@@ -46,7 +46,7 @@ export async function seedStore(gateway: TestGateway, tenant: Tenant, seedFiles:
 
 /**
  * The rows of a store whose chunks' vectors are given (in the order of the files' chunks), for a
- * database the test reaches without the app's deps (test/global-setup.ts, for the workerd tests).
+ * database the test reaches without the app's deps (test/support/workers-global-setup.ts, for the workerd tests).
  */
 export async function insertStore(
   db: Db,

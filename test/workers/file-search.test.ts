@@ -8,7 +8,7 @@ import { json } from '../support/envelope';
 
 /**
  * Search inside workerd: the Worker entry against sqld, a vector store written by
- * test/global-setup.ts (its vectors the fake provider's), the query embedded by the fake provider
+ * test/support/workers-global-setup.ts (its vectors the fake provider's), the query embedded by the fake provider
  * through a virtual key of the workspace; and a file_search run, executed in its Durable Object.
  * The store's vector index (past GATEWAY_VECTOR_INDEX_MIN_CHUNKS, 3 here) is built by the cron
  * trigger's handler, as on Cloudflare.

@@ -6,7 +6,7 @@ import { errorOf, json } from '../support/envelope';
 
 /**
  * The Worker entry inside workerd (the same runtime as production), against a real sqld migrated
- * and given a tenant by test/global-setup.ts. What the Node suite proves in depth, proven here on
+ * and given a tenant by test/support/workers-global-setup.ts. What the Node suite proves in depth, proven here on
  * the Workers runtime: the libsql/web driver, WebCrypto key hashing, zod, the envelope, the body
  * limit on Workers' streams. GATEWAY_MAX_BODY_BYTES is 2048 here (vitest.config.ts).
  */

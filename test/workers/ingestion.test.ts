@@ -15,7 +15,7 @@ import { errorOf, json } from '../support/envelope';
  * gateway under test sends a message on the ingestion queue when files are added; the ingest
  * Worker (its deployable bundle, wrangler.ingest.toml's bindings) consumes it, reads the file from
  * the shared R2 bucket, extracts, chunks, embeds with the fake provider (served from Node by
- * test/global-setup.ts) through the gateway's rate-limit counter objects, and writes the chunks to
+ * test/support/workers-global-setup.ts) through the gateway's rate-limit counter objects, and writes the chunks to
  * the test sqld. The client is the official SDK, in workerd, its fetch the gateway's own.
  */
 

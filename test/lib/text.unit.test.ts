@@ -1,0 +1,87 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { jsonWithText, TextBuilder, TextParts } from '../../src/lib/text';
+
+/**
+ * Text held in pieces (src/lib/text.ts): a run's answer is kept as the JSON escaping of the
+ * pieces it was streamed in, encoded chunk by chunk. Whatever the pieces, surrogate pairs cut
+ * between them and lone surrogates included, that must give exactly what the joined text would.
+ */
+
+/** Pieces of text where surrogates are common: halves of pairs, whole pairs, lone ones, ASCII. */
+const pieces = fc.array(
+  fc.string({ unit: fc.constantFrom('a', '"', '\n', 'é', '\ud83d', '\ude00', '\ud83d\ude00', '\u0001'), maxLength: 6 }),
+  { maxLength: 8 },
+);
+
+describe('TextBuilder', () => {
+  const build = (given: string[]) => {
+    const builder = new TextBuilder();
+    for (const piece of given) builder.push(piece);
+    return builder;
+  };
+  const decoded = (chunks: readonly (string | Uint8Array)[]) => chunks.map((chunk) => (typeof chunk === 'string' ? chunk : new TextDecoder().decode(chunk))).join('');
+
+  it('holds the JSON escaping of the text, as JSON.stringify escapes it joined, and gives the text back', () => {
+    fc.assert(
+      fc.property(pieces, (given) => {
+        const builder = build(given);
+        expect(`"${decoded(builder.jsonParts())}"`).toBe(JSON.stringify(given.join('')));
+        expect(builder.toString()).toBe(given.join(''));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('stores long answers in chunks, none cutting a pair, runs of small pieces gathered', () => {
+    fc.assert(
+      fc.property(fc.array(fc.oneof(fc.string({ maxLength: 40 }), fc.string({ minLength: 1024, maxLength: 1100 }), fc.constantFrom('\ud83d', '\ude00')), { maxLength: 60 }), (given) => {
+        const builder = build(given);
+        const chunks = builder.jsonParts();
+        // A pair cut between chunks would be escaped as two \\u escapes; the joined text keeps it whole.
+        expect(decoded(chunks)).toBe(JSON.stringify(given.join('')).slice(1, -1));
+        // Runs of small pieces are gathered: no two short chunks in a row but at the end.
+        for (let i = 1; i < chunks.length - 1; i++) expect(chunks[i - 1]!.length >= 1024 || chunks[i]!.length >= 1024).toBe(true);
+        expect(builder.toString()).toBe(given.join(''));
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe('jsonWithText', () => {
+  const message = (value: string) => ({ id: 'msg_1', content: [{ type: 'text', text: { value, annotations: [] } }], metadata: { note: 'a "quoted" \\ note' } });
+
+  it('is JSON.stringify of the object with the text in its place, the text never joined', () => {
+    fc.assert(
+      fc.property(fc.array(fc.oneof(pieces.map((given) => given.join('')), fc.string({ minLength: 1024, maxLength: 1100 })), { maxLength: 12 }), (given) => {
+        const builder = new TextBuilder();
+        for (const piece of given) builder.push(piece);
+        const json = jsonWithText(message, builder);
+        expect(json.toString()).toBe(JSON.stringify(message(given.join(''))));
+        const stored = builder.jsonParts().filter((part) => typeof part !== 'string');
+        // A text still held as a string gives one string; a longer one, parts: its stored chunks
+        // themselves, none of them copied.
+        expect(json instanceof TextParts).toBe(stored.length > 0);
+        if (json instanceof TextParts) for (const chunk of stored) expect(json.parts).toContain(chunk);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('is not fooled by a text or object that looks like its stand-in', () => {
+    const builder = new TextBuilder();
+    const text = `\u0000deadbeef\u0000 "\u0000" ${'y'.repeat(2000)}`;
+    builder.push(text);
+    const json = jsonWithText((value) => ({ before: '\u0000', value, after: '\u0000\u0000' }), builder);
+    expect(json).toBeInstanceOf(TextParts);
+    expect(JSON.parse(json.toString())).toEqual({ before: '\u0000', value: text, after: '\u0000\u0000' });
+  });
+
+  it('refuses an object without the text, or with it twice', () => {
+    const builder = new TextBuilder();
+    builder.push('x'.repeat(2000));
+    expect(() => jsonWithText(() => ({ value: 'no text here' }), builder)).toThrow('exactly once');
+    expect(() => jsonWithText((value) => ({ a: value, b: value }), builder)).toThrow('exactly once');
+  });
+});

@@ -1,0 +1,67 @@
+import { cpSync, existsSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI, { toFile } from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, startFakeUpstreamProcess, startGatewayProcess, type FakeUpstreamProcess } from '../../support/processes';
+
+/**
+ * `npm start` on a checkout that was never built (no dist/), as on a fresh clone after
+ * `npm install`: the script builds what it runs (a prestart hook would not do: the repository's
+ * .npmrc sets ignore-scripts, which skips npm's pre- and post- hooks too), and what it built is
+ * whole: the threads the server starts from files beside it (the database writer, the document
+ * parsers) are there. The checkout is a copy of what the script uses, beside this repository's
+ * node_modules.
+ */
+
+const CHECKOUT = ['package.json', '.npmrc', 'tsconfig.json', 'bin', 'scripts', 'src', 'drizzle'];
+
+let checkout: string;
+let upstream: FakeUpstreamProcess;
+beforeAll(async () => {
+  checkout = mkdtempSync(join(tmpdir(), 'gateway-checkout-'));
+  for (const entry of CHECKOUT) cpSync(join(ROOT, entry), join(checkout, entry), { recursive: true });
+  symlinkSync(join(ROOT, 'node_modules'), join(checkout, 'node_modules'), 'dir');
+  upstream = await startFakeUpstreamProcess();
+});
+afterAll(async () => {
+  await upstream?.stop();
+  rmSync(checkout, { recursive: true, force: true });
+});
+
+describe('npm start on a checkout without dist/', () => {
+  it('builds the server, starts it on an empty data directory, serves runs and ingests an HTML file on its parser thread', async () => {
+    expect(existsSync(join(checkout, 'dist'))).toBe(false);
+    const gateway = await startGatewayProcess({ DATA_DIR: join(checkout, 'data'), LOG_LEVEL: 'info' }, 60_000, { command: ['npm', 'start'], cwd: checkout });
+    try {
+      expect(existsSync(join(checkout, 'dist', 'node.js'))).toBe(true);
+      const apiKey = /workspace API key\s+(gk_\S+)/.exec(gateway.stdout())?.[1];
+      expect(apiKey).toBeDefined();
+      const created = await fetch(`${gateway.url}/v1/virtual-keys`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ slug: 'fake', provider: 'openai', base_url: upstream.baseURL, api_key: 'none', default: true }),
+      });
+      expect(created.status).toBe(200);
+
+      const openai = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey, maxRetries: 0 });
+      const assistant = await openai.beta.assistants.create({ model: 'gpt-4o' });
+      const run = await openai.beta.threads.createAndRunPoll(
+        { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: 'Hello' }] } },
+        { pollIntervalMs: 20 },
+      );
+      expect(run.status).toBe('completed');
+
+      const html = '<html><body><h1>Refunds</h1><p>Refunds are accepted within <b>30 days</b> of delivery.</p></body></html>';
+      const file = await openai.files.create({ file: await toFile(new TextEncoder().encode(html), 'refunds.html'), purpose: 'assistants' });
+      const store = await openai.vectorStores.create({ name: 'docs' });
+      const added = await openai.vectorStores.files.createAndPoll(store.id, { file_id: file.id }, { pollIntervalMs: 20 });
+      expect(added.last_error).toBeNull();
+      expect(added.status).toBe('completed');
+      const found = await openai.vectorStores.search(store.id, { query: 'refunds within 30 days' });
+      expect(found.data[0]?.content[0]?.text).toContain('Refunds are accepted within 30 days of delivery.');
+    } finally {
+      await gateway.stop('SIGTERM');
+    }
+  });
+});

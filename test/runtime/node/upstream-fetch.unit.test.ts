@@ -1,0 +1,277 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { upstreamFetch } from '../../../src/runtime/node/upstream-fetch';
+import { readServerSentData } from '../../../src/providers/sse-reader';
+import type { UpstreamAnswer } from '../../../src/providers/types';
+
+/**
+ * Node's upstream client (runtime/node/upstream-fetch.ts) on what only it does itself, where fetch did it
+ * before: decompressing what an upstream compresses unasked, never following a redirect, and
+ * dropping the connection when a reader lets go of a body early.
+ */
+
+let server: Server;
+let base: string;
+const closed: string[] = [];
+const handlers = new Map<string, (request: IncomingMessage, response: ServerResponse) => void>();
+
+beforeAll(async () => {
+  server = createServer((request, response) => {
+    request.on('close', () => closed.push(request.url!));
+    handlers.get(request.url!)!(request, response);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+});
+
+const client = upstreamFetch({ rules: () => ({ allowPrivate: true }) });
+const POST = { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' } as const;
+
+async function text(answer: UpstreamAnswer): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of answer.body ?? []) chunks.push(Buffer.from(chunk));
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function answering(path: string, headers: Record<string, string>, body: Uint8Array | string, status = 200) {
+  handlers.set(path, (_request, response) => {
+    response.writeHead(status, headers);
+    response.end(body);
+  });
+  return `${base}${path}`;
+}
+
+describe("Node's upstream client", () => {
+  const plain = JSON.stringify({ error: { message: 'overloaded' } });
+
+  it('asks for no compression and reads an identity body as sent', async () => {
+    let asked: string | undefined;
+    handlers.set('/identity', (request, response) => {
+      asked = request.headers['accept-encoding'];
+      response.end(plain);
+    });
+    const answer = await client(`${base}/identity`, POST);
+    expect(asked).toBeUndefined();
+    expect(answer.status).toBe(200);
+    expect(await text(answer)).toBe(plain);
+  });
+
+  it.each([
+    ['gzip', gzipSync(plain)],
+    ['x-gzip', gzipSync(plain)],
+    ['deflate', deflateSync(plain)],
+    ['br', brotliCompressSync(plain)],
+    ['gzip, br', brotliCompressSync(gzipSync(plain))],
+    ['identity', Buffer.from(plain)],
+  ])('decompresses a body sent with content-encoding %s', async (coding, body) => {
+    const answer = await client(answering(`/coded-${coding.replace(/\W+/g, '-')}`, { 'content-encoding': coding }, body, 503), POST);
+    expect(answer.status).toBe(503);
+    expect(answer.headers.get('Content-Encoding')).toBe(coding);
+    expect(await text(answer)).toBe(plain);
+  });
+
+  it('passes a body of an unknown coding as sent, and refuses more than five codings', async () => {
+    expect(await text(await client(answering('/unknown', { 'content-encoding': 'zstd' }, 'raw bytes'), POST))).toBe('raw bytes');
+    expect(await text(await client(answering('/object-key', { 'content-encoding': 'gzip, constructor' }, 'raw bytes'), POST))).toBe('raw bytes');
+    const six = Array.from({ length: 6 }, () => 'gzip').join(', ');
+    await expect(client(answering('/six', { 'content-encoding': six }, 'x'), POST)).rejects.toThrow(/more than 5 content codings/);
+  });
+
+  it('answers a redirect as it is, without following it', async () => {
+    let followed = false;
+    handlers.set('/elsewhere', (_request, response) => {
+      followed = true;
+      response.end('no');
+    });
+    const answer = await client(answering('/moved', { location: `${base}/elsewhere` }, '', 307), POST);
+    expect(answer.status).toBe(307);
+    expect(answer.headers.get('location')).toBe(`${base}/elsewhere`);
+    await text(answer);
+    expect(followed).toBe(false);
+  });
+
+  it('drops the connection when a reader lets go of an endless body, compressed or not', async () => {
+    for (const compressed of [false, true]) {
+      const path = `/endless-${compressed}`;
+      handlers.set(path, (_request, response) => {
+        response.writeHead(200, compressed ? { 'content-encoding': 'gzip' } : {});
+        const chunk = compressed ? gzipSync('x'.repeat(65_536)).subarray(0, 10) : Buffer.alloc(65_536, 120);
+        const timer = setInterval(() => response.write(chunk), 1);
+        response.on('close', () => clearInterval(timer));
+      });
+      const answer = await client(`${base}${path}`, POST);
+      const chunks = answer.body![Symbol.asyncIterator]();
+      if (!compressed) expect((await chunks.next()).done).toBe(false);
+      await chunks.return!();
+      await expect.poll(() => closed.includes(path)).toBe(true);
+    }
+  });
+
+  it('stops waiting when its signal aborts, with the signal reason, and drops the connection', async () => {
+    let received!: () => void;
+    const arrived = new Promise<void>((resolve) => (received = resolve));
+    handlers.set('/silent', () => received());
+    const controller = new AbortController();
+    const answered = client(`${base}/silent`, { ...POST, signal: controller.signal });
+    await arrived;
+    controller.abort(new Error('cancelled by the run'));
+    await expect(answered).rejects.toThrow('cancelled by the run');
+    await expect.poll(() => closed.includes('/silent')).toBe(true);
+  });
+
+  it('rejects a read pending when its signal aborts, with the signal reason, and drops the connection', async () => {
+    handlers.set('/stalls', (_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.write('data: first\n\n');
+    });
+    const controller = new AbortController();
+    const answer = await client(`${base}/stalls`, { ...POST, signal: controller.signal });
+    const chunks = answer.body![Symbol.asyncIterator]();
+    expect(Buffer.from((await chunks.next()).value).toString()).toBe('data: first\n\n');
+    const pending = chunks.next();
+    controller.abort(new Error('the run expired'));
+    await expect(pending).rejects.toThrow('the run expired');
+    await expect.poll(() => closed.includes('/stalls')).toBe(true);
+  });
+
+  it('stops reading from a provider while its body is not read, and reads all of it once it is', async () => {
+    const size = 64 * 1024 * 1024;
+    let sent = 0;
+    handlers.set('/flood', (_request, response) => {
+      response.writeHead(200, { 'content-length': String(size) });
+      const chunk = Buffer.alloc(64 * 1024, 97);
+      const send = () => {
+        while (sent < size) {
+          sent += chunk.length;
+          if (!response.write(chunk)) return void response.once('drain', send);
+        }
+        response.end();
+      };
+      send();
+    });
+    const answer = await client(`${base}/flood`, POST);
+    // Nobody reads: the client keeps its high-water mark and pauses, so the provider's writes back
+    // up once the kernel's buffers are full (a few MiB on loopback), far short of the whole body.
+    let before = -1;
+    while (sent !== before) {
+      before = sent;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    expect(sent).toBeLessThan(size / 2);
+    let read = 0;
+    for await (const chunk of answer.body!) read += chunk.byteLength;
+    expect(read).toBe(size);
+  });
+
+  it('skips an informational answer (103 Early Hints) for the one that follows it', async () => {
+    handlers.set('/hints', (_request, response) => {
+      response.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' });
+      response.writeHead(201, { 'content-type': 'text/plain' });
+      response.end('created');
+    });
+    const answer = await client(`${base}/hints`, POST);
+    expect(answer.status).toBe(201);
+    expect(await text(answer)).toBe('created');
+  });
+});
+
+describe('after `[DONE]`', () => {
+  /** A server answering every POST with one event and `[DONE]`, then doing `after` with the response. */
+  async function sseServer(after: (response: ServerResponse) => void) {
+    // The connections that carried a call: undici may open a spare one after a connection it
+    // dropped, which no call uses.
+    const connections = new Set<Socket>();
+    const sse = createServer((request, response) => {
+      connections.add(request.socket);
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.write('data: {"x":1}\n\ndata: [DONE]\n\n');
+      after(response);
+    });
+    await new Promise<void>((resolve) => sse.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(sse.address() as AddressInfo).port}/v1/chat/completions`;
+    return {
+      url,
+      connections: () => connections.size,
+      close: async () => {
+        sse.closeAllConnections();
+        await new Promise<void>((resolve) => sse.close(() => resolve()));
+      },
+    };
+  }
+
+  /** Reads as the chat provider does: stops at `[DONE]`, saying so. */
+  async function readToDone(url: string): Promise<string[]> {
+    const call = new AbortController();
+    const answer = await client(url, { ...POST, signal: call.signal });
+    const seen: string[] = [];
+    let done = false;
+    const end = { stopped: () => done, cut: () => call.abort() };
+    for await (const batch of readServerSentData(answer.body!, { maxLineBytes: 65_536, maxEventChars: 65_536 }, undefined, end)) {
+      for (const data of batch) {
+        if (data === '[DONE]') {
+          done = true;
+          break;
+        }
+        seen.push(data);
+      }
+      if (done) break;
+    }
+    return seen;
+  }
+
+  const settled = () => new Promise((resolve) => setTimeout(resolve, 100));
+
+  /** The connections `calls` calls read to `[DONE]` opened, the server doing `after` past it. */
+  async function connectionsOf(calls: number, after: (response: ServerResponse) => void): Promise<number> {
+    const sse = await sseServer(after);
+    try {
+      for (let i = 0; i < calls; i++) {
+        expect(await readToDone(sse.url)).toEqual(['{"x":1}']);
+        await settled();
+      }
+      return sse.connections();
+    } finally {
+      await sse.close();
+    }
+  }
+
+  it('a body that ends soon after leaves its connection to the next call', async () => {
+    expect(await connectionsOf(3, (response) => setTimeout(() => response.end(), 20))).toBe(1);
+  });
+
+  it('a body that goes on past 1 KiB is cut, and the next call opens a connection of its own', async () => {
+    expect(await connectionsOf(2, (response) => response.write(`: ${'x'.repeat(4096)}\n\n`))).toBe(2);
+  });
+
+  it('a body that does not end within a second is cut', async () => {
+    let closedAt = 0;
+    const sse = await sseServer((response) => response.on('close', () => (closedAt = performance.now())));
+    try {
+      const started = performance.now();
+      await readToDone(sse.url);
+      await new Promise((resolve) => setTimeout(resolve, 1_300));
+      expect(closedAt).toBeGreaterThan(started + 900);
+    } finally {
+      await sse.close();
+    }
+  });
+
+  it('any other early stop cuts the body at once', async () => {
+    let closed = false;
+    const sse = await sseServer((response) => response.on('close', () => (closed = true)));
+    try {
+      const answer = await client(sse.url, POST);
+      for await (const _batch of readServerSentData(answer.body!, { maxLineBytes: 65_536, maxEventChars: 65_536 })) break;
+      await settled();
+      expect(closed).toBe(true);
+    } finally {
+      await sse.close();
+    }
+  });
+});

@@ -1,0 +1,134 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
+import { ROOT, startGatewayProcess, type GatewayProcess } from '../support/processes';
+
+/**
+ * OpenAI's Python SDK as a second client, against the gateway as a process on a fresh database
+ * (the way `npm start` serves it) and the fake provider. Runs when `python3` can import `openai`
+ * (.ci/run installs it when it can reach a package index); skipped, saying how to install it,
+ * when not.
+ */
+
+const INSTALL = 'python3 -m pip install openai==2.54.0';
+const python = spawnSync('python3', ['-c', 'import openai; print(openai.__version__)'], { encoding: 'utf8' });
+const pythonSdk = python.status === 0 ? python.stdout.trim() : undefined;
+if (!pythonSdk) {
+  console.warn(`test/sdk/python.test.ts: skipped, python3 cannot import openai. To run it: ${INSTALL}`);
+}
+
+/** The issue that brings the quickstart's operations (threads, messages, runs on a thread, Bearer auth). */
+
+interface Ran {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a Python script of this repository with exactly this environment added to a clean one. */
+function runPython(script: string, env: Record<string, string>): Promise<Ran> {
+  // Nothing of the caller's OpenAI configuration leaks in: the script sees only what it is given.
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^OPENAI_/.test(name)));
+  return new Promise((resolve, reject) => {
+    const child = spawn('python3', [script], {
+      cwd: ROOT,
+      env: { ...inherited, NO_PROXY: '127.0.0.1,localhost', PYTHONUNBUFFERED: '1', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: 60_000,
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe.skipIf(!pythonSdk)(
+  pythonSdk ? `OpenAI's Python SDK (openai ${pythonSdk})` : `OpenAI's Python SDK: skipped, python3 cannot import openai (${INSTALL})`,
+  () => {
+    let fake: FakeUpstreamServer;
+    let gateway: GatewayProcess;
+    let dataDir: string;
+    let apiKey: string;
+
+    const gatewayApi = async (path: string, body: unknown) => {
+      const response = await fetch(`${gateway.url}/v1${path}`, {
+        method: 'POST',
+        headers: { 'x-gateway-api-key': apiKey, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      const text = await response.text();
+      if (response.status !== 200) throw new Error(`POST ${path} answered ${response.status}: ${text}`);
+      return JSON.parse(text) as unknown;
+    };
+
+    beforeAll(async () => {
+      fake = await startFakeUpstream();
+      dataDir = mkdtempSync(join(tmpdir(), 'gateway-python-'));
+      gateway = await startGatewayProcess({ DATA_DIR: dataDir, GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true' });
+      // The keys are printed after the listening line.
+      apiKey = await vi.waitFor(
+        () => {
+          const key = /workspace API key\s+(gk_\S+)/.exec(gateway.stdout())?.[1];
+          if (!key) throw new Error(`no workspace API key printed yet:\n${gateway.stdout()}`);
+          return key;
+        },
+        { timeout: 5_000 },
+      );
+      await gatewayApi('/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-fake' });
+    });
+    afterAll(async () => {
+      await gateway?.stop('SIGTERM');
+      await fake?.close();
+      if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+    });
+
+    it("assistants, and a thread created and run in one call, with the gateway's headers", async () => {
+      fake.reset();
+      const ran = await runPython('test/sdk/python/assistants_today.py', {
+        OPENAI_BASE_URL: `${gateway.url}/v1`,
+        OPENAI_API_KEY: apiKey,
+        GATEWAY_VIRTUAL_KEY: 'fake',
+      });
+      expect(ran.code, ran.stderr).toBe(0);
+      const seen = JSON.parse(ran.stdout.trim().split('\n').at(-1)!);
+      expect(seen).toEqual({
+        assistant: { id: expect.stringMatching(/^asst_/), name: 'Math Tutor', model: 'fake-model', listed: true },
+        run: { status: 'completed', usage: expect.any(Number) },
+        messages: [
+          ['user', 'What is 3 + 4?'],
+          ['assistant', 'You said: What is 3 + 4?'],
+        ],
+        deleted: true,
+      });
+      // The run reached the provider through the virtual key, with the assistant's instructions.
+      const sent = fake.requests.find((request) => request.path === '/v1/chat/completions')!;
+      expect(sent.headers.authorization).toBe('Bearer sk-fake');
+      expect(sent.body!.messages).toEqual([
+        { role: 'system', content: 'Answer briefly.' },
+        { role: 'user', content: 'What is 3 + 4?' },
+      ]);
+    });
+
+    it('examples/python/quickstart.py, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
+      fake.reset();
+      await gatewayApi('/virtual-keys', { slug: 'default', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-fake', default: true });
+      const ran = await runPython('examples/python/quickstart.py', { OPENAI_BASE_URL: `${gateway.url}/v1`, OPENAI_API_KEY: apiKey });
+      expect(ran.code, ran.stderr).toBe(0);
+      const question = 'I need to solve the equation `3x + 11 = 14`. Can you help me?';
+      expect(ran.stdout).toMatch(/^run run_\w+: completed$/m);
+      expect(ran.stdout).toContain(`user: ${question}\nassistant: You said: ${question}\n`);
+      const sent = fake.requests.find((request) => request.path === '/v1/chat/completions')!;
+      expect(sent.body!.model).toBe('gpt-4o');
+      expect(sent.body!.messages).toEqual([
+        { role: 'system', content: 'Please address the user as Jane Doe. The user has a premium account.' },
+        { role: 'user', content: question },
+      ]);
+    });
+  },
+);

@@ -1,0 +1,170 @@
+import { createClient } from '@libsql/client/web';
+import { exports } from 'cloudflare:workers';
+import { eq, getTableColumns } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/libsql/web';
+import OpenAI from 'openai';
+import { beforeAll, describe, expect, inject, it } from 'vitest';
+import { isUniqueViolation } from '../../src/db/client';
+import * as schema from '../../src/db/schema';
+import { insertRunOnThread } from '../../src/resources/runs/queries';
+import { errorOf, json } from '../support/envelope';
+import { freshGate, remoteGate } from '../support/gates';
+
+/**
+ * Runs on an existing thread inside workerd, as on Cloudflare: the Worker entry, each run in its
+ * RunExecutor object, sqld through @libsql/client/web, the fake provider in Node
+ * (test/support/workers-global-setup.ts). The provider's records stay in Node: what it was sent comes back as its
+ * answer (the `echo_messages` scenario of test/support/fake-upstream.ts).
+ */
+
+const API_KEY = inject('workersTenant').runsWorkspaceKey;
+const INSTRUCTIONS = 'Be brief.';
+const POLL = { pollIntervalMs: 50 };
+
+let openai: OpenAI;
+let headers: Record<string, string>;
+let assistantId: string;
+
+const call = (path: string, body: unknown) =>
+  exports.default.fetch(`http://gateway${path}`, {
+    method: 'POST',
+    headers: { ...headers, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+
+/** A user message that makes the fake answer as `scenario` says (one per model turn when a list). */
+const ask = (text: string, scenario: Record<string, unknown> | Record<string, unknown>[]) => `${text}\n#fake ${JSON.stringify(scenario)}`;
+
+/** The text of a run's answer. */
+async function answerOf(threadId: string, runId: string): Promise<string> {
+  const [answer] = (await openai.beta.threads.messages.list(threadId, { run_id: runId })).data;
+  const [part] = answer!.content;
+  return part?.type === 'text' ? part.text.value : '';
+}
+
+beforeAll(async () => {
+  const slug = `threads-${crypto.randomUUID().slice(0, 8)}`;
+  headers = { 'x-gateway-api-key': API_KEY };
+  const created = await call('/v1/virtual-keys', { slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake-provider-key' });
+  expect(created.status).toBe(200);
+  headers = { 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': slug };
+  openai = new OpenAI({
+    apiKey: 'unused-by-the-gateway',
+    baseURL: 'http://gateway/v1',
+    defaultHeaders: headers,
+    maxRetries: 0,
+    fetch: (url, init) => exports.default.fetch(url, init),
+  });
+  assistantId = (await openai.beta.assistants.create({ model: 'fake-model', instructions: INSTRUCTIONS })).id;
+});
+
+/** A thread whose first turn answered `reply` to `text`. */
+async function threadWith(text: string, reply: string) {
+  const first = await openai.beta.threads.createAndRunPoll(
+    { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: ask(text, { reply }) }] } },
+    POLL,
+  );
+  expect(first.status).toBe('completed');
+  return { threadId: first.thread_id, history: [{ role: 'user', content: ask(text, { reply }) }, { role: 'assistant', content: reply }] };
+}
+
+const SYSTEM = { role: 'system', content: INSTRUCTIONS };
+
+describe('runs on an existing thread, on workerd', () => {
+  it('runs.createAndPoll: a second turn, sent the whole thread', async () => {
+    const { threadId, history } = await threadWith('My name is Ada.', 'Hello Ada.');
+    const question = ask('What is my name?', { echo_messages: true });
+    const run = await openai.beta.threads.runs.createAndPoll(
+      threadId,
+      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: question }] },
+      POLL,
+    );
+    expect(run).toMatchObject({ status: 'completed', thread_id: threadId });
+    expect(JSON.parse(await answerOf(threadId, run.id))).toEqual([SYSTEM, ...history, { role: 'user', content: question }]);
+    const messages = (await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data;
+    expect(messages.map((message) => message.role)).toEqual(['user', 'assistant', 'user', 'assistant']);
+  });
+
+  it('runs.stream into a tool call, then submitToolOutputsStream: streamed both times, with the history', async () => {
+    const { threadId, history } = await threadWith('Hi', 'Hello.');
+    const tool = { type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } } };
+    const question = ask('Look it up', [{ tool_calls: [{ name: 'lookup', arguments: { q: 'x' } }] }, { echo_messages: true }]);
+    const first = openai.beta.threads.runs.stream(threadId, { assistant_id: assistantId, tools: [tool], additional_messages: [{ role: 'user', content: question }] });
+    const events: string[] = [];
+    first.on('event', (event) => events.push(event.event));
+    const waiting = await first.finalRun();
+    expect(waiting.status).toBe('requires_action');
+    expect(events.slice(0, 3)).toEqual(['thread.run.created', 'thread.run.queued', 'thread.run.in_progress']);
+    expect(events.at(-1)).toBe('thread.run.requires_action');
+
+    const [toolCall] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const second = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: toolCall!.id, output: '42' }] });
+    const text: string[] = [];
+    second.on('textDelta', (delta) => text.push(delta.value!));
+    const done = await second.finalRun();
+    expect(done.status).toBe('completed');
+    expect(JSON.parse(text.join(''))).toEqual([
+      SYSTEM,
+      ...history,
+      { role: 'user', content: question },
+      { role: 'assistant', content: null, tool_calls: [{ id: toolCall!.id, type: 'function', function: { name: 'lookup', arguments: '{"q":"x"}' } }] },
+      { role: 'tool', tool_call_id: toolCall!.id, content: '42' },
+    ]);
+  });
+
+  it('admits exactly one of 20 runs created at the same instant on one thread', async () => {
+    const { threadId } = await threadWith('Hi', 'Hello.');
+    // The winner's answer waits at a gate until every racer has been answered, however slowly.
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('racers'));
+    const responses = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        call(`/v1/threads/${threadId}/runs`, {
+          assistant_id: assistantId,
+          additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { reply: 'Done.', hold: gate.name }) }],
+        }),
+      ),
+    );
+    const admitted = responses.filter((response) => response.status === 200);
+    expect(admitted).toHaveLength(1);
+    const winner = await json(admitted[0]!);
+    for (const response of responses.filter((r) => r.status !== 200)) {
+      expect(await errorOf(response)).toMatchObject({
+        status: 400,
+        code: 'thread_has_active_run',
+        message:
+          `Thread ${threadId} already has an active run ${winner.id}.` +
+          ` To free the thread, cancel it (POST /v1/threads/${threadId}/runs/${winner.id}/cancel) or wait for it to end.`,
+      });
+    }
+    await gate.open();
+    expect((await openai.beta.threads.runs.poll(winner.id, { thread_id: threadId }, POLL)).status).toBe('completed');
+    // The winner alone called the provider.
+    expect(await gate.state()).toMatchObject({ waiting: 0, passed: 1 });
+    const messages = (await openai.beta.threads.messages.list(threadId)).data;
+    expect(messages).toHaveLength(4);
+    expect((await openai.beta.threads.runs.list(threadId)).data).toHaveLength(2);
+  });
+
+  it('takes the unique index’s refusal over @libsql/client/web for an open run, and nothing else', async () => {
+    const { threadId } = await threadWith('Hi', 'Hello.');
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('open'));
+    const run = await openai.beta.threads.runs.create(threadId, {
+      assistant_id: assistantId,
+      additional_messages: [{ role: 'user', content: ask('Wait', { reply: 'Done.', hold: gate.name }) }],
+    });
+    // The run is open (its provider holds the answer): a second open run of the thread, written
+    // directly through the driver, is refused by the index and reported as such.
+    const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });
+    const { seq: _seq, ...columns } = getTableColumns(schema.runs);
+    const [open] = await db.select(columns).from(schema.runs).where(eq(schema.runs.id, run.id));
+    expect(open?.status).toBe('in_progress');
+    expect(await insertRunOnThread(db, [], { ...open!, id: `run_${crypto.randomUUID().replaceAll('-', '')}` })).toBe(false);
+
+    // Once it has ended, the thread is free: a duplicate id is another conflict, and an error.
+    await gate.open();
+    expect((await openai.beta.threads.runs.poll(run.id, { thread_id: threadId }, POLL)).status).toBe('completed');
+    const error = await insertRunOnThread(db, [], open!).catch((caught: unknown) => caught);
+    expect(isUniqueViolation(error, 'runs.id')).toBe(true);
+    expect(isUniqueViolation(error, 'runs.thread_id')).toBe(false);
+  });
+});
