@@ -39,7 +39,7 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     // Handed over RPC through a native byte stream: when the reader goes away, the runtime errors
     // a native stream, and pipeTo passes that on to the event stream, which detaches. A stream
     // built in JavaScript (the event stream's own) would never learn of it, and the run would
-    // stall once its queue filled (test/workers/runs.test.ts, the client that disconnects).
+    // stall once its queue filled (test/workers/runs-and-rate-limits.test.ts, the client that disconnects).
     const { readable: wire, writable } = new IdentityTransformStream();
     readable.pipeTo(writable).catch(() => {
       // The reader left: the run carries on, detached.

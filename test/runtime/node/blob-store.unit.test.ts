@@ -7,7 +7,7 @@ import { directoryBlobStore, type DirectoryBlobStore } from '../../../src/runtim
 
 /**
  * The blob store on Node (a directory under DATA_DIR): whole blobs or nothing, whatever the stream
- * does; the R2 store has the same cases inside workerd (test/workers/blob-store.test.ts).
+ * does; the R2 store has the same cases inside workerd (test/workers/files.test.ts).
  */
 
 let root: string;

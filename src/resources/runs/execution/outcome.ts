@@ -2,7 +2,7 @@ import type { UpstreamError, Usage } from '../../../providers/types';
 
 /**
  * How a turn of a run ends, decided from what the upstream said and the run's token caps: pure
- * decisions, kept apart from the engine's bookkeeping (test/run-outcome.test.ts lists the cases).
+ * decisions, kept apart from the engine's bookkeeping (test/resources/runs/execution/outcome.unit.test.ts lists the cases).
  */
 
 /** What the engine saw of a turn that finished. */

@@ -9,7 +9,7 @@ import type { MessageRow } from '../../threads/queries';
 
 /**
  * A turn's prompt, from the thread's history: pure decisions, kept apart from the reads
- * (resources/threads/history.ts) and the engine (test/run-prompt.test.ts lists the cases).
+ * (resources/threads/history.ts) and the engine (test/resources/runs/execution/prompt.unit.test.ts lists the cases).
  *
  * The history is the thread as it happened: its messages, user and assistant, and where a run
  * called tools, the calls and their outputs, just before the message the run answered with after
