@@ -2,7 +2,7 @@ import type { Client, InArgs, InStatement, ResultSet, Row, TransactionMode } fro
 import { setImmediate } from 'node:timers';
 import { Worker } from 'node:worker_threads';
 import Database from 'libsql';
-import { deleteOldest } from '../lib/maps';
+import { BoundedMap } from '../lib/bounded-map';
 import { TextParts } from '../lib/text';
 import type { PartsClient, RawStatement, RawValue } from './client';
 
@@ -233,7 +233,7 @@ class EmbeddedFile {
   readonly #db: Database.Database;
   readonly #path: string;
   readonly #timeoutMs: number;
-  readonly #statements = new Map<string, Prepared>();
+  readonly #statements = new BoundedMap<string, Prepared>(MAX_CACHED_STATEMENTS);
   #writer: Worker | null = null;
   /** Why the writer thread stopped, if it failed. */
   #writerFailure: Error | null = null;
@@ -325,8 +325,7 @@ class EmbeddedFile {
       prepared = { statement, readonly: false, shape: null, oneRow: 'never', columns: [], columnTypes: [] };
     }
     // Statements that change the schema invalidate prepared ones; they are rare (migrations) and
-    // SQLite re-prepares transparently, so only the cache size needs a bound.
-    if (this.#statements.size >= MAX_CACHED_STATEMENTS) deleteOldest(this.#statements);
+    // SQLite re-prepares transparently, so only the cache size needs a bound (the map's).
     this.#statements.set(sql, prepared);
     return prepared;
   }

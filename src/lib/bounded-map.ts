@@ -26,6 +26,14 @@ export class BoundedMap<K, V> {
     this.#entries.set(key, value);
   }
 
+  delete(key: K): boolean {
+    return this.#entries.delete(key);
+  }
+
+  clear(): void {
+    this.#entries.clear();
+  }
+
   get size(): number {
     return this.#entries.size;
   }

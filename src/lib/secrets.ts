@@ -1,5 +1,5 @@
 import { fromBase64Url, toBase64Url } from './crypto';
-import { deleteOldest } from './maps';
+import { BoundedMap } from './bounded-map';
 
 /**
  * Provider secrets at rest: AES-256-GCM through WebCrypto, so Node and Workers share the code.
@@ -31,7 +31,7 @@ export class SecretBox {
    * (a WebCrypto call through a thread pool); the ciphertext carries a random IV, so a re-encrypted
    * or replaced secret is a new entry, never a stale one.
    */
-  readonly #opened = new Map<string, string>();
+  readonly #opened = new BoundedMap<string, string>(MAX_OPENED);
 
   private constructor(key: AesKey) {
     this.#key = key;
@@ -63,7 +63,6 @@ export class SecretBox {
     const cached = this.#opened.get(cacheKey);
     if (cached !== undefined) return cached;
     const plaintext = await this.#decrypt(ciphertext, associatedData);
-    if (this.#opened.size >= MAX_OPENED) deleteOldest(this.#opened);
     this.#opened.set(cacheKey, plaintext);
     return plaintext;
   }

@@ -4,7 +4,7 @@ import { pipeline, Readable, type Transform } from 'node:stream';
 import { constants, createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 import type { Agent } from 'undici';
 import type { IncomingHttpHeaders } from 'undici/types/header';
-import { deleteOldest } from '../../lib/maps';
+import { BoundedMap } from '../../lib/bounded-map';
 import { checkResolvedAddress, type UpstreamUrlOptions } from '../../lib/upstream-url';
 import { UpstreamError, type UpstreamAnswer, type UpstreamFetch, type UpstreamRequest } from '../../providers/types';
 import { requestUpstream, type UpstreamBody } from './upstream-request';
@@ -46,7 +46,7 @@ export function upstreamFetch(options: {
   let agent: Promise<Agent> | undefined;
   const agentOf = () => (agent ??= import('undici').then(({ Agent }) => new Agent({ headersTimeout: 0, bodyTimeout: 0 })));
   setTimeout(() => void agentOf(), 0).unref();
-  const known = new Map<string, { addresses: string[]; until: number }>();
+  const known = new BoundedMap<string, { addresses: string[]; until: number }>(NAME_ADDRESSES_MAX);
   const addressesOf = async (hostname: string): Promise<string[] | null> => {
     const cached = known.get(hostname);
     if (cached && cached.until > Date.now()) return cached.addresses;
@@ -54,7 +54,6 @@ export function upstreamFetch(options: {
     if (resolved === null) return null;
     const addresses = resolved.map(({ address }) => address);
     known.delete(hostname);
-    if (known.size >= NAME_ADDRESSES_MAX) deleteOldest(known);
     known.set(hostname, { addresses, until: Date.now() + NAME_ADDRESSES_MS });
     return addresses;
   };
