@@ -28,9 +28,4 @@ export default tseslint.config(
       '@typescript-eslint/no-unnecessary-type-assertion': 'error',
     },
   },
-  {
-    // Tests state their premises with `x!` (the row just written, the event waited for): ~770 predate the linter.
-    files: ['test/**'],
-    rules: { '@typescript-eslint/no-non-null-assertion': 'off' },
-  },
 );

@@ -1,3 +1,4 @@
+import { defined } from './support/defined';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -28,8 +29,8 @@ describe('the documentation', () => {
   it('links only to files that exist', () => {
     for (const file of documentationFiles()) {
       for (const [, target] of read(file).matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
-        if (/^[a-z]+:/.test(target!)) continue;
-        expect(existsSync(resolve(dirname(file), target!)), `${file} links to ${target}`).toBe(true);
+        if (/^[a-z]+:/.test(defined(target))) continue;
+        expect(existsSync(resolve(dirname(file), defined(target))), `${file} links to ${target}`).toBe(true);
       }
     }
   });
@@ -42,7 +43,7 @@ describe('the documentation', () => {
   it('links each chapter after the README to the one before it', () => {
     for (const [index, chapter] of CHAPTERS.entries()) {
       if (index === 0) continue;
-      const before = CHAPTERS[index - 1]!;
+      const before = defined(CHAPTERS[index - 1]);
       const link = relative(dirname(join(ROOT, chapter)), join(ROOT, before));
       expect(read(join(ROOT, chapter)), `${chapter} names ${before}`).toContain(`](${link}`);
     }
@@ -59,7 +60,7 @@ describe('the README’s wait_run', () => {
     const helpers = /^json\(\) \{.*\n(?:wait_run\(\) \{[^]*?\n\}\n)/m.exec(readme)?.[0];
     expect(helpers).toContain('wait_run() {');
     const code = [
-      helpers!,
+      defined(helpers),
       `curl -s $GATEWAY/v1/virtual-keys -H "Authorization: Bearer $GATEWAY_API_KEY" -H 'content-type: application/json' -d '{"slug":"fake","provider":"openai","base_url":"'$FAKE_PROVIDER'","api_key":"none","default":true}' > /dev/null`,
       `ID=$(curl -s $GATEWAY/v1/assistants -H "Authorization: Bearer $GATEWAY_API_KEY" -H 'content-type: application/json' -d '{"model":"gpt-4o"}' | json .id)`,
       `RUN=$(curl -s $GATEWAY/v1/threads/runs -H "Authorization: Bearer $GATEWAY_API_KEY" -H 'content-type: application/json' -d '{"assistant_id":"'$ID'","thread":{"messages":[{"role":"user","content":"Hi\\n#fake {\\"status\\":503}"}]}}')`,

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { spawnSync } from 'node:child_process';
 import { appendFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -78,7 +79,7 @@ describe('gateway CLI', () => {
     expect(rows.rows).toHaveLength(2);
     expect(dump).not.toContain(init.organisation_api_key);
     expect(dump).not.toContain(init.workspace_api_key);
-    expect(dump).toContain(init.workspace_api_key!.slice(0, 10));
+    expect(dump).toContain(defined(init.workspace_api_key).slice(0, 10));
   });
 
   it('creates and lists workspaces', async () => {
@@ -135,7 +136,7 @@ describe('gateway help', () => {
   // Where the database would be if help opened one: a path no command could use.
   const nowhere = { DATA_DIR: '/proc/nope' };
   const all = commands.map((command) => command.name);
-  const groups = [...new Set(all.filter((name) => name.includes(' ')).map((name) => name.split(' ')[0]!))];
+  const groups = [...new Set(all.filter((name) => name.includes(' ')).map((name) => defined(name.split(' ')[0])))];
 
   /** The commands a help text lists (its lines of usage). */
   const listed = (text: string) => all.filter((name) => text.includes(`\n  ${name} `) || text.includes(`\n  ${name}\n`));
@@ -198,8 +199,8 @@ describe('gateway help', () => {
       seen.add(file);
       // Static imports only (`import … from "x"`, `import "x"`), not `import("x")`.
       for (const [, specifier] of readFileSync(join(ROOT, 'dist', file), 'utf8').matchAll(/^import\s[^;(]*?["']([^"']+)["'];?$/gm)) {
-        if (specifier!.startsWith('./')) visit(specifier!.slice(2));
-        else packages.add(specifier!);
+        if (defined(specifier).startsWith('./')) visit(defined(specifier).slice(2));
+        else packages.add(defined(specifier));
       }
     };
     visit('cli.js');
@@ -248,7 +249,7 @@ describe('the build that npm start and npm run gateway run first', () => {
     run(['scripts/build-node.mjs']);
     const touched = dist();
     expect(Object.keys(touched).sort()).toEqual(Object.keys(first).sort());
-    expect(touched['cli.js']).toBeGreaterThan(first['cli.js']!);
+    expect(touched['cli.js']).toBeGreaterThan(defined(first['cli.js']));
     run(['scripts/build-node.mjs']);
     expect(dist()).toEqual(touched);
 
@@ -259,7 +260,7 @@ describe('the build that npm start and npm run gateway run first', () => {
     const changed = dist();
     expect(chunk(changed)).toHaveLength(1);
     expect(chunk(changed)).not.toEqual(chunk(first));
-    expect(readFileSync(join(checkout, 'dist', chunk(changed)[0]!), 'utf8')).toContain('rebuilt');
+    expect(readFileSync(join(checkout, 'dist', defined(chunk(changed)[0])), 'utf8')).toContain('rebuilt');
 
     // An output lost (deleted by hand) is built again too.
     rmSync(join(checkout, 'dist', 'node.js'));

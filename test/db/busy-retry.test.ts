@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { randomBytes } from 'node:crypto';
 import { createClient, LibsqlError, type Client, type InStatement, type TransactionMode } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -42,7 +43,7 @@ describe('BusyRetryingClient', () => {
       return { client: new BusyRetryingClient(inner), sends: () => sends };
     };
     const twice = refusing(2);
-    expect((await twice.client.execute('SELECT 1')).rows[0]!.one).toBe(1);
+    expect(defined((await twice.client.execute('SELECT 1')).rows[0]).one).toBe(1);
     expect(twice.sends()).toBe(3);
 
     const always = refusing(Infinity);
@@ -52,7 +53,7 @@ describe('BusyRetryingClient', () => {
     // The server's load shedding, as @libsql/client reports it: an HTTP 429 under a LibsqlError.
     const shedding = new LibsqlError('Server returned HTTP status 429', 'SERVER_ERROR', undefined, undefined, Object.assign(new Error('Server returned HTTP status 429'), { status: 429 }));
     const shed = refusing(3, shedding);
-    expect((await shed.client.execute('SELECT 1')).rows[0]!.one).toBe(1);
+    expect(defined((await shed.client.execute('SELECT 1')).rows[0]).one).toBe(1);
     expect(shed.sends()).toBe(4);
     const failing = refusing(Infinity, new LibsqlError('Server returned HTTP status 500', 'SERVER_ERROR', undefined, undefined, Object.assign(new Error('Server returned HTTP status 500'), { status: 500 })));
     await expect(failing.client.execute('SELECT 1')).rejects.toMatchObject({ code: 'SERVER_ERROR' });
@@ -96,7 +97,7 @@ describe('BusyRetryingClient, writes taking turns', () => {
     };
     const inner: Client = Object.assign(Object.create(raw), {
       execute: (stmt: InStatement) => around(stmt, () => raw.execute(stmt)),
-      batch: (stmts: InStatement[], mode?: TransactionMode) => around(stmts[0]!, () => raw.batch(stmts, mode)),
+      batch: (stmts: InStatement[], mode?: TransactionMode) => around(defined(stmts[0]), () => raw.batch(stmts, mode)),
     });
     return {
       inner,
@@ -160,7 +161,7 @@ describe('BusyRetryingClient, writes taking turns', () => {
     // The held one was sent: once answered, its row is there; the others' never are.
     hold(null);
     answer();
-    const rowsOf = async (writer: number) => Number((await raw.execute({ sql: 'SELECT count(*) AS n FROM turns WHERE writer = ?', args: [writer] })).rows[0]!.n);
+    const rowsOf = async (writer: number) => Number(defined((await raw.execute({ sql: 'SELECT count(*) AS n FROM turns WHERE writer = ?', args: [writer] })).rows[0]).n);
     expect(await waitFor(() => rowsOf(-1), (n) => n === 1)).toBe(1);
     for (const writer of [-2, -3, -4]) expect(await rowsOf(writer)).toBe(0);
     // The turn given up goes on: a write asked for now is sent and answered.
@@ -177,7 +178,7 @@ describe('BusyRetryingClient, writes taking turns', () => {
     hold(null);
     // Both sends are still in flight at the server, but no longer hold a turn.
     expect(seen.inFlight).toBe(2);
-    expect((await client.execute('INSERT INTO turns (writer) VALUES (-5) RETURNING writer')).rows[0]!.writer).toBe(-5);
+    expect(defined((await client.execute('INSERT INTO turns (writer) VALUES (-5) RETURNING writer')).rows[0]).writer).toBe(-5);
     expect(seen.sent).toBe(3);
   });
 });

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -64,9 +65,9 @@ describe('answers like @libsql/client', () => {
 
   it('answers a duplicated column name by its first occurrence, and every value by index', async () => {
     const { rows } = await ours.execute('SELECT items.id, other.id FROM items JOIN other ON other.name = items.name');
-    expect(Object.keys(rows[0]!)).toEqual(['id']);
-    expect(rows[0]!.id).toBe(rows[0]![0]);
-    expect(rows[0]![1]).toBe(1);
+    expect(Object.keys(defined(rows[0]))).toEqual(['id']);
+    expect(defined(rows[0]).id).toBe(defined(rows[0])[0]);
+    expect(defined(rows[0])[1]).toBe(1);
   });
 
   it('reports rowsAffected and lastInsertRowid of writes', async () => {
@@ -79,7 +80,7 @@ describe('answers like @libsql/client', () => {
 
   it('returns rows from INSERT … RETURNING, which is a write', async () => {
     const { rows } = await ours.execute({ sql: 'INSERT INTO items (name) VALUES (?) RETURNING id, name', args: ['d'] });
-    expect(rows[0]!.name).toBe('d');
+    expect(defined(rows[0]).name).toBe('d');
     const seen = await reference.execute({ sql: 'SELECT name FROM items WHERE name = ?', args: ['d'] });
     expect(seen.rows).toHaveLength(1);
   });
@@ -87,7 +88,7 @@ describe('answers like @libsql/client', () => {
   it('reuses a prepared statement with new arguments', async () => {
     for (const name of ['a', 'b', 'c']) {
       const { rows } = await ours.execute({ sql: 'SELECT name FROM items WHERE name = ?', args: [name] });
-      expect(rows[0]!.name).toBe(name);
+      expect(defined(rows[0]).name).toBe(name);
     }
   });
 });
@@ -101,7 +102,7 @@ describe('batches and the group commit', () => {
       ]),
     ).rejects.toThrow(/UNIQUE/);
     const { rows } = await reference.execute("SELECT count(*) AS n FROM other WHERE name = 'kept?'");
-    expect(rows[0]!.n).toBe(0);
+    expect(defined(rows[0]).n).toBe(0);
   });
 
   it('commits concurrent batches together, failing only the one that fails', async () => {
@@ -116,7 +117,7 @@ describe('batches and the group commit', () => {
     ]);
     expect(outcomes.map((outcome) => outcome.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
     const fourth = outcomes[3] as PromiseFulfilledResult<ResultSet[]>;
-    expect(fourth.value[0]!.rows[0]!.name).toBe('g4');
+    expect(defined(defined(fourth.value[0]).rows[0]).name).toBe('g4');
     const { rows } = await reference.execute("SELECT name FROM other WHERE name LIKE 'g%' ORDER BY name");
     expect(rows.map((row) => row.name)).toEqual(['g1', 'g3', 'g4']);
   });
@@ -124,12 +125,12 @@ describe('batches and the group commit', () => {
   it('answers writes only once they are committed, visible to another connection', async () => {
     await ours.execute({ sql: 'INSERT INTO other (name) VALUES (?)', args: ['visible'] });
     const { rows } = await reference.execute("SELECT count(*) AS n FROM other WHERE name = 'visible'");
-    expect(rows[0]!.n).toBe(1);
+    expect(defined(rows[0]).n).toBe(1);
   });
 
   it('reads within a batch of reads see one snapshot and write nothing', async () => {
     const [count, names] = await ours.batch(['SELECT count(*) AS n FROM items', 'SELECT name FROM items ORDER BY name']);
-    expect(count!.rows[0]!.n).toBe(names!.rows.length);
+    expect(defined(defined(count).rows[0]).n).toBe(defined(names).rows.length);
   });
 
   it("answers a failed write with SQLite's error: its message and code", async () => {
@@ -223,7 +224,7 @@ describe('the writer thread', () => {
       await turns();
       const { rows } = await client.execute("SELECT count(*) AS n FROM log WHERE what = 'group'");
       order.push('read');
-      expect(rows[0]!.n).toBe(0);
+      expect(defined(rows[0]).n).toBe(0);
       await release();
       await write;
       expect(order).toEqual(['read', 'group committed']);
@@ -244,14 +245,14 @@ describe('the writer thread', () => {
       const second = client.execute("INSERT INTO log (what) VALUES ('second group')");
       await turns();
       const { rows } = await client.execute("SELECT count(*) AS n FROM log WHERE what != 'holder'");
-      expect(rows[0]!.n).toBe(0);
+      expect(defined(rows[0]).n).toBe(0);
       await release();
       await Promise.all([first, immediate, second]);
       expect(await logged()).toEqual(['first group', 'immediate', 'second group']);
       // With no group on the writer thread, an immediate write commits at once.
       const now = immediateClient.execute("INSERT INTO log (what) VALUES ('at once')");
       const { rows: seen } = await client.execute("SELECT count(*) AS n FROM log WHERE what = 'at once'");
-      expect(seen[0]!.n).toBe(1);
+      expect(defined(seen[0]).n).toBe(1);
       await now;
     } finally {
       await close();
@@ -274,8 +275,8 @@ describe('the writer thread', () => {
       await expect(waiting).rejects.toThrow(/closed/);
       await release();
       const [first, second] = await committing;
-      expect(first!.rowsAffected).toBe(1);
-      expect(second!.rows.map((row) => row.what)).toEqual(['committing too']);
+      expect(defined(first).rowsAffected).toBe(1);
+      expect(defined(second).rows.map((row) => row.what)).toEqual(['committing too']);
       await expect(waitingHere).rejects.toThrow(/closed/);
       expect(await logged()).toEqual(['committing', 'committing too']);
     } finally {

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -107,14 +108,14 @@ describe('insertStatement', () => {
     const [result] = await batchRawResults(db, [raw]);
     const [stored] = await db.select().from(runs).where(eq(runs.id, runId));
     expect(stored).toMatchObject(patch);
-    expect(rowOf(runs, result!.rows[0]!)).toEqual(stored);
+    expect(rowOf(runs, defined(defined(result).rows[0]))).toEqual(stored);
     // The run is not in progress: endTurn changes nothing, the turn's rows included, and says so.
     const [message] = await db.select().from(messages).where(eq(messages.runId, runId));
     const [step] = await db.select().from(runSteps).where(eq(runSteps.runId, runId));
-    const late = { ...message!, id: newId('msg'), seq: undefined };
+    const late = { ...defined(message), id: newId('msg'), seq: undefined };
     const turn = [
-      messageUpdate(runId, message!.id, { status: 'incomplete', incompleteAt: 9_000 }),
-      ...turnRowsInsert(runId, { steps: [{ ...step!, id: newId('step'), seq: undefined }], message: late }),
+      messageUpdate(runId, defined(message).id, { status: 'incomplete', incompleteAt: 9_000 }),
+      ...turnRowsInsert(runId, { steps: [{ ...defined(step), id: newId('step'), seq: undefined }], message: late }),
     ];
     expect(await endTurn(db, runId, { status: 'completed', completedAt: 9_000 }, turn)).toBeNull();
     expect((await db.select().from(runs).where(eq(runs.id, runId)))[0]).toEqual(stored);
@@ -134,7 +135,7 @@ describe('insertMessageWhileIdle (insertWhereStatement)', () => {
     const { threadId, runId } = await completedRun();
     const db = gateway.database.db;
     const [stored] = await db.select().from(messages).where(eq(messages.threadId, threadId)).orderBy(messages.seq).limit(1);
-    const { seq: _seq, ...row } = stored!;
+    const { seq: _seq, ...row } = defined(stored);
     const attachments = [{ file_id: 'file-abc', tools: [{ type: 'file_search' as const }] }];
     // One with every column set as a client's message sets them, one with nulls, each written too
     // by Drizzle's conditional insert (insertWhere, its condition true): the rows read back the same
@@ -187,8 +188,8 @@ describe('a message answer written in parts (TextParts)', () => {
     const expected = [{ type: 'text', text: { value: pieces.join(''), annotations } }];
     // Written by an executor, while its run is in progress.
     await db.update(runs).set({ status: 'in_progress' }).where(eq(runs.id, runId));
-    await batchRaw(db, [messageUpdate(runId, message!.id, { status: 'completed' }, { value: builder(pieces), annotations })]);
-    expect((await db.select().from(messages).where(eq(messages.id, message!.id)))[0]!.content).toEqual(expected);
+    await batchRaw(db, [messageUpdate(runId, defined(message).id, { status: 'completed' }, { value: builder(pieces), annotations })]);
+    expect(defined((await db.select().from(messages).where(eq(messages.id, defined(message).id)))[0]).content).toEqual(expected);
 
     // A client without batchWithParts (a libSQL server, Workers) is given the text joined.
     const plain = createClient({ url: `file:${gateway.database.location}` });
@@ -196,9 +197,9 @@ describe('a message answer written in parts (TextParts)', () => {
       const other = drizzle(plain, { schema });
       expect('batchWithParts' in other.$client).toBe(false);
       const reversed = [...pieces].reverse();
-      await batchRaw(other, [messageUpdate(runId, message!.id, { status: 'completed' }, { value: builder(reversed), annotations: [] })]);
-      const [row] = await db.select().from(messages).where(eq(messages.id, message!.id));
-      expect(row!.content).toEqual([{ type: 'text', text: { value: reversed.join(''), annotations: [] } }]);
+      await batchRaw(other, [messageUpdate(runId, defined(message).id, { status: 'completed' }, { value: builder(reversed), annotations: [] })]);
+      const [row] = await db.select().from(messages).where(eq(messages.id, defined(message).id));
+      expect(defined(row).content).toEqual([{ type: 'text', text: { value: reversed.join(''), annotations: [] } }]);
     } finally {
       plain.close();
     }
@@ -212,14 +213,14 @@ describe('a message answer written in parts (TextParts)', () => {
     const withoutSeq = <T extends { seq: number }>({ seq, ...row }: T) => (expect(seq).toBeGreaterThan(0), row);
     const [stored] = await db.select().from(messages).where(eq(messages.runId, runId));
     const [storedStep] = await db.select().from(runSteps).where(eq(runSteps.runId, runId));
-    const row = { ...withoutSeq(stored!), id: newId('msg') };
-    const step = { ...withoutSeq(storedStep!), id: newId('step'), stepDetails: { type: 'message_creation' as const, message_creation: { message_id: row.id } } };
+    const row = { ...withoutSeq(defined(stored)), id: newId('msg') };
+    const step = { ...withoutSeq(defined(storedStep)), id: newId('step'), stepDetails: { type: 'message_creation' as const, message_creation: { message_id: row.id } } };
     await db.update(runs).set({ status: 'in_progress' }).where(eq(runs.id, runId));
     await batchRaw(db, turnRowsInsert(runId, { steps: [step], message: row, answer: { value: builder(pieces), annotations } }));
     const [written] = await db.select().from(messages).where(eq(messages.id, row.id));
-    expect(withoutSeq(written!)).toEqual({ ...row, content: [{ type: 'text', text: { value: pieces.join(''), annotations } }] });
+    expect(withoutSeq(defined(written))).toEqual({ ...row, content: [{ type: 'text', text: { value: pieces.join(''), annotations } }] });
     const [writtenStep] = await db.select().from(runSteps).where(eq(runSteps.id, step.id));
-    expect(withoutSeq(writtenStep!)).toEqual(step);
+    expect(withoutSeq(defined(writtenStep))).toEqual(step);
   });
 });
 
@@ -231,7 +232,7 @@ describe('sqlOf (a raw condition in a builder)', () => {
     const built = await db.select({ id: runs.id }).from(runs).where(sqlOf(condition));
     const raw = await batchRawResults(db, [{ sql: `select "id" from "runs" where ${condition.sql}`, args: condition.args }]);
     expect(built).toEqual([{ id: runId }]);
-    expect(raw[0]!.rows.map((row) => row.id)).toEqual([runId]);
+    expect(defined(raw[0]).rows.map((row) => row.id)).toEqual([runId]);
     // An argument is bound, not spliced into the text: a quote in it is a value like any other.
     expect(await db.select({ id: runs.id }).from(runs).where(sqlOf({ sql: '"runs"."thread_id" = ?', args: [`${threadId}' OR '1' = '1`] }))).toEqual([]);
   });
@@ -246,17 +247,17 @@ describe('insertWhere (the builder form), in first-run set-up', () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'gateway-initialise-'));
     const databases = [await openDatabase({ DATA_DIR: dataDir }), await openDatabase({ DATA_DIR: dataDir })];
     try {
-      await migrateDatabase(databases[0]!.db);
+      await migrateDatabase(defined(databases[0]).db);
       const results = await Promise.all(databases.flatMap(({ db }) => [initialise(db, 1), initialise(db, 2)]));
       const created = results.filter((result) => result !== null);
       expect(created).toHaveLength(1);
-      const db = databases[0]!.db;
-      expect(await db.select({ id: organisations.id }).from(organisations)).toEqual([{ id: created[0]!.organisation_id }]);
-      expect(await db.select({ id: workspaces.id }).from(workspaces)).toEqual([{ id: created[0]!.workspace_id }]);
+      const db = defined(databases[0]).db;
+      expect(await db.select({ id: organisations.id }).from(organisations)).toEqual([{ id: defined(created[0]).organisation_id }]);
+      expect(await db.select({ id: workspaces.id }).from(workspaces)).toEqual([{ id: defined(created[0]).workspace_id }]);
       const keys = await db.select({ organisationId: apiKeys.organisationId, kind: apiKeys.kind }).from(apiKeys);
       expect(keys.sort((a, b) => a.kind.localeCompare(b.kind))).toEqual([
-        { organisationId: created[0]!.organisation_id, kind: 'organisation' },
-        { organisationId: created[0]!.organisation_id, kind: 'workspace' },
+        { organisationId: defined(created[0]).organisation_id, kind: 'organisation' },
+        { organisationId: defined(created[0]).organisation_id, kind: 'workspace' },
       ]);
     } finally {
       for (const database of databases) database.close();

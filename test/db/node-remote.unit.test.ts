@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { createServer, request, type Server } from 'node:http';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -36,7 +37,7 @@ beforeAll(async () => {
       void waitFor(() => seen.inFlight >= seen.gather, Boolean, GATHER_MS, 5).then(() => sleep(HOLD_MS)).then(() => {
         const forwarded = request({ host: target.hostname, port: target.port, path: incoming.url, method: incoming.method, headers: incoming.headers }, (answer) => {
           seen.contentEncodings.add(String(answer.headers['content-encoding']));
-          outgoing.writeHead(answer.statusCode!, answer.headers);
+          outgoing.writeHead(defined(answer.statusCode), answer.headers);
           answer.pipe(outgoing);
           answer.on('end', () => seen.inFlight--);
         });
@@ -68,7 +69,7 @@ describe("the Node server's libSQL client", () => {
       await Promise.all(Array.from({ length: 6 }, () => database.client.execute('SELECT count(*) AS n FROM w')));
       expect(seen.most).toBe(6);
       seen.gather = 1;
-      expect((await database.client.execute('SELECT count(*) AS n FROM w')).rows[0]!.n).toBe(12);
+      expect(defined((await database.client.execute('SELECT count(*) AS n FROM w')).rows[0]).n).toBe(12);
     } finally {
       database.close();
     }

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { join } from 'node:path';
 import { createClient, type Client } from '@libsql/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -48,7 +49,7 @@ async function run(assistantId: string, headers: Record<string, string> = {}) {
 
 /** Changes a row with the generation put back as it was, in the same transaction: only a kept row hides the change. */
 async function behindTheGeneration(change: { sql: string; args: (string | number)[] }) {
-  const generation = Number((await other.execute('SELECT value FROM settings_generation WHERE id = 0')).rows[0]!.value);
+  const generation = Number(defined((await other.execute('SELECT value FROM settings_generation WHERE id = 0')).rows[0]).value);
   await other.batch([change, { sql: 'UPDATE settings_generation SET value = ? WHERE id = 0', args: [generation] }]);
 }
 
@@ -102,7 +103,7 @@ describe('what a request reads', () => {
       expect((await run(id)).system).toBe('Without a generation.');
       await other.execute({ sql: 'UPDATE assistants SET instructions = ? WHERE id = ?', args: ['Read again.', id] });
       // The trigger updates no row now: only reading the row every time sees the change.
-      expect(Number((await other.execute('SELECT count(*) AS n FROM settings_generation')).rows[0]!.n)).toBe(0);
+      expect(Number(defined((await other.execute('SELECT count(*) AS n FROM settings_generation')).rows[0]).n)).toBe(0);
       expect((await run(id)).system).toBe('Read again.');
     } finally {
       await other.execute('INSERT INTO settings_generation (id, value) VALUES (0, 1000)');

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import fc from 'fast-check';
 import { isUtf8 } from 'node:buffer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -129,7 +130,7 @@ describe('inspectJson, generated', () => {
         fc.array(fc.constantFrom('array', 'object'), { maxLength: 5 }),
         (keys, pick, escaped, wrappers) => {
           inputsTried += 1;
-          const twice = keys[pick % keys.length]!;
+          const twice = defined(keys[pick % keys.length]);
           let text = `{${keys.map((k, i) => `${JSON.stringify(k)}:${i}`).join(',')},${spell(twice, escaped)}:"again"}`;
           const path: (string | number)[] = [];
           for (const wrapper of wrappers) {

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { createClient } from '@libsql/client';
 import fc from 'fast-check';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -125,14 +126,14 @@ function validBody(route: Route): Record<string, unknown> {
       return { model: 'fake-model', name: 'a', instructions: 'b', metadata: { k: 'v' }, temperature: 1 };
     case 'POST /v1/threads/runs':
       return {
-        assistant_id: real.assistant_id![0],
+        assistant_id: defined(real.assistant_id)[0],
         thread: { messages: [{ role: 'user', content: 'hello', metadata: { k: 'v' } }] },
         temperature: 0.5,
         max_completion_tokens: 1000,
         stream: false,
       };
     case 'POST /v1/threads/:thread_id/runs/:run_id/submit_tool_outputs':
-      return { tool_outputs: [{ tool_call_id: real.tool_call_id![0], output: 'ok' }] };
+      return { tool_outputs: [{ tool_call_id: defined(real.tool_call_id)[0], output: 'ok' }] };
     case 'POST /v1/assistants/:assistant_id':
       return { name: 'renamed', metadata: { k: 'v' }, temperature: 0.5 };
     case 'POST /v1/threads':
@@ -147,11 +148,11 @@ function validBody(route: Route): Record<string, unknown> {
     case 'POST /v1/vector_stores/:vector_store_id':
       return { name: 'renamed', metadata: { k: 'v' }, expires_after: null };
     case 'POST /v1/vector_stores/:vector_store_id/files':
-      return { file_id: real.file_id![1], attributes: { k: 'v', n: 1 }, chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 50 } } };
+      return { file_id: defined(real.file_id)[1], attributes: { k: 'v', n: 1 }, chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 50 } } };
     case 'POST /v1/vector_stores/:vector_store_id/files/:file_id':
       return { attributes: { k: 'v', b: true } };
     case 'POST /v1/vector_stores/:vector_store_id/file_batches':
-      return { files: [{ file_id: real.file_id![1], attributes: { n: 2 } }] };
+      return { files: [{ file_id: defined(real.file_id)[1], attributes: { n: 2 } }] };
     default:
       return {};
   }
@@ -209,11 +210,11 @@ function setAt(value: unknown, path: (string | number)[], replacement: unknown, 
   const [head, ...rest] = path;
   if (rest.length === 0 && remove) {
     if (Array.isArray(copy)) copy.splice(head as number, 1);
-    else delete copy[head!];
+    else delete copy[defined(head)];
   } else if (Array.isArray(copy) && typeof head !== 'number') {
     // A field added to a list is an item more: a list has no named fields (and `length` breaks it).
     copy.push(setAt(undefined, rest, replacement, remove));
-  } else copy[head!] = setAt(copy[head!], rest, replacement, remove);
+  } else copy[defined(head)] = setAt(copy[defined(head)], rest, replacement, remove);
   return copy;
 }
 
@@ -310,8 +311,8 @@ const headers = () => fc
       { weight: 3, arbitrary: fc.constant('organisation') },
       { weight: 1, arbitrary: headerText },
     ),
-    workspace: sometimes(fc.oneof(fc.constantFrom(...real.workspace!), headerText), 3),
-    virtualKey: fc.oneof({ weight: 8, arbitrary: fc.constant(real.slug![0]!) }, headerText, fc.constant(undefined)),
+    workspace: sometimes(fc.oneof(fc.constantFrom(...defined(real.workspace)), headerText), 3),
+    virtualKey: fc.oneof({ weight: 8, arbitrary: fc.constant(defined(defined(real.slug)[0])) }, headerText, fc.constant(undefined)),
     beta: sometimes(fc.oneof(fc.constant('assistants=v2'), fc.constant('assistants=v1'), headerText), 6),
     metadata: sometimes(fc.oneof(headerText, fc.jsonValue({ maxDepth: 2 }).map((v) => JSON.stringify(v)).filter((s) => /^[\x20-\x7e]*$/.test(s))), 6),
     contentType: fc.oneof(
@@ -337,7 +338,7 @@ const requestFor = (route: Route) =>
       .tuple(...(route.path.match(/:\w+/g) ?? []).map((param) => segmentFor(param.slice(1))))
       .map((values) => {
         let i = 0;
-        return route.path.replace(/:\w+/g, () => values[i++]!);
+        return route.path.replace(/:\w+/g, () => defined(values[i++]));
       }),
     query: query(),
     headers: headers(),
@@ -441,7 +442,7 @@ describe('generated requests to every route', () => {
   it('leaves a consistent database: no dangling references, every run settled or waiting for tools', async () => {
     const client = gateway.database.client;
     expect((await client.execute('PRAGMA foreign_key_check')).rows).toEqual([]);
-    expect((await client.execute('PRAGMA integrity_check')).rows[0]![0]).toBe('ok');
+    expect(defined((await client.execute('PRAGMA integrity_check')).rows[0])[0]).toBe('ok');
     const active = await client.execute("SELECT status FROM runs WHERE status IN ('queued', 'in_progress', 'cancelling')");
     expect(active.rows).toEqual([]);
     expect((await gateway.request('/v1/policies/rate-limits', { key: tenant.workspaceKey })).status).toBe(200);
@@ -514,7 +515,7 @@ describe('framing over real HTTP (a gateway process)', () => {
     process_ = await startGatewayProcess({ DATA_DIR: dataDir, GATEWAY_MAX_BODY_BYTES: String(LIMIT), LOG_LEVEL: 'warn' });
     // The keys are printed just after the listening line.
     for (let i = 0; i < 100 && !KEY_LINE.test(process_.stdout()); i++) await new Promise((resolve) => setTimeout(resolve, 50));
-    key = KEY_LINE.exec(process_.stdout())![1]!;
+    key = defined(defined(KEY_LINE.exec(process_.stdout()))[1]);
     db = createClient({ url: `file:${join(dataDir, 'gateway.db')}` });
   });
   afterAll(async () => {

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FairShares, ShareTimeout, type Share, type ShareLimits } from '../../src/lib/fair-shares';
 
@@ -33,7 +34,7 @@ function recorder(shares: FairShares) {
     taken.catch(() => {});
     return taken;
   };
-  return { admitted, take, end: (name: string) => shareOf.get(name)!.end(), sent: (name: string) => shareOf.get(name)!.sent() };
+  return { admitted, take, end: (name: string) => defined(shareOf.get(name)).end(), sent: (name: string) => defined(shareOf.get(name)).sent() };
 }
 
 /** Lets the promises settled so far run their callbacks. */
@@ -69,7 +70,7 @@ describe('fair shares', () => {
   it('at the overall limit, lets in the oldest whose key has room first', async () => {
     const shares = new FairShares(LIMITS);
     const { admitted, take, end } = recorder(shares);
-    for (const [name, key] of [['a1', 'a'], ['b1', 'b'], ['c1', 'c'], ['d1', 'd'], ['a2', 'a'], ['c2', 'c'], ['b2', 'b']]) void take(name!, key!);
+    for (const [name, key] of [['a1', 'a'], ['b1', 'b'], ['c1', 'c'], ['d1', 'd'], ['a2', 'a'], ['c2', 'c'], ['b2', 'b']]) void take(defined(name), defined(key));
     await settle();
     expect(admitted).toEqual(['a1', 'b1', 'c1', 'd1']);
     end('d1');

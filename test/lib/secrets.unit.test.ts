@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -110,7 +111,7 @@ describe('loadSecretBox (Node)', () => {
   it('gives concurrent first loads on an empty directory one key', async () => {
     const dataDir = tempDir();
     const boxes = await Promise.all(Array.from({ length: 8 }, () => loadSecretBox(nodeConfig({ DATA_DIR: dataDir }))));
-    for (const box of boxes.slice(1)) expect(await sameKey(box, boxes[0]!)).toBe(true);
+    for (const box of boxes.slice(1)) expect(await sameKey(box, defined(boxes[0]))).toBe(true);
     const files = (await import('node:fs')).readdirSync(dataDir);
     expect(files).toEqual([ENCRYPTION_KEY_FILE]); // no temporary file left behind
   });

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { describe, expect, it } from 'vitest';
 import { EventLoopSlices } from '../../src/lib/slices';
 
@@ -30,7 +31,7 @@ async function eightRuns(how: 'while' | 'if'): Promise<number[][]> {
       if (how === 'while') while (slices.spent()) await slices.next();
       else if (slices.spent()) await slices.next();
       clock += 2;
-      turns.at(-1)!.push(id);
+      defined(turns.at(-1)).push(id);
       await Promise.resolve();
     }
   };
@@ -87,7 +88,7 @@ describe('EventLoopSlices', () => {
     // A turn's first look starts a slice, with an end that nothing waits on.
     expect(slices.spent()).toBe(false);
     expect(scheduled).toEqual(['soon']);
-    pending.get('soon')!();
+    defined(pending.get('soon'))();
     // (An end clears the timer it may have come from: a no-op for one that has fired.)
     expect(scheduled).toEqual(['soon', 'soon cancelled']);
 
@@ -101,7 +102,7 @@ describe('EventLoopSlices', () => {
     expect([...pending.keys()]).toEqual(['afterIo']);
     await Promise.resolve();
     expect(resumed).toBe(false);
-    pending.get('afterIo')!();
+    defined(pending.get('afterIo'))();
     await waited;
     expect(resumed).toBe(true);
     // The next turn starts afresh.

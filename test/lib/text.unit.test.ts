@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { jsonWithText, TextBuilder, TextParts } from '../../src/lib/text';
@@ -41,7 +42,7 @@ describe('TextBuilder', () => {
         // A pair cut between chunks would be escaped as two \\u escapes; the joined text keeps it whole.
         expect(decoded(chunks)).toBe(JSON.stringify(given.join('')).slice(1, -1));
         // Runs of small pieces are gathered: no two short chunks in a row but at the end.
-        for (let i = 1; i < chunks.length - 1; i++) expect(chunks[i - 1]!.length >= 1024 || chunks[i]!.length >= 1024).toBe(true);
+        for (let i = 1; i < chunks.length - 1; i++) expect(defined(chunks[i - 1]).length >= 1024 || defined(chunks[i]).length >= 1024).toBe(true);
         expect(builder.toString()).toBe(given.join(''));
       }),
       { numRuns: 300 },

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { describe, expect, it } from 'vitest';
 import { ADAPTERS } from '../../src/providers/adapters';
 import { createEmbeddings, MAX_DIMENSIONS, retryable } from '../../src/providers/embeddings';
@@ -15,7 +16,7 @@ const call = (fetch: typeof globalThis.fetch, secret = 'sk-test-embeddings-0001'
   timeoutMs: 5_000,
 });
 
-const cosine = (a: Float32Array, b: Float32Array) => a.reduce((sum, value, i) => sum + value * b[i]!, 0);
+const cosine = (a: Float32Array, b: Float32Array) => a.reduce((sum, value, i) => sum + value * defined(b[i]), 0);
 
 /** A fetch that answers every call with `body` (a JSON value, or raw text). */
 const answering = (body: unknown, status = 200): typeof fetch => async () =>
@@ -28,10 +29,10 @@ describe('createEmbeddings', () => {
     const out = await createEmbeddings({ model: 'text-embedding-3-small', input: texts, dimensions: 64 }, call(fake.fetch));
     expect(out.vectors).toHaveLength(3);
     expect(out.vectors.every((vector) => vector.length === 64)).toBe(true);
-    expect(Array.from(out.vectors[2]!)).toEqual(fakeEmbedding(texts[2]!, 64).map(Math.fround));
-    expect(cosine(out.vectors[0]!, out.vectors[1]!)).toBeGreaterThan(cosine(out.vectors[0]!, out.vectors[2]!));
+    expect(Array.from(defined(out.vectors[2]))).toEqual(fakeEmbedding(defined(texts[2]), 64).map(Math.fround));
+    expect(cosine(defined(out.vectors[0]), defined(out.vectors[1]))).toBeGreaterThan(cosine(defined(out.vectors[0]), defined(out.vectors[2])));
     expect(out.promptTokens).toBe(5 + 3 + 4);
-    const sent = fake.requests[0]!;
+    const sent = defined(fake.requests[0]);
     expect(sent.path).toBe('/v1/embeddings');
     expect(sent.headers.authorization).toBe('Bearer sk-test-embeddings-0001');
     expect(sent.body).toEqual({ model: 'text-embedding-3-small', input: texts, encoding_format: 'float', dimensions: 64 });
@@ -53,9 +54,9 @@ describe('createEmbeddings', () => {
       { model: 'text-embedding-3-small', input: ['x'] },
       { ...call(fake.fetch), adapter: ADAPTERS['azure-openai'], baseUrl: 'https://r.openai.azure.test', options: { deployment: 'emb', api_version: '2024-10-21' } },
     );
-    expect(fake.requests[0]!.path).toBe('/openai/deployments/emb/embeddings');
-    expect(fake.requests[0]!.query).toEqual({ 'api-version': '2024-10-21' });
-    expect(fake.requests[0]!.headers['api-key']).toBe('sk-test-embeddings-0001');
+    expect(defined(fake.requests[0]).path).toBe('/openai/deployments/emb/embeddings');
+    expect(defined(fake.requests[0]).query).toEqual({ 'api-version': '2024-10-21' });
+    expect(defined(fake.requests[0]).headers['api-key']).toBe('sk-test-embeddings-0001');
   });
 
   it('fails with the status on an error answer, retryable on 429 and 5xx only, without the key', async () => {

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/db/node';
 import { ApiError, errorResponse } from '../../src/errors';
@@ -613,7 +614,7 @@ describe('pruning', () => {
   it("counts on the embedded file's immediate client, committing each write at once without waiting for the disk", async () => {
     const { client, countersClient } = gateway.database;
     expect(countersClient).not.toBe(client);
-    const pragma = async (name: string) => Number((await countersClient.execute(`PRAGMA ${name}`)).rows[0]![0]);
+    const pragma = async (name: string) => Number(defined((await countersClient.execute(`PRAGMA ${name}`)).rows[0])[0]);
     // NORMAL (1): no fsync per commit; checkpoints are left to the writer thread's connection.
     expect(await pragma('synchronous')).toBe(1);
     expect(await pragma('wal_autocheckpoint')).toBe(0);

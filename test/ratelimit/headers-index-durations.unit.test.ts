@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/errors';
 import { goDuration } from '../../src/ratelimit/headers';
@@ -88,7 +89,7 @@ describe('PolicyIndex', () => {
 
   it('finds exactly the policies whose every condition holds, as checking each policy would', () => {
     const next = random(42);
-    const pick = <T>(items: T[]) => items[Math.floor(next() * items.length)]!;
+    const pick = <T>(items: T[]) => defined(items[Math.floor(next() * items.length)]);
     const policies: ActivePolicy[] = Array.from({ length: 3000 }, (_, i) => {
       const keys = [...KEYS].sort(() => next() - 0.5).slice(0, 1 + Math.floor(next() * 3));
       return {
@@ -102,7 +103,7 @@ describe('PolicyIndex', () => {
       };
     });
     // Only direct SQL can store a policy without conditions; it matches every request.
-    policies.push({ ...policies[0]!, id: 'unconditional', conditions: [] });
+    policies.push({ ...defined(policies[0]), id: 'unconditional', conditions: [] });
     const index = new PolicyIndex(policies);
     expect(index.size).toBe(3001);
 

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PolicyIndex, toActivePolicy } from '../../src/ratelimit/matching';
 import { PolicyCache, type PolicyLoader } from '../../src/ratelimit/policy-cache';
@@ -89,13 +90,13 @@ describe('the policy cache', () => {
     expect(reads).toHaveLength(5);
 
     // One change: one page of one row, applied in place.
-    await sql("UPDATE rate_limit_policies SET conditions = '[{\"key\":\"model\",\"value\":\"new\"}]' WHERE id = ?", [ids[0]!]);
+    await sql("UPDATE rate_limit_policies SET conditions = '[{\"key\":\"model\",\"value\":\"new\"}]' WHERE id = ?", [defined(ids[0])]);
     await expectAgrees(cache, tenant);
     expect(reads.slice(5)).toEqual([{ kind: 'changes', rows: 1 }]);
     expect((await cache.get(tenant.workspace.id)).match(requestOf(tenant, 'new')).map((p) => p.id)).toEqual([ids[0]]);
 
     // An archive removes the policy; a new one comes in; each reads what changed.
-    await sql("UPDATE rate_limit_policies SET status = 'archived' WHERE id = ?", [ids[1]!]);
+    await sql("UPDATE rate_limit_policies SET status = 'archived' WHERE id = ?", [defined(ids[1])]);
     await seed(tenant, 1);
     const index = await cache.get(tenant.workspace.id);
     expect(index.size).toBe(450);
@@ -112,12 +113,12 @@ describe('the policy cache', () => {
     await cache.get(other.workspace.id);
     expect(reads.map((read) => read.kind)).toEqual(['full', 'full']);
 
-    await sql('DELETE FROM rate_limit_policies WHERE id = ?', [ids[0]!]);
+    await sql('DELETE FROM rate_limit_policies WHERE id = ?', [defined(ids[0])]);
     expect((await cache.get(tenant.workspace.id)).size).toBe(4);
     expect(reads.slice(2).map((read) => read.kind)).toEqual(['changes', 'full']);
 
     // Moved: the old workspace loads everything, the new one reads the row as a change.
-    await sql('UPDATE rate_limit_policies SET workspace_id = ? WHERE id = ?', [other.workspace.id, ids[1]!]);
+    await sql('UPDATE rate_limit_policies SET workspace_id = ? WHERE id = ?', [other.workspace.id, defined(ids[1])]);
     expect((await cache.get(tenant.workspace.id)).size).toBe(3);
     expect((await cache.get(other.workspace.id)).size).toBe(3);
     expect(reads.slice(4).map((read) => read.kind)).toEqual(['changes', 'full', 'changes']);
@@ -133,8 +134,8 @@ describe('the policy cache', () => {
       beforePage: async () => {
         // Between the first and second page of the cold load: change a row already read, and one not yet.
         if (++pages === 2) {
-          await sql("UPDATE rate_limit_policies SET status = 'archived' WHERE id = ?", [ids[0]!]);
-          await sql("UPDATE rate_limit_policies SET conditions = '[{\"key\":\"model\",\"value\":\"new\"}]' WHERE id = ?", [ids[140]!]);
+          await sql("UPDATE rate_limit_policies SET status = 'archived' WHERE id = ?", [defined(ids[0])]);
+          await sql("UPDATE rate_limit_policies SET conditions = '[{\"key\":\"model\",\"value\":\"new\"}]' WHERE id = ?", [defined(ids[140])]);
         }
       },
     });
@@ -155,7 +156,7 @@ describe('the policy cache', () => {
       return state % n;
     };
     for (let step = 0; step < 60; step++) {
-      const id = ids[random(ids.length)]!;
+      const id = defined(ids[random(ids.length)]);
       switch (random(5)) {
         case 0:
           ids.push(...(await seed(tenant, 1 + random(3))));

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import type { Client } from '@libsql/client';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -96,8 +97,8 @@ const chatRequests = () => fake.requests.filter((request) => request.path.endsWi
 /** Tokens the fake counted for each chat request it answered with `replies` (in order). */
 function fakeTotals(replies: { reply?: string; toolArguments?: string[] }[]): number[] {
   return chatRequests().map((request, i) => {
-    const { reply = '', toolArguments = [] } = replies[i]!;
-    return promptTokens(request.body!.messages) + completionTokens(reply, toolArguments.map((args) => ({ arguments: args })));
+    const { reply = '', toolArguments = [] } = defined(replies[i]);
+    return promptTokens(defined(request.body).messages) + completionTokens(reply, toolArguments.map((args) => ({ arguments: args })));
   });
 }
 
@@ -137,7 +138,7 @@ describe('exactness over run traffic', () => {
       sql: "SELECT count(*) AS n FROM runs WHERE workspace_id = ? AND status = 'completed'",
       args: [who.tenant.workspace.id],
     });
-    expect(Number(rows[0]!.n)).toBe(50);
+    expect(Number(defined(rows[0]).n)).toBe(50);
   });
 
 });
@@ -174,7 +175,7 @@ describe('a refused request', () => {
     );
     expect(first.status).toBe('completed');
     await settled();
-    expect(await usedBy(policy)).toBe(first.usage!.total_tokens);
+    expect(await usedBy(policy)).toBe(defined(first.usage).total_tokens);
     const rows = await rowsOf(gateway.database.client, who.tenant.workspace.id);
 
     await expectRefused(await createRun(who), 'tokens');
@@ -182,7 +183,7 @@ describe('a refused request', () => {
     await settled();
     expect(await rowsOf(gateway.database.client, who.tenant.workspace.id)).toEqual(rows);
     expect(chatRequests()).toHaveLength(1);
-    expect(await usedBy(policy)).toBe(first.usage!.total_tokens);
+    expect(await usedBy(policy)).toBe(defined(first.usage).total_tokens);
   });
 
   it('leaves a run waiting for tool outputs as it was when submitting them is refused', async () => {
@@ -199,10 +200,10 @@ describe('a refused request', () => {
     const rows = await rowsOf(gateway.database.client, who.tenant.workspace.id);
     const calls = chatRequests().length;
 
-    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     const response = await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}/submit_tool_outputs`, {
       headers: who.headers,
-      body: { tool_outputs: [{ tool_call_id: call!.id, output: 'sunny' }] },
+      body: { tool_outputs: [{ tool_call_id: defined(call).id, output: 'sunny' }] },
     });
     await expectRefused(response, 'requests');
     await settled();
@@ -213,7 +214,7 @@ describe('a refused request', () => {
       args: [waiting.id],
     });
     expect(steps.map((step) => [step.type, step.status])).toEqual([['tool_calls', 'in_progress']]);
-    expect(JSON.parse(steps[0]!.step_details as string).tool_calls[0].function.output).toBeNull();
+    expect(JSON.parse(defined(steps[0]).step_details as string).tool_calls[0].function.output).toBeNull();
     expect(await rowsOf(gateway.database.client, who.tenant.workspace.id)).toEqual(rows);
     expect(chatRequests()).toHaveLength(calls);
   });
@@ -230,7 +231,7 @@ describe('token charging', () => {
     const run = await stream.finalRun();
     expect(run.status).toBe('completed');
     const [total] = fakeTotals([{ reply: REPLY }]);
-    expect(run.usage!.total_tokens).toBe(total);
+    expect(defined(run.usage).total_tokens).toBe(total);
     // The stream ends after the charge: no wait is needed.
     expect(await usedBy(policy)).toBe(total);
   });
@@ -246,7 +247,7 @@ describe('token charging', () => {
     expect(run.status).toBe('completed');
     await settled();
     const [total] = fakeTotals([{ reply: REPLY }]);
-    expect(run.usage!.total_tokens).toBe(total);
+    expect(defined(run.usage).total_tokens).toBe(total);
     expect(await usedBy(policy)).toBe(total);
   });
 
@@ -268,18 +269,18 @@ describe('token charging', () => {
     const [first] = fakeTotals([{ toolArguments: [args] }]);
     expect(await usedBy(policy)).toBe(first);
 
-    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     const stream = who.openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {
       thread_id: waiting.thread_id,
-      tool_outputs: [{ tool_call_id: call!.id, output: 'sunny' }],
+      tool_outputs: [{ tool_call_id: defined(call).id, output: 'sunny' }],
     });
     const done = await stream.finalRun();
     expect(done.status).toBe('completed');
     await settled();
     const totals = fakeTotals([{ toolArguments: [args] }, { reply: REPLY }]);
     expect(totals).toHaveLength(2);
-    expect(done.usage!.total_tokens).toBe(totals[0]! + totals[1]!);
-    expect(await usedBy(policy)).toBe(done.usage!.total_tokens);
+    expect(defined(done.usage).total_tokens).toBe(defined(totals[0]) + defined(totals[1]));
+    expect(await usedBy(policy)).toBe(defined(done.usage).total_tokens);
   });
 
   it('refuses the next run once the group has used the value, and other groups still run', async () => {
@@ -289,7 +290,7 @@ describe('token charging', () => {
       { assistant_id: who.assistantId, thread: fakeThread('Hi', { reply: REPLY }) },
       { pollIntervalMs: 5 },
     );
-    const perRun = first.usage!.total_tokens;
+    const perRun = defined(first.usage).total_tokens;
     // Room for exactly two such runs, per API key.
     await createPolicy(who.tenant, { type: 'tokens', value: 2 * perRun, group_by: [{ key: 'api_key' }] });
     for (let i = 0; i < 2; i++) {
@@ -297,7 +298,7 @@ describe('token charging', () => {
         { assistant_id: who.assistantId, thread: fakeThread('Hi', { reply: REPLY }) },
         { pollIntervalMs: 5 },
       );
-      expect(run.usage!.total_tokens).toBe(perRun);
+      expect(defined(run.usage).total_tokens).toBe(perRun);
       await settled();
     }
     const error = await expectRefused(await createRun(who), 'tokens');
@@ -405,7 +406,7 @@ describe('matching over run traffic', () => {
     const submit = (run: typeof red, headers: Record<string, string> = {}) =>
       gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/submit_tool_outputs`, {
         headers: { ...who.headers, ...headers },
-        body: { tool_outputs: [{ tool_call_id: run.required_action!.submit_tool_outputs.tool_calls[0]!.id, output: 'sunny' }] },
+        body: { tool_outputs: [{ tool_call_id: defined(defined(run.required_action).submit_tool_outputs.tool_calls[0]).id, output: 'sunny' }] },
       });
     // The header's team wins over the run's: the policy does not apply.
     const unmatched = await submit(red, { 'x-gateway-metadata': '{"team":"red"}' });
@@ -470,10 +471,10 @@ describe('the model of an Azure key', () => {
     expect(created.model).toBe('gpt-4o-mini');
     const waiting = await who.openai.beta.threads.runs.poll(created.id, { thread_id: created.thread_id }, { pollIntervalMs: 5 });
     expect(waiting.status).toBe('requires_action');
-    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     const submitted = await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}/submit_tool_outputs`, {
       headers: who.headers,
-      body: { tool_outputs: [{ tool_call_id: call!.id, output: 'sunny' }] },
+      body: { tool_outputs: [{ tool_call_id: defined(call).id, output: 'sunny' }] },
     });
     expect(submitted.status).toBe(200);
     expect(await usedBy(policy)).toBe(2);
@@ -650,7 +651,7 @@ describe('the 429 and the headers through the SDK', () => {
     await settled();
     // The reservation is gone; the run's real tokens stay.
     const charged = await usedBy(tokens);
-    expect(charged).toBe((await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id })).usage!.total_tokens);
+    expect(charged).toBe(defined((await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id })).usage).total_tokens);
 
     const { data: stream, response: streamed } = await who.openai.beta.threads
       .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi'), stream: true })

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { LibsqlCounterStore } from '../../src/ratelimit';
 import { turnReservation } from '../../src/ratelimit/reservation';
@@ -79,7 +80,7 @@ async function waitFor(who: Caller, run: { id: string; thread_id: string }, stat
 async function countersOf(policyId: string): Promise<Record<string, number>> {
   const byWindow: Record<string, number> = {};
   for (const [key, used] of Object.entries(await ratelimit.countersOf(gateway.database.client, policyId))) {
-    const window = key.split('/')[2]!;
+    const window = defined(key.split('/')[2]);
     byWindow[window] = (byWindow[window] ?? 0) + used;
   }
   return byWindow;
@@ -140,7 +141,7 @@ describe('the overshoot bound under 100 concurrent runs', () => {
     // Every admitted run is charged its real tokens; reservations are all gone.
     const total = admitted.reduce((sum, run) => sum + run.usage.total_tokens, 0);
     expect(await usedBy(policy)).toBe(total);
-    const perRun = admitted[0]!.usage.total_tokens;
+    const perRun = defined(admitted[0]).usage.total_tokens;
     expect(perRun).toBeLessThan(50);
     // Real tokens below the reservations: the window ends below value + one run's tokens.
     expect(total).toBeLessThan(overshootBound(50, admitted.map((run) => ({ a: run.usage.total_tokens, r: run.reserved }))));
@@ -203,7 +204,7 @@ describe('a turn that waits for tool outputs', () => {
     expect(await gateway.tasks.drain(10_000)).toBe(true);
     const charged = await countersOf(policy);
     expect(Object.keys(charged)).toEqual([String(minute)]);
-    const firstTurn = charged[String(minute)]!;
+    const firstTurn = defined(charged[String(minute)]);
     expect(firstTurn).toBeGreaterThan(0);
     expect(firstTurn).toBeLessThan(DEFAULT_RESERVATION);
 
@@ -325,7 +326,7 @@ describe('a turn that ends without an answer', () => {
     // The executor, answered at last, finds the run settled: nothing is charged twice.
     fake.openGate(gate);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
-    expect(fake.requests.at(-1)!.outcome).toBe('completed');
+    expect(defined(fake.requests.at(-1)).outcome).toBe('completed');
     expect(await usedBy(policy)).toBe(0);
   });
 
@@ -346,7 +347,7 @@ describe('a turn that ends without an answer', () => {
       expect(await short.tasks.drain(20_000)).toBe(true);
       expect(await json(await short.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { headers }))).toMatchObject({ status: 'expired' });
       const { rows } = await short.database.client.execute({ sql: 'SELECT sum(used) AS used FROM rate_limit_counters WHERE key LIKE ?', args: [`${policy.id}/%`] });
-      expect(Number(rows[0]!.used)).toBe(0);
+      expect(Number(defined(rows[0]).used)).toBe(0);
     } finally {
       await short.close();
     }

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -135,10 +136,10 @@ it(`keeps every acknowledged policy and run over ${ROUNDS} kill -9s, and settles
     }
     // Through the API too, for a sample: the run is served as the database holds it.
     for (const id of [...acknowledged.runs].slice(0, 20)) {
-      const threadId = String((await db.execute({ sql: 'SELECT thread_id FROM runs WHERE id = ?', args: [id] })).rows[0]![0]);
+      const threadId = String(defined((await db.execute({ sql: 'SELECT thread_id FROM runs WHERE id = ?', args: [id] })).rows[0])[0]);
       const response = await fetch(`${gateway.url}/v1/threads/${threadId}/runs/${id}`, { headers: target.headers });
       expect(response.status).toBe(200);
-      expect(((await response.json()) as { status: string }).status).toBe(states.get(id)!.status);
+      expect(((await response.json()) as { status: string }).status).toBe(defined(states.get(id)).status);
     }
     for (const [id, name] of acknowledged.policies) {
       const response = await fetch(`${gateway.url}/v1/policies/rate-limits/${id}`, { headers: target.headers });

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { DOCS_SCRIPT } from '../../src/http/openapi/docs-page';
@@ -71,7 +72,7 @@ function clients(url: string, downloads: number, slowReaders: number): Promise<{
 }
 
 it('serves its script whole to many clients at once, slow readers included, without holding copies', async () => {
-  const url = `${arena!.gateway.url}/docs/${DOCS_SCRIPT.file}`;
+  const url = `${defined(arena).gateway.url}/docs/${DOCS_SCRIPT.file}`;
   const { result } = await whileMeasured(
     watch,
     'docs_script',
@@ -86,6 +87,6 @@ it('serves its script whole to many clients at once, slow readers included, with
   figures.docs_script_slow_readers = SLOW_READERS;
   figures.docs_script_p50_ms = Math.round(percentile(result.map(({ ms }) => ms), 0.5));
   // The gateway still answers the page and the document afterwards.
-  expect((await fetch(`${arena!.gateway.url}/docs`)).status).toBe(200);
-  expect((await fetch(`${arena!.gateway.url}/openapi.json`)).status).toBe(200);
+  expect((await fetch(`${defined(arena).gateway.url}/docs`)).status).toBe(200);
+  expect((await fetch(`${defined(arena).gateway.url}/openapi.json`)).status).toBe(200);
 }, 180_000);

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -126,7 +127,7 @@ describe('an upstream fault ends the run failed with last_error', () => {
     expect(response.status).toBe(200);
     // The stream ends by itself, bounded by the first-byte and idle timeouts: nothing hangs.
     const events = await readEvents(response);
-    const created = events.find(({ event }) => event === 'thread.run.created')!.data;
+    const created = defined(events.find(({ event }) => event === 'thread.run.created')).data;
     tally.runsCreated++;
     const [failed, done] = events.slice(-2);
     expect(failed).toMatchObject({ event: 'thread.run.failed', data: { id: created.id, status: 'failed', last_error: { code: lastError.code, message: expect.stringMatching(lastError.message) } } });
@@ -134,7 +135,7 @@ describe('an upstream fault ends the run failed with last_error', () => {
     expect(events.filter(({ event }) => event === 'error')).toEqual([]);
     const stored = await runRow(created.id);
     if (stored?.status !== 'failed') tally.runsLost++;
-    expect(stored).toEqual({ status: 'failed', lastError: failed!.data.last_error });
+    expect(stored).toEqual({ status: 'failed', lastError: defined(failed).data.last_error });
     expect(await openExchanges()).toBe(0);
   });
 
@@ -186,7 +187,7 @@ describe('a client that leaves mid-stream', () => {
       const stored = await waitFor(() => runRow(id), (row) => row?.status === 'completed', 10_000);
       if (stored?.status !== 'completed') tally.runsLost++;
       expect(stored?.status).toBe('completed');
-      const text = (await db.execute({ sql: "SELECT content FROM messages WHERE run_id = ? AND role = 'assistant'", args: [id] })).rows[0]![0];
+      const text = defined((await db.execute({ sql: "SELECT content FROM messages WHERE run_id = ? AND role = 'assistant'", args: [id] })).rows[0])[0];
       expect(JSON.parse(String(text))[0].text.value).toBe(words.join(' '));
     }
     expect(await openExchanges()).toBe(0);
@@ -246,17 +247,17 @@ describe('a client that stops reading', () => {
         const stored = await waitFor(() => runRow(id), (row) => row?.status !== 'in_progress', 30_000);
         if (stored?.status !== 'completed') tally.runsLost++;
         expect(stored).toEqual({ status: 'completed', lastError: null });
-        const length = (await db.execute({ sql: "SELECT length(json_extract(content, '$[0].text.value')) FROM messages WHERE run_id = ? AND role = 'assistant'", args: [id] })).rows[0]![0];
+        const length = defined((await db.execute({ sql: "SELECT length(json_extract(content, '$[0].text.value')) FROM messages WHERE run_id = ? AND role = 'assistant'", args: [id] })).rows[0])[0];
         expect(Number(length)).toBe(BYTES);
         expect(fake.requests.slice(before).map((request) => request.outcome)).toEqual(['completed']);
       }
-      expect(memoryOf(gateway.child.pid!).peakMb).toBeLessThan(512);
+      expect(memoryOf(defined(gateway.child.pid)).peakMb).toBeLessThan(512);
       // Nor does it keep the connection: silent both ways for twice the upstream timeouts (1 s
       // here), the gateway closes its side. A paused client cannot see that, so the kernel's
       // table of TCP connections tells: the gateway's end of each is no longer established.
       await new Promise((resolve) => setTimeout(resolve, 4 * TIMEOUT_MS));
       const gatewayPort = Number(new URL(gateway.url).port);
-      expect(stalled.map((res) => gatewaySideState(gatewayPort, res.socket.localPort!))).not.toContain('ESTABLISHED');
+      expect(stalled.map((res) => gatewaySideState(gatewayPort, defined(res.socket.localPort)))).not.toContain('ESTABLISHED');
     } finally {
       for (const res of stalled) res.destroy();
     }
@@ -272,9 +273,9 @@ describe('afterwards', () => {
 
   it('the rate-limit counters agree with the runs, no row is half-written, and the gateway served no 5xx', async () => {
     // Every run was admitted once and charged its usage once, faults or not.
-    const runs = (await db.execute("SELECT count(*), coalesce(sum(json_extract(usage, '$.total_tokens')), 0) FROM runs WHERE rate_limit IS NOT NULL")).rows[0]!;
+    const runs = defined((await db.execute("SELECT count(*), coalesce(sum(json_extract(usage, '$.total_tokens')), 0) FROM runs WHERE rate_limit IS NOT NULL")).rows[0]);
     const used = async (policyId: string) =>
-      Number((await db.execute({ sql: 'SELECT coalesce(sum(used), 0) FROM rate_limit_counters WHERE key LIKE ?', args: [`${policyId}/%`] })).rows[0]![0]);
+      Number(defined((await db.execute({ sql: 'SELECT coalesce(sum(used), 0) FROM rate_limit_counters WHERE key LIKE ?', args: [`${policyId}/%`] })).rows[0])[0]);
     expect(Number(runs[0])).toBe(tally.runsCreated);
     expect(await used(policyIds.requests)).toBe(tally.runsCreated);
     expect(await used(policyIds.tokens)).toBe(Number(runs[1]));
@@ -292,12 +293,12 @@ describe('afterwards', () => {
 
 /** The state of the gateway's end of a loopback TCP connection, from /proc/net/tcp (Linux). */
 function gatewaySideState(gatewayPort: number, clientPort: number): string {
-  const port = (address: string) => parseInt(address.split(':').at(-1)!, 16);
+  const port = (address: string) => parseInt(defined(address.split(':').at(-1)), 16);
   for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
     if (!existsSync(table)) continue;
     for (const line of readFileSync(table, 'utf8').trim().split('\n').slice(1)) {
       const [, local, remote, state] = line.trim().split(/\s+/);
-      if (port(local!) === gatewayPort && port(remote!) === clientPort) return state === '01' ? 'ESTABLISHED' : `state ${state}`;
+      if (port(defined(local)) === gatewayPort && port(defined(remote)) === clientPort) return state === '01' ? 'ESTABLISHED' : `state ${state}`;
     }
   }
   return 'gone';

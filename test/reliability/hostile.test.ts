@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import type { Client } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
@@ -124,7 +125,7 @@ async function storedBytes(runId: string): Promise<number> {
             + (SELECT coalesce(sum(length(step_details) + coalesce(length(last_error), 0)), 0) FROM run_steps WHERE run_id = ?1)`,
     args: [runId],
   });
-  return Number(sizes.rows[0]![0]);
+  return Number(defined(sizes.rows[0])[0]);
 }
 
 describe('hostile upstreams, one behaviour at a time', () => {
@@ -143,7 +144,7 @@ describe('hostile upstreams, one behaviour at a time', () => {
         expectEnded(run, {
           status: 'failed',
           required_action: null,
-          last_error: { code: 'server_error', message: `The upstream sent a tool call with index ${indices[i]![1]}; tool-call indices must be integers from 0 to 127.` },
+          last_error: { code: 'server_error', message: `The upstream sent a tool call with index ${defined(indices[i])[1]}; tool-call indices must be integers from 0 to 127.` },
         });
       }
     });
@@ -178,8 +179,8 @@ describe('hostile upstreams, one behaviour at a time', () => {
     for (const run of runs) {
       expectEnded(run, { status: 'incomplete', incomplete_details: { reason: 'max_completion_tokens' }, required_action: null });
       const step = await db.execute({ sql: "SELECT status, last_error FROM run_steps WHERE run_id = ? AND type = 'tool_calls'", args: [run.id] });
-      expect(step.rows[0]![0]).toBe('failed');
-      expect(JSON.parse(String(step.rows[0]![1])).message).toMatch(/GATEWAY_MAX_ANSWER_BYTES\), which cut the tool calls short/);
+      expect(defined(step.rows[0])[0]).toBe('failed');
+      expect(JSON.parse(String(defined(step.rows[0])[1])).message).toMatch(/GATEWAY_MAX_ANSWER_BYTES\), which cut the tool calls short/);
       expect(await storedBytes(run.id)).toBeLessThan(8192);
     }
   });
@@ -215,7 +216,7 @@ describe('hostile upstreams, one behaviour at a time', () => {
     });
     for (const run of runs) {
       expectEnded(run, { status: 'failed' });
-      const message = run.last_error!.message;
+      const message = defined(run.last_error).message;
       for (let length = 4; length <= KEY.length; length++) expect(message).not.toContain(KEY.slice(0, length));
       expect(message.length).toBeLessThan(600);
     }
@@ -243,19 +244,19 @@ describe('hostile upstreams, one behaviour at a time', () => {
     const { result: runs } = await whileMeasured('l3_bad_usage', () => Promise.all(usages.map((usage) => hostileRun({ reply: 'a short answer', usage }))));
     for (const run of runs) {
       expectEnded(run, { status: 'completed' });
-      for (const value of Object.values(run.usage!)) expect(Number.isSafeInteger(value) && value >= 0).toBe(true);
-      expect(run.usage!.total_tokens).toBe(run.usage!.prompt_tokens + run.usage!.completion_tokens);
+      for (const value of Object.values(defined(run.usage))) expect(Number.isSafeInteger(value) && value >= 0).toBe(true);
+      expect(defined(run.usage).total_tokens).toBe(defined(run.usage).prompt_tokens + defined(run.usage).completion_tokens);
       expect(gateway.stderr()).toMatch(new RegExp(`"message":"the upstream reported invalid usage[^\\n]*"run_id":"${run.id}"`));
     }
     // The token policy's counter holds the sum of the attacker's runs' usage: numbers, nothing negative.
     const charged = await db.execute({ sql: 'SELECT typeof(used), used FROM rate_limit_counters WHERE key LIKE ?', args: [`${tokenPolicyId}/%`] });
     const charges = await db.execute({
       sql: "SELECT coalesce(sum(json_extract(usage, '$.total_tokens')), 0), min(coalesce(json_extract(usage, '$.total_tokens'), 0)) FROM runs WHERE workspace_id = (SELECT workspace_id FROM runs WHERE id = ?)",
-      args: [runs[0]!.id],
+      args: [defined(runs[0]).id],
     });
     expect(charged.rows.map((row) => row[0])).toEqual([expect.stringMatching(/^(integer|real)$/)]);
-    expect(Number(charged.rows[0]![1])).toBe(Number(charges.rows[0]![0]));
-    expect(Number(charges.rows[0]![1])).toBeGreaterThanOrEqual(0);
+    expect(Number(defined(charged.rows[0])[1])).toBe(Number(defined(charges.rows[0])[0]));
+    expect(Number(defined(charges.rows[0])[1])).toBeGreaterThanOrEqual(0);
   });
 
   it('framing: a line of 2 MiB, an event of 2 MiB, 1 MiB of blank lines and a flood of tiny events, eight of each at once', async () => {
@@ -269,7 +270,7 @@ describe('hostile upstreams, one behaviour at a time', () => {
     const { result: runs } = await whileMeasured('framing', () =>
       Promise.all(cases.flatMap(([scenario]) => Array.from({ length: 8 }, () => hostileRun(scenario)))),
     );
-    for (const [i, run] of runs.entries()) expectEnded(run, cases[Math.floor(i / 8)]![1]);
+    for (const [i, run] of runs.entries()) expectEnded(run, defined(cases[Math.floor(i / 8)])[1]);
   });
 
   it('L5: a database that refuses to record how a run ended: the run is failed at once, saying so', async () => {
@@ -308,7 +309,7 @@ describe('afterwards', () => {
     expect(gateway.child.exitCode).toBeNull();
     expect((await fetch(`${gateway.url}/health`)).status).toBe(200);
     // Nothing accumulates from one behaviour to the next beyond what the largest one may hold.
-    const finalRssMb = memoryOf(gateway.child.pid!).rssMb;
+    const finalRssMb = memoryOf(defined(gateway.child.pid)).rssMb;
     figures.final_rss_mb = Math.round(finalRssMb);
     expect(finalRssMb - idleRssMb).toBeLessThan(CAPPED_RUN_BOUND_MB * 8 + MAX_RSS_GROWTH_MB / 2);
   });

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -86,7 +87,7 @@ async function ingested(fileIds: string[], timeoutMs = 120_000, virtualKey = 'em
     (current) => current.length === fileIds.length && current.every((file) => file.status !== 'in_progress'),
     timeoutMs,
   );
-  return { storeId: store.id, files: fileIds.map((id) => files.find((file) => file.id === id)!) };
+  return { storeId: store.id, files: fileIds.map((id) => defined(files.find((file) => file.id === id))) };
 }
 
 /**
@@ -98,7 +99,7 @@ async function measured<T>(name: string, work: () => Promise<T>): Promise<T> {
   let chunkerPeakMb = 0;
   const sampler = (async () => {
     while (!done) {
-      for (const pid of chunkerProcessesOf(arena.gateway.child.pid!)) {
+      for (const pid of chunkerProcessesOf(defined(arena.gateway.child.pid))) {
         try {
           chunkerPeakMb = Math.max(chunkerPeakMb, Number(/^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024);
         } catch {

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -92,7 +93,7 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
   let peakRssMb = 0;
   let lost = 0;
   let halfWritten: string[] = [];
-  const pid = gateway.child.pid!;
+  const pid = defined(gateway.child.pid);
 
   const sampler = setInterval(() => (peakRssMb = Math.max(peakRssMb, memoryOf(pid).rssMb)), 250);
   const ownDelay = monitorEventLoopDelay({ resolution: 10 });
@@ -102,7 +103,7 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
   const client = async (index: number) => {
     for (let i = index; performance.now() < deadline; i += CONCURRENCY) {
       const fault = Math.random() < FAULT_RATE;
-      const scenario = fault ? FAULTS[Math.floor(Math.random() * FAULTS.length)]! : REPLY;
+      const scenario = fault ? defined(FAULTS[Math.floor(Math.random() * FAULTS.length)]) : REPLY;
       const stream = i % 2 === 0;
       const sent = performance.now();
       requests++;

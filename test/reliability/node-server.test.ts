@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { connect, type Socket } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -127,7 +128,7 @@ describe('the HTTP server', () => {
     const fake = await startFakeUpstream();
     try {
       await expect.poll(() => /workspace API key\s+gk_/.test(gateway.stdout())).toBe(true);
-      const key = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())![1]!;
+      const key = defined(defined(/workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout()))[1]);
       const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
       const post = (path: string, body: unknown, extra: Record<string, string> = {}) =>
         fetch(`${gateway.url}${path}`, { method: 'POST', headers: { ...headers, ...extra }, body: JSON.stringify(body) });

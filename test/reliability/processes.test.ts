@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -44,24 +45,24 @@ describe('over run traffic', () => {
       const processes: GatewayProcess[] = [];
       try {
         processes.push(await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' }));
-        const first = processes[0]!;
+        const first = defined(processes[0]);
         await expect.poll(() => /workspace API key\s+(gk_\S+)/.exec(first.stdout())?.[1], { timeout: 5_000 }).toBeDefined();
-        const key = /workspace API key\s+(gk_\S+)/.exec(first.stdout())![1]!;
+        const key = defined(defined(/workspace API key\s+(gk_\S+)/.exec(first.stdout()))[1]);
         processes.push(await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' }));
         const urls = processes.map((started) => started.url);
 
         const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json', 'x-gateway-virtual-key': 'fake' };
         const post = (url: string, path: string, body: unknown) =>
           fetch(`${url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
-        expect((await post(urls[0]!, '/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
-        const assistant = (await (await post(urls[0]!, '/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
+        expect((await post(defined(urls[0]), '/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
+        const assistant = (await (await post(defined(urls[0]), '/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
         const run = (url: string, i: number) =>
           post(url, '/v1/threads/runs', { assistant_id: assistant.id, thread: fakeThread(`Run ${i}`) });
         // Both processes warm (connections, prepared statements) before the policy exists.
         for (const url of urls) expect((await run(url, -1)).status).toBe(200);
         await expect.poll(() => chatRequests().length).toBe(2);
         const warmed = fake.requests.length;
-        const policyResponse = await post(urls[1]!, POLICIES, {
+        const policyResponse = await post(defined(urls[1]), POLICIES, {
           conditions: [{ key: 'model', value: '*' }],
           group_by: [{ key: 'workspace_id' }],
           type: 'requests',
@@ -79,13 +80,13 @@ describe('over run traffic', () => {
         // take all 50 before the other reaches the database. A first wave of 20 (10 each), all
         // within the limit, makes sure both admit; then the other 180 go at once, and both
         // processes race for the last 30 places.
-        const firstWave = await Promise.all(Array.from({ length: 20 }, (_, i) => run(urls[i % 2]!, i)));
-        const rest = await Promise.all(Array.from({ length: 180 }, (_, i) => run(urls[i % 2]!, 20 + i)));
+        const firstWave = await Promise.all(Array.from({ length: 20 }, (_, i) => run(defined(urls[i % 2]), i)));
+        const rest = await Promise.all(Array.from({ length: 180 }, (_, i) => run(defined(urls[i % 2]), 20 + i)));
         const responses = [...firstWave, ...rest];
         expect(firstWave.map((response) => response.status)).toEqual(Array(20).fill(200));
         const admittedBy = [0, 1].map((p) => responses.filter((response, i) => i % 2 === p && response.status === 200).length);
         const refused = responses.filter((response) => response.status !== 200);
-        expect(admittedBy[0]! + admittedBy[1]!).toBe(50);
+        expect(defined(admittedBy[0]) + defined(admittedBy[1])).toBe(50);
         expect(admittedBy[0]).toBeGreaterThanOrEqual(10);
         expect(admittedBy[1]).toBeGreaterThanOrEqual(10);
         expect(refused).toHaveLength(150);
@@ -102,7 +103,7 @@ describe('over run traffic', () => {
         const database = await openDatabase({ DATA_DIR: dataDir });
         try {
           const { rows } = await database.client.execute('SELECT id FROM workspaces');
-          const workspaceId = rows[0]!.id as string;
+          const workspaceId = defined(rows[0]).id as string;
           expect(await ratelimit.usedBy(database.client, policy)).toBe(50);
           // 50 admitted runs and the 2 warm-up ones, each with its user message (and an answer).
           expect(await rowsOf(database.client, workspaceId)).toMatchObject({ threads: 52, runs: 52 });
@@ -110,7 +111,7 @@ describe('over run traffic', () => {
             sql: "SELECT count(*) AS n FROM messages WHERE workspace_id = ? AND role = 'user'",
             args: [workspaceId],
           });
-          expect(Number(users[0]!.n)).toBe(52);
+          expect(Number(defined(users[0]).n)).toBe(52);
         } finally {
           database.close();
         }
@@ -127,10 +128,10 @@ describe('over run traffic', () => {
       let started: GatewayProcess | undefined;
       try {
         started = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
-        await expect.poll(() => /workspace API key\s+(gk_\S+)/.exec(started!.stdout())?.[1], { timeout: 5_000 }).toBeDefined();
-        const key = /workspace API key\s+(gk_\S+)/.exec(started.stdout())![1]!;
+        await expect.poll(() => /workspace API key\s+(gk_\S+)/.exec(defined(started).stdout())?.[1], { timeout: 5_000 }).toBeDefined();
+        const key = defined(defined(/workspace API key\s+(gk_\S+)/.exec(started.stdout()))[1]);
         const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json', 'x-gateway-virtual-key': 'fake' };
-        const post = (path: string, body: unknown) => fetch(`${started!.url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+        const post = (path: string, body: unknown) => fetch(`${defined(started).url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
         expect((await post('/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-x' })).status).toBe(200);
         const assistant = (await (await post('/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
         // Per day, on the real clock: no window ends during the test (short of midnight UTC).
@@ -202,14 +203,14 @@ describe('admission', () => {
       const databases = [await openDatabase({ ...gateway.deps.config, LIBSQL_URL: sqld.url })];
       try {
         databases.push(await openDatabase({ ...gateway.deps.config, LIBSQL_URL: sqld.url }));
-        await migrateDatabase(databases[0]!.db);
+        await migrateDatabase(defined(databases[0]).db);
         const overrides = { now: () => now, log: createLogger('silent'), secrets: gateway.deps.secrets };
         const [one, two] = await Promise.all(
           databases.map((database) => createNodeDeps(gateway.deps.config, database, overrides)),
         );
         const organisationId = newUuid();
-        await one!.db.insert(organisations).values({ id: organisationId, name: 'sqld', createdAt: now });
-        const workspace = await createWorkspace(one!.db, { organisationId, slug: 'sqld', now });
+        await defined(one).db.insert(organisations).values({ id: organisationId, name: 'sqld', createdAt: now });
+        const workspace = await createWorkspace(defined(one).db, { organisationId, slug: 'sqld', now });
         const scope = { organisationId, workspaceId: workspace.id };
         const body: CreatePolicyBody = {
           conditions: [{ key: 'model', value: '*' }],
@@ -218,23 +219,23 @@ describe('admission', () => {
           unit: 'rpm',
           value: 50,
         };
-        const policy = await createPolicyRow(one!.db, scope, body, now, ROW_RULES);
+        const policy = await createPolicyRow(defined(one).db, scope, body, now, ROW_RULES);
         const request = { ...attributes(await gateway.tenant()), workspace_id: workspace.id };
 
         const outcomes = await Promise.allSettled(
-          Array.from({ length: 200 }, (_, i) => admitRequest(i % 2 ? one! : two!, request, NO_RESERVATION)),
+          Array.from({ length: 200 }, (_, i) => admitRequest(i % 2 ? defined(one) : defined(two), request, NO_RESERVATION)),
         );
         expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(50);
-        const { rows } = await databases[0]!.client.execute({
+        const { rows } = await defined(databases[0]).client.execute({
           sql: 'SELECT sum(used) AS used FROM rate_limit_counters WHERE key LIKE ?',
           args: [`${policy.id}/%`],
         });
-        expect(rows[0]!.used).toBe(50);
+        expect(defined(rows[0]).used).toBe(50);
 
-        await createPolicyRow(two!.db, scope, { ...body, conditions: [{ key: 'model', value: 'gpt-4o' }], value: 1 }, now, ROW_RULES);
+        await createPolicyRow(defined(two).db, scope, { ...body, conditions: [{ key: 'model', value: 'gpt-4o' }], value: 1 }, now, ROW_RULES);
         at('2030-03-01T10:01:05Z');
-        await admitRequest(one!, request, NO_RESERVATION);
-        await refusal(admitRequest(one!, request, NO_RESERVATION));
+        await admitRequest(defined(one), request, NO_RESERVATION);
+        await refusal(admitRequest(defined(one), request, NO_RESERVATION));
       } finally {
         for (const database of databases) database.close();
         await sqld.stop();

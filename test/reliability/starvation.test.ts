@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
@@ -86,7 +87,7 @@ afterAll(async () => {
 describe('under CPU starvation', () => {
   for (const name of ['node', 'workerd'] as const) {
     it(`keeps one active run per thread and exact reservations on ${name}`, async () => {
-      const runtime = runtimes.get(name)!;
+      const runtime = defined(runtimes.get(name));
       const violations: string[] = [];
       const broken = (what: string) => violations.push(what);
       const hog = startCpuHog();
@@ -247,7 +248,7 @@ async function settleRacers(runtime: Runtime, responses: Response[], code: strin
 /** While its winner is held: one run holds the thread, in the database. */
 async function expectOneActive(runtime: Runtime, threadId: string, broken: (what: string) => void) {
   const { rows } = await runtime.db.execute({ sql: `SELECT count(*) AS n FROM runs WHERE thread_id = ? AND ${THREAD_HOLDING_SQL}`, args: [threadId] });
-  if (Number(rows[0]!.n) !== 1) broken(`${runtime.name}: ${rows[0]!.n} active runs on one thread while its winner was held`);
+  if (Number(defined(rows[0]).n) !== 1) broken(`${runtime.name}: ${defined(rows[0]).n} active runs on one thread while its winner was held`);
 }
 
 async function expectCompleted(runtime: Runtime, runs: { id: string; thread_id: string }[], broken: (what: string) => void) {
@@ -260,7 +261,7 @@ async function expectCompleted(runtime: Runtime, runs: { id: string; thread_id: 
 /** The thread holds its first turn and the rows of its `admitted` racers' runs, nothing of the others'. */
 async function expectThreadRows(runtime: Runtime, threadId: string, admitted: number, broken: (what: string) => void) {
   const count = async (table: string) =>
-    Number((await runtime.db.execute({ sql: `SELECT count(*) AS n FROM ${table} WHERE thread_id = ?`, args: [threadId] })).rows[0]!.n);
+    Number(defined((await runtime.db.execute({ sql: `SELECT count(*) AS n FROM ${table} WHERE thread_id = ?`, args: [threadId] })).rows[0]).n);
   const [runs, messages] = [await count('runs'), await count('messages')];
   if (runs !== 1 + admitted || messages !== 2 + 2 * admitted) {
     broken(`${runtime.name}: a thread with ${admitted} racer admitted holds ${runs} runs and ${messages} messages`);

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -132,7 +133,7 @@ export function openDataDir(dataDir: string): Client {
 const ACTIVE = "('queued', 'in_progress', 'cancelling')";
 
 export async function activeRunCount(db: Client): Promise<number> {
-  return Number((await db.execute(`SELECT count(*) FROM runs WHERE status IN ${ACTIVE}`)).rows[0]![0]);
+  return Number(defined((await db.execute(`SELECT count(*) FROM runs WHERE status IN ${ACTIVE}`)).rows[0])[0]);
 }
 
 /** Every run's status and last_error, by id. */
@@ -239,7 +240,7 @@ export interface Measured<T> {
   healthy: HealthyRun[];
 }
 
-export const percentile = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(values.length * p) - 1)]!;
+export const percentile = (values: number[], p: number) => defined([...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(values.length * p) - 1)]);
 
 /**
  * Runs `work` while a poller times the gateway's /health every millisecond or so and the other
@@ -254,7 +255,7 @@ export const percentile = (values: number[], p: number) => [...values].sort((a, 
  */
 export async function whileMeasured<T>(watch: Watch, name: string, work: () => Promise<T>, rssBoundMb: number): Promise<Measured<T>> {
   const { gateway, tally, figures } = watch;
-  const pid = gateway.child.pid!;
+  const pid = defined(gateway.child.pid);
   const beforeRssMb = memoryOf(pid).rssMb;
   resetPeakMemory(pid);
   let done = false;
@@ -311,7 +312,7 @@ export async function whileMeasured<T>(watch: Watch, name: string, work: () => P
   expect(p99Ms).toBeLessThan(STALL_MS);
   expect(stalls).toBe(0);
   expect(peakRssGrowthMb).toBeLessThan(rssBoundMb);
-  return { result: result!, p99Ms, stalls, peakRssGrowthMb, healthy };
+  return { result: defined(result), p99Ms, stalls, peakRssGrowthMb, healthy };
 }
 
 /**
@@ -339,7 +340,7 @@ export async function openArena(name: string, env: Record<string, string>, tally
   try {
     const [fake, bystanderFake] = await Promise.all([startFakeUpstreamProcess(), startFakeUpstreamProcess()]);
     started.push(fake, bystanderFake);
-    setPriority(fake.child.pid!, 19);
+    setPriority(defined(fake.child.pid), 19);
     const gateway = await startGatewayProcess({ ...env, DATA_DIR: dataDir });
     started.push({ stop: () => gateway.stop('SIGKILL') });
     const attacker = await prepare(gateway, fake.baseURL);
@@ -374,7 +375,7 @@ export async function atRest(arena: Arena, tally: Watch['tally'], figures: Recor
   }
   const baselineMs = percentile(times.slice(2), 0.5);
   await sleep(500);
-  const idleRssMb = memoryOf(arena.gateway.child.pid!).rssMb;
+  const idleRssMb = memoryOf(defined(arena.gateway.child.pid)).rssMb;
   figures.idle_rss_mb = Math.round(idleRssMb);
   figures.bystander_baseline_ms = Math.round(baselineMs);
   return { watch: { gateway: arena.gateway, bystander: arena.other, tally, figures, idleRssMb }, baselineMs };

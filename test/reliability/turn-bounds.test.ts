@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
 import { memoryOf } from '../support/processes';
@@ -134,7 +135,7 @@ describe('bounds per turn and per run, fair shares of provider calls', () => {
       const steps = await arena.db.execute({ sql: "SELECT status, length(step_details) FROM run_steps WHERE run_id = ? AND type = 'tool_calls' ORDER BY created_at", args: [run.id] });
       expect(steps.rows.map((row) => row[0])).toEqual(['completed', 'failed']);
       // The search's step keeps (and replays) what was searched: five queries cut to 4,096 characters.
-      expect(Number(steps.rows[0]![1])).toBeLessThan(64 * 1024);
+      expect(Number(defined(steps.rows[0])[1])).toBeLessThan(64 * 1024);
     }
     const warnings = arena.gateway.stderr().split('\n').filter((line) => line.includes('the upstream answer reached the answer cap'));
     for (const run of runs) expect(warnings.some((line) => line.includes(run.id) && line.includes(`"cap_bytes":${ANSWER_CAP}`))).toBe(true);
@@ -209,6 +210,6 @@ describe('afterwards', () => {
     expect(halfWritten).toEqual([]);
     expect(tally.answered5xx).toBe(0);
     expect((await fetch(`${arena.gateway.url}/health`)).status).toBe(200);
-    figures.final_rss_mb = Math.round(memoryOf(arena.gateway.child.pid!).rssMb);
+    figures.final_rss_mb = Math.round(memoryOf(defined(arena.gateway.child.pid)).rssMb);
   });
 });

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -74,7 +75,7 @@ async function filesUnder(directory: string): Promise<{ path: string; bytes: num
   return found;
 }
 
-const rows = async (query: string) => (await db!.execute(query)).rows;
+const rows = async (query: string) => (await defined(db).execute(query)).rows;
 
 it('admits exactly one of eight 8 MB uploads under a 10 MB quota, two processes at once, never holding more than the quota on disk', async () => {
   const { urls, key } = await twoGateways({ GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE: String(QUOTA) });
@@ -95,7 +96,7 @@ it('admits exactly one of eight 8 MB uploads under a 10 MB quota, two processes 
   const started = performance.now();
   let answers: Sent[];
   try {
-    answers = await Promise.all(Array.from({ length: 8 }, (_, i) => sendUpload(urls[i % 2]!, key, uploadBody(FILE, { seed: i }))));
+    answers = await Promise.all(Array.from({ length: 8 }, (_, i) => sendUpload(defined(urls[i % 2]), key, uploadBody(FILE, { seed: i }))));
   } finally {
     uploading = false;
     await sampler;
@@ -138,9 +139,9 @@ it('admits exactly one of eight 8 MB uploads under a 10 MB quota, two processes 
   for (const bytes of refusedWritten) expect(bytes).toBeLessThan(FILE);
   // Afterwards: the one file, whole; no reservation and nothing else on disk.
   const [file] = admitted;
-  expect(file!.body.bytes).toBe(FILE);
-  const content = await fetch(`${urls[0]}/v1/files/${file!.body.id}/content`, { headers: { 'x-gateway-api-key': key } });
-  expect(await holdsPattern(content.body!, FILE, answers.indexOf(file!))).toBe(true);
+  expect(defined(file).body.bytes).toBe(FILE);
+  const content = await fetch(`${urls[0]}/v1/files/${defined(file).body.id}/content`, { headers: { 'x-gateway-api-key': key } });
+  expect(await holdsPattern(defined(content.body), FILE, answers.indexOf(defined(file)))).toBe(true);
   expect(await rows('SELECT id FROM files')).toHaveLength(1);
   expect(await rows('SELECT blob_key FROM file_reservations')).toEqual([]);
   expect((await filesUnder(filesDir)).map((found) => found.bytes)).toEqual([FILE]);
@@ -158,7 +159,7 @@ it('deletes what a kill -9 left of uploads after the restart, never another proc
   const heldUpload = sendUpload(bystanderUrl, key, held);
   // Awaited at the end; a failure before that must not go unhandled.
   heldUpload.catch(() => undefined);
-  const heldPartial = await waitFor(partials, (paths) => paths.length === 1, 10_000).then((paths) => paths[0]!);
+  const heldPartial = await waitFor(partials, (paths) => paths.length === 1, 10_000).then((paths) => defined(paths[0]));
   expect(heldPartial).toBeDefined();
 
   // Eight clients upload files of 1 to 3 MB back to back until the kill.
@@ -181,7 +182,7 @@ it('deletes what a kill -9 left of uploads after the restart, never another proc
   // The kill comes once some uploads were acknowledged, and while others are being written.
   const underWay = async () => (acknowledged.length >= 8 ? (await partials()).length - 1 : 0);
   expect(await waitFor(underWay, (count) => count >= 4, 60_000)).toBeGreaterThanOrEqual(4);
-  expect(await processes[0]!.stop('SIGKILL')).toBeNull();
+  expect(await defined(processes[0]).stop('SIGKILL')).toBeNull();
   killed = true;
   await Promise.all(clients);
 
@@ -223,7 +224,7 @@ it('deletes what a kill -9 left of uploads after the restart, never another proc
   expect(completed).toMatchObject({ status: 200, body: { bytes: 4 * MB } });
   const served = async (url: string, id: string, bytes: number, seed: number) => {
     const response = await fetch(`${url}/v1/files/${id}/content`, { headers: { 'x-gateway-api-key': key } });
-    return response.status === 200 && (await holdsPattern(response.body!, bytes, seed));
+    return response.status === 200 && (await holdsPattern(defined(response.body), bytes, seed));
   };
   expect(await served(restarted.url, completed.body.id, 4 * MB, 99)).toBe(true);
   let lost = 0;

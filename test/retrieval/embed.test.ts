@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { embedTexts, vectorBlob } from '../../src/retrieval/embed';
 import { findActiveVirtualKey, revokeVirtualKey } from '../../src/resources/virtual-keys/commands';
@@ -15,7 +16,7 @@ beforeAll(async () => {
   gateway = await createTestGateway({ deps: { fetch: upstream.fetch } });
   tenant = await gateway.tenant();
   const slug = await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', models: ['text-embedding-*'] });
-  keyId = (await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, slug))!.id;
+  keyId = defined((await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, slug))).id;
 });
 afterAll(() => gateway?.close());
 
@@ -26,21 +27,21 @@ describe('embedTexts', () => {
     upstream.reset();
     const texts = Array.from({ length: 70 }, (_, i) => `text number ${i}`);
     const out = await embedTexts(gateway.deps, target(), texts);
-    expect(upstream.requests.map((request) => (request.body!.input as string[]).length)).toEqual([64, 6]);
-    expect(upstream.requests[0]!.body!.dimensions).toBe(512);
+    expect(upstream.requests.map((request) => (defined(request.body).input as string[]).length)).toEqual([64, 6]);
+    expect(defined(defined(upstream.requests[0]).body).dimensions).toBe(512);
     expect(out.dimensions).toBe(512);
     expect(out.vectors).toHaveLength(70);
-    expect(Array.from(out.vectors[69]!)).toEqual(fakeEmbedding('text number 69', 512).map(Math.fround));
+    expect(Array.from(defined(out.vectors[69]))).toEqual(fakeEmbedding('text number 69', 512).map(Math.fround));
     expect(out.virtualKeyId).toBe(keyId);
     expect(out.promptTokens).toBe(70 * 3);
-    expect(vectorBlob(out.vectors[0]!).byteLength).toBe(512 * 4);
+    expect(vectorBlob(defined(out.vectors[0])).byteLength).toBe(512 * 4);
   });
 
   it('asks other models for nothing and refuses vectors of another size than the store’s', async () => {
     upstream.reset();
     const other = { ...target(), model: 'text-embedding-nomic', dimensions: 768 };
     const error = await embedTexts(gateway.deps, other, ['x']).catch((e: unknown) => e);
-    expect(upstream.requests[0]!.body!.dimensions).toBeUndefined();
+    expect(defined(defined(upstream.requests[0]).body).dimensions).toBeUndefined();
     expect((error as Error).message).toContain('256 dimensions for a store of 768');
   });
 
@@ -64,7 +65,7 @@ describe('embedTexts', () => {
     const mine = { ...target(), workspaceId: own.workspace.id, apiKeyId: own.workspaceKeyId, virtualKeyId: null };
     const first = await embedTexts(gateway.deps, mine, ['one two three four five six seven eight nine ten eleven twelve']);
     expect(first.promptTokens).toBe(12);
-    expect((await findActiveVirtualKey(gateway.database.db, own.workspace.id, slug))!.id).toBe(first.virtualKeyId);
+    expect(defined((await findActiveVirtualKey(gateway.database.db, own.workspace.id, slug))).id).toBe(first.virtualKeyId);
     const error = await embedTexts(gateway.deps, mine, ['again']).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'rate_limit_exceeded' });
   }, 20_000);
@@ -72,12 +73,12 @@ describe('embedTexts', () => {
   it('falls back to the key the workspace would use now when the store’s key was revoked', async () => {
     const own = await gateway.tenant();
     const first = await gateway.virtualKey(own, { base_url: 'http://fake.test/v1', default: true });
-    const firstId = (await findActiveVirtualKey(gateway.database.db, own.workspace.id, first))!.id;
+    const firstId = defined((await findActiveVirtualKey(gateway.database.db, own.workspace.id, first))).id;
     await revokeVirtualKey(gateway.database.db, own.workspace.id, first, gateway.clock.now());
     const mine = { ...target(), workspaceId: own.workspace.id, apiKeyId: own.workspaceKeyId, virtualKeyId: firstId };
     await expect(embedTexts(gateway.deps, mine, ['x'])).rejects.toMatchObject({ code: 'missing_virtual_key' });
     const second = await gateway.virtualKey(own, { base_url: 'http://fake.test/v1', models: ['text-embedding-3-small'] });
     const out = await embedTexts(gateway.deps, mine, ['x']);
-    expect(out.virtualKeyId).toBe((await findActiveVirtualKey(gateway.database.db, own.workspace.id, second))!.id);
+    expect(out.virtualKeyId).toBe(defined((await findActiveVirtualKey(gateway.database.db, own.workspace.id, second))).id);
   });
 });

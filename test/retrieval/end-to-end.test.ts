@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import type OpenAI from 'openai';
 import { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -66,7 +67,7 @@ describe('retrieval, end to end', () => {
 
     const results = await openai.vectorStores.search(store.id, { query: 'refunds granted within days of purchase', max_num_results: 3 });
     expect(results.data[0]).toMatchObject({ file_id: file.id, filename: 'returns.md' });
-    expect(results.data[0]!.content[0]!.text).toContain('Refunds are granted within 30 days');
+    expect(defined(defined(results.data[0]).content[0]).text).toContain('Refunds are granted within 30 days');
     expect(results.data.map((result) => result.file_id)).not.toEqual([other.id]);
   });
 
@@ -83,14 +84,15 @@ describe('retrieval, end to end', () => {
 
     const steps = await openai.beta.threads.runs.steps.list(run.id, { thread_id: thread.id, order: 'asc', include: INCLUDE });
     expect(steps.data.map((step) => step.type)).toEqual(['tool_calls', 'message_creation']);
-    const call = steps.data[0]!.step_details.type === 'tool_calls' ? steps.data[0]!.step_details.tool_calls[0] : undefined;
+    const details = defined(steps.data[0]).step_details;
+    const call = details.type === 'tool_calls' ? details.tool_calls[0] : undefined;
     expect(call?.type).toBe('file_search');
-    const results = call?.type === 'file_search' ? call.file_search.results! : [];
+    const results = call?.type === 'file_search' ? defined(call.file_search.results) : [];
     expect(results[0]).toMatchObject({ file_id: fileId, file_name: 'returns.md' });
-    expect(results[0]!.content![0]!.text).toContain('Refunds are granted within 30 days');
+    expect(defined(defined(defined(results[0]).content)[0]).text).toContain('Refunds are granted within 30 days');
 
     const [answer] = (await openai.beta.threads.messages.list(thread.id, { limit: 1 })).data;
-    const part = answer!.content[0]!;
+    const part = defined(defined(answer).content[0]);
     expect(part.type).toBe('text');
     if (part.type !== 'text') return;
     expect(part.text.value).toBe(ANSWER);
@@ -112,7 +114,7 @@ describe('retrieval, end to end', () => {
     expect(run.status).toBe('completed');
     expect(toolCalls).toEqual(['file_search']);
     const [message] = await stream.finalMessages();
-    const part = message!.content[0]!;
+    const part = defined(defined(message).content[0]);
     expect(part.type === 'text' && part.text.annotations).toEqual([expect.objectContaining({ type: 'file_citation', file_citation: { file_id: fileId } })]);
   });
 });

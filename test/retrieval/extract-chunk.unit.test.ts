@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { encode } from 'gpt-tokenizer/encoding/cl100k_base';
 import { describe, expect, it } from 'vitest';
 import { AUTO_CHUNKING, chunkText, MAX_RUN_CHARS, pieces, TooManyChunks } from '../../src/retrieval/chunk';
@@ -32,16 +33,16 @@ describe('chunkText', () => {
   it('overlaps consecutive chunks by about the overlap, with auto’s 800/400', async () => {
     const text = Array.from({ length: 3000 }, (_, i) => `w${i}`).join(' ');
     const chunks = await chunkText(text, { ...AUTO_CHUNKING, maxChunks: 100 });
-    expect(chunks[0]!.tokens).toBe(800);
-    const overlap = chunks[0]!.text.slice(chunks[0]!.text.length - 200);
-    expect(chunks[1]!.text).toContain(overlap);
+    expect(defined(chunks[0]).tokens).toBe(800);
+    const overlap = defined(chunks[0]).text.slice(defined(chunks[0]).text.length - 200);
+    expect(defined(chunks[1]).text).toContain(overlap);
   });
 
   it('keeps special-token text as text, across segments', async () => {
     const text = `${'plain words here '.repeat(6000)}<|endoftext|> the end`;
     const chunks = await chunkText(text, { maxTokens: 4096, overlapTokens: 0, maxChunks: 100 });
     expect(chunks.map((c) => c.text).join('')).toBe(text);
-    expect(chunks.at(-1)!.text).toContain('<|endoftext|> the end');
+    expect(defined(chunks.at(-1)).text).toContain('<|endoftext|> the end');
   });
 
   it('refuses a text that needs more chunks than allowed', async () => {
@@ -90,7 +91,7 @@ describe('chunkText', () => {
       expect(text.slice(chunk.start, chunk.start + chunk.text.length)).toBe(chunk.text);
       covered.fill(1, chunk.start, chunk.start + chunk.text.length);
     }
-    for (let at = 0; at < text.length; at++) if (!/\s/.test(text[at]!)) expect(covered[at]).toBe(1);
+    for (let at = 0; at < text.length; at++) if (!/\s/.test(defined(text[at]))) expect(covered[at]).toBe(1);
   });
 
   it('keeps ordinary text in one piece per segment', () => {

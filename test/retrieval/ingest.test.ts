@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { and, eq } from 'drizzle-orm';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -134,7 +135,7 @@ describe('ingestion left behind', () => {
     expect(await chunksOfStore(store.id)).toEqual([]);
 
     gateway.clock.advance(LEASE_MS + 1);
-    gateway.deps.ingestion!.wake({ waitUntil: (task) => gateway.tasks.track(task) });
+    defined(gateway.deps.ingestion).wake({ waitUntil: (task) => gateway.tasks.track(task) });
     await gateway.tasks.drain(20_000);
     expect(await fileRow(store.id, again)).toMatchObject({ status: 'completed', attempts: 2 });
     const failed = await client.vectorStores.files.retrieve(tooOften, { vector_store_id: store.id });
@@ -162,10 +163,10 @@ describe('ingestion left behind', () => {
     await gateway.tasks.drain(20_000);
     const waiting = await fileRow(store.id, second);
     expect(waiting).toMatchObject({ status: 'in_progress', attempts: 0 });
-    expect(waiting!.leaseExpiresAt!).toBeGreaterThan(gateway.clock.now());
+    expect(defined(defined(waiting).leaseExpiresAt)).toBeGreaterThan(gateway.clock.now());
 
     gateway.clock.advance(3_600_000);
-    gateway.deps.ingestion!.wake({ waitUntil: (task) => gateway.tasks.track(task) });
+    defined(gateway.deps.ingestion).wake({ waitUntil: (task) => gateway.tasks.track(task) });
     await gateway.tasks.drain(20_000);
     expect(await fileRow(store.id, second)).toMatchObject({ status: 'completed', lastError: null });
   });
@@ -215,12 +216,12 @@ describe('a document that takes long to read', () => {
 
       // Two minutes on, the lease has less than four fifths left: it is moved on while the file is read.
       reading.clock.advance(120_000);
-      const renewed = await waitFor(row, (current) => current!.leaseExpiresAt! > claimed!.leaseExpiresAt!);
-      expect(renewed!.leaseExpiresAt).toBeGreaterThan(claimed!.leaseExpiresAt!);
+      const renewed = await waitFor(row, (current) => defined(defined(current).leaseExpiresAt) > defined(defined(claimed).leaseExpiresAt));
+      expect(defined(renewed).leaseExpiresAt).toBeGreaterThan(defined(defined(claimed).leaseExpiresAt));
       expect(chunkerProcessesOf(process.pid)).toContain(pid);
 
       await theirs.vectorStores.delete(store.id);
-      expect(await waitFor(() => chunkerProcessesOf(process.pid), (pids) => !pids.includes(pid!))).not.toContain(pid);
+      expect(await waitFor(() => chunkerProcessesOf(process.pid), (pids) => !pids.includes(defined(pid)))).not.toContain(pid);
       await reading.tasks.drain(20_000);
       expect(await row()).toBeUndefined();
     } finally {

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { randomBytes } from 'node:crypto';
 import { eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -67,7 +68,7 @@ describe.each([
   const db = () => gateway.database.db;
   const stores = async (id: string, workspaceId = tenant.workspace.id) => findStores(db(), workspaceId, [id]);
   const search = (found: SearchableStore[], query: string, filter: Parameters<typeof searchStores>[3]['filter'] = null) =>
-    searchStores(gateway.deps, { workspaceId: found[0]!.workspaceId, apiKeyId: tenant.workspaceKeyId }, found, { queries: [query], maxResults: 10, scoreThreshold: 0, filter });
+    searchStores(gateway.deps, { workspaceId: defined(found[0]).workspaceId, apiKeyId: tenant.workspaceKeyId }, found, { queries: [query], maxResults: 10, scoreThreshold: 0, filter });
   /** The results of the exact scan, whatever the store's index. */
   const exact = async (id: string, query: string, filter: Parameters<typeof searchStores>[3]['filter'] = null) =>
     search((await stores(id)).map((store) => ({ ...store, indexed: false })), query, filter);
@@ -87,22 +88,22 @@ describe.each([
     expect(await schemaObjects(small.id)).toEqual([]);
     const [row] = await indexRow(large.id);
     expect(row).toMatchObject({ ready_at: null });
-    expect(row!.backfilled_to).toBeLessThan(row!.backfill_until);
+    expect(defined(row).backfilled_to).toBeLessThan(defined(row).backfill_until);
     // Not ready: searched exactly, with the same results.
-    expect((await stores(large.id))[0]!.indexed).toBe(false);
+    expect(defined((await stores(large.id))[0]).indexed).toBe(false);
     for (const [i, query] of QUERIES.entries()) expect(await search(await stores(large.id), query)).toEqual(before[i]);
   });
 
   it('copies chunks added during the back-fill, finishes, and then answers as the exact scan does', async () => {
     const added = await seedStoreFile(large.id, ['zeppelin hangar refund', 'omega psi chi']);
     while (await maintainVectorIndexes(gateway.deps, { budgetMs: 60_000, batchSize: 16 }));
-    expect((await indexRow(large.id))[0]!.ready_at).not.toBeNull();
+    expect(defined((await indexRow(large.id))[0]).ready_at).not.toBeNull();
     expect((await indexedChunks(large.id)).map((row) => row.id)).toEqual((await chunkIds(large.id)).map((row) => row.id));
     expect(added.length).toBe(2);
     const [found] = await stores(large.id);
-    expect(found!.indexed).toBe(true);
+    expect(defined(found).indexed).toBe(true);
     for (const query of [...QUERIES, 'omega psi']) {
-      const viaIndex = await search([found!], query);
+      const viaIndex = await search([defined(found)], query);
       const scanned = await exact(large.id, query);
       expect(viaIndex.length).toBeGreaterThan(0);
       expect(viaIndex.map((hit) => hit.chunkId)).toEqual(scanned.map((hit) => hit.chunkId));
@@ -111,7 +112,7 @@ describe.each([
   });
 
   it('keeps each index to its store: the other workspace’s identical chunks are neither indexed nor found', async () => {
-    expect((await indexRow(twin.id))[0]!.ready_at).not.toBeNull();
+    expect(defined((await indexRow(twin.id))[0]).ready_at).not.toBeNull();
     expect(new Set((await indexedChunks(large.id)).map((row) => row.store))).toEqual(new Set([large.id]));
     expect(new Set((await indexedChunks(twin.id)).map((row) => row.store))).toEqual(new Set([twin.id]));
     for (const query of QUERIES) {
@@ -131,13 +132,13 @@ describe.each([
 
   it('deletes deleted chunks from the index, and indexes no more stores than the limit', async () => {
     const [victim] = await chunkIds(large.id);
-    await db().delete(vectorStoreChunks).where(eq(vectorStoreChunks.id, victim!.id));
-    expect((await indexedChunks(large.id)).map((row) => row.id)).not.toContain(victim!.id);
+    await db().delete(vectorStoreChunks).where(eq(vectorStoreChunks.id, defined(victim).id));
+    expect((await indexedChunks(large.id)).map((row) => row.id)).not.toContain(defined(victim).id);
     third = await seedStore(gateway, tenant, files(3, [THRESHOLD]));
     await maintainVectorIndexes(gateway.deps, { budgetMs: 60_000 });
     // Two indexes already: the third store stays exact.
     expect(await indexRow(third.id)).toEqual([]);
-    expect((await stores(third.id))[0]!.indexed).toBe(false);
+    expect(defined((await stores(third.id))[0]).indexed).toBe(false);
   });
 
   it('drops a deleted store’s index (table, vector index, triggers), and then indexes the next store', async () => {
@@ -154,7 +155,7 @@ describe.each([
     expect(triggers.map((row) => row.name).sort()).toEqual(
       [indexNames(twin.id).onInsert, indexNames(twin.id).onDelete, indexNames(third.id).onInsert, indexNames(third.id).onDelete].sort(),
     );
-    expect((await indexRow(third.id))[0]!.ready_at).not.toBeNull();
+    expect(defined((await indexRow(third.id))[0]).ready_at).not.toBeNull();
     // The other stores' chunks are still written and searched.
     await seedStoreFile(twin.id, ['after the deletion']);
     expect((await indexedChunks(twin.id)).length).toBe((await chunkIds(twin.id)).length);
@@ -170,7 +171,7 @@ describe.each([
       .where(eq(vectorStoreChunks.vectorStoreId, donor.id));
     // The donor store's rows, re-inserted into this store as new chunks (new ids, so the insert trigger copies them).
     await db().run(sql`INSERT INTO vector_store_files (vector_store_id, file_id, workspace_id, status, usage_bytes, chunking_strategy, attributes, created_at)
-      SELECT ${storeId}, file_id, ${store!.workspaceId}, status, usage_bytes, chunking_strategy, attributes, created_at FROM vector_store_files WHERE vector_store_id = ${donor.id}`);
+      SELECT ${storeId}, file_id, ${defined(store).workspaceId}, status, usage_bytes, chunking_strategy, attributes, created_at FROM vector_store_files WHERE vector_store_id = ${donor.id}`);
     await db().run(sql`INSERT INTO vector_store_chunks (vector_store_id, file_id, chunk_index, text, tokens, embedding)
       SELECT ${storeId}, file_id, chunk_index, text, tokens, embedding FROM vector_store_chunks WHERE vector_store_id = ${donor.id} ORDER BY id`);
     await deleteVectorStore(db(), tenant.workspace.id, donor.id);
@@ -200,7 +201,7 @@ describe('keyword search over common words', () => {
       scoreThreshold: 0,
       filter: null,
     });
-    return first!;
+    return defined(first);
   };
 
   it('leaves out of bm25 a word in COMMON_WORD_CHUNKS chunks of the store, and keeps a rare one', async () => {

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
@@ -51,7 +52,7 @@ async function quickstart(client: OpenAI, model: string) {
   expect(run).toMatchObject({ status: 'completed', model });
   const messages = await client.beta.threads.messages.list(run.thread_id);
   expect(messages.data.map((message) => message.role)).toEqual(['assistant', 'user']);
-  const answer = messages.data[0]!.content[0];
+  const answer = defined(messages.data[0]).content[0];
   expect(answer?.type === 'text' && answer.text.value).toBe(`You said: Hello ${marker}`);
   return fake.requests.find((request) => request.rawBody.includes(marker));
 }

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -96,7 +97,7 @@ describe.skipIf(!pythonSdk)(
         GATEWAY_VIRTUAL_KEY: 'fake',
       });
       expect(ran.code, ran.stderr).toBe(0);
-      const seen = JSON.parse(ran.stdout.trim().split('\n').at(-1)!);
+      const seen = JSON.parse(defined(ran.stdout.trim().split('\n').at(-1)));
       expect(seen).toEqual({
         assistant: { id: expect.stringMatching(/^asst_/), name: 'Math Tutor', model: 'fake-model', listed: true },
         run: { status: 'completed', usage: expect.any(Number) },
@@ -107,9 +108,9 @@ describe.skipIf(!pythonSdk)(
         deleted: true,
       });
       // The run reached the provider through the virtual key, with the assistant's instructions.
-      const sent = fake.requests.find((request) => request.path === '/v1/chat/completions')!;
+      const sent = defined(fake.requests.find((request) => request.path === '/v1/chat/completions'));
       expect(sent.headers.authorization).toBe('Bearer sk-fake');
-      expect(sent.body!.messages).toEqual([
+      expect(defined(sent.body).messages).toEqual([
         { role: 'system', content: 'Answer briefly.' },
         { role: 'user', content: 'What is 3 + 4?' },
       ]);
@@ -123,9 +124,9 @@ describe.skipIf(!pythonSdk)(
       const question = 'I need to solve the equation `3x + 11 = 14`. Can you help me?';
       expect(ran.stdout).toMatch(/^run run_\w+: completed$/m);
       expect(ran.stdout).toContain(`user: ${question}\nassistant: You said: ${question}\n`);
-      const sent = fake.requests.find((request) => request.path === '/v1/chat/completions')!;
-      expect(sent.body!.model).toBe('gpt-4o');
-      expect(sent.body!.messages).toEqual([
+      const sent = defined(fake.requests.find((request) => request.path === '/v1/chat/completions'));
+      expect(defined(sent.body).model).toBe('gpt-4o');
+      expect(defined(sent.body).messages).toEqual([
         { role: 'system', content: 'Please address the user as Jane Doe. The user has a premium account.' },
         { role: 'user', content: question },
       ]);

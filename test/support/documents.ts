@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import { constants, crc32, createDeflate, createDeflateRaw, deflateRawSync, deflateSync, type Deflate, type DeflateRaw } from 'node:zlib';
 
 /**
@@ -61,7 +62,7 @@ export function pdf(options: PdfOptions): Buffer {
   }
   objects[pagesAt - 1] = latin1(`<< /Type /Pages /Kids [${kids.map((kid) => `${kid} 0 R`).join(' ')}] /Count ${kids.length} >>`);
   const parts: Buffer[] = [latin1('%PDF-1.7\n%\xe2\xe3\xcf\xd3\n')];
-  let offset = parts[0]!.length;
+  let offset = defined(parts[0]).length;
   const offsets: number[] = [];
   objects.forEach((body, index) => {
     offsets.push(offset);

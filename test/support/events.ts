@@ -1,3 +1,4 @@
+import { defined } from './defined';
 /** A streamed response's server-sent events, read as the SDKs read them. */
 
 export interface ServerSentEvent {
@@ -8,7 +9,7 @@ export interface ServerSentEvent {
 /** Reads a streamed response's events as they arrive; `onEvent` sees each one. Answers them all. */
 export async function readEvents(response: Response, onEvent: (event: ServerSentEvent) => void = () => {}): Promise<ServerSentEvent[]> {
   const seen: ServerSentEvent[] = [];
-  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+  const reader = defined(response.body).pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   for (;;) {
     const { done, value } = await reader.read();

@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import OpenAI, {
@@ -86,7 +87,7 @@ async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {
 
 /** What reached the client before the body ended or failed, and how it failed. */
 async function readRaw(response: Response): Promise<{ text: string; reads: number; error: unknown }> {
-  const reader = response.body!.getReader();
+  const reader = defined(response.body).getReader();
   const decoder = new TextDecoder();
   let text = '';
   let reads = 0;
@@ -172,15 +173,15 @@ describe('answers', () => {
       outcome: 'completed',
       body: { model: MODEL, messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user' }] },
     });
-    expect(recorded!.headers.authorization).toBe(`Bearer ${API_KEY}`);
-    expect(recorded!.headers['content-type']).toBe('application/json');
-    expect(Date.now() - recorded!.receivedAt).toBeLessThan(5000);
+    expect(defined(recorded).headers.authorization).toBe(`Bearer ${API_KEY}`);
+    expect(defined(recorded).headers['content-type']).toBe('application/json');
+    expect(Date.now() - defined(recorded).receivedAt).toBeLessThan(5000);
   });
 
   it('echo the last user message by default, and mention tool outputs being submitted', async () => {
     const plain = await complete({ model: MODEL, messages: [user('earlier'), user('What is the weather in Paris?')] });
-    expect(plain.choices[0]!.message.content).toBe('You said: What is the weather in Paris?');
-    expect(fake.requests[0]!.scenarioSource).toBe('builtin');
+    expect(defined(plain.choices[0]).message.content).toBe('You said: What is the weather in Paris?');
+    expect(defined(fake.requests[0]).scenarioSource).toBe('builtin');
 
     // The directive of the first step must not be replayed once the tool outputs come back.
     const roundTrip = await complete({
@@ -192,8 +193,8 @@ describe('answers', () => {
         { role: 'tool', tool_call_id: 'call_1', content: '{"temperature":21}' },
       ],
     });
-    expect(roundTrip.choices[0]!.message).toMatchObject({ content: 'The tool returned: {"temperature":21}' });
-    expect(roundTrip.choices[0]!.finish_reason).toBe('stop');
+    expect(defined(roundTrip.choices[0]).message).toMatchObject({ content: 'The tool returned: {"temperature":21}' });
+    expect(defined(roundTrip.choices[0]).finish_reason).toBe('stop');
   });
 
   it('echo the messages they were sent, as JSON, with echo_messages', async () => {
@@ -203,7 +204,7 @@ describe('answers', () => {
       user('Now?', { echo_messages: true }),
     ];
     const echoed = await complete({ model: MODEL, messages });
-    expect(JSON.parse(echoed.choices[0]!.message.content!)).toEqual(messages);
+    expect(JSON.parse(defined(defined(echoed.choices[0]).message.content))).toEqual(messages);
     const invalid = await complete({ model: MODEL, messages: [{ role: 'user', content: 'Hi\n#fake {"echo_messages":"yes"}' }] }).catch((e: unknown) => e);
     expect(invalid).toMatchObject({ status: 400, message: expect.stringContaining("invalid value for 'echo_messages'") });
   });
@@ -214,7 +215,7 @@ describe('answers', () => {
       response_format: { type: 'json_object' },
       messages: [user('Reply in JSON')],
     });
-    expect(JSON.parse(object.choices[0]!.message.content!)).toEqual({ reply: 'You said: Reply in JSON' });
+    expect(JSON.parse(defined(defined(object.choices[0]).message.content))).toEqual({ reply: 'You said: Reply in JSON' });
 
     const schema = await complete({
       model: MODEL,
@@ -233,7 +234,7 @@ describe('answers', () => {
         },
       },
     });
-    expect(JSON.parse(schema.choices[0]!.message.content!)).toEqual({ name: 'example', age: 18, tags: [] });
+    expect(JSON.parse(defined(defined(schema.choices[0]).message.content))).toEqual({ name: 'example', age: 18, tags: [] });
   });
 
   it('stop with length at max_completion_tokens, or when the scenario says so', async () => {
@@ -243,7 +244,7 @@ describe('answers', () => {
       messages: [user('Count', { reply: 'one two three four five six' })],
     });
     expect(cut.choices[0]).toMatchObject({ message: { content: 'one two three four' }, finish_reason: 'length' });
-    expect(cut.usage!.completion_tokens).toBe(4);
+    expect(defined(cut.usage).completion_tokens).toBe(4);
 
     const forced = await complete({ model: MODEL, messages: [user('Hi', { reply: 'Hi', finish_reason: 'length' })] });
     expect(forced.choices[0]).toMatchObject({ message: { content: 'Hi' }, finish_reason: 'length' });
@@ -259,15 +260,15 @@ describe('streamed answers', () => {
 
     expect(chunks).toHaveLength(1 + 5 + 1 + 1);
     for (const chunk of chunks) {
-      expect(chunk).toMatchObject({ id: chunks[0]!.id, object: 'chat.completion.chunk', model: MODEL, created: chunks[0]!.created });
+      expect(chunk).toMatchObject({ id: defined(chunks[0]).id, object: 'chat.completion.chunk', model: MODEL, created: defined(chunks[0]).created });
     }
-    expect(chunks[0]!.choices).toEqual([{ index: 0, delta: { role: 'assistant', content: '', refusal: null }, logprobs: null, finish_reason: null }]);
-    const words = chunks.slice(1, 6).map((c) => c.choices[0]!.delta.content);
+    expect(defined(chunks[0]).choices).toEqual([{ index: 0, delta: { role: 'assistant', content: '', refusal: null }, logprobs: null, finish_reason: null }]);
+    const words = chunks.slice(1, 6).map((c) => defined(c.choices[0]).delta.content);
     expect(words).toEqual(['The', ' quick', ' brown', ' fox', ' jumps']);
-    expect(chunks[6]!.choices).toEqual([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
+    expect(defined(chunks[6]).choices).toEqual([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
     expect(chunks.slice(0, 7).every((c) => c.usage === null)).toBe(true);
-    expect(chunks[7]!.choices).toEqual([]);
-    expect(chunks[7]!.usage).toMatchObject({ prompt_tokens: promptTokens(messages), completion_tokens: 5, total_tokens: promptTokens(messages) + 5 });
+    expect(defined(chunks[7]).choices).toEqual([]);
+    expect(defined(chunks[7]).usage).toMatchObject({ prompt_tokens: promptTokens(messages), completion_tokens: 5, total_tokens: promptTokens(messages) + 5 });
     expect(fake.requests[0]).toMatchObject({ stream: true, body: { stream: true, stream_options: { include_usage: true } }, outcome: 'completed' });
   });
 
@@ -286,7 +287,7 @@ describe('streamed answers', () => {
   it('writes each chunk as it is produced, not the whole body at the end', async () => {
     const started = Date.now();
     const response = await post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'a b c d e', chunk_delay_ms: 40 })] });
-    const reader = response.body!.getReader();
+    const reader = defined(response.body).getReader();
     await reader.read();
     const firstChunkAt = Date.now() - started;
     let reads = 1;
@@ -315,7 +316,7 @@ describe('streamed answers', () => {
     });
     const chunks = await collect(stream);
     expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe('one two');
-    expect(chunks.at(-1)!.choices[0]!.finish_reason).toBe('length');
+    expect(defined(defined(chunks.at(-1)).choices[0]).finish_reason).toBe('length');
   });
 });
 
@@ -339,7 +340,7 @@ describe('gates', () => {
     expect(dataEvents(await response.text()).join('')).toContain('Held');
     // Open it stays: a request after the opening is answered at once.
     const later = await complete({ model: MODEL, messages: [user('Hi', { reply: 'Later', hold: name })] });
-    expect(later.choices[0]!.message.content).toBe('Later');
+    expect(defined(later.choices[0]).message.content).toBe('Later');
     expect(fake.gateState(name)).toEqual({ name, open: true, waiting: 0, passed: 2 });
     // The control requests are not provider traffic.
     expect(fake.requests.map((request) => request.path)).toEqual(['/v1/chat/completions', '/v1/chat/completions']);
@@ -348,7 +349,7 @@ describe('gates', () => {
   it('an opening before the request is not lost, and opens that gate alone', async () => {
     const [early, other] = [freshGate(), freshGate()];
     fake.openGate(early);
-    expect((await complete({ model: MODEL, messages: [user('Hi', { reply: 'Passed', hold: early })] })).choices[0]!.message.content).toBe('Passed');
+    expect(defined((await complete({ model: MODEL, messages: [user('Hi', { reply: 'Passed', hold: early })] })).choices[0]).message.content).toBe('Passed');
     const leave = new AbortController();
     const error = post({ model: MODEL, stream: true, messages: [user('Hi', { hold: other })] }, {}, undefined, leave.signal).catch((e: unknown) => e);
     expect(await waitFor(() => fake.gateState(other), (state) => state.waiting === 1)).toMatchObject({ open: false, waiting: 1 });
@@ -356,7 +357,7 @@ describe('gates', () => {
     leave.abort();
     expect(await error).toMatchObject({ name: 'AbortError' });
     await fake.waitForIdle();
-    expect(fake.requests[1]!.outcome).toBe('cancelled');
+    expect(defined(fake.requests[1]).outcome).toBe('cancelled');
     expect(fake.gateState(other)).toEqual({ name: other, open: false, waiting: 0, passed: 0 });
   });
 
@@ -387,28 +388,28 @@ describe('tool calls', () => {
     stream.on('chunk', (chunk) => raw.push(chunk));
     const final = await stream.finalChatCompletion();
 
-    const message = final.choices[0]!.message;
-    expect(final.choices[0]!.finish_reason).toBe('tool_calls');
+    const message = defined(final.choices[0]).message;
+    expect(defined(final.choices[0]).finish_reason).toBe('tool_calls');
     expect(message.content).toBeNull();
     expect(message.tool_calls).toHaveLength(2);
-    message.tool_calls!.forEach((call, i) => {
+    defined(message.tool_calls).forEach((call, i) => {
       expect(call.id).toMatch(/^call_[A-Za-z0-9]{24}$/);
-      expect(call).toMatchObject({ type: 'function', function: { name: calls[i]!.name, arguments: JSON.stringify(calls[i]!.arguments) } });
+      expect(call).toMatchObject({ type: 'function', function: { name: defined(calls[i]).name, arguments: JSON.stringify(defined(calls[i]).arguments) } });
     });
     const args = calls.map((c) => ({ arguments: JSON.stringify(c.arguments) }));
-    expect(final.usage!.completion_tokens).toBe(completionTokens('', args));
+    expect(defined(final.usage).completion_tokens).toBe(completionTokens('', args));
 
     // Each call opens with id, type, name and empty arguments; fragments carry only index and arguments.
     const deltas = raw.flatMap((c) => c.choices[0]?.delta.tool_calls ?? []);
-    expect(raw[0]!.choices[0]!.delta).toMatchObject({ role: 'assistant', content: null });
+    expect(defined(defined(raw[0]).choices[0]).delta).toMatchObject({ role: 'assistant', content: null });
     for (const [index, call] of calls.entries()) {
       const [header, ...fragments] = deltas.filter((d) => d.index === index);
-      expect(header).toEqual({ index, id: message.tool_calls![index]!.id, type: 'function', function: { name: call.name, arguments: '' } });
+      expect(header).toEqual({ index, id: defined(defined(message.tool_calls)[index]).id, type: 'function', function: { name: call.name, arguments: '' } });
       expect(fragments.length).toBe(Math.ceil(JSON.stringify(call.arguments).length / ARGUMENT_CHUNK_CHARS));
       expect(fragments.length).toBeGreaterThan(1);
       for (const fragment of fragments) expect(Object.keys(fragment).sort()).toEqual(['function', 'index']);
     }
-    expect(fake.requests[0]!.body).toMatchObject({ tools: [WEATHER_TOOL, TIME_TOOL], tool_choice: 'auto' });
+    expect(defined(fake.requests[0]).body).toMatchObject({ tools: [WEATHER_TOOL, TIME_TOOL], tool_choice: 'auto' });
   });
 
   it('call the first function tool with schema-derived arguments when the directive names none', async () => {
@@ -417,11 +418,11 @@ describe('tool calls', () => {
       tools: [WEATHER_TOOL, TIME_TOOL],
       messages: [user('Weather?', { tool_calls: true })],
     });
-    const choice = completion.choices[0]!;
+    const choice = defined(completion.choices[0]);
     expect(choice.finish_reason).toBe('tool_calls');
     expect(choice.message.content).toBeNull();
     expect(choice.message.tool_calls).toHaveLength(1);
-    const call = choice.message.tool_calls![0]!;
+    const call = defined(defined(choice.message.tool_calls)[0]);
     expect(call.type === 'function' && call.function.name).toBe('get_weather');
     expect(call.type === 'function' && JSON.parse(call.function.arguments)).toEqual({ city: 'example', unit: 'celsius' });
   });
@@ -432,34 +433,34 @@ describe('tool calls', () => {
       { reply: 'It is 21 degrees in Paris.' },
     ]);
     const first = await complete({ model: MODEL, tools: [WEATHER_TOOL], messages: [directive] });
-    const assistant = first.choices[0]!.message;
-    expect(assistant.tool_calls![0]!.id).toBe('call_fixed');
+    const assistant = defined(first.choices[0]).message;
+    expect(defined(defined(assistant.tool_calls)[0]).id).toBe('call_fixed');
 
     const second = await complete({
       model: MODEL,
       tools: [WEATHER_TOOL],
       messages: [directive, assistant, { role: 'tool', tool_call_id: 'call_fixed', content: '21' }],
     });
-    expect(second.choices[0]!.message.content).toBe('It is 21 degrees in Paris.');
+    expect(defined(second.choices[0]).message.content).toBe('It is 21 degrees in Paris.');
     expect(fake.requests.map((r) => r.scenarioSource)).toEqual(['directive', 'directive']);
   });
 
   it('search with the user’s message when given the gateway’s file_search function and no scenario, once a turn', async () => {
     const FILE_SEARCH = { type: 'function' as const, function: { name: 'file_search', parameters: { type: 'object', properties: { queries: { type: 'array', items: { type: 'string' } } } } } };
     const first = await complete({ model: MODEL, tools: [WEATHER_TOOL, FILE_SEARCH], messages: [user('Are refunds accepted?')] });
-    const call = first.choices[0]!.message.tool_calls![0]!;
+    const call = defined(defined(defined(first.choices[0]).message.tool_calls)[0]);
     expect(call.type === 'function' && [call.function.name, JSON.parse(call.function.arguments)]).toEqual(['file_search', { queries: ['Are refunds accepted?'] }]);
     // Its results back: the answer, no second search.
     const second = await complete({
       model: MODEL,
       tools: [FILE_SEARCH],
-      messages: [user('Are refunds accepted?'), first.choices[0]!.message, { role: 'tool', tool_call_id: call.id, content: '【0†policy.txt】 Refunds are accepted.' }],
+      messages: [user('Are refunds accepted?'), defined(first.choices[0]).message, { role: 'tool', tool_call_id: call.id, content: '【0†policy.txt】 Refunds are accepted.' }],
     });
-    expect(second.choices[0]!.message).toMatchObject({ content: 'The tool returned: 【0†policy.txt】 Refunds are accepted.' });
+    expect(defined(second.choices[0]).message).toMatchObject({ content: 'The tool returned: 【0†policy.txt】 Refunds are accepted.' });
     // Not with tool_choice none, nor when a scenario says what to answer.
-    expect((await complete({ model: MODEL, tools: [FILE_SEARCH], tool_choice: 'none', messages: [user('Refunds?')] })).choices[0]!.message.tool_calls).toBeUndefined();
-    expect((await complete({ model: MODEL, tools: [FILE_SEARCH], messages: [user('Refunds?', { reply: 'No.' })] })).choices[0]!.message).toMatchObject({ content: 'No.' });
-    expect((await complete({ model: MODEL, tools: [WEATHER_TOOL], messages: [user('Refunds?')] })).choices[0]!.message.tool_calls).toBeUndefined();
+    expect(defined((await complete({ model: MODEL, tools: [FILE_SEARCH], tool_choice: 'none', messages: [user('Refunds?')] })).choices[0]).message.tool_calls).toBeUndefined();
+    expect(defined((await complete({ model: MODEL, tools: [FILE_SEARCH], messages: [user('Refunds?', { reply: 'No.' })] })).choices[0]).message).toMatchObject({ content: 'No.' });
+    expect(defined((await complete({ model: MODEL, tools: [WEATHER_TOOL], messages: [user('Refunds?')] })).choices[0]).message.tool_calls).toBeUndefined();
   });
 
   it('refuse a nameless tool call when the request has no tools', async () => {
@@ -514,7 +515,7 @@ describe('errors', () => {
     expect(auth.error).toMatchObject({ type: 'invalid_request_error', param: null, code: 'invalid_api_key' });
     expect(auth.message).toContain('Incorrect API key provided: sk-');
     expect(auth.message).not.toContain('sk-wrong-key-abcdefghijkl');
-    expect(fake.requests[0]!.headers.authorization).toBe('Bearer sk-wrong-key-abcdefghijkl');
+    expect(defined(fake.requests[0]).headers.authorization).toBe('Bearer sk-wrong-key-abcdefghijkl');
 
     const none = await post({ model: MODEL, messages: [user('Hi')] }, { authorization: '' });
     expect(none.status).toBe(401);
@@ -584,7 +585,7 @@ describe('scenario selection', () => {
   it('directive first (without consuming the queue), then the FIFO queue, then the default, then the built-in reply', async () => {
     fake.enqueue({ reply: 'first' }, { reply: 'second' });
     const ask = async (message: ChatCompletionMessageParam) =>
-      (await complete({ model: MODEL, messages: [message] })).choices[0]!.message.content;
+      defined((await complete({ model: MODEL, messages: [message] })).choices[0]).message.content;
 
     expect(await ask(user('Hi', { reply: 'from the directive' }))).toBe('from the directive');
     expect(await ask(user('Hi'))).toBe('first');
@@ -604,16 +605,16 @@ describe('scenario selection', () => {
         { role: 'user', content: [{ type: 'text', text: 'Look:' }, { type: 'text', text: fakeDirective({ reply: 'from parts' }) }] },
       ],
     });
-    expect(completion.choices[0]!.message.content).toBe('from parts');
+    expect(defined(completion.choices[0]).message.content).toBe('from parts');
   });
 
   it('lets the SDK retry through a queued 429', async () => {
     fake.enqueue({ status: 429, retry_after: 0.01 });
     const retrying = new OpenAI({ apiKey: API_KEY, baseURL: fake.baseURL, maxRetries: 1 });
     const completion = await complete({ model: MODEL, messages: [user('Hi')] }, retrying);
-    expect(completion.choices[0]!.message.content).toBe('You said: Hi');
+    expect(defined(completion.choices[0]).message.content).toBe('You said: Hi');
     expect(fake.requests).toHaveLength(2);
-    expect(fake.requests[1]!.headers['x-stainless-retry-count']).toBe('1');
+    expect(defined(fake.requests[1]).headers['x-stainless-retry-count']).toBe('1');
   });
 });
 
@@ -629,9 +630,9 @@ describe('faults mid-stream', () => {
       for await (const chunk of stream) received.push(chunk);
     })().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(Error);
-    expect(received.map((c) => c.choices[0]!.delta.content)).toEqual(['', 'a', ' b']);
+    expect(received.map((c) => defined(c.choices[0]).delta.content)).toEqual(['', 'a', ' b']);
     await fake.waitForIdle();
-    expect(fake.requests[0]!.outcome).toBe('cut');
+    expect(defined(fake.requests[0]).outcome).toBe('cut');
 
     // What a plain fetch() client sees: the body errors with undici's "terminated".
     const raw = await readRaw(await post({ model: MODEL, stream: true, messages: [user('Hi', { cut_after_chunks: 2 })] }));
@@ -653,7 +654,7 @@ describe('faults mid-stream', () => {
       received.push(chunk);
       if (received.length === 2) {
         setTimeout(() => {
-          whileStalled = { inFlight: fake.inFlight, outcome: fake.requests[0]!.outcome };
+          whileStalled = { inFlight: fake.inFlight, outcome: defined(fake.requests[0]).outcome };
           controller.abort();
         }, 150);
       }
@@ -664,7 +665,7 @@ describe('faults mid-stream', () => {
     expect(received).toHaveLength(2);
     await fake.waitForIdle();
     expect(fake.inFlight).toBe(0);
-    expect(fake.requests[0]!.outcome).toBe('cancelled');
+    expect(defined(fake.requests[0]).outcome).toBe('cancelled');
   });
 
   it('close() does not wait for stalled streams', async () => {
@@ -685,7 +686,7 @@ describe('faults mid-stream', () => {
     expect(error).toBeInstanceOf(TypeError);
     expect(other.inFlight).toBe(0);
     expect(other.openConnections).toBe(0);
-    expect(other.requests[0]!.outcome).toBe('closed');
+    expect(defined(other.requests[0]).outcome).toBe('closed');
   });
 
   it('a client leaving during the first-byte delay is not left in flight', async () => {
@@ -694,7 +695,7 @@ describe('faults mid-stream', () => {
     );
     expect((error as Error).name).toBe('TimeoutError');
     await fake.waitForIdle();
-    expect(fake.requests[0]!.outcome).toBe('cancelled');
+    expect(defined(fake.requests[0]).outcome).toBe('cancelled');
   });
 
   it('a malformed chunk breaks the SDK iteration; the stream goes on behind it', async () => {
@@ -723,10 +724,10 @@ describe('Azure OpenAI', () => {
 
   it('serves the deployment path with the api-key header, streamed behind a prompt-filter chunk', async () => {
     const completion = await complete({ model: 'gpt-4o', messages: [user('Hi', { reply: 'Hello Azure' })] }, azure());
-    expect(completion.choices[0]!.message.content).toBe('Hello Azure');
+    expect(defined(completion.choices[0]).message.content).toBe('Hello Azure');
     expect(completion).toHaveProperty('prompt_filter_results');
     expect(fake.requests[0]).toMatchObject({ path: '/openai/deployments/my-gpt-4o/chat/completions', query: { 'api-version': '2024-10-21' } });
-    expect(fake.requests[0]!.headers['api-key']).toBe(API_KEY);
+    expect(defined(fake.requests[0]).headers['api-key']).toBe(API_KEY);
 
     const stream = await azure().chat.completions.create({
       model: 'gpt-4o',
@@ -735,10 +736,10 @@ describe('Azure OpenAI', () => {
       messages: [user('Hi', { reply: 'Hello Azure' })],
     });
     const chunks = await collect(stream);
-    expect(chunks[0]!.choices).toEqual([]);
+    expect(defined(chunks[0]).choices).toEqual([]);
     expect(chunks[0]).toHaveProperty('prompt_filter_results');
     expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe('Hello Azure');
-    expect(chunks.at(-1)!.usage!.completion_tokens).toBe(2);
+    expect(defined(defined(chunks.at(-1)).usage).completion_tokens).toBe(2);
   });
 
   it('refuses a wrong api-key with Azure\'s 401 and a missing api-version with 404', async () => {
@@ -776,7 +777,7 @@ describe('large answers', () => {
     expect(length).toBe(bytes);
     expect(contentChunks).toBe(1024);
     expect(words).toBeGreaterThan(100_000);
-    expect(usage!.completion_tokens).toBe(words);
+    expect(defined(usage).completion_tokens).toBe(words);
   });
 });
 
@@ -826,7 +827,7 @@ describe('hostile answers', () => {
   it('floods for ever without flood_bytes, until the client leaves', async () => {
     const leave = new AbortController();
     const response = await post({ model: MODEL, stream: true, messages: [user('Hi', { flood: ': ping\n\n', chunk_delay_ms: 1 })] }, {}, undefined, leave.signal);
-    const reader = response.body!.getReader();
+    const reader = defined(response.body).getReader();
     // Each read holds whole pings: one, or more when the machine is busy and writes coalesce.
     for (let pings = 0; pings < 20; ) {
       const text = new TextDecoder().decode((await reader.read()).value);
@@ -835,7 +836,7 @@ describe('hostile answers', () => {
     }
     leave.abort();
     await fake.waitForIdle();
-    expect(fake.requests[0]!.outcome).toBe('cancelled');
+    expect(defined(fake.requests[0]).outcome).toBe('cancelled');
   });
 
   it('answers an error with a gzip body that inflates to gzip_error_bytes', async () => {
@@ -850,7 +851,7 @@ describe('hostile answers', () => {
 
   it('sends usage numbers as given, of any type', async () => {
     const text = (await readRaw(await post({ model: MODEL, stream: true, stream_options: { include_usage: true }, messages: [user('Hi', { reply: 'x', usage: { total_tokens: -1e9, prompt_tokens: '01e4' } })] }))).text;
-    const usage = JSON.parse(dataEvents(text).at(-2)!).usage;
+    const usage = JSON.parse(defined(dataEvents(text).at(-2))).usage;
     expect(usage).toMatchObject({ prompt_tokens: '01e4', total_tokens: -1e9 });
   });
 });
@@ -878,7 +879,7 @@ describe('turn bounds (issue 34)', () => {
     // The fake sleeps a chunk's share of the second after reading it: no faster than the rate.
     expect(performance.now() - started).toBeGreaterThanOrEqual((body.length * 1000) / 200_000 - 5);
     expect(dataEvents(text).slice(0, -1).map((data) => JSON.parse(data).choices[0]?.delta.content ?? '').join('')).toBe('read');
-    expect(fake.requests.at(-1)!.path).toBe('/v1/chat/completions');
+    expect(defined(fake.requests.at(-1)).path).toBe('/v1/chat/completions');
   });
 
   it('neither reads nor answers a body sent to /unread/, until the client leaves', async () => {
@@ -888,7 +889,7 @@ describe('turn bounds (issue 34)', () => {
     void unread.then(() => (settled = true), () => (settled = true));
     // Sent after it, answered before it: the fake never looked at the first request.
     const after = await complete({ model: MODEL, messages: [user('Hi', { reply: 'after' })] });
-    expect(after.choices[0]!.message.content).toBe('after');
+    expect(defined(after.choices[0]).message.content).toBe('after');
     expect(settled).toBe(false);
     expect(fake.requests.map((request) => request.path)).toEqual(['/v1/chat/completions']);
     // Its connection is held until the client leaves (the kept-alive one of the request after it
@@ -966,7 +967,7 @@ describe('in-process and as a script', () => {
       expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
       const script = new OpenAI({ apiKey: 'k1', baseURL: `${url}/v1`, maxRetries: 0 });
       const completion = await complete({ model: MODEL, messages: [user('Hi', { reply: 'from the script' })] }, script);
-      expect(completion.choices[0]!.message.content).toBe('from the script');
+      expect(defined(completion.choices[0]).message.content).toBe('from the script');
     } finally {
       const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
       child.kill('SIGTERM');

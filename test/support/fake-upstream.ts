@@ -38,6 +38,7 @@
  * nor answers, holding the connection until the client leaves (a provider that reads not at all);
  * `/slow-read/<bytes per second>/v1/...` reads it at that rate, then answers as usual.
  */
+import { defined } from './defined';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { GATE_NAME, type GateState } from './gates';
@@ -498,10 +499,10 @@ export class FakeUpstream {
       const turn = analyseTurn(messages);
       const steps = parseDirective(turn.userText);
       if (steps !== undefined && turn.step < steps.length) {
-        scenario = steps[turn.step]!;
+        scenario = defined(steps[turn.step]);
         record.scenarioSource = 'directive';
       } else if (this.#queue.length > 0) {
-        scenario = this.#queue.shift()!;
+        scenario = defined(this.#queue.shift());
         record.scenarioSource = 'queue';
       } else {
         scenario = this.#default ?? {};
@@ -588,7 +589,8 @@ export function fakeEmbedding(text: string, dimensions = FAKE_EMBEDDING_DIMENSIO
   for (const word of text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
     let hash = 2166136261;
     for (let i = 0; i < word.length; i++) hash = Math.imul(hash ^ word.charCodeAt(i), 16777619) >>> 0;
-    vector[hash % dimensions]! += hash & 0x80000000 ? -1 : 1;
+    const slot = hash % dimensions;
+    vector[slot] = defined(vector[slot]) + (hash & 0x80000000 ? -1 : 1);
   }
   const norm = Math.hypot(...vector);
   // An empty text still gets a unit vector: providers never answer zeros.
@@ -1476,7 +1478,7 @@ async function serveNode(fake: FakeUpstream, req: IncomingMessage, res: ServerRe
       if (reading && !(await sleep(((chunk as Buffer).length * 1000) / reading.bytesPerSecond, gone.signal))) return;
     }
     const headers = new Headers();
-    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
+    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) headers.append(defined(req.rawHeaders[i]), defined(req.rawHeaders[i + 1]));
     const method = req.method ?? 'GET';
     const request = new Request(new URL(reading?.url ?? req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`), {
       method,
@@ -1547,9 +1549,9 @@ async function serveNode(fake: FakeUpstream, req: IncomingMessage, res: ServerRe
  */
 function hostileReading(url: string): { bytesPerSecond: number; url: string } | null {
   const unread = /^\/unread(\/.*)$/.exec(url);
-  if (unread) return { bytesPerSecond: 0, url: unread[1]! };
+  if (unread) return { bytesPerSecond: 0, url: defined(unread[1]) };
   const slow = /^\/slow-read\/([1-9]\d*)(\/.*)$/.exec(url);
-  return slow ? { bytesPerSecond: Number(slow[1]), url: slow[2]! } : null;
+  return slow ? { bytesPerSecond: Number(slow[1]), url: defined(slow[2]) } : null;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import { readFileSync } from 'node:fs';
 import { Ajv2020, type ErrorObject } from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
@@ -28,7 +29,7 @@ ajv.addSchema(document, DOCUMENT_ID);
 
 /** `/v1/threads/{thread_id}` for `/v1/threads/thread_abc`: the document's path that `path` is an instance of. */
 export function documentPath(path: string): string | undefined {
-  const bare = path.split('?')[0]!;
+  const bare = defined(path.split('?')[0]);
   return Object.keys(document.paths).find((template) => {
     const pattern = template.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+');
     return new RegExp(`^${pattern}$`).test(bare);

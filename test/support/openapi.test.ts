@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import {
@@ -23,7 +24,7 @@ const examples = readFileSync(new URL('../fixtures/openai-run-stream-example.txt
   .map((section) => parseEventStream(section.replace(/^#.*\n/gm, '')));
 const [liveCapture, documented, errorExample] = examples as [StreamEvent[], StreamEvent[], StreamEvent[]];
 
-const dataOf = (events: StreamEvent[], name: string): any => structuredClone(events.find((event) => event.event === name)!.data);
+const dataOf = (events: StreamEvent[], name: string): any => structuredClone(defined(events.find((event) => event.event === name)).data);
 const completedRun = () => dataOf(liveCapture, 'thread.run.completed');
 
 /** A list of failures without the values and schemas they show: what a test can compare. */
@@ -49,7 +50,7 @@ describe('what OpenAI sends', () => {
   it('each undocumented field that is let through is one the live API was captured sending', () => {
     const objects: Record<string, string> = { RunObject: 'thread.run.completed', RunStepObject: 'thread.run.step.completed' };
     for (const [component, fields] of Object.entries(fieldsOpenAiSendsUndocumented)) {
-      for (const field of Object.keys(fields)) expect(dataOf(liveCapture, objects[component]!)).toHaveProperty(field);
+      for (const field of Object.keys(fields)) expect(dataOf(liveCapture, defined(objects[component]))).toHaveProperty(field);
     }
   });
 });

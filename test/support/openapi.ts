@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import { readFileSync } from 'node:fs';
 import { isDeepStrictEqual } from 'node:util';
 import { Ajv2019, type ErrorObject, type ValidateFunction } from 'ajv/dist/2019';
@@ -65,11 +66,11 @@ for (const document of documents) {
  * is typed as the description types the same field elsewhere.
  */
 export const fieldsOpenAiSendsUndocumented: Readonly<Record<string, Record<string, Schema>>> = {
-  RunObject: { tool_resources: (components.AssistantObject!.properties as Record<string, Schema>).tool_resources! },
+  RunObject: { tool_resources: defined((defined(components.AssistantObject).properties as Record<string, Schema>).tool_resources) },
   RunStepObject: { expires_at: { anyOf: [{ type: 'integer', format: 'unixtime' }, { type: 'null' }] } },
 };
 for (const [name, fields] of Object.entries(fieldsOpenAiSendsUndocumented)) {
-  const schema = components[name]!;
+  const schema = defined(components[name]);
   components[name] = { ...schema, properties: { ...(schema.properties as Record<string, Schema>), ...fields } };
 }
 
@@ -82,7 +83,7 @@ export const fieldsOpenAiSendsNull: Readonly<Record<string, readonly string[]>> 
   OpenAIFile: ['expires_at', 'status_details'],
 };
 for (const [name, fields] of Object.entries(fieldsOpenAiSendsNull)) {
-  const schema = components[name]!;
+  const schema = defined(components[name]);
   const properties = { ...(schema.properties as Record<string, Schema>) };
   for (const field of fields) properties[field] = { ...properties[field], nullable: true };
   components[name] = { ...schema, properties };
@@ -249,7 +250,7 @@ const eventSchemas = (() => {
   const visit = (schema: Schema, pointer: string): void => {
     if (typeof schema.$ref === 'string') {
       const name = schema.$ref.slice(COMPONENT_REF.length);
-      return visit(components[name]!, `#/$defs/${name}`);
+      return visit(defined(components[name]), `#/$defs/${name}`);
     }
     if (Array.isArray(schema.oneOf)) {
       (schema.oneOf as Schema[]).forEach((branch, i) => visit(branch, `${pointer}/oneOf/${i}`));
@@ -265,7 +266,7 @@ const eventSchemas = (() => {
       pointer,
     });
   };
-  visit(components.AssistantStreamEvent!, '#/$defs/AssistantStreamEvent');
+  visit(defined(components.AssistantStreamEvent), '#/$defs/AssistantStreamEvent');
   return events;
 })();
 

@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -50,7 +51,7 @@ export interface GatewayProcess {
  */
 const START = ((): string[] => {
   const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
-  const [program, ...args] = scripts.start.split('&&').at(-1)!.trim().split(/\s+/);
+  const [program, ...args] = defined(scripts.start.split('&&').at(-1)).trim().split(/\s+/);
   if (program !== 'node') throw new Error(`npm start ends with '${program}', not node: processes.ts cannot start it as it does`);
   return [process.execPath, ...args];
 })();
@@ -66,7 +67,7 @@ export interface GatewayCommand {
 export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_000, how: GatewayCommand = {}): Promise<GatewayProcess> {
   const [program, ...args] = how.command ?? START;
   const group = how.command !== undefined;
-  const child = spawn(program!, args, {
+  const child = spawn(defined(program), args, {
     cwd: how.cwd ?? ROOT,
     env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -77,7 +78,7 @@ export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
-      if (group) process.kill(-child.pid!, 'SIGKILL');
+      if (group) process.kill(-defined(child.pid), 'SIGKILL');
       else child.kill('SIGKILL');
       reject(new Error(`gateway did not start in ${timeoutMs} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`));
     }, timeoutMs);
@@ -88,13 +89,13 @@ export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_
       if (match) {
         clearTimeout(timer);
         resolve({
-          url: match[1]!,
+          url: defined(match[1]),
           child,
           stdout: () => stdout,
           stderr: () => stderr,
           stop: async (signal = 'SIGTERM') => {
             if (child.exitCode === null && child.signalCode === null) {
-              if (group) process.kill(-child.pid!, signal);
+              if (group) process.kill(-defined(child.pid), signal);
               else child.kill(signal);
             }
             return exited;
@@ -160,7 +161,7 @@ export async function startRatelimitWorker(dataDir: string, args: string[]): Pro
   return {
     line: () =>
       lines.length > 0
-        ? Promise.resolve(lines.shift()!)
+        ? Promise.resolve(defined(lines.shift()))
         : Promise.race([
             new Promise<string>((resolve) => waiting.push(resolve)),
             exit.then((code) => Promise.reject(new Error(`worker exited with ${code}: ${stderr}`))),
@@ -197,7 +198,7 @@ export function startFakeUpstreamProcess(timeoutMs = 20_000): Promise<FakeUpstre
       reject(new Error(`the fake upstream did not start in ${timeoutMs} ms`));
     }, timeoutMs);
     let stdout = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
+    defined(child.stdout).on('data', (chunk: Buffer) => {
       stdout += chunk;
       const url = /^(http:\/\/\S+)\n/.exec(stdout)?.[1];
       if (!url) return;
@@ -235,7 +236,7 @@ export function resetPeakMemory(pid: number): void {
  */
 export function mainThreadSchedule(pid: number): { onCpuMs: number; waitingMs: number } {
   const [onCpu, waiting] = readFileSync(`/proc/${pid}/schedstat`, 'utf8').trim().split(/\s+/).map(Number);
-  return { onCpuMs: onCpu! / 1e6, waitingMs: waiting! / 1e6 };
+  return { onCpuMs: defined(onCpu) / 1e6, waitingMs: defined(waiting) / 1e6 };
 }
 
 /** Resident and peak resident memory of a process, in MB (Linux /proc). */

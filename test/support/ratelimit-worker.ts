@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import { createInterface } from 'node:readline';
 import { openDatabase } from '../../src/db/node';
 import { ApiError } from '../../src/errors';
@@ -26,7 +27,7 @@ const database = await openDatabase(config);
 const deps = await createNodeDeps(config, database, { now: () => now });
 
 if (command === 'admit') {
-  const attributes = JSON.parse(first!) as RequestAttributes;
+  const attributes = JSON.parse(defined(first)) as RequestAttributes;
   await deps.policyCache.get(attributes.workspace_id);
   process.stdout.write('ready\n');
   const input = createInterface({ input: process.stdin });
@@ -46,7 +47,7 @@ if (command === 'admit') {
   const count = (outcome: string) => outcomes.filter((o) => o === outcome).length;
   process.stdout.write(`${JSON.stringify({ admitted: count('admitted'), refused: count('refused') })}\n`);
 } else if (command === 'create-policy') {
-  const policy = await createPolicy(deps.db, JSON.parse(first!), JSON.parse(second!), now, {
+  const policy = await createPolicy(deps.db, JSON.parse(defined(first)), JSON.parse(defined(second)), now, {
     createdBy: 'workspace',
     caps: workspaceCaps(config),
   });

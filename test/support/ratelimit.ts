@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import type { Client } from '@libsql/client';
 import { expect } from 'vitest';
 import { ApiError } from '../../src/errors';
@@ -46,7 +47,7 @@ export async function usedBy(client: Client, policyId: string): Promise<number> 
 /** The tokens a run's current turn reserved at admission (its stored ticket). */
 export async function reservedBy(client: Client, runId: string): Promise<number> {
   const { rows } = await client.execute({ sql: 'SELECT rate_limit FROM runs WHERE id = ?', args: [runId] });
-  return (JSON.parse(String(rows[0]!.rate_limit)) as { reserved: number }).reserved;
+  return (JSON.parse(String(defined(rows[0]).rate_limit)) as { reserved: number }).reserved;
 }
 
 /** Moves the clock to one second into the next UTC minute, so that no window ends during a test; answers that minute's start. */
@@ -65,7 +66,7 @@ export async function rowsOf(client: Client, workspaceId: string) {
                  (SELECT count(*) FROM run_steps WHERE workspace_id = ?1) AS steps`,
     args: [workspaceId],
   });
-  const row = rows[0]!;
+  const row = defined(rows[0]);
   return { threads: Number(row.threads), messages: Number(row.messages), runs: Number(row.runs), steps: Number(row.steps) };
 }
 

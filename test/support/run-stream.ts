@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import { readFileSync } from 'node:fs';
 
 /** Reading a run's event stream, and the event order of a real OpenAI run stream (test/fixtures). */
@@ -14,8 +15,8 @@ export function parseEvents(text: string): ParsedEvent[] {
     .filter((block) => block.startsWith('event: '))
     .map((block) => {
       const [eventLine, dataLine] = block.split('\n');
-      const data = dataLine!.slice('data: '.length);
-      return { event: eventLine!.slice('event: '.length), data: data === '[DONE]' ? data : JSON.parse(data) };
+      const data = defined(dataLine).slice('data: '.length);
+      return { event: defined(eventLine).slice('event: '.length), data: data === '[DONE]' ? data : JSON.parse(data) };
     });
 }
 
@@ -27,7 +28,7 @@ export function collapse(events: string[]): string[] {
 /** The event names of example N of a real OpenAI run stream (test/fixtures), deltas collapsed. */
 export function referenceOrder(example: number): string[] {
   const text = readFileSync(new URL('../fixtures/openai-run-stream-example.txt', import.meta.url), 'utf8');
-  const section = text.split(/# =+ EXAMPLE \d/)[example]!;
+  const section = defined(text.split(/# =+ EXAMPLE \d/)[example]);
   const names = section
     .split('\n')
     .filter((line) => line.startsWith('event: '))

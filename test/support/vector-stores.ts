@@ -1,3 +1,4 @@
+import { defined } from './defined';
 import type { Db } from '../../src/db/client';
 import type { FileAttributes, VectorStoreFileStatus } from '../../src/db/schema';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores } from '../../src/db/schema';
@@ -101,7 +102,7 @@ export async function insertStore(
           chunkIndex,
           text,
           tokens: text.split(/\s+/).length,
-          embedding: vectorBlob(embedded!.vectors[next++]!),
+          embedding: vectorBlob(defined(defined(embedded).vectors[next++])),
         })),
       );
     }

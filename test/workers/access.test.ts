@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { exports } from 'cloudflare:workers';
 import OpenAI from 'openai';
 import { describe, expect, inject, it } from 'vitest';
@@ -37,7 +38,7 @@ describe('drop-in access on workerd', () => {
     );
     expect(run).toMatchObject({ status: 'completed', model });
     const messages = await openai.beta.threads.messages.list(run.thread_id);
-    const answer = messages.data[0]!.content[0];
+    const answer = defined(messages.data[0]).content[0];
     expect(answer?.type === 'text' && answer.text.value).toBe('You said: Hello from workerd');
 
     // A model no key of the workspace serves.

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { createClient } from '@libsql/client/web';
 import { createScheduledController } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
@@ -52,11 +53,11 @@ describe('file search on workerd', () => {
       order: 'asc',
       include: ['step_details.tool_calls[*].file_search.results[*].content'],
     });
-    expect(steps.data[0]!.step_details).toMatchObject({
+    expect(defined(steps.data[0]).step_details).toMatchObject({
       tool_calls: [{ type: 'file_search', file_search: { results: [{ file_id: fileIds[0], content: [{ text: REFUND_CHUNK }] }] } }],
     });
     const messages = await openai.beta.threads.messages.list(run.thread_id);
-    expect(messages.data[0]!.content[0]).toMatchObject({ text: { annotations: [{ type: 'file_citation', file_citation: { file_id: fileIds[0] } }] } });
+    expect(defined(messages.data[0]).content[0]).toMatchObject({ text: { annotations: [{ type: 'file_citation', file_citation: { file_id: fileIds[0] } }] } });
   });
 
   it('builds the store’s vector index on the cron trigger, and still finds the right chunk', async () => {

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { createClient } from '@libsql/client/web';
 import { createScheduledController } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
@@ -194,7 +195,8 @@ describe('/v1/files on workerd', () => {
     );
     expect(run.status).toBe('completed');
     const [answer] = (await client.beta.threads.messages.list(run.thread_id, { run_id: run.id })).data;
-    const sent = JSON.parse(answer!.content[0]!.type === 'text' ? answer!.content[0]!.text.value : '[]');
+    const first = defined(defined(answer).content[0]);
+    const sent = JSON.parse(first.type === 'text' ? first.text.value : '[]');
     expect(sent).toEqual([
       {
         role: 'user',

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { exports } from 'cloudflare:workers';
 import { describe, expect, inject, it } from 'vitest';
 import openApiDocument from '../../src/http/openapi/assets/openapi.json';
@@ -232,7 +233,7 @@ describe('the error envelope on workerd', () => {
     expect(responses.map((response) => response.status)).toEqual([200, 200, 400, 401, 404]);
     const texts = await Promise.all(responses.map((response) => response.text()));
     for (const text of texts) expect(text).toMatch(/}\n$/);
-    expect(JSON.parse(texts[4]!).error.message).toContain("The API is served under /v1: a client's base URL ends in /v1");
+    expect(JSON.parse(defined(texts[4])).error.message).toContain("The API is served under /v1: a client's base URL ends in /v1");
   });
 });
 

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { env, exports } from 'cloudflare:workers';
 import { and, eq } from 'drizzle-orm';
 import OpenAI from 'openai';
@@ -88,7 +89,7 @@ describe('ingestion on Workers', () => {
 
     const { db } = await workerDeps(env);
     const [row] = await db.select().from(vectorStores).where(eq(vectorStores.id, store.id));
-    const dimensions = row!.embeddingDimensions!;
+    const dimensions = defined(defined(row).embeddingDimensions);
     expect(dimensions).toBeGreaterThan(0);
     const chunks = await db
       .select()
@@ -98,8 +99,8 @@ describe('ingestion on Workers', () => {
     // About 1,000 tokens in chunks of 200 with 50 of overlap.
     expect(chunks.length).toBeGreaterThan(4);
     expect(chunks.map((chunk) => chunk.chunkIndex)).toEqual(chunks.map((_, index) => index));
-    expect(chunks[0]!.text.startsWith('Paragraph 0:')).toBe(true);
-    expect(chunks.at(-1)!.text).toContain('Paragraph 39:');
+    expect(defined(chunks[0]).text.startsWith('Paragraph 0:')).toBe(true);
+    expect(defined(chunks.at(-1)).text).toContain('Paragraph 39:');
     for (const chunk of chunks) {
       expect(chunk.tokens).toBeLessThanOrEqual(200);
       // The fake provider's vectors: `dimensions` float32s of unit length.
@@ -168,7 +169,7 @@ describe('ingestion on Workers', () => {
     const file = await openai.vectorStores.files.poll(store.id, fileId, { pollIntervalMs: 100 });
     expect(file).toMatchObject({ status: 'completed', last_error: null });
     const [row] = await db.select().from(vectorStoreFiles).where(eq(vectorStoreFiles.fileId, fileId));
-    expect(row!.attempts).toBe(2);
+    expect(defined(row).attempts).toBe(2);
   });
 
   it("counts embedding calls in the gateway's rate-limit counter objects", async () => {
@@ -196,7 +197,7 @@ describe('ingestion on Workers', () => {
     const deferred = async () => {
       for (;;) {
         const [row] = await db.select().from(vectorStoreFiles).where(eq(vectorStoreFiles.fileId, fileId));
-        if (row!.status !== 'in_progress' || (row!.attempts === 0 && row!.leaseExpiresAt !== null)) return row!;
+        if (defined(row).status !== 'in_progress' || (defined(row).attempts === 0 && defined(row).leaseExpiresAt !== null)) return defined(row);
         await scheduler.wait(100);
       }
     };

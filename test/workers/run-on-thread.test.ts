@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { createClient } from '@libsql/client/web';
 import { exports } from 'cloudflare:workers';
 import { eq, getTableColumns } from 'drizzle-orm';
@@ -38,7 +39,7 @@ const ask = (text: string, scenario: Record<string, unknown> | Record<string, un
 /** The text of a run's answer. */
 async function answerOf(threadId: string, runId: string): Promise<string> {
   const [answer] = (await openai.beta.threads.messages.list(threadId, { run_id: runId })).data;
-  const [part] = answer!.content;
+  const [part] = defined(answer).content;
   return part?.type === 'text' ? part.text.value : '';
 }
 
@@ -97,18 +98,18 @@ describe('runs on an existing thread, on workerd', () => {
     expect(events.slice(0, 3)).toEqual(['thread.run.created', 'thread.run.queued', 'thread.run.in_progress']);
     expect(events.at(-1)).toBe('thread.run.requires_action');
 
-    const [toolCall] = waiting.required_action!.submit_tool_outputs.tool_calls;
-    const second = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: toolCall!.id, output: '42' }] });
+    const [toolCall] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
+    const second = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(toolCall).id, output: '42' }] });
     const text: string[] = [];
-    second.on('textDelta', (delta) => text.push(delta.value!));
+    second.on('textDelta', (delta) => text.push(defined(delta.value)));
     const done = await second.finalRun();
     expect(done.status).toBe('completed');
     expect(JSON.parse(text.join(''))).toEqual([
       SYSTEM,
       ...history,
       { role: 'user', content: question },
-      { role: 'assistant', content: null, tool_calls: [{ id: toolCall!.id, type: 'function', function: { name: 'lookup', arguments: '{"q":"x"}' } }] },
-      { role: 'tool', tool_call_id: toolCall!.id, content: '42' },
+      { role: 'assistant', content: null, tool_calls: [{ id: defined(toolCall).id, type: 'function', function: { name: 'lookup', arguments: '{"q":"x"}' } }] },
+      { role: 'tool', tool_call_id: defined(toolCall).id, content: '42' },
     ]);
   });
 
@@ -126,7 +127,7 @@ describe('runs on an existing thread, on workerd', () => {
     );
     const admitted = responses.filter((response) => response.status === 200);
     expect(admitted).toHaveLength(1);
-    const winner = await json(admitted[0]!);
+    const winner = await json(defined(admitted[0]));
     for (const response of responses.filter((r) => r.status !== 200)) {
       expect(await errorOf(response)).toMatchObject({
         status: 400,
@@ -158,12 +159,12 @@ describe('runs on an existing thread, on workerd', () => {
     const { seq: _seq, ...columns } = getTableColumns(schema.runs);
     const [open] = await db.select(columns).from(schema.runs).where(eq(schema.runs.id, run.id));
     expect(open?.status).toBe('in_progress');
-    expect(await insertRunOnThread(db, [], { ...open!, id: `run_${crypto.randomUUID().replaceAll('-', '')}` })).toBe(false);
+    expect(await insertRunOnThread(db, [], { ...defined(open), id: `run_${crypto.randomUUID().replaceAll('-', '')}` })).toBe(false);
 
     // Once it has ended, the thread is free: a duplicate id is another conflict, and an error.
     await gate.open();
     expect((await openai.beta.threads.runs.poll(run.id, { thread_id: threadId }, POLL)).status).toBe('completed');
-    const error = await insertRunOnThread(db, [], open!).catch((caught: unknown) => caught);
+    const error = await insertRunOnThread(db, [], defined(open)).catch((caught: unknown) => caught);
     expect(isUniqueViolation(error, 'runs.id')).toBe(true);
     expect(isUniqueViolation(error, 'runs.thread_id')).toBe(false);
   });

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { env, exports } from 'cloudflare:workers';
 import { listDurableObjectIds } from 'cloudflare:test';
 import OpenAI from 'openai';
@@ -90,7 +91,7 @@ describe('runs on workerd', () => {
     });
     const deltas: string[] = [];
     const events: string[] = [];
-    stream.on('textDelta', (delta) => deltas.push(delta.value!));
+    stream.on('textDelta', (delta) => deltas.push(defined(delta.value)));
     stream.on('event', (event) => events.push(event.event));
     const run = await stream.finalRun();
     expect(deltas).toEqual(['One', ' two', ' three', ' four', ' five']);
@@ -111,11 +112,11 @@ describe('runs on workerd', () => {
     });
     const waiting = await first.finalRun();
     expect(waiting.status).toBe('requires_action');
-    const calls = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const calls = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     expect(calls.map((c) => c.function.name)).toEqual(['lookup']);
     const next = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {
       thread_id: waiting.thread_id,
-      tool_outputs: [{ tool_call_id: calls[0]!.id, output: '42' }],
+      tool_outputs: [{ tool_call_id: defined(calls[0]).id, output: '42' }],
     });
     const run = await next.finalRun();
     expect(run).toMatchObject({ id: waiting.id, status: 'completed' });
@@ -137,11 +138,11 @@ describe('runs on workerd', () => {
     // would hold the run at the first full queue.
     const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
     const response = await call('/v1/threads/runs', {
-      headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+      headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
       body: { assistant_id: assistantId, stream: true, thread: ask('Leave early', { reply: words, chunk_delay_ms: 2 }) },
     });
     expect(response.status).toBe(200);
-    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    const reader = defined(response.body).pipeThrough(new TextDecoderStream()).getReader();
     let text = '';
     while (!text.includes('event: thread.message.delta')) {
       const { done, value } = await reader.read();
@@ -151,7 +152,7 @@ describe('runs on workerd', () => {
     // The client goes away mid-answer.
     await reader.cancel();
     expect(text).not.toContain('thread.run.completed');
-    const created = JSON.parse(/event: thread\.run\.created\ndata: (.*)\n/.exec(text)![1]!);
+    const created = JSON.parse(defined(defined(/event: thread\.run\.created\ndata: (.*)\n/.exec(text))[1]));
 
     const run = await waitForRun(created.thread_id, created.id, 'completed');
     expect(run.status).toBe('completed');
@@ -187,10 +188,10 @@ describe('runs on workerd', () => {
   it('cancels a streamed run mid-answer in its executor: cancelled, the partial message incomplete', async () => {
     const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
     const response = await call('/v1/threads/runs', {
-      headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+      headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
       body: { assistant_id: assistantId, stream: true, thread: ask('Cancel me', { reply: words, chunk_delay_ms: 20 }) },
     });
-    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    const reader = defined(response.body).pipeThrough(new TextDecoderStream()).getReader();
     let text = '';
     let cancelled = false;
     for (;;) {
@@ -199,7 +200,7 @@ describe('runs on workerd', () => {
       text += value;
       if (!cancelled && text.split('event: thread.message.delta').length > 3) {
         cancelled = true;
-        const run = JSON.parse(/event: thread\.run\.created\ndata: (.*)\n/.exec(text)![1]!);
+        const run = JSON.parse(defined(defined(/event: thread\.run\.created\ndata: (.*)\n/.exec(text))[1]));
         const answer = await call(`/v1/threads/${run.thread_id}/runs/${run.id}/cancel`, { method: 'POST' });
         expect((await json(answer)).status).toBe('cancelling');
       }
@@ -208,7 +209,7 @@ describe('runs on workerd', () => {
     // only notice it 10 seconds later, after the last word).
     const names = [...text.matchAll(/^event: (.*)$/gm)].map((match) => match[1]);
     expect(names.slice(-3)).toEqual(['thread.message.incomplete', 'thread.run.cancelled', 'done']);
-    const run = JSON.parse(/event: thread\.run\.created\ndata: (.*)\n/.exec(text)![1]!);
+    const run = JSON.parse(defined(defined(/event: thread\.run\.created\ndata: (.*)\n/.exec(text))[1]));
     const list = await json(await call(`/v1/threads/${run.thread_id}/messages?run_id=${run.id}`));
     expect(list.data[0]).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'run_cancelled' } });
     expect(list.data[0].content[0].text.value.split(' ').length).toBeLessThan(200);
@@ -221,7 +222,7 @@ describe('rate limits in Durable Objects', () => {
   /** Creates a non-streamed run of `model`; answers the response. */
   const createRun = (model: string) =>
     call('/v1/threads/runs', {
-      headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+      headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
       body: { assistant_id: assistantId, model, thread: ask('Count me', { reply: 'Counted' }) },
     });
 
@@ -295,7 +296,7 @@ describe('rate limits in Durable Objects', () => {
       expect(created.status).toBe(200);
       const run = (scenario: Record<string, unknown>) =>
         call('/v1/threads/runs', {
-          headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+          headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
           body: { assistant_id: assistantId, model, thread: ask('Count me', scenario) },
         });
       return { id: (await json(created)).id as string, run };

@@ -1,3 +1,4 @@
+import { defined } from '../support/defined';
 import { exports } from 'cloudflare:workers';
 import OpenAI, { BadRequestError, NotFoundError } from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
@@ -71,8 +72,8 @@ describe('threads and messages on workerd', () => {
     expect(first.data.map((m) => m.id)).toEqual([message.id]);
     expect(first.has_more).toBe(true);
     const rest = await openai.beta.threads.messages.list(thread.id, { limit: 1, after: message.id });
-    expect(rest.data[0]!.content[0]).toMatchObject({ text: { value: 'Hello, what is AI?' } });
-    const back = await openai.beta.threads.messages.list(thread.id, { limit: 1, before: rest.data[0]!.id });
+    expect(defined(rest.data[0]).content[0]).toMatchObject({ text: { value: 'Hello, what is AI?' } });
+    const back = await openai.beta.threads.messages.list(thread.id, { limit: 1, before: defined(rest.data[0]).id });
     expect(back.data.map((m) => m.id)).toEqual([message.id]);
 
     expect(await openai.beta.threads.update(thread.id, { metadata: { modified: 'true' } })).toEqual({ ...thread, metadata: { modified: 'true' } });

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeThread, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../../support/fake-upstream';
 import { apiRoutes, createTestGateway, json, type Tenant, type TestGateway } from '../../support/gateway';
@@ -555,9 +556,9 @@ const world: World = {
   },
   async completedRun(scenario: FakeScenario = { reply: 'Sunny.' }) {
     const events = await streamedRun({ assistant_id: await world.assistant(), thread: fakeThread('What is the weather?', scenario) });
-    const run = events.findLast((event) => event.event.startsWith('thread.run.') && !event.event.includes('.step.'))!.data as { id: string; thread_id: string };
-    const message = events.findLast((event) => event.event.startsWith('thread.message.') && event.event !== 'thread.message.delta')!.data as { id: string };
-    const step = events.findLast((event) => event.event.startsWith('thread.run.step.') && event.event !== 'thread.run.step.delta')!.data as { id: string };
+    const run = defined(events.findLast((event) => event.event.startsWith('thread.run.') && !event.event.includes('.step.'))).data as { id: string; thread_id: string };
+    const message = defined(events.findLast((event) => event.event.startsWith('thread.message.') && event.event !== 'thread.message.delta')).data as { id: string };
+    const step = defined(events.findLast((event) => event.event.startsWith('thread.run.step.') && event.event !== 'thread.run.step.delta')).data as { id: string };
     return { threadId: run.thread_id, runId: run.id, messageId: message.id, stepId: step.id };
   },
   async file() {

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHash } from 'node:crypto';
@@ -91,7 +92,7 @@ describe('the answers /openapi.json declares', () => {
   it('include the event stream where a run can be streamed, and there only', async () => {
     const document = await json(await gateway.request('/openapi.json'));
     const streamed = Object.entries(document.paths as Record<string, Record<string, { responses: Record<string, { content?: object }> }>>)
-      .flatMap(([path, item]) => Object.entries(item).map(([method, operation]) => ({ operation: `${method} ${path}`, content: operation.responses[200]!.content })))
+      .flatMap(([path, item]) => Object.entries(item).map(([method, operation]) => ({ operation: `${method} ${path}`, content: defined(operation.responses[200]).content })))
       .filter(({ content }) => content !== undefined && 'text/event-stream' in content)
       .map(({ operation }) => operation)
       .sort();

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { eq } from 'drizzle-orm';
 import OpenAI, { NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -401,11 +402,11 @@ describe('the assistants beta header', () => {
   it('refuses any other version with 400 invalid_beta', async () => {
     for (const [header, value] of [['OpenAI-Beta', 'assistants=v1'], ['Vendor-Beta', 'assistants=v3'], ['OpenAI-Beta', '']]) {
       for (const response of [
-        await post({ model: 'gpt-4o' }, tenant.workspaceKey, { [header!]: value! }),
-        await gateway.request('/v1/assistants', { key: tenant.workspaceKey, headers: { [header!]: value! } }),
+        await post({ model: 'gpt-4o' }, tenant.workspaceKey, { [defined(header)]: defined(value) }),
+        await gateway.request('/v1/assistants', { key: tenant.workspaceKey, headers: { [defined(header)]: defined(value) } }),
       ]) {
         const error = await errorOf(response);
-        expect(error).toMatchObject({ status: 400, code: 'invalid_beta', param: header!.toLowerCase() });
+        expect(error).toMatchObject({ status: 400, code: 'invalid_beta', param: defined(header).toLowerCase() });
       }
     }
   });

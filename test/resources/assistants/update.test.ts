@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, type FakeUpstream } from '../../support/fake-upstream';
@@ -174,7 +175,7 @@ describe('modifying an assistant', () => {
       model: 'fake-model-2',
       instructions: 'Answer in French.',
     });
-    const sent = upstream.requests.at(-1)!.body!;
+    const sent = defined(defined(upstream.requests.at(-1)).body);
     expect(sent.model).toBe('fake-model-2');
     expect(sent.messages[0]).toEqual({ role: 'system', content: 'Answer in French.' });
     expect(sent.tools.map((tool: { function: { name: string } }) => tool.function.name)).toEqual(['translate']);

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { createReadStream, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
@@ -43,7 +44,7 @@ function storedBlobs(): string[] {
 
 async function fileRows(workspaceId: string): Promise<number> {
   const [row] = await gateway.database.db.select({ n: count() }).from(files).where(eq(files.workspaceId, workspaceId));
-  return row!.n;
+  return defined(row).n;
 }
 
 /** A multipart body by hand, so that the tests control the order, the headers and the bytes. */
@@ -397,7 +398,7 @@ describe("a workspace's storage cap", () => {
       // Five of 30 bytes at once: three fit.
       const answers = await Promise.all(Array.from({ length: 5 }, () => send(30)));
       expect(answers.map((response) => response.status).sort()).toEqual([200, 200, 200, 400, 400]);
-      const refused = await errorOf(answers.find((response) => response.status === 400)!);
+      const refused = await errorOf(defined(answers.find((response) => response.status === 400)));
       expect(refused).toMatchObject({ code: 'quota_exceeded', param: 'file' });
       expect(refused.message).toContain('GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE');
       expect(blobs()).toHaveLength(3);
@@ -435,7 +436,7 @@ describe("the disk's free space", () => {
       expect(refused instanceof APIError && refused.headers?.get('x-should-retry')).toBe('false');
       expect(readdirSync(join(full.dataDir, 'files'), { recursive: true }).filter((name) => String(name).includes('file-'))).toEqual([]);
       expect((await client.files.list()).data).toEqual([]);
-      expect((await full.database.client.execute('SELECT count(*) AS n FROM file_reservations')).rows[0]!.n).toBe(0);
+      expect(defined((await full.database.client.execute('SELECT count(*) AS n FROM file_reservations')).rows[0]).n).toBe(0);
       expect(full.logs.some((line) => line.includes('"level":"error"') && line.includes('StoreFull'))).toBe(true);
     } finally {
       await full.close();
@@ -534,7 +535,7 @@ describe('DELETE /v1/files/{file_id}', () => {
       }
     }
     const keyword = async () =>
-      (await gateway.database.client.execute(`SELECT count(*) AS n FROM vector_store_chunks_fts WHERE vector_store_chunks_fts MATCH '"zebra"' AND vector_store_id IN ('${stores[0]}', '${stores[1]}')`)).rows[0]!.n;
+      defined((await gateway.database.client.execute(`SELECT count(*) AS n FROM vector_store_chunks_fts WHERE vector_store_chunks_fts MATCH '"zebra"' AND vector_store_id IN ('${stores[0]}', '${stores[1]}')`)).rows[0]).n;
     expect(await keyword()).toBe(4);
 
     await client.files.delete(doomed.id);

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { mkdirSync, readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -75,7 +76,7 @@ function heldUpload(tenant: Tenant, options: { contentLength?: number } = {}): H
     {
       async pull(controller) {
         while (queue.length === 0) await new Promise<void>((resolve) => (wake = resolve));
-        const next = queue.shift()!;
+        const next = defined(queue.shift());
         if (next === null) return controller.close();
         read += next.byteLength;
         controller.enqueue(next);
@@ -130,7 +131,7 @@ describe('an upload reserves its bytes before they are written', () => {
     for (const [i, response] of answers.entries()) {
       if (response.status === 200) continue;
       expect(await errorOf(response)).toMatchObject({ status: 400, code: 'quota_exceeded', param: 'file' });
-      readOfRefused += uploads[i]!.read();
+      readOfRefused += defined(uploads[i]).read();
     }
     // Refused as their room ran out, not once read whole: 3 to 4.4 MiB of their 21 were read in
     // five runs (a refused upload's room goes to the others, so the quota does not bound the sum).

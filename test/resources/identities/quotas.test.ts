@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../../src/config';
 import { policyBytes } from '../../../src/resources/policies/queries';
@@ -59,7 +60,7 @@ async function recomputed(tenant: Tenant) {
           FROM rate_limit_policies WHERE workspace_id = ? AND status = 'active'`,
     args: [tenant.workspace.id],
   });
-  return { count: Number(rows[0]!.count), bytes: Number(rows[0]!.bytes) };
+  return { count: Number(defined(rows[0]).count), bytes: Number(defined(rows[0]).bytes) };
 }
 
 describe('rate-limit policies', () => {

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -142,7 +143,7 @@ describe('migration 0002 on a database with policies', () => {
       await insert('p1', 'active');
       await insert('p2', 'active');
       await insert('p3', 'archived');
-      const versionBefore = Number((await client.execute("SELECT version FROM rate_limit_policy_versions WHERE workspace_id = 'w'")).rows[0]!.version);
+      const versionBefore = Number(defined((await client.execute("SELECT version FROM rate_limit_policy_versions WHERE workspace_id = 'w'")).rows[0]).version);
 
       await migrateDatabase(database.db);
       const policies = await client.execute('SELECT id, created_by, version FROM rate_limit_policies ORDER BY id');
@@ -152,7 +153,7 @@ describe('migration 0002 on a database with policies', () => {
         ['p3', 'workspace', 0],
       ]);
       const size = 'old'.length + '[{"key":"model","value":"*"}]'.length + '[{"key":"api_key"}]'.length;
-      const state = (await client.execute("SELECT * FROM rate_limit_policy_versions WHERE workspace_id = 'w'")).rows[0]!;
+      const state = defined((await client.execute("SELECT * FROM rate_limit_policy_versions WHERE workspace_id = 'w'")).rows[0]);
       expect({ count: state.active_count, bytes: state.active_bytes, full: state.full_reload_version }).toEqual({
         count: 2,
         bytes: 2 * size,
@@ -162,8 +163,8 @@ describe('migration 0002 on a database with policies', () => {
       // The new triggers stamp a changed row with the version it made.
       await client.execute("UPDATE rate_limit_policies SET value = 2 WHERE id = 'p1'");
       const after = await client.execute("SELECT p.version AS row_version, v.version FROM rate_limit_policies p, rate_limit_policy_versions v WHERE p.id = 'p1' AND v.workspace_id = 'w'");
-      expect(after.rows[0]!.row_version).toBe(after.rows[0]!.version);
-      expect(Number(after.rows[0]!.version)).toBe(Number(state.version) + 1);
+      expect(defined(after.rows[0]).row_version).toBe(defined(after.rows[0]).version);
+      expect(Number(defined(after.rows[0]).version)).toBe(Number(state.version) + 1);
     } finally {
       database.close();
       rmSync(dataDir, { recursive: true, force: true });

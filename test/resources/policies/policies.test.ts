@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
 
@@ -246,7 +247,7 @@ describe('GET /v1/policies/rate-limits', () => {
       ['requests', 'rpd'],
     ] as const;
     for (let i = 0; i < 12; i++) {
-      const [type, unit] = combos[i % combos.length]!;
+      const [type, unit] = defined(combos[i % combos.length]);
       ids.push(await create(tenant, { ...validPolicy, type, unit, name: `p${i}` }));
     }
     await create(sibling, { ...validPolicy, name: 'sibling' });
@@ -257,7 +258,7 @@ describe('GET /v1/policies/rate-limits', () => {
     expect(page.object).toBe('list');
     expect(page.total).toBe(12);
     expect(page.data.map((policy) => policy.id)).toEqual([...ids].reverse());
-    expect(Object.keys(page.data[0]!).sort()).toEqual(
+    expect(Object.keys(defined(page.data[0])).sort()).toEqual(
       [
         'conditions',
         'created_at',
@@ -342,7 +343,7 @@ describe('GET /v1/policies/rate-limits', () => {
     expect((await list(fresh.workspaceKey, '?status=active')).data.map((p) => p.id)).toEqual([kept]);
     const archivedPage = await list(fresh.workspaceKey, '?status=archived');
     expect(archivedPage.data.map((p) => p.id)).toEqual([archived]);
-    expect(archivedPage.data[0]!.status).toBe('archived');
+    expect(defined(archivedPage.data[0]).status).toBe('archived');
   });
 
   it('shows a workspace key only its workspace, and 403s a filter on another', async () => {
@@ -360,7 +361,7 @@ describe('GET /v1/policies/rate-limits', () => {
     const all = await list(tenant.orgKey, '?page_size=1000');
     expect(all.total).toBe(13);
     expect(new Set(all.data.map((p) => p.workspace_id))).toEqual(new Set([tenant.workspace.id, sibling.workspace.id]));
-    expect(all.data[0]!.name).toBe('sibling');
+    expect(defined(all.data[0]).name).toBe('sibling');
     expect((await list(tenant.orgKey, `?workspace_id=${sibling.workspace.slug}`)).total).toBe(1);
     expect((await list(tenant.orgKey, `?workspace_id=${tenant.workspace.id}`)).total).toBe(12);
     const stranger = await gateway.tenant();

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { count, eq } from 'drizzle-orm';
@@ -34,7 +35,7 @@ afterAll(async () => {
 beforeEach(() => fake.reset());
 
 
-const lastUpstreamBody = () => fake.requests[fake.requests.length - 1]!.body!;
+const lastUpstreamBody = () => defined(defined(fake.requests[fake.requests.length - 1]).body);
 
 describe('createAndRun, not streamed', () => {
   it('answers the queued run with every documented field and its defaults', async () => {
@@ -66,7 +67,7 @@ describe('createAndRun, not streamed', () => {
     });
     expect(run.id).toMatch(/^run_[A-Za-z0-9]{24}$/);
     expect(run.thread_id).toMatch(/^thread_[A-Za-z0-9]{24}$/);
-    expect(run.expires_at! - run.created_at).toBe(600);
+    expect(defined(run.expires_at) - run.created_at).toBe(600);
     const finished = await openai.beta.threads.runs.poll(run.id, { thread_id: run.thread_id }, { pollIntervalMs: 10 });
     expect(finished.status).toBe('completed');
   });
@@ -123,7 +124,7 @@ describe('createAndRun, not streamed', () => {
       },
       { pollIntervalMs: 10 },
     );
-    const request = fake.requests[fake.requests.length - 1]!;
+    const request = defined(fake.requests[fake.requests.length - 1]);
     expect(request.path).toBe('/v1/chat/completions');
     expect(request.headers.authorization).toBe('Bearer sk-test-provider-key');
     expect(request.body).toEqual({
@@ -173,10 +174,10 @@ describe('createAndRun, not streamed', () => {
     );
     expect(run.status).toBe('incomplete');
     expect(run.incomplete_details).toEqual({ reason: 'max_completion_tokens' });
-    expect(run.usage!.completion_tokens).toBe(256);
+    expect(defined(run.usage).completion_tokens).toBe(256);
     const [answer] = (await openai.beta.threads.messages.list(run.thread_id)).data;
     expect(answer).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_tokens' } });
-    expect((answer!.content[0] as { text: { value: string } }).text.value.split(' ')).toHaveLength(256);
+    expect((defined(answer).content[0] as { text: { value: string } }).text.value.split(' ')).toHaveLength(256);
   });
 
   it('ends incomplete when the provider reports more prompt tokens than max_prompt_tokens', async () => {
@@ -186,7 +187,7 @@ describe('createAndRun, not streamed', () => {
     );
     expect(run.status).toBe('incomplete');
     expect(run.incomplete_details).toEqual({ reason: 'max_prompt_tokens' });
-    expect(run.usage!.prompt_tokens).toBe(300);
+    expect(defined(run.usage).prompt_tokens).toBe(300);
     expect(fake.requests).toHaveLength(1);
   });
 
@@ -231,8 +232,8 @@ describe('createAndRun, not streamed', () => {
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('failed');
-    expect(run.last_error!.message).toContain('HTTP 401');
-    expect(run.last_error!.message).not.toContain('sk-test-provider-key');
+    expect(defined(run.last_error).message).toContain('HTTP 401');
+    expect(defined(run.last_error).message).not.toContain('sk-test-provider-key');
     expect(gateway.logs.join('\n')).not.toContain('sk-test-provider-key');
   });
 });
@@ -246,7 +247,7 @@ describe('createAndRunStream', () => {
     });
     const deltas: string[] = [];
     const events: string[] = [];
-    stream.on('textDelta', (delta) => deltas.push(delta.value!));
+    stream.on('textDelta', (delta) => deltas.push(defined(delta.value)));
     stream.on('event', (event) => events.push(event.event));
     const run = await stream.finalRun();
     const finalMessages = await stream.finalMessages();
@@ -254,9 +255,9 @@ describe('createAndRunStream', () => {
     // One delta per chunk, unless the gateway read several chunks at once (a loaded machine).
     expect(deltas.length).toBeGreaterThan(1);
     expect(run.status).toBe('completed');
-    expect(run.usage!.completion_tokens).toBe(5);
+    expect(defined(run.usage).completion_tokens).toBe(5);
     expect(finalMessages).toHaveLength(1);
-    expect(finalMessages[0]!.content[0]).toMatchObject({ type: 'text', text: { value: 'One two three four five' } });
+    expect(defined(finalMessages[0]).content[0]).toMatchObject({ type: 'text', text: { value: 'One two three four five' } });
     expect(collapse(events)).toEqual(referenceOrder(1));
   });
 
@@ -274,7 +275,7 @@ describe('createAndRunStream', () => {
     const waiting = await first.finalRun();
     expect(waiting.status).toBe('requires_action');
     expect(waiting.usage).toBeNull();
-    const calls = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const calls = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     expect(calls).toEqual([
       { id: expect.stringMatching(/^call_/), type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
     ]);
@@ -284,10 +285,10 @@ describe('createAndRunStream', () => {
 
     const second = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {
       thread_id: waiting.thread_id,
-      tool_outputs: [{ tool_call_id: calls[0]!.id, output: '{"sky":"sunny"}' }],
+      tool_outputs: [{ tool_call_id: defined(calls[0]).id, output: '{"sky":"sunny"}' }],
     });
     const text: string[] = [];
-    second.on('textDelta', (delta) => text.push(delta.value!));
+    second.on('textDelta', (delta) => text.push(defined(delta.value)));
     const done = await second.finalRun();
     expect(done.status).toBe('completed');
     expect(text.join('')).toBe('It is sunny in Paris.');
@@ -295,12 +296,12 @@ describe('createAndRunStream', () => {
     // The upstream saw the call and its output after the thread.
     const continuation = lastUpstreamBody().messages;
     expect(continuation.slice(-2)).toEqual([
-      { role: 'assistant', content: null, tool_calls: [{ id: calls[0]!.id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
-      { role: 'tool', tool_call_id: calls[0]!.id, content: '{"sky":"sunny"}' },
+      { role: 'assistant', content: null, tool_calls: [{ id: defined(calls[0]).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      { role: 'tool', tool_call_id: defined(calls[0]).id, content: '{"sky":"sunny"}' },
     ]);
     // Usage spans both turns.
     const [turn1, turn2] = fake.requests.slice(-2);
-    expect(done.usage!.prompt_tokens).toBe(promptTokens(turn1!.body!.messages) + promptTokens(turn2!.body!.messages));
+    expect(defined(done.usage).prompt_tokens).toBe(promptTokens(defined(defined(turn1).body).messages) + promptTokens(defined(defined(turn2).body).messages));
 
     // The tool step holds the output; polling and retrieval agree with the stream.
     const retrieved = await openai.beta.threads.runs.retrieve(done.id, { thread_id: done.thread_id });
@@ -316,17 +317,17 @@ describe('createAndRunStream', () => {
       { pollIntervalMs: 10 },
     );
     expect(waiting.status).toBe('requires_action');
-    const calls = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const calls = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     expect(calls.map((call) => JSON.parse(call.function.arguments).city)).toEqual(['Oslo', 'Rome']);
 
     const bad = await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}/submit_tool_outputs`, {
       key: tenant.workspaceKey,
-      body: { tool_outputs: [{ tool_call_id: calls[0]!.id, output: 'cold' }] },
+      body: { tool_outputs: [{ tool_call_id: defined(calls[0]).id, output: 'cold' }] },
     });
     expect(await errorOf(bad)).toMatchObject({ status: 400, param: 'tool_outputs' });
     const unknown = await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}/submit_tool_outputs`, {
       key: tenant.workspaceKey,
-      body: { tool_outputs: [{ tool_call_id: 'call_nope', output: 'x' }, { tool_call_id: calls[1]!.id, output: 'y' }] },
+      body: { tool_outputs: [{ tool_call_id: 'call_nope', output: 'x' }, { tool_call_id: defined(calls[1]).id, output: 'y' }] },
     });
     expect(await errorOf(unknown)).toMatchObject({ status: 400, param: 'tool_outputs[0].tool_call_id' });
 
@@ -335,19 +336,19 @@ describe('createAndRunStream', () => {
       {
         thread_id: waiting.thread_id,
         tool_outputs: [
-          { tool_call_id: calls[0]!.id, output: 'cold' },
-          { tool_call_id: calls[1]!.id, output: 'warm' },
+          { tool_call_id: defined(calls[0]).id, output: 'cold' },
+          { tool_call_id: defined(calls[1]).id, output: 'warm' },
         ],
       },
       { pollIntervalMs: 10 },
     );
     expect(done.status).toBe('completed');
     const [answer] = (await openai.beta.threads.messages.list(done.thread_id)).data;
-    expect((answer!.content[0] as { text: { value: string } }).text.value).toBe('The tool returned: cold | warm');
+    expect((defined(answer).content[0] as { text: { value: string } }).text.value).toBe('The tool returned: cold | warm');
 
     const again = await gateway.request(`/v1/threads/${done.thread_id}/runs/${done.id}/submit_tool_outputs`, {
       key: tenant.workspaceKey,
-      body: { tool_outputs: [{ tool_call_id: calls[0]!.id, output: 'again' }] },
+      body: { tool_outputs: [{ tool_call_id: defined(calls[0]).id, output: 'again' }] },
     });
     expect(await errorOf(again)).toMatchObject({ status: 400, code: 'run_not_active' });
   });
@@ -359,7 +360,7 @@ describe('createAndRunStream', () => {
       thread: fakeThread('Stream please', { reply: 'One two three four five', one_write: true }),
     });
     const deltas: string[] = [];
-    stream.on('textDelta', (delta) => deltas.push(delta.value!));
+    stream.on('textDelta', (delta) => deltas.push(defined(delta.value)));
     const run = await stream.finalRun();
     expect(run.status).toBe('completed');
     expect(deltas.join('')).toBe('One two three four five');
@@ -371,31 +372,31 @@ describe('createAndRunStream', () => {
     for (const fault of [{ error_after_chunks: 3 }, { malformed_after_chunks: 3 }]) {
       const response = await gateway.request('/v1/threads/runs', {
         key: tenant.workspaceKey,
-        headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+        headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
         body: { assistant_id: assistantId, stream: true, thread: fakeThread('Hi', { reply: 'a b c d', one_write: true, ...fault }) },
       });
       const events = parseEvents(await response.text());
       expect(events.map((event) => event.event).slice(-3)).toEqual(['thread.message.incomplete', 'thread.run.failed', 'done']);
-      const message = events.at(-3)!.data as { content: { text: { value: string } }[] };
-      expect(message.content[0]!.text.value).toBe('a b');
+      const message = defined(events.at(-3)).data as { content: { text: { value: string } }[] };
+      expect(defined(message.content[0]).text.value).toBe('a b');
     }
   });
 
   it('ends a stream whose upstream fails with the failed run, then done', async () => {
     const response = await gateway.request('/v1/threads/runs', {
       key: tenant.workspaceKey,
-      headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+      headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
       body: { assistant_id: assistantId, stream: true, thread: fakeThread('Hi', { reply: 'a b c d', cut_after_chunks: 3 }) },
     });
     expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const events = parseEvents(await response.text());
     const names = events.map((event) => event.event);
     expect(names.slice(-3)).toEqual(['thread.message.incomplete', 'thread.run.failed', 'done']);
-    const failed = events.at(-2)!.data as { last_error: { code: string }; status: string };
+    const failed = defined(events.at(-2)).data as { last_error: { code: string }; status: string };
     expect(failed.last_error.code).toBe('server_error');
-    const message = events.at(-3)!.data as { content: { text: { value: string } }[]; incomplete_details: unknown };
+    const message = defined(events.at(-3)).data as { content: { text: { value: string } }[]; incomplete_details: unknown };
     expect(message.incomplete_details).toEqual({ reason: 'run_failed' });
-    expect(message.content[0]!.text.value).toBe('a b');
+    expect(defined(message.content[0]).text.value).toBe('a b');
   });
 });
 
@@ -425,11 +426,12 @@ describe('when a streamed turn writes the message and step it opens', () => {
     const run = await stream.finalRun();
     expect(run.status).toBe('completed');
     const [step] = (await openai.beta.threads.runs.steps.list(run.id, { thread_id: run.thread_id })).data;
-    const messageId = step!.step_details.type === 'message_creation' ? step!.step_details.message_creation.message_id : '';
+    const details = defined(step).step_details;
+    const messageId = details.type === 'message_creation' ? details.message_creation.message_id : '';
     const message = await openai.beta.threads.messages.retrieve(messageId, { thread_id: run.thread_id });
     expect(message).toMatchObject({ status: 'completed', run_id: run.id, content: [{ type: 'text', text: { value: 'Quick answer.', annotations: [] } }] });
     expect(step).toMatchObject({ status: 'completed', usage: run.usage });
-    expect(await updatesOf(message.id, step!.id)).toEqual([]);
+    expect(await updatesOf(message.id, defined(step).id)).toEqual([]);
   });
 
   it('an answer that streams on: inserted while it streams (a poller sees the message in progress), completed at its end', async () => {
@@ -453,7 +455,7 @@ describe('when a streamed turn writes the message and step it opens', () => {
     expect(message).toMatchObject({ status: 'completed', content: [{ type: 'text', text: { value: reply } }] });
     const [step] = (await openai.beta.threads.runs.steps.list(run.id, { thread_id })).data;
     expect(step).toMatchObject({ status: 'completed', step_details: { message_creation: { message_id: id } } });
-    expect((await updatesOf(id, step!.id)).sort()).toEqual(['messages', 'run_steps']);
+    expect((await updatesOf(id, defined(step).id)).sort()).toEqual(['messages', 'run_steps']);
   });
 });
 
@@ -465,7 +467,7 @@ describe('what is refused before anything is created', () => {
       db.select({ n: count() }).from(messages).where(eq(messages.workspaceId, tenant.workspace.id)),
       db.select({ n: count() }).from(runs).where(eq(runs.workspaceId, tenant.workspace.id)),
     ]);
-    return [t!.n, m!.n, r!.n];
+    return [defined(t).n, defined(m).n, defined(r).n];
   };
 
   const base = { assistant_id: '', thread: { messages: [{ role: 'user', content: 'Hi' }] } };
@@ -509,7 +511,7 @@ describe('what is refused before anything is created', () => {
     const body = { ...base, assistant_id: assistantId, ...change };
     const response = await gateway.request('/v1/threads/runs', {
       key: tenant.workspaceKey,
-      headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']! },
+      headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
       body,
     });
     expect(await errorOf(response)).toMatchObject(expected);
@@ -550,7 +552,7 @@ describe('what is refused before anything is created', () => {
       const response = await gateway.request('/v1/threads/runs', {
         key: tenant.workspaceKey,
         body,
-        headers: { 'x-gateway-virtual-key': headers['x-gateway-virtual-key']!, [header]: value },
+        headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']), [header]: value },
       });
       expect(response.status).toBe(status);
       if (status === 400) expect(await errorOf(response)).toMatchObject({ code: 'invalid_beta', param: header });
@@ -589,7 +591,7 @@ describe('the Azure OpenAI adapter', () => {
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('completed');
-    const request = fake.requests[fake.requests.length - 1]!;
+    const request = defined(fake.requests[fake.requests.length - 1]);
     expect(request.path).toBe('/openai/deployments/gpt-4o-prod/chat/completions');
     expect(request.query).toEqual({ 'api-version': '2024-10-21' });
     expect(request.headers['api-key']).toBe('azure-secret');
@@ -608,7 +610,7 @@ describe('reading runs and threads', () => {
       { pollIntervalMs: 10 },
     );
     const firstPage = await json(await gateway.request(`/v1/threads/${run.thread_id}/messages?limit=2&order=asc`, { key: tenant.workspaceKey }));
-    expect(firstPage.data.map((m: { content: { text: { value: string } }[] }) => m.content[0]!.text.value)).toEqual(['m1', 'm2']);
+    expect(firstPage.data.map((m: { content: { text: { value: string } }[] }) => defined(m.content[0]).text.value)).toEqual(['m1', 'm2']);
     expect(firstPage.has_more).toBe(true);
     const next = await json(
       await gateway.request(`/v1/threads/${run.thread_id}/messages?limit=10&order=asc&after=${firstPage.last_id}`, { key: tenant.workspaceKey }),

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UpstreamError } from '../../../src/providers/types';
@@ -52,7 +53,7 @@ async function runToEnd(scenario: FakeScenario | null, key = slug): Promise<Ende
   const lines = gateway.logs.map((text) => JSON.parse(text) as Record<string, unknown>);
   const ended = lines.filter((line) => line.message === 'run ended' && line.run_id === created.id);
   expect(ended).toHaveLength(1);
-  return { run, line: ended[0]! };
+  return { run, line: defined(ended[0]) };
 }
 
 /** A base_url on loopback where nothing listens. */
@@ -124,7 +125,7 @@ describe('a run its upstream fails', () => {
   ])('%s (HTTP %i) gets code %s', async (_name, status, code, message) => {
     const { run, line } = await runToEnd({ status });
     expect(run).toMatchObject({ status: 'failed', last_error: { code, message: expect.stringMatching(message) } });
-    expect(line).toMatchObject({ status: 'failed', cause: `http_${status}`, error_code: code, error_message: run.last_error!.message, virtual_key: slug });
+    expect(line).toMatchObject({ status: 'failed', cause: `http_${status}`, error_code: code, error_message: defined(run.last_error).message, virtual_key: slug });
     expect(line.time_to_first_token_ms).toBeNull();
   });
 

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, FAKE_EMBEDDINGS_STATUS, fakeThread, type FakeScenario } from '../../support/fake-upstream';
@@ -61,8 +62,8 @@ describe('file_search in runs', () => {
 
     // The model was given the search function, and got the results in the tool message.
     const [first, second] = chatRequestsOf(marker);
-    expect(first!.body!.tools.map((tool: any) => tool.function.name)).toEqual(['file_search']);
-    const toolMessage = second!.body!.messages.find((message: any) => message.role === 'tool');
+    expect(defined(defined(first).body).tools.map((tool: any) => tool.function.name)).toEqual(['file_search']);
+    const toolMessage = defined(defined(second).body).messages.find((message: any) => message.role === 'tool');
     expect(toolMessage.content).toContain(`【0†policies.md】\n${REFUND_CHUNK}`);
     // max_num_results of the assistant's tool: two results.
     expect(toolMessage.content).toContain('【1†');
@@ -73,17 +74,18 @@ describe('file_search in runs', () => {
       ['tool_calls', 'completed'],
       ['message_creation', 'completed'],
     ]);
-    const details = steps.data[0]!.step_details;
+    const details = defined(steps.data[0]).step_details;
     expect(details).toMatchObject({
       type: 'tool_calls',
       tool_calls: [{ type: 'file_search', file_search: { ranking_options: { ranker: 'auto', score_threshold: 0 } } }],
     });
-    const call = details.type === 'tool_calls' && details.tool_calls[0]!.type === 'file_search' ? details.tool_calls[0]! : null;
-    expect(call!.file_search.results![0]).toEqual({ file_id: store.fileIds[0], file_name: 'policies.md', score: 1 });
+    const firstCall = details.type === 'tool_calls' ? defined(details.tool_calls[0]) : null;
+    const call = firstCall?.type === 'file_search' ? firstCall : null;
+    expect(defined(defined(call).file_search.results)[0]).toEqual({ file_id: store.fileIds[0], file_name: 'policies.md', score: 1 });
     expect(JSON.stringify(details)).not.toContain('refunds days');
 
     // With include[], the results' content.
-    const included = await openai.beta.threads.runs.steps.retrieve(steps.data[0]!.id, { thread_id: run.thread_id, run_id: run.id, include: INCLUDE });
+    const included = await openai.beta.threads.runs.steps.retrieve(defined(steps.data[0]).id, { thread_id: run.thread_id, run_id: run.id, include: INCLUDE });
     expect(included.step_details).toMatchObject({
       tool_calls: [{ file_search: { results: [{ file_id: store.fileIds[0], content: [{ type: 'text', text: REFUND_CHUNK }] }, {}] } }],
     });
@@ -91,7 +93,7 @@ describe('file_search in runs', () => {
     expect(JSON.stringify(listed.data)).toContain(REFUND_CHUNK);
 
     const messages = await openai.beta.threads.messages.list(run.thread_id);
-    const answer = messages.data[0]!.content[0]!;
+    const answer = defined(defined(messages.data[0]).content[0]);
     const start = ANSWER.indexOf('【');
     expect(answer).toEqual({
       type: 'text',
@@ -103,7 +105,7 @@ describe('file_search in runs', () => {
       },
     });
     // The run's usage counts both upstream calls.
-    expect(run.usage!.total_tokens).toBe(steps.data.reduce((sum, step) => sum + step.usage!.total_tokens, 0));
+    expect(defined(run.usage).total_tokens).toBe(steps.data.reduce((sum, step) => sum + defined(step.usage).total_tokens, 0));
   });
 
   it('streams the search step as OpenAI does, with its results’ content when include[] asks', async () => {
@@ -114,11 +116,11 @@ describe('file_search in runs', () => {
     stream.on('event', (event) => events.push(event));
     await stream.finalRun();
     const names = events.map((event) => event.event);
-    const toolStep = events.find((event) => event.event === 'thread.run.step.created')!.data;
+    const toolStep = defined(events.find((event) => event.event === 'thread.run.step.created')).data;
     expect(toolStep.step_details).toEqual({ type: 'tool_calls', tool_calls: [] });
-    const delta = events.find((event) => event.event === 'thread.run.step.delta')!.data;
+    const delta = defined(events.find((event) => event.event === 'thread.run.step.delta')).data;
     expect(delta.delta.step_details.tool_calls).toEqual([{ index: 0, id: expect.any(String), type: 'file_search', file_search: {} }]);
-    const completed = events.find((event) => event.event === 'thread.run.step.completed')!.data;
+    const completed = defined(events.find((event) => event.event === 'thread.run.step.completed')).data;
     expect(completed.id).toBe(toolStep.id);
     expect(completed.step_details.tool_calls[0].file_search.results[0].content).toEqual([{ type: 'text', text: REFUND_CHUNK }]);
     // One delta for the search, then the answer's message; its citations in a delta before it completes.
@@ -126,11 +128,11 @@ describe('file_search in runs', () => {
     // The last delta (the SDK's accumulation changes the objects of earlier ones).
     const citation = names.lastIndexOf('thread.message.delta');
     expect(citation).toBeGreaterThan(names.indexOf('thread.run.step.completed'));
-    expect(events[citation + 1]!.event).toBe('thread.message.completed');
-    expect(events[citation]!.data.delta.content[0].text.annotations[0]).toMatchObject({ index: 0, type: 'file_citation', file_citation: { file_id: store.fileIds[0] } });
+    expect(defined(events[citation + 1]).event).toBe('thread.message.completed');
+    expect(defined(events[citation]).data.delta.content[0].text.annotations[0]).toMatchObject({ index: 0, type: 'file_citation', file_citation: { file_id: store.fileIds[0] } });
     expect(names.at(-1)).toBe('thread.run.completed');
     const final = await stream.finalMessages();
-    expect(final.at(-1)!.content[0]).toMatchObject({ text: { value: ANSWER, annotations: [{ type: 'file_citation' }] } });
+    expect(defined(final.at(-1)).content[0]).toMatchObject({ text: { value: ANSWER, annotations: [{ type: 'file_citation' }] } });
   });
 
   it('asks the client only for its own function when the model also calls one, and sends both back', async () => {
@@ -147,20 +149,20 @@ describe('file_search in runs', () => {
     const thread = await openai.beta.threads.create({ ...fakeThread(`${marker} where?`, scenario), tool_resources: { file_search: { vector_store_ids: [store.id] } } });
     let run = await openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistant.id }, { pollIntervalMs: 20 });
     expect(run.status).toBe('requires_action');
-    const required = run.required_action!.submit_tool_outputs.tool_calls;
+    const required = defined(run.required_action).submit_tool_outputs.tool_calls;
     expect(required.map((call) => call.function.name)).toEqual(['lookup']);
     run = await openai.beta.threads.runs.submitToolOutputsAndPoll(
       run.id,
-      { thread_id: thread.id, tool_outputs: [{ tool_call_id: required[0]!.id, output: 'looked up' }] },
+      { thread_id: thread.id, tool_outputs: [{ tool_call_id: defined(required[0]).id, output: 'looked up' }] },
       { pollIntervalMs: 20 },
     );
     expect(run.status).toBe('completed');
-    const last = chatRequestsOf(marker).at(-1)!;
-    const tools = last.body!.messages.filter((message: any) => message.role === 'tool').map((message: any) => message.content);
+    const last = defined(chatRequestsOf(marker).at(-1));
+    const tools = defined(last.body).messages.filter((message: any) => message.role === 'tool').map((message: any) => message.content);
     expect(tools[0]).toContain('Our office is in Paris');
     expect(tools[1]).toBe('looked up');
     const steps = await openai.beta.threads.runs.steps.list(run.id, { thread_id: thread.id, order: 'asc' });
-    const details = steps.data[0]!.step_details;
+    const details = defined(steps.data[0]).step_details;
     expect(details.type === 'tool_calls' && details.tool_calls.map((call) => call.type)).toEqual(['file_search', 'function']);
   });
 
@@ -172,11 +174,11 @@ describe('file_search in runs', () => {
       { pollIntervalMs: 20 },
     );
     const requests = chatRequestsOf(marker);
-    expect(requests.map((request) => request.body!.tool_choice)).toEqual(['auto', 'auto', 'auto', 'auto', 'none']);
+    expect(requests.map((request) => defined(request.body).tool_choice)).toEqual(['auto', 'auto', 'auto', 'auto', 'none']);
     expect(run.status).toBe('failed');
     expect(run.last_error).toEqual({ code: 'server_error', message: expect.stringContaining('called file_search again after 4 searches') });
     // The four searches are kept, their results numbered through the run.
-    const tool = requests[4]!.body!.messages.filter((message: any) => message.role === 'tool').map((message: any) => message.content);
+    const tool = defined(defined(requests[4]).body).messages.filter((message: any) => message.role === 'tool').map((message: any) => message.content);
     // One result a search (only one chunk has the word): numbers 0 to 3.
     expect(tool[3]).toContain('【3†policies.md】');
   });
@@ -187,7 +189,7 @@ describe('file_search in runs', () => {
       { pollIntervalMs: 20 },
     );
     expect(run.status).toBe('failed');
-    expect(run.last_error!.message).toContain('file_search could not embed the query');
+    expect(defined(run.last_error).message).toContain('file_search could not embed the query');
   });
 
   it('tells the model when nothing is found or its arguments are unusable, and goes on', async () => {
@@ -205,7 +207,7 @@ describe('file_search in runs', () => {
       { pollIntervalMs: 20 },
     );
     expect(run.status).toBe('completed');
-    const tool = chatRequestsOf(marker)[2]!.body!.messages.filter((message: any) => message.role === 'tool').map((message: any) => message.content);
+    const tool = defined(defined(chatRequestsOf(marker)[2]).body).messages.filter((message: any) => message.role === 'tool').map((message: any) => message.content);
     expect(tool[0]).toContain('not valid JSON');
     // No store on the assistant or the thread: nothing to find.
     expect(tool[1]).toBe('The file search found nothing for this query.');
@@ -219,7 +221,7 @@ describe('file_search in runs', () => {
       { pollIntervalMs: 20 },
     );
     expect(run.status).toBe('completed');
-    const calls = chatRequestsOf(marker)[1]!.body!.messages.find((message: any) => message.tool_calls).tool_calls;
+    const calls = defined(defined(chatRequestsOf(marker)[1]).body).messages.find((message: any) => message.tool_calls).tool_calls;
     expect(calls[0].function.arguments).toBe(JSON.stringify({ queries: [long.slice(0, 4096), 'days'] }));
   });
 
@@ -239,11 +241,11 @@ describe('file_search in runs', () => {
       ['message_creation', 'completed'],
       ['tool_calls', 'failed'],
     ]);
-    expect(steps.data.find((step) => step.status === 'failed')!.last_error!.message).toContain('GATEWAY_MAX_ANSWER_BYTES');
+    expect(defined(defined(steps.data.find((step) => step.status === 'failed')).last_error).message).toContain('GATEWAY_MAX_ANSWER_BYTES');
     // The second round was sent the first's search as what was searched: kilobytes, not 3.5 MB.
     const requests = chatRequestsOf(marker);
     expect(requests).toHaveLength(2);
-    expect(requests[1]!.rawBody.length).toBeLessThan(64 * 1024);
+    expect(defined(requests[1]).rawBody.length).toBeLessThan(64 * 1024);
   });
 
   it('forces the search with tool_choice file_search, in the first round only', async () => {
@@ -255,7 +257,7 @@ describe('file_search in runs', () => {
     );
     expect(run.status).toBe('completed');
     const requests = chatRequestsOf(marker);
-    expect(requests.map((request) => request.body!.tool_choice)).toEqual([{ type: 'function', function: { name: 'file_search' } }, 'auto']);
+    expect(requests.map((request) => defined(request.body).tool_choice)).toEqual([{ type: 'function', function: { name: 'file_search' } }, 'auto']);
     expect(run.tool_choice).toEqual({ type: 'file_search' });
   });
 

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { readEvents } from '../../support/events';
 import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../../support/fake-upstream';
@@ -77,8 +78,8 @@ async function runToEnd(scenario: FakeScenario, options: { stream?: boolean; vir
   const events: string[] = [];
   if (options.stream) {
     const text = await response.text();
-    for (const block of text.split('\n\n').filter(Boolean)) events.push(/^event: (.*)$/m.exec(block)![1]!);
-    created = JSON.parse(/^event: thread\.run\.created\ndata: (.*)$/m.exec(text)![1]!);
+    for (const block of text.split('\n\n').filter(Boolean)) events.push(defined(defined(/^event: (.*)$/m.exec(block))[1]));
+    created = JSON.parse(defined(defined(/^event: thread\.run\.created\ndata: (.*)$/m.exec(text))[1]));
   } else {
     created = await json(response);
   }
@@ -112,7 +113,7 @@ async function runToEnd(scenario: FakeScenario, options: { stream?: boolean; vir
             + (SELECT coalesce(sum(length(step_details) + coalesce(length(last_error), 0)), 0) FROM run_steps WHERE run_id = ?1)`,
     args: [run.id],
   });
-  return { run, message: messages.data[0], steps, events, storedBytes: Number(sizes.rows[0]![0]) };
+  return { run, message: messages.data[0], steps, events, storedBytes: Number(defined(sizes.rows[0])[0]) };
 }
 
 /** The log lines about a run, parsed. */
@@ -235,7 +236,7 @@ describe('the answer cap (GATEWAY_MAX_ANSWER_BYTES)', () => {
       incomplete_details: { reason: 'max_completion_tokens' },
       required_action: null,
     });
-    const toolStep = ended.steps.find((step) => step.type === 'tool_calls')!;
+    const toolStep = defined(ended.steps.find((step) => step.type === 'tool_calls'));
     expect(toolStep).toMatchObject({
       status: 'failed',
       lastError: {
@@ -434,7 +435,7 @@ describe('recording how a run ended fails (a real database failure: a trigger re
     const names: string[] = [];
     for (const trigger of triggers) {
       await client.execute(trigger);
-      names.push(/CREATE TRIGGER (\w+)/.exec(trigger)![1]!);
+      names.push(defined(defined(/CREATE TRIGGER (\w+)/.exec(trigger))[1]));
     }
     try {
       return await body();
@@ -503,10 +504,10 @@ describe('recording how a run ended fails (a real database failure: a trigger re
       });
       const text = await response.text();
       expect(text).toContain('event: error');
-      return /"id":"(run_\w+)"/.exec(text)![1]!;
+      return defined(defined(/"id":"(run_\w+)"/.exec(text))[1]);
     });
     expect(logsOf(runId)).toContainEqual(expect.objectContaining({ level: 'error', message: 'could not fail a run whose outcome could not be recorded' }));
     const row = await gateway.database.client.execute({ sql: 'SELECT status FROM runs WHERE id = ?', args: [runId] });
-    expect(row.rows[0]![0]).toBe('in_progress');
+    expect(defined(row.rows[0])[0]).toBe('in_progress');
   });
 });

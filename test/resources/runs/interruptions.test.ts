@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createNodeApp } from '../../../src/runtime/node/app';
 import { createNodeDeps } from '../../../src/runtime/node/deps';
@@ -58,7 +59,7 @@ async function runOf(threadId: string, runId: string, target = gateway) {
 
 /** Reads server-sent events from a streamed response as they arrive. */
 async function* events(response: Response): AsyncGenerator<{ event: string; data: any }> {
-  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+  const reader = defined(response.body).pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   try {
     for (;;) {
@@ -70,8 +71,8 @@ async function* events(response: Response): AsyncGenerator<{ event: string; data
         const block = buffer.slice(0, end);
         buffer = buffer.slice(end + 2);
         const [eventLine, dataLine] = block.split('\n');
-        const data = dataLine!.slice(6);
-        yield { event: eventLine!.slice(7), data: data === '[DONE]' ? data : JSON.parse(data) };
+        const data = defined(dataLine).slice(6);
+        yield { event: defined(eventLine).slice(7), data: data === '[DONE]' ? data : JSON.parse(data) };
       }
     }
   } finally {
@@ -89,21 +90,21 @@ describe('cancel', () => {
       seen.push(event);
       if (event === 'thread.run.created') run = data;
       if (event === 'thread.message.delta' && seen.filter((e) => e === 'thread.message.delta').length === 3) {
-        const answer = await gateway.request(`/v1/threads/${run!.thread_id}/runs/${run!.id}/cancel`, { key: tenant.workspaceKey, method: 'POST' });
+        const answer = await gateway.request(`/v1/threads/${defined(run).thread_id}/runs/${defined(run).id}/cancel`, { key: tenant.workspaceKey, method: 'POST' });
         expect((await json(answer)).status).toBe('cancelling');
       }
       if (event === 'thread.run.cancelled') cancelled = data;
     }
     expect(seen.slice(-3)).toEqual(['thread.message.incomplete', 'thread.run.cancelled', 'done']);
     expect(cancelled).toMatchObject({ status: 'cancelled', cancelled_at: expect.any(Number) });
-    const messages = await json(await gateway.request(`/v1/threads/${run!.thread_id}/messages?run_id=${run!.id}`, { key: tenant.workspaceKey }));
+    const messages = await json(await gateway.request(`/v1/threads/${defined(run).thread_id}/messages?run_id=${defined(run).id}`, { key: tenant.workspaceKey }));
     const [message] = messages.data;
     expect(message).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'run_cancelled' } });
     expect(message.content[0].text.value.split(' ').length).toBeGreaterThanOrEqual(3);
     expect(message.content[0].text.value.split(' ').length).toBeLessThan(200);
     await waitFor(async () => fake.inFlight, (n) => n === 0);
     expect(fake.inFlight).toBe(0);
-    expect(fake.requests[0]!.outcome).toBe('cancelled');
+    expect(defined(fake.requests[0]).outcome).toBe('cancelled');
   });
 
   it('cancels a run waiting for tool outputs at once, and refuses to cancel a finished one', async () => {
@@ -203,11 +204,11 @@ describe('a client that leaves mid-stream', () => {
       if (event === 'thread.run.created') run = data;
       if (event === 'thread.message.delta') break; // leaves: the reader is cancelled
     }
-    const finished = await waitFor(() => runOf(run!.thread_id, run!.id), (r) => r.status === 'completed');
+    const finished = await waitFor(() => runOf(defined(run).thread_id, defined(run).id), (r) => r.status === 'completed');
     expect(finished.status).toBe('completed');
-    const messages = await json(await gateway.request(`/v1/threads/${run!.thread_id}/messages?run_id=${run!.id}`, { key: tenant.workspaceKey }));
+    const messages = await json(await gateway.request(`/v1/threads/${defined(run).thread_id}/messages?run_id=${defined(run).id}`, { key: tenant.workspaceKey }));
     expect(messages.data[0].content[0].text.value).toBe(words.join(' '));
-    expect(fake.requests[0]!.outcome).toBe('completed');
+    expect(defined(fake.requests[0]).outcome).toBe('completed');
   });
 });
 
@@ -237,7 +238,7 @@ describe('an executor that stops', () => {
     const before = await json(await gateway.request(messages, { key: tenant.workspaceKey }));
     fake.openGate(gate);
     expect(await gateway.tasks.drain(5_000)).toBe(true);
-    expect(fake.requests.at(-1)!.outcome).toBe('completed');
+    expect(defined(fake.requests.at(-1)).outcome).toBe('completed');
     expect((await runOf(created.thread_id, created.id)).status).toBe('failed');
     expect(await json(await gateway.request(messages, { key: tenant.workspaceKey }))).toEqual(before);
     expect(before.data.map((message: { role: string }) => message.role)).toEqual(['user']);

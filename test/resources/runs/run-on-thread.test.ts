@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { eq, getTableColumns } from 'drizzle-orm';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -53,7 +54,7 @@ async function threadWith(text: string, reply: string): Promise<string> {
 }
 
 /** The messages the provider received in its last request. */
-const lastSent = () => fake.requests.at(-1)!.body!.messages;
+const lastSent = () => defined(defined(fake.requests.at(-1)).body).messages;
 
 const textOf = (message: OpenAI.Beta.Threads.Message) =>
   message.content.map((part) => (part.type === 'text' ? part.text.value : `[${part.type}]`)).join('');
@@ -92,7 +93,7 @@ describe('a run on an existing thread', () => {
       { role: 'user', content: ask('Again', { reply: 'Encore.' }) },
     ]);
     // The usage is what was sent.
-    expect(done.usage!.prompt_tokens).toBe(promptTokens(lastSent()));
+    expect(defined(done.usage).prompt_tokens).toBe(promptTokens(lastSent()));
     const messages = (await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data;
     expect(messages.map(textOf)).toEqual([ask('Hello', { reply: 'Hi!' }), 'Hi!', ask('Again', { reply: 'Encore.' }), 'Encore.']);
     expect(messages[2]).toMatchObject({ role: 'user', run_id: null, metadata: { n: '2' }, created_at: run.created_at });
@@ -108,10 +109,10 @@ describe('a run on an existing thread', () => {
       POLL,
     );
     expect(waiting.status).toBe('requires_action');
-    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     const answered = await openai.beta.threads.runs.submitToolOutputsAndPoll(
       waiting.id,
-      { thread_id: threadId, tool_outputs: [{ tool_call_id: call!.id, output: '{"sky":"clear"}' }] },
+      { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: '{"sky":"clear"}' }] },
       POLL,
     );
     expect(answered.status).toBe('completed');
@@ -124,10 +125,10 @@ describe('a run on an existing thread', () => {
     );
     expect(last.status).toBe('completed');
     const toolTurn = [
-      { role: 'assistant', content: null, tool_calls: [{ id: call!.id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
-      { role: 'tool', tool_call_id: call!.id, content: '{"sky":"clear"}' },
+      { role: 'assistant', content: null, tool_calls: [{ id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      { role: 'tool', tool_call_id: defined(call).id, content: '{"sky":"clear"}' },
     ];
-    expect(fake.requests.map((request) => request.body!.messages)).toEqual([
+    expect(fake.requests.map((request) => defined(request.body).messages)).toEqual([
       // The first turn (createAndRun).
       [SYSTEM, { role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) }],
       // The second turn, then its continuation after the tool outputs.
@@ -159,13 +160,13 @@ describe('a run on an existing thread', () => {
       { assistant_id: assistantId, additional_messages: [{ role: 'user', content: question }] },
       POLL,
     );
-    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
-    await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: call!.id, output: '-5' }] }, POLL);
+    const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
+    await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: '-5' }] }, POLL);
     expect(lastSent().slice(-4)).toEqual([
       { role: 'user', content: question },
       { role: 'assistant', content: 'Let me check.' },
-      { role: 'assistant', content: null, tool_calls: [{ id: call!.id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
-      { role: 'tool', tool_call_id: call!.id, content: '-5' },
+      { role: 'assistant', content: null, tool_calls: [{ id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
+      { role: 'tool', tool_call_id: defined(call).id, content: '-5' },
     ]);
   });
 
@@ -211,7 +212,7 @@ describe('a run on an existing thread', () => {
       POLL,
     );
     expect(run).toMatchObject({ status: 'completed', model: 'other-model', response_format: { type: 'json_schema', json_schema: schema } });
-    const { messages, ...rest } = fake.requests.at(-1)!.body!;
+    const { messages, ...rest } = defined(defined(fake.requests.at(-1)).body);
     expect(messages[0]).toEqual({ role: 'system', content: 'Reply in JSON.' });
     expect(rest).toEqual({
       model: 'other-model',
@@ -240,7 +241,7 @@ describe('streamed runs on a thread', () => {
     let created: OpenAI.Beta.Threads.Message | undefined;
     stream.on('event', (event) => events.push(event.event));
     stream.on('messageCreated', (message) => (created = message));
-    stream.on('textDelta', (delta) => deltas.push(delta.value!));
+    stream.on('textDelta', (delta) => deltas.push(defined(delta.value)));
     const run = await stream.finalRun();
     expect(run).toMatchObject({ status: 'completed', thread_id: threadId });
     expect(deltas.join('')).toBe('One two three');
@@ -267,13 +268,13 @@ describe('streamed runs on a thread', () => {
     expect(argumentDeltas.join('')).toBe('{"city":"Rome"}');
     expect(collapse(events)).toEqual(referenceOrder(2).filter((name) => name !== 'thread.created'));
 
-    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     const second = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {
       thread_id: threadId,
-      tool_outputs: [{ tool_call_id: call!.id, output: '25C' }],
+      tool_outputs: [{ tool_call_id: defined(call).id, output: '25C' }],
     });
     const text: string[] = [];
-    second.on('textDelta', (delta) => text.push(delta.value!));
+    second.on('textDelta', (delta) => text.push(defined(delta.value)));
     const done = await second.finalRun();
     expect(done.status).toBe('completed');
     expect(text.join('')).toBe('Warm.');
@@ -282,8 +283,8 @@ describe('streamed runs on a thread', () => {
       { role: 'user', content: ask('Hi', { reply: 'Hello.' }) },
       { role: 'assistant', content: 'Hello.' },
       { role: 'user', content: question },
-      { role: 'assistant', content: null, tool_calls: [{ id: call!.id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } }] },
-      { role: 'tool', tool_call_id: call!.id, content: '25C' },
+      { role: 'assistant', content: null, tool_calls: [{ id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } }] },
+      { role: 'tool', tool_call_id: defined(call).id, content: '25C' },
     ]);
   });
 
@@ -334,7 +335,7 @@ describe('truncation', () => {
     expect(run.status).toBe('completed');
     // The long message alone is over 256 tokens at four characters a token: it is left out.
     expect(lastSent()).toEqual([SYSTEM, { role: 'assistant', content: 'ok' }, { role: 'user', content: 'short' }]);
-    expect(run.usage!.prompt_tokens).toBe(promptTokens(lastSent()));
+    expect(defined(run.usage).prompt_tokens).toBe(promptTokens(lastSent()));
     // Without the cap, the same thread is sent whole.
     await openai.beta.threads.runs.createAndPoll(first.thread_id, { assistant_id: assistantId, tools: [], additional_messages: [{ role: 'user', content: 'again' }] }, POLL);
     expect(lastSent()).toHaveLength(6);
@@ -458,8 +459,8 @@ describe('listing and updating runs, and their steps', () => {
     expect(waiting.status).toBe('requires_action');
     const updated = await openai.beta.threads.runs.update(waiting.id, { thread_id: threadId, metadata: { user: 'ada', b: '2' } });
     expect(updated).toMatchObject({ id: waiting.id, status: 'requires_action', metadata: { user: 'ada', b: '2' } });
-    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
-    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: call!.id, output: 'x' }] }, POLL);
+    const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
+    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: 'x' }] }, POLL);
     expect(done).toMatchObject({ status: 'completed', metadata: { user: 'ada', b: '2' } });
 
     // No metadata, or null: unchanged.
@@ -488,10 +489,10 @@ describe('listing and updating runs, and their steps', () => {
     const threadId = await threadWith('Hi', 'Hello.');
     const question = ask('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: { city: 'Lima' } }] }, { reply: 'Mild.' }]);
     const waiting = await openai.beta.threads.runs.createAndPoll(threadId, { assistant_id: assistantId, additional_messages: [{ role: 'user', content: question }] }, POLL);
-    const [call] = waiting.required_action!.submit_tool_outputs.tool_calls;
+    const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     const pending = await openai.beta.threads.runs.steps.list(waiting.id, { thread_id: threadId });
     expect(pending.data).toMatchObject([{ type: 'tool_calls', status: 'in_progress', expires_at: waiting.expires_at }]);
-    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: call!.id, output: '18C' }] }, POLL);
+    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: '18C' }] }, POLL);
 
     const include = ['step_details.tool_calls[*].file_search.results[*].content' as const];
     const steps = (await openai.beta.threads.runs.steps.list(done.id, { thread_id: threadId, order: 'asc', include })).data;
@@ -507,20 +508,20 @@ describe('listing and updating runs, and their steps', () => {
         expires_at: null,
         step_details: {
           type: 'tool_calls',
-          tool_calls: [{ id: call!.id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Lima"}', output: '18C' } }],
+          tool_calls: [{ id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Lima"}', output: '18C' } }],
         },
       },
-      { type: 'message_creation', status: 'completed', step_details: { type: 'message_creation', message_creation: { message_id: answer!.id } } },
+      { type: 'message_creation', status: 'completed', step_details: { type: 'message_creation', message_creation: { message_id: defined(answer).id } } },
     ]);
-    const sum = (key: 'prompt_tokens' | 'completion_tokens' | 'total_tokens') => steps.reduce((total, step) => total + step.usage![key], 0);
+    const sum = (key: 'prompt_tokens' | 'completion_tokens' | 'total_tokens') => steps.reduce((total, step) => total + defined(step.usage)[key], 0);
     expect({ prompt_tokens: sum('prompt_tokens'), completion_tokens: sum('completion_tokens'), total_tokens: sum('total_tokens') }).toEqual(done.usage);
 
     for (const step of steps) {
       expect(await openai.beta.threads.runs.steps.retrieve(step.id, { thread_id: threadId, run_id: done.id, include })).toEqual(step);
     }
     const firstPage = await openai.beta.threads.runs.steps.list(done.id, { thread_id: threadId, limit: 1 });
-    expect(firstPage.data.map((step) => step.id)).toEqual([steps[1]!.id]);
-    expect((await firstPage.getNextPage()).data.map((step) => step.id)).toEqual([steps[0]!.id]);
+    expect(firstPage.data.map((step) => step.id)).toEqual([defined(steps[1]).id]);
+    expect((await firstPage.getNextPage()).data.map((step) => step.id)).toEqual([defined(steps[0]).id]);
 
     const stepsPath = `/v1/threads/${threadId}/runs/${done.id}/steps`;
     expect(await errorOf(await gateway.request(`${stepsPath}?include[]=step_details.nope`, { headers }))).toMatchObject({
@@ -530,11 +531,11 @@ describe('listing and updating runs, and their steps', () => {
       message: "Invalid value for 'include[]': 'step_details.nope' is not supported. Supported values: step_details.tool_calls[*].file_search.results[*].content.",
     });
     expect(await errorOf(await gateway.request(`${stepsPath}/step_nope`, { headers }))).toMatchObject({ status: 404, code: 'run_step_not_found' });
-    expect(await errorOf(await gateway.request(`${stepsPath}/${steps[0]!.id}?include[]=x`, { headers }))).toMatchObject({ status: 400, param: 'include[]' });
+    expect(await errorOf(await gateway.request(`${stepsPath}/${defined(steps[0]).id}?include[]=x`, { headers }))).toMatchObject({ status: 400, param: 'include[]' });
     // A step is found through its own run only: not through the thread's first run.
-    const firstRun = (await openai.beta.threads.runs.list(threadId, { order: 'asc', limit: 1 })).data[0]!;
+    const firstRun = defined((await openai.beta.threads.runs.list(threadId, { order: 'asc', limit: 1 })).data[0]);
     expect(firstRun.id).not.toBe(done.id);
-    const throughOther = await gateway.request(`/v1/threads/${threadId}/runs/${firstRun.id}/steps/${steps[0]!.id}`, { headers });
+    const throughOther = await gateway.request(`/v1/threads/${threadId}/runs/${firstRun.id}/steps/${defined(steps[0]).id}`, { headers });
     expect(await errorOf(throughOther)).toMatchObject({ status: 404, code: 'run_step_not_found' });
     const stranger = await gateway.tenant();
     expect(await errorOf(await gateway.request(stepsPath, { key: stranger.workspaceKey }))).toMatchObject({ status: 404, code: 'run_not_found' });
@@ -606,7 +607,7 @@ describe('one open run per thread', () => {
     );
     const admitted = responses.filter((response) => response.status === 200);
     expect(admitted).toHaveLength(1);
-    const winner = await json(admitted[0]!);
+    const winner = await json(defined(admitted[0]));
     for (const response of responses.filter((r) => r.status !== 200)) {
       expect(await errorOf(response)).toMatchObject({
         status: 400,
@@ -620,11 +621,11 @@ describe('one open run per thread', () => {
 
     // The thread holds the first turn, and the winner's message and run alone.
     const messages = (await client.beta.threads.messages.list(threadId, { order: 'asc' })).data;
-    expect(messages.map(textOf)).toEqual([fakeThread('Hi', { reply: 'Hello.' }).messages[0]!.content, 'Hello.', expect.stringMatching(/^Racer \d+/)]);
+    expect(messages.map(textOf)).toEqual([defined(fakeThread('Hi', { reply: 'Hello.' }).messages[0]).content, 'Hello.', expect.stringMatching(/^Racer \d+/)]);
     expect((await client.beta.threads.runs.list(threadId)).data.map((run) => run.id)).toEqual([winner.id, first.id]);
     // Every reservation of a refused run was given back: the counter holds what the two runs used.
     const cancelled = await client.beta.threads.runs.cancel(winner.id, { thread_id: threadId });
-    expect(await ratelimit.usedBy(gateway.database.client, policy)).toBe(first.usage!.total_tokens + cancelled.usage!.total_tokens);
+    expect(await ratelimit.usedBy(gateway.database.client, policy)).toBe(defined(first.usage).total_tokens + defined(cancelled.usage).total_tokens);
   });
 
   it('streamed, admits exactly one of 8 racers; a loser whose upstream call had begun leaves no row, event or open exchange', async () => {
@@ -650,9 +651,9 @@ describe('one open run per thread', () => {
     }
     // The winner is the racer whose message the thread took.
     const [taken] = (await openai.beta.threads.messages.list(threadId, { limit: 1 })).data;
-    fake.openGate(gates[Number(/^Racer (\d)/.exec(textOf(taken!))![1])]!);
-    const events = parseEvents(await admitted[0]!.text());
-    const created = events.find((event) => event.event === 'thread.run.created')!.data as { id: string };
+    fake.openGate(defined(gates[Number(defined(/^Racer (\d)/.exec(textOf(defined(taken))))[1])]));
+    const events = parseEvents(await defined(admitted[0]).text());
+    const created = defined(events.find((event) => event.event === 'thread.run.created')).data as { id: string };
     expect(events.at(-2)).toMatchObject({ event: 'thread.run.completed' });
     expect(await gateway.tasks.drain(10_000)).toBe(true);
     // A loser's exchange ends once the fake sees the connection the gateway dropped close.
@@ -682,12 +683,12 @@ describe('one open run per thread', () => {
     const [message] = await db.select(messageColumns).from(messageTable).where(eq(messageTable.threadId, threadId)).limit(1);
     const before = await ratelimit.rowsOf(gateway.database.client, tenant.workspace.id);
     // The embedded client's SqliteError, as Drizzle's batch passes it on.
-    expect(await insertRunOnThread(db, [{ ...message!, id: 'msg_second' }], { ...open!, id: 'run_second' })).toBe(false);
+    expect(await insertRunOnThread(db, [{ ...defined(message), id: 'msg_second' }], { ...defined(open), id: 'run_second' })).toBe(false);
     expect(await ratelimit.rowsOf(gateway.database.client, tenant.workspace.id)).toEqual(before);
     // A conflict on another index (the run's id) is not taken for an open run.
     const cancelled = await openai.beta.threads.runs.cancel(waiting.id, { thread_id: threadId });
     expect(cancelled.status).toBe('cancelled');
-    const error = await insertRunOnThread(db, [], { ...open!, status: 'queued' }).catch((caught: unknown) => caught);
+    const error = await insertRunOnThread(db, [], { ...defined(open), status: 'queued' }).catch((caught: unknown) => caught);
     expect(isUniqueViolation(error, 'runs.id')).toBe(true);
     expect(isUniqueViolation(error, 'runs.thread_id')).toBe(false);
   });

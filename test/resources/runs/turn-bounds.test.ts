@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -93,8 +94,8 @@ describe("a request's bound (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)", () => {
     const run = await openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistantId }, { pollIntervalMs: 10 });
     expect(run.status).toBe('completed');
     const [request] = requestsOf(marker);
-    expect(request!.rawBody.length).toBeLessThanOrEqual(REQUEST_BYTES);
-    const users = request!.body!.messages.filter((message: { role: string }) => message.role === 'user').map((message: { content: string }) => message.content);
+    expect(defined(request).rawBody.length).toBeLessThanOrEqual(REQUEST_BYTES);
+    const users = defined(defined(request).body).messages.filter((message: { role: string }) => message.role === 'user').map((message: { content: string }) => message.content);
     // Of what the bound leaves for the messages (REQUEST_FIELDS_BYTES set aside), two of the six
     // old ones (20 KB each) fit beside the question, the newest two.
     expect(users.map((content: string) => content.slice(0, 2))).toEqual(['4 ', '5 ', marker.slice(0, 2)]);
@@ -132,7 +133,7 @@ describe("a request's bound (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)", () => {
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('completed');
-    const content = requestsOf(marker)[0]!.body!.messages.at(-1).content;
+    const content = defined(defined(requestsOf(marker)[0]).body).messages.at(-1).content;
     expect(content[1]).toEqual({ type: 'text', text: `[image ${large} not included: the request to the provider has no room left for it (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)]` });
     expect(content[2].image_url.url).toBe(`data:image/png;base64,${Buffer.from(png(1000)).toString('base64')}`);
   });
@@ -155,7 +156,7 @@ describe('requests built and not yet sent (GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE)
     );
     expect([(await first).status, second.status]).toEqual(['completed', 'completed']);
     // Sent once the first's answer began: a second after it, at the earliest.
-    expect(requestsOf(`${marker}-2`)[0]!.receivedAt - requestsOf(`${marker}-1`)[0]!.receivedAt).toBeGreaterThanOrEqual(1000);
+    expect(defined(requestsOf(`${marker}-2`)[0]).receivedAt - defined(requestsOf(`${marker}-1`)[0]).receivedAt).toBeGreaterThanOrEqual(1000);
   });
 });
 
@@ -169,8 +170,8 @@ describe('images, streamed as the request is sent', () => {
       { pollIntervalMs: 20 },
     );
     expect(run.status).toBe('failed');
-    expect(run.last_error!.message).toBe(`The upstream sent no first byte within ${FIRST_BYTE_MS} ms.`);
-    const [key, read] = [...readBytes.entries()].find(([blobKey]) => blobKey.endsWith(file.id))!;
+    expect(defined(run.last_error).message).toBe(`The upstream sent no first byte within ${FIRST_BYTE_MS} ms.`);
+    const [key, read] = defined([...readBytes.entries()].find(([blobKey]) => blobKey.endsWith(file.id)));
     // What the socket's buffers took, not the file (whole, it was read before the request was sent).
     expect(read).toBeGreaterThan(0);
     expect(read).toBeLessThan(bytes.byteLength);
@@ -188,7 +189,7 @@ describe('images, streamed as the request is sent', () => {
     const { openai, assistantId } = await setUp(shared);
     const file = await openai.files.create({ file: await toFile(png(3000), 'grown.png'), purpose: 'vision' });
     const [row] = await shared.database.db.select({ blobKey: files.blobKey }).from(files).where(eq(files.id, file.id));
-    writeFileSync(join(sharedDataDir, 'files', row!.blobKey), png(5000));
+    writeFileSync(join(sharedDataDir, 'files', defined(row).blobKey), png(5000));
     const run = await openai.beta.threads.createAndRunPoll(
       { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: [{ type: 'image_file', image_file: { file_id: file.id } }] }] } },
       { pollIntervalMs: 20 },
@@ -214,7 +215,7 @@ describe('provider calls, shared fairly (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE)',
     const runs = await Promise.all([...first, third]);
     expect(runs.map((run) => run.status)).toEqual(['completed', 'completed', 'completed']);
     // The third was sent once one of the first two had its answer (a second later, at the earliest).
-    const sentAt = (suffix: string) => requestsOf(`${marker}-${suffix}`)[0]!.receivedAt;
+    const sentAt = (suffix: string) => defined(requestsOf(`${marker}-${suffix}`)[0]).receivedAt;
     expect(sentAt('3') - Math.min(sentAt('1'), sentAt('2'))).toBeGreaterThanOrEqual(1000);
   });
 

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import OpenAI, { BadRequestError, toFile } from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { MAX_PROMPT_IMAGE_BYTES, sniffImageType } from '../../../src/resources/files/images';
@@ -38,7 +39,7 @@ const upload = async (bytes: Uint8Array, purpose: 'vision' | 'assistants' | 'bat
   (await openai.files.create({ file: await toFile(bytes, name), purpose })).id;
 
 /** The user content of the provider's last request. */
-const lastUserContent = () => fake.requests.at(-1)!.body!.messages.findLast((m: { role: string }) => m.role === 'user').content;
+const lastUserContent = () => defined(defined(fake.requests.at(-1)).body).messages.findLast((m: { role: string }) => m.role === 'user').content;
 
 describe('image_file content parts', () => {
   it('are stored as OpenAI answers them, and a run sends the image as a data: URL', async () => {
@@ -53,7 +54,7 @@ describe('image_file content parts', () => {
     );
     expect(run.status).toBe('completed');
     const [message] = (await openai.beta.threads.messages.list(run.thread_id, { order: 'asc' })).data;
-    expect(message!.content).toEqual([
+    expect(defined(message).content).toEqual([
       { type: 'text', text: { value: 'What is this?', annotations: [] } },
       { type: 'image_file', image_file: { file_id: fileId, detail: 'low' } },
     ]);
@@ -123,7 +124,7 @@ describe('image_file content parts', () => {
     });
     const run = await openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistantId }, { pollIntervalMs: 10 });
     expect(run.status).toBe('completed');
-    const users = fake.requests.at(-1)!.body!.messages.filter((m: { role: string }) => m.role === 'user');
+    const users = defined(defined(fake.requests.at(-1)).body).messages.filter((m: { role: string }) => m.role === 'user');
     expect(users[0].content).toEqual([{ type: 'text', text: `[image ${older} not included: the images of this prompt exceed the gateway's ${MAX_PROMPT_IMAGE_BYTES} bytes]` }]);
     expect(users[1].content[0].image_url.url.length).toBe('data:image/png;base64,'.length + Math.ceil(size / 3) * 4);
   });

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { count, eq } from 'drizzle-orm';
 import { BadRequestError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -98,7 +99,7 @@ async function member(gateway: TestGateway) {
 async function rowsOf(gateway: TestGateway, tenant: Tenant) {
   const { db } = gateway.database;
   const counted = async (table: typeof threads | typeof messages | typeof runs) =>
-    (await db.select({ n: count() }).from(table).where(eq(table.workspaceId, tenant.workspace.id)))[0]!.n;
+    defined((await db.select({ n: count() }).from(table).where(eq(table.workspaceId, tenant.workspace.id)))[0]).n;
   return { threads: await counted(threads), messages: await counted(messages), runs: await counted(runs) };
 }
 
@@ -160,8 +161,8 @@ describe('image_url parts of messages', () => {
         { pollIntervalMs: 20 },
       );
       expect(run.status).toBe('completed');
-      const sent = upstream.requests.find((request) => request.rawBody.includes(marker))!;
-      const user = sent.body!.messages.findLast((message: { role: string }) => message.role === 'user');
+      const sent = defined(upstream.requests.find((request) => request.rawBody.includes(marker)));
+      const user = defined(sent.body).messages.findLast((message: { role: string }) => message.role === 'user');
       expect(user.content.slice(1)).toEqual([
         { type: 'image_url', image_url: { url: 'https://example.com/cat.png', detail: 'low' } },
         { type: 'image_url', image_url: { url: 'http://10.0.0.7:8080/cat.png', detail: 'auto' } },
@@ -181,7 +182,7 @@ describe('image_url parts under the default rules (GATEWAY_ALLOW_PRIVATE_UPSTREA
       const { tenant, client, assistantId } = await member(gateway);
       const local = { type: 'image_url' as const, image_url: { url: 'http://127.0.0.1:8000/scan.png' } };
       const thread = await client.beta.threads.create({ messages: [{ role: 'user', content: [{ type: 'text', text: 'one' }, local] }] });
-      expect((await client.beta.threads.messages.list(thread.id)).data[0]!.content[1]).toEqual({ ...local, image_url: { ...local.image_url, detail: 'auto' } });
+      expect(defined((await client.beta.threads.messages.list(thread.id)).data[0]).content[1]).toEqual({ ...local, image_url: { ...local.image_url, detail: 'auto' } });
 
       await gateway.tenant();
       // The workspace count is read again once its cache has expired.
@@ -196,9 +197,9 @@ describe('image_url parts under the default rules (GATEWAY_ALLOW_PRIVATE_UPSTREA
         { pollIntervalMs: 20 },
       );
       expect(run.status).toBe('completed');
-      const sent = upstream.requests.find((request) => request.rawBody.includes(marker))!;
+      const sent = defined(upstream.requests.find((request) => request.rawBody.includes(marker)));
       expect(sent.rawBody).not.toContain('127.0.0.1:8000');
-      const first = sent.body!.messages.find((message: { role: string }) => message.role === 'user');
+      const first = defined(sent.body).messages.find((message: { role: string }) => message.role === 'user');
       expect(first.content).toEqual([
         { type: 'text', text: 'one' },
         { type: 'text', text: '[image not included: its URL is not allowed]' },

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { asc, eq } from 'drizzle-orm';
 import { BadRequestError, NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -200,11 +201,11 @@ describe('listing messages', () => {
     let page = await json(await alice.request(`/v1/threads/${threadId}/messages?order=${order}&limit=${limit}`));
     forward.push(page.data.map((m: { id: string }) => m.id));
     while (page.has_more) {
-      expect(page.last_id).toBe(forward.at(-1)!.at(-1));
+      expect(page.last_id).toBe(defined(forward.at(-1)).at(-1));
       page = await json(await alice.request(`/v1/threads/${threadId}/messages?order=${order}&limit=${limit}&after=${page.last_id}`));
       forward.push(page.data.map((m: { id: string }) => m.id));
     }
-    const backward: string[][] = [forward.at(-1)!];
+    const backward: string[][] = [defined(forward.at(-1))];
     let first = page.first_id;
     for (;;) {
       const back = await json(await alice.request(`/v1/threads/${threadId}/messages?order=${order}&limit=${limit}&before=${first}`));
@@ -365,7 +366,7 @@ describe('the active-run rule', () => {
     // one batch. Its message's place in the thread is when the run became active.
     const template = await heldThread(alice);
     const [row] = await gateway.database.db.select().from(runs).where(eq(runs.id, template.runId));
-    const { seq: _seq, ...templateRun } = row!;
+    const { seq: _seq, ...templateRun } = defined(row);
     const run = { ...templateRun, id: newId('run'), threadId, status: 'requires_action' as const, expiresAt: gateway.clock.now() + 3_600_000, leaseExpiresAt: null };
     const at = gateway.clock.now();
     const runMessage = {
@@ -403,11 +404,11 @@ describe('the active-run rule', () => {
       .from(messages)
       .where(eq(messages.threadId, threadId))
       .orderBy(asc(messages.seq));
-    const runSeq = rows.find((message) => message.id === runMessage.id)!.seq;
+    const runSeq = defined(rows.find((message) => message.id === runMessage.id)).seq;
     for (const answer of answers) {
       if (answer.status === 200) {
         const created = await json(answer);
-        expect(rows.find((message) => message.id === created.id)!.seq).toBeLessThan(runSeq);
+        expect(defined(rows.find((message) => message.id === created.id)).seq).toBeLessThan(runSeq);
       } else {
         expect(await errorOf(answer)).toEqual(refusal(threadId, run.id));
       }
@@ -415,7 +416,7 @@ describe('the active-run rule', () => {
     // Every message written is an answered one (nothing refused was written), and the first came before the run.
     const admitted = answers.filter((answer) => answer.status === 200).length;
     expect(rows).toHaveLength(admitted + 2);
-    expect(rows[0]!.seq).toBeLessThan(runSeq);
+    expect(defined(rows[0]).seq).toBeLessThan(runSeq);
     await gateway.database.db.update(runs).set({ status: 'cancelled' }).where(eq(runs.id, run.id));
   });
 

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { count, eq, inArray } from 'drizzle-orm';
 import { NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -29,7 +30,7 @@ const rowsOf = async (threadId: string) => {
   const [thread] = await db.select({ n: count() }).from(threads).where(eq(threads.id, threadId));
   const [message] = await db.select({ n: count() }).from(messages).where(eq(messages.threadId, threadId));
   const [step] = runIds.length ? await db.select({ n: count() }).from(runSteps).where(inArray(runSteps.runId, runIds)) : [{ n: 0 }];
-  return { threads: thread!.n, messages: message!.n, runs: runIds.length, steps: step!.n };
+  return { threads: defined(thread).n, messages: defined(message).n, runs: runIds.length, steps: defined(step).n };
 };
 
 describe('creating a thread', () => {
@@ -107,7 +108,7 @@ describe('creating a thread', () => {
     const error = await errorOf(await alice.request('/v1/threads', { body }));
     expect(error).toMatchObject({ status: 400, code, param });
     const [after] = await gateway.database.db.select({ n: count() }).from(threads).where(eq(threads.workspaceId, alice.tenant.workspace.id));
-    expect(after!.n).toBe(before!.n);
+    expect(defined(after).n).toBe(defined(before).n);
   });
 
   it('creates the thread in the workspace an organisation key names, and only there', async () => {

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { eq } from 'drizzle-orm';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -38,13 +39,13 @@ describe('a thread’s vector store', () => {
       tool_resources: { file_search: { vector_stores: [{ file_ids: [inline], metadata: { from: 'thread' } }] } },
       messages: [{ role: 'user', content: 'Read this', attachments: [{ file_id: attached, tools: [{ type: 'file_search' }] }] }],
     });
-    const storeId = storeIdOf(thread)!;
+    const storeId = defined(storeIdOf(thread));
     expect(storeId).toMatch(/^vs_/);
     expect(thread.tool_resources).toEqual({ file_search: { vector_store_ids: [storeId] } });
     expect(await filesOf(storeId)).toEqual([[attached, 'completed'], [inline, 'completed']].sort());
     expect((await client.vectorStores.retrieve(storeId)).metadata).toEqual({ from: 'thread' });
     const [message] = (await client.beta.threads.messages.list(thread.id)).data;
-    expect(message!.attachments).toEqual([{ file_id: attached, tools: [{ type: 'file_search' }] }]);
+    expect(defined(message).attachments).toEqual([{ file_id: attached, tools: [{ type: 'file_search' }] }]);
     expect((await client.beta.threads.retrieve(thread.id)).tool_resources).toEqual({ file_search: { vector_store_ids: [storeId] } });
   });
 
@@ -53,7 +54,7 @@ describe('a thread’s vector store', () => {
     expect(storeIdOf(thread)).toBeUndefined();
     const first = await text('first.txt');
     await client.beta.threads.messages.create(thread.id, { role: 'user', content: 'one', attachments: [{ file_id: first, tools: [{ type: 'file_search' }] }] });
-    const storeId = storeIdOf(await client.beta.threads.retrieve(thread.id))!;
+    const storeId = defined(storeIdOf(await client.beta.threads.retrieve(thread.id)));
     expect(storeId).toMatch(/^vs_/);
     const second = await text('second.txt');
     await client.beta.threads.messages.create(thread.id, { role: 'user', content: 'two', attachments: [{ file_id: second, tools: [{ type: 'file_search' }] }] });
@@ -69,7 +70,7 @@ describe('a thread’s vector store', () => {
       thread: { ...fakeThread('hello', { reply: 'hi' }), tool_resources: { file_search: { vector_stores: [{ file_ids: [inline] }] } } },
     });
     await gateway.tasks.drain(20_000);
-    const storeId = storeIdOf(await client.beta.threads.retrieve(run.thread_id))!;
+    const storeId = defined(storeIdOf(await client.beta.threads.retrieve(run.thread_id)));
     expect(await filesOf(storeId)).toEqual([[inline, 'completed']]);
     const extra = await text('additional.txt');
     await client.beta.threads.runs.create(run.thread_id, {

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '../../../src/cli/run';
 import { embedTexts } from '../../../src/retrieval/embed';
@@ -40,9 +41,9 @@ async function run(scenario: object | object[], options: { stream?: boolean; key
   expect(response.status).toBe(200);
   if (options.stream) {
     const text = await response.text();
-    const created = /"id":"(run_\w+)","object":"thread\.run"[^]*?"thread_id":"(thread_\w+)"/.exec(text)!;
+    const created = defined(/"id":"(run_\w+)","object":"thread\.run"[^]*?"thread_id":"(thread_\w+)"/.exec(text));
     await gateway.tasks.drain(10_000);
-    return { id: created[1]!, thread_id: created[2]! };
+    return { id: defined(created[1]), thread_id: defined(created[2]) };
   }
   const body = await json(response);
   await gateway.tasks.drain(10_000);

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { searchStores, findStores } from '../../../src/retrieval/search';
@@ -29,7 +30,7 @@ function collidingWord(word: string, sign: 1 | -1): string {
   for (let i = 0; ; i++) {
     const candidate = `w${i}`;
     const vector = fakeEmbedding(candidate, DIMENSIONS);
-    if (vector[at] !== 0 && Math.sign(vector[at]!) === sign * Math.sign(target[at]!)) return candidate;
+    if (vector[at] !== 0 && Math.sign(defined(vector[at])) === sign * Math.sign(defined(target[at]))) return candidate;
   }
 }
 
@@ -72,9 +73,9 @@ describe('POST /v1/vector_stores/{id}/search', () => {
       content: [{ type: 'text', text: 'Refunds are granted within 30 days of purchase.' }],
     });
     // First by meaning and by keywords: the best score there is.
-    expect(first!.score).toBe(1);
-    expect(page.data.every((item, i) => i === 0 || item.score <= page.data[i - 1]!.score)).toBe(true);
-    const texts = page.data.map((item) => item.content[0]!.text);
+    expect(defined(first).score).toBe(1);
+    expect(page.data.every((item, i) => i === 0 || item.score <= defined(page.data[i - 1]).score)).toBe(true);
+    const texts = page.data.map((item) => defined(item.content[0]).text);
     expect(texts.join(' ')).not.toContain('secret');
     const raw = await json(await search({ query: 'refunds' }));
     expect(raw).toMatchObject({ object: 'vector_store.search_results.page', search_query: ['refunds'], has_more: false, next_page: null });
@@ -177,9 +178,9 @@ describe('searchStores', () => {
     const options = { queries: ['refunds soup'], maxResults: 5, scoreThreshold: 0, filter: null };
     const results = await searchStores(gateway.deps, searcher, stores, options);
     expect(new Set(results.map((result) => result.vectorStoreId))).toEqual(new Set([store.id, second.id]));
-    expect(results[0]!.text).toBe('The canteen serves refunds of soup on Fridays.');
+    expect(defined(results[0]).text).toBe('The canteen serves refunds of soup on Fridays.');
     upstream.reset();
-    expect(await searchStores(gateway.deps, searcher, [stores[2]!], options)).toEqual([]);
+    expect(await searchStores(gateway.deps, searcher, [defined(stores[2])], options)).toEqual([]);
     expect(upstream.requests).toHaveLength(0);
     const other = await gateway.tenant();
     expect(await findStores(gateway.database.db, other.workspace.id, [store.id])).toEqual([]);

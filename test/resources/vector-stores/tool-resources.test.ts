@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { count, eq } from 'drizzle-orm';
 import { NotFoundError, type OpenAI } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -38,7 +39,7 @@ async function rowsOf(tenant: Tenant) {
   const { db } = gateway.database;
   const workspaceId = tenant.workspace.id;
   const counted = async (table: typeof assistants | typeof threads | typeof runs | typeof vectorStores | typeof vectorStoreFiles) =>
-    (await db.select({ n: count() }).from(table).where(eq(table.workspaceId, workspaceId)))[0]!.n;
+    defined((await db.select({ n: count() }).from(table).where(eq(table.workspaceId, workspaceId)))[0]).n;
   return {
     assistants: await counted(assistants),
     threads: await counted(threads),
@@ -59,7 +60,7 @@ describe('an assistant’s vector store, created from files (tool_resources.file
       tools: [{ type: 'file_search' }],
       tool_resources: { file_search: { vector_stores: [{ file_ids: [keeper, other], chunking_strategy: chunking, metadata: { from: 'assistant' } }] } },
     });
-    const storeId = storeIdOf(assistant)!;
+    const storeId = defined(storeIdOf(assistant));
     expect(storeId).toMatch(/^vs_/);
     expect(assistant.tool_resources).toEqual({ file_search: { vector_store_ids: [storeId] } });
     expect(await client.beta.assistants.retrieve(assistant.id)).toEqual(assistant);
@@ -86,7 +87,7 @@ describe('an assistant’s vector store, created from files (tool_resources.file
     );
     expect(run.status).toBe('completed');
     const [, second] = upstream.requests.filter((request) => request.path.endsWith('/chat/completions') && request.rawBody.includes(marker));
-    const toolMessage = second!.body!.messages.find((message: { role: string }) => message.role === 'tool');
+    const toolMessage = defined(defined(second).body).messages.find((message: { role: string }) => message.role === 'tool');
     expect(toolMessage.content).toContain('The lighthouse keeper’s cat is called Pharos');
   });
 
@@ -101,7 +102,7 @@ describe('an assistant’s vector store, created from files (tool_resources.file
     });
     expect(response.status).toBe(200);
     const modified = await json(response);
-    const storeId = storeIdOf(modified)!;
+    const storeId = defined(storeIdOf(modified));
     expect(storeId).toMatch(/^vs_/);
     expect(storeId).not.toBe(first.id);
     expect(modified).toEqual({ ...assistant, name: 'renamed', tool_resources: { file_search: { vector_store_ids: [storeId] } } });

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { and, eq } from 'drizzle-orm';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -43,10 +44,10 @@ describe('vector stores', () => {
       metadata: { team: 'a' },
     });
     expect(store.id).toMatch(/^vs_/);
-    expect(store.expires_at).toBe(store.last_active_at! + 7 * 86_400);
+    expect(store.expires_at).toBe(defined(store.last_active_at) + 7 * 86_400);
     const [row] = await gateway.database.db.select().from(vectorStores).where(eq(vectorStores.id, store.id));
     expect(row).toMatchObject({ embeddingModel: 'text-embedding-3-small', embeddingDimensions: null });
-    expect(row!.virtualKeyId).toBeTruthy();
+    expect(defined(row).virtualKeyId).toBeTruthy();
 
     expect(await client.vectorStores.retrieve(store.id)).toEqual(store);
     const updated = await client.vectorStores.update(store.id, { name: 'renamed', expires_after: null, metadata: { team: 'b' } });
@@ -79,9 +80,9 @@ describe('vector stores', () => {
     expect(done.usage_bytes).toBeGreaterThan(0);
     const chunks = await chunksOf(store.id, a);
     expect(chunks.map((c) => c.text).join('')).toContain('PAPAYA-42');
-    expect(chunks[0]!.embedding.byteLength).toBe(512 * 4);
+    expect(defined(chunks[0]).embedding.byteLength).toBe(512 * 4);
     const [row] = await gateway.database.db.select().from(vectorStores).where(eq(vectorStores.id, store.id));
-    expect(row!.embeddingDimensions).toBe(512);
+    expect(defined(row).embeddingDimensions).toBe(512);
   });
 
   it('refuses unknown files, naming the field, and writes nothing', async () => {
@@ -182,7 +183,7 @@ describe('vector store files', () => {
     const file = await client.vectorStores.files.createAndPoll(store.id, { file_id: fileId }, { pollIntervalMs: 20 });
     expect(file.status).toBe('failed');
     expect(file.last_error).toMatchObject({ code });
-    expect(file.last_error!.message).toContain(message);
+    expect(defined(file.last_error).message).toContain(message);
     expect(await chunksOf(store.id, fileId)).toEqual([]);
     const after = await client.vectorStores.retrieve(store.id);
     expect(after.file_counts).toMatchObject({ failed: 1, total: 1 });
@@ -195,7 +196,7 @@ describe('vector store files', () => {
     const file = await client.vectorStores.files.createAndPoll(store.id, { file_id: fileId }, { pollIntervalMs: 20 });
     expect(file.status).toBe('failed');
     expect(file.last_error).toMatchObject({ code: 'server_error' });
-    expect(file.last_error!.message).toContain('embeddings provider failed');
+    expect(defined(file.last_error).message).toContain('embeddings provider failed');
     expect(await chunksOf(store.id, fileId)).toEqual([]);
   });
 

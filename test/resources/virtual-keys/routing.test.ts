@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { sql } from 'drizzle-orm';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -129,11 +130,11 @@ describe('resolution order and specificity', () => {
   it('says how to configure a key when none serves the model', async () => {
     const { error } = await runOf(await workspaceWith([]), 'claude-3');
     expect(error).toMatchObject({ status: 400, code: 'missing_virtual_key', param: 'x-gateway-virtual-key' });
-    expect(error!.message).toContain("model 'claude-3'");
-    expect(error!.message).toContain("'x-gateway-virtual-key' header");
-    expect(error!.message).toContain('{"models":[…,"claude-3"]}');
-    expect(error!.message).toContain('{"default":true}');
-    expect(error!.message).toContain('No virtual key of this workspace names models, and none is its default.');
+    expect(defined(error).message).toContain("model 'claude-3'");
+    expect(defined(error).message).toContain("'x-gateway-virtual-key' header");
+    expect(defined(error).message).toContain('{"models":[…,"claude-3"]}');
+    expect(defined(error).message).toContain('{"default":true}');
+    expect(defined(error).message).toContain('No virtual key of this workspace names models, and none is its default.');
   });
 
   it('names the models the workspace serves and the closest to a misspelt one, before how to route it', async () => {
@@ -143,13 +144,13 @@ describe('resolution order and specificity', () => {
     ]);
     const { error } = await runOf(workspace, 'gpt4o');
     expect(error).toMatchObject({ status: 400, code: 'missing_virtual_key', param: 'x-gateway-virtual-key' });
-    expect(error!.message).toMatch(
+    expect(defined(error).message).toMatch(
       /^No virtual key of this workspace serves model 'gpt4o'\. Did you mean 'gpt-4o'\? Its virtual keys serve '(gpt-4o\*|o3\*|llama3\.\*|mistral-large)'(, '(gpt-4o\*|o3\*|llama3\.\*|mistral-large)'){3}\. To run 'gpt4o' as it is: /,
     );
-    for (const pattern of ['gpt-4o*', 'o3*', 'llama3.*', 'mistral-large']) expect(error!.message).toContain(`'${pattern}'`);
+    for (const pattern of ['gpt-4o*', 'o3*', 'llama3.*', 'mistral-large']) expect(defined(error).message).toContain(`'${pattern}'`);
     // An exact name is suggested as it is; a model close to nothing gets no guess.
-    expect((await runOf(workspace, 'mistral-larg')).error!.message).toContain("Did you mean 'mistral-large'?");
-    expect((await runOf(workspace, 'claude-3')).error!.message).not.toContain('Did you mean');
+    expect(defined((await runOf(workspace, 'mistral-larg')).error).message).toContain("Did you mean 'mistral-large'?");
+    expect(defined((await runOf(workspace, 'claude-3')).error).message).not.toContain('Did you mean');
   });
 
   it('takes a key’s models and default from another workspace never', async () => {
@@ -363,11 +364,11 @@ describe('POST /v1/virtual-keys/{slug}', () => {
 
   it('rotates the provider key: the provider receives the new one, and neither is ever shown', async () => {
     const workspace = await workspaceWith([{ slug: 'main', default: true }]);
-    const old = [...workspace.keys.keys()][0]!;
+    const old = defined([...workspace.keys.keys()][0]);
     const rotated = providerKey('rotated');
     const answer = await call('/v1/virtual-keys/main', { key: workspace.tenant.workspaceKey, body: { api_key: rotated } });
     expect(answer.status).toBe(200);
-    const key = (await findActiveVirtualKey(gateway.database.db, workspace.tenant.workspace.id, 'main'))!;
+    const key = defined((await findActiveVirtualKey(gateway.database.db, workspace.tenant.workspace.id, 'main')));
     expect(await decryptVirtualKeySecret(gateway.deps.secrets, key)).toBe(rotated);
 
     const marker = crypto.randomUUID();
@@ -404,7 +405,7 @@ describe('POST /v1/virtual-keys/{slug}', () => {
     const events = await response.text();
     expect(events).toContain('thread.run.completed');
     expect(events).toContain('"model":"gpt-4o"');
-    const request = upstreamRequest(fake, marker)!;
+    const request = defined(upstreamRequest(fake, marker));
     expect(request.path).toBe('/openai/deployments/third-dep/chat/completions');
     expect(request.query['api-version']).toBe('2024-10-21');
     expect(request.headers['api-key']).toBe(azureKey);
@@ -505,7 +506,7 @@ describe('the CLI', () => {
     expect(updated.code).toBe(0);
     const json = JSON.parse(updated.stdout);
     expect(json).toMatchObject({ slug: 'cli', id: JSON.parse(created.stdout).id, base_url: other.baseURL, models: ['llama3.*'], default: false });
-    const key = (await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, 'cli'))!;
+    const key = defined((await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, 'cli')));
     expect(await decryptVirtualKeySecret(gateway.deps.secrets, key)).toBe(rotated);
 
     // Text for people; --models '' clears; without a key source the provider key stays.
@@ -513,7 +514,7 @@ describe('the CLI', () => {
     expect(text).toMatchObject({ code: 0, stderr: '' });
     expect(text.stdout).toContain("Updated virtual key 'cli'");
     expect(text.stdout).toContain('It is the default key of its workspace.');
-    const after = (await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, 'cli'))!;
+    const after = defined((await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, 'cli')));
     expect(after).toMatchObject({ models: [], isDefault: true, secretCiphertext: key.secretCiphertext });
 
     const table = await cli(['virtual-keys', 'list', '--workspace', ws]);

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { eq } from 'drizzle-orm';
 import fc from 'fast-check';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -135,9 +136,9 @@ describe('checkUpstreamUrl, generated', () => {
         for (let i = 0; i < 8; i++) {
           let j = i;
           while (j < 8 && zero(j)) j++;
-          if (j - i > best[1]!) best = [i, j - i];
+          if (j - i > defined(best[1])) best = [i, j - i];
         }
-        if (best[1]! > 0) text = `${parts.slice(0, best[0]).join(':')}::${parts.slice(best[0]! + best[1]!).join(':')}`;
+        if (defined(best[1]) > 0) text = `${parts.slice(0, best[0]).join(':')}::${parts.slice(defined(best[0]) + defined(best[1])).join(':')}`;
       }
       return `[${text}]`;
     });
@@ -560,7 +561,7 @@ describe('private upstreams with GATEWAY_ALLOW_PRIVATE_UPSTREAMS unset', () => {
     // The gateway's own fetch and rules, with a resolver that knows the test's name.
     let target: TestGateway | undefined;
     const fetch = upstreamFetch({
-      rules: () => upstreamRules(target!.database.db, target!.deps.config, { now: target!.clock.now() }),
+      rules: () => upstreamRules(defined(target).database.db, defined(target).deps.config, { now: defined(target).clock.now() }),
       resolve: async (hostname) => (hostname === 'llm.internal.test' ? [{ address: '10.1.2.3' }] : []),
     });
     target = await createTestGateway({ env: UNSET, deps: { fetch } });

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { createClient } from '@libsql/client';
 import { eq } from 'drizzle-orm';
 import { join } from 'node:path';
@@ -422,11 +423,11 @@ describe('the provider secret', () => {
     const client = createClient({ url: `file:${join(gateway.dataDir, 'gateway.db')}` });
     const rows = await client.execute({ sql: 'SELECT * FROM virtual_keys WHERE id = ?', args: [created.id] });
     client.close();
-    const row = rows.rows[0]!;
+    const row = defined(rows.rows[0]);
     expect(JSON.stringify(row)).not.toContain(apiKey);
     expect(String(row.secret_ciphertext)).toMatch(/^v1\./);
 
-    const key = (await getVirtualKey(gateway.database.db, created.id))!;
+    const key = defined((await getVirtualKey(gateway.database.db, created.id)));
     expect(await decryptVirtualKeySecret(gateway.deps.secrets, key)).toBe(apiKey);
 
     // The ciphertext copied onto another row does not open there.
@@ -434,7 +435,7 @@ describe('the provider secret', () => {
       .update(virtualKeys)
       .set({ secretCiphertext: key.secretCiphertext })
       .where(eq(virtualKeys.id, other.id));
-    const moved = (await getVirtualKey(gateway.database.db, other.id))!;
+    const moved = defined((await getVirtualKey(gateway.database.db, other.id)));
     await expect(decryptVirtualKeySecret(gateway.deps.secrets, moved)).rejects.toThrow(/Cannot decrypt/);
   });
 });
@@ -474,7 +475,7 @@ describe('the CLI', () => {
 
     const listed = await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }));
     expect(listed.data.map((key: { id: string }) => key.id)).toContain(created.id);
-    const key = (await getVirtualKey(gateway.database.db, created.id))!;
+    const key = defined((await getVirtualKey(gateway.database.db, created.id)));
     expect(await decryptVirtualKeySecret(gateway.deps.secrets, key)).toBe(apiKey);
   });
 
@@ -495,7 +496,7 @@ describe('the CLI', () => {
     );
     expect(key).toMatchObject({ provider: 'azure-openai', api_version: '2024-10-21', deployment: 'gpt4o', model: 'gpt-4o' });
     expect(
-      await decryptVirtualKeySecret(gateway.deps.secrets, (await getVirtualKey(gateway.database.db, key.id))!),
+      await decryptVirtualKeySecret(gateway.deps.secrets, defined((await getVirtualKey(gateway.database.db, key.id)))),
     ).toBe(apiKey);
   });
 
@@ -517,7 +518,7 @@ describe('the CLI', () => {
   it('never prints what was given where a variable name belongs: a key there is not repeated (create and update)', async () => {
     // A key of each shape: one no variable could be named, one that could (Groq's gsk_…), as `=` and as the next word.
     const keys = [secret('pasted'), `gsk_${crypto.randomUUID().replaceAll('-', '')}`];
-    SECRETS.add(keys[1]!);
+    SECRETS.add(defined(keys[1]));
     const commands = [
       ['virtual-keys', 'create', '--workspace', owner.workspace.id, '--slug', 'pasted', '--provider', 'openai'],
       ['virtual-keys', 'update', '--workspace', owner.workspace.id, 'from-stdin'],
@@ -535,7 +536,7 @@ describe('the CLI', () => {
         }
       }
     }
-    const malformed = await cli([...commands[0]!, '--api-key-env', keys[0]!]);
+    const malformed = await cli([...defined(commands[0]), '--api-key-env', defined(keys[0])]);
     expect(malformed.stderr).toContain('--api-key-env takes the name of an environment variable');
     expect((await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }))).data.map((k: { slug: string }) => k.slug)).not.toContain('pasted');
   });

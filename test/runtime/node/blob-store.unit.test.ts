@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -93,7 +94,7 @@ describe('directoryBlobStore', () => {
     const rivals = Array.from({ length: 8 }, (_, i) => pattern(40_000, 100 + i));
     await Promise.all(rivals.map((bytes) => blobs.put('ws/contested', streamOf(bytes, 777), { maxBytes: 1_000_000 })));
     const winner = await read(blobs, 'ws/contested');
-    expect(rivals.some((bytes) => Buffer.from(bytes).equals(Buffer.from(winner!)))).toBe(true);
+    expect(rivals.some((bytes) => Buffer.from(bytes).equals(Buffer.from(defined(winner))))).toBe(true);
     expect(filesOnDisk().filter((path) => path.includes('.upload-'))).toEqual([]);
   });
 
@@ -121,7 +122,7 @@ describe('directoryBlobStore', () => {
     const before = openFiles();
     expect(before).toBe(0);
     for (let round = 0; round < 20; round++) {
-      const stream = (await blobs.get('ws/early'))!;
+      const stream = defined((await blobs.get('ws/early')));
       // Open while it is read: what is counted is this blob's descriptor.
       if (round === 0) expect(openFiles()).toBe(1);
       for await (const part of stream) {
@@ -184,8 +185,8 @@ describe('directoryBlobStore', () => {
     expect(described).toEqual(['partial ws-1/file-c', 'stray number', 'whole ws-1/file-a', 'whole ws-2/file-b']);
 
     // Each goes alone: the stray and a whole blob, while the put under way is left to complete.
-    await listed.find((blob) => blob.kind === 'stray')!.remove();
-    await listed.find((blob) => blob.kind === 'whole' && blob.key === 'ws-2/file-b')!.remove();
+    await defined(listed.find((blob) => blob.kind === 'stray')).remove();
+    await defined(listed.find((blob) => blob.kind === 'whole' && blob.key === 'ws-2/file-b')).remove();
     expect(filesOnDisk().filter((path) => !path.startsWith('.uploads/'))).toEqual(['ws-1/file-a']);
     release();
     expect(await putting).toEqual({ bytes: 2000 });

@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { chunkerPool } from '../../../src/runtime/node/chunker-pool';
@@ -58,7 +59,7 @@ describe('the chunker pool', () => {
     const error = await failure(pool.chunk(stream(fixture('corrupt.pdf')), job('docx'), alive()));
     expect(error).toBeInstanceOf(ExtractionError);
     expect((error as ExtractionError).message).toBe('The DOCX file cannot be read: it is not a ZIP archive.');
-    expect((await pool.chunk(stream(fixture('sample.html')), job('html'), alive()))[0]!.text).toContain('Refund policy');
+    expect(defined((await pool.chunk(stream(fixture('sample.html')), job('html'), alive()))[0]).text).toContain('Refund policy');
   });
 
   it('refuses a document past its bytes, counted as they stream, whatever it claimed', async () => {

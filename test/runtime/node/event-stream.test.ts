@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeThread, startFakeUpstream, type FakeUpstreamServer } from '../../support/fake-upstream';
@@ -64,8 +65,8 @@ describe('a streamed run on the Node server', () => {
   it('leaves the run to complete when the client goes away after the first events', async () => {
     const { socket, chunks } = streamedRun();
     await expect.poll(() => chunks.join('').includes('event: thread.run.created'), { timeout: 10_000 }).toBe(true);
-    const runId = /"id":"(run_[A-Za-z0-9]+)"/.exec(chunks.join(''))![1]!;
-    const threadId = /"id":"(thread_[A-Za-z0-9]+)"/.exec(chunks.join(''))![1]!;
+    const runId = defined(defined(/"id":"(run_[A-Za-z0-9]+)"/.exec(chunks.join('')))[1]);
+    const threadId = defined(defined(/"id":"(thread_[A-Za-z0-9]+)"/.exec(chunks.join('')))[1]);
     socket.destroy();
     await expect
       .poll(async () => (await json(await gateway.request(`/v1/threads/${threadId}/runs/${runId}`, { key: tenant.workspaceKey }))).status, { timeout: 10_000 })

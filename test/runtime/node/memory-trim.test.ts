@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -50,9 +51,9 @@ describe('trimMemoryWhenIdle', () => {
       expect(reports).toEqual([]);
       state.busy = false;
       await expect.poll(() => reports.length, { timeout: 2_000, interval: 10 }).toBe(1);
-      expect(reports[0]!.collections).toBe(2);
-      expect(reports[0]!.heapBytesBefore).toBeGreaterThan(0);
-      expect(reports[0]!.heapBytesAfter).toBeGreaterThan(0);
+      expect(defined(reports[0]).collections).toBe(2);
+      expect(defined(reports[0]).heapBytesBefore).toBeGreaterThan(0);
+      expect(defined(reports[0]).heapBytesAfter).toBeGreaterThan(0);
     } finally {
       stop();
     }
@@ -66,7 +67,7 @@ describe('trimMemoryWhenIdle', () => {
       await sleep(250);
       state.requests++;
       await expect.poll(() => reports.length, { timeout: 2_000, interval: 5 }).toBeGreaterThan(0);
-      expect(reports[0]!.collections).toBe(1);
+      expect(defined(reports[0]).collections).toBe(1);
     } finally {
       stop();
     }
@@ -84,7 +85,7 @@ describe('trimMemoryWhenIdle', () => {
       expect(getHeapStatistics().total_heap_size).toBeGreaterThan(64 * 1024 * 1024);
       held = null;
       await expect.poll(() => reports.length, { timeout: 3_000, interval: 10 }).toBe(1);
-      expect(reports[0]!.heapBytesAfter).toBeLessThan(reports[0]!.heapBytesBefore);
+      expect(defined(reports[0]).heapBytesAfter).toBeLessThan(defined(reports[0]).heapBytesBefore);
     } finally {
       stop();
     }
@@ -98,7 +99,7 @@ describe('the Node gateway after a burst', () => {
     const gateway = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'debug' });
     try {
       await expect.poll(() => /workspace API key\s+gk_/.test(gateway.stdout()), { timeout: 5_000 }).toBe(true);
-      const key = /workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout())![1]!;
+      const key = defined(defined(/workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout()))[1]);
       const body = JSON.stringify({ messages: [{ role: 'user', content: 'x'.repeat(250_000) }] });
       const burst = async () => {
         for (let i = 0; i < 40; i++) {
@@ -114,13 +115,13 @@ describe('the Node gateway after a burst', () => {
       await Promise.all([burst(), burst(), burst(), burst()]);
       const trims = () => gateway.stdout().split('\n').filter((line) => line.includes('memory given back after a burst'));
       expect(trims()).toEqual([]);
-      const afterBurst = memoryOf(gateway.child.pid!).rssMb;
+      const afterBurst = memoryOf(defined(gateway.child.pid)).rssMb;
 
       // 2 s of quiet, the first collection, 6 s more, the second.
       await expect.poll(() => trims().length, { timeout: 15_000, interval: 200 }).toBe(1);
-      const report = JSON.parse(trims()[0]!) as { heap_mb_before: number; heap_mb_after: number };
+      const report = JSON.parse(defined(trims()[0])) as { heap_mb_before: number; heap_mb_after: number };
       expect(report.heap_mb_after).toBeLessThan(report.heap_mb_before - 8);
-      expect(memoryOf(gateway.child.pid!).rssMb).toBeLessThan(afterBurst - 8);
+      expect(memoryOf(defined(gateway.child.pid)).rssMb).toBeLessThan(afterBurst - 8);
     } finally {
       await gateway.stop('SIGKILL');
     }

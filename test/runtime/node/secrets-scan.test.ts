@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -44,7 +45,7 @@ beforeAll(async () => {
   });
   const find = (label: string) => new RegExp(`${label}\\s+(gk_[A-Za-z0-9_-]+)`).exec(gateway.stdout())?.[1];
   for (let i = 0; i < 100 && !find('workspace API key'); i++) await new Promise((resolve) => setTimeout(resolve, 50));
-  keys = { workspace: find('workspace API key')!, organisation: find('organisation API key')! };
+  keys = { workspace: defined(find('workspace API key')), organisation: defined(find('organisation API key')) };
   expect(keys.workspace).toMatch(/^gk_/);
   startupEnd = { stdout: gateway.stdout().length, stderr: gateway.stderr().length };
 });
@@ -103,7 +104,7 @@ async function run(virtualKey: string, scenario: FakeScenario | null, stream = f
   });
   expect(created.status).toBe(200);
   const ids = stream
-    ? { thread: /"thread_id":"(thread_\w+)"/.exec(created.text)![1]!, run: /"id":"(run_\w+)"/.exec(created.text)![1]! }
+    ? { thread: defined(defined(/"thread_id":"(thread_\w+)"/.exec(created.text))[1]), run: defined(defined(/"id":"(run_\w+)"/.exec(created.text))[1]) }
     : { thread: created.json().thread_id as string, run: created.json().id as string };
   for (;;) {
     const current = await call(`/v1/threads/${ids.thread}/runs/${ids.run}`, { key: keys.workspace });

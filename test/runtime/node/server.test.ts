@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { request as httpRequest } from 'node:http';
 import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -36,7 +37,7 @@ describe('the Node server', () => {
       // The keys are printed after the listening line; give stdout a moment to flush.
       await expect.poll(() => keysFrom(gateway.stdout()).workspace, { timeout: 5_000 }).toBeDefined();
       const keys = keysFrom(gateway.stdout());
-      workspaceKey = keys.workspace!;
+      workspaceKey = defined(keys.workspace);
       expect(keys.organisation).toMatch(/^gk_/);
 
       const created = await fetch(`${gateway.url}/v1/policies/rate-limits`, {
@@ -55,7 +56,7 @@ describe('the Node server', () => {
       policyId = ((await created.json()) as { id: string }).id;
 
       const listed = await fetch(`${gateway.url}/v1/policies/rate-limits?page_size=10`, {
-        headers: { 'x-gateway-api-key': keys.organisation! },
+        headers: { 'x-gateway-api-key': defined(keys.organisation) },
       });
       expect(((await listed.json()) as { total: number }).total).toBe(1);
       expect(await gateway.stop('SIGTERM')).toBe(0);
@@ -69,7 +70,7 @@ describe('the Node server', () => {
     const mode = await client.execute('PRAGMA journal_mode');
     const policies = await client.execute('SELECT id FROM rate_limit_policies');
     client.close();
-    expect(mode.rows[0]![0]).toBe('wal');
+    expect(defined(mode.rows[0])[0]).toBe('wal');
     expect(policies.rows.map((row) => row[0])).toEqual([policyId]);
   });
 
@@ -88,7 +89,7 @@ describe('the Node server', () => {
           { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json', 'transfer-encoding': 'chunked' } },
           (res) => {
             res.resume();
-            resolve(res.statusCode!);
+            resolve(defined(res.statusCode));
           },
         );
         req.on('error', reject);
@@ -108,7 +109,7 @@ describe('the Node server', () => {
             (res) => {
               let body = '';
               res.on('data', (chunk: Buffer) => (body += chunk));
-              res.on('end', () => resolve({ status: res.statusCode!, body }));
+              res.on('end', () => resolve({ status: defined(res.statusCode), body }));
             },
           );
           req.on('error', reject);
@@ -216,7 +217,7 @@ describe('answers in flight', () => {
       const left = new AbortController();
       const leaving = await fetch(url, { signal: left.signal });
       feed.enqueue(new TextEncoder().encode('part'));
-      await leaving.body!.getReader().read();
+      await defined(leaving.body).getReader().read();
       expect(answering()).toBe(1);
       left.abort();
       await waitFor(answering, (count) => count === 0);

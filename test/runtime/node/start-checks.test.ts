@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -33,7 +34,7 @@ async function refusal(env: Record<string, string>): Promise<string> {
   const lines = stderr.split('\n').filter((line) => line.trim() !== '' && !line.startsWith('npm warn'));
   expect(lines).toHaveLength(1);
   expect(lines[0]).not.toMatch(/^\s+at /);
-  return lines[0]!;
+  return defined(lines[0]);
 }
 
 /** A gateway that starts, serves, and stops cleanly. */

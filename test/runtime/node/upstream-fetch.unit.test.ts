@@ -1,3 +1,4 @@
+import { defined } from '../../support/defined';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
@@ -19,8 +20,8 @@ const handlers = new Map<string, (request: IncomingMessage, response: ServerResp
 
 beforeAll(async () => {
   server = createServer((request, response) => {
-    request.on('close', () => closed.push(request.url!));
-    handlers.get(request.url!)!(request, response);
+    request.on('close', () => closed.push(defined(request.url)));
+    defined(handlers.get(defined(request.url)))(request, response);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -106,9 +107,9 @@ describe("Node's upstream client", () => {
         response.on('close', () => clearInterval(timer));
       });
       const answer = await client(`${base}${path}`, POST);
-      const chunks = answer.body![Symbol.asyncIterator]();
+      const chunks = defined(answer.body)[Symbol.asyncIterator]();
       if (!compressed) expect((await chunks.next()).done).toBe(false);
-      await chunks.return!();
+      await defined(chunks.return)();
       await expect.poll(() => closed.includes(path)).toBe(true);
     }
   });
@@ -132,7 +133,7 @@ describe("Node's upstream client", () => {
     });
     const controller = new AbortController();
     const answer = await client(`${base}/stalls`, { ...POST, signal: controller.signal });
-    const chunks = answer.body![Symbol.asyncIterator]();
+    const chunks = defined(answer.body)[Symbol.asyncIterator]();
     expect(Buffer.from((await chunks.next()).value).toString()).toBe('data: first\n\n');
     const pending = chunks.next();
     controller.abort(new Error('the run expired'));
@@ -165,7 +166,7 @@ describe("Node's upstream client", () => {
     }
     expect(sent).toBeLessThan(size / 2);
     let read = 0;
-    for await (const chunk of answer.body!) read += chunk.byteLength;
+    for await (const chunk of defined(answer.body)) read += chunk.byteLength;
     expect(read).toBe(size);
   });
 
@@ -212,7 +213,7 @@ describe('after `[DONE]`', () => {
     const seen: string[] = [];
     let done = false;
     const end = { stopped: () => done, cut: () => call.abort() };
-    for await (const batch of readServerSentData(answer.body!, { maxLineBytes: 65_536, maxEventChars: 65_536 }, undefined, end)) {
+    for await (const batch of readServerSentData(defined(answer.body), { maxLineBytes: 65_536, maxEventChars: 65_536 }, undefined, end)) {
       for (const data of batch) {
         if (data === '[DONE]') {
           done = true;
@@ -267,7 +268,7 @@ describe('after `[DONE]`', () => {
     const sse = await sseServer((response) => response.on('close', () => (closed = true)));
     try {
       const answer = await client(sse.url, POST);
-      for await (const _batch of readServerSentData(answer.body!, { maxLineBytes: 65_536, maxEventChars: 65_536 })) break;
+      for await (const _batch of readServerSentData(defined(answer.body), { maxLineBytes: 65_536, maxEventChars: 65_536 })) break;
       await settled();
       expect(closed).toBe(true);
     } finally {

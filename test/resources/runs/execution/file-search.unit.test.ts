@@ -1,3 +1,4 @@
+import { defined } from '../../../support/defined';
 import { describe, expect, it } from 'vitest';
 import { citations, MAX_RESULT_CHARS, MAX_SEARCHES_PER_ROUND, searchOutput, searchQueries } from '../../../../src/resources/runs/execution/file-search';
 import { fuse, keywordMatch, keywords } from '../../../../src/retrieval/search';
@@ -30,7 +31,7 @@ describe('searchOutput', () => {
     expect(output).toContain('【8†f2.txt】');
     expect(output.length).toBeLessThan(MAX_RESULT_CHARS + 200);
     const alone = searchOutput([result(1, 'y'.repeat(MAX_RESULT_CHARS * 2))], 0);
-    expect(alone.results[0]!.content[0]!.text).toHaveLength(MAX_RESULT_CHARS);
+    expect(defined(defined(alone.results[0]).content[0]).text).toHaveLength(MAX_RESULT_CHARS);
   });
 });
 

@@ -1,3 +1,4 @@
+import { defined } from '../../../support/defined';
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { TextBuilder, TextParts, jsonWithText } from '../../../../src/lib/text';
@@ -234,8 +235,8 @@ describe('the event stream towards its client', () => {
     // Full chunks of 64 KiB, then the rest, then `done` on its own: nothing larger, nothing wasted.
     expect(chunks.length).toBeGreaterThanOrEqual(6);
     expect(chunks.slice(0, -2).every((chunk) => chunk.byteLength === 64 * 1024)).toBe(true);
-    expect(chunks.at(-2)!.byteLength).toBeLessThanOrEqual(64 * 1024);
-    expect(chunks.at(-2)!.buffer.byteLength).toBe(chunks.at(-2)!.byteLength);
+    expect(defined(chunks.at(-2)).byteLength).toBeLessThanOrEqual(64 * 1024);
+    expect(defined(chunks.at(-2)).buffer.byteLength).toBe(defined(chunks.at(-2)).byteLength);
     const text = new TextDecoder().decode(Buffer.concat(chunks));
     expect(text).toBe(
       `event: thread.run.step.completed\ndata: {"id":"step_1"}\n\nevent: thread.message.completed\ndata: ${JSON.stringify(message(answer.toString()))}\n\n` +
