@@ -76,8 +76,9 @@ function heldUpload(tenant: Tenant, options: { contentLength?: number } = {}): H
     {
       async pull(controller) {
         while (queue.length === 0) await new Promise<void>((resolve) => (wake = resolve));
-        const next = defined(queue.shift());
-        if (next === null) return controller.close();
+        // The loop above left a chunk, or the null that ends the body.
+        const next = queue.shift();
+        if (!next) return controller.close();
         read += next.byteLength;
         controller.enqueue(next);
       },

@@ -109,7 +109,7 @@ describe("Node's upstream client", () => {
       const answer = await client(`${base}${path}`, POST);
       const chunks = defined(answer.body)[Symbol.asyncIterator]();
       if (!compressed) expect((await chunks.next()).done).toBe(false);
-      await defined(chunks.return)();
+      await defined(chunks.return).call(chunks);
       await expect.poll(() => closed.includes(path)).toBe(true);
     }
   });
