@@ -5,14 +5,15 @@ import type { Usage } from '../providers/types';
 import { activeSql, holdsThreadSql, type RunStatus, type StepStatus } from './run-statuses';
 import type {
   RequiredAction,
+  ResponseFormat,
   RunError,
   RunIncompleteDetails,
   StepDetails,
+  Tool,
   ToolChoice,
+  ToolResources,
   TruncationStrategy,
-} from '../resources/runs/schemas';
-import type { ResponseFormat, Tool } from '../resources/assistants/tools';
-import type { ToolResources } from '../resources/vector-stores/schemas';
+} from './json-columns';
 
 /**
  * Every table of the gateway. Conventions:
@@ -20,7 +21,7 @@ import type { ToolResources } from '../resources/vector-stores/schemas';
  *   (Assistants objects) or ISO 8601 (policies);
  * - resources listed newest-first or paged by cursor have an integer `seq` primary key (SQLite's
  *   rowid, so ordering by it is free and stable) and their public `id` as a unique column;
- * - JSON columns hold the API's own shapes, typed here (schemas/) so that every reader gets them typed.
+ * - JSON columns hold the API's own shapes, typed here (json-columns.ts) so that every reader gets them typed.
  * Migrations in drizzle/ are generated from this file (`npm run db:generate`) and append-only.
  */
 

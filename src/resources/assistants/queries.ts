@@ -5,7 +5,7 @@ import { ApiError } from '../../errors';
 import { newId } from '../../lib/ids';
 import type { ModifyAssistantBody } from './schemas';
 import type { CursorListQuery } from '../../http/schemas';
-import type { ToolResources } from '../vector-stores/schemas';
+import type { ToolResources } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 import { quotaExceeded } from '../identities/quotas';
 

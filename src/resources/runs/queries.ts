@@ -20,7 +20,7 @@ import { holdsThreadSql, type RunStatus } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
 import type { TokenTicket } from '../../db/schema';
-import type { ToolCallsDetails } from './schemas';
+import type { ToolCallsDetails } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 import { threadRows, type MessageRow, type ThreadRow } from '../threads/queries';
 

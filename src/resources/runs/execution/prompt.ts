@@ -2,7 +2,7 @@ import type { Config } from '../../../config';
 import { utf8Length } from '../../../lib/text';
 import type { ChatContentPart, ChatMessage } from '../../../providers/types';
 import { CHARS_PER_TOKEN } from '../../../ratelimit/reservation';
-import type { ToolCallsDetails, TruncationStrategy } from '../schemas';
+import type { ToolCallsDetails, TruncationStrategy } from '../../../db/json-columns';
 import type { History, HistoryStep } from '../../threads/history';
 import type { RunRow, StepRow } from '../queries';
 import type { MessageRow } from '../../threads/queries';
