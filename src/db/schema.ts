@@ -75,6 +75,18 @@ export const apiKeys = sqliteTable(
   (t) => [uniqueIndex('api_keys_hash').on(t.hash), index('api_keys_organisation').on(t.organisationId)],
 );
 
+/**
+ * The caller, as the auth middleware resolves `x-gateway-api-key` (resources/identities/api-keys.ts):
+ * here, below the settings cache that keeps it (settings-cache.ts).
+ */
+export interface AuthenticatedKey {
+  id: string;
+  kind: ApiKeyKind;
+  organisationId: string;
+  /** The key's own workspace; null for organisation keys, which name one per call. */
+  workspace: { id: string; slug: string } | null;
+}
+
 // ── Provider credentials ─────────────────────────────────────────────────────────────────────
 
 export const virtualKeys = sqliteTable(
@@ -108,6 +120,31 @@ export const virtualKeys = sqliteTable(
     uniqueIndex('virtual_keys_workspace_default').on(t.workspaceId).where(sql`is_default = 1 AND revoked_at IS NULL`),
   ],
 );
+
+/**
+ * A virtual key as the gateway uses it, read from its row (resources/virtual-keys/commands.ts): here,
+ * below the settings cache that keeps it (settings-cache.ts) and the run host that is handed it.
+ */
+export interface VirtualKey {
+  id: string;
+  workspaceId: string;
+  slug: string;
+  provider: Provider;
+  /** Without a trailing slash: the provider adapter appends its endpoint path. */
+  baseUrl: string;
+  /**
+   * Azure OpenAI: api_version, deployment and the model the deployment serves (stored since
+   * `model` was added; the deployment's name stands in for it on older keys). Empty for `openai`.
+   */
+  options: { api_version?: string; deployment?: string; model?: string };
+  /** Exact model names and `*` globs: runs of those models that name no key go to this one. */
+  models: string[];
+  /** The workspace's fallback for runs that name no key and match no key's `models`. */
+  isDefault: boolean;
+  secretCiphertext: string;
+  createdAt: number;
+  revokedAt: number | null;
+}
 
 /**
  * One row: a known text sealed under the encryption key of the provider secrets by the first start
@@ -167,6 +204,9 @@ export const assistants = sqliteTable(
     index('assistants_live').on(t.workspaceId).where(sql`deleted_at IS NULL`),
   ],
 );
+
+/** An assistant as its row: what the settings cache keeps (settings-cache.ts) and the assistants' queries answer. */
+export type AssistantRow = typeof assistants.$inferSelect;
 
 export const threads = sqliteTable(
   'threads',

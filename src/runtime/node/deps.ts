@@ -5,6 +5,7 @@ import { createLogger } from '../../logger';
 import { nodeSlices } from './slices';
 import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
 import { SettingsCache } from '../../db/settings-cache';
+import { settingsLoaders } from '../settings-loaders';
 import { upstreamRules } from '../../resources/virtual-keys/upstream-rules';
 import openApiDocument from '../../http/openapi/assets/openapi.json';
 import { nodeBlobStore } from './blob-store';
@@ -30,7 +31,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     secrets: overrides.secrets ?? (await loadSecretBox(config)),
     counters: new LibsqlCounterStore(database.countersClient, { log }),
     policyCache: new PolicyCache(database.db),
-    settings: new SettingsCache(database.db),
+    settings: new SettingsCache(database.db, settingsLoaders(database.db)),
     now: Date.now,
     slices: nodeSlices,
     blobs: nodeBlobStore(config),
