@@ -10,7 +10,6 @@ import type { CounterStore } from './ratelimit/counter-store';
 import type { UpstreamFetch } from './providers/types';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RunHost } from './resources/runs/execution/host';
-import type { Executions } from './resources/runs/execution/executions';
 import type { UpstreamUrlJudgements } from './lib/upstream-url';
 import type { SettingsCache } from './db/settings-cache';
 
@@ -52,7 +51,10 @@ export interface Deps {
   requestBody: (request: Request) => AsyncIterable<Uint8Array> | null;
   /** Where runs execute (resources/runs/execution/host.ts): in this process on Node, in Durable Objects on Workers. */
   runHost: RunHost;
-  /** The runs executing where this app runs, so that a cancel reaching them stops them at once. */
+  /**
+   * The runs executing where this app runs, so that a cancel reaching them stops them at once
+   * (resources/runs/execution/executions.ts).
+   */
   executions: Executions;
   /** Which URLs may be upstreams, judged once per URL's text (lib/upstream-url.ts). */
   upstreamUrls: UpstreamUrlJudgements;
@@ -74,4 +76,17 @@ export interface Deps {
    * read from the package's files on Node, from the Worker's static assets on Workers.
    */
   staticAsset: (name: string) => Promise<ReadableStream<Uint8Array> | null>;
+}
+
+/**
+ * The executions an app runs where it runs (a Node process, a Workers isolate), each with what stops
+ * it: one per app, so that apps side by side in one process, as tests build them, never stop each
+ * other's runs. Implemented by the run engine (resources/runs/execution/executions.ts).
+ */
+export interface Executions {
+  add(runId: string, abort: AbortController): void;
+  /** Forgets the execution that `abort` stops: not a later turn of the run that has already begun. */
+  remove(runId: string, abort: AbortController): void;
+  /** Stops the run if it executes here. */
+  cancel(runId: string): void;
 }

@@ -16,7 +16,7 @@ import { requestBody } from './request-body';
 import { nodeStaticAsset } from './static-assets';
 import { upstreamFetch } from './upstream-fetch';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
-import { Executions } from '../../resources/runs/execution/executions';
+import { RunExecutions } from '../../resources/runs/execution/executions';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -37,7 +37,7 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     blobs: nodeBlobStore(config),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     upstreamShares: upstreamShares(config),
-    executions: new Executions(),
+    executions: new RunExecutions(),
     upstreamUrls: new UpstreamUrlJudgements(),
     requestBody,
     openApiDocument: () => Promise.resolve(openApiDocument),

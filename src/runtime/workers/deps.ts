@@ -15,7 +15,7 @@ import { SettingsCache } from '../../db/settings-cache';
 import { settingsLoaders } from '../settings-loaders';
 import { UNSLICED } from '../../lib/slices';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
-import { Executions } from '../../resources/runs/execution/executions';
+import { RunExecutions } from '../../resources/runs/execution/executions';
 import { workersUpstreamFetch } from './upstream-fetch';
 
 /**
@@ -160,7 +160,7 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     now: Date.now,
     fetch: workersUpstreamFetch((input, init) => fetch(input, init)),
     upstreamShares: upstreamShares(config),
-    executions: new Executions(),
+    executions: new RunExecutions(),
     upstreamUrls: new UpstreamUrlJudgements(),
     requestBody: (request) => request.body,
     slices: UNSLICED,
