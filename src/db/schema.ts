@@ -306,6 +306,13 @@ export const runs = sqliteTable(
   ],
 );
 
+/**
+ * A run as the app holds it: every column but `seq`, which orders the table's rows, is assigned by
+ * the database on insert and is never read back (resources/runs/queries.ts); here, below the run
+ * host that is handed it (deps.ts).
+ */
+export type RunRow = Omit<typeof runs.$inferSelect, 'seq'>;
+
 export const runSteps = sqliteTable(
   'run_steps',
   {
