@@ -35,7 +35,7 @@ import { healthObject } from './http/objects';
  *
  * Where a run lives, from its route (resources/runs/routes.ts, under /v1/threads):
  *   created    resources/runs/commands.ts  createThreadAndRun (and submitToolOutputs, cancelRun): validate,
- *                                admit, write, then hand it to deps.runHost (resources/runs/execution/host.ts)
+ *                                admit, write, then hand it to deps.runHost (RunHost in deps.ts)
  *   hosted     Node: runtime/node/run-host.ts, in this process; Workers: runtime/workers/run-host.ts hands it to
  *              its Durable Object, runtime/workers/run-executor.ts
  *   executed   resources/runs/execution/engine.ts    executeRun, one turn; how it ends: resources/runs/execution/outcome.ts

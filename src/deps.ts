@@ -9,8 +9,9 @@ import type { IngestionHost } from './retrieval/host';
 import type { CounterStore } from './ratelimit/counter-store';
 import type { UpstreamFetch } from './providers/types';
 import type { PolicyCache } from './ratelimit/policy-cache';
-import type { RunHost } from './resources/runs/execution/host';
-import type { Executions } from './resources/runs/execution/executions';
+import type { RequestContext } from './actor';
+import type { RunRow, VirtualKey } from './db/schema';
+import type { Prompt } from './providers/types';
 import type { UpstreamUrlJudgements } from './lib/upstream-url';
 import type { SettingsCache } from './db/settings-cache';
 
@@ -50,9 +51,12 @@ export interface Deps {
    * HTTP server's message underneath it (runtime/node/request-body.ts), which costs far less to read.
    */
   requestBody: (request: Request) => AsyncIterable<Uint8Array> | null;
-  /** Where runs execute (resources/runs/execution/host.ts): in this process on Node, in Durable Objects on Workers. */
+  /** Where runs execute (RunHost, below): in this process on Node, in Durable Objects on Workers. */
   runHost: RunHost;
-  /** The runs executing where this app runs, so that a cancel reaching them stops them at once. */
+  /**
+   * The runs executing where this app runs, so that a cancel reaching them stops them at once
+   * (resources/runs/execution/executions.ts).
+   */
   executions: Executions;
   /** Which URLs may be upstreams, judged once per URL's text (lib/upstream-url.ts). */
   upstreamUrls: UpstreamUrlJudgements;
@@ -75,3 +79,71 @@ export interface Deps {
    */
   staticAsset: (name: string) => Promise<ReadableStream<Uint8Array> | null>;
 }
+
+/**
+ * The executions an app runs where it runs (a Node process, a Workers isolate), each with what stops
+ * it: one per app, so that apps side by side in one process, as tests build them, never stop each
+ * other's runs. Implemented by the run engine (resources/runs/execution/executions.ts).
+ */
+export interface Executions {
+  add(runId: string, abort: AbortController): void;
+  /** Forgets the execution that `abort` stops: not a later turn of the run that has already begun. */
+  remove(runId: string, abort: AbortController): void;
+  /** Stops the run if it executes here. */
+  cancel(runId: string): void;
+}
+
+/**
+ * Where runs execute: the one thing the two runtimes do differently with a run. Node executes it
+ * in its own process (runtime/node/run-host.ts); Workers hand it to the run's executor object, since a
+ * Worker's `waitUntil` ends 30 seconds after its response (runtime/workers/run-host.ts). Either way the
+ * execution does not belong to the request: a client that disconnects does not stop it.
+ *
+ * The caller has already put the run in progress (created it, or accepted its tool outputs), so
+ * the host owns it from here: resources/runs/execution/engine.ts executes it, resources/runs/execution/settle.ts ends it.
+ * Declared here, with the options it is handed, because Deps carries it.
+ */
+export interface RunHost {
+  /** Executes the run in the background; its answer (the queued run) has gone out already. */
+  start(run: RunRow, options: StartOptions, context: RequestContext): void;
+  /**
+   * Executes the run into its event stream, `leading` first: the response's body. `written` is
+   * the commit of the run's rows when it is still under way: a host may start the run's upstream
+   * call meanwhile (the first token comes sooner by a commit), but sends and writes nothing until
+   * it has succeeded, and drops the execution, without a trace, if it fails. The caller answers
+   * with the stream only once the commit succeeded.
+   */
+  stream(run: RunRow, options: StreamOptions, context: RequestContext, written?: Promise<unknown>): Promise<ReadableStream<Uint8Array>>;
+  /**
+   * Stops a run just marked `cancelling`, at once, where it executes. Wherever this does not
+   * reach, the run's lease renewal notices the cancel, within a third of the lease.
+   */
+  cancel(runId: string, context: RequestContext): void;
+}
+
+/**
+ * What the caller of a run's first turn already holds, to spare the turn's database reads: the
+ * creating use-case resolved the virtual key and built the prompt (it sized the turn's token
+ * reservation by it).
+ */
+export interface Preloaded {
+  virtualKey: VirtualKey;
+  prompt: Prompt;
+}
+
+export interface StartOptions {
+  preloaded?: Preloaded;
+}
+
+export interface StreamOptions extends StartOptions {
+  /** Events the stream opens with, before the run's `in_progress` (thread.created, …). */
+  leading?: ServerSentEvent[];
+  /** Whether file search steps show their results' content (`include[]` on run create). */
+  includeResultContent?: boolean;
+}
+
+/**
+ * One event of a run's stream (resources/runs/execution/event-stream.ts): its name and its data, an object to serialise, or JSON already serialised: a string,
+ * or TextParts for a long one (a message of a long answer, jsonWithText), written part by part.
+ */
+export type ServerSentEvent = [name: string, data: unknown];

@@ -5,14 +5,15 @@ import type { Usage } from '../providers/types';
 import { activeSql, holdsThreadSql, type RunStatus, type StepStatus } from './run-statuses';
 import type {
   RequiredAction,
+  ResponseFormat,
   RunError,
   RunIncompleteDetails,
   StepDetails,
+  Tool,
   ToolChoice,
+  ToolResources,
   TruncationStrategy,
-} from '../resources/runs/schemas';
-import type { ResponseFormat, Tool } from '../resources/assistants/tools';
-import type { ToolResources } from '../resources/vector-stores/schemas';
+} from './json-columns';
 
 /**
  * Every table of the gateway. Conventions:
@@ -20,7 +21,7 @@ import type { ToolResources } from '../resources/vector-stores/schemas';
  *   (Assistants objects) or ISO 8601 (policies);
  * - resources listed newest-first or paged by cursor have an integer `seq` primary key (SQLite's
  *   rowid, so ordering by it is free and stable) and their public `id` as a unique column;
- * - JSON columns hold the API's own shapes, typed here (schemas/) so that every reader gets them typed.
+ * - JSON columns hold the API's own shapes, typed here (json-columns.ts) so that every reader gets them typed.
  * Migrations in drizzle/ are generated from this file (`npm run db:generate`) and append-only.
  */
 
@@ -74,6 +75,18 @@ export const apiKeys = sqliteTable(
   (t) => [uniqueIndex('api_keys_hash').on(t.hash), index('api_keys_organisation').on(t.organisationId)],
 );
 
+/**
+ * The caller, as the auth middleware resolves `x-gateway-api-key` (resources/identities/api-keys.ts):
+ * here, below the settings cache that keeps it (settings-cache.ts).
+ */
+export interface AuthenticatedKey {
+  id: string;
+  kind: ApiKeyKind;
+  organisationId: string;
+  /** The key's own workspace; null for organisation keys, which name one per call. */
+  workspace: { id: string; slug: string } | null;
+}
+
 // ── Provider credentials ─────────────────────────────────────────────────────────────────────
 
 export const virtualKeys = sqliteTable(
@@ -107,6 +120,31 @@ export const virtualKeys = sqliteTable(
     uniqueIndex('virtual_keys_workspace_default').on(t.workspaceId).where(sql`is_default = 1 AND revoked_at IS NULL`),
   ],
 );
+
+/**
+ * A virtual key as the gateway uses it, read from its row (resources/virtual-keys/commands.ts): here,
+ * below the settings cache that keeps it (settings-cache.ts) and the run host that is handed it.
+ */
+export interface VirtualKey {
+  id: string;
+  workspaceId: string;
+  slug: string;
+  provider: Provider;
+  /** Without a trailing slash: the provider adapter appends its endpoint path. */
+  baseUrl: string;
+  /**
+   * Azure OpenAI: api_version, deployment and the model the deployment serves (stored since
+   * `model` was added; the deployment's name stands in for it on older keys). Empty for `openai`.
+   */
+  options: { api_version?: string; deployment?: string; model?: string };
+  /** Exact model names and `*` globs: runs of those models that name no key go to this one. */
+  models: string[];
+  /** The workspace's fallback for runs that name no key and match no key's `models`. */
+  isDefault: boolean;
+  secretCiphertext: string;
+  createdAt: number;
+  revokedAt: number | null;
+}
 
 /**
  * One row: a known text sealed under the encryption key of the provider secrets by the first start
@@ -166,6 +204,9 @@ export const assistants = sqliteTable(
     index('assistants_live').on(t.workspaceId).where(sql`deleted_at IS NULL`),
   ],
 );
+
+/** An assistant as its row: what the settings cache keeps (settings-cache.ts) and the assistants' queries answer. */
+export type AssistantRow = typeof assistants.$inferSelect;
 
 export const threads = sqliteTable(
   'threads',
@@ -264,6 +305,13 @@ export const runs = sqliteTable(
       .where(holdsThreadSql),
   ],
 );
+
+/**
+ * A run as the app holds it: every column but `seq`, which orders the table's rows, is assigned by
+ * the database on insert and is never read back (resources/runs/queries.ts); here, below the run
+ * host that is handed it (deps.ts).
+ */
+export type RunRow = Omit<typeof runs.$inferSelect, 'seq'>;
 
 export const runSteps = sqliteTable(
   'run_steps',

@@ -1,9 +1,6 @@
 import { eq } from 'drizzle-orm';
 import { preparedQuery, type Db } from './client';
-import { settingsGeneration } from './schema';
-import { authenticateApiKey, KeyHashes, type AuthenticatedKey } from '../resources/identities/api-keys';
-import { getAssistant, type AssistantRow } from '../resources/assistants/queries';
-import { resolveVirtualKey, type VirtualKey } from '../resources/virtual-keys/commands';
+import { settingsGeneration, type AssistantRow, type AuthenticatedKey, type VirtualKey } from './schema';
 
 /**
  * The settings every request reads (its API key; a run's assistant and virtual key), kept in
@@ -22,23 +19,29 @@ import { resolveVirtualKey, type VirtualKey } from '../resources/virtual-keys/co
  * Only what was found is kept (an unknown key or an unknown assistant reads again: guesses cannot
  * crowd out what is used), frozen (requests share it), within a weight: about the characters of its
  * JSON, the least recently used dropped beyond it.
+ *
+ * What a lookup reads when it does not answer from memory is the resources' own query, handed in
+ * by whoever builds the cache (runtime/settings-loaders.ts): the cache knows their answers' shapes
+ * (schema.ts), not how they are read.
  */
 export class SettingsCache {
   readonly #db: Db;
+  readonly #loaders: SettingsLoaders;
   readonly #shelves: Shelves;
 
   /** @param options.maxWeight the characters (of JSON) kept over all entries; default 16 Mi. */
-  constructor(db: Db, options: { maxWeight?: number } = {}) {
+  constructor(db: Db, loaders: SettingsLoaders, options: { maxWeight?: number } = {}) {
     const maxWeight = options.maxWeight ?? 16 * 1024 * 1024;
     this.#db = db;
+    this.#loaders = loaders;
     // A shelf per kind of lookup, each within its share of the weight.
-    this.#shelves = { keyHashes: new KeyHashes(), apiKeys: new Shelf(maxWeight / 8), assistants: new Shelf((maxWeight * 5) / 8), virtualKeys: new Shelf((maxWeight * 2) / 8) };
+    this.#shelves = { apiKeys: new Shelf(maxWeight / 8), assistants: new Shelf((maxWeight * 5) / 8), virtualKeys: new Shelf((maxWeight * 2) / 8) };
   }
 
   /** The settings as they are now: what a request reads once, before its lookups. */
   async now(): Promise<Settings> {
     const [row] = await generationRow(this.#db).all();
-    return new Settings(this.#shelves, this.#db, row?.value ?? null);
+    return new Settings(this.#shelves, this.#loaders, row?.value ?? null);
   }
 
   /** What the entries weigh now. */
@@ -48,8 +51,23 @@ export class SettingsCache {
   }
 }
 
+/** What a run of `model` names of its virtual key: its slug (x-gateway-virtual-key), if any. */
+export interface VirtualKeyRequest {
+  slug: string | undefined;
+  model: string;
+}
+
+/** The reads behind the lookups, when they are not answered from memory. */
+export interface SettingsLoaders {
+  /** authenticateApiKey: the key presented, if it is live. */
+  apiKey(presented: string): Promise<AuthenticatedKey | null>;
+  /** getAssistant: the workspace's live assistant, or 404. */
+  assistant(workspaceId: string, id: string): Promise<AssistantRow>;
+  /** resolveVirtualKey: the key a run of `model` executes with, or the error saying why there is none. */
+  virtualKey(workspaceId: string, request: VirtualKeyRequest): Promise<VirtualKey>;
+}
+
 interface Shelves {
-  keyHashes: KeyHashes;
   apiKeys: Shelf<AuthenticatedKey | null>;
   assistants: Shelf<AssistantRow>;
   virtualKeys: Shelf<VirtualKey>;
@@ -58,30 +76,30 @@ interface Shelves {
 /** The settings at one generation: the lookups of one request (see SettingsCache). */
 export class Settings {
   readonly #shelves: Shelves;
-  readonly #db: Db;
+  readonly #loaders: SettingsLoaders;
   /** Null when the database has no generation row: nothing is kept then. */
   readonly generation: number | null;
 
-  constructor(shelves: Shelves, db: Db, generation: number | null) {
+  constructor(shelves: Shelves, loaders: SettingsLoaders, generation: number | null) {
     this.#shelves = shelves;
-    this.#db = db;
+    this.#loaders = loaders;
     this.generation = generation;
   }
 
   /** authenticateApiKey: the key presented, if it is live. */
   apiKey(presented: string): Promise<AuthenticatedKey | null> {
-    return this.#shelves.apiKeys.get(this.generation, presented, () => authenticateApiKey(this.#db, this.#shelves.keyHashes, presented));
+    return this.#shelves.apiKeys.get(this.generation, presented, () => this.#loaders.apiKey(presented));
   }
 
   /** getAssistant: the workspace's live assistant, or 404. */
   assistant(workspaceId: string, id: string): Promise<AssistantRow> {
-    return this.#shelves.assistants.get(this.generation, `${workspaceId} ${id}`, () => getAssistant(this.#db, workspaceId, id));
+    return this.#shelves.assistants.get(this.generation, `${workspaceId} ${id}`, () => this.#loaders.assistant(workspaceId, id));
   }
 
   /** resolveVirtualKey: the key a run of `model` executes with, or the error saying why there is none. */
-  virtualKey(workspaceId: string, request: { slug: string | undefined; model: string }): Promise<VirtualKey> {
+  virtualKey(workspaceId: string, request: VirtualKeyRequest): Promise<VirtualKey> {
     const key = request.slug === undefined ? `${workspaceId} for ${request.model}` : `${workspaceId} ${request.slug}`;
-    return this.#shelves.virtualKeys.get(this.generation, key, () => resolveVirtualKey(this.#db, workspaceId, request));
+    return this.#shelves.virtualKeys.get(this.generation, key, () => this.#loaders.virtualKey(workspaceId, request));
   }
 }
 

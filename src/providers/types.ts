@@ -35,6 +35,29 @@ export type ChatMessage =
   | { role: 'assistant'; content: string | null; tool_calls?: ChatToolCall[] }
   | { role: 'tool'; tool_call_id: string; content: string };
 
+/** An uploaded image in a prompt (a message's image_file part), sent as its bytes (resources/files/images.ts). */
+export type ImageFilePart = { type: 'image_file'; image_file: { file_id: string; detail?: string } };
+/** A prompt's message: a chat message, except that user content may name uploaded images. */
+export type PromptMessage = Exclude<ChatMessage, { role: 'user' }> | { role: 'user'; content: string | (ChatContentPart | ImageFilePart)[] };
+
+/**
+ * A turn's prompt as a run builds it (resources/runs/execution/prompt.ts), before its uploaded
+ * images are read: here, beside the messages it becomes, so that the run host, which a run's first
+ * turn is handed with its prompt built (deps.ts), can name it.
+ */
+export interface Prompt {
+  /** The system message (the run's instructions) and the history, in order. */
+  messages: PromptMessage[];
+  /** Characters of the messages and the run's tools as they travel, JSON. */
+  chars: number;
+  /** The same in UTF-8 bytes, images named rather than inlined. */
+  bytes: number;
+  /** The estimate in tokens: four characters a token. */
+  tokens: number;
+  /** Whether `tokens` fits the turn's prompt tokens. A prompt that does not is not sent. */
+  fits: boolean;
+}
+
 export interface ChatCompletionRequest {
   model: string;
   messages: ChatMessage[];

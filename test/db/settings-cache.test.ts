@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { createClient, type Client } from '@libsql/client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { SettingsCache } from '../../src/db/settings-cache';
+import { settingsLoaders } from '../../src/runtime/settings-loaders';
 import { fakeThread, startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../support/gateway';
 import { createPolicy } from '../support/ratelimit';
@@ -131,7 +132,7 @@ describe("a run's rate-limit policies", () => {
 
 describe('the cache', () => {
   it('stays within its weight, dropping the least recently used', async () => {
-    const cache = new SettingsCache(gateway.deps.db, { maxWeight: 8 * 4096 });
+    const cache = new SettingsCache(gateway.deps.db, settingsLoaders(gateway.deps.db), { maxWeight: 8 * 4096 });
     const ids = [];
     for (let i = 0; i < 12; i++) ids.push(await assistant(`${i} ${'x'.repeat(2000)}`));
     const settings = await cache.now();
@@ -142,7 +143,7 @@ describe('the cache', () => {
   });
 
   it('hands out frozen values, shared by the requests that read them', async () => {
-    const cache = new SettingsCache(gateway.deps.db);
+    const cache = new SettingsCache(gateway.deps.db, settingsLoaders(gateway.deps.db));
     const id = await assistant('Frozen.');
     const first = await (await cache.now()).assistant(tenant.workspace.id, id);
     const second = await (await cache.now()).assistant(tenant.workspace.id, id);

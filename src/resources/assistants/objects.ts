@@ -1,8 +1,7 @@
 import * as z from 'zod';
 import { seconds } from '../../http/objects';
 import { metadataSchema } from '../../http/schemas';
-import { responseFormatSchema, toolSchema } from './tools';
-import { toolResourcesSchema } from '../vector-stores/schemas';
+import { responseFormatSchema, toolResourcesSchema, toolSchema } from '../../db/json-columns';
 
 /** An assistant as the API answers it (see http/objects.ts). */
 

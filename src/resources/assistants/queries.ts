@@ -1,11 +1,11 @@
 import { and, count, eq, isNull, sql, type SQL } from 'drizzle-orm';
 import { insertWhere, preparedQueries, preparedQuery, type BuiltStatement, type Db } from '../../db/client';
-import { assistants } from '../../db/schema';
+import { assistants, type AssistantRow } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { newId } from '../../lib/ids';
 import type { ModifyAssistantBody } from './schemas';
 import type { CursorListQuery } from '../../http/schemas';
-import type { ToolResources } from '../vector-stores/schemas';
+import type { ToolResources } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 import { quotaExceeded } from '../identities/quotas';
 
@@ -14,7 +14,7 @@ import { quotaExceeded } from '../identities/quotas';
  * keep pointing at a row, while every lookup here treats it as gone.
  */
 
-export type AssistantRow = typeof assistants.$inferSelect;
+export type { AssistantRow };
 type AssistantColumns = Partial<typeof assistants.$inferInsert>;
 
 /**

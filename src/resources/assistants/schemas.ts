@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { metadataSchema } from '../../http/schemas';
-import { responseFormatSchema, toolsSchema } from './tools';
+import { responseFormatSchema, toolsSchema } from '../../db/json-columns';
 import { toolResourcesInputSchema } from '../vector-stores/schemas';
 
 /**

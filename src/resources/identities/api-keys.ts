@@ -1,10 +1,12 @@
 import { and, desc, eq, isNull, sql } from 'drizzle-orm';
 import { preparedQuery, type Db } from '../../db/client';
-import { apiKeys, workspaces, type ApiKeyKind } from '../../db/schema';
+import { apiKeys, workspaces, type ApiKeyKind, type AuthenticatedKey } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { randomToken, sha256Hex } from '../../lib/crypto';
 import { BoundedMap } from '../../lib/bounded-map';
 import { newUuid } from '../../lib/ids';
+
+export type { AuthenticatedKey };
 
 /**
  * API keys: `gk_` + 32 random bytes, shown once at creation. The database keeps the SHA-256 of the
@@ -14,15 +16,6 @@ import { newUuid } from '../../lib/ids';
 
 const KEY_PREFIX = 'gk_';
 const VISIBLE_CHARS = 10;
-
-/** The caller, as the auth middleware resolves `x-gateway-api-key`. */
-export interface AuthenticatedKey {
-  id: string;
-  kind: ApiKeyKind;
-  organisationId: string;
-  /** The key's own workspace; null for organisation keys, which name one per call. */
-  workspace: { id: string; slug: string } | null;
-}
 
 export interface ApiKeyRecord {
   id: string;

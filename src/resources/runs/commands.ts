@@ -1,5 +1,5 @@
 import type { Actor, RequestContext } from '../../actor';
-import type { Deps } from '../../deps';
+import type { Deps, StreamOptions } from '../../deps';
 import { holdsThread } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import { settleTokens, type Admission } from '../../ratelimit';
@@ -33,7 +33,6 @@ import { attachedFiles, threadStoreWrites } from '../threads/thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 import { toThreadJson } from '../threads/wire';
 import type { ServerSentEvent } from './execution/event-stream';
-import type { StreamOptions } from './execution/host';
 import { buildPrompt, promptLimits } from './execution/prompt';
 import { reconcileRun } from './execution/recovery';
 import { checkImages } from '../files/images';

@@ -2,9 +2,7 @@ import { RUN_STATUSES, STEP_STATUSES } from '../../db/run-statuses';
 import * as z from 'zod';
 import { nullableSeconds, seconds, textPart } from '../../http/objects';
 import { metadataSchema } from '../../http/schemas';
-import { toolChoiceSchema } from './schemas';
-import { responseFormatSchema, toolSchema } from '../assistants/tools';
-import { toolResourcesSchema } from '../vector-stores/schemas';
+import { responseFormatSchema, toolChoiceSchema, toolResourcesSchema, toolSchema } from '../../db/json-columns';
 
 /** Runs and their steps as the API answers them (see http/objects.ts). */
 

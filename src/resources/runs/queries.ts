@@ -19,8 +19,8 @@ import { messages, runs, runSteps } from '../../db/schema';
 import { holdsThreadSql, type RunStatus } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
-import type { TokenTicket } from '../../db/schema';
-import type { ToolCallsDetails } from './schemas';
+import type { RunRow, TokenTicket } from '../../db/schema';
+import type { ToolCallsDetails } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 import { threadRows, type MessageRow, type ThreadRow } from '../threads/queries';
 
@@ -32,10 +32,11 @@ import { threadRows, type MessageRow, type ThreadRow } from '../threads/queries'
  */
 
 /**
- * Rows as the app holds them: every column but `seq`, which orders a table's rows, is assigned by
- * the database on insert and is never read back (resources/runs/execution/rows.ts builds rows without it).
+ * Rows as the app holds them (RunRow is in db/schema.ts, below the run host): every column but `seq`,
+ * which orders a table's rows, is assigned by the database on insert and is never read back
+ * (resources/runs/execution/rows.ts builds rows without it).
  */
-export type RunRow = Omit<typeof runs.$inferSelect, 'seq'>;
+export type { RunRow };
 export type NewRun = typeof runs.$inferInsert;
 export type StepRow = Omit<typeof runSteps.$inferSelect, 'seq'>;
 export type NewStep = typeof runSteps.$inferInsert;

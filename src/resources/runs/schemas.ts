@@ -1,14 +1,13 @@
 import * as z from 'zod';
 import { cursorListQuery, metadataSchema } from '../../http/schemas';
 import { THREAD_LIMITS, threadMessageSchema, threadSchema } from '../threads/schemas';
-import { functionName, responseFormatSchema, toolsSchema } from '../assistants/tools';
-import { toolResourcesSchema } from '../vector-stores/schemas';
+import { responseFormatSchema, toolChoiceSchema, toolResourcesSchema, toolsSchema } from '../../db/json-columns';
 
 /**
  * Runs: creating one on an existing thread (POST /threads/{id}/runs, OpenAI's CreateRunRequest) or
  * with a new thread (POST /threads/runs, CreateThreadAndRunRequest), submitting tool outputs,
- * updating one, listing runs and their steps, and the shapes of what a run stores in its JSON
- * columns and answers.
+ * updating one, listing runs and their steps (the shapes of what a run stores in its JSON columns
+ * are in db/json-columns.ts).
  */
 
 export const RUN_LIMITS = {
@@ -16,21 +15,6 @@ export const RUN_LIMITS = {
   minTokens: 256,
   instructions: 256_000,
 } as const;
-
-/** `none`, `auto` (default), `required`, or a named tool to force. */
-export const toolChoiceSchema = z.union([
-  z.enum(['none', 'auto', 'required']),
-  z
-    .strictObject({
-      type: z.enum(['function', 'code_interpreter', 'file_search']),
-      function: z.strictObject({ name: functionName }).optional(),
-    })
-    .refine((choice) => choice.type !== 'function' || choice.function !== undefined, {
-      error: "A tool_choice of type 'function' must name the function: {\"type\":\"function\",\"function\":{\"name\":\"…\"}}.",
-      path: ['function'],
-    }),
-]);
-export type ToolChoice = z.infer<typeof toolChoiceSchema>;
 
 export const truncationStrategySchema = z
   .strictObject({
@@ -125,65 +109,3 @@ export const submitToolOutputsBody = z.strictObject({
   stream: z.boolean().nullable().optional(),
 });
 export type SubmitToolOutputsBody = z.infer<typeof submitToolOutputsBody>;
-
-/** A run's truncation strategy as stored and answered: `last_messages` is null unless its type says so. */
-export interface TruncationStrategy {
-  type: 'auto' | 'last_messages';
-  last_messages: number | null;
-}
-
-/** A function call the model made, with the client's output once submitted. */
-export interface FunctionToolCall {
-  id: string;
-  type: 'function';
-  function: { name: string; arguments: string; output: string | null };
-}
-
-/** A chunk the file_search tool found, with its text (answered only when `include[]` asks for it). */
-export interface FileSearchResult {
-  file_id: string;
-  file_name: string;
-  score: number;
-  content: { type: 'text'; text: string }[];
-}
-
-/**
- * A file search the gateway ran for the model. `function` is never answered (resources/runs/wire.ts): it is
- * the call as the model made it (the gateway's search function) and the text the model was given
- * back, so that later turns send the model what it saw, as for a function call.
- */
-export interface FileSearchToolCall {
-  id: string;
-  type: 'file_search';
-  file_search: {
-    ranking_options: { ranker: 'auto' | 'default_2024_08_21'; score_threshold: number };
-    results: FileSearchResult[];
-  };
-  function: { name: string; arguments: string; output: string };
-}
-
-export type ToolCall = FunctionToolCall | FileSearchToolCall;
-
-/** What a run step did: created a message, or called tools. */
-export type StepDetails =
-  | { type: 'message_creation'; message_creation: { message_id: string } }
-  | { type: 'tool_calls'; tool_calls: ToolCall[] };
-
-export type ToolCallsDetails = Extract<StepDetails, { type: 'tool_calls' }>;
-
-/** What a run in requires_action waits for: an output for each of these calls. */
-export interface RequiredAction {
-  type: 'submit_tool_outputs';
-  submit_tool_outputs: { tool_calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] };
-}
-
-/** Why a run or a step failed, as clients see it. */
-export interface RunError {
-  code: string;
-  message: string;
-}
-
-/** Why a run ended incomplete: one of its token caps. */
-export interface RunIncompleteDetails {
-  reason: 'max_completion_tokens' | 'max_prompt_tokens';
-}

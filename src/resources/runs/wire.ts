@@ -1,6 +1,6 @@
 import { toUnixSeconds } from '../../lib/time';
 import type { RunObject, RunStepObject } from './objects';
-import type { StepDetails } from './schemas';
+import type { StepDetails } from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
 import type { RunRow, StepRow } from './queries';
 

@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import { nullableSeconds, seconds } from '../../http/objects';
 import { metadataSchema } from '../../http/schemas';
-import { toolResourcesSchema } from '../vector-stores/schemas';
+import { toolResourcesSchema } from '../../db/json-columns';
 
 /** Threads and their messages as the API answers them (see http/objects.ts). */
 

@@ -19,7 +19,7 @@ import { THREAD_HOLDING_SQL } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
 import type { ModifyMessageBody, ModifyThreadBody } from './schemas';
-import type { ToolResources } from '../vector-stores/schemas';
+import type { ToolResources } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 
 /** Threads and their messages: their queries (their JSON is resources/threads/wire.ts). */

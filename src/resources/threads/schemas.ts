@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { cursorListQuery, metadataSchema } from '../../http/schemas';
-import { toolResourcesInputSchema, toolResourcesSchema } from '../vector-stores/schemas';
+import { toolResourcesInputSchema } from '../vector-stores/schemas';
+import { toolResourcesSchema } from '../../db/json-columns';
 
 /**
  * Threads and their messages: the bodies that create and modify them (alone, or a thread created

@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { cursorListQuery, metadataSchema } from '../../http/schemas';
+import { toolResourcesSchema } from '../../db/json-columns';
 
 /**
  * Vector stores, their files and file batches: the bodies OpenAI's Vector stores API takes
@@ -100,19 +101,6 @@ export const vectorStoreFileStatus = z.enum(['in_progress', 'completed', 'failed
 
 export const listVectorStoreFilesQuery = cursorListQuery.extend({ filter: vectorStoreFileStatus.optional() });
 export type ListVectorStoreFilesQuery = z.infer<typeof listVectorStoreFilesQuery>;
-
-/**
- * Tool resources, the files and vector stores an assistant's, a thread's or a run's tools use
- * (code_interpreter, file_search).
- */
-const fileIds = z.array(z.string().min(1).max(256)).max(20);
-const vectorStoreIds = z.array(z.string().min(1).max(256)).max(1);
-
-export const toolResourcesSchema = z.strictObject({
-  code_interpreter: z.strictObject({ file_ids: fileIds.optional() }).optional(),
-  file_search: z.strictObject({ vector_store_ids: vectorStoreIds.optional() }).optional(),
-});
-export type ToolResources = z.infer<typeof toolResourcesSchema>;
 
 /**
  * Tool resources as an assistant or a new thread is given them: file_search may also create its

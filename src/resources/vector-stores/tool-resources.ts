@@ -1,7 +1,8 @@
 import type { SQL } from 'drizzle-orm';
 import type { Actor } from '../../actor';
 import type { BuiltStatement, Db } from '../../db/client';
-import type { InlineVectorStore, ToolResources, ToolResourcesInput } from './schemas';
+import type { InlineVectorStore, ToolResourcesInput } from './schemas';
+import type { ToolResources } from '../../db/json-columns';
 import { checkFiles, getVectorStore, type FileToAdd } from './queries';
 import { filesToAdd, itemOf, prepareVectorStore, type StoreCommandDeps } from './commands';
 

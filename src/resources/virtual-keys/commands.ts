@@ -1,6 +1,6 @@
 import { and, count, desc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
 import { insertWhere, preparedQuery, type Db } from '../../db/client';
-import { virtualKeys, workspaces } from '../../db/schema';
+import { virtualKeys, workspaces, type VirtualKey } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { VIRTUAL_KEY_HEADER } from '../../http/middleware/virtual-key';
 import { newUuid } from '../../lib/ids';
@@ -16,31 +16,12 @@ import {
 import type { Provider } from '../../providers/adapters';
 import { quotaExceeded } from '../identities/quotas';
 
+export type { VirtualKey };
+
 /**
  * Virtual keys: provider credentials stored per workspace. The provider's API key is kept only as
  * ciphertext bound to the key's id (see SecretBox) and is decrypted for the upstream call alone.
  */
-
-export interface VirtualKey {
-  id: string;
-  workspaceId: string;
-  slug: string;
-  provider: Provider;
-  /** Without a trailing slash: the provider adapter appends its endpoint path. */
-  baseUrl: string;
-  /**
-   * Azure OpenAI: api_version, deployment and the model the deployment serves (stored since
-   * `model` was added; the deployment's name stands in for it on older keys). Empty for `openai`.
-   */
-  options: { api_version?: string; deployment?: string; model?: string };
-  /** Exact model names and `*` globs: runs of those models that name no key go to this one. */
-  models: string[];
-  /** The workspace's fallback for runs that name no key and match no key's `models`. */
-  isDefault: boolean;
-  secretCiphertext: string;
-  createdAt: number;
-  revokedAt: number | null;
-}
 
 type VirtualKeyRow = typeof virtualKeys.$inferSelect;
 

@@ -5,6 +5,7 @@ import { createLogger } from '../../logger';
 import { nodeSlices } from './slices';
 import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
 import { SettingsCache } from '../../db/settings-cache';
+import { settingsLoaders } from '../settings-loaders';
 import { upstreamRules } from '../../resources/virtual-keys/upstream-rules';
 import openApiDocument from '../../http/openapi/assets/openapi.json';
 import { nodeBlobStore } from './blob-store';
@@ -15,7 +16,7 @@ import { requestBody } from './request-body';
 import { nodeStaticAsset } from './static-assets';
 import { upstreamFetch } from './upstream-fetch';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
-import { Executions } from '../../resources/runs/execution/executions';
+import { RunExecutions } from '../../resources/runs/execution/executions';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -30,13 +31,13 @@ export async function createNodeDeps(config: Config, database: NodeDatabase, ove
     secrets: overrides.secrets ?? (await loadSecretBox(config)),
     counters: new LibsqlCounterStore(database.countersClient, { log }),
     policyCache: new PolicyCache(database.db),
-    settings: new SettingsCache(database.db),
+    settings: new SettingsCache(database.db, settingsLoaders(database.db)),
     now: Date.now,
     slices: nodeSlices,
     blobs: nodeBlobStore(config),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     upstreamShares: upstreamShares(config),
-    executions: new Executions(),
+    executions: new RunExecutions(),
     upstreamUrls: new UpstreamUrlJudgements(),
     requestBody,
     openApiDocument: () => Promise.resolve(openApiDocument),

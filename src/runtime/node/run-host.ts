@@ -1,6 +1,6 @@
 import { executeRun, executeStreamed } from '../../resources/runs/execution/engine';
 import type { RunDeps } from '../../resources/runs/execution/run-deps';
-import type { RunHost } from '../../resources/runs/execution/host';
+import type { RunHost } from '../../deps';
 
 /**
  * Runs execute in this process, kept alive by the request's waitUntil (on Node, a TaskTracker

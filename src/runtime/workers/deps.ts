@@ -12,9 +12,10 @@ import { checkEncryptionKey } from '../../resources/identities/encryption-check'
 import { createLogger } from '../../logger';
 import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
 import { SettingsCache } from '../../db/settings-cache';
+import { settingsLoaders } from '../settings-loaders';
 import { UNSLICED } from '../../lib/slices';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
-import { Executions } from '../../resources/runs/execution/executions';
+import { RunExecutions } from '../../resources/runs/execution/executions';
 import { workersUpstreamFetch } from './upstream-fetch';
 
 /**
@@ -155,11 +156,11 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     secrets,
     counters: config.GATEWAY_RATE_LIMIT_STORE === 'libsql' ? new LibsqlCounterStore(client, { log }) : counterObjects(env, log),
     policyCache: new PolicyCache(db),
-    settings: new SettingsCache(db),
+    settings: new SettingsCache(db, settingsLoaders(db)),
     now: Date.now,
     fetch: workersUpstreamFetch((input, init) => fetch(input, init)),
     upstreamShares: upstreamShares(config),
-    executions: new Executions(),
+    executions: new RunExecutions(),
     upstreamUrls: new UpstreamUrlJudgements(),
     requestBody: (request) => request.body,
     slices: UNSLICED,

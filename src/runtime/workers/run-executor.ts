@@ -1,6 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
 import { executeRun, executeStreamed } from '../../resources/runs/execution/engine';
-import type { StartOptions, StreamOptions } from '../../resources/runs/execution/host';
+import type { StartOptions, StreamOptions } from '../../deps';
 import type { RunRow } from '../../resources/runs/queries';
 import { workerDeps, type Env } from './deps';
 import type { RunExecutorRpc } from './run-host';

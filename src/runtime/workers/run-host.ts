@@ -1,6 +1,6 @@
 import type { Logger } from '../../logger';
 import type { RequestContext } from '../../actor';
-import type { RunHost, StartOptions, StreamOptions } from '../../resources/runs/execution/host';
+import type { RunHost, StartOptions, StreamOptions } from '../../deps';
 import type { RunRow } from '../../resources/runs/queries';
 
 /**

@@ -1,5 +1,5 @@
 import type { ChatCompletionRequest, ChatMessage } from '../../../providers/types';
-import type { ToolChoice } from '../schemas';
+import type { ToolChoice } from '../../../db/json-columns';
 import type { RunRow } from '../queries';
 import { FILE_SEARCH_CHAT_TOOL, FILE_SEARCH_FUNCTION, MAX_SEARCH_ROUNDS } from './file-search';
 

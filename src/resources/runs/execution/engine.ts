@@ -14,7 +14,7 @@ import { RunStopped } from './executions';
 import { failureSettlement, NOT_RECORDED, OutcomeNotRecorded } from './failures';
 import { citationSources, MAX_SEARCH_ROUNDS, searchSettings } from './file-search';
 import { FileSearches } from './file-search-round';
-import type { StreamOptions } from './host';
+import type { StreamOptions } from '../../../deps';
 import { holdLease } from './lease';
 import { Outbox } from './outbox';
 import { completionBudget, NO_USAGE, sumUsage, turnOutcome } from './outcome';

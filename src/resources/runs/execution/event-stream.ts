@@ -1,3 +1,4 @@
+import type { ServerSentEvent } from '../../../deps';
 import type { ErrorBody } from '../../../errors';
 import { UNSLICED, type Slices } from '../../../lib/slices';
 import { TextParts } from '../../../lib/text';
@@ -21,11 +22,7 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 } as const;
 
-/**
- * One event: its name and its data, an object to serialise, or JSON already serialised: a string,
- * or TextParts for a long one (a message of a long answer, jsonWithText), written part by part.
- */
-export type ServerSentEvent = [name: string, data: unknown];
+export type { ServerSentEvent };
 
 /** Receives a run's events. The engine emits through this; a non-streamed run has none. */
 export interface EventSink {

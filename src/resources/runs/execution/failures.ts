@@ -1,7 +1,7 @@
 import type { Logger } from '../../../logger';
 import { UpstreamError } from '../../../providers/types';
 import type { Settlement } from '../executor-writes';
-import type { RunError } from '../schemas';
+import type { RunError } from '../../../db/json-columns';
 import { RunStopped } from './executions';
 import { upstreamCause, upstreamErrorCode } from './outcome';
 

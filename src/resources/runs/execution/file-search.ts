@@ -1,8 +1,6 @@
 import type { ChatCompletionRequest } from '../../../providers/types';
 import type { SearchResult } from '../../../retrieval/search';
-import type { FileSearchResult, FileSearchToolCall, StepDetails } from '../schemas';
-import type { Tool } from '../../assistants/tools';
-import type { ToolResources } from '../../vector-stores/schemas';
+import type { FileSearchResult, FileSearchToolCall, StepDetails, Tool, ToolResources } from '../../../db/json-columns';
 import { SEARCH_LIMITS } from '../../vector-stores/search-schemas';
 
 /**

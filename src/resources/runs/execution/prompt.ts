@@ -1,11 +1,13 @@
 import type { Config } from '../../../config';
 import { utf8Length } from '../../../lib/text';
-import type { ChatContentPart, ChatMessage } from '../../../providers/types';
+import type { ChatContentPart, ImageFilePart, Prompt, PromptMessage } from '../../../providers/types';
 import { CHARS_PER_TOKEN } from '../../../ratelimit/reservation';
-import type { ToolCallsDetails, TruncationStrategy } from '../schemas';
+import type { ToolCallsDetails, TruncationStrategy } from '../../../db/json-columns';
 import type { History, HistoryStep } from '../../threads/history';
 import type { RunRow, StepRow } from '../queries';
 import type { MessageRow } from '../../threads/queries';
+
+export type { ImageFilePart, Prompt, PromptMessage };
 
 /**
  * A turn's prompt, from the thread's history: pure decisions, kept apart from the reads
@@ -37,24 +39,6 @@ export interface PromptLimits {
 
 /** What a request's fields besides its messages and tools take at most (model, settings), set aside from its bound. */
 export const REQUEST_FIELDS_BYTES = 16 * 1024;
-
-/** An uploaded image in a prompt (a message's image_file part), sent as its bytes (resources/files/images.ts). */
-export type ImageFilePart = { type: 'image_file'; image_file: { file_id: string; detail?: string } };
-/** A prompt's message: a chat message, except that user content may name uploaded images. */
-export type PromptMessage = Exclude<ChatMessage, { role: 'user' }> | { role: 'user'; content: string | (ChatContentPart | ImageFilePart)[] };
-
-export interface Prompt {
-  /** The system message (the run's instructions) and the history, in order. */
-  messages: PromptMessage[];
-  /** Characters of the messages and the run's tools as they travel, JSON. */
-  chars: number;
-  /** The same in UTF-8 bytes, images named rather than inlined. */
-  bytes: number;
-  /** The estimate in tokens: four characters a token. */
-  tokens: number;
-  /** Whether `tokens` fits the turn's prompt tokens. A prompt that does not is not sent. */
-  fits: boolean;
-}
 
 /** The limits of a turn of `run` whose earlier turns used `earlierPromptTokens`. */
 export function promptLimits(

@@ -1,10 +1,9 @@
 import type { Config } from '../../../config';
 import { ApiError } from '../../../errors';
 import { newId } from '../../../lib/ids';
-import type { StepDetails } from '../schemas';
+import type { StepDetails, ToolResources } from '../../../db/json-columns';
 import type { MessageAttachment, MessageContent } from '../../../db/schema';
 import type { ThreadMessageInput } from '../../threads/schemas';
-import type { ToolResources } from '../../vector-stores/schemas';
 import { leaseMs, type RunRow, type StepRow } from '../queries';
 import type { MessageRow, ThreadRow } from '../../threads/queries';
 import { servedModel, type VirtualKey } from '../../virtual-keys/commands';

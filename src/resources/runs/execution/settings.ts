@@ -1,6 +1,6 @@
 import { ApiError } from '../../../errors';
 import type { RunOverrides } from '../schemas';
-import { isHostedTool } from '../../assistants/tools';
+import type { Tool } from '../../../db/json-columns';
 import { FILE_SEARCH_FUNCTION } from './file-search';
 import type { AssistantRow } from '../../assistants/queries';
 import type { RunRow } from '../queries';
@@ -43,6 +43,11 @@ function withAdditional(instructions: string, additional: string | null | undefi
   if (!additional) return instructions;
   return instructions ? `${instructions}\n\n${additional}` : additional;
 }
+
+/** Tool types that need OpenAI's hosted infrastructure and cannot run over Chat Completions. */
+const HOSTED_TOOL_TYPES = ['code_interpreter'] as const;
+
+const isHostedTool = (tool: Tool) => HOSTED_TOOL_TYPES.some((type) => type === tool.type);
 
 /**
  * Code interpreter needs OpenAI's hosted sandboxes, which a Chat Completions provider does not

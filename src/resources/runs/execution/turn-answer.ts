@@ -4,7 +4,7 @@ import { jsonWithText, TextBuilder, utf8Length, utf8Prefix } from '../../../lib/
 import type { Usage } from '../../../providers/types';
 import { insertTurnRows, messageUpdate, stepUpdate, turnRowsInsert } from '../executor-writes';
 import type { RunRow, StepRow } from '../queries';
-import type { FileSearchToolCall, RequiredAction, RunError, ToolCall, ToolCallsDetails } from '../schemas';
+import type { FileSearchToolCall, RequiredAction, RunError, ToolCall, ToolCallsDetails } from '../../../db/json-columns';
 import type { MessageContent } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { toStepJson } from '../wire';

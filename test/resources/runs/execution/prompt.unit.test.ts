@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ChatMessage } from '../../../../src/providers/types';
 import { buildPrompt, type PromptLimits } from '../../../../src/resources/runs/execution/prompt';
-import type { FunctionToolCall, TruncationStrategy } from '../../../../src/resources/runs/schemas';
+import type { FunctionToolCall, TruncationStrategy } from '../../../../src/db/json-columns';
 import type { MessageContent } from '../../../../src/db/schema';
 import type { HistoryStep } from '../../../../src/resources/threads/history';
 import type { StepRow } from '../../../../src/resources/runs/queries';

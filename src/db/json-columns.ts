@@ -1,0 +1,208 @@
+import * as z from 'zod';
+
+/**
+ * The shapes of the JSON columns (db/schema.ts types its columns by them), and the zod schemas
+ * that the resources validate requests with where a column stores a request's field as it came:
+ * tools and response formats (assistants, runs), tool choices (runs), tool resources (assistants,
+ * threads, runs); and what runs record of their own (steps' details, required actions, errors).
+ * Here, below the resources, because the tables need them; they depend on zod alone. Shapes follow
+ * OpenAI's AssistantToolsCode / AssistantToolsFileSearch / AssistantToolsFunction,
+ * AssistantsApiResponseFormatOption and AssistantsApiToolChoiceOption in its Assistants v2 OpenAPI schemas.
+ */
+
+/** JSON Schemas and other free-form objects nest at most this deep (a bound on recursion everywhere). */
+export const MAX_JSON_DEPTH = 32;
+
+function withinDepth(value: unknown, limit: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+    const [current, depth] = next;
+    if (current === null || typeof current !== 'object') continue;
+    if (depth > limit) return false;
+    for (const child of Object.values(current)) stack.push([child, depth + 1]);
+  }
+  return true;
+}
+
+/** A free-form JSON object (a JSON Schema, say), bounded in depth. */
+export const jsonObject = z
+  .record(z.string(), z.unknown())
+  .refine((value) => withinDepth(value, MAX_JSON_DEPTH), {
+    error: `must not nest deeper than ${MAX_JSON_DEPTH} levels.`,
+  });
+
+/** a-z, A-Z, 0-9, underscores and dashes, at most 64: OpenAI's rule for function and schema names. */
+export const functionName = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[a-zA-Z0-9_-]+$/, { error: 'only a-z, A-Z, 0-9, underscores and dashes are allowed.' });
+
+export const functionTool = z.strictObject({
+  type: z.literal('function'),
+  function: z.strictObject({
+    name: functionName,
+    description: z.string().max(16_384).optional(),
+    parameters: jsonObject.optional(),
+    strict: z.boolean().nullable().optional(),
+  }),
+});
+
+export const codeInterpreterTool = z.strictObject({ type: z.literal('code_interpreter') });
+
+export const fileSearchTool = z.strictObject({
+  type: z.literal('file_search'),
+  file_search: z
+    .strictObject({
+      max_num_results: z.int().min(1).max(50).optional(),
+      ranking_options: z
+        .strictObject({
+          ranker: z.enum(['auto', 'default_2024_08_21']).optional(),
+          score_threshold: z.number().min(0).max(1),
+        })
+        .optional(),
+    })
+    .optional(),
+});
+
+export const toolSchema = z.discriminatedUnion('type', [codeInterpreterTool, fileSearchTool, functionTool]);
+export type Tool = z.infer<typeof toolSchema>;
+
+/**
+ * Tools, at most `max`, with no function name twice: a model could not tell two same-named
+ * functions apart, and Chat Completions providers refuse them. Shared with run overrides.
+ */
+export const toolsSchema = (max: number) =>
+  z
+    .array(toolSchema)
+    .max(max)
+    .superRefine((tools, ctx) => {
+      const seen = new Map<string, number>();
+      tools.forEach((tool, index) => {
+        if (tool.type !== 'function') return;
+        const first = seen.get(tool.function.name);
+        if (first !== undefined) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [index, 'function', 'name'],
+            message: `Invalid 'tools[${index}].function.name': the function '${tool.function.name}' is already defined by tools[${first}].`,
+          });
+        } else seen.set(tool.function.name, index);
+      });
+    });
+
+export type FunctionTool = z.infer<typeof functionTool>;
+
+/**
+ * `auto` (default) and `none`, OpenAI's `{"type":"text"}`, JSON mode
+ * `{"type":"json_object"}` and Structured Outputs `{"type":"json_schema","json_schema":{…}}`.
+ */
+export const responseFormatSchema = z.union([
+  z.enum(['auto', 'none']),
+  z.discriminatedUnion('type', [
+    z.strictObject({ type: z.literal('text') }),
+    z.strictObject({ type: z.literal('json_object') }),
+    z.strictObject({
+      type: z.literal('json_schema'),
+      json_schema: z.strictObject({
+        name: functionName,
+        description: z.string().max(16_384).optional(),
+        schema: jsonObject.optional(),
+        strict: z.boolean().nullable().optional(),
+      }),
+    }),
+  ]),
+]);
+export type ResponseFormat = z.infer<typeof responseFormatSchema>;
+
+/** `none`, `auto` (default), `required`, or a named tool to force. */
+export const toolChoiceSchema = z.union([
+  z.enum(['none', 'auto', 'required']),
+  z
+    .strictObject({
+      type: z.enum(['function', 'code_interpreter', 'file_search']),
+      function: z.strictObject({ name: functionName }).optional(),
+    })
+    .refine((choice) => choice.type !== 'function' || choice.function !== undefined, {
+      error: "A tool_choice of type 'function' must name the function: {\"type\":\"function\",\"function\":{\"name\":\"…\"}}.",
+      path: ['function'],
+    }),
+]);
+export type ToolChoice = z.infer<typeof toolChoiceSchema>;
+
+/**
+ * Tool resources, the files and vector stores an assistant's, a thread's or a run's tools use
+ * (code_interpreter, file_search).
+ */
+const fileIds = z.array(z.string().min(1).max(256)).max(20);
+const vectorStoreIds = z.array(z.string().min(1).max(256)).max(1);
+
+export const toolResourcesSchema = z.strictObject({
+  code_interpreter: z.strictObject({ file_ids: fileIds.optional() }).optional(),
+  file_search: z.strictObject({ vector_store_ids: vectorStoreIds.optional() }).optional(),
+});
+export type ToolResources = z.infer<typeof toolResourcesSchema>;
+
+// ── What runs record ─────────────────────────────────────────────────────────────────────────
+
+/** A run's truncation strategy as stored and answered: `last_messages` is null unless its type says so. */
+export interface TruncationStrategy {
+  type: 'auto' | 'last_messages';
+  last_messages: number | null;
+}
+
+/** A function call the model made, with the client's output once submitted. */
+export interface FunctionToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string; output: string | null };
+}
+
+/** A chunk the file_search tool found, with its text (answered only when `include[]` asks for it). */
+export interface FileSearchResult {
+  file_id: string;
+  file_name: string;
+  score: number;
+  content: { type: 'text'; text: string }[];
+}
+
+/**
+ * A file search the gateway ran for the model. `function` is never answered (resources/runs/wire.ts): it is
+ * the call as the model made it (the gateway's search function) and the text the model was given
+ * back, so that later turns send the model what it saw, as for a function call.
+ */
+export interface FileSearchToolCall {
+  id: string;
+  type: 'file_search';
+  file_search: {
+    ranking_options: { ranker: 'auto' | 'default_2024_08_21'; score_threshold: number };
+    results: FileSearchResult[];
+  };
+  function: { name: string; arguments: string; output: string };
+}
+
+export type ToolCall = FunctionToolCall | FileSearchToolCall;
+
+/** What a run step did: created a message, or called tools. */
+export type StepDetails =
+  | { type: 'message_creation'; message_creation: { message_id: string } }
+  | { type: 'tool_calls'; tool_calls: ToolCall[] };
+
+export type ToolCallsDetails = Extract<StepDetails, { type: 'tool_calls' }>;
+
+/** What a run in requires_action waits for: an output for each of these calls. */
+export interface RequiredAction {
+  type: 'submit_tool_outputs';
+  submit_tool_outputs: { tool_calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] };
+}
+
+/** Why a run or a step failed, as clients see it. */
+export interface RunError {
+  code: string;
+  message: string;
+}
+
+/** Why a run ended incomplete: one of its token caps. */
+export interface RunIncompleteDetails {
+  reason: 'max_completion_tokens' | 'max_prompt_tokens';
+}
