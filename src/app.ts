@@ -17,6 +17,7 @@ import { assistantRoutes } from './resources/assistants/routes';
 import { fileRoutes } from './resources/files/routes';
 import { policyRoutes } from './resources/policies/routes';
 import { runRoutes } from './resources/runs/routes';
+import { reconcileRun } from './resources/runs/execution/recovery';
 import { threadRoutes } from './resources/threads/routes';
 import { usageRoutes } from './resources/usage/routes';
 import { vectorStoreSearchRoutes } from './resources/vector-stores/search-routes';
@@ -89,7 +90,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/usage', usageRoutes);
   app.route('/v1/assistants', assistantRoutes);
-  app.route('/v1/threads', threadRoutes(runRoutes));
+  app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/files', fileRoutes);
   app.route('/v1/vector_stores', vectorStoreRoutes);
   app.route('/v1/vector_stores', vectorStoreSearchRoutes);
