@@ -38,7 +38,7 @@ export interface PromptLimits {
 /** What a request's fields besides its messages and tools take at most (model, settings), set aside from its bound. */
 export const REQUEST_FIELDS_BYTES = 16 * 1024;
 
-/** An uploaded image in a prompt (a message's image_file part), sent as its bytes (resources/files/images.ts). */
+/** An uploaded image in a prompt (a message's image_file part), sent as its bytes (prompt-images.ts). */
 export type ImageFilePart = { type: 'image_file'; image_file: { file_id: string; detail?: string } };
 /** A prompt's message: a chat message, except that user content may name uploaded images. */
 export type PromptMessage = Exclude<ChatMessage, { role: 'user' }> | { role: 'user'; content: string | (ChatContentPart | ImageFilePart)[] };
