@@ -3,10 +3,8 @@ import type { Actor } from '../actor';
 import type { Db } from '../db/client';
 import type { Slices } from '../lib/slices';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
-import { ApiError } from '../errors';
 import { UpstreamError } from '../providers/types';
 import type { AttributeFilter, ComparisonFilter } from './filters';
-import type { VectorStoreSearchBody } from '../resources/vector-stores/search-schemas';
 import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
 import { indexNames, SEARCH_L, storeIdPart } from './vector-index';
 
@@ -342,21 +340,4 @@ async function withDetails(db: Db, hits: { chunkId: number; score: number }[]): 
     // A chunk deleted between the lists and this read is left out.
     return row ? [{ ...row, filename: row.filename ?? '', score: hit.score }] : [];
   });
-}
-
-/**
- * POST /v1/vector_stores/{id}/search: the store of the caller's workspace (404 otherwise),
- * searched as OpenAI's endpoint does, 10 results unless asked otherwise.
- */
-export async function searchVectorStore(deps: SearchDeps, actor: Actor, storeId: string, body: VectorStoreSearchBody) {
-  const [store] = await findStores(deps.db, actor.workspaceId, [storeId]);
-  if (!store) throw new ApiError('vector_store_not_found', `No vector store found with id '${storeId}'.`);
-  const queries = typeof body.query === 'string' ? [body.query] : body.query;
-  const results = await searchStores(deps, actor, [store], {
-    queries,
-    maxResults: body.max_num_results ?? 10,
-    scoreThreshold: body.ranking_options?.score_threshold ?? 0,
-    filter: body.filters ?? null,
-  });
-  return { queries, results };
 }

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { validate } from '../../http/middleware/validate';
 import { workspace } from '../../http/middleware/workspace';
-import { searchVectorStore } from '../../retrieval/search';
+import { searchVectorStore } from './search';
 import { vectorStoreSearchBody } from './search-schemas';
 import { toSearchResultsPage } from './search-wire';
 import type { ApiEnv } from '../../http/env';
