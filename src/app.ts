@@ -5,7 +5,7 @@ import { databaseRefusal } from './db/busy-retry';
 import type { Deps } from './deps';
 import { ApiError, errorResponse, serverError } from './errors';
 import { accessLog } from './http/middleware/access-log';
-import { apiKeyAuth } from './http/middleware/api-key-auth';
+import { apiKeyAuth } from './resources/identities/middleware/api-key-auth';
 import { provideDeps, type DepsVariables } from './http/middleware/deps';
 import { jsonBody } from './http/middleware/json-body';
 import { jsonNewline } from './http/middleware/json-newline';

@@ -1,13 +1,13 @@
 import { Hono } from 'hono';
 import { assistantsBeta } from '../../http/middleware/assistants-beta';
 import { validate } from '../../http/middleware/validate';
-import { workspace } from '../../http/middleware/workspace';
+import { workspace } from '../identities/middleware/workspace';
 import { createMessageBody, createThreadBody, listMessagesQuery, modifyMessageBody, modifyThreadBody } from './schemas';
 import { deleteMessage, getMessage, getThread, listMessages, modifyMessage } from './queries';
 import { createMessage, createThread, deleteThread, modifyThread, type ReconcileRun } from './commands';
 import { listObject } from '../../http/lists';
 import { toMessageJson, toThreadJson } from './wire';
-import type { ApiEnv, WorkspaceEnv } from '../../http/env';
+import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { requestContext } from '../../http/request-context';
 import { responds } from '../../http/middleware/responds';
 import { deletedObject, listOf } from '../../http/objects';
