@@ -5,7 +5,7 @@ import type { Slices } from '../lib/slices';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
 import { UpstreamError } from '../providers/types';
 import type { AttributeFilter, ComparisonFilter } from './filters';
-import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
+import { embedTexts, vectorBlob, type EmbedDeps, type EmbeddingKeyOf } from './embed';
 import { indexNames, SEARCH_L, storeIdPart } from './vector-index';
 
 /**
@@ -112,6 +112,8 @@ export type SearchDeps = EmbedDeps & { slices: Slices };
  */
 export async function searchStores(
   deps: SearchDeps,
+  /** The key each store's queries are embedded with (embed.ts). */
+  keyOf: EmbeddingKeyOf,
   /** Who searches: the embedding calls are attributed to it in rate-limit policies. */
   actor: Pick<Actor, 'workspaceId' | 'apiKeyId'>,
   stores: readonly SearchableStore[],
@@ -127,6 +129,7 @@ export async function searchStores(
   for (const store of withChunks) {
     const { vectors } = await embedTexts(
       deps,
+      keyOf,
       {
         workspaceId: actor.workspaceId,
         apiKeyId: actor.apiKeyId,

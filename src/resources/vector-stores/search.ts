@@ -1,6 +1,7 @@
 import type { Actor } from '../../actor';
 import { ApiError } from '../../errors';
 import { findStores, searchStores, type SearchDeps } from '../../retrieval/search';
+import { embeddingKey } from '../virtual-keys/embedding-key';
 import type { VectorStoreSearchBody } from './search-schemas';
 
 /**
@@ -11,7 +12,7 @@ export async function searchVectorStore(deps: SearchDeps, actor: Actor, storeId:
   const [store] = await findStores(deps.db, actor.workspaceId, [storeId]);
   if (!store) throw new ApiError('vector_store_not_found', `No vector store found with id '${storeId}'.`);
   const queries = typeof body.query === 'string' ? [body.query] : body.query;
-  const results = await searchStores(deps, actor, [store], {
+  const results = await searchStores(deps, embeddingKey, actor, [store], {
     queries,
     maxResults: body.max_num_results ?? 10,
     scoreThreshold: body.ranking_options?.score_threshold ?? 0,

@@ -1,6 +1,7 @@
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { searchStores, findStores } from '../../../src/retrieval/search';
+import { embeddingKey } from '../../../src/resources/virtual-keys/embedding-key';
 import { createFakeUpstream, fakeEmbedding } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
 import { seedStore, type SeededStore } from '../../support/vector-stores';
@@ -175,11 +176,11 @@ describe('searchStores', () => {
     expect(stores.map((one) => one.id)).toEqual([store.id, second.id, empty.id]);
     const searcher = { workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId };
     const options = { queries: ['refunds soup'], maxResults: 5, scoreThreshold: 0, filter: null };
-    const results = await searchStores(gateway.deps, searcher, stores, options);
+    const results = await searchStores(gateway.deps, embeddingKey, searcher, stores, options);
     expect(new Set(results.map((result) => result.vectorStoreId))).toEqual(new Set([store.id, second.id]));
     expect(results[0]!.text).toBe('The canteen serves refunds of soup on Fridays.');
     upstream.reset();
-    expect(await searchStores(gateway.deps, searcher, [stores[2]!], options)).toEqual([]);
+    expect(await searchStores(gateway.deps, embeddingKey, searcher, [stores[2]!], options)).toEqual([]);
     expect(upstream.requests).toHaveLength(0);
     const other = await gateway.tenant();
     expect(await findStores(gateway.database.db, other.workspace.id, [store.id])).toEqual([]);
