@@ -9,6 +9,7 @@ import { createLogger } from '../src/logger';
 import { nodeConfig } from '../src/runtime/node/config';
 import { createNodeDeps } from '../src/runtime/node/deps';
 import { vectorBlob } from '../src/retrieval/embed';
+import { embeddingKey } from '../src/resources/virtual-keys/embedding-key';
 import { findStores, searchStores } from '../src/retrieval/search';
 import { maintainVectorIndexes } from '../src/retrieval/vector-index';
 import { createApiKey } from '../src/resources/identities/api-keys';
@@ -158,7 +159,7 @@ async function searchLatency(storeId: string) {
       const query = cycle(queries, i);
       stalls.push(
         await stallOf(async () => {
-          const results = await searchStores(deps, searcher, stores, { queries: [query], maxResults: 20, scoreThreshold: 0, filter: null });
+          const results = await searchStores(deps, embeddingKey, searcher, stores, { queries: [query], maxResults: 20, scoreThreshold: 0, filter: null });
           found += results.length;
         }),
       );

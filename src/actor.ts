@@ -1,8 +1,8 @@
 /**
  * Who calls, and the request it calls from, as plain values: what use-cases take from a request
  * beyond its body, whatever the framework. The auth middleware builds the Actor once per request
- * (http/middleware/workspace.ts); work done later on a caller's behalf (a run's file searches)
- * builds the part it needs from the rows that recorded it.
+ * (resources/identities/middleware/workspace.ts); work done later on a caller's behalf (a run's
+ * file searches) builds the part it needs from the rows that recorded it.
  */
 
 /** Who calls: with which API key, for which workspace, with which virtual key when it names one. */

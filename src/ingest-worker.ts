@@ -1,6 +1,7 @@
 import { createLogger } from './logger';
 import { inlineChunker } from './retrieval/chunker';
 import { claimNext, ingestClaimed, ingestOptions, type IngestDeps, type IngestOptions } from './retrieval/ingest';
+import { embeddingKey } from './resources/virtual-keys/embedding-key';
 import { createSharedDeps, perIsolate, type SharedEnv } from './runtime/workers/deps';
 import { wakeForWaitingFiles, type IngestWake } from './runtime/workers/ingest-queue';
 
@@ -42,7 +43,7 @@ export default {
       return;
     }
     try {
-      const more = await ingestFiles(deps, ingestOptions(deps.config, inlineChunker), BUDGET_MS);
+      const more = await ingestFiles(deps, ingestOptions(deps.config, inlineChunker, embeddingKey), BUDGET_MS);
       if (more) await env.INGEST_QUEUE.send({ reason: 'more' });
       batch.ackAll();
     } catch (error) {

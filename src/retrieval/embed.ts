@@ -3,13 +3,12 @@ import type { Config } from '../config';
 import type { Db } from '../db/client';
 import { usage } from '../db/schema';
 import type { SecretBox } from '../lib/secrets';
-import { ADAPTERS } from '../providers/adapters';
+import { ADAPTERS, type Provider } from '../providers/adapters';
 import { createEmbeddings, MAX_DIMENSIONS, retryable } from '../providers/embeddings';
 import { UpstreamError, type UpstreamFetch } from '../providers/types';
 import { admitRequest, settleTokens } from '../ratelimit';
 import type { RateLimitDeps } from '../ratelimit/enforce';
 import { CHARS_PER_TOKEN } from '../ratelimit/reservation';
-import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type VirtualKey } from '../resources/virtual-keys/commands';
 
 /**
  * Texts into vectors for a vector store: the one way ingestion (chunks) and search (queries) embed.
@@ -41,6 +40,22 @@ export interface EmbeddedTexts {
   promptTokens: number;
 }
 
+/** The provider key a target's texts are embedded with, and its secret, decrypted. */
+export interface EmbeddingKey {
+  id: string;
+  slug: string;
+  provider: Provider;
+  baseUrl: string;
+  options: Record<string, string | undefined>;
+  secret: string;
+}
+
+/**
+ * Finds the key `target` embeds with. Which key that is, is the virtual keys' to say
+ * (resources/virtual-keys/embedding-key.ts): the callers, which may know resources, hand it in.
+ */
+export type EmbeddingKeyOf = (deps: Pick<EmbedDeps, 'db' | 'secrets'>, target: EmbeddingTarget) => Promise<EmbeddingKey>;
+
 /** What embedding takes of the gateway's Deps: its calls are admitted, charged and counted like a run's. */
 export interface EmbedDeps extends RateLimitDeps {
   db: Db;
@@ -61,9 +76,14 @@ export function requestedDimensions(model: string, config: EmbedDeps['config']):
   return /^text-embedding-3-/.test(model) ? config.GATEWAY_EMBEDDINGS_DIMENSIONS : undefined;
 }
 
-export async function embedTexts(deps: EmbedDeps, target: EmbeddingTarget, texts: string[], signal?: AbortSignal): Promise<EmbeddedTexts> {
-  const key = await keyFor(deps, target);
-  const secret = await decryptVirtualKeySecret(deps.secrets, key);
+export async function embedTexts(
+  deps: EmbedDeps,
+  keyOf: EmbeddingKeyOf,
+  target: EmbeddingTarget,
+  texts: string[],
+  signal?: AbortSignal,
+): Promise<EmbeddedTexts> {
+  const key = await keyOf(deps, target);
   const vectors: Float32Array[] = [];
   let dimensions = target.dimensions;
   let promptTokens = 0;
@@ -80,7 +100,7 @@ export async function embedTexts(deps: EmbedDeps, target: EmbeddingTarget, texts
       try {
         const result = await createEmbeddings(
           { model: target.model, input: batch, dimensions: requestedDimensions(target.model, deps.config) },
-          { fetch: deps.fetch, adapter: ADAPTERS[key.provider], baseUrl: key.baseUrl, options: key.options, secret, timeoutMs, signal },
+          { fetch: deps.fetch, adapter: ADAPTERS[key.provider], baseUrl: key.baseUrl, options: key.options, secret: key.secret, timeoutMs, signal },
         );
         // A provider that reports no usage is charged, and counted, the estimate.
         charged = result.promptTokens || Math.ceil(chars / CHARS_PER_TOKEN);
@@ -108,15 +128,6 @@ export async function embedTexts(deps: EmbedDeps, target: EmbeddingTarget, texts
     promptTokens += answer.promptTokens;
   }
   return { vectors, dimensions: dimensions ?? 0, virtualKeyId: key.id, promptTokens };
-}
-
-/** The store's key while it is live; otherwise the one the workspace would use now for the model. */
-async function keyFor(deps: EmbedDeps, target: EmbeddingTarget): Promise<VirtualKey> {
-  if (target.virtualKeyId) {
-    const key = await getVirtualKey(deps.db, target.virtualKeyId);
-    if (key && key.revokedAt === null && key.workspaceId === target.workspaceId) return key;
-  }
-  return resolveVirtualKey(deps.db, target.workspaceId, { slug: undefined, model: target.model });
 }
 
 /** Counts one embeddings call in its hour of the `usage` table (GET /v1/usage reads it), in one upsert. */

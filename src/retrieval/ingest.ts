@@ -7,7 +7,7 @@ import { UpstreamError } from '../providers/types';
 import { claimableAt } from './claims';
 import type { Chunk } from './chunk';
 import type { Chunker } from './chunker';
-import { BATCH_TEXTS, embedTexts, vectorBlob, type EmbedDeps } from './embed';
+import { BATCH_TEXTS, embedTexts, vectorBlob, type EmbedDeps, type EmbeddingKeyOf } from './embed';
 import { ExtractionError, formatOf } from './extract';
 
 /**
@@ -43,15 +43,18 @@ export interface IngestOptions {
   maxPages: number;
   /** Where documents are read and chunked (retrieval/chunker.ts). */
   chunker: Chunker;
+  /** The key a store's chunks are embedded with (embed.ts). */
+  embeddingKey: EmbeddingKeyOf;
 }
 
-export function ingestOptions(config: IngestDeps['config'], chunker: Chunker): IngestOptions {
+export function ingestOptions(config: IngestDeps['config'], chunker: Chunker, embeddingKey: EmbeddingKeyOf): IngestOptions {
   return {
     maxFileBytes: config.GATEWAY_INGEST_MAX_FILE_BYTES,
     maxChunks: config.GATEWAY_INGEST_MAX_CHUNKS,
     maxInflatedBytes: config.GATEWAY_INGEST_MAX_INFLATED_BYTES,
     maxPages: config.GATEWAY_INGEST_MAX_PAGES,
     chunker,
+    embeddingKey,
   };
 }
 
@@ -110,7 +113,7 @@ export async function ingestClaimed(deps: IngestDeps, claim: Claim, options: Ing
   const keeper = new ClaimKeeper(deps, claim);
   try {
     const chunks = await chunksOf(deps, claim, options, keeper.signal);
-    const vectors = await embedChunks(deps, claim, chunks, keeper.signal);
+    const vectors = await embedChunks(deps, options.embeddingKey, claim, chunks, keeper.signal);
     // The lease is final from here: the writes below are conditional on it.
     if (!(await keeper.stop()) || vectors === null) return 'abandoned';
     return (await complete(deps, claim, chunks, vectors)) ? 'completed' : 'abandoned';
@@ -160,6 +163,7 @@ async function chunksOf(deps: IngestDeps, claim: Claim, options: IngestOptions, 
 /** The chunks' vectors, one embeddings call's worth at a time; null once the file is no longer this claim's. */
 async function embedChunks(
   deps: IngestDeps,
+  keyOf: EmbeddingKeyOf,
   claim: Claim,
   chunks: Chunk[],
   signal: AbortSignal,
@@ -175,7 +179,7 @@ async function embedChunks(
   };
   const vectors: Float32Array[] = [];
   for (let start = 0; start < chunks.length; start += BATCH_TEXTS) {
-    const answer = await embedTexts(deps, target, chunks.slice(start, start + BATCH_TEXTS).map((chunk) => chunk.text), signal);
+    const answer = await embedTexts(deps, keyOf, target, chunks.slice(start, start + BATCH_TEXTS).map((chunk) => chunk.text), signal);
     target.dimensions = answer.dimensions;
     vectors.push(...answer.vectors);
     if (signal.aborted) return null;

@@ -3,11 +3,9 @@ import type { Actor } from '../actor';
 import type { Db } from '../db/client';
 import type { Slices } from '../lib/slices';
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
-import { ApiError } from '../errors';
 import { UpstreamError } from '../providers/types';
 import type { AttributeFilter, ComparisonFilter } from './filters';
-import type { VectorStoreSearchBody } from '../resources/vector-stores/search-schemas';
-import { embedTexts, vectorBlob, type EmbedDeps } from './embed';
+import { embedTexts, vectorBlob, type EmbedDeps, type EmbeddingKeyOf } from './embed';
 import { indexNames, SEARCH_L, storeIdPart } from './vector-index';
 
 /**
@@ -114,6 +112,8 @@ export type SearchDeps = EmbedDeps & { slices: Slices };
  */
 export async function searchStores(
   deps: SearchDeps,
+  /** The key each store's queries are embedded with (embed.ts). */
+  keyOf: EmbeddingKeyOf,
   /** Who searches: the embedding calls are attributed to it in rate-limit policies. */
   actor: Pick<Actor, 'workspaceId' | 'apiKeyId'>,
   stores: readonly SearchableStore[],
@@ -129,6 +129,7 @@ export async function searchStores(
   for (const store of withChunks) {
     const { vectors } = await embedTexts(
       deps,
+      keyOf,
       {
         workspaceId: actor.workspaceId,
         apiKeyId: actor.apiKeyId,
@@ -342,21 +343,4 @@ async function withDetails(db: Db, hits: { chunkId: number; score: number }[]): 
     // A chunk deleted between the lists and this read is left out.
     return row ? [{ ...row, filename: row.filename ?? '', score: hit.score }] : [];
   });
-}
-
-/**
- * POST /v1/vector_stores/{id}/search: the store of the caller's workspace (404 otherwise),
- * searched as OpenAI's endpoint does, 10 results unless asked otherwise.
- */
-export async function searchVectorStore(deps: SearchDeps, actor: Actor, storeId: string, body: VectorStoreSearchBody) {
-  const [store] = await findStores(deps.db, actor.workspaceId, [storeId]);
-  if (!store) throw new ApiError('vector_store_not_found', `No vector store found with id '${storeId}'.`);
-  const queries = typeof body.query === 'string' ? [body.query] : body.query;
-  const results = await searchStores(deps, actor, [store], {
-    queries,
-    maxResults: body.max_num_results ?? 10,
-    scoreThreshold: body.ranking_options?.score_threshold ?? 0,
-    filter: body.filters ?? null,
-  });
-  return { queries, results };
 }

@@ -1,6 +1,7 @@
 import { defined } from '../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { embedTexts, vectorBlob } from '../../src/retrieval/embed';
+import { embeddingKey } from '../../src/resources/virtual-keys/embedding-key';
 import { findActiveVirtualKey, revokeVirtualKey } from '../../src/resources/virtual-keys/commands';
 import { createFakeUpstream, fakeEmbedding, FAKE_EMBEDDINGS_STATUS } from '../support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from '../support/gateway';
@@ -26,7 +27,7 @@ describe('embedTexts', () => {
   it('embeds in batches of 64, in order, with the dimensions asked of text-embedding-3 models', async () => {
     upstream.reset();
     const texts = Array.from({ length: 70 }, (_, i) => `text number ${i}`);
-    const out = await embedTexts(gateway.deps, target(), texts);
+    const out = await embedTexts(gateway.deps, embeddingKey, target(), texts);
     expect(upstream.requests.map((request) => (defined(request.body).input as string[]).length)).toEqual([64, 6]);
     expect(defined(defined(upstream.requests[0]).body).dimensions).toBe(512);
     expect(out.dimensions).toBe(512);
@@ -40,14 +41,14 @@ describe('embedTexts', () => {
   it('asks other models for nothing and refuses vectors of another size than the store’s', async () => {
     upstream.reset();
     const other = { ...target(), model: 'text-embedding-nomic', dimensions: 768 };
-    const error = await embedTexts(gateway.deps, other, ['x']).catch((e: unknown) => e);
+    const error = await embedTexts(gateway.deps, embeddingKey, other, ['x']).catch((e: unknown) => e);
     expect(defined(defined(upstream.requests[0]).body).dimensions).toBeUndefined();
     expect((error as Error).message).toContain('256 dimensions for a store of 768');
   });
 
   it('does not retry what the provider refuses for good', async () => {
     upstream.reset();
-    const error = await embedTexts(gateway.deps, target(), [`${FAKE_EMBEDDINGS_STATUS} 400`]).catch((e: unknown) => e);
+    const error = await embedTexts(gateway.deps, embeddingKey, target(), [`${FAKE_EMBEDDINGS_STATUS} 400`]).catch((e: unknown) => e);
     expect((error as Error).message).toContain('HTTP 400');
     expect(upstream.requests).toHaveLength(1);
   });
@@ -63,10 +64,10 @@ describe('embedTexts', () => {
     );
     expect(policy.id).toBeTruthy();
     const mine = { ...target(), workspaceId: own.workspace.id, apiKeyId: own.workspaceKeyId, virtualKeyId: null };
-    const first = await embedTexts(gateway.deps, mine, ['one two three four five six seven eight nine ten eleven twelve']);
+    const first = await embedTexts(gateway.deps, embeddingKey, mine, ['one two three four five six seven eight nine ten eleven twelve']);
     expect(first.promptTokens).toBe(12);
     expect(defined((await findActiveVirtualKey(gateway.database.db, own.workspace.id, slug))).id).toBe(first.virtualKeyId);
-    const error = await embedTexts(gateway.deps, mine, ['again']).catch((e: unknown) => e);
+    const error = await embedTexts(gateway.deps, embeddingKey, mine, ['again']).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'rate_limit_exceeded' });
   }, 20_000);
 
@@ -76,9 +77,9 @@ describe('embedTexts', () => {
     const firstId = defined((await findActiveVirtualKey(gateway.database.db, own.workspace.id, first))).id;
     await revokeVirtualKey(gateway.database.db, own.workspace.id, first, gateway.clock.now());
     const mine = { ...target(), workspaceId: own.workspace.id, apiKeyId: own.workspaceKeyId, virtualKeyId: firstId };
-    await expect(embedTexts(gateway.deps, mine, ['x'])).rejects.toMatchObject({ code: 'missing_virtual_key' });
+    await expect(embedTexts(gateway.deps, embeddingKey, mine, ['x'])).rejects.toMatchObject({ code: 'missing_virtual_key' });
     const second = await gateway.virtualKey(own, { base_url: 'http://fake.test/v1', models: ['text-embedding-3-small'] });
-    const out = await embedTexts(gateway.deps, mine, ['x']);
+    const out = await embedTexts(gateway.deps, embeddingKey, mine, ['x']);
     expect(out.virtualKeyId).toBe(defined((await findActiveVirtualKey(gateway.database.db, own.workspace.id, second))).id);
   });
 });

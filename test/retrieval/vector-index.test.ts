@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSqld, type RunningSqld } from '../../scripts/sqld';
 import { vectorStoreChunks, vectorStores } from '../../src/db/schema';
 import { COMMON_WORD_CHUNKS, findStores, searchStores, type SearchableStore } from '../../src/retrieval/search';
+import { embeddingKey } from '../../src/resources/virtual-keys/embedding-key';
 import { indexNames, maintainVectorIndexes } from '../../src/retrieval/vector-index';
 import { deleteVectorStore } from '../../src/resources/vector-stores/queries';
 import { createFakeUpstream } from '../support/fake-upstream';
@@ -67,10 +68,10 @@ describe.each([
 
   const db = () => gateway.database.db;
   const stores = async (id: string, workspaceId = tenant.workspace.id) => findStores(db(), workspaceId, [id]);
-  const search = (found: SearchableStore[], query: string, filter: Parameters<typeof searchStores>[3]['filter'] = null) =>
-    searchStores(gateway.deps, { workspaceId: defined(found[0]).workspaceId, apiKeyId: tenant.workspaceKeyId }, found, { queries: [query], maxResults: 10, scoreThreshold: 0, filter });
+  const search = (found: SearchableStore[], query: string, filter: Parameters<typeof searchStores>[4]['filter'] = null) =>
+    searchStores(gateway.deps, embeddingKey, { workspaceId: defined(found[0]).workspaceId, apiKeyId: tenant.workspaceKeyId }, found, { queries: [query], maxResults: 10, scoreThreshold: 0, filter });
   /** The results of the exact scan, whatever the store's index. */
-  const exact = async (id: string, query: string, filter: Parameters<typeof searchStores>[3]['filter'] = null) =>
+  const exact = async (id: string, query: string, filter: Parameters<typeof searchStores>[4]['filter'] = null) =>
     search((await stores(id)).map((store) => ({ ...store, indexed: false })), query, filter);
   const indexRow = (id: string) => db().all<{ backfilled_to: number; backfill_until: number; ready_at: number | null }>(sql`SELECT * FROM vector_store_indexes WHERE vector_store_id = ${id}`);
   const schemaObjects = (id: string) =>
@@ -195,7 +196,7 @@ describe('keyword search over common words', () => {
 
   const top = async (query: string) => {
     const found = await findStores(gateway.database.db, tenant.workspace.id, [store.id]);
-    const [first] = await searchStores(gateway.deps, { workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId }, found, {
+    const [first] = await searchStores(gateway.deps, embeddingKey, { workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId }, found, {
       queries: [query],
       maxResults: 5,
       scoreThreshold: 0,

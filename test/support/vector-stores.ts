@@ -4,6 +4,7 @@ import type { FileAttributes, VectorStoreFileStatus } from '../../src/db/schema'
 import { files, vectorStoreChunks, vectorStoreFiles, vectorStores } from '../../src/db/schema';
 import { newId } from '../../src/lib/ids';
 import { embedTexts, vectorBlob } from '../../src/retrieval/embed';
+import { embeddingKey } from '../../src/resources/virtual-keys/embedding-key';
 import type { Tenant, TestGateway } from './gateway';
 
 /**
@@ -41,7 +42,7 @@ export const SEARCH_FILES: SeedFile[] = [
 export async function seedStore(gateway: TestGateway, tenant: Tenant, seedFiles: SeedFile[]): Promise<SeededStore> {
   const texts = seedFiles.flatMap((file) => file.chunks);
   const target = { workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId, virtualKeyId: null, model: EMBEDDINGS_MODEL, dimensions: null };
-  const embedded = texts.length > 0 ? await embedTexts(gateway.deps, target, texts) : null;
+  const embedded = texts.length > 0 ? await embedTexts(gateway.deps, embeddingKey, target, texts) : null;
   return insertStore(gateway.database.db, tenant.workspace.id, seedFiles, embedded, gateway.clock.now());
 }
 

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { assistantsBeta } from '../../http/middleware/assistants-beta';
 import { validate } from '../../http/middleware/validate';
-import { workspace } from '../../http/middleware/workspace';
+import { workspace } from '../identities/middleware/workspace';
 import { createAssistantBody, modifyAssistantBody } from './schemas';
 import { cursorListQuery } from '../../http/schemas';
 import { createAssistant, modifyAssistant } from './commands';
@@ -9,7 +9,7 @@ import { deleteAssistant, getAssistant, listAssistants } from './queries';
 import { resolveVirtualKey } from '../virtual-keys/commands';
 import { toAssistantJson } from './wire';
 import { listObject } from '../../http/lists';
-import type { ApiEnv } from '../../http/env';
+import type { ApiEnv } from '../identities/env';
 import { requestContext } from '../../http/request-context';
 import { responds } from '../../http/middleware/responds';
 import { deletedObject, listOf } from '../../http/objects';

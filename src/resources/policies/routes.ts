@@ -13,7 +13,7 @@ import {
 import { workspaceCaps } from '../identities/quotas';
 import { toPolicyJson } from './wire';
 import { resolveWorkspaceScope } from '../identities/workspaces';
-import type { ApiEnv } from '../../http/env';
+import type { ApiEnv } from '../identities/env';
 import { responds } from '../../http/middleware/responds';
 import { createdPolicy, policyList, policyObject } from './objects';
 

@@ -19,13 +19,12 @@ import {
   leaseMs,
   listRuns as listRunsPage,
   listStepsPage,
-  openRunOf,
   setRunMetadata,
   toolCallsStepInProgress,
   updateRun,
   type RunRow,
 } from './queries';
-import { getThread, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
+import { getThread, openRunOf, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
 import { getVirtualKey } from '../virtual-keys/commands';
 import { toRunJson, toStepJson } from './wire';
 import { wakeIngestion } from '../vector-stores/commands';
@@ -36,7 +35,8 @@ import type { ServerSentEvent } from './execution/event-stream';
 import { buildPrompt, promptLimits } from './execution/prompt';
 import { reconcileRun } from './execution/recovery';
 import { checkImages } from '../files/images';
-import { clientMessage, newRun, newThread } from './execution/rows';
+import { newRun } from './execution/rows';
+import { clientMessage, newThread } from '../threads/rows';
 import { runSettings, type RunSettings } from './execution/settings';
 import { settleRun } from './execution/settle';
 

@@ -16,13 +16,13 @@ import {
   type RawCondition,
 } from '../../db/client';
 import { messages, runs, runSteps } from '../../db/schema';
-import { holdsThreadSql, type RunStatus } from '../../db/run-statuses';
+import type { RunStatus } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
 import type { RunRow, TokenTicket } from '../../db/schema';
 import type { ToolCallsDetails } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
-import { threadRows, type MessageRow, type ThreadRow } from '../threads/queries';
+import { threadHeld, threadRows, type HoldingRun, type MessageRow, type ThreadRow } from '../threads/queries';
 
 /**
  * Runs and run steps: their queries (their JSON is resources/runs/wire.ts). The engine (resources/runs/execution/engine.ts)
@@ -51,29 +51,9 @@ export function leaseMs(config: Pick<Config, 'GATEWAY_RUN_LEASE_SECONDS'>): numb
   return config.GATEWAY_RUN_LEASE_SECONDS * 1000;
 }
 
-/** The run that holds a thread, as a refusal names it: null when it ended before it could be read. */
-export type HoldingRun = Pick<RunRow, 'id' | 'status'> | null;
-
 /** The 400 for a run created on a thread that `run` holds: OpenAI's words, then what frees the thread. */
 export function activeRunError(threadId: string, run: HoldingRun): ApiError {
   return threadHeld(`Thread ${threadId} already has ${run === null ? 'an active run' : `an active run ${run.id}`}.`, threadId, run);
-}
-
-/**
- * 400 `thread_has_active_run`: `refusal` (OpenAI's words for what was refused), then what frees
- * the thread, which OpenAI leaves the client to guess: the run's tool outputs when it waits for
- * them, its cancellation, or its end.
- */
-export function threadHeld(refusal: string, threadId: string, run: HoldingRun): ApiError {
-  const runs = `/v1/threads/${threadId}/runs`;
-  const ways =
-    run === null
-      ? `cancel the thread's active run (GET ${runs} lists it) or wait for it to end`
-      : run.status === 'cancelling'
-        ? 'wait for its cancellation to end'
-        : `${run.status === 'requires_action' ? `submit its tool outputs (POST ${runs}/${run.id}/submit_tool_outputs), ` : ''}` +
-          `cancel it (POST ${runs}/${run.id}/cancel) or wait for it to end`;
-  return new ApiError('thread_has_active_run', `${refusal} To free the thread, ${ways}.`);
 }
 
 /**
@@ -89,21 +69,6 @@ export async function insertRunOnThread(db: Db, threadMessages: MessageRow[], ru
     throw error;
   }
 }
-
-/** The run that holds the thread (db/schema.ts, THREAD_HOLDING_STATUSES), if one does: one index probe. */
-export async function openRunOf(db: Db, threadId: string): Promise<RunRow | null> {
-  const [row] = await openRun(db).all({ threadId });
-  return row ?? null;
-}
-
-const openRun = preparedQuery((db) =>
-  db
-    .select()
-    .from(runs)
-    .where(and(eq(runs.threadId, sql.placeholder('threadId')), holdsThreadSql))
-    .limit(1)
-    .prepare(),
-);
 
 /** One page of a thread's runs (see cursorPage). */
 export function listRuns(db: Db, threadId: string, query: CursorListQuery) {

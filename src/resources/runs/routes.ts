@@ -28,7 +28,7 @@ import {
 import { isTerminal } from '../../db/run-statuses';
 import { listObject } from '../../http/lists';
 import { toRunJson, toStepJson } from './wire';
-import type { WorkspaceEnv } from '../../http/env';
+import type { WorkspaceEnv } from '../identities/env';
 import { responds } from '../../http/middleware/responds';
 import { listOf } from '../../http/objects';
 import { runObject, runStepObject } from './objects';

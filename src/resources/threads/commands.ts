@@ -1,8 +1,7 @@
 import type { Deps } from '../../deps';
 import { holdsThread } from '../../db/run-statuses';
-import { reconcileRun } from '../runs/execution/recovery';
 import { checkImages } from '../files/images';
-import { clientMessage, newThread } from '../runs/execution/rows';
+import { clientMessage, newThread } from './rows';
 import type { ModifyThreadBody, ThreadInput, ThreadMessageInput } from './schemas';
 import {
   deleteIdleThread,
@@ -10,12 +9,15 @@ import {
   insertMessageWhileIdle,
   insertThread,
   messageWritten,
+  openRunOf,
   setToolResources,
+  threadHeld,
   updateThread,
+  type HoldingRun,
   type MessageRow,
+  type OpenRun,
   type ThreadRow,
 } from './queries';
-import { openRunOf, threadHeld, type HoldingRun } from '../runs/queries';
 import type { Actor, RequestContext } from '../../actor';
 import { wakeIngestion } from '../vector-stores/commands';
 import { attachedFiles, threadStoreWrites } from './thread-stores';
@@ -28,11 +30,19 @@ import { checkToolResources, storedToolResources } from '../vector-stores/tool-r
  */
 
 /**
- * What these use-cases use of the deps: a run left behind is settled on the way (resources/runs/execution/recovery.ts);
+ * What these use-cases use of the deps: a run left behind is settled on the way (ReconcileRun);
  * image parts are checked against the files (blobs); files for file_search go to the thread's
  * vector store (resources/vector-stores/thread-stores.ts).
  */
 export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | 'config' | 'ingestion' | 'blobs'>;
+
+/**
+ * The run that holds a thread as it really stands: settled first if it was left behind (its
+ * executor gone, or waiting for tool outputs past its expiry). resources/runs/execution/recovery.ts's
+ * reconcileRun, handed in by app.ts (through threadRoutes), since runs use threads and not the
+ * other way round.
+ */
+export type ReconcileRun = (deps: ThreadCommandDeps, run: OpenRun) => Promise<NonNullable<HoldingRun>>;
 
 /**
  * POST /v1/threads: the thread and its messages, with the vector store its tool_resources create
@@ -73,6 +83,7 @@ export async function modifyThread(deps: ThreadCommandDeps, workspaceId: string,
  */
 export async function createMessage(
   deps: ThreadCommandDeps,
+  reconcileRun: ReconcileRun,
   actor: Actor,
   threadId: string,
   body: ThreadMessageInput,
@@ -85,7 +96,7 @@ export async function createMessage(
   const written = messageWritten(message.id);
   const stores = await threadStoreWrites(deps, actor, thread, { attached: attachedFiles([body], () => '') }, written);
   const extra = [...stores.statements, ...(stores.toolResources ? [setToolResources(deps.db, thread.id, stores.toolResources, written)] : [])];
-  const row = await whileIdle(deps, thread, () => insertMessageWhileIdle(deps.db, message, extra), (run) =>
+  const row = await whileIdle(deps, reconcileRun, thread, () => insertMessageWhileIdle(deps.db, message, extra), (run) =>
     `Can't add messages to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
   if (stores.queued) wakeIngestion(deps, context);
@@ -97,9 +108,9 @@ export async function createMessage(
  * 400 `thread_has_active_run` while a run holds the thread, as a message is: deleting the thread under a
  * run would leave it executing into rows that are gone. Cancel the run first.
  */
-export async function deleteThread(deps: ThreadCommandDeps, workspaceId: string, threadId: string): Promise<void> {
+export async function deleteThread(deps: ThreadCommandDeps, reconcileRun: ReconcileRun, workspaceId: string, threadId: string): Promise<void> {
   const thread = await getThread(deps.db, workspaceId, threadId);
-  await whileIdle(deps, thread, async () => ((await deleteIdleThread(deps.db, thread)) ? true : null), (run) =>
+  await whileIdle(deps, reconcileRun, thread, async () => ((await deleteIdleThread(deps.db, thread)) ? true : null), (run) =>
     `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
 }
@@ -117,6 +128,7 @@ const ATTEMPTS = 3;
  */
 async function whileIdle<T>(
   deps: ThreadCommandDeps,
+  reconcileRun: ReconcileRun,
   thread: ThreadRow,
   write: () => Promise<T | null>,
   refusal: (run: HoldingRun) => string,

@@ -15,7 +15,7 @@ import {
   type RawStatement,
 } from '../../db/client';
 import { messages, runs, runSteps, threads, type MessageStatus } from '../../db/schema';
-import { THREAD_HOLDING_SQL } from '../../db/run-statuses';
+import { holdsThreadSql, THREAD_HOLDING_SQL } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
 import type { ModifyMessageBody, ModifyThreadBody } from './schemas';
@@ -88,6 +88,48 @@ export async function updateThread(db: Db, workspaceId: string, id: string, body
     .returning();
   if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
   return row;
+}
+
+/** A run as the thread reads it in the runs table: the one that holds it (openRunOf). */
+export type OpenRun = typeof runs.$inferSelect;
+
+/**
+ * The run that holds the thread (db/run-statuses.ts, THREAD_HOLDING_STATUSES), if one does: one
+ * index probe. Read here rather than in resources/runs, since runs use threads and not the other
+ * way round; the runs' own use-cases read it too.
+ */
+export async function openRunOf(db: Db, threadId: string): Promise<OpenRun | null> {
+  const [row] = await openRun(db).all({ threadId });
+  return row ?? null;
+}
+
+const openRun = preparedQuery((db) =>
+  db
+    .select()
+    .from(runs)
+    .where(and(eq(runs.threadId, sql.placeholder('threadId')), holdsThreadSql))
+    .limit(1)
+    .prepare(),
+);
+
+/** The run that holds a thread, as a refusal names it: null when it ended before it could be read. */
+export type HoldingRun = Pick<OpenRun, 'id' | 'status'> | null;
+
+/**
+ * 400 `thread_has_active_run`: `refusal` (OpenAI's words for what was refused), then what frees
+ * the thread, which OpenAI leaves the client to guess: the run's tool outputs when it waits for
+ * them, its cancellation, or its end.
+ */
+export function threadHeld(refusal: string, threadId: string, run: HoldingRun): ApiError {
+  const runs = `/v1/threads/${threadId}/runs`;
+  const ways =
+    run === null
+      ? `cancel the thread's active run (GET ${runs} lists it) or wait for it to end`
+      : run.status === 'cancelling'
+        ? 'wait for its cancellation to end'
+        : `${run.status === 'requires_action' ? `submit its tool outputs (POST ${runs}/${run.id}/submit_tool_outputs), ` : ''}` +
+          `cancel it (POST ${runs}/${run.id}/cancel) or wait for it to end`;
+  return new ApiError('thread_has_active_run', `${refusal} To free the thread, ${ways}.`);
 }
 
 /**

@@ -1,20 +1,21 @@
 import { Hono } from 'hono';
 import { assistantsBeta } from '../../http/middleware/assistants-beta';
 import { validate } from '../../http/middleware/validate';
-import { workspace } from '../../http/middleware/workspace';
+import { workspace } from '../identities/middleware/workspace';
 import { createMessageBody, createThreadBody, listMessagesQuery, modifyMessageBody, modifyThreadBody } from './schemas';
 import { deleteMessage, getMessage, getThread, listMessages, modifyMessage } from './queries';
-import { createMessage, createThread, deleteThread, modifyThread } from './commands';
+import { createMessage, createThread, deleteThread, modifyThread, type ReconcileRun } from './commands';
 import { listObject } from '../../http/lists';
 import { toMessageJson, toThreadJson } from './wire';
-import type { ApiEnv, WorkspaceEnv } from '../../http/env';
+import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { requestContext } from '../../http/request-context';
 import { responds } from '../../http/middleware/responds';
 import { deletedObject, listOf } from '../../http/objects';
 import { messageObject, threadObject } from './objects';
 
-/** Threads and their messages, under /v1/threads. */
-const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
+/** Threads and their messages, under /v1/threads; a run left behind is settled by `reconcileRun` (commands.ts). */
+const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
+  new Hono<WorkspaceEnv>()
   .post('/', responds({ summary: 'Create a thread', ok: threadObject }), validate('json', createThreadBody), async (c) => {
     const thread = await createThread(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
     return c.json(toThreadJson(thread));
@@ -29,7 +30,7 @@ const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
   })
   .delete('/:thread_id', responds({ summary: 'Delete a thread', ok: deletedObject('thread.deleted') }), async (c) => {
     const id = c.req.param('thread_id');
-    await deleteThread(c.get('deps'), c.get('actor').workspaceId, id);
+    await deleteThread(c.get('deps'), reconcileRun, c.get('actor').workspaceId, id);
     return c.json({ id, object: 'thread.deleted', deleted: true });
   })
   .get('/:thread_id/messages', responds({ summary: 'List messages', ok: listOf(messageObject) }), validate('query', listMessagesQuery), async (c) => {
@@ -38,7 +39,7 @@ const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
     return c.json(listObject(await listMessages(db, thread.id, c.req.valid('query')), toMessageJson));
   })
   .post('/:thread_id/messages', responds({ summary: 'Create a message', ok: messageObject }), validate('json', createMessageBody), async (c) => {
-    const message = await createMessage(c.get('deps'), c.get('actor'), c.req.param('thread_id'), c.req.valid('json'), requestContext(c));
+    const message = await createMessage(c.get('deps'), reconcileRun, c.get('actor'), c.req.param('thread_id'), c.req.valid('json'), requestContext(c));
     return c.json(toMessageJson(message));
   })
   .get('/:thread_id/messages/:message_id', responds({ summary: 'Retrieve a message', ok: messageObject }), async (c) => {
@@ -58,9 +59,9 @@ const threadAndMessageRoutes = new Hono<WorkspaceEnv>()
 
 /**
  * /v1/threads: threads, their messages and their runs, in the workspace of workspace(). The runs'
- * routes (resources/runs/routes.ts) are handed in by app.ts, since runs use threads and not the
- * other way round. They go first: `POST /runs` (createAndRun) must not be taken for a thread whose
- * id is "runs".
+ * routes (resources/runs/routes.ts) and their recovery's reconcileRun are handed in by app.ts,
+ * since runs use threads and not the other way round. The runs' routes go first: `POST /runs`
+ * (createAndRun) must not be taken for a thread whose id is "runs".
  */
-export const threadRoutes = (runRoutes: Hono<WorkspaceEnv>) =>
-  new Hono<ApiEnv>().use(assistantsBeta(), workspace()).route('/', runRoutes).route('/', threadAndMessageRoutes);
+export const threadRoutes = (runRoutes: Hono<WorkspaceEnv>, reconcileRun: ReconcileRun) =>
+  new Hono<ApiEnv>().use(assistantsBeta(), workspace()).route('/', runRoutes).route('/', threadAndMessageRoutes(reconcileRun));

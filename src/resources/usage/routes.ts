@@ -5,7 +5,7 @@ import { usagePage } from './objects';
 import { usageQuery } from './schemas';
 import { usageBuckets } from './queries';
 import { resolveWorkspaceScope } from '../identities/workspaces';
-import type { ApiEnv } from '../../http/env';
+import type { ApiEnv } from '../identities/env';
 
 /**
  * GET /v1/usage: tokens and requests per bucket of time, grouped as asked (resources/usage/schemas.ts). A

@@ -1,7 +1,7 @@
 import { Hono, type Context } from 'hono';
 import { assistantsBeta } from '../../http/middleware/assistants-beta';
 import { validate } from '../../http/middleware/validate';
-import { workspace } from '../../http/middleware/workspace';
+import { workspace } from '../identities/middleware/workspace';
 import { cursorListQuery } from '../../http/schemas';
 import {
   createFileBatchBody,
@@ -32,7 +32,7 @@ import {
 import { addStoreFile, createFileBatch, createVectorStore } from './commands';
 import { listObject } from '../../http/lists';
 import { toFileBatchJson, toVectorStoreFileJson, toVectorStoreJson } from './wire';
-import type { ApiEnv, WorkspaceEnv } from '../../http/env';
+import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { requestContext } from '../../http/request-context';
 import { responds } from '../../http/middleware/responds';
 import { deletedObject, listOf } from '../../http/objects';

@@ -1,10 +1,10 @@
 import { Hono } from 'hono';
 import { validate } from '../../http/middleware/validate';
-import { workspace } from '../../http/middleware/workspace';
-import { searchVectorStore } from '../../retrieval/search';
+import { workspace } from '../identities/middleware/workspace';
+import { searchVectorStore } from './search';
 import { vectorStoreSearchBody } from './search-schemas';
 import { toSearchResultsPage } from './search-wire';
-import type { ApiEnv } from '../../http/env';
+import type { ApiEnv } from '../identities/env';
 import { responds } from '../../http/middleware/responds';
 import { vectorStoreSearchResultsPage } from './objects';
 

@@ -10,7 +10,7 @@ import { upstreamRules } from './upstream-rules';
 import { createVirtualKey, listVirtualKeys, revokeVirtualKey, updateVirtualKey } from './commands';
 import { resolveWorkspaceScope } from '../identities/workspaces';
 import { toVirtualKeyJson } from './wire';
-import type { ApiEnv } from '../../http/env';
+import type { ApiEnv } from '../identities/env';
 import { responds } from '../../http/middleware/responds';
 import { virtualKeyList, virtualKeyObject } from './objects';
 

@@ -1,6 +1,7 @@
 import { claimNext, ingestClaimed, ingestOptions, nextClaimAt, type Claim, type IngestDeps } from '../../retrieval/ingest';
 import type { IngestionHost } from '../../retrieval/host';
 import { chunkerPool } from './chunker-pool';
+import { embeddingKey } from '../../resources/virtual-keys/embedding-key';
 
 /**
  * Ingestion in this process (retrieval/ingest.ts): at most GATEWAY_INGEST_CONCURRENCY files at a
@@ -20,7 +21,7 @@ export function inProcessIngestionHost(deps: IngestDeps): IngestionHost {
     maxCpuMs: config.GATEWAY_INGEST_MAX_CPU_SECONDS * 1000,
     maxMemoryMb: config.GATEWAY_INGEST_MAX_MEMORY_MB,
   });
-  const options = ingestOptions(config, chunker);
+  const options = ingestOptions(config, chunker, embeddingKey);
   let running = 0;
   /** Wakes so far: a worker that finds nothing to claim looks again if a wake came meanwhile. */
   let wakes = 0;

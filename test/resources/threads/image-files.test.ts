@@ -1,7 +1,8 @@
 import { defined } from '../../support/defined';
 import OpenAI, { BadRequestError, toFile } from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { MAX_PROMPT_IMAGE_BYTES, sniffImageType } from '../../../src/resources/files/images';
+import { sniffImageType } from '../../../src/resources/files/images';
+import { MAX_PROMPT_IMAGE_BYTES } from '../../../src/resources/runs/execution/prompt-images';
 import { startFakeUpstream, type FakeUpstreamServer } from '../../support/fake-upstream';
 import { png } from '../../support/files';
 import { createTestGateway, type Tenant, type TestGateway } from '../../support/gateway';

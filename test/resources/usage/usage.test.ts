@@ -2,6 +2,7 @@ import { defined } from '../../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '../../../src/cli/run';
 import { embedTexts } from '../../../src/retrieval/embed';
+import { embeddingKey } from '../../../src/resources/virtual-keys/embedding-key';
 import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
 
@@ -143,7 +144,7 @@ describe('GET /v1/usage', () => {
     await gateway.virtualKey(own, { base_url: 'http://fake.test/v1', default: true });
     gateway.clock.set(T0);
     const target = { workspaceId: own.workspace.id, apiKeyId: own.workspaceKeyId, virtualKeyId: null, model: 'text-embedding-3-small', dimensions: null };
-    await embedTexts(gateway.deps, target, ['four words are here', 'two more']);
+    await embedTexts(gateway.deps, embeddingKey, target, ['four words are here', 'two more']);
     const page = await usageOf(`/v1/usage?bucket_width=1h&limit=1&start_time=${T0 / 1000}&group_by=kind,model`, own.workspaceKey);
     expect(page.data[0].results).toEqual([
       expect.objectContaining({ kind: 'embeddings', model: 'text-embedding-3-small', input_tokens: 6, output_tokens: 0, total_tokens: 6, num_requests: 1 }),

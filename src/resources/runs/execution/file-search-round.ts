@@ -2,6 +2,7 @@ import { ApiError } from '../../../errors';
 import { UpstreamError } from '../../../providers/types';
 import { findStores, searchStores, type SearchableStore, type SearchResult } from '../../../retrieval/search';
 import { getThread } from '../../threads/queries';
+import { embeddingKey } from '../../virtual-keys/embedding-key';
 import type { RunRow } from '../queries';
 import { FILE_SEARCH_FUNCTION, searchedArguments, searchOutput, searchQueries, storeIdsOf, type CitationSource, type SearchSettings } from './file-search';
 import type { RunDeps } from './run-deps';
@@ -55,7 +56,7 @@ export class FileSearches {
         this.#stores = await findStores(db, run.workspaceId, storeIdsOf(run.toolResources, thread.toolResources));
       }
       const options = { queries, maxResults: settings.maxResults, scoreThreshold: settings.rankingOptions.score_threshold, filter: null };
-      return await searchStores(this.#deps, { workspaceId: run.workspaceId, apiKeyId: run.apiKeyId }, this.#stores, options, this.#signal);
+      return await searchStores(this.#deps, embeddingKey, { workspaceId: run.workspaceId, apiKeyId: run.apiKeyId }, this.#stores, options, this.#signal);
     } catch (error) {
       // The embeddings provider failing, or the workspace's policies refusing its tokens, fail the run saying so.
       if (error instanceof UpstreamError) throw new UpstreamError(error.kind, `file_search could not embed the query: ${error.message}`, error.status);

@@ -1,55 +1,16 @@
 import type { Config } from '../../../config';
-import { ApiError } from '../../../errors';
 import { newId } from '../../../lib/ids';
-import type { StepDetails, ToolResources } from '../../../db/json-columns';
-import type { MessageAttachment, MessageContent } from '../../../db/schema';
-import type { ThreadMessageInput } from '../../threads/schemas';
+import type { StepDetails } from '../../../db/json-columns';
 import { leaseMs, type RunRow, type StepRow } from '../queries';
 import type { MessageRow, ThreadRow } from '../../threads/queries';
 import { servedModel, type VirtualKey } from '../../virtual-keys/commands';
 import type { RunSettings } from './settings';
 
 /**
- * The rows the gateway creates for the Assistants objects, in one place: threads, messages, runs
- * and run steps, complete and ready to insert (the database adds `seq`, which nothing reads).
+ * The rows a run creates, complete and ready to insert (the database adds `seq`, which nothing
+ * reads): the run, its steps, the assistant's messages. A thread's and a client's messages are
+ * resources/threads/rows.ts's.
  */
-
-export function newThread(
-  workspaceId: string,
-  fields: { metadata?: Record<string, string> | null; tool_resources?: ToolResources | null } | undefined,
-  at: number,
-): ThreadRow {
-  return {
-    id: newId('thread'),
-    workspaceId,
-    createdAt: at,
-    metadata: fields?.metadata ?? {},
-    toolResources: fields?.tool_resources ?? null,
-  };
-}
-
-/**
- * A message a client wrote into a thread; `param` names it in errors (`thread.messages[0]`, or ''
- * when the message is the whole request body).
- */
-export function clientMessage(thread: ThreadRow, input: ThreadMessageInput, param: string, at: number): MessageRow {
-  return {
-    id: newId('msg'),
-    threadId: thread.id,
-    workspaceId: thread.workspaceId,
-    createdAt: at,
-    role: input.role,
-    content: messageContent(input, param),
-    status: 'completed',
-    assistantId: null,
-    runId: null,
-    attachments: messageAttachments(input, param),
-    metadata: input.metadata ?? {},
-    incompleteDetails: null,
-    completedAt: at,
-    incompleteAt: null,
-  };
-}
 
 /** The assistant's message a turn of `run` writes its answer into, in progress until the turn ends. */
 export function answerMessage(run: RunRow, at: number): MessageRow {
@@ -70,41 +31,6 @@ export function answerMessage(run: RunRow, at: number): MessageRow {
     incompleteAt: null,
   };
 }
-
-/**
- * A message's attachments as stored. Those for file_search are added to the thread's vector store
- * (resources/vector-stores/thread-stores.ts); code_interpreter has no sandbox here and is refused.
- */
-function messageAttachments(input: ThreadMessageInput, param: string): MessageAttachment[] {
-  return (input.attachments ?? []).map((attachment, index) => {
-    const tools = attachment.tools ?? [];
-    const refused = tools.findIndex((tool) => tool.type !== 'file_search');
-    if (refused >= 0) {
-      throw new ApiError('unsupported_tool', 'Attachments for code_interpreter are not supported: this gateway has no code sandbox. Attach files for file_search.', {
-        param: field(param, `attachments[${index}].tools[${refused}]`),
-      });
-    }
-    return { file_id: attachment.file_id, tools };
-  });
-}
-
-/** Message content as stored; its image parts were checked before (resources/files/images.ts, checkImages). */
-function messageContent(input: ThreadMessageInput, param: string): MessageContent[] {
-  if (typeof input.content === 'string') return [{ type: 'text', text: { value: input.content, annotations: [] } }];
-  return input.content.map((part, index): MessageContent => {
-    switch (part.type) {
-      case 'text':
-        return { type: 'text', text: { value: part.text, annotations: [] } };
-      case 'image_url':
-        return { type: 'image_url', image_url: { url: part.image_url.url, detail: part.image_url.detail ?? 'auto' } };
-      case 'image_file':
-        // The file was checked before (resources/files/images.ts, checkImages); its bytes go at run time.
-        return { type: 'image_file', image_file: { file_id: part.image_file.file_id, detail: part.image_file.detail ?? 'auto' } };
-    }
-  });
-}
-
-const field = (param: string, name: string) => (param === '' ? name : `${param}.${name}`);
 
 /**
  * A run on `thread` with its effective settings, executed at once: born in progress (clients are

@@ -5,7 +5,7 @@ import { streamChatCompletion } from '../../../providers/chat';
 import { encodeRequest, type RequestBody } from '../../../providers/request-body';
 import { UpstreamError, type UpstreamEvent, type Usage } from '../../../providers/types';
 import type { VirtualKey } from '../../virtual-keys/commands';
-import { inlineImages } from '../../files/images';
+import { inlineImages } from './prompt-images';
 import type { RunRow } from '../queries';
 import { buildChatRequest } from './chat-request';
 import { RunFailed } from './failures';

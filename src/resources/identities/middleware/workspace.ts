@@ -1,10 +1,10 @@
 import { createMiddleware } from 'hono/factory';
-import type { Actor } from '../../actor';
-import { METADATA_HEADER } from '../../ratelimit/attributes';
-import { resolveWorkspaceScope } from '../../resources/identities/workspaces';
+import type { Actor } from '../../../actor';
+import { METADATA_HEADER } from '../../../ratelimit/attributes';
+import { resolveWorkspaceScope } from '../workspaces';
 import type { ApiKeyVariables } from './api-key-auth';
-import type { DepsVariables } from './deps';
-import { requestedVirtualKey } from './virtual-key';
+import type { DepsVariables } from '../../../http/middleware/deps';
+import { requestedVirtualKey } from '../../../http/middleware/virtual-key';
 
 export const WORKSPACE_HEADER = 'x-gateway-workspace-id';
 

@@ -1,6 +1,6 @@
 import type { ApiKeyVariables } from './middleware/api-key-auth';
-import type { DepsVariables } from './middleware/deps';
-import type { RequestIdVariables } from './middleware/request-id';
+import type { DepsVariables } from '../../http/middleware/deps';
+import type { RequestIdVariables } from '../../http/middleware/request-id';
 import type { ActorVariables } from './middleware/workspace';
 
 /**

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { revokeApiKey } from '../../src/resources/identities/api-keys';
-import { apiRoutes, createTestGateway, errorOf, type Tenant, type TestGateway } from '../support/gateway';
+import { revokeApiKey } from '../../../src/resources/identities/api-keys';
+import { apiRoutes, createTestGateway, errorOf, type Tenant, type TestGateway } from '../../support/gateway';
 
 /**
  * `Authorization: Bearer <gateway API key>`, what OpenAI's SDKs send from `apiKey` or
- * `OPENAI_API_KEY`, beside `x-gateway-api-key` (which wins when both are sent). test/http/api-key-auth.test.ts
+ * `OPENAI_API_KEY`, beside `x-gateway-api-key` (which wins when both are sent). test/resources/identities/api-key-auth.test.ts
  * holds the header's own suite.
  */
 

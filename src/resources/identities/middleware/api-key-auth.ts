@@ -1,8 +1,8 @@
 import { createMiddleware } from 'hono/factory';
-import { ApiError } from '../../errors';
-import { isGatewayKeyShaped, type AuthenticatedKey } from '../../resources/identities/api-keys';
-import type { Settings } from '../../db/settings-cache';
-import type { DepsVariables } from './deps';
+import { ApiError } from '../../../errors';
+import { isGatewayKeyShaped, type AuthenticatedKey } from '../api-keys';
+import type { Settings } from '../../../db/settings-cache';
+import type { DepsVariables } from '../../../http/middleware/deps';
 
 export const API_KEY_HEADER = 'x-gateway-api-key';
 

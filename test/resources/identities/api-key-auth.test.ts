@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { revokeApiKey } from '../../src/resources/identities/api-keys';
-import { apiRoutes, createTestGateway, errorOf, type Tenant, type TestGateway } from '../support/gateway';
+import { revokeApiKey } from '../../../src/resources/identities/api-keys';
+import { apiRoutes, createTestGateway, errorOf, type Tenant, type TestGateway } from '../../support/gateway';
 
 /**
  * The auth suite for every protected route. The routes come from the app itself, so a route added

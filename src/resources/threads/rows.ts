@@ -1,0 +1,85 @@
+import { ApiError } from '../../errors';
+import { newId } from '../../lib/ids';
+import type { MessageAttachment, MessageContent } from '../../db/schema';
+import type { ThreadMessageInput } from './schemas';
+import type { ToolResources } from '../../db/json-columns';
+import type { MessageRow, ThreadRow } from './queries';
+
+/**
+ * The rows a client's requests create, complete and ready to insert (the database adds `seq`,
+ * which nothing reads): a thread, and the messages a client writes into it. A run's rows are
+ * resources/runs/execution/rows.ts's.
+ */
+
+export function newThread(
+  workspaceId: string,
+  fields: { metadata?: Record<string, string> | null; tool_resources?: ToolResources | null } | undefined,
+  at: number,
+): ThreadRow {
+  return {
+    id: newId('thread'),
+    workspaceId,
+    createdAt: at,
+    metadata: fields?.metadata ?? {},
+    toolResources: fields?.tool_resources ?? null,
+  };
+}
+
+/**
+ * A message a client wrote into a thread; `param` names it in errors (`thread.messages[0]`, or ''
+ * when the message is the whole request body).
+ */
+export function clientMessage(thread: ThreadRow, input: ThreadMessageInput, param: string, at: number): MessageRow {
+  return {
+    id: newId('msg'),
+    threadId: thread.id,
+    workspaceId: thread.workspaceId,
+    createdAt: at,
+    role: input.role,
+    content: messageContent(input, param),
+    status: 'completed',
+    assistantId: null,
+    runId: null,
+    attachments: messageAttachments(input, param),
+    metadata: input.metadata ?? {},
+    incompleteDetails: null,
+    completedAt: at,
+    incompleteAt: null,
+  };
+}
+
+/**
+ * A message's attachments as stored. Those for file_search are added to the thread's vector store
+ * (resources/vector-stores/thread-stores.ts); code_interpreter has no sandbox here and is refused.
+ */
+function messageAttachments(input: ThreadMessageInput, param: string): MessageAttachment[] {
+  return (input.attachments ?? []).map((attachment, index) => {
+    const tools = attachment.tools ?? [];
+    const refused = tools.findIndex((tool) => tool.type !== 'file_search');
+    if (refused >= 0) {
+      throw new ApiError('unsupported_tool', 'Attachments for code_interpreter are not supported: this gateway has no code sandbox. Attach files for file_search.', {
+        param: field(param, `attachments[${index}].tools[${refused}]`),
+      });
+    }
+    return { file_id: attachment.file_id, tools };
+  });
+}
+
+/** Message content as stored; its image parts were checked before (resources/files/images.ts, checkImages). */
+function messageContent(input: ThreadMessageInput, param: string): MessageContent[] {
+  if (typeof input.content === 'string') return [{ type: 'text', text: { value: input.content, annotations: [] } }];
+  return input.content.map((part, index): MessageContent => {
+    switch (part.type) {
+      case 'text':
+        return { type: 'text', text: { value: part.text, annotations: [] } };
+      case 'image_url':
+        return { type: 'image_url', image_url: { url: part.image_url.url, detail: part.image_url.detail ?? 'auto' } };
+      case 'image_file':
+        // The file was checked before (resources/files/images.ts, checkImages); its bytes go at run time.
+        return { type: 'image_file', image_file: { file_id: part.image_file.file_id, detail: part.image_file.detail ?? 'auto' } };
+    }
+  });
+}
+
+const field = (param: string, name: string) => (param === '' ? name : `${param}.${name}`);
+
