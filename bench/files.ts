@@ -49,14 +49,6 @@ async function timed<T>(pid: number, fn: () => Promise<T>): Promise<{ value: T; 
   return { value, seconds, peakMb: memoryOf(pid).peakMb };
 }
 
-async function until(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
 async function main() {
   const { gateway, key, stop } = await gatewayWith({});
   const pid = pidOf(gateway.child);

@@ -1,13 +1,8 @@
 import type * as z from 'zod';
 import { validationError } from '../http/middleware/validate';
 import { createVirtualKeyBody, updateVirtualKeyBody } from '../resources/virtual-keys/schemas';
-import {
-  createVirtualKey,
-  listVirtualKeys,
-  revokeVirtualKey,
-  updateVirtualKey,
-  type VirtualKey,
-} from '../resources/virtual-keys/commands';
+import { createVirtualKey, listVirtualKeys, revokeVirtualKey, updateVirtualKey } from '../resources/virtual-keys/commands';
+import type { VirtualKey } from '../db/schema';
 import { upstreamRules } from '../resources/virtual-keys/upstream-rules';
 import { listWorkspaces, type Workspace } from '../resources/identities/workspaces';
 import { toVirtualKeyJson } from '../resources/virtual-keys/wire';

@@ -15,7 +15,6 @@ import { secondsUntil, UNIT_NAMES, windowOf } from './windows';
  * (in requires_action or a terminal state).
  */
 
-export type { TokenTicket };
 
 /** What enforcement takes of the gateway's Deps. */
 export interface RateLimitDeps {

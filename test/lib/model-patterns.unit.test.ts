@@ -2,7 +2,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/errors';
 import { closestModel, conflicts, matches, overlap, sharedModel, specificity } from '../../src/lib/model-patterns';
-import { chooseVirtualKey, type VirtualKey } from '../../src/resources/virtual-keys/commands';
+import { chooseVirtualKey } from '../../src/resources/virtual-keys/commands';
+import type { VirtualKey } from '../../src/db/schema';
 
 /**
  * The patterns of a virtual key's `models` (lib/model-patterns.ts) and the choice of a key for a

@@ -12,8 +12,8 @@ import {
   PolicyCache,
   requestMetadata,
   type RequestAttributes,
-  type TokenTicket,
 } from '../../src/ratelimit';
+import type { TokenTicket } from '../../src/db/schema';
 import type { CreatePolicyBody } from '../../src/resources/policies/schemas';
 import { createPolicy as createPolicyRow } from '../../src/resources/policies/queries';
 import { workspaceCaps } from '../../src/resources/identities/quotas';

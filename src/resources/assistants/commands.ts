@@ -1,5 +1,6 @@
 import type { CreateAssistantBody, ModifyAssistantBody } from './schemas';
-import { assistantLive, getAssistant, insertAssistant, newAssistantId, updateAssistant, type AssistantRow } from './queries';
+import { assistantLive, getAssistant, insertAssistant, newAssistantId, updateAssistant } from './queries';
+import type { AssistantRow } from '../../db/schema';
 import type { Actor, RequestContext } from '../../actor';
 import { wakeIngestion, type StoreCommandDeps } from '../vector-stores/commands';
 import { toolResourcesWrites } from '../vector-stores/tool-resources';

@@ -14,7 +14,6 @@ import { quotaExceeded } from '../identities/quotas';
  * keep pointing at a row, while every lookup here treats it as gone.
  */
 
-export type { AssistantRow };
 type AssistantColumns = Partial<typeof assistants.$inferInsert>;
 
 /**

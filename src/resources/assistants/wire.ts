@@ -1,6 +1,6 @@
 import { toUnixSeconds } from '../../lib/time';
 import type { AssistantObject } from './objects';
-import type { AssistantRow } from './queries';
+import type { AssistantRow } from '../../db/schema';
 
 /** OpenAI's Assistant object, from its row: every field, defaults filled. */
 export function toAssistantJson(row: AssistantRow): AssistantObject {

@@ -6,7 +6,6 @@ import { randomToken, sha256Hex } from '../../lib/crypto';
 import { BoundedMap } from '../../lib/bounded-map';
 import { newUuid } from '../../lib/ids';
 
-export type { AuthenticatedKey };
 
 /**
  * API keys: `gk_` + 32 random bytes, shown once at creation. The database keeps the SHA-256 of the

@@ -3,7 +3,7 @@ import type { Db } from '../../db/client';
 import { workspaces } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { newUuid } from '../../lib/ids';
-import type { AuthenticatedKey } from './api-keys';
+import type { AuthenticatedKey } from '../../db/schema';
 
 export interface Workspace {
   id: string;

@@ -8,7 +8,7 @@ import type {
   ListPoliciesQuery,
   UpdatePolicyBody,
 } from './schemas';
-import type { AuthenticatedKey } from '../identities/api-keys';
+import type { AuthenticatedKey } from '../../db/schema';
 import { quotaExceeded, utf8Bytes, type WorkspaceCaps } from '../identities/quotas';
 import type { WorkspaceScope } from '../identities/workspaces';
 

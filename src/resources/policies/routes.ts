@@ -2,7 +2,7 @@ import { Hono } from 'hono';
 import { ApiError } from '../../errors';
 import { validate } from '../../http/middleware/validate';
 import { createPolicyBody, listPoliciesQuery, updatePolicyBody } from './schemas';
-import type { AuthenticatedKey } from '../identities/api-keys';
+import type { AuthenticatedKey } from '../../db/schema';
 import {
   archivePolicy,
   createPolicy,

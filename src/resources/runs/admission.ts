@@ -2,9 +2,10 @@ import type { Actor } from '../../actor';
 import type { Settings } from '../../db/settings-cache';
 import type { Deps } from '../../deps';
 import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../../ratelimit';
-import type { VirtualKey } from '../virtual-keys/commands';
-import type { RunRow, StepRow } from './queries';
-import type { Prompt } from './execution/prompt';
+import type { VirtualKey } from '../../db/schema';
+import type { StepRow } from './queries';
+import type { RunRow } from '../../db/schema';
+import type { Prompt } from '../../providers/types';
 
 /**
  * A run's turns before rate limits (ratelimit/): what the first turn and the turn after tool

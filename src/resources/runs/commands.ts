@@ -9,21 +9,8 @@ import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOu
 import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
 import { readHistory, type History } from '../threads/history';
-import {
-  acceptToolOutputs,
-  activeRunError,
-  getRun,
-  getStep,
-  insertRunOnThread,
-  insertThreadAndRun,
-  leaseMs,
-  listRuns as listRunsPage,
-  listStepsPage,
-  setRunMetadata,
-  toolCallsStepInProgress,
-  updateRun,
-  type RunRow,
-} from './queries';
+import { acceptToolOutputs, activeRunError, getRun, getStep, insertRunOnThread, insertThreadAndRun, leaseMs, listRuns as listRunsPage, listStepsPage, setRunMetadata, toolCallsStepInProgress, updateRun } from './queries';
+import type { RunRow } from '../../db/schema';
 import { getThread, openRunOf, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
 import { getVirtualKey } from '../virtual-keys/commands';
 import { toRunJson, toStepJson } from './wire';
@@ -31,7 +18,7 @@ import { wakeIngestion } from '../vector-stores/commands';
 import { attachedFiles, threadStoreWrites } from '../threads/thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 import { toThreadJson } from '../threads/wire';
-import type { ServerSentEvent } from './execution/event-stream';
+import type { ServerSentEvent } from '../../deps';
 import { buildPrompt, promptLimits } from './execution/prompt';
 import { reconcileRun } from './execution/recovery';
 import { checkImages } from '../files/images';

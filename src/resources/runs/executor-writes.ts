@@ -13,7 +13,8 @@ import { ACTIVE_STATUSES, EXECUTING_STATUSES, type RunStatus } from '../../db/ru
 import { messages, runs, runSteps } from '../../db/schema';
 import { TextParts, type TextBuilder } from '../../lib/text';
 import type { Usage } from '../../providers/types';
-import { runIn, type MessageInsert, type NewRun, type NewStep, type RunRow } from './queries';
+import { runIn, type MessageInsert, type NewRun, type NewStep } from './queries';
+import type { RunRow } from '../../db/schema';
 /**
  * The writes of a run's executor and of whoever settles a run: a turn's rows, each made only while
  * the executor still owns the run; the turn's end; the lease; the runs the recovery sweep finds;

@@ -36,7 +36,6 @@ import { threadHeld, threadRows, type HoldingRun, type MessageRow, type ThreadRo
  * which orders a table's rows, is assigned by the database on insert and is never read back
  * (resources/runs/execution/rows.ts builds rows without it).
  */
-export type { RunRow };
 export type NewRun = typeof runs.$inferInsert;
 export type StepRow = Omit<typeof runSteps.$inferSelect, 'seq'>;
 export type NewStep = typeof runSteps.$inferInsert;

@@ -2,7 +2,8 @@ import { toUnixSeconds } from '../../lib/time';
 import type { RunObject, RunStepObject } from './objects';
 import type { StepDetails } from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
-import type { RunRow, StepRow } from './queries';
+import type { StepRow } from './queries';
+import type { RunRow } from '../../db/schema';
 
 /** OpenAI's Run and RunStep objects, from their rows. */
 

@@ -14,7 +14,7 @@ import {
   type RawCondition,
   type RawStatement,
 } from '../../db/client';
-import { messages, runs, runSteps, threads, type MessageStatus } from '../../db/schema';
+import { messages, runs, runSteps, threads } from '../../db/schema';
 import { holdsThreadSql, THREAD_HOLDING_SQL } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
@@ -252,4 +252,3 @@ const messagePage = preparedQueries(
   (page, ofRun) => `${page.shape}${ofRun ? ' of a run' : ''}`,
 );
 
-export type { MessageStatus };

@@ -13,10 +13,8 @@ import {
   type CreateVirtualKeyBody,
   type UpdateVirtualKeyBody,
 } from './schemas';
-import type { Provider } from '../../providers/adapters';
 import { quotaExceeded } from '../identities/quotas';
 
-export type { VirtualKey };
 
 /**
  * Virtual keys: provider credentials stored per workspace. The provider's API key is kept only as

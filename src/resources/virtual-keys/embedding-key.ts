@@ -1,6 +1,7 @@
 import type { Db } from '../../db/client';
 import type { EmbedDeps, EmbeddingKey, EmbeddingTarget } from '../../retrieval/embed';
-import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey, type VirtualKey } from './commands';
+import { decryptVirtualKeySecret, getVirtualKey, resolveVirtualKey } from './commands';
+import type { VirtualKey } from '../../db/schema';
 
 /**
  * The key a vector store's texts are embedded with (retrieval/embed.ts's EmbeddingKeyOf), its

@@ -1,6 +1,7 @@
 import { toUnixSeconds } from '../../lib/time';
 import type { VirtualKeyObject } from './objects';
-import { servedModel, type VirtualKey } from './commands';
+import { servedModel } from './commands';
+import type { VirtualKey } from '../../db/schema';
 
 /** A virtual key as the API and the CLI show it: never its secret. */
 export function toVirtualKeyJson(key: VirtualKey): VirtualKeyObject {

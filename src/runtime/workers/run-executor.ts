@@ -1,7 +1,7 @@
 import { DurableObject } from 'cloudflare:workers';
 import { executeRun, executeStreamed } from '../../resources/runs/execution/engine';
 import type { StartOptions, StreamOptions } from '../../deps';
-import type { RunRow } from '../../resources/runs/queries';
+import type { RunRow } from '../../db/schema';
 import { workerDeps, type Env } from './deps';
 import type { RunExecutorRpc } from './run-host';
 

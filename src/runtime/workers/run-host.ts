@@ -1,7 +1,7 @@
 import type { Logger } from '../../logger';
 import type { RequestContext } from '../../actor';
 import type { RunHost, StartOptions, StreamOptions } from '../../deps';
-import type { RunRow } from '../../resources/runs/queries';
+import type { RunRow } from '../../db/schema';
 
 /**
  * What a run's executor object (run-executor.ts) answers over RPC: the RunHost calls, received

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { chunkerPool } from '../../../src/runtime/node/chunker-pool';
 import { chunkDocument, type ChunkJob } from '../../../src/retrieval/chunker';
 import { ExtractionError, type FileFormat } from '../../../src/retrieval/extract';
-import { deflatedBlanks, pdf } from '../../support/documents';
+import { pdf } from '../../support/documents';
 import { fixture } from '../../support/files';
 import { chunkerProcessesOf } from '../../support/processes';
 import { waitFor } from '../../support/wait';

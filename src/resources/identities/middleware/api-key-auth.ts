@@ -1,6 +1,7 @@
 import { createMiddleware } from 'hono/factory';
 import { ApiError } from '../../../errors';
-import { isGatewayKeyShaped, type AuthenticatedKey } from '../api-keys';
+import { isGatewayKeyShaped } from '../api-keys';
+import type { AuthenticatedKey } from '../../../db/schema';
 import type { Settings } from '../../../db/settings-cache';
 import type { DepsVariables } from '../../../http/middleware/deps';
 

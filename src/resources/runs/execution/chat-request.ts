@@ -1,6 +1,6 @@
 import type { ChatCompletionRequest, ChatMessage } from '../../../providers/types';
 import type { ToolChoice } from '../../../db/json-columns';
-import type { RunRow } from '../queries';
+import type { RunRow } from '../../../db/schema';
 import { FILE_SEARCH_CHAT_TOOL, FILE_SEARCH_FUNCTION, MAX_SEARCH_ROUNDS } from './file-search';
 
 /**

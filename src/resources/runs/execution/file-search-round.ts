@@ -3,7 +3,7 @@ import { UpstreamError } from '../../../providers/types';
 import { findStores, searchStores, type SearchableStore, type SearchResult } from '../../../retrieval/search';
 import { getThread } from '../../threads/queries';
 import { embeddingKey } from '../../virtual-keys/embedding-key';
-import type { RunRow } from '../queries';
+import type { RunRow } from '../../../db/schema';
 import { FILE_SEARCH_FUNCTION, searchedArguments, searchOutput, searchQueries, storeIdsOf, type CitationSource, type SearchSettings } from './file-search';
 import type { RunDeps } from './run-deps';
 import type { StreamingToolCall } from './turn-answer';

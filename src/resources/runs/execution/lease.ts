@@ -1,5 +1,6 @@
 import { renewLease } from '../executor-writes';
-import { leaseMs, type RunRow } from '../queries';
+import { leaseMs } from '../queries';
+import type { RunRow } from '../../../db/schema';
 import type { RunDeps } from './run-deps';
 import { RunStopped } from './executions';
 

@@ -1,4 +1,5 @@
-import type { EventSink, ServerSentEvent } from './event-stream';
+import type { EventSink } from './event-stream';
+import type { ServerSentEvent } from '../../../deps';
 
 /** An event, or a function that builds it: built only when someone receives the run's events. */
 export type OutgoingEvent = ServerSentEvent | (() => ServerSentEvent);

@@ -4,7 +4,7 @@ import type { UpstreamUrlOptions } from '../../../lib/upstream-url';
 import { UpstreamError, type ChatContentPart, type ChatMessage, type StreamedImage, type StreamedImagePart } from '../../../providers/types';
 import { imageUrlProblem, sniffImageType, SNIFF_BYTES, type ImageDeps } from '../../files/images';
 import { getFile, type FileRow } from '../../files/queries';
-import type { PromptMessage } from './prompt';
+import type { PromptMessage } from '../../../providers/types';
 
 /**
  * Images in a run's prompt. Uploaded ones (`image_file` content parts), checked when their message

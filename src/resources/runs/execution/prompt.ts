@@ -4,10 +4,10 @@ import type { ChatContentPart, ImageFilePart, Prompt, PromptMessage } from '../.
 import { CHARS_PER_TOKEN } from '../../../ratelimit/reservation';
 import type { ToolCallsDetails, TruncationStrategy } from '../../../db/json-columns';
 import type { History, HistoryStep } from '../../threads/history';
-import type { RunRow, StepRow } from '../queries';
+import type { StepRow } from '../queries';
+import type { RunRow } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 
-export type { ImageFilePart, Prompt, PromptMessage };
 
 /**
  * A turn's prompt, from the thread's history: pure decisions, kept apart from the reads

@@ -1,6 +1,6 @@
 import { ACTIVE_STATUSES, isActive } from '../../../db/run-statuses';
 import { orphanedRuns, overdueRuns } from '../executor-writes';
-import type { RunRow } from '../queries';
+import type { RunRow } from '../../../db/schema';
 import { settleRun, type SettleDeps } from './settle';
 
 /**

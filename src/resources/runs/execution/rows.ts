@@ -1,9 +1,11 @@
 import type { Config } from '../../../config';
 import { newId } from '../../../lib/ids';
 import type { StepDetails } from '../../../db/json-columns';
-import { leaseMs, type RunRow, type StepRow } from '../queries';
+import { leaseMs, type StepRow } from '../queries';
+import type { RunRow } from '../../../db/schema';
 import type { MessageRow, ThreadRow } from '../../threads/queries';
-import { servedModel, type VirtualKey } from '../../virtual-keys/commands';
+import { servedModel } from '../../virtual-keys/commands';
+import type { VirtualKey } from '../../../db/schema';
 import type { RunSettings } from './settings';
 
 /**

@@ -2,8 +2,8 @@ import { ApiError } from '../../../errors';
 import type { RunOverrides } from '../schemas';
 import type { Tool } from '../../../db/json-columns';
 import { FILE_SEARCH_FUNCTION } from './file-search';
-import type { AssistantRow } from '../../assistants/queries';
-import type { RunRow } from '../queries';
+import type { AssistantRow } from '../../../db/schema';
+import type { RunRow } from '../../../db/schema';
 
 /**
  * A run's effective settings: the request's, else its assistant's, else the default, one line per

@@ -2,7 +2,7 @@ import type { Deps } from '../../../deps';
 import { settleTokens } from '../../../ratelimit';
 import { isTerminal, type RunStatus } from '../../../db/run-statuses';
 import { settleRunStatements, type Settlement } from '../executor-writes';
-import type { RunRow } from '../queries';
+import type { RunRow } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { getVirtualKey } from '../../virtual-keys/commands';
 

@@ -4,13 +4,14 @@ import { ADAPTERS } from '../../../providers/adapters';
 import { streamChatCompletion } from '../../../providers/chat';
 import { encodeRequest, type RequestBody } from '../../../providers/request-body';
 import { UpstreamError, type UpstreamEvent, type Usage } from '../../../providers/types';
-import type { VirtualKey } from '../../virtual-keys/commands';
+import type { VirtualKey } from '../../../db/schema';
 import { inlineImages } from './prompt-images';
-import type { RunRow } from '../queries';
+import type { RunRow } from '../../../db/schema';
 import { buildChatRequest } from './chat-request';
 import { RunFailed } from './failures';
 import { estimateUsage } from './outcome';
-import { REQUEST_FIELDS_BYTES, type Prompt } from './prompt';
+import { REQUEST_FIELDS_BYTES } from './prompt';
+import type { Prompt } from '../../../providers/types';
 import type { RunDeps } from './run-deps';
 import type { TurnAnswer } from './turn-answer';
 
