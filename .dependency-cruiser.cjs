@@ -12,14 +12,22 @@
 const LAYERS = [
   // lib is the bottom: it imports nothing of src outside lib.
   { name: 'lib', path: '^src/lib/', why: 'helpers and ports that know nothing of the gateway' },
-  { name: 'foundations', path: '^src/(config|errors|logger)\\.ts$', why: 'the environment, the error envelope, the log' },
+  {
+    name: 'foundations',
+    path: '^src/(config|errors|logger)\\.ts$',
+    why: 'the environment, the error envelope, the log',
+  },
   { name: 'providers', path: '^src/providers/', why: 'the upstream kinds and their calls' },
   { name: 'db', path: '^src/db/', why: 'the tables, their column types, the client' },
   { name: 'ratelimit', path: '^src/ratelimit/', why: 'the policy vocabulary, matching, counters, enforcement' },
   { name: 'retrieval', path: '^src/retrieval/', why: 'chunking, embedding, indexing and searching files' },
   { name: 'deps', path: '^src/deps\\.ts$', why: 'the composition: the ports of everything below' },
   { name: 'http', path: '^src/http/', why: 'middleware, envs, shared request schemas, OpenAPI' },
-  { name: 'resources', path: '^src/resources/', why: 'one folder per resource: routes, schemas, wire, queries, use-cases' },
+  {
+    name: 'resources',
+    path: '^src/resources/',
+    why: 'one folder per resource: routes, schemas, wire, queries, use-cases',
+  },
   { name: 'app', path: '^src/app\\.ts$', why: 'createApp: middleware order and the mounted routes' },
   { name: 'runtime', path: '^src/runtime/', why: 'what Node and Workers each build and host' },
   { name: 'cli', path: '^src/cli/', why: 'the admin command line' },
@@ -92,7 +100,8 @@ module.exports = {
     {
       name: 'no-unresolvable',
       severity: 'error',
-      comment: 'Every import resolves (but the Workers runtime\'s own modules): a rule cannot check what it cannot find.',
+      comment:
+        "Every import resolves (but the Workers runtime's own modules): a rule cannot check what it cannot find.",
       from: {},
       to: { couldNotResolve: true, pathNot: '^cloudflare:' },
     },
@@ -103,7 +112,10 @@ module.exports = {
     exclude: { path: '^src/http/openapi/assets/' },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: 'tsconfig.json' },
-    enhancedResolveOptions: { exportsFields: ['exports'], conditionNames: ['import', 'require', 'node', 'default', 'types'] },
+    enhancedResolveOptions: {
+      exportsFields: ['exports'],
+      conditionNames: ['import', 'require', 'node', 'default', 'types'],
+    },
     reporterOptions: { text: { highlightFocused: true } },
   },
 };

@@ -5,7 +5,16 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', '.wrangler/**', 'coverage/**', 'src/http/openapi/assets/**', 'drizzle/meta/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'node_modules/**',
+      '.wrangler/**',
+      'coverage/**',
+      'src/http/openapi/assets/**',
+      'drizzle/meta/**',
+    ],
+  },
   {
     // The JavaScript files too: tsconfig.json's allowJs puts them in Node's program, each checked by
     // its own `// @ts-check`.

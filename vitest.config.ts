@@ -34,7 +34,9 @@ const EXPECTED_NOISE = [
 for (const stream of [process.stdout, process.stderr]) {
   const print = stream.write.bind(stream);
   stream.write = (chunk: string | Uint8Array, ...rest: unknown[]): boolean =>
-    typeof chunk === 'string' && EXPECTED_NOISE.some((noise) => noise.test(chunk)) ? true : Reflect.apply(print, stream, [chunk, ...rest]);
+    typeof chunk === 'string' && EXPECTED_NOISE.some((noise) => noise.test(chunk))
+      ? true
+      : Reflect.apply(print, stream, [chunk, ...rest]);
 }
 
 const timeouts = {

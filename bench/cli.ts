@@ -39,7 +39,8 @@ try {
   const samples: Record<string, number[]> = Object.fromEntries(Object.keys(commands).map((name) => [name, []]));
   const loadBefore = oneMinuteLoad();
   for (let i = 0; i < RUNS; i++) {
-    for (const [name, command] of Object.entries(commands)) required(samples[name], `the samples of ${name}`).push(time(command));
+    for (const [name, command] of Object.entries(commands))
+      required(samples[name], `the samples of ${name}`).push(time(command));
   }
   console.log(
     JSON.stringify(

@@ -89,14 +89,24 @@ async function ours(): Promise<Target> {
   const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir });
   const key = await printedWorkspaceKey(() => gateway.stdout());
   const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-  await post(`${gateway.url}/v1/virtual-keys`, headers, { slug: 'bench', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench', default: true });
+  await post(`${gateway.url}/v1/virtual-keys`, headers, {
+    slug: 'bench',
+    provider: 'openai',
+    base_url: `${fakeUrl}/v1`,
+    api_key: 'sk-bench',
+    default: true,
+  });
   const assistant = (await post(`${gateway.url}/v1/assistants`, headers, { model: 'bench-model' })) as { id: string };
   return {
     name: 'this_gateway',
     pid: pidOf(gateway.child),
     url: `${gateway.url}/v1/threads/runs`,
     headers,
-    body: JSON.stringify({ assistant_id: assistant.id, stream: true, thread: { messages: [{ role: 'user', content }] } }),
+    body: JSON.stringify({
+      assistant_id: assistant.id,
+      stream: true,
+      thread: { messages: [{ role: 'user', content }] },
+    }),
     firstToken: /event: thread\.message\.delta/,
     stop: async () => {
       await gateway.stop();
@@ -111,7 +121,10 @@ function installReference(): { script: string } | { unavailable: string } {
   const script = join(dir, 'node_modules/@portkey-ai/gateway/build/start-server.js');
   if (existsSync(script)) return { script };
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'bench-reference', private: true, overrides: REFERENCE.overrides }));
+  writeFileSync(
+    join(dir, 'package.json'),
+    JSON.stringify({ name: 'bench-reference', private: true, overrides: REFERENCE.overrides }),
+  );
   process.stderr.write(`Installing the reference (${REFERENCE.package}) into ${dir}…\n`);
   const installed = spawnSync(
     'npm',
@@ -119,7 +132,11 @@ function installReference(): { script: string } | { unavailable: string } {
     { encoding: 'utf8', timeout: 300_000 },
   );
   if (installed.status !== 0 || !existsSync(script)) {
-    const reason = (installed.stderr || installed.error?.message || 'npm install failed').trim().split('\n').slice(-3).join(' ');
+    const reason = (installed.stderr || installed.error?.message || 'npm install failed')
+      .trim()
+      .split('\n')
+      .slice(-3)
+      .join(' ');
     return { unavailable: `the reference could not be installed from the registry: ${reason}` };
   }
   return { script };
@@ -127,7 +144,9 @@ function installReference(): { script: string } | { unavailable: string } {
 
 async function reference(script: string): Promise<Target> {
   const port = await freePort();
-  const child = await startServer('the reference', [script, `--port=${port}`, '--headless'], 'Ready for connections', { NODE_ENV: 'production' });
+  const child = await startServer('the reference', [script, `--port=${port}`, '--headless'], 'Ready for connections', {
+    NODE_ENV: 'production',
+  });
   return {
     name: 'reference',
     pid: pidOf(child),
@@ -147,8 +166,18 @@ async function reference(script: string): Promise<Target> {
 /** The stack's floor: the completion passed through on this gateway's own stack, nothing stored. */
 async function floor(): Promise<Target> {
   const port = await freePort();
-  const child = await startServer('the floor proxy', ['--v8-pool-size=1', join(ROOT, 'bench/floor-proxy.js'), String(port), new URL(fakeUrl).origin], 'ready');
-  return { ...direct(), name: 'stack_floor', pid: pidOf(child), url: `http://127.0.0.1:${port}/v1/chat/completions`, stop: () => stopChild(child) };
+  const child = await startServer(
+    'the floor proxy',
+    ['--v8-pool-size=1', join(ROOT, 'bench/floor-proxy.js'), String(port), new URL(fakeUrl).origin],
+    'ready',
+  );
+  return {
+    ...direct(),
+    name: 'stack_floor',
+    pid: pidOf(child),
+    url: `http://127.0.0.1:${port}/v1/chat/completions`,
+    stop: () => stopChild(child),
+  };
 }
 
 /** The provider itself, for the baseline. */
@@ -163,7 +192,12 @@ function direct(): Omit<Target, 'pid' | 'stop'> {
 }
 
 function chatBody(): string {
-  return JSON.stringify({ model: 'bench-model', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content }] });
+  return JSON.stringify({
+    model: 'bench-model',
+    stream: true,
+    stream_options: { include_usage: true },
+    messages: [{ role: 'user', content }],
+  });
 }
 
 // ── Measurements ──────────────────────────────────────────────────────────────────────────────
@@ -198,13 +232,17 @@ async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>)
   if (HAS_WRK) {
     const dir = mkdtempSync(join(tmpdir(), 'bench-wrk-'));
     const script = join(dir, 'post.lua');
-    const headers = Object.entries(target.headers).map(([name, value]) => `wrk.headers[${JSON.stringify(name)}] = ${JSON.stringify(value)}`);
+    const headers = Object.entries(target.headers).map(
+      ([name, value]) => `wrk.headers[${JSON.stringify(name)}] = ${JSON.stringify(value)}`,
+    );
     writeFileSync(script, ['wrk.method = "POST"', `wrk.body = ${JSON.stringify(target.body)}`, ...headers].join('\n'));
     const out = await runWrk(['-t2', `-c${CONNECTIONS}`, `-d${LOAD_SECONDS}s`, '-s', script, target.url]);
     rmSync(dir, { recursive: true, force: true });
     exchanges = Number(/(\d+) requests in/.exec(out)?.[1] ?? NaN);
     seconds = Number(/requests in ([\d.]+)s/.exec(out)?.[1] ?? NaN);
-    errors = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0) + Number(/Socket errors:.*?timeout (\d+)/.exec(out)?.[1] ?? 0);
+    errors =
+      Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0) +
+      Number(/Socket errors:.*?timeout (\d+)/.exec(out)?.[1] ?? 0);
   } else {
     const started = performance.now();
     exchanges = await forSeconds(LOAD_SECONDS, CONNECTIONS, async () => {
@@ -243,7 +281,13 @@ async function measure(target: Target) {
   const loaded = await load(target);
   await sleep(SETTLE_SECONDS * 1000);
   const settled = memoryOf(target.pid).rssMb;
-  return { idle_rss_mb: round(idle, 1), first_token_c1: c1, first_token_c32: c32, ...loaded, rss_after_load_settled_mb: round(settled, 1) };
+  return {
+    idle_rss_mb: round(idle, 1),
+    first_token_c1: c1,
+    first_token_c32: c32,
+    ...loaded,
+    rss_after_load_settled_mb: round(settled, 1),
+  };
 }
 
 async function measureDirect() {
@@ -291,12 +335,18 @@ function median(values: number[]): number {
 
 function medians(rounds: Figures[]): Figures {
   const out: Figures = {};
-  for (const key of Object.keys(rounds[0] ?? {})) out[key] = round(median(rounds.map((figures) => figure(figures, key))), 3);
+  for (const key of Object.keys(rounds[0] ?? {}))
+    out[key] = round(median(rounds.map((figures) => figure(figures, key))), 3);
   return out;
 }
 
 const installed = installReference();
-const rounds: Record<'direct_provider' | 'stack_floor' | 'this_gateway' | 'reference', Figures[]> = { direct_provider: [], stack_floor: [], this_gateway: [], reference: [] };
+const rounds: Record<'direct_provider' | 'stack_floor' | 'this_gateway' | 'reference', Figures[]> = {
+  direct_provider: [],
+  stack_floor: [],
+  this_gateway: [],
+  reference: [],
+};
 for (let i = 0; i < ROUNDS; i++) {
   rounds.direct_provider.push(flatten(await measureDirect()));
   const proxy = await floor();
@@ -344,8 +394,16 @@ console.log(
       setup:
         `client (${HAS_WRK ? 'wrk -t2' : 'this process; wrk not installed'}) -> gateway process -> fake provider process, loopback, ` +
         `${ROUNDS} interleaved rounds, medians; load ${LOAD_SECONDS} s at ${CONNECTIONS} connections`,
-      reference_gateway: 'script' in installed ? `${REFERENCE.package} with ${REFERENCE.pins.join(', ')}` : installed.unavailable,
-      goals: { exchanges_per_second: '>= 2x the reference', server_cpu_ms_per_exchange: '<= 0.8', first_token_added_c1: '<= 1 / 3 ms (p50 / p99)', first_token_added_c32: '<= 10 / 40 ms', idle_rss_mb: '<= 60', peak_rss_mb: '<= 120' },
+      reference_gateway:
+        'script' in installed ? `${REFERENCE.package} with ${REFERENCE.pins.join(', ')}` : installed.unavailable,
+      goals: {
+        exchanges_per_second: '>= 2x the reference',
+        server_cpu_ms_per_exchange: '<= 0.8',
+        first_token_added_c1: '<= 1 / 3 ms (p50 / p99)',
+        first_token_added_c32: '<= 10 / 40 ms',
+        idle_rss_mb: '<= 60',
+        peak_rss_mb: '<= 120',
+      },
       ...result,
       added: { this_gateway: added('this_gateway'), reference: added('reference'), stack_floor: added('stack_floor') },
       this_gateway_over_floor: {
@@ -370,4 +428,3 @@ console.log(
   ),
 );
 process.exit(0);
-

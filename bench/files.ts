@@ -21,14 +21,23 @@ const MIB = 1024 * 1024;
 const FILE_MIB = Number(process.env.BENCH_FILE_MIB ?? 256);
 const CONCURRENT = Number(process.env.BENCH_FILE_CONCURRENT ?? 4);
 
-async function upload(url: string, key: string, bytes: number): Promise<{ status: number; body: { id?: string }; sent: number }> {
+async function upload(
+  url: string,
+  key: string,
+  bytes: number,
+): Promise<{ status: number; body: { id?: string }; sent: number }> {
   const { status, body, sentBeforeAnswer } = await sendUpload(url, key, uploadBody(bytes));
   return { status, body, sent: sentBeforeAnswer };
 }
 
 async function gatewayWith(env: Record<string, string>) {
   const dataDir = mkdtempSync(join(tmpdir(), 'bench-files-'));
-  const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir, GATEWAY_REQUEST_TIMEOUT_MS: '600000', ...env });
+  const gateway = await startGatewayProcess({
+    LOG_LEVEL: 'warn',
+    DATA_DIR: dataDir,
+    GATEWAY_REQUEST_TIMEOUT_MS: '600000',
+    ...env,
+  });
   const key = await printedWorkspaceKey(() => gateway.stdout());
   return {
     gateway,
@@ -56,16 +65,21 @@ async function main() {
     await upload(gateway.url, key, 4 * MIB); // warm up
     const baseline = memoryOf(pid).rssMb;
     const one = await timed(pid, () => upload(gateway.url, key, FILE_MIB * MIB));
-    if (one.value.status !== 200) throw new Error(`upload answered ${one.value.status}: ${JSON.stringify(one.value.body)}`);
+    if (one.value.status !== 200)
+      throw new Error(`upload answered ${one.value.status}: ${JSON.stringify(one.value.body)}`);
     const download = await timed(pid, async () => {
-      const response = await fetch(`${gateway.url}/v1/files/${one.value.body.id}/content`, { headers: { 'x-gateway-api-key': key } });
+      const response = await fetch(`${gateway.url}/v1/files/${one.value.body.id}/content`, {
+        headers: { 'x-gateway-api-key': key },
+      });
       let bytes = 0;
       for await (const chunk of required(response.body, 'the download body')) bytes += chunk.byteLength;
       return bytes;
     });
     if (download.value !== FILE_MIB * MIB) throw new Error(`downloaded ${download.value} bytes`);
     const each = Math.floor((FILE_MIB * MIB) / CONCURRENT);
-    const many = await timed(pid, () => Promise.all(Array.from({ length: CONCURRENT }, () => upload(gateway.url, key, each))));
+    const many = await timed(pid, () =>
+      Promise.all(Array.from({ length: CONCURRENT }, () => upload(gateway.url, key, each))),
+    );
     if (many.value.some((result) => result.status !== 200)) throw new Error('a concurrent upload failed');
 
     const capped = await gatewayWith({ GATEWAY_MAX_FILE_BYTES: String(16 * MIB) });
@@ -80,7 +94,11 @@ async function main() {
       rss_before_mb: round(baseline, 1),
       upload: { mib_per_s: round(FILE_MIB / one.seconds, 1), peak_rss_mb: round(one.peakMb, 1) },
       download: { mib_per_s: round(FILE_MIB / download.seconds, 1), peak_rss_mb: round(download.peakMb, 1) },
-      concurrent_uploads: { count: CONCURRENT, mib_per_s: round(FILE_MIB / many.seconds, 1), peak_rss_mb: round(many.peakMb, 1) },
+      concurrent_uploads: {
+        count: CONCURRENT,
+        mib_per_s: round(FILE_MIB / many.seconds, 1),
+        peak_rss_mb: round(many.peakMb, 1),
+      },
       over_cap: {
         cap_mib: 16,
         body_mib: 1024,

@@ -30,7 +30,10 @@ const timedFetch: UpstreamFetch = async (url, init) => {
   return { ...answer, body: ReadableStream.from(chunks) };
 };
 
-const gateway = await createTestGateway({ env: { LOG_LEVEL: 'warn', GATEWAY_INGEST_CONCURRENCY: '1' }, deps: { fetch: timedFetch } });
+const gateway = await createTestGateway({
+  env: { LOG_LEVEL: 'warn', GATEWAY_INGEST_CONCURRENCY: '1' },
+  deps: { fetch: timedFetch },
+});
 
 function prose(seed: number, bytes: number): string {
   const words: string[] = [];
@@ -55,7 +58,12 @@ async function corpus(name: string, files: { filename: string; content: string |
   const batch = await client.vectorStores.fileBatches.createAndPoll(store.id, { file_ids: ids }, { pollIntervalMs: 5 });
   const wallMs = performance.now() - started;
   if (batch.file_counts.completed !== files.length) throw new Error(`${name}: ${JSON.stringify(batch.file_counts)}`);
-  const [row] = (await gateway.database.client.execute({ sql: 'SELECT count(*) AS n FROM vector_store_chunks WHERE vector_store_id = ?', args: [store.id] })).rows;
+  const [row] = (
+    await gateway.database.client.execute({
+      sql: 'SELECT count(*) AS n FROM vector_store_chunks WHERE vector_store_id = ?',
+      args: [store.id],
+    })
+  ).rows;
   const chunks = Number(required(row, 'the count of chunks').n);
   const ownMs = wallMs - providerMs;
   return {
@@ -71,12 +79,27 @@ async function corpus(name: string, files: { filename: string; content: string |
 
 try {
   // Warm-up: JIT, the tokenizer's tables, pdf.js.
-  await corpus('warm-up', [{ filename: 'w.txt', content: prose(0, 50_000) }, { filename: 'w.pdf', content: fixture('tiny.pdf') }]);
+  await corpus('warm-up', [
+    { filename: 'w.txt', content: prose(0, 50_000) },
+    { filename: 'w.pdf', content: fixture('tiny.pdf') },
+  ]);
   const result = {
-    text_200kb: await corpus('text', Array.from({ length: FILES }, (_, i) => ({ filename: `doc${i}.md`, content: prose(i + 1, 200_000) }))),
-    html: await corpus('html', Array.from({ length: FILES }, (_, i) => ({ filename: `page${i}.html`, content: fixture('sample.html') }))),
-    pdf: await corpus('pdf', Array.from({ length: FILES }, (_, i) => ({ filename: `doc${i}.pdf`, content: fixture('tiny.pdf') }))),
-    docx: await corpus('docx', Array.from({ length: FILES }, (_, i) => ({ filename: `doc${i}.docx`, content: fixture('sample.docx') }))),
+    text_200kb: await corpus(
+      'text',
+      Array.from({ length: FILES }, (_, i) => ({ filename: `doc${i}.md`, content: prose(i + 1, 200_000) })),
+    ),
+    html: await corpus(
+      'html',
+      Array.from({ length: FILES }, (_, i) => ({ filename: `page${i}.html`, content: fixture('sample.html') })),
+    ),
+    pdf: await corpus(
+      'pdf',
+      Array.from({ length: FILES }, (_, i) => ({ filename: `doc${i}.pdf`, content: fixture('tiny.pdf') })),
+    ),
+    docx: await corpus(
+      'docx',
+      Array.from({ length: FILES }, (_, i) => ({ filename: `doc${i}.docx`, content: fixture('sample.docx') })),
+    ),
   };
   console.log(JSON.stringify(result, null, 2));
 } finally {

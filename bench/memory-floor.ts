@@ -25,10 +25,18 @@ const CONNECTIONS = 32;
 /** The gateway's own flags (package.json's start). */
 const NODE_FLAGS = ['--v8-pool-size=1'];
 const SMALLEST_YOUNG_GENERATION = '--max-semi-space-size=1';
-const BODY = JSON.stringify({ assistant_id: 'asst_bench', stream: true, thread: { messages: [{ role: 'user', content: 'x'.repeat(200) }] } });
+const BODY = JSON.stringify({
+  assistant_id: 'asst_bench',
+  stream: true,
+  thread: { messages: [{ role: 'user', content: 'x'.repeat(200) }] },
+});
 
 async function nodeAlone() {
-  const child = await startServer('node alone', [...NODE_FLAGS, '-e', "setInterval(() => {}, 1000); console.log('ready')"], 'ready');
+  const child = await startServer(
+    'node alone',
+    [...NODE_FLAGS, '-e', "setInterval(() => {}, 1000); console.log('ready')"],
+    'ready',
+  );
   await sleep(1_500);
   const rss = memoryOf(pidOf(child)).rssMb;
   await stopChild(child);
@@ -37,7 +45,11 @@ async function nodeAlone() {
 
 async function server(mode: 'framework' | 'database', flags: string[]) {
   const port = await freePort();
-  const child = await startServer(`the ${mode} server`, [...flags, join(ROOT, 'bench/memory-floor-server.js'), String(port), mode], 'ready');
+  const child = await startServer(
+    `the ${mode} server`,
+    [...flags, join(ROOT, 'bench/memory-floor-server.js'), String(port), mode],
+    'ready',
+  );
   const pid = pidOf(child);
   const url = `http://127.0.0.1:${port}/echo`;
   const exchange = async () => {

@@ -88,24 +88,21 @@ async function scenario(workspaceCount: number) {
     first_page: await measure(() => get('/v1/policies/rate-limits'), ITERATIONS),
     deep_page: await measure(() => get(`/v1/policies/rate-limits?current_page=${deepPage}`), ITERATIONS),
     filtered: await measure(() => get('/v1/policies/rate-limits?type=tokens&unit=rph&page_size=20'), ITERATIONS),
-    create: await measure(
-      async (i) => {
-        const response = await app.request('/v1/policies/rate-limits', {
-          method: 'POST',
-          headers: { ...headers, 'content-type': 'application/json' },
-          body: JSON.stringify({
-            name: `bench ${i}`,
-            conditions: [{ key: 'model', value: 'gpt-4o' }],
-            group_by: [{ key: 'api_key' }],
-            type: 'requests',
-            unit: 'rpm',
-            value: 10,
-          }),
-        });
-        if (response.status !== 200) throw new Error(`create: ${response.status} ${await response.text()}`);
-      },
-      ITERATIONS,
-    ),
+    create: await measure(async (i) => {
+      const response = await app.request('/v1/policies/rate-limits', {
+        method: 'POST',
+        headers: { ...headers, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          name: `bench ${i}`,
+          conditions: [{ key: 'model', value: 'gpt-4o' }],
+          group_by: [{ key: 'api_key' }],
+          type: 'requests',
+          unit: 'rpm',
+          value: 10,
+        }),
+      });
+      if (response.status !== 200) throw new Error(`create: ${response.status} ${await response.text()}`);
+    }, ITERATIONS),
   };
   const [{ total }] = (await db.select({ total: count() }).from(rateLimitPolicies)) as [{ total: number }];
   const plan = await db.all<{ detail: string }>(

@@ -57,7 +57,13 @@ interface Caller {
 async function caller(slug: string): Promise<Caller> {
   const now = Date.now();
   const workspace = await createWorkspace(db, { organisationId, slug, now });
-  const key = await createApiKey(db, { kind: 'workspace', organisationId, workspaceId: workspace.id, name: 'bench', now });
+  const key = await createApiKey(db, {
+    kind: 'workspace',
+    organisationId,
+    workspaceId: workspace.id,
+    name: 'bench',
+    now,
+  });
   await createVirtualKey(db, deps.secrets, {
     workspaceId: workspace.id,
     body: { slug: 'vk-main', provider: 'openai', api_key: 'sk-bench', base_url: `${fakeUrl}/v1` },
@@ -71,9 +77,18 @@ async function caller(slug: string): Promise<Caller> {
     'x-gateway-metadata': JSON.stringify({ team: 'blue', user: 'u-1' }),
     'content-type': 'application/json',
   };
-  const assistant = await app.request('/v1/assistants', { method: 'POST', headers, body: JSON.stringify({ model: 'gpt-4o' }) });
+  const assistant = await app.request('/v1/assistants', {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ model: 'gpt-4o' }),
+  });
   if (assistant.status !== 200) throw new Error(`assistant: HTTP ${assistant.status} ${await assistant.text()}`);
-  return { workspaceId: workspace.id, keyId: key.record.id, headers, assistantId: ((await assistant.json()) as { id: string }).id };
+  return {
+    workspaceId: workspace.id,
+    keyId: key.record.id,
+    headers,
+    assistantId: ((await assistant.json()) as { id: string }).id,
+  };
 }
 
 const limited = await caller('limited');
@@ -81,34 +96,40 @@ const unlimited = await caller('unlimited');
 
 type Condition = { key: string; value: string };
 const HIGH = 1e15;
-const matching: { type: 'requests' | 'tokens'; unit: 'rpm' | 'rph' | 'rpd'; conditions: Condition[]; group: string }[] = [
-  { type: 'requests', unit: 'rpm', conditions: [{ key: 'model', value: 'gpt-4o' }], group: 'api_key' },
-  { type: 'requests', unit: 'rph', conditions: [{ key: 'api_key', value: limited.keyId }], group: 'api_key' },
-  { type: 'requests', unit: 'rpd', conditions: [{ key: 'virtual_key', value: 'vk-main' }], group: 'workspace_id' },
-  { type: 'requests', unit: 'rpm', conditions: [{ key: 'provider', value: 'openai' }], group: 'metadata.user' },
-  { type: 'requests', unit: 'rpm', conditions: [{ key: 'metadata.team', value: 'blue' }], group: 'metadata.team' },
-  {
-    type: 'requests',
-    unit: 'rph',
-    conditions: [
-      { key: 'model', value: '*' },
-      { key: 'metadata.user', value: '*' },
-    ],
-    group: 'metadata.user',
-  },
-  { type: 'requests', unit: 'rpm', conditions: [{ key: 'workspace_id', value: limited.workspaceId }], group: 'api_key' },
-  { type: 'tokens', unit: 'rpm', conditions: [{ key: 'model', value: 'gpt-4o' }], group: 'api_key' },
-  {
-    type: 'tokens',
-    unit: 'rph',
-    conditions: [
-      { key: 'provider', value: 'openai' },
-      { key: 'virtual_key', value: 'vk-main' },
-    ],
-    group: 'virtual_key',
-  },
-  { type: 'tokens', unit: 'rpd', conditions: [{ key: 'metadata.team', value: '*' }], group: 'workspace_id' },
-];
+const matching: { type: 'requests' | 'tokens'; unit: 'rpm' | 'rph' | 'rpd'; conditions: Condition[]; group: string }[] =
+  [
+    { type: 'requests', unit: 'rpm', conditions: [{ key: 'model', value: 'gpt-4o' }], group: 'api_key' },
+    { type: 'requests', unit: 'rph', conditions: [{ key: 'api_key', value: limited.keyId }], group: 'api_key' },
+    { type: 'requests', unit: 'rpd', conditions: [{ key: 'virtual_key', value: 'vk-main' }], group: 'workspace_id' },
+    { type: 'requests', unit: 'rpm', conditions: [{ key: 'provider', value: 'openai' }], group: 'metadata.user' },
+    { type: 'requests', unit: 'rpm', conditions: [{ key: 'metadata.team', value: 'blue' }], group: 'metadata.team' },
+    {
+      type: 'requests',
+      unit: 'rph',
+      conditions: [
+        { key: 'model', value: '*' },
+        { key: 'metadata.user', value: '*' },
+      ],
+      group: 'metadata.user',
+    },
+    {
+      type: 'requests',
+      unit: 'rpm',
+      conditions: [{ key: 'workspace_id', value: limited.workspaceId }],
+      group: 'api_key',
+    },
+    { type: 'tokens', unit: 'rpm', conditions: [{ key: 'model', value: 'gpt-4o' }], group: 'api_key' },
+    {
+      type: 'tokens',
+      unit: 'rph',
+      conditions: [
+        { key: 'provider', value: 'openai' },
+        { key: 'virtual_key', value: 'vk-main' },
+      ],
+      group: 'virtual_key',
+    },
+    { type: 'tokens', unit: 'rpd', conditions: [{ key: 'metadata.team', value: '*' }], group: 'workspace_id' },
+  ];
 
 /** Policies that miss the request in different ways, some only on their last condition. */
 function missing(i: number): Condition[] {
@@ -197,7 +218,10 @@ if (check.ticket?.policies.length !== 3 || !check.headers['x-ratelimit-limit-req
 }
 const cacheLoad = await (async () => {
   // A policy write anywhere in the workspace makes the next admission reload what changed: one row.
-  await db.update(rateLimitPolicies).set({ lastUpdatedAt: Date.now() }).where(eq(rateLimitPolicies.id, required(rows[matching.length], 'a policy that does not match').id));
+  await db
+    .update(rateLimitPolicies)
+    .set({ lastUpdatedAt: Date.now() })
+    .where(eq(rateLimitPolicies.id, required(rows[matching.length], 'a policy that does not match').id));
   const start = performance.now();
   await admitRequest(deps, attributes(limited), TURN);
   return round(performance.now() - start);

@@ -48,7 +48,10 @@ const { tasks } = app;
 const { db, client } = database;
 
 const organisationId = newUuid();
-await client.execute({ sql: 'INSERT INTO organisations (id, name, created_at) VALUES (?, ?, ?)', args: [organisationId, 'bench', Date.now()] });
+await client.execute({
+  sql: 'INSERT INTO organisations (id, name, created_at) VALUES (?, ?, ?)',
+  args: [organisationId, 'bench', Date.now()],
+});
 
 interface Tenant {
   workspaceId: string;
@@ -69,9 +72,17 @@ async function request(path: string, headers: Record<string, string>, init: { me
 /** A workspace with its key, a virtual key on the fake and an assistant, all through the API. */
 async function tenant(slug: string): Promise<Tenant> {
   const workspace = await createWorkspace(db, { organisationId, slug, now: Date.now() });
-  const key = await createApiKey(db, { kind: 'workspace', organisationId, workspaceId: workspace.id, name: 'bench', now: Date.now() });
+  const key = await createApiKey(db, {
+    kind: 'workspace',
+    organisationId,
+    workspaceId: workspace.id,
+    name: 'bench',
+    now: Date.now(),
+  });
   const headers = { 'x-gateway-api-key': key.plaintext };
-  await request('/v1/virtual-keys', headers, { body: { slug: 'vk-main', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench' } });
+  await request('/v1/virtual-keys', headers, {
+    body: { slug: 'vk-main', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench' },
+  });
   const withKey = { ...headers, 'x-gateway-virtual-key': 'vk-main' };
   const assistant = await request('/v1/assistants', withKey, { body: { model: 'gpt-4o', instructions: 'Be brief.' } });
   return { workspaceId: workspace.id, headers: withKey, assistantId: String(assistant.id) };
@@ -89,7 +100,20 @@ const rowOf = (i: number, id: string) => {
     ...Array.from({ length: CONDITIONS - 1 }, (_, j) => ({ key: `metadata.key-${j}`, value: `value-${i % 97}-${j}` })),
   ];
   const now = Date.now();
-  return [id, organisationId, big.workspaceId, `policy ${i}`, 'requests', 'rpm', 1000, 'active', JSON.stringify(conditions), '[{"key":"api_key"}]', now, now];
+  return [
+    id,
+    organisationId,
+    big.workspaceId,
+    `policy ${i}`,
+    'requests',
+    'rpm',
+    1000,
+    'active',
+    JSON.stringify(conditions),
+    '[{"key":"api_key"}]',
+    now,
+    now,
+  ];
 };
 const INSERT = (rows: number) =>
   `INSERT INTO rate_limit_policies (id, organisation_id, workspace_id, name, type, unit, value, status, conditions, group_by, created_at, last_updated_at) VALUES ${Array.from({ length: rows }, () => '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)').join(', ')}`;
@@ -116,7 +140,10 @@ const runBody = () => ({
 const changes = {
   none: async () => {},
   put: async (i: number) => {
-    await request(`/v1/policies/rate-limits/${ids[i % ids.length]}`, big.headers, { method: 'PUT', body: { value: 1000 + (i % 1000) } });
+    await request(`/v1/policies/rate-limits/${ids[i % ids.length]}`, big.headers, {
+      method: 'PUT',
+      body: { value: 1000 + (i % 1000) },
+    });
   },
   replace: async (i: number) => {
     const index = i % ids.length;
@@ -157,7 +184,9 @@ async function phase(change?: (i: number) => Promise<void>) {
     const due = start + i * INTERVAL_MS;
     const wait = due - performance.now();
     if (wait > 0) await sleep(wait);
-    pending.push(request(`/v1/assistants/${other.assistantId}`, other.headers).then(() => samples.push(performance.now() - due)));
+    pending.push(
+      request(`/v1/assistants/${other.assistantId}`, other.headers).then(() => samples.push(performance.now() - due)),
+    );
   }
   await Promise.all(pending);
   stalls.disable();

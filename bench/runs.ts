@@ -3,7 +3,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective, type FakeScenario } from '../test/support/fake-upstream';
 import { memoryOf, startGatewayProcess, type GatewayProcess } from '../test/support/processes';
-import { cpuMs, pidOf, pool, post, printedWorkspaceKey, readStream, round, sequential, startFakeProvider, summarise } from './support';
+import {
+  cpuMs,
+  pidOf,
+  pool,
+  post,
+  printedWorkspaceKey,
+  readStream,
+  round,
+  sequential,
+  startFakeProvider,
+  summarise,
+} from './support';
 
 /**
  * `npm run bench:runs`: what the gateway adds to a run, measured from outside over HTTP, with the
@@ -32,7 +43,8 @@ const CONCURRENCY = 32;
 const FLOW_CONCURRENCY = 8;
 
 const RESOLVE = process.env.BENCH_VIRTUAL_KEY ?? 'header';
-if (!['header', 'models', 'default'].includes(RESOLVE)) throw new Error(`BENCH_VIRTUAL_KEY: header, models or default, not ${RESOLVE}`);
+if (!['header', 'models', 'default'].includes(RESOLVE))
+  throw new Error(`BENCH_VIRTUAL_KEY: header, models or default, not ${RESOLVE}`);
 
 const { url: fakeUrl } = await startFakeProvider();
 const env = { LOG_LEVEL: 'warn' };
@@ -69,12 +81,25 @@ async function main() {
 
     return {
       first_delta: {
-        concurrency_1: { direct_provider: direct1, via_gateway: gateway1, added_p50_ms: diff(gateway1, direct1, 'p50_ms'), added_p99_ms: diff(gateway1, direct1, 'p99_ms') },
-        concurrency_32: { direct_provider: direct32, via_gateway: gateway32, added_p50_ms: diff(gateway32, direct32, 'p50_ms'), added_p99_ms: diff(gateway32, direct32, 'p99_ms') },
+        concurrency_1: {
+          direct_provider: direct1,
+          via_gateway: gateway1,
+          added_p50_ms: diff(gateway1, direct1, 'p50_ms'),
+          added_p99_ms: diff(gateway1, direct1, 'p99_ms'),
+        },
+        concurrency_32: {
+          direct_provider: direct32,
+          via_gateway: gateway32,
+          added_p50_ms: diff(gateway32, direct32, 'p50_ms'),
+          added_p99_ms: diff(gateway32, direct32, 'p99_ms'),
+        },
       },
       non_streamed_create_concurrency_32: { ...creates, requests_per_second: round(creates.n / createSeconds, 0) },
       streamed_runs_per_second_concurrency_32: round(N32 / streamSeconds, 0),
-      sdk_flow_concurrency_8: { flows_per_second: round(N32 / 2 / flowSeconds, 0), server_cpu_ms_per_flow: round(flowCpuMs, 2) },
+      sdk_flow_concurrency_8: {
+        flows_per_second: round(N32 / 2 / flowSeconds, 0),
+        server_cpu_ms_per_flow: round(flowCpuMs, 2),
+      },
     };
   } finally {
     await gateway.stop();
@@ -136,7 +161,8 @@ async function prepare(gateway: GatewayProcess): Promise<Target> {
       await post(`${gateway.url}/v1/virtual-keys`, headers, { ...virtualKey, slug: `other-${i}`, models });
     }
   }
-  const routing: Record<string, unknown> = RESOLVE === 'models' ? { models: ['bench-*'] } : RESOLVE === 'default' ? { default: true } : {};
+  const routing: Record<string, unknown> =
+    RESOLVE === 'models' ? { models: ['bench-*'] } : RESOLVE === 'default' ? { default: true } : {};
   await post(`${gateway.url}/v1/virtual-keys`, headers, { ...virtualKey, ...routing });
   const assistant = (await post(`${gateway.url}/v1/assistants`, headers, { model: 'bench-model' })) as { id: string };
   const named: Record<string, string> = RESOLVE === 'header' ? { 'x-gateway-virtual-key': 'bench' } : {};
@@ -171,7 +197,11 @@ async function viaGatewayFirstDelta(target: Target): Promise<number> {
   const response = await fetch(`${target.url}/v1/threads/runs`, {
     method: 'POST',
     headers: target.headers,
-    body: JSON.stringify({ assistant_id: target.assistantId, stream: true, thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(SHORT)}` }] } }),
+    body: JSON.stringify({
+      assistant_id: target.assistantId,
+      stream: true,
+      thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(SHORT)}` }] },
+    }),
   });
   let first = NaN;
   await readStream(response, (text) => {
@@ -186,7 +216,10 @@ async function createNonStreamed(target: Target): Promise<number> {
   const response = await fetch(`${target.url}/v1/threads/runs`, {
     method: 'POST',
     headers: target.headers,
-    body: JSON.stringify({ assistant_id: target.assistantId, thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(SHORT)}` }] } }),
+    body: JSON.stringify({
+      assistant_id: target.assistantId,
+      thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(SHORT)}` }] },
+    }),
   });
   const body = (await response.json()) as { status?: string };
   if (body.status !== 'queued') throw new Error(`unexpected answer ${JSON.stringify(body)}`);
@@ -200,14 +233,19 @@ async function createNonStreamed(target: Target): Promise<number> {
  */
 async function sdkFlow(target: Target): Promise<void> {
   const thread = (await post(`${target.url}/v1/threads`, target.headers, {})) as { id: string };
-  await post(`${target.url}/v1/threads/${thread.id}/messages`, target.headers, { role: 'user', content: `hi\n${fakeDirective({ reply: 'a b c d e f g h' })}` });
+  await post(`${target.url}/v1/threads/${thread.id}/messages`, target.headers, {
+    role: 'user',
+    content: `hi\n${fakeDirective({ reply: 'a b c d e f g h' })}`,
+  });
   const run = await fetch(`${target.url}/v1/threads/${thread.id}/runs`, {
     method: 'POST',
     headers: target.headers,
     body: JSON.stringify({ assistant_id: target.assistantId, stream: true }),
   });
   await readToDone(run);
-  const listed = (await (await fetch(`${target.url}/v1/threads/${thread.id}/messages`, { headers: target.headers })).json()) as { data?: unknown[] };
+  const listed = (await (
+    await fetch(`${target.url}/v1/threads/${thread.id}/messages`, { headers: target.headers })
+  ).json()) as { data?: unknown[] };
   if (listed.data?.length !== 2) throw new Error(`unexpected messages ${JSON.stringify(listed)}`);
 }
 
@@ -216,7 +254,11 @@ async function wholeStreamedRun(target: Target, scenario: FakeScenario): Promise
   const response = await fetch(`${target.url}/v1/threads/runs`, {
     method: 'POST',
     headers: target.headers,
-    body: JSON.stringify({ assistant_id: target.assistantId, stream: true, thread: { messages: [{ role: 'user', content: `go\n${fakeDirective(scenario)}` }] } }),
+    body: JSON.stringify({
+      assistant_id: target.assistantId,
+      stream: true,
+      thread: { messages: [{ role: 'user', content: `go\n${fakeDirective(scenario)}` }] },
+    }),
   });
   return readToDone(response);
 }
@@ -235,9 +277,8 @@ async function readToDone(response: Response): Promise<number> {
 
 // ── Harness ──────────────────────────────────────────────────────────────────────────────────
 
-const diff = (a: Record<string, number>, b: Record<string, number>, key: string) => round((a[key] ?? NaN) - (b[key] ?? NaN));
-
-
+const diff = (a: Record<string, number>, b: Record<string, number>, key: string) =>
+  round((a[key] ?? NaN) - (b[key] ?? NaN));
 
 const latency = process.env.BENCH_ONLY === 'memory' ? {} : { virtual_key: RESOLVE, ...(await main()) };
 const withMemory = process.env.BENCH_ONLY !== 'latency';
@@ -247,7 +288,8 @@ console.log(
   JSON.stringify(
     {
       benchmark: 'runs',
-      setup: 'client (this process) -> gateway process (embedded libSQL, WAL) -> fake provider process, over loopback HTTP',
+      setup:
+        'client (this process) -> gateway process (embedded libSQL, WAL) -> fake provider process, over loopback HTTP',
       targets: { added_first_delta_p50_ms: 2, added_first_delta_p99_ms: 10, create_p99_ms: 20, memory: 'flat' },
       ...latency,
       ...(small &&
@@ -256,7 +298,10 @@ console.log(
             answer_1kb: small,
             answer_1mb: large,
             peak_rss_growth_1mb_over_1kb_mb: round(large.peak_rss_mb - small.peak_rss_mb, 1),
-            rss_growth_last_rounds_1mb_mb: round((large.rss_after_each_round_mb.at(-1) ?? NaN) - (large.rss_after_each_round_mb[1] ?? NaN), 1),
+            rss_growth_last_rounds_1mb_mb: round(
+              (large.rss_after_each_round_mb.at(-1) ?? NaN) - (large.rss_after_each_round_mb[1] ?? NaN),
+              1,
+            ),
           },
         }),
     },

@@ -61,10 +61,23 @@ const organisationId = newUuid();
 const now = Date.now();
 await db.insert(organisations).values({ id: organisationId, name: 'bench', createdAt: now });
 const workspace = await createWorkspace(db, { organisationId, slug: 'bench', now });
-const apiKey = await createApiKey(db, { kind: 'workspace', organisationId, workspaceId: workspace.id, name: 'bench', now });
+const apiKey = await createApiKey(db, {
+  kind: 'workspace',
+  organisationId,
+  workspaceId: workspace.id,
+  name: 'bench',
+  now,
+});
 const key = await createVirtualKey(db, deps.secrets, {
   workspaceId: workspace.id,
-  body: { slug: 'fake', provider: 'openai', api_key: 'sk-fake', base_url: 'http://fake.bench/v1', default: true, models: [] },
+  body: {
+    slug: 'fake',
+    provider: 'openai',
+    api_key: 'sk-fake',
+    base_url: 'http://fake.bench/v1',
+    default: true,
+    models: [],
+  },
   upstreamRules: { allowPrivate: true },
   maxKeys: 10,
   now,
@@ -116,7 +129,14 @@ async function fill(storeId: string, count: number): Promise<void> {
     });
     const rows = Array.from({ length: Math.min(100, count - done) }, (_, chunkIndex) => {
       const body = text(WORDS);
-      return { vectorStoreId: storeId, fileId, chunkIndex, text: body, tokens: WORDS, embedding: vectorBlob(Float32Array.from(fakeEmbedding(body, DIMENSIONS))) };
+      return {
+        vectorStoreId: storeId,
+        fileId,
+        chunkIndex,
+        text: body,
+        tokens: WORDS,
+        embedding: vectorBlob(Float32Array.from(fakeEmbedding(body, DIMENSIONS))),
+      };
     });
     await db.insert(vectorStoreChunks).values(rows);
   }
@@ -159,7 +179,12 @@ async function searchLatency(storeId: string) {
       const query = cycle(queries, i);
       stalls.push(
         await stallOf(async () => {
-          const results = await searchStores(deps, embeddingKey, searcher, stores, { queries: [query], maxResults: 20, scoreThreshold: 0, filter: null });
+          const results = await searchStores(deps, embeddingKey, searcher, stores, {
+            queries: [query],
+            maxResults: 20,
+            scoreThreshold: 0,
+            filter: null,
+          });
           found += results.length;
         }),
       );
@@ -168,7 +193,13 @@ async function searchLatency(storeId: string) {
     20,
   );
   const stall = summarise(stalls.slice(20));
-  return { indexed: required(stores[0], 'the store searched').indexed, ...latency, mean_results: round(found / (QUERIES + 20), 1), stall_p50_ms: stall.p50_ms, stall_p99_ms: stall.p99_ms };
+  return {
+    indexed: required(stores[0], 'the store searched').indexed,
+    ...latency,
+    mean_results: round(found / (QUERIES + 20), 1),
+    stall_p50_ms: stall.p50_ms,
+    stall_p99_ms: stall.p99_ms,
+  };
 }
 
 const results: Record<string, unknown>[] = [];
@@ -179,7 +210,12 @@ for (const target of SIZES) {
   await fill(main, target - size);
   size = target;
   const fill_s = round((performance.now() - started) / 1000, 1);
-  results.push({ phase: `one store of ${target} chunks`, fill_s, ...(await buildIndexes()), ...(await searchLatency(main)) });
+  results.push({
+    phase: `one store of ${target} chunks`,
+    fill_s,
+    ...(await buildIndexes()),
+    ...(await searchLatency(main)),
+  });
 }
 const started = performance.now();
 const others: string[] = [];
@@ -195,7 +231,8 @@ results.push({
   ...(await buildIndexes()),
   ...(await searchLatency(main)),
 });
-if (others[0] !== undefined) results.push({ phase: `a store of ${OTHER_CHUNKS} chunks among them`, ...(await searchLatency(others[0])) });
+if (others[0] !== undefined)
+  results.push({ phase: `a store of ${OTHER_CHUNKS} chunks among them`, ...(await searchLatency(others[0])) });
 
 console.log(
   JSON.stringify(

@@ -11,7 +11,8 @@ export function required<T>(value: T | null | undefined, what: string): T {
 }
 
 /** The element at `i` of a list gone through again and again. */
-export const cycle = <T>(values: readonly T[], i: number): T => required(values[i % values.length], 'an element of an empty list');
+export const cycle = <T>(values: readonly T[], i: number): T =>
+  required(values[i % values.length], 'an element of an empty list');
 
 /** A started child process's id (none: it could not be started). */
 export const pidOf = (child: ChildProcess): number => required(child.pid, `the process id of ${child.spawnfile}`);
@@ -145,7 +146,12 @@ export async function until(condition: () => boolean, timeoutMs = 10_000) {
 }
 
 /** A server in a node process of its own, once its output says `ready`; its output is the error if it exits first. */
-export async function startServer(what: string, args: string[], ready: string, env: Record<string, string> = {}): Promise<ChildProcess> {
+export async function startServer(
+  what: string,
+  args: string[],
+  ready: string,
+  env: Record<string, string> = {},
+): Promise<ChildProcess> {
   const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk));

@@ -35,7 +35,13 @@ const app = createNodeApp(await createNodeDeps(config, database));
 const organisationId = newUuid();
 await db.insert(organisations).values({ id: organisationId, name: 'bench', createdAt: Date.now() });
 const workspace = await createWorkspace(db, { organisationId, slug: 'bench', now: Date.now() });
-const key = await createApiKey(db, { kind: 'workspace', organisationId, workspaceId: workspace.id, name: 'bench', now: Date.now() });
+const key = await createApiKey(db, {
+  kind: 'workspace',
+  organisationId,
+  workspaceId: workspace.id,
+  name: 'bench',
+  now: Date.now(),
+});
 const apiKeys = Array.from({ length: 20 }, () => newUuid());
 const virtualKeys = Array.from({ length: 4 }, () => newUuid());
 const models = ['gpt-4o', 'gpt-4o-mini', 'o3', 'llama3.1', 'qwen2.5'];
@@ -93,9 +99,15 @@ const get = (query: string) => async () => {
 const since = Math.floor(start / 1000);
 const reads = {
   days_30_total: await measure(get(`start_time=${since}&limit=31`), ITERATIONS),
-  days_30_by_model_and_api_key: await measure(get(`start_time=${since}&limit=31&group_by=model,api_key_id`), ITERATIONS),
+  days_30_by_model_and_api_key: await measure(
+    get(`start_time=${since}&limit=31&group_by=model,api_key_id`),
+    ITERATIONS,
+  ),
   days_30_by_virtual_key: await measure(get(`start_time=${since}&limit=31&group_by=virtual_key`), ITERATIONS),
-  hours_168_by_model: await measure(get(`start_time=${Math.floor((end - 7 * 86_400_000) / 1000)}&bucket_width=1h&limit=168&group_by=model`), ITERATIONS),
+  hours_168_by_model: await measure(
+    get(`start_time=${Math.floor((end - 7 * 86_400_000) / 1000)}&bucket_width=1h&limit=168&group_by=model`),
+    ITERATIONS,
+  ),
 };
 const [{ rows: usageRows }] = [await db.get<{ rows: number }>(sql`SELECT count(*) AS rows FROM usage`)];
 
@@ -105,7 +117,11 @@ console.log(
       benchmark: 'usage',
       setup: `${RUNS} runs over ${DAYS} days in one workspace (20 API keys, 5 models, 4 virtual keys), embedded libSQL, the app in-process`,
       usage_rows: usageRows,
-      end_run_ms_per_run: { with_usage_trigger: round(withTrigger, 4), without: round(withoutTrigger, 4), added: round(withTrigger - withoutTrigger, 4) },
+      end_run_ms_per_run: {
+        with_usage_trigger: round(withTrigger, 4),
+        without: round(withoutTrigger, 4),
+        added: round(withTrigger - withoutTrigger, 4),
+      },
       reads,
     },
     null,

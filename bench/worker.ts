@@ -34,7 +34,10 @@ try {
   // busy at 32 runs at a time: not what is measured here.
   worker = await startLocalWorker({ sqldArgs: ['--disable-intelligent-throttling'] });
   const pid = worker.pid();
-  const target = await prepare(worker.url, { authorization: `Bearer ${worker.workspaceKey}`, 'content-type': 'application/json' });
+  const target = await prepare(worker.url, {
+    authorization: `Bearer ${worker.workspaceKey}`,
+    'content-type': 'application/json',
+  });
   await pool(100, 8, () => firstToken(target));
   const result = {
     benchmark: 'worker',
@@ -59,9 +62,19 @@ interface Target {
 
 /** The virtual key (the workspace's default) and the assistant, made through the Worker. */
 async function prepare(url: string, headers: Record<string, string>): Promise<Target> {
-  await post(`${url}/v1/virtual-keys`, headers, { slug: 'bench', provider: 'openai', base_url: `${fakeUrl}/v1`, api_key: 'sk-bench', default: true });
+  await post(`${url}/v1/virtual-keys`, headers, {
+    slug: 'bench',
+    provider: 'openai',
+    base_url: `${fakeUrl}/v1`,
+    api_key: 'sk-bench',
+    default: true,
+  });
   const assistant = (await post(`${url}/v1/assistants`, headers, { model: 'bench-model' })) as { id: string };
-  const body = JSON.stringify({ assistant_id: assistant.id, stream: true, thread: { messages: [{ role: 'user', content }] } });
+  const body = JSON.stringify({
+    assistant_id: assistant.id,
+    stream: true,
+    thread: { messages: [{ role: 'user', content }] },
+  });
   return { url: `${url}/v1/threads/runs`, headers, body };
 }
 

@@ -31,9 +31,13 @@ const STAMP = join('dist', '.build-node.json');
  * @returns {Promise<boolean>}
  */
 export async function buildNode(root) {
-  const sources = fingerprint(root, SOURCES.flatMap((path) => walk(root, path)));
+  const sources = fingerprint(
+    root,
+    SOURCES.flatMap((path) => walk(root, path)),
+  );
   const stamp = await readStamp(root);
-  if (stamp && same(stamp.sources, sources) && same(stamp.outputs, fingerprint(root, Object.keys(stamp.outputs)))) return false;
+  if (stamp && same(stamp.sources, sources) && same(stamp.outputs, fingerprint(root, Object.keys(stamp.outputs))))
+    return false;
 
   // Loaded only to build: the check above is what most runs do.
   const { build } = await import('esbuild');
@@ -53,11 +57,17 @@ export async function buildNode(root) {
   };
   const results = await Promise.all([
     // The server and its chunker process whole, one file each, as docs/development.md measures them.
-    build({ ...common, entryPoints: { node: 'src/node.ts', 'chunker-process': 'src/runtime/node/chunker-process.ts' } }),
+    build({
+      ...common,
+      entryPoints: { node: 'src/node.ts', 'chunker-process': 'src/runtime/node/chunker-process.ts' },
+    }),
     build({ ...common, entryPoints: { cli: 'src/cli/main.ts' }, splitting: true, chunkNames: 'cli-[name]-[hash]' }),
   ]);
   await copyFile(join(root, 'src/db/embedded-writer.js'), join(root, 'dist/embedded-writer.js'));
-  const outputs = [...results.flatMap((result) => Object.keys(result.metafile.outputs)), join('dist', 'embedded-writer.js')];
+  const outputs = [
+    ...results.flatMap((result) => Object.keys(result.metafile.outputs)),
+    join('dist', 'embedded-writer.js'),
+  ];
   // Chunks are named by their content: the last build's that this one did not write are stale.
   for (const stale of Object.keys(stamp?.outputs ?? {}).filter((path) => !outputs.includes(path))) {
     await rm(join(root, stale), { force: true });

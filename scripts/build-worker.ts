@@ -25,7 +25,9 @@ try {
 const bundle = readFileSync(path);
 const gzipKiB = gzipSync(bundle, { level: 9 }).length / 1024;
 const rawKiB = bundle.length / 1024;
-console.log(`${relative(ROOT, path)}: ${rawKiB.toFixed(1)} KiB, ${gzipKiB.toFixed(1)} KiB gzipped (budget ${target.budgetKiB} KiB)`);
+console.log(
+  `${relative(ROOT, path)}: ${rawKiB.toFixed(1)} KiB, ${gzipKiB.toFixed(1)} KiB gzipped (budget ${target.budgetKiB} KiB)`,
+);
 if (gzipKiB > target.budgetKiB) {
   console.error(`The Worker bundle is over its budget of ${target.budgetKiB} KiB gzipped.`);
   process.exit(1);

@@ -22,7 +22,11 @@ export const TARGETS = {
 } satisfies Record<string, WorkerTarget>;
 
 /** Bundles `target` into `outdir` (emptied first); resolves to the bundle's path. */
-export async function bundleWorker(target: WorkerTarget, outdir: string, stdio: 'inherit' | 'ignore' = 'inherit'): Promise<string> {
+export async function bundleWorker(
+  target: WorkerTarget,
+  outdir: string,
+  stdio: 'inherit' | 'ignore' = 'inherit',
+): Promise<string> {
   rmSync(outdir, { recursive: true, force: true });
   const args = ['deploy', '-c', target.config, '--env=', '--dry-run', '--minify', '--outdir', outdir];
   const code = await exitCode(spawnWrangler(args, {}, stdio));

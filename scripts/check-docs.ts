@@ -24,7 +24,14 @@ import { ROOT, startGatewayProcess } from '../test/support/processes';
  */
 
 /** The chapters with shell examples, in the order a reader follows them on one gateway. */
-export const CHAPTERS = ['README.md', 'docs/fake-provider.md', 'docs/api.md', 'docs/rate-limits.md', 'docs/virtual-keys.md', 'docs/operations.md'];
+export const CHAPTERS = [
+  'README.md',
+  'docs/fake-provider.md',
+  'docs/api.md',
+  'docs/rate-limits.md',
+  'docs/virtual-keys.md',
+  'docs/operations.md',
+];
 
 /** What a `# →` group shows: the last lines printed by the commands above it, in its block. */
 export interface ShownOutput {
@@ -54,7 +61,8 @@ export function shellExamples(file: string, markdown: string): Example[] {
     if (!open) continue;
     const end = lines.findIndex((line, j) => j > i && line.startsWith('```'));
     if (end === -1) break;
-    if (open[1] === 'sh' && !/\bno-run\b/.test(open[2] ?? '')) examples.push(parseExample(file, i + 2, lines.slice(i + 1, end)));
+    if (open[1] === 'sh' && !/\bno-run\b/.test(open[2] ?? ''))
+      examples.push(parseExample(file, i + 2, lines.slice(i + 1, end)));
     i = end;
   }
   return examples;
@@ -72,7 +80,9 @@ function parseExample(file: string, firstLine: number, lines: string[]): Example
     const match = SHOWN.exec(line);
     if (!match) {
       if (UNMARKED_OUTPUT.test(line)) {
-        throw new Error(`${file}:${firstLine + i}: an output shown without '# →' is not compared: mark it, or say it in words`);
+        throw new Error(
+          `${file}:${firstLine + i}: an output shown without '# →' is not compared: mark it, or say it in words`,
+        );
       }
       code.push(line);
       continue;
@@ -103,7 +113,9 @@ const EXAMPLE = '@@check-docs-example@@';
  */
 export function showsOutput(shown: readonly string[], printed: string): boolean {
   const pattern = shown
-    .map((line) => (line.trim() === '…' ? '(?:[^\\n]*\\n)*?' : `${line.split('…').map(escapeRegExp).join('[^\\n]*?')}\\n`))
+    .map((line) =>
+      line.trim() === '…' ? '(?:[^\\n]*\\n)*?' : `${line.split('…').map(escapeRegExp).join('[^\\n]*?')}\\n`,
+    )
     .join('');
   return new RegExp(`(?:^|\\n)${pattern}$`).test(`${printed.trimEnd()}\n`);
 }
@@ -139,10 +151,14 @@ export async function runExamples(examples: Example[], env: NodeJS.ProcessEnv): 
   const problems: string[] = [];
   if (result.code !== 0) {
     const printed = result.stdout.replaceAll(new RegExp(`\\n${MARK}[-.@\\d]+${MARK}\\n`, 'g'), '\n').trimEnd();
-    problems.push(`an example failed (exit ${result.code})\n${tail(result.stderr, 30)}\nwhat it printed last:\n${indent(tail(printed, 10))}`);
+    problems.push(
+      `an example failed (exit ${result.code})\n${tail(result.stderr, 30)}\nwhat it printed last:\n${indent(tail(printed, 10))}`,
+    );
   }
   const stretches = printedStretches(result.stdout);
-  const groups = examples.flatMap((example, index) => example.shown.map((shown, group) => ({ file: example.file, shown, key: `${index}.${group}` })));
+  const groups = examples.flatMap((example, index) =>
+    example.shown.map((shown, group) => ({ file: example.file, shown, key: `${index}.${group}` })),
+  );
   for (const { file, shown, key } of groups) {
     const printed = stretches.get(key);
     if (printed === undefined) {
@@ -155,7 +171,10 @@ export async function runExamples(examples: Example[], env: NodeJS.ProcessEnv): 
       );
     }
   }
-  return { problem: problems.length === 0 ? null : problems.join('\n\n'), seconds: secondsByFile(examples, result.stdout) };
+  return {
+    problem: problems.length === 0 ? null : problems.join('\n\n'),
+    seconds: secondsByFile(examples, result.stdout),
+  };
 }
 
 /** Starts the stretch of output of example `index` (or ends the last), with the time in ns. */
@@ -164,7 +183,8 @@ const startMarker = (index: number) => `printf '\\n${MARK}-${index}@%s${MARK}\\n
 /** How long each file's blocks took, from the times their start markers printed. */
 function secondsByFile(examples: Example[], stdout: string): Map<string, number> {
   const started = new Map<number, number>();
-  for (const match of stdout.matchAll(new RegExp(`${MARK}-(\\d+)@(\\d+)${MARK}`, 'g'))) started.set(Number(match[1]), Number(match[2]) / 1e9);
+  for (const match of stdout.matchAll(new RegExp(`${MARK}-(\\d+)@(\\d+)${MARK}`, 'g')))
+    started.set(Number(match[1]), Number(match[2]) / 1e9);
   const seconds = new Map<string, number>();
   for (const [index, example] of examples.entries()) {
     const [from, to] = [started.get(index), started.get(index + 1)];
@@ -192,7 +212,13 @@ const tail = (text: string, lines: number) => text.split('\n').slice(-lines).joi
 /** Every documentation file: the README and docs/*.md. */
 export function documentationFiles(): string[] {
   const docs = join(ROOT, 'docs');
-  return [join(ROOT, 'README.md'), ...readdirSync(docs).filter((name) => name.endsWith('.md')).sort().map((name) => join(docs, name))];
+  return [
+    join(ROOT, 'README.md'),
+    ...readdirSync(docs)
+      .filter((name) => name.endsWith('.md'))
+      .sort()
+      .map((name) => join(docs, name)),
+  ];
 }
 
 /** The chapters' examples in reading order. */
@@ -209,7 +235,8 @@ export async function checkChapters(examples = chapterExamples()): Promise<Examp
   const fake = await startFakeUpstream();
   const gateway = await startGatewayProcess({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
   try {
-    const key = (name: string) => new RegExp(`${name} API key\\s+(gk_[A-Za-z0-9_-]+)`).exec(gateway.stdout())?.[1] ?? '';
+    const key = (name: string) =>
+      new RegExp(`${name} API key\\s+(gk_[A-Za-z0-9_-]+)`).exec(gateway.stdout())?.[1] ?? '';
     const env: NodeJS.ProcessEnv = {
       ...process.env,
       // The CLI's examples administer the same database.
@@ -231,7 +258,10 @@ export async function checkChapters(examples = chapterExamples()): Promise<Examp
 /** The chapters' examples get this long in all: one that starts a server and never returns fails. */
 const SCRIPT_TIMEOUT_MS = 240_000;
 
-function bash(script: string, env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function bash(
+  script: string,
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn('bash', ['-c', script], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     let stdout = '';
@@ -254,7 +284,9 @@ function bash(script: string, env: NodeJS.ProcessEnv): Promise<{ code: number | 
 if (process.argv[1] && pathToFileURL(resolve(process.argv[1])).href === import.meta.url) {
   const examples = chapterExamples();
   const { problem, seconds } = await checkChapters(examples);
-  process.stdout.write(`${problem ? 'FAIL' : 'ok  '} ${CHAPTERS.join(', ')}: ${examples.length} examples, ${examples.reduce((n, e) => n + e.shown.length, 0)} outputs compared\n`);
+  process.stdout.write(
+    `${problem ? 'FAIL' : 'ok  '} ${CHAPTERS.join(', ')}: ${examples.length} examples, ${examples.reduce((n, e) => n + e.shown.length, 0)} outputs compared\n`,
+  );
   for (const [file, taken] of seconds) process.stdout.write(`  ${relative(ROOT, file)}: ${taken.toFixed(1)} s\n`);
   if (problem) process.stderr.write(`${problem}\n`);
   process.exit(problem ? 1 : 0);

@@ -30,7 +30,13 @@ try {
   const response = await fetch(`${gateway.url}/v1/virtual-keys`, {
     method: 'POST',
     headers: { 'x-gateway-api-key': keys.workspace_api_key, 'content-type': 'application/json' },
-    body: JSON.stringify({ slug: 'demo', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-demo', default: true }),
+    body: JSON.stringify({
+      slug: 'demo',
+      provider: 'openai',
+      base_url: fake.baseURL,
+      api_key: 'sk-demo',
+      default: true,
+    }),
   });
   const virtualKey = (await response.json()) as { slug: string; provider: string; base_url: string };
   process.stdout.write(`  ${JSON.stringify(virtualKey)}\n`);
@@ -56,7 +62,8 @@ try {
   process.stdout.write(`  ${assistant.id} (${assistant.name}, model ${assistant.model})\n`);
 
   step('beta.threads.createAndRunStream: the answer arrives delta by delta');
-  const reply = 'Hello from the gateway. This answer travelled from the provider through the gateway, one delta at a time, as server-sent events.';
+  const reply =
+    'Hello from the gateway. This answer travelled from the provider through the gateway, one delta at a time, as server-sent events.';
   const stream = openai.beta.threads.createAndRunStream({
     assistant_id: assistant.id,
     tools: [],

@@ -31,7 +31,8 @@ function workerPort(args: string[]): number {
   }
   if (port === undefined) return 8788;
   const number = Number(port);
-  if (!Number.isInteger(number) || number < 1 || number > 65535) usage(`--port must be a port number (1-65535), got '${port}'`);
+  if (!Number.isInteger(number) || number < 1 || number > 65535)
+    usage(`--port must be a port number (1-65535), got '${port}'`);
   return number;
 }
 

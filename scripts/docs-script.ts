@@ -20,12 +20,16 @@ const update = process.argv.includes('--update');
 const scratch = mkdtempSync(join(tmpdir(), 'docs-script-'));
 try {
   const spec = `${DOCS_SCRIPT.package}@${DOCS_SCRIPT.version}`;
-  const tarball = execFileSync('npm', ['pack', spec, '--silent', '--pack-destination', scratch], { encoding: 'utf8' }).trim();
+  const tarball = execFileSync('npm', ['pack', spec, '--silent', '--pack-destination', scratch], {
+    encoding: 'utf8',
+  }).trim();
   execFileSync('tar', ['-xzf', join(scratch, tarball), '-C', scratch, `package/${DOCS_SCRIPT.source}`]);
   const bytes = readFileSync(join(scratch, 'package', DOCS_SCRIPT.source));
   const integrity = `sha384-${createHash('sha384').update(bytes).digest('base64')}`;
   if (integrity !== DOCS_SCRIPT.integrity && !update) {
-    throw new Error(`${spec}'s ${DOCS_SCRIPT.source} is ${integrity}, not the ${DOCS_SCRIPT.integrity} the page declares.`);
+    throw new Error(
+      `${spec}'s ${DOCS_SCRIPT.source} is ${integrity}, not the ${DOCS_SCRIPT.integrity} the page declares.`,
+    );
   }
   writeFileSync(DOCS_SCRIPT_PATH, bytes);
   console.log(`Wrote ${DOCS_SCRIPT_PATH} (${bytes.length} bytes, ${integrity})`);

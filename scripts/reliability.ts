@@ -64,7 +64,11 @@ const COLUMNS: [keyof Tally, string, boolean][] = [
 
 const lines = (file: string): Record<string, any>[] =>
   existsSync(join(reportDir, file))
-    ? readFileSync(join(reportDir, file), 'utf8').trim().split('\n').filter(Boolean).map((line) => JSON.parse(line))
+    ? readFileSync(join(reportDir, file), 'utf8')
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line))
     : [];
 
 const bySuite = new Map<string, Tally>();
@@ -77,7 +81,9 @@ const total: Tally = {};
 for (const tally of bySuite.values()) for (const [key] of COLUMNS) total[key] = (total[key] ?? 0) + (tally[key] ?? 0);
 
 const header = ['suite', ...COLUMNS.map(([, label, mustBeZero]) => (mustBeZero ? `${label} (must be 0)` : label))];
-const rows = [...bySuite.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([suite, tally]) => [suite, ...COLUMNS.map(([key]) => String(tally[key] ?? 0))]);
+const rows = [...bySuite.entries()]
+  .sort(([a], [b]) => a.localeCompare(b))
+  .map(([suite, tally]) => [suite, ...COLUMNS.map(([key]) => String(tally[key] ?? 0))]);
 rows.push(['**total**', ...COLUMNS.map(([key]) => `**${total[key] ?? 0}**`)]);
 const table = [header, header.map(() => '---'), ...rows].map((cells) => `| ${cells.join(' | ')} |`).join('\n');
 
@@ -87,10 +93,17 @@ for (const [key, label, mustBeZero] of COLUMNS) {
 if (bySuite.size === 0) failures.push('no suite reported any figures');
 
 const figures = lines('figures.jsonl')
-  .map(({ suite, ...values }) => `- ${suite}: ${Object.entries(values).map(([name, value]) => `${name} ${value}`).join(', ')}`)
+  .map(
+    ({ suite, ...values }) =>
+      `- ${suite}: ${Object.entries(values)
+        .map(([name, value]) => `${name} ${value}`)
+        .join(', ')}`,
+  )
   .join('\n');
 
-process.stdout.write(`\n## Reliability summary (${Math.round((performance.now() - started) / 1000)} s)\n\n${table}\n\n${figures}\n\n`);
+process.stdout.write(
+  `\n## Reliability summary (${Math.round((performance.now() - started) / 1000)} s)\n\n${table}\n\n${figures}\n\n`,
+);
 rmSync(reportDir, { recursive: true, force: true });
 if (failures.length > 0) {
   process.stdout.write(`FAILED:\n${failures.map((failure) => `- ${failure}`).join('\n')}\n`);

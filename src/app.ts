@@ -95,7 +95,14 @@ export function createApp(deps: Deps) {
   app.route('/v1/vector_stores', vectorStoreRoutes);
   app.route('/v1/vector_stores', vectorStoreSearchRoutes);
 
-  app.notFound((c) => errorResponse(new ApiError('route_not_found', `Unknown route: ${c.req.method} ${shorten(c.req.path)}.${baseUrlHint(c.req.path)}`)));
+  app.notFound((c) =>
+    errorResponse(
+      new ApiError(
+        'route_not_found',
+        `Unknown route: ${c.req.method} ${shorten(c.req.path)}.${baseUrlHint(c.req.path)}`,
+      ),
+    ),
+  );
 
   app.onError((error, c) => {
     const apiError = toApiError(error);
@@ -127,6 +134,10 @@ function toApiError(error: unknown): ApiError {
     if (error.status === 413) return new ApiError('payload_too_large');
   }
   const refusal = databaseRefusal(error);
-  if (refusal) return new ApiError(refusal === 'busy' ? 'database_busy' : 'database_timeout', undefined, { headers: { 'retry-after': '1' }, cause: error });
+  if (refusal)
+    return new ApiError(refusal === 'busy' ? 'database_busy' : 'database_timeout', undefined, {
+      headers: { 'retry-after': '1' },
+      cause: error,
+    });
   return serverError(error);
 }

@@ -113,7 +113,12 @@ export interface RunHost {
    * it has succeeded, and drops the execution, without a trace, if it fails. The caller answers
    * with the stream only once the commit succeeded.
    */
-  stream(run: RunRow, options: StreamOptions, context: RequestContext, written?: Promise<unknown>): Promise<ReadableStream<Uint8Array>>;
+  stream(
+    run: RunRow,
+    options: StreamOptions,
+    context: RequestContext,
+    written?: Promise<unknown>,
+  ): Promise<ReadableStream<Uint8Array>>;
   /**
    * Stops a run just marked `cancelling`, at once, where it executes. Wherever this does not
    * reach, the run's lease renewal notices the cancel, within a third of the lease.

@@ -96,7 +96,11 @@ export const ERROR_CODES = {
   /** The database turned the request away under load (its busy refusal, a libSQL server's 429) past the retries: nothing was written. */
   database_busy: { status: 503, message: 'The database is busy; nothing was written. Retry in a moment.' },
   /** The database server did not answer in time (GATEWAY_DATABASE_TIMEOUT_MS): a write may or may not have been applied. */
-  database_timeout: { status: 503, message: 'The database did not answer in time; a write of this request may or may not have been applied. Retry in a moment.' },
+  database_timeout: {
+    status: 503,
+    message:
+      'The database did not answer in time; a write of this request may or may not have been applied. Retry in a moment.',
+  },
   /** The deployment lacks configuration it cannot serve without (a Worker's LIBSQL_URL, its key): the message names it. */
   gateway_misconfigured: { status: 503 },
   /**

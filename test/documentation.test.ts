@@ -2,7 +2,14 @@ import { defined } from './support/defined';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { CHAPTERS, checkChapters, documentationFiles, runExamples, shellExamples, showsOutput } from '../scripts/check-docs';
+import {
+  CHAPTERS,
+  checkChapters,
+  documentationFiles,
+  runExamples,
+  shellExamples,
+  showsOutput,
+} from '../scripts/check-docs';
 import { configSchema } from '../src/config';
 import { ROOT } from './support/processes';
 
@@ -22,7 +29,9 @@ describe('the documentation', () => {
 
   it('lists every configuration variable, and only those, in the table of docs/operations.md', () => {
     const variables = Object.keys(configSchema.shape).sort();
-    const table = [...read(join(ROOT, 'docs/operations.md')).matchAll(/^\| `([A-Z][A-Z0-9_]+)` \|/gm)].map((match) => match[1]);
+    const table = [...read(join(ROOT, 'docs/operations.md')).matchAll(/^\| `([A-Z][A-Z0-9_]+)` \|/gm)].map(
+      (match) => match[1],
+    );
     expect([...new Set(table)].sort()).toEqual(variables);
   });
 
@@ -49,13 +58,17 @@ describe('the documentation', () => {
     }
   });
 
-  it('runs every chapter’s shell examples in order on one gateway, and each output they show is what came back', async ({ expect }) => {
+  it('runs every chapter’s shell examples in order on one gateway, and each output they show is what came back', async ({
+    expect,
+  }) => {
     expect((await checkChapters()).problem).toBeNull();
   }, 300_000);
 });
 
 describe('the README’s wait_run', () => {
-  it('ends on a run that failed, printing its status and its last_error, as on any final status', async ({ expect }) => {
+  it('ends on a run that failed, printing its status and its last_error, as on any final status', async ({
+    expect,
+  }) => {
     const readme = read(join(ROOT, 'README.md'));
     const helpers = /^json\(\) \{.*\n(?:wait_run\(\) \{[^]*?\n\}\n)/m.exec(readme)?.[0];
     expect(helpers).toContain('wait_run() {');
@@ -76,20 +89,34 @@ describe('check:docs', () => {
   const example = (code: string) => shellExamples('example.md', `\`\`\`sh\n${code}\n\`\`\``);
 
   it('fails when a shown output differs from what the command printed, naming the line and both', async () => {
-    const { problem } = await runExamples(example('echo \'{"data":[]}\'\n# → {"data":[{"file_id":"file-…"}]}'), process.env);
+    const { problem } = await runExamples(
+      example('echo \'{"data":[]}\'\n# → {"data":[{"file_id":"file-…"}]}'),
+      process.env,
+    );
     expect(problem).toContain('example.md:3: shows');
     expect(problem).toContain('{"data":[{"file_id":"file-…"}]}');
     expect(problem).toContain('but the commands above it printed\n    {"data":[]}');
   });
 
   it('passes a shown output that matches, `…` standing for anything in a line and a `…` line for any lines', async () => {
-    const code = ['echo "id: abc123 at 1767225600"', '# → id: … at …', "printf 'a\\nb\\nc\\nd\\n'", '# → a', '# → …', '# → d', 'echo tail', '# → tail'];
+    const code = [
+      'echo "id: abc123 at 1767225600"',
+      '# → id: … at …',
+      "printf 'a\\nb\\nc\\nd\\n'",
+      '# → a',
+      '# → …',
+      '# → d',
+      'echo tail',
+      '# → tail',
+    ];
     expect((await runExamples(example(code.join('\n')), process.env)).problem).toBeNull();
   });
 
   it('fails an example that fails, and an output shown without `# →`', async () => {
     expect((await runExamples(example('false'), process.env)).problem).toContain('an example failed (exit 1)');
-    expect(() => example('curl -s $GATEWAY/health\n# {"status":"ok"}')).toThrow(/example\.md:3: an output shown without '# →' is not compared/);
+    expect(() => example('curl -s $GATEWAY/health\n# {"status":"ok"}')).toThrow(
+      /example\.md:3: an output shown without '# →' is not compared/,
+    );
   });
 
   it('matches shown lines at the end of what was printed, as the table says', () => {
@@ -103,6 +130,7 @@ describe('check:docs', () => {
       [['a.b'], 'axb', false], // a shown line is text, not a pattern
       [['end'], 'the end', false], // whole lines only
     ];
-    for (const [shown, printed, matches] of table) expect(showsOutput(shown, printed), `${JSON.stringify(shown)} in ${JSON.stringify(printed)}`).toBe(matches);
+    for (const [shown, printed, matches] of table)
+      expect(showsOutput(shown, printed), `${JSON.stringify(shown)} in ${JSON.stringify(printed)}`).toBe(matches);
   });
 });

@@ -24,7 +24,11 @@ const assistant = await client.beta.assistants.create({
       function: {
         name: 'add',
         description: 'Adds two numbers.',
-        parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
+        parameters: {
+          type: 'object',
+          properties: { a: { type: 'number' }, b: { type: 'number' } },
+          required: ['a', 'b'],
+        },
       },
     },
   ],

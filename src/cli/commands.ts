@@ -50,9 +50,15 @@ export const commands: Command[] = [
   },
   {
     name: 'api-keys create',
-    usage: 'api-keys create (--workspace <id|slug> | --organisation-key) [--name <name>] [--organisation <id>] [--json]',
+    usage:
+      'api-keys create (--workspace <id|slug> | --organisation-key) [--name <name>] [--organisation <id>] [--json]',
     summary: 'Create an API key for a workspace, or an organisation key. The key is printed once.',
-    options: { ...workspaceOption, 'organisation-key': { type: 'boolean' }, name: { type: 'string' }, ...organisationOption },
+    options: {
+      ...workspaceOption,
+      'organisation-key': { type: 'boolean' },
+      name: { type: 'string' },
+      ...organisationOption,
+    },
     run: async (ctx) => (await identities()).createApiKeyCommand(ctx),
   },
   {
@@ -79,7 +85,13 @@ export const commands: Command[] = [
       'read from standard input or from the environment variable NAME, never from a flag (shell history). ' +
       '--models: the models (exact names, * globs) whose runs go to it when they name no key; --default: the ' +
       "workspace's fallback key.",
-    options: { ...workspaceOption, slug: { type: 'string' }, provider: { type: 'string' }, default: { type: 'boolean' }, ...keyOptions },
+    options: {
+      ...workspaceOption,
+      slug: { type: 'string' },
+      provider: { type: 'string' },
+      default: { type: 'boolean' },
+      ...keyOptions,
+    },
     run: async (ctx) => (await virtualKeys()).createVirtualKeyCommand(ctx),
   },
   {

@@ -42,7 +42,8 @@ export async function init(ctx: CommandContext): Promise<void> {
     { command: `gateway api-keys create --workspace ${workspace?.slug ?? '<slug>'}`, makes: 'a workspace key' },
     { command: 'gateway api-keys create --organisation-key', makes: 'an organisation key' },
   ];
-  const message = 'Already initialised: nothing created. Its first API keys were shown once and are not stored; create new ones with the create_keys commands.';
+  const message =
+    'Already initialised: nothing created. Its first API keys were shown once and are not stored; create new ones with the create_keys commands.';
   if (ctx.json) {
     ctx.print(
       JSON.stringify({
@@ -130,8 +131,13 @@ export async function revokeApiKeyCommand(ctx: CommandContext): Promise<void> {
   ctx.print(ctx.json ? JSON.stringify(key) : `Revoked ${key.kind} key ${key.id} (${key.prefix}…).\n`);
 }
 
-
-function workspaceJson(workspace: { id: string; slug: string; name: string; organisationId: string; createdAt: number }) {
+function workspaceJson(workspace: {
+  id: string;
+  slug: string;
+  name: string;
+  organisationId: string;
+  createdAt: number;
+}) {
   return {
     id: workspace.id,
     slug: workspace.slug,

@@ -22,7 +22,11 @@ export function formatTable(rows: Record<string, unknown>[], columns: string[]):
   if (rows.length === 0) return '(none)\n';
   const cells = rows.map((row) => columns.map((column) => stringify(row[column])));
   const widths = columns.map((column, i) => Math.max(column.length, ...cells.map((line) => line[i]?.length ?? 0)));
-  const render = (line: string[]) => line.map((cell, i) => cell.padEnd(widths[i] ?? 0)).join('  ').trimEnd();
+  const render = (line: string[]) =>
+    line
+      .map((cell, i) => cell.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd();
   return [render(columns), ...cells.map(render)].join('\n') + '\n';
 }
 

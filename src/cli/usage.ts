@@ -17,7 +17,8 @@ function unixSeconds(ctx: CommandContext, option: string): string | undefined {
   if (value === undefined) return undefined;
   if (/^\d+$/.test(value)) return value;
   const ms = Date.parse(/^\d{4}-\d{2}-\d{2}$/.test(value) ? `${value}T00:00:00Z` : value);
-  if (Number.isNaN(ms)) throw new UsageError(`--${option}: expected a date (2026-11-01), a time (2026-11-01T10:00Z) or Unix seconds`);
+  if (Number.isNaN(ms))
+    throw new UsageError(`--${option}: expected a date (2026-11-01), a time (2026-11-01T10:00Z) or Unix seconds`);
   return String(Math.floor(ms / 1000));
 }
 
@@ -56,4 +57,3 @@ export async function usageCommand(ctx: CommandContext): Promise<void> {
   ctx.print(formatTable(rows, ['start', ...groups, 'input_tokens', 'output_tokens', 'total_tokens', 'num_requests']));
   if (page.has_more) ctx.print(`More buckets follow: --since ${page.next_page}\n`);
 }
-

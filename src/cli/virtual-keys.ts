@@ -1,7 +1,12 @@
 import type * as z from 'zod';
 import { validationError } from '../http/middleware/validate';
 import { createVirtualKeyBody, updateVirtualKeyBody } from '../resources/virtual-keys/schemas';
-import { createVirtualKey, listVirtualKeys, revokeVirtualKey, updateVirtualKey } from '../resources/virtual-keys/commands';
+import {
+  createVirtualKey,
+  listVirtualKeys,
+  revokeVirtualKey,
+  updateVirtualKey,
+} from '../resources/virtual-keys/commands';
 import type { VirtualKey } from '../db/schema';
 import { upstreamRules } from '../resources/virtual-keys/upstream-rules';
 import { listWorkspaces, type Workspace } from '../resources/identities/workspaces';
@@ -40,7 +45,8 @@ async function readProviderKey(ctx: CommandContext, optional = false): Promise<s
   }
   const fromStdin = ctx.values['api-key-stdin'] === true;
   const variable = optionalString(ctx, 'api-key-env');
-  if (fromStdin && variable !== undefined) throw new UsageError('pass only one of --api-key-stdin and --api-key-env <NAME>');
+  if (fromStdin && variable !== undefined)
+    throw new UsageError('pass only one of --api-key-stdin and --api-key-env <NAME>');
   if (fromStdin) return (await ctx.readStdin()).trim();
   if (variable === undefined) {
     if (optional) return undefined;
@@ -56,7 +62,9 @@ async function readProviderKey(ctx: CommandContext, optional = false): Promise<s
   }
   const value = ctx.env[variable];
   if (value === undefined) {
-    throw new UsageError('the environment variable that --api-key-env names is not set (its name is not shown here, in case it is a key)');
+    throw new UsageError(
+      'the environment variable that --api-key-env names is not set (its name is not shown here, in case it is a key)',
+    );
   }
   return value;
 }
@@ -70,7 +78,17 @@ function tableRow(key: VirtualKey) {
   return { ...json, created_at: iso(json.created_at), revoked_at: iso(json.revoked_at) };
 }
 
-const TABLE_COLUMNS = ['slug', 'provider', 'base_url', 'models', 'default', 'workspace_id', 'id', 'created_at', 'revoked_at'];
+const TABLE_COLUMNS = [
+  'slug',
+  'provider',
+  'base_url',
+  'models',
+  'default',
+  'workspace_id',
+  'id',
+  'created_at',
+  'revoked_at',
+];
 
 /** `--models a,b*`: the list, comma-separated; an empty value (`--models ''`) is the empty list. */
 function modelsOption(ctx: CommandContext): string[] | undefined {
@@ -172,6 +190,9 @@ export async function revokeVirtualKeyCommand(ctx: CommandContext): Promise<void
   if (!slug) throw new UsageError('the slug of the virtual key to revoke is required');
   const workspace = await resolveWorkspace(ctx, requireString(ctx, 'workspace'));
   const key = await revokeVirtualKey(ctx.db, workspace.id, slug, ctx.now());
-  ctx.print(ctx.json ? JSON.stringify(toVirtualKeyJson(key)) : `Revoked virtual key '${key.slug}' in workspace ${workspace.slug}.\n`);
+  ctx.print(
+    ctx.json
+      ? JSON.stringify(toVirtualKeyJson(key))
+      : `Revoked virtual key '${key.slug}' in workspace ${workspace.slug}.\n`,
+  );
 }
-

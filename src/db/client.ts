@@ -1,5 +1,14 @@
 import type { Client, InValue, ResultSet } from '@libsql/client';
-import { getTableColumns, getTableName, sql, type Column, type InferInsertModel, type InferSelectModel, type SQL, type Table } from 'drizzle-orm';
+import {
+  getTableColumns,
+  getTableName,
+  sql,
+  type Column,
+  type InferInsertModel,
+  type InferSelectModel,
+  type SQL,
+  type Table,
+} from 'drizzle-orm';
 import type { BatchItem } from 'drizzle-orm/batch';
 import type { LibSQLDatabase } from 'drizzle-orm/libsql';
 import type { SQLiteTable } from 'drizzle-orm/sqlite-core';
@@ -85,7 +94,10 @@ export function preparedQuery<T>(build: (db: Db) => T): (db: Db) => T {
  * prepared per database and shape, `shapeOf` naming the shape of the arguments `build` takes. The
  * shapes must be few (they are kept), and everything `build` puts in the SQL must be in the name.
  */
-export function preparedQueries<Args extends unknown[], T>(build: (db: Db, ...args: Args) => T, shapeOf: (...args: Args) => string): (db: Db, ...args: Args) => T {
+export function preparedQueries<Args extends unknown[], T>(
+  build: (db: Db, ...args: Args) => T,
+  shapeOf: (...args: Args) => string,
+): (db: Db, ...args: Args) => T {
   const prepared = new WeakMap<Db, Map<string, T>>();
   return (db, ...args) => {
     let shapes = prepared.get(db);
@@ -141,7 +153,10 @@ export interface PartsClient {
 }
 
 /** Per table: its columns with a `$defaultFn`, and for each set of fields written, the insert's head and `?`s. */
-const insertShapes = new WeakMap<Table, { generated: [string, () => unknown][]; shapes: Map<string, { head: string; marks: string; columns: Column[] }> }>();
+const insertShapes = new WeakMap<
+  Table,
+  { generated: [string, () => unknown][]; shapes: Map<string, { head: string; marks: string; columns: Column[] }> }
+>();
 
 /**
  * The insert of one row into `table`, as a raw statement: the same SQL and arguments Drizzle's
@@ -151,7 +166,11 @@ const insertShapes = new WeakMap<Table, { generated: [string, () => unknown][]; 
  * is left out, so that the database's default applies. `encoded` sets columns to values already in
  * their stored form, as text in parts (a JSON column's JSON), as updateStatement's does.
  */
-export function insertStatement<T extends Table>(table: T, row: InferInsertModel<T>, options: { encoded?: Encoded<T> } = {}): RawStatement {
+export function insertStatement<T extends Table>(
+  table: T,
+  row: InferInsertModel<T>,
+  options: { encoded?: Encoded<T> } = {},
+): RawStatement {
   const { head, marks, args } = insertParts(table, row, options.encoded);
   return { sql: `${head} values (${marks})`, args };
 }
@@ -188,10 +207,17 @@ export function insertWhereStatement<T extends Table>(
   options: { encoded?: Encoded<T>; returning?: boolean } = {},
 ): RawStatement {
   const { head, marks, args } = insertParts(table, row, options.encoded);
-  return { sql: `${head} select ${marks} where ${condition.sql}${options.returning === false ? '' : ' returning *'}`, args: [...args, ...condition.args] };
+  return {
+    sql: `${head} select ${marks} where ${condition.sql}${options.returning === false ? '' : ' returning *'}`,
+    args: [...args, ...condition.args],
+  };
 }
 
-function insertParts<T extends Table>(table: T, row: InferInsertModel<T>, encoded?: Encoded<T>): { head: string; marks: string; args: RawValue[] } {
+function insertParts<T extends Table>(
+  table: T,
+  row: InferInsertModel<T>,
+  encoded?: Encoded<T>,
+): { head: string; marks: string; args: RawValue[] } {
   let known = insertShapes.get(table);
   if (!known) {
     const generated = Object.entries(getTableColumns(table)).flatMap(([key, column]): [string, () => unknown][] =>
@@ -210,7 +236,11 @@ function insertParts<T extends Table>(table: T, row: InferInsertModel<T>, encode
   if (!shape) {
     const columns = columnsOf(table, keys);
     const names = columns.map((column) => `"${column.name}"`).join(', ');
-    shape = { head: `insert into "${getTableName(table)}" (${names})`, marks: columns.map(() => '?').join(', '), columns };
+    shape = {
+      head: `insert into "${getTableName(table)}" (${names})`,
+      marks: columns.map(() => '?').join(', '),
+      columns,
+    };
     known.shapes.set(signature, shape);
   }
   const { head, marks, columns } = shape;
@@ -218,7 +248,12 @@ function insertParts<T extends Table>(table: T, row: InferInsertModel<T>, encode
 }
 
 /** The arguments for `keys`' columns: each value through its column's mapping, but those given `encoded`, as they are. */
-function driverValues(keys: string[], values: Record<string, unknown>, columns: Column[], encoded: Partial<Record<string, TextParts>> = {}): RawValue[] {
+function driverValues(
+  keys: string[],
+  values: Record<string, unknown>,
+  columns: Column[],
+  encoded: Partial<Record<string, TextParts>> = {},
+): RawValue[] {
   return keys.map((key, i) => {
     const value = values[key];
     if (value === null) return null;
@@ -259,8 +294,11 @@ export interface RawCondition {
  */
 export function sqlOf(condition: RawCondition): SQL {
   const parts = condition.sql.split('?');
-  if (parts.length !== condition.args.length + 1) throw new Error(`a raw condition with ${parts.length - 1} marks and ${condition.args.length} arguments`);
-  return sql.join(parts.flatMap((part, i) => (i === 0 ? [sql.raw(part)] : [sql`${condition.args[i - 1]}`, sql.raw(part)])));
+  if (parts.length !== condition.args.length + 1)
+    throw new Error(`a raw condition with ${parts.length - 1} marks and ${condition.args.length} arguments`);
+  return sql.join(
+    parts.flatMap((part, i) => (i === 0 ? [sql.raw(part)] : [sql`${condition.args[i - 1]}`, sql.raw(part)])),
+  );
 }
 
 const updateShapes = new WeakMap<Table, Map<string, { set: string; columns: Column[] }>>();
@@ -288,7 +326,10 @@ export function updateStatement<T extends Table>(
   let shape = shapes.get(signature);
   if (!shape) {
     const columns = columnsOf(table, keys);
-    shape = { set: `update "${getTableName(table)}" set ${columns.map((column) => `"${column.name}" = ?`).join(', ')} where `, columns };
+    shape = {
+      set: `update "${getTableName(table)}" set ${columns.map((column) => `"${column.name}" = ?`).join(', ')} where `,
+      columns,
+    };
     shapes.set(signature, shape);
   }
   const args = driverValues(keys, values, shape.columns, encoded);

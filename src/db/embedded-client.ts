@@ -194,7 +194,8 @@ interface PendingWrite {
 
 // The writer thread's messages (embedded-writer.js). A text given in parts (TextParts) goes as
 // `{ utf8: [...] }`, its parts encoded one by one and transferred, and is joined there.
-type WriterRequest = { type: 'group'; id: number; writes: [string, unknown[] | Record<string, unknown>][][] } | { type: 'close' };
+type WriterRequest =
+  { type: 'group'; id: number; writes: [string, unknown[] | Record<string, unknown>][][] } | { type: 'close' };
 interface WriterResult {
   /** Null for a statement that returns no rows. */
   rows: unknown[][] | null;
@@ -226,7 +227,9 @@ class SqliteError extends Error {
 const toError = ({ message, code, rawCode }: WriterError) => new SqliteError(message, code, rawCode);
 
 /** A reply that misses a write's outcome (the thread answers one per write): that write fails. */
-const NO_OUTCOME = { error: { message: 'The writer thread answered no outcome for this write', code: undefined, rawCode: undefined } };
+const NO_OUTCOME = {
+  error: { message: 'The writer thread answered no outcome for this write', code: undefined, rawCode: undefined },
+};
 
 /** The file: its two connections, the prepared statements of this thread's, and whose turn it is to write. */
 class EmbeddedFile {
@@ -351,7 +354,13 @@ class EmbeddedFile {
   #rows(prepared: Prepared, values: unknown[][]): Result {
     const { shape } = prepared;
     if (!shape) throw new Error('The database answered rows for a statement that returns none');
-    return new Result(prepared.columns, prepared.columnTypes, values.map((row) => toRow(shape, row)), 0, undefined);
+    return new Result(
+      prepared.columns,
+      prepared.columnTypes,
+      values.map((row) => toRow(shape, row)),
+      0,
+      undefined,
+    );
   }
 
   #schedule(): void {
@@ -453,7 +462,8 @@ class EmbeddedFile {
       // may have committed or not, as when a process dies in a commit; its callers get an error
       // and none is told that its writes were kept. The next group starts a new thread.
       const why = this.#writerFailure?.message ?? 'it exited';
-      for (const write of flight.writes) write.reject(new Error(`The embedded database's writer thread stopped: ${why}`));
+      for (const write of flight.writes)
+        write.reject(new Error(`The embedded database's writer thread stopped: ${why}`));
       this.#writerFailure = null;
       this.#endFlight();
     });
@@ -491,7 +501,11 @@ class EmbeddedClient {
   /** A batch is atomic; its mode does not matter here: every write takes the write lock. */
   async batch(statements: (InStatement | [string, InArgs?])[], _mode?: TransactionMode): Promise<ResultSet[]> {
     this.#checkOpen();
-    return this.#batch(statements.map((statement) => (Array.isArray(statement) ? { sql: statement[0], args: statement[1] } : normalise(statement))));
+    return this.#batch(
+      statements.map((statement) =>
+        Array.isArray(statement) ? { sql: statement[0], args: statement[1] } : normalise(statement),
+      ),
+    );
   }
 
   /** PartsClient (client.ts): a batch whose TextParts reach the writer thread unjoined. */
@@ -514,10 +528,12 @@ class EmbeddedClient {
     return file.here(() => {
       file.run('PRAGMA foreign_keys = off');
       try {
-        return file.inTransaction('BEGIN DEFERRED', () => statements.map((statement) => {
-          const { sql, args } = normalise(statement);
-          return file.run(sql, args);
-        }));
+        return file.inTransaction('BEGIN DEFERRED', () =>
+          statements.map((statement) => {
+            const { sql, args } = normalise(statement);
+            return file.run(sql, args);
+          }),
+        );
       } finally {
         file.run('PRAGMA foreign_keys = on');
       }
@@ -530,7 +546,9 @@ class EmbeddedClient {
   }
 
   async transaction(): Promise<never> {
-    throw new Error('Interactive transactions are not supported on the embedded database: use db.batch (see src/db/client.ts).');
+    throw new Error(
+      'Interactive transactions are not supported on the embedded database: use db.batch (see src/db/client.ts).',
+    );
   }
 
   close(): void {
@@ -542,7 +560,9 @@ class EmbeddedClient {
   #write(statements: Statement[]): Promise<Result[]> {
     const file = this.#file;
     if (!this.#immediate) return file.group(statements);
-    return file.here(() => file.inTransaction('BEGIN IMMEDIATE', () => statements.map(({ sql, args }) => file.run(sql, args))));
+    return file.here(() =>
+      file.inTransaction('BEGIN IMMEDIATE', () => statements.map(({ sql, args }) => file.run(sql, args))),
+    );
   }
 
   #checkOpen(): void {
@@ -613,9 +633,15 @@ export interface EmbeddedClientOptions {
  * writes that a group would only delay (see NodeDatabase.countersClient). Both read on this thread,
  * through one connection: a PRAGMA through either sets it for both (and not for the writer's).
  */
-export function openEmbeddedClients(path: string, options: EmbeddedClientOptions): { client: Client & PartsClient; immediateClient: Client & PartsClient } {
+export function openEmbeddedClients(
+  path: string,
+  options: EmbeddedClientOptions,
+): { client: Client & PartsClient; immediateClient: Client & PartsClient } {
   const file = new EmbeddedFile(path, options.timeoutMs, 2);
-  return { client: asClient(new EmbeddedClient(file, false)), immediateClient: asClient(new EmbeddedClient(file, true)) };
+  return {
+    client: asClient(new EmbeddedClient(file, false)),
+    immediateClient: asClient(new EmbeddedClient(file, true)),
+  };
 }
 
 /** The embedded file's group-committing client alone. */

@@ -44,7 +44,8 @@ function prepare(sql) {
   if (cached) return cached;
   const statement = db.prepare(sql);
   if (statement.reader) statement.raw(true);
-  if (statements.size >= MAX_CACHED_STATEMENTS) statements.delete(/** @type {string} */ (statements.keys().next().value));
+  if (statements.size >= MAX_CACHED_STATEMENTS)
+    statements.delete(/** @type {string} */ (statements.keys().next().value));
   statements.set(sql, statement);
   return statement;
 }
@@ -55,7 +56,8 @@ function prepare(sql) {
  */
 function run(sql, args = []) {
   const statement = prepare(sql);
-  if (statement.reader) return { rows: /** @type {unknown[][]} */ (statement.all(args)), rowsAffected: 0, lastInsertRowid: 0 };
+  if (statement.reader)
+    return { rows: /** @type {unknown[][]} */ (statement.all(args)), rowsAffected: 0, lastInsertRowid: 0 };
   const info = statement.run(args);
   return { rows: null, rowsAffected: info.changes, lastInsertRowid: info.lastInsertRowid };
 }
@@ -64,7 +66,11 @@ function run(sql, args = []) {
 function describe(error) {
   if (!(error instanceof Error)) return { message: String(error), code: undefined, rawCode: undefined };
   const { code, rawCode } = /** @type {{ code?: unknown, rawCode?: unknown }} */ (error);
-  return { message: error.message, code: typeof code === 'string' ? code : undefined, rawCode: typeof rawCode === 'number' ? rawCode : undefined };
+  return {
+    message: error.message,
+    code: typeof code === 'string' ? code : undefined,
+    rawCode: typeof rawCode === 'number' ? rawCode : undefined,
+  };
 }
 
 /**
@@ -143,7 +149,8 @@ function savepointed(write) {
  * @param {unknown} value
  * @returns {value is { utf8: Uint8Array[] }}
  */
-const isTextInParts = (value) => value !== null && typeof value === 'object' && 'utf8' in value && Array.isArray(value.utf8);
+const isTextInParts = (value) =>
+  value !== null && typeof value === 'object' && 'utf8' in value && Array.isArray(value.utf8);
 
 /** @param {unknown} value */
 const bound = (value) => (isTextInParts(value) ? Buffer.concat(value.utf8).toString('utf8') : value);
@@ -155,7 +162,13 @@ const bound = (value) => (isTextInParts(value) ? Buffer.concat(value.utf8).toStr
  * @returns {Write[]}
  */
 const withTexts = (writes) =>
-  writes.map((write) => write.map((statement) => (Array.isArray(statement[1]) && statement[1].some(isTextInParts) ? [statement[0], statement[1].map(bound)] : statement)));
+  writes.map((write) =>
+    write.map((statement) =>
+      Array.isArray(statement[1]) && statement[1].some(isTextInParts)
+        ? [statement[0], statement[1].map(bound)]
+        : statement,
+    ),
+  );
 
 port.on('message', (message) => {
   if (message.type === 'close') {

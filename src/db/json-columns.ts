@@ -25,11 +25,9 @@ function withinDepth(value: unknown, limit: number): boolean {
 }
 
 /** A free-form JSON object (a JSON Schema, say), bounded in depth. */
-export const jsonObject = z
-  .record(z.string(), z.unknown())
-  .refine((value) => withinDepth(value, MAX_JSON_DEPTH), {
-    error: `must not nest deeper than ${MAX_JSON_DEPTH} levels.`,
-  });
+export const jsonObject = z.record(z.string(), z.unknown()).refine((value) => withinDepth(value, MAX_JSON_DEPTH), {
+  error: `must not nest deeper than ${MAX_JSON_DEPTH} levels.`,
+});
 
 /** a-z, A-Z, 0-9, underscores and dashes, at most 64: OpenAI's rule for function and schema names. */
 export const functionName = z
@@ -124,7 +122,7 @@ export const toolChoiceSchema = z.union([
       function: z.strictObject({ name: functionName }).optional(),
     })
     .refine((choice) => choice.type !== 'function' || choice.function !== undefined, {
-      error: "A tool_choice of type 'function' must name the function: {\"type\":\"function\",\"function\":{\"name\":\"…\"}}.",
+      error: 'A tool_choice of type \'function\' must name the function: {"type":"function","function":{"name":"…"}}.',
       path: ['function'],
     }),
 ]);
@@ -193,7 +191,9 @@ export type ToolCallsDetails = Extract<StepDetails, { type: 'tool_calls' }>;
 /** What a run in requires_action waits for: an output for each of these calls. */
 export interface RequiredAction {
   type: 'submit_tool_outputs';
-  submit_tool_outputs: { tool_calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] };
+  submit_tool_outputs: {
+    tool_calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[];
+  };
 }
 
 /** Why a run or a step failed, as clients see it. */

@@ -26,7 +26,10 @@ import * as schema from './schema';
  * drizzle/ of this package, found from this module's file upward: the module is src/db/node.ts
  * under tsx and vitest, and part of dist/node.js or dist/cli.js once built (scripts/build-node.mjs).
  */
-export const MIGRATIONS_FOLDER = join(findUpward(dirname(fileURLToPath(import.meta.url)), join('drizzle', 'meta', '_journal.json')), 'drizzle');
+export const MIGRATIONS_FOLDER = join(
+  findUpward(dirname(fileURLToPath(import.meta.url)), join('drizzle', 'meta', '_journal.json')),
+  'drizzle',
+);
 
 /** The nearest directory at or above `from` that holds `marker` (a path relative to it). */
 export function findUpward(from: string, marker: string): string {
@@ -58,7 +61,8 @@ export interface NodeDatabase {
   close(): void;
 }
 
-type DatabaseConfig = Pick<Config, 'DATA_DIR' | 'LIBSQL_URL' | 'LIBSQL_AUTH_TOKEN'> & Partial<Pick<Config, 'GATEWAY_DATABASE_TIMEOUT_MS' | 'GATEWAY_DATABASE_WRITERS'>>;
+type DatabaseConfig = Pick<Config, 'DATA_DIR' | 'LIBSQL_URL' | 'LIBSQL_AUTH_TOKEN'> &
+  Partial<Pick<Config, 'GATEWAY_DATABASE_TIMEOUT_MS' | 'GATEWAY_DATABASE_WRITERS'>>;
 
 export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase> {
   const embedded = !config.LIBSQL_URL;
@@ -68,10 +72,13 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   let warnings: string[] = [];
   if (config.LIBSQL_URL) {
     const { createClient } = await import('@libsql/client');
-    client = new BusyRetryingClient(createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN, fetch: uncompressedFetch }), {
-      answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS,
-      writers: config.GATEWAY_DATABASE_WRITERS,
-    });
+    client = new BusyRetryingClient(
+      createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN, fetch: uncompressedFetch }),
+      {
+        answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS,
+        writers: config.GATEWAY_DATABASE_WRITERS,
+      },
+    );
     const url = new URL(config.LIBSQL_URL);
     location = `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;
     countersClient = client;

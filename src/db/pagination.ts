@@ -92,7 +92,10 @@ export interface Cursors {
  * being the rows with one value of `scope` (a thread's messages: `thread_id`). The seq of a cursor is
  * read with one query, prepared once per database.
  */
-export function cursorsOf(table: SQLiteTable, columns: { seq: AnySQLiteColumn<{ data: number }>; id: AnySQLiteColumn; scope: AnySQLiteColumn }): Cursors {
+export function cursorsOf(
+  table: SQLiteTable,
+  columns: { seq: AnySQLiteColumn<{ data: number }>; id: AnySQLiteColumn; scope: AnySQLiteColumn },
+): Cursors {
   const seqOfId = preparedQuery((db) =>
     db
       .select({ seq: columns.seq })

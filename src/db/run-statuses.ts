@@ -6,7 +6,17 @@ import { sql } from 'drizzle-orm';
  * (resources/runs/), and the answers' schemas (http/objects.ts).
  */
 
-export const RUN_STATUSES = ['queued', 'in_progress', 'requires_action', 'cancelling', 'cancelled', 'failed', 'completed', 'incomplete', 'expired'] as const;
+export const RUN_STATUSES = [
+  'queued',
+  'in_progress',
+  'requires_action',
+  'cancelling',
+  'cancelled',
+  'failed',
+  'completed',
+  'incomplete',
+  'expired',
+] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
 
 export const STEP_STATUSES = ['in_progress', 'cancelled', 'failed', 'completed', 'expired'] as const;
@@ -39,7 +49,8 @@ export const holdsThread = isIn(THREAD_HOLDING_STATUSES);
  * `status IN (…)`, written out rather than bound: it is the WHERE of a partial index, and SQLite
  * uses a partial index only for a query whose WHERE contains the index's own.
  */
-const statusIn = (statuses: readonly RunStatus[]) => `status IN (${statuses.map((status) => `'${status}'`).join(', ')})`;
+const statusIn = (statuses: readonly RunStatus[]) =>
+  `status IN (${statuses.map((status) => `'${status}'`).join(', ')})`;
 
 /**
  * The WHERE of the partial index runs_one_active_per_thread, finding a thread's active run in one

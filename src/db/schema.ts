@@ -107,7 +107,9 @@ export const virtualKeys = sqliteTable(
      * The models this key serves, exact names or `*` globs (`gpt-4o*`): a run that names no virtual
      * key is executed by the key whose pattern matches its model most specifically.
      */
-    models: json<string[]>('models').notNull().default(sql`'[]'`),
+    models: json<string[]>('models')
+      .notNull()
+      .default(sql`'[]'`),
     /** The workspace's fallback key for runs that name none and match no `models` pattern. */
     isDefault: integer('is_default', { mode: 'boolean' }).notNull().default(false),
     createdAt: ms('created_at').notNull(),
@@ -115,9 +117,13 @@ export const virtualKeys = sqliteTable(
   },
   (t) => [
     // A slug names one live key; a revoked key's slug can be reused.
-    uniqueIndex('virtual_keys_workspace_slug').on(t.workspaceId, t.slug).where(sql`revoked_at IS NULL`),
+    uniqueIndex('virtual_keys_workspace_slug')
+      .on(t.workspaceId, t.slug)
+      .where(sql`revoked_at IS NULL`),
     // At most one live default key per workspace, race-free.
-    uniqueIndex('virtual_keys_workspace_default').on(t.workspaceId).where(sql`is_default = 1 AND revoked_at IS NULL`),
+    uniqueIndex('virtual_keys_workspace_default')
+      .on(t.workspaceId)
+      .where(sql`is_default = 1 AND revoked_at IS NULL`),
   ],
 );
 
@@ -201,7 +207,9 @@ export const assistants = sqliteTable(
     uniqueIndex('assistants_id').on(t.id),
     index('assistants_workspace').on(t.workspaceId, t.seq),
     // Counts a workspace's live assistants against its cap without reading the rows.
-    index('assistants_live').on(t.workspaceId).where(sql`deleted_at IS NULL`),
+    index('assistants_live')
+      .on(t.workspaceId)
+      .where(sql`deleted_at IS NULL`),
   ],
 );
 
@@ -295,14 +303,10 @@ export const runs = sqliteTable(
   (t) => [
     uniqueIndex('runs_id').on(t.id),
     index('runs_thread').on(t.threadId, t.seq),
-    index('runs_active_lease')
-      .on(t.leaseExpiresAt)
-      .where(activeSql),
+    index('runs_active_lease').on(t.leaseExpiresAt).where(activeSql),
     // One active run per thread, as OpenAI enforces it: a second one fails to insert, in any
     // process and on any driver, however close together the two arrive.
-    uniqueIndex('runs_one_active_per_thread')
-      .on(t.threadId)
-      .where(holdsThreadSql),
+    uniqueIndex('runs_one_active_per_thread').on(t.threadId).where(holdsThreadSql),
   ],
 );
 
@@ -338,7 +342,16 @@ export const runSteps = sqliteTable(
 
 // ── Files and retrieval ──────────────────────────────────────────────────────────────────────
 
-export type FilePurpose = 'assistants' | 'assistants_output' | 'batch' | 'batch_output' | 'fine-tune' | 'fine-tune-results' | 'vision' | 'user_data' | 'evals';
+export type FilePurpose =
+  | 'assistants'
+  | 'assistants_output'
+  | 'batch'
+  | 'batch_output'
+  | 'fine-tune'
+  | 'fine-tune-results'
+  | 'vision'
+  | 'user_data'
+  | 'evals';
 
 /** An uploaded file: its row here, its bytes in the blob store (deps.blobs) under `blobKey`. */
 export const files = sqliteTable(
@@ -395,8 +408,7 @@ export type VectorStoreStatus = 'expired' | 'in_progress' | 'completed';
 export type VectorStoreFileStatus = 'in_progress' | 'completed' | 'cancelled' | 'failed';
 export type ExpiresAfter = { anchor: 'last_active_at'; days: number };
 export type ChunkingStrategy =
-  | { type: 'static'; static: { max_chunk_size_tokens: number; chunk_overlap_tokens: number } }
-  | { type: 'other' };
+  { type: 'static'; static: { max_chunk_size_tokens: number; chunk_overlap_tokens: number } } | { type: 'other' };
 export type VectorStoreFileError = { code: 'server_error' | 'unsupported_file' | 'invalid_file'; message: string };
 export type FileAttributes = Record<string, string | number | boolean>;
 
@@ -453,7 +465,9 @@ export const vectorStoreFiles = sqliteTable(
     index('vector_store_files_store').on(t.vectorStoreId, t.status, t.seq),
     index('vector_store_files_batch').on(t.batchId, t.seq),
     index('vector_store_files_file').on(t.fileId),
-    index('vector_store_files_pending').on(t.leaseExpiresAt).where(sql`status = 'in_progress'`),
+    index('vector_store_files_pending')
+      .on(t.leaseExpiresAt)
+      .where(sql`status = 'in_progress'`),
   ],
 );
 
@@ -468,7 +482,10 @@ export const vectorStoreFileBatches = sqliteTable(
     cancelledAt: ms('cancelled_at'),
     createdAt: ms('created_at').notNull(),
   },
-  (t) => [uniqueIndex('vector_store_file_batches_id').on(t.id), index('vector_store_file_batches_store').on(t.vectorStoreId)],
+  (t) => [
+    uniqueIndex('vector_store_file_batches_id').on(t.id),
+    index('vector_store_file_batches_store').on(t.vectorStoreId),
+  ],
 );
 
 /**

@@ -35,7 +35,11 @@ export class SettingsCache {
     this.#db = db;
     this.#loaders = loaders;
     // A shelf per kind of lookup, each within its share of the weight.
-    this.#shelves = { apiKeys: new Shelf(maxWeight / 8), assistants: new Shelf((maxWeight * 5) / 8), virtualKeys: new Shelf((maxWeight * 2) / 8) };
+    this.#shelves = {
+      apiKeys: new Shelf(maxWeight / 8),
+      assistants: new Shelf((maxWeight * 5) / 8),
+      virtualKeys: new Shelf((maxWeight * 2) / 8),
+    };
   }
 
   /** The settings as they are now: what a request reads once, before its lookups. */
@@ -93,7 +97,9 @@ export class Settings {
 
   /** getAssistant: the workspace's live assistant, or 404. */
   assistant(workspaceId: string, id: string): Promise<AssistantRow> {
-    return this.#shelves.assistants.get(this.generation, `${workspaceId} ${id}`, () => this.#loaders.assistant(workspaceId, id));
+    return this.#shelves.assistants.get(this.generation, `${workspaceId} ${id}`, () =>
+      this.#loaders.assistant(workspaceId, id),
+    );
   }
 
   /** resolveVirtualKey: the key a run of `model` executes with, or the error saying why there is none. */
@@ -152,7 +158,12 @@ class Shelf<T> {
 }
 
 const generationRow = preparedQuery((db) =>
-  db.select({ value: settingsGeneration.value }).from(settingsGeneration).where(eq(settingsGeneration.id, 0)).limit(1).prepare(),
+  db
+    .select({ value: settingsGeneration.value })
+    .from(settingsGeneration)
+    .where(eq(settingsGeneration.id, 0))
+    .limit(1)
+    .prepare(),
 );
 
 /** Freezes `value` and everything in it: an entry is shared by every request that reads it. */

@@ -1,5 +1,8 @@
 /** The list object of OpenAI's paginated endpoints, from a page of rows (db/pagination.ts). */
-export function listObject<Row, Json extends { id: string }>(page: { rows: Row[]; hasMore: boolean }, toJson: (row: Row) => Json) {
+export function listObject<Row, Json extends { id: string }>(
+  page: { rows: Row[]; hasMore: boolean },
+  toJson: (row: Row) => Json,
+) {
   const data = page.rows.map(toJson);
   return {
     object: 'list' as const,

@@ -32,4 +32,3 @@ export const listOf = <Item extends z.ZodType>(item: Item) =>
 /** What a DELETE answers: the id, `<object>.deleted` and `deleted: true`. */
 export const deletedObject = <Name extends string>(object: Name) =>
   z.strictObject({ id: z.string(), object: z.literal(object), deleted: z.literal(true) });
-

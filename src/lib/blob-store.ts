@@ -62,7 +62,10 @@ export class BlobTooLarge extends Error {
  * itself is not cancelled then (its owner decides): cancelling a multipart part reads the request
  * on to the part's end, which for an oversized upload is what the cap is there to avoid.
  */
-export function capped(body: ReadableStream<Uint8Array>, maxBytes: number): { stream: ReadableStream<Uint8Array>; bytes: () => number } {
+export function capped(
+  body: ReadableStream<Uint8Array>,
+  maxBytes: number,
+): { stream: ReadableStream<Uint8Array>; bytes: () => number } {
   let bytes = 0;
   const stream = body.pipeThrough(
     new TransformStream<Uint8Array, Uint8Array>({

@@ -87,7 +87,8 @@ export class FairShares {
       this.#keys.set(key, state);
     }
     // No one in line, the usual case: nothing to wait for or to overtake.
-    if (this.#waiting.size === 0 && this.#fitsKey(state, bytes) && this.#fitsTotal(bytes)) return Promise.resolve(this.#grant(state, bytes, 0));
+    if (this.#waiting.size === 0 && this.#fitsKey(state, bytes) && this.#fitsTotal(bytes))
+      return Promise.resolve(this.#grant(state, bytes, 0));
     const taken = state;
     const since = Date.now();
     return new Promise<Share>((resolve, reject) => {
@@ -118,10 +119,13 @@ export class FairShares {
       this.#waiting.add(taken);
       this.#pump();
       if (waiter.settled) return;
-      const timer = setTimeout(() => {
-        const [limit, value] = this.#keeping(waiter);
-        giveUp(new ShareTimeout(limit, value));
-      }, Math.max(0, timeoutMs));
+      const timer = setTimeout(
+        () => {
+          const [limit, value] = this.#keeping(waiter);
+          giveUp(new ShareTimeout(limit, value));
+        },
+        Math.max(0, timeoutMs),
+      );
       stopTimer = () => clearTimeout(timer);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
@@ -162,7 +166,8 @@ export class FairShares {
       let next: Waiter | undefined;
       for (const state of this.#waiting) {
         const head = this.#headOf(state);
-        if (head !== undefined && this.#fitsKey(state, head.bytes) && (next === undefined || head.seq < next.seq)) next = head;
+        if (head !== undefined && this.#fitsKey(state, head.bytes) && (next === undefined || head.seq < next.seq))
+          next = head;
       }
       if (next === undefined || !this.#fitsTotal(next.bytes)) return;
       next.state.head++;
@@ -189,11 +194,16 @@ export class FairShares {
   }
 
   #fitsKey(state: Held, bytes: number): boolean {
-    return state.calls < this.#limits.callsPerKey && (state.bytes === 0 || state.bytes + bytes <= this.#limits.bytesPerKey);
+    return (
+      state.calls < this.#limits.callsPerKey && (state.bytes === 0 || state.bytes + bytes <= this.#limits.bytesPerKey)
+    );
   }
 
   #fitsTotal(bytes: number): boolean {
-    return this.#total.calls < this.#limits.calls && (this.#total.bytes === 0 || this.#total.bytes + bytes <= this.#limits.bytes);
+    return (
+      this.#total.calls < this.#limits.calls &&
+      (this.#total.bytes === 0 || this.#total.bytes + bytes <= this.#limits.bytes)
+    );
   }
 
   /** The limit that keeps `waiter` in line: its key's head's (it waits behind it), else the overall one. */

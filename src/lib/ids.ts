@@ -49,7 +49,7 @@ function timeOf(ms: number): string {
 export function newId(prefix: IdPrefix): string {
   let id = `${prefix}${SEPARATOR[prefix] ?? '_'}${timeOf(Date.now())}`;
   // 248 is the largest multiple of 62 below 256: rejecting bytes above it keeps the draw uniform.
-  for (let drawn = TIME_CHARS; drawn < ID_CHARS; ) {
+  for (let drawn = TIME_CHARS; drawn < ID_CHARS;) {
     if (used === POOL_BYTES) {
       crypto.getRandomValues(pool);
       used = 0;

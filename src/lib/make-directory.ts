@@ -18,7 +18,8 @@ export function makeDirectory(path: string, mode: number): boolean {
       mkdirSync(directory, { mode });
     } catch (error) {
       // Another process created it in between: as good as done.
-      if (!(error instanceof Error && 'code' in error && error.code === 'EEXIST' && statSync(directory).isDirectory())) throw error;
+      if (!(error instanceof Error && 'code' in error && error.code === 'EEXIST' && statSync(directory).isDirectory()))
+        throw error;
     }
   }
   return missing.length > 0;

@@ -102,7 +102,12 @@ export function closestModel(model: string, patterns: readonly string[]): string
     if (name === '' || Math.abs(name.length - model.length) > limit) continue;
     const distance = editDistance(model, name, limit);
     // A candidate changed whole is no suggestion (`o3` for a two-letter name).
-    if (distance <= limit && distance < Math.max(model.length, name.length) && (best === null || distance < best.distance)) best = { name, distance };
+    if (
+      distance <= limit &&
+      distance < Math.max(model.length, name.length) &&
+      (best === null || distance < best.distance)
+    )
+      best = { name, distance };
   }
   return best?.name ?? null;
 }
@@ -114,7 +119,11 @@ function editDistance(a: string, b: string, limit: number): number {
   for (let i = 1; i <= a.length; i++) {
     const row = [i];
     for (let j = 1; j <= b.length; j++) {
-      row[j] = Math.min((previous[j] ?? 0) + 1, (row[j - 1] ?? 0) + 1, (previous[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1));
+      row[j] = Math.min(
+        (previous[j] ?? 0) + 1,
+        (row[j - 1] ?? 0) + 1,
+        (previous[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
     }
     if (Math.min(...row) > limit) return limit + 1;
     previous = row;

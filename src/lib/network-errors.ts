@@ -56,7 +56,7 @@ export function innermostMessage(error: unknown): string {
 
 function causeChain(error: unknown): unknown[] {
   const chain: unknown[] = [];
-  for (let link = error; link !== undefined && link !== null && chain.length < MAX_DEPTH; ) {
+  for (let link = error; link !== undefined && link !== null && chain.length < MAX_DEPTH;) {
     chain.push(link);
     link = link instanceof Error ? link.cause : undefined;
   }

@@ -146,6 +146,7 @@ export function jsonWithText(build: (hole: string) => unknown, text: TextBuilder
   const json = JSON.stringify(build(stand));
   const at = json.indexOf(quoted);
   // `build` put the stand-in in exactly one place (or the object's own strings hold it: they do not).
-  if (at < 0 || json.includes(quoted, at + 1)) throw new Error('jsonWithText: the text must appear exactly once in what build returns');
+  if (at < 0 || json.includes(quoted, at + 1))
+    throw new Error('jsonWithText: the text must appear exactly once in what build returns');
   return new TextParts([json.slice(0, at + 1), ...text.jsonParts(), json.slice(at + quoted.length - 1)]);
 }

@@ -131,7 +131,8 @@ function judge(url: string): UrlJudgement {
 export function checkResolvedAddress(address: string, options: UpstreamUrlOptions, url?: URL): string | null {
   const ipv4 = parseIpv4(address);
   const kind = ipv4 ? classifyIpv4(ipv4) : classifyIpv6(address);
-  if (kind === 'metadata') return 'it resolves to a cloud metadata or link-local address, never allowed as an upstream.';
+  if (kind === 'metadata')
+    return 'it resolves to a cloud metadata or link-local address, never allowed as an upstream.';
   if (kind === 'private' && !(url ? allowsPrivate(url, options) : options.allowPrivate)) {
     return `it resolves to a loopback, private, CGNAT or unspecified address, refused ${privateRule(url, options)}`;
   }
@@ -145,7 +146,9 @@ function allowsPrivate(url: URL, options: UpstreamUrlOptions): boolean {
 /** The end of a refusal: what allows such an address, why it is refused here, how to allow it. */
 function privateRule(url: URL | undefined, options: UpstreamUrlOptions): string {
   const because = options.privateRefusedBecause ? ` (${options.privateRefusedBecause})` : '';
-  const suggestion = url ? ` An admin can allow this host with GATEWAY_ALLOWED_UPSTREAM_HOSTS=${hostAndPort(url)}.` : '';
+  const suggestion = url
+    ? ` An admin can allow this host with GATEWAY_ALLOWED_UPSTREAM_HOSTS=${hostAndPort(url)}.`
+    : '';
   return `unless GATEWAY_ALLOW_PRIVATE_UPSTREAMS is true or the host is in GATEWAY_ALLOWED_UPSTREAM_HOSTS${because}.${suggestion}`;
 }
 
@@ -276,7 +279,10 @@ function classifyIpv6(text: string): AddressClass {
         [9, 10, 11, 12],
         [12, 13, 14, 15],
       ];
-      return worst('private', ...places.map((place) => classifyIpv4(ipv4Of(bytes.filter((_, index) => place.includes(index))))));
+      return worst(
+        'private',
+        ...places.map((place) => classifyIpv4(ipv4Of(bytes.filter((_, index) => place.includes(index))))),
+      );
     }
     case '6to4': // 2002:aabb:ccdd::/48 reaches aa.bb.cc.dd
       return classifyIpv4(ipv4Of(bytes.slice(2, 6)));

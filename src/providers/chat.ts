@@ -4,7 +4,14 @@ import type { ProviderAdapter } from './adapters';
 import { readServerSentData } from './sse-reader';
 import { errorDetail, MAX_ERROR_MESSAGE_CHARS, networkFailure, redact } from './upstream-text';
 import type { RequestBody } from './request-body';
-import { isSuccess, MAX_TOOL_CALLS, UpstreamError, type UpstreamAnswer, type UpstreamEvent, type UpstreamFetch } from './types';
+import {
+  isSuccess,
+  MAX_TOOL_CALLS,
+  UpstreamError,
+  type UpstreamAnswer,
+  type UpstreamEvent,
+  type UpstreamFetch,
+} from './types';
 
 /**
  * One streamed Chat Completions call: sends the request, then yields the answer as normalised
@@ -55,7 +62,12 @@ export async function* streamChatCompletion(
 
   const silence = new SilenceTimer((error) => controller.abort(error));
   const queued = call.queuedMs ?? 0;
-  silence.start(call.firstByteTimeoutMs, 'sent no first byte', queued, queued > 0 ? `, ${queued} ms of them waiting for its turn among the provider calls at once` : '');
+  silence.start(
+    call.firstByteTimeoutMs,
+    'sent no first byte',
+    queued,
+    queued > 0 ? `, ${queued} ms of them waiting for its turn among the provider calls at once` : '',
+  );
   let finished = false;
 
   try {
@@ -63,7 +75,11 @@ export async function* streamChatCompletion(
     try {
       response = await call.fetch(call.adapter.url(call.baseUrl, call.options), {
         method: 'POST',
-        headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...call.adapter.headers(call.secret) },
+        headers: {
+          'content-type': 'application/json',
+          accept: 'text/event-stream',
+          ...call.adapter.headers(call.secret),
+        },
         body: request.body,
         ...(request.body instanceof ReadableStream ? { duplex: 'half' as const } : {}),
         signal: controller.signal,
@@ -80,14 +96,24 @@ export async function* streamChatCompletion(
 
     if (!isSuccess(response)) {
       const detail = await errorDetail(response, call.secret);
-      throw new UpstreamError('http', `${refusal(response.status, request.model)}HTTP ${response.status}${detail}`, response.status);
+      throw new UpstreamError(
+        'http',
+        `${refusal(response.status, request.model)}HTTP ${response.status}${detail}`,
+        response.status,
+      );
     }
     if (!response.body) throw new UpstreamError('protocol', 'The upstream answered without a body.');
 
     const toolCalls = new ToolCallIndexer();
     try {
       const end = { stopped: () => finished, cut: () => controller.abort() };
-      for await (const batch of readServerSentData(response.body, SSE_LIMITS, () => silence.touch(), end, call.slices)) {
+      for await (const batch of readServerSentData(
+        response.body,
+        SSE_LIMITS,
+        () => silence.touch(),
+        end,
+        call.slices,
+      )) {
         let at = 0;
         while (at < batch.length) {
           // A slice of the event loop at a time; what it read goes to the consumer before the loop is let go.
@@ -205,7 +231,10 @@ function parseChunk(data: string, secret: string): unknown {
   if (isRecord(chunk) && chunk.error) {
     const message = isRecord(chunk.error) ? chunk.error.message : chunk.error;
     const text = typeof message === 'string' ? message : 'unknown';
-    throw new UpstreamError('protocol', `The upstream reported an error mid-stream: ${redact(text, secret, MAX_ERROR_MESSAGE_CHARS)}`);
+    throw new UpstreamError(
+      'protocol',
+      `The upstream reported an error mid-stream: ${redact(text, secret, MAX_ERROR_MESSAGE_CHARS)}`,
+    );
   }
   return chunk;
 }
@@ -232,7 +261,10 @@ function normalise(chunk: unknown, toolCalls: ToolCallIndexer, events: UpstreamE
           if (!isRecord(raw)) throw malformed('a tool call is not an object');
           const id = optional(raw.id, 'string', 'tool_calls[].id');
           if (id !== undefined && id.length > MAX_TOOL_CALL_ID_CHARS) {
-            throw new UpstreamError('protocol', `The upstream sent a tool call id longer than ${MAX_TOOL_CALL_ID_CHARS} characters.`);
+            throw new UpstreamError(
+              'protocol',
+              `The upstream sent a tool call id longer than ${MAX_TOOL_CALL_ID_CHARS} characters.`,
+            );
           }
           const fn = optional(raw.function, 'object', 'tool_calls[].function');
           events.push({
@@ -288,7 +320,10 @@ class ToolCallIndexer {
       return this.#note(this.#highest + 1, id);
     }
     if (this.#seen.size > 1) {
-      throw new UpstreamError('protocol', 'The upstream sent a tool-call fragment with neither an index nor an id while several tool calls were open.');
+      throw new UpstreamError(
+        'protocol',
+        'The upstream sent a tool-call fragment with neither an index nor an id while several tool calls were open.',
+      );
     }
     return this.#note(Math.max(0, this.#highest), id);
   }
@@ -317,7 +352,8 @@ function checkUsage(raw: unknown): UpstreamEvent {
   return { type: 'usage', usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total } };
 }
 
-const isCount = (value: unknown): value is number => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
+const isCount = (value: unknown): value is number =>
+  typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -326,7 +362,11 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 /** A field that may be absent or null, else must have the given type. */
 function optional(value: unknown, type: 'string', field: string): string | undefined;
 function optional(value: unknown, type: 'object', field: string): Record<string, unknown> | undefined;
-function optional(value: unknown, type: 'string' | 'object', field: string): string | Record<string, unknown> | undefined {
+function optional(
+  value: unknown,
+  type: 'string' | 'object',
+  field: string,
+): string | Record<string, unknown> | undefined {
   if (value == null) return undefined;
   if (type === 'string' ? typeof value === 'string' : isRecord(value)) return value as string | Record<string, unknown>;
   throw malformed(`\`${field}\` is not ${type === 'string' ? 'a string' : 'an object'}`);
@@ -343,12 +383,12 @@ function show(value: unknown): string {
 /** What an upstream's refusal means for the run, by status: the first words of its last_error. */
 function refusal(status: number, model: string): string {
   if (status === 401 || status === 403) return "The upstream refused the virtual key's provider API key: ";
-  if (status === 404) return `The upstream has no model ${show(model)} (or no Chat Completions at the virtual key's base_url): `;
+  if (status === 404)
+    return `The upstream has no model ${show(model)} (or no Chat Completions at the virtual key's base_url): `;
   if (status === 429) return 'The upstream rate-limited the request: ';
   if (status === 400 || status === 422) return 'The upstream refused the request as invalid: ';
   return 'The upstream answered ';
 }
-
 
 /** The cause of a failed fetch or read: our own timeout or abort reason if there is one. */
 function asUpstreamError(error: unknown, signal: AbortSignal): unknown {

@@ -54,7 +54,12 @@ export async function createEmbeddings(request: EmbeddingsRequest, call: Embeddi
     response = await call.fetch(call.adapter.embeddingsUrl(call.baseUrl, call.options), {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json', ...call.adapter.headers(call.secret) },
-      body: JSON.stringify({ model: request.model, input: request.input, encoding_format: 'float', ...(request.dimensions && { dimensions: request.dimensions }) }),
+      body: JSON.stringify({
+        model: request.model,
+        input: request.input,
+        encoding_format: 'float',
+        ...(request.dimensions && { dimensions: request.dimensions }),
+      }),
       signal,
       // As for chat: a Location header was never checked against the upstream rules.
       redirect: 'manual',
@@ -64,7 +69,11 @@ export async function createEmbeddings(request: EmbeddingsRequest, call: Embeddi
   }
   if (!isSuccess(response)) {
     const detail = await errorDetail(response, call.secret);
-    throw new UpstreamError('http', `The embeddings upstream answered HTTP ${response.status}${detail}`, response.status);
+    throw new UpstreamError(
+      'http',
+      `The embeddings upstream answered HTTP ${response.status}${detail}`,
+      response.status,
+    );
   }
   const maxBytes = ENVELOPE_BYTES + request.input.length * MAX_DIMENSIONS * MAX_BYTES_PER_NUMBER;
   let text: string;
@@ -103,19 +112,22 @@ function checked(body: unknown, count: number): Embeddings {
       throw malformed(`data[${position}].index is not a new index below ${count}`);
     }
     const values = item.embedding;
-    if (values.length === 0 || values.length > MAX_DIMENSIONS) throw malformed(`a vector of ${values.length} dimensions (1 to ${MAX_DIMENSIONS})`);
+    if (values.length === 0 || values.length > MAX_DIMENSIONS)
+      throw malformed(`a vector of ${values.length} dimensions (1 to ${MAX_DIMENSIONS})`);
     if (dimensions === -1) dimensions = values.length;
     if (values.length !== dimensions) throw malformed(`vectors of ${dimensions} and ${values.length} dimensions`);
     const vector = new Float32Array(values.length);
     for (let i = 0; i < values.length; i++) {
       const value = values[i];
-      if (typeof value !== 'number' || !Number.isFinite(value)) throw malformed(`data[${position}].embedding[${i}] is not a finite number`);
+      if (typeof value !== 'number' || !Number.isFinite(value))
+        throw malformed(`data[${position}].embedding[${i}] is not a finite number`);
       vector[i] = value;
     }
     vectors[index] = vector;
   }
   const usage = isRecord(body.usage) ? body.usage.prompt_tokens : undefined;
-  const promptTokens = typeof usage === 'number' && Number.isSafeInteger(usage) && usage >= 0 && usage <= 1e9 ? usage : 0;
+  const promptTokens =
+    typeof usage === 'number' && Number.isSafeInteger(usage) && usage >= 0 && usage <= 1e9 ? usage : 0;
   // As many items as texts, each at an index of its own below their count: every index is filled.
   const filled = vectors.filter((vector) => vector !== undefined);
   if (filled.length !== count) throw malformed(`${filled.length} vectors for ${count} texts`);
@@ -129,7 +141,8 @@ function failure(error: unknown, signal: AbortSignal, callerSignal: AbortSignal 
   return networkFailure(error);
 }
 
-const malformed = (what: string) => new UpstreamError('protocol', `The embeddings upstream sent a malformed answer: ${what}.`);
+const malformed = (what: string) =>
+  new UpstreamError('protocol', `The embeddings upstream sent a malformed answer: ${what}.`);
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);

@@ -56,7 +56,11 @@ export function encodeRequest(request: ChatCompletionRequest, slices: Slices): R
       }
       hold();
       segments.push(part.image_url);
-      bytes += imagePrefix(part.image_url.detail, '').length + MEDIA_TYPE_CHARS + base64Length(part.image_url.url.bytes) + IMAGE_SUFFIX.length;
+      bytes +=
+        imagePrefix(part.image_url.detail, '').length +
+        MEDIA_TYPE_CHARS +
+        base64Length(part.image_url.url.bytes) +
+        IMAGE_SUFFIX.length;
     }
     json += ']}';
   }
@@ -114,7 +118,11 @@ function bodyStream(segments: Segment[], slices: Slices): ReadableStream<Uint8Ar
  * loop at a time: a provider that reads fast, or a connection's buffers filling at its start
  * (megabytes on loopback), has the image read and encoded as fast as the disk goes.
  */
-async function* imagePart(image: StreamedImage, detail: string | undefined, slices: Slices): AsyncGenerator<Uint8Array> {
+async function* imagePart(
+  image: StreamedImage,
+  detail: string | undefined,
+  slices: Slices,
+): AsyncGenerator<Uint8Array> {
   const opened = await image.open();
   if ('text' in opened) {
     yield encoder.encode(JSON.stringify({ type: 'text', text: opened.text }));

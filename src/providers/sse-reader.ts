@@ -65,7 +65,10 @@ export async function* readServerSentData(
       while (slices.spent()) await slices.next();
       const dataGrew = line.advance(value);
       if (line.bytes > limits.maxLineBytes) {
-        throw new UpstreamError('protocol', `The upstream sent a server-sent event line longer than ${limits.maxLineBytes} bytes.`);
+        throw new UpstreamError(
+          'protocol',
+          `The upstream sent a server-sent event line longer than ${limits.maxLineBytes} bytes.`,
+        );
       }
       const ended = line.lastEnd + 1;
       if (ended === 0) {
@@ -86,7 +89,10 @@ export async function* readServerSentData(
         while (at > 0 && slices.spent()) await slices.next();
         parser.feed(text.slice(at, at + FEED_CHARS));
         if (overflow) {
-          throw new UpstreamError('protocol', `The upstream sent a server-sent event larger than ${limits.maxEventChars} characters.`);
+          throw new UpstreamError(
+            'protocol',
+            `The upstream sent a server-sent event larger than ${limits.maxEventChars} characters.`,
+          );
         }
         if (events.length > 0 || dataGrew) onActivity?.();
         if (events.length > 0) yield events.splice(0);

@@ -6,8 +6,7 @@ import type { NetworkCause } from '../lib/network-errors';
  */
 
 export type ChatContentPart =
-  | { type: 'text'; text: string }
-  | { type: 'image_url'; image_url: { url: string; detail?: string } };
+  { type: 'text'; text: string } | { type: 'image_url'; image_url: { url: string; detail?: string } };
 
 /**
  * An image whose bytes are read from where they are kept while its request is sent, into the body
@@ -38,7 +37,8 @@ export type ChatMessage =
 /** An uploaded image in a prompt (a message's image_file part), sent as its bytes (resources/files/images.ts). */
 export type ImageFilePart = { type: 'image_file'; image_file: { file_id: string; detail?: string } };
 /** A prompt's message: a chat message, except that user content may name uploaded images. */
-export type PromptMessage = Exclude<ChatMessage, { role: 'user' }> | { role: 'user'; content: string | (ChatContentPart | ImageFilePart)[] };
+export type PromptMessage =
+  Exclude<ChatMessage, { role: 'user' }> | { role: 'user'; content: string | (ChatContentPart | ImageFilePart)[] };
 
 /**
  * A turn's prompt as a run builds it (resources/runs/execution/prompt.ts), before its uploaded

@@ -39,7 +39,11 @@ export async function errorDetail(response: UpstreamAnswer, secret: string): Pro
  * follows is never read: the body is cancelled, which drops the connection, so a small compressed
  * body that inflates to gigabytes costs no more than the cap.
  */
-export async function readCapped(body: AsyncIterable<Uint8Array> | null, maxBytes: number, secret: string): Promise<string> {
+export async function readCapped(
+  body: AsyncIterable<Uint8Array> | null,
+  maxBytes: number,
+  secret: string,
+): Promise<string> {
   if (!body) return '';
   const chunks = body[Symbol.asyncIterator]();
   const parts: Uint8Array[] = [];

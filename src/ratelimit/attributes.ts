@@ -49,13 +49,19 @@ export function parseMetadataHeader(value: string | undefined): Record<string, s
   }
   for (const [key, item] of entries) {
     if (typeof item !== 'string') {
-      throw invalidHeader(`the value of ${JSON.stringify(key)} must be a string, got ${item === null ? 'null' : typeof item}`);
+      throw invalidHeader(
+        `the value of ${JSON.stringify(key)} must be a string, got ${item === null ? 'null' : typeof item}`,
+      );
     }
     if (key.length > METADATA_LIMITS.keyLength) {
-      throw invalidHeader(`key ${JSON.stringify(key.slice(0, 16))}… is longer than ${METADATA_LIMITS.keyLength} characters`);
+      throw invalidHeader(
+        `key ${JSON.stringify(key.slice(0, 16))}… is longer than ${METADATA_LIMITS.keyLength} characters`,
+      );
     }
     if (item.length > METADATA_LIMITS.valueLength) {
-      throw invalidHeader(`the value of ${JSON.stringify(key)} is longer than ${METADATA_LIMITS.valueLength} characters`);
+      throw invalidHeader(
+        `the value of ${JSON.stringify(key)} is longer than ${METADATA_LIMITS.valueLength} characters`,
+      );
     }
   }
   return parsed as Record<string, string>;

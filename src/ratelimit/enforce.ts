@@ -15,7 +15,6 @@ import { secondsUntil, UNIT_NAMES, windowOf } from './windows';
  * (in requires_action or a terminal state).
  */
 
-
 /** What enforcement takes of the gateway's Deps. */
 export interface RateLimitDeps {
   policyCache: PolicyCache;
@@ -104,7 +103,11 @@ export async function admitRequest(
  * two are one change. Counters never go below 0. A failure is logged, never thrown: it must not
  * fail a finished turn (the reservation then stays counted until its window ends).
  */
-export async function settleTokens(deps: Pick<RateLimitDeps, 'now' | 'counters' | 'log'>, ticket: TokenTicket | null, tokens: number): Promise<void> {
+export async function settleTokens(
+  deps: Pick<RateLimitDeps, 'now' | 'counters' | 'log'>,
+  ticket: TokenTicket | null,
+  tokens: number,
+): Promise<void> {
   if (!ticket) return;
   const charged = Number.isFinite(tokens) && tokens > 0 ? tokens : 0;
   const reserved = ticket.reserved ?? 0;
@@ -115,7 +118,11 @@ export async function settleTokens(deps: Pick<RateLimitDeps, 'now' | 'counters' 
       const held = windowOf(unit, ticket.reserved_at ?? now);
       const ends = windowOf(unit, now);
       if (held.start === ends.start) {
-        adjustments.push({ key: counterKey(policy_id, unit, ends.start, group), windowEnd: ends.end, delta: charged - reserved });
+        adjustments.push({
+          key: counterKey(policy_id, unit, ends.start, group),
+          windowEnd: ends.end,
+          delta: charged - reserved,
+        });
       } else {
         adjustments.push(
           { key: counterKey(policy_id, unit, held.start, group), windowEnd: held.end, delta: -reserved },
@@ -125,7 +132,12 @@ export async function settleTokens(deps: Pick<RateLimitDeps, 'now' | 'counters' 
     }
     await deps.counters.adjust(ticket.workspace_id, adjustments);
   } catch (error) {
-    deps.log.error('rate-limit token settlement failed', { error, workspace_id: ticket.workspace_id, tokens: charged, reserved });
+    deps.log.error('rate-limit token settlement failed', {
+      error,
+      workspace_id: ticket.workspace_id,
+      tokens: charged,
+      reserved,
+    });
   }
 }
 
@@ -162,7 +174,9 @@ const counterKey = (policyId: string, unit: PolicyUnit, windowStart: number, gro
  * then by id).
  */
 function refusal(usages: (PolicyUsage & { cost: number })[], now: number): ApiError {
-  const full = usages.filter((usage) => !hasRoom(usage.used, usage.cost, usage.policy.value, usage.policy.type === 'requests'));
+  const full = usages.filter(
+    (usage) => !hasRoom(usage.used, usage.cost, usage.policy.value, usage.policy.type === 'requests'),
+  );
   // Only a prune of an ended window between the decision and the read can leave `full` empty.
   const [reported] = (full.length > 0 ? full : usages).sort(
     (a, b) =>

@@ -33,7 +33,9 @@ export function tightest(usages: PolicyUsage[]): PolicyUsage | undefined {
       continue;
     }
     const order =
-      remaining(usage) - remaining(best) || usage.windowEnd - best.windowEnd || compare(usage.policy.id, best.policy.id);
+      remaining(usage) - remaining(best) ||
+      usage.windowEnd - best.windowEnd ||
+      compare(usage.policy.id, best.policy.id);
     if (order < 0) best = usage;
   }
   return best;

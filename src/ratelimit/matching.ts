@@ -53,7 +53,10 @@ export function matchesPolicy(policy: ActivePolicy, values: Map<string, string>)
  */
 export class PolicyIndex {
   /** Where each policy is: its bucket, and the map holding the bucket (to drop it once empty). */
-  readonly #filed = new Map<string, { policy: ActivePolicy; bucket: Map<string, ActivePolicy>; holder?: [Map<string, unknown>, string] }>();
+  readonly #filed = new Map<
+    string,
+    { policy: ActivePolicy; bucket: Map<string, ActivePolicy>; holder?: [Map<string, unknown>, string] }
+  >();
   readonly #exact = new Map<string, Map<string, Map<string, ActivePolicy>>>();
   readonly #anyValue = new Map<string, Map<string, ActivePolicy>>();
   /** Policies without conditions (only direct SQL can write one): every request matches them. */

@@ -76,7 +76,8 @@ export class PolicyCache {
     // A change to the workspace's policies moves the settings' generation too: at the generation
     // the entry was last found current, it still is, and the version need not be read.
     const held = this.#entries.get(workspaceId);
-    if (held && settingsGeneration !== null && held.settingsGeneration === settingsGeneration) return this.#touch(workspaceId, held);
+    if (held && settingsGeneration !== null && held.settingsGeneration === settingsGeneration)
+      return this.#touch(workspaceId, held);
     const version = await readPolicyVersion(this.#db, workspaceId);
     for (;;) {
       const entry = this.#entries.get(workspaceId);

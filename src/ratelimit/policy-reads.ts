@@ -26,7 +26,10 @@ export async function readPolicyVersion(db: Db, workspaceId: string): Promise<nu
 }
 
 /** What enforcing a policy takes from its row. */
-export type EnforcedPolicyRow = Pick<typeof rateLimitPolicies.$inferSelect, 'id' | 'name' | 'type' | 'unit' | 'value' | 'conditions' | 'groupBy'>;
+export type EnforcedPolicyRow = Pick<
+  typeof rateLimitPolicies.$inferSelect,
+  'id' | 'name' | 'type' | 'unit' | 'value' | 'conditions' | 'groupBy'
+>;
 
 /** A policy as the policy cache reads it: what enforcing it takes, and where it stands. */
 export interface PolicyRecord extends EnforcedPolicyRow {
@@ -55,11 +58,19 @@ export type PolicyPageStart = { afterSeq: number } | { changedAfter: number };
  * One page of at most `limit` policies of a workspace and the version state they were read at, in
  * one snapshot (one batch).
  */
-export async function readPolicyPage(db: Db, workspaceId: string, start: PolicyPageStart, limit: number): Promise<PolicyPage> {
+export async function readPolicyPage(
+  db: Db,
+  workspaceId: string,
+  start: PolicyPageStart,
+  limit: number,
+): Promise<PolicyPage> {
   const t = rateLimitPolicies;
   const v = rateLimitPolicyVersions;
   const [versions, rows] = await db.batch([
-    db.select({ version: v.version, fullReloadVersion: v.fullReloadVersion }).from(v).where(eq(v.workspaceId, workspaceId)),
+    db
+      .select({ version: v.version, fullReloadVersion: v.fullReloadVersion })
+      .from(v)
+      .where(eq(v.workspaceId, workspaceId)),
     db
       .select({
         id: t.id,

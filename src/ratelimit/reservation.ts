@@ -26,7 +26,9 @@ export interface TurnEstimate {
 export function turnReservation(turn: TurnEstimate, defaultCompletion: number): number {
   const prompt = turn.knownPromptTokens + Math.ceil(turn.promptChars / CHARS_PER_TOKEN);
   const completion =
-    turn.maxCompletionTokens === null ? defaultCompletion : Math.max(0, turn.maxCompletionTokens - turn.completionTokensSoFar);
+    turn.maxCompletionTokens === null
+      ? defaultCompletion
+      : Math.max(0, turn.maxCompletionTokens - turn.completionTokensSoFar);
   return prompt + completion;
 }
 

@@ -57,7 +57,7 @@ const NO_SPECIAL = { disallowedSpecial: new Set<string>() };
 export async function chunkText(text: string, options: ChunkingOptions): Promise<Chunk[]> {
   const { tokens, charAt } = await boundaries(text, options.signal);
   const chunks: Chunk[] = [];
-  for (let start = 0; ; ) {
+  for (let start = 0; ;) {
     let end = Math.min(start + options.maxTokens, tokens);
     while ((charAt[end] ?? 0) < 0) end--; // end on a whole character: never over maxTokens
     const slice = text.slice(charAt[start], charAt[end]);
@@ -77,11 +77,14 @@ export async function chunkText(text: string, options: ChunkingOptions): Promise
  * The number of tokens of `text`, and for each token boundary k the character offset it falls on,
  * or -1 where it cuts a character.
  */
-async function boundaries(text: string, signal: AbortSignal | undefined): Promise<{ tokens: number; charAt: Int32Array }> {
+async function boundaries(
+  text: string,
+  signal: AbortSignal | undefined,
+): Promise<{ tokens: number; charAt: Int32Array }> {
   const { decodeGenerator, encode } = await (tokenizer ??= import('gpt-tokenizer/encoding/cl100k_base'));
   const offsets: Int32Array[] = [];
   let tokens = 0;
-  for (let from = 0; from < text.length; ) {
+  for (let from = 0; from < text.length;) {
     const to = segmentEnd(text, from);
     for (const [start, end] of pieces(text, from, to)) {
       const ids = encode(text.slice(start, end), NO_SPECIAL);
@@ -147,7 +150,15 @@ function isSpace(code: number): boolean {
   return code <= 0x20
     ? code === 0x20 || (code >= 0x09 && code <= 0x0d)
     : code >= 0xa0 &&
-        (code === 0xa0 || code === 0x1680 || (code >= 0x2000 && code <= 0x200a) || code === 0x2028 || code === 0x2029 || code === 0x202f || code === 0x205f || code === 0x3000 || code === 0xfeff);
+        (code === 0xa0 ||
+          code === 0x1680 ||
+          (code >= 0x2000 && code <= 0x200a) ||
+          code === 0x2028 ||
+          code === 0x2029 ||
+          code === 0x202f ||
+          code === 0x205f ||
+          code === 0x3000 ||
+          code === 0xfeff);
 }
 
 /** Where the segment from `from` ends: SEGMENT_CHARS on, moved back to just before a whitespace. */

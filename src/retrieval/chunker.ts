@@ -34,10 +34,18 @@ export interface Chunker {
 export async function chunkDocument(bytes: Uint8Array, job: ChunkJob, signal?: AbortSignal): Promise<Chunk[]> {
   const text = await extract(bytes, job.format, job.limits, signal);
   try {
-    return await chunkText(text, { maxTokens: job.maxTokens, overlapTokens: job.overlapTokens, maxChunks: job.maxChunks, signal });
+    return await chunkText(text, {
+      maxTokens: job.maxTokens,
+      overlapTokens: job.overlapTokens,
+      maxChunks: job.maxChunks,
+      signal,
+    });
   } catch (error) {
     if (error instanceof TooManyChunks) {
-      throw new ExtractionError('invalid_file', `The file's text makes more than ${error.maxChunks} chunks, the most a file may index.`);
+      throw new ExtractionError(
+        'invalid_file',
+        `The file's text makes more than ${error.maxChunks} chunks, the most a file may index.`,
+      );
     }
     throw error;
   }

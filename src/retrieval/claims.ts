@@ -7,7 +7,10 @@ import { vectorStoreFiles } from '../db/schema';
  * (which only announces work: runtime/workers/ingest-queue.ts) shares it with ingestion itself (ingest.ts).
  */
 export function claimableAt(now: number): SQL {
-  const claimable = and(eq(vectorStoreFiles.status, 'in_progress'), or(isNull(vectorStoreFiles.leaseExpiresAt), lte(vectorStoreFiles.leaseExpiresAt, now)));
+  const claimable = and(
+    eq(vectorStoreFiles.status, 'in_progress'),
+    or(isNull(vectorStoreFiles.leaseExpiresAt), lte(vectorStoreFiles.leaseExpiresAt, now)),
+  );
   if (!claimable) throw new Error('and() of two conditions is a condition');
   return claimable;
 }

@@ -54,7 +54,10 @@ export interface EmbeddingKey {
  * Finds the key `target` embeds with. Which key that is, is the virtual keys' to say
  * (resources/virtual-keys/embedding-key.ts): the callers, which may know resources, hand it in.
  */
-export type EmbeddingKeyOf = (deps: Pick<EmbedDeps, 'db' | 'secrets'>, target: EmbeddingTarget) => Promise<EmbeddingKey>;
+export type EmbeddingKeyOf = (
+  deps: Pick<EmbedDeps, 'db' | 'secrets'>,
+  target: EmbeddingTarget,
+) => Promise<EmbeddingKey>;
 
 /** What embedding takes of the gateway's Deps: its calls are admitted, charged and counted like a run's. */
 export interface EmbedDeps extends RateLimitDeps {
@@ -93,14 +96,29 @@ export async function embedTexts(
       const chars = batch.reduce((sum, text) => sum + text.length, 0);
       const admission = await admitRequest(
         deps,
-        { api_key: target.apiKeyId, workspace_id: target.workspaceId, virtual_key: key.slug, provider: key.provider, model: target.model, metadata: {} },
+        {
+          api_key: target.apiKeyId,
+          workspace_id: target.workspaceId,
+          virtual_key: key.slug,
+          provider: key.provider,
+          model: target.model,
+          metadata: {},
+        },
         { reservation: Math.ceil(chars / CHARS_PER_TOKEN), baseTokens: 0 },
       );
       let charged = 0;
       try {
         const result = await createEmbeddings(
           { model: target.model, input: batch, dimensions: requestedDimensions(target.model, deps.config) },
-          { fetch: deps.fetch, adapter: ADAPTERS[key.provider], baseUrl: key.baseUrl, options: key.options, secret: key.secret, timeoutMs, signal },
+          {
+            fetch: deps.fetch,
+            adapter: ADAPTERS[key.provider],
+            baseUrl: key.baseUrl,
+            options: key.options,
+            secret: key.secret,
+            timeoutMs,
+            signal,
+          },
         );
         // A provider that reports no usage is charged, and counted, the estimate.
         charged = result.promptTokens || Math.ceil(chars / CHARS_PER_TOKEN);
@@ -122,7 +140,10 @@ export async function embedTexts(
     const size = first.length;
     dimensions ??= size;
     if (size !== dimensions || size > MAX_DIMENSIONS) {
-      throw new UpstreamError('protocol', `The embeddings upstream answered vectors of ${size} dimensions for a store of ${dimensions}.`);
+      throw new UpstreamError(
+        'protocol',
+        `The embeddings upstream answered vectors of ${size} dimensions for a store of ${dimensions}.`,
+      );
     }
     vectors.push(...answer.vectors);
     promptTokens += answer.promptTokens;
@@ -133,7 +154,14 @@ export async function embedTexts(
 /** Counts one embeddings call in its hour of the `usage` table (GET /v1/usage reads it), in one upsert. */
 async function recordEmbeddingsUsage(
   db: Db,
-  call: { workspaceId: string; at: number; model: string; apiKeyId: string; virtualKeyId: string; promptTokens: number },
+  call: {
+    workspaceId: string;
+    at: number;
+    model: string;
+    apiKeyId: string;
+    virtualKeyId: string;
+    promptTokens: number;
+  },
 ): Promise<void> {
   const tokens = Math.max(0, Math.floor(call.promptTokens));
   await db

@@ -22,9 +22,51 @@ export class ExtractionError extends Error {
 
 /** Extensions of UTF-8 text files: OpenAI's file_search list, and a few more of the same kind. */
 const TEXT_EXTENSIONS = new Set([
-  'txt', 'md', 'markdown', 'json', 'jsonl', 'csv', 'tsv', 'xml', 'yaml', 'yml', 'toml', 'ini', 'log', 'rst', 'tex',
-  'c', 'h', 'cc', 'cpp', 'hpp', 'cs', 'css', 'go', 'java', 'js', 'mjs', 'cjs', 'jsx', 'ts', 'tsx', 'php', 'py',
-  'rb', 'rs', 'sh', 'bash', 'sql', 'swift', 'kt', 'scala', 'lua', 'pl', 'r', 'vue', 'svelte',
+  'txt',
+  'md',
+  'markdown',
+  'json',
+  'jsonl',
+  'csv',
+  'tsv',
+  'xml',
+  'yaml',
+  'yml',
+  'toml',
+  'ini',
+  'log',
+  'rst',
+  'tex',
+  'c',
+  'h',
+  'cc',
+  'cpp',
+  'hpp',
+  'cs',
+  'css',
+  'go',
+  'java',
+  'js',
+  'mjs',
+  'cjs',
+  'jsx',
+  'ts',
+  'tsx',
+  'php',
+  'py',
+  'rb',
+  'rs',
+  'sh',
+  'bash',
+  'sql',
+  'swift',
+  'kt',
+  'scala',
+  'lua',
+  'pl',
+  'r',
+  'vue',
+  'svelte',
 ]);
 
 const MEDIA_TYPES: Record<string, FileFormat> = {
@@ -82,10 +124,18 @@ export interface ExtractionLimits {
 const MAX_ZIP_ENTRIES = 10_000;
 
 /** The text of `bytes` in `format`. `signal` is looked at between a PDF's pages. */
-export async function extract(bytes: Uint8Array, format: FileFormat, limits: ExtractionLimits, signal?: AbortSignal): Promise<string> {
+export async function extract(
+  bytes: Uint8Array,
+  format: FileFormat,
+  limits: ExtractionLimits,
+  signal?: AbortSignal,
+): Promise<string> {
   const text = await read(bytes, format, limits, signal);
   if (text.length > limits.maxChars) {
-    throw new ExtractionError('invalid_file', `The file's text is longer than ${limits.maxChars} characters, the most a file may index.`);
+    throw new ExtractionError(
+      'invalid_file',
+      `The file's text is longer than ${limits.maxChars} characters, the most a file may index.`,
+    );
   }
   if (text.trim() === '') {
     const why = format === 'pdf' ? ' (a PDF of scanned pages has no text layer to read)' : '';
@@ -94,7 +144,12 @@ export async function extract(bytes: Uint8Array, format: FileFormat, limits: Ext
   return text;
 }
 
-async function read(bytes: Uint8Array, format: FileFormat, limits: ExtractionLimits, signal: AbortSignal | undefined): Promise<string> {
+async function read(
+  bytes: Uint8Array,
+  format: FileFormat,
+  limits: ExtractionLimits,
+  signal: AbortSignal | undefined,
+): Promise<string> {
   switch (format) {
     case 'text':
       return utf8(bytes);
@@ -144,7 +199,10 @@ async function pdfText(bytes: Uint8Array, limits: ExtractionLimits, signal: Abor
   }
   try {
     if (pdf.numPages > limits.maxPages) {
-      throw new ExtractionError('invalid_file', `The PDF has ${pdf.numPages} pages, more than ${limits.maxPages} (GATEWAY_INGEST_MAX_PAGES), the most a file may index.`);
+      throw new ExtractionError(
+        'invalid_file',
+        `The PDF has ${pdf.numPages} pages, more than ${limits.maxPages} (GATEWAY_INGEST_MAX_PAGES), the most a file may index.`,
+      );
     }
     const pages: string[] = [];
     let chars = 0;
@@ -158,7 +216,11 @@ async function pdfText(bytes: Uint8Array, limits: ExtractionLimits, signal: Abor
       page.cleanup();
     }
     // As unpdf's mergePages: runs of blanks to one space, at most one blank line.
-    return pages.join('\n').replace(/[^\S\n]+/g, ' ').replace(/ ?\n ?/g, '\n').replace(/\n{3,}/g, '\n\n');
+    return pages
+      .join('\n')
+      .replace(/[^\S\n]+/g, ' ')
+      .replace(/ ?\n ?/g, '\n')
+      .replace(/\n{3,}/g, '\n\n');
   } catch (error) {
     if (error instanceof ExtractionError || signal?.aborted) throw error;
     throw new ExtractionError('invalid_file', `The PDF cannot be read: ${describe(error)}.`);
@@ -172,7 +234,8 @@ async function docxText(bytes: Uint8Array, limits: ExtractionLimits): Promise<st
   try {
     inflated = zipInflatedBytes(bytes, limits.maxInflatedBytes, MAX_ZIP_ENTRIES);
   } catch (error) {
-    if (error instanceof ZipError) throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${error.message}.`);
+    if (error instanceof ZipError)
+      throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${error.message}.`);
     throw error;
   }
   if (inflated > limits.maxInflatedBytes) throw inflatesTooFar('DOCX file', limits);

@@ -14,14 +14,28 @@ export const comparisonFilterSchema = z
   .strictObject({
     type: z.enum(['eq', 'ne', 'gt', 'gte', 'lt', 'lte', 'in', 'nin']),
     key: z.string().min(1).max(FILTER_LIMITS.keyChars),
-    value: z.union([scalar, z.array(z.union([z.string().max(FILTER_LIMITS.valueChars), z.number()])).min(1).max(FILTER_LIMITS.inValues)]),
+    value: z.union([
+      scalar,
+      z
+        .array(z.union([z.string().max(FILTER_LIMITS.valueChars), z.number()]))
+        .min(1)
+        .max(FILTER_LIMITS.inValues),
+    ]),
   })
   .superRefine((filter, ctx) => {
     const list = Array.isArray(filter.value);
     if ((filter.type === 'in' || filter.type === 'nin') !== list) {
-      ctx.addIssue({ code: 'custom', path: ['value'], message: `A '${filter.type}' filter takes ${list ? 'one value, not a list' : 'a list of values'}.` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['value'],
+        message: `A '${filter.type}' filter takes ${list ? 'one value, not a list' : 'a list of values'}.`,
+      });
     } else if (['gt', 'gte', 'lt', 'lte'].includes(filter.type) && typeof filter.value === 'boolean') {
-      ctx.addIssue({ code: 'custom', path: ['value'], message: `A '${filter.type}' filter compares numbers or strings, not booleans.` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['value'],
+        message: `A '${filter.type}' filter compares numbers or strings, not booleans.`,
+      });
     }
   });
 export type ComparisonFilter = z.infer<typeof comparisonFilterSchema>;
@@ -36,9 +50,7 @@ const compoundFilterSchema: z.ZodType<CompoundFilter> = z.strictObject({
   },
 });
 
-const filterShape: z.ZodType<AttributeFilter> = z.lazy(() =>
-  z.union([comparisonFilterSchema, compoundFilterSchema]),
-);
+const filterShape: z.ZodType<AttributeFilter> = z.lazy(() => z.union([comparisonFilterSchema, compoundFilterSchema]));
 
 /** Depth and size are checked before the recursive schema runs: a deep input never recurses. */
 function filterBounds(value: unknown): string | null {
@@ -48,7 +60,8 @@ function filterBounds(value: unknown): string | null {
     const [node, depth] = entry;
     if (depth > FILTER_LIMITS.depth) return `must not nest compound filters deeper than ${FILTER_LIMITS.depth} levels.`;
     if (node === null || typeof node !== 'object' || !('filters' in node) || !Array.isArray(node.filters)) {
-      if (++comparisons > FILTER_LIMITS.comparisons) return `must hold at most ${FILTER_LIMITS.comparisons} comparisons.`;
+      if (++comparisons > FILTER_LIMITS.comparisons)
+        return `must hold at most ${FILTER_LIMITS.comparisons} comparisons.`;
       continue;
     }
     for (const child of node.filters.slice(0, FILTER_LIMITS.comparisons + 1)) stack.push([child, depth + 1]);

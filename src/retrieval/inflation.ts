@@ -66,10 +66,15 @@ export function pdfInflatedBytes(pdf: Uint8Array, limit: number): number {
 }
 
 function* pdfStreams(pdf: Uint8Array): Generator<{ dictionary: string; data: Uint8Array }> {
-  for (let at = indexOf(pdf, STREAM, 0); at >= 0; ) {
+  for (let at = indexOf(pdf, STREAM, 0); at >= 0;) {
     const after = at + STREAM.length;
     // The keyword is followed by CRLF or LF (CR alone, from some writers); `endstream` is not one.
-    const start = pdf[after] === 0x0d && pdf[after + 1] === 0x0a ? after + 2 : pdf[after] === 0x0a || pdf[after] === 0x0d ? after + 1 : -1;
+    const start =
+      pdf[after] === 0x0d && pdf[after + 1] === 0x0a
+        ? after + 2
+        : pdf[after] === 0x0a || pdf[after] === 0x0d
+          ? after + 1
+          : -1;
     if (start < 0 || matches(pdf, END_STREAM, at - 3)) {
       at = indexOf(pdf, STREAM, after);
       continue;
@@ -77,10 +82,14 @@ function* pdfStreams(pdf: Uint8Array): Generator<{ dictionary: string; data: Uin
     const end = indexOf(pdf, END_STREAM, start);
     if (end < 0) return;
     // The end of line before `endstream` is not the stream's.
-    const dataEnd = pdf[end - 1] === 0x0a ? (pdf[end - 2] === 0x0d ? end - 2 : end - 1) : pdf[end - 1] === 0x0d ? end - 1 : end;
+    const dataEnd =
+      pdf[end - 1] === 0x0a ? (pdf[end - 2] === 0x0d ? end - 2 : end - 1) : pdf[end - 1] === 0x0d ? end - 1 : end;
     const from = Math.max(0, at - DICTIONARY_BYTES);
     const objAt = lastIndexOf(pdf, OBJ, from, at);
-    yield { dictionary: String.fromCharCode(...pdf.subarray(objAt >= 0 ? objAt : from, at)), data: pdf.subarray(start, Math.max(start, dataEnd)) };
+    yield {
+      dictionary: String.fromCharCode(...pdf.subarray(objAt >= 0 ? objAt : from, at)),
+      data: pdf.subarray(start, Math.max(start, dataEnd)),
+    };
     at = indexOf(pdf, STREAM, end + END_STREAM.length);
   }
 }
@@ -104,16 +113,19 @@ export function zipInflatedBytes(zip: Uint8Array, limit: number, maxEntries: num
   if (entries > maxEntries) throw new ZipError(`it has more than ${maxEntries} parts`);
   let total = 0;
   for (let entry = 0; entry < entries; entry++) {
-    if (at + 46 > zip.byteLength || view.getUint32(at, true) !== 0x02014b50) throw new ZipError('its central directory is damaged');
+    if (at + 46 > zip.byteLength || view.getUint32(at, true) !== 0x02014b50)
+      throw new ZipError('its central directory is damaged');
     const method = view.getUint16(at + 10, true);
     const compressed = view.getUint32(at + 20, true);
     const local = view.getUint32(at + 42, true);
     at += 46 + view.getUint16(at + 28, true) + view.getUint16(at + 30, true) + view.getUint16(at + 32, true);
-    if (local + 30 > zip.byteLength || view.getUint32(local, true) !== 0x04034b50) throw new ZipError('a part is missing');
+    if (local + 30 > zip.byteLength || view.getUint32(local, true) !== 0x04034b50)
+      throw new ZipError('a part is missing');
     const start = local + 30 + view.getUint16(local + 26, true) + view.getUint16(local + 28, true);
     if (start + compressed > zip.byteLength) throw new ZipError('a part is cut short');
     // Stored parts are their size; deflated ones are counted as they inflate; others the library refuses.
-    total += method === 8 ? inflatedSize(zip.subarray(start, start + compressed), 'deflate-raw', limit - total) : compressed;
+    total +=
+      method === 8 ? inflatedSize(zip.subarray(start, start + compressed), 'deflate-raw', limit - total) : compressed;
     if (total > limit) return limit + 1;
   }
   return total;

@@ -47,7 +47,11 @@ export interface IngestOptions {
   embeddingKey: EmbeddingKeyOf;
 }
 
-export function ingestOptions(config: IngestDeps['config'], chunker: Chunker, embeddingKey: EmbeddingKeyOf): IngestOptions {
+export function ingestOptions(
+  config: IngestDeps['config'],
+  chunker: Chunker,
+  embeddingKey: EmbeddingKeyOf,
+): IngestOptions {
   return {
     maxFileBytes: config.GATEWAY_INGEST_MAX_FILE_BYTES,
     maxChunks: config.GATEWAY_INGEST_MAX_CHUNKS,
@@ -65,17 +69,25 @@ export interface Claim {
 }
 
 const held = (claim: Claim) =>
-  and(eq(vectorStoreFiles.seq, claim.row.seq), eq(vectorStoreFiles.status, 'in_progress'), eq(vectorStoreFiles.leaseExpiresAt, claim.lease));
+  and(
+    eq(vectorStoreFiles.seq, claim.row.seq),
+    eq(vectorStoreFiles.status, 'in_progress'),
+    eq(vectorStoreFiles.leaseExpiresAt, claim.lease),
+  );
 
 /**
  * Claims the next file to ingest: in progress, its lease absent or past, of a workspace other than
  * `skipWorkspaces` (those at their share of the slots). Files whose lease passed MAX_ATTEMPTS times
  * fail first. Null when there is none.
  */
-export async function claimNext(deps: Pick<IngestDeps, 'db' | 'now'>, skipWorkspaces: readonly string[] = []): Promise<Claim | null> {
+export async function claimNext(
+  deps: Pick<IngestDeps, 'db' | 'now'>,
+  skipWorkspaces: readonly string[] = [],
+): Promise<Claim | null> {
   const now = deps.now();
   const free = claimableAt(now);
-  const eligible = skipWorkspaces.length === 0 ? free : and(free, notInArray(vectorStoreFiles.workspaceId, [...skipWorkspaces]));
+  const eligible =
+    skipWorkspaces.length === 0 ? free : and(free, notInArray(vectorStoreFiles.workspaceId, [...skipWorkspaces]));
   await deps.db
     .update(vectorStoreFiles)
     .set({
@@ -109,7 +121,11 @@ export async function nextClaimAt(deps: Pick<IngestDeps, 'db'>): Promise<number 
 }
 
 /** Ingests the claimed file to its end: completed, failed, deferred (rate limits), or abandoned (no longer its own). */
-export async function ingestClaimed(deps: IngestDeps, claim: Claim, options: IngestOptions): Promise<'completed' | 'failed' | 'deferred' | 'abandoned'> {
+export async function ingestClaimed(
+  deps: IngestDeps,
+  claim: Claim,
+  options: IngestOptions,
+): Promise<'completed' | 'failed' | 'deferred' | 'abandoned'> {
   const keeper = new ClaimKeeper(deps, claim);
   try {
     const chunks = await chunksOf(deps, claim, options, keeper.signal);
@@ -124,7 +140,11 @@ export async function ingestClaimed(deps: IngestDeps, claim: Claim, options: Ing
     }
     const lastError = fileError(error);
     if (lastError.code === 'server_error' && !(error instanceof UpstreamError) && !(error instanceof ApiError)) {
-      deps.log.error('ingestion failed', { vector_store_id: claim.row.vectorStoreId, file_id: claim.row.fileId, error });
+      deps.log.error('ingestion failed', {
+        vector_store_id: claim.row.vectorStoreId,
+        file_id: claim.row.fileId,
+        error,
+      });
     }
     return (await fail(deps, claim, lastError)) ? 'failed' : 'abandoned';
   }
@@ -136,15 +156,22 @@ async function chunksOf(deps: IngestDeps, claim: Claim, options: IngestOptions, 
   if (!file) throw new ExtractionError('invalid_file', 'The file was deleted before it could be indexed.');
   const format = formatOf(file.filename, file.contentType);
   if (format === null) {
-    throw new ExtractionError('unsupported_file', `Files of this type cannot be indexed (${file.filename}): send text, Markdown, JSON, code, HTML, PDF or DOCX.`);
+    throw new ExtractionError(
+      'unsupported_file',
+      `Files of this type cannot be indexed (${file.filename}): send text, Markdown, JSON, code, HTML, PDF or DOCX.`,
+    );
   }
   if (file.bytes > options.maxFileBytes) {
-    throw new ExtractionError('invalid_file', `The file is larger than ${options.maxFileBytes} bytes, the most a file may index.`);
+    throw new ExtractionError(
+      'invalid_file',
+      `The file is larger than ${options.maxFileBytes} bytes, the most a file may index.`,
+    );
   }
   const bytes = await deps.blobs.get(file.blobKey);
   if (bytes === null) throw new ExtractionError('invalid_file', "The file's content is missing from the blob store.");
   const strategy = claim.row.chunkingStrategy;
-  const sizes = strategy.type === 'static' ? strategy.static : { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 };
+  const sizes =
+    strategy.type === 'static' ? strategy.static : { max_chunk_size_tokens: 800, chunk_overlap_tokens: 400 };
   const job = {
     format,
     maxBytes: options.maxFileBytes,
@@ -168,7 +195,11 @@ async function embedChunks(
   chunks: Chunk[],
   signal: AbortSignal,
 ): Promise<{ vectors: Float32Array[]; dimensions: number } | null> {
-  const [store] = await deps.db.select().from(vectorStores).where(eq(vectorStores.id, claim.row.vectorStoreId)).limit(1);
+  const [store] = await deps.db
+    .select()
+    .from(vectorStores)
+    .where(eq(vectorStores.id, claim.row.vectorStoreId))
+    .limit(1);
   if (!store) return null;
   const target = {
     workspaceId: store.workspaceId,
@@ -179,7 +210,13 @@ async function embedChunks(
   };
   const vectors: Float32Array[] = [];
   for (let start = 0; start < chunks.length; start += BATCH_TEXTS) {
-    const answer = await embedTexts(deps, keyOf, target, chunks.slice(start, start + BATCH_TEXTS).map((chunk) => chunk.text), signal);
+    const answer = await embedTexts(
+      deps,
+      keyOf,
+      target,
+      chunks.slice(start, start + BATCH_TEXTS).map((chunk) => chunk.text),
+      signal,
+    );
     target.dimensions = answer.dimensions;
     vectors.push(...answer.vectors);
     if (signal.aborted) return null;
@@ -213,7 +250,8 @@ class ClaimKeeper {
 
   async #look(): Promise<void> {
     try {
-      if (!(await stillHeld(this.#deps, this.#claim))) this.#controller.abort(new Error('the file is no longer this ingestion\'s'));
+      if (!(await stillHeld(this.#deps, this.#claim)))
+        this.#controller.abort(new Error("the file is no longer this ingestion's"));
     } catch (error) {
       // The database failed this once: the next look tries again, and the lease has minutes left.
       this.#deps.log.warn('an ingestion could not look at its claim', { file_id: this.#claim.row.fileId, error });
@@ -235,11 +273,19 @@ class ClaimKeeper {
 async function stillHeld(deps: IngestDeps, claim: Claim): Promise<boolean> {
   const now = deps.now();
   if (claim.lease - now > LEASE_MS - LEASE_MS / 5) {
-    const [row] = await deps.db.select({ seq: vectorStoreFiles.seq }).from(vectorStoreFiles).where(held(claim)).limit(1);
+    const [row] = await deps.db
+      .select({ seq: vectorStoreFiles.seq })
+      .from(vectorStoreFiles)
+      .where(held(claim))
+      .limit(1);
     return row !== undefined;
   }
   const lease = now + LEASE_MS;
-  const [row] = await deps.db.update(vectorStoreFiles).set({ leaseExpiresAt: lease }).where(held(claim)).returning({ seq: vectorStoreFiles.seq });
+  const [row] = await deps.db
+    .update(vectorStoreFiles)
+    .set({ leaseExpiresAt: lease })
+    .where(held(claim))
+    .returning({ seq: vectorStoreFiles.seq });
   if (row) claim.lease = lease;
   return row !== undefined;
 }
@@ -251,7 +297,12 @@ const ROWS_PER_INSERT = 200;
  * The file completed with all its chunks, in one transaction, only while the claim holds: the
  * row is marked first, and each insert writes only if it is then this claim's completed row.
  */
-async function complete(deps: IngestDeps, claim: Claim, chunks: Chunk[], embedded: { vectors: Float32Array[]; dimensions: number }): Promise<boolean> {
+async function complete(
+  deps: IngestDeps,
+  claim: Claim,
+  chunks: Chunk[],
+  embedded: { vectors: Float32Array[]; dimensions: number },
+): Promise<boolean> {
   const { db } = deps;
   const { vectorStoreId, fileId } = claim.row;
   const encoder = new TextEncoder();
@@ -260,15 +311,21 @@ async function complete(deps: IngestDeps, claim: Claim, chunks: Chunk[], embedde
     if (!vector) throw new Error(`No vector for chunk ${index} of ${chunks.length}`);
     return vector;
   };
-  const usageBytes = chunks.reduce((sum, chunk, index) => sum + encoder.encode(chunk.text).byteLength + vectorOf(index).byteLength, 0);
+  const usageBytes = chunks.reduce(
+    (sum, chunk, index) => sum + encoder.encode(chunk.text).byteLength + vectorOf(index).byteLength,
+    0,
+  );
   const mine: SQL = sql`EXISTS (SELECT 1 FROM ${vectorStoreFiles} WHERE ${vectorStoreFiles.seq} = ${claim.row.seq} AND ${vectorStoreFiles.status} = 'completed' AND ${vectorStoreFiles.leaseExpiresAt} = ${claim.lease})`;
   const statements: Statement[] = [
     db.update(vectorStoreFiles).set({ status: 'completed', usageBytes, lastError: null }).where(held(claim)),
   ];
   for (let start = 0; start < chunks.length; start += ROWS_PER_INSERT) {
-    const rows = chunks.slice(start, start + ROWS_PER_INSERT).map(
-      (chunk, offset) => sql`(${vectorStoreId}, ${fileId}, ${start + offset}, ${chunk.text}, ${chunk.tokens}, ${vectorBlob(vectorOf(start + offset))})`,
-    );
+    const rows = chunks
+      .slice(start, start + ROWS_PER_INSERT)
+      .map(
+        (chunk, offset) =>
+          sql`(${vectorStoreId}, ${fileId}, ${start + offset}, ${chunk.text}, ${chunk.tokens}, ${vectorBlob(vectorOf(start + offset))})`,
+      );
     statements.push(
       db.run(
         sql`INSERT INTO ${vectorStoreChunks} (vector_store_id, file_id, chunk_index, text, tokens, embedding)
@@ -315,7 +372,8 @@ async function defer(deps: IngestDeps, claim: Claim, error: ApiError): Promise<b
 /** What a file's last_error says: the extraction's reason, the provider's, or a generic one. */
 function fileError(error: unknown): VectorStoreFileError {
   if (error instanceof ExtractionError) return { code: error.code, message: error.message };
-  if (error instanceof UpstreamError) return { code: 'server_error', message: `The embeddings provider failed: ${error.message}` };
+  if (error instanceof UpstreamError)
+    return { code: 'server_error', message: `The embeddings provider failed: ${error.message}` };
   if (error instanceof ApiError) return { code: 'server_error', message: error.message };
   return { code: 'server_error', message: 'The file could not be indexed because of an internal error.' };
 }

@@ -2,7 +2,14 @@ import { and, eq, inArray, isNull, sql, type SQL } from 'drizzle-orm';
 import type { Actor } from '../actor';
 import type { Db } from '../db/client';
 import type { Slices } from '../lib/slices';
-import { files, vectorStoreChunks, vectorStoreFiles, vectorStoreIndexes, vectorStores, type FileAttributes } from '../db/schema';
+import {
+  files,
+  vectorStoreChunks,
+  vectorStoreFiles,
+  vectorStoreIndexes,
+  vectorStores,
+  type FileAttributes,
+} from '../db/schema';
 import { UpstreamError } from '../providers/types';
 import type { AttributeFilter, ComparisonFilter } from './filters';
 import { embedTexts, vectorBlob, type EmbedDeps, type EmbeddingKeyOf } from './embed';
@@ -98,8 +105,16 @@ export async function findStores(db: Db, workspaceId: string, ids: readonly stri
     })
     .from(vectorStores)
     .leftJoin(vectorStoreIndexes, eq(vectorStoreIndexes.vectorStoreId, vectorStores.id))
-    .where(and(inArray(vectorStores.id, [...ids]), eq(vectorStores.workspaceId, workspaceId), isNull(vectorStores.deletedAt)));
-  return ids.flatMap((id) => rows.filter((row) => row.id === id).map((row) => ({ ...row, indexed: Boolean(row.indexed) })));
+    .where(
+      and(
+        inArray(vectorStores.id, [...ids]),
+        eq(vectorStores.workspaceId, workspaceId),
+        isNull(vectorStores.deletedAt),
+      ),
+    );
+  return ids.flatMap((id) =>
+    rows.filter((row) => row.id === id).map((row) => ({ ...row, indexed: Boolean(row.indexed) })),
+  );
 }
 
 /** What searching needs: embedding, and the event loop's slices (on Node, one loop serves every tenant). */
@@ -144,7 +159,8 @@ export async function searchStores(
     for (const [index, query] of options.queries.entries()) {
       const vector = vectors[index];
       // Checked by the embeddings client (a vector per text): here for the types.
-      if (vector === undefined) throw new UpstreamError('protocol', 'The embeddings upstream answered fewer vectors than queries.');
+      if (vector === undefined)
+        throw new UpstreamError('protocol', 'The embeddings upstream answered fewer vectors than queries.');
       while (deps.slices.spent()) await deps.slices.next();
       const nearest = store.indexed ? await byIndex(db, store.id, searchable, vector, candidates) : null;
       while (nearest === null && deps.slices.spent()) await deps.slices.next();
@@ -202,7 +218,13 @@ function searchableFiles(storeId: string, filter: AttributeFilter | null): SQL {
 }
 
 /** The store's nearest chunks to `vector` (cosine), exact: every chunk of the store is compared. */
-async function byVector(db: Db, storeId: string, searchable: SQL, vector: Float32Array, limit: number): Promise<Ranked[]> {
+async function byVector(
+  db: Db,
+  storeId: string,
+  searchable: SQL,
+  vector: Float32Array,
+  limit: number,
+): Promise<Ranked[]> {
   const rows = await db.all<{ id: number; distance: number }>(sql`
     SELECT id, vector_distance_cos(embedding, ${vectorBlob(vector)}) AS distance
     FROM vector_store_chunks
@@ -219,7 +241,13 @@ const near = (rows: { id: number; distance: number }[]): Ranked[] =>
  * The store's nearest chunks by its vector index (TOP_K neighbours, then the searchable ones,
  * ranked by their exact distance); null when fewer than `limit` are searchable (see TOP_K).
  */
-async function byIndex(db: Db, storeId: string, searchable: SQL, vector: Float32Array, limit: number): Promise<Ranked[] | null> {
+async function byIndex(
+  db: Db,
+  storeId: string,
+  searchable: SQL,
+  vector: Float32Array,
+  limit: number,
+): Promise<Ranked[] | null> {
   const query = vectorBlob(vector);
   const rows = await db.all<{ id: number; distance: number }>(sql`
     SELECT c.id AS id, vector_distance_cos(c.embedding, ${query}) AS distance
@@ -283,10 +311,16 @@ async function rareWords(db: Db, storeId: string, words: string[]): Promise<stri
  */
 function filterSql(filter: AttributeFilter): SQL {
   if ('filters' in filter) {
-    return sql`(${sql.join(filter.filters.map((inner) => sql`(${filterSql(inner)})`), sql.raw(filter.type === 'and' ? ' AND ' : ' OR '))})`;
+    return sql`(${sql.join(
+      filter.filters.map((inner) => sql`(${filterSql(inner)})`),
+      sql.raw(filter.type === 'and' ? ' AND ' : ' OR '),
+    )})`;
   }
   const values = Array.isArray(filter.value) ? filter.value : [filter.value];
-  const anyOf = sql`(${sql.join(values.map((value) => sql`(${equal(value)})`), sql.raw(' OR '))})`;
+  const anyOf = sql`(${sql.join(
+    values.map((value) => sql`(${equal(value)})`),
+    sql.raw(' OR '),
+  )})`;
   switch (filter.type) {
     case 'eq':
     case 'in':
@@ -297,13 +331,16 @@ function filterSql(filter: AttributeFilter): SQL {
     default: {
       // The schema allows one string or number here (comparisonFilterSchema).
       const [value] = values;
-      if (values.length !== 1 || typeof value === 'boolean' || value === undefined) throw new Error('an ordered comparison takes one number or string');
+      if (values.length !== 1 || typeof value === 'boolean' || value === undefined)
+        throw new Error('an ordered comparison takes one number or string');
       return attribute(filter.key, sql`${sameType(value)} AND a.value ${sql.raw(OPERATORS[filter.type])} ${value}`);
     }
   }
 }
 
-const OPERATORS = { gt: '>', gte: '>=', lt: '<', lte: '<=' } as const satisfies Partial<Record<ComparisonFilter['type'], string>>;
+const OPERATORS = { gt: '>', gte: '>=', lt: '<', lte: '<=' } as const satisfies Partial<
+  Record<ComparisonFilter['type'], string>
+>;
 
 const attribute = (key: string, condition: SQL) =>
   sql`EXISTS (SELECT 1 FROM json_each(vector_store_files.attributes) AS a WHERE a.key = ${key} AND ${condition})`;
@@ -333,10 +370,18 @@ async function withDetails(db: Db, hits: { chunkId: number; score: number }[]): 
     .from(vectorStoreChunks)
     .innerJoin(
       vectorStoreFiles,
-      and(eq(vectorStoreFiles.vectorStoreId, vectorStoreChunks.vectorStoreId), eq(vectorStoreFiles.fileId, vectorStoreChunks.fileId)),
+      and(
+        eq(vectorStoreFiles.vectorStoreId, vectorStoreChunks.vectorStoreId),
+        eq(vectorStoreFiles.fileId, vectorStoreChunks.fileId),
+      ),
     )
     .leftJoin(files, eq(files.id, vectorStoreChunks.fileId))
-    .where(inArray(vectorStoreChunks.id, hits.map((hit) => hit.chunkId)));
+    .where(
+      inArray(
+        vectorStoreChunks.id,
+        hits.map((hit) => hit.chunkId),
+      ),
+    );
   const byId = new Map(rows.map((row) => [row.chunkId, row]));
   return hits.flatMap((hit) => {
     const row = byId.get(hit.chunkId);

@@ -75,7 +75,12 @@ export async function maintainVectorIndexes(deps: MaintenanceDeps, options: Main
   const { db } = deps;
   const started = Date.now();
   for (const storeId of await orphanedIndexes(db)) await dropVectorIndex(db, storeId);
-  const unfinishedIndexes = () => db.select().from(vectorStoreIndexes).where(isNull(vectorStoreIndexes.readyAt)).orderBy(vectorStoreIndexes.createdAt);
+  const unfinishedIndexes = () =>
+    db
+      .select()
+      .from(vectorStoreIndexes)
+      .where(isNull(vectorStoreIndexes.readyAt))
+      .orderBy(vectorStoreIndexes.createdAt);
   let building = await unfinishedIndexes();
   if (building.length === 0) {
     await createDueIndexes(deps);
@@ -167,10 +172,15 @@ async function createDueIndexes(deps: MaintenanceDeps): Promise<void> {
  */
 export async function createVectorIndex(db: Db, storeId: string, dimensions: number, now: number): Promise<void> {
   const names = indexNames(storeId);
-  if (!Number.isInteger(dimensions) || dimensions < 1 || dimensions > 65_536) throw new Error(`bad dimensions: ${dimensions}`);
+  if (!Number.isInteger(dimensions) || dimensions < 1 || dimensions > 65_536)
+    throw new Error(`bad dimensions: ${dimensions}`);
   const store = `'${storeId}'`;
   await db.batch([
-    db.run(sql.raw(`CREATE TABLE IF NOT EXISTS ${names.table} (id INTEGER PRIMARY KEY, embedding F32_BLOB(${dimensions}) NOT NULL)`)),
+    db.run(
+      sql.raw(
+        `CREATE TABLE IF NOT EXISTS ${names.table} (id INTEGER PRIMARY KEY, embedding F32_BLOB(${dimensions}) NOT NULL)`,
+      ),
+    ),
     db.run(
       sql.raw(
         `CREATE INDEX IF NOT EXISTS ${names.index} ON ${names.table} ` +
@@ -201,7 +211,14 @@ export async function createVectorIndex(db: Db, storeId: string, dimensions: num
  * cursor past them and, at the end, marks the index ready; answers the new cursor. The chunks are
  * read in rowid order (NOT INDEXED: the store's index does not order by id), from the cursor on.
  */
-async function backfillBatch(db: Db, storeId: string, cursor: number, until: number, size: number, now: number): Promise<number> {
+async function backfillBatch(
+  db: Db,
+  storeId: string,
+  cursor: number,
+  until: number,
+  size: number,
+  now: number,
+): Promise<number> {
   const names = indexNames(storeId);
   const next = (columns: string) => sql`SELECT ${sql.raw(columns)} FROM vector_store_chunks NOT INDEXED
     WHERE id > ${cursor} AND id <= ${until} AND vector_store_id = ${storeId} ORDER BY id LIMIT ${size}`;
@@ -213,11 +230,20 @@ async function backfillBatch(db: Db, storeId: string, cursor: number, until: num
     db
       .update(vectorStoreIndexes)
       .set({ readyAt: now })
-      .where(and(eq(vectorStoreIndexes.vectorStoreId, storeId), sql`backfilled_to >= backfill_until`, isNull(vectorStoreIndexes.readyAt)))
+      .where(
+        and(
+          eq(vectorStoreIndexes.vectorStoreId, storeId),
+          sql`backfilled_to >= backfill_until`,
+          isNull(vectorStoreIndexes.readyAt),
+        ),
+      )
       .returning({ to: vectorStoreIndexes.backfilledTo }),
   ]);
   if (moved.length > 0) return until;
-  const [row] = await db.select({ to: vectorStoreIndexes.backfilledTo }).from(vectorStoreIndexes).where(eq(vectorStoreIndexes.vectorStoreId, storeId));
+  const [row] = await db
+    .select({ to: vectorStoreIndexes.backfilledTo })
+    .from(vectorStoreIndexes)
+    .where(eq(vectorStoreIndexes.vectorStoreId, storeId));
   // Gone (the store was deleted meanwhile): nothing more to do for it.
   return row?.to ?? until;
 }

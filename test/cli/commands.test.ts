@@ -1,6 +1,17 @@
 import { defined } from '../support/defined';
 import { spawnSync } from 'node:child_process';
-import { appendFileSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync } from 'node:fs';
+import {
+  appendFileSync,
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  utimesSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -119,14 +130,27 @@ describe('gateway CLI', () => {
   });
 
   it('explains usage mistakes with exit code 2', async () => {
-    for (const args of [['api-keys', 'create'], ['api-keys', 'create', '--workspace', 'x', '--organisation-key'], ['workspaces', 'create'], ['frobnicate'], ['workspaces', 'list', '--bogus']]) {
+    for (const args of [
+      ['api-keys', 'create'],
+      ['api-keys', 'create', '--workspace', 'x', '--organisation-key'],
+      ['workspaces', 'create'],
+      ['frobnicate'],
+      ['workspaces', 'list', '--bogus'],
+    ]) {
       const result = await runCli(args, env);
       expect(result.code).toBe(2);
       expect(result.stderr.length).toBeGreaterThan(0);
     }
     const help = await runCliProcess(['--help'], env);
     expect(help.code).toBe(0);
-    for (const command of ['init', 'workspaces create', 'workspaces list', 'api-keys create', 'api-keys list', 'api-keys revoke']) {
+    for (const command of [
+      'init',
+      'workspaces create',
+      'workspaces list',
+      'api-keys create',
+      'api-keys list',
+      'api-keys revoke',
+    ]) {
       expect(help.stdout).toContain(command);
     }
   });
@@ -139,7 +163,8 @@ describe('gateway help', () => {
   const groups = [...new Set(all.filter((name) => name.includes(' ')).map((name) => defined(name.split(' ')[0])))];
 
   /** The commands a help text lists (its lines of usage). */
-  const listed = (text: string) => all.filter((name) => text.includes(`\n  ${name} `) || text.includes(`\n  ${name}\n`));
+  const listed = (text: string) =>
+    all.filter((name) => text.includes(`\n  ${name} `) || text.includes(`\n  ${name}\n`));
 
   it('lists every command, with --help, -h, help or nothing at all, exit 0', async () => {
     expect(groups.sort()).toEqual(['api-keys', 'virtual-keys', 'workspaces']);
@@ -153,7 +178,11 @@ describe('gateway help', () => {
 
   it("answers each group's --help, and help <group>, with its commands, exit 0", async () => {
     for (const group of groups) {
-      for (const args of [[group, '--help'], [group, '-h'], ['help', group]]) {
+      for (const args of [
+        [group, '--help'],
+        [group, '-h'],
+        ['help', group],
+      ]) {
         const result = await runCli(args, nowhere);
         expect(result, args.join(' ')).toMatchObject({ code: 0, stderr: '' });
         expect(result.stdout).toMatch(new RegExp(`^Usage: gateway ${group} <command> \\[options\\]\n`));
@@ -165,7 +194,12 @@ describe('gateway help', () => {
   it("answers each command's --help, and help <command>, with its usage and summary, exit 0, whatever else the line holds", async () => {
     for (const command of commands) {
       const words = command.name.split(' ');
-      for (const args of [[...words, '--help'], [...words, '-h'], ['help', ...words], [...words, '--bogus', '--help']]) {
+      for (const args of [
+        [...words, '--help'],
+        [...words, '-h'],
+        ['help', ...words],
+        [...words, '--bogus', '--help'],
+      ]) {
         const result = await runCli(args, nowhere);
         expect(result, args.join(' ')).toMatchObject({ code: 0, stderr: '' });
         expect(result.stdout.startsWith(`Usage: gateway ${command.usage}\n\n${command.summary}\n\n`)).toBe(true);
@@ -198,7 +232,9 @@ describe('gateway help', () => {
       if (seen.has(file)) return;
       seen.add(file);
       // Static imports only (`import … from "x"`, `import "x"`), not `import("x")`.
-      for (const [, specifier] of readFileSync(join(ROOT, 'dist', file), 'utf8').matchAll(/^import\s[^;(]*?["']([^"']+)["'];?$/gm)) {
+      for (const [, specifier] of readFileSync(join(ROOT, 'dist', file), 'utf8').matchAll(
+        /^import\s[^;(]*?["']([^"']+)["'];?$/gm,
+      )) {
         if (defined(specifier).startsWith('./')) visit(defined(specifier).slice(2));
         else packages.add(defined(specifier));
       }
@@ -225,7 +261,9 @@ describe('the build that npm start and npm run gateway run first', () => {
 
   /** dist/'s files and when each was last written. */
   const dist = () =>
-    Object.fromEntries(readdirSync(join(checkout, 'dist')).map((name) => [name, statSync(join(checkout, 'dist', name)).mtimeMs]));
+    Object.fromEntries(
+      readdirSync(join(checkout, 'dist')).map((name) => [name, statSync(join(checkout, 'dist', name)).mtimeMs]),
+    );
   const run = (args: string[]) => {
     const result = spawnSync(process.execPath, args, { cwd: checkout, encoding: 'utf8' });
     expect(result.status, result.stderr).toBe(0);
@@ -236,7 +274,9 @@ describe('the build that npm start and npm run gateway run first', () => {
     // The bin builds a checkout that was never built, then answers.
     expect(run(['bin/gateway.js', 'virtual-keys', '--help'])).toMatch(/^Usage: gateway virtual-keys <command>/);
     const first = dist();
-    expect(Object.keys(first)).toEqual(expect.arrayContaining(['node.js', 'cli.js', 'chunker-process.js', 'embedded-writer.js']));
+    expect(Object.keys(first)).toEqual(
+      expect.arrayContaining(['node.js', 'cli.js', 'chunker-process.js', 'embedded-writer.js']),
+    );
 
     run(['scripts/build-node.mjs']);
     run(['bin/gateway.js', '--help']);
@@ -254,7 +294,8 @@ describe('the build that npm start and npm run gateway run first', () => {
     expect(dist()).toEqual(touched);
 
     // A source changed: its chunk, named by its content, replaces the last one, which is deleted.
-    const chunk = (files: Record<string, number>) => Object.keys(files).filter((name) => /^cli-identities-\w+\.js$/.test(name));
+    const chunk = (files: Record<string, number>) =>
+      Object.keys(files).filter((name) => /^cli-identities-\w+\.js$/.test(name));
     appendFileSync(source, '\nexport const rebuilt = true;\n');
     expect(run(['bin/gateway.js', 'api-keys', '--help'])).toMatch(/^Usage: gateway api-keys <command>/);
     const changed = dist();

@@ -51,11 +51,26 @@ describe('BusyRetryingClient', () => {
     expect(always.sends()).toBe(BUSY_ATTEMPTS);
 
     // The server's load shedding, as @libsql/client reports it: an HTTP 429 under a LibsqlError.
-    const shedding = new LibsqlError('Server returned HTTP status 429', 'SERVER_ERROR', undefined, undefined, Object.assign(new Error('Server returned HTTP status 429'), { status: 429 }));
+    const shedding = new LibsqlError(
+      'Server returned HTTP status 429',
+      'SERVER_ERROR',
+      undefined,
+      undefined,
+      Object.assign(new Error('Server returned HTTP status 429'), { status: 429 }),
+    );
     const shed = refusing(3, shedding);
     expect(defined((await shed.client.execute('SELECT 1')).rows[0]).one).toBe(1);
     expect(shed.sends()).toBe(4);
-    const failing = refusing(Infinity, new LibsqlError('Server returned HTTP status 500', 'SERVER_ERROR', undefined, undefined, Object.assign(new Error('Server returned HTTP status 500'), { status: 500 })));
+    const failing = refusing(
+      Infinity,
+      new LibsqlError(
+        'Server returned HTTP status 500',
+        'SERVER_ERROR',
+        undefined,
+        undefined,
+        Object.assign(new Error('Server returned HTTP status 500'), { status: 500 }),
+      ),
+    );
     await expect(failing.client.execute('SELECT 1')).rejects.toMatchObject({ code: 'SERVER_ERROR' });
     expect(failing.sends()).toBe(1);
 
@@ -74,7 +89,11 @@ describe('BusyRetryingClient', () => {
     // Other failures stay server errors, and a 429 that is not the database's (a provider's) is not it.
     const failure = await refusalOf(failing.client.execute('SELECT 1'));
     expect(databaseRefusal(new DrizzleQueryError('SELECT 1', [], failure))).toBeNull();
-    expect(databaseRefusal(Object.assign(new Error('upstream answered 429'), { cause: Object.assign(new Error('429'), { status: 429 }) }))).toBeNull();
+    expect(
+      databaseRefusal(
+        Object.assign(new Error('upstream answered 429'), { cause: Object.assign(new Error('429'), { status: 429 }) }),
+      ),
+    ).toBeNull();
   });
 });
 
@@ -83,7 +102,7 @@ describe('BusyRetryingClient, writes taking turns', () => {
   const counted = (delayMs = 0) => {
     const seen = { inFlight: 0, most: 0, sent: 0, firstArgs: [] as unknown[] };
     let hold: Promise<void> | null = null;
-    const around = async <T,>(stmt: InStatement, send: () => Promise<T>): Promise<T> => {
+    const around = async <T>(stmt: InStatement, send: () => Promise<T>): Promise<T> => {
       seen.sent++;
       seen.firstArgs.push(typeof stmt === 'object' && Array.isArray(stmt.args) ? stmt.args[0] : undefined);
       seen.most = Math.max(seen.most, ++seen.inFlight);
@@ -132,7 +151,11 @@ describe('BusyRetryingClient, writes taking turns', () => {
     const client = new BusyRetryingClient(inner, { writers: 2 });
     let unblock!: () => void;
     hold(new Promise<void>((resolve) => (unblock = resolve)));
-    const writes = [client.batch([{ sql: 'SELECT 1' }], 'write'), client.execute('UPDATE turns SET writer = writer WHERE 0'), client.execute('DELETE FROM turns WHERE 0')];
+    const writes = [
+      client.batch([{ sql: 'SELECT 1' }], 'write'),
+      client.execute('UPDATE turns SET writer = writer WHERE 0'),
+      client.execute('DELETE FROM turns WHERE 0'),
+    ];
     await new Promise((resolve) => setTimeout(resolve, 20));
     expect(seen.sent).toBe(2);
     // Reads take no turn: sent at once, beside the two writes held.
@@ -154,15 +177,30 @@ describe('BusyRetryingClient, writes taking turns', () => {
     let answer!: () => void;
     hold(new Promise<void>((resolve) => (answer = resolve)));
     const insert = (writer: number) => client.execute({ sql: 'INSERT INTO turns (writer) VALUES (?)', args: [writer] });
-    const outcomes = [-1, -2, -3, -4].map((writer) => insert(writer).then(() => 'answered', (error: unknown) => error));
+    const outcomes = [-1, -2, -3, -4].map((writer) =>
+      insert(writer).then(
+        () => 'answered',
+        (error: unknown) => error,
+      ),
+    );
     for (const outcome of await Promise.all(outcomes)) expect(outcome).toBeInstanceOf(DatabaseTimeoutError);
     expect(seen.firstArgs).toEqual([-1]);
 
     // The held one was sent: once answered, its row is there; the others' never are.
     hold(null);
     answer();
-    const rowsOf = async (writer: number) => Number(defined((await raw.execute({ sql: 'SELECT count(*) AS n FROM turns WHERE writer = ?', args: [writer] })).rows[0]).n);
-    expect(await waitFor(() => rowsOf(-1), (n) => n === 1)).toBe(1);
+    const rowsOf = async (writer: number) =>
+      Number(
+        defined(
+          (await raw.execute({ sql: 'SELECT count(*) AS n FROM turns WHERE writer = ?', args: [writer] })).rows[0],
+        ).n,
+      );
+    expect(
+      await waitFor(
+        () => rowsOf(-1),
+        (n) => n === 1,
+      ),
+    ).toBe(1);
     for (const writer of [-2, -3, -4]) expect(await rowsOf(writer)).toBe(0);
     // The turn given up goes on: a write asked for now is sent and answered.
     await insert(-5);
@@ -173,12 +211,17 @@ describe('BusyRetryingClient, writes taking turns', () => {
     const { inner, seen, hold } = counted();
     const client = new BusyRetryingClient(inner, { writers: 2, answerMs: 200 });
     hold(new Promise<void>(() => undefined)); // never answered
-    const hung = [client.execute('UPDATE turns SET writer = writer WHERE 0'), client.execute('UPDATE turns SET writer = writer WHERE 0')];
+    const hung = [
+      client.execute('UPDATE turns SET writer = writer WHERE 0'),
+      client.execute('UPDATE turns SET writer = writer WHERE 0'),
+    ];
     await Promise.all(hung.map((sending) => expect(sending).rejects.toBeInstanceOf(DatabaseTimeoutError)));
     hold(null);
     // Both sends are still in flight at the server, but no longer hold a turn.
     expect(seen.inFlight).toBe(2);
-    expect(defined((await client.execute('INSERT INTO turns (writer) VALUES (-5) RETURNING writer')).rows[0]).writer).toBe(-5);
+    expect(
+      defined((await client.execute('INSERT INTO turns (writer) VALUES (-5) RETURNING writer')).rows[0]).writer,
+    ).toBe(-5);
     expect(seen.sent).toBe(3);
   });
 });
@@ -192,13 +235,24 @@ describe('a gateway whose libSQL server stops answering', () => {
     const deadlineMs = 2_000;
     const server = await startSqld();
     const gateway = await createTestGateway({
-      env: { LIBSQL_URL: server.url, GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64'), GATEWAY_DATABASE_TIMEOUT_MS: String(deadlineMs) },
+      env: {
+        LIBSQL_URL: server.url,
+        GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64'),
+        GATEWAY_DATABASE_TIMEOUT_MS: String(deadlineMs),
+      },
     });
     try {
       const tenant = await gateway.tenant();
       const path = '/v1/policies/rate-limits';
       expect((await gateway.request(path, { key: tenant.workspaceKey })).status).toBe(200);
-      const policy = { name: 'frozen', conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'model' }], type: 'requests', unit: 'rpm', value: 1 };
+      const policy = {
+        name: 'frozen',
+        conditions: [{ key: 'model', value: '*' }],
+        group_by: [{ key: 'model' }],
+        type: 'requests',
+        unit: 'rpm',
+        value: 1,
+      };
 
       process.kill(server.pid, 'SIGSTOP');
       let response: Response;
@@ -210,12 +264,19 @@ describe('a gateway whose libSQL server stops answering', () => {
       }
       const waited = performance.now() - started;
       // The body first: were this not the timeout's answer, the failure shows what it was.
-      expect(await errorOf(response)).toMatchObject({ status: 503, type: 'server_error', code: 'database_timeout', param: null });
+      expect(await errorOf(response)).toMatchObject({
+        status: 503,
+        type: 'server_error',
+        code: 'database_timeout',
+        param: null,
+      });
       expect(response.headers.get('retry-after')).toBe('1');
       // At least the deadline, and not many of them: the request failed at its first unanswered send.
       expect(waited).toBeGreaterThanOrEqual(deadlineMs);
       expect(waited).toBeLessThan(5 * deadlineMs);
-      const logged = gateway.logs.map((line) => JSON.parse(line)).find((entry) => entry.level === 'error' && entry.message === 'request failed');
+      const logged = gateway.logs
+        .map((line) => JSON.parse(line))
+        .find((entry) => entry.level === 'error' && entry.message === 'request failed');
       expect(JSON.stringify(logged.error)).toContain('DatabaseTimeoutError');
 
       // Answering again, the server serves the gateway again.

@@ -35,12 +35,19 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const plain = (rows: ArrayLike<unknown>[]) => rows.map((row) => ({ byIndex: Array.prototype.slice.call(row), byName: { ...row } }));
+const plain = (rows: ArrayLike<unknown>[]) =>
+  rows.map((row) => ({ byIndex: Array.prototype.slice.call(row), byName: { ...row } }));
 
 describe('answers like @libsql/client', () => {
   it('returns the same rows, by index and by name, for the same queries', async () => {
-    await ours.execute({ sql: 'INSERT INTO items (name, price, data, flag) VALUES (?, ?, ?, ?)', args: ['a', 1.5, '{"x":1}', true] });
-    await ours.execute({ sql: 'INSERT INTO items (name, price, data, flag) VALUES (:name, :price, NULL, 0)', args: { name: 'b', price: 2 } });
+    await ours.execute({
+      sql: 'INSERT INTO items (name, price, data, flag) VALUES (?, ?, ?, ?)',
+      args: ['a', 1.5, '{"x":1}', true],
+    });
+    await ours.execute({
+      sql: 'INSERT INTO items (name, price, data, flag) VALUES (:name, :price, NULL, 0)',
+      args: { name: 'b', price: 2 },
+    });
     await ours.execute({ sql: 'INSERT INTO other (id, name) VALUES (1, ?)', args: ['b'] });
     for (const [sql, args] of [
       ['SELECT * FROM items ORDER BY id', []],
@@ -56,7 +63,10 @@ describe('answers like @libsql/client', () => {
       ['SELECT id, name FROM items WHERE price >= ? ORDER BY id limit ? ', [1, 1]],
       ['SELECT id FROM items WHERE id IN (SELECT id FROM items LIMIT 1) OR price = ?', [1]],
     ] as const) {
-      const [a, b] = await Promise.all([ours.execute({ sql, args: [...args] }), reference.execute({ sql, args: [...args] })]);
+      const [a, b] = await Promise.all([
+        ours.execute({ sql, args: [...args] }),
+        reference.execute({ sql, args: [...args] }),
+      ]);
       expect(a.columns).toEqual(b.columns);
       expect(plain(a.rows)).toEqual(plain(b.rows));
       expect(a.rows.map((row) => row.length)).toEqual(b.rows.map((row) => row.length));
@@ -129,7 +139,10 @@ describe('batches and the group commit', () => {
   });
 
   it('reads within a batch of reads see one snapshot and write nothing', async () => {
-    const [count, names] = await ours.batch(['SELECT count(*) AS n FROM items', 'SELECT name FROM items ORDER BY name']);
+    const [count, names] = await ours.batch([
+      'SELECT count(*) AS n FROM items',
+      'SELECT name FROM items ORDER BY name',
+    ]);
     expect(defined(defined(count).rows[0]).n).toBe(defined(names).rows.length);
   });
 
@@ -155,12 +168,17 @@ describe('text in parts (TextParts)', () => {
   // Long enough to go to the writer thread as parts; a surrogate pair cut between two parts.
   const parts = ['caf\u00e9 \ud83d', '\ude00 ', 'y'.repeat(70_000), '\u4e2d\u6587', '\ud83d', '\ude00'];
   const stored = async (name: string) =>
-    (await reference.execute({ sql: 'SELECT data FROM items WHERE name = ?', args: [name] })).rows.map((row) => row.data);
+    (await reference.execute({ sql: 'SELECT data FROM items WHERE name = ?', args: [name] })).rows.map(
+      (row) => row.data,
+    );
 
   it('stores the joined text, through the writer thread and at once on this one, long or short', async () => {
     const { immediateClient, client } = openEmbeddedClients(join(dir, 'test.db'), { timeoutMs: 5000 });
     try {
-      const insert = (name: string, value: string[]) => ({ sql: 'INSERT INTO items (name, data) VALUES (?, ?)', args: [name, new TextParts(value)] });
+      const insert = (name: string, value: string[]) => ({
+        sql: 'INSERT INTO items (name, data) VALUES (?, ?)',
+        args: [name, new TextParts(value)],
+      });
       await client.batchWithParts([insert('parts-group', parts), insert('parts-short', ['a', '\ud83d', '\ude00'])]);
       await immediateClient.batchWithParts([insert('parts-immediate', parts)]);
       for (const name of ['parts-group', 'parts-immediate']) expect(await stored(name)).toEqual([parts.join('')]);
@@ -172,7 +190,10 @@ describe('text in parts (TextParts)', () => {
   });
 
   it('rolls back a failing write alone, its parts with it', async () => {
-    const insert = (name: string) => ({ sql: 'INSERT INTO items (name, data) VALUES (?, ?)', args: [name, new TextParts(parts)] });
+    const insert = (name: string) => ({
+      sql: 'INSERT INTO items (name, data) VALUES (?, ?)',
+      args: [name, new TextParts(parts)],
+    });
     const outcomes = await Promise.allSettled([
       ours.batchWithParts([insert('parts-kept')]),
       ours.batchWithParts([insert('parts-lost'), insert('parts-kept')]), // duplicate name: this batch fails

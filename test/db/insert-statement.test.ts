@@ -6,7 +6,15 @@ import { createClient } from '@libsql/client';
 import { eq, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/libsql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { batchRaw, batchRawResults, insertStatement, insertWhere, rowOf, sqlOf, updateStatement } from '../../src/db/client';
+import {
+  batchRaw,
+  batchRawResults,
+  insertStatement,
+  insertWhere,
+  rowOf,
+  sqlOf,
+  updateStatement,
+} from '../../src/db/client';
 import { TextBuilder, TextParts } from '../../src/lib/text';
 import { endTurn, messageUpdate, turnRowsInsert } from '../../src/resources/runs/executor-writes';
 import { newId } from '../../src/lib/ids';
@@ -74,7 +82,10 @@ describe('insertStatement', () => {
       db.delete(messages).where(eq(messages.threadId, threadId)),
       db.delete(threads).where(eq(threads.id, threadId)),
     ]);
-    await batchRaw(db, pairs.map(([table, row]) => insertStatement(table, row)));
+    await batchRaw(
+      db,
+      pairs.map(([table, row]) => insertStatement(table, row)),
+    );
     expect({
       thread: await db.select().from(threads).where(eq(threads.id, threadId)),
       messages: await db.select().from(messages).where(eq(messages.threadId, threadId)),
@@ -86,7 +97,9 @@ describe('insertStatement', () => {
   it('refuses a field its table has no column for, in an insert and in an update alike', () => {
     const stray = { id: 'thread_stray', nonsense: 1 } as unknown as typeof threads.$inferInsert;
     expect(() => insertStatement(threads, stray)).toThrow('threads has no column nonsense');
-    expect(() => updateStatement(threads, stray, { sql: '"id" = ?', args: ['thread_stray'] })).toThrow('threads has no column nonsense');
+    expect(() => updateStatement(threads, stray, { sql: '"id" = ?', args: ['thread_stray'] })).toThrow(
+      'threads has no column nonsense',
+    );
   });
 
   it('updates as Drizzle does, reads the returned row as Drizzle does, and ends only a turn in progress', async () => {
@@ -125,7 +138,9 @@ describe('insertStatement', () => {
 
   it('leaves out what a row leaves undefined, so that the column’s default applies', () => {
     const statement = insertStatement(threads, { id: 'thread_x', workspaceId: 'w', metadata: {}, createdAt: 5 });
-    expect(statement.sql).toBe('insert into "threads" ("id", "workspace_id", "metadata", "created_at") values (?, ?, ?, ?)');
+    expect(statement.sql).toBe(
+      'insert into "threads" ("id", "workspace_id", "metadata", "created_at") values (?, ?, ?, ?)',
+    );
     expect(statement.args).toEqual(['thread_x', 'w', '{}', 5]);
   });
 });
@@ -134,13 +149,27 @@ describe('insertMessageWhileIdle (insertWhereStatement)', () => {
   it('writes the row Drizzle’s conditional insert writes, and nothing while a run holds the thread or when it is gone', async () => {
     const { threadId, runId } = await completedRun();
     const db = gateway.database.db;
-    const [stored] = await db.select().from(messages).where(eq(messages.threadId, threadId)).orderBy(messages.seq).limit(1);
+    const [stored] = await db
+      .select()
+      .from(messages)
+      .where(eq(messages.threadId, threadId))
+      .orderBy(messages.seq)
+      .limit(1);
     const { seq: _seq, ...row } = defined(stored);
     const attachments = [{ file_id: 'file-abc', tools: [{ type: 'file_search' as const }] }];
     // One with every column set as a client's message sets them, one with nulls, each written too
     // by Drizzle's conditional insert (insertWhere, its condition true): the rows read back the same
     // but for ids.
-    for (const variant of [{ ...row, metadata: { k: 'v' }, attachments, incompleteDetails: { reason: 'max_tokens' as const }, completedAt: 1_700_000_000_000 }, { ...row, assistantId: null, runId: null, attachments: [], incompleteDetails: null, completedAt: null }]) {
+    for (const variant of [
+      {
+        ...row,
+        metadata: { k: 'v' },
+        attachments,
+        incompleteDetails: { reason: 'max_tokens' as const },
+        completedAt: 1_700_000_000_000,
+      },
+      { ...row, assistantId: null, runId: null, attachments: [], incompleteDetails: null, completedAt: null },
+    ]) {
       const raw = await insertMessageWhileIdle(db, { ...variant, id: 'msg_raw_variant' });
       await insertWhere(db, messages, { ...variant, id: 'msg_built_variant' }, sql`1 = 1`);
       expect(raw).not.toBeNull();
@@ -170,13 +199,22 @@ describe('a message answer written in parts (TextParts)', () => {
     for (const piece of given) value.push(piece);
     return value;
   };
-  const annotations = [{ type: 'file_citation', text: '【0†a】', start_index: 0, end_index: 5, file_citation: { file_id: 'file_1' } }];
+  const annotations = [
+    { type: 'file_citation', text: '【0†a】', start_index: 0, end_index: 5, file_citation: { file_id: 'file_1' } },
+  ];
 
   it('is the JSON Drizzle would write for the content, character for character', () => {
-    const statement = messageUpdate('run_x', 'msg_x', { status: 'completed', completedAt: 5 }, { value: builder(pieces), annotations });
+    const statement = messageUpdate(
+      'run_x',
+      'msg_x',
+      { status: 'completed', completedAt: 5 },
+      { value: builder(pieces), annotations },
+    );
     const content = statement.args.find((arg) => arg instanceof TextParts);
     expect(content).toBeInstanceOf(TextParts);
-    expect(String(content)).toBe(messages.content.mapToDriverValue([{ type: 'text', text: { value: pieces.join(''), annotations } }]));
+    expect(String(content)).toBe(
+      messages.content.mapToDriverValue([{ type: 'text', text: { value: pieces.join(''), annotations } }]),
+    );
   });
 
   it('reads back as the content, through the embedded client and through a plain libSQL client', async () => {
@@ -188,8 +226,19 @@ describe('a message answer written in parts (TextParts)', () => {
     const expected = [{ type: 'text', text: { value: pieces.join(''), annotations } }];
     // Written by an executor, while its run is in progress.
     await db.update(runs).set({ status: 'in_progress' }).where(eq(runs.id, runId));
-    await batchRaw(db, [messageUpdate(runId, defined(message).id, { status: 'completed' }, { value: builder(pieces), annotations })]);
-    expect(defined((await db.select().from(messages).where(eq(messages.id, defined(message).id)))[0]).content).toEqual(expected);
+    await batchRaw(db, [
+      messageUpdate(runId, defined(message).id, { status: 'completed' }, { value: builder(pieces), annotations }),
+    ]);
+    expect(
+      defined(
+        (
+          await db
+            .select()
+            .from(messages)
+            .where(eq(messages.id, defined(message).id))
+        )[0],
+      ).content,
+    ).toEqual(expected);
 
     // A client without batchWithParts (a libSQL server, Workers) is given the text joined.
     const plain = createClient({ url: `file:${gateway.database.location}` });
@@ -197,8 +246,18 @@ describe('a message answer written in parts (TextParts)', () => {
       const other = drizzle(plain, { schema });
       expect('batchWithParts' in other.$client).toBe(false);
       const reversed = [...pieces].reverse();
-      await batchRaw(other, [messageUpdate(runId, defined(message).id, { status: 'completed' }, { value: builder(reversed), annotations: [] })]);
-      const [row] = await db.select().from(messages).where(eq(messages.id, defined(message).id));
+      await batchRaw(other, [
+        messageUpdate(
+          runId,
+          defined(message).id,
+          { status: 'completed' },
+          { value: builder(reversed), annotations: [] },
+        ),
+      ]);
+      const [row] = await db
+        .select()
+        .from(messages)
+        .where(eq(messages.id, defined(message).id));
       expect(defined(row).content).toEqual([{ type: 'text', text: { value: reversed.join(''), annotations: [] } }]);
     } finally {
       plain.close();
@@ -214,11 +273,21 @@ describe('a message answer written in parts (TextParts)', () => {
     const [stored] = await db.select().from(messages).where(eq(messages.runId, runId));
     const [storedStep] = await db.select().from(runSteps).where(eq(runSteps.runId, runId));
     const row = { ...withoutSeq(defined(stored)), id: newId('msg') };
-    const step = { ...withoutSeq(defined(storedStep)), id: newId('step'), stepDetails: { type: 'message_creation' as const, message_creation: { message_id: row.id } } };
+    const step = {
+      ...withoutSeq(defined(storedStep)),
+      id: newId('step'),
+      stepDetails: { type: 'message_creation' as const, message_creation: { message_id: row.id } },
+    };
     await db.update(runs).set({ status: 'in_progress' }).where(eq(runs.id, runId));
-    await batchRaw(db, turnRowsInsert(runId, { steps: [step], message: row, answer: { value: builder(pieces), annotations } }));
+    await batchRaw(
+      db,
+      turnRowsInsert(runId, { steps: [step], message: row, answer: { value: builder(pieces), annotations } }),
+    );
     const [written] = await db.select().from(messages).where(eq(messages.id, row.id));
-    expect(withoutSeq(defined(written))).toEqual({ ...row, content: [{ type: 'text', text: { value: pieces.join(''), annotations } }] });
+    expect(withoutSeq(defined(written))).toEqual({
+      ...row,
+      content: [{ type: 'text', text: { value: pieces.join(''), annotations } }],
+    });
     const [writtenStep] = await db.select().from(runSteps).where(eq(runSteps.id, step.id));
     expect(withoutSeq(defined(writtenStep))).toEqual(step);
   });
@@ -228,17 +297,29 @@ describe('sqlOf (a raw condition in a builder)', () => {
   it('binds each mark to its argument: the builder selects what the raw condition selects', async () => {
     const { threadId, runId } = await completedRun();
     const db = gateway.database.db;
-    const condition = { sql: '"runs"."thread_id" = ? AND "runs"."status" = ? AND "runs"."id" <> ?', args: [threadId, 'completed', 'run_none'] };
+    const condition = {
+      sql: '"runs"."thread_id" = ? AND "runs"."status" = ? AND "runs"."id" <> ?',
+      args: [threadId, 'completed', 'run_none'],
+    };
     const built = await db.select({ id: runs.id }).from(runs).where(sqlOf(condition));
-    const raw = await batchRawResults(db, [{ sql: `select "id" from "runs" where ${condition.sql}`, args: condition.args }]);
+    const raw = await batchRawResults(db, [
+      { sql: `select "id" from "runs" where ${condition.sql}`, args: condition.args },
+    ]);
     expect(built).toEqual([{ id: runId }]);
     expect(defined(raw[0]).rows.map((row) => row.id)).toEqual([runId]);
     // An argument is bound, not spliced into the text: a quote in it is a value like any other.
-    expect(await db.select({ id: runs.id }).from(runs).where(sqlOf({ sql: '"runs"."thread_id" = ?', args: [`${threadId}' OR '1' = '1`] }))).toEqual([]);
+    expect(
+      await db
+        .select({ id: runs.id })
+        .from(runs)
+        .where(sqlOf({ sql: '"runs"."thread_id" = ?', args: [`${threadId}' OR '1' = '1`] })),
+    ).toEqual([]);
   });
 
   it('refuses a condition whose marks and arguments differ in number', () => {
-    expect(() => sqlOf({ sql: '"id" = ? AND "status" = ?', args: ['x'] })).toThrow('a raw condition with 2 marks and 1 arguments');
+    expect(() => sqlOf({ sql: '"id" = ? AND "status" = ?', args: ['x'] })).toThrow(
+      'a raw condition with 2 marks and 1 arguments',
+    );
   });
 });
 
@@ -252,8 +333,12 @@ describe('insertWhere (the builder form), in first-run set-up', () => {
       const created = results.filter((result) => result !== null);
       expect(created).toHaveLength(1);
       const db = defined(databases[0]).db;
-      expect(await db.select({ id: organisations.id }).from(organisations)).toEqual([{ id: defined(created[0]).organisation_id }]);
-      expect(await db.select({ id: workspaces.id }).from(workspaces)).toEqual([{ id: defined(created[0]).workspace_id }]);
+      expect(await db.select({ id: organisations.id }).from(organisations)).toEqual([
+        { id: defined(created[0]).organisation_id },
+      ]);
+      expect(await db.select({ id: workspaces.id }).from(workspaces)).toEqual([
+        { id: defined(created[0]).workspace_id },
+      ]);
       const keys = await db.select({ organisationId: apiKeys.organisationId, kind: apiKeys.kind }).from(apiKeys);
       expect(keys.sort((a, b) => a.kind.localeCompare(b.kind))).toEqual([
         { organisationId: defined(created[0]).organisation_id, kind: 'organisation' },

@@ -16,7 +16,13 @@ import { sleep, waitFor } from '../support/wait';
 let sqld: RunningSqld;
 let proxy: Server;
 let proxyUrl: string;
-const seen = { acceptEncodings: new Set<string>(), contentEncodings: new Set<string>(), inFlight: 0, most: 0, gather: 1 };
+const seen = {
+  acceptEncodings: new Set<string>(),
+  contentEncodings: new Set<string>(),
+  inFlight: 0,
+  most: 0,
+  gather: 1,
+};
 /**
  * Each request is held until `seen.gather` are in flight (on a loaded machine the client's requests
  * arrive spread out; a client that never sends that many waits GATHER_MS), then HOLD_MS more: long
@@ -33,16 +39,29 @@ beforeAll(async () => {
     seen.most = Math.max(seen.most, ++seen.inFlight);
     const chunks: Buffer[] = [];
     incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
-    incoming.on('end', () =>
-      void waitFor(() => seen.inFlight >= seen.gather, Boolean, GATHER_MS, 5).then(() => sleep(HOLD_MS)).then(() => {
-        const forwarded = request({ host: target.hostname, port: target.port, path: incoming.url, method: incoming.method, headers: incoming.headers }, (answer) => {
-          seen.contentEncodings.add(String(answer.headers['content-encoding']));
-          outgoing.writeHead(defined(answer.statusCode), answer.headers);
-          answer.pipe(outgoing);
-          answer.on('end', () => seen.inFlight--);
-        });
-        forwarded.end(Buffer.concat(chunks));
-      }),
+    incoming.on(
+      'end',
+      () =>
+        void waitFor(() => seen.inFlight >= seen.gather, Boolean, GATHER_MS, 5)
+          .then(() => sleep(HOLD_MS))
+          .then(() => {
+            const forwarded = request(
+              {
+                host: target.hostname,
+                port: target.port,
+                path: incoming.url,
+                method: incoming.method,
+                headers: incoming.headers,
+              },
+              (answer) => {
+                seen.contentEncodings.add(String(answer.headers['content-encoding']));
+                outgoing.writeHead(defined(answer.statusCode), answer.headers);
+                answer.pipe(outgoing);
+                answer.on('end', () => seen.inFlight--);
+              },
+            );
+            forwarded.end(Buffer.concat(chunks));
+          }),
     );
   });
   await new Promise<void>((listening) => proxy.listen(0, '127.0.0.1', listening));
@@ -57,12 +76,20 @@ afterAll(async () => {
 
 describe("the Node server's libSQL client", () => {
   it('asks for answers uncompressed, and sends at most GATEWAY_DATABASE_WRITERS writes at once while reads go beside them', async () => {
-    const database = await openDatabase({ DATA_DIR: mkdtempSync(join(tmpdir(), 'remote-')), LIBSQL_URL: proxyUrl, GATEWAY_DATABASE_WRITERS: 2 });
+    const database = await openDatabase({
+      DATA_DIR: mkdtempSync(join(tmpdir(), 'remote-')),
+      LIBSQL_URL: proxyUrl,
+      GATEWAY_DATABASE_WRITERS: 2,
+    });
     try {
       await database.client.execute('CREATE TABLE IF NOT EXISTS w (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)');
       seen.most = 0;
       seen.gather = 2;
-      await Promise.all(Array.from({ length: 12 }, (_, n) => database.client.execute({ sql: 'INSERT INTO w (n) VALUES (?)', args: [n] })));
+      await Promise.all(
+        Array.from({ length: 12 }, (_, n) =>
+          database.client.execute({ sql: 'INSERT INTO w (n) VALUES (?)', args: [n] }),
+        ),
+      );
       expect(seen.most).toBe(2);
       seen.most = 0;
       seen.gather = 6;

@@ -36,21 +36,40 @@ afterAll(async () => {
 beforeEach(() => fake.reset());
 
 const assistant = async (instructions: string) =>
-  (await json(await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model', instructions } }))).id as string;
+  (
+    await json(
+      await gateway.request('/v1/assistants', {
+        key: tenant.workspaceKey,
+        body: { model: 'fake-model', instructions },
+      }),
+    )
+  ).id as string;
 
 /** Runs `assistantId` to its end, not streamed; answers the run and the system prompt the provider got. */
 async function run(assistantId: string, headers: Record<string, string> = {}) {
-  const response = await gateway.request('/v1/threads/runs', { key: tenant.workspaceKey, headers, body: { assistant_id: assistantId, thread: fakeThread('Hi', { reply: 'Hello.' }) } });
+  const response = await gateway.request('/v1/threads/runs', {
+    key: tenant.workspaceKey,
+    headers,
+    body: { assistant_id: assistantId, thread: fakeThread('Hi', { reply: 'Hello.' }) },
+  });
   const created = await json(response);
   if (response.status !== 200) return { status: response.status, error: created.error, system: undefined };
   await gateway.tasks.drain(10_000);
-  const ended = await json(await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { key: tenant.workspaceKey }));
-  return { status: ended.status as string, error: null, system: fake.requests.at(-1)?.body?.messages[0]?.content as string | undefined };
+  const ended = await json(
+    await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { key: tenant.workspaceKey }),
+  );
+  return {
+    status: ended.status as string,
+    error: null,
+    system: fake.requests.at(-1)?.body?.messages[0]?.content as string | undefined,
+  };
 }
 
 /** Changes a row with the generation put back as it was, in the same transaction: only a kept row hides the change. */
 async function behindTheGeneration(change: { sql: string; args: (string | number)[] }) {
-  const generation = Number(defined((await other.execute('SELECT value FROM settings_generation WHERE id = 0')).rows[0]).value);
+  const generation = Number(
+    defined((await other.execute('SELECT value FROM settings_generation WHERE id = 0')).rows[0]).value,
+  );
   await other.batch([change, { sql: 'UPDATE settings_generation SET value = ? WHERE id = 0', args: [generation] }]);
 }
 
@@ -58,7 +77,10 @@ describe('what a request reads', () => {
   it('is kept while the generation stays: a row changed without it is not seen, until the generation moves', async () => {
     const id = await assistant('First instructions.');
     expect((await run(id)).system).toBe('First instructions.');
-    await behindTheGeneration({ sql: 'UPDATE assistants SET instructions = ? WHERE id = ?', args: ['Second instructions.', id] });
+    await behindTheGeneration({
+      sql: 'UPDATE assistants SET instructions = ? WHERE id = ?',
+      args: ['Second instructions.', id],
+    });
     expect((await run(id)).system).toBe('First instructions.');
     await other.execute('UPDATE settings_generation SET value = value + 1 WHERE id = 0');
     expect((await run(id)).system).toBe('Second instructions.');
@@ -78,7 +100,10 @@ describe('what a request reads', () => {
     const named = await gateway.virtualKey(tenant, { base_url: fake.baseURL });
     expect((await run(id, { 'x-gateway-virtual-key': named })).status).toBe('completed');
     await other.execute({ sql: 'UPDATE virtual_keys SET revoked_at = 1 WHERE slug = ?', args: [named] });
-    expect(await run(id, { 'x-gateway-virtual-key': named })).toMatchObject({ status: 401, error: { code: 'invalid_virtual_key' } });
+    expect(await run(id, { 'x-gateway-virtual-key': named })).toMatchObject({
+      status: 401,
+      error: { code: 'invalid_virtual_key' },
+    });
     // The default key, kept for its model, is refused once revoked too.
     expect((await run(id)).status).toBe('completed');
     await other.execute({ sql: 'UPDATE virtual_keys SET revoked_at = 1 WHERE slug = ?', args: [slug] });
@@ -114,7 +139,11 @@ describe('what a request reads', () => {
 
 describe("a run's rate-limit policies", () => {
   it('are read again only when the generation moves, and follow a policy changed elsewhere', async () => {
-    const limited = (await json(await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'limited-model' } }))).id as string;
+    const limited = (
+      await json(
+        await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'limited-model' } }),
+      )
+    ).id as string;
     expect((await run(limited)).status).toBe('completed');
     const policy = await createPolicy(gateway, tenant, { conditions: [{ key: 'model', value: 'limited-model' }] });
     expect((await run(limited)).status).toBe('completed');

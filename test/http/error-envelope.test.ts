@@ -31,7 +31,12 @@ describe('error envelope', () => {
     }
     // Under /v1, what the gateway does not serve says so (test/http/unsupported-endpoints.test.ts).
     const error = await errorOf(await gateway.request('/v1/nope', { key: tenant.workspaceKey }));
-    expect(error).toMatchObject({ status: 404, code: 'unsupported_endpoint', type: 'invalid_request_error', param: null });
+    expect(error).toMatchObject({
+      status: 404,
+      code: 'unsupported_endpoint',
+      type: 'invalid_request_error',
+      param: null,
+    });
     expect(error.message).toContain('GET /v1/nope');
   });
 
@@ -54,7 +59,11 @@ describe('error envelope', () => {
       const answers = [
         await fetch(`${server.url}/health`),
         await fetch(`${server.url}/v1/assistants`, { headers: { authorization: `Bearer ${tenant.workspaceKey}` } }),
-        await fetch(`${server.url}/v1/assistants`, { method: 'POST', headers: { authorization: `Bearer ${tenant.workspaceKey}`, 'content-type': 'application/json' }, body: '{}' }),
+        await fetch(`${server.url}/v1/assistants`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${tenant.workspaceKey}`, 'content-type': 'application/json' },
+          body: '{}',
+        }),
         await fetch(`${server.url}/nope`),
         await fetch(`${server.url}/v1/assistants`),
       ];
@@ -64,7 +73,8 @@ describe('error envelope', () => {
         const bytes = new Uint8Array(await response.arrayBuffer());
         expect(bytes.at(-1)).toBe(0x0a);
         expect(bytes.at(-2)).toBe(0x7d); // the JSON's own last byte, `}`
-        if (response.headers.has('content-length')) expect(Number(response.headers.get('content-length'))).toBe(bytes.length);
+        if (response.headers.has('content-length'))
+          expect(Number(response.headers.get('content-length'))).toBe(bytes.length);
         JSON.parse(new TextDecoder().decode(bytes));
       }
     } finally {
@@ -82,7 +92,11 @@ describe('error envelope', () => {
     const body = JSON.stringify({ ...policy, name: 'n'.repeat(LIMIT) });
     const response = await gateway.app.request(PATH, {
       method: 'POST',
-      headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': 'application/json', 'content-length': String(body.length) },
+      headers: {
+        'x-gateway-api-key': tenant.workspaceKey,
+        'content-type': 'application/json',
+        'content-length': String(body.length),
+      },
       body,
     });
     expect(await errorOf(response)).toMatchObject({ status: 413, code: 'payload_too_large' });
@@ -99,7 +113,11 @@ describe('error envelope', () => {
     });
     const request = new Request(`http://gateway${PATH}`, {
       method: 'POST',
-      headers: { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+      headers: {
+        'x-gateway-api-key': tenant.workspaceKey,
+        'content-type': 'application/json',
+        'transfer-encoding': 'chunked',
+      },
       body: stream,
       duplex: 'half',
     });
@@ -147,7 +165,14 @@ describe('error envelope', () => {
   });
 
   it('reads an empty JSON body as an empty object: a route that needs fields names the first missing one', async () => {
-    const error = await errorOf(await gateway.request(PATH, { key: tenant.workspaceKey, body: '' , headers: { 'content-type': 'application/json' }, method: 'POST' }));
+    const error = await errorOf(
+      await gateway.request(PATH, {
+        key: tenant.workspaceKey,
+        body: '',
+        headers: { 'content-type': 'application/json' },
+        method: 'POST',
+      }),
+    );
     expect(error).toMatchObject({ status: 400, code: 'missing_required_parameter', param: 'conditions' });
   });
 
@@ -206,21 +231,36 @@ describe('503 database_busy', () => {
     holder.exec('BEGIN IMMEDIATE');
     let response: Response;
     try {
-      response = await gateway.request(PATH, { key: tenant.workspaceKey, body: { ...policy, name: 'written-while-locked' } });
+      response = await gateway.request(PATH, {
+        key: tenant.workspaceKey,
+        body: { ...policy, name: 'written-while-locked' },
+      });
     } finally {
       holder.exec('ROLLBACK');
       holder.close();
     }
     expect(response.headers.get('retry-after')).toBe('1');
     expect(response.headers.get('x-should-retry')).toBeNull();
-    expect(await errorOf(response)).toMatchObject({ status: 503, type: 'server_error', code: 'database_busy', param: null });
-    const logged = gateway.logs.map((line) => JSON.parse(line)).find((entry) => entry.level === 'error' && /SQLITE_BUSY|locked/i.test(JSON.stringify(entry.error)));
+    expect(await errorOf(response)).toMatchObject({
+      status: 503,
+      type: 'server_error',
+      code: 'database_busy',
+      param: null,
+    });
+    const logged = gateway.logs
+      .map((line) => JSON.parse(line))
+      .find((entry) => entry.level === 'error' && /SQLITE_BUSY|locked/i.test(JSON.stringify(entry.error)));
     expect(logged).toMatchObject({ message: 'request failed' });
 
-    const listed = (await (await gateway.request(PATH, { key: tenant.workspaceKey })).json()) as { data: { name: string | null }[] };
+    const listed = (await (await gateway.request(PATH, { key: tenant.workspaceKey })).json()) as {
+      data: { name: string | null }[];
+    };
     expect(listed.data.map((stored) => stored.name)).not.toContain('written-while-locked');
     // The retry the SDKs make succeeds once the lock is gone.
-    const retried = await gateway.request(PATH, { key: tenant.workspaceKey, body: { ...policy, name: 'written-while-locked' } });
+    const retried = await gateway.request(PATH, {
+      key: tenant.workspaceKey,
+      body: { ...policy, name: 'written-while-locked' },
+    });
     expect(retried.status).toBe(200);
   }, 20_000);
 });

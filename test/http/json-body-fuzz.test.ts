@@ -20,7 +20,25 @@ let inputsTried = 0;
 const trickyText = fc.string({
   unit: fc.oneof(
     { weight: 6, arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 1 }) },
-    fc.constantFrom('"', '\\', '{', '}', '[', ']', ',', ':', '\\"', '\0', '\ud800', '\udbff', '\udc00', '😀', '\u2028', 'é', '__proto__'),
+    fc.constantFrom(
+      '"',
+      '\\',
+      '{',
+      '}',
+      '[',
+      ']',
+      ',',
+      ':',
+      '\\"',
+      '\0',
+      '\ud800',
+      '\udbff',
+      '\udc00',
+      '😀',
+      '\u2028',
+      'é',
+      '__proto__',
+    ),
   ),
   maxLength: 12,
 });
@@ -38,7 +56,8 @@ const jsonish = fc.letrec<{ value: unknown }>((tie) => ({
       // defineProperty: a `__proto__` key is data, as JSON.parse makes it.
       .map((entries) =>
         entries.reduce<object>(
-          (o, [k, v]) => Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true }),
+          (o, [k, v]) =>
+            Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true }),
           {},
         ),
       ),
@@ -61,7 +80,12 @@ function isStorable(text: string): boolean {
 }
 
 /** Every problem in a parsed value, found recursively: what inspectJson must pick one of. */
-function problems(value: unknown, maxDepth: number, depth = 0, out = new Set<JsonProblem['kind']>()): Set<JsonProblem['kind']> {
+function problems(
+  value: unknown,
+  maxDepth: number,
+  depth = 0,
+  out = new Set<JsonProblem['kind']>(),
+): Set<JsonProblem['kind']> {
   if (typeof value === 'string' && !isStorable(value)) out.add('bad_string');
   if (value === null || typeof value !== 'object') return out;
   if (depth + 1 > maxDepth) out.add('too_deep');
@@ -81,38 +105,43 @@ const valueAt = (root: unknown, path: (string | number)[]) =>
 describe('inspectJson, generated', () => {
   it('agrees with a recursive oracle on any JSON text, and points at the problem it names', () => {
     fc.assert(
-      fc.property(jsonish, fc.integer({ min: 1, max: 6 }), fc.constantFrom(undefined, 0, 2, '\t'), (value, maxDepth, indent) => {
-        inputsTried += 1;
-        const text = JSON.stringify(value, null, indent);
-        const parsed: unknown = JSON.parse(text);
-        const expected = problems(parsed, maxDepth);
-        const found = inspectJson(text, { maxDepth });
-        if (found === null) {
-          expect(expected).toEqual(new Set());
-          return;
-        }
-        expect(expected).toContain(found.kind);
-        const at = valueAt(parsed, found.path);
-        switch (found.kind) {
-          case 'bad_string':
-            expect(typeof at === 'string' && !isStorable(at)).toBe(true);
-            break;
-          case 'too_deep':
-            expect(found.path).toHaveLength(maxDepth);
-            expect(typeof at).toBe('object');
-            break;
-          case 'proto_key':
-            expect(Object.hasOwn(valueAt(parsed, found.path.slice(0, -1)) as object, '__proto__')).toBe(true);
-            break;
-          case 'bad_key':
-            expect(Object.keys(at as object).some((key) => !isStorable(key))).toBe(true);
-            break;
-          case 'duplicate_key':
-            throw new Error('JSON.stringify cannot write a key twice');
-        }
-        // Layout does not matter.
-        expect(inspectJson(JSON.stringify(value), { maxDepth })?.kind).toBe(found.kind);
-      }),
+      fc.property(
+        jsonish,
+        fc.integer({ min: 1, max: 6 }),
+        fc.constantFrom(undefined, 0, 2, '\t'),
+        (value, maxDepth, indent) => {
+          inputsTried += 1;
+          const text = JSON.stringify(value, null, indent);
+          const parsed: unknown = JSON.parse(text);
+          const expected = problems(parsed, maxDepth);
+          const found = inspectJson(text, { maxDepth });
+          if (found === null) {
+            expect(expected).toEqual(new Set());
+            return;
+          }
+          expect(expected).toContain(found.kind);
+          const at = valueAt(parsed, found.path);
+          switch (found.kind) {
+            case 'bad_string':
+              expect(typeof at === 'string' && !isStorable(at)).toBe(true);
+              break;
+            case 'too_deep':
+              expect(found.path).toHaveLength(maxDepth);
+              expect(typeof at).toBe('object');
+              break;
+            case 'proto_key':
+              expect(Object.hasOwn(valueAt(parsed, found.path.slice(0, -1)) as object, '__proto__')).toBe(true);
+              break;
+            case 'bad_key':
+              expect(Object.keys(at as object).some((key) => !isStorable(key))).toBe(true);
+              break;
+            case 'duplicate_key':
+              throw new Error('JSON.stringify cannot write a key twice');
+          }
+          // Layout does not matter.
+          expect(inspectJson(JSON.stringify(value), { maxDepth })?.kind).toBe(found.kind);
+        },
+      ),
       { numRuns: RUNS * 5 },
     );
   });
@@ -121,7 +150,9 @@ describe('inspectJson, generated', () => {
     const key = fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 6 }).filter((k) => k !== '__proto__');
     /** The key as JSON: plain, or every character as a \u escape. */
     const spell = (k: string, escaped: boolean) =>
-      escaped ? `"${[...k].map((ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`).join('')}"` : JSON.stringify(k);
+      escaped
+        ? `"${[...k].map((ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`).join('')}"`
+        : JSON.stringify(k);
     fc.assert(
       fc.property(
         fc.uniqueArray(key, { minLength: 1, maxLength: 5 }),
@@ -137,7 +168,11 @@ describe('inspectJson, generated', () => {
             text = wrapper === 'array' ? `[0,${text}]` : `{"w":${text}}`;
             path.unshift(wrapper === 'array' ? 1 : 'w');
           }
-          expect(inspectJson(text, { maxDepth: 64 })).toEqual({ kind: 'duplicate_key', key: twice, path: [...path, twice] });
+          expect(inspectJson(text, { maxDepth: 64 })).toEqual({
+            kind: 'duplicate_key',
+            key: twice,
+            path: [...path, twice],
+          });
           // The same key in sibling objects is no duplicate.
           const siblings = `[${keys.map((k) => `{${JSON.stringify(k)}:1}`).join(',')},{${JSON.stringify(twice)}:2}]`;
           expect(inspectJson(siblings, { maxDepth: 64 })).toBeNull();
@@ -149,8 +184,12 @@ describe('inspectJson, generated', () => {
 
   it('handles nesting far deeper than the stack would allow a recursive reader', () => {
     const depth = 200_000;
-    expect(inspectJson('['.repeat(depth) + ']'.repeat(depth), { maxDepth: MAX_BODY_DEPTH })).toMatchObject({ kind: 'too_deep' });
-    expect(inspectJson('['.repeat(MAX_BODY_DEPTH) + ']'.repeat(MAX_BODY_DEPTH), { maxDepth: MAX_BODY_DEPTH })).toBeNull();
+    expect(inspectJson('['.repeat(depth) + ']'.repeat(depth), { maxDepth: MAX_BODY_DEPTH })).toMatchObject({
+      kind: 'too_deep',
+    });
+    expect(
+      inspectJson('['.repeat(MAX_BODY_DEPTH) + ']'.repeat(MAX_BODY_DEPTH), { maxDepth: MAX_BODY_DEPTH }),
+    ).toBeNull();
   });
 
   it('isStorableString agrees with the oracle', () => {
@@ -177,7 +216,11 @@ afterAll(async () => {
 });
 
 const post = (body: string, key?: string) =>
-  gateway.request('/v1/assistants', { key: key ?? tenant.workspaceKey, body, headers: { 'content-type': 'application/json' } });
+  gateway.request('/v1/assistants', {
+    key: key ?? tenant.workspaceKey,
+    body,
+    headers: { 'content-type': 'application/json' },
+  });
 
 /** An assistant whose metadata nests so that the whole body is `depth` levels deep. */
 const nested = (depth: number) => `{"model":"m","metadata":${'{"a":'.repeat(depth - 1)}"x"${'}'.repeat(depth - 1)}}`;
@@ -186,14 +229,38 @@ describe('strict JSON bodies, through the API', () => {
   it.each([
     ['a key twice', '{"model":"a","model":"b"}', 'invalid_json', 'model', /more than once/],
     ['a key twice, once escaped', '{"model":"a","\\u006dodel":"b"}', 'invalid_json', 'model', /more than once/],
-    ['a nested key twice', '{"model":"m","metadata":{"k":"1","k":"2"}}', 'invalid_json', 'metadata.k', /more than once/],
+    [
+      'a nested key twice',
+      '{"model":"m","metadata":{"k":"1","k":"2"}}',
+      'invalid_json',
+      'metadata.k',
+      /more than once/,
+    ],
     ['__proto__', '{"model":"m","__proto__":{"x":1}}', 'invalid_json', '__proto__', /__proto__/],
-    ['__proto__ in metadata', '{"model":"m","metadata":{"__proto__":"x"}}', 'invalid_json', 'metadata.__proto__', /__proto__/],
+    [
+      '__proto__ in metadata',
+      '{"model":"m","metadata":{"__proto__":"x"}}',
+      'invalid_json',
+      'metadata.__proto__',
+      /__proto__/,
+    ],
     ['NUL in a value', '{"model":"m","name":"a\\u0000b"}', 'invalid_value', 'name', /NUL/],
     ['a lone high surrogate', '{"model":"m","name":"\\ud800"}', 'invalid_value', 'name', /unpaired surrogate/],
-    ['a lone low surrogate in an array', '{"model":"m","tools":[{"type":"code_interpreter"},"\\udc00"]}', 'invalid_value', 'tools[1]', /unpaired surrogate/],
+    [
+      'a lone low surrogate in an array',
+      '{"model":"m","tools":[{"type":"code_interpreter"},"\\udc00"]}',
+      'invalid_value',
+      'tools[1]',
+      /unpaired surrogate/,
+    ],
     ['NUL in a key', '{"model":"m","metadata":{"a\\u0000":"x"}}', 'invalid_json', 'metadata', /NUL/],
-    ['nesting deeper than 64', nested(MAX_BODY_DEPTH + 1), 'invalid_json', expect.stringMatching(/^metadata(\.a)+$/), /deeper than 64/],
+    [
+      'nesting deeper than 64',
+      nested(MAX_BODY_DEPTH + 1),
+      'invalid_json',
+      expect.stringMatching(/^metadata(\.a)+$/),
+      /deeper than 64/,
+    ],
   ])('refuses %s with 400 naming where', async (_name, body, code, param, message) => {
     inputsTried += 1;
     const error = await errorOf(await post(body));
@@ -222,7 +289,11 @@ describe('strict JSON bodies, through the API', () => {
   const bytesOf = (...parts: (string | number[])[]) =>
     Uint8Array.from(parts.flatMap((part) => (typeof part === 'string' ? [...new TextEncoder().encode(part)] : part)));
   const assistantCount = async () =>
-    ((await (await gateway.request('/v1/assistants?limit=100', { key: tenant.workspaceKey })).json()) as { data: unknown[] }).data.length;
+    (
+      (await (await gateway.request('/v1/assistants?limit=100', { key: tenant.workspaceKey })).json()) as {
+        data: unknown[];
+      }
+    ).data.length;
 
   it.each([
     ['two bytes that begin no character', [0xff, 0xfe]],
@@ -235,7 +306,12 @@ describe('strict JSON bodies, through the API', () => {
     inputsTried += 1;
     const before = await assistantCount();
     const error = await errorOf(await postBytes(bytesOf('{"model":"gpt-', bad, '4o"}')));
-    expect(error).toMatchObject({ status: 400, code: 'invalid_json', param: null, message: 'The request body is not valid UTF-8.' });
+    expect(error).toMatchObject({
+      status: 400,
+      code: 'invalid_json',
+      param: null,
+      message: 'The request body is not valid UTF-8.',
+    });
     expect(await assistantCount()).toBe(before);
   });
 
@@ -244,21 +320,31 @@ describe('strict JSON bodies, through the API', () => {
     expect(created.status).toBe(200);
     expect(await created.json()).toMatchObject({ model: 'm', name: 'bom' });
     expect((await postBytes(bytesOf('{"model":"m","name":"', [0xef, 0xbb, 0xbf], '"}'))).status).toBe(200);
-    expect(await errorOf(await postBytes(bytesOf([0xef, 0xbb, 0xbf, 0xef, 0xbb, 0xbf], '{"model":"m"}')))).toMatchObject({ status: 400, code: 'invalid_json' });
+    expect(
+      await errorOf(await postBytes(bytesOf([0xef, 0xbb, 0xbf, 0xef, 0xbb, 0xbf], '{"model":"m"}'))),
+    ).toMatchObject({ status: 400, code: 'invalid_json' });
   });
 
   it('refuses a name of any bytes exactly when they are not UTF-8, and stores what was sent when they are', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.uint8Array({ maxLength: 12 }).filter((bytes) => !bytes.includes(0x22) && !bytes.includes(0x5c) && bytes.every((b) => b >= 0x20)), async (name) => {
-        inputsTried += 1;
-        const response = await postBytes(bytesOf('{"model":"m","name":"', [...name], '"}'));
-        if (isUtf8(name)) {
-          expect(response.status).toBe(200);
-          expect(((await response.json()) as { name: string }).name).toBe(Buffer.from(name).toString('utf8'));
-        } else {
-          expect(await errorOf(response)).toMatchObject({ status: 400, message: 'The request body is not valid UTF-8.' });
-        }
-      }),
+      fc.asyncProperty(
+        fc
+          .uint8Array({ maxLength: 12 })
+          .filter((bytes) => !bytes.includes(0x22) && !bytes.includes(0x5c) && bytes.every((b) => b >= 0x20)),
+        async (name) => {
+          inputsTried += 1;
+          const response = await postBytes(bytesOf('{"model":"m","name":"', [...name], '"}'));
+          if (isUtf8(name)) {
+            expect(response.status).toBe(200);
+            expect(((await response.json()) as { name: string }).name).toBe(Buffer.from(name).toString('utf8'));
+          } else {
+            expect(await errorOf(response)).toMatchObject({
+              status: 400,
+              message: 'The request body is not valid UTF-8.',
+            });
+          }
+        },
+      ),
       { numRuns: RUNS },
     );
   });

@@ -43,7 +43,10 @@ beforeAll(async () => {
   const assistant = await json(
     await gateway.request('/v1/assistants', {
       key: tenant.workspaceKey,
-      body: { model: 'fake-model', tools: [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: {} } } }] },
+      body: {
+        model: 'fake-model',
+        tools: [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: {} } } }],
+      },
     }),
   );
   const runs = [];
@@ -53,28 +56,46 @@ beforeAll(async () => {
       await gateway.request('/v1/threads/runs', {
         key: tenant.workspaceKey,
         headers: { 'x-gateway-virtual-key': slug },
-        body: { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: `call\n${fakeDirective({ tool_calls: 1 })}` }] } },
+        body: {
+          assistant_id: assistant.id,
+          thread: { messages: [{ role: 'user', content: `call\n${fakeDirective({ tool_calls: 1 })}` }] },
+        },
       }),
     );
     runs.push(run);
   }
   expect(await gateway.tasks.drain(60_000)).toBe(true);
-  const policy = await json(await gateway.request('/v1/policies/rate-limits', { key: tenant.workspaceKey, body: VALID.policy }));
+  const policy = await json(
+    await gateway.request('/v1/policies/rate-limits', { key: tenant.workspaceKey, body: VALID.policy }),
+  );
   const toolCalls = [];
   const messageIds = [];
   for (const run of runs) {
-    const listed = await json(await gateway.request(`/v1/threads/${run.thread_id}/messages`, { key: tenant.workspaceKey }));
+    const listed = await json(
+      await gateway.request(`/v1/threads/${run.thread_id}/messages`, { key: tenant.workspaceKey }),
+    );
     messageIds.push(...listed.data.map((message: { id: string }) => message.id));
-    const current = await json(await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { key: tenant.workspaceKey }));
+    const current = await json(
+      await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { key: tenant.workspaceKey }),
+    );
     expect(current.status).toBe('requires_action');
     toolCalls.push(current.required_action.submit_tool_outputs.tool_calls[0].id);
   }
   const fileIds = [await storeFile(gateway, tenant, { filename: 'fuzz.md', content: '# Fuzz\n\nSome text.' })];
   fileIds.push(await storeFile(gateway, tenant, { filename: 'fuzz2.txt', content: 'more text' }));
   const store = await json(
-    await gateway.request('/v1/vector_stores', { key: tenant.workspaceKey, headers: { 'x-gateway-virtual-key': slug }, body: { name: 'fuzz' } }),
+    await gateway.request('/v1/vector_stores', {
+      key: tenant.workspaceKey,
+      headers: { 'x-gateway-virtual-key': slug },
+      body: { name: 'fuzz' },
+    }),
   );
-  const batch = await json(await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, { key: tenant.workspaceKey, body: { file_ids: [fileIds[0]] } }));
+  const batch = await json(
+    await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, {
+      key: tenant.workspaceKey,
+      body: { file_ids: [fileIds[0]] },
+    }),
+  );
   expect(await gateway.tasks.drain(60_000)).toBe(true);
   Object.assign(real, {
     id: [policy.id],
@@ -109,7 +130,13 @@ function routes(): Route[] {
 }
 
 const VALID = {
-  policy: { conditions: [{ key: 'model', value: 'gpt-4o' }], group_by: [{ key: 'api_key' }], type: 'requests', unit: 'rpm', value: 1000 },
+  policy: {
+    conditions: [{ key: 'model', value: 'gpt-4o' }],
+    group_by: [{ key: 'api_key' }],
+    type: 'requests',
+    unit: 'rpm',
+    value: 1000,
+  },
 };
 
 /** A valid body per route, where there is one to start mutating from; `{}` for any other. */
@@ -148,7 +175,11 @@ function validBody(route: Route): Record<string, unknown> {
     case 'POST /v1/vector_stores/:vector_store_id':
       return { name: 'renamed', metadata: { k: 'v' }, expires_after: null };
     case 'POST /v1/vector_stores/:vector_store_id/files':
-      return { file_id: defined(real.file_id)[1], attributes: { k: 'v', n: 1 }, chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 50 } } };
+      return {
+        file_id: defined(real.file_id)[1],
+        attributes: { k: 'v', n: 1 },
+        chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 50 } },
+      };
     case 'POST /v1/vector_stores/:vector_store_id/files/:file_id':
       return { attributes: { k: 'v', b: true } };
     case 'POST /v1/vector_stores/:vector_store_id/file_batches':
@@ -164,13 +195,46 @@ function validBody(route: Route): Record<string, unknown> {
 const oddText = fc.string({
   unit: fc.oneof(
     { weight: 4, arbitrary: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 1 }) },
-    fc.constantFrom('\0', '\u0007', '\n', '"', '\\', '\ud800', '\udfff', '\u202e', '\ufeff', '🔑', 'é', '\u0301', '%', '{', '[', '/', '..'),
+    fc.constantFrom(
+      '\0',
+      '\u0007',
+      '\n',
+      '"',
+      '\\',
+      '\ud800',
+      '\udfff',
+      '\u202e',
+      '\ufeff',
+      '🔑',
+      'é',
+      '\u0301',
+      '%',
+      '{',
+      '[',
+      '/',
+      '..',
+    ),
   ),
   maxLength: 40,
 });
 
 const nastyNumber = fc.oneof(
-  fc.constantFrom(-1, 0, -0, 0.5, 1e308, -1e308, 2 ** 53, 2 ** 53 + 2, 2 ** 63, 1e-320, Number.MAX_SAFE_INTEGER, 255, 256, 65536),
+  fc.constantFrom(
+    -1,
+    0,
+    -0,
+    0.5,
+    1e308,
+    -1e308,
+    2 ** 53,
+    2 ** 53 + 2,
+    2 ** 63,
+    1e-320,
+    Number.MAX_SAFE_INTEGER,
+    255,
+    256,
+    65536,
+  ),
   fc.integer(),
   fc.double({ noNaN: true, noDefaultInfinity: true }),
 );
@@ -200,7 +264,8 @@ const nastyValue: fc.Arbitrary<unknown> = fc.oneof(
 function paths(value: unknown, prefix: (string | number)[] = []): (string | number)[][] {
   const out = [prefix];
   if (Array.isArray(value)) value.forEach((item, i) => out.push(...paths(item, [...prefix, i])));
-  else if (value && typeof value === 'object') for (const [k, v] of Object.entries(value)) out.push(...paths(v, [...prefix, k]));
+  else if (value && typeof value === 'object')
+    for (const [k, v] of Object.entries(value)) out.push(...paths(v, [...prefix, k]));
   return out;
 }
 
@@ -246,7 +311,9 @@ const damagedText = (valid: unknown) => {
     fc.constant(text.replace(/\}$/, `,${text.slice(1, text.indexOf(':'))}:null}`)),
     fc.constant(text.replace(/^\{/, '{"__proto__":{"admin":true},')),
     fc.constant(text.replace(/^\{/, '{"constructor":{"prototype":{"x":1}},')),
-    fc.constantFrom('\\u0000', '\\ud800', '\\udc00x', 'a\\u0000b').map((escape) => text.replace(/"([^"\\]*)"(?=\s*[,}\]])/, `"$1${escape}"`)),
+    fc
+      .constantFrom('\\u0000', '\\ud800', '\\udc00x', 'a\\u0000b')
+      .map((escape) => text.replace(/"([^"\\]*)"(?=\s*[,}\]])/, `"$1${escape}"`)),
     fc.constant(text.replace(/\}$/, ',}')),
     fc.constant(`/* c */${text}`),
     fc.constant(text.replace(/:\s*(-?\d+(\.\d+)?)/, ':NaN')),
@@ -258,7 +325,9 @@ const damagedText = (valid: unknown) => {
 
 const deepBody = fc
   .tuple(fc.integer({ min: 60, max: 5000 }), fc.boolean())
-  .map(([depth, object]) => (object ? '{"a":'.repeat(depth) + '1' + '}'.repeat(depth) : '['.repeat(depth) + ']'.repeat(depth)));
+  .map(([depth, object]) =>
+    object ? '{"a":'.repeat(depth) + '1' + '}'.repeat(depth) : '['.repeat(depth) + ']'.repeat(depth),
+  );
 
 const bodyFor = (route: Route) => {
   const valid = validBody(route);
@@ -269,7 +338,12 @@ const bodyFor = (route: Route) => {
     { weight: 1, arbitrary: deepBody },
     { weight: 1, arbitrary: fc.jsonValue().map((value) => JSON.stringify(value)) },
     { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: 200 }) },
-    { weight: 1, arbitrary: fc.integer({ min: LIMIT - 64, max: LIMIT * 2 }).map((size) => JSON.stringify({ ...valid, name: 'n'.repeat(size) })) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .integer({ min: LIMIT - 64, max: LIMIT * 2 })
+        .map((size) => JSON.stringify({ ...valid, name: 'n'.repeat(size) })),
+    },
   );
 };
 
@@ -279,67 +353,145 @@ const segmentFor = (param: string) =>
     { weight: 4, arbitrary: fc.constantFrom(...(real[param] ?? ['x'])) },
     { weight: 1, arbitrary: fc.constantFrom(...Object.values(real).flat()) },
     { weight: 2, arbitrary: oddText.map((text) => encodeSegment(text)).filter((s) => s.length > 0) },
-    { weight: 1, arbitrary: fc.uint8Array({ minLength: 1, maxLength: 12 }).map((bytes) => [...bytes].map((b) => `%${b.toString(16).padStart(2, '0')}`).join('')) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .uint8Array({ minLength: 1, maxLength: 12 })
+        .map((bytes) => [...bytes].map((b) => `%${b.toString(16).padStart(2, '0')}`).join('')),
+    },
     { weight: 1, arbitrary: fc.integer({ min: 200, max: 9000 }).map((n) => 'i'.repeat(n)) },
   );
 
 /** Percent-encodes any string, lone surrogates included (encodeURIComponent throws on those). */
 const encodeSegment = (text: string) =>
-  [...text].map((ch) => (/^[\w-]$/.test(ch) ? ch : [...Buffer.from(ch)].map((b) => `%${b.toString(16).padStart(2, '0')}`).join(''))).join('');
+  [...text]
+    .map((ch) =>
+      /^[\w-]$/.test(ch) ? ch : [...Buffer.from(ch)].map((b) => `%${b.toString(16).padStart(2, '0')}`).join(''),
+    )
+    .join('');
 
-const QUERY_KEYS = ['limit', 'order', 'after', 'before', 'run_id', 'workspace_id', 'status', 'type', 'unit', 'page_size', 'current_page', 'include_revoked'];
-const queryValue = () => fc.oneof(
-  fc.constantFrom('1', '0', '-1', '20', '100', '101', '1001', '1e3', '0x10', ' 5', 'NaN', '99999999999999999999', 'asc', 'desc', 'true', 'false', 'active', 'archived', 'requests', 'rpm', ''),
-  oddText.map(encodeSegment),
-  fc.constantFrom(...Object.values(real).flat()),
-);
-const query = () => fc
-  .array(fc.tuple(fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...QUERY_KEYS) }, oddText.map(encodeSegment)), queryValue()), { maxLength: 5 })
-  .chain((pairs) => fc.oneof({ weight: 2, arbitrary: fc.constant([]) }, { weight: 1, arbitrary: fc.constant(pairs) }))
-  .map((pairs) => (pairs.length === 0 ? '' : `?${pairs.map(([k, v]) => `${k}=${v}`).join('&')}`));
+const QUERY_KEYS = [
+  'limit',
+  'order',
+  'after',
+  'before',
+  'run_id',
+  'workspace_id',
+  'status',
+  'type',
+  'unit',
+  'page_size',
+  'current_page',
+  'include_revoked',
+];
+const queryValue = () =>
+  fc.oneof(
+    fc.constantFrom(
+      '1',
+      '0',
+      '-1',
+      '20',
+      '100',
+      '101',
+      '1001',
+      '1e3',
+      '0x10',
+      ' 5',
+      'NaN',
+      '99999999999999999999',
+      'asc',
+      'desc',
+      'true',
+      'false',
+      'active',
+      'archived',
+      'requests',
+      'rpm',
+      '',
+    ),
+    oddText.map(encodeSegment),
+    fc.constantFrom(...Object.values(real).flat()),
+  );
+const query = () =>
+  fc
+    .array(
+      fc.tuple(
+        fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...QUERY_KEYS) }, oddText.map(encodeSegment)),
+        queryValue(),
+      ),
+      { maxLength: 5 },
+    )
+    .chain((pairs) => fc.oneof({ weight: 2, arbitrary: fc.constant([]) }, { weight: 1, arbitrary: fc.constant(pairs) }))
+    .map((pairs) => (pairs.length === 0 ? '' : `?${pairs.map(([k, v]) => `${k}=${v}`).join('&')}`));
 
 /** Header values a client can send: Latin-1, no CR, LF or NUL. */
-const headerText = fc.string({ unit: fc.integer({ min: 0x20, max: 0xff }).filter((c) => c !== 0x7f).map((c) => String.fromCharCode(c)), maxLength: 80 });
+const headerText = fc.string({
+  unit: fc
+    .integer({ min: 0x20, max: 0xff })
+    .filter((c) => c !== 0x7f)
+    .map((c) => String.fromCharCode(c)),
+  maxLength: 80,
+});
 /** `arbitrary` once in `every` times, null otherwise. */
 const sometimes = <T>(arbitrary: fc.Arbitrary<T>, every: number) =>
   fc.oneof({ weight: every - 1, arbitrary: fc.constant(null) }, { weight: 1, arbitrary });
 
-const headers = () => fc
-  .record({
-    key: fc.oneof(
-      { weight: 16, arbitrary: fc.constant('workspace') },
-      { weight: 3, arbitrary: fc.constant('organisation') },
-      { weight: 1, arbitrary: headerText },
-    ),
-    workspace: sometimes(fc.oneof(fc.constantFrom(...defined(real.workspace)), headerText), 3),
-    virtualKey: fc.oneof({ weight: 8, arbitrary: fc.constant(defined(defined(real.slug)[0])) }, headerText, fc.constant(undefined)),
-    beta: sometimes(fc.oneof(fc.constant('assistants=v2'), fc.constant('assistants=v1'), headerText), 6),
-    metadata: sometimes(fc.oneof(headerText, fc.jsonValue({ maxDepth: 2 }).map((v) => JSON.stringify(v)).filter((s) => /^[\x20-\x7e]*$/.test(s))), 6),
-    contentType: fc.oneof(
-      { weight: 30, arbitrary: fc.constant('application/json') },
-      fc.constantFrom('text/plain', 'application/json; charset=latin1', 'application/vnd.api+json', 'APPLICATION/JSON', 'multipart/form-data', ''),
-      headerText,
-    ),
-  })
-  .map((h) => {
-    const out: Record<string, string> = {};
-    out['x-gateway-api-key'] = h.key === 'workspace' ? tenant.workspaceKey : h.key === 'organisation' ? tenant.orgKey : h.key;
-    if (h.workspace !== null) out['x-gateway-workspace-id'] = h.workspace;
-    if (h.virtualKey !== undefined) out['x-gateway-virtual-key'] = h.virtualKey;
-    if (h.beta !== null) out['openai-beta'] = h.beta;
-    if (h.metadata !== null) out['x-gateway-metadata'] = h.metadata;
-    if (h.contentType) out['content-type'] = h.contentType;
-    return out;
-  });
+const headers = () =>
+  fc
+    .record({
+      key: fc.oneof(
+        { weight: 16, arbitrary: fc.constant('workspace') },
+        { weight: 3, arbitrary: fc.constant('organisation') },
+        { weight: 1, arbitrary: headerText },
+      ),
+      workspace: sometimes(fc.oneof(fc.constantFrom(...defined(real.workspace)), headerText), 3),
+      virtualKey: fc.oneof(
+        { weight: 8, arbitrary: fc.constant(defined(defined(real.slug)[0])) },
+        headerText,
+        fc.constant(undefined),
+      ),
+      beta: sometimes(fc.oneof(fc.constant('assistants=v2'), fc.constant('assistants=v1'), headerText), 6),
+      metadata: sometimes(
+        fc.oneof(
+          headerText,
+          fc
+            .jsonValue({ maxDepth: 2 })
+            .map((v) => JSON.stringify(v))
+            .filter((s) => /^[\x20-\x7e]*$/.test(s)),
+        ),
+        6,
+      ),
+      contentType: fc.oneof(
+        { weight: 30, arbitrary: fc.constant('application/json') },
+        fc.constantFrom(
+          'text/plain',
+          'application/json; charset=latin1',
+          'application/vnd.api+json',
+          'APPLICATION/JSON',
+          'multipart/form-data',
+          '',
+        ),
+        headerText,
+      ),
+    })
+    .map((h) => {
+      const out: Record<string, string> = {};
+      out['x-gateway-api-key'] =
+        h.key === 'workspace' ? tenant.workspaceKey : h.key === 'organisation' ? tenant.orgKey : h.key;
+      if (h.workspace !== null) out['x-gateway-workspace-id'] = h.workspace;
+      if (h.virtualKey !== undefined) out['x-gateway-virtual-key'] = h.virtualKey;
+      if (h.beta !== null) out['openai-beta'] = h.beta;
+      if (h.metadata !== null) out['x-gateway-metadata'] = h.metadata;
+      if (h.contentType) out['content-type'] = h.contentType;
+      return out;
+    });
 
 const requestFor = (route: Route) =>
   fc.record({
-    path: fc
-      .tuple(...(route.path.match(/:\w+/g) ?? []).map((param) => segmentFor(param.slice(1))))
-      .map((values) => {
-        let i = 0;
-        return route.path.replace(/:\w+/g, () => defined(values[i++]));
-      }),
+    path: fc.tuple(...(route.path.match(/:\w+/g) ?? []).map((param) => segmentFor(param.slice(1)))).map((values) => {
+      let i = 0;
+      return route.path.replace(/:\w+/g, () => defined(values[i++]));
+    }),
     query: query(),
     headers: headers(),
     // A GET cannot carry a body (fetch refuses); a DELETE may, and usually does not.
@@ -355,10 +507,14 @@ const requestFor = (route: Route) =>
 
 /** Rows in every table of the database (the list comes from the database, so new tables count). */
 async function rowCounts(client = gateway.database.client): Promise<Record<string, number>> {
-  const tables = await client.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'");
+  const tables = await client.execute(
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+  );
   const names = tables.rows.map((row) => String(row[0]));
   // One statement for all of them: a statement per table, twice per request, was most of this file's time.
-  const counts = names.map((name) => `SELECT '${name.replaceAll("'", "''")}', count(*) FROM "${name.replaceAll('"', '""')}"`);
+  const counts = names.map(
+    (name) => `SELECT '${name.replaceAll("'", "''")}', count(*) FROM "${name.replaceAll('"', '""')}"`,
+  );
   const result = await client.execute(counts.join(' UNION ALL '));
   return Object.fromEntries(result.rows.map((row) => [String(row[0]), Number(row[1])]));
 }
@@ -417,33 +573,38 @@ describe('generated requests to every route', () => {
   });
 
   // The list of routes is only known once the app exists: one test walks them all.
-  it(`answers ${RUNS} generated requests per route with a 4xx envelope or a valid 2xx, and writes nothing when refusing`, async () => {
-    const statuses = new Map<number, number>();
-    for (const route of routes()) {
-      await fc.assert(
-        fc.asyncProperty(requestFor(route), async (generated) => {
-          const status = await sendAndCheck({
-            method: route.method,
-            path: generated.path + generated.query,
-            headers: generated.headers,
-            body: generated.body,
-          });
-          statuses.set(status, (statuses.get(status) ?? 0) + 1);
-          
-        }),
-        { numRuns: RUNS },
-      );
-    }
-    // The generators reach past the front door: some requests pass, many are refused for their content.
-    expect([...statuses.keys()].some((status) => status < 300)).toBe(true);
-    expect(statuses.get(400)).toBeGreaterThan(RUNS);
-  }, Math.max(120_000, RUNS * 14 * 20)); // about 4 ms a request; a margin for slow machines
+  it(
+    `answers ${RUNS} generated requests per route with a 4xx envelope or a valid 2xx, and writes nothing when refusing`,
+    async () => {
+      const statuses = new Map<number, number>();
+      for (const route of routes()) {
+        await fc.assert(
+          fc.asyncProperty(requestFor(route), async (generated) => {
+            const status = await sendAndCheck({
+              method: route.method,
+              path: generated.path + generated.query,
+              headers: generated.headers,
+              body: generated.body,
+            });
+            statuses.set(status, (statuses.get(status) ?? 0) + 1);
+          }),
+          { numRuns: RUNS },
+        );
+      }
+      // The generators reach past the front door: some requests pass, many are refused for their content.
+      expect([...statuses.keys()].some((status) => status < 300)).toBe(true);
+      expect(statuses.get(400)).toBeGreaterThan(RUNS);
+    },
+    Math.max(120_000, RUNS * 14 * 20),
+  ); // about 4 ms a request; a margin for slow machines
 
   it('leaves a consistent database: no dangling references, every run settled or waiting for tools', async () => {
     const client = gateway.database.client;
     expect((await client.execute('PRAGMA foreign_key_check')).rows).toEqual([]);
     expect(defined((await client.execute('PRAGMA integrity_check')).rows[0])[0]).toBe('ok');
-    const active = await client.execute("SELECT status FROM runs WHERE status IN ('queued', 'in_progress', 'cancelling')");
+    const active = await client.execute(
+      "SELECT status FROM runs WHERE status IN ('queued', 'in_progress', 'cancelling')",
+    );
     expect(active.rows).toEqual([]);
     expect((await gateway.request('/v1/policies/rate-limits', { key: tenant.workspaceKey })).status).toBe(200);
   });
@@ -471,7 +632,10 @@ describe('a body the client stops sending', () => {
     });
     const response = await gateway.app.request(request);
     expect(response.status).toBe(400);
-    expect((await json(response)).error).toMatchObject({ code: 'invalid_json', message: expect.stringMatching(/could not be read/) });
+    expect((await json(response)).error).toMatchObject({
+      code: 'invalid_json',
+      message: expect.stringMatching(/could not be read/),
+    });
     expect(gateway.logs.slice(logged).join('\n')).not.toMatch(/"level":"error"/);
   });
 });
@@ -512,9 +676,14 @@ describe('framing over real HTTP (a gateway process)', () => {
 
   beforeAll(async () => {
     dataDir = mkdtempSync(join(tmpdir(), 'gateway-fuzz-'));
-    process_ = await startGatewayProcess({ DATA_DIR: dataDir, GATEWAY_MAX_BODY_BYTES: String(LIMIT), LOG_LEVEL: 'warn' });
+    process_ = await startGatewayProcess({
+      DATA_DIR: dataDir,
+      GATEWAY_MAX_BODY_BYTES: String(LIMIT),
+      LOG_LEVEL: 'warn',
+    });
     // The keys are printed just after the listening line.
-    for (let i = 0; i < 100 && !KEY_LINE.test(process_.stdout()); i++) await new Promise((resolve) => setTimeout(resolve, 50));
+    for (let i = 0; i < 100 && !KEY_LINE.test(process_.stdout()); i++)
+      await new Promise((resolve) => setTimeout(resolve, 50));
     key = defined(defined(KEY_LINE.exec(process_.stdout()))[1]);
     db = createClient({ url: `file:${join(dataDir, 'gateway.db')}` });
   });
@@ -546,15 +715,23 @@ describe('framing over real HTTP (a gateway process)', () => {
         let at = 0;
         for (const size of sizes) (pieces.push(chunk(body.slice(at, at + size))), (at += size));
         if (at < body.length) pieces.push(chunk(body.slice(at)));
-        return { name: 'chunked over the limit', pieces: [head('transfer-encoding: chunked\r\n'), ...pieces, '0\r\n\r\n'], endEarly: false, expect: [413] };
+        return {
+          name: 'chunked over the limit',
+          pieces: [head('transfer-encoding: chunked\r\n'), ...pieces, '0\r\n\r\n'],
+          endEarly: false,
+          expect: [413],
+        };
       }),
       // Chunked garbage under the limit.
-      fc.string({ maxLength: 300 }).filter((text) => text.length > 0).map((text) => ({
-        name: 'chunked garbage',
-        pieces: [head('transfer-encoding: chunked\r\n'), chunk(text), '0\r\n\r\n'],
-        endEarly: false,
-        expect: [400, 401, 403],
-      })),
+      fc
+        .string({ maxLength: 300 })
+        .filter((text) => text.length > 0)
+        .map((text) => ({
+          name: 'chunked garbage',
+          pieces: [head('transfer-encoding: chunked\r\n'), chunk(text), '0\r\n\r\n'],
+          endEarly: false,
+          expect: [400, 401, 403],
+        })),
       // Broken chunk framing: a size that is not hex, a chunk longer than announced.
       fc.constantFrom('zz\r\n{}\r\n0\r\n\r\n', '2\r\n{}}}}\r\n0\r\n\r\n', 'fffffffffffffffff\r\n{}\r\n').map((raw) => ({
         name: 'broken chunk framing',
@@ -569,7 +746,12 @@ describe('framing over real HTTP (a gateway process)', () => {
         endEarly: true,
         expect: [400, 413, null],
       })),
-      fc.constant<Exchange>({ name: 'unfinished chunks', pieces: [head('transfer-encoding: chunked\r\n'), chunk(policy)], endEarly: true, expect: [400, null] }),
+      fc.constant<Exchange>({
+        name: 'unfinished chunks',
+        pieces: [head('transfer-encoding: chunked\r\n'), chunk(policy)],
+        endEarly: true,
+        expect: [400, null],
+      }),
       // Both lengths (a smuggling attempt): the HTTP layer refuses it or drops the connection.
       fc.constant<Exchange>({
         name: 'content-length and chunked',
@@ -591,7 +773,10 @@ describe('framing over real HTTP (a gateway process)', () => {
         tally.inputsTried += 1;
         const status = await rawExchange(process_.url, exchange.pieces, exchange.endEarly);
         if (status !== null && status >= 500) tally.answered5xx += 1;
-        expect({ name: exchange.name, status }).toEqual({ name: exchange.name, status: expect.toBeOneOf(exchange.expect) });
+        expect({ name: exchange.name, status }).toEqual({
+          name: exchange.name,
+          status: expect.toBeOneOf(exchange.expect),
+        });
       }),
       { numRuns: Math.max(RUNS, 20) },
     );

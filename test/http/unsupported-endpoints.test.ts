@@ -69,7 +69,11 @@ describe('unsupported endpoints', () => {
     form.set('purpose', 'assistants');
     form.set('file', new Blob(['x'.repeat(10_000)], { type: 'text/plain' }), 'notes.txt');
     for (const headers of [{ 'x-gateway-api-key': tenant.workspaceKey }, {} as Record<string, string>]) {
-      const request = new Request('http://gateway.test/v1/audio/transcriptions', { method: 'POST', headers, body: form });
+      const request = new Request('http://gateway.test/v1/audio/transcriptions', {
+        method: 'POST',
+        headers,
+        body: form,
+      });
       expect(request.headers.get('content-type')).toMatch(/^multipart\/form-data; boundary=/);
       const response = await gateway.app.request(request);
       expectUnsupported(await errorOf(response), 'POST', '/v1/audio/transcriptions');

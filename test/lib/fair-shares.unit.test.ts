@@ -25,16 +25,23 @@ function recorder(shares: FairShares) {
   const over = new AbortController();
   leftInLine.add(over);
   const take = (name: string, key: string, bytes = 0, timeoutMs = LONG, signal?: AbortSignal) => {
-    const taken = shares.take(key, bytes, timeoutMs, signal ? AbortSignal.any([signal, over.signal]) : over.signal).then((share) => {
-      admitted.push(name);
-      shareOf.set(name, share);
-      return share;
-    });
+    const taken = shares
+      .take(key, bytes, timeoutMs, signal ? AbortSignal.any([signal, over.signal]) : over.signal)
+      .then((share) => {
+        admitted.push(name);
+        shareOf.set(name, share);
+        return share;
+      });
     // Those a test leaves in line end when it does: their refusal is expected, not unhandled.
     taken.catch(() => {});
     return taken;
   };
-  return { admitted, take, end: (name: string) => defined(shareOf.get(name)).end(), sent: (name: string) => defined(shareOf.get(name)).sent() };
+  return {
+    admitted,
+    take,
+    end: (name: string) => defined(shareOf.get(name)).end(),
+    sent: (name: string) => defined(shareOf.get(name)).sent(),
+  };
 }
 
 /** Lets the promises settled so far run their callbacks. */
@@ -56,7 +63,7 @@ describe('fair shares', () => {
     expect(admitted).toEqual(['a1', 'a2', 'a3', 'a4']);
   });
 
-  it("never makes another key wait behind a key at its own limit", async () => {
+  it('never makes another key wait behind a key at its own limit', async () => {
     const shares = new FairShares(LIMITS);
     const { admitted, take } = recorder(shares);
     for (const name of ['a1', 'a2', 'a3', 'a4', 'a5']) void take(name, 'a');
@@ -70,7 +77,16 @@ describe('fair shares', () => {
   it('at the overall limit, lets in the oldest whose key has room first', async () => {
     const shares = new FairShares(LIMITS);
     const { admitted, take, end } = recorder(shares);
-    for (const [name, key] of [['a1', 'a'], ['b1', 'b'], ['c1', 'c'], ['d1', 'd'], ['a2', 'a'], ['c2', 'c'], ['b2', 'b']]) void take(defined(name), defined(key));
+    for (const [name, key] of [
+      ['a1', 'a'],
+      ['b1', 'b'],
+      ['c1', 'c'],
+      ['d1', 'd'],
+      ['a2', 'a'],
+      ['c2', 'c'],
+      ['b2', 'b'],
+    ])
+      void take(defined(name), defined(key));
     await settle();
     expect(admitted).toEqual(['a1', 'b1', 'c1', 'd1']);
     end('d1');
@@ -106,10 +122,36 @@ describe('fair shares', () => {
   });
 
   it.each<[string, ShareLimits, [string, number][], keyof ShareLimits]>([
-    ['its key has all its calls', LIMITS, [['a', 0], ['a', 0]], 'callsPerKey'],
-    ['all calls are held', LIMITS, [['a', 0], ['b', 0], ['b', 0], ['c', 0]], 'calls'],
+    [
+      'its key has all its calls',
+      LIMITS,
+      [
+        ['a', 0],
+        ['a', 0],
+      ],
+      'callsPerKey',
+    ],
+    [
+      'all calls are held',
+      LIMITS,
+      [
+        ['a', 0],
+        ['b', 0],
+        ['b', 0],
+        ['c', 0],
+      ],
+      'calls',
+    ],
     ["its key's bytes are held", LIMITS, [['a', 500]], 'bytesPerKey'],
-    ['the bytes in all are held', LIMITS, [['b', 500], ['c', 450]], 'bytes'],
+    [
+      'the bytes in all are held',
+      LIMITS,
+      [
+        ['b', 500],
+        ['c', 450],
+      ],
+      'bytes',
+    ],
   ])('ends a wait at its deadline with the limit that kept it: %s', async (_, limits, held, limit) => {
     const shares = new FairShares(limits);
     for (const [key, bytes] of held) await shares.take(key, bytes, LONG);

@@ -8,7 +8,8 @@ import { newId } from '../../src/lib/ids';
 describe('newId', () => {
   it('draws OpenAI-style ids, all distinct across refills of the pool, using the whole alphabet', () => {
     const ids = Array.from({ length: 10_000 }, (_, i) => newId(i % 2 === 0 ? 'run' : 'file'));
-    for (const [i, id] of ids.entries()) expect(id).toMatch(i % 2 === 0 ? /^run_[A-Za-z0-9]{24}$/ : /^file-[A-Za-z0-9]{24}$/);
+    for (const [i, id] of ids.entries())
+      expect(id).toMatch(i % 2 === 0 ? /^run_[A-Za-z0-9]{24}$/ : /^file-[A-Za-z0-9]{24}$/);
     expect(new Set(ids).size).toBe(ids.length);
     const characters = new Set(ids.flatMap((id) => [...id.slice(-17)]));
     expect(characters.size).toBe(62);

@@ -26,7 +26,12 @@ describe('closestModel', () => {
   it('takes the nearest of several, and a bounded time for long names', () => {
     expect(closestModel('gpt-4o-mimi', ['gpt-4o-mini', 'gpt-4o-m'])).toBe('gpt-4o-mini');
     const long = 'x'.repeat(256);
-    expect(closestModel(long, Array.from({ length: 3200 }, (_, i) => `${'y'.repeat(250)}${i}`))).toBeNull();
+    expect(
+      closestModel(
+        long,
+        Array.from({ length: 3200 }, (_, i) => `${'y'.repeat(250)}${i}`),
+      ),
+    ).toBeNull();
   });
 });
 
@@ -67,7 +72,13 @@ describe('matches', () => {
     const text = fc.string({ unit: fc.constantFrom('a', 'b', '.'), maxLength: 8 });
     fc.assert(
       fc.property(fc.string({ unit: alphabet, maxLength: 6 }), text, (pattern, model) => {
-        const regex = new RegExp(`^${pattern.split('*').map((part) => part.replace(/\./g, '\\.')).join('.*')}$`, 's');
+        const regex = new RegExp(
+          `^${pattern
+            .split('*')
+            .map((part) => part.replace(/\./g, '\\.'))
+            .join('.*')}$`,
+          's',
+        );
         expect(matches(pattern, model)).toBe(regex.test(model));
       }),
       { numRuns: 2000 },
@@ -203,6 +214,8 @@ describe('chooseVirtualKey', () => {
     expect(error).toMatchObject({ code: 'ambiguous_models', status: 409 });
     expect((error as ApiError).message).toMatch(/'one' and 'two'/);
     // A more specific match elsewhere settles it.
-    expect(chooseVirtualKey([key('one', ['gpt*']), key('two', ['*-4o']), key('three', ['gpt-4o'])], 'gpt-4o')?.slug).toBe('three');
+    expect(
+      chooseVirtualKey([key('one', ['gpt*']), key('two', ['*-4o']), key('three', ['gpt-4o'])], 'gpt-4o')?.slug,
+    ).toBe('three');
   });
 });

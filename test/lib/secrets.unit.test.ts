@@ -39,8 +39,7 @@ describe('SecretBox', () => {
     const box = await SecretBox.fromBase64(generateKeyBase64());
     const sealed = await box.encrypt('sk-secret', 'vk-1');
     const [version, iv, body] = sealed.split('.') as [string, string, string];
-    const flip = (text: string, at: number) =>
-      text.slice(0, at) + (text[at] === 'A' ? 'B' : 'A') + text.slice(at + 1);
+    const flip = (text: string, at: number) => text.slice(0, at) + (text[at] === 'A' ? 'B' : 'A') + text.slice(at + 1);
 
     await expect(box.decrypt(`${version}.${iv}.${flip(body, 3)}`, 'vk-1')).rejects.toThrow(/Cannot decrypt/);
     await expect(box.decrypt(`${version}.${flip(iv, 2)}.${body}`, 'vk-1')).rejects.toThrow(/Cannot decrypt/);
@@ -132,9 +131,7 @@ describe('loadSecretBox (Node)', () => {
     const dataDir = tempDir();
     const path = join(dataDir, ENCRYPTION_KEY_FILE);
     writeFileSync(path, 'too short\n', { mode: 0o600 });
-    await expect(loadSecretBox(nodeConfig({ DATA_DIR: dataDir }))).rejects.toThrow(
-      `Invalid encryption key in ${path}`,
-    );
+    await expect(loadSecretBox(nodeConfig({ DATA_DIR: dataDir }))).rejects.toThrow(`Invalid encryption key in ${path}`);
   });
 
   it('refuses to start with a remote LIBSQL_URL and no GATEWAY_ENCRYPTION_KEY', async () => {

@@ -21,7 +21,8 @@ describe('TextBuilder', () => {
     for (const piece of given) builder.push(piece);
     return builder;
   };
-  const decoded = (chunks: readonly (string | Uint8Array)[]) => chunks.map((chunk) => (typeof chunk === 'string' ? chunk : new TextDecoder().decode(chunk))).join('');
+  const decoded = (chunks: readonly (string | Uint8Array)[]) =>
+    chunks.map((chunk) => (typeof chunk === 'string' ? chunk : new TextDecoder().decode(chunk))).join('');
 
   it('holds the JSON escaping of the text, as JSON.stringify escapes it joined, and gives the text back', () => {
     fc.assert(
@@ -36,36 +37,60 @@ describe('TextBuilder', () => {
 
   it('stores long answers in chunks, none cutting a pair, runs of small pieces gathered', () => {
     fc.assert(
-      fc.property(fc.array(fc.oneof(fc.string({ maxLength: 40 }), fc.string({ minLength: 1024, maxLength: 1100 }), fc.constantFrom('\ud83d', '\ude00')), { maxLength: 60 }), (given) => {
-        const builder = build(given);
-        const chunks = builder.jsonParts();
-        // A pair cut between chunks would be escaped as two \\u escapes; the joined text keeps it whole.
-        expect(decoded(chunks)).toBe(JSON.stringify(given.join('')).slice(1, -1));
-        // Runs of small pieces are gathered: no two short chunks in a row but at the end.
-        for (let i = 1; i < chunks.length - 1; i++) expect(defined(chunks[i - 1]).length >= 1024 || defined(chunks[i]).length >= 1024).toBe(true);
-        expect(builder.toString()).toBe(given.join(''));
-      }),
+      fc.property(
+        fc.array(
+          fc.oneof(
+            fc.string({ maxLength: 40 }),
+            fc.string({ minLength: 1024, maxLength: 1100 }),
+            fc.constantFrom('\ud83d', '\ude00'),
+          ),
+          { maxLength: 60 },
+        ),
+        (given) => {
+          const builder = build(given);
+          const chunks = builder.jsonParts();
+          // A pair cut between chunks would be escaped as two \\u escapes; the joined text keeps it whole.
+          expect(decoded(chunks)).toBe(JSON.stringify(given.join('')).slice(1, -1));
+          // Runs of small pieces are gathered: no two short chunks in a row but at the end.
+          for (let i = 1; i < chunks.length - 1; i++)
+            expect(defined(chunks[i - 1]).length >= 1024 || defined(chunks[i]).length >= 1024).toBe(true);
+          expect(builder.toString()).toBe(given.join(''));
+        },
+      ),
       { numRuns: 300 },
     );
   });
 });
 
 describe('jsonWithText', () => {
-  const message = (value: string) => ({ id: 'msg_1', content: [{ type: 'text', text: { value, annotations: [] } }], metadata: { note: 'a "quoted" \\ note' } });
+  const message = (value: string) => ({
+    id: 'msg_1',
+    content: [{ type: 'text', text: { value, annotations: [] } }],
+    metadata: { note: 'a "quoted" \\ note' },
+  });
 
   it('is JSON.stringify of the object with the text in its place, the text never joined', () => {
     fc.assert(
-      fc.property(fc.array(fc.oneof(pieces.map((given) => given.join('')), fc.string({ minLength: 1024, maxLength: 1100 })), { maxLength: 12 }), (given) => {
-        const builder = new TextBuilder();
-        for (const piece of given) builder.push(piece);
-        const json = jsonWithText(message, builder);
-        expect(json.toString()).toBe(JSON.stringify(message(given.join(''))));
-        const stored = builder.jsonParts().filter((part) => typeof part !== 'string');
-        // A text still held as a string gives one string; a longer one, parts: its stored chunks
-        // themselves, none of them copied.
-        expect(json instanceof TextParts).toBe(stored.length > 0);
-        if (json instanceof TextParts) for (const chunk of stored) expect(json.parts).toContain(chunk);
-      }),
+      fc.property(
+        fc.array(
+          fc.oneof(
+            pieces.map((given) => given.join('')),
+            fc.string({ minLength: 1024, maxLength: 1100 }),
+          ),
+          { maxLength: 12 },
+        ),
+        (given) => {
+          const builder = new TextBuilder();
+          for (const piece of given) builder.push(piece);
+          const json = jsonWithText(message, builder);
+          expect(json.toString()).toBe(JSON.stringify(message(given.join(''))));
+          const stored = builder.jsonParts().filter((part) => typeof part !== 'string');
+          // A text still held as a string gives one string; a longer one, parts: its stored chunks
+          // themselves, none of them copied.
+          expect(json instanceof TextParts).toBe(stored.length > 0);
+          if (json instanceof TextParts) for (const chunk of stored) expect(json.parts).toContain(chunk);
+        },
+      ),
       { numRuns: 500 },
     );
   });

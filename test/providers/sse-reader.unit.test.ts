@@ -24,7 +24,13 @@ describe('readServerSentData within slices', () => {
     const log: string[] = [];
     const onePartEach = slicesOfOnePiece(log, { firstSpent: true });
     const batches: string[][] = [];
-    const read = readServerSentData(oneChunk(body), { maxLineBytes: 65_536, maxEventChars: 65_536 }, () => log.push('activity'), undefined, onePartEach);
+    const read = readServerSentData(
+      oneChunk(body),
+      { maxLineBytes: 65_536, maxEventChars: 65_536 },
+      () => log.push('activity'),
+      undefined,
+      onePartEach,
+    );
     for await (const batch of read) batches.push(batch);
     expect(batches.flat()).toEqual(Array.from({ length: count }, (_, i) => `{"i":${i}}`));
     expect(batches.length).toBeGreaterThan(1);
@@ -35,7 +41,8 @@ describe('readServerSentData within slices', () => {
   it('reads the same events unsliced', async () => {
     const body = 'data: a\n\ndata: b\ndata: c\n\n: comment\n\ndata: d';
     const batches: string[][] = [];
-    for await (const batch of readServerSentData(oneChunk(body), { maxLineBytes: 1024, maxEventChars: 1024 })) batches.push(batch);
+    for await (const batch of readServerSentData(oneChunk(body), { maxLineBytes: 1024, maxEventChars: 1024 }))
+      batches.push(batch);
     expect(batches.flat()).toEqual(['a', 'b\nc', 'd']);
   });
 });
@@ -48,7 +55,8 @@ describe('readServerSentData, a line arriving over many reads', () => {
   }
   const read = async (body: AsyncIterable<Uint8Array>, onActivity?: () => void) => {
     const events: string[] = [];
-    for await (const batch of readServerSentData(body, { maxLineBytes: 1 << 20, maxEventChars: 1 << 20 }, onActivity)) events.push(...batch);
+    for await (const batch of readServerSentData(body, { maxLineBytes: 1 << 20, maxEventChars: 1 << 20 }, onActivity))
+      events.push(...batch);
     return events;
   };
 

@@ -284,9 +284,7 @@ describe('exactness', () => {
     await admit(tenant, { model: 'gpt-4o-mini' });
     expect(await usedBy(broad)).toBe(2);
   });
-
 });
-
 
 describe('tokens', () => {
   it('refuses once the group has used the value, counting charged tokens', async () => {
@@ -423,7 +421,12 @@ describe('the 429 and the headers', () => {
   it('reports a tokens policy by id when it has no name, with its unit', async () => {
     at('2030-05-01T12:20:00Z');
     const tenant = await gateway.tenant();
-    const id = await createPolicy(tenant, { conditions: [{ key: 'model', value: '*' }], type: 'tokens', unit: 'rph', value: 500 });
+    const id = await createPolicy(tenant, {
+      conditions: [{ key: 'model', value: '*' }],
+      type: 'tokens',
+      unit: 'rph',
+      value: 500,
+    });
     const { ticket } = await admit(tenant);
     await settleTokens(gateway.deps, ticket, 750);
     const error = await refusal(admit(tenant));
@@ -486,7 +489,11 @@ describe('the 429 and the headers', () => {
     at('2030-05-01T12:00:10Z');
     const tenant = await gateway.tenant();
     await createPolicy(tenant, { conditions: [{ key: 'model', value: '*' }], value: Number.MAX_SAFE_INTEGER });
-    await createPolicy(tenant, { conditions: [{ key: 'provider', value: '*' }], type: 'tokens', value: 1234.5678901234567 });
+    await createPolicy(tenant, {
+      conditions: [{ key: 'provider', value: '*' }],
+      type: 'tokens',
+      value: 1234.5678901234567,
+    });
     const { headers } = await admit(tenant);
     expect(headers['x-ratelimit-limit-requests']).toBe('9007199254740991');
     expect(headers['x-ratelimit-remaining-requests']).toBe('9007199254740990');
@@ -556,7 +563,6 @@ describe('changes apply at once', () => {
       database.close();
     }
   });
-
 });
 
 describe('the policy cache', () => {
@@ -587,7 +593,9 @@ describe('pruning', () => {
       pruneBatch: 2,
     });
     const keys = async () => {
-      const { rows } = await gateway.database.client.execute("SELECT key FROM rate_limit_counters WHERE key LIKE 'prune/%' ORDER BY key");
+      const { rows } = await gateway.database.client.execute(
+        "SELECT key FROM rate_limit_counters WHERE key LIKE 'prune/%' ORDER BY key",
+      );
       return rows.map((row) => row.key as string);
     };
     // Times far before every other test's windows, so that only these rows can expire here.
@@ -596,7 +604,8 @@ describe('pruning', () => {
     await store.adjust('s', [{ key: 'prune/b', windowEnd: T - 1, delta: 1 }]);
     await store.adjust('s', [{ key: 'prune/c', windowEnd: T, delta: 1 }]);
     await store.adjust('s', [{ key: 'prune/d', windowEnd: T + 30_000, delta: 1 }]);
-    const admitAt = (time: number) => store.admit('s', [{ key: 'prune/x', windowEnd: T + 60_000_000, cost: 1, limit: 100, mustFit: true }], time);
+    const admitAt = (time: number) =>
+      store.admit('s', [{ key: 'prune/x', windowEnd: T + 60_000_000, cost: 1, limit: 100, mustFit: true }], time);
 
     // A full batch (a, b): the next admission prunes again.
     await admitAt(T);
@@ -621,7 +630,9 @@ describe('pruning', () => {
     // Not awaited: with no group on the writer thread, the write has committed by the time
     // execute() returns its promise (a group commit would wait for the end of this turn of the
     // event loop, then for the writer thread), so the app's client reads it at once.
-    const written = countersClient.execute("INSERT INTO rate_limit_counters (key, used, window_end) VALUES ('prune/now', 1, 2e12)");
+    const written = countersClient.execute(
+      "INSERT INTO rate_limit_counters (key, used, window_end) VALUES ('prune/now', 1, 2e12)",
+    );
     const { rows } = await client.execute("SELECT used FROM rate_limit_counters WHERE key = 'prune/now'");
     expect(rows.map((row) => Number(row.used))).toEqual([1]);
     await written;
@@ -629,12 +640,21 @@ describe('pruning', () => {
 
   it('admits counters that cost nothing without writing them', async () => {
     const store = new LibsqlCounterStore(gateway.database.client, { log: gateway.deps.log });
-    const result = await store.admit('s', [{ key: 'prune/tokens', windowEnd: 2e12, cost: 0, limit: 10, mustFit: false }], 1e12);
+    const result = await store.admit(
+      's',
+      [{ key: 'prune/tokens', windowEnd: 2e12, cost: 0, limit: 10, mustFit: false }],
+      1e12,
+    );
     expect(result).toEqual({ admitted: true, used: new Map([['prune/tokens', 0]]) });
-    expect(await store.read(['prune/tokens', 'prune/none'])).toEqual(new Map([['prune/tokens', 0], ['prune/none', 0]]));
-    const { rows } = await gateway.database.client.execute("SELECT 1 FROM rate_limit_counters WHERE key = 'prune/tokens'");
+    expect(await store.read(['prune/tokens', 'prune/none'])).toEqual(
+      new Map([
+        ['prune/tokens', 0],
+        ['prune/none', 0],
+      ]),
+    );
+    const { rows } = await gateway.database.client.execute(
+      "SELECT 1 FROM rate_limit_counters WHERE key = 'prune/tokens'",
+    );
     expect(rows).toHaveLength(0);
   });
 });
-
-

@@ -35,7 +35,11 @@ describe('parseMetadataHeader', () => {
       'at most 16 key-value pairs are allowed, got 17',
     ],
     ['a key of 65 characters', JSON.stringify({ ['k'.repeat(65)]: 'v' }), 'is longer than 64 characters'],
-    ['a value of 513 characters', JSON.stringify({ team: 'v'.repeat(513) }), 'the value of "team" is longer than 512 characters'],
+    [
+      'a value of 513 characters',
+      JSON.stringify({ team: 'v'.repeat(513) }),
+      'the value of "team" is longer than 512 characters',
+    ],
   ])('refuses %s with 400 invalid_metadata_header', (_name, value, reason) => {
     let caught: unknown;
     try {
@@ -111,8 +115,14 @@ describe('PolicyIndex', () => {
     for (let r = 0; r < 500; r++) {
       const values = new Map<string, string>();
       for (const key of KEYS) if (next() < 0.8) values.set(key, pick(VALUES));
-      const expected = policies.filter((policy) => matchesPolicy(policy, values)).map((p) => p.id).sort();
-      const actual = index.match(values).map((p) => p.id).sort();
+      const expected = policies
+        .filter((policy) => matchesPolicy(policy, values))
+        .map((p) => p.id)
+        .sort();
+      const actual = index
+        .match(values)
+        .map((p) => p.id)
+        .sort();
       expect(actual).toEqual(expected);
       matchedSomewhere += expected.length > 1 ? 1 : 0;
     }
@@ -180,10 +190,22 @@ describe('turnReservation', () => {
   it.each<[string, TurnEstimate, number]>([
     ['the default completion when the run sets no max_completion_tokens', turn(), 1024],
     ['plus the prompt at four characters a token, rounded up', turn({ promptChars: 9 }), 1024 + 3],
-    ['plus the tokens known to be in the prompt (earlier turns)', turn({ promptChars: 8, knownPromptTokens: 40 }), 1024 + 42],
+    [
+      'plus the tokens known to be in the prompt (earlier turns)',
+      turn({ promptChars: 8, knownPromptTokens: 40 }),
+      1024 + 42,
+    ],
     ['max_completion_tokens instead of the default', turn({ maxCompletionTokens: 300 }), 300],
-    ['what earlier turns left of max_completion_tokens', turn({ maxCompletionTokens: 300, completionTokensSoFar: 120 }), 180],
-    ['nothing for a completion already spent', turn({ maxCompletionTokens: 300, completionTokensSoFar: 400, promptChars: 4 }), 1],
+    [
+      'what earlier turns left of max_completion_tokens',
+      turn({ maxCompletionTokens: 300, completionTokensSoFar: 120 }),
+      180,
+    ],
+    [
+      'nothing for a completion already spent',
+      turn({ maxCompletionTokens: 300, completionTokensSoFar: 400, promptChars: 4 }),
+      1,
+    ],
   ])('%s', (_name, estimate, expected) => {
     expect(turnReservation(estimate, 1024)).toBe(expected);
   });

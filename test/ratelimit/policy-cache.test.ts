@@ -50,23 +50,43 @@ async function seed(tenant: Tenant, count: number) {
   const scope = { organisationId: tenant.organisationId, workspaceId: tenant.workspace.id };
   const caps = { ...workspaceCaps(gateway.deps.config), policies: 100_000, policyBytes: 100_000_000 };
   const ids: string[] = [];
-  for (let i = 0; i < count; i++) ids.push((await createPolicy(gateway.database.db, scope, bodyFor(i), gateway.clock.now(), { createdBy: 'workspace', caps })).id);
+  for (let i = 0; i < count; i++)
+    ids.push(
+      (
+        await createPolicy(gateway.database.db, scope, bodyFor(i), gateway.clock.now(), {
+          createdBy: 'workspace',
+          caps,
+        })
+      ).id,
+    );
   return ids;
 }
 
 /** The ids a request matches, by a fresh index of every active row: what the cache must agree with. */
 async function freshMatch(tenant: Tenant, values: Map<string, string>): Promise<string[]> {
   const page = await readPolicyPage(gateway.database.db, tenant.workspace.id, { afterSeq: 0 }, 1_000_000);
-  return new PolicyIndex(page.policies.map(toActivePolicy)).match(values).map((policy) => policy.id).sort();
+  return new PolicyIndex(page.policies.map(toActivePolicy))
+    .match(values)
+    .map((policy) => policy.id)
+    .sort();
 }
 
-const requestOf = (tenant: Tenant, model: string) => new Map([['model', model], ['workspace_id', tenant.workspace.id]]);
+const requestOf = (tenant: Tenant, model: string) =>
+  new Map([
+    ['model', model],
+    ['workspace_id', tenant.workspace.id],
+  ]);
 
 async function expectAgrees(cache: PolicyCache, tenant: Tenant) {
   const index = await cache.get(tenant.workspace.id);
   for (const model of ['m0', 'm3', 'm6', 'new', 'nothing']) {
     const values = requestOf(tenant, model);
-    expect(index.match(values).map((policy) => policy.id).sort()).toEqual(await freshMatch(tenant, values));
+    expect(
+      index
+        .match(values)
+        .map((policy) => policy.id)
+        .sort(),
+    ).toEqual(await freshMatch(tenant, values));
   }
 }
 
@@ -90,7 +110,9 @@ describe('the policy cache', () => {
     expect(reads).toHaveLength(5);
 
     // One change: one page of one row, applied in place.
-    await sql("UPDATE rate_limit_policies SET conditions = '[{\"key\":\"model\",\"value\":\"new\"}]' WHERE id = ?", [defined(ids[0])]);
+    await sql('UPDATE rate_limit_policies SET conditions = \'[{"key":"model","value":"new"}]\' WHERE id = ?', [
+      defined(ids[0]),
+    ]);
     await expectAgrees(cache, tenant);
     expect(reads.slice(5)).toEqual([{ kind: 'changes', rows: 1 }]);
     expect((await cache.get(tenant.workspace.id)).match(requestOf(tenant, 'new')).map((p) => p.id)).toEqual([ids[0]]);
@@ -135,7 +157,9 @@ describe('the policy cache', () => {
         // Between the first and second page of the cold load: change a row already read, and one not yet.
         if (++pages === 2) {
           await sql("UPDATE rate_limit_policies SET status = 'archived' WHERE id = ?", [defined(ids[0])]);
-          await sql("UPDATE rate_limit_policies SET conditions = '[{\"key\":\"model\",\"value\":\"new\"}]' WHERE id = ?", [defined(ids[140])]);
+          await sql('UPDATE rate_limit_policies SET conditions = \'[{"key":"model","value":"new"}]\' WHERE id = ?', [
+            defined(ids[140]),
+          ]);
         }
       },
     });
@@ -168,7 +192,10 @@ describe('the policy cache', () => {
           ]);
           break;
         case 2:
-          await sql("UPDATE rate_limit_policies SET status = CASE status WHEN 'active' THEN 'archived' ELSE 'active' END WHERE id = ?", [id]);
+          await sql(
+            "UPDATE rate_limit_policies SET status = CASE status WHEN 'active' THEN 'archived' ELSE 'active' END WHERE id = ?",
+            [id],
+          );
           break;
         case 3:
           await sql('DELETE FROM rate_limit_policies WHERE id = ?', [id]);
@@ -187,22 +214,60 @@ describe('the policy cache', () => {
 
 describe('PolicyIndex in place', () => {
   const policy = (id: string, conditions: [string, string][]) =>
-    toActivePolicy({ id, name: '', type: 'requests', unit: 'rpm', value: 1, conditions: conditions.map(([key, value]) => ({ key, value })), groupBy: [] });
+    toActivePolicy({
+      id,
+      name: '',
+      type: 'requests',
+      unit: 'rpm',
+      value: 1,
+      conditions: conditions.map(([key, value]) => ({ key, value })),
+      groupBy: [],
+    });
 
   it('upserts and removes policies, keeping matches exact and dropping nothing else', () => {
     const index = new PolicyIndex([policy('a', [['model', 'x']]), policy('b', [['model', '*']]), policy('c', [])]);
     const request = new Map([['model', 'x']]);
-    expect(index.match(request).map((p) => p.id).sort()).toEqual(['a', 'b', 'c']);
+    expect(
+      index
+        .match(request)
+        .map((p) => p.id)
+        .sort(),
+    ).toEqual(['a', 'b', 'c']);
     index.upsert(policy('a', [['model', 'y']]));
-    expect(index.match(request).map((p) => p.id).sort()).toEqual(['b', 'c']);
-    expect(index.match(new Map([['model', 'y']])).map((p) => p.id).sort()).toEqual(['a', 'b', 'c']);
+    expect(
+      index
+        .match(request)
+        .map((p) => p.id)
+        .sort(),
+    ).toEqual(['b', 'c']);
+    expect(
+      index
+        .match(new Map([['model', 'y']]))
+        .map((p) => p.id)
+        .sort(),
+    ).toEqual(['a', 'b', 'c']);
     index.remove('b');
     index.remove('c');
     index.remove('unknown');
     expect(index.size).toBe(1);
     expect(index.match(new Map([['model', 'y']])).map((p) => p.id)).toEqual(['a']);
-    index.upsert(policy('d', [['model', 'y'], ['provider', 'openai']]));
-    expect(index.match(new Map([['model', 'y'], ['provider', 'openai']])).map((p) => p.id).sort()).toEqual(['a', 'd']);
+    index.upsert(
+      policy('d', [
+        ['model', 'y'],
+        ['provider', 'openai'],
+      ]),
+    );
+    expect(
+      index
+        .match(
+          new Map([
+            ['model', 'y'],
+            ['provider', 'openai'],
+          ]),
+        )
+        .map((p) => p.id)
+        .sort(),
+    ).toEqual(['a', 'd']);
     expect(index.size).toBe(2);
   });
 });

@@ -4,7 +4,13 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { PolicyCache, type PolicyLoader } from '../../src/ratelimit/policy-cache';
 import { readPolicyPage } from '../../src/ratelimit/policy-reads';
-import { completionTokens, fakeThread, promptTokens, startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
+import {
+  completionTokens,
+  fakeThread,
+  promptTokens,
+  startFakeUpstream,
+  type FakeUpstreamServer,
+} from '../support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../support/gateway';
 import * as ratelimit from '../support/ratelimit';
 
@@ -59,7 +65,11 @@ async function caller(): Promise<Caller> {
   } as never);
   const headers = { 'x-gateway-api-key': tenant.workspaceKey, 'x-gateway-virtual-key': slug };
   const openai = gateway.openai(headers);
-  const assistant = await openai.beta.assistants.create({ model: 'fake-model', instructions: 'Be brief.', tools: [WEATHER_TOOL] });
+  const assistant = await openai.beta.assistants.create({
+    model: 'fake-model',
+    instructions: 'Be brief.',
+    tools: [WEATHER_TOOL],
+  });
   return { tenant, headers, openai, assistantId: assistant.id, slug, azureSlug };
 }
 
@@ -87,7 +97,6 @@ function createRun(who: Caller, body: Record<string, unknown> = {}, headers: Rec
   });
 }
 
-
 const { expectRefused, rowsOf } = ratelimit;
 const countersOf = (policyId: string) => ratelimit.countersOf(gateway.database.client, policyId);
 const usedBy = (policyId: string, client: Client = gateway.database.client) => ratelimit.usedBy(client, policyId);
@@ -98,12 +107,17 @@ const chatRequests = () => fake.requests.filter((request) => request.path.endsWi
 function fakeTotals(replies: { reply?: string; toolArguments?: string[] }[]): number[] {
   return chatRequests().map((request, i) => {
     const { reply = '', toolArguments = [] } = defined(replies[i]);
-    return promptTokens(defined(request.body).messages) + completionTokens(reply, toolArguments.map((args) => ({ arguments: args })));
+    return (
+      promptTokens(defined(request.body).messages) +
+      completionTokens(
+        reply,
+        toolArguments.map((args) => ({ arguments: args })),
+      )
+    );
   });
 }
 
 const reservedBy = (runId: string) => ratelimit.reservedBy(gateway.database.client, runId);
-
 
 describe('exactness over run traffic', () => {
   it('admits exactly 50 of 200 concurrent runs under 50 rpm, and only those 50 exist and call the provider', async () => {
@@ -112,7 +126,9 @@ describe('exactness over run traffic', () => {
     const policy = await createPolicy(who.tenant, { value: 50 });
     const before = await rowsOf(gateway.database.client, who.tenant.workspace.id);
 
-    const responses = await Promise.all(Array.from({ length: 200 }, (_, i) => createRun(who, { thread: fakeThread(`Run ${i}`) })));
+    const responses = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => createRun(who, { thread: fakeThread(`Run ${i}`) })),
+    );
     const admitted = responses.filter((response) => response.status === 200);
     const refused = responses.filter((response) => response.status !== 200);
     expect(admitted).toHaveLength(50);
@@ -140,9 +156,7 @@ describe('exactness over run traffic', () => {
     });
     expect(Number(defined(rows[0]).n)).toBe(50);
   });
-
 });
-
 
 describe('a refused request', () => {
   it('writes nothing and calls no provider: refused by a requests policy, streamed or not', async () => {
@@ -227,7 +241,10 @@ describe('token charging', () => {
     freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', value: 1_000_000 });
-    const stream = who.openai.beta.threads.createAndRunStream({ assistant_id: who.assistantId, thread: fakeThread('Weather?', { reply: REPLY }) });
+    const stream = who.openai.beta.threads.createAndRunStream({
+      assistant_id: who.assistantId,
+      thread: fakeThread('Weather?', { reply: REPLY }),
+    });
     const run = await stream.finalRun();
     expect(run.status).toBe('completed');
     const [total] = fakeTotals([{ reply: REPLY }]);
@@ -304,10 +321,14 @@ describe('token charging', () => {
     const error = await expectRefused(await createRun(who), 'tokens');
     expect(error.message).toContain(`Limit ${2 * perRun}, Used ${2 * perRun}.`);
     // The organisation key is another group.
-    const other = await createRun(who, {}, {
-      'x-gateway-api-key': who.tenant.orgKey,
-      'x-gateway-workspace-id': who.tenant.workspace.id,
-    });
+    const other = await createRun(
+      who,
+      {},
+      {
+        'x-gateway-api-key': who.tenant.orgKey,
+        'x-gateway-workspace-id': who.tenant.workspace.id,
+      },
+    );
     expect(other.status).toBe(200);
   });
 });
@@ -326,15 +347,27 @@ describe('matching over run traffic', () => {
   // What the route takes from the request: the calling key, the workspace, the virtual key and its
   // provider, the effective model (the run's own over the assistant's), metadata.
   const cases: [string, (who: Caller) => Conditions, (who: Caller) => Request, boolean][] = [
-    ["api_key: the calling key's id", (who) => [{ key: 'api_key', value: who.tenant.workspaceKeyId }], () => ({}), true],
+    [
+      "api_key: the calling key's id",
+      (who) => [{ key: 'api_key', value: who.tenant.workspaceKeyId }],
+      () => ({}),
+      true,
+    ],
     ["api_key: another key's id", (who) => [{ key: 'api_key', value: who.tenant.orgKeyId }], () => ({}), false],
     [
       "api_key: the organisation key's id, calling with it",
       (who) => [{ key: 'api_key', value: who.tenant.orgKeyId }],
-      (who) => ({ headers: { 'x-gateway-api-key': who.tenant.orgKey, 'x-gateway-workspace-id': who.tenant.workspace.id } }),
+      (who) => ({
+        headers: { 'x-gateway-api-key': who.tenant.orgKey, 'x-gateway-workspace-id': who.tenant.workspace.id },
+      }),
       true,
     ],
-    ['workspace_id: its workspace', (who) => [{ key: 'workspace_id', value: who.tenant.workspace.id }], () => ({}), true],
+    [
+      'workspace_id: its workspace',
+      (who) => [{ key: 'workspace_id', value: who.tenant.workspace.id }],
+      () => ({}),
+      true,
+    ],
     ['virtual_key: its slug', (who) => [{ key: 'virtual_key', value: who.slug }], () => ({}), true],
     ["virtual_key: another key's slug", (who) => [{ key: 'virtual_key', value: who.azureSlug }], () => ({}), false],
     ['provider: openai', () => [{ key: 'provider', value: 'openai' }], () => ({}), true],
@@ -344,9 +377,19 @@ describe('matching over run traffic', () => {
       (who) => ({ headers: { 'x-gateway-virtual-key': who.azureSlug } }),
       true,
     ],
-    ['provider: azure-openai, through an OpenAI key', () => [{ key: 'provider', value: 'azure-openai' }], () => ({}), false],
+    [
+      'provider: azure-openai, through an OpenAI key',
+      () => [{ key: 'provider', value: 'azure-openai' }],
+      () => ({}),
+      false,
+    ],
     ["model: the assistant's", () => [{ key: 'model', value: 'fake-model' }], () => ({}), true],
-    ["model: the run's own", () => [{ key: 'model', value: 'run-model' }], () => ({ body: { model: 'run-model' } }), true],
+    [
+      "model: the run's own",
+      () => [{ key: 'model', value: 'run-model' }],
+      () => ({ body: { model: 'run-model' } }),
+      true,
+    ],
     [
       "model: the assistant's, when the run has its own",
       () => [{ key: 'model', value: 'fake-model' }],
@@ -354,8 +397,18 @@ describe('matching over run traffic', () => {
       false,
     ],
     ['model: *', () => [{ key: 'model', value: '*' }], () => ({ body: { model: 'run-model' } }), true],
-    ['metadata: * and a header value', () => [{ key: 'metadata.team', value: '*' }], () => ({ headers: metadataHeader({ team: '' }) }), true],
-    ['metadata: * and no value', () => [{ key: 'metadata.team', value: '*' }], () => ({ body: { metadata: { user: 'ann' } } }), false],
+    [
+      'metadata: * and a header value',
+      () => [{ key: 'metadata.team', value: '*' }],
+      () => ({ headers: metadataHeader({ team: '' }) }),
+      true,
+    ],
+    [
+      'metadata: * and no value',
+      () => [{ key: 'metadata.team', value: '*' }],
+      () => ({ body: { metadata: { user: 'ann' } } }),
+      false,
+    ],
     ['AND: every condition holds', AND, () => ({ body: { metadata: { team: 'blue' } } }), true],
     ['AND: one fails', AND, () => ({ body: { model: 'run-model', metadata: { team: 'blue' } } }), false],
     [
@@ -406,7 +459,14 @@ describe('matching over run traffic', () => {
     const submit = (run: typeof red, headers: Record<string, string> = {}) =>
       gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/submit_tool_outputs`, {
         headers: { ...who.headers, ...headers },
-        body: { tool_outputs: [{ tool_call_id: defined(defined(run.required_action).submit_tool_outputs.tool_calls[0]).id, output: 'sunny' }] },
+        body: {
+          tool_outputs: [
+            {
+              tool_call_id: defined(defined(run.required_action).submit_tool_outputs.tool_calls[0]).id,
+              output: 'sunny',
+            },
+          ],
+        },
       });
     // The header's team wins over the run's: the policy does not apply.
     const unmatched = await submit(red, { 'x-gateway-metadata': '{"team":"red"}' });
@@ -424,16 +484,26 @@ describe('the model of an Azure key', () => {
   async function azureKey(who: Caller, slug: string, extra: Record<string, unknown>) {
     const response = await gateway.request('/v1/virtual-keys', {
       key: who.tenant.workspaceKey,
-      body: { slug, provider: 'azure-openai', base_url: fake.url, api_version: '2024-10-21', api_key: 'sk-azure', ...extra },
+      body: {
+        slug,
+        provider: 'azure-openai',
+        base_url: fake.url,
+        api_version: '2024-10-21',
+        api_key: 'sk-azure',
+        ...extra,
+      },
     });
     expect(response.status).toBe(200);
     return json(response);
   }
 
-  it("binds a model=gpt-4o policy to a run sending \"model\":\"x1\" through a key whose deployment is gpt-4o", async () => {
+  it('binds a model=gpt-4o policy to a run sending "model":"x1" through a key whose deployment is gpt-4o', async () => {
     freshMinute();
     const who = await caller();
-    expect(await azureKey(who, 'azure-gpt-4o', { deployment: 'gpt-4o' })).toMatchObject({ deployment: 'gpt-4o', model: 'gpt-4o' });
+    expect(await azureKey(who, 'azure-gpt-4o', { deployment: 'gpt-4o' })).toMatchObject({
+      deployment: 'gpt-4o',
+      model: 'gpt-4o',
+    });
     const policy = await createPolicy(who.tenant, { conditions: [{ key: 'model', value: 'gpt-4o' }], value: 1 });
     const azure = { 'x-gateway-virtual-key': 'azure-gpt-4o' };
 
@@ -455,7 +525,7 @@ describe('the model of an Azure key', () => {
     expect(chatRequests().map((request) => request.path)).toContain('/openai/deployments/gpt-4o/chat/completions');
   });
 
-  it("takes the model a key declares for its deployment, in policies and in submit_tool_outputs", async () => {
+  it('takes the model a key declares for its deployment, in policies and in submit_tool_outputs', async () => {
     freshMinute();
     const who = await caller();
     expect(await azureKey(who, 'azure-prod', { deployment: 'prod-east-2', model: 'gpt-4o-mini' })).toMatchObject({
@@ -466,10 +536,24 @@ describe('the model of an Azure key', () => {
     const azure = { 'x-gateway-virtual-key': 'azure-prod' };
     const args = '{"city":"Paris"}';
     const created = await json(
-      await createRun(who, { model: 'anything', thread: fakeThread('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: args }] }, { reply: 'Sunny' }]) }, azure),
+      await createRun(
+        who,
+        {
+          model: 'anything',
+          thread: fakeThread('Weather?', [
+            { tool_calls: [{ name: 'get_weather', arguments: args }] },
+            { reply: 'Sunny' },
+          ]),
+        },
+        azure,
+      ),
     );
     expect(created.model).toBe('gpt-4o-mini');
-    const waiting = await who.openai.beta.threads.runs.poll(created.id, { thread_id: created.thread_id }, { pollIntervalMs: 5 });
+    const waiting = await who.openai.beta.threads.runs.poll(
+      created.id,
+      { thread_id: created.thread_id },
+      { pollIntervalMs: 5 },
+    );
     expect(waiting.status).toBe('requires_action');
     const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     const submitted = await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}/submit_tool_outputs`, {
@@ -483,7 +567,7 @@ describe('the model of an Azure key', () => {
 });
 
 describe('grouping over run traffic', () => {
-  it("keeps a counter per combination of the group_by values, an absent value a group of its own", async () => {
+  it('keeps a counter per combination of the group_by values, an absent value a group of its own', async () => {
     freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, {
@@ -507,7 +591,11 @@ describe('grouping over run traffic', () => {
         ['metadata.user', user],
       ]);
     const counters = await countersOf(policy);
-    expect(Object.keys(counters).map((key) => key.split('/').slice(3).join('/')).sort()).toEqual(
+    expect(
+      Object.keys(counters)
+        .map((key) => key.split('/').slice(3).join('/'))
+        .sort(),
+    ).toEqual(
       [
         group(who.slug, 'fake-model', null),
         // Through the Azure key, the deployment's model (the key's `model` defaults to its name).
@@ -534,7 +622,9 @@ describe('metadata', () => {
     expect((await createRun(who, { metadata: { team: 'blue', user: 'ann' } })).status).toBe(200);
     await expectRefused(await createRun(who, { metadata: { team: 'blue', user: 'ann' } }), 'requests');
     // The header wins a key both have: red does not match.
-    expect((await createRun(who, { metadata: { team: 'blue', user: 'ann' } }, header({ team: 'red' }))).status).toBe(200);
+    expect((await createRun(who, { metadata: { team: 'blue', user: 'ann' } }, header({ team: 'red' }))).status).toBe(
+      200,
+    );
     // From the header alone, and merged: the header's team with the body's user.
     await expectRefused(await createRun(who, {}, header({ team: 'blue', user: 'ann' })), 'requests');
     expect((await createRun(who, { metadata: { user: 'bob' } }, header({ team: 'blue' }))).status).toBe(200);
@@ -551,10 +641,19 @@ describe('metadata', () => {
     const policy = await createPolicy(who.tenant, { conditions: [{ key: 'metadata.team', value: '*' }], value: 100 });
     for (const value of ['{not json', '["a"]', '{"team":1}']) {
       const response = await createRun(who, {}, { 'x-gateway-metadata': value });
-      expect(await errorOf(response)).toMatchObject({ status: 400, code: 'invalid_metadata_header', param: 'x-gateway-metadata' });
+      expect(await errorOf(response)).toMatchObject({
+        status: 400,
+        code: 'invalid_metadata_header',
+        param: 'x-gateway-metadata',
+      });
     }
     await settled();
-    expect(await rowsOf(gateway.database.client, who.tenant.workspace.id)).toEqual({ threads: 0, messages: 0, runs: 0, steps: 0 });
+    expect(await rowsOf(gateway.database.client, who.tenant.workspace.id)).toEqual({
+      threads: 0,
+      messages: 0,
+      runs: 0,
+      steps: 0,
+    });
     expect(chatRequests()).toHaveLength(0);
     expect(await usedBy(policy)).toBe(0);
   });
@@ -580,7 +679,10 @@ describe('the 429 and the headers through the SDK', () => {
     await openai.beta.threads.createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') });
     const error = await openai.beta.threads
       .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') })
-      .then(() => null, (caught: unknown) => caught);
+      .then(
+        () => null,
+        (caught: unknown) => caught,
+      );
     expect(sent).toBe(2);
     expect(error).toBeInstanceOf(OpenAI.RateLimitError);
     const limited = error as InstanceType<typeof OpenAI.RateLimitError>;
@@ -609,18 +711,26 @@ describe('the 429 and the headers through the SDK', () => {
     const start = freshMinute();
     const who = await caller();
     const policy = await createPolicy(who.tenant, { type: 'tokens', unit: 'rph', value: 1 });
-    await who.openai.beta.threads.createAndRunPoll({ assistant_id: who.assistantId, thread: fakeThread('Hi') }, { pollIntervalMs: 5 });
+    await who.openai.beta.threads.createAndRunPoll(
+      { assistant_id: who.assistantId, thread: fakeThread('Hi') },
+      { pollIntervalMs: 5 },
+    );
     await settled();
     const used = await usedBy(policy);
     const before = gateway.clock.now();
     const error = (await who.openai.beta.threads
       .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi') })
-      .then(() => null, (caught: unknown) => caught)) as InstanceType<typeof OpenAI.RateLimitError>;
+      .then(
+        () => null,
+        (caught: unknown) => caught,
+      )) as InstanceType<typeof OpenAI.RateLimitError>;
     expect(error).toBeInstanceOf(OpenAI.RateLimitError);
     expect(error.type).toBe('tokens');
     expect(error.code).toBe('rate_limit_exceeded');
     const hourEnd = Math.floor(start / 3_600_000) * 3_600_000 + 3_600_000;
-    expect(error.message).toContain(`policy ${policy} on tokens per hour: Limit 1, Used ${used}. The window resets at ${new Date(hourEnd).toISOString()}`);
+    expect(error.message).toContain(
+      `policy ${policy} on tokens per hour: Limit 1, Used ${used}. The window resets at ${new Date(hourEnd).toISOString()}`,
+    );
     expect(error.headers.get('x-ratelimit-remaining-tokens')).toBe('0');
     expect(error.headers.get('ratelimit-policy')).toBe(`"${policy}";q=1;qu="tokens";w=3600`);
     const retryAfter = Number(error.headers.get('retry-after'));
@@ -645,13 +755,19 @@ describe('the 429 and the headers through the SDK', () => {
     const reserved = await reservedBy(run.id);
     expect(reserved).toBeGreaterThan(gateway.deps.config.GATEWAY_TOKEN_RESERVATION);
     expect(response.headers.get('x-ratelimit-remaining-tokens')).toBe(String(100_000 - reserved));
-    expect(response.headers.get('ratelimit-policy')).toBe(`"${requests}";q=10;w=60, "${tokens}";q=100000;qu="tokens";w=86400`);
-    expect(response.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=9;t=\\d+, "${tokens}";r=${100_000 - reserved};t=\\d+$`));
+    expect(response.headers.get('ratelimit-policy')).toBe(
+      `"${requests}";q=10;w=60, "${tokens}";q=100000;qu="tokens";w=86400`,
+    );
+    expect(response.headers.get('ratelimit')).toMatch(
+      new RegExp(`^"${requests}";r=9;t=\\d+, "${tokens}";r=${100_000 - reserved};t=\\d+$`),
+    );
     expect(response.headers.get('retry-after')).toBeNull();
     await settled();
     // The reservation is gone; the run's real tokens stay.
     const charged = await usedBy(tokens);
-    expect(charged).toBe(defined((await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id })).usage).total_tokens);
+    expect(charged).toBe(
+      defined((await who.openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id })).usage).total_tokens,
+    );
 
     const { data: stream, response: streamed } = await who.openai.beta.threads
       .createAndRun({ assistant_id: who.assistantId, thread: fakeThread('Hi'), stream: true })
@@ -660,7 +776,9 @@ describe('the 429 and the headers through the SDK', () => {
     expect(streamed.headers.get('x-ratelimit-remaining-requests')).toBe('8');
     const left = 100_000 - charged - reserved;
     expect(streamed.headers.get('x-ratelimit-remaining-tokens')).toBe(String(left));
-    expect(streamed.headers.get('ratelimit')).toMatch(new RegExp(`^"${requests}";r=8;t=\\d+, "${tokens}";r=${left};t=\\d+$`));
+    expect(streamed.headers.get('ratelimit')).toMatch(
+      new RegExp(`^"${requests}";r=8;t=\\d+, "${tokens}";r=${left};t=\\d+$`),
+    );
     const events: string[] = [];
     for await (const event of stream) events.push(event.event);
     expect(events.at(-1)).toBe('thread.run.completed');
@@ -697,7 +815,11 @@ describe('windows and changes over run traffic', () => {
     expect((await createRun(who)).status).toBe(200);
     await expectRefused(await createRun(who), 'requests');
 
-    const update = await gateway.request(`${POLICIES}/${policy}`, { key: who.tenant.workspaceKey, method: 'PUT', body: { value: 2 } });
+    const update = await gateway.request(`${POLICIES}/${policy}`, {
+      key: who.tenant.workspaceKey,
+      method: 'PUT',
+      body: { value: 2 },
+    });
     expect(update.status).toBe(200);
     expect((await createRun(who)).status).toBe(200);
     await expectRefused(await createRun(who), 'requests');
@@ -712,7 +834,7 @@ describe('windows and changes over run traffic', () => {
 });
 
 describe('the policy cache', () => {
-  it("does not fail a caller whose shared load failed for the request that started it", async () => {
+  it('does not fail a caller whose shared load failed for the request that started it', async () => {
     const who = await gateway.tenant();
     await createPolicy(who, { value: 5 });
     let calls = 0;

@@ -52,16 +52,25 @@ async function caller(): Promise<Caller> {
     headers,
     body: {
       model: 'fake-model',
-      tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
+      tools: [
+        {
+          type: 'function',
+          function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+        },
+      ],
     },
   });
   return { tenant, headers, assistantId: (await json(assistant)).id };
 }
 
-const tokensPolicy = (who: Caller, value: number, unit = 'rpd') => ratelimit.createPolicy(gateway, who.tenant, { type: 'tokens', unit, value });
+const tokensPolicy = (who: Caller, value: number, unit = 'rpd') =>
+  ratelimit.createPolicy(gateway, who.tenant, { type: 'tokens', unit, value });
 
 const createRun = (who: Caller, body: Record<string, unknown> = {}) =>
-  gateway.request('/v1/threads/runs', { headers: who.headers, body: { assistant_id: who.assistantId, thread: fakeThread('Hello'), ...body } });
+  gateway.request('/v1/threads/runs', {
+    headers: who.headers,
+    body: { assistant_id: who.assistantId, thread: fakeThread('Hello'), ...body },
+  });
 
 async function runOf(who: Caller, run: { id: string; thread_id: string }) {
   return json(await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { headers: who.headers }));
@@ -129,10 +138,14 @@ describe('the overshoot bound under 100 concurrent runs', () => {
     freshDay();
     const who = await caller();
     const policy = await tokensPolicy(who, 50);
-    const { admitted, refused } = await burst(who, 100, { thread: fakeThread('Hello there', { reply: 'Hi, how can I help you today?' }) });
+    const { admitted, refused } = await burst(who, 100, {
+      thread: fakeThread('Hello there', { reply: 'Hi, how can I help you today?' }),
+    });
 
     expect(admitted.length + refused.length).toBe(100);
-    expect(refused.every((error) => error.status === 429 && error.type === 'tokens' && error.code === 'rate_limit_exceeded')).toBe(true);
+    expect(
+      refused.every((error) => error.status === 429 && error.type === 'tokens' && error.code === 'rate_limit_exceeded'),
+    ).toBe(true);
     for (const run of admitted) {
       expect(run.status).toBe('completed');
       // Each turn reserved its completion (no max_completion_tokens: the default) and its prompt.
@@ -144,7 +157,12 @@ describe('the overshoot bound under 100 concurrent runs', () => {
     const perRun = defined(admitted[0]).usage.total_tokens;
     expect(perRun).toBeLessThan(50);
     // Real tokens below the reservations: the window ends below value + one run's tokens.
-    expect(total).toBeLessThan(overshootBound(50, admitted.map((run) => ({ a: run.usage.total_tokens, r: run.reserved }))));
+    expect(total).toBeLessThan(
+      overshootBound(
+        50,
+        admitted.map((run) => ({ a: run.usage.total_tokens, r: run.reserved })),
+      ),
+    );
     expect(total).toBeLessThan(50 + perRun);
     // While one run holds its reservation every other is refused: only runs admitted after the
     // earlier ones had ended got in, so no more than the value allows, plus the last.
@@ -160,13 +178,22 @@ describe('the overshoot bound under 100 concurrent runs', () => {
     const body = { max_completion_tokens: 256, thread: fakeThread('Count me', scenario) };
     const response = await gateway.request(POLICIES, {
       headers: who.headers,
-      body: { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'api_key' }], type: 'tokens', unit: 'rpd', value: 1e9 },
+      body: {
+        conditions: [{ key: 'model', value: '*' }],
+        group_by: [{ key: 'api_key' }],
+        type: 'tokens',
+        unit: 'rpd',
+        value: 1e9,
+      },
     });
     const policy = (await json(response)).id;
     // One run with the organisation key (another group) tells the reservation of such a run.
     const orgKey = { 'x-gateway-api-key': who.tenant.orgKey, 'x-gateway-workspace-id': who.tenant.workspace.id };
     const probe = await json(
-      await gateway.request('/v1/threads/runs', { headers: { ...who.headers, ...orgKey }, body: { assistant_id: who.assistantId, ...body } }),
+      await gateway.request('/v1/threads/runs', {
+        headers: { ...who.headers, ...orgKey },
+        body: { assistant_id: who.assistantId, ...body },
+      }),
     );
     const reservation = await reservedBy(probe.id);
     expect(reservation).toBeGreaterThan(256);
@@ -175,7 +202,9 @@ describe('the overshoot bound under 100 concurrent runs', () => {
     expect(probed).toBe(5000);
 
     const value = 3.5 * reservation;
-    expect((await gateway.request(`${POLICIES}/${policy}`, { headers: who.headers, method: 'PUT', body: { value } })).status).toBe(200);
+    expect(
+      (await gateway.request(`${POLICIES}/${policy}`, { headers: who.headers, method: 'PUT', body: { value } })).status,
+    ).toBe(200);
     const { admitted, refused } = await burst(who, 100, body);
 
     expect(refused.every((error) => error.status === 429 && error.type === 'tokens')).toBe(true);
@@ -211,7 +240,10 @@ describe('a turn that waits for tool outputs', () => {
     // Cancelled in the next minute: nothing more is charged anywhere.
     gateway.clock.advance(60_000);
     const cancelled = await json(
-      await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}/cancel`, { method: 'POST', headers: who.headers }),
+      await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}/cancel`, {
+        method: 'POST',
+        headers: who.headers,
+      }),
     );
     expect(cancelled).toMatchObject({ status: 'cancelled', usage: { total_tokens: firstTurn } });
     expect(await countersOf(policy)).toEqual({ [String(minute)]: firstTurn });
@@ -236,7 +268,11 @@ describe('a turn that waits for tool outputs', () => {
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
     const gate = freshGate('second-turn');
-    const created = await json(await createRun(who, { thread: fakeThread('Weather?', [CALL, { reply: 'Sunny and mild today in Paris', hold: gate }]) }));
+    const created = await json(
+      await createRun(who, {
+        thread: fakeThread('Weather?', [CALL, { reply: 'Sunny and mild today in Paris', hold: gate }]),
+      }),
+    );
     const waiting = await waitFor(who, created, ['requires_action']);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
     const firstTurn = await usedBy(policy);
@@ -252,7 +288,12 @@ describe('a turn that waits for tool outputs', () => {
     const reserved = await reservedBy(created.id);
     expect(reserved).toBe(
       turnReservation(
-        { promptChars: JSON.stringify([output]).length, knownPromptTokens: firstTurn, maxCompletionTokens: null, completionTokensSoFar: 0 },
+        {
+          promptChars: JSON.stringify([output]).length,
+          knownPromptTokens: firstTurn,
+          maxCompletionTokens: null,
+          completionTokensSoFar: 0,
+        },
         DEFAULT_RESERVATION,
       ),
     );
@@ -301,11 +342,16 @@ describe('a turn that ends without an answer', () => {
     const who = await caller();
     const policy = await tokensPolicy(who, 1_000_000);
     const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
-    const created = await json(await createRun(who, { thread: fakeThread('Talk', { reply: words, chunk_delay_ms: 20 }) }));
+    const created = await json(
+      await createRun(who, { thread: fakeThread('Talk', { reply: words, chunk_delay_ms: 20 }) }),
+    );
     const reserved = await reservedBy(created.id);
     expect(await usedBy(policy)).toBe(reserved);
     await new Promise((resolve) => setTimeout(resolve, 100));
-    const cancel = await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}/cancel`, { method: 'POST', headers: who.headers });
+    const cancel = await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}/cancel`, {
+      method: 'POST',
+      headers: who.headers,
+    });
     expect(cancel.status).toBe(200);
     expect(await waitFor(who, created, ['cancelled'])).toMatchObject({ status: 'cancelled' });
     expect(await gateway.tasks.drain(10_000)).toBe(true);
@@ -340,13 +386,29 @@ describe('a turn that ends without an answer', () => {
       const policy = await json(
         await short.request(POLICIES, {
           headers,
-          body: { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'workspace_id' }], type: 'tokens', unit: 'rpd', value: 1e6 },
+          body: {
+            conditions: [{ key: 'model', value: '*' }],
+            group_by: [{ key: 'workspace_id' }],
+            type: 'tokens',
+            unit: 'rpd',
+            value: 1e6,
+          },
         }),
       );
-      const run = await json(await short.request('/v1/threads/runs', { headers, body: { assistant_id: assistant.id, thread: fakeThread('Slow', { first_byte_delay_ms: 3000 }) } }));
+      const run = await json(
+        await short.request('/v1/threads/runs', {
+          headers,
+          body: { assistant_id: assistant.id, thread: fakeThread('Slow', { first_byte_delay_ms: 3000 }) },
+        }),
+      );
       expect(await short.tasks.drain(20_000)).toBe(true);
-      expect(await json(await short.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { headers }))).toMatchObject({ status: 'expired' });
-      const { rows } = await short.database.client.execute({ sql: 'SELECT sum(used) AS used FROM rate_limit_counters WHERE key LIKE ?', args: [`${policy.id}/%`] });
+      expect(await json(await short.request(`/v1/threads/${run.thread_id}/runs/${run.id}`, { headers }))).toMatchObject(
+        { status: 'expired' },
+      );
+      const { rows } = await short.database.client.execute({
+        sql: 'SELECT sum(used) AS used FROM rate_limit_counters WHERE key LIKE ?',
+        args: [`${policy.id}/%`],
+      });
       expect(Number(defined(rows[0]).used)).toBe(0);
     } finally {
       await short.close();
@@ -371,7 +433,9 @@ describe('counters', () => {
         ['reserve/gone', 0],
       ]),
     );
-    const { rows } = await gateway.database.client.execute("SELECT key FROM rate_limit_counters WHERE key LIKE 'reserve/%' ORDER BY key");
+    const { rows } = await gateway.database.client.execute(
+      "SELECT key FROM rate_limit_counters WHERE key LIKE 'reserve/%' ORDER BY key",
+    );
     expect(rows.map((row) => row.key)).toEqual(['reserve/a', 'reserve/b']);
   });
 
@@ -383,10 +447,20 @@ describe('counters', () => {
     expect((await store.admit('s', [{ ...tokens, cost: 80 }, requests], 0)).admitted).toBe(true);
     // Below the value: a reservation may take the counter past it.
     expect((await store.admit('s', [{ ...tokens, cost: 80 }, requests], 0)).admitted).toBe(true);
-    expect(await store.read([tokens.key, requests.key])).toEqual(new Map([[tokens.key, 160], [requests.key, 2]]));
+    expect(await store.read([tokens.key, requests.key])).toEqual(
+      new Map([
+        [tokens.key, 160],
+        [requests.key, 2],
+      ]),
+    );
     // At or over the value: refused, and the requests counter is untouched too.
     await store.adjust('s', [{ key: requests.key, windowEnd: end, delta: -2 }]);
     expect((await store.admit('s', [{ ...tokens, cost: 1 }, requests], 0)).admitted).toBe(false);
-    expect(await store.read([tokens.key, requests.key])).toEqual(new Map([[tokens.key, 160], [requests.key, 0]]));
+    expect(await store.read([tokens.key, requests.key])).toEqual(
+      new Map([
+        [tokens.key, 160],
+        [requests.key, 0],
+      ]),
+    );
   });
 });

@@ -66,7 +66,14 @@ async function traffic(target: Target, stop: Promise<void>, acknowledged: Acknow
             method: 'POST',
             headers: target.headers,
             // A model no run uses: the policies pile up without limiting the runs.
-            body: JSON.stringify({ name, conditions: [{ key: 'model', value: 'not-used' }], group_by: [{ key: 'api_key' }], type: 'requests', unit: 'rpm', value: 1000 }),
+            body: JSON.stringify({
+              name,
+              conditions: [{ key: 'model', value: 'not-used' }],
+              group_by: [{ key: 'api_key' }],
+              type: 'requests',
+              unit: 'rpm',
+              value: 1000,
+            }),
           });
           if (response.status >= 500) acknowledged.answered5xx++;
           const body = (await response.json()) as { id?: string };
@@ -115,7 +122,11 @@ it(`keeps every acknowledged policy and run over ${ROUNDS} kill -9s, and settles
       target = { ...target, url: gateway.url };
 
       // The restarted gateway's sweep settles what the dead one held, once its leases run out.
-      const active = await waitFor(() => activeRunCount(db), (n) => n === 0, (LEASE_SECONDS * 1.5 + 10) * 1000);
+      const active = await waitFor(
+        () => activeRunCount(db),
+        (n) => n === 0,
+        (LEASE_SECONDS * 1.5 + 10) * 1000,
+      );
       expect(active).toBe(0);
     }
 
@@ -128,7 +139,10 @@ it(`keeps every acknowledged policy and run over ${ROUNDS} kill -9s, and settles
       }
       if (state.status === 'failed') {
         interrupted++;
-        expect(state.lastError).toEqual({ code: 'server_error', message: expect.stringMatching(/stopped before the run finished \(a restart or a crash\)/) });
+        expect(state.lastError).toEqual({
+          code: 'server_error',
+          message: expect.stringMatching(/stopped before the run finished \(a restart or a crash\)/),
+        });
       } else {
         expect(state.status).toBe('completed');
         completed++;
@@ -136,7 +150,9 @@ it(`keeps every acknowledged policy and run over ${ROUNDS} kill -9s, and settles
     }
     // Through the API too, for a sample: the run is served as the database holds it.
     for (const id of [...acknowledged.runs].slice(0, 20)) {
-      const threadId = String(defined((await db.execute({ sql: 'SELECT thread_id FROM runs WHERE id = ?', args: [id] })).rows[0])[0]);
+      const threadId = String(
+        defined((await db.execute({ sql: 'SELECT thread_id FROM runs WHERE id = ?', args: [id] })).rows[0])[0],
+      );
       const response = await fetch(`${gateway.url}/v1/threads/${threadId}/runs/${id}`, { headers: target.headers });
       expect(response.status).toBe(200);
       expect(((await response.json()) as { status: string }).status).toBe(defined(states.get(id)).status);

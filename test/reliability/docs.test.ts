@@ -51,8 +51,16 @@ done
 wait $fetchers; kill $readers 2>/dev/null; wait; rm -rf "$dir"
 `;
 
-function clients(url: string, downloads: number, slowReaders: number): Promise<{ status: number; integrity: string; ms: number }[]> {
-  const child = spawn('nice', ['-n', '19', 'bash', '-c', CLIENTS, 'clients', url, String(downloads), String(slowReaders)], { stdio: ['ignore', 'pipe', 'inherit'] });
+function clients(
+  url: string,
+  downloads: number,
+  slowReaders: number,
+): Promise<{ status: number; integrity: string; ms: number }[]> {
+  const child = spawn(
+    'nice',
+    ['-n', '19', 'bash', '-c', CLIENTS, 'clients', url, String(downloads), String(slowReaders)],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   let out = '';
   child.stdout.on('data', (chunk: Buffer) => (out += chunk));
   return new Promise((resolve) =>
@@ -64,7 +72,11 @@ function clients(url: string, downloads: number, slowReaders: number): Promise<{
           .filter(Boolean)
           .map((line) => {
             const [status, hash, ms] = line.split(' ');
-            return { status: Number(status), integrity: `sha384-${Buffer.from(hash ?? '', 'hex').toString('base64')}`, ms: Number(ms) };
+            return {
+              status: Number(status),
+              integrity: `sha384-${Buffer.from(hash ?? '', 'hex').toString('base64')}`,
+              ms: Number(ms),
+            };
           }),
       ),
     ),
@@ -85,7 +97,12 @@ it('serves its script whole to many clients at once, slow readers included, with
   expect(result.filter(({ integrity }) => integrity !== DOCS_SCRIPT.integrity)).toEqual([]);
   figures.docs_script_downloads = DOWNLOADS;
   figures.docs_script_slow_readers = SLOW_READERS;
-  figures.docs_script_p50_ms = Math.round(percentile(result.map(({ ms }) => ms), 0.5));
+  figures.docs_script_p50_ms = Math.round(
+    percentile(
+      result.map(({ ms }) => ms),
+      0.5,
+    ),
+  );
   // The gateway still answers the page and the document afterwards.
   expect((await fetch(`${defined(arena).gateway.url}/docs`)).status).toBe(200);
   expect((await fetch(`${defined(arena).gateway.url}/openapi.json`)).status).toBe(200);

@@ -54,7 +54,12 @@ beforeAll(async () => {
   gateway = await startGatewayProcess({ ...ENV, DATA_DIR: dataDir });
   target = await prepare(gateway, fake.baseURL);
   db = openDataDir(dataDir);
-  openai = new OpenAI({ apiKey: 'unused', baseURL: `${gateway.url}/v1`, defaultHeaders: target.headers, maxRetries: 0 });
+  openai = new OpenAI({
+    apiKey: 'unused',
+    baseURL: `${gateway.url}/v1`,
+    defaultHeaders: target.headers,
+    maxRetries: 0,
+  });
 
   // A port nobody listens on: a fake started and closed again.
   const closed = await startFakeUpstream();
@@ -72,7 +77,13 @@ beforeAll(async () => {
     const created = await fetch(`${gateway.url}/v1/policies/rate-limits`, {
       method: 'POST',
       headers: target.headers,
-      body: JSON.stringify({ conditions: [{ key: 'model', value: 'fake-model' }], group_by: [{ key: 'api_key' }], type, unit: 'rpd', value: 1e9 }),
+      body: JSON.stringify({
+        conditions: [{ key: 'model', value: 'fake-model' }],
+        group_by: [{ key: 'api_key' }],
+        type,
+        unit: 'rpd',
+        value: 1e9,
+      }),
     });
     policyIds[type] = ((await created.json()) as { id: string }).id;
   }
@@ -89,7 +100,11 @@ afterAll(async () => {
 /** The upstream exchanges the fake still has open: none may stay so once their runs ended. */
 async function openExchanges(): Promise<number> {
   const open = () => fake.requests.filter((request) => request.outcome === 'open').length;
-  await waitFor(async () => open(), (n) => n === 0, 5_000);
+  await waitFor(
+    async () => open(),
+    (n) => n === 0,
+    5_000,
+  );
   return open();
 }
 
@@ -102,12 +117,36 @@ const FAULTS: [string, FakeScenario | 'refused', { code: string; message: RegExp
   ['a refused connection', 'refused', { code: 'server_error', message: /The upstream refused the connection/ }],
   ['HTTP 500', { status: 500 }, { code: 'server_error', message: /HTTP 500: The server had an error/ }],
   ['HTTP 503', { status: 503 }, { code: 'server_error', message: /HTTP 503/ }],
-  ['HTTP 429 with Retry-After', { status: 429, retry_after: 20 }, { code: 'rate_limit_exceeded', message: /HTTP 429: Rate limit reached/ }],
-  ['a slow first byte', { first_byte_delay_ms: 60_000 }, { code: 'server_error', message: new RegExp(`no first byte within ${TIMEOUT_MS} ms`) }],
-  ['a stall mid-stream', { reply: 'a b c d e f g h', stall_after_chunks: 3 }, { code: 'server_error', message: /silent/ }],
-  ['a cut mid-stream', { reply: 'a b c d e f g h', cut_after_chunks: 3 }, { code: 'server_error', message: /cut|failed/ }],
-  ['a malformed chunk', { reply: 'a b c d e f g h', malformed_after_chunks: 3 }, { code: 'server_error', message: /malformed/ }],
-  ['an error chunk mid-stream', { reply: 'a b c d e f g h', error_after_chunks: 3 }, { code: 'server_error', message: /error mid-stream/ }],
+  [
+    'HTTP 429 with Retry-After',
+    { status: 429, retry_after: 20 },
+    { code: 'rate_limit_exceeded', message: /HTTP 429: Rate limit reached/ },
+  ],
+  [
+    'a slow first byte',
+    { first_byte_delay_ms: 60_000 },
+    { code: 'server_error', message: new RegExp(`no first byte within ${TIMEOUT_MS} ms`) },
+  ],
+  [
+    'a stall mid-stream',
+    { reply: 'a b c d e f g h', stall_after_chunks: 3 },
+    { code: 'server_error', message: /silent/ },
+  ],
+  [
+    'a cut mid-stream',
+    { reply: 'a b c d e f g h', cut_after_chunks: 3 },
+    { code: 'server_error', message: /cut|failed/ },
+  ],
+  [
+    'a malformed chunk',
+    { reply: 'a b c d e f g h', malformed_after_chunks: 3 },
+    { code: 'server_error', message: /malformed/ },
+  ],
+  [
+    'an error chunk mid-stream',
+    { reply: 'a b c d e f g h', error_after_chunks: 3 },
+    { code: 'server_error', message: /error mid-stream/ },
+  ],
 ];
 
 describe('an upstream fault ends the run failed with last_error', () => {
@@ -130,7 +169,14 @@ describe('an upstream fault ends the run failed with last_error', () => {
     const created = defined(events.find(({ event }) => event === 'thread.run.created')).data;
     tally.runsCreated++;
     const [failed, done] = events.slice(-2);
-    expect(failed).toMatchObject({ event: 'thread.run.failed', data: { id: created.id, status: 'failed', last_error: { code: lastError.code, message: expect.stringMatching(lastError.message) } } });
+    expect(failed).toMatchObject({
+      event: 'thread.run.failed',
+      data: {
+        id: created.id,
+        status: 'failed',
+        last_error: { code: lastError.code, message: expect.stringMatching(lastError.message) },
+      },
+    });
     expect(done).toEqual({ event: 'done', data: '[DONE]' });
     expect(events.filter(({ event }) => event === 'error')).toEqual([]);
     const stored = await runRow(created.id);
@@ -165,7 +211,11 @@ describe('a client that leaves mid-stream', () => {
           body: JSON.stringify({
             assistant_id: target.assistantId,
             stream: true,
-            thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective({ reply: words.join(' '), chunk_delay_ms: 20 })}` }] },
+            thread: {
+              messages: [
+                { role: 'user', content: `Go\n${fakeDirective({ reply: words.join(' '), chunk_delay_ms: 20 })}` },
+              ],
+            },
           }),
           signal: leave.signal,
         });
@@ -184,10 +234,17 @@ describe('a client that leaves mid-stream', () => {
       }),
     );
     for (const id of ids) {
-      const stored = await waitFor(() => runRow(id), (row) => row?.status === 'completed', 10_000);
+      const stored = await waitFor(
+        () => runRow(id),
+        (row) => row?.status === 'completed',
+        10_000,
+      );
       if (stored?.status !== 'completed') tally.runsLost++;
       expect(stored?.status).toBe('completed');
-      const text = defined((await db.execute({ sql: "SELECT content FROM messages WHERE run_id = ? AND role = 'assistant'", args: [id] })).rows[0])[0];
+      const text = defined(
+        (await db.execute({ sql: "SELECT content FROM messages WHERE run_id = ? AND role = 'assistant'", args: [id] }))
+          .rows[0],
+      )[0];
       expect(JSON.parse(String(text))[0].text.value).toBe(words.join(' '));
     }
     expect(await openExchanges()).toBe(0);
@@ -204,7 +261,11 @@ describe('a client that leaves mid-stream', () => {
     void response.body?.cancel().catch(() => undefined);
     tally.faultsInjected += 2;
     tally.runsCreated++;
-    const stored = await waitFor(() => runRow(id), (row) => row?.status === 'failed', 10_000);
+    const stored = await waitFor(
+      () => runRow(id),
+      (row) => row?.status === 'failed',
+      10_000,
+    );
     if (stored?.status !== 'failed') tally.runsLost++;
     expect(stored).toMatchObject({ status: 'failed', lastError: { message: expect.stringMatching(/silent/) } });
     expect(await openExchanges()).toBe(0);
@@ -220,22 +281,33 @@ describe('a client that stops reading', () => {
     const stallAtFirstSight = () =>
       new Promise<string>((resolve, reject) => {
         const url = new URL(`${gateway.url}/v1/threads/runs`);
-        const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: target.headers }, (res) => {
-          let head = '';
-          res.on('data', (chunk: Buffer) => {
-            head += chunk.toString();
-            const id = /"id":"(run_[A-Za-z0-9]+)"/.exec(head)?.[1];
-            // Stops reading at its first sight of the run, and keeps the connection open.
-            if (id) {
-              res.pause();
-              res.removeAllListeners('data');
-              stalled.push(res);
-              resolve(id);
-            }
-          });
-        });
+        const req = httpRequest(
+          { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: target.headers },
+          (res) => {
+            let head = '';
+            res.on('data', (chunk: Buffer) => {
+              head += chunk.toString();
+              const id = /"id":"(run_[A-Za-z0-9]+)"/.exec(head)?.[1];
+              // Stops reading at its first sight of the run, and keeps the connection open.
+              if (id) {
+                res.pause();
+                res.removeAllListeners('data');
+                stalled.push(res);
+                resolve(id);
+              }
+            });
+          },
+        );
         req.on('error', reject);
-        req.end(JSON.stringify({ assistant_id: target.assistantId, stream: true, thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective({ stream_bytes: BYTES, chunk_bytes: 4096 })}` }] } }));
+        req.end(
+          JSON.stringify({
+            assistant_id: target.assistantId,
+            stream: true,
+            thread: {
+              messages: [{ role: 'user', content: `Go\n${fakeDirective({ stream_bytes: BYTES, chunk_bytes: 4096 })}` }],
+            },
+          }),
+        );
       });
     try {
       // One at a time: several 16 MB answers at once would starve the 500 ms first-byte timeout.
@@ -244,10 +316,21 @@ describe('a client that stops reading', () => {
         const id = await stallAtFirstSight();
         tally.faultsInjected++;
         tally.runsCreated++;
-        const stored = await waitFor(() => runRow(id), (row) => row?.status !== 'in_progress', 30_000);
+        const stored = await waitFor(
+          () => runRow(id),
+          (row) => row?.status !== 'in_progress',
+          30_000,
+        );
         if (stored?.status !== 'completed') tally.runsLost++;
         expect(stored).toEqual({ status: 'completed', lastError: null });
-        const length = defined((await db.execute({ sql: "SELECT length(json_extract(content, '$[0].text.value')) FROM messages WHERE run_id = ? AND role = 'assistant'", args: [id] })).rows[0])[0];
+        const length = defined(
+          (
+            await db.execute({
+              sql: "SELECT length(json_extract(content, '$[0].text.value')) FROM messages WHERE run_id = ? AND role = 'assistant'",
+              args: [id],
+            })
+          ).rows[0],
+        )[0];
         expect(Number(length)).toBe(BYTES);
         expect(fake.requests.slice(before).map((request) => request.outcome)).toEqual(['completed']);
       }
@@ -257,7 +340,9 @@ describe('a client that stops reading', () => {
       // table of TCP connections tells: the gateway's end of each is no longer established.
       await new Promise((resolve) => setTimeout(resolve, 4 * TIMEOUT_MS));
       const gatewayPort = Number(new URL(gateway.url).port);
-      expect(stalled.map((res) => gatewaySideState(gatewayPort, defined(res.socket.localPort)))).not.toContain('ESTABLISHED');
+      expect(stalled.map((res) => gatewaySideState(gatewayPort, defined(res.socket.localPort)))).not.toContain(
+        'ESTABLISHED',
+      );
     } finally {
       for (const res of stalled) res.destroy();
     }
@@ -268,14 +353,35 @@ describe('afterwards', () => {
   it('no connection to the upstream stays open once idle keep-alive connections time out', async () => {
     // Idle pooled connections close after a few seconds (the client's and the fake's keep-alive
     // timeouts); a connection still held by a forgotten exchange would not.
-    expect(await waitFor(async () => fake.openConnections, (n) => n === 0, 20_000)).toBe(0);
+    expect(
+      await waitFor(
+        async () => fake.openConnections,
+        (n) => n === 0,
+        20_000,
+      ),
+    ).toBe(0);
   });
 
   it('the rate-limit counters agree with the runs, no row is half-written, and the gateway served no 5xx', async () => {
     // Every run was admitted once and charged its usage once, faults or not.
-    const runs = defined((await db.execute("SELECT count(*), coalesce(sum(json_extract(usage, '$.total_tokens')), 0) FROM runs WHERE rate_limit IS NOT NULL")).rows[0]);
+    const runs = defined(
+      (
+        await db.execute(
+          "SELECT count(*), coalesce(sum(json_extract(usage, '$.total_tokens')), 0) FROM runs WHERE rate_limit IS NOT NULL",
+        )
+      ).rows[0],
+    );
     const used = async (policyId: string) =>
-      Number(defined((await db.execute({ sql: 'SELECT coalesce(sum(used), 0) FROM rate_limit_counters WHERE key LIKE ?', args: [`${policyId}/%`] })).rows[0])[0]);
+      Number(
+        defined(
+          (
+            await db.execute({
+              sql: 'SELECT coalesce(sum(used), 0) FROM rate_limit_counters WHERE key LIKE ?',
+              args: [`${policyId}/%`],
+            })
+          ).rows[0],
+        )[0],
+      );
     expect(Number(runs[0])).toBe(tally.runsCreated);
     expect(await used(policyIds.requests)).toBe(tally.runsCreated);
     expect(await used(policyIds.tokens)).toBe(Number(runs[1]));
@@ -285,7 +391,10 @@ describe('afterwards', () => {
     const halfWritten = await halfWrittenRows(db);
     tally.rowsHalfWritten += halfWritten.length;
     expect(halfWritten).toEqual([]);
-    const serverErrors = gateway.stdout().split('\n').filter((line) => /"status":5\d\d/.test(line));
+    const serverErrors = gateway
+      .stdout()
+      .split('\n')
+      .filter((line) => /"status":5\d\d/.test(line));
     tally.answered5xx += serverErrors.length;
     expect(serverErrors).toEqual([]);
   });
@@ -298,7 +407,8 @@ function gatewaySideState(gatewayPort: number, clientPort: number): string {
     if (!existsSync(table)) continue;
     for (const line of readFileSync(table, 'utf8').trim().split('\n').slice(1)) {
       const [, local, remote, state] = line.trim().split(/\s+/);
-      if (port(defined(local)) === gatewayPort && port(defined(remote)) === clientPort) return state === '01' ? 'ESTABLISHED' : `state ${state}`;
+      if (port(defined(local)) === gatewayPort && port(defined(remote)) === clientPort)
+        return state === '01' ? 'ESTABLISHED' : `state ${state}`;
     }
   }
   return 'gone';

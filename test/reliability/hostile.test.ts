@@ -68,22 +68,37 @@ let idleRssMb: number;
 /** What whileMeasured watches: this gateway, the other tenant, and where the counts go. */
 let watch: Watch;
 let tokenPolicyId: string;
-const tally = { hostileUpstreams: 0, gatewayStalls: 0, outOfMemoryDeaths: 0, runsCreated: 0, runsLost: 0, rowsHalfWritten: 0, answered5xx: 0 };
+const tally = {
+  hostileUpstreams: 0,
+  gatewayStalls: 0,
+  outOfMemoryDeaths: 0,
+  runsCreated: 0,
+  runsLost: 0,
+  rowsHalfWritten: 0,
+  answered5xx: 0,
+};
 const figures: Record<string, number> = {};
 
 beforeAll(async () => {
   arena = await openArena('hostile', ENV, tally);
   ({ gateway, attacker, db } = arena);
-  await post(attacker, '/v1/virtual-keys', { slug: 'hostile', provider: 'openai', base_url: arena.fake.baseURL, api_key: KEY });
+  await post(attacker, '/v1/virtual-keys', {
+    slug: 'hostile',
+    provider: 'openai',
+    base_url: arena.fake.baseURL,
+    api_key: KEY,
+  });
 
   // A token policy on the attacker's workspace, to see what its runs are charged.
-  tokenPolicyId = (await post(attacker, '/v1/policies/rate-limits', {
-    conditions: [{ key: 'workspace_id', value: '*' }],
-    group_by: [{ key: 'workspace_id' }],
-    type: 'tokens',
-    unit: 'rpd',
-    value: 1e12,
-  })).id;
+  tokenPolicyId = (
+    await post(attacker, '/v1/policies/rate-limits', {
+      conditions: [{ key: 'workspace_id', value: '*' }],
+      group_by: [{ key: 'workspace_id' }],
+      type: 'tokens',
+      unit: 'rpd',
+      value: 1e12,
+    })
+  ).id;
   // The gzip bomb is made once per size by the fake: made now, not while measuring.
   const warm = await fetch(`${arena.fake.baseURL}/chat/completions`, {
     method: 'POST',
@@ -98,24 +113,31 @@ beforeAll(async () => {
 
 afterAll(() => closeArena(arena, 'hostile', tally, figures));
 
-const post = <T = { id: string }>(target: Pick<Target, 'url' | 'headers'>, path: string, body: unknown) => postJson<T>(target, path, body, tally);
+const post = <T = { id: string }>(target: Pick<Target, 'url' | 'headers'>, path: string, body: unknown) =>
+  postJson<T>(target, path, body, tally);
 
 const GZIP_BOMB: FakeScenario = { status: 500, gzip_error_bytes: 300 * 1000 * 1000 };
 
 /** A hostile run of the attacker's (not streamed), followed to its end through the API. */
 function hostileRun(scenario: FakeScenario, virtualKey = 'hostile'): Promise<EndedRun> {
   tally.hostileUpstreams++;
-  return runToEnd({ url: attacker.url, headers: { ...attacker.headers, 'x-gateway-virtual-key': virtualKey } }, {
-    assistant_id: attacker.assistantId,
-    thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] },
-  }, tally);
+  return runToEnd(
+    { url: attacker.url, headers: { ...attacker.headers, 'x-gateway-virtual-key': virtualKey } },
+    {
+      assistant_id: attacker.assistantId,
+      thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] },
+    },
+    tally,
+  );
 }
 
 /** The run ended as `expected` says; a run that did not is counted lost. */
-const expectEnded = (run: EndedRun, expected: Partial<EndedRun> | Record<string, unknown>) => expectRunEnded(run, expected, tally);
+const expectEnded = (run: EndedRun, expected: Partial<EndedRun> | Record<string, unknown>) =>
+  expectRunEnded(run, expected, tally);
 
 /** `work` measured (support.ts, whileMeasured), its peak RSS within `rssBoundMb` of what it was before. */
-const whileMeasured = <T>(name: string, work: () => Promise<T>, rssBoundMb = MAX_RSS_GROWTH_MB) => measured(watch, name, work, rssBoundMb);
+const whileMeasured = <T>(name: string, work: () => Promise<T>, rssBoundMb = MAX_RSS_GROWTH_MB) =>
+  measured(watch, name, work, rssBoundMb);
 
 /** Bytes of a run's rows: the run, its messages, its steps. */
 async function storedBytes(runId: string): Promise<number> {
@@ -139,58 +161,102 @@ describe('hostile upstreams, one behaviour at a time', () => {
       ['length', '"length"'],
     ];
     await whileMeasured('h1_bad_index', async () => {
-      const runs = await Promise.all(indices.map(([index]) => hostileRun({ tool_calls: [{ name: 'lookup' }], tool_call_index: index })));
+      const runs = await Promise.all(
+        indices.map(([index]) => hostileRun({ tool_calls: [{ name: 'lookup' }], tool_call_index: index })),
+      );
       for (const [i, run] of runs.entries()) {
         expectEnded(run, {
           status: 'failed',
           required_action: null,
-          last_error: { code: 'server_error', message: `The upstream sent a tool call with index ${defined(indices[i])[1]}; tool-call indices must be integers from 0 to 127.` },
+          last_error: {
+            code: 'server_error',
+            message: `The upstream sent a tool call with index ${defined(indices[i])[1]}; tool-call indices must be integers from 0 to 127.`,
+          },
         });
       }
     });
   });
 
   it('H2: eight answers at once, of 500 MB and endless, are kept up to GATEWAY_MAX_ANSWER_BYTES and end incomplete', async () => {
-    const { result: runs } = await whileMeasured('h2_huge_answers', () =>
-      Promise.all([
-        ...Array.from({ length: 7 }, () => hostileRun({ stream_bytes: 500 * 1000 * 1000, chunk_bytes: 16_384 })),
-        hostileRun({ stream_bytes: Number.MAX_SAFE_INTEGER, chunk_bytes: 16_384 }),
-      ]),
+    const { result: runs } = await whileMeasured(
+      'h2_huge_answers',
+      () =>
+        Promise.all([
+          ...Array.from({ length: 7 }, () => hostileRun({ stream_bytes: 500 * 1000 * 1000, chunk_bytes: 16_384 })),
+          hostileRun({ stream_bytes: Number.MAX_SAFE_INTEGER, chunk_bytes: 16_384 }),
+        ]),
       CAPPED_RUN_BOUND_MB * 8 + MAX_RSS_GROWTH_MB / 2,
     );
     for (const run of runs) {
-      expectEnded(run, { status: 'incomplete', incomplete_details: { reason: 'max_completion_tokens' }, last_error: null });
+      expectEnded(run, {
+        status: 'incomplete',
+        incomplete_details: { reason: 'max_completion_tokens' },
+        last_error: null,
+      });
       // The messages of such a run are served bounded too.
-      const messages = await fetch(`${attacker.url}/v1/threads/${run.thread_id}/messages?run_id=${run.id}`, { headers: attacker.headers });
+      const messages = await fetch(`${attacker.url}/v1/threads/${run.thread_id}/messages?run_id=${run.id}`, {
+        headers: attacker.headers,
+      });
       const body = await messages.text();
       expect(body.length).toBeLessThan(DEFAULT_CAP + 4096);
-      expect(JSON.parse(body).data[0]).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_tokens' } });
+      expect(JSON.parse(body).data[0]).toMatchObject({
+        status: 'incomplete',
+        incomplete_details: { reason: 'max_tokens' },
+      });
       expect(JSON.parse(body).data[0].content[0].text.value.length).toBe(DEFAULT_CAP);
     }
-    const warnings = gateway.stderr().split('\n').filter((line) => line.includes('the upstream answer reached the answer cap'));
-    for (const run of runs) expect(warnings.some((line) => line.includes(run.id) && line.includes(`"cap_bytes":${DEFAULT_CAP}`))).toBe(true);
+    const warnings = gateway
+      .stderr()
+      .split('\n')
+      .filter((line) => line.includes('the upstream answer reached the answer cap'));
+    for (const run of runs)
+      expect(warnings.some((line) => line.includes(run.id) && line.includes(`"cap_bytes":${DEFAULT_CAP}`))).toBe(true);
   });
 
   it('H2: 50 MB of tool-call arguments, eight at once: the step fails saying so, nothing waits for outputs', async () => {
-    const { result: runs } = await whileMeasured('h2_huge_arguments', () =>
-      Promise.all(Array.from({ length: 8 }, () => hostileRun({ tool_calls: [{ name: 'lookup' }], tool_argument_bytes: 50 * 1000 * 1000, argument_chunk_chars: 16_384 }))),
+    const { result: runs } = await whileMeasured(
+      'h2_huge_arguments',
+      () =>
+        Promise.all(
+          Array.from({ length: 8 }, () =>
+            hostileRun({
+              tool_calls: [{ name: 'lookup' }],
+              tool_argument_bytes: 50 * 1000 * 1000,
+              argument_chunk_chars: 16_384,
+            }),
+          ),
+        ),
       CAPPED_RUN_BOUND_MB * 8 + MAX_RSS_GROWTH_MB / 2,
     );
     for (const run of runs) {
-      expectEnded(run, { status: 'incomplete', incomplete_details: { reason: 'max_completion_tokens' }, required_action: null });
-      const step = await db.execute({ sql: "SELECT status, last_error FROM run_steps WHERE run_id = ? AND type = 'tool_calls'", args: [run.id] });
+      expectEnded(run, {
+        status: 'incomplete',
+        incomplete_details: { reason: 'max_completion_tokens' },
+        required_action: null,
+      });
+      const step = await db.execute({
+        sql: "SELECT status, last_error FROM run_steps WHERE run_id = ? AND type = 'tool_calls'",
+        args: [run.id],
+      });
       expect(defined(step.rows[0])[0]).toBe('failed');
-      expect(JSON.parse(String(defined(step.rows[0])[1])).message).toMatch(/GATEWAY_MAX_ANSWER_BYTES\), which cut the tool calls short/);
+      expect(JSON.parse(String(defined(step.rows[0])[1])).message).toMatch(
+        /GATEWAY_MAX_ANSWER_BYTES\), which cut the tool calls short/,
+      );
       expect(await storedBytes(run.id)).toBeLessThan(8192);
     }
   });
 
   it('M1: a 300 KB gzip error body inflating to 300 MB, eight at once, is read up to 8 KiB', async () => {
-    const { result: runs } = await whileMeasured('m1_gzip_bomb', () => Promise.all(Array.from({ length: 8 }, () => hostileRun(GZIP_BOMB))));
+    const { result: runs } = await whileMeasured('m1_gzip_bomb', () =>
+      Promise.all(Array.from({ length: 8 }, () => hostileRun(GZIP_BOMB))),
+    );
     for (const run of runs) {
       expectEnded(run, {
         status: 'failed',
-        last_error: { code: 'server_error', message: `The upstream answered HTTP 500: {"error":{"message":"${'a'.repeat(479)}` },
+        last_error: {
+          code: 'server_error',
+          message: `The upstream answered HTTP 500: {"error":{"message":"${'a'.repeat(479)}`,
+        },
       });
     }
   });
@@ -210,7 +276,12 @@ describe('hostile upstreams, one behaviour at a time', () => {
       }
       // A part of the key (as an upstream that cuts it itself would echo it) ending at the cut.
       for (let length = 4; length < KEY.length; length++) {
-        ended.push(await hostileRun({ status: 401, error: { error: { message: `${'.'.repeat(500 - length)}${KEY.slice(0, length)}-more` } } }));
+        ended.push(
+          await hostileRun({
+            status: 401,
+            error: { error: { message: `${'.'.repeat(500 - length)}${KEY.slice(0, length)}-more` } },
+          }),
+        );
       }
       return ended;
     });
@@ -226,7 +297,9 @@ describe('hostile upstreams, one behaviour at a time', () => {
   it('L4: an upstream sending only `: ping` comments fails its run as silent after the idle timeout', async () => {
     const { result: runs } = await whileMeasured('l4_comments_only', async () => {
       const started = Date.now();
-      const ended = await Promise.all(Array.from({ length: 8 }, () => hostileRun({ flood: ': ping\n\n', chunk_delay_ms: 50 })));
+      const ended = await Promise.all(
+        Array.from({ length: 8 }, () => hostileRun({ flood: ': ping\n\n', chunk_delay_ms: 50 })),
+      );
       // Ended by the idle timeout, not by the run's expiry ten minutes later.
       expect(Date.now() - started).toBeLessThan(IDLE_MS + 10_000);
       return ended;
@@ -234,22 +307,41 @@ describe('hostile upstreams, one behaviour at a time', () => {
     for (const run of runs) {
       expectEnded(run, {
         status: 'failed',
-        last_error: { code: 'server_error', message: `The upstream went silent for longer than allowed within ${IDLE_MS} ms.` },
+        last_error: {
+          code: 'server_error',
+          message: `The upstream went silent for longer than allowed within ${IDLE_MS} ms.`,
+        },
       });
     }
   });
 
   it('L3: usage of -1e9, strings and objects is replaced by the estimate; nothing negative is stored or charged', async () => {
-    const usages = [{ total_tokens: -1e9 }, { total_tokens: '01e400' }, { prompt_tokens: '0' }, { completion_tokens: {} }, { prompt_tokens: -5, completion_tokens: -5 }];
-    const { result: runs } = await whileMeasured('l3_bad_usage', () => Promise.all(usages.map((usage) => hostileRun({ reply: 'a short answer', usage }))));
+    const usages = [
+      { total_tokens: -1e9 },
+      { total_tokens: '01e400' },
+      { prompt_tokens: '0' },
+      { completion_tokens: {} },
+      { prompt_tokens: -5, completion_tokens: -5 },
+    ];
+    const { result: runs } = await whileMeasured('l3_bad_usage', () =>
+      Promise.all(usages.map((usage) => hostileRun({ reply: 'a short answer', usage }))),
+    );
     for (const run of runs) {
       expectEnded(run, { status: 'completed' });
-      for (const value of Object.values(defined(run.usage))) expect(Number.isSafeInteger(value) && value >= 0).toBe(true);
-      expect(defined(run.usage).total_tokens).toBe(defined(run.usage).prompt_tokens + defined(run.usage).completion_tokens);
-      expect(gateway.stderr()).toMatch(new RegExp(`"message":"the upstream reported invalid usage[^\\n]*"run_id":"${run.id}"`));
+      for (const value of Object.values(defined(run.usage)))
+        expect(Number.isSafeInteger(value) && value >= 0).toBe(true);
+      expect(defined(run.usage).total_tokens).toBe(
+        defined(run.usage).prompt_tokens + defined(run.usage).completion_tokens,
+      );
+      expect(gateway.stderr()).toMatch(
+        new RegExp(`"message":"the upstream reported invalid usage[^\\n]*"run_id":"${run.id}"`),
+      );
     }
     // The token policy's counter holds the sum of the attacker's runs' usage: numbers, nothing negative.
-    const charged = await db.execute({ sql: 'SELECT typeof(used), used FROM rate_limit_counters WHERE key LIKE ?', args: [`${tokenPolicyId}/%`] });
+    const charged = await db.execute({
+      sql: 'SELECT typeof(used), used FROM rate_limit_counters WHERE key LIKE ?',
+      args: [`${tokenPolicyId}/%`],
+    });
     const charges = await db.execute({
       sql: "SELECT coalesce(sum(json_extract(usage, '$.total_tokens')), 0), min(coalesce(json_extract(usage, '$.total_tokens'), 0)) FROM runs WHERE workspace_id = (SELECT workspace_id FROM runs WHERE id = ?)",
       args: [defined(runs[0]).id],
@@ -262,10 +354,25 @@ describe('hostile upstreams, one behaviour at a time', () => {
   it('framing: a line of 2 MiB, an event of 2 MiB, 1 MiB of blank lines and a flood of tiny events, eight of each at once', async () => {
     const tiny = 'data: {"choices":[]}\n\n';
     const cases: [FakeScenario, Record<string, unknown>][] = [
-      [{ flood: 'x', flood_bytes: 2 * MIB, chunk_bytes: 65_536 }, { status: 'failed', last_error: { message: 'The upstream sent a server-sent event line longer than 1048576 bytes.' } }],
-      [{ flood: `data: ${'y'.repeat(1000)}\n`, flood_bytes: 2 * MIB, chunk_bytes: 65_536 }, { status: 'failed', last_error: { message: 'The upstream sent a server-sent event larger than 1048576 characters.' } }],
+      [
+        { flood: 'x', flood_bytes: 2 * MIB, chunk_bytes: 65_536 },
+        {
+          status: 'failed',
+          last_error: { message: 'The upstream sent a server-sent event line longer than 1048576 bytes.' },
+        },
+      ],
+      [
+        { flood: `data: ${'y'.repeat(1000)}\n`, flood_bytes: 2 * MIB, chunk_bytes: 65_536 },
+        {
+          status: 'failed',
+          last_error: { message: 'The upstream sent a server-sent event larger than 1048576 characters.' },
+        },
+      ],
       [{ flood: '\n', flood_bytes: MIB, chunk_bytes: 65_536, reply: 'ok' }, { status: 'completed' }],
-      [{ flood: tiny, flood_bytes: tiny.length * Math.floor(MIB / tiny.length), chunk_bytes: 65_472, reply: 'ok' }, { status: 'completed' }],
+      [
+        { flood: tiny, flood_bytes: tiny.length * Math.floor(MIB / tiny.length), chunk_bytes: 65_472, reply: 'ok' },
+        { status: 'completed' },
+      ],
     ];
     const { result: runs } = await whileMeasured('framing', () =>
       Promise.all(cases.flatMap(([scenario]) => Array.from({ length: 8 }, () => hostileRun(scenario)))),
@@ -289,7 +396,10 @@ describe('hostile upstreams, one behaviour at a time', () => {
       for (const run of runs) {
         expectEnded(run, {
           status: 'failed',
-          last_error: { code: 'server_error', message: "The gateway could not record the run's outcome: the write to its database failed." },
+          last_error: {
+            code: 'server_error',
+            message: "The gateway could not record the run's outcome: the write to its database failed.",
+          },
         });
       }
     } finally {
@@ -301,7 +411,13 @@ describe('hostile upstreams, one behaviour at a time', () => {
 
 describe('afterwards', () => {
   it('no run is left active, no row half-written, no 5xx answered, and the gateway is alive', async () => {
-    expect(await waitFor(() => activeRunCount(db), (n) => n === 0, 10_000)).toBe(0);
+    expect(
+      await waitFor(
+        () => activeRunCount(db),
+        (n) => n === 0,
+        10_000,
+      ),
+    ).toBe(0);
     const halfWritten = await halfWrittenRows(db);
     tally.rowsHalfWritten += halfWritten.length;
     expect(halfWritten).toEqual([]);

@@ -4,7 +4,19 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deflatedBlanks, docxBomb, pdf } from '../support/documents';
 import { chunkerProcessesOf } from '../support/processes';
-import { atRest, closeArena, openArena, percentile, postJson, sleep, waitFor, whileMeasured, type Arena, type Target, type Watch } from './support';
+import {
+  atRest,
+  closeArena,
+  openArena,
+  percentile,
+  postJson,
+  sleep,
+  waitFor,
+  whileMeasured,
+  type Arena,
+  type Target,
+  type Watch,
+} from './support';
 
 /**
  * A tenant's files as an attacker writes them, added to vector stores of a gateway process with its
@@ -43,8 +55,19 @@ beforeAll(async () => {
   if (address === null || typeof address === 'string') throw new Error('the silent server has no port');
   arena = await openArena('ingestion', ENV, tally);
   ({ attacker, other } = arena);
-  await post(attacker, '/v1/virtual-keys', { slug: 'embed', provider: 'openai', base_url: arena.fake.baseURL, api_key: 'sk-embed', default: true });
-  await post(attacker, '/v1/virtual-keys', { slug: 'silent', provider: 'openai', base_url: `http://127.0.0.1:${address.port}/v1`, api_key: 'sk-silent' });
+  await post(attacker, '/v1/virtual-keys', {
+    slug: 'embed',
+    provider: 'openai',
+    base_url: arena.fake.baseURL,
+    api_key: 'sk-embed',
+    default: true,
+  });
+  await post(attacker, '/v1/virtual-keys', {
+    slug: 'silent',
+    provider: 'openai',
+    base_url: `http://127.0.0.1:${address.port}/v1`,
+    api_key: 'sk-silent',
+  });
   ({ watch, baselineMs: baselineRunMs } = await atRest(arena, tally, figures));
 });
 
@@ -54,14 +77,19 @@ afterAll(async () => {
   silent?.close();
 });
 
-const post = <T = { id: string }>(target: Pick<Target, 'url' | 'headers'>, path: string, body: unknown) => postJson<T>(target, path, body, tally);
+const post = <T = { id: string }>(target: Pick<Target, 'url' | 'headers'>, path: string, body: unknown) =>
+  postJson<T>(target, path, body, tally);
 
 /** A file uploaded through POST /v1/files as the SDKs send one, by the attacker unless told. */
 async function upload(filename: string, content: Uint8Array | string, target: Target = attacker): Promise<string> {
   const form = new FormData();
   form.append('purpose', 'assistants');
   form.append('file', new Blob([content]), filename);
-  const response = await fetch(`${target.url}/v1/files`, { method: 'POST', headers: { 'x-gateway-api-key': target.workspaceKey }, body: form });
+  const response = await fetch(`${target.url}/v1/files`, {
+    method: 'POST',
+    headers: { 'x-gateway-api-key': target.workspaceKey },
+    body: form,
+  });
   if (response.status >= 500) tally.answered5xx++;
   expect(response.status).toBe(200);
   tally.inputsTried++;
@@ -75,7 +103,11 @@ interface StoreFile {
 }
 
 /** A store of the attacker's with `fileIds`, each followed to its end (`timeoutMs` at most). */
-async function ingested(fileIds: string[], timeoutMs = 120_000, virtualKey = 'embed'): Promise<{ storeId: string; files: StoreFile[] }> {
+async function ingested(
+  fileIds: string[],
+  timeoutMs = 120_000,
+  virtualKey = 'embed',
+): Promise<{ storeId: string; files: StoreFile[] }> {
   const headers = { ...attacker.headers, 'x-gateway-virtual-key': virtualKey };
   const store = await post({ url: attacker.url, headers }, '/v1/vector_stores', { name: 'hostile', file_ids: fileIds });
   const files = await waitFor(
@@ -101,7 +133,10 @@ async function measured<T>(name: string, work: () => Promise<T>): Promise<T> {
     while (!done) {
       for (const pid of chunkerProcessesOf(defined(arena.gateway.child.pid))) {
         try {
-          chunkerPeakMb = Math.max(chunkerPeakMb, Number(/^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024);
+          chunkerPeakMb = Math.max(
+            chunkerPeakMb,
+            Number(/^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024,
+          );
         } catch {
           // Exited meanwhile.
         }
@@ -111,10 +146,15 @@ async function measured<T>(name: string, work: () => Promise<T>): Promise<T> {
   })();
   try {
     const { result, healthy } = await whileMeasured(watch, name, work, MAX_RSS_GROWTH_MB);
-    const during = percentile(healthy.map((run) => run.ms), 0.5);
+    const during = percentile(
+      healthy.map((run) => run.ms),
+      0.5,
+    );
     figures[`${name}_bystander_run_p50_ms`] = Math.round(during);
     figures[`${name}_chunker_peak_rss_mb`] = Math.round(chunkerPeakMb);
-    console.log(`${name}: the other tenant's runs p50 ${during.toFixed(0)} ms (before ${baselineRunMs.toFixed(0)} ms); chunker processes' peak RSS ${chunkerPeakMb.toFixed(0)} MB`);
+    console.log(
+      `${name}: the other tenant's runs p50 ${during.toFixed(0)} ms (before ${baselineRunMs.toFixed(0)} ms); chunker processes' peak RSS ${chunkerPeakMb.toFixed(0)} MB`,
+    );
     expect(during).toBeLessThan(baselineRunMs * SLOWDOWN);
     return result;
   } finally {
@@ -123,7 +163,8 @@ async function measured<T>(name: string, work: () => Promise<T>): Promise<T> {
   }
 }
 
-const cjk = (chars: number) => Array.from({ length: chars }, (_, i) => String.fromCharCode(0x4e00 + ((i * 7919) % 20_000))).join('');
+const cjk = (chars: number) =>
+  Array.from({ length: chars }, (_, i) => String.fromCharCode(0x4e00 + ((i * 7919) % 20_000))).join('');
 
 describe('hostile documents, one kind at a time', () => {
   it('F1: text without a space or with one character repeated is chunked in linear time, and completes', async () => {
@@ -146,8 +187,13 @@ describe('hostile documents, one kind at a time', () => {
       upload('bomb-1g.docx', await docxBomb(1024 * MIB)),
     ]);
     const { files } = await measured('f2_f7_bombs', () => ingested(ids));
-    const bound = 'inflate to more than 134217728 bytes (GATEWAY_INGEST_MAX_INFLATED_BYTES), the most a file may inflate to.';
-    expect(files.map((file) => file.last_error?.message)).toEqual([`The PDF's compressed parts ${bound}`, `The PDF's compressed parts ${bound}`, `The DOCX file's compressed parts ${bound}`]);
+    const bound =
+      'inflate to more than 134217728 bytes (GATEWAY_INGEST_MAX_INFLATED_BYTES), the most a file may inflate to.';
+    expect(files.map((file) => file.last_error?.message)).toEqual([
+      `The PDF's compressed parts ${bound}`,
+      `The PDF's compressed parts ${bound}`,
+      `The DOCX file's compressed parts ${bound}`,
+    ]);
   });
 
   it('F3 and nesting: a PDF of 20,000 pages and HTML nested 100,000 deep fail naming why; one of 3,000 pages completes', async () => {
@@ -165,16 +211,29 @@ describe('hostile documents, one kind at a time', () => {
   });
 
   it('F6: a workspace whose embeddings provider never answers holds one slot; another workspace’s file is ingested meanwhile', async () => {
-    const stuckIds = await Promise.all([upload('stuck-1.txt', 'never embedded one'), upload('stuck-2.txt', 'never embedded two')]);
+    const stuckIds = await Promise.all([
+      upload('stuck-1.txt', 'never embedded one'),
+      upload('stuck-2.txt', 'never embedded two'),
+    ]);
     const stuck = ingested(stuckIds, 180_000, 'silent');
-    await waitFor(() => held.length, (count) => count > 0, 20_000);
+    await waitFor(
+      () => held.length,
+      (count) => count > 0,
+      20_000,
+    );
     const started = performance.now();
     const ownHeaders = other.headers;
     const { storeId, fileIds, seconds } = await measured('f6_stuck_embeddings', async () => {
       const fileId = await upload('line.txt', 'a line of the other tenant', other);
-      const store = await post({ url: other.url, headers: ownHeaders }, '/v1/vector_stores', { name: 'bystander', file_ids: [fileId] });
+      const store = await post({ url: other.url, headers: ownHeaders }, '/v1/vector_stores', {
+        name: 'bystander',
+        file_ids: [fileId],
+      });
       const file = await waitFor(
-        async () => (await (await fetch(`${other.url}/v1/vector_stores/${store.id}/files/${fileId}`, { headers: ownHeaders })).json()) as StoreFile,
+        async () =>
+          (await (
+            await fetch(`${other.url}/v1/vector_stores/${store.id}/files/${fileId}`, { headers: ownHeaders })
+          ).json()) as StoreFile,
         (current) => current.status !== 'in_progress',
         60_000,
       );
@@ -187,6 +246,9 @@ describe('hostile documents, one kind at a time', () => {
     // The stuck provider's first file fails within the embeddings deadline (60 s), not four times it.
     const { files } = await stuck;
     expect(files.map((file) => file.status)).toEqual(['failed', 'failed']);
-    for (const file of files) expect(file.last_error?.message).toBe('The embeddings provider failed: The embeddings upstream did not answer in time.');
+    for (const file of files)
+      expect(file.last_error?.message).toBe(
+        'The embeddings provider failed: The embeddings upstream did not answer in time.',
+      );
   }, 240_000);
 });

@@ -7,7 +7,13 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { round, summarise } from '../../bench/support';
 import { readEvents } from '../support/events';
 import type { FakeScenario } from '../support/fake-upstream';
-import { memoryOf, startFakeUpstreamProcess, startGatewayProcess, type FakeUpstreamProcess, type GatewayProcess } from '../support/processes';
+import {
+  memoryOf,
+  startFakeUpstreamProcess,
+  startGatewayProcess,
+  type FakeUpstreamProcess,
+  type GatewayProcess,
+} from '../support/processes';
 import { recordTally } from '../support/tally';
 import {
   activeRunCount,
@@ -46,7 +52,10 @@ const ENV = {
   GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: String(TIMEOUT_MS),
 };
 
-const REPLY: FakeScenario = { reply: 'The quick brown fox jumps over the lazy dog, again and again, twenty words or so in all.', chunk_delay_ms: 2 };
+const REPLY: FakeScenario = {
+  reply: 'The quick brown fox jumps over the lazy dog, again and again, twenty words or so in all.',
+  chunk_delay_ms: 2,
+};
 const FAULTS: FakeScenario[] = [
   { status: 500 },
   { status: 503 },
@@ -142,18 +151,27 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
     const db = openDataDir(dataDir);
     try {
       const drainStarted = performance.now();
-      await waitFor(() => activeRunCount(db), (n) => n === 0, 60_000);
+      await waitFor(
+        () => activeRunCount(db),
+        (n) => n === 0,
+        60_000,
+      );
       const drainedAfter = (performance.now() - drainStarted) / 1000;
       const states = await runStates(db);
       const wrong: string[] = [];
       for (const [id, fault] of expected) {
         const state = states.get(id);
         if (!state || !['completed', 'failed'].includes(state.status)) lost++;
-        else if (state.status !== (fault ? 'failed' : 'completed')) wrong.push(`${id}: ${state.status} ${JSON.stringify(state.lastError)}`);
+        else if (state.status !== (fault ? 'failed' : 'completed'))
+          wrong.push(`${id}: ${state.status} ${JSON.stringify(state.lastError)}`);
       }
       halfWritten = await halfWrittenRows(db);
       // Every upstream exchange ended: completed, or closed by the gateway or the fault.
-      const openExchanges = await waitFor(() => fake.openExchanges(), (n) => n === 0, 10_000);
+      const openExchanges = await waitFor(
+        () => fake.openExchanges(),
+        (n) => n === 0,
+        10_000,
+      );
       const failed = [...states.values()].filter((state) => state.status === 'failed').length;
       peakRssMb = Math.max(peakRssMb, memoryOf(pid).peakMb);
 
@@ -176,7 +194,9 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
         test_process_delay_max_ms: round(ownDelay.max / 1e6, 0),
       };
       recordFigures('load', figures);
-      console.log(`load: ${JSON.stringify({ ...figures, runs: expected.size, faults, failed, refused, lost, half_written: halfWritten.length })}`);
+      console.log(
+        `load: ${JSON.stringify({ ...figures, runs: expected.size, faults, failed, refused, lost, half_written: halfWritten.length })}`,
+      );
 
       expect(expected.size).toBeGreaterThan(CONCURRENCY);
       expect(faults).toBeGreaterThan(0);
@@ -192,7 +212,12 @@ it(`${SECONDS} s of runs at concurrency ${CONCURRENCY} with ${FAULT_RATE * 100}%
     }
   } finally {
     clearInterval(sampler);
-    recordTally('load', { faultsInjected: faults, runsCreated: expected.size, runsLost: lost, rowsHalfWritten: halfWritten.length, answered5xx });
+    recordTally('load', {
+      faultsInjected: faults,
+      runsCreated: expected.size,
+      runsLost: lost,
+      rowsHalfWritten: halfWritten.length,
+      answered5xx,
+    });
   }
 });
-

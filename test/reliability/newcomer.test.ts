@@ -21,7 +21,12 @@ describe('a newcomer following the docs', () => {
     const started = performance.now();
     const { problem, seconds } = await checkChapters();
     figures.chapters_seconds = Math.round((performance.now() - started) / 100) / 10;
-    for (const [file, taken] of seconds) figures[`${relative(ROOT, file).replace(/^docs\//, '').replace(/\.md$/, '')}_seconds`] = Math.round(taken * 10) / 10;
+    for (const [file, taken] of seconds)
+      figures[
+        `${relative(ROOT, file)
+          .replace(/^docs\//, '')
+          .replace(/\.md$/, '')}_seconds`
+      ] = Math.round(taken * 10) / 10;
     recordFigures('newcomer', figures);
     expect(problem).toBeNull();
     expect(seconds.size).toBe(6);
@@ -50,7 +55,9 @@ describe('a newcomer following the docs', () => {
     tally.inputsTried++;
     const { problem } = await checkChapters(examples);
     expect(problem).toContain('docs/api.md (before):13: shows');
-    expect(problem).toMatch(/but the commands above it printed\n {4}\{"object":"vector_store\.search_results\.page","search_query":\["How long do I have to ask for a refund\?"\],"data":\[\],/);
+    expect(problem).toMatch(
+      /but the commands above it printed\n {4}\{"object":"vector_store\.search_results\.page","search_query":\["How long do I have to ask for a refund\?"\],"data":\[\],/,
+    );
     recordTally('newcomer', tally);
   }, 120_000);
 });

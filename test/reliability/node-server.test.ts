@@ -74,7 +74,11 @@ describe('the HTTP server', () => {
   it('disconnects a client that sends its headers slowly, after the headers timeout (408)', async () => {
     const slow = await rawConnection(gateway.url);
     // 100 header lines, 200 ms apart: 20 s, far past the 1 s allowed.
-    const sent = await trickle(slow, ['GET /health HTTP/1.1\r\nhost: gateway\r\n', ...lines(100, (i) => `x-slow-${i}: 1\r\n`)], 200);
+    const sent = await trickle(
+      slow,
+      ['GET /health HTTP/1.1\r\nhost: gateway\r\n', ...lines(100, (i) => `x-slow-${i}: 1\r\n`)],
+      200,
+    );
     await slow.closed;
     expect(sent).toBeLessThan(101);
     expect(slow.received()).toMatch(/^(HTTP\/1\.1 408 |$)/);
@@ -83,7 +87,8 @@ describe('the HTTP server', () => {
 
   it('disconnects a client that sends its body slowly, after the request timeout (408)', async () => {
     const slow = await rawConnection(gateway.url);
-    const head = 'POST /v1/assistants HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n';
+    const head =
+      'POST /v1/assistants HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n';
     const sent = await trickle(slow, [head, ...lines(100, () => ' ')], 200);
     await slow.closed;
     expect(sent).toBeLessThan(101);
@@ -118,7 +123,9 @@ describe('the HTTP server', () => {
         expect(connection.received()).toMatch(/HTTP\/1\.1 401 /);
       }
       // And with room again, new connections are too.
-      await expect.poll(async () => (await fetch(`${gateway.url}/health`).catch(() => null))?.status, { timeout: 10_000 }).toBe(200);
+      await expect
+        .poll(async () => (await fetch(`${gateway.url}/health`).catch(() => null))?.status, { timeout: 10_000 })
+        .toBe(200);
     } finally {
       for (const connection of held) connection.socket.destroy();
     }
@@ -131,16 +138,27 @@ describe('the HTTP server', () => {
       const key = defined(defined(/workspace API key\s+(gk_[A-Za-z0-9_-]+)/.exec(gateway.stdout()))[1]);
       const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
       const post = (path: string, body: unknown, extra: Record<string, string> = {}) =>
-        fetch(`${gateway.url}${path}`, { method: 'POST', headers: { ...headers, ...extra }, body: JSON.stringify(body) });
+        fetch(`${gateway.url}${path}`, {
+          method: 'POST',
+          headers: { ...headers, ...extra },
+          body: JSON.stringify(body),
+        });
       // A fresh database has one workspace: its upstream may be on loopback without any setting.
-      expect((await post('/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'none' })).status).toBe(200);
+      expect(
+        (await post('/v1/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'none' }))
+          .status,
+      ).toBe(200);
       const assistant = (await (await post('/v1/assistants', { model: 'fake-model' })).json()) as { id: string };
 
       // Eight chunks 500 ms apart: about 4 s of answer, twice the 2 s request timeout.
       const scenario = { reply: 'one two three four five six seven eight', chunks: 8, chunk_delay_ms: 500 };
       const response = await post(
         '/v1/threads/runs',
-        { assistant_id: assistant.id, stream: true, thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(scenario)}` }] } },
+        {
+          assistant_id: assistant.id,
+          stream: true,
+          thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(scenario)}` }] },
+        },
         { 'x-gateway-virtual-key': 'fake' },
       );
       expect(response.status).toBe(200);

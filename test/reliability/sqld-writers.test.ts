@@ -25,7 +25,9 @@ let client: BusyRetryingClient;
 
 beforeAll(async () => {
   sqld = await startSqld();
-  client = new BusyRetryingClient(createClient({ url: sqld.url, concurrency: 1_000 }), { writers: DEFAULT_SERVER_WRITERS });
+  client = new BusyRetryingClient(createClient({ url: sqld.url, concurrency: 1_000 }), {
+    writers: DEFAULT_SERVER_WRITERS,
+  });
 });
 afterAll(async () => {
   client.close();

@@ -10,7 +10,12 @@ import { json } from '../support/envelope';
 import { readEvents } from '../support/events';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
 import { freshGate, remoteGate } from '../support/gates';
-import { startFakeUpstreamProcess, startGatewayProcess, type FakeUpstreamProcess, type GatewayProcess } from '../support/processes';
+import {
+  startFakeUpstreamProcess,
+  startGatewayProcess,
+  type FakeUpstreamProcess,
+  type GatewayProcess,
+} from '../support/processes';
 import { recordTally } from '../support/tally';
 import { startLocalWorker, type LocalWorker } from '../support/workerd';
 import { openDataDir, prepare, prepareWorkspace, recordFigures, waitFor, type Target } from './support';
@@ -113,8 +118,11 @@ describe('under CPU starvation', () => {
  * (its parent changes), so that a test killed midway leaves no loop behind.
  */
 function startCpuHog(): { stop(): Promise<void> } {
-  const loop = 'const parent = process.ppid; for (;;) { if (process.ppid !== parent) process.exit(); for (let i = 0; i < 1e7; i++); }';
-  const children = Array.from({ length: availableParallelism() }, () => spawn(process.execPath, ['-e', loop], { stdio: 'ignore' }));
+  const loop =
+    'const parent = process.ppid; for (;;) { if (process.ppid !== parent) process.exit(); for (let i = 0; i < 1e7; i++); }';
+  const children = Array.from({ length: availableParallelism() }, () =>
+    spawn(process.execPath, ['-e', loop], { stdio: 'ignore' }),
+  );
   return { stop: () => Promise.all(children.map(kill)).then(() => undefined) };
 }
 
@@ -131,7 +139,13 @@ async function racersOnAThread(runtime: Runtime, broken: (what: string) => void)
   const threadId = await threadWithATurn(runtime, broken);
   const gate = remoteGate(fake.baseURL, freshGate('racers'));
   const responses = await Promise.all(
-    Array.from({ length: RACERS }, (_, i) => send(runtime, `/v1/threads/${threadId}/runs`, onThread(runtime, `Racer ${i}`, { reply: 'Done.', hold: gate.name }))),
+    Array.from({ length: RACERS }, (_, i) =>
+      send(
+        runtime,
+        `/v1/threads/${threadId}/runs`,
+        onThread(runtime, `Racer ${i}`, { reply: 'Done.', hold: gate.name }),
+      ),
+    ),
   );
   const admitted = await settleRacers(runtime, responses, 'thread_has_active_run', broken);
   await expectOneActive(runtime, threadId, broken);
@@ -145,12 +159,21 @@ async function streamedRacers(runtime: Runtime, broken: (what: string) => void):
   const gates = Array.from({ length: STREAMED_RACERS }, () => remoteGate(fake.baseURL, freshGate('streamed')));
   const responses = await Promise.all(
     gates.map((gate, i) =>
-      send(runtime, `/v1/threads/${threadId}/runs`, { ...onThread(runtime, `Racer ${i}`, { reply: 'Slow answer.', hold: gate.name }), stream: true }),
+      send(runtime, `/v1/threads/${threadId}/runs`, {
+        ...onThread(runtime, `Racer ${i}`, { reply: 'Slow answer.', hold: gate.name }),
+        stream: true,
+      }),
     ),
   );
   const winners = responses.filter((response) => response.status === 200);
-  await settleRacers(runtime, responses.filter((response) => response.status !== 200), 'thread_has_active_run', broken);
-  if (winners.length !== 1) broken(`${runtime.name}: ${winners.length} of ${STREAMED_RACERS} streamed racers admitted on one thread`);
+  await settleRacers(
+    runtime,
+    responses.filter((response) => response.status !== 200),
+    'thread_has_active_run',
+    broken,
+  );
+  if (winners.length !== 1)
+    broken(`${runtime.name}: ${winners.length} of ${STREAMED_RACERS} streamed racers admitted on one thread`);
   await expectOneActive(runtime, threadId, broken);
   // The thread's newest message names the racer whose run it took: its gate alone opens (all of
   // them, should more than one have won).
@@ -160,11 +183,16 @@ async function streamedRacers(runtime: Runtime, broken: (what: string) => void):
   for (const winner of winners) {
     const events = await readEvents(winner);
     const ending = events.at(-2);
-    if (ending?.event !== 'thread.run.completed') broken(`${runtime.name}: a streamed winner ended with ${ending?.event}`);
+    if (ending?.event !== 'thread.run.completed')
+      broken(`${runtime.name}: a streamed winner ended with ${ending?.event}`);
   }
   tally.runsCreated += winners.length;
   await expectThreadRows(runtime, threadId, winners.length, broken);
-  const open = await waitFor(() => fake.openExchanges(), (n) => n === 0, DEADLINE_MS);
+  const open = await waitFor(
+    () => fake.openExchanges(),
+    (n) => n === 0,
+    DEADLINE_MS,
+  );
   if (open !== 0) broken(`${runtime.name}: ${open} exchanges left open at the provider after the streamed racers`);
 }
 
@@ -179,11 +207,20 @@ async function tokenReservations(runtime: Runtime, broken: (what: string) => voi
   });
   if (policy.status !== 200) throw new Error(`the tokens policy was refused: ${policy.status} ${await policy.text()}`);
   const run = (scenario: FakeScenario) =>
-    send(runtime, '/v1/threads/runs', { assistant_id: runtime.target.assistantId, model, thread: { messages: [userMessage('Count me', scenario)] } });
+    send(runtime, '/v1/threads/runs', {
+      assistant_id: runtime.target.assistantId,
+      model,
+      thread: { messages: [userMessage('Count me', scenario)] },
+    });
 
   // A failing run holds its reservation while it executes, and gives it back when it fails.
   const failingGate = remoteGate(fake.baseURL, freshGate('failing'));
-  const failing = await settleRacers(runtime, [await run({ status: 500, hold: failingGate.name })], 'rate_limit_exceeded', broken);
+  const failing = await settleRacers(
+    runtime,
+    [await run({ status: 500, hold: failingGate.name })],
+    'rate_limit_exceeded',
+    broken,
+  );
   if (failing.length === 0) broken(`${runtime.name}: the first run of a fresh tokens policy was refused`);
   await settleRacers(runtime, [await run({ reply: 'Counted' })], 'rate_limit_exceeded', broken, 0);
   await failingGate.open();
@@ -210,7 +247,8 @@ async function tokenReservations(runtime: Runtime, broken: (what: string) => voi
   await gate.open();
   const ended = await Promise.all([...admitted, ...past].map((created) => endOf(runtime, created)));
   for (const { status, last_error } of ended) {
-    if (status !== 'completed') broken(`${runtime.name}: a counted run ended ${status}${last_error ? `: ${last_error.message}` : ''}`);
+    if (status !== 'completed')
+      broken(`${runtime.name}: a counted run ended ${status}${last_error ? `: ${last_error.message}` : ''}`);
   }
 
   // Settled: the counter holds what the runs used, exactly (a refusal says how much it holds).
@@ -219,11 +257,16 @@ async function tokenReservations(runtime: Runtime, broken: (what: string) => voi
   const answer = async () => {
     const response = await run({ reply: 'Counted' });
     const body = await json(response);
-    return { status: response.status, said: response.status === 200 ? `admitted ${body.id}` : String(body.error?.message) };
+    return {
+      status: response.status,
+      said: response.status === 200 ? `admitted ${body.id}` : String(body.error?.message),
+    };
   };
   const last = await waitFor(answer, ({ status, said }) => status !== 429 || said.includes(expected), DEADLINE_MS);
   if (last.status !== 429 || !last.said.includes(expected)) {
-    broken(`${runtime.name}: after the runs settled, the counter did not hold their ${used} tokens (${last.status}: ${last.said})`);
+    broken(
+      `${runtime.name}: after the runs settled, the counter did not hold their ${used} tokens (${last.status}: ${last.said})`,
+    );
   }
 }
 
@@ -233,35 +276,59 @@ async function tokenReservations(runtime: Runtime, broken: (what: string) => voi
  * The racers' answers: the runs admitted (a violation past `allowed` of them), and a violation for
  * each refusal that is not the error `code` (a 5xx, another error).
  */
-async function settleRacers(runtime: Runtime, responses: Response[], code: string, broken: (what: string) => void, allowed = 1) {
+async function settleRacers(
+  runtime: Runtime,
+  responses: Response[],
+  code: string,
+  broken: (what: string) => void,
+  allowed = 1,
+) {
   const admitted: { id: string; thread_id: string }[] = [];
   for (const response of responses) {
     const body = await json(response);
     if (response.status === 200) admitted.push(body);
-    else if (body.error?.code !== code) broken(`${runtime.name}: a racer was answered ${response.status} ${body.error?.code}: ${body.error?.message}`);
+    else if (body.error?.code !== code)
+      broken(`${runtime.name}: a racer was answered ${response.status} ${body.error?.code}: ${body.error?.message}`);
   }
   tally.runsCreated += admitted.length;
-  if (admitted.length > allowed) broken(`${runtime.name}: ${admitted.length} racers admitted where ${allowed} could be (${code})`);
+  if (admitted.length > allowed)
+    broken(`${runtime.name}: ${admitted.length} racers admitted where ${allowed} could be (${code})`);
   return admitted;
 }
 
 /** While its winner is held: one run holds the thread, in the database. */
 async function expectOneActive(runtime: Runtime, threadId: string, broken: (what: string) => void) {
-  const { rows } = await runtime.db.execute({ sql: `SELECT count(*) AS n FROM runs WHERE thread_id = ? AND ${THREAD_HOLDING_SQL}`, args: [threadId] });
-  if (Number(defined(rows[0]).n) !== 1) broken(`${runtime.name}: ${defined(rows[0]).n} active runs on one thread while its winner was held`);
+  const { rows } = await runtime.db.execute({
+    sql: `SELECT count(*) AS n FROM runs WHERE thread_id = ? AND ${THREAD_HOLDING_SQL}`,
+    args: [threadId],
+  });
+  if (Number(defined(rows[0]).n) !== 1)
+    broken(`${runtime.name}: ${defined(rows[0]).n} active runs on one thread while its winner was held`);
 }
 
-async function expectCompleted(runtime: Runtime, runs: { id: string; thread_id: string }[], broken: (what: string) => void) {
+async function expectCompleted(
+  runtime: Runtime,
+  runs: { id: string; thread_id: string }[],
+  broken: (what: string) => void,
+) {
   for (const created of runs) {
     const { status, last_error } = await endOf(runtime, created);
-    if (status !== 'completed') broken(`${runtime.name}: a run admitted on its thread ended ${status}${last_error ? `: ${last_error.message}` : ''}`);
+    if (status !== 'completed')
+      broken(
+        `${runtime.name}: a run admitted on its thread ended ${status}${last_error ? `: ${last_error.message}` : ''}`,
+      );
   }
 }
 
 /** The thread holds its first turn and the rows of its `admitted` racers' runs, nothing of the others'. */
 async function expectThreadRows(runtime: Runtime, threadId: string, admitted: number, broken: (what: string) => void) {
   const count = async (table: string) =>
-    Number(defined((await runtime.db.execute({ sql: `SELECT count(*) AS n FROM ${table} WHERE thread_id = ?`, args: [threadId] })).rows[0]).n);
+    Number(
+      defined(
+        (await runtime.db.execute({ sql: `SELECT count(*) AS n FROM ${table} WHERE thread_id = ?`, args: [threadId] }))
+          .rows[0],
+      ).n,
+    );
   const [runs, messages] = [await count('runs'), await count('messages')];
   if (runs !== 1 + admitted || messages !== 2 + 2 * admitted) {
     broken(`${runtime.name}: a thread with ${admitted} racer admitted holds ${runs} runs and ${messages} messages`);
@@ -272,7 +339,12 @@ async function expectThreadRows(runtime: Runtime, threadId: string, admitted: nu
 
 /** A thread whose first run completed: answers its id. */
 async function threadWithATurn(runtime: Runtime, broken: (what: string) => void): Promise<string> {
-  const created = await json(await send(runtime, '/v1/threads/runs', { assistant_id: runtime.target.assistantId, thread: { messages: [userMessage('Hi', { reply: 'Hello.' })] } }));
+  const created = await json(
+    await send(runtime, '/v1/threads/runs', {
+      assistant_id: runtime.target.assistantId,
+      thread: { messages: [userMessage('Hi', { reply: 'Hello.' })] },
+    }),
+  );
   if (!created.id) throw new Error(`the thread's first run was refused: ${JSON.stringify(created)}`);
   tally.runsCreated++;
   await expectCompleted(runtime, [created], broken);

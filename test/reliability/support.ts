@@ -56,9 +56,19 @@ export async function prepareWorkspace(url: string, workspaceKey: string, upstre
     if (!response.ok) throw new Error(`POST ${path}: ${response.status} ${await response.text()}`);
     return (await response.json()) as { id: string };
   };
-  await post('/v1/virtual-keys', { slug: 'reliability', provider: 'openai', base_url: upstreamBaseURL, api_key: 'sk-reliability' });
+  await post('/v1/virtual-keys', {
+    slug: 'reliability',
+    provider: 'openai',
+    base_url: upstreamBaseURL,
+    api_key: 'sk-reliability',
+  });
   const assistant = await post('/v1/assistants', { model: 'fake-model' });
-  return { url, workspaceKey, headers: { ...headers, 'x-gateway-virtual-key': 'reliability' }, assistantId: assistant.id };
+  return {
+    url,
+    workspaceKey,
+    headers: { ...headers, 'x-gateway-virtual-key': 'reliability' },
+    assistantId: assistant.id,
+  };
 }
 
 export function createRunRequest(target: Target, scenario: FakeScenario, stream: boolean): Promise<Response> {
@@ -80,7 +90,11 @@ export async function postJson<T = { id: string }>(
   body: unknown,
   tally: { answered5xx: number },
 ): Promise<T> {
-  const response = await fetch(`${target.url}${path}`, { method: 'POST', headers: target.headers, body: JSON.stringify(body) });
+  const response = await fetch(`${target.url}${path}`, {
+    method: 'POST',
+    headers: target.headers,
+    body: JSON.stringify(body),
+  });
   if (response.status >= 500) tally.answered5xx++;
   if (!response.ok) throw new Error(`POST ${path}: ${response.status} ${await response.text()}`);
   return (await response.json()) as T;
@@ -106,7 +120,9 @@ export async function runToEnd(
   tally.runsCreated++;
   return waitFor(
     async () => {
-      const response = await fetch(`${target.url}/v1/threads/${created.thread_id}/runs/${created.id}`, { headers: target.headers });
+      const response = await fetch(`${target.url}/v1/threads/${created.thread_id}/runs/${created.id}`, {
+        headers: target.headers,
+      });
       if (response.status >= 500) tally.answered5xx++;
       return (await response.json()) as EndedRun;
     },
@@ -116,7 +132,11 @@ export async function runToEnd(
 }
 
 /** The run ended as `expected` says; a run that did not is counted lost in `tally`. */
-export function expectRunEnded(run: EndedRun, expected: Partial<EndedRun> | Record<string, unknown>, tally: { runsLost: number }): void {
+export function expectRunEnded(
+  run: EndedRun,
+  expected: Partial<EndedRun> | Record<string, unknown>,
+  tally: { runsLost: number },
+): void {
   try {
     expect(run).toMatchObject(expected);
   } catch (error) {
@@ -137,9 +157,16 @@ export async function activeRunCount(db: Client): Promise<number> {
 }
 
 /** Every run's status and last_error, by id. */
-export async function runStates(db: Client): Promise<Map<string, { status: string; lastError: { code: string; message: string } | null }>> {
+export async function runStates(
+  db: Client,
+): Promise<Map<string, { status: string; lastError: { code: string; message: string } | null }>> {
   const rows = (await db.execute('SELECT id, status, last_error FROM runs')).rows;
-  return new Map(rows.map((row) => [String(row[0]), { status: String(row[1]), lastError: row[2] ? JSON.parse(String(row[2])) : null }]));
+  return new Map(
+    rows.map((row) => [
+      String(row[0]),
+      { status: String(row[1]), lastError: row[2] ? JSON.parse(String(row[2])) : null },
+    ]),
+  );
 }
 
 /**
@@ -150,8 +177,14 @@ export async function runStates(db: Client): Promise<Map<string, { status: strin
 export async function halfWrittenRows(db: Client): Promise<string[]> {
   const checks: [string, string][] = [
     ['run without its thread', 'SELECT r.id FROM runs r LEFT JOIN threads t ON t.id = r.thread_id WHERE t.id IS NULL'],
-    ['message without its thread', 'SELECT m.id FROM messages m LEFT JOIN threads t ON t.id = m.thread_id WHERE t.id IS NULL'],
-    ['thread without a message', 'SELECT t.id FROM threads t WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.thread_id = t.id)'],
+    [
+      'message without its thread',
+      'SELECT m.id FROM messages m LEFT JOIN threads t ON t.id = m.thread_id WHERE t.id IS NULL',
+    ],
+    [
+      'thread without a message',
+      'SELECT t.id FROM threads t WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.thread_id = t.id)',
+    ],
     ['step of a missing run', 'SELECT s.id FROM run_steps s LEFT JOIN runs r ON r.id = s.run_id WHERE r.id IS NULL'],
     [
       'step in progress under an ended run',
@@ -227,7 +260,11 @@ export async function healthyRun(target: Target, tally: Pick<Watch['tally'], 'an
     if (event === 'thread.message.delta') text += data.delta.content[0].text.value;
     if (event.startsWith('thread.run.')) final = event;
   });
-  return { ok: final === 'thread.run.completed' && text === words, detail: `${final}: ${text.slice(0, 80)}`, ms: performance.now() - started };
+  return {
+    ok: final === 'thread.run.completed' && text === words,
+    detail: `${final}: ${text.slice(0, 80)}`,
+    ms: performance.now() - started,
+  };
 }
 
 export interface Measured<T> {
@@ -240,7 +277,8 @@ export interface Measured<T> {
   healthy: HealthyRun[];
 }
 
-export const percentile = (values: number[], p: number) => defined([...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(values.length * p) - 1)]);
+export const percentile = (values: number[], p: number) =>
+  defined([...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(values.length * p) - 1)]);
 
 /**
  * Runs `work` while a poller times the gateway's /health every millisecond or so and the other
@@ -253,7 +291,12 @@ export const percentile = (values: number[], p: number) => defined([...values].s
  * machine shared with other work (this fake upstream, the test runner, anything else) the rest
  * measures the neighbours, not the gateway; both figures are reported.
  */
-export async function whileMeasured<T>(watch: Watch, name: string, work: () => Promise<T>, rssBoundMb: number): Promise<Measured<T>> {
+export async function whileMeasured<T>(
+  watch: Watch,
+  name: string,
+  work: () => Promise<T>,
+  rssBoundMb: number,
+): Promise<Measured<T>> {
   const { gateway, tally, figures } = watch;
   const pid = defined(gateway.child.pid);
   const beforeRssMb = memoryOf(pid).rssMb;
@@ -334,7 +377,11 @@ export interface Arena {
   db: Client;
 }
 
-export async function openArena(name: string, env: Record<string, string>, tally: { answered5xx: number }): Promise<Arena> {
+export async function openArena(
+  name: string,
+  env: Record<string, string>,
+  tally: { answered5xx: number },
+): Promise<Arena> {
   const dataDir = mkdtempSync(join(tmpdir(), `reliability-${name}-`));
   const started: { stop(): Promise<unknown> }[] = [];
   try {
@@ -346,10 +393,16 @@ export async function openArena(name: string, env: Record<string, string>, tally
     const attacker = await prepare(gateway, fake.baseURL);
     const cli = { DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
     expect((await runCli(['workspaces', 'create', '--slug', 'bystander', '--json'], cli)).code).toBe(0);
-    const key = JSON.parse((await runCli(['api-keys', 'create', '--workspace', 'bystander', '--json'], cli)).stdout).key as string;
+    const key = JSON.parse((await runCli(['api-keys', 'create', '--workspace', 'bystander', '--json'], cli)).stdout)
+      .key as string;
     const headers = { 'x-gateway-api-key': key, 'content-type': 'application/json' };
     const base = { url: gateway.url, workspaceKey: key, headers, assistantId: '' };
-    await postJson(base, '/v1/virtual-keys', { slug: 'bystander', provider: 'openai', base_url: bystanderFake.baseURL, api_key: 'sk-bystander-key' }, tally);
+    await postJson(
+      base,
+      '/v1/virtual-keys',
+      { slug: 'bystander', provider: 'openai', base_url: bystanderFake.baseURL, api_key: 'sk-bystander-key' },
+      tally,
+    );
     const assistant = await postJson(base, '/v1/assistants', { model: 'fake-model' }, tally);
     const other = { ...base, headers: { ...headers, 'x-gateway-virtual-key': 'bystander' }, assistantId: assistant.id };
     return { dataDir, fake, bystanderFake, gateway, attacker, other, db: openDataDir(dataDir) };
@@ -366,7 +419,11 @@ export async function openArena(name: string, env: Record<string, string>, tally
  * caches count as rest): what whileMeasured watches, and the other tenant's median run time then
  * (the first two runs left out). Both go to `figures` too.
  */
-export async function atRest(arena: Arena, tally: Watch['tally'], figures: Record<string, number>): Promise<{ watch: Watch; baselineMs: number }> {
+export async function atRest(
+  arena: Arena,
+  tally: Watch['tally'],
+  figures: Record<string, number>,
+): Promise<{ watch: Watch; baselineMs: number }> {
   const times: number[] = [];
   for (let i = 0; i < 7; i++) {
     const run = await healthyRun(arena.other, tally);
@@ -382,7 +439,12 @@ export async function atRest(arena: Arena, tally: Watch['tally'], figures: Recor
 }
 
 /** Records the suite's tally and figures, and stops and removes what openArena started. */
-export async function closeArena(arena: Arena | undefined, suite: string, tally: Tally, figures: Record<string, number>): Promise<void> {
+export async function closeArena(
+  arena: Arena | undefined,
+  suite: string,
+  tally: Tally,
+  figures: Record<string, number>,
+): Promise<void> {
   recordTally(suite, tally);
   recordFigures(suite, figures);
   if (!arena) return;

@@ -62,7 +62,15 @@ let attacker: Target;
 let watch: Watch;
 /** The other workspace's median run time at rest. */
 let baselineMs: number;
-const tally = { hostileUpstreams: 0, gatewayStalls: 0, outOfMemoryDeaths: 0, runsCreated: 0, runsLost: 0, rowsHalfWritten: 0, answered5xx: 0 };
+const tally = {
+  hostileUpstreams: 0,
+  gatewayStalls: 0,
+  outOfMemoryDeaths: 0,
+  runsCreated: 0,
+  runsLost: 0,
+  rowsHalfWritten: 0,
+  answered5xx: 0,
+};
 const figures: Record<string, number> = {};
 
 beforeAll(async () => {
@@ -71,11 +79,26 @@ beforeAll(async () => {
   // The attacker's default key embeds its vector store's file (F4), and a key per way of reading (F5).
   await postJson(attacker, '/v1/virtual-keys/reliability', { default: true }, tally);
   const fakeUrl = arena.fake.baseURL.replace(/\/v1$/, '');
-  await postJson(attacker, '/v1/virtual-keys', { slug: 'unread', provider: 'openai', base_url: `${fakeUrl}/unread/v1`, api_key: 'sk-unread' }, tally);
+  await postJson(
+    attacker,
+    '/v1/virtual-keys',
+    { slug: 'unread', provider: 'openai', base_url: `${fakeUrl}/unread/v1`, api_key: 'sk-unread' },
+    tally,
+  );
   // 1 MiB/s: a 20 MiB image, base64, takes 27 s to read, past the first-byte timeout.
-  await postJson(attacker, '/v1/virtual-keys', { slug: 'slow', provider: 'openai', base_url: `${fakeUrl}/slow-read/${MIB}/v1`, api_key: 'sk-slow' }, tally);
+  await postJson(
+    attacker,
+    '/v1/virtual-keys',
+    { slug: 'slow', provider: 'openai', base_url: `${fakeUrl}/slow-read/${MIB}/v1`, api_key: 'sk-slow' },
+    tally,
+  );
   // 64 MiB/s: read within the timeout.
-  await postJson(attacker, '/v1/virtual-keys', { slug: 'reader', provider: 'openai', base_url: `${fakeUrl}/slow-read/${64 * MIB}/v1`, api_key: 'sk-reader' }, tally);
+  await postJson(
+    attacker,
+    '/v1/virtual-keys',
+    { slug: 'reader', provider: 'openai', base_url: `${fakeUrl}/slow-read/${64 * MIB}/v1`, api_key: 'sk-reader' },
+    tally,
+  );
   ({ watch, baselineMs } = await atRest(arena, tally, figures));
 });
 
@@ -84,9 +107,14 @@ afterAll(() => closeArena(arena, 'turn-bounds', tally, figures));
 /** `work` measured (support.ts), then the other workspace's median run time held to BYSTANDER_FACTOR of its baseline. */
 async function measured<T>(name: string, work: () => Promise<T>, rssBoundMb: number): Promise<Measured<T>> {
   const result = await whileMeasured(watch, name, work, rssBoundMb);
-  const medianMs = percentile(result.healthy.map((run) => run.ms), 0.5);
+  const medianMs = percentile(
+    result.healthy.map((run) => run.ms),
+    0.5,
+  );
   figures[`${name}_bystander_median_ms`] = Math.round(medianMs);
-  console.log(`${name}: the other workspace's runs, median ${medianMs.toFixed(0)} ms over ${result.healthy.length} (at rest ${baselineMs.toFixed(0)} ms)`);
+  console.log(
+    `${name}: the other workspace's runs, median ${medianMs.toFixed(0)} ms over ${result.healthy.length} (at rest ${baselineMs.toFixed(0)} ms)`,
+  );
   expect(medianMs).toBeLessThan(BYSTANDER_FACTOR * baselineMs);
   return result;
 }
@@ -94,7 +122,11 @@ async function measured<T>(name: string, work: () => Promise<T>, rssBoundMb: num
 /** A run of the attacker's, with the virtual key `virtualKey`, followed to its end. */
 function attackerRun(virtualKey: string, body: Record<string, unknown>): Promise<EndedRun> {
   tally.hostileUpstreams++;
-  return runToEnd({ url: attacker.url, headers: { ...attacker.headers, 'x-gateway-virtual-key': virtualKey } }, body, tally);
+  return runToEnd(
+    { url: attacker.url, headers: { ...attacker.headers, 'x-gateway-virtual-key': virtualKey } },
+    body,
+    tally,
+  );
 }
 
 const expectEnded = (run: EndedRun, expected: Record<string, unknown>) => expectRunEnded(run, expected, tally);
@@ -104,41 +136,79 @@ async function upload(bytes: Uint8Array, filename: string, purpose: string): Pro
   const form = new FormData();
   form.set('purpose', purpose);
   form.set('file', new Blob([bytes]), filename);
-  const response = await fetch(`${attacker.url}/v1/files`, { method: 'POST', headers: { 'x-gateway-api-key': attacker.workspaceKey }, body: form });
+  const response = await fetch(`${attacker.url}/v1/files`, {
+    method: 'POST',
+    headers: { 'x-gateway-api-key': attacker.workspaceKey },
+    body: form,
+  });
   expect(response.status).toBe(200);
   return ((await response.json()) as { id: string }).id;
 }
 
 describe('bounds per turn and per run, fair shares of provider calls', () => {
   it('F4: five queries of 700 KB a round, four runs at once: the turn stops at the answer cap, its requests stay small', async () => {
-    const fileId = await upload(new TextEncoder().encode('Refunds are granted within 30 days of purchase.'), 'policies.txt', 'assistants');
+    const fileId = await upload(
+      new TextEncoder().encode('Refunds are granted within 30 days of purchase.'),
+      'policies.txt',
+      'assistants',
+    );
     const store = await postJson(attacker, '/v1/vector_stores', { name: 'policies', file_ids: [fileId] }, tally);
     const ready = await waitFor(
-      async () => (await (await fetch(`${attacker.url}/v1/vector_stores/${store.id}`, { headers: attacker.headers })).json()) as { file_counts: { completed: number } },
+      async () =>
+        (await (await fetch(`${attacker.url}/v1/vector_stores/${store.id}`, { headers: attacker.headers })).json()) as {
+          file_counts: { completed: number };
+        },
       (current) => current.file_counts.completed === 1,
       30_000,
     );
     expect(ready.file_counts.completed).toBe(1);
-    const assistant = await postJson(attacker, '/v1/assistants', {
-      model: 'fake-model',
-      tools: [{ type: 'file_search' }],
-      tool_resources: { file_search: { vector_store_ids: [store.id] } },
-    }, tally);
-    const round: FakeScenario = { tool_calls: [{ name: 'file_search' }], tool_argument_queries: { count: 5, bytes: 700_000 }, argument_chunk_chars: 16_384 };
-    const body = { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: `Search\n${fakeDirective([round, round, round, round, { reply: 'Found it.' }])}` }] } };
+    const assistant = await postJson(
+      attacker,
+      '/v1/assistants',
+      {
+        model: 'fake-model',
+        tools: [{ type: 'file_search' }],
+        tool_resources: { file_search: { vector_store_ids: [store.id] } },
+      },
+      tally,
+    );
+    const round: FakeScenario = {
+      tool_calls: [{ name: 'file_search' }],
+      tool_argument_queries: { count: 5, bytes: 700_000 },
+      argument_chunk_chars: 16_384,
+    };
+    const body = {
+      assistant_id: assistant.id,
+      thread: {
+        messages: [
+          { role: 'user', content: `Search\n${fakeDirective([round, round, round, round, { reply: 'Found it.' }])}` },
+        ],
+      },
+    };
 
     // What a run whose answer reached the cap holds at its end, four runs at once (hostile.test.ts's H2: 4 times the cap a run).
-    const { result: runs } = await measured('f4_search_rounds', () => Promise.all(Array.from({ length: 4 }, () => attackerRun('reliability', body))), 4 * 16 + 32);
+    const { result: runs } = await measured(
+      'f4_search_rounds',
+      () => Promise.all(Array.from({ length: 4 }, () => attackerRun('reliability', body))),
+      4 * 16 + 32,
+    );
     for (const run of runs) {
       // Round one searched (3.5 MB of arguments); round two passed the turn's 4 MiB.
       expectEnded(run, { status: 'incomplete', incomplete_details: { reason: 'max_completion_tokens' } });
-      const steps = await arena.db.execute({ sql: "SELECT status, length(step_details) FROM run_steps WHERE run_id = ? AND type = 'tool_calls' ORDER BY created_at", args: [run.id] });
+      const steps = await arena.db.execute({
+        sql: "SELECT status, length(step_details) FROM run_steps WHERE run_id = ? AND type = 'tool_calls' ORDER BY created_at",
+        args: [run.id],
+      });
       expect(steps.rows.map((row) => row[0])).toEqual(['completed', 'failed']);
       // The search's step keeps (and replays) what was searched: five queries cut to 4,096 characters.
       expect(Number(defined(steps.rows[0])[1])).toBeLessThan(64 * 1024);
     }
-    const warnings = arena.gateway.stderr().split('\n').filter((line) => line.includes('the upstream answer reached the answer cap'));
-    for (const run of runs) expect(warnings.some((line) => line.includes(run.id) && line.includes(`"cap_bytes":${ANSWER_CAP}`))).toBe(true);
+    const warnings = arena.gateway
+      .stderr()
+      .split('\n')
+      .filter((line) => line.includes('the upstream answer reached the answer cap'));
+    for (const run of runs)
+      expect(warnings.some((line) => line.includes(run.id) && line.includes(`"cap_bytes":${ANSWER_CAP}`))).toBe(true);
   });
 
   it('F5: a 20 MiB image, eight runs at once, to providers that read slowly or not at all: streamed, never held', async () => {
@@ -148,29 +218,48 @@ describe('bounds per turn and per run, fair shares of provider calls', () => {
     const body = (scenario: FakeScenario) => ({
       assistant_id: attacker.assistantId,
       thread: {
-        messages: [{ role: 'user', content: [{ type: 'text', text: `What is this?\n${fakeDirective(scenario)}` }, { type: 'image_file', image_file: { file_id: fileId } }] }],
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: `What is this?\n${fakeDirective(scenario)}` },
+              { type: 'image_file', image_file: { file_id: fileId } },
+            ],
+          },
+        ],
       },
     });
     const { result: runs, peakRssGrowthMb } = await measured(
       'f5_large_image',
-      () => Promise.all([
-        ...Array.from({ length: 4 }, () => attackerRun('unread', body({ reply: 'never read' }))),
-        ...Array.from({ length: 4 }, () => attackerRun('slow', body({ reply: 'read too late' }))),
-      ]),
+      () =>
+        Promise.all([
+          ...Array.from({ length: 4 }, () => attackerRun('unread', body({ reply: 'never read' }))),
+          ...Array.from({ length: 4 }, () => attackerRun('slow', body({ reply: 'read too late' }))),
+        ]),
       64,
     );
     figures.f5_rss_growth_per_run_mb = Math.round((peakRssGrowthMb / 8) * 10) / 10;
     for (const run of runs) {
-      expectEnded(run, { status: 'failed', last_error: { code: 'server_error', message: `The upstream sent no first byte within ${FIRST_BYTE_MS} ms.` } });
+      expectEnded(run, {
+        status: 'failed',
+        last_error: { code: 'server_error', message: `The upstream sent no first byte within ${FIRST_BYTE_MS} ms.` },
+      });
     }
     // Read at 64 MiB/s, the image arrives whole: the provider answers after reading it.
-    const { result: read } = await measured('f5_large_image_read', () => Promise.all(Array.from({ length: 2 }, () => attackerRun('reader', body({ reply: 'A picture.' })))), 64);
+    const { result: read } = await measured(
+      'f5_large_image_read',
+      () => Promise.all(Array.from({ length: 2 }, () => attackerRun('reader', body({ reply: 'A picture.' })))),
+      64,
+    );
     for (const run of read) expectEnded(run, { status: 'completed' });
   });
 
   it(`fair shares: a workspace's runs against a provider that never answers hold ${CALLS_PER_WORKSPACE} calls at most, the rest wait their turn`, async () => {
     const hanging: FakeScenario = { first_byte_delay_ms: 600_000 };
-    const body = { assistant_id: attacker.assistantId, thread: { messages: [{ role: 'user', content: `Wait\n${fakeDirective(hanging)}` }] } };
+    const body = {
+      assistant_id: attacker.assistantId,
+      thread: { messages: [{ role: 'user', content: `Wait\n${fakeDirective(hanging)}` }] },
+    };
     let mostOpen = 0;
     let done = false;
     const { result: runs } = await measured(
@@ -183,7 +272,9 @@ describe('bounds per turn and per run, fair shares of provider calls', () => {
           }
         })();
         try {
-          return await Promise.all(Array.from({ length: 3 * CALLS_PER_WORKSPACE }, () => attackerRun('reliability', body)));
+          return await Promise.all(
+            Array.from({ length: 3 * CALLS_PER_WORKSPACE }, () => attackerRun('reliability', body)),
+          );
         } finally {
           done = true;
           await counting;
@@ -196,7 +287,10 @@ describe('bounds per turn and per run, fair shares of provider calls', () => {
     const waited = runs.filter((run) => /waiting for its turn|could start within/.test(run.last_error?.message ?? ''));
     figures.fair_shares_runs_that_waited = waited.length;
     for (const run of runs) {
-      expectEnded(run, { status: 'failed', last_error: { message: expect.stringMatching(new RegExp(`within ${FIRST_BYTE_MS} ms`)) } });
+      expectEnded(run, {
+        status: 'failed',
+        last_error: { message: expect.stringMatching(new RegExp(`within ${FIRST_BYTE_MS} ms`)) },
+      });
     }
     expect(waited.length).toBeGreaterThanOrEqual(2 * CALLS_PER_WORKSPACE);
   });
@@ -204,7 +298,13 @@ describe('bounds per turn and per run, fair shares of provider calls', () => {
 
 describe('afterwards', () => {
   it('no run is left active, no row half-written, no 5xx answered, and the gateway is alive', async () => {
-    expect(await waitFor(() => activeRunCount(arena.db), (n) => n === 0, 10_000)).toBe(0);
+    expect(
+      await waitFor(
+        () => activeRunCount(arena.db),
+        (n) => n === 0,
+        10_000,
+      ),
+    ).toBe(0);
     const halfWritten = await halfWrittenRows(arena.db);
     tally.rowsHalfWritten += halfWritten.length;
     expect(halfWritten).toEqual([]);

@@ -88,7 +88,10 @@ it('admits exactly one of eight 8 MB uploads under a 10 MB quota, two processes 
   const sampler = (async () => {
     while (uploading) {
       const found = await filesUnder(filesDir);
-      peak = Math.max(peak, found.reduce((sum, file) => sum + file.bytes, 0));
+      peak = Math.max(
+        peak,
+        found.reduce((sum, file) => sum + file.bytes, 0),
+      );
       for (const file of found) written.set(file.path, Math.max(written.get(file.path) ?? 0, file.bytes));
       samples++;
     }
@@ -96,7 +99,9 @@ it('admits exactly one of eight 8 MB uploads under a 10 MB quota, two processes 
   const started = performance.now();
   let answers: Sent[];
   try {
-    answers = await Promise.all(Array.from({ length: 8 }, (_, i) => sendUpload(defined(urls[i % 2]), key, uploadBody(FILE, { seed: i }))));
+    answers = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => sendUpload(defined(urls[i % 2]), key, uploadBody(FILE, { seed: i }))),
+    );
   } finally {
     uploading = false;
     await sampler;
@@ -120,7 +125,10 @@ it('admits exactly one of eight 8 MB uploads under a 10 MB quota, two processes 
     refused_sent_mb_max: mb(Math.max(...refused.map((answer) => answer.sentBeforeAnswer))),
     seconds: Math.round(seconds * 100) / 100,
   });
-  recordTally('uploads', { inputsTried: answers.length, answered5xx: answers.filter((answer) => answer.status >= 500).length });
+  recordTally('uploads', {
+    inputsTried: answers.length,
+    answered5xx: answers.filter((answer) => answer.status >= 500).length,
+  });
   console.log(
     `uploads race: ${admitted.length} of 8 admitted in ${seconds.toFixed(2)} s; peak on disk ${mb(peak)} MB over ${samples} samples ` +
       `(quota ${QUOTA / MB} MB); the refused uploads were written to ${refusedWritten.map(mb).join(', ')} MB at most, ` +
@@ -140,15 +148,20 @@ it('admits exactly one of eight 8 MB uploads under a 10 MB quota, two processes 
   // Afterwards: the one file, whole; no reservation and nothing else on disk.
   const [file] = admitted;
   expect(defined(file).body.bytes).toBe(FILE);
-  const content = await fetch(`${urls[0]}/v1/files/${defined(file).body.id}/content`, { headers: { 'x-gateway-api-key': key } });
+  const content = await fetch(`${urls[0]}/v1/files/${defined(file).body.id}/content`, {
+    headers: { 'x-gateway-api-key': key },
+  });
   expect(await holdsPattern(defined(content.body), FILE, answers.indexOf(defined(file)))).toBe(true);
   expect(await rows('SELECT id FROM files')).toHaveLength(1);
   expect(await rows('SELECT blob_key FROM file_reservations')).toEqual([]);
   expect((await filesUnder(filesDir)).map((found) => found.bytes)).toEqual([FILE]);
 });
 
-it('deletes what a kill -9 left of uploads after the restart, never another process\'s upload under way, and loses nothing acknowledged', async () => {
-  const env = { GATEWAY_RUN_LEASE_SECONDS: String(LEASE_SECONDS), GATEWAY_REQUEST_TIMEOUT_MS: String(4 * UPLOAD_LEASE_MS) };
+it("deletes what a kill -9 left of uploads after the restart, never another process's upload under way, and loses nothing acknowledged", async () => {
+  const env = {
+    GATEWAY_RUN_LEASE_SECONDS: String(LEASE_SECONDS),
+    GATEWAY_REQUEST_TIMEOUT_MS: String(4 * UPLOAD_LEASE_MS),
+  };
   const { urls, key } = await twoGateways(env);
   const [victimUrl, bystanderUrl] = urls as [string, string];
   const filesDir = join(dataDir, 'files');
@@ -192,12 +205,16 @@ it('deletes what a kill -9 left of uploads after the restart, never another proc
     const found = await filesUnder(filesDir);
     return {
       partial: found.filter((file) => file.path.includes('/.uploads/') && file.path !== heldPartial).length,
-      rowless: found.filter((file) => !file.path.includes('/.uploads/') && !owned.has(file.path.slice(filesDir.length + 1))).length,
+      rowless: found.filter(
+        (file) => !file.path.includes('/.uploads/') && !owned.has(file.path.slice(filesDir.length + 1)),
+      ).length,
       reservations: (await rows('SELECT blob_key FROM file_reservations')).length - 1,
     };
   };
   const left = await leftovers();
-  console.log(`uploads kill -9: ${acknowledged.length} acknowledged; left ${left.partial} temporary files, ${left.rowless} blobs without a row, ${left.reservations} reservations`);
+  console.log(
+    `uploads kill -9: ${acknowledged.length} acknowledged; left ${left.partial} temporary files, ${left.rowless} blobs without a row, ${left.reservations} reservations`,
+  );
   // Uploads were under way at the kill: what they left is what the restart must sweep.
   expect(left.partial + left.rowless).toBeGreaterThan(0);
 
@@ -215,7 +232,9 @@ it('deletes what a kill -9 left of uploads after the restart, never another proc
     UPLOAD_LEASE_MS * 2,
   );
   const secondsToClean = (performance.now() - restartedAt) / 1000;
-  console.log(`uploads kill -9: nothing left ${secondsToClean.toFixed(1)} s after the restart (the uploads' lease ${UPLOAD_LEASE_MS / 1000} s)`);
+  console.log(
+    `uploads kill -9: nothing left ${secondsToClean.toFixed(1)} s after the restart (the uploads' lease ${UPLOAD_LEASE_MS / 1000} s)`,
+  );
   expect(clean).toEqual({ partial: 0, rowless: 0, reservations: 0 });
   expect(heldSwept).toBe(false);
 

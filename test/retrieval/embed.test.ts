@@ -17,11 +17,17 @@ beforeAll(async () => {
   gateway = await createTestGateway({ deps: { fetch: upstream.fetch } });
   tenant = await gateway.tenant();
   const slug = await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', models: ['text-embedding-*'] });
-  keyId = defined((await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, slug))).id;
+  keyId = defined(await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, slug)).id;
 });
 afterAll(() => gateway?.close());
 
-const target = () => ({ workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId, virtualKeyId: keyId, model: 'text-embedding-3-small', dimensions: null });
+const target = () => ({
+  workspaceId: tenant.workspace.id,
+  apiKeyId: tenant.workspaceKeyId,
+  virtualKeyId: keyId,
+  model: 'text-embedding-3-small',
+  dimensions: null,
+});
 
 describe('embedTexts', () => {
   it('embeds in batches of 64, in order, with the dimensions asked of text-embedding-3 models', async () => {
@@ -48,7 +54,9 @@ describe('embedTexts', () => {
 
   it('does not retry what the provider refuses for good', async () => {
     upstream.reset();
-    const error = await embedTexts(gateway.deps, embeddingKey, target(), [`${FAKE_EMBEDDINGS_STATUS} 400`]).catch((e: unknown) => e);
+    const error = await embedTexts(gateway.deps, embeddingKey, target(), [`${FAKE_EMBEDDINGS_STATUS} 400`]).catch(
+      (e: unknown) => e,
+    );
     expect((error as Error).message).toContain('HTTP 400');
     expect(upstream.requests).toHaveLength(1);
   });
@@ -59,14 +67,24 @@ describe('embedTexts', () => {
     const policy = await json(
       await gateway.request('/v1/policies/rate-limits', {
         key: own.workspaceKey,
-        body: { conditions: [{ key: 'model', value: 'text-embedding-3-small' }], group_by: [{ key: 'workspace_id' }], type: 'tokens', unit: 'rpm', value: 10 },
+        body: {
+          conditions: [{ key: 'model', value: 'text-embedding-3-small' }],
+          group_by: [{ key: 'workspace_id' }],
+          type: 'tokens',
+          unit: 'rpm',
+          value: 10,
+        },
       }),
     );
     expect(policy.id).toBeTruthy();
     const mine = { ...target(), workspaceId: own.workspace.id, apiKeyId: own.workspaceKeyId, virtualKeyId: null };
-    const first = await embedTexts(gateway.deps, embeddingKey, mine, ['one two three four five six seven eight nine ten eleven twelve']);
+    const first = await embedTexts(gateway.deps, embeddingKey, mine, [
+      'one two three four five six seven eight nine ten eleven twelve',
+    ]);
     expect(first.promptTokens).toBe(12);
-    expect(defined((await findActiveVirtualKey(gateway.database.db, own.workspace.id, slug))).id).toBe(first.virtualKeyId);
+    expect(defined(await findActiveVirtualKey(gateway.database.db, own.workspace.id, slug)).id).toBe(
+      first.virtualKeyId,
+    );
     const error = await embedTexts(gateway.deps, embeddingKey, mine, ['again']).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'rate_limit_exceeded' });
   }, 20_000);
@@ -74,12 +92,19 @@ describe('embedTexts', () => {
   it('falls back to the key the workspace would use now when the store’s key was revoked', async () => {
     const own = await gateway.tenant();
     const first = await gateway.virtualKey(own, { base_url: 'http://fake.test/v1', default: true });
-    const firstId = defined((await findActiveVirtualKey(gateway.database.db, own.workspace.id, first))).id;
+    const firstId = defined(await findActiveVirtualKey(gateway.database.db, own.workspace.id, first)).id;
     await revokeVirtualKey(gateway.database.db, own.workspace.id, first, gateway.clock.now());
     const mine = { ...target(), workspaceId: own.workspace.id, apiKeyId: own.workspaceKeyId, virtualKeyId: firstId };
-    await expect(embedTexts(gateway.deps, embeddingKey, mine, ['x'])).rejects.toMatchObject({ code: 'missing_virtual_key' });
-    const second = await gateway.virtualKey(own, { base_url: 'http://fake.test/v1', models: ['text-embedding-3-small'] });
+    await expect(embedTexts(gateway.deps, embeddingKey, mine, ['x'])).rejects.toMatchObject({
+      code: 'missing_virtual_key',
+    });
+    const second = await gateway.virtualKey(own, {
+      base_url: 'http://fake.test/v1',
+      models: ['text-embedding-3-small'],
+    });
     const out = await embedTexts(gateway.deps, embeddingKey, mine, ['x']);
-    expect(out.virtualKeyId).toBe(defined((await findActiveVirtualKey(gateway.database.db, own.workspace.id, second))).id);
+    expect(out.virtualKeyId).toBe(
+      defined(await findActiveVirtualKey(gateway.database.db, own.workspace.id, second)).id,
+    );
   });
 });

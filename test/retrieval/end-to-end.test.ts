@@ -29,7 +29,10 @@ const POLICY = [
 ].join('\n');
 const INCLUDE = ['step_details.tool_calls[*].file_search.results[*].content' as const];
 const ANSWER = 'Within 30 days 【0†returns.md】.';
-const searchThenAnswer = (query: string): FakeScenario[] => [{ tool_calls: [{ name: 'file_search', arguments: { queries: [query] } }] }, { reply: ANSWER }];
+const searchThenAnswer = (query: string): FakeScenario[] => [
+  { tool_calls: [{ name: 'file_search', arguments: { queries: [query] } }] },
+  { reply: ANSWER },
+];
 
 beforeAll(async () => {
   gateway = await createTestGateway({ deps: { fetch: upstream.fetch } });
@@ -45,10 +48,16 @@ describe('retrieval, end to end', () => {
   let fileId: string;
 
   it('uploads a file, fills a store with it by a batch, and finds the right chunk first', async () => {
-    const file = await openai.files.create({ file: await toFile(Buffer.from(POLICY), 'returns.md'), purpose: 'assistants' });
+    const file = await openai.files.create({
+      file: await toFile(Buffer.from(POLICY), 'returns.md'),
+      purpose: 'assistants',
+    });
     fileId = file.id;
     const other = await openai.files.create({
-      file: await toFile(Buffer.from('Our office is in Paris, near the river. Visitors sign in at the desk.'), 'office.txt'),
+      file: await toFile(
+        Buffer.from('Our office is in Paris, near the river. Visitors sign in at the desk.'),
+        'office.txt',
+      ),
       purpose: 'assistants',
     });
     const store = await openai.vectorStores.create({
@@ -56,16 +65,29 @@ describe('retrieval, end to end', () => {
       chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 100, chunk_overlap_tokens: 0 } },
     });
     storeId = store.id;
-    const batch = await openai.vectorStores.fileBatches.createAndPoll(store.id, { file_ids: [file.id, other.id] }, { pollIntervalMs: 20 });
-    expect(batch).toMatchObject({ status: 'completed', file_counts: { completed: 2, failed: 0, in_progress: 0, total: 2 } });
-    expect(await openai.vectorStores.retrieve(store.id)).toMatchObject({ status: 'completed', file_counts: { completed: 2 } });
+    const batch = await openai.vectorStores.fileBatches.createAndPoll(
+      store.id,
+      { file_ids: [file.id, other.id] },
+      { pollIntervalMs: 20 },
+    );
+    expect(batch).toMatchObject({
+      status: 'completed',
+      file_counts: { completed: 2, failed: 0, in_progress: 0, total: 2 },
+    });
+    expect(await openai.vectorStores.retrieve(store.id)).toMatchObject({
+      status: 'completed',
+      file_counts: { completed: 2 },
+    });
 
     // The file's content as the store holds it: its text, chunked.
     const content = await openai.vectorStores.files.content(file.id, { vector_store_id: store.id });
     const text = content.data.map((part) => part.text).join('');
     expect(text).toContain('Refunds are granted within 30 days');
 
-    const results = await openai.vectorStores.search(store.id, { query: 'refunds granted within days of purchase', max_num_results: 3 });
+    const results = await openai.vectorStores.search(store.id, {
+      query: 'refunds granted within days of purchase',
+      max_num_results: 3,
+    });
     expect(results.data[0]).toMatchObject({ file_id: file.id, filename: 'returns.md' });
     expect(defined(defined(results.data[0]).content[0]).text).toContain('Refunds are granted within 30 days');
     expect(results.data.map((result) => result.file_id)).not.toEqual([other.id]);
@@ -78,11 +100,21 @@ describe('retrieval, end to end', () => {
       tools: [{ type: 'file_search' }],
       tool_resources: { file_search: { vector_store_ids: [storeId] } },
     });
-    const thread = await openai.beta.threads.create(fakeThread('How long do I have for a refund?', searchThenAnswer('refunds granted within days')));
-    const run = await openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistant.id }, { pollIntervalMs: 20 });
+    const thread = await openai.beta.threads.create(
+      fakeThread('How long do I have for a refund?', searchThenAnswer('refunds granted within days')),
+    );
+    const run = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      { assistant_id: assistant.id },
+      { pollIntervalMs: 20 },
+    );
     expect(run.status).toBe('completed');
 
-    const steps = await openai.beta.threads.runs.steps.list(run.id, { thread_id: thread.id, order: 'asc', include: INCLUDE });
+    const steps = await openai.beta.threads.runs.steps.list(run.id, {
+      thread_id: thread.id,
+      order: 'asc',
+      include: INCLUDE,
+    });
     expect(steps.data.map((step) => step.type)).toEqual(['tool_calls', 'message_creation']);
     const details = defined(steps.data[0]).step_details;
     const call = details.type === 'tool_calls' ? details.tool_calls[0] : undefined;
@@ -115,6 +147,8 @@ describe('retrieval, end to end', () => {
     expect(toolCalls).toEqual(['file_search']);
     const [message] = await stream.finalMessages();
     const part = defined(defined(message).content[0]);
-    expect(part.type === 'text' && part.text.annotations).toEqual([expect.objectContaining({ type: 'file_citation', file_citation: { file_id: fileId } })]);
+    expect(part.type === 'text' && part.text.annotations).toEqual([
+      expect.objectContaining({ type: 'file_citation', file_citation: { file_id: fileId } }),
+    ]);
   });
 });

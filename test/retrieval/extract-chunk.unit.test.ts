@@ -47,13 +47,22 @@ describe('chunkText', () => {
 
   it('refuses a text that needs more chunks than allowed', async () => {
     const text = 'word '.repeat(5000);
-    await expect(chunkText(text, { maxTokens: 100, overlapTokens: 0, maxChunks: 10 })).rejects.toBeInstanceOf(TooManyChunks);
+    await expect(chunkText(text, { maxTokens: 100, overlapTokens: 0, maxChunks: 10 })).rejects.toBeInstanceOf(
+      TooManyChunks,
+    );
   });
 
   it('stops between segments once its signal is aborted', async () => {
     const controller = new AbortController();
     controller.abort(new Error('no longer wanted'));
-    await expect(chunkText('word '.repeat(20_000), { maxTokens: 100, overlapTokens: 0, maxChunks: 10_000, signal: controller.signal })).rejects.toThrow('no longer wanted');
+    await expect(
+      chunkText('word '.repeat(20_000), {
+        maxTokens: 100,
+        overlapTokens: 0,
+        maxChunks: 10_000,
+        signal: controller.signal,
+      }),
+    ).rejects.toThrow('no longer wanted');
   });
 
   // The tokenizer's merging is quadratic in the length of one run without a break: runs are cut.
@@ -68,19 +77,22 @@ describe('chunkText', () => {
 
   const longestRun = (text: string) => Math.max(...(text.match(/\S+|\s+/g) ?? ['']).map((run) => run.length));
 
-  it.each(runs)('tokenizes %s in pieces without a run of more than MAX_RUN_CHARS, never between a surrogate pair', (_, text) => {
-    expect(longestRun(text)).toBeGreaterThan(MAX_RUN_CHARS);
-    let end = 0;
-    for (const [start, stop] of pieces(text, 0, text.length)) {
-      expect(start).toBe(end);
-      expect(longestRun(text.slice(start, stop))).toBeLessThanOrEqual(MAX_RUN_CHARS);
-      expect(stop).toBeGreaterThan(start);
-      const code = text.charCodeAt(stop);
-      expect(stop === text.length || code < 0xdc00 || code > 0xdfff).toBe(true);
-      end = stop;
-    }
-    expect(end).toBe(text.length);
-  });
+  it.each(runs)(
+    'tokenizes %s in pieces without a run of more than MAX_RUN_CHARS, never between a surrogate pair',
+    (_, text) => {
+      expect(longestRun(text)).toBeGreaterThan(MAX_RUN_CHARS);
+      let end = 0;
+      for (const [start, stop] of pieces(text, 0, text.length)) {
+        expect(start).toBe(end);
+        expect(longestRun(text.slice(start, stop))).toBeLessThanOrEqual(MAX_RUN_CHARS);
+        expect(stop).toBeGreaterThan(start);
+        const code = text.charCodeAt(stop);
+        expect(stop === text.length || code < 0xdc00 || code > 0xdfff).toBe(true);
+        end = stop;
+      }
+      expect(end).toBe(text.length);
+    },
+  );
 
   it.each(runs)('chunks %s within the size, covering all of its text but blank stretches', async (_, text) => {
     const chunks = await chunkText(text, { maxTokens: 100, overlapTokens: 0, maxChunks: 10_000 });
@@ -117,7 +129,11 @@ describe('formatOf', () => {
 });
 
 const LIMITS: ExtractionLimits = { maxChars: 1_000_000, maxInflatedBytes: 8 * MIB, maxPages: 100 };
-const failure = (promise: Promise<unknown>) => promise.then(() => null, (error: unknown) => error);
+const failure = (promise: Promise<unknown>) =>
+  promise.then(
+    () => null,
+    (error: unknown) => error,
+  );
 
 describe('extract', () => {
   it.each([
@@ -147,26 +163,36 @@ describe('extract', () => {
   it('refuses a DOCX whose parts inflate past the bound before mammoth inflates them', async () => {
     const bomb = await docxBomb(16 * MIB);
     const error = await failure(extract(bomb, 'docx', LIMITS));
-    expect((error as ExtractionError).message).toMatch(/^The DOCX file's compressed parts inflate to more than 8388608 bytes \(GATEWAY_INGEST_MAX_INFLATED_BYTES\)/);
+    expect((error as ExtractionError).message).toMatch(
+      /^The DOCX file's compressed parts inflate to more than 8388608 bytes \(GATEWAY_INGEST_MAX_INFLATED_BYTES\)/,
+    );
     expect(await extract(bomb, 'docx', { ...LIMITS, maxInflatedBytes: 32 * MIB })).toContain('bomb');
   });
 
   it('refuses a PDF with more pages than the bound, naming it', async () => {
     const error = await failure(extract(pdf({ pageCount: 101 }), 'pdf', LIMITS));
-    expect((error as ExtractionError).message).toBe('The PDF has 101 pages, more than 100 (GATEWAY_INGEST_MAX_PAGES), the most a file may index.');
+    expect((error as ExtractionError).message).toBe(
+      'The PDF has 101 pages, more than 100 (GATEWAY_INGEST_MAX_PAGES), the most a file may index.',
+    );
     expect(await extract(pdf({ pageCount: 100 }), 'pdf', LIMITS)).toContain('Page 100');
   });
 
   it('refuses HTML nested deeper than the parser can follow, saying so', async () => {
     const html = `${'<div>'.repeat(20_000)}deep${'</div>'.repeat(20_000)}`;
     const error = await failure(extract(new TextEncoder().encode(html), 'html', LIMITS));
-    expect((error as ExtractionError).message).toBe('The HTML file cannot be read: its elements are nested too deeply.');
+    expect((error as ExtractionError).message).toBe(
+      'The HTML file cannot be read: its elements are nested too deeply.',
+    );
   });
 
   it('refuses a DOCX that is not a ZIP archive, or has too many parts', async () => {
-    expect((await failure(extract(fixture('corrupt.pdf'), 'docx', LIMITS)) as ExtractionError).message).toBe('The DOCX file cannot be read: it is not a ZIP archive.');
+    expect(((await failure(extract(fixture('corrupt.pdf'), 'docx', LIMITS))) as ExtractionError).message).toBe(
+      'The DOCX file cannot be read: it is not a ZIP archive.',
+    );
     const many = zip(Array.from({ length: 10_001 }, (_, i) => ({ name: `part${i}.xml`, content: '<a/>' })));
-    expect((await failure(extract(many, 'docx', LIMITS)) as ExtractionError).message).toBe('The DOCX file cannot be read: it has more than 10000 parts.');
+    expect(((await failure(extract(many, 'docx', LIMITS))) as ExtractionError).message).toBe(
+      'The DOCX file cannot be read: it has more than 10000 parts.',
+    );
   });
 });
 
@@ -183,7 +209,10 @@ describe('inflation', () => {
     const image = await deflatedBlanks(2 * MIB);
     const withImage = Buffer.concat([
       pdf({ pages: ['text'] }),
-      Buffer.from(`9 0 obj\n<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /Filter /FlateDecode /Length ${image.length} >>\nstream\n`, 'latin1'),
+      Buffer.from(
+        `9 0 obj\n<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /Filter /FlateDecode /Length ${image.length} >>\nstream\n`,
+        'latin1',
+      ),
       image,
       Buffer.from('\nendstream\nendobj\n', 'latin1'),
     ]);

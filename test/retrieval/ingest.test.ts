@@ -62,9 +62,15 @@ afterAll(async () => {
   await gateway?.close();
 });
 
-const chunksOfStore = (storeId: string) => gateway.database.db.select().from(vectorStoreChunks).where(eq(vectorStoreChunks.vectorStoreId, storeId));
+const chunksOfStore = (storeId: string) =>
+  gateway.database.db.select().from(vectorStoreChunks).where(eq(vectorStoreChunks.vectorStoreId, storeId));
 const fileRow = async (storeId: string, fileId: string) =>
-  (await gateway.database.db.select().from(vectorStoreFiles).where(and(eq(vectorStoreFiles.vectorStoreId, storeId), eq(vectorStoreFiles.fileId, fileId))))[0];
+  (
+    await gateway.database.db
+      .select()
+      .from(vectorStoreFiles)
+      .where(and(eq(vectorStoreFiles.vectorStoreId, storeId), eq(vectorStoreFiles.fileId, fileId)))
+  )[0];
 const text = (name: string, content: string) => storeFile(gateway, tenant, { filename: name, content });
 
 describe('ingestion interrupted by the client', () => {
@@ -80,8 +86,13 @@ describe('ingestion interrupted by the client', () => {
     gate.release();
     held = null;
     await gateway.tasks.drain(20_000);
-    expect(await client.vectorStores.fileBatches.retrieve(batch.id, { vector_store_id: store.id })).toMatchObject({ status: 'cancelled' });
-    const files = await client.vectorStores.fileBatches.listFiles(batch.id, { vector_store_id: store.id, filter: 'cancelled' });
+    expect(await client.vectorStores.fileBatches.retrieve(batch.id, { vector_store_id: store.id })).toMatchObject({
+      status: 'cancelled',
+    });
+    const files = await client.vectorStores.fileBatches.listFiles(batch.id, {
+      vector_store_id: store.id,
+      filter: 'cancelled',
+    });
     expect(files.data.length).toBe(2);
     expect(await chunksOfStore(store.id)).toEqual([]);
   });
@@ -125,8 +136,14 @@ describe('ingestion left behind', () => {
     await gate.arrived;
     const db = gateway.database.db;
     const lease = gateway.clock.now() + LEASE_MS;
-    await db.update(vectorStoreFiles).set({ leaseExpiresAt: lease, attempts: 1 }).where(eq(vectorStoreFiles.fileId, again));
-    await db.update(vectorStoreFiles).set({ leaseExpiresAt: lease, attempts: MAX_ATTEMPTS }).where(eq(vectorStoreFiles.fileId, tooOften));
+    await db
+      .update(vectorStoreFiles)
+      .set({ leaseExpiresAt: lease, attempts: 1 })
+      .where(eq(vectorStoreFiles.fileId, again));
+    await db
+      .update(vectorStoreFiles)
+      .set({ leaseExpiresAt: lease, attempts: MAX_ATTEMPTS })
+      .where(eq(vectorStoreFiles.fileId, tooOften));
     gate.release();
     held = null;
     await gateway.tasks.drain(20_000);
@@ -140,7 +157,10 @@ describe('ingestion left behind', () => {
     expect(await fileRow(store.id, again)).toMatchObject({ status: 'completed', attempts: 2 });
     const failed = await client.vectorStores.files.retrieve(tooOften, { vector_store_id: store.id });
     expect(failed.status).toBe('failed');
-    expect(failed.last_error).toEqual({ code: 'server_error', message: `The file's ingestion was interrupted ${MAX_ATTEMPTS} times.` });
+    expect(failed.last_error).toEqual({
+      code: 'server_error',
+      message: `The file's ingestion was interrupted ${MAX_ATTEMPTS} times.`,
+    });
     expect((await chunksOfStore(store.id)).map((c) => c.fileId)).toEqual([again]);
   });
 
@@ -150,15 +170,26 @@ describe('ingestion left behind', () => {
     const policy = await json(
       await gateway.request('/v1/policies/rate-limits', {
         key: own.workspaceKey,
-        body: { conditions: [{ key: 'model', value: 'text-embedding-3-small' }], group_by: [{ key: 'workspace_id' }], type: 'tokens', unit: 'rph', value: 5 },
+        body: {
+          conditions: [{ key: 'model', value: 'text-embedding-3-small' }],
+          group_by: [{ key: 'workspace_id' }],
+          type: 'tokens',
+          unit: 'rph',
+          value: 5,
+        },
       }),
     );
     expect(policy.id).toBeTruthy();
     const theirs = gateway.openai({ 'x-gateway-api-key': own.workspaceKey });
     const store = await theirs.vectorStores.create({ name: 'limited' });
-    const first = await storeFile(gateway, own, { filename: 'a.txt', content: 'one two three four five six seven eight' });
+    const first = await storeFile(gateway, own, {
+      filename: 'a.txt',
+      content: 'one two three four five six seven eight',
+    });
     const second = await storeFile(gateway, own, { filename: 'b.txt', content: 'nine ten' });
-    expect((await theirs.vectorStores.files.createAndPoll(store.id, { file_id: first }, { pollIntervalMs: 20 })).status).toBe('completed');
+    expect(
+      (await theirs.vectorStores.files.createAndPoll(store.id, { file_id: first }, { pollIntervalMs: 20 })).status,
+    ).toBe('completed');
     await theirs.vectorStores.files.create(store.id, { file_id: second });
     await gateway.tasks.drain(20_000);
     const waiting = await fileRow(store.id, second);
@@ -178,20 +209,27 @@ describe('ingestion shared between workspaces', () => {
     const slow = await gateway.tenant();
     await gateway.virtualKey(slow, { base_url: `http://${STUCK_HOST}/v1`, default: true });
     const slowClient = gateway.openai({ 'x-gateway-api-key': slow.workspaceKey });
-    const ids = await Promise.all([1, 2].map((i) => storeFile(gateway, slow, { filename: `slow${i}.txt`, content: `never embedded ${i}` })));
+    const ids = await Promise.all(
+      [1, 2].map((i) => storeFile(gateway, slow, { filename: `slow${i}.txt`, content: `never embedded ${i}` })),
+    );
     const slowStore = await slowClient.vectorStores.create({ name: 'stuck', file_ids: ids });
     await stuck.arrived;
 
     // Another workspace's file is ingested meanwhile, in the other slot.
     const store = await client.vectorStores.create({ name: 'unhindered' });
     const fileId = await text('quick.txt', 'ingested while the other workspace waits');
-    expect((await client.vectorStores.files.createAndPoll(store.id, { file_id: fileId }, { pollIntervalMs: 20 })).status).toBe('completed');
+    expect(
+      (await client.vectorStores.files.createAndPoll(store.id, { file_id: fileId }, { pollIntervalMs: 20 })).status,
+    ).toBe('completed');
     const rows = await Promise.all(ids.map((id) => fileRow(slowStore.id, id)));
     expect(rows.map((row) => row?.attempts).sort()).toEqual([0, 1]);
 
     stuck.release();
     await gateway.tasks.drain(20_000);
-    expect((await Promise.all(ids.map((id) => fileRow(slowStore.id, id)))).map((row) => row?.status)).toEqual(['completed', 'completed']);
+    expect((await Promise.all(ids.map((id) => fileRow(slowStore.id, id)))).map((row) => row?.status)).toEqual([
+      'completed',
+      'completed',
+    ]);
     stuck = hold();
     held = null;
   });
@@ -199,7 +237,10 @@ describe('ingestion shared between workspaces', () => {
 
 describe('a document that takes long to read', () => {
   it('keeps its lease while it is read, and stops being read when its store is deleted', async () => {
-    const reading = await createTestGateway({ env: { GATEWAY_INGEST_MAX_PAGES: '100000' }, deps: { fetch: heldFetch } });
+    const reading = await createTestGateway({
+      env: { GATEWAY_INGEST_MAX_PAGES: '100000' },
+      deps: { fetch: heldFetch },
+    });
     try {
       const own = await reading.tenant();
       await reading.virtualKey(own, { base_url: 'http://fake.test/v1', default: true });
@@ -208,20 +249,38 @@ describe('a document that takes long to read', () => {
       const fileId = await storeFile(reading, own, { filename: 'long.pdf', content: pdf({ pageCount: 20_000 }) });
       const others = chunkerProcessesOf(process.pid);
       const store = await theirs.vectorStores.create({ name: 'long', file_ids: [fileId] });
-      const row = () => reading.database.db.select().from(vectorStoreFiles).where(eq(vectorStoreFiles.fileId, fileId)).then((rows) => rows[0]);
+      const row = () =>
+        reading.database.db
+          .select()
+          .from(vectorStoreFiles)
+          .where(eq(vectorStoreFiles.fileId, fileId))
+          .then((rows) => rows[0]);
       const claimed = await waitFor(row, (current) => current?.leaseExpiresAt != null);
       const started = (pids: number[]) => pids.filter((pid) => !others.includes(pid));
-      const [pid] = started(await waitFor(() => chunkerProcessesOf(process.pid), (pids) => started(pids).length === 1));
+      const [pid] = started(
+        await waitFor(
+          () => chunkerProcessesOf(process.pid),
+          (pids) => started(pids).length === 1,
+        ),
+      );
       expect(pid).toBeDefined();
 
       // Two minutes on, the lease has less than four fifths left: it is moved on while the file is read.
       reading.clock.advance(120_000);
-      const renewed = await waitFor(row, (current) => defined(defined(current).leaseExpiresAt) > defined(defined(claimed).leaseExpiresAt));
+      const renewed = await waitFor(
+        row,
+        (current) => defined(defined(current).leaseExpiresAt) > defined(defined(claimed).leaseExpiresAt),
+      );
       expect(defined(renewed).leaseExpiresAt).toBeGreaterThan(defined(defined(claimed).leaseExpiresAt));
       expect(chunkerProcessesOf(process.pid)).toContain(pid);
 
       await theirs.vectorStores.delete(store.id);
-      expect(await waitFor(() => chunkerProcessesOf(process.pid), (pids) => !pids.includes(defined(pid)))).not.toContain(pid);
+      expect(
+        await waitFor(
+          () => chunkerProcessesOf(process.pid),
+          (pids) => !pids.includes(defined(pid)),
+        ),
+      ).not.toContain(pid);
       await reading.tasks.drain(20_000);
       expect(await row()).toBeUndefined();
     } finally {
@@ -237,11 +296,17 @@ describe('where ingestion is unavailable', () => {
       const own = await bare.tenant();
       await bare.virtualKey(own, { base_url: 'http://fake.test/v1', default: true });
       const fileId = await storeFile(bare, own, { filename: 'x.txt', content: 'x' });
-      const refused = await errorOf(await bare.request('/v1/vector_stores', { key: own.workspaceKey, body: { file_ids: [fileId] } }));
+      const refused = await errorOf(
+        await bare.request('/v1/vector_stores', { key: own.workspaceKey, body: { file_ids: [fileId] } }),
+      );
       expect(refused).toMatchObject({ status: 400, code: 'ingestion_unavailable', param: 'file_ids[0]' });
-      const store = await json(await bare.request('/v1/vector_stores', { key: own.workspaceKey, body: { name: 'empty' } }));
+      const store = await json(
+        await bare.request('/v1/vector_stores', { key: own.workspaceKey, body: { name: 'empty' } }),
+      );
       expect(store.status).toBe('completed');
-      const file = await errorOf(await bare.request(`/v1/vector_stores/${store.id}/files`, { key: own.workspaceKey, body: { file_id: fileId } }));
+      const file = await errorOf(
+        await bare.request(`/v1/vector_stores/${store.id}/files`, { key: own.workspaceKey, body: { file_id: fileId } }),
+      );
       expect(file).toMatchObject({ status: 400, code: 'ingestion_unavailable', param: 'file_id' });
       const list = await json(await bare.request(`/v1/vector_stores/${store.id}/files`, { key: own.workspaceKey }));
       expect(list.data).toEqual([]);

@@ -23,16 +23,46 @@ const THRESHOLD = 40;
 const upstream = createFakeUpstream();
 
 /** Deterministic texts over a small vocabulary, so that queries share words with many chunks. */
-const VOCABULARY = ['refund', 'policy', 'shipping', 'invoice', 'paris', 'river', 'office', 'hangar', 'zeppelin', 'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'order', 'days'];
+const VOCABULARY = [
+  'refund',
+  'policy',
+  'shipping',
+  'invoice',
+  'paris',
+  'river',
+  'office',
+  'hangar',
+  'zeppelin',
+  'alpha',
+  'beta',
+  'gamma',
+  'delta',
+  'epsilon',
+  'order',
+  'days',
+];
 function texts(seed: number, count: number): string[] {
   let state = seed;
   const next = () => (state = (state * 1103515245 + 12345) % 2147483648) / 2147483648;
-  return Array.from({ length: count }, () => Array.from({ length: 6 }, () => VOCABULARY[Math.floor(next() * VOCABULARY.length)]).join(' '));
+  return Array.from({ length: count }, () =>
+    Array.from({ length: 6 }, () => VOCABULARY[Math.floor(next() * VOCABULARY.length)]).join(' '),
+  );
 }
 const files = (seed: number, perFile: number[]): SeedFile[] =>
-  perFile.map((count, i) => ({ filename: `f${seed}-${i}.txt`, chunks: texts(seed * 100 + i, count), attributes: { part: i } }));
+  perFile.map((count, i) => ({
+    filename: `f${seed}-${i}.txt`,
+    chunks: texts(seed * 100 + i, count),
+    attributes: { part: i },
+  }));
 
-const QUERIES = ['refund policy days', 'paris river office', 'zeppelin hangar', 'alpha beta gamma', 'invoice order shipping', 'epsilon'];
+const QUERIES = [
+  'refund policy days',
+  'paris river office',
+  'zeppelin hangar',
+  'alpha beta gamma',
+  'invoice order shipping',
+  'epsilon',
+];
 
 describe.each([
   ['embedded', false],
@@ -49,7 +79,11 @@ describe.each([
   beforeAll(async () => {
     sqld = server ? await startSqld() : undefined;
     gateway = await createTestGateway({
-      env: { GATEWAY_VECTOR_INDEX_MIN_CHUNKS: String(THRESHOLD), GATEWAY_VECTOR_INDEX_MAX_STORES: '2', ...(sqld ? { LIBSQL_URL: sqld.url, GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64') } : {}) },
+      env: {
+        GATEWAY_VECTOR_INDEX_MIN_CHUNKS: String(THRESHOLD),
+        GATEWAY_VECTOR_INDEX_MAX_STORES: '2',
+        ...(sqld ? { LIBSQL_URL: sqld.url, GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64') } : {}),
+      },
       deps: { fetch: upstream.fetch },
     });
     tenant = await gateway.tenant();
@@ -68,24 +102,51 @@ describe.each([
 
   const db = () => gateway.database.db;
   const stores = async (id: string, workspaceId = tenant.workspace.id) => findStores(db(), workspaceId, [id]);
-  const search = (found: SearchableStore[], query: string, filter: Parameters<typeof searchStores>[4]['filter'] = null) =>
-    searchStores(gateway.deps, embeddingKey, { workspaceId: defined(found[0]).workspaceId, apiKeyId: tenant.workspaceKeyId }, found, { queries: [query], maxResults: 10, scoreThreshold: 0, filter });
+  const search = (
+    found: SearchableStore[],
+    query: string,
+    filter: Parameters<typeof searchStores>[4]['filter'] = null,
+  ) =>
+    searchStores(
+      gateway.deps,
+      embeddingKey,
+      { workspaceId: defined(found[0]).workspaceId, apiKeyId: tenant.workspaceKeyId },
+      found,
+      { queries: [query], maxResults: 10, scoreThreshold: 0, filter },
+    );
   /** The results of the exact scan, whatever the store's index. */
   const exact = async (id: string, query: string, filter: Parameters<typeof searchStores>[4]['filter'] = null) =>
-    search((await stores(id)).map((store) => ({ ...store, indexed: false })), query, filter);
-  const indexRow = (id: string) => db().all<{ backfilled_to: number; backfill_until: number; ready_at: number | null }>(sql`SELECT * FROM vector_store_indexes WHERE vector_store_id = ${id}`);
+    search(
+      (await stores(id)).map((store) => ({ ...store, indexed: false })),
+      query,
+      filter,
+    );
+  const indexRow = (id: string) =>
+    db().all<{ backfilled_to: number; backfill_until: number; ready_at: number | null }>(
+      sql`SELECT * FROM vector_store_indexes WHERE vector_store_id = ${id}`,
+    );
   const schemaObjects = (id: string) =>
-    db().all<{ name: string }>(sql`SELECT name FROM sqlite_master WHERE name LIKE ${`${indexNames(id).table}%`} ORDER BY name`);
-  const indexedChunks = (id: string) => db().all<{ id: number; store: string }>(
-    sql`SELECT a.id AS id, c.vector_store_id AS store FROM ${sql.raw(indexNames(id).table)} a LEFT JOIN vector_store_chunks c ON c.id = a.id ORDER BY a.id`,
-  );
-  const chunkIds = (id: string) => db().select({ id: vectorStoreChunks.id }).from(vectorStoreChunks).where(eq(vectorStoreChunks.vectorStoreId, id)).orderBy(vectorStoreChunks.id);
+    db().all<{ name: string }>(
+      sql`SELECT name FROM sqlite_master WHERE name LIKE ${`${indexNames(id).table}%`} ORDER BY name`,
+    );
+  const indexedChunks = (id: string) =>
+    db().all<{ id: number; store: string }>(
+      sql`SELECT a.id AS id, c.vector_store_id AS store FROM ${sql.raw(indexNames(id).table)} a LEFT JOIN vector_store_chunks c ON c.id = a.id ORDER BY a.id`,
+    );
+  const chunkIds = (id: string) =>
+    db()
+      .select({ id: vectorStoreChunks.id })
+      .from(vectorStoreChunks)
+      .where(eq(vectorStoreChunks.vectorStoreId, id))
+      .orderBy(vectorStoreChunks.id);
 
   it('creates an index for stores past the threshold only, and searches exactly while it is back-filled', async () => {
     const before = await Promise.all(QUERIES.map((query) => exact(large.id, query)));
     expect(await maintainVectorIndexes(gateway.deps, { budgetMs: 60_000, batchSize: 16, maxBatches: 1 })).toBe(true);
     const names = indexNames(large.id);
-    expect((await schemaObjects(large.id)).map((row) => row.name)).toEqual(expect.arrayContaining([names.table, names.index, names.onInsert, names.onDelete]));
+    expect((await schemaObjects(large.id)).map((row) => row.name)).toEqual(
+      expect.arrayContaining([names.table, names.index, names.onInsert, names.onDelete]),
+    );
     expect(await schemaObjects(small.id)).toEqual([]);
     const [row] = await indexRow(large.id);
     expect(row).toMatchObject({ ready_at: null });
@@ -99,7 +160,9 @@ describe.each([
     const added = await seedStoreFile(large.id, ['zeppelin hangar refund', 'omega psi chi']);
     while (await maintainVectorIndexes(gateway.deps, { budgetMs: 60_000, batchSize: 16 }));
     expect(defined((await indexRow(large.id))[0]).ready_at).not.toBeNull();
-    expect((await indexedChunks(large.id)).map((row) => row.id)).toEqual((await chunkIds(large.id)).map((row) => row.id));
+    expect((await indexedChunks(large.id)).map((row) => row.id)).toEqual(
+      (await chunkIds(large.id)).map((row) => row.id),
+    );
     expect(added.length).toBe(2);
     const [found] = await stores(large.id);
     expect(defined(found).indexed).toBe(true);
@@ -133,7 +196,9 @@ describe.each([
 
   it('deletes deleted chunks from the index, and indexes no more stores than the limit', async () => {
     const [victim] = await chunkIds(large.id);
-    await db().delete(vectorStoreChunks).where(eq(vectorStoreChunks.id, defined(victim).id));
+    await db()
+      .delete(vectorStoreChunks)
+      .where(eq(vectorStoreChunks.id, defined(victim).id));
     expect((await indexedChunks(large.id)).map((row) => row.id)).not.toContain(defined(victim).id);
     third = await seedStore(gateway, tenant, files(3, [THRESHOLD]));
     await maintainVectorIndexes(gateway.deps, { budgetMs: 60_000 });
@@ -152,9 +217,16 @@ describe.each([
     await maintainVectorIndexes(gateway.deps, { budgetMs: 60_000 });
     expect(await schemaObjects(large.id)).toEqual([]);
     expect(await indexRow(large.id)).toEqual([]);
-    const triggers = await db().all<{ name: string }>(sql`SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'vector_store_ann_%'`);
+    const triggers = await db().all<{ name: string }>(
+      sql`SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'vector_store_ann_%'`,
+    );
     expect(triggers.map((row) => row.name).sort()).toEqual(
-      [indexNames(twin.id).onInsert, indexNames(twin.id).onDelete, indexNames(third.id).onInsert, indexNames(third.id).onDelete].sort(),
+      [
+        indexNames(twin.id).onInsert,
+        indexNames(twin.id).onDelete,
+        indexNames(third.id).onInsert,
+        indexNames(third.id).onDelete,
+      ].sort(),
     );
     expect(defined((await indexRow(third.id))[0]).ready_at).not.toBeNull();
     // The other stores' chunks are still written and searched.
@@ -171,7 +243,8 @@ describe.each([
       .from(vectorStoreChunks)
       .where(eq(vectorStoreChunks.vectorStoreId, donor.id));
     // The donor store's rows, re-inserted into this store as new chunks (new ids, so the insert trigger copies them).
-    await db().run(sql`INSERT INTO vector_store_files (vector_store_id, file_id, workspace_id, status, usage_bytes, chunking_strategy, attributes, created_at)
+    await db()
+      .run(sql`INSERT INTO vector_store_files (vector_store_id, file_id, workspace_id, status, usage_bytes, chunking_strategy, attributes, created_at)
       SELECT ${storeId}, file_id, ${defined(store).workspaceId}, status, usage_bytes, chunking_strategy, attributes, created_at FROM vector_store_files WHERE vector_store_id = ${donor.id}`);
     await db().run(sql`INSERT INTO vector_store_chunks (vector_store_id, file_id, chunk_index, text, tokens, embedding)
       SELECT ${storeId}, file_id, chunk_index, text, tokens, embedding FROM vector_store_chunks WHERE vector_store_id = ${donor.id} ORDER BY id`);
@@ -196,12 +269,18 @@ describe('keyword search over common words', () => {
 
   const top = async (query: string) => {
     const found = await findStores(gateway.database.db, tenant.workspace.id, [store.id]);
-    const [first] = await searchStores(gateway.deps, embeddingKey, { workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId }, found, {
-      queries: [query],
-      maxResults: 5,
-      scoreThreshold: 0,
-      filter: null,
-    });
+    const [first] = await searchStores(
+      gateway.deps,
+      embeddingKey,
+      { workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId },
+      found,
+      {
+        queries: [query],
+        maxResults: 5,
+        scoreThreshold: 0,
+        filter: null,
+      },
+    );
     return defined(first);
   };
 

@@ -29,7 +29,9 @@ afterAll(async () => {
 });
 
 /** A workspace whose only virtual key is given `routing` (its default, or models), with its provider key. */
-async function workspace(routing: { default: true } | { models: string[] }): Promise<{ tenant: Tenant; providerKey: string }> {
+async function workspace(
+  routing: { default: true } | { models: string[] },
+): Promise<{ tenant: Tenant; providerKey: string }> {
   const tenant = await gateway.tenant();
   const providerKey = `sk-drop-in-${crypto.randomUUID()}`;
   const response = await gateway.request('/v1/virtual-keys', {
@@ -76,7 +78,9 @@ describe('a client configured by base URL and API key alone', () => {
       .createAndRun({ assistant_id: other.id, thread: { messages: [{ role: 'user', content: 'hi' }] } })
       .catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((refused as InstanceType<typeof OpenAI.BadRequestError>).message).toContain("Its virtual keys serve 'llama3.*'.");
+    expect((refused as InstanceType<typeof OpenAI.BadRequestError>).message).toContain(
+      "Its virtual keys serve 'llama3.*'.",
+    );
     expect((refused as InstanceType<typeof OpenAI.BadRequestError>).message).toContain('{"models":[…,"qwen2.5"]}');
   });
 

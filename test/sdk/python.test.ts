@@ -50,7 +50,9 @@ function runPython(script: string, env: Record<string, string>): Promise<Ran> {
 }
 
 describe.skipIf(!pythonSdk)(
-  pythonSdk ? `OpenAI's Python SDK (openai ${pythonSdk})` : `OpenAI's Python SDK: skipped, python3 cannot import openai (${INSTALL})`,
+  pythonSdk
+    ? `OpenAI's Python SDK (openai ${pythonSdk})`
+    : `OpenAI's Python SDK: skipped, python3 cannot import openai (${INSTALL})`,
   () => {
     let fake: FakeUpstreamServer;
     let gateway: GatewayProcess;
@@ -81,7 +83,12 @@ describe.skipIf(!pythonSdk)(
         },
         { timeout: 5_000 },
       );
-      await gatewayApi('/virtual-keys', { slug: 'fake', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-fake' });
+      await gatewayApi('/virtual-keys', {
+        slug: 'fake',
+        provider: 'openai',
+        base_url: fake.baseURL,
+        api_key: 'sk-fake',
+      });
     });
     afterAll(async () => {
       await gateway?.stop('SIGTERM');
@@ -118,8 +125,17 @@ describe.skipIf(!pythonSdk)(
 
     it('examples/python/quickstart.py, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
       fake.reset();
-      await gatewayApi('/virtual-keys', { slug: 'default', provider: 'openai', base_url: fake.baseURL, api_key: 'sk-fake', default: true });
-      const ran = await runPython('examples/python/quickstart.py', { OPENAI_BASE_URL: `${gateway.url}/v1`, OPENAI_API_KEY: apiKey });
+      await gatewayApi('/virtual-keys', {
+        slug: 'default',
+        provider: 'openai',
+        base_url: fake.baseURL,
+        api_key: 'sk-fake',
+        default: true,
+      });
+      const ran = await runPython('examples/python/quickstart.py', {
+        OPENAI_BASE_URL: `${gateway.url}/v1`,
+        OPENAI_API_KEY: apiKey,
+      });
       expect(ran.code, ran.stderr).toBe(0);
       const question = 'I need to solve the equation `3x + 11 = 14`. Can you help me?';
       expect(ran.stdout).toMatch(/^run run_\w+: completed$/m);

@@ -1,5 +1,14 @@
 import { defined } from './defined';
-import { constants, crc32, createDeflate, createDeflateRaw, deflateRawSync, deflateSync, type Deflate, type DeflateRaw } from 'node:zlib';
+import {
+  constants,
+  crc32,
+  createDeflate,
+  createDeflateRaw,
+  deflateRawSync,
+  deflateSync,
+  type Deflate,
+  type DeflateRaw,
+} from 'node:zlib';
 
 /**
  * Documents made by the tests, the hostile ones included: PDFs of any number of pages, or with a
@@ -21,7 +30,8 @@ export async function deflatedBlanks(bytes: number, options: { raw?: boolean; la
   deflater.on('data', (chunk: Buffer) => out.push(chunk));
   const block = Buffer.alloc(1024 * 1024, 0x20);
   for (let written = 0; written < bytes; written += block.length) {
-    if (!deflater.write(block.subarray(0, Math.min(block.length, bytes - written)))) await new Promise((resolve) => deflater.once('drain', resolve));
+    if (!deflater.write(block.subarray(0, Math.min(block.length, bytes - written))))
+      await new Promise((resolve) => deflater.once('drain', resolve));
   }
   if (options.last === false) {
     await new Promise<void>((resolve) => deflater.flush(constants.Z_SYNC_FLUSH, () => resolve()));
@@ -51,16 +61,25 @@ export function pdf(options: PdfOptions): Buffer {
   const pagesAt = add(''); // filled once the kids are known
   const font = add('<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>');
   const kids: number[] = [];
-  const page = (content: number) => add(`<< /Type /Page /Parent ${pagesAt} 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 ${font} 0 R >> >> /Contents ${content} 0 R >>`);
+  const page = (content: number) =>
+    add(
+      `<< /Type /Page /Parent ${pagesAt} 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 ${font} 0 R >> >> /Contents ${content} 0 R >>`,
+    );
   if (options.deflatedContent) {
-    const stream = Buffer.concat([latin1(`<< /Length ${options.deflatedContent.length} /Filter /FlateDecode >>\nstream\n`), options.deflatedContent, latin1('\nendstream')]);
+    const stream = Buffer.concat([
+      latin1(`<< /Length ${options.deflatedContent.length} /Filter /FlateDecode >>\nstream\n`),
+      options.deflatedContent,
+      latin1('\nendstream'),
+    ]);
     kids.push(page(add(stream)));
   }
   for (const text of texts) {
     const content = `BT /F1 12 Tf 72 720 Td (${text.replace(/[\\()]/g, (c) => `\\${c}`)}) Tj ET`;
     kids.push(page(add(`<< /Length ${content.length} >>\nstream\n${content}\nendstream`)));
   }
-  objects[pagesAt - 1] = latin1(`<< /Type /Pages /Kids [${kids.map((kid) => `${kid} 0 R`).join(' ')}] /Count ${kids.length} >>`);
+  objects[pagesAt - 1] = latin1(
+    `<< /Type /Pages /Kids [${kids.map((kid) => `${kid} 0 R`).join(' ')}] /Count ${kids.length} >>`,
+  );
   const parts: Buffer[] = [latin1('%PDF-1.7\n%\xe2\xe3\xcf\xd3\n')];
   let offset = defined(parts[0]).length;
   const offsets: number[] = [];
@@ -70,8 +89,13 @@ export function pdf(options: PdfOptions): Buffer {
     parts.push(object);
     offset += object.length;
   });
-  const xref = [`xref\n0 ${objects.length + 1}\n0000000000 65535 f \n`, ...offsets.map((at) => `${String(at).padStart(10, '0')} 00000 n \n`)].join('');
-  parts.push(latin1(`${xref}trailer\n<< /Size ${objects.length + 1} /Root ${catalog} 0 R >>\nstartxref\n${offset}\n%%EOF\n`));
+  const xref = [
+    `xref\n0 ${objects.length + 1}\n0000000000 65535 f \n`,
+    ...offsets.map((at) => `${String(at).padStart(10, '0')} 00000 n \n`),
+  ].join('');
+  parts.push(
+    latin1(`${xref}trailer\n<< /Size ${objects.length + 1} /Root ${catalog} 0 R >>\nstartxref\n${offset}\n%%EOF\n`),
+  );
   return Buffer.concat(parts);
 }
 
@@ -89,19 +113,48 @@ export function zip(entries: ZipEntry[]): Buffer {
   let offset = 0;
   for (const entry of entries) {
     const name = Buffer.from(entry.name, 'utf8');
-    const raw = entry.content === undefined ? undefined : Buffer.isBuffer(entry.content) ? entry.content : Buffer.from(entry.content, 'utf8');
+    const raw =
+      entry.content === undefined
+        ? undefined
+        : Buffer.isBuffer(entry.content)
+          ? entry.content
+          : Buffer.from(entry.content, 'utf8');
     const data = entry.deflated?.data ?? deflateRawSync(raw ?? Buffer.alloc(0));
     const size = entry.deflated?.size ?? raw?.length ?? 0;
     const crc = entry.deflated?.crc ?? crc32(raw ?? Buffer.alloc(0));
     // The local header and the central directory's entry: the same fields, at their own offsets.
-    const local = record(30, [[0, 4, 0x04034b50], [4, 2, 20], [8, 2, 8], [14, 4, crc], [18, 4, data.length], [22, 4, size], [26, 2, name.length]]);
+    const local = record(30, [
+      [0, 4, 0x04034b50],
+      [4, 2, 20],
+      [8, 2, 8],
+      [14, 4, crc],
+      [18, 4, data.length],
+      [22, 4, size],
+      [26, 2, name.length],
+    ]);
     locals.push(local, name, data);
-    const header = record(46, [[0, 4, 0x02014b50], [4, 2, 20], [6, 2, 20], [10, 2, 8], [16, 4, crc], [20, 4, data.length], [24, 4, size], [28, 2, name.length], [42, 4, offset]]);
+    const header = record(46, [
+      [0, 4, 0x02014b50],
+      [4, 2, 20],
+      [6, 2, 20],
+      [10, 2, 8],
+      [16, 4, crc],
+      [20, 4, data.length],
+      [24, 4, size],
+      [28, 2, name.length],
+      [42, 4, offset],
+    ]);
     central.push(header, name);
     offset += local.length + name.length + data.length;
   }
   const directory = Buffer.concat(central);
-  const end = record(22, [[0, 4, 0x06054b50], [8, 2, entries.length], [10, 2, entries.length], [12, 4, directory.length], [16, 4, offset]]);
+  const end = record(22, [
+    [0, 4, 0x06054b50],
+    [8, 2, entries.length],
+    [10, 2, entries.length],
+    [12, 4, directory.length],
+    [16, 4, offset],
+  ]);
   return Buffer.concat([...locals, directory, end]);
 }
 
@@ -140,13 +193,22 @@ function docxParts(document: ZipEntry): ZipEntry[] {
 
 /** A DOCX of the given paragraphs. */
 export function docx(paragraphs: string[]): Buffer {
-  const body = paragraphs.map((text) => `<w:p><w:r><w:t>${text.replace(/[<&]/g, (c) => (c === '<' ? '&lt;' : '&amp;'))}</w:t></w:r></w:p>`).join('');
-  return zip(docxParts({ name: 'word/document.xml', content: `<?xml version="1.0" encoding="UTF-8"?><w:document ${W}><w:body>${body}</w:body></w:document>` }));
+  const body = paragraphs
+    .map((text) => `<w:p><w:r><w:t>${text.replace(/[<&]/g, (c) => (c === '<' ? '&lt;' : '&amp;'))}</w:t></w:r></w:p>`)
+    .join('');
+  return zip(
+    docxParts({
+      name: 'word/document.xml',
+      content: `<?xml version="1.0" encoding="UTF-8"?><w:document ${W}><w:body>${body}</w:body></w:document>`,
+    }),
+  );
 }
 
 /** A DOCX whose document.xml inflates to `bytes` (a paragraph, then blanks), deflated as a stream. */
 export async function docxBomb(bytes: number): Promise<Buffer> {
-  const head = Buffer.from(`<?xml version="1.0" encoding="UTF-8"?><w:document ${W}><w:body><w:p><w:r><w:t>bomb</w:t></w:r></w:p>`);
+  const head = Buffer.from(
+    `<?xml version="1.0" encoding="UTF-8"?><w:document ${W}><w:body><w:p><w:r><w:t>bomb</w:t></w:r></w:p>`,
+  );
   const tail = Buffer.from('</w:body></w:document>');
   // Deflate blocks joined: each part flushed but not ended, the last one ended.
   const data = Buffer.concat([

@@ -7,7 +7,10 @@ export interface ServerSentEvent {
 }
 
 /** Reads a streamed response's events as they arrive; `onEvent` sees each one. Answers them all. */
-export async function readEvents(response: Response, onEvent: (event: ServerSentEvent) => void = () => {}): Promise<ServerSentEvent[]> {
+export async function readEvents(
+  response: Response,
+  onEvent: (event: ServerSentEvent) => void = () => {},
+): Promise<ServerSentEvent[]> {
   const seen: ServerSentEvent[] = [];
   const reader = defined(response.body).pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';

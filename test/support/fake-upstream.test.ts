@@ -47,14 +47,21 @@ const WEATHER_TOOL = {
     description: 'Current weather of a city',
     parameters: {
       type: 'object',
-      properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] }, days: { type: 'integer' } },
+      properties: {
+        city: { type: 'string' },
+        unit: { type: 'string', enum: ['celsius', 'fahrenheit'] },
+        days: { type: 'integer' },
+      },
       required: ['city', 'unit'],
     },
   },
 };
 const TIME_TOOL = {
   type: 'function' as const,
-  function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string' } }, required: ['zone'] } },
+  function: {
+    name: 'get_time',
+    parameters: { type: 'object', properties: { zone: { type: 'string' } }, required: ['zone'] },
+  },
 };
 
 let fake: FakeUpstreamServer;
@@ -76,7 +83,9 @@ function user(text: string, scenario?: FakeScenario | FakeScenario[]): ChatCompl
  * the SDK: the fake answers streamed requests only.
  */
 function complete(params: ChatCompletionCreateParamsNonStreaming, on: OpenAI = client) {
-  return on.chat.completions.stream({ ...params, stream: true, stream_options: { include_usage: true } }).finalChatCompletion();
+  return on.chat.completions
+    .stream({ ...params, stream: true, stream_options: { include_usage: true } })
+    .finalChatCompletion();
 }
 
 async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {
@@ -103,7 +112,12 @@ async function readRaw(response: Response): Promise<{ text: string; reads: numbe
   }
 }
 
-function post(body: unknown, headers: Record<string, string> = {}, path = '/v1/chat/completions', signal?: AbortSignal): Promise<Response> {
+function post(
+  body: unknown,
+  headers: Record<string, string> = {},
+  path = '/v1/chat/completions',
+  signal?: AbortSignal,
+): Promise<Response> {
   return fetch(`${fake.url}${path}`, {
     method: 'POST',
     headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json', ...headers },
@@ -129,8 +143,18 @@ describe('token rules', () => {
     expect(
       promptTokens([
         { role: 'system', content: 'Be brief.' },
-        { role: 'user', content: [{ type: 'text', text: 'Hello world' }, { type: 'image_url', image_url: { url: 'x' } }] },
-        { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Hello world' },
+            { type: 'image_url', image_url: { url: 'x' } },
+          ],
+        },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }],
+        },
       ]),
     ).toBe(3 + 2 + 3 + 2 + 3 + 2);
     expect(completionTokens('a b c', [{ arguments: 'x'.repeat(ARGUMENT_CHUNK_CHARS * 2 + 1) }])).toBe(3 + 1 + 3);
@@ -159,7 +183,11 @@ describe('answers', () => {
         finish_reason: 'stop',
       },
     ]);
-    expect(completion.usage).toMatchObject({ prompt_tokens: promptTokens(messages), completion_tokens: 4, total_tokens: promptTokens(messages) + 4 });
+    expect(completion.usage).toMatchObject({
+      prompt_tokens: promptTokens(messages),
+      completion_tokens: 4,
+      total_tokens: promptTokens(messages) + 4,
+    });
     // system: 3 + "You are terse."; user: 3 + "Greet me" + `#fake {"reply":"Hello there, general Kenobi"}`
     expect(promptTokens(messages)).toBe(3 + 3 + (3 + 2 + 5));
 
@@ -189,7 +217,11 @@ describe('answers', () => {
       tools: [WEATHER_TOOL],
       messages: [
         user('Weather?', { tool_calls: 1 }),
-        { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{}' } }] },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{}' } }],
+        },
         { role: 'tool', tool_call_id: 'call_1', content: '{"temperature":21}' },
       ],
     });
@@ -205,8 +237,14 @@ describe('answers', () => {
     ];
     const echoed = await complete({ model: MODEL, messages });
     expect(JSON.parse(defined(defined(echoed.choices[0]).message.content))).toEqual(messages);
-    const invalid = await complete({ model: MODEL, messages: [{ role: 'user', content: 'Hi\n#fake {"echo_messages":"yes"}' }] }).catch((e: unknown) => e);
-    expect(invalid).toMatchObject({ status: 400, message: expect.stringContaining("invalid value for 'echo_messages'") });
+    const invalid = await complete({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Hi\n#fake {"echo_messages":"yes"}' }],
+    }).catch((e: unknown) => e);
+    expect(invalid).toMatchObject({
+      status: 400,
+      message: expect.stringContaining("invalid value for 'echo_messages'"),
+    });
   });
 
   it('answer valid JSON in JSON mode', async () => {
@@ -215,7 +253,9 @@ describe('answers', () => {
       response_format: { type: 'json_object' },
       messages: [user('Reply in JSON')],
     });
-    expect(JSON.parse(defined(defined(object.choices[0]).message.content))).toEqual({ reply: 'You said: Reply in JSON' });
+    expect(JSON.parse(defined(defined(object.choices[0]).message.content))).toEqual({
+      reply: 'You said: Reply in JSON',
+    });
 
     const schema = await complete({
       model: MODEL,
@@ -227,14 +267,22 @@ describe('answers', () => {
           strict: true,
           schema: {
             type: 'object',
-            properties: { name: { type: 'string' }, age: { type: 'integer', minimum: 18 }, tags: { type: 'array', items: { type: 'string' } } },
+            properties: {
+              name: { type: 'string' },
+              age: { type: 'integer', minimum: 18 },
+              tags: { type: 'array', items: { type: 'string' } },
+            },
             required: ['name', 'age', 'tags'],
             additionalProperties: false,
           },
         },
       },
     });
-    expect(JSON.parse(defined(defined(schema.choices[0]).message.content))).toEqual({ name: 'example', age: 18, tags: [] });
+    expect(JSON.parse(defined(defined(schema.choices[0]).message.content))).toEqual({
+      name: 'example',
+      age: 18,
+      tags: [],
+    });
   });
 
   it('stop with length at max_completion_tokens, or when the scenario says so', async () => {
@@ -255,25 +303,49 @@ describe('streamed answers', () => {
   it('stream role, one word per chunk, finish, a usage chunk and [DONE]', async () => {
     const reply = 'The quick brown fox jumps';
     const messages = [user('Tell me', { reply })];
-    const stream = await client.chat.completions.create({ model: MODEL, messages, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const chunks = await collect(stream);
 
     expect(chunks).toHaveLength(1 + 5 + 1 + 1);
     for (const chunk of chunks) {
-      expect(chunk).toMatchObject({ id: defined(chunks[0]).id, object: 'chat.completion.chunk', model: MODEL, created: defined(chunks[0]).created });
+      expect(chunk).toMatchObject({
+        id: defined(chunks[0]).id,
+        object: 'chat.completion.chunk',
+        model: MODEL,
+        created: defined(chunks[0]).created,
+      });
     }
-    expect(defined(chunks[0]).choices).toEqual([{ index: 0, delta: { role: 'assistant', content: '', refusal: null }, logprobs: null, finish_reason: null }]);
+    expect(defined(chunks[0]).choices).toEqual([
+      { index: 0, delta: { role: 'assistant', content: '', refusal: null }, logprobs: null, finish_reason: null },
+    ]);
     const words = chunks.slice(1, 6).map((c) => defined(c.choices[0]).delta.content);
     expect(words).toEqual(['The', ' quick', ' brown', ' fox', ' jumps']);
     expect(defined(chunks[6]).choices).toEqual([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
     expect(chunks.slice(0, 7).every((c) => c.usage === null)).toBe(true);
     expect(defined(chunks[7]).choices).toEqual([]);
-    expect(defined(chunks[7]).usage).toMatchObject({ prompt_tokens: promptTokens(messages), completion_tokens: 5, total_tokens: promptTokens(messages) + 5 });
-    expect(fake.requests[0]).toMatchObject({ stream: true, body: { stream: true, stream_options: { include_usage: true } }, outcome: 'completed' });
+    expect(defined(chunks[7]).usage).toMatchObject({
+      prompt_tokens: promptTokens(messages),
+      completion_tokens: 5,
+      total_tokens: promptTokens(messages) + 5,
+    });
+    expect(fake.requests[0]).toMatchObject({
+      stream: true,
+      body: { stream: true, stream_options: { include_usage: true } },
+      outcome: 'completed',
+    });
   });
 
   it('is valid server-sent events ending in [DONE]', async () => {
-    const response = await post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'a b', chunk_tokens: 2 })] });
+    const response = await post({
+      model: MODEL,
+      stream: true,
+      messages: [user('Hi', { reply: 'a b', chunk_tokens: 2 })],
+    });
     expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const { text, error } = await readRaw(response);
     expect(error).toBeUndefined();
@@ -286,7 +358,11 @@ describe('streamed answers', () => {
 
   it('writes each chunk as it is produced, not the whole body at the end', async () => {
     const started = Date.now();
-    const response = await post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'a b c d e', chunk_delay_ms: 40 })] });
+    const response = await post({
+      model: MODEL,
+      stream: true,
+      messages: [user('Hi', { reply: 'a b c d e', chunk_delay_ms: 40 })],
+    });
     const reader = defined(response.body).getReader();
     await reader.read();
     const firstChunkAt = Date.now() - started;
@@ -321,16 +397,22 @@ describe('streamed answers', () => {
 });
 
 describe('gates', () => {
-
   it('hold an answer until the gate opens over HTTP, then let the later ones straight through', async () => {
     const name = freshGate();
     const gate = remoteGate(fake.baseURL, name);
     let answered = false;
-    const held = post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'Held', hold: name })] }).then((response) => {
-      answered = true;
-      return response;
+    const held = post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'Held', hold: name })] }).then(
+      (response) => {
+        answered = true;
+        return response;
+      },
+    );
+    expect(await waitFor(gate.state, (state) => state.waiting === 1)).toEqual({
+      name,
+      open: false,
+      waiting: 1,
+      passed: 0,
     });
-    expect(await waitFor(gate.state, (state) => state.waiting === 1)).toEqual({ name, open: false, waiting: 1, passed: 0 });
     expect(answered).toBe(false);
     expect(fake.inFlight).toBe(1);
 
@@ -349,10 +431,23 @@ describe('gates', () => {
   it('an opening before the request is not lost, and opens that gate alone', async () => {
     const [early, other] = [freshGate(), freshGate()];
     fake.openGate(early);
-    expect(defined((await complete({ model: MODEL, messages: [user('Hi', { reply: 'Passed', hold: early })] })).choices[0]).message.content).toBe('Passed');
+    expect(
+      defined((await complete({ model: MODEL, messages: [user('Hi', { reply: 'Passed', hold: early })] })).choices[0])
+        .message.content,
+    ).toBe('Passed');
     const leave = new AbortController();
-    const error = post({ model: MODEL, stream: true, messages: [user('Hi', { hold: other })] }, {}, undefined, leave.signal).catch((e: unknown) => e);
-    expect(await waitFor(() => fake.gateState(other), (state) => state.waiting === 1)).toMatchObject({ open: false, waiting: 1 });
+    const error = post(
+      { model: MODEL, stream: true, messages: [user('Hi', { hold: other })] },
+      {},
+      undefined,
+      leave.signal,
+    ).catch((e: unknown) => e);
+    expect(
+      await waitFor(
+        () => fake.gateState(other),
+        (state) => state.waiting === 1,
+      ),
+    ).toMatchObject({ open: false, waiting: 1 });
     // A client that leaves while held: the exchange ends cancelled and the gate holds nothing.
     leave.abort();
     expect(await error).toMatchObject({ name: 'AbortError' });
@@ -364,7 +459,10 @@ describe('gates', () => {
   it('refuses a gate name it could not serve, in a scenario and in a control request', async () => {
     const refused = await post({ model: MODEL, stream: true, messages: [user('Hi', { hold: 'a/b' })] });
     expect(refused.status).toBe(400);
-    expect(await errorOf(refused)).toMatchObject({ code: 'invalid_fake_directive', message: expect.stringContaining("'hold'") });
+    expect(await errorOf(refused)).toMatchObject({
+      code: 'invalid_fake_directive',
+      message: expect.stringContaining("'hold'"),
+    });
     expect((await fetch(`${fake.url}/fake/gates/a%20b`)).status).toBe(400);
     expect((await fetch(`${fake.url}/fake/gates/ok/open`)).status).toBe(405);
     await expect(remoteGate(fake.url, 'a b').state()).rejects.toThrow(/answered 400/);
@@ -394,7 +492,10 @@ describe('tool calls', () => {
     expect(message.tool_calls).toHaveLength(2);
     defined(message.tool_calls).forEach((call, i) => {
       expect(call.id).toMatch(/^call_[A-Za-z0-9]{24}$/);
-      expect(call).toMatchObject({ type: 'function', function: { name: defined(calls[i]).name, arguments: JSON.stringify(defined(calls[i]).arguments) } });
+      expect(call).toMatchObject({
+        type: 'function',
+        function: { name: defined(calls[i]).name, arguments: JSON.stringify(defined(calls[i]).arguments) },
+      });
     });
     const args = calls.map((c) => ({ arguments: JSON.stringify(c.arguments) }));
     expect(defined(final.usage).completion_tokens).toBe(completionTokens('', args));
@@ -404,7 +505,12 @@ describe('tool calls', () => {
     expect(defined(defined(raw[0]).choices[0]).delta).toMatchObject({ role: 'assistant', content: null });
     for (const [index, call] of calls.entries()) {
       const [header, ...fragments] = deltas.filter((d) => d.index === index);
-      expect(header).toEqual({ index, id: defined(defined(message.tool_calls)[index]).id, type: 'function', function: { name: call.name, arguments: '' } });
+      expect(header).toEqual({
+        index,
+        id: defined(defined(message.tool_calls)[index]).id,
+        type: 'function',
+        function: { name: call.name, arguments: '' },
+      });
       expect(fragments.length).toBe(Math.ceil(JSON.stringify(call.arguments).length / ARGUMENT_CHUNK_CHARS));
       expect(fragments.length).toBeGreaterThan(1);
       for (const fragment of fragments) expect(Object.keys(fragment).sort()).toEqual(['function', 'index']);
@@ -424,7 +530,10 @@ describe('tool calls', () => {
     expect(choice.message.tool_calls).toHaveLength(1);
     const call = defined(defined(choice.message.tool_calls)[0]);
     expect(call.type === 'function' && call.function.name).toBe('get_weather');
-    expect(call.type === 'function' && JSON.parse(call.function.arguments)).toEqual({ city: 'example', unit: 'celsius' });
+    expect(call.type === 'function' && JSON.parse(call.function.arguments)).toEqual({
+      city: 'example',
+      unit: 'celsius',
+    });
   });
 
   it('play a directive array one step per model turn', async () => {
@@ -446,21 +555,53 @@ describe('tool calls', () => {
   });
 
   it('search with the user’s message when given the gateway’s file_search function and no scenario, once a turn', async () => {
-    const FILE_SEARCH = { type: 'function' as const, function: { name: 'file_search', parameters: { type: 'object', properties: { queries: { type: 'array', items: { type: 'string' } } } } } };
-    const first = await complete({ model: MODEL, tools: [WEATHER_TOOL, FILE_SEARCH], messages: [user('Are refunds accepted?')] });
+    const FILE_SEARCH = {
+      type: 'function' as const,
+      function: {
+        name: 'file_search',
+        parameters: { type: 'object', properties: { queries: { type: 'array', items: { type: 'string' } } } },
+      },
+    };
+    const first = await complete({
+      model: MODEL,
+      tools: [WEATHER_TOOL, FILE_SEARCH],
+      messages: [user('Are refunds accepted?')],
+    });
     const call = defined(defined(defined(first.choices[0]).message.tool_calls)[0]);
-    expect(call.type === 'function' && [call.function.name, JSON.parse(call.function.arguments)]).toEqual(['file_search', { queries: ['Are refunds accepted?'] }]);
+    expect(call.type === 'function' && [call.function.name, JSON.parse(call.function.arguments)]).toEqual([
+      'file_search',
+      { queries: ['Are refunds accepted?'] },
+    ]);
     // Its results back: the answer, no second search.
     const second = await complete({
       model: MODEL,
       tools: [FILE_SEARCH],
-      messages: [user('Are refunds accepted?'), defined(first.choices[0]).message, { role: 'tool', tool_call_id: call.id, content: '【0†policy.txt】 Refunds are accepted.' }],
+      messages: [
+        user('Are refunds accepted?'),
+        defined(first.choices[0]).message,
+        { role: 'tool', tool_call_id: call.id, content: '【0†policy.txt】 Refunds are accepted.' },
+      ],
     });
-    expect(defined(second.choices[0]).message).toMatchObject({ content: 'The tool returned: 【0†policy.txt】 Refunds are accepted.' });
+    expect(defined(second.choices[0]).message).toMatchObject({
+      content: 'The tool returned: 【0†policy.txt】 Refunds are accepted.',
+    });
     // Not with tool_choice none, nor when a scenario says what to answer.
-    expect(defined((await complete({ model: MODEL, tools: [FILE_SEARCH], tool_choice: 'none', messages: [user('Refunds?')] })).choices[0]).message.tool_calls).toBeUndefined();
-    expect(defined((await complete({ model: MODEL, tools: [FILE_SEARCH], messages: [user('Refunds?', { reply: 'No.' })] })).choices[0]).message).toMatchObject({ content: 'No.' });
-    expect(defined((await complete({ model: MODEL, tools: [WEATHER_TOOL], messages: [user('Refunds?')] })).choices[0]).message.tool_calls).toBeUndefined();
+    expect(
+      defined(
+        (await complete({ model: MODEL, tools: [FILE_SEARCH], tool_choice: 'none', messages: [user('Refunds?')] }))
+          .choices[0],
+      ).message.tool_calls,
+    ).toBeUndefined();
+    expect(
+      defined(
+        (await complete({ model: MODEL, tools: [FILE_SEARCH], messages: [user('Refunds?', { reply: 'No.' })] }))
+          .choices[0],
+      ).message,
+    ).toMatchObject({ content: 'No.' });
+    expect(
+      defined((await complete({ model: MODEL, tools: [WEATHER_TOOL], messages: [user('Refunds?')] })).choices[0])
+        .message.tool_calls,
+    ).toBeUndefined();
   });
 
   it('refuse a nameless tool call when the request has no tools', async () => {
@@ -471,7 +612,7 @@ describe('tool calls', () => {
 });
 
 describe('errors', () => {
-  it('a 500 surfaces as InternalServerError with OpenAI\'s body', async () => {
+  it("a 500 surfaces as InternalServerError with OpenAI's body", async () => {
     const error = await complete({ model: MODEL, messages: [user('Hi', { status: 500 })] }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(InternalServerError);
     expect((error as APIError).status).toBe(500);
@@ -484,8 +625,9 @@ describe('errors', () => {
   });
 
   it('a 429 surfaces as RateLimitError with retry-after', async () => {
-    const error = await complete({ model: MODEL, messages: [user('Hi', { status: 429, retry_after: 7 })] })
-      .catch((e: unknown) => e);
+    const error = await complete({ model: MODEL, messages: [user('Hi', { status: 429, retry_after: 7 })] }).catch(
+      (e: unknown) => e,
+    );
     expect(error).toBeInstanceOf(RateLimitError);
     const rateLimit = error as RateLimitError;
     expect(rateLimit.headers?.get('retry-after')).toBe('7');
@@ -501,7 +643,9 @@ describe('errors', () => {
     expect((missing as NotFoundError).code).toBe('model_not_found');
     expect((missing as NotFoundError).message).toContain('`gpt-9` does not exist');
 
-    const overloaded = await client.chat.completions.create({ model: MODEL, stream: true, messages: [user('Hi')] }).catch((e: unknown) => e);
+    const overloaded = await client.chat.completions
+      .create({ model: MODEL, stream: true, messages: [user('Hi')] })
+      .catch((e: unknown) => e);
     expect((overloaded as APIError).status).toBe(503);
     expect((overloaded as APIError).message).toContain('custom');
   });
@@ -519,7 +663,9 @@ describe('errors', () => {
 
     const none = await post({ model: MODEL, messages: [user('Hi')] }, { authorization: '' });
     expect(none.status).toBe(401);
-    expect(((await none.json()) as { error: { message: string } }).error.message).toMatch(/^You didn't provide an API key/);
+    expect(((await none.json()) as { error: { message: string } }).error.message).toMatch(
+      /^You didn't provide an API key/,
+    );
   });
 
   it('refuses a request that is not streamed: the gateway never sends one', async () => {
@@ -528,11 +674,16 @@ describe('errors', () => {
     expect(await response.json()).toMatchObject({ error: { param: 'stream', type: 'invalid_request_error' } });
   });
 
-  it('bad JSON, missing fields and unknown paths get OpenAI\'s 400 and 404', async () => {
+  it("bad JSON, missing fields and unknown paths get OpenAI's 400 and 404", async () => {
     const badJson = await post('{"model":');
     expect(badJson.status).toBe(400);
     expect(await badJson.json()).toMatchObject({
-      error: { message: expect.stringMatching(/^We could not parse the JSON body/), type: 'invalid_request_error', param: null, code: null },
+      error: {
+        message: expect.stringMatching(/^We could not parse the JSON body/),
+        type: 'invalid_request_error',
+        param: null,
+        code: null,
+      },
     });
 
     const noMessages = await post({ model: MODEL });
@@ -550,7 +701,11 @@ describe('errors', () => {
         () => expect.unreachable('accepted'),
         (e: unknown) => e as BadRequestError,
       );
-    const call = (id: string) => ({ id, type: 'function' as const, function: { name: 'get_weather', arguments: '{}' } });
+    const call = (id: string) => ({
+      id,
+      type: 'function' as const,
+      function: { name: 'get_weather', arguments: '{}' },
+    });
 
     const noTools = await refusal({ model: MODEL, tool_choice: 'auto', messages: [user('Hi')] });
     expect(noTools).toBeInstanceOf(BadRequestError);
@@ -568,14 +723,18 @@ describe('errors', () => {
     expect(unanswered.param).toBe('messages.[1].role');
     expect(unanswered.message).toContain('did not have response messages: call_b');
 
-    const orphan = await refusal({ model: MODEL, messages: [user('Hi'), { role: 'tool', tool_call_id: 'call_x', content: 'sunny' }] });
+    const orphan = await refusal({
+      model: MODEL,
+      messages: [user('Hi'), { role: 'tool', tool_call_id: 'call_x', content: 'sunny' }],
+    });
     expect(orphan.param).toBe('messages.[1].role');
     expect(orphan.message).toContain("must be a response to a preceeding message with 'tool_calls'");
   });
 
   it('a directive with a typo is refused instead of ignored', async () => {
-    const error = await complete({ model: MODEL, messages: [{ role: 'user', content: '#fake {"replay":"x"}' }] })
-      .catch((e: unknown) => e);
+    const error = await complete({ model: MODEL, messages: [{ role: 'user', content: '#fake {"replay":"x"}' }] }).catch(
+      (e: unknown) => e,
+    );
     expect(error).toBeInstanceOf(BadRequestError);
     expect((error as BadRequestError).message).toContain("unknown scenario field 'replay'");
   });
@@ -602,7 +761,13 @@ describe('scenario selection', () => {
       messages: [
         user('old', { reply: 'stale' }),
         { role: 'assistant', content: 'ok' },
-        { role: 'user', content: [{ type: 'text', text: 'Look:' }, { type: 'text', text: fakeDirective({ reply: 'from parts' }) }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Look:' },
+            { type: 'text', text: fakeDirective({ reply: 'from parts' }) },
+          ],
+        },
       ],
     });
     expect(defined(completion.choices[0]).message.content).toBe('from parts');
@@ -635,7 +800,9 @@ describe('faults mid-stream', () => {
     expect(defined(fake.requests[0]).outcome).toBe('cut');
 
     // What a plain fetch() client sees: the body errors with undici's "terminated".
-    const raw = await readRaw(await post({ model: MODEL, stream: true, messages: [user('Hi', { cut_after_chunks: 2 })] }));
+    const raw = await readRaw(
+      await post({ model: MODEL, stream: true, messages: [user('Hi', { cut_after_chunks: 2 })] }),
+    );
     expect(raw.error).toBeInstanceOf(TypeError);
     expect((raw.error as TypeError).message).toBe('terminated');
     expect(dataEvents(raw.text)).toHaveLength(2);
@@ -690,9 +857,12 @@ describe('faults mid-stream', () => {
   });
 
   it('a client leaving during the first-byte delay is not left in flight', async () => {
-    const error = await post({ model: MODEL, stream: true, messages: [user('Hi', { first_byte_delay_ms: 5000 })] }, {}, undefined, AbortSignal.timeout(100)).catch(
-      (e: unknown) => e,
-    );
+    const error = await post(
+      { model: MODEL, stream: true, messages: [user('Hi', { first_byte_delay_ms: 5000 })] },
+      {},
+      undefined,
+      AbortSignal.timeout(100),
+    ).catch((e: unknown) => e);
     expect((error as Error).name).toBe('TimeoutError');
     await fake.waitForIdle();
     expect(defined(fake.requests[0]).outcome).toBe('cancelled');
@@ -700,10 +870,16 @@ describe('faults mid-stream', () => {
 
   it('a malformed chunk breaks the SDK iteration; the stream goes on behind it', async () => {
     const quiet = new OpenAI({ apiKey: API_KEY, baseURL: fake.baseURL, maxRetries: 0, logLevel: 'off' });
-    const stream = await quiet.chat.completions.create({ model: MODEL, stream: true, messages: [user('Hi', { malformed_after_chunks: 1 })] });
+    const stream = await quiet.chat.completions.create({
+      model: MODEL,
+      stream: true,
+      messages: [user('Hi', { malformed_after_chunks: 1 })],
+    });
     await expect(collect(stream)).rejects.toBeInstanceOf(SyntaxError);
 
-    const raw = await readRaw(await post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'x', malformed_after_chunks: 1 })] }));
+    const raw = await readRaw(
+      await post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'x', malformed_after_chunks: 1 })] }),
+    );
     const events = dataEvents(raw.text);
     expect(events[1]).toBe('{not json');
     expect(events.at(-1)).toBe('[DONE]');
@@ -711,7 +887,11 @@ describe('faults mid-stream', () => {
   });
 
   it('an error event mid-stream surfaces as an APIError', async () => {
-    const stream = await client.chat.completions.create({ model: MODEL, stream: true, messages: [user('Hi', { error_after_chunks: 2 })] });
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      stream: true,
+      messages: [user('Hi', { error_after_chunks: 2 })],
+    });
     const error = await collect(stream).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(APIError);
     expect((error as APIError).message).toContain('The server had an error');
@@ -726,7 +906,10 @@ describe('Azure OpenAI', () => {
     const completion = await complete({ model: 'gpt-4o', messages: [user('Hi', { reply: 'Hello Azure' })] }, azure());
     expect(defined(completion.choices[0]).message.content).toBe('Hello Azure');
     expect(completion).toHaveProperty('prompt_filter_results');
-    expect(fake.requests[0]).toMatchObject({ path: '/openai/deployments/my-gpt-4o/chat/completions', query: { 'api-version': '2024-10-21' } });
+    expect(fake.requests[0]).toMatchObject({
+      path: '/openai/deployments/my-gpt-4o/chat/completions',
+      query: { 'api-version': '2024-10-21' },
+    });
     expect(defined(fake.requests[0]).headers['api-key']).toBe(API_KEY);
 
     const stream = await azure().chat.completions.create({
@@ -742,12 +925,19 @@ describe('Azure OpenAI', () => {
     expect(defined(defined(chunks.at(-1)).usage).completion_tokens).toBe(2);
   });
 
-  it('refuses a wrong api-key with Azure\'s 401 and a missing api-version with 404', async () => {
+  it("refuses a wrong api-key with Azure's 401 and a missing api-version with 404", async () => {
     const error = await complete({ model: 'gpt-4o', messages: [user('Hi')] }, azure('wrong')).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(AuthenticationError);
-    expect((error as AuthenticationError).error).toMatchObject({ code: '401', message: expect.stringContaining('Access denied') });
+    expect((error as AuthenticationError).error).toMatchObject({
+      code: '401',
+      message: expect.stringContaining('Access denied'),
+    });
 
-    const noVersion = await post({ messages: [user('Hi')] }, { 'api-key': API_KEY }, '/openai/deployments/my-gpt-4o/chat/completions');
+    const noVersion = await post(
+      { messages: [user('Hi')] },
+      { 'api-key': API_KEY },
+      '/openai/deployments/my-gpt-4o/chat/completions',
+    );
     expect(noVersion.status).toBe(404);
   });
 });
@@ -787,12 +977,20 @@ describe('hostile answers', () => {
 
   it('sends any tool-call index given, or none', async () => {
     for (const index of [4294967294, -1, 1.5, 'abc', '__proto__']) {
-      const events = dataEvents((await readRaw(await streamed({ tool_calls: 1, tool_call_index: index }))).text).slice(0, -1);
-      const indices = events.flatMap((data) => JSON.parse(data).choices[0]?.delta.tool_calls ?? []).map((call: { index?: unknown }) => call.index);
+      const events = dataEvents((await readRaw(await streamed({ tool_calls: 1, tool_call_index: index }))).text).slice(
+        0,
+        -1,
+      );
+      const indices = events
+        .flatMap((data) => JSON.parse(data).choices[0]?.delta.tool_calls ?? [])
+        .map((call: { index?: unknown }) => call.index);
       expect(indices.length).toBeGreaterThan(1);
       expect(new Set(indices)).toEqual(new Set([index]));
     }
-    const events = dataEvents((await readRaw(await streamed({ tool_calls: 1, tool_call_index: null }))).text).slice(0, -1);
+    const events = dataEvents((await readRaw(await streamed({ tool_calls: 1, tool_call_index: null }))).text).slice(
+      0,
+      -1,
+    );
     const calls = events.flatMap((data) => JSON.parse(data).choices[0]?.delta.tool_calls ?? []);
     expect(calls.length).toBeGreaterThan(1);
     expect(calls.every((call: object) => !('index' in call))).toBe(true);
@@ -818,18 +1016,27 @@ describe('hostile answers', () => {
   });
 
   it('floods the event stream before the answer, flood_bytes of it', async () => {
-    const { text } = await readRaw(await streamed({ flood: ': ping\n\n', flood_bytes: 80_000, chunk_bytes: 8_000, reply: 'after' }));
+    const { text } = await readRaw(
+      await streamed({ flood: ': ping\n\n', flood_bytes: 80_000, chunk_bytes: 8_000, reply: 'after' }),
+    );
     expect(text.startsWith(': ping\n\n'.repeat(10_000))).toBe(true);
-    const answer = dataEvents(text.slice(80_000)).slice(0, -1).map((data) => JSON.parse(data).choices[0]?.delta.content ?? '');
+    const answer = dataEvents(text.slice(80_000))
+      .slice(0, -1)
+      .map((data) => JSON.parse(data).choices[0]?.delta.content ?? '');
     expect(answer.join('')).toBe('after');
   });
 
   it('floods for ever without flood_bytes, until the client leaves', async () => {
     const leave = new AbortController();
-    const response = await post({ model: MODEL, stream: true, messages: [user('Hi', { flood: ': ping\n\n', chunk_delay_ms: 1 })] }, {}, undefined, leave.signal);
+    const response = await post(
+      { model: MODEL, stream: true, messages: [user('Hi', { flood: ': ping\n\n', chunk_delay_ms: 1 })] },
+      {},
+      undefined,
+      leave.signal,
+    );
     const reader = defined(response.body).getReader();
     // Each read holds whole pings: one, or more when the machine is busy and writes coalesce.
-    for (let pings = 0; pings < 20; ) {
+    for (let pings = 0; pings < 20;) {
       const text = new TextDecoder().decode((await reader.read()).value);
       expect(text).toMatch(/^(: ping\n\n)+$/);
       pings += text.length / ': ping\n\n'.length;
@@ -840,7 +1047,11 @@ describe('hostile answers', () => {
   });
 
   it('answers an error with a gzip body that inflates to gzip_error_bytes', async () => {
-    const response = await post({ model: MODEL, stream: true, messages: [user('Hi', { status: 503, gzip_error_bytes: 10_000_000 })] });
+    const response = await post({
+      model: MODEL,
+      stream: true,
+      messages: [user('Hi', { status: 503, gzip_error_bytes: 10_000_000 })],
+    });
     expect(response.status).toBe(503);
     expect(response.headers.get('content-encoding')).toBe('gzip');
     expect(Number(response.headers.get('content-length'))).toBeLessThan(100_000);
@@ -850,7 +1061,16 @@ describe('hostile answers', () => {
   });
 
   it('sends usage numbers as given, of any type', async () => {
-    const text = (await readRaw(await post({ model: MODEL, stream: true, stream_options: { include_usage: true }, messages: [user('Hi', { reply: 'x', usage: { total_tokens: -1e9, prompt_tokens: '01e4' } })] }))).text;
+    const text = (
+      await readRaw(
+        await post({
+          model: MODEL,
+          stream: true,
+          stream_options: { include_usage: true },
+          messages: [user('Hi', { reply: 'x', usage: { total_tokens: -1e9, prompt_tokens: '01e4' } })],
+        }),
+      )
+    ).text;
     const usage = JSON.parse(defined(dataEvents(text).at(-2))).usage;
     expect(usage).toMatchObject({ prompt_tokens: '01e4', total_tokens: -1e9 });
   });
@@ -861,8 +1081,19 @@ describe('turn bounds (issue 34)', () => {
     const stream = await client.chat.completions.create({
       model: MODEL,
       stream: true,
-      messages: [user('Hi', { tool_calls: [{ name: 'file_search' }], tool_argument_queries: { count: 3, bytes: 5000 }, argument_chunk_chars: 1000 })],
-      tools: [{ type: 'function', function: { name: 'file_search', parameters: { type: 'object', properties: { queries: { type: 'array' } } } } }],
+      messages: [
+        user('Hi', {
+          tool_calls: [{ name: 'file_search' }],
+          tool_argument_queries: { count: 3, bytes: 5000 },
+          argument_chunk_chars: 1000,
+        }),
+      ],
+      tools: [
+        {
+          type: 'function',
+          function: { name: 'file_search', parameters: { type: 'object', properties: { queries: { type: 'array' } } } },
+        },
+      ],
     });
     let args = '';
     for await (const chunk of stream) args += chunk.choices[0]?.delta.tool_calls?.[0]?.function?.arguments ?? '';
@@ -872,21 +1103,38 @@ describe('turn bounds (issue 34)', () => {
   });
 
   it('reads a body at the rate a /slow-read/<bytes per second>/ path says, then answers', async () => {
-    const body = JSON.stringify({ model: MODEL, stream: true, messages: [user(`Hi ${'x'.repeat(60_000)}`, { reply: 'read' })] });
+    const body = JSON.stringify({
+      model: MODEL,
+      stream: true,
+      messages: [user(`Hi ${'x'.repeat(60_000)}`, { reply: 'read' })],
+    });
     const started = performance.now();
     const response = await post(body, {}, '/slow-read/200000/v1/chat/completions');
     const { text } = await readRaw(response);
     // The fake sleeps a chunk's share of the second after reading it: no faster than the rate.
     expect(performance.now() - started).toBeGreaterThanOrEqual((body.length * 1000) / 200_000 - 5);
-    expect(dataEvents(text).slice(0, -1).map((data) => JSON.parse(data).choices[0]?.delta.content ?? '').join('')).toBe('read');
+    expect(
+      dataEvents(text)
+        .slice(0, -1)
+        .map((data) => JSON.parse(data).choices[0]?.delta.content ?? '')
+        .join(''),
+    ).toBe('read');
     expect(defined(fake.requests.at(-1)).path).toBe('/v1/chat/completions');
   });
 
   it('neither reads nor answers a body sent to /unread/, until the client leaves', async () => {
     const leave = new AbortController();
-    const unread = post({ model: MODEL, stream: true, messages: [user('Hi', { reply: 'never' })] }, {}, '/unread/v1/chat/completions', leave.signal);
+    const unread = post(
+      { model: MODEL, stream: true, messages: [user('Hi', { reply: 'never' })] },
+      {},
+      '/unread/v1/chat/completions',
+      leave.signal,
+    );
     let settled = false;
-    void unread.then(() => (settled = true), () => (settled = true));
+    void unread.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
     // Sent after it, answered before it: the fake never looked at the first request.
     const after = await complete({ model: MODEL, messages: [user('Hi', { reply: 'after' })] });
     expect(defined(after.choices[0]).message.content).toBe('after');
@@ -898,7 +1146,13 @@ describe('turn bounds (issue 34)', () => {
     expect(held).toBeGreaterThanOrEqual(1);
     leave.abort();
     await expect(unread).rejects.toThrow();
-    expect(await waitFor(() => fake.openConnections, (open) => open < held, 5000)).toBeLessThan(held);
+    expect(
+      await waitFor(
+        () => fake.openConnections,
+        (open) => open < held,
+        5000,
+      ),
+    ).toBeLessThan(held);
   });
 });
 
@@ -911,7 +1165,9 @@ describe('in-process and as a script', () => {
         body: JSON.stringify({ model: MODEL, stream: true, messages: [user('Hi', scenario)] }),
       });
 
-    const chunks = dataEvents(await (await local.fetch(request())).text()).slice(0, -1).map((data) => JSON.parse(data) as ChatCompletionChunk);
+    const chunks = dataEvents(await (await local.fetch(request())).text())
+      .slice(0, -1)
+      .map((data) => JSON.parse(data) as ChatCompletionChunk);
     expect(chunks.map((chunk) => chunk.choices[0]?.delta.content ?? '').join('')).toBe('in process');
     expect(local.inFlight).toBe(0);
 
@@ -951,10 +1207,14 @@ describe('in-process and as a script', () => {
 
   it('runs as a script that prints its URL', async () => {
     const root = fileURLToPath(new URL('../..', import.meta.url));
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/fake-upstream.ts', '--port', '0', '--api-key', 'k1'], {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', 'test/support/fake-upstream.ts', '--port', '0', '--api-key', 'k1'],
+      {
+        cwd: root,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     try {
       const url = await new Promise<string>((resolve, reject) => {
         let out = '';

@@ -383,7 +383,8 @@ export class FakeUpstream {
     const [, name, open] = GATE_PATH.exec(new URL(request.url).pathname) ?? [];
     if (name === undefined) return undefined;
     if (!GATE_NAME.test(name)) return openAiError(400, `Not a gate name: ${name}`);
-    if (open ? request.method !== 'POST' : request.method !== 'GET') return openAiError(405, `${request.method} is not served here`);
+    if (open ? request.method !== 'POST' : request.method !== 'GET')
+      return openAiError(405, `${request.method} is not served here`);
     return jsonResponse(200, open ? this.openGate(name) : this.gateState(name));
   }
 
@@ -391,7 +392,8 @@ export class FakeUpstream {
   async waitForIdle(timeoutMs = 2000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     while (this.#inFlight > 0) {
-      if (Date.now() > deadline) throw new Error(`fake upstream: ${this.#inFlight} request(s) still in flight after ${timeoutMs} ms`);
+      if (Date.now() > deadline)
+        throw new Error(`fake upstream: ${this.#inFlight} request(s) still in flight after ${timeoutMs} ms`);
       await sleep(5);
     }
   }
@@ -453,7 +455,8 @@ export class FakeUpstream {
         : openAiError(404, `Invalid URL (${request.method} ${url.pathname})`);
     }
     const azure = target.flavour === 'azure';
-    if (target.deployment !== undefined && !url.searchParams.has('api-version')) return jsonResponse(404, AZURE_NOT_FOUND);
+    if (target.deployment !== undefined && !url.searchParams.has('api-version'))
+      return jsonResponse(404, AZURE_NOT_FOUND);
 
     if (this.#apiKey !== undefined) {
       const bearer = /^Bearer\s+(.+)$/i.exec(request.headers.get('authorization') ?? '')?.[1]?.trim();
@@ -476,18 +479,25 @@ export class FakeUpstream {
     const body = parsed;
     record.body = body;
     record.stream = body.stream === true;
-    if (body.model === undefined && target.deployment === undefined) return openAiError(400, 'you must provide a model parameter');
+    if (body.model === undefined && target.deployment === undefined)
+      return openAiError(400, 'you must provide a model parameter');
     if (target.operation === 'embeddings') return embeddingsAnswer(body);
-    if (!Array.isArray(body.messages)) return openAiError(400, "Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
+    if (!Array.isArray(body.messages))
+      return openAiError(400, "Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
     if (body.messages.length === 0) return openAiError(400, "[] is too short - 'messages'", 'messages');
     // The gateway always streams: a request that does not is not one this fake needs to answer.
-    if (body.stream !== true) return openAiError(400, 'The fake upstream answers streamed requests only (`"stream": true`).', 'stream');
+    if (body.stream !== true)
+      return openAiError(400, 'The fake upstream answers streamed requests only (`"stream": true`).', 'stream');
     const messages: unknown[] = body.messages;
     // Real validations a gateway can trip over: OpenAI refuses these, so the fake must too.
     const hasTools = Array.isArray(body.tools) && body.tools.length > 0;
     for (const param of ['tool_choice', 'parallel_tool_calls']) {
       if (body[param] != null && !hasTools) {
-        return openAiError(400, `Invalid value for '${param}': '${param}' is only allowed when 'tools' are specified.`, param);
+        return openAiError(
+          400,
+          `Invalid value for '${param}': '${param}' is only allowed when 'tools' are specified.`,
+          param,
+        );
       }
     }
     const toolMessageError = checkToolMessages(messages);
@@ -513,7 +523,8 @@ export class FakeUpstream {
       const search = record.scenarioSource === 'builtin' ? turn.userText.replace(DIRECTIVE_LINES, '').trim() : '';
       toolCalls = resolveToolCalls(scenario, body, turn.toolOutputs.length > 0, search);
     } catch (error) {
-      if (error instanceof FakeRequestError) return openAiError(400, error.message, 'messages', 'invalid_fake_directive');
+      if (error instanceof FakeRequestError)
+        return openAiError(400, error.message, 'messages', 'invalid_fake_directive');
       throw error;
     }
 
@@ -537,18 +548,32 @@ export class FakeUpstream {
         const compressed = await gzipBomb(scenario.gzip_error_bytes);
         return new Response(compressed, {
           status,
-          headers: { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': String(compressed.length), ...headers },
+          headers: {
+            'content-type': 'application/json',
+            'content-encoding': 'gzip',
+            'content-length': String(compressed.length),
+            ...headers,
+          },
         });
       }
       const model = str(body.model) || target.deployment || 'gpt-4o';
       const apiVersion = url.searchParams.get('api-version') ?? 'v1';
-      return jsonResponse(status, scenario.error ?? defaultErrorBody(status, azure, model, scenario.retry_after ?? 1, apiVersion), headers);
+      return jsonResponse(
+        status,
+        scenario.error ?? defaultErrorBody(status, azure, model, scenario.retry_after ?? 1, apiVersion),
+        headers,
+      );
     }
 
     const plan = makePlan(scenario, body, messages, toolCalls, target);
-    const frames = (signal: AbortSignal) => (scenario.one_write ? inOneWrite(sseFrames(plan, signal)) : sseFrames(plan, signal));
+    const frames = (signal: AbortSignal) =>
+      scenario.one_write ? inOneWrite(sseFrames(plan, signal)) : sseFrames(plan, signal);
     const sse = bodyStream(frames, finish, request.signal, this.#openBodies);
-    return streamedResponse(sse, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...extraHeaders });
+    return streamedResponse(sse, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      ...extraHeaders,
+    });
   }
 }
 
@@ -580,7 +605,12 @@ export function embeddingsAnswer(body: Record<string, unknown>): Response {
   if (failing) return openAiError(Number(failing), `The fake embeddings upstream was told to fail with ${failing}.`);
   const data = input.map((text, index) => ({ object: 'embedding', index, embedding: fakeEmbedding(text, dimensions) }));
   const tokens = input.reduce((sum, text) => sum + countTokens(text), 0);
-  return jsonResponse(200, { object: 'list', data, model: str(body.model) || 'fake-embeddings', usage: { prompt_tokens: tokens, total_tokens: tokens } });
+  return jsonResponse(200, {
+    object: 'list',
+    data,
+    model: str(body.model) || 'fake-embeddings',
+    usage: { prompt_tokens: tokens, total_tokens: tokens },
+  });
 }
 
 /** The fake's vector for `text` (see embeddingsAnswer): exported so tests can compute expected scores. */
@@ -638,7 +668,9 @@ export function parseDirective(text: string): FakeScenario[] | undefined {
   try {
     value = JSON.parse(json);
   } catch (error) {
-    throw new FakeRequestError(`fake upstream: the #fake directive is not valid JSON (${(error as Error).message}): ${json}`);
+    throw new FakeRequestError(
+      `fake upstream: the #fake directive is not valid JSON (${(error as Error).message}): ${json}`,
+    );
   }
   const steps = Array.isArray(value) ? value : [value];
   return steps.map((step, i) => {
@@ -685,7 +717,8 @@ function checkToolMessages(messages: readonly unknown[]): { message: string; par
     if (m.role === 'tool') {
       if (!pending.delete(str(m.tool_call_id))) {
         return {
-          message: "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
+          message:
+            "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
           param: `messages.[${i}].role`,
         };
       }
@@ -711,7 +744,8 @@ function messageText(message: unknown): string {
 }
 
 const TOOL_CALL_FIELDS = new Set(['name', 'arguments', 'id']);
-type FieldKind = 'text' | 'flag' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'queries' | 'gate' | 'any';
+type FieldKind =
+  'text' | 'flag' | 'count' | 'duration' | 'status' | 'record' | 'tool_calls' | 'queries' | 'gate' | 'any';
 // A Record over the keys makes the compiler insist that every scenario field is validated.
 const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   reply: 'text',
@@ -751,7 +785,8 @@ function validateScenario(value: unknown, where: string): FakeScenario {
   if (!isRecord(value)) throw new Error(`${where}: a scenario must be a JSON object, got ${JSON.stringify(value)}`);
   for (const [key, field] of Object.entries(value)) {
     const kind = (SCENARIO_FIELDS as Record<string, FieldKind | undefined>)[key];
-    if (kind === undefined) throw new Error(`${where}: unknown scenario field '${key}' (known: ${Object.keys(SCENARIO_FIELDS).join(', ')})`);
+    if (kind === undefined)
+      throw new Error(`${where}: unknown scenario field '${key}' (known: ${Object.keys(SCENARIO_FIELDS).join(', ')})`);
     const ok =
       kind === 'any' ||
       (kind === 'text' && typeof field === 'string') ||
@@ -769,13 +804,20 @@ function validateScenario(value: unknown, where: string): FakeScenario {
 }
 
 function isQueriesSpec(field: unknown): boolean {
-  return isRecord(field) && Object.keys(field).every((k) => k === 'count' || k === 'bytes') && [field.count, field.bytes].every((n) => Number.isInteger(n) && n >= 0);
+  return (
+    isRecord(field) &&
+    Object.keys(field).every((k) => k === 'count' || k === 'bytes') &&
+    [field.count, field.bytes].every((n) => Number.isInteger(n) && n >= 0)
+  );
 }
 
 function isToolCallsSpec(field: unknown): boolean {
   if (typeof field === 'boolean') return true;
   if (Number.isInteger(field)) return (field as number) >= 0;
-  return Array.isArray(field) && field.every((call) => isRecord(call) && Object.keys(call).every((k) => TOOL_CALL_FIELDS.has(k)));
+  return (
+    Array.isArray(field) &&
+    field.every((call) => isRecord(call) && Object.keys(call).every((k) => TOOL_CALL_FIELDS.has(k)))
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -802,7 +844,13 @@ interface Plan {
   promptTokens: number;
 }
 
-function makePlan(scenario: FakeScenario, body: Record<string, unknown>, messages: unknown[], toolCalls: ToolCallPlan[], target: Target): Plan {
+function makePlan(
+  scenario: FakeScenario,
+  body: Record<string, unknown>,
+  messages: unknown[],
+  toolCalls: ToolCallPlan[],
+  target: Target,
+): Plan {
   const streamOptions = isRecord(body.stream_options) ? body.stream_options : {};
   const limit = [body.max_completion_tokens, body.max_tokens].find((v): v is number => typeof v === 'number');
   let content: () => Iterable<string>;
@@ -829,7 +877,12 @@ function makePlan(scenario: FakeScenario, body: Record<string, unknown>, message
   };
 }
 
-function replyText(scenario: FakeScenario, body: Record<string, unknown>, messages: unknown[], callsTools: boolean): string {
+function replyText(
+  scenario: FakeScenario,
+  body: Record<string, unknown>,
+  messages: unknown[],
+  callsTools: boolean,
+): string {
   if (scenario.echo_messages) return JSON.stringify(messages);
   if (scenario.reply !== undefined) return scenario.reply;
   if (callsTools) return '';
@@ -850,7 +903,12 @@ function replyText(scenario: FakeScenario, body: Record<string, unknown>, messag
  * `file_search` (the gateway's, for a run with the file_search tool), it calls that with
  * `{"queries":[search]}`, once a turn, unless `tool_choice` is "none".
  */
-function resolveToolCalls(scenario: FakeScenario, body: Record<string, unknown>, outputsSubmitted: boolean, search = ''): ToolCallPlan[] {
+function resolveToolCalls(
+  scenario: FakeScenario,
+  body: Record<string, unknown>,
+  outputsSubmitted: boolean,
+  search = '',
+): ToolCallPlan[] {
   const tools = (Array.isArray(body.tools) ? body.tools : [])
     .filter((t): t is Record<string, unknown> => isRecord(t) && t.type === 'function' && isRecord(t.function))
     .map((t) => t.function as Record<string, unknown>);
@@ -860,8 +918,10 @@ function resolveToolCalls(scenario: FakeScenario, body: Record<string, unknown>,
     const choice = body.tool_choice;
     if (outputsSubmitted || scenario.reply !== undefined || tools.length === 0) return [];
     if (choice === 'required') calls = [{}];
-    else if (isRecord(choice) && isRecord(choice.function) && typeof choice.function.name === 'string') calls = [{ name: choice.function.name }];
-    else if (search !== '' && choice !== 'none' && tools.some((tool) => tool.name === FILE_SEARCH)) calls = [{ name: FILE_SEARCH, arguments: { queries: [search] } }];
+    else if (isRecord(choice) && isRecord(choice.function) && typeof choice.function.name === 'string')
+      calls = [{ name: choice.function.name }];
+    else if (search !== '' && choice !== 'none' && tools.some((tool) => tool.name === FILE_SEARCH))
+      calls = [{ name: FILE_SEARCH, arguments: { queries: [search] } }];
     else return [];
   } else if (spec === true) {
     calls = [{}];
@@ -872,7 +932,10 @@ function resolveToolCalls(scenario: FakeScenario, body: Record<string, unknown>,
   }
   return calls.map((call, i) => {
     const name = call.name ?? str(tools[i % Math.max(1, tools.length)]?.name);
-    if (!name) throw new FakeRequestError('fake upstream: the scenario asks for a tool call without a name, but the request has no function tools');
+    if (!name)
+      throw new FakeRequestError(
+        'fake upstream: the scenario asks for a tool call without a name, but the request has no function tools',
+      );
     const tool = tools.find((t) => t.name === name);
     const args =
       typeof call.arguments === 'string'
@@ -908,7 +971,9 @@ function exampleFromSchema(schema: unknown, depth = 0): unknown {
     }
     default: {
       const properties = isRecord(schema.properties) ? schema.properties : {};
-      const keys = Array.isArray(schema.required) ? schema.required.filter((k): k is string => typeof k === 'string') : Object.keys(properties);
+      const keys = Array.isArray(schema.required)
+        ? schema.required.filter((k): k is string => typeof k === 'string')
+        : Object.keys(properties);
       return Object.fromEntries(keys.map((key) => [key, exampleFromSchema(properties[key], depth + 1)]));
     }
   }
@@ -936,7 +1001,8 @@ const FILLER = 'lorem ipsum dolor sit amet consectetur adipiscing elit sed do ei
  */
 function* generatedText(total: number, size: number): Generator<string> {
   const template = `${FILLER.repeat(Math.ceil(size / FILLER.length) + 1).slice(0, size - 1)} `.slice(-size);
-  for (let sent = 0; sent < total; sent += size) yield total - sent >= size ? template : template.slice(0, total - sent);
+  for (let sent = 0; sent < total; sent += size)
+    yield total - sent >= size ? template : template.slice(0, total - sent);
 }
 
 /** `{"queries":[…]}` of `count` generated queries of `bytes` bytes, in fragments of at most `size`. */
@@ -1066,7 +1132,12 @@ function usageOf(plan: Plan, completion: number): Record<string, unknown> {
     completion_tokens: completed,
     total_tokens: override.total_tokens ?? sum,
     prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
-    completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+    completion_tokens_details: {
+      reasoning_tokens: 0,
+      audio_tokens: 0,
+      accepted_prediction_tokens: 0,
+      rejected_prediction_tokens: 0,
+    },
   };
 }
 
@@ -1095,7 +1166,11 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
   });
   // A hostile index replaces every call's position; null leaves it out.
   const indexOf = (index: number): Record<string, unknown> =>
-    'tool_call_index' in plan.scenario ? (plan.scenario.tool_call_index === null ? {} : { index: plan.scenario.tool_call_index }) : { index };
+    'tool_call_index' in plan.scenario
+      ? plan.scenario.tool_call_index === null
+        ? {}
+        : { index: plan.scenario.tool_call_index }
+      : { index };
   const header = (index: number, call: ToolCallPlan): Record<string, unknown> => ({
     ...indexOf(index),
     id: call.id,
@@ -1118,11 +1193,17 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
     }
     if (delta.type === 'content') yield chunk({ content: delta.text });
     else if (delta.type === 'tool_header') yield chunk({ tool_calls: [header(delta.index, delta.call)] });
-    else if (delta.type === 'tool_args') yield chunk({ tool_calls: [{ ...indexOf(delta.index), function: { arguments: delta.text } }] });
+    else if (delta.type === 'tool_args')
+      yield chunk({ tool_calls: [{ ...indexOf(delta.index), function: { arguments: delta.text } }] });
     else yield chunk({}, delta.reason);
   }
   if (plan.includeUsage) {
-    yield { ...base, choices: [], usage: usageOf(plan, meter.tokens), ...(plan.obfuscate ? { obfuscation: randomId(8) } : {}) };
+    yield {
+      ...base,
+      choices: [],
+      usage: usageOf(plan, meter.tokens),
+      ...(plan.obfuscate ? { obfuscation: randomId(8) } : {}),
+    };
   }
 }
 
@@ -1155,7 +1236,8 @@ async function* sseFrames(plan: Plan, signal: AbortSignal): AsyncGenerator<Piece
   const payloads = chunkPayloads(plan);
   for (let sent = 0; ; sent += 1) {
     const next = payloads.next();
-    const firesNow = (n: number | undefined): boolean => n !== undefined && (n === sent || (next.done === true && n > sent));
+    const firesNow = (n: number | undefined): boolean =>
+      n !== undefined && (n === sent || (next.done === true && n > sent));
     if (firesNow(s.malformed_after_chunks)) yield 'data: {not json\n\n';
     if (firesNow(s.stall_after_chunks)) return yield STALL;
     if (firesNow(s.cut_after_chunks)) return yield CUT;
@@ -1260,7 +1342,11 @@ function streamedResponse(body: ReadableStream<Uint8Array>, headers: Record<stri
 function textResponse(status: number, text: string, headers: Record<string, string>): Response {
   return new Response(text, {
     status,
-    headers: { 'x-request-id': `req_${randomId(32)}`, 'content-length': String(new TextEncoder().encode(text).length), ...headers },
+    headers: {
+      'x-request-id': `req_${randomId(32)}`,
+      'content-length': String(new TextEncoder().encode(text).length),
+      ...headers,
+    },
   });
 }
 
@@ -1268,7 +1354,12 @@ function jsonResponse(status: number, body: unknown, headers: Record<string, str
   return textResponse(status, JSON.stringify(body), { 'content-type': 'application/json', ...headers });
 }
 
-function openAiError(status: number, message: string, param: string | null = null, code: string | null = null): Response {
+function openAiError(
+  status: number,
+  message: string,
+  param: string | null = null,
+  code: string | null = null,
+): Response {
   return jsonResponse(status, { error: { message, type: 'invalid_request_error', param, code } });
 }
 
@@ -1277,7 +1368,12 @@ function openAiError(status: number, message: string, param: string | null = nul
 
 const SYSTEM_FINGERPRINT = 'fp_fake0001';
 const SERVER_ERROR = {
-  error: { message: 'The server had an error while processing your request. Sorry about that!', type: 'server_error', param: null, code: null },
+  error: {
+    message: 'The server had an error while processing your request. Sorry about that!',
+    type: 'server_error',
+    param: null,
+    code: null,
+  },
 };
 const BAD_JSON_MESSAGE =
   "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you have trouble figuring out how to fix this, please contact us through our help center at help.openai.com.)";
@@ -1308,7 +1404,13 @@ const AZURE_PROMPT_FILTER_CHUNK = {
   prompt_filter_results: [{ prompt_index: 0, content_filter_results: FILTER_RESULTS }],
 };
 
-function defaultErrorBody(status: number, azure: boolean, model: string, retryAfter: number, apiVersion: string): unknown {
+function defaultErrorBody(
+  status: number,
+  azure: boolean,
+  model: string,
+  retryAfter: number,
+  apiVersion: string,
+): unknown {
   if (status === 429) {
     if (azure) {
       return {
@@ -1323,13 +1425,28 @@ function defaultErrorBody(status: number, azure: boolean, model: string, retryAf
   }
   if (status === 500) return SERVER_ERROR;
   if (status === 503) {
-    return { error: { message: 'The engine is currently overloaded, please try again later.', type: 'server_error', param: null, code: null } };
+    return {
+      error: {
+        message: 'The engine is currently overloaded, please try again later.',
+        type: 'server_error',
+        param: null,
+        code: null,
+      },
+    };
   }
   if (status === 404) {
-    return { error: { message: `The model \`${model}\` does not exist or you do not have access to it.`, type: 'invalid_request_error', param: null, code: 'model_not_found' } };
+    return {
+      error: {
+        message: `The model \`${model}\` does not exist or you do not have access to it.`,
+        type: 'invalid_request_error',
+        param: null,
+        code: 'model_not_found',
+      },
+    };
   }
   if (status === 401) {
-    const message = 'Incorrect API key provided: sk-fake***. You can find your API key at https://platform.openai.com/account/api-keys.';
+    const message =
+      'Incorrect API key provided: sk-fake***. You can find your API key at https://platform.openai.com/account/api-keys.';
     return { error: { message, type: 'invalid_request_error', param: null, code: 'invalid_api_key' } };
   }
   const type = status >= 500 ? 'server_error' : 'invalid_request_error';
@@ -1478,7 +1595,8 @@ async function serveNode(fake: FakeUpstream, req: IncomingMessage, res: ServerRe
       if (reading && !(await sleep(((chunk as Buffer).length * 1000) / reading.bytesPerSecond, gone.signal))) return;
     }
     const headers = new Headers();
-    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) headers.append(defined(req.rawHeaders[i]), defined(req.rawHeaders[i + 1]));
+    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2)
+      headers.append(defined(req.rawHeaders[i]), defined(req.rawHeaders[i + 1]));
     const method = req.method ?? 'GET';
     const request = new Request(new URL(reading?.url ?? req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`), {
       method,
@@ -1533,7 +1651,16 @@ async function serveNode(fake: FakeUpstream, req: IncomingMessage, res: ServerRe
   } catch (error) {
     if (!res.headersSent) {
       res.writeHead(500, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ error: { message: `fake upstream failed: ${String(error)}`, type: 'fake_upstream_bug', param: null, code: null } }));
+      res.end(
+        JSON.stringify({
+          error: {
+            message: `fake upstream failed: ${String(error)}`,
+            type: 'fake_upstream_bug',
+            param: null,
+            code: null,
+          },
+        }),
+      );
     } else {
       res.destroy();
     }
@@ -1571,7 +1698,12 @@ async function runAsScript(): Promise<void> {
   const port = Number(flag('--port') ?? 0);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port: not a port: ${flag('--port')}`);
   const apiKey = flag('--api-key');
-  const fake = await startFakeUpstream({ port, host: flag('--host') ?? '127.0.0.1', record: false, ...(apiKey ? { apiKey } : {}) });
+  const fake = await startFakeUpstream({
+    port,
+    host: flag('--host') ?? '127.0.0.1',
+    record: false,
+    ...(apiKey ? { apiKey } : {}),
+  });
   process.stdout.write(`${fake.url}\n`);
   // Started with an IPC channel (a test running the fake in a process of its own): answers how
   // many of its exchanges are still open.

@@ -31,7 +31,8 @@ export async function storeFile(
 }
 
 /** A fixture of test/fixtures, as bytes. */
-export const fixture = (name: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../fixtures/${name}`, import.meta.url)));
+export const fixture = (name: string): Uint8Array =>
+  new Uint8Array(readFileSync(new URL(`../fixtures/${name}`, import.meta.url)));
 
 const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
 

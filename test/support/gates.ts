@@ -31,7 +31,8 @@ export function remoteGate(url: string, name: string) {
   const call = async (method: 'GET' | 'POST', to: string): Promise<GateState> => {
     const response = await fetch(to, { method });
     const state: unknown = await response.json().catch(() => undefined);
-    if (!response.ok || !isGateState(state)) throw new Error(`fake upstream: ${method} ${to} answered ${response.status}: ${JSON.stringify(state)}`);
+    if (!response.ok || !isGateState(state))
+      throw new Error(`fake upstream: ${method} ${to} answered ${response.status}: ${JSON.stringify(state)}`);
     return state;
   };
   return { name, open: () => call('POST', `${path}/open`), state: () => call('GET', path) };
@@ -40,5 +41,10 @@ export function remoteGate(url: string, name: string) {
 function isGateState(value: unknown): value is GateState {
   if (typeof value !== 'object' || value === null) return false;
   const state: Partial<Record<keyof GateState, unknown>> = value;
-  return typeof state.name === 'string' && typeof state.open === 'boolean' && Number.isInteger(state.waiting) && Number.isInteger(state.passed);
+  return (
+    typeof state.name === 'string' &&
+    typeof state.open === 'boolean' &&
+    Number.isInteger(state.waiting) &&
+    Number.isInteger(state.passed)
+  );
 }

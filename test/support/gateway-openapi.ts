@@ -17,7 +17,10 @@ import { DOCUMENT_PATH } from '../../src/http/openapi/generate';
  */
 
 type Document = {
-  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema?: object }> }> }>>;
+  paths: Record<
+    string,
+    Record<string, { responses: Record<string, { content?: Record<string, { schema?: object }> }> }>
+  >;
 };
 
 const DOCUMENT_ID = 'gateway-openapi.json';
@@ -40,13 +43,20 @@ export function documentPath(path: string): string | undefined {
  * What the document declares that `method path` answers with `status` (`default` when it names no
  * such status), as a JSON pointer into it; undefined for an operation it does not have.
  */
-export function declaredAnswer(method: string, path: string, status: number): { pointer: string; declared: boolean } | undefined {
+export function declaredAnswer(
+  method: string,
+  path: string,
+  status: number,
+): { pointer: string; declared: boolean } | undefined {
   const template = documentPath(path);
   const operation = template === undefined ? undefined : document.paths[template]?.[method.toLowerCase()];
   if (!operation || template === undefined) return undefined;
   const declared = String(status) in operation.responses;
   const escaped = template.replace(/~/g, '~0').replace(/\//g, '~1');
-  return { pointer: `#/paths/${escaped}/${method.toLowerCase()}/responses/${declared ? status : 'default'}/content/application~1json/schema`, declared };
+  return {
+    pointer: `#/paths/${escaped}/${method.toLowerCase()}/responses/${declared ? status : 'default'}/content/application~1json/schema`,
+    declared,
+  };
 }
 
 /** Why `value` is not the document's component schema `name` (RunObject, say), one failure a line. */
@@ -71,7 +81,9 @@ function failures(ref: string, value: unknown): string[] {
   const validate = ajv.getSchema(ref);
   if (!validate) return [`the document has no schema at ${ref}`];
   if (validate(value)) return [];
-  return (validate.errors ?? []).map((error: ErrorObject) => `${error.instancePath || '(root)'} ${error.message ?? ''} ${JSON.stringify(error.params)}`);
+  return (validate.errors ?? []).map(
+    (error: ErrorObject) => `${error.instancePath || '(root)'} ${error.message ?? ''} ${JSON.stringify(error.params)}`,
+  );
 }
 
 /** Why `body` is not what the document declares for `method path` and `status`, one failure a line; [] when it is. */

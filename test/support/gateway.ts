@@ -217,7 +217,11 @@ export function apiRoutes(app: Pick<App, 'routes'>): { method: string; path: str
 
 /** `gateway` served over real HTTP as `npm start` serves it (runtime/node/server.ts), on a free loopback port. */
 export async function serveOverHttp(gateway: TestGateway): Promise<{ url: string; close(): Promise<void> }> {
-  const { server, url } = await listen((request) => gateway.app.request(request), { ...gateway.deps.config, HOST: '127.0.0.1', PORT: 0 });
+  const { server, url } = await listen((request) => gateway.app.request(request), {
+    ...gateway.deps.config,
+    HOST: '127.0.0.1',
+    PORT: 0,
+  });
   const close = () =>
     new Promise<void>((resolve) => {
       server.close(() => resolve());
@@ -231,7 +235,9 @@ export async function serveOverHttp(gateway: TestGateway): Promise<{ url: string
  * a tenant whose default virtual key names that provider (http://fake.test/v1), and the official
  * SDK with the tenant's workspace key.
  */
-export async function gatewayWithDefaultKey(fetch: Deps['fetch']): Promise<{ gateway: TestGateway; tenant: Tenant; client: OpenAI }> {
+export async function gatewayWithDefaultKey(
+  fetch: Deps['fetch'],
+): Promise<{ gateway: TestGateway; tenant: Tenant; client: OpenAI }> {
   const gateway = await createTestGateway({ deps: { fetch } });
   const tenant = await gateway.tenant();
   await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });

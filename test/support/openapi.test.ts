@@ -24,17 +24,23 @@ const examples = readFileSync(new URL('../fixtures/openai-run-stream-example.txt
   .map((section) => parseEventStream(section.replace(/^#.*\n/gm, '')));
 const [liveCapture, documented, errorExample] = examples as [StreamEvent[], StreamEvent[], StreamEvent[]];
 
-const dataOf = (events: StreamEvent[], name: string): any => structuredClone(defined(events.find((event) => event.event === name)).data);
+const dataOf = (events: StreamEvent[], name: string): any =>
+  structuredClone(defined(events.find((event) => event.event === name)).data);
 const completedRun = () => dataOf(liveCapture, 'thread.run.completed');
 
 /** A list of failures without the values and schemas they show: what a test can compare. */
 const failuresOf = (events: StreamEvent[]) =>
-  new Set(events.flatMap(({ event, data }) => streamEventErrors(event, data)).map((line) => line.replace(/ \(got.*/, '')));
+  new Set(
+    events.flatMap(({ event, data }) => streamEventErrors(event, data)).map((line) => line.replace(/ \(got.*/, '')),
+  );
 
 describe('what OpenAI sends', () => {
   // Its run steps leave out two fields the reference requires (and the SDKs type, and the
   // gateway sends): `expired_at` and `metadata`.
-  const STEPS_WITHOUT = ["/data: must have required property 'expired_at'", "/data: must have required property 'metadata'"];
+  const STEPS_WITHOUT = [
+    "/data: must have required property 'expired_at'",
+    "/data: must have required property 'metadata'",
+  ];
 
   it('every event of the live capture validates, but for the two fields its run steps leave out', () => {
     expect(liveCapture.length).toBeGreaterThan(10);
@@ -48,9 +54,13 @@ describe('what OpenAI sends', () => {
   });
 
   it('each undocumented field that is let through is one the live API was captured sending', () => {
-    const objects: Record<string, string> = { RunObject: 'thread.run.completed', RunStepObject: 'thread.run.step.completed' };
+    const objects: Record<string, string> = {
+      RunObject: 'thread.run.completed',
+      RunStepObject: 'thread.run.step.completed',
+    };
     for (const [component, fields] of Object.entries(fieldsOpenAiSendsUndocumented)) {
-      for (const field of Object.keys(fields)) expect(dataOf(liveCapture, defined(objects[component]))).toHaveProperty(field);
+      for (const field of Object.keys(fields))
+        expect(dataOf(liveCapture, defined(objects[component]))).toHaveProperty(field);
     }
   });
 });
@@ -58,7 +68,9 @@ describe('what OpenAI sends', () => {
 describe('strictness', () => {
   it('refuses a missing required field, naming it', () => {
     const { usage: _, ...run } = completedRun();
-    expect(componentErrors('RunObject', run)).toEqual([expect.stringMatching(/^\/: must have required property 'usage'/)]);
+    expect(componentErrors('RunObject', run)).toEqual([
+      expect.stringMatching(/^\/: must have required property 'usage'/),
+    ]);
   });
 
   it('refuses a property OpenAI does not document, naming it', () => {
@@ -68,7 +80,9 @@ describe('strictness', () => {
     // Inside nested objects too.
     const run = completedRun();
     run.usage.cached_tokens = 3;
-    expect(componentErrors('RunObject', run)).toEqual([expect.stringMatching(/^\/usage: has the undocumented property 'cached_tokens'/)]);
+    expect(componentErrors('RunObject', run)).toEqual([
+      expect.stringMatching(/^\/usage: has the undocumented property 'cached_tokens'/),
+    ]);
   });
 
   it('keeps open what the reference leaves open: metadata, a function tool’s parameters', () => {
@@ -87,7 +101,13 @@ describe('strictness', () => {
   it('points into lists and nested objects', () => {
     const message = dataOf(liveCapture, 'thread.message.completed');
     message.content[0].text.value = 7;
-    const errors = componentErrors('ListMessagesResponse', { object: 'list', data: [message], first_id: message.id, last_id: message.id, has_more: false });
+    const errors = componentErrors('ListMessagesResponse', {
+      object: 'list',
+      data: [message],
+      first_id: message.id,
+      last_id: message.id,
+      has_more: false,
+    });
     expect(errors.some((line) => line.startsWith('/data/0/content/0/text/value: must be string (got 7'))).toBe(true);
   });
 });
@@ -95,17 +115,27 @@ describe('strictness', () => {
 describe("OpenAPI 3.0's nullable", () => {
   it('admits null where the reference marks a field nullable, however it writes it', () => {
     // `type: object` + nullable; `$ref` + nullable; `allOf: [$ref, {nullable: true}]`.
-    const run = { ...completedRun(), required_action: null, response_format: null, truncation_strategy: null, tool_choice: null };
+    const run = {
+      ...completedRun(),
+      required_action: null,
+      response_format: null,
+      truncation_strategy: null,
+      tool_choice: null,
+    };
     expect(componentErrors('RunObject', run)).toEqual([]);
   });
 
   it('still checks the value when it is not null', () => {
     const errors = componentErrors('RunObject', { ...completedRun(), truncation_strategy: { type: 'everything' } });
-    expect(errors.some((line) => line.startsWith('/truncation_strategy/type: must be one of ["auto","last_messages"]'))).toBe(true);
+    expect(
+      errors.some((line) => line.startsWith('/truncation_strategy/type: must be one of ["auto","last_messages"]')),
+    ).toBe(true);
   });
 
   it('refuses null where the reference does not allow it', () => {
-    expect(componentErrors('RunObject', { ...completedRun(), model: null })).toEqual([expect.stringMatching(/^\/model: must be string \(got null/)]);
+    expect(componentErrors('RunObject', { ...completedRun(), model: null })).toEqual([
+      expect.stringMatching(/^\/model: must be string \(got null/),
+    ]);
   });
 });
 
@@ -136,7 +166,9 @@ describe('stream events', () => {
   });
 
   it('refuses an event the reference does not have', () => {
-    expect(streamEventErrors('thread.run.progress', {})).toEqual([expect.stringMatching(/^event 'thread.run.progress' is not an AssistantStreamEvent/)]);
+    expect(streamEventErrors('thread.run.progress', {})).toEqual([
+      expect.stringMatching(/^event 'thread.run.progress' is not an AssistantStreamEvent/),
+    ]);
   });
 
   it("reads the error event's data as the SDKs do, an ErrorResponse, not the reference's bare Error", () => {

@@ -66,7 +66,9 @@ for (const document of documents) {
  * is typed as the description types the same field elsewhere.
  */
 export const fieldsOpenAiSendsUndocumented: Readonly<Record<string, Record<string, Schema>>> = {
-  RunObject: { tool_resources: defined((defined(components.AssistantObject).properties as Record<string, Schema>).tool_resources) },
+  RunObject: {
+    tool_resources: defined((defined(components.AssistantObject).properties as Record<string, Schema>).tool_resources),
+  },
   RunStepObject: { expires_at: { anyOf: [{ type: 'integer', format: 'unixtime' }, { type: 'null' }] } },
 };
 for (const [name, fields] of Object.entries(fieldsOpenAiSendsUndocumented)) {
@@ -96,7 +98,10 @@ ajv.addVocabulary(ANNOTATIONS);
 ajv.addFormat('unixtime', { type: 'number', validate: (value: number) => Number.isInteger(value) && value >= 0 });
 ajv.addFormat('int64', { type: 'number', validate: (value: number) => Number.isSafeInteger(value) });
 ajv.addFormat('binary', true);
-ajv.addSchema({ $id: SCHEMA_ID, $defs: Object.fromEntries(Object.entries(components).map(([name, schema]) => [name, toJsonSchema(schema, name)])) });
+ajv.addSchema({
+  $id: SCHEMA_ID,
+  $defs: Object.fromEntries(Object.entries(components).map(([name, schema]) => [name, toJsonSchema(schema, name)])),
+});
 
 /** OpenAPI's schema dialect into draft 2019-09, as the header comment says. */
 function toJsonSchema(node: unknown, at: string): unknown {
@@ -160,7 +165,8 @@ export const componentNames: readonly string[] = Object.keys(components).sort();
  * per failure, `/path/in/value: what is wrong (the value there)`; empty when it is one.
  */
 export function componentErrors(name: string, value: unknown): string[] {
-  if (!(name in components)) throw new Error(`openapi.ts: no component named ${name}; known: ${componentNames.join(', ')}`);
+  if (!(name in components))
+    throw new Error(`openapi.ts: no component named ${name}; known: ${componentNames.join(', ')}`);
   return errorsOf(validator(`#/$defs/${name}`), value);
 }
 
@@ -173,7 +179,9 @@ function errorsOf(validate: ValidateFunction, value: unknown): string[] {
   const shown = errors.filter(
     (error) =>
       !isBranchNoise(error) ||
-      !precise.some((other) => other.instancePath === error.instancePath || other.instancePath.startsWith(`${error.instancePath}/`)),
+      !precise.some(
+        (other) => other.instancePath === error.instancePath || other.instancePath.startsWith(`${error.instancePath}/`),
+      ),
   );
   return [...new Set(shown.map((error) => explain(error, value)))];
 }
@@ -187,8 +195,10 @@ function explain(error: ErrorObject, root: unknown): string {
   const path = error.instancePath || '/';
   const params = error.params as Record<string, unknown>;
   let detail = error.message ?? error.keyword;
-  if (error.keyword === 'unevaluatedProperties') detail = `has the undocumented property '${String(params.unevaluatedProperty)}'`;
-  if (error.keyword === 'additionalProperties') detail = `has the undocumented property '${String(params.additionalProperty)}'`;
+  if (error.keyword === 'unevaluatedProperties')
+    detail = `has the undocumented property '${String(params.unevaluatedProperty)}'`;
+  if (error.keyword === 'additionalProperties')
+    detail = `has the undocumented property '${String(params.additionalProperty)}'`;
   if (error.keyword === 'enum') detail = `must be one of ${JSON.stringify(params.allowedValues)}`;
   return `${path}: ${detail} (got ${preview(at(root, error.instancePath))}; schema ${error.schemaPath.replace(/^.*#\/\$defs\//, '')})`;
 }
@@ -219,9 +229,11 @@ export function responseComponent(operationId: string, status = '200'): string {
       for (const operation of Object.values(operations)) {
         if (operation.operationId !== operationId) continue;
         let answer = operation.responses?.[status];
-        if (answer?.$ref?.startsWith(RESPONSE_REF)) answer = document.components.responses?.[answer.$ref.slice(RESPONSE_REF.length)];
+        if (answer?.$ref?.startsWith(RESPONSE_REF))
+          answer = document.components.responses?.[answer.$ref.slice(RESPONSE_REF.length)];
         const ref = answer?.content?.['application/json']?.schema?.$ref;
-        if (!ref?.startsWith(COMPONENT_REF)) throw new Error(`openapi.ts: ${operationId} names no component for its ${status} answer`);
+        if (!ref?.startsWith(COMPONENT_REF))
+          throw new Error(`openapi.ts: ${operationId} names no component for its ${status} answer`);
         return ref.slice(COMPONENT_REF.length);
       }
     }
@@ -235,7 +247,8 @@ export function referenceOperations(): { method: string; path: string; operation
   for (const document of documents) {
     for (const [path, operations] of Object.entries(document.paths ?? {})) {
       for (const [method, operation] of Object.entries(operations)) {
-        if (operation.operationId) seen.set(operation.operationId, { method: method.toUpperCase(), path, operationId: operation.operationId });
+        if (operation.operationId)
+          seen.set(operation.operationId, { method: method.toUpperCase(), path, operationId: operation.operationId });
       }
     }
   }
@@ -259,7 +272,8 @@ const eventSchemas = (() => {
     const properties = schema.properties as Record<string, Schema> | undefined;
     const event = properties?.event?.enum;
     const data = properties?.data;
-    if (!Array.isArray(event) || event.length !== 1 || !data) throw new Error(`openapi.ts: ${pointer} is not a stream event`);
+    if (!Array.isArray(event) || event.length !== 1 || !data)
+      throw new Error(`openapi.ts: ${pointer} is not a stream event`);
     const ref = data.$ref;
     events.set(String(event[0]), {
       data: typeof ref === 'string' ? ref.slice(COMPONENT_REF.length) : JSON.stringify(data),
@@ -275,7 +289,9 @@ const eventSchemas = (() => {
  * component its `data` is (`RunObject`, `MessageDeltaObject`...), or the inline schema's JSON
  * when it names none (`done`: the string `[DONE]`).
  */
-export const streamEvents: ReadonlyMap<string, string> = new Map([...eventSchemas].map(([name, { data }]) => [name, data]));
+export const streamEvents: ReadonlyMap<string, string> = new Map(
+  [...eventSchemas].map(([name, { data }]) => [name, data]),
+);
 
 /**
  * Why an SSE event (its name and its parsed `data`; the raw text for `done`) is not one the
@@ -290,6 +306,7 @@ export const streamEvents: ReadonlyMap<string, string> = new Map([...eventSchema
 export function streamEventErrors(event: string, data: unknown): string[] {
   if (event === 'error') return componentErrors('ErrorResponse', data).map((line) => `data${line}`);
   const pointer = eventSchemas.get(event)?.pointer;
-  if (!pointer) return [`event '${event}' is not an AssistantStreamEvent (known: ${[...streamEvents.keys()].join(', ')})`];
+  if (!pointer)
+    return [`event '${event}' is not an AssistantStreamEvent (known: ${[...streamEvents.keys()].join(', ')})`];
   return errorsOf(validator(pointer), { event, data });
 }

@@ -50,9 +50,12 @@ export interface GatewayProcess {
  * the gateway as users start it.
  */
 const START = ((): string[] => {
-  const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
+  const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+    scripts: { start: string };
+  };
   const [program, ...args] = defined(scripts.start.split('&&').at(-1)).trim().split(/\s+/);
-  if (program !== 'node') throw new Error(`npm start ends with '${program}', not node: processes.ts cannot start it as it does`);
+  if (program !== 'node')
+    throw new Error(`npm start ends with '${program}', not node: processes.ts cannot start it as it does`);
   return [process.execPath, ...args];
 })();
 
@@ -64,7 +67,11 @@ export interface GatewayCommand {
 }
 
 /** Starts the gateway (dist/node.js) and resolves once it logs that it listens (PORT 0 picks a free port). */
-export function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_000, how: GatewayCommand = {}): Promise<GatewayProcess> {
+export function startGatewayProcess(
+  env: Record<string, string>,
+  timeoutMs = 20_000,
+  how: GatewayCommand = {},
+): Promise<GatewayProcess> {
   const [program, ...args] = how.command ?? START;
   const group = how.command !== undefined;
   const child = spawn(defined(program), args, {
@@ -254,7 +261,10 @@ export function chunkerProcessesOf(parent: number): number[] {
       try {
         const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
         // After the command's name (in parentheses, maybe with spaces): state, then the parent's pid.
-        return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === parent && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('chunker-process');
+        return (
+          Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === parent &&
+          readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('chunker-process')
+        );
       } catch {
         return false; // gone meanwhile
       }

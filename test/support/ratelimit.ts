@@ -14,7 +14,11 @@ export const POLICIES = '/v1/policies/rate-limits';
  * Creates a policy through the API with the tenant's workspace key; answers its id. By default,
  * 1 request a minute per workspace for every model: `body` says what differs.
  */
-export async function createPolicy(gateway: Pick<TestGateway, 'request'>, tenant: Tenant, body: Record<string, unknown>): Promise<string> {
+export async function createPolicy(
+  gateway: Pick<TestGateway, 'request'>,
+  tenant: Tenant,
+  body: Record<string, unknown>,
+): Promise<string> {
   const response = await gateway.request(POLICIES, {
     key: tenant.workspaceKey,
     body: {
@@ -67,7 +71,12 @@ export async function rowsOf(client: Client, workspaceId: string) {
     args: [workspaceId],
   });
   const row = defined(rows[0]);
-  return { threads: Number(row.threads), messages: Number(row.messages), runs: Number(row.runs), steps: Number(row.steps) };
+  return {
+    threads: Number(row.threads),
+    messages: Number(row.messages),
+    runs: Number(row.runs),
+    steps: Number(row.steps),
+  };
 }
 
 /** A 429 of a policy of `type`, in the envelope; answers the error. */

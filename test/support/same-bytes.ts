@@ -7,7 +7,8 @@ import { expect } from 'vitest';
  * the same bytes; anything else goes to vitest's own comparison, which also prints the diff.
  */
 function sameBytes(a: unknown, b: unknown): boolean | undefined {
-  if (!ArrayBuffer.isView(a) || !ArrayBuffer.isView(b) || a instanceof DataView || b instanceof DataView) return undefined;
+  if (!ArrayBuffer.isView(a) || !ArrayBuffer.isView(b) || a instanceof DataView || b instanceof DataView)
+    return undefined;
   if (Object.getPrototypeOf(a) !== Object.getPrototypeOf(b) || a.byteLength !== b.byteLength) return undefined;
   const left = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
   const right = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);

@@ -13,7 +13,10 @@ export interface Member {
   openai: OpenAI;
   assistantId: string;
   /** Plain HTTP with the tenant's workspace key. */
-  request(path: string, init?: { method?: string; body?: unknown; headers?: Record<string, string> }): Promise<Response>;
+  request(
+    path: string,
+    init?: { method?: string; body?: unknown; headers?: Record<string, string> },
+  ): Promise<Response>;
 }
 
 export const LOOKUP_TOOL = {
@@ -26,9 +29,17 @@ export async function member(gateway: TestGateway): Promise<Member> {
   const tenant = await gateway.tenant();
   const slug = await gateway.virtualKey(tenant, { base_url: 'http://fake.upstream.test/v1' });
   const openai = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey, 'x-gateway-virtual-key': slug });
-  const assistant = await openai.beta.assistants.create({ model: 'fake-model', instructions: 'Be brief.', tools: [LOOKUP_TOOL] });
+  const assistant = await openai.beta.assistants.create({
+    model: 'fake-model',
+    instructions: 'Be brief.',
+    tools: [LOOKUP_TOOL],
+  });
   const request: Member['request'] = (path, init = {}) =>
-    gateway.request(path, { ...init, key: tenant.workspaceKey, headers: { 'x-gateway-virtual-key': slug, ...init.headers } });
+    gateway.request(path, {
+      ...init,
+      key: tenant.workspaceKey,
+      headers: { 'x-gateway-virtual-key': slug, ...init.headers },
+    });
   return { tenant, openai, assistantId: assistant.id, request };
 }
 
@@ -43,7 +54,10 @@ export async function waitForRun(who: Member, threadId: string, runId: string, s
 }
 
 /** A run started with createAndRun (not streamed), its thread given one user message that says `scenario`. */
-export async function startRun(who: Member, scenario: FakeScenario | FakeScenario[]): Promise<{ threadId: string; runId: string }> {
+export async function startRun(
+  who: Member,
+  scenario: FakeScenario | FakeScenario[],
+): Promise<{ threadId: string; runId: string }> {
   const response = await who.request('/v1/threads/runs', {
     body: { assistant_id: who.assistantId, thread: fakeThread('Look it up', scenario) },
   });
@@ -56,6 +70,7 @@ export async function startRun(who: Member, scenario: FakeScenario | FakeScenari
 export async function heldThread(who: Member) {
   const started = await startRun(who, [{ tool_calls: 1 }, { reply: 'Done.' }]);
   const run = await waitForRun(who, started.threadId, started.runId, ['requires_action']);
-  if (run.status !== 'requires_action') throw new Error(`the run did not wait for tool outputs: ${JSON.stringify(run)}`);
+  if (run.status !== 'requires_action')
+    throw new Error(`the run did not wait for tool outputs: ${JSON.stringify(run)}`);
   return { ...started, toolCallId: run.required_action.submit_tool_outputs.tool_calls[0].id as string };
 }

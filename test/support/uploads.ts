@@ -24,8 +24,12 @@ export function uploadBody(bytes: number, options: { seed?: number; holdAt?: num
   const { seed = 0, holdAt = Infinity } = options;
   const boundary = `upload${Math.random().toString(36).slice(2)}`;
   const encoder = new TextEncoder();
-  const head = encoder.encode(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="upload.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`);
-  const tail = encoder.encode(`\r\n--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nassistants\r\n--${boundary}--\r\n`);
+  const head = encoder.encode(
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="upload.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`,
+  );
+  const tail = encoder.encode(
+    `\r\n--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nassistants\r\n--${boundary}--\r\n`,
+  );
   // The pattern repeats every 251 bytes: chunks are cut from one buffer at the right phase.
   const cycle = new Uint8Array(CHUNK + 251).map((_, i) => patternByte(i, seed));
   let produced = 0;

@@ -34,14 +34,23 @@ export const EMBEDDINGS_MODEL = 'text-embedding-3-small';
 /** The store test/support/workers-global-setup.ts writes for the workerd tests, of the gateway's default dimensions. */
 export const SEARCH_DIMENSIONS = 512;
 export const SEARCH_FILES: SeedFile[] = [
-  { filename: 'policies.md', chunks: ['Refunds are granted within 30 days of purchase.', 'Shipping takes five business days.'] },
+  {
+    filename: 'policies.md',
+    chunks: ['Refunds are granted within 30 days of purchase.', 'Shipping takes five business days.'],
+  },
   { filename: 'office.txt', chunks: ['Our office is in Paris, near the river.'] },
 ];
 
 /** The tenant needs a virtual key for EMBEDDINGS_MODEL (its default key, or one whose models match). */
 export async function seedStore(gateway: TestGateway, tenant: Tenant, seedFiles: SeedFile[]): Promise<SeededStore> {
   const texts = seedFiles.flatMap((file) => file.chunks);
-  const target = { workspaceId: tenant.workspace.id, apiKeyId: tenant.workspaceKeyId, virtualKeyId: null, model: EMBEDDINGS_MODEL, dimensions: null };
+  const target = {
+    workspaceId: tenant.workspace.id,
+    apiKeyId: tenant.workspaceKeyId,
+    virtualKeyId: null,
+    model: EMBEDDINGS_MODEL,
+    dimensions: null,
+  };
   const embedded = texts.length > 0 ? await embedTexts(gateway.deps, embeddingKey, target, texts) : null;
   return insertStore(gateway.database.db, tenant.workspace.id, seedFiles, embedded, gateway.clock.now());
 }

@@ -7,7 +7,12 @@
  * Reads `read` every `everyMs` until `done` holds of what it answered, or `timeoutMs` pass; answers
  * the last value read, for the caller's assertion (which then fails).
  */
-export async function waitFor<T>(read: () => T | Promise<T>, done: (value: T) => boolean, timeoutMs = 10_000, everyMs = 100): Promise<T> {
+export async function waitFor<T>(
+  read: () => T | Promise<T>,
+  done: (value: T) => boolean,
+  timeoutMs = 10_000,
+  everyMs = 100,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await read();

@@ -30,7 +30,9 @@ export interface LocalWorker {
   stop(): Promise<void>;
 }
 
-export async function startLocalWorker(options: { sqldArgs?: string[]; bindings?: Record<string, string> } = {}): Promise<LocalWorker> {
+export async function startLocalWorker(
+  options: { sqldArgs?: string[]; bindings?: Record<string, string> } = {},
+): Promise<LocalWorker> {
   const bundleDir = mkdtempSync(join(tmpdir(), 'local-worker-'));
   const sqld = await startSqld({ args: options.sqldArgs });
   let worker: Miniflare | undefined;

@@ -27,7 +27,9 @@ export default async function setup(project: TestProject) {
   const bundleDir = mkdtempSync(join(tmpdir(), 'ingest-worker-'));
   const bundled = bundleWorker(TARGETS.ingest, bundleDir, 'ignore');
   // A PDF of 200 KB whose content stream inflates to 200 MiB, past the ingest Worker's bound; made here, in Node.
-  const pdfBomb = deflatedBlanks(200 * 1024 * 1024).then((content) => pdf({ deflatedContent: content, pages: ['After the bomb'] }).toString('base64'));
+  const pdfBomb = deflatedBlanks(200 * 1024 * 1024).then((content) =>
+    pdf({ deflatedContent: content, pages: ['After the bomb'] }).toString('base64'),
+  );
   pdfBomb.catch(() => undefined);
   // Awaited below; a failure before then is not unhandled.
   bundled.catch(() => undefined);
@@ -61,7 +63,11 @@ export default async function setup(project: TestProject) {
       await revokeApiKey(database.db, doomed.record.id, now);
       // Test files run in parallel on this one database: the runs get a workspace of their own, so
       // that the policies they create stay out of the policy tests' lists and counts.
-      const runsWorkspace = await createWorkspace(database.db, { organisationId: created.organisation_id, slug: 'runs', now });
+      const runsWorkspace = await createWorkspace(database.db, {
+        organisationId: created.organisation_id,
+        slug: 'runs',
+        now,
+      });
       const runsKey = await createApiKey(database.db, {
         kind: 'workspace',
         organisationId: created.organisation_id,
@@ -71,7 +77,11 @@ export default async function setup(project: TestProject) {
       });
       // A workspace with a vector store, for the searches in workerd (test/workers/file-search.test.ts):
       // its vectors are the fake provider's, as its /v1/embeddings answers them for the store's model.
-      const searchWorkspace = await createWorkspace(database.db, { organisationId: created.organisation_id, slug: 'search', now });
+      const searchWorkspace = await createWorkspace(database.db, {
+        organisationId: created.organisation_id,
+        slug: 'search',
+        now,
+      });
       const searchKey = await createApiKey(database.db, {
         kind: 'workspace',
         organisationId: created.organisation_id,
@@ -81,11 +91,21 @@ export default async function setup(project: TestProject) {
       });
       const texts = SEARCH_FILES.flatMap((file) => file.chunks);
       const vectors = texts.map((text) => Float32Array.from(fakeEmbedding(text, SEARCH_DIMENSIONS)));
-      const store = await insertStore(database.db, searchWorkspace.id, SEARCH_FILES, { vectors, dimensions: SEARCH_DIMENSIONS, virtualKeyId: null }, now);
+      const store = await insertStore(
+        database.db,
+        searchWorkspace.id,
+        SEARCH_FILES,
+        { vectors, dimensions: SEARCH_DIMENSIONS, virtualKeyId: null },
+        now,
+      );
       project.provide('ingestWorkerScript', await bundled);
       project.provide('pdfBomb', await pdfBomb);
       project.provide('sqldUrl', sqld.url);
-      project.provide('searchTenant', { workspaceKey: searchKey.plaintext, vectorStoreId: store.id, fileIds: store.fileIds });
+      project.provide('searchTenant', {
+        workspaceKey: searchKey.plaintext,
+        vectorStoreId: store.id,
+        fileIds: store.fileIds,
+      });
       project.provide('upstreamUrl', fake.baseURL);
       project.provide('droppingUpstreamUrl', dropping.baseURL);
       project.provide('encryptionKey', generateKeyBase64());

@@ -24,7 +24,13 @@ describe('drop-in access on workerd', () => {
     const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
       method: 'POST',
       headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake', models: [`${family}-*`] }),
+      body: JSON.stringify({
+        slug,
+        provider: 'openai',
+        base_url: inject('upstreamUrl'),
+        api_key: 'sk-fake',
+        models: [`${family}-*`],
+      }),
     });
     expect(await json(created)).toMatchObject({ slug, models: [`${family}-*`], default: false });
 
@@ -60,7 +66,10 @@ describe('drop-in access on workerd', () => {
     const form = new FormData();
     form.set('purpose', 'assistants');
     form.set('file', new Blob(['hello']), 'hello.txt');
-    const response = await exports.default.fetch('http://gateway/v1/audio/transcriptions', { method: 'POST', body: form });
+    const response = await exports.default.fetch('http://gateway/v1/audio/transcriptions', {
+      method: 'POST',
+      body: form,
+    });
     const error = await errorOf(response);
     expect(error).toMatchObject({ status: 404, code: 'unsupported_endpoint', param: null });
     expect(error.message).toContain('POST /v1/audio/transcriptions');

@@ -23,7 +23,9 @@ describe('a Worker missing required configuration', () => {
   });
 
   it('answers the API with 503 gateway_misconfigured, naming each missing variable', async () => {
-    const error = await errorOf(await call('/v1/assistants', { ...env, LIBSQL_URL: undefined, GATEWAY_ENCRYPTION_KEY: '' }));
+    const error = await errorOf(
+      await call('/v1/assistants', { ...env, LIBSQL_URL: undefined, GATEWAY_ENCRYPTION_KEY: '' }),
+    );
     expect(error).toMatchObject({ status: 503, code: 'gateway_misconfigured', type: 'server_error' });
     expect(error.message).toContain('LIBSQL_URL');
     expect(error.message).toContain('GATEWAY_ENCRYPTION_KEY');

@@ -24,16 +24,31 @@ beforeAll(async () => {
   const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
     method: 'POST',
     headers: { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json' },
-    body: JSON.stringify({ slug: 'fake', provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake', default: true }),
+    body: JSON.stringify({
+      slug: 'fake',
+      provider: 'openai',
+      base_url: inject('upstreamUrl'),
+      api_key: 'sk-fake',
+      default: true,
+    }),
   });
   expect((await json(created)).slug).toBe('fake');
-  openai = new OpenAI({ baseURL: 'http://gateway/v1', apiKey: workspaceKey, fetch: (url, init) => exports.default.fetch(url, init) });
+  openai = new OpenAI({
+    baseURL: 'http://gateway/v1',
+    apiKey: workspaceKey,
+    fetch: (url, init) => exports.default.fetch(url, init),
+  });
 });
 
 describe('file search on workerd', () => {
   it('finds the right chunk first with vectorStores.search', async () => {
     const page = await openai.vectorStores.search(vectorStoreId, { query: 'How many days for refunds?' });
-    expect(page.data[0]).toMatchObject({ file_id: fileIds[0], filename: 'policies.md', score: 1, content: [{ type: 'text', text: REFUND_CHUNK }] });
+    expect(page.data[0]).toMatchObject({
+      file_id: fileIds[0],
+      filename: 'policies.md',
+      score: 1,
+      content: [{ type: 'text', text: REFUND_CHUNK }],
+    });
   });
 
   it('runs a file_search run to a cited answer', async () => {
@@ -42,9 +57,15 @@ describe('file search on workerd', () => {
       tools: [{ type: 'file_search' }],
       tool_resources: { file_search: { vector_store_ids: [vectorStoreId] } },
     });
-    const scenario = [{ tool_calls: [{ name: 'file_search', arguments: { queries: ['refunds'] } }] }, { reply: '30 days 【0†policies.md】' }];
+    const scenario = [
+      { tool_calls: [{ name: 'file_search', arguments: { queries: ['refunds'] } }] },
+      { reply: '30 days 【0†policies.md】' },
+    ];
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: `Refunds?\n#fake ${JSON.stringify(scenario)}` }] } },
+      {
+        assistant_id: assistant.id,
+        thread: { messages: [{ role: 'user', content: `Refunds?\n#fake ${JSON.stringify(scenario)}` }] },
+      },
       { pollIntervalMs: 50 },
     );
     expect(run.status).toBe('completed');
@@ -54,16 +75,23 @@ describe('file search on workerd', () => {
       include: ['step_details.tool_calls[*].file_search.results[*].content'],
     });
     expect(defined(steps.data[0]).step_details).toMatchObject({
-      tool_calls: [{ type: 'file_search', file_search: { results: [{ file_id: fileIds[0], content: [{ text: REFUND_CHUNK }] }] } }],
+      tool_calls: [
+        { type: 'file_search', file_search: { results: [{ file_id: fileIds[0], content: [{ text: REFUND_CHUNK }] }] } },
+      ],
     });
     const messages = await openai.beta.threads.messages.list(run.thread_id);
-    expect(defined(messages.data[0]).content[0]).toMatchObject({ text: { annotations: [{ type: 'file_citation', file_citation: { file_id: fileIds[0] } }] } });
+    expect(defined(messages.data[0]).content[0]).toMatchObject({
+      text: { annotations: [{ type: 'file_citation', file_citation: { file_id: fileIds[0] } }] },
+    });
   });
 
   it('builds the store’s vector index on the cron trigger, and still finds the right chunk', async () => {
     await worker.scheduled(createScheduledController(), env);
     const client = createClient({ url: inject('sqldUrl') });
-    const { rows } = await client.execute({ sql: 'SELECT ready_at FROM vector_store_indexes WHERE vector_store_id = ?', args: [vectorStoreId] });
+    const { rows } = await client.execute({
+      sql: 'SELECT ready_at FROM vector_store_indexes WHERE vector_store_id = ?',
+      args: [vectorStoreId],
+    });
     const table = `vector_store_ann_${vectorStoreId.slice('vs_'.length)}`;
     const indexed = await client.execute(`SELECT count(*) AS chunks FROM ${table}`);
     client.close();

@@ -33,7 +33,8 @@ function streamOf(length: number, seed: number, chunk = 256 * 1024, failAfter = 
   });
 }
 
-const pattern = (start: number, size: number, seed: number) => new Uint8Array(size).map((_, i) => ((start + i) * 31 + seed) % 251);
+const pattern = (start: number, size: number, seed: number) =>
+  new Uint8Array(size).map((_, i) => ((start + i) * 31 + seed) % 251);
 
 /** Whether the blob at `key` is exactly streamOf(length, seed)'s bytes, read as a stream. */
 async function holds(blobs: BlobStore, key: string, length: number, seed: number): Promise<boolean> {
@@ -56,7 +57,9 @@ describe('r2BlobStore', () => {
   const prefix = `test-${crypto.randomUUID()}`;
 
   it('stores, streams back and deletes a small blob (one put)', async () => {
-    expect(await blobs.put(`${prefix}/small`, streamOf(100_000, 1, 4096), { maxBytes: MiB })).toEqual({ bytes: 100_000 });
+    expect(await blobs.put(`${prefix}/small`, streamOf(100_000, 1, 4096), { maxBytes: MiB })).toEqual({
+      bytes: 100_000,
+    });
     expect(await holds(blobs, `${prefix}/small`, 100_000, 1)).toBe(true);
     await blobs.delete(`${prefix}/small`);
     expect(await blobs.get(`${prefix}/small`)).toBeNull();
@@ -71,26 +74,39 @@ describe('r2BlobStore', () => {
   });
 
   it('refuses a blob over the cap, in one part or several, leaving nothing', async () => {
-    await expect(blobs.put(`${prefix}/over-small`, streamOf(5001, 3, 1000), { maxBytes: 5000 })).rejects.toBeInstanceOf(BlobTooLarge);
-    await expect(blobs.put(`${prefix}/over-large`, streamOf(12 * MiB, 3), { maxBytes: 9 * MiB })).rejects.toBeInstanceOf(BlobTooLarge);
+    await expect(blobs.put(`${prefix}/over-small`, streamOf(5001, 3, 1000), { maxBytes: 5000 })).rejects.toBeInstanceOf(
+      BlobTooLarge,
+    );
+    await expect(
+      blobs.put(`${prefix}/over-large`, streamOf(12 * MiB, 3), { maxBytes: 9 * MiB }),
+    ).rejects.toBeInstanceOf(BlobTooLarge);
     expect(await keysUnder(`${prefix}/over`)).toEqual([]);
   });
 
   it('leaves nothing when the stream fails, before or after its first part went up', async () => {
-    await expect(blobs.put(`${prefix}/cut-early`, streamOf(4 * MiB, 4, 256 * 1024, MiB), { maxBytes: 32 * MiB })).rejects.toThrow('connection reset');
-    await expect(blobs.put(`${prefix}/cut-late`, streamOf(20 * MiB, 4, 256 * 1024, 10 * MiB), { maxBytes: 32 * MiB })).rejects.toThrow('connection reset');
+    await expect(
+      blobs.put(`${prefix}/cut-early`, streamOf(4 * MiB, 4, 256 * 1024, MiB), { maxBytes: 32 * MiB }),
+    ).rejects.toThrow('connection reset');
+    await expect(
+      blobs.put(`${prefix}/cut-late`, streamOf(20 * MiB, 4, 256 * 1024, 10 * MiB), { maxBytes: 32 * MiB }),
+    ).rejects.toThrow('connection reset');
     expect(await keysUnder(`${prefix}/cut`)).toEqual([]);
   });
 
   it('lets each chunk be admitted first, and leaves nothing when one is not, before or after its first part went up', async () => {
-    for (const [name, limit] of [['early', MiB], ['late', 10 * MiB]] as const) {
+    for (const [name, limit] of [
+      ['early', MiB],
+      ['late', 10 * MiB],
+    ] as const) {
       let admitted = 0;
       const admit = (bytes: number) => {
         if (admitted + bytes > limit) return Promise.reject(new Error('no room'));
         admitted += bytes;
         return undefined;
       };
-      await expect(blobs.put(`${prefix}/refused-${name}`, streamOf(20 * MiB, 5), { maxBytes: 32 * MiB, admit })).rejects.toThrow('no room');
+      await expect(
+        blobs.put(`${prefix}/refused-${name}`, streamOf(20 * MiB, 5), { maxBytes: 32 * MiB, admit }),
+      ).rejects.toThrow('no room');
       expect(admitted).toBe(limit);
     }
     expect(await keysUnder(`${prefix}/refused`)).toEqual([]);
@@ -98,8 +114,11 @@ describe('r2BlobStore', () => {
 
   it('keeps concurrent puts apart', async () => {
     const lengths = Array.from({ length: 6 }, (_, i) => 50_000 + i * 10_007);
-    await Promise.all(lengths.map((length, i) => blobs.put(`${prefix}/many-${i}`, streamOf(length, 10 + i, 3000), { maxBytes: MiB })));
-    for (const [i, length] of lengths.entries()) expect(await holds(blobs, `${prefix}/many-${i}`, length, 10 + i)).toBe(true);
+    await Promise.all(
+      lengths.map((length, i) => blobs.put(`${prefix}/many-${i}`, streamOf(length, 10 + i, 3000), { maxBytes: MiB })),
+    );
+    for (const [i, length] of lengths.entries())
+      expect(await holds(blobs, `${prefix}/many-${i}`, length, 10 + i)).toBe(true);
   });
 });
 
@@ -116,15 +135,28 @@ describe('/v1/files on workerd', () => {
 
   it('uploads with the SDK, retrieves, lists, serves the content and deletes', async () => {
     const text = 'Refunds are accepted within 30 days.\n'.repeat(200); // 7,400 bytes: over GATEWAY_MAX_BODY_BYTES
-    const created = await openai.files.create({ file: await toFile(new TextEncoder().encode(text), 'refunds.txt'), purpose: 'assistants' });
-    expect(created).toMatchObject({ object: 'file', bytes: text.length, filename: 'refunds.txt', purpose: 'assistants', status: 'processed' });
+    const created = await openai.files.create({
+      file: await toFile(new TextEncoder().encode(text), 'refunds.txt'),
+      purpose: 'assistants',
+    });
+    expect(created).toMatchObject({
+      object: 'file',
+      bytes: text.length,
+      filename: 'refunds.txt',
+      purpose: 'assistants',
+      status: 'processed',
+    });
     expect(await openai.files.retrieve(created.id)).toEqual(created);
     expect((await openai.files.list({ purpose: 'assistants' })).data.map((file) => file.id)).toContain(created.id);
     const content = await openai.files.content(created.id);
     expect(content.headers.get('content-disposition')).toContain('filename="refunds.txt"');
     expect(new TextDecoder().decode(await content.arrayBuffer())).toBe(text);
 
-    const row = await json(await exports.default.fetch(`http://gateway/v1/files/${created.id}`, { headers: { authorization: `Bearer ${API_KEY}` } }));
+    const row = await json(
+      await exports.default.fetch(`http://gateway/v1/files/${created.id}`, {
+        headers: { authorization: `Bearer ${API_KEY}` },
+      }),
+    );
     expect(row.id).toBe(created.id);
     expect(await openai.files.delete(created.id)).toEqual({ id: created.id, object: 'file', deleted: true });
     await expect(openai.files.retrieve(created.id)).rejects.toBeInstanceOf(NotFoundError);
@@ -135,7 +167,9 @@ describe('/v1/files on workerd', () => {
     const workspaceId = inject('workersTenant').workspace.id;
     const before = (await keysUnder(`${workspaceId}/`)).length;
     const boundary = 'cutcutcut';
-    const head = new TextEncoder().encode(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="cut.bin"\r\n\r\n`);
+    const head = new TextEncoder().encode(
+      `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="cut.bin"\r\n\r\n`,
+    );
     let sent = 0;
     const body = new ReadableStream<Uint8Array>({
       start(controller) {
@@ -175,12 +209,17 @@ describe('/v1/files on workerd', () => {
     expect((await openai.files.list()).data.filter((file) => file.filename === filename)).toEqual([]);
   });
 
-  it('sends an image_file part to the provider as a data: URL, from R2, in the run\'s executor object', async () => {
+  it("sends an image_file part to the provider as a data: URL, from R2, in the run's executor object", async () => {
     const slug = `files-${crypto.randomUUID().slice(0, 8)}`;
     const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
       method: 'POST',
       headers: { 'x-gateway-api-key': API_KEY, 'content-type': 'application/json' },
-      body: JSON.stringify({ slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake-provider-key' }),
+      body: JSON.stringify({
+        slug,
+        provider: 'openai',
+        base_url: inject('upstreamUrl'),
+        api_key: 'sk-fake-provider-key',
+      }),
     });
     expect(created.status).toBe(200);
     const client = openai.withOptions({ defaultHeaders: { 'x-gateway-virtual-key': slug } });
@@ -190,7 +229,20 @@ describe('/v1/files on workerd', () => {
     // The fake answers with the messages it was sent (the provider's records stay in Node).
     const text = 'What is this?\n#fake {"echo_messages":true}';
     const run = await client.beta.threads.createAndRunPoll(
-      { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: [{ type: 'text', text }, { type: 'image_file', image_file: { file_id: image.id } }] }] } },
+      {
+        assistant_id: assistant.id,
+        thread: {
+          messages: [
+            {
+              role: 'user',
+              content: [
+                { type: 'text', text },
+                { type: 'image_file', image_file: { file_id: image.id } },
+              ],
+            },
+          ],
+        },
+      },
       { pollIntervalMs: 50 },
     );
     expect(run.status).toBe('completed');
@@ -202,7 +254,10 @@ describe('/v1/files on workerd', () => {
         role: 'user',
         content: [
           { type: 'text', text },
-          { type: 'image_url', image_url: { url: `data:image/png;base64,${btoa(String.fromCharCode(...png))}`, detail: 'auto' } },
+          {
+            type: 'image_url',
+            image_url: { url: `data:image/png;base64,${btoa(String.fromCharCode(...png))}`, detail: 'auto' },
+          },
         ],
       },
     ]);
@@ -211,7 +266,9 @@ describe('/v1/files on workerd', () => {
   it("deletes on the cron what an upload whose isolate died left in R2, never an upload under way's", async () => {
     const workspaceId = inject('workersTenant').workspace.id;
     const database = createClient({ url: inject('sqldUrl') });
-    const [lapsed, live] = ['lapsed', 'live'].map((name) => `${workspaceId}/file-${name}${crypto.randomUUID().replaceAll('-', '')}`) as [string, string];
+    const [lapsed, live] = ['lapsed', 'live'].map(
+      (name) => `${workspaceId}/file-${name}${crypto.randomUUID().replaceAll('-', '')}`,
+    ) as [string, string];
     try {
       // What the database and the bucket hold when an isolate dies mid-upload (its reservation no
       // longer renewed) while another isolate's upload goes on.
@@ -224,7 +281,10 @@ describe('/v1/files on workerd', () => {
       await worker.scheduled(createScheduledController(), env);
       expect(await env.FILES.head(lapsed)).toBeNull();
       expect(await env.FILES.head(live)).not.toBeNull();
-      const left = await database.execute({ sql: 'SELECT blob_key FROM file_reservations WHERE blob_key IN (?, ?)', args: [lapsed, live] });
+      const left = await database.execute({
+        sql: 'SELECT blob_key FROM file_reservations WHERE blob_key IN (?, ?)',
+        args: [lapsed, live],
+      });
       expect(left.rows.map((row) => row.blob_key)).toEqual([live]);
     } finally {
       await database.execute({ sql: 'DELETE FROM file_reservations WHERE blob_key = ?', args: [live] });

@@ -100,9 +100,9 @@ describe('policies on workerd', () => {
       expect(ids.indexOf(second)).toBeGreaterThanOrEqual(0);
       expect(ids.indexOf(second)).toBeLessThan(ids.indexOf(first));
       expect(list.total).toBe(list.data.length);
-      expect(list.data.every((item: { type: string; unit: string }) => item.type === 'tokens' && item.unit === 'rpd')).toBe(
-        true,
-      );
+      expect(
+        list.data.every((item: { type: string; unit: string }) => item.type === 'tokens' && item.unit === 'rpd'),
+      ).toBe(true);
     }
   });
 
@@ -148,7 +148,13 @@ describe('x-gateway-api-key on the policy routes', () => {
       for (const [method, path] of routes) {
         const response = await call(path, { method, key, body: method === 'GET' ? undefined : {} });
         expect(response.headers.get('x-gateway-request-id')).toMatch(/^req_/);
-        expect({ method, path, ...(await errorOf(response)) }).toMatchObject({ method, path, status: 401, code, param: null });
+        expect({ method, path, ...(await errorOf(response)) }).toMatchObject({
+          method,
+          path,
+          status: 401,
+          code,
+          param: null,
+        });
       }
     });
   }
@@ -165,8 +171,15 @@ describe('the error envelope on workerd', () => {
     const outside = await errorOf(await call('/nope', { key: tenant.workspaceKey }));
     expect(outside).toMatchObject({ status: 404, code: 'route_not_found', type: 'invalid_request_error', param: null });
     const inside = await errorOf(await call('/v1/nope', { key: tenant.workspaceKey }));
-    expect(inside).toMatchObject({ status: 404, code: 'unsupported_endpoint', type: 'invalid_request_error', param: null });
-    const unknownId = await errorOf(await call(`${PATH}/00000000-0000-4000-8000-000000000000`, { key: tenant.workspaceKey }));
+    expect(inside).toMatchObject({
+      status: 404,
+      code: 'unsupported_endpoint',
+      type: 'invalid_request_error',
+      param: null,
+    });
+    const unknownId = await errorOf(
+      await call(`${PATH}/00000000-0000-4000-8000-000000000000`, { key: tenant.workspaceKey }),
+    );
     expect(unknownId.status).toBe(404);
   });
 
@@ -229,11 +242,19 @@ describe('the error envelope on workerd', () => {
   });
 
   it('ends every JSON answer with a newline, errors included, and says that the API is under /v1', async () => {
-    const responses = [await call('/health'), await call(PATH, { key: tenant.workspaceKey }), await call(PATH, { key: tenant.workspaceKey, body: {} }), await call(PATH), await call('/assistants')];
+    const responses = [
+      await call('/health'),
+      await call(PATH, { key: tenant.workspaceKey }),
+      await call(PATH, { key: tenant.workspaceKey, body: {} }),
+      await call(PATH),
+      await call('/assistants'),
+    ];
     expect(responses.map((response) => response.status)).toEqual([200, 200, 400, 401, 404]);
     const texts = await Promise.all(responses.map((response) => response.text()));
     for (const text of texts) expect(text).toMatch(/}\n$/);
-    expect(JSON.parse(defined(texts[4])).error.message).toContain("The API is served under /v1: a client's base URL ends in /v1");
+    expect(JSON.parse(defined(texts[4])).error.message).toContain(
+      "The API is served under /v1: a client's base URL ends in /v1",
+    );
   });
 });
 

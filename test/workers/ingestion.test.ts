@@ -71,7 +71,8 @@ beforeAll(async () => {
 
 const PARAGRAPHS = Array.from(
   { length: 40 },
-  (_, i) => `Paragraph ${i}: the lighthouse keeper logs the tide, the wind and the ships that pass the northern reef at dawn.`,
+  (_, i) =>
+    `Paragraph ${i}: the lighthouse keeper logs the tide, the wind and the ships that pass the northern reef at dawn.`,
 );
 
 describe('ingestion on Workers', () => {
@@ -81,7 +82,10 @@ describe('ingestion on Workers', () => {
 
     const file = await openai.vectorStores.files.createAndPoll(
       store.id,
-      { file_id: fileId, chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 50 } } },
+      {
+        file_id: fileId,
+        chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 50 } },
+      },
       { pollIntervalMs: 100 },
     );
     expect(file).toMatchObject({ id: fileId, status: 'completed', last_error: null });
@@ -111,7 +115,13 @@ describe('ingestion on Workers', () => {
 
     const content = await json(await call(`/v1/vector_stores/${store.id}/files/${fileId}/content`));
     expect(content.data.map((part: { text: string }) => part.text)).toEqual(chunks.map((chunk) => chunk.text));
-    expect((await openai.vectorStores.retrieve(store.id)).file_counts).toEqual({ in_progress: 0, completed: 1, failed: 0, cancelled: 0, total: 1 });
+    expect((await openai.vectorStores.retrieve(store.id)).file_counts).toEqual({
+      in_progress: 0,
+      completed: 1,
+      failed: 0,
+      cancelled: 0,
+      total: 1,
+    });
   });
 
   it('a file created with its store, and one that cannot be read, end completed and failed', async () => {
@@ -120,22 +130,36 @@ describe('ingestion on Workers', () => {
     const store = await openai.vectorStores.create({ name: 'created with files', file_ids: [good, bad] });
     expect(store.file_counts).toMatchObject({ in_progress: 2, total: 2 });
 
-    const [first, second] = await Promise.all([good, bad].map((id) => openai.vectorStores.files.poll(store.id, id, { pollIntervalMs: 100 })));
+    const [first, second] = await Promise.all(
+      [good, bad].map((id) => openai.vectorStores.files.poll(store.id, id, { pollIntervalMs: 100 })),
+    );
     expect(first).toMatchObject({ status: 'completed', last_error: null });
-    expect(second).toMatchObject({ status: 'failed', last_error: { code: 'invalid_file', message: 'The file is not valid UTF-8 text.' } });
+    expect(second).toMatchObject({
+      status: 'failed',
+      last_error: { code: 'invalid_file', message: 'The file is not valid UTF-8 text.' },
+    });
   });
 
   it('refuses a PDF bomb before inflating it, naming the bound, and chunks text without a space', async () => {
-    const bomb = await storeFile('bomb.pdf', Uint8Array.from(atob(inject('pdfBomb')), (char) => char.charCodeAt(0)));
+    const bomb = await storeFile(
+      'bomb.pdf',
+      Uint8Array.from(atob(inject('pdfBomb')), (char) => char.charCodeAt(0)),
+    );
     // 40,000 CJK characters without a space: one call of the tokenizer took seconds on them.
-    const cjk = await storeFile('cjk.txt', Array.from({ length: 40_000 }, (_, i) => String.fromCharCode(0x4e00 + ((i * 7919) % 20_000))).join(''));
+    const cjk = await storeFile(
+      'cjk.txt',
+      Array.from({ length: 40_000 }, (_, i) => String.fromCharCode(0x4e00 + ((i * 7919) % 20_000))).join(''),
+    );
     const store = await openai.vectorStores.create({ name: 'hostile documents', file_ids: [bomb, cjk] });
-    const [refused, chunked] = await Promise.all([bomb, cjk].map((id) => openai.vectorStores.files.poll(store.id, id, { pollIntervalMs: 100 })));
+    const [refused, chunked] = await Promise.all(
+      [bomb, cjk].map((id) => openai.vectorStores.files.poll(store.id, id, { pollIntervalMs: 100 })),
+    );
     expect(refused).toMatchObject({
       status: 'failed',
       last_error: {
         code: 'invalid_file',
-        message: "The PDF's compressed parts inflate to more than 134217728 bytes (GATEWAY_INGEST_MAX_INFLATED_BYTES), the most a file may inflate to.",
+        message:
+          "The PDF's compressed parts inflate to more than 134217728 bytes (GATEWAY_INGEST_MAX_INFLATED_BYTES), the most a file may inflate to.",
       },
     });
     expect(chunked).toMatchObject({ status: 'completed', last_error: null });
@@ -179,14 +203,34 @@ describe('ingestion on Workers', () => {
     // embedding call would find room and the file would complete.
     const tenant = inject('workersTenant');
     const slug = `counted-${crypto.randomUUID().slice(0, 8)}`;
-    const headers = { 'x-gateway-api-key': tenant.runsWorkspaceKey, 'x-gateway-virtual-key': slug, 'content-type': 'application/json' };
-    const post = (path: string, body: unknown) => exports.default.fetch(`http://gateway${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
-    const key = await json(await post('/v1/virtual-keys', { slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake' }));
+    const headers = {
+      'x-gateway-api-key': tenant.runsWorkspaceKey,
+      'x-gateway-virtual-key': slug,
+      'content-type': 'application/json',
+    };
+    const post = (path: string, body: unknown) =>
+      exports.default.fetch(`http://gateway${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+    const key = await json(
+      await post('/v1/virtual-keys', { slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake' }),
+    );
     expect(key).toMatchObject({ object: 'virtual_key', slug });
-    const policy = { type: 'requests', unit: 'rpd', value: 1, conditions: [{ key: 'virtual_key', value: slug }], group_by: [{ key: 'workspace_id' }] };
+    const policy = {
+      type: 'requests',
+      unit: 'rpd',
+      value: 1,
+      conditions: [{ key: 'virtual_key', value: slug }],
+      group_by: [{ key: 'workspace_id' }],
+    };
     expect((await post('/v1/policies/rate-limits', policy)).status).toBe(200);
     const assistant = await json(await post('/v1/assistants', { model: 'fake-model' }));
-    expect((await post('/v1/threads/runs', { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: 'Hi' }] } })).status).toBe(200);
+    expect(
+      (
+        await post('/v1/threads/runs', {
+          assistant_id: assistant.id,
+          thread: { messages: [{ role: 'user', content: 'Hi' }] },
+        })
+      ).status,
+    ).toBe(200);
 
     const fileId = await storeFile('counted.txt', 'The lamp is lit at dusk.', key.workspace_id);
     const store = await json(await post('/v1/vector_stores', { name: 'counted', file_ids: [fileId] }));
@@ -197,7 +241,11 @@ describe('ingestion on Workers', () => {
     const deferred = async () => {
       for (;;) {
         const [row] = await db.select().from(vectorStoreFiles).where(eq(vectorStoreFiles.fileId, fileId));
-        if (defined(row).status !== 'in_progress' || (defined(row).attempts === 0 && defined(row).leaseExpiresAt !== null)) return defined(row);
+        if (
+          defined(row).status !== 'in_progress' ||
+          (defined(row).attempts === 0 && defined(row).leaseExpiresAt !== null)
+        )
+          return defined(row);
         await scheduler.wait(100);
       }
     };
@@ -211,7 +259,11 @@ describe('ingestion on Workers', () => {
     const fileId = await storeFile('unqueued.txt', 'never ingested');
     const headers = { 'x-gateway-api-key': API_KEY, 'content-type': 'application/json' };
     const store = await openai.vectorStores.create({ name: 'no queue' });
-    const refused = await app.request(`/v1/vector_stores/${store.id}/files`, { method: 'POST', headers, body: JSON.stringify({ file_id: fileId }) });
+    const refused = await app.request(`/v1/vector_stores/${store.id}/files`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ file_id: fileId }),
+    });
     expect(await errorOf(refused)).toMatchObject({ status: 400, code: 'ingestion_unavailable', param: 'file_id' });
     expect((await openai.vectorStores.files.list(store.id)).data).toEqual([]);
   });

@@ -34,7 +34,8 @@ const call = (path: string, body: unknown) =>
   });
 
 /** A user message that makes the fake answer as `scenario` says (one per model turn when a list). */
-const ask = (text: string, scenario: Record<string, unknown> | Record<string, unknown>[]) => `${text}\n#fake ${JSON.stringify(scenario)}`;
+const ask = (text: string, scenario: Record<string, unknown> | Record<string, unknown>[]) =>
+  `${text}\n#fake ${JSON.stringify(scenario)}`;
 
 /** The text of a run's answer. */
 async function answerOf(threadId: string, runId: string): Promise<string> {
@@ -46,7 +47,12 @@ async function answerOf(threadId: string, runId: string): Promise<string> {
 beforeAll(async () => {
   const slug = `threads-${crypto.randomUUID().slice(0, 8)}`;
   headers = { 'x-gateway-api-key': API_KEY };
-  const created = await call('/v1/virtual-keys', { slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake-provider-key' });
+  const created = await call('/v1/virtual-keys', {
+    slug,
+    provider: 'openai',
+    base_url: inject('upstreamUrl'),
+    api_key: 'sk-fake-provider-key',
+  });
   expect(created.status).toBe(200);
   headers = { 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': slug };
   openai = new OpenAI({
@@ -66,7 +72,13 @@ async function threadWith(text: string, reply: string) {
     POLL,
   );
   expect(first.status).toBe('completed');
-  return { threadId: first.thread_id, history: [{ role: 'user', content: ask(text, { reply }) }, { role: 'assistant', content: reply }] };
+  return {
+    threadId: first.thread_id,
+    history: [
+      { role: 'user', content: ask(text, { reply }) },
+      { role: 'assistant', content: reply },
+    ],
+  };
 }
 
 const SYSTEM = { role: 'system', content: INSTRUCTIONS };
@@ -81,16 +93,30 @@ describe('runs on an existing thread, on workerd', () => {
       POLL,
     );
     expect(run).toMatchObject({ status: 'completed', thread_id: threadId });
-    expect(JSON.parse(await answerOf(threadId, run.id))).toEqual([SYSTEM, ...history, { role: 'user', content: question }]);
+    expect(JSON.parse(await answerOf(threadId, run.id))).toEqual([
+      SYSTEM,
+      ...history,
+      { role: 'user', content: question },
+    ]);
     const messages = (await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data;
     expect(messages.map((message) => message.role)).toEqual(['user', 'assistant', 'user', 'assistant']);
   });
 
   it('runs.stream into a tool call, then submitToolOutputsStream: streamed both times, with the history', async () => {
     const { threadId, history } = await threadWith('Hi', 'Hello.');
-    const tool = { type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } } };
-    const question = ask('Look it up', [{ tool_calls: [{ name: 'lookup', arguments: { q: 'x' } }] }, { echo_messages: true }]);
-    const first = openai.beta.threads.runs.stream(threadId, { assistant_id: assistantId, tools: [tool], additional_messages: [{ role: 'user', content: question }] });
+    const tool = {
+      type: 'function' as const,
+      function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } },
+    };
+    const question = ask('Look it up', [
+      { tool_calls: [{ name: 'lookup', arguments: { q: 'x' } }] },
+      { echo_messages: true },
+    ]);
+    const first = openai.beta.threads.runs.stream(threadId, {
+      assistant_id: assistantId,
+      tools: [tool],
+      additional_messages: [{ role: 'user', content: question }],
+    });
     const events: string[] = [];
     first.on('event', (event) => events.push(event.event));
     const waiting = await first.finalRun();
@@ -99,7 +125,10 @@ describe('runs on an existing thread, on workerd', () => {
     expect(events.at(-1)).toBe('thread.run.requires_action');
 
     const [toolCall] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
-    const second = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(toolCall).id, output: '42' }] });
+    const second = openai.beta.threads.runs.submitToolOutputsStream(waiting.id, {
+      thread_id: threadId,
+      tool_outputs: [{ tool_call_id: defined(toolCall).id, output: '42' }],
+    });
     const text: string[] = [];
     second.on('textDelta', (delta) => text.push(defined(delta.value)));
     const done = await second.finalRun();
@@ -108,7 +137,13 @@ describe('runs on an existing thread, on workerd', () => {
       SYSTEM,
       ...history,
       { role: 'user', content: question },
-      { role: 'assistant', content: null, tool_calls: [{ id: defined(toolCall).id, type: 'function', function: { name: 'lookup', arguments: '{"q":"x"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: defined(toolCall).id, type: 'function', function: { name: 'lookup', arguments: '{"q":"x"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: defined(toolCall).id, content: '42' },
     ]);
   });
@@ -159,7 +194,9 @@ describe('runs on an existing thread, on workerd', () => {
     const { seq: _seq, ...columns } = getTableColumns(schema.runs);
     const [open] = await db.select(columns).from(schema.runs).where(eq(schema.runs.id, run.id));
     expect(open?.status).toBe('in_progress');
-    expect(await insertRunOnThread(db, [], { ...defined(open), id: `run_${crypto.randomUUID().replaceAll('-', '')}` })).toBe(false);
+    expect(
+      await insertRunOnThread(db, [], { ...defined(open), id: `run_${crypto.randomUUID().replaceAll('-', '')}` }),
+    ).toBe(false);
 
     // Once it has ended, the thread is free: a duplicate id is another conflict, and an error.
     await gate.open();

@@ -106,7 +106,10 @@ describe('runs on workerd', () => {
     const first = openai.beta.threads.createAndRunStream({
       assistant_id: assistantId,
       tools: [
-        { type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } } },
+        {
+          type: 'function',
+          function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } },
+        },
       ],
       thread: ask('Look it up', [{ tool_calls: [{ name: 'lookup', arguments: { q: 'x' } }] }, { reply: 'Found it' }]),
     });
@@ -139,7 +142,11 @@ describe('runs on workerd', () => {
     const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
     const response = await call('/v1/threads/runs', {
       headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
-      body: { assistant_id: assistantId, stream: true, thread: ask('Leave early', { reply: words, chunk_delay_ms: 2 }) },
+      body: {
+        assistant_id: assistantId,
+        stream: true,
+        thread: ask('Leave early', { reply: words, chunk_delay_ms: 2 }),
+      },
     });
     expect(response.status).toBe(200);
     const reader = defined(response.body).pipeThrough(new TextDecoderStream()).getReader();
@@ -291,7 +298,13 @@ describe('rate limits in Durable Objects', () => {
     async function limited() {
       const model = `tokens-${crypto.randomUUID().slice(0, 8)}`;
       const created = await call(POLICIES, {
-        body: { type: 'tokens', unit: 'rpd', value: 1, conditions: [{ key: 'model', value: model }], group_by: [{ key: 'api_key' }] },
+        body: {
+          type: 'tokens',
+          unit: 'rpd',
+          value: 1,
+          conditions: [{ key: 'model', value: model }],
+          group_by: [{ key: 'api_key' }],
+        },
       });
       expect(created.status).toBe(200);
       const run = (scenario: Record<string, unknown>) =>
@@ -303,7 +316,7 @@ describe('rate limits in Durable Objects', () => {
     }
     /** Sends `next()` until `done` holds of its answer, or a deadline passes; answers the last. */
     async function until(next: () => Promise<Response>, done: (response: Response) => Promise<boolean>) {
-      for (const deadline = Date.now() + 10_000; ; ) {
+      for (const deadline = Date.now() + 10_000; ;) {
         const response = await next();
         if ((await done(response.clone())) || Date.now() > deadline) return response;
         await new Promise((resolve) => setTimeout(resolve, 50));
@@ -316,17 +329,26 @@ describe('rate limits in Durable Objects', () => {
     const failing = await limited();
     const held = remoteGate(inject('upstreamUrl'), freshGate('failing'));
     const failed = await json(await failing.run({ status: 500, hold: held.name }));
-    expect(await errorOf(await failing.run({ status: 500 }))).toMatchObject({ status: 429, type: 'tokens', code: 'rate_limit_exceeded' });
+    expect(await errorOf(await failing.run({ status: 500 }))).toMatchObject({
+      status: 429,
+      type: 'tokens',
+      code: 'rate_limit_exceeded',
+    });
     await held.open();
     expect((await waitForRun(failed.thread_id, failed.id, 'failed')).status).toBe('failed');
-    const again = await until(() => failing.run({ status: 500 }), async (response) => response.status === 200);
+    const again = await until(
+      () => failing.run({ status: 500 }),
+      async (response) => response.status === 200,
+    );
     expect(again.status).toBe(200);
 
     // Of ten at once, one is admitted: its reservation refuses the rest (its answer held at a gate
     // until all ten are answered, however slowly).
     const counted = await limited();
     const gate = remoteGate(inject('upstreamUrl'), freshGate('counted'));
-    const responses = await Promise.all(Array.from({ length: 10 }, () => counted.run({ reply: 'Counted', hold: gate.name })));
+    const responses = await Promise.all(
+      Array.from({ length: 10 }, () => counted.run({ reply: 'Counted', hold: gate.name })),
+    );
     const admitted = [];
     const refusals = [];
     for (const response of responses) {

@@ -30,7 +30,12 @@ beforeAll(async () => {
   const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
     method: 'POST',
     headers: { 'x-gateway-api-key': API_KEY, 'content-type': 'application/json' },
-    body: JSON.stringify({ slug: virtualKey, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake-provider-key' }),
+    body: JSON.stringify({
+      slug: virtualKey,
+      provider: 'openai',
+      base_url: inject('upstreamUrl'),
+      api_key: 'sk-fake-provider-key',
+    }),
   });
   expect(created.status).toBe(200);
   openai = new OpenAI({
@@ -76,8 +81,14 @@ describe('threads and messages on workerd', () => {
     const back = await openai.beta.threads.messages.list(thread.id, { limit: 1, before: defined(rest.data[0]).id });
     expect(back.data.map((m) => m.id)).toEqual([message.id]);
 
-    expect(await openai.beta.threads.update(thread.id, { metadata: { modified: 'true' } })).toEqual({ ...thread, metadata: { modified: 'true' } });
-    const tagged = await openai.beta.threads.messages.update(message.id, { thread_id: thread.id, metadata: { seen: 'yes' } });
+    expect(await openai.beta.threads.update(thread.id, { metadata: { modified: 'true' } })).toEqual({
+      ...thread,
+      metadata: { modified: 'true' },
+    });
+    const tagged = await openai.beta.threads.messages.update(message.id, {
+      thread_id: thread.id,
+      metadata: { seen: 'yes' },
+    });
     expect(tagged).toEqual({ ...message, metadata: { seen: 'yes' } });
     expect(await openai.beta.threads.messages.retrieve(message.id, { thread_id: thread.id })).toEqual(tagged);
 
@@ -87,9 +98,16 @@ describe('threads and messages on workerd', () => {
       deleted: true,
     });
     expect((await openai.beta.threads.messages.list(thread.id)).data).toHaveLength(1);
-    expect(await openai.beta.threads.delete(thread.id)).toEqual({ id: thread.id, object: 'thread.deleted', deleted: true });
+    expect(await openai.beta.threads.delete(thread.id)).toEqual({
+      id: thread.id,
+      object: 'thread.deleted',
+      deleted: true,
+    });
     await expect(openai.beta.threads.retrieve(thread.id)).rejects.toBeInstanceOf(NotFoundError);
-    expect(await errorOf(await call(`/v1/threads/${thread.id}/messages`))).toMatchObject({ status: 404, code: 'thread_not_found' });
+    expect(await errorOf(await call(`/v1/threads/${thread.id}/messages`))).toMatchObject({
+      status: 404,
+      code: 'thread_not_found',
+    });
   });
 
   it('refuses a message and the deletion while a run waits for tool outputs, naming the run', async () => {
@@ -98,13 +116,20 @@ describe('threads and messages on workerd', () => {
       tools: [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: {} } } }],
     });
     // The assistant changed as the SDK does it: the run takes the new instructions.
-    expect(await openai.beta.assistants.update(assistant.id, { instructions: 'Use the tool.' })).toMatchObject({ instructions: 'Use the tool.' });
+    expect(await openai.beta.assistants.update(assistant.id, { instructions: 'Use the tool.' })).toMatchObject({
+      instructions: 'Use the tool.',
+    });
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: `Look\n#fake ${JSON.stringify({ tool_calls: 1 })}` }] } },
+      {
+        assistant_id: assistant.id,
+        thread: { messages: [{ role: 'user', content: `Look\n#fake ${JSON.stringify({ tool_calls: 1 })}` }] },
+      },
       { pollIntervalMs: 50 },
     );
     expect(run).toMatchObject({ status: 'requires_action', instructions: 'Use the tool.' });
-    const refused = await errorOf(await call(`/v1/threads/${run.thread_id}/messages`, { body: { role: 'user', content: 'Hello?' } }));
+    const refused = await errorOf(
+      await call(`/v1/threads/${run.thread_id}/messages`, { body: { role: 'user', content: 'Hello?' } }),
+    );
     expect(refused).toEqual({
       status: 400,
       code: 'thread_has_active_run',
@@ -119,6 +144,8 @@ describe('threads and messages on workerd', () => {
     await openai.beta.threads.runs.cancel(run.id, { thread_id: run.thread_id });
     const after = await openai.beta.threads.messages.create(run.thread_id, { role: 'user', content: 'Never mind' });
     expect(after.role).toBe('user');
-    expect(await json(await call(`/v1/threads/${run.thread_id}`, { method: 'DELETE' }))).toMatchObject({ deleted: true });
+    expect(await json(await call(`/v1/threads/${run.thread_id}`, { method: 'DELETE' }))).toMatchObject({
+      deleted: true,
+    });
   });
 });

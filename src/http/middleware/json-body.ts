@@ -37,7 +37,8 @@ export const jsonBody = (options: { maxBytes: number; requestBody: Deps['request
   if (!Number.isInteger(options.maxBytes) || options.maxBytes <= 0) {
     throw new Error(`jsonBody: maxBytes must be a positive integer, got ${options.maxBytes}`);
   }
-  const tooLarge = () => new ApiError('payload_too_large', `The request body is larger than ${options.maxBytes} bytes.`);
+  const tooLarge = () =>
+    new ApiError('payload_too_large', `The request body is larger than ${options.maxBytes} bytes.`);
   const readBytes = (c: Context) => readBounded(options.requestBody(c.req.raw), options.maxBytes, tooLarge);
   return createMiddleware(async (c, next) => {
     if (BODYLESS.has(c.req.method) || readsOwnBody(c)) return next();
@@ -86,7 +87,11 @@ function cacheText(c: Context, text: string): void {
 }
 
 /** The whole body, or `tooLarge()` once more than `maxBytes` arrived (the rest is left unread). */
-async function readBounded(body: AsyncIterable<Uint8Array> | null, maxBytes: number, tooLarge: () => ApiError): Promise<Uint8Array> {
+async function readBounded(
+  body: AsyncIterable<Uint8Array> | null,
+  maxBytes: number,
+  tooLarge: () => ApiError,
+): Promise<Uint8Array> {
   if (body === null) return new Uint8Array(0);
   const parts: Uint8Array[] = [];
   let size = 0;
@@ -144,8 +149,12 @@ function strictJsonError(problem: JsonProblem): ApiError {
     case 'bad_key':
       return new ApiError('invalid_json', `A key in ${where} has a NUL character or an unpaired surrogate.`, { param });
     case 'bad_string':
-      return new ApiError('invalid_value', `Invalid ${where}: strings cannot contain NUL characters or unpaired surrogates.`, {
-        param,
-      });
+      return new ApiError(
+        'invalid_value',
+        `Invalid ${where}: strings cannot contain NUL characters or unpaired surrogates.`,
+        {
+          param,
+        },
+      );
   }
 }

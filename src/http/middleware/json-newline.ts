@@ -13,8 +13,15 @@ const JSON_TYPE = 'application/json';
  */
 export const jsonNewline = () =>
   createMiddleware((c, next) => {
-    function json(value: unknown, arg?: ContentfulStatusCode | { status?: StatusCode; statusText?: string; headers?: ConstructorParameters<typeof Headers>[0] }, headers?: Record<string, string | string[]>): Response {
-      if (typeof arg !== 'object') return c.newResponse(jsonText(value), arg, { 'Content-Type': JSON_TYPE, ...headers });
+    function json(
+      value: unknown,
+      arg?:
+        | ContentfulStatusCode
+        | { status?: StatusCode; statusText?: string; headers?: ConstructorParameters<typeof Headers>[0] },
+      headers?: Record<string, string | string[]>,
+    ): Response {
+      if (typeof arg !== 'object')
+        return c.newResponse(jsonText(value), arg, { 'Content-Type': JSON_TYPE, ...headers });
       const merged = new Headers(arg.headers);
       if (!merged.has('content-type')) merged.set('content-type', JSON_TYPE);
       return c.newResponse(jsonText(value), { ...arg, headers: merged });

@@ -92,10 +92,16 @@ function describe(issue: Issue, prefix: PropertyKey[], input: unknown, target: s
       const limit = Number(issue.minimum);
       if (issue.origin === 'string') {
         if (limit === 1) return at('string_below_min_length', `Invalid ${name}: expected a non-empty string.`);
-        return at('string_below_min_length', `Invalid ${name}: string too short. Expected at least ${limit} characters.`);
+        return at(
+          'string_below_min_length',
+          `Invalid ${name}: string too short. Expected at least ${limit} characters.`,
+        );
       }
       if (issue.origin === 'array' || issue.origin === 'set') {
-        return at('array_below_min_length', `Invalid ${name}: expected at least ${limit} item${limit === 1 ? '' : 's'}.`);
+        return at(
+          'array_below_min_length',
+          `Invalid ${name}: expected at least ${limit} item${limit === 1 ? '' : 's'}.`,
+        );
       }
       const bound = issue.inclusive === false ? '>' : '>=';
       return at('value_below_minimum', `Invalid ${name}: expected a value ${bound} ${limit}.`);
@@ -147,7 +153,11 @@ function describe(issue: Issue, prefix: PropertyKey[], input: unknown, target: s
       const inner = issue.issues[0];
       const code = inner?.code === 'too_big' ? 'string_above_max_length' : 'invalid_value';
       const detail = inner?.code === 'too_big' ? `longer than ${Number(inner.maximum)} characters` : 'not allowed';
-      return at(code, `Invalid ${recordParam === null ? 'request' : `'${recordParam}'`}: the key '${key}' is ${detail}.`, recordParam);
+      return at(
+        code,
+        `Invalid ${recordParam === null ? 'request' : `'${recordParam}'`}: the key '${key}' is ${detail}.`,
+        recordParam,
+      );
     }
     case 'invalid_element': {
       const inner = issue.issues[0];

@@ -1,6 +1,13 @@
 import { fileURLToPath } from 'node:url';
 import { Hono, type Env, type ValidationTargets } from 'hono';
-import { describeRoute, generateSpecs, resolver, validator, type ContentWithResolver, type DescribeRouteOptions } from 'hono-openapi';
+import {
+  describeRoute,
+  generateSpecs,
+  resolver,
+  validator,
+  type ContentWithResolver,
+  type DescribeRouteOptions,
+} from 'hono-openapi';
 import type { OpenAPIV3_1 } from 'openapi-types';
 import type * as z from 'zod';
 import { ERROR_CODES, type ErrorStatus } from '../../errors';
@@ -48,7 +55,11 @@ const DOCUMENTATION = {
   servers: [{ url: '/' }],
   components: {
     securitySchemes: {
-      bearer: { type: 'http', scheme: 'bearer', description: 'A gateway API key (gk_…), as the OpenAI SDKs send apiKey.' },
+      bearer: {
+        type: 'http',
+        scheme: 'bearer',
+        description: 'A gateway API key (gk_…), as the OpenAI SDKs send apiKey.',
+      },
       gatewayApiKey: { type: 'apiKey', in: 'header', name: 'x-gateway-api-key' },
     },
     schemas: { Error: ERROR_SCHEMA },
@@ -84,7 +95,8 @@ const EVENT_STREAM: OpenAPIV3_1.MediaTypeObject = {
 export async function openApiDocument<E extends Env>(app: Hono<E>): Promise<OpenAPIV3_1.Document> {
   const described = new Hono();
   for (const [key, route] of routeDeclarations(app)) {
-    if (!route.responds) throw new Error(`${key} declares no responses: give it responds({ summary, ok }) (http/middleware/responds.ts).`);
+    if (!route.responds)
+      throw new Error(`${key} declares no responses: give it responds({ summary, ok }) (http/middleware/responds.ts).`);
     const inputs = route.inputs.map((input) => validator(input.target, input.schema));
     described.on(route.method, route.path, describeRoute(operation(route.path, route.responds)), ...inputs);
   }
@@ -130,8 +142,14 @@ function operation(path: string, declared: ResponseDeclaration): DescribeRouteOp
     ? { 'application/octet-stream': { schema: { type: 'string', contentMediaType: 'application/octet-stream' } } }
     : { 'application/json': { schema: resolver(declared.ok) } };
   if (declared.stream) success['text/event-stream'] = EVENT_STREAM;
-  const statuses = new Set<ErrorStatus>([...(api ? [400, 401] as const : []), ...(path.includes('/:') ? [404] as const : []), ...(declared.errors ?? [])]);
-  const errors = Object.fromEntries([...statuses].sort().map((status) => [status, ERROR_RESPONSE(ERROR_DESCRIPTIONS[status])]));
+  const statuses = new Set<ErrorStatus>([
+    ...(api ? ([400, 401] as const) : []),
+    ...(path.includes('/:') ? ([404] as const) : []),
+    ...(declared.errors ?? []),
+  ]);
+  const errors = Object.fromEntries(
+    [...statuses].sort().map((status) => [status, ERROR_RESPONSE(ERROR_DESCRIPTIONS[status])]),
+  );
   return {
     summary: declared.summary,
     tags: [/^\/v1\/([^/:]+)/.exec(path)?.[1] ?? 'gateway'],

@@ -51,11 +51,18 @@ export async function modifyAssistant(
   body: ModifyAssistantBody,
   context: RequestContext,
 ): Promise<AssistantRow> {
-  if (body.tool_resources === undefined) return updateAssistant(deps.db, actor.workspaceId, id, { ...body, tool_resources: undefined });
+  if (body.tool_resources === undefined)
+    return updateAssistant(deps.db, actor.workspaceId, id, { ...body, tool_resources: undefined });
   // An unknown assistant is the answer, before anything its tool_resources name.
   await getAssistant(deps.db, actor.workspaceId, id);
   const resources = await toolResourcesWrites(deps, actor, body.tool_resources, assistantLive(actor.workspaceId, id));
-  const row = await updateAssistant(deps.db, actor.workspaceId, id, { ...body, tool_resources: resources.toolResources }, resources.statements);
+  const row = await updateAssistant(
+    deps.db,
+    actor.workspaceId,
+    id,
+    { ...body, tool_resources: resources.toolResources },
+    resources.statements,
+  );
   if (resources.queued) wakeIngestion(deps, context);
   return row;
 }

@@ -39,7 +39,11 @@ export const newAssistantId = () => newId('asst');
  * transaction; 400 `quota_exceeded` when the workspace holds `maxAssistants` live ones, checked in
  * the insert itself.
  */
-export async function insertAssistant(db: Db, assistant: NewAssistant, extra: BuiltStatement[] = []): Promise<AssistantRow> {
+export async function insertAssistant(
+  db: Db,
+  assistant: NewAssistant,
+  extra: BuiltStatement[] = [],
+): Promise<AssistantRow> {
   const { workspaceId, maxAssistants } = assistant;
   const values = {
     id: assistant.id,
@@ -129,7 +133,11 @@ export function listAssistants(db: Db, workspaceId: string, query: CursorListQue
   });
 }
 
-const assistantCursors = cursorsOf(assistants, { seq: assistants.seq, id: assistants.id, scope: assistants.workspaceId });
+const assistantCursors = cursorsOf(assistants, {
+  seq: assistants.seq,
+  id: assistants.id,
+  scope: assistants.workspaceId,
+});
 
 const assistantPage = preparedQueries(
   (db, page: PageQuery) =>

@@ -23,14 +23,24 @@ import { assistantObject } from './objects';
  */
 export const assistantRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
-  .post('/', responds({ summary: 'Create an assistant', ok: assistantObject }), validate('json', createAssistantBody), async (c) => {
-    const row = await createAssistant(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
-    return c.json(toAssistantJson(row));
-  })
-  .get('/', responds({ summary: 'List assistants', ok: listOf(assistantObject) }), validate('query', cursorListQuery), async (c) => {
-    const page = await listAssistants(c.get('deps').db, c.get('actor').workspaceId, c.req.valid('query'));
-    return c.json(listObject(page, toAssistantJson));
-  })
+  .post(
+    '/',
+    responds({ summary: 'Create an assistant', ok: assistantObject }),
+    validate('json', createAssistantBody),
+    async (c) => {
+      const row = await createAssistant(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
+      return c.json(toAssistantJson(row));
+    },
+  )
+  .get(
+    '/',
+    responds({ summary: 'List assistants', ok: listOf(assistantObject) }),
+    validate('query', cursorListQuery),
+    async (c) => {
+      const page = await listAssistants(c.get('deps').db, c.get('actor').workspaceId, c.req.valid('query'));
+      return c.json(listObject(page, toAssistantJson));
+    },
+  )
   .get('/:assistant_id', responds({ summary: 'Retrieve an assistant', ok: assistantObject }), async (c) => {
     const { db } = c.get('deps');
     const { workspaceId } = c.get('actor');
@@ -38,12 +48,27 @@ export const assistantRoutes = new Hono<ApiEnv>()
     await resolveVirtualKey(db, workspaceId, { slug: c.get('actor').virtualKeySlug, model: row.model });
     return c.json(toAssistantJson(row));
   })
-  .post('/:assistant_id', responds({ summary: 'Modify an assistant', ok: assistantObject }), validate('json', modifyAssistantBody), async (c) => {
-    const row = await modifyAssistant(c.get('deps'), c.get('actor'), c.req.param('assistant_id'), c.req.valid('json'), requestContext(c));
-    return c.json(toAssistantJson(row));
-  })
-  .delete('/:assistant_id', responds({ summary: 'Delete an assistant', ok: deletedObject('assistant.deleted') }), async (c) => {
-    const { db, now } = c.get('deps');
-    const row = await deleteAssistant(db, c.get('actor').workspaceId, c.req.param('assistant_id'), now());
-    return c.json({ id: row.id, object: 'assistant.deleted', deleted: true });
-  });
+  .post(
+    '/:assistant_id',
+    responds({ summary: 'Modify an assistant', ok: assistantObject }),
+    validate('json', modifyAssistantBody),
+    async (c) => {
+      const row = await modifyAssistant(
+        c.get('deps'),
+        c.get('actor'),
+        c.req.param('assistant_id'),
+        c.req.valid('json'),
+        requestContext(c),
+      );
+      return c.json(toAssistantJson(row));
+    },
+  )
+  .delete(
+    '/:assistant_id',
+    responds({ summary: 'Delete an assistant', ok: deletedObject('assistant.deleted') }),
+    async (c) => {
+      const { db, now } = c.get('deps');
+      const row = await deleteAssistant(db, c.get('actor').workspaceId, c.req.param('assistant_id'), now());
+      return c.json({ id: row.id, object: 'assistant.deleted', deleted: true });
+    },
+  );

@@ -31,4 +31,3 @@ export type CreateAssistantBody = z.infer<typeof createAssistantBody>;
  */
 export const modifyAssistantBody = createAssistantBody.partial();
 export type ModifyAssistantBody = z.infer<typeof modifyAssistantBody>;
-

@@ -44,8 +44,10 @@ export async function createFile(deps: FileCommandDeps, workspaceId: string, req
       // Fields sent before the file (curl's order) are judged before it is stored.
       (fields) => formFields(fields, uploadFields.partial()),
     );
-    if (!upload.file) throw new ApiError('missing_required_parameter', "Missing required parameter: 'file'.", { param: 'file' });
-    if (upload.file.bytes === 0) throw new ApiError('invalid_value', "Invalid 'file': the file is empty (0 bytes).", { param: 'file' });
+    if (!upload.file)
+      throw new ApiError('missing_required_parameter', "Missing required parameter: 'file'.", { param: 'file' });
+    if (upload.file.bytes === 0)
+      throw new ApiError('invalid_value', "Invalid 'file': the file is empty (0 bytes).", { param: 'file' });
     const fields = formFields(upload.fields, uploadFields);
     const at = deps.now();
     const row: FileRow = {
@@ -119,7 +121,10 @@ async function forget(deps: FileCommandDeps, blobKey: string): Promise<boolean> 
  * The upload's fields, checked like a JSON body (validate.ts's errors, naming the field):
  * `expires_after[anchor]` and `expires_after[seconds]` as OpenAI's SDKs write the object.
  */
-function formFields<Schema extends z.ZodType>(fields: Readonly<Record<string, string>>, schema: Schema): z.infer<Schema> {
+function formFields<Schema extends z.ZodType>(
+  fields: Readonly<Record<string, string>>,
+  schema: Schema,
+): z.infer<Schema> {
   const nested: Record<string, unknown> = Object.create(null);
   let expiresAfter: Record<string, string> | undefined;
   for (const [name, value] of Object.entries(fields)) {

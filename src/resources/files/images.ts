@@ -29,7 +29,13 @@ export type ImageDeps = Pick<Deps, 'db' | 'blobs'>;
 
 /** A message as a request gives it (a thread's, a run's additional ones), as far as its images go. */
 type MessageInput = {
-  content: string | readonly ({ type: 'text' } | { type: 'image_url'; image_url: { url: string } } | { type: 'image_file'; image_file: { file_id: string } })[];
+  content:
+    | string
+    | readonly (
+        | { type: 'text' }
+        | { type: 'image_url'; image_url: { url: string } }
+        | { type: 'image_file'; image_file: { file_id: string } }
+      )[];
 };
 
 /**
@@ -61,10 +67,12 @@ export async function checkImages(
       }
       const id = part.image_file.file_id;
       const file = await getFile(deps.db, workspaceId, id, deps.now()).catch((error: unknown) => {
-        if (error instanceof ApiError && error.code === 'file_not_found') throw refuse(`no file found with id '${id}'.`);
+        if (error instanceof ApiError && error.code === 'file_not_found')
+          throw refuse(`no file found with id '${id}'.`);
         throw error;
       });
-      if (!IMAGE_PURPOSES.has(file.purpose)) throw refuse(`the file's purpose is '${file.purpose}'; an image needs 'vision' or 'assistants'.`);
+      if (!IMAGE_PURPOSES.has(file.purpose))
+        throw refuse(`the file's purpose is '${file.purpose}'; an image needs 'vision' or 'assistants'.`);
       if (file.bytes > MAX_IMAGE_BYTES) throw refuse(`the image is larger than ${MAX_IMAGE_BYTES} bytes.`);
       if ((await imageTypeOf(deps, file)) === null) throw refuse('the file is not a PNG, JPEG, GIF or WebP image.');
     }
@@ -101,8 +109,10 @@ function dataUrlProblem(url: string): string | null {
   const comma = url.indexOf(',');
   const header = (comma < 0 ? url : url.slice(0, comma)).slice('data:'.length).toLowerCase().split(';');
   const payload = comma < 0 ? '' : url.slice(comma + 1);
-  if (!IMAGE_TYPES.includes(header[0] ?? '')) return 'a data: URL must be an image/png, image/jpeg, image/gif or image/webp one.';
-  if (header.at(-1) !== 'base64' || header.length < 2) return `a data: URL of an image must be base64: data:${header[0]};base64,….`;
+  if (!IMAGE_TYPES.includes(header[0] ?? ''))
+    return 'a data: URL must be an image/png, image/jpeg, image/gif or image/webp one.';
+  if (header.at(-1) !== 'base64' || header.length < 2)
+    return `a data: URL of an image must be base64: data:${header[0]};base64,….`;
   if (payload.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(payload)) return 'the data: URL is not valid base64.';
   const head = atob(payload.slice(0, 16));
   if (sniffImageType(Uint8Array.from(head, (character) => character.charCodeAt(0))) === null) {

@@ -33,7 +33,14 @@ export async function insertFile(db: Db, row: FileRow, upload?: { maxBytes: numb
   const [inserted] = await db.batch([
     insertWhere(db, files, row, sql`${fits} AND ${reservationLive(row.blobKey, now)}`).returning({ id: files.id }),
     // Only once the row holds the bytes: a refused upload keeps its reservation until they are deleted.
-    db.delete(fileReservations).where(and(eq(fileReservations.blobKey, row.blobKey), sql`EXISTS (SELECT 1 FROM ${files} WHERE ${files.id} = ${row.id})`)),
+    db
+      .delete(fileReservations)
+      .where(
+        and(
+          eq(fileReservations.blobKey, row.blobKey),
+          sql`EXISTS (SELECT 1 FROM ${files} WHERE ${files.id} = ${row.id})`,
+        ),
+      ),
   ]);
   if (inserted.length > 0) return;
   const held = await reservationState(db, { workspaceId: row.workspaceId, blobKey: row.blobKey, now });
@@ -42,8 +49,17 @@ export async function insertFile(db: Db, row: FileRow, upload?: { maxBytes: numb
 }
 
 /** The 400 for a workspace whose files, and uploads under way, leave no room for this one. */
-export function storageExceeded({ files, uploading, maxBytes }: { files: number; uploading: number; maxBytes: number }): ApiError {
-  const held = uploading > 0 ? `hold ${files} bytes, and its uploads under way ${uploading} more` : `hold ${files} bytes`;
+export function storageExceeded({
+  files,
+  uploading,
+  maxBytes,
+}: {
+  files: number;
+  uploading: number;
+  maxBytes: number;
+}): ApiError {
+  const held =
+    uploading > 0 ? `hold ${files} bytes, and its uploads under way ${uploading} more` : `hold ${files} bytes`;
   return quotaExceeded(
     `This workspace's files ${held}; its cap is ${maxBytes} (GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE), and this file does not fit. Delete files before uploading more.`,
     'file',
@@ -81,7 +97,12 @@ export async function listFiles(
     scope: workspaceId,
     noun: 'file',
     select: async (page) => {
-      const rows = await filePage(db, page, ofPurpose).all({ ...page.values, workspaceId, purpose: query.purpose, now });
+      const rows = await filePage(db, page, ofPurpose).all({
+        ...page.values,
+        workspaceId,
+        purpose: query.purpose,
+        now,
+      });
       return rows.map(({ seq: _seq, ...row }) => row);
     },
   });
@@ -127,10 +148,17 @@ export async function deleteFile(db: Db, workspaceId: string, id: string): Promi
     db.run(sql`INSERT INTO file_reservations (blob_key, workspace_id, bytes, expires_at)
       SELECT ${files.blobKey}, ${files.workspaceId}, 0, 0 FROM ${files} WHERE ${files.id} = ${id} AND ${files.workspaceId} = ${workspaceId}
       ON CONFLICT (blob_key) DO NOTHING`),
-    db.delete(files).where(and(eq(files.id, id), eq(files.workspaceId, workspaceId))).returning(),
+    db
+      .delete(files)
+      .where(and(eq(files.id, id), eq(files.workspaceId, workspaceId)))
+      .returning(),
     // Through the stores that hold it (vector_store_files_file, then the chunks' store-and-file index).
-    db.delete(vectorStoreChunks).where(and(inArray(vectorStoreChunks.vectorStoreId, itsStores), eq(vectorStoreChunks.fileId, id), gone)),
-    db.delete(vectorStoreFiles).where(and(eq(vectorStoreFiles.fileId, id), eq(vectorStoreFiles.workspaceId, workspaceId), gone)),
+    db
+      .delete(vectorStoreChunks)
+      .where(and(inArray(vectorStoreChunks.vectorStoreId, itsStores), eq(vectorStoreChunks.fileId, id), gone)),
+    db
+      .delete(vectorStoreFiles)
+      .where(and(eq(vectorStoreFiles.fileId, id), eq(vectorStoreFiles.workspaceId, workspaceId), gone)),
   ]);
   const [row] = deleted;
   if (!row) throw notFound(id);

@@ -90,7 +90,10 @@ export interface ReservationState {
   olderWaiting: boolean;
 }
 
-export async function reservationState(db: Db, ask: Pick<ReservationAsk, 'workspaceId' | 'blobKey' | 'now'>): Promise<ReservationState> {
+export async function reservationState(
+  db: Db,
+  ask: Pick<ReservationAsk, 'workspaceId' | 'blobKey' | 'now'>,
+): Promise<ReservationState> {
   const [row] = await db.all<{ files: number; others: number; own: number | null; older_waiting: number }>(sql`
     SELECT ${filesBytes(ask.workspaceId)} AS files,
       ${reservedBytes(ask.workspaceId, ask.now, ask.blobKey)} AS others,
@@ -108,7 +111,9 @@ export async function reservationState(db: Db, ask: Pick<ReservationAsk, 'worksp
 
 /** Marks a live reservation as waiting for room: younger uploads short of room give up meanwhile. */
 export async function awaitRoom(db: Db, blobKey: string, now: number): Promise<void> {
-  await db.run(sql`UPDATE file_reservations SET waiting = 1 WHERE blob_key = ${blobKey} AND expires_at > ${now} AND NOT waiting`);
+  await db.run(
+    sql`UPDATE file_reservations SET waiting = 1 WHERE blob_key = ${blobKey} AND expires_at > ${now} AND NOT waiting`,
+  );
 }
 
 /** Keeps a live reservation live until `until`; false when it had lapsed (it stays lapsed). */
@@ -133,7 +138,12 @@ export async function lapsedReservations(db: Db, now: number, limit: number): Pr
   const rows = await db
     .select({ blobKey: fileReservations.blobKey })
     .from(fileReservations)
-    .where(and(lte(fileReservations.expiresAt, now), sql`NOT EXISTS (SELECT 1 FROM ${files} WHERE ${files.blobKey} = ${fileReservations.blobKey})`))
+    .where(
+      and(
+        lte(fileReservations.expiresAt, now),
+        sql`NOT EXISTS (SELECT 1 FROM ${files} WHERE ${files.blobKey} = ${fileReservations.blobKey})`,
+      ),
+    )
     .orderBy(fileReservations.expiresAt)
     .limit(limit);
   return rows.map((row) => row.blobKey);
@@ -142,7 +152,9 @@ export async function lapsedReservations(db: Db, now: number, limit: number): Pr
 /** Deletes the reservations of `blobKeys` that are lapsed at `now` (a lapsed one never comes back). */
 export async function forgetLapsedReservations(db: Db, blobKeys: string[], now: number): Promise<void> {
   if (blobKeys.length === 0) return;
-  await db.delete(fileReservations).where(and(inArray(fileReservations.blobKey, blobKeys), lte(fileReservations.expiresAt, now)));
+  await db
+    .delete(fileReservations)
+    .where(and(inArray(fileReservations.blobKey, blobKeys), lte(fileReservations.expiresAt, now)));
 }
 
 /**
@@ -150,7 +162,11 @@ export async function forgetLapsedReservations(db: Db, blobKeys: string[], now: 
  * (`reserved`), read in one statement: an upload's row and the release of its reservation commit
  * together, so a blob being admitted is seen as one or the other, never neither.
  */
-export async function blobKeysHeld(db: Db, blobKeys: string[], now: number): Promise<{ owned: Set<string>; reserved: Set<string> }> {
+export async function blobKeysHeld(
+  db: Db,
+  blobKeys: string[],
+  now: number,
+): Promise<{ owned: Set<string>; reserved: Set<string> }> {
   const owned = new Set<string>();
   const reserved = new Set<string>();
   if (blobKeys.length === 0) return { owned, reserved };

@@ -75,10 +75,17 @@ export class UploadReservation {
 
   /** Reserves the upload's first bytes, before its body is read; 400 quota_exceeded when they do not fit. */
   static async open(deps: ReservationDeps, request: ReservationRequest): Promise<UploadReservation> {
-    const declared = request.contentLength === undefined ? undefined : Math.min(request.contentLength, deps.config.GATEWAY_MAX_FILE_BYTES);
+    const declared =
+      request.contentLength === undefined
+        ? undefined
+        : Math.min(request.contentLength, deps.config.GATEWAY_MAX_FILE_BYTES);
     const need = declared === undefined ? 1 : Math.max(1, declared - FRAMING_BYTES);
     const ahead = declared === undefined ? MIN_STEP : declared - need;
-    const reservation = new UploadReservation(deps, request, await openReservation(deps.db, askOf(deps, request, need, ahead)));
+    const reservation = new UploadReservation(
+      deps,
+      request,
+      await openReservation(deps.db, askOf(deps, request, need, ahead)),
+    );
     try {
       // Short of room: refused, or waiting for it as a step would (the row is there to say so).
       if (reservation.#reserved < need) await reservation.#grow(need, ahead);
@@ -128,7 +135,10 @@ export class UploadReservation {
     try {
       await releaseReservation(this.#deps.db, this.#request.blobKey);
     } catch (error) {
-      this.#deps.log.warn('an upload reservation could not be released; it lapses', { blob_key: this.#request.blobKey, error });
+      this.#deps.log.warn('an upload reservation could not be released; it lapses', {
+        blob_key: this.#request.blobKey,
+        error,
+      });
     }
   }
 
@@ -175,7 +185,8 @@ export class UploadReservation {
   async #renew(): Promise<void> {
     const now = this.#deps.now();
     try {
-      if (!(await renewReservation(this.#deps.db, this.#request.blobKey, now, now + UPLOAD_LEASE_MS))) this.#lapsed = true;
+      if (!(await renewReservation(this.#deps.db, this.#request.blobKey, now, now + UPLOAD_LEASE_MS)))
+        this.#lapsed = true;
     } catch (error) {
       this.#deps.log.warn('an upload reservation could not be renewed', { blob_key: this.#request.blobKey, error });
     }
@@ -196,7 +207,11 @@ function askOf(deps: ReservationDeps, request: ReservationRequest, need: number,
 }
 
 function exceeded(deps: ReservationDeps, state: ReservationState) {
-  return storageExceeded({ files: state.files, uploading: state.others, maxBytes: deps.config.GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE });
+  return storageExceeded({
+    files: state.files,
+    uploading: state.others,
+    maxBytes: deps.config.GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE,
+  });
 }
 
 /** The upload outlived its reservation (its process or the database stalled past the lease): a server error. */

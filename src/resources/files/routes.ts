@@ -29,11 +29,16 @@ export const fileRoutes = new Hono<ApiEnv>()
     });
     return c.json(toFileJson(row));
   })
-  .get('/', responds({ summary: 'List files', ok: listOf(fileObject) }), validate('query', listFilesQuery), async (c) => {
-    const { db, now } = c.get('deps');
-    const page = await listFiles(db, c.get('actor').workspaceId, c.req.valid('query'), now());
-    return c.json(listObject(page, toFileJson));
-  })
+  .get(
+    '/',
+    responds({ summary: 'List files', ok: listOf(fileObject) }),
+    validate('query', listFilesQuery),
+    async (c) => {
+      const { db, now } = c.get('deps');
+      const page = await listFiles(db, c.get('actor').workspaceId, c.req.valid('query'), now());
+      return c.json(listObject(page, toFileJson));
+    },
+  )
   .get('/:file_id', responds({ summary: 'Retrieve a file', ok: fileObject }), async (c) => {
     const { db, now } = c.get('deps');
     const row = await getFile(db, c.get('actor').workspaceId, c.req.param('file_id'), now());
@@ -44,21 +49,26 @@ export const fileRoutes = new Hono<ApiEnv>()
     await removeFile(c.get('deps'), c.get('actor').workspaceId, id);
     return c.json({ id, object: 'file' as const, deleted: true });
   })
-  .get('/:file_id/content', responds({ summary: "Retrieve a file's content", ok: z.string(), bytes: true }), async (c) => {
-    const { db, now, blobs } = c.get('deps');
-    const row = await getFile(db, c.get('actor').workspaceId, c.req.param('file_id'), now());
-    const body = await blobs.get(row.blobKey);
-    // A row without its bytes is the store's fault (lost or deleted behind the gateway's back).
-    if (!body) throw new ApiError('server_error', undefined, { cause: new Error(`the blob of file ${row.id} is missing`) });
-    return new Response(body, {
-      headers: {
-        'content-type': 'application/octet-stream',
-        'content-length': String(row.bytes),
-        'content-disposition': contentDisposition(row.filename),
-        'x-content-type-options': 'nosniff',
-      },
-    });
-  });
+  .get(
+    '/:file_id/content',
+    responds({ summary: "Retrieve a file's content", ok: z.string(), bytes: true }),
+    async (c) => {
+      const { db, now, blobs } = c.get('deps');
+      const row = await getFile(db, c.get('actor').workspaceId, c.req.param('file_id'), now());
+      const body = await blobs.get(row.blobKey);
+      // A row without its bytes is the store's fault (lost or deleted behind the gateway's back).
+      if (!body)
+        throw new ApiError('server_error', undefined, { cause: new Error(`the blob of file ${row.id} is missing`) });
+      return new Response(body, {
+        headers: {
+          'content-type': 'application/octet-stream',
+          'content-length': String(row.bytes),
+          'content-disposition': contentDisposition(row.filename),
+          'x-content-type-options': 'nosniff',
+        },
+      });
+    },
+  );
 
 /**
  * `attachment` with the filename twice, as RFC 6266 advises: `filename` an ASCII stand-in (other
@@ -67,6 +77,9 @@ export const fileRoutes = new Hono<ApiEnv>()
  */
 export function contentDisposition(filename: string): string {
   const ascii = filename.replace(/[^\x20-\x7e]|["\\]/g, '_');
-  const encoded = encodeURIComponent(filename).replace(/['()*]/g, (char) => `%${char.charCodeAt(0).toString(16).toUpperCase()}`);
+  const encoded = encodeURIComponent(filename).replace(
+    /['()*]/g,
+    (char) => `%${char.charCodeAt(0).toString(16).toUpperCase()}`,
+  );
   return `attachment; filename="${ascii}"; filename*=UTF-8''${encoded}`;
 }

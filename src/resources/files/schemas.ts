@@ -29,7 +29,19 @@ export type UploadFields = z.infer<typeof uploadFields>;
 
 /** GET /v1/files: OpenAI's limit is 1 to 10,000, 10,000 by default; `after` only (no `before`). */
 export const listFilesQuery = z.strictObject({
-  purpose: z.enum(['assistants', 'assistants_output', 'batch', 'batch_output', 'fine-tune', 'fine-tune-results', 'vision', 'user_data', 'evals']).optional(),
+  purpose: z
+    .enum([
+      'assistants',
+      'assistants_output',
+      'batch',
+      'batch_output',
+      'fine-tune',
+      'fine-tune-results',
+      'vision',
+      'user_data',
+      'evals',
+    ])
+    .optional(),
   limit: queryInteger({ min: 1, max: 10_000 }).default(10_000),
   order: z.enum(['asc', 'desc']).default('desc'),
   after: z.string().min(1).max(256).optional(),

@@ -44,13 +44,20 @@ export async function sweepUploads(deps: SweepDeps): Promise<number> {
  * partial blob whose key is unknown) goes once it has not been written to for a lease. Answers
  * how many it deleted.
  */
-export async function sweepStoredBlobs(deps: Pick<SweepDeps, 'db' | 'now'>, stored: AsyncIterable<StoredBlob>): Promise<number> {
+export async function sweepStoredBlobs(
+  deps: Pick<SweepDeps, 'db' | 'now'>,
+  stored: AsyncIterable<StoredBlob>,
+): Promise<number> {
   let removed = 0;
   let page: StoredBlob[] = [];
   const sweepPage = async () => {
     // Listed before this look: a blob whose upload ends in between is seen owned, or lapsed for good.
     const now = deps.now();
-    const held = await blobKeysHeld(deps.db, page.flatMap((blob) => (blob.kind === 'stray' ? [] : [blob.key])), now);
+    const held = await blobKeysHeld(
+      deps.db,
+      page.flatMap((blob) => (blob.kind === 'stray' ? [] : [blob.key])),
+      now,
+    );
     for (const blob of page) {
       const kept =
         blob.kind === 'stray'

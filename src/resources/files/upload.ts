@@ -82,18 +82,29 @@ export async function readUpload(
       }
       const { name, filename } = disposition(part.headers['content-disposition'] ?? '');
       if (name === 'file') {
-        if (upload.file) throw new ApiError('invalid_multipart', "The request body has more than one part named 'file'.", { param: 'file' });
+        if (upload.file)
+          throw new ApiError('invalid_multipart', "The request body has more than one part named 'file'.", {
+            param: 'file',
+          });
         if (filename === undefined) {
-          throw new ApiError('invalid_value', "'file' must be a file (a part with a filename), not a text field.", { param: 'file' });
+          throw new ApiError('invalid_value', "'file' must be a file (a part with a filename), not a text field.", {
+            param: 'file',
+          });
         }
         checkFilename(filename);
         beforeFile(upload.fields);
-        const { bytes } = await store.blobs.put(store.blobKey, part.stream(), { maxBytes: store.maxFileBytes, admit: store.admit });
+        const { bytes } = await store.blobs.put(store.blobKey, part.stream(), {
+          maxBytes: store.maxFileBytes,
+          admit: store.admit,
+        });
         upload.file = { filename, contentType: mediaTypeOf(part), bytes };
       } else {
-        if (name === undefined || name === '') throw new ApiError('invalid_multipart', 'A part of the request body has no name.');
+        if (name === undefined || name === '')
+          throw new ApiError('invalid_multipart', 'A part of the request body has no name.');
         if (Object.hasOwn(upload.fields, name)) {
-          throw new ApiError('invalid_multipart', `The request body has more than one part named '${shorten(name)}'.`, { param: shorten(name) });
+          throw new ApiError('invalid_multipart', `The request body has more than one part named '${shorten(name)}'.`, {
+            param: shorten(name),
+          });
         }
         upload.fields[name] = await fieldText(part, name);
       }
@@ -135,15 +146,25 @@ function fromClient(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array
 function uploadError(error: unknown, maxFileBytes: number): unknown {
   if (error instanceof ApiError) return error;
   if (error instanceof BlobTooLarge) {
-    return new ApiError('payload_too_large', `The file is larger than ${maxFileBytes} bytes (GATEWAY_MAX_FILE_BYTES).`, { param: 'file' });
+    return new ApiError(
+      'payload_too_large',
+      `The file is larger than ${maxFileBytes} bytes (GATEWAY_MAX_FILE_BYTES).`,
+      { param: 'file' },
+    );
   }
   if (error instanceof StoreFull) return new ApiError('insufficient_storage', undefined, { cause: error });
   if (error instanceof UnreadBody) {
-    return new ApiError('invalid_multipart', 'The request body ended before the multipart/form-data did (the upload was cut).', { cause: error });
+    return new ApiError(
+      'invalid_multipart',
+      'The request body ended before the multipart/form-data did (the upload was cut).',
+      { cause: error },
+    );
   }
   // multitars's own messages describe the format ("Invalid Multipart Part: Unexpected EOF").
   if (error instanceof Error && error.message.startsWith('Invalid Multipart')) {
-    return new ApiError('invalid_multipart', `The request body is not valid multipart/form-data (${error.message}).`, { cause: error });
+    return new ApiError('invalid_multipart', `The request body is not valid multipart/form-data (${error.message}).`, {
+      cause: error,
+    });
   }
   return error;
 }
@@ -161,7 +182,9 @@ async function fieldText(part: MultipartPart, name: string): Promise<string> {
     }
   } catch (error) {
     if (error instanceof BlobTooLarge) {
-      throw new ApiError('invalid_value', `The field '${shorten(name)}' is longer than ${MAX_FIELD_BYTES} bytes.`, { param: shorten(name) });
+      throw new ApiError('invalid_value', `The field '${shorten(name)}' is longer than ${MAX_FIELD_BYTES} bytes.`, {
+        param: shorten(name),
+      });
     }
     throw error;
   }
@@ -181,10 +204,14 @@ async function fieldText(part: MultipartPart, name: string): Promise<string> {
 function checkFilename(filename: string): void {
   if (filename.length === 0) throw new ApiError('invalid_value', "The file's filename is empty.", { param: 'file' });
   if (filename.length > MAX_FILENAME_CHARS) {
-    throw new ApiError('invalid_value', `The file's filename is longer than ${MAX_FILENAME_CHARS} characters.`, { param: 'file' });
+    throw new ApiError('invalid_value', `The file's filename is longer than ${MAX_FILENAME_CHARS} characters.`, {
+      param: 'file',
+    });
   }
   if (CONTROL.test(filename) || LONE_SURROGATE.test(filename)) {
-    throw new ApiError('invalid_value', "The file's filename contains control characters or unpaired surrogates.", { param: 'file' });
+    throw new ApiError('invalid_value', "The file's filename contains control characters or unpaired surrogates.", {
+      param: 'file',
+    });
   }
 }
 
@@ -206,7 +233,8 @@ export function disposition(header: string): { name?: string; filename?: string 
     // The pattern's name group always takes part, and one of its two value groups does.
     const key = (match[1] ?? '').toLowerCase();
     if (key in params) continue;
-    params[key] = match[2] !== undefined ? match[2].replace(/\\(.)/g, '$1').replace(/%22/g, '"') : (match[3] ?? '').trim();
+    params[key] =
+      match[2] !== undefined ? match[2].replace(/\\(.)/g, '$1').replace(/%22/g, '"') : (match[3] ?? '').trim();
   }
   let filename = params.filename;
   const extended = params['filename*'] && /^utf-8''(.*)$/i.exec(params['filename*']);

@@ -6,7 +6,6 @@ import { randomToken, sha256Hex } from '../../lib/crypto';
 import { BoundedMap } from '../../lib/bounded-map';
 import { newUuid } from '../../lib/ids';
 
-
 /**
  * API keys: `gk_` + 32 random bytes, shown once at creation. The database keeps the SHA-256 of the
  * whole key and a short prefix to recognise it by, so a leaked database row authenticates nobody
@@ -106,7 +105,11 @@ export class KeyHashes {
   }
 }
 
-export async function authenticateApiKey(db: Db, hashes: KeyHashes, plaintext: string): Promise<AuthenticatedKey | null> {
+export async function authenticateApiKey(
+  db: Db,
+  hashes: KeyHashes,
+  plaintext: string,
+): Promise<AuthenticatedKey | null> {
   if (!isGatewayKeyShaped(plaintext)) return null;
   const { hash, remember } = await hashes.of(plaintext);
   const [row] = await keyByHash(db).all({ hash });

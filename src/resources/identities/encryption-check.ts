@@ -22,7 +22,11 @@ const CHECK_DATA = 'encryption_check';
  * newest provider secrets if it holds any (a database from before the check: one of them must
  * open), then given the check value sealed under this key. Throws ConfigurationError naming `keySource` when the key is another.
  */
-export async function checkEncryptionKey(db: Db, secrets: SecretBox, options: { keySource: string; now: number }): Promise<void> {
+export async function checkEncryptionKey(
+  db: Db,
+  secrets: SecretBox,
+  options: { keySource: string; now: number },
+): Promise<void> {
   const mismatch = () =>
     new ConfigurationError(
       `The encryption key (${options.keySource}) is not the one this database's provider secrets are encrypted ` +
@@ -47,7 +51,10 @@ export async function checkEncryptionKey(db: Db, secrets: SecretBox, options: { 
 }
 
 async function readCheck(db: Db): Promise<string | null> {
-  const [row] = await db.select({ sealed: encryptionCheck.sealed }).from(encryptionCheck).where(eq(encryptionCheck.id, CHECK_ID));
+  const [row] = await db
+    .select({ sealed: encryptionCheck.sealed })
+    .from(encryptionCheck)
+    .where(eq(encryptionCheck.id, CHECK_ID));
   return row?.sealed ?? null;
 }
 

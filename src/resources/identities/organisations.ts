@@ -41,7 +41,12 @@ export async function initialise(db: Db, now: number): Promise<InitResult | null
   const guard = sql`NOT EXISTS (SELECT 1 FROM ${organisations} WHERE ${organisations.id} <> ${organisationId})`;
   await db.batch([
     insertWhere(db, organisations, { id: organisationId, name: 'default', createdAt: now }, guard),
-    insertWhere(db, workspaces, { id: workspaceId, organisationId, slug, name: 'Default workspace', createdAt: now }, guard),
+    insertWhere(
+      db,
+      workspaces,
+      { id: workspaceId, organisationId, slug, name: 'Default workspace', createdAt: now },
+      guard,
+    ),
     insertWhere(db, apiKeys, orgKey.row, guard),
     insertWhere(db, apiKeys, workspaceKey.row, guard),
   ]);

@@ -3,11 +3,7 @@ import { insertWhere, type Db } from '../../db/client';
 import { rateLimitPolicies, rateLimitPolicyVersions, type ApiKeyKind } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { newUuid } from '../../lib/ids';
-import type {
-  CreatePolicyBody,
-  ListPoliciesQuery,
-  UpdatePolicyBody,
-} from './schemas';
+import type { CreatePolicyBody, ListPoliciesQuery, UpdatePolicyBody } from './schemas';
 import type { AuthenticatedKey } from '../../db/schema';
 import { quotaExceeded, utf8Bytes, type WorkspaceCaps } from '../identities/quotas';
 import type { WorkspaceScope } from '../identities/workspaces';
@@ -33,7 +29,9 @@ async function readWorkspaceStats(db: Db, workspaceId: string): Promise<{ count:
  * and group_by as stored (JSON text), as the triggers measure them with length(CAST(… AS BLOB)).
  */
 export function policyBytes(policy: { name: string; conditions: unknown; groupBy: unknown }): number {
-  return utf8Bytes(policy.name) + utf8Bytes(JSON.stringify(policy.conditions)) + utf8Bytes(JSON.stringify(policy.groupBy));
+  return (
+    utf8Bytes(policy.name) + utf8Bytes(JSON.stringify(policy.conditions)) + utf8Bytes(JSON.stringify(policy.groupBy))
+  );
 }
 
 function checkConditions(conditions: readonly unknown[] | undefined, caps: WorkspaceCaps) {

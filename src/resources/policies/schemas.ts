@@ -30,22 +30,20 @@ const condition = z.strictObject({
 const groupKey = z.strictObject({ key: attributeKey });
 
 /** No key twice: two conditions on one key could only both hold with `*`, a grouping twice is noise. */
-const distinctKeys =
-  (what: string) =>
-  (items: { key: string }[], ctx: z.RefinementCtx) => {
-    const seen = new Map<string, number>();
-    items.forEach((item, index) => {
-      const first = seen.get(item.key);
-      if (first !== undefined) {
-        ctx.addIssue({
-          code: 'custom',
-          path: [index, 'key'],
-          message: `Key '${item.key}' appears twice in ${what} (items ${first} and ${index}).`,
-        });
-      }
-      seen.set(item.key, index);
-    });
-  };
+const distinctKeys = (what: string) => (items: { key: string }[], ctx: z.RefinementCtx) => {
+  const seen = new Map<string, number>();
+  items.forEach((item, index) => {
+    const first = seen.get(item.key);
+    if (first !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [index, 'key'],
+        message: `Key '${item.key}' appears twice in ${what} (items ${first} and ${index}).`,
+      });
+    }
+    seen.set(item.key, index);
+  });
+};
 
 const conditions = z.array(condition).min(1).max(POLICY_LIMITS.conditions).superRefine(distinctKeys('conditions'));
 const groupBy = z.array(groupKey).min(1).max(POLICY_LIMITS.groupBy).superRefine(distinctKeys('group_by'));

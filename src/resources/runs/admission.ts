@@ -1,7 +1,15 @@
 import type { Actor } from '../../actor';
 import type { Settings } from '../../db/settings-cache';
 import type { Deps } from '../../deps';
-import { admitRequest, promptChars, requestMetadata, settleTokens, turnReservation, type Admission, type TurnTokens } from '../../ratelimit';
+import {
+  admitRequest,
+  promptChars,
+  requestMetadata,
+  settleTokens,
+  turnReservation,
+  type Admission,
+  type TurnTokens,
+} from '../../ratelimit';
 import type { VirtualKey } from '../../db/schema';
 import type { StepRow } from './queries';
 import type { RunRow } from '../../db/schema';
@@ -19,7 +27,14 @@ type AdmissionDeps = Pick<Deps, 'config' | 'counters' | 'policyCache' | 'log' | 
  * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The
  * model is the run's, which through an Azure key is the deployment's (servedModel).
  */
-export function admit(deps: AdmissionDeps, actor: Actor, snapshot: Settings, key: VirtualKey, run: RunRow, turn: TurnTokens): Promise<Admission> {
+export function admit(
+  deps: AdmissionDeps,
+  actor: Actor,
+  snapshot: Settings,
+  key: VirtualKey,
+  run: RunRow,
+  turn: TurnTokens,
+): Promise<Admission> {
   return admitRequest(
     deps,
     {

@@ -9,7 +9,20 @@ import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOu
 import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
 import { readHistory, type History } from '../threads/history';
-import { acceptToolOutputs, activeRunError, getRun, getStep, insertRunOnThread, insertThreadAndRun, leaseMs, listRuns as listRunsPage, listStepsPage, setRunMetadata, toolCallsStepInProgress, updateRun } from './queries';
+import {
+  acceptToolOutputs,
+  activeRunError,
+  getRun,
+  getStep,
+  insertRunOnThread,
+  insertThreadAndRun,
+  leaseMs,
+  listRuns as listRunsPage,
+  listStepsPage,
+  setRunMetadata,
+  toolCallsStepInProgress,
+  updateRun,
+} from './queries';
 import type { RunRow } from '../../db/schema';
 import { getThread, openRunOf, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
 import { getVirtualKey } from '../virtual-keys/commands';
@@ -37,7 +50,10 @@ import { settleRun } from './execution/settle';
  */
 
 /** What the run use-cases use of the deps. */
-export type RunCommandDeps = Pick<Deps, 'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs' | 'ingestion'>;
+export type RunCommandDeps = Pick<
+  Deps,
+  'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs' | 'ingestion'
+>;
 
 /** A run in a thread, as its path names it. */
 export interface RunPath {
@@ -63,7 +79,11 @@ export async function createThreadAndRun(
 ): Promise<RunAnswer> {
   const assistant = await snapshot.assistant(actor.workspaceId, body.assistant_id);
   const at = deps.now();
-  const thread = newThread(actor.workspaceId, { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) }, at);
+  const thread = newThread(
+    actor.workspaceId,
+    { metadata: body.thread?.metadata, tool_resources: storedToolResources(body.thread?.tool_resources) },
+    at,
+  );
   await checkToolResources(deps.db, actor.workspaceId, body.tool_resources, 'tool_resources');
   await checkToolResources(deps.db, actor.workspaceId, thread.toolResources, 'thread.tool_resources');
   // The thread's vector store, when its tool_resources create one or its messages attach files for file_search.
@@ -121,7 +141,9 @@ export async function createRun(
   const stores = await threadStoreWrites(deps, actor, thread, {
     attached: attachedFiles(body.additional_messages ?? [], (index) => `additional_messages[${index}].`),
   });
-  const extra = stores.toolResources ? [...stores.statements, setToolResources(db, thread.id, stores.toolResources)] : stores.statements;
+  const extra = stores.toolResources
+    ? [...stores.statements, setToolResources(db, thread.id, stores.toolResources)]
+    : stores.statements;
   const answer = await startRun(deps, actor, snapshot, context, {
     at: deps.now(),
     thread,
@@ -173,13 +195,29 @@ interface RunStart {
  * first prompt, admission (its reservation sized by that prompt), the write, and the host, which
  * gets the prompt and the key: the first turn reads nothing more.
  */
-async function startRun(deps: RunCommandDeps, actor: Actor, snapshot: Settings, context: RequestContext, start: RunStart): Promise<RunAnswer> {
+async function startRun(
+  deps: RunCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  context: RequestContext,
+  start: RunStart,
+): Promise<RunAnswer> {
   const { thread, settings } = start;
-  const virtualKey = await snapshot.virtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: settings.model });
+  const virtualKey = await snapshot.virtualKey(actor.workspaceId, {
+    slug: actor.virtualKeySlug,
+    model: settings.model,
+  });
   const { at } = start;
-  const messages = start.messages.map((message, index) => clientMessage(thread, message, `${start.messagesParam}[${index}]`, at));
+  const messages = start.messages.map((message, index) =>
+    clientMessage(thread, message, `${start.messagesParam}[${index}]`, at),
+  );
   await checkImages(deps, actor.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
-  const run = newRun(settings, { thread, assistantId: start.assistantId, virtualKey, apiKeyId: actor.apiKeyId }, deps.config, at);
+  const run = newRun(
+    settings,
+    { thread, assistantId: start.assistantId, virtualKey, apiKeyId: actor.apiKeyId },
+    deps.config,
+    at,
+  );
   const history = { messages: [...start.history.messages, ...messages], steps: start.history.steps };
   const prompt = buildPrompt(run, history, [], promptLimits(run, 0, deps.config));
   const admission = await admit(deps, actor, snapshot, virtualKey, run, firstTurn(deps, run, prompt));
@@ -222,7 +260,12 @@ export async function listRuns(deps: RunCommandDeps, workspaceId: string, thread
 }
 
 /** POST /v1/threads/{thread_id}/runs/{run_id}: a run's metadata, replaced (absent or null: unchanged). */
-export async function modifyRun(deps: RunCommandDeps, workspaceId: string, path: RunPath, body: ModifyRunBody): Promise<RunRow> {
+export async function modifyRun(
+  deps: RunCommandDeps,
+  workspaceId: string,
+  path: RunPath,
+  body: ModifyRunBody,
+): Promise<RunRow> {
   if (!body.metadata) return retrieveRun(deps, workspaceId, path);
   return reconcileRun(deps, await setRunMetadata(deps.db, workspaceId, path.threadId, path.runId, body.metadata));
 }
@@ -271,7 +314,10 @@ export async function submitToolOutputs(
   );
   if (!accepted.run) {
     await settleTokens(deps, admission.ticket, 0);
-    throw new ApiError('run_not_active', 'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).');
+    throw new ApiError(
+      'run_not_active',
+      'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).',
+    );
   }
   return host(deps, accepted.run, admission, body.stream === true, context, {
     leading: [
@@ -285,7 +331,12 @@ export async function submitToolOutputs(
  * Cancels a run: one waiting for tool outputs ends here (nothing executes it); one in progress
  * becomes `cancelling` and its host stops it, which settles it `cancelled`.
  */
-export async function cancelRun(deps: RunCommandDeps, workspaceId: string, path: RunPath, context: RequestContext): Promise<RunRow> {
+export async function cancelRun(
+  deps: RunCommandDeps,
+  workspaceId: string,
+  path: RunPath,
+  context: RequestContext,
+): Promise<RunRow> {
   const run = await retrieveRun(deps, workspaceId, path);
   switch (run.status) {
     case 'requires_action': {
@@ -350,7 +401,9 @@ function matchToolOutputs(run: RunRow, outputs: { tool_call_id: string; output: 
   outputs.forEach((output, index) => {
     const param = `tool_outputs[${index}].tool_call_id`;
     if (!expected.has(output.tool_call_id)) {
-      throw new ApiError('invalid_value', `No tool call '${output.tool_call_id}' awaits an output in this run.`, { param });
+      throw new ApiError('invalid_value', `No tool call '${output.tool_call_id}' awaits an output in this run.`, {
+        param,
+      });
     }
     if (byId.has(output.tool_call_id)) {
       throw new ApiError('invalid_value', `Tool call '${output.tool_call_id}' has more than one output.`, { param });

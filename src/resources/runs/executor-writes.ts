@@ -78,7 +78,12 @@ export function stepUpdate(runId: string, stepId: string, patch: Partial<NewStep
  * the answer was streamed in, written as the JSON Drizzle would write from the escaped chunks the
  * builder holds, without being joined here (TextParts).
  */
-export function messageUpdate(runId: string, messageId: string, patch: Partial<MessageInsert>, answer?: Answer): RawStatement {
+export function messageUpdate(
+  runId: string,
+  messageId: string,
+  patch: Partial<MessageInsert>,
+  answer?: Answer,
+): RawStatement {
   return updateStatement(messages, patch, turnRow(runId, messageId), { encoded: answer && answerContent(answer) });
 }
 
@@ -105,7 +110,12 @@ function answerContent(answer: Answer): { content: TextParts } {
  * cancelled takes the rows, which its cancellation then settles. Answers the run as the database
  * holds it after the change, or null when the run was no longer in progress.
  */
-export async function endTurn(db: Db, runId: string, patch: Partial<NewRun>, statements: RawStatement[]): Promise<RunRow | null> {
+export async function endTurn(
+  db: Db,
+  runId: string,
+  patch: Partial<NewRun>,
+  statements: RawStatement[],
+): Promise<RunRow | null> {
   const change = updateStatement(runs, patch, runIn(runId, ['in_progress']), { returning: true });
   const results = await batchRawResults(db, [...statements, change]);
   const row = results.at(-1)?.rows[0];
@@ -226,4 +236,3 @@ export function settleRunStatements(
 }
 
 const partialContent = (text: string) => [{ type: 'text' as const, text: { value: text, annotations: [] } }];
-

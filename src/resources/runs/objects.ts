@@ -11,43 +11,45 @@ const lastError = z.strictObject({ code: z.string(), message: z.string() });
 
 const functionCall = z.strictObject({ name: z.string(), arguments: z.string() });
 
-export const runObject = z.strictObject({
-  id: z.string(),
-  object: z.literal('thread.run'),
-  created_at: seconds,
-  assistant_id: z.string(),
-  thread_id: z.string(),
-  status: z.enum(RUN_STATUSES),
-  started_at: nullableSeconds,
-  expires_at: nullableSeconds,
-  cancelled_at: nullableSeconds,
-  failed_at: nullableSeconds,
-  completed_at: nullableSeconds,
-  required_action: z
-    .strictObject({
-      type: z.literal('submit_tool_outputs'),
-      submit_tool_outputs: z.strictObject({
-        tool_calls: z.array(z.strictObject({ id: z.string(), type: z.literal('function'), function: functionCall })),
-      }),
-    })
-    .nullable(),
-  last_error: lastError.nullable(),
-  model: z.string(),
-  instructions: z.string(),
-  tools: z.array(toolSchema),
-  tool_resources: toolResourcesSchema,
-  metadata: metadataSchema,
-  temperature: z.number(),
-  top_p: z.number(),
-  max_completion_tokens: z.int().nullable(),
-  max_prompt_tokens: z.int().nullable(),
-  truncation_strategy: z.strictObject({ type: z.enum(['auto', 'last_messages']), last_messages: z.int().nullable() }),
-  incomplete_details: z.strictObject({ reason: z.enum(['max_completion_tokens', 'max_prompt_tokens']) }).nullable(),
-  usage: usage.nullable(),
-  response_format: responseFormatSchema,
-  tool_choice: toolChoiceSchema,
-  parallel_tool_calls: z.boolean(),
-}).meta({ id: 'RunObject' });
+export const runObject = z
+  .strictObject({
+    id: z.string(),
+    object: z.literal('thread.run'),
+    created_at: seconds,
+    assistant_id: z.string(),
+    thread_id: z.string(),
+    status: z.enum(RUN_STATUSES),
+    started_at: nullableSeconds,
+    expires_at: nullableSeconds,
+    cancelled_at: nullableSeconds,
+    failed_at: nullableSeconds,
+    completed_at: nullableSeconds,
+    required_action: z
+      .strictObject({
+        type: z.literal('submit_tool_outputs'),
+        submit_tool_outputs: z.strictObject({
+          tool_calls: z.array(z.strictObject({ id: z.string(), type: z.literal('function'), function: functionCall })),
+        }),
+      })
+      .nullable(),
+    last_error: lastError.nullable(),
+    model: z.string(),
+    instructions: z.string(),
+    tools: z.array(toolSchema),
+    tool_resources: toolResourcesSchema,
+    metadata: metadataSchema,
+    temperature: z.number(),
+    top_p: z.number(),
+    max_completion_tokens: z.int().nullable(),
+    max_prompt_tokens: z.int().nullable(),
+    truncation_strategy: z.strictObject({ type: z.enum(['auto', 'last_messages']), last_messages: z.int().nullable() }),
+    incomplete_details: z.strictObject({ reason: z.enum(['max_completion_tokens', 'max_prompt_tokens']) }).nullable(),
+    usage: usage.nullable(),
+    response_format: responseFormatSchema,
+    tool_choice: toolChoiceSchema,
+    parallel_tool_calls: z.boolean(),
+  })
+  .meta({ id: 'RunObject' });
 
 const fileSearchResult = z.strictObject({
   file_id: z.string(),
@@ -73,28 +75,33 @@ const stepToolCall = z.discriminatedUnion('type', [
   }),
 ]);
 
-export const runStepObject = z.strictObject({
-  id: z.string(),
-  object: z.literal('thread.run.step'),
-  created_at: seconds,
-  run_id: z.string(),
-  assistant_id: z.string(),
-  thread_id: z.string(),
-  type: z.enum(['message_creation', 'tool_calls']),
-  status: z.enum(STEP_STATUSES),
-  cancelled_at: nullableSeconds,
-  completed_at: nullableSeconds,
-  expires_at: nullableSeconds,
-  failed_at: nullableSeconds,
-  expired_at: nullableSeconds,
-  last_error: lastError.nullable(),
-  step_details: z.discriminatedUnion('type', [
-    z.strictObject({ type: z.literal('message_creation'), message_creation: z.strictObject({ message_id: z.string() }) }),
-    z.strictObject({ type: z.literal('tool_calls'), tool_calls: z.array(stepToolCall) }),
-  ]),
-  usage: usage.nullable(),
-  metadata: z.strictObject({}),
-}).meta({ id: 'RunStepObject' });
+export const runStepObject = z
+  .strictObject({
+    id: z.string(),
+    object: z.literal('thread.run.step'),
+    created_at: seconds,
+    run_id: z.string(),
+    assistant_id: z.string(),
+    thread_id: z.string(),
+    type: z.enum(['message_creation', 'tool_calls']),
+    status: z.enum(STEP_STATUSES),
+    cancelled_at: nullableSeconds,
+    completed_at: nullableSeconds,
+    expires_at: nullableSeconds,
+    failed_at: nullableSeconds,
+    expired_at: nullableSeconds,
+    last_error: lastError.nullable(),
+    step_details: z.discriminatedUnion('type', [
+      z.strictObject({
+        type: z.literal('message_creation'),
+        message_creation: z.strictObject({ message_id: z.string() }),
+      }),
+      z.strictObject({ type: z.literal('tool_calls'), tool_calls: z.array(stepToolCall) }),
+    ]),
+    usage: usage.nullable(),
+    metadata: z.strictObject({}),
+  })
+  .meta({ id: 'RunStepObject' });
 
 export type RunObject = z.infer<typeof runObject>;
 export type RunStepObject = z.infer<typeof runStepObject>;

@@ -52,14 +52,23 @@ export function leaseMs(config: Pick<Config, 'GATEWAY_RUN_LEASE_SECONDS'>): numb
 
 /** The 400 for a run created on a thread that `run` holds: OpenAI's words, then what frees the thread. */
 export function activeRunError(threadId: string, run: HoldingRun): ApiError {
-  return threadHeld(`Thread ${threadId} already has ${run === null ? 'an active run' : `an active run ${run.id}`}.`, threadId, run);
+  return threadHeld(
+    `Thread ${threadId} already has ${run === null ? 'an active run' : `an active run ${run.id}`}.`,
+    threadId,
+    run,
+  );
 }
 
 /**
  * A new run on an existing thread, with the messages it adds to the thread, in one transaction:
  * false, and nothing written, when the thread has an open run (the unique index refused it).
  */
-export async function insertRunOnThread(db: Db, threadMessages: MessageRow[], run: RunRow, extra: BuiltStatement[] = []): Promise<boolean> {
+export async function insertRunOnThread(
+  db: Db,
+  threadMessages: MessageRow[],
+  run: RunRow,
+  extra: BuiltStatement[] = [],
+): Promise<boolean> {
   try {
     await insertThreadAndRun(db, null, threadMessages, run, extra);
     return true;
@@ -84,12 +93,24 @@ const runCursors = cursorsOf(runs, { seq: runs.seq, id: runs.id, scope: runs.thr
 
 const runPage = preparedQueries(
   (db, page: PageQuery) =>
-    db.select().from(runs).where(and(eq(runs.threadId, sql.placeholder('threadId')), page.where)).orderBy(page.orderBy).limit(page.limit).prepare(),
+    db
+      .select()
+      .from(runs)
+      .where(and(eq(runs.threadId, sql.placeholder('threadId')), page.where))
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
   (page) => page.shape,
 );
 
 /** A run's metadata, replaced whatever the run's status; 404 as getRun. */
-export async function setRunMetadata(db: Db, workspaceId: string, threadId: string, runId: string, metadata: Record<string, string>): Promise<RunRow> {
+export async function setRunMetadata(
+  db: Db,
+  workspaceId: string,
+  threadId: string,
+  runId: string,
+  metadata: Record<string, string>,
+): Promise<RunRow> {
   const [row] = await db
     .update(runs)
     .set({ metadata })
@@ -128,7 +149,14 @@ const runInThread = preparedQuery((db) =>
     .prepare(),
 );
 
-const runById = preparedQuery((db) => db.select().from(runs).where(eq(runs.id, sql.placeholder('runId'))).limit(1).prepare());
+const runById = preparedQuery((db) =>
+  db
+    .select()
+    .from(runs)
+    .where(eq(runs.id, sql.placeholder('runId')))
+    .limit(1)
+    .prepare(),
+);
 
 export async function getRun(db: Db, workspaceId: string, threadId: string, runId: string): Promise<RunRow> {
   const [row] = await runInThread(db).all({ runId, threadId, workspaceId });
@@ -143,7 +171,11 @@ export async function getRunById(db: Db, runId: string): Promise<RunRow | null> 
 
 /** Changes a run only while it is in one of `from`; returns the new row, or null if it was not. */
 export function updateRun(db: Db, runId: string, from: readonly RunStatus[], patch: Partial<NewRun>) {
-  return db.update(runs).set(patch).where(sqlOf(runIn(runId, from))).returning();
+  return db
+    .update(runs)
+    .set(patch)
+    .where(sqlOf(runIn(runId, from)))
+    .returning();
 }
 
 /**
@@ -159,7 +191,14 @@ export async function listSteps(db: Db, runId: string): Promise<StepRow[]> {
 }
 
 // Prepared: every later turn of a run (after tool outputs, or a file search) reads its steps.
-const stepsOfRun = preparedQuery((db) => db.select().from(runSteps).where(eq(runSteps.runId, sql.placeholder('runId'))).orderBy(asc(runSteps.seq)).prepare());
+const stepsOfRun = preparedQuery((db) =>
+  db
+    .select()
+    .from(runSteps)
+    .where(eq(runSteps.runId, sql.placeholder('runId')))
+    .orderBy(asc(runSteps.seq))
+    .prepare(),
+);
 
 /** One page of a run's steps (see cursorPage). */
 export function listStepsPage(db: Db, runId: string, query: CursorListQuery) {
@@ -176,7 +215,13 @@ const stepCursors = cursorsOf(runSteps, { seq: runSteps.seq, id: runSteps.id, sc
 
 const stepPage = preparedQueries(
   (db, page: PageQuery) =>
-    db.select().from(runSteps).where(and(eq(runSteps.runId, sql.placeholder('runId')), page.where)).orderBy(page.orderBy).limit(page.limit).prepare(),
+    db
+      .select()
+      .from(runSteps)
+      .where(and(eq(runSteps.runId, sql.placeholder('runId')), page.where))
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
   (page) => page.shape,
 );
 
@@ -203,7 +248,8 @@ const isToolCallsStep = (step: StepRow): step is ToolCallsStep => step.stepDetai
 /** The tool-calls step a run in requires_action waits on. */
 export async function toolCallsStepInProgress(db: Db, runId: string): Promise<ToolCallsStep> {
   const [step] = await toolCallsInProgress(db).all({ runId });
-  if (!step || !isToolCallsStep(step)) throw new Error(`run ${runId} requires action but has no tool-calls step in progress`);
+  if (!step || !isToolCallsStep(step))
+    throw new Error(`run ${runId} requires action but has no tool-calls step in progress`);
   return step;
 }
 
@@ -212,7 +258,13 @@ const toolCallsInProgress = preparedQuery((db) =>
   db
     .select()
     .from(runSteps)
-    .where(and(eq(runSteps.runId, sql.placeholder('runId')), eq(runSteps.type, 'tool_calls'), eq(runSteps.status, 'in_progress')))
+    .where(
+      and(
+        eq(runSteps.runId, sql.placeholder('runId')),
+        eq(runSteps.type, 'tool_calls'),
+        eq(runSteps.status, 'in_progress'),
+      ),
+    )
     .orderBy(desc(runSteps.seq))
     .limit(1)
     .prepare(),
@@ -236,7 +288,9 @@ export async function acceptToolOutputs(
     ...step.stepDetails,
     // The file searches the gateway ran in the same turn keep their results.
     tool_calls: step.stepDetails.tool_calls.map((call) =>
-      call.type === 'function' ? { ...call, function: { ...call.function, output: outputs.get(call.id) ?? null } } : call,
+      call.type === 'function'
+        ? { ...call, function: { ...call.function, output: outputs.get(call.id) ?? null } }
+        : call,
     ),
   };
   const stepPatch = { status: 'completed' as const, completedAt: at, stepDetails };

@@ -45,40 +45,118 @@ const POLL_AFTER_MS = '250';
  * and retrieving steps, and creating a run, for the steps its stream shows.
  */
 export const runRoutes = new Hono<WorkspaceEnv>()
-  .post('/runs', responds({ summary: 'Create a thread and run it', ok: runObject, stream: true, errors: [429] }), validate('json', createThreadAndRunBody), async (c) =>
-    answer(c, await createThreadAndRun(c.get('deps'), c.get('actor'), c.get('settings'), c.req.valid('json'), requestContext(c))),
+  .post(
+    '/runs',
+    responds({ summary: 'Create a thread and run it', ok: runObject, stream: true, errors: [429] }),
+    validate('json', createThreadAndRunBody),
+    async (c) =>
+      answer(
+        c,
+        await createThreadAndRun(
+          c.get('deps'),
+          c.get('actor'),
+          c.get('settings'),
+          c.req.valid('json'),
+          requestContext(c),
+        ),
+      ),
   )
-  .post('/:thread_id/runs', responds({ summary: 'Create a run', ok: runObject, stream: true, errors: [429] }), validate('query', runStepIncludeQuery), validate('json', createRunBody), async (c) => {
-    const include = includesContent(c.req.valid('query'));
-    return answer(c, await createRun(c.get('deps'), c.get('actor'), c.get('settings'), c.req.param('thread_id'), c.req.valid('json'), requestContext(c), include));
-  })
-  .get('/:thread_id/runs', responds({ summary: 'List runs', ok: listOf(runObject) }), validate('query', cursorListQuery), async (c) => {
-    const page = await listRuns(c.get('deps'), c.get('actor').workspaceId, c.req.param('thread_id'), c.req.valid('query'));
-    return c.json(listObject(page, toRunJson));
-  })
+  .post(
+    '/:thread_id/runs',
+    responds({ summary: 'Create a run', ok: runObject, stream: true, errors: [429] }),
+    validate('query', runStepIncludeQuery),
+    validate('json', createRunBody),
+    async (c) => {
+      const include = includesContent(c.req.valid('query'));
+      return answer(
+        c,
+        await createRun(
+          c.get('deps'),
+          c.get('actor'),
+          c.get('settings'),
+          c.req.param('thread_id'),
+          c.req.valid('json'),
+          requestContext(c),
+          include,
+        ),
+      );
+    },
+  )
+  .get(
+    '/:thread_id/runs',
+    responds({ summary: 'List runs', ok: listOf(runObject) }),
+    validate('query', cursorListQuery),
+    async (c) => {
+      const page = await listRuns(
+        c.get('deps'),
+        c.get('actor').workspaceId,
+        c.req.param('thread_id'),
+        c.req.valid('query'),
+      );
+      return c.json(listObject(page, toRunJson));
+    },
+  )
   .get('/:thread_id/runs/:run_id', responds({ summary: 'Retrieve a run', ok: runObject }), async (c) => {
     const run = await retrieveRun(c.get('deps'), c.get('actor').workspaceId, runPath(c));
     const headers: Record<string, string> = isTerminal(run.status) ? {} : { 'openai-poll-after-ms': POLL_AFTER_MS };
     return c.json(toRunJson(run), 200, headers);
   })
-  .post('/:thread_id/runs/:run_id', responds({ summary: 'Modify a run', ok: runObject }), validate('json', modifyRunBody), async (c) =>
-    c.json(toRunJson(await modifyRun(c.get('deps'), c.get('actor').workspaceId, runPath(c), c.req.valid('json')))),
+  .post(
+    '/:thread_id/runs/:run_id',
+    responds({ summary: 'Modify a run', ok: runObject }),
+    validate('json', modifyRunBody),
+    async (c) =>
+      c.json(toRunJson(await modifyRun(c.get('deps'), c.get('actor').workspaceId, runPath(c), c.req.valid('json')))),
   )
-  .post('/:thread_id/runs/:run_id/submit_tool_outputs', responds({ summary: 'Submit tool outputs to a run', ok: runObject, stream: true, errors: [429] }), validate('json', submitToolOutputsBody), async (c) =>
-    answer(c, await submitToolOutputs(c.get('deps'), c.get('actor'), c.get('settings'), runPath(c), c.req.valid('json'), requestContext(c))),
+  .post(
+    '/:thread_id/runs/:run_id/submit_tool_outputs',
+    responds({ summary: 'Submit tool outputs to a run', ok: runObject, stream: true, errors: [429] }),
+    validate('json', submitToolOutputsBody),
+    async (c) =>
+      answer(
+        c,
+        await submitToolOutputs(
+          c.get('deps'),
+          c.get('actor'),
+          c.get('settings'),
+          runPath(c),
+          c.req.valid('json'),
+          requestContext(c),
+        ),
+      ),
   )
   .post('/:thread_id/runs/:run_id/cancel', responds({ summary: 'Cancel a run', ok: runObject }), async (c) =>
     c.json(toRunJson(await cancelRun(c.get('deps'), c.get('actor').workspaceId, runPath(c), requestContext(c)))),
   )
-  .get('/:thread_id/runs/:run_id/steps', responds({ summary: 'List run steps', ok: listOf(runStepObject) }), validate('query', listRunStepsQuery), async (c) => {
-    const { run, page } = await listRunSteps(c.get('deps'), c.get('actor').workspaceId, runPath(c), c.req.valid('query'));
-    const include = includesContent(c.req.valid('query'));
-    return c.json(listObject(page, (step) => toStepJson(step, run, include)));
-  })
-  .get('/:thread_id/runs/:run_id/steps/:step_id', responds({ summary: 'Retrieve a run step', ok: runStepObject }), validate('query', runStepIncludeQuery), async (c) => {
-    const { run, step } = await retrieveRunStep(c.get('deps'), c.get('actor').workspaceId, runPath(c), c.req.param('step_id'));
-    return c.json(toStepJson(step, run, includesContent(c.req.valid('query'))));
-  });
+  .get(
+    '/:thread_id/runs/:run_id/steps',
+    responds({ summary: 'List run steps', ok: listOf(runStepObject) }),
+    validate('query', listRunStepsQuery),
+    async (c) => {
+      const { run, page } = await listRunSteps(
+        c.get('deps'),
+        c.get('actor').workspaceId,
+        runPath(c),
+        c.req.valid('query'),
+      );
+      const include = includesContent(c.req.valid('query'));
+      return c.json(listObject(page, (step) => toStepJson(step, run, include)));
+    },
+  )
+  .get(
+    '/:thread_id/runs/:run_id/steps/:step_id',
+    responds({ summary: 'Retrieve a run step', ok: runStepObject }),
+    validate('query', runStepIncludeQuery),
+    async (c) => {
+      const { run, step } = await retrieveRunStep(
+        c.get('deps'),
+        c.get('actor').workspaceId,
+        runPath(c),
+        c.req.param('step_id'),
+      );
+      return c.json(toStepJson(step, run, includesContent(c.req.valid('query'))));
+    },
+  );
 
 /** Whether `include[]` asks for the content of file search results. */
 function includesContent(query: { 'include[]'?: RunStepInclude[] }): boolean {

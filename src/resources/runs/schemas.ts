@@ -19,7 +19,12 @@ export const RUN_LIMITS = {
 export const truncationStrategySchema = z
   .strictObject({
     type: z.enum(['auto', 'last_messages']),
-    last_messages: z.int().min(1).max(THREAD_LIMITS.messages * 10).nullable().optional(),
+    last_messages: z
+      .int()
+      .min(1)
+      .max(THREAD_LIMITS.messages * 10)
+      .nullable()
+      .optional(),
   })
   .refine((strategy) => strategy.type !== 'last_messages' || typeof strategy.last_messages === 'number', {
     error: "A truncation_strategy of type 'last_messages' needs last_messages (an integer >= 1).",

@@ -76,8 +76,14 @@ function stepDetailsJson(details: StepDetails, includeContent: boolean): RunStep
     type: details.type,
     tool_calls: details.tool_calls.map((call) => {
       if (call.type === 'function') return call;
-      const results = call.file_search.results.map(({ content, ...result }) => (includeContent ? { ...result, content } : result));
-      return { id: call.id, type: call.type, file_search: { ranking_options: call.file_search.ranking_options, results } };
+      const results = call.file_search.results.map(({ content, ...result }) =>
+        includeContent ? { ...result, content } : result,
+      );
+      return {
+        id: call.id,
+        type: call.type,
+        file_search: { ranking_options: call.file_search.ranking_options, results },
+      };
     }),
   };
 }

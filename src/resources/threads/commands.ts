@@ -48,11 +48,22 @@ export type ReconcileRun = (deps: ThreadCommandDeps, run: OpenRun) => Promise<No
  * POST /v1/threads: the thread and its messages, with the vector store its tool_resources create
  * and its messages' file_search attachments fill, in one transaction.
  */
-export async function createThread(deps: ThreadCommandDeps, actor: Actor, body: ThreadInput, context: RequestContext): Promise<ThreadRow> {
+export async function createThread(
+  deps: ThreadCommandDeps,
+  actor: Actor,
+  body: ThreadInput,
+  context: RequestContext,
+): Promise<ThreadRow> {
   const at = deps.now();
-  const thread = newThread(actor.workspaceId, { metadata: body.metadata, tool_resources: storedToolResources(body.tool_resources) }, at);
+  const thread = newThread(
+    actor.workspaceId,
+    { metadata: body.metadata, tool_resources: storedToolResources(body.tool_resources) },
+    at,
+  );
   await checkToolResources(deps.db, actor.workspaceId, thread.toolResources, 'tool_resources');
-  const messages = (body.messages ?? []).map((message, index) => clientMessage(thread, message, `messages[${index}]`, at));
+  const messages = (body.messages ?? []).map((message, index) =>
+    clientMessage(thread, message, `messages[${index}]`, at),
+  );
   await checkImages(deps, actor.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
   const stores = await threadStoreWrites(deps, actor, thread, {
     inline: body.tool_resources?.file_search?.vector_stores?.[0],
@@ -69,7 +80,12 @@ export async function createThread(deps: ThreadCommandDeps, actor: Actor, body: 
  * that tool_resources name are the workspace's (404 naming the field otherwise; an unknown thread
  * is the answer first).
  */
-export async function modifyThread(deps: ThreadCommandDeps, workspaceId: string, threadId: string, body: ModifyThreadBody): Promise<ThreadRow> {
+export async function modifyThread(
+  deps: ThreadCommandDeps,
+  workspaceId: string,
+  threadId: string,
+  body: ModifyThreadBody,
+): Promise<ThreadRow> {
   if (body.tool_resources) {
     await getThread(deps.db, workspaceId, threadId);
     await checkToolResources(deps.db, workspaceId, body.tool_resources, 'tool_resources');
@@ -95,9 +111,16 @@ export async function createMessage(
   // Its file_search attachments go to the thread's store (created if it has none), only if it is written.
   const written = messageWritten(message.id);
   const stores = await threadStoreWrites(deps, actor, thread, { attached: attachedFiles([body], () => '') }, written);
-  const extra = [...stores.statements, ...(stores.toolResources ? [setToolResources(deps.db, thread.id, stores.toolResources, written)] : [])];
-  const row = await whileIdle(deps, reconcileRun, thread, () => insertMessageWhileIdle(deps.db, message, extra), (run) =>
-    `Can't add messages to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
+  const extra = [
+    ...stores.statements,
+    ...(stores.toolResources ? [setToolResources(deps.db, thread.id, stores.toolResources, written)] : []),
+  ];
+  const row = await whileIdle(
+    deps,
+    reconcileRun,
+    thread,
+    () => insertMessageWhileIdle(deps.db, message, extra),
+    (run) => `Can't add messages to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
   if (stores.queued) wakeIngestion(deps, context);
   return row;
@@ -108,10 +131,19 @@ export async function createMessage(
  * 400 `thread_has_active_run` while a run holds the thread, as a message is: deleting the thread under a
  * run would leave it executing into rows that are gone. Cancel the run first.
  */
-export async function deleteThread(deps: ThreadCommandDeps, reconcileRun: ReconcileRun, workspaceId: string, threadId: string): Promise<void> {
+export async function deleteThread(
+  deps: ThreadCommandDeps,
+  reconcileRun: ReconcileRun,
+  workspaceId: string,
+  threadId: string,
+): Promise<void> {
   const thread = await getThread(deps.db, workspaceId, threadId);
-  await whileIdle(deps, reconcileRun, thread, async () => ((await deleteIdleThread(deps.db, thread)) ? true : null), (run) =>
-    `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
+  await whileIdle(
+    deps,
+    reconcileRun,
+    thread,
+    async () => ((await deleteIdleThread(deps.db, thread)) ? true : null),
+    (run) => `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
 }
 

@@ -12,7 +12,9 @@ import type { MessageRow } from './queries';
  */
 
 /** A step of one of the thread's runs, with the time its run was created. */
-export type HistoryStep = Pick<typeof runSteps.$inferSelect, 'runId' | 'type' | 'status' | 'stepDetails'> & { runCreatedAt: number };
+export type HistoryStep = Pick<typeof runSteps.$inferSelect, 'runId' | 'type' | 'status' | 'stepDetails'> & {
+  runCreatedAt: number;
+};
 
 export interface History {
   /** The thread's messages, oldest first. */
@@ -36,7 +38,10 @@ export interface HistoryOf {
  * steps are read apart (listSteps): they are never left out.
  */
 export async function readHistory(db: Db, of: HistoryOf, maxBytes: number): Promise<History> {
-  const [threadMessages, steps] = await Promise.all([historyMessages(db, of, maxBytes), historySteps(db, of, maxBytes)]);
+  const [threadMessages, steps] = await Promise.all([
+    historyMessages(db, of, maxBytes),
+    historySteps(db, of, maxBytes),
+  ]);
   return { messages: threadMessages, steps };
 }
 
@@ -46,7 +51,10 @@ function historyMessages(db: Db, { workspaceId, threadId }: HistoryOf, maxBytes:
 
 // Prepared (db/client.ts): every turn of every run reads its thread's history.
 const messagesKept = preparedQuery((db) => {
-  const inThread = and(eq(messages.threadId, sql.placeholder('threadId')), eq(messages.workspaceId, sql.placeholder('workspaceId')));
+  const inThread = and(
+    eq(messages.threadId, sql.placeholder('threadId')),
+    eq(messages.workspaceId, sql.placeholder('workspaceId')),
+  );
   const size = sql`length(CAST(${messages.content} AS BLOB))`;
   // `newer`: the bytes of the messages after this one. A message is kept while they leave room.
   const kept = sql`SELECT seq FROM (
@@ -68,7 +76,10 @@ function historySteps(db: Db, { workspaceId, threadId, runId }: HistoryOf, maxBy
 const stepsKept = preparedQueries(
   (db, ofOtherRuns: boolean) => {
     const size = sql`length(CAST(${runSteps.stepDetails} AS BLOB))`;
-    const inThread = and(eq(runs.threadId, sql.placeholder('threadId')), eq(runs.workspaceId, sql.placeholder('workspaceId')));
+    const inThread = and(
+      eq(runs.threadId, sql.placeholder('threadId')),
+      eq(runs.workspaceId, sql.placeholder('workspaceId')),
+    );
     const shown = and(
       inThread,
       ofOtherRuns ? ne(runs.id, sql.placeholder('runId')) : undefined,

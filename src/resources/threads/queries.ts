@@ -55,7 +55,12 @@ export async function getThread(db: Db, workspaceId: string, id: string): Promis
 }
 
 /** A new thread and its first messages, in one transaction (with `extra`: its vector store, say). */
-export async function insertThread(db: Db, thread: ThreadRow, threadMessages: MessageRow[], extra: BuiltStatement[] = []): Promise<void> {
+export async function insertThread(
+  db: Db,
+  thread: ThreadRow,
+  threadMessages: MessageRow[],
+  extra: BuiltStatement[] = [],
+): Promise<void> {
   await batchRaw(db, [...threadRows(thread, threadMessages), ...extra.map(rawOf)]);
 }
 
@@ -64,19 +69,36 @@ export async function insertThread(db: Db, thread: ThreadRow, threadMessages: Me
  * every thread and run created, without building queries.
  */
 export function threadRows(thread: ThreadRow | null, threadMessages: MessageRow[]): RawStatement[] {
-  return [...(thread ? [insertStatement(threads, thread)] : []), ...threadMessages.map((message) => insertStatement(messages, message))];
+  return [
+    ...(thread ? [insertStatement(threads, thread)] : []),
+    ...threadMessages.map((message) => insertStatement(messages, message)),
+  ];
 }
 
 /** Sets the thread's tool resources (when `condition` holds: a statement of the caller's batch). */
-export function setToolResources(db: Db, threadId: string, toolResources: ToolResources, condition?: SQL): BuiltStatement {
-  return db.update(threads).set({ toolResources }).where(and(eq(threads.id, threadId), condition));
+export function setToolResources(
+  db: Db,
+  threadId: string,
+  toolResources: ToolResources,
+  condition?: SQL,
+): BuiltStatement {
+  return db
+    .update(threads)
+    .set({ toolResources })
+    .where(and(eq(threads.id, threadId), condition));
 }
 
 /** Holds once `messageId` is written: the condition of writes that go with a message. */
-export const messageWritten = (messageId: string): SQL => sql`EXISTS (SELECT 1 FROM ${messages} WHERE ${messages.id} = ${messageId})`;
+export const messageWritten = (messageId: string): SQL =>
+  sql`EXISTS (SELECT 1 FROM ${messages} WHERE ${messages.id} = ${messageId})`;
 
 /** Replaces the fields `body` sends (null metadata is no metadata); 404 as getThread. */
-export async function updateThread(db: Db, workspaceId: string, id: string, body: ModifyThreadBody): Promise<ThreadRow> {
+export async function updateThread(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  body: ModifyThreadBody,
+): Promise<ThreadRow> {
   const columns: Partial<ThreadRow> = {};
   if (body.metadata !== undefined) columns.metadata = body.metadata ?? {};
   if (body.tool_resources !== undefined) columns.toolResources = body.tool_resources;
@@ -147,7 +169,9 @@ export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boole
     // Through the thread's runs (runs_thread, then run_steps_run): run_steps has no index on thread_id.
     db
       .delete(runSteps)
-      .where(and(inArray(runSteps.runId, db.select({ id: runs.id }).from(runs).where(eq(runs.threadId, thread.id))), gone)),
+      .where(
+        and(inArray(runSteps.runId, db.select({ id: runs.id }).from(runs).where(eq(runs.threadId, thread.id))), gone),
+      ),
     db.delete(messages).where(and(eq(messages.threadId, thread.id), gone)),
     db.delete(runs).where(and(eq(runs.threadId, thread.id), gone)),
   ]);
@@ -160,9 +184,16 @@ export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boole
  * is either before it (the message is refused) or after it (the run sees the message), never
  * both. Answers the message, or null when it was not written.
  */
-export async function insertMessageWhileIdle(db: Db, message: MessageRow, extra: BuiltStatement[] = []): Promise<MessageRow | null> {
+export async function insertMessageWhileIdle(
+  db: Db,
+  message: MessageRow,
+  extra: BuiltStatement[] = [],
+): Promise<MessageRow | null> {
   // `extra` (writes conditional on messageWritten) goes in the same transaction, after the message.
-  const [written] = await batchRawResults(db, [insertWhereStatement(messages, message, whileIdle(message.threadId)), ...extra.map(rawOf)]);
+  const [written] = await batchRawResults(db, [
+    insertWhereStatement(messages, message, whileIdle(message.threadId)),
+    ...extra.map(rawOf),
+  ]);
   const row = written?.rows[0];
   return row ? rowOf(messages, row) : null;
 }
@@ -170,7 +201,10 @@ export async function insertMessageWhileIdle(db: Db, message: MessageRow, extra:
 /** The thread exists and no run holds it: insertMessageWhileIdle's condition. */
 const whileIdle = (threadId: string): RawCondition => {
   const idle = noRunHolds(threadId);
-  return { sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ?) AND ${idle.sql}`, args: [threadId, ...idle.args] };
+  return {
+    sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ?) AND ${idle.sql}`,
+    args: [threadId, ...idle.args],
+  };
 };
 
 const messageNotFound = (id: string) => new ApiError('message_not_found', `No message found with id '${id}'.`);
@@ -184,7 +218,9 @@ const messageOf = and(
   eq(messages.workspaceId, sql.placeholder('workspaceId')),
 );
 const messageById = preparedQuery((db) => db.select().from(messages).where(messageOf).limit(1).prepare());
-const deleteMessageById = preparedQuery((db) => db.delete(messages).where(messageOf).returning({ id: messages.id }).prepare());
+const deleteMessageById = preparedQuery((db) =>
+  db.delete(messages).where(messageOf).returning({ id: messages.id }).prepare(),
+);
 
 /**
  * A missing message's 404: the thread's when the thread is not there either (which getThread
@@ -245,10 +281,15 @@ const messagePage = preparedQueries(
     db
       .select()
       .from(messages)
-      .where(and(eq(messages.threadId, sql.placeholder('threadId')), ofRun ? eq(messages.runId, sql.placeholder('runId')) : undefined, page.where))
+      .where(
+        and(
+          eq(messages.threadId, sql.placeholder('threadId')),
+          ofRun ? eq(messages.runId, sql.placeholder('runId')) : undefined,
+          page.where,
+        ),
+      )
       .orderBy(page.orderBy)
       .limit(page.limit)
       .prepare(),
   (page, ofRun) => `${page.shape}${ofRun ? ' of a run' : ''}`,
 );
-

@@ -16,46 +16,95 @@ import { messageObject, threadObject } from './objects';
 /** Threads and their messages, under /v1/threads; a run left behind is settled by `reconcileRun` (commands.ts). */
 const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
   new Hono<WorkspaceEnv>()
-  .post('/', responds({ summary: 'Create a thread', ok: threadObject }), validate('json', createThreadBody), async (c) => {
-    const thread = await createThread(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
-    return c.json(toThreadJson(thread));
-  })
-  .get('/:thread_id', responds({ summary: 'Retrieve a thread', ok: threadObject }), async (c) => {
-    const thread = await getThread(c.get('deps').db, c.get('actor').workspaceId, c.req.param('thread_id'));
-    return c.json(toThreadJson(thread));
-  })
-  .post('/:thread_id', responds({ summary: 'Modify a thread', ok: threadObject }), validate('json', modifyThreadBody), async (c) => {
-    const thread = await modifyThread(c.get('deps'), c.get('actor').workspaceId, c.req.param('thread_id'), c.req.valid('json'));
-    return c.json(toThreadJson(thread));
-  })
-  .delete('/:thread_id', responds({ summary: 'Delete a thread', ok: deletedObject('thread.deleted') }), async (c) => {
-    const id = c.req.param('thread_id');
-    await deleteThread(c.get('deps'), reconcileRun, c.get('actor').workspaceId, id);
-    return c.json({ id, object: 'thread.deleted', deleted: true });
-  })
-  .get('/:thread_id/messages', responds({ summary: 'List messages', ok: listOf(messageObject) }), validate('query', listMessagesQuery), async (c) => {
-    const { db } = c.get('deps');
-    const thread = await getThread(db, c.get('actor').workspaceId, c.req.param('thread_id'));
-    return c.json(listObject(await listMessages(db, thread.id, c.req.valid('query')), toMessageJson));
-  })
-  .post('/:thread_id/messages', responds({ summary: 'Create a message', ok: messageObject }), validate('json', createMessageBody), async (c) => {
-    const message = await createMessage(c.get('deps'), reconcileRun, c.get('actor'), c.req.param('thread_id'), c.req.valid('json'), requestContext(c));
-    return c.json(toMessageJson(message));
-  })
-  .get('/:thread_id/messages/:message_id', responds({ summary: 'Retrieve a message', ok: messageObject }), async (c) => {
-    const { thread_id: threadId, message_id: messageId } = c.req.param();
-    return c.json(toMessageJson(await getMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId)));
-  })
-  .post('/:thread_id/messages/:message_id', responds({ summary: 'Modify a message', ok: messageObject }), validate('json', modifyMessageBody), async (c) => {
-    const { thread_id: threadId, message_id: messageId } = c.req.param();
-    const body = c.req.valid('json');
-    return c.json(toMessageJson(await modifyMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId, body)));
-  })
-  .delete('/:thread_id/messages/:message_id', responds({ summary: 'Delete a message', ok: deletedObject('thread.message.deleted') }), async (c) => {
-    const { thread_id: threadId, message_id: messageId } = c.req.param();
-    await deleteMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId);
-    return c.json({ id: messageId, object: 'thread.message.deleted', deleted: true });
-  });
+    .post(
+      '/',
+      responds({ summary: 'Create a thread', ok: threadObject }),
+      validate('json', createThreadBody),
+      async (c) => {
+        const thread = await createThread(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
+        return c.json(toThreadJson(thread));
+      },
+    )
+    .get('/:thread_id', responds({ summary: 'Retrieve a thread', ok: threadObject }), async (c) => {
+      const thread = await getThread(c.get('deps').db, c.get('actor').workspaceId, c.req.param('thread_id'));
+      return c.json(toThreadJson(thread));
+    })
+    .post(
+      '/:thread_id',
+      responds({ summary: 'Modify a thread', ok: threadObject }),
+      validate('json', modifyThreadBody),
+      async (c) => {
+        const thread = await modifyThread(
+          c.get('deps'),
+          c.get('actor').workspaceId,
+          c.req.param('thread_id'),
+          c.req.valid('json'),
+        );
+        return c.json(toThreadJson(thread));
+      },
+    )
+    .delete('/:thread_id', responds({ summary: 'Delete a thread', ok: deletedObject('thread.deleted') }), async (c) => {
+      const id = c.req.param('thread_id');
+      await deleteThread(c.get('deps'), reconcileRun, c.get('actor').workspaceId, id);
+      return c.json({ id, object: 'thread.deleted', deleted: true });
+    })
+    .get(
+      '/:thread_id/messages',
+      responds({ summary: 'List messages', ok: listOf(messageObject) }),
+      validate('query', listMessagesQuery),
+      async (c) => {
+        const { db } = c.get('deps');
+        const thread = await getThread(db, c.get('actor').workspaceId, c.req.param('thread_id'));
+        return c.json(listObject(await listMessages(db, thread.id, c.req.valid('query')), toMessageJson));
+      },
+    )
+    .post(
+      '/:thread_id/messages',
+      responds({ summary: 'Create a message', ok: messageObject }),
+      validate('json', createMessageBody),
+      async (c) => {
+        const message = await createMessage(
+          c.get('deps'),
+          reconcileRun,
+          c.get('actor'),
+          c.req.param('thread_id'),
+          c.req.valid('json'),
+          requestContext(c),
+        );
+        return c.json(toMessageJson(message));
+      },
+    )
+    .get(
+      '/:thread_id/messages/:message_id',
+      responds({ summary: 'Retrieve a message', ok: messageObject }),
+      async (c) => {
+        const { thread_id: threadId, message_id: messageId } = c.req.param();
+        return c.json(
+          toMessageJson(await getMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId)),
+        );
+      },
+    )
+    .post(
+      '/:thread_id/messages/:message_id',
+      responds({ summary: 'Modify a message', ok: messageObject }),
+      validate('json', modifyMessageBody),
+      async (c) => {
+        const { thread_id: threadId, message_id: messageId } = c.req.param();
+        const body = c.req.valid('json');
+        return c.json(
+          toMessageJson(await modifyMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId, body)),
+        );
+      },
+    )
+    .delete(
+      '/:thread_id/messages/:message_id',
+      responds({ summary: 'Delete a message', ok: deletedObject('thread.message.deleted') }),
+      async (c) => {
+        const { thread_id: threadId, message_id: messageId } = c.req.param();
+        await deleteMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId);
+        return c.json({ id: messageId, object: 'thread.message.deleted', deleted: true });
+      },
+    );
 
 /**
  * /v1/threads: threads, their messages and their runs, in the workspace of workspace(). The runs'
@@ -64,4 +113,7 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
  * (createAndRun) must not be taken for a thread whose id is "runs".
  */
 export const threadRoutes = (runRoutes: Hono<WorkspaceEnv>, reconcileRun: ReconcileRun) =>
-  new Hono<ApiEnv>().use(assistantsBeta(), workspace()).route('/', runRoutes).route('/', threadAndMessageRoutes(reconcileRun));
+  new Hono<ApiEnv>()
+    .use(assistantsBeta(), workspace())
+    .route('/', runRoutes)
+    .route('/', threadAndMessageRoutes(reconcileRun));

@@ -57,9 +57,13 @@ function messageAttachments(input: ThreadMessageInput, param: string): MessageAt
     const tools = attachment.tools ?? [];
     const refused = tools.findIndex((tool) => tool.type !== 'file_search');
     if (refused >= 0) {
-      throw new ApiError('unsupported_tool', 'Attachments for code_interpreter are not supported: this gateway has no code sandbox. Attach files for file_search.', {
-        param: field(param, `attachments[${index}].tools[${refused}]`),
-      });
+      throw new ApiError(
+        'unsupported_tool',
+        'Attachments for code_interpreter are not supported: this gateway has no code sandbox. Attach files for file_search.',
+        {
+          param: field(param, `attachments[${index}].tools[${refused}]`),
+        },
+      );
     }
     return { file_id: attachment.file_id, tools };
   });
@@ -76,10 +80,12 @@ function messageContent(input: ThreadMessageInput, param: string): MessageConten
         return { type: 'image_url', image_url: { url: part.image_url.url, detail: part.image_url.detail ?? 'auto' } };
       case 'image_file':
         // The file was checked before (resources/files/images.ts, checkImages); its bytes go at run time.
-        return { type: 'image_file', image_file: { file_id: part.image_file.file_id, detail: part.image_file.detail ?? 'auto' } };
+        return {
+          type: 'image_file',
+          image_file: { file_id: part.image_file.file_id, detail: part.image_file.detail ?? 'auto' },
+        };
     }
   });
 }
 
 const field = (param: string, name: string) => (param === '' ? name : `${param}.${name}`);
-

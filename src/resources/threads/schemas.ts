@@ -24,7 +24,10 @@ const imageUrlPart = z.strictObject({
 });
 const imageFilePart = z.strictObject({
   type: z.literal('image_file'),
-  image_file: z.strictObject({ file_id: z.string().min(1).max(256), detail: z.enum(['auto', 'low', 'high']).optional() }),
+  image_file: z.strictObject({
+    file_id: z.string().min(1).max(256),
+    detail: z.enum(['auto', 'low', 'high']).optional(),
+  }),
 });
 
 /** A message given at creation: role user or assistant, content a string or content parts. */
@@ -32,14 +35,22 @@ export const threadMessageSchema = z.strictObject({
   role: z.enum(['user', 'assistant']),
   content: z.union([
     z.string().max(THREAD_LIMITS.text),
-    z.array(z.discriminatedUnion('type', [textPart, imageUrlPart, imageFilePart])).min(1).max(THREAD_LIMITS.contentParts),
+    z
+      .array(z.discriminatedUnion('type', [textPart, imageUrlPart, imageFilePart]))
+      .min(1)
+      .max(THREAD_LIMITS.contentParts),
   ]),
   attachments: z
     .array(
       z.strictObject({
         file_id: z.string().min(1).max(256),
         tools: z
-          .array(z.discriminatedUnion('type', [z.strictObject({ type: z.literal('file_search') }), z.strictObject({ type: z.literal('code_interpreter') })]))
+          .array(
+            z.discriminatedUnion('type', [
+              z.strictObject({ type: z.literal('file_search') }),
+              z.strictObject({ type: z.literal('code_interpreter') }),
+            ]),
+          )
           .max(8)
           .optional(),
       }),
@@ -62,7 +73,9 @@ export type ThreadInput = z.infer<typeof threadSchema>;
 export const createThreadBody = threadSchema;
 
 /** POST /v1/threads/{thread_id}: OpenAI's ModifyThreadRequest; the fields sent replace the stored ones. */
-export const modifyThreadBody = threadSchema.omit({ messages: true }).extend({ tool_resources: toolResourcesSchema.nullable().optional() });
+export const modifyThreadBody = threadSchema
+  .omit({ messages: true })
+  .extend({ tool_resources: toolResourcesSchema.nullable().optional() });
 export type ModifyThreadBody = z.infer<typeof modifyThreadBody>;
 
 /** POST /v1/threads/{thread_id}/messages: OpenAI's CreateMessageRequest. */

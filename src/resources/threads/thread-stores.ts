@@ -4,7 +4,13 @@ import type { BuiltStatement } from '../../db/client';
 import type { ThreadMessageInput } from './schemas';
 import type { InlineVectorStore } from '../vector-stores/schemas';
 import type { ToolResources } from '../../db/json-columns';
-import { checkFiles, getVectorStore, insertStoreFiles, touchVectorStore, type FileToAdd } from '../vector-stores/queries';
+import {
+  checkFiles,
+  getVectorStore,
+  insertStoreFiles,
+  touchVectorStore,
+  type FileToAdd,
+} from '../vector-stores/queries';
 import { filesToAdd, ingestionHost, prepareVectorStore, type StoreCommandDeps } from '../vector-stores/commands';
 import { inlineStoreFiles } from '../vector-stores/tool-resources';
 
@@ -68,7 +74,12 @@ export async function threadStoreWrites(
     };
   }
   const toAdd = [...inlineStoreFiles(inline, files.inlineParam ?? 'tool_resources'), ...attached];
-  const { store, statements } = await prepareVectorStore(deps, actor, { metadata: inline?.metadata, files: toAdd }, condition);
+  const { store, statements } = await prepareVectorStore(
+    deps,
+    actor,
+    { metadata: inline?.metadata, files: toAdd },
+    condition,
+  );
   return {
     statements,
     toolResources: { ...thread.toolResources, file_search: { vector_store_ids: [store.id] } },

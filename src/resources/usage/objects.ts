@@ -18,14 +18,21 @@ const usageResult = z.strictObject({
 });
 
 /** GET /v1/usage: buckets of time, each with its results by the groups asked for. */
-export const usagePage = z.strictObject({
-  object: z.literal('page'),
-  data: z.array(
-    z.strictObject({ object: z.literal('bucket'), start_time: seconds, end_time: seconds, results: z.array(usageResult) }),
-  ),
-  has_more: z.boolean(),
-  next_page: z.string().nullable(),
-}).meta({ id: 'UsagePage' });
+export const usagePage = z
+  .strictObject({
+    object: z.literal('page'),
+    data: z.array(
+      z.strictObject({
+        object: z.literal('bucket'),
+        start_time: seconds,
+        end_time: seconds,
+        results: z.array(usageResult),
+      }),
+    ),
+    has_more: z.boolean(),
+    next_page: z.string().nullable(),
+  })
+  .meta({ id: 'UsagePage' });
 
 export type UsagePage = z.infer<typeof usagePage>;
 export type UsageResult = z.infer<typeof usageResult>;

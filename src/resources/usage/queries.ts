@@ -35,7 +35,8 @@ export async function usageBuckets(db: Db, request: UsageRequest): Promise<Usage
   const limit = request.limit ?? BUCKET_LIMITS[request.width].default;
   const floor = (ms: number) => ms - (ms % width);
   const end = request.endMs ?? floor(request.now) + width;
-  const first = request.page !== undefined ? Number(request.page) * 1000 : floor(request.startMs ?? end - limit * width);
+  const first =
+    request.page !== undefined ? Number(request.page) * 1000 : floor(request.startMs ?? end - limit * width);
   const last = Math.min(end, first + limit * width);
   const starts: number[] = [];
   for (let start = first; start < last; start += width) starts.push(start);
@@ -51,7 +52,13 @@ export async function usageBuckets(db: Db, request: UsageRequest): Promise<Usage
   const inScope =
     'workspaceId' in request.scope
       ? sql`${usage.workspaceId} = ${request.scope.workspaceId}`
-      : inArray(usage.workspaceId, db.select({ id: workspaces.id }).from(workspaces).where(sql`${workspaces.organisationId} = ${request.scope.organisationId}`));
+      : inArray(
+          usage.workspaceId,
+          db
+            .select({ id: workspaces.id })
+            .from(workspaces)
+            .where(sql`${workspaces.organisationId} = ${request.scope.organisationId}`),
+        );
   const groups = request.groupBy;
   const rows = await db
     .select({
@@ -91,7 +98,12 @@ export async function usageBuckets(db: Db, request: UsageRequest): Promise<Usage
   const hasMore = last < end;
   return {
     object: 'page',
-    data: starts.map((start) => ({ object: 'bucket', start_time: start / 1000, end_time: (start + width) / 1000, results: byBucket.get(start) ?? [] })),
+    data: starts.map((start) => ({
+      object: 'bucket',
+      start_time: start / 1000,
+      end_time: (start + width) / 1000,
+      results: byBucket.get(start) ?? [],
+    })),
     has_more: hasMore,
     next_page: hasMore ? String(last / 1000) : null,
   };

@@ -24,17 +24,33 @@ export const usageQuery = z
     group_by: z
       .string()
       .max(200)
-      .transform((text) => text.split(',').map((group) => group.trim()).filter(Boolean))
-      .pipe(z.array(z.enum(USAGE_GROUPS)).refine((groups) => new Set(groups).size === groups.length, { error: 'a group is named twice' }))
+      .transform((text) =>
+        text
+          .split(',')
+          .map((group) => group.trim())
+          .filter(Boolean),
+      )
+      .pipe(
+        z
+          .array(z.enum(USAGE_GROUPS))
+          .refine((groups) => new Set(groups).size === groups.length, { error: 'a group is named twice' }),
+      )
       .optional(),
     limit: queryInteger({ min: 1, max: 168 }).optional(),
-    page: z.string().regex(/^\d{1,12}$/, { error: 'expected the next_page of a previous answer' }).optional(),
+    page: z
+      .string()
+      .regex(/^\d{1,12}$/, { error: 'expected the next_page of a previous answer' })
+      .optional(),
     workspace_id: z.string().min(1).max(255).optional(),
   })
   .superRefine((query, ctx) => {
     const limits = BUCKET_LIMITS[query.bucket_width];
     if (query.limit !== undefined && query.limit > limits.max) {
-      ctx.addIssue({ code: 'custom', path: ['limit'], message: `at most ${limits.max} buckets of ${query.bucket_width}` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['limit'],
+        message: `at most ${limits.max} buckets of ${query.bucket_width}`,
+      });
     }
     if (query.start_time !== undefined && query.end_time !== undefined && query.end_time <= query.start_time) {
       ctx.addIssue({ code: 'custom', path: ['end_time'], message: 'end_time must be after start_time' });

@@ -1,11 +1,22 @@
 import { eq, type SQL } from 'drizzle-orm';
 import { batchWrites, insertWhere, type BuiltStatement } from '../../db/client';
-import { vectorStoreFileBatches, vectorStores, workspaces, type ChunkingStrategy, type FileAttributes } from '../../db/schema';
+import {
+  vectorStoreFileBatches,
+  vectorStores,
+  workspaces,
+  type ChunkingStrategy,
+  type FileAttributes,
+} from '../../db/schema';
 import type { Actor, RequestContext } from '../../actor';
 import type { Deps } from '../../deps';
 import { ApiError } from '../../errors';
 import { newId } from '../../lib/ids';
-import type { ChunkingStrategyInput, CreateFileBatchBody, CreateVectorStoreBody, CreateVectorStoreFileBody } from './schemas';
+import type {
+  ChunkingStrategyInput,
+  CreateFileBatchBody,
+  CreateVectorStoreBody,
+  CreateVectorStoreFileBody,
+} from './schemas';
 import { resolveVirtualKey } from '../virtual-keys/commands';
 import {
   checkFiles,
@@ -40,7 +51,12 @@ export function filesToAdd(
   options: { chunking?: ChunkingStrategyInput; attributes?: FileAttributes | null; param: (index: number) => string },
 ): FileToAdd[] {
   const chunking: ChunkingStrategy = storedChunking(options.chunking);
-  return fileIds.map((fileId, index) => ({ fileId, attributes: options.attributes ?? {}, chunking, param: options.param(index) }));
+  return fileIds.map((fileId, index) => ({
+    fileId,
+    attributes: options.attributes ?? {},
+    chunking,
+    param: options.param(index),
+  }));
 }
 
 /** `file_ids[2]`: the parameter of the third of a list. */
@@ -54,7 +70,12 @@ export const itemOf = (list: string) => (index: number) => `${list}[${index}]`;
 export async function prepareVectorStore(
   deps: StoreCommandDeps,
   actor: Actor,
-  input: { name?: string | null; metadata?: Record<string, string> | null; expiresAfter?: CreateVectorStoreBody['expires_after']; files: FileToAdd[] },
+  input: {
+    name?: string | null;
+    metadata?: Record<string, string> | null;
+    expiresAfter?: CreateVectorStoreBody['expires_after'];
+    files: FileToAdd[];
+  },
   condition?: SQL,
 ): Promise<{ store: VectorStoreRow; statements: BuiltStatement[] }> {
   const [first] = input.files;
@@ -115,7 +136,11 @@ export async function addStoreFile(
   context: RequestContext,
 ): Promise<VectorStoreFileRow> {
   const store = await getVectorStore(deps.db, actor.workspaceId, storeId);
-  const files = filesToAdd([body.file_id], { chunking: body.chunking_strategy, attributes: body.attributes, param: () => 'file_id' });
+  const files = filesToAdd([body.file_id], {
+    chunking: body.chunking_strategy,
+    attributes: body.attributes,
+    param: () => 'file_id',
+  });
   await addFiles(deps, actor, store, files, null, context);
   return getStoreFile(deps.db, store.id, body.file_id);
 }
@@ -131,16 +156,37 @@ export async function createFileBatch(
   const store = await getVectorStore(deps.db, actor.workspaceId, storeId);
   const files = body.files
     ? body.files.flatMap((file, index) =>
-        filesToAdd([file.file_id], { chunking: file.chunking_strategy, attributes: file.attributes, param: () => `files[${index}].file_id` }),
+        filesToAdd([file.file_id], {
+          chunking: file.chunking_strategy,
+          attributes: file.attributes,
+          param: () => `files[${index}].file_id`,
+        }),
       )
-    : filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, attributes: body.attributes, param: itemOf('file_ids') });
-  const batch: FileBatchRow = { id: newId('vsfb'), vectorStoreId: store.id, workspaceId: store.workspaceId, cancelledAt: null, createdAt: deps.now() };
+    : filesToAdd(body.file_ids ?? [], {
+        chunking: body.chunking_strategy,
+        attributes: body.attributes,
+        param: itemOf('file_ids'),
+      });
+  const batch: FileBatchRow = {
+    id: newId('vsfb'),
+    vectorStoreId: store.id,
+    workspaceId: store.workspaceId,
+    cancelledAt: null,
+    createdAt: deps.now(),
+  };
   await addFiles(deps, actor, store, files, batch, context);
   return batch;
 }
 
 /** A store to add files to is also a store's activity; the batch row goes with its files. */
-async function addFiles(deps: StoreCommandDeps, actor: Actor, store: VectorStoreRow, files: FileToAdd[], batch: FileBatchRow | null, context: RequestContext) {
+async function addFiles(
+  deps: StoreCommandDeps,
+  actor: Actor,
+  store: VectorStoreRow,
+  files: FileToAdd[],
+  batch: FileBatchRow | null,
+  context: RequestContext,
+) {
   ingestionHost(deps, files[0]?.param ?? 'file_ids');
   await checkFiles(deps.db, actor.workspaceId, files);
   const at = deps.now();
@@ -169,6 +215,10 @@ export function ingestionHost(deps: Pick<Deps, 'ingestion'>, param: string): voi
 }
 
 async function embeddingsModel(deps: StoreCommandDeps, workspaceId: string): Promise<string> {
-  const [row] = await deps.db.select({ model: workspaces.embeddingsModel }).from(workspaces).where(eq(workspaces.id, workspaceId)).limit(1);
+  const [row] = await deps.db
+    .select({ model: workspaces.embeddingsModel })
+    .from(workspaces)
+    .where(eq(workspaces.id, workspaceId))
+    .limit(1);
   return row?.model ?? deps.config.GATEWAY_EMBEDDINGS_MODEL;
 }

@@ -65,7 +65,11 @@ export function listVectorStores(db: Db, workspaceId: string, query: CursorListQ
   });
 }
 
-const storeCursors = cursorsOf(vectorStores, { seq: vectorStores.seq, id: vectorStores.id, scope: vectorStores.workspaceId });
+const storeCursors = cursorsOf(vectorStores, {
+  seq: vectorStores.seq,
+  id: vectorStores.id,
+  scope: vectorStores.workspaceId,
+});
 
 const storePage = preparedQueries(
   (db, page: PageQuery) =>
@@ -80,7 +84,12 @@ const storePage = preparedQueries(
 );
 
 /** Changes the fields `body` sends; `expires_after` moves `expires_at` from the store's last activity. */
-export async function updateVectorStore(db: Db, workspaceId: string, id: string, body: UpdateVectorStoreBody): Promise<VectorStoreRow> {
+export async function updateVectorStore(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  body: UpdateVectorStoreBody,
+): Promise<VectorStoreRow> {
   const store = await getVectorStore(db, workspaceId, id);
   const columns: Partial<VectorStoreRow> = {};
   if (body.name !== undefined) columns.name = body.name;
@@ -115,9 +124,13 @@ export async function deleteVectorStore(db: Db, workspaceId: string, id: string)
 }
 
 /** Each store's files by status, for their file_counts; stores with none are absent. */
-export async function fileCounts(db: Db, by: { storeIds: string[] } | { batchId: string }): Promise<Map<string, FileCounts>> {
+export async function fileCounts(
+  db: Db,
+  by: { storeIds: string[] } | { batchId: string },
+): Promise<Map<string, FileCounts>> {
   const key = 'batchId' in by ? vectorStoreFiles.batchId : vectorStoreFiles.vectorStoreId;
-  const where = 'batchId' in by ? eq(vectorStoreFiles.batchId, by.batchId) : inArray(vectorStoreFiles.vectorStoreId, by.storeIds);
+  const where =
+    'batchId' in by ? eq(vectorStoreFiles.batchId, by.batchId) : inArray(vectorStoreFiles.vectorStoreId, by.storeIds);
   if ('storeIds' in by && by.storeIds.length === 0) return new Map();
   const rows = await db
     .select({ owner: key, status: vectorStoreFiles.status, count: sql<number>`count(*)` })
@@ -152,7 +165,11 @@ export async function usageBytes(db: Db, storeIds: string[]): Promise<Map<string
  * 404 `file_not_found` naming the first of `wanted` that is not a file of the workspace (another
  * workspace's file is not found either), before anything is written.
  */
-export async function checkFiles(db: Db, workspaceId: string, wanted: readonly Pick<FileToAdd, 'fileId' | 'param'>[]): Promise<void> {
+export async function checkFiles(
+  db: Db,
+  workspaceId: string,
+  wanted: readonly Pick<FileToAdd, 'fileId' | 'param'>[],
+): Promise<void> {
   const ids = [...new Set(wanted.map((file) => file.fileId))];
   const found = new Set<string>();
   for (let start = 0; start < ids.length; start += 500) {
@@ -216,7 +233,8 @@ export function touchVectorStore(db: Db, store: VectorStoreRow, at: number, cond
     .where(and(eq(vectorStores.id, store.id), condition));
 }
 
-const fileOf = (storeId: string, fileId: string) => and(eq(vectorStoreFiles.vectorStoreId, storeId), eq(vectorStoreFiles.fileId, fileId));
+const fileOf = (storeId: string, fileId: string) =>
+  and(eq(vectorStoreFiles.vectorStoreId, storeId), eq(vectorStoreFiles.fileId, fileId));
 const fileNotFound = (storeId: string, fileId: string) =>
   new ApiError('vector_store_file_not_found', `No file found with id '${fileId}' in vector store '${storeId}'.`);
 
@@ -238,7 +256,11 @@ export function listStoreFiles(db: Db, scope: { storeId: string; batchId?: strin
   });
 }
 
-const storeFileCursors = cursorsOf(vectorStoreFiles, { seq: vectorStoreFiles.seq, id: vectorStoreFiles.fileId, scope: vectorStoreFiles.vectorStoreId });
+const storeFileCursors = cursorsOf(vectorStoreFiles, {
+  seq: vectorStoreFiles.seq,
+  id: vectorStoreFiles.fileId,
+  scope: vectorStoreFiles.vectorStoreId,
+});
 
 const storeFilePage = preparedQueries(
   (db, page: PageQuery, filters: { ofBatch: boolean; ofStatus: boolean }) =>
@@ -277,7 +299,9 @@ export async function updateStoreFileAttributes(
 export async function deleteStoreFile(db: Db, storeId: string, fileId: string): Promise<void> {
   const [deleted] = await db.batch([
     db.delete(vectorStoreFiles).where(fileOf(storeId, fileId)).returning({ seq: vectorStoreFiles.seq }),
-    db.delete(vectorStoreChunks).where(and(eq(vectorStoreChunks.vectorStoreId, storeId), eq(vectorStoreChunks.fileId, fileId))),
+    db
+      .delete(vectorStoreChunks)
+      .where(and(eq(vectorStoreChunks.vectorStoreId, storeId), eq(vectorStoreChunks.fileId, fileId))),
   ]);
   if (deleted.length === 0) throw fileNotFound(storeId, fileId);
 }
@@ -299,7 +323,11 @@ export async function getFileBatch(db: Db, storeId: string, batchId: string): Pr
     .from(vectorStoreFileBatches)
     .where(and(eq(vectorStoreFileBatches.id, batchId), eq(vectorStoreFileBatches.vectorStoreId, storeId)))
     .limit(1);
-  if (!row) throw new ApiError('file_batch_not_found', `No file batch found with id '${batchId}' in vector store '${storeId}'.`);
+  if (!row)
+    throw new ApiError(
+      'file_batch_not_found',
+      `No file batch found with id '${batchId}' in vector store '${storeId}'.`,
+    );
   return row;
 }
 

@@ -36,7 +36,12 @@ import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { requestContext } from '../../http/request-context';
 import { responds } from '../../http/middleware/responds';
 import { deletedObject, listOf } from '../../http/objects';
-import { vectorStoreFileBatchObject, vectorStoreFileContentPage, vectorStoreFileObject, vectorStoreObject } from './objects';
+import {
+  vectorStoreFileBatchObject,
+  vectorStoreFileContentPage,
+  vectorStoreFileObject,
+  vectorStoreObject,
+} from './objects';
 
 /**
  * /v1/vector_stores (without /search): stores, their files and file batches, in the workspace of
@@ -75,89 +80,185 @@ const storeOf = (c: Ctx) => {
 const CONTENT_CHUNKS = 10_000;
 
 const storeRoutes = new Hono<WorkspaceEnv>()
-  .post('/', responds({ summary: 'Create a vector store', ok: vectorStoreObject }), validate('json', createVectorStoreBody), async (c) => {
-    const store = await createVectorStore(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
-    return c.json(await storeJson(c, store));
-  })
-  .get('/', responds({ summary: 'List vector stores', ok: listOf(vectorStoreObject) }), validate('query', cursorListQuery), async (c) => {
-    const page = await listVectorStores(c.get('deps').db, c.get('actor').workspaceId, c.req.valid('query'));
-    const json = new Map((await storesJson(c, page.rows)).map((store) => [store.id, store]));
-    return c.json(
-      listObject(page, (row) => {
-        const store = json.get(row.id);
-        if (!store) throw new Error(`No JSON for vector store ${row.id}`);
-        return store;
-      }),
-    );
-  })
-  .get('/:vector_store_id', responds({ summary: 'Retrieve a vector store', ok: vectorStoreObject }), async (c) => c.json(await storeJson(c, await storeOf(c))))
-  .post('/:vector_store_id', responds({ summary: 'Modify a vector store', ok: vectorStoreObject }), validate('json', updateVectorStoreBody), async (c) => {
-    const { workspaceId } = c.get('actor');
-    const store = await updateVectorStore(c.get('deps').db, workspaceId, c.req.param('vector_store_id'), c.req.valid('json'));
-    return c.json(await storeJson(c, store));
-  })
-  .delete('/:vector_store_id', responds({ summary: 'Delete a vector store', ok: deletedObject('vector_store.deleted') }), async (c) => {
-    const id = c.req.param('vector_store_id');
-    await deleteVectorStore(c.get('deps').db, c.get('actor').workspaceId, id);
-    return c.json({ id, object: 'vector_store.deleted' as const, deleted: true });
-  });
+  .post(
+    '/',
+    responds({ summary: 'Create a vector store', ok: vectorStoreObject }),
+    validate('json', createVectorStoreBody),
+    async (c) => {
+      const store = await createVectorStore(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
+      return c.json(await storeJson(c, store));
+    },
+  )
+  .get(
+    '/',
+    responds({ summary: 'List vector stores', ok: listOf(vectorStoreObject) }),
+    validate('query', cursorListQuery),
+    async (c) => {
+      const page = await listVectorStores(c.get('deps').db, c.get('actor').workspaceId, c.req.valid('query'));
+      const json = new Map((await storesJson(c, page.rows)).map((store) => [store.id, store]));
+      return c.json(
+        listObject(page, (row) => {
+          const store = json.get(row.id);
+          if (!store) throw new Error(`No JSON for vector store ${row.id}`);
+          return store;
+        }),
+      );
+    },
+  )
+  .get('/:vector_store_id', responds({ summary: 'Retrieve a vector store', ok: vectorStoreObject }), async (c) =>
+    c.json(await storeJson(c, await storeOf(c))),
+  )
+  .post(
+    '/:vector_store_id',
+    responds({ summary: 'Modify a vector store', ok: vectorStoreObject }),
+    validate('json', updateVectorStoreBody),
+    async (c) => {
+      const { workspaceId } = c.get('actor');
+      const store = await updateVectorStore(
+        c.get('deps').db,
+        workspaceId,
+        c.req.param('vector_store_id'),
+        c.req.valid('json'),
+      );
+      return c.json(await storeJson(c, store));
+    },
+  )
+  .delete(
+    '/:vector_store_id',
+    responds({ summary: 'Delete a vector store', ok: deletedObject('vector_store.deleted') }),
+    async (c) => {
+      const id = c.req.param('vector_store_id');
+      await deleteVectorStore(c.get('deps').db, c.get('actor').workspaceId, id);
+      return c.json({ id, object: 'vector_store.deleted' as const, deleted: true });
+    },
+  );
 
 const fileRoutes = new Hono<WorkspaceEnv>()
-  .post('/:vector_store_id/files', responds({ summary: 'Add a file to a vector store', ok: vectorStoreFileObject }), validate('json', createVectorStoreFileBody), async (c) => {
-    const row = await addStoreFile(c.get('deps'), c.get('actor'), c.req.param('vector_store_id'), c.req.valid('json'), requestContext(c));
-    return c.json(toVectorStoreFileJson(row));
-  })
-  .get('/:vector_store_id/files', responds({ summary: "List a vector store's files", ok: listOf(vectorStoreFileObject) }), validate('query', listVectorStoreFilesQuery), async (c) => {
-    const store = await storeOf(c);
-    return c.json(listObject(await listStoreFiles(c.get('deps').db, { storeId: store.id }, c.req.valid('query')), toVectorStoreFileJson));
-  })
-  .get('/:vector_store_id/files/:file_id', responds({ summary: 'Retrieve a vector store file', ok: vectorStoreFileObject }), async (c) => {
-    const store = await storeOf(c);
-    return c.json(toVectorStoreFileJson(await getStoreFile(c.get('deps').db, store.id, c.req.param('file_id'))));
-  })
-  .post('/:vector_store_id/files/:file_id', responds({ summary: "Update a vector store file's attributes", ok: vectorStoreFileObject }), validate('json', updateVectorStoreFileBody), async (c) => {
-    const store = await storeOf(c);
-    const attributes = c.req.valid('json').attributes ?? {};
-    return c.json(toVectorStoreFileJson(await updateStoreFileAttributes(c.get('deps').db, store.id, c.req.param('file_id'), attributes)));
-  })
-  .delete('/:vector_store_id/files/:file_id', responds({ summary: 'Remove a file from a vector store', ok: deletedObject('vector_store.file.deleted') }), async (c) => {
-    const store = await storeOf(c);
-    const id = c.req.param('file_id');
-    await deleteStoreFile(c.get('deps').db, store.id, id);
-    return c.json({ id, object: 'vector_store.file.deleted' as const, deleted: true });
-  })
-  .get('/:vector_store_id/files/:file_id/content', responds({ summary: "Retrieve a vector store file's content", ok: vectorStoreFileContentPage }), async (c) => {
-    const store = await storeOf(c);
-    const file = await getStoreFile(c.get('deps').db, store.id, c.req.param('file_id'));
-    const texts = await storeFileChunks(c.get('deps').db, store.id, file.fileId, CONTENT_CHUNKS);
-    return c.json({
-      object: 'vector_store.file_content.page' as const,
-      data: texts.map((text) => ({ type: 'text' as const, text })),
-      has_more: false,
-      next_page: null,
-    });
-  });
+  .post(
+    '/:vector_store_id/files',
+    responds({ summary: 'Add a file to a vector store', ok: vectorStoreFileObject }),
+    validate('json', createVectorStoreFileBody),
+    async (c) => {
+      const row = await addStoreFile(
+        c.get('deps'),
+        c.get('actor'),
+        c.req.param('vector_store_id'),
+        c.req.valid('json'),
+        requestContext(c),
+      );
+      return c.json(toVectorStoreFileJson(row));
+    },
+  )
+  .get(
+    '/:vector_store_id/files',
+    responds({ summary: "List a vector store's files", ok: listOf(vectorStoreFileObject) }),
+    validate('query', listVectorStoreFilesQuery),
+    async (c) => {
+      const store = await storeOf(c);
+      return c.json(
+        listObject(
+          await listStoreFiles(c.get('deps').db, { storeId: store.id }, c.req.valid('query')),
+          toVectorStoreFileJson,
+        ),
+      );
+    },
+  )
+  .get(
+    '/:vector_store_id/files/:file_id',
+    responds({ summary: 'Retrieve a vector store file', ok: vectorStoreFileObject }),
+    async (c) => {
+      const store = await storeOf(c);
+      return c.json(toVectorStoreFileJson(await getStoreFile(c.get('deps').db, store.id, c.req.param('file_id'))));
+    },
+  )
+  .post(
+    '/:vector_store_id/files/:file_id',
+    responds({ summary: "Update a vector store file's attributes", ok: vectorStoreFileObject }),
+    validate('json', updateVectorStoreFileBody),
+    async (c) => {
+      const store = await storeOf(c);
+      const attributes = c.req.valid('json').attributes ?? {};
+      return c.json(
+        toVectorStoreFileJson(
+          await updateStoreFileAttributes(c.get('deps').db, store.id, c.req.param('file_id'), attributes),
+        ),
+      );
+    },
+  )
+  .delete(
+    '/:vector_store_id/files/:file_id',
+    responds({ summary: 'Remove a file from a vector store', ok: deletedObject('vector_store.file.deleted') }),
+    async (c) => {
+      const store = await storeOf(c);
+      const id = c.req.param('file_id');
+      await deleteStoreFile(c.get('deps').db, store.id, id);
+      return c.json({ id, object: 'vector_store.file.deleted' as const, deleted: true });
+    },
+  )
+  .get(
+    '/:vector_store_id/files/:file_id/content',
+    responds({ summary: "Retrieve a vector store file's content", ok: vectorStoreFileContentPage }),
+    async (c) => {
+      const store = await storeOf(c);
+      const file = await getStoreFile(c.get('deps').db, store.id, c.req.param('file_id'));
+      const texts = await storeFileChunks(c.get('deps').db, store.id, file.fileId, CONTENT_CHUNKS);
+      return c.json({
+        object: 'vector_store.file_content.page' as const,
+        data: texts.map((text) => ({ type: 'text' as const, text })),
+        has_more: false,
+        next_page: null,
+      });
+    },
+  );
 
 const batchRoutes = new Hono<WorkspaceEnv>()
-  .post('/:vector_store_id/file_batches', responds({ summary: 'Create a file batch', ok: vectorStoreFileBatchObject }), validate('json', createFileBatchBody), async (c) => {
-    const batch = await createFileBatch(c.get('deps'), c.get('actor'), c.req.param('vector_store_id'), c.req.valid('json'), requestContext(c));
-    return c.json(await batchJson(c, batch));
-  })
-  .get('/:vector_store_id/file_batches/:batch_id', responds({ summary: 'Retrieve a file batch', ok: vectorStoreFileBatchObject }), async (c) => {
-    const store = await storeOf(c);
-    return c.json(await batchJson(c, await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'))));
-  })
-  .post('/:vector_store_id/file_batches/:batch_id/cancel', responds({ summary: 'Cancel a file batch', ok: vectorStoreFileBatchObject }), async (c) => {
-    const store = await storeOf(c);
-    const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
-    return c.json(await batchJson(c, await cancelFileBatch(c.get('deps').db, batch, c.get('deps').now())));
-  })
-  .get('/:vector_store_id/file_batches/:batch_id/files', responds({ summary: "List a file batch's files", ok: listOf(vectorStoreFileObject) }), validate('query', listVectorStoreFilesQuery), async (c) => {
-    const store = await storeOf(c);
-    const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
-    const page = await listStoreFiles(c.get('deps').db, { storeId: store.id, batchId: batch.id }, c.req.valid('query'));
-    return c.json(listObject(page, toVectorStoreFileJson));
-  });
+  .post(
+    '/:vector_store_id/file_batches',
+    responds({ summary: 'Create a file batch', ok: vectorStoreFileBatchObject }),
+    validate('json', createFileBatchBody),
+    async (c) => {
+      const batch = await createFileBatch(
+        c.get('deps'),
+        c.get('actor'),
+        c.req.param('vector_store_id'),
+        c.req.valid('json'),
+        requestContext(c),
+      );
+      return c.json(await batchJson(c, batch));
+    },
+  )
+  .get(
+    '/:vector_store_id/file_batches/:batch_id',
+    responds({ summary: 'Retrieve a file batch', ok: vectorStoreFileBatchObject }),
+    async (c) => {
+      const store = await storeOf(c);
+      return c.json(await batchJson(c, await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'))));
+    },
+  )
+  .post(
+    '/:vector_store_id/file_batches/:batch_id/cancel',
+    responds({ summary: 'Cancel a file batch', ok: vectorStoreFileBatchObject }),
+    async (c) => {
+      const store = await storeOf(c);
+      const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
+      return c.json(await batchJson(c, await cancelFileBatch(c.get('deps').db, batch, c.get('deps').now())));
+    },
+  )
+  .get(
+    '/:vector_store_id/file_batches/:batch_id/files',
+    responds({ summary: "List a file batch's files", ok: listOf(vectorStoreFileObject) }),
+    validate('query', listVectorStoreFilesQuery),
+    async (c) => {
+      const store = await storeOf(c);
+      const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
+      const page = await listStoreFiles(
+        c.get('deps').db,
+        { storeId: store.id, batchId: batch.id },
+        c.req.valid('query'),
+      );
+      return c.json(listObject(page, toVectorStoreFileJson));
+    },
+  );
 
 /** /v1/vector_stores: the sub-resources first, so that no path segment is taken for a store id. */
 export const vectorStoreRoutes = new Hono<ApiEnv>()

@@ -15,7 +15,18 @@ import { vectorStoreSearchResultsPage } from './objects';
  */
 export const vectorStoreSearchRoutes = new Hono<ApiEnv>()
   // workspace() on the route alone: other routes under /v1/vector_stores have their own.
-  .post('/:vector_store_id/search', responds({ summary: 'Search a vector store', ok: vectorStoreSearchResultsPage, errors: [429] }), workspace(), validate('json', vectorStoreSearchBody), async (c) => {
-    const { queries, results } = await searchVectorStore(c.get('deps'), c.get('actor'), c.req.param('vector_store_id'), c.req.valid('json'));
-    return c.json(toSearchResultsPage(queries, results));
-  });
+  .post(
+    '/:vector_store_id/search',
+    responds({ summary: 'Search a vector store', ok: vectorStoreSearchResultsPage, errors: [429] }),
+    workspace(),
+    validate('json', vectorStoreSearchBody),
+    async (c) => {
+      const { queries, results } = await searchVectorStore(
+        c.get('deps'),
+        c.get('actor'),
+        c.req.param('vector_store_id'),
+        c.req.valid('json'),
+      );
+      return c.json(toSearchResultsPage(queries, results));
+    },
+  );

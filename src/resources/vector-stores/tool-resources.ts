@@ -28,12 +28,21 @@ export function storedToolResources(input: ToolResourcesInput | null | undefined
  * the workspace does not have: unknown, deleted, or another workspace's. `param` names the
  * resources (`tool_resources`, `thread.tool_resources`). Nothing is written before this.
  */
-export async function checkToolResources(db: Db, workspaceId: string, resources: ToolResources | null | undefined, param: string): Promise<void> {
+export async function checkToolResources(
+  db: Db,
+  workspaceId: string,
+  resources: ToolResources | null | undefined,
+  param: string,
+): Promise<void> {
   for (const [index, id] of (resources?.file_search?.vector_store_ids ?? []).entries()) {
     await getVectorStore(db, workspaceId, id, `${param}.file_search.vector_store_ids[${index}]`);
   }
   const files = resources?.code_interpreter?.file_ids ?? [];
-  await checkFiles(db, workspaceId, files.map((fileId, index) => ({ fileId, param: `${param}.code_interpreter.file_ids[${index}]` })));
+  await checkFiles(
+    db,
+    workspaceId,
+    files.map((fileId, index) => ({ fileId, param: `${param}.code_interpreter.file_ids[${index}]` })),
+  );
 }
 
 /** The files of a store that tool_resources create, each named for errors (`tool_resources.file_search.vector_stores[0].file_ids[1]`). */
@@ -69,5 +78,9 @@ export async function toolResourcesWrites(
   if (!inline) return { toolResources: stored, statements: [], queued: false };
   const files = inlineStoreFiles(inline, param);
   const { store, statements } = await prepareVectorStore(deps, actor, { metadata: inline.metadata, files }, condition);
-  return { toolResources: { ...stored, file_search: { vector_store_ids: [store.id] } }, statements, queued: files.length > 0 };
+  return {
+    toolResources: { ...stored, file_search: { vector_store_ids: [store.id] } },
+    statements,
+    queued: files.length > 0,
+  };
 }

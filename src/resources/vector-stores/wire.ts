@@ -4,7 +4,12 @@ import type { FileBatchRow, FileCounts, VectorStoreFileRow, VectorStoreRow } fro
 
 /** OpenAI's VectorStoreObject, VectorStoreFileObject and VectorStoreFileBatchObject, from their rows. */
 
-export function toVectorStoreJson(row: VectorStoreRow, counts: FileCounts, usageBytes: number, now: number): VectorStoreObject {
+export function toVectorStoreJson(
+  row: VectorStoreRow,
+  counts: FileCounts,
+  usageBytes: number,
+  now: number,
+): VectorStoreObject {
   const expired = row.expiresAt !== null && row.expiresAt <= now;
   return {
     id: row.id,

@@ -15,7 +15,6 @@ import {
 } from './schemas';
 import { quotaExceeded } from '../identities/quotas';
 
-
 /**
  * Virtual keys: provider credentials stored per workspace. The provider's API key is kept only as
  * ciphertext bound to the key's id (see SecretBox) and is decrypted for the upstream call alone.
@@ -76,7 +75,8 @@ export async function createVirtualKey(db: Db, secrets: SecretBox, input: Create
   if (body.provider === 'azure-openai') {
     const { api_version, deployment } = body;
     // The body's schema requires both for azure-openai.
-    if (api_version === undefined || deployment === undefined) throw new Error('An azure-openai key without api_version or deployment');
+    if (api_version === undefined || deployment === undefined)
+      throw new Error('An azure-openai key without api_version or deployment');
     options = { api_version, deployment, model: body.model ?? deployment };
   }
   const values = {
@@ -99,7 +99,17 @@ export async function createVirtualKey(db: Db, secrets: SecretBox, input: Create
       .onConflictDoNothing()
       .returning();
     const row = body.default
-      ? (await db.batch([insert, ...takeDefault(db, workspaceId, id, sql`EXISTS (SELECT 1 FROM ${virtualKeys} WHERE ${eq(virtualKeys.id, id)})`)]))[2][0]
+      ? (
+          await db.batch([
+            insert,
+            ...takeDefault(
+              db,
+              workspaceId,
+              id,
+              sql`EXISTS (SELECT 1 FROM ${virtualKeys} WHERE ${eq(virtualKeys.id, id)})`,
+            ),
+          ])
+        )[2][0]
       : (await insert)[0];
     if (row) return fromRow(row);
     if (await findActiveVirtualKey(db, workspaceId, body.slug)) {
@@ -179,7 +189,12 @@ export async function updateVirtualKey(db: Db, secrets: SecretBox, input: Update
     // The default moves first (one live default per workspace, by a unique index), and only if
     // the update is going to be made.
     const row = body.default
-      ? (await db.batch([...takeDefault(db, workspaceId, key.id, sql`EXISTS (SELECT 1 FROM ${virtualKeys} WHERE ${stillLive})`), update]))[2][0]
+      ? (
+          await db.batch([
+            ...takeDefault(db, workspaceId, key.id, sql`EXISTS (SELECT 1 FROM ${virtualKeys} WHERE ${stillLive})`),
+            update,
+          ])
+        )[2][0]
       : (await update)[0];
     if (row) return fromRow(row);
     if (!(await findActiveVirtualKey(db, workspaceId, input.slug))) throw virtualKeyNotFound(input.slug);
@@ -272,7 +287,9 @@ export function tiesWith(pattern: string, theirs: SQL): SQL {
   const theirPrefix = sql`substr(${theirs}, 1, instr(${theirs}, '*') - 1)`;
   const theirSuffix = sql`substr(${theirs}, length(rtrim(${theirs}, replace(${theirs}, '*', ''))) + 1)`;
   const prefixes =
-    prefix === '' ? sql`1` : sql`(substr(${theirPrefix}, 1, ${prefix.length}) = ${prefix} OR substr(${prefix}, 1, length(${theirPrefix})) = ${theirPrefix})`;
+    prefix === ''
+      ? sql`1`
+      : sql`(substr(${theirPrefix}, 1, ${prefix.length}) = ${prefix} OR substr(${prefix}, 1, length(${theirPrefix})) = ${theirPrefix})`;
   const suffixes =
     suffix === ''
       ? sql`1`
@@ -284,7 +301,9 @@ export function tiesWith(pattern: string, theirs: SQL): SQL {
 function checkBaseUrl(baseUrl: string, rules: UpstreamUrlOptions): string {
   const problem =
     checkUpstreamUrl(baseUrl, rules) ??
-    (new URL(baseUrl).search !== '' ? 'the URL must not have a query string; the endpoint path is appended to it.' : null);
+    (new URL(baseUrl).search !== ''
+      ? 'the URL must not have a query string; the endpoint path is appended to it.'
+      : null);
   if (problem) throw new ApiError('invalid_value', `Invalid 'base_url': ${problem}`, { param: 'base_url' });
   return baseUrl.replace(/\/+$/, '');
 }
@@ -327,7 +346,9 @@ export async function revokeVirtualKey(db: Db, workspaceId: string, slug: string
 }
 
 const virtualKeyNotFound = (slug: string) =>
-  new ApiError('virtual_key_not_found', `No virtual key found with slug '${slug}' in this workspace.`, { param: 'slug' });
+  new ApiError('virtual_key_not_found', `No virtual key found with slug '${slug}' in this workspace.`, {
+    param: 'slug',
+  });
 
 /** The live key of the workspace with that slug: what `x-gateway-virtual-key` selects. */
 const activeBySlug = preparedQuery((db) =>
@@ -381,15 +402,20 @@ export async function resolveVirtualKey(
   if (request.slug) {
     const key = await findActiveVirtualKey(db, workspaceId, request.slug);
     if (!key) {
-      throw new ApiError('invalid_virtual_key', `The '${VIRTUAL_KEY_HEADER}' header names no live virtual key of this workspace.`, {
-        param: VIRTUAL_KEY_HEADER,
-      });
+      throw new ApiError(
+        'invalid_virtual_key',
+        `The '${VIRTUAL_KEY_HEADER}' header names no live virtual key of this workspace.`,
+        {
+          param: VIRTUAL_KEY_HEADER,
+        },
+      );
     }
     return key;
   }
   const keys = (await routableKeys(db).all({ workspaceId })).map(fromRow);
   const key = chooseVirtualKey(keys, request.model);
-  if (!key) throw new ApiError('missing_virtual_key', unservedModel(request.model, keys), { param: VIRTUAL_KEY_HEADER });
+  if (!key)
+    throw new ApiError('missing_virtual_key', unservedModel(request.model, keys), { param: VIRTUAL_KEY_HEADER });
   return key;
 }
 
@@ -403,9 +429,15 @@ const LISTED_PATTERNS = 20;
 function unservedModel(model: string, keys: readonly VirtualKey[]): string {
   const patterns = [...new Set(keys.flatMap((key) => key.models))];
   const closest = closestModel(model, patterns);
-  const listed = patterns.slice(0, LISTED_PATTERNS).map((pattern) => `'${pattern}'`).join(', ');
+  const listed = patterns
+    .slice(0, LISTED_PATTERNS)
+    .map((pattern) => `'${pattern}'`)
+    .join(', ');
   const more = patterns.length > LISTED_PATTERNS ? ` and ${patterns.length - LISTED_PATTERNS} more` : '';
-  const served = patterns.length === 0 ? ' No virtual key of this workspace names models, and none is its default.' : ` Its virtual keys serve ${listed}${more}.`;
+  const served =
+    patterns.length === 0
+      ? ' No virtual key of this workspace names models, and none is its default.'
+      : ` Its virtual keys serve ${listed}${more}.`;
   return (
     `No virtual key of this workspace serves model '${model}'.${closest === null ? '' : ` Did you mean '${closest}'?`}${served} ` +
     `To run '${model}' as it is: name a key in the '${VIRTUAL_KEY_HEADER}' header, ` +
@@ -458,7 +490,14 @@ export async function getVirtualKey(db: Db, id: string): Promise<VirtualKey | nu
 }
 
 // Prepared: read by every later turn of a run and every submission of tool outputs.
-const keyById = preparedQuery((db) => db.select().from(virtualKeys).where(eq(virtualKeys.id, sql.placeholder('id'))).limit(1).prepare());
+const keyById = preparedQuery((db) =>
+  db
+    .select()
+    .from(virtualKeys)
+    .where(eq(virtualKeys.id, sql.placeholder('id')))
+    .limit(1)
+    .prepare(),
+);
 
 /** The provider's API key, for the upstream request only: never log it or put it in a response. */
 export function decryptVirtualKeySecret(secrets: SecretBox, key: VirtualKey): Promise<string> {

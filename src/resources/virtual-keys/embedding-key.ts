@@ -7,7 +7,10 @@ import type { VirtualKey } from '../../db/schema';
  * The key a vector store's texts are embedded with (retrieval/embed.ts's EmbeddingKeyOf), its
  * secret decrypted: handed to retrieval by its callers, since retrieval does not know resources.
  */
-export async function embeddingKey(deps: Pick<EmbedDeps, 'db' | 'secrets'>, target: EmbeddingTarget): Promise<EmbeddingKey> {
+export async function embeddingKey(
+  deps: Pick<EmbedDeps, 'db' | 'secrets'>,
+  target: EmbeddingTarget,
+): Promise<EmbeddingKey> {
   const key = await storeKey(deps.db, target);
   const secret = await decryptVirtualKeySecret(deps.secrets, key);
   return { id: key.id, slug: key.slug, provider: key.provider, baseUrl: key.baseUrl, options: key.options, secret };

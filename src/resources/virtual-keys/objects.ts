@@ -4,24 +4,26 @@ import { PROVIDERS } from '../../providers/adapters';
 
 /** Virtual keys as the API answers them (see http/objects.ts). */
 
-export const virtualKeyObject = z.strictObject({
-  object: z.literal('virtual_key'),
-  id: z.string(),
-  slug: z.string(),
-  provider: z.enum(PROVIDERS),
-  base_url: z.string(),
-  workspace_id: z.string(),
-  created_at: seconds,
-  revoked_at: nullableSeconds,
-  /** Azure OpenAI only: its API version, deployment, and the model the deployment serves. */
-  api_version: z.string().optional(),
-  deployment: z.string().optional(),
-  model: z.string().optional(),
-  /** Exact model names and `*` globs whose runs this key executes when they name no key. */
-  models: z.array(z.string()),
-  /** Whether this is the workspace's default key. */
-  default: z.boolean(),
-}).meta({ id: 'VirtualKey' });
+export const virtualKeyObject = z
+  .strictObject({
+    object: z.literal('virtual_key'),
+    id: z.string(),
+    slug: z.string(),
+    provider: z.enum(PROVIDERS),
+    base_url: z.string(),
+    workspace_id: z.string(),
+    created_at: seconds,
+    revoked_at: nullableSeconds,
+    /** Azure OpenAI only: its API version, deployment, and the model the deployment serves. */
+    api_version: z.string().optional(),
+    deployment: z.string().optional(),
+    model: z.string().optional(),
+    /** Exact model names and `*` globs whose runs this key executes when they name no key. */
+    models: z.array(z.string()),
+    /** Whether this is the workspace's default key. */
+    default: z.boolean(),
+  })
+  .meta({ id: 'VirtualKey' });
 
 /** GET /v1/virtual-keys: every key of the scope, in one page. */
 export const virtualKeyList = z.strictObject({ object: z.literal('list'), data: z.array(virtualKeyObject) });

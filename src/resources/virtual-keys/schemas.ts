@@ -17,7 +17,8 @@ const slug = z
   .min(1)
   .max(VIRTUAL_KEY_LIMITS.slug)
   .regex(/^[a-z0-9][a-z0-9._-]*$/, {
-    error: 'a slug starts with a lowercase letter or digit, followed by lowercase letters, digits, dots, underscores or hyphens.',
+    error:
+      'a slug starts with a lowercase letter or digit, followed by lowercase letters, digits, dots, underscores or hyphens.',
   });
 
 // Both end up in the upstream URL (a query value and a path segment), so they stay URL-safe.
@@ -66,7 +67,11 @@ const modelPatterns = z
     const seen = new Set<string>();
     for (const [index, pattern] of patterns.entries()) {
       if (seen.has(pattern)) {
-        ctx.addIssue({ code: 'custom', path: [index], message: `Invalid 'models[${index}]': '${pattern}' is listed twice.` });
+        ctx.addIssue({
+          code: 'custom',
+          path: [index],
+          message: `Invalid 'models[${index}]': '${pattern}' is listed twice.`,
+        });
       }
       seen.add(pattern);
     }
@@ -112,7 +117,12 @@ export const createVirtualKeyBody = z
     }
     const misplaced = misplacedAzureField(body.provider, body);
     if (misplaced) {
-      ctx.addIssue({ code: 'custom', path: [misplaced.field], message: misplaced.message, params: { code: 'unknown_parameter' } });
+      ctx.addIssue({
+        code: 'custom',
+        path: [misplaced.field],
+        message: misplaced.message,
+        params: { code: 'unknown_parameter' },
+      });
     }
   });
 export type CreateVirtualKeyBody = z.infer<typeof createVirtualKeyBody>;
@@ -136,4 +146,3 @@ export const listVirtualKeysQuery = z.strictObject({
 });
 
 export const revokeVirtualKeyQuery = z.strictObject({ workspace_id: workspaceRef.optional() });
-

@@ -91,7 +91,7 @@ export function directoryBlobStore(root: string, options: DirectoryBlobStoreOpti
           }
           unchecked += value.byteLength;
           // A write may take less than it was given; the rest goes in the next.
-          for (let offset = 0; offset < value.byteLength; ) {
+          for (let offset = 0; offset < value.byteLength;) {
             offset += (await file.write(value, offset)).bytesWritten;
           }
         }
@@ -126,7 +126,8 @@ export function directoryBlobStore(root: string, options: DirectoryBlobStoreOpti
         const named = TEMPORARY_NAME.exec(entry.name);
         const path = join(temporaries, entry.name);
         const key = named?.[1];
-        if (key !== undefined && entry.isFile()) yield { kind: 'partial', key: key.replaceAll('.', '/'), remove: () => rm(path, { force: true }) };
+        if (key !== undefined && entry.isFile())
+          yield { kind: 'partial', key: key.replaceAll('.', '/'), remove: () => rm(path, { force: true }) };
       }
       yield* walk(root, '');
     },
@@ -138,7 +139,10 @@ async function* walk(directory: string, prefix: string): AsyncIterable<StoredBlo
   for await (const entry of await openDirectory(directory)) {
     const path = join(directory, entry.name);
     if (STRAY_NAME.test(entry.name) && entry.isFile()) {
-      const modifiedAt = await stat(path).then((stats) => stats.mtimeMs, () => null);
+      const modifiedAt = await stat(path).then(
+        (stats) => stats.mtimeMs,
+        () => null,
+      );
       if (modifiedAt !== null) yield { kind: 'stray', modifiedAt, remove: () => rm(path, { force: true }) };
       continue;
     }

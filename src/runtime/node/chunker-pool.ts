@@ -131,11 +131,15 @@ class ChunkerProcess {
 
   /** A new process, once it listens. */
   static start(options: ChunkerPoolOptions, gone: (chunker: ChunkerProcess) => void): Promise<ChunkerProcess> {
-    const child = spawn(process.execPath, [...ENTRY.execArgv, `--max-old-space-size=${options.maxMemoryMb}`, ENTRY.path], {
-      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-      serialization: 'advanced',
-      env: {},
-    });
+    const child = spawn(
+      process.execPath,
+      [...ENTRY.execArgv, `--max-old-space-size=${options.maxMemoryMb}`, ENTRY.path],
+      {
+        stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+        serialization: 'advanced',
+        env: {},
+      },
+    );
     try {
       if (child.pid !== undefined) setPriority(child.pid, NICENESS);
     } catch {
@@ -148,7 +152,9 @@ class ChunkerProcess {
         reject(new Error(`the chunker process did not start: ${why}`));
       };
       child.once('error', (error) => failed(error.message));
-      child.once('exit', (code, signal) => failed(`it exited (${signal ?? code}): ${started.#stderr.trim().slice(-500)}`));
+      child.once('exit', (code, signal) =>
+        failed(`it exited (${signal ?? code}): ${started.#stderr.trim().slice(-500)}`),
+      );
       child.once('message', (message: FromChunker) => {
         if (message.type === 'ready') resolve(started);
       });
@@ -247,13 +253,21 @@ class ChunkerProcess {
     const { maxCpuMs, maxMemoryMb } = this.#options;
     if (stop === 'aborted') return new Error('the chunker process was stopped');
     if (stop === 'cpu') {
-      return new ExtractionError('invalid_file', `Reading the file took more than ${maxCpuMs / 1000} s of CPU time (GATEWAY_INGEST_MAX_CPU_SECONDS), the most a file may take.`);
+      return new ExtractionError(
+        'invalid_file',
+        `Reading the file took more than ${maxCpuMs / 1000} s of CPU time (GATEWAY_INGEST_MAX_CPU_SECONDS), the most a file may take.`,
+      );
     }
     // V8 ends the process when its heap reaches --max-old-space-size.
     if (stop === 'memory' || /heap limit|out of memory/i.test(this.#stderr)) {
-      return new ExtractionError('invalid_file', `Reading the file needed more than ${maxMemoryMb} MB of memory (GATEWAY_INGEST_MAX_MEMORY_MB), the most a file may take.`);
+      return new ExtractionError(
+        'invalid_file',
+        `Reading the file needed more than ${maxMemoryMb} MB of memory (GATEWAY_INGEST_MAX_MEMORY_MB), the most a file may take.`,
+      );
     }
-    return new Error(`the chunker process exited (${signal ?? code}) while reading a file: ${this.#stderr.trim().slice(-500)}`);
+    return new Error(
+      `the chunker process exited (${signal ?? code}) while reading a file: ${this.#stderr.trim().slice(-500)}`,
+    );
   }
 }
 

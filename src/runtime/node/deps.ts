@@ -22,7 +22,11 @@ import { RunExecutions } from '../../resources/runs/execution/executions';
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
  * secret box; without one, the box comes from loadSecretBox.
  */
-export async function createNodeDeps(config: Config, database: NodeDatabase, overrides: Partial<Deps> = {}): Promise<Deps> {
+export async function createNodeDeps(
+  config: Config,
+  database: NodeDatabase,
+  overrides: Partial<Deps> = {},
+): Promise<Deps> {
   const log = overrides.log ?? createLogger(config.LOG_LEVEL);
   const deps: Omit<Deps, 'runHost' | 'ingestion'> = {
     db: database.db,

@@ -1,4 +1,11 @@
-import { claimNext, ingestClaimed, ingestOptions, nextClaimAt, type Claim, type IngestDeps } from '../../retrieval/ingest';
+import {
+  claimNext,
+  ingestClaimed,
+  ingestOptions,
+  nextClaimAt,
+  type Claim,
+  type IngestDeps,
+} from '../../retrieval/ingest';
 import type { IngestionHost } from '../../retrieval/host';
 import { chunkerPool } from './chunker-pool';
 import { embeddingKey } from '../../resources/virtual-keys/embedding-key';
@@ -34,7 +41,9 @@ export function inProcessIngestionHost(deps: IngestDeps): IngestionHost {
   /** The next file of a workspace below its share, counted in hand before the next claim is made. */
   const claim = (): Promise<Claim | null> => {
     const claimed = claiming.then(async () => {
-      const full = [...inHand].filter(([, files]) => files >= config.GATEWAY_INGEST_CONCURRENCY_PER_WORKSPACE).map(([workspace]) => workspace);
+      const full = [...inHand]
+        .filter(([, files]) => files >= config.GATEWAY_INGEST_CONCURRENCY_PER_WORKSPACE)
+        .map(([workspace]) => workspace);
       const next = await claimNext(deps, full);
       if (next) inHand.set(next.row.workspaceId, (inHand.get(next.row.workspaceId) ?? 0) + 1);
       return next;

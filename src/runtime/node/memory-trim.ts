@@ -78,7 +78,10 @@ export function trimMemoryWhenIdle(options: MemoryTrimOptions): () => void {
     } else if (quietChecks >= idleChecks) {
       const heap = heapBytes();
       if (heap < baseline + growthBytes) return;
-      trim = { report: { heapBytesBefore: heap, heapBytesAfter: 0, collections: 1 }, secondAt: quietChecks + settleChecks };
+      trim = {
+        report: { heapBytesBefore: heap, heapBytesAfter: 0, collections: 1 },
+        secondAt: quietChecks + settleChecks,
+      };
       collect();
     }
   }, checkMs);

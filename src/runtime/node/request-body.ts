@@ -60,7 +60,9 @@ function bodyOf(message: Message): AsyncIterator<Uint8Array> {
  */
 function received(message: Message): boolean {
   const length = message.headers['content-length'];
-  return length !== undefined && !message.destroyed && !message.readableDidRead && message.readableLength === Number(length);
+  return (
+    length !== undefined && !message.destroyed && !message.readableDidRead && message.readableLength === Number(length)
+  );
 }
 
 /** The message's buffered body as one chunk (none when it is empty); reading it lets the message end. */

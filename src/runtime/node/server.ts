@@ -55,7 +55,9 @@ export async function listen(
   // A connection with no traffic either way for this long is closed: a client that stopped
   // reading a stream (its run carries on without it) would otherwise hold its socket for ever.
   // Twice the upstream timeouts: a healthy stream is never silent longer than those.
-  server.setTimeout(2 * Math.max(config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS, config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS));
+  server.setTimeout(
+    2 * Math.max(config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS, config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS),
+  );
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', (error: NodeJS.ErrnoException) => reject(listenError(error, config)));
@@ -72,7 +74,9 @@ function listenError(error: NodeJS.ErrnoException, { HOST, PORT }: Pick<Config, 
         `Cannot listen on ${address}: another process listens there. Stop it, or set PORT to another port (PORT=0 picks a free one).`,
       );
     case 'EACCES':
-      return new ConfigurationError(`Cannot listen on ${address}: this user may not open port ${PORT}. Set PORT to a port above 1023.`);
+      return new ConfigurationError(
+        `Cannot listen on ${address}: this user may not open port ${PORT}. Set PORT to a port above 1023.`,
+      );
     case 'EADDRNOTAVAIL':
     case 'ENOTFOUND':
     case 'EAI_AGAIN':
@@ -85,7 +89,8 @@ function listenError(error: NodeJS.ErrnoException, { HOST, PORT }: Pick<Config, 
 }
 
 function urlOf(address: AddressInfo | string | null): string {
-  if (address === null || typeof address === 'string') throw new Error(`the server listens on no TCP address (${address})`);
+  if (address === null || typeof address === 'string')
+    throw new Error(`the server listens on no TCP address (${address})`);
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return `http://${host}:${address.port}`;
 }

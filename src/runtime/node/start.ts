@@ -47,7 +47,10 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   const database = await openDatabase(config);
   try {
     await migrateDatabase(database.db);
-    await checkEncryptionKey(database.db, secrets, { keySource: encryptionKeySource(config), now: (overrides.now ?? Date.now)() });
+    await checkEncryptionKey(database.db, secrets, {
+      keySource: encryptionKeySource(config),
+      now: (overrides.now ?? Date.now)(),
+    });
   } catch (error) {
     database.close();
     throw error;
@@ -76,7 +79,10 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     activity: () => requests,
     busy: () => tasks.size > 0 || answering() > 0,
     trimmed: ({ heapBytesBefore, heapBytesAfter }) =>
-      deps.log.debug('memory given back after a burst', { heap_mb_before: mb(heapBytesBefore), heap_mb_after: mb(heapBytesAfter) }),
+      deps.log.debug('memory given back after a burst', {
+        heap_mb_before: mb(heapBytesBefore),
+        heap_mb_after: mb(heapBytesAfter),
+      }),
   });
 
   /** Runs `task` now and every `ms`, in the background (tracked: close() waits for it), logging a failure. */

@@ -10,7 +10,10 @@ import { fileStream } from './blob-store';
  * serves the same directory as its static assets (wrangler.toml [assets]).
  */
 const ASSETS = join('src', 'http', 'openapi', 'assets');
-export const ASSETS_DIRECTORY = join(findUpward(dirname(fileURLToPath(import.meta.url)), join(ASSETS, 'openapi.json')), ASSETS);
+export const ASSETS_DIRECTORY = join(
+  findUpward(dirname(fileURLToPath(import.meta.url)), join(ASSETS, 'openapi.json')),
+  ASSETS,
+);
 
 /** A file of that directory, streamed as it is read; null for a name that is not a plain file name there. */
 export async function nodeStaticAsset(name: string): Promise<ReadableStream<Uint8Array> | null> {

@@ -44,7 +44,8 @@ export function upstreamFetch(options: {
   // first run's clock (its first-byte timeout), but in the background, a turn of the event loop
   // after; a call before then waits for the same load.
   let agent: Promise<Agent> | undefined;
-  const agentOf = () => (agent ??= import('undici').then(({ Agent }) => new Agent({ headersTimeout: 0, bodyTimeout: 0 })));
+  const agentOf = () =>
+    (agent ??= import('undici').then(({ Agent }) => new Agent({ headersTimeout: 0, bodyTimeout: 0 })));
   setTimeout(() => void agentOf(), 0).unref();
   const known = new BoundedMap<string, { addresses: string[]; until: number }>(NAME_ADDRESSES_MAX);
   const addressesOf = async (hostname: string): Promise<string[] | null> => {
@@ -71,7 +72,13 @@ export function upstreamFetch(options: {
     }
     const answer = await requestUpstream(
       await agentOf(),
-      { origin: url.origin, path: `${url.pathname}${url.search}`, method: init.method, headers: init.headers, body: nodeBody(init.body) },
+      {
+        origin: url.origin,
+        path: `${url.pathname}${url.search}`,
+        method: init.method,
+        headers: init.headers,
+        body: nodeBody(init.body),
+      },
       init.signal ?? null,
     );
     return {
@@ -132,7 +139,14 @@ const DECODERS = new Map<string, () => Transform>([
   ['gzip', () => createGunzip(LENIENT)],
   ['x-gzip', () => createGunzip(LENIENT)],
   ['deflate', () => createInflate(LENIENT)],
-  ['br', () => createBrotliDecompress({ flush: constants.BROTLI_OPERATION_FLUSH, finishFlush: constants.BROTLI_OPERATION_FLUSH })],
+  [
+    'br',
+    () =>
+      createBrotliDecompress({
+        flush: constants.BROTLI_OPERATION_FLUSH,
+        finishFlush: constants.BROTLI_OPERATION_FLUSH,
+      }),
+  ],
 ]);
 
 const NAME_ADDRESSES_MS = 10_000;

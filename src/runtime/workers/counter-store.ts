@@ -108,12 +108,17 @@ export class DurableObjectCounterStore implements CounterStore {
   async admit(_scope: string, counters: CounterAdmission[], _now: number): Promise<AdmitResult> {
     const used = new Map<string, number>();
     const readOnly = counters.filter((counter) => counter.cost === 0);
-    const costly = counters.filter((counter) => counter.cost > 0).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const costly = counters
+      .filter((counter) => counter.cost > 0)
+      .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 
     // Counters that cost nothing only refuse: checked together, first.
     if (readOnly.length > 0) {
       const checks = await Promise.all(
-        readOnly.map(async (c) => ({ key: c.key, check: await this.#counter(c.key).admit(0, c.limit, c.windowEnd, c.mustFit) })),
+        readOnly.map(async (c) => ({
+          key: c.key,
+          check: await this.#counter(c.key).admit(0, c.limit, c.windowEnd, c.mustFit),
+        })),
       );
       for (const { key, check } of checks) used.set(key, check.used);
       if (checks.some(({ check }) => !check.admitted)) {
@@ -124,7 +129,12 @@ export class DurableObjectCounterStore implements CounterStore {
 
     const reserved: CounterAdmission[] = [];
     for (const [i, counter] of costly.entries()) {
-      const result = await this.#counter(counter.key).admit(counter.cost, counter.limit, counter.windowEnd, counter.mustFit);
+      const result = await this.#counter(counter.key).admit(
+        counter.cost,
+        counter.limit,
+        counter.windowEnd,
+        counter.mustFit,
+      );
       used.set(counter.key, result.used);
       if (result.admitted) {
         reserved.push(counter);
@@ -142,7 +152,8 @@ export class DurableObjectCounterStore implements CounterStore {
    */
   async adjust(_scope: string, adjustments: CounterAdjustment[]): Promise<void> {
     const changes = adjustments.filter((a) => a.delta !== 0 && Number.isFinite(a.delta));
-    const apply = (list: CounterAdjustment[]) => Promise.all(list.map((a) => this.#counter(a.key).adjust(a.delta, a.windowEnd)));
+    const apply = (list: CounterAdjustment[]) =>
+      Promise.all(list.map((a) => this.#counter(a.key).adjust(a.delta, a.windowEnd)));
     await apply(changes.filter((a) => a.delta > 0));
     await apply(changes.filter((a) => a.delta < 0));
   }
@@ -163,7 +174,10 @@ export class DurableObjectCounterStore implements CounterStore {
           used.set(counter.key, await this.#counter(counter.key).release(counter.cost));
         } catch (error) {
           // The policy id, not the key: the group part holds request metadata.
-          this.#log.error('rate-limit reservation could not be released', { policy_id: counter.key.split('/')[0], error });
+          this.#log.error('rate-limit reservation could not be released', {
+            policy_id: counter.key.split('/')[0],
+            error,
+          });
         }
       }),
     );

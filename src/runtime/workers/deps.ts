@@ -87,7 +87,9 @@ export function missingConfiguration(env: Partial<Record<keyof typeof REQUIRED, 
 
 /** What a Worker lacking `missing` answers (503) and logs. */
 export function missingConfigurationError(missing: (keyof typeof REQUIRED)[]): ConfigurationError {
-  return new ConfigurationError(`The Worker is missing required configuration: ${missing.map((name) => REQUIRED[name]).join('; ')}.`);
+  return new ConfigurationError(
+    `The Worker is missing required configuration: ${missing.map((name) => REQUIRED[name]).join('; ')}.`,
+  );
 }
 
 export async function createWorkerDeps(env: Env): Promise<Deps> {
@@ -129,7 +131,9 @@ function assetsDocument(assets: Fetcher, path: string): () => Promise<object> {
  * Everything but where runs execute, where files are ingested and the API's description and page: what both
  * Workers need.
  */
-export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset'>> {
+export async function createSharedDeps(
+  env: SharedEnv,
+): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset'>> {
   const config = parseConfig({ ...env });
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
   if (!url || !key) throw missingConfigurationError(missingConfiguration(config));
@@ -154,7 +158,8 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
     config,
     log,
     secrets,
-    counters: config.GATEWAY_RATE_LIMIT_STORE === 'libsql' ? new LibsqlCounterStore(client, { log }) : counterObjects(env, log),
+    counters:
+      config.GATEWAY_RATE_LIMIT_STORE === 'libsql' ? new LibsqlCounterStore(client, { log }) : counterObjects(env, log),
     policyCache: new PolicyCache(db),
     settings: new SettingsCache(db, settingsLoaders(db)),
     now: Date.now,
@@ -171,7 +176,7 @@ export async function createSharedDeps(env: SharedEnv): Promise<Omit<Deps, 'runH
 function counterObjects(env: SharedEnv, log: Deps['log']): DurableObjectCounterStore {
   if (!env.RATE_LIMIT_COUNTER) {
     throw new Error(
-      'The RATE_LIMIT_COUNTER binding is missing: bind the gateway\'s RateLimitCounter class (script_name), ' +
+      "The RATE_LIMIT_COUNTER binding is missing: bind the gateway's RateLimitCounter class (script_name), " +
         'or set GATEWAY_RATE_LIMIT_STORE=libsql.',
     );
   }

@@ -24,7 +24,9 @@ export function queueIngestionHost(queue: Queue<IngestWake>, log: Logger): Inges
     wake(context) {
       context.waitUntil(
         // Not lost if this fails: the ingest Worker's cron finds the files waiting.
-        queue.send({ reason: 'files_added' }).catch((error: unknown) => log.error('ingestion queue send failed', { error })),
+        queue
+          .send({ reason: 'files_added' })
+          .catch((error: unknown) => log.error('ingestion queue send failed', { error })),
       );
     },
   };

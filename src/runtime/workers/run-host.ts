@@ -35,8 +35,16 @@ export function workersRunHost(namespace: DurableObjectNamespace<RunExecutorRpc>
   return {
     // Should the hand-over fail, the run is still leased: recovery fails it once the lease runs out.
     start: (run, options, context) =>
-      handOver(context, run.id, (stub) => stub.start(run, options), (error) =>
-        log.error('run could not be handed to its executor', { run_id: run.id, request_id: context.requestId, error }),
+      handOver(
+        context,
+        run.id,
+        (stub) => stub.start(run, options),
+        (error) =>
+          log.error('run could not be handed to its executor', {
+            run_id: run.id,
+            request_id: context.requestId,
+            error,
+          }),
       ),
     // The executor object is handed runs that exist: a promise cannot travel over RPC anyway.
     stream: async (run, options, _context, written) => {
@@ -45,8 +53,12 @@ export function workersRunHost(namespace: DurableObjectNamespace<RunExecutorRpc>
     },
     // The run's lease renewal notices the cancel anyway, within a third of the lease.
     cancel: (runId, context) =>
-      handOver(context, runId, (stub) => stub.cancel(runId), (error) =>
-        log.warn('cancel could not reach the run executor', { run_id: runId, request_id: context.requestId, error }),
+      handOver(
+        context,
+        runId,
+        (stub) => stub.cancel(runId),
+        (error) =>
+          log.warn('cancel could not reach the run executor', { run_id: runId, request_id: context.requestId, error }),
       ),
   };
 }

@@ -22,7 +22,6 @@ import { parseEventStream, type StreamEvent } from '../../support/sse';
  * coverage test below fails once the route exists and its row is still pending (remove the mark).
  */
 
-
 const FILE_TEXT = 'Umbrellas are lent at the front desk.\n';
 
 interface Call {
@@ -42,7 +41,9 @@ interface World {
   /** An assistant with a function tool. */
   assistant(): Promise<string>;
   /** A thread whose streamed run ended (completed, unless `scenario` says otherwise): its ids. */
-  completedRun(scenario?: FakeScenario): Promise<{ threadId: string; runId: string; messageId: string; stepId: string }>;
+  completedRun(
+    scenario?: FakeScenario,
+  ): Promise<{ threadId: string; runId: string; messageId: string; stepId: string }>;
   /** A thread whose run waits for the output of one tool call. */
   runRequiringAction(): Promise<{ threadId: string; runId: string; toolCallId: string }>;
   /** An uploaded file of purpose assistants, whose bytes are FILE_TEXT. */
@@ -75,7 +76,11 @@ interface Operation {
 }
 
 /** Builds the body of a createAndRun whose fake model answers `scenario`. */
-const threadAndRun = async (world: World, scenario: FakeScenario | FakeScenario[], extra: Record<string, unknown> = {}) => ({
+const threadAndRun = async (
+  world: World,
+  scenario: FakeScenario | FakeScenario[],
+  extra: Record<string, unknown> = {},
+) => ({
   assistant_id: await world.assistant(),
   thread: fakeThread('What is the weather in Paris?', scenario),
   ...extra,
@@ -111,18 +116,35 @@ const operations: Operation[] = [
         model: 'fake-model',
         response_format: {
           type: 'json_schema',
-          json_schema: { name: 'forecast', strict: true, schema: { type: 'object', properties: { sky: { type: 'string' } } } },
+          json_schema: {
+            name: 'forecast',
+            strict: true,
+            schema: { type: 'object', properties: { sky: { type: 'string' } } },
+          },
         },
       },
     }),
   },
-  { operationId: 'listAssistants', call: async (world) => (await world.assistant(), { method: 'GET', path: '/assistants?limit=2&order=asc' }) },
-  { operationId: 'getAssistant', call: async (world) => ({ method: 'GET', path: `/assistants/${await world.assistant()}` }) },
+  {
+    operationId: 'listAssistants',
+    call: async (world) => (await world.assistant(), { method: 'GET', path: '/assistants?limit=2&order=asc' }),
+  },
+  {
+    operationId: 'getAssistant',
+    call: async (world) => ({ method: 'GET', path: `/assistants/${await world.assistant()}` }),
+  },
   {
     operationId: 'modifyAssistant',
-    call: async (world) => ({ method: 'POST', path: `/assistants/${await world.assistant()}`, body: { name: 'Renamed', metadata: { v: '2' } } }),
+    call: async (world) => ({
+      method: 'POST',
+      path: `/assistants/${await world.assistant()}`,
+      body: { name: 'Renamed', metadata: { v: '2' } },
+    }),
   },
-  { operationId: 'deleteAssistant', call: async (world) => ({ method: 'DELETE', path: `/assistants/${await world.assistant()}` }) },
+  {
+    operationId: 'deleteAssistant',
+    call: async (world) => ({ method: 'DELETE', path: `/assistants/${await world.assistant()}` }),
+  },
 
   // ── Threads ──
   {
@@ -133,10 +155,17 @@ const operations: Operation[] = [
       body: { messages: [{ role: 'user', content: 'Hello', metadata: { n: '1' } }], metadata: { topic: 'weather' } },
     }),
   },
-  { operationId: 'getThread', call: async (world) => ({ method: 'GET', path: `/threads/${(await world.completedRun()).threadId}` }) },
+  {
+    operationId: 'getThread',
+    call: async (world) => ({ method: 'GET', path: `/threads/${(await world.completedRun()).threadId}` }),
+  },
   {
     operationId: 'modifyThread',
-    call: async (world) => ({ method: 'POST', path: `/threads/${(await world.completedRun()).threadId}`, body: { metadata: { topic: 'rain' } } }),
+    call: async (world) => ({
+      method: 'POST',
+      path: `/threads/${(await world.completedRun()).threadId}`,
+      body: { metadata: { topic: 'rain' } },
+    }),
   },
   {
     operationId: 'deleteThread',
@@ -170,7 +199,13 @@ const operations: Operation[] = [
     call: async (world) => ({
       method: 'POST',
       path: `/threads/${(await world.completedRun()).threadId}/messages`,
-      body: { role: 'user', content: [{ type: 'text', text: 'And this?' }, { type: 'image_file', image_file: { file_id: await world.image(), detail: 'high' } }] },
+      body: {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'And this?' },
+          { type: 'image_file', image_file: { file_id: await world.image(), detail: 'high' } },
+        ],
+      },
     }),
   },
   {
@@ -184,7 +219,11 @@ const operations: Operation[] = [
     operationId: 'modifyMessage',
     call: async (world) => {
       const { threadId, messageId } = await world.completedRun();
-      return { method: 'POST', path: `/threads/${threadId}/messages/${messageId}`, body: { metadata: { seen: 'yes' } } };
+      return {
+        method: 'POST',
+        path: `/threads/${threadId}/messages/${messageId}`,
+        body: { metadata: { seen: 'yes' } },
+      };
     },
   },
   {
@@ -198,7 +237,11 @@ const operations: Operation[] = [
   // ── Runs ──
   {
     operationId: 'createThreadAndRun',
-    call: async (world) => ({ method: 'POST', path: '/threads/runs', body: await threadAndRun(world, { reply: 'Sunny.' }) }),
+    call: async (world) => ({
+      method: 'POST',
+      path: '/threads/runs',
+      body: await threadAndRun(world, { reply: 'Sunny.' }),
+    }),
   },
   {
     operationId: 'createThreadAndRun',
@@ -208,7 +251,11 @@ const operations: Operation[] = [
     call: async (world) => ({
       method: 'POST',
       path: '/threads/runs',
-      body: await threadAndRun(world, { reply: 'Sunny and warm.' }, { stream: true, metadata: { user: 'u1' }, max_completion_tokens: 512 }),
+      body: await threadAndRun(
+        world,
+        { reply: 'Sunny and warm.' },
+        { stream: true, metadata: { user: 'u1' }, max_completion_tokens: 512 },
+      ),
     }),
   },
   {
@@ -219,7 +266,11 @@ const operations: Operation[] = [
     call: async (world) => ({
       method: 'POST',
       path: '/threads/runs',
-      body: await threadAndRun(world, { tool_calls: 2 }, { stream: true, tool_choice: 'required', parallel_tool_calls: true }),
+      body: await threadAndRun(
+        world,
+        { tool_calls: 2 },
+        { stream: true, tool_choice: 'required', parallel_tool_calls: true },
+      ),
     }),
   },
   {
@@ -230,7 +281,11 @@ const operations: Operation[] = [
     call: async (world) => ({
       method: 'POST',
       path: '/threads/runs',
-      body: await threadAndRun(world, { reply: 'word '.repeat(40), finish_reason: 'length' }, { stream: true, max_completion_tokens: 256 }),
+      body: await threadAndRun(
+        world,
+        { reply: 'word '.repeat(40), finish_reason: 'length' },
+        { stream: true, max_completion_tokens: 256 },
+      ),
     }),
   },
   {
@@ -238,7 +293,11 @@ const operations: Operation[] = [
     variant: 'streamed, the upstream fails',
     streamed: true,
     events: ['thread.run.failed'],
-    call: async (world) => ({ method: 'POST', path: '/threads/runs', body: await threadAndRun(world, { status: 500 }, { stream: true }) }),
+    call: async (world) => ({
+      method: 'POST',
+      path: '/threads/runs',
+      body: await threadAndRun(world, { status: 500 }, { stream: true }),
+    }),
   },
   {
     operationId: 'createThreadAndRun',
@@ -259,13 +318,21 @@ const operations: Operation[] = [
         for (const name of Object.keys(triggers)) await gateway.database.client.execute(`DROP TRIGGER ${name}`);
       };
     },
-    call: async (world) => ({ method: 'POST', path: '/threads/runs', body: await threadAndRun(world, { reply: 'CONFORMANCE-ERROR' }, { stream: true }) }),
+    call: async (world) => ({
+      method: 'POST',
+      path: '/threads/runs',
+      body: await threadAndRun(world, { reply: 'CONFORMANCE-ERROR' }, { stream: true }),
+    }),
   },
   {
     operationId: 'createRun',
     call: async (world) => {
       const { threadId } = await world.completedRun();
-      return { method: 'POST', path: `/threads/${threadId}/runs`, body: { assistant_id: await world.assistant(), additional_instructions: 'Be brief.' } };
+      return {
+        method: 'POST',
+        path: `/threads/${threadId}/runs`,
+        body: { assistant_id: await world.assistant(), additional_instructions: 'Be brief.' },
+      };
     },
   },
   {
@@ -275,7 +342,11 @@ const operations: Operation[] = [
     events: ['thread.run.created', 'thread.message.delta', 'thread.run.completed', 'done'],
     call: async (world) => {
       const { threadId } = await world.completedRun();
-      return { method: 'POST', path: `/threads/${threadId}/runs`, body: { assistant_id: await world.assistant(), stream: true } };
+      return {
+        method: 'POST',
+        path: `/threads/${threadId}/runs`,
+        body: { assistant_id: await world.assistant(), stream: true },
+      };
     },
   },
   {
@@ -308,7 +379,11 @@ const operations: Operation[] = [
     operationId: 'submitToolOuputsToRun',
     call: async (world) => {
       const { threadId, runId, toolCallId } = await world.runRequiringAction();
-      return { method: 'POST', path: `/threads/${threadId}/runs/${runId}/submit_tool_outputs`, body: { tool_outputs: [{ tool_call_id: toolCallId, output: '18°C' }] } };
+      return {
+        method: 'POST',
+        path: `/threads/${threadId}/runs/${runId}/submit_tool_outputs`,
+        body: { tool_outputs: [{ tool_call_id: toolCallId, output: '18°C' }] },
+      };
     },
   },
   {
@@ -355,10 +430,17 @@ const operations: Operation[] = [
       return { method: 'POST', path: '/files', body: form };
     },
   },
-  { operationId: 'listFiles', call: async (world) => (await world.file(), { method: 'GET', path: '/files?purpose=assistants&limit=2' }) },
+  {
+    operationId: 'listFiles',
+    call: async (world) => (await world.file(), { method: 'GET', path: '/files?purpose=assistants&limit=2' }),
+  },
   { operationId: 'retrieveFile', call: async (world) => ({ method: 'GET', path: `/files/${await world.file()}` }) },
   { operationId: 'deleteFile', call: async (world) => ({ method: 'DELETE', path: `/files/${await world.file()}` }) },
-  { operationId: 'downloadFile', bytes: FILE_TEXT, call: async (world) => ({ method: 'GET', path: `/files/${await world.file()}/content` }) },
+  {
+    operationId: 'downloadFile',
+    bytes: FILE_TEXT,
+    call: async (world) => ({ method: 'GET', path: `/files/${await world.file()}/content` }),
+  },
 
   // ── Run steps ──
   {
@@ -391,13 +473,26 @@ const operations: Operation[] = [
       },
     }),
   },
-  { operationId: 'listVectorStores', call: async (world) => (await world.vectorStore(), { method: 'GET', path: '/vector_stores?limit=2' }) },
-  { operationId: 'getVectorStore', call: async (world) => ({ method: 'GET', path: `/vector_stores/${(await world.vectorStore()).storeId}` }) },
+  {
+    operationId: 'listVectorStores',
+    call: async (world) => (await world.vectorStore(), { method: 'GET', path: '/vector_stores?limit=2' }),
+  },
+  {
+    operationId: 'getVectorStore',
+    call: async (world) => ({ method: 'GET', path: `/vector_stores/${(await world.vectorStore()).storeId}` }),
+  },
   {
     operationId: 'modifyVectorStore',
-    call: async (world) => ({ method: 'POST', path: `/vector_stores/${(await world.vectorStore()).storeId}`, body: { name: 'Renamed', expires_after: null } }),
+    call: async (world) => ({
+      method: 'POST',
+      path: `/vector_stores/${(await world.vectorStore()).storeId}`,
+      body: { name: 'Renamed', expires_after: null },
+    }),
   },
-  { operationId: 'deleteVectorStore', call: async (world) => ({ method: 'DELETE', path: `/vector_stores/${(await world.vectorStore()).storeId}` }) },
+  {
+    operationId: 'deleteVectorStore',
+    call: async (world) => ({ method: 'DELETE', path: `/vector_stores/${(await world.vectorStore()).storeId}` }),
+  },
   {
     operationId: 'createVectorStoreFile',
     call: async (world) => ({
@@ -408,7 +503,10 @@ const operations: Operation[] = [
   },
   {
     operationId: 'listVectorStoreFiles',
-    call: async (world) => ({ method: 'GET', path: `/vector_stores/${(await world.vectorStore()).storeId}/files?filter=completed` }),
+    call: async (world) => ({
+      method: 'GET',
+      path: `/vector_stores/${(await world.vectorStore()).storeId}/files?filter=completed`,
+    }),
   },
   {
     operationId: 'getVectorStoreFile',
@@ -421,7 +519,11 @@ const operations: Operation[] = [
     operationId: 'updateVectorStoreFileAttributes',
     call: async (world) => {
       const { storeId, fileId } = await world.vectorStore();
-      return { method: 'POST', path: `/vector_stores/${storeId}/files/${fileId}`, body: { attributes: { reviewed: true } } };
+      return {
+        method: 'POST',
+        path: `/vector_stores/${storeId}/files/${fileId}`,
+        body: { attributes: { reviewed: true } },
+      };
     },
   },
   {
@@ -469,16 +571,32 @@ const operations: Operation[] = [
   },
   {
     operationId: 'searchVectorStore',
-    call: async (world) => ({ method: 'POST', path: `/vector_stores/${(await world.vectorStore()).storeId}/search`, body: { query: 'hello' } }),
+    call: async (world) => ({
+      method: 'POST',
+      path: `/vector_stores/${(await world.vectorStore()).storeId}/search`,
+      body: { query: 'hello' },
+    }),
   },
 ];
 
 /** Errors, one per kind of refusal the operations above meet: each body must be an ErrorResponse. */
 const errors: { name: string; status: number; call(world: World): Promise<Call> }[] = [
   { name: 'no API key', status: 401, call: async () => ({ method: 'GET', path: '/assistants', key: null }) },
-  { name: 'an invalid body', status: 400, call: async () => ({ method: 'POST', path: '/assistants', body: { model: 42 } }) },
-  { name: 'malformed JSON', status: 400, call: async () => ({ method: 'POST', path: '/assistants', body: '{"model":' }) },
-  { name: 'an unknown assistant', status: 404, call: async () => ({ method: 'GET', path: '/assistants/asst_missing' }) },
+  {
+    name: 'an invalid body',
+    status: 400,
+    call: async () => ({ method: 'POST', path: '/assistants', body: { model: 42 } }),
+  },
+  {
+    name: 'malformed JSON',
+    status: 400,
+    call: async () => ({ method: 'POST', path: '/assistants', body: '{"model":' }),
+  },
+  {
+    name: 'an unknown assistant',
+    status: 404,
+    call: async () => ({ method: 'GET', path: '/assistants/asst_missing' }),
+  },
   { name: 'an unknown file', status: 404, call: async () => ({ method: 'GET', path: '/files/file-missing' }) },
   {
     name: 'an upload with a wrong purpose',
@@ -490,17 +608,36 @@ const errors: { name: string; status: number; call(world: World): Promise<Call> 
       return { method: 'POST', path: '/files', body: form };
     },
   },
-  { name: 'an upload that is not multipart', status: 415, call: async () => ({ method: 'POST', path: '/files', body: { purpose: 'assistants' } }) },
-  { name: 'an unknown run', status: 404, call: async (world) => ({ method: 'GET', path: `/threads/${(await world.completedRun()).threadId}/runs/run_missing` }) },
+  {
+    name: 'an upload that is not multipart',
+    status: 415,
+    call: async () => ({ method: 'POST', path: '/files', body: { purpose: 'assistants' } }),
+  },
+  {
+    name: 'an unknown run',
+    status: 404,
+    call: async (world) => ({
+      method: 'GET',
+      path: `/threads/${(await world.completedRun()).threadId}/runs/run_missing`,
+    }),
+  },
   {
     name: 'tool outputs for a run that asks for none',
     status: 400,
     call: async (world) => {
       const { threadId, runId } = await world.completedRun();
-      return { method: 'POST', path: `/threads/${threadId}/runs/${runId}/submit_tool_outputs`, body: { tool_outputs: [{ tool_call_id: 'call_x', output: '1' }] } };
+      return {
+        method: 'POST',
+        path: `/threads/${threadId}/runs/${runId}/submit_tool_outputs`,
+        body: { tool_outputs: [{ tool_call_id: 'call_x', output: '1' }] },
+      };
     },
   },
-  { name: 'an unsupported beta version', status: 400, call: async () => ({ method: 'GET', path: '/assistants', headers: { 'openai-beta': 'assistants=v1' } }) },
+  {
+    name: 'an unsupported beta version',
+    status: 400,
+    call: async () => ({ method: 'GET', path: '/assistants', headers: { 'openai-beta': 'assistants=v1' } }),
+  },
   { name: 'a method the route does not have', status: 405, call: async () => ({ method: 'PUT', path: '/assistants' }) },
   { name: 'an unknown route', status: 404, call: async () => ({ method: 'GET', path: '/no-such-thing' }) },
 ];
@@ -551,14 +688,27 @@ const dataOf = (events: StreamEvent[], name: string): any => {
 
 const world: World = {
   async assistant() {
-    const response = await send({ method: 'POST', path: '/assistants', body: { model: 'fake-model', instructions: 'You answer briefly.', tools: [WEATHER_TOOL] } });
+    const response = await send({
+      method: 'POST',
+      path: '/assistants',
+      body: { model: 'fake-model', instructions: 'You answer briefly.', tools: [WEATHER_TOOL] },
+    });
     return (await json(response)).id;
   },
   async completedRun(scenario: FakeScenario = { reply: 'Sunny.' }) {
-    const events = await streamedRun({ assistant_id: await world.assistant(), thread: fakeThread('What is the weather?', scenario) });
-    const run = defined(events.findLast((event) => event.event.startsWith('thread.run.') && !event.event.includes('.step.'))).data as { id: string; thread_id: string };
-    const message = defined(events.findLast((event) => event.event.startsWith('thread.message.') && event.event !== 'thread.message.delta')).data as { id: string };
-    const step = defined(events.findLast((event) => event.event.startsWith('thread.run.step.') && event.event !== 'thread.run.step.delta')).data as { id: string };
+    const events = await streamedRun({
+      assistant_id: await world.assistant(),
+      thread: fakeThread('What is the weather?', scenario),
+    });
+    const run = defined(
+      events.findLast((event) => event.event.startsWith('thread.run.') && !event.event.includes('.step.')),
+    ).data as { id: string; thread_id: string };
+    const message = defined(
+      events.findLast((event) => event.event.startsWith('thread.message.') && event.event !== 'thread.message.delta'),
+    ).data as { id: string };
+    const step = defined(
+      events.findLast((event) => event.event.startsWith('thread.run.step.') && event.event !== 'thread.run.step.delta'),
+    ).data as { id: string };
     return { threadId: run.thread_id, runId: run.id, messageId: message.id, stepId: step.id };
   },
   async file() {
@@ -569,26 +719,51 @@ const world: World = {
   },
   async image() {
     const form = new FormData();
-    form.set('file', new Blob([new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13])], { type: 'image/png' }), 'dot.png');
+    form.set(
+      'file',
+      new Blob([new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13])], { type: 'image/png' }),
+      'dot.png',
+    );
     form.set('purpose', 'vision');
     return (await json(await send({ method: 'POST', path: '/files', body: form }))).id;
   },
   async vectorStore() {
     const store = await json(await send({ method: 'POST', path: '/vector_stores', body: { name: 'Docs' } }));
-    const batch = await json(await send({ method: 'POST', path: `/vector_stores/${store.id}/file_batches`, body: { file_ids: [await world.file()] } }));
+    const batch = await json(
+      await send({
+        method: 'POST',
+        path: `/vector_stores/${store.id}/file_batches`,
+        body: { file_ids: [await world.file()] },
+      }),
+    );
     await gateway.tasks.drain(20_000);
-    return { storeId: store.id, fileId: (await json(await send({ method: 'GET', path: `/vector_stores/${store.id}/files` }))).data[0].id, batchId: batch.id };
+    return {
+      storeId: store.id,
+      fileId: (await json(await send({ method: 'GET', path: `/vector_stores/${store.id}/files` }))).data[0].id,
+      batchId: batch.id,
+    };
   },
   async runRequiringAction() {
-    const events = await streamedRun({ assistant_id: await world.assistant(), thread: fakeThread('Weather in Paris?', { tool_calls: 1 }) });
+    const events = await streamedRun({
+      assistant_id: await world.assistant(),
+      thread: fakeThread('Weather in Paris?', { tool_calls: 1 }),
+    });
     const run = dataOf(events, 'thread.run.requires_action');
-    return { threadId: run.thread_id, runId: run.id, toolCallId: run.required_action.submit_tool_outputs.tool_calls[0].id };
+    return {
+      threadId: run.thread_id,
+      runId: run.id,
+      toolCallId: run.required_action.submit_tool_outputs.tool_calls[0].id,
+    };
   },
 };
 
 describe('every answer validates against the reference', () => {
   for (const operation of operations) {
-    const shape = operation.streamed ? 'AssistantStreamEvent' : operation.bytes !== undefined ? 'the file' : responseComponent(operation.operationId);
+    const shape = operation.streamed
+      ? 'AssistantStreamEvent'
+      : operation.bytes !== undefined
+        ? 'the file'
+        : responseComponent(operation.operationId);
     const title = `${operation.operationId}${operation.variant ? `, ${operation.variant}` : ''} → ${shape}`;
     const test = operation.pending ? it.fails : it;
     test(operation.pending ? `${title} (expected to fail until ${operation.pending})` : title, async () => {
@@ -597,7 +772,8 @@ describe('every answer validates against the reference', () => {
       try {
         const response = await send(call);
         const type = response.headers.get('content-type') ?? '';
-        if (response.status !== 200) throw new Error(`${call.method} ${call.path} answered ${response.status}: ${await response.text()}`);
+        if (response.status !== 200)
+          throw new Error(`${call.method} ${call.path} answered ${response.status}: ${await response.text()}`);
         if (operation.bytes !== undefined) {
           expect(await response.text()).toBe(operation.bytes);
           return;
@@ -610,11 +786,15 @@ describe('every answer validates against the reference', () => {
           return;
         }
         const events = parseEventStream(await response.text());
-        const failures = events.flatMap(({ event, data }, i) => streamEventErrors(event, data).map((line) => `event ${i} (${event}): ${line}`));
+        const failures = events.flatMap(({ event, data }, i) =>
+          streamEventErrors(event, data).map((line) => `event ${i} (${event}): ${line}`),
+        );
         expect(failures).toEqual([]);
         const ourFailures = events.flatMap(({ event, data }, i) => {
           const component = ours.streamEventComponent(event);
-          return component ? ours.componentErrors(component, data).map((line) => `event ${i} (${event} → ${component}): ${line}`) : [];
+          return component
+            ? ours.componentErrors(component, data).map((line) => `event ${i} (${event} → ${component}): ${line}`)
+            : [];
         });
         expect(ourFailures).toEqual([]);
         const names = events.map(({ event }) => event);
@@ -645,14 +825,27 @@ describe('every error validates against ErrorResponse', () => {
       {
         method: 'POST',
         path: '/policies/rate-limits',
-        body: { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'api_key' }], type: 'requests', unit: 'rpd', value: 1 },
+        body: {
+          conditions: [{ key: 'model', value: '*' }],
+          group_by: [{ key: 'api_key' }],
+          type: 'requests',
+          unit: 'rpd',
+          value: 1,
+        },
       },
       limited,
     );
     expect(policy.status).toBe(200);
-    const assistant = await json(await send({ method: 'POST', path: '/assistants', body: { model: 'fake-model' } }, limited));
+    const assistant = await json(
+      await send({ method: 'POST', path: '/assistants', body: { model: 'fake-model' } }, limited),
+    );
     const limitedKey = await gateway.virtualKey(limited, { base_url: fake.baseURL });
-    const run = { method: 'POST', path: '/threads/runs', headers: { 'x-gateway-virtual-key': limitedKey }, body: { assistant_id: assistant.id, thread: fakeThread('Hi') } };
+    const run = {
+      method: 'POST',
+      path: '/threads/runs',
+      headers: { 'x-gateway-virtual-key': limitedKey },
+      body: { assistant_id: assistant.id, thread: fakeThread('Hi') },
+    };
     expect((await send(run, limited)).status).toBe(200);
     const refused = await send(run, limited);
     expect(refused.status).toBe(429);
@@ -680,19 +873,62 @@ function expectDeclaredError(call: Call, status: number, body: unknown) {
 
 /** The gateway's own resources, which OpenAI's reference does not have: each answer against the gateway's document alone. */
 describe("the gateway's own operations answer what its document declares", () => {
-  const policy = { conditions: [{ key: 'model', value: 'gpt-4o' }], group_by: [{ key: 'api_key' }], type: 'requests', unit: 'rpm', value: 60 };
-  const createPolicy = async () => (await json(await send({ method: 'POST', path: '/policies/rate-limits', body: policy }))).id as string;
+  const policy = {
+    conditions: [{ key: 'model', value: 'gpt-4o' }],
+    group_by: [{ key: 'api_key' }],
+    type: 'requests',
+    unit: 'rpm',
+    value: 60,
+  };
+  const createPolicy = async () =>
+    (await json(await send({ method: 'POST', path: '/policies/rate-limits', body: policy }))).id as string;
   const rows: { name: string; status: number; call(): Promise<Call> }[] = [
-    { name: 'create a policy', status: 200, call: async () => ({ method: 'POST', path: '/policies/rate-limits', body: policy }) },
-    { name: 'list policies', status: 200, call: async () => (await createPolicy(), { method: 'GET', path: '/policies/rate-limits?page_size=2' }) },
-    { name: 'retrieve a policy', status: 200, call: async () => ({ method: 'GET', path: `/policies/rate-limits/${await createPolicy()}` }) },
-    { name: 'update a policy', status: 200, call: async () => ({ method: 'PUT', path: `/policies/rate-limits/${await createPolicy()}`, body: { value: 30 } }) },
-    { name: 'archive a policy', status: 200, call: async () => ({ method: 'DELETE', path: `/policies/rate-limits/${await createPolicy()}` }) },
-    { name: 'an unknown policy', status: 404, call: async () => ({ method: 'GET', path: '/policies/rate-limits/pol_missing' }) },
-    { name: 'a policy of another kind', status: 400, call: async () => ({ method: 'POST', path: '/policies/rate-limits', body: { ...policy, type: 'bytes' } }) },
+    {
+      name: 'create a policy',
+      status: 200,
+      call: async () => ({ method: 'POST', path: '/policies/rate-limits', body: policy }),
+    },
+    {
+      name: 'list policies',
+      status: 200,
+      call: async () => (await createPolicy(), { method: 'GET', path: '/policies/rate-limits?page_size=2' }),
+    },
+    {
+      name: 'retrieve a policy',
+      status: 200,
+      call: async () => ({ method: 'GET', path: `/policies/rate-limits/${await createPolicy()}` }),
+    },
+    {
+      name: 'update a policy',
+      status: 200,
+      call: async () => ({ method: 'PUT', path: `/policies/rate-limits/${await createPolicy()}`, body: { value: 30 } }),
+    },
+    {
+      name: 'archive a policy',
+      status: 200,
+      call: async () => ({ method: 'DELETE', path: `/policies/rate-limits/${await createPolicy()}` }),
+    },
+    {
+      name: 'an unknown policy',
+      status: 404,
+      call: async () => ({ method: 'GET', path: '/policies/rate-limits/pol_missing' }),
+    },
+    {
+      name: 'a policy of another kind',
+      status: 400,
+      call: async () => ({ method: 'POST', path: '/policies/rate-limits', body: { ...policy, type: 'bytes' } }),
+    },
     { name: 'list virtual keys', status: 200, call: async () => ({ method: 'GET', path: '/virtual-keys' }) },
-    { name: 'an unknown virtual key', status: 404, call: async () => ({ method: 'DELETE', path: '/virtual-keys/no-such-key' }) },
-    { name: 'usage by day and model', status: 200, call: async () => ({ method: 'GET', path: '/usage?bucket_width=1d&group_by=model' }) },
+    {
+      name: 'an unknown virtual key',
+      status: 404,
+      call: async () => ({ method: 'DELETE', path: '/virtual-keys/no-such-key' }),
+    },
+    {
+      name: 'usage by day and model',
+      status: 200,
+      call: async () => ({ method: 'GET', path: '/usage?bucket_width=1d&group_by=model' }),
+    },
     { name: 'usage without a key', status: 401, call: async () => ({ method: 'GET', path: '/usage', key: null }) },
   ];
   for (const row of rows) {
@@ -713,7 +949,9 @@ describe("the gateway's own operations answer what its document declares", () =>
 });
 
 describe('the table', () => {
-  const reference = referenceOperations().filter(({ path }) => ['/assistants', '/threads', '/files', '/vector_stores'].some((prefix) => path.startsWith(prefix)));
+  const reference = referenceOperations().filter(({ path }) =>
+    ['/assistants', '/threads', '/files', '/vector_stores'].some((prefix) => path.startsWith(prefix)),
+  );
   const rows = new Map(operations.map((operation) => [operation.operationId, operation]));
 
   it('has a row for every Assistants, Files and Vector stores operation of the reference', () => {
@@ -721,10 +959,20 @@ describe('the table', () => {
   });
 
   it('runs every operation the gateway serves: none of them is still pending', () => {
-    const served = new Set(apiRoutes(gateway.app).map(({ method, path }) => `${method} ${path.replace(/^\/v1/, '').replace(/:(\w+)/g, '{$1}')}`));
-    const servedOperations = reference.filter(({ method, path }) => served.has(`${method} ${path}`)).map(({ operationId }) => operationId);
+    const served = new Set(
+      apiRoutes(gateway.app).map(
+        ({ method, path }) => `${method} ${path.replace(/^\/v1/, '').replace(/:(\w+)/g, '{$1}')}`,
+      ),
+    );
+    const servedOperations = reference
+      .filter(({ method, path }) => served.has(`${method} ${path}`))
+      .map(({ operationId }) => operationId);
     expect(servedOperations).toContain('createThreadAndRun');
-    const stillPending = operations.filter((operation) => operation.pending && servedOperations.includes(operation.operationId));
-    expect(stillPending.map(({ operationId, variant }) => `${operationId}${variant ? `, ${variant}` : ''}`)).toEqual([]);
+    const stillPending = operations.filter(
+      (operation) => operation.pending && servedOperations.includes(operation.operationId),
+    );
+    expect(stillPending.map(({ operationId, variant }) => `${operationId}${variant ? `, ${variant}` : ''}`)).toEqual(
+      [],
+    );
   });
 });

@@ -42,19 +42,35 @@ describe('GET /openapi.json', () => {
     for (const { method, path } of routes) {
       const operation = document.paths[openApiPath(path)]?.[method.toLowerCase()];
       expect(operation, `${method} ${path}`).toBeDefined();
-      expect(operation.responses.default.content['application/json'].schema).toEqual({ $ref: '#/components/schemas/Error' });
+      expect(operation.responses.default.content['application/json'].schema).toEqual({
+        $ref: '#/components/schemas/Error',
+      });
     }
     // The input schemas are the validators' own: bounds and enums included.
     const createAssistant = document.paths['/v1/assistants'].post.requestBody.content['application/json'].schema;
     expect(createAssistant.required).toContain('model');
-    expect(createAssistant.properties.name.anyOf).toEqual([expect.objectContaining({ type: 'string', maxLength: 256 }), { type: 'null' }]);
+    expect(createAssistant.properties.name.anyOf).toEqual([
+      expect.objectContaining({ type: 'string', maxLength: 256 }),
+      { type: 'null' },
+    ]);
     const listAssistants = document.paths['/v1/assistants'].get.parameters;
     expect(listAssistants).toEqual(
-      expect.arrayContaining([expect.objectContaining({ name: 'order', in: 'query', schema: expect.objectContaining({ enum: ['asc', 'desc'] }) })]),
+      expect.arrayContaining([
+        expect.objectContaining({
+          name: 'order',
+          in: 'query',
+          schema: expect.objectContaining({ enum: ['asc', 'desc'] }),
+        }),
+      ]),
     );
     expect(document.paths['/health'].get.security).toEqual([]);
     const getRun = document.paths['/v1/threads/{thread_id}/runs/{run_id}'].get;
-    expect(getRun.parameters.filter((p: { in: string }) => p.in === 'path').map((p: { name: string }) => p.name).sort()).toEqual(['run_id', 'thread_id']);
+    expect(
+      getRun.parameters
+        .filter((p: { in: string }) => p.in === 'path')
+        .map((p: { name: string }) => p.name)
+        .sort(),
+    ).toEqual(['run_id', 'thread_id']);
     expect(document.components.schemas.Error.properties.error.properties.code.enum).toContain('thread_has_active_run');
   });
 });
@@ -91,8 +107,15 @@ describe('the answers /openapi.json declares', () => {
 
   it('include the event stream where a run can be streamed, and there only', async () => {
     const document = await json(await gateway.request('/openapi.json'));
-    const streamed = Object.entries(document.paths as Record<string, Record<string, { responses: Record<string, { content?: object }> }>>)
-      .flatMap(([path, item]) => Object.entries(item).map(([method, operation]) => ({ operation: `${method} ${path}`, content: defined(operation.responses[200]).content })))
+    const streamed = Object.entries(
+      document.paths as Record<string, Record<string, { responses: Record<string, { content?: object }> }>>,
+    )
+      .flatMap(([path, item]) =>
+        Object.entries(item).map(([method, operation]) => ({
+          operation: `${method} ${path}`,
+          content: defined(operation.responses[200]).content,
+        })),
+      )
       .filter(({ content }) => content !== undefined && 'text/event-stream' in content)
       .map(({ operation }) => operation)
       .sort();
@@ -108,7 +131,10 @@ describe('src/http/openapi/assets/openapi.json', () => {
   it('is what the routes and their schemas generate now (else: npm run openapi)', async () => {
     const generated = serialiseDocument(await openApiDocument(createApp(gateway.deps)));
     const kept = readFileSync(DOCUMENT_PATH, 'utf8');
-    expect(kept === generated, 'src/http/openapi/assets/openapi.json is stale: run `npm run openapi` and commit the file').toBe(true);
+    expect(
+      kept === generated,
+      'src/http/openapi/assets/openapi.json is stale: run `npm run openapi` and commit the file',
+    ).toBe(true);
   });
 });
 
@@ -118,7 +144,10 @@ describe('GET /docs', () => {
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toMatch(/^text\/html/);
     const page = await response.text();
-    const scripts = [...page.matchAll(/<script src="([^"]+)" integrity="([^"]+)"/g)].map(([, src, integrity]) => ({ src, integrity }));
+    const scripts = [...page.matchAll(/<script src="([^"]+)" integrity="([^"]+)"/g)].map(([, src, integrity]) => ({
+      src,
+      integrity,
+    }));
     expect(scripts).toEqual([{ src: `/docs/${DOCS_SCRIPT.file}`, integrity: DOCS_SCRIPT.integrity }]);
     expect(page).toContain('<a href="/openapi.json">');
 

@@ -15,12 +15,15 @@ const INSTALL = 'apt-get install -y chromium, or CHROMIUM_PATH=<a Chromium binar
 const executablePath = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].find(
   (path): path is string => path !== undefined && path !== '' && existsSync(path),
 );
-if (!executablePath) console.warn(`test/http/openapi/reference-page-browser.test.ts: skipped, no Chromium binary. To run it: ${INSTALL}`);
+if (!executablePath)
+  console.warn(`test/http/openapi/reference-page-browser.test.ts: skipped, no Chromium binary. To run it: ${INSTALL}`);
 
 type Operation = { summary?: string };
 
 describe.skipIf(!executablePath)(
-  executablePath ? `GET /docs in Chromium (${executablePath}), offline` : `GET /docs in Chromium: skipped, no Chromium binary (${INSTALL})`,
+  executablePath
+    ? `GET /docs in Chromium (${executablePath}), offline`
+    : `GET /docs in Chromium: skipped, no Chromium binary (${INSTALL})`,
   () => {
     let gateway: TestGateway;
     let server: { url: string; close(): Promise<void> };
@@ -56,8 +59,8 @@ describe.skipIf(!executablePath)(
 
     it("renders the reference from the gateway's own files, naming every operation", async () => {
       const document = await json(await gateway.request('/openapi.json'));
-      const names = Object.entries(document.paths as Record<string, Record<string, Operation>>).flatMap(([path, item]) =>
-        Object.values(item).map((operation) => operation.summary ?? path),
+      const names = Object.entries(document.paths as Record<string, Record<string, Operation>>).flatMap(
+        ([path, item]) => Object.values(item).map((operation) => operation.summary ?? path),
       );
       expect(names.length).toBeGreaterThan(50);
       const { page, refused } = await open({ javaScriptEnabled: true });

@@ -53,7 +53,10 @@ describe('POST /v1/assistants', () => {
   it('creates an assistant with every field at its bound, and retrieve answers the same object', async () => {
     const tools = [
       { type: 'code_interpreter' },
-      { type: 'file_search', file_search: { max_num_results: 50, ranking_options: { ranker: 'auto', score_threshold: 0.5 } } },
+      {
+        type: 'file_search',
+        file_search: { max_num_results: 50, ranking_options: { ranker: 'auto', score_threshold: 0.5 } },
+      },
       ...Array.from({ length: 126 }, (_, i) => functionTool(`fn_${i}`)),
     ];
     const metadata = Object.fromEntries(
@@ -66,13 +69,33 @@ describe('POST /v1/assistants', () => {
       instructions: 'i'.repeat(256_000),
       tools,
       tool_resources: {
-        code_interpreter: { file_ids: [await storeFile(gateway, tenant, { filename: 'a.csv', content: 'a' }), await storeFile(gateway, tenant, { filename: 'b.csv', content: 'b' })] },
-        file_search: { vector_store_ids: [(await json(await gateway.request('/v1/vector_stores', { key: tenant.workspaceKey, body: {}, headers: { 'x-gateway-virtual-key': VIRTUAL_KEY } }))).id] },
+        code_interpreter: {
+          file_ids: [
+            await storeFile(gateway, tenant, { filename: 'a.csv', content: 'a' }),
+            await storeFile(gateway, tenant, { filename: 'b.csv', content: 'b' }),
+          ],
+        },
+        file_search: {
+          vector_store_ids: [
+            (
+              await json(
+                await gateway.request('/v1/vector_stores', {
+                  key: tenant.workspaceKey,
+                  body: {},
+                  headers: { 'x-gateway-virtual-key': VIRTUAL_KEY },
+                }),
+              )
+            ).id,
+          ],
+        },
       },
       metadata,
       temperature: 2,
       top_p: 0,
-      response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { type: 'object' }, strict: true } },
+      response_format: {
+        type: 'json_schema',
+        json_schema: { name: 'answer', schema: { type: 'object' }, strict: true },
+      },
     };
     // The test clock runs with real time: the creation's second is between these two.
     const before = Math.floor(gateway.clock.now() / 1000);
@@ -115,7 +138,21 @@ describe('POST /v1/assistants', () => {
       const fetched = await json(await retrieve(created.id));
       expect(fetched).toEqual(created);
       expect(Object.keys(fetched).sort()).toEqual(
-        ['created_at', 'description', 'id', 'instructions', 'metadata', 'model', 'name', 'object', 'response_format', 'temperature', 'tool_resources', 'tools', 'top_p'].sort(),
+        [
+          'created_at',
+          'description',
+          'id',
+          'instructions',
+          'metadata',
+          'model',
+          'name',
+          'object',
+          'response_format',
+          'temperature',
+          'tool_resources',
+          'tools',
+          'top_p',
+        ].sort(),
       );
       expect(fetched).toMatchObject({
         object: 'assistant',
@@ -151,20 +188,55 @@ describe('POST /v1/assistants', () => {
     ['name a number', { name: 1 }, 'invalid_type', 'name'],
     ['description too long', { description: 'd'.repeat(513) }, 'string_above_max_length', 'description'],
     ['instructions too long', { instructions: 'i'.repeat(256_001) }, 'string_above_max_length', 'instructions'],
-    ['tools over 128', { tools: Array.from({ length: 129 }, (_, i) => functionTool(`f${i}`)) }, 'array_above_max_length', 'tools'],
+    [
+      'tools over 128',
+      { tools: Array.from({ length: 129 }, (_, i) => functionTool(`f${i}`)) },
+      'array_above_max_length',
+      'tools',
+    ],
     ['tools not an array', { tools: { type: 'code_interpreter' } }, 'invalid_type', 'tools'],
     ['tools null', { tools: null }, 'invalid_type', 'tools'],
     ['tool of an unknown type', { tools: [{ type: 'web_search' }] }, 'invalid_value', 'tools[0].type'],
     ['tool without a type', { tools: [{}] }, 'missing_required_parameter', 'tools[0].type'],
-    ['function without a name', { tools: [{ type: 'function', function: {} }] }, 'missing_required_parameter', 'tools[0].function.name'],
+    [
+      'function without a name',
+      { tools: [{ type: 'function', function: {} }] },
+      'missing_required_parameter',
+      'tools[0].function.name',
+    ],
     ['function name with a space', { tools: [functionTool('get weather')] }, 'invalid_value', 'tools[0].function.name'],
-    ['function name too long', { tools: [functionTool('f'.repeat(65))] }, 'string_above_max_length', 'tools[0].function.name'],
-    ['function defined twice', { tools: [functionTool('a'), { type: 'code_interpreter' }, functionTool('b'), functionTool('a')] }, 'invalid_value', 'tools[3].function.name'],
+    [
+      'function name too long',
+      { tools: [functionTool('f'.repeat(65))] },
+      'string_above_max_length',
+      'tools[0].function.name',
+    ],
+    [
+      'function defined twice',
+      { tools: [functionTool('a'), { type: 'code_interpreter' }, functionTool('b'), functionTool('a')] },
+      'invalid_value',
+      'tools[3].function.name',
+    ],
     ['unknown tool field', { tools: [{ type: 'code_interpreter', extra: 1 }] }, 'unknown_parameter', 'tools[0].extra'],
-    ['file_search max_num_results 51', { tools: [{ type: 'file_search', file_search: { max_num_results: 51 } }] }, 'value_above_maximum', 'tools[0].file_search.max_num_results'],
+    [
+      'file_search max_num_results 51',
+      { tools: [{ type: 'file_search', file_search: { max_num_results: 51 } }] },
+      'value_above_maximum',
+      'tools[0].file_search.max_num_results',
+    ],
     ['tool_resources unknown', { tool_resources: { web: {} } }, 'unknown_parameter', 'tool_resources.web'],
-    ['tool_resources 2 vector stores', { tool_resources: { file_search: { vector_store_ids: ['a', 'b'] } } }, 'array_above_max_length', 'tool_resources.file_search.vector_store_ids'],
-    ['tool_resources 21 files', { tool_resources: { code_interpreter: { file_ids: Array.from({ length: 21 }, (_, i) => `f${i}`) } } }, 'array_above_max_length', 'tool_resources.code_interpreter.file_ids'],
+    [
+      'tool_resources 2 vector stores',
+      { tool_resources: { file_search: { vector_store_ids: ['a', 'b'] } } },
+      'array_above_max_length',
+      'tool_resources.file_search.vector_store_ids',
+    ],
+    [
+      'tool_resources 21 files',
+      { tool_resources: { code_interpreter: { file_ids: Array.from({ length: 21 }, (_, i) => `f${i}`) } } },
+      'array_above_max_length',
+      'tool_resources.code_interpreter.file_ids',
+    ],
     ['metadata 17 pairs', { metadata: manyMetadata }, 'invalid_value', 'metadata'],
     ['metadata key of 65', { metadata: { ['k'.repeat(65)]: 'v' } }, 'string_above_max_length', 'metadata'],
     ['metadata value of 513', { metadata: { key: 'v'.repeat(513) } }, 'string_above_max_length', 'metadata.key'],
@@ -177,7 +249,12 @@ describe('POST /v1/assistants', () => {
     ['top_p below 0', { top_p: -1 }, 'value_below_minimum', 'top_p'],
     ['response_format unknown string', { response_format: 'json' }, 'invalid_value', 'response_format'],
     ['response_format unknown type', { response_format: { type: 'xml' } }, 'invalid_value', 'response_format.type'],
-    ['response_format json_schema without a name', { response_format: { type: 'json_schema', json_schema: {} } }, 'missing_required_parameter', 'response_format.json_schema.name'],
+    [
+      'response_format json_schema without a name',
+      { response_format: { type: 'json_schema', json_schema: {} } },
+      'missing_required_parameter',
+      'response_format.json_schema.name',
+    ],
     ['an unknown field', { file_ids: [] }, 'unknown_parameter', 'file_ids'],
     ['reasoning_effort (not served)', { reasoning_effort: 'low' }, 'unknown_parameter', 'reasoning_effort'],
   ];
@@ -322,7 +399,10 @@ describe('GET /v1/assistants', () => {
 describe('DELETE /v1/assistants/{assistant_id}', () => {
   it('deletes softly: 404 afterwards, the row kept for the runs that used it', async () => {
     const created = await json(await post({ model: 'gpt-4o' }));
-    const response = await gateway.request(`/v1/assistants/${created.id}`, { key: tenant.workspaceKey, method: 'DELETE' });
+    const response = await gateway.request(`/v1/assistants/${created.id}`, {
+      key: tenant.workspaceKey,
+      method: 'DELETE',
+    });
     expect(response.status).toBe(200);
     expect(await json(response)).toEqual({ id: created.id, object: 'assistant.deleted', deleted: true });
 
@@ -400,10 +480,17 @@ describe('the assistants beta header', () => {
   });
 
   it('refuses any other version with 400 invalid_beta', async () => {
-    for (const [header, value] of [['OpenAI-Beta', 'assistants=v1'], ['Vendor-Beta', 'assistants=v3'], ['OpenAI-Beta', '']]) {
+    for (const [header, value] of [
+      ['OpenAI-Beta', 'assistants=v1'],
+      ['Vendor-Beta', 'assistants=v3'],
+      ['OpenAI-Beta', ''],
+    ]) {
       for (const response of [
         await post({ model: 'gpt-4o' }, tenant.workspaceKey, { [defined(header)]: defined(value) }),
-        await gateway.request('/v1/assistants', { key: tenant.workspaceKey, headers: { [defined(header)]: defined(value) } }),
+        await gateway.request('/v1/assistants', {
+          key: tenant.workspaceKey,
+          headers: { [defined(header)]: defined(value) },
+        }),
       ]) {
         const error = await errorOf(response);
         expect(error).toMatchObject({ status: 400, code: 'invalid_beta', param: defined(header).toLowerCase() });
@@ -428,7 +515,10 @@ describe('the official openai SDK', () => {
       model: 'gpt-4o',
       name: 'Math Tutor',
       instructions: 'You are a personal math tutor.',
-      tools: [{ type: 'code_interpreter' }, { type: 'function', function: { name: 'add', parameters: { type: 'object' } } }],
+      tools: [
+        { type: 'code_interpreter' },
+        { type: 'function', function: { name: 'add', parameters: { type: 'object' } } },
+      ],
       metadata: { team: 'maths' },
       temperature: 0.2,
       response_format: { type: 'json_object' },

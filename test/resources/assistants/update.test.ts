@@ -26,7 +26,12 @@ afterAll(() => gateway.close());
 const modify = (id: string, body: unknown, who = alice) => who.request(`/v1/assistants/${id}`, { body });
 const retrieve = async (id: string, who = alice) => json(await who.request(`/v1/assistants/${id}`));
 const newAssistant = (fields: Record<string, unknown> = {}) =>
-  alice.openai.beta.assistants.create({ model: 'gpt-4o', name: 'Math Tutor', instructions: 'You tutor math.', ...fields });
+  alice.openai.beta.assistants.create({
+    model: 'gpt-4o',
+    name: 'Math Tutor',
+    instructions: 'You tutor math.',
+    ...fields,
+  });
 
 describe('modifying an assistant', () => {
   it('changes what the SDK sends and keeps the rest, as retrieve shows', async () => {
@@ -51,7 +56,13 @@ describe('modifying an assistant', () => {
       response_format: { type: 'json_object' },
       top_p: 0.9,
     });
-    expect(modified).toMatchObject({ id: created.id, created_at: created.created_at, description: 'Helps', metadata: { team: 'a' }, temperature: 0.5 });
+    expect(modified).toMatchObject({
+      id: created.id,
+      created_at: created.created_at,
+      description: 'Helps',
+      metadata: { team: 'a' },
+      temperature: 0.5,
+    });
     expect(await retrieve(created.id)).toEqual(modified);
   });
 
@@ -62,7 +73,11 @@ describe('modifying an assistant', () => {
       temperature: 0.2,
       top_p: 0.3,
       response_format: { type: 'json_object' },
-      tool_resources: { code_interpreter: { file_ids: [await storeFile(gateway, alice.tenant, { filename: 'data.csv', content: 'a,b' })] } },
+      tool_resources: {
+        code_interpreter: {
+          file_ids: [await storeFile(gateway, alice.tenant, { filename: 'data.csv', content: 'a,b' })],
+        },
+      },
     });
     const replaced = await json(await modify(created.id, { metadata: { c: '3' } }));
     expect(replaced.metadata).toEqual({ c: '3' });
@@ -96,7 +111,11 @@ describe('modifying an assistant', () => {
   it('takes an empty body, changing nothing', async () => {
     const created = await newAssistant();
     for (const body of [{}, '']) {
-      const response = await alice.request(`/v1/assistants/${created.id}`, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+      const response = await alice.request(`/v1/assistants/${created.id}`, {
+        method: 'POST',
+        body,
+        headers: { 'content-type': 'application/json' },
+      });
       expect(await json(response)).toEqual(created);
     }
   });
@@ -104,7 +123,9 @@ describe('modifying an assistant', () => {
   it('takes every field at its bound', async () => {
     const created = await newAssistant();
     const tools = Array.from({ length: 128 }, (_, i) => ({ type: 'function' as const, function: { name: `fn_${i}` } }));
-    const metadata = Object.fromEntries(Array.from({ length: 16 }, (_, i) => [`${String(i).padStart(2, '0')}${'k'.repeat(62)}`, 'v'.repeat(512)]));
+    const metadata = Object.fromEntries(
+      Array.from({ length: 16 }, (_, i) => [`${String(i).padStart(2, '0')}${'k'.repeat(62)}`, 'v'.repeat(512)]),
+    );
     const body = {
       model: 'm'.repeat(256),
       name: 'n'.repeat(256),
@@ -127,12 +148,32 @@ describe('modifying an assistant', () => {
     ['name too long', { name: 'n'.repeat(257) }, 'string_above_max_length', 'name'],
     ['description too long', { description: 'd'.repeat(513) }, 'string_above_max_length', 'description'],
     ['instructions too long', { instructions: 'i'.repeat(256_001) }, 'string_above_max_length', 'instructions'],
-    ['tools over 128', { tools: Array.from({ length: 129 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } })) }, 'array_above_max_length', 'tools'],
+    [
+      'tools over 128',
+      { tools: Array.from({ length: 129 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } })) },
+      'array_above_max_length',
+      'tools',
+    ],
     ['tools null', { tools: null }, 'invalid_type', 'tools'],
-    ['a function defined twice', { tools: [LOOKUP_TOOL, { type: 'code_interpreter' }, LOOKUP_TOOL] }, 'invalid_value', 'tools[2].function.name'],
+    [
+      'a function defined twice',
+      { tools: [LOOKUP_TOOL, { type: 'code_interpreter' }, LOOKUP_TOOL] },
+      'invalid_value',
+      'tools[2].function.name',
+    ],
     ['a tool of an unknown type', { tools: [{ type: 'web_search' }] }, 'invalid_value', 'tools[0].type'],
-    ['two vector stores', { tool_resources: { file_search: { vector_store_ids: ['a', 'b'] } } }, 'array_above_max_length', 'tool_resources.file_search.vector_store_ids'],
-    ['17 metadata pairs', { metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) }, 'invalid_value', 'metadata'],
+    [
+      'two vector stores',
+      { tool_resources: { file_search: { vector_store_ids: ['a', 'b'] } } },
+      'array_above_max_length',
+      'tool_resources.file_search.vector_store_ids',
+    ],
+    [
+      '17 metadata pairs',
+      { metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) },
+      'invalid_value',
+      'metadata',
+    ],
     ['temperature above 2', { temperature: 2.5 }, 'value_above_maximum', 'temperature'],
     ['top_p below 0', { top_p: -0.1 }, 'value_below_minimum', 'top_p'],
     ['an unknown response format', { response_format: { type: 'xml' } }, 'invalid_value', 'response_format.type'],
@@ -154,7 +195,13 @@ describe('modifying an assistant', () => {
     await alice.openai.beta.assistants.delete(deleted.id);
     for (const id of ['asst_unknown', deleted.id, bob.assistantId]) {
       const error = await errorOf(await modify(id, { name: 'planted' }));
-      expect(error).toEqual({ status: 404, code: 'assistant_not_found', message: `No assistant found with id '${id}'.`, param: null, type: 'invalid_request_error' });
+      expect(error).toEqual({
+        status: 404,
+        code: 'assistant_not_found',
+        message: `No assistant found with id '${id}'.`,
+        param: null,
+        type: 'invalid_request_error',
+      });
     }
     await expect(alice.openai.beta.assistants.update(deleted.id, { name: 'x' })).rejects.toBeInstanceOf(NotFoundError);
     expect(await retrieve(bob.assistantId, bob)).toMatchObject({ name: null, instructions: 'Be brief.' });

@@ -25,7 +25,9 @@ let openai: OpenAI;
 
 beforeAll(async () => {
   // A body cap far below the file cap: uploads must not be counted against it.
-  gateway = await createTestGateway({ env: { GATEWAY_MAX_BODY_BYTES: '1024', GATEWAY_MAX_FILE_BYTES: String(MAX_FILE_BYTES) } });
+  gateway = await createTestGateway({
+    env: { GATEWAY_MAX_BODY_BYTES: '1024', GATEWAY_MAX_FILE_BYTES: String(MAX_FILE_BYTES) },
+  });
   tenant = await gateway.tenant();
   openai = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
 });
@@ -48,7 +50,11 @@ async function fileRows(workspaceId: string): Promise<number> {
 }
 
 /** A multipart body by hand, so that the tests control the order, the headers and the bytes. */
-function multipart(parts: ({ name: string; value: string } | { name: string; filename: string; bytes: Uint8Array | string; type?: string })[]) {
+function multipart(
+  parts: (
+    { name: string; value: string } | { name: string; filename: string; bytes: Uint8Array | string; type?: string }
+  )[],
+) {
   const boundary = `----test${crypto.randomUUID()}`;
   const chunks: (string | Uint8Array)[] = [];
   for (const part of parts) {
@@ -77,7 +83,10 @@ function upload(form: { body: Blob; contentType: string }, key = tenant.workspac
 describe('POST /v1/files', () => {
   it('stores a file from the SDK (a Buffer through toFile, and a stream) and serves it back', async () => {
     const text = 'The refund policy: 30 days.\n'.repeat(100);
-    const created = await openai.files.create({ file: await toFile(Buffer.from(text), 'policy.txt'), purpose: 'assistants' });
+    const created = await openai.files.create({
+      file: await toFile(Buffer.from(text), 'policy.txt'),
+      purpose: 'assistants',
+    });
     expect(created).toEqual({
       id: expect.stringMatching(/^file-[A-Za-z0-9]{24}$/),
       object: 'file',
@@ -101,18 +110,30 @@ describe('POST /v1/files', () => {
     const content = await openai.files.content(streamed.id);
     expect(content.headers.get('content-type')).toBe('application/octet-stream');
     expect(content.headers.get('content-length')).toBe('40000');
-    expect(content.headers.get('content-disposition')).toBe(`attachment; filename="upload-source.bin"; filename*=UTF-8''upload-source.bin`);
+    expect(content.headers.get('content-disposition')).toBe(
+      `attachment; filename="upload-source.bin"; filename*=UTF-8''upload-source.bin`,
+    );
     expect(new Uint8Array(await content.arrayBuffer())).toEqual(bytes);
   });
 
   it('accepts the file before the purpose, chunked, and any purpose OpenAI accepts', async () => {
     for (const purpose of ['assistants', 'batch', 'fine-tune', 'vision', 'user_data', 'evals']) {
-      const response = await upload(multipart([{ name: 'file', filename: 'a.jsonl', bytes: '{"a":1}\n' }, { name: 'purpose', value: purpose }]));
+      const response = await upload(
+        multipart([
+          { name: 'file', filename: 'a.jsonl', bytes: '{"a":1}\n' },
+          { name: 'purpose', value: purpose },
+        ]),
+      );
       expect(response.status, purpose).toBe(200);
       expect(await json(response)).toMatchObject({ purpose, bytes: 8, filename: 'a.jsonl' });
     }
     // And the purpose first.
-    const first = await upload(multipart([{ name: 'purpose', value: 'assistants' }, { name: 'file', filename: 'b.txt', bytes: 'b' }]));
+    const first = await upload(
+      multipart([
+        { name: 'purpose', value: 'assistants' },
+        { name: 'file', filename: 'b.txt', bytes: 'b' },
+      ]),
+    );
     expect(await json(first)).toMatchObject({ purpose: 'assistants', bytes: 1 });
   });
 
@@ -125,12 +146,21 @@ describe('POST /v1/files', () => {
     expect(contentDisposition(name)).toBe(
       `attachment; filename="r_sum_ ___ _final_; v2.pdf"; filename*=UTF-8''r%C3%A9sum%C3%A9%20%E5%B1%A5%E6%AD%B4%E6%9B%B8%20%22final%22%3B%20v2.pdf`,
     );
-    expect(contentDisposition('../../etc/passwd')).toBe(`attachment; filename="../../etc/passwd"; filename*=UTF-8''..%2F..%2Fetc%2Fpasswd`);
+    expect(contentDisposition('../../etc/passwd')).toBe(
+      `attachment; filename="../../etc/passwd"; filename*=UTF-8''..%2F..%2Fetc%2Fpasswd`,
+    );
     // The name is never a path: the blob's key is the gateway's own.
     // (The SDK sends a basename; a hand-made body sends what it likes.)
-    const traversal = await upload(multipart([{ name: 'file', filename: '../../../escape.txt', bytes: 'x' }, { name: 'purpose', value: 'assistants' }]));
+    const traversal = await upload(
+      multipart([
+        { name: 'file', filename: '../../../escape.txt', bytes: 'x' },
+        { name: 'purpose', value: 'assistants' },
+      ]),
+    );
     expect((await json(traversal)).filename).toBe('../../../escape.txt');
-    expect(storedBlobs().every((path) => path.startsWith(join(gateway.dataDir, 'files', tenant.workspace.id)))).toBe(true);
+    expect(storedBlobs().every((path) => path.startsWith(join(gateway.dataDir, 'files', tenant.workspace.id)))).toBe(
+      true,
+    );
   });
 
   it('sets expires_at from expires_after, and an expired file is gone', async () => {
@@ -142,7 +172,11 @@ describe('POST /v1/files', () => {
     expect(created.expires_at).toBe(created.created_at + 3600);
     const other = await gateway.tenant();
     const client = gateway.openai({ 'x-gateway-api-key': other.workspaceKey });
-    const own = await client.files.create({ file: await toFile(Buffer.from('x'), 'x.txt'), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 3600 } });
+    const own = await client.files.create({
+      file: await toFile(Buffer.from('x'), 'x.txt'),
+      purpose: 'batch',
+      expires_after: { anchor: 'created_at', seconds: 3600 },
+    });
     gateway.clock.advance(3601_000);
     try {
       await expect(client.files.retrieve(own.id)).rejects.toBeInstanceOf(NotFoundError);
@@ -157,7 +191,11 @@ describe('POST /v1/files', () => {
       [{ 'expires_after[anchor]': 'last_active_at', 'expires_after[seconds]': '3600' }, 'expires_after.anchor'],
       [{ 'expires_after[anchor]': 'created_at' }, 'expires_after.seconds'],
     ] as const) {
-      const parts = [{ name: 'file', filename: 'e.txt', bytes: 'e' }, { name: 'purpose', value: 'batch' }, ...Object.entries(fields).map(([name, value]) => ({ name, value }))];
+      const parts = [
+        { name: 'file', filename: 'e.txt', bytes: 'e' },
+        { name: 'purpose', value: 'batch' },
+        ...Object.entries(fields).map(([name, value]) => ({ name, value })),
+      ];
       const error = await errorOf(await upload(multipart(parts), other.workspaceKey));
       expect(error, JSON.stringify(fields)).toMatchObject({ status: 400, param });
     }
@@ -167,10 +205,21 @@ describe('POST /v1/files', () => {
   it('deletes expired files, rows and bytes, in the sweep', async () => {
     const expiring = await gateway.tenant();
     const client = gateway.openai({ 'x-gateway-api-key': expiring.workspaceKey });
-    const soon = await client.files.create({ file: await toFile(Buffer.from('soon'), 'soon.txt'), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 3600 } });
-    const later = await client.files.create({ file: await toFile(Buffer.from('later'), 'later.txt'), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 7200 } });
+    const soon = await client.files.create({
+      file: await toFile(Buffer.from('soon'), 'soon.txt'),
+      purpose: 'batch',
+      expires_after: { anchor: 'created_at', seconds: 3600 },
+    });
+    const later = await client.files.create({
+      file: await toFile(Buffer.from('later'), 'later.txt'),
+      purpose: 'batch',
+      expires_after: { anchor: 'created_at', seconds: 7200 },
+    });
     const kept = await client.files.create({ file: await toFile(Buffer.from('kept'), 'kept.txt'), purpose: 'batch' });
-    const blobsOf = () => storedBlobs().filter((path) => path.includes(expiring.workspace.id)).map((path) => path.slice(path.lastIndexOf('/') + 1));
+    const blobsOf = () =>
+      storedBlobs()
+        .filter((path) => path.includes(expiring.workspace.id))
+        .map((path) => path.slice(path.lastIndexOf('/') + 1));
     expect(blobsOf().sort()).toEqual([soon.id, later.id, kept.id].sort());
     gateway.clock.advance(3601_000);
     try {
@@ -192,43 +241,148 @@ describe('refused uploads store nothing', () => {
     refusing = await gateway.tenant();
   });
 
-  const cases: [string, () => { body: Blob; contentType: string }, { status: number; code: string; param: string | null; message?: RegExp }][] = [
-    ['a wrong purpose', () => multipart([{ name: 'file', filename: 'a.txt', bytes: 'hello' }, { name: 'purpose', value: 'memes' }]), { status: 400, code: 'invalid_value', param: 'purpose' }],
-    ['an output purpose', () => multipart([{ name: 'file', filename: 'a.txt', bytes: 'hello' }, { name: 'purpose', value: 'assistants_output' }]), { status: 400, code: 'invalid_value', param: 'purpose' }],
-    ['no purpose', () => multipart([{ name: 'file', filename: 'a.txt', bytes: 'hello' }]), { status: 400, code: 'missing_required_parameter', param: 'purpose' }],
-    ['no file', () => multipart([{ name: 'purpose', value: 'assistants' }]), { status: 400, code: 'missing_required_parameter', param: 'file' }],
-    ['a file sent as a text field', () => multipart([{ name: 'file', value: 'hello' }, { name: 'purpose', value: 'assistants' }]), { status: 400, code: 'invalid_value', param: 'file' }],
-    ['a 0-byte file', () => multipart([{ name: 'file', filename: 'empty.txt', bytes: '' }, { name: 'purpose', value: 'assistants' }]), { status: 400, code: 'invalid_value', param: 'file', message: /empty/ }],
+  const cases: [
+    string,
+    () => { body: Blob; contentType: string },
+    { status: number; code: string; param: string | null; message?: RegExp },
+  ][] = [
+    [
+      'a wrong purpose',
+      () =>
+        multipart([
+          { name: 'file', filename: 'a.txt', bytes: 'hello' },
+          { name: 'purpose', value: 'memes' },
+        ]),
+      { status: 400, code: 'invalid_value', param: 'purpose' },
+    ],
+    [
+      'an output purpose',
+      () =>
+        multipart([
+          { name: 'file', filename: 'a.txt', bytes: 'hello' },
+          { name: 'purpose', value: 'assistants_output' },
+        ]),
+      { status: 400, code: 'invalid_value', param: 'purpose' },
+    ],
+    [
+      'no purpose',
+      () => multipart([{ name: 'file', filename: 'a.txt', bytes: 'hello' }]),
+      { status: 400, code: 'missing_required_parameter', param: 'purpose' },
+    ],
+    [
+      'no file',
+      () => multipart([{ name: 'purpose', value: 'assistants' }]),
+      { status: 400, code: 'missing_required_parameter', param: 'file' },
+    ],
+    [
+      'a file sent as a text field',
+      () =>
+        multipart([
+          { name: 'file', value: 'hello' },
+          { name: 'purpose', value: 'assistants' },
+        ]),
+      { status: 400, code: 'invalid_value', param: 'file' },
+    ],
+    [
+      'a 0-byte file',
+      () =>
+        multipart([
+          { name: 'file', filename: 'empty.txt', bytes: '' },
+          { name: 'purpose', value: 'assistants' },
+        ]),
+      { status: 400, code: 'invalid_value', param: 'file', message: /empty/ },
+    ],
     [
       'a file over GATEWAY_MAX_FILE_BYTES',
-      () => multipart([{ name: 'file', filename: 'big.bin', bytes: new Uint8Array(MAX_FILE_BYTES + 1) }, { name: 'purpose', value: 'assistants' }]),
+      () =>
+        multipart([
+          { name: 'file', filename: 'big.bin', bytes: new Uint8Array(MAX_FILE_BYTES + 1) },
+          { name: 'purpose', value: 'assistants' },
+        ]),
       { status: 413, code: 'payload_too_large', param: 'file', message: /GATEWAY_MAX_FILE_BYTES/ },
     ],
-    ['two files', () => multipart([{ name: 'file', filename: 'a.txt', bytes: 'a' }, { name: 'file', filename: 'b.txt', bytes: 'b' }, { name: 'purpose', value: 'assistants' }]), { status: 400, code: 'invalid_multipart', param: 'file' }],
-    ['an unknown field', () => multipart([{ name: 'file', filename: 'a.txt', bytes: 'a' }, { name: 'purpose', value: 'assistants' }, { name: 'colour', value: 'red' }]), { status: 400, code: 'unknown_parameter', param: 'colour' }],
+    [
+      'two files',
+      () =>
+        multipart([
+          { name: 'file', filename: 'a.txt', bytes: 'a' },
+          { name: 'file', filename: 'b.txt', bytes: 'b' },
+          { name: 'purpose', value: 'assistants' },
+        ]),
+      { status: 400, code: 'invalid_multipart', param: 'file' },
+    ],
+    [
+      'an unknown field',
+      () =>
+        multipart([
+          { name: 'file', filename: 'a.txt', bytes: 'a' },
+          { name: 'purpose', value: 'assistants' },
+          { name: 'colour', value: 'red' },
+        ]),
+      { status: 400, code: 'unknown_parameter', param: 'colour' },
+    ],
     [
       'a field over its cap',
-      () => multipart([{ name: 'file', filename: 'a.txt', bytes: 'a' }, { name: 'purpose', value: 'a'.repeat(MAX_FIELD_BYTES + 1) }]),
+      () =>
+        multipart([
+          { name: 'file', filename: 'a.txt', bytes: 'a' },
+          { name: 'purpose', value: 'a'.repeat(MAX_FIELD_BYTES + 1) },
+        ]),
       { status: 400, code: 'invalid_value', param: 'purpose' },
     ],
     [
       'too many parts',
-      () => multipart([{ name: 'file', filename: 'a.txt', bytes: 'a' }, ...Array.from({ length: MAX_PARTS }, (_, i) => ({ name: `f${i}`, value: 'x' }))]),
+      () =>
+        multipart([
+          { name: 'file', filename: 'a.txt', bytes: 'a' },
+          ...Array.from({ length: MAX_PARTS }, (_, i) => ({ name: `f${i}`, value: 'x' })),
+        ]),
       { status: 400, code: 'invalid_multipart', param: null },
     ],
-    ['a control character in the filename', () => multipart([{ name: 'file', filename: 'a\u0007.txt', bytes: 'a' }, { name: 'purpose', value: 'assistants' }]), { status: 400, code: 'invalid_value', param: 'file' }],
-    ['a filename too long', () => multipart([{ name: 'file', filename: `${'n'.repeat(600)}.txt`, bytes: 'a' }, { name: 'purpose', value: 'assistants' }]), { status: 400, code: 'invalid_value', param: 'file' }],
+    [
+      'a control character in the filename',
+      () =>
+        multipart([
+          { name: 'file', filename: 'a\u0007.txt', bytes: 'a' },
+          { name: 'purpose', value: 'assistants' },
+        ]),
+      { status: 400, code: 'invalid_value', param: 'file' },
+    ],
+    [
+      'a filename too long',
+      () =>
+        multipart([
+          { name: 'file', filename: `${'n'.repeat(600)}.txt`, bytes: 'a' },
+          { name: 'purpose', value: 'assistants' },
+        ]),
+      { status: 400, code: 'invalid_value', param: 'file' },
+    ],
     [
       'a body without its closing boundary',
       () => {
-        const whole = multipart([{ name: 'file', filename: 'a.txt', bytes: 'hello' }, { name: 'purpose', value: 'assistants' }]);
+        const whole = multipart([
+          { name: 'file', filename: 'a.txt', bytes: 'hello' },
+          { name: 'purpose', value: 'assistants' },
+        ]);
         return { body: whole.body.slice(0, whole.body.size - 60), contentType: whole.contentType };
       },
       { status: 400, code: 'invalid_multipart', param: null },
     ],
-    ['a multipart type without a boundary', () => ({ body: new Blob(['x']), contentType: 'multipart/form-data' }), { status: 400, code: 'invalid_multipart', param: null }],
-    ['a JSON body', () => ({ body: new Blob(['{"purpose":"assistants"}']), contentType: 'application/json' }), { status: 415, code: 'unsupported_media_type', param: null, message: /multipart\/form-data/ }],
-    ['a raw file', () => ({ body: new Blob(['hello']), contentType: 'application/octet-stream' }), { status: 415, code: 'unsupported_media_type', param: null, message: /multipart\/form-data/ }],
+    [
+      'a multipart type without a boundary',
+      () => ({ body: new Blob(['x']), contentType: 'multipart/form-data' }),
+      { status: 400, code: 'invalid_multipart', param: null },
+    ],
+    [
+      'a JSON body',
+      () => ({ body: new Blob(['{"purpose":"assistants"}']), contentType: 'application/json' }),
+      { status: 415, code: 'unsupported_media_type', param: null, message: /multipart\/form-data/ },
+    ],
+    [
+      'a raw file',
+      () => ({ body: new Blob(['hello']), contentType: 'application/octet-stream' }),
+      { status: 415, code: 'unsupported_media_type', param: null, message: /multipart\/form-data/ },
+    ],
   ];
 
   for (const [name, form, expected] of cases) {
@@ -243,13 +397,20 @@ describe('refused uploads store nothing', () => {
   }
 
   it('a body without a content type is 415 too, and so is a JSON body through the SDK', async () => {
-    const response = await gateway.request('/v1/files', { method: 'POST', key: refusing.workspaceKey, headers: {}, body: 'hello' });
+    const response = await gateway.request('/v1/files', {
+      method: 'POST',
+      key: refusing.workspaceKey,
+      headers: {},
+      body: 'hello',
+    });
     expect(await errorOf(response)).toMatchObject({ status: 415, code: 'unsupported_media_type' });
   });
 
   it('an upload over the cap is refused without its body being read to the end', async () => {
     const boundary = 'endless';
-    const head = new TextEncoder().encode(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="huge.bin"\r\n\r\n`);
+    const head = new TextEncoder().encode(
+      `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="huge.bin"\r\n\r\n`,
+    );
     let pulled = 0;
     const total = 64 * 1024 * 1024;
     const body = new ReadableStream<Uint8Array>({
@@ -264,7 +425,10 @@ describe('refused uploads store nothing', () => {
     });
     const response = await gateway.app.request('http://gateway.test/v1/files', {
       method: 'POST',
-      headers: { 'x-gateway-api-key': refusing.workspaceKey, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      headers: {
+        'x-gateway-api-key': refusing.workspaceKey,
+        'content-type': `multipart/form-data; boundary=${boundary}`,
+      },
       body,
       duplex: 'half',
     });
@@ -292,7 +456,10 @@ describe('refused uploads store nothing', () => {
     });
     const response = await gateway.app.request('http://gateway.test/v1/files', {
       method: 'POST',
-      headers: { 'x-gateway-api-key': refusing.workspaceKey, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      headers: {
+        'x-gateway-api-key': refusing.workspaceKey,
+        'content-type': `multipart/form-data; boundary=${boundary}`,
+      },
       body,
       duplex: 'half',
     });
@@ -303,7 +470,10 @@ describe('refused uploads store nothing', () => {
 
   it('a stream that fails mid-body leaves neither a blob, a temporary file nor a row', async () => {
     const errorsBefore = gateway.logs.filter((line) => line.includes('"level":"error"')).length;
-    const whole = multipart([{ name: 'file', filename: 'cut.bin', bytes: new Uint8Array(30_000).fill(7) }, { name: 'purpose', value: 'assistants' }]);
+    const whole = multipart([
+      { name: 'file', filename: 'cut.bin', bytes: new Uint8Array(30_000).fill(7) },
+      { name: 'purpose', value: 'assistants' },
+    ]);
     const bytes = new Uint8Array(await whole.body.arrayBuffer());
     let sent = false;
     const cut = new ReadableStream<Uint8Array>({
@@ -334,7 +504,15 @@ describe('refused uploads store nothing', () => {
     // Where the workspace's directory should be, a file: the directory store cannot write there.
     mkdirSync(join(gateway.dataDir, 'files'), { recursive: true });
     writeFileSync(join(gateway.dataDir, 'files', broken.workspace.id), 'in the way');
-    const error = await errorOf(await upload(multipart([{ name: 'file', filename: 'a.txt', bytes: 'hello' }, { name: 'purpose', value: 'assistants' }]), broken.workspaceKey));
+    const error = await errorOf(
+      await upload(
+        multipart([
+          { name: 'file', filename: 'a.txt', bytes: 'hello' },
+          { name: 'purpose', value: 'assistants' },
+        ]),
+        broken.workspaceKey,
+      ),
+    );
     expect(error).toMatchObject({ status: 500, code: 'server_error' });
     expect(await fileRows(broken.workspace.id)).toBe(0);
     expect(gateway.logs.some((line) => line.includes('"level":"error"') && line.includes('/v1/files'))).toBe(true);
@@ -344,7 +522,10 @@ describe('refused uploads store nothing', () => {
     const { url, close } = await serveOverHttp(gateway);
     try {
       const { port } = new URL(url);
-      const whole = multipart([{ name: 'file', filename: 'gone.bin', bytes: new Uint8Array(50_000).fill(1) }, { name: 'purpose', value: 'assistants' }]);
+      const whole = multipart([
+        { name: 'file', filename: 'gone.bin', bytes: new Uint8Array(50_000).fill(1) },
+        { name: 'purpose', value: 'assistants' },
+      ]);
       const bytes = new Uint8Array(await whole.body.arrayBuffer());
       const socket = connect(Number(port), '127.0.0.1');
       await new Promise<void>((resolve) => socket.once('connect', resolve));
@@ -360,7 +541,9 @@ describe('refused uploads store nothing', () => {
       await until(() => storedBlobs().some((path) => path.includes(refusing.workspace.id)));
       socket.destroy();
       // The handler ends (the access log records it) and cleans up.
-      await until(() => gateway.logs.some((line) => line.includes('"path":"/v1/files"') && line.includes('"status":400')));
+      await until(() =>
+        gateway.logs.some((line) => line.includes('"path":"/v1/files"') && line.includes('"status":400')),
+      );
       await until(() => !storedBlobs().some((path) => path.includes(refusing.workspace.id)));
       expect(await fileRows(refusing.workspace.id)).toBe(0);
     } finally {
@@ -394,7 +577,10 @@ describe("a workspace's storage cap", () => {
             return form;
           })(),
         });
-      const blobs = () => readdirSync(join(capped.dataDir, 'files'), { recursive: true }).filter((name) => String(name).includes('file-'));
+      const blobs = () =>
+        readdirSync(join(capped.dataDir, 'files'), { recursive: true }).filter((name) =>
+          String(name).includes('file-'),
+        );
       // Five of 30 bytes at once: three fit.
       const answers = await Promise.all(Array.from({ length: 5 }, () => send(30)));
       expect(answers.map((response) => response.status).sort()).toEqual([200, 200, 200, 400, 400]);
@@ -415,8 +601,12 @@ describe("a workspace's storage cap", () => {
       // Another workspace has its own.
       expect((await send(100, (await capped.tenant()).workspaceKey)).status).toBe(200);
       // Deleting frees room.
-      const thirty = (await json(await capped.request('/v1/files', { key: owner.workspaceKey }))).data.find((file: { bytes: number }) => file.bytes === 30);
-      expect((await capped.request(`/v1/files/${thirty.id}`, { method: 'DELETE', key: owner.workspaceKey })).status).toBe(200);
+      const thirty = (await json(await capped.request('/v1/files', { key: owner.workspaceKey }))).data.find(
+        (file: { bytes: number }) => file.bytes === 30,
+      );
+      expect(
+        (await capped.request(`/v1/files/${thirty.id}`, { method: 'DELETE', key: owner.workspaceKey })).status,
+      ).toBe(200);
       expect((await send(30)).status).toBe(200);
     } finally {
       await capped.close();
@@ -431,12 +621,18 @@ describe("the disk's free space", () => {
     try {
       const owner = await full.tenant();
       const client = full.openai({ 'x-gateway-api-key': owner.workspaceKey });
-      const refused = await client.files.create({ file: await toFile(Buffer.from('no room'), 'full.txt'), purpose: 'assistants' }).catch((error: unknown) => error);
+      const refused = await client.files
+        .create({ file: await toFile(Buffer.from('no room'), 'full.txt'), purpose: 'assistants' })
+        .catch((error: unknown) => error);
       expect(refused).toMatchObject({ status: 507, code: 'insufficient_storage', param: null });
       expect(refused instanceof APIError && refused.headers?.get('x-should-retry')).toBe('false');
-      expect(readdirSync(join(full.dataDir, 'files'), { recursive: true }).filter((name) => String(name).includes('file-'))).toEqual([]);
+      expect(
+        readdirSync(join(full.dataDir, 'files'), { recursive: true }).filter((name) => String(name).includes('file-')),
+      ).toEqual([]);
       expect((await client.files.list()).data).toEqual([]);
-      expect(defined((await full.database.client.execute('SELECT count(*) AS n FROM file_reservations')).rows[0]).n).toBe(0);
+      expect(
+        defined((await full.database.client.execute('SELECT count(*) AS n FROM file_reservations')).rows[0]).n,
+      ).toBe(0);
       expect(full.logs.some((line) => line.includes('"level":"error"') && line.includes('StoreFull'))).toBe(true);
     } finally {
       await full.close();
@@ -493,7 +689,10 @@ describe('DELETE /v1/files/{file_id}', () => {
   it('deletes the row and the bytes, and the file is gone everywhere', async () => {
     const deleter = await gateway.tenant();
     const client = gateway.openai({ 'x-gateway-api-key': deleter.workspaceKey });
-    const created = await client.files.create({ file: await toFile(Buffer.from('bye'), 'bye.txt'), purpose: 'assistants' });
+    const created = await client.files.create({
+      file: await toFile(Buffer.from('bye'), 'bye.txt'),
+      purpose: 'assistants',
+    });
     expect(storedBlobs().filter((path) => path.includes(deleter.workspace.id))).toHaveLength(1);
     expect(await client.files.delete(created.id)).toEqual({ id: created.id, object: 'file', deleted: true });
     expect(storedBlobs().filter((path) => path.includes(deleter.workspace.id))).toEqual([]);
@@ -504,16 +703,29 @@ describe('DELETE /v1/files/{file_id}', () => {
     expect(again).toMatchObject({ code: 'file_not_found' });
   });
 
-  it("removes the file from its vector stores, chunks included, in the same batch: it is never searchable again", async () => {
+  it('removes the file from its vector stores, chunks included, in the same batch: it is never searchable again', async () => {
     const owner = await gateway.tenant();
     const client = gateway.openai({ 'x-gateway-api-key': owner.workspaceKey });
-    const kept = await client.files.create({ file: await toFile(Buffer.from('kept'), 'kept.txt'), purpose: 'assistants' });
-    const doomed = await client.files.create({ file: await toFile(Buffer.from('doomed'), 'doomed.txt'), purpose: 'assistants' });
+    const kept = await client.files.create({
+      file: await toFile(Buffer.from('kept'), 'kept.txt'),
+      purpose: 'assistants',
+    });
+    const doomed = await client.files.create({
+      file: await toFile(Buffer.from('doomed'), 'doomed.txt'),
+      purpose: 'assistants',
+    });
     const db = gateway.database.db;
     const now = Date.now();
     const stores = ['vs_filesTestStoreA', 'vs_filesTestStoreB'].map((id) => `${id}${crypto.randomUUID().slice(0, 8)}`);
     for (const id of stores) {
-      await db.insert(vectorStores).values({ id, workspaceId: owner.workspace.id, metadata: {}, createdAt: now, lastActiveAt: now, embeddingModel: 'm' });
+      await db.insert(vectorStores).values({
+        id,
+        workspaceId: owner.workspace.id,
+        metadata: {},
+        createdAt: now,
+        lastActiveAt: now,
+        embeddingModel: 'm',
+      });
       for (const file of [kept, doomed]) {
         await db.insert(vectorStoreFiles).values({
           vectorStoreId: id,
@@ -535,13 +747,25 @@ describe('DELETE /v1/files/{file_id}', () => {
       }
     }
     const keyword = async () =>
-      defined((await gateway.database.client.execute(`SELECT count(*) AS n FROM vector_store_chunks_fts WHERE vector_store_chunks_fts MATCH '"zebra"' AND vector_store_id IN ('${stores[0]}', '${stores[1]}')`)).rows[0]).n;
+      defined(
+        (
+          await gateway.database.client.execute(
+            `SELECT count(*) AS n FROM vector_store_chunks_fts WHERE vector_store_chunks_fts MATCH '"zebra"' AND vector_store_id IN ('${stores[0]}', '${stores[1]}')`,
+          )
+        ).rows[0],
+      ).n;
     expect(await keyword()).toBe(4);
 
     await client.files.delete(doomed.id);
-    const left = await db.select({ fileId: vectorStoreFiles.fileId }).from(vectorStoreFiles).where(eq(vectorStoreFiles.workspaceId, owner.workspace.id));
+    const left = await db
+      .select({ fileId: vectorStoreFiles.fileId })
+      .from(vectorStoreFiles)
+      .where(eq(vectorStoreFiles.workspaceId, owner.workspace.id));
     expect(left.map((row) => row.fileId)).toEqual([kept.id, kept.id]);
-    const chunks = await db.select({ fileId: vectorStoreChunks.fileId }).from(vectorStoreChunks).where(eq(vectorStoreChunks.fileId, doomed.id));
+    const chunks = await db
+      .select({ fileId: vectorStoreChunks.fileId })
+      .from(vectorStoreChunks)
+      .where(eq(vectorStoreChunks.fileId, doomed.id));
     expect(chunks).toEqual([]);
     expect(await keyword()).toBe(2);
   });
@@ -551,27 +775,45 @@ describe('workspaces', () => {
   it("another workspace's file is a 404 for every route, and never listed", async () => {
     const owner = await gateway.tenant();
     const stranger = await gateway.tenant({ organisationId: owner.organisationId });
-    const mine = await gateway.openai({ 'x-gateway-api-key': owner.workspaceKey }).files.create({ file: await toFile(Buffer.from('secret'), 's.txt'), purpose: 'assistants' });
+    const mine = await gateway
+      .openai({ 'x-gateway-api-key': owner.workspaceKey })
+      .files.create({ file: await toFile(Buffer.from('secret'), 's.txt'), purpose: 'assistants' });
     const theirs = gateway.openai({ 'x-gateway-api-key': stranger.workspaceKey });
-    for (const call of [() => theirs.files.retrieve(mine.id), () => theirs.files.content(mine.id), () => theirs.files.delete(mine.id)]) {
+    for (const call of [
+      () => theirs.files.retrieve(mine.id),
+      () => theirs.files.content(mine.id),
+      () => theirs.files.delete(mine.id),
+    ]) {
       const error = await call().catch((caught: unknown) => caught);
       expect(error).toBeInstanceOf(NotFoundError);
       expect(error).toMatchObject({ code: 'file_not_found' });
     }
     expect((await theirs.files.list()).data).toEqual([]);
-    expect(await errorOf(await gateway.request(`/v1/files?after=${mine.id}`, { key: stranger.workspaceKey }))).toMatchObject({ status: 400, param: 'after' });
+    expect(
+      await errorOf(await gateway.request(`/v1/files?after=${mine.id}`, { key: stranger.workspaceKey })),
+    ).toMatchObject({ status: 400, param: 'after' });
     // The organisation key names the workspace, as for assistants.
-    const viaOrg = await gateway.request(`/v1/files/${mine.id}`, { key: owner.orgKey, headers: { 'x-gateway-workspace-id': owner.workspace.slug } });
+    const viaOrg = await gateway.request(`/v1/files/${mine.id}`, {
+      key: owner.orgKey,
+      headers: { 'x-gateway-workspace-id': owner.workspace.slug },
+    });
     expect(await json(viaOrg)).toMatchObject({ id: mine.id });
-    expect(await (await gateway.openai({ 'x-gateway-api-key': owner.workspaceKey }).files.content(mine.id)).text()).toBe('secret');
+    expect(
+      await (await gateway.openai({ 'x-gateway-api-key': owner.workspaceKey }).files.content(mine.id)).text(),
+    ).toBe('secret');
   });
 
   it('an upload needs a key, and an organisation key names its workspace', async () => {
-    const form = multipart([{ name: 'file', filename: 'a.txt', bytes: 'a' }, { name: 'purpose', value: 'assistants' }]);
+    const form = multipart([
+      { name: 'file', filename: 'a.txt', bytes: 'a' },
+      { name: 'purpose', value: 'assistants' },
+    ]);
     expect(await errorOf(await upload(form, ''))).toMatchObject({ status: 401 });
     const owner = await gateway.tenant();
-    expect(await errorOf(await upload(form, owner.orgKey))).toMatchObject({ status: 400, param: 'x-gateway-workspace-id' });
+    expect(await errorOf(await upload(form, owner.orgKey))).toMatchObject({
+      status: 400,
+      param: 'x-gateway-workspace-id',
+    });
     expect(await fileRows(owner.workspace.id)).toBe(0);
   });
 });
-

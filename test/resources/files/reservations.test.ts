@@ -45,7 +45,10 @@ function onDisk(): { path: string; bytes: number }[] {
   }
 }
 
-const bytesOf = (tenant: Tenant) => onDisk().filter((file) => file.path.includes(tenant.workspace.id)).reduce((sum, file) => sum + file.bytes, 0);
+const bytesOf = (tenant: Tenant) =>
+  onDisk()
+    .filter((file) => file.path.includes(tenant.workspace.id))
+    .reduce((sum, file) => sum + file.bytes, 0);
 
 const reservations = () => gateway.database.db.select().from(fileReservations).orderBy(fileReservations.seq);
 
@@ -68,7 +71,9 @@ function heldUpload(tenant: Tenant, options: { contentLength?: number } = {}): H
   const boundary = `held${crypto.randomUUID()}`;
   const encoder = new TextEncoder();
   const queue: (Uint8Array | null)[] = [
-    encoder.encode(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="held.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`),
+    encoder.encode(
+      `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="held.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`,
+    ),
   ];
   let wake = () => {};
   let read = 0;
@@ -89,14 +94,22 @@ function heldUpload(tenant: Tenant, options: { contentLength?: number } = {}): H
     queue.push(...chunks);
     wake();
   };
-  const headers: Record<string, string> = { 'x-gateway-api-key': tenant.workspaceKey, 'content-type': `multipart/form-data; boundary=${boundary}` };
+  const headers: Record<string, string> = {
+    'x-gateway-api-key': tenant.workspaceKey,
+    'content-type': `multipart/form-data; boundary=${boundary}`,
+  };
   if (options.contentLength !== undefined) headers['content-length'] = String(options.contentLength);
   return {
     send(bytes) {
       for (let sent = 0; sent < bytes; sent += PIECE) push(new Uint8Array(Math.min(PIECE, bytes - sent)).fill(7));
     },
     finish() {
-      push(encoder.encode(`\r\n--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nassistants\r\n--${boundary}--\r\n`), null);
+      push(
+        encoder.encode(
+          `\r\n--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nassistants\r\n--${boundary}--\r\n`,
+        ),
+        null,
+      );
     },
     read: () => read,
     response: gateway.app.request('http://gateway.test/v1/files', { method: 'POST', headers, body, duplex: 'half' }),
@@ -158,7 +171,10 @@ describe('an upload reserves its bytes before they are written', () => {
 
     // The older one needs more than is left beside the younger one's: it waits, and says so.
     older.send(1.5 * MIB);
-    await until(async () => (await reservations()).some((row) => row.blobKey === olderKey && row.waiting), 'the older upload waits');
+    await until(
+      async () => (await reservations()).some((row) => row.blobKey === olderKey && row.waiting),
+      'the older upload waits',
+    );
     // The younger one, short of room while an older one waits, is refused at once, having read none of the rest.
     const readBefore = younger.read();
     younger.send(1.5 * MIB);
@@ -250,7 +266,9 @@ describe('what nothing will hold is swept', () => {
     again.send(10);
     again.finish();
     const kept = await json(await again.response);
-    expect((await gateway.request(`/v1/files/${kept.id}`, { method: 'DELETE', key: tenant.workspaceKey })).status).toBe(200);
+    expect((await gateway.request(`/v1/files/${kept.id}`, { method: 'DELETE', key: tenant.workspaceKey })).status).toBe(
+      200,
+    );
     expect(await reservedKeys()).toEqual([]);
     expect(bytesOf(tenant)).toBe(0);
   });
@@ -264,7 +282,10 @@ describe('what nothing will hold is swept', () => {
     const file = await json(await admitted.response);
     const underWay = heldUpload(tenant);
     underWay.send(PIECE);
-    await until(() => onDisk().some((found) => found.path.startsWith('.uploads/') && found.path.includes(ws)), 'the upload under way is on disk');
+    await until(
+      () => onDisk().some((found) => found.path.startsWith('.uploads/') && found.path.includes(ws)),
+      'the upload under way is on disk',
+    );
 
     // What a crash leaves: a blob without a row, a temporary file of an upload without a reservation,
     // and temporary files of an earlier version (the key not in their name), one old and one fresh.
@@ -281,7 +302,9 @@ describe('what nothing will hold is swept', () => {
 
     const removed = await sweepStoredBlobs(gateway.deps, nodeBlobStore(gateway.deps.config).list());
     expect(removed).toBeGreaterThanOrEqual(3);
-    const left = onDisk().filter((found) => found.path.includes(ws)).map((found) => found.path);
+    const left = onDisk()
+      .filter((found) => found.path.includes(ws))
+      .map((found) => found.path);
     expect(left).toContain(`${ws}/${file.id}`);
     expect(left).toContain(freshStray.slice(filesDir().length + 1));
     expect(left.filter((path) => path.startsWith('.uploads/'))).toHaveLength(1);

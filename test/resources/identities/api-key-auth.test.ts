@@ -40,7 +40,11 @@ describe('x-gateway-api-key on every /v1 route', () => {
     ['empty', () => '', 'missing_api_key'],
     ['unknown', () => 'gk_' + 'A'.repeat(43), 'invalid_api_key'],
     ['not a gateway key', () => 'sk-proj-abc123', 'invalid_api_key'],
-    ['a workspace key with a character changed', () => tenant.workspaceKey.slice(0, -1) + (tenant.workspaceKey.endsWith('A') ? 'B' : 'A'), 'invalid_api_key'],
+    [
+      'a workspace key with a character changed',
+      () => tenant.workspaceKey.slice(0, -1) + (tenant.workspaceKey.endsWith('A') ? 'B' : 'A'),
+      'invalid_api_key',
+    ],
     ['revoked', () => revokedKey, 'invalid_api_key'],
   ];
 

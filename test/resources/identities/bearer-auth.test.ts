@@ -88,7 +88,10 @@ describe('Authorization: Bearer', () => {
     const fresh = await gateway.tenant();
     expect((await call(bearer(fresh.workspaceKey))).status).toBe(200);
     await revokeApiKey(gateway.database.db, fresh.workspaceKeyId, gateway.clock.now());
-    expect(await errorOf(await call(bearer(fresh.workspaceKey)))).toMatchObject({ status: 401, code: 'invalid_api_key' });
+    expect(await errorOf(await call(bearer(fresh.workspaceKey)))).toMatchObject({
+      status: 401,
+      code: 'invalid_api_key',
+    });
   });
 
   it('is missing when absent, empty or another scheme, and the message names both ways', async () => {

@@ -50,10 +50,21 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
   const policy = await json(
     await gateway.request('/v1/policies/rate-limits', {
       key,
-      body: { name: marker, conditions: [{ key: 'model', value: marker }], group_by: [{ key: 'api_key' }], type: 'requests', unit: 'rpm', value: 1000 },
+      body: {
+        name: marker,
+        conditions: [{ key: 'model', value: marker }],
+        group_by: [{ key: 'api_key' }],
+        type: 'requests',
+        unit: 'rpm',
+        value: 1000,
+      },
     }),
   );
-  const virtualKey = await gateway.virtualKey(tenant, { base_url: `http://${marker}.upstream.test/v1`, slug: 'shared-slug', api_key: `sk-${marker}` });
+  const virtualKey = await gateway.virtualKey(tenant, {
+    base_url: `http://${marker}.upstream.test/v1`,
+    slug: 'shared-slug',
+    api_key: `sk-${marker}`,
+  });
   const assistant = await json(
     await gateway.request('/v1/assistants', {
       key,
@@ -74,19 +85,30 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
         body: {
           assistant_id: assistant.id,
           metadata: { owner: marker },
-          thread: { messages: [{ role: 'user', content: `${marker}\n${fakeDirective(scenario)}` }], metadata: { owner: marker } },
+          thread: {
+            messages: [{ role: 'user', content: `${marker}\n${fakeDirective(scenario)}` }],
+            metadata: { owner: marker },
+          },
         },
       }),
     );
   const image = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, ...new TextEncoder().encode(marker)]);
-  const file = await gateway.openai({ 'x-gateway-api-key': key }).files.create({ file: await toFile(image, `${marker}.png`), purpose: 'vision' });
+  const file = await gateway
+    .openai({ 'x-gateway-api-key': key })
+    .files.create({ file: await toFile(image, `${marker}.png`), purpose: 'vision' });
   const waiting = await run({ tool_calls: 1 });
   const done = await run({ reply: marker });
   const storeFileId = await storeFile(gateway, tenant, { filename: `${marker}.txt`, content: marker });
   const store = await json(
-    await gateway.request('/v1/vector_stores', { key, headers: { 'x-gateway-virtual-key': virtualKey }, body: { name: marker, metadata: { owner: marker } } }),
+    await gateway.request('/v1/vector_stores', {
+      key,
+      headers: { 'x-gateway-virtual-key': virtualKey },
+      body: { name: marker, metadata: { owner: marker } },
+    }),
   );
-  const batch = await json(await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, { key, body: { file_ids: [storeFileId] } }));
+  const batch = await json(
+    await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, { key, body: { file_ids: [storeFileId] } }),
+  );
   await gateway.tasks.drain(10_000);
   const current = await json(await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}`, { key }));
   expect(current.status).toBe('requires_action');
@@ -111,7 +133,8 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
 /** What the owner itself sees of its holdings: must be the same after the matrix. */
 async function ownView(h: Holdings) {
   const key = h.tenant.workspaceKey;
-  const get = async (path: string, headers: Record<string, string> = {}) => json(await gateway.request(path, { key, headers }));
+  const get = async (path: string, headers: Record<string, string> = {}) =>
+    json(await gateway.request(path, { key, headers }));
   return {
     policy: await get(`/v1/policies/rate-limits/${h.policyId}`),
     policies: await get('/v1/policies/rate-limits'),
@@ -126,7 +149,9 @@ async function ownView(h: Holdings) {
     file: await get(`/v1/files/${h.fileId}`),
     files: await get('/v1/files'),
     content: await (await gateway.request(`/v1/files/${h.fileId}/content`, { key })).text(),
-    search: await json(await gateway.request(`/v1/vector_stores/${h.storeId}/search`, { key, body: { query: h.marker } })),
+    search: await json(
+      await gateway.request(`/v1/vector_stores/${h.storeId}/search`, { key, body: { query: h.marker } }),
+    ),
     store: await get(`/v1/vector_stores/${h.storeId}`),
     storeFiles: await get(`/v1/vector_stores/${h.storeId}/files`),
     storeFile: await get(`/v1/vector_stores/${h.storeId}/files/${h.storeFileId}`),
@@ -183,19 +208,39 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/policies/rate-limits?workspace_id=${v.tenant.workspace.slug}` },
   ],
   'POST /v1/policies/rate-limits': (v, caller) => {
-    const policy = { conditions: [{ key: 'model', value: '*' }], group_by: [{ key: 'model' }], type: 'requests', unit: 'rpm', value: 1 };
+    const policy = {
+      conditions: [{ key: 'model', value: '*' }],
+      group_by: [{ key: 'model' }],
+      type: 'requests',
+      unit: 'rpm',
+      value: 1,
+    };
     const own = caller.organisation ? { organisation_id: a.tenant.organisationId } : {};
     const probes: Probe[] = [
-      { method: 'POST', path: '/v1/policies/rate-limits', body: { ...policy, ...own, workspace_id: v.tenant.workspace.id } },
-      { method: 'POST', path: '/v1/policies/rate-limits', body: { ...policy, workspace_id: v.tenant.workspace.id, organisation_id: v.tenant.organisationId } },
+      {
+        method: 'POST',
+        path: '/v1/policies/rate-limits',
+        body: { ...policy, ...own, workspace_id: v.tenant.workspace.id },
+      },
+      {
+        method: 'POST',
+        path: '/v1/policies/rate-limits',
+        body: { ...policy, workspace_id: v.tenant.workspace.id, organisation_id: v.tenant.organisationId },
+      },
     ];
     if (v.tenant.organisationId !== a.tenant.organisationId) {
-      probes.push({ method: 'POST', path: '/v1/policies/rate-limits', body: { ...policy, workspace_id: a.tenant.workspace.id, organisation_id: v.tenant.organisationId } });
+      probes.push({
+        method: 'POST',
+        path: '/v1/policies/rate-limits',
+        body: { ...policy, workspace_id: a.tenant.workspace.id, organisation_id: v.tenant.organisationId },
+      });
     }
     return probes;
   },
   'GET /v1/policies/rate-limits/:id': (v) => [{ method: 'GET', path: `/v1/policies/rate-limits/${v.policyId}` }],
-  'PUT /v1/policies/rate-limits/:id': (v) => [{ method: 'PUT', path: `/v1/policies/rate-limits/${v.policyId}`, body: { value: 1 } }],
+  'PUT /v1/policies/rate-limits/:id': (v) => [
+    { method: 'PUT', path: `/v1/policies/rate-limits/${v.policyId}`, body: { value: 1 } },
+  ],
   'DELETE /v1/policies/rate-limits/:id': (v) => [{ method: 'DELETE', path: `/v1/policies/rate-limits/${v.policyId}` }],
   'GET /v1/virtual-keys': (v) => [
     { method: 'GET', path: `/v1/virtual-keys${scopeQuery()}`, list: true },
@@ -203,15 +248,31 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/virtual-keys?workspace_id=${v.tenant.workspace.id}` },
   ],
   'POST /v1/virtual-keys': (v) => [
-    { method: 'POST', path: '/v1/virtual-keys', body: { slug: 'planted', provider: 'openai', api_key: 'sk-x', workspace_id: v.tenant.workspace.id } },
-    { method: 'POST', path: '/v1/virtual-keys', body: { slug: 'planted', provider: 'openai', api_key: 'sk-x', workspace_id: v.tenant.workspace.slug } },
+    {
+      method: 'POST',
+      path: '/v1/virtual-keys',
+      body: { slug: 'planted', provider: 'openai', api_key: 'sk-x', workspace_id: v.tenant.workspace.id },
+    },
+    {
+      method: 'POST',
+      path: '/v1/virtual-keys',
+      body: { slug: 'planted', provider: 'openai', api_key: 'sk-x', workspace_id: v.tenant.workspace.slug },
+    },
   ],
   'POST /v1/virtual-keys/:slug': (v) => [
     // The same slug exists in a: naming a's workspace updates a's key, never v's (checked below).
-    { method: 'POST', path: `/v1/virtual-keys/${v.virtualKey}`, body: { workspace_id: v.tenant.workspace.id, base_url: 'https://planted.example/v1' } },
+    {
+      method: 'POST',
+      path: `/v1/virtual-keys/${v.virtualKey}`,
+      body: { workspace_id: v.tenant.workspace.id, base_url: 'https://planted.example/v1' },
+    },
   ],
   'PATCH /v1/virtual-keys/:slug': (v) => [
-    { method: 'PATCH', path: `/v1/virtual-keys/${v.virtualKey}`, body: { workspace_id: v.tenant.workspace.slug, models: ['planted'] } },
+    {
+      method: 'PATCH',
+      path: `/v1/virtual-keys/${v.virtualKey}`,
+      body: { workspace_id: v.tenant.workspace.slug, models: ['planted'] },
+    },
   ],
   'DELETE /v1/virtual-keys/:slug': (v) => [
     { method: 'DELETE', path: `/v1/virtual-keys/${v.virtualKey}?workspace_id=${v.tenant.workspace.id}` },
@@ -228,44 +289,108 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: '/v1/assistants', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
   ],
   'POST /v1/assistants': (v) => [
-    { method: 'POST', path: '/v1/assistants', headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug }, body: { model: 'm' } },
+    {
+      method: 'POST',
+      path: '/v1/assistants',
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug },
+      body: { model: 'm' },
+    },
   ],
   'GET /v1/assistants/:assistant_id': (v) => [
-    { method: 'GET', path: `/v1/assistants/${v.assistantId}`, headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey } },
-    { method: 'GET', path: `/v1/assistants/${a.assistantId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id, 'x-gateway-virtual-key': v.virtualKey } },
+    {
+      method: 'GET',
+      path: `/v1/assistants/${v.assistantId}`,
+      headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey },
+    },
+    {
+      method: 'GET',
+      path: `/v1/assistants/${a.assistantId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id, 'x-gateway-virtual-key': v.virtualKey },
+    },
   ],
   'POST /v1/assistants/:assistant_id': (v) => [
     { method: 'POST', path: `/v1/assistants/${v.assistantId}`, headers: scope(), body: { name: 'planted' } },
-    { method: 'POST', path: `/v1/assistants/${v.assistantId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { name: 'planted' } },
+    {
+      method: 'POST',
+      path: `/v1/assistants/${v.assistantId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+      body: { name: 'planted' },
+    },
   ],
   'DELETE /v1/assistants/:assistant_id': (v) => [
     { method: 'DELETE', path: `/v1/assistants/${v.assistantId}`, headers: scope() },
-    { method: 'DELETE', path: `/v1/assistants/${v.assistantId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+    {
+      method: 'DELETE',
+      path: `/v1/assistants/${v.assistantId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+    },
   ],
   'POST /v1/threads/runs': (v) => {
-    const body = (assistant: string) => ({ assistant_id: assistant, thread: { messages: [{ role: 'user', content: 'hi' }] } });
+    const body = (assistant: string) => ({
+      assistant_id: assistant,
+      thread: { messages: [{ role: 'user', content: 'hi' }] },
+    });
     return [
-      { method: 'POST', path: '/v1/threads/runs', headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey }, body: body(v.assistantId) },
-      { method: 'POST', path: '/v1/threads/runs', headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey }, body: { ...body(v.assistantId), stream: true } },
-      { method: 'POST', path: '/v1/threads/runs', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id, 'x-gateway-virtual-key': v.virtualKey }, body: body(v.assistantId) },
+      {
+        method: 'POST',
+        path: '/v1/threads/runs',
+        headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey },
+        body: body(v.assistantId),
+      },
+      {
+        method: 'POST',
+        path: '/v1/threads/runs',
+        headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey },
+        body: { ...body(v.assistantId), stream: true },
+      },
+      {
+        method: 'POST',
+        path: '/v1/threads/runs',
+        headers: { 'x-gateway-workspace-id': v.tenant.workspace.id, 'x-gateway-virtual-key': v.virtualKey },
+        body: body(v.assistantId),
+      },
     ];
   },
   'POST /v1/threads': (v) => [
-    { method: 'POST', path: '/v1/threads', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { metadata: { planted: 'yes' } } },
+    {
+      method: 'POST',
+      path: '/v1/threads',
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+      body: { metadata: { planted: 'yes' } },
+    },
     { method: 'POST', path: '/v1/threads', headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug }, body: {} },
   ],
   'POST /v1/threads/:thread_id': (v) => [
     { method: 'POST', path: `/v1/threads/${v.doneThreadId}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
-    { method: 'POST', path: `/v1/threads/${v.doneThreadId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { metadata: { planted: 'yes' } } },
+    {
+      method: 'POST',
+      path: `/v1/threads/${v.doneThreadId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+      body: { metadata: { planted: 'yes' } },
+    },
   ],
   'DELETE /v1/threads/:thread_id': (v) => [
     { method: 'DELETE', path: `/v1/threads/${v.doneThreadId}`, headers: scope() },
     { method: 'DELETE', path: `/v1/threads/${v.threadId}`, headers: scope() },
-    { method: 'DELETE', path: `/v1/threads/${v.doneThreadId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+    {
+      method: 'DELETE',
+      path: `/v1/threads/${v.doneThreadId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+    },
   ],
   'POST /v1/threads/:thread_id/messages': (v) => [
-    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/messages`, headers: scope(), body: { role: 'user', content: 'planted' } },
-    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/messages`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { role: 'user', content: 'planted' } },
+    {
+      method: 'POST',
+      path: `/v1/threads/${v.doneThreadId}/messages`,
+      headers: scope(),
+      body: { role: 'user', content: 'planted' },
+    },
+    {
+      method: 'POST',
+      path: `/v1/threads/${v.doneThreadId}/messages`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+      body: { role: 'user', content: 'planted' },
+    },
     // The victim's image in the caller's own thread: as unknown as any file id.
     {
       method: 'POST',
@@ -281,8 +406,18 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/threads/${a.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope() },
   ],
   'POST /v1/threads/:thread_id/messages/:message_id': (v) => [
-    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
-    { method: 'POST', path: `/v1/threads/${a.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
+    {
+      method: 'POST',
+      path: `/v1/threads/${v.doneThreadId}/messages/${firstMessageOf(v)}`,
+      headers: scope(),
+      body: { metadata: { planted: 'yes' } },
+    },
+    {
+      method: 'POST',
+      path: `/v1/threads/${a.doneThreadId}/messages/${firstMessageOf(v)}`,
+      headers: scope(),
+      body: { metadata: { planted: 'yes' } },
+    },
   ],
   'DELETE /v1/threads/:thread_id/messages/:message_id': (v) => [
     { method: 'DELETE', path: `/v1/threads/${v.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope() },
@@ -294,8 +429,18 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
   ],
   'GET /v1/threads/:thread_id/messages': (v) => [
     { method: 'GET', path: `/v1/threads/${v.doneThreadId}/messages`, headers: scope() },
-    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/messages?run_id=${v.doneRunId}`, headers: scope(), list: true },
-    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/messages?after=${firstMessageOf(v)}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    {
+      method: 'GET',
+      path: `/v1/threads/${a.doneThreadId}/messages?run_id=${v.doneRunId}`,
+      headers: scope(),
+      list: true,
+    },
+    {
+      method: 'GET',
+      path: `/v1/threads/${a.doneThreadId}/messages?after=${firstMessageOf(v)}`,
+      headers: scope(),
+      refusals: UNKNOWN_CURSOR,
+    },
   ],
   'GET /v1/threads/:thread_id/runs/:run_id': (v) => [
     { method: 'GET', path: `/v1/threads/${v.doneThreadId}/runs/${v.doneRunId}`, headers: scope() },
@@ -304,28 +449,75 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
   ],
   'GET /v1/threads/:thread_id/runs': (v) => [
     { method: 'GET', path: `/v1/threads/${v.doneThreadId}/runs`, headers: scope() },
-    { method: 'GET', path: `/v1/threads/${v.doneThreadId}/runs`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
-    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/runs?after=${v.doneRunId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    {
+      method: 'GET',
+      path: `/v1/threads/${v.doneThreadId}/runs`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+    },
+    {
+      method: 'GET',
+      path: `/v1/threads/${a.doneThreadId}/runs?after=${v.doneRunId}`,
+      headers: scope(),
+      refusals: UNKNOWN_CURSOR,
+    },
   ],
   'POST /v1/threads/:thread_id/runs': (v) => [
     // The victim's thread with the caller's assistant and key; the caller's thread with the victim's assistant.
-    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/runs`, headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey }, body: { assistant_id: a.assistantId } },
-    { method: 'POST', path: `/v1/threads/${a.doneThreadId}/runs`, headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey }, body: { assistant_id: v.assistantId, stream: true } },
-    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/runs`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id, 'x-gateway-virtual-key': v.virtualKey }, body: { assistant_id: v.assistantId } },
+    {
+      method: 'POST',
+      path: `/v1/threads/${v.doneThreadId}/runs`,
+      headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey },
+      body: { assistant_id: a.assistantId },
+    },
+    {
+      method: 'POST',
+      path: `/v1/threads/${a.doneThreadId}/runs`,
+      headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey },
+      body: { assistant_id: v.assistantId, stream: true },
+    },
+    {
+      method: 'POST',
+      path: `/v1/threads/${v.doneThreadId}/runs`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id, 'x-gateway-virtual-key': v.virtualKey },
+      body: { assistant_id: v.assistantId },
+    },
   ],
   'POST /v1/threads/:thread_id/runs/:run_id': (v) => [
-    { method: 'POST', path: `/v1/threads/${v.doneThreadId}/runs/${v.doneRunId}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
-    { method: 'POST', path: `/v1/threads/${a.doneThreadId}/runs/${v.doneRunId}`, headers: scope(), body: { metadata: { planted: 'yes' } } },
+    {
+      method: 'POST',
+      path: `/v1/threads/${v.doneThreadId}/runs/${v.doneRunId}`,
+      headers: scope(),
+      body: { metadata: { planted: 'yes' } },
+    },
+    {
+      method: 'POST',
+      path: `/v1/threads/${a.doneThreadId}/runs/${v.doneRunId}`,
+      headers: scope(),
+      body: { metadata: { planted: 'yes' } },
+    },
   ],
   'GET /v1/threads/:thread_id/runs/:run_id/steps': (v) => [
     { method: 'GET', path: `/v1/threads/${v.doneThreadId}/runs/${v.doneRunId}/steps`, headers: scope() },
     { method: 'GET', path: `/v1/threads/${a.doneThreadId}/runs/${v.doneRunId}/steps`, headers: scope() },
-    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/runs/${a.doneRunId}/steps?after=${firstStepOf(v)}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    {
+      method: 'GET',
+      path: `/v1/threads/${a.doneThreadId}/runs/${a.doneRunId}/steps?after=${firstStepOf(v)}`,
+      headers: scope(),
+      refusals: UNKNOWN_CURSOR,
+    },
   ],
   'GET /v1/threads/:thread_id/runs/:run_id/steps/:step_id': (v) => [
-    { method: 'GET', path: `/v1/threads/${v.doneThreadId}/runs/${v.doneRunId}/steps/${firstStepOf(v)}`, headers: scope() },
+    {
+      method: 'GET',
+      path: `/v1/threads/${v.doneThreadId}/runs/${v.doneRunId}/steps/${firstStepOf(v)}`,
+      headers: scope(),
+    },
     // The caller's own run with the victim's step.
-    { method: 'GET', path: `/v1/threads/${a.doneThreadId}/runs/${a.doneRunId}/steps/${firstStepOf(v)}`, headers: scope() },
+    {
+      method: 'GET',
+      path: `/v1/threads/${a.doneThreadId}/runs/${a.doneRunId}/steps/${firstStepOf(v)}`,
+      headers: scope(),
+    },
   ],
   'POST /v1/threads/:thread_id/runs/:run_id/submit_tool_outputs': (v) => [
     {
@@ -362,16 +554,29 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
   ],
   'GET /v1/files/:file_id/content': (v) => [
     { method: 'GET', path: `/v1/files/${v.fileId}/content`, headers: scope() },
-    { method: 'GET', path: `/v1/files/${v.fileId}/content`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug } },
+    {
+      method: 'GET',
+      path: `/v1/files/${v.fileId}/content`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug },
+    },
   ],
   'POST /v1/vector_stores/:vector_store_id/search': (v) => [
     { method: 'POST', path: `/v1/vector_stores/${v.storeId}/search`, headers: scope(), body: { query: v.marker } },
-    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/search`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { query: v.marker } },
+    {
+      method: 'POST',
+      path: `/v1/vector_stores/${v.storeId}/search`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+      body: { query: v.marker },
+    },
   ],
   'POST /v1/threads/:thread_id/runs/:run_id/cancel': (v) => [
     { method: 'POST', path: `/v1/threads/${v.threadId}/runs/${v.runId}/cancel`, headers: scope() },
     { method: 'POST', path: `/v1/threads/${a.threadId}/runs/${v.runId}/cancel`, headers: scope() },
-    { method: 'POST', path: `/v1/threads/${v.threadId}/runs/${v.runId}/cancel`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug } },
+    {
+      method: 'POST',
+      path: `/v1/threads/${v.threadId}/runs/${v.runId}/cancel`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug },
+    },
   ],
   'GET /v1/vector_stores': (v) => [
     { method: 'GET', path: '/v1/vector_stores', headers: scope(), list: true },
@@ -379,37 +584,85 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: '/v1/vector_stores', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
   ],
   'POST /v1/vector_stores': (v) => [
-    { method: 'POST', path: '/v1/vector_stores', headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug }, body: { name: 'planted' } },
+    {
+      method: 'POST',
+      path: '/v1/vector_stores',
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug },
+      body: { name: 'planted' },
+    },
     // The caller's own store, with the victim's file or the victim's virtual key.
-    { method: 'POST', path: '/v1/vector_stores', headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey }, body: { file_ids: [v.storeFileId] } },
+    {
+      method: 'POST',
+      path: '/v1/vector_stores',
+      headers: { ...scope(), 'x-gateway-virtual-key': a.virtualKey },
+      body: { file_ids: [v.storeFileId] },
+    },
   ],
   'GET /v1/vector_stores/:vector_store_id': (v) => [
     { method: 'GET', path: `/v1/vector_stores/${v.storeId}`, headers: scope() },
-    { method: 'GET', path: `/v1/vector_stores/${v.storeId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+    {
+      method: 'GET',
+      path: `/v1/vector_stores/${v.storeId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+    },
   ],
   'POST /v1/vector_stores/:vector_store_id': (v) => [
     { method: 'POST', path: `/v1/vector_stores/${v.storeId}`, headers: scope(), body: { name: 'planted' } },
-    { method: 'POST', path: `/v1/vector_stores/${v.storeId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id }, body: { name: 'planted' } },
+    {
+      method: 'POST',
+      path: `/v1/vector_stores/${v.storeId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+      body: { name: 'planted' },
+    },
   ],
   'DELETE /v1/vector_stores/:vector_store_id': (v) => [
     { method: 'DELETE', path: `/v1/vector_stores/${v.storeId}`, headers: scope() },
-    { method: 'DELETE', path: `/v1/vector_stores/${v.storeId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+    {
+      method: 'DELETE',
+      path: `/v1/vector_stores/${v.storeId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+    },
   ],
   'POST /v1/vector_stores/:vector_store_id/files': (v) => [
-    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/files`, headers: scope(), body: { file_id: a.storeFileId } },
-    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/files`, headers: scope(), body: { file_id: v.storeFileId } },
+    {
+      method: 'POST',
+      path: `/v1/vector_stores/${v.storeId}/files`,
+      headers: scope(),
+      body: { file_id: a.storeFileId },
+    },
+    {
+      method: 'POST',
+      path: `/v1/vector_stores/${a.storeId}/files`,
+      headers: scope(),
+      body: { file_id: v.storeFileId },
+    },
   ],
   'GET /v1/vector_stores/:vector_store_id/files': (v) => [
     { method: 'GET', path: `/v1/vector_stores/${v.storeId}/files`, headers: scope() },
-    { method: 'GET', path: `/v1/vector_stores/${a.storeId}/files?after=${v.storeFileId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    {
+      method: 'GET',
+      path: `/v1/vector_stores/${a.storeId}/files?after=${v.storeFileId}`,
+      headers: scope(),
+      refusals: UNKNOWN_CURSOR,
+    },
   ],
   'GET /v1/vector_stores/:vector_store_id/files/:file_id': (v) => [
     { method: 'GET', path: `/v1/vector_stores/${v.storeId}/files/${v.storeFileId}`, headers: scope() },
     { method: 'GET', path: `/v1/vector_stores/${a.storeId}/files/${v.storeFileId}`, headers: scope() },
   ],
   'POST /v1/vector_stores/:vector_store_id/files/:file_id': (v) => [
-    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/files/${v.storeFileId}`, headers: scope(), body: { attributes: { planted: true } } },
-    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/files/${v.storeFileId}`, headers: scope(), body: { attributes: { planted: true } } },
+    {
+      method: 'POST',
+      path: `/v1/vector_stores/${v.storeId}/files/${v.storeFileId}`,
+      headers: scope(),
+      body: { attributes: { planted: true } },
+    },
+    {
+      method: 'POST',
+      path: `/v1/vector_stores/${a.storeId}/files/${v.storeFileId}`,
+      headers: scope(),
+      body: { attributes: { planted: true } },
+    },
   ],
   'DELETE /v1/vector_stores/:vector_store_id/files/:file_id': (v) => [
     { method: 'DELETE', path: `/v1/vector_stores/${v.storeId}/files/${v.storeFileId}`, headers: scope() },
@@ -420,8 +673,18 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/vector_stores/${a.storeId}/files/${v.storeFileId}/content`, headers: scope() },
   ],
   'POST /v1/vector_stores/:vector_store_id/file_batches': (v) => [
-    { method: 'POST', path: `/v1/vector_stores/${v.storeId}/file_batches`, headers: scope(), body: { file_ids: [a.storeFileId] } },
-    { method: 'POST', path: `/v1/vector_stores/${a.storeId}/file_batches`, headers: scope(), body: { files: [{ file_id: v.storeFileId }] } },
+    {
+      method: 'POST',
+      path: `/v1/vector_stores/${v.storeId}/file_batches`,
+      headers: scope(),
+      body: { file_ids: [a.storeFileId] },
+    },
+    {
+      method: 'POST',
+      path: `/v1/vector_stores/${a.storeId}/file_batches`,
+      headers: scope(),
+      body: { files: [{ file_id: v.storeFileId }] },
+    },
   ],
   'GET /v1/vector_stores/:vector_store_id/file_batches/:batch_id': (v) => [
     { method: 'GET', path: `/v1/vector_stores/${v.storeId}/file_batches/${v.batchId}`, headers: scope() },
@@ -483,10 +746,14 @@ describe('the isolation matrix', () => {
 
   it('keeps every route of every caller away from other workspaces and organisations', async () => {
     for (const victim of [b, c]) {
-      const messages = await json(await gateway.request(`/v1/threads/${victim.doneThreadId}/messages`, { key: victim.tenant.workspaceKey }));
+      const messages = await json(
+        await gateway.request(`/v1/threads/${victim.doneThreadId}/messages`, { key: victim.tenant.workspaceKey }),
+      );
       victimMessages.set(victim.marker, messages.data[0].id);
       const steps = await json(
-        await gateway.request(`/v1/threads/${victim.doneThreadId}/runs/${victim.doneRunId}/steps`, { key: victim.tenant.workspaceKey }),
+        await gateway.request(`/v1/threads/${victim.doneThreadId}/runs/${victim.doneRunId}/steps`, {
+          key: victim.tenant.workspaceKey,
+        }),
       );
       victimSteps.set(victim.marker, steps.data[0].id);
     }
@@ -502,10 +769,20 @@ describe('the isolation matrix', () => {
         for (const [route, probes] of Object.entries(MATRIX)) {
           for (const probe of probes(victim, caller)) {
             const headers: Record<string, string> = { ...probe.headers };
-            if (caller.organisation && !headers['x-gateway-workspace-id'] && !probe.path.startsWith('/v1/policies') && !probe.path.startsWith('/v1/virtual-keys')) {
+            if (
+              caller.organisation &&
+              !headers['x-gateway-workspace-id'] &&
+              !probe.path.startsWith('/v1/policies') &&
+              !probe.path.startsWith('/v1/virtual-keys')
+            ) {
               headers['x-gateway-workspace-id'] = a.tenant.workspace.id;
             }
-            const response = await gateway.request(probe.path, { method: probe.method, key: caller.key, headers, body: probe.body });
+            const response = await gateway.request(probe.path, {
+              method: probe.method,
+              key: caller.key,
+              headers,
+              body: probe.body,
+            });
             tally.inputsTried += 1;
             const text = await response.text();
             const where = `${caller.name} -> ${victim === b ? 'same organisation' : 'other organisation'}: ${probe.method} ${probe.path} (${route})`;
@@ -532,7 +809,10 @@ describe('the isolation matrix', () => {
   });
 
   it("revokes only the caller's own key when two workspaces share a slug", async () => {
-    const response = await gateway.request(`/v1/virtual-keys/${a.virtualKey}`, { method: 'DELETE', key: a.tenant.workspaceKey });
+    const response = await gateway.request(`/v1/virtual-keys/${a.virtualKey}`, {
+      method: 'DELETE',
+      key: a.tenant.workspaceKey,
+    });
     expect(response.status).toBe(200);
     expect((await json(response)).workspace_id).toBe(a.tenant.workspace.id);
     for (const other of [b, c]) {
@@ -559,21 +839,28 @@ describe('API keys', () => {
     const key = a.tenant.workspaceKey;
     const alphabet = [...'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'];
     const variant = fc.oneof(
-      fc.tuple(fc.nat({ max: key.length - 1 }), fc.constantFrom(...alphabet)).map(([at, ch]) => key.slice(0, at) + ch + key.slice(at + 1)),
-      fc.tuple(fc.nat({ max: key.length }), fc.constantFrom(...alphabet)).map(([at, ch]) => key.slice(0, at) + ch + key.slice(at)),
+      fc
+        .tuple(fc.nat({ max: key.length - 1 }), fc.constantFrom(...alphabet))
+        .map(([at, ch]) => key.slice(0, at) + ch + key.slice(at + 1)),
+      fc
+        .tuple(fc.nat({ max: key.length }), fc.constantFrom(...alphabet))
+        .map(([at, ch]) => key.slice(0, at) + ch + key.slice(at)),
       fc.nat({ max: key.length - 1 }).map((at) => key.slice(0, at) + key.slice(at + 1)),
       fc.constantFrom(key.toUpperCase(), key.toLowerCase(), ` ${key}`, `${key} `, `${key}\t`, key.slice(0, 10)),
     );
     const messages = new Set<string>();
     await fc.assert(
-      fc.asyncProperty(variant.filter((v) => v !== key && v.trim() !== key), async (presented) => {
-        tally.inputsTried += 1;
-        const error = await errorOf(await gateway.request('/v1/policies/rate-limits', { key: presented }));
-        expect(error).toMatchObject({ status: 401, code: 'invalid_api_key' });
-        // Without the public prefix gk_, the answer says what a gateway key looks like instead.
-        if (presented.startsWith('gk_')) messages.add(error.message);
-        else expect(error.message).toContain("is not a gateway API key (those start with 'gk_')");
-      }),
+      fc.asyncProperty(
+        variant.filter((v) => v !== key && v.trim() !== key),
+        async (presented) => {
+          tally.inputsTried += 1;
+          const error = await errorOf(await gateway.request('/v1/policies/rate-limits', { key: presented }));
+          expect(error).toMatchObject({ status: 401, code: 'invalid_api_key' });
+          // Without the public prefix gk_, the answer says what a gateway key looks like instead.
+          if (presented.startsWith('gk_')) messages.add(error.message);
+          else expect(error.message).toContain("is not a gateway API key (those start with 'gk_')");
+        },
+      ),
       { numRuns: Number(process.env.FUZZ_RUNS ?? 100) },
     );
     // One answer for every wrong key of the right shape: nothing tells how close a guess came.

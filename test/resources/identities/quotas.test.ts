@@ -38,7 +38,8 @@ const policy = (name: string, extra: Record<string, unknown> = {}) => ({
   ...extra,
 });
 
-const createPolicy = (tenant: Tenant, body: Record<string, unknown>) => gateway.request(POLICIES, { key: tenant.workspaceKey, body });
+const createPolicy = (tenant: Tenant, body: Record<string, unknown>) =>
+  gateway.request(POLICIES, { key: tenant.workspaceKey, body });
 
 async function activePolicies(tenant: Tenant): Promise<number> {
   return (await json(await gateway.request(`${POLICIES}?page_size=0`, { key: tenant.workspaceKey }))).total;
@@ -69,12 +70,16 @@ describe('rate-limit policies', () => {
     for (let i = 0; i < 10; i++) expect((await createPolicy(tenant, policy(`p${i}`))).status).toBe(200);
     const error = await errorOf(await createPolicy(tenant, policy('one too many')));
     expect(error).toMatchObject({ status: 400, code: 'quota_exceeded', type: 'invalid_request_error' });
-    expect(error.message).toBe('This workspace has 10 active rate-limit policies; its cap is 10. Archive one before creating another.');
+    expect(error.message).toBe(
+      'This workspace has 10 active rate-limit policies; its cap is 10. Archive one before creating another.',
+    );
     expect(await activePolicies(tenant)).toBe(10);
 
     // Archiving frees a place; archived policies do not count.
     const [first] = (await json(await gateway.request(POLICIES, { key: tenant.workspaceKey }))).data;
-    expect((await gateway.request(`${POLICIES}/${first.id}`, { key: tenant.workspaceKey, method: 'DELETE' })).status).toBe(200);
+    expect(
+      (await gateway.request(`${POLICIES}/${first.id}`, { key: tenant.workspaceKey, method: 'DELETE' })).status,
+    ).toBe(200);
     expect((await createPolicy(tenant, policy('in its place'))).status).toBe(200);
     expect((await createPolicy(tenant, policy('over again'))).status).toBe(400);
     // The cap is per workspace: another workspace of the organisation starts at 0.
@@ -118,7 +123,9 @@ describe('rate-limit policies', () => {
       body: { conditions: conditions(5) },
     });
     expect(await errorOf(update)).toMatchObject({ status: 400, code: 'quota_exceeded', param: 'conditions' });
-    expect((await json(await gateway.request(`${POLICIES}/${created.id}`, { key: tenant.workspaceKey }))).conditions).toHaveLength(4);
+    expect(
+      (await json(await gateway.request(`${POLICIES}/${created.id}`, { key: tenant.workspaceKey }))).conditions,
+    ).toHaveLength(4);
   });
 
   it('keeps the bytes of active policies under their cap: creating, growing, and lets a policy shrink', async () => {
@@ -146,7 +153,9 @@ describe('rate-limit policies', () => {
       body: { name: 'n'.repeat(255) },
     });
     expect(await errorOf(grow)).toMatchObject({ status: 400, code: 'quota_exceeded' });
-    expect((await json(await gateway.request(`${POLICIES}/${target}`, { key: tenant.workspaceKey }))).name).toBe(data[0].name);
+    expect((await json(await gateway.request(`${POLICIES}/${target}`, { key: tenant.workspaceKey }))).name).toBe(
+      data[0].name,
+    );
     const shrink = await gateway.request(`${POLICIES}/${target}`, {
       key: tenant.workspaceKey,
       method: 'PUT',
@@ -155,7 +164,15 @@ describe('rate-limit policies', () => {
     expect(shrink.status).toBe(200);
     expect(await stats(tenant)).toEqual(await recomputed(tenant));
     // A change that keeps the size (the value) passes even at the cap.
-    expect((await gateway.request(`${POLICIES}/${data[1].id}`, { key: tenant.workspaceKey, method: 'PUT', body: { value: 9 } })).status).toBe(200);
+    expect(
+      (
+        await gateway.request(`${POLICIES}/${data[1].id}`, {
+          key: tenant.workspaceKey,
+          method: 'PUT',
+          body: { value: 9 },
+        })
+      ).status,
+    ).toBe(200);
   });
 
   it('keeps the accounting exact through plain SQL: updates, moves between workspaces, deletes', async () => {
@@ -163,9 +180,18 @@ describe('rate-limit policies', () => {
     for (let i = 0; i < 3; i++) await createPolicy(a, policy(`a${i}`));
     await createPolicy(b, policy('b0'));
     const { client } = gateway.database;
-    await client.execute({ sql: "UPDATE rate_limit_policies SET name = 'renamed by hand' WHERE workspace_id = ? AND name = 'a0'", args: [a.workspace.id] });
-    await client.execute({ sql: "UPDATE rate_limit_policies SET status = 'archived' WHERE workspace_id = ? AND name = 'a1'", args: [a.workspace.id] });
-    await client.execute({ sql: "UPDATE rate_limit_policies SET workspace_id = ? WHERE name = 'a2'", args: [b.workspace.id] });
+    await client.execute({
+      sql: "UPDATE rate_limit_policies SET name = 'renamed by hand' WHERE workspace_id = ? AND name = 'a0'",
+      args: [a.workspace.id],
+    });
+    await client.execute({
+      sql: "UPDATE rate_limit_policies SET status = 'archived' WHERE workspace_id = ? AND name = 'a1'",
+      args: [a.workspace.id],
+    });
+    await client.execute({
+      sql: "UPDATE rate_limit_policies SET workspace_id = ? WHERE name = 'a2'",
+      args: [b.workspace.id],
+    });
     await client.execute({ sql: "DELETE FROM rate_limit_policies WHERE name = 'b0'" });
     for (const tenant of [a, b]) expect(await stats(tenant)).toEqual(await recomputed(tenant));
     expect(await stats(a)).toMatchObject({ count: 1 });
@@ -187,8 +213,12 @@ describe('virtual keys', () => {
     expect(await errorOf(await createKey(tenant, 'k0'))).toMatchObject({ status: 409, code: 'already_exists' });
     const error = await errorOf(await createKey(tenant, 'k10'));
     expect(error).toMatchObject({ status: 400, code: 'quota_exceeded' });
-    expect(error.message).toBe('This workspace has 10 live virtual keys; its cap is 10. Revoke one before creating another.');
-    expect((await gateway.request('/v1/virtual-keys/k3', { key: tenant.workspaceKey, method: 'DELETE' })).status).toBe(200);
+    expect(error.message).toBe(
+      'This workspace has 10 live virtual keys; its cap is 10. Revoke one before creating another.',
+    );
+    expect((await gateway.request('/v1/virtual-keys/k3', { key: tenant.workspaceKey, method: 'DELETE' })).status).toBe(
+      200,
+    );
     expect((await createKey(tenant, 'k10')).status).toBe(200);
     const listed = await json(await gateway.request('/v1/virtual-keys', { key: tenant.workspaceKey }));
     expect(listed.data).toHaveLength(10);
@@ -214,9 +244,13 @@ describe('assistants', () => {
     const error = await errorOf(await createAssistant(tenant, 'a10'));
     expect(error).toMatchObject({ status: 400, code: 'quota_exceeded', param: null });
     expect(error.message).toBe('This workspace has 10 assistants; its cap is 10. Delete one before creating another.');
-    expect((await gateway.request(`/v1/assistants/${ids[0]}`, { key: tenant.workspaceKey, method: 'DELETE' })).status).toBe(200);
+    expect(
+      (await gateway.request(`/v1/assistants/${ids[0]}`, { key: tenant.workspaceKey, method: 'DELETE' })).status,
+    ).toBe(200);
     expect((await createAssistant(tenant, 'a10')).status).toBe(200);
-    expect((await json(await gateway.request('/v1/assistants?limit=100', { key: tenant.workspaceKey }))).data).toHaveLength(10);
+    expect(
+      (await json(await gateway.request('/v1/assistants?limit=100', { key: tenant.workspaceKey }))).data,
+    ).toHaveLength(10);
   });
 
   it('admits exactly the cap of 130 concurrent creates', async () => {
@@ -224,7 +258,9 @@ describe('assistants', () => {
     const responses = await Promise.all(Array.from({ length: 130 }, (_, i) => createAssistant(tenant, `c${i}`)));
     expect(responses.filter((r) => r.status === 200)).toHaveLength(10);
     expect(responses.filter((r) => r.status === 400)).toHaveLength(120);
-    expect((await json(await gateway.request('/v1/assistants?limit=100', { key: tenant.workspaceKey }))).data).toHaveLength(10);
+    expect(
+      (await json(await gateway.request('/v1/assistants?limit=100', { key: tenant.workspaceKey }))).data,
+    ).toHaveLength(10);
   });
 });
 
@@ -240,6 +276,8 @@ describe('configuration', () => {
       GATEWAY_TOKEN_RESERVATION: 1024,
     });
     expect(() => parseConfig({ GATEWAY_MAX_POLICY_CONDITIONS: '33' })).toThrow(/GATEWAY_MAX_POLICY_CONDITIONS/);
-    expect(() => parseConfig({ GATEWAY_MAX_POLICIES_PER_WORKSPACE: '0' })).toThrow(/GATEWAY_MAX_POLICIES_PER_WORKSPACE/);
+    expect(() => parseConfig({ GATEWAY_MAX_POLICIES_PER_WORKSPACE: '0' })).toThrow(
+      /GATEWAY_MAX_POLICIES_PER_WORKSPACE/,
+    );
   });
 });

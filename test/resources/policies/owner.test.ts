@@ -33,7 +33,10 @@ const body = {
 async function createWith(tenant: Tenant, kind: 'organisation' | 'workspace'): Promise<string> {
   const response = await gateway.request(PATH, {
     key: kind === 'organisation' ? tenant.orgKey : tenant.workspaceKey,
-    body: kind === 'organisation' ? { ...body, workspace_id: tenant.workspace.slug, organisation_id: tenant.organisationId } : body,
+    body:
+      kind === 'organisation'
+        ? { ...body, workspace_id: tenant.workspace.slug, organisation_id: tenant.organisationId }
+        : body,
   });
   expect(response.status).toBe(200);
   return (await json(response)).id;
@@ -59,7 +62,9 @@ describe("an organisation's policy", () => {
       ['PUT', 'changed', { value: Number.MAX_SAFE_INTEGER }],
       ['DELETE', 'archived', undefined],
     ] as const) {
-      const error = await errorOf(await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method, body: sent }));
+      const error = await errorOf(
+        await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method, body: sent }),
+      );
       expect(error).toEqual({
         status: 403,
         type: 'invalid_request_error',
@@ -73,7 +78,7 @@ describe("an organisation's policy", () => {
     expect(await get(tenant, id)).toEqual(before);
   });
 
-  it('is changed and archived by the organisation key; archived, it stays out of the workspace key\'s reach', async () => {
+  it("is changed and archived by the organisation key; archived, it stays out of the workspace key's reach", async () => {
     const tenant = await gateway.tenant();
     const id = await createWith(tenant, 'organisation');
     const changed = await gateway.request(`${PATH}/${id}`, { key: tenant.orgKey, method: 'PUT', body: { value: 10 } });
@@ -83,12 +88,18 @@ describe("an organisation's policy", () => {
     expect(await json(archived)).toMatchObject({ status: 'archived' });
     // Archived or not, the workspace key cannot act on it (not even the no-op DELETE).
     for (const method of ['PUT', 'DELETE'] as const) {
-      const response = await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method, body: method === 'PUT' ? { value: 1 } : undefined });
+      const response = await gateway.request(`${PATH}/${id}`, {
+        key: tenant.workspaceKey,
+        method,
+        body: method === 'PUT' ? { value: 1 } : undefined,
+      });
       expect(await errorOf(response)).toMatchObject({ status: 403, code: 'policy_forbidden' });
     }
     // The organisation key gets the usual answers for an archived policy.
     expect((await gateway.request(`${PATH}/${id}`, { key: tenant.orgKey, method: 'DELETE' })).status).toBe(200);
-    expect(await errorOf(await gateway.request(`${PATH}/${id}`, { key: tenant.orgKey, method: 'PUT', body: { value: 1 } }))).toMatchObject({
+    expect(
+      await errorOf(await gateway.request(`${PATH}/${id}`, { key: tenant.orgKey, method: 'PUT', body: { value: 1 } })),
+    ).toMatchObject({
       status: 409,
       code: 'policy_archived',
     });
@@ -99,7 +110,11 @@ describe("an organisation's policy", () => {
     const sibling = await gateway.tenant({ organisationId: tenant.organisationId });
     const id = await createWith(tenant, 'organisation');
     for (const method of ['GET', 'PUT', 'DELETE'] as const) {
-      const response = await gateway.request(`${PATH}/${id}`, { key: sibling.workspaceKey, method, body: method === 'PUT' ? { value: 1 } : undefined });
+      const response = await gateway.request(`${PATH}/${id}`, {
+        key: sibling.workspaceKey,
+        method,
+        body: method === 'PUT' ? { value: 1 } : undefined,
+      });
       expect(await errorOf(response)).toMatchObject({ status: 404, code: 'policy_not_found' });
     }
   });
@@ -110,12 +125,18 @@ describe("a workspace's policy", () => {
     const tenant = await gateway.tenant();
     const id = await createWith(tenant, 'workspace');
     expect(await get(tenant, id)).toMatchObject({ created_by: 'workspace' });
-    expect((await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method: 'PUT', body: { value: 5 } })).status).toBe(200);
-    expect((await gateway.request(`${PATH}/${id}`, { key: tenant.orgKey, method: 'PUT', body: { value: 6 } })).status).toBe(200);
+    expect(
+      (await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method: 'PUT', body: { value: 5 } })).status,
+    ).toBe(200);
+    expect(
+      (await gateway.request(`${PATH}/${id}`, { key: tenant.orgKey, method: 'PUT', body: { value: 6 } })).status,
+    ).toBe(200);
     expect(await get(tenant, id)).toMatchObject({ value: 6, created_by: 'workspace' });
     expect((await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method: 'DELETE' })).status).toBe(200);
     const other = await createWith(tenant, 'workspace');
-    expect(await json(await gateway.request(`${PATH}/${other}`, { key: tenant.orgKey, method: 'DELETE' }))).toMatchObject({ status: 'archived' });
+    expect(
+      await json(await gateway.request(`${PATH}/${other}`, { key: tenant.orgKey, method: 'DELETE' })),
+    ).toMatchObject({ status: 'archived' });
   });
 });
 
@@ -133,7 +154,9 @@ describe('migration 0002 on a database with policies', () => {
       await migrate(database.db, { migrationsFolder: before });
       const { client } = database;
       await client.execute("INSERT INTO organisations (id, name, created_at) VALUES ('o', 'o', 0)");
-      await client.execute("INSERT INTO workspaces (id, organisation_id, slug, name, created_at) VALUES ('w', 'o', 'w', 'w', 0)");
+      await client.execute(
+        "INSERT INTO workspaces (id, organisation_id, slug, name, created_at) VALUES ('w', 'o', 'w', 'w', 0)",
+      );
       const insert = (id: string, status: string) =>
         client.execute({
           sql: `INSERT INTO rate_limit_policies (id, organisation_id, workspace_id, name, type, unit, value, status, conditions, group_by, created_at, last_updated_at)
@@ -143,7 +166,11 @@ describe('migration 0002 on a database with policies', () => {
       await insert('p1', 'active');
       await insert('p2', 'active');
       await insert('p3', 'archived');
-      const versionBefore = Number(defined((await client.execute("SELECT version FROM rate_limit_policy_versions WHERE workspace_id = 'w'")).rows[0]).version);
+      const versionBefore = Number(
+        defined(
+          (await client.execute("SELECT version FROM rate_limit_policy_versions WHERE workspace_id = 'w'")).rows[0],
+        ).version,
+      );
 
       await migrateDatabase(database.db);
       const policies = await client.execute('SELECT id, created_by, version FROM rate_limit_policies ORDER BY id');
@@ -153,7 +180,9 @@ describe('migration 0002 on a database with policies', () => {
         ['p3', 'workspace', 0],
       ]);
       const size = 'old'.length + '[{"key":"model","value":"*"}]'.length + '[{"key":"api_key"}]'.length;
-      const state = defined((await client.execute("SELECT * FROM rate_limit_policy_versions WHERE workspace_id = 'w'")).rows[0]);
+      const state = defined(
+        (await client.execute("SELECT * FROM rate_limit_policy_versions WHERE workspace_id = 'w'")).rows[0],
+      );
       expect({ count: state.active_count, bytes: state.active_bytes, full: state.full_reload_version }).toEqual({
         count: 2,
         bytes: 2 * size,
@@ -162,7 +191,9 @@ describe('migration 0002 on a database with policies', () => {
       expect(Number(state.version)).toBeGreaterThan(versionBefore);
       // The new triggers stamp a changed row with the version it made.
       await client.execute("UPDATE rate_limit_policies SET value = 2 WHERE id = 'p1'");
-      const after = await client.execute("SELECT p.version AS row_version, v.version FROM rate_limit_policies p, rate_limit_policy_versions v WHERE p.id = 'p1' AND v.workspace_id = 'w'");
+      const after = await client.execute(
+        "SELECT p.version AS row_version, v.version FROM rate_limit_policies p, rate_limit_policy_versions v WHERE p.id = 'p1' AND v.workspace_id = 'w'",
+      );
       expect(defined(after.rows[0]).row_version).toBe(defined(after.rows[0]).version);
       expect(Number(defined(after.rows[0]).version)).toBe(Number(state.version) + 1);
     } finally {

@@ -116,7 +116,9 @@ describe('POST /v1/policies/rate-limits', () => {
     const stranger = await gateway.tenant();
     const key = tenant.orgKey;
 
-    let error = await errorOf(await gateway.request(PATH, { key, body: { ...validPolicy, workspace_id: tenant.workspace.id } }));
+    let error = await errorOf(
+      await gateway.request(PATH, { key, body: { ...validPolicy, workspace_id: tenant.workspace.id } }),
+    );
     expect(error).toMatchObject({ status: 400, code: 'missing_required_parameter', param: 'organisation_id' });
 
     error = await errorOf(
@@ -159,19 +161,64 @@ describe('POST /v1/policies/rate-limits', () => {
       ['conditions missing', { conditions: undefined }, { code: 'missing_required_parameter', param: 'conditions' }],
       ['conditions empty', { conditions: [] }, { code: 'array_below_min_length', param: 'conditions' }],
       ['conditions not an array', { conditions: 'model' }, { code: 'invalid_type', param: 'conditions' }],
-      ['condition without value', { conditions: [{ key: 'model' }] }, { code: 'missing_required_parameter', param: 'conditions[0].value' }],
-      ['condition value not a string', { conditions: [{ key: 'model', value: 4 }] }, { code: 'invalid_type', param: 'conditions[0].value' }],
-      ['condition value empty', { conditions: [{ key: 'model', value: '' }] }, { code: 'string_below_min_length', param: 'conditions[0].value' }],
-      ['condition with an extra field', { conditions: [{ key: 'model', value: 'x', op: 'eq' }] }, { code: 'unknown_parameter', param: 'conditions[0].op' }],
-      ['condition key unknown', { conditions: [{ key: 'user', value: 'x' }] }, { code: 'invalid_value', param: 'conditions[0].key' }],
-      ['condition key metadata. without a name', { conditions: [{ key: 'metadata.', value: 'x' }] }, { code: 'invalid_value', param: 'conditions[0].key' }],
-      ['condition key metadata name too long', { conditions: [{ key: `metadata.${'k'.repeat(65)}`, value: 'x' }] }, { code: 'invalid_value', param: 'conditions[0].key' }],
-      ['condition key twice', { conditions: [{ key: 'model', value: 'a' }, { key: 'model', value: 'b' }] }, { code: 'invalid_value', param: 'conditions[1].key' }],
-      ['too many conditions', { conditions: Array.from({ length: 33 }, (_, i) => ({ key: `metadata.k${i}`, value: 'x' })) }, { code: 'array_above_max_length', param: 'conditions' }],
+      [
+        'condition without value',
+        { conditions: [{ key: 'model' }] },
+        { code: 'missing_required_parameter', param: 'conditions[0].value' },
+      ],
+      [
+        'condition value not a string',
+        { conditions: [{ key: 'model', value: 4 }] },
+        { code: 'invalid_type', param: 'conditions[0].value' },
+      ],
+      [
+        'condition value empty',
+        { conditions: [{ key: 'model', value: '' }] },
+        { code: 'string_below_min_length', param: 'conditions[0].value' },
+      ],
+      [
+        'condition with an extra field',
+        { conditions: [{ key: 'model', value: 'x', op: 'eq' }] },
+        { code: 'unknown_parameter', param: 'conditions[0].op' },
+      ],
+      [
+        'condition key unknown',
+        { conditions: [{ key: 'user', value: 'x' }] },
+        { code: 'invalid_value', param: 'conditions[0].key' },
+      ],
+      [
+        'condition key metadata. without a name',
+        { conditions: [{ key: 'metadata.', value: 'x' }] },
+        { code: 'invalid_value', param: 'conditions[0].key' },
+      ],
+      [
+        'condition key metadata name too long',
+        { conditions: [{ key: `metadata.${'k'.repeat(65)}`, value: 'x' }] },
+        { code: 'invalid_value', param: 'conditions[0].key' },
+      ],
+      [
+        'condition key twice',
+        {
+          conditions: [
+            { key: 'model', value: 'a' },
+            { key: 'model', value: 'b' },
+          ],
+        },
+        { code: 'invalid_value', param: 'conditions[1].key' },
+      ],
+      [
+        'too many conditions',
+        { conditions: Array.from({ length: 33 }, (_, i) => ({ key: `metadata.k${i}`, value: 'x' })) },
+        { code: 'array_above_max_length', param: 'conditions' },
+      ],
       ['group_by missing', { group_by: undefined }, { code: 'missing_required_parameter', param: 'group_by' }],
       ['group_by empty', { group_by: [] }, { code: 'array_below_min_length', param: 'group_by' }],
       ['group_by key unknown', { group_by: [{ key: 'ip' }] }, { code: 'invalid_value', param: 'group_by[0].key' }],
-      ['group_by key twice', { group_by: [{ key: 'model' }, { key: 'model' }] }, { code: 'invalid_value', param: 'group_by[1].key' }],
+      [
+        'group_by key twice',
+        { group_by: [{ key: 'model' }, { key: 'model' }] },
+        { code: 'invalid_value', param: 'group_by[1].key' },
+      ],
       ['type missing', { type: undefined }, { code: 'missing_required_parameter', param: 'type' }],
       ['type unknown', { type: 'bytes' }, { code: 'invalid_value', param: 'type' }],
       ['unit missing', { unit: undefined }, { code: 'missing_required_parameter', param: 'unit' }],
@@ -382,7 +429,13 @@ describe('one policy: GET, PUT, DELETE', () => {
     const response = await gateway.request(`${PATH}/${id}`, {
       key: tenant.workspaceKey,
       method: 'PUT',
-      body: { name: 'renamed', value: 7, unit: 'rph', conditions: [{ key: 'provider', value: 'openai' }], group_by: [{ key: 'model' }] },
+      body: {
+        name: 'renamed',
+        value: 7,
+        unit: 'rph',
+        conditions: [{ key: 'provider', value: 'openai' }],
+        group_by: [{ key: 'model' }],
+      },
     });
     expect(response.status).toBe(200);
     const after = await json(response);
@@ -398,7 +451,9 @@ describe('one policy: GET, PUT, DELETE', () => {
     expect(Date.parse(after.last_updated_at) - Date.parse(before.last_updated_at)).toBeGreaterThanOrEqual(5_000);
     expect(after.created_at).toBe(before.created_at);
 
-    const partial = await json(await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method: 'PUT', body: { value: 9 } }));
+    const partial = await json(
+      await gateway.request(`${PATH}/${id}`, { key: tenant.workspaceKey, method: 'PUT', body: { value: 9 } }),
+    );
     expect(partial).toMatchObject({ value: 9, name: 'renamed', unit: 'rph' });
   });
 

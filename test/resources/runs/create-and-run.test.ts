@@ -3,12 +3,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { count, eq } from 'drizzle-orm';
 import { messages, runs, threads } from '../../../src/db/schema';
-import {
-  completionTokens,
-  fakeThread,
-  promptTokens,
-  type FakeUpstreamServer,
-} from '../../support/fake-upstream';
+import { completionTokens, fakeThread, promptTokens, type FakeUpstreamServer } from '../../support/fake-upstream';
 import { errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
 import { collapse, parseEvents, referenceOrder } from '../../support/run-stream';
 import { startRunsSetup, WEATHER_TOOL } from '../../support/runs';
@@ -26,7 +21,10 @@ let assistantId: string;
 let headers: Record<string, string>;
 
 beforeAll(async () => {
-  ({ fake, gateway, tenant, headers, openai, assistantId } = await startRunsSetup({ name: 'Weather bot', instructions: 'You answer briefly.' }));
+  ({ fake, gateway, tenant, headers, openai, assistantId } = await startRunsSetup({
+    name: 'Weather bot',
+    instructions: 'You answer briefly.',
+  }));
 });
 afterAll(async () => {
   await gateway.close();
@@ -34,12 +32,14 @@ afterAll(async () => {
 });
 beforeEach(() => fake.reset());
 
-
 const lastUpstreamBody = () => defined(defined(fake.requests[fake.requests.length - 1]).body);
 
 describe('createAndRun, not streamed', () => {
   it('answers the queued run with every documented field and its defaults', async () => {
-    const run = await openai.beta.threads.createAndRun({ assistant_id: assistantId, thread: fakeThread('Hello there') });
+    const run = await openai.beta.threads.createAndRun({
+      assistant_id: assistantId,
+      thread: fakeThread('Hello there'),
+    });
     expect(run).toMatchObject({
       object: 'thread.run',
       assistant_id: assistantId,
@@ -74,7 +74,10 @@ describe('createAndRun, not streamed', () => {
 
   it('createAndRunPoll reaches completed, with usage, and the answer is in the thread', async () => {
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, thread: fakeThread('What is the capital of France?', { reply: 'Paris is the capital.' }) },
+      {
+        assistant_id: assistantId,
+        thread: fakeThread('What is the capital of France?', { reply: 'Paris is the capital.' }),
+      },
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('completed');
@@ -169,7 +172,11 @@ describe('createAndRun, not streamed', () => {
   it('ends incomplete when the completion cap cuts the answer', async () => {
     const long = Array.from({ length: 400 }, (_, i) => `word${i}`).join(' ');
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, max_completion_tokens: 256, thread: fakeThread('Tell me everything', { reply: long }) },
+      {
+        assistant_id: assistantId,
+        max_completion_tokens: 256,
+        thread: fakeThread('Tell me everything', { reply: long }),
+      },
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('incomplete');
@@ -182,7 +189,11 @@ describe('createAndRun, not streamed', () => {
 
   it('ends incomplete when the provider reports more prompt tokens than max_prompt_tokens', async () => {
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, max_prompt_tokens: 256, thread: fakeThread('Short', { usage: { prompt_tokens: 300 } }) },
+      {
+        assistant_id: assistantId,
+        max_prompt_tokens: 256,
+        thread: fakeThread('Short', { usage: { prompt_tokens: 300 } }),
+      },
       { pollIntervalMs: 10 },
     );
     expect(run.status).toBe('incomplete');
@@ -202,7 +213,9 @@ describe('createAndRun, not streamed', () => {
     expect(run.incomplete_details).toEqual({ reason: 'max_prompt_tokens' });
     expect(run.usage).toEqual({ prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
     expect(fake.requests).toHaveLength(0);
-    expect((await openai.beta.threads.messages.list(run.thread_id)).data.map((message) => message.role)).toEqual(['user']);
+    expect((await openai.beta.threads.messages.list(run.thread_id)).data.map((message) => message.role)).toEqual([
+      'user',
+    ]);
   });
 
   it.each([
@@ -226,7 +239,13 @@ describe('createAndRun, not streamed', () => {
         assistant_id: assistantId,
         thread: fakeThread('Hi', {
           status: 401,
-          error: { error: { message: 'Incorrect API key provided: sk-test-provider-key.', type: 'invalid_request_error', code: 'invalid_api_key' } },
+          error: {
+            error: {
+              message: 'Incorrect API key provided: sk-test-provider-key.',
+              type: 'invalid_request_error',
+              code: 'invalid_api_key',
+            },
+          },
         }),
       },
       { pollIntervalMs: 10 },
@@ -257,14 +276,20 @@ describe('createAndRunStream', () => {
     expect(run.status).toBe('completed');
     expect(defined(run.usage).completion_tokens).toBe(5);
     expect(finalMessages).toHaveLength(1);
-    expect(defined(finalMessages[0]).content[0]).toMatchObject({ type: 'text', text: { value: 'One two three four five' } });
+    expect(defined(finalMessages[0]).content[0]).toMatchObject({
+      type: 'text',
+      text: { value: 'One two three four five' },
+    });
     expect(collapse(events)).toEqual(referenceOrder(1));
   });
 
   it('streams a function call, then continues it with submitToolOutputsStream', async () => {
     const first = openai.beta.threads.createAndRunStream({
       assistant_id: assistantId,
-      thread: fakeThread('Weather in Paris?', [{ tool_calls: [{ name: 'get_weather', arguments: { city: 'Paris' } }] }, { reply: 'It is sunny in Paris.' }]),
+      thread: fakeThread('Weather in Paris?', [
+        { tool_calls: [{ name: 'get_weather', arguments: { city: 'Paris' } }] },
+        { reply: 'It is sunny in Paris.' },
+      ]),
     });
     const events: string[] = [];
     const toolCallDeltas: string[] = [];
@@ -277,7 +302,11 @@ describe('createAndRunStream', () => {
     expect(waiting.usage).toBeNull();
     const calls = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     expect(calls).toEqual([
-      { id: expect.stringMatching(/^call_/), type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+      {
+        id: expect.stringMatching(/^call_/),
+        type: 'function',
+        function: { name: 'get_weather', arguments: '{"city":"Paris"}' },
+      },
     ]);
     expect(toolCallDeltas.join('')).toBe('{"city":"Paris"}');
     expect(toolCallDeltas.length).toBeGreaterThan(1);
@@ -296,12 +325,24 @@ describe('createAndRunStream', () => {
     // The upstream saw the call and its output after the thread.
     const continuation = lastUpstreamBody().messages;
     expect(continuation.slice(-2)).toEqual([
-      { role: 'assistant', content: null, tool_calls: [{ id: defined(calls[0]).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          {
+            id: defined(calls[0]).id,
+            type: 'function',
+            function: { name: 'get_weather', arguments: '{"city":"Paris"}' },
+          },
+        ],
+      },
       { role: 'tool', tool_call_id: defined(calls[0]).id, content: '{"sky":"sunny"}' },
     ]);
     // Usage spans both turns.
     const [turn1, turn2] = fake.requests.slice(-2);
-    expect(defined(done.usage).prompt_tokens).toBe(promptTokens(defined(defined(turn1).body).messages) + promptTokens(defined(defined(turn2).body).messages));
+    expect(defined(done.usage).prompt_tokens).toBe(
+      promptTokens(defined(defined(turn1).body).messages) + promptTokens(defined(defined(turn2).body).messages),
+    );
 
     // The tool step holds the output; polling and retrieval agree with the stream.
     const retrieved = await openai.beta.threads.runs.retrieve(done.id, { thread_id: done.thread_id });
@@ -312,7 +353,10 @@ describe('createAndRunStream', () => {
     const waiting = await openai.beta.threads.createAndRunPoll(
       {
         assistant_id: assistantId,
-        thread: fakeThread('Weather in two cities?', [{ tool_calls: [{ arguments: { city: 'Oslo' } }, { arguments: { city: 'Rome' } }] }, {}]),
+        thread: fakeThread('Weather in two cities?', [
+          { tool_calls: [{ arguments: { city: 'Oslo' } }, { arguments: { city: 'Rome' } }] },
+          {},
+        ]),
       },
       { pollIntervalMs: 10 },
     );
@@ -327,7 +371,12 @@ describe('createAndRunStream', () => {
     expect(await errorOf(bad)).toMatchObject({ status: 400, param: 'tool_outputs' });
     const unknown = await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}/submit_tool_outputs`, {
       key: tenant.workspaceKey,
-      body: { tool_outputs: [{ tool_call_id: 'call_nope', output: 'x' }, { tool_call_id: defined(calls[1]).id, output: 'y' }] },
+      body: {
+        tool_outputs: [
+          { tool_call_id: 'call_nope', output: 'x' },
+          { tool_call_id: defined(calls[1]).id, output: 'y' },
+        ],
+      },
     });
     expect(await errorOf(unknown)).toMatchObject({ status: 400, param: 'tool_outputs[0].tool_call_id' });
 
@@ -344,7 +393,9 @@ describe('createAndRunStream', () => {
     );
     expect(done.status).toBe('completed');
     const [answer] = (await openai.beta.threads.messages.list(done.thread_id)).data;
-    expect((defined(answer).content[0] as { text: { value: string } }).text.value).toBe('The tool returned: cold | warm');
+    expect((defined(answer).content[0] as { text: { value: string } }).text.value).toBe(
+      'The tool returned: cold | warm',
+    );
 
     const again = await gateway.request(`/v1/threads/${done.thread_id}/runs/${done.id}/submit_tool_outputs`, {
       key: tenant.workspaceKey,
@@ -373,10 +424,18 @@ describe('createAndRunStream', () => {
       const response = await gateway.request('/v1/threads/runs', {
         key: tenant.workspaceKey,
         headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
-        body: { assistant_id: assistantId, stream: true, thread: fakeThread('Hi', { reply: 'a b c d', one_write: true, ...fault }) },
+        body: {
+          assistant_id: assistantId,
+          stream: true,
+          thread: fakeThread('Hi', { reply: 'a b c d', one_write: true, ...fault }),
+        },
       });
       const events = parseEvents(await response.text());
-      expect(events.map((event) => event.event).slice(-3)).toEqual(['thread.message.incomplete', 'thread.run.failed', 'done']);
+      expect(events.map((event) => event.event).slice(-3)).toEqual([
+        'thread.message.incomplete',
+        'thread.run.failed',
+        'done',
+      ]);
       const message = defined(events.at(-3)).data as { content: { text: { value: string } }[] };
       expect(defined(message.content[0]).text.value).toBe('a b');
     }
@@ -386,7 +445,11 @@ describe('createAndRunStream', () => {
     const response = await gateway.request('/v1/threads/runs', {
       key: tenant.workspaceKey,
       headers: { 'x-gateway-virtual-key': defined(headers['x-gateway-virtual-key']) },
-      body: { assistant_id: assistantId, stream: true, thread: fakeThread('Hi', { reply: 'a b c d', cut_after_chunks: 3 }) },
+      body: {
+        assistant_id: assistantId,
+        stream: true,
+        thread: fakeThread('Hi', { reply: 'a b c d', cut_after_chunks: 3 }),
+      },
     });
     expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const events = parseEvents(await response.text());
@@ -394,7 +457,10 @@ describe('createAndRunStream', () => {
     expect(names.slice(-3)).toEqual(['thread.message.incomplete', 'thread.run.failed', 'done']);
     const failed = defined(events.at(-2)).data as { last_error: { code: string }; status: string };
     expect(failed.last_error.code).toBe('server_error');
-    const message = defined(events.at(-3)).data as { content: { text: { value: string } }[]; incomplete_details: unknown };
+    const message = defined(events.at(-3)).data as {
+      content: { text: { value: string } }[];
+      incomplete_details: unknown;
+    };
     expect(message.incomplete_details).toEqual({ reason: 'run_failed' });
     expect(defined(message.content[0]).text.value).toBe('a b');
   });
@@ -409,7 +475,9 @@ describe('when a streamed turn writes the message and step it opens', () => {
       CREATE TRIGGER test_step_updates AFTER UPDATE ON run_steps BEGIN INSERT INTO test_row_updates VALUES ('run_steps', new.id); END;`);
   });
   afterAll(async () => {
-    await gateway.database.client.executeMultiple('DROP TRIGGER test_message_updates; DROP TRIGGER test_step_updates; DROP TABLE test_row_updates;');
+    await gateway.database.client.executeMultiple(
+      'DROP TRIGGER test_message_updates; DROP TRIGGER test_step_updates; DROP TABLE test_row_updates;',
+    );
   });
 
   async function updatesOf(...ids: string[]): Promise<string[]> {
@@ -422,21 +490,33 @@ describe('when a streamed turn writes the message and step it opens', () => {
 
   it('an answer that ends at once: both inserted as they end, in the run’s closing commit, never updated', async () => {
     // One write of the whole answer: the gateway reads it all before any timer can run.
-    const stream = openai.beta.threads.createAndRunStream({ assistant_id: assistantId, tools: [], thread: fakeThread('Quick', { reply: 'Quick answer.', one_write: true }) });
+    const stream = openai.beta.threads.createAndRunStream({
+      assistant_id: assistantId,
+      tools: [],
+      thread: fakeThread('Quick', { reply: 'Quick answer.', one_write: true }),
+    });
     const run = await stream.finalRun();
     expect(run.status).toBe('completed');
     const [step] = (await openai.beta.threads.runs.steps.list(run.id, { thread_id: run.thread_id })).data;
     const details = defined(step).step_details;
     const messageId = details.type === 'message_creation' ? details.message_creation.message_id : '';
     const message = await openai.beta.threads.messages.retrieve(messageId, { thread_id: run.thread_id });
-    expect(message).toMatchObject({ status: 'completed', run_id: run.id, content: [{ type: 'text', text: { value: 'Quick answer.', annotations: [] } }] });
+    expect(message).toMatchObject({
+      status: 'completed',
+      run_id: run.id,
+      content: [{ type: 'text', text: { value: 'Quick answer.', annotations: [] } }],
+    });
     expect(step).toMatchObject({ status: 'completed', usage: run.usage });
     expect(await updatesOf(message.id, defined(step).id)).toEqual([]);
   });
 
   it('an answer that streams on: inserted while it streams (a poller sees the message in progress), completed at its end', async () => {
     const reply = Array.from({ length: 20 }, (_, i) => `word${i}`).join(' ');
-    const stream = openai.beta.threads.createAndRunStream({ assistant_id: assistantId, tools: [], thread: fakeThread('Slowly', { reply, chunk_delay_ms: 100 }) });
+    const stream = openai.beta.threads.createAndRunStream({
+      assistant_id: assistantId,
+      tools: [],
+      thread: fakeThread('Slowly', { reply, chunk_delay_ms: 100 }),
+    });
     const created = new Promise<{ id: string; thread_id: string }>((resolve) => stream.on('messageCreated', resolve));
     const ended = stream.finalRun();
     const { id, thread_id } = await created;
@@ -472,38 +552,160 @@ describe('what is refused before anything is created', () => {
 
   const base = { assistant_id: '', thread: { messages: [{ role: 'user', content: 'Hi' }] } };
   const cases: [string, Record<string, unknown>, { status: number; code: string; param: string | null }][] = [
-    ['assistant_id missing', { assistant_id: undefined }, { status: 400, code: 'missing_required_parameter', param: 'assistant_id' }],
+    [
+      'assistant_id missing',
+      { assistant_id: undefined },
+      { status: 400, code: 'missing_required_parameter', param: 'assistant_id' },
+    ],
     ['assistant_id unknown', { assistant_id: 'asst_nope' }, { status: 404, code: 'assistant_not_found', param: null }],
-    ['a role other than user/assistant', { thread: { messages: [{ role: 'system', content: 'x' }] } }, { status: 400, code: 'invalid_value', param: 'thread.messages[0].role' }],
-    ['content of the wrong type', { thread: { messages: [{ role: 'user', content: 5 }] } }, { status: 400, code: 'invalid_value', param: 'thread.messages[0].content' }],
-    ['an empty content array', { thread: { messages: [{ role: 'user', content: [] }] } }, { status: 400, code: 'array_below_min_length', param: 'thread.messages[0].content' }],
-    ['an image_file part of no file', { thread: { messages: [{ role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file_1' } }] }] } }, { status: 400, code: 'invalid_value', param: 'thread.messages[0].content[0].image_file.file_id' }],
-    ['a code_interpreter attachment', { thread: { messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file_1', tools: [{ type: 'code_interpreter' }] }] }] } }, { status: 400, code: 'unsupported_tool', param: 'thread.messages[0].attachments[0].tools[0]' }],
-    ['an unknown file_search attachment', { thread: { messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file_1', tools: [{ type: 'file_search' }] }] }] } }, { status: 404, code: 'file_not_found', param: 'thread.messages[0].attachments[0].file_id' }],
-    ['21 tools', { tools: Array.from({ length: 21 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } })) }, { status: 400, code: 'array_above_max_length', param: 'tools' }],
-    ['a code_interpreter tool', { tools: [{ type: 'code_interpreter' }] }, { status: 400, code: 'unsupported_tool', param: 'tools[0]' }],
-    ['a function named as the file_search tool’s own', { tools: [{ type: 'file_search' }, { type: 'function', function: { name: 'file_search' } }] }, { status: 400, code: 'invalid_value', param: 'tools[1].function.name' }],
-    ['an unknown tool type', { tools: [{ type: 'browser' }] }, { status: 400, code: 'invalid_value', param: 'tools[0].type' }],
-    ['two functions of one name', { tools: [WEATHER_TOOL, WEATHER_TOOL] }, { status: 400, code: 'invalid_value', param: 'tools[1].function.name' }],
+    [
+      'a role other than user/assistant',
+      { thread: { messages: [{ role: 'system', content: 'x' }] } },
+      { status: 400, code: 'invalid_value', param: 'thread.messages[0].role' },
+    ],
+    [
+      'content of the wrong type',
+      { thread: { messages: [{ role: 'user', content: 5 }] } },
+      { status: 400, code: 'invalid_value', param: 'thread.messages[0].content' },
+    ],
+    [
+      'an empty content array',
+      { thread: { messages: [{ role: 'user', content: [] }] } },
+      { status: 400, code: 'array_below_min_length', param: 'thread.messages[0].content' },
+    ],
+    [
+      'an image_file part of no file',
+      {
+        thread: { messages: [{ role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file_1' } }] }] },
+      },
+      { status: 400, code: 'invalid_value', param: 'thread.messages[0].content[0].image_file.file_id' },
+    ],
+    [
+      'a code_interpreter attachment',
+      {
+        thread: {
+          messages: [
+            { role: 'user', content: 'x', attachments: [{ file_id: 'file_1', tools: [{ type: 'code_interpreter' }] }] },
+          ],
+        },
+      },
+      { status: 400, code: 'unsupported_tool', param: 'thread.messages[0].attachments[0].tools[0]' },
+    ],
+    [
+      'an unknown file_search attachment',
+      {
+        thread: {
+          messages: [
+            { role: 'user', content: 'x', attachments: [{ file_id: 'file_1', tools: [{ type: 'file_search' }] }] },
+          ],
+        },
+      },
+      { status: 404, code: 'file_not_found', param: 'thread.messages[0].attachments[0].file_id' },
+    ],
+    [
+      '21 tools',
+      { tools: Array.from({ length: 21 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } })) },
+      { status: 400, code: 'array_above_max_length', param: 'tools' },
+    ],
+    [
+      'a code_interpreter tool',
+      { tools: [{ type: 'code_interpreter' }] },
+      { status: 400, code: 'unsupported_tool', param: 'tools[0]' },
+    ],
+    [
+      'a function named as the file_search tool’s own',
+      { tools: [{ type: 'file_search' }, { type: 'function', function: { name: 'file_search' } }] },
+      { status: 400, code: 'invalid_value', param: 'tools[1].function.name' },
+    ],
+    [
+      'an unknown tool type',
+      { tools: [{ type: 'browser' }] },
+      { status: 400, code: 'invalid_value', param: 'tools[0].type' },
+    ],
+    [
+      'two functions of one name',
+      { tools: [WEATHER_TOOL, WEATHER_TOOL] },
+      { status: 400, code: 'invalid_value', param: 'tools[1].function.name' },
+    ],
     ['temperature above 2', { temperature: 2.5 }, { status: 400, code: 'value_above_maximum', param: 'temperature' }],
     ['temperature below 0', { temperature: -0.1 }, { status: 400, code: 'value_below_minimum', param: 'temperature' }],
     ['top_p above 1', { top_p: 1.5 }, { status: 400, code: 'value_above_maximum', param: 'top_p' }],
-    ['max_prompt_tokens below 256', { max_prompt_tokens: 255 }, { status: 400, code: 'value_below_minimum', param: 'max_prompt_tokens' }],
-    ['max_completion_tokens below 256', { max_completion_tokens: 100 }, { status: 400, code: 'value_below_minimum', param: 'max_completion_tokens' }],
-    ['max_completion_tokens not an integer', { max_completion_tokens: 300.5 }, { status: 400, code: 'invalid_type', param: 'max_completion_tokens' }],
-    ['metadata with 17 pairs', { metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) }, { status: 400, code: 'invalid_value', param: 'metadata' }],
-    ['a metadata key of 65 characters', { metadata: { ['k'.repeat(65)]: 'v' } }, { status: 400, code: 'string_above_max_length', param: 'metadata' }],
-    ['a metadata value of 513 characters', { metadata: { k: 'v'.repeat(513) } }, { status: 400, code: 'string_above_max_length', param: 'metadata.k' }],
-    ['last_messages without a number', { truncation_strategy: { type: 'last_messages' } }, { status: 400, code: 'invalid_value', param: 'truncation_strategy.last_messages' }],
-    ['an unknown truncation type', { truncation_strategy: { type: 'middle' } }, { status: 400, code: 'invalid_value', param: 'truncation_strategy.type' }],
-    ['tool_choice not a choice', { tool_choice: 'sometimes' }, { status: 400, code: 'invalid_value', param: 'tool_choice' }],
-    ['tool_choice naming a missing function', { tool_choice: { type: 'function', function: { name: 'nope' } } }, { status: 400, code: 'invalid_value', param: 'tool_choice.function.name' }],
-    ['tool_choice forcing file_search without it', { tool_choice: { type: 'file_search' } }, { status: 400, code: 'invalid_value', param: 'tool_choice.type' }],
-    ['tool_choice forcing code_interpreter', { tool_choice: { type: 'code_interpreter' } }, { status: 400, code: 'unsupported_tool', param: 'tool_choice.type' }],
-    ['tool_choice required without tools', { tools: [], tool_choice: 'required' }, { status: 400, code: 'invalid_value', param: 'tool_choice' }],
-    ['response_format unknown', { response_format: { type: 'xml' } }, { status: 400, code: 'invalid_value', param: 'response_format.type' }],
+    [
+      'max_prompt_tokens below 256',
+      { max_prompt_tokens: 255 },
+      { status: 400, code: 'value_below_minimum', param: 'max_prompt_tokens' },
+    ],
+    [
+      'max_completion_tokens below 256',
+      { max_completion_tokens: 100 },
+      { status: 400, code: 'value_below_minimum', param: 'max_completion_tokens' },
+    ],
+    [
+      'max_completion_tokens not an integer',
+      { max_completion_tokens: 300.5 },
+      { status: 400, code: 'invalid_type', param: 'max_completion_tokens' },
+    ],
+    [
+      'metadata with 17 pairs',
+      { metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) },
+      { status: 400, code: 'invalid_value', param: 'metadata' },
+    ],
+    [
+      'a metadata key of 65 characters',
+      { metadata: { ['k'.repeat(65)]: 'v' } },
+      { status: 400, code: 'string_above_max_length', param: 'metadata' },
+    ],
+    [
+      'a metadata value of 513 characters',
+      { metadata: { k: 'v'.repeat(513) } },
+      { status: 400, code: 'string_above_max_length', param: 'metadata.k' },
+    ],
+    [
+      'last_messages without a number',
+      { truncation_strategy: { type: 'last_messages' } },
+      { status: 400, code: 'invalid_value', param: 'truncation_strategy.last_messages' },
+    ],
+    [
+      'an unknown truncation type',
+      { truncation_strategy: { type: 'middle' } },
+      { status: 400, code: 'invalid_value', param: 'truncation_strategy.type' },
+    ],
+    [
+      'tool_choice not a choice',
+      { tool_choice: 'sometimes' },
+      { status: 400, code: 'invalid_value', param: 'tool_choice' },
+    ],
+    [
+      'tool_choice naming a missing function',
+      { tool_choice: { type: 'function', function: { name: 'nope' } } },
+      { status: 400, code: 'invalid_value', param: 'tool_choice.function.name' },
+    ],
+    [
+      'tool_choice forcing file_search without it',
+      { tool_choice: { type: 'file_search' } },
+      { status: 400, code: 'invalid_value', param: 'tool_choice.type' },
+    ],
+    [
+      'tool_choice forcing code_interpreter',
+      { tool_choice: { type: 'code_interpreter' } },
+      { status: 400, code: 'unsupported_tool', param: 'tool_choice.type' },
+    ],
+    [
+      'tool_choice required without tools',
+      { tools: [], tool_choice: 'required' },
+      { status: 400, code: 'invalid_value', param: 'tool_choice' },
+    ],
+    [
+      'response_format unknown',
+      { response_format: { type: 'xml' } },
+      { status: 400, code: 'invalid_value', param: 'response_format.type' },
+    ],
     ['stream not a boolean', { stream: 'yes' }, { status: 400, code: 'invalid_type', param: 'stream' }],
-    ['an unknown field', { additional_instructions: 'x' }, { status: 400, code: 'unknown_parameter', param: 'additional_instructions' }],
+    [
+      'an unknown field',
+      { additional_instructions: 'x' },
+      { status: 400, code: 'unknown_parameter', param: 'additional_instructions' },
+    ],
   ];
 
   it.each(cases)('%s', async (_name, change, expected) => {
@@ -536,7 +738,11 @@ describe('what is refused before anything is created', () => {
   it('requires the virtual key header (400), refuses an unknown one (401), and checks the beta header', async () => {
     const body = { assistant_id: assistantId, thread: fakeThread('Hi') };
     const missing = await gateway.request('/v1/threads/runs', { key: tenant.workspaceKey, body });
-    expect(await errorOf(missing)).toMatchObject({ status: 400, code: 'missing_virtual_key', param: 'x-gateway-virtual-key' });
+    expect(await errorOf(missing)).toMatchObject({
+      status: 400,
+      code: 'missing_virtual_key',
+      param: 'x-gateway-virtual-key',
+    });
     const unknown = await gateway.request('/v1/threads/runs', {
       key: tenant.workspaceKey,
       body,
@@ -561,7 +767,10 @@ describe('what is refused before anything is created', () => {
   });
 
   it("answers 404 for another workspace's run, thread and messages", async () => {
-    const run = await openai.beta.threads.createAndRunPoll({ assistant_id: assistantId, thread: fakeThread('Hi') }, { pollIntervalMs: 10 });
+    const run = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, thread: fakeThread('Hi') },
+      { pollIntervalMs: 10 },
+    );
     const stranger = await gateway.tenant();
     for (const path of [
       `/v1/threads/${run.thread_id}/runs/${run.id}`,
@@ -571,7 +780,10 @@ describe('what is refused before anything is created', () => {
       const response = await gateway.request(path, { key: stranger.workspaceKey });
       expect(response.status).toBe(404);
     }
-    const cancel = await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/cancel`, { key: stranger.workspaceKey, method: 'POST' });
+    const cancel = await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/cancel`, {
+      key: stranger.workspaceKey,
+      method: 'POST',
+    });
     expect(await errorOf(cancel)).toMatchObject({ status: 404, code: 'run_not_found' });
   });
 });
@@ -609,15 +821,23 @@ describe('reading runs and threads', () => {
       },
       { pollIntervalMs: 10 },
     );
-    const firstPage = await json(await gateway.request(`/v1/threads/${run.thread_id}/messages?limit=2&order=asc`, { key: tenant.workspaceKey }));
-    expect(firstPage.data.map((m: { content: { text: { value: string } }[] }) => defined(m.content[0]).text.value)).toEqual(['m1', 'm2']);
+    const firstPage = await json(
+      await gateway.request(`/v1/threads/${run.thread_id}/messages?limit=2&order=asc`, { key: tenant.workspaceKey }),
+    );
+    expect(
+      firstPage.data.map((m: { content: { text: { value: string } }[] }) => defined(m.content[0]).text.value),
+    ).toEqual(['m1', 'm2']);
     expect(firstPage.has_more).toBe(true);
     const next = await json(
-      await gateway.request(`/v1/threads/${run.thread_id}/messages?limit=10&order=asc&after=${firstPage.last_id}`, { key: tenant.workspaceKey }),
+      await gateway.request(`/v1/threads/${run.thread_id}/messages?limit=10&order=asc&after=${firstPage.last_id}`, {
+        key: tenant.workspaceKey,
+      }),
     );
     expect(next.data).toHaveLength(3);
     expect(next.has_more).toBe(false);
-    const byRun = await json(await gateway.request(`/v1/threads/${run.thread_id}/messages?run_id=${run.id}`, { key: tenant.workspaceKey }));
+    const byRun = await json(
+      await gateway.request(`/v1/threads/${run.thread_id}/messages?run_id=${run.id}`, { key: tenant.workspaceKey }),
+    );
     expect(byRun.data).toHaveLength(1);
     expect(byRun.data[0].role).toBe('assistant');
     const thread = await openai.beta.threads.retrieve(run.thread_id);

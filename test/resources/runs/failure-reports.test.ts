@@ -3,7 +3,12 @@ import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UpstreamError } from '../../../src/providers/types';
 import { upstreamCause, upstreamErrorCode } from '../../../src/resources/runs/execution/outcome';
-import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../../support/fake-upstream';
+import {
+  fakeDirective,
+  startFakeUpstream,
+  type FakeScenario,
+  type FakeUpstreamServer,
+} from '../../support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from '../../support/gateway';
 
 /**
@@ -24,7 +29,9 @@ beforeAll(async () => {
   gateway = await createTestGateway({ env: { GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: '300' } });
   tenant = await gateway.tenant();
   slug = await gateway.virtualKey(tenant, { base_url: fake.baseURL });
-  const assistant = await json(await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model' } }));
+  const assistant = await json(
+    await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model' } }),
+  );
   assistantId = assistant.id;
 });
 afterAll(async () => {
@@ -49,7 +56,9 @@ async function runToEnd(scenario: FakeScenario | null, key = slug): Promise<Ende
     }),
   );
   await gateway.tasks.drain(10_000);
-  const run = await json(await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { key: tenant.workspaceKey }));
+  const run = await json(
+    await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { key: tenant.workspaceKey }),
+  );
   const lines = gateway.logs.map((text) => JSON.parse(text) as Record<string, unknown>);
   const ended = lines.filter((line) => line.message === 'run ended' && line.run_id === created.id);
   expect(ended).toHaveLength(1);
@@ -68,7 +77,10 @@ async function closedBaseUrl(): Promise<string> {
 
 describe('a completed run', () => {
   it('logs one line with its ids, key, model, tokens and timings', async () => {
-    const { run, line } = await runToEnd({ reply: 'one two three', usage: { prompt_tokens: 11, completion_tokens: 3 } });
+    const { run, line } = await runToEnd({
+      reply: 'one two three',
+      usage: { prompt_tokens: 11, completion_tokens: 3 },
+    });
     expect(run.status).toBe('completed');
     expect(line).toMatchObject({
       level: 'info',
@@ -95,51 +107,91 @@ describe('a completed run', () => {
 describe('a run cancelled while it waits for tool outputs', () => {
   it('logs its end too, its key read from the database', async () => {
     const tool = { type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: {} } } };
-    const assistant = await json(await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model', tools: [tool] } }));
+    const assistant = await json(
+      await gateway.request('/v1/assistants', {
+        key: tenant.workspaceKey,
+        body: { model: 'fake-model', tools: [tool] },
+      }),
+    );
     const created = await json(
       await gateway.request('/v1/threads/runs', {
         key: tenant.workspaceKey,
         headers: { 'x-gateway-virtual-key': slug },
-        body: { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective({ tool_calls: true })}` }] } },
+        body: {
+          assistant_id: assistant.id,
+          thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective({ tool_calls: true })}` }] },
+        },
       }),
     );
     await gateway.tasks.drain(10_000);
     const path = `/v1/threads/${created.thread_id}/runs/${created.id}`;
     expect((await json(await gateway.request(path, { key: tenant.workspaceKey }))).status).toBe('requires_action');
-    const logged = () => gateway.logs.map((text) => JSON.parse(text) as Record<string, unknown>).filter((line) => line.run_id === created.id && line.message === 'run ended');
+    const logged = () =>
+      gateway.logs
+        .map((text) => JSON.parse(text) as Record<string, unknown>)
+        .filter((line) => line.run_id === created.id && line.message === 'run ended');
     expect(logged()).toEqual([]);
 
     const cancelled = await json(await gateway.request(`${path}/cancel`, { key: tenant.workspaceKey, method: 'POST' }));
     expect(cancelled.status).toBe('cancelled');
-    expect(logged()).toEqual([expect.objectContaining({ status: 'cancelled', virtual_key: slug, assistant_id: assistant.id, time_to_first_token_ms: null })]);
+    expect(logged()).toEqual([
+      expect.objectContaining({
+        status: 'cancelled',
+        virtual_key: slug,
+        assistant_id: assistant.id,
+        time_to_first_token_ms: null,
+      }),
+    ]);
   });
 });
 
 describe('a run its upstream fails', () => {
   it.each([
-    ['a refused provider key', 401, 'invalid_api_key', /^The upstream refused the virtual key's provider API key: HTTP 401: /],
-    ['an unknown model', 404, 'model_not_found', /^The upstream has no model "fake-model" \(or no Chat Completions at the virtual key's base_url\): HTTP 404: /],
+    [
+      'a refused provider key',
+      401,
+      'invalid_api_key',
+      /^The upstream refused the virtual key's provider API key: HTTP 401: /,
+    ],
+    [
+      'an unknown model',
+      404,
+      'model_not_found',
+      /^The upstream has no model "fake-model" \(or no Chat Completions at the virtual key's base_url\): HTTP 404: /,
+    ],
     ['a bad request', 400, 'invalid_request_error', /^The upstream refused the request as invalid: HTTP 400: /],
     ['a rate limit', 429, 'rate_limit_exceeded', /^The upstream rate-limited the request: HTTP 429: /],
     ["the provider's own failure", 500, 'server_error', /^The upstream answered HTTP 500: /],
   ])('%s (HTTP %i) gets code %s', async (_name, status, code, message) => {
     const { run, line } = await runToEnd({ status });
     expect(run).toMatchObject({ status: 'failed', last_error: { code, message: expect.stringMatching(message) } });
-    expect(line).toMatchObject({ status: 'failed', cause: `http_${status}`, error_code: code, error_message: defined(run.last_error).message, virtual_key: slug });
+    expect(line).toMatchObject({
+      status: 'failed',
+      cause: `http_${status}`,
+      error_code: code,
+      error_message: defined(run.last_error).message,
+      virtual_key: slug,
+    });
     expect(line.time_to_first_token_ms).toBeNull();
   });
 
   it('a refused connection (a closed loopback port)', async () => {
     const key = await gateway.virtualKey(tenant, { base_url: await closedBaseUrl() });
     const { run, line } = await runToEnd(null, key);
-    expect(run.last_error).toEqual({ code: 'server_error', message: "The upstream refused the connection: nothing listens at the virtual key's base_url." });
+    expect(run.last_error).toEqual({
+      code: 'server_error',
+      message: "The upstream refused the connection: nothing listens at the virtual key's base_url.",
+    });
     expect(line).toMatchObject({ status: 'failed', cause: 'refused', error_code: 'server_error', virtual_key: key });
   });
 
   it('a name that does not resolve (.invalid)', async () => {
     const key = await gateway.virtualKey(tenant, { base_url: 'http://provider.gateway-test.invalid/v1' });
     const { run, line } = await runToEnd(null, key);
-    expect(run.last_error).toEqual({ code: 'server_error', message: "The upstream's host name did not resolve (DNS): check the virtual key's base_url." });
+    expect(run.last_error).toEqual({
+      code: 'server_error',
+      message: "The upstream's host name did not resolve (DNS): check the virtual key's base_url.",
+    });
     expect(line).toMatchObject({ status: 'failed', cause: 'dns' });
   });
 
@@ -148,7 +200,8 @@ describe('a run its upstream fails', () => {
     const { run, line } = await runToEnd(null, key);
     expect(run.last_error).toEqual({
       code: 'server_error',
-      message: "The TLS handshake with the upstream failed (its certificate or protocol): check the virtual key's base_url.",
+      message:
+        "The TLS handshake with the upstream failed (its certificate or protocol): check the virtual key's base_url.",
     });
     expect(line).toMatchObject({ status: 'failed', cause: 'tls' });
   });

@@ -55,7 +55,10 @@ describe('file_search in runs', () => {
   it('searches without the client, shows the search as a step, and cites the file', async () => {
     const marker = `refunds-${crypto.randomUUID()}`;
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, thread: fakeThread(`${marker} How long for refunds?`, searchThenAnswer('refunds days')) },
+      {
+        assistant_id: assistantId,
+        thread: fakeThread(`${marker} How long for refunds?`, searchThenAnswer('refunds days')),
+      },
       { pollIntervalMs: 20 },
     );
     expect(run.status).toBe('completed');
@@ -81,13 +84,27 @@ describe('file_search in runs', () => {
     });
     const firstCall = details.type === 'tool_calls' ? defined(details.tool_calls[0]) : null;
     const call = firstCall?.type === 'file_search' ? firstCall : null;
-    expect(defined(defined(call).file_search.results)[0]).toEqual({ file_id: store.fileIds[0], file_name: 'policies.md', score: 1 });
+    expect(defined(defined(call).file_search.results)[0]).toEqual({
+      file_id: store.fileIds[0],
+      file_name: 'policies.md',
+      score: 1,
+    });
     expect(JSON.stringify(details)).not.toContain('refunds days');
 
     // With include[], the results' content.
-    const included = await openai.beta.threads.runs.steps.retrieve(defined(steps.data[0]).id, { thread_id: run.thread_id, run_id: run.id, include: INCLUDE });
+    const included = await openai.beta.threads.runs.steps.retrieve(defined(steps.data[0]).id, {
+      thread_id: run.thread_id,
+      run_id: run.id,
+      include: INCLUDE,
+    });
     expect(included.step_details).toMatchObject({
-      tool_calls: [{ file_search: { results: [{ file_id: store.fileIds[0], content: [{ type: 'text', text: REFUND_CHUNK }] }, {}] } }],
+      tool_calls: [
+        {
+          file_search: {
+            results: [{ file_id: store.fileIds[0], content: [{ type: 'text', text: REFUND_CHUNK }] }, {}],
+          },
+        },
+      ],
     });
     const listed = await openai.beta.threads.runs.steps.list(run.id, { thread_id: run.thread_id, include: INCLUDE });
     expect(JSON.stringify(listed.data)).toContain(REFUND_CHUNK);
@@ -100,12 +117,20 @@ describe('file_search in runs', () => {
       text: {
         value: ANSWER,
         annotations: [
-          { type: 'file_citation', text: '【0†policies.md】', start_index: start, end_index: start + '【0†policies.md】'.length, file_citation: { file_id: store.fileIds[0] } },
+          {
+            type: 'file_citation',
+            text: '【0†policies.md】',
+            start_index: start,
+            end_index: start + '【0†policies.md】'.length,
+            file_citation: { file_id: store.fileIds[0] },
+          },
         ],
       },
     });
     // The run's usage counts both upstream calls.
-    expect(defined(run.usage).total_tokens).toBe(steps.data.reduce((sum, step) => sum + defined(step.usage).total_tokens, 0));
+    expect(defined(run.usage).total_tokens).toBe(
+      steps.data.reduce((sum, step) => sum + defined(step.usage).total_tokens, 0),
+    );
   });
 
   it('streams the search step as OpenAI does, with its results’ content when include[] asks', async () => {
@@ -119,35 +144,60 @@ describe('file_search in runs', () => {
     const toolStep = defined(events.find((event) => event.event === 'thread.run.step.created')).data;
     expect(toolStep.step_details).toEqual({ type: 'tool_calls', tool_calls: [] });
     const delta = defined(events.find((event) => event.event === 'thread.run.step.delta')).data;
-    expect(delta.delta.step_details.tool_calls).toEqual([{ index: 0, id: expect.any(String), type: 'file_search', file_search: {} }]);
+    expect(delta.delta.step_details.tool_calls).toEqual([
+      { index: 0, id: expect.any(String), type: 'file_search', file_search: {} },
+    ]);
     const completed = defined(events.find((event) => event.event === 'thread.run.step.completed')).data;
     expect(completed.id).toBe(toolStep.id);
-    expect(completed.step_details.tool_calls[0].file_search.results[0].content).toEqual([{ type: 'text', text: REFUND_CHUNK }]);
+    expect(completed.step_details.tool_calls[0].file_search.results[0].content).toEqual([
+      { type: 'text', text: REFUND_CHUNK },
+    ]);
     // One delta for the search, then the answer's message; its citations in a delta before it completes.
     expect(names.filter((name) => name === 'thread.run.step.delta')).toHaveLength(1);
     // The last delta (the SDK's accumulation changes the objects of earlier ones).
     const citation = names.lastIndexOf('thread.message.delta');
     expect(citation).toBeGreaterThan(names.indexOf('thread.run.step.completed'));
     expect(defined(events[citation + 1]).event).toBe('thread.message.completed');
-    expect(defined(events[citation]).data.delta.content[0].text.annotations[0]).toMatchObject({ index: 0, type: 'file_citation', file_citation: { file_id: store.fileIds[0] } });
+    expect(defined(events[citation]).data.delta.content[0].text.annotations[0]).toMatchObject({
+      index: 0,
+      type: 'file_citation',
+      file_citation: { file_id: store.fileIds[0] },
+    });
     expect(names.at(-1)).toBe('thread.run.completed');
     const final = await stream.finalMessages();
-    expect(defined(final.at(-1)).content[0]).toMatchObject({ text: { value: ANSWER, annotations: [{ type: 'file_citation' }] } });
+    expect(defined(final.at(-1)).content[0]).toMatchObject({
+      text: { value: ANSWER, annotations: [{ type: 'file_citation' }] },
+    });
   });
 
   it('asks the client only for its own function when the model also calls one, and sends both back', async () => {
     const marker = `mixed-${crypto.randomUUID()}`;
     const assistant = await openai.beta.assistants.create({
       model: 'fake-model',
-      tools: [{ type: 'file_search' }, { type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: {} } } }],
+      tools: [
+        { type: 'file_search' },
+        { type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: {} } } },
+      ],
     });
     const scenario: FakeScenario[] = [
-      { tool_calls: [{ name: 'file_search', arguments: { queries: ['Paris office'] } }, { name: 'lookup', arguments: {} }] },
+      {
+        tool_calls: [
+          { name: 'file_search', arguments: { queries: ['Paris office'] } },
+          { name: 'lookup', arguments: {} },
+        ],
+      },
       { reply: 'Both done.' },
     ];
     // The store comes from the thread's tool resources this time.
-    const thread = await openai.beta.threads.create({ ...fakeThread(`${marker} where?`, scenario), tool_resources: { file_search: { vector_store_ids: [store.id] } } });
-    let run = await openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistant.id }, { pollIntervalMs: 20 });
+    const thread = await openai.beta.threads.create({
+      ...fakeThread(`${marker} where?`, scenario),
+      tool_resources: { file_search: { vector_store_ids: [store.id] } },
+    });
+    let run = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      { assistant_id: assistant.id },
+      { pollIntervalMs: 20 },
+    );
     expect(run.status).toBe('requires_action');
     const required = defined(run.required_action).submit_tool_outputs.tool_calls;
     expect(required.map((call) => call.function.name)).toEqual(['lookup']);
@@ -158,27 +208,46 @@ describe('file_search in runs', () => {
     );
     expect(run.status).toBe('completed');
     const last = defined(chatRequestsOf(marker).at(-1));
-    const tools = defined(last.body).messages.filter((message: any) => message.role === 'tool').map((message: any) => message.content);
+    const tools = defined(last.body)
+      .messages.filter((message: any) => message.role === 'tool')
+      .map((message: any) => message.content);
     expect(tools[0]).toContain('Our office is in Paris');
     expect(tools[1]).toBe('looked up');
     const steps = await openai.beta.threads.runs.steps.list(run.id, { thread_id: thread.id, order: 'asc' });
     const details = defined(steps.data[0]).step_details;
-    expect(details.type === 'tool_calls' && details.tool_calls.map((call) => call.type)).toEqual(['file_search', 'function']);
+    expect(details.type === 'tool_calls' && details.tool_calls.map((call) => call.type)).toEqual([
+      'file_search',
+      'function',
+    ]);
   });
 
   it('makes the model answer after four rounds of searching, and fails a run whose model will not', async () => {
     const marker = `rounds-${crypto.randomUUID()}`;
     const search: FakeScenario = { tool_calls: [{ name: 'file_search', arguments: { queries: ['refunds'] } }] };
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, thread: fakeThread(marker, [search, search, search, search, search, { reply: 'never' }]) },
+      {
+        assistant_id: assistantId,
+        thread: fakeThread(marker, [search, search, search, search, search, { reply: 'never' }]),
+      },
       { pollIntervalMs: 20 },
     );
     const requests = chatRequestsOf(marker);
-    expect(requests.map((request) => defined(request.body).tool_choice)).toEqual(['auto', 'auto', 'auto', 'auto', 'none']);
+    expect(requests.map((request) => defined(request.body).tool_choice)).toEqual([
+      'auto',
+      'auto',
+      'auto',
+      'auto',
+      'none',
+    ]);
     expect(run.status).toBe('failed');
-    expect(run.last_error).toEqual({ code: 'server_error', message: expect.stringContaining('called file_search again after 4 searches') });
+    expect(run.last_error).toEqual({
+      code: 'server_error',
+      message: expect.stringContaining('called file_search again after 4 searches'),
+    });
     // The four searches are kept, their results numbered through the run.
-    const tool = defined(defined(requests[4]).body).messages.filter((message: any) => message.role === 'tool').map((message: any) => message.content);
+    const tool = defined(defined(requests[4]).body)
+      .messages.filter((message: any) => message.role === 'tool')
+      .map((message: any) => message.content);
     // One result a search (only one chunk has the word): numbers 0 to 3.
     expect(tool[3]).toContain('【3†policies.md】');
   });
@@ -207,7 +276,9 @@ describe('file_search in runs', () => {
       { pollIntervalMs: 20 },
     );
     expect(run.status).toBe('completed');
-    const tool = defined(defined(chatRequestsOf(marker)[2]).body).messages.filter((message: any) => message.role === 'tool').map((message: any) => message.content);
+    const tool = defined(defined(chatRequestsOf(marker)[2]).body)
+      .messages.filter((message: any) => message.role === 'tool')
+      .map((message: any) => message.content);
     expect(tool[0]).toContain('not valid JSON');
     // No store on the assistant or the thread: nothing to find.
     expect(tool[1]).toBe('The file search found nothing for this query.');
@@ -217,17 +288,29 @@ describe('file_search in runs', () => {
     const marker = `replayed-${crypto.randomUUID()}`;
     const long = `refunds ${'x'.repeat(10_000)}`;
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, thread: fakeThread(marker, [{ tool_calls: [{ name: 'file_search', arguments: { queries: [long, ' days '] } }] }, { reply: 'Done.' }]) },
+      {
+        assistant_id: assistantId,
+        thread: fakeThread(marker, [
+          { tool_calls: [{ name: 'file_search', arguments: { queries: [long, ' days '] } }] },
+          { reply: 'Done.' },
+        ]),
+      },
       { pollIntervalMs: 20 },
     );
     expect(run.status).toBe('completed');
-    const calls = defined(defined(chatRequestsOf(marker)[1]).body).messages.find((message: any) => message.tool_calls).tool_calls;
+    const calls = defined(defined(chatRequestsOf(marker)[1]).body).messages.find(
+      (message: any) => message.tool_calls,
+    ).tool_calls;
     expect(calls[0].function.arguments).toBe(JSON.stringify({ queries: [long.slice(0, 4096), 'days'] }));
   });
 
   it("counts a turn's rounds together against the answer cap: five queries of 700 KB a round stop the turn in its second", async () => {
     const marker = `capped-${crypto.randomUUID()}`;
-    const round: FakeScenario = { tool_calls: [{ name: 'file_search' }], tool_argument_queries: { count: 5, bytes: 700_000 }, argument_chunk_chars: 16_384 };
+    const round: FakeScenario = {
+      tool_calls: [{ name: 'file_search' }],
+      tool_argument_queries: { count: 5, bytes: 700_000 },
+      argument_chunk_chars: 16_384,
+    };
     const run = await openai.beta.threads.createAndRunPoll(
       { assistant_id: assistantId, thread: fakeThread(marker, [round, round, round, round, { reply: 'Found.' }]) },
       { pollIntervalMs: 20 },
@@ -237,11 +320,18 @@ describe('file_search in runs', () => {
     const steps = await openai.beta.threads.runs.steps.list(run.id, { thread_id: run.thread_id, order: 'asc' });
     // The second round's two steps are written as its answer ends, in either order.
     expect(steps.data[0]).toMatchObject({ type: 'tool_calls', status: 'completed' });
-    expect(steps.data.slice(1).map((step) => [step.type, step.status]).sort()).toEqual([
+    expect(
+      steps.data
+        .slice(1)
+        .map((step) => [step.type, step.status])
+        .sort(),
+    ).toEqual([
       ['message_creation', 'completed'],
       ['tool_calls', 'failed'],
     ]);
-    expect(defined(defined(steps.data.find((step) => step.status === 'failed')).last_error).message).toContain('GATEWAY_MAX_ANSWER_BYTES');
+    expect(defined(defined(steps.data.find((step) => step.status === 'failed')).last_error).message).toContain(
+      'GATEWAY_MAX_ANSWER_BYTES',
+    );
     // The second round was sent the first's search as what was searched: kilobytes, not 3.5 MB.
     const requests = chatRequestsOf(marker);
     expect(requests).toHaveLength(2);
@@ -252,19 +342,29 @@ describe('file_search in runs', () => {
     const marker = `forced-${crypto.randomUUID()}`;
     // No directive for the first round: the fake calls the forced function with example arguments.
     const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: assistantId, tool_choice: { type: 'file_search' }, thread: { messages: [{ role: 'user', content: `${marker} refunds` }] } },
+      {
+        assistant_id: assistantId,
+        tool_choice: { type: 'file_search' },
+        thread: { messages: [{ role: 'user', content: `${marker} refunds` }] },
+      },
       { pollIntervalMs: 20 },
     );
     expect(run.status).toBe('completed');
     const requests = chatRequestsOf(marker);
-    expect(requests.map((request) => defined(request.body).tool_choice)).toEqual([{ type: 'function', function: { name: 'file_search' } }, 'auto']);
+    expect(requests.map((request) => defined(request.body).tool_choice)).toEqual([
+      { type: 'function', function: { name: 'file_search' } },
+      'auto',
+    ]);
     expect(run.tool_choice).toEqual({ type: 'file_search' });
   });
 
   it('refuses a function tool named as the search function beside file_search', async () => {
     const response = await gateway.request('/v1/threads/runs', {
       key: tenant.workspaceKey,
-      body: { assistant_id: assistantId, tools: [{ type: 'file_search' }, { type: 'function', function: { name: 'file_search' } }] },
+      body: {
+        assistant_id: assistantId,
+        tools: [{ type: 'file_search' }, { type: 'function', function: { name: 'file_search' } }],
+      },
     });
     expect(response.status).toBe(400);
     expect(await errorOf(response)).toMatchObject({ code: 'invalid_value', param: 'tools[1].function.name' });

@@ -1,7 +1,12 @@
 import { defined } from '../../support/defined';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { readEvents } from '../../support/events';
-import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../../support/fake-upstream';
+import {
+  fakeDirective,
+  startFakeUpstream,
+  type FakeScenario,
+  type FakeUpstreamServer,
+} from '../../support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from '../../support/gateway';
 import { startFakeUpstreamProcess, type FakeUpstreamProcess } from '../../support/processes';
 
@@ -63,7 +68,10 @@ interface Ended {
 }
 
 /** Creates a run whose upstream answers `scenario`, and waits for its end. */
-async function runToEnd(scenario: FakeScenario, options: { stream?: boolean; virtualKey?: string; content?: string } = {}): Promise<Ended> {
+async function runToEnd(
+  scenario: FakeScenario,
+  options: { stream?: boolean; virtualKey?: string; content?: string } = {},
+): Promise<Ended> {
   const response = await gateway.request('/v1/threads/runs', {
     key: tenant.workspaceKey,
     headers: { 'x-gateway-virtual-key': options.virtualKey ?? virtualKey },
@@ -78,23 +86,40 @@ async function runToEnd(scenario: FakeScenario, options: { stream?: boolean; vir
   const events: string[] = [];
   if (options.stream) {
     const text = await response.text();
-    for (const block of text.split('\n\n').filter(Boolean)) events.push(defined(defined(/^event: (.*)$/m.exec(block))[1]));
+    for (const block of text.split('\n\n').filter(Boolean))
+      events.push(defined(defined(/^event: (.*)$/m.exec(block))[1]));
     created = JSON.parse(defined(defined(/^event: thread\.run\.created\ndata: (.*)$/m.exec(text))[1]));
   } else {
     created = await json(response);
   }
-  const read = async () => json(await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { key: tenant.workspaceKey }));
+  const read = async () =>
+    json(await gateway.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { key: tenant.workspaceKey }));
   let run = await read();
-  for (const deadline = Date.now() + 20_000; ['queued', 'in_progress', 'cancelling'].includes(run.status) && Date.now() < deadline; ) {
+  for (
+    const deadline = Date.now() + 20_000;
+    ['queued', 'in_progress', 'cancelling'].includes(run.status) && Date.now() < deadline;
+  ) {
     await new Promise((resolve) => setTimeout(resolve, 20));
     run = await read();
   }
   const client = gateway.database.client;
   const readRows = async () => ({
-    messages: await json(await gateway.request(`/v1/threads/${created.thread_id}/messages?run_id=${created.id}`, { key: tenant.workspaceKey })),
-    steps: (await client.execute({ sql: 'SELECT type, status, last_error, step_details FROM run_steps WHERE run_id = ? ORDER BY seq', args: [run.id] })).rows.map(
-      (row) => ({ type: String(row[0]), status: String(row[1]), lastError: row[2] ? JSON.parse(String(row[2])) : null, stepDetails: String(row[3]) }),
+    messages: await json(
+      await gateway.request(`/v1/threads/${created.thread_id}/messages?run_id=${created.id}`, {
+        key: tenant.workspaceKey,
+      }),
     ),
+    steps: (
+      await client.execute({
+        sql: 'SELECT type, status, last_error, step_details FROM run_steps WHERE run_id = ? ORDER BY seq',
+        args: [run.id],
+      })
+    ).rows.map((row) => ({
+      type: String(row[0]),
+      status: String(row[1]),
+      lastError: row[2] ? JSON.parse(String(row[2])) : null,
+      stepDetails: String(row[3]),
+    })),
   });
   // A run's row can end before its step and message do (a settle that fails writes the run alone
   // first, then closes them one by one): read them once they have. (A run waiting for tool outputs
@@ -102,8 +127,9 @@ async function runToEnd(scenario: FakeScenario, options: { stream?: boolean; vir
   let { messages, steps } = await readRows();
   const open = () =>
     run.status !== 'requires_action' &&
-    (steps.some((step) => step.status === 'in_progress') || messages.data.some((message: { status: string }) => message.status === 'in_progress'));
-  for (const deadline = Date.now() + 5_000; open() && Date.now() < deadline; ) {
+    (steps.some((step) => step.status === 'in_progress') ||
+      messages.data.some((message: { status: string }) => message.status === 'in_progress'));
+  for (const deadline = Date.now() + 5_000; open() && Date.now() < deadline;) {
     await new Promise((resolve) => setTimeout(resolve, 20));
     ({ messages, steps } = await readRows());
   }
@@ -123,7 +149,8 @@ function logsOf(runId: string): { level: string; message: string; [field: string
 
 /** Resolves once the fake's exchanges have all ended; answers how the last one did. */
 async function lastExchange(): Promise<string | undefined> {
-  for (const deadline = Date.now() + 5000; fake.inFlight > 0 && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 10));
+  for (const deadline = Date.now() + 5000; fake.inFlight > 0 && Date.now() < deadline;)
+    await new Promise((resolve) => setTimeout(resolve, 10));
   return fake.requests.at(-1)?.outcome;
 }
 
@@ -161,11 +188,17 @@ describe('tool-call indices', () => {
     expect(taken.run.status).toBe('requires_action');
     expect(taken.run.required_action.submit_tool_outputs.tool_calls).toHaveLength(128);
     const refused = await runToEnd({ tool_calls: 129, argument_chunk_chars: 64 });
-    expect(refused.run).toMatchObject({ status: 'failed', last_error: { message: expect.stringContaining('index 128;') } });
+    expect(refused.run).toMatchObject({
+      status: 'failed',
+      last_error: { message: expect.stringContaining('index 128;') },
+    });
   });
 
   it('without indices: one call is taken; an id-less fragment while several calls are open fails the run', async () => {
-    const one = await runToEnd({ tool_calls: [{ name: 'lookup', arguments: { city: 'Paris' } }], tool_call_index: null });
+    const one = await runToEnd({
+      tool_calls: [{ name: 'lookup', arguments: { city: 'Paris' } }],
+      tool_call_index: null,
+    });
     expect(one.run.status).toBe('requires_action');
     expect(one.run.required_action.submit_tool_outputs.tool_calls).toEqual([
       { id: expect.any(String), type: 'function', function: { name: 'lookup', arguments: '{"city":"Paris"}' } },
@@ -173,7 +206,10 @@ describe('tool-call indices', () => {
     const several = await runToEnd({ tool_calls: 2, tool_call_index: null });
     expect(several.run).toMatchObject({
       status: 'failed',
-      last_error: { message: 'The upstream sent a tool-call fragment with neither an index nor an id while several tool calls were open.' },
+      last_error: {
+        message:
+          'The upstream sent a tool-call fragment with neither an index nor an id while several tool calls were open.',
+      },
     });
   });
 
@@ -189,27 +225,40 @@ describe('tool-call indices', () => {
 });
 
 describe('the answer cap (GATEWAY_MAX_ANSWER_BYTES)', () => {
-  it.each([false, true])('a longer answer (streamed: %s) is kept up to the cap, the upstream dropped, the run incomplete', async (stream) => {
-    // Far more than the buffers between the fake and the gateway hold, so that reading it all would show.
-    const ended = await runToEnd({ stream_bytes: 1000 * CAP, chunk_bytes: 1000 }, { stream });
-    expect(ended.run).toMatchObject({
-      status: 'incomplete',
-      incomplete_details: { reason: 'max_completion_tokens' },
-      last_error: null,
-      usage: { completion_tokens: CAP / 4 },
-    });
-    expect(ended.message).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_tokens' } });
-    const text: string = ended.message.content[0].text.value;
-    expect(text.length).toBe(CAP);
-    expect(text.startsWith('lorem ipsum dolor')).toBe(true);
-    expect(ended.storedBytes).toBeLessThan(CAP + 4096);
-    // The upstream was not read to its end: the gateway dropped the connection.
-    expect(await lastExchange()).toBe('cancelled');
-    expect(logsOf(ended.run.id)).toContainEqual(
-      expect.objectContaining({ level: 'warn', message: 'the upstream answer reached the answer cap and was cut', cap_bytes: CAP }),
-    );
-    if (stream) expect(ended.events.slice(-4)).toEqual(['thread.message.incomplete', 'thread.run.step.completed', 'thread.run.incomplete', 'done']);
-  });
+  it.each([false, true])(
+    'a longer answer (streamed: %s) is kept up to the cap, the upstream dropped, the run incomplete',
+    async (stream) => {
+      // Far more than the buffers between the fake and the gateway hold, so that reading it all would show.
+      const ended = await runToEnd({ stream_bytes: 1000 * CAP, chunk_bytes: 1000 }, { stream });
+      expect(ended.run).toMatchObject({
+        status: 'incomplete',
+        incomplete_details: { reason: 'max_completion_tokens' },
+        last_error: null,
+        usage: { completion_tokens: CAP / 4 },
+      });
+      expect(ended.message).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_tokens' } });
+      const text: string = ended.message.content[0].text.value;
+      expect(text.length).toBe(CAP);
+      expect(text.startsWith('lorem ipsum dolor')).toBe(true);
+      expect(ended.storedBytes).toBeLessThan(CAP + 4096);
+      // The upstream was not read to its end: the gateway dropped the connection.
+      expect(await lastExchange()).toBe('cancelled');
+      expect(logsOf(ended.run.id)).toContainEqual(
+        expect.objectContaining({
+          level: 'warn',
+          message: 'the upstream answer reached the answer cap and was cut',
+          cap_bytes: CAP,
+        }),
+      );
+      if (stream)
+        expect(ended.events.slice(-4)).toEqual([
+          'thread.message.incomplete',
+          'thread.run.step.completed',
+          'thread.run.incomplete',
+          'done',
+        ]);
+    },
+  );
 
   it('counts UTF-8 bytes and never keeps half a character', async () => {
     // 'é' is 2 bytes, '€' 3: an odd cap falls inside a character.
@@ -249,7 +298,13 @@ describe('the answer cap (GATEWAY_MAX_ANSWER_BYTES)', () => {
   });
 
   it('text and tool-call names and arguments share the cap', async () => {
-    const ended = await runToEnd({ reply: 'word '.repeat(CAP / 8), chunk_tokens: 100, tool_calls: 1, tool_argument_bytes: CAP, argument_chunk_chars: 1000 });
+    const ended = await runToEnd({
+      reply: 'word '.repeat(CAP / 8),
+      chunk_tokens: 100,
+      tool_calls: 1,
+      tool_argument_bytes: CAP,
+      argument_chunk_chars: 1000,
+    });
     expect(ended.run.status).toBe('incomplete');
     expect(ended.message.content[0].text.value.length).toBe((5 * CAP) / 8);
   });
@@ -289,14 +344,19 @@ describe('the provider key in what the upstream sends back', () => {
     for (let length = 4; length < KEY.length; length++) {
       const text = `${'.'.repeat(500 - length)}${KEY.slice(0, length)}-and-more`;
       const ended = await runToEnd({ status: 401, error: { error: { message: text } } });
-      expect(ended.run.last_error.message).toBe(`The upstream refused the virtual key's provider API key: HTTP 401: ${'.'.repeat(500 - length)}[redacted]`);
+      expect(ended.run.last_error.message).toBe(
+        `The upstream refused the virtual key's provider API key: HTTP 401: ${'.'.repeat(500 - length)}[redacted]`,
+      );
     }
   });
 
   it('in a mid-stream error chunk, at every cut position', async () => {
     for (const offset of offsets) {
       const text = `${'.'.repeat(offset)}${KEY} rest`;
-      const ended = await runToEnd({ reply: 'a b c', error_after_chunks: 2, stream_error: { error: { message: text } } }, { stream: offset % 2 === 0 });
+      const ended = await runToEnd(
+        { reply: 'a b c', error_after_chunks: 2, stream_error: { error: { message: text } } },
+        { stream: offset % 2 === 0 },
+      );
       const message: string = ended.run.last_error.message;
       expect(message.startsWith('The upstream reported an error mid-stream: ...')).toBe(true);
       expectNoKeyPart(message);
@@ -307,19 +367,31 @@ describe('the provider key in what the upstream sends back', () => {
     const local = await gateway.virtualKey(tenant, { base_url: fake.baseURL, api_key: 'none' });
     const text = 'Nevertheless, the model gpt-5-nonexistent does not exist; none was found.';
     const ended = await runToEnd({ status: 404, error: { error: { message: text } } }, { virtualKey: local });
-    expect(ended.run.last_error.message).toBe(`The upstream has no model "fake-model" (or no Chat Completions at the virtual key's base_url): HTTP 404: ${text}`);
+    expect(ended.run.last_error.message).toBe(
+      `The upstream has no model "fake-model" (or no Chat Completions at the virtual key's base_url): HTTP 404: ${text}`,
+    );
   });
 });
 
 describe('event-stream framing', () => {
   it('a line longer than 1 MiB fails the run', async () => {
     const ended = await runToEnd({ flood: 'x', flood_bytes: 2 * 1024 * 1024, chunk_bytes: 65_536 });
-    expect(ended.run).toMatchObject({ status: 'failed', last_error: { message: 'The upstream sent a server-sent event line longer than 1048576 bytes.' } });
+    expect(ended.run).toMatchObject({
+      status: 'failed',
+      last_error: { message: 'The upstream sent a server-sent event line longer than 1048576 bytes.' },
+    });
   });
 
   it('an event larger than 1 MiB (many data lines, no blank line) fails the run', async () => {
-    const ended = await runToEnd({ flood: `data: ${'y'.repeat(1000)}\n`, flood_bytes: 2 * 1024 * 1024, chunk_bytes: 65_536 });
-    expect(ended.run).toMatchObject({ status: 'failed', last_error: { message: 'The upstream sent a server-sent event larger than 1048576 characters.' } });
+    const ended = await runToEnd({
+      flood: `data: ${'y'.repeat(1000)}\n`,
+      flood_bytes: 2 * 1024 * 1024,
+      chunk_bytes: 65_536,
+    });
+    expect(ended.run).toMatchObject({
+      status: 'failed',
+      last_error: { message: 'The upstream sent a server-sent event larger than 1048576 characters.' },
+    });
   });
 
   it('1 MiB of blank lines, then the answer: completed', async () => {
@@ -330,7 +402,12 @@ describe('event-stream framing', () => {
 
   it('a flood of tiny events, then the answer: completed', async () => {
     const event = 'data: {"choices":[]}\n\n';
-    const ended = await runToEnd({ flood: event, flood_bytes: event.length * Math.floor(2 ** 20 / event.length), chunk_bytes: 65_536, reply: 'still here' });
+    const ended = await runToEnd({
+      flood: event,
+      flood_bytes: event.length * Math.floor(2 ** 20 / event.length),
+      chunk_bytes: 65_536,
+      reply: 'still here',
+    });
     expect(ended.run.status).toBe('completed');
     expect(ended.message.content[0].text.value).toBe('still here');
   });
@@ -339,20 +416,29 @@ describe('event-stream framing', () => {
     const ended = await runToEnd({ flood: ': ping\n\n', chunk_delay_ms: IDLE_MS / 6 }, { stream: true });
     expect(ended.run).toMatchObject({
       status: 'failed',
-      last_error: { code: 'server_error', message: `The upstream went silent for longer than allowed within ${IDLE_MS} ms.` },
+      last_error: {
+        code: 'server_error',
+        message: `The upstream went silent for longer than allowed within ${IDLE_MS} ms.`,
+      },
     });
     expect(await lastExchange()).toBe('cancelled');
   });
 
   it('a large event still arriving is activity: a slow 64 KB data line completes', async () => {
     const line = `data: {"choices":[{"index":0,"delta":{"content":"${'z'.repeat(60_000)}"}}]}\n\n`;
-    const ended = await runToEnd({ flood: line, flood_bytes: line.length, chunk_bytes: 4096, chunk_delay_ms: IDLE_MS / 6, reply: '.' });
+    const ended = await runToEnd({
+      flood: line,
+      flood_bytes: line.length,
+      chunk_bytes: 4096,
+      chunk_delay_ms: IDLE_MS / 6,
+      reply: '.',
+    });
     expect(ended.run.status).toBe('completed');
     expect(ended.message.content[0].text.value).toBe(`${'z'.repeat(60_000)}.`);
   });
 });
 
-describe('the idle timeout counts the upstream\'s silence, not a stall of the gateway', () => {
+describe("the idle timeout counts the upstream's silence, not a stall of the gateway", () => {
   let upstream: FakeUpstreamProcess;
   beforeAll(async () => {
     // A process of its own: it keeps sending while this process's event loop is held.
@@ -366,7 +452,11 @@ describe('the idle timeout counts the upstream\'s silence, not a stall of the ga
     const response = await gateway.request('/v1/threads/runs', {
       key: tenant.workspaceKey,
       headers: { 'x-gateway-virtual-key': slug },
-      body: { assistant_id: assistantId, stream: true, thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] } },
+      body: {
+        assistant_id: assistantId,
+        stream: true,
+        thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] },
+      },
     });
     let held = false;
     const events = await readEvents(response, ({ event }) => {
@@ -383,7 +473,9 @@ describe('the idle timeout counts the upstream\'s silence, not a stall of the ga
     // The run as its last event left it.
     const run = events.filter(({ data }) => data?.object === 'thread.run').at(-1)?.data;
     expect(run).toMatchObject({ status: 'completed', last_error: null });
-    const messages = await json(await gateway.request(`/v1/threads/${run.thread_id}/messages?run_id=${run.id}`, { key: tenant.workspaceKey }));
+    const messages = await json(
+      await gateway.request(`/v1/threads/${run.thread_id}/messages?run_id=${run.id}`, { key: tenant.workspaceKey }),
+    );
     expect(messages.data[0].content[0].text.value).toBe('one two three four five');
   });
 });
@@ -403,12 +495,18 @@ describe('usage numbers', () => {
     const ended = await runToEnd({ reply, usage });
     expect(ended.run.status).toBe('completed');
     const { prompt_tokens, completion_tokens, total_tokens } = ended.run.usage;
-    for (const value of [prompt_tokens, completion_tokens, total_tokens]) expect(Number.isSafeInteger(value) && value >= 0).toBe(true);
+    for (const value of [prompt_tokens, completion_tokens, total_tokens])
+      expect(Number.isSafeInteger(value) && value >= 0).toBe(true);
     expect(completion_tokens).toBe(Math.ceil(reply.length / 4));
     expect(prompt_tokens).toBeGreaterThan(0);
     expect(total_tokens).toBe(prompt_tokens + completion_tokens);
     const warnings = logsOf(ended.run.id).filter((line) => line.level === 'warn');
-    expect(warnings).toEqual([expect.objectContaining({ message: 'the upstream reported invalid usage; counting it from the streamed answer', field })]);
+    expect(warnings).toEqual([
+      expect.objectContaining({
+        message: 'the upstream reported invalid usage; counting it from the streamed answer',
+        field,
+      }),
+    ]);
   });
 
   it('a total above the sum of its parts is taken as reported', async () => {
@@ -419,13 +517,24 @@ describe('usage numbers', () => {
 
 describe('malformed chunks', () => {
   it.each([
-    ['content that is not a string', `data: {"choices":[{"index":0,"delta":{"content":{"a":1}}}]}\n\n`, '`delta.content` is not a string'],
+    [
+      'content that is not a string',
+      `data: {"choices":[{"index":0,"delta":{"content":{"a":1}}}]}\n\n`,
+      '`delta.content` is not a string',
+    ],
     ['choices that are not a list', `data: {"choices":{"0":{}}}\n\n`, '`choices` is not a list'],
-    ['tool calls that are not a list', `data: {"choices":[{"index":0,"delta":{"tool_calls":{"index":0}}}]}\n\n`, '`delta.tool_calls` is not a list'],
+    [
+      'tool calls that are not a list',
+      `data: {"choices":[{"index":0,"delta":{"tool_calls":{"index":0}}}]}\n\n`,
+      '`delta.tool_calls` is not a list',
+    ],
     ['a chunk that is not an object', `data: [1,2]\n\n`, 'a chunk is not a JSON object'],
   ])('%s fails the run saying what was wrong', async (_name, flood, what) => {
     const ended = await runToEnd({ flood, flood_bytes: flood.length, reply: 'never' });
-    expect(ended.run).toMatchObject({ status: 'failed', last_error: { message: `The upstream sent a malformed chunk: ${what}.` } });
+    expect(ended.run).toMatchObject({
+      status: 'failed',
+      last_error: { message: `The upstream sent a malformed chunk: ${what}.` },
+    });
   });
 });
 
@@ -463,12 +572,17 @@ describe('recording how a run ended fails (a real database failure: a trigger re
     const ended = await withTriggers(triggers, () => runToEnd({ reply: 'an answer MARKER-ONE' }, { stream: true }));
     expect(ended.run).toMatchObject({
       status: 'failed',
-      last_error: { code: 'server_error', message: "The gateway could not record the run's outcome: the write to its database failed." },
+      last_error: {
+        code: 'server_error',
+        message: "The gateway could not record the run's outcome: the write to its database failed.",
+      },
     });
     expect(ended.message).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'run_failed' } });
     expect(ended.message.content[0].text.value).toBe('an answer MARKER-ONE');
     expect(ended.events.slice(-3)).toEqual(['thread.run.failed', 'error', 'done']);
-    expect(logsOf(ended.run.id)).toContainEqual(expect.objectContaining({ level: 'error', message: 'could not record how a run ended' }));
+    expect(logsOf(ended.run.id)).toContainEqual(
+      expect.objectContaining({ level: 'error', message: 'could not record how a run ended' }),
+    );
   });
 
   it('settling it fails too: the run alone is failed, in a second small write, and its step and message closed', async () => {
@@ -481,7 +595,10 @@ describe('recording how a run ended fails (a real database failure: a trigger re
     const ended = await withTriggers(triggers, () => runToEnd({ reply: 'an answer MARKER-TWO' }));
     expect(ended.run).toMatchObject({
       status: 'failed',
-      last_error: { code: 'server_error', message: "The gateway could not record the run's outcome: the write to its database failed." },
+      last_error: {
+        code: 'server_error',
+        message: "The gateway could not record the run's outcome: the write to its database failed.",
+      },
     });
     expect(ended.steps.map((step) => step.status)).toEqual(['failed']);
     expect(ended.message.status).toBe('incomplete');
@@ -500,13 +617,21 @@ describe('recording how a run ended fails (a real database failure: a trigger re
       const response = await gateway.request('/v1/threads/runs', {
         key: tenant.workspaceKey,
         headers: { 'x-gateway-virtual-key': virtualKey },
-        body: { assistant_id: assistantId, stream: true, thread: { messages: [{ role: 'user', content: `Go MARKER-THREE\n${fakeDirective({ reply: 'MARKER-THREE' })}` }] } },
+        body: {
+          assistant_id: assistantId,
+          stream: true,
+          thread: {
+            messages: [{ role: 'user', content: `Go MARKER-THREE\n${fakeDirective({ reply: 'MARKER-THREE' })}` }],
+          },
+        },
       });
       const text = await response.text();
       expect(text).toContain('event: error');
       return defined(defined(/"id":"(run_\w+)"/.exec(text))[1]);
     });
-    expect(logsOf(runId)).toContainEqual(expect.objectContaining({ level: 'error', message: 'could not fail a run whose outcome could not be recorded' }));
+    expect(logsOf(runId)).toContainEqual(
+      expect.objectContaining({ level: 'error', message: 'could not fail a run whose outcome could not be recorded' }),
+    );
     const row = await gateway.database.client.execute({ sql: 'SELECT status FROM runs WHERE id = ?', args: [runId] });
     expect(defined(row.rows[0])[0]).toBe('in_progress');
   });

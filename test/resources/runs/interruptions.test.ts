@@ -2,7 +2,12 @@ import { defined } from '../../support/defined';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createNodeApp } from '../../../src/runtime/node/app';
 import { createNodeDeps } from '../../../src/runtime/node/deps';
-import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../../support/fake-upstream';
+import {
+  fakeDirective,
+  startFakeUpstream,
+  type FakeScenario,
+  type FakeUpstreamServer,
+} from '../../support/fake-upstream';
 import { freshGate } from '../../support/gates';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
 import { waitFor } from '../../support/wait';
@@ -49,7 +54,11 @@ function createRun(scenario: FakeScenario | FakeScenario[], extra: Record<string
   return target.request('/v1/threads/runs', {
     key: tenant.workspaceKey,
     headers: { 'x-gateway-virtual-key': virtualKey },
-    body: { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] }, ...extra },
+    body: {
+      assistant_id: assistantId,
+      thread: { messages: [{ role: 'user', content: `Go\n${fakeDirective(scenario)}` }] },
+      ...extra,
+    },
   });
 }
 
@@ -82,7 +91,10 @@ async function* events(response: Response): AsyncGenerator<{ event: string; data
 
 describe('cancel', () => {
   it('stops a streamed run mid-answer: cancelled, partial message incomplete, upstream closed', async () => {
-    const response = await createRun({ reply: Array.from({ length: 200 }, (_, i) => `w${i}`).join(' '), chunk_delay_ms: 20 }, { stream: true });
+    const response = await createRun(
+      { reply: Array.from({ length: 200 }, (_, i) => `w${i}`).join(' '), chunk_delay_ms: 20 },
+      { stream: true },
+    );
     const seen: string[] = [];
     let run: { id: string; thread_id: string } | undefined;
     let cancelled: any;
@@ -90,31 +102,52 @@ describe('cancel', () => {
       seen.push(event);
       if (event === 'thread.run.created') run = data;
       if (event === 'thread.message.delta' && seen.filter((e) => e === 'thread.message.delta').length === 3) {
-        const answer = await gateway.request(`/v1/threads/${defined(run).thread_id}/runs/${defined(run).id}/cancel`, { key: tenant.workspaceKey, method: 'POST' });
+        const answer = await gateway.request(`/v1/threads/${defined(run).thread_id}/runs/${defined(run).id}/cancel`, {
+          key: tenant.workspaceKey,
+          method: 'POST',
+        });
         expect((await json(answer)).status).toBe('cancelling');
       }
       if (event === 'thread.run.cancelled') cancelled = data;
     }
     expect(seen.slice(-3)).toEqual(['thread.message.incomplete', 'thread.run.cancelled', 'done']);
     expect(cancelled).toMatchObject({ status: 'cancelled', cancelled_at: expect.any(Number) });
-    const messages = await json(await gateway.request(`/v1/threads/${defined(run).thread_id}/messages?run_id=${defined(run).id}`, { key: tenant.workspaceKey }));
+    const messages = await json(
+      await gateway.request(`/v1/threads/${defined(run).thread_id}/messages?run_id=${defined(run).id}`, {
+        key: tenant.workspaceKey,
+      }),
+    );
     const [message] = messages.data;
     expect(message).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'run_cancelled' } });
     expect(message.content[0].text.value.split(' ').length).toBeGreaterThanOrEqual(3);
     expect(message.content[0].text.value.split(' ').length).toBeLessThan(200);
-    await waitFor(async () => fake.inFlight, (n) => n === 0);
+    await waitFor(
+      async () => fake.inFlight,
+      (n) => n === 0,
+    );
     expect(fake.inFlight).toBe(0);
     expect(defined(fake.requests[0]).outcome).toBe('cancelled');
   });
 
   it('cancels a run waiting for tool outputs at once, and refuses to cancel a finished one', async () => {
     const waiting = await json(await createRun({ tool_calls: 1 }));
-    const run = await waitFor(() => runOf(waiting.thread_id, waiting.id), (r) => r.status === 'requires_action');
+    const run = await waitFor(
+      () => runOf(waiting.thread_id, waiting.id),
+      (r) => r.status === 'requires_action',
+    );
     expect(run.status).toBe('requires_action');
-    const cancelled = await json(await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/cancel`, { key: tenant.workspaceKey, method: 'POST' }));
+    const cancelled = await json(
+      await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/cancel`, {
+        key: tenant.workspaceKey,
+        method: 'POST',
+      }),
+    );
     expect(cancelled).toMatchObject({ status: 'cancelled', required_action: null, usage: expect.any(Object) });
     expect(cancelled.usage.total_tokens).toBeGreaterThan(0);
-    const again = await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/cancel`, { key: tenant.workspaceKey, method: 'POST' });
+    const again = await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/cancel`, {
+      key: tenant.workspaceKey,
+      method: 'POST',
+    });
     expect(await errorOf(again)).toMatchObject({ status: 400, code: 'run_not_active' });
     const submit = await gateway.request(`/v1/threads/${run.thread_id}/runs/${run.id}/submit_tool_outputs`, {
       key: tenant.workspaceKey,
@@ -127,7 +160,10 @@ describe('cancel', () => {
 describe('expiry', () => {
   it('expires a run left waiting for tool outputs past expires_at', async () => {
     const waiting = await json(await createRun({ tool_calls: 1 }));
-    await waitFor(() => runOf(waiting.thread_id, waiting.id), (r) => r.status === 'requires_action');
+    await waitFor(
+      () => runOf(waiting.thread_id, waiting.id),
+      (r) => r.status === 'requires_action',
+    );
     gateway.clock.advance(601_000);
     try {
       const run = await runOf(waiting.thread_id, waiting.id);
@@ -138,24 +174,39 @@ describe('expiry', () => {
   });
 
   it('expires a run still executing at expires_at, closing the upstream', async () => {
-    const quick = await createTestGateway({ env: { ...TIMEOUTS, GATEWAY_RUN_EXPIRES_AFTER_SECONDS: '1', GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: '5000' } });
+    const quick = await createTestGateway({
+      env: { ...TIMEOUTS, GATEWAY_RUN_EXPIRES_AFTER_SECONDS: '1', GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: '5000' },
+    });
     try {
       const owner = await quick.tenant();
       const key = await quick.virtualKey(owner, { base_url: fake.baseURL });
-      const assistant = await json(await quick.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'm' } }));
+      const assistant = await json(
+        await quick.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'm' } }),
+      );
       const created = await json(
         await quick.request('/v1/threads/runs', {
           key: owner.workspaceKey,
           headers: { 'x-gateway-virtual-key': key },
-          body: { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: `x\n${fakeDirective({ reply: 'a b c d e f g h', chunk_delay_ms: 400 })}` }] } },
+          body: {
+            assistant_id: assistant.id,
+            thread: {
+              messages: [
+                { role: 'user', content: `x\n${fakeDirective({ reply: 'a b c d e f g h', chunk_delay_ms: 400 })}` },
+              ],
+            },
+          },
         }),
       );
       const run = await waitFor(
-        async () => json(await quick.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { key: owner.workspaceKey })),
+        async () =>
+          json(await quick.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { key: owner.workspaceKey })),
         (r) => r.status === 'expired',
       );
       expect(run.status).toBe('expired');
-      await waitFor(async () => fake.inFlight, (n) => n === 0);
+      await waitFor(
+        async () => fake.inFlight,
+        (n) => n === 0,
+      );
       expect(fake.inFlight).toBe(0);
     } finally {
       await quick.close();
@@ -172,9 +223,18 @@ describe('upstream faults end the run failed', () => {
     ['an error chunk mid-stream', { reply: 'a b c d', error_after_chunks: 2 }, /error mid-stream/],
   ])('%s', async (_name, scenario, message) => {
     const created = await json(await createRun(scenario));
-    const run = await waitFor(() => runOf(created.thread_id, created.id), (r) => r.status === 'failed');
-    expect(run).toMatchObject({ status: 'failed', last_error: { code: 'server_error', message: expect.stringMatching(message) } });
-    await waitFor(async () => fake.inFlight, (n) => n === 0);
+    const run = await waitFor(
+      () => runOf(created.thread_id, created.id),
+      (r) => r.status === 'failed',
+    );
+    expect(run).toMatchObject({
+      status: 'failed',
+      last_error: { code: 'server_error', message: expect.stringMatching(message) },
+    });
+    await waitFor(
+      async () => fake.inFlight,
+      (n) => n === 0,
+    );
     expect(fake.inFlight).toBe(0);
   });
 
@@ -190,8 +250,14 @@ describe('upstream faults end the run failed', () => {
         body: { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: 'x' }] } },
       }),
     );
-    const run = await waitFor(() => runOf(created.thread_id, created.id), (r) => r.status === 'failed');
-    expect(run.last_error).toEqual({ code: 'server_error', message: "The upstream refused the connection: nothing listens at the virtual key's base_url." });
+    const run = await waitFor(
+      () => runOf(created.thread_id, created.id),
+      (r) => r.status === 'failed',
+    );
+    expect(run.last_error).toEqual({
+      code: 'server_error',
+      message: "The upstream refused the connection: nothing listens at the virtual key's base_url.",
+    });
   });
 });
 
@@ -204,9 +270,16 @@ describe('a client that leaves mid-stream', () => {
       if (event === 'thread.run.created') run = data;
       if (event === 'thread.message.delta') break; // leaves: the reader is cancelled
     }
-    const finished = await waitFor(() => runOf(defined(run).thread_id, defined(run).id), (r) => r.status === 'completed');
+    const finished = await waitFor(
+      () => runOf(defined(run).thread_id, defined(run).id),
+      (r) => r.status === 'completed',
+    );
     expect(finished.status).toBe('completed');
-    const messages = await json(await gateway.request(`/v1/threads/${defined(run).thread_id}/messages?run_id=${defined(run).id}`, { key: tenant.workspaceKey }));
+    const messages = await json(
+      await gateway.request(`/v1/threads/${defined(run).thread_id}/messages?run_id=${defined(run).id}`, {
+        key: tenant.workspaceKey,
+      }),
+    );
     expect(messages.data[0].content[0].text.value).toBe(words.join(' '));
     expect(defined(fake.requests[0]).outcome).toBe('completed');
   });
@@ -226,7 +299,9 @@ describe('an executor that stops', () => {
     const gate = freshGate('held');
     const created = await json(await createRun({ reply: 'never', hold: gate }));
     const seenElsewhere = await json(
-      await other.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, { headers: { 'x-gateway-api-key': tenant.workspaceKey } }),
+      await other.request(`/v1/threads/${created.thread_id}/runs/${created.id}`, {
+        headers: { 'x-gateway-api-key': tenant.workspaceKey },
+      }),
     );
     expect(seenElsewhere).toMatchObject({
       status: 'failed',

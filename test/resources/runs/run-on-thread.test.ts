@@ -5,7 +5,13 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { isUniqueViolation } from '../../../src/db/client';
 import { messages as messageTable, runs } from '../../../src/db/schema';
 import { insertRunOnThread } from '../../../src/resources/runs/queries';
-import { fakeDirective, fakeThread, promptTokens, type FakeScenario, type FakeUpstreamServer } from '../../support/fake-upstream';
+import {
+  fakeDirective,
+  fakeThread,
+  promptTokens,
+  type FakeScenario,
+  type FakeUpstreamServer,
+} from '../../support/fake-upstream';
 import { freshGate } from '../../support/gates';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
 import * as ratelimit from '../../support/ratelimit';
@@ -44,11 +50,15 @@ const POLL = { pollIntervalMs: 10 };
 const SYSTEM = { role: 'system', content: INSTRUCTIONS };
 
 /** A user message whose text makes the fake answer as `scenario` says (one scenario per model turn when a list). */
-const ask = (text: string, scenario?: FakeScenario | FakeScenario[]) => (scenario ? `${text}\n${fakeDirective(scenario)}` : text);
+const ask = (text: string, scenario?: FakeScenario | FakeScenario[]) =>
+  scenario ? `${text}\n${fakeDirective(scenario)}` : text;
 
 /** A thread whose first turn (createAndRun) answered `reply` to `text`: answers its id. */
 async function threadWith(text: string, reply: string): Promise<string> {
-  const run = await openai.beta.threads.createAndRunPoll({ assistant_id: assistantId, thread: fakeThread(text, { reply }) }, POLL);
+  const run = await openai.beta.threads.createAndRunPoll(
+    { assistant_id: assistantId, thread: fakeThread(text, { reply }) },
+    POLL,
+  );
   expect(run.status).toBe('completed');
   return run.thread_id;
 }
@@ -95,14 +105,22 @@ describe('a run on an existing thread', () => {
     // The usage is what was sent.
     expect(defined(done.usage).prompt_tokens).toBe(promptTokens(lastSent()));
     const messages = (await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data;
-    expect(messages.map(textOf)).toEqual([ask('Hello', { reply: 'Hi!' }), 'Hi!', ask('Again', { reply: 'Encore.' }), 'Encore.']);
+    expect(messages.map(textOf)).toEqual([
+      ask('Hello', { reply: 'Hi!' }),
+      'Hi!',
+      ask('Again', { reply: 'Encore.' }),
+      'Encore.',
+    ]);
     expect(messages[2]).toMatchObject({ role: 'user', run_id: null, metadata: { n: '2' }, created_at: run.created_at });
     expect(messages[3]).toMatchObject({ role: 'assistant', run_id: run.id });
   });
 
   it('a second and a third turn send the whole history, earlier tool calls and their outputs in order', async () => {
     const threadId = await threadWith('My name is Ada.', 'Hello Ada.');
-    const second = ask('Weather in Paris?', [{ tool_calls: [{ name: 'get_weather', arguments: { city: 'Paris' } }] }, { reply: 'Sunny in Paris.' }]);
+    const second = ask('Weather in Paris?', [
+      { tool_calls: [{ name: 'get_weather', arguments: { city: 'Paris' } }] },
+      { reply: 'Sunny in Paris.' },
+    ]);
     const waiting = await openai.beta.threads.runs.createAndPoll(
       threadId,
       { assistant_id: assistantId, additional_messages: [{ role: 'user', content: second }] },
@@ -125,15 +143,32 @@ describe('a run on an existing thread', () => {
     );
     expect(last.status).toBe('completed');
     const toolTurn = [
-      { role: 'assistant', content: null, tool_calls: [{ id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: defined(call).id, content: '{"sky":"clear"}' },
     ];
     expect(fake.requests.map((request) => defined(request.body).messages)).toEqual([
       // The first turn (createAndRun).
       [SYSTEM, { role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) }],
       // The second turn, then its continuation after the tool outputs.
-      [SYSTEM, { role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) }, { role: 'assistant', content: 'Hello Ada.' }, { role: 'user', content: second }],
-      [SYSTEM, { role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) }, { role: 'assistant', content: 'Hello Ada.' }, { role: 'user', content: second }, ...toolTurn],
+      [
+        SYSTEM,
+        { role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) },
+        { role: 'assistant', content: 'Hello Ada.' },
+        { role: 'user', content: second },
+      ],
+      [
+        SYSTEM,
+        { role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) },
+        { role: 'assistant', content: 'Hello Ada.' },
+        { role: 'user', content: second },
+        ...toolTurn,
+      ],
       // The third turn: everything, in the order it happened.
       [
         SYSTEM,
@@ -154,46 +189,79 @@ describe('a run on an existing thread', () => {
 
   it('keeps an answer’s text before the tool calls of the same turn, in the next turn', async () => {
     const threadId = await threadWith('Hi', 'Hello.');
-    const question = ask('Weather?', [{ reply: 'Let me check.', tool_calls: [{ arguments: { city: 'Oslo' } }] }, { reply: 'Cold.' }]);
+    const question = ask('Weather?', [
+      { reply: 'Let me check.', tool_calls: [{ arguments: { city: 'Oslo' } }] },
+      { reply: 'Cold.' },
+    ]);
     const waiting = await openai.beta.threads.runs.createAndPoll(
       threadId,
       { assistant_id: assistantId, additional_messages: [{ role: 'user', content: question }] },
       POLL,
     );
     const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
-    await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: '-5' }] }, POLL);
+    await openai.beta.threads.runs.submitToolOutputsAndPoll(
+      waiting.id,
+      { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: '-5' }] },
+      POLL,
+    );
     expect(lastSent().slice(-4)).toEqual([
       { role: 'user', content: question },
       { role: 'assistant', content: 'Let me check.' },
-      { role: 'assistant', content: null, tool_calls: [{ id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: defined(call).id, content: '-5' },
     ]);
   });
 
   it('sends image_url parts as vision content parts, in their turn and the next', async () => {
     const threadId = await threadWith('Hi', 'Hello.');
-    const image = { type: 'image_url' as const, image_url: { url: 'https://example.com/cat.png', detail: 'low' as const } };
+    const image = {
+      type: 'image_url' as const,
+      image_url: { url: 'https://example.com/cat.png', detail: 'low' as const },
+    };
     const run = await openai.beta.threads.runs.createAndPoll(
       threadId,
       {
         assistant_id: assistantId,
-        additional_messages: [{ role: 'user', content: [{ type: 'text', text: ask('What is this?', { reply: 'A cat.' }) }, image] }],
+        additional_messages: [
+          { role: 'user', content: [{ type: 'text', text: ask('What is this?', { reply: 'A cat.' }) }, image] },
+        ],
       },
       POLL,
     );
     expect(run.status).toBe('completed');
     const vision = {
       role: 'user',
-      content: [{ type: 'text', text: ask('What is this?', { reply: 'A cat.' }) }, { type: 'image_url', image_url: { url: 'https://example.com/cat.png', detail: 'low' } }],
+      content: [
+        { type: 'text', text: ask('What is this?', { reply: 'A cat.' }) },
+        { type: 'image_url', image_url: { url: 'https://example.com/cat.png', detail: 'low' } },
+      ],
     };
     expect(lastSent().at(-1)).toEqual(vision);
-    await openai.beta.threads.runs.createAndPoll(threadId, { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'And now?' }] }, POLL);
-    expect(lastSent().slice(-3)).toEqual([vision, { role: 'assistant', content: 'A cat.' }, { role: 'user', content: 'And now?' }]);
+    await openai.beta.threads.runs.createAndPoll(
+      threadId,
+      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'And now?' }] },
+      POLL,
+    );
+    expect(lastSent().slice(-3)).toEqual([
+      vision,
+      { role: 'assistant', content: 'A cat.' },
+      { role: 'user', content: 'And now?' },
+    ]);
   });
 
   it('sends the run’s own settings: model, instructions, tools, sampling, caps, tool_choice, json_schema', async () => {
     const threadId = await threadWith('Hi', 'Hello.');
-    const schema = { name: 'answer', schema: { type: 'object', properties: { text: { type: 'string' } } }, strict: true };
+    const schema = {
+      name: 'answer',
+      schema: { type: 'object', properties: { text: { type: 'string' } } },
+      strict: true,
+    };
     const run = await openai.beta.threads.runs.createAndPoll(
       threadId,
       {
@@ -211,7 +279,11 @@ describe('a run on an existing thread', () => {
       },
       POLL,
     );
-    expect(run).toMatchObject({ status: 'completed', model: 'other-model', response_format: { type: 'json_schema', json_schema: schema } });
+    expect(run).toMatchObject({
+      status: 'completed',
+      model: 'other-model',
+      response_format: { type: 'json_schema', json_schema: schema },
+    });
     const { messages, ...rest } = defined(defined(fake.requests.at(-1)).body);
     expect(messages[0]).toEqual({ role: 'system', content: 'Reply in JSON.' });
     expect(rest).toEqual({
@@ -252,7 +324,10 @@ describe('streamed runs on a thread', () => {
 
   it('runs.createAndStream into tool calls, then submitToolOutputsStream, with the history', async () => {
     const threadId = await threadWith('Hi', 'Hello.');
-    const question = ask('Weather in Rome?', [{ tool_calls: [{ name: 'get_weather', arguments: { city: 'Rome' } }] }, { reply: 'Warm.' }]);
+    const question = ask('Weather in Rome?', [
+      { tool_calls: [{ name: 'get_weather', arguments: { city: 'Rome' } }] },
+      { reply: 'Warm.' },
+    ]);
     const first = openai.beta.threads.runs.createAndStream(threadId, {
       assistant_id: assistantId,
       additional_messages: [{ role: 'user', content: question }],
@@ -283,7 +358,13 @@ describe('streamed runs on a thread', () => {
       { role: 'user', content: ask('Hi', { reply: 'Hello.' }) },
       { role: 'assistant', content: 'Hello.' },
       { role: 'user', content: question },
-      { role: 'assistant', content: null, tool_calls: [{ id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: defined(call).id, content: '25C' },
     ]);
   });
@@ -292,12 +373,23 @@ describe('streamed runs on a thread', () => {
     const threadId = await threadWith('Hi', 'Hello.');
     const response = await gateway.request(`/v1/threads/${threadId}/runs`, {
       headers,
-      body: { assistant_id: assistantId, stream: true, additional_messages: [{ role: 'user', content: ask('Yo', { reply: 'Yo.' }) }] },
+      body: {
+        assistant_id: assistantId,
+        stream: true,
+        additional_messages: [{ role: 'user', content: ask('Yo', { reply: 'Yo.' }) }],
+      },
     });
     expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const events = parseEvents(await response.text());
-    expect(events.slice(0, 3).map((event) => event.event)).toEqual(['thread.run.created', 'thread.run.queued', 'thread.run.in_progress']);
-    expect(events.at(-2)).toMatchObject({ event: 'thread.run.completed', data: { thread_id: threadId, status: 'completed' } });
+    expect(events.slice(0, 3).map((event) => event.event)).toEqual([
+      'thread.run.created',
+      'thread.run.queued',
+      'thread.run.in_progress',
+    ]);
+    expect(events.at(-2)).toMatchObject({
+      event: 'thread.run.completed',
+      data: { thread_id: threadId, status: 'completed' },
+    });
     expect(events.at(-1)).toEqual({ event: 'done', data: '[DONE]' });
   });
 });
@@ -307,13 +399,22 @@ describe('truncation', () => {
     const run = await openai.beta.threads.createAndRunPoll(
       {
         assistant_id: assistantId,
-        thread: { messages: ['m1', 'm2', 'm3', ask('m4', { reply: 'a1' })].map((content) => ({ role: 'user' as const, content })) },
+        thread: {
+          messages: ['m1', 'm2', 'm3', ask('m4', { reply: 'a1' })].map((content) => ({
+            role: 'user' as const,
+            content,
+          })),
+        },
       },
       POLL,
     );
     await openai.beta.threads.runs.createAndPoll(
       run.thread_id,
-      { assistant_id: assistantId, truncation_strategy: { type: 'last_messages', last_messages: 3 }, additional_messages: [{ role: 'user', content: 'm5' }] },
+      {
+        assistant_id: assistantId,
+        truncation_strategy: { type: 'last_messages', last_messages: 3 },
+        additional_messages: [{ role: 'user', content: 'm5' }],
+      },
       POLL,
     );
     expect(lastSent()).toEqual([
@@ -326,10 +427,18 @@ describe('truncation', () => {
 
   it('auto leaves out the oldest messages until the prompt’s estimate fits max_prompt_tokens', async () => {
     const long = ask(`${'x'.repeat(1000)}`, { reply: 'ok' });
-    const first = await openai.beta.threads.createAndRunPoll({ assistant_id: assistantId, tools: [], thread: { messages: [{ role: 'user', content: long }] } }, POLL);
+    const first = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, tools: [], thread: { messages: [{ role: 'user', content: long }] } },
+      POLL,
+    );
     const run = await openai.beta.threads.runs.createAndPoll(
       first.thread_id,
-      { assistant_id: assistantId, tools: [], max_prompt_tokens: 256, additional_messages: [{ role: 'user', content: 'short' }] },
+      {
+        assistant_id: assistantId,
+        tools: [],
+        max_prompt_tokens: 256,
+        additional_messages: [{ role: 'user', content: 'short' }],
+      },
       POLL,
     );
     expect(run.status).toBe('completed');
@@ -337,7 +446,11 @@ describe('truncation', () => {
     expect(lastSent()).toEqual([SYSTEM, { role: 'assistant', content: 'ok' }, { role: 'user', content: 'short' }]);
     expect(defined(run.usage).prompt_tokens).toBe(promptTokens(lastSent()));
     // Without the cap, the same thread is sent whole.
-    await openai.beta.threads.runs.createAndPoll(first.thread_id, { assistant_id: assistantId, tools: [], additional_messages: [{ role: 'user', content: 'again' }] }, POLL);
+    await openai.beta.threads.runs.createAndPoll(
+      first.thread_id,
+      { assistant_id: assistantId, tools: [], additional_messages: [{ role: 'user', content: 'again' }] },
+      POLL,
+    );
     expect(lastSent()).toHaveLength(6);
   });
 
@@ -346,7 +459,11 @@ describe('truncation', () => {
     const requests = fake.requests.length;
     const run = await openai.beta.threads.runs.createAndPoll(
       threadId,
-      { assistant_id: assistantId, max_prompt_tokens: 256, additional_messages: [{ role: 'user', content: 'y'.repeat(2000) }] },
+      {
+        assistant_id: assistantId,
+        max_prompt_tokens: 256,
+        additional_messages: [{ role: 'user', content: 'y'.repeat(2000) }],
+      },
       POLL,
     );
     expect(run).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_prompt_tokens' } });
@@ -379,7 +496,11 @@ describe('truncation', () => {
         POLL,
       );
       expect(lastSent()).toEqual([SYSTEM, { role: 'user', content: texts[2] }, { role: 'user', content: texts[3] }]);
-      await client.beta.threads.runs.createAndPoll(first.thread_id, { assistant_id: assistant, additional_messages: [{ role: 'user', content: 'short' }] }, POLL);
+      await client.beta.threads.runs.createAndPoll(
+        first.thread_id,
+        { assistant_id: assistant, additional_messages: [{ role: 'user', content: 'short' }] },
+        POLL,
+      );
       expect(lastSent()).toEqual([
         SYSTEM,
         { role: 'user', content: texts[2] },
@@ -389,7 +510,11 @@ describe('truncation', () => {
       ]);
       const huge = 'z'.repeat(3000);
       fake.enqueue({ reply: 'big' });
-      await client.beta.threads.runs.createAndPoll(first.thread_id, { assistant_id: assistant, additional_messages: [{ role: 'user', content: huge }] }, POLL);
+      await client.beta.threads.runs.createAndPoll(
+        first.thread_id,
+        { assistant_id: assistant, additional_messages: [{ role: 'user', content: huge }] },
+        POLL,
+      );
       expect(lastSent()).toEqual([SYSTEM, { role: 'user', content: huge }]);
       expect(await small.tasks.drain(10_000)).toBe(true);
     });
@@ -399,11 +524,18 @@ describe('truncation', () => {
 describe('listing and updating runs, and their steps', () => {
   /** A thread with three completed runs, oldest first. */
   async function threeRuns() {
-    const first = await openai.beta.threads.createAndRunPoll({ assistant_id: assistantId, thread: fakeThread('one', { reply: '1' }) }, POLL);
+    const first = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, thread: fakeThread('one', { reply: '1' }) },
+      POLL,
+    );
     const created = [first];
     for (const text of ['two', 'three']) {
       created.push(
-        await openai.beta.threads.runs.createAndPoll(first.thread_id, { assistant_id: assistantId, additional_messages: [{ role: 'user', content: text }] }, POLL),
+        await openai.beta.threads.runs.createAndPoll(
+          first.thread_id,
+          { assistant_id: assistantId, additional_messages: [{ role: 'user', content: text }] },
+          POLL,
+        ),
       );
     }
     return { threadId: first.thread_id, ids: created.map((run) => run.id) };
@@ -422,12 +554,23 @@ describe('listing and updating runs, and their steps', () => {
     for await (const run of openai.beta.threads.runs.list(threadId, { limit: 1, order: 'asc' })) forward.push(run.id);
     expect(forward).toEqual([r1, r2, r3]);
 
-    const list = async (query: string) => json(await gateway.request(`/v1/threads/${threadId}/runs?${query}`, { headers }));
-    expect(await list(`order=asc&limit=1&before=${r3}`)).toMatchObject({ data: [{ id: r2 }], first_id: r2, last_id: r2, has_more: true });
+    const list = async (query: string) =>
+      json(await gateway.request(`/v1/threads/${threadId}/runs?${query}`, { headers }));
+    expect(await list(`order=asc&limit=1&before=${r3}`)).toMatchObject({
+      data: [{ id: r2 }],
+      first_id: r2,
+      last_id: r2,
+      has_more: true,
+    });
     expect(await list(`order=asc&limit=1&before=${r2}`)).toMatchObject({ data: [{ id: r1 }], has_more: false });
     expect(await list(`order=desc&limit=1&before=${r1}`)).toMatchObject({ data: [{ id: r2 }], has_more: true });
     expect(await list(`order=desc&after=${r3}`)).toMatchObject({ data: [{ id: r2 }, { id: r1 }], has_more: false });
-    expect(await list(`order=desc&before=${r3}`)).toMatchObject({ data: [], first_id: null, last_id: null, has_more: false });
+    expect(await list(`order=desc&before=${r3}`)).toMatchObject({
+      data: [],
+      first_id: null,
+      last_id: null,
+      has_more: false,
+    });
   });
 
   it('refuses bad list queries and other workspaces’ threads', async () => {
@@ -440,10 +583,14 @@ describe('listing and updating runs, and their steps', () => {
       ['colour=red', { status: 400, code: 'unknown_parameter', param: 'colour' }],
     ];
     for (const [query, expected] of cases) {
-      expect(await errorOf(await gateway.request(`/v1/threads/${threadId}/runs?${query}`, { headers }))).toMatchObject(expected);
+      expect(await errorOf(await gateway.request(`/v1/threads/${threadId}/runs?${query}`, { headers }))).toMatchObject(
+        expected,
+      );
     }
     const stranger = await gateway.tenant();
-    expect(await errorOf(await gateway.request(`/v1/threads/${threadId}/runs`, { key: stranger.workspaceKey }))).toMatchObject({
+    expect(
+      await errorOf(await gateway.request(`/v1/threads/${threadId}/runs`, { key: stranger.workspaceKey })),
+    ).toMatchObject({
       status: 404,
       code: 'thread_not_found',
     });
@@ -453,14 +600,25 @@ describe('listing and updating runs, and their steps', () => {
     const threadId = await threadWith('Hi', 'Hello.');
     const waiting = await openai.beta.threads.runs.createAndPoll(
       threadId,
-      { assistant_id: assistantId, metadata: { a: '1' }, additional_messages: [{ role: 'user', content: ask('Weather?', [{ tool_calls: 1 }, { reply: 'Done.' }]) }] },
+      {
+        assistant_id: assistantId,
+        metadata: { a: '1' },
+        additional_messages: [{ role: 'user', content: ask('Weather?', [{ tool_calls: 1 }, { reply: 'Done.' }]) }],
+      },
       POLL,
     );
     expect(waiting.status).toBe('requires_action');
-    const updated = await openai.beta.threads.runs.update(waiting.id, { thread_id: threadId, metadata: { user: 'ada', b: '2' } });
+    const updated = await openai.beta.threads.runs.update(waiting.id, {
+      thread_id: threadId,
+      metadata: { user: 'ada', b: '2' },
+    });
     expect(updated).toMatchObject({ id: waiting.id, status: 'requires_action', metadata: { user: 'ada', b: '2' } });
     const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
-    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: 'x' }] }, POLL);
+    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(
+      waiting.id,
+      { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: 'x' }] },
+      POLL,
+    );
     expect(done).toMatchObject({ status: 'completed', metadata: { user: 'ada', b: '2' } });
 
     // No metadata, or null: unchanged.
@@ -470,32 +628,56 @@ describe('listing and updating runs, and their steps', () => {
     }
     const path = `/v1/threads/${threadId}/runs/${done.id}`;
     const tooMany = Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v']));
-    expect(await errorOf(await gateway.request(path, { headers, body: { metadata: tooMany } }))).toMatchObject({ status: 400, param: 'metadata' });
+    expect(await errorOf(await gateway.request(path, { headers, body: { metadata: tooMany } }))).toMatchObject({
+      status: 400,
+      param: 'metadata',
+    });
     expect(await errorOf(await gateway.request(path, { headers, body: { status: 'cancelled' } }))).toMatchObject({
       status: 400,
       code: 'unknown_parameter',
       param: 'status',
     });
-    expect(await errorOf(await gateway.request(`/v1/threads/${threadId}/runs/run_nope`, { headers, body: { metadata: {} } }))).toMatchObject({
+    expect(
+      await errorOf(
+        await gateway.request(`/v1/threads/${threadId}/runs/run_nope`, { headers, body: { metadata: {} } }),
+      ),
+    ).toMatchObject({
       status: 404,
       code: 'run_not_found',
     });
     const stranger = await gateway.tenant();
-    expect(await errorOf(await gateway.request(path, { key: stranger.workspaceKey, body: { metadata: {} } }))).toMatchObject({ status: 404 });
-    expect((await openai.beta.threads.runs.retrieve(done.id, { thread_id: threadId })).metadata).toEqual({ user: 'ada', b: '2' });
+    expect(
+      await errorOf(await gateway.request(path, { key: stranger.workspaceKey, body: { metadata: {} } })),
+    ).toMatchObject({ status: 404 });
+    expect((await openai.beta.threads.runs.retrieve(done.id, { thread_id: threadId })).metadata).toEqual({
+      user: 'ada',
+      b: '2',
+    });
   });
 
   it('lists and retrieves run steps: tool calls with their outputs, then the message, each with its usage', async () => {
     const threadId = await threadWith('Hi', 'Hello.');
-    const question = ask('Weather?', [{ tool_calls: [{ name: 'get_weather', arguments: { city: 'Lima' } }] }, { reply: 'Mild.' }]);
-    const waiting = await openai.beta.threads.runs.createAndPoll(threadId, { assistant_id: assistantId, additional_messages: [{ role: 'user', content: question }] }, POLL);
+    const question = ask('Weather?', [
+      { tool_calls: [{ name: 'get_weather', arguments: { city: 'Lima' } }] },
+      { reply: 'Mild.' },
+    ]);
+    const waiting = await openai.beta.threads.runs.createAndPoll(
+      threadId,
+      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: question }] },
+      POLL,
+    );
     const [call] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
     const pending = await openai.beta.threads.runs.steps.list(waiting.id, { thread_id: threadId });
     expect(pending.data).toMatchObject([{ type: 'tool_calls', status: 'in_progress', expires_at: waiting.expires_at }]);
-    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: '18C' }] }, POLL);
+    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(
+      waiting.id,
+      { thread_id: threadId, tool_outputs: [{ tool_call_id: defined(call).id, output: '18C' }] },
+      POLL,
+    );
 
     const include = ['step_details.tool_calls[*].file_search.results[*].content' as const];
-    const steps = (await openai.beta.threads.runs.steps.list(done.id, { thread_id: threadId, order: 'asc', include })).data;
+    const steps = (await openai.beta.threads.runs.steps.list(done.id, { thread_id: threadId, order: 'asc', include }))
+      .data;
     const [answer] = (await openai.beta.threads.messages.list(threadId, { run_id: done.id })).data;
     expect(steps).toMatchObject([
       {
@@ -508,37 +690,68 @@ describe('listing and updating runs, and their steps', () => {
         expires_at: null,
         step_details: {
           type: 'tool_calls',
-          tool_calls: [{ id: defined(call).id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Lima"}', output: '18C' } }],
+          tool_calls: [
+            {
+              id: defined(call).id,
+              type: 'function',
+              function: { name: 'get_weather', arguments: '{"city":"Lima"}', output: '18C' },
+            },
+          ],
         },
       },
-      { type: 'message_creation', status: 'completed', step_details: { type: 'message_creation', message_creation: { message_id: defined(answer).id } } },
+      {
+        type: 'message_creation',
+        status: 'completed',
+        step_details: { type: 'message_creation', message_creation: { message_id: defined(answer).id } },
+      },
     ]);
-    const sum = (key: 'prompt_tokens' | 'completion_tokens' | 'total_tokens') => steps.reduce((total, step) => total + defined(step.usage)[key], 0);
-    expect({ prompt_tokens: sum('prompt_tokens'), completion_tokens: sum('completion_tokens'), total_tokens: sum('total_tokens') }).toEqual(done.usage);
+    const sum = (key: 'prompt_tokens' | 'completion_tokens' | 'total_tokens') =>
+      steps.reduce((total, step) => total + defined(step.usage)[key], 0);
+    expect({
+      prompt_tokens: sum('prompt_tokens'),
+      completion_tokens: sum('completion_tokens'),
+      total_tokens: sum('total_tokens'),
+    }).toEqual(done.usage);
 
     for (const step of steps) {
-      expect(await openai.beta.threads.runs.steps.retrieve(step.id, { thread_id: threadId, run_id: done.id, include })).toEqual(step);
+      expect(
+        await openai.beta.threads.runs.steps.retrieve(step.id, { thread_id: threadId, run_id: done.id, include }),
+      ).toEqual(step);
     }
     const firstPage = await openai.beta.threads.runs.steps.list(done.id, { thread_id: threadId, limit: 1 });
     expect(firstPage.data.map((step) => step.id)).toEqual([defined(steps[1]).id]);
     expect((await firstPage.getNextPage()).data.map((step) => step.id)).toEqual([defined(steps[0]).id]);
 
     const stepsPath = `/v1/threads/${threadId}/runs/${done.id}/steps`;
-    expect(await errorOf(await gateway.request(`${stepsPath}?include[]=step_details.nope`, { headers }))).toMatchObject({
-      status: 400,
-      code: 'invalid_value',
-      param: 'include[]',
-      message: "Invalid value for 'include[]': 'step_details.nope' is not supported. Supported values: step_details.tool_calls[*].file_search.results[*].content.",
+    expect(await errorOf(await gateway.request(`${stepsPath}?include[]=step_details.nope`, { headers }))).toMatchObject(
+      {
+        status: 400,
+        code: 'invalid_value',
+        param: 'include[]',
+        message:
+          "Invalid value for 'include[]': 'step_details.nope' is not supported. Supported values: step_details.tool_calls[*].file_search.results[*].content.",
+      },
+    );
+    expect(await errorOf(await gateway.request(`${stepsPath}/step_nope`, { headers }))).toMatchObject({
+      status: 404,
+      code: 'run_step_not_found',
     });
-    expect(await errorOf(await gateway.request(`${stepsPath}/step_nope`, { headers }))).toMatchObject({ status: 404, code: 'run_step_not_found' });
-    expect(await errorOf(await gateway.request(`${stepsPath}/${defined(steps[0]).id}?include[]=x`, { headers }))).toMatchObject({ status: 400, param: 'include[]' });
+    expect(
+      await errorOf(await gateway.request(`${stepsPath}/${defined(steps[0]).id}?include[]=x`, { headers })),
+    ).toMatchObject({ status: 400, param: 'include[]' });
     // A step is found through its own run only: not through the thread's first run.
     const firstRun = defined((await openai.beta.threads.runs.list(threadId, { order: 'asc', limit: 1 })).data[0]);
     expect(firstRun.id).not.toBe(done.id);
-    const throughOther = await gateway.request(`/v1/threads/${threadId}/runs/${firstRun.id}/steps/${defined(steps[0]).id}`, { headers });
+    const throughOther = await gateway.request(
+      `/v1/threads/${threadId}/runs/${firstRun.id}/steps/${defined(steps[0]).id}`,
+      { headers },
+    );
     expect(await errorOf(throughOther)).toMatchObject({ status: 404, code: 'run_step_not_found' });
     const stranger = await gateway.tenant();
-    expect(await errorOf(await gateway.request(stepsPath, { key: stranger.workspaceKey }))).toMatchObject({ status: 404, code: 'run_not_found' });
+    expect(await errorOf(await gateway.request(stepsPath, { key: stranger.workspaceKey }))).toMatchObject({
+      status: 404,
+      code: 'run_not_found',
+    });
   });
 });
 
@@ -550,7 +763,10 @@ describe('one open run per thread', () => {
     const threadId = await threadWith('Hi', 'Hello.');
     const waiting = await openai.beta.threads.runs.createAndPoll(
       threadId,
-      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: ask('Weather?', [{ tool_calls: 1 }, {}]) }] },
+      {
+        assistant_id: assistantId,
+        additional_messages: [{ role: 'user', content: ask('Weather?', [{ tool_calls: 1 }, {}]) }],
+      },
       POLL,
     );
     expect(waiting.status).toBe('requires_action');
@@ -586,47 +802,66 @@ describe('one open run per thread', () => {
     expect((await create(threadId)).status).toBe(200);
   });
 
-  it.each([2, 20])('admits exactly one of %i runs created at the same instant, and gives the others’ tokens back', async (n) => {
-    const owner = await gateway.tenant();
-    const slug = await gateway.virtualKey(owner, { base_url: fake.baseURL });
-    const ownerHeaders = { 'x-gateway-api-key': owner.workspaceKey, 'x-gateway-virtual-key': slug };
-    const client = gateway.openai(ownerHeaders);
-    const assistant = await client.beta.assistants.create({ model: 'fake-model', tools: [WEATHER_TOOL] });
-    const policy = await ratelimit.createPolicy(gateway, owner, { type: 'tokens', unit: 'rpd', value: 1e9 });
-    const first = await client.beta.threads.createAndRunPoll({ assistant_id: assistant.id, thread: fakeThread('Hi', { reply: 'Hello.' }) }, POLL);
-    const threadId = first.thread_id;
+  it.each([2, 20])(
+    'admits exactly one of %i runs created at the same instant, and gives the others’ tokens back',
+    async (n) => {
+      const owner = await gateway.tenant();
+      const slug = await gateway.virtualKey(owner, { base_url: fake.baseURL });
+      const ownerHeaders = { 'x-gateway-api-key': owner.workspaceKey, 'x-gateway-virtual-key': slug };
+      const client = gateway.openai(ownerHeaders);
+      const assistant = await client.beta.assistants.create({ model: 'fake-model', tools: [WEATHER_TOOL] });
+      const policy = await ratelimit.createPolicy(gateway, owner, { type: 'tokens', unit: 'rpd', value: 1e9 });
+      const first = await client.beta.threads.createAndRunPoll(
+        { assistant_id: assistant.id, thread: fakeThread('Hi', { reply: 'Hello.' }) },
+        POLL,
+      );
+      const threadId = first.thread_id;
 
-    const responses = await Promise.all(
-      Array.from({ length: n }, (_, i) =>
-        gateway.request(`/v1/threads/${threadId}/runs`, {
-          headers: ownerHeaders,
-          // Each waits for tool outputs, so the one admitted is still open when the others arrive.
-          body: { assistant_id: assistant.id, additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { tool_calls: 1 }) }] },
-        }),
-      ),
-    );
-    const admitted = responses.filter((response) => response.status === 200);
-    expect(admitted).toHaveLength(1);
-    const winner = await json(defined(admitted[0]));
-    for (const response of responses.filter((r) => r.status !== 200)) {
-      expect(await errorOf(response)).toMatchObject({
-        status: 400,
-        code: 'thread_has_active_run',
-        message: expect.stringMatching(new RegExp(`^Thread ${threadId} already has an active run ${winner.id}\\. To free the thread, .*cancel it \\(POST /v1/threads/${threadId}/runs/${winner.id}/cancel\\) or wait for it to end\\.$`)),
-      });
-    }
-    const waiting = await client.beta.threads.runs.poll(winner.id, { thread_id: threadId }, POLL);
-    expect(waiting.status).toBe('requires_action');
-    expect(await gateway.tasks.drain(10_000)).toBe(true);
+      const responses = await Promise.all(
+        Array.from({ length: n }, (_, i) =>
+          gateway.request(`/v1/threads/${threadId}/runs`, {
+            headers: ownerHeaders,
+            // Each waits for tool outputs, so the one admitted is still open when the others arrive.
+            body: {
+              assistant_id: assistant.id,
+              additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { tool_calls: 1 }) }],
+            },
+          }),
+        ),
+      );
+      const admitted = responses.filter((response) => response.status === 200);
+      expect(admitted).toHaveLength(1);
+      const winner = await json(defined(admitted[0]));
+      for (const response of responses.filter((r) => r.status !== 200)) {
+        expect(await errorOf(response)).toMatchObject({
+          status: 400,
+          code: 'thread_has_active_run',
+          message: expect.stringMatching(
+            new RegExp(
+              `^Thread ${threadId} already has an active run ${winner.id}\\. To free the thread, .*cancel it \\(POST /v1/threads/${threadId}/runs/${winner.id}/cancel\\) or wait for it to end\\.$`,
+            ),
+          ),
+        });
+      }
+      const waiting = await client.beta.threads.runs.poll(winner.id, { thread_id: threadId }, POLL);
+      expect(waiting.status).toBe('requires_action');
+      expect(await gateway.tasks.drain(10_000)).toBe(true);
 
-    // The thread holds the first turn, and the winner's message and run alone.
-    const messages = (await client.beta.threads.messages.list(threadId, { order: 'asc' })).data;
-    expect(messages.map(textOf)).toEqual([defined(fakeThread('Hi', { reply: 'Hello.' }).messages[0]).content, 'Hello.', expect.stringMatching(/^Racer \d+/)]);
-    expect((await client.beta.threads.runs.list(threadId)).data.map((run) => run.id)).toEqual([winner.id, first.id]);
-    // Every reservation of a refused run was given back: the counter holds what the two runs used.
-    const cancelled = await client.beta.threads.runs.cancel(winner.id, { thread_id: threadId });
-    expect(await ratelimit.usedBy(gateway.database.client, policy)).toBe(defined(first.usage).total_tokens + defined(cancelled.usage).total_tokens);
-  });
+      // The thread holds the first turn, and the winner's message and run alone.
+      const messages = (await client.beta.threads.messages.list(threadId, { order: 'asc' })).data;
+      expect(messages.map(textOf)).toEqual([
+        defined(fakeThread('Hi', { reply: 'Hello.' }).messages[0]).content,
+        'Hello.',
+        expect.stringMatching(/^Racer \d+/),
+      ]);
+      expect((await client.beta.threads.runs.list(threadId)).data.map((run) => run.id)).toEqual([winner.id, first.id]);
+      // Every reservation of a refused run was given back: the counter holds what the two runs used.
+      const cancelled = await client.beta.threads.runs.cancel(winner.id, { thread_id: threadId });
+      expect(await ratelimit.usedBy(gateway.database.client, policy)).toBe(
+        defined(first.usage).total_tokens + defined(cancelled.usage).total_tokens,
+      );
+    },
+  );
 
   it('streamed, admits exactly one of 8 racers; a loser whose upstream call had begun leaves no row, event or open exchange', async () => {
     const threadId = await threadWith('Hi', 'Hello.');
@@ -640,7 +875,11 @@ describe('one open run per thread', () => {
       gates.map((gate, i) =>
         gateway.request(`/v1/threads/${threadId}/runs`, {
           headers,
-          body: { assistant_id: assistantId, stream: true, additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { reply: 'Slow answer.', hold: gate }) }] },
+          body: {
+            assistant_id: assistantId,
+            stream: true,
+            additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { reply: 'Slow answer.', hold: gate }) }],
+          },
         }),
       ),
     );
@@ -672,7 +911,10 @@ describe('one open run per thread', () => {
     const threadId = await threadWith('Hi', 'Hello.');
     const waiting = await openai.beta.threads.runs.createAndPoll(
       threadId,
-      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: ask('Weather?', { tool_calls: 1 }) }] },
+      {
+        assistant_id: assistantId,
+        additional_messages: [{ role: 'user', content: ask('Weather?', { tool_calls: 1 }) }],
+      },
       POLL,
     );
     const { db } = gateway.database;
@@ -680,15 +922,23 @@ describe('one open run per thread', () => {
     const { seq: _runSeq, ...runColumns } = getTableColumns(runs);
     const { seq: _messageSeq, ...messageColumns } = getTableColumns(messageTable);
     const [open] = await db.select(runColumns).from(runs).where(eq(runs.id, waiting.id));
-    const [message] = await db.select(messageColumns).from(messageTable).where(eq(messageTable.threadId, threadId)).limit(1);
+    const [message] = await db
+      .select(messageColumns)
+      .from(messageTable)
+      .where(eq(messageTable.threadId, threadId))
+      .limit(1);
     const before = await ratelimit.rowsOf(gateway.database.client, tenant.workspace.id);
     // The embedded client's SqliteError, as Drizzle's batch passes it on.
-    expect(await insertRunOnThread(db, [{ ...defined(message), id: 'msg_second' }], { ...defined(open), id: 'run_second' })).toBe(false);
+    expect(
+      await insertRunOnThread(db, [{ ...defined(message), id: 'msg_second' }], { ...defined(open), id: 'run_second' }),
+    ).toBe(false);
     expect(await ratelimit.rowsOf(gateway.database.client, tenant.workspace.id)).toEqual(before);
     // A conflict on another index (the run's id) is not taken for an open run.
     const cancelled = await openai.beta.threads.runs.cancel(waiting.id, { thread_id: threadId });
     expect(cancelled.status).toBe('cancelled');
-    const error = await insertRunOnThread(db, [], { ...defined(open), status: 'queued' }).catch((caught: unknown) => caught);
+    const error = await insertRunOnThread(db, [], { ...defined(open), status: 'queued' }).catch(
+      (caught: unknown) => caught,
+    );
     expect(isUniqueViolation(error, 'runs.id')).toBe(true);
     expect(isUniqueViolation(error, 'runs.thread_id')).toBe(false);
   });
@@ -698,14 +948,23 @@ describe('one open run per thread', () => {
     const threadId = await threadWith('Hi', 'Hello.');
     const waiting = await openai.beta.threads.runs.createAndPoll(
       threadId,
-      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: ask('Weather?', { tool_calls: 1 }) }] },
+      {
+        assistant_id: assistantId,
+        additional_messages: [{ role: 'user', content: ask('Weather?', { tool_calls: 1 }) }],
+      },
       POLL,
     );
     expect(waiting.status).toBe('requires_action');
     gateway.clock.advance(gateway.deps.config.GATEWAY_RUN_EXPIRES_AFTER_SECONDS * 1000 + 1000);
-    const next = await openai.beta.threads.runs.createAndPoll(threadId, { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'Still there?' }] }, POLL);
+    const next = await openai.beta.threads.runs.createAndPoll(
+      threadId,
+      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'Still there?' }] },
+      POLL,
+    );
     expect(next.status).toBe('completed');
-    expect(await openai.beta.threads.runs.retrieve(waiting.id, { thread_id: threadId })).toMatchObject({ status: 'expired' });
+    expect(await openai.beta.threads.runs.retrieve(waiting.id, { thread_id: threadId })).toMatchObject({
+      status: 'expired',
+    });
 
     // In progress, its executor gone: its lease ran out (the executor, held at the gate, is let go
     // at the end, and finds the run settled).
@@ -715,7 +974,11 @@ describe('one open run per thread', () => {
       additional_messages: [{ role: 'user', content: ask('Slowly', { reply: 'Late.', hold: gate }) }],
     });
     gateway.clock.advance(gateway.deps.config.GATEWAY_RUN_LEASE_SECONDS * 1000 + 1000);
-    const after = await openai.beta.threads.runs.createAndPoll(threadId, { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'Hello?' }] }, POLL);
+    const after = await openai.beta.threads.runs.createAndPoll(
+      threadId,
+      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'Hello?' }] },
+      POLL,
+    );
     expect(after.status).toBe('completed');
     expect(await openai.beta.threads.runs.retrieve(slow.id, { thread_id: threadId })).toMatchObject({
       status: 'failed',
@@ -726,7 +989,9 @@ describe('one open run per thread', () => {
     fake.openGate(gate);
     expect(await gateway.tasks.drain(10_000)).toBe(true);
     expect(fake.requests.find((request) => request.scenario?.hold === gate)?.outcome).toBe('completed');
-    expect((await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data.map(textOf)).toEqual(messagesBefore);
+    expect((await openai.beta.threads.messages.list(threadId, { order: 'asc' })).data.map(textOf)).toEqual(
+      messagesBefore,
+    );
   });
 });
 
@@ -737,23 +1002,65 @@ describe('what a run on a thread refuses, writing nothing', () => {
   });
 
   const cases: [string, Record<string, unknown>, { status: number; code: string; param: string | null }, string?][] = [
-    ['assistant_id missing', { assistant_id: undefined }, { status: 400, code: 'missing_required_parameter', param: 'assistant_id' }],
+    [
+      'assistant_id missing',
+      { assistant_id: undefined },
+      { status: 400, code: 'missing_required_parameter', param: 'assistant_id' },
+    ],
     ['an unknown assistant', { assistant_id: 'asst_nope' }, { status: 404, code: 'assistant_not_found', param: null }],
-    ['a system message', { additional_messages: [{ role: 'system', content: 'x' }] }, { status: 400, code: 'invalid_value', param: 'additional_messages[0].role' }],
+    [
+      'a system message',
+      { additional_messages: [{ role: 'system', content: 'x' }] },
+      { status: 400, code: 'invalid_value', param: 'additional_messages[0].role' },
+    ],
     [
       'an image_file part of no file',
-      { additional_messages: [{ role: 'user', content: 'ok' }, { role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file_1' } }] }] },
+      {
+        additional_messages: [
+          { role: 'user', content: 'ok' },
+          { role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file_1' } }] },
+        ],
+      },
       { status: 400, code: 'invalid_value', param: 'additional_messages[1].content[0].image_file.file_id' },
     ],
-    ['a code_interpreter attachment', { additional_messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file_1', tools: [{ type: 'code_interpreter' }] }] }] }, { status: 400, code: 'unsupported_tool', param: 'additional_messages[0].attachments[0].tools[0]' }],
-    ['additional_instructions too long', { additional_instructions: 'i'.repeat(256_001) }, { status: 400, code: 'string_above_max_length', param: 'additional_instructions' }],
+    [
+      'a code_interpreter attachment',
+      {
+        additional_messages: [
+          { role: 'user', content: 'x', attachments: [{ file_id: 'file_1', tools: [{ type: 'code_interpreter' }] }] },
+        ],
+      },
+      { status: 400, code: 'unsupported_tool', param: 'additional_messages[0].attachments[0].tools[0]' },
+    ],
+    [
+      'additional_instructions too long',
+      { additional_instructions: 'i'.repeat(256_001) },
+      { status: 400, code: 'string_above_max_length', param: 'additional_instructions' },
+    ],
     ['a thread', { thread: { messages: [] } }, { status: 400, code: 'unknown_parameter', param: 'thread' }],
     ['tool_resources', { tool_resources: {} }, { status: 400, code: 'unknown_parameter', param: 'tool_resources' }],
-    ['max_prompt_tokens below 256', { max_prompt_tokens: 255 }, { status: 400, code: 'value_below_minimum', param: 'max_prompt_tokens' }],
-    ['last_messages without a number', { truncation_strategy: { type: 'last_messages' } }, { status: 400, code: 'invalid_value', param: 'truncation_strategy.last_messages' }],
-    ['a hosted tool', { tools: [{ type: 'code_interpreter' }] }, { status: 400, code: 'unsupported_tool', param: 'tools[0]' }],
+    [
+      'max_prompt_tokens below 256',
+      { max_prompt_tokens: 255 },
+      { status: 400, code: 'value_below_minimum', param: 'max_prompt_tokens' },
+    ],
+    [
+      'last_messages without a number',
+      { truncation_strategy: { type: 'last_messages' } },
+      { status: 400, code: 'invalid_value', param: 'truncation_strategy.last_messages' },
+    ],
+    [
+      'a hosted tool',
+      { tools: [{ type: 'code_interpreter' }] },
+      { status: 400, code: 'unsupported_tool', param: 'tools[0]' },
+    ],
     ['stream not a boolean', { stream: 'yes' }, { status: 400, code: 'invalid_type', param: 'stream' }],
-    ['an unknown include[]', {}, { status: 400, code: 'invalid_value', param: 'include[]' }, 'include[]=step_details.nope'],
+    [
+      'an unknown include[]',
+      {},
+      { status: 400, code: 'invalid_value', param: 'include[]' },
+      'include[]=step_details.nope',
+    ],
     ['an unknown query parameter', {}, { status: 400, code: 'unknown_parameter', param: 'limit' }, 'limit=2'],
   ];
 

@@ -40,7 +40,8 @@ const upload = async (bytes: Uint8Array, purpose: 'vision' | 'assistants' | 'bat
   (await openai.files.create({ file: await toFile(bytes, name), purpose })).id;
 
 /** The user content of the provider's last request. */
-const lastUserContent = () => defined(defined(fake.requests.at(-1)).body).messages.findLast((m: { role: string }) => m.role === 'user').content;
+const lastUserContent = () =>
+  defined(defined(fake.requests.at(-1)).body).messages.findLast((m: { role: string }) => m.role === 'user').content;
 
 describe('image_file content parts', () => {
   it('are stored as OpenAI answers them, and a run sends the image as a data: URL', async () => {
@@ -49,7 +50,17 @@ describe('image_file content parts', () => {
     const run = await openai.beta.threads.createAndRunPoll(
       {
         assistant_id: assistantId,
-        thread: { messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_file', image_file: { file_id: fileId, detail: 'low' } }] }] },
+        thread: {
+          messages: [
+            {
+              role: 'user',
+              content: [
+                { type: 'text', text: 'What is this?' },
+                { type: 'image_file', image_file: { file_id: fileId, detail: 'low' } },
+              ],
+            },
+          ],
+        },
       },
       { pollIntervalMs: 10 },
     );
@@ -61,7 +72,10 @@ describe('image_file content parts', () => {
     ]);
     expect(lastUserContent()).toEqual([
       { type: 'text', text: 'What is this?' },
-      { type: 'image_url', image_url: { url: `data:image/png;base64,${Buffer.from(bytes).toString('base64')}`, detail: 'low' } },
+      {
+        type: 'image_url',
+        image_url: { url: `data:image/png;base64,${Buffer.from(bytes).toString('base64')}`, detail: 'low' },
+      },
     ]);
   });
 
@@ -69,26 +83,52 @@ describe('image_file content parts', () => {
     const bytes = png(3001, 5);
     const fileId = await upload(bytes, 'assistants');
     const thread = await openai.beta.threads.create();
-    const message = await openai.beta.threads.messages.create(thread.id, { role: 'user', content: [{ type: 'image_file', image_file: { file_id: fileId } }] });
+    const message = await openai.beta.threads.messages.create(thread.id, {
+      role: 'user',
+      content: [{ type: 'image_file', image_file: { file_id: fileId } }],
+    });
     expect(message.content).toEqual([{ type: 'image_file', image_file: { file_id: fileId, detail: 'auto' } }]);
-    const run = await openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistantId }, { pollIntervalMs: 10 });
+    const run = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      { assistant_id: assistantId },
+      { pollIntervalMs: 10 },
+    );
     expect(run.status).toBe('completed');
-    expect(lastUserContent()).toEqual([{ type: 'image_url', image_url: { url: `data:image/png;base64,${Buffer.from(bytes).toString('base64')}`, detail: 'auto' } }]);
+    expect(lastUserContent()).toEqual([
+      {
+        type: 'image_url',
+        image_url: { url: `data:image/png;base64,${Buffer.from(bytes).toString('base64')}`, detail: 'auto' },
+      },
+    ]);
   });
 
-  it('refuse a file that is missing, another workspace\'s, of another purpose, or not an image, naming the part', async () => {
+  it("refuse a file that is missing, another workspace's, of another purpose, or not an image, naming the part", async () => {
     const other = await gateway.tenant();
-    const theirs = (await gateway.openai({ 'x-gateway-api-key': other.workspaceKey }).files.create({ file: await toFile(png(100), 'p.png'), purpose: 'vision' })).id;
+    const theirs = (
+      await gateway
+        .openai({ 'x-gateway-api-key': other.workspaceKey })
+        .files.create({ file: await toFile(png(100), 'p.png'), purpose: 'vision' })
+    ).id;
     const cases: [string, string, RegExp][] = [
       ['file-doesNotExist', 'missing', /no file found/],
       [theirs, "another workspace's", /no file found/],
       [await upload(png(100), 'batch'), 'batch', /purpose is 'batch'/],
-      [await upload(new TextEncoder().encode('not an image at all'), 'vision', 'notes.txt'), 'text', /not a PNG, JPEG, GIF or WebP/],
+      [
+        await upload(new TextEncoder().encode('not an image at all'), 'vision', 'notes.txt'),
+        'text',
+        /not a PNG, JPEG, GIF or WebP/,
+      ],
     ];
     const thread = await openai.beta.threads.create();
     for (const [fileId, what, message] of cases) {
       const refused = await openai.beta.threads.messages
-        .create(thread.id, { role: 'user', content: [{ type: 'text', text: 'see' }, { type: 'image_file', image_file: { file_id: fileId } }] })
+        .create(thread.id, {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'see' },
+            { type: 'image_file', image_file: { file_id: fileId } },
+          ],
+        })
         .catch((error: unknown) => error);
       expect(refused, what).toBeInstanceOf(BadRequestError);
       expect(refused, what).toMatchObject({ status: 400, param: 'content[1].image_file.file_id' });
@@ -96,16 +136,35 @@ describe('image_file content parts', () => {
     }
     expect((await openai.beta.threads.messages.list(thread.id)).data).toEqual([]);
     const created = await openai.beta.threads
-      .create({ messages: [{ role: 'user', content: 'hi' }, { role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file-nope' } }] }] })
+      .create({
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file-nope' } }] },
+        ],
+      })
       .catch((error: unknown) => error);
     expect(created).toMatchObject({ status: 400, param: 'messages[1].content[0].image_file.file_id' });
   });
 
   it('of a file deleted since become a text part that says so', async () => {
     const fileId = await upload(png(400));
-    const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: [{ type: 'text', text: 'Look' }, { type: 'image_file', image_file: { file_id: fileId } }] }] });
+    const thread = await openai.beta.threads.create({
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Look' },
+            { type: 'image_file', image_file: { file_id: fileId } },
+          ],
+        },
+      ],
+    });
     await openai.files.delete(fileId);
-    const run = await openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistantId }, { pollIntervalMs: 10 });
+    const run = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      { assistant_id: assistantId },
+      { pollIntervalMs: 10 },
+    );
     expect(run.status).toBe('completed');
     expect(lastUserContent()).toEqual([
       { type: 'text', text: 'Look' },
@@ -123,10 +182,21 @@ describe('image_file content parts', () => {
         { role: 'user', content: [{ type: 'image_file', image_file: { file_id: newer } }] },
       ],
     });
-    const run = await openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistantId }, { pollIntervalMs: 10 });
+    const run = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      { assistant_id: assistantId },
+      { pollIntervalMs: 10 },
+    );
     expect(run.status).toBe('completed');
-    const users = defined(defined(fake.requests.at(-1)).body).messages.filter((m: { role: string }) => m.role === 'user');
-    expect(users[0].content).toEqual([{ type: 'text', text: `[image ${older} not included: the images of this prompt exceed the gateway's ${MAX_PROMPT_IMAGE_BYTES} bytes]` }]);
+    const users = defined(defined(fake.requests.at(-1)).body).messages.filter(
+      (m: { role: string }) => m.role === 'user',
+    );
+    expect(users[0].content).toEqual([
+      {
+        type: 'text',
+        text: `[image ${older} not included: the images of this prompt exceed the gateway's ${MAX_PROMPT_IMAGE_BYTES} bytes]`,
+      },
+    ]);
     expect(users[1].content[0].image_url.url.length).toBe('data:image/png;base64,'.length + Math.ceil(size / 3) * 4);
   });
 });

@@ -4,7 +4,11 @@ import { BadRequestError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { messages, runs, threads } from '../../../src/db/schema';
 import { imageUrlProblem } from '../../../src/resources/files/images';
-import { parseUpstreamHostPatterns, type UpstreamHostPattern, type UpstreamUrlOptions } from '../../../src/lib/upstream-url';
+import {
+  parseUpstreamHostPatterns,
+  type UpstreamHostPattern,
+  type UpstreamUrlOptions,
+} from '../../../src/lib/upstream-url';
 import { WORKSPACE_COUNT_TTL_MS } from '../../../src/resources/virtual-keys/upstream-rules';
 import { createFakeUpstream } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, type Tenant, type TestGateway } from '../../support/gateway';
@@ -64,12 +68,22 @@ describe('imageUrlProblem', () => {
     [`DATA:IMAGE/JPEG;BASE64,${base64(JPEG)}`, null, null, null],
     // Any of the four types: the first bytes must be an image, whichever the header names.
     [`data:image/webp;base64,${base64(PNG)}`, null, null, null],
-    [`data:image/svg+xml;base64,${base64(new TextEncoder().encode('<svg/>'))}`, /image\/png, image\/jpeg/, /image\/png, image\/jpeg/, /image\/png, image\/jpeg/],
+    [
+      `data:image/svg+xml;base64,${base64(new TextEncoder().encode('<svg/>'))}`,
+      /image\/png, image\/jpeg/,
+      /image\/png, image\/jpeg/,
+      /image\/png, image\/jpeg/,
+    ],
     ['data:text/html;base64,PGgxPg==', /image\/png, image\/jpeg/, /image\/png, image\/jpeg/, /image\/png, image\/jpeg/],
     ['data:image/png,%89PNG', /must be base64/, /must be base64/, /must be base64/],
     ['data:image/png;base64,iVBO!!==', /not valid base64/, /not valid base64/, /not valid base64/],
     ['data:image/png;base64,iVBORw0KGgo', /not valid base64/, /not valid base64/, /not valid base64/],
-    [`data:image/png;base64,${base64(new TextEncoder().encode('hello, world'))}`, /not a PNG/, /not a PNG/, /not a PNG/],
+    [
+      `data:image/png;base64,${base64(new TextEncoder().encode('hello, world'))}`,
+      /not a PNG/,
+      /not a PNG/,
+      /not a PNG/,
+    ],
     ['data:image/png;base64,', /not a PNG/, /not a PNG/, /not a PNG/],
   ];
   for (const [url, refusing, allowing, listed] of table) {
@@ -107,7 +121,10 @@ describe('image_url parts of messages', () => {
   const upstream = createFakeUpstream();
   let gateway: TestGateway;
   beforeAll(async () => {
-    gateway = await createTestGateway({ deps: { fetch: upstream.fetch }, env: { GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'false' } });
+    gateway = await createTestGateway({
+      deps: { fetch: upstream.fetch },
+      env: { GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'false' },
+    });
   });
   afterAll(() => gateway?.close());
 
@@ -119,16 +136,46 @@ describe('image_url parts of messages', () => {
       { type: 'image_url', image_url: { url } },
     ];
     const requests = (url: string) => [
-      { path: '/v1/threads', body: { messages: [{ role: 'user', content: 'first' }, { role: 'user', content: content(url) }] }, param: 'messages[1].content[1].image_url.url' },
-      { path: `/v1/threads/${thread.id}/messages`, body: { role: 'user', content: content(url) }, param: 'content[1].image_url.url' },
-      { path: `/v1/threads/${thread.id}/runs`, body: { assistant_id: assistantId, additional_messages: [{ role: 'user', content: content(url) }] }, param: 'additional_messages[0].content[1].image_url.url' },
-      { path: '/v1/threads/runs', body: { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: content(url) }] } }, param: 'thread.messages[0].content[1].image_url.url' },
+      {
+        path: '/v1/threads',
+        body: {
+          messages: [
+            { role: 'user', content: 'first' },
+            { role: 'user', content: content(url) },
+          ],
+        },
+        param: 'messages[1].content[1].image_url.url',
+      },
+      {
+        path: `/v1/threads/${thread.id}/messages`,
+        body: { role: 'user', content: content(url) },
+        param: 'content[1].image_url.url',
+      },
+      {
+        path: `/v1/threads/${thread.id}/runs`,
+        body: { assistant_id: assistantId, additional_messages: [{ role: 'user', content: content(url) }] },
+        param: 'additional_messages[0].content[1].image_url.url',
+      },
+      {
+        path: '/v1/threads/runs',
+        body: { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: content(url) }] } },
+        param: 'thread.messages[0].content[1].image_url.url',
+      },
     ];
-    const urls = ['file:///etc/passwd', 'gopher://example.com:70/_x', 'http://169.254.169.254/latest/meta-data/', 'http://10.0.0.1/', 'http://localhost/', 'data:image/svg+xml;base64,PHN2Zy8+'];
+    const urls = [
+      'file:///etc/passwd',
+      'gopher://example.com:70/_x',
+      'http://169.254.169.254/latest/meta-data/',
+      'http://10.0.0.1/',
+      'http://localhost/',
+      'data:image/svg+xml;base64,PHN2Zy8+',
+    ];
     const before = await rowsOf(gateway, tenant);
     for (const url of urls) {
       for (const request of requests(url)) {
-        const error = await errorOf(await gateway.request(request.path, { key: tenant.workspaceKey, body: request.body }));
+        const error = await errorOf(
+          await gateway.request(request.path, { key: tenant.workspaceKey, body: request.body }),
+        );
         expect({ url, ...error }).toMatchObject({ url, status: 400, code: 'invalid_value', param: request.param });
         expect(error.message).toMatch(new RegExp(`^Invalid '${request.param.replace(/[[\].]/g, '\\$&')}': `));
       }
@@ -137,7 +184,10 @@ describe('image_url parts of messages', () => {
 
     // The SDK raises it as a BadRequestError with the part as its param.
     const refused = await client.beta.threads.messages
-      .create(thread.id, { role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://[::1]:8080/x.png' } }] })
+      .create(thread.id, {
+        role: 'user',
+        content: [{ type: 'image_url', image_url: { url: 'http://[::1]:8080/x.png' } }],
+      })
       .catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(BadRequestError);
     expect(refused).toMatchObject({ status: 400, param: 'content[0].image_url.url' });
@@ -146,7 +196,10 @@ describe('image_url parts of messages', () => {
   it('are taken to a public host, a host GATEWAY_ALLOWED_UPSTREAM_HOSTS lists, or as a data: image, and sent to the provider as they are', async () => {
     const listing = await createTestGateway({
       deps: { fetch: upstream.fetch },
-      env: { GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'false', GATEWAY_ALLOWED_UPSTREAM_HOSTS: 'images.internal.test,10.0.0.7:8080' },
+      env: {
+        GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'false',
+        GATEWAY_ALLOWED_UPSTREAM_HOSTS: 'images.internal.test,10.0.0.7:8080',
+      },
     });
     try {
       const { client, assistantId } = await member(listing);
@@ -157,7 +210,10 @@ describe('image_url parts of messages', () => {
         { type: 'image_url' as const, image_url: { url: `data:image/png;base64,${base64(PNG)}` } },
       ];
       const run = await client.beta.threads.createAndRunPoll(
-        { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: [{ type: 'text', text: marker }, ...parts] }] } },
+        {
+          assistant_id: assistantId,
+          thread: { messages: [{ role: 'user', content: [{ type: 'text', text: marker }, ...parts] }] },
+        },
         { pollIntervalMs: 20 },
       );
       expect(run.status).toBe('completed');
@@ -177,18 +233,33 @@ describe('image_url parts of messages', () => {
 describe('image_url parts under the default rules (GATEWAY_ALLOW_PRIVATE_UPSTREAMS unset)', () => {
   it('take a private host while the database holds one workspace; once it holds two, a message with one is refused, and a run leaves one already written out', async () => {
     const upstream = createFakeUpstream();
-    const gateway = await createTestGateway({ deps: { fetch: upstream.fetch }, env: { GATEWAY_ALLOW_PRIVATE_UPSTREAMS: '' } });
+    const gateway = await createTestGateway({
+      deps: { fetch: upstream.fetch },
+      env: { GATEWAY_ALLOW_PRIVATE_UPSTREAMS: '' },
+    });
     try {
       const { tenant, client, assistantId } = await member(gateway);
       const local = { type: 'image_url' as const, image_url: { url: 'http://127.0.0.1:8000/scan.png' } };
-      const thread = await client.beta.threads.create({ messages: [{ role: 'user', content: [{ type: 'text', text: 'one' }, local] }] });
-      expect(defined((await client.beta.threads.messages.list(thread.id)).data[0]).content[1]).toEqual({ ...local, image_url: { ...local.image_url, detail: 'auto' } });
+      const thread = await client.beta.threads.create({
+        messages: [{ role: 'user', content: [{ type: 'text', text: 'one' }, local] }],
+      });
+      expect(defined((await client.beta.threads.messages.list(thread.id)).data[0]).content[1]).toEqual({
+        ...local,
+        image_url: { ...local.image_url, detail: 'auto' },
+      });
 
       await gateway.tenant();
       // The workspace count is read again once its cache has expired.
       gateway.clock.advance(WORKSPACE_COUNT_TTL_MS + 1);
-      const refused = await gateway.request(`/v1/threads/${thread.id}/messages`, { key: tenant.workspaceKey, body: { role: 'user', content: [local] } });
-      expect(await errorOf(refused)).toMatchObject({ status: 400, param: 'content[0].image_url.url', message: expect.stringMatching(/several/) });
+      const refused = await gateway.request(`/v1/threads/${thread.id}/messages`, {
+        key: tenant.workspaceKey,
+        body: { role: 'user', content: [local] },
+      });
+      expect(await errorOf(refused)).toMatchObject({
+        status: 400,
+        param: 'content[0].image_url.url',
+        message: expect.stringMatching(/several/),
+      });
 
       const marker = `left-out-${crypto.randomUUID()}`;
       const run = await client.beta.threads.runs.createAndPoll(

@@ -29,7 +29,8 @@ afterAll(() => gateway.close());
 
 const nowSeconds = () => Math.floor(gateway.clock.now() / 1000);
 const emptyThread = async (who = alice) => (await who.openai.beta.threads.create()).id;
-const postMessage = (threadId: string, body: unknown, who = alice) => who.request(`/v1/threads/${threadId}/messages`, { body });
+const postMessage = (threadId: string, body: unknown, who = alice) =>
+  who.request(`/v1/threads/${threadId}/messages`, { body });
 const listedIds = async (threadId: string, query = '') =>
   (await json(await alice.request(`/v1/threads/${threadId}/messages${query}`))).data.map((m: { id: string }) => m.id);
 
@@ -81,7 +82,9 @@ describe('creating a message', () => {
 
   it('takes content and metadata at their bounds', async () => {
     const threadId = await emptyThread();
-    const metadata = Object.fromEntries(Array.from({ length: 16 }, (_, i) => [`${String(i).padStart(2, '0')}${'k'.repeat(62)}`, 'v'.repeat(512)]));
+    const metadata = Object.fromEntries(
+      Array.from({ length: 16 }, (_, i) => [`${String(i).padStart(2, '0')}${'k'.repeat(62)}`, 'v'.repeat(512)]),
+    );
     const parts = Array.from({ length: 100 }, (_, i) => ({ type: 'text', text: `part ${i}` }));
     const response = await postMessage(threadId, { role: 'user', content: parts, metadata });
     expect(response.status).toBe(200);
@@ -97,16 +100,66 @@ describe('creating a message', () => {
     ['no content', { role: 'user' }, 'missing_required_parameter', 'content'],
     ['role system', { role: 'system', content: 'hi' }, 'invalid_value', 'role'],
     ['empty parts', { role: 'user', content: [] }, 'array_below_min_length', 'content'],
-    ['101 parts', { role: 'user', content: Array.from({ length: 101 }, () => ({ type: 'text', text: 'x' })) }, 'array_above_max_length', 'content'],
+    [
+      '101 parts',
+      { role: 'user', content: Array.from({ length: 101 }, () => ({ type: 'text', text: 'x' })) },
+      'array_above_max_length',
+      'content',
+    ],
     ['text too long', { role: 'user', content: 'x'.repeat(256_001) }, 'string_above_max_length', 'content'],
-    ['a part of an unknown type', { role: 'user', content: [{ type: 'video', video: {} }] }, 'invalid_value', 'content[0].type'],
-    ['an image_url without url', { role: 'user', content: [{ type: 'image_url', image_url: {} }] }, 'missing_required_parameter', 'content[0].image_url.url'],
-    ['a bad detail', { role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x.test/a.png', detail: 'max' } }] }, 'invalid_value', 'content[0].image_url.detail'],
-    ['17 metadata pairs', { role: 'user', content: 'hi', metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) }, 'invalid_value', 'metadata'],
-    ['a metadata value of 513', { role: 'user', content: 'hi', metadata: { k: 'v'.repeat(513) } }, 'string_above_max_length', 'metadata.k'],
+    [
+      'a part of an unknown type',
+      { role: 'user', content: [{ type: 'video', video: {} }] },
+      'invalid_value',
+      'content[0].type',
+    ],
+    [
+      'an image_url without url',
+      { role: 'user', content: [{ type: 'image_url', image_url: {} }] },
+      'missing_required_parameter',
+      'content[0].image_url.url',
+    ],
+    [
+      'a bad detail',
+      { role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x.test/a.png', detail: 'max' } }] },
+      'invalid_value',
+      'content[0].image_url.detail',
+    ],
+    [
+      '17 metadata pairs',
+      {
+        role: 'user',
+        content: 'hi',
+        metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])),
+      },
+      'invalid_value',
+      'metadata',
+    ],
+    [
+      'a metadata value of 513',
+      { role: 'user', content: 'hi', metadata: { k: 'v'.repeat(513) } },
+      'string_above_max_length',
+      'metadata.k',
+    ],
     ['an unknown field', { role: 'user', content: 'hi', file_ids: [] }, 'unknown_parameter', 'file_ids'],
-    ['image_file content of no file', { role: 'user', content: [{ type: 'text', text: 'see' }, { type: 'image_file', image_file: { file_id: 'file-1' } }] }, 'invalid_value', 'content[1].image_file.file_id'],
-    ['a code_interpreter attachment', { role: 'user', content: 'hi', attachments: [{ file_id: 'file-1', tools: [{ type: 'code_interpreter' }] }] }, 'unsupported_tool', 'attachments[0].tools[0]'],
+    [
+      'image_file content of no file',
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'see' },
+          { type: 'image_file', image_file: { file_id: 'file-1' } },
+        ],
+      },
+      'invalid_value',
+      'content[1].image_file.file_id',
+    ],
+    [
+      'a code_interpreter attachment',
+      { role: 'user', content: 'hi', attachments: [{ file_id: 'file-1', tools: [{ type: 'code_interpreter' }] }] },
+      'unsupported_tool',
+      'attachments[0].tools[0]',
+    ],
   ])('refuses %s with a 400 naming the field, and writes nothing', async (_, body, code, param) => {
     const threadId = await emptyThread();
     const error = await errorOf(await postMessage(threadId, body));
@@ -119,7 +172,11 @@ describe('creating a message', () => {
     const theirs = await emptyThread(bob);
     for (const threadId of ['thread_unknown', theirs]) {
       const error = await errorOf(await postMessage(threadId, { role: 'user', content: 'hi' }));
-      expect(error).toMatchObject({ status: 404, code: 'thread_not_found', message: `No thread found with id '${threadId}'.` });
+      expect(error).toMatchObject({
+        status: 404,
+        code: 'thread_not_found',
+        message: `No thread found with id '${threadId}'.`,
+      });
     }
     expect(await bob.openai.beta.threads.messages.list(theirs).then((page) => page.data)).toEqual([]);
   });
@@ -128,13 +185,26 @@ describe('creating a message', () => {
 describe('retrieving, modifying and deleting a message', () => {
   it('modifies only the metadata, replacing it; null clears it; an empty body changes nothing', async () => {
     const threadId = await emptyThread();
-    const created = await alice.openai.beta.threads.messages.create(threadId, { role: 'user', content: 'Hi', metadata: { a: '1', b: '2' } });
-    const modified = await alice.openai.beta.threads.messages.update(created.id, { thread_id: threadId, metadata: { c: '3' } });
+    const created = await alice.openai.beta.threads.messages.create(threadId, {
+      role: 'user',
+      content: 'Hi',
+      metadata: { a: '1', b: '2' },
+    });
+    const modified = await alice.openai.beta.threads.messages.update(created.id, {
+      thread_id: threadId,
+      metadata: { c: '3' },
+    });
     expect(modified).toEqual({ ...created, metadata: { c: '3' } });
     expect(await alice.openai.beta.threads.messages.retrieve(created.id, { thread_id: threadId })).toEqual(modified);
-    const unchanged = await alice.request(`/v1/threads/${threadId}/messages/${created.id}`, { method: 'POST', body: '', headers: { 'content-type': 'application/json' } });
+    const unchanged = await alice.request(`/v1/threads/${threadId}/messages/${created.id}`, {
+      method: 'POST',
+      body: '',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(await json(unchanged)).toEqual(modified);
-    const cleared = await json(await alice.request(`/v1/threads/${threadId}/messages/${created.id}`, { body: { metadata: null } }));
+    const cleared = await json(
+      await alice.request(`/v1/threads/${threadId}/messages/${created.id}`, { body: { metadata: null } }),
+    );
     expect(cleared.metadata).toEqual({});
   });
 
@@ -152,7 +222,14 @@ describe('retrieving, modifying and deleting a message', () => {
   });
 
   it('deletes a message: OpenAI’s deletion object, then 404s; the other messages stay', async () => {
-    const threadId = (await alice.openai.beta.threads.create({ messages: [{ role: 'user', content: 'one' }, { role: 'user', content: 'two' }] })).id;
+    const threadId = (
+      await alice.openai.beta.threads.create({
+        messages: [
+          { role: 'user', content: 'one' },
+          { role: 'user', content: 'two' },
+        ],
+      })
+    ).id;
     const [second, first] = await listedIds(threadId);
     expect(await alice.openai.beta.threads.messages.delete(first, { thread_id: threadId })).toEqual({
       id: first,
@@ -161,10 +238,20 @@ describe('retrieving, modifying and deleting a message', () => {
     });
     expect(await listedIds(threadId)).toEqual([second]);
     for (const method of ['GET', 'POST', 'DELETE']) {
-      const response = await alice.request(`/v1/threads/${threadId}/messages/${first}`, { method, body: method === 'POST' ? {} : undefined });
-      expect(await errorOf(response)).toMatchObject({ status: 404, code: 'message_not_found', message: `No message found with id '${first}'.`, param: null });
+      const response = await alice.request(`/v1/threads/${threadId}/messages/${first}`, {
+        method,
+        body: method === 'POST' ? {} : undefined,
+      });
+      expect(await errorOf(response)).toMatchObject({
+        status: 404,
+        code: 'message_not_found',
+        message: `No message found with id '${first}'.`,
+        param: null,
+      });
     }
-    await expect(alice.openai.beta.threads.messages.retrieve(first, { thread_id: threadId })).rejects.toBeInstanceOf(NotFoundError);
+    await expect(alice.openai.beta.threads.messages.retrieve(first, { thread_id: threadId })).rejects.toBeInstanceOf(
+      NotFoundError,
+    );
   });
 
   it('finds a message only through its own thread, in its own workspace', async () => {
@@ -181,7 +268,9 @@ describe('retrieving, modifying and deleting a message', () => {
       const byAnotherWorkspace = await bob.request(`/v1/threads/${threadId}/messages/${messageId}`, { method, body });
       expect(await errorOf(byAnotherWorkspace)).toMatchObject({ status: 404, code: 'thread_not_found' });
     }
-    expect(await alice.openai.beta.threads.messages.retrieve(messageId, { thread_id: threadId })).toMatchObject({ metadata: {} });
+    expect(await alice.openai.beta.threads.messages.retrieve(messageId, { thread_id: threadId })).toMatchObject({
+      metadata: {},
+    });
   });
 });
 
@@ -192,7 +281,8 @@ describe('listing messages', () => {
   beforeAll(async () => {
     threadId = await emptyThread();
     ids = [];
-    for (let i = 0; i < 7; i++) ids.push((await alice.openai.beta.threads.messages.create(threadId, { role: 'user', content: `m${i}` })).id);
+    for (let i = 0; i < 7; i++)
+      ids.push((await alice.openai.beta.threads.messages.create(threadId, { role: 'user', content: `m${i}` })).id);
   });
 
   /** Every page of the list, following `after` from the start, then `before` back from the end. */
@@ -202,13 +292,17 @@ describe('listing messages', () => {
     forward.push(page.data.map((m: { id: string }) => m.id));
     while (page.has_more) {
       expect(page.last_id).toBe(defined(forward.at(-1)).at(-1));
-      page = await json(await alice.request(`/v1/threads/${threadId}/messages?order=${order}&limit=${limit}&after=${page.last_id}`));
+      page = await json(
+        await alice.request(`/v1/threads/${threadId}/messages?order=${order}&limit=${limit}&after=${page.last_id}`),
+      );
       forward.push(page.data.map((m: { id: string }) => m.id));
     }
     const backward: string[][] = [defined(forward.at(-1))];
     let first = page.first_id;
     for (;;) {
-      const back = await json(await alice.request(`/v1/threads/${threadId}/messages?order=${order}&limit=${limit}&before=${first}`));
+      const back = await json(
+        await alice.request(`/v1/threads/${threadId}/messages?order=${order}&limit=${limit}&before=${first}`),
+      );
       if (back.data.length === 0) {
         expect(back).toMatchObject({ first_id: null, last_id: null, has_more: false });
         break;
@@ -243,7 +337,8 @@ describe('listing messages', () => {
 
   it('pages with the SDK’s auto-pagination', async () => {
     const seen: string[] = [];
-    for await (const message of alice.openai.beta.threads.messages.list(threadId, { limit: 2, order: 'asc' })) seen.push(message.id);
+    for await (const message of alice.openai.beta.threads.messages.list(threadId, { limit: 2, order: 'asc' }))
+      seen.push(message.id);
     expect(seen).toEqual(ids);
   });
 
@@ -265,17 +360,27 @@ describe('listing messages', () => {
     await waitForRun(alice, started.threadId, started.runId, ['completed']);
     const own = await json(await alice.request(`/v1/threads/${started.threadId}/messages?run_id=${started.runId}`));
     expect(own.data).toHaveLength(1);
-    expect(own.data[0]).toMatchObject({ role: 'assistant', run_id: started.runId, content: [{ text: { value: 'Answer.' } }] });
+    expect(own.data[0]).toMatchObject({
+      role: 'assistant',
+      run_id: started.runId,
+      content: [{ text: { value: 'Answer.' } }],
+    });
     const all = await json(await alice.request(`/v1/threads/${started.threadId}/messages?order=asc`));
     expect(all.data.map((m: { role: string }) => m.role)).toEqual(['user', 'assistant']);
-    const before = await json(await alice.request(`/v1/threads/${started.threadId}/messages?run_id=${started.runId}&before=${all.data[0].id}`));
+    const before = await json(
+      await alice.request(`/v1/threads/${started.threadId}/messages?run_id=${started.runId}&before=${all.data[0].id}`),
+    );
     expect(before).toMatchObject({ data: [{ id: own.data[0].id }], has_more: false });
   });
 });
 
 describe('the active-run rule', () => {
   /** The refusal, saying what frees the thread from a run in `status`. */
-  const refusal = (threadId: string, runId: string, status: 'queued' | 'in_progress' | 'requires_action' | 'cancelling' = 'requires_action') => {
+  const refusal = (
+    threadId: string,
+    runId: string,
+    status: 'queued' | 'in_progress' | 'requires_action' | 'cancelling' = 'requires_action',
+  ) => {
     const submit = `submit its tool outputs (POST /v1/threads/${threadId}/runs/${runId}/submit_tool_outputs), `;
     const cancel = `cancel it (POST /v1/threads/${threadId}/runs/${runId}/cancel) or wait for it to end`;
     return {
@@ -292,10 +397,17 @@ describe('the active-run rule', () => {
   it('refuses a message while a run waits for tool outputs, naming the run, and takes it once the run ends', async () => {
     const held = await heldThread(alice);
     const before = await listedIds(held.threadId);
-    expect(await errorOf(await postMessage(held.threadId, { role: 'user', content: 'Are you there?' }))).toEqual(refusal(held.threadId, held.runId));
-    await expect(alice.openai.beta.threads.messages.create(held.threadId, { role: 'user', content: 'Hello?' })).rejects.toBeInstanceOf(BadRequestError);
+    expect(await errorOf(await postMessage(held.threadId, { role: 'user', content: 'Are you there?' }))).toEqual(
+      refusal(held.threadId, held.runId),
+    );
+    await expect(
+      alice.openai.beta.threads.messages.create(held.threadId, { role: 'user', content: 'Hello?' }),
+    ).rejects.toBeInstanceOf(BadRequestError);
     expect(await listedIds(held.threadId)).toEqual(before);
-    await alice.openai.beta.threads.runs.submitToolOutputs(held.runId, { thread_id: held.threadId, tool_outputs: [{ tool_call_id: held.toolCallId, output: '42' }] });
+    await alice.openai.beta.threads.runs.submitToolOutputs(held.runId, {
+      thread_id: held.threadId,
+      tool_outputs: [{ tool_call_id: held.toolCallId, output: '42' }],
+    });
     expect((await waitForRun(alice, held.threadId, held.runId, ['completed'])).status).toBe('completed');
     const created = await alice.openai.beta.threads.messages.create(held.threadId, { role: 'user', content: 'Thanks' });
     expect((await listedIds(held.threadId))[0]).toBe(created.id);
@@ -305,7 +417,9 @@ describe('the active-run rule', () => {
     // Executing for as long as its provider holds the answer.
     const gate = freshGate('executing');
     const started = await startRun(alice, { reply: 'Slowly.', hold: gate });
-    expect(await errorOf(await postMessage(started.threadId, { role: 'user', content: 'Wait' }))).toEqual(refusal(started.threadId, started.runId, 'in_progress'));
+    expect(await errorOf(await postMessage(started.threadId, { role: 'user', content: 'Wait' }))).toEqual(
+      refusal(started.threadId, started.runId, 'in_progress'),
+    );
     upstream.openGate(gate);
     expect((await waitForRun(alice, started.threadId, started.runId, ['completed'])).status).toBe('completed');
     expect((await postMessage(started.threadId, { role: 'user', content: 'Next' })).status).toBe(200);
@@ -321,17 +435,26 @@ describe('the active-run rule', () => {
     ['cancelled', true],
     ['expired', true],
     ['incomplete', true],
-  ] as const)('with the thread’s run %s, a message is admitted: %s (else told what frees the thread)', async (status, admitted) => {
-    const held = await heldThread(alice);
-    // A run in each status, its lease and expiry far ahead: set in the database, as another
-    // process executing it would have.
-    const future = gateway.clock.now() + 3_600_000;
-    await gateway.database.db.update(runs).set({ status, leaseExpiresAt: future, expiresAt: future }).where(eq(runs.id, held.runId));
-    const response = await postMessage(held.threadId, { role: 'user', content: 'Now?' });
-    if (admitted) expect(response.status).toBe(200);
-    else expect(await errorOf(response)).toEqual(refusal(held.threadId, held.runId, status));
-    await gateway.database.db.update(runs).set({ status: 'cancelled', leaseExpiresAt: null }).where(eq(runs.id, held.runId));
-  });
+  ] as const)(
+    'with the thread’s run %s, a message is admitted: %s (else told what frees the thread)',
+    async (status, admitted) => {
+      const held = await heldThread(alice);
+      // A run in each status, its lease and expiry far ahead: set in the database, as another
+      // process executing it would have.
+      const future = gateway.clock.now() + 3_600_000;
+      await gateway.database.db
+        .update(runs)
+        .set({ status, leaseExpiresAt: future, expiresAt: future })
+        .where(eq(runs.id, held.runId));
+      const response = await postMessage(held.threadId, { role: 'user', content: 'Now?' });
+      if (admitted) expect(response.status).toBe(200);
+      else expect(await errorOf(response)).toEqual(refusal(held.threadId, held.runId, status));
+      await gateway.database.db
+        .update(runs)
+        .set({ status: 'cancelled', leaseExpiresAt: null })
+        .where(eq(runs.id, held.runId));
+    },
+  );
 
   it('settles a run left waiting for tool outputs past its expiry, then takes the message', async () => {
     const held = await heldThread(alice);
@@ -339,7 +462,9 @@ describe('the active-run rule', () => {
     try {
       const response = await postMessage(held.threadId, { role: 'user', content: 'Still there?' });
       expect(response.status).toBe(200);
-      expect(await json(await alice.request(`/v1/threads/${held.threadId}/runs/${held.runId}`))).toMatchObject({ status: 'expired' });
+      expect(await json(await alice.request(`/v1/threads/${held.threadId}/runs/${held.runId}`))).toMatchObject({
+        status: 'expired',
+      });
     } finally {
       gateway.clock.advance(-(gateway.deps.config.GATEWAY_RUN_EXPIRES_AFTER_SECONDS * 1000 + 1000));
     }
@@ -367,7 +492,14 @@ describe('the active-run rule', () => {
     const template = await heldThread(alice);
     const [row] = await gateway.database.db.select().from(runs).where(eq(runs.id, template.runId));
     const { seq: _seq, ...templateRun } = defined(row);
-    const run = { ...templateRun, id: newId('run'), threadId, status: 'requires_action' as const, expiresAt: gateway.clock.now() + 3_600_000, leaseExpiresAt: null };
+    const run = {
+      ...templateRun,
+      id: newId('run'),
+      threadId,
+      status: 'requires_action' as const,
+      expiresAt: gateway.clock.now() + 3_600_000,
+      leaseExpiresAt: null,
+    };
     const at = gateway.clock.now();
     const runMessage = {
       id: newId('msg'),
@@ -422,7 +554,9 @@ describe('the active-run rule', () => {
 
   it('admits concurrent messages on an idle thread, every one of them', async () => {
     const threadId = await emptyThread();
-    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => postMessage(threadId, { role: 'user', content: `m${i}` })));
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => postMessage(threadId, { role: 'user', content: `m${i}` })),
+    );
     expect(answers.map((answer) => answer.status)).toEqual(Array(20).fill(200));
     expect(await listedIds(threadId)).toHaveLength(20);
   });

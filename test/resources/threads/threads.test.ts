@@ -29,7 +29,9 @@ const rowsOf = async (threadId: string) => {
   const runIds = (await db.select({ id: runs.id }).from(runs).where(eq(runs.threadId, threadId))).map((run) => run.id);
   const [thread] = await db.select({ n: count() }).from(threads).where(eq(threads.id, threadId));
   const [message] = await db.select({ n: count() }).from(messages).where(eq(messages.threadId, threadId));
-  const [step] = runIds.length ? await db.select({ n: count() }).from(runSteps).where(inArray(runSteps.runId, runIds)) : [{ n: 0 }];
+  const [step] = runIds.length
+    ? await db.select({ n: count() }).from(runSteps).where(inArray(runSteps.runId, runIds))
+    : [{ n: 0 }];
   return { threads: defined(thread).n, messages: defined(message).n, runs: runIds.length, steps: defined(step).n };
 };
 
@@ -73,11 +75,37 @@ describe('creating a thread', () => {
       metadata: { user: 'abc123' },
       tool_resources: { code_interpreter: { file_ids: [file] } },
     });
-    expect(thread).toMatchObject({ metadata: { user: 'abc123' }, tool_resources: { code_interpreter: { file_ids: [file] } } });
+    expect(thread).toMatchObject({
+      metadata: { user: 'abc123' },
+      tool_resources: { code_interpreter: { file_ids: [file] } },
+    });
     const listed = await alice.openai.beta.threads.messages.list(thread.id, { order: 'asc' });
-    expect(listed.data.map(({ role, content, metadata, run_id, assistant_id, thread_id }) => ({ role, content, metadata, run_id, assistant_id, thread_id }))).toEqual([
-      { role: 'user', content: [{ type: 'text', text: { value: 'Hello, what is AI?', annotations: [] } }], metadata: { n: '1' }, run_id: null, assistant_id: null, thread_id: thread.id },
-      { role: 'assistant', content: [{ type: 'text', text: { value: 'A field of computer science.', annotations: [] } }], metadata: {}, run_id: null, assistant_id: null, thread_id: thread.id },
+    expect(
+      listed.data.map(({ role, content, metadata, run_id, assistant_id, thread_id }) => ({
+        role,
+        content,
+        metadata,
+        run_id,
+        assistant_id,
+        thread_id,
+      })),
+    ).toEqual([
+      {
+        role: 'user',
+        content: [{ type: 'text', text: { value: 'Hello, what is AI?', annotations: [] } }],
+        metadata: { n: '1' },
+        run_id: null,
+        assistant_id: null,
+        thread_id: thread.id,
+      },
+      {
+        role: 'assistant',
+        content: [{ type: 'text', text: { value: 'A field of computer science.', annotations: [] } }],
+        metadata: {},
+        run_id: null,
+        assistant_id: null,
+        thread_id: thread.id,
+      },
       {
         role: 'user',
         content: [
@@ -93,21 +121,76 @@ describe('creating a thread', () => {
   });
 
   it.each([
-    ['a bad message role', { messages: [{ role: 'user', content: 'ok' }, { role: 'tool', content: 'x' }] }, 'invalid_value', 'messages[1].role'],
-    ['a message without content', { messages: [{ role: 'user' }] }, 'missing_required_parameter', 'messages[0].content'],
-    ['image_file content of no file', { messages: [{ role: 'user', content: 'ok' }, { role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file-1' } }] }] }, 'invalid_value', 'messages[1].content[0].image_file.file_id'],
-    ['a code_interpreter attachment', { messages: [{ role: 'user', content: 'x', attachments: [{ file_id: 'file-1', tools: [{ type: 'code_interpreter' }] }] }] }, 'unsupported_tool', 'messages[0].attachments[0].tools[0]'],
-    ['1001 messages', { messages: Array.from({ length: 1001 }, () => ({ role: 'user', content: 'x' })) }, 'array_above_max_length', 'messages'],
-    ['two vector stores', { tool_resources: { file_search: { vector_store_ids: ['vs_1', 'vs_2'] } } }, 'array_above_max_length', 'tool_resources.file_search.vector_store_ids'],
-    ['21 code interpreter files', { tool_resources: { code_interpreter: { file_ids: Array.from({ length: 21 }, (_, i) => `file-${i}`) } } }, 'array_above_max_length', 'tool_resources.code_interpreter.file_ids'],
+    [
+      'a bad message role',
+      {
+        messages: [
+          { role: 'user', content: 'ok' },
+          { role: 'tool', content: 'x' },
+        ],
+      },
+      'invalid_value',
+      'messages[1].role',
+    ],
+    [
+      'a message without content',
+      { messages: [{ role: 'user' }] },
+      'missing_required_parameter',
+      'messages[0].content',
+    ],
+    [
+      'image_file content of no file',
+      {
+        messages: [
+          { role: 'user', content: 'ok' },
+          { role: 'user', content: [{ type: 'image_file', image_file: { file_id: 'file-1' } }] },
+        ],
+      },
+      'invalid_value',
+      'messages[1].content[0].image_file.file_id',
+    ],
+    [
+      'a code_interpreter attachment',
+      {
+        messages: [
+          { role: 'user', content: 'x', attachments: [{ file_id: 'file-1', tools: [{ type: 'code_interpreter' }] }] },
+        ],
+      },
+      'unsupported_tool',
+      'messages[0].attachments[0].tools[0]',
+    ],
+    [
+      '1001 messages',
+      { messages: Array.from({ length: 1001 }, () => ({ role: 'user', content: 'x' })) },
+      'array_above_max_length',
+      'messages',
+    ],
+    [
+      'two vector stores',
+      { tool_resources: { file_search: { vector_store_ids: ['vs_1', 'vs_2'] } } },
+      'array_above_max_length',
+      'tool_resources.file_search.vector_store_ids',
+    ],
+    [
+      '21 code interpreter files',
+      { tool_resources: { code_interpreter: { file_ids: Array.from({ length: 21 }, (_, i) => `file-${i}`) } } },
+      'array_above_max_length',
+      'tool_resources.code_interpreter.file_ids',
+    ],
     ['a metadata key of 65', { metadata: { ['k'.repeat(65)]: 'v' } }, 'string_above_max_length', 'metadata'],
     ['an unknown field', { name: 'x' }, 'unknown_parameter', 'name'],
     ['a body that is not an object', [], 'invalid_type', null],
   ])('refuses %s with a 400 naming the field, and writes nothing', async (_, body, code, param) => {
-    const [before] = await gateway.database.db.select({ n: count() }).from(threads).where(eq(threads.workspaceId, alice.tenant.workspace.id));
+    const [before] = await gateway.database.db
+      .select({ n: count() })
+      .from(threads)
+      .where(eq(threads.workspaceId, alice.tenant.workspace.id));
     const error = await errorOf(await alice.request('/v1/threads', { body }));
     expect(error).toMatchObject({ status: 400, code, param });
-    const [after] = await gateway.database.db.select({ n: count() }).from(threads).where(eq(threads.workspaceId, alice.tenant.workspace.id));
+    const [after] = await gateway.database.db
+      .select({ n: count() })
+      .from(threads)
+      .where(eq(threads.workspaceId, alice.tenant.workspace.id));
     expect(defined(after).n).toBe(defined(before).n);
   });
 
@@ -129,13 +212,22 @@ describe('modifying a thread', () => {
   it('replaces metadata and tool_resources when sent, keeps them when not, and clears them with null', async () => {
     const store = await alice.openai.vectorStores.create({ name: 'notes' });
     const file = await storeFile(gateway, alice.tenant, { filename: 'data.csv', content: 'a,b' });
-    const thread = await alice.openai.beta.threads.create({ metadata: { a: '1' }, tool_resources: { file_search: { vector_store_ids: [store.id] } } });
-    const renamed = await alice.openai.beta.threads.update(thread.id, { metadata: { modified: 'true', user: 'abc123' } });
+    const thread = await alice.openai.beta.threads.create({
+      metadata: { a: '1' },
+      tool_resources: { file_search: { vector_store_ids: [store.id] } },
+    });
+    const renamed = await alice.openai.beta.threads.update(thread.id, {
+      metadata: { modified: 'true', user: 'abc123' },
+    });
     expect(renamed).toEqual({ ...thread, metadata: { modified: 'true', user: 'abc123' } });
-    const moved = await alice.openai.beta.threads.update(thread.id, { tool_resources: { code_interpreter: { file_ids: [file] } } });
+    const moved = await alice.openai.beta.threads.update(thread.id, {
+      tool_resources: { code_interpreter: { file_ids: [file] } },
+    });
     expect(moved).toEqual({ ...renamed, tool_resources: { code_interpreter: { file_ids: [file] } } });
     expect(await alice.openai.beta.threads.update(thread.id, {})).toEqual(moved);
-    const cleared = await json(await alice.request(`/v1/threads/${thread.id}`, { body: { metadata: null, tool_resources: null } }));
+    const cleared = await json(
+      await alice.request(`/v1/threads/${thread.id}`, { body: { metadata: null, tool_resources: null } }),
+    );
     expect(cleared).toEqual({ ...thread, metadata: {}, tool_resources: {} });
     expect(await alice.openai.beta.threads.retrieve(thread.id)).toEqual(cleared);
   });
@@ -144,7 +236,11 @@ describe('modifying a thread', () => {
     const thread = await alice.openai.beta.threads.create({ metadata: { keep: 'me' } });
     for (const [body, code, param] of [
       [{ messages: [{ role: 'user', content: 'x' }] }, 'unknown_parameter', 'messages'],
-      [{ metadata: { keep: 'changed' }, tool_resources: { file_search: { vector_store_ids: ['a', 'b'] } } }, 'array_above_max_length', 'tool_resources.file_search.vector_store_ids'],
+      [
+        { metadata: { keep: 'changed' }, tool_resources: { file_search: { vector_store_ids: ['a', 'b'] } } },
+        'array_above_max_length',
+        'tool_resources.file_search.vector_store_ids',
+      ],
       [{ metadata: 'x' }, 'invalid_type', 'metadata'],
     ] as const) {
       const error = await errorOf(await alice.request(`/v1/threads/${thread.id}`, { body }));
@@ -158,7 +254,12 @@ describe('modifying a thread', () => {
     const theirs = await bob.openai.beta.threads.create({ metadata: { owner: 'bob' } });
     for (const id of ['thread_unknown', theirs.id]) {
       const error = await errorOf(await alice.request(`/v1/threads/${id}`, { body: { metadata: { planted: 'yes' } } }));
-      expect(error).toMatchObject({ status: 404, code: 'thread_not_found', message: `No thread found with id '${id}'.`, param: null });
+      expect(error).toMatchObject({
+        status: 404,
+        code: 'thread_not_found',
+        message: `No thread found with id '${id}'.`,
+        param: null,
+      });
     }
     expect(await bob.openai.beta.threads.retrieve(theirs.id)).toEqual(theirs);
   });
@@ -178,7 +279,11 @@ describe('deleting a thread', () => {
     expect(before).toEqual({ threads: 1, messages: 3, runs: 1, steps: 2 });
     const other = await alice.openai.beta.threads.create({ messages: [{ role: 'user', content: 'keep me' }] });
 
-    expect(await alice.openai.beta.threads.delete(started.threadId)).toEqual({ id: started.threadId, object: 'thread.deleted', deleted: true });
+    expect(await alice.openai.beta.threads.delete(started.threadId)).toEqual({
+      id: started.threadId,
+      object: 'thread.deleted',
+      deleted: true,
+    });
     expect(await rowsOf(started.threadId)).toEqual({ threads: 0, messages: 0, runs: 0, steps: 0 });
     const gone = `/v1/threads/${started.threadId}`;
     for (const [method, path, body] of [
@@ -188,9 +293,15 @@ describe('deleting a thread', () => {
       ['GET', `${gone}/messages`, undefined],
       ['POST', `${gone}/messages`, { role: 'user', content: 'x' }],
     ] as const) {
-      expect(await errorOf(await alice.request(path, { method, body }))).toMatchObject({ status: 404, code: 'thread_not_found' });
+      expect(await errorOf(await alice.request(path, { method, body }))).toMatchObject({
+        status: 404,
+        code: 'thread_not_found',
+      });
     }
-    expect(await errorOf(await alice.request(`/v1/threads/${started.threadId}/runs/${started.runId}`))).toMatchObject({ status: 404, code: 'run_not_found' });
+    expect(await errorOf(await alice.request(`/v1/threads/${started.threadId}/runs/${started.runId}`))).toMatchObject({
+      status: 404,
+      code: 'run_not_found',
+    });
     await expect(alice.openai.beta.threads.retrieve(started.threadId)).rejects.toBeInstanceOf(NotFoundError);
     // Another thread is untouched.
     expect((await alice.openai.beta.threads.messages.list(other.id)).data).toHaveLength(1);
@@ -231,7 +342,11 @@ describe('deleting a thread', () => {
     const theirs = await bob.openai.beta.threads.create({ messages: [{ role: 'user', content: 'mine' }] });
     for (const id of ['thread_unknown', theirs.id]) {
       const error = await errorOf(await alice.request(`/v1/threads/${id}`, { method: 'DELETE' }));
-      expect(error).toMatchObject({ status: 404, code: 'thread_not_found', message: `No thread found with id '${id}'.` });
+      expect(error).toMatchObject({
+        status: 404,
+        code: 'thread_not_found',
+        message: `No thread found with id '${id}'.`,
+      });
     }
     expect(await rowsOf(theirs.id)).toEqual({ threads: 1, messages: 1, runs: 0, steps: 0 });
   });

@@ -22,7 +22,8 @@ beforeAll(async () => {
 });
 afterAll(() => gateway?.close());
 
-const text = (name: string, content = `the content of ${name}`) => storeFile(gateway, tenant, { filename: name, content });
+const text = (name: string, content = `the content of ${name}`) =>
+  storeFile(gateway, tenant, { filename: name, content });
 const storeIdOf = (thread: { tool_resources?: { file_search?: { vector_store_ids?: string[] } } | null }) =>
   thread.tool_resources?.file_search?.vector_store_ids?.[0];
 async function filesOf(storeId: string) {
@@ -37,29 +38,51 @@ describe('a thread’s vector store', () => {
     const attached = await text('attached.txt');
     const thread = await client.beta.threads.create({
       tool_resources: { file_search: { vector_stores: [{ file_ids: [inline], metadata: { from: 'thread' } }] } },
-      messages: [{ role: 'user', content: 'Read this', attachments: [{ file_id: attached, tools: [{ type: 'file_search' }] }] }],
+      messages: [
+        { role: 'user', content: 'Read this', attachments: [{ file_id: attached, tools: [{ type: 'file_search' }] }] },
+      ],
     });
     const storeId = defined(storeIdOf(thread));
     expect(storeId).toMatch(/^vs_/);
     expect(thread.tool_resources).toEqual({ file_search: { vector_store_ids: [storeId] } });
-    expect(await filesOf(storeId)).toEqual([[attached, 'completed'], [inline, 'completed']].sort());
+    expect(await filesOf(storeId)).toEqual(
+      [
+        [attached, 'completed'],
+        [inline, 'completed'],
+      ].sort(),
+    );
     expect((await client.vectorStores.retrieve(storeId)).metadata).toEqual({ from: 'thread' });
     const [message] = (await client.beta.threads.messages.list(thread.id)).data;
     expect(defined(message).attachments).toEqual([{ file_id: attached, tools: [{ type: 'file_search' }] }]);
-    expect((await client.beta.threads.retrieve(thread.id)).tool_resources).toEqual({ file_search: { vector_store_ids: [storeId] } });
+    expect((await client.beta.threads.retrieve(thread.id)).tool_resources).toEqual({
+      file_search: { vector_store_ids: [storeId] },
+    });
   });
 
   it('takes a message’s file_search attachment into the thread’s store, creating it when the thread has none', async () => {
     const thread = await client.beta.threads.create({ metadata: { plain: 'yes' } });
     expect(storeIdOf(thread)).toBeUndefined();
     const first = await text('first.txt');
-    await client.beta.threads.messages.create(thread.id, { role: 'user', content: 'one', attachments: [{ file_id: first, tools: [{ type: 'file_search' }] }] });
+    await client.beta.threads.messages.create(thread.id, {
+      role: 'user',
+      content: 'one',
+      attachments: [{ file_id: first, tools: [{ type: 'file_search' }] }],
+    });
     const storeId = defined(storeIdOf(await client.beta.threads.retrieve(thread.id)));
     expect(storeId).toMatch(/^vs_/);
     const second = await text('second.txt');
-    await client.beta.threads.messages.create(thread.id, { role: 'user', content: 'two', attachments: [{ file_id: second, tools: [{ type: 'file_search' }] }] });
+    await client.beta.threads.messages.create(thread.id, {
+      role: 'user',
+      content: 'two',
+      attachments: [{ file_id: second, tools: [{ type: 'file_search' }] }],
+    });
     expect(storeIdOf(await client.beta.threads.retrieve(thread.id))).toBe(storeId);
-    expect(await filesOf(storeId)).toEqual([[first, 'completed'], [second, 'completed']].sort());
+    expect(await filesOf(storeId)).toEqual(
+      [
+        [first, 'completed'],
+        [second, 'completed'],
+      ].sort(),
+    );
   });
 
   it('is created by createAndRun’s thread, and filled by a run’s additional_messages', async () => {
@@ -67,7 +90,10 @@ describe('a thread’s vector store', () => {
     const inline = await text('run-inline.txt');
     const run = await client.beta.threads.createAndRun({
       assistant_id: assistant.id,
-      thread: { ...fakeThread('hello', { reply: 'hi' }), tool_resources: { file_search: { vector_stores: [{ file_ids: [inline] }] } } },
+      thread: {
+        ...fakeThread('hello', { reply: 'hi' }),
+        tool_resources: { file_search: { vector_stores: [{ file_ids: [inline] }] } },
+      },
     });
     await gateway.tasks.drain(20_000);
     const storeId = defined(storeIdOf(await client.beta.threads.retrieve(run.thread_id)));
@@ -75,36 +101,74 @@ describe('a thread’s vector store', () => {
     const extra = await text('additional.txt');
     await client.beta.threads.runs.create(run.thread_id, {
       assistant_id: assistant.id,
-      additional_messages: [{ role: 'user', content: 'more', attachments: [{ file_id: extra, tools: [{ type: 'file_search' }] }] }],
+      additional_messages: [
+        { role: 'user', content: 'more', attachments: [{ file_id: extra, tools: [{ type: 'file_search' }] }] },
+      ],
     });
-    expect(await filesOf(storeId)).toEqual([[extra, 'completed'], [inline, 'completed']].sort());
+    expect(await filesOf(storeId)).toEqual(
+      [
+        [extra, 'completed'],
+        [inline, 'completed'],
+      ].sort(),
+    );
   });
 
   it('refuses an unknown attachment, a code_interpreter attachment and both ways of naming a store, writing nothing', async () => {
-    const threadsBefore = (await gateway.database.db.select().from(threads).where(eq(threads.workspaceId, tenant.workspace.id))).length;
-    const storesBefore = (await gateway.database.db.select().from(vectorStores).where(eq(vectorStores.workspaceId, tenant.workspace.id))).length;
+    const threadsBefore = (
+      await gateway.database.db.select().from(threads).where(eq(threads.workspaceId, tenant.workspace.id))
+    ).length;
+    const storesBefore = (
+      await gateway.database.db.select().from(vectorStores).where(eq(vectorStores.workspaceId, tenant.workspace.id))
+    ).length;
     const file = await text('ok.txt');
     const other = await gateway.tenant();
     const theirs = await storeFile(gateway, other, { filename: 'theirs.txt', content: 'theirs' });
-    const create = async (body: object) => errorOf(await gateway.request('/v1/threads', { key: tenant.workspaceKey, body }));
+    const create = async (body: object) =>
+      errorOf(await gateway.request('/v1/threads', { key: tenant.workspaceKey, body }));
     expect(
-      await create({ messages: [{ role: 'user', content: 'x', attachments: [{ file_id: file, tools: [{ type: 'file_search' }] }, { file_id: theirs, tools: [{ type: 'file_search' }] }] }] }),
+      await create({
+        messages: [
+          {
+            role: 'user',
+            content: 'x',
+            attachments: [
+              { file_id: file, tools: [{ type: 'file_search' }] },
+              { file_id: theirs, tools: [{ type: 'file_search' }] },
+            ],
+          },
+        ],
+      }),
     ).toMatchObject({ status: 404, code: 'file_not_found', param: 'messages[0].attachments[1].file_id' });
-    expect(await create({ tool_resources: { file_search: { vector_stores: [{ file_ids: ['file-nope'] }] } } })).toMatchObject({
+    expect(
+      await create({ tool_resources: { file_search: { vector_stores: [{ file_ids: ['file-nope'] }] } } }),
+    ).toMatchObject({
       status: 404,
       param: 'tool_resources.file_search.vector_stores[0].file_ids[0]',
     });
-    expect(await create({ messages: [{ role: 'user', content: 'x', attachments: [{ file_id: file, tools: [{ type: 'code_interpreter' }] }] }] })).toMatchObject({
+    expect(
+      await create({
+        messages: [
+          { role: 'user', content: 'x', attachments: [{ file_id: file, tools: [{ type: 'code_interpreter' }] }] },
+        ],
+      }),
+    ).toMatchObject({
       status: 400,
       code: 'unsupported_tool',
       param: 'messages[0].attachments[0].tools[0]',
     });
-    expect(await create({ tool_resources: { file_search: { vector_store_ids: ['vs_x'], vector_stores: [{}] } } })).toMatchObject({
+    expect(
+      await create({ tool_resources: { file_search: { vector_store_ids: ['vs_x'], vector_stores: [{}] } } }),
+    ).toMatchObject({
       status: 400,
       param: 'tool_resources.file_search.vector_stores',
     });
-    expect((await gateway.database.db.select().from(threads).where(eq(threads.workspaceId, tenant.workspace.id))).length).toBe(threadsBefore);
-    expect((await gateway.database.db.select().from(vectorStores).where(eq(vectorStores.workspaceId, tenant.workspace.id))).length).toBe(storesBefore);
+    expect(
+      (await gateway.database.db.select().from(threads).where(eq(threads.workspaceId, tenant.workspace.id))).length,
+    ).toBe(threadsBefore);
+    expect(
+      (await gateway.database.db.select().from(vectorStores).where(eq(vectorStores.workspaceId, tenant.workspace.id)))
+        .length,
+    ).toBe(storesBefore);
 
     const thread = await client.beta.threads.create();
     const refused = await errorOf(
@@ -122,7 +186,10 @@ describe('a thread’s vector store', () => {
     const file = await text('plain.txt');
     const thread = await client.beta.threads.create();
     const message = await json(
-      await gateway.request(`/v1/threads/${thread.id}/messages`, { key: tenant.workspaceKey, body: { role: 'user', content: 'x', attachments: [{ file_id: file }] } }),
+      await gateway.request(`/v1/threads/${thread.id}/messages`, {
+        key: tenant.workspaceKey,
+        body: { role: 'user', content: 'x', attachments: [{ file_id: file }] },
+      }),
     );
     expect(message.attachments).toEqual([{ file_id: file, tools: [] }]);
     expect(storeIdOf(await client.beta.threads.retrieve(thread.id))).toBeUndefined();

@@ -79,7 +79,12 @@ describe('POST /v1/vector_stores/{id}/search', () => {
     const texts = page.data.map((item) => defined(item.content[0]).text);
     expect(texts.join(' ')).not.toContain('secret');
     const raw = await json(await search({ query: 'refunds' }));
-    expect(raw).toMatchObject({ object: 'vector_store.search_results.page', search_query: ['refunds'], has_more: false, next_page: null });
+    expect(raw).toMatchObject({
+      object: 'vector_store.search_results.page',
+      search_query: ['refunds'],
+      has_more: false,
+      next_page: null,
+    });
   });
 
   it('finds a chunk by keywords alone, and one by meaning alone, each scored as first in one list', async () => {
@@ -101,15 +106,25 @@ describe('POST /v1/vector_stores/{id}/search', () => {
     // The first is found by every word; the others by some.
     expect(all.data[0].score).toBeGreaterThan(all.data[1].score);
     const threshold = (all.data[0].score + all.data[1].score) / 2;
-    const kept = await json(await search({ query: 'refunds shipping days office', ranking_options: { score_threshold: threshold } }));
+    const kept = await json(
+      await search({ query: 'refunds shipping days office', ranking_options: { score_threshold: threshold } }),
+    );
     expect(kept.data).toEqual([all.data[0]]);
-    const exact = await json(await search({ query: 'refunds shipping days office', ranking_options: { score_threshold: all.data[1].score } }));
+    const exact = await json(
+      await search({ query: 'refunds shipping days office', ranking_options: { score_threshold: all.data[1].score } }),
+    );
     expect(exact.data).toEqual(all.data.filter((item: any) => item.score >= all.data[1].score));
   });
 
   it('filters on file attributes: comparisons, in and nin, and and or', async () => {
     const files = async (filters: unknown) =>
-      [...new Set((await json(await search({ query: 'refunds shipping office zeppelin alpha', filters }))).data.map((item: any) => item.filename))].sort();
+      [
+        ...new Set(
+          (await json(await search({ query: 'refunds shipping office zeppelin alpha', filters }))).data.map(
+            (item: any) => item.filename,
+          ),
+        ),
+      ].sort();
     expect(await files({ type: 'eq', key: 'author', value: 'ann' })).toEqual(['policies.md']);
     expect(await files({ type: 'ne', key: 'author', value: 'ann' })).toEqual(['office.txt']);
     expect(await files({ type: 'gte', key: 'year', value: 2024 })).toEqual(['office.txt']);
@@ -119,9 +134,23 @@ describe('POST /v1/vector_stores/{id}/search', () => {
     expect(await files({ type: 'eq', key: 'year', value: '2023' })).toEqual([]);
     expect(await files({ type: 'in', key: 'author', value: ['bob', 'carol'] })).toEqual(['office.txt']);
     expect(await files({ type: 'nin', key: 'author', value: ['bob'] })).toEqual(['policies.md']);
-    expect(await files({ type: 'and', filters: [{ type: 'eq', key: 'author', value: 'ann' }, { type: 'gt', key: 'year', value: 2024 }] })).toEqual([]);
     expect(
-      await files({ type: 'or', filters: [{ type: 'eq', key: 'author', value: 'ann' }, { type: 'and', filters: [{ type: 'gt', key: 'year', value: 2024 }] }] }),
+      await files({
+        type: 'and',
+        filters: [
+          { type: 'eq', key: 'author', value: 'ann' },
+          { type: 'gt', key: 'year', value: 2024 },
+        ],
+      }),
+    ).toEqual([]);
+    expect(
+      await files({
+        type: 'or',
+        filters: [
+          { type: 'eq', key: 'author', value: 'ann' },
+          { type: 'and', filters: [{ type: 'gt', key: 'year', value: 2024 }] },
+        ],
+      }),
     ).toEqual(['office.txt', 'policies.md']);
   });
 
@@ -161,7 +190,9 @@ describe('POST /v1/vector_stores/{id}/search', () => {
   });
 
   it('accepts rewrite_query and the rankers, searching the query as sent', async () => {
-    const page = await json(await search({ query: ['refunds', 'Paris'], rewrite_query: true, ranking_options: { ranker: 'none' } }));
+    const page = await json(
+      await search({ query: ['refunds', 'Paris'], rewrite_query: true, ranking_options: { ranker: 'none' } }),
+    );
     expect(page.search_query).toEqual(['refunds', 'Paris']);
     const texts = page.data.map((item: any) => item.content[0].text);
     expect(texts).toContain('Refunds are granted within 30 days of purchase.');
@@ -171,7 +202,9 @@ describe('POST /v1/vector_stores/{id}/search', () => {
 
 describe('searchStores', () => {
   it('searches several stores of a workspace at once, and finds nothing in a store without chunks', async () => {
-    const second = await seedStore(gateway, tenant, [{ filename: 'menu.txt', chunks: ['The canteen serves refunds of soup on Fridays.'] }]);
+    const second = await seedStore(gateway, tenant, [
+      { filename: 'menu.txt', chunks: ['The canteen serves refunds of soup on Fridays.'] },
+    ]);
     const empty = await seedStore(gateway, tenant, []);
     const stores = await findStores(gateway.database.db, tenant.workspace.id, [store.id, second.id, empty.id]);
     expect(stores.map((one) => one.id)).toEqual([store.id, second.id, empty.id]);

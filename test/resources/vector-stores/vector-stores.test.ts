@@ -33,7 +33,11 @@ const text = (filename: string, content: string) => storeFile(gateway, tenant, {
 
 describe('vector stores', () => {
   it('creates, retrieves, lists, updates and deletes a store', async () => {
-    const store = await client.vectorStores.create({ name: 'docs', metadata: { team: 'a' }, expires_after: { anchor: 'last_active_at', days: 7 } });
+    const store = await client.vectorStores.create({
+      name: 'docs',
+      metadata: { team: 'a' },
+      expires_after: { anchor: 'last_active_at', days: 7 },
+    });
     expect(store).toMatchObject({
       object: 'vector_store',
       name: 'docs',
@@ -50,7 +54,11 @@ describe('vector stores', () => {
     expect(defined(row).virtualKeyId).toBeTruthy();
 
     expect(await client.vectorStores.retrieve(store.id)).toEqual(store);
-    const updated = await client.vectorStores.update(store.id, { name: 'renamed', expires_after: null, metadata: { team: 'b' } });
+    const updated = await client.vectorStores.update(store.id, {
+      name: 'renamed',
+      expires_after: null,
+      metadata: { team: 'b' },
+    });
     expect(updated).toMatchObject({ name: 'renamed', expires_at: null, metadata: { team: 'b' } });
     expect(updated.expires_after).toBeUndefined();
 
@@ -63,7 +71,11 @@ describe('vector stores', () => {
     const ascending = await client.vectorStores.list({ order: 'asc' });
     expect(ascending.data.map((s) => s.id)).toEqual([store.id, second.id]);
 
-    expect(await client.vectorStores.delete(store.id)).toEqual({ id: store.id, object: 'vector_store.deleted', deleted: true });
+    expect(await client.vectorStores.delete(store.id)).toEqual({
+      id: store.id,
+      object: 'vector_store.deleted',
+      deleted: true,
+    });
     const gone = await errorOf(await gateway.request(`/v1/vector_stores/${store.id}`, { key: tenant.workspaceKey }));
     expect(gone).toMatchObject({ status: 404, code: 'vector_store_not_found' });
   });
@@ -89,27 +101,48 @@ describe('vector stores', () => {
     const other = await gateway.tenant();
     const theirs = await storeFile(gateway, other, { filename: 'x.txt', content: 'theirs' });
     const mine = await text('y.txt', 'mine');
-    const before = await gateway.database.db.select().from(vectorStores).where(eq(vectorStores.workspaceId, tenant.workspace.id));
+    const before = await gateway.database.db
+      .select()
+      .from(vectorStores)
+      .where(eq(vectorStores.workspaceId, tenant.workspace.id));
     const error = await errorOf(
       await gateway.request('/v1/vector_stores', { key: tenant.workspaceKey, body: { file_ids: [mine, theirs] } }),
     );
     expect(error).toMatchObject({ status: 404, code: 'file_not_found', param: 'file_ids[1]' });
-    const after = await gateway.database.db.select().from(vectorStores).where(eq(vectorStores.workspaceId, tenant.workspace.id));
+    const after = await gateway.database.db
+      .select()
+      .from(vectorStores)
+      .where(eq(vectorStores.workspaceId, tenant.workspace.id));
     expect(after.length).toBe(before.length);
   });
 
   it('validates chunking strategies and expiry', async () => {
-    const bad = async (body: object) => errorOf(await gateway.request('/v1/vector_stores', { key: tenant.workspaceKey, body }));
-    expect(await bad({ chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 99, chunk_overlap_tokens: 0 } } })).toMatchObject({
+    const bad = async (body: object) =>
+      errorOf(await gateway.request('/v1/vector_stores', { key: tenant.workspaceKey, body }));
+    expect(
+      await bad({
+        chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 99, chunk_overlap_tokens: 0 } },
+      }),
+    ).toMatchObject({
       status: 400,
       param: 'chunking_strategy.static.max_chunk_size_tokens',
     });
-    expect(await bad({ chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 101 } } })).toMatchObject({
+    expect(
+      await bad({
+        chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 101 } },
+      }),
+    ).toMatchObject({
       status: 400,
       param: 'chunking_strategy.static.chunk_overlap_tokens',
     });
-    expect(await bad({ expires_after: { anchor: 'created_at', days: 1 } })).toMatchObject({ status: 400, param: 'expires_after.anchor' });
-    expect(await bad({ expires_after: { anchor: 'last_active_at', days: 366 } })).toMatchObject({ status: 400, param: 'expires_after.days' });
+    expect(await bad({ expires_after: { anchor: 'created_at', days: 1 } })).toMatchObject({
+      status: 400,
+      param: 'expires_after.anchor',
+    });
+    expect(await bad({ expires_after: { anchor: 'last_active_at', days: 366 } })).toMatchObject({
+      status: 400,
+      param: 'expires_after.days',
+    });
   });
 });
 
@@ -120,7 +153,11 @@ describe('vector store files', () => {
     const fileId = await text('long.txt', words);
     const file = await client.vectorStores.files.createAndPoll(
       store.id,
-      { file_id: fileId, attributes: { author: 'ann', year: 2024, draft: false }, chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 50 } } },
+      {
+        file_id: fileId,
+        attributes: { author: 'ann', year: 2024, draft: false },
+        chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 200, chunk_overlap_tokens: 50 } },
+      },
       { pollIntervalMs: 20 },
     );
     expect(file).toMatchObject({
@@ -137,22 +174,34 @@ describe('vector store files', () => {
     expect(chunks.length).toBeGreaterThan(3);
     for (const chunk of chunks) expect(chunk.tokens).toBeLessThanOrEqual(200);
 
-    const content = await json(await gateway.request(`/v1/vector_stores/${store.id}/files/${fileId}/content`, { key: tenant.workspaceKey }));
+    const content = await json(
+      await gateway.request(`/v1/vector_stores/${store.id}/files/${fileId}/content`, { key: tenant.workspaceKey }),
+    );
     expect(content).toMatchObject({ object: 'vector_store.file_content.page', has_more: false, next_page: null });
     expect(content.data.map((part: { text: string }) => part.text)).toEqual(chunks.map((c) => c.text));
     const sdkContent = [];
-    for await (const part of client.vectorStores.files.content(fileId, { vector_store_id: store.id })) sdkContent.push(part);
+    for await (const part of client.vectorStores.files.content(fileId, { vector_store_id: store.id }))
+      sdkContent.push(part);
     expect(sdkContent.length).toBe(chunks.length);
 
-    const updated = await client.vectorStores.files.update(fileId, { vector_store_id: store.id, attributes: { author: 'bob' } });
+    const updated = await client.vectorStores.files.update(fileId, {
+      vector_store_id: store.id,
+      attributes: { author: 'bob' },
+    });
     expect(updated.attributes).toEqual({ author: 'bob' });
     const listed = await client.vectorStores.files.list(store.id, { filter: 'completed' });
     expect(listed.data.map((f) => f.id)).toEqual([fileId]);
     expect((await client.vectorStores.files.list(store.id, { filter: 'failed' })).data).toEqual([]);
 
-    expect(await client.vectorStores.files.delete(fileId, { vector_store_id: store.id })).toEqual({ id: fileId, object: 'vector_store.file.deleted', deleted: true });
+    expect(await client.vectorStores.files.delete(fileId, { vector_store_id: store.id })).toEqual({
+      id: fileId,
+      object: 'vector_store.file.deleted',
+      deleted: true,
+    });
     expect(await chunksOf(store.id, fileId)).toEqual([]);
-    const gone = await errorOf(await gateway.request(`/v1/vector_stores/${store.id}/files/${fileId}`, { key: tenant.workspaceKey }));
+    const gone = await errorOf(
+      await gateway.request(`/v1/vector_stores/${store.id}/files/${fileId}`, { key: tenant.workspaceKey }),
+    );
     expect(gone).toMatchObject({ status: 404, code: 'vector_store_file_not_found' });
   });
 
@@ -162,7 +211,11 @@ describe('vector store files', () => {
     ['sample.html', 'text/html', 'Refund policy'],
   ])('extracts the text of %s', async (name, contentType, phrase) => {
     const store = await client.vectorStores.create({ name });
-    const fileId = await storeFile(gateway, tenant, { filename: name, content: fixture(name), contentType: contentType ?? undefined });
+    const fileId = await storeFile(gateway, tenant, {
+      filename: name,
+      content: fixture(name),
+      contentType: contentType ?? undefined,
+    });
     const file = await client.vectorStores.files.createAndPoll(store.id, { file_id: fileId }, { pollIntervalMs: 20 });
     expect(file.last_error).toBeNull();
     expect(file.status).toBe('completed');
@@ -178,7 +231,10 @@ describe('vector store files', () => {
     ['binary.txt', 'invalid_file', 'not valid UTF-8'],
   ])('fails %s with last_error %s, leaving no chunks', async (name, code, message) => {
     const store = await client.vectorStores.create({ name });
-    const content = name === 'picture.png' || name === 'binary.txt' ? new Uint8Array([0x89, 0x50, 0xff, 0xfe, 0x00, 0xc3]) : fixture(name);
+    const content =
+      name === 'picture.png' || name === 'binary.txt'
+        ? new Uint8Array([0x89, 0x50, 0xff, 0xfe, 0x00, 0xc3])
+        : fixture(name);
     const fileId = await storeFile(gateway, tenant, { filename: name, content });
     const file = await client.vectorStores.files.createAndPoll(store.id, { file_id: fileId }, { pollIntervalMs: 20 });
     expect(file.status).toBe('failed');
@@ -205,14 +261,20 @@ describe('vector store files', () => {
     const theirFile = await storeFile(gateway, other, { filename: 'x.txt', content: 'theirs' });
     const store = await client.vectorStores.create({ name: 'mine' });
     const error = await errorOf(
-      await gateway.request(`/v1/vector_stores/${store.id}/files`, { key: tenant.workspaceKey, body: { file_id: theirFile } }),
+      await gateway.request(`/v1/vector_stores/${store.id}/files`, {
+        key: tenant.workspaceKey,
+        body: { file_id: theirFile },
+      }),
     );
     expect(error).toMatchObject({ status: 404, code: 'file_not_found', param: 'file_id' });
     const mine = await text('mine.txt', 'mine');
     const theirKey = await gateway.virtualKey(other, { base_url: 'http://fake.test/v1', default: true });
     expect(theirKey).toBeTruthy();
     const elsewhere = await errorOf(
-      await gateway.request(`/v1/vector_stores/${store.id}/files`, { key: other.workspaceKey, body: { file_id: mine } }),
+      await gateway.request(`/v1/vector_stores/${store.id}/files`, {
+        key: other.workspaceKey,
+        body: { file_id: mine },
+      }),
     );
     expect(elsewhere).toMatchObject({ status: 404, code: 'vector_store_not_found' });
     expect((await client.vectorStores.files.list(store.id)).data).toEqual([]);
@@ -223,7 +285,11 @@ describe('file batches', () => {
   it('creates a batch from file_ids and polls it to completed; lists its files', async () => {
     const store = await client.vectorStores.create({ name: 'batch' });
     const ids = await Promise.all([1, 2, 3].map((i) => text(`f${i}.txt`, `file number ${i} about topic${i}`)));
-    const batch = await client.vectorStores.fileBatches.createAndPoll(store.id, { file_ids: ids, attributes: { kind: 'note' } }, { pollIntervalMs: 20 });
+    const batch = await client.vectorStores.fileBatches.createAndPoll(
+      store.id,
+      { file_ids: ids, attributes: { kind: 'note' } },
+      { pollIntervalMs: 20 },
+    );
     expect(batch).toMatchObject({
       object: 'vector_store.files_batch',
       vector_store_id: store.id,
@@ -245,7 +311,10 @@ describe('file batches', () => {
       {
         files: [
           { file_id: one, attributes: { n: 1 } },
-          { file_id: two, chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 100, chunk_overlap_tokens: 0 } } },
+          {
+            file_id: two,
+            chunking_strategy: { type: 'static', static: { max_chunk_size_tokens: 100, chunk_overlap_tokens: 0 } },
+          },
         ],
       },
       { pollIntervalMs: 20 },
@@ -257,11 +326,17 @@ describe('file batches', () => {
       static: { max_chunk_size_tokens: 100, chunk_overlap_tokens: 0 },
     });
     const both = await errorOf(
-      await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, { key: tenant.workspaceKey, body: { file_ids: [one], files: [{ file_id: two }] } }),
+      await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, {
+        key: tenant.workspaceKey,
+        body: { file_ids: [one], files: [{ file_id: two }] },
+      }),
     );
     expect(both).toMatchObject({ status: 400, param: 'files' });
     const missing = await errorOf(
-      await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, { key: tenant.workspaceKey, body: { files: [{ file_id: one }, { file_id: 'file-nope' }] } }),
+      await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, {
+        key: tenant.workspaceKey,
+        body: { files: [{ file_id: one }, { file_id: 'file-nope' }] },
+      }),
     );
     expect(missing).toMatchObject({ status: 404, code: 'file_not_found', param: 'files[1].file_id' });
   });

@@ -60,13 +60,22 @@ async function workspaceWith(specs: KeySpec[]) {
   const keys = new Map<string, string>();
   for (const spec of specs) {
     const apiKey = providerKey(spec.slug);
-    const body = { slug: spec.slug, provider: 'openai', base_url: fake.baseURL, api_key: apiKey, models: spec.models, default: spec.default };
+    const body = {
+      slug: spec.slug,
+      provider: 'openai',
+      base_url: fake.baseURL,
+      api_key: apiKey,
+      models: spec.models,
+      default: spec.default,
+    };
     const response = await call('/v1/virtual-keys', { key: tenant.workspaceKey, body });
     expect(response.status).toBe(200);
     if (spec.revoked) await call(`/v1/virtual-keys/${spec.slug}`, { key: tenant.workspaceKey, method: 'DELETE' });
     keys.set(apiKey, spec.slug);
   }
-  const assistant = await json(await call('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'assistant-model' } }));
+  const assistant = await json(
+    await call('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'assistant-model' } }),
+  );
   return { tenant, keys, assistantId: assistant.id as string };
 }
 
@@ -88,7 +97,12 @@ async function runOf(workspace: Workspace, model: string, headers: Record<string
   const response = await call('/v1/threads/runs', {
     key: workspace.tenant.workspaceKey,
     headers,
-    body: { assistant_id: workspace.assistantId, model, stream: true, thread: { messages: [{ role: 'user', content: marker }] } },
+    body: {
+      assistant_id: workspace.assistantId,
+      model,
+      stream: true,
+      thread: { messages: [{ role: 'user', content: marker }] },
+    },
   });
   if (response.status !== 200) return { error: await errorOf(response) };
   const events = await response.text();
@@ -99,18 +113,114 @@ async function runOf(workspace: Workspace, model: string, headers: Record<string
 describe('resolution order and specificity', () => {
   // [what, keys, model, header, the key that executes the run, or the refusal's code]
   const table: [string, KeySpec[], string, string | undefined, string][] = [
-    ['the header names a key, whatever models say', [{ slug: 'named' }, { slug: 'exact', models: ['gpt-4o'] }], 'gpt-4o', 'named', 'named'],
-    ['an exact name', [{ slug: 'exact', models: ['gpt-4o'] }, { slug: 'other', models: ['o3'] }], 'gpt-4o', undefined, 'exact'],
-    ['an exact name beats a glob', [{ slug: 'glob', models: ['gpt-4o*'] }, { slug: 'exact', models: ['gpt-4o'] }], 'gpt-4o', undefined, 'exact'],
-    ['more literal characters beat fewer', [{ slug: 'short', models: ['gpt-*'] }, { slug: 'long', models: ['gpt-4o-*'] }], 'gpt-4o-mini', undefined, 'long'],
-    ['a glob with the dot literal', [{ slug: 'llama', models: ['llama3.*'] }, { slug: 'fallback', default: true }], 'llama3.1:8b', undefined, 'llama'],
-    ['the dot is not a wildcard', [{ slug: 'llama', models: ['llama3.*'] }, { slug: 'fallback', default: true }], 'llama31', undefined, 'fallback'],
-    ['a match beats the default', [{ slug: 'fallback', default: true }, { slug: 'minis', models: ['*-mini'] }], 'o4-mini', undefined, 'minis'],
-    ['the default when nothing matches', [{ slug: 'exact', models: ['gpt-4o'] }, { slug: 'fallback', default: true }], 'mistral-large', undefined, 'fallback'],
-    ['a revoked key’s models do not count', [{ slug: 'gone', models: ['gpt-4o'], revoked: true }, { slug: 'fallback', default: true }], 'gpt-4o', undefined, 'fallback'],
+    [
+      'the header names a key, whatever models say',
+      [{ slug: 'named' }, { slug: 'exact', models: ['gpt-4o'] }],
+      'gpt-4o',
+      'named',
+      'named',
+    ],
+    [
+      'an exact name',
+      [
+        { slug: 'exact', models: ['gpt-4o'] },
+        { slug: 'other', models: ['o3'] },
+      ],
+      'gpt-4o',
+      undefined,
+      'exact',
+    ],
+    [
+      'an exact name beats a glob',
+      [
+        { slug: 'glob', models: ['gpt-4o*'] },
+        { slug: 'exact', models: ['gpt-4o'] },
+      ],
+      'gpt-4o',
+      undefined,
+      'exact',
+    ],
+    [
+      'more literal characters beat fewer',
+      [
+        { slug: 'short', models: ['gpt-*'] },
+        { slug: 'long', models: ['gpt-4o-*'] },
+      ],
+      'gpt-4o-mini',
+      undefined,
+      'long',
+    ],
+    [
+      'a glob with the dot literal',
+      [
+        { slug: 'llama', models: ['llama3.*'] },
+        { slug: 'fallback', default: true },
+      ],
+      'llama3.1:8b',
+      undefined,
+      'llama',
+    ],
+    [
+      'the dot is not a wildcard',
+      [
+        { slug: 'llama', models: ['llama3.*'] },
+        { slug: 'fallback', default: true },
+      ],
+      'llama31',
+      undefined,
+      'fallback',
+    ],
+    [
+      'a match beats the default',
+      [
+        { slug: 'fallback', default: true },
+        { slug: 'minis', models: ['*-mini'] },
+      ],
+      'o4-mini',
+      undefined,
+      'minis',
+    ],
+    [
+      'the default when nothing matches',
+      [
+        { slug: 'exact', models: ['gpt-4o'] },
+        { slug: 'fallback', default: true },
+      ],
+      'mistral-large',
+      undefined,
+      'fallback',
+    ],
+    [
+      'a revoked key’s models do not count',
+      [
+        { slug: 'gone', models: ['gpt-4o'], revoked: true },
+        { slug: 'fallback', default: true },
+      ],
+      'gpt-4o',
+      undefined,
+      'fallback',
+    ],
     ['a blank header is no header', [{ slug: 'exact', models: ['gpt-4o'] }], 'gpt-4o', '  ', 'exact'],
-    ['the header names an unknown key: no fallback', [{ slug: 'exact', models: ['gpt-4o'] }, { slug: 'fallback', default: true }], 'gpt-4o', 'nope', 'invalid_virtual_key'],
-    ['the header names a revoked key', [{ slug: 'gone', revoked: true }, { slug: 'fallback', default: true }], 'gpt-4o', 'gone', 'invalid_virtual_key'],
+    [
+      'the header names an unknown key: no fallback',
+      [
+        { slug: 'exact', models: ['gpt-4o'] },
+        { slug: 'fallback', default: true },
+      ],
+      'gpt-4o',
+      'nope',
+      'invalid_virtual_key',
+    ],
+    [
+      'the header names a revoked key',
+      [
+        { slug: 'gone', revoked: true },
+        { slug: 'fallback', default: true },
+      ],
+      'gpt-4o',
+      'gone',
+      'invalid_virtual_key',
+    ],
     ['no match and no default', [{ slug: 'exact', models: ['gpt-4o'] }], 'claude-3', undefined, 'missing_virtual_key'],
     ['no keys at all', [], 'gpt-4o', undefined, 'missing_virtual_key'],
   ];
@@ -147,7 +257,8 @@ describe('resolution order and specificity', () => {
     expect(defined(error).message).toMatch(
       /^No virtual key of this workspace serves model 'gpt4o'\. Did you mean 'gpt-4o'\? Its virtual keys serve '(gpt-4o\*|o3\*|llama3\.\*|mistral-large)'(, '(gpt-4o\*|o3\*|llama3\.\*|mistral-large)'){3}\. To run 'gpt4o' as it is: /,
     );
-    for (const pattern of ['gpt-4o*', 'o3*', 'llama3.*', 'mistral-large']) expect(defined(error).message).toContain(`'${pattern}'`);
+    for (const pattern of ['gpt-4o*', 'o3*', 'llama3.*', 'mistral-large'])
+      expect(defined(error).message).toContain(`'${pattern}'`);
     // An exact name is suggested as it is; a model close to nothing gets no guess.
     expect(defined((await runOf(workspace, 'mistral-larg')).error).message).toContain("Did you mean 'mistral-large'?");
     expect(defined((await runOf(workspace, 'claude-3')).error).message).not.toContain('Did you mean');
@@ -174,14 +285,17 @@ describe('resolution order and specificity', () => {
     // A default serves every model; the header still names any key.
     await call('/v1/virtual-keys/llama', { key, body: { default: true } });
     expect((await call(`/v1/assistants/${other.id}`, { key })).status).toBe(200);
-    expect((await call(`/v1/assistants/${other.id}`, { key, headers: { 'x-gateway-virtual-key': 'nope' } })).status).toBe(401);
+    expect(
+      (await call(`/v1/assistants/${other.id}`, { key, headers: { 'x-gateway-virtual-key': 'nope' } })).status,
+    ).toBe(401);
     // An unknown assistant is a 404 before any key is looked for.
     expect(await errorOf(await call('/v1/assistants/asst_nope', { key }))).toMatchObject({ status: 404 });
   });
 });
 
 describe('ties between keys', () => {
-  const list = async (tenant: Tenant) => (await json(await call('/v1/virtual-keys', { key: tenant.workspaceKey }))).data;
+  const list = async (tenant: Tenant) =>
+    (await json(await call('/v1/virtual-keys', { key: tenant.workspaceKey }))).data;
 
   it('are refused at creation, naming the other key and a model both would claim; nothing is written', async () => {
     const { tenant } = await workspaceWith([{ slug: 'first', models: ['o3', 'gpt*'] }]);
@@ -193,7 +307,10 @@ describe('ties between keys', () => {
     ];
     for (const [models, param, example] of cases) {
       const error = await errorOf(
-        await call('/v1/virtual-keys', { key: tenant.workspaceKey, body: { slug: 'second', provider: 'openai', api_key: 'k', models } }),
+        await call('/v1/virtual-keys', {
+          key: tenant.workspaceKey,
+          body: { slug: 'second', provider: 'openai', api_key: 'k', models },
+        }),
       );
       expect(error).toMatchObject({ status: 409, code: 'ambiguous_models', param });
       expect(error.message).toContain("virtual key 'first'");
@@ -203,10 +320,21 @@ describe('ties between keys', () => {
   });
 
   it('are refused at update, and the key keeps what it had', async () => {
-    const { tenant } = await workspaceWith([{ slug: 'first', models: ['gpt-4o*'] }, { slug: 'second', models: ['o3'] }]);
-    const error = await errorOf(await call('/v1/virtual-keys/second', { key: tenant.workspaceKey, body: { models: ['o3', 'gpt-4o-*', '*-mini', 'gpt-4o*'], default: true } }));
+    const { tenant } = await workspaceWith([
+      { slug: 'first', models: ['gpt-4o*'] },
+      { slug: 'second', models: ['o3'] },
+    ]);
+    const error = await errorOf(
+      await call('/v1/virtual-keys/second', {
+        key: tenant.workspaceKey,
+        body: { models: ['o3', 'gpt-4o-*', '*-mini', 'gpt-4o*'], default: true },
+      }),
+    );
     expect(error).toMatchObject({ status: 409, code: 'ambiguous_models', param: 'models[3]' });
-    expect((await list(tenant)).find((key: { slug: string }) => key.slug === 'second')).toMatchObject({ models: ['o3'], default: false });
+    expect((await list(tenant)).find((key: { slug: string }) => key.slug === 'second')).toMatchObject({
+      models: ['o3'],
+      default: false,
+    });
   });
 
   it('are not ties when one pattern is more specific, within one key, against revoked keys or other workspaces', async () => {
@@ -217,12 +345,20 @@ describe('ties between keys', () => {
     const neighbour = await workspaceWith([{ slug: 'theirs', models: ['o3*'] }]);
     const ok = await call('/v1/virtual-keys', {
       key: tenant.workspaceKey,
-      body: { slug: 'more', provider: 'openai', api_key: 'k', models: ['gpt-4o', 'gpt-4o-*', 'o3*', 'o3*-mini', '*-mini'] },
+      body: {
+        slug: 'more',
+        provider: 'openai',
+        api_key: 'k',
+        models: ['gpt-4o', 'gpt-4o-*', 'o3*', 'o3*-mini', '*-mini'],
+      },
     });
     expect(ok.status).toBe(200);
     expect(neighbour.tenant.workspace.id).not.toBe(tenant.workspace.id);
     // A key may change its own patterns into ones that overlap its old ones.
-    const self = await call('/v1/virtual-keys/family', { key: tenant.workspaceKey, body: { models: ['gpt-4o*', 'gpt-4o-mini*'] } });
+    const self = await call('/v1/virtual-keys/family', {
+      key: tenant.workspaceKey,
+      body: { models: ['gpt-4o*', 'gpt-4o-mini*'] },
+    });
     expect(self.status).toBe(200);
   });
 
@@ -230,7 +366,10 @@ describe('ties between keys', () => {
     const { tenant } = await workspaceWith([]);
     const responses = await Promise.all(
       Array.from({ length: 8 }, (_, i) =>
-        call('/v1/virtual-keys', { key: tenant.workspaceKey, body: { slug: `racer-${i}`, provider: 'openai', api_key: 'k', models: ['gpt-4o'] } }),
+        call('/v1/virtual-keys', {
+          key: tenant.workspaceKey,
+          body: { slug: `racer-${i}`, provider: 'openai', api_key: 'k', models: ['gpt-4o'] },
+        }),
       ),
     );
     const statuses = responses.map((response) => response.status).sort();
@@ -245,7 +384,9 @@ describe('ties between keys', () => {
     const specs = Array.from({ length: 6 }, (_, i) => ({ slug: `key-${i}` }));
     const { tenant } = await workspaceWith(specs);
     const responses = await Promise.all(
-      specs.map((spec) => call(`/v1/virtual-keys/${spec.slug}`, { key: tenant.workspaceKey, body: { models: ['llama3.*'] } })),
+      specs.map((spec) =>
+        call(`/v1/virtual-keys/${spec.slug}`, { key: tenant.workspaceKey, body: { models: ['llama3.*'] } }),
+      ),
     );
     expect(responses.filter((response) => response.status === 200)).toHaveLength(1);
     expect((await list(tenant)).filter((key: { models: string[] }) => key.models.length > 0)).toHaveLength(1);
@@ -261,11 +402,19 @@ describe('ties between keys', () => {
       Array.from({ length: cap + 30 }, (_, i) =>
         call('/v1/virtual-keys', {
           key: tenant.workspaceKey,
-          body: { slug: `many-${i}`, provider: 'openai', api_key: 'k', models: [`model-${i}`, `family-${i}-*`, `*-${i}`], default: i % 10 === 0 },
+          body: {
+            slug: `many-${i}`,
+            provider: 'openai',
+            api_key: 'k',
+            models: [`model-${i}`, `family-${i}-*`, `*-${i}`],
+            default: i % 10 === 0,
+          },
         }),
       ),
     );
-    const codes = await Promise.all(responses.map(async (response) => (response.status === 200 ? 'created' : (await errorOf(response)).code)));
+    const codes = await Promise.all(
+      responses.map(async (response) => (response.status === 200 ? 'created' : (await errorOf(response)).code)),
+    );
     expect(codes.filter((code) => code === 'created')).toHaveLength(cap);
     expect(codes.filter((code) => code === 'quota_exceeded')).toHaveLength(30);
     const listed = await list(tenant);
@@ -278,10 +427,14 @@ describe('ties between keys', () => {
     const db = gateway.database.db;
     const unit = fc.constantFrom('a', 'b', '-', '*');
     await fc.assert(
-      fc.asyncProperty(fc.string({ unit, minLength: 1, maxLength: 6 }), fc.string({ unit, minLength: 1, maxLength: 6 }), async (ours, theirs) => {
-        const [row] = await db.all<{ tie: number }>(sql`SELECT ${tiesWith(ours, sql`${theirs}`)} AS tie`);
-        expect(Boolean(row?.tie)).toBe(conflicts(ours, theirs));
-      }),
+      fc.asyncProperty(
+        fc.string({ unit, minLength: 1, maxLength: 6 }),
+        fc.string({ unit, minLength: 1, maxLength: 6 }),
+        async (ours, theirs) => {
+          const [row] = await db.all<{ tie: number }>(sql`SELECT ${tiesWith(ours, sql`${theirs}`)} AS tie`);
+          expect(Boolean(row?.tie)).toBe(conflicts(ours, theirs));
+        },
+      ),
       { numRuns: 2000 },
     );
   });
@@ -296,7 +449,12 @@ describe('the default key', () => {
   it('moves to the key created or updated with default: true; false takes it away', async () => {
     const { tenant } = await workspaceWith([{ slug: 'one', default: true }]);
     expect(await defaults(tenant)).toEqual(['one']);
-    const two = await json(await call('/v1/virtual-keys', { key: tenant.workspaceKey, body: { slug: 'two', provider: 'openai', api_key: 'k', default: true } }));
+    const two = await json(
+      await call('/v1/virtual-keys', {
+        key: tenant.workspaceKey,
+        body: { slug: 'two', provider: 'openai', api_key: 'k', default: true },
+      }),
+    );
     expect(two).toMatchObject({ slug: 'two', default: true });
     expect(await defaults(tenant)).toEqual(['two']);
     const one = await json(await call('/v1/virtual-keys/one', { key: tenant.workspaceKey, body: { default: true } }));
@@ -306,16 +464,26 @@ describe('the default key', () => {
     await call('/v1/virtual-keys/one', { key: tenant.workspaceKey, body: { default: true } });
     await call('/v1/virtual-keys/two', { key: tenant.workspaceKey, body: { default: false } });
     expect(await defaults(tenant)).toEqual(['one']);
-    expect(await json(await call('/v1/virtual-keys/one', { key: tenant.workspaceKey, body: { default: false } }))).toMatchObject({ default: false });
+    expect(
+      await json(await call('/v1/virtual-keys/one', { key: tenant.workspaceKey, body: { default: false } })),
+    ).toMatchObject({ default: false });
     expect(await defaults(tenant)).toEqual([]);
   });
 
   it('stays where it was when the create that claims it fails', async () => {
     const { tenant } = await workspaceWith([{ slug: 'one', default: true }, { slug: 'taken' }]);
-    const taken = await errorOf(await call('/v1/virtual-keys', { key: tenant.workspaceKey, body: { slug: 'taken', provider: 'openai', api_key: 'k', default: true } }));
+    const taken = await errorOf(
+      await call('/v1/virtual-keys', {
+        key: tenant.workspaceKey,
+        body: { slug: 'taken', provider: 'openai', api_key: 'k', default: true },
+      }),
+    );
     expect(taken).toMatchObject({ status: 409, code: 'already_exists' });
     const badUrl = await errorOf(
-      await call('/v1/virtual-keys', { key: tenant.workspaceKey, body: { slug: 'new', provider: 'openai', api_key: 'k', default: true, base_url: 'http://169.254.169.254/v1' } }),
+      await call('/v1/virtual-keys', {
+        key: tenant.workspaceKey,
+        body: { slug: 'new', provider: 'openai', api_key: 'k', default: true, base_url: 'http://169.254.169.254/v1' },
+      }),
     );
     expect(badUrl).toMatchObject({ status: 400, param: 'base_url' });
     expect(await defaults(tenant)).toEqual(['one']);
@@ -324,9 +492,14 @@ describe('the default key', () => {
   it('is at most one under concurrent creates and updates', async () => {
     const { tenant } = await workspaceWith([{ slug: 'a' }, { slug: 'b' }, { slug: 'c' }, { slug: 'd' }]);
     const creates = Array.from({ length: 6 }, (_, i) =>
-      call('/v1/virtual-keys', { key: tenant.workspaceKey, body: { slug: `new-${i}`, provider: 'openai', api_key: 'k', default: true } }),
+      call('/v1/virtual-keys', {
+        key: tenant.workspaceKey,
+        body: { slug: `new-${i}`, provider: 'openai', api_key: 'k', default: true },
+      }),
     );
-    const updates = ['a', 'b', 'c', 'd'].map((slug) => call(`/v1/virtual-keys/${slug}`, { key: tenant.workspaceKey, body: { default: true } }));
+    const updates = ['a', 'b', 'c', 'd'].map((slug) =>
+      call(`/v1/virtual-keys/${slug}`, { key: tenant.workspaceKey, body: { default: true } }),
+    );
     const responses = await Promise.all([...creates, ...updates]);
     expect(responses.map((response) => response.status)).toEqual(Array(10).fill(200));
     expect(await defaults(tenant)).toHaveLength(1);
@@ -336,7 +509,10 @@ describe('the default key', () => {
     const { tenant } = await workspaceWith([{ slug: 'one', default: true }]);
     await call('/v1/virtual-keys/one', { key: tenant.workspaceKey, method: 'DELETE' });
     expect(await defaults(tenant)).toEqual([]);
-    const again = await call('/v1/virtual-keys', { key: tenant.workspaceKey, body: { slug: 'one', provider: 'openai', api_key: 'k', default: true } });
+    const again = await call('/v1/virtual-keys', {
+      key: tenant.workspaceKey,
+      body: { slug: 'one', provider: 'openai', api_key: 'k', default: true },
+    });
     expect(await json(again)).toMatchObject({ default: true });
   });
 });
@@ -348,14 +524,22 @@ describe('POST /v1/virtual-keys/{slug}', () => {
     const [before] = (await json(await call('/v1/virtual-keys', { key: tenant.workspaceKey }))).data;
     gateway.clock.advance(2_000);
     const updated = await json(
-      await call('/v1/virtual-keys/main', { key: tenant.workspaceKey, body: { base_url: `${other.baseURL}/`, models: ['gpt-4o*'], default: true } }),
+      await call('/v1/virtual-keys/main', {
+        key: tenant.workspaceKey,
+        body: { base_url: `${other.baseURL}/`, models: ['gpt-4o*'], default: true },
+      }),
     );
     expect(updated).toEqual({ ...before, base_url: other.baseURL, models: ['gpt-4o*'], default: true });
     // The next run goes to the new base URL, chosen by its model.
     const marker = crypto.randomUUID();
     const response = await call('/v1/threads/runs', {
       key: tenant.workspaceKey,
-      body: { assistant_id: workspace.assistantId, model: 'gpt-4o-mini', stream: true, thread: { messages: [{ role: 'user', content: marker }] } },
+      body: {
+        assistant_id: workspace.assistantId,
+        model: 'gpt-4o-mini',
+        stream: true,
+        thread: { messages: [{ role: 'user', content: marker }] },
+      },
     });
     expect(await response.text()).toContain('thread.run.completed');
     expect(upstreamRequest(other, marker)).toBeDefined();
@@ -366,19 +550,28 @@ describe('POST /v1/virtual-keys/{slug}', () => {
     const workspace = await workspaceWith([{ slug: 'main', default: true }]);
     const old = defined([...workspace.keys.keys()][0]);
     const rotated = providerKey('rotated');
-    const answer = await call('/v1/virtual-keys/main', { key: workspace.tenant.workspaceKey, body: { api_key: rotated } });
+    const answer = await call('/v1/virtual-keys/main', {
+      key: workspace.tenant.workspaceKey,
+      body: { api_key: rotated },
+    });
     expect(answer.status).toBe(200);
-    const key = defined((await findActiveVirtualKey(gateway.database.db, workspace.tenant.workspace.id, 'main')));
+    const key = defined(await findActiveVirtualKey(gateway.database.db, workspace.tenant.workspace.id, 'main'));
     expect(await decryptVirtualKeySecret(gateway.deps.secrets, key)).toBe(rotated);
 
     const marker = crypto.randomUUID();
     const response = await call('/v1/threads/runs', {
       key: workspace.tenant.workspaceKey,
-      body: { assistant_id: workspace.assistantId, stream: true, thread: { messages: [{ role: 'user', content: marker }] } },
+      body: {
+        assistant_id: workspace.assistantId,
+        stream: true,
+        thread: { messages: [{ role: 'user', content: marker }] },
+      },
     });
     expect(await response.text()).toContain('thread.run.completed');
     expect(bearerOf(upstreamRequest(fake, marker))).toBe(rotated);
-    expect(fake.requests.filter((request) => bearerOf(request) === old && request.rawBody.includes(marker))).toEqual([]);
+    expect(fake.requests.filter((request) => bearerOf(request) === old && request.rawBody.includes(marker))).toEqual(
+      [],
+    );
   });
 
   it('changes an Azure key’s api_version, deployment and model, and runs follow them', async () => {
@@ -386,17 +579,38 @@ describe('POST /v1/virtual-keys/{slug}', () => {
     const azureKey = providerKey('azure');
     await call('/v1/virtual-keys', {
       key: tenant.workspaceKey,
-      body: { slug: 'az', provider: 'azure-openai', base_url: fake.url, api_version: '2024-06-01', deployment: 'old-dep', api_key: azureKey, default: true },
+      body: {
+        slug: 'az',
+        provider: 'azure-openai',
+        base_url: fake.url,
+        api_version: '2024-06-01',
+        deployment: 'old-dep',
+        api_key: azureKey,
+        default: true,
+      },
     });
     const updated = await json(
-      await call('/v1/virtual-keys/az', { key: tenant.workspaceKey, body: { api_version: '2024-10-21', deployment: 'new-dep', model: 'gpt-4o' } }),
+      await call('/v1/virtual-keys/az', {
+        key: tenant.workspaceKey,
+        body: { api_version: '2024-10-21', deployment: 'new-dep', model: 'gpt-4o' },
+      }),
     );
-    expect(updated).toMatchObject({ api_version: '2024-10-21', deployment: 'new-dep', model: 'gpt-4o', default: true, base_url: fake.url });
+    expect(updated).toMatchObject({
+      api_version: '2024-10-21',
+      deployment: 'new-dep',
+      model: 'gpt-4o',
+      default: true,
+      base_url: fake.url,
+    });
     // Only what is sent changes: the model stays when the deployment changes again.
-    const again = await json(await call('/v1/virtual-keys/az', { key: tenant.workspaceKey, body: { deployment: 'third-dep' } }));
+    const again = await json(
+      await call('/v1/virtual-keys/az', { key: tenant.workspaceKey, body: { deployment: 'third-dep' } }),
+    );
     expect(again).toMatchObject({ api_version: '2024-10-21', deployment: 'third-dep', model: 'gpt-4o' });
 
-    const assistant = await json(await call('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'anything' } }));
+    const assistant = await json(
+      await call('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'anything' } }),
+    );
     const marker = crypto.randomUUID();
     const response = await call('/v1/threads/runs', {
       key: tenant.workspaceKey,
@@ -414,11 +628,17 @@ describe('POST /v1/virtual-keys/{slug}', () => {
   it('accepts PATCH the same way, and an empty body changes nothing', async () => {
     const { tenant } = await workspaceWith([{ slug: 'main' }]);
     const [before] = (await json(await call('/v1/virtual-keys', { key: tenant.workspaceKey }))).data;
-    expect(await json(await call('/v1/virtual-keys/main', { key: tenant.workspaceKey, method: 'PATCH', body: {} }))).toEqual(before);
+    expect(
+      await json(await call('/v1/virtual-keys/main', { key: tenant.workspaceKey, method: 'PATCH', body: {} })),
+    ).toEqual(before);
     expect(await json(await call('/v1/virtual-keys/main', { key: tenant.workspaceKey, body: {} }))).toEqual(before);
-    const patched = await json(await call('/v1/virtual-keys/main', { key: tenant.workspaceKey, method: 'PATCH', body: { models: ['o3'] } }));
+    const patched = await json(
+      await call('/v1/virtual-keys/main', { key: tenant.workspaceKey, method: 'PATCH', body: { models: ['o3'] } }),
+    );
     expect(patched).toEqual({ ...before, models: ['o3'] });
-    expect(await json(await call('/v1/virtual-keys/main', { key: tenant.workspaceKey, body: { models: [] } }))).toEqual(before);
+    expect(await json(await call('/v1/virtual-keys/main', { key: tenant.workspaceKey, body: { models: [] } }))).toEqual(
+      before,
+    );
   });
 
   it('refuses what cannot change, bad values and the upstream rules, writing nothing', async () => {
@@ -464,10 +684,15 @@ describe('POST /v1/virtual-keys/{slug}', () => {
     }
     const missing = await errorOf(await call('/v1/virtual-keys/main', { key: tenant.orgKey, body: { models: ['x'] } }));
     expect(missing).toMatchObject({ status: 400, code: 'missing_required_parameter', param: 'workspace_id' });
-    const ok = await call('/v1/virtual-keys/main', { key: tenant.orgKey, body: { workspace_id: tenant.workspace.slug, models: ['x'] } });
+    const ok = await call('/v1/virtual-keys/main', {
+      key: tenant.orgKey,
+      body: { workspace_id: tenant.workspace.slug, models: ['x'] },
+    });
     expect(await json(ok)).toMatchObject({ slug: 'main', models: ['x'] });
     const foreign = await gateway.tenant();
-    const refused = await errorOf(await call('/v1/virtual-keys/main', { key: foreign.orgKey, body: { workspace_id: tenant.workspace.id } }));
+    const refused = await errorOf(
+      await call('/v1/virtual-keys/main', { key: foreign.orgKey, body: { workspace_id: tenant.workspace.id } }),
+    );
     expect(refused).toMatchObject({ status: 403 });
   });
 });
@@ -481,7 +706,11 @@ describe('the CLI', () => {
       args,
       // The fake providers listen on loopback, as the gateway under test allows.
       { DATA_DIR: gateway.dataDir, LOG_LEVEL: 'warn', GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true', ...options.env },
-      { stdout: (text) => (stdout += text), stderr: (text) => (stderr += text), stdin: async () => options.stdin ?? '' },
+      {
+        stdout: (text) => (stdout += text),
+        stderr: (text) => (stderr += text),
+        stdin: async () => options.stdin ?? '',
+      },
     );
     seen.push(stdout, stderr);
     return { code, stdout, stderr };
@@ -492,7 +721,23 @@ describe('the CLI', () => {
     const ws = tenant.workspace.slug;
     const first = providerKey('cli-first');
     const created = await cli(
-      ['virtual-keys', 'create', '--workspace', ws, '--slug', 'cli', '--provider', 'openai', '--base-url', fake.baseURL, '--models', 'gpt-4o, o3*', '--default', '--api-key-stdin', '--json'],
+      [
+        'virtual-keys',
+        'create',
+        '--workspace',
+        ws,
+        '--slug',
+        'cli',
+        '--provider',
+        'openai',
+        '--base-url',
+        fake.baseURL,
+        '--models',
+        'gpt-4o, o3*',
+        '--default',
+        '--api-key-stdin',
+        '--json',
+      ],
       { stdin: first },
     );
     expect(created.code).toBe(0);
@@ -500,13 +745,33 @@ describe('the CLI', () => {
 
     const rotated = providerKey('cli-rotated');
     const updated = await cli(
-      ['virtual-keys', 'update', '--workspace', ws, 'cli', '--base-url', other.baseURL, '--models', 'llama3.*', '--no-default', '--api-key-env', 'ROTATED', '--json'],
+      [
+        'virtual-keys',
+        'update',
+        '--workspace',
+        ws,
+        'cli',
+        '--base-url',
+        other.baseURL,
+        '--models',
+        'llama3.*',
+        '--no-default',
+        '--api-key-env',
+        'ROTATED',
+        '--json',
+      ],
       { env: { ROTATED: rotated } },
     );
     expect(updated.code).toBe(0);
     const json = JSON.parse(updated.stdout);
-    expect(json).toMatchObject({ slug: 'cli', id: JSON.parse(created.stdout).id, base_url: other.baseURL, models: ['llama3.*'], default: false });
-    const key = defined((await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, 'cli')));
+    expect(json).toMatchObject({
+      slug: 'cli',
+      id: JSON.parse(created.stdout).id,
+      base_url: other.baseURL,
+      models: ['llama3.*'],
+      default: false,
+    });
+    const key = defined(await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, 'cli'));
     expect(await decryptVirtualKeySecret(gateway.deps.secrets, key)).toBe(rotated);
 
     // Text for people; --models '' clears; without a key source the provider key stays.
@@ -514,7 +779,7 @@ describe('the CLI', () => {
     expect(text).toMatchObject({ code: 0, stderr: '' });
     expect(text.stdout).toContain("Updated virtual key 'cli'");
     expect(text.stdout).toContain('It is the default key of its workspace.');
-    const after = defined((await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, 'cli')));
+    const after = defined(await findActiveVirtualKey(gateway.database.db, tenant.workspace.id, 'cli'));
     expect(after).toMatchObject({ models: [], isDefault: true, secretCiphertext: key.secretCiphertext });
 
     const table = await cli(['virtual-keys', 'list', '--workspace', ws]);
@@ -527,11 +792,38 @@ describe('the CLI', () => {
     const ws = tenant.workspace.id;
     await call('/v1/virtual-keys', {
       key: tenant.workspaceKey,
-      body: { slug: 'az', provider: 'azure-openai', base_url: 'https://r.openai.azure.com', api_version: '2024-06-01', deployment: 'd1', api_key: 'k' },
+      body: {
+        slug: 'az',
+        provider: 'azure-openai',
+        base_url: 'https://r.openai.azure.com',
+        api_version: '2024-06-01',
+        deployment: 'd1',
+        api_key: 'k',
+      },
     });
-    await call('/v1/virtual-keys', { key: tenant.workspaceKey, body: { slug: 'plain', provider: 'openai', api_key: 'k', models: ['gpt-4o'] } });
-    const azure = await cli(['virtual-keys', 'update', '--workspace', ws, 'az', '--api-version', '2024-10-21', '--deployment', 'd2', '--model', 'gpt-4o-mini', '--json']);
-    expect(JSON.parse(azure.stdout)).toMatchObject({ api_version: '2024-10-21', deployment: 'd2', model: 'gpt-4o-mini' });
+    await call('/v1/virtual-keys', {
+      key: tenant.workspaceKey,
+      body: { slug: 'plain', provider: 'openai', api_key: 'k', models: ['gpt-4o'] },
+    });
+    const azure = await cli([
+      'virtual-keys',
+      'update',
+      '--workspace',
+      ws,
+      'az',
+      '--api-version',
+      '2024-10-21',
+      '--deployment',
+      'd2',
+      '--model',
+      'gpt-4o-mini',
+      '--json',
+    ]);
+    expect(JSON.parse(azure.stdout)).toMatchObject({
+      api_version: '2024-10-21',
+      deployment: 'd2',
+      model: 'gpt-4o-mini',
+    });
 
     const cases: [string[], string, Record<string, unknown>][] = [
       [['plain', '--deployment', 'd'], 'plain', { deployment: 'd' }],
@@ -542,11 +834,17 @@ describe('the CLI', () => {
     for (const [args, slug, body] of cases) {
       const api = await errorOf(await call(`/v1/virtual-keys/${slug}`, { key: tenant.workspaceKey, body }));
       const result = await cli(['virtual-keys', 'update', '--workspace', ws, ...args]);
-      expect({ args, code: result.code, stderr: result.stderr }).toEqual({ args, code: 1, stderr: `error: ${api.message}\n` });
+      expect({ args, code: result.code, stderr: result.stderr }).toEqual({
+        args,
+        code: 1,
+        stderr: `error: ${api.message}\n`,
+      });
     }
     expect((await cli(['virtual-keys', 'update', '--workspace', ws, 'az', '--default', '--no-default'])).code).toBe(2);
     expect((await cli(['virtual-keys', 'update', '--workspace', ws])).code).toBe(2);
-    expect((await cli(['virtual-keys', 'update', '--workspace', ws, 'az', '--api-key', 'sk-flag'])).stderr).toContain('shell history');
+    expect((await cli(['virtual-keys', 'update', '--workspace', ws, 'az', '--api-key', 'sk-flag'])).stderr).toContain(
+      'shell history',
+    );
   });
 });
 

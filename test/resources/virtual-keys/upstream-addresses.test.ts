@@ -4,10 +4,20 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { parseConfig } from '../../../src/config';
 import { virtualKeys } from '../../../src/db/schema';
-import { checkResolvedAddress, checkUpstreamUrl, parseUpstreamHostPatterns, type UpstreamUrlOptions } from '../../../src/lib/upstream-url';
+import {
+  checkResolvedAddress,
+  checkUpstreamUrl,
+  parseUpstreamHostPatterns,
+  type UpstreamUrlOptions,
+} from '../../../src/lib/upstream-url';
 import { upstreamFetch } from '../../../src/runtime/node/upstream-fetch';
 import { upstreamRules, WORKSPACE_COUNT_TTL_MS } from '../../../src/resources/virtual-keys/upstream-rules';
-import { fakeDirective, startFakeUpstream, type FakeScenario, type FakeUpstreamServer } from '../../support/fake-upstream';
+import {
+  fakeDirective,
+  startFakeUpstream,
+  type FakeScenario,
+  type FakeUpstreamServer,
+} from '../../support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
 import { recordTally } from '../../support/tally';
 
@@ -34,10 +44,18 @@ const ipv4Spelling = (n: number) =>
     fc.constant(octets(n).join('.')),
     fc.constant(String(n)),
     fc.boolean().map((upper) => `0${upper ? 'X' : 'x'}${hex(n, upper)}`),
-    fc.constant(octets(n).map((o) => `0${o.toString(8)}`).join('.')),
+    fc.constant(
+      octets(n)
+        .map((o) => `0${o.toString(8)}`)
+        .join('.'),
+    ),
     // Each octet in its own base.
     fc
-      .tuple(...octets(n).map((o) => fc.constantFrom(String(o), `0${o.toString(8)}`, `0x${hex(o, false)}`, `0X${hex(o, true)}`)))
+      .tuple(
+        ...octets(n).map((o) =>
+          fc.constantFrom(String(o), `0${o.toString(8)}`, `0x${hex(o, false)}`, `0X${hex(o, true)}`),
+        ),
+      )
       .map((parts) => parts.join('.')),
     // a.b.16bits and a.24bits
     fc.constant(`${n >>> 24}.${(n >>> 16) & 255}.${n & 0xffff}`),
@@ -60,12 +78,19 @@ const inRange = (base: string, bits: number) => {
 
 const urlAround = (host: string) =>
   fc
-    .tuple(fc.constantFrom('http', 'https', 'HTTP'), fc.option(fc.integer({ min: 1, max: 65535 })), fc.constantFrom('', '/', '/v1', '/latest/meta-data/'))
+    .tuple(
+      fc.constantFrom('http', 'https', 'HTTP'),
+      fc.option(fc.integer({ min: 1, max: 65535 })),
+      fc.constantFrom('', '/', '/v1', '/latest/meta-data/'),
+    )
     .map(([scheme, port, path]) => `${scheme}://${host}${port === null ? '' : `:${port}`}${path}`);
 
 const verdicts = (url: string) => {
   inputsTried += 1;
-  return { strict: checkUpstreamUrl(url, { allowPrivate: false }), lenient: checkUpstreamUrl(url, { allowPrivate: true }) };
+  return {
+    strict: checkUpstreamUrl(url, { allowPrivate: false }),
+    lenient: checkUpstreamUrl(url, { allowPrivate: true }),
+  };
 };
 
 const METADATA = /cloud metadata and link-local addresses are never allowed/;
@@ -138,14 +163,18 @@ describe('checkUpstreamUrl, generated', () => {
           while (j < 8 && zero(j)) j++;
           if (j - i > defined(best[1])) best = [i, j - i];
         }
-        if (defined(best[1]) > 0) text = `${parts.slice(0, best[0]).join(':')}::${parts.slice(defined(best[0]) + defined(best[1])).join(':')}`;
+        if (defined(best[1]) > 0)
+          text = `${parts.slice(0, best[0]).join(':')}::${parts.slice(defined(best[0]) + defined(best[1])).join(':')}`;
       }
       return `[${text}]`;
     });
   const group = fc.integer({ min: 0, max: 0xffff });
 
   it('refuses IPv6 link-local (fe80::/10) and AWS’s fd00:ec2::254, however spelt', () => {
-    const linkLocal = fc.tuple(fc.integer({ min: 0xfe80, max: 0xfebf }), fc.array(group, { minLength: 7, maxLength: 7 }));
+    const linkLocal = fc.tuple(
+      fc.integer({ min: 0xfe80, max: 0xfebf }),
+      fc.array(group, { minLength: 7, maxLength: 7 }),
+    );
     const address = fc.oneof(
       linkLocal.map(([first, rest]) => [first, ...rest]),
       fc.constant([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254]),
@@ -218,7 +247,9 @@ describe('checkUpstreamUrl, generated', () => {
         interestingIpv4.chain((n) => fc.tuple(fc.constant(n), ipv6Spelling([0x64, 0xff9b, 1, 0, 0, 0, hi(n), lo(n)]))),
         ([n, spelling]) => {
           const ipv4 = kinds(`http://${octets(n).join('.')}/v1`);
-          expect(kinds(`http://${spelling}/v1`)).toEqual(ipv4.lenient === 'metadata' ? ipv4 : { strict: 'private', lenient: 'ok' });
+          expect(kinds(`http://${spelling}/v1`)).toEqual(
+            ipv4.lenient === 'metadata' ? ipv4 : { strict: 'private', lenient: 'ok' },
+          );
         },
       ),
       { numRuns: RUNS },
@@ -226,9 +257,7 @@ describe('checkUpstreamUrl, generated', () => {
   });
 
   it('refuses every scheme but http and https', () => {
-    const scheme = fc
-      .stringMatching(/^[a-z][a-z0-9+.-]{0,10}$/)
-      .filter((s) => s !== 'http' && s !== 'https');
+    const scheme = fc.stringMatching(/^[a-z][a-z0-9+.-]{0,10}$/).filter((s) => s !== 'http' && s !== 'https');
     fc.assert(
       fc.property(scheme, fc.constantFrom('api.openai.com/v1', '169.254.169.254/', 'localhost/'), (s, rest) => {
         const { strict, lenient } = verdicts(`${s}://${rest}`);
@@ -243,7 +272,9 @@ describe('checkUpstreamUrl, generated', () => {
     const listed = { allowPrivate: false, allowedHosts: patterns('10.1.2.3:8000') };
     for (let round = 0; round < 2; round++) {
       expect(checkUpstreamUrl(url, { allowPrivate: true })).toBeNull();
-      expect(checkUpstreamUrl(url, { allowPrivate: false, privateRefusedBecause: `round ${round}` })).toContain(`(round ${round})`);
+      expect(checkUpstreamUrl(url, { allowPrivate: false, privateRefusedBecause: `round ${round}` })).toContain(
+        `(round ${round})`,
+      );
       expect(checkUpstreamUrl(url, listed)).toBeNull();
     }
   });
@@ -273,14 +304,24 @@ describe('addresses that carry an IPv4 address, by example', () => {
     ['::ffff:0:a9fe:a9fe', 'metadata'], // IPv4-translated (RFC 6145)
     ['::a9fe:a9fe', 'metadata'], // the deprecated IPv4-compatible form
   ];
-  const expected = { ok: { strict: 'ok', lenient: 'ok' }, private: { strict: 'private', lenient: 'ok' }, metadata: { strict: 'metadata', lenient: 'metadata' } };
+  const expected = {
+    ok: { strict: 'ok', lenient: 'ok' },
+    private: { strict: 'private', lenient: 'ok' },
+    metadata: { strict: 'metadata', lenient: 'metadata' },
+  };
 
   for (const [host, kind] of table) {
     it(`[${host}] is ${kind}, as a URL and as a resolved address`, () => {
       expect(kinds(`http://[${host}]/v1`)).toEqual(expected[kind]);
       const resolved = (allowPrivate: boolean) => {
         const answer = checkResolvedAddress(host, { allowPrivate });
-        return answer === null ? 'ok' : /resolves to a cloud metadata/.test(answer) ? 'metadata' : /resolves to a loopback, private/.test(answer) ? 'private' : answer;
+        return answer === null
+          ? 'ok'
+          : /resolves to a cloud metadata/.test(answer)
+            ? 'metadata'
+            : /resolves to a loopback, private/.test(answer)
+              ? 'private'
+              : answer;
       };
       expect({ strict: resolved(false), lenient: resolved(true) }).toEqual(expected[kind]);
     });
@@ -309,16 +350,37 @@ describe('GATEWAY_ALLOWED_UPSTREAM_HOSTS', () => {
   });
 
   it('refuses what is not a host[:port] pattern, naming the entry and the variable', () => {
-    const bad = ['*', '*.10.0.0.1', '*.[::1]', 'a*b.lan', 'localhost:0', 'localhost:65536', 'ollama.lan:', 'http://localhost', 'localhost/v1', 'user@localhost', '[zz::1]', '[1.2.3.4]', '.'];
+    const bad = [
+      '*',
+      '*.10.0.0.1',
+      '*.[::1]',
+      'a*b.lan',
+      'localhost:0',
+      'localhost:65536',
+      'ollama.lan:',
+      'http://localhost',
+      'localhost/v1',
+      'user@localhost',
+      '[zz::1]',
+      '[1.2.3.4]',
+      '.',
+    ];
     for (const entry of bad) {
       inputsTried += 1;
-      expect(parseUpstreamHostPatterns(`localhost,${entry}`)).toEqual({ problem: expect.stringContaining(`'${entry}'`) });
+      expect(parseUpstreamHostPatterns(`localhost,${entry}`)).toEqual({
+        problem: expect.stringContaining(`'${entry}'`),
+      });
     }
-    expect(() => parseConfig({ GATEWAY_ALLOWED_UPSTREAM_HOSTS: 'localhost,*' })).toThrow(/GATEWAY_ALLOWED_UPSTREAM_HOSTS: '\*' is not host\[:port\]/);
+    expect(() => parseConfig({ GATEWAY_ALLOWED_UPSTREAM_HOSTS: 'localhost,*' })).toThrow(
+      /GATEWAY_ALLOWED_UPSTREAM_HOSTS: '\*' is not host\[:port\]/,
+    );
   });
 
   it('lets the hosts it lists through when private addresses are refused: the same host, on the port given or any', () => {
-    const rules: UpstreamUrlOptions = { allowPrivate: false, allowedHosts: patterns('localhost:11434,127.0.0.1:8000,[::1],10.0.0.5:443') };
+    const rules: UpstreamUrlOptions = {
+      allowPrivate: false,
+      allowedHosts: patterns('localhost:11434,127.0.0.1:8000,[::1],10.0.0.5:443'),
+    };
     const table: [string, boolean][] = [
       ['http://localhost:11434/v1', true],
       ['http://LOCALHOST.:11434/v1', true],
@@ -336,9 +398,14 @@ describe('GATEWAY_ALLOWED_UPSTREAM_HOSTS', () => {
       inputsTried += 1;
       const answer = checkUpstreamUrl(url, rules);
       if (allowed) expect(answer, url).toBeNull();
-      else expect(answer, url).toMatch(/refused as upstreams unless GATEWAY_ALLOW_PRIVATE_UPSTREAMS is true or the host is in GATEWAY_ALLOWED_UPSTREAM_HOSTS\. An admin can allow this host with GATEWAY_ALLOWED_UPSTREAM_HOSTS=\S+:\d+\.$/);
+      else
+        expect(answer, url).toMatch(
+          /refused as upstreams unless GATEWAY_ALLOW_PRIVATE_UPSTREAMS is true or the host is in GATEWAY_ALLOWED_UPSTREAM_HOSTS\. An admin can allow this host with GATEWAY_ALLOWED_UPSTREAM_HOSTS=\S+:\d+\.$/,
+        );
     }
-    expect(checkUpstreamUrl('http://localhost:8000/v1', rules)).toContain('GATEWAY_ALLOWED_UPSTREAM_HOSTS=localhost:8000.');
+    expect(checkUpstreamUrl('http://localhost:8000/v1', rules)).toContain(
+      'GATEWAY_ALLOWED_UPSTREAM_HOSTS=localhost:8000.',
+    );
   });
 
   it('lets a listed name resolve to private addresses: `*.` covers the names under a domain', () => {
@@ -356,9 +423,18 @@ describe('GATEWAY_ALLOWED_UPSTREAM_HOSTS', () => {
   it('never lets a metadata address through, listed or not', () => {
     const rules: UpstreamUrlOptions = {
       allowPrivate: true,
-      allowedHosts: patterns('169.254.169.254,metadata.google.internal,[fe80::1],[fd00:ec2::254],100.100.100.200,[2002:a9fe:a9fe::],*.lan'),
+      allowedHosts: patterns(
+        '169.254.169.254,metadata.google.internal,[fe80::1],[fd00:ec2::254],100.100.100.200,[2002:a9fe:a9fe::],*.lan',
+      ),
     };
-    for (const url of ['http://169.254.169.254/', 'http://metadata.google.internal/', 'http://[fe80::1]/', 'http://[fd00:ec2::254]/', 'http://100.100.100.200/', 'http://[2002:a9fe:a9fe::]/']) {
+    for (const url of [
+      'http://169.254.169.254/',
+      'http://metadata.google.internal/',
+      'http://[fe80::1]/',
+      'http://[fd00:ec2::254]/',
+      'http://100.100.100.200/',
+      'http://[2002:a9fe:a9fe::]/',
+    ]) {
       expect(checkUpstreamUrl(url, rules), url).toMatch(METADATA);
     }
     for (const address of ['169.254.169.254', '::ffff:169.254.169.254', '64:ff9b::a9fe:a9fe', 'fe80::1%eth0']) {
@@ -381,7 +457,9 @@ beforeAll(async () => {
   elsewhere = await startFakeUpstream();
   gateway = await createTestGateway({ env: { GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true' } });
   tenant = await gateway.tenant();
-  const assistant = await json(await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model' } }));
+  const assistant = await json(
+    await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model' } }),
+  );
   assistantId = assistant.id;
 });
 afterAll(async () => {
@@ -400,7 +478,10 @@ async function runTo(target: TestGateway, owner: Tenant, slug: string, assistant
     await target.request('/v1/threads/runs', {
       key: owner.workspaceKey,
       headers: { 'x-gateway-virtual-key': slug },
-      body: { assistant_id: assistant, thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(scenario)}` }] } },
+      body: {
+        assistant_id: assistant,
+        thread: { messages: [{ role: 'user', content: `hi\n${fakeDirective(scenario)}` }] },
+      },
     }),
   );
   expect(created.status).toBe('queued');
@@ -414,9 +495,14 @@ describe('the address of a run’s upstream', () => {
     try {
       const owner = await strict.tenant();
       const slug = await strict.virtualKey(owner, { base_url: fake.baseURL }); // stored as allowed
-      const assistant = await json(await strict.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'fake-model' } }));
+      const assistant = await json(
+        await strict.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'fake-model' } }),
+      );
       const run = await runTo(strict, owner, slug, assistant.id);
-      expect(run).toMatchObject({ status: 'failed', last_error: { code: 'server_error', message: expect.stringMatching(PRIVATE) } });
+      expect(run).toMatchObject({
+        status: 'failed',
+        last_error: { code: 'server_error', message: expect.stringMatching(PRIVATE) },
+      });
       expect(fake.requests).toHaveLength(0);
     } finally {
       await strict.close();
@@ -431,12 +517,21 @@ describe('the address of a run’s upstream', () => {
     });
     try {
       const owner = await spying.tenant();
-      const assistant = await json(await spying.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'fake-model' } }));
-      for (const address of ['http://169.254.169.254/latest/meta-data', 'http://[::ffff:a9fe:a9fe]/', 'http://metadata.google.internal/']) {
+      const assistant = await json(
+        await spying.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'fake-model' } }),
+      );
+      for (const address of [
+        'http://169.254.169.254/latest/meta-data',
+        'http://[::ffff:a9fe:a9fe]/',
+        'http://metadata.google.internal/',
+      ]) {
         const slug = await spying.virtualKey(owner, { base_url: fake.baseURL });
         await spying.database.db.update(virtualKeys).set({ baseUrl: address }).where(eq(virtualKeys.slug, slug));
         const run = await runTo(spying, owner, slug, assistant.id);
-        expect(run).toMatchObject({ status: 'failed', last_error: { code: 'server_error', message: expect.stringMatching(METADATA) } });
+        expect(run).toMatchObject({
+          status: 'failed',
+          last_error: { code: 'server_error', message: expect.stringMatching(METADATA) },
+        });
       }
       expect(fetched).toEqual([]);
     } finally {
@@ -462,10 +557,8 @@ describe('the address of a run’s upstream', () => {
 
 describe('a name, resolved on Node just before the fetch', () => {
   const POST = { method: 'POST', headers: {}, body: '' } as const;
-  const resolvingTo =
-    (table: Record<string, string[]>) =>
-    async (hostname: string) =>
-      (table[hostname] ?? []).map((address) => ({ address }));
+  const resolvingTo = (table: Record<string, string[]>) => async (hostname: string) =>
+    (table[hostname] ?? []).map((address) => ({ address }));
 
   it('fails the run when the name resolves to a metadata address, even with private upstreams allowed', async () => {
     const target = await createTestGateway({
@@ -479,10 +572,15 @@ describe('a name, resolved on Node just before the fetch', () => {
     });
     try {
       const owner = await target.tenant();
-      const assistant = await json(await target.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'fake-model' } }));
+      const assistant = await json(
+        await target.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'fake-model' } }),
+      );
       const slug = await target.virtualKey(owner, { base_url: 'http://metadata.attacker.test/v1' });
       const run = await runTo(target, owner, slug, assistant.id);
-      expect(run).toMatchObject({ status: 'failed', last_error: { code: 'server_error', message: expect.stringMatching(/resolves to a cloud metadata/) } });
+      expect(run).toMatchObject({
+        status: 'failed',
+        last_error: { code: 'server_error', message: expect.stringMatching(/resolves to a cloud metadata/) },
+      });
       // The gateway's view of its network stays its own.
       expect(run.last_error.message).not.toContain('169.254');
     } finally {
@@ -492,7 +590,9 @@ describe('a name, resolved on Node just before the fetch', () => {
 
   it('refuses names of private addresses unless private upstreams are allowed (the real resolver, on localhost)', async () => {
     const strict = upstreamFetch({ rules: () => ({ allowPrivate: false }) });
-    await expect(strict(`${fake.baseURL.replace('127.0.0.1', 'localhost')}/models`, POST)).rejects.toThrow(/resolves to a loopback, private/);
+    await expect(strict(`${fake.baseURL.replace('127.0.0.1', 'localhost')}/models`, POST)).rejects.toThrow(
+      /resolves to a loopback, private/,
+    );
     expect(fake.requests).toHaveLength(0);
 
     const lenient = upstreamFetch({ rules: () => ({ allowPrivate: true }) });
@@ -520,10 +620,15 @@ describe('a name, resolved on Node just before the fetch', () => {
 describe('private upstreams with GATEWAY_ALLOW_PRIVATE_UPSTREAMS unset', () => {
   const UNSET = { GATEWAY_ALLOW_PRIVATE_UPSTREAMS: '' };
   const createKey = (target: TestGateway, owner: Tenant, slug: string, base_url: string) =>
-    target.request('/v1/virtual-keys', { key: owner.workspaceKey, body: { slug, provider: 'openai', base_url, api_key: 'none' } });
+    target.request('/v1/virtual-keys', {
+      key: owner.workspaceKey,
+      body: { slug, provider: 'openai', base_url, api_key: 'none' },
+    });
   const newAssistant = async (target: TestGateway, owner: Tenant) =>
-    (await json(await target.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'fake-model' } }))).id as string;
-  const SHARED = /GATEWAY_ALLOW_PRIVATE_UPSTREAMS is unset, which allows them only while the database holds a single workspace/;
+    (await json(await target.request('/v1/assistants', { key: owner.workspaceKey, body: { model: 'fake-model' } })))
+      .id as string;
+  const SHARED =
+    /GATEWAY_ALLOW_PRIVATE_UPSTREAMS is unset, which allows them only while the database holds a single workspace/;
 
   it('are allowed while the database holds one workspace; once it holds two, refused at creation and at run time', async () => {
     const target = await createTestGateway({ env: UNSET });
@@ -541,14 +646,19 @@ describe('private upstreams with GATEWAY_ALLOW_PRIVATE_UPSTREAMS unset', () => {
         expect(refused).toMatchObject({ status: 400, code: 'invalid_value', param: 'base_url' });
         expect(refused.message).toMatch(PRIVATE);
         expect(refused.message).toMatch(SHARED);
-        expect(refused.message).toContain(`An admin can allow this host with GATEWAY_ALLOWED_UPSTREAM_HOSTS=${hostAndPort}.`);
+        expect(refused.message).toContain(
+          `An admin can allow this host with GATEWAY_ALLOWED_UPSTREAM_HOSTS=${hostAndPort}.`,
+        );
       }
       expect((await createKey(target, second, 'public', 'https://api.together.xyz/v1')).status).toBe(200);
 
       // The key stored while it was allowed: runs read the workspace count at most this stale.
       target.clock.advance(WORKSPACE_COUNT_TTL_MS + 1);
       const run = await runTo(target, first, 'local', assistant);
-      expect(run).toMatchObject({ status: 'failed', last_error: { code: 'server_error', message: expect.stringMatching(PRIVATE) } });
+      expect(run).toMatchObject({
+        status: 'failed',
+        last_error: { code: 'server_error', message: expect.stringMatching(PRIVATE) },
+      });
       expect(run.last_error.message).toMatch(SHARED);
       expect(run.last_error.message).toContain(`GATEWAY_ALLOWED_UPSTREAM_HOSTS=${hostAndPort}`);
       expect(fake.requests).toHaveLength(1);
@@ -561,7 +671,8 @@ describe('private upstreams with GATEWAY_ALLOW_PRIVATE_UPSTREAMS unset', () => {
     // The gateway's own fetch and rules, with a resolver that knows the test's name.
     let target: TestGateway | undefined;
     const fetch = upstreamFetch({
-      rules: () => upstreamRules(defined(target).database.db, defined(target).deps.config, { now: defined(target).clock.now() }),
+      rules: () =>
+        upstreamRules(defined(target).database.db, defined(target).deps.config, { now: defined(target).clock.now() }),
       resolve: async (hostname) => (hostname === 'llm.internal.test' ? [{ address: '10.1.2.3' }] : []),
     });
     target = await createTestGateway({ env: UNSET, deps: { fetch } });
@@ -577,7 +688,10 @@ describe('private upstreams with GATEWAY_ALLOW_PRIVATE_UPSTREAMS unset', () => {
       await target.tenant();
       target.clock.advance(WORKSPACE_COUNT_TTL_MS + 1);
       const refused = await runTo(target, first, 'named', assistant);
-      expect(refused).toMatchObject({ status: 'failed', last_error: { code: 'server_error', message: expect.stringMatching(/resolves to a loopback, private/) } });
+      expect(refused).toMatchObject({
+        status: 'failed',
+        last_error: { code: 'server_error', message: expect.stringMatching(/resolves to a loopback, private/) },
+      });
       expect(refused.last_error.message).toMatch(SHARED);
       expect(refused.last_error.message).not.toContain('10.1.2.3');
     } finally {
@@ -588,15 +702,24 @@ describe('private upstreams with GATEWAY_ALLOW_PRIVATE_UPSTREAMS unset', () => {
   it('are allowed for the hosts an admin lists in GATEWAY_ALLOWED_UPSTREAM_HOSTS, whatever the workspaces or the setting', async () => {
     const hostAndPort = new URL(fake.baseURL).host;
     for (const env of [UNSET, { GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'false' }]) {
-      const target = await createTestGateway({ env: { ...env, GATEWAY_ALLOWED_UPSTREAM_HOSTS: `${hostAndPort},*.lan` } });
+      const target = await createTestGateway({
+        env: { ...env, GATEWAY_ALLOWED_UPSTREAM_HOSTS: `${hostAndPort},*.lan` },
+      });
       try {
         const first = await target.tenant();
         const second = await target.tenant();
         expect((await createKey(target, second, 'listed', fake.baseURL)).status).toBe(200);
         const run = await runTo(target, second, 'listed', await newAssistant(target, second));
         expect(run).toMatchObject({ status: 'completed' });
-        for (const url of ['http://127.0.0.1:1/v1', fake.baseURL.replace('127.0.0.1', 'localhost'), 'http://169.254.169.254/']) {
-          expect(await errorOf(await createKey(target, first, 'unlisted', url))).toMatchObject({ status: 400, param: 'base_url' });
+        for (const url of [
+          'http://127.0.0.1:1/v1',
+          fake.baseURL.replace('127.0.0.1', 'localhost'),
+          'http://169.254.169.254/',
+        ]) {
+          expect(await errorOf(await createKey(target, first, 'unlisted', url))).toMatchObject({
+            status: 400,
+            param: 'base_url',
+          });
         }
       } finally {
         await target.close();

@@ -138,7 +138,18 @@ describe('POST /v1/virtual-keys', () => {
     expect(response.status).toBe(200);
     const body = await json(response);
     expect(Object.keys(body).sort()).toEqual(
-      ['base_url', 'created_at', 'default', 'id', 'models', 'object', 'provider', 'revoked_at', 'slug', 'workspace_id'].sort(),
+      [
+        'base_url',
+        'created_at',
+        'default',
+        'id',
+        'models',
+        'object',
+        'provider',
+        'revoked_at',
+        'slug',
+        'workspace_id',
+      ].sort(),
     );
     expect(body).toMatchObject({
       object: 'virtual_key',
@@ -214,7 +225,11 @@ describe('POST /v1/virtual-keys', () => {
       await create(tenant.workspaceKey, { slug: 'x', provider: 'openai', workspace_id: sibling.workspace.slug }),
     );
     expect(notOwn).toMatchObject({ status: 403, code: 'workspace_forbidden', param: 'workspace_id' });
-    const own = await create(tenant.workspaceKey, { slug: 'own-ws', provider: 'openai', workspace_id: tenant.workspace.id });
+    const own = await create(tenant.workspaceKey, {
+      slug: 'own-ws',
+      provider: 'openai',
+      workspace_id: tenant.workspace.id,
+    });
     expect(own.status).toBe(200);
   });
 
@@ -238,32 +253,102 @@ describe('POST /v1/virtual-keys', () => {
     ['provider unknown', { slug: 'p', provider: 'anthropic' }, 'invalid_value', 'provider'],
     ['provider in capitals', { slug: 'p', provider: 'OpenAI' }, 'invalid_value', 'provider'],
     ['azure without base_url', { ...azure, slug: 'p', base_url: undefined }, 'missing_required_parameter', 'base_url'],
-    ['azure without api_version', { ...azure, slug: 'p', api_version: undefined }, 'missing_required_parameter', 'api_version'],
-    ['azure without deployment', { ...azure, slug: 'p', deployment: undefined }, 'missing_required_parameter', 'deployment'],
+    [
+      'azure without api_version',
+      { ...azure, slug: 'p', api_version: undefined },
+      'missing_required_parameter',
+      'api_version',
+    ],
+    [
+      'azure without deployment',
+      { ...azure, slug: 'p', deployment: undefined },
+      'missing_required_parameter',
+      'deployment',
+    ],
     ['azure deployment with a slash', { ...azure, slug: 'p', deployment: '../admin' }, 'invalid_value', 'deployment'],
     ['azure deployment ..', { ...azure, slug: 'p', deployment: '..' }, 'invalid_value', 'deployment'],
     ['azure api_version with &', { ...azure, slug: 'p', api_version: '2024&x=1' }, 'invalid_value', 'api_version'],
-    ['openai with api_version', { slug: 'p', provider: 'openai', api_version: '2024-10-21' }, 'unknown_parameter', 'api_version'],
+    [
+      'openai with api_version',
+      { slug: 'p', provider: 'openai', api_version: '2024-10-21' },
+      'unknown_parameter',
+      'api_version',
+    ],
     ['openai with deployment', { slug: 'p', provider: 'openai', deployment: 'd' }, 'unknown_parameter', 'deployment'],
     ['openai with model', { slug: 'p', provider: 'openai', model: 'gpt-4o' }, 'unknown_parameter', 'model'],
     ['azure model empty', { ...azure, slug: 'p', model: '' }, 'string_below_min_length', 'model'],
     ['azure model too long', { ...azure, slug: 'p', model: 'm'.repeat(257) }, 'string_above_max_length', 'model'],
     ['api_key missing', { slug: 'p', provider: 'openai', api_key: undefined }, 'missing_required_parameter', 'api_key'],
     ['api_key empty', { slug: 'p', provider: 'openai', api_key: '' }, 'string_below_min_length', 'api_key'],
-    ['api_key too long', { slug: 'p', provider: 'openai', api_key: 'k'.repeat(4097) }, 'string_above_max_length', 'api_key'],
+    [
+      'api_key too long',
+      { slug: 'p', provider: 'openai', api_key: 'k'.repeat(4097) },
+      'string_above_max_length',
+      'api_key',
+    ],
     ['api_key not a string', { slug: 'p', provider: 'openai', api_key: 42 }, 'invalid_type', 'api_key'],
     ['base_url empty', { slug: 'p', provider: 'openai', base_url: '' }, 'string_below_min_length', 'base_url'],
-    ['base_url relative', { slug: 'p', provider: 'openai', base_url: 'api.openai.com/v1' }, 'invalid_value', 'base_url'],
+    [
+      'base_url relative',
+      { slug: 'p', provider: 'openai', base_url: 'api.openai.com/v1' },
+      'invalid_value',
+      'base_url',
+    ],
     ['base_url ftp', { slug: 'p', provider: 'openai', base_url: 'ftp://example.com' }, 'invalid_value', 'base_url'],
-    ['base_url with credentials', { slug: 'p', provider: 'openai', base_url: 'https://u:p@example.com/v1' }, 'invalid_value', 'base_url'],
-    ['base_url with a fragment', { slug: 'p', provider: 'openai', base_url: 'https://example.com/v1#x' }, 'invalid_value', 'base_url'],
-    ['base_url with a query', { slug: 'p', provider: 'openai', base_url: 'https://example.com/v1?a=b' }, 'invalid_value', 'base_url'],
-    ['base_url metadata', { slug: 'p', provider: 'openai', base_url: 'http://169.254.169.254/latest' }, 'invalid_value', 'base_url'],
-    ['base_url metadata, decimal', { slug: 'p', provider: 'openai', base_url: 'http://2852039166/' }, 'invalid_value', 'base_url'],
-    ['base_url metadata, IPv6', { slug: 'p', provider: 'openai', base_url: 'http://[fd00:ec2::254]/' }, 'invalid_value', 'base_url'],
-    ['base_url metadata name', { slug: 'p', provider: 'openai', base_url: 'http://metadata.google.internal/' }, 'invalid_value', 'base_url'],
-    ['base_url azure metadata', { ...azure, slug: 'p', base_url: 'http://[::ffff:169.254.169.254]' }, 'invalid_value', 'base_url'],
-    ['base_url too long', { slug: 'p', provider: 'openai', base_url: `https://e.com/${'a'.repeat(2048)}` }, 'string_above_max_length', 'base_url'],
+    [
+      'base_url with credentials',
+      { slug: 'p', provider: 'openai', base_url: 'https://u:p@example.com/v1' },
+      'invalid_value',
+      'base_url',
+    ],
+    [
+      'base_url with a fragment',
+      { slug: 'p', provider: 'openai', base_url: 'https://example.com/v1#x' },
+      'invalid_value',
+      'base_url',
+    ],
+    [
+      'base_url with a query',
+      { slug: 'p', provider: 'openai', base_url: 'https://example.com/v1?a=b' },
+      'invalid_value',
+      'base_url',
+    ],
+    [
+      'base_url metadata',
+      { slug: 'p', provider: 'openai', base_url: 'http://169.254.169.254/latest' },
+      'invalid_value',
+      'base_url',
+    ],
+    [
+      'base_url metadata, decimal',
+      { slug: 'p', provider: 'openai', base_url: 'http://2852039166/' },
+      'invalid_value',
+      'base_url',
+    ],
+    [
+      'base_url metadata, IPv6',
+      { slug: 'p', provider: 'openai', base_url: 'http://[fd00:ec2::254]/' },
+      'invalid_value',
+      'base_url',
+    ],
+    [
+      'base_url metadata name',
+      { slug: 'p', provider: 'openai', base_url: 'http://metadata.google.internal/' },
+      'invalid_value',
+      'base_url',
+    ],
+    [
+      'base_url azure metadata',
+      { ...azure, slug: 'p', base_url: 'http://[::ffff:169.254.169.254]' },
+      'invalid_value',
+      'base_url',
+    ],
+    [
+      'base_url too long',
+      { slug: 'p', provider: 'openai', base_url: `https://e.com/${'a'.repeat(2048)}` },
+      'string_above_max_length',
+      'base_url',
+    ],
     ['unknown field', { slug: 'p', provider: 'openai', organisation: 'x' }, 'unknown_parameter', 'organisation'],
   ];
   for (const [name, body, code, param] of invalid) {
@@ -291,7 +376,13 @@ describe('POST /v1/virtual-keys', () => {
           key: strictTenant.workspaceKey,
           body: { slug, provider: 'openai', base_url, api_key: 'none' },
         });
-      for (const url of ['http://127.0.0.1:11434/v1', 'http://localhost/v1', 'http://10.0.0.2/v1', 'http://[::1]/', 'http://0.0.0.0/']) {
+      for (const url of [
+        'http://127.0.0.1:11434/v1',
+        'http://localhost/v1',
+        'http://10.0.0.2/v1',
+        'http://[::1]/',
+        'http://0.0.0.0/',
+      ]) {
         const error = await errorOf(await post('local', url));
         expect(error).toMatchObject({ status: 400, code: 'invalid_value', param: 'base_url' });
         expect(error.message).toContain('GATEWAY_ALLOW_PRIVATE_UPSTREAMS');
@@ -320,9 +411,7 @@ describe('POST /v1/virtual-keys', () => {
     const [firstId, againId] = [(await json(first)).id, (await json(again)).id];
     expect(againId).not.toBe(firstId);
 
-    const all = await json(
-      await call('/v1/virtual-keys?include_revoked=true', { key: tenant.workspaceKey }),
-    );
+    const all = await json(await call('/v1/virtual-keys?include_revoked=true', { key: tenant.workspaceKey }));
     const dups = all.data.filter((key: { slug: string }) => key.slug === 'dup');
     expect(dups.map((key: { id: string }) => key.id)).toEqual([againId, firstId]);
     expect(dups[1].revoked_at).toEqual(expect.any(Number));
@@ -362,7 +451,9 @@ describe('GET /v1/virtual-keys', () => {
   });
 
   it('refuses other workspaces and bad query parameters', async () => {
-    const foreign = await errorOf(await call(`/v1/virtual-keys?workspace_id=${tenant.workspace.id}`, { key: org.orgKey }));
+    const foreign = await errorOf(
+      await call(`/v1/virtual-keys?workspace_id=${tenant.workspace.id}`, { key: org.orgKey }),
+    );
     expect(foreign).toMatchObject({ status: 403, code: 'workspace_forbidden', param: 'workspace_id' });
     const sib = await errorOf(
       await call(`/v1/virtual-keys?workspace_id=${sibling.workspace.id}`, { key: org.workspaceKey }),
@@ -407,7 +498,10 @@ describe('DELETE /v1/virtual-keys/{slug}', () => {
     await create(owner.workspaceKey, { slug: 'k', provider: 'openai' });
     const missing = await errorOf(await call('/v1/virtual-keys/k', { key: owner.orgKey, method: 'DELETE' }));
     expect(missing).toMatchObject({ status: 400, code: 'missing_required_parameter', param: 'workspace_id' });
-    const ok = await call(`/v1/virtual-keys/k?workspace_id=${owner.workspace.slug}`, { key: owner.orgKey, method: 'DELETE' });
+    const ok = await call(`/v1/virtual-keys/k?workspace_id=${owner.workspace.slug}`, {
+      key: owner.orgKey,
+      method: 'DELETE',
+    });
     expect(ok.status).toBe(200);
   });
 });
@@ -427,7 +521,7 @@ describe('the provider secret', () => {
     expect(JSON.stringify(row)).not.toContain(apiKey);
     expect(String(row.secret_ciphertext)).toMatch(/^v1\./);
 
-    const key = defined((await getVirtualKey(gateway.database.db, created.id)));
+    const key = defined(await getVirtualKey(gateway.database.db, created.id));
     expect(await decryptVirtualKeySecret(gateway.deps.secrets, key)).toBe(apiKey);
 
     // The ciphertext copied onto another row does not open there.
@@ -435,7 +529,7 @@ describe('the provider secret', () => {
       .update(virtualKeys)
       .set({ secretCiphertext: key.secretCiphertext })
       .where(eq(virtualKeys.id, other.id));
-    const moved = defined((await getVirtualKey(gateway.database.db, other.id)));
+    const moved = defined(await getVirtualKey(gateway.database.db, other.id));
     await expect(decryptVirtualKeySecret(gateway.deps.secrets, moved)).rejects.toThrow(/Cannot decrypt/);
   });
 });
@@ -466,7 +560,18 @@ describe('the CLI', () => {
   it('creates a key from stdin; the gateway lists it and decrypts the trimmed secret', async () => {
     const apiKey = secret('cli-stdin');
     const result = await cli(
-      ['virtual-keys', 'create', '--workspace', owner.workspace.slug, '--slug', 'from-stdin', '--provider', 'openai', '--api-key-stdin', '--json'],
+      [
+        'virtual-keys',
+        'create',
+        '--workspace',
+        owner.workspace.slug,
+        '--slug',
+        'from-stdin',
+        '--provider',
+        'openai',
+        '--api-key-stdin',
+        '--json',
+      ],
       { stdin: `${apiKey}\n` },
     );
     expect(result).toMatchObject({ code: 0, stderr: '' });
@@ -475,7 +580,7 @@ describe('the CLI', () => {
 
     const listed = await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }));
     expect(listed.data.map((key: { id: string }) => key.id)).toContain(created.id);
-    const key = defined((await getVirtualKey(gateway.database.db, created.id)));
+    const key = defined(await getVirtualKey(gateway.database.db, created.id));
     expect(await decryptVirtualKeySecret(gateway.deps.secrets, key)).toBe(apiKey);
   });
 
@@ -483,9 +588,24 @@ describe('the CLI', () => {
     const apiKey = secret('cli-env');
     const result = await cli(
       [
-        'virtual-keys', 'create', '--workspace', owner.workspace.id, '--slug', 'from-env', '--provider', 'azure-openai',
-        '--base-url', 'https://r.openai.azure.com', '--api-version', '2024-10-21', '--deployment', 'gpt4o',
-        '--model', 'gpt-4o', '--api-key-env', 'MY_AZURE_KEY',
+        'virtual-keys',
+        'create',
+        '--workspace',
+        owner.workspace.id,
+        '--slug',
+        'from-env',
+        '--provider',
+        'azure-openai',
+        '--base-url',
+        'https://r.openai.azure.com',
+        '--api-version',
+        '2024-10-21',
+        '--deployment',
+        'gpt4o',
+        '--model',
+        'gpt-4o',
+        '--api-key-env',
+        'MY_AZURE_KEY',
       ],
       { env: { MY_AZURE_KEY: apiKey } },
     );
@@ -494,14 +614,28 @@ describe('the CLI', () => {
     const key = (await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }))).data.find(
       (item: { slug: string }) => item.slug === 'from-env',
     );
-    expect(key).toMatchObject({ provider: 'azure-openai', api_version: '2024-10-21', deployment: 'gpt4o', model: 'gpt-4o' });
+    expect(key).toMatchObject({
+      provider: 'azure-openai',
+      api_version: '2024-10-21',
+      deployment: 'gpt4o',
+      model: 'gpt-4o',
+    });
     expect(
-      await decryptVirtualKeySecret(gateway.deps.secrets, defined((await getVirtualKey(gateway.database.db, key.id)))),
+      await decryptVirtualKeySecret(gateway.deps.secrets, defined(await getVirtualKey(gateway.database.db, key.id))),
     ).toBe(apiKey);
   });
 
   it('refuses a key on the command line, both or neither source, and an unset variable (exit 2)', async () => {
-    const base = ['virtual-keys', 'create', '--workspace', owner.workspace.id, '--slug', 'nope', '--provider', 'openai'];
+    const base = [
+      'virtual-keys',
+      'create',
+      '--workspace',
+      owner.workspace.id,
+      '--slug',
+      'nope',
+      '--provider',
+      'openai',
+    ];
     const flag = await cli([...base, '--api-key', 'sk-on-the-command-line']);
     expect(flag.code).toBe(2);
     expect(flag.stderr).toContain('shell history');
@@ -510,9 +644,16 @@ describe('the CLI', () => {
     const unset = await cli([...base, '--api-key-env', 'SURELY_NOT_SET_ANYWHERE']);
     expect(unset).toMatchObject({ code: 2 });
     expect(unset.stderr).toContain('the environment variable that --api-key-env names is not set');
-    const unknownWorkspace = await cli(['virtual-keys', 'create', '--workspace', 'no-such-ws', '--slug', 'x', '--provider', 'openai', '--api-key-stdin'], { stdin: 'k' });
+    const unknownWorkspace = await cli(
+      ['virtual-keys', 'create', '--workspace', 'no-such-ws', '--slug', 'x', '--provider', 'openai', '--api-key-stdin'],
+      { stdin: 'k' },
+    );
     expect(unknownWorkspace.code).toBe(2);
-    expect((await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }))).data.map((k: { slug: string }) => k.slug)).not.toContain('nope');
+    expect(
+      (await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }))).data.map(
+        (k: { slug: string }) => k.slug,
+      ),
+    ).not.toContain('nope');
   });
 
   it('never prints what was given where a variable name belongs: a key there is not repeated (create and update)', async () => {
@@ -538,25 +679,59 @@ describe('the CLI', () => {
     }
     const malformed = await cli([...defined(commands[0]), '--api-key-env', defined(keys[0])]);
     expect(malformed.stderr).toContain('--api-key-env takes the name of an environment variable');
-    expect((await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }))).data.map((k: { slug: string }) => k.slug)).not.toContain('pasted');
+    expect(
+      (await json(await call('/v1/virtual-keys', { key: owner.workspaceKey }))).data.map(
+        (k: { slug: string }) => k.slug,
+      ),
+    ).not.toContain('pasted');
   });
 
   it('reports validation failures with the API’s own messages', async () => {
     const cases: [string[], Record<string, unknown>][] = [
       [['--slug', 'Bad Slug', '--provider', 'openai'], { slug: 'Bad Slug', provider: 'openai' }],
       [['--slug', 'ok', '--provider', 'mistral'], { slug: 'ok', provider: 'mistral' }],
-      [['--slug', 'ok', '--provider', 'azure-openai', '--base-url', 'https://r.openai.azure.com'], { slug: 'ok', provider: 'azure-openai', base_url: 'https://r.openai.azure.com' }],
-      [['--slug', 'ok', '--provider', 'openai', '--base-url', 'http://169.254.169.254/'], { slug: 'ok', provider: 'openai', base_url: 'http://169.254.169.254/' }],
+      [
+        ['--slug', 'ok', '--provider', 'azure-openai', '--base-url', 'https://r.openai.azure.com'],
+        { slug: 'ok', provider: 'azure-openai', base_url: 'https://r.openai.azure.com' },
+      ],
+      [
+        ['--slug', 'ok', '--provider', 'openai', '--base-url', 'http://169.254.169.254/'],
+        { slug: 'ok', provider: 'openai', base_url: 'http://169.254.169.254/' },
+      ],
     ];
     for (const [args, body] of cases) {
       const api = await errorOf(await create(owner.workspaceKey, body));
-      const text = await cli(['virtual-keys', 'create', '--workspace', owner.workspace.id, ...args, '--api-key-stdin'], { stdin: 'k' });
+      const text = await cli(
+        ['virtual-keys', 'create', '--workspace', owner.workspace.id, ...args, '--api-key-stdin'],
+        { stdin: 'k' },
+      );
       expect(text.code).toBe(1);
       expect(text.stderr).toBe(`error: ${api.message}\n`);
-      const machine = await cli(['virtual-keys', 'create', '--workspace', owner.workspace.id, ...args, '--api-key-stdin', '--json'], { stdin: 'k' });
-      expect(JSON.parse(machine.stdout).error).toEqual({ message: api.message, type: api.type, param: api.param, code: api.code });
+      const machine = await cli(
+        ['virtual-keys', 'create', '--workspace', owner.workspace.id, ...args, '--api-key-stdin', '--json'],
+        { stdin: 'k' },
+      );
+      expect(JSON.parse(machine.stdout).error).toEqual({
+        message: api.message,
+        type: api.type,
+        param: api.param,
+        code: api.code,
+      });
     }
-    const empty = await cli(['virtual-keys', 'create', '--workspace', owner.workspace.id, '--slug', 'e', '--provider', 'openai', '--api-key-stdin'], { stdin: '\n' });
+    const empty = await cli(
+      [
+        'virtual-keys',
+        'create',
+        '--workspace',
+        owner.workspace.id,
+        '--slug',
+        'e',
+        '--provider',
+        'openai',
+        '--api-key-stdin',
+      ],
+      { stdin: '\n' },
+    );
     expect(empty).toMatchObject({ code: 1, stderr: "error: Invalid 'api_key': expected a non-empty string.\n" });
   });
 

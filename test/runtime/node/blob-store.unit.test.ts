@@ -60,7 +60,9 @@ describe('directoryBlobStore', () => {
 
   it('stores exactly maxBytes, and refuses one byte more leaving nothing', async () => {
     expect(await blobs.put('ws/at-cap', streamOf(pattern(5000)), { maxBytes: 5000 })).toEqual({ bytes: 5000 });
-    await expect(blobs.put('ws/over-cap', streamOf(pattern(5001)), { maxBytes: 5000 })).rejects.toBeInstanceOf(BlobTooLarge);
+    await expect(blobs.put('ws/over-cap', streamOf(pattern(5001)), { maxBytes: 5000 })).rejects.toBeInstanceOf(
+      BlobTooLarge,
+    );
     expect(filesOnDisk()).toEqual(['ws/at-cap']);
   });
 
@@ -80,8 +82,12 @@ describe('directoryBlobStore', () => {
   it('leaves nothing when the stream fails midway (a cut upload), and keeps an earlier blob of the key', async () => {
     const first = pattern(3000, 7);
     await blobs.put('ws/kept', streamOf(first), { maxBytes: 1_000_000 });
-    await expect(blobs.put('ws/cut', streamOf(pattern(50_000), 1000, 10), { maxBytes: 1_000_000 })).rejects.toThrow('connection reset');
-    await expect(blobs.put('ws/kept', streamOf(pattern(50_000), 1000, 10), { maxBytes: 1_000_000 })).rejects.toThrow('connection reset');
+    await expect(blobs.put('ws/cut', streamOf(pattern(50_000), 1000, 10), { maxBytes: 1_000_000 })).rejects.toThrow(
+      'connection reset',
+    );
+    await expect(blobs.put('ws/kept', streamOf(pattern(50_000), 1000, 10), { maxBytes: 1_000_000 })).rejects.toThrow(
+      'connection reset',
+    );
     expect(filesOnDisk()).toEqual(['ws/kept']);
     expect(await read(blobs, 'ws/kept')).toEqual(first);
   });
@@ -122,7 +128,7 @@ describe('directoryBlobStore', () => {
     const before = openFiles();
     expect(before).toBe(0);
     for (let round = 0; round < 20; round++) {
-      const stream = defined((await blobs.get('ws/early')));
+      const stream = defined(await blobs.get('ws/early'));
       // Open while it is read: what is counted is this blob's descriptor.
       if (round === 0) expect(openFiles()).toBe(1);
       for await (const part of stream) {
@@ -135,7 +141,7 @@ describe('directoryBlobStore', () => {
     expect(whole).toEqual(bytes);
   });
 
-  it('refuses a key that is not one of the gateway\'s own', async () => {
+  it("refuses a key that is not one of the gateway's own", async () => {
     for (const key of ['../escape', 'ws/../../x', '/abs', 'ws//x', 'a b', '']) {
       await expect(blobs.put(key, streamOf(pattern(1)), { maxBytes: 10 }), key).rejects.toThrow('not a blob key');
       await expect(blobs.get(key), key).rejects.toThrow('not a blob key');
@@ -154,7 +160,9 @@ describe('directoryBlobStore', () => {
       admitted.push(bytes);
       return undefined;
     };
-    await expect(blobs.put('ws/admitted', streamOf(pattern(10_000)), { maxBytes: 100_000, admit })).rejects.toBe(refusal);
+    await expect(blobs.put('ws/admitted', streamOf(pattern(10_000)), { maxBytes: 100_000, admit })).rejects.toBe(
+      refusal,
+    );
     // Three chunks of 1,000 admitted, each written only after its admission; the fourth refused, unwritten.
     expect(admitted).toEqual([1000, 1000, 1000]);
     expect(onDiskAtAdmission).toEqual([0, 1000, 2000, 3000]);
@@ -176,12 +184,15 @@ describe('directoryBlobStore', () => {
       },
     });
     const putting = blobs.put('ws-1/file-c', slow, { maxBytes: 10_000 });
-    while (!filesOnDisk().some((path) => path.startsWith('.uploads/ws-1.file-c.'))) await new Promise((resolve) => setTimeout(resolve, 5));
+    while (!filesOnDisk().some((path) => path.startsWith('.uploads/ws-1.file-c.')))
+      await new Promise((resolve) => setTimeout(resolve, 5));
     writeFileSync(join(root, 'ws-2', '.upload-0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f70'), 'left by an earlier version');
 
     const listed: StoredBlob[] = [];
     for await (const blob of blobs.list()) listed.push(blob);
-    const described = listed.map((blob) => (blob.kind === 'stray' ? `stray ${typeof blob.modifiedAt}` : `${blob.kind} ${blob.key}`)).sort();
+    const described = listed
+      .map((blob) => (blob.kind === 'stray' ? `stray ${typeof blob.modifiedAt}` : `${blob.kind} ${blob.key}`))
+      .sort();
     expect(described).toEqual(['partial ws-1/file-c', 'stray number', 'whole ws-1/file-a', 'whole ws-2/file-b']);
 
     // Each goes alone: the stray and a whole blob, while the put under way is left to complete.
@@ -199,16 +210,23 @@ describe('directoryBlobStore', () => {
     writeFileSync(join(root, '.uploads', 'ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71'), 'another key');
     writeFileSync(join(root, '.uploads', 'ws.file-d.x.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f72'), 'a key under it');
     await blobs.delete('ws/file-d');
-    expect(filesOnDisk().sort()).toEqual(['.uploads/ws.file-d.x.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f72', '.uploads/ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71']);
+    expect(filesOnDisk().sort()).toEqual([
+      '.uploads/ws.file-d.x.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f72',
+      '.uploads/ws.file-de.0f8b2c1e-7d3a-4c5e-9f1a-2b3c4d5e6f71',
+    ]);
   });
 });
 
 describe('directoryBlobStore with a floor of free space', () => {
   /** A filesystem of `size` bytes: free is what the store's files do not take (the real bytes written). */
-  const filesystemOf = (size: number) => async () => size - filesOnDisk().reduce((sum, path) => sum + statSync(join(root, path)).size, 0);
+  const filesystemOf = (size: number) => async () =>
+    size - filesOnDisk().reduce((sum, path) => sum + statSync(join(root, path)).size, 0);
 
   it('refuses before writing when the filesystem is below the floor, leaving nothing', async () => {
-    const full = directoryBlobStore(root, { minFreeBytes: 10 * 1024 * 1024, freeBytes: filesystemOf(10 * 1024 * 1024 - 1) });
+    const full = directoryBlobStore(root, {
+      minFreeBytes: 10 * 1024 * 1024,
+      freeBytes: filesystemOf(10 * 1024 * 1024 - 1),
+    });
     await expect(full.put('ws/file-a', streamOf(pattern(1)), { maxBytes: 10 })).rejects.toBeInstanceOf(StoreFull);
     expect(filesOnDisk()).toEqual([]);
   });
@@ -229,12 +247,16 @@ describe('directoryBlobStore with a floor of free space', () => {
     expect(pulled).toBeLessThan(8 * MiB);
     expect(filesOnDisk()).toEqual([]);
     // Below the floor's reach, a put goes through.
-    expect(await store.put('ws/file-c', streamOf(pattern(3 * MiB), 64 * 1024), { maxBytes: 64 * MiB })).toEqual({ bytes: 3 * MiB });
+    expect(await store.put('ws/file-c', streamOf(pattern(3 * MiB), 64 * 1024), { maxBytes: 64 * MiB })).toEqual({
+      bytes: 3 * MiB,
+    });
   });
 
   it('reads the real filesystem by default: a floor above its free space refuses, 0 checks nothing', async () => {
     const refusing = directoryBlobStore(root, { minFreeBytes: Number.MAX_SAFE_INTEGER });
     await expect(refusing.put('ws/file-e', streamOf(pattern(1)), { maxBytes: 10 })).rejects.toBeInstanceOf(StoreFull);
-    expect(await directoryBlobStore(root, { minFreeBytes: 0 }).put('ws/file-e', streamOf(pattern(1)), { maxBytes: 10 })).toEqual({ bytes: 1 });
+    expect(
+      await directoryBlobStore(root, { minFreeBytes: 0 }).put('ws/file-e', streamOf(pattern(1)), { maxBytes: 10 }),
+    ).toEqual({ bytes: 1 });
   });
 });

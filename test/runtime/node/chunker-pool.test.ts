@@ -31,7 +31,11 @@ const stream = (bytes: Uint8Array, pieceBytes = 64 * 1024) =>
       controller.close();
     },
   });
-const failure = (promise: Promise<unknown>) => promise.then(() => null, (error: unknown) => error);
+const failure = (promise: Promise<unknown>) =>
+  promise.then(
+    () => null,
+    (error: unknown) => error,
+  );
 const alive = () => new AbortController().signal;
 
 describe('the chunker pool', () => {
@@ -50,7 +54,10 @@ describe('the chunker pool', () => {
 
   it('chunks two documents at once, in two processes', async () => {
     const text = new TextEncoder().encode('word '.repeat(50_000));
-    const [a, b] = await Promise.all([pool.chunk(stream(text), job('text'), alive()), pool.chunk(stream(text), job('text'), alive())]);
+    const [a, b] = await Promise.all([
+      pool.chunk(stream(text), job('text'), alive()),
+      pool.chunk(stream(text), job('text'), alive()),
+    ]);
     expect(a).toEqual(b);
     expect(a.length).toBeGreaterThan(100);
   });
@@ -59,11 +66,15 @@ describe('the chunker pool', () => {
     const error = await failure(pool.chunk(stream(fixture('corrupt.pdf')), job('docx'), alive()));
     expect(error).toBeInstanceOf(ExtractionError);
     expect((error as ExtractionError).message).toBe('The DOCX file cannot be read: it is not a ZIP archive.');
-    expect(defined((await pool.chunk(stream(fixture('sample.html')), job('html'), alive()))[0]).text).toContain('Refund policy');
+    expect(defined((await pool.chunk(stream(fixture('sample.html')), job('html'), alive()))[0]).text).toContain(
+      'Refund policy',
+    );
   });
 
   it('refuses a document past its bytes, counted as they stream, whatever it claimed', async () => {
-    const error = await failure(pool.chunk(stream(new Uint8Array(300_000).fill(0x61)), job('text', { maxBytes: 200_000 }), alive()));
+    const error = await failure(
+      pool.chunk(stream(new Uint8Array(300_000).fill(0x61)), job('text', { maxBytes: 200_000 }), alive()),
+    );
     expect((error as ExtractionError).message).toBe('The file is larger than 200000 bytes, the most a file may index.');
     expect((await pool.chunk(stream(fixture('sample.html')), job('html'), alive())).length).toBeGreaterThan(0);
   });
@@ -86,12 +97,20 @@ describe('the chunker pool', () => {
     const chunking = failure(single.chunk(bytes, job('pdf'), controller.signal));
     await allSent;
     const started = (pids: number[]) => pids.filter((one) => !others.includes(one));
-    const [pid] = started(await waitFor(() => chunkerProcessesOf(process.pid), (pids) => started(pids).length > 0));
+    const [pid] = started(
+      await waitFor(
+        () => chunkerProcessesOf(process.pid),
+        (pids) => started(pids).length > 0,
+      ),
+    );
     // It runs below the server's priority, and holds none of the server's environment (its secrets).
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     expect(Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])).toBe(10);
     const environment = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').filter(Boolean);
-    expect(environment.map((entry) => entry.split('=')[0])).toEqual(['NODE_CHANNEL_FD', 'NODE_CHANNEL_SERIALIZATION_MODE']);
+    expect(environment.map((entry) => entry.split('=')[0])).toEqual([
+      'NODE_CHANNEL_FD',
+      'NODE_CHANNEL_SERIALIZATION_MODE',
+    ]);
     controller.abort(new Error('the file was deleted'));
     expect(await chunking).toEqual(new Error('the file was deleted'));
     expect(chunkerProcessesOf(process.pid)).not.toContain(pid);

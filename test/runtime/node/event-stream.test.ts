@@ -25,8 +25,14 @@ beforeAll(async () => {
   url = new URL(served.url);
   tenant = await gateway.tenant();
   await gateway.virtualKey(tenant, { base_url: fake.baseURL, default: true });
-  const assistant = await json(await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model' } }));
-  body = JSON.stringify({ assistant_id: assistant.id, stream: true, thread: fakeThread('Hello', { reply: 'one two three four', chunk_delay_ms: 30 }) });
+  const assistant = await json(
+    await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model' } }),
+  );
+  body = JSON.stringify({
+    assistant_id: assistant.id,
+    stream: true,
+    thread: fakeThread('Hello', { reply: 'one two three four', chunk_delay_ms: 30 }),
+  });
 });
 afterAll(async () => {
   await served.close();
@@ -69,9 +75,16 @@ describe('a streamed run on the Node server', () => {
     const threadId = defined(defined(/"id":"(thread_[A-Za-z0-9]+)"/.exec(chunks.join('')))[1]);
     socket.destroy();
     await expect
-      .poll(async () => (await json(await gateway.request(`/v1/threads/${threadId}/runs/${runId}`, { key: tenant.workspaceKey }))).status, { timeout: 10_000 })
+      .poll(
+        async () =>
+          (await json(await gateway.request(`/v1/threads/${threadId}/runs/${runId}`, { key: tenant.workspaceKey })))
+            .status,
+        { timeout: 10_000 },
+      )
       .toBe('completed');
-    const messages = await json(await gateway.request(`/v1/threads/${threadId}/messages`, { key: tenant.workspaceKey }));
+    const messages = await json(
+      await gateway.request(`/v1/threads/${threadId}/messages`, { key: tenant.workspaceKey }),
+    );
     expect(messages.data[0].content[0].text.value).toBe('one two three four');
   });
 });

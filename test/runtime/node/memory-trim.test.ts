@@ -80,7 +80,9 @@ describe('trimMemoryWhenIdle', () => {
       await sleep(200);
       expect(reports).toEqual([]);
       // A burst's worth of objects that outlive a few scavenges, then are dropped.
-      let held: number[][] | null = Array.from({ length: 800 }, () => Array.from({ length: 12_000 }, (_, i) => i + 0.5));
+      let held: number[][] | null = Array.from({ length: 800 }, () =>
+        Array.from({ length: 12_000 }, (_, i) => i + 0.5),
+      );
       expect(held.length).toBe(800);
       expect(getHeapStatistics().total_heap_size).toBeGreaterThan(64 * 1024 * 1024);
       held = null;
@@ -105,7 +107,11 @@ describe('the Node gateway after a burst', () => {
         for (let i = 0; i < 40; i++) {
           const response = await fetch(`${gateway.url}/v1/threads`, {
             method: 'POST',
-            headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'openai-beta': 'assistants=v2' },
+            headers: {
+              authorization: `Bearer ${key}`,
+              'content-type': 'application/json',
+              'openai-beta': 'assistants=v2',
+            },
             body,
           });
           expect(response.status).toBe(200);
@@ -113,7 +119,11 @@ describe('the Node gateway after a burst', () => {
         }
       };
       await Promise.all([burst(), burst(), burst(), burst()]);
-      const trims = () => gateway.stdout().split('\n').filter((line) => line.includes('memory given back after a burst'));
+      const trims = () =>
+        gateway
+          .stdout()
+          .split('\n')
+          .filter((line) => line.includes('memory given back after a burst'));
       expect(trims()).toEqual([]);
       const afterBurst = memoryOf(defined(gateway.child.pid)).rssMb;
 

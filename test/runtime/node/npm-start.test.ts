@@ -32,7 +32,10 @@ afterAll(async () => {
 describe('npm start on a checkout without dist/', () => {
   it('builds the server, starts it on an empty data directory, serves runs and ingests an HTML file on its parser thread', async () => {
     expect(existsSync(join(checkout, 'dist'))).toBe(false);
-    const gateway = await startGatewayProcess({ DATA_DIR: join(checkout, 'data'), LOG_LEVEL: 'info' }, 60_000, { command: ['npm', 'start'], cwd: checkout });
+    const gateway = await startGatewayProcess({ DATA_DIR: join(checkout, 'data'), LOG_LEVEL: 'info' }, 60_000, {
+      command: ['npm', 'start'],
+      cwd: checkout,
+    });
     try {
       expect(existsSync(join(checkout, 'dist', 'node.js'))).toBe(true);
       const apiKey = /workspace API key\s+(gk_\S+)/.exec(gateway.stdout())?.[1];
@@ -40,7 +43,13 @@ describe('npm start on a checkout without dist/', () => {
       const created = await fetch(`${gateway.url}/v1/virtual-keys`, {
         method: 'POST',
         headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ slug: 'fake', provider: 'openai', base_url: upstream.baseURL, api_key: 'none', default: true }),
+        body: JSON.stringify({
+          slug: 'fake',
+          provider: 'openai',
+          base_url: upstream.baseURL,
+          api_key: 'none',
+          default: true,
+        }),
       });
       expect(created.status).toBe(200);
 
@@ -52,10 +61,18 @@ describe('npm start on a checkout without dist/', () => {
       );
       expect(run.status).toBe('completed');
 
-      const html = '<html><body><h1>Refunds</h1><p>Refunds are accepted within <b>30 days</b> of delivery.</p></body></html>';
-      const file = await openai.files.create({ file: await toFile(new TextEncoder().encode(html), 'refunds.html'), purpose: 'assistants' });
+      const html =
+        '<html><body><h1>Refunds</h1><p>Refunds are accepted within <b>30 days</b> of delivery.</p></body></html>';
+      const file = await openai.files.create({
+        file: await toFile(new TextEncoder().encode(html), 'refunds.html'),
+        purpose: 'assistants',
+      });
       const store = await openai.vectorStores.create({ name: 'docs' });
-      const added = await openai.vectorStores.files.createAndPoll(store.id, { file_id: file.id }, { pollIntervalMs: 20 });
+      const added = await openai.vectorStores.files.createAndPoll(
+        store.id,
+        { file_id: file.id },
+        { pollIntervalMs: 20 },
+      );
       expect(added.last_error).toBeNull();
       expect(added.status).toBe('completed');
       const found = await openai.vectorStores.search(store.id, { query: 'refunds within 30 days' });

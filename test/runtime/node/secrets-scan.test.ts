@@ -57,7 +57,10 @@ afterAll(async () => {
 });
 
 /** A request to the gateway; the whole exchange is kept for the scan. */
-async function call(path: string, init: { method?: string; key?: string; headers?: Record<string, string>; body?: unknown } = {}) {
+async function call(
+  path: string,
+  init: { method?: string; key?: string; headers?: Record<string, string>; body?: unknown } = {},
+) {
   const headers: Record<string, string> = { ...init.headers };
   if (init.key !== undefined) headers['x-gateway-api-key'] = init.key;
   if (init.body !== undefined) headers['content-type'] = 'application/json';
@@ -68,7 +71,9 @@ async function call(path: string, init: { method?: string; key?: string; headers
   });
   const text = await response.text();
   requests += 1;
-  exchanges.push(`${response.status} ${response.statusText}\n${[...response.headers].map(([k, v]) => `${k}: ${v}`).join('\n')}\n\n${text}`);
+  exchanges.push(
+    `${response.status} ${response.statusText}\n${[...response.headers].map(([k, v]) => `${k}: ${v}`).join('\n')}\n\n${text}`,
+  );
   return { status: response.status, text, json: () => JSON.parse(text) };
 }
 
@@ -82,7 +87,15 @@ async function createKeys() {
   expect(openai.status).toBe(200);
   const azure = await call('/v1/virtual-keys', {
     key: keys.organisation,
-    body: { slug: 'azure', provider: 'azure-openai', base_url: fakeAzure.url, api_key: AZURE_KEY, api_version: '2024-10-21', deployment: 'gpt-4o', workspace_id: 'default' },
+    body: {
+      slug: 'azure',
+      provider: 'azure-openai',
+      base_url: fakeAzure.url,
+      api_key: AZURE_KEY,
+      api_version: '2024-10-21',
+      deployment: 'gpt-4o',
+      workspace_id: 'default',
+    },
   });
   expect(azure.status).toBe(200);
   const wrong = await call('/v1/virtual-keys', {
@@ -104,7 +117,10 @@ async function run(virtualKey: string, scenario: FakeScenario | null, stream = f
   });
   expect(created.status).toBe(200);
   const ids = stream
-    ? { thread: defined(defined(/"thread_id":"(thread_\w+)"/.exec(created.text))[1]), run: defined(defined(/"id":"(run_\w+)"/.exec(created.text))[1]) }
+    ? {
+        thread: defined(defined(/"thread_id":"(thread_\w+)"/.exec(created.text))[1]),
+        run: defined(defined(/"id":"(run_\w+)"/.exec(created.text))[1]),
+      }
     : { thread: created.json().thread_id as string, run: created.json().id as string };
   for (;;) {
     const current = await call(`/v1/threads/${ids.thread}/runs/${ids.run}`, { key: keys.workspace });
@@ -125,12 +141,26 @@ describe('a gateway process, scanned for secrets', () => {
     expect((await run('wrong', null)).last_error.message).toMatch(/HTTP 401/);
 
     const echoes: [string, FakeScenario][] = [
-      ['the key in the error message', { status: 401, error: { error: { message: `Invalid header: Authorization: Bearer ${OPENAI_KEY}`, type: 'invalid_request_error' } } }],
+      [
+        'the key in the error message',
+        {
+          status: 401,
+          error: {
+            error: { message: `Invalid header: Authorization: Bearer ${OPENAI_KEY}`, type: 'invalid_request_error' },
+          },
+        },
+      ],
       ['the key in a string error', { status: 400, error: { error: `bad key ${OPENAI_KEY}` } }],
       ['the key in a top-level message', { status: 403, error: { message: `key ${OPENAI_KEY} is not allowed` } }],
-      ['the key in a body that is not JSON', { status: 502, error: `upstream proxy: got Authorization: Bearer ${OPENAI_KEY}` }],
+      [
+        'the key in a body that is not JSON',
+        { status: 502, error: `upstream proxy: got Authorization: Bearer ${OPENAI_KEY}` },
+      ],
       ['the key in a response header', { status: 500, headers: { 'x-echo-authorization': `Bearer ${OPENAI_KEY}` } }],
-      ['the key in a 429', { status: 429, retry_after: 0, error: { error: { message: `rate limited for key ${OPENAI_KEY}` } } }],
+      [
+        'the key in a 429',
+        { status: 429, retry_after: 0, error: { error: { message: `rate limited for key ${OPENAI_KEY}` } } },
+      ],
       ['the key in a redirect', { status: 307, headers: { location: `${fake.url}/steal?key=${OPENAI_KEY}` } }],
     ];
     for (const [name, scenario] of echoes) {
@@ -139,24 +169,60 @@ describe('a gateway process, scanned for secrets', () => {
     }
     for (const stream of [false, true]) {
       // Mid-stream: the error chunk repeats the key.
-      const finished = await run('openai', { reply: 'a b c', error_after_chunks: 2, stream_error: { error: { message: `stream broke for ${OPENAI_KEY}` } } }, stream);
+      const finished = await run(
+        'openai',
+        {
+          reply: 'a b c',
+          error_after_chunks: 2,
+          stream_error: { error: { message: `stream broke for ${OPENAI_KEY}` } },
+        },
+        stream,
+      );
       expect(finished.status).toBe('failed');
     }
     // The same for Azure, whose key travels in `api-key`.
-    const azure = await run('azure', { status: 401, error: { error: { code: '401', message: `Access denied: api-key ${AZURE_KEY} is invalid` } } });
+    const azure = await run('azure', {
+      status: 401,
+      error: { error: { code: '401', message: `Access denied: api-key ${AZURE_KEY} is invalid` } },
+    });
     expect(azure).toMatchObject({ status: 'failed', last_error: { message: expect.stringContaining('[redacted]') } });
 
     // Keys presented wrongly, and the error paths around them.
     for (const key of [`${keys.workspace}x`, keys.workspace.slice(0, -1), keys.workspace.toUpperCase(), OPENAI_KEY]) {
       expect((await call('/v1/policies/rate-limits', { key })).status).toBe(401);
     }
-    expect((await call(`/v1/assistants/${assistantId}`, { key: keys.workspace, headers: { 'x-gateway-virtual-key': OPENAI_KEY } })).status).toBe(401);
-    expect((await call('/v1/virtual-keys', { key: keys.workspace, body: { slug: 'bad', provider: 'openai', api_key: OPENAI_KEY, base_url: 'http://169.254.169.254/' } })).status).toBe(400);
-    expect((await call('/v1/virtual-keys', { key: keys.workspace, body: { slug: 'openai', provider: 'openai', api_key: OPENAI_KEY } })).status).toBe(409);
-    expect((await call('/v1/policies/rate-limits', { headers: { authorization: `Bearer ${OPENAI_KEY}` } })).status).toBe(401);
+    expect(
+      (
+        await call(`/v1/assistants/${assistantId}`, {
+          key: keys.workspace,
+          headers: { 'x-gateway-virtual-key': OPENAI_KEY },
+        })
+      ).status,
+    ).toBe(401);
+    expect(
+      (
+        await call('/v1/virtual-keys', {
+          key: keys.workspace,
+          body: { slug: 'bad', provider: 'openai', api_key: OPENAI_KEY, base_url: 'http://169.254.169.254/' },
+        })
+      ).status,
+    ).toBe(400);
+    expect(
+      (
+        await call('/v1/virtual-keys', {
+          key: keys.workspace,
+          body: { slug: 'openai', provider: 'openai', api_key: OPENAI_KEY },
+        })
+      ).status,
+    ).toBe(409);
+    expect(
+      (await call('/v1/policies/rate-limits', { headers: { authorization: `Bearer ${OPENAI_KEY}` } })).status,
+    ).toBe(401);
     expect((await call('/v1/virtual-keys?include_revoked=true', { key: keys.organisation })).status).toBe(200);
     // The wrong key rotated to the right one: its runs complete from then on.
-    expect((await call('/v1/virtual-keys/wrong', { key: keys.workspace, body: { api_key: OPENAI_KEY } })).status).toBe(200);
+    expect((await call('/v1/virtual-keys/wrong', { key: keys.workspace, body: { api_key: OPENAI_KEY } })).status).toBe(
+      200,
+    );
     expect((await run('wrong', null)).status).toBe('completed');
     expect((await call('/v1/virtual-keys/wrong', { method: 'DELETE', key: keys.workspace })).status).toBe(200);
   });
@@ -183,7 +249,10 @@ describe('a gateway process, scanned for secrets', () => {
     };
     const found: string[] = [];
     for (const [name, secret] of Object.entries(secrets)) {
-      for (const [where, text] of [['responses', exchanges.join('\n')], ['logs', logs]] as const) {
+      for (const [where, text] of [
+        ['responses', exchanges.join('\n')],
+        ['logs', logs],
+      ] as const) {
         if (text.includes(secret)) found.push(`${name} in ${where}`);
         // Case-insensitively too: hex and keys echoed in another case are still the secret.
         else if (text.toLowerCase().includes(secret.toLowerCase())) found.push(`${name} (case changed) in ${where}`);

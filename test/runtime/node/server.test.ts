@@ -86,7 +86,17 @@ describe('the Node server', () => {
       const status = await new Promise<number>((resolve, reject) => {
         const url = new URL(`${gateway.url}/v1/policies/rate-limits`);
         const req = httpRequest(
-          { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json', 'transfer-encoding': 'chunked' } },
+          {
+            host: url.hostname,
+            port: url.port,
+            path: url.pathname,
+            method: 'POST',
+            headers: {
+              'x-gateway-api-key': workspaceKey,
+              'content-type': 'application/json',
+              'transfer-encoding': 'chunked',
+            },
+          },
           (res) => {
             res.resume();
             resolve(defined(res.statusCode));
@@ -105,7 +115,13 @@ describe('the Node server', () => {
           const url = new URL(`${gateway.url}/v1/assistants`);
           const length = declared ? { 'content-length': String(Buffer.concat(pieces).length) } : {};
           const req = httpRequest(
-            { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json', ...length } },
+            {
+              host: url.hostname,
+              port: url.port,
+              path: url.pathname,
+              method: 'POST',
+              headers: { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json', ...length },
+            },
             (res) => {
               let body = '';
               res.on('data', (chunk: Buffer) => (body += chunk));
@@ -179,7 +195,9 @@ describe('the data files', () => {
       try {
         for (const file of ['gateway.db', 'gateway.db-wal', 'gateway.db-shm']) {
           expect([file, modeOf(join(directory, file))]).toEqual([file, 0o600]);
-          expect(second.stderr()).toContain(`${join(directory, file)} was open to other users (mode 644): changed to 600.`);
+          expect(second.stderr()).toContain(
+            `${join(directory, file)} was open to other users (mode 644): changed to 600.`,
+          );
         }
         expect(modeOf(directory)).toBe(0o755);
         expect(second.stderr()).toMatch(/The data directory .* is open to other users \(mode 755\)/);

@@ -85,13 +85,25 @@ describe('the Node start refuses', () => {
 
   it('a LIBSQL_URL where nothing listens, naming the refused connection', async () => {
     const port = await closedPort();
-    const line = await refusal({ DATA_DIR: join(scratch, 'refused'), LIBSQL_URL: `http://127.0.0.1:${port}`, GATEWAY_ENCRYPTION_KEY: generateKeyBase64() });
-    expect(line).toBe(`Cannot reach the database at LIBSQL_URL (http://127.0.0.1:${port}): connect ECONNREFUSED 127.0.0.1:${port}.`);
+    const line = await refusal({
+      DATA_DIR: join(scratch, 'refused'),
+      LIBSQL_URL: `http://127.0.0.1:${port}`,
+      GATEWAY_ENCRYPTION_KEY: generateKeyBase64(),
+    });
+    expect(line).toBe(
+      `Cannot reach the database at LIBSQL_URL (http://127.0.0.1:${port}): connect ECONNREFUSED 127.0.0.1:${port}.`,
+    );
   });
 
   it('a LIBSQL_URL whose name does not resolve, naming it', async () => {
-    const line = await refusal({ DATA_DIR: join(scratch, 'dns'), LIBSQL_URL: 'http://gateway-db.invalid', GATEWAY_ENCRYPTION_KEY: generateKeyBase64() });
-    expect(line).toMatch(/^Cannot reach the database at LIBSQL_URL \(http:\/\/gateway-db\.invalid\): getaddrinfo (ENOTFOUND|EAI_AGAIN) gateway-db\.invalid\.$/);
+    const line = await refusal({
+      DATA_DIR: join(scratch, 'dns'),
+      LIBSQL_URL: 'http://gateway-db.invalid',
+      GATEWAY_ENCRYPTION_KEY: generateKeyBase64(),
+    });
+    expect(line).toMatch(
+      /^Cannot reach the database at LIBSQL_URL \(http:\/\/gateway-db\.invalid\): getaddrinfo (ENOTFOUND|EAI_AGAIN) gateway-db\.invalid\.$/,
+    );
   });
 
   it('a PORT another process listens on, naming PORT, before any key exists; the next start shows the keys', async () => {
@@ -118,7 +130,9 @@ describe('the Node start refuses', () => {
     try {
       const apiKey = /workspace API key\s+(gk_\S+)/.exec(gateway.stdout())?.[1];
       expect(apiKey, gateway.stdout()).toBeDefined();
-      expect((await fetch(`${gateway.url}/v1/assistants`, { headers: { authorization: `Bearer ${apiKey}` } })).status).toBe(200);
+      expect(
+        (await fetch(`${gateway.url}/v1/assistants`, { headers: { authorization: `Bearer ${apiKey}` } })).status,
+      ).toBe(200);
     } finally {
       await gateway.stop('SIGTERM');
     }
@@ -127,7 +141,9 @@ describe('the Node start refuses', () => {
   it('a HOST that is not an address of this machine, naming HOST', async () => {
     // 192.0.2.0/24 is TEST-NET-1 (RFC 5737): no machine's own address.
     const line = await refusal({ DATA_DIR: join(scratch, 'host'), HOST: '192.0.2.1', PORT: '8787' });
-    expect(line).toBe('Cannot listen on 192.0.2.1:8787: HOST is not an address of this machine. Set HOST to one (127.0.0.1, or 0.0.0.0 for every interface).');
+    expect(line).toBe(
+      'Cannot listen on 192.0.2.1:8787: HOST is not an address of this machine. Set HOST to one (127.0.0.1, or 0.0.0.0 for every interface).',
+    );
   });
 
   it('an encryption key that is not the one the database was started with', async () => {
@@ -136,7 +152,9 @@ describe('the Node start refuses', () => {
     await startAndStop({ DATA_DIR: dataDir, GATEWAY_ENCRYPTION_KEY: key });
 
     const line = await refusal({ DATA_DIR: dataDir, GATEWAY_ENCRYPTION_KEY: generateKeyBase64() });
-    expect(line).toMatch(/^The encryption key \(GATEWAY_ENCRYPTION_KEY\) is not the one this database's provider secrets are encrypted under/);
+    expect(line).toMatch(
+      /^The encryption key \(GATEWAY_ENCRYPTION_KEY\) is not the one this database's provider secrets are encrypted under/,
+    );
     // Without the variable, the key file of DATA_DIR (generated now) is not the database's either.
     expect(await refusal({ DATA_DIR: dataDir })).toContain(`(${join(dataDir, 'encryption.key')})`);
 
@@ -152,7 +170,8 @@ describe('the encryption check', () => {
   afterAll(() => gateway.close());
 
   const box = () => SecretBox.fromBase64(generateKeyBase64());
-  const check = (secrets: SecretBox) => checkEncryptionKey(gateway.database.db, secrets, { keySource: 'the test key', now: Date.now() });
+  const check = (secrets: SecretBox) =>
+    checkEncryptionKey(gateway.database.db, secrets, { keySource: 'the test key', now: Date.now() });
 
   it('stores its value under the first key, passes that key, and refuses another, naming its source', async () => {
     await gateway.database.db.delete(encryptionCheck);
@@ -182,7 +201,10 @@ describe('the encryption check', () => {
     const tenant = await gateway.tenant();
     await gateway.virtualKey(tenant, { base_url: 'https://api.example.com/v1' });
     const damaged = await gateway.virtualKey(tenant, { base_url: 'https://api.example.com/v1' });
-    await gateway.database.db.update(virtualKeys).set({ secretCiphertext: 'v1.AAAA.AAAA' }).where(eq(virtualKeys.slug, damaged));
+    await gateway.database.db
+      .update(virtualKeys)
+      .set({ secretCiphertext: 'v1.AAAA.AAAA' })
+      .where(eq(virtualKeys.slug, damaged));
 
     await check(gateway.deps.secrets);
     expect(await gateway.database.db.select().from(encryptionCheck)).toHaveLength(1);
@@ -197,7 +219,10 @@ describe('the encryption check', () => {
 
 describe('npm run dev:worker', () => {
   it('refuses a --port that is not a port before it starts anything', () => {
-    const result = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/dev-worker.ts', '--port', '80a'], { cwd: ROOT, encoding: 'utf8' });
+    const result = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/dev-worker.ts', '--port', '80a'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+    });
     expect(result.status).toBe(2);
     expect(result.stderr).toContain("--port must be a port number (1-65535), got '80a'");
     expect(result.stdout).toBe('');

@@ -71,17 +71,28 @@ describe("Node's upstream client", () => {
     ['gzip, br', brotliCompressSync(gzipSync(plain))],
     ['identity', Buffer.from(plain)],
   ])('decompresses a body sent with content-encoding %s', async (coding, body) => {
-    const answer = await client(answering(`/coded-${coding.replace(/\W+/g, '-')}`, { 'content-encoding': coding }, body, 503), POST);
+    const answer = await client(
+      answering(`/coded-${coding.replace(/\W+/g, '-')}`, { 'content-encoding': coding }, body, 503),
+      POST,
+    );
     expect(answer.status).toBe(503);
     expect(answer.headers.get('Content-Encoding')).toBe(coding);
     expect(await text(answer)).toBe(plain);
   });
 
   it('passes a body of an unknown coding as sent, and refuses more than five codings', async () => {
-    expect(await text(await client(answering('/unknown', { 'content-encoding': 'zstd' }, 'raw bytes'), POST))).toBe('raw bytes');
-    expect(await text(await client(answering('/object-key', { 'content-encoding': 'gzip, constructor' }, 'raw bytes'), POST))).toBe('raw bytes');
+    expect(await text(await client(answering('/unknown', { 'content-encoding': 'zstd' }, 'raw bytes'), POST))).toBe(
+      'raw bytes',
+    );
+    expect(
+      await text(
+        await client(answering('/object-key', { 'content-encoding': 'gzip, constructor' }, 'raw bytes'), POST),
+      ),
+    ).toBe('raw bytes');
     const six = Array.from({ length: 6 }, () => 'gzip').join(', ');
-    await expect(client(answering('/six', { 'content-encoding': six }, 'x'), POST)).rejects.toThrow(/more than 5 content codings/);
+    await expect(client(answering('/six', { 'content-encoding': six }, 'x'), POST)).rejects.toThrow(
+      /more than 5 content codings/,
+    );
   });
 
   it('answers a redirect as it is, without following it', async () => {
@@ -213,7 +224,12 @@ describe('after `[DONE]`', () => {
     const seen: string[] = [];
     let done = false;
     const end = { stopped: () => done, cut: () => call.abort() };
-    for await (const batch of readServerSentData(defined(answer.body), { maxLineBytes: 65_536, maxEventChars: 65_536 }, undefined, end)) {
+    for await (const batch of readServerSentData(
+      defined(answer.body),
+      { maxLineBytes: 65_536, maxEventChars: 65_536 },
+      undefined,
+      end,
+    )) {
       for (const data of batch) {
         if (data === '[DONE]') {
           done = true;
@@ -268,7 +284,11 @@ describe('after `[DONE]`', () => {
     const sse = await sseServer((response) => response.on('close', () => (closed = true)));
     try {
       const answer = await client(sse.url, POST);
-      for await (const _batch of readServerSentData(defined(answer.body), { maxLineBytes: 65_536, maxEventChars: 65_536 })) break;
+      for await (const _batch of readServerSentData(defined(answer.body), {
+        maxLineBytes: 65_536,
+        maxEventChars: 65_536,
+      }))
+        break;
       await settled();
       expect(closed).toBe(true);
     } finally {

@@ -21,7 +21,10 @@ export const workspace = () =>
   createMiddleware<{ Variables: DepsVariables & ApiKeyVariables & ActorVariables }>(async (c, next) => {
     const apiKey = c.get('apiKey');
     const ref = c.req.header(WORKSPACE_HEADER)?.trim() || undefined;
-    const scope = await resolveWorkspaceScope(c.get('deps').db, apiKey, ref, { required: true, param: WORKSPACE_HEADER });
+    const scope = await resolveWorkspaceScope(c.get('deps').db, apiKey, ref, {
+      required: true,
+      param: WORKSPACE_HEADER,
+    });
     c.set('actor', {
       apiKeyId: apiKey.id,
       workspaceId: scope.workspaceId,

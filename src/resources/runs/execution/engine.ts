@@ -120,7 +120,12 @@ class Execution {
     this.#deps = deps;
     this.#run = run;
     this.#outbox = new Outbox(options.sink, options.rowsWritten);
-    this.#rowsExist = options.rowsWritten ? options.rowsWritten.then(() => true, () => false) : Promise.resolve(true);
+    this.#rowsExist = options.rowsWritten
+      ? options.rowsWritten.then(
+          () => true,
+          () => false,
+        )
+      : Promise.resolve(true);
     // Rows that were never written: their upstream call stops at once.
     void this.#rowsExist.then((exist) => exist || this.#abort.abort(new Error('the run was not written')));
     this.#leading = options.leading ?? [];
@@ -167,9 +172,12 @@ class Execution {
     }
     const rules = await upstreamRules(db, config, { now: this.#deps.now() });
     const addressProblem = this.#deps.upstreamUrls.check(virtualKey.baseUrl, rules);
-    if (addressProblem) throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${addressProblem}`);
+    if (addressProblem)
+      throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${addressProblem}`);
 
-    let { prompt, steps } = this.#preloaded ? { prompt: this.#preloaded.prompt, steps: NO_STEPS } : await this.#laterTurn();
+    let { prompt, steps } = this.#preloaded
+      ? { prompt: this.#preloaded.prompt, steps: NO_STEPS }
+      : await this.#laterTurn();
     const secret = await decryptVirtualKeySecret(this.#deps.secrets, virtualKey);
 
     // Each round is one upstream call; a round whose only tool calls are file searches is answered
@@ -180,13 +188,26 @@ class Execution {
       const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
       if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
       if (!prompt.fits) return this.#promptTooLong();
-      const call = { run: this.#run, prompt, budget, round, virtualKey, secret, rules, answer, signal: this.#abort.signal };
+      const call = {
+        run: this.#run,
+        prompt,
+        budget,
+        round,
+        virtualKey,
+        secret,
+        rules,
+        answer,
+        signal: this.#abort.signal,
+      };
       const { finishReason, usage } = await callUpstream(this.#deps, call);
       const calls = answer.calls();
       const toolStep = answer.toolStep;
       if (this.#searches && toolStep && finishReason !== 'length' && calls.some((call) => call.hosted)) {
         if (round > MAX_SEARCH_ROUNDS) {
-          throw new UpstreamError('protocol', `The model called file_search again after ${MAX_SEARCH_ROUNDS} searches in one turn, when told to answer.`);
+          throw new UpstreamError(
+            'protocol',
+            `The model called file_search again after ${MAX_SEARCH_ROUNDS} searches in one turn, when told to answer.`,
+          );
         }
         await this.#searches.answer(calls, answer.sources);
         // Calls of the client's functions wait for its outputs (requires_action), the searches' results kept.
@@ -208,7 +229,11 @@ class Execution {
     const { db, config } = this.#deps;
     const run = this.#run;
     const [history, steps] = await Promise.all([
-      readHistory(db, { workspaceId: run.workspaceId, threadId: run.threadId, runId: run.id }, config.GATEWAY_MAX_HISTORY_BYTES),
+      readHistory(
+        db,
+        { workspaceId: run.workspaceId, threadId: run.threadId, runId: run.id },
+        config.GATEWAY_MAX_HISTORY_BYTES,
+      ),
       listSteps(db, run.id),
     ]);
     const earlier = sumUsage(steps.map((step) => step.usage));
@@ -296,7 +321,10 @@ class Execution {
 
   #endNote(): RunEndNote {
     const firstTokenAt = this.#answer.firstTokenAt;
-    return { virtualKeySlug: this.#virtualKeySlug, firstTokenMs: firstTokenAt === null ? null : firstTokenAt - this.#startedAt };
+    return {
+      virtualKeySlug: this.#virtualKeySlug,
+      firstTokenMs: firstTokenAt === null ? null : firstTokenAt - this.#startedAt,
+    };
   }
 
   /** The execution stopped without an answer: settle the run from what the database holds. */
@@ -310,7 +338,14 @@ class Execution {
         internal = true;
         log.error('could not record a run step', { run_id: this.#run.id, error: insertError });
       });
-      const settled = await settleRun(this.#deps, this.#run.id, EXECUTING_STATUSES, failure.settlement, this.#answer.partial(), this.#endNote());
+      const settled = await settleRun(
+        this.#deps,
+        this.#run.id,
+        EXECUTING_STATUSES,
+        failure.settlement,
+        this.#answer.partial(),
+        this.#endNote(),
+      );
       this.#run = settled.run ?? (await getRunById(this.#deps.db, this.#run.id)) ?? this.#run;
       const message = settled.message;
       await this.#outbox.send(

@@ -22,7 +22,6 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 } as const;
 
-
 /** Receives a run's events. The engine emits through this; a non-streamed run has none. */
 export interface EventSink {
   /**

@@ -45,10 +45,15 @@ export function failureSettlement(
 ): { settlement: Settlement; internal: boolean } {
   const stopped = error instanceof RunStopped ? error : abortReason instanceof RunStopped ? abortReason : null;
   if (stopped) return { settlement: { status: stopped.outcome }, internal: false };
-  if (error instanceof RunFailed) return { settlement: { status: 'failed', lastError: error.lastError, cause: error.why }, internal: false };
+  if (error instanceof RunFailed)
+    return { settlement: { status: 'failed', lastError: error.lastError, cause: error.why }, internal: false };
   if (error instanceof UpstreamError) {
     return {
-      settlement: { status: 'failed', lastError: { code: upstreamErrorCode(error), message: error.message }, cause: upstreamCause(error) },
+      settlement: {
+        status: 'failed',
+        lastError: { code: upstreamErrorCode(error), message: error.message },
+        cause: upstreamCause(error),
+      },
       internal: false,
     };
   }

@@ -4,7 +4,15 @@ import { findStores, searchStores, type SearchableStore, type SearchResult } fro
 import { getThread } from '../../threads/queries';
 import { embeddingKey } from '../../virtual-keys/embedding-key';
 import type { RunRow } from '../../../db/schema';
-import { FILE_SEARCH_FUNCTION, searchedArguments, searchOutput, searchQueries, storeIdsOf, type CitationSource, type SearchSettings } from './file-search';
+import {
+  FILE_SEARCH_FUNCTION,
+  searchedArguments,
+  searchOutput,
+  searchQueries,
+  storeIdsOf,
+  type CitationSource,
+  type SearchSettings,
+} from './file-search';
 import type { RunDeps } from './run-deps';
 import type { StreamingToolCall } from './turn-answer';
 
@@ -34,7 +42,10 @@ export class FileSearches {
     for (const call of calls) {
       if (!call.hosted) continue;
       const queries = searchQueries(call.arguments.toString(), position++);
-      const found = 'problem' in queries ? { output: queries.problem, results: [] } : searchOutput(await this.#search(queries), sources.length);
+      const found =
+        'problem' in queries
+          ? { output: queries.problem, results: [] }
+          : searchOutput(await this.#search(queries), sources.length);
       sources.push(...found.results.map((result) => ({ fileId: result.file_id })));
       call.hosted.search = {
         id: call.id,
@@ -55,12 +66,26 @@ export class FileSearches {
         const thread = await getThread(db, run.workspaceId, run.threadId);
         this.#stores = await findStores(db, run.workspaceId, storeIdsOf(run.toolResources, thread.toolResources));
       }
-      const options = { queries, maxResults: settings.maxResults, scoreThreshold: settings.rankingOptions.score_threshold, filter: null };
-      return await searchStores(this.#deps, embeddingKey, { workspaceId: run.workspaceId, apiKeyId: run.apiKeyId }, this.#stores, options, this.#signal);
+      const options = {
+        queries,
+        maxResults: settings.maxResults,
+        scoreThreshold: settings.rankingOptions.score_threshold,
+        filter: null,
+      };
+      return await searchStores(
+        this.#deps,
+        embeddingKey,
+        { workspaceId: run.workspaceId, apiKeyId: run.apiKeyId },
+        this.#stores,
+        options,
+        this.#signal,
+      );
     } catch (error) {
       // The embeddings provider failing, or the workspace's policies refusing its tokens, fail the run saying so.
-      if (error instanceof UpstreamError) throw new UpstreamError(error.kind, `file_search could not embed the query: ${error.message}`, error.status);
-      if (error instanceof ApiError) throw new UpstreamError('http', `file_search could not search: ${error.message}`, error.status);
+      if (error instanceof UpstreamError)
+        throw new UpstreamError(error.kind, `file_search could not embed the query: ${error.message}`, error.status);
+      if (error instanceof ApiError)
+        throw new UpstreamError('http', `file_search could not search: ${error.message}`, error.status);
       throw error;
     }
   }

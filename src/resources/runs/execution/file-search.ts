@@ -78,7 +78,10 @@ export function searchSettings(tools: readonly Tool[]): SearchSettings | null {
 
 /** The stores a run searches: its own tool resources' (the request's or the assistant's), then its thread's. */
 export function storeIdsOf(runResources: ToolResources | null, threadResources: ToolResources | null): string[] {
-  const ids = [...(runResources?.file_search?.vector_store_ids ?? []), ...(threadResources?.file_search?.vector_store_ids ?? [])];
+  const ids = [
+    ...(runResources?.file_search?.vector_store_ids ?? []),
+    ...(threadResources?.file_search?.vector_store_ids ?? []),
+  ];
   return [...new Set(ids)];
 }
 
@@ -88,7 +91,9 @@ export function storeIdsOf(runResources: ToolResources | null, threadResources: 
  */
 export function searchQueries(args: string, position: number): string[] | { problem: string } {
   if (position >= MAX_SEARCHES_PER_ROUND) {
-    return { problem: `Not searched: at most ${MAX_SEARCHES_PER_ROUND} searches at once. Search again with fewer calls if needed.` };
+    return {
+      problem: `Not searched: at most ${MAX_SEARCHES_PER_ROUND} searches at once. Search again with fewer calls if needed.`,
+    };
   }
   let parsed: unknown;
   try {
@@ -124,7 +129,10 @@ export function searchedArguments(queries: string[] | { problem: string }): stri
  * What the model is given for a search (numbered from `first`) and the results its step keeps:
  * as many as fit MAX_RESULT_CHARS, in order (the first one cut to fit if it alone does not).
  */
-export function searchOutput(results: readonly SearchResult[], first: number): { output: string; results: FileSearchResult[] } {
+export function searchOutput(
+  results: readonly SearchResult[],
+  first: number,
+): { output: string; results: FileSearchResult[] } {
   if (results.length === 0) return { output: 'The file search found nothing for this query.', results: [] };
   const kept: FileSearchResult[] = [];
   const parts: string[] = [];
@@ -136,7 +144,12 @@ export function searchOutput(results: readonly SearchResult[], first: number): {
     if (kept.length > 0 && part.length > room) break;
     room -= part.length;
     parts.push(part);
-    kept.push({ file_id: result.fileId, file_name: result.filename, score: result.score, content: [{ type: 'text', text }] });
+    kept.push({
+      file_id: result.fileId,
+      file_name: result.filename,
+      score: result.score,
+      content: [{ type: 'text', text }],
+    });
   }
   const intro = 'File search results. Cite what you use with its marker, copied exactly.';
   return { output: [intro, ...parts].join('\n\n'), results: kept };
@@ -156,7 +169,9 @@ export interface CitationSource {
 export function citationSources(steps: readonly { stepDetails: StepDetails }[]): CitationSource[] {
   return steps.flatMap((step) =>
     step.stepDetails.type === 'tool_calls'
-      ? step.stepDetails.tool_calls.flatMap((call) => (call.type === 'file_search' ? call.file_search.results.map((result) => ({ fileId: result.file_id })) : []))
+      ? step.stepDetails.tool_calls.flatMap((call) =>
+          call.type === 'file_search' ? call.file_search.results.map((result) => ({ fileId: result.file_id })) : [],
+        )
       : [],
   );
 }

@@ -16,7 +16,10 @@ export function holdLease(
   rowsExist: Promise<boolean>,
 ): () => void {
   const expiresIn = (run.expiresAt ?? Infinity) - deps.now();
-  const expiry = setTimeout(() => abort.abort(new RunStopped('expired')), Math.max(0, Math.min(expiresIn, 2 ** 31 - 1)));
+  const expiry = setTimeout(
+    () => abort.abort(new RunStopped('expired')),
+    Math.max(0, Math.min(expiresIn, 2 ** 31 - 1)),
+  );
   const renew = async () => {
     if (!(await rowsExist)) return;
     try {

@@ -134,7 +134,8 @@ export class Outbox {
 
   /** Inserts start INSERT_DELAY_MS from now for the rows waiting (and any that join them). */
   #wait(): void {
-    if (this.#waiting.length > 0 && this.#timer === null) this.#timer = setTimeout(() => this.#startWaiting(), this.#insertDelayMs);
+    if (this.#waiting.length > 0 && this.#timer === null)
+      this.#timer = setTimeout(() => this.#startWaiting(), this.#insertDelayMs);
   }
 
   /** An event describing a statement of the commit being prepared: sent by `committed`. */

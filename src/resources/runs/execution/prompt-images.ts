@@ -1,7 +1,13 @@
 import { ApiError } from '../../../errors';
 import { base64Length, concatBytes } from '../../../lib/bytes';
 import type { UpstreamUrlOptions } from '../../../lib/upstream-url';
-import { UpstreamError, type ChatContentPart, type ChatMessage, type StreamedImage, type StreamedImagePart } from '../../../providers/types';
+import {
+  UpstreamError,
+  type ChatContentPart,
+  type ChatMessage,
+  type StreamedImage,
+  type StreamedImagePart,
+} from '../../../providers/types';
 import { imageUrlProblem, sniffImageType, SNIFF_BYTES, type ImageDeps } from '../../files/images';
 import { getFile, type FileRow } from '../../files/queries';
 import type { PromptMessage } from '../../../providers/types';
@@ -70,14 +76,23 @@ export async function inlineImages(
       if (!file) {
         parts[p] = { type: 'text', text: unavailable('the file was deleted') };
       } else if (file.bytes > budget) {
-        parts[p] = { type: 'text', text: unavailable(`the images of this prompt exceed the gateway's ${MAX_PROMPT_IMAGE_BYTES} bytes`) };
+        parts[p] = {
+          type: 'text',
+          text: unavailable(`the images of this prompt exceed the gateway's ${MAX_PROMPT_IMAGE_BYTES} bytes`),
+        };
       } else if (cost > room) {
-        parts[p] = { type: 'text', text: unavailable('the request to the provider has no room left for it (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)') };
+        parts[p] = {
+          type: 'text',
+          text: unavailable('the request to the provider has no room left for it (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES)'),
+        };
       } else {
         budget -= file.bytes;
         room -= cost;
         const url = streamedImage(deps, file, unavailable);
-        parts[p] = { type: 'image_url', image_url: { url, ...(part.image_file.detail ? { detail: part.image_file.detail } : {}) } };
+        parts[p] = {
+          type: 'image_url',
+          image_url: { url, ...(part.image_file.detail ? { detail: part.image_file.detail } : {}) },
+        };
       }
     }
     out[i] = { role: 'user', content: parts };
@@ -116,7 +131,10 @@ function streamedImage(deps: ImageDeps, file: FileRow, unavailable: (why: string
 }
 
 /** The file's bytes from `reader`, failing past the row's size; the reader cancelled (the file closed) if left early. */
-async function* bytesOf(file: FileRow, reader: ReadableStreamDefaultReader<Uint8Array>): AsyncGenerator<Uint8Array, void> {
+async function* bytesOf(
+  file: FileRow,
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+): AsyncGenerator<Uint8Array, void> {
   let read = 0;
   let ended = false;
   try {

@@ -8,7 +8,6 @@ import type { StepRow } from '../queries';
 import type { RunRow } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 
-
 /**
  * A turn's prompt, from the thread's history: pure decisions, kept apart from the reads
  * (resources/threads/history.ts) and the engine (test/resources/runs/execution/prompt.unit.test.ts lists the cases).
@@ -158,7 +157,8 @@ function timeline(messages: MessageRow[], steps: HistoryStep[]): Unit[] {
   const units: Unit[] = [];
   let next = 0;
   const unanchoredBefore = (at: number) => {
-    for (let group = unanchored[next]; group !== undefined && group.at < at; group = unanchored[++next]) units.push(...group.units);
+    for (let group = unanchored[next]; group !== undefined && group.at < at; group = unanchored[++next])
+      units.push(...group.units);
   };
   for (const message of messages) {
     unanchoredBefore(message.createdAt);
@@ -198,9 +198,11 @@ function toolCallsUnit(details: ToolCallsDetails): Unit {
       function: { name: call.function.name, arguments: call.function.arguments },
     })),
   };
-  const outputs = details.tool_calls.map(
-    (call): PromptMessage => ({ role: 'tool', tool_call_id: call.id, content: call.function.output ?? '' }),
-  );
+  const outputs = details.tool_calls.map((call): PromptMessage => ({
+    role: 'tool',
+    tool_call_id: call.id,
+    content: call.function.output ?? '',
+  }));
   return unit([calls, ...outputs], { message: false, user: false });
 }
 
@@ -212,7 +214,8 @@ function toolCallsUnit(details: ToolCallsDetails): Unit {
  */
 function toChatMessage(message: MessageRow): PromptMessage | null {
   const parts = message.content;
-  const text = (separator: string) => parts.map((part) => (part.type === 'text' ? part.text.value : '')).join(separator);
+  const text = (separator: string) =>
+    parts.map((part) => (part.type === 'text' ? part.text.value : '')).join(separator);
   if (message.role === 'assistant') {
     const content = text('');
     return content === '' ? null : { role: 'assistant', content };

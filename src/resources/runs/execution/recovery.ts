@@ -14,14 +14,23 @@ import { settleRun, type SettleDeps } from './settle';
 
 export const ORPHANED = {
   code: 'server_error',
-  message: 'The gateway executing this run stopped before the run finished (a restart or a crash); it was not completed.',
+  message:
+    'The gateway executing this run stopped before the run finished (a restart or a crash); it was not completed.',
 } as const;
 
 /** The run as it really stands: settles it first if it was left behind. */
 export async function reconcileRun(deps: SettleDeps, run: RunRow): Promise<RunRow> {
   const now = deps.now();
   if (isActive(run.status) && run.leaseExpiresAt !== null && run.leaseExpiresAt < now) {
-    return (await settleRun(deps, run.id, ACTIVE_STATUSES, { status: 'failed', lastError: { ...ORPHANED }, cause: 'executor_lost' })).run ?? run;
+    return (
+      (
+        await settleRun(deps, run.id, ACTIVE_STATUSES, {
+          status: 'failed',
+          lastError: { ...ORPHANED },
+          cause: 'executor_lost',
+        })
+      ).run ?? run
+    );
   }
   if (run.status === 'requires_action' && run.expiresAt !== null && run.expiresAt < now) {
     return (await settleRun(deps, run.id, ['requires_action'], { status: 'expired' })).run ?? run;

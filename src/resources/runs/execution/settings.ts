@@ -55,7 +55,11 @@ const isHostedTool = (tool: Tool) => HOSTED_TOOL_TYPES.some((type) => type === t
  * gateway (resources/runs/execution/file-search.ts) behind a function of its own name, which a function tool of the
  * run cannot take too.
  */
-function checkExecutable(settings: Pick<RunRow, 'tools' | 'toolChoice'>, assistant: AssistantRow, toolsFromRequest: boolean) {
+function checkExecutable(
+  settings: Pick<RunRow, 'tools' | 'toolChoice'>,
+  assistant: AssistantRow,
+  toolsFromRequest: boolean,
+) {
   const { tools, toolChoice: choice } = settings;
   const hostedTool = tools.find(isHostedTool);
   if (hostedTool) {
@@ -71,7 +75,9 @@ function checkExecutable(settings: Pick<RunRow, 'tools' | 'toolChoice'>, assista
     );
   }
   const fileSearch = tools.some((tool) => tool.type === 'file_search');
-  const taken = fileSearch ? tools.findIndex((tool) => tool.type === 'function' && tool.function.name === FILE_SEARCH_FUNCTION) : -1;
+  const taken = fileSearch
+    ? tools.findIndex((tool) => tool.type === 'function' && tool.function.name === FILE_SEARCH_FUNCTION)
+    : -1;
   if (taken !== -1) {
     throw new ApiError(
       'invalid_value',
@@ -83,21 +89,33 @@ function checkExecutable(settings: Pick<RunRow, 'tools' | 'toolChoice'>, assista
   if (typeof choice === 'object') {
     if (choice.type === 'file_search') {
       if (!fileSearch) {
-        throw new ApiError('invalid_value', "tool_choice names the file_search tool, which the run's tools do not have.", { param: 'tool_choice.type' });
+        throw new ApiError(
+          'invalid_value',
+          "tool_choice names the file_search tool, which the run's tools do not have.",
+          { param: 'tool_choice.type' },
+        );
       }
       return;
     }
     if (choice.type !== 'function') {
-      throw new ApiError('unsupported_tool', `tool_choice cannot force the ${choice.type} tool over Chat Completions.`, {
-        param: 'tool_choice.type',
-      });
+      throw new ApiError(
+        'unsupported_tool',
+        `tool_choice cannot force the ${choice.type} tool over Chat Completions.`,
+        {
+          param: 'tool_choice.type',
+        },
+      );
     }
     // The schema requires the name of a function choice (toolChoiceSchema).
     const named = choice.function?.name ?? '';
     if (!functions.has(named)) {
-      throw new ApiError('invalid_value', `tool_choice names the function '${named}', which the run's tools do not have.`, {
-        param: 'tool_choice.function.name',
-      });
+      throw new ApiError(
+        'invalid_value',
+        `tool_choice names the function '${named}', which the run's tools do not have.`,
+        {
+          param: 'tool_choice.function.name',
+        },
+      );
     }
   } else if (choice === 'required' && functions.size === 0 && !fileSearch) {
     throw new ApiError('invalid_value', "tool_choice 'required' needs at least one function or file_search tool.", {

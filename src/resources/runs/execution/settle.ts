@@ -24,10 +24,13 @@ export async function settleRun(
   partial?: { messageId: string; text: string },
   note: RunEndNote = {},
 ): Promise<{ run: RunRow | null; message: MessageRow | null }> {
-  const [, [message], [run]] = await deps.db.batch(settleRunStatements(deps.db, runId, from, settlement, deps.now(), partial));
+  const [, [message], [run]] = await deps.db.batch(
+    settleRunStatements(deps.db, runId, from, settlement, deps.now(), partial),
+  );
   // A run waiting for tool outputs executes no turn: its last one was settled when it began to wait.
   if (run && !from.includes('requires_action')) await chargeRun(deps, run);
-  if (run) await logRunEnd(deps, run, { ...note, cause: settlement.status === 'failed' ? settlement.cause : undefined });
+  if (run)
+    await logRunEnd(deps, run, { ...note, cause: settlement.status === 'failed' ? settlement.cause : undefined });
   return { run: run ?? null, message: message ?? null };
 }
 
@@ -43,7 +46,13 @@ export async function failRunAlone(
   from: readonly RunStatus[],
   lastError: { code: string; message: string },
 ): Promise<RunRow | null> {
-  const [steps, message, failRun] = settleRunStatements(deps.db, runId, from, { status: 'failed', lastError }, deps.now());
+  const [steps, message, failRun] = settleRunStatements(
+    deps.db,
+    runId,
+    from,
+    { status: 'failed', lastError },
+    deps.now(),
+  );
   const [run] = await failRun;
   if (!run) return null;
   for (const close of [steps, message]) {
@@ -90,7 +99,11 @@ export interface RunEndNote {
  * ends it: the engine, a cancel, the recovery sweep. Who ran what on which key and model, its
  * tokens, how long it took and, when it failed, why. Ids and counts only, never content. Never throws.
  */
-export async function logRunEnd(deps: Pick<Deps, 'db' | 'log' | 'now'>, run: RunRow, note: RunEndNote = {}): Promise<void> {
+export async function logRunEnd(
+  deps: Pick<Deps, 'db' | 'log' | 'now'>,
+  run: RunRow,
+  note: RunEndNote = {},
+): Promise<void> {
   if (!deps.log.enabled('info') || !isTerminal(run.status)) return;
   const slug = note.virtualKeySlug ?? (await getVirtualKey(deps.db, run.virtualKeyId).catch(() => null))?.slug;
   const endedAt = run.completedAt ?? run.failedAt ?? run.cancelledAt ?? deps.now();
@@ -110,7 +123,11 @@ export async function logRunEnd(deps: Pick<Deps, 'db' | 'log' | 'now'>, run: Run
     duration_ms: endedAt - run.createdAt,
     ...(run.incompleteDetails ? { incomplete_reason: run.incompleteDetails.reason } : {}),
     ...(run.lastError
-      ? { cause: note.cause ?? run.lastError.code, error_code: run.lastError.code, error_message: run.lastError.message }
+      ? {
+          cause: note.cause ?? run.lastError.code,
+          error_code: run.lastError.code,
+          error_message: run.lastError.message,
+        }
       : {}),
   });
 }

@@ -5,7 +5,13 @@ import type { Usage } from '../../../providers/types';
 import { insertTurnRows, messageUpdate, stepUpdate, turnRowsInsert } from '../executor-writes';
 import type { StepRow } from '../queries';
 import type { RunRow } from '../../../db/schema';
-import type { FileSearchToolCall, RequiredAction, RunError, ToolCall, ToolCallsDetails } from '../../../db/json-columns';
+import type {
+  FileSearchToolCall,
+  RequiredAction,
+  RunError,
+  ToolCall,
+  ToolCallsDetails,
+} from '../../../db/json-columns';
 import type { MessageContent } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { toStepJson } from '../wire';
@@ -152,7 +158,11 @@ export class TurnAnswer {
         : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
     await this.#outbox.send([
       'thread.run.step.delta',
-      { id: step.row.id, object: 'thread.run.step.delta', delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } } },
+      {
+        id: step.row.id,
+        object: 'thread.run.step.delta',
+        delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } },
+      },
     ]);
     return name.length + args.length;
   }
@@ -169,7 +179,10 @@ export class TurnAnswer {
     const patch = { status: 'completed' as const, completedAt: at, stepDetails: toolCallsDetails(toolStep), usage };
     toolStep.row = { ...toolStep.row, ...patch };
     statements.push(...this.#toolStepWrite(toolStep, patch));
-    this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(toolStep.row, this.#run(), this.#includeContent)]);
+    this.#outbox.onCommit(() => [
+      'thread.run.step.completed',
+      toStepJson(toolStep.row, this.#run(), this.#includeContent),
+    ]);
     try {
       await this.#outbox.written();
       await batchRaw(this.#deps.db, statements);
@@ -192,7 +205,11 @@ export class TurnAnswer {
    * close its message), and what the run requires, the client's functions only: file searches of
    * the turn were answered already.
    */
-  requiresAction(toolStep: OpenToolStep, turnUsage: Usage, at: number): { statements: RawStatement[]; requiredAction: RequiredAction } {
+  requiresAction(
+    toolStep: OpenToolStep,
+    turnUsage: Usage,
+    at: number,
+  ): { statements: RawStatement[]; requiredAction: RequiredAction } {
     const statements: RawStatement[] = [];
     if (this.#message) statements.push(...this.#closeMessage(this.#message, null, at));
     const details = toolCallsDetails(toolStep);
@@ -202,7 +219,15 @@ export class TurnAnswer {
       type: 'submit_tool_outputs',
       submit_tool_outputs: {
         tool_calls: details.tool_calls.flatMap((call) =>
-          call.type === 'function' ? [{ id: call.id, type: 'function' as const, function: { name: call.function.name, arguments: call.function.arguments } }] : [],
+          call.type === 'function'
+            ? [
+                {
+                  id: call.id,
+                  type: 'function' as const,
+                  function: { name: call.function.name, arguments: call.function.arguments },
+                },
+              ]
+            : [],
         ),
       },
     };
@@ -217,7 +242,10 @@ export class TurnAnswer {
     const message = this.#message ?? this.#openMessage();
     const statements = this.#closeMessage(message, outcome.messageIncompleteReason, at, turnUsage);
     if (outcome.toolCallsCutBy && this.#toolStep) {
-      const lastError = { code: 'server_error', message: TOOL_CALLS_CUT[outcome.toolCallsCutBy](this.#deps.config.GATEWAY_MAX_ANSWER_BYTES) };
+      const lastError = {
+        code: 'server_error',
+        message: TOOL_CALLS_CUT[outcome.toolCallsCutBy](this.#deps.config.GATEWAY_MAX_ANSWER_BYTES),
+      };
       statements.push(...this.#failToolStep(this.#toolStep, lastError, at));
     }
     return statements;
@@ -306,7 +334,15 @@ export class TurnAnswer {
         {
           id: message.row.id,
           object: 'thread.message.delta',
-          delta: { content: [{ index: 0, type: 'text', text: { annotations: annotations.map((annotation, index) => ({ index, ...annotation })) } }] },
+          delta: {
+            content: [
+              {
+                index: 0,
+                type: 'text',
+                text: { annotations: annotations.map((annotation, index) => ({ index, ...annotation })) },
+              },
+            ],
+          },
         },
       ]);
     }
@@ -322,7 +358,8 @@ export class TurnAnswer {
     const answer = { value: message.text, annotations };
     // Rows whose insert had not started are inserted as they end (outbox.ts, take).
     const runId = this.#run().id;
-    if (this.#outbox.take(message.opened)) return turnRowsInsert(runId, { steps: [message.step], message: message.row, answer });
+    if (this.#outbox.take(message.opened))
+      return turnRowsInsert(runId, { steps: [message.step], message: message.row, answer });
     return [messageUpdate(runId, message.row.id, messagePatch, answer), stepUpdate(runId, message.step.id, stepPatch)];
   }
 
@@ -336,7 +373,9 @@ export class TurnAnswer {
   /** The tool-calls step's change to the database: `patch`, or the step inserted as it now is if its insert had not started (outbox.ts, take). */
   #toolStepWrite(step: OpenToolStep, patch: Partial<StepRow>): RawStatement[] {
     const runId = this.#run().id;
-    return this.#outbox.take(step.opened) ? turnRowsInsert(runId, { steps: [step.row] }) : [stepUpdate(runId, step.row.id, patch)];
+    return this.#outbox.take(step.opened)
+      ? turnRowsInsert(runId, { steps: [step.row] })
+      : [stepUpdate(runId, step.row.id, patch)];
   }
 }
 
@@ -344,8 +383,13 @@ export class TurnAnswer {
 function toolCallsDetails(step: OpenToolStep): ToolCallsDetails {
   const calls = [...step.calls.entries()]
     .sort(([a], [b]) => a - b)
-    .map(([, call]): ToolCall =>
-      call.hosted?.search ?? { id: call.id, type: 'function', function: { name: call.name.toString(), arguments: call.arguments.toString(), output: null } },
+    .map(
+      ([, call]): ToolCall =>
+        call.hosted?.search ?? {
+          id: call.id,
+          type: 'function',
+          function: { name: call.name.toString(), arguments: call.arguments.toString(), output: null },
+        },
     );
   return { type: 'tool_calls', tool_calls: calls };
 }

@@ -21,9 +21,11 @@ const REQUEST_TOO_LARGE = (bytes: number, limit: number) =>
 
 /** What kept a provider call from starting (lib/fair-shares.ts), as a run's last_error says it. */
 const SHARE_LIMITS: Record<keyof ShareLimits, (value: number) => string> = {
-  callsPerKey: (n) => `this workspace's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE) were all in flight`,
+  callsPerKey: (n) =>
+    `this workspace's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE) were all in flight`,
   calls: (n) => `the gateway's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS) were all in flight`,
-  bytesPerKey: (n) => `this workspace's requests waiting to be sent held its ${n} bytes (GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE)`,
+  bytesPerKey: (n) =>
+    `this workspace's requests waiting to be sent held its ${n} bytes (GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE)`,
   bytes: (n) => `the requests waiting to be sent held the gateway's ${n} bytes (GATEWAY_UPSTREAM_BYTES)`,
 };
 
@@ -53,13 +55,20 @@ export async function callUpstream(deps: RunDeps, call: UpstreamCall): Promise<{
   const share = await takeShare(deps, run.workspaceId, prompt.bytes, call.signal);
   try {
     const roomBytes = config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES - REQUEST_FIELDS_BYTES - prompt.bytes;
-    const messages = await inlineImages(deps, run.workspaceId, prompt.messages, { now: deps.now(), roomBytes, rules: call.rules });
+    const messages = await inlineImages(deps, run.workspaceId, prompt.messages, {
+      now: deps.now(),
+      roomBytes,
+      rules: call.rules,
+    });
     const adapter = ADAPTERS[virtualKey.provider];
     const request = adapter.body(buildChatRequest(run, messages, call.budget, call.round));
     const body = encodeRequest(request, deps.slices);
     if (body.bytes > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
       await cancelBody(body);
-      throw new RunFailed({ code: 'invalid_prompt', message: REQUEST_TOO_LARGE(body.bytes, config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) }, 'request_too_large');
+      throw new RunFailed(
+        { code: 'invalid_prompt', message: REQUEST_TOO_LARGE(body.bytes, config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) },
+        'request_too_large',
+      );
     }
     const events = streamChatCompletion(
       { model: request.model, body: body.body },
@@ -131,7 +140,10 @@ async function readAnswer(
           // Counted from what was streamed instead (unless a valid report follows); said once a turn.
           usage = null;
           if (!invalidUsage) {
-            deps.log.warn('the upstream reported invalid usage; counting it from the streamed answer', { run_id: run.id, field: event.field });
+            deps.log.warn('the upstream reported invalid usage; counting it from the streamed answer', {
+              run_id: run.id,
+              field: event.field,
+            });
           }
           invalidUsage = true;
           break;
@@ -143,7 +155,10 @@ async function readAnswer(
   // Recording the outcome copies the answer (up to the cap) a few times: in a slice of its own.
   while (deps.slices.spent()) await deps.slices.next();
   if (answer.cut) {
-    deps.log.warn('the upstream answer reached the answer cap and was cut', { run_id: run.id, cap_bytes: deps.config.GATEWAY_MAX_ANSWER_BYTES });
+    deps.log.warn('the upstream answer reached the answer cap and was cut', {
+      run_id: run.id,
+      cap_bytes: deps.config.GATEWAY_MAX_ANSWER_BYTES,
+    });
     // Estimated from the prompt as written: inlined images' bytes are not its tokens.
     return { finishReason: 'length', usage: usage ?? estimateUsage(prompt, completionChars) };
   }

@@ -1,11 +1,25 @@
 import { defined } from '../../../support/defined';
 import { describe, expect, it } from 'vitest';
-import { citations, MAX_RESULT_CHARS, MAX_SEARCHES_PER_ROUND, searchOutput, searchQueries } from '../../../../src/resources/runs/execution/file-search';
+import {
+  citations,
+  MAX_RESULT_CHARS,
+  MAX_SEARCHES_PER_ROUND,
+  searchOutput,
+  searchQueries,
+} from '../../../../src/resources/runs/execution/file-search';
 import { fuse, keywordMatch, keywords } from '../../../../src/retrieval/search';
 
 /** The pure parts of file search: arguments, the text the model is given, citations, fusion. */
 
-const result = (n: number, text: string) => ({ chunkId: n, vectorStoreId: 'vs_a', fileId: `file-${n}`, filename: `f${n}.txt`, score: 1, attributes: {}, text });
+const result = (n: number, text: string) => ({
+  chunkId: n,
+  vectorStoreId: 'vs_a',
+  fileId: `file-${n}`,
+  filename: `f${n}.txt`,
+  score: 1,
+  attributes: {},
+  text,
+});
 
 describe('searchQueries', () => {
   it.each([
@@ -18,7 +32,9 @@ describe('searchQueries', () => {
   it('tells the model what went wrong instead of searching', () => {
     expect(searchQueries('nope', 0)).toEqual({ problem: expect.stringContaining('not valid JSON') });
     expect(searchQueries('{"queries":[]}', 0)).toEqual({ problem: expect.stringContaining('No query') });
-    expect(searchQueries('{"queries":["a"]}', MAX_SEARCHES_PER_ROUND)).toEqual({ problem: expect.stringContaining('Not searched') });
+    expect(searchQueries('{"queries":["a"]}', MAX_SEARCHES_PER_ROUND)).toEqual({
+      problem: expect.stringContaining('Not searched'),
+    });
   });
 });
 
@@ -40,8 +56,20 @@ describe('citations', () => {
   it('maps the markers that name a result, with UTF-16 indices', () => {
     const text = 'A 【0†a.txt】 and B【1†b.txt】, not 【2†c】 nor 【x†a】.';
     expect(citations(text, sources)).toEqual([
-      { type: 'file_citation', text: '【0†a.txt】', start_index: 2, end_index: 11, file_citation: { file_id: 'file-a' } },
-      { type: 'file_citation', text: '【1†b.txt】', start_index: 17, end_index: 26, file_citation: { file_id: 'file-b' } },
+      {
+        type: 'file_citation',
+        text: '【0†a.txt】',
+        start_index: 2,
+        end_index: 11,
+        file_citation: { file_id: 'file-a' },
+      },
+      {
+        type: 'file_citation',
+        text: '【1†b.txt】',
+        start_index: 17,
+        end_index: 26,
+        file_citation: { file_id: 'file-b' },
+      },
     ]);
     expect(citations('no markers', sources)).toEqual([]);
     expect(citations('【0†a】', [])).toEqual([]);
@@ -50,10 +78,18 @@ describe('citations', () => {
 
 describe('fuse and keywordMatch', () => {
   it('scores a chunk first in every list 1, first in one of two 0.5', () => {
-    expect(fuse([[1, 2], [1, 3]], 2)).toEqual([
+    expect(
+      fuse(
+        [
+          [1, 2],
+          [1, 3],
+        ],
+        2,
+      ),
+    ).toEqual([
       { chunkId: 1, score: 1 },
-      { chunkId: 2, score: (1 / 62) / (2 / 61) },
-      { chunkId: 3, score: (1 / 62) / (2 / 61) },
+      { chunkId: 2, score: 1 / 62 / (2 / 61) },
+      { chunkId: 3, score: 1 / 62 / (2 / 61) },
     ]);
     expect(fuse([[4], []], 2)).toEqual([{ chunkId: 4, score: 0.5 }]);
   });

@@ -55,7 +55,13 @@ describe('a turn begun while its run’s rows commit', () => {
     await tick();
     expect(outbox.queueing).toBe(false);
     await outbox.send(['thread.run.completed', '{}']);
-    expect(await received(events)).toEqual(['thread.run.created', 'thread.message.created', 'thread.message.delta', 'thread.run.completed', 'done']);
+    expect(await received(events)).toEqual([
+      'thread.run.created',
+      'thread.message.created',
+      'thread.message.delta',
+      'thread.run.completed',
+      'done',
+    ]);
   });
 
   it('when the commit fails, every send and `written` rejects with its error, and nothing left or was written', async () => {
@@ -130,7 +136,13 @@ describe('the rows a turn opens', () => {
     await outbox.written();
     expect(inserted).toEqual([]);
     expect(outbox.take(message)).toBe(false);
-    expect(await received(events)).toEqual(['message.created', 'thread.message.delta', 'step.created', 'thread.run.step.delta', 'done']);
+    expect(await received(events)).toEqual([
+      'message.created',
+      'thread.message.delta',
+      'step.created',
+      'thread.run.step.delta',
+      'done',
+    ]);
   });
 
   it('taken by a commit that then fails, are given back: inserted as they were opened before anything else is written', async () => {
@@ -195,12 +207,16 @@ describe('the event stream towards its client', () => {
     expect(events.detached).toBe(false);
     const readRest = async () => {
       let text = '';
-      for (let read = await reader.read(); !read.done; read = await reader.read()) text += new TextDecoder().decode(read.value);
+      for (let read = await reader.read(); !read.done; read = await reader.read())
+        text += new TextDecoder().decode(read.value);
       return text;
     };
     const [rest] = await Promise.all([readRest(), events.close()]);
     // Events 1 to 64 (the client read the first), then done.
-    expect(parseEvents(rest).map((event) => event.data)).toEqual([...Array.from({ length: 64 }, (_, i) => ({ i: i + 1 })), '[DONE]']);
+    expect(parseEvents(rest).map((event) => event.data)).toEqual([
+      ...Array.from({ length: 64 }, (_, i) => ({ i: i + 1 })),
+      '[DONE]',
+    ]);
   });
 
   it('goes on once the client reads, in order', async () => {
@@ -211,14 +227,23 @@ describe('the event stream towards its client', () => {
     })();
     const parsed = parseEvents(await new Response(events.readable).text());
     await sending;
-    expect(parsed.map((event) => event.event)).toEqual([...Array.from({ length: 200 }, () => 'thread.message.delta'), 'done']);
-    expect(parsed.slice(0, 200).map((event) => (event.data as { i: number }).i)).toEqual(Array.from({ length: 200 }, (_, i) => i));
+    expect(parsed.map((event) => event.event)).toEqual([
+      ...Array.from({ length: 200 }, () => 'thread.message.delta'),
+      'done',
+    ]);
+    expect(parsed.slice(0, 200).map((event) => (event.data as { i: number }).i)).toEqual(
+      Array.from({ length: 200 }, (_, i) => i),
+    );
   });
 
   it('writes an event in parts (a long answer’s message) as the same bytes, in chunks of at most 64 KiB', async () => {
     const answer = new TextBuilder();
     for (let i = 0; i < 300; i++) answer.push(`${i} "quoted" é ${'x'.repeat(1000)}\n`);
-    const message = (value: string) => ({ id: 'msg_1', object: 'thread.message', content: [{ type: 'text', text: { value, annotations: [] } }] });
+    const message = (value: string) => ({
+      id: 'msg_1',
+      object: 'thread.message',
+      content: [{ type: 'text', text: { value, annotations: [] } }],
+    });
     const events = new EventStream({ stallMs: 5_000 });
     const reading = (async () => {
       const chunks: Uint8Array[] = [];
@@ -242,7 +267,12 @@ describe('the event stream towards its client', () => {
       `event: thread.run.step.completed\ndata: {"id":"step_1"}\n\nevent: thread.message.completed\ndata: ${JSON.stringify(message(answer.toString()))}\n\n` +
         'event: thread.run.completed\ndata: {"id":"run_1"}\n\nevent: done\ndata: [DONE]\n\n',
     );
-    expect(parseEvents(text).map((event) => event.event)).toEqual(['thread.run.step.completed', 'thread.message.completed', 'thread.run.completed', 'done']);
+    expect(parseEvents(text).map((event) => event.event)).toEqual([
+      'thread.run.step.completed',
+      'thread.message.completed',
+      'thread.run.completed',
+      'done',
+    ]);
     // Parts given as they are: strings and bytes, in order.
     const parted = new EventStream({ stallMs: 5_000 });
     await parted.send([['x', new TextParts(['{"a":"', new TextEncoder().encode('é'), '"}'])]]);

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { completionBudget, sumUsage, turnOutcome, type TurnEnd, type TurnOutcome } from '../../../../src/resources/runs/execution/outcome';
+import {
+  completionBudget,
+  sumUsage,
+  turnOutcome,
+  type TurnEnd,
+  type TurnOutcome,
+} from '../../../../src/resources/runs/execution/outcome';
 
 /**
  * How a turn of a run ends (src/resources/runs/execution/outcome.ts): the decision alone, case by case. The same rules
@@ -31,19 +37,59 @@ const ended = (
 
 const cases: [string, Partial<TurnEnd>, TurnOutcome][] = [
   ['an answer that stopped completes', {}, ended('completed', null)],
-  ['tool calls that finished ask for outputs', { finishReason: 'tool_calls', toolCalls: true }, { status: 'requires_action' }],
-  ['tool calls ask for outputs whatever the finish reason says, unless cut', { finishReason: 'stop', toolCalls: true }, { status: 'requires_action' }],
-  ['an answer cut by the completion token limit is incomplete', { finishReason: 'length' }, ended('incomplete', 'max_completion_tokens', 'max_tokens')],
-  ['tool calls cut by the completion token limit fail', { finishReason: 'length', toolCalls: true }, ended('incomplete', 'max_completion_tokens', 'max_tokens', 'max_completion_tokens')],
-  ['tool calls cut at the answer cap fail, saying so', { finishReason: 'length', toolCalls: true, cutAtAnswerCap: true }, ended('incomplete', 'max_completion_tokens', 'max_tokens', 'answer_cap')],
-  ['an answer cut at the answer cap is incomplete like one cut by the token limit', { finishReason: 'length', cutAtAnswerCap: true }, ended('incomplete', 'max_completion_tokens', 'max_tokens')],
-  ['a filtered answer completes the run, its message incomplete', { finishReason: 'content_filter' }, ended('completed', null, 'content_filter')],
-  ['a filtered answer past a cap: the run is incomplete for the cap', { finishReason: 'content_filter', maxPromptTokens: 50 }, ended('incomplete', 'max_prompt_tokens', 'content_filter')],
+  [
+    'tool calls that finished ask for outputs',
+    { finishReason: 'tool_calls', toolCalls: true },
+    { status: 'requires_action' },
+  ],
+  [
+    'tool calls ask for outputs whatever the finish reason says, unless cut',
+    { finishReason: 'stop', toolCalls: true },
+    { status: 'requires_action' },
+  ],
+  [
+    'an answer cut by the completion token limit is incomplete',
+    { finishReason: 'length' },
+    ended('incomplete', 'max_completion_tokens', 'max_tokens'),
+  ],
+  [
+    'tool calls cut by the completion token limit fail',
+    { finishReason: 'length', toolCalls: true },
+    ended('incomplete', 'max_completion_tokens', 'max_tokens', 'max_completion_tokens'),
+  ],
+  [
+    'tool calls cut at the answer cap fail, saying so',
+    { finishReason: 'length', toolCalls: true, cutAtAnswerCap: true },
+    ended('incomplete', 'max_completion_tokens', 'max_tokens', 'answer_cap'),
+  ],
+  [
+    'an answer cut at the answer cap is incomplete like one cut by the token limit',
+    { finishReason: 'length', cutAtAnswerCap: true },
+    ended('incomplete', 'max_completion_tokens', 'max_tokens'),
+  ],
+  [
+    'a filtered answer completes the run, its message incomplete',
+    { finishReason: 'content_filter' },
+    ended('completed', null, 'content_filter'),
+  ],
+  [
+    'a filtered answer past a cap: the run is incomplete for the cap',
+    { finishReason: 'content_filter', maxPromptTokens: 50 },
+    ended('incomplete', 'max_prompt_tokens', 'content_filter'),
+  ],
   ['prompt tokens past max_prompt_tokens', { maxPromptTokens: 99 }, ended('incomplete', 'max_prompt_tokens')],
   ['prompt tokens exactly at max_prompt_tokens', { maxPromptTokens: 100 }, ended('completed', null)],
-  ['completion tokens past max_completion_tokens', { maxCompletionTokens: 19 }, ended('incomplete', 'max_completion_tokens')],
+  [
+    'completion tokens past max_completion_tokens',
+    { maxCompletionTokens: 19 },
+    ended('incomplete', 'max_completion_tokens'),
+  ],
   ['completion tokens exactly at max_completion_tokens', { maxCompletionTokens: 20 }, ended('completed', null)],
-  ['past both caps: the prompt is named', { maxPromptTokens: 10, maxCompletionTokens: 10 }, ended('incomplete', 'max_prompt_tokens')],
+  [
+    'past both caps: the prompt is named',
+    { maxPromptTokens: 10, maxCompletionTokens: 10 },
+    ended('incomplete', 'max_prompt_tokens'),
+  ],
   ['a finish reason the gateway does not know completes', { finishReason: 'eos' }, ended('completed', null)],
 ];
 

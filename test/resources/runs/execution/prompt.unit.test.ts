@@ -16,8 +16,14 @@ import type { MessageRow } from '../../../../src/resources/threads/queries';
 let clock = 1_000;
 
 /** A thread message; `content` a string (one text part) or parts. */
-function message(id: string, role: 'user' | 'assistant', content: string | MessageContent[], runId: string | null = null): MessageRow {
-  const parts: MessageContent[] = typeof content === 'string' ? [{ type: 'text', text: { value: content, annotations: [] } }] : content;
+function message(
+  id: string,
+  role: 'user' | 'assistant',
+  content: string | MessageContent[],
+  runId: string | null = null,
+): MessageRow {
+  const parts: MessageContent[] =
+    typeof content === 'string' ? [{ type: 'text', text: { value: content, annotations: [] } }] : content;
   const at = (clock += 10);
   return {
     id,
@@ -51,7 +57,12 @@ const call = (id: string, output: string | null): FunctionToolCall => ({
   function: { name: 'lookup', arguments: `{"q":"${id}"}`, output },
 });
 
-const called = (runId: string, calls: FunctionToolCall[], runCreatedAt: number, status: StepRow['status'] = 'completed'): HistoryStep => ({
+const called = (
+  runId: string,
+  calls: FunctionToolCall[],
+  runCreatedAt: number,
+  status: StepRow['status'] = 'completed',
+): HistoryStep => ({
   runId,
   type: 'tool_calls',
   status,
@@ -83,7 +94,11 @@ const toolTurn = (...calls: FunctionToolCall[]): ChatMessage[] => [
   {
     role: 'assistant',
     content: null,
-    tool_calls: calls.map((c) => ({ id: c.id, type: 'function', function: { name: 'lookup', arguments: c.function.arguments } })),
+    tool_calls: calls.map((c) => ({
+      id: c.id,
+      type: 'function',
+      function: { name: 'lookup', arguments: c.function.arguments },
+    })),
   },
   ...calls.map((c): ChatMessage => ({ role: 'tool', tool_call_id: c.id, content: c.function.output ?? '' })),
 ];
@@ -208,7 +223,12 @@ describe('the order of the history', () => {
   });
 
   it('sends no system message without instructions', () => {
-    const prompt = buildPrompt({ ...RUN, instructions: '' }, { messages: [message('u1', 'user', 'hi')], steps: [] }, [], limits());
+    const prompt = buildPrompt(
+      { ...RUN, instructions: '' },
+      { messages: [message('u1', 'user', 'hi')], steps: [] },
+      [],
+      limits(),
+    );
     expect(prompt.messages).toEqual([user('hi')]);
   });
 });
@@ -224,7 +244,12 @@ describe('truncation', () => {
     const u3 = message('u3', 'user', 'third question');
     return {
       messages: [u1, a1, a2, u2, a3, u3],
-      steps: [wrote('run_1', 'a1', 0), called('run_2', [call('c1', 'out')], 0), wrote('run_2', 'a2', 0), wrote('run_3', 'a3', 0)],
+      steps: [
+        wrote('run_1', 'a1', 0),
+        called('run_2', [call('c1', 'out')], 0),
+        wrote('run_2', 'a2', 0),
+        wrote('run_3', 'a3', 0),
+      ],
     };
   };
   const everything = [
@@ -244,7 +269,10 @@ describe('truncation', () => {
    */
   const tokensOf = (history: ChatMessage[]) =>
     Math.ceil(
-      (JSON.stringify([SYSTEM]).length + JSON.stringify([]).length + history.reduce((sum, m) => sum + JSON.stringify([m]).length, 0)) / 4,
+      (JSON.stringify([SYSTEM]).length +
+        JSON.stringify([]).length +
+        history.reduce((sum, m) => sum + JSON.stringify([m]).length, 0)) /
+        4,
     );
 
   it('keeps everything under auto without max_prompt_tokens', () => {
@@ -287,9 +315,17 @@ describe('truncation', () => {
     const u2 = message('u2', 'user', 'Weather?');
     const text = message('a1', 'assistant', 'Looking it up.', 'run_now');
     const run = { ...RUN, createdAt: u2.createdAt };
-    const steps = [own('step_1', wrote('run_now', 'a1', run.createdAt)), own('step_2', called('run_now', [call('c1', 'sun')], run.createdAt))];
+    const steps = [
+      own('step_1', wrote('run_now', 'a1', run.createdAt)),
+      own('step_2', called('run_now', [call('c1', 'sun')], run.createdAt)),
+    ];
     const prompt = buildPrompt(run, { messages: [u1, u2, text], steps: [] }, steps, limits({}, { promptTokens: 100 }));
-    expect(prompt.messages).toEqual([SYSTEM, user('Weather?'), assistant('Looking it up.'), ...toolTurn(call('c1', 'sun'))]);
+    expect(prompt.messages).toEqual([
+      SYSTEM,
+      user('Weather?'),
+      assistant('Looking it up.'),
+      ...toolTurn(call('c1', 'sun')),
+    ]);
     expect(prompt.fits).toBe(true);
   });
 
@@ -313,7 +349,12 @@ describe('truncation', () => {
   );
 
   it('counts the tools in the estimate', () => {
-    const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object', description: 'y'.repeat(400) } } }];
+    const tools = [
+      {
+        type: 'function' as const,
+        function: { name: 'lookup', parameters: { type: 'object', description: 'y'.repeat(400) } },
+      },
+    ];
     const without = buildPrompt(RUN, thread(), [], limits());
     const withTools = buildPrompt({ ...RUN, tools }, thread(), [], limits());
     expect(withTools.chars - without.chars).toBe(JSON.stringify(tools).length - JSON.stringify([]).length);
