@@ -118,12 +118,14 @@ export function startGatewayProcess(
 }
 
 /**
- * Runs `src/node.ts` with a configuration it should refuse, to its exit: its code and output. A
- * gateway that starts anyway is stopped after `timeoutMs` (null code) rather than left to hang.
+ * Runs the gateway as `npm start` does (START, the build of src/node.ts) with a configuration it
+ * should refuse, to its exit: its code and output. A gateway that starts anyway is stopped after
+ * `timeoutMs` (null code) rather than left to hang.
  */
 export function runGatewayToExit(env: Record<string, string>, timeoutMs = 20_000): Promise<CliResult> {
+  const [program, ...args] = START;
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...TSX, 'src/node.ts'], {
+    const child = spawn(defined(program), args, {
       cwd: ROOT,
       env: { ...process.env, PORT: '0', HOST: '127.0.0.1', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
