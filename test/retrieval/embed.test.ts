@@ -4,7 +4,8 @@ import { embedTexts, vectorBlob } from '../../src/retrieval/embed';
 import { embeddingKey } from '../../src/resources/virtual-keys/embedding-key';
 import { findActiveVirtualKey, revokeVirtualKey } from '../../src/resources/virtual-keys/commands';
 import { createFakeUpstream, fakeEmbedding, FAKE_EMBEDDINGS_STATUS } from '../support/fake-upstream';
-import { createTestGateway, json, type Tenant, type TestGateway } from '../support/gateway';
+import { createPolicy } from '../support/ratelimit';
+import { createTestGateway, type Tenant, type TestGateway } from '../support/gateway';
 
 /** embedTexts through the real deps and database: batches, the store's key, rate-limit policies. */
 
@@ -64,19 +65,14 @@ describe('embedTexts', () => {
   it('is refused by a tokens policy once its tokens are spent, and charges what the provider reports', async () => {
     const own = await gateway.tenant();
     const slug = await gateway.virtualKey(own, { base_url: 'http://fake.test/v1', default: true });
-    const policy = await json(
-      await gateway.request('/v1/policies/rate-limits', {
-        key: own.workspaceKey,
-        body: {
-          conditions: [{ key: 'model', value: 'text-embedding-3-small' }],
-          group_by: [{ key: 'workspace_id' }],
-          type: 'tokens',
-          unit: 'rpm',
-          value: 10,
-        },
+    expect(
+      await createPolicy(gateway, own, {
+        conditions: [{ key: 'model', value: 'text-embedding-3-small' }],
+        type: 'tokens',
+        unit: 'rpm',
+        value: 10,
       }),
-    );
-    expect(policy.id).toBeTruthy();
+    ).toBeTruthy();
     const mine = { ...target(), workspaceId: own.workspace.id, apiKeyId: own.workspaceKeyId, virtualKeyId: null };
     const first = await embedTexts(gateway.deps, embeddingKey, mine, [
       'one two three four five six seven eight nine ten eleven twelve',

@@ -9,6 +9,7 @@ import { pdf } from '../support/documents';
 import { storeFile } from '../support/files';
 import { chunkerProcessesOf } from '../support/processes';
 import { waitFor } from '../support/wait';
+import { createPolicy } from '../support/ratelimit';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../support/gateway';
 
 /**
@@ -167,19 +168,14 @@ describe('ingestion left behind', () => {
   it('defers a file the workspace’s own tokens policy refuses, without failing it, and ingests it once the window resets', async () => {
     const own = await gateway.tenant();
     await gateway.virtualKey(own, { base_url: 'http://fake.test/v1', default: true });
-    const policy = await json(
-      await gateway.request('/v1/policies/rate-limits', {
-        key: own.workspaceKey,
-        body: {
-          conditions: [{ key: 'model', value: 'text-embedding-3-small' }],
-          group_by: [{ key: 'workspace_id' }],
-          type: 'tokens',
-          unit: 'rph',
-          value: 5,
-        },
+    expect(
+      await createPolicy(gateway, own, {
+        conditions: [{ key: 'model', value: 'text-embedding-3-small' }],
+        type: 'tokens',
+        unit: 'rph',
+        value: 5,
       }),
-    );
-    expect(policy.id).toBeTruthy();
+    ).toBeTruthy();
     const theirs = gateway.openai({ 'x-gateway-api-key': own.workspaceKey });
     const store = await theirs.vectorStores.create({ name: 'limited' });
     const first = await storeFile(gateway, own, {
