@@ -98,13 +98,19 @@ describe('BusyRetryingClient', () => {
 });
 
 describe('BusyRetryingClient, writes taking turns', () => {
-  /** `raw`, its sends counted (in flight, at most, in all, their first arguments in the order sent), each answered `delayMs` late or held while `hold` is set. */
-  const counted = (delayMs = 0) => {
-    const seen = { inFlight: 0, most: 0, sent: 0, firstArgs: [] as unknown[] };
+  /**
+   * `raw`, its sends counted (in flight, at most, in all, their first arguments in the order sent,
+   * and those of sends made once `settled` said their caller had its answer), each answered
+   * `delayMs` late or held while `hold` is set.
+   */
+  const counted = (delayMs = 0, settled: (firstArg: unknown) => boolean = () => false) => {
+    const seen = { inFlight: 0, most: 0, sent: 0, firstArgs: [] as unknown[], sentAfterAnswer: [] as unknown[] };
     let hold: Promise<void> | null = null;
     const around = async <T>(stmt: InStatement, send: () => Promise<T>): Promise<T> => {
       seen.sent++;
-      seen.firstArgs.push(typeof stmt === 'object' && Array.isArray(stmt.args) ? stmt.args[0] : undefined);
+      const firstArg = typeof stmt === 'object' && Array.isArray(stmt.args) ? stmt.args[0] : undefined;
+      seen.firstArgs.push(firstArg);
+      if (settled(firstArg)) seen.sentAfterAnswer.push(firstArg);
       seen.most = Math.max(seen.most, ++seen.inFlight);
       try {
         if (hold) await hold;
@@ -170,23 +176,32 @@ describe('BusyRetryingClient, writes taking turns', () => {
   });
 
   it('never sends a write whose deadline passed while it waited for its turn', async () => {
-    // One turn, its first send held past the deadline (300 ms) of all four: the three behind it
-    // time out in line and are never sent, whenever the timers fire on a loaded machine.
-    const { inner, seen, hold } = counted();
+    // One turn, its first send held past the deadline (300 ms) of all four. Each deadline counts
+    // from its own ask, and on a loaded machine the asks made one after the other can be
+    // milliseconds apart: one behind may then still have time when the turn is given up, and be
+    // sent (and time out in flight). What never happens is a send once its caller had its timeout.
+    const answered = new Set<unknown>();
+    const { inner, seen, hold } = counted(0, (writer) => answered.has(writer));
     const client = new BusyRetryingClient(inner, { writers: 1, answerMs: 300 });
     let answer!: () => void;
     hold(new Promise<void>((resolve) => (answer = resolve)));
     const insert = (writer: number) => client.execute({ sql: 'INSERT INTO turns (writer) VALUES (?)', args: [writer] });
-    const outcomes = [-1, -2, -3, -4].map((writer) =>
+    const writers = [-1, -2, -3, -4];
+    const outcomes = writers.map((writer) =>
       insert(writer).then(
         () => 'answered',
-        (error: unknown) => error,
+        (error: unknown) => {
+          answered.add(writer);
+          return error;
+        },
       ),
     );
     for (const outcome of await Promise.all(outcomes)) expect(outcome).toBeInstanceOf(DatabaseTimeoutError);
-    expect(seen.firstArgs).toEqual([-1]);
+    expect(seen.firstArgs[0]).toBe(-1);
+    expect(seen.sentAfterAnswer).toEqual([]);
+    const sent = [...seen.firstArgs];
 
-    // The held one was sent: once answered, its row is there; the others' never are.
+    // What was sent is applied once answered; what timed out in line never is.
     hold(null);
     answer();
     const rowsOf = async (writer: number) =>
@@ -195,16 +210,20 @@ describe('BusyRetryingClient, writes taking turns', () => {
           (await raw.execute({ sql: 'SELECT count(*) AS n FROM turns WHERE writer = ?', args: [writer] })).rows[0],
         ).n,
       );
-    expect(
-      await waitFor(
-        () => rowsOf(-1),
-        (n) => n === 1,
-      ),
-    ).toBe(1);
-    for (const writer of [-2, -3, -4]) expect(await rowsOf(writer)).toBe(0);
-    // The turn given up goes on: a write asked for now is sent and answered.
+    for (const writer of sent) {
+      expect(
+        await waitFor(
+          () => rowsOf(Number(writer)),
+          (n) => n === 1,
+        ),
+      ).toBe(1);
+    }
+    // The turn given up goes on: a write asked for now is sent and answered...
     await insert(-5);
-    expect(seen.firstArgs).toEqual([-1, -5]);
+    expect(seen.firstArgs).toEqual([...sent, -5]);
+    // ...and none of those left in line was sent meanwhile.
+    for (const writer of writers.filter((writer) => !sent.includes(writer))) expect(await rowsOf(writer)).toBe(0);
+    expect(seen.sentAfterAnswer).toEqual([]);
   });
 
   it('gives up the turns of sends left unanswered past their deadline, so that later writes go out', async () => {
