@@ -15,8 +15,12 @@ import { ROOT, startGatewayProcess, type GatewayProcess } from '../support/proce
  */
 
 const INSTALL = 'python3 -m pip install openai==2.54.0';
-const python = spawnSync('python3', ['-c', 'import openai; print(openai.__version__)'], { encoding: 'utf8' });
-const pythonSdk = python.status === 0 ? python.stdout.trim() : undefined;
+// The interpreter `python3` names, run directly afterwards: a version manager's shim (pyenv's is
+// bash scripts) cost each run a second or two of CPU.
+const python = spawnSync('python3', ['-c', 'import sys, openai; print(openai.__version__); print(sys.executable)'], {
+  encoding: 'utf8',
+});
+const [pythonSdk, interpreter = 'python3'] = python.status === 0 ? python.stdout.trim().split('\n') : [];
 if (!pythonSdk) {
   console.warn(`test/sdk/python.test.ts: skipped, python3 cannot import openai. To run it: ${INSTALL}`);
 }
@@ -34,7 +38,7 @@ function runPython(script: string, env: Record<string, string>): Promise<Ran> {
   // Nothing of the caller's OpenAI configuration leaks in: the script sees only what it is given.
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^OPENAI_/.test(name)));
   return new Promise((resolve, reject) => {
-    const child = spawn('python3', [script], {
+    const child = spawn(interpreter, [script], {
       cwd: ROOT,
       env: { ...inherited, NO_PROXY: '127.0.0.1,localhost', PYTHONUNBUFFERED: '1', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

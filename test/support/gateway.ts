@@ -10,6 +10,8 @@ import { createLogger } from '../../src/logger';
 import { nodeConfig } from '../../src/runtime/node/config';
 import { createNodeApp, type NodeApp } from '../../src/runtime/node/app';
 import { createNodeDeps } from '../../src/runtime/node/deps';
+import type { ChunkerEntry } from '../../src/runtime/node/chunker-pool';
+import { ROOT } from './processes';
 import { listen } from '../../src/runtime/node/server';
 import { createApiKey } from '../../src/resources/identities/api-keys';
 import { createWorkspace } from '../../src/resources/identities/workspaces';
@@ -23,6 +25,12 @@ import { newUuid } from '../../src/lib/ids';
  * The real app in-process on a real libSQL file with the real migrations. One gateway per test
  * file; tests keep out of each other's way by creating their own tenants with `tenant()`.
  */
+
+/**
+ * The chunker processes run dist/'s compiled chunker, which the suite's global setup builds
+ * (test/support/build-node.ts), as `npm start`'s do: from src/, each would compile it under tsx.
+ */
+const BUILT_CHUNKER: ChunkerEntry = { path: join(ROOT, 'dist', 'chunker-process.js'), execArgv: [] };
 
 /** A clock that runs with real time plus an offset the test controls. */
 export interface TestClock {
@@ -103,11 +111,12 @@ export async function createTestGateway(
   await migrateDatabase(database.db);
   const clock = testClock();
   const logs: string[] = [];
-  const deps = await createNodeDeps(config, database, {
-    now: clock.now,
-    log: createLogger(config.LOG_LEVEL, (line) => logs.push(line)),
-    ...options.deps,
-  });
+  const deps = await createNodeDeps(
+    config,
+    database,
+    { now: clock.now, log: createLogger(config.LOG_LEVEL, (line) => logs.push(line)), ...options.deps },
+    BUILT_CHUNKER,
+  );
   const { app: hono, request: appRequest, tasks } = createNodeApp(deps);
   const app = { routes: hono.routes, request: appRequest };
 

@@ -31,6 +31,14 @@ export interface ChunkerPoolOptions {
   maxCpuMs: number;
   /** Resident memory a process may reach while it works on a document. */
   maxMemoryMb: number;
+  /** The process's code; by default, chunkerEntry(). */
+  entry?: ChunkerEntry;
+}
+
+/** A chunker process's code: the script node runs and the flags it runs it with. */
+export interface ChunkerEntry {
+  path: string;
+  execArgv: string[];
 }
 
 const NICENESS = 10;
@@ -131,9 +139,10 @@ class ChunkerProcess {
 
   /** A new process, once it listens. */
   static start(options: ChunkerPoolOptions, gone: (chunker: ChunkerProcess) => void): Promise<ChunkerProcess> {
+    const entry = options.entry ?? chunkerEntry();
     const child = spawn(
       process.execPath,
-      [...ENTRY.execArgv, `--max-old-space-size=${options.maxMemoryMb}`, ENTRY.path],
+      [...entry.execArgv, `--max-old-space-size=${options.maxMemoryMb}`, entry.path],
       {
         stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
         serialization: 'advanced',
@@ -295,11 +304,13 @@ function residentMbOf(pid: number): number | null {
 
 /**
  * How the process is started: the compiled chunker-process.js beside this code once built
- * (dist/, by scripts/build-node.mjs), else the TypeScript source through tsx (tests, benchmarks).
+ * (dist/, by scripts/build-node.mjs), else the TypeScript source through tsx (benchmarks; the
+ * tests pass dist/'s, which their global setup builds: tsx compiling it again cost each process
+ * a second of CPU).
  */
-const ENTRY: { path: string; execArgv: string[] } = (() => {
+export function chunkerEntry(): ChunkerEntry {
   const built = new URL('./chunker-process.js', import.meta.url);
   if (existsSync(built)) return { path: fileURLToPath(built), execArgv: [] };
   const loader = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
   return { path: fileURLToPath(new URL('./chunker-process.ts', import.meta.url)), execArgv: ['--import', loader] };
-})();
+}

@@ -11,6 +11,7 @@ import openApiDocument from '../../http/openapi/assets/openapi.json';
 import { nodeBlobStore } from './blob-store';
 import { loadSecretBox } from './key-file';
 import { inProcessIngestionHost } from './ingest-host';
+import type { ChunkerEntry } from './chunker-pool';
 import { inProcessRunHost } from './run-host';
 import { requestBody } from './request-body';
 import { nodeStaticAsset } from './static-assets';
@@ -20,12 +21,14 @@ import { RunExecutions } from '../../resources/runs/execution/executions';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
- * secret box; without one, the box comes from loadSecretBox.
+ * secret box; without one, the box comes from loadSecretBox. `chunkerEntry`: the code the
+ * ingestion's chunker processes run (chunker-pool.ts's chunkerEntry() by default).
  */
 export async function createNodeDeps(
   config: Config,
   database: NodeDatabase,
   overrides: Partial<Deps> = {},
+  chunkerEntry?: ChunkerEntry,
 ): Promise<Deps> {
   const log = overrides.log ?? createLogger(config.LOG_LEVEL);
   const deps: Omit<Deps, 'runHost' | 'ingestion'> = {
@@ -51,6 +54,6 @@ export async function createNodeDeps(
   return {
     ...deps,
     runHost: overrides.runHost ?? inProcessRunHost(deps),
-    ingestion: overrides.ingestion === undefined ? inProcessIngestionHost(deps) : overrides.ingestion,
+    ingestion: overrides.ingestion === undefined ? inProcessIngestionHost(deps, chunkerEntry) : overrides.ingestion,
   };
 }

@@ -7,7 +7,7 @@ import {
   type IngestDeps,
 } from '../../retrieval/ingest';
 import type { IngestionHost } from '../../retrieval/host';
-import { chunkerPool } from './chunker-pool';
+import { chunkerPool, type ChunkerEntry } from './chunker-pool';
 import { embeddingKey } from '../../resources/virtual-keys/embedding-key';
 
 /**
@@ -21,12 +21,13 @@ import { embeddingKey } from '../../resources/virtual-keys/embedding-key';
  * rate-limit window); runtime/node/start.ts also wakes it at start and periodically, for what a crashed
  * process left.
  */
-export function inProcessIngestionHost(deps: IngestDeps): IngestionHost {
+export function inProcessIngestionHost(deps: IngestDeps, chunkerEntry?: ChunkerEntry): IngestionHost {
   const { config } = deps;
   const chunker = chunkerPool({
     processes: config.GATEWAY_INGEST_CONCURRENCY,
     maxCpuMs: config.GATEWAY_INGEST_MAX_CPU_SECONDS * 1000,
     maxMemoryMb: config.GATEWAY_INGEST_MAX_MEMORY_MB,
+    entry: chunkerEntry,
   });
   const options = ingestOptions(config, chunker, embeddingKey);
   let running = 0;
