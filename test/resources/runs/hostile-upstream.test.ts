@@ -28,17 +28,27 @@ let tenant: Tenant;
 let virtualKey: string;
 let assistantId: string;
 
-beforeAll(async () => {
-  fake = await startFakeUpstream();
-  gateway = await createTestGateway({
-    env: {
-      GATEWAY_MAX_ANSWER_BYTES: String(CAP),
-      GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: '5000',
-      GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: String(IDLE_MS),
-    },
+/** A gateway with a tenant, a virtual key to the fake and an assistant with a tool: where a run goes. */
+interface Target {
+  gateway: TestGateway;
+  tenant: Tenant;
+  virtualKey: string;
+  assistantId: string;
+}
+
+/**
+ * The same, idle for up to GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS's default: what a flood without
+ * progress (blank lines, empty events) must get through, on a machine that may be short of CPU,
+ * without the few hundred milliseconds the idle-timeout tests need.
+ */
+let patient: Target;
+
+async function target(env: Record<string, string>): Promise<Target> {
+  const gateway = await createTestGateway({
+    env: { GATEWAY_MAX_ANSWER_BYTES: String(CAP), GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: '5000', ...env },
   });
-  tenant = await gateway.tenant();
-  virtualKey = await gateway.virtualKey(tenant, { base_url: fake.baseURL, api_key: KEY });
+  const tenant = await gateway.tenant();
+  const virtualKey = await gateway.virtualKey(tenant, { base_url: fake.baseURL, api_key: KEY });
   const assistant = await json(
     await gateway.request('/v1/assistants', {
       key: tenant.workspaceKey,
@@ -48,10 +58,19 @@ beforeAll(async () => {
       },
     }),
   );
-  assistantId = assistant.id;
+  return { gateway, tenant, virtualKey, assistantId: assistant.id };
+}
+
+beforeAll(async () => {
+  fake = await startFakeUpstream();
+  ({ gateway, tenant, virtualKey, assistantId } = await target({
+    GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: String(IDLE_MS),
+  }));
+  patient = await target({});
 });
 afterAll(async () => {
   await gateway.close();
+  await patient.gateway.close();
   await fake.close();
 });
 beforeEach(() => fake.reset());
@@ -70,8 +89,9 @@ interface Ended {
 /** Creates a run whose upstream answers `scenario`, and waits for its end. */
 async function runToEnd(
   scenario: FakeScenario,
-  options: { stream?: boolean; virtualKey?: string; content?: string } = {},
+  options: { stream?: boolean; virtualKey?: string; content?: string; on?: Target } = {},
 ): Promise<Ended> {
+  const { gateway, tenant, assistantId, virtualKey } = options.on ?? main();
   const response = await gateway.request('/v1/threads/runs', {
     key: tenant.workspaceKey,
     headers: { 'x-gateway-virtual-key': options.virtualKey ?? virtualKey },
@@ -141,6 +161,9 @@ async function runToEnd(
   });
   return { run, message: messages.data[0], steps, events, storedBytes: Number(defined(sizes.rows[0])[0]) };
 }
+
+/** The gateway with the short idle timeout, which most tests use. */
+const main = (): Target => ({ gateway, tenant, virtualKey, assistantId });
 
 /** The log lines about a run, parsed. */
 function logsOf(runId: string): { level: string; message: string; [field: string]: unknown }[] {
@@ -375,7 +398,7 @@ describe('the provider key in what the upstream sends back', () => {
 
 describe('event-stream framing', () => {
   it('a line longer than 1 MiB fails the run', async () => {
-    const ended = await runToEnd({ flood: 'x', flood_bytes: 2 * 1024 * 1024, chunk_bytes: 65_536 });
+    const ended = await runToEnd({ flood: 'x', flood_bytes: 2 * 1024 * 1024, chunk_bytes: 65_536 }, { on: patient });
     expect(ended.run).toMatchObject({
       status: 'failed',
       last_error: { message: 'The upstream sent a server-sent event line longer than 1048576 bytes.' },
@@ -395,19 +418,25 @@ describe('event-stream framing', () => {
   });
 
   it('1 MiB of blank lines, then the answer: completed', async () => {
-    const ended = await runToEnd({ flood: '\n', flood_bytes: 1024 * 1024, chunk_bytes: 65_536, reply: 'still here' });
+    const ended = await runToEnd(
+      { flood: '\n', flood_bytes: 1024 * 1024, chunk_bytes: 65_536, reply: 'still here' },
+      { on: patient },
+    );
     expect(ended.run.status).toBe('completed');
     expect(ended.message.content[0].text.value).toBe('still here');
   });
 
   it('a flood of tiny events, then the answer: completed', async () => {
     const event = 'data: {"choices":[]}\n\n';
-    const ended = await runToEnd({
-      flood: event,
-      flood_bytes: event.length * Math.floor(2 ** 20 / event.length),
-      chunk_bytes: 65_536,
-      reply: 'still here',
-    });
+    const ended = await runToEnd(
+      {
+        flood: event,
+        flood_bytes: event.length * Math.floor(2 ** 20 / event.length),
+        chunk_bytes: 65_536,
+        reply: 'still here',
+      },
+      { on: patient },
+    );
     expect(ended.run.status).toBe('completed');
     expect(ended.message.content[0].text.value).toBe('still here');
   });
