@@ -137,9 +137,10 @@ export function relayStream(opened: OpenedChatCall, options: RelayOptions): Read
           if (out.length > 0) return;
         }
       },
+      // The call is ended first: it aborts the provider's body, which a read still pending waits on.
       async cancel(reason) {
-        await batches.return(undefined);
         end(reason ?? new Error('The client left before the end of the stream.'));
+        await batches.return(undefined);
       },
     },
     { highWaterMark: 0 },

@@ -189,6 +189,63 @@ describe('answers', () => {
   });
 });
 
+describe('a client that leaves', () => {
+  it('mid-stream ends the provider call at once, and the call is logged as such', async () => {
+    const { tenant } = await tenantWith();
+    const response = await gateway.request('/v1/chat/completions', {
+      key: tenant.workspaceKey,
+      body: { model: 'gpt-4o', messages: [asking('stall', { reply: 'a b c', stall_after_chunks: 2 })], stream: true },
+    });
+    const reader = defined(response.body).getReader();
+    expect((await reader.read()).done).toBe(false);
+    const call = lastReceived();
+    expect(call.outcome).toBe('open');
+    await reader.cancel();
+    // The stalled provider would hold the call for the idle timeout (a minute): it ends now.
+    expect(
+      await waitFor(
+        () => call.outcome,
+        (outcome) => outcome !== 'open',
+      ),
+    ).toBe('cancelled');
+    const logged = await waitFor(
+      () => gateway.logs.filter((line) => line.includes(tenant.workspace.id) && line.includes('client_left')),
+      (lines) => lines.length > 0,
+    );
+    expect(logged).toHaveLength(1);
+  });
+});
+
+describe('providers', () => {
+  it("an Azure OpenAI key sends to its deployment's path with its api-version and api-key, and counts the deployment's model", async () => {
+    const tenant = await gateway.tenant();
+    await gateway.virtualKey(tenant, {
+      base_url: fake.url,
+      provider: 'azure-openai',
+      deployment: 'prod-4o',
+      api_version: '2024-10-21',
+      model: 'gpt-4o-2024-08-06',
+      default: true,
+    });
+    const completion = await clientOf(tenant).chat.completions.create({
+      model: 'gpt-4o',
+      messages: [asking('hello azure')],
+    });
+    expect(defined(completion.choices[0]).message.content).toBe('You said: hello azure');
+    const received = lastReceived();
+    expect(received.path).toBe('/openai/deployments/prod-4o/chat/completions');
+    expect(received.query).toEqual({ 'api-version': '2024-10-21' });
+    expect(received.headers['api-key']).toBe(PROVIDER_KEY);
+    expect(received.headers.authorization).toBeUndefined();
+    const response = await gateway.request('/v1/usage?bucket_width=1h&limit=1&group_by=model,kind', {
+      key: tenant.workspaceKey,
+    });
+    expect((await json(response)).data[0].results).toEqual([
+      expect.objectContaining({ kind: 'chat_completions', model: 'gpt-4o-2024-08-06', num_requests: 1 }),
+    ]);
+  });
+});
+
 describe('usage and policies', () => {
   it('every call is counted in /v1/usage with the usage the provider reported', async () => {
     const { tenant, client } = await tenantWith();
@@ -312,5 +369,52 @@ describe('failures', () => {
       .catch((thrown: unknown) => thrown);
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);
     expect(error).toMatchObject({ status: 400, code: 'missing_virtual_key', param: 'x-gateway-virtual-key' });
+  });
+});
+
+describe('a provider that goes silent', () => {
+  let impatient: TestGateway;
+  beforeAll(async () => {
+    impatient = await createTestGateway({
+      env: { GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS: '300', GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS: '300' },
+    });
+  });
+  afterAll(() => impatient.close());
+
+  async function impatientClient() {
+    const tenant = await impatient.tenant();
+    await impatient.virtualKey(tenant, { base_url: fake.baseURL, default: true });
+    return new OpenAI({
+      apiKey: tenant.workspaceKey,
+      baseURL: 'http://gateway.test/v1',
+      maxRetries: 0,
+      fetch: (url, init) => impatient.app.request(String(url), init),
+    });
+  }
+
+  it('before its first byte is a 504 upstream_timeout', async () => {
+    const client = await impatientClient();
+    const error = await client.chat.completions
+      .create({ model: 'gpt-4o', messages: [asking('hold on', { hold: `never-${crypto.randomUUID()}` })] })
+      .catch((thrown: unknown) => thrown);
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect(error).toMatchObject({ status: 504, code: 'upstream_timeout' });
+    expect((error as Error).message).toContain('sent no first byte within 300 ms');
+  });
+
+  it('mid-stream ends the stream with the error envelope, which the SDK raises after the chunks before it', async () => {
+    const client = await impatientClient();
+    const stream = await client.chat.completions.create({
+      model: 'gpt-4o',
+      messages: [asking('stall', { reply: 'a b c d e', stall_after_chunks: 3 })],
+      stream: true,
+    });
+    const texts: string[] = [];
+    const error = await (async () => {
+      for await (const chunk of stream) texts.push(chunk.choices[0]?.delta.content ?? '');
+    })().catch((thrown: unknown) => thrown);
+    expect(texts.join('')).toBe('a b');
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect((error as Error).message).toContain('went silent');
   });
 });
