@@ -210,7 +210,6 @@ class CallRecord {
     const { deps, actor, key, call } = this;
     this.share?.end();
     const usage = tally && (tally.usage ?? estimate(call.promptChars, tally.completionChars));
-    await settleTokens(deps, this.admission.ticket, usage?.total_tokens ?? 0);
     const fields = {
       request_id: call.request.requestId,
       workspace_id: actor.workspaceId,
@@ -226,6 +225,7 @@ class CallRecord {
       outcome: outcome(error),
     };
     try {
+      await settleTokens(deps, this.admission.ticket, usage?.total_tokens ?? 0);
       if (usage) {
         await recordUsage(deps.db, {
           kind: 'chat_completions',
@@ -239,8 +239,9 @@ class CallRecord {
         });
       }
     } catch (failure) {
-      // The answer has gone out (or is going): a count that fails is logged, never thrown at it.
-      deps.log.error('chat completion usage not recorded', { ...fields, error: failure });
+      // The answer has gone out (or is going): a settlement or count that fails is logged, never
+      // thrown at it (a relayed stream ends the call without awaiting this).
+      deps.log.error('chat completion usage not settled or recorded', { ...fields, error: failure });
       return;
     }
     if (error === null) deps.log.info('chat completion', fields);
