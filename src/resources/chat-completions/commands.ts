@@ -1,4 +1,4 @@
-import type { Actor } from '../../actor';
+import type { Actor, RequestContext } from '../../actor';
 import { shareTimeoutMessage } from '../../config';
 import type { Settings } from '../../db/settings-cache';
 import { recordUsage } from '../../db/usage-counts';
@@ -48,11 +48,10 @@ export interface ChatCompletionAnswer {
   headers: Record<string, string>;
 }
 
-/** The request a call is made for, beyond its body. */
-export interface ChatCompletionRequest {
+/** The request a call is made for, beyond its body: its waitUntil keeps a relayed stream's settlement alive on Workers. */
+export interface ChatCompletionRequest extends RequestContext {
   /** The client's request's signal: a client that leaves ends the provider call. */
   signal: AbortSignal;
-  requestId: string;
 }
 
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
@@ -143,7 +142,7 @@ export async function createChatCompletion(
     const events = relayStream(opened, {
       clientWantsUsage,
       slices: deps.slices,
-      done: (tally, error) => void call.end(tally, error),
+      done: (tally, error) => request.waitUntil(call.end(tally, error)),
     });
     return { body: events, headers: { ...SSE_HEADERS, ...admission.headers } };
   }

@@ -1,5 +1,6 @@
 import { Hono } from 'hono';
 import { responds } from '../../http/middleware/responds';
+import { requestContext } from '../../http/request-context';
 import { validate } from '../../http/middleware/validate';
 import type { ApiEnv } from '../identities/env';
 import { workspace } from '../identities/middleware/workspace';
@@ -22,8 +23,8 @@ export const chatCompletionRoutes = new Hono<ApiEnv>().use(workspace()).post(
   validate('json', createChatCompletionBody),
   async (c) => {
     const answer = await createChatCompletion(c.get('deps'), c.get('actor'), c.get('settings'), c.req.valid('json'), {
+      ...requestContext(c),
       signal: c.req.raw.signal,
-      requestId: c.get('requestId'),
     });
     return new Response(answer.body, { status: 200, headers: answer.headers });
   },
