@@ -52,6 +52,7 @@ const RESOURCES = {
   'vector-stores': ['identities', 'virtual-keys', 'files'],
   assistants: ['identities', 'virtual-keys', 'files', 'vector-stores'],
   threads: ['identities', 'virtual-keys', 'files', 'vector-stores'],
+  'chat-completions': ['identities', 'virtual-keys'],
   runs: ['identities', 'virtual-keys', 'policies', 'usage', 'files', 'vector-stores', 'assistants', 'threads'],
 };
 

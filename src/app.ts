@@ -14,6 +14,7 @@ import { responds } from './http/middleware/responds';
 import { servedRoutesOnly, shorten } from './http/middleware/served-routes';
 import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
 import { assistantRoutes } from './resources/assistants/routes';
+import { chatCompletionRoutes } from './resources/chat-completions/routes';
 import { fileRoutes } from './resources/files/routes';
 import { policyRoutes } from './resources/policies/routes';
 import { runRoutes } from './resources/runs/routes';
@@ -92,6 +93,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/files', fileRoutes);
+  app.route('/v1/chat/completions', chatCompletionRoutes);
   app.route('/v1/vector_stores', vectorStoreRoutes);
   app.route('/v1/vector_stores', vectorStoreSearchRoutes);
 

@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { FairShares } from './lib/fair-shares';
+import { FairShares, type ShareLimits, type ShareTimeout } from './lib/fair-shares';
 import { SecretBox } from './lib/secrets';
 import { parseUpstreamHostPatterns } from './lib/upstream-url';
 
@@ -258,3 +258,17 @@ export function upstreamShares(
     bytesPerKey: config.GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE,
   });
 }
+
+/** What kept a provider call from starting within `timeoutMs` (a ShareTimeout of upstreamShares), naming its setting. */
+export function shareTimeoutMessage(error: ShareTimeout, timeoutMs: number): string {
+  return `No call to the provider could start within ${timeoutMs} ms: ${SHARE_LIMITS[error.limit](error.value)}.`;
+}
+
+const SHARE_LIMITS: Record<keyof ShareLimits, (value: number) => string> = {
+  callsPerKey: (n) =>
+    `this workspace's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE) were all in flight`,
+  calls: (n) => `the gateway's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS) were all in flight`,
+  bytesPerKey: (n) =>
+    `this workspace's requests waiting to be sent held its ${n} bytes (GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE)`,
+  bytes: (n) => `the requests waiting to be sent held the gateway's ${n} bytes (GATEWAY_UPSTREAM_BYTES)`,
+};

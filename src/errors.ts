@@ -9,7 +9,10 @@ import { jsonText } from './lib/json-text';
  * `ApiError`; `onError` in app.ts renders it.
  */
 
-type ErrorSpec = { status: 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 429 | 500 | 503 | 507; message?: string };
+type ErrorSpec = {
+  status: 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 429 | 500 | 502 | 503 | 504 | 507;
+  message?: string;
+};
 
 /** Every code the gateway can answer with, its HTTP status and, where it has one, a default message. */
 export const ERROR_CODES = {
@@ -92,6 +95,14 @@ export const ERROR_CODES = {
     status: 500,
     message: 'The server had an error while processing your request. Sorry about that!',
   },
+  /**
+   * The provider behind the virtual key refused a proxied call (POST /v1/chat/completions): answered
+   * with the provider's own status (ApiErrorOptions.status), or 502 when it answered nothing usable
+   * (a network failure, a malformed or oversized answer, an address the upstream rules refuse).
+   */
+  upstream_error: { status: 502 },
+  /** The provider sent no first byte, or went silent, within GATEWAY_UPSTREAM_*_TIMEOUT_MS. */
+  upstream_timeout: { status: 504 },
   shutting_down: { status: 503, message: 'The gateway is shutting down; retry on another instance.' },
   /** The database turned the request away under load (its busy refusal, a libSQL server's 429) past the retries: nothing was written. */
   database_busy: { status: 503, message: 'The database is busy; nothing was written. Retry in a moment.' },
@@ -131,11 +142,17 @@ export interface ApiErrorOptions {
   /** Extra response headers, e.g. Retry-After on a 429. */
   headers?: Record<string, string>;
   cause?: unknown;
+  /**
+   * `upstream_error` only: the provider's own status (4xx or 5xx), which the client gets back as the
+   * provider gave it, so that the SDKs raise what they would have raised talking to it directly.
+   */
+  status?: number;
 }
 
 export class ApiError extends Error {
   readonly code: ErrorCode;
-  readonly status: ErrorStatus;
+  /** The code's status; for `upstream_error`, the provider's when it gave one. */
+  readonly status: number;
   readonly type: ErrorType;
   readonly param: string | null;
   readonly headers: Record<string, string>;
@@ -145,7 +162,7 @@ export class ApiError extends Error {
     super(message ?? spec.message ?? code, { cause: options.cause });
     this.name = 'ApiError';
     this.code = code;
-    this.status = spec.status;
+    this.status = code === 'upstream_error' && options.status !== undefined ? options.status : spec.status;
     this.param = options.param ?? null;
     this.headers = options.headers ?? {};
     this.type = options.type ?? (spec.status >= 500 ? 'server_error' : 'invalid_request_error');

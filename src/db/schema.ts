@@ -510,14 +510,16 @@ export const vectorStoreChunks = sqliteTable(
 
 // ── Usage ────────────────────────────────────────────────────────────────────────────────────
 
-export type UsageKind = 'run' | 'embeddings';
+/** What a usage row counts: runs, embeddings calls (retrieval), chat completions passed through (POST /v1/chat/completions). */
+export const USAGE_KINDS = ['run', 'embeddings', 'chat_completions'] as const;
+export type UsageKind = (typeof USAGE_KINDS)[number];
 
 /**
  * Tokens per hour, workspace, API key, virtual key, model and kind: what GET /v1/usage adds up.
  * Runs are counted by a trigger (migration 0006) in the statement that ends them, with the usage
  * that statement writes, so the table matches the runs exactly whatever ends them; in the hour the
- * run was created. Embeddings calls are counted by retrieval/embed.ts. `requests`: runs ended, or
- * embeddings calls made.
+ * run was created. Embeddings and chat completions calls are counted by their callers, through
+ * db/usage-counts.ts. `requests`: runs ended, or calls made.
  */
 export const usage = sqliteTable(
   'usage',

@@ -47,7 +47,7 @@ export interface ChatCallOptions {
 }
 
 /** The largest event-stream line (bytes on the wire) and event (characters of data) read. */
-const SSE_LIMITS = { maxLineBytes: 1024 * 1024, maxEventChars: 1024 * 1024 };
+export const SSE_LIMITS = { maxLineBytes: 1024 * 1024, maxEventChars: 1024 * 1024 };
 /** Longer tool-call ids are refused: OpenAI's are about 30 characters. */
 const MAX_TOOL_CALL_ID_CHARS = 256;
 
@@ -55,65 +55,13 @@ export async function* streamChatCompletion(
   request: { model: string; body: RequestBody['body'] },
   call: ChatCallOptions,
 ): AsyncGenerator<UpstreamEvent[]> {
-  const controller = new AbortController();
-  const onAbort = () => controller.abort(call.signal?.reason);
-  if (call.signal?.aborted) throw call.signal.reason;
-  call.signal?.addEventListener('abort', onAbort, { once: true });
-
-  const silence = new SilenceTimer((error) => controller.abort(error));
-  const queued = call.queuedMs ?? 0;
-  silence.start(
-    call.firstByteTimeoutMs,
-    'sent no first byte',
-    queued,
-    queued > 0 ? `, ${queued} ms of them waiting for its turn among the provider calls at once` : '',
-  );
+  const { body, silence, controller, end } = await openChatCall({ ...request, accept: 'text/event-stream' }, call);
   let finished = false;
-
   try {
-    let response: UpstreamAnswer;
-    try {
-      response = await call.fetch(call.adapter.url(call.baseUrl, call.options), {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'text/event-stream',
-          ...call.adapter.headers(call.secret),
-        },
-        body: request.body,
-        ...(request.body instanceof ReadableStream ? { duplex: 'half' as const } : {}),
-        signal: controller.signal,
-        // base_url was checked, a Location header was not: following it could take the gateway's
-        // request (and the provider key) to a metadata or internal address. A 3xx fails the call.
-        redirect: 'manual',
-      });
-    } catch (error) {
-      throw asUpstreamError(error, controller.signal);
-    }
-    call.sent?.();
-    // From the headers on, the body must make progress.
-    silence.start(call.idleTimeoutMs, 'went silent for longer than allowed');
-
-    if (!isSuccess(response)) {
-      const detail = await errorDetail(response, call.secret);
-      throw new UpstreamError(
-        'http',
-        `${refusal(response.status, request.model)}HTTP ${response.status}${detail}`,
-        response.status,
-      );
-    }
-    if (!response.body) throw new UpstreamError('protocol', 'The upstream answered without a body.');
-
     const toolCalls = new ToolCallIndexer();
     try {
-      const end = { stopped: () => finished, cut: () => controller.abort() };
-      for await (const batch of readServerSentData(
-        response.body,
-        SSE_LIMITS,
-        () => silence.touch(),
-        end,
-        call.slices,
-      )) {
+      const stop = { stopped: () => finished, cut: () => controller.abort() };
+      for await (const batch of readServerSentData(body, SSE_LIMITS, () => silence.touch(), stop, call.slices)) {
         let at = 0;
         while (at < batch.length) {
           // A slice of the event loop at a time; what it read goes to the consumer before the loop is let go.
@@ -152,11 +100,91 @@ export async function* streamChatCompletion(
     // finish is caught by the engine, which needs a finish_reason to decide the outcome.
     finished = true;
   } finally {
+    end(finished);
+  }
+}
+
+/** A Chat Completions call whose provider answered 2xx: its body to read, under the call's idle limit. */
+export interface OpenedChatCall {
+  response: UpstreamAnswer;
+  body: AsyncIterable<Uint8Array>;
+  /** The idle limit on the body: `touch()` on progress, `pause()` while the reader waits for its consumer. */
+  silence: SilenceTimer;
+  /** Aborts the call; a reason it was aborted with is what a failed read should report (asUpstreamError). */
+  controller: AbortController;
+  /** Ends the call: its timer stopped, the caller's signal let go, and the connection dropped unless the body was read to its end. */
+  end(finished: boolean): void;
+}
+
+/**
+ * Sends a Chat Completions request and waits for its answer's headers, within the first-byte
+ * limit; a non-2xx answer fails it with UpstreamError (`http`, the provider's status, its message
+ * read bounded and redacted), as do a network failure, silence and the caller's abort. Shared by
+ * the run engine (streamChatCompletion) and the pass-through of POST /v1/chat/completions, which
+ * reads the body itself; either must call `end` once done with it.
+ */
+export async function openChatCall(
+  request: { model: string; body: RequestBody['body']; accept: string },
+  call: ChatCallOptions,
+): Promise<OpenedChatCall> {
+  const controller = new AbortController();
+  const onAbort = () => controller.abort(call.signal?.reason);
+  if (call.signal?.aborted) throw call.signal.reason;
+  call.signal?.addEventListener('abort', onAbort, { once: true });
+
+  const silence = new SilenceTimer((error) => controller.abort(error));
+  const queued = call.queuedMs ?? 0;
+  silence.start(
+    call.firstByteTimeoutMs,
+    'sent no first byte',
+    queued,
+    queued > 0 ? `, ${queued} ms of them waiting for its turn among the provider calls at once` : '',
+  );
+  const end = (finished: boolean) => {
     silence.stop();
     call.signal?.removeEventListener('abort', onAbort);
     // A finished body needs nothing more; anything else (an error, a consumer that stopped early)
     // must not leave the connection open.
     if (!finished) controller.abort();
+  };
+
+  try {
+    let response: UpstreamAnswer;
+    try {
+      response = await call.fetch(call.adapter.url(call.baseUrl, call.options), {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: request.accept,
+          ...call.adapter.headers(call.secret),
+        },
+        body: request.body,
+        ...(request.body instanceof ReadableStream ? { duplex: 'half' as const } : {}),
+        signal: controller.signal,
+        // base_url was checked, a Location header was not: following it could take the gateway's
+        // request (and the provider key) to a metadata or internal address. A 3xx fails the call.
+        redirect: 'manual',
+      });
+    } catch (error) {
+      throw asUpstreamError(error, controller.signal);
+    }
+    call.sent?.();
+    // From the headers on, the body must make progress.
+    silence.start(call.idleTimeoutMs, 'went silent for longer than allowed');
+
+    if (!isSuccess(response)) {
+      const detail = await errorDetail(response, call.secret);
+      throw new UpstreamError(
+        'http',
+        `${refusal(response.status, request.model)}HTTP ${response.status}${detail}`,
+        response.status,
+      );
+    }
+    if (!response.body) throw new UpstreamError('protocol', 'The upstream answered without a body.');
+    return { response, body: response.body, silence, controller, end };
+  } catch (error) {
+    end(false);
+    throw error;
   }
 }
 
@@ -165,7 +193,7 @@ export async function* streamChatCompletion(
  * deadline; the one timer, when it fires before the deadline, waits again for what is left, so a
  * stream of many small events sets no timer per event. Paused, it does not fire.
  */
-class SilenceTimer {
+export class SilenceTimer {
   readonly #fail: (error: UpstreamError) => void;
   #cancel: (() => void) | undefined;
   #ms = 0;
@@ -342,7 +370,7 @@ class ToolCallIndexer {
  * Usage as reported, if plausible: non-negative safe integers, and a total (the sum when absent)
  * no smaller than the prompt and completion tokens together. Otherwise the first field at fault.
  */
-function checkUsage(raw: unknown): UpstreamEvent {
+export function checkUsage(raw: unknown): Extract<UpstreamEvent, { type: 'usage' | 'invalid_usage' }> {
   if (!isRecord(raw)) return { type: 'invalid_usage', field: 'usage' };
   const { prompt_tokens: prompt, completion_tokens: completion } = raw;
   if (!isCount(prompt)) return { type: 'invalid_usage', field: 'prompt_tokens' };
@@ -355,7 +383,7 @@ function checkUsage(raw: unknown): UpstreamEvent {
 const isCount = (value: unknown): value is number =>
   typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 
-function isRecord(value: unknown): value is Record<string, unknown> {
+export function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
@@ -391,7 +419,7 @@ function refusal(status: number, model: string): string {
 }
 
 /** The cause of a failed fetch or read: our own timeout or abort reason if there is one. */
-function asUpstreamError(error: unknown, signal: AbortSignal): unknown {
+export function asUpstreamError(error: unknown, signal: AbortSignal): unknown {
   if (signal.aborted) return signal.reason;
   if (error instanceof UpstreamError) return error;
   return networkFailure(error);

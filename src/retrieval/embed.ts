@@ -1,7 +1,6 @@
-import { sql } from 'drizzle-orm';
 import type { Config } from '../config';
 import type { Db } from '../db/client';
-import { usage } from '../db/schema';
+import { recordUsage } from '../db/usage-counts';
 import type { SecretBox } from '../lib/secrets';
 import { ADAPTERS, type Provider } from '../providers/adapters';
 import { createEmbeddings, MAX_DIMENSIONS, retryable } from '../providers/embeddings';
@@ -122,13 +121,15 @@ export async function embedTexts(
         );
         // A provider that reports no usage is charged, and counted, the estimate.
         charged = result.promptTokens || Math.ceil(chars / CHARS_PER_TOKEN);
-        await recordEmbeddingsUsage(deps.db, {
+        await recordUsage(deps.db, {
+          kind: 'embeddings',
           workspaceId: target.workspaceId,
           at: deps.now(),
           model: target.model,
           apiKeyId: target.apiKeyId,
           virtualKeyId: key.id,
           promptTokens: charged,
+          completionTokens: 0,
         });
         return result;
       } finally {
@@ -150,45 +151,6 @@ export async function embedTexts(
   }
   return { vectors, dimensions: dimensions ?? 0, virtualKeyId: key.id, promptTokens };
 }
-
-/** Counts one embeddings call in its hour of the `usage` table (GET /v1/usage reads it), in one upsert. */
-async function recordEmbeddingsUsage(
-  db: Db,
-  call: {
-    workspaceId: string;
-    at: number;
-    model: string;
-    apiKeyId: string;
-    virtualKeyId: string;
-    promptTokens: number;
-  },
-): Promise<void> {
-  const tokens = Math.max(0, Math.floor(call.promptTokens));
-  await db
-    .insert(usage)
-    .values({
-      workspaceId: call.workspaceId,
-      hour: call.at - (call.at % HOUR_MS),
-      kind: 'embeddings',
-      model: call.model,
-      apiKeyId: call.apiKeyId,
-      virtualKeyId: call.virtualKeyId,
-      requests: 1,
-      promptTokens: tokens,
-      completionTokens: 0,
-      totalTokens: tokens,
-    })
-    .onConflictDoUpdate({
-      target: [usage.workspaceId, usage.hour, usage.kind, usage.model, usage.apiKeyId, usage.virtualKeyId],
-      set: {
-        requests: sql`${usage.requests} + 1`,
-        promptTokens: sql`${usage.promptTokens} + ${tokens}`,
-        totalTokens: sql`${usage.totalTokens} + ${tokens}`,
-      },
-    });
-}
-
-const HOUR_MS = 3_600_000;
 
 /** `attempt` given the ms left before DEADLINE_MS, again while it fails for a passing reason and time is left. */
 async function withRetries<T>(signal: AbortSignal | undefined, attempt: (timeoutMs: number) => Promise<T>): Promise<T> {

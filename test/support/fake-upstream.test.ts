@@ -80,7 +80,7 @@ function user(text: string, scenario?: FakeScenario | FakeScenario[]): ChatCompl
 
 /**
  * A whole answer, asked for as the gateway asks (streamed, with usage) and put back together by
- * the SDK: the fake answers streamed requests only.
+ * the SDK.
  */
 function complete(params: ChatCompletionCreateParamsNonStreaming, on: OpenAI = client) {
   return on.chat.completions
@@ -668,10 +668,28 @@ describe('errors', () => {
     );
   });
 
-  it('refuses a request that is not streamed: the gateway never sends one', async () => {
-    const response = await post({ model: MODEL, messages: [user('Hi')] });
-    expect(response.status).toBe(400);
-    expect(await response.json()).toMatchObject({ error: { param: 'stream', type: 'invalid_request_error' } });
+  it('answers a request that is not streamed with one chat.completion, as the stream would add up to', async () => {
+    const messages = [user('Hi there')];
+    const completion = await client.chat.completions.create({ model: MODEL, messages });
+    expect(completion).toMatchObject({
+      object: 'chat.completion',
+      model: MODEL,
+      choices: [{ index: 0, message: { role: 'assistant', content: 'You said: Hi there' }, finish_reason: 'stop' }],
+      usage: { prompt_tokens: promptTokens(messages), completion_tokens: 4, total_tokens: promptTokens(messages) + 4 },
+    });
+    const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object' } } }];
+    const called = await client.chat.completions.create({
+      model: MODEL,
+      messages: [user('Call it', { tool_calls: [{ name: 'lookup', arguments: { q: 'a long enough query' } }] })],
+      tools,
+    });
+    expect(called.choices[0]).toMatchObject({
+      message: {
+        content: null,
+        tool_calls: [{ type: 'function', function: { name: 'lookup', arguments: '{"q":"a long enough query"}' } }],
+      },
+      finish_reason: 'tool_calls',
+    });
   });
 
   it("bad JSON, missing fields and unknown paths get OpenAI's 400 and 404", async () => {

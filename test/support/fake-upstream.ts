@@ -1,7 +1,8 @@
 /**
  * A fake OpenAI Chat Completions server: the stand-in for every real provider (OpenAI, Azure
- * OpenAI, vLLM, Ollama...) in tests, benchmarks and the demo. It answers what the gateway sends,
- * streamed requests (others get a 400), and follows the real wire format closely, including the
+ * OpenAI, vLLM, Ollama...) in tests, benchmarks and the demo. It answers streamed requests (what
+ * runs send) and non-streamed ones (a `chat.completion`, what a passed-through chat completion may
+ * ask), records each request's body (`requests`: what a test asserts was passed on), and follows the real wire format closely, including the
  * details that trip up clients: the role-only first delta, `usage: null` on
  * every chunk when usage is requested, the `choices: []` usage chunk, Azure's leading prompt-filter
  * chunk with no choices, tool-call arguments split over several deltas.
@@ -485,9 +486,6 @@ export class FakeUpstream {
     if (!Array.isArray(body.messages))
       return openAiError(400, "Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
     if (body.messages.length === 0) return openAiError(400, "[] is too short - 'messages'", 'messages');
-    // The gateway always streams: a request that does not is not one this fake needs to answer.
-    if (body.stream !== true)
-      return openAiError(400, 'The fake upstream answers streamed requests only (`"stream": true`).', 'stream');
     const messages: unknown[] = body.messages;
     // Real validations a gateway can trip over: OpenAI refuses these, so the fake must too.
     const hasTools = Array.isArray(body.tools) && body.tools.length > 0;
@@ -566,6 +564,8 @@ export class FakeUpstream {
     }
 
     const plan = makePlan(scenario, body, messages, toolCalls, target);
+    if (!record.stream)
+      return jsonResponse(200, completionObject(plan), { 'x-request-id': `req_${randomId(32)}`, ...extraHeaders });
     const frames = (signal: AbortSignal) =>
       scenario.one_write ? inOneWrite(sseFrames(plan, signal)) : sseFrames(plan, signal);
     const sse = bodyStream(frames, finish, request.signal, this.#openBodies);
@@ -1205,6 +1205,56 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
       ...(plan.obfuscate ? { obfuscation: randomId(8) } : {}),
     };
   }
+}
+
+/**
+ * A non-streamed answer (`chat.completion`): the streamed chunks folded into one message, as
+ * OpenAI's answer to the same request would be, usage always included. The scenario's stream
+ * faults (stalls, cuts, malformed chunks) and delays between chunks do not apply.
+ */
+function completionObject(plan: Plan): Record<string, unknown> {
+  let content: string | null = null;
+  let finishReason: unknown = null;
+  let usage: unknown;
+  const calls: { id: unknown; type: 'function'; function: { name: unknown; arguments: string } }[] = [];
+  for (const chunk of chunkPayloads({ ...plan, azure: false, obfuscate: false, includeUsage: true })) {
+    if (Array.isArray(chunk.choices) && chunk.choices.length === 0) usage = chunk.usage;
+    const choice = Array.isArray(chunk.choices) && isRecord(chunk.choices[0]) ? chunk.choices[0] : {};
+    finishReason = choice.finish_reason ?? finishReason;
+    const delta = isRecord(choice.delta) ? choice.delta : {};
+    if (typeof delta.content === 'string') content = (content ?? '') + delta.content;
+    for (const [i, fragment] of (Array.isArray(delta.tool_calls) ? delta.tool_calls : []).entries()) {
+      const fn = isRecord(fragment) && isRecord(fragment.function) ? fragment.function : {};
+      const index = isRecord(fragment) && typeof fragment.index === 'number' ? fragment.index : i;
+      const call = (calls[index] ??= { id: undefined, type: 'function', function: { name: undefined, arguments: '' } });
+      if (isRecord(fragment) && fragment.id !== undefined) call.id = fragment.id;
+      if (fn.name !== undefined) call.function.name = fn.name;
+      call.function.arguments += str(fn.arguments);
+    }
+  }
+  return {
+    id: plan.id,
+    object: 'chat.completion',
+    created: plan.created,
+    model: plan.model,
+    choices: [
+      {
+        index: 0,
+        message: {
+          role: 'assistant',
+          content: calls.length > 0 && content === '' ? null : content,
+          refusal: null,
+          annotations: [],
+          ...(calls.length > 0 ? { tool_calls: calls } : {}),
+        },
+        logprobs: null,
+        finish_reason: finishReason,
+      },
+    ],
+    usage,
+    service_tier: 'default',
+    system_fingerprint: SYSTEM_FINGERPRINT,
+  };
 }
 
 /** The text pieces of `frames` as one, then what follows them (a stall or a cut). */

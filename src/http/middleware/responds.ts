@@ -10,8 +10,11 @@ export interface ResponseDeclaration {
   ok: z.ZodType;
   /** The success is `application/octet-stream` (a file's bytes), not JSON. */
   bytes?: true;
-  /** With `stream: true` in its body, the success is a `text/event-stream` of the run's events. */
-  stream?: true;
+  /**
+   * With `stream: true` in its body, the success is a `text/event-stream`: of the run's events
+   * (`run`), or of the provider's chat completion chunks (`chat`).
+   */
+  stream?: 'run' | 'chat';
   /**
    * Its error statuses beyond those the document gives a route from its shape: 401 for every route
    * under /v1, 400 for one that validates input, 404 for one whose path names something.

@@ -74,14 +74,25 @@ const ERROR_RESPONSE = (description: string): OpenAPIV3_1.ResponseObject => ({
   content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
 });
 
-/** What a run's event stream is, for the operations that answer one when asked (`stream: true`). */
-const EVENT_STREAM: OpenAPIV3_1.MediaTypeObject = {
-  schema: {
-    type: 'string',
-    description:
-      "With `stream: true`: OpenAI's run events as server-sent events (`event: thread.run.created`, `thread.message.delta`, " +
-      '`thread.run.requires_action`, `thread.run.completed`, … each with its object as `data`), ending with `event: done` ' +
-      'and `data: [DONE]`. A failure after the answer began is an `event: error` whose data is the error envelope.',
+/** What an event stream is, for the operations that answer one when asked (`stream: true`). */
+const EVENT_STREAMS: Record<NonNullable<ResponseDeclaration['stream']>, OpenAPIV3_1.MediaTypeObject> = {
+  run: {
+    schema: {
+      type: 'string',
+      description:
+        "With `stream: true`: OpenAI's run events as server-sent events (`event: thread.run.created`, `thread.message.delta`, " +
+        '`thread.run.requires_action`, `thread.run.completed`, … each with its object as `data`), ending with `event: done` ' +
+        'and `data: [DONE]`. A failure after the answer began is an `event: error` whose data is the error envelope.',
+    },
+  },
+  chat: {
+    schema: {
+      type: 'string',
+      description:
+        "With `stream: true`: the provider's `chat.completion.chunk` objects as server-sent events (`data: {…}`), as it " +
+        'sends them, ending with `data: [DONE]`. A failure after the answer began is a `data:` event whose object is the ' +
+        'error envelope.',
+    },
   },
 };
 
@@ -141,7 +152,7 @@ function operation(path: string, declared: ResponseDeclaration): DescribeRouteOp
   const success: ContentWithResolver = declared.bytes
     ? { 'application/octet-stream': { schema: { type: 'string', contentMediaType: 'application/octet-stream' } } }
     : { 'application/json': { schema: resolver(declared.ok) } };
-  if (declared.stream) success['text/event-stream'] = EVENT_STREAM;
+  if (declared.stream) success['text/event-stream'] = EVENT_STREAMS[declared.stream];
   const statuses = new Set<ErrorStatus>([
     ...(api ? ([400, 401] as const) : []),
     ...(path.includes('/:') ? ([404] as const) : []),
@@ -169,7 +180,9 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
   415: 'The content type is not the one the operation takes',
   429: 'A rate-limit policy refused it',
   500: 'The gateway failed',
+  502: "The provider failed, or answered with an error (then with the provider's status)",
   503: 'The gateway cannot serve it now; retry',
+  504: 'The provider did not answer in time',
   507: "The workspace's storage is full",
 };
 

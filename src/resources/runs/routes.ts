@@ -47,7 +47,7 @@ const POLL_AFTER_MS = '250';
 export const runRoutes = new Hono<WorkspaceEnv>()
   .post(
     '/runs',
-    responds({ summary: 'Create a thread and run it', ok: runObject, stream: true, errors: [429] }),
+    responds({ summary: 'Create a thread and run it', ok: runObject, stream: 'run', errors: [429] }),
     validate('json', createThreadAndRunBody),
     async (c) =>
       answer(
@@ -63,7 +63,7 @@ export const runRoutes = new Hono<WorkspaceEnv>()
   )
   .post(
     '/:thread_id/runs',
-    responds({ summary: 'Create a run', ok: runObject, stream: true, errors: [429] }),
+    responds({ summary: 'Create a run', ok: runObject, stream: 'run', errors: [429] }),
     validate('query', runStepIncludeQuery),
     validate('json', createRunBody),
     async (c) => {
@@ -110,7 +110,7 @@ export const runRoutes = new Hono<WorkspaceEnv>()
   )
   .post(
     '/:thread_id/runs/:run_id/submit_tool_outputs',
-    responds({ summary: 'Submit tool outputs to a run', ok: runObject, stream: true, errors: [429] }),
+    responds({ summary: 'Submit tool outputs to a run', ok: runObject, stream: 'run', errors: [429] }),
     validate('json', submitToolOutputsBody),
     async (c) =>
       answer(

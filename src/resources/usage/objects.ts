@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { seconds } from '../../http/objects';
+import { USAGE_KINDS } from '../../db/schema';
 
 /** Usage as the API answers it (see http/objects.ts). */
 
@@ -14,7 +15,7 @@ const usageResult = z.strictObject({
   /** The virtual key's slug. */
   virtual_key: z.string().nullable(),
   model: z.string().nullable(),
-  kind: z.enum(['run', 'embeddings']).nullable(),
+  kind: z.enum(USAGE_KINDS).nullable(),
 });
 
 /** GET /v1/usage: buckets of time, each with its results by the groups asked for. */

@@ -1,6 +1,6 @@
 import { and, gte, inArray, lt, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../../db/client';
-import { usage, virtualKeys, workspaces, type UsageKind } from '../../db/schema';
+import { usage, USAGE_KINDS, virtualKeys, workspaces, type UsageKind } from '../../db/schema';
 import type { UsagePage, UsageResult } from './objects';
 import { BUCKET_LIMITS, type BucketWidth, type UsageGroup } from './schemas';
 
@@ -109,4 +109,5 @@ export async function usageBuckets(db: Db, request: UsageRequest): Promise<Usage
   };
 }
 
-const isUsageKind = (value: string | null | undefined): value is UsageKind => value === 'run' || value === 'embeddings';
+const isUsageKind = (value: string | null | undefined): value is UsageKind =>
+  USAGE_KINDS.some((kind) => kind === value);

@@ -539,6 +539,14 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/files?after=${v.fileId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
     { method: 'GET', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
   ],
+  // Its provider is the caller's own virtual key's; naming another workspace is refused before any.
+  'POST /v1/chat/completions': (v) =>
+    [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { 'x-gateway-workspace-id': workspace },
+      body: { model: 'fake-model', messages: [{ role: 'user', content: v.marker }] },
+    })),
   // Read no further than the workspace: the body (not multipart here) is never reached.
   'POST /v1/files': (v) => [
     { method: 'POST', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },

@@ -1,4 +1,5 @@
-import { ShareTimeout, type Share, type ShareLimits } from '../../../lib/fair-shares';
+import { shareTimeoutMessage } from '../../../config';
+import { ShareTimeout, type Share } from '../../../lib/fair-shares';
 import type { UpstreamUrlOptions } from '../../../lib/upstream-url';
 import { ADAPTERS } from '../../../providers/adapters';
 import { streamChatCompletion } from '../../../providers/chat';
@@ -18,16 +19,6 @@ import type { TurnAnswer } from './turn-answer';
 const REQUEST_TOO_LARGE = (bytes: number, limit: number) =>
   `The request to the provider would be ${bytes} bytes, over the gateway's limit of ${limit} (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES): ` +
   "the run's instructions, tools and the turn being answered (its last user message, and the tool calls and outputs since) do not fit, even with the older history left out.";
-
-/** What kept a provider call from starting (lib/fair-shares.ts), as a run's last_error says it. */
-const SHARE_LIMITS: Record<keyof ShareLimits, (value: number) => string> = {
-  callsPerKey: (n) =>
-    `this workspace's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS_PER_WORKSPACE) were all in flight`,
-  calls: (n) => `the gateway's ${n} provider calls at once (GATEWAY_UPSTREAM_CALLS) were all in flight`,
-  bytesPerKey: (n) =>
-    `this workspace's requests waiting to be sent held its ${n} bytes (GATEWAY_UPSTREAM_BYTES_PER_WORKSPACE)`,
-  bytes: (n) => `the requests waiting to be sent held the gateway's ${n} bytes (GATEWAY_UPSTREAM_BYTES)`,
-};
 
 /** One upstream call of a turn: what it sends, with what, and into which answer. */
 export interface UpstreamCall {
@@ -104,8 +95,10 @@ async function takeShare(deps: RunDeps, workspaceId: string, bytes: number, sign
     return await upstreamShares.take(workspaceId, bytes, timeoutMs, signal);
   } catch (error) {
     if (!(error instanceof ShareTimeout)) throw error;
-    const message = `No call to the provider could start within ${timeoutMs} ms: ${SHARE_LIMITS[error.limit](error.value)}.`;
-    throw new RunFailed({ code: 'rate_limit_exceeded', message }, 'upstream_busy');
+    throw new RunFailed(
+      { code: 'rate_limit_exceeded', message: shareTimeoutMessage(error, timeoutMs) },
+      'upstream_busy',
+    );
   }
 }
 

@@ -1,0 +1,263 @@
+import type { Actor, RequestContext } from '../../actor';
+import { shareTimeoutMessage } from '../../config';
+import type { Settings } from '../../db/settings-cache';
+import { recordUsage } from '../../db/usage-counts';
+import type { Deps } from '../../deps';
+import { ApiError } from '../../errors';
+import { ShareTimeout, type Share } from '../../lib/fair-shares';
+import { ADAPTERS } from '../../providers/adapters';
+import { openChatCall, type OpenedChatCall } from '../../providers/chat';
+import { admitRequest, requestMetadata, settleTokens, turnReservation, type Admission } from '../../ratelimit';
+import { CHARS_PER_TOKEN } from '../../ratelimit/reservation';
+import type { VirtualKey } from '../../db/schema';
+import { decryptVirtualKeySecret, servedModel } from '../virtual-keys/commands';
+import { upstreamRules } from '../virtual-keys/upstream-rules';
+import { readJsonAnswer, relayStream, upstreamFailure, type AnswerTally } from './answer';
+import type { CreateChatCompletionBody } from './schemas';
+
+/**
+ * POST /v1/chat/completions, passed through to the provider of the caller's virtual key, in the
+ * order it must happen:
+ *
+ *   resolve the virtual key (as a run's) ─> check its address ─> admit (rate limits: a refusal
+ *     sends nothing) ─> take a share of the provider calls ─> send ─> answer (JSON, or the stream
+ *     relayed) ─> settle the tokens, count the usage, log the call
+ *
+ * A call that fails before its answer began releases its reservation and counts nothing; one the
+ * provider answered is charged and counted its usage (an estimate when it reported none).
+ */
+
+export type ChatCompletionDeps = Pick<
+  Deps,
+  | 'db'
+  | 'config'
+  | 'log'
+  | 'now'
+  | 'counters'
+  | 'policyCache'
+  | 'secrets'
+  | 'fetch'
+  | 'upstreamShares'
+  | 'upstreamUrls'
+  | 'slices'
+>;
+
+/** The provider's answer: its JSON's bytes, or its event stream relayed, with the rate-limit headers. */
+export interface ChatCompletionAnswer {
+  body: Uint8Array | ReadableStream<Uint8Array>;
+  headers: Record<string, string>;
+}
+
+/** The request a call is made for, beyond its body: its waitUntil keeps a relayed stream's settlement alive on Workers. */
+export interface ChatCompletionRequest extends RequestContext {
+  /** The client's request's signal: a client that leaves ends the provider call. */
+  signal: AbortSignal;
+}
+
+const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
+const JSON_HEADERS = { 'content-type': 'application/json' };
+
+export async function createChatCompletion(
+  deps: ChatCompletionDeps,
+  actor: Actor,
+  snapshot: Settings,
+  body: CreateChatCompletionBody,
+  request: ChatCompletionRequest,
+): Promise<ChatCompletionAnswer> {
+  const { config } = deps;
+  const startedAt = Date.now();
+  const key = await snapshot.virtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: body.model });
+  const rules = await upstreamRules(deps.db, config, { now: deps.now() });
+  const addressProblem = deps.upstreamUrls.check(key.baseUrl, rules);
+  if (addressProblem) {
+    throw new ApiError('upstream_error', `The virtual key's base_url is not allowed: ${addressProblem}`);
+  }
+  const stream = body.stream === true;
+  const clientWantsUsage = body.stream_options?.include_usage === true;
+  // Usage is what the call is charged and counted by: asked of the provider whether or not the client asks.
+  const sent = stream ? { ...body, stream_options: { ...body.stream_options, include_usage: true } } : body;
+  const bytes = new TextEncoder().encode(JSON.stringify(sent));
+  if (bytes.byteLength > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
+    throw new ApiError(
+      'payload_too_large',
+      `The request to the provider would be ${bytes.byteLength} bytes, over the gateway's limit of ${config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES} (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES).`,
+    );
+  }
+
+  const model = servedModel(key, body.model);
+  const promptChars = JSON.stringify(body.messages).length;
+  const admission = await admitRequest(
+    deps,
+    {
+      api_key: actor.apiKeyId,
+      workspace_id: actor.workspaceId,
+      virtual_key: key.slug,
+      provider: key.provider,
+      model,
+      metadata: requestMetadata(body.metadata, actor.metadataHeader),
+    },
+    {
+      reservation: turnReservation(
+        {
+          promptChars,
+          knownPromptTokens: 0,
+          maxCompletionTokens: body.max_completion_tokens ?? body.max_tokens ?? null,
+          completionTokensSoFar: 0,
+        },
+        config.GATEWAY_TOKEN_RESERVATION,
+      ),
+      baseTokens: 0,
+    },
+    snapshot.generation,
+  );
+  const call = new CallRecord(deps, actor, key, admission, { model, stream, promptChars, startedAt, request });
+
+  let opened: OpenedChatCall;
+  try {
+    call.share = await takeShare(deps, actor.workspaceId, bytes.byteLength, request.signal);
+    opened = await openChatCall(
+      { model: body.model, body: bytes, accept: stream ? 'text/event-stream' : 'application/json' },
+      {
+        fetch: deps.fetch,
+        adapter: ADAPTERS[key.provider],
+        baseUrl: key.baseUrl,
+        options: key.options,
+        secret: await decryptVirtualKeySecret(deps.secrets, key),
+        firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
+        queuedMs: call.share.waitedMs,
+        sent: call.share.sent,
+        idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
+        signal: request.signal,
+        slices: deps.slices,
+      },
+    );
+  } catch (error) {
+    // A client that left is answered nothing: its reason is rethrown as is.
+    const failure = request.signal.aborted ? error : upstreamFailure(error);
+    await call.end(null, failure);
+    throw failure;
+  }
+
+  if (stream) {
+    const events = relayStream(opened, {
+      clientWantsUsage,
+      slices: deps.slices,
+      done: (tally, error) => request.waitUntil(call.end(tally, error)),
+    });
+    return { body: events, headers: { ...SSE_HEADERS, ...admission.headers } };
+  }
+  try {
+    const { bytes: answer, tally } = await readJsonAnswer(opened, config.GATEWAY_MAX_ANSWER_BYTES);
+    await call.end(tally, null);
+    return { body: answer, headers: { ...JSON_HEADERS, ...admission.headers } };
+  } catch (error) {
+    const failure = upstreamFailure(error);
+    await call.end({ usage: null, invalidUsage: null, completionChars: 0 }, failure);
+    throw failure;
+  }
+}
+
+/**
+ * This call's share of the provider calls the process makes (Deps.upstreamShares), as a run's
+ * turn takes one: waited for within the first-byte timeout, past which it is a 429 naming the limit.
+ */
+async function takeShare(
+  deps: ChatCompletionDeps,
+  workspaceId: string,
+  bytes: number,
+  signal: AbortSignal,
+): Promise<Share> {
+  const timeoutMs = deps.config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS;
+  try {
+    return await deps.upstreamShares.take(workspaceId, bytes, timeoutMs, signal);
+  } catch (error) {
+    if (!(error instanceof ShareTimeout)) throw error;
+    throw new ApiError('rate_limit_exceeded', shareTimeoutMessage(error, timeoutMs), {
+      type: 'requests',
+      headers: { 'retry-after': '1' },
+    });
+  }
+}
+
+/**
+ * What a call holds until it ends, and what its end writes, once: its share given back, its tokens
+ * settled (released when the provider answered nothing), its usage counted when the provider
+ * answered, and its one log line.
+ */
+class CallRecord {
+  share: Share | null = null;
+  #ended = false;
+
+  constructor(
+    private readonly deps: ChatCompletionDeps,
+    private readonly actor: Actor,
+    private readonly key: VirtualKey,
+    private readonly admission: Admission,
+    private readonly call: {
+      model: string;
+      stream: boolean;
+      promptChars: number;
+      startedAt: number;
+      request: ChatCompletionRequest;
+    },
+  ) {}
+
+  /** `tally` is null when the provider answered nothing (no 2xx): nothing is charged or counted. */
+  async end(tally: AnswerTally | null, error: unknown): Promise<void> {
+    if (this.#ended) return;
+    this.#ended = true;
+    const { deps, actor, key, call } = this;
+    this.share?.end();
+    const usage = tally && (tally.usage ?? estimate(call.promptChars, tally.completionChars));
+    const fields = {
+      request_id: call.request.requestId,
+      workspace_id: actor.workspaceId,
+      api_key_id: actor.apiKeyId,
+      virtual_key: key.slug,
+      model: call.model,
+      stream: call.stream,
+      prompt_tokens: usage?.prompt_tokens ?? 0,
+      completion_tokens: usage?.completion_tokens ?? 0,
+      usage: tally === null ? 'none' : tally.usage ? 'reported' : 'estimated',
+      ...(tally?.invalidUsage ? { invalid_usage_field: tally.invalidUsage } : {}),
+      duration_ms: Date.now() - call.startedAt,
+      outcome: outcome(error),
+    };
+    try {
+      await settleTokens(deps, this.admission.ticket, usage?.total_tokens ?? 0);
+      if (usage) {
+        await recordUsage(deps.db, {
+          kind: 'chat_completions',
+          workspaceId: actor.workspaceId,
+          at: deps.now(),
+          model: call.model,
+          apiKeyId: actor.apiKeyId,
+          virtualKeyId: key.id,
+          promptTokens: usage.prompt_tokens,
+          completionTokens: usage.completion_tokens,
+        });
+      }
+    } catch (failure) {
+      // The answer has gone out (or is going): a settlement or count that fails is logged, never
+      // thrown at it (a relayed stream ends the call without awaiting this).
+      deps.log.error('chat completion usage not settled or recorded', { ...fields, error: failure });
+      return;
+    }
+    if (error === null) deps.log.info('chat completion', fields);
+    else deps.log.warn('chat completion failed', fields);
+  }
+}
+
+/** What an answer without plausible usage is charged: four characters a token, as for runs. */
+function estimate(promptChars: number, completionChars: number) {
+  const prompt = Math.ceil(promptChars / CHARS_PER_TOKEN);
+  const completion = Math.ceil(completionChars / CHARS_PER_TOKEN);
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}
+
+/** How a call ended, for its log line: `ok`, the error's code, or `client_left`. */
+function outcome(error: unknown): string {
+  if (error === null) return 'ok';
+  if (error instanceof ApiError) return error.code;
+  return 'client_left';
+}

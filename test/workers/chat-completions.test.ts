@@ -1,0 +1,74 @@
+import { exports } from 'cloudflare:workers';
+import OpenAI from 'openai';
+import { beforeAll, describe, expect, inject, it } from 'vitest';
+import { json } from '../support/envelope';
+import { waitFor } from '../support/wait';
+
+/**
+ * POST /v1/chat/completions inside workerd, as on Cloudflare: the Worker entry relays the fake
+ * provider's stream (test/support/workers-global-setup.ts) to the official SDK, and the call's usage,
+ * written once the stream has ended (kept alive by the request's waitUntil), reaches /v1/usage.
+ */
+
+const API_KEY = inject('workersTenant').runsWorkspaceKey;
+
+let openai: OpenAI;
+let headers: Record<string, string>;
+
+beforeAll(async () => {
+  const slug = `chat-${crypto.randomUUID().slice(0, 8)}`;
+  const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
+    method: 'POST',
+    headers: { 'x-gateway-api-key': API_KEY, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      slug,
+      provider: 'openai',
+      base_url: inject('upstreamUrl'),
+      api_key: 'sk-fake-provider-key',
+    }),
+  });
+  expect(created.status).toBe(200);
+  headers = { 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': slug };
+  openai = new OpenAI({
+    apiKey: 'unused-by-the-gateway',
+    baseURL: 'http://gateway/v1',
+    defaultHeaders: headers,
+    maxRetries: 0,
+    fetch: (url, init) => exports.default.fetch(url, init),
+  });
+});
+
+/** This workspace's chat completions counted this hour: requests and completion tokens. */
+async function counted(): Promise<{ requests: number; completionTokens: number }> {
+  const response = await exports.default.fetch('http://gateway/v1/usage?bucket_width=1h&limit=1&group_by=kind', {
+    headers,
+  });
+  expect(response.status).toBe(200);
+  const results: { kind: string; num_requests: number; output_tokens: number }[] =
+    (await json(response)).data[0]?.results ?? [];
+  const chat = results.find((result) => result.kind === 'chat_completions');
+  return { requests: chat?.num_requests ?? 0, completionTokens: chat?.output_tokens ?? 0 };
+}
+
+describe('chat completions on workerd', () => {
+  it('relays a streamed completion to the SDK and counts its usage once the stream has ended', async () => {
+    const before = await counted();
+    const stream = await openai.chat.completions.create({
+      model: 'fake-model',
+      messages: [{ role: 'user', content: `Count\n#fake ${JSON.stringify({ reply: 'one two three' })}` }],
+      stream: true,
+    });
+    let text = '';
+    let usageChunks = 0;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? '';
+      if (chunk.usage) usageChunks++;
+    }
+    expect(text).toBe('one two three');
+    // The client did not ask for usage: the chunk the gateway asked for is not passed on.
+    expect(usageChunks).toBe(0);
+    const after = await waitFor(counted, (now) => now.requests === before.requests + 1);
+    expect(after.requests).toBe(before.requests + 1);
+    expect(after.completionTokens).toBeGreaterThan(before.completionTokens);
+  });
+});
