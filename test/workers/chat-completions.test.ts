@@ -1,6 +1,7 @@
 import { exports } from 'cloudflare:workers';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
+import { fakeProviderKey, gatewayClient } from './gateway-client';
 import { json } from '../support/envelope';
 import { waitFor } from '../support/wait';
 
@@ -17,25 +18,9 @@ let headers: Record<string, string>;
 
 beforeAll(async () => {
   const slug = `chat-${crypto.randomUUID().slice(0, 8)}`;
-  const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
-    method: 'POST',
-    headers: { 'x-gateway-api-key': API_KEY, 'content-type': 'application/json' },
-    body: JSON.stringify({
-      slug,
-      provider: 'openai',
-      base_url: inject('upstreamUrl'),
-      api_key: 'sk-fake-provider-key',
-    }),
-  });
-  expect(created.status).toBe(200);
+  await fakeProviderKey(API_KEY, slug);
   headers = { 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': slug };
-  openai = new OpenAI({
-    apiKey: 'unused-by-the-gateway',
-    baseURL: 'http://gateway/v1',
-    defaultHeaders: headers,
-    maxRetries: 0,
-    fetch: (url, init) => exports.default.fetch(url, init),
-  });
+  openai = gatewayClient(headers);
 });
 
 /** This workspace's chat completions counted this hour: requests and completion tokens. */

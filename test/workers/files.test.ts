@@ -8,6 +8,7 @@ import { BlobTooLarge, type BlobStore } from '../../src/lib/blob-store';
 import worker from '../../src/worker';
 import { r2BlobStore } from '../../src/runtime/workers/blob-store';
 import { errorOf, json } from '../support/envelope';
+import { fakeProviderKey } from './gateway-client';
 
 /**
  * Files inside workerd, their bytes in the local R2 bucket that wrangler.toml declares (FILES):
@@ -211,17 +212,7 @@ describe('/v1/files on workerd', () => {
 
   it("sends an image_file part to the provider as a data: URL, from R2, in the run's executor object", async () => {
     const slug = `files-${crypto.randomUUID().slice(0, 8)}`;
-    const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
-      method: 'POST',
-      headers: { 'x-gateway-api-key': API_KEY, 'content-type': 'application/json' },
-      body: JSON.stringify({
-        slug,
-        provider: 'openai',
-        base_url: inject('upstreamUrl'),
-        api_key: 'sk-fake-provider-key',
-      }),
-    });
-    expect(created.status).toBe(200);
+    await fakeProviderKey(API_KEY, slug);
     const client = openai.withOptions({ defaultHeaders: { 'x-gateway-virtual-key': slug } });
     const png = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 1, 2, 3, 4, 5]);
     const image = await client.files.create({ file: await toFile(png, 'dot.png'), purpose: 'vision' });

@@ -10,6 +10,7 @@ import { insertFile } from '../../src/resources/files/queries';
 import { createWorkerDeps, workerDeps } from '../../src/runtime/workers/deps';
 import { wakeForWaitingFiles } from '../../src/runtime/workers/ingest-queue';
 import { errorOf, json } from '../support/envelope';
+import { fakeProviderKey, gatewayClient } from './gateway-client';
 
 /**
  * Vector store ingestion on Workers, with both Workers in one workerd (vitest.config.ts): the
@@ -56,17 +57,8 @@ async function storeFile(filename: string, content: string | Uint8Array, workspa
 
 beforeAll(async () => {
   const slug = `embed-${crypto.randomUUID().slice(0, 8)}`;
-  const created = await call('/v1/virtual-keys', {
-    body: { slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake-provider-key' },
-  });
-  expect(created.status).toBe(200);
-  openai = new OpenAI({
-    apiKey: 'unused-by-the-gateway',
-    baseURL: 'http://gateway/v1',
-    defaultHeaders: { 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': slug },
-    maxRetries: 0,
-    fetch: (url, init) => exports.default.fetch(url, init),
-  });
+  await fakeProviderKey(API_KEY, slug);
+  openai = gatewayClient({ 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': slug });
 });
 
 const PARAGRAPHS = Array.from(

@@ -10,6 +10,7 @@ import * as schema from '../../src/db/schema';
 import { insertRunOnThread } from '../../src/resources/runs/queries';
 import { errorOf, json } from '../support/envelope';
 import { freshGate, remoteGate } from '../support/gates';
+import { fakeProviderKey, gatewayClient } from './gateway-client';
 
 /**
  * Runs on an existing thread inside workerd, as on Cloudflare: the Worker entry, each run in its
@@ -46,22 +47,9 @@ async function answerOf(threadId: string, runId: string): Promise<string> {
 
 beforeAll(async () => {
   const slug = `threads-${crypto.randomUUID().slice(0, 8)}`;
-  headers = { 'x-gateway-api-key': API_KEY };
-  const created = await call('/v1/virtual-keys', {
-    slug,
-    provider: 'openai',
-    base_url: inject('upstreamUrl'),
-    api_key: 'sk-fake-provider-key',
-  });
-  expect(created.status).toBe(200);
+  await fakeProviderKey(API_KEY, slug);
   headers = { 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': slug };
-  openai = new OpenAI({
-    apiKey: 'unused-by-the-gateway',
-    baseURL: 'http://gateway/v1',
-    defaultHeaders: headers,
-    maxRetries: 0,
-    fetch: (url, init) => exports.default.fetch(url, init),
-  });
+  openai = gatewayClient(headers);
   assistantId = (await openai.beta.assistants.create({ model: 'fake-model', instructions: INSTRUCTIONS })).id;
 });
 

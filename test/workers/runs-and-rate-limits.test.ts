@@ -5,6 +5,7 @@ import OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { errorOf, json } from '../support/envelope';
 import { freshGate, remoteGate } from '../support/gates';
+import { fakeProviderKey, gatewayClient } from './gateway-client';
 
 /**
  * Runs and rate limits inside workerd, as on Cloudflare: the Worker entry, its Durable Objects
@@ -41,22 +42,14 @@ const ask = (text: string, scenario: Record<string, unknown> | Record<string, un
 });
 
 beforeAll(async () => {
-  // The virtual key through the API, as a user would: the fake listens on loopback, which
-  // GATEWAY_ALLOW_PRIVATE_UPSTREAMS allows here.
   const slug = `fake-${crypto.randomUUID().slice(0, 8)}`;
-  const created = await call('/v1/virtual-keys', {
-    body: { slug, provider: 'openai', base_url: inject('upstreamUrl'), api_key: 'sk-fake-provider-key' },
+  expect(await fakeProviderKey(API_KEY, slug)).toMatchObject({
+    object: 'virtual_key',
+    slug,
+    base_url: inject('upstreamUrl'),
   });
-  expect(created.status).toBe(200);
-  expect(await json(created)).toMatchObject({ object: 'virtual_key', slug, base_url: inject('upstreamUrl') });
   headers = { 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': slug };
-  openai = new OpenAI({
-    apiKey: 'unused-by-the-gateway',
-    baseURL: 'http://gateway/v1',
-    defaultHeaders: headers,
-    maxRetries: 0,
-    fetch: (url, init) => exports.default.fetch(url, init),
-  });
+  openai = gatewayClient(headers);
   assistantId = (await openai.beta.assistants.create({ model: MODEL, instructions: 'Be brief.' })).id;
 });
 

@@ -3,6 +3,7 @@ import { exports } from 'cloudflare:workers';
 import OpenAI, { BadRequestError, NotFoundError } from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { errorOf, json } from '../support/envelope';
+import { fakeProviderKey, gatewayClient } from './gateway-client';
 
 /**
  * Threads, messages and assistant updates inside workerd, on the libSQL server: the official SDK
@@ -27,24 +28,8 @@ function call(path: string, init: { method?: string; body?: unknown } = {}) {
 
 beforeAll(async () => {
   virtualKey = `threads-${crypto.randomUUID().slice(0, 8)}`;
-  const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
-    method: 'POST',
-    headers: { 'x-gateway-api-key': API_KEY, 'content-type': 'application/json' },
-    body: JSON.stringify({
-      slug: virtualKey,
-      provider: 'openai',
-      base_url: inject('upstreamUrl'),
-      api_key: 'sk-fake-provider-key',
-    }),
-  });
-  expect(created.status).toBe(200);
-  openai = new OpenAI({
-    apiKey: 'unused-by-the-gateway',
-    baseURL: 'http://gateway/v1',
-    defaultHeaders: { 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': virtualKey },
-    maxRetries: 0,
-    fetch: (url, init) => exports.default.fetch(url, init),
-  });
+  await fakeProviderKey(API_KEY, virtualKey);
+  openai = gatewayClient({ 'x-gateway-api-key': API_KEY, 'x-gateway-virtual-key': virtualKey });
 });
 
 describe('threads and messages on workerd', () => {
