@@ -28,8 +28,10 @@ import {
  * (`@portkey-ai/gateway` on npm, with the hono 4.9.7 and @hono/node-server 1.13.5 its lockfile
  * pins), on the same fake provider, side by side and interleaved over BENCH_ROUNDS rounds (3).
  * Our exchange is a whole streamed run (POST /v1/threads/runs: thread, message and run stored,
- * the run executed and streamed); the reference's a proxied streamed chat completion. Both answer
- * the same 8-word reply from the fake provider, which runs in a process of its own.
+ * the run executed and streamed); the reference's a proxied streamed chat completion, which this
+ * gateway also serves (`this_gateway_proxied`: POST /v1/chat/completions under a requests and a
+ * tokens policy, its usage recorded). All answer the same 8-word reply from the fake provider,
+ * which runs in a process of its own.
  *
  * For each: whole streamed exchanges per second at 32 connections (wrk when installed, else this
  * process as the client: said in the output), the server's CPU per exchange (utime + stime from
@@ -108,6 +110,45 @@ async function ours(): Promise<Target> {
       thread: { messages: [{ role: 'user', content }] },
     }),
     firstToken: /event: thread\.message\.delta/,
+    stop: async () => {
+      await gateway.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * The same exchange as the reference's: this gateway passing the streamed chat completion through
+ * (POST /v1/chat/completions), a requests policy and a tokens policy enforced on it (limits it never
+ * reaches) and its usage recorded, on a fresh gateway of its own.
+ */
+async function oursProxied(): Promise<Target> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'bench-compare-'));
+  const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir });
+  const key = await printedWorkspaceKey(() => gateway.stdout());
+  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  await post(`${gateway.url}/v1/virtual-keys`, headers, {
+    slug: 'bench',
+    provider: 'openai',
+    base_url: `${fakeUrl}/v1`,
+    api_key: 'sk-bench',
+    default: true,
+  });
+  for (const type of ['requests', 'tokens']) {
+    await post(`${gateway.url}/v1/policies/rate-limits`, headers, {
+      conditions: [{ key: 'model', value: '*' }],
+      group_by: [{ key: 'workspace_id' }],
+      type,
+      unit: 'rpm',
+      value: 1_000_000_000,
+    });
+  }
+  return {
+    ...direct(),
+    name: 'this_gateway_proxied',
+    pid: pidOf(gateway.child),
+    url: `${gateway.url}/v1/chat/completions`,
+    headers,
     stop: async () => {
       await gateway.stop();
       rmSync(dataDir, { recursive: true, force: true });
@@ -341,10 +382,14 @@ function medians(rounds: Figures[]): Figures {
 }
 
 const installed = installReference();
-const rounds: Record<'direct_provider' | 'stack_floor' | 'this_gateway' | 'reference', Figures[]> = {
+const rounds: Record<
+  'direct_provider' | 'stack_floor' | 'this_gateway' | 'this_gateway_proxied' | 'reference',
+  Figures[]
+> = {
   direct_provider: [],
   stack_floor: [],
   this_gateway: [],
+  this_gateway_proxied: [],
   reference: [],
 };
 for (let i = 0; i < ROUNDS; i++) {
@@ -360,6 +405,12 @@ for (let i = 0; i < ROUNDS; i++) {
     rounds.this_gateway.push(flatten(await measure(gateway)));
   } finally {
     await gateway.stop();
+  }
+  const proxied = await oursProxied();
+  try {
+    rounds.this_gateway_proxied.push(flatten(await measure(proxied)));
+  } finally {
+    await proxied.stop();
   }
   if ('script' in installed) {
     const other = await reference(installed.script);
@@ -405,7 +456,12 @@ console.log(
         peak_rss_mb: '<= 120',
       },
       ...result,
-      added: { this_gateway: added('this_gateway'), reference: added('reference'), stack_floor: added('stack_floor') },
+      added: {
+        this_gateway: added('this_gateway'),
+        this_gateway_proxied: added('this_gateway_proxied'),
+        reference: added('reference'),
+        stack_floor: added('stack_floor'),
+      },
       this_gateway_over_floor: {
         server_cpu_ms_per_exchange: less(mine, base, 'server_cpu_ms_per_exchange', 3),
         first_token_c1_p50_ms: less(mine, base, 'first_token_c1_p50_ms', 2),
@@ -422,6 +478,13 @@ console.log(
           rss_after_load_settled_mb: ratio(mine, theirs, 'rss_after_load_settled_mb'),
         },
       }),
+      ...(theirs &&
+        result.this_gateway_proxied && {
+          ratios_proxied_over_reference: {
+            exchanges_per_second: ratio(result.this_gateway_proxied, theirs, 'exchanges_per_second'),
+            server_cpu_ms_per_exchange: ratio(result.this_gateway_proxied, theirs, 'server_cpu_ms_per_exchange'),
+          },
+        }),
     },
     null,
     2,
