@@ -86,7 +86,11 @@ const content = `go\n${fakeDirective(REPLY)}`;
 
 // ── The targets ───────────────────────────────────────────────────────────────────────────────
 
-async function ours(): Promise<Target> {
+/**
+ * A fresh gateway process on a data directory of its own, its workspace's default virtual key to
+ * the fake provider: what both of this gateway's targets start from.
+ */
+async function freshGateway() {
   const dataDir = mkdtempSync(join(tmpdir(), 'bench-compare-'));
   const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir });
   const key = await printedWorkspaceKey(() => gateway.stdout());
@@ -98,22 +102,32 @@ async function ours(): Promise<Target> {
     api_key: 'sk-bench',
     default: true,
   });
-  const assistant = (await post(`${gateway.url}/v1/assistants`, headers, { model: 'bench-model' })) as { id: string };
   return {
-    name: 'this_gateway',
+    url: gateway.url,
     pid: pidOf(gateway.child),
-    url: `${gateway.url}/v1/threads/runs`,
     headers,
+    stop: async () => {
+      await gateway.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function ours(): Promise<Target> {
+  const gateway = await freshGateway();
+  const assistant = (await post(`${gateway.url}/v1/assistants`, gateway.headers, { model: 'bench-model' })) as {
+    id: string;
+  };
+  return {
+    ...gateway,
+    name: 'this_gateway',
+    url: `${gateway.url}/v1/threads/runs`,
     body: JSON.stringify({
       assistant_id: assistant.id,
       stream: true,
       thread: { messages: [{ role: 'user', content }] },
     }),
     firstToken: /event: thread\.message\.delta/,
-    stop: async () => {
-      await gateway.stop();
-      rmSync(dataDir, { recursive: true, force: true });
-    },
   };
 }
 
@@ -123,19 +137,9 @@ async function ours(): Promise<Target> {
  * reaches) and its usage recorded, on a fresh gateway of its own.
  */
 async function oursProxied(): Promise<Target> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'bench-compare-'));
-  const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir });
-  const key = await printedWorkspaceKey(() => gateway.stdout());
-  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-  await post(`${gateway.url}/v1/virtual-keys`, headers, {
-    slug: 'bench',
-    provider: 'openai',
-    base_url: `${fakeUrl}/v1`,
-    api_key: 'sk-bench',
-    default: true,
-  });
+  const gateway = await freshGateway();
   for (const type of ['requests', 'tokens']) {
-    await post(`${gateway.url}/v1/policies/rate-limits`, headers, {
+    await post(`${gateway.url}/v1/policies/rate-limits`, gateway.headers, {
       conditions: [{ key: 'model', value: '*' }],
       group_by: [{ key: 'workspace_id' }],
       type,
@@ -145,14 +149,9 @@ async function oursProxied(): Promise<Target> {
   }
   return {
     ...direct(),
+    ...gateway,
     name: 'this_gateway_proxied',
-    pid: pidOf(gateway.child),
     url: `${gateway.url}/v1/chat/completions`,
-    headers,
-    stop: async () => {
-      await gateway.stop();
-      rmSync(dataDir, { recursive: true, force: true });
-    },
   };
 }
 
