@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import type { Db } from './client';
+import { preparedQuery, type Db } from './client';
 import { usage, type UsageKind } from './schema';
 
 /** One call the gateway made for a caller, as the `usage` table counts it. */
@@ -25,30 +25,46 @@ const HOUR_MS = 3_600_000;
 export async function recordUsage(db: Db, call: CountedCall): Promise<void> {
   const prompt = tokenCount(call.promptTokens);
   const completion = tokenCount(call.completionTokens);
-  const total = prompt + completion;
-  await db
+  await countCall(db).run({
+    workspaceId: call.workspaceId,
+    hour: call.at - (call.at % HOUR_MS),
+    kind: call.kind,
+    model: call.model,
+    apiKeyId: call.apiKeyId,
+    virtualKeyId: call.virtualKeyId,
+    prompt,
+    completion,
+    total: prompt + completion,
+  });
+}
+
+// Prepared once per database: every pass-through call ends with it, and building the upsert
+// anew each time cost more than running it.
+const countCall = preparedQuery((db) =>
+  db
     .insert(usage)
     .values({
-      workspaceId: call.workspaceId,
-      hour: call.at - (call.at % HOUR_MS),
-      kind: call.kind,
-      model: call.model,
-      apiKeyId: call.apiKeyId,
-      virtualKeyId: call.virtualKeyId,
+      workspaceId: sql.placeholder('workspaceId'),
+      hour: sql.placeholder('hour'),
+      kind: sql.placeholder('kind'),
+      model: sql.placeholder('model'),
+      apiKeyId: sql.placeholder('apiKeyId'),
+      virtualKeyId: sql.placeholder('virtualKeyId'),
       requests: 1,
-      promptTokens: prompt,
-      completionTokens: completion,
-      totalTokens: total,
+      promptTokens: sql.placeholder('prompt'),
+      completionTokens: sql.placeholder('completion'),
+      totalTokens: sql.placeholder('total'),
     })
     .onConflictDoUpdate({
       target: [usage.workspaceId, usage.hour, usage.kind, usage.model, usage.apiKeyId, usage.virtualKeyId],
       set: {
         requests: sql`${usage.requests} + 1`,
-        promptTokens: sql`${usage.promptTokens} + ${prompt}`,
-        completionTokens: sql`${usage.completionTokens} + ${completion}`,
-        totalTokens: sql`${usage.totalTokens} + ${total}`,
+        promptTokens: sql`${usage.promptTokens} + excluded.prompt_tokens`,
+        completionTokens: sql`${usage.completionTokens} + excluded.completion_tokens`,
+        totalTokens: sql`${usage.totalTokens} + excluded.total_tokens`,
       },
-    });
-}
+    })
+    .prepare(),
+);
 
 const tokenCount = (tokens: number) => Math.max(0, Math.floor(tokens));

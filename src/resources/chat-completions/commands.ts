@@ -76,7 +76,8 @@ export async function createChatCompletion(
   const clientWantsUsage = body.stream_options?.include_usage === true;
   // Usage is what the call is charged and counted by: asked of the provider whether or not the client asks.
   const sent = stream ? { ...body, stream_options: { ...body.stream_options, include_usage: true } } : body;
-  const bytes = new TextEncoder().encode(JSON.stringify(sent));
+  const text = JSON.stringify(sent);
+  const bytes = new TextEncoder().encode(text);
   if (bytes.byteLength > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
     throw new ApiError(
       'payload_too_large',
@@ -85,7 +86,8 @@ export async function createChatCompletion(
   }
 
   const model = servedModel(key, body.model);
-  const promptChars = JSON.stringify(body.messages).length;
+  // The whole request, not only its messages: tools and schemas are prompt tokens too.
+  const promptChars = text.length;
   const admission = await admitRequest(
     deps,
     {
