@@ -59,6 +59,8 @@ const N32 = Number(process.env.BENCH_CONCURRENT ?? 800);
 /** The fake provider's words arrive BENCH_WORD_GAP_MS apart (2), as a real model's tokens do. */
 const WORD_GAP_MS = Number(process.env.BENCH_WORD_GAP_MS ?? 2);
 const REPLY = { reply: 'a b c d e f g h', chunk_delay_ms: WORD_GAP_MS };
+/** The same with 64 words: the difference in CPU over the 56 more chunks is what one chunk costs. */
+const LONG_REPLY = { reply: Array.from({ length: 64 }, (_, i) => `w${i}`).join(' '), chunk_delay_ms: WORD_GAP_MS };
 /**
  * Newer @hono/node-server breaks the reference's streaming (its responses' headers are immutable
  * there), and the gateway's own dependencies pull one in nested: overrides hold every copy to
@@ -76,6 +78,8 @@ interface Target {
   url: string;
   headers: Record<string, string>;
   body: string;
+  /** The body asking for LONG_REPLY, for targets that pass a chat completion through. */
+  longBody?: string;
   /** Text that marks the first token in the target's stream. */
   firstToken: RegExp;
   stop(): Promise<unknown>;
@@ -83,6 +87,7 @@ interface Target {
 
 const { url: fakeUrl, pid: fakePid } = await startFakeProvider();
 const content = `go\n${fakeDirective(REPLY)}`;
+const longContent = `go\n${fakeDirective(LONG_REPLY)}`;
 
 // ── The targets ───────────────────────────────────────────────────────────────────────────────
 
@@ -197,7 +202,8 @@ async function reference(script: string): Promise<Target> {
       'x-portkey-provider': 'openai',
       'x-portkey-custom-host': `${fakeUrl}/v1`,
     },
-    body: chatBody(),
+    body: chatBody(content),
+    longBody: chatBody(longContent),
     firstToken: /"content":"[^"]/,
     stop: () => stopChild(child),
   };
@@ -226,17 +232,18 @@ function direct(): Omit<Target, 'pid' | 'stop'> {
     name: 'direct_provider',
     url: `${fakeUrl}/v1/chat/completions`,
     headers: { 'content-type': 'application/json', authorization: 'Bearer sk-bench' },
-    body: chatBody(),
+    body: chatBody(content),
+    longBody: chatBody(longContent),
     firstToken: /"content":"[^"]/,
   };
 }
 
-function chatBody(): string {
+function chatBody(text: string): string {
   return JSON.stringify({
     model: 'bench-model',
     stream: true,
     stream_options: { include_usage: true },
-    messages: [{ role: 'user', content }],
+    messages: [{ role: 'user', content: text }],
   });
 }
 
@@ -319,6 +326,8 @@ async function measure(target: Target) {
   const c1 = summarise(await sequential(N1, () => firstToken(target)));
   const c32 = summarise(await pool(N32, CONNECTIONS, () => firstToken(target)));
   const loaded = await load(target);
+  const perChunk =
+    target.longBody === undefined ? {} : cpuPerChunk(loaded, await load({ ...target, body: target.longBody }));
   await sleep(SETTLE_SECONDS * 1000);
   const settled = memoryOf(target.pid).rssMb;
   return {
@@ -326,7 +335,17 @@ async function measure(target: Target) {
     first_token_c1: c1,
     first_token_c32: c32,
     ...loaded,
+    ...perChunk,
     rss_after_load_settled_mb: round(settled, 1),
+  };
+}
+
+/** The server's CPU for one more chunk: 64 words' exchange against 8 words', over the 56 more. */
+function cpuPerChunk(short: Awaited<ReturnType<typeof load>>, long: Awaited<ReturnType<typeof load>>) {
+  const extra = LONG_REPLY.reply.split(' ').length - REPLY.reply.split(' ').length;
+  if (short.server_cpu_ms_per_exchange === undefined || long.server_cpu_ms_per_exchange === undefined) return {};
+  return {
+    server_cpu_ms_per_chunk: round((long.server_cpu_ms_per_exchange - short.server_cpu_ms_per_exchange) / extra, 4),
   };
 }
 
@@ -355,6 +374,9 @@ function flatten(result: Awaited<ReturnType<typeof measure>> | Awaited<ReturnTyp
   if ('server_cpu_ms_per_exchange' in result && result.server_cpu_ms_per_exchange !== undefined) {
     figures.server_cpu_ms_per_exchange = result.server_cpu_ms_per_exchange;
     figures.peak_rss_mb = result.peak_rss_mb ?? NaN;
+  }
+  if ('server_cpu_ms_per_chunk' in result && result.server_cpu_ms_per_chunk !== undefined) {
+    figures.server_cpu_ms_per_chunk = result.server_cpu_ms_per_chunk;
   }
   if ('idle_rss_mb' in result) {
     figures.idle_rss_mb = result.idle_rss_mb;
@@ -435,6 +457,7 @@ const added = (name: string) => {
   };
 };
 const mine = required(result.this_gateway, "this gateway's figures");
+const provider = required(result.direct_provider, "the direct provider's figures");
 const theirs = result.reference;
 const base = required(result.stack_floor, "the stack floor's figures");
 console.log(
@@ -447,6 +470,8 @@ console.log(
       reference_gateway:
         'script' in installed ? `${REFERENCE.package} with ${REFERENCE.pins.join(', ')}` : installed.unavailable,
       goals: {
+        proxied_over_reference:
+          '>= 2x the exchanges per second, <= 0.5x the CPU per exchange, <= 1x the CPU per chunk, <= 0.3x the first token added at 32 (p99); added at 1 <= 0.5 / 2 ms (p50 / p99)',
         exchanges_per_second: '>= 2x the reference',
         server_cpu_ms_per_exchange: '<= 0.8',
         first_token_added_c1: '<= 1 / 3 ms (p50 / p99)',
@@ -482,6 +507,12 @@ console.log(
           ratios_proxied_over_reference: {
             exchanges_per_second: ratio(result.this_gateway_proxied, theirs, 'exchanges_per_second'),
             server_cpu_ms_per_exchange: ratio(result.this_gateway_proxied, theirs, 'server_cpu_ms_per_exchange'),
+            server_cpu_ms_per_chunk: ratio(result.this_gateway_proxied, theirs, 'server_cpu_ms_per_chunk'),
+            first_token_added_c32_p99_ms: round(
+              less(result.this_gateway_proxied, provider, 'first_token_c32_p99_ms', 2) /
+                less(theirs, provider, 'first_token_c32_p99_ms', 2),
+              2,
+            ),
           },
         }),
     },

@@ -33,11 +33,17 @@ import { parse } from 'yaml';
  */
 
 const FIXTURES = new URL('../fixtures/', import.meta.url);
-const DOCUMENTS = ['openai-assistants-files-vector-stores-openapi.yaml', 'openai-assistants-v2-schemas.yaml'];
+const DOCUMENTS = [
+  'openai-assistants-files-vector-stores-openapi.yaml',
+  'openai-assistants-v2-schemas.yaml',
+  'openai-chat-embeddings-models-openapi.yaml',
+];
 const SCHEMA_ID = 'openai-assistants';
 const COMPONENT_REF = '#/components/schemas/';
 const RESPONSE_REF = '#/components/responses/';
-const ANNOTATIONS = ['example', 'discriminator', 'x-oaiMeta', 'x-oaiTypeLabel', 'x-stainless-const'];
+/** The suffix of a component's open variant (toJsonSchema). */
+const OPEN = '__open';
+const ANNOTATIONS = ['example', 'discriminator', 'x-oaiMeta', 'x-oaiTypeLabel', 'x-oaiExpandable', 'x-stainless-const'];
 
 type Schema = Record<string, unknown>;
 type Answer = { $ref?: string; content?: Record<string, { schema?: { $ref?: string } }> };
@@ -100,27 +106,40 @@ ajv.addFormat('int64', { type: 'number', validate: (value: number) => Number.isS
 ajv.addFormat('binary', true);
 ajv.addSchema({
   $id: SCHEMA_ID,
-  $defs: Object.fromEntries(Object.entries(components).map(([name, schema]) => [name, toJsonSchema(schema, name)])),
+  $defs: Object.fromEntries(
+    Object.entries(components).flatMap(([name, schema]) => [
+      [name, toJsonSchema(schema, name)],
+      [`${name}${OPEN}`, toJsonSchema(schema, name, true)],
+    ]),
+  ),
 });
 
-/** OpenAPI's schema dialect into draft 2019-09, as the header comment says. */
-function toJsonSchema(node: unknown, at: string): unknown {
+/**
+ * OpenAPI's schema dialect into draft 2019-09, as the header comment says. `open`: the schema is
+ * one member of an allOf of several, whose properties the allOf's own schema closes (a member
+ * closed by itself would refuse its siblings' properties); a component it names is its open
+ * variant (`<name>${OPEN}`).
+ */
+function toJsonSchema(node: unknown, at: string, open = false): unknown {
   if (Array.isArray(node)) return node.map((item, i) => toJsonSchema(item, `${at}/${i}`));
   if (typeof node !== 'object' || node === null) return node;
   const schema: Schema = {};
   let nullable = false;
+  let closesMembers = false;
   for (const [key, value] of Object.entries(node)) {
     if (key === 'nullable') {
       nullable = value === true;
     } else if (key === '$ref' && typeof value === 'string') {
       if (!value.startsWith(COMPONENT_REF)) throw new Error(`openapi.ts: ${at}: unexpected $ref ${value}`);
-      schema.$ref = `#/$defs/${value.slice(COMPONENT_REF.length)}`;
+      schema.$ref = `#/$defs/${value.slice(COMPONENT_REF.length)}${open ? OPEN : ''}`;
     } else if (key === 'allOf' && Array.isArray(value)) {
       const members = value.filter((member) => !isDeepStrictEqual(member, { nullable: true }));
       if (members.length < value.length) nullable = true;
-      // Strictness per object (unevaluatedProperties) would refuse what a sibling member adds.
-      if (members.length > 1) throw new Error(`openapi.ts: ${at}: an allOf of several schemas is not supported`);
       if (members.length === 1) schema.allOf = [toJsonSchema(members[0], `${at}/allOf/0`)];
+      if (members.length > 1) {
+        schema.allOf = members.map((member, i) => toJsonSchema(member, `${at}/allOf/${i}`, true));
+        closesMembers = !members.some(declaresOpen);
+      }
     } else if (key === 'properties' || key === 'patternProperties') {
       // Maps of names to schemas: the names are not keywords.
       schema[key] = Object.fromEntries(
@@ -132,7 +151,8 @@ function toJsonSchema(node: unknown, at: string): unknown {
       schema[key] = toJsonSchema(value, `${at}/${key}`);
     }
   }
-  if (schema.properties !== undefined && !('additionalProperties' in schema)) schema.unevaluatedProperties = false;
+  const closed = (schema.properties !== undefined && !('additionalProperties' in schema)) || closesMembers;
+  if (closed && !open) schema.unevaluatedProperties = false;
   if (!nullable) return schema;
   // The constraints move into the non-null branch; the annotations stay outside.
   const outside: Schema = {};
@@ -143,6 +163,14 @@ function toJsonSchema(node: unknown, at: string): unknown {
     }
   }
   return { ...outside, anyOf: [{ type: 'null' }, schema] };
+}
+
+/** Whether a member of an allOf says that it takes other properties (itself, or the component it names). */
+function declaresOpen(member: unknown): boolean {
+  if (typeof member !== 'object' || member === null) return false;
+  const ref = (member as Schema).$ref;
+  const schema = typeof ref === 'string' ? components[ref.slice(COMPONENT_REF.length)] : (member as Schema);
+  return schema !== undefined && 'additionalProperties' in schema;
 }
 
 const validators = new Map<string, ValidateFunction>();

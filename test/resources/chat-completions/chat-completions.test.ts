@@ -12,6 +12,7 @@ import {
   type RecordedRequest,
 } from '../../support/fake-upstream';
 import { createTestGateway, type Tenant, type TestGateway } from '../../support/gateway';
+import { componentErrors } from '../../support/openapi';
 import { createPolicy, expectRefused, freshMinute, usedBy } from '../../support/ratelimit';
 import { waitFor } from '../../support/wait';
 
@@ -121,7 +122,7 @@ describe('answers', () => {
     const received = lastReceived();
     expect(received.body).toEqual({ model: 'gpt-4o-mini', messages, max_completion_tokens: 50, ...passedOn });
     expect(received.headers.authorization).toBe(`Bearer ${PROVIDER_KEY}`);
-    expect(completion.object).toBe('chat.completion');
+    expect(componentErrors('CreateChatCompletionResponse', completion)).toEqual([]);
     const reply = defined(completion.choices[0]).message.content ?? '';
     expect(JSON.parse(reply)).toEqual({ reply: 'You said: What is in this picture' });
     expect(completion.usage).toMatchObject({
@@ -139,6 +140,7 @@ describe('answers', () => {
     });
     const chunks = [];
     for await (const chunk of stream) chunks.push(chunk);
+    expect(chunks.flatMap((chunk) => componentErrors('CreateChatCompletionStreamResponse', chunk))).toEqual([]);
     expect(chunks.map((chunk) => chunk.choices[0]?.delta.content ?? '').join('')).toBe('One two three four');
     expect(chunks.every((chunk) => chunk.choices.length === 1)).toBe(true);
     expect(chunks.some((chunk) => chunk.usage)).toBe(false);
@@ -163,6 +165,7 @@ describe('answers', () => {
     });
     runner.on('chunk', (chunk) => chunks.push(chunk));
     const completion = await runner.finalChatCompletion();
+    expect(chunks.flatMap((chunk) => componentErrors('CreateChatCompletionStreamResponse', chunk))).toEqual([]);
     const message = defined(completion.choices[0]).message;
     expect(message.tool_calls).toEqual([
       expect.objectContaining({ type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }),
@@ -181,6 +184,7 @@ describe('answers', () => {
       messages: [asking('weather in Oslo?', { tool_calls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] })],
       tools: TOOLS,
     });
+    expect(componentErrors('CreateChatCompletionResponse', completion)).toEqual([]);
     const choice = defined(completion.choices[0]);
     expect(choice.finish_reason).toBe('tool_calls');
     expect(choice.message.tool_calls?.[0]).toMatchObject({
