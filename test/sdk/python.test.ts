@@ -93,6 +93,14 @@ describe.skipIf(!pythonSdk)(
         base_url: fake.baseURL,
         api_key: 'sk-fake',
       });
+      // What a call naming no virtual key goes to: applications configured by base URL and key alone.
+      await gatewayApi('/virtual-keys', {
+        slug: 'default',
+        provider: 'openai',
+        base_url: fake.baseURL,
+        api_key: 'sk-fake',
+        default: true,
+      });
     });
     afterAll(async () => {
       await gateway?.stop('SIGTERM');
@@ -129,13 +137,6 @@ describe.skipIf(!pythonSdk)(
 
     it('examples/python/quickstart.py, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
       fake.reset();
-      await gatewayApi('/virtual-keys', {
-        slug: 'default',
-        provider: 'openai',
-        base_url: fake.baseURL,
-        api_key: 'sk-fake',
-        default: true,
-      });
       const ran = await runPython('examples/python/quickstart.py', {
         OPENAI_BASE_URL: `${gateway.url}/v1`,
         OPENAI_API_KEY: apiKey,
@@ -150,6 +151,33 @@ describe.skipIf(!pythonSdk)(
         { role: 'system', content: 'Please address the user as Jane Doe. The user has a premium account.' },
         { role: 'user', content: question },
       ]);
+    });
+
+    it('chat completions, streamed and not, and a tool call, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
+      fake.reset();
+      const ran = await runPython('test/sdk/python/chat_completions.py', {
+        OPENAI_BASE_URL: `${gateway.url}/v1`,
+        OPENAI_API_KEY: apiKey,
+      });
+      expect(ran.code, ran.stderr).toBe(0);
+      const seen = JSON.parse(defined(ran.stdout.trim().split('\n').at(-1)));
+      expect(seen).toEqual({
+        completion: {
+          object: 'chat.completion',
+          content: 'You said: Name a colour.',
+          total_tokens: expect.any(Number),
+        },
+        streamed: { content: 'You said: Count to three.', total_tokens: expect.any(Number) },
+        tool_call: { finish_reason: 'tool_calls', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+      });
+      const sent = fake.requests.filter((request) => request.path === '/v1/chat/completions');
+      expect(sent.map((request) => request.headers.authorization)).toEqual([
+        'Bearer sk-fake',
+        'Bearer sk-fake',
+        'Bearer sk-fake',
+      ]);
+      expect(defined(sent[0]?.body).seed).toBe(7);
+      expect(defined(sent[2]?.body).tools).toEqual([expect.objectContaining({ type: 'function' })]);
     });
   },
 );
