@@ -207,6 +207,74 @@ describe('store: true', () => {
   });
 });
 
+describe('what is not kept', () => {
+  it('a stream past the answer bound, or with a tool call index no answer has, is relayed whole and not kept', async () => {
+    const small = await createTestGateway({ env: { GATEWAY_MAX_ANSWER_BYTES: '2000' } });
+    try {
+      const { tenant, client } = await tenantCalling(small, fake);
+      const long = await client.chat.completions.create({
+        model: 'gpt-4o',
+        messages: [asking('long', { stream_bytes: 3000, chunk_bytes: 500 })],
+        stream: true,
+        store: true,
+      });
+      let text = '';
+      for await (const chunk of long) text += chunk.choices[0]?.delta.content ?? '';
+      expect(text.length).toBeGreaterThanOrEqual(3000);
+      const hostile = await client.chat.completions.create({
+        model: 'gpt-4o',
+        messages: [asking('odd', { tool_calls: 1, tool_call_index: 4294967294 })],
+        tools: [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object' } } }],
+        stream: true,
+        store: true,
+      });
+      for await (const chunk of hostile) void chunk;
+      expect(await small.tasks.drain(10_000)).toBe(true);
+      expect(await storedIds(client)).toEqual([]);
+      const reasons = small.logs
+        .map((line) => JSON.parse(line))
+        .filter((line) => line.message === 'chat completion not stored' && line.workspace_id === tenant.workspace.id)
+        .map((line) => line.reason);
+      expect(reasons).toEqual([
+        'the completion is larger than 2000 characters (GATEWAY_MAX_ANSWER_BYTES)',
+        "a tool call's index is not an integer below 128",
+      ]);
+    } finally {
+      await small.close();
+    }
+  });
+
+  it('a write the database refuses is logged, and the answer is the one the provider gave', async () => {
+    const { tenant, client } = await tenantWith();
+    await gateway.database.client.execute(
+      `CREATE TRIGGER refuse_stored_${tenant.workspace.id.replaceAll('-', '_')} BEFORE INSERT ON stored_chat_completions
+       WHEN NEW.workspace_id = '${tenant.workspace.id}' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`,
+    );
+    const completion = await client.chat.completions.create({
+      model: 'gpt-4o',
+      messages: [asking('hi', { reply: 'answered all the same' })],
+      store: true,
+    });
+    expect(defined(completion.choices[0]).message.content).toBe('answered all the same');
+    const streamed = await client.chat.completions.create({
+      model: 'gpt-4o',
+      messages: [asking('hi', { reply: 'streamed all the same' })],
+      stream: true,
+      store: true,
+    });
+    let text = '';
+    for await (const chunk of streamed) text += chunk.choices[0]?.delta.content ?? '';
+    expect(text).toBe('streamed all the same');
+    expect(await gateway.tasks.drain(10_000)).toBe(true);
+    const failures = gateway.logs
+      .map((line) => JSON.parse(line))
+      .filter((line) => line.message === 'chat completion not stored' && line.workspace_id === tenant.workspace.id);
+    expect(failures).toHaveLength(2);
+    expect(JSON.stringify(failures)).toContain('refused by the test');
+    expect(await storedIds(client)).toEqual([]);
+  });
+});
+
 describe('listing', () => {
   it('filters by model and metadata, pages with limit and after, in either order', async () => {
     const { client } = await tenantWith();
