@@ -215,7 +215,13 @@ export class StreamedCompletion {
       });
     return {
       type: 'completion',
-      completion: { ...this.#head, object: 'chat.completion', choices, usage: this.#usage },
+      // A provider that sent no usage chunk (one that ignores stream_options): the completion has none.
+      completion: {
+        ...this.#head,
+        object: 'chat.completion',
+        choices,
+        ...(this.#usage !== null && { usage: this.#usage }),
+      },
     };
   }
 }
