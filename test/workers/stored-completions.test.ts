@@ -9,7 +9,8 @@ import { waitFor } from '../support/wait';
  * through the Worker entry with the official SDK.
  */
 
-const API_KEY = inject('workersTenant').runsWorkspaceKey;
+// Not the runs workspace, whose chat completions test/workers/chat-completions.test.ts counts exactly.
+const API_KEY = inject('workersTenant').workspaceKey;
 
 let openai: OpenAI;
 
