@@ -25,9 +25,8 @@ export async function insertStoredCompletion(db: Db, row: NewStoredCompletion): 
   return written.length > 0;
 }
 
-// OpenAI's own 404 for a completion that was not stored.
-const notFound = (id: string) =>
-  new ApiError('chat_completion_not_found', `No chat completion found with id '${id}'.`, { param: 'completion_id' });
+// A 404 as the other resources' (assistants' and threads'), with a null param.
+const notFound = (id: string) => new ApiError('chat_completion_not_found', `No chat completion found with id '${id}'.`);
 
 const ofWorkspace = (workspaceId: string, id: string) =>
   and(eq(storedChatCompletions.workspaceId, workspaceId), eq(storedChatCompletions.id, id));

@@ -370,7 +370,7 @@ describe('update and delete', () => {
       () => client.chat.completions.update(id, { metadata: {} }),
       () => client.chat.completions.delete(id),
     ]) {
-      await expect(attempt()).rejects.toMatchObject({ status: 404, code: 'chat_completion_not_found' });
+      await expect(attempt()).rejects.toMatchObject({ status: 404, code: 'chat_completion_not_found', param: null });
     }
     expect(await storedIds(client)).toEqual([]);
   });
@@ -392,7 +392,7 @@ describe('workspaces', () => {
       () => stranger.client.chat.completions.update(id, { metadata: { taken: 'yes' } }),
       () => stranger.client.chat.completions.delete(id),
     ]) {
-      await expect(attempt()).rejects.toMatchObject({ status: 404, code: 'chat_completion_not_found' });
+      await expect(attempt()).rejects.toMatchObject({ status: 404, code: 'chat_completion_not_found', param: null });
     }
     expect(await storedIds(stranger.client)).toEqual([]);
     expect(await storedIds(stranger.client, { metadata: { team: 'mine' } })).toEqual([]);
