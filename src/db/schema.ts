@@ -508,6 +508,39 @@ export const vectorStoreChunks = sqliteTable(
   (t) => [index('vector_store_chunks_store_file').on(t.vectorStoreId, t.fileId, t.chunkIndex)],
 );
 
+// ── Stored chat completions ──────────────────────────────────────────────────────────────────
+
+/**
+ * A chat completion made with `store: true` (resources/chat-completions/stored.ts): the provider
+ * behind a virtual key keeps none, so the gateway does. `id` is the provider's completion id when it
+ * was a safe one, else the gateway's, unique within its workspace only: a provider cannot learn
+ * another workspace's ids by reusing them. `completion` is the answer's object as the provider
+ * sent it (a stream's assembled from its chunks), `messages` the request's, each as the client sent
+ * it; `metadata` the request's until an update replaces it.
+ */
+export const storedChatCompletions = sqliteTable(
+  'stored_chat_completions',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    workspaceId: text('workspace_id')
+      .notNull()
+      .references(() => workspaces.id),
+    createdAt: ms('created_at').notNull(),
+    /** The model the request named: what a list filters by. */
+    model: text('model').notNull(),
+    metadata: json<Record<string, string>>('metadata').notNull(),
+    completion: json<Record<string, unknown>>('completion').notNull(),
+    messages: json<({ role: string } & Record<string, unknown>)[]>('messages').notNull(),
+  },
+  (t) => [
+    uniqueIndex('stored_chat_completions_id').on(t.workspaceId, t.id),
+    index('stored_chat_completions_workspace').on(t.workspaceId, t.seq),
+  ],
+);
+
+export type StoredChatCompletionRow = typeof storedChatCompletions.$inferSelect;
+
 // ── Usage ────────────────────────────────────────────────────────────────────────────────────
 
 /** What a usage row counts: runs, embeddings calls (retrieval), chat completions passed through (POST /v1/chat/completions). */

@@ -97,6 +97,13 @@ beforeAll(async () => {
     }),
   );
   expect(await gateway.tasks.drain(60_000)).toBe(true);
+  const stored = await json(
+    await gateway.request('/v1/chat/completions', {
+      key: tenant.workspaceKey,
+      headers: { 'x-gateway-virtual-key': slug },
+      body: { model: 'fake-model', messages: [{ role: 'user', content: 'keep' }], store: true, metadata: { k: 'v' } },
+    }),
+  );
   Object.assign(real, {
     id: [policy.id],
     vector_store_id: [store.id],
@@ -109,6 +116,7 @@ beforeAll(async () => {
     tool_call_id: toolCalls,
     message_id: messageIds,
     workspace: [tenant.workspace.id, tenant.workspace.slug],
+    completion_id: [stored.id],
   });
 });
 afterAll(async () => {
@@ -169,6 +177,7 @@ function validBody(route: Route): Record<string, unknown> {
       return { messages: [{ role: 'user', content: 'hello' }], metadata: { k: 'v' } };
     case 'POST /v1/threads/:thread_id':
     case 'POST /v1/threads/:thread_id/messages/:message_id':
+    case 'POST /v1/chat/completions/:completion_id':
       return { metadata: { k: 'v' } };
     case 'POST /v1/threads/:thread_id/messages':
       return { role: 'user', content: [{ type: 'text', text: 'hi' }], metadata: { k: 'v' } };

@@ -25,8 +25,6 @@ afterAll(() => gateway.close());
  */
 const UNSERVED: [string, string][] = [
   ['POST', '/v1/uploads'],
-  // Stored chat completions: POST /v1/chat/completions is served, what `store: true` keeps is not.
-  ['GET', '/v1/chat/completions/chatcmpl-abc123'],
   ['POST', '/v1/responses'],
   ['POST', '/v1/embeddings'],
   ['GET', '/v1/models'],

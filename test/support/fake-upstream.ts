@@ -104,6 +104,11 @@ export interface FakeScenario {
   usage?: { [K in keyof FakeUsage]?: unknown };
   /** The `model` reported back. Default: the request's model (Azure deployments: the deployment). */
   model?: string;
+  /**
+   * The completion's `id`, any JSON value (a provider that repeats one, or sends one no path could
+   * hold). Default: `chatcmpl-` and 29 random characters, as OpenAI's.
+   */
+  completion_id?: unknown;
   /** Delay before the status line and headers. */
   first_byte_delay_ms?: number;
   /**
@@ -759,6 +764,7 @@ const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   finish_reason: 'text',
   usage: 'record',
   model: 'text',
+  completion_id: 'any',
   first_byte_delay_ms: 'duration',
   hold: 'gate',
   chunk_delay_ms: 'duration',
@@ -831,7 +837,7 @@ interface ToolCallPlan {
 
 interface Plan {
   scenario: FakeScenario;
-  id: string;
+  id: unknown;
   created: number;
   model: string;
   azure: boolean;
@@ -864,7 +870,7 @@ function makePlan(
   }
   return {
     scenario,
-    id: `chatcmpl-${randomId(29)}`,
+    id: scenario.completion_id !== undefined ? scenario.completion_id : `chatcmpl-${randomId(29)}`,
     created: Math.floor(Date.now() / 1000),
     model: scenario.model ?? (str(body.model) || target.deployment || 'gpt-4o'),
     azure: target.flavour === 'azure',

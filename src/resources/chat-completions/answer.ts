@@ -23,11 +23,11 @@ export interface AnswerTally {
 
 const newTally = (): AnswerTally => ({ usage: null, invalidUsage: null, completionChars: 0 });
 
-/** A non-streamed answer: its bytes as sent (at most `maxBytes`) and its tally. */
+/** A non-streamed answer: its bytes as sent (at most `maxBytes`), its object and its tally. */
 export async function readJsonAnswer(
   opened: OpenedChatCall,
   maxBytes: number,
-): Promise<{ bytes: Uint8Array; tally: AnswerTally }> {
+): Promise<{ bytes: Uint8Array; object: Record<string, unknown>; tally: AnswerTally }> {
   const chunks = opened.body[Symbol.asyncIterator]();
   const parts: Uint8Array[] = [];
   let size = 0;
@@ -63,13 +63,15 @@ export async function readJsonAnswer(
   if (!isRecord(answer)) throw new UpstreamError('protocol', 'The upstream answered with JSON that is not an object.');
   const tally = newTally();
   tallyChunk(answer, 'message', tally);
-  return { bytes, tally };
+  return { bytes, object: answer, tally };
 }
 
 export interface RelayOptions {
   /** Whether the client asked for the usage chunk (`stream_options.include_usage`); if not, it is withheld. */
   clientWantsUsage: boolean;
   slices: Slices;
+  /** Given each chunk the provider sent that is a JSON object (a stored completion is assembled from them). */
+  chunk?: (chunk: Record<string, unknown>) => void;
   /** Called once when the relay ends: `error` is what ended it early, null when it reached its end. */
   done(tally: AnswerTally, error: unknown): void;
 }
@@ -126,7 +128,7 @@ export function relayStream(opened: OpenedChatCall, options: RelayOptions): Read
               out.push(DONE);
               break;
             }
-            if (relayed(data, options.clientWantsUsage, tally)) out.push(encoder.encode(`data: ${data}\n\n`));
+            if (relayed(data, options, tally)) out.push(encoder.encode(`data: ${data}\n\n`));
           }
           if (out.length > 0) controller.enqueue(concatBytes(out));
           if (finished) {
@@ -148,7 +150,7 @@ export function relayStream(opened: OpenedChatCall, options: RelayOptions): Read
 }
 
 /** Tallies a chunk; whether it goes to the client (not the usage-only chunk it did not ask for). */
-function relayed(data: string, clientWantsUsage: boolean, tally: AnswerTally): boolean {
+function relayed(data: string, options: RelayOptions, tally: AnswerTally): boolean {
   let chunk: unknown;
   try {
     chunk = JSON.parse(data);
@@ -158,8 +160,9 @@ function relayed(data: string, clientWantsUsage: boolean, tally: AnswerTally): b
   }
   if (!isRecord(chunk)) return true;
   tallyChunk(chunk, 'delta', tally);
+  options.chunk?.(chunk);
   const usageOnly = chunk.usage != null && Array.isArray(chunk.choices) && chunk.choices.length === 0;
-  return clientWantsUsage || !usageOnly;
+  return options.clientWantsUsage || !usageOnly;
 }
 
 /** Adds what a chunk (`delta`) or an answer (`message`) completed and the usage it reports. */

@@ -14,6 +14,7 @@ import { decryptVirtualKeySecret, servedModel } from '../virtual-keys/commands';
 import { upstreamRules } from '../virtual-keys/upstream-rules';
 import { readJsonAnswer, relayStream, upstreamFailure, type AnswerTally } from './answer';
 import type { CreateChatCompletionBody } from './schemas';
+import { completionStore } from './stored';
 
 /**
  * POST /v1/chat/completions, passed through to the provider of the caller's virtual key, in the
@@ -21,7 +22,7 @@ import type { CreateChatCompletionBody } from './schemas';
  *
  *   resolve the virtual key (as a run's) ─> check its address ─> admit (rate limits: a refusal
  *     sends nothing) ─> take a share of the provider calls ─> send ─> answer (JSON, or the stream
- *     relayed) ─> settle the tokens, count the usage, log the call
+ *     relayed) ─> settle the tokens, count the usage, log the call ─> with `store: true`, keep it
  *
  * A call that fails before its answer began releases its reservation and counts nothing; one the
  * provider answered is charged and counted its usage (an estimate when it reported none).
@@ -140,17 +141,24 @@ export async function createChatCompletion(
     throw failure;
   }
 
+  const store = completionStore(deps, actor, body, request.requestId);
   if (stream) {
     const events = relayStream(opened, {
       clientWantsUsage,
       slices: deps.slices,
-      done: (tally, error) => request.waitUntil(call.end(tally, error)),
+      ...(store && { chunk: store.streamed.add }),
+      done: (tally, error) => {
+        request.waitUntil(call.end(tally, error));
+        if (store && error === null) request.waitUntil(store.keepStreamed());
+      },
     });
     return { body: events, headers: { ...SSE_HEADERS, ...admission.headers } };
   }
   try {
-    const { bytes: answer, tally } = await readJsonAnswer(opened, config.GATEWAY_MAX_ANSWER_BYTES);
+    const { bytes: answer, object, tally } = await readJsonAnswer(opened, config.GATEWAY_MAX_ANSWER_BYTES);
     await call.end(tally, null);
+    // Waited for, so that a read right after the answer finds it; it never fails the answer.
+    if (store) await store.keep(object);
     return { body: answer, headers: { ...JSON_HEADERS, ...admission.headers } };
   } catch (error) {
     const failure = upstreamFailure(error);

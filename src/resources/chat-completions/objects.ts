@@ -20,3 +20,28 @@ export const chatCompletionObject = z
     usage: z.looseObject({ prompt_tokens: z.int(), completion_tokens: z.int(), total_tokens: z.int() }).optional(),
   })
   .meta({ id: 'ChatCompletion' });
+
+/**
+ * A stored completion (`store: true`), as GET /v1/chat/completions and its siblings answer it: the
+ * provider's answer as it was kept (a stream's assembled), under the id it was stored by, with the
+ * metadata it has now.
+ */
+export const storedCompletionObject = chatCompletionObject
+  .extend({ metadata: z.record(z.string(), z.string()) })
+  .meta({ id: 'StoredChatCompletion' });
+
+/**
+ * A message of a stored completion's request, as the client sent it, with OpenAI's fields added:
+ * its `id` (the completion's, a hyphen, its position), `content` as text (the text parts joined when
+ * it was a list of parts, which `content_parts` then holds), and `name`.
+ */
+export const storedMessageObject = z
+  .looseObject({
+    id: z.string(),
+    role: z.string(),
+    content: z.string().nullable(),
+    name: z.string().nullable(),
+    content_parts: z.array(z.unknown()).nullable(),
+  })
+  .meta({ id: 'StoredChatCompletionMessage' });
+export type StoredMessageObject = z.infer<typeof storedMessageObject>;

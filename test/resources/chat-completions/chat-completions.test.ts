@@ -4,10 +4,8 @@ import { defined } from '../../support/defined';
 import { errorOf, json } from '../../support/envelope';
 import {
   completionTokens,
-  fakeDirective,
   promptTokens,
   startFakeUpstream,
-  type FakeScenario,
   type FakeUpstreamServer,
   type RecordedRequest,
 } from '../../support/fake-upstream';
@@ -15,6 +13,7 @@ import { createTestGateway, type Tenant, type TestGateway } from '../../support/
 import { componentErrors } from '../../support/openapi';
 import { createPolicy, expectRefused, freshMinute, usedBy } from '../../support/ratelimit';
 import { waitFor } from '../../support/wait';
+import { asking, sdkClient, tenantCalling } from './clients';
 
 /**
  * POST /v1/chat/completions passed through to the provider of the caller's virtual key, through the
@@ -41,27 +40,8 @@ afterAll(async () => {
   await guarded.close();
 });
 
-/** The SDK as an application configures it: a base URL and a key. */
-const clientOf = (tenant: Tenant) =>
-  new OpenAI({
-    apiKey: tenant.workspaceKey,
-    baseURL: 'http://gateway.test/v1',
-    maxRetries: 0,
-    fetch: (url, init) => gateway.app.request(String(url), init),
-  });
-
-/** A tenant whose default virtual key calls `provider`, with its SDK client. */
-async function tenantWith(provider: FakeUpstreamServer = fake) {
-  const tenant = await gateway.tenant();
-  const slug = await gateway.virtualKey(tenant, { base_url: provider.baseURL, default: true });
-  return { tenant, slug, client: clientOf(tenant) };
-}
-
-/** A user message that makes the fake answer with `scenario`. */
-const asking = (text: string, scenario?: FakeScenario) => ({
-  role: 'user' as const,
-  content: scenario ? `${text}\n${fakeDirective(scenario)}` : text,
-});
+const clientOf = (tenant: Tenant) => sdkClient(gateway, tenant);
+const tenantWith = (provider: FakeUpstreamServer = fake) => tenantCalling(gateway, provider);
 
 /** What the provider received last for this tenant's key (the fake records every request). */
 function lastReceived(provider: FakeUpstreamServer = fake): RecordedRequest {

@@ -38,6 +38,8 @@ interface Holdings {
   storeId: string;
   storeFileId: string;
   batchId: string;
+  /** A chat completion stored with `store: true`, its messages and metadata carrying the marker. */
+  completionId: string;
 }
 
 let a: Holdings; // the caller
@@ -109,6 +111,18 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
   const batch = await json(
     await gateway.request(`/v1/vector_stores/${store.id}/file_batches`, { key, body: { file_ids: [storeFileId] } }),
   );
+  const completion = await json(
+    await gateway.request('/v1/chat/completions', {
+      key,
+      headers: { 'x-gateway-virtual-key': virtualKey },
+      body: {
+        model: 'fake-model',
+        messages: [{ role: 'user', content: `${marker}\n${fakeDirective({ reply: marker })}` }],
+        store: true,
+        metadata: { owner: marker },
+      },
+    }),
+  );
   await gateway.tasks.drain(10_000);
   const current = await json(await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}`, { key }));
   expect(current.status).toBe('requires_action');
@@ -127,6 +141,7 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     storeId: store.id,
     storeFileId,
     batchId: batch.id,
+    completionId: completion.id,
   };
 }
 
@@ -157,6 +172,9 @@ async function ownView(h: Holdings) {
     storeFile: await get(`/v1/vector_stores/${h.storeId}/files/${h.storeFileId}`),
     fileContent: await get(`/v1/vector_stores/${h.storeId}/files/${h.storeFileId}/content`),
     batch: await get(`/v1/vector_stores/${h.storeId}/file_batches/${h.batchId}`),
+    completion: await get(`/v1/chat/completions/${h.completionId}`),
+    completions: await get('/v1/chat/completions'),
+    completionMessages: await get(`/v1/chat/completions/${h.completionId}/messages`),
   };
 }
 
@@ -547,6 +565,41 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
       headers: { 'x-gateway-workspace-id': workspace },
       body: { model: 'fake-model', messages: [{ role: 'user', content: v.marker }] },
     })),
+  'GET /v1/chat/completions': (v) => [
+    { method: 'GET', path: '/v1/chat/completions', headers: scope(), list: true },
+    { method: 'GET', path: `/v1/chat/completions?metadata[owner]=${v.marker}`, headers: scope(), list: true },
+    { method: 'GET', path: `/v1/chat/completions?after=${v.completionId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    { method: 'GET', path: '/v1/chat/completions', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'GET /v1/chat/completions/:completion_id': (v) => [
+    { method: 'GET', path: `/v1/chat/completions/${v.completionId}`, headers: scope() },
+    {
+      method: 'GET',
+      path: `/v1/chat/completions/${v.completionId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+    },
+  ],
+  'POST /v1/chat/completions/:completion_id': (v) => [
+    {
+      method: 'POST',
+      path: `/v1/chat/completions/${v.completionId}`,
+      headers: scope(),
+      body: { metadata: { owner: 'planted' } },
+    },
+  ],
+  'DELETE /v1/chat/completions/:completion_id': (v) => [
+    { method: 'DELETE', path: `/v1/chat/completions/${v.completionId}`, headers: scope() },
+  ],
+  'GET /v1/chat/completions/:completion_id/messages': (v) => [
+    { method: 'GET', path: `/v1/chat/completions/${v.completionId}/messages`, headers: scope() },
+    // The caller's own completion with the victim's message as the cursor.
+    {
+      method: 'GET',
+      path: `/v1/chat/completions/${a.completionId}/messages?after=${v.completionId}-0`,
+      headers: scope(),
+      refusals: UNKNOWN_CURSOR,
+    },
+  ],
   // Read no further than the workspace: the body (not multipart here) is never reached.
   'POST /v1/files': (v) => [
     { method: 'POST', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
@@ -738,6 +791,7 @@ function leaks(text: string, victim: Holdings, sent: string): string[] {
     victim.storeId,
     victim.storeFileId,
     victim.batchId,
+    victim.completionId,
     victim.tenant.workspace.id,
     victim.tenant.workspace.slug,
     victim.tenant.organisationId,
