@@ -4,6 +4,7 @@ import { defined } from '../../support/defined';
 import { errorOf, json } from '../../support/envelope';
 import { fakeDirective, startFakeUpstream, type FakeUpstreamServer } from '../../support/fake-upstream';
 import { createTestGateway, type TestGateway } from '../../support/gateway';
+import { componentErrors, responseComponent } from '../../support/openapi';
 import { waitFor } from '../../support/wait';
 import { asking, tenantCalling } from './clients';
 
@@ -373,6 +374,31 @@ describe('update and delete', () => {
       await expect(attempt()).rejects.toMatchObject({ status: 404, code: 'chat_completion_not_found', param: null });
     }
     expect(await storedIds(client)).toEqual([]);
+  });
+});
+
+describe("OpenAI's description", () => {
+  // Not the messages' list: the reference types its items as the model's answer (role `assistant`,
+  // `refusal` required), where the list holds the request's messages, as OpenAI's API lists them.
+  it('every answer of the stored completions has the shape the reference gives its operation', async () => {
+    const { tenant, client } = await tenantWith();
+    const { id } = await client.chat.completions.create({
+      model: 'gpt-4o',
+      messages: [{ role: 'system', content: 'Be brief.' }, asking('hi', { reply: 'kept' })],
+      store: true,
+      metadata: { team: 'a' },
+    });
+    const answers: [string, string, { method?: string; body?: unknown }][] = [
+      ['getChatCompletion', `/v1/chat/completions/${id}`, {}],
+      ['listChatCompletions', '/v1/chat/completions?limit=1', {}],
+      ['updateChatCompletion', `/v1/chat/completions/${id}`, { body: { metadata: { team: 'b' } } }],
+      ['deleteChatCompletion', `/v1/chat/completions/${id}`, { method: 'DELETE' }],
+    ];
+    for (const [operation, path, request] of answers) {
+      const response = await gateway.request(path, { key: tenant.workspaceKey, ...request });
+      expect(response.status, operation).toBe(200);
+      expect(componentErrors(responseComponent(operation), await json(response)), operation).toEqual([]);
+    }
   });
 });
 
