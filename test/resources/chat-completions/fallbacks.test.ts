@@ -1,5 +1,5 @@
-import { createServer } from 'node:net';
 import OpenAI from 'openai';
+import { closedBaseUrl } from '../../support/ports';
 import { runCli } from '../../../src/cli/run';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defined } from '../../support/defined';
@@ -36,23 +36,8 @@ afterAll(async () => {
   await second.close();
 });
 
-const clientOf = (tenant: Tenant) =>
-  new OpenAI({
-    apiKey: tenant.workspaceKey,
-    baseURL: 'http://gateway.test/v1',
-    maxRetries: 0,
-    fetch: (url, init) => gateway.app.request(String(url), init),
-  });
-
-/** A base URL on 127.0.0.1 where nothing listens: a port taken from the system, then let go. */
-async function closedPort(): Promise<string> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return `http://127.0.0.1:${address.port}/v1`;
-}
+/** The official SDK, the tenant's workspace key in the gateway's header. */
+const clientOf = (tenant: Tenant) => gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
 
 /** A tenant whose default key calls `primary` (with `settings`), falling back to a key calling `second`. */
 async function tenantWithFallback(primary: string, settings: Record<string, unknown> = {}) {
@@ -115,7 +100,7 @@ describe('chat completions', () => {
   });
 
   it('a refused connection passes the call to the fallback key, streamed', async () => {
-    const { client } = await tenantWithFallback(await closedPort());
+    const { client } = await tenantWithFallback(await closedBaseUrl());
     const counts = await received(async () => {
       const { data: stream, response } = await client.chat.completions
         .create({ model: 'gpt-4o', messages: [asking('streamed')], stream: true })
@@ -207,7 +192,7 @@ describe('chat completions', () => {
 describe('runs', () => {
   it("a run whose key's provider fails before its first event falls back", async () => {
     const { tenant } = await tenantWithFallback(first.baseURL);
-    const openai = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
+    const openai = clientOf(tenant);
     const assistant = await openai.beta.assistants.create({ model: 'fake-model', instructions: 'Be brief.' });
     first.enqueue({ status: 500 });
     const counts = await received(async () => {
