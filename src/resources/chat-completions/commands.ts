@@ -160,7 +160,7 @@ export async function createChatCompletion(
         budgetMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
         now: Date.now,
         random: Math.random,
-        retrying: (step) => call.retrying(step.failed, step.next),
+        retrying: (step) => call.retrying(step.failed, step.next, step.error),
       },
     );
     opened = attempted.value;
@@ -270,8 +270,16 @@ class CallRecord {
    * the usage of its key (a request, no tokens), and the next one in the requests policies that
    * match it (the call was admitted once; ratelimit's countRequest).
    */
-  async retrying(failed: VirtualKey, next: VirtualKey): Promise<void> {
+  async retrying(failed: VirtualKey, next: VirtualKey, error: unknown): Promise<void> {
     const { deps, actor, call } = this;
+    deps.log.warn('chat completion attempt failed; trying again', {
+      request_id: call.request.requestId,
+      workspace_id: actor.workspaceId,
+      virtual_key: failed.slug,
+      next_virtual_key: next.slug,
+      attempt: this.#attempts,
+      error,
+    });
     this.#key = next;
     this.#attempts++;
     await recordUsage(deps.db, {

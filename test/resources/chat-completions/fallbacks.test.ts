@@ -91,6 +91,16 @@ describe('chat completions', () => {
     expect(defined(data.choices[0]).message.content).toContain('hello');
     expect(response.headers.get('x-gateway-virtual-key-used')).toBe('backup');
     expect(response.headers.get('x-gateway-attempts')).toBe('2');
+    const logged = gateway.logs.map((text) => JSON.parse(text) as Record<string, unknown>);
+    expect(
+      logged.find(
+        (line) =>
+          line.message === 'chat completion attempt failed; trying again' && line.workspace_id === tenant.workspace.id,
+      ),
+    ).toMatchObject({ virtual_key: 'main', next_virtual_key: 'backup', attempt: 1 });
+    expect(
+      logged.find((line) => line.message === 'chat completion' && line.workspace_id === tenant.workspace.id),
+    ).toMatchObject({ virtual_key: 'backup', attempts: 2 });
     // Both attempts are counted, each on its own key; only the one that answered has tokens.
     const usage = await waitFor(
       () => requestsByKey(tenant),
@@ -206,6 +216,10 @@ describe('runs', () => {
       expect(reply?.type === 'text' && reply.text.value).toContain('hello run');
     });
     expect(counts).toEqual({ first: 1, second: 1 });
+    // The run's log line names the key that answered.
+    const lines = gateway.logs.map((text) => JSON.parse(text) as Record<string, unknown>);
+    const ended = lines.filter((line) => line.message === 'run ended' && line.workspace_id === tenant.workspace.id);
+    expect(ended.map((line) => line.virtual_key)).toEqual(['backup']);
   });
 });
 
