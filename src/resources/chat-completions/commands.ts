@@ -30,11 +30,13 @@ import type { CreateChatCompletionBody } from './schemas';
  * order it must happen:
  *
  *   resolve the virtual key (as a run's) ─> check its address ─> admit (rate limits: a refusal
- *     sends nothing) ─> take a share of the provider calls ─> send ─> answer (JSON, or the stream
+ *     sends nothing) ─> take a share of the provider calls ─> send (tried again, or with the key's
+ *     fallbacks, until an answer begins: providers/attempts.ts) ─> answer (JSON, or the stream
  *     relayed) ─> settle the tokens, count the usage, log the call
  *
- * A call that fails before its answer began releases its reservation and counts nothing; one the
- * provider answered is charged and counted its usage (an estimate when it reported none).
+ * A call that fails before its answer began releases its reservation and counts nothing (but the
+ * attempts that failed before its last, each a request of its key); one the provider answered is
+ * charged and counted its usage (an estimate when it reported none) on the key that answered.
  */
 
 export type ChatCompletionDeps = Pick<
@@ -167,7 +169,13 @@ export async function createChatCompletion(
     call.served(attempted.key, attempted.attempts);
   } catch (error) {
     // A client that left is answered nothing: its reason is rethrown as is.
-    const failure = request.signal.aborted ? error : upstreamFailure(error);
+    if (request.signal.aborted) {
+      await call.end(null, error);
+      throw error;
+    }
+    const failure = upstreamFailure(error);
+    // The refusal says which key made the last attempt, and after how many.
+    Object.assign(failure.headers, call.servedHeaders());
     await call.end(null, failure);
     throw failure;
   }

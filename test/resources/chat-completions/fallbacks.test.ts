@@ -160,11 +160,30 @@ describe('chat completions', () => {
     const { client } = await tenantWithFallback(first.baseURL, { retry: { attempts: 3 } });
     first.enqueue({ status: 400 });
     const counts = await received(async () => {
-      await expect(client.chat.completions.create({ model: 'gpt-4o', messages: [asking('bad')] })).rejects.toThrow(
-        OpenAI.BadRequestError,
-      );
+      const refused = await client.chat.completions
+        .create({ model: 'gpt-4o', messages: [asking('bad')] })
+        .catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+      expect(refused instanceof OpenAI.APIError && refused.headers.get('x-gateway-attempts')).toBe('1');
     });
     expect(counts).toEqual({ first: 1, second: 0 });
+  });
+
+  it('when every key fails, the last failure is answered, naming the key of the last attempt', async () => {
+    const { client } = await tenantWithFallback(first.baseURL);
+    first.enqueue({ status: 500 });
+    second.enqueue({ status: 503 });
+    const counts = await received(async () => {
+      const failed = await client.chat.completions
+        .create({ model: 'gpt-4o', messages: [asking('nobody')] })
+        .catch((error: unknown) => error);
+      expect(failed).toBeInstanceOf(OpenAI.InternalServerError);
+      if (!(failed instanceof OpenAI.APIError)) throw new Error('not an API error');
+      expect(failed.status).toBe(503);
+      expect(failed.headers.get('x-gateway-virtual-key-used')).toBe('backup');
+      expect(failed.headers.get('x-gateway-attempts')).toBe('2');
+    });
+    expect(counts).toEqual({ first: 1, second: 1 });
   });
 
   it('a stream that fails once it began is not tried again', async () => {
