@@ -21,6 +21,8 @@ const keyOptions = {
   deployment: { type: 'string' },
   model: { type: 'string' },
   models: { type: 'string' },
+  fallbacks: { type: 'string' },
+  retry: { type: 'string' },
   'api-key-stdin': { type: 'boolean' },
   'api-key-env': { type: 'string' },
   // Accepted only to be refused with an explanation.
@@ -79,12 +81,13 @@ export const commands: Command[] = [
     usage:
       'virtual-keys create --workspace <id|slug> --slug <slug> --provider openai|azure-openai ' +
       '[--base-url <url>] [--api-version <v>] [--deployment <d>] [--model <m>] [--models <a,b*>] [--default] ' +
-      '(--api-key-stdin | --api-key-env <NAME>) [--json]',
+      "[--fallbacks <slug,slug>] [--retry '<json>'] (--api-key-stdin | --api-key-env <NAME>) [--json]",
     summary:
       "Store a provider's credentials in a workspace under a slug (x-gateway-virtual-key). The provider key is " +
       'read from standard input or from the environment variable NAME, never from a flag (shell history). ' +
       '--models: the models (exact names, * globs) whose runs go to it when they name no key; --default: the ' +
-      "workspace's fallback key.",
+      "workspace's fallback key; --fallbacks: the keys a failed call moves to, in order; --retry: its retry " +
+      'settings as the API takes them (docs/virtual-keys.md).',
     options: {
       ...workspaceOption,
       slug: { type: 'string' },
@@ -98,11 +101,13 @@ export const commands: Command[] = [
     name: 'virtual-keys update',
     usage:
       'virtual-keys update --workspace <id|slug> <slug> [--base-url <url>] [--models <a,b*>] [--default | --no-default] ' +
-      '[--api-key-stdin | --api-key-env <NAME>] [--api-version <v>] [--deployment <d>] [--model <m>] [--json]',
+      '[--api-key-stdin | --api-key-env <NAME>] [--api-version <v>] [--deployment <d>] [--model <m>] ' +
+      "[--fallbacks <slug,slug>] [--retry '<json>'] [--json]",
     summary:
       'Change a virtual key, keeping its slug: its base URL, its models (--models "" clears them), whether it is ' +
       "the workspace's default, its provider key (rotated: from standard input or NAME, never a flag), and " +
-      "Azure's api-version, deployment and model.",
+      'Azure\'s api-version, deployment and model, its fallbacks (--fallbacks "" clears them) and retry settings ' +
+      "(--retry 'null' restores the defaults).",
     options: { ...workspaceOption, default: { type: 'boolean' }, 'no-default': { type: 'boolean' }, ...keyOptions },
     run: async (ctx) => (await virtualKeys()).updateVirtualKeyCommand(ctx),
   },

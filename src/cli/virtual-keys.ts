@@ -90,14 +90,25 @@ const TABLE_COLUMNS = [
   'revoked_at',
 ];
 
-/** `--models a,b*`: the list, comma-separated; an empty value (`--models ''`) is the empty list. */
-function modelsOption(ctx: CommandContext): string[] | undefined {
-  const value = ctx.values.models;
+/** `--models a,b*` (or `--fallbacks a,b`): the list, comma-separated; an empty value (`--models ''`) is the empty list. */
+function listOption(ctx: CommandContext, name: 'models' | 'fallbacks'): string[] | undefined {
+  const value = ctx.values[name];
   if (typeof value !== 'string') return undefined;
   return value
     .split(',')
     .map((pattern) => pattern.trim())
     .filter((pattern) => pattern !== '');
+}
+
+/** `--retry '{"attempts":3}'`: the API's `retry` object as JSON (its schema checks it), `null` for the defaults. */
+function retryOption(ctx: CommandContext): unknown {
+  const value = optionalString(ctx, 'retry');
+  if (value === undefined) return undefined;
+  try {
+    return JSON.parse(value) as unknown;
+  } catch {
+    throw new UsageError(`--retry takes a JSON object, such as '{"attempts":3}', or 'null'`);
+  }
 }
 
 /** `--default` / `--no-default` (update only); neither leaves the key's default as it is. */
@@ -128,7 +139,9 @@ function keyFields(ctx: CommandContext) {
     api_version: optionalString(ctx, 'api-version'),
     deployment: optionalString(ctx, 'deployment'),
     model: optionalString(ctx, 'model'),
-    models: modelsOption(ctx),
+    models: listOption(ctx, 'models'),
+    fallbacks: listOption(ctx, 'fallbacks'),
+    retry: retryOption(ctx),
   };
 }
 

@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { blob, index, integer, real, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 import type { Provider } from '../providers/adapters';
+import type { RetrySettings } from '../providers/attempts';
 import type { Usage } from '../providers/types';
 import { activeSql, holdsThreadSql, type RunStatus, type StepStatus } from './run-statuses';
 import type {
@@ -112,6 +113,12 @@ export const virtualKeys = sqliteTable(
       .default(sql`'[]'`),
     /** The workspace's fallback key for runs that name none and match no `models` pattern. */
     isDefault: integer('is_default', { mode: 'boolean' }).notNull().default(false),
+    /** Slugs of the workspace's keys a call moves to, in order, once this key's attempts failed (providers/attempts.ts). */
+    fallbacks: json<string[]>('fallbacks')
+      .notNull()
+      .default(sql`'[]'`),
+    /** How calls with this key are tried again; null: RETRY_DEFAULTS (one attempt). */
+    retry: json<RetrySettings>('retry'),
     createdAt: ms('created_at').notNull(),
     revokedAt: ms('revoked_at'),
   },
@@ -147,6 +154,10 @@ export interface VirtualKey {
   models: string[];
   /** The workspace's fallback for runs that name no key and match no key's `models`. */
   isDefault: boolean;
+  /** Slugs of the keys a call that failed with this one moves to, in order (providers/attempts.ts). */
+  fallbacks: string[];
+  /** How a call with this key is tried again: every field present (RETRY_DEFAULTS where the row has none). */
+  retry: RetrySettings;
   secretCiphertext: string;
   createdAt: number;
   revokedAt: number | null;

@@ -48,6 +48,8 @@ export interface ChatCallOptions {
 
 /** The largest event-stream line (bytes on the wire) and event (characters of data) read. */
 export const SSE_LIMITS = { maxLineBytes: 1024 * 1024, maxEventChars: 1024 * 1024 };
+/** A Retry-After header is a number of seconds or a date: what is longer is not read. */
+const MAX_RETRY_AFTER_CHARS = 64;
 /** Longer tool-call ids are refused: OpenAI's are about 30 characters. */
 const MAX_TOOL_CALL_ID_CHARS = 256;
 
@@ -55,7 +57,18 @@ export async function* streamChatCompletion(
   request: { model: string; body: RequestBody['body'] },
   call: ChatCallOptions,
 ): AsyncGenerator<UpstreamEvent[]> {
-  const { body, silence, controller, end } = await openChatCall({ ...request, accept: 'text/event-stream' }, call);
+  yield* readChatStream(await openChatCall({ ...request, accept: 'text/event-stream' }, call), call);
+}
+
+/**
+ * The events of a streamed call that opened (openChatCall), as streamChatCompletion yields them: for
+ * a caller that opens the call itself (a run's, tried again or with a fallback key: providers/attempts.ts).
+ */
+export async function* readChatStream(
+  opened: OpenedChatCall,
+  call: Pick<ChatCallOptions, 'secret' | 'slices'>,
+): AsyncGenerator<UpstreamEvent[]> {
+  const { body, silence, controller, end } = opened;
   let finished = false;
   try {
     const toolCalls = new ToolCallIndexer();
@@ -178,6 +191,8 @@ export async function openChatCall(
         'http',
         `${refusal(response.status, request.model)}HTTP ${response.status}${detail}`,
         response.status,
+        undefined,
+        response.headers.get('retry-after')?.slice(0, MAX_RETRY_AFTER_CHARS),
       );
     }
     if (!response.body) throw new UpstreamError('protocol', 'The upstream answered without a body.');

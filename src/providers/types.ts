@@ -138,6 +138,8 @@ export class UpstreamError extends Error {
     message: string,
     readonly status?: number,
     readonly network?: NetworkCause,
+    /** An `http` refusal's Retry-After header, as sent (bounded): when the provider asks to be tried again. */
+    readonly retryAfter?: string,
   ) {
     super(message);
     this.name = 'UpstreamError';

@@ -141,6 +141,30 @@ export async function settleTokens(
   }
 }
 
+/**
+ * Counts one more request in each requests policy that matches `attributes`, without asking for
+ * room: a further attempt of a call that was admitted once, against its first key
+ * (providers/attempts.ts), with the attributes of the key it is made with. Tokens policies are not
+ * touched: the call's one reservation stands for whichever attempt answers.
+ */
+export async function countRequest(
+  deps: Pick<RateLimitDeps, 'policyCache' | 'now' | 'counters'>,
+  attributes: RequestAttributes,
+  settingsGeneration: number | null = null,
+): Promise<void> {
+  const index = await deps.policyCache.get(attributes.workspace_id, settingsGeneration);
+  if (index.size === 0) return;
+  const values = attributeValues(attributes);
+  const now = deps.now();
+  const requests = index.match(values).filter((policy) => policy.type === 'requests');
+  const counters = await Promise.all(requests.map((policy) => counterOf(policy, values, now, 0)));
+  if (counters.length === 0) return;
+  await deps.counters.adjust(
+    attributes.workspace_id,
+    counters.map(({ key, windowEnd }) => ({ key, windowEnd, delta: 1 })),
+  );
+}
+
 /** Group values longer than this are hashed in counter keys, which stay short whatever the metadata. */
 const GROUP_TEXT_MAX = 128;
 

@@ -10,7 +10,7 @@ export {
   type RequestAttributes,
 } from './attributes';
 export type { AdmitResult, CounterAdjustment, CounterAdmission, CounterStore } from './counter-store';
-export { admitRequest, settleTokens, type Admission, type TurnTokens } from './enforce';
+export { admitRequest, countRequest, settleTokens, type Admission, type TurnTokens } from './enforce';
 export { promptChars, turnReservation } from './reservation';
 export { LibsqlCounterStore } from './libsql-counter-store';
 export { PolicyCache } from './policy-cache';

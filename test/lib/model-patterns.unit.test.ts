@@ -4,6 +4,7 @@ import { ApiError } from '../../src/errors';
 import { closestModel, conflicts, matches, overlap, sharedModel, specificity } from '../../src/lib/model-patterns';
 import { chooseVirtualKey } from '../../src/resources/virtual-keys/commands';
 import type { VirtualKey } from '../../src/db/schema';
+import { RETRY_DEFAULTS } from '../../src/providers/attempts';
 
 /**
  * The patterns of a virtual key's `models` (lib/model-patterns.ts) and the choice of a key for a
@@ -165,6 +166,8 @@ describe('chooseVirtualKey', () => {
     options: {},
     models,
     isDefault,
+    fallbacks: [],
+    retry: RETRY_DEFAULTS,
     secretCiphertext: '',
     createdAt: 0,
     revokedAt: null,

@@ -21,9 +21,13 @@ export function gatewayClient(headers: Record<string, string>): OpenAI {
 /**
  * A virtual key of the workspace to the fake provider in Node (test/support/workers-global-setup.ts),
  * created through the API as a user would (the fake listens on loopback, which
- * GATEWAY_ALLOW_PRIVATE_UPSTREAMS allows here); answers the key as created.
+ * GATEWAY_ALLOW_PRIVATE_UPSTREAMS allows here), with `fields` besides; answers the key as created.
  */
-export async function fakeProviderKey(workspaceKey: string, slug: string): Promise<unknown> {
+export async function fakeProviderKey(
+  workspaceKey: string,
+  slug: string,
+  fields: Record<string, unknown> = {},
+): Promise<unknown> {
   const created = await exports.default.fetch('http://gateway/v1/virtual-keys', {
     method: 'POST',
     headers: { 'x-gateway-api-key': workspaceKey, 'content-type': 'application/json' },
@@ -32,6 +36,7 @@ export async function fakeProviderKey(workspaceKey: string, slug: string): Promi
       provider: 'openai',
       base_url: inject('upstreamUrl'),
       api_key: 'sk-fake-provider-key',
+      ...fields,
     }),
   });
   expect(created.status).toBe(200);

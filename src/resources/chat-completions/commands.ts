@@ -6,11 +6,21 @@ import type { Deps } from '../../deps';
 import { ApiError } from '../../errors';
 import { ShareTimeout, type Share } from '../../lib/fair-shares';
 import { ADAPTERS } from '../../providers/adapters';
+import { openWithAttempts } from '../../providers/attempts';
 import { openChatCall, type OpenedChatCall } from '../../providers/chat';
-import { admitRequest, requestMetadata, settleTokens, turnReservation, type Admission } from '../../ratelimit';
+import {
+  admitRequest,
+  countRequest,
+  requestMetadata,
+  settleTokens,
+  turnReservation,
+  type Admission,
+  type RequestAttributes,
+} from '../../ratelimit';
 import { CHARS_PER_TOKEN } from '../../ratelimit/reservation';
 import type { VirtualKey } from '../../db/schema';
 import { decryptVirtualKeySecret, servedModel } from '../virtual-keys/commands';
+import { callKeys } from '../virtual-keys/fallbacks';
 import { upstreamRules } from '../virtual-keys/upstream-rules';
 import { readJsonAnswer, relayStream, upstreamFailure, type AnswerTally } from './answer';
 import type { CreateChatCompletionBody } from './schemas';
@@ -21,11 +31,13 @@ import { completionStore } from './stored';
  * order it must happen:
  *
  *   resolve the virtual key (as a run's) ─> check its address ─> admit (rate limits: a refusal
- *     sends nothing) ─> take a share of the provider calls ─> send ─> answer (JSON, or the stream
+ *     sends nothing) ─> take a share of the provider calls ─> send (tried again, or with the key's
+ *     fallbacks, until an answer begins: providers/attempts.ts) ─> answer (JSON, or the stream
  *     relayed) ─> settle the tokens, count the usage, log the call ─> with `store: true`, keep it
  *
- * A call that fails before its answer began releases its reservation and counts nothing; one the
- * provider answered is charged and counted its usage (an estimate when it reported none).
+ * A call that fails before its answer began releases its reservation and counts nothing (but the
+ * attempts that failed before its last, each a request of its key); one the provider answered is
+ * charged and counted its usage (an estimate when it reported none) on the key that answered.
  */
 
 export type ChatCompletionDeps = Pick<
@@ -89,16 +101,17 @@ export async function createChatCompletion(
   const model = servedModel(key, body.model);
   // The whole request, not only its messages: tools and schemas are prompt tokens too.
   const promptChars = text.length;
+  const attributes = {
+    api_key: actor.apiKeyId,
+    workspace_id: actor.workspaceId,
+    virtual_key: key.slug,
+    provider: key.provider,
+    model,
+    metadata: requestMetadata(body.metadata, actor.metadataHeader),
+  };
   const admission = await admitRequest(
     deps,
-    {
-      api_key: actor.apiKeyId,
-      workspace_id: actor.workspaceId,
-      virtual_key: key.slug,
-      provider: key.provider,
-      model,
-      metadata: requestMetadata(body.metadata, actor.metadataHeader),
-    },
+    attributes,
     {
       reservation: turnReservation(
         {
@@ -113,30 +126,59 @@ export async function createChatCompletion(
     },
     snapshot.generation,
   );
-  const call = new CallRecord(deps, actor, key, admission, { model, stream, promptChars, startedAt, request });
+  const call = new CallRecord(deps, actor, key, admission, {
+    requested: body.model,
+    attributes,
+    generation: snapshot.generation,
+    stream,
+    promptChars,
+    startedAt,
+    request,
+  });
 
   let opened: OpenedChatCall;
   try {
-    call.share = await takeShare(deps, actor.workspaceId, bytes.byteLength, request.signal);
-    opened = await openChatCall(
-      { model: body.model, body: bytes, accept: stream ? 'text/event-stream' : 'application/json' },
+    const share = await takeShare(deps, actor.workspaceId, bytes.byteLength, request.signal);
+    call.share = share;
+    // The key, its retries, then its fallbacks (providers/attempts.ts), found in this request's snapshot.
+    const attempted = await openWithAttempts(
+      async (candidate) =>
+        openChatCall(
+          { model: body.model, body: bytes, accept: stream ? 'text/event-stream' : 'application/json' },
+          {
+            fetch: deps.fetch,
+            adapter: ADAPTERS[candidate.provider],
+            baseUrl: candidate.baseUrl,
+            options: candidate.options,
+            secret: await decryptVirtualKeySecret(deps.secrets, candidate),
+            firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
+            queuedMs: share.waitedMs,
+            sent: share.sent,
+            idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
+            signal: request.signal,
+            slices: deps.slices,
+          },
+        ),
       {
-        fetch: deps.fetch,
-        adapter: ADAPTERS[key.provider],
-        baseUrl: key.baseUrl,
-        options: key.options,
-        secret: await decryptVirtualKeySecret(deps.secrets, key),
-        firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
-        queuedMs: call.share.waitedMs,
-        sent: call.share.sent,
-        idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
+        keys: callKeys(deps, key, (slug) => fallbackKey(snapshot, actor.workspaceId, slug, body.model), rules),
         signal: request.signal,
-        slices: deps.slices,
+        budgetMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
+        now: Date.now,
+        random: Math.random,
+        retrying: (step) => call.retrying(step.failed, step.next, step.error),
       },
     );
+    opened = attempted.value;
+    call.served(attempted.key, attempted.attempts);
   } catch (error) {
     // A client that left is answered nothing: its reason is rethrown as is.
-    const failure = request.signal.aborted ? error : upstreamFailure(error);
+    if (request.signal.aborted) {
+      await call.end(null, error);
+      throw error;
+    }
+    const failure = upstreamFailure(error);
+    // The refusal says which key made the last attempt, and after how many.
+    Object.assign(failure.headers, call.servedHeaders());
     await call.end(null, failure);
     throw failure;
   }
@@ -152,14 +194,14 @@ export async function createChatCompletion(
         if (store && error === null) request.waitUntil(store.keepStreamed());
       },
     });
-    return { body: events, headers: { ...SSE_HEADERS, ...admission.headers } };
+    return { body: events, headers: { ...SSE_HEADERS, ...admission.headers, ...call.servedHeaders() } };
   }
   try {
     const { bytes: answer, object, tally } = await readJsonAnswer(opened, config.GATEWAY_MAX_ANSWER_BYTES);
     await call.end(tally, null);
     // Waited for, so that a read right after the answer finds it; it never fails the answer.
     if (store) await store.keep(object);
-    return { body: answer, headers: { ...JSON_HEADERS, ...admission.headers } };
+    return { body: answer, headers: { ...JSON_HEADERS, ...admission.headers, ...call.servedHeaders() } };
   } catch (error) {
     const failure = upstreamFailure(error);
     await call.end({ usage: null, invalidUsage: null, completionChars: 0 }, failure);
@@ -189,6 +231,16 @@ async function takeShare(
   }
 }
 
+/** A fallback key of the request's snapshot by its slug; null when no live key has it any more. */
+async function fallbackKey(snapshot: Settings, workspaceId: string, slug: string, model: string) {
+  try {
+    return await snapshot.virtualKey(workspaceId, { slug, model });
+  } catch (error) {
+    if (error instanceof ApiError && error.code === 'invalid_virtual_key') return null;
+    throw error;
+  }
+}
+
 /**
  * What a call holds until it ends, and what its end writes, once: its share given back, its tokens
  * settled (released when the provider answered nothing), its usage counted when the provider
@@ -197,26 +249,82 @@ async function takeShare(
 class CallRecord {
   share: Share | null = null;
   #ended = false;
+  /** The key that answered (or the call's own, until one did), and the attempts made. */
+  #key: VirtualKey;
+  #attempts = 1;
 
   constructor(
     private readonly deps: ChatCompletionDeps,
     private readonly actor: Actor,
-    private readonly key: VirtualKey,
+    key: VirtualKey,
     private readonly admission: Admission,
     private readonly call: {
-      model: string;
+      /** The model the request names: each key may serve another (servedModel). */
+      requested: string;
+      /** What the call was admitted as, with its first key. */
+      attributes: RequestAttributes;
+      generation: number | null;
       stream: boolean;
       promptChars: number;
       startedAt: number;
       request: ChatCompletionRequest;
     },
-  ) {}
+  ) {
+    this.#key = key;
+  }
+
+  served(key: VirtualKey, attempts: number): void {
+    this.#key = key;
+    this.#attempts = attempts;
+  }
+
+  /** Which key answered, and after how many attempts. */
+  servedHeaders(): Record<string, string> {
+    return { 'x-gateway-virtual-key-used': this.#key.slug, 'x-gateway-attempts': String(this.#attempts) };
+  }
+
+  /**
+   * An attempt with `failed` failed and another is made with `next`: the failed one is counted in
+   * the usage of its key (a request, no tokens), and the next one in the requests policies that
+   * match it (the call was admitted once; ratelimit's countRequest).
+   */
+  async retrying(failed: VirtualKey, next: VirtualKey, error: unknown): Promise<void> {
+    const { deps, actor, call } = this;
+    deps.log.warn('chat completion attempt failed; trying again', {
+      request_id: call.request.requestId,
+      workspace_id: actor.workspaceId,
+      virtual_key: failed.slug,
+      next_virtual_key: next.slug,
+      attempt: this.#attempts,
+      error,
+    });
+    this.#key = next;
+    this.#attempts++;
+    await recordUsage(deps.db, {
+      kind: 'chat_completions',
+      workspaceId: actor.workspaceId,
+      at: deps.now(),
+      model: servedModel(failed, call.requested),
+      apiKeyId: actor.apiKeyId,
+      virtualKeyId: failed.id,
+      promptTokens: 0,
+      completionTokens: 0,
+    });
+    const model = servedModel(next, call.requested);
+    await countRequest(
+      deps,
+      { ...call.attributes, virtual_key: next.slug, provider: next.provider, model },
+      call.generation,
+    );
+  }
 
   /** `tally` is null when the provider answered nothing (no 2xx): nothing is charged or counted. */
   async end(tally: AnswerTally | null, error: unknown): Promise<void> {
     if (this.#ended) return;
     this.#ended = true;
-    const { deps, actor, key, call } = this;
+    const { deps, actor, call } = this;
+    const key = this.#key;
+    const model = servedModel(key, call.requested);
     this.share?.end();
     const usage = tally && (tally.usage ?? estimate(call.promptChars, tally.completionChars));
     const fields = {
@@ -224,7 +332,8 @@ class CallRecord {
       workspace_id: actor.workspaceId,
       api_key_id: actor.apiKeyId,
       virtual_key: key.slug,
-      model: call.model,
+      attempts: this.#attempts,
+      model,
       stream: call.stream,
       prompt_tokens: usage?.prompt_tokens ?? 0,
       completion_tokens: usage?.completion_tokens ?? 0,
@@ -240,7 +349,7 @@ class CallRecord {
           kind: 'chat_completions',
           workspaceId: actor.workspaceId,
           at: deps.now(),
-          model: call.model,
+          model,
           apiKeyId: actor.apiKeyId,
           virtualKeyId: key.id,
           promptTokens: usage.prompt_tokens,

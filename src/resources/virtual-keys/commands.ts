@@ -7,10 +7,12 @@ import { newUuid } from '../../lib/ids';
 import { closestModel, conflicts, globEnds, isGlob, matches, sharedModel, specificity } from '../../lib/model-patterns';
 import type { SecretBox } from '../../lib/secrets';
 import { checkUpstreamUrl, type UpstreamUrlOptions } from '../../lib/upstream-url';
+import { RETRY_DEFAULTS, type RetrySettings } from '../../providers/attempts';
 import {
   DEFAULT_OPENAI_BASE_URL,
   misplacedAzureField,
   type CreateVirtualKeyBody,
+  type RetryBody,
   type UpdateVirtualKeyBody,
 } from './schemas';
 import { quotaExceeded } from '../identities/quotas';
@@ -32,6 +34,8 @@ function fromRow(row: VirtualKeyRow): VirtualKey {
     options: { api_version: row.options.api_version, deployment: row.options.deployment, model: row.options.model },
     models: row.models,
     isDefault: row.isDefault,
+    fallbacks: row.fallbacks,
+    retry: { ...RETRY_DEFAULTS, ...row.retry },
     secretCiphertext: row.secretCiphertext,
     createdAt: row.createdAt,
     revokedAt: row.revokedAt,
@@ -79,6 +83,7 @@ export async function createVirtualKey(db: Db, secrets: SecretBox, input: Create
       throw new Error('An azure-openai key without api_version or deployment');
     options = { api_version, deployment, model: body.model ?? deployment };
   }
+  const fallbacks = await checkFallbacks(db, workspaceId, body.slug, body.fallbacks ?? []);
   const values = {
     id,
     workspaceId,
@@ -89,6 +94,8 @@ export async function createVirtualKey(db: Db, secrets: SecretBox, input: Create
     options,
     models: body.models ?? [],
     isDefault: false,
+    fallbacks,
+    retry: retrySettings(RETRY_DEFAULTS, body.retry),
     createdAt: input.now,
     revokedAt: null,
   };
@@ -178,6 +185,8 @@ export async function updateVirtualKey(db: Db, secrets: SecretBox, input: Update
     };
   }
   if (body.models !== undefined) changes.models = body.models;
+  if (body.fallbacks !== undefined) changes.fallbacks = await checkFallbacks(db, workspaceId, key.slug, body.fallbacks);
+  if (body.retry !== undefined) changes.retry = retrySettings(key.retry, body.retry);
   if (body.default === false) changes.isDefault = false;
   // Drizzle refuses an empty SET; rewriting the slug with itself changes nothing.
   if (Object.keys(changes).length === 0) changes.slug = key.slug;
@@ -295,6 +304,83 @@ export function tiesWith(pattern: string, theirs: SQL): SQL {
       ? sql`1`
       : sql`(substr(${theirSuffix}, -${suffix.length}) = ${suffix} OR ${theirSuffix} = '' OR substr(${suffix}, -length(${theirSuffix})) = ${theirSuffix})`;
   return sql`(instr(${theirs}, '*') > 0 AND length(replace(${theirs}, '*', '')) = ${specificity(pattern)} AND ${prefixes} AND ${suffixes})`;
+}
+
+/**
+ * A key's fallbacks as stored, or 400 naming the first at fault: the key itself, a slug that names
+ * no live key of the workspace, or one whose own fallbacks (followed through theirs) lead back to
+ * the key. Checked when written; a key revoked later is passed over when a call gets to it, and a
+ * call follows its key's own list only, each key once, so even a cycle that concurrent writes made
+ * ends (resources/virtual-keys/fallbacks.ts).
+ */
+async function checkFallbacks(db: Db, workspaceId: string, self: string, fallbacks: string[]): Promise<string[]> {
+  if (fallbacks.length === 0) return fallbacks;
+  const live = await db
+    .select({ slug: virtualKeys.slug, fallbacks: virtualKeys.fallbacks })
+    .from(virtualKeys)
+    .where(liveIn(workspaceId));
+  const next = new Map(live.map((key) => [key.slug, key.fallbacks]));
+  next.set(self, fallbacks);
+  for (const [index, slug] of fallbacks.entries()) {
+    const param = `fallbacks[${index}]`;
+    if (slug === self) {
+      throw new ApiError('invalid_value', `Invalid '${param}': a virtual key cannot fall back to itself.`, { param });
+    }
+    if (!live.some((key) => key.slug === slug)) {
+      throw new ApiError('invalid_value', `Invalid '${param}': no live virtual key '${slug}' in this workspace.`, {
+        param,
+      });
+    }
+    const cycle = pathTo(next, slug, self);
+    if (cycle) {
+      throw new ApiError(
+        'invalid_value',
+        `Invalid '${param}': '${slug}' falls back to this key (${[self, ...cycle].join(' → ')}), a cycle.`,
+        { param },
+      );
+    }
+  }
+  return fallbacks;
+}
+
+/** The slugs from `from` to `to` along the keys' fallbacks (depth first, each key once), or null. */
+function pathTo(next: Map<string, string[]>, from: string, to: string): string[] | null {
+  const seen = new Set<string>();
+  const walk = (slug: string): string[] | null => {
+    if (slug === to) return [slug];
+    if (seen.has(slug)) return null;
+    seen.add(slug);
+    for (const fallback of next.get(slug) ?? []) {
+      const path = walk(fallback);
+      if (path) return [slug, ...path];
+    }
+    return null;
+  };
+  return walk(from);
+}
+
+/** `body` over `current` (null: the defaults), or 400 when the backoff's base exceeds its maximum. */
+function retrySettings(current: RetrySettings, body: RetryBody | undefined): RetrySettings {
+  if (body === undefined) return current;
+  const settings =
+    body === null
+      ? RETRY_DEFAULTS
+      : {
+          attempts: body.attempts ?? current.attempts,
+          on_statuses: body.on_statuses ?? current.on_statuses,
+          on_network_errors: body.on_network_errors ?? current.on_network_errors,
+          backoff_base_ms: body.backoff_base_ms ?? current.backoff_base_ms,
+          backoff_max_ms: body.backoff_max_ms ?? current.backoff_max_ms,
+          max_retry_after_ms: body.max_retry_after_ms ?? current.max_retry_after_ms,
+        };
+  if (settings.backoff_base_ms > settings.backoff_max_ms) {
+    throw new ApiError(
+      'invalid_value',
+      `Invalid 'retry.backoff_base_ms': ${settings.backoff_base_ms} is over retry.backoff_max_ms (${settings.backoff_max_ms}).`,
+      { param: 'retry.backoff_base_ms' },
+    );
+  }
+  return settings;
 }
 
 /** The base URL as stored, or 400 naming `base_url`. */

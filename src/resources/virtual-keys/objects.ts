@@ -22,6 +22,17 @@ export const virtualKeyObject = z
     models: z.array(z.string()),
     /** Whether this is the workspace's default key. */
     default: z.boolean(),
+    /** Slugs of the keys a call moves to, in order, once this key's attempts failed. */
+    fallbacks: z.array(z.string()),
+    /** How calls with this key are tried again, every setting shown. */
+    retry: z.strictObject({
+      attempts: z.int(),
+      on_statuses: z.array(z.int()),
+      on_network_errors: z.boolean(),
+      backoff_base_ms: z.int(),
+      backoff_max_ms: z.int(),
+      max_retry_after_ms: z.int(),
+    }),
   })
   .meta({ id: 'VirtualKey' });
 

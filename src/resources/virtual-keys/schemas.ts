@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { PROVIDERS, type Provider } from '../../providers/adapters';
+import { RETRY_LIMITS } from '../../providers/attempts';
 
 /**
  * Virtual keys: a workspace's stored provider credentials, selected per run by slug with
@@ -77,6 +78,48 @@ const modelPatterns = z
     }
   });
 
+/**
+ * The keys a call moves to once this one's attempts failed, in order: slugs of the workspace's live
+ * keys, each once. That they exist, are not the key itself and make no cycle is the service's to
+ * check: it needs the database.
+ */
+const fallbacks = z
+  .array(slug)
+  .max(RETRY_LIMITS.fallbacks)
+  .superRefine((slugs, ctx) => {
+    for (const [index, name] of slugs.entries()) {
+      if (slugs.indexOf(name) !== index) {
+        ctx.addIssue({
+          code: 'custom',
+          path: [index],
+          message: `Invalid 'fallbacks[${index}]': '${name}' is listed twice.`,
+        });
+      }
+    }
+  });
+
+const milliseconds = (max: number) => z.int().min(0).max(max);
+
+/**
+ * How calls with the key are tried again (providers/attempts.ts): what is not sent takes its
+ * default on create and stays as it was on update; null restores every default.
+ */
+const retry = z
+  .strictObject({
+    attempts: z.int().min(1).max(RETRY_LIMITS.attempts).optional(),
+    on_statuses: z
+      .array(z.int().min(400).max(599))
+      .max(RETRY_LIMITS.statuses)
+      .refine((statuses) => new Set(statuses).size === statuses.length, { error: 'a status is listed twice.' })
+      .optional(),
+    on_network_errors: z.boolean().optional(),
+    backoff_base_ms: milliseconds(RETRY_LIMITS.backoffMs).optional(),
+    backoff_max_ms: milliseconds(RETRY_LIMITS.backoffMs).optional(),
+    max_retry_after_ms: milliseconds(RETRY_LIMITS.retryAfterMs).optional(),
+  })
+  .nullable();
+export type RetryBody = z.infer<typeof retry>;
+
 /** Fields that a key is created with and that an update may change. */
 const changeable = {
   /** Checked against the upstream rules by the service, which knows GATEWAY_ALLOW_PRIVATE_UPSTREAMS. */
@@ -94,6 +137,9 @@ const changeable = {
   models: modelPatterns.optional(),
   /** The workspace's fallback key for runs that name no key and match no `models`; one at most. */
   default: z.boolean().optional(),
+  /** Slugs of the workspace's keys a call moves to, in order, once this key's attempts failed. */
+  fallbacks: fallbacks.optional(),
+  retry: retry.optional(),
   /** Organisation keys name the workspace (id or slug); workspace keys may name their own. */
   workspace_id: z.string().min(1).max(255).optional(),
 };

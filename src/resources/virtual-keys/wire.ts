@@ -16,6 +16,8 @@ export function toVirtualKeyJson(key: VirtualKey): VirtualKeyObject {
     revoked_at: key.revokedAt === null ? null : toUnixSeconds(key.revokedAt),
     models: key.models,
     default: key.isDefault,
+    fallbacks: key.fallbacks,
+    retry: key.retry,
     ...(key.provider === 'azure-openai'
       ? { api_version: key.options.api_version, deployment: key.options.deployment, model: servedModel(key, '') }
       : {}),

@@ -1,5 +1,4 @@
 import { defined } from '../../support/defined';
-import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UpstreamError } from '../../../src/providers/types';
 import { upstreamCause, upstreamErrorCode } from '../../../src/resources/runs/execution/outcome';
@@ -10,6 +9,7 @@ import {
   type FakeUpstreamServer,
 } from '../../support/fake-upstream';
 import { createTestGateway, json, type Tenant, type TestGateway } from '../../support/gateway';
+import { closedBaseUrl } from '../../support/ports';
 
 /**
  * Failures that explain themselves: a run's last_error says which network failure or which refusal
@@ -63,16 +63,6 @@ async function runToEnd(scenario: FakeScenario | null, key = slug): Promise<Ende
   const ended = lines.filter((line) => line.message === 'run ended' && line.run_id === created.id);
   expect(ended).toHaveLength(1);
   return { run, line: defined(ended[0]) };
-}
-
-/** A base_url on loopback where nothing listens. */
-async function closedBaseUrl(): Promise<string> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return `http://127.0.0.1:${address.port}/v1`;
 }
 
 describe('a completed run', () => {

@@ -199,7 +199,9 @@ class Execution {
         answer,
         signal: this.#abort.signal,
       };
-      const { finishReason, usage } = await callUpstream(this.#deps, call);
+      const { finishReason, usage, servedBy } = await callUpstream(this.#deps, call);
+      // The run's log line names the key that answered: a fallback's, when the run's own failed.
+      this.#virtualKeySlug = servedBy.slug;
       const calls = answer.calls();
       const toolStep = answer.toolStep;
       if (this.#searches && toolStep && finishReason !== 'length' && calls.some((call) => call.hosted)) {

@@ -2,10 +2,14 @@ import { shareTimeoutMessage } from '../../../config';
 import { ShareTimeout, type Share } from '../../../lib/fair-shares';
 import type { UpstreamUrlOptions } from '../../../lib/upstream-url';
 import { ADAPTERS } from '../../../providers/adapters';
-import { streamChatCompletion } from '../../../providers/chat';
+import { openWithAttempts } from '../../../providers/attempts';
+import { openChatCall, readChatStream } from '../../../providers/chat';
 import { encodeRequest, type RequestBody } from '../../../providers/request-body';
 import { UpstreamError, type UpstreamEvent, type Usage } from '../../../providers/types';
+import { countRequest } from '../../../ratelimit';
 import type { VirtualKey } from '../../../db/schema';
+import { decryptVirtualKeySecret, findActiveVirtualKey, servedModel } from '../../virtual-keys/commands';
+import { callKeys } from '../../virtual-keys/fallbacks';
 import { inlineImages } from './prompt-images';
 import type { RunRow } from '../../../db/schema';
 import { buildChatRequest } from './chat-request';
@@ -37,10 +41,16 @@ export interface UpstreamCall {
 
 /**
  * One upstream call of the turn, streamed into the turn's answer: how it finished (`length` when
- * the gateway cut it at the answer cap) and its usage. The call waits for its share of the
- * process's provider calls (takeShare) before its request is built, and holds it until it ends.
+ * the gateway cut it at the answer cap), its usage, and the key that answered. The call waits for
+ * its share of the process's provider calls (takeShare) before its request is built, and holds it
+ * until it ends. Until the provider's answer begins, a failure is tried again or moved to the run
+ * key's fallbacks (providers/attempts.ts), each further attempt counted in the requests policies
+ * that match it; once it began, nothing is tried again.
  */
-export async function callUpstream(deps: RunDeps, call: UpstreamCall): Promise<{ finishReason: string; usage: Usage }> {
+export async function callUpstream(
+  deps: RunDeps,
+  call: UpstreamCall,
+): Promise<{ finishReason: string; usage: Usage; servedBy: VirtualKey; attempts: number }> {
   const { config } = deps;
   const { run, prompt, virtualKey } = call;
   const share = await takeShare(deps, run.workspaceId, prompt.bytes, call.signal);
@@ -51,33 +61,63 @@ export async function callUpstream(deps: RunDeps, call: UpstreamCall): Promise<{
       roomBytes,
       rules: call.rules,
     });
-    const adapter = ADAPTERS[virtualKey.provider];
-    const request = adapter.body(buildChatRequest(run, messages, call.budget, call.round));
-    const body = encodeRequest(request, deps.slices);
-    if (body.bytes > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
-      await cancelBody(body);
-      throw new RunFailed(
-        { code: 'invalid_prompt', message: REQUEST_TOO_LARGE(body.bytes, config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) },
-        'request_too_large',
-      );
-    }
-    const events = streamChatCompletion(
-      { model: request.model, body: body.body },
-      {
+    // A request body is a stream read once as it is sent: each attempt encodes its own, for its key's provider.
+    const open = async (key: VirtualKey) => {
+      const adapter = ADAPTERS[key.provider];
+      const request = adapter.body(buildChatRequest(run, messages, call.budget, call.round));
+      const body = encodeRequest(request, deps.slices);
+      if (body.bytes > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
+        await cancelBody(body);
+        throw new RunFailed(
+          { code: 'invalid_prompt', message: REQUEST_TOO_LARGE(body.bytes, config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) },
+          'request_too_large',
+        );
+      }
+      const secret = key.id === virtualKey.id ? call.secret : await decryptVirtualKeySecret(deps.secrets, key);
+      const options = {
         fetch: deps.fetch,
         adapter,
-        baseUrl: virtualKey.baseUrl,
-        options: virtualKey.options,
-        secret: call.secret,
+        baseUrl: key.baseUrl,
+        options: key.options,
+        secret,
         firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
         queuedMs: share.waitedMs,
         sent: share.sent,
         idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
         signal: call.signal,
         slices: deps.slices,
+      };
+      return {
+        opened: await openChatCall({ model: request.model, body: body.body, accept: 'text/event-stream' }, options),
+        options,
+      };
+    };
+    const { value, key, attempts } = await openWithAttempts(open, {
+      keys: callKeys(deps, virtualKey, (slug) => findActiveVirtualKey(deps.db, run.workspaceId, slug), call.rules),
+      signal: call.signal,
+      budgetMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
+      now: Date.now,
+      random: Math.random,
+      retrying: async ({ failed, error, next, attempt }) => {
+        deps.log.warn('run upstream attempt failed; trying again', {
+          run_id: run.id,
+          virtual_key: failed.slug,
+          next_virtual_key: next.slug,
+          attempt,
+          error,
+        });
+        await countRequest(deps, {
+          api_key: run.apiKeyId,
+          workspace_id: run.workspaceId,
+          virtual_key: next.slug,
+          provider: next.provider,
+          model: servedModel(next, run.model),
+          metadata: run.metadata,
+        });
       },
-    );
-    return await readAnswer(deps, run, events, prompt, call.answer);
+    });
+    const events = readChatStream(value.opened, value.options);
+    return { ...(await readAnswer(deps, run, events, prompt, call.answer)), servedBy: key, attempts };
   } finally {
     share.end();
   }

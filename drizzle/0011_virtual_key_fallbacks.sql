@@ -1,0 +1,2 @@
+ALTER TABLE `virtual_keys` ADD `fallbacks` text DEFAULT '[]' NOT NULL;--> statement-breakpoint
+ALTER TABLE `virtual_keys` ADD `retry` text;
