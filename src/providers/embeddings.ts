@@ -51,7 +51,7 @@ export async function createEmbeddings(request: EmbeddingsRequest, call: Embeddi
   const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
   let response: UpstreamAnswer;
   try {
-    response = await call.fetch(call.adapter.embeddingsUrl(call.baseUrl, call.options), {
+    response = await call.fetch(call.adapter.url(call.baseUrl, call.options, 'embeddings'), {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json', ...call.adapter.headers(call.secret) },
       body: JSON.stringify({

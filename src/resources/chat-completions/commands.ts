@@ -1,11 +1,11 @@
 import type { Actor, RequestContext } from '../../actor';
 import { shareTimeoutMessage } from '../../config';
 import type { Settings } from '../../db/settings-cache';
-import { recordUsage } from '../../db/usage-counts';
+import { recordUsage, type CountedCall } from '../../db/usage-counts';
 import type { Deps } from '../../deps';
 import { ApiError } from '../../errors';
 import { ShareTimeout, type Share } from '../../lib/fair-shares';
-import { ADAPTERS } from '../../providers/adapters';
+import { ADAPTERS, type UpstreamOperation } from '../../providers/adapters';
 import { openChatCall, type OpenedChatCall } from '../../providers/chat';
 import { admitRequest, requestMetadata, settleTokens, turnReservation, type Admission } from '../../ratelimit';
 import { CHARS_PER_TOKEN } from '../../ratelimit/reservation';
@@ -16,8 +16,9 @@ import { readJsonAnswer, relayStream, upstreamFailure, type AnswerTally } from '
 import type { CreateChatCompletionBody } from './schemas';
 
 /**
- * POST /v1/chat/completions, passed through to the provider of the caller's virtual key, in the
- * order it must happen:
+ * POST /v1/chat/completions, and the other calls passed through to the provider of the caller's
+ * virtual key (POST /v1/completions, /v1/embeddings, /v1/moderations: each a PassThroughEndpoint),
+ * in the order it must happen:
  *
  *   resolve the virtual key (as a run's) ─> check its address ─> admit (rate limits: a refusal
  *     sends nothing) ─> take a share of the provider calls ─> send ─> answer (JSON, or the stream
@@ -54,28 +55,84 @@ export interface ChatCompletionRequest extends RequestContext {
   signal: AbortSignal;
 }
 
+/**
+ * What an endpoint passed through says of itself; everything else about its calls is passThrough's.
+ * `read` takes what the pipeline needs from the client's (validated) body.
+ */
+export interface PassThroughEndpoint<Body> {
+  operation: Exclude<UpstreamOperation, 'models'>;
+  /** What its calls count as in the usage table (GET /v1/usage). */
+  usageKind: CountedCall['kind'];
+  /** Its log lines' subject: `chat completion`, `embeddings`, … */
+  name: string;
+  /** Whether its answers complete text: if not, usage without `completion_tokens` reports none. */
+  completes: boolean;
+  read(body: Body): PassThroughRequest;
+}
+
+/** What the pipeline reads of a request's body: routing, admission, the estimate. */
+export interface PassThroughRequest {
+  /** The model its virtual key is resolved for (and rate-limit policies match). */
+  model: string;
+  stream: boolean;
+  /** Whether a streaming client asked for the usage chunk (`stream_options.include_usage`). */
+  clientWantsUsage: boolean;
+  /** Characters of its input: its token reservation's base, and its estimate's without usage. */
+  promptChars: number;
+  /** The completion's cap (0 for an endpoint that completes nothing); null: GATEWAY_TOKEN_RESERVATION. */
+  maxCompletionTokens: number | null;
+  metadata?: Record<string, string> | null;
+}
+
+export const CHAT_COMPLETIONS: PassThroughEndpoint<CreateChatCompletionBody> = {
+  operation: 'chat/completions',
+  usageKind: 'chat_completions',
+  name: 'chat completion',
+  completes: true,
+  read: (body) => ({
+    model: body.model,
+    stream: body.stream === true,
+    clientWantsUsage: body.stream_options?.include_usage === true,
+    promptChars: JSON.stringify(body.messages).length,
+    maxCompletionTokens: body.max_completion_tokens ?? body.max_tokens ?? null,
+    metadata: body.metadata,
+  }),
+};
+
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
-export async function createChatCompletion(
+export function createChatCompletion(
   deps: ChatCompletionDeps,
   actor: Actor,
   snapshot: Settings,
   body: CreateChatCompletionBody,
   request: ChatCompletionRequest,
 ): Promise<ChatCompletionAnswer> {
+  return passThrough(deps, actor, snapshot, CHAT_COMPLETIONS, body, request);
+}
+
+/** One call of `endpoint`, its body sent as the client sent it (but for the usage a stream is asked for). */
+export async function passThrough<Body extends object>(
+  deps: ChatCompletionDeps,
+  actor: Actor,
+  snapshot: Settings,
+  endpoint: PassThroughEndpoint<Body>,
+  body: Body,
+  request: ChatCompletionRequest,
+): Promise<ChatCompletionAnswer> {
   const { config } = deps;
   const startedAt = Date.now();
-  const key = await snapshot.virtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: body.model });
+  const read = endpoint.read(body);
+  const key = await snapshot.virtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: read.model });
   const rules = await upstreamRules(deps.db, config, { now: deps.now() });
   const addressProblem = deps.upstreamUrls.check(key.baseUrl, rules);
   if (addressProblem) {
     throw new ApiError('upstream_error', `The virtual key's base_url is not allowed: ${addressProblem}`);
   }
-  const stream = body.stream === true;
-  const clientWantsUsage = body.stream_options?.include_usage === true;
+  const { stream, clientWantsUsage, promptChars } = read;
   // Usage is what the call is charged and counted by: asked of the provider whether or not the client asks.
-  const sent = stream ? { ...body, stream_options: { ...body.stream_options, include_usage: true } } : body;
+  const sent = stream ? { ...body, stream_options: { ...streamOptions(body), include_usage: true } } : body;
   const bytes = new TextEncoder().encode(JSON.stringify(sent));
   if (bytes.byteLength > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
     throw new ApiError(
@@ -84,8 +141,7 @@ export async function createChatCompletion(
     );
   }
 
-  const model = servedModel(key, body.model);
-  const promptChars = JSON.stringify(body.messages).length;
+  const model = servedModel(key, read.model);
   const admission = await admitRequest(
     deps,
     {
@@ -94,14 +150,14 @@ export async function createChatCompletion(
       virtual_key: key.slug,
       provider: key.provider,
       model,
-      metadata: requestMetadata(body.metadata, actor.metadataHeader),
+      metadata: requestMetadata(read.metadata, actor.metadataHeader),
     },
     {
       reservation: turnReservation(
         {
           promptChars,
           knownPromptTokens: 0,
-          maxCompletionTokens: body.max_completion_tokens ?? body.max_tokens ?? null,
+          maxCompletionTokens: read.maxCompletionTokens,
           completionTokensSoFar: 0,
         },
         config.GATEWAY_TOKEN_RESERVATION,
@@ -110,13 +166,24 @@ export async function createChatCompletion(
     },
     snapshot.generation,
   );
-  const call = new CallRecord(deps, actor, key, admission, { model, stream, promptChars, startedAt, request });
+  const call = new CallRecord(deps, actor, key, admission, endpoint, {
+    model,
+    stream,
+    promptChars,
+    startedAt,
+    request,
+  });
 
   let opened: OpenedChatCall;
   try {
     call.share = await takeShare(deps, actor.workspaceId, bytes.byteLength, request.signal);
     opened = await openChatCall(
-      { model: body.model, body: bytes, accept: stream ? 'text/event-stream' : 'application/json' },
+      {
+        model: read.model,
+        operation: endpoint.operation,
+        body: bytes,
+        accept: stream ? 'text/event-stream' : 'application/json',
+      },
       {
         fetch: deps.fetch,
         adapter: ADAPTERS[key.provider],
@@ -133,7 +200,7 @@ export async function createChatCompletion(
     );
   } catch (error) {
     // A client that left is answered nothing: its reason is rethrown as is.
-    const failure = request.signal.aborted ? error : upstreamFailure(error);
+    const failure = request.signal.aborted ? error : upstreamFailure(error, key.slug);
     await call.end(null, failure);
     throw failure;
   }
@@ -141,17 +208,18 @@ export async function createChatCompletion(
   if (stream) {
     const events = relayStream(opened, {
       clientWantsUsage,
+      virtualKey: key.slug,
       slices: deps.slices,
       done: (tally, error) => request.waitUntil(call.end(tally, error)),
     });
     return { body: events, headers: { ...SSE_HEADERS, ...admission.headers } };
   }
   try {
-    const { bytes: answer, tally } = await readJsonAnswer(opened, config.GATEWAY_MAX_ANSWER_BYTES);
+    const { bytes: answer, tally } = await readJsonAnswer(opened, config.GATEWAY_MAX_ANSWER_BYTES, endpoint.completes);
     await call.end(tally, null);
     return { body: answer, headers: { ...JSON_HEADERS, ...admission.headers } };
   } catch (error) {
-    const failure = upstreamFailure(error);
+    const failure = upstreamFailure(error, key.slug);
     await call.end({ usage: null, invalidUsage: null, completionChars: 0 }, failure);
     throw failure;
   }
@@ -193,6 +261,7 @@ class CallRecord {
     private readonly actor: Actor,
     private readonly key: VirtualKey,
     private readonly admission: Admission,
+    private readonly endpoint: Pick<PassThroughEndpoint<object>, 'name' | 'usageKind'>,
     private readonly call: {
       model: string;
       stream: boolean;
@@ -206,7 +275,7 @@ class CallRecord {
   async end(tally: AnswerTally | null, error: unknown): Promise<void> {
     if (this.#ended) return;
     this.#ended = true;
-    const { deps, actor, key, call } = this;
+    const { deps, actor, key, endpoint, call } = this;
     this.share?.end();
     const usage = tally && (tally.usage ?? estimate(call.promptChars, tally.completionChars));
     const fields = {
@@ -227,7 +296,7 @@ class CallRecord {
       await settleTokens(deps, this.admission.ticket, usage?.total_tokens ?? 0);
       if (usage) {
         await recordUsage(deps.db, {
-          kind: 'chat_completions',
+          kind: endpoint.usageKind,
           workspaceId: actor.workspaceId,
           at: deps.now(),
           model: call.model,
@@ -240,12 +309,18 @@ class CallRecord {
     } catch (failure) {
       // The answer has gone out (or is going): a settlement or count that fails is logged, never
       // thrown at it (a relayed stream ends the call without awaiting this).
-      deps.log.error('chat completion usage not settled or recorded', { ...fields, error: failure });
+      deps.log.error(`${endpoint.name} usage not settled or recorded`, { ...fields, error: failure });
       return;
     }
-    if (error === null) deps.log.info('chat completion', fields);
-    else deps.log.warn('chat completion failed', fields);
+    if (error === null) deps.log.info(endpoint.name, fields);
+    else deps.log.warn(`${endpoint.name} failed`, fields);
   }
+}
+
+/** The client's `stream_options`, which the usage the gateway asks for is added to. */
+function streamOptions(body: object): object {
+  const options = 'stream_options' in body ? body.stream_options : undefined;
+  return typeof options === 'object' && options !== null ? options : {};
 }
 
 /** What an answer without plausible usage is charged: four characters a token, as for runs. */
