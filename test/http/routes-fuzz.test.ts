@@ -149,6 +149,12 @@ function validBody(route: Route): Record<string, unknown> {
       return { name: 'renamed', value: 5000, unit: 'rph' };
     case 'POST /v1/chat/completions':
       return { model: 'fake-model', messages: [{ role: 'user', content: 'hello' }], max_tokens: 10, stream: false };
+    case 'POST /v1/completions':
+      return { model: 'fake-model', prompt: 'hello', max_tokens: 10, stream: false };
+    case 'POST /v1/embeddings':
+      return { model: 'fake-embeddings', input: ['hello', 'world'], dimensions: 8, encoding_format: 'float' };
+    case 'POST /v1/moderations':
+      return { model: 'omni-moderation-latest', input: ['hello'] };
     case 'POST /v1/virtual-keys':
       return { slug: 'vk', provider: 'openai', base_url: 'http://upstream.test/v1', api_key: 'sk-fuzz' };
     case 'POST /v1/assistants':
@@ -555,8 +561,8 @@ async function sendAndCheck(request: Sent): Promise<number> {
     if (JSON.stringify(after) !== JSON.stringify(before)) tally.rowsHalfWritten += 1;
     expect(after, where).toEqual(before);
   } else if (response.headers.get('content-type')?.startsWith('text/event-stream')) {
-    // A run's stream ends with its `done` event; a chat completion's is the provider's, ending with [DONE].
-    const end = request.path.startsWith('/v1/chat/completions')
+    // A run's stream ends with its `done` event; a (chat) completion's is the provider's, ending with [DONE].
+    const end = /^\/v1\/(chat\/)?completions/.test(request.path)
       ? /data: \[DONE\]\n\n$/
       : /event: done\ndata: \[DONE\]\n\n$/;
     expect(text, where).toMatch(end);

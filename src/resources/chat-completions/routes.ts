@@ -1,10 +1,10 @@
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import { responds } from '../../http/middleware/responds';
 import { requestContext } from '../../http/request-context';
 import { validate } from '../../http/middleware/validate';
-import type { ApiEnv } from '../identities/env';
+import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { workspace } from '../identities/middleware/workspace';
-import { createChatCompletion } from './commands';
+import { CHAT_COMPLETIONS, passThrough, type PassThroughEndpoint } from './commands';
 import { chatCompletionObject } from './objects';
 import { createChatCompletionBody } from './schemas';
 
@@ -21,11 +21,18 @@ export const chatCompletionRoutes = new Hono<ApiEnv>().use(workspace()).post(
     errors: [429, 502, 504],
   }),
   validate('json', createChatCompletionBody),
-  async (c) => {
-    const answer = await createChatCompletion(c.get('deps'), c.get('actor'), c.get('settings'), c.req.valid('json'), {
-      ...requestContext(c),
-      signal: c.req.raw.signal,
-    });
-    return new Response(answer.body, { status: 200, headers: answer.headers });
-  },
+  (c) => passedThrough(c, CHAT_COMPLETIONS, c.req.valid('json')),
 );
+
+/** The answer of a route passed through to `endpoint` (this one's, and completions', embeddings' and moderations'). */
+export async function passedThrough<Body extends object>(
+  c: Context<WorkspaceEnv>,
+  endpoint: PassThroughEndpoint<Body>,
+  body: Body,
+): Promise<Response> {
+  const answer = await passThrough(c.get('deps'), c.get('actor'), c.get('settings'), endpoint, body, {
+    ...requestContext(c),
+    signal: c.req.raw.signal,
+  });
+  return new Response(answer.body, { status: 200, headers: answer.headers });
+}

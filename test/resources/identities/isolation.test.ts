@@ -547,6 +547,27 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
       headers: { 'x-gateway-workspace-id': workspace },
       body: { model: 'fake-model', messages: [{ role: 'user', content: v.marker }] },
     })),
+  'POST /v1/completions': (v) =>
+    [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
+      method: 'POST',
+      path: '/v1/completions',
+      headers: { 'x-gateway-workspace-id': workspace },
+      body: { model: 'fake-model', prompt: v.marker },
+    })),
+  'POST /v1/embeddings': (v) =>
+    [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
+      method: 'POST',
+      path: '/v1/embeddings',
+      headers: { 'x-gateway-workspace-id': workspace },
+      body: { model: 'fake-embeddings', input: v.marker },
+    })),
+  'POST /v1/moderations': (v) =>
+    [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
+      method: 'POST',
+      path: '/v1/moderations',
+      headers: { 'x-gateway-workspace-id': workspace },
+      body: { input: v.marker },
+    })),
   // Read no further than the workspace: the body (not multipart here) is never reached.
   'POST /v1/files': (v) => [
     { method: 'POST', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
