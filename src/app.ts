@@ -18,6 +18,7 @@ import { chatCompletionRoutes } from './resources/chat-completions/routes';
 import { completionRoutes } from './resources/completions/routes';
 import { embeddingRoutes } from './resources/embeddings/routes';
 import { fileRoutes } from './resources/files/routes';
+import { modelRoutes } from './resources/models/routes';
 import { moderationRoutes } from './resources/moderations/routes';
 import { policyRoutes } from './resources/policies/routes';
 import { runRoutes } from './resources/runs/routes';
@@ -100,6 +101,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/completions', completionRoutes);
   app.route('/v1/embeddings', embeddingRoutes);
   app.route('/v1/moderations', moderationRoutes);
+  app.route('/v1/models', modelRoutes);
   app.route('/v1/vector_stores', vectorStoreRoutes);
   app.route('/v1/vector_stores', vectorStoreSearchRoutes);
 

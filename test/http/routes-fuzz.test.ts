@@ -106,6 +106,7 @@ beforeAll(async () => {
     thread_id: runs.map((run) => run.thread_id),
     run_id: runs.map((run) => run.id),
     slug: [slug],
+    model: ['gpt-4o', 'meta-llama/Llama-3.1-8B'],
     tool_call_id: toolCalls,
     message_id: messageIds,
     workspace: [tenant.workspace.id, tenant.workspace.slug],
@@ -355,6 +356,9 @@ const bodyFor = (route: Route) => {
   );
 };
 
+/** A path's parameter, with its pattern if it has one (`:model{.+}`, which may hold slashes). */
+const PARAM = /:\w+(\{[^}]*\})?/g;
+
 /** A path segment: a real id of the right kind, another kind's, or anything percent-encoded. */
 const segmentFor = (param: string) =>
   fc.oneof(
@@ -496,10 +500,12 @@ const headers = () =>
 
 const requestFor = (route: Route) =>
   fc.record({
-    path: fc.tuple(...(route.path.match(/:\w+/g) ?? []).map((param) => segmentFor(param.slice(1)))).map((values) => {
-      let i = 0;
-      return route.path.replace(/:\w+/g, () => defined(values[i++]));
-    }),
+    path: fc
+      .tuple(...(route.path.match(PARAM) ?? []).map((param) => segmentFor(param.slice(1).replace(/\{.*/, ''))))
+      .map((values) => {
+        let i = 0;
+        return route.path.replace(PARAM, () => defined(values[i++]));
+      }),
     query: query(),
     headers: headers(),
     // A GET cannot carry a body (fetch refuses); a DELETE may, and usually does not.

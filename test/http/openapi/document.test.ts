@@ -22,7 +22,7 @@ beforeAll(async () => {
 afterAll(() => gateway?.close());
 
 /** `/v1/threads/:thread_id` as OpenAPI writes it: `/v1/threads/{thread_id}`. */
-const openApiPath = (path: string) => path.replace(/:([A-Za-z_]+)/g, '{$1}');
+const openApiPath = (path: string) => path.replace(/:([A-Za-z_]+)(\{[^}]*\})?/g, '{$1}');
 
 describe('GET /openapi.json', () => {
   it('is a valid OpenAPI 3.1 document, unauthenticated', async () => {

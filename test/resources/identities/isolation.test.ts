@@ -64,6 +64,8 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     base_url: `http://${marker}.upstream.test/v1`,
     slug: 'shared-slug',
     api_key: `sk-${marker}`,
+    // GET /v1/models would list it to anyone who reached this workspace.
+    models: [marker],
   });
   const assistant = await json(
     await gateway.request('/v1/assistants', {
@@ -547,6 +549,14 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
       headers: { 'x-gateway-workspace-id': workspace },
       body: { model: 'fake-model', messages: [{ role: 'user', content: v.marker }] },
     })),
+  'GET /v1/models': (v) => [
+    { method: 'GET', path: '/v1/models', headers: scope(), list: true },
+    { method: 'GET', path: '/v1/models', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'GET /v1/models/:model{.+}': (v) => [
+    { method: 'GET', path: `/v1/models/${v.marker}`, headers: scope() },
+    { method: 'GET', path: `/v1/models/${v.marker}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
   'POST /v1/completions': (v) =>
     [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
       method: 'POST',
