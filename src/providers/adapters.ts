@@ -1,4 +1,4 @@
-import type { ChatCompletionRequest } from './types';
+import type { ChatCompletionRequest, UpstreamFetch } from './types';
 
 /** The kinds of upstream a virtual key names (its `provider`): one adapter each. */
 export const PROVIDERS = ['openai', 'azure-openai'] as const;
@@ -17,6 +17,15 @@ export interface ProviderAdapter {
   headers(secret: string): Record<string, string>;
   /** Adjusts the body where a provider departs from OpenAI's. */
   body(request: ChatCompletionRequest): ChatCompletionRequest;
+}
+
+/** Where and as whom a virtual key's provider is called: the client, the adapter, the key's base URL, options and secret. */
+export interface ProviderTarget {
+  fetch: UpstreamFetch;
+  adapter: ProviderAdapter;
+  baseUrl: string;
+  options: Record<string, string | undefined>;
+  secret: string;
 }
 
 const trimSlash = (url: string) => url.replace(/\/+$/, '');

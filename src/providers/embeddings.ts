@@ -1,5 +1,5 @@
-import type { ProviderAdapter } from './adapters';
-import { isSuccess, UpstreamError, type UpstreamAnswer, type UpstreamFetch } from './types';
+import type { ProviderTarget } from './adapters';
+import { isSuccess, UpstreamError, type UpstreamAnswer } from './types';
 import { errorDetail, networkFailure, readCapped } from './upstream-text';
 
 /**
@@ -18,12 +18,7 @@ export interface EmbeddingsRequest {
   dimensions?: number;
 }
 
-export interface EmbeddingsCall {
-  fetch: UpstreamFetch;
-  adapter: ProviderAdapter;
-  baseUrl: string;
-  options: Record<string, string | undefined>;
-  secret: string;
+export interface EmbeddingsCall extends ProviderTarget {
   /** The whole call, connection to last byte. */
   timeoutMs: number;
   signal?: AbortSignal;

@@ -1,6 +1,6 @@
 import { BoundedMap } from '../lib/bounded-map';
-import type { ProviderAdapter } from './adapters';
-import { isSuccess, UpstreamError, type UpstreamAnswer, type UpstreamFetch } from './types';
+import type { ProviderTarget } from './adapters';
+import { isSuccess, UpstreamError, type UpstreamAnswer } from './types';
 import { errorDetail, networkFailure, readCapped } from './upstream-text';
 
 /**
@@ -17,12 +17,7 @@ export interface ProviderModel {
   created: number | null;
 }
 
-export interface ModelListCall {
-  fetch: UpstreamFetch;
-  adapter: ProviderAdapter;
-  baseUrl: string;
-  options: Record<string, string | undefined>;
-  secret: string;
+export interface ModelListCall extends ProviderTarget {
   /** The whole call, connection to last byte. */
   timeoutMs: number;
 }

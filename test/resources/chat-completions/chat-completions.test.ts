@@ -11,7 +11,7 @@ import {
   type FakeUpstreamServer,
   type RecordedRequest,
 } from '../../support/fake-upstream';
-import { createTestGateway, type Tenant, type TestGateway } from '../../support/gateway';
+import { createTestGateway, sdkClient, type Tenant, type TestGateway } from '../../support/gateway';
 import { createPolicy, expectRefused, freshMinute, usedBy } from '../../support/ratelimit';
 import { waitFor } from '../../support/wait';
 
@@ -41,13 +41,7 @@ afterAll(async () => {
 });
 
 /** The SDK as an application configures it: a base URL and a key. */
-const clientOf = (tenant: Tenant) =>
-  new OpenAI({
-    apiKey: tenant.workspaceKey,
-    baseURL: 'http://gateway.test/v1',
-    maxRetries: 0,
-    fetch: (url, init) => gateway.app.request(String(url), init),
-  });
+const clientOf = (tenant: Tenant) => sdkClient(gateway, tenant);
 
 /** A tenant whose default virtual key calls `provider`, with its SDK client. */
 async function tenantWith(provider: FakeUpstreamServer = fake) {

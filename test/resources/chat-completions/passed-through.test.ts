@@ -11,7 +11,7 @@ import {
   startFakeUpstream,
   type FakeUpstreamServer,
 } from '../../support/fake-upstream';
-import { createTestGateway, type Tenant, type TestGateway } from '../../support/gateway';
+import { createTestGateway, sdkClient, type Tenant, type TestGateway } from '../../support/gateway';
 import { createPolicy, expectRefused, freshMinute } from '../../support/ratelimit';
 import { waitFor } from '../../support/wait';
 
@@ -42,13 +42,7 @@ afterAll(async () => {
 async function tenantWith(provider: FakeUpstreamServer = fake) {
   const tenant = await gateway.tenant();
   const slug = await gateway.virtualKey(tenant, { base_url: provider.baseURL, default: true });
-  const client = new OpenAI({
-    apiKey: tenant.workspaceKey,
-    baseURL: 'http://gateway.test/v1',
-    maxRetries: 0,
-    fetch: (url, init) => gateway.app.request(String(url), init),
-  });
-  return { tenant, slug, client };
+  return { tenant, slug, client: sdkClient(gateway, tenant) };
 }
 
 /** The tenant's usage of `kind` this hour, from GET /v1/usage. */

@@ -198,6 +198,17 @@ interface Probe {
 /** Another tenant's id as a page cursor is as unknown as any other: 400 invalid_value. */
 const UNKNOWN_CURSOR = [400];
 
+/** The probes of a call passed through to the caller's own virtual key's provider, naming the victim's workspace. */
+const passedThrough =
+  (path: string, body: (victim: Holdings) => Record<string, unknown>) =>
+  (v: Holdings): Probe[] =>
+    [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
+      method: 'POST',
+      path,
+      headers: { 'x-gateway-workspace-id': workspace },
+      body: body(v),
+    }));
+
 /**
  * For each route, the requests that try to reach `victim` from `caller` (who acts on workspace a).
  * A route missing here fails the coverage test below: a new route needs its row.
@@ -557,27 +568,9 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/models/${v.marker}`, headers: scope() },
     { method: 'GET', path: `/v1/models/${v.marker}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
   ],
-  'POST /v1/completions': (v) =>
-    [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
-      method: 'POST',
-      path: '/v1/completions',
-      headers: { 'x-gateway-workspace-id': workspace },
-      body: { model: 'fake-model', prompt: v.marker },
-    })),
-  'POST /v1/embeddings': (v) =>
-    [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
-      method: 'POST',
-      path: '/v1/embeddings',
-      headers: { 'x-gateway-workspace-id': workspace },
-      body: { model: 'fake-embeddings', input: v.marker },
-    })),
-  'POST /v1/moderations': (v) =>
-    [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
-      method: 'POST',
-      path: '/v1/moderations',
-      headers: { 'x-gateway-workspace-id': workspace },
-      body: { input: v.marker },
-    })),
+  'POST /v1/completions': passedThrough('/v1/completions', (v) => ({ model: 'fake-model', prompt: v.marker })),
+  'POST /v1/embeddings': passedThrough('/v1/embeddings', (v) => ({ model: 'fake-embeddings', input: v.marker })),
+  'POST /v1/moderations': passedThrough('/v1/moderations', (v) => ({ input: v.marker })),
   // Read no further than the workspace: the body (not multipart here) is never reached.
   'POST /v1/files': (v) => [
     { method: 'POST', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },

@@ -2,7 +2,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { errorOf } from '../../support/envelope';
 import { FAKE_MODEL_CREATED, startFakeUpstream, type FakeUpstreamServer } from '../../support/fake-upstream';
-import { createTestGateway, type Tenant, type TestGateway } from '../../support/gateway';
+import { createTestGateway, sdkClient, type Tenant, type TestGateway } from '../../support/gateway';
 
 /**
  * GET /v1/models and /v1/models/{model} through the official SDK configured only by base URL and
@@ -33,13 +33,7 @@ afterAll(async () => {
   await failing.close();
 });
 
-const clientOf = (tenant: Tenant) =>
-  new OpenAI({
-    apiKey: tenant.workspaceKey,
-    baseURL: 'http://gateway.test/v1',
-    maxRetries: 0,
-    fetch: (url, init) => gateway.app.request(String(url), init),
-  });
+const clientOf = (tenant: Tenant) => sdkClient(gateway, tenant);
 
 /** The tenant's models as the SDK lists them: id -> owned_by. */
 async function modelsOf(tenant: Tenant): Promise<Record<string, string>> {
