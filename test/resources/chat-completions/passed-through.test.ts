@@ -12,7 +12,7 @@ import {
   type FakeUpstreamServer,
 } from '../../support/fake-upstream';
 import { createTestGateway, sdkClient, type Tenant, type TestGateway } from '../../support/gateway';
-import { createPolicy, expectRefused, freshMinute } from '../../support/ratelimit';
+import { createPolicy, expectRefused, freshMinute, usedBy } from '../../support/ratelimit';
 import { waitFor } from '../../support/wait';
 
 /**
@@ -134,6 +134,33 @@ describe('embeddings', () => {
       expect(await errorOf(response), JSON.stringify(body)).toMatchObject({ status: 400, param });
     }
     expect(fake.requests.length).toBe(sent);
+  });
+});
+
+describe('embeddings past the answer bound', () => {
+  let bounded: TestGateway;
+  beforeAll(async () => {
+    bounded = await createTestGateway({ env: { GATEWAY_MAX_ANSWER_BYTES: '4096' } });
+  });
+  afterAll(() => bounded.close());
+
+  it("an answer over GATEWAY_MAX_ANSWER_BYTES is a 502, charged its input's estimate: the provider did answer", async () => {
+    const tenant = await bounded.tenant();
+    await bounded.virtualKey(tenant, { base_url: fake.baseURL, default: true });
+    freshMinute(bounded.clock);
+    const policy = await createPolicy(bounded, tenant, { type: 'tokens', value: 100_000 });
+    const error = await sdkClient(bounded, tenant)
+      .embeddings.create({
+        model: 'text-embedding-3-small',
+        input: ['a', 'b', 'c'],
+        dimensions: 1024,
+        encoding_format: 'float',
+      })
+      .catch((thrown: unknown) => thrown);
+    expect(error).toMatchObject({ status: 502, code: 'upstream_error' });
+    expect((error as Error).message).toContain('GATEWAY_MAX_ANSWER_BYTES');
+    // Four characters a token of the input as it travels, `["a","b","c"]`; nothing of the bound's reservation kept.
+    expect(await usedBy(bounded.database.client, policy)).toBe(Math.ceil(JSON.stringify(['a', 'b', 'c']).length / 4));
   });
 });
 
