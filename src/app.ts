@@ -15,7 +15,11 @@ import { servedRoutesOnly, shorten } from './http/middleware/served-routes';
 import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
 import { assistantRoutes } from './resources/assistants/routes';
 import { chatCompletionRoutes } from './resources/chat-completions/routes';
+import { completionRoutes } from './resources/completions/routes';
+import { embeddingRoutes } from './resources/embeddings/routes';
 import { fileRoutes } from './resources/files/routes';
+import { modelRoutes } from './resources/models/routes';
+import { moderationRoutes } from './resources/moderations/routes';
 import { policyRoutes } from './resources/policies/routes';
 import { runRoutes } from './resources/runs/routes';
 import { reconcileRun } from './resources/runs/execution/recovery';
@@ -94,6 +98,10 @@ export function createApp(deps: Deps) {
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/files', fileRoutes);
   app.route('/v1/chat/completions', chatCompletionRoutes);
+  app.route('/v1/completions', completionRoutes);
+  app.route('/v1/embeddings', embeddingRoutes);
+  app.route('/v1/moderations', moderationRoutes);
+  app.route('/v1/models', modelRoutes);
   app.route('/v1/vector_stores', vectorStoreRoutes);
   app.route('/v1/vector_stores', vectorStoreSearchRoutes);
 

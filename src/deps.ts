@@ -8,6 +8,7 @@ import type { Logger } from './logger';
 import type { IngestionHost } from './retrieval/host';
 import type { CounterStore } from './ratelimit/counter-store';
 import type { UpstreamFetch } from './providers/types';
+import type { ModelLists } from './providers/models';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RequestContext } from './actor';
 import type { RunRow, VirtualKey } from './db/schema';
@@ -60,6 +61,8 @@ export interface Deps {
   executions: Executions;
   /** Which URLs may be upstreams, judged once per URL's text (lib/upstream-url.ts). */
   upstreamUrls: UpstreamUrlJudgements;
+  /** Providers' model lists, kept a short while per virtual key (providers/models.ts, GET /v1/models). */
+  modelLists: ModelLists;
   /** Uploaded files' bytes (resources/files/blob-store.ts): a directory under DATA_DIR on Node, R2 on Workers. */
   blobs: BlobStore;
   /**

@@ -554,8 +554,11 @@ export type StoredChatCompletionRow = typeof storedChatCompletions.$inferSelect;
 
 // ── Usage ────────────────────────────────────────────────────────────────────────────────────
 
-/** What a usage row counts: runs, embeddings calls (retrieval), chat completions passed through (POST /v1/chat/completions). */
-export const USAGE_KINDS = ['run', 'embeddings', 'chat_completions'] as const;
+/**
+ * What a usage row counts: runs; embeddings calls (retrieval's, and those passed through, POST
+ * /v1/embeddings); chat completions, legacy completions and moderations passed through.
+ */
+export const USAGE_KINDS = ['run', 'embeddings', 'chat_completions', 'completions', 'moderations'] as const;
 export type UsageKind = (typeof USAGE_KINDS)[number];
 
 /**

@@ -1,6 +1,6 @@
 import type { Slices } from '../lib/slices';
 import { silenceTimeout } from '../lib/time';
-import type { ProviderAdapter } from './adapters';
+import type { ProviderAdapter, UpstreamOperation } from './adapters';
 import { readServerSentData } from './sse-reader';
 import { errorDetail, MAX_ERROR_MESSAGE_CHARS, networkFailure, redact } from './upstream-text';
 import type { RequestBody } from './request-body';
@@ -57,7 +57,10 @@ export async function* streamChatCompletion(
   request: { model: string; body: RequestBody['body'] },
   call: ChatCallOptions,
 ): AsyncGenerator<UpstreamEvent[]> {
-  yield* readChatStream(await openChatCall({ ...request, accept: 'text/event-stream' }, call), call);
+  yield* readChatStream(
+    await openChatCall({ ...request, operation: 'chat/completions', accept: 'text/event-stream' }, call),
+    call,
+  );
 }
 
 /**
@@ -130,14 +133,15 @@ export interface OpenedChatCall {
 }
 
 /**
- * Sends a Chat Completions request and waits for its answer's headers, within the first-byte
- * limit; a non-2xx answer fails it with UpstreamError (`http`, the provider's status, its message
- * read bounded and redacted), as do a network failure, silence and the caller's abort. Shared by
- * the run engine (streamChatCompletion) and the pass-through of POST /v1/chat/completions, which
- * reads the body itself; either must call `end` once done with it.
+ * Sends a request to one of the provider's operations (Chat Completions, or another a pass-through
+ * serves: completions, embeddings, moderations) and waits for its answer's headers, within the
+ * first-byte limit; a non-2xx answer fails it with UpstreamError (`http`, the provider's status,
+ * its message read bounded and redacted), as do a network failure, silence and the caller's abort.
+ * Shared by the run engine (streamChatCompletion) and the pass-through of POST /v1/chat/completions
+ * and its kin, which read the body themselves; either must call `end` once done with it.
  */
 export async function openChatCall(
-  request: { model: string; body: RequestBody['body']; accept: string },
+  request: { model: string; operation: UpstreamOperation; body: RequestBody['body']; accept: string },
   call: ChatCallOptions,
 ): Promise<OpenedChatCall> {
   const controller = new AbortController();
@@ -164,7 +168,7 @@ export async function openChatCall(
   try {
     let response: UpstreamAnswer;
     try {
-      response = await call.fetch(call.adapter.url(call.baseUrl, call.options), {
+      response = await call.fetch(call.adapter.url(call.baseUrl, call.options, request.operation), {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
@@ -189,7 +193,7 @@ export async function openChatCall(
       const detail = await errorDetail(response, call.secret);
       throw new UpstreamError(
         'http',
-        `${refusal(response.status, request.model)}HTTP ${response.status}${detail}`,
+        `${refusal(response.status, request.model, request.operation)}HTTP ${response.status}${detail}`,
         response.status,
         undefined,
         response.headers.get('retry-after')?.slice(0, MAX_RETRY_AFTER_CHARS),
@@ -424,14 +428,23 @@ function show(value: unknown): string {
 }
 
 /** What an upstream's refusal means for the run, by status: the first words of its last_error. */
-function refusal(status: number, model: string): string {
+function refusal(status: number, model: string, operation: UpstreamOperation): string {
   if (status === 401 || status === 403) return "The upstream refused the virtual key's provider API key: ";
   if (status === 404)
-    return `The upstream has no model ${show(model)} (or no Chat Completions at the virtual key's base_url): `;
+    return `The upstream has no model ${show(model)} (or no ${OPERATION_NAMES[operation]} at the virtual key's base_url): `;
   if (status === 429) return 'The upstream rate-limited the request: ';
   if (status === 400 || status === 422) return 'The upstream refused the request as invalid: ';
   return 'The upstream answered ';
 }
+
+/** How a refusal names the operation that was not found. */
+const OPERATION_NAMES: Record<UpstreamOperation, string> = {
+  'chat/completions': 'Chat Completions',
+  completions: 'Completions',
+  embeddings: 'Embeddings',
+  moderations: 'Moderations',
+  models: 'Models',
+};
 
 /** The cause of a failed fetch or read: our own timeout or abort reason if there is one. */
 export function asUpstreamError(error: unknown, signal: AbortSignal): unknown {

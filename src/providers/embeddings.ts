@@ -1,5 +1,5 @@
-import type { ProviderAdapter } from './adapters';
-import { isSuccess, UpstreamError, type UpstreamAnswer, type UpstreamFetch } from './types';
+import type { ProviderTarget } from './adapters';
+import { isSuccess, UpstreamError, type UpstreamAnswer } from './types';
 import { errorDetail, networkFailure, readCapped } from './upstream-text';
 
 /**
@@ -18,12 +18,7 @@ export interface EmbeddingsRequest {
   dimensions?: number;
 }
 
-export interface EmbeddingsCall {
-  fetch: UpstreamFetch;
-  adapter: ProviderAdapter;
-  baseUrl: string;
-  options: Record<string, string | undefined>;
-  secret: string;
+export interface EmbeddingsCall extends ProviderTarget {
   /** The whole call, connection to last byte. */
   timeoutMs: number;
   signal?: AbortSignal;
@@ -51,7 +46,7 @@ export async function createEmbeddings(request: EmbeddingsRequest, call: Embeddi
   const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
   let response: UpstreamAnswer;
   try {
-    response = await call.fetch(call.adapter.embeddingsUrl(call.baseUrl, call.options), {
+    response = await call.fetch(call.adapter.url(call.baseUrl, call.options, 'embeddings'), {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json', ...call.adapter.headers(call.secret) },
       body: JSON.stringify({

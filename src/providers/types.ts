@@ -79,17 +79,17 @@ export interface Usage {
 }
 
 /**
- * How the gateway calls a provider: a POST, its answer read once as it arrives. The runtime's
+ * How the gateway calls a provider: a POST (a GET for its models list), its answer read once as it arrives. The runtime's
  * `fetch` is one (Workers, tests); Node's is runtime/node/upstream-fetch.ts, a pooled HTTP client that
  * costs a fraction of `fetch` per call.
  */
 export type UpstreamFetch = (url: string, init: UpstreamRequest) => Promise<UpstreamAnswer>;
 
 export interface UpstreamRequest {
-  method: 'POST';
+  method: 'POST' | 'GET';
   headers: Record<string, string>;
-  /** JSON; a stream when what it sends is read as it goes (request-body.ts). */
-  body: string | Uint8Array | ReadableStream<Uint8Array>;
+  /** JSON; a stream when what it sends is read as it goes (request-body.ts). None for a GET. */
+  body?: string | Uint8Array | ReadableStream<Uint8Array>;
   /** Set with a stream: fetch needs it to send one. */
   duplex?: 'half';
   signal?: AbortSignal;

@@ -113,6 +113,7 @@ beforeAll(async () => {
     thread_id: runs.map((run) => run.thread_id),
     run_id: runs.map((run) => run.id),
     slug: [slug],
+    model: ['gpt-4o', 'meta-llama/Llama-3.1-8B'],
     tool_call_id: toolCalls,
     message_id: messageIds,
     workspace: [tenant.workspace.id, tenant.workspace.slug],
@@ -157,6 +158,12 @@ function validBody(route: Route): Record<string, unknown> {
       return { name: 'renamed', value: 5000, unit: 'rph' };
     case 'POST /v1/chat/completions':
       return { model: 'fake-model', messages: [{ role: 'user', content: 'hello' }], max_tokens: 10, stream: false };
+    case 'POST /v1/completions':
+      return { model: 'fake-model', prompt: 'hello', max_tokens: 10, stream: false };
+    case 'POST /v1/embeddings':
+      return { model: 'fake-embeddings', input: ['hello', 'world'], dimensions: 8, encoding_format: 'float' };
+    case 'POST /v1/moderations':
+      return { model: 'omni-moderation-latest', input: ['hello'] };
     case 'POST /v1/virtual-keys':
       return { slug: 'vk', provider: 'openai', base_url: 'http://upstream.test/v1', api_key: 'sk-fuzz' };
     case 'POST /v1/assistants':
@@ -358,6 +365,9 @@ const bodyFor = (route: Route) => {
   );
 };
 
+/** A path's parameter, with its pattern if it has one (`:model{.+}`, which may hold slashes). */
+const PARAM = /:\w+(\{[^}]*\})?/g;
+
 /** A path segment: a real id of the right kind, another kind's, or anything percent-encoded. */
 const segmentFor = (param: string) =>
   fc.oneof(
@@ -499,10 +509,12 @@ const headers = () =>
 
 const requestFor = (route: Route) =>
   fc.record({
-    path: fc.tuple(...(route.path.match(/:\w+/g) ?? []).map((param) => segmentFor(param.slice(1)))).map((values) => {
-      let i = 0;
-      return route.path.replace(/:\w+/g, () => defined(values[i++]));
-    }),
+    path: fc
+      .tuple(...(route.path.match(PARAM) ?? []).map((param) => segmentFor(param.slice(1).replace(/\{.*/, ''))))
+      .map((values) => {
+        let i = 0;
+        return route.path.replace(PARAM, () => defined(values[i++]));
+      }),
     query: query(),
     headers: headers(),
     // A GET cannot carry a body (fetch refuses); a DELETE may, and usually does not.
@@ -564,8 +576,8 @@ async function sendAndCheck(request: Sent): Promise<number> {
     if (JSON.stringify(after) !== JSON.stringify(before)) tally.rowsHalfWritten += 1;
     expect(after, where).toEqual(before);
   } else if (response.headers.get('content-type')?.startsWith('text/event-stream')) {
-    // A run's stream ends with its `done` event; a chat completion's is the provider's, ending with [DONE].
-    const end = request.path.startsWith('/v1/chat/completions')
+    // A run's stream ends with its `done` event; a (chat) completion's is the provider's, ending with [DONE].
+    const end = /^\/v1\/(chat\/)?completions/.test(request.path)
       ? /data: \[DONE\]\n\n$/
       : /event: done\ndata: \[DONE\]\n\n$/;
     expect(text, where).toMatch(end);

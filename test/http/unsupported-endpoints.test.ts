@@ -26,8 +26,8 @@ afterAll(() => gateway.close());
 const UNSERVED: [string, string][] = [
   ['POST', '/v1/uploads'],
   ['POST', '/v1/responses'],
-  ['POST', '/v1/embeddings'],
-  ['GET', '/v1/models'],
+  ['POST', '/v1/images/generations'],
+  ['POST', '/v1/audio/speech'],
   ['POST', '/v1/audio/transcriptions'],
   ['GET', '/v1/assistants/asst_abc123/files'],
   ['PUT', '/v1/nothing/here'],
@@ -100,9 +100,9 @@ describe('unsupported endpoints', () => {
       .catch((error: unknown) => error);
     expect(upload).toBeInstanceOf(NotFoundError);
     expect(upload).toMatchObject({ status: 404, code: 'unsupported_endpoint' });
-    const models = await openai.models.list().catch((error: unknown) => error);
-    expect(models).toBeInstanceOf(OpenAI.NotFoundError);
-    expect((models as NotFoundError).message).toContain('GET /v1/models');
+    const images = await openai.images.generate({ prompt: 'a cat' }).catch((error: unknown) => error);
+    expect(images).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((images as NotFoundError).message).toContain('POST /v1/images/generations');
   });
 
   it('shorten a very long path in the message', async () => {

@@ -708,9 +708,9 @@ describe('errors', () => {
     expect(noMessages.status).toBe(400);
     expect(await noMessages.json()).toMatchObject({ error: { param: 'messages', code: 'missing_required_parameter' } });
 
-    const unknown = await post({}, {}, '/v1/completions');
+    const unknown = await post({}, {}, '/v1/responses');
     expect(unknown.status).toBe(404);
-    expect(await unknown.json()).toMatchObject({ error: { message: 'Invalid URL (POST /v1/completions)' } });
+    expect(await unknown.json()).toMatchObject({ error: { message: 'Invalid URL (POST /v1/responses)' } });
   });
 
   it('refuses what OpenAI refuses: tool_choice without tools, unanswered and orphan tool messages', async () => {

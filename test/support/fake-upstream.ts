@@ -193,7 +193,17 @@ export interface FakeUpstreamOptions {
    * byte within 3000 ms" by the dozen, late in its minute).
    */
   record?: boolean;
+  /**
+   * The models `GET /v1/models` lists (default FAKE_MODELS); null: it answers 500, as a provider
+   * whose list fails.
+   */
+  models?: readonly string[] | null;
+  /** Endpoints it does not have, answered 404 as OpenAI answers an unknown path (a provider without moderations). */
+  without?: readonly Operation[];
 }
+
+/** The models the fake lists when told none. */
+export const FAKE_MODELS = ['gpt-4o', 'gpt-4o-mini', 'text-embedding-3-small', 'omni-moderation-latest'] as const;
 
 /** How a request's exchange ended; `closed` means `abortAll()` or the server's `close()` ended it. */
 export type RequestOutcome = 'open' | 'completed' | 'cancelled' | 'cut' | 'closed';
@@ -301,6 +311,8 @@ export class FakeUpstream {
   readonly #apiKey: string | undefined;
   readonly #initialDefault: FakeScenario | undefined;
   readonly #record: boolean;
+  readonly #models: readonly string[] | null;
+  readonly #without: ReadonlySet<Operation>;
   #default: FakeScenario | undefined;
   readonly #queue: FakeScenario[] = [];
   #inFlight = 0;
@@ -314,6 +326,8 @@ export class FakeUpstream {
     this.#initialDefault = options.defaultScenario && validateScenario(options.defaultScenario, 'defaultScenario');
     this.#default = this.#initialDefault;
     this.#record = options.record ?? true;
+    this.#models = options.models === undefined ? FAKE_MODELS : options.models;
+    this.#without = new Set(options.without ?? []);
   }
 
   /** Requests received whose response body is not finished, cancelled or cut yet (a stalled stream counts). */
@@ -455,7 +469,7 @@ export class FakeUpstream {
     finish: (outcome: Exclude<RequestOutcome, 'open'>) => void,
   ): Promise<Response> {
     const target = route(request.method, url.pathname);
-    if (target === undefined) {
+    if (target === undefined || this.#without.has(target.operation)) {
       return url.pathname.startsWith('/openai/')
         ? jsonResponse(404, AZURE_NOT_FOUND)
         : openAiError(404, `Invalid URL (${request.method} ${url.pathname})`);
@@ -475,6 +489,7 @@ export class FakeUpstream {
       }
     }
 
+    if (target.operation === 'models') return modelsAnswer(this.#models);
     let parsed: unknown;
     try {
       parsed = JSON.parse(record.rawBody);
@@ -485,9 +500,12 @@ export class FakeUpstream {
     const body = parsed;
     record.body = body;
     record.stream = body.stream === true;
-    if (body.model === undefined && target.deployment === undefined)
+    // A moderation's model defaults (omni-moderation-latest); every other operation needs one.
+    if (body.model === undefined && target.deployment === undefined && target.operation !== 'moderations')
       return openAiError(400, 'you must provide a model parameter');
     if (target.operation === 'embeddings') return embeddingsAnswer(body);
+    if (target.operation === 'moderations') return moderationsAnswer(body);
+    if (target.operation === 'completions') return legacyCompletionAnswer(body);
     if (!Array.isArray(body.messages))
       return openAiError(400, "Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
     if (body.messages.length === 0) return openAiError(400, "[] is too short - 'messages'", 'messages');
@@ -608,7 +626,13 @@ export function embeddingsAnswer(body: Record<string, unknown>): Response {
   }
   const failing = input.map((text) => new RegExp(`${FAKE_EMBEDDINGS_STATUS} (\\d{3})`).exec(text)?.[1]).find(Boolean);
   if (failing) return openAiError(Number(failing), `The fake embeddings upstream was told to fail with ${failing}.`);
-  const data = input.map((text, index) => ({ object: 'embedding', index, embedding: fakeEmbedding(text, dimensions) }));
+  const base64 = body.encoding_format === 'base64';
+  if (body.encoding_format !== undefined && !base64 && body.encoding_format !== 'float')
+    return openAiError(400, "Invalid value for 'encoding_format'", 'encoding_format');
+  const data = input.map((text, index) => {
+    const vector = fakeEmbedding(text, dimensions);
+    return { object: 'embedding', index, embedding: base64 ? float32Base64(vector) : vector };
+  });
   const tokens = input.reduce((sum, text) => sum + countTokens(text), 0);
   return jsonResponse(200, {
     object: 'list',
@@ -616,6 +640,102 @@ export function embeddingsAnswer(body: Record<string, unknown>): Response {
     model: str(body.model) || 'fake-embeddings',
     usage: { prompt_tokens: tokens, total_tokens: tokens },
   });
+}
+
+/** A vector as OpenAI sends it with `encoding_format: "base64"`: its float32s, little-endian, in base64. */
+function float32Base64(vector: readonly number[]): string {
+  const bytes = new Uint8Array(vector.length * 4);
+  const view = new DataView(bytes.buffer);
+  vector.forEach((value, i) => view.setFloat32(i * 4, value, true));
+  let binary = '';
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models, moderations, legacy completions
+
+/** `GET /v1/models`: the models it was given, or a 500 when given none (null). */
+function modelsAnswer(models: readonly string[] | null): Response {
+  if (models === null) return jsonResponse(500, SERVER_ERROR);
+  return jsonResponse(200, {
+    object: 'list',
+    data: models.map((id) => ({ id, object: 'model', created: FAKE_MODEL_CREATED, owned_by: 'fake-provider' })),
+  });
+}
+
+/** When the fake's models were made, in seconds: what its list says. */
+export const FAKE_MODEL_CREATED = 1_700_000_000;
+/** A moderated text with this word is flagged (category `violence`). */
+export const FAKE_FLAGGED_WORD = 'attack';
+
+/** `/v1/moderations`: one result per input, flagged when its text has FAKE_FLAGGED_WORD. No usage, as OpenAI's. */
+export function moderationsAnswer(body: Record<string, unknown>): Response {
+  const input = typeof body.input === 'string' ? [body.input] : body.input;
+  if (!Array.isArray(input) || input.length === 0)
+    return openAiError(400, "'input' must be a non-empty string or array", 'input');
+  const texts = input.map((item) => (typeof item === 'string' ? item : isRecord(item) ? str(item.text) : ''));
+  const results = texts.map((text) => {
+    const flagged = text.toLowerCase().includes(FAKE_FLAGGED_WORD);
+    return {
+      flagged,
+      categories: { harassment: false, hate: false, 'self-harm': false, sexual: false, violence: flagged },
+      category_scores: {
+        harassment: 0.001,
+        hate: 0.001,
+        'self-harm': 0.001,
+        sexual: 0.001,
+        violence: flagged ? 0.97 : 0.002,
+      },
+      category_applied_input_types: { violence: ['text'] },
+    };
+  });
+  return jsonResponse(200, { id: `modr-${randomId(24)}`, model: str(body.model) || 'omni-moderation-latest', results });
+}
+
+/**
+ * `/v1/completions` (legacy): "You said: " and the prompt (its first, when several), or a
+ * directive's `reply`, cut at `max_tokens` words (16 by default, as OpenAI's), one token a word;
+ * streamed word by word with `stream: true`, then the `choices: []` usage chunk when
+ * `stream_options.include_usage` asks, then `[DONE]`. A directive's `status` fails it.
+ */
+export function legacyCompletionAnswer(body: Record<string, unknown>): Response {
+  const prompts = Array.isArray(body.prompt) ? body.prompt : [body.prompt];
+  const prompt = typeof prompts[0] === 'string' ? prompts[0] : '';
+  const [scenario] = parseDirective(prompt) ?? [{}];
+  const status = scenario?.status;
+  if (status !== undefined && (status < 200 || status >= 300))
+    return openAiError(status, `The fake was told to fail with ${status}.`);
+  const maxTokens = typeof body.max_tokens === 'number' ? body.max_tokens : 16;
+  const words = splitTokens(scenario?.reply ?? `You said: ${prompt.replace(DIRECTIVE_LINES, '').trim()}`);
+  const kept = words.slice(0, maxTokens);
+  const finish = kept.length < words.length ? 'length' : 'stop';
+  const usage = {
+    prompt_tokens: countTokens(prompt),
+    completion_tokens: kept.length,
+    total_tokens: countTokens(prompt) + kept.length,
+  };
+  const base = {
+    id: `cmpl-${randomId(24)}`,
+    object: 'text_completion',
+    created: Math.floor(Date.now() / 1000),
+    model: str(body.model),
+  };
+  const choice = (text: string, finishReason: string | null) => ({
+    index: 0,
+    text,
+    logprobs: null,
+    finish_reason: finishReason,
+  });
+  if (body.stream !== true) return jsonResponse(200, { ...base, choices: [choice(kept.join(''), finish)], usage });
+  const chunks: Record<string, unknown>[] = kept.map((word, i) => ({
+    ...base,
+    choices: [choice(word, i === kept.length - 1 ? finish : null)],
+  }));
+  const wantsUsage = isRecord(body.stream_options) && body.stream_options.include_usage === true;
+  if (wantsUsage) chunks.push({ ...base, choices: [], usage });
+  const events = [...chunks.map((chunk) => JSON.stringify(chunk)), '[DONE]'].map((data) => `data: ${data}\n\n`);
+  return textResponse(200, events.join(''), { 'content-type': 'text/event-stream; charset=utf-8' });
 }
 
 /** The fake's vector for `text` (see embeddingsAnswer): exported so tests can compute expected scores. */
@@ -635,17 +755,26 @@ export function fakeEmbedding(text: string, dimensions = FAKE_EMBEDDING_DIMENSIO
 // ---------------------------------------------------------------------------------------------
 // Requests: routes, directives, turns
 
+/** The endpoints the fake has. */
+export type Operation = 'chat' | 'embeddings' | 'completions' | 'moderations' | 'models';
+const SUFFIXES: Record<Operation, string> = {
+  chat: 'chat/completions',
+  embeddings: 'embeddings',
+  completions: 'completions',
+  moderations: 'moderations',
+  models: 'models',
+};
+
 interface Target {
   flavour: 'openai' | 'azure';
-  operation: 'chat' | 'embeddings';
+  operation: Operation;
   /** Set on Azure's deployment paths, which need `api-version` and take the model from the path. */
   deployment?: string;
 }
 
 function route(method: string, path: string): Target | undefined {
-  if (method !== 'POST') return undefined;
-  for (const operation of ['chat', 'embeddings'] as const) {
-    const suffix = operation === 'chat' ? 'chat/completions' : 'embeddings';
+  for (const [operation, suffix] of Object.entries(SUFFIXES) as [Operation, string][]) {
+    if (method !== (operation === 'models' ? 'GET' : 'POST')) continue;
     if (path === `/v1/${suffix}` || path === `/${suffix}`) return { flavour: 'openai', operation };
     if (path === `/openai/v1/${suffix}`) return { flavour: 'azure', operation };
     const deployment = new RegExp(`^/openai/deployments/([^/]+)/${suffix}$`).exec(path)?.[1];

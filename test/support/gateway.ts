@@ -239,6 +239,16 @@ export async function serveOverHttp(gateway: TestGateway): Promise<{ url: string
   return { url, close };
 }
 
+/** The official SDK as an application configures it, a base URL and the tenant's workspace key, over `gateway` in process. */
+export function sdkClient(gateway: TestGateway, tenant: Tenant): OpenAI {
+  return new OpenAI({
+    apiKey: tenant.workspaceKey,
+    baseURL: 'http://gateway.test/v1',
+    maxRetries: 0,
+    fetch: (url, init) => gateway.app.request(String(url), init),
+  });
+}
+
 /**
  * A gateway whose provider calls go to `fetch` (an in-process fake's, e.g. createFakeUpstream()'s),
  * a tenant whose default virtual key names that provider (http://fake.test/v1), and the official

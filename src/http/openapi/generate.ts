@@ -94,6 +94,15 @@ const EVENT_STREAMS: Record<NonNullable<ResponseDeclaration['stream']>, OpenAPIV
         'error envelope.',
     },
   },
+  completion: {
+    schema: {
+      type: 'string',
+      description:
+        "With `stream: true`: the provider's `text_completion` objects as server-sent events (`data: {…}`), as it sends " +
+        'them, ending with `data: [DONE]`. A failure after the answer began is a `data:` event whose object is the error ' +
+        'envelope.',
+    },
+  },
 };
 
 /**

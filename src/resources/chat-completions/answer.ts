@@ -23,10 +23,14 @@ export interface AnswerTally {
 
 const newTally = (): AnswerTally => ({ usage: null, invalidUsage: null, completionChars: 0 });
 
-/** A non-streamed answer: its bytes as sent (at most `maxBytes`), its object and its tally. */
+/**
+ * A non-streamed answer: its bytes as sent (at most `maxBytes`), its object and its tally. An
+ * answer that completes nothing (embeddings) reports usage without `completion_tokens`: none, then.
+ */
 export async function readJsonAnswer(
   opened: OpenedChatCall,
   maxBytes: number,
+  completes: boolean,
 ): Promise<{ bytes: Uint8Array; object: Record<string, unknown>; tally: AnswerTally }> {
   const chunks = opened.body[Symbol.asyncIterator]();
   const parts: Uint8Array[] = [];
@@ -62,6 +66,7 @@ export async function readJsonAnswer(
   }
   if (!isRecord(answer)) throw new UpstreamError('protocol', 'The upstream answered with JSON that is not an object.');
   const tally = newTally();
+  if (!completes && isRecord(answer.usage)) answer.usage.completion_tokens ??= 0;
   tallyChunk(answer, 'message', tally);
   return { bytes, object: answer, tally };
 }
@@ -69,6 +74,8 @@ export async function readJsonAnswer(
 export interface RelayOptions {
   /** Whether the client asked for the usage chunk (`stream_options.include_usage`); if not, it is withheld. */
   clientWantsUsage: boolean;
+  /** The slug of the virtual key whose provider answers, which its failures name. */
+  virtualKey: string;
   slices: Slices;
   /** Given each chunk the provider sent that is a JSON object (a stored completion is assembled from them). */
   chunk?: (chunk: Record<string, unknown>) => void;
@@ -109,7 +116,9 @@ export function relayStream(opened: OpenedChatCall, options: RelayOptions): Read
             next = await batches.next();
           } catch (error) {
             const cause = asUpstreamError(error, opened.controller.signal);
-            controller.enqueue(encoder.encode(`data: ${JSON.stringify(upstreamFailure(cause).body)}\n\n`));
+            controller.enqueue(
+              encoder.encode(`data: ${JSON.stringify(upstreamFailure(cause, options.virtualKey).body)}\n\n`),
+            );
             controller.close();
             return end(cause);
           }
@@ -179,6 +188,8 @@ function tallyChunk(chunk: Record<string, unknown>, field: 'delta' | 'message', 
   }
   if (!Array.isArray(chunk.choices)) return;
   for (const choice of chunk.choices) {
+    // A legacy completion's choices hold their text.
+    if (isRecord(choice)) tally.completionChars += textLength(choice.text);
     const part = isRecord(choice) ? choice[field] : undefined;
     if (!isRecord(part)) continue;
     tally.completionChars += textLength(part.content) + textLength(part.refusal);
@@ -193,15 +204,19 @@ function tallyChunk(chunk: Record<string, unknown>, field: 'delta' | 'message', 
 const textLength = (value: unknown) => (typeof value === 'string' ? value.length : 0);
 
 /**
- * How a failed provider call is answered: a refusal with the provider's status, silence as 504,
- * anything else the provider did (a network failure, a malformed answer, a refused address) as 502.
+ * How a failed provider call is answered: a refusal with the provider's status (the message naming
+ * the virtual key whose provider it is), silence as 504, anything else the provider did (a network
+ * failure, a malformed answer, a refused address) as 502.
  */
-export function upstreamFailure(cause: unknown): ApiError {
+export function upstreamFailure(cause: unknown, virtualKey: string): ApiError {
   if (cause instanceof ApiError) return cause;
   if (!(cause instanceof UpstreamError)) return serverError(cause);
   switch (cause.kind) {
     case 'http':
-      return new ApiError('upstream_error', cause.message, { status: cause.status, cause });
+      return new ApiError('upstream_error', `Virtual key '${virtualKey}': ${cause.message}`, {
+        status: cause.status,
+        cause,
+      });
     case 'timeout':
       return new ApiError('upstream_timeout', cause.message, { cause });
     case 'network':

@@ -1,11 +1,11 @@
 import type { Actor, RequestContext } from '../../actor';
 import { shareTimeoutMessage } from '../../config';
 import type { Settings } from '../../db/settings-cache';
-import { recordUsage } from '../../db/usage-counts';
+import { recordUsage, type CountedCall } from '../../db/usage-counts';
 import type { Deps } from '../../deps';
 import { ApiError } from '../../errors';
 import { ShareTimeout, type Share } from '../../lib/fair-shares';
-import { ADAPTERS } from '../../providers/adapters';
+import { ADAPTERS, type UpstreamOperation } from '../../providers/adapters';
 import { openWithAttempts } from '../../providers/attempts';
 import { openChatCall, type OpenedChatCall } from '../../providers/chat';
 import {
@@ -24,11 +24,12 @@ import { callKeys } from '../virtual-keys/fallbacks';
 import { upstreamRules } from '../virtual-keys/upstream-rules';
 import { readJsonAnswer, relayStream, upstreamFailure, type AnswerTally } from './answer';
 import type { CreateChatCompletionBody } from './schemas';
-import { completionStore } from './stored';
+import { completionStore, type CompletionStore } from './stored';
 
 /**
- * POST /v1/chat/completions, passed through to the provider of the caller's virtual key, in the
- * order it must happen:
+ * POST /v1/chat/completions, and the other calls passed through to the provider of the caller's
+ * virtual key (POST /v1/completions, /v1/embeddings, /v1/moderations: each a PassThroughEndpoint),
+ * in the order it must happen:
  *
  *   resolve the virtual key (as a run's) ─> check its address ─> admit (rate limits: a refusal
  *     sends nothing) ─> take a share of the provider calls ─> send (tried again, or with the key's
@@ -67,30 +68,88 @@ export interface ChatCompletionRequest extends RequestContext {
   signal: AbortSignal;
 }
 
+/**
+ * What an endpoint passed through says of itself; everything else about its calls is passThrough's.
+ * `read` takes what the pipeline needs from the client's (validated) body.
+ */
+export interface PassThroughEndpoint<Body> {
+  operation: Exclude<UpstreamOperation, 'models'>;
+  /** What its calls count as in the usage table (GET /v1/usage). */
+  usageKind: CountedCall['kind'];
+  /** Its log lines' subject: `chat completion`, `embeddings`, … */
+  name: string;
+  /** Whether its answers complete text: if not, usage without `completion_tokens` reports none. */
+  completes: boolean;
+  read(body: Body): PassThroughRequest;
+  /** What keeps a completion the request asks to be stored (`store: true`); chat completions only. */
+  store?: (deps: ChatCompletionDeps, actor: Actor, body: Body, requestId: string) => CompletionStore | null;
+}
+
+/** What the pipeline reads of a request's body: routing, admission, the estimate. */
+export interface PassThroughRequest {
+  /** The model its virtual key is resolved for (and rate-limit policies match). */
+  model: string;
+  stream: boolean;
+  /** Whether a streaming client asked for the usage chunk (`stream_options.include_usage`). */
+  clientWantsUsage: boolean;
+  /** Characters of its input: its token reservation's base, and its estimate's without usage. */
+  promptChars: number;
+  /** The completion's cap (0 for an endpoint that completes nothing); null: GATEWAY_TOKEN_RESERVATION. */
+  maxCompletionTokens: number | null;
+  metadata?: Record<string, string> | null;
+}
+
+export const CHAT_COMPLETIONS: PassThroughEndpoint<CreateChatCompletionBody> = {
+  operation: 'chat/completions',
+  usageKind: 'chat_completions',
+  name: 'chat completion',
+  completes: true,
+  read: (body) => ({
+    model: body.model,
+    stream: body.stream === true,
+    clientWantsUsage: body.stream_options?.include_usage === true,
+    promptChars: JSON.stringify(body.messages).length,
+    maxCompletionTokens: body.max_completion_tokens ?? body.max_tokens ?? null,
+    metadata: body.metadata,
+  }),
+  store: completionStore,
+};
+
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
-export async function createChatCompletion(
+export function createChatCompletion(
   deps: ChatCompletionDeps,
   actor: Actor,
   snapshot: Settings,
   body: CreateChatCompletionBody,
   request: ChatCompletionRequest,
 ): Promise<ChatCompletionAnswer> {
+  return passThrough(deps, actor, snapshot, CHAT_COMPLETIONS, body, request);
+}
+
+/** One call of `endpoint`, its body sent as the client sent it (but for the usage a stream is asked for). */
+export async function passThrough<Body extends object>(
+  deps: ChatCompletionDeps,
+  actor: Actor,
+  snapshot: Settings,
+  endpoint: PassThroughEndpoint<Body>,
+  body: Body,
+  request: ChatCompletionRequest,
+): Promise<ChatCompletionAnswer> {
   const { config } = deps;
   const startedAt = Date.now();
-  const key = await snapshot.virtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: body.model });
+  const read = endpoint.read(body);
+  const key = await snapshot.virtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: read.model });
   const rules = await upstreamRules(deps.db, config, { now: deps.now() });
   const addressProblem = deps.upstreamUrls.check(key.baseUrl, rules);
   if (addressProblem) {
     throw new ApiError('upstream_error', `The virtual key's base_url is not allowed: ${addressProblem}`);
   }
-  const stream = body.stream === true;
-  const clientWantsUsage = body.stream_options?.include_usage === true;
+  const { stream, clientWantsUsage, promptChars } = read;
   // Usage is what the call is charged and counted by: asked of the provider whether or not the client asks.
-  const sent = stream ? { ...body, stream_options: { ...body.stream_options, include_usage: true } } : body;
-  const text = JSON.stringify(sent);
-  const bytes = new TextEncoder().encode(text);
+  const sent = stream ? { ...body, stream_options: { ...streamOptions(body), include_usage: true } } : body;
+  const bytes = new TextEncoder().encode(JSON.stringify(sent));
   if (bytes.byteLength > config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES) {
     throw new ApiError(
       'payload_too_large',
@@ -98,16 +157,14 @@ export async function createChatCompletion(
     );
   }
 
-  const model = servedModel(key, body.model);
-  // The whole request, not only its messages: tools and schemas are prompt tokens too.
-  const promptChars = text.length;
+  const model = servedModel(key, read.model);
   const attributes = {
     api_key: actor.apiKeyId,
     workspace_id: actor.workspaceId,
     virtual_key: key.slug,
     provider: key.provider,
     model,
-    metadata: requestMetadata(body.metadata, actor.metadataHeader),
+    metadata: requestMetadata(read.metadata, actor.metadataHeader),
   };
   const admission = await admitRequest(
     deps,
@@ -117,7 +174,7 @@ export async function createChatCompletion(
         {
           promptChars,
           knownPromptTokens: 0,
-          maxCompletionTokens: body.max_completion_tokens ?? body.max_tokens ?? null,
+          maxCompletionTokens: read.maxCompletionTokens,
           completionTokensSoFar: 0,
         },
         config.GATEWAY_TOKEN_RESERVATION,
@@ -126,8 +183,8 @@ export async function createChatCompletion(
     },
     snapshot.generation,
   );
-  const call = new CallRecord(deps, actor, key, admission, {
-    requested: body.model,
+  const call = new CallRecord(deps, actor, key, admission, endpoint, {
+    requested: read.model,
     attributes,
     generation: snapshot.generation,
     stream,
@@ -144,7 +201,12 @@ export async function createChatCompletion(
     const attempted = await openWithAttempts(
       async (candidate) =>
         openChatCall(
-          { model: body.model, body: bytes, accept: stream ? 'text/event-stream' : 'application/json' },
+          {
+            model: read.model,
+            operation: endpoint.operation,
+            body: bytes,
+            accept: stream ? 'text/event-stream' : 'application/json',
+          },
           {
             fetch: deps.fetch,
             adapter: ADAPTERS[candidate.provider],
@@ -160,7 +222,7 @@ export async function createChatCompletion(
           },
         ),
       {
-        keys: callKeys(deps, key, (slug) => fallbackKey(snapshot, actor.workspaceId, slug, body.model), rules),
+        keys: callKeys(deps, key, (slug) => fallbackKey(snapshot, actor.workspaceId, slug, read.model), rules),
         signal: request.signal,
         budgetMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
         now: Date.now,
@@ -176,17 +238,18 @@ export async function createChatCompletion(
       await call.end(null, error);
       throw error;
     }
-    const failure = upstreamFailure(error);
+    const failure = upstreamFailure(error, call.servedSlug());
     // The refusal says which key made the last attempt, and after how many.
     Object.assign(failure.headers, call.servedHeaders());
     await call.end(null, failure);
     throw failure;
   }
 
-  const store = completionStore(deps, actor, body, request.requestId);
+  const store = endpoint.store?.(deps, actor, body, request.requestId) ?? null;
   if (stream) {
     const events = relayStream(opened, {
       clientWantsUsage,
+      virtualKey: call.servedSlug(),
       slices: deps.slices,
       ...(store && { chunk: store.streamed.add }),
       done: (tally, error) => {
@@ -197,13 +260,17 @@ export async function createChatCompletion(
     return { body: events, headers: { ...SSE_HEADERS, ...admission.headers, ...call.servedHeaders() } };
   }
   try {
-    const { bytes: answer, object, tally } = await readJsonAnswer(opened, config.GATEWAY_MAX_ANSWER_BYTES);
+    const {
+      bytes: answer,
+      object,
+      tally,
+    } = await readJsonAnswer(opened, config.GATEWAY_MAX_ANSWER_BYTES, endpoint.completes);
     await call.end(tally, null);
     // Waited for, so that a read right after the answer finds it; it never fails the answer.
     if (store) await store.keep(object);
     return { body: answer, headers: { ...JSON_HEADERS, ...admission.headers, ...call.servedHeaders() } };
   } catch (error) {
-    const failure = upstreamFailure(error);
+    const failure = upstreamFailure(error, call.servedSlug());
     await call.end({ usage: null, invalidUsage: null, completionChars: 0 }, failure);
     throw failure;
   }
@@ -258,6 +325,7 @@ class CallRecord {
     private readonly actor: Actor,
     key: VirtualKey,
     private readonly admission: Admission,
+    private readonly endpoint: Pick<PassThroughEndpoint<object>, 'name' | 'usageKind'>,
     private readonly call: {
       /** The model the request names: each key may serve another (servedModel). */
       requested: string;
@@ -276,6 +344,11 @@ class CallRecord {
   served(key: VirtualKey, attempts: number): void {
     this.#key = key;
     this.#attempts = attempts;
+  }
+
+  /** The slug of the key that answered (or made the last attempt), which failures name. */
+  servedSlug(): string {
+    return this.#key.slug;
   }
 
   /** Which key answered, and after how many attempts. */
@@ -322,7 +395,7 @@ class CallRecord {
   async end(tally: AnswerTally | null, error: unknown): Promise<void> {
     if (this.#ended) return;
     this.#ended = true;
-    const { deps, actor, call } = this;
+    const { deps, actor, endpoint, call } = this;
     const key = this.#key;
     const model = servedModel(key, call.requested);
     this.share?.end();
@@ -346,7 +419,7 @@ class CallRecord {
       await settleTokens(deps, this.admission.ticket, usage?.total_tokens ?? 0);
       if (usage) {
         await recordUsage(deps.db, {
-          kind: 'chat_completions',
+          kind: endpoint.usageKind,
           workspaceId: actor.workspaceId,
           at: deps.now(),
           model,
@@ -359,12 +432,18 @@ class CallRecord {
     } catch (failure) {
       // The answer has gone out (or is going): a settlement or count that fails is logged, never
       // thrown at it (a relayed stream ends the call without awaiting this).
-      deps.log.error('chat completion usage not settled or recorded', { ...fields, error: failure });
+      deps.log.error(`${endpoint.name} usage not settled or recorded`, { ...fields, error: failure });
       return;
     }
-    if (error === null) deps.log.info('chat completion', fields);
-    else deps.log.warn('chat completion failed', fields);
+    if (error === null) deps.log.info(endpoint.name, fields);
+    else deps.log.warn(`${endpoint.name} failed`, fields);
   }
+}
+
+/** The client's `stream_options`, which the usage the gateway asks for is added to. */
+function streamOptions(body: object): object {
+  const options = 'stream_options' in body ? body.stream_options : undefined;
+  return typeof options === 'object' && options !== null ? options : {};
 }
 
 /** What an answer without plausible usage is charged: four characters a token, as for runs. */

@@ -17,6 +17,7 @@ import { requestBody } from './request-body';
 import { nodeStaticAsset } from './static-assets';
 import { upstreamFetch } from './upstream-fetch';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
+import { ModelLists } from '../../providers/models';
 import { RunExecutions } from '../../resources/runs/execution/executions';
 
 /**
@@ -46,6 +47,7 @@ export async function createNodeDeps(
     upstreamShares: upstreamShares(config),
     executions: new RunExecutions(),
     upstreamUrls: new UpstreamUrlJudgements(),
+    modelLists: new ModelLists(),
     requestBody,
     openApiDocument: () => Promise.resolve(openApiDocument),
     staticAsset: nodeStaticAsset,

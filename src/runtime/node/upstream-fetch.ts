@@ -77,7 +77,7 @@ export function upstreamFetch(options: {
         path: `${url.pathname}${url.search}`,
         method: init.method,
         headers: init.headers,
-        body: nodeBody(init.body),
+        body: init.body === undefined ? null : nodeBody(init.body),
       },
       init.signal ?? null,
     );
@@ -92,7 +92,7 @@ export function upstreamFetch(options: {
 function ignore() {}
 
 /** A request's body as undici takes it: a web stream as a Readable, which undici reads as the socket drains and destroys (cancelling the stream) when the request ends early. */
-function nodeBody(body: UpstreamRequest['body']): string | Uint8Array | Readable {
+function nodeBody(body: NonNullable<UpstreamRequest['body']>): string | Uint8Array | Readable {
   return typeof body === 'string' || body instanceof Uint8Array ? body : Readable.fromWeb(body);
 }
 

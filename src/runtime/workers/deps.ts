@@ -15,6 +15,7 @@ import { SettingsCache } from '../../db/settings-cache';
 import { settingsLoaders } from '../settings-loaders';
 import { UNSLICED } from '../../lib/slices';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
+import { ModelLists } from '../../providers/models';
 import { RunExecutions } from '../../resources/runs/execution/executions';
 import { workersUpstreamFetch } from './upstream-fetch';
 
@@ -167,6 +168,7 @@ export async function createSharedDeps(
     upstreamShares: upstreamShares(config),
     executions: new RunExecutions(),
     upstreamUrls: new UpstreamUrlJudgements(),
+    modelLists: new ModelLists(),
     requestBody: (request) => request.body,
     slices: UNSLICED,
     blobs: r2BlobStore(env.FILES),

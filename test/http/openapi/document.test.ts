@@ -22,7 +22,7 @@ beforeAll(async () => {
 afterAll(() => gateway?.close());
 
 /** `/v1/threads/:thread_id` as OpenAPI writes it: `/v1/threads/{thread_id}`. */
-const openApiPath = (path: string) => path.replace(/:([A-Za-z_]+)/g, '{$1}');
+const openApiPath = (path: string) => path.replace(/:([A-Za-z_]+)(\{[^}]*\})?/g, '{$1}');
 
 describe('GET /openapi.json', () => {
   it('is a valid OpenAPI 3.1 document, unauthenticated', async () => {
@@ -105,7 +105,7 @@ describe('the answers /openapi.json declares', () => {
     expect(document.components.schemas.RunObject.properties.status.enum).toContain('requires_action');
   });
 
-  it('include the event stream where a run or a chat completion can be streamed, and there only', async () => {
+  it('include the event stream where a run or a (chat) completion can be streamed, and there only', async () => {
     const document = await json(await gateway.request('/openapi.json'));
     const streamed = Object.entries(
       document.paths as Record<string, Record<string, { responses: Record<string, { content?: object }> }>>,
@@ -121,6 +121,7 @@ describe('the answers /openapi.json declares', () => {
       .sort();
     expect(streamed).toEqual([
       'post /v1/chat/completions',
+      'post /v1/completions',
       'post /v1/threads/runs',
       'post /v1/threads/{thread_id}/runs',
       'post /v1/threads/{thread_id}/runs/{run_id}/submit_tool_outputs',

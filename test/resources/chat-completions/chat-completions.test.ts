@@ -9,11 +9,11 @@ import {
   type FakeUpstreamServer,
   type RecordedRequest,
 } from '../../support/fake-upstream';
-import { createTestGateway, type Tenant, type TestGateway } from '../../support/gateway';
+import { createTestGateway, sdkClient, type Tenant, type TestGateway } from '../../support/gateway';
 import { componentErrors } from '../../support/openapi';
 import { createPolicy, expectRefused, freshMinute, usedBy } from '../../support/ratelimit';
 import { waitFor } from '../../support/wait';
-import { asking, sdkClient, tenantCalling } from './clients';
+import { asking, tenantCalling } from './clients';
 
 /**
  * POST /v1/chat/completions passed through to the provider of the caller's virtual key, through the

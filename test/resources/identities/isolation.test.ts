@@ -66,6 +66,8 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     base_url: `http://${marker}.upstream.test/v1`,
     slug: 'shared-slug',
     api_key: `sk-${marker}`,
+    // GET /v1/models would list it to anyone who reached this workspace.
+    models: [marker],
   });
   const assistant = await json(
     await gateway.request('/v1/assistants', {
@@ -213,6 +215,17 @@ interface Probe {
 
 /** Another tenant's id as a page cursor is as unknown as any other: 400 invalid_value. */
 const UNKNOWN_CURSOR = [400];
+
+/** The probes of a call passed through to the caller's own virtual key's provider, naming the victim's workspace. */
+const passedThrough =
+  (path: string, body: (victim: Holdings) => Record<string, unknown>) =>
+  (v: Holdings): Probe[] =>
+    [v.tenant.workspace.id, v.tenant.workspace.slug].map((workspace) => ({
+      method: 'POST',
+      path,
+      headers: { 'x-gateway-workspace-id': workspace },
+      body: body(v),
+    }));
 
 /**
  * For each route, the requests that try to reach `victim` from `caller` (who acts on workspace a).
@@ -600,6 +613,17 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
       refusals: UNKNOWN_CURSOR,
     },
   ],
+  'GET /v1/models': (v) => [
+    { method: 'GET', path: '/v1/models', headers: scope(), list: true },
+    { method: 'GET', path: '/v1/models', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'GET /v1/models/:model{.+}': (v) => [
+    { method: 'GET', path: `/v1/models/${v.marker}`, headers: scope() },
+    { method: 'GET', path: `/v1/models/${v.marker}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'POST /v1/completions': passedThrough('/v1/completions', (v) => ({ model: 'fake-model', prompt: v.marker })),
+  'POST /v1/embeddings': passedThrough('/v1/embeddings', (v) => ({ model: 'fake-embeddings', input: v.marker })),
+  'POST /v1/moderations': passedThrough('/v1/moderations', (v) => ({ input: v.marker })),
   // Read no further than the workspace: the body (not multipart here) is never reached.
   'POST /v1/files': (v) => [
     { method: 'POST', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },

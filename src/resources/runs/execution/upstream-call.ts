@@ -88,7 +88,10 @@ export async function callUpstream(
         slices: deps.slices,
       };
       return {
-        opened: await openChatCall({ model: request.model, body: body.body, accept: 'text/event-stream' }, options),
+        opened: await openChatCall(
+          { model: request.model, operation: 'chat/completions', body: body.body, accept: 'text/event-stream' },
+          options,
+        ),
         options,
       };
     };
