@@ -1,12 +1,12 @@
-import { ChatOpenAI } from '@langchain/openai';
+import { ChatOpenAI, OpenAIEmbeddings } from '@langchain/openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defined } from '../support/defined';
 import { fakeDirective, startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
 import { createTestGateway, serveOverHttp, type TestGateway } from '../support/gateway';
 
 /**
- * LangChain JS's OpenAI integration as an application uses it: `OPENAI_BASE_URL` and
- * `OPENAI_API_KEY` in the environment, the models built with nothing but a model name, over real
+ * LangChain JS's OpenAI integration as an application uses it (ChatOpenAI, OpenAIEmbeddings):
+ * `OPENAI_BASE_URL` and `OPENAI_API_KEY` in the environment, the models built with nothing but a model name, over real
  * HTTP to the gateway, whose workspace sends them to its default virtual key.
  */
 
@@ -70,5 +70,20 @@ describe("LangChain's ChatOpenAI, configured by the environment alone", () => {
     expect(sent).toHaveLength(3);
     expect(sent.every((request) => request.headers.authorization === `Bearer ${PROVIDER_KEY}`)).toBe(true);
     expect(defined(sent[1]?.body).stream).toBe(true);
+  });
+});
+
+describe("LangChain's OpenAIEmbeddings, configured by the environment alone", () => {
+  it('embeds documents and a query through the workspace default key', async () => {
+    const embeddings = new OpenAIEmbeddings({ model: 'text-embedding-3-small', dimensions: 16, maxRetries: 0 });
+    const documents = await embeddings.embedDocuments(['the first', 'the second']);
+    expect(documents).toHaveLength(2);
+    expect(documents.every((vector) => vector.length === 16 && vector.every(Number.isFinite))).toBe(true);
+    const query = await embeddings.embedQuery('the first');
+    // The fake's vectors are a function of the text: the same text, the same vector.
+    expect(query).toEqual(documents[0]);
+    const sent = fake.requests.filter((request) => request.path === '/v1/embeddings');
+    expect(sent.map((request) => defined(request.body).input)).toEqual([['the first', 'the second'], 'the first']);
+    expect(sent.every((request) => request.headers.authorization === `Bearer ${PROVIDER_KEY}`)).toBe(true);
   });
 });

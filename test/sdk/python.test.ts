@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
+import { FAKE_MODELS, startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
 import { ROOT, startGatewayProcess, type GatewayProcess } from '../support/processes';
 
 /**
@@ -153,7 +153,7 @@ describe.skipIf(!pythonSdk)(
       ]);
     });
 
-    it('chat completions, streamed and not, and a tool call, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
+    it('chat completions streamed and not, a tool call, embeddings and models, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
       fake.reset();
       const ran = await runPython('test/sdk/python/chat_completions.py', {
         OPENAI_BASE_URL: `${gateway.url}/v1`,
@@ -169,6 +169,9 @@ describe.skipIf(!pythonSdk)(
         },
         streamed: { content: 'You said: Count to three.', total_tokens: expect.any(Number) },
         tool_call: { finish_reason: 'tool_calls', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+        embeddings: { count: 2, dimensions: 8, prompt_tokens: expect.any(Number) },
+        // The default key serves what its provider lists.
+        models: expect.arrayContaining([...FAKE_MODELS]),
       });
       const sent = fake.requests.filter((request) => request.path === '/v1/chat/completions');
       expect(sent.map((request) => request.headers.authorization)).toEqual([

@@ -1,6 +1,6 @@
 """What an application's other calls do through the gateway with OpenAI's Python SDK, configured by
 OPENAI_BASE_URL and OPENAI_API_KEY alone (test/sdk/python.test.ts runs it): a chat completion, one
-streamed with its usage, and a tool call. Prints one JSON object of what it saw.
+streamed with its usage, a tool call, embeddings and the models. Prints one JSON object of what it saw.
 """
 
 import json
@@ -48,6 +48,9 @@ tool_call = client.chat.completions.create(
     tools=[weather],
 )
 
+embeddings = client.embeddings.create(model="text-embedding-3-small", input=["one", "two"], dimensions=8)
+models = [model.id for model in client.models.list()]
+
 print(
     json.dumps(
         {
@@ -62,6 +65,12 @@ print(
                 "name": tool_call.choices[0].message.tool_calls[0].function.name,
                 "arguments": tool_call.choices[0].message.tool_calls[0].function.arguments,
             },
+            "embeddings": {
+                "count": len(embeddings.data),
+                "dimensions": len(embeddings.data[0].embedding),
+                "prompt_tokens": embeddings.usage.prompt_tokens,
+            },
+            "models": models,
         }
     )
 )
