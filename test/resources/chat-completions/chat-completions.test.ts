@@ -157,6 +157,27 @@ describe('answers', () => {
     expect(lastReceived().body).toMatchObject({ tools: TOOLS, tool_choice: 'required' });
   });
 
+  it("structured output: a json_schema response_format reaches the provider, and the SDK's parse reads its answer", async () => {
+    const { client } = await tenantWith();
+    const schema = {
+      type: 'object',
+      properties: { city: { type: 'string' }, days: { type: 'integer' } },
+      required: ['city', 'days'],
+      additionalProperties: false,
+    };
+    const completion = await client.chat.completions.parse({
+      model: 'gpt-4o',
+      messages: [{ role: 'user', content: 'The forecast for Oslo, please.' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'forecast', schema, strict: true } },
+    });
+    expect(lastReceived().body?.response_format).toEqual({
+      type: 'json_schema',
+      json_schema: { name: 'forecast', schema, strict: true },
+    });
+    const parsed = defined(completion.choices[0]).message.parsed;
+    expect(parsed).toEqual({ city: expect.any(String), days: expect.any(Number) });
+  });
+
   it('a non-streamed tool call', async () => {
     const { client } = await tenantWith();
     const completion = await client.chat.completions.create({
