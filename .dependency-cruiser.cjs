@@ -41,7 +41,9 @@ const LAYERS = [
  * uploaded with a key and fetched (image URLs) under its upstream rules; a vector store holds
  * files and embeds with a virtual key; assistants and threads name vector stores and files in
  * their tool resources; a run executes an assistant on a thread, with its virtual key, under
- * the workspace's policies.
+ * the workspace's policies; the calls passed through to a provider (chat completions, completions,
+ * embeddings, moderations) share one pipeline, which resolves their virtual key; the models are
+ * what the virtual keys serve.
  */
 const RESOURCES = {
   identities: [],
@@ -52,7 +54,12 @@ const RESOURCES = {
   'vector-stores': ['identities', 'virtual-keys', 'files'],
   assistants: ['identities', 'virtual-keys', 'files', 'vector-stores'],
   threads: ['identities', 'virtual-keys', 'files', 'vector-stores'],
-  'chat-completions': ['identities', 'virtual-keys'],
+  'pass-through': ['identities', 'virtual-keys'],
+  'chat-completions': ['identities', 'pass-through'],
+  completions: ['identities', 'pass-through'],
+  embeddings: ['identities', 'pass-through'],
+  moderations: ['identities', 'pass-through'],
+  models: ['identities', 'virtual-keys'],
   runs: ['identities', 'virtual-keys', 'policies', 'usage', 'files', 'vector-stores', 'assistants', 'threads'],
 };
 

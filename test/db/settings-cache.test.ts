@@ -6,7 +6,7 @@ import { SettingsCache } from '../../src/db/settings-cache';
 import { settingsLoaders } from '../../src/runtime/settings-loaders';
 import { fakeThread, startFakeUpstream, type FakeUpstreamServer } from '../support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../support/gateway';
-import { createPolicy } from '../support/ratelimit';
+import { createPolicy, freshMinute } from '../support/ratelimit';
 
 /**
  * The settings cache (db/settings-cache.ts): API keys, assistants and virtual keys are kept in
@@ -139,6 +139,8 @@ describe('what a request reads', () => {
 
 describe("a run's rate-limit policies", () => {
   it('are read again only when the generation moves, and follow a policy changed elsewhere', async () => {
+    // The policy's counts are per minute: all of them fall in one, whenever the test runs.
+    freshMinute(gateway.clock);
     const limited = (
       await json(
         await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'limited-model' } }),

@@ -1,12 +1,12 @@
-import { Hono, type Context } from 'hono';
+import { Hono } from 'hono';
 import { listObject } from '../../http/lists';
 import { responds } from '../../http/middleware/responds';
-import { requestContext } from '../../http/request-context';
 import { validate } from '../../http/middleware/validate';
 import { deletedObject, listOf } from '../../http/objects';
-import type { ApiEnv, WorkspaceEnv } from '../identities/env';
+import type { ApiEnv } from '../identities/env';
 import { workspace } from '../identities/middleware/workspace';
-import { CHAT_COMPLETIONS, passThrough, type PassThroughEndpoint } from './commands';
+import { passedThrough } from '../pass-through/route';
+import { CHAT_COMPLETIONS } from './commands';
 import { chatCompletionObject, storedCompletionObject, storedMessageObject } from './objects';
 import { deleteStoredCompletion, getStoredCompletion, listStoredCompletions, updateStoredCompletion } from './queries';
 import {
@@ -84,16 +84,3 @@ export const chatCompletionRoutes = new Hono<ApiEnv>()
       return c.json(listObject(storedMessagePage(row, c.req.valid('query')), (message) => message));
     },
   );
-
-/** The answer of a route passed through to `endpoint` (this one's, and completions', embeddings' and moderations'). */
-export async function passedThrough<Body extends object>(
-  c: Context<WorkspaceEnv>,
-  endpoint: PassThroughEndpoint<Body>,
-  body: Body,
-): Promise<Response> {
-  const answer = await passThrough(c.get('deps'), c.get('actor'), c.get('settings'), endpoint, body, {
-    ...requestContext(c),
-    signal: c.req.raw.signal,
-  });
-  return new Response(answer.body, { status: 200, headers: answer.headers });
-}

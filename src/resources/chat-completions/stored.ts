@@ -32,7 +32,7 @@ export function completionStore(
 }
 
 export class CompletionStore {
-  /** Given each chunk of a streamed answer (answer.ts, relayStream). */
+  /** Given each chunk of a streamed answer (pass-through/answer.ts, relayStream). */
   readonly streamed: StreamedCompletion;
 
   constructor(

@@ -1,10 +1,10 @@
-import type { PassThroughEndpoint } from '../chat-completions/commands';
+import type { PassThroughEndpoint } from '../pass-through/pipeline';
 import type { CreateCompletionBody } from './schemas';
 
 /** What a legacy completion completes when its request sets no `max_tokens` (OpenAI's default). */
 const DEFAULT_MAX_TOKENS = 16;
 
-/** POST /v1/completions (legacy), streamed or not, passed through as chat completions are (chat-completions/commands.ts). */
+/** POST /v1/completions (legacy), streamed or not, passed through as chat completions are (pass-through/pipeline.ts). */
 export const COMPLETIONS: PassThroughEndpoint<CreateCompletionBody> = {
   operation: 'completions',
   usageKind: 'completions',

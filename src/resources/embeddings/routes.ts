@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { responds } from '../../http/middleware/responds';
 import { validate } from '../../http/middleware/validate';
-import { passedThrough } from '../chat-completions/routes';
+import { passedThrough } from '../pass-through/route';
 import type { ApiEnv } from '../identities/env';
 import { workspace } from '../identities/middleware/workspace';
 import { EMBEDDINGS } from './commands';

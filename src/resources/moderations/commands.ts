@@ -1,11 +1,11 @@
-import type { PassThroughEndpoint } from '../chat-completions/commands';
+import type { PassThroughEndpoint } from '../pass-through/pipeline';
 import type { CreateModerationBody } from './schemas';
 
 /** The model OpenAI moderates with when a request names none: the one its virtual key is resolved for. */
 export const MODERATION_MODEL = 'omni-moderation-latest';
 
 /**
- * POST /v1/moderations, passed through as chat completions are (chat-completions/commands.ts). A
+ * POST /v1/moderations, passed through as chat completions are (pass-through/pipeline.ts). A
  * moderation reports no usage: it is counted the estimate of its input.
  */
 export const MODERATIONS: PassThroughEndpoint<CreateModerationBody> = {

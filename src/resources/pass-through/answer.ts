@@ -7,7 +7,7 @@ import { UpstreamError, type Usage } from '../../providers/types';
 import { release } from '../../providers/upstream-text';
 
 /**
- * The provider's answer to a passed-through chat completion, read as untrusted input: a JSON answer
+ * The provider's answer to a call passed through (pipeline.ts), read as untrusted input: a JSON answer
  * up to a bound, an event stream line by line within SSE_LIMITS, and the usage it reports checked
  * (checkUsage) before anything is charged or counted from it.
  */
