@@ -17,8 +17,14 @@ export const CHAT_COMPLETIONS: PassThroughEndpoint<CreateChatCompletionBody> = {
     stream: body.stream === true,
     clientWantsUsage: body.stream_options?.include_usage === true,
     promptChars: JSON.stringify(body.messages).length,
-    maxCompletionTokens: body.max_completion_tokens ?? body.max_tokens ?? null,
+    maxCompletionTokens: completionCap(body),
     metadata: body.metadata,
   }),
   store: completionStore,
 };
+
+/** The most a call may complete: its cap once per choice (`n`); null (no cap): GATEWAY_TOKEN_RESERVATION. */
+function completionCap(body: CreateChatCompletionBody): number | null {
+  const cap = body.max_completion_tokens ?? body.max_tokens ?? null;
+  return cap === null ? null : cap * (body.n ?? 1);
+}

@@ -20,6 +20,8 @@ export const createChatCompletionBody = z
     stream_options: z.looseObject({ include_usage: z.boolean().nullable().optional() }).nullable().optional(),
     max_tokens: tokenCount,
     max_completion_tokens: tokenCount,
+    /** Choices to complete, each up to the cap: the reservation is the cap once per choice. */
+    n: z.int().min(1).max(128).nullable().optional(),
     metadata: metadataSchema.nullable().optional(),
     store: z.boolean().nullable().optional(),
   })

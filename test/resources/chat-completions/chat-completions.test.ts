@@ -311,6 +311,24 @@ describe('usage and policies', () => {
     ).toBe(2 * charged);
   });
 
+  it('a tokens policy reserves the completion cap once per choice (n) until the answer settles it', async () => {
+    const { tenant, client } = await tenantWith();
+    freshMinute(gateway.clock);
+    const policy = await createPolicy(gateway, tenant, { type: 'tokens', value: 100_000 });
+    const gate = `choices-${crypto.randomUUID()}`;
+    const messages = [asking('three answers', { hold: gate })];
+    const answered = client.chat.completions.create({ model: 'gpt-4o', messages, max_tokens: 400, n: 3 });
+    const prompt = Math.ceil(JSON.stringify(messages).length / 4);
+    const reserved = await waitFor(
+      () => usedBy(gateway.database.client, policy),
+      (used) => used > 0,
+    );
+    expect(reserved).toBe(prompt + 3 * 400);
+    fake.openGate(gate);
+    const completion = await answered;
+    expect(await usedBy(gateway.database.client, policy)).toBe(defined(completion.usage).total_tokens);
+  });
+
   it('a tokens policy releases the reservation of a call the provider refused', async () => {
     const { tenant, client } = await tenantWith();
     freshMinute(gateway.clock);
