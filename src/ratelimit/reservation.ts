@@ -8,6 +8,16 @@
 /** About four characters a token: the estimate the engine also uses for upstreams that report no usage. */
 export const CHARS_PER_TOKEN = 4;
 
+/**
+ * The usage charged for an answer whose provider reported none (or none plausible): about four
+ * characters a token of what was sent and of what came back, so that token policies still count.
+ */
+export function estimatedUsage(promptChars: number, completionChars: number) {
+  const prompt = Math.ceil(promptChars / CHARS_PER_TOKEN);
+  const completion = Math.ceil(completionChars / CHARS_PER_TOKEN);
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}
+
 export interface TurnEstimate {
   /** Characters of what the turn sends that the gateway holds as text (instructions, tools, messages, tool outputs). */
   promptChars: number;

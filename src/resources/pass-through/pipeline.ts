@@ -17,7 +17,7 @@ import {
   type Admission,
   type RequestAttributes,
 } from '../../ratelimit';
-import { CHARS_PER_TOKEN } from '../../ratelimit/reservation';
+import { estimatedUsage } from '../../ratelimit/reservation';
 import type { VirtualKey } from '../../db/schema';
 import { decryptVirtualKeySecret, servedModel } from '../virtual-keys/commands';
 import { callKeys } from '../virtual-keys/fallbacks';
@@ -380,7 +380,7 @@ class CallRecord {
     const key = this.#key;
     const model = servedModel(key, call.requested);
     this.share?.end();
-    const usage = tally && (tally.usage ?? estimate(call.promptChars, tally.completionChars));
+    const usage = tally && (tally.usage ?? estimatedUsage(call.promptChars, tally.completionChars));
     const fields = {
       request_id: call.request.requestId,
       workspace_id: actor.workspaceId,
@@ -425,13 +425,6 @@ class CallRecord {
 function streamOptions(body: object): object {
   const options = 'stream_options' in body ? body.stream_options : undefined;
   return typeof options === 'object' && options !== null ? options : {};
-}
-
-/** What an answer without plausible usage is charged: four characters a token, as for runs. */
-function estimate(promptChars: number, completionChars: number) {
-  const prompt = Math.ceil(promptChars / CHARS_PER_TOKEN);
-  const completion = Math.ceil(completionChars / CHARS_PER_TOKEN);
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
 }
 
 /** How a call ended, for its log line: `ok`, the error's code, or `client_left`. */

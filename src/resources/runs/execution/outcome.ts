@@ -80,16 +80,6 @@ export function sumUsage(usages: (Usage | null | undefined)[]): Usage {
 }
 
 /**
- * When an upstream sends no usage (a server without `stream_options` support), an estimate of about
- * four characters per token, so that token policies still count something. Documented in the README.
- */
-export function estimateUsage(request: { messages: unknown[] }, completionChars: number): Usage {
-  const prompt = Math.ceil(JSON.stringify(request.messages).length / 4);
-  const completion = Math.ceil(completionChars / 4);
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
-}
-
-/**
  * The last_error code of a run its upstream failed. OpenAI documents three for runs
  * (`server_error`, `rate_limit_exceeded`, `invalid_prompt`); an upstream's refusal gets the code
  * OpenAI's API answers the same refusal with, so that a client can tell a wrong provider key or

@@ -7,6 +7,7 @@ import { openChatCall, readChatStream } from '../../../providers/chat';
 import { encodeRequest, type RequestBody } from '../../../providers/request-body';
 import { UpstreamError, type UpstreamEvent, type Usage } from '../../../providers/types';
 import { countRequest } from '../../../ratelimit';
+import { estimatedUsage, promptChars } from '../../../ratelimit/reservation';
 import type { VirtualKey } from '../../../db/schema';
 import { decryptVirtualKeySecret, findActiveVirtualKey, servedModel } from '../../virtual-keys/commands';
 import { callKeys } from '../../virtual-keys/fallbacks';
@@ -14,7 +15,6 @@ import { inlineImages } from './prompt-images';
 import type { RunRow } from '../../../db/schema';
 import { buildChatRequest } from './chat-request';
 import { RunFailed } from './failures';
-import { estimateUsage } from './outcome';
 import { REQUEST_FIELDS_BYTES } from './prompt';
 import type { Prompt } from '../../../providers/types';
 import type { RunDeps } from './run-deps';
@@ -196,12 +196,12 @@ async function readAnswer(
       cap_bytes: deps.config.GATEWAY_MAX_ANSWER_BYTES,
     });
     // Estimated from the prompt as written: inlined images' bytes are not its tokens.
-    return { finishReason: 'length', usage: usage ?? estimateUsage(prompt, completionChars) };
+    return { finishReason: 'length', usage: usage ?? estimatedUsage(promptChars(prompt.messages), completionChars) };
   }
   if (finishReason === null) {
     throw new UpstreamError('protocol', 'The upstream stream ended before the answer finished.');
   }
-  return { finishReason, usage: usage ?? estimateUsage(prompt, completionChars) };
+  return { finishReason, usage: usage ?? estimatedUsage(promptChars(prompt.messages), completionChars) };
 }
 
 /** A body never sent: a stream of it is cancelled, so that nothing it would have read stays open. */
