@@ -344,7 +344,7 @@ class CallRecord {
    */
   async retrying(failed: VirtualKey, next: VirtualKey, error: unknown): Promise<void> {
     const { deps, actor, call } = this;
-    deps.log.warn('chat completion attempt failed; trying again', {
+    deps.log.warn(`${this.endpoint.name} attempt failed; trying again`, {
       request_id: call.request.requestId,
       workspace_id: actor.workspaceId,
       virtual_key: failed.slug,
@@ -355,7 +355,7 @@ class CallRecord {
     this.#key = next;
     this.#attempts++;
     await recordUsage(deps.db, {
-      kind: 'chat_completions',
+      kind: this.endpoint.usageKind,
       workspaceId: actor.workspaceId,
       at: deps.now(),
       model: servedModel(failed, call.requested),

@@ -60,8 +60,8 @@ async function received(act: () => Promise<void>): Promise<{ first: number; seco
   return { first: first.requests.length - before.first, second: second.requests.length - before.second };
 }
 
-/** The tenant's chat_completions requests this hour by virtual key (its slug), from GET /v1/usage. */
-async function requestsByKey(tenant: Tenant): Promise<Record<string, number>> {
+/** The tenant's requests of `kind` this hour by virtual key (its slug), from GET /v1/usage. */
+async function requestsByKey(tenant: Tenant, kind = 'chat_completions'): Promise<Record<string, number>> {
   const response = await gateway.request('/v1/usage?bucket_width=1h&limit=1&group_by=virtual_key,kind', {
     key: tenant.workspaceKey,
   });
@@ -69,7 +69,7 @@ async function requestsByKey(tenant: Tenant): Promise<Record<string, number>> {
   const [bucket] = (await json(response)).data;
   const results = (bucket?.results ?? []) as { kind: string; virtual_key: string; num_requests: number }[];
   return Object.fromEntries(
-    results.filter((result) => result.kind === 'chat_completions').map((r) => [r.virtual_key, r.num_requests]),
+    results.filter((result) => result.kind === kind).map((r) => [r.virtual_key, r.num_requests]),
   );
 }
 
@@ -122,6 +122,22 @@ describe('chat completions', () => {
       expect(text).toContain('streamed');
     });
     expect(counts).toEqual({ first: 0, second: 1 });
+  });
+
+  it('an embeddings call falls back the same way, each attempt counted as embeddings on its key', async () => {
+    const { tenant, client } = await tenantWithFallback(await closedBaseUrl());
+    const { data, response } = await client.embeddings
+      .create({ model: 'text-embedding-3-small', input: 'fall back' })
+      .withResponse();
+    expect(data.data).toHaveLength(1);
+    expect(response.headers.get('x-gateway-virtual-key-used')).toBe('backup');
+    expect(response.headers.get('x-gateway-attempts')).toBe('2');
+    const usage = await waitFor(
+      () => requestsByKey(tenant, 'embeddings'),
+      (byKey) => Object.keys(byKey).length === 2,
+    );
+    expect(usage).toEqual({ main: 1, backup: 1 });
+    expect(await requestsByKey(tenant)).toEqual({});
   });
 
   it("a 429 is tried again with the same key after the provider's Retry-After", async () => {
