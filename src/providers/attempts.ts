@@ -102,8 +102,9 @@ export interface AttemptOptions<K extends Candidate> {
    * timeout): a retry whose wait would end past it is not made, and the next key is tried at once.
    */
   budgetMs: number;
-  now: () => number;
-  random: () => number;
+  /** The clock and the jitter's draw (Date.now and Math.random unless a test fixes them). */
+  now?: () => number;
+  random?: () => number;
   /**
    * Told before each attempt after the first, of the attempt that failed before it and the key
    * about to be tried: to count both, and to say so in a log line.
@@ -127,7 +128,8 @@ export async function openWithAttempts<K extends Candidate, T>(
   open: (key: K) => Promise<T>,
   options: AttemptOptions<K>,
 ): Promise<Attempted<K, T>> {
-  const started = options.now();
+  const { now = Date.now, random = Math.random } = options;
+  const started = now();
   let attempts = 0;
   let failure: { key: K; error: unknown } | null = null;
   for await (const key of options.keys) {
@@ -147,8 +149,8 @@ export async function openWithAttempts<K extends Candidate, T>(
       failure = { key, error };
       if (tried >= key.retry.attempts) break;
       const retryAfter = error instanceof UpstreamError ? error.retryAfter : undefined;
-      const delay = retryDelay(tried, key.retry, retryAfter, options.now(), options.random);
-      if (delay === null || options.now() + delay - started > options.budgetMs) break;
+      const delay = retryDelay(tried, key.retry, retryAfter, now(), random);
+      if (delay === null || now() + delay - started > options.budgetMs) break;
       await wait(delay, options.signal);
     }
   }

@@ -206,8 +206,6 @@ export async function passThrough<Body extends object>(
         keys: callKeys(deps, key, (slug) => fallbackKey(snapshot, actor.workspaceId, slug, read.model), rules),
         signal: request.signal,
         budgetMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
-        now: Date.now,
-        random: Math.random,
         retrying: (step) => call.retrying(step.failed, step.next, step.error),
       },
     );

@@ -99,8 +99,6 @@ export async function callUpstream(
       keys: callKeys(deps, virtualKey, (slug) => findActiveVirtualKey(deps.db, run.workspaceId, slug), call.rules),
       signal: call.signal,
       budgetMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
-      now: Date.now,
-      random: Math.random,
       retrying: async ({ failed, error, next, attempt }) => {
         deps.log.warn('run upstream attempt failed; trying again', {
           run_id: run.id,
