@@ -5,7 +5,7 @@ import { recordUsage, type CountedCall } from '../../db/usage-counts';
 import type { Deps } from '../../deps';
 import { ApiError } from '../../errors';
 import { ShareTimeout, type Share } from '../../lib/fair-shares';
-import { ADAPTERS, type UpstreamOperation } from '../../providers/adapters';
+import type { UpstreamOperation } from '../../providers/adapters';
 import { openWithAttempts } from '../../providers/attempts';
 import { openChatCall, type OpenedChatCall } from '../../providers/chat';
 import {
@@ -19,7 +19,7 @@ import {
 } from '../../ratelimit';
 import { estimatedUsage } from '../../ratelimit/reservation';
 import type { VirtualKey } from '../../db/schema';
-import { decryptVirtualKeySecret, servedModel } from '../virtual-keys/commands';
+import { chatCallOptions, decryptVirtualKeySecret, servedModel } from '../virtual-keys/commands';
 import { callKeys } from '../virtual-keys/fallbacks';
 import { upstreamRules } from '../virtual-keys/upstream-rules';
 import { readJsonAnswer, relayStream, upstreamFailure, type AnswerTally } from './answer';
@@ -188,19 +188,13 @@ export async function passThrough<Body extends object>(
             body: bytes,
             accept: stream ? 'text/event-stream' : 'application/json',
           },
-          {
-            fetch: deps.fetch,
-            adapter: ADAPTERS[candidate.provider],
-            baseUrl: candidate.baseUrl,
-            options: candidate.options,
-            secret: await decryptVirtualKeySecret(deps.secrets, candidate),
-            firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
-            queuedMs: share.waitedMs,
-            sent: share.sent,
-            idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
-            signal: request.signal,
-            slices: deps.slices,
-          },
+          chatCallOptions(
+            deps,
+            candidate,
+            await decryptVirtualKeySecret(deps.secrets, candidate),
+            share,
+            request.signal,
+          ),
         ),
       {
         keys: callKeys(deps, key, (slug) => fallbackKey(snapshot, actor.workspaceId, slug, read.model), rules),

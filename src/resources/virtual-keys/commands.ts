@@ -7,7 +7,11 @@ import { newUuid } from '../../lib/ids';
 import { closestModel, conflicts, globEnds, isGlob, matches, sharedModel, specificity } from '../../lib/model-patterns';
 import type { SecretBox } from '../../lib/secrets';
 import { checkUpstreamUrl, type UpstreamUrlOptions } from '../../lib/upstream-url';
+import type { Deps } from '../../deps';
+import type { Share } from '../../lib/fair-shares';
+import { ADAPTERS } from '../../providers/adapters';
 import { RETRY_DEFAULTS, type RetrySettings } from '../../providers/attempts';
+import type { ChatCallOptions } from '../../providers/chat';
 import {
   DEFAULT_OPENAI_BASE_URL,
   misplacedAzureField,
@@ -588,4 +592,32 @@ const keyById = preparedQuery((db) =>
 /** The provider's API key, for the upstream request only: never log it or put it in a response. */
 export function decryptVirtualKeySecret(secrets: SecretBox, key: VirtualKey): Promise<string> {
   return secrets.decrypt(key.secretCiphertext, key.id);
+}
+
+/**
+ * How a provider call is made with `key` (providers/chat.ts openChatCall), its `secret` decrypted:
+ * the key's provider, base URL and options, the gateway's timeouts, and the fair `share` it took
+ * (its wait counts against the first-byte timeout), aborted by `signal`. A run's turn and a
+ * passed-through call make theirs alike.
+ */
+export function chatCallOptions(
+  deps: Pick<Deps, 'config' | 'fetch' | 'slices'>,
+  key: VirtualKey,
+  secret: string,
+  share: Share,
+  signal: AbortSignal,
+): ChatCallOptions {
+  return {
+    fetch: deps.fetch,
+    adapter: ADAPTERS[key.provider],
+    baseUrl: key.baseUrl,
+    options: key.options,
+    secret,
+    firstByteTimeoutMs: deps.config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
+    queuedMs: share.waitedMs,
+    sent: share.sent,
+    idleTimeoutMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
+    signal,
+    slices: deps.slices,
+  };
 }

@@ -9,7 +9,12 @@ import { UpstreamError, type UpstreamEvent, type Usage } from '../../../provider
 import { countRequest } from '../../../ratelimit';
 import { estimatedUsage, promptChars } from '../../../ratelimit/reservation';
 import type { VirtualKey } from '../../../db/schema';
-import { decryptVirtualKeySecret, findActiveVirtualKey, servedModel } from '../../virtual-keys/commands';
+import {
+  chatCallOptions,
+  decryptVirtualKeySecret,
+  findActiveVirtualKey,
+  servedModel,
+} from '../../virtual-keys/commands';
 import { callKeys } from '../../virtual-keys/fallbacks';
 import { inlineImages } from './prompt-images';
 import type { RunRow } from '../../../db/schema';
@@ -74,19 +79,7 @@ export async function callUpstream(
         );
       }
       const secret = key.id === virtualKey.id ? call.secret : await decryptVirtualKeySecret(deps.secrets, key);
-      const options = {
-        fetch: deps.fetch,
-        adapter,
-        baseUrl: key.baseUrl,
-        options: key.options,
-        secret,
-        firstByteTimeoutMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
-        queuedMs: share.waitedMs,
-        sent: share.sent,
-        idleTimeoutMs: config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
-        signal: call.signal,
-        slices: deps.slices,
-      };
+      const options = chatCallOptions(deps, key, secret, share, call.signal);
       return {
         opened: await openChatCall(
           { model: request.model, operation: 'chat/completions', body: body.body, accept: 'text/event-stream' },
