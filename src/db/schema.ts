@@ -272,8 +272,11 @@ export const runs = sqliteTable(
   {
     seq: integer('seq').primaryKey(),
     id: text('id').notNull(),
+    /** A run of the Assistants API, or a response of the Responses API executed as one (table `responses`). */
+    kind: text('kind').$type<RunKind>().notNull().default('run'),
     workspaceId: text('workspace_id').notNull(),
     threadId: text('thread_id').notNull(),
+    /** The assistant it runs; for a response, the assistant its `prompt` names, or '' without one. */
     assistantId: text('assistant_id').notNull(),
     /** The virtual key that executes the run, also when tool outputs continue it later. */
     virtualKeyId: text('virtual_key_id').notNull(),
@@ -327,6 +330,39 @@ export const runs = sqliteTable(
  * host that is handed it (deps.ts).
  */
 export type RunRow = Omit<typeof runs.$inferSelect, 'seq'>;
+
+export type RunKind = 'run' | 'response';
+
+/**
+ * What a response (resources/responses/) holds beyond its run, which has its id, status, settings,
+ * usage and steps: where it sits (its thread: its conversation's, or a private thread of its own
+ * holding its input and output, whose history goes on through `previousResponseId`'s), the input as
+ * the client gave it, and the request's fields runs have none for. A response made with
+ * `store: false` keeps this row alone once it ends (`stored` false, its thread gone), so that a
+ * later `previous_response_id` naming it is told why it cannot go on from it.
+ */
+export const responses = sqliteTable(
+  'responses',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    threadId: text('thread_id').notNull(),
+    /** The conversation (a thread) it was made in; null for one on its private thread. */
+    conversationId: text('conversation_id'),
+    previousResponseId: text('previous_response_id'),
+    stored: integer('stored', { mode: 'boolean' }).notNull(),
+    background: integer('background', { mode: 'boolean' }).notNull(),
+    /** The input items as given (ids added where they had none): `input_items` lists them. */
+    input: json<Record<string, unknown>[]>('input').notNull(),
+    /** The request's fields answered as given: text, reasoning, truncation, user, prompt, include, … */
+    options: json<Record<string, unknown>>('options').notNull(),
+    createdAt: ms('created_at').notNull(),
+  },
+  (t) => [uniqueIndex('responses_id').on(t.id), index('responses_thread').on(t.threadId)],
+);
+
+export type ResponseRow = Omit<typeof responses.$inferSelect, 'seq'>;
 
 export const runSteps = sqliteTable(
   'run_steps',

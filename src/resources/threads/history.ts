@@ -1,6 +1,6 @@
 import { and, asc, eq, ne, or, sql } from 'drizzle-orm';
-import { preparedQueries, preparedQuery, type Db } from '../../db/client';
-import { messages, runs, runSteps } from '../../db/schema';
+import { preparedQueries, type Db } from '../../db/client';
+import { messages, responses, runs, runSteps } from '../../db/schema';
 import type { MessageRow } from './queries';
 
 /**
@@ -9,6 +9,12 @@ import type { MessageRow } from './queries';
  * that however long a thread grows, a turn reads and holds a bounded part of it. The bound is
  * applied in SQL, by a running sum over the rows' stored JSON, newest first: rows past it are
  * never sent to the gateway.
+ *
+ * A response of the Responses API made without a conversation has a thread of its own, holding its
+ * input and its output; the responses its `previous_response_id` chain goes back through have
+ * theirs. Its history is all of theirs together, in the order they were written (`seq` grows
+ * across threads): a chain branches without a copy, and a response kept out of the store
+ * (`store: false`) takes only its own thread with it.
  */
 
 /** A step of one of the thread's runs, with the time its run was created. */
@@ -28,6 +34,33 @@ export interface HistoryOf {
   workspaceId: string;
   threadId: string;
   runId: string | null;
+  /**
+   * For a response on a thread of its own: the threads of its chain come first, back from
+   * `previousResponseId` (a response not created yet) or from the previous response of `runId`.
+   */
+  chain?: { previousResponseId: string | null };
+}
+
+/** The most responses a chain is followed back through: far more than a history's bytes take. */
+const MAX_CHAIN = 10_000;
+
+/**
+ * The threads a history reads: `threadId`, or with a chain the threads of the responses it goes
+ * back through as well (responses.previous_response_id, within the workspace).
+ */
+function threadsOf(threadColumn: typeof messages.threadId | typeof runs.threadId, chain: boolean) {
+  const threadId = sql.placeholder('threadId');
+  if (!chain) return eq(threadColumn, threadId);
+  return sql`(${threadColumn} = ${threadId} OR ${threadColumn} IN (
+    WITH RECURSIVE chain(id, depth) AS (
+      SELECT ${sql.placeholder('previousResponseId')}, 0
+      UNION SELECT ${responses.previousResponseId}, 0 FROM ${responses} WHERE ${responses.id} = ${sql.placeholder('runId')}
+      UNION ALL SELECT r.previous_response_id, chain.depth + 1 FROM ${responses} r JOIN chain ON r.id = chain.id
+        WHERE chain.depth < ${MAX_CHAIN}
+    )
+    SELECT ${responses.threadId} FROM ${responses}
+    WHERE ${responses.id} IN (SELECT id FROM chain) AND ${responses.workspaceId} = ${sql.placeholder('workspaceId')}
+  ))`;
 }
 
 /**
@@ -45,16 +78,17 @@ export async function readHistory(db: Db, of: HistoryOf, maxBytes: number): Prom
   return { messages: threadMessages, steps };
 }
 
-function historyMessages(db: Db, { workspaceId, threadId }: HistoryOf, maxBytes: number): Promise<MessageRow[]> {
-  return messagesKept(db).all({ workspaceId, threadId, maxBytes });
+function historyMessages(db: Db, of: HistoryOf, maxBytes: number): Promise<MessageRow[]> {
+  return messagesKept(db, of.chain !== undefined).all({ ...placeholders(of), maxBytes });
+}
+
+function placeholders({ workspaceId, threadId, runId, chain }: HistoryOf) {
+  return { workspaceId, threadId, runId, previousResponseId: chain?.previousResponseId ?? null };
 }
 
 // Prepared (db/client.ts): every turn of every run reads its thread's history.
-const messagesKept = preparedQuery((db) => {
-  const inThread = and(
-    eq(messages.threadId, sql.placeholder('threadId')),
-    eq(messages.workspaceId, sql.placeholder('workspaceId')),
-  );
+const messagesKept = preparedQueries((db, chain: boolean) => {
+  const inThread = and(threadsOf(messages.threadId, chain), eq(messages.workspaceId, sql.placeholder('workspaceId')));
   const size = sql`length(CAST(${messages.content} AS BLOB))`;
   // `newer`: the bytes of the messages after this one. A message is kept while they leave room.
   const kept = sql`SELECT seq FROM (
@@ -67,19 +101,20 @@ const messagesKept = preparedQuery((db) => {
     .where(and(inThread, sql`${messages.seq} IN (${kept})`))
     .orderBy(asc(messages.seq))
     .prepare();
-});
+}, chainShape);
 
-function historySteps(db: Db, { workspaceId, threadId, runId }: HistoryOf, maxBytes: number): Promise<HistoryStep[]> {
-  return stepsKept(db, runId !== null).all({ workspaceId, threadId, runId, maxBytes });
+function chainShape(chain: boolean): string {
+  return chain ? 'chain' : 'thread';
+}
+
+function historySteps(db: Db, of: HistoryOf, maxBytes: number): Promise<HistoryStep[]> {
+  return stepsKept(db, of.runId !== null, of.chain !== undefined).all({ ...placeholders(of), maxBytes });
 }
 
 const stepsKept = preparedQueries(
-  (db, ofOtherRuns: boolean) => {
+  (db, ofOtherRuns: boolean, chain: boolean) => {
     const size = sql`length(CAST(${runSteps.stepDetails} AS BLOB))`;
-    const inThread = and(
-      eq(runs.threadId, sql.placeholder('threadId')),
-      eq(runs.workspaceId, sql.placeholder('workspaceId')),
-    );
+    const inThread = and(threadsOf(runs.threadId, chain), eq(runs.workspaceId, sql.placeholder('workspaceId')));
     const shown = and(
       inThread,
       ofOtherRuns ? ne(runs.id, sql.placeholder('runId')) : undefined,
@@ -103,5 +138,5 @@ const stepsKept = preparedQueries(
       .orderBy(asc(runs.seq), asc(runSteps.seq))
       .prepare();
   },
-  (ofOtherRuns) => (ofOtherRuns ? 'without a run' : 'all'),
+  (ofOtherRuns, chain) => `${ofOtherRuns ? 'without a run' : 'all'} ${chainShape(chain)}`,
 );

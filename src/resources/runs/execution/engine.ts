@@ -233,7 +233,13 @@ class Execution {
     const [history, steps] = await Promise.all([
       readHistory(
         db,
-        { workspaceId: run.workspaceId, threadId: run.threadId, runId: run.id },
+        {
+          workspaceId: run.workspaceId,
+          threadId: run.threadId,
+          runId: run.id,
+          // A response's thread may go on from its previous response's (threads/history.ts).
+          ...(run.kind === 'response' ? { chain: { previousResponseId: null } } : {}),
+        },
         config.GATEWAY_MAX_HISTORY_BYTES,
       ),
       listSteps(db, run.id),
@@ -263,6 +269,11 @@ class Execution {
 
     if (outcome.status === 'requires_action') {
       if (!toolStep) throw new Error('a turn requires action only for its tool calls');
+      if (run.kind === 'response') {
+        const statements = answer.handOver(toolStep, turnUsage, at);
+        await this.#commit(statements, { status: 'completed', completedAt: at, leaseExpiresAt: null, usage });
+        return;
+      }
       const { statements, requiredAction } = answer.requiresAction(toolStep, turnUsage, at);
       // The usage so far is kept (shown once the run ends): the turn is charged now, not when the run ends.
       await this.#commit(statements, { status: 'requires_action', requiredAction, leaseExpiresAt: null, usage });

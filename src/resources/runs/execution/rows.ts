@@ -5,7 +5,7 @@ import { leaseMs, type StepRow } from '../queries';
 import type { RunRow } from '../../../db/schema';
 import type { MessageRow, ThreadRow } from '../../threads/queries';
 import { servedModel } from '../../virtual-keys/commands';
-import type { VirtualKey } from '../../../db/schema';
+import type { RunKind, VirtualKey } from '../../../db/schema';
 import type { RunSettings } from './settings';
 
 /**
@@ -41,7 +41,7 @@ export function answerMessage(run: RunRow, at: number): MessageRow {
  */
 export function newRun(
   settings: RunSettings,
-  owner: { thread: ThreadRow; assistantId: string; virtualKey: VirtualKey; apiKeyId: string },
+  owner: { thread: ThreadRow; assistantId: string; virtualKey: VirtualKey; apiKeyId: string; kind?: RunKind },
   config: Pick<Config, 'GATEWAY_RUN_EXPIRES_AFTER_SECONDS' | 'GATEWAY_RUN_LEASE_SECONDS'>,
   at: number,
 ): RunRow {
@@ -49,7 +49,8 @@ export function newRun(
   // keys the spread did not have builds a new hidden class each time, microseconds a key (about
   // 40 µs here, per run). Spread last, or after other keys, it costs what the copy costs.
   return {
-    id: newId('run'),
+    id: newId(owner.kind === 'response' ? 'resp' : 'run'),
+    kind: owner.kind ?? 'run',
     workspaceId: owner.thread.workspaceId,
     threadId: owner.thread.id,
     assistantId: owner.assistantId,

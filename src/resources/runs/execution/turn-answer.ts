@@ -235,6 +235,29 @@ export class TurnAnswer {
   }
 
   /**
+   * A response's turn that ends with calls of the client's functions: where a run would wait for
+   * their outputs, a response completes with the calls as its output, and the next response gives
+   * the outputs (resources/responses/). The step completes with them unanswered.
+   */
+  handOver(toolStep: OpenToolStep, turnUsage: Usage, at: number): RawStatement[] {
+    const statements: RawStatement[] = [];
+    if (this.#message) statements.push(...this.#closeMessage(this.#message, null, at));
+    const patch = {
+      status: 'completed' as const,
+      completedAt: at,
+      stepDetails: toolCallsDetails(toolStep),
+      usage: turnUsage,
+    };
+    toolStep.row = { ...toolStep.row, ...patch };
+    this.#outbox.onCommit(() => [
+      'thread.run.step.completed',
+      toStepJson(toolStep.row, this.#run(), this.#includeContent),
+    ]);
+    statements.push(...this.#toolStepWrite(toolStep, patch));
+    return statements;
+  }
+
+  /**
    * A turn that ends the run: its message (every ending turn leaves one, even empty: it carries
    * the step and its usage) closed as the outcome says, and its tool calls failed if they were cut.
    */
