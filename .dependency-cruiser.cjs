@@ -61,6 +61,17 @@ const RESOURCES = {
   moderations: ['identities', 'pass-through'],
   models: ['identities', 'virtual-keys'],
   runs: ['identities', 'virtual-keys', 'policies', 'usage', 'files', 'vector-stores', 'assistants', 'threads'],
+  responses: [
+    'identities',
+    'virtual-keys',
+    'policies',
+    'usage',
+    'files',
+    'vector-stores',
+    'assistants',
+    'threads',
+    'runs',
+  ],
 };
 
 const upward = LAYERS.slice(0, -1).map((layer, index) => ({

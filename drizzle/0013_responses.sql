@@ -14,4 +14,5 @@ CREATE TABLE `responses` (
 --> statement-breakpoint
 CREATE UNIQUE INDEX `responses_id` ON `responses` (`id`);--> statement-breakpoint
 CREATE INDEX `responses_thread` ON `responses` (`thread_id`);--> statement-breakpoint
-ALTER TABLE `runs` ADD `kind` text DEFAULT 'run' NOT NULL;
+ALTER TABLE `runs` ADD `kind` text DEFAULT 'run' NOT NULL;--> statement-breakpoint
+ALTER TABLE `runs` ADD `reasoning_effort` text;

@@ -15,6 +15,7 @@ import { servedRoutesOnly, shorten } from './http/middleware/served-routes';
 import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
 import { assistantRoutes } from './resources/assistants/routes';
 import { chatCompletionRoutes } from './resources/chat-completions/routes';
+import { responseRoutes } from './resources/responses/routes';
 import { completionRoutes } from './resources/completions/routes';
 import { embeddingRoutes } from './resources/embeddings/routes';
 import { fileRoutes } from './resources/files/routes';
@@ -102,6 +103,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/embeddings', embeddingRoutes);
   app.route('/v1/moderations', moderationRoutes);
   app.route('/v1/models', modelRoutes);
+  app.route('/v1/responses', responseRoutes);
   app.route('/v1/vector_stores', vectorStoreRoutes);
   app.route('/v1/vector_stores', vectorStoreSearchRoutes);
 

@@ -55,6 +55,11 @@ export interface Deps {
   /** Where runs execute (RunHost, below): in this process on Node, in Durable Objects on Workers. */
   runHost: RunHost;
   /**
+   * The events of a response's stream (resources/responses/events.ts), translated from the run
+   * engine's as it sends them: given to the engine here, which the responses resource is built on.
+   */
+  responseEvents: (target: EventSink, run: RunRow) => EventSink;
+  /**
    * The runs executing where this app runs, so that a cancel reaching them stops them at once
    * (resources/runs/execution/executions.ts).
    */
@@ -155,3 +160,13 @@ export interface StreamOptions extends StartOptions {
  * or TextParts for a long one (a message of a long answer, jsonWithText), written part by part.
  */
 export type ServerSentEvent = [name: string, data: unknown];
+
+/** Receives a run's events. The engine emits through this; a non-streamed run has none. */
+export interface EventSink {
+  /**
+   * Sends events together, as one chunk on the wire: every write costs a syscall here and a read on
+   * the client, so events that happen together (a message opening with its first delta, an
+   * ending) travel together.
+   */
+  send(events: ServerSentEvent[]): Promise<void>;
+}

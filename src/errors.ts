@@ -76,6 +76,7 @@ export const ERROR_CODES = {
   vector_store_file_not_found: { status: 404 },
   file_batch_not_found: { status: 404 },
   chat_completion_not_found: { status: 404 },
+  response_not_found: { status: 404 },
   /** GET /v1/models/{model}: no virtual key of the workspace serves it. */
   model_not_found: { status: 404 },
   // 405, 409, 413, 415

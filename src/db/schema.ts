@@ -306,6 +306,8 @@ export const runs = sqliteTable(
     responseFormat: json<ResponseFormat>('response_format').notNull(),
     temperature: real('temperature'),
     topP: real('top_p'),
+    /** A response's `reasoning.effort`, passed to the provider as `reasoning_effort`; null: not sent. */
+    reasoningEffort: text('reasoning_effort'),
     /** Rate-limit context captured at admission, so that whoever ends a turn of the run charges its tokens. */
     rateLimit: json<TokenTicket>('rate_limit'),
     /**

@@ -67,6 +67,7 @@ export interface ChatCompletionRequest {
   response_format?: unknown;
   temperature?: number;
   top_p?: number;
+  reasoning_effort?: string;
   max_completion_tokens?: number;
   stream: true;
   stream_options: { include_usage: true };

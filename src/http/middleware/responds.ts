@@ -12,9 +12,10 @@ export interface ResponseDeclaration {
   bytes?: true;
   /**
    * With `stream: true` in its body, the success is a `text/event-stream`: of the run's events
-   * (`run`), or of the provider's chat completion chunks (`chat`) or legacy completions (`completion`).
+   * (`run`), of a response's (`response`), or of the provider's chat completion chunks (`chat`) or
+   * legacy completions (`completion`).
    */
-  stream?: 'run' | 'chat' | 'completion';
+  stream?: 'run' | 'response' | 'chat' | 'completion';
   /**
    * Its error statuses beyond those the document gives a route from its shape: 401 for every route
    * under /v1, 400 for one that validates input, 404 for one whose path names something.

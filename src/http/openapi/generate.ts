@@ -85,6 +85,15 @@ const EVENT_STREAMS: Record<NonNullable<ResponseDeclaration['stream']>, OpenAPIV
         'and `data: [DONE]`. A failure after the answer began is an `event: error` whose data is the error envelope.',
     },
   },
+  response: {
+    schema: {
+      type: 'string',
+      description:
+        "With `stream: true`: OpenAI's response events as server-sent events (`event: response.created`, " +
+        '`response.output_text.delta`, `response.completed`, … each with its `sequence_number`), ending with the ' +
+        "response's last event. A failure after the answer began is an `event: error`.",
+    },
+  },
   chat: {
     schema: {
       type: 'string',

@@ -23,7 +23,7 @@ import {
   toolCallsStepInProgress,
   updateRun,
 } from './queries';
-import type { RunRow } from '../../db/schema';
+import type { RunKind, RunRow } from '../../db/schema';
 import { getThread, openRunOf, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
 import { getVirtualKey } from '../virtual-keys/commands';
 import { toRunJson, toStepJson } from './wire';
@@ -99,7 +99,7 @@ export async function createThreadAndRun(
     assistantId: assistant.id,
     settings: runSettings(assistant, body),
     messages: body.thread?.messages ?? [],
-    messagesParam: 'thread.messages',
+    messageParam: (index) => `thread.messages[${index}]`,
     history: NO_HISTORY,
     write: (messages, run) => insertThreadAndRun(deps.db, thread, messages, run, stores.statements),
     leading: [['thread.created', toThreadJson(thread)]],
@@ -150,7 +150,7 @@ export async function createRun(
     assistantId: assistant.id,
     settings,
     messages: body.additional_messages ?? [],
-    messagesParam: 'additional_messages',
+    messageParam: (index) => `additional_messages[${index}]`,
     history,
     write: async (messages, run) => {
       if (await insertRunOnThread(db, messages, run, extra)) return;
@@ -170,15 +170,17 @@ export async function createRun(
 const NO_HISTORY: History = { messages: [], steps: [] };
 
 /** What a new run is, and how it comes about; startRun does the rest. */
-interface RunStart {
+export interface RunStart {
+  /** A run, or a response executed as one (resources/responses/). */
+  kind?: RunKind;
   /** When the run and its messages are created. */
   at: number;
   thread: ThreadRow;
   assistantId: string;
   settings: RunSettings;
-  /** The messages the request adds to the thread with the run; `messagesParam` names them in errors. */
+  /** The messages the request adds to the thread with the run; `messageParam` names each in errors. */
   messages: ThreadMessageInput[];
-  messagesParam: string;
+  messageParam: (index: number) => string;
   /** The thread's history before them. */
   history: History;
   /** Writes the run and the messages (with its thread, if new) in one batch, or throws and writes nothing. */
@@ -195,7 +197,7 @@ interface RunStart {
  * first prompt, admission (its reservation sized by that prompt), the write, and the host, which
  * gets the prompt and the key: the first turn reads nothing more.
  */
-async function startRun(
+export async function startRun(
   deps: RunCommandDeps,
   actor: Actor,
   snapshot: Settings,
@@ -209,12 +211,12 @@ async function startRun(
   });
   const { at } = start;
   const messages = start.messages.map((message, index) =>
-    clientMessage(thread, message, `${start.messagesParam}[${index}]`, at),
+    clientMessage(thread, message, start.messageParam(index), at),
   );
-  await checkImages(deps, actor.workspaceId, start.messages, (index) => `${start.messagesParam}[${index}].`);
+  await checkImages(deps, actor.workspaceId, start.messages, (index) => `${start.messageParam(index)}.`);
   const run = newRun(
     settings,
-    { thread, assistantId: start.assistantId, virtualKey, apiKeyId: actor.apiKeyId },
+    { thread, assistantId: start.assistantId, virtualKey, apiKeyId: actor.apiKeyId, kind: start.kind },
     deps.config,
     at,
   );
@@ -245,7 +247,7 @@ async function startRun(
  * behind (its executor gone, or waiting for tool outputs past its expiry), in which case recovery
  * settles it and there is none.
  */
-async function blockingRun(deps: RunCommandDeps, threadId: string): Promise<RunRow | null> {
+export async function blockingRun(deps: RunCommandDeps, threadId: string): Promise<RunRow | null> {
   const open = await openRunOf(deps.db, threadId);
   if (!open) return null;
   const now = await reconcileRun(deps, open);

@@ -18,7 +18,7 @@ import type { MessageRow } from './queries';
  */
 
 /** A step of one of the thread's runs, with the time its run was created. */
-export type HistoryStep = Pick<typeof runSteps.$inferSelect, 'runId' | 'type' | 'status' | 'stepDetails'> & {
+export type HistoryStep = Pick<typeof runSteps.$inferSelect, 'id' | 'runId' | 'type' | 'status' | 'stepDetails'> & {
   runCreatedAt: number;
 };
 
@@ -126,6 +126,7 @@ const stepsKept = preparedQueries(
     ) WHERE newer < ${sql.placeholder('maxBytes')}`;
     return db
       .select({
+        id: runSteps.id,
         runId: runSteps.runId,
         type: runSteps.type,
         status: runSteps.status,

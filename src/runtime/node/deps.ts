@@ -19,6 +19,7 @@ import { upstreamFetch } from './upstream-fetch';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
 import { ModelLists } from '../../providers/models';
 import { RunExecutions } from '../../resources/runs/execution/executions';
+import { responseEvents } from '../../resources/responses/stream';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -46,6 +47,7 @@ export async function createNodeDeps(
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     upstreamShares: upstreamShares(config),
     executions: new RunExecutions(),
+    responseEvents: responseEvents(database.db),
     upstreamUrls: new UpstreamUrlJudgements(),
     modelLists: new ModelLists(),
     requestBody,

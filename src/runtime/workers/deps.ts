@@ -17,6 +17,7 @@ import { UNSLICED } from '../../lib/slices';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
 import { ModelLists } from '../../providers/models';
 import { RunExecutions } from '../../resources/runs/execution/executions';
+import { responseEvents } from '../../resources/responses/stream';
 import { workersUpstreamFetch } from './upstream-fetch';
 
 /**
@@ -167,6 +168,7 @@ export async function createSharedDeps(
     fetch: workersUpstreamFetch((input, init) => fetch(input, init)),
     upstreamShares: upstreamShares(config),
     executions: new RunExecutions(),
+    responseEvents: responseEvents(db),
     upstreamUrls: new UpstreamUrlJudgements(),
     modelLists: new ModelLists(),
     requestBody: (request) => request.body,

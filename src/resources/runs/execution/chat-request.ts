@@ -36,6 +36,7 @@ export function buildChatRequest(
   if (typeof format === 'object' && format.type !== 'text') request.response_format = format;
   if (run.temperature !== null) request.temperature = run.temperature;
   if (run.topP !== null) request.top_p = run.topP;
+  if (run.reasoningEffort !== null) request.reasoning_effort = run.reasoningEffort;
   if (completionBudget !== null) request.max_completion_tokens = completionBudget;
   return request;
 }

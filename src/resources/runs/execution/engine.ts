@@ -10,8 +10,8 @@ import { upstreamRules } from '../../virtual-keys/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey } from '../../virtual-keys/commands';
 import { toRunJson } from '../wire';
 import { toMessageJson } from '../../threads/wire';
-import { EventStream, type EventSink } from './event-stream';
-import type { ServerSentEvent } from '../../../deps';
+import { EventStream } from './event-stream';
+import type { EventSink, ServerSentEvent } from '../../../deps';
 import { RunStopped } from './executions';
 import { failureSettlement, NOT_RECORDED, OutcomeNotRecorded } from './failures';
 import { citationSources, MAX_SEARCH_ROUNDS, searchSettings } from './file-search';
@@ -84,13 +84,20 @@ export function executeStreamed(
   requestId?: string,
 ): { readable: ReadableStream<Uint8Array>; done: Promise<void> } {
   // A client that reads nothing is given as long as a silent upstream.
-  const events = new EventStream({ stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS, slices: deps.slices });
+  const response = run.kind === 'response';
+  const events = new EventStream({
+    stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
+    slices: deps.slices,
+    done: !response,
+  });
+  // A response's events are the Responses API's, translated from the run's as they are sent.
+  const sink = response ? deps.responseEvents(events, run) : events;
   const done = (async () => {
     try {
-      await executeRun(deps, run, { sink: events, ...options });
+      await executeRun(deps, run, { sink, ...options });
     } catch (error) {
       deps.log.error('run stream failed', { run_id: run.id, request_id: requestId, error });
-      await events.fail(serverError().body);
+      await sink.send([['error', serverError().body]]);
     } finally {
       await events.close();
     }

@@ -1,4 +1,4 @@
-import type { ServerSentEvent } from '../../../deps';
+import type { EventSink, ServerSentEvent } from '../../../deps';
 import type { ErrorBody } from '../../../errors';
 import { UNSLICED, type Slices } from '../../../lib/slices';
 import { TextParts } from '../../../lib/text';
@@ -22,16 +22,6 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 } as const;
 
-/** Receives a run's events. The engine emits through this; a non-streamed run has none. */
-export interface EventSink {
-  /**
-   * Sends events together, as one chunk on the wire: every write costs a syscall here and a read on
-   * the client, so events that happen together (a message opening with its first delta, an
-   * ending) travel together.
-   */
-  send(events: ServerSentEvent[]): Promise<void>;
-}
-
 /** Events queued towards a slow client before the engine waits for it. */
 const QUEUE_EVENTS = 64;
 /** The most bytes one chunk of events written in parts holds. */
@@ -48,10 +38,15 @@ export class EventStream implements EventSink {
   #roomMade: (() => void) | null = null;
   #detached = false;
   #closed = false;
+  readonly #done: boolean;
 
-  /** `slices`: the event loop's (Deps.slices), which a long event's chunks are copied and written within. */
-  constructor(options: { stallMs: number; slices?: Slices }) {
+  /**
+   * `slices`: the event loop's (Deps.slices), which a long event's chunks are copied and written within.
+   * `done`: whether the stream ends with `event: done` (a run's does; a response's ends with its last event).
+   */
+  constructor(options: { stallMs: number; slices?: Slices; done?: boolean }) {
     this.#stallMs = options.stallMs;
+    this.#done = options.done ?? true;
     this.#slices = options.slices ?? UNSLICED;
     this.readable = new ReadableStream<Uint8Array>(
       {
@@ -111,10 +106,10 @@ export class EventStream implements EventSink {
     await this.send([['error', body]]);
   }
 
-  /** `done`, then the end of the body. Idempotent. */
+  /** `done` (unless told otherwise), then the end of the body. Idempotent. */
   async close(): Promise<void> {
     if (this.#closed) return;
-    await this.#write(encoder.encode('event: done\ndata: [DONE]\n\n'));
+    if (this.#done) await this.#write(encoder.encode('event: done\ndata: [DONE]\n\n'));
     this.#closed = true;
     if (this.#detached) return;
     try {

@@ -1,4 +1,4 @@
-import type { EventSink } from './event-stream';
+import type { EventSink } from '../../../deps';
 import type { ServerSentEvent } from '../../../deps';
 
 /** An event, or a function that builds it: built only when someone receives the run's events. */

@@ -16,4 +16,5 @@ export type RunDeps = Pick<
   | 'upstreamShares'
   | 'executions'
   | 'upstreamUrls'
+  | 'responseEvents'
 >;

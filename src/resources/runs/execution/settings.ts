@@ -28,6 +28,8 @@ export function runSettings(assistant: AssistantRow, body: RunOverrides) {
     toolChoice: body.tool_choice ?? 'auto',
     parallelToolCalls: body.parallel_tool_calls ?? true,
     responseFormat: body.response_format ?? assistant.responseFormat ?? 'auto',
+    // The Assistants API has no reasoning setting; a response's is its `reasoning.effort`.
+    reasoningEffort: null as string | null,
   } satisfies Partial<RunRow>;
   checkExecutable(settings, assistant, body.tools !== undefined && body.tools !== null);
   return settings;

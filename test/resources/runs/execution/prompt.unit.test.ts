@@ -44,6 +44,7 @@ function message(
 }
 
 const wrote = (runId: string, messageId: string, runCreatedAt: number): HistoryStep => ({
+  id: `step_${messageId}`,
   runId,
   type: 'message_creation',
   status: 'completed',
@@ -63,6 +64,7 @@ const called = (
   runCreatedAt: number,
   status: StepRow['status'] = 'completed',
 ): HistoryStep => ({
+  id: `step_${calls[0]?.id ?? runId}`,
   runId,
   type: 'tool_calls',
   status,

@@ -1,0 +1,570 @@
+import { eq } from 'drizzle-orm';
+import type { Actor, RequestContext } from '../../actor';
+import type { Settings } from '../../db/settings-cache';
+import { responses, runSteps, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
+import type { ResponseFormat, Tool, ToolChoice, ToolResources, ToolCallsDetails } from '../../db/json-columns';
+import { isTerminal } from '../../db/run-statuses';
+import { ApiError } from '../../errors';
+import { validationError } from '../../http/middleware/validate';
+import type { CursorListQuery } from '../../http/schemas';
+import { activeRunError, getRunById, insertRunOnThread, insertThreadAndRun, listSteps, updateRun } from '../runs/queries';
+import { blockingRun, startRun, type RunCommandDeps } from '../runs/commands';
+import { buildPrompt, promptLimits } from '../runs/execution/prompt';
+import { reconcileRun } from '../runs/execution/recovery';
+import type { RunSettings } from '../runs/execution/settings';
+import { readHistory, type History, type HistoryStep } from '../threads/history';
+import { getThread, type MessageRow, type ThreadRow } from '../threads/queries';
+import { newThread } from '../threads/rows';
+import { checkToolResources } from '../vector-stores/tool-resources';
+import { readInput, type ResponseInput } from './input';
+import type { ResponseItemObject, ResponseObject } from './objects';
+import { deleteResponseRow, getResponseRow, runMessages } from './queries';
+import {
+  responseFileSearchTool,
+  responseFunctionTool,
+  type CreateResponseBody,
+  type InputTokensBody,
+  type TextFormat,
+} from './schemas';
+import { runOutputItems, toResponseJson, type ResponseOptions } from './wire';
+
+/**
+ * The Responses API's use-cases. A response is a run (resources/runs/): it is validated, admitted,
+ * written and handed to the run host as a run is (runs/commands.ts startRun), on a thread:
+ *
+ *   conversation ─> the conversation's thread (a conversation is a thread)
+ *   otherwise    ─> a thread of its own, holding its input and output; previous_response_id makes
+ *                   its history go back through the threads of the responses before it
+ *                   (threads/history.ts)
+ *
+ * Its function calls end it (completed: runs/execution/engine.ts); the next response's
+ * function_call_output items fill the outputs in the step that made them.
+ */
+
+export type ResponseCommandDeps = RunCommandDeps;
+
+/** A response just created: its event stream, or the response (finished, or queued in the background). */
+export type ResponseAnswer =
+  | { stream: true; events: ReadableStream<Uint8Array>; headers: Record<string, string> }
+  | { stream: false; response: ResponseObject; headers: Record<string, string> };
+
+/** POST /v1/responses. */
+export async function createResponse(
+  deps: ResponseCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  body: CreateResponseBody,
+  context: RequestContext,
+): Promise<ResponseAnswer> {
+  const background = body.background === true;
+  const stored = body.store !== false;
+  if (background && !stored) {
+    throw new ApiError('invalid_value', 'A background response must be stored: background requires store to be true.', {
+      param: 'background',
+    });
+  }
+  const plan = await planResponse(deps, actor, snapshot, body);
+  const { thread, history, input } = plan;
+  const at = deps.now();
+  const include = body.include ?? [];
+  const options: ResponseOptions = {
+    instructions: body.instructions ?? null,
+    tools: plan.echoTools,
+    tool_choice: body.tool_choice ?? 'auto',
+    text: body.text ?? null,
+    reasoning: body.reasoning ?? null,
+    truncation: body.truncation ?? null,
+    user: body.user ?? null,
+    safety_identifier: body.safety_identifier ?? null,
+    prompt: body.prompt ?? null,
+    prompt_cache_key: body.prompt_cache_key ?? null,
+    service_tier: body.service_tier ?? null,
+    top_logprobs: body.top_logprobs ?? null,
+    max_tool_calls: body.max_tool_calls ?? null,
+    include,
+  };
+  const conversationId = plan.conversation ? thread.id : null;
+  let row: ResponseRow | null = null;
+  const answer = await startRun(deps, actor, snapshot, context, {
+    kind: 'response',
+    at,
+    thread,
+    assistantId: plan.assistant?.id ?? '',
+    settings: plan.settings,
+    messages: input.messages.map(({ message }) => message),
+    messageParam: (index) => `input[${input.messages[index]?.index ?? index}]`,
+    history,
+    write: async (messages, run) => {
+      row = {
+        id: run.id,
+        workspaceId: actor.workspaceId,
+        threadId: thread.id,
+        conversationId,
+        previousResponseId: body.previous_response_id ?? null,
+        stored,
+        background,
+        input: inputItems(body.input, messages, input),
+        options: { ...options },
+        createdAt: at,
+      };
+      const extra = [deps.db.insert(responses).values(row), ...plan.outputWrites(deps)];
+      if (!plan.conversation) return insertThreadAndRun(deps.db, thread, messages, run, extra);
+      if (await insertRunOnThread(deps.db, messages, run, extra)) return;
+      throw activeRunError(thread.id, await blockingRun(deps, thread.id));
+    },
+    leading: [],
+    // A response that is not in the background is answered once it ends: executed into a stream all the same.
+    stream: body.stream === true || !background,
+    includeResultContent: include.includes('file_search_call.results'),
+  });
+  if (answer.stream && body.stream === true) return { stream: true, events: answer.events, headers: answer.headers };
+  if (answer.stream) await drain(answer.events);
+  const response = await retrieveResponse(deps, actor.workspaceId, answer.stream ? requireRow(row).id : answer.run.id);
+  return { stream: false, response, headers: answer.headers };
+}
+
+function requireRow(row: ResponseRow | null): ResponseRow {
+  if (!row) throw new Error('the response was answered before its rows were written');
+  return row;
+}
+
+/** Reads a stream to its end: a response answered whole waits for its execution so. */
+async function drain(events: ReadableStream<Uint8Array>): Promise<void> {
+  const reader = events.getReader();
+  while (!(await reader.read()).done);
+}
+
+/** What creating a response, or counting its input tokens, works out before anything is written. */
+interface ResponsePlan {
+  thread: ThreadRow;
+  /** Whether the thread is a conversation's (else a new thread of the response's own). */
+  conversation: boolean;
+  assistant: AssistantRow | null;
+  settings: RunSettings;
+  /** The tools as the request gave them, answered as such. */
+  echoTools: ResponseObject['tools'];
+  input: ResponseInput;
+  /** The thread's history, with the function outputs this input gives filled in. */
+  history: History;
+  /** The writes that record those outputs in the steps that made the calls. */
+  outputWrites: (deps: Pick<ResponseCommandDeps, 'db'>) => ReturnType<typeof stepDetailsUpdate>[];
+}
+
+async function planResponse(
+  deps: ResponseCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  body: InputTokensBody,
+): Promise<ResponsePlan> {
+  const { db, config } = deps;
+  const conversationId = typeof body.conversation === 'string' ? body.conversation : body.conversation?.id;
+  const previousId = body.previous_response_id ?? null;
+  if (conversationId !== undefined && previousId !== null) {
+    throw new ApiError(
+      'invalid_value',
+      "Mutually exclusive parameters: give either 'previous_response_id' or 'conversation', not both.",
+      { param: 'previous_response_id' },
+    );
+  }
+  const assistant = body.prompt ? await promptAssistant(snapshot, actor.workspaceId, body.prompt.id) : null;
+  const { tools, toolResources, echo } = responseTools(body.tools, assistant);
+  const settings = responseSettings(body, assistant, tools, toolResources);
+  await checkToolResources(db, actor.workspaceId, settings.toolResources, 'tools');
+  const input = readInput(body.input);
+
+  let thread: ThreadRow;
+  let history: History;
+  if (conversationId !== undefined) {
+    thread = await getThread(db, actor.workspaceId, conversationId).catch((error: unknown) => {
+      if (error instanceof ApiError && error.code === 'thread_not_found') {
+        throw new ApiError('thread_not_found', `Conversation with id '${conversationId}' not found.`, {
+          param: 'conversation',
+        });
+      }
+      throw error;
+    });
+    const blocking = await blockingRun(deps, thread.id);
+    if (blocking) throw activeRunError(thread.id, blocking);
+    history = await readHistory(
+      db,
+      { workspaceId: actor.workspaceId, threadId: thread.id, runId: null },
+      config.GATEWAY_MAX_HISTORY_BYTES,
+    );
+  } else {
+    if (previousId !== null) await checkPrevious(deps, actor.workspaceId, previousId);
+    thread = newThread(actor.workspaceId, undefined, deps.now());
+    history = await readHistory(
+      db,
+      {
+        workspaceId: actor.workspaceId,
+        threadId: thread.id,
+        runId: null,
+        chain: { previousResponseId: previousId },
+      },
+      config.GATEWAY_MAX_HISTORY_BYTES,
+    );
+  }
+  const answered = answerCalls(history.steps, input);
+  return {
+    thread,
+    conversation: conversationId !== undefined,
+    assistant,
+    settings,
+    echoTools: echo,
+    input,
+    history: { messages: history.messages, steps: answered.steps },
+    outputWrites: ({ db }) => answered.changed.map((step) => stepDetailsUpdate(db, step)),
+  };
+}
+
+function stepDetailsUpdate(db: ResponseCommandDeps['db'], step: HistoryStep) {
+  return db.update(runSteps).set({ stepDetails: step.stepDetails }).where(eq(runSteps.id, step.id));
+}
+
+/**
+ * The previous response a new one goes on from: the workspace's, kept (not made with
+ * `store: false`), and ended (a response still executing has no output to go on from).
+ */
+async function checkPrevious(deps: ResponseCommandDeps, workspaceId: string, id: string): Promise<void> {
+  const row = await getResponseRow(deps.db, workspaceId, id, 'previous_response_id');
+  const param = { param: 'previous_response_id' };
+  if (!row.stored) {
+    throw new ApiError(
+      'invalid_value',
+      `Response '${id}' was made with store: false, so it was not kept and cannot be continued. ` +
+        'Send its input and output again as items instead.',
+      param,
+    );
+  }
+  const run = await getRunById(deps.db, id);
+  if (!run) throw new ApiError('response_not_found', `Response with id '${id}' not found.`, param);
+  const now = await reconcileRun(deps, run);
+  if (!isTerminal(now.status)) {
+    throw new ApiError('invalid_value', `Response '${id}' is still ${now.status}: wait for it to end.`, param);
+  }
+}
+
+/**
+ * Fills in the outputs this input gives for function calls earlier responses made: each must
+ * answer a call still without one, and every such call must be answered (the model is sent each
+ * call with its output, as OpenAI requires).
+ */
+function answerCalls(steps: HistoryStep[], input: ResponseInput): { steps: HistoryStep[]; changed: HistoryStep[] } {
+  const outputs = new Map<string, { output: string; index: number }>();
+  for (const output of input.outputs) {
+    if (outputs.has(output.callId)) {
+      throw new ApiError('invalid_value', `More than one output for function call '${output.callId}'.`, {
+        param: `input[${output.index}].call_id`,
+      });
+    }
+    outputs.set(output.callId, output);
+  }
+  const used = new Set<string>();
+  const changed: HistoryStep[] = [];
+  const answered = steps.map((step) => {
+    const details = step.stepDetails;
+    if (details.type !== 'tool_calls' || !details.tool_calls.some((call) => call.type === 'function' && call.function.output === null))
+      return step;
+    const calls = details.tool_calls.map((call) => {
+      if (call.type !== 'function' || call.function.output !== null) return call;
+      const given = outputs.get(call.id);
+      if (!given) {
+        throw new ApiError('invalid_value', `No tool output found for function call ${call.id}.`, { param: 'input' });
+      }
+      used.add(call.id);
+      return { ...call, function: { ...call.function, output: given.output } };
+    });
+    const filled: ToolCallsDetails = { type: 'tool_calls', tool_calls: calls };
+    const patched = { ...step, stepDetails: filled };
+    changed.push(patched);
+    return patched;
+  });
+  for (const output of input.outputs) {
+    if (!used.has(output.callId)) {
+      throw new ApiError('invalid_value', `No function call found with call_id '${output.callId}' awaiting its output.`, {
+        param: `input[${output.index}].call_id`,
+      });
+    }
+  }
+  return { steps: answered, changed };
+}
+
+/** The assistant a `prompt` names: a stored prompt, as OpenAI's dashboard prompts were. */
+async function promptAssistant(snapshot: Settings, workspaceId: string, id: string): Promise<AssistantRow> {
+  try {
+    return await snapshot.assistant(workspaceId, id);
+  } catch (error) {
+    if (error instanceof ApiError && error.code === 'assistant_not_found') {
+      throw new ApiError('assistant_not_found', `No prompt found with id '${id}': a prompt here is an assistant's id.`, {
+        param: 'prompt.id',
+      });
+    }
+    throw error;
+  }
+}
+
+/**
+ * The request's tools as a run's: function tools and file_search (its vector store as the run's
+ * tool resources); any other type is refused by name. Without tools, a prompt's assistant's.
+ */
+function responseTools(
+  given: CreateResponseBody['tools'],
+  assistant: AssistantRow | null,
+): { tools: Tool[]; toolResources: ToolResources | null; echo: ResponseObject['tools'] } {
+  if (!given) {
+    const tools = assistant?.tools ?? [];
+    const hosted = tools.find((tool) => tool.type === 'code_interpreter');
+    if (hosted) {
+      throw new ApiError(
+        'unsupported_tool',
+        `Prompt '${assistant?.id ?? ''}' has the code_interpreter tool, which responses cannot use yet; pass "tools" without it.`,
+        { param: 'prompt.id' },
+      );
+    }
+    return { tools, toolResources: assistant?.toolResources ?? null, echo: tools.map(echoTool) };
+  }
+  const tools: Tool[] = [];
+  let toolResources: ToolResources | null = null;
+  const names = new Set<string>();
+  given.forEach((tool, index) => {
+    const param = `tools[${index}]`;
+    if (tool.type === 'function') {
+      const parsed = responseFunctionTool.safeParse(tool);
+      if (!parsed.success) throw validationError(prefixed(parsed.error.issues, ['tools', index]), { tools: given }, 'json');
+      const { name, description, parameters, strict } = parsed.data;
+      if (names.has(name)) {
+        throw new ApiError('invalid_value', `Two function tools are named '${name}'.`, { param: `${param}.name` });
+      }
+      names.add(name);
+      tools.push({
+        type: 'function',
+        function: {
+          name,
+          ...(description ? { description } : {}),
+          ...(parameters ? { parameters } : {}),
+          ...(strict !== undefined && strict !== null ? { strict } : {}),
+        },
+      });
+      return;
+    }
+    if (tool.type === 'file_search') {
+      const parsed = responseFileSearchTool.safeParse(tool);
+      if (!parsed.success) throw validationError(prefixed(parsed.error.issues, ['tools', index]), { tools: given }, 'json');
+      if (toolResources) {
+        throw new ApiError('invalid_value', 'Only one file_search tool can be given.', { param });
+      }
+      const { vector_store_ids, max_num_results, ranking_options } = parsed.data;
+      toolResources = { file_search: { vector_store_ids } };
+      const ranking =
+        ranking_options?.score_threshold === undefined
+          ? undefined
+          : { ranker: 'auto' as const, score_threshold: ranking_options.score_threshold };
+      tools.push({
+        type: 'file_search',
+        file_search: {
+          ...(max_num_results ? { max_num_results } : {}),
+          ...(ranking ? { ranking_options: ranking } : {}),
+        },
+      });
+      return;
+    }
+    throw new ApiError(
+      'unsupported_tool',
+      `The ${tool.type} tool is not served by this gateway yet: function and file_search tools are.`,
+      { param: `${param}.type` },
+    );
+  });
+  return { tools, toolResources, echo: given };
+}
+
+function prefixed<Issue extends { path: PropertyKey[] }>(issues: readonly Issue[], prefix: PropertyKey[]): Issue[] {
+  return issues.map((issue) => ({ ...issue, path: [...prefix, ...issue.path] }));
+}
+
+/** An assistant's tool as a response's `tools` shows it. */
+function echoTool(tool: Tool): ResponseObject['tools'][number] {
+  if (tool.type === 'function') return { type: 'function', ...tool.function };
+  return { type: tool.type };
+}
+
+/** The run settings of a response: the request's, else its prompt's assistant's, else the default. */
+function responseSettings(
+  body: InputTokensBody & Partial<CreateResponseBody>,
+  assistant: AssistantRow | null,
+  tools: Tool[],
+  toolResources: ToolResources | null,
+): RunSettings {
+  const model = body.model ?? assistant?.model;
+  if (!model) {
+    throw new ApiError('missing_required_parameter', "Missing required parameter: 'model'.", { param: 'model' });
+  }
+  const instructions = body.instructions ?? assistant?.instructions ?? '';
+  return {
+    model,
+    instructions: fillVariables(instructions, body.prompt?.variables),
+    tools,
+    toolResources,
+    metadata: body.metadata ?? {},
+    temperature: body.temperature ?? assistant?.temperature ?? null,
+    topP: body.top_p ?? assistant?.topP ?? null,
+    maxPromptTokens: null,
+    maxCompletionTokens: body.max_output_tokens ?? null,
+    truncationStrategy: { type: 'auto', last_messages: null },
+    toolChoice: runToolChoice(body.tool_choice),
+    parallelToolCalls: body.parallel_tool_calls ?? true,
+    responseFormat: body.text?.format ? runResponseFormat(body.text.format) : (assistant?.responseFormat ?? 'auto'),
+    reasoningEffort: body.reasoning?.effort ?? null,
+  };
+}
+
+/** `{{name}}` in a prompt's instructions, filled from its variables (text ones: others are named as unsupported). */
+function fillVariables(instructions: string, variables: NonNullable<CreateResponseBody['prompt']>['variables']): string {
+  if (!variables) return instructions;
+  return instructions.replace(/\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}/g, (whole, name: string) => {
+    const value = variables[name];
+    if (value === undefined) return whole;
+    if (typeof value === 'string') return value;
+    if (value.type === 'input_text' && typeof value.text === 'string') return value.text;
+    throw new ApiError('invalid_value', `Prompt variable '${name}' must be text here.`, {
+      param: `prompt.variables.${name}`,
+    });
+  });
+}
+
+function runToolChoice(choice: CreateResponseBody['tool_choice']): ToolChoice {
+  if (!choice) return 'auto';
+  if (typeof choice === 'string') return choice;
+  return choice.type === 'function' ? { type: 'function', function: { name: choice.name } } : { type: 'file_search' };
+}
+
+function runResponseFormat(format: TextFormat): ResponseFormat {
+  if (format.type !== 'json_schema') return { type: format.type };
+  const { name, schema, description, strict } = format;
+  return {
+    type: 'json_schema',
+    json_schema: { name, schema, ...(description ? { description } : {}), ...(strict != null ? { strict } : {}) },
+  };
+}
+
+/** The input as `input_items` lists it: each item as given, a message with the id of the message it became. */
+function inputItems(
+  given: CreateResponseBody['input'],
+  messages: MessageRow[],
+  input: ResponseInput,
+): Record<string, unknown>[] {
+  const items = typeof given === 'string' ? [{ type: 'message', role: 'user', content: given }] : (given ?? []);
+  const idOf = new Map(input.messages.map(({ index }, at) => [index, messages[at]?.id]));
+  return items.map((item, index) => {
+    const id = idOf.get(index);
+    const content = typeof item.content === 'string' ? [{ type: 'input_text', text: item.content }] : item.content;
+    return id
+      ? { type: 'message', status: 'completed', ...item, id, ...(content === undefined ? {} : { content }) }
+      : item;
+  });
+}
+
+/** GET /v1/responses/{id}: the response as it stands (settled first if its executor was lost). */
+export async function retrieveResponse(
+  deps: ResponseCommandDeps,
+  workspaceId: string,
+  id: string,
+): Promise<ResponseObject> {
+  const row = await getResponseRow(deps.db, workspaceId, id);
+  const run = await getRunById(deps.db, id);
+  if (!row.stored || !run) throw new ApiError('response_not_found', `Response with id '${id}' not found.`);
+  const now = await reconcileRun(deps, run);
+  return toResponseJson(now, row, await outputOf(deps, now));
+}
+
+async function outputOf(deps: ResponseCommandDeps, run: RunRow): Promise<ResponseItemObject[]> {
+  const [steps, messages] = await Promise.all([listSteps(deps.db, run.id), runMessages(deps.db, run.id)]);
+  return runOutputItems(steps, new Map(messages.map((message) => [message.id, message])));
+}
+
+/** DELETE /v1/responses/{id}. Its items stay in its conversation, as OpenAI's do. */
+export async function deleteResponse(deps: ResponseCommandDeps, workspaceId: string, id: string): Promise<void> {
+  const row = await getResponseRow(deps.db, workspaceId, id);
+  if (!row.stored) throw new ApiError('response_not_found', `Response with id '${id}' not found.`);
+  await deleteResponseRow(deps.db, workspaceId, id);
+}
+
+/**
+ * POST /v1/responses/{id}/cancel: a background response in progress becomes `cancelling` and its
+ * host stops it; one that ended is answered as it is.
+ */
+export async function cancelResponse(
+  deps: ResponseCommandDeps,
+  workspaceId: string,
+  id: string,
+  context: RequestContext,
+): Promise<ResponseObject> {
+  const row = await getResponseRow(deps.db, workspaceId, id);
+  if (!row.background) {
+    throw new ApiError('invalid_value', 'Only a background response can be cancelled.', { param: 'response_id' });
+  }
+  const run = await getRunById(deps.db, id);
+  if (run && (run.status === 'in_progress' || run.status === 'queued')) {
+    await updateRun(deps.db, run.id, ['in_progress', 'queued'], { status: 'cancelling' });
+    deps.runHost.cancel(run.id, context);
+  }
+  return retrieveResponse(deps, workspaceId, id);
+}
+
+/** GET /v1/responses/{id}/input_items: a page of its input, as given. */
+export async function listInputItems(deps: ResponseCommandDeps, workspaceId: string, id: string, query: CursorListQuery) {
+  const row = await getResponseRow(deps.db, workspaceId, id);
+  if (!row.stored) throw new ApiError('response_not_found', `Response with id '${id}' not found.`);
+  const items = row.input.map((item, index) => ({
+    ...item,
+    id: typeof item.id === 'string' ? item.id : `${row.id}_input_${index}`,
+  }));
+  const ordered = query.order === 'asc' ? items : [...items].reverse();
+  const start = query.after ? ordered.findIndex((item) => item.id === query.after) + 1 : 0;
+  const page = ordered.slice(start, start + query.limit);
+  return {
+    object: 'list' as const,
+    data: page,
+    first_id: page[0]?.id ?? null,
+    last_id: page.at(-1)?.id ?? null,
+    has_more: start + query.limit < ordered.length,
+  };
+}
+
+/**
+ * POST /v1/responses/input_tokens: the tokens the response's prompt would take, as the gateway
+ * estimates it for rate limits (its prompt's characters), since providers have no such call.
+ */
+export async function countInputTokens(
+  deps: ResponseCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  body: InputTokensBody,
+): Promise<number> {
+  const plan = await planResponse(deps, actor, snapshot, body);
+  const at = deps.now();
+  const messages = plan.input.messages.map(({ message }, index) => ({
+    id: `msg_input_${index}`,
+    threadId: plan.thread.id,
+    workspaceId: actor.workspaceId,
+    createdAt: at,
+    role: message.role,
+    content:
+      typeof message.content === 'string'
+        ? [{ type: 'text' as const, text: { value: message.content, annotations: [] } }]
+        : message.content.flatMap((part) =>
+            part.type === 'text' ? [{ type: 'text' as const, text: { value: part.text, annotations: [] } }] : [],
+          ),
+    status: 'completed' as const,
+    assistantId: null,
+    runId: null,
+    attachments: [],
+    metadata: {},
+    incompleteDetails: null,
+    completedAt: at,
+    incompleteAt: null,
+  }));
+  const run = { createdAt: at, instructions: plan.settings.instructions, tools: plan.settings.tools };
+  const history = { messages: [...plan.history.messages, ...messages], steps: plan.history.steps };
+  const limits = promptLimits({ ...plan.settings, maxPromptTokens: null }, 0, deps.config);
+  return buildPrompt(run, history, [], limits).tokens;
+}

@@ -1,0 +1,140 @@
+import type { ResponseRow, RunRow } from '../../db/schema';
+import type { RunStatus } from '../../db/run-statuses';
+import type { Usage } from '../../providers/types';
+import type { StepRow } from '../runs/queries';
+import type { MessageRow } from '../threads/queries';
+import type { ResponseItemObject, ResponseObject, ResponseStatus, ResponseUsageObject } from './objects';
+
+/**
+ * A response as the Responses API answers it: its run's state (status, settings, usage, error)
+ * with what the responses row keeps of the request (`options`), and its output items.
+ */
+
+/** The request's fields a response answers as given, kept in its row's `options`. */
+export interface ResponseOptions {
+  instructions?: string | null;
+  tools?: ResponseObject['tools'];
+  tool_choice?: ResponseObject['tool_choice'];
+  text?: { format?: { type: string }; verbosity?: string | null } | null;
+  reasoning?: { summary?: string | null } | null;
+  truncation?: 'auto' | 'disabled' | null;
+  user?: string | null;
+  safety_identifier?: string | null;
+  prompt?: { id: string } | null;
+  prompt_cache_key?: string | null;
+  service_tier?: string | null;
+  top_logprobs?: number | null;
+  max_tool_calls?: number | null;
+  include?: string[] | null;
+}
+
+const seconds = (ms: number) => Math.floor(ms / 1000);
+
+export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseItemObject[]): ResponseObject {
+  const options: ResponseOptions = row.options;
+  return {
+    id: run.id,
+    object: 'response',
+    created_at: seconds(run.createdAt),
+    status: responseStatus(run.status),
+    background: row.background,
+    completed_at: run.completedAt === null ? null : seconds(run.completedAt),
+    conversation: row.conversationId === null ? null : { id: row.conversationId },
+    error: run.lastError ? { code: run.lastError.code, message: run.lastError.message } : null,
+    incomplete_details: run.incompleteDetails ? { reason: incompleteReason(run.incompleteDetails.reason) } : null,
+    instructions: options.instructions ?? null,
+    max_output_tokens: run.maxCompletionTokens,
+    max_tool_calls: options.max_tool_calls ?? null,
+    metadata: run.metadata,
+    model: run.model,
+    output,
+    parallel_tool_calls: run.parallelToolCalls,
+    previous_response_id: row.previousResponseId,
+    prompt: options.prompt ?? null,
+    prompt_cache_key: options.prompt_cache_key ?? null,
+    reasoning: { effort: run.reasoningEffort, summary: options.reasoning?.summary ?? null },
+    safety_identifier: options.safety_identifier ?? null,
+    service_tier: options.service_tier ?? 'default',
+    store: row.stored,
+    temperature: run.temperature ?? 1,
+    text: { format: options.text?.format ?? { type: 'text' }, verbosity: options.text?.verbosity ?? 'medium' },
+    tool_choice: options.tool_choice ?? 'auto',
+    tools: options.tools ?? [],
+    top_logprobs: options.top_logprobs ?? 0,
+    top_p: run.topP ?? 1,
+    truncation: options.truncation ?? 'disabled',
+    usage: run.usage ? responseUsage(run.usage) : null,
+    user: options.user ?? null,
+  };
+}
+
+/**
+ * A run's status as a response's: a response has no `requires_action` (its function calls end it,
+ * completed: runs/execution/engine.ts) and no `expired` (a response past its time failed).
+ */
+export function responseStatus(status: RunStatus): ResponseStatus {
+  switch (status) {
+    case 'cancelling':
+      return 'in_progress';
+    case 'requires_action':
+      return 'completed';
+    case 'expired':
+      return 'failed';
+    default:
+      return status;
+  }
+}
+
+function incompleteReason(reason: string): 'max_output_tokens' | 'content_filter' {
+  return reason === 'content_filter' ? 'content_filter' : 'max_output_tokens';
+}
+
+/** A run's usage in the Responses API's words. */
+export function responseUsage(usage: Usage): ResponseUsageObject {
+  return {
+    input_tokens: usage.prompt_tokens,
+    // The run keeps the three totals only: what the provider said of cached and reasoning tokens is not kept.
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: usage.completion_tokens,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: usage.total_tokens,
+  };
+}
+
+/** A run's output items: its steps in order, each message and tool call as its item. */
+export function runOutputItems(steps: StepRow[], messagesById: Map<string, MessageRow>): ResponseItemObject[] {
+  return steps.flatMap((step): ResponseItemObject[] => {
+    const details = step.stepDetails;
+    if (details.type === 'message_creation') {
+      const message = messagesById.get(details.message_creation.message_id);
+      if (!message) return [];
+      const text = message.content.map((part) => (part.type === 'text' ? part.text.value : '')).join('');
+      // A turn that only called tools leaves an empty message: it is no output.
+      if (text === '' && message.status === 'completed') return [];
+      return [
+        {
+          id: message.id,
+          type: 'message',
+          role: 'assistant',
+          status: message.status === 'in_progress' ? 'in_progress' : message.status,
+          content: [{ type: 'output_text', text, annotations: [], logprobs: [] }],
+        },
+      ];
+    }
+    const stepKey = step.id.slice(step.id.indexOf('_') + 1);
+    return details.tool_calls.flatMap((call, index): ResponseItemObject[] =>
+      call.type === 'function'
+        ? [
+            {
+              id: `fc_${stepKey}_${index}`,
+              type: 'function_call',
+              status: 'completed',
+              call_id: call.id,
+              name: call.function.name,
+              arguments: call.function.arguments,
+            },
+          ]
+        : [],
+    );
+  });
+}
