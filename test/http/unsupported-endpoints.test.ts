@@ -25,7 +25,7 @@ afterAll(() => gateway.close());
  */
 const UNSERVED: [string, string][] = [
   ['POST', '/v1/uploads'],
-  ['POST', '/v1/responses'],
+  ['POST', '/v1/realtime/sessions'],
   ['POST', '/v1/images/generations'],
   ['POST', '/v1/audio/speech'],
   ['POST', '/v1/audio/transcriptions'],
@@ -83,12 +83,12 @@ describe('unsupported endpoints', () => {
   it('answer a body over the size limit and of any type with the same 404, unread', async () => {
     const limit = gateway.deps.config.GATEWAY_MAX_BODY_BYTES;
     for (const contentType of ['application/octet-stream', 'text/plain', 'application/json']) {
-      const request = new Request('http://gateway.test/v1/responses', {
+      const request = new Request('http://gateway.test/v1/images/generations', {
         method: 'POST',
         headers: { 'content-type': contentType, 'content-length': String(limit + 1) },
         body: 'x'.repeat(limit + 1),
       });
-      expectUnsupported(await errorOf(await gateway.app.request(request)), 'POST', '/v1/responses');
+      expectUnsupported(await errorOf(await gateway.app.request(request)), 'POST', '/v1/images/generations');
       expect(request.bodyUsed).toBe(false);
     }
   });

@@ -7,18 +7,25 @@ import { isTerminal } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import { validationError } from '../../http/middleware/validate';
 import type { CursorListQuery } from '../../http/schemas';
-import { activeRunError, getRunById, insertRunOnThread, insertThreadAndRun, listSteps, updateRun } from '../runs/queries';
+import {
+  activeRunError,
+  getRunById,
+  insertRunOnThread,
+  insertThreadAndRun,
+  listSteps,
+  updateRun,
+} from '../runs/queries';
 import { blockingRun, startRun, type RunCommandDeps } from '../runs/commands';
 import { buildPrompt, promptLimits } from '../runs/execution/prompt';
 import { reconcileRun } from '../runs/execution/recovery';
 import type { RunSettings } from '../runs/execution/settings';
 import { readHistory, type History, type HistoryStep } from '../threads/history';
-import { getThread, type MessageRow, type ThreadRow } from '../threads/queries';
+import { deleteIdleThread, getThread, type MessageRow, type ThreadRow } from '../threads/queries';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
 import { readInput, type ResponseInput } from './input';
 import type { ResponseItemObject, ResponseObject } from './objects';
-import { deleteResponseRow, getResponseRow, runMessages } from './queries';
+import { deleteResponseRow, getResponseRow, responseNotFound, runMessages } from './queries';
 import {
   responseFileSearchTool,
   responseFunctionTool,
@@ -117,10 +124,40 @@ export async function createResponse(
     stream: body.stream === true || !background,
     includeResultContent: include.includes('file_search_call.results'),
   });
-  if (answer.stream && body.stream === true) return { stream: true, events: answer.events, headers: answer.headers };
-  if (answer.stream) await drain(answer.events);
-  const response = await retrieveResponse(deps, actor.workspaceId, answer.stream ? requireRow(row).id : answer.run.id);
+  if (!answer.stream) {
+    const response = await retrieveResponse(deps, actor.workspaceId, answer.run.id);
+    return { stream: false, response, headers: answer.headers };
+  }
+  const written = requireRow(row);
+  // Kept out of the store: what the response wrote goes once it ended (once its stream did).
+  const forget = () => forgetResponse(deps, written, thread);
+  if (body.stream === true) {
+    const events = stored ? answer.events : answer.events.pipeThrough(afterEnd(forget, context));
+    return { stream: true, events, headers: answer.headers };
+  }
+  await drain(answer.events);
+  const response = await responseJson(deps, written);
+  if (!stored) await forget();
   return { stream: false, response, headers: answer.headers };
+}
+
+/**
+ * A response made with `store: false` once it ended: its thread's rows go (a conversation's stay:
+ * they are the conversation's), and its row stays with neither input nor options, so that a
+ * `previous_response_id` naming it is told why it cannot go on from it.
+ */
+async function forgetResponse(deps: ResponseCommandDeps, row: ResponseRow, thread: ThreadRow): Promise<void> {
+  if (row.conversationId === null) await deleteIdleThread(deps.db, thread);
+  await deps.db.update(responses).set({ input: [], options: {} }).where(eq(responses.id, row.id));
+}
+
+/** Passes a stream on unchanged, then calls `end` (kept alive by the request's waitUntil). */
+function afterEnd(end: () => Promise<void>, context: RequestContext): TransformStream<Uint8Array, Uint8Array> {
+  return new TransformStream({
+    flush() {
+      context.waitUntil(end());
+    },
+  });
 }
 
 function requireRow(row: ResponseRow | null): ResponseRow {
@@ -263,7 +300,10 @@ function answerCalls(steps: HistoryStep[], input: ResponseInput): { steps: Histo
   const changed: HistoryStep[] = [];
   const answered = steps.map((step) => {
     const details = step.stepDetails;
-    if (details.type !== 'tool_calls' || !details.tool_calls.some((call) => call.type === 'function' && call.function.output === null))
+    if (
+      details.type !== 'tool_calls' ||
+      !details.tool_calls.some((call) => call.type === 'function' && call.function.output === null)
+    )
       return step;
     const calls = details.tool_calls.map((call) => {
       if (call.type !== 'function' || call.function.output !== null) return call;
@@ -281,9 +321,13 @@ function answerCalls(steps: HistoryStep[], input: ResponseInput): { steps: Histo
   });
   for (const output of input.outputs) {
     if (!used.has(output.callId)) {
-      throw new ApiError('invalid_value', `No function call found with call_id '${output.callId}' awaiting its output.`, {
-        param: `input[${output.index}].call_id`,
-      });
+      throw new ApiError(
+        'invalid_value',
+        `No function call found with call_id '${output.callId}' awaiting its output.`,
+        {
+          param: `input[${output.index}].call_id`,
+        },
+      );
     }
   }
   return { steps: answered, changed };
@@ -295,9 +339,13 @@ async function promptAssistant(snapshot: Settings, workspaceId: string, id: stri
     return await snapshot.assistant(workspaceId, id);
   } catch (error) {
     if (error instanceof ApiError && error.code === 'assistant_not_found') {
-      throw new ApiError('assistant_not_found', `No prompt found with id '${id}': a prompt here is an assistant's id.`, {
-        param: 'prompt.id',
-      });
+      throw new ApiError(
+        'assistant_not_found',
+        `No prompt found with id '${id}': a prompt here is an assistant's id.`,
+        {
+          param: 'prompt.id',
+        },
+      );
     }
     throw error;
   }
@@ -330,7 +378,8 @@ function responseTools(
     const param = `tools[${index}]`;
     if (tool.type === 'function') {
       const parsed = responseFunctionTool.safeParse(tool);
-      if (!parsed.success) throw validationError(prefixed(parsed.error.issues, ['tools', index]), { tools: given }, 'json');
+      if (!parsed.success)
+        throw validationError(prefixed(parsed.error.issues, ['tools', index]), { tools: given }, 'json');
       const { name, description, parameters, strict } = parsed.data;
       if (names.has(name)) {
         throw new ApiError('invalid_value', `Two function tools are named '${name}'.`, { param: `${param}.name` });
@@ -349,7 +398,8 @@ function responseTools(
     }
     if (tool.type === 'file_search') {
       const parsed = responseFileSearchTool.safeParse(tool);
-      if (!parsed.success) throw validationError(prefixed(parsed.error.issues, ['tools', index]), { tools: given }, 'json');
+      if (!parsed.success)
+        throw validationError(prefixed(parsed.error.issues, ['tools', index]), { tools: given }, 'json');
       if (toolResources) {
         throw new ApiError('invalid_value', 'Only one file_search tool can be given.', { param });
       }
@@ -418,7 +468,10 @@ function responseSettings(
 }
 
 /** `{{name}}` in a prompt's instructions, filled from its variables (text ones: others are named as unsupported). */
-function fillVariables(instructions: string, variables: NonNullable<CreateResponseBody['prompt']>['variables']): string {
+function fillVariables(
+  instructions: string,
+  variables: NonNullable<CreateResponseBody['prompt']>['variables'],
+): string {
   if (!variables) return instructions;
   return instructions.replace(/\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}/g, (whole, name: string) => {
     const value = variables[name];
@@ -470,8 +523,13 @@ export async function retrieveResponse(
   id: string,
 ): Promise<ResponseObject> {
   const row = await getResponseRow(deps.db, workspaceId, id);
-  const run = await getRunById(deps.db, id);
-  if (!row.stored || !run) throw new ApiError('response_not_found', `Response with id '${id}' not found.`);
+  if (!row.stored) throw responseNotFound(id);
+  return responseJson(deps, row);
+}
+
+async function responseJson(deps: ResponseCommandDeps, row: ResponseRow): Promise<ResponseObject> {
+  const run = await getRunById(deps.db, row.id);
+  if (!run) throw responseNotFound(row.id);
   const now = await reconcileRun(deps, run);
   return toResponseJson(now, row, await outputOf(deps, now));
 }
@@ -484,7 +542,7 @@ async function outputOf(deps: ResponseCommandDeps, run: RunRow): Promise<Respons
 /** DELETE /v1/responses/{id}. Its items stay in its conversation, as OpenAI's do. */
 export async function deleteResponse(deps: ResponseCommandDeps, workspaceId: string, id: string): Promise<void> {
   const row = await getResponseRow(deps.db, workspaceId, id);
-  if (!row.stored) throw new ApiError('response_not_found', `Response with id '${id}' not found.`);
+  if (!row.stored) throw responseNotFound(id);
   await deleteResponseRow(deps.db, workspaceId, id);
 }
 
@@ -511,15 +569,26 @@ export async function cancelResponse(
 }
 
 /** GET /v1/responses/{id}/input_items: a page of its input, as given. */
-export async function listInputItems(deps: ResponseCommandDeps, workspaceId: string, id: string, query: CursorListQuery) {
+export async function listInputItems(
+  deps: ResponseCommandDeps,
+  workspaceId: string,
+  id: string,
+  query: CursorListQuery,
+) {
   const row = await getResponseRow(deps.db, workspaceId, id);
-  if (!row.stored) throw new ApiError('response_not_found', `Response with id '${id}' not found.`);
+  if (!row.stored) throw responseNotFound(id);
   const items = row.input.map((item, index) => ({
     ...item,
     id: typeof item.id === 'string' ? item.id : `${row.id}_input_${index}`,
   }));
   const ordered = query.order === 'asc' ? items : [...items].reverse();
-  const start = query.after ? ordered.findIndex((item) => item.id === query.after) + 1 : 0;
+  const after = query.after === undefined ? -1 : ordered.findIndex((item) => item.id === query.after);
+  if (query.after !== undefined && after === -1) {
+    throw new ApiError('invalid_value', `No input item '${query.after}' in this response to list after.`, {
+      param: 'after',
+    });
+  }
+  const start = after + 1;
   const page = ordered.slice(start, start + query.limit);
   return {
     object: 'list' as const,

@@ -12,7 +12,8 @@ export interface ResponseInput {
 
 export function readInput(input: string | Record<string, unknown>[] | undefined): ResponseInput {
   if (input === undefined) return { messages: [], outputs: [] };
-  if (typeof input === 'string') return { messages: [{ message: { role: 'user', content: input }, index: 0 }], outputs: [] };
+  if (typeof input === 'string')
+    return { messages: [{ message: { role: 'user', content: input }, index: 0 }], outputs: [] };
   const read: ResponseInput = { messages: [], outputs: [] };
   input.forEach((item, index) => {
     const type = item.type ?? 'message';

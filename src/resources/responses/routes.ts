@@ -53,8 +53,7 @@ export const responseRoutes = new Hono<ApiEnv>()
     '/:response_id',
     responds({ summary: 'Get a model response', ok: responseObject }),
     validate('query', retrieveResponseQuery),
-    async (c) =>
-      c.json(await retrieveResponse(c.get('deps'), c.get('actor').workspaceId, c.req.param('response_id'))),
+    async (c) => c.json(await retrieveResponse(c.get('deps'), c.get('actor').workspaceId, c.req.param('response_id'))),
   )
   .delete(
     '/:response_id',

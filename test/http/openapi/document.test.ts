@@ -122,6 +122,7 @@ describe('the answers /openapi.json declares', () => {
     expect(streamed).toEqual([
       'post /v1/chat/completions',
       'post /v1/completions',
+      'post /v1/responses',
       'post /v1/threads/runs',
       'post /v1/threads/{thread_id}/runs',
       'post /v1/threads/{thread_id}/runs/{run_id}/submit_tool_outputs',

@@ -40,6 +40,8 @@ interface Holdings {
   batchId: string;
   /** A chat completion stored with `store: true`, its messages and metadata carrying the marker. */
   completionId: string;
+  /** A stored response, its input and metadata carrying the marker. */
+  responseId: string;
 }
 
 let a: Holdings; // the caller
@@ -125,6 +127,17 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
       },
     }),
   );
+  const response = await json(
+    await gateway.request('/v1/responses', {
+      key,
+      headers: { 'x-gateway-virtual-key': virtualKey },
+      body: {
+        model: 'fake-model',
+        input: `${marker}\n${fakeDirective({ reply: marker })}`,
+        metadata: { owner: marker },
+      },
+    }),
+  );
   await gateway.tasks.drain(10_000);
   const current = await json(await gateway.request(`/v1/threads/${waiting.thread_id}/runs/${waiting.id}`, { key }));
   expect(current.status).toBe('requires_action');
@@ -144,6 +157,7 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     storeFileId,
     batchId: batch.id,
     completionId: completion.id,
+    responseId: response.id,
   };
 }
 
@@ -177,6 +191,8 @@ async function ownView(h: Holdings) {
     completion: await get(`/v1/chat/completions/${h.completionId}`),
     completions: await get('/v1/chat/completions'),
     completionMessages: await get(`/v1/chat/completions/${h.completionId}/messages`),
+    response: await get(`/v1/responses/${h.responseId}`),
+    responseInput: await get(`/v1/responses/${h.responseId}/input_items`),
   };
 }
 
@@ -226,6 +242,20 @@ const passedThrough =
       headers: { 'x-gateway-workspace-id': workspace },
       body: body(v),
     }));
+
+/** A response (or a count of its tokens) that names the victim's response, thread or assistant. */
+const responseProbes = (path: string, v: Holdings): Probe[] =>
+  [
+    { previous_response_id: v.responseId },
+    { conversation: v.doneThreadId },
+    { conversation: { id: v.threadId } },
+    { prompt: { id: v.assistantId } },
+  ].map((names) => ({
+    method: 'POST',
+    path,
+    headers: scope(),
+    body: { model: 'fake-model', input: 'planted', ...names },
+  }));
 
 /**
  * For each route, the requests that try to reach `victim` from `caller` (who acts on workspace a).
@@ -620,6 +650,32 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
   'GET /v1/models/:model{.+}': (v) => [
     { method: 'GET', path: `/v1/models/${v.marker}`, headers: scope() },
     { method: 'GET', path: `/v1/models/${v.marker}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  // A response goes on from the victim's response, conversation (a thread) or prompt (an assistant): never.
+  'POST /v1/responses': (v) => responseProbes('/v1/responses', v),
+  'POST /v1/responses/input_tokens': (v) => responseProbes('/v1/responses/input_tokens', v),
+  'GET /v1/responses/:response_id': (v) => [
+    { method: 'GET', path: `/v1/responses/${v.responseId}`, headers: scope() },
+    {
+      method: 'GET',
+      path: `/v1/responses/${v.responseId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+    },
+  ],
+  'DELETE /v1/responses/:response_id': (v) => [
+    { method: 'DELETE', path: `/v1/responses/${v.responseId}`, headers: scope() },
+  ],
+  'POST /v1/responses/:response_id/cancel': (v) => [
+    { method: 'POST', path: `/v1/responses/${v.responseId}/cancel`, headers: scope() },
+  ],
+  'GET /v1/responses/:response_id/input_items': (v) => [
+    { method: 'GET', path: `/v1/responses/${v.responseId}/input_items`, headers: scope() },
+    {
+      method: 'GET',
+      path: `/v1/responses/${a.responseId}/input_items?after=${v.responseId}`,
+      headers: scope(),
+      refusals: UNKNOWN_CURSOR,
+    },
   ],
   'POST /v1/completions': passedThrough('/v1/completions', (v) => ({ model: 'fake-model', prompt: v.marker })),
   'POST /v1/embeddings': passedThrough('/v1/embeddings', (v) => ({ model: 'fake-embeddings', input: v.marker })),

@@ -1,6 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fakeDirective, startFakeUpstream, type FakeUpstreamServer } from '../../support/fake-upstream';
 import { createTestGateway, type TestGateway } from '../../support/gateway';
+import { freshGate } from '../../support/gates';
+import { waitFor } from '../../support/wait';
+import OpenAI from 'openai';
+import { eq } from 'drizzle-orm';
+import { messages, runs } from '../../../src/db/schema';
 import { tenantCalling } from '../chat-completions/clients';
 
 let gateway: TestGateway;
@@ -58,5 +63,110 @@ describe('responses', () => {
     expect(fake.requests.at(-1)?.body).toMatchObject({
       messages: expect.arrayContaining([expect.objectContaining({ role: 'tool', content: '{"temp":21}' })]),
     });
+  });
+
+  it('a background response is answered queued, polled to its end, and a held one is cancelled', async () => {
+    const { client } = await tenantCalling(gateway, fake);
+    const started = await client.responses.create({
+      model: 'gpt-4o-mini',
+      background: true,
+      input: `Hi\n${fakeDirective({ reply: 'Later, then.' })}`,
+    });
+    expect(['queued', 'in_progress']).toContain(started.status);
+    expect(started.background).toBe(true);
+    const done = await waitFor(
+      () => client.responses.retrieve(started.id),
+      (response) => response.status === 'completed',
+    );
+    expect(done.output_text).toBe('Later, then.');
+
+    const gate = freshGate();
+    const held = await client.responses.create({
+      model: 'gpt-4o-mini',
+      background: true,
+      input: `Hi\n${fakeDirective({ hold: gate })}`,
+    });
+    await waitFor(
+      () => fake.gateState(gate).waiting,
+      (waiting) => waiting === 1,
+    );
+    const cancelling = await client.responses.cancel(held.id);
+    expect(['in_progress', 'cancelled']).toContain(cancelling.status);
+    const cancelled = await waitFor(
+      () => client.responses.retrieve(held.id),
+      (response) => response.status === 'cancelled',
+    );
+    expect(cancelled.status).toBe('cancelled');
+    fake.openGate(gate);
+  });
+
+  it('goes on in a thread made with the Assistants API, and the thread shows the response', async () => {
+    const { client } = await tenantCalling(gateway, fake);
+    const thread = await client.beta.threads.create({ messages: [{ role: 'user', content: 'My name is Ada.' }] });
+    const response = await client.responses.create({
+      model: 'gpt-4o-mini',
+      conversation: thread.id,
+      input: `What is my name?\n${fakeDirective({ reply: 'Your name is Ada.' })}`,
+    });
+    expect(response.conversation).toEqual({ id: thread.id });
+    const sent = fake.requests.at(-1)?.body as { messages: { role: string; content: unknown }[] };
+    expect(sent.messages.map((message) => message.role)).toEqual(['user', 'user']);
+    const messages = await client.beta.threads.messages.list(thread.id, { order: 'asc' });
+    expect(messages.data.map((message) => message.role)).toEqual(['user', 'user', 'assistant']);
+    const last = messages.data[2]?.content[0];
+    expect(last?.type === 'text' && last.text.value).toBe('Your name is Ada.');
+    expect(messages.data[2]?.run_id).toBe(response.id);
+  });
+
+  it('keeps nothing with store: false, and says so when a response goes on from it', async () => {
+    const { client } = await tenantCalling(gateway, fake);
+    const unkept = await client.responses.create({ model: 'gpt-4o-mini', store: false, input: 'Hello' });
+    expect(unkept.status).toBe('completed');
+    expect(unkept).toMatchObject({ store: false });
+    await expect(client.responses.retrieve(unkept.id)).rejects.toMatchObject({ status: 404 });
+    const refused = await client.responses
+      .create({ model: 'gpt-4o-mini', previous_response_id: unkept.id, input: 'And?' })
+      .catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(refused).toMatchObject({ param: 'previous_response_id' });
+    const { db } = gateway.deps;
+    expect(await db.select().from(messages).where(eq(messages.runId, unkept.id))).toEqual([]);
+    expect(await db.select().from(runs).where(eq(runs.id, unkept.id))).toEqual([]);
+  });
+
+  it('runs an assistant as a stored prompt, its variables filled in its instructions', async () => {
+    const { client } = await tenantCalling(gateway, fake);
+    const assistant = await client.beta.assistants.create({
+      model: 'gpt-4o-mini',
+      instructions: 'You help {{customer}} with invoices.',
+    });
+    const response = await client.responses.create({
+      prompt: { id: assistant.id, variables: { customer: 'Grace' } },
+      input: 'Hi',
+    });
+    expect(response.model).toBe('gpt-4o-mini');
+    expect(response.prompt).toMatchObject({ id: assistant.id });
+    const sent = fake.requests.at(-1)?.body as { messages: { role: string; content: unknown }[] };
+    expect(sent.messages[0]).toEqual({ role: 'system', content: 'You help Grace with invoices.' });
+  });
+
+  it('refuses what it cannot do, naming the field, and writes nothing', async () => {
+    const { client } = await tenantCalling(gateway, fake);
+    const cases: [Record<string, unknown>, string][] = [
+      [{ previous_response_id: 'resp_unknown' }, 'previous_response_id'],
+      [{ previous_response_id: 'resp_x', conversation: 'conv_x' }, 'previous_response_id'],
+      [{ conversation: 'conv_unknown' }, 'conversation'],
+      [{ tools: [{ type: 'web_search' }] }, 'tools[0].type'],
+      [{ tools: [{ type: 'function', name: 'bad name' }] }, 'tools[0].name'],
+      [{ input: [{ type: 'function_call_output', call_id: 'call_nothing', output: 'x' }] }, 'input[0].call_id'],
+      [{ background: true, store: false }, 'background'],
+    ];
+    for (const [fields, param] of cases) {
+      const error = await client.responses
+        .create({ model: 'gpt-4o-mini', input: 'Hi', ...fields })
+        .catch((caught: unknown) => caught);
+      expect(error, JSON.stringify(fields)).toBeInstanceOf(OpenAI.APIError);
+      expect(error, JSON.stringify(fields)).toMatchObject({ param });
+    }
   });
 });
