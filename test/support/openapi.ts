@@ -411,3 +411,24 @@ export function responseStreamEventErrors(event: string, data: unknown): string[
   const named = type === event ? [] : [`event '${event}' carries data of type ${JSON.stringify(type)}`];
   return [...named, ...componentErrors('ResponseStreamEvent', data)];
 }
+
+/** The component of the ResponseStreamEvent member whose `type` is `type` (`ResponseTextDeltaEvent`…). */
+export function responseEventComponent(type: string): string {
+  for (const branch of defined(components.ResponseStreamEvent).anyOf as Schema[]) {
+    const name = String(branch.$ref).slice(COMPONENT_REF.length);
+    const property = (defined(components[name]).properties as Record<string, Schema>).type;
+    if (Array.isArray(property?.enum) && property.enum[0] === type) return name;
+  }
+  throw new Error(`openapi.ts: no ResponseStreamEvent has the type ${type}`);
+}
+
+/** A component's properties in the order the reference lists them (an allOf's members' in turn). */
+export function propertyOrder(name: string): string[] {
+  const of = (schema: Schema): string[] => {
+    if (typeof schema.$ref === 'string') return of(defined(components[schema.$ref.slice(COMPONENT_REF.length)]));
+    const own = Object.keys((schema.properties as Record<string, Schema> | undefined) ?? {});
+    const members = Array.isArray(schema.allOf) ? (schema.allOf as Schema[]).flatMap(of) : [];
+    return [...new Set([...members, ...own])];
+  };
+  return of(defined(components[name]));
+}
