@@ -253,10 +253,19 @@ export class ResponseEvents implements EventSink {
     this.#searchedQueries = options.searchedQueries;
   }
 
-  async send(events: ServerSentEvent[]): Promise<void> {
+  send(events: ServerSentEvent[]): Promise<void> {
+    // The hot path: a batch of one text delta, read and written as strings, with no async step of its own.
+    const [only] = events;
+    if (events.length === 1 && only?.[0] === 'thread.message.delta' && typeof only[1] === 'string') {
+      const out: ServerSentEvent[] = [];
+      if (this.#textDelta(only[1], out)) return this.#target.send(out);
+    }
+    return this.#sendAll(events);
+  }
+
+  async #sendAll(events: ServerSentEvent[]): Promise<void> {
     const out: ServerSentEvent[] = [];
     for (const [name, data] of events) {
-      // The hot path first: a text delta, read and written as strings.
       if (name === 'thread.message.delta' && typeof data === 'string' && this.#textDelta(data, out)) continue;
       await this.#translate(name, data, out);
     }

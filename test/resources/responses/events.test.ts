@@ -436,6 +436,60 @@ describe('a response’s events, translated from a run’s', () => {
     expect(translated.events.find(({ event }) => event === 'response.failed')).toBeDefined();
   });
 
+  it('a response’s run that hands its function calls over (its tool step completed, the run completed) ends the same', async () => {
+    // The engine's hand-over (TurnAnswer.handOver) for a response, mirrored on a real run's stream:
+    // where the run asked for outputs, its step completes with the calls, then the run completes.
+    const run = await streamedRun(functionsAssistant, { tool_calls: 2 });
+    const required = defined(run.batches.flat().find(([name]) => name === 'thread.run.requires_action'));
+    const waiting = JSON.parse(String(required[1]));
+    const [step] = (await openai.beta.threads.runs.steps.list(waiting.id, { thread_id: waiting.thread_id })).data;
+    const handedOver = run.batches.map((batch) =>
+      batch.flatMap(([name, data]): ServerSentEvent[] =>
+        name === 'thread.run.requires_action'
+          ? [
+              ['thread.run.step.completed', { ...step, status: 'completed' }],
+              ['thread.run.completed', { ...waiting, status: 'completed', required_action: null, completed_at: 1 }],
+            ]
+          : [[name, data]],
+      ),
+    );
+    const viaHandOver = await translate({ runId: run.runId, batches: handedOver });
+    const response = expectValidStream(viaHandOver);
+    expect(response.completed_at).toBe(1);
+    expect(response.output).toEqual(expectValidStream(await translate(run)).output);
+    expect(itemTypes(response)).toEqual([
+      ['function_call', 'completed'],
+      ['function_call', 'completed'],
+    ]);
+  });
+
+  it('a long answer: its text written from its pieces in every event that holds it whole', async () => {
+    const run = await streamedRun(functionsAssistant, { stream_bytes: 200_000, chunk_bytes: 4096 });
+    // The engine hands a long message over in parts (jsonWithText); the capture has it whole.
+    const batches = run.batches.map((batch) =>
+      batch.map(([name, data]): ServerSentEvent =>
+        name === 'thread.message.completed' ? [name, new TextParts([String(data)])] : [name, data],
+      ),
+    );
+    const translated = await translate({ runId: run.runId, batches });
+    const inParts = translated.batches
+      .flat()
+      .filter(([, data]) => data instanceof TextParts)
+      .map(([name]) => name);
+    expect(inParts).toEqual([
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.completed',
+    ]);
+    const response = expectValidStream(translated);
+    const text = response.output[0].content[0].text;
+    expect(text.length).toBe(200_000);
+    const sdk = await throughSdk(translated);
+    expect(sdk.final.output_text).toBe(text);
+    expect(sdk.deltas).toBe(text);
+  });
+
   it('an error event: the Responses shape, numbered like the rest', async () => {
     const out: ServerSentEvent[][] = [];
     const events = new ResponseEvents({ send: async (batch) => void out.push(batch) }, { describe: describeResponse });
