@@ -1,4 +1,5 @@
 import { defined } from '../../support/defined';
+import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerSentEvent } from '../../../src/deps';
@@ -180,6 +181,21 @@ const MESSAGE = 'Apt*n*TqD';
 const FUNCTION_CALL = 'Af*FD';
 const FILE_SEARCH = 'AisSD';
 const GRAMMAR = new RegExp(`^CP(${MESSAGE}|${FUNCTION_CALL}|${FILE_SEARCH})*ZE?$`);
+
+describe('the grammar', () => {
+  it("accepts OpenAI's documented stream (createResponse's streamed example) and refuses items interleaved", () => {
+    const reference = readFileSync(
+      new URL('../../fixtures/openai-responses-conversations-openapi.yaml', import.meta.url),
+      'utf8',
+    );
+    const documented = [...reference.matchAll(/event: (response\.[a-z_.]+)/g)].map(([, name]) => defined(name));
+    expect(documented.length).toBeGreaterThan(5);
+    expect(documented.map((name) => defined(TOKENS[name])).join('')).toMatch(GRAMMAR);
+    // A message still open when a call is added, and two calls open at once, are not OpenAI's order.
+    expect('CPAptAfTqDFDZ').not.toMatch(GRAMMAR);
+    expect('CPAfAfFDFDZ').not.toMatch(GRAMMAR);
+  });
+});
 
 /** The checks every translated stream passes; answers its last response. */
 function expectValidStream({ events }: Translated): any {
