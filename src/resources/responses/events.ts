@@ -549,14 +549,14 @@ export class ResponseEvents implements EventSink {
     const item = entry.item;
     if (item.type === 'function_call') {
       item.status = completed ? 'completed' : 'incomplete';
-      if (completed)
-        this.#emit(out, 'response.function_call_arguments.done', {
-          item_id: item.id,
-          name: item.name,
-          output_index: entry.outputIndex,
-          sequence_number: 0,
-          arguments: item.arguments,
-        });
+      // Its arguments are final either way: whole, or as far as they came before the call was cut.
+      this.#emit(out, 'response.function_call_arguments.done', {
+        item_id: item.id,
+        name: item.name,
+        output_index: entry.outputIndex,
+        sequence_number: 0,
+        arguments: item.arguments,
+      });
     } else {
       item.status = completed ? 'completed' : 'failed';
       if (completed)

@@ -66,7 +66,12 @@ afterAll(() => gateway?.close());
 async function streamedRun(
   assistantId: string,
   scenario: FakeScenario | FakeScenario[],
-  options: { body?: Record<string, unknown>; query?: string } = {},
+  options: {
+    body?: Record<string, unknown>;
+    query?: string;
+    /** Called once the run is in progress, before the stream is read further. */
+    whileInProgress?: (run: { id: string; thread_id: string }) => Promise<unknown>;
+  } = {},
 ): Promise<{ runId: string; batches: ServerSentEvent[][] }> {
   const thread = await openai.beta.threads.create(fakeThread(`Hello ${crypto.randomUUID()}`, scenario));
   const response = await gateway.request(`/v1/threads/${thread.id}/runs${options.query ? `?${options.query}` : ''}`, {
@@ -89,6 +94,7 @@ async function streamedRun(
       buffer = buffer.slice(end + 2);
       // `done` is the stream's own end (EventStream.close), never sent through a sink.
       if (name !== 'done') batch.push([name, data]);
+      if (name === 'thread.run.in_progress') await options.whileInProgress?.(JSON.parse(data));
     }
     if (batch.length > 0) batches.push(batch);
   }
@@ -179,7 +185,8 @@ const TOKENS: Record<string, string> = {
 };
 const MESSAGE = 'Apt*n*TqD';
 const FUNCTION_CALL = 'Af*FD';
-const FILE_SEARCH = 'AisSD';
+// A search that failed has no `completed`.
+const FILE_SEARCH = 'AisS?D';
 const GRAMMAR = new RegExp(`^CP(${MESSAGE}|${FUNCTION_CALL}|${FILE_SEARCH})*ZE?$`);
 
 describe('the grammar', () => {
@@ -504,6 +511,22 @@ describe('a response’s events, translated from a run’s', () => {
     const sdk = await throughSdk(translated);
     expect(sdk.final.output_text).toBe(text);
     expect(sdk.deltas).toBe(text);
+  });
+
+  it('a run cancelled while the model thinks: the response ends failed, its status cancelled', async () => {
+    const run = await streamedRun(
+      functionsAssistant,
+      { reply: 'Too late.', hold: `never-${crypto.randomUUID()}` },
+      { whileInProgress: (waiting) => openai.beta.threads.runs.cancel(waiting.id, { thread_id: waiting.thread_id }) },
+    );
+    expect(run.batches.flat().map(([name]) => name)).toContain('thread.run.cancelled');
+    const translated = await translate(run);
+    const response = expectValidStream(translated);
+    expect(response.status).toBe('cancelled');
+    expect(response.output).toEqual([]);
+    expect(translated.events.at(-1)?.event).toBe('response.failed');
+    const sdk = await throughSdk(translated);
+    expect(sdk.final.status).toBe('cancelled');
   });
 
   it('an error event: the Responses shape, numbered like the rest', async () => {
