@@ -141,12 +141,37 @@ function theHole(): { text: string; quoted: string } {
  * held as a string still (under SMALL_PIECE characters) gives one string, as JSON.stringify would.
  */
 export function jsonWithText(build: (hole: string) => unknown, text: TextBuilder): string | TextParts {
-  if (text.short) return JSON.stringify(build(text.toString()));
-  const { text: stand, quoted } = theHole();
-  const json = JSON.stringify(build(stand));
-  const at = json.indexOf(quoted);
-  // `build` put the stand-in in exactly one place (or the object's own strings hold it: they do not).
-  if (at < 0 || json.includes(quoted, at + 1))
-    throw new Error('jsonWithText: the text must appear exactly once in what build returns');
-  return new TextParts([json.slice(0, at + 1), ...text.jsonParts(), json.slice(at + quoted.length - 1)]);
+  return jsonWithTexts(([value = '']) => build(value), [text]);
+}
+
+/**
+ * jsonWithText for an object that holds several long texts, each in one place (a response's
+ * output, one text per message): `build` is given one value per text, the text itself when it is
+ * short, a stand-in of its own when it is not.
+ */
+export function jsonWithTexts(build: (values: string[]) => unknown, texts: readonly TextBuilder[]): string | TextParts {
+  if (texts.every((text) => text.short)) return JSON.stringify(build(texts.map((text) => text.toString())));
+  const stand = theHole().text;
+  // The i-th long text's stand-in: the hole with its number before the closing control character.
+  const values = texts.map((text, i) => (text.short ? text.toString() : `${stand.slice(0, -1)}${i}\u0000`));
+  const json = JSON.stringify(build(values));
+  const holes: { at: number; length: number; text: TextBuilder }[] = [];
+  texts.forEach((text, i) => {
+    if (text.short) return;
+    const quoted = JSON.stringify(values[i]);
+    const at = json.indexOf(quoted);
+    // `build` put the stand-in in exactly one place (or the object's own strings hold it: they do not).
+    if (at < 0 || json.includes(quoted, at + 1))
+      throw new Error('jsonWithText: each text must appear exactly once in what build returns');
+    holes.push({ at, length: quoted.length, text });
+  });
+  holes.sort((a, b) => a.at - b.at);
+  const parts: (string | Uint8Array)[] = [];
+  let from = 0;
+  for (const { at, length, text } of holes) {
+    parts.push(json.slice(from, at + 1), ...text.jsonParts());
+    from = at + length - 1;
+  }
+  parts.push(json.slice(from));
+  return new TextParts(parts);
 }

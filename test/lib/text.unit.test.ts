@@ -1,7 +1,7 @@
 import { defined } from '../support/defined';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { jsonWithText, TextBuilder, TextParts } from '../../src/lib/text';
+import { jsonWithText, jsonWithTexts, TextBuilder, TextParts } from '../../src/lib/text';
 
 /**
  * Text held in pieces (src/lib/text.ts): a run's answer is kept as the JSON escaping of the
@@ -109,5 +109,43 @@ describe('jsonWithText', () => {
     builder.push('x'.repeat(2000));
     expect(() => jsonWithText(() => ({ value: 'no text here' }), builder)).toThrow('exactly once');
     expect(() => jsonWithText((value) => ({ a: value, b: value }), builder)).toThrow('exactly once');
+  });
+});
+
+describe('jsonWithTexts', () => {
+  const output = (values: string[]) => ({
+    output: values.map((text, i) => ({ id: `msg_${i}`, content: [{ type: 'output_text', text }] })),
+  });
+
+  it('is JSON.stringify of the object with each text in its place, long or short, in any order', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.array(fc.oneof(fc.string({ maxLength: 40 }), fc.string({ minLength: 1024, maxLength: 1100 })), {
+            maxLength: 4,
+          }),
+          { maxLength: 5 },
+        ),
+        fc.boolean(),
+        (texts, reversed) => {
+          const builders = texts.map((given) => {
+            const builder = new TextBuilder();
+            for (const piece of given) builder.push(piece);
+            return builder;
+          });
+          const build = (values: string[]) => output(reversed ? [...values].reverse() : values);
+          const json = jsonWithTexts(build, builders);
+          expect(json.toString()).toBe(JSON.stringify(build(texts.map((given) => given.join('')))));
+          expect(json instanceof TextParts).toBe(builders.some((builder) => !builder.short));
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('refuses an object that leaves out a long text', () => {
+    const long = new TextBuilder();
+    long.push('x'.repeat(2000));
+    expect(() => jsonWithTexts(([first]) => ({ first }), [new TextBuilder(), long])).toThrow('exactly once');
   });
 });

@@ -1,0 +1,787 @@
+import type { Db } from '../../db/client';
+import type { ServerSentEvent } from '../../deps';
+import type { ErrorBody } from '../../errors';
+import { jsonWithText, jsonWithTexts, TextBuilder, TextParts } from '../../lib/text';
+import type { EventSink } from '../runs/execution/event-stream';
+import { searchQueries } from '../runs/execution/file-search';
+import { getStep } from '../runs/queries';
+
+/**
+ * A response's stream of events, as OpenAI's Responses API sends it, translated from the events
+ * the run engine sends for the run that executes the response (an EventSink between the engine
+ * and the response's event stream): each batch the engine sends leaves as one batch, each event
+ * numbered (`sequence_number`, from 0).
+ *
+ *   thread.run.created                   → response.created
+ *   thread.run.in_progress               → response.in_progress
+ *   thread.message.created               → response.output_item.added (message), response.content_part.added
+ *   thread.message.delta (text)          → response.output_text.delta
+ *   thread.message.delta (annotations)   → response.output_text.annotation.added, one per annotation
+ *   thread.message.completed/incomplete  → response.output_text.done, response.content_part.done,
+ *                                          response.output_item.done
+ *   thread.run.step.delta (a function)   → response.output_item.added (function_call) when it begins,
+ *                                          response.function_call_arguments.delta
+ *   thread.run.step.delta (file_search)  → response.output_item.added (file_search_call),
+ *                                          response.file_search_call.in_progress, .searching
+ *   thread.run.step.completed/failed     → response.function_call_arguments.done, or
+ *                                          response.file_search_call.completed; response.output_item.done
+ *   thread.run.completed                 → response.completed (the whole output, the usage)
+ *   thread.run.incomplete                → response.incomplete
+ *   thread.run.failed/cancelled/expired  → response.failed
+ *   error                                → error
+ *
+ * The rest (thread.run.queued, the steps' created and in_progress, thread.message.in_progress, a
+ * message step's completion) says nothing the Responses API shows. The output items' ids and
+ * shapes are the ones a conversation's items have (resources/conversations/: a thread's messages
+ * and its runs' tool calls as items): the message's own id, `fc_`/`fs_` + the step's id without
+ * `step_` + the call's index in its step, so that a response's output and its conversation's items
+ * name the same things alike.
+ *
+ * What it holds: the output the response keeps anyway (its messages' text, pieces as the engine
+ * streamed them: lib/text.ts) and a little per open item; nothing grows with the number of events.
+ */
+
+/** What the whole response object in response.created/in_progress/completed/… shows of the stream. */
+export interface ResponseState {
+  status: 'in_progress' | 'completed' | 'incomplete' | 'failed' | 'cancelled';
+  /** The output items so far, in order (a long text held in a message's `text` builder: see OutputEntry). */
+  output: OutputItem[];
+  usage: ResponseUsage | null;
+  error: { code: ResponseErrorCode; message: string } | null;
+  incomplete_details: { reason: 'max_output_tokens' | 'content_filter' } | null;
+  /** In seconds; only for a completed response. */
+  completed_at: number | null;
+}
+
+/** The response object (the lead's wire module builds it): what the events carry as `response`. */
+export type DescribeResponse = (state: ResponseState) => unknown;
+
+export interface ResponseUsage {
+  input_tokens: number;
+  input_tokens_details: { cached_tokens: number; cache_write_tokens: number };
+  output_tokens: number;
+  output_tokens_details: { reasoning_tokens: number };
+  total_tokens: number;
+}
+
+/** The error codes a response's `error` may have that a run's `last_error` has too. */
+export type ResponseErrorCode = 'server_error' | 'rate_limit_exceeded' | 'invalid_prompt';
+
+export interface OutputTextPart {
+  type: 'output_text';
+  text: string;
+  annotations: FileCitationAnnotation[];
+  logprobs: [];
+}
+
+export interface FileCitationAnnotation {
+  type: 'file_citation';
+  file_id: string;
+  index: number;
+  filename: string;
+}
+
+export type ItemStatus = 'in_progress' | 'completed' | 'incomplete';
+
+export interface MessageItem {
+  id: string;
+  type: 'message';
+  role: 'assistant';
+  content: OutputTextPart[];
+  status: ItemStatus;
+}
+
+export interface FunctionCallItem {
+  id: string;
+  type: 'function_call';
+  call_id: string;
+  name: string;
+  arguments: string;
+  status: ItemStatus;
+}
+
+export interface FileSearchResult {
+  file_id: string;
+  text: string;
+  filename: string;
+  attributes: Record<string, string | number | boolean>;
+  score: number;
+}
+
+export interface FileSearchCallItem {
+  id: string;
+  type: 'file_search_call';
+  status: 'in_progress' | 'searching' | 'completed' | 'incomplete' | 'failed';
+  queries: string[];
+  results?: FileSearchResult[] | null;
+}
+
+export type OutputItem = MessageItem | FunctionCallItem | FileSearchCallItem;
+
+/** The id of a function call's item: `fc_` + its step's id without `step_` + its index in the step. */
+export function functionCallItemId(stepId: string, index: number): string {
+  return `fc_${stepId.replace(/^step_/, '')}_${index}`;
+}
+
+/** The id of a file search's item, as functionCallItemId with `fs_`. */
+export function fileSearchItemId(stepId: string, index: number): string {
+  return `fs_${stepId.replace(/^step_/, '')}_${index}`;
+}
+
+/** A run's usage (the Assistants API's names) as a response's. */
+export function responseUsage(usage: RunUsage): ResponseUsage {
+  return {
+    input_tokens: usage.prompt_tokens,
+    input_tokens_details: {
+      cached_tokens: usage.prompt_token_details?.cached_tokens ?? 0,
+      cache_write_tokens: 0,
+    },
+    output_tokens: usage.completion_tokens,
+    output_tokens_details: { reasoning_tokens: usage.completion_tokens_details?.reasoning_tokens ?? 0 },
+    total_tokens: usage.total_tokens,
+  };
+}
+
+interface RunUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_token_details?: { cached_tokens?: number };
+  completion_tokens_details?: { reasoning_tokens?: number };
+}
+
+/** An Assistants file_citation annotation (runs/execution/file-search.ts, citations) as a response's. */
+export function fileCitation(annotation: AssistantsCitation): FileCitationAnnotation {
+  // The marker is 【number†filename】: the file's name is what follows the dagger.
+  const dagger = annotation.text.indexOf('†');
+  const filename = dagger < 0 ? '' : annotation.text.slice(dagger + 1, -1);
+  return { type: 'file_citation', file_id: annotation.file_citation.file_id, index: annotation.start_index, filename };
+}
+
+interface AssistantsCitation {
+  type: 'file_citation';
+  text: string;
+  start_index: number;
+  file_citation: { file_id: string };
+}
+
+/**
+ * The queries each file search of a step ran, by call id: the Assistants events do not carry them
+ * (a file search's arguments are the gateway's business there), its stored step does.
+ */
+export type SearchedQueries = (stepId: string) => Promise<ReadonlyMap<string, string[]>>;
+
+/** SearchedQueries read from the run's stored step. */
+export function storedSearchQueries(db: Db, runId: string): SearchedQueries {
+  return async (stepId) => {
+    const step = await getStep(db, runId, stepId);
+    const queries = new Map<string, string[]>();
+    if (step.stepDetails.type !== 'tool_calls') return queries;
+    for (const call of step.stepDetails.tool_calls) {
+      if (call.type !== 'file_search') continue;
+      const searched = searchQueries(call.function.arguments, 0);
+      queries.set(call.id, Array.isArray(searched) ? searched : []);
+    }
+    return queries;
+  };
+}
+
+export interface ResponseEventsOptions {
+  /** The response object for a state: the response's wire module. */
+  describe: DescribeResponse;
+  /** Whether file_search_call items show their results (`include: ["file_search_call.results"]`). */
+  includeSearchResults?: boolean;
+  /** Where the queries of a file search come from (storedSearchQueries); without it, none are shown. */
+  searchedQueries?: SearchedQueries;
+}
+
+/** A message of the output while it streams, and once done: its text as it came. */
+interface MessageEntry {
+  kind: 'message';
+  id: string;
+  outputIndex: number;
+  status: ItemStatus;
+  done: boolean;
+  text: TextBuilder;
+  annotations: FileCitationAnnotation[];
+  /** How its deltas begin (turn-answer.ts writes them so): what the hot path recognises. */
+  deltaPrefix: string;
+  /** How its output_text.delta events begin. */
+  eventHead: string;
+}
+
+interface CallEntry {
+  kind: 'call';
+  item: FunctionCallItem | FileSearchCallItem;
+  /** -1 until it is announced (output_item.added): a file search waits for the one before it. */
+  outputIndex: number;
+  done: boolean;
+}
+
+type OutputEntry = MessageEntry | CallEntry;
+
+const DELTA_SUFFIX = '}}]}}';
+const FIRST_DELTA_SUFFIX = ',"annotations":[]}}]}}';
+
+/**
+ * The translation. OpenAI streams a response's output items one after the other, each whole
+ * (added, its parts, done) before the next is added; the engine keeps a turn's message open until
+ * the turn ends, while tool calls stream after it, and ends a step's calls together. So an item
+ * ends here when the next begins: a message when a tool call begins after it (its text is whole:
+ * the model has moved on), a function call when the next call begins (its arguments are whole).
+ * A file search cannot end before the gateway has searched, at its step's end: a second search of
+ * the same step is announced only then, after the first has ended.
+ */
+export class ResponseEvents implements EventSink {
+  readonly #target: EventSink;
+  readonly #describe: DescribeResponse;
+  readonly #includeSearchResults: boolean;
+  readonly #searchedQueries: SearchedQueries | undefined;
+  #sequence = 0;
+  /** The output items in their order (announced ones). */
+  readonly #output: OutputEntry[] = [];
+  /** The messages by id, and the tool calls by `<step id>/<index in the step>`. */
+  readonly #messages = new Map<string, MessageEntry>();
+  readonly #calls = new Map<string, CallEntry>();
+  /** The message whose text is streaming: the hot path's. */
+  #streaming: MessageEntry | null = null;
+
+  constructor(target: EventSink, options: ResponseEventsOptions) {
+    this.#target = target;
+    this.#describe = options.describe;
+    this.#includeSearchResults = options.includeSearchResults ?? false;
+    this.#searchedQueries = options.searchedQueries;
+  }
+
+  send(events: ServerSentEvent[]): Promise<void> {
+    // The hot path: a batch of one text delta, read and written as strings, with no async step of its own.
+    const [only] = events;
+    if (events.length === 1 && only?.[0] === 'thread.message.delta' && typeof only[1] === 'string') {
+      const out: ServerSentEvent[] = [];
+      if (this.#textDelta(only[1], out)) return this.#target.send(out);
+    }
+    return this.#sendAll(events);
+  }
+
+  async #sendAll(events: ServerSentEvent[]): Promise<void> {
+    const out: ServerSentEvent[] = [];
+    for (const [name, data] of events) {
+      if (name === 'thread.message.delta' && typeof data === 'string' && this.#textDelta(data, out)) continue;
+      await this.#translate(name, data, out);
+    }
+    if (out.length > 0) await this.#target.send(out);
+  }
+
+  /** A text delta as turn-answer.ts writes it: its JSON string copied into the event, unparsed but for the text kept. */
+  #textDelta(data: string, out: ServerSentEvent[]): boolean {
+    const message = this.#streaming;
+    if (message === null || !data.startsWith(message.deltaPrefix)) return false;
+    const end = data.endsWith(FIRST_DELTA_SUFFIX)
+      ? FIRST_DELTA_SUFFIX.length
+      : data.endsWith(DELTA_SUFFIX)
+        ? DELTA_SUFFIX.length
+        : -1;
+    if (end < 0) return false;
+    const literal = data.slice(message.deltaPrefix.length, data.length - end);
+    message.text.push(JSON.parse(literal) as string);
+    out.push([
+      'response.output_text.delta',
+      `${message.eventHead}${literal},"sequence_number":${this.#sequence++},"logprobs":[]}`,
+    ]);
+    return true;
+  }
+
+  async #translate(name: string, data: unknown, out: ServerSentEvent[]): Promise<void> {
+    switch (name) {
+      case 'thread.run.created':
+        return this.#emit(out, 'response.created', { response: this.#response(runOf(data), 'in_progress') });
+      case 'thread.run.in_progress':
+        return this.#emit(out, 'response.in_progress', { response: this.#response(runOf(data), 'in_progress') });
+      case 'thread.message.created':
+        this.#message(messageIdOf(data), out);
+        return;
+      case 'thread.message.delta':
+        return this.#messageDelta(messageDeltaOf(data), out);
+      case 'thread.message.completed':
+      case 'thread.message.incomplete': {
+        const message = this.#message(messageIdOf(data), out);
+        if (!message.done) this.#finishMessage(message, name === 'thread.message.completed', out);
+        return;
+      }
+      case 'thread.run.step.delta':
+        return this.#stepDelta(stepDeltaOf(data), out);
+      case 'thread.run.step.completed':
+      case 'thread.run.step.failed':
+        return this.#closeStep(stepOf(data), name === 'thread.run.step.completed', out);
+      case 'thread.run.requires_action':
+        return this.#requiresAction(runOf(data), out);
+      case 'thread.run.completed':
+      case 'thread.run.incomplete':
+      case 'thread.run.failed':
+      case 'thread.run.cancelled':
+      case 'thread.run.expired':
+        return this.#end(runOf(data), out);
+      case 'error':
+        return this.#error(errorOf(data), out);
+      default:
+        // Nothing a response shows: thread.run.queued, steps created and in progress, …
+        return;
+    }
+  }
+
+  /** The message of this id: known, or added now (the item before it ends). */
+  #message(id: string, out: ServerSentEvent[]): MessageEntry {
+    const known = this.#messages.get(id);
+    if (known) return known;
+    this.#endCurrent(out);
+    const outputIndex = this.#output.length;
+    const message: MessageEntry = {
+      kind: 'message',
+      id,
+      outputIndex,
+      status: 'in_progress',
+      done: false,
+      text: new TextBuilder(),
+      annotations: [],
+      deltaPrefix: `{"id":${JSON.stringify(id)},"object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":`,
+      eventHead: `{"type":"response.output_text.delta","item_id":${JSON.stringify(id)},"output_index":${outputIndex},"content_index":0,"delta":`,
+    };
+    this.#output.push(message);
+    this.#messages.set(id, message);
+    this.#streaming = message;
+    this.#emit(out, 'response.output_item.added', {
+      output_index: outputIndex,
+      sequence_number: 0,
+      item: { id, type: 'message', role: 'assistant', content: [], status: 'in_progress' },
+    });
+    this.#emit(out, 'response.content_part.added', {
+      item_id: id,
+      output_index: outputIndex,
+      content_index: 0,
+      part: emptyPart(),
+    });
+    return message;
+  }
+
+  /**
+   * A delta the hot path did not take: annotations (citations, known once the answer is whole),
+   * or text in another form, or text after the message ended early (a tool call began after it),
+   * which is kept and sent all the same.
+   */
+  #messageDelta(delta: MessageDelta, out: ServerSentEvent[]): void {
+    const message = this.#message(delta.id, out);
+    for (const content of delta.delta.content ?? []) {
+      const value = content.text?.value;
+      if (value) {
+        message.text.push(value);
+        this.#emit(out, 'response.output_text.delta', {
+          item_id: message.id,
+          output_index: message.outputIndex,
+          content_index: 0,
+          delta: value,
+          sequence_number: 0,
+          logprobs: [],
+        });
+      }
+      for (const annotation of content.text?.annotations ?? []) {
+        if (annotation.type !== 'file_citation') continue;
+        const citation = fileCitation(annotation);
+        message.annotations.push(citation);
+        this.#emit(out, 'response.output_text.annotation.added', {
+          item_id: message.id,
+          output_index: message.outputIndex,
+          content_index: 0,
+          annotation_index: message.annotations.length - 1,
+          sequence_number: 0,
+          annotation: citation,
+        });
+      }
+    }
+  }
+
+  #finishMessage(message: MessageEntry, completed: boolean, out: ServerSentEvent[]): void {
+    message.done = true;
+    if (this.#streaming === message) this.#streaming = null;
+    message.status = completed ? 'completed' : 'incomplete';
+    const { id, outputIndex, text, annotations } = message;
+    const part = (value: string): OutputTextPart => ({ type: 'output_text', text: value, annotations, logprobs: [] });
+    // The whole text is in three events, as OpenAI sends it: written from its pieces, never joined.
+    const [textDone, partDone, itemDone] = [this.#sequence++, this.#sequence++, this.#sequence++];
+    out.push([
+      'response.output_text.done',
+      jsonWithText(
+        (value) => ({
+          type: 'response.output_text.done',
+          item_id: id,
+          output_index: outputIndex,
+          content_index: 0,
+          text: value,
+          sequence_number: textDone,
+          logprobs: [],
+        }),
+        text,
+      ),
+    ]);
+    out.push([
+      'response.content_part.done',
+      jsonWithText(
+        (value) => ({
+          type: 'response.content_part.done',
+          item_id: id,
+          output_index: outputIndex,
+          content_index: 0,
+          sequence_number: partDone,
+          part: part(value),
+        }),
+        text,
+      ),
+    ]);
+    out.push([
+      'response.output_item.done',
+      jsonWithText(
+        (value) => ({
+          type: 'response.output_item.done',
+          output_index: outputIndex,
+          sequence_number: itemDone,
+          item: messageItem(message, value),
+        }),
+        text,
+      ),
+    ]);
+  }
+
+  #stepDelta(delta: StepDelta, out: ServerSentEvent[]): void {
+    const details = delta.delta.step_details;
+    if (details?.type !== 'tool_calls') return;
+    for (const call of details.tool_calls ?? []) {
+      const entry = this.#calls.get(`${delta.id}/${call.index}`) ?? this.#openCall(delta.id, call, out);
+      const args = call.type === 'function' ? call.function?.arguments : undefined;
+      if (entry?.item.type !== 'function_call' || !args) continue;
+      entry.item.arguments += args;
+      // Arguments after the call ended early (another began): kept for its step's end, not sent.
+      if (entry.done) continue;
+      this.#emit(out, 'response.function_call_arguments.delta', {
+        item_id: entry.item.id,
+        output_index: entry.outputIndex,
+        sequence_number: 0,
+        delta: args,
+      });
+    }
+  }
+
+  /** A call's first delta (it names the call): its item, announced unless a search before it is still under way. */
+  #openCall(stepId: string, call: ToolCallDelta, out: ServerSentEvent[]): CallEntry | undefined {
+    let item: FunctionCallItem | FileSearchCallItem;
+    if (call.type === 'function') {
+      item = {
+        id: functionCallItemId(stepId, call.index),
+        type: 'function_call',
+        call_id: call.id ?? '',
+        name: call.function?.name ?? '',
+        arguments: '',
+        status: 'in_progress',
+      };
+    } else if (call.type === 'file_search') {
+      item = { id: fileSearchItemId(stepId, call.index), type: 'file_search_call', status: 'in_progress', queries: [] };
+    } else return undefined;
+    const entry: CallEntry = { kind: 'call', item, outputIndex: -1, done: false };
+    this.#calls.set(`${stepId}/${call.index}`, entry);
+    const current = this.#output.at(-1);
+    const searching = current?.kind === 'call' && !current.done && current.item.type === 'file_search_call';
+    if (!(searching && item.type === 'file_search_call')) this.#announce(entry, out);
+    return entry;
+  }
+
+  /** A call's output_item.added (and a search's start), the item before it ended. */
+  #announce(entry: CallEntry, out: ServerSentEvent[]): void {
+    this.#endCurrent(out);
+    entry.outputIndex = this.#output.length;
+    this.#output.push(entry);
+    this.#emit(out, 'response.output_item.added', {
+      output_index: entry.outputIndex,
+      sequence_number: 0,
+      item: { ...entry.item },
+    });
+    if (entry.item.type === 'file_search_call') {
+      // The search runs once the model's answer ends: it is under way from here on.
+      const at = { output_index: entry.outputIndex, item_id: entry.item.id };
+      this.#emit(out, 'response.file_search_call.in_progress', at);
+      this.#emit(out, 'response.file_search_call.searching', at);
+      entry.item.status = 'searching';
+    }
+  }
+
+  /** The item streaming before a new one begins ends (as completed), unless it is a search under way. */
+  #endCurrent(out: ServerSentEvent[]): void {
+    const current = this.#output.at(-1);
+    if (!current || current.done) return;
+    if (current.kind === 'message') this.#finishMessage(current, true, out);
+    else if (current.item.type === 'function_call') this.#finishCall(current, true, out);
+  }
+
+  async #closeStep(step: RunStep, completed: boolean, out: ServerSentEvent[]): Promise<void> {
+    const details = step.step_details;
+    if (details.type !== 'tool_calls') return;
+    const calls = details.tool_calls ?? [];
+    const searched = calls.some((call) => call.type === 'file_search') ? await this.#queriesOf(step.id) : undefined;
+    for (const [index, call] of calls.entries()) {
+      const entry = this.#calls.get(`${step.id}/${index}`);
+      if (!entry || entry.done) continue;
+      const item = entry.item;
+      if (item.type === 'function_call' && call.type === 'function') {
+        item.arguments = call.function?.arguments ?? item.arguments;
+      } else if (item.type === 'file_search_call' && call.type === 'file_search') {
+        item.queries = searched?.get(call.id) ?? [];
+        if (this.#includeSearchResults) item.results = (call.file_search?.results ?? []).map(searchResult);
+      }
+      if (entry.outputIndex < 0) this.#announce(entry, out);
+      this.#finishCall(entry, completed, out);
+    }
+  }
+
+  async #queriesOf(stepId: string): Promise<ReadonlyMap<string, string[]>> {
+    return this.#searchedQueries ? this.#searchedQueries(stepId) : new Map();
+  }
+
+  /** A call's last events: its arguments' or its search's end, then output_item.done. */
+  #finishCall(entry: CallEntry, completed: boolean, out: ServerSentEvent[]): void {
+    entry.done = true;
+    const item = entry.item;
+    if (item.type === 'function_call') {
+      item.status = completed ? 'completed' : 'incomplete';
+      // Its arguments are final either way: whole, or as far as they came before the call was cut.
+      this.#emit(out, 'response.function_call_arguments.done', {
+        item_id: item.id,
+        name: item.name,
+        output_index: entry.outputIndex,
+        sequence_number: 0,
+        arguments: item.arguments,
+      });
+    } else {
+      item.status = completed ? 'completed' : 'failed';
+      if (completed)
+        this.#emit(out, 'response.file_search_call.completed', { output_index: entry.outputIndex, item_id: item.id });
+    }
+    this.#emit(out, 'response.output_item.done', {
+      output_index: entry.outputIndex,
+      sequence_number: 0,
+      item: { ...item },
+    });
+  }
+
+  /**
+   * TO REMOVE when the engine completes a response's run that calls functions (its tool step
+   * completed with them, the run completed: TurnAnswer.handOver): until then, a run waiting for
+   * tool outputs ends the response as a completion would, its calls as the run requires them.
+   */
+  #requiresAction(run: RunObject, out: ServerSentEvent[]): void {
+    const required = new Map(
+      (run.required_action?.submit_tool_outputs.tool_calls ?? []).map((call) => [call.id, call.function.arguments]),
+    );
+    for (const entry of this.#calls.values()) {
+      if (entry.done || entry.item.type !== 'function_call') continue;
+      entry.item.arguments = required.get(entry.item.call_id) ?? entry.item.arguments;
+      if (entry.outputIndex < 0) this.#announce(entry, out);
+      this.#finishCall(entry, true, out);
+    }
+    this.#end({ ...run, status: 'completed', completed_at: Math.floor(Date.now() / 1000) }, out);
+  }
+
+  /** The run ended: what is still open ends with it (incomplete), then the response's last event. */
+  #end(run: RunObject, out: ServerSentEvent[]): void {
+    for (const entry of [...this.#output, ...this.#calls.values()]) {
+      if (entry.done) continue;
+      if (entry.kind === 'message') this.#finishMessage(entry, false, out);
+      else {
+        if (entry.outputIndex < 0) this.#announce(entry, out);
+        this.#finishCall(entry, false, out);
+      }
+    }
+    const status = responseStatus(run.status);
+    const type =
+      status === 'completed'
+        ? 'response.completed'
+        : status === 'incomplete'
+          ? 'response.incomplete'
+          : 'response.failed';
+    const sequence = this.#sequence++;
+    const messages = this.#output.filter((entry): entry is MessageEntry => entry.kind === 'message');
+    // The whole output once more, each message's text written from its pieces (jsonWithTexts).
+    const event = (texts: string[]) => {
+      let next = 0;
+      const output = this.#output.map((entry) =>
+        entry.kind === 'message' ? messageItem(entry, texts[next++] ?? '') : { ...entry.item },
+      );
+      const response = this.#describe(this.#state(run, status, output));
+      return type === 'response.failed'
+        ? { type, sequence_number: sequence, response }
+        : { type, response, sequence_number: sequence };
+    };
+    out.push([
+      type,
+      jsonWithTexts(
+        event,
+        messages.map((message) => message.text),
+      ),
+    ]);
+  }
+
+  #error(body: ErrorBody, out: ServerSentEvent[]): void {
+    const { code, message, param } = body.error;
+    this.#emit(out, 'error', { code: code ?? null, message, param: param ?? null });
+  }
+
+  /** The response as the run stands (`status` as the response names it). */
+  #response(run: RunObject, status: ResponseState['status']): unknown {
+    return this.#describe(this.#state(run, status, []));
+  }
+
+  #state(run: RunObject, status: ResponseState['status'], output: OutputItem[]): ResponseState {
+    const reason = run.incomplete_details?.reason;
+    return {
+      status,
+      output,
+      usage: run.usage ? responseUsage(run.usage) : null,
+      error:
+        status === 'failed'
+          ? {
+              code: responseErrorCode(run.last_error?.code),
+              message: run.last_error?.message ?? `The response ${run.status === 'expired' ? 'expired' : 'failed'}.`,
+            }
+          : null,
+      incomplete_details:
+        status === 'incomplete'
+          ? { reason: reason === 'content_filter' ? 'content_filter' : 'max_output_tokens' }
+          : null,
+      completed_at: status === 'completed' ? (run.completed_at ?? null) : null,
+    };
+  }
+
+  /**
+   * One event: `type`, then `fields` in the reference's order; a `sequence_number` among them (any
+   * value) marks where the reference puts it, else it goes last.
+   */
+  #emit(out: ServerSentEvent[], type: string, fields: Record<string, unknown>): void {
+    const sequence = this.#sequence++;
+    const event: Record<string, unknown> = { type, ...fields, sequence_number: sequence };
+    out.push([type, JSON.stringify(event)]);
+  }
+}
+
+const emptyPart = (): OutputTextPart => ({ type: 'output_text', text: '', annotations: [], logprobs: [] });
+
+/** A message's item with `text` as its text (its builder's, or a stand-in: jsonWithText). */
+function messageItem(message: MessageEntry, text: string): MessageItem {
+  return {
+    id: message.id,
+    type: 'message',
+    role: 'assistant',
+    content: [{ type: 'output_text', text, annotations: message.annotations, logprobs: [] }],
+    status: message.status,
+  };
+}
+
+function responseStatus(status: string): ResponseState['status'] {
+  switch (status) {
+    case 'completed':
+    case 'incomplete':
+    case 'cancelled':
+      return status;
+    default:
+      // failed, expired: a response does not expire, it fails.
+      return 'failed';
+  }
+}
+
+function responseErrorCode(code: string | undefined): ResponseErrorCode {
+  return code === 'rate_limit_exceeded' || code === 'invalid_prompt' ? code : 'server_error';
+}
+
+function searchResult(result: AssistantsSearchResult): FileSearchResult {
+  return {
+    file_id: result.file_id,
+    text: result.content?.map((part) => part.text).join('') ?? '',
+    filename: result.file_name,
+    attributes: {},
+    score: result.score,
+  };
+}
+
+// ── What the engine sends, as far as it is read here (runs/wire.ts, turn-answer.ts) ─────────
+
+interface RunObject {
+  status: string;
+  usage: RunUsage | null;
+  last_error: { code: string; message: string } | null;
+  incomplete_details: { reason: string } | null;
+  completed_at: number | null;
+  required_action: {
+    submit_tool_outputs: { tool_calls: { id: string; function: { arguments: string } }[] };
+  } | null;
+}
+
+interface MessageDelta {
+  id: string;
+  delta: { content?: { text?: { value?: string; annotations?: AssistantsCitation[] } }[] };
+}
+
+interface ToolCallDelta {
+  index: number;
+  id?: string;
+  type: string;
+  function?: { name?: string; arguments?: string };
+}
+
+interface StepDelta {
+  id: string;
+  delta: { step_details?: { type: string; tool_calls?: ToolCallDelta[] } };
+}
+
+interface AssistantsSearchResult {
+  file_id: string;
+  file_name: string;
+  score: number;
+  content?: { type: 'text'; text: string }[];
+}
+
+interface RunStep {
+  id: string;
+  step_details:
+    | { type: 'message_creation' }
+    | {
+        type: 'tool_calls';
+        tool_calls?: {
+          id: string;
+          type: string;
+          function?: { arguments: string };
+          file_search?: { results: AssistantsSearchResult[] };
+        }[];
+      };
+}
+
+/**
+ * The engine's event data: a JSON string, an object, or TextParts (a long message); whichever it
+ * is, read as the engine's own type for the event (it wrote it from that type: runs/wire.ts).
+ */
+function parsed(data: unknown): unknown {
+  if (typeof data === 'string') return JSON.parse(data);
+  if (data instanceof TextParts) return JSON.parse(data.toString());
+  return data;
+}
+
+/**
+ * A message event's message id, without parsing the message: its JSON begins with it
+ * (threads/wire.ts, toMessageJson), and a long answer's message is TextParts that never need joining.
+ */
+function messageIdOf(data: unknown): string {
+  const head = data instanceof TextParts ? data.parts[0] : data;
+  const id = typeof head === 'string' ? /^\{"id":"([^"\\]+)"/.exec(head)?.[1] : undefined;
+  return id ?? messageOf(data).id;
+}
+
+const runOf = (data: unknown) => parsed(data) as RunObject;
+const messageOf = (data: unknown) => parsed(data) as { id: string };
+const messageDeltaOf = (data: unknown) => parsed(data) as MessageDelta;
+const stepDeltaOf = (data: unknown) => parsed(data) as StepDelta;
+const stepOf = (data: unknown) => parsed(data) as RunStep;
+const errorOf = (data: unknown) => parsed(data) as ErrorBody;

@@ -1,0 +1,553 @@
+import { defined } from '../../support/defined';
+import { readFileSync } from 'node:fs';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ServerSentEvent } from '../../../src/deps';
+import { TextParts } from '../../../src/lib/text';
+import {
+  ResponseEvents,
+  storedSearchQueries,
+  type OutputItem,
+  type ResponseState,
+} from '../../../src/resources/responses/events';
+import { createFakeUpstream, fakeThread, type FakeScenario } from '../../support/fake-upstream';
+import { gatewayWithDefaultKey, type Tenant, type TestGateway } from '../../support/gateway';
+import { propertyOrder, responseEventComponent, responseStreamEventErrors } from '../../support/openapi';
+import { WEATHER_TOOL } from '../../support/runs';
+import { parseEventStream } from '../../support/sse';
+import { seedStore, type SeededStore } from '../../support/vector-stores';
+
+/**
+ * A response's stream of events (src/resources/responses/events.ts), translated from real
+ * streamed runs: the gateway executes a run against the fake provider, its Assistants events are
+ * captured batch by batch as they leave, and ResponseEvents turns them into the Responses API's.
+ * Each stream is checked against the reference (every event's schema and field order), against
+ * the order OpenAI documents (a grammar), for its sequence numbers, for a final output equal to
+ * what its deltas built, and by the official SDK's stream helper, which must accept it whole.
+ */
+
+const upstream = createFakeUpstream();
+let gateway: TestGateway;
+let tenant: Tenant;
+let openai: OpenAI;
+let store: SeededStore;
+let functionsAssistant: string;
+let searchAssistant: string;
+
+const TIME_TOOL = {
+  type: 'function' as const,
+  function: {
+    name: 'get_time',
+    description: 'The time in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+};
+const REFUND_CHUNK = 'Refunds are granted within 30 days of purchase.';
+const INCLUDE_CONTENT = 'include[]=step_details.tool_calls[*].file_search.results[*].content';
+
+beforeAll(async () => {
+  ({ gateway, tenant, client: openai } = await gatewayWithDefaultKey(upstream.fetch));
+  store = await seedStore(gateway, tenant, [
+    { filename: 'policies.md', chunks: [REFUND_CHUNK, 'Shipping takes five business days.'] },
+  ]);
+  functionsAssistant = (await openai.beta.assistants.create({ model: 'fake-model', tools: [WEATHER_TOOL, TIME_TOOL] }))
+    .id;
+  searchAssistant = (
+    await openai.beta.assistants.create({
+      model: 'fake-model',
+      tools: [{ type: 'file_search', file_search: { max_num_results: 1 } }],
+      tool_resources: { file_search: { vector_store_ids: [store.id] } },
+    })
+  ).id;
+});
+afterAll(() => gateway?.close());
+
+/** A streamed run's events as they left the gateway, one batch per write, their data as written. */
+async function streamedRun(
+  assistantId: string,
+  scenario: FakeScenario | FakeScenario[],
+  options: {
+    body?: Record<string, unknown>;
+    query?: string;
+    /** Called once the run is in progress, before the stream is read further. */
+    whileInProgress?: (run: { id: string; thread_id: string }) => Promise<unknown>;
+  } = {},
+): Promise<{ runId: string; batches: ServerSentEvent[][] }> {
+  const thread = await openai.beta.threads.create(fakeThread(`Hello ${crypto.randomUUID()}`, scenario));
+  const response = await gateway.request(`/v1/threads/${thread.id}/runs${options.query ? `?${options.query}` : ''}`, {
+    method: 'POST',
+    key: tenant.workspaceKey,
+    body: { assistant_id: assistantId, stream: true, ...options.body },
+  });
+  expect(response.status).toBe(200);
+  const batches: ServerSentEvent[][] = [];
+  const reader = defined(response.body).pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buffer += value;
+    const batch: ServerSentEvent[] = [];
+    let end: number;
+    while ((end = buffer.indexOf('\n\n')) !== -1) {
+      const [, name = '', data = ''] = /^event: (.*)\ndata: (.*)$/s.exec(buffer.slice(0, end)) ?? [];
+      buffer = buffer.slice(end + 2);
+      // `done` is the stream's own end (EventStream.close), never sent through a sink.
+      if (name !== 'done') batch.push([name, data]);
+      if (name === 'thread.run.in_progress') await options.whileInProgress?.(JSON.parse(data));
+    }
+    if (batch.length > 0) batches.push(batch);
+  }
+  const created = batches.flat().find(([name]) => name === 'thread.run.created');
+  return { runId: (JSON.parse(String(defined(created)[1])) as { id: string }).id, batches };
+}
+
+/** What a test's `describe` callback makes of a state: a response as the reference types it. */
+const describeResponse = (state: ResponseState) => ({
+  id: 'resp_test',
+  object: 'response',
+  created_at: 1_741_487_325,
+  status: state.status,
+  completed_at: state.completed_at,
+  error: state.error,
+  incomplete_details: state.incomplete_details,
+  instructions: null,
+  model: 'fake-model',
+  output: state.output,
+  parallel_tool_calls: true,
+  tool_choice: 'auto',
+  tools: [],
+  temperature: 1,
+  top_p: 1,
+  metadata: {},
+  ...(state.usage ? { usage: state.usage } : {}),
+});
+
+interface Translated {
+  /** The batches ResponseEvents sent, as they were sent. */
+  batches: ServerSentEvent[][];
+  /** The whole stream as its client reads it. */
+  text: string;
+  events: { event: string; data: any }[];
+}
+
+async function translate(
+  run: { runId: string; batches: ServerSentEvent[][] },
+  options: { includeSearchResults?: boolean } = {},
+): Promise<Translated> {
+  const batches: ServerSentEvent[][] = [];
+  const events = new ResponseEvents(
+    {
+      send: async (batch) => {
+        batches.push(batch);
+      },
+    },
+    {
+      describe: describeResponse,
+      includeSearchResults: options.includeSearchResults,
+      searchedQueries: storedSearchQueries(gateway.database.db, run.runId),
+    },
+  );
+  for (const batch of run.batches) await events.send(batch);
+  const text = batches
+    .flat()
+    .map(([name, data]) => `event: ${name}\ndata: ${data instanceof TextParts ? data.toString() : String(data)}\n\n`)
+    .join('');
+  return { batches, text, events: parseEventStream(text) };
+}
+
+// ── What every stream must be ───────────────────────────────────────────────────────────────
+
+/**
+ * The order OpenAI documents (the Responses streaming guide, and each event's description in the
+ * reference): created, in_progress, then each output item whole, one after the other (added, its
+ * parts, done), then the response's end. One letter per event; an item's own sequence in its line.
+ */
+const TOKENS: Record<string, string> = {
+  'response.created': 'C',
+  'response.in_progress': 'P',
+  'response.output_item.added': 'A',
+  'response.content_part.added': 'p',
+  'response.output_text.delta': 't',
+  'response.output_text.annotation.added': 'n',
+  'response.output_text.done': 'T',
+  'response.content_part.done': 'q',
+  'response.function_call_arguments.delta': 'f',
+  'response.function_call_arguments.done': 'F',
+  'response.file_search_call.in_progress': 'i',
+  'response.file_search_call.searching': 's',
+  'response.file_search_call.completed': 'S',
+  'response.output_item.done': 'D',
+  'response.completed': 'Z',
+  'response.incomplete': 'Z',
+  'response.failed': 'Z',
+  error: 'E',
+};
+const MESSAGE = 'Apt*n*TqD';
+const FUNCTION_CALL = 'Af*FD';
+// A search that failed has no `completed`.
+const FILE_SEARCH = 'AisS?D';
+const GRAMMAR = new RegExp(`^CP(${MESSAGE}|${FUNCTION_CALL}|${FILE_SEARCH})*ZE?$`);
+
+describe('the grammar', () => {
+  it("accepts OpenAI's documented stream (createResponse's streamed example) and refuses items interleaved", () => {
+    const reference = readFileSync(
+      new URL('../../fixtures/openai-responses-conversations-openapi.yaml', import.meta.url),
+      'utf8',
+    );
+    const documented = [...reference.matchAll(/event: (response\.[a-z_.]+)/g)].map(([, name]) => defined(name));
+    expect(documented.length).toBeGreaterThan(5);
+    expect(documented.map((name) => defined(TOKENS[name])).join('')).toMatch(GRAMMAR);
+    // A message still open when a call is added, and two calls open at once, are not OpenAI's order.
+    expect('CPAptAfTqDFDZ').not.toMatch(GRAMMAR);
+    expect('CPAfAfFDFDZ').not.toMatch(GRAMMAR);
+  });
+});
+
+/** The checks every translated stream passes; answers its last response. */
+function expectValidStream({ events }: Translated): any {
+  // Every event is the reference's, its fields in the reference's order.
+  for (const { event, data } of events) {
+    expect(responseStreamEventErrors(event, data), event).toEqual([]);
+    const order = propertyOrder(responseEventComponent(event));
+    expect(Object.keys(data), event).toEqual(order.filter((key) => key in data));
+  }
+  // The documented order, numbered from 0 without a gap.
+  const tokens = events.map(({ event }) => defined(TOKENS[event]));
+  expect(tokens.join('')).toMatch(GRAMMAR);
+  expect(events.map(({ data }) => data.sequence_number)).toEqual(events.map((_, i) => i));
+
+  // Each event of an item names that item, the last added; its deltas make what it ends with.
+  const built: OutputItem[] = [];
+  let open: any = null;
+  let text = '';
+  let args = '';
+  for (const { event, data } of events) {
+    if (event === 'response.output_item.added') {
+      expect(data.output_index).toBe(built.length);
+      open = data.item;
+      text = '';
+      args = '';
+      continue;
+    }
+    if ('output_index' in data) expect(data.output_index, event).toBe(built.length);
+    if ('item_id' in data) expect(data.item_id, event).toBe(open.id);
+    if ('content_index' in data) expect(data.content_index).toBe(0);
+    if (event === 'response.output_text.delta') text += data.delta;
+    if (event === 'response.function_call_arguments.delta') args += data.delta;
+    if (event === 'response.output_text.done') expect(data.text).toBe(text);
+    if (event === 'response.function_call_arguments.done') expect(data.arguments).toBe(args);
+    if (event === 'response.output_item.done') {
+      expect(data.item.id).toBe(open.id);
+      if (data.item.type === 'message') expect(data.item.content[0].text).toBe(text);
+      if (data.item.type === 'function_call') expect(data.item.arguments).toBe(args);
+      built.push(data.item);
+    }
+  }
+  const last = defined(events.findLast(({ event }) => TOKENS[event] === 'Z')).data.response;
+  expect(last.output).toEqual(built);
+  return last;
+}
+
+/** The official SDK's stream helper over the translated stream: its final response and the text its delta handler saw. */
+async function throughSdk(translated: Translated) {
+  const client = new OpenAI({
+    apiKey: 'test',
+    baseURL: 'http://responses.test/v1',
+    maxRetries: 0,
+    fetch: async () =>
+      new Response(translated.text + 'event: done\ndata: [DONE]\n\n', {
+        headers: { 'content-type': 'text/event-stream' },
+      }),
+  });
+  const stream = client.responses.stream({ model: 'fake-model', input: 'Hello' });
+  let deltas = '';
+  const snapshots: string[] = [];
+  stream.on('response.output_text.delta', (event) => {
+    deltas += event.delta;
+    snapshots.push(event.snapshot);
+  });
+  const final = await stream.finalResponse();
+  return { final, deltas, snapshots };
+}
+
+/** The stream's items by type, in order. */
+const itemTypes = (response: any) => response.output.map((item: OutputItem) => [item.type, item.status]);
+
+describe('a response’s events, translated from a run’s', () => {
+  it('a text answer: one message, its deltas, completed with the whole output and the usage', async () => {
+    const reply = 'Hello there, my "quoted" friend\non two lines.';
+    const translated = await translate(await streamedRun(functionsAssistant, { reply }));
+    const response = expectValidStream(translated);
+    expect(response.status).toBe('completed');
+    expect(itemTypes(response)).toEqual([['message', 'completed']]);
+    expect(response.output[0].content[0]).toEqual({ type: 'output_text', text: reply, annotations: [], logprobs: [] });
+    expect(response.usage).toEqual({
+      input_tokens: expect.any(Number),
+      input_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 },
+      output_tokens: expect.any(Number),
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: response.usage.input_tokens + response.usage.output_tokens,
+    });
+    expect(response.usage.output_tokens).toBeGreaterThan(0);
+    expect(response.completed_at).toEqual(expect.any(Number));
+    // More than one delta: the text streamed.
+    expect(translated.events.filter(({ event }) => event === 'response.output_text.delta').length).toBeGreaterThan(3);
+
+    const sdk = await throughSdk(translated);
+    expect(sdk.deltas).toBe(reply);
+    expect(sdk.snapshots.at(-1)).toBe(reply);
+    expect(sdk.final.output_text).toBe(reply);
+    // The SDK adds what it parses (`parsed`, `parsed_arguments`) to what it was sent.
+    expect(sdk.final.output).toMatchObject(response.output);
+    expect(sdk.final.status).toBe('completed');
+  });
+
+  it('keeps the batches: one out for each batch in, the first with created and in_progress', async () => {
+    const run = await streamedRun(functionsAssistant, { reply: 'One two three four five.' });
+    const sent: number[] = [];
+    const events = new ResponseEvents(
+      { send: async (batch) => void sent.push(batch.length) },
+      { describe: describeResponse },
+    );
+    for (const batch of run.batches) {
+      const before = sent.length;
+      await events.send(batch);
+      // One write for the batch (none when nothing in it shows in a response).
+      expect(sent.length - before).toBeLessThanOrEqual(1);
+    }
+    // The message opens with its first delta in one write, as the run's did.
+    const opening = defined(run.batches.find((batch) => batch.some(([name]) => name === 'thread.message.created')));
+    expect(opening.map(([name]) => name)).toContain('thread.message.delta');
+    const translated = await translate(run);
+    expect(translated.batches[0]?.map(([name]) => name)).toEqual(['response.created', 'response.in_progress']);
+    expect(
+      translated.batches.some(
+        (batch) =>
+          batch.map(([name]) => name).join() ===
+          'response.output_item.added,response.content_part.added,response.output_text.delta',
+      ),
+    ).toBe(true);
+    // A delta's event is built as a string (the hot path), never an object.
+    const delta = translated.batches.flat().find(([name]) => name === 'response.output_text.delta');
+    expect(typeof defined(delta)[1]).toBe('string');
+  });
+
+  it('a function call: its item with its arguments streamed, and the response completed with it', async () => {
+    const args = { city: 'Paris, "the" city of light' };
+    const run = await streamedRun(functionsAssistant, {
+      tool_calls: [{ name: 'get_weather', arguments: args, id: 'call_weather1' }],
+    });
+    const translated = await translate(run);
+    const response = expectValidStream(translated);
+    expect(response.status).toBe('completed');
+    expect(itemTypes(response)).toEqual([['function_call', 'completed']]);
+    const step = run.batches
+      .flat()
+      .filter(([name]) => name === 'thread.run.step.created')
+      .map(([, data]) => JSON.parse(String(data)) as { id: string; type: string })
+      .find(({ type }) => type === 'tool_calls');
+    expect(response.output[0]).toEqual({
+      id: `fc_${defined(step).id.slice('step_'.length)}_0`,
+      type: 'function_call',
+      call_id: 'call_weather1',
+      name: 'get_weather',
+      arguments: JSON.stringify(args),
+      status: 'completed',
+    });
+    const fragments = translated.events.filter(({ event }) => event === 'response.function_call_arguments.delta');
+    expect(fragments.length).toBeGreaterThan(2);
+
+    const sdk = await throughSdk(translated);
+    // The SDK adds what it parses (`parsed`, `parsed_arguments`) to what it was sent.
+    expect(sdk.final.output).toMatchObject(response.output);
+    expect(sdk.final.output_text).toBe('');
+  });
+
+  it('parallel function calls, after a text: each item whole before the next begins', async () => {
+    const run = await streamedRun(functionsAssistant, { reply: 'Let me look both up.', tool_calls: 2 });
+    const translated = await translate(run);
+    const response = expectValidStream(translated);
+    expect(itemTypes(response)).toEqual([
+      ['message', 'completed'],
+      ['function_call', 'completed'],
+      ['function_call', 'completed'],
+    ]);
+    expect(response.output.slice(1).map((item: any) => item.name)).toEqual(['get_weather', 'get_time']);
+    expect(response.output[1].id).toMatch(/^fc_\w+_0$/);
+    expect(response.output[2].id).toBe(response.output[1].id.replace(/_0$/, '_1'));
+    expect(new Set(response.output.slice(1).map((item: any) => item.call_id)).size).toBe(2);
+    for (const item of response.output.slice(1))
+      expect(JSON.parse(item.arguments)).toEqual({ city: expect.any(String) });
+
+    const sdk = await throughSdk(translated);
+    // The SDK adds what it parses (`parsed`, `parsed_arguments`) to what it was sent.
+    expect(sdk.final.output).toMatchObject(response.output);
+    expect(sdk.deltas).toBe('Let me look both up.');
+  });
+
+  it('a file search: its call searched, then the answer citing the file', async () => {
+    const answer = 'You have 30 days 【0†policies.md】.';
+    const run = await streamedRun(
+      searchAssistant,
+      [{ tool_calls: [{ name: 'file_search', arguments: { queries: ['refunds days'] } }] }, { reply: answer }],
+      { query: INCLUDE_CONTENT },
+    );
+    const translated = await translate(run, { includeSearchResults: true });
+    const response = expectValidStream(translated);
+    expect(itemTypes(response)).toEqual([
+      ['file_search_call', 'completed'],
+      ['message', 'completed'],
+    ]);
+    expect(response.output[0]).toEqual({
+      id: expect.stringMatching(/^fs_\w+_0$/),
+      type: 'file_search_call',
+      status: 'completed',
+      queries: ['refunds days'],
+      results: [{ file_id: store.fileIds[0], text: REFUND_CHUNK, filename: 'policies.md', attributes: {}, score: 1 }],
+    });
+    expect(response.output[1].content[0]).toEqual({
+      type: 'output_text',
+      text: answer,
+      annotations: [
+        { type: 'file_citation', file_id: store.fileIds[0], index: answer.indexOf('【'), filename: 'policies.md' },
+      ],
+      logprobs: [],
+    });
+    expect(translated.events.map(({ event }) => event)).toContain('response.output_text.annotation.added');
+
+    // Without include, no results.
+    const plain = expectValidStream(await translate(run));
+    expect(plain.output[0]).not.toHaveProperty('results');
+
+    const sdk = await throughSdk(translated);
+    // The SDK adds what it parses (`parsed`, `parsed_arguments`) to what it was sent.
+    expect(sdk.final.output).toMatchObject(response.output);
+    expect(sdk.final.output_text).toBe(answer);
+  });
+
+  it('an answer cut by its token cap: incomplete, the message incomplete, the reason max_output_tokens', async () => {
+    const run = await streamedRun(functionsAssistant, {
+      reply: 'One two three four five six seven eight nine ten.',
+      finish_reason: 'length',
+    });
+    const translated = await translate(run);
+    const response = expectValidStream(translated);
+    expect(response.status).toBe('incomplete');
+    expect(response.incomplete_details).toEqual({ reason: 'max_output_tokens' });
+    expect(itemTypes(response)).toEqual([['message', 'incomplete']]);
+    expect(translated.events.at(-1)?.event).toBe('response.incomplete');
+
+    const sdk = await throughSdk(translated);
+    expect(sdk.final.status).toBe('incomplete');
+    // The SDK adds what it parses (`parsed`, `parsed_arguments`) to what it was sent.
+    expect(sdk.final.output).toMatchObject(response.output);
+  });
+
+  it('a provider that fails mid-answer: failed, what was streamed kept incomplete, the error said', async () => {
+    const run = await streamedRun(functionsAssistant, {
+      reply: 'One two three four five six seven eight nine ten.',
+      error_after_chunks: 4,
+    });
+    const translated = await translate(run);
+    const response = expectValidStream(translated);
+    expect(response.status).toBe('failed');
+    expect(response.error).toEqual({ code: 'server_error', message: expect.any(String) });
+    expect(response.completed_at).toBeNull();
+    expect(itemTypes(response)).toEqual([['message', 'incomplete']]);
+    expect(response.output[0].content[0].text.length).toBeGreaterThan(0);
+    expect(translated.events.find(({ event }) => event === 'response.failed')).toBeDefined();
+  });
+
+  it('a response’s run that hands its function calls over (its tool step completed, the run completed) ends the same', async () => {
+    // The engine's hand-over (TurnAnswer.handOver) for a response, mirrored on a real run's stream:
+    // where the run asked for outputs, its step completes with the calls, then the run completes.
+    const run = await streamedRun(functionsAssistant, { tool_calls: 2 });
+    const required = defined(run.batches.flat().find(([name]) => name === 'thread.run.requires_action'));
+    const waiting = JSON.parse(String(required[1]));
+    const [step] = (await openai.beta.threads.runs.steps.list(waiting.id, { thread_id: waiting.thread_id })).data;
+    const handedOver = run.batches.map((batch) =>
+      batch.flatMap(([name, data]): ServerSentEvent[] =>
+        name === 'thread.run.requires_action'
+          ? [
+              ['thread.run.step.completed', { ...step, status: 'completed' }],
+              ['thread.run.completed', { ...waiting, status: 'completed', required_action: null, completed_at: 1 }],
+            ]
+          : [[name, data]],
+      ),
+    );
+    const viaHandOver = await translate({ runId: run.runId, batches: handedOver });
+    const response = expectValidStream(viaHandOver);
+    expect(response.completed_at).toBe(1);
+    expect(response.output).toEqual(expectValidStream(await translate(run)).output);
+    expect(itemTypes(response)).toEqual([
+      ['function_call', 'completed'],
+      ['function_call', 'completed'],
+    ]);
+  });
+
+  it('a long answer: its text written from its pieces in every event that holds it whole', async () => {
+    const run = await streamedRun(functionsAssistant, { stream_bytes: 200_000, chunk_bytes: 4096 });
+    // The engine hands a long message over in parts (jsonWithText); the capture has it whole.
+    const batches = run.batches.map((batch) =>
+      batch.map(([name, data]): ServerSentEvent =>
+        name === 'thread.message.completed' ? [name, new TextParts([String(data)])] : [name, data],
+      ),
+    );
+    const translated = await translate({ runId: run.runId, batches });
+    const inParts = translated.batches
+      .flat()
+      .filter(([, data]) => data instanceof TextParts)
+      .map(([name]) => name);
+    expect(inParts).toEqual([
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.completed',
+    ]);
+    const response = expectValidStream(translated);
+    const text = response.output[0].content[0].text;
+    expect(text.length).toBe(200_000);
+    const sdk = await throughSdk(translated);
+    expect(sdk.final.output_text).toBe(text);
+    expect(sdk.deltas).toBe(text);
+  });
+
+  it('a run cancelled while the model thinks: the response ends failed, its status cancelled', async () => {
+    const run = await streamedRun(
+      functionsAssistant,
+      { reply: 'Too late.', hold: `never-${crypto.randomUUID()}` },
+      { whileInProgress: (waiting) => openai.beta.threads.runs.cancel(waiting.id, { thread_id: waiting.thread_id }) },
+    );
+    expect(run.batches.flat().map(([name]) => name)).toContain('thread.run.cancelled');
+    const translated = await translate(run);
+    const response = expectValidStream(translated);
+    expect(response.status).toBe('cancelled');
+    expect(response.output).toEqual([]);
+    expect(translated.events.at(-1)?.event).toBe('response.failed');
+    const sdk = await throughSdk(translated);
+    expect(sdk.final.status).toBe('cancelled');
+  });
+
+  it('an error event: the Responses shape, numbered like the rest', async () => {
+    const out: ServerSentEvent[][] = [];
+    const events = new ResponseEvents({ send: async (batch) => void out.push(batch) }, { describe: describeResponse });
+    await events.send([
+      [
+        'error',
+        { error: { message: 'The server had an error.', type: 'server_error', param: null, code: 'server_error' } },
+      ],
+    ]);
+    const [name, data] = defined(out[0]?.[0]);
+    expect(name).toBe('error');
+    const parsed = JSON.parse(String(data));
+    expect(parsed).toEqual({
+      type: 'error',
+      code: 'server_error',
+      message: 'The server had an error.',
+      param: null,
+      sequence_number: 0,
+    });
+    expect(responseStreamEventErrors('error', parsed)).toEqual([]);
+  });
+});
