@@ -206,3 +206,21 @@ export interface RunError {
 export interface RunIncompleteDetails {
   reason: 'max_completion_tokens' | 'max_prompt_tokens';
 }
+
+/** The request's fields a response answers as given, kept in its row's `options`. */
+export interface ResponseOptions {
+  instructions?: string | null;
+  tools?: { type: string; [field: string]: unknown }[];
+  tool_choice?: string | { type: string; [field: string]: unknown };
+  text?: { format?: { type: string }; verbosity?: string | null } | null;
+  reasoning?: { summary?: string | null } | null;
+  truncation?: 'auto' | 'disabled' | null;
+  user?: string | null;
+  safety_identifier?: string | null;
+  prompt?: { id: string } | null;
+  prompt_cache_key?: string | null;
+  service_tier?: string | null;
+  top_logprobs?: number | null;
+  max_tool_calls?: number | null;
+  include?: string[] | null;
+}

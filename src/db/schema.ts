@@ -7,6 +7,7 @@ import { activeSql, holdsThreadSql, type RunStatus, type StepStatus } from './ru
 import type {
   RequiredAction,
   ResponseFormat,
+  ResponseOptions,
   RunError,
   RunIncompleteDetails,
   StepDetails,
@@ -358,7 +359,7 @@ export const responses = sqliteTable(
     /** The input items as given (ids added where they had none): `input_items` lists them. */
     input: json<Record<string, unknown>[]>('input').notNull(),
     /** The request's fields answered as given: text, reasoning, truncation, user, prompt, include, … */
-    options: json<Record<string, unknown>>('options').notNull(),
+    options: json<ResponseOptions>('options').notNull(),
     createdAt: ms('created_at').notNull(),
   },
   (t) => [uniqueIndex('responses_id').on(t.id), index('responses_thread').on(t.threadId)],

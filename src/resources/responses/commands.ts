@@ -2,7 +2,14 @@ import { eq } from 'drizzle-orm';
 import type { Actor, RequestContext } from '../../actor';
 import type { Settings } from '../../db/settings-cache';
 import { responses, runSteps, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
-import type { ResponseFormat, Tool, ToolChoice, ToolResources, ToolCallsDetails } from '../../db/json-columns';
+import type {
+  ResponseFormat,
+  ResponseOptions,
+  Tool,
+  ToolChoice,
+  ToolResources,
+  ToolCallsDetails,
+} from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import { validationError } from '../../http/middleware/validate';
@@ -33,7 +40,7 @@ import {
   type InputTokensBody,
   type TextFormat,
 } from './schemas';
-import { runOutputItems, toResponseJson, type ResponseOptions } from './wire';
+import { runOutputItems, toResponseJson } from './wire';
 
 /**
  * The Responses API's use-cases. A response is a run (resources/runs/): it is validated, admitted,

@@ -2,7 +2,7 @@ import type { Db } from '../../db/client';
 import type { ServerSentEvent } from '../../deps';
 import type { ErrorBody } from '../../errors';
 import { jsonWithText, jsonWithTexts, TextBuilder, TextParts } from '../../lib/text';
-import type { EventSink } from '../runs/execution/event-stream';
+import type { EventSink } from '../../deps';
 import { searchQueries } from '../runs/execution/file-search';
 import { getStep } from '../runs/queries';
 
@@ -693,7 +693,8 @@ function responseStatus(status: string): ResponseState['status'] {
   }
 }
 
-function responseErrorCode(code: string | undefined): ResponseErrorCode {
+/** A run's last_error code as a response's error code: those OpenAI documents for both, else server_error. */
+export function responseErrorCode(code: string | undefined): ResponseErrorCode {
   return code === 'rate_limit_exceeded' || code === 'invalid_prompt' ? code : 'server_error';
 }
 

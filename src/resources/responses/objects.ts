@@ -12,7 +12,7 @@ export type ResponseItemObject = z.infer<typeof responseItemObject>;
 
 export const responseUsageObject = z.strictObject({
   input_tokens: z.int(),
-  input_tokens_details: z.strictObject({ cached_tokens: z.int() }),
+  input_tokens_details: z.strictObject({ cached_tokens: z.int(), cache_write_tokens: z.int() }),
   output_tokens: z.int(),
   output_tokens_details: z.strictObject({ reasoning_tokens: z.int() }),
   total_tokens: z.int(),
@@ -30,7 +30,9 @@ export const responseObject = z.strictObject({
   background: z.boolean(),
   completed_at: nullableSeconds,
   conversation: z.strictObject({ id: z.string() }).nullable(),
-  error: z.strictObject({ code: z.string(), message: z.string() }).nullable(),
+  error: z
+    .strictObject({ code: z.enum(['server_error', 'rate_limit_exceeded', 'invalid_prompt']), message: z.string() })
+    .nullable(),
   incomplete_details: z.strictObject({ reason: z.enum(['max_output_tokens', 'content_filter']) }).nullable(),
   instructions: z.string().nullable(),
   max_output_tokens: z.int().nullable(),

@@ -1,37 +1,19 @@
 import type { ResponseRow, RunRow } from '../../db/schema';
 import type { RunStatus } from '../../db/run-statuses';
-import type { Usage } from '../../providers/types';
 import type { StepRow } from '../runs/queries';
 import type { MessageRow } from '../threads/queries';
-import type { ResponseItemObject, ResponseObject, ResponseStatus, ResponseUsageObject } from './objects';
+import { responseErrorCode, responseUsage, type DescribeResponse } from './events';
+import type { ResponseItemObject, ResponseObject, ResponseStatus } from './objects';
 
 /**
  * A response as the Responses API answers it: its run's state (status, settings, usage, error)
  * with what the responses row keeps of the request (`options`), and its output items.
  */
 
-/** The request's fields a response answers as given, kept in its row's `options`. */
-export interface ResponseOptions {
-  instructions?: string | null;
-  tools?: ResponseObject['tools'];
-  tool_choice?: ResponseObject['tool_choice'];
-  text?: { format?: { type: string }; verbosity?: string | null } | null;
-  reasoning?: { summary?: string | null } | null;
-  truncation?: 'auto' | 'disabled' | null;
-  user?: string | null;
-  safety_identifier?: string | null;
-  prompt?: { id: string } | null;
-  prompt_cache_key?: string | null;
-  service_tier?: string | null;
-  top_logprobs?: number | null;
-  max_tool_calls?: number | null;
-  include?: string[] | null;
-}
-
 const seconds = (ms: number) => Math.floor(ms / 1000);
 
 export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseItemObject[]): ResponseObject {
-  const options: ResponseOptions = row.options;
+  const { options } = row;
   return {
     id: run.id,
     object: 'response',
@@ -40,7 +22,7 @@ export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseIt
     background: row.background,
     completed_at: run.completedAt === null ? null : seconds(run.completedAt),
     conversation: row.conversationId === null ? null : { id: row.conversationId },
-    error: run.lastError ? { code: run.lastError.code, message: run.lastError.message } : null,
+    error: run.lastError ? { code: responseErrorCode(run.lastError.code), message: run.lastError.message } : null,
     incomplete_details: run.incompleteDetails ? { reason: incompleteReason(run.incompleteDetails.reason) } : null,
     instructions: options.instructions ?? null,
     max_output_tokens: run.maxCompletionTokens,
@@ -69,6 +51,15 @@ export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseIt
 }
 
 /**
+ * The response object the events of its stream carry (events.ts): the response as it stands, with
+ * the stream's own view of its status, output and usage.
+ */
+export function describeResponse(run: RunRow, row: ResponseRow): DescribeResponse {
+  const base = toResponseJson(run, row, []);
+  return (state) => ({ ...base, ...state });
+}
+
+/**
  * A run's status as a response's: a response has no `requires_action` (its function calls end it,
  * completed: runs/execution/engine.ts) and no `expired` (a response past its time failed).
  */
@@ -87,18 +78,6 @@ export function responseStatus(status: RunStatus): ResponseStatus {
 
 function incompleteReason(reason: string): 'max_output_tokens' | 'content_filter' {
   return reason === 'content_filter' ? 'content_filter' : 'max_output_tokens';
-}
-
-/** A run's usage in the Responses API's words. */
-export function responseUsage(usage: Usage): ResponseUsageObject {
-  return {
-    input_tokens: usage.prompt_tokens,
-    // The run keeps the three totals only: what the provider said of cached and reasoning tokens is not kept.
-    input_tokens_details: { cached_tokens: 0 },
-    output_tokens: usage.completion_tokens,
-    output_tokens_details: { reasoning_tokens: 0 },
-    total_tokens: usage.total_tokens,
-  };
 }
 
 /** A run's output items: its steps in order, each message and tool call as its item. */

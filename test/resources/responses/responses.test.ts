@@ -169,4 +169,23 @@ describe('responses', () => {
       expect(error, JSON.stringify(fields)).toMatchObject({ param });
     }
   });
+
+  it('streams the Responses API events, which the SDK reads whole, and the response is kept as streamed', async () => {
+    const { client } = await tenantCalling(gateway, fake);
+    const stream = client.responses.stream({
+      model: 'gpt-4o-mini',
+      input: `Say it\n${fakeDirective({ reply: 'One two three.' })}`,
+    });
+    const deltas: string[] = [];
+    stream.on('response.output_text.delta', (event) => deltas.push(event.delta));
+    const final = await stream.finalResponse();
+    expect(deltas.join('')).toBe('One two three.');
+    expect(final.status).toBe('completed');
+    expect(final.output_text).toBe('One two three.');
+    expect(final.usage?.total_tokens).toBeGreaterThan(0);
+    const kept = await client.responses.retrieve(final.id);
+    // The SDK adds `parsed` to what it read: the rest is the same.
+    expect(final.output).toMatchObject(kept.output);
+    expect(kept.usage).toEqual(final.usage);
+  });
 });
