@@ -1,5 +1,6 @@
 import { eq } from 'drizzle-orm';
 import type { Actor, RequestContext } from '../../actor';
+import type { Deps } from '../../deps';
 import type { Settings } from '../../db/settings-cache';
 import { responses, runSteps, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
 import type {
@@ -11,7 +12,7 @@ import type {
   ToolCallsDetails,
 } from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
-import { ApiError } from '../../errors';
+import { ApiError, serverError } from '../../errors';
 import { validationError } from '../../http/middleware/validate';
 import type { CursorListQuery } from '../../http/schemas';
 import {
@@ -25,6 +26,8 @@ import {
 import { blockingRun, startRun, type RunCommandDeps } from '../runs/commands';
 import { buildPrompt, promptLimits } from '../runs/execution/prompt';
 import { reconcileRun } from '../runs/execution/recovery';
+import { EventStream } from '../runs/execution/event-stream';
+import { replayResponse } from './replay';
 import type { RunSettings } from '../runs/execution/settings';
 import { readHistory, type History, type HistoryStep } from '../threads/history';
 import { deleteIdleThread, getThread, type MessageRow, type ThreadRow } from '../threads/queries';
@@ -55,7 +58,7 @@ import { runOutputItems, toResponseJson } from './wire';
  * function_call_output items fill the outputs in the step that made them.
  */
 
-export type ResponseCommandDeps = RunCommandDeps;
+export type ResponseCommandDeps = RunCommandDeps & Pick<Deps, 'slices'>;
 
 /** A response just created: its event stream, or the response (finished, or queued in the background). */
 export type ResponseAnswer =
@@ -532,6 +535,51 @@ export async function retrieveResponse(
   const row = await getResponseRow(deps.db, workspaceId, id);
   if (!row.stored) throw responseNotFound(id);
   return responseJson(deps, row);
+}
+
+/** How often a replay waiting for a background response to end looks at it again. */
+const REPLAY_POLL_MS = 250;
+
+/**
+ * GET /v1/responses/{id}?stream=true: the response's stream told again from what it stored
+ * (replay.ts), after the `starting_after` sequence number. A response still executing is waited
+ * for: its events come once it ended.
+ */
+export async function streamResponse(
+  deps: ResponseCommandDeps,
+  workspaceId: string,
+  id: string,
+  startingAfter: number | undefined,
+): Promise<ReadableStream<Uint8Array>> {
+  const row = await getResponseRow(deps.db, workspaceId, id);
+  if (!row.stored) throw responseNotFound(id);
+  const first = await getRunById(deps.db, id);
+  if (!first) throw responseNotFound(id);
+  const stream = new EventStream({
+    stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
+    slices: deps.slices,
+    done: false,
+  });
+  void (async () => {
+    try {
+      let run = await reconcileRun(deps, first);
+      while (!isTerminal(run.status) && !stream.detached) {
+        await new Promise((resolve) => setTimeout(resolve, REPLAY_POLL_MS));
+        const now = await getRunById(deps.db, id);
+        if (!now) return;
+        run = await reconcileRun(deps, now);
+      }
+      if (stream.detached) return;
+      const [steps, messages] = await Promise.all([listSteps(deps.db, id), runMessages(deps.db, id)]);
+      await replayResponse(deps.db, stream, { run, row, steps, messages }, startingAfter);
+    } catch (error) {
+      deps.log.error('response replay failed', { response_id: id, error });
+      await stream.fail(serverError().body);
+    } finally {
+      await stream.close();
+    }
+  })();
+  return stream.readable;
 }
 
 async function responseJson(deps: ResponseCommandDeps, row: ResponseRow): Promise<ResponseObject> {

@@ -47,7 +47,6 @@ export const responseObject = z.strictObject({
   reasoning: z.strictObject({ effort: z.string().nullable(), summary: z.string().nullable() }),
   safety_identifier: z.string().nullable(),
   service_tier: z.string(),
-  store: z.boolean(),
   temperature: z.number(),
   text: z.strictObject({ format: z.looseObject({ type: z.string() }), verbosity: z.string() }),
   tool_choice: z.union([z.string(), z.looseObject({ type: z.string() })]),
@@ -55,8 +54,8 @@ export const responseObject = z.strictObject({
   top_logprobs: z.int(),
   top_p: z.number(),
   truncation: z.enum(['auto', 'disabled']),
-  usage: responseUsageObject.nullable(),
-  user: z.string().nullable(),
+  usage: responseUsageObject.optional(),
+  user: z.string().optional(),
 });
 export type ResponseObject = z.infer<typeof responseObject>;
 

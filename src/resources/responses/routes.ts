@@ -13,6 +13,7 @@ import {
   deleteResponse,
   listInputItems,
   retrieveResponse,
+  streamResponse,
 } from './commands';
 import { inputTokensObject, responseItemObject, responseObject } from './objects';
 import { createResponseBody, inputTokensBody, listInputItemsQuery, retrieveResponseQuery } from './schemas';
@@ -51,9 +52,16 @@ export const responseRoutes = new Hono<ApiEnv>()
   )
   .get(
     '/:response_id',
-    responds({ summary: 'Get a model response', ok: responseObject }),
+    responds({ summary: 'Get a model response', ok: responseObject, stream: 'response' }),
     validate('query', retrieveResponseQuery),
-    async (c) => c.json(await retrieveResponse(c.get('deps'), c.get('actor').workspaceId, c.req.param('response_id'))),
+    async (c) => {
+      const query = c.req.valid('query');
+      const id = c.req.param('response_id');
+      const { workspaceId } = c.get('actor');
+      if (query.stream !== 'true') return c.json(await retrieveResponse(c.get('deps'), workspaceId, id));
+      const events = await streamResponse(c.get('deps'), workspaceId, id, query.starting_after);
+      return new Response(events, { status: 200, headers: SSE_HEADERS });
+    },
   )
   .delete(
     '/:response_id',

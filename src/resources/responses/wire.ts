@@ -37,7 +37,6 @@ export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseIt
     reasoning: { effort: run.reasoningEffort, summary: options.reasoning?.summary ?? null },
     safety_identifier: options.safety_identifier ?? null,
     service_tier: options.service_tier ?? 'default',
-    store: row.stored,
     temperature: run.temperature ?? 1,
     text: { format: options.text?.format ?? { type: 'text' }, verbosity: options.text?.verbosity ?? 'medium' },
     tool_choice: options.tool_choice ?? 'auto',
@@ -45,8 +44,9 @@ export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseIt
     top_logprobs: options.top_logprobs ?? 0,
     top_p: run.topP ?? 1,
     truncation: options.truncation ?? 'disabled',
-    usage: run.usage ? responseUsage(run.usage) : null,
-    user: options.user ?? null,
+    // Absent rather than null, as OpenAI's description has them: no usage yet, no user given.
+    ...(run.usage ? { usage: responseUsage(run.usage) } : {}),
+    ...(options.user ? { user: options.user } : {}),
   };
 }
 
@@ -56,7 +56,7 @@ export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseIt
  */
 export function describeResponse(run: RunRow, row: ResponseRow): DescribeResponse {
   const base = toResponseJson(run, row, []);
-  return (state) => ({ ...base, ...state });
+  return ({ usage, ...state }) => ({ ...base, ...state, ...(usage ? { usage } : {}) });
 }
 
 /**

@@ -120,6 +120,7 @@ describe('the answers /openapi.json declares', () => {
       .map(({ operation }) => operation)
       .sort();
     expect(streamed).toEqual([
+      'get /v1/responses/{response_id}',
       'post /v1/chat/completions',
       'post /v1/completions',
       'post /v1/responses',

@@ -3,6 +3,7 @@ import { fakeDirective, startFakeUpstream, type FakeUpstreamServer } from '../..
 import { createTestGateway, type TestGateway } from '../../support/gateway';
 import { freshGate } from '../../support/gates';
 import { waitFor } from '../../support/wait';
+import { componentErrors } from '../../support/openapi';
 import OpenAI from 'openai';
 import { eq } from 'drizzle-orm';
 import { messages, runs } from '../../../src/db/schema';
@@ -29,6 +30,7 @@ describe('responses', () => {
     });
     expect(response.status).toBe('completed');
     expect(response.output_text).toBe('Hello there, friend.');
+    expect(componentErrors('Response', response)).toEqual([]);
     const again = await client.responses.retrieve(response.id);
     expect(again.output_text).toBe('Hello there, friend.');
   });
@@ -122,7 +124,6 @@ describe('responses', () => {
     const { client } = await tenantCalling(gateway, fake);
     const unkept = await client.responses.create({ model: 'gpt-4o-mini', store: false, input: 'Hello' });
     expect(unkept.status).toBe('completed');
-    expect(unkept).toMatchObject({ store: false });
     await expect(client.responses.retrieve(unkept.id)).rejects.toMatchObject({ status: 404 });
     const refused = await client.responses
       .create({ model: 'gpt-4o-mini', previous_response_id: unkept.id, input: 'And?' })
@@ -187,5 +188,32 @@ describe('responses', () => {
     // The SDK adds `parsed` to what it read: the rest is the same.
     expect(final.output).toMatchObject(kept.output);
     expect(kept.usage).toEqual(final.usage);
+  });
+
+  it("a background response's stream is told again from what it stored, from after starting_after", async () => {
+    const { client } = await tenantCalling(gateway, fake);
+    const started = await client.responses.create({
+      model: 'gpt-4o-mini',
+      background: true,
+      input: `Hi\n${fakeDirective({ reply: 'Told again.' })}`,
+    });
+    const replayed = async (startingAfter?: number) => {
+      const stream = await client.responses.retrieve(started.id, {
+        stream: true,
+        ...(startingAfter === undefined ? {} : { starting_after: startingAfter }),
+      });
+      const events = [];
+      for await (const event of stream) events.push(event);
+      return events;
+    };
+    // Asked while it may still execute: the events come once it ended.
+    const whole = await replayed();
+    expect(whole.map((event) => event.sequence_number)).toEqual(whole.map((_, index) => index));
+    expect(whole.at(-1)?.type).toBe('response.completed');
+    const text = whole.flatMap((event) => (event.type === 'response.output_text.delta' ? [event.delta] : [])).join('');
+    expect(text).toBe('Told again.');
+    for (const event of whole) expect(componentErrors('ResponseStreamEvent', event), event.type).toEqual([]);
+    const resumed = await replayed(2);
+    expect(resumed).toEqual(whole.slice(3));
   });
 });

@@ -1,0 +1,100 @@
+import type { EventSink, ServerSentEvent } from '../../deps';
+import type { ResponseRow, RunRow } from '../../db/schema';
+import { isTerminal } from '../../db/run-statuses';
+import type { StepRow } from '../runs/queries';
+import { toRunJson, toStepJson } from '../runs/wire';
+import type { MessageRow } from '../threads/queries';
+import { toMessageJson } from '../threads/wire';
+import { ResponseEvents, storedSearchQueries } from './events';
+import type { Db } from '../../db/client';
+import { describeResponse } from './wire';
+
+/**
+ * The stream of a response that ended, told again (GET /v1/responses/{id}?stream=true): the run
+ * engine's events as its stored run, steps and messages say they went, each message's text in one
+ * delta, translated as a live stream is (events.ts). The same response always replays the same
+ * events with the same sequence numbers, so that `starting_after` resumes where a client's last
+ * replay left it.
+ */
+export async function replayResponse(
+  db: Db,
+  target: EventSink,
+  stored: { run: RunRow; row: ResponseRow; steps: StepRow[]; messages: MessageRow[] },
+  startingAfter: number | undefined,
+): Promise<void> {
+  const { run, row, steps, messages } = stored;
+  if (!isTerminal(run.status)) throw new Error('only a response that ended can be replayed');
+  const events = new ResponseEvents(skipping(target, startingAfter), {
+    describe: describeResponse(run, row),
+    includeSearchResults: row.options.include?.includes('file_search_call.results') ?? false,
+    searchedQueries: storedSearchQueries(db, run.id),
+  });
+  const byId = new Map(messages.map((message) => [message.id, message]));
+  const started = toRunJson({ ...run, status: 'in_progress', completedAt: null, usage: null });
+  await events.send([
+    ['thread.run.created', started],
+    ['thread.run.in_progress', started],
+  ]);
+  for (const step of steps) await events.send(stepEvents(step, run, byId));
+  await events.send([[`thread.run.${run.status}`, toRunJson(run)]]);
+}
+
+/** What the engine sent for a step: its message whole, or its tool calls. */
+function stepEvents(step: StepRow, run: RunRow, messages: Map<string, MessageRow>): ServerSentEvent[] {
+  const details = step.stepDetails;
+  if (details.type === 'message_creation') {
+    const message = messages.get(details.message_creation.message_id);
+    if (!message) return [];
+    const text = message.content.map((part) => (part.type === 'text' ? part.text.value : '')).join('');
+    const annotations = message.content.flatMap((part) => (part.type === 'text' ? part.text.annotations : []));
+    const delta = (value: { value?: string; annotations: unknown[] }) => ({
+      id: message.id,
+      object: 'thread.message.delta',
+      delta: { content: [{ index: 0, type: 'text', text: value }] },
+    });
+    return [
+      ['thread.message.created', toMessageJson({ ...message, content: [], status: 'in_progress' })],
+      ...(text === '' ? [] : [['thread.message.delta', delta({ value: text, annotations: [] })] as ServerSentEvent]),
+      ...(annotations.length === 0
+        ? []
+        : [
+            [
+              'thread.message.delta',
+              delta({ annotations: annotations.map((annotation, index) => Object.assign({ index }, annotation)) }),
+            ] as ServerSentEvent,
+          ]),
+      [`thread.message.${message.status === 'incomplete' ? 'incomplete' : 'completed'}`, toMessageJson(message)],
+    ];
+  }
+  const calls = details.tool_calls.map((call, index): ServerSentEvent => [
+    'thread.run.step.delta',
+    {
+      id: step.id,
+      object: 'thread.run.step.delta',
+      delta: {
+        step_details: {
+          type: 'tool_calls',
+          tool_calls: [
+            call.type === 'function'
+              ? { index, id: call.id, type: 'function', function: { ...call.function, output: null } }
+              : { index, id: call.id, type: 'file_search', file_search: {} },
+          ],
+        },
+      },
+    },
+  ]);
+  const ended = step.status === 'completed' ? 'completed' : 'failed';
+  return [...calls, [`thread.run.step.${ended}`, toStepJson(step, run, true)]];
+}
+
+/** The events after the first `startingAfter + 1` (sequence numbers 0 to startingAfter). */
+function skipping(target: EventSink, startingAfter: number | undefined): EventSink {
+  let skip = startingAfter === undefined ? 0 : startingAfter + 1;
+  return {
+    send(events) {
+      const kept = events.slice(Math.min(skip, events.length));
+      skip -= events.length - kept.length;
+      return kept.length === 0 ? Promise.resolve() : target.send(kept);
+    },
+  };
+}
