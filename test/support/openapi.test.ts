@@ -6,6 +6,7 @@ import {
   componentNames,
   fieldsOpenAiSendsUndocumented,
   responseComponent,
+  responseStreamEventErrors,
   streamEventErrors,
   streamEvents,
 } from './openapi';
@@ -190,5 +191,118 @@ describe('the documents', () => {
     expect(responseComponent('listRunSteps')).toBe('ListRunStepsResponse');
     expect(responseComponent('deleteThread')).toBe('DeleteThreadResponse');
     expect(responseComponent('createRun', '429')).toBe('ErrorResponse');
+  });
+});
+
+describe('the Responses document', () => {
+  const message = {
+    id: 'msg_1',
+    type: 'message',
+    role: 'assistant',
+    status: 'completed',
+    content: [{ type: 'output_text', text: 'Hi', annotations: [], logprobs: [] }],
+  };
+  const response = {
+    id: 'resp_1',
+    object: 'response',
+    created_at: 1741487325,
+    status: 'completed',
+    completed_at: 1741487326,
+    error: null,
+    incomplete_details: null,
+    instructions: null,
+    model: 'gpt-4o-mini',
+    tools: [],
+    output: [message],
+    output_text: 'Hi',
+    parallel_tool_calls: true,
+    metadata: {},
+    tool_choice: 'auto',
+    temperature: 1,
+    top_p: 1,
+    usage: {
+      input_tokens: 3,
+      input_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 },
+      output_tokens: 1,
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: 4,
+    },
+  };
+  const delta = {
+    type: 'response.output_text.delta',
+    item_id: 'msg_1',
+    output_index: 0,
+    content_index: 0,
+    delta: 'Hi',
+    logprobs: [],
+    sequence_number: 3,
+  };
+
+  it('validates a whole response, its allOf of three parts closed as one', () => {
+    expect(componentErrors('Response', response)).toEqual([]);
+    expect(componentErrors('Response', { ...response, gateway_extra: 1 })).toEqual([
+      expect.stringMatching(/^\/: has the undocumented property 'gateway_extra'/),
+    ]);
+  });
+
+  it('checks a discriminated union against the branch its type names, and reports only that branch', () => {
+    expect(componentErrors('ResponseStreamEvent', delta)).toEqual([]);
+    const { logprobs: _, ...withoutLogprobs } = delta;
+    expect(componentErrors('ResponseStreamEvent', withoutLogprobs)).toEqual([
+      expect.stringMatching(/^\/: must have required property 'logprobs' \(got /),
+    ]);
+    // Nested: an output item's content part, inside the response inside an event.
+    const part = { type: 'output_text', text: 'Hi', annotations: [] };
+    const event = { type: 'response.content_part.done', item_id: 'msg_1', output_index: 0, content_index: 0, part };
+    expect(componentErrors('ResponseStreamEvent', { ...event, sequence_number: 4 })).toEqual([
+      expect.stringMatching(/^\/part: must have required property 'logprobs'/),
+    ]);
+  });
+
+  it('refuses a discriminator value that no branch has, naming the known ones', () => {
+    expect(componentErrors('OutputMessageContent', { type: 'output_txt', text: 'Hi' })).toEqual([
+      expect.stringMatching(/^\/type: must be one of \["output_text","refusal"\] \(got "output_txt"/),
+    ]);
+    expect(componentErrors('ResponseStreamEvent', { ...delta, type: 'response.output_text.progress' })).toEqual([
+      expect.stringMatching(/^\/type: must be one of \[.*"response.output_text.delta".*\]/),
+    ]);
+  });
+
+  it('leaves a union whose branches do not each require their own value as it is', () => {
+    // InputItem's easy message has an optional `type`, and shares 'message' with Item's: an
+    // item without a type is still one.
+    expect(componentErrors('InputItem', { role: 'user', content: 'Hi' })).toEqual([]);
+    expect(componentErrors('InputItem', { role: 'user', content: 7 }).length).toBeGreaterThan(0);
+  });
+
+  it("admits null where a field's anyOf has {type: 'null'}, and still checks the value when it is not null", () => {
+    expect(componentErrors('Response', { ...response, completed_at: null })).toEqual([]);
+    expect(componentErrors('Response', { ...response, completed_at: 'soon' })).toEqual([
+      expect.stringMatching(/^\/completed_at: must be number \(got "soon"/),
+    ]);
+    expect(componentErrors('Response', { ...response, model: null }).length).toBeGreaterThan(0);
+  });
+
+  it("checks the reference's float format (a file search result's score)", () => {
+    const call = { id: 'fs_1', type: 'file_search_call', status: 'completed', queries: ['q'] };
+    const result = { file_id: 'file-1', filename: 'a.txt', text: 'x', attributes: {}, score: 0.5 };
+    expect(componentErrors('FileSearchToolCall', { ...call, results: [result] })).toEqual([]);
+    expect(componentErrors('FileSearchToolCall', { ...call, results: [{ ...result, score: '0.5' }] })).toEqual([
+      expect.stringMatching(/^\/results\/0\/score: must be number/),
+    ]);
+  });
+
+  it('checks that a streamed event is named as its type says', () => {
+    expect(responseStreamEventErrors('response.output_text.delta', delta)).toEqual([]);
+    expect(responseStreamEventErrors('response.output_text.done', delta)).toEqual([
+      `event 'response.output_text.done' carries data of type "response.output_text.delta"`,
+    ]);
+    const completed = { type: 'response.completed', response, sequence_number: 9 };
+    expect(responseStreamEventErrors('response.completed', completed)).toEqual([]);
+  });
+
+  it("names the Responses and Conversations operations' answers", () => {
+    expect(responseComponent('createResponse')).toBe('Response');
+    expect(responseComponent('getConversation')).toBe('ConversationResource');
   });
 });

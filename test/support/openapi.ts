@@ -6,13 +6,14 @@ import addFormats from 'ajv-formats';
 import { parse } from 'yaml';
 
 /**
- * OpenAI's own descriptions of the Assistants API (test/fixtures/README.md says where they come
- * from) as a validator: does a value the gateway sends have the shape of the component OpenAI
- * names for it?
+ * OpenAI's own descriptions of the Assistants, Chat Completions, Responses and Conversations APIs
+ * (test/fixtures/README.md says where they come from) as a validator: does a value the gateway
+ * sends have the shape of the component OpenAI names for it?
  *
  *   componentErrors('RunObject', body)         → [] or readable failures, one a line
  *   responseComponent('getRun')                → 'RunObject' (the 200 body of that operation)
  *   streamEventErrors('thread.message.delta', data)  (one event of a run's stream)
+ *   responseStreamEventErrors('response.output_text.delta', data)  (one event of a response's)
  *
  * The documents are OpenAPI 3.1 in name but mix in OpenAPI 3.0's `nullable`, which JSON Schema
  * does not know; each schema is rewritten into plain JSON Schema (draft 2019-09, what Ajv2019
@@ -21,6 +22,11 @@ import { parse } from 'yaml';
  * - `nullable: true` beside anything (`type`, `$ref`, `anyOf`, `enum`) means "that, or null":
  *   `{anyOf: [{type: 'null'}, <the rest>]}`; `allOf: [X, {nullable: true}]`, OpenAI's way of
  *   making a `$ref` nullable, is "X or null".
+ * - The Responses document writes "or null" as JSON Schema does (`anyOf: [X, {type: 'null'}]`),
+ *   which needs no rewriting.
+ * - A union with a `discriminator` whose branches each require their own values of it becomes
+ *   an `if`/`then` per branch (discriminatedUnion): a value is checked against the branch its
+ *   `type` names, and a failure is reported as that branch sees it, not as fifty branches do.
  * - Strict about properties: an object schema that lists `properties` and says nothing of
  *   `additionalProperties` admits no other property (`unevaluatedProperties: false`). OpenAI's
  *   SDKs type exactly the documented fields, so a field the gateway adds is one no client reads
@@ -37,13 +43,23 @@ const DOCUMENTS = [
   'openai-assistants-files-vector-stores-openapi.yaml',
   'openai-assistants-v2-schemas.yaml',
   'openai-chat-embeddings-models-openapi.yaml',
+  'openai-responses-conversations-openapi.yaml',
 ];
 const SCHEMA_ID = 'openai-assistants';
 const COMPONENT_REF = '#/components/schemas/';
 const RESPONSE_REF = '#/components/responses/';
 /** The suffix of a component's open variant (toJsonSchema). */
 const OPEN = '__open';
-const ANNOTATIONS = ['example', 'discriminator', 'x-oaiMeta', 'x-oaiTypeLabel', 'x-oaiExpandable', 'x-stainless-const'];
+const ANNOTATIONS = [
+  'example',
+  'discriminator',
+  'x-oaiMeta',
+  'x-oaiTypeLabel',
+  'x-oaiExpandable',
+  'x-oaiSupportedSDKs',
+  'x-stainless-const',
+  'x-stainless-skip',
+];
 
 type Schema = Record<string, unknown>;
 type Answer = { $ref?: string; content?: Record<string, { schema?: { $ref?: string } }> };
@@ -100,10 +116,11 @@ for (const [name, fields] of Object.entries(fieldsOpenAiSendsNull)) {
 const ajv = new Ajv2019({ allErrors: true, strict: true, strictTypes: false, strictRequired: false });
 addFormats(ajv);
 ajv.addVocabulary(ANNOTATIONS);
-// OpenAI's own formats: a Unix timestamp in seconds, a 64-bit integer, a file's bytes.
+// OpenAI's own formats: a Unix timestamp in seconds, a 64-bit integer, a file's bytes, a score.
 ajv.addFormat('unixtime', { type: 'number', validate: (value: number) => Number.isInteger(value) && value >= 0 });
 ajv.addFormat('int64', { type: 'number', validate: (value: number) => Number.isSafeInteger(value) });
 ajv.addFormat('binary', true);
+ajv.addFormat('float', { type: 'number', validate: Number.isFinite });
 ajv.addSchema({
   $id: SCHEMA_ID,
   $defs: Object.fromEntries(
@@ -140,6 +157,10 @@ function toJsonSchema(node: unknown, at: string, open = false): unknown {
         schema.allOf = members.map((member, i) => toJsonSchema(member, `${at}/allOf/${i}`, true));
         closesMembers = !members.some(declaresOpen);
       }
+    } else if ((key === 'oneOf' || key === 'anyOf') && Array.isArray(value)) {
+      const union = discriminatedUnion(node as Schema, value, `${at}/${key}`);
+      if (union) schema.allOf = union;
+      else schema[key] = toJsonSchema(value, `${at}/${key}`);
     } else if (key === 'properties' || key === 'patternProperties') {
       // Maps of names to schemas: the names are not keywords.
       schema[key] = Object.fromEntries(
@@ -163,6 +184,46 @@ function toJsonSchema(node: unknown, at: string, open = false): unknown {
     }
   }
   return { ...outside, anyOf: [{ type: 'null' }, schema] };
+}
+
+/**
+ * A union with a `discriminator` whose branches each require the discriminating property with
+ * values of their own, as one check of that property and one `if` (this value) / `then` (this
+ * branch) per branch: the same values pass as with oneOf or anyOf, and a value that fails is
+ * told what is wrong with it as its own branch says, instead of every branch's complaint. A
+ * union whose branches cannot be told apart that way (a branch with no such property, or an
+ * optional one, or a value two branches share) stays as it is.
+ */
+function discriminatedUnion(node: Schema, branches: unknown[], at: string): Schema[] | undefined {
+  const name = (node.discriminator as { propertyName?: unknown } | undefined)?.propertyName;
+  if (typeof name !== 'string') return undefined;
+  const values = branches.map((branch) => discriminatorValues(branch, name));
+  const all = values.flatMap((list) => list ?? []);
+  if (values.some((list) => list === undefined) || new Set(all).size !== all.length) return undefined;
+  return [
+    { required: [name], properties: { [name]: { enum: all } } },
+    ...branches.map((branch, i) => ({
+      if: { required: [name], properties: { [name]: { enum: values[i] } } },
+      then: toJsonSchema(branch, `${at}/${i}`),
+    })),
+  ];
+}
+
+/** The values a branch requires of its discriminating property (through `$ref` and `allOf`). */
+function discriminatorValues(branch: unknown, name: string): unknown[] | undefined {
+  if (typeof branch !== 'object' || branch === null) return undefined;
+  const ref = (branch as Schema).$ref;
+  const schema = typeof ref === 'string' ? components[ref.slice(COMPONENT_REF.length)] : (branch as Schema);
+  if (schema === undefined) return undefined;
+  if (Array.isArray(schema.allOf)) {
+    const found = schema.allOf.map((member) => discriminatorValues(member, name)).filter((list) => list !== undefined);
+    return found.length === 1 ? found[0] : undefined;
+  }
+  const property = (schema.properties as Record<string, Schema> | undefined)?.[name];
+  const required = Array.isArray(schema.required) && schema.required.includes(name);
+  if (!property || !required) return undefined;
+  if (Array.isArray(property.enum)) return property.enum;
+  return 'const' in property ? [property.const] : undefined;
 }
 
 /** Whether a member of an allOf says that it takes other properties (itself, or the component it names). */
@@ -215,7 +276,8 @@ function errorsOf(validate: ValidateFunction, value: unknown): string[] {
 }
 
 function isBranchNoise(error: ErrorObject): boolean {
-  if (error.keyword === 'anyOf' || error.keyword === 'oneOf') return true;
+  // `if`: a discriminated union's branch failed (discriminatedUnion), whose own failures say why.
+  if (error.keyword === 'anyOf' || error.keyword === 'oneOf' || error.keyword === 'if') return true;
   return error.keyword === 'type' && (error.params as { type?: unknown }).type === 'null';
 }
 
@@ -337,4 +399,15 @@ export function streamEventErrors(event: string, data: unknown): string[] {
   if (!pointer)
     return [`event '${event}' is not an AssistantStreamEvent (known: ${[...streamEvents.keys()].join(', ')})`];
   return errorsOf(validator(pointer), { event, data });
+}
+
+/**
+ * Why an SSE event of a streamed response (its name and its parsed `data`) is not one the
+ * reference's ResponseStreamEvent describes, as componentErrors says it. The Responses API names
+ * each event twice, in the SSE `event:` line and in the data's `type`: the two must agree.
+ */
+export function responseStreamEventErrors(event: string, data: unknown): string[] {
+  const type = typeof data === 'object' && data !== null ? (data as Record<string, unknown>).type : undefined;
+  const named = type === event ? [] : [`event '${event}' carries data of type ${JSON.stringify(type)}`];
+  return [...named, ...componentErrors('ResponseStreamEvent', data)];
 }
