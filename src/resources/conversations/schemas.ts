@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { cursorListQuery, metadataSchema } from '../../http/schemas';
+import { cursorListQuery, knownValues, metadataSchema } from '../../http/schemas';
 import { THREAD_LIMITS } from '../threads/schemas';
 
 /**
@@ -178,25 +178,11 @@ export const ITEM_INCLUDES = [
   'message.output_text.logprobs',
 ] as const;
 export type ItemInclude = (typeof ITEM_INCLUDES)[number];
-const isItemInclude = (value: string): value is ItemInclude => ITEM_INCLUDES.some((known) => known === value);
 
 /** `include` as a query: `include[]=…` (the SDKs' form) or `include=…`, once or repeated. */
-const includeValues = z.union([z.string(), z.array(z.string()).max(16)]).transform((value, ctx) => {
-  const values = Array.isArray(value) ? value : [value];
-  const unknown = values.find((item) => !isItemInclude(item));
-  if (unknown !== undefined) {
-    ctx.addIssue({
-      code: 'custom',
-      message: `Invalid value for 'include': '${unknown.slice(0, 100)}' is not supported. Supported values: ${ITEM_INCLUDES.join(', ')}.`,
-    });
-    return z.NEVER;
-  }
-  return values.filter(isItemInclude);
-});
-
 export const includeQuery = z.strictObject({
-  include: includeValues.optional(),
-  'include[]': includeValues.optional(),
+  include: knownValues('include', ITEM_INCLUDES).optional(),
+  'include[]': knownValues('include[]', ITEM_INCLUDES).optional(),
 });
 export type IncludeQuery = z.infer<typeof includeQuery>;
 

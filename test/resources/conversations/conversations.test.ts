@@ -424,3 +424,15 @@ describe('bad items', () => {
     expect((await client.conversations.items.list(id)).data).toEqual([]);
   });
 });
+
+describe('include', () => {
+  it('takes OpenAI’s values in either form and refuses others, naming the parameter', async () => {
+    const { id } = await client.conversations.create({ items: [{ role: 'user', content: 'x' }] });
+    for (const query of ['include[]=file_search_call.results', 'include=message.output_text.logprobs']) {
+      expect((await alice.request(`/v1/conversations/${id}/items?${query}`)).status, query).toBe(200);
+    }
+    const refused = await errorOf(await alice.request(`/v1/conversations/${id}/items?include[]=everything`));
+    expect(refused).toMatchObject({ status: 400, param: 'include[]' });
+    expect(refused.message).toContain('file_search_call.results');
+  });
+});
