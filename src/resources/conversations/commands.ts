@@ -99,8 +99,10 @@ async function writeWhileIdle(db: Db, thread: ThreadRow, writes: ThreadItemWrite
     ...outputStatements(writes.outputs, condition),
   ];
   if (statements.length === 0) return true;
-  const [first] = await batchRawResults(db, statements);
-  return first && first.rowsAffected > 0 ? true : null;
+  // While a run holds the thread every statement writes nothing; otherwise each message is written
+  // (an output filled by a concurrent request in the meantime is kept, and this one dropped).
+  const results = await batchRawResults(db, statements);
+  return results.some((result) => result.rowsAffected > 0) ? true : null;
 }
 
 /**
