@@ -112,7 +112,7 @@ const message = z
       ctx.addIssue({
         code: 'custom',
         path: ['content', index, 'type'],
-        message: `A ${item.role} message cannot hold a '${part.type}' part; it may hold ${allowed.join(', ')}.`,
+        message: `A ${item.role} message cannot hold '${part.type}' parts; it may hold ${allowed.join(', ')}.`,
       });
     });
   });

@@ -62,6 +62,8 @@ describe('conversations', () => {
 
     const updated = await client.conversations.update(created.id, { metadata: { topic: 'changed' } });
     expect(updated).toEqual({ ...created, metadata: { topic: 'changed' } });
+    expectShape('ConversationResource', updated);
+    expect(await client.conversations.update(created.id, { metadata: null })).toMatchObject({ metadata: {} });
 
     const items = await client.conversations.items.list(created.id);
     expect(items.data).toEqual([
