@@ -3,7 +3,7 @@ import { messages } from '../../db/schema';
 import type { Actor } from '../../actor';
 import { ApiError } from '../../errors';
 import { deleteThread, whileIdle, type ReconcileRun, type ThreadCommandDeps } from '../threads/commands';
-import { deleteMessage, insertThread, updateThread, whileIdle as idle, type ThreadRow } from '../threads/queries';
+import { deleteMessage, insertThread, threadIdle, updateThread, type ThreadRow } from '../threads/queries';
 import { newThread } from '../threads/rows';
 import { threadItemWrites, type ThreadItemWrites } from './items';
 import type { ConversationItem } from './objects';
@@ -93,7 +93,7 @@ export async function addItems(
  * all or none); true once written, null when a run held the thread (whileIdle then finds out why).
  */
 async function writeWhileIdle(db: Db, thread: ThreadRow, writes: ThreadItemWrites): Promise<true | null> {
-  const condition = idle(thread.id);
+  const condition = threadIdle(thread.id);
   const statements = [
     ...writes.messages.map((message) => insertWhereStatement(messages, message, condition, { returning: false })),
     ...outputStatements(writes.outputs, condition),

@@ -197,7 +197,7 @@ export async function insertMessageWhileIdle(
 ): Promise<MessageRow | null> {
   // `extra` (writes conditional on messageWritten) goes in the same transaction, after the message.
   const [written] = await batchRawResults(db, [
-    insertWhereStatement(messages, message, whileIdle(message.threadId)),
+    insertWhereStatement(messages, message, threadIdle(message.threadId)),
     ...extra.map(rawOf),
   ]);
   const row = written?.rows[0];
@@ -208,7 +208,7 @@ export async function insertMessageWhileIdle(
  * The thread exists and no run holds it: insertMessageWhileIdle's condition, and that of any write
  * a running thread refuses (a conversation's items: resources/conversations/).
  */
-export const whileIdle = (threadId: string): RawCondition => {
+export const threadIdle = (threadId: string): RawCondition => {
   const idle = noRunHolds(threadId);
   return {
     sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ?) AND ${idle.sql}`,
