@@ -17,7 +17,7 @@ import {
   updateConversationBody,
 } from './schemas';
 import { getItem, listItems } from './thread-items';
-import { toConversationJson } from './wire';
+import { toConversationJson, toItemList } from './wire';
 
 /**
  * /v1/conversations: conversations and their items, in the workspace of workspace(). A
@@ -81,13 +81,7 @@ export const conversationRoutes = (reconcileRun: ReconcileRun) =>
             c.req.param('conversation_id'),
             c.req.valid('json').items,
           );
-          return c.json({
-            object: 'list' as const,
-            data,
-            first_id: data[0]?.id ?? '',
-            last_id: data.at(-1)?.id ?? '',
-            has_more: false,
-          });
+          return c.json(toItemList(data, false));
         },
       )
       .get(

@@ -5,13 +5,14 @@ import { timeline } from '../threads/timeline';
 import type { ConversationItem, ConversationItemList } from './objects';
 import { fileNames, itemOrderRows, itemRows, type OrderStep } from './queries';
 import type { ItemInclude } from './schemas';
-import { citedFileIds, parseToolItemId, toMessageItem, toolItem, toolItemId } from './wire';
+import { citedFileIds, parseToolItemId, toItemList, toMessageItem, toolItem, toolItemId } from './wire';
 
 /**
  * A thread as a conversation's items, in the order its runs' prompts give the model
  * (threads/timeline.ts): its messages, and its runs' tool calls (completed, or waiting for their
  * outputs) with the outputs given so far. The order is found from light rows (ids, times, which
- * message a step created, its calls' types); only a page's rows are then read whole.
+ * message a step created, its calls' types), all of the thread's for every page, since an item's
+ * place depends on steps anywhere in it; only a page's rows are then read whole.
  */
 
 /** Where an item comes from: a message, or call `index` of a tool step (the call, or its output). */
@@ -91,14 +92,7 @@ export async function listItems(
     start = at + 1;
   }
   const page = refs.slice(start, start + query.limit);
-  const data = await itemsOf(db, thread, page, include);
-  return {
-    object: 'list',
-    data,
-    first_id: data[0]?.id ?? '',
-    last_id: data.at(-1)?.id ?? '',
-    has_more: start + query.limit < refs.length,
-  };
+  return toItemList(await itemsOf(db, thread, page, include), start + query.limit < refs.length);
 }
 
 /** A reference to the item `id` of the thread, as its id says (a message's, or fc_/fco_/fs_), unread. */

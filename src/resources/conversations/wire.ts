@@ -2,7 +2,7 @@ import type { FileSearchToolCall, StepDetails } from '../../db/json-columns';
 import type { MessageContent } from '../../db/schema';
 import { toUnixSeconds } from '../../lib/time';
 import type { MessageRow, ThreadRow } from '../threads/queries';
-import type { ConversationItem, ConversationObject, MessageItem } from './objects';
+import type { ConversationItem, ConversationItemList, ConversationObject, MessageItem } from './objects';
 import type { ItemInclude } from './schemas';
 
 /**
@@ -20,6 +20,11 @@ export function toConversationJson(row: ThreadRow): ConversationObject {
     created_at: toUnixSeconds(row.createdAt),
     metadata: row.metadata,
   };
+}
+
+/** OpenAI's ConversationItemList of `data`: first_id and last_id are strings, empty for an empty page. */
+export function toItemList(data: ConversationItem[], hasMore: boolean): ConversationItemList {
+  return { object: 'list', data, first_id: data[0]?.id ?? '', last_id: data.at(-1)?.id ?? '', has_more: hasMore };
 }
 
 /** A step as its items need it (a run step's row, or the fields of one). */
