@@ -43,7 +43,8 @@ const LAYERS = [
  * their tool resources; a run executes an assistant on a thread, with its virtual key, under
  * the workspace's policies; the calls passed through to a provider (chat completions, completions,
  * embeddings, moderations) share one pipeline, which resolves their virtual key; the models are
- * what the virtual keys serve.
+ * what the virtual keys serve; a conversation is a thread, whose items are its messages and its
+ * runs' tool calls (the responses use conversations, never the other way round).
  */
 const RESOURCES = {
   identities: [],
@@ -61,6 +62,7 @@ const RESOURCES = {
   moderations: ['identities', 'pass-through'],
   models: ['identities', 'virtual-keys'],
   runs: ['identities', 'virtual-keys', 'policies', 'usage', 'files', 'vector-stores', 'assistants', 'threads'],
+  conversations: ['identities', 'files', 'vector-stores', 'threads'],
   responses: [
     'identities',
     'virtual-keys',
@@ -71,6 +73,7 @@ const RESOURCES = {
     'assistants',
     'threads',
     'runs',
+    'conversations',
   ],
 };
 

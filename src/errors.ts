@@ -77,6 +77,10 @@ export const ERROR_CODES = {
   file_batch_not_found: { status: 404 },
   chat_completion_not_found: { status: 404 },
   response_not_found: { status: 404 },
+  /** A conversation (a thread, by either prefix) not in the workspace. */
+  conversation_not_found: { status: 404 },
+  /** A conversation's item: a message, or a tool call or output (fc_, fco_, fs_) of one of its run steps. */
+  item_not_found: { status: 404 },
   /** GET /v1/models/{model}: no virtual key of the workspace serves it. */
   model_not_found: { status: 404 },
   // 405, 409, 413, 415

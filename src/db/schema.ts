@@ -245,6 +245,12 @@ export const threads = sqliteTable(
 
 export type MessageStatus = 'in_progress' | 'incomplete' | 'completed';
 
+/**
+ * Who wrote a message: the Assistants API writes user and assistant ones; a conversation's items
+ * (resources/conversations/) also system and developer ones, which a run sends as system messages.
+ */
+export type MessageRole = 'user' | 'assistant' | 'system' | 'developer';
+
 export const messages = sqliteTable(
   'messages',
   {
@@ -253,7 +259,7 @@ export const messages = sqliteTable(
     threadId: text('thread_id').notNull(),
     workspaceId: text('workspace_id').notNull(),
     createdAt: ms('created_at').notNull(),
-    role: text('role').$type<'user' | 'assistant'>().notNull(),
+    role: text('role').$type<MessageRole>().notNull(),
     /** OpenAI's message content parts, e.g. `[{"type":"text","text":{"value":"…","annotations":[]}}]`. */
     content: json<MessageContent[]>('content').notNull(),
     status: text('status').$type<MessageStatus>().notNull(),

@@ -32,3 +32,24 @@ export const cursorListQuery = z.strictObject({
   before: z.string().min(1).max(256).optional(),
 });
 export type CursorListQuery = z.infer<typeof cursorListQuery>;
+
+/**
+ * A query parameter that names values of `known`, once or repeated (the query gives one value as a
+ * string, several as an array): the known values, or an unknown one refused naming it and the
+ * values there are (`include[]`).
+ */
+export function knownValues<const Known extends readonly string[]>(name: string, known: Known) {
+  const isKnown = (value: string): value is Known[number] => known.includes(value);
+  return z.union([z.string(), z.array(z.string()).max(16)]).transform((value, ctx) => {
+    const values = Array.isArray(value) ? value : [value];
+    const unknown = values.find((item) => !isKnown(item));
+    if (unknown !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `Invalid value for '${name}': '${unknown.slice(0, 100)}' is not supported. Supported values: ${known.join(', ')}.`,
+      });
+      return z.NEVER;
+    }
+    return values.filter(isKnown);
+  });
+}

@@ -1,6 +1,7 @@
 /**
  * Public identifiers. Assistants objects carry OpenAI-style ids (`asst_…`, `thread_…`, `run_…`,
- * `resp_…`, `msg_…`, `step_…`, `call_…`, `vs_…`, `vsfb_…`, `file-…`), and so does a stored chat completion
+ * a conversation's `conv_…` (a thread made by the Conversations API), a response's `resp_…`,
+ * `msg_…`, `step_…`, `call_…`, `vs_…`, `vsfb_…`, `file-…`), and so does a stored chat completion
  * the provider gave no usable id (`chatcmpl-…`): a prefix and 24 alphanumerics, the
  * first 7 the time of creation, the other 17 random (≈101 bits). Identities and policies use
  * UUIDs, as the policies API documents them.
@@ -21,7 +22,7 @@ const TIME_CHARS = 7;
 const ID_CHARS = 24;
 
 export type IdPrefix =
-  'asst' | 'thread' | 'run' | 'resp' | 'msg' | 'step' | 'call' | 'req' | 'file' | 'vs' | 'vsfb' | 'chatcmpl';
+  'asst' | 'thread' | 'conv' | 'run' | 'resp' | 'msg' | 'step' | 'call' | 'req' | 'file' | 'vs' | 'vsfb' | 'chatcmpl';
 
 /** OpenAI's file and chat completion ids have a hyphen (`file-…`, `chatcmpl-…`); every other id has an underscore. */
 const SEPARATOR: Partial<Record<IdPrefix, string>> = { file: '-', chatcmpl: '-' };

@@ -111,6 +111,9 @@ beforeAll(async () => {
     batch_id: [batch.id],
     assistant_id: [assistant.id],
     thread_id: runs.map((run) => run.thread_id),
+    // A conversation is a thread; its items' ids are its messages'.
+    conversation_id: runs.map((run) => run.thread_id),
+    item_id: messageIds,
     run_id: runs.map((run) => run.id),
     slug: [slug],
     model: ['gpt-4o', 'meta-llama/Llama-3.1-8B'],
@@ -182,7 +185,12 @@ function validBody(route: Route): Record<string, unknown> {
       return { name: 'renamed', metadata: { k: 'v' }, temperature: 0.5 };
     case 'POST /v1/threads':
       return { messages: [{ role: 'user', content: 'hello' }], metadata: { k: 'v' } };
+    case 'POST /v1/conversations':
+      return { items: [{ role: 'user', content: 'hello' }], metadata: { k: 'v' } };
+    case 'POST /v1/conversations/:conversation_id/items':
+      return { items: [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: 'hi' }] }] };
     case 'POST /v1/threads/:thread_id':
+    case 'POST /v1/conversations/:conversation_id':
     case 'POST /v1/threads/:thread_id/messages/:message_id':
     case 'POST /v1/chat/completions/:completion_id':
       return { metadata: { k: 'v' } };

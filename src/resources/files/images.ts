@@ -52,31 +52,48 @@ export async function checkImages(
   messages: readonly MessageInput[],
   param: (index: number) => string,
 ): Promise<void> {
-  let rules: UpstreamUrlOptions | undefined;
+  const check = imageChecker(deps, workspaceId);
   for (const [index, message] of messages.entries()) {
     if (typeof message.content === 'string') continue;
     for (const [partIndex, part] of message.content.entries()) {
       if (part.type === 'text') continue;
       const where = `${param(index)}content[${partIndex}].${part.type === 'image_url' ? 'image_url.url' : 'image_file.file_id'}`;
-      const refuse = (why: string) => new ApiError('invalid_value', `Invalid '${where}': ${why}`, { param: where });
-      if (part.type === 'image_url') {
-        rules ??= await upstreamRules(deps.db, deps.config, { now: deps.now() });
-        const problem = imageUrlProblem(part.image_url.url, rules);
-        if (problem) throw refuse(problem);
-        continue;
-      }
-      const id = part.image_file.file_id;
-      const file = await getFile(deps.db, workspaceId, id, deps.now()).catch((error: unknown) => {
-        if (error instanceof ApiError && error.code === 'file_not_found')
-          throw refuse(`no file found with id '${id}'.`);
-        throw error;
-      });
-      if (!IMAGE_PURPOSES.has(file.purpose))
-        throw refuse(`the file's purpose is '${file.purpose}'; an image needs 'vision' or 'assistants'.`);
-      if (file.bytes > MAX_IMAGE_BYTES) throw refuse(`the image is larger than ${MAX_IMAGE_BYTES} bytes.`);
-      if ((await imageTypeOf(deps, file)) === null) throw refuse('the file is not a PNG, JPEG, GIF or WebP image.');
+      await check(part.type === 'image_url' ? { url: part.image_url.url } : { fileId: part.image_file.file_id }, where);
     }
   }
+}
+
+/** One image to check: linked (`url`) or uploaded (`fileId`). */
+export type ImageRef = { url: string; fileId?: never } | { fileId: string; url?: never };
+
+/**
+ * Checks images one by one, as checkImages does, each refused with a 400 naming `where` (a
+ * conversation's items name theirs `items[0].content[1].image_url`); the upstream rules are read
+ * once, at the first linked image.
+ */
+export function imageChecker(
+  deps: ImageDeps & Pick<Deps, 'now' | 'config'>,
+  workspaceId: string,
+): (image: ImageRef, where: string) => Promise<void> {
+  let rules: UpstreamUrlOptions | undefined;
+  return async (image, where) => {
+    const refuse = (why: string) => new ApiError('invalid_value', `Invalid '${where}': ${why}`, { param: where });
+    if (image.url !== undefined) {
+      rules ??= await upstreamRules(deps.db, deps.config, { now: deps.now() });
+      const problem = imageUrlProblem(image.url, rules);
+      if (problem) throw refuse(problem);
+      return;
+    }
+    const id = image.fileId;
+    const file = await getFile(deps.db, workspaceId, id, deps.now()).catch((error: unknown) => {
+      if (error instanceof ApiError && error.code === 'file_not_found') throw refuse(`no file found with id '${id}'.`);
+      throw error;
+    });
+    if (!IMAGE_PURPOSES.has(file.purpose))
+      throw refuse(`the file's purpose is '${file.purpose}'; an image needs 'vision' or 'assistants'.`);
+    if (file.bytes > MAX_IMAGE_BYTES) throw refuse(`the image is larger than ${MAX_IMAGE_BYTES} bytes.`);
+    if ((await imageTypeOf(deps, file)) === null) throw refuse('the file is not a PNG, JPEG, GIF or WebP image.');
+  };
 }
 
 type ImageType = 'image/png' | 'image/jpeg' | 'image/gif' | 'image/webp';

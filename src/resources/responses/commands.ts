@@ -2,15 +2,8 @@ import { eq } from 'drizzle-orm';
 import type { Actor, RequestContext } from '../../actor';
 import type { Deps } from '../../deps';
 import type { Settings } from '../../db/settings-cache';
-import { responses, runSteps, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
-import type {
-  ResponseFormat,
-  ResponseOptions,
-  Tool,
-  ToolChoice,
-  ToolResources,
-  ToolCallsDetails,
-} from '../../db/json-columns';
+import { responses, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
+import type { ResponseFormat, ResponseOptions, Tool, ToolChoice, ToolResources } from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
 import { ApiError, serverError } from '../../errors';
 import { validationError } from '../../http/middleware/validate';
@@ -33,7 +26,6 @@ import { readHistory, type History, type HistoryStep } from '../threads/history'
 import { deleteIdleThread, getThread, type MessageRow, type ThreadRow } from '../threads/queries';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
-import { readInput, type ResponseInput } from './input';
 import type { ResponseItemObject, ResponseObject } from './objects';
 import { deleteResponseRow, getResponseRow, responseNotFound, runMessages } from './queries';
 import {
@@ -43,7 +35,11 @@ import {
   type InputTokensBody,
   type TextFormat,
 } from './schemas';
-import { runOutputItems, toResponseJson } from './wire';
+import { toResponseJson } from './wire';
+import { runOutputItems } from '../conversations/wire';
+import { threadItemWrites, type ThreadItemWrites } from '../conversations/items';
+import { getConversation, outputStatements, type CallOutput } from '../conversations/queries';
+import { ITEM_INCLUDES, type InputItem } from '../conversations/schemas';
 
 /**
  * The Responses API's use-cases. A response is a run (resources/runs/): it is validated, admitted,
@@ -80,9 +76,9 @@ export async function createResponse(
       param: 'background',
     });
   }
-  const plan = await planResponse(deps, actor, snapshot, body);
-  const { thread, history, input } = plan;
   const at = deps.now();
+  const plan = await planResponse(deps, actor, snapshot, body, at);
+  const { thread, history, input } = plan;
   const include = body.include ?? [];
   const options: ResponseOptions = {
     instructions: body.instructions ?? null,
@@ -108,8 +104,7 @@ export async function createResponse(
     thread,
     assistantId: plan.assistant?.id ?? '',
     settings: plan.settings,
-    messages: input.messages.map(({ message }) => message),
-    messageParam: (index) => `input[${input.messages[index]?.index ?? index}]`,
+    messages: () => Promise.resolve(input.messages),
     history,
     write: async (messages, run) => {
       row = {
@@ -120,11 +115,11 @@ export async function createResponse(
         previousResponseId: body.previous_response_id ?? null,
         stored,
         background,
-        input: inputItems(body.input, messages, input),
+        input: inputItems(plan.items, messages),
         options: { ...options },
         createdAt: at,
       };
-      const extra = [deps.db.insert(responses).values(row), ...plan.outputWrites(deps)];
+      const extra = [deps.db.insert(responses).values(row), ...outputStatements(input.outputs)];
       if (!plan.conversation) return insertThreadAndRun(deps.db, thread, messages, run, extra);
       if (await insertRunOnThread(deps.db, messages, run, extra)) return;
       throw activeRunError(thread.id, await blockingRun(deps, thread.id));
@@ -190,11 +185,11 @@ interface ResponsePlan {
   settings: RunSettings;
   /** The tools as the request gave them, answered as such. */
   echoTools: ResponseObject['tools'];
-  input: ResponseInput;
+  /** The input as items, and what they write into the thread: its messages, the outputs of earlier calls. */
+  items: InputItem[];
+  input: ThreadItemWrites;
   /** The thread's history, with the function outputs this input gives filled in. */
   history: History;
-  /** The writes that record those outputs in the steps that made the calls. */
-  outputWrites: (deps: Pick<ResponseCommandDeps, 'db'>) => ReturnType<typeof stepDetailsUpdate>[];
 }
 
 async function planResponse(
@@ -202,6 +197,7 @@ async function planResponse(
   actor: Actor,
   snapshot: Settings,
   body: InputTokensBody,
+  at: number,
 ): Promise<ResponsePlan> {
   const { db, config } = deps;
   const conversationId = typeof body.conversation === 'string' ? body.conversation : body.conversation?.id;
@@ -217,19 +213,19 @@ async function planResponse(
   const { tools, toolResources, echo } = responseTools(body.tools, assistant);
   const settings = responseSettings(body, assistant, tools, toolResources);
   await checkToolResources(db, actor.workspaceId, settings.toolResources, 'tools');
-  const input = readInput(body.input);
+  const items: InputItem[] =
+    typeof body.input === 'string' ? [{ type: 'message', role: 'user', content: body.input }] : (body.input ?? []);
 
   let thread: ThreadRow;
+  let earlier: ThreadRow;
   let history: History;
   if (conversationId !== undefined) {
-    thread = await getThread(db, actor.workspaceId, conversationId).catch((error: unknown) => {
-      if (error instanceof ApiError && error.code === 'thread_not_found') {
-        throw new ApiError('thread_not_found', `Conversation with id '${conversationId}' not found.`, {
-          param: 'conversation',
-        });
-      }
-      throw error;
+    thread = await getConversation(db, actor.workspaceId, conversationId).catch((error: unknown) => {
+      throw error instanceof ApiError && error.code === 'conversation_not_found'
+        ? new ApiError('conversation_not_found', error.message, { param: 'conversation' })
+        : error;
     });
+    earlier = thread;
     const blocking = await blockingRun(deps, thread.id);
     if (blocking) throw activeRunError(thread.id, blocking);
     history = await readHistory(
@@ -238,41 +234,32 @@ async function planResponse(
       config.GATEWAY_MAX_HISTORY_BYTES,
     );
   } else {
-    if (previousId !== null) await checkPrevious(deps, actor.workspaceId, previousId);
-    thread = newThread(actor.workspaceId, undefined, deps.now());
+    thread = newThread(actor.workspaceId, undefined, at);
+    earlier = previousId === null ? thread : await previousThread(deps, actor.workspaceId, previousId);
     history = await readHistory(
       db,
-      {
-        workspaceId: actor.workspaceId,
-        threadId: thread.id,
-        runId: null,
-        chain: { previousResponseId: previousId },
-      },
+      { workspaceId: actor.workspaceId, threadId: thread.id, runId: null, chain: { previousResponseId: previousId } },
       config.GATEWAY_MAX_HISTORY_BYTES,
     );
   }
-  const answered = answerCalls(history.steps, input);
+  const input = await threadItemWrites(deps, thread, items, 'input', at, earlier);
   return {
     thread,
     conversation: conversationId !== undefined,
     assistant,
     settings,
     echoTools: echo,
+    items,
     input,
-    history: { messages: history.messages, steps: answered.steps },
-    outputWrites: ({ db }) => answered.changed.map((step) => stepDetailsUpdate(db, step)),
+    history: { messages: history.messages, steps: answered(history.steps, input.outputs) },
   };
 }
 
-function stepDetailsUpdate(db: ResponseCommandDeps['db'], step: HistoryStep) {
-  return db.update(runSteps).set({ stepDetails: step.stepDetails }).where(eq(runSteps.id, step.id));
-}
-
 /**
- * The previous response a new one goes on from: the workspace's, kept (not made with
+ * The thread of the previous response a new one goes on from: the workspace's, kept (not made with
  * `store: false`), and ended (a response still executing has no output to go on from).
  */
-async function checkPrevious(deps: ResponseCommandDeps, workspaceId: string, id: string): Promise<void> {
+async function previousThread(deps: ResponseCommandDeps, workspaceId: string, id: string): Promise<ThreadRow> {
   const row = await getResponseRow(deps.db, workspaceId, id, 'previous_response_id');
   const param = { param: 'previous_response_id' };
   if (!row.stored) {
@@ -284,63 +271,33 @@ async function checkPrevious(deps: ResponseCommandDeps, workspaceId: string, id:
     );
   }
   const run = await getRunById(deps.db, id);
-  if (!run) throw new ApiError('response_not_found', `Response with id '${id}' not found.`, param);
+  if (!run) throw responseNotFound(id, 'previous_response_id');
   const now = await reconcileRun(deps, run);
   if (!isTerminal(now.status)) {
     throw new ApiError('invalid_value', `Response '${id}' is still ${now.status}: wait for it to end.`, param);
   }
+  return getThread(deps.db, workspaceId, row.threadId);
 }
 
 /**
- * Fills in the outputs this input gives for function calls earlier responses made: each must
- * answer a call still without one, and every such call must be answered (the model is sent each
- * call with its output, as OpenAI requires).
+ * The history's steps with the outputs this input gives filled in (the calls' steps are written
+ * so in the response's batch: outputStatements). A call of the history still without an output
+ * is refused: the model is sent each call with its output, as OpenAI requires.
  */
-function answerCalls(steps: HistoryStep[], input: ResponseInput): { steps: HistoryStep[]; changed: HistoryStep[] } {
-  const outputs = new Map<string, { output: string; index: number }>();
-  for (const output of input.outputs) {
-    if (outputs.has(output.callId)) {
-      throw new ApiError('invalid_value', `More than one output for function call '${output.callId}'.`, {
-        param: `input[${output.index}].call_id`,
-      });
-    }
-    outputs.set(output.callId, output);
-  }
-  const used = new Set<string>();
-  const changed: HistoryStep[] = [];
-  const answered = steps.map((step) => {
+function answered(steps: HistoryStep[], outputs: readonly CallOutput[]): HistoryStep[] {
+  return steps.map((step) => {
     const details = step.stepDetails;
-    if (
-      details.type !== 'tool_calls' ||
-      !details.tool_calls.some((call) => call.type === 'function' && call.function.output === null)
-    )
-      return step;
-    const calls = details.tool_calls.map((call) => {
+    if (details.type !== 'tool_calls') return step;
+    const calls = details.tool_calls.map((call, index) => {
       if (call.type !== 'function' || call.function.output !== null) return call;
-      const given = outputs.get(call.id);
+      const given = outputs.find((output) => output.stepId === step.id && output.index === index);
       if (!given) {
         throw new ApiError('invalid_value', `No tool output found for function call ${call.id}.`, { param: 'input' });
       }
-      used.add(call.id);
       return { ...call, function: { ...call.function, output: given.output } };
     });
-    const filled: ToolCallsDetails = { type: 'tool_calls', tool_calls: calls };
-    const patched = { ...step, stepDetails: filled };
-    changed.push(patched);
-    return patched;
+    return { ...step, stepDetails: { type: 'tool_calls', tool_calls: calls } };
   });
-  for (const output of input.outputs) {
-    if (!used.has(output.callId)) {
-      throw new ApiError(
-        'invalid_value',
-        `No function call found with call_id '${output.callId}' awaiting its output.`,
-        {
-          param: `input[${output.index}].call_id`,
-        },
-      );
-    }
-  }
-  return { steps: answered, changed };
 }
 
 /** The assistant a `prompt` names: a stored prompt, as OpenAI's dashboard prompts were. */
@@ -509,20 +466,17 @@ function runResponseFormat(format: TextFormat): ResponseFormat {
   };
 }
 
-/** The input as `input_items` lists it: each item as given, a message with the id of the message it became. */
-function inputItems(
-  given: CreateResponseBody['input'],
-  messages: MessageRow[],
-  input: ResponseInput,
-): Record<string, unknown>[] {
-  const items = typeof given === 'string' ? [{ type: 'message', role: 'user', content: given }] : (given ?? []);
-  const idOf = new Map(input.messages.map(({ index }, at) => [index, messages[at]?.id]));
-  return items.map((item, index) => {
-    const id = idOf.get(index);
+/**
+ * The input as `input_items` lists it: each item as given, a message with the id of the message it
+ * became (the messages are made in the items' order; a message given back by its id is not made).
+ */
+function inputItems(items: InputItem[], messages: MessageRow[]): Record<string, unknown>[] {
+  let next = 0;
+  return items.map((item) => {
+    if (item.type !== 'message') return item;
     const content = typeof item.content === 'string' ? [{ type: 'input_text', text: item.content }] : item.content;
-    return id
-      ? { type: 'message', status: 'completed', ...item, id, ...(content === undefined ? {} : { content }) }
-      : item;
+    const id = item.id ?? messages[next++]?.id;
+    return { ...item, id, status: item.status ?? 'completed', content };
   });
 }
 
@@ -586,12 +540,13 @@ async function responseJson(deps: ResponseCommandDeps, row: ResponseRow): Promis
   const run = await getRunById(deps.db, row.id);
   if (!run) throw responseNotFound(row.id);
   const now = await reconcileRun(deps, run);
-  return toResponseJson(now, row, await outputOf(deps, now));
+  return toResponseJson(now, row, await outputOf(deps, now, row));
 }
 
-async function outputOf(deps: ResponseCommandDeps, run: RunRow): Promise<ResponseItemObject[]> {
+async function outputOf(deps: ResponseCommandDeps, run: RunRow, row: ResponseRow): Promise<ResponseItemObject[]> {
   const [steps, messages] = await Promise.all([listSteps(deps.db, run.id), runMessages(deps.db, run.id)]);
-  return runOutputItems(steps, new Map(messages.map((message) => [message.id, message])));
+  const include = ITEM_INCLUDES.filter((value) => row.options.include?.includes(value));
+  return runOutputItems(steps, new Map(messages.map((message) => [message.id, message])), include);
 }
 
 /** DELETE /v1/responses/{id}. Its items stay in its conversation, as OpenAI's do. */
@@ -664,29 +619,9 @@ export async function countInputTokens(
   snapshot: Settings,
   body: InputTokensBody,
 ): Promise<number> {
-  const plan = await planResponse(deps, actor, snapshot, body);
   const at = deps.now();
-  const messages = plan.input.messages.map(({ message }, index) => ({
-    id: `msg_input_${index}`,
-    threadId: plan.thread.id,
-    workspaceId: actor.workspaceId,
-    createdAt: at,
-    role: message.role,
-    content:
-      typeof message.content === 'string'
-        ? [{ type: 'text' as const, text: { value: message.content, annotations: [] } }]
-        : message.content.flatMap((part) =>
-            part.type === 'text' ? [{ type: 'text' as const, text: { value: part.text, annotations: [] } }] : [],
-          ),
-    status: 'completed' as const,
-    assistantId: null,
-    runId: null,
-    attachments: [],
-    metadata: {},
-    incompleteDetails: null,
-    completedAt: at,
-    incompleteAt: null,
-  }));
+  const plan = await planResponse(deps, actor, snapshot, body, at);
+  const messages = plan.input.messages;
   const run = { createdAt: at, instructions: plan.settings.instructions, tools: plan.settings.tools };
   const history = { messages: [...plan.history.messages, ...messages], steps: plan.history.steps };
   const limits = promptLimits({ ...plan.settings, maxPromptTokens: null }, 0, deps.config);

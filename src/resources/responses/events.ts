@@ -5,6 +5,7 @@ import { jsonWithText, jsonWithTexts, TextBuilder, TextParts } from '../../lib/t
 import type { EventSink } from '../../deps';
 import { searchQueries } from '../runs/execution/file-search';
 import { getStep } from '../runs/queries';
+import { toolItemId } from '../conversations/wire';
 
 /**
  * A response's stream of events, as OpenAI's Responses API sends it, translated from the events
@@ -117,16 +118,6 @@ export interface FileSearchCallItem {
 }
 
 export type OutputItem = MessageItem | FunctionCallItem | FileSearchCallItem;
-
-/** The id of a function call's item: `fc_` + its step's id without `step_` + its index in the step. */
-export function functionCallItemId(stepId: string, index: number): string {
-  return `fc_${stepId.replace(/^step_/, '')}_${index}`;
-}
-
-/** The id of a file search's item, as functionCallItemId with `fs_`. */
-export function fileSearchItemId(stepId: string, index: number): string {
-  return `fs_${stepId.replace(/^step_/, '')}_${index}`;
-}
 
 /** A run's usage (the Assistants API's names) as a response's. */
 export function responseUsage(usage: RunUsage): ResponseUsage {
@@ -474,7 +465,7 @@ export class ResponseEvents implements EventSink {
     let item: FunctionCallItem | FileSearchCallItem;
     if (call.type === 'function') {
       item = {
-        id: functionCallItemId(stepId, call.index),
+        id: toolItemId('fc', stepId, call.index),
         type: 'function_call',
         call_id: call.id ?? '',
         name: call.function?.name ?? '',
@@ -482,7 +473,7 @@ export class ResponseEvents implements EventSink {
         status: 'in_progress',
       };
     } else if (call.type === 'file_search') {
-      item = { id: fileSearchItemId(stepId, call.index), type: 'file_search_call', status: 'in_progress', queries: [] };
+      item = { id: toolItemId('fs', stepId, call.index), type: 'file_search_call', status: 'in_progress', queries: [] };
     } else return undefined;
     const entry: CallEntry = { kind: 'call', item, outputIndex: -1, done: false };
     this.#calls.set(`${stepId}/${call.index}`, entry);

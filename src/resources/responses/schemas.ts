@@ -2,6 +2,8 @@ import * as z from 'zod';
 import { cursorListQuery, metadataSchema } from '../../http/schemas';
 import { functionName, jsonObject } from '../../db/json-columns';
 import { RUN_LIMITS } from '../runs/schemas';
+import { THREAD_LIMITS } from '../threads/schemas';
+import { inputItemsSchema, ITEM_LIMITS } from '../conversations/schemas';
 
 /**
  * The Responses API's requests (OpenAI's CreateResponse and its neighbours): what the gateway
@@ -10,7 +12,6 @@ import { RUN_LIMITS } from '../runs/schemas';
  */
 
 export const RESPONSE_LIMITS = {
-  input: 2048,
   tools: 128,
   minOutputTokens: 16,
 } as const;
@@ -76,8 +77,8 @@ export const INCLUDABLE = [
 
 const include = z.array(z.enum(INCLUDABLE)).max(INCLUDABLE.length);
 
-/** The input of a response, or of a token count: text, or items (inputItems, commands.ts). */
-const input = z.union([z.string().max(RUN_LIMITS.instructions * 4), z.array(jsonObject).max(RESPONSE_LIMITS.input)]);
+/** The input of a response, or of a token count: text, or items as a conversation takes them. */
+const input = z.union([z.string().max(THREAD_LIMITS.text), inputItemsSchema(ITEM_LIMITS.input)]);
 
 const conversation = z.union([id, z.strictObject({ id })]);
 

@@ -1,7 +1,5 @@
 import type { ResponseRow, RunRow } from '../../db/schema';
 import type { RunStatus } from '../../db/run-statuses';
-import type { StepRow } from '../runs/queries';
-import type { MessageRow } from '../threads/queries';
 import { responseErrorCode, responseUsage, type DescribeResponse } from './events';
 import type { ResponseItemObject, ResponseObject, ResponseStatus } from './objects';
 
@@ -78,42 +76,4 @@ export function responseStatus(status: RunStatus): ResponseStatus {
 
 function incompleteReason(reason: string): 'max_output_tokens' | 'content_filter' {
   return reason === 'content_filter' ? 'content_filter' : 'max_output_tokens';
-}
-
-/** A run's output items: its steps in order, each message and tool call as its item. */
-export function runOutputItems(steps: StepRow[], messagesById: Map<string, MessageRow>): ResponseItemObject[] {
-  return steps.flatMap((step): ResponseItemObject[] => {
-    const details = step.stepDetails;
-    if (details.type === 'message_creation') {
-      const message = messagesById.get(details.message_creation.message_id);
-      if (!message) return [];
-      const text = message.content.map((part) => (part.type === 'text' ? part.text.value : '')).join('');
-      // A turn that only called tools leaves an empty message: it is no output.
-      if (text === '' && message.status === 'completed') return [];
-      return [
-        {
-          id: message.id,
-          type: 'message',
-          role: 'assistant',
-          status: message.status === 'in_progress' ? 'in_progress' : message.status,
-          content: [{ type: 'output_text', text, annotations: [], logprobs: [] }],
-        },
-      ];
-    }
-    const stepKey = step.id.slice(step.id.indexOf('_') + 1);
-    return details.tool_calls.flatMap((call, index): ResponseItemObject[] =>
-      call.type === 'function'
-        ? [
-            {
-              id: `fc_${stepKey}_${index}`,
-              type: 'function_call',
-              status: 'completed',
-              call_id: call.id,
-              name: call.function.name,
-              arguments: call.function.arguments,
-            },
-          ]
-        : [],
-    );
-  });
 }

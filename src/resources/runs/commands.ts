@@ -98,8 +98,7 @@ export async function createThreadAndRun(
     thread,
     assistantId: assistant.id,
     settings: runSettings(assistant, body),
-    messages: body.thread?.messages ?? [],
-    messageParam: (index) => `thread.messages[${index}]`,
+    messages: () => clientMessages(deps, actor, thread, body.thread?.messages ?? [], 'thread.messages', at),
     history: NO_HISTORY,
     write: (messages, run) => insertThreadAndRun(deps.db, thread, messages, run, stores.statements),
     leading: [['thread.created', toThreadJson(thread)]],
@@ -144,13 +143,13 @@ export async function createRun(
   const extra = stores.toolResources
     ? [...stores.statements, setToolResources(db, thread.id, stores.toolResources)]
     : stores.statements;
+  const at = deps.now();
   const answer = await startRun(deps, actor, snapshot, context, {
-    at: deps.now(),
+    at,
     thread,
     assistantId: assistant.id,
     settings,
-    messages: body.additional_messages ?? [],
-    messageParam: (index) => `additional_messages[${index}]`,
+    messages: () => clientMessages(deps, actor, thread, body.additional_messages ?? [], 'additional_messages', at),
     history,
     write: async (messages, run) => {
       if (await insertRunOnThread(db, messages, run, extra)) return;
@@ -178,9 +177,8 @@ export interface RunStart {
   thread: ThreadRow;
   assistantId: string;
   settings: RunSettings;
-  /** The messages the request adds to the thread with the run; `messageParam` names each in errors. */
-  messages: ThreadMessageInput[];
-  messageParam: (index: number) => string;
+  /** Makes the messages the request adds to the thread with the run, checked (a 400 naming one that is wrong). */
+  messages: () => Promise<MessageRow[]>;
   /** The thread's history before them. */
   history: History;
   /** Writes the run and the messages (with its thread, if new) in one batch, or throws and writes nothing. */
@@ -210,10 +208,7 @@ export async function startRun(
     model: settings.model,
   });
   const { at } = start;
-  const messages = start.messages.map((message, index) =>
-    clientMessage(thread, message, start.messageParam(index), at),
-  );
-  await checkImages(deps, actor.workspaceId, start.messages, (index) => `${start.messageParam(index)}.`);
+  const messages = await start.messages();
   const run = newRun(
     settings,
     { thread, assistantId: start.assistantId, virtualKey, apiKeyId: actor.apiKeyId, kind: start.kind },
@@ -240,6 +235,20 @@ export async function startRun(
     },
     written,
   );
+}
+
+/** A run's request messages (`param`: where the request has them) as its thread's, their images checked. */
+async function clientMessages(
+  deps: RunCommandDeps,
+  actor: Actor,
+  thread: ThreadRow,
+  inputs: ThreadMessageInput[],
+  param: string,
+  at: number,
+): Promise<MessageRow[]> {
+  const messages = inputs.map((message, index) => clientMessage(thread, message, `${param}[${index}]`, at));
+  await checkImages(deps, actor.workspaceId, inputs, (index) => `${param}[${index}].`);
+  return messages;
 }
 
 /**

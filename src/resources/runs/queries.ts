@@ -14,6 +14,7 @@ import {
   type BuiltStatement,
   type Db,
   type RawCondition,
+  type RawStatement,
 } from '../../db/client';
 import { messages, runs, runSteps } from '../../db/schema';
 import type { RunStatus } from '../../db/run-statuses';
@@ -67,7 +68,7 @@ export async function insertRunOnThread(
   db: Db,
   threadMessages: MessageRow[],
   run: RunRow,
-  extra: BuiltStatement[] = [],
+  extra: (BuiltStatement | RawStatement)[] = [],
 ): Promise<boolean> {
   try {
     await insertThreadAndRun(db, null, threadMessages, run, extra);
@@ -126,10 +127,11 @@ export async function insertThreadAndRun(
   thread: ThreadRow | null,
   threadMessages: MessageRow[],
   run: RunRow,
-  extra: BuiltStatement[] = [],
+  extra: (BuiltStatement | RawStatement)[] = [],
 ): Promise<void> {
   // On every run's path: the rows as raw statements, without building queries.
-  await batchRaw(db, [...threadRows(thread, threadMessages), insertStatement(runs, run), ...extra.map(rawOf)]);
+  const more = extra.map((statement) => ('toSQL' in statement ? rawOf(statement) : statement));
+  await batchRaw(db, [...threadRows(thread, threadMessages), insertStatement(runs, run), ...more]);
 }
 
 // Prepared: a run is read on every poll of it (GET …/runs/{run_id}), and Drizzle building the

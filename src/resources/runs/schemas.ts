@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { cursorListQuery, metadataSchema } from '../../http/schemas';
+import { cursorListQuery, knownValues, metadataSchema } from '../../http/schemas';
 import { THREAD_LIMITS, threadMessageSchema, threadSchema } from '../threads/schemas';
 import { responseFormatSchema, toolChoiceSchema, toolResourcesSchema, toolsSchema } from '../../db/json-columns';
 
@@ -80,24 +80,9 @@ export type RunOverrides = Omit<CreateThreadAndRunBody, 'assistant_id' | 'thread
 export const RUN_STEP_INCLUDES = ['step_details.tool_calls[*].file_search.results[*].content'] as const;
 
 export type RunStepInclude = (typeof RUN_STEP_INCLUDES)[number];
-const isRunStepInclude = (value: string): value is RunStepInclude => RUN_STEP_INCLUDES.some((known) => known === value);
 
-/**
- * `include[]=…`, once or repeated (the query gives one value as a string, several as an array). An
- * unknown value is refused naming it and the values there are.
- */
-const includeParam = z.union([z.string(), z.array(z.string()).max(16)]).transform((value, ctx) => {
-  const values = Array.isArray(value) ? value : [value];
-  const unknown = values.find((item) => !isRunStepInclude(item));
-  if (unknown !== undefined) {
-    ctx.addIssue({
-      code: 'custom',
-      message: `Invalid value for 'include[]': '${unknown.slice(0, 100)}' is not supported. Supported values: ${RUN_STEP_INCLUDES.join(', ')}.`,
-    });
-    return z.NEVER;
-  }
-  return values.filter(isRunStepInclude);
-});
+/** `include[]=…`, once or repeated. */
+const includeParam = knownValues('include[]', RUN_STEP_INCLUDES);
 
 export const runStepIncludeQuery = z.strictObject({ 'include[]': includeParam.optional() });
 

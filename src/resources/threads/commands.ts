@@ -158,7 +158,7 @@ const ATTEMPTS = 3;
  * never blocks its thread for ever; a run really active refuses the write, named in the 400; a
  * thread deleted in the meantime is a 404.
  */
-async function whileIdle<T>(
+export async function whileIdle<T>(
   deps: ThreadCommandDeps,
   reconcileRun: ReconcileRun,
   thread: ThreadRow,

@@ -42,7 +42,8 @@ export const messageObject = z
     incomplete_details: z.strictObject({ reason: z.string() }).nullable(),
     incomplete_at: nullableSeconds,
     completed_at: nullableSeconds,
-    role: z.enum(['user', 'assistant']),
+    // system and developer: written as a conversation's items (docs/conversations.md), beyond OpenAI's two.
+    role: z.enum(['user', 'assistant', 'system', 'developer']),
     content: z.array(messageContent),
     attachments: z
       .array(z.strictObject({ file_id: z.string(), tools: z.array(z.strictObject({ type: z.string() })) }))

@@ -49,9 +49,15 @@ const threadById = preparedQuery((db) =>
 );
 
 export async function getThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow> {
-  const [row] = await threadById(db).all({ id, workspaceId });
+  const row = await findThread(db, workspaceId, id);
   if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
   return row;
+}
+
+/** The thread, or null: for a resource that answers its own 404 (a conversation's). */
+export async function findThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow | null> {
+  const [row] = await threadById(db).all({ id, workspaceId });
+  return row ?? null;
 }
 
 /** A new thread and its first messages, in one transaction (with `extra`: its vector store, say). */
@@ -191,15 +197,18 @@ export async function insertMessageWhileIdle(
 ): Promise<MessageRow | null> {
   // `extra` (writes conditional on messageWritten) goes in the same transaction, after the message.
   const [written] = await batchRawResults(db, [
-    insertWhereStatement(messages, message, whileIdle(message.threadId)),
+    insertWhereStatement(messages, message, threadIdle(message.threadId)),
     ...extra.map(rawOf),
   ]);
   const row = written?.rows[0];
   return row ? rowOf(messages, row) : null;
 }
 
-/** The thread exists and no run holds it: insertMessageWhileIdle's condition. */
-const whileIdle = (threadId: string): RawCondition => {
+/**
+ * The thread exists and no run holds it: insertMessageWhileIdle's condition, and that of any write
+ * a running thread refuses (a conversation's items: resources/conversations/).
+ */
+export const threadIdle = (threadId: string): RawCondition => {
   const idle = noRunHolds(threadId);
   return {
     sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ?) AND ${idle.sql}`,

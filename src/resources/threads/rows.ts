@@ -15,9 +15,11 @@ export function newThread(
   workspaceId: string,
   fields: { metadata?: Record<string, string> | null; tool_resources?: ToolResources | null } | undefined,
   at: number,
+  /** `conv` for a conversation (POST /v1/conversations): the same thread, under OpenAI's prefix. */
+  prefix: 'thread' | 'conv' = 'thread',
 ): ThreadRow {
   return {
-    id: newId('thread'),
+    id: newId(prefix),
     workspaceId,
     createdAt: at,
     metadata: fields?.metadata ?? {},
@@ -30,18 +32,33 @@ export function newThread(
  * when the message is the whole request body).
  */
 export function clientMessage(thread: ThreadRow, input: ThreadMessageInput, param: string, at: number): MessageRow {
+  return writtenMessage(
+    thread,
+    {
+      role: input.role,
+      content: messageContent(input, param),
+      attachments: messageAttachments(input, param),
+      metadata: input.metadata ?? {},
+    },
+    at,
+  );
+}
+
+/** A complete message a client wrote (through the Assistants API, or as a conversation's item), with no run. */
+export function writtenMessage(
+  thread: ThreadRow,
+  fields: Pick<MessageRow, 'role' | 'content' | 'attachments' | 'metadata'>,
+  at: number,
+): MessageRow {
   return {
     id: newId('msg'),
     threadId: thread.id,
     workspaceId: thread.workspaceId,
     createdAt: at,
-    role: input.role,
-    content: messageContent(input, param),
+    ...fields,
     status: 'completed',
     assistantId: null,
     runId: null,
-    attachments: messageAttachments(input, param),
-    metadata: input.metadata ?? {},
     incompleteDetails: null,
     completedAt: at,
     incompleteAt: null,

@@ -484,6 +484,81 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'DELETE', path: `/v1/threads/${v.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope() },
     { method: 'DELETE', path: `/v1/threads/${a.doneThreadId}/messages/${firstMessageOf(v)}`, headers: scope() },
   ],
+  // A conversation is a thread: the victim's threads, under /v1/conversations.
+  'POST /v1/conversations': (v) => [
+    {
+      method: 'POST',
+      path: '/v1/conversations',
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+      body: { metadata: { planted: 'yes' } },
+    },
+    // The victim's image in a new conversation of the caller's: as unknown as any file id.
+    {
+      method: 'POST',
+      path: '/v1/conversations',
+      headers: scope(),
+      body: { items: [{ role: 'user', content: [{ type: 'input_image', file_id: v.fileId }] }] },
+      refusals: [400],
+    },
+  ],
+  'GET /v1/conversations/:conversation_id': (v) => [
+    { method: 'GET', path: `/v1/conversations/${v.doneThreadId}`, headers: scope() },
+    {
+      method: 'GET',
+      path: `/v1/conversations/${v.doneThreadId}`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+    },
+  ],
+  'POST /v1/conversations/:conversation_id': (v) => [
+    {
+      method: 'POST',
+      path: `/v1/conversations/${v.doneThreadId}`,
+      headers: scope(),
+      body: { metadata: { planted: 'yes' } },
+    },
+  ],
+  'DELETE /v1/conversations/:conversation_id': (v) => [
+    { method: 'DELETE', path: `/v1/conversations/${v.doneThreadId}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/conversations/${v.threadId}`, headers: scope() },
+  ],
+  'POST /v1/conversations/:conversation_id/items': (v) => [
+    {
+      method: 'POST',
+      path: `/v1/conversations/${v.doneThreadId}/items`,
+      headers: scope(),
+      body: { items: [{ role: 'user', content: 'planted' }] },
+    },
+    // The victim's call in the caller's own conversation: no such call there.
+    {
+      method: 'POST',
+      path: `/v1/conversations/${a.doneThreadId}/items`,
+      headers: scope(),
+      body: { items: [{ type: 'function_call_output', call_id: v.toolCallId, output: 'planted' }] },
+      refusals: [400],
+    },
+  ],
+  'GET /v1/conversations/:conversation_id/items': (v) => [
+    { method: 'GET', path: `/v1/conversations/${v.doneThreadId}/items`, headers: scope() },
+    {
+      method: 'GET',
+      path: `/v1/conversations/${a.doneThreadId}/items?after=${firstMessageOf(v)}`,
+      headers: scope(),
+      refusals: UNKNOWN_CURSOR,
+    },
+  ],
+  'GET /v1/conversations/:conversation_id/items/:item_id': (v) => [
+    { method: 'GET', path: `/v1/conversations/${v.doneThreadId}/items/${firstMessageOf(v)}`, headers: scope() },
+    { method: 'GET', path: `/v1/conversations/${a.doneThreadId}/items/${firstMessageOf(v)}`, headers: scope() },
+    {
+      method: 'GET',
+      path: `/v1/conversations/${a.doneThreadId}/items/fc_${firstStepOf(v).replace(/^step_/, '')}_0`,
+      headers: scope(),
+    },
+  ],
+  'DELETE /v1/conversations/:conversation_id/items/:item_id': (v) => [
+    { method: 'DELETE', path: `/v1/conversations/${v.doneThreadId}/items/${firstMessageOf(v)}`, headers: scope() },
+    { method: 'DELETE', path: `/v1/conversations/${a.doneThreadId}/items/${firstMessageOf(v)}`, headers: scope() },
+  ],
   'GET /v1/threads/:thread_id': (v) => [
     { method: 'GET', path: `/v1/threads/${v.threadId}`, headers: scope() },
     { method: 'GET', path: `/v1/threads/${v.threadId}`, headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },

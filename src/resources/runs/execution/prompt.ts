@@ -7,6 +7,7 @@ import type { History, HistoryStep } from '../../threads/history';
 import type { StepRow } from '../queries';
 import type { RunRow } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
+import { timeline } from '../../threads/timeline';
 
 /**
  * A turn's prompt, from the thread's history: pure decisions, kept apart from the reads
@@ -64,7 +65,7 @@ export function buildPrompt(
   limits: PromptLimits,
 ): Prompt {
   const steps = [...history.steps, ...ownSteps.map((step) => ({ ...step, runCreatedAt: run.createdAt }))];
-  const units = timeline(history.messages, steps);
+  const units = historyUnits(history.messages, steps);
   const system: PromptMessage[] = run.instructions ? [{ role: 'system', content: run.instructions }] : [];
   const systemJson = JSON.stringify(system);
   const toolsJson = JSON.stringify(run.tools);
@@ -123,63 +124,22 @@ interface Unit {
 }
 
 /**
- * The history in the order it happened. Messages are in the thread's order. A run's tool calls go
- * just before the next message the run wrote after them (its answer once it had the outputs); when
- * it wrote none after them, just after the last one it wrote; and when it wrote none at all (it
- * failed or was cancelled once it had the outputs), after the messages that were in the thread
- * when it was created. Tool calls whose message is not in the history (left out as too old) are
- * left out with it.
+ * The history in the order it happened (threads/timeline.ts): a run's completed tool calls with
+ * their outputs among the thread's messages.
  */
-function timeline(messages: MessageRow[], steps: HistoryStep[]): Unit[] {
-  const before = new Map<string, Unit[]>();
-  const after = new Map<string, Unit[]>();
-  const unanchored: { at: number; units: Unit[] }[] = [];
-  for (const runSteps of byRun(steps)) {
-    const createdAt = runSteps[0]?.runCreatedAt ?? 0;
-    let pending: Unit[] = [];
-    let lastMessage: string | null = null;
-    for (const step of runSteps) {
-      const details = step.stepDetails;
-      if (details.type === 'message_creation') {
-        if (pending.length > 0) before.set(details.message_creation.message_id, pending);
-        pending = [];
-        lastMessage = details.message_creation.message_id;
-      } else if (step.status === 'completed' && details.tool_calls.length > 0) {
-        pending.push(toolCallsUnit(details));
-      }
-    }
-    if (pending.length === 0) continue;
-    if (lastMessage !== null) after.set(lastMessage, pending);
-    else unanchored.push({ at: createdAt, units: pending });
-  }
-  unanchored.sort((a, b) => a.at - b.at);
-
-  const units: Unit[] = [];
-  let next = 0;
-  const unanchoredBefore = (at: number) => {
-    for (let group = unanchored[next]; group !== undefined && group.at < at; group = unanchored[++next])
-      units.push(...group.units);
-  };
-  for (const message of messages) {
-    unanchoredBefore(message.createdAt);
-    units.push(...(before.get(message.id) ?? []));
-    const chat = toChatMessage(message);
-    if (chat) units.push(unit([chat], { message: true, user: chat.role === 'user' }));
-    units.push(...(after.get(message.id) ?? []));
-  }
-  unanchoredBefore(Infinity);
-  return units;
-}
-
-/** The steps of each run, in their order (Map.groupBy, which Node 20 does not have). */
-function byRun(steps: HistoryStep[]): HistoryStep[][] {
-  const runs = new Map<string, HistoryStep[]>();
-  for (const step of steps) {
-    const list = runs.get(step.runId);
-    if (list) list.push(step);
-    else runs.set(step.runId, [step]);
-  }
-  return [...runs.values()];
+function historyUnits(messages: MessageRow[], steps: HistoryStep[]): Unit[] {
+  const placed = steps.filter(
+    (step) =>
+      step.stepDetails.type === 'message_creation' ||
+      (step.status === 'completed' && step.stepDetails.tool_calls.length > 0),
+  );
+  return timeline(messages, placed, (step) =>
+    step.stepDetails.type === 'message_creation' ? step.stepDetails.message_creation.message_id : null,
+  ).flatMap((entry): Unit[] => {
+    if (entry.step) return entry.step.stepDetails.type === 'tool_calls' ? [toolCallsUnit(entry.step.stepDetails)] : [];
+    const chat = toChatMessage(entry.message);
+    return chat ? [unit([chat], { message: true, user: chat.role === 'user' })] : [];
+  });
 }
 
 function unit(messages: PromptMessage[], kind: { message: boolean; user: boolean }): Unit {
@@ -220,6 +180,9 @@ function toChatMessage(message: MessageRow): PromptMessage | null {
     const content = text('');
     return content === '' ? null : { role: 'assistant', content };
   }
+  // A conversation's system and developer messages (text only, resources/conversations/items.ts):
+  // Chat Completions providers take both as system.
+  if (message.role === 'system' || message.role === 'developer') return { role: 'system', content: text('\n') };
   if (parts.every((part) => part.type === 'text')) return { role: 'user', content: text('\n') };
   return {
     role: 'user',

@@ -1,0 +1,126 @@
+import { batchRawResults, insertWhereStatement, type Db } from '../../db/client';
+import { messages } from '../../db/schema';
+import type { Actor } from '../../actor';
+import { ApiError } from '../../errors';
+import { deleteThread, whileIdle, type ReconcileRun, type ThreadCommandDeps } from '../threads/commands';
+import { deleteMessage, insertThread, threadIdle, updateThread, type ThreadRow } from '../threads/queries';
+import { newThread } from '../threads/rows';
+import { threadItemWrites, type ThreadItemWrites } from './items';
+import type { ConversationItem } from './objects';
+import { getConversation, outputStatements } from './queries';
+import type { CreateConversationBody, InputItem, UpdateConversationBody } from './schemas';
+import { getItem } from './thread-items';
+import { toMessageItem, toolItemId, parseToolItemId } from './wire';
+
+/**
+ * The conversations' use-cases: a conversation is a thread (resources/threads/), created with the
+ * `conv_` prefix, and any thread of the workspace is a conversation. Items are written as the
+ * thread's messages and its tool steps' outputs (items.ts), refused while a run holds the thread,
+ * as the thread's messages are (threads/commands.ts, whileIdle).
+ */
+
+/** POST /v1/conversations: the thread and its first items, in one transaction. */
+export async function createConversation(
+  deps: ThreadCommandDeps,
+  actor: Actor,
+  body: CreateConversationBody,
+): Promise<ThreadRow> {
+  const at = deps.now();
+  const thread = newThread(actor.workspaceId, { metadata: body.metadata }, at, 'conv');
+  // A new thread has no calls: an output or a reference among the items is refused here.
+  const writes = await threadItemWrites(deps, thread, body.items ?? [], 'items', at);
+  await insertThread(deps.db, thread, writes.messages);
+  return thread;
+}
+
+/** POST /v1/conversations/{conversation_id}: the metadata replaces the stored one. */
+export async function updateConversation(
+  deps: Pick<ThreadCommandDeps, 'db'>,
+  workspaceId: string,
+  id: string,
+  body: UpdateConversationBody,
+): Promise<ThreadRow> {
+  await getConversation(deps.db, workspaceId, id);
+  return updateThread(deps.db, workspaceId, id, { metadata: body.metadata });
+}
+
+/** DELETE /v1/conversations/{conversation_id}: the thread with what it holds, as DELETE /v1/threads/{id}. */
+export async function deleteConversation(
+  deps: ThreadCommandDeps,
+  reconcileRun: ReconcileRun,
+  workspaceId: string,
+  id: string,
+): Promise<void> {
+  await getConversation(deps.db, workspaceId, id);
+  await deleteThread(deps, reconcileRun, workspaceId, id);
+}
+
+/**
+ * POST /v1/conversations/{conversation_id}/items: the items, in one transaction, while no run holds
+ * the thread (400 thread_has_active_run otherwise); answers those written, in order.
+ */
+export async function addItems(
+  deps: ThreadCommandDeps,
+  reconcileRun: ReconcileRun,
+  actor: Actor,
+  id: string,
+  items: readonly InputItem[],
+): Promise<ConversationItem[]> {
+  const thread = await getConversation(deps.db, actor.workspaceId, id);
+  const writes = await threadItemWrites(deps, thread, items, 'items', deps.now());
+  await whileIdle(
+    deps,
+    reconcileRun,
+    thread,
+    () => writeWhileIdle(deps.db, thread, writes),
+    (run) => `Can't add items to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
+  );
+  const none = new Map<string, string>();
+  return writes.added.map(({ message, output }): ConversationItem => {
+    if (message) return toMessageItem(message, none);
+    return {
+      type: 'function_call_output',
+      id: toolItemId('fco', output.stepId, output.index),
+      call_id: output.callId,
+      output: output.output,
+      status: 'completed',
+    };
+  });
+}
+
+/**
+ * The writes of items, each only while the thread exists and no run holds it (one transaction:
+ * all or none); true once written, null when a run held the thread (whileIdle then finds out why).
+ */
+async function writeWhileIdle(db: Db, thread: ThreadRow, writes: ThreadItemWrites): Promise<true | null> {
+  const condition = threadIdle(thread.id);
+  const statements = [
+    ...writes.messages.map((message) => insertWhereStatement(messages, message, condition, { returning: false })),
+    ...outputStatements(writes.outputs, condition),
+  ];
+  if (statements.length === 0) return true;
+  // While a run holds the thread every statement writes nothing; otherwise each message is written
+  // (an output filled by a concurrent request in the meantime is kept, and this one dropped).
+  const results = await batchRawResults(db, statements);
+  return results.some((result) => result.rowsAffected > 0) ? true : null;
+}
+
+/**
+ * DELETE /v1/conversations/{conversation_id}/items/{item_id}: a message is deleted from the thread,
+ * as DELETE …/messages/{id} deletes it. A tool call or output is refused: it is one entry of its
+ * run step, the ids of the step's later calls are their indices, and a call left without its
+ * output (or an output without its call) is a prompt providers refuse.
+ */
+export async function deleteItem(db: Db, workspaceId: string, id: string, itemId: string): Promise<ThreadRow> {
+  const thread = await getConversation(db, workspaceId, id);
+  await getItem(db, thread, itemId, []);
+  if (parseToolItemId(itemId)) {
+    throw new ApiError(
+      'invalid_value',
+      `Invalid 'item_id': '${itemId}' is a tool call or its output, which is part of a run step and cannot be deleted alone. Delete the conversation's messages, or the conversation.`,
+      { param: 'item_id' },
+    );
+  }
+  await deleteMessage(db, workspaceId, thread.id, itemId);
+  return thread;
+}

@@ -1,0 +1,107 @@
+import * as z from 'zod';
+import { seconds } from '../../http/objects';
+import { metadataSchema } from '../../http/schemas';
+
+/**
+ * Conversations and their items as the API answers them (OpenAI's ConversationResource,
+ * ConversationItem, ConversationItemList in the reference): a conversation is a thread, its items
+ * the thread's messages and its runs' tool calls and outputs (docs/conversations.md). A response's
+ * output items have the same shapes (resources/responses/).
+ */
+
+export const conversationObject = z
+  .strictObject({
+    id: z.string(),
+    object: z.literal('conversation'),
+    created_at: seconds,
+    metadata: metadataSchema,
+  })
+  .meta({ id: 'ConversationObject' });
+
+const detail = z.enum(['auto', 'low', 'high']);
+
+const inputTextPart = z.strictObject({ type: z.literal('input_text'), text: z.string() });
+const inputImagePart = z.strictObject({
+  type: z.literal('input_image'),
+  image_url: z.string().nullable(),
+  file_id: z.string().nullable(),
+  detail,
+});
+const fileCitation = z.strictObject({
+  type: z.literal('file_citation'),
+  file_id: z.string(),
+  filename: z.string(),
+  index: z.int(),
+});
+const outputTextPart = z.strictObject({
+  type: z.literal('output_text'),
+  text: z.string(),
+  annotations: z.array(fileCitation),
+  logprobs: z.array(z.never()),
+});
+
+export const messageItem = z
+  .strictObject({
+    type: z.literal('message'),
+    id: z.string(),
+    status: z.enum(['in_progress', 'completed', 'incomplete']),
+    role: z.enum(['user', 'assistant', 'system', 'developer']),
+    content: z.array(z.discriminatedUnion('type', [inputTextPart, inputImagePart, outputTextPart])),
+  })
+  .meta({ id: 'ConversationMessageItem' });
+
+const callStatus = z.enum(['in_progress', 'completed', 'incomplete']);
+
+export const functionCallItem = z
+  .strictObject({
+    type: z.literal('function_call'),
+    id: z.string(),
+    call_id: z.string(),
+    name: z.string(),
+    arguments: z.string(),
+    status: callStatus,
+  })
+  .meta({ id: 'FunctionCallItem' });
+
+export const functionCallOutputItem = z
+  .strictObject({
+    type: z.literal('function_call_output'),
+    id: z.string(),
+    call_id: z.string(),
+    output: z.string(),
+    status: callStatus,
+  })
+  .meta({ id: 'FunctionCallOutputItem' });
+
+export const fileSearchCallItem = z
+  .strictObject({
+    type: z.literal('file_search_call'),
+    id: z.string(),
+    status: z.enum(['in_progress', 'searching', 'completed', 'incomplete', 'failed']),
+    queries: z.array(z.string()),
+    /** Only when `include` asks for `file_search_call.results`. */
+    results: z
+      .array(z.strictObject({ file_id: z.string(), filename: z.string(), score: z.number(), text: z.string() }))
+      .nullable(),
+  })
+  .meta({ id: 'FileSearchCallItem' });
+
+export const conversationItem = z
+  .discriminatedUnion('type', [messageItem, functionCallItem, functionCallOutputItem, fileSearchCallItem])
+  .meta({ id: 'ConversationItem' });
+
+/** OpenAI's ConversationItemList: first_id and last_id are always strings (empty for an empty page). */
+export const conversationItemList = z
+  .strictObject({
+    object: z.literal('list'),
+    data: z.array(conversationItem),
+    first_id: z.string(),
+    last_id: z.string(),
+    has_more: z.boolean(),
+  })
+  .meta({ id: 'ConversationItemList' });
+
+export type ConversationObject = z.infer<typeof conversationObject>;
+export type MessageItem = z.infer<typeof messageItem>;
+export type ConversationItem = z.infer<typeof conversationItem>;
+export type ConversationItemList = z.infer<typeof conversationItemList>;

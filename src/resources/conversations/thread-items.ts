@@ -1,0 +1,124 @@
+import type { Db } from '../../db/client';
+import { ApiError } from '../../errors';
+import type { ThreadRow } from '../threads/queries';
+import { timeline } from '../threads/timeline';
+import type { ConversationItem, ConversationItemList } from './objects';
+import { fileNames, itemOrderRows, itemRows, type OrderStep } from './queries';
+import type { ItemInclude } from './schemas';
+import { citedFileIds, parseToolItemId, toItemList, toMessageItem, toolItem, toolItemId } from './wire';
+
+/**
+ * A thread as a conversation's items, in the order its runs' prompts give the model
+ * (threads/timeline.ts): its messages, and its runs' tool calls (completed, or waiting for their
+ * outputs) with the outputs given so far. The order is found from light rows (ids, times, which
+ * message a step created, its calls' types), all of the thread's for every page, since an item's
+ * place depends on steps anywhere in it; only a page's rows are then read whole.
+ */
+
+/** Where an item comes from: a message, or call `index` of a tool step (the call, or its output). */
+type ItemRef =
+  { id: string; messageId: string } | { id: string; stepId: string; index: number; which: 'call' | 'output' };
+
+/** Every item of the thread, oldest first, by reference. */
+async function itemRefs(db: Db, thread: ThreadRow): Promise<ItemRef[]> {
+  const order = await itemOrderRows(db, thread);
+  const placed = order.steps.filter(
+    (step) =>
+      step.messageId !== null ||
+      ((step.status === 'completed' || step.status === 'in_progress') && step.calls.length > 0),
+  );
+  return timeline(order.messages, placed, (step) => step.messageId).flatMap((entry): ItemRef[] =>
+    entry.step ? stepRefs(entry.step) : [{ id: entry.message.id, messageId: entry.message.id }],
+  );
+}
+
+/** A tool step's items: its calls, then the outputs given (wire.ts, toolStepItems, in the same order). */
+function stepRefs(step: OrderStep): ItemRef[] {
+  const calls = step.calls.map(([type], index): ItemRef => ({
+    id: toolItemId(type === 'file_search' ? 'fs' : 'fc', step.id, index),
+    stepId: step.id,
+    index,
+    which: 'call',
+  }));
+  const outputs = step.calls.flatMap(([type, hasOutput], index): ItemRef[] =>
+    type === 'function' && hasOutput === 1
+      ? [{ id: toolItemId('fco', step.id, index), stepId: step.id, index, which: 'output' }]
+      : [],
+  );
+  return [...calls, ...outputs];
+}
+
+/** The items `refs` names, read whole, in the same order (one left out if it went in the meantime). */
+async function itemsOf(
+  db: Db,
+  thread: ThreadRow,
+  refs: readonly ItemRef[],
+  include: readonly ItemInclude[],
+): Promise<ConversationItem[]> {
+  const rows = await itemRows(db, thread, {
+    messageIds: refs.flatMap((ref) => ('messageId' in ref ? [ref.messageId] : [])),
+    stepIds: [...new Set(refs.flatMap((ref) => ('stepId' in ref ? [ref.stepId] : [])))],
+  });
+  const names = await fileNames(db, thread.workspaceId, citedFileIds(rows.messages.values()));
+  return refs.flatMap((ref): ConversationItem[] => {
+    if ('messageId' in ref) {
+      const message = rows.messages.get(ref.messageId);
+      return message ? [toMessageItem(message, names)] : [];
+    }
+    const step = rows.steps.get(ref.stepId);
+    const item = step ? toolItem(step, ref.which, ref.index, include) : null;
+    return item && item.id === ref.id ? [item] : [];
+  });
+}
+
+/** One page of the conversation's items: `after` an item's id, in `order`, at most `limit`. */
+export async function listItems(
+  db: Db,
+  thread: ThreadRow,
+  query: { limit: number; order: 'asc' | 'desc'; after?: string | undefined },
+  include: readonly ItemInclude[],
+): Promise<ConversationItemList> {
+  const refs = await itemRefs(db, thread);
+  if (query.order === 'desc') refs.reverse();
+  let start = 0;
+  if (query.after !== undefined) {
+    const after = query.after;
+    const at = refs.findIndex((ref) => ref.id === after);
+    if (at < 0) {
+      throw new ApiError('invalid_value', `Invalid 'after': no item found with id '${after}' in this conversation.`, {
+        param: 'after',
+      });
+    }
+    start = at + 1;
+  }
+  const page = refs.slice(start, start + query.limit);
+  return toItemList(await itemsOf(db, thread, page, include), start + query.limit < refs.length);
+}
+
+/** A reference to the item `id` of the thread, as its id says (a message's, or fc_/fco_/fs_), unread. */
+function refOf(id: string): ItemRef | null {
+  const tool = parseToolItemId(id);
+  if (tool) return { id, stepId: tool.stepId, index: tool.index, which: tool.kind === 'fco' ? 'output' : 'call' };
+  return id.startsWith('msg_') ? { id, messageId: id } : null;
+}
+
+export const itemNotFound = (id: string) => new ApiError('item_not_found', `No item found with id '${id}'.`);
+
+/** The item `id` of the conversation; 404 when it has none. */
+export async function getItem(
+  db: Db,
+  thread: ThreadRow,
+  id: string,
+  include: readonly ItemInclude[],
+): Promise<ConversationItem> {
+  const ref = refOf(id);
+  const [item] = ref ? await itemsOf(db, thread, [ref], include) : [];
+  if (!item) throw itemNotFound(id);
+  return item;
+}
+
+/** Which of `ids` name items of the thread. */
+export async function existingItemIds(db: Db, thread: ThreadRow, ids: readonly string[]): Promise<Set<string>> {
+  const refs = ids.flatMap((id) => refOf(id) ?? []);
+  return new Set((await itemsOf(db, thread, refs, [])).map((item) => item.id));
+}

@@ -1,0 +1,257 @@
+import type { FileSearchToolCall, StepDetails } from '../../db/json-columns';
+import type { MessageContent } from '../../db/schema';
+import { toUnixSeconds } from '../../lib/time';
+import type { MessageRow, ThreadRow } from '../threads/queries';
+import type { ConversationItem, ConversationItemList, ConversationObject, MessageItem } from './objects';
+import type { ItemInclude } from './schemas';
+
+/**
+ * A conversation and its items from the thread's rows (docs/conversations.md has the mapping field
+ * by field): a message is a `message` item of the same id; a tool step's function call a
+ * `function_call` item (`fc_<step id without step_>_<index>`), its output once given a
+ * `function_call_output` item (`fco_…`), a file search a `file_search_call` item (`fs_…`). Pure:
+ * the conversations' reads and a response's output (runOutputItems) use the same mapping.
+ */
+
+export function toConversationJson(row: ThreadRow): ConversationObject {
+  return {
+    id: row.id,
+    object: 'conversation',
+    created_at: toUnixSeconds(row.createdAt),
+    metadata: row.metadata,
+  };
+}
+
+/** OpenAI's ConversationItemList of `data`: first_id and last_id are strings, empty for an empty page. */
+export function toItemList(data: ConversationItem[], hasMore: boolean): ConversationItemList {
+  return { object: 'list', data, first_id: data[0]?.id ?? '', last_id: data.at(-1)?.id ?? '', has_more: hasMore };
+}
+
+/** A step as its items need it (a run step's row, or the fields of one). */
+export interface ItemStep {
+  id: string;
+  status: string;
+  stepDetails: StepDetails;
+}
+
+type ToolItemKind = 'fc' | 'fco' | 'fs';
+
+const STEP_PREFIX = 'step_';
+
+/** The id of the item of call `index` of the step `stepId`. */
+export const toolItemId = (kind: ToolItemKind, stepId: string, index: number): string =>
+  `${kind}_${stepId.startsWith(STEP_PREFIX) ? stepId.slice(STEP_PREFIX.length) : stepId}_${index}`;
+
+const TOOL_ITEM_ID = /^(fco|fc|fs)_([A-Za-z0-9]{1,64})_(\d{1,4})$/;
+
+/** The step and call a tool item's id names, or null when it names none. */
+export function parseToolItemId(id: string): { kind: ToolItemKind; stepId: string; index: number } | null {
+  const match = TOOL_ITEM_ID.exec(id);
+  if (!match) return null;
+  const [, kind, step, index] = match;
+  if ((kind !== 'fc' && kind !== 'fco' && kind !== 'fs') || step === undefined || index === undefined) return null;
+  return { kind, stepId: `${STEP_PREFIX}${step}`, index: Number(index) };
+}
+
+/**
+ * A message as a `message` item: a user's, system's or developer's text as `input_text`, an
+ * assistant's as `output_text` with its citations; images as `input_image` (a link in image_url,
+ * an upload in file_id). `fileNames` names the cited files (their ids when unknown).
+ */
+export function toMessageItem(row: MessageRow, fileNames: ReadonlyMap<string, string>): MessageItem {
+  return {
+    type: 'message',
+    id: row.id,
+    status: row.status,
+    role: row.role,
+    content: row.content.map((part) => contentItem(part, row.role === 'assistant', fileNames)),
+  };
+}
+
+function contentItem(
+  part: MessageContent,
+  assistant: boolean,
+  fileNames: ReadonlyMap<string, string>,
+): MessageItem['content'][number] {
+  switch (part.type) {
+    case 'text':
+      return assistant
+        ? {
+            type: 'output_text',
+            text: part.text.value,
+            annotations: citations(part.text.annotations, fileNames),
+            logprobs: [],
+          }
+        : { type: 'input_text', text: part.text.value };
+    case 'image_url':
+      return { type: 'input_image', image_url: part.image_url.url, file_id: null, detail: imageDetail(part.image_url) };
+    case 'image_file':
+      return {
+        type: 'input_image',
+        image_url: null,
+        file_id: part.image_file.file_id,
+        detail: imageDetail(part.image_file),
+      };
+  }
+}
+
+const imageDetail = (image: { detail?: string }): 'auto' | 'low' | 'high' =>
+  image.detail === 'low' || image.detail === 'high' ? image.detail : 'auto';
+
+/** A stored file_citation (the Assistants shape: its marker's text and place) as the Responses shape. */
+function citations(annotations: readonly unknown[], fileNames: ReadonlyMap<string, string>) {
+  return annotations.flatMap((annotation) => {
+    const fileId = citedFileId(annotation);
+    if (fileId === null) return [];
+    const start = (annotation as { start_index?: unknown }).start_index;
+    return [
+      {
+        type: 'file_citation' as const,
+        file_id: fileId,
+        filename: fileNames.get(fileId) ?? fileId,
+        index: typeof start === 'number' && Number.isInteger(start) ? start : 0,
+      },
+    ];
+  });
+}
+
+function citedFileId(annotation: unknown): string | null {
+  if (typeof annotation !== 'object' || annotation === null) return null;
+  const { type, file_citation: citation } = annotation as { type?: unknown; file_citation?: unknown };
+  if (type !== 'file_citation' || typeof citation !== 'object' || citation === null) return null;
+  const fileId = (citation as { file_id?: unknown }).file_id;
+  return typeof fileId === 'string' ? fileId : null;
+}
+
+/** The files the messages cite, whose names their items show. */
+export function citedFileIds(messages: Iterable<MessageRow>): string[] {
+  const ids = new Set<string>();
+  for (const message of messages) {
+    for (const part of message.content) {
+      if (part.type !== 'text') continue;
+      for (const annotation of part.text.annotations) {
+        const id = citedFileId(annotation);
+        if (id !== null) ids.add(id);
+      }
+    }
+  }
+  return [...ids];
+}
+
+/**
+ * The items of a tool step: each call (`function_call`, `file_search_call`) in order, then, with
+ * `outputs`, each function output given so far: the order its turn's prompt sends them in.
+ */
+export function toolStepItems(
+  step: ItemStep,
+  options: { outputs: boolean; include: readonly ItemInclude[] },
+): ConversationItem[] {
+  if (step.stepDetails.type !== 'tool_calls') return [];
+  const calls = step.stepDetails.tool_calls;
+  const items = calls.map((_, index) => toolItem(step, 'call', index, options.include));
+  if (options.outputs) {
+    calls.forEach((_, index) => {
+      const output = toolItem(step, 'output', index, options.include);
+      if (output) items.push(output);
+    });
+  }
+  return items.filter((item) => item !== null);
+}
+
+/** The item of call `index` of a tool step (`call`: the call; `output`: its output, null when it has none). */
+export function toolItem(
+  step: ItemStep,
+  which: 'call' | 'output',
+  index: number,
+  include: readonly ItemInclude[],
+): ConversationItem | null {
+  if (step.stepDetails.type !== 'tool_calls') return null;
+  const call = step.stepDetails.tool_calls[index];
+  if (!call) return null;
+  if (call.type === 'file_search') {
+    if (which === 'output') return null;
+    return fileSearchItem(step, call, index, include.includes('file_search_call.results'));
+  }
+  if (which === 'call') {
+    return {
+      type: 'function_call',
+      id: toolItemId('fc', step.id, index),
+      call_id: call.id,
+      name: call.function.name,
+      arguments: call.function.arguments,
+      status: callStatus(step.status),
+    };
+  }
+  if (call.function.output === null) return null;
+  return {
+    type: 'function_call_output',
+    id: toolItemId('fco', step.id, index),
+    call_id: call.id,
+    output: call.function.output,
+    status: 'completed',
+  };
+}
+
+function callStatus(stepStatus: string): 'in_progress' | 'completed' | 'incomplete' {
+  if (stepStatus === 'completed') return 'completed';
+  return stepStatus === 'in_progress' ? 'in_progress' : 'incomplete';
+}
+
+function fileSearchItem(
+  step: ItemStep,
+  call: FileSearchToolCall,
+  index: number,
+  withResults: boolean,
+): ConversationItem {
+  return {
+    type: 'file_search_call',
+    id: toolItemId('fs', step.id, index),
+    status: step.status === 'failed' ? 'failed' : callStatus(step.status),
+    queries: searchQueries(call.function.arguments),
+    results: withResults
+      ? call.file_search.results.map((result) => ({
+          file_id: result.file_id,
+          filename: result.file_name,
+          score: result.score,
+          text: result.content.map((part) => part.text).join(''),
+        }))
+      : null,
+  };
+}
+
+/** The queries a search step kept (`{"queries": [...]}`, resources/runs/execution/file-search.ts). */
+function searchQueries(args: string): string[] {
+  try {
+    const parsed: unknown = JSON.parse(args);
+    const queries = typeof parsed === 'object' && parsed !== null ? (parsed as { queries?: unknown }).queries : [];
+    return Array.isArray(queries) ? queries.filter((query): query is string => typeof query === 'string') : [];
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * A run's output items, its steps in order (a response's `output`): a message_creation step is its
+ * message's item (left out when the message was deleted), a tool step its calls (not their outputs,
+ * which the client gives as the next input). `messagesById` holds the run's messages; cited files
+ * are named from the run's own file searches.
+ */
+export function runOutputItems(
+  steps: readonly ItemStep[],
+  messagesById: ReadonlyMap<string, MessageRow>,
+  include: readonly ItemInclude[],
+): ConversationItem[] {
+  const names = new Map<string, string>();
+  for (const step of steps) {
+    if (step.stepDetails.type !== 'tool_calls') continue;
+    for (const call of step.stepDetails.tool_calls) {
+      if (call.type === 'file_search')
+        for (const result of call.file_search.results) names.set(result.file_id, result.file_name);
+    }
+  }
+  return steps.flatMap((step): ConversationItem[] => {
+    if (step.stepDetails.type === 'tool_calls') return toolStepItems(step, { outputs: false, include });
+    const message = messagesById.get(step.stepDetails.message_creation.message_id);
+    return message ? [toMessageItem(message, names)] : [];
+  });
+}
