@@ -69,16 +69,22 @@ async function streamedRun(
   options: {
     body?: Record<string, unknown>;
     query?: string;
+    /** Another gateway than the file's. */
+    at?: { gateway: TestGateway; tenant: Tenant; openai: OpenAI };
     /** Called once the run is in progress, before the stream is read further. */
     whileInProgress?: (run: { id: string; thread_id: string }) => Promise<unknown>;
   } = {},
 ): Promise<{ runId: string; batches: ServerSentEvent[][] }> {
-  const thread = await openai.beta.threads.create(fakeThread(`Hello ${crypto.randomUUID()}`, scenario));
-  const response = await gateway.request(`/v1/threads/${thread.id}/runs${options.query ? `?${options.query}` : ''}`, {
-    method: 'POST',
-    key: tenant.workspaceKey,
-    body: { assistant_id: assistantId, stream: true, ...options.body },
-  });
+  const at = options.at ?? { gateway, tenant, openai };
+  const thread = await at.openai.beta.threads.create(fakeThread(`Hello ${crypto.randomUUID()}`, scenario));
+  const response = await at.gateway.request(
+    `/v1/threads/${thread.id}/runs${options.query ? `?${options.query}` : ''}`,
+    {
+      method: 'POST',
+      key: at.tenant.workspaceKey,
+      body: { assistant_id: assistantId, stream: true, ...options.body },
+    },
+  );
   expect(response.status).toBe(200);
   const batches: ServerSentEvent[][] = [];
   const reader = defined(response.body).pipeThrough(new TextDecoderStream()).getReader();
@@ -511,6 +517,33 @@ describe('a response’s events, translated from a run’s', () => {
     const sdk = await throughSdk(translated);
     expect(sdk.final.output_text).toBe(text);
     expect(sdk.deltas).toBe(text);
+  });
+
+  it('a function call cut by the answer cap: the call incomplete, then the empty message the run ends with', async () => {
+    const capped = await gatewayWithDefaultKey(upstream.fetch, { GATEWAY_MAX_ANSWER_BYTES: '300' });
+    try {
+      const assistant = await capped.client.beta.assistants.create({ model: 'fake-model', tools: [WEATHER_TOOL] });
+      const run = await streamedRun(
+        assistant.id,
+        { tool_calls: 1, tool_argument_bytes: 2000 },
+        { at: { ...capped, openai: capped.client } },
+      );
+      const names = run.batches.flat().map(([name]) => name);
+      // The engine opens the run's closing message while the call is still open, and fails the call after.
+      expect(names.indexOf('thread.message.created')).toBeLessThan(names.indexOf('thread.run.step.failed'));
+      const translated = await translate(run);
+      const response = expectValidStream(translated);
+      expect(response.status).toBe('incomplete');
+      expect(itemTypes(response)).toEqual([
+        ['function_call', 'incomplete'],
+        ['message', 'incomplete'],
+      ]);
+      expect(response.output[0].arguments.length).toBeGreaterThan(100);
+      const sdk = await throughSdk(translated);
+      expect(sdk.final.output).toMatchObject(response.output);
+    } finally {
+      await capped.gateway.close();
+    }
   });
 
   it('a run cancelled while the model thinks: the response ends failed, its status cancelled', async () => {
