@@ -27,11 +27,14 @@ import { getStep } from '../runs/queries';
  *                                          response.file_search_call.completed; response.output_item.done
  *   thread.run.completed                 → response.completed (the whole output, the usage)
  *   thread.run.incomplete                → response.incomplete
- *   thread.run.failed/cancelled/expired  → response.failed
+ *   thread.run.failed/expired            → response.failed
+ *   thread.run.cancelled                 → response.failed, the response `cancelled` (the reference
+ *                                          has no event of its own for it)
  *   error                                → error
  *
  * The rest (thread.run.queued, the steps' created and in_progress, thread.message.in_progress, a
- * message step's completion) says nothing the Responses API shows. The output items' ids and
+ * message step's completion) says nothing the Responses API shows. Items are sent one after the
+ * other, each whole, as OpenAI sends them (ResponseEvents says how). The output items' ids and
  * shapes are the ones a conversation's items have (resources/conversations/: a thread's messages
  * and its runs' tool calls as items): the message's own id, `fc_`/`fs_` + the step's id without
  * `step_` + the call's index in its step, so that a response's output and its conversation's items
@@ -44,7 +47,10 @@ import { getStep } from '../runs/queries';
 /** What the whole response object in response.created/in_progress/completed/… shows of the stream. */
 export interface ResponseState {
   status: 'in_progress' | 'completed' | 'incomplete' | 'failed' | 'cancelled';
-  /** The output items so far, in order (a long text held in a message's `text` builder: see OutputEntry). */
+  /**
+   * The output items so far, in order. A long message's text is a stand-in that the event's JSON
+   * replaces with the text's pieces (jsonWithTexts): the response must hold each item as given.
+   */
   output: OutputItem[];
   usage: ResponseUsage | null;
   error: { code: ResponseErrorCode; message: string } | null;
@@ -53,7 +59,10 @@ export interface ResponseState {
   completed_at: number | null;
 }
 
-/** The response object (the lead's wire module builds it): what the events carry as `response`. */
+/**
+ * The response object for a state (the responses' wire module): what the events carry as
+ * `response`, with `state.output` as it is given (its texts may be stand-ins: ResponseState).
+ */
 export type DescribeResponse = (state: ResponseState) => unknown;
 
 export interface ResponseUsage {

@@ -210,6 +210,23 @@ describe('the grammar', () => {
   });
 });
 
+/** The component each kind of object in a response's output is. */
+const ITEM_COMPONENTS: Record<string, string> = {
+  message: 'OutputMessage',
+  function_call: 'FunctionToolCall',
+  file_search_call: 'FileSearchToolCall',
+  output_text: 'OutputTextContent',
+  file_citation: 'FileCitationBody',
+};
+
+/** An output item's fields, and its parts' and annotations', in the reference's order. */
+function expectItemOrder(item: any): void {
+  const order = propertyOrder(defined(ITEM_COMPONENTS[item.type]));
+  expect(Object.keys(item), item.type).toEqual(order.filter((key) => key in item));
+  for (const part of item.content ?? []) expectItemOrder(part);
+  for (const annotation of item.annotations ?? []) expectItemOrder(annotation);
+}
+
 /** The checks every translated stream passes; answers its last response. */
 function expectValidStream({ events }: Translated): any {
   // Every event is the reference's, its fields in the reference's order.
@@ -217,6 +234,10 @@ function expectValidStream({ events }: Translated): any {
     expect(responseStreamEventErrors(event, data), event).toEqual([]);
     const order = propertyOrder(responseEventComponent(event));
     expect(Object.keys(data), event).toEqual(order.filter((key) => key in data));
+    if (data.item) expectItemOrder(data.item);
+    if (data.part) expectItemOrder(data.part);
+    if (data.annotation) expectItemOrder(data.annotation);
+    for (const item of data.response?.output ?? []) expectItemOrder(item);
   }
   // The documented order, numbered from 0 without a gap.
   const tokens = events.map(({ event }) => defined(TOKENS[event]));
