@@ -360,6 +360,17 @@ describe('a response’s events, translated from a run’s', () => {
     expect(typeof defined(delta)[1]).toBe('string');
   });
 
+  it('the same events whether the engine’s data comes as JSON text or as objects (the hot path and the general one agree)', async () => {
+    const run = await streamedRun(functionsAssistant, { reply: 'Same "text" either way.', tool_calls: 1 });
+    const asObjects = run.batches.map((batch) =>
+      batch.map(([name, data]): ServerSentEvent => [name, JSON.parse(String(data))]),
+    );
+    const fromText = await translate(run);
+    const fromObjects = await translate({ runId: run.runId, batches: asObjects });
+    expect(fromObjects.text).toBe(fromText.text);
+    expectValidStream(fromText);
+  });
+
   it('a function call: its item with its arguments streamed, and the response completed with it', async () => {
     const args = { city: 'Paris, "the" city of light' };
     const run = await streamedRun(functionsAssistant, {
@@ -581,6 +592,25 @@ describe('a response’s events, translated from a run’s', () => {
     expect(translated.events.at(-1)?.event).toBe('response.failed');
     const sdk = await throughSdk(translated);
     expect(sdk.final.status).toBe('cancelled');
+  });
+
+  it('copies a text delta’s JSON string as it came (the hot path), parsing it only to keep the text', async () => {
+    const out: ServerSentEvent[] = [];
+    const events = new ResponseEvents(
+      { send: async (batch) => void out.push(...batch) },
+      { describe: describeResponse },
+    );
+    await events.send([['thread.message.created', '{"id":"msg_1","object":"thread.message"}']]);
+    // `\u0041` is "A" written as JSON may write it: copied, it stays so; parsed and written again, it would not.
+    const delta =
+      '{"id":"msg_1","object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":"\\u0041b","annotations":[]}}]}}';
+    await events.send([['thread.message.delta', delta]]);
+    expect(out.at(-1)).toEqual([
+      'response.output_text.delta',
+      '{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"\\u0041b","sequence_number":2,"logprobs":[]}',
+    ]);
+    await events.send([['thread.message.completed', '{"id":"msg_1","object":"thread.message"}']]);
+    expect(JSON.parse(String(out.find(([name]) => name === 'response.output_text.done')?.[1])).text).toBe('Ab');
   });
 
   it('an error event: the Responses shape, numbered like the rest', async () => {
