@@ -113,7 +113,6 @@ export interface FileSearchResult {
   file_id: string;
   text: string;
   filename: string;
-  attributes: Record<string, string | number | boolean>;
   score: number;
 }
 
@@ -122,7 +121,8 @@ export interface FileSearchCallItem {
   type: 'file_search_call';
   status: 'in_progress' | 'searching' | 'completed' | 'incomplete' | 'failed';
   queries: string[];
-  results?: FileSearchResult[] | null;
+  /** Only with `include: ["file_search_call.results"]`; null without. */
+  results: FileSearchResult[] | null;
 }
 
 export type OutputItem = MessageItem | FunctionCallItem | FileSearchCallItem;
@@ -442,7 +442,13 @@ export class ResponseEvents implements EventSink {
         status: 'in_progress',
       };
     } else if (call.type === 'file_search') {
-      item = { id: fileSearchItemId(stepId, call.index), type: 'file_search_call', status: 'in_progress', queries: [] };
+      item = {
+        id: fileSearchItemId(stepId, call.index),
+        type: 'file_search_call',
+        status: 'in_progress',
+        queries: [],
+        results: null,
+      };
     } else return undefined;
     const entry: CallEntry = { kind: 'call', item, outputIndex: -1, finished: false, done: false };
     this.#calls.set(`${stepId}/${call.index}`, entry);
@@ -749,7 +755,6 @@ function searchResult(result: AssistantsSearchResult): FileSearchResult {
     file_id: result.file_id,
     text: result.content?.map((part) => part.text).join('') ?? '',
     filename: result.file_name,
-    attributes: {},
     score: result.score,
   };
 }
