@@ -252,12 +252,13 @@ export function sdkClient(gateway: TestGateway, tenant: Tenant): OpenAI {
 /**
  * A gateway whose provider calls go to `fetch` (an in-process fake's, e.g. createFakeUpstream()'s),
  * a tenant whose default virtual key names that provider (http://fake.test/v1), and the official
- * SDK with the tenant's workspace key.
+ * SDK with the tenant's workspace key; `env` as createTestGateway takes it.
  */
 export async function gatewayWithDefaultKey(
   fetch: Deps['fetch'],
+  env?: Record<string, string>,
 ): Promise<{ gateway: TestGateway; tenant: Tenant; client: OpenAI }> {
-  const gateway = await createTestGateway({ deps: { fetch } });
+  const gateway = await createTestGateway({ env, deps: { fetch } });
   const tenant = await gateway.tenant();
   await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
   return { gateway, tenant, client: gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey }) };

@@ -28,11 +28,14 @@ import { toolItemId } from '../conversations/wire';
  *                                          response.file_search_call.completed; response.output_item.done
  *   thread.run.completed                 → response.completed (the whole output, the usage)
  *   thread.run.incomplete                → response.incomplete
- *   thread.run.failed/cancelled/expired  → response.failed
+ *   thread.run.failed/expired            → response.failed
+ *   thread.run.cancelled                 → response.failed, the response `cancelled` (the reference
+ *                                          has no event of its own for it)
  *   error                                → error
  *
  * The rest (thread.run.queued, the steps' created and in_progress, thread.message.in_progress, a
- * message step's completion) says nothing the Responses API shows. The output items' ids and
+ * message step's completion) says nothing the Responses API shows. Items are sent one after the
+ * other, each whole, as OpenAI sends them (ResponseEvents says how). The output items' ids and
  * shapes are the ones a conversation's items have (resources/conversations/: a thread's messages
  * and its runs' tool calls as items): the message's own id, `fc_`/`fs_` + the step's id without
  * `step_` + the call's index in its step, so that a response's output and its conversation's items
@@ -45,7 +48,10 @@ import { toolItemId } from '../conversations/wire';
 /** What the whole response object in response.created/in_progress/completed/… shows of the stream. */
 export interface ResponseState {
   status: 'in_progress' | 'completed' | 'incomplete' | 'failed' | 'cancelled';
-  /** The output items so far, in order (a long text held in a message's `text` builder: see OutputEntry). */
+  /**
+   * The output items so far, in order. A long message's text is a stand-in that the event's JSON
+   * replaces with the text's pieces (jsonWithTexts): the response must hold each item as given.
+   */
   output: OutputItem[];
   usage: ResponseUsage | null;
   error: { code: ResponseErrorCode; message: string } | null;
@@ -54,7 +60,10 @@ export interface ResponseState {
   completed_at: number | null;
 }
 
-/** The response object (the lead's wire module builds it): what the events carry as `response`. */
+/**
+ * The response object for a state (the responses' wire module): what the events carry as
+ * `response`, with `state.output` as it is given (its texts may be stand-ins: ResponseState).
+ */
 export type DescribeResponse = (state: ResponseState) => unknown;
 
 export interface ResponseUsage {
@@ -105,7 +114,6 @@ export interface FileSearchResult {
   file_id: string;
   text: string;
   filename: string;
-  attributes: Record<string, string | number | boolean>;
   score: number;
 }
 
@@ -114,7 +122,8 @@ export interface FileSearchCallItem {
   type: 'file_search_call';
   status: 'in_progress' | 'searching' | 'completed' | 'incomplete' | 'failed';
   queries: string[];
-  results?: FileSearchResult[] | null;
+  /** Only with `include: ["file_search_call.results"]`; null without. */
+  results: FileSearchResult[] | null;
 }
 
 export type OutputItem = MessageItem | FunctionCallItem | FileSearchCallItem;
@@ -186,27 +195,32 @@ export interface ResponseEventsOptions {
   searchedQueries?: SearchedQueries;
 }
 
-/** A message of the output while it streams, and once done: its text as it came. */
-interface MessageEntry {
+/** What every output item has while it streams: where it is, and how far it has gone. */
+interface EntryState {
+  /** Its index in the output: -1 until it is announced (output_item.added). */
+  outputIndex: number;
+  /** Whether its end is known (its status final). */
+  finished: boolean;
+  /** Whether its last event (output_item.done) has been sent. */
+  done: boolean;
+}
+
+/** A message of the output: its text as it came. */
+interface MessageEntry extends EntryState {
   kind: 'message';
   id: string;
-  outputIndex: number;
   status: ItemStatus;
-  done: boolean;
   text: TextBuilder;
   annotations: FileCitationAnnotation[];
   /** How its deltas begin (turn-answer.ts writes them so): what the hot path recognises. */
   deltaPrefix: string;
-  /** How its output_text.delta events begin. */
+  /** How its output_text.delta events begin, once it has its output index. */
   eventHead: string;
 }
 
-interface CallEntry {
+interface CallEntry extends EntryState {
   kind: 'call';
   item: FunctionCallItem | FileSearchCallItem;
-  /** -1 until it is announced (output_item.added): a file search waits for the one before it. */
-  outputIndex: number;
-  done: boolean;
 }
 
 type OutputEntry = MessageEntry | CallEntry;
@@ -216,12 +230,15 @@ const FIRST_DELTA_SUFFIX = ',"annotations":[]}}]}}';
 
 /**
  * The translation. OpenAI streams a response's output items one after the other, each whole
- * (added, its parts, done) before the next is added; the engine keeps a turn's message open until
- * the turn ends, while tool calls stream after it, and ends a step's calls together. So an item
- * ends here when the next begins: a message when a tool call begins after it (its text is whole:
- * the model has moved on), a function call when the next call begins (its arguments are whole).
- * A file search cannot end before the gateway has searched, at its step's end: a second search of
- * the same step is announced only then, after the first has ended.
+ * (added, its parts, done) before the next is added; the engine keeps a turn's message open
+ * while the turn's tool calls stream after it, ends a step's calls together at the step's end,
+ * and may open a message (an empty one, that ends the turn) while a call is still open. So:
+ *
+ * - A tool call that begins ends the message or the function call before it: the message's text
+ *   is whole (the model has moved on to calling tools), as are the call's arguments.
+ * - An item that begins while a file search is under way (which ends only once the gateway has
+ *   searched, at its step's end), or a message that begins while a call is open, waits: it is
+ *   announced when the item before it is done, with what it gathered meanwhile in one delta.
  */
 export class ResponseEvents implements EventSink {
   readonly #target: EventSink;
@@ -229,12 +246,13 @@ export class ResponseEvents implements EventSink {
   readonly #includeSearchResults: boolean;
   readonly #searchedQueries: SearchedQueries | undefined;
   #sequence = 0;
-  /** The output items in their order (announced ones). */
+  /** The output items announced, in their order; then those waiting their turn. */
   readonly #output: OutputEntry[] = [];
+  readonly #waiting: OutputEntry[] = [];
   /** The messages by id, and the tool calls by `<step id>/<index in the step>`. */
   readonly #messages = new Map<string, MessageEntry>();
   readonly #calls = new Map<string, CallEntry>();
-  /** The message whose text is streaming: the hot path's. */
+  /** The message whose text is streaming (announced, not finished): the hot path's. */
   #streaming: MessageEntry | null = null;
 
   constructor(target: EventSink, options: ResponseEventsOptions) {
@@ -294,11 +312,8 @@ export class ResponseEvents implements EventSink {
       case 'thread.message.delta':
         return this.#messageDelta(messageDeltaOf(data), out);
       case 'thread.message.completed':
-      case 'thread.message.incomplete': {
-        const message = this.#message(messageIdOf(data), out);
-        if (!message.done) this.#finishMessage(message, name === 'thread.message.completed', out);
-        return;
-      }
+      case 'thread.message.incomplete':
+        return this.#finish(this.#message(messageIdOf(data), out), name === 'thread.message.completed', out);
       case 'thread.run.step.delta':
         return this.#stepDelta(stepDeltaOf(data), out);
       case 'thread.run.step.completed':
@@ -320,80 +335,222 @@ export class ResponseEvents implements EventSink {
     }
   }
 
-  /** The message of this id: known, or added now (the item before it ends). */
+  /** The message of this id: known, or begun now. */
   #message(id: string, out: ServerSentEvent[]): MessageEntry {
     const known = this.#messages.get(id);
     if (known) return known;
-    this.#endCurrent(out);
-    const outputIndex = this.#output.length;
     const message: MessageEntry = {
       kind: 'message',
       id,
-      outputIndex,
-      status: 'in_progress',
+      outputIndex: -1,
+      finished: false,
       done: false,
+      status: 'in_progress',
       text: new TextBuilder(),
       annotations: [],
       deltaPrefix: `{"id":${JSON.stringify(id)},"object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":`,
-      eventHead: `{"type":"response.output_text.delta","item_id":${JSON.stringify(id)},"output_index":${outputIndex},"content_index":0,"delta":`,
+      eventHead: '',
     };
-    this.#output.push(message);
     this.#messages.set(id, message);
-    this.#streaming = message;
-    this.#emit(out, 'response.output_item.added', {
-      output_index: outputIndex,
-      sequence_number: 0,
-      item: { id, type: 'message', role: 'assistant', content: [], status: 'in_progress' },
-    });
-    this.#emit(out, 'response.content_part.added', {
-      item_id: id,
-      output_index: outputIndex,
-      content_index: 0,
-      part: emptyPart(),
-    });
+    this.#begin(message, out);
     return message;
   }
 
   /**
    * A delta the hot path did not take: annotations (citations, known once the answer is whole),
-   * or text in another form, or text after the message ended early (a tool call began after it),
-   * which is kept and sent all the same.
+   * text in another form, or text of a message waiting its turn (kept, and sent when it is announced).
    */
   #messageDelta(delta: MessageDelta, out: ServerSentEvent[]): void {
     const message = this.#message(delta.id, out);
+    const sent = message.outputIndex >= 0 && !message.done;
     for (const content of delta.delta.content ?? []) {
       const value = content.text?.value;
       if (value) {
         message.text.push(value);
-        this.#emit(out, 'response.output_text.delta', {
-          item_id: message.id,
-          output_index: message.outputIndex,
-          content_index: 0,
-          delta: value,
-          sequence_number: 0,
-          logprobs: [],
-        });
+        if (sent) this.#emitTextDelta(message, value, out);
       }
       for (const annotation of content.text?.annotations ?? []) {
         if (annotation.type !== 'file_citation') continue;
         const citation = fileCitation(annotation);
         message.annotations.push(citation);
-        this.#emit(out, 'response.output_text.annotation.added', {
-          item_id: message.id,
-          output_index: message.outputIndex,
-          content_index: 0,
-          annotation_index: message.annotations.length - 1,
-          sequence_number: 0,
-          annotation: citation,
-        });
+        if (sent)
+          this.#emit(out, 'response.output_text.annotation.added', {
+            item_id: message.id,
+            output_index: message.outputIndex,
+            content_index: 0,
+            annotation_index: message.annotations.length - 1,
+            sequence_number: 0,
+            annotation: citation,
+          });
       }
     }
   }
 
-  #finishMessage(message: MessageEntry, completed: boolean, out: ServerSentEvent[]): void {
-    message.done = true;
-    if (this.#streaming === message) this.#streaming = null;
-    message.status = completed ? 'completed' : 'incomplete';
+  #emitTextDelta(message: MessageEntry, value: string, out: ServerSentEvent[]): void {
+    this.#emit(out, 'response.output_text.delta', {
+      item_id: message.id,
+      output_index: message.outputIndex,
+      content_index: 0,
+      delta: value,
+      sequence_number: 0,
+      logprobs: [],
+    });
+  }
+
+  #stepDelta(delta: StepDelta, out: ServerSentEvent[]): void {
+    const details = delta.delta.step_details;
+    if (details?.type !== 'tool_calls') return;
+    for (const call of details.tool_calls ?? []) {
+      const entry = this.#calls.get(`${delta.id}/${call.index}`) ?? this.#openCall(delta.id, call, out);
+      const args = call.type === 'function' ? call.function?.arguments : undefined;
+      if (entry?.item.type !== 'function_call' || !args) continue;
+      entry.item.arguments += args;
+      // Arguments of a call waiting its turn are sent when it is announced; after its end, not at all.
+      if (entry.outputIndex < 0 || entry.done) continue;
+      this.#emitArgumentsDelta(entry, args, out);
+    }
+  }
+
+  #emitArgumentsDelta(entry: CallEntry, args: string, out: ServerSentEvent[]): void {
+    this.#emit(out, 'response.function_call_arguments.delta', {
+      item_id: entry.item.id,
+      output_index: entry.outputIndex,
+      sequence_number: 0,
+      delta: args,
+    });
+  }
+
+  /** A call's first delta (it names the call): its item begins. */
+  #openCall(stepId: string, call: ToolCallDelta, out: ServerSentEvent[]): CallEntry | undefined {
+    let item: FunctionCallItem | FileSearchCallItem;
+    if (call.type === 'function') {
+      item = {
+        id: toolItemId('fc', stepId, call.index),
+        type: 'function_call',
+        call_id: call.id ?? '',
+        name: call.function?.name ?? '',
+        arguments: '',
+        status: 'in_progress',
+      };
+    } else if (call.type === 'file_search') {
+      item = {
+        id: toolItemId('fs', stepId, call.index),
+        type: 'file_search_call',
+        status: 'in_progress',
+        queries: [],
+        results: null,
+      };
+    } else return undefined;
+    const entry: CallEntry = { kind: 'call', item, outputIndex: -1, finished: false, done: false };
+    this.#calls.set(`${stepId}/${call.index}`, entry);
+    this.#begin(entry, out);
+    return entry;
+  }
+
+  /** The item announced and not done, if any. */
+  #current(): OutputEntry | undefined {
+    const last = this.#output.at(-1);
+    return last && !last.done ? last : undefined;
+  }
+
+  /** An item begins: announced now, after ending the one before it when a call begins after a message or a function call, or waiting its turn. */
+  #begin(entry: OutputEntry, out: ServerSentEvent[]): void {
+    const current = this.#current();
+    if (this.#waiting.length === 0 && current === undefined) return this.#announce(entry, out);
+    const endsCurrent =
+      entry.kind === 'call' &&
+      this.#waiting.length === 0 &&
+      (current?.kind === 'message' || current?.item.type === 'function_call');
+    if (!endsCurrent || current === undefined) {
+      this.#waiting.push(entry);
+      return;
+    }
+    this.#finish(current, true, out);
+    if (this.#current() === undefined && this.#waiting.length === 0) this.#announce(entry, out);
+    else this.#waiting.push(entry);
+  }
+
+  /** An item's output_item.added and what it gathered while it waited; its end too, if known already. */
+  #announce(entry: OutputEntry, out: ServerSentEvent[]): void {
+    entry.outputIndex = this.#output.length;
+    this.#output.push(entry);
+    if (entry.kind === 'message') {
+      entry.eventHead = `{"type":"response.output_text.delta","item_id":${JSON.stringify(entry.id)},"output_index":${entry.outputIndex},"content_index":0,"delta":`;
+      this.#emit(out, 'response.output_item.added', {
+        output_index: entry.outputIndex,
+        sequence_number: 0,
+        item: { id: entry.id, type: 'message', role: 'assistant', content: [], status: 'in_progress' },
+      });
+      this.#emit(out, 'response.content_part.added', {
+        item_id: entry.id,
+        output_index: entry.outputIndex,
+        content_index: 0,
+        part: emptyPart(),
+      });
+      const gathered = entry.text.toString();
+      if (gathered) this.#emitTextDelta(entry, gathered, out);
+      if (!entry.finished) this.#streaming = entry;
+    } else {
+      const item = entry.item;
+      this.#emit(out, 'response.output_item.added', {
+        output_index: entry.outputIndex,
+        sequence_number: 0,
+        item: { ...item, ...(item.type === 'function_call' ? { arguments: '', status: 'in_progress' } : {}) },
+      });
+      if (item.type === 'function_call' && item.arguments) this.#emitArgumentsDelta(entry, item.arguments, out);
+      if (item.type === 'file_search_call') {
+        // The search runs once the model's answer ends: it is under way from here on.
+        const at = { output_index: entry.outputIndex, item_id: item.id };
+        this.#emit(out, 'response.file_search_call.in_progress', at);
+        this.#emit(out, 'response.file_search_call.searching', at);
+      }
+    }
+    if (entry.finished) this.#sendEnd(entry, out);
+  }
+
+  /** An item's end is known: its last events, if it is announced (else when it is), then the next items' turn. */
+  #finish(entry: OutputEntry, completed: boolean, out: ServerSentEvent[]): void {
+    if (entry.finished) return;
+    entry.finished = true;
+    if (entry.kind === 'message') {
+      entry.status = completed ? 'completed' : 'incomplete';
+      if (this.#streaming === entry) this.#streaming = null;
+    } else if (entry.item.type === 'function_call') entry.item.status = completed ? 'completed' : 'incomplete';
+    else entry.item.status = completed ? 'completed' : 'failed';
+    if (entry.outputIndex < 0) return;
+    this.#sendEnd(entry, out);
+    while (this.#current() === undefined) {
+      const next = this.#waiting.shift();
+      if (!next) break;
+      this.#announce(next, out);
+    }
+  }
+
+  /** The last events of an announced item whose end is known. */
+  #sendEnd(entry: OutputEntry, out: ServerSentEvent[]): void {
+    entry.done = true;
+    if (entry.kind === 'message') return this.#sendMessageEnd(entry, out);
+    const item = entry.item;
+    if (item.type === 'function_call') {
+      // Its arguments are final either way: whole, or as far as they came before the call was cut.
+      this.#emit(out, 'response.function_call_arguments.done', {
+        item_id: item.id,
+        name: item.name,
+        output_index: entry.outputIndex,
+        sequence_number: 0,
+        arguments: item.arguments,
+      });
+    } else if (item.status === 'completed') {
+      this.#emit(out, 'response.file_search_call.completed', { output_index: entry.outputIndex, item_id: item.id });
+    }
+    this.#emit(out, 'response.output_item.done', {
+      output_index: entry.outputIndex,
+      sequence_number: 0,
+      item: { ...item },
+    });
+  }
+
+  #sendMessageEnd(message: MessageEntry, out: ServerSentEvent[]): void {
     const { id, outputIndex, text, annotations } = message;
     const part = (value: string): OutputTextPart => ({ type: 'output_text', text: value, annotations, logprobs: [] });
     // The whole text is in three events, as OpenAI sends it: written from its pieces, never joined.
@@ -441,75 +598,6 @@ export class ResponseEvents implements EventSink {
     ]);
   }
 
-  #stepDelta(delta: StepDelta, out: ServerSentEvent[]): void {
-    const details = delta.delta.step_details;
-    if (details?.type !== 'tool_calls') return;
-    for (const call of details.tool_calls ?? []) {
-      const entry = this.#calls.get(`${delta.id}/${call.index}`) ?? this.#openCall(delta.id, call, out);
-      const args = call.type === 'function' ? call.function?.arguments : undefined;
-      if (entry?.item.type !== 'function_call' || !args) continue;
-      entry.item.arguments += args;
-      // Arguments after the call ended early (another began): kept for its step's end, not sent.
-      if (entry.done) continue;
-      this.#emit(out, 'response.function_call_arguments.delta', {
-        item_id: entry.item.id,
-        output_index: entry.outputIndex,
-        sequence_number: 0,
-        delta: args,
-      });
-    }
-  }
-
-  /** A call's first delta (it names the call): its item, announced unless a search before it is still under way. */
-  #openCall(stepId: string, call: ToolCallDelta, out: ServerSentEvent[]): CallEntry | undefined {
-    let item: FunctionCallItem | FileSearchCallItem;
-    if (call.type === 'function') {
-      item = {
-        id: toolItemId('fc', stepId, call.index),
-        type: 'function_call',
-        call_id: call.id ?? '',
-        name: call.function?.name ?? '',
-        arguments: '',
-        status: 'in_progress',
-      };
-    } else if (call.type === 'file_search') {
-      item = { id: toolItemId('fs', stepId, call.index), type: 'file_search_call', status: 'in_progress', queries: [] };
-    } else return undefined;
-    const entry: CallEntry = { kind: 'call', item, outputIndex: -1, done: false };
-    this.#calls.set(`${stepId}/${call.index}`, entry);
-    const current = this.#output.at(-1);
-    const searching = current?.kind === 'call' && !current.done && current.item.type === 'file_search_call';
-    if (!(searching && item.type === 'file_search_call')) this.#announce(entry, out);
-    return entry;
-  }
-
-  /** A call's output_item.added (and a search's start), the item before it ended. */
-  #announce(entry: CallEntry, out: ServerSentEvent[]): void {
-    this.#endCurrent(out);
-    entry.outputIndex = this.#output.length;
-    this.#output.push(entry);
-    this.#emit(out, 'response.output_item.added', {
-      output_index: entry.outputIndex,
-      sequence_number: 0,
-      item: { ...entry.item },
-    });
-    if (entry.item.type === 'file_search_call') {
-      // The search runs once the model's answer ends: it is under way from here on.
-      const at = { output_index: entry.outputIndex, item_id: entry.item.id };
-      this.#emit(out, 'response.file_search_call.in_progress', at);
-      this.#emit(out, 'response.file_search_call.searching', at);
-      entry.item.status = 'searching';
-    }
-  }
-
-  /** The item streaming before a new one begins ends (as completed), unless it is a search under way. */
-  #endCurrent(out: ServerSentEvent[]): void {
-    const current = this.#output.at(-1);
-    if (!current || current.done) return;
-    if (current.kind === 'message') this.#finishMessage(current, true, out);
-    else if (current.item.type === 'function_call') this.#finishCall(current, true, out);
-  }
-
   async #closeStep(step: RunStep, completed: boolean, out: ServerSentEvent[]): Promise<void> {
     const details = step.step_details;
     if (details.type !== 'tool_calls') return;
@@ -517,7 +605,7 @@ export class ResponseEvents implements EventSink {
     const searched = calls.some((call) => call.type === 'file_search') ? await this.#queriesOf(step.id) : undefined;
     for (const [index, call] of calls.entries()) {
       const entry = this.#calls.get(`${step.id}/${index}`);
-      if (!entry || entry.done) continue;
+      if (!entry || entry.finished) continue;
       const item = entry.item;
       if (item.type === 'function_call' && call.type === 'function') {
         item.arguments = call.function?.arguments ?? item.arguments;
@@ -525,39 +613,12 @@ export class ResponseEvents implements EventSink {
         item.queries = searched?.get(call.id) ?? [];
         if (this.#includeSearchResults) item.results = (call.file_search?.results ?? []).map(searchResult);
       }
-      if (entry.outputIndex < 0) this.#announce(entry, out);
-      this.#finishCall(entry, completed, out);
+      this.#finish(entry, completed, out);
     }
   }
 
   async #queriesOf(stepId: string): Promise<ReadonlyMap<string, string[]>> {
     return this.#searchedQueries ? this.#searchedQueries(stepId) : new Map();
-  }
-
-  /** A call's last events: its arguments' or its search's end, then output_item.done. */
-  #finishCall(entry: CallEntry, completed: boolean, out: ServerSentEvent[]): void {
-    entry.done = true;
-    const item = entry.item;
-    if (item.type === 'function_call') {
-      item.status = completed ? 'completed' : 'incomplete';
-      // Its arguments are final either way: whole, or as far as they came before the call was cut.
-      this.#emit(out, 'response.function_call_arguments.done', {
-        item_id: item.id,
-        name: item.name,
-        output_index: entry.outputIndex,
-        sequence_number: 0,
-        arguments: item.arguments,
-      });
-    } else {
-      item.status = completed ? 'completed' : 'failed';
-      if (completed)
-        this.#emit(out, 'response.file_search_call.completed', { output_index: entry.outputIndex, item_id: item.id });
-    }
-    this.#emit(out, 'response.output_item.done', {
-      output_index: entry.outputIndex,
-      sequence_number: 0,
-      item: { ...item },
-    });
   }
 
   /**
@@ -570,24 +631,16 @@ export class ResponseEvents implements EventSink {
       (run.required_action?.submit_tool_outputs.tool_calls ?? []).map((call) => [call.id, call.function.arguments]),
     );
     for (const entry of this.#calls.values()) {
-      if (entry.done || entry.item.type !== 'function_call') continue;
+      if (entry.finished || entry.item.type !== 'function_call') continue;
       entry.item.arguments = required.get(entry.item.call_id) ?? entry.item.arguments;
-      if (entry.outputIndex < 0) this.#announce(entry, out);
-      this.#finishCall(entry, true, out);
+      this.#finish(entry, true, out);
     }
     this.#end({ ...run, status: 'completed', completed_at: Math.floor(Date.now() / 1000) }, out);
   }
 
   /** The run ended: what is still open ends with it (incomplete), then the response's last event. */
   #end(run: RunObject, out: ServerSentEvent[]): void {
-    for (const entry of [...this.#output, ...this.#calls.values()]) {
-      if (entry.done) continue;
-      if (entry.kind === 'message') this.#finishMessage(entry, false, out);
-      else {
-        if (entry.outputIndex < 0) this.#announce(entry, out);
-        this.#finishCall(entry, false, out);
-      }
-    }
+    for (const entry of [...this.#output, ...this.#waiting]) this.#finish(entry, false, out);
     const status = responseStatus(run.status);
     const type =
       status === 'completed'
@@ -694,7 +747,6 @@ function searchResult(result: AssistantsSearchResult): FileSearchResult {
     file_id: result.file_id,
     text: result.content?.map((part) => part.text).join('') ?? '',
     filename: result.file_name,
-    attributes: {},
     score: result.score,
   };
 }

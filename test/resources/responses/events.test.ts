@@ -69,16 +69,22 @@ async function streamedRun(
   options: {
     body?: Record<string, unknown>;
     query?: string;
+    /** Another gateway than the file's. */
+    at?: { gateway: TestGateway; tenant: Tenant; openai: OpenAI };
     /** Called once the run is in progress, before the stream is read further. */
     whileInProgress?: (run: { id: string; thread_id: string }) => Promise<unknown>;
   } = {},
 ): Promise<{ runId: string; batches: ServerSentEvent[][] }> {
-  const thread = await openai.beta.threads.create(fakeThread(`Hello ${crypto.randomUUID()}`, scenario));
-  const response = await gateway.request(`/v1/threads/${thread.id}/runs${options.query ? `?${options.query}` : ''}`, {
-    method: 'POST',
-    key: tenant.workspaceKey,
-    body: { assistant_id: assistantId, stream: true, ...options.body },
-  });
+  const at = options.at ?? { gateway, tenant, openai };
+  const thread = await at.openai.beta.threads.create(fakeThread(`Hello ${crypto.randomUUID()}`, scenario));
+  const response = await at.gateway.request(
+    `/v1/threads/${thread.id}/runs${options.query ? `?${options.query}` : ''}`,
+    {
+      method: 'POST',
+      key: at.tenant.workspaceKey,
+      body: { assistant_id: assistantId, stream: true, ...options.body },
+    },
+  );
   expect(response.status).toBe(200);
   const batches: ServerSentEvent[][] = [];
   const reader = defined(response.body).pipeThrough(new TextDecoderStream()).getReader();
@@ -204,6 +210,23 @@ describe('the grammar', () => {
   });
 });
 
+/** The component each kind of object in a response's output is. */
+const ITEM_COMPONENTS: Record<string, string> = {
+  message: 'OutputMessage',
+  function_call: 'FunctionToolCall',
+  file_search_call: 'FileSearchToolCall',
+  output_text: 'OutputTextContent',
+  file_citation: 'FileCitationBody',
+};
+
+/** An output item's fields, and its parts' and annotations', in the reference's order. */
+function expectItemOrder(item: any): void {
+  const order = propertyOrder(defined(ITEM_COMPONENTS[item.type]));
+  expect(Object.keys(item), item.type).toEqual(order.filter((key) => key in item));
+  for (const part of item.content ?? []) expectItemOrder(part);
+  for (const annotation of item.annotations ?? []) expectItemOrder(annotation);
+}
+
 /** The checks every translated stream passes; answers its last response. */
 function expectValidStream({ events }: Translated): any {
   // Every event is the reference's, its fields in the reference's order.
@@ -211,6 +234,10 @@ function expectValidStream({ events }: Translated): any {
     expect(responseStreamEventErrors(event, data), event).toEqual([]);
     const order = propertyOrder(responseEventComponent(event));
     expect(Object.keys(data), event).toEqual(order.filter((key) => key in data));
+    if (data.item) expectItemOrder(data.item);
+    if (data.part) expectItemOrder(data.part);
+    if (data.annotation) expectItemOrder(data.annotation);
+    for (const item of data.response?.output ?? []) expectItemOrder(item);
   }
   // The documented order, numbered from 0 without a gap.
   const tokens = events.map(({ event }) => defined(TOKENS[event]));
@@ -333,6 +360,17 @@ describe('a response’s events, translated from a run’s', () => {
     expect(typeof defined(delta)[1]).toBe('string');
   });
 
+  it('the same events whether the engine’s data comes as JSON text or as objects (the hot path and the general one agree)', async () => {
+    const run = await streamedRun(functionsAssistant, { reply: 'Same "text" either way.', tool_calls: 1 });
+    const asObjects = run.batches.map((batch) =>
+      batch.map(([name, data]): ServerSentEvent => [name, JSON.parse(String(data))]),
+    );
+    const fromText = await translate(run);
+    const fromObjects = await translate({ runId: run.runId, batches: asObjects });
+    expect(fromObjects.text).toBe(fromText.text);
+    expectValidStream(fromText);
+  });
+
   it('a function call: its item with its arguments streamed, and the response completed with it', async () => {
     const args = { city: 'Paris, "the" city of light' };
     const run = await streamedRun(functionsAssistant, {
@@ -404,7 +442,7 @@ describe('a response’s events, translated from a run’s', () => {
       type: 'file_search_call',
       status: 'completed',
       queries: ['refunds days'],
-      results: [{ file_id: store.fileIds[0], text: REFUND_CHUNK, filename: 'policies.md', attributes: {}, score: 1 }],
+      results: [{ file_id: store.fileIds[0], text: REFUND_CHUNK, filename: 'policies.md', score: 1 }],
     });
     expect(response.output[1].content[0]).toEqual({
       type: 'output_text',
@@ -418,7 +456,7 @@ describe('a response’s events, translated from a run’s', () => {
 
     // Without include, no results.
     const plain = expectValidStream(await translate(run));
-    expect(plain.output[0]).not.toHaveProperty('results');
+    expect(plain.output[0].results).toBeNull();
 
     const sdk = await throughSdk(translated);
     // The SDK adds what it parses (`parsed`, `parsed_arguments`) to what it was sent.
@@ -513,6 +551,33 @@ describe('a response’s events, translated from a run’s', () => {
     expect(sdk.deltas).toBe(text);
   });
 
+  it('a function call cut by the answer cap: the call incomplete, then the empty message the run ends with', async () => {
+    const capped = await gatewayWithDefaultKey(upstream.fetch, { GATEWAY_MAX_ANSWER_BYTES: '300' });
+    try {
+      const assistant = await capped.client.beta.assistants.create({ model: 'fake-model', tools: [WEATHER_TOOL] });
+      const run = await streamedRun(
+        assistant.id,
+        { tool_calls: 1, tool_argument_bytes: 2000 },
+        { at: { ...capped, openai: capped.client } },
+      );
+      const names = run.batches.flat().map(([name]) => name);
+      // The engine opens the run's closing message while the call is still open, and fails the call after.
+      expect(names.indexOf('thread.message.created')).toBeLessThan(names.indexOf('thread.run.step.failed'));
+      const translated = await translate(run);
+      const response = expectValidStream(translated);
+      expect(response.status).toBe('incomplete');
+      expect(itemTypes(response)).toEqual([
+        ['function_call', 'incomplete'],
+        ['message', 'incomplete'],
+      ]);
+      expect(response.output[0].arguments.length).toBeGreaterThan(100);
+      const sdk = await throughSdk(translated);
+      expect(sdk.final.output).toMatchObject(response.output);
+    } finally {
+      await capped.gateway.close();
+    }
+  });
+
   it('a run cancelled while the model thinks: the response ends failed, its status cancelled', async () => {
     const run = await streamedRun(
       functionsAssistant,
@@ -527,6 +592,25 @@ describe('a response’s events, translated from a run’s', () => {
     expect(translated.events.at(-1)?.event).toBe('response.failed');
     const sdk = await throughSdk(translated);
     expect(sdk.final.status).toBe('cancelled');
+  });
+
+  it('copies a text delta’s JSON string as it came (the hot path), parsing it only to keep the text', async () => {
+    const out: ServerSentEvent[] = [];
+    const events = new ResponseEvents(
+      { send: async (batch) => void out.push(...batch) },
+      { describe: describeResponse },
+    );
+    await events.send([['thread.message.created', '{"id":"msg_1","object":"thread.message"}']]);
+    // `\u0041` is "A" written as JSON may write it: copied, it stays so; parsed and written again, it would not.
+    const delta =
+      '{"id":"msg_1","object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":"\\u0041b","annotations":[]}}]}}';
+    await events.send([['thread.message.delta', delta]]);
+    expect(out.at(-1)).toEqual([
+      'response.output_text.delta',
+      '{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"\\u0041b","sequence_number":2,"logprobs":[]}',
+    ]);
+    await events.send([['thread.message.completed', '{"id":"msg_1","object":"thread.message"}']]);
+    expect(JSON.parse(String(out.find(([name]) => name === 'response.output_text.done')?.[1])).text).toBe('Ab');
   });
 
   it('an error event: the Responses shape, numbered like the rest', async () => {
