@@ -1,6 +1,10 @@
+import { createClient } from '@libsql/client/web';
 import { exports } from 'cloudflare:workers';
+import { eq } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/libsql/web';
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
+import * as schema from '../../src/db/schema';
 import { defined } from '../support/defined';
 import { fakeProviderKey } from './gateway-client';
 import { waitFor } from '../support/wait';
@@ -114,6 +118,73 @@ describe('responses on workerd', () => {
       },
       { role: 'tool', tool_call_id: call.call_id, content: '{"temp":21}' },
     ]);
+  });
+
+  it('a streamed function call, its arguments in their events, then its output streamed on through previous_response_id', async () => {
+    const tools = [
+      {
+        type: 'function' as const,
+        name: 'lookup',
+        parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
+        strict: false,
+      },
+    ];
+    const first = openai.responses.stream({
+      model: 'fake-model',
+      input: ask('Look it up', [
+        { tool_calls: [{ name: 'lookup', arguments: { q: 'tides' } }] },
+        { reply: 'High at noon.' },
+      ]),
+      tools,
+    });
+    const argumentDeltas: string[] = [];
+    first.on('response.function_call_arguments.delta', (event) => argumentDeltas.push(event.delta));
+    let argumentsDone = '';
+    first.on('response.function_call_arguments.done', (event) => (argumentsDone = event.arguments));
+    const asked = await first.finalResponse();
+    expect(asked.status).toBe('completed');
+    const [call] = asked.output;
+    if (call?.type !== 'function_call') throw new Error(`no function call in ${JSON.stringify(asked.output)}`);
+    expect(argumentDeltas.join('')).toBe('{"q":"tides"}');
+    expect(argumentsDone).toBe('{"q":"tides"}');
+    expect(call).toMatchObject({ name: 'lookup', arguments: '{"q":"tides"}' });
+
+    const second = openai.responses.stream({
+      model: 'fake-model',
+      previous_response_id: asked.id,
+      input: [{ type: 'function_call_output', call_id: call.call_id, output: 'noon' }],
+      tools,
+    });
+    const text: string[] = [];
+    second.on('response.output_text.delta', (event) => text.push(event.delta));
+    const answered = await second.finalResponse();
+    expect(answered).toMatchObject({ status: 'completed', previous_response_id: asked.id });
+    expect(text.join('')).toBe('High at noon.');
+    // The output is the second response's input, under the call's id.
+    const items = (await openai.responses.inputItems.list(answered.id)).data;
+    expect(items).toEqual([
+      expect.objectContaining({ type: 'function_call_output', call_id: call.call_id, output: 'noon' }),
+    ]);
+  });
+
+  it('a streamed response with store: false leaves nothing of its run once its stream has ended', async () => {
+    const stream = openai.responses.stream({
+      model: 'fake-model',
+      store: false,
+      input: ask('Forget this', { reply: 'Forgotten.' }),
+    });
+    const final = await stream.finalResponse();
+    expect(final).toMatchObject({ status: 'completed', store: false, output_text: 'Forgotten.' });
+    await expect(openai.responses.retrieve(final.id)).rejects.toMatchObject({ status: 404 });
+    // Its rows go after the stream's end, kept alive by the request's waitUntil.
+    const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });
+    const gone = await waitFor(
+      () => db.select({ id: schema.runs.id }).from(schema.runs).where(eq(schema.runs.id, final.id)),
+      (rows) => rows.length === 0,
+    );
+    expect(gone).toEqual([]);
+    const [row] = await db.select().from(schema.responses).where(eq(schema.responses.id, final.id));
+    expect(row).toMatchObject({ stored: false, input: [], options: {} });
   });
 
   it('a background response, polled to its end', async () => {
