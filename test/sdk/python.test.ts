@@ -182,5 +182,70 @@ describe.skipIf(!pythonSdk)(
       expect(defined(sent[0]?.body).seed).toBe(7);
       expect(defined(sent[2]?.body).tools).toEqual([expect.objectContaining({ type: 'function' })]);
     });
+
+    it('responses whole, streamed, parsed into a pydantic model, a function call round trip, input items and tokens, and store=False, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
+      fake.reset();
+      const ran = await runPython('test/sdk/python/responses.py', {
+        OPENAI_BASE_URL: `${gateway.url}/v1`,
+        OPENAI_API_KEY: apiKey,
+      });
+      expect(ran.code, ran.stderr).toBe(0);
+      const seen = JSON.parse(defined(ran.stdout.trim().split('\n').at(-1)));
+      expect(seen).toEqual({
+        created: {
+          id: expect.stringMatching(/^resp_/),
+          status: 'completed',
+          output_text: 'Hello there, friend.',
+          output_tokens: 3,
+        },
+        // One delta a word, as the fake streams them, joined into the text the final response has.
+        streamed: {
+          deltas: 4,
+          text: 'one two three four',
+          status: 'completed',
+          output_text: 'one two three four',
+          output_tokens: 4,
+        },
+        parsed: { type: 'Weather', value: { city: 'Oslo', temperature: 21 } },
+        function_call: {
+          status: 'completed',
+          name: 'get_weather',
+          arguments: '{"city":"Paris"}',
+          call_id: expect.stringMatching(/^call_/),
+          previous_response_id: expect.stringMatching(/^resp_/),
+          answer: 'The tool returned: {"temp":18}',
+        },
+        input_items: ['function_call_output'],
+        input_tokens: { object: 'response.input_tokens', count: expect.any(Number) },
+        unkept: { status: 'completed', store: false, retrieved: 404 },
+      });
+      expect(seen.input_tokens.count).toBeGreaterThan(0);
+      const sent = fake.requests.filter((request) => request.path === '/v1/chat/completions');
+      expect(sent.map((request) => request.headers.authorization)).toEqual(Array(6).fill('Bearer sk-fake'));
+      // text_format became the provider's json_schema response format, the pydantic model's schema.
+      expect(defined(sent[2]?.body).response_format).toMatchObject({
+        type: 'json_schema',
+        json_schema: {
+          name: 'Weather',
+          strict: true,
+          schema: { type: 'object', required: ['city', 'temperature'], additionalProperties: false },
+        },
+      });
+      // The second turn of the round trip was sent the call and its output, under the call's id.
+      expect(defined(sent[4]?.body).messages.slice(-2)).toEqual([
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            {
+              id: seen.function_call.call_id,
+              type: 'function',
+              function: { name: 'get_weather', arguments: '{"city":"Paris"}' },
+            },
+          ],
+        },
+        { role: 'tool', tool_call_id: seen.function_call.call_id, content: '{"temp":18}' },
+      ]);
+    });
   },
 );

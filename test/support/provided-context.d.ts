@@ -31,6 +31,8 @@ declare module 'vitest' {
       revokedKey: string;
       /** A key of a second workspace of the organisation, where test/workers/runs-and-rate-limits.test.ts works. */
       runsWorkspaceKey: string;
+      /** A key of a third, whose default virtual key test/workers/responses.test.ts makes. */
+      responsesWorkspaceKey: string;
     };
   }
 }

@@ -75,6 +75,21 @@ export default async function setup(project: TestProject) {
         name: 'runs',
         now,
       });
+      // A workspace whose default virtual key test/workers/responses.test.ts makes: its SDK is
+      // configured by base URL and key alone, as an application's is, without changing the other
+      // workspaces' defaults.
+      const responsesWorkspace = await createWorkspace(database.db, {
+        organisationId: created.organisation_id,
+        slug: 'responses',
+        now,
+      });
+      const responsesKey = await createApiKey(database.db, {
+        kind: 'workspace',
+        organisationId: created.organisation_id,
+        workspaceId: responsesWorkspace.id,
+        name: 'responses',
+        now,
+      });
       // A workspace with a vector store, for the searches in workerd (test/workers/file-search.test.ts):
       // its vectors are the fake provider's, as its /v1/embeddings answers them for the store's model.
       const searchWorkspace = await createWorkspace(database.db, {
@@ -116,6 +131,7 @@ export default async function setup(project: TestProject) {
         orgKey: created.organisation_api_key,
         revokedKey: doomed.plaintext,
         runsWorkspaceKey: runsKey.plaintext,
+        responsesWorkspaceKey: responsesKey.plaintext,
       });
     } finally {
       database.close();

@@ -1,0 +1,225 @@
+import { createClient } from '@libsql/client/web';
+import { exports } from 'cloudflare:workers';
+import { eq } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/libsql/web';
+import OpenAI from 'openai';
+import { beforeAll, describe, expect, inject, it } from 'vitest';
+import * as schema from '../../src/db/schema';
+import { defined } from '../support/defined';
+import { fakeProviderKey } from './gateway-client';
+import { waitFor } from '../support/wait';
+
+/**
+ * The Responses API inside workerd, as on Cloudflare, through the official SDK configured by base
+ * URL and key alone (the workspace's default virtual key is the fake provider, in Node: what it
+ * was sent comes back only as its answer, the `echo_messages` scenario of
+ * test/support/fake-upstream.ts). Each response is a run, executed in its RunExecutor object.
+ */
+
+const API_KEY = inject('workersTenant').responsesWorkspaceKey;
+
+let openai: OpenAI;
+
+/** Text that makes the fake answer as `scenario` says (one per model turn when a list). */
+const ask = (text: string, scenario: Record<string, unknown> | Record<string, unknown>[]) =>
+  `${text}\n#fake ${JSON.stringify(scenario)}`;
+
+beforeAll(async () => {
+  await fakeProviderKey(API_KEY, 'fake', { default: true });
+  openai = new OpenAI({
+    baseURL: 'http://gateway/v1',
+    apiKey: API_KEY,
+    maxRetries: 0,
+    fetch: (url, init) => exports.default.fetch(url, init),
+  });
+});
+
+describe('responses on workerd', () => {
+  it('responses.create answers a response whole, with its usage', async () => {
+    const response = await openai.responses.create({
+      model: 'fake-model',
+      input: ask('Say hello', { reply: 'Hello there, friend.' }),
+    });
+    expect(response).toMatchObject({ object: 'response', status: 'completed', model: 'fake-model' });
+    expect(response.id).toMatch(/^resp_/);
+    expect(response.output_text).toBe('Hello there, friend.');
+    expect(response.usage?.output_tokens).toBe(3);
+  });
+
+  it('responses.stream: its handlers see the deltas of the text, finalResponse() is completed, and retrieve answers the same', async () => {
+    const stream = openai.responses.stream({
+      model: 'fake-model',
+      input: ask('Count', { reply: 'one two three four' }),
+    });
+    const deltas: string[] = [];
+    const events: string[] = [];
+    stream.on('response.output_text.delta', (event) => deltas.push(event.delta));
+    stream.on('event', (event) => events.push(event.type));
+    let doneText = '';
+    stream.on('response.output_text.done', (event) => (doneText = event.text));
+    let completed: unknown;
+    stream.on('response.completed', (event) => (completed = event.response));
+    const final = await stream.finalResponse();
+    expect(deltas.length).toBeGreaterThan(1);
+    expect(deltas.join('')).toBe('one two three four');
+    expect(doneText).toBe('one two three four');
+    expect(events.slice(0, 2)).toEqual(['response.created', 'response.in_progress']);
+    expect(events.at(-1)).toBe('response.completed');
+    expect(final.status).toBe('completed');
+    expect(final.output_text).toBe('one two three four');
+    expect(final.usage).toMatchObject({ output_tokens: 4, total_tokens: expect.any(Number) });
+    expect(defined(final.usage).input_tokens).toBeGreaterThan(0);
+
+    // What was streamed, as the stream's last event carried it, is what the response reads back
+    // as (but for the fields the SDK adds: `output_text` to what it reads, `parsed` to finalResponse()).
+    const { output_text: text, ...retrieved } = await openai.responses.retrieve(final.id);
+    expect(retrieved).toEqual(completed);
+    expect(text).toBe(final.output_text);
+  });
+
+  it('a function tool round trip through previous_response_id', async () => {
+    const tools = [
+      {
+        type: 'function' as const,
+        name: 'get_weather',
+        parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+        strict: false,
+      },
+    ];
+    const first = await openai.responses.create({
+      model: 'fake-model',
+      input: ask('Weather in Oslo?', [
+        { tool_calls: [{ name: 'get_weather', arguments: { city: 'Oslo' } }] },
+        { echo_messages: true },
+      ]),
+      tools,
+    });
+    expect(first.status).toBe('completed');
+    const call = first.output.find((item) => item.type === 'function_call');
+    if (call?.type !== 'function_call') throw new Error(`no function call in ${JSON.stringify(first.output)}`);
+    expect(call).toMatchObject({ name: 'get_weather', arguments: '{"city":"Oslo"}', status: 'completed' });
+
+    const second = await openai.responses.create({
+      model: 'fake-model',
+      previous_response_id: first.id,
+      input: [{ type: 'function_call_output', call_id: call.call_id, output: '{"temp":21}' }],
+      tools,
+    });
+    expect(second).toMatchObject({ status: 'completed', previous_response_id: first.id });
+    // The provider was sent the call and its output after the question.
+    const sent: { role: string; content: unknown; tool_call_id?: string }[] = JSON.parse(second.output_text);
+    expect(sent.slice(-2)).toEqual([
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: call.call_id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: call.call_id, content: '{"temp":21}' },
+    ]);
+  });
+
+  it('a streamed function call, its arguments in their events, then its output streamed on through previous_response_id', async () => {
+    const tools = [
+      {
+        type: 'function' as const,
+        name: 'lookup',
+        parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
+        strict: false,
+      },
+    ];
+    const first = openai.responses.stream({
+      model: 'fake-model',
+      input: ask('Look it up', [
+        { tool_calls: [{ name: 'lookup', arguments: { q: 'tides' } }] },
+        { reply: 'High at noon.' },
+      ]),
+      tools,
+    });
+    const argumentDeltas: string[] = [];
+    first.on('response.function_call_arguments.delta', (event) => argumentDeltas.push(event.delta));
+    let argumentsDone = '';
+    first.on('response.function_call_arguments.done', (event) => (argumentsDone = event.arguments));
+    const asked = await first.finalResponse();
+    expect(asked.status).toBe('completed');
+    const [call] = asked.output;
+    if (call?.type !== 'function_call') throw new Error(`no function call in ${JSON.stringify(asked.output)}`);
+    expect(argumentDeltas.join('')).toBe('{"q":"tides"}');
+    expect(argumentsDone).toBe('{"q":"tides"}');
+    expect(call).toMatchObject({ name: 'lookup', arguments: '{"q":"tides"}' });
+
+    const second = openai.responses.stream({
+      model: 'fake-model',
+      previous_response_id: asked.id,
+      input: [{ type: 'function_call_output', call_id: call.call_id, output: 'noon' }],
+      tools,
+    });
+    const text: string[] = [];
+    second.on('response.output_text.delta', (event) => text.push(event.delta));
+    const answered = await second.finalResponse();
+    expect(answered).toMatchObject({ status: 'completed', previous_response_id: asked.id });
+    expect(text.join('')).toBe('High at noon.');
+    // The output is the second response's input, under the call's id.
+    const items = (await openai.responses.inputItems.list(answered.id)).data;
+    expect(items).toEqual([
+      expect.objectContaining({ type: 'function_call_output', call_id: call.call_id, output: 'noon' }),
+    ]);
+  });
+
+  it('a streamed response with store: false leaves nothing of its run once its stream has ended', async () => {
+    const stream = openai.responses.stream({
+      model: 'fake-model',
+      store: false,
+      input: ask('Forget this', { reply: 'Forgotten.' }),
+    });
+    const final = await stream.finalResponse();
+    expect(final).toMatchObject({ status: 'completed', store: false, output_text: 'Forgotten.' });
+    await expect(openai.responses.retrieve(final.id)).rejects.toMatchObject({ status: 404 });
+    // Its rows go after the stream's end, kept alive by the request's waitUntil.
+    const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });
+    const gone = await waitFor(
+      () => db.select({ id: schema.runs.id }).from(schema.runs).where(eq(schema.runs.id, final.id)),
+      (rows) => rows.length === 0,
+    );
+    expect(gone).toEqual([]);
+    const [row] = await db.select().from(schema.responses).where(eq(schema.responses.id, final.id));
+    expect(row).toMatchObject({ stored: false, input: [], options: {} });
+  });
+
+  it('a background response, polled to its end', async () => {
+    const started = await openai.responses.create({
+      model: 'fake-model',
+      background: true,
+      input: ask('Later', { reply: 'Later, then.' }),
+    });
+    expect(started.background).toBe(true);
+    expect(['queued', 'in_progress']).toContain(started.status);
+    const done = await waitFor(
+      () => openai.responses.retrieve(started.id),
+      (response) => response.status === 'completed',
+    );
+    expect(done.output_text).toBe('Later, then.');
+    expect(done.usage?.output_tokens).toBe(2);
+  });
+
+  it('goes on in a thread made with beta.threads.create, which beta.threads.messages.list then shows', async () => {
+    const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: 'My name is Ada.' }] });
+    const question = ask('What is my name?', { echo_messages: true });
+    const response = await openai.responses.create({ model: 'fake-model', conversation: thread.id, input: question });
+    expect(response).toMatchObject({ status: 'completed', conversation: { id: thread.id } });
+    // The provider was sent the thread's message, then the response's input.
+    expect(JSON.parse(response.output_text)).toEqual([
+      { role: 'user', content: 'My name is Ada.' },
+      { role: 'user', content: question },
+    ]);
+    const messages = (await openai.beta.threads.messages.list(thread.id, { order: 'asc' })).data;
+    expect(messages.map((message) => [message.role, message.run_id])).toEqual([
+      ['user', null],
+      ['user', null],
+      ['assistant', response.id],
+    ]);
+    const [answer] = defined(messages[2]).content;
+    expect(answer?.type === 'text' && answer.text.value).toBe(response.output_text);
+  });
+});
