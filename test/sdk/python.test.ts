@@ -217,7 +217,7 @@ describe.skipIf(!pythonSdk)(
         },
         input_items: ['function_call_output'],
         input_tokens: { object: 'response.input_tokens', count: expect.any(Number) },
-        unkept: { status: 'completed', store: false, retrieved: 404 },
+        unkept: { status: 'completed', retrieved: 404 },
       });
       expect(seen.input_tokens.count).toBeGreaterThan(0);
       const sent = fake.requests.filter((request) => request.path === '/v1/chat/completions');

@@ -174,7 +174,7 @@ describe('responses on workerd', () => {
       input: ask('Forget this', { reply: 'Forgotten.' }),
     });
     const final = await stream.finalResponse();
-    expect(final).toMatchObject({ status: 'completed', store: false, output_text: 'Forgotten.' });
+    expect(final).toMatchObject({ status: 'completed', output_text: 'Forgotten.' });
     await expect(openai.responses.retrieve(final.id)).rejects.toMatchObject({ status: 404 });
     // Its rows go after the stream's end, kept alive by the request's waitUntil.
     const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });

@@ -102,7 +102,7 @@ print(
             },
             "input_items": [item.type for item in input_items.data],
             "input_tokens": {"object": counted.object, "count": counted.input_tokens},
-            "unkept": {"status": unkept.status, "store": unkept.store, "retrieved": unkept_status},
+            "unkept": {"status": unkept.status, "retrieved": unkept_status},
         }
     )
 )
