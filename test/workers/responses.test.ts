@@ -201,6 +201,19 @@ describe('responses on workerd', () => {
     );
     expect(done.output_text).toBe('Later, then.');
     expect(done.usage?.output_tokens).toBe(2);
+    // Its stream, told again from what it stored, resumed after the third event.
+    const events = async (startingAfter?: number) => {
+      const stream = await openai.responses.retrieve(started.id, {
+        stream: true,
+        ...(startingAfter === undefined ? {} : { starting_after: startingAfter }),
+      });
+      const seen = [];
+      for await (const event of stream) seen.push(event);
+      return seen;
+    };
+    const whole = await events();
+    expect(whole.at(-1)?.type).toBe('response.completed');
+    expect(await events(2)).toEqual(whole.slice(3));
   });
 
   it('goes on in a thread made with beta.threads.create, which beta.threads.messages.list then shows', async () => {
