@@ -36,7 +36,7 @@ import {
   type TextFormat,
 } from './schemas';
 import { toResponseJson } from './wire';
-import { runOutputItems } from '../conversations/wire';
+import { runOutputItems, toolItemId } from '../conversations/wire';
 import { threadItemWrites, type ThreadItemWrites } from '../conversations/items';
 import { getConversation, outputStatements, type CallOutput } from '../conversations/queries';
 import { ITEM_INCLUDES, type InputItem } from '../conversations/schemas';
@@ -115,7 +115,7 @@ export async function createResponse(
         previousResponseId: body.previous_response_id ?? null,
         stored,
         background,
-        input: inputItems(plan.items, messages),
+        input: inputItems(plan.items, input, messages),
         options: { ...options },
         createdAt: at,
       };
@@ -468,14 +468,20 @@ function runResponseFormat(format: TextFormat): ResponseFormat {
 
 /**
  * The input as `input_items` lists it: each item as given, a message with the id of the message it
- * became (the messages are made in the items' order; a message given back by its id is not made).
+ * became and an output with its item's id in the conversation (the messages and outputs are made
+ * in the items' order; a message given back by its id is not made again).
  */
-function inputItems(items: InputItem[], messages: MessageRow[]): Record<string, unknown>[] {
-  let next = 0;
+function inputItems(items: InputItem[], writes: ThreadItemWrites, messages: MessageRow[]): Record<string, unknown>[] {
+  let message = 0;
+  let output = 0;
   return items.map((item) => {
+    if (item.type === 'function_call_output') {
+      const written = writes.outputs[output++];
+      return written ? { id: toolItemId('fco', written.stepId, written.index), ...item } : item;
+    }
     if (item.type !== 'message') return item;
     const content = typeof item.content === 'string' ? [{ type: 'input_text', text: item.content }] : item.content;
-    const id = item.id ?? messages[next++]?.id;
+    const id = item.id ?? messages[message++]?.id;
     return { ...item, id, status: item.status ?? 'completed', content };
   });
 }

@@ -62,6 +62,14 @@ describe('responses', () => {
     });
     expect(second.status).toBe('completed');
     expect(second.output_text.length).toBeGreaterThan(0);
+    const listed = await client.responses.inputItems.list(second.id);
+    expect(listed.data).toEqual([
+      expect.objectContaining({
+        type: 'function_call_output',
+        call_id: call.call_id,
+        id: expect.stringMatching(/^fco_/),
+      }),
+    ]);
     expect(fake.requests.at(-1)?.body).toMatchObject({
       messages: expect.arrayContaining([expect.objectContaining({ role: 'tool', content: '{"temp":21}' })]),
     });
@@ -215,5 +223,26 @@ describe('responses', () => {
     for (const event of whole) expect(componentErrors('ResponseStreamEvent', event), event.type).toEqual([]);
     const resumed = await replayed(2);
     expect(resumed).toEqual(whole.slice(3));
+  });
+
+  it('a provider that fails makes a failed response, in the envelope when streamed, and nothing is left in progress', async () => {
+    const { client } = await tenantCalling(gateway, fake);
+    const failed = await client.responses.create({
+      model: 'gpt-4o-mini',
+      input: `Hi\n${fakeDirective({ status: 500 })}`,
+    });
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toMatchObject({ code: 'server_error' });
+    expect(componentErrors('Response', failed)).toEqual([]);
+    expect((await client.responses.retrieve(failed.id)).status).toBe('failed');
+
+    const stream = client.responses.stream({
+      model: 'gpt-4o-mini',
+      input: `Hi\n${fakeDirective({ reply: 'one two three four', cut_after_chunks: 3 })}`,
+    });
+    const events: string[] = [];
+    stream.on('event', (event) => events.push(event.type));
+    await stream.done().catch(() => undefined);
+    expect(events.at(-1)).toBe('response.failed');
   });
 });
