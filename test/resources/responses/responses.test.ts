@@ -6,6 +6,8 @@ import { waitFor } from '../../support/wait';
 import { componentErrors } from '../../support/openapi';
 import OpenAI from 'openai';
 import { eq } from 'drizzle-orm';
+import { createNodeApp } from '../../../src/runtime/node/app';
+import { createNodeDeps } from '../../../src/runtime/node/deps';
 import { messages, runs } from '../../../src/db/schema';
 import { tenantCalling } from '../chat-completions/clients';
 
@@ -244,5 +246,35 @@ describe('responses', () => {
     stream.on('event', (event) => events.push(event.type));
     await stream.done().catch(() => undefined);
     expect(events.at(-1)).toBe('response.failed');
+  });
+
+  it('a background response whose executor stopped is failed by another gateway once its lease ran out, never left in progress', async () => {
+    const { tenant, client } = await tenantCalling(gateway, fake);
+    // A second gateway on the same database, 60 s later: the first one's lease has run out for it.
+    const deps = await createNodeDeps(gateway.deps.config, gateway.database, {
+      now: () => gateway.clock.now() + 60_000,
+      secrets: gateway.deps.secrets,
+      log: gateway.deps.log,
+    });
+    const other = createNodeApp(deps);
+    const gate = freshGate('held');
+    const started = await client.responses.create({
+      model: 'gpt-4o-mini',
+      background: true,
+      input: `Hi\n${fakeDirective({ reply: 'never', hold: gate })}`,
+    });
+    await waitFor(
+      () => fake.gateState(gate).waiting,
+      (waiting) => waiting === 1,
+    );
+    const seen = await other.request(`/v1/responses/${started.id}`, {
+      headers: { 'x-gateway-api-key': tenant.workspaceKey },
+    });
+    expect(await seen.json()).toMatchObject({ status: 'failed', error: { code: 'server_error' } });
+    fake.openGate(gate);
+    expect(await gateway.tasks.drain(5_000)).toBe(true);
+    const after = await client.responses.retrieve(started.id);
+    expect(after.status).toBe('failed');
+    expect(after.output).toEqual([]);
   });
 });
