@@ -3,6 +3,7 @@ import { fakeDirective, startFakeUpstream, type FakeUpstreamServer } from '../..
 import { createTestGateway, type TestGateway } from '../../support/gateway';
 import { freshGate } from '../../support/gates';
 import { waitFor } from '../../support/wait';
+import { createPolicy, freshMinute, usedBy } from '../../support/ratelimit';
 import { componentErrors } from '../../support/openapi';
 import OpenAI from 'openai';
 import { eq } from 'drizzle-orm';
@@ -276,5 +277,27 @@ describe('responses', () => {
     const after = await client.responses.retrieve(started.id);
     expect(after.status).toBe('failed');
     expect(after.output).toEqual([]);
+  });
+
+  it("policies govern responses: a requests policy refuses past its limit, a tokens policy is charged the response's usage", async () => {
+    const { tenant, client } = await tenantCalling(gateway, fake);
+    freshMinute(gateway.clock);
+    const requests = await createPolicy(gateway, tenant, { type: 'requests', value: 2 });
+    const tokens = await createPolicy(gateway, tenant, { type: 'tokens', value: 100_000 });
+    const first = await client.responses.create({ model: 'gpt-4o-mini', input: 'one' });
+    const streamed = await client.responses.stream({ model: 'gpt-4o-mini', input: 'two' }).finalResponse();
+    const charged = (first.usage?.total_tokens ?? 0) + (streamed.usage?.total_tokens ?? 0);
+    expect(
+      await waitFor(
+        () => usedBy(gateway.database.client, tokens),
+        (used) => used === charged,
+      ),
+    ).toBe(charged);
+    expect(await usedBy(gateway.database.client, requests)).toBe(2);
+    const sent = fake.requests.length;
+    await expect(client.responses.create({ model: 'gpt-4o-mini', input: 'three' })).rejects.toThrow(
+      OpenAI.RateLimitError,
+    );
+    expect(fake.requests.length).toBe(sent);
   });
 });
