@@ -706,6 +706,10 @@ function messageItem(message: MessageEntry, text: string): MessageItem {
   };
 }
 
+/**
+ * How an ended run's status shows in a response: wire.ts's responseStatus for the statuses a run
+ * ends in. Not imported from there: wire.ts imports this module, and no cycle is allowed.
+ */
 function responseStatus(status: string): ResponseState['status'] {
   switch (status) {
     case 'completed':
