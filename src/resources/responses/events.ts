@@ -319,8 +319,6 @@ export class ResponseEvents implements EventSink {
       case 'thread.run.step.completed':
       case 'thread.run.step.failed':
         return this.#closeStep(stepOf(data), name === 'thread.run.step.completed', out);
-      case 'thread.run.requires_action':
-        return this.#requiresAction(runOf(data), out);
       case 'thread.run.completed':
       case 'thread.run.incomplete':
       case 'thread.run.failed':
@@ -621,23 +619,6 @@ export class ResponseEvents implements EventSink {
     return this.#searchedQueries ? this.#searchedQueries(stepId) : new Map();
   }
 
-  /**
-   * TO REMOVE when the engine completes a response's run that calls functions (its tool step
-   * completed with them, the run completed: TurnAnswer.handOver): until then, a run waiting for
-   * tool outputs ends the response as a completion would, its calls as the run requires them.
-   */
-  #requiresAction(run: RunObject, out: ServerSentEvent[]): void {
-    const required = new Map(
-      (run.required_action?.submit_tool_outputs.tool_calls ?? []).map((call) => [call.id, call.function.arguments]),
-    );
-    for (const entry of this.#calls.values()) {
-      if (entry.finished || entry.item.type !== 'function_call') continue;
-      entry.item.arguments = required.get(entry.item.call_id) ?? entry.item.arguments;
-      this.#finish(entry, true, out);
-    }
-    this.#end({ ...run, status: 'completed', completed_at: Math.floor(Date.now() / 1000) }, out);
-  }
-
   /** The run ended: what is still open ends with it (incomplete), then the response's last event. */
   #end(run: RunObject, out: ServerSentEvent[]): void {
     for (const entry of [...this.#output, ...this.#waiting]) this.#finish(entry, false, out);
@@ -725,6 +706,10 @@ function messageItem(message: MessageEntry, text: string): MessageItem {
   };
 }
 
+/**
+ * How an ended run's status shows in a response: wire.ts's responseStatus for the statuses a run
+ * ends in. Not imported from there: wire.ts imports this module, and no cycle is allowed.
+ */
 function responseStatus(status: string): ResponseState['status'] {
   switch (status) {
     case 'completed':
@@ -759,9 +744,6 @@ interface RunObject {
   last_error: { code: string; message: string } | null;
   incomplete_details: { reason: string } | null;
   completed_at: number | null;
-  required_action: {
-    submit_tool_outputs: { tool_calls: { id: string; function: { arguments: string } }[] };
-  } | null;
 }
 
 interface MessageDelta {

@@ -4,13 +4,16 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerSentEvent } from '../../../src/deps';
 import { TextParts } from '../../../src/lib/text';
+import { getRunById, listSteps } from '../../../src/resources/runs/queries';
+import { toRunJson, toStepJson } from '../../../src/resources/runs/wire';
 import {
   ResponseEvents,
+  responseUsage,
   storedSearchQueries,
   type OutputItem,
   type ResponseState,
 } from '../../../src/resources/responses/events';
-import { createFakeUpstream, fakeThread, type FakeScenario } from '../../support/fake-upstream';
+import { createFakeUpstream, fakeDirective, fakeThread, type FakeScenario } from '../../support/fake-upstream';
 import { gatewayWithDefaultKey, type Tenant, type TestGateway } from '../../support/gateway';
 import { propertyOrder, responseEventComponent, responseStreamEventErrors } from '../../support/openapi';
 import { WEATHER_TOOL } from '../../support/runs';
@@ -21,6 +24,8 @@ import { seedStore, type SeededStore } from '../../support/vector-stores';
  * A response's stream of events (src/resources/responses/events.ts), translated from real
  * streamed runs: the gateway executes a run against the fake provider, its Assistants events are
  * captured batch by batch as they leave, and ResponseEvents turns them into the Responses API's.
+ * A run whose model calls functions waits for their outputs where a response's hands them over:
+ * its capture is made what the engine sends for a response first (handedOver).
  * Each stream is checked against the reference (every event's schema and field order), against
  * the order OpenAI documents (a grammar), for its sequence numbers, for a final output equal to
  * what its deltas built, and by the official SDK's stream helper, which must accept it whole.
@@ -62,6 +67,12 @@ beforeAll(async () => {
 });
 afterAll(() => gateway?.close());
 
+/** A run's events as they left the gateway (streamedRun), or as the engine sends them for a response (handedOver). */
+interface CapturedRun {
+  runId: string;
+  batches: ServerSentEvent[][];
+}
+
 /** A streamed run's events as they left the gateway, one batch per write, their data as written. */
 async function streamedRun(
   assistantId: string,
@@ -74,7 +85,7 @@ async function streamedRun(
     /** Called once the run is in progress, before the stream is read further. */
     whileInProgress?: (run: { id: string; thread_id: string }) => Promise<unknown>;
   } = {},
-): Promise<{ runId: string; batches: ServerSentEvent[][] }> {
+): Promise<CapturedRun> {
   const at = options.at ?? { gateway, tenant, openai };
   const thread = await at.openai.beta.threads.create(fakeThread(`Hello ${crypto.randomUUID()}`, scenario));
   const response = await at.gateway.request(
@@ -108,6 +119,42 @@ async function streamedRun(
   return { runId: (JSON.parse(String(defined(created)[1])) as { id: string }).id, batches };
 }
 
+/**
+ * What the engine sends for a response whose model calls functions, made from a captured run that
+ * waits for their outputs. Where the run asked for them (thread.run.requires_action), a response's
+ * run hands them over (engine.ts #finish, TurnAnswer.handOver): in the same batch, its tool step
+ * completes with the calls unanswered, then the run completes with the usage it kept. Both events
+ * are the wire's own JSON of the rows the run left, changed as the hand-over's commit changes them.
+ */
+async function handedOver(run: CapturedRun): Promise<CapturedRun> {
+  const { db } = gateway.database;
+  const waiting = defined(await getRunById(db, run.runId));
+  expect(waiting.status).toBe('requires_action');
+  const steps = await listSteps(db, run.runId);
+  const toolStep = defined(steps.find((step) => step.type === 'tool_calls' && step.status === 'in_progress'));
+  const at = Date.now();
+  const completed: ServerSentEvent[] = [
+    [
+      'thread.run.step.completed',
+      JSON.stringify(toStepJson({ ...toolStep, status: 'completed', completedAt: at }, waiting)),
+    ],
+    [
+      'thread.run.completed',
+      JSON.stringify(toRunJson({ ...waiting, status: 'completed', completedAt: at, requiredAction: null })),
+    ],
+  ];
+  const names = run.batches.flat().map(([name]) => name);
+  expect(names.filter((name) => name === 'thread.run.requires_action')).toHaveLength(1);
+  return {
+    runId: run.runId,
+    batches: run.batches.map((batch) =>
+      batch.flatMap(([name, data]): ServerSentEvent[] =>
+        name === 'thread.run.requires_action' ? completed : [[name, data]],
+      ),
+    ),
+  };
+}
+
 /** What a test's `describe` callback makes of a state: a response as the reference types it. */
 const describeResponse = (state: ResponseState) => ({
   id: 'resp_test',
@@ -137,10 +184,7 @@ interface Translated {
   events: { event: string; data: any }[];
 }
 
-async function translate(
-  run: { runId: string; batches: ServerSentEvent[][] },
-  options: { includeSearchResults?: boolean } = {},
-): Promise<Translated> {
+async function translate(run: CapturedRun, options: { includeSearchResults?: boolean } = {}): Promise<Translated> {
   const batches: ServerSentEvent[][] = [];
   const events = new ResponseEvents(
     {
@@ -361,7 +405,9 @@ describe('a response’s events, translated from a run’s', () => {
   });
 
   it('the same events whether the engine’s data comes as JSON text or as objects (the hot path and the general one agree)', async () => {
-    const run = await streamedRun(functionsAssistant, { reply: 'Same "text" either way.', tool_calls: 1 });
+    const run = await handedOver(
+      await streamedRun(functionsAssistant, { reply: 'Same "text" either way.', tool_calls: 1 }),
+    );
     const asObjects = run.batches.map((batch) =>
       batch.map(([name, data]): ServerSentEvent => [name, JSON.parse(String(data))]),
     );
@@ -373,9 +419,11 @@ describe('a response’s events, translated from a run’s', () => {
 
   it('a function call: its item with its arguments streamed, and the response completed with it', async () => {
     const args = { city: 'Paris, "the" city of light' };
-    const run = await streamedRun(functionsAssistant, {
-      tool_calls: [{ name: 'get_weather', arguments: args, id: 'call_weather1' }],
-    });
+    const run = await handedOver(
+      await streamedRun(functionsAssistant, {
+        tool_calls: [{ name: 'get_weather', arguments: args, id: 'call_weather1' }],
+      }),
+    );
     const translated = await translate(run);
     const response = expectValidStream(translated);
     expect(response.status).toBe('completed');
@@ -403,7 +451,9 @@ describe('a response’s events, translated from a run’s', () => {
   });
 
   it('parallel function calls, after a text: each item whole before the next begins', async () => {
-    const run = await streamedRun(functionsAssistant, { reply: 'Let me look both up.', tool_calls: 2 });
+    const run = await handedOver(
+      await streamedRun(functionsAssistant, { reply: 'Let me look both up.', tool_calls: 2 }),
+    );
     const translated = await translate(run);
     const response = expectValidStream(translated);
     expect(itemTypes(response)).toEqual([
@@ -497,31 +547,56 @@ describe('a response’s events, translated from a run’s', () => {
     expect(translated.events.find(({ event }) => event === 'response.failed')).toBeDefined();
   });
 
-  it('a response’s run that hands its function calls over (its tool step completed, the run completed) ends the same', async () => {
-    // The engine's hand-over (TurnAnswer.handOver) for a response, mirrored on a real run's stream:
-    // where the run asked for outputs, its step completes with the calls, then the run completes.
-    const run = await streamedRun(functionsAssistant, { tool_calls: 2 });
-    const required = defined(run.batches.flat().find(([name]) => name === 'thread.run.requires_action'));
-    const waiting = JSON.parse(String(required[1]));
-    const [step] = (await openai.beta.threads.runs.steps.list(waiting.id, { thread_id: waiting.thread_id })).data;
-    const handedOver = run.batches.map((batch) =>
-      batch.flatMap(([name, data]): ServerSentEvent[] =>
-        name === 'thread.run.requires_action'
-          ? [
-              ['thread.run.step.completed', { ...step, status: 'completed' }],
-              ['thread.run.completed', { ...waiting, status: 'completed', required_action: null, completed_at: 1 }],
-            ]
-          : [[name, data]],
-      ),
-    );
-    const viaHandOver = await translate({ runId: run.runId, batches: handedOver });
-    const response = expectValidStream(viaHandOver);
-    expect(response.completed_at).toBe(1);
-    expect(response.output).toEqual(expectValidStream(await translate(run)).output);
+  it('function calls handed over: the response completed when its run is, with the usage the run kept', async () => {
+    const run = await handedOver(await streamedRun(functionsAssistant, { tool_calls: 2 }));
+    const ended = defined(run.batches.flat().find(([name]) => name === 'thread.run.completed'));
+    const { completed_at, usage } = JSON.parse(String(ended[1]));
+    const response = expectValidStream(await translate(run));
+    expect(response.status).toBe('completed');
+    expect(response.completed_at).toBe(completed_at);
+    expect(usage.completion_tokens).toBeGreaterThan(0);
+    expect(response.usage).toEqual(responseUsage(usage));
     expect(itemTypes(response)).toEqual([
       ['function_call', 'completed'],
       ['function_call', 'completed'],
     ]);
+  });
+
+  it('a real response that calls functions streams what handedOver makes of a run that does (the helper is the engine’s)', async () => {
+    const scenario: FakeScenario = {
+      reply: 'Let me look both up.',
+      tool_calls: [
+        { name: 'get_weather', arguments: { city: 'Paris' }, id: 'call_paris' },
+        { name: 'get_time', arguments: { city: 'Rome' }, id: 'call_rome' },
+      ],
+    };
+    const derived = await translate(await handedOver(await streamedRun(functionsAssistant, scenario)));
+    const expected = expectValidStream(derived);
+    const stream = await openai.responses.create({
+      model: 'fake-model',
+      input: `Hello\n${fakeDirective(scenario)}`,
+      tools: [WEATHER_TOOL, TIME_TOOL].map(({ function: { name, parameters } }) => ({
+        type: 'function' as const,
+        name,
+        parameters,
+        strict: false,
+      })),
+      stream: true,
+    });
+    const events = [];
+    for await (const event of stream) events.push(event);
+    // Each event, and what it says of the text and the arguments; ids differ (another thread, other steps).
+    const said = (event: { type: string; delta?: unknown; arguments?: unknown; text?: unknown }) => [
+      event.type,
+      event.delta ?? event.arguments ?? event.text ?? null,
+    ];
+    expect(events.map(said)).toEqual(derived.events.map(({ data }) => said(data)));
+    const last = defined(events.at(-1));
+    expect(last.type).toBe('response.completed');
+    const withoutIds = (output: any[]) => output.map(({ id: _id, ...item }) => item);
+    expect(withoutIds(last.type === 'response.completed' ? last.response.output : [])).toEqual(
+      withoutIds(expected.output),
+    );
   });
 
   it('a long answer: its text written from its pieces in every event that holds it whole', async () => {
