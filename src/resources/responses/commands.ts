@@ -1,5 +1,6 @@
 import { eq } from 'drizzle-orm';
 import type { Actor, RequestContext } from '../../actor';
+import { insertStatement } from '../../db/client';
 import type { Deps } from '../../deps';
 import type { Settings } from '../../db/settings-cache';
 import { responses, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
@@ -119,7 +120,7 @@ export async function createResponse(
         options: { ...options },
         createdAt: at,
       };
-      const extra = [deps.db.insert(responses).values(row), ...outputStatements(input.outputs)];
+      const extra = [insertStatement(responses, row), ...outputStatements(input.outputs)];
       if (!plan.conversation) return insertThreadAndRun(deps.db, thread, messages, run, extra);
       if (await insertRunOnThread(deps.db, messages, run, extra)) return;
       throw activeRunError(thread.id, await blockingRun(deps, thread.id));
@@ -236,11 +237,20 @@ async function planResponse(
   } else {
     thread = newThread(actor.workspaceId, undefined, at);
     earlier = previousId === null ? thread : await previousThread(deps, actor.workspaceId, previousId);
-    history = await readHistory(
-      db,
-      { workspaceId: actor.workspaceId, threadId: thread.id, runId: null, chain: { previousResponseId: previousId } },
-      config.GATEWAY_MAX_HISTORY_BYTES,
-    );
+    // A new thread without a chain has no history to read.
+    history =
+      previousId === null
+        ? { messages: [], steps: [] }
+        : await readHistory(
+            db,
+            {
+              workspaceId: actor.workspaceId,
+              threadId: thread.id,
+              runId: null,
+              chain: { previousResponseId: previousId },
+            },
+            config.GATEWAY_MAX_HISTORY_BYTES,
+          );
   }
   const input = await threadItemWrites(deps, thread, items, 'input', at, earlier);
   return {

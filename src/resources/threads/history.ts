@@ -51,16 +51,18 @@ const MAX_CHAIN = 10_000;
 function threadsOf(threadColumn: typeof messages.threadId | typeof runs.threadId, chain: boolean) {
   const threadId = sql.placeholder('threadId');
   if (!chain) return eq(threadColumn, threadId);
-  return sql`(${threadColumn} = ${threadId} OR ${threadColumn} IN (
+  // One IN over the thread and the chain's threads (not an OR beside it), so that the thread index serves it.
+  return sql`${threadColumn} IN (
     WITH RECURSIVE chain(id, depth) AS (
       SELECT ${sql.placeholder('previousResponseId')}, 0
       UNION SELECT ${responses.previousResponseId}, 0 FROM ${responses} WHERE ${responses.id} = ${sql.placeholder('runId')}
       UNION ALL SELECT r.previous_response_id, chain.depth + 1 FROM ${responses} r JOIN chain ON r.id = chain.id
         WHERE chain.depth < ${MAX_CHAIN}
     )
-    SELECT ${responses.threadId} FROM ${responses}
+    SELECT ${threadId}
+    UNION ALL SELECT ${responses.threadId} FROM ${responses}
     WHERE ${responses.id} IN (SELECT id FROM chain) AND ${responses.workspaceId} = ${sql.placeholder('workspaceId')}
-  ))`;
+  )`;
 }
 
 /**
