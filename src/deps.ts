@@ -11,7 +11,7 @@ import type { UpstreamFetch } from './providers/types';
 import type { ModelLists } from './providers/models';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RequestContext } from './actor';
-import type { RunRow, VirtualKey } from './db/schema';
+import type { ResponseRow, RunRow, VirtualKey } from './db/schema';
 import type { Prompt } from './providers/types';
 import type { UpstreamUrlJudgements } from './lib/upstream-url';
 import type { SettingsCache } from './db/settings-cache';
@@ -58,7 +58,7 @@ export interface Deps {
    * The events of a response's stream (resources/responses/events.ts), translated from the run
    * engine's as it sends them: given to the engine here, which the responses resource is built on.
    */
-  responseEvents: (target: EventSink, run: RunRow) => EventSink;
+  responseEvents: (target: EventSink, run: RunRow, response: ResponseRow) => EventSink;
   /**
    * The runs executing where this app runs, so that a cancel reaching them stops them at once
    * (resources/runs/execution/executions.ts).
@@ -153,6 +153,8 @@ export interface StreamOptions extends StartOptions {
   leading?: ServerSentEvent[];
   /** Whether file search steps show their results' content (`include[]` on run create). */
   includeResultContent?: boolean;
+  /** For a response executed as the run: its row, whose events are the Responses API's (responseEvents). */
+  response?: ResponseRow;
 }
 
 /**

@@ -1,6 +1,7 @@
 import { eq } from 'drizzle-orm';
 import type { Actor, RequestContext } from '../../actor';
 import { insertStatement } from '../../db/client';
+import { newId } from '../../lib/ids';
 import type { Deps } from '../../deps';
 import type { Settings } from '../../db/settings-cache';
 import { responses, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
@@ -24,7 +25,7 @@ import { EventStream } from '../runs/execution/event-stream';
 import { replayResponse } from './replay';
 import type { RunSettings } from '../runs/execution/settings';
 import { readHistory, type History, type HistoryStep } from '../threads/history';
-import { deleteIdleThread, getThread, type MessageRow, type ThreadRow } from '../threads/queries';
+import { deleteIdleThread, getThread, type ThreadRow } from '../threads/queries';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
 import type { ResponseItemObject, ResponseObject } from './objects';
@@ -97,10 +98,20 @@ export async function createResponse(
     max_tool_calls: body.max_tool_calls ?? null,
     include,
   };
-  const conversationId = plan.conversation ? thread.id : null;
-  let row: ResponseRow | null = null;
+  const row: ResponseRow = {
+    id: newId('resp'),
+    workspaceId: actor.workspaceId,
+    threadId: thread.id,
+    conversationId: plan.conversation ? thread.id : null,
+    previousResponseId: body.previous_response_id ?? null,
+    stored,
+    background,
+    input: inputItems(plan.items, input),
+    options,
+    createdAt: at,
+  };
   const answer = await startRun(deps, actor, snapshot, context, {
-    kind: 'response',
+    response: row,
     at,
     thread,
     assistantId: plan.assistant?.id ?? '',
@@ -108,18 +119,6 @@ export async function createResponse(
     messages: () => Promise.resolve(input.messages),
     history,
     write: async (messages, run) => {
-      row = {
-        id: run.id,
-        workspaceId: actor.workspaceId,
-        threadId: thread.id,
-        conversationId,
-        previousResponseId: body.previous_response_id ?? null,
-        stored,
-        background,
-        input: inputItems(plan.items, input, messages),
-        options: { ...options },
-        createdAt: at,
-      };
       const extra = [insertStatement(responses, row), ...outputStatements(input.outputs)];
       if (!plan.conversation) return insertThreadAndRun(deps.db, thread, messages, run, extra);
       if (await insertRunOnThread(deps.db, messages, run, extra)) return;
@@ -130,19 +129,15 @@ export async function createResponse(
     stream: body.stream === true || !background,
     includeResultContent: include.includes('file_search_call.results'),
   });
-  if (!answer.stream) {
-    const response = await retrieveResponse(deps, actor.workspaceId, answer.run.id);
-    return { stream: false, response, headers: answer.headers };
-  }
-  const written = requireRow(row);
+  if (!answer.stream) return { stream: false, response: await responseJson(deps, row), headers: answer.headers };
   // Kept out of the store: what the response wrote goes once it ended (once its stream did).
-  const forget = () => forgetResponse(deps, written, thread);
+  const forget = () => forgetResponse(deps, row, thread);
   if (body.stream === true) {
     const events = stored ? answer.events : answer.events.pipeThrough(afterEnd(forget, context));
     return { stream: true, events, headers: answer.headers };
   }
   await drain(answer.events);
-  const response = await responseJson(deps, written);
+  const response = await responseJson(deps, row);
   if (!stored) await forget();
   return { stream: false, response, headers: answer.headers };
 }
@@ -164,11 +159,6 @@ function afterEnd(end: () => Promise<void>, context: RequestContext): TransformS
       context.waitUntil(end());
     },
   });
-}
-
-function requireRow(row: ResponseRow | null): ResponseRow {
-  if (!row) throw new Error('the response was answered before its rows were written');
-  return row;
 }
 
 /** Reads a stream to its end: a response answered whole waits for its execution so. */
@@ -481,7 +471,7 @@ function runResponseFormat(format: TextFormat): ResponseFormat {
  * became and an output with its item's id in the conversation (the messages and outputs are made
  * in the items' order; a message given back by its id is not made again).
  */
-function inputItems(items: InputItem[], writes: ThreadItemWrites, messages: MessageRow[]): Record<string, unknown>[] {
+function inputItems(items: InputItem[], writes: ThreadItemWrites): Record<string, unknown>[] {
   let message = 0;
   let output = 0;
   return items.map((item) => {
@@ -491,7 +481,7 @@ function inputItems(items: InputItem[], writes: ThreadItemWrites, messages: Mess
     }
     if (item.type !== 'message') return item;
     const content = typeof item.content === 'string' ? [{ type: 'input_text', text: item.content }] : item.content;
-    const id = item.id ?? messages[message++]?.id;
+    const id = item.id ?? writes.messages[message++]?.id;
     return { ...item, id, status: item.status ?? 'completed', content };
   });
 }

@@ -6,6 +6,8 @@ import type { EventSink } from '../../deps';
 import { searchQueries } from '../runs/execution/file-search';
 import { getStep } from '../runs/queries';
 import { toolItemId } from '../conversations/wire';
+import { responseStatus, type ResponseStatus } from './objects';
+import type { RunStatus } from '../../db/run-statuses';
 
 /**
  * A response's stream of events, as OpenAI's Responses API sends it, translated from the events
@@ -47,7 +49,7 @@ import { toolItemId } from '../conversations/wire';
 
 /** What the whole response object in response.created/in_progress/completed/… shows of the stream. */
 export interface ResponseState {
-  status: 'in_progress' | 'completed' | 'incomplete' | 'failed' | 'cancelled';
+  status: ResponseStatus;
   /**
    * The output items so far, in order. A long message's text is a stand-in that the event's JSON
    * replaces with the text's pieces (jsonWithTexts): the response must hold each item as given.
@@ -706,22 +708,6 @@ function messageItem(message: MessageEntry, text: string): MessageItem {
   };
 }
 
-/**
- * How an ended run's status shows in a response: wire.ts's responseStatus for the statuses a run
- * ends in. Not imported from there: wire.ts imports this module, and no cycle is allowed.
- */
-function responseStatus(status: string): ResponseState['status'] {
-  switch (status) {
-    case 'completed':
-    case 'incomplete':
-    case 'cancelled':
-      return status;
-    default:
-      // failed, expired: a response does not expire, it fails.
-      return 'failed';
-  }
-}
-
 /** A run's last_error code as a response's error code: those OpenAI documents for both, else server_error. */
 export function responseErrorCode(code: string | undefined): ResponseErrorCode {
   return code === 'rate_limit_exceeded' || code === 'invalid_prompt' ? code : 'server_error';
@@ -739,7 +725,7 @@ function searchResult(result: AssistantsSearchResult): FileSearchResult {
 // ── What the engine sends, as far as it is read here (runs/wire.ts, turn-answer.ts) ─────────
 
 interface RunObject {
-  status: string;
+  status: RunStatus;
   usage: RunUsage | null;
   last_error: { code: string; message: string } | null;
   incomplete_details: { reason: string } | null;

@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { nullableSeconds, seconds } from '../../http/objects';
+import type { RunStatus } from '../../db/run-statuses';
 
 /**
  * What the Responses API answers (OpenAI's Response, its items and usage), declared for the
@@ -21,6 +22,23 @@ export type ResponseUsageObject = z.infer<typeof responseUsageObject>;
 
 export const RESPONSE_STATUSES = ['queued', 'in_progress', 'completed', 'incomplete', 'failed', 'cancelled'] as const;
 export type ResponseStatus = (typeof RESPONSE_STATUSES)[number];
+
+/**
+ * A run's status as a response's: a response has no `requires_action` (its function calls end it,
+ * completed: runs/execution/engine.ts) and no `expired` (a response past its time failed).
+ */
+export function responseStatus(status: RunStatus): ResponseStatus {
+  switch (status) {
+    case 'cancelling':
+      return 'in_progress';
+    case 'requires_action':
+      return 'completed';
+    case 'expired':
+      return 'failed';
+    default:
+      return status;
+  }
+}
 
 export const responseObject = z.strictObject({
   id: z.string(),

@@ -52,19 +52,19 @@ function stepEvents(step: StepRow, run: RunRow, messages: Map<string, MessageRow
       object: 'thread.message.delta',
       delta: { content: [{ index: 0, type: 'text', text: value }] },
     });
-    return [
+    const events: ServerSentEvent[] = [
       ['thread.message.created', toMessageJson({ ...message, content: [], status: 'in_progress' })],
-      ...(text === '' ? [] : [['thread.message.delta', delta({ value: text, annotations: [] })] as ServerSentEvent]),
-      ...(annotations.length === 0
-        ? []
-        : [
-            [
-              'thread.message.delta',
-              delta({ annotations: annotations.map((annotation, index) => Object.assign({ index }, annotation)) }),
-            ] as ServerSentEvent,
-          ]),
-      [`thread.message.${message.status === 'incomplete' ? 'incomplete' : 'completed'}`, toMessageJson(message)],
     ];
+    if (text !== '') events.push(['thread.message.delta', delta({ value: text, annotations: [] })]);
+    if (annotations.length > 0) {
+      const indexed = annotations.map((annotation, index) => Object.assign({ index }, annotation));
+      events.push(['thread.message.delta', delta({ annotations: indexed })]);
+    }
+    events.push([
+      `thread.message.${message.status === 'incomplete' ? 'incomplete' : 'completed'}`,
+      toMessageJson(message),
+    ]);
+    return events;
   }
   const calls = details.tool_calls.map((call, index): ServerSentEvent => [
     'thread.run.step.delta',

@@ -1,7 +1,6 @@
 import type { ResponseRow, RunRow } from '../../db/schema';
-import type { RunStatus } from '../../db/run-statuses';
 import { responseErrorCode, responseUsage, type DescribeResponse } from './events';
-import type { ResponseItemObject, ResponseObject, ResponseStatus } from './objects';
+import { responseStatus, type ResponseItemObject, type ResponseObject } from './objects';
 
 /**
  * A response as the Responses API answers it: its run's state (status, settings, usage, error)
@@ -55,23 +54,6 @@ export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseIt
 export function describeResponse(run: RunRow, row: ResponseRow): DescribeResponse {
   const base = toResponseJson(run, row, []);
   return ({ usage, ...state }) => ({ ...base, ...state, ...(usage ? { usage } : {}) });
-}
-
-/**
- * A run's status as a response's: a response has no `requires_action` (its function calls end it,
- * completed: runs/execution/engine.ts) and no `expired` (a response past its time failed).
- */
-export function responseStatus(status: RunStatus): ResponseStatus {
-  switch (status) {
-    case 'cancelling':
-      return 'in_progress';
-    case 'requires_action':
-      return 'completed';
-    case 'expired':
-      return 'failed';
-    default:
-      return status;
-  }
 }
 
 function incompleteReason(reason: string): 'max_output_tokens' | 'content_filter' {

@@ -23,7 +23,7 @@ import {
   toolCallsStepInProgress,
   updateRun,
 } from './queries';
-import type { RunKind, RunRow } from '../../db/schema';
+import type { ResponseRow, RunRow } from '../../db/schema';
 import { getThread, openRunOf, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
 import { getVirtualKey } from '../virtual-keys/commands';
 import { toRunJson, toStepJson } from './wire';
@@ -170,8 +170,8 @@ const NO_HISTORY: History = { messages: [], steps: [] };
 
 /** What a new run is, and how it comes about; startRun does the rest. */
 export interface RunStart {
-  /** A run, or a response executed as one (resources/responses/). */
-  kind?: RunKind;
+  /** A response executed as the run (resources/responses/): its row, written by `write`; its id is the run's. */
+  response?: ResponseRow;
   /** When the run and its messages are created. */
   at: number;
   thread: ThreadRow;
@@ -211,7 +211,7 @@ export async function startRun(
   const messages = await start.messages();
   const run = newRun(
     settings,
-    { thread, assistantId: start.assistantId, virtualKey, apiKeyId: actor.apiKeyId, kind: start.kind },
+    { thread, assistantId: start.assistantId, virtualKey, apiKeyId: actor.apiKeyId, response: start.response },
     deps.config,
     at,
   );
@@ -232,6 +232,7 @@ export async function startRun(
       leading: [...start.leading, ['thread.run.created', queued], ['thread.run.queued', queued]],
       preloaded: { virtualKey, prompt },
       includeResultContent: start.includeResultContent,
+      response: start.response,
     },
     written,
   );

@@ -84,14 +84,14 @@ export function executeStreamed(
   requestId?: string,
 ): { readable: ReadableStream<Uint8Array>; done: Promise<void> } {
   // A client that reads nothing is given as long as a silent upstream.
-  const response = run.kind === 'response';
+  const { response } = options;
   const events = new EventStream({
     stallMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
     slices: deps.slices,
-    done: !response,
+    done: response === undefined,
   });
   // A response's events are the Responses API's, translated from the run's as they are sent.
-  const sink = response ? deps.responseEvents(events, run) : events;
+  const sink = response ? deps.responseEvents(events, run, response) : events;
   const done = (async () => {
     try {
       await executeRun(deps, run, { sink, ...options });

@@ -5,7 +5,7 @@ import { leaseMs, type StepRow } from '../queries';
 import type { RunRow } from '../../../db/schema';
 import type { MessageRow, ThreadRow } from '../../threads/queries';
 import { servedModel } from '../../virtual-keys/commands';
-import type { RunKind, VirtualKey } from '../../../db/schema';
+import type { VirtualKey } from '../../../db/schema';
 import type { RunSettings } from './settings';
 
 /**
@@ -41,7 +41,14 @@ export function answerMessage(run: RunRow, at: number): MessageRow {
  */
 export function newRun(
   settings: RunSettings,
-  owner: { thread: ThreadRow; assistantId: string; virtualKey: VirtualKey; apiKeyId: string; kind?: RunKind },
+  owner: {
+    thread: ThreadRow;
+    assistantId: string;
+    virtualKey: VirtualKey;
+    apiKeyId: string;
+    /** A response executed as the run: its id is the response's. */
+    response?: { id: string };
+  },
   config: Pick<Config, 'GATEWAY_RUN_EXPIRES_AFTER_SECONDS' | 'GATEWAY_RUN_LEASE_SECONDS'>,
   at: number,
 ): RunRow {
@@ -49,8 +56,8 @@ export function newRun(
   // keys the spread did not have builds a new hidden class each time, microseconds a key (about
   // 40 µs here, per run). Spread last, or after other keys, it costs what the copy costs.
   return {
-    id: newId(owner.kind === 'response' ? 'resp' : 'run'),
-    kind: owner.kind ?? 'run',
+    id: owner.response?.id ?? newId('run'),
+    kind: owner.response ? 'response' : 'run',
     workspaceId: owner.thread.workspaceId,
     threadId: owner.thread.id,
     assistantId: owner.assistantId,
