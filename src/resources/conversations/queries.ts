@@ -1,9 +1,9 @@
 import { and, asc, eq, inArray, sql } from 'drizzle-orm';
 import type { Db, RawCondition, RawStatement } from '../../db/client';
 import { files, messages, runs, runSteps } from '../../db/schema';
-import type { StepDetails } from '../../db/json-columns';
 import { ApiError } from '../../errors';
 import { findThread, type MessageRow, type ThreadRow } from '../threads/queries';
+import type { ItemStep } from './wire';
 
 /**
  * A conversation's reads and writes that the threads' own queries do not make: the thread under
@@ -148,13 +148,6 @@ function parseCalls(json: string | null): [string, number][] {
   return parsed.map((call): [string, number] =>
     Array.isArray(call) ? [String(call[0]), Number(call[1])] : ['function', 0],
   );
-}
-
-/** A step of the thread, whole, as an item shows it. */
-export interface ItemStep {
-  id: string;
-  status: string;
-  stepDetails: StepDetails;
 }
 
 /** The messages and steps of one page of items, by id, within the thread. */
