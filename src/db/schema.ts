@@ -392,6 +392,12 @@ export const runSteps = sqliteTable(
     expiredAt: ms('expired_at'),
     lastError: json<RunError>('last_error'),
     usage: json<Usage>('usage'),
+    /**
+     * What the model reasoned before this step's message or calls, as its provider streamed it
+     * (`reasoning_content` or `reasoning`): a response's `reasoning` item, which the Assistants API
+     * never shows and no prompt sends back.
+     */
+    reasoning: text('reasoning'),
   },
   (t) => [uniqueIndex('run_steps_id').on(t.id), index('run_steps_run').on(t.runId, t.seq)],
 );

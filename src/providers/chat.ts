@@ -297,10 +297,14 @@ function normalise(chunk: unknown, toolCalls: ToolCallIndexer, events: UpstreamE
     if (!isRecord(choice)) throw malformed('`choices[0]` is not an object');
     const delta = optional(choice.delta, 'object', 'choices[0].delta');
     if (delta) {
+      // Servers name it either way (some send both, alike): one is read. Not the answer, and no
+      // standard's field: what is not a string is left out rather than failing the answer.
+      const reasoning = [delta.reasoning_content, delta.reasoning].find((value) => typeof value === 'string');
+      if (typeof reasoning === 'string' && reasoning) addFragment(events, 'reasoning', reasoning);
       const content = optional(delta.content, 'string', 'delta.content');
-      if (content) addText(events, content);
+      if (content) addFragment(events, 'text', content);
       const refusal = optional(delta.refusal, 'string', 'delta.refusal');
-      if (refusal) addText(events, refusal);
+      if (refusal) addFragment(events, 'text', refusal);
       const calls = delta.tool_calls;
       if (calls != null) {
         if (!Array.isArray(calls)) throw malformed('`delta.tool_calls` is not a list');
@@ -331,10 +335,11 @@ function normalise(chunk: unknown, toolCalls: ToolCallIndexer, events: UpstreamE
 }
 
 /** Adds `text` to the last of `events` when that is a text, else as an event of its own. */
-function addText(events: UpstreamEvent[], text: string): void {
+/** Adds a fragment of text or reasoning, joined to the one before it when it is of the same kind. */
+function addFragment(events: UpstreamEvent[], type: 'text' | 'reasoning', text: string): void {
   const last = events.at(-1);
-  if (last?.type === 'text') events[events.length - 1] = { type: 'text', text: last.text + text };
-  else events.push({ type: 'text', text });
+  if (last?.type === type) events[events.length - 1] = { type, text: last.text + text };
+  else events.push({ type, text });
 }
 
 /**

@@ -124,6 +124,8 @@ export const MAX_TOOL_CALLS = 128;
  */
 export type UpstreamEvent =
   | { type: 'text'; text: string }
+  /** Reasoning text (DeepSeek's, vLLM's, Ollama's… `reasoning_content` or `reasoning`), before the answer. */
+  | { type: 'reasoning'; text: string }
   | { type: 'tool_call'; index: number; id?: string; name?: string; arguments?: string }
   | { type: 'finish'; reason: string }
   | { type: 'usage'; usage: Usage }

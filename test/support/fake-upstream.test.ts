@@ -340,6 +340,34 @@ describe('streamed answers', () => {
     });
   });
 
+  it('stream reasoning first, a word a chunk in the field asked for, counted as reasoning tokens; folded into the message unstreamed', async () => {
+    const scenario: FakeScenario = { reasoning: 'Think it over', reply: 'Done' };
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: [user('Tell me', scenario)],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const chunks = await collect(stream);
+    const deltas = chunks.flatMap((chunk) => chunk.choices.map((choice) => choice.delta as Record<string, unknown>));
+    expect(deltas.slice(1, 5)).toEqual([
+      { reasoning_content: 'Think' },
+      { reasoning_content: ' it' },
+      { reasoning_content: ' over' },
+      { content: 'Done' },
+    ]);
+    expect(chunks.at(-1)?.usage).toMatchObject({
+      completion_tokens: 4,
+      completion_tokens_details: { reasoning_tokens: 3 },
+    });
+    const whole = await post({
+      model: MODEL,
+      messages: [user('Tell me', { ...scenario, reasoning_field: 'reasoning' })],
+    });
+    const { choices } = (await whole.json()) as { choices: { message: unknown }[] };
+    expect(defined(choices[0]).message).toMatchObject({ content: 'Done', reasoning: 'Think it over' });
+  });
+
   it('is valid server-sent events ending in [DONE]', async () => {
     const response = await post({
       model: MODEL,

@@ -76,6 +76,14 @@ export interface FakeScenario {
   /** The assistant's text. Default: the built-in reply (none when tool calls are made). */
   reply?: string;
   /**
+   * What the model reasons before its answer, streamed first a word a chunk in `reasoning_field`
+   * (as DeepSeek, vLLM and Ollama send it), counted in the completion tokens and their
+   * `reasoning_tokens`. Default: none.
+   */
+  reasoning?: string;
+  /** The delta's field for `reasoning`: `reasoning_content` (default, DeepSeek's) or `reasoning` (vLLM's, Ollama's). */
+  reasoning_field?: 'reasoning_content' | 'reasoning';
+  /**
    * Answer with the request's `messages` as JSON instead of `reply`: what the gateway sent, for a
    * test that cannot read this fake's records (a gateway in workerd or in another process).
    */
@@ -883,6 +891,8 @@ type FieldKind =
 // A Record over the keys makes the compiler insist that every scenario field is validated.
 const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   reply: 'text',
+  reasoning: 'text',
+  reasoning_field: 'text',
   echo_messages: 'flag',
   chunk_tokens: 'count',
   chunks: 'count',
@@ -1206,19 +1216,29 @@ function gzipBomb(bytes: number): Promise<Uint8Array> {
 }
 
 type Delta =
+  | { type: 'reasoning'; text: string }
   | { type: 'content'; text: string }
   | { type: 'tool_header'; index: number; call: ToolCallPlan }
   | { type: 'tool_args'; index: number; text: string }
   | { type: 'finish'; reason: string };
 
 /** The answer as deltas, spending tokens as it goes and stopping with `length` when the limit runs out. */
-function* completionDeltas(plan: Plan, meter: { tokens: number }): Generator<Delta> {
+function* completionDeltas(plan: Plan, meter: { tokens: number; reasoning: number }): Generator<Delta> {
   const override = plan.scenario.finish_reason;
   let budget = plan.limit ?? Number.POSITIVE_INFINITY;
   const spend = (tokens: number): void => {
     budget -= tokens;
     meter.tokens += tokens;
   };
+  for (const text of splitTokens(plan.scenario.reasoning ?? '')) {
+    if (budget < 1) {
+      yield { type: 'finish', reason: override ?? 'length' };
+      return;
+    }
+    spend(1);
+    meter.reasoning += 1;
+    yield { type: 'reasoning', text };
+  }
   for (const text of plan.content()) {
     const tokens = countTokens(text);
     if (tokens > budget) {
@@ -1257,7 +1277,7 @@ function* completionDeltas(plan: Plan, meter: { tokens: number }): Generator<Del
   yield { type: 'finish', reason: override ?? (plan.toolCalls.length > 0 ? 'tool_calls' : 'stop') };
 }
 
-function usageOf(plan: Plan, completion: number): Record<string, unknown> {
+function usageOf(plan: Plan, completion: number, reasoning: number): Record<string, unknown> {
   const override = plan.scenario.usage ?? {};
   const prompt = override.prompt_tokens ?? plan.promptTokens;
   const completed = override.completion_tokens ?? completion;
@@ -1268,7 +1288,7 @@ function usageOf(plan: Plan, completion: number): Record<string, unknown> {
     total_tokens: override.total_tokens ?? sum,
     prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
     completion_tokens_details: {
-      reasoning_tokens: 0,
+      reasoning_tokens: reasoning,
       audio_tokens: 0,
       accepted_prediction_tokens: 0,
       rejected_prediction_tokens: 0,
@@ -1314,7 +1334,7 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
   });
 
   if (plan.azure) yield AZURE_PROMPT_FILTER_CHUNK;
-  const meter = { tokens: 0 };
+  const meter = { tokens: 0, reasoning: 0 };
   let first = true;
   for (const delta of completionDeltas(plan, meter)) {
     if (first) {
@@ -1326,7 +1346,8 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
       }
       yield chunk({ role: 'assistant', content: '', refusal: null });
     }
-    if (delta.type === 'content') yield chunk({ content: delta.text });
+    if (delta.type === 'reasoning') yield chunk({ [plan.scenario.reasoning_field ?? 'reasoning_content']: delta.text });
+    else if (delta.type === 'content') yield chunk({ content: delta.text });
     else if (delta.type === 'tool_header') yield chunk({ tool_calls: [header(delta.index, delta.call)] });
     else if (delta.type === 'tool_args')
       yield chunk({ tool_calls: [{ ...indexOf(delta.index), function: { arguments: delta.text } }] });
@@ -1336,7 +1357,7 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
     yield {
       ...base,
       choices: [],
-      usage: usageOf(plan, meter.tokens),
+      usage: usageOf(plan, meter.tokens, meter.reasoning),
       ...(plan.obfuscate ? { obfuscation: randomId(8) } : {}),
     };
   }
@@ -1349,6 +1370,8 @@ function* chunkPayloads(plan: Plan): Generator<Record<string, unknown>> {
  */
 function completionObject(plan: Plan): Record<string, unknown> {
   let content: string | null = null;
+  let reasoning: string | null = null;
+  const reasoningField = plan.scenario.reasoning_field ?? 'reasoning_content';
   let finishReason: unknown = null;
   let usage: unknown;
   const calls: { id: unknown; type: 'function'; function: { name: unknown; arguments: string } }[] = [];
@@ -1358,6 +1381,8 @@ function completionObject(plan: Plan): Record<string, unknown> {
     finishReason = choice.finish_reason ?? finishReason;
     const delta = isRecord(choice.delta) ? choice.delta : {};
     if (typeof delta.content === 'string') content = (content ?? '') + delta.content;
+    const thought = delta[reasoningField];
+    if (typeof thought === 'string') reasoning = (reasoning ?? '') + thought;
     for (const [i, fragment] of (Array.isArray(delta.tool_calls) ? delta.tool_calls : []).entries()) {
       const fn = isRecord(fragment) && isRecord(fragment.function) ? fragment.function : {};
       const index = isRecord(fragment) && typeof fragment.index === 'number' ? fragment.index : i;
@@ -1380,6 +1405,7 @@ function completionObject(plan: Plan): Record<string, unknown> {
           content: calls.length > 0 && content === '' ? null : content,
           refusal: null,
           annotations: [],
+          ...(reasoning !== null ? { [reasoningField]: reasoning } : {}),
           ...(calls.length > 0 ? { tool_calls: calls } : {}),
         },
         logprobs: null,

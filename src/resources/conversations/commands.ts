@@ -7,10 +7,10 @@ import { deleteMessage, insertThread, threadIdle, updateThread, type ThreadRow }
 import { newThread } from '../threads/rows';
 import { threadItemWrites, type ThreadItemWrites } from './items';
 import type { ConversationItem } from './objects';
-import { getConversation, outputStatements } from './queries';
+import { forgetReasoning, getConversation, outputStatements } from './queries';
 import type { CreateConversationBody, InputItem, UpdateConversationBody } from './schemas';
 import { getItem } from './thread-items';
-import { toMessageItem, toolItemId, parseToolItemId } from './wire';
+import { toMessageItem, toolItemId, parseReasoningItemId, parseToolItemId } from './wire';
 
 /**
  * The conversations' use-cases: a conversation is a thread (resources/threads/), created with the
@@ -107,7 +107,7 @@ async function writeWhileIdle(db: Db, thread: ThreadRow, writes: ThreadItemWrite
 
 /**
  * DELETE /v1/conversations/{conversation_id}/items/{item_id}: a message is deleted from the thread,
- * as DELETE …/messages/{id} deletes it. A tool call or output is refused: it is one entry of its
+ * as DELETE …/messages/{id} deletes it; a reasoning item is forgotten by its step. A tool call or output is refused: it is one entry of its
  * run step, the ids of the step's later calls are their indices, and a call left without its
  * output (or an output without its call) is a prompt providers refuse.
  */
@@ -121,6 +121,8 @@ export async function deleteItem(db: Db, workspaceId: string, id: string, itemId
       { param: 'item_id' },
     );
   }
-  await deleteMessage(db, workspaceId, thread.id, itemId);
+  const reasoned = parseReasoningItemId(itemId);
+  if (reasoned !== null) await forgetReasoning(db, thread, reasoned);
+  else await deleteMessage(db, workspaceId, thread.id, itemId);
   return thread;
 }

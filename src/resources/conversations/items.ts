@@ -91,6 +91,9 @@ export async function threadItemWrites(
         added.push({ output });
         break;
       }
+      case 'reasoning':
+        // Given back with the output it came in: no Chat Completions provider takes reasoning as input.
+        break;
       case 'item_reference': {
         if (known.has(item.id)) break;
         throw new ApiError('invalid_value', `Invalid '${where}.id': no item '${item.id}' in this conversation.`, {

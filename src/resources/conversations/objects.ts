@@ -86,8 +86,25 @@ export const fileSearchCallItem = z
   })
   .meta({ id: 'FileSearchCallItem' });
 
+/** What the model reasoned before a step's message or calls, as its provider streamed it (run_steps.reasoning). */
+export const reasoningItem = z
+  .strictObject({
+    type: z.literal('reasoning'),
+    id: z.string(),
+    summary: z.array(z.never()),
+    content: z.array(z.strictObject({ type: z.literal('reasoning_text'), text: z.string() })),
+    status: callStatus,
+  })
+  .meta({ id: 'ReasoningItem' });
+
 export const conversationItem = z
-  .discriminatedUnion('type', [messageItem, functionCallItem, functionCallOutputItem, fileSearchCallItem])
+  .discriminatedUnion('type', [
+    messageItem,
+    functionCallItem,
+    functionCallOutputItem,
+    fileSearchCallItem,
+    reasoningItem,
+  ])
   .meta({ id: 'ConversationItem' });
 
 /** OpenAI's ConversationItemList: first_id and last_id are always strings (empty for an empty page). */

@@ -106,6 +106,8 @@ export interface OrderStep {
   messageId: string | null;
   /** Per call: its type and whether it has an output. */
   calls: [type: string, hasOutput: number][];
+  /** Whether the model's reasoning before the step was kept (1) or not (0). */
+  reasoning: number;
 }
 
 /** The thread's messages and its runs' steps, light, in their orders (threads/timeline.ts places them). */
@@ -129,6 +131,7 @@ export async function itemOrderRows(
         calls: sql<string | null>`(SELECT json_group_array(json_array(json_extract(call.value, '$.type'),
           json_extract(call.value, '$.function.output') IS NOT NULL))
           FROM json_each(${runSteps.stepDetails}, '$.tool_calls') AS call)`,
+        reasoning: sql<number>`${runSteps.reasoning} IS NOT NULL`,
       })
       .from(runSteps)
       .innerJoin(runs, eq(runs.id, runSteps.runId))
@@ -172,7 +175,12 @@ export async function itemRows(
     ids.stepIds.length === 0
       ? []
       : db
-          .select({ id: runSteps.id, status: runSteps.status, stepDetails: runSteps.stepDetails })
+          .select({
+            id: runSteps.id,
+            status: runSteps.status,
+            stepDetails: runSteps.stepDetails,
+            reasoning: runSteps.reasoning,
+          })
           .from(runSteps)
           .where(
             and(
@@ -186,6 +194,16 @@ export async function itemRows(
     messages: new Map<string, MessageRow>(messageRows.map((row) => [row.id, row])),
     steps: new Map(stepRows.map((row) => [row.id, row])),
   };
+}
+
+/** Forgets the model's reasoning before the step `stepId` of the thread (its reasoning item deleted). */
+export async function forgetReasoning(db: Db, thread: ThreadRow, stepId: string): Promise<void> {
+  await db
+    .update(runSteps)
+    .set({ reasoning: null })
+    .where(
+      and(eq(runSteps.id, stepId), eq(runSteps.threadId, thread.id), eq(runSteps.workspaceId, thread.workspaceId)),
+    );
 }
 
 /** The names of the workspace's files among `ids`, for the citations of a page of items. */

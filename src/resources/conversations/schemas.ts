@@ -5,7 +5,7 @@ import { THREAD_LIMITS } from '../threads/schemas';
 /**
  * Conversations and their items: the input items OpenAI's Responses and Conversations APIs take
  * (`InputItem` in the reference: messages, the easy `{role, content}` form, function calls and
- * their outputs, item references), one schema for both POST /v1/conversations(/{id}/items), whose
+ * their outputs, item references, reasoning given back), one schema for both POST /v1/conversations(/{id}/items), whose
  * field is `items`, and POST /v1/responses, whose field is `input`: zod names the failing field
  * from where the schema sits (`items[2].content[0].image_url`, `input[2]...`), and the checks made
  * after validation (resources/conversations/items.ts) take the field's name (ItemsField).
@@ -145,7 +145,24 @@ const functionCallOutput = z.strictObject({
 /** An item of the conversation, by its id. */
 const itemReference = z.strictObject({ type: z.literal('item_reference'), id: safeId });
 
-const typedItem = z.discriminatedUnion('type', [message, functionCall, functionCallOutput, itemReference]);
+/**
+ * The model's reasoning, given back as a response's output gave it (items.ts: accepted, not written:
+ * Chat Completions providers take no reasoning back, and the conversation has its own already).
+ */
+const reasoning = z.strictObject({
+  type: z.literal('reasoning'),
+  id: safeId,
+  summary: z.array(z.strictObject({ type: z.literal('summary_text'), text })).max(THREAD_LIMITS.contentParts),
+  content: z
+    .array(z.strictObject({ type: z.literal('reasoning_text'), text }))
+    .max(THREAD_LIMITS.contentParts)
+    .nullable()
+    .optional(),
+  encrypted_content: text.nullable().optional(),
+  status: itemStatus,
+});
+
+const typedItem = z.discriminatedUnion('type', [message, functionCall, functionCallOutput, itemReference, reasoning]);
 
 /**
  * One input item. Without a `type`, an object with a `role` is a message (OpenAI's

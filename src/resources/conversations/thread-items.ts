@@ -5,19 +5,32 @@ import { timeline } from '../threads/timeline';
 import type { ConversationItem, ConversationItemList } from './objects';
 import { fileNames, itemOrderRows, itemRows, type OrderStep } from './queries';
 import type { ItemInclude } from './schemas';
-import { citedFileIds, parseToolItemId, toItemList, toMessageItem, toolItem, toolItemId } from './wire';
+import {
+  citedFileIds,
+  parseReasoningItemId,
+  parseToolItemId,
+  reasoningItem,
+  reasoningItemId,
+  toItemList,
+  toMessageItem,
+  toolItem,
+  toolItemId,
+} from './wire';
 
 /**
  * A thread as a conversation's items, in the order its runs' prompts give the model
  * (threads/timeline.ts): its messages, and its runs' tool calls (completed, or waiting for their
- * outputs) with the outputs given so far. The order is found from light rows (ids, times, which
+ * outputs) with the outputs given so far, each message or tool step after the model's reasoning
+ * before it, when it was kept. The order is found from light rows (ids, times, which
  * message a step created, its calls' types), all of the thread's for every page, since an item's
  * place depends on steps anywhere in it; only a page's rows are then read whole.
  */
 
-/** Where an item comes from: a message, or call `index` of a tool step (the call, or its output). */
+/** Where an item comes from: a message, call `index` of a tool step (the call, or its output), or a step's reasoning. */
 type ItemRef =
-  { id: string; messageId: string } | { id: string; stepId: string; index: number; which: 'call' | 'output' };
+  | { id: string; messageId: string }
+  | { id: string; stepId: string; index: number; which: 'call' | 'output' }
+  | { id: string; stepId: string; which: 'reasoning' };
 
 /** Every item of the thread, oldest first, by reference. */
 async function itemRefs(db: Db, thread: ThreadRow): Promise<ItemRef[]> {
@@ -27,9 +40,21 @@ async function itemRefs(db: Db, thread: ThreadRow): Promise<ItemRef[]> {
       step.messageId !== null ||
       ((step.status === 'completed' || step.status === 'in_progress') && step.calls.length > 0),
   );
-  return timeline(order.messages, placed, (step) => step.messageId).flatMap((entry): ItemRef[] =>
-    entry.step ? stepRefs(entry.step) : [{ id: entry.message.id, messageId: entry.message.id }],
-  );
+  // A message's reasoning is its step's: the steps that created messages are not placed themselves.
+  const reasonedBefore = new Map<string, string>();
+  for (const step of order.steps)
+    if (step.messageId !== null && step.reasoning === 1) reasonedBefore.set(step.messageId, step.id);
+  return timeline(order.messages, placed, (step) => step.messageId).flatMap((entry): ItemRef[] => {
+    if (entry.step)
+      return [...reasoningRefs(entry.step.reasoning === 1 ? entry.step.id : undefined), ...stepRefs(entry.step)];
+    const { id } = entry.message;
+    return [...reasoningRefs(reasonedBefore.get(id)), { id, messageId: id }];
+  });
+}
+
+/** The reasoning item before the step `stepId`, if it has one. */
+function reasoningRefs(stepId: string | undefined): ItemRef[] {
+  return stepId === undefined ? [] : [{ id: reasoningItemId(stepId), stepId, which: 'reasoning' }];
 }
 
 /** A tool step's items: its calls, then the outputs given (wire.ts, toolStepItems, in the same order). */
@@ -66,7 +91,8 @@ async function itemsOf(
       return message ? [toMessageItem(message, names)] : [];
     }
     const step = rows.steps.get(ref.stepId);
-    const item = step ? toolItem(step, ref.which, ref.index, include) : null;
+    if (!step) return [];
+    const item = ref.which === 'reasoning' ? reasoningItem(step) : toolItem(step, ref.which, ref.index, include);
     return item && item.id === ref.id ? [item] : [];
   });
 }
@@ -95,10 +121,12 @@ export async function listItems(
   return toItemList(await itemsOf(db, thread, page, include), start + query.limit < refs.length);
 }
 
-/** A reference to the item `id` of the thread, as its id says (a message's, or fc_/fco_/fs_), unread. */
+/** A reference to the item `id` of the thread, as its id says (a message's, or fc_/fco_/fs_/rs_), unread. */
 function refOf(id: string): ItemRef | null {
   const tool = parseToolItemId(id);
   if (tool) return { id, stepId: tool.stepId, index: tool.index, which: tool.kind === 'fco' ? 'output' : 'call' };
+  const reasoned = parseReasoningItemId(id);
+  if (reasoned !== null) return { id, stepId: reasoned, which: 'reasoning' };
   return id.startsWith('msg_') ? { id, messageId: id } : null;
 }
 

@@ -32,6 +32,7 @@ export interface ItemStep {
   id: string;
   status: string;
   stepDetails: StepDetails;
+  reasoning: string | null;
 }
 
 type ToolItemKind = 'fc' | 'fco' | 'fs';
@@ -44,6 +45,18 @@ export const toolItemId = (kind: ToolItemKind, stepId: string, index: number): s
 
 const TOOL_ITEM_ID = /^(fco|fc|fs)_([A-Za-z0-9]{1,64})_(\d{1,4})$/;
 
+/** The id of the `reasoning` item of what the model reasoned before the step `stepId` (its row's `reasoning`). */
+export const reasoningItemId = (stepId: string): string =>
+  `rs_${stepId.startsWith(STEP_PREFIX) ? stepId.slice(STEP_PREFIX.length) : stepId}`;
+
+const REASONING_ITEM_ID = /^rs_([A-Za-z0-9]{1,64})$/;
+
+/** The step whose reasoning a reasoning item's id names, or null when it names none. */
+export function parseReasoningItemId(id: string): string | null {
+  const step = REASONING_ITEM_ID.exec(id)?.[1];
+  return step === undefined ? null : `${STEP_PREFIX}${step}`;
+}
+
 /** The step and call a tool item's id names, or null when it names none. */
 export function parseToolItemId(id: string): { kind: ToolItemKind; stepId: string; index: number } | null {
   const match = TOOL_ITEM_ID.exec(id);
@@ -51,6 +64,19 @@ export function parseToolItemId(id: string): { kind: ToolItemKind; stepId: strin
   const [, kind, step, index] = match;
   if ((kind !== 'fc' && kind !== 'fco' && kind !== 'fs') || step === undefined || index === undefined) return null;
   return { kind, stepId: `${STEP_PREFIX}${step}`, index: Number(index) };
+}
+
+/** The `reasoning` item of what the model reasoned before the step, or null when it reasoned nothing the provider showed. */
+export function reasoningItem(step: ItemStep): ConversationItem | null {
+  if (step.reasoning === null) return null;
+  return {
+    type: 'reasoning',
+    id: reasoningItemId(step.id),
+    summary: [],
+    content: [{ type: 'reasoning_text', text: step.reasoning }],
+    // Kept once the answer after it began: whole, whatever became of the step.
+    status: 'completed',
+  };
 }
 
 /**
@@ -233,7 +259,7 @@ function searchQueries(args: string): string[] {
 /**
  * A run's output items, its steps in order (a response's `output`): a message_creation step is its
  * message's item (left out when the message was deleted), a tool step its calls (not their outputs,
- * which the client gives as the next input). `messagesById` holds the run's messages; cited files
+ * which the client gives as the next input), each after the reasoning before it, if any. `messagesById` holds the run's messages; cited files
  * are named from the run's own file searches.
  */
 export function runOutputItems(
@@ -250,8 +276,10 @@ export function runOutputItems(
     }
   }
   return steps.flatMap((step): ConversationItem[] => {
-    if (step.stepDetails.type === 'tool_calls') return toolStepItems(step, { outputs: false, include });
+    const reasoning = reasoningItem(step);
+    const before = reasoning ? [reasoning] : [];
+    if (step.stepDetails.type === 'tool_calls') return [...before, ...toolStepItems(step, { outputs: false, include })];
     const message = messagesById.get(step.stepDetails.message_creation.message_id);
-    return message ? [toMessageItem(message, names)] : [];
+    return message ? [...before, toMessageItem(message, names)] : before;
   });
 }

@@ -5,7 +5,8 @@ import { jsonWithText, jsonWithTexts, TextBuilder, TextParts } from '../../lib/t
 import type { EventSink } from '../../deps';
 import { searchQueries } from '../runs/execution/file-search';
 import { getStep } from '../runs/queries';
-import { toolItemId } from '../conversations/wire';
+import { REASONING_DELTA } from '../runs/execution/turn-answer';
+import { reasoningItemId, toolItemId } from '../conversations/wire';
 import { responseStatus, type ResponseStatus } from './objects';
 import type { RunStatus } from '../../db/run-statuses';
 
@@ -17,6 +18,10 @@ import type { RunStatus } from '../../db/run-statuses';
  *
  *   thread.run.created                   → response.created
  *   thread.run.in_progress               → response.in_progress
+ *   gateway.reasoning.delta              → response.output_item.added (reasoning), response.content_part.added
+ *                                          when it begins, response.reasoning_text.delta; when the
+ *                                          answer begins: response.reasoning_text.done,
+ *                                          response.content_part.done, response.output_item.done
  *   thread.message.created               → response.output_item.added (message), response.content_part.added
  *   thread.message.delta (text)          → response.output_text.delta
  *   thread.message.delta (annotations)   → response.output_text.annotation.added, one per annotation
@@ -40,10 +45,10 @@ import type { RunStatus } from '../../db/run-statuses';
  * other, each whole, as OpenAI sends them (ResponseEvents says how). The output items' ids and
  * shapes are the ones a conversation's items have (resources/conversations/: a thread's messages
  * and its runs' tool calls as items): the message's own id, `fc_`/`fs_` + the step's id without
- * `step_` + the call's index in its step, so that a response's output and its conversation's items
+ * `step_` + the call's index in its step, `rs_` + the id of the step the reasoning preceded, so that a response's output and its conversation's items
  * name the same things alike.
  *
- * What it holds: the output the response keeps anyway (its messages' text, pieces as the engine
+ * What it holds: the output the response keeps anyway (its messages' text and its reasoning, pieces as the engine
  * streamed them: lib/text.ts) and a little per open item; nothing grows with the number of events.
  */
 
@@ -128,7 +133,21 @@ export interface FileSearchCallItem {
   results: FileSearchResult[] | null;
 }
 
-export type OutputItem = MessageItem | FunctionCallItem | FileSearchCallItem;
+export interface ReasoningTextPart {
+  type: 'reasoning_text';
+  text: string;
+}
+
+/** What the model reasoned (its provider's reasoning text; no summary: Chat Completions providers give none). */
+export interface ReasoningItem {
+  type: 'reasoning';
+  id: string;
+  summary: [];
+  content: ReasoningTextPart[];
+  status: ItemStatus;
+}
+
+export type OutputItem = MessageItem | FunctionCallItem | FileSearchCallItem | ReasoningItem;
 
 /** A run's usage (the Assistants API's names) as a response's. */
 export function responseUsage(usage: RunUsage): ResponseUsage {
@@ -225,7 +244,18 @@ interface CallEntry extends EntryState {
   item: FunctionCallItem | FileSearchCallItem;
 }
 
-type OutputEntry = MessageEntry | CallEntry;
+/** What the model reasoned before the answer of a round: its text as it came. */
+interface ReasoningEntry extends EntryState {
+  kind: 'reasoning';
+  id: string;
+  status: ItemStatus;
+  text: TextBuilder;
+}
+
+type OutputEntry = MessageEntry | CallEntry | ReasoningEntry;
+
+/** The entries whose text is held in pieces (TextBuilder): written from them in the events that carry it whole. */
+type TextEntry = MessageEntry | ReasoningEntry;
 
 const DELTA_SUFFIX = '}}]}}';
 const FIRST_DELTA_SUFFIX = ',"annotations":[]}}]}}';
@@ -237,7 +267,8 @@ const FIRST_DELTA_SUFFIX = ',"annotations":[]}}]}}';
  * and may open a message (an empty one, that ends the turn) while a call is still open. So:
  *
  * - A tool call that begins ends the message or the function call before it: the message's text
- *   is whole (the model has moved on to calling tools), as are the call's arguments.
+ *   is whole (the model has moved on to calling tools), as are the call's arguments. Anything
+ *   that begins ends the reasoning before it: reasoning comes before the answer it leads to.
  * - An item that begins while a file search is under way (which ends only once the gateway has
  *   searched, at its step's end), or a message that begins while a call is open, waits: it is
  *   announced when the item before it is done, with what it gathered meanwhile in one delta.
@@ -254,6 +285,8 @@ export class ResponseEvents implements EventSink {
   /** The messages by id, and the tool calls by `<step id>/<index in the step>`. */
   readonly #messages = new Map<string, MessageEntry>();
   readonly #calls = new Map<string, CallEntry>();
+  /** The reasonings by the id of the step they precede. */
+  readonly #reasonings = new Map<string, ReasoningEntry>();
   /** The message whose text is streaming (announced, not finished): the hot path's. */
   #streaming: MessageEntry | null = null;
 
@@ -306,6 +339,8 @@ export class ResponseEvents implements EventSink {
     switch (name) {
       case 'thread.run.created':
         return this.#emit(out, 'response.created', { response: this.#response(runOf(data), 'in_progress') });
+      case REASONING_DELTA:
+        return this.#reasoningDelta(reasoningDeltaOf(data), out);
       case 'thread.run.in_progress':
         return this.#emit(out, 'response.in_progress', { response: this.#response(runOf(data), 'in_progress') });
       case 'thread.message.created':
@@ -386,6 +421,37 @@ export class ResponseEvents implements EventSink {
     }
   }
 
+  /** A fragment of reasoning: its item begins with the first. */
+  #reasoningDelta({ step_id: stepId, delta }: ReasoningDelta, out: ServerSentEvent[]): void {
+    let entry = this.#reasonings.get(stepId);
+    if (!entry) {
+      entry = {
+        kind: 'reasoning',
+        id: reasoningItemId(stepId),
+        outputIndex: -1,
+        finished: false,
+        done: false,
+        status: 'in_progress',
+        text: new TextBuilder(),
+      };
+      this.#reasonings.set(stepId, entry);
+      this.#begin(entry, out);
+    }
+    entry.text.push(delta);
+    // Reasoning of an item waiting its turn is sent when it is announced.
+    if (entry.outputIndex >= 0 && !entry.done) this.#emitReasoningDelta(entry, delta, out);
+  }
+
+  #emitReasoningDelta(entry: ReasoningEntry, delta: string, out: ServerSentEvent[]): void {
+    this.#emit(out, 'response.reasoning_text.delta', {
+      item_id: entry.id,
+      output_index: entry.outputIndex,
+      content_index: 0,
+      delta,
+      sequence_number: 0,
+    });
+  }
+
   #emitTextDelta(message: MessageEntry, value: string, out: ServerSentEvent[]): void {
     this.#emit(out, 'response.output_text.delta', {
       item_id: message.id,
@@ -453,14 +519,17 @@ export class ResponseEvents implements EventSink {
     return last && !last.done ? last : undefined;
   }
 
-  /** An item begins: announced now, after ending the one before it when a call begins after a message or a function call, or waiting its turn. */
+  /**
+   * An item begins: announced now, after ending the one before it when that is reasoning, or when
+   * a call begins after a message or a function call; or waiting its turn.
+   */
   #begin(entry: OutputEntry, out: ServerSentEvent[]): void {
     const current = this.#current();
     if (this.#waiting.length === 0 && current === undefined) return this.#announce(entry, out);
     const endsCurrent =
-      entry.kind === 'call' &&
       this.#waiting.length === 0 &&
-      (current?.kind === 'message' || current?.item.type === 'function_call');
+      (current?.kind === 'reasoning' ||
+        (entry.kind === 'call' && (current?.kind === 'message' || current?.item.type === 'function_call')));
     if (!endsCurrent || current === undefined) {
       this.#waiting.push(entry);
       return;
@@ -490,6 +559,20 @@ export class ResponseEvents implements EventSink {
       const gathered = entry.text.toString();
       if (gathered) this.#emitTextDelta(entry, gathered, out);
       if (!entry.finished) this.#streaming = entry;
+    } else if (entry.kind === 'reasoning') {
+      this.#emit(out, 'response.output_item.added', {
+        output_index: entry.outputIndex,
+        sequence_number: 0,
+        item: { type: 'reasoning', id: entry.id, summary: [], content: [], status: 'in_progress' },
+      });
+      this.#emit(out, 'response.content_part.added', {
+        item_id: entry.id,
+        output_index: entry.outputIndex,
+        content_index: 0,
+        part: { type: 'reasoning_text', text: '' },
+      });
+      const gathered = entry.text.toString();
+      if (gathered) this.#emitReasoningDelta(entry, gathered, out);
     } else {
       const item = entry.item;
       this.#emit(out, 'response.output_item.added', {
@@ -515,7 +598,8 @@ export class ResponseEvents implements EventSink {
     if (entry.kind === 'message') {
       entry.status = completed ? 'completed' : 'incomplete';
       if (this.#streaming === entry) this.#streaming = null;
-    } else if (entry.item.type === 'function_call') entry.item.status = completed ? 'completed' : 'incomplete';
+    } else if (entry.kind === 'reasoning') entry.status = completed ? 'completed' : 'incomplete';
+    else if (entry.item.type === 'function_call') entry.item.status = completed ? 'completed' : 'incomplete';
     else entry.item.status = completed ? 'completed' : 'failed';
     if (entry.outputIndex < 0) return;
     this.#sendEnd(entry, out);
@@ -530,6 +614,7 @@ export class ResponseEvents implements EventSink {
   #sendEnd(entry: OutputEntry, out: ServerSentEvent[]): void {
     entry.done = true;
     if (entry.kind === 'message') return this.#sendMessageEnd(entry, out);
+    if (entry.kind === 'reasoning') return this.#sendReasoningEnd(entry, out);
     const item = entry.item;
     if (item.type === 'function_call') {
       // Its arguments are final either way: whole, or as far as they came before the call was cut.
@@ -598,6 +683,52 @@ export class ResponseEvents implements EventSink {
     ]);
   }
 
+  #sendReasoningEnd(entry: ReasoningEntry, out: ServerSentEvent[]): void {
+    const { id, outputIndex, text } = entry;
+    // The whole text is in three events, as a message's: written from its pieces, never joined.
+    const [textDone, partDone, itemDone] = [this.#sequence++, this.#sequence++, this.#sequence++];
+    out.push([
+      'response.reasoning_text.done',
+      jsonWithText(
+        (value) => ({
+          type: 'response.reasoning_text.done',
+          item_id: id,
+          output_index: outputIndex,
+          content_index: 0,
+          text: value,
+          sequence_number: textDone,
+        }),
+        text,
+      ),
+    ]);
+    out.push([
+      'response.content_part.done',
+      jsonWithText(
+        (value) => ({
+          type: 'response.content_part.done',
+          item_id: id,
+          output_index: outputIndex,
+          content_index: 0,
+          sequence_number: partDone,
+          part: { type: 'reasoning_text', text: value },
+        }),
+        text,
+      ),
+    ]);
+    out.push([
+      'response.output_item.done',
+      jsonWithText(
+        (value) => ({
+          type: 'response.output_item.done',
+          output_index: outputIndex,
+          sequence_number: itemDone,
+          item: reasoningItem(entry, value),
+        }),
+        text,
+      ),
+    ]);
+  }
+
   async #closeStep(step: RunStep, completed: boolean, out: ServerSentEvent[]): Promise<void> {
     const details = step.step_details;
     if (details.type !== 'tool_calls') return;
@@ -632,12 +763,16 @@ export class ResponseEvents implements EventSink {
           ? 'response.incomplete'
           : 'response.failed';
     const sequence = this.#sequence++;
-    const messages = this.#output.filter((entry): entry is MessageEntry => entry.kind === 'message');
-    // The whole output once more, each message's text written from its pieces (jsonWithTexts).
-    const event = (texts: string[]) => {
+    const texts = this.#output.filter((entry): entry is TextEntry => entry.kind !== 'call');
+    // The whole output once more, each message's and reasoning's text written from its pieces (jsonWithTexts).
+    const event = (values: string[]) => {
       let next = 0;
       const output = this.#output.map((entry) =>
-        entry.kind === 'message' ? messageItem(entry, texts[next++] ?? '') : { ...entry.item },
+        entry.kind === 'message'
+          ? messageItem(entry, values[next++] ?? '')
+          : entry.kind === 'reasoning'
+            ? reasoningItem(entry, values[next++] ?? '')
+            : { ...entry.item },
       );
       const response = this.#describe(this.#state(run, status, output));
       return type === 'response.failed'
@@ -648,7 +783,7 @@ export class ResponseEvents implements EventSink {
       type,
       jsonWithTexts(
         event,
-        messages.map((message) => message.text),
+        texts.map((entry) => entry.text),
       ),
     ]);
   }
@@ -708,6 +843,17 @@ function messageItem(message: MessageEntry, text: string): MessageItem {
   };
 }
 
+/** A reasoning's item with `text` as its text (its builder's, or a stand-in: jsonWithText). */
+function reasoningItem(entry: ReasoningEntry, text: string): ReasoningItem {
+  return {
+    type: 'reasoning',
+    id: entry.id,
+    summary: [],
+    content: [{ type: 'reasoning_text', text }],
+    status: entry.status,
+  };
+}
+
 /** A run's last_error code as a response's error code: those OpenAI documents for both, else server_error. */
 export function responseErrorCode(code: string | undefined): ResponseErrorCode {
   return code === 'rate_limit_exceeded' || code === 'invalid_prompt' ? code : 'server_error';
@@ -735,6 +881,12 @@ interface RunObject {
 interface MessageDelta {
   id: string;
   delta: { content?: { text?: { value?: string; annotations?: AssistantsCitation[] } }[] };
+}
+
+/** turn-answer.ts, REASONING_DELTA. */
+interface ReasoningDelta {
+  step_id: string;
+  delta: string;
 }
 
 interface ToolCallDelta {
@@ -794,6 +946,7 @@ function messageIdOf(data: unknown): string {
 const runOf = (data: unknown) => parsed(data) as RunObject;
 const messageOf = (data: unknown) => parsed(data) as { id: string };
 const messageDeltaOf = (data: unknown) => parsed(data) as MessageDelta;
+const reasoningDeltaOf = (data: unknown) => parsed(data) as ReasoningDelta;
 const stepDeltaOf = (data: unknown) => parsed(data) as StepDelta;
 const stepOf = (data: unknown) => parsed(data) as RunStep;
 const errorOf = (data: unknown) => parsed(data) as ErrorBody;

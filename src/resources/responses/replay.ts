@@ -2,6 +2,7 @@ import type { EventSink, ServerSentEvent } from '../../deps';
 import type { ResponseRow, RunRow } from '../../db/schema';
 import { isTerminal } from '../../db/run-statuses';
 import type { StepRow } from '../runs/queries';
+import { REASONING_DELTA } from '../runs/execution/turn-answer';
 import { toRunJson, toStepJson } from '../runs/wire';
 import type { MessageRow } from '../threads/queries';
 import { toMessageJson } from '../threads/wire';
@@ -11,8 +12,8 @@ import { describeResponse } from './wire';
 
 /**
  * The stream of a response that ended, told again (GET /v1/responses/{id}?stream=true): the run
- * engine's events as its stored run, steps and messages say they went, each message's text in one
- * delta, translated as a live stream is (events.ts). The same response always replays the same
+ * engine's events as its stored run, steps and messages say they went, each message's text and
+ * each reasoning in one delta, translated as a live stream is (events.ts). The same response always replays the same
  * events with the same sequence numbers, so that `starting_after` resumes where a client's last
  * replay left it.
  */
@@ -39,8 +40,14 @@ export async function replayResponse(
   await events.send([[`thread.run.${run.status}`, toRunJson(run)]]);
 }
 
-/** What the engine sent for a step: its message whole, or its tool calls. */
+/** What the engine sent for a step: the reasoning before it, then its message whole, or its tool calls. */
 function stepEvents(step: StepRow, run: RunRow, messages: Map<string, MessageRow>): ServerSentEvent[] {
+  const reasoning: ServerSentEvent[] =
+    step.reasoning === null ? [] : [[REASONING_DELTA, { step_id: step.id, delta: step.reasoning }]];
+  return [...reasoning, ...answerEvents(step, run, messages)];
+}
+
+function answerEvents(step: StepRow, run: RunRow, messages: Map<string, MessageRow>): ServerSentEvent[] {
   const details = step.stepDetails;
   if (details.type === 'message_creation') {
     const message = messages.get(details.message_creation.message_id);

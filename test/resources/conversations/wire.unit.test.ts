@@ -57,6 +57,7 @@ const step = (id: string, status: string, details: ItemStep['stepDetails']): Ite
   id,
   status,
   stepDetails: details,
+  reasoning: null,
 });
 
 const expectItems = (items: unknown[]) => {

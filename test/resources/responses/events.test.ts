@@ -228,6 +228,8 @@ const TOKENS: Record<string, string> = {
   'response.file_search_call.searching': 's',
   'response.file_search_call.completed': 'S',
   'response.output_item.done': 'D',
+  'response.reasoning_text.delta': 'r',
+  'response.reasoning_text.done': 'R',
   'response.completed': 'Z',
   'response.incomplete': 'Z',
   'response.failed': 'Z',
@@ -237,7 +239,8 @@ const MESSAGE = 'Apt*n*TqD';
 const FUNCTION_CALL = 'Af*FD';
 // A search that failed has no `completed`.
 const FILE_SEARCH = 'AisS?D';
-const GRAMMAR = new RegExp(`^CP(${MESSAGE}|${FUNCTION_CALL}|${FILE_SEARCH})*ZE?$`);
+const REASONING = 'Apr*RqD';
+const GRAMMAR = new RegExp(`^CP(${MESSAGE}|${FUNCTION_CALL}|${FILE_SEARCH}|${REASONING})*ZE?$`);
 
 describe('the grammar', () => {
   it("accepts OpenAI's documented stream (createResponse's streamed example) and refuses items interleaved", () => {
@@ -261,6 +264,8 @@ const ITEM_COMPONENTS: Record<string, string> = {
   file_search_call: 'FileSearchToolCall',
   output_text: 'OutputTextContent',
   file_citation: 'FileCitationBody',
+  reasoning: 'ReasoningItem',
+  reasoning_text: 'ReasoningTextContent',
 };
 
 /** An output item's fields, and its parts' and annotations', in the reference's order. */
@@ -304,13 +309,13 @@ function expectValidStream({ events }: Translated): any {
     if ('output_index' in data) expect(data.output_index, event).toBe(built.length);
     if ('item_id' in data) expect(data.item_id, event).toBe(open.id);
     if ('content_index' in data) expect(data.content_index).toBe(0);
-    if (event === 'response.output_text.delta') text += data.delta;
+    if (event === 'response.output_text.delta' || event === 'response.reasoning_text.delta') text += data.delta;
     if (event === 'response.function_call_arguments.delta') args += data.delta;
-    if (event === 'response.output_text.done') expect(data.text).toBe(text);
+    if (event === 'response.output_text.done' || event === 'response.reasoning_text.done') expect(data.text).toBe(text);
     if (event === 'response.function_call_arguments.done') expect(data.arguments).toBe(args);
     if (event === 'response.output_item.done') {
       expect(data.item.id).toBe(open.id);
-      if (data.item.type === 'message') expect(data.item.content[0].text).toBe(text);
+      if (data.item.type === 'message' || data.item.type === 'reasoning') expect(data.item.content[0].text).toBe(text);
       if (data.item.type === 'function_call') expect(data.item.arguments).toBe(args);
       built.push(data.item);
     }
@@ -708,5 +713,128 @@ describe('a response’s events, translated from a run’s', () => {
       sequence_number: 0,
     });
     expect(responseStreamEventErrors('error', parsed)).toEqual([]);
+  });
+});
+
+/** A real response's stream (the engine sends reasoning for responses only), as translate() answers a captured run's. */
+async function streamedResponse(body: Record<string, unknown>): Promise<Translated> {
+  const response = await gateway.request('/v1/responses', {
+    method: 'POST',
+    key: tenant.workspaceKey,
+    body: { model: 'fake-model', stream: true, ...body },
+  });
+  expect(response.status).toBe(200);
+  const text = await response.text();
+  return { batches: [], text, events: parseEventStream(text) };
+}
+
+describe('reasoning a provider streams', () => {
+  const REASONING = 'The user greets me, so I greet them back.';
+
+  it('before a text answer: a reasoning item whole, then the message; stored, retrieved and replayed alike', async () => {
+    const scenario: FakeScenario = { reasoning: REASONING, reply: 'Hello to you.' };
+    const live = await streamedResponse({ input: `Hello\n${fakeDirective(scenario)}` });
+    const last = expectValidStream(live);
+    expect(itemTypes(last)).toEqual([
+      ['reasoning', 'completed'],
+      ['message', 'completed'],
+    ]);
+    expect(last.output[0]).toMatchObject({ summary: [], content: [{ type: 'reasoning_text', text: REASONING }] });
+    expect(last.output[0].id).toMatch(/^rs_/);
+    // It came word by word, as the provider sent it.
+    const deltas = live.events.filter(({ event }) => event === 'response.reasoning_text.delta');
+    expect(deltas.length).toBe(REASONING.split(' ').length);
+    // The SDK's stream helper takes it, and what it builds is the stream's last response.
+    const { final, deltas: text } = await throughSdk(live);
+    expect(text).toBe('Hello to you.');
+    expect(final.output[0]).toEqual(last.output[0]);
+    // Stored as streamed; told again the same, in one delta.
+    const stored = await openai.responses.retrieve(last.id);
+    expect(stored.output).toEqual(last.output);
+    const replay = await gateway.request(`/v1/responses/${last.id}?stream=true`, { key: tenant.workspaceKey });
+    const told = parseEventStream(await replay.text());
+    const again = expectValidStream({ batches: [], text: '', events: told });
+    expect(again.output).toEqual(last.output);
+    expect(told.filter(({ event }) => event === 'response.reasoning_text.delta')).toHaveLength(1);
+  });
+
+  it('before function calls, in the `reasoning` field (vLLM, Ollama): reasoning, then the calls', async () => {
+    const scenario: FakeScenario = {
+      reasoning: REASONING,
+      reasoning_field: 'reasoning',
+      tool_calls: [{ name: 'get_weather', arguments: { city: 'Paris' }, id: 'call_paris' }],
+    };
+    const live = await streamedResponse({
+      input: `Weather?\n${fakeDirective(scenario)}`,
+      tools: [{ type: 'function', name: 'get_weather', parameters: WEATHER_TOOL.function.parameters, strict: false }],
+    });
+    const last = expectValidStream(live);
+    expect(itemTypes(last)).toEqual([
+      ['reasoning', 'completed'],
+      ['function_call', 'completed'],
+    ]);
+    expect(last.output[0].content[0].text).toBe(REASONING);
+    // Given back with the call's output, it is accepted and not sent to the provider: none takes it.
+    const next = await openai.responses.create({
+      model: 'fake-model',
+      previous_response_id: last.id,
+      input: [last.output[0], { type: 'function_call_output', call_id: 'call_paris', output: '21 C' }],
+    });
+    expect(next.status).toBe('completed');
+    const sent: { role: string }[] = defined(upstream.requests.at(-1)?.body).messages;
+    expect(JSON.stringify(sent)).toContain('21 C');
+    // The user's message holds the fake's directive, which names it: the rest does not.
+    expect(sent.some(({ role }) => role === 'assistant')).toBe(true);
+    expect(JSON.stringify(sent.filter(({ role }) => role !== 'user'))).not.toContain(REASONING);
+  });
+
+  it('never in the Assistants API: a run keeps it for the thread as a conversation, whose items show it before the answer', async () => {
+    const thread = await openai.beta.threads.create(fakeThread('Hello', { reasoning: REASONING, reply: 'Hi.' }));
+    const response = await gateway.request(`/v1/threads/${thread.id}/runs`, {
+      method: 'POST',
+      key: tenant.workspaceKey,
+      body: { assistant_id: functionsAssistant, stream: true },
+    });
+    const stream = await response.text();
+    expect(stream).toContain('thread.run.completed');
+    expect(stream).not.toContain('reasoning');
+    const run = defined((await openai.beta.threads.runs.list(thread.id)).data[0]);
+    const steps = await openai.beta.threads.runs.steps.list(run.id, { thread_id: thread.id });
+    expect(JSON.stringify(steps.data)).not.toContain('reasoning');
+    const kinds = (data: { type: string; role?: string }[]) => data.map((item) => item.role ?? item.type);
+    const items = await openai.conversations.items.list(thread.id, { order: 'asc' });
+    expect(kinds(items.data)).toEqual(['user', 'reasoning', 'assistant']);
+    const reasoning = defined(items.data[1]);
+    const id = defined(reasoning.id);
+    expect(id).toMatch(/^rs_/);
+    expect(reasoning).toMatchObject({ content: [{ type: 'reasoning_text', text: REASONING }], status: 'completed' });
+    expect(await openai.conversations.items.retrieve(id, { conversation_id: thread.id })).toEqual(reasoning);
+    // Deleted, it is gone from the conversation; the answer it came before stays.
+    await openai.conversations.items.delete(id, { conversation_id: thread.id });
+    const after = await openai.conversations.items.list(thread.id, { order: 'asc' });
+    expect(kinds(after.data)).toEqual(['user', 'assistant']);
+    await expect(openai.conversations.items.retrieve(id, { conversation_id: thread.id })).rejects.toThrow(
+      /No item found/,
+    );
+  });
+
+  it('counts in the answer cap: a reasoning past it is cut there, and the response ends incomplete', async () => {
+    const capped = await gatewayWithDefaultKey(upstream.fetch, { GATEWAY_MAX_ANSWER_BYTES: '64' });
+    try {
+      const long = Array.from({ length: 40 }, (_, i) => `thought${i}`).join(' ');
+      const response = await capped.client.responses.create({
+        model: 'fake-model',
+        input: `Hello\n${fakeDirective({ reasoning: long, reply: 'never sent' })}`,
+      });
+      expect(response.status).toBe('incomplete');
+      const [reasoning, message] = response.output;
+      expect(reasoning?.type).toBe('reasoning');
+      const kept = reasoning?.type === 'reasoning' ? (reasoning.content?.[0]?.text ?? '') : '';
+      expect(kept.length).toBe(64);
+      expect(long.startsWith(kept)).toBe(true);
+      expect(message).toMatchObject({ type: 'message', status: 'incomplete' });
+    } finally {
+      await capped.gateway.close();
+    }
   });
 });

@@ -82,10 +82,18 @@ export function newRun(
   };
 }
 
-/** A step of `run`, in progress: a message it creates, or tool calls it makes. */
-export function newStep(run: RunRow, details: StepDetails, at: number): StepRow {
+/**
+ * A step of `run`, in progress: a message it creates, or tool calls it makes; `reasoning`, what the
+ * model reasoned before it, with the id the step was given when that began (turn-answer.ts).
+ */
+export function newStep(
+  run: RunRow,
+  details: StepDetails,
+  at: number,
+  reasoning?: { stepId: string; text: string },
+): StepRow {
   return {
-    id: newId('step'),
+    id: reasoning?.stepId ?? newId('step'),
     runId: run.id,
     threadId: run.threadId,
     assistantId: run.assistantId,
@@ -100,5 +108,6 @@ export function newStep(run: RunRow, details: StepDetails, at: number): StepRow 
     expiredAt: null,
     lastError: null,
     usage: null,
+    reasoning: reasoning?.text ?? null,
   };
 }

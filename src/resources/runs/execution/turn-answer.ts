@@ -38,6 +38,20 @@ const TOOL_CALLS_CUT = {
   max_completion_tokens: () => 'The completion token limit cut the tool calls short.',
 };
 
+/**
+ * The event that carries a response's reasoning as it streams, `{"step_id", "delta"}`: not the
+ * Assistants API's, so only a response's stream gets it (responses/events.ts makes it the Responses
+ * API's reasoning events). The step it names is the one whose row keeps the text: the first the
+ * answer after it opens.
+ */
+export const REASONING_DELTA = 'gateway.reasoning.delta';
+
+/** What the model reasons before a round's answer: kept for the step that opens next, whose id it has already. */
+interface OpenReasoning {
+  stepId: string;
+  text: TextBuilder;
+}
+
 interface OpenMessage {
   row: MessageRow;
   step: StepRow;
@@ -68,8 +82,9 @@ export class TurnAnswer {
   readonly #includeContent: boolean;
   #message: OpenMessage | null = null;
   #toolStep: OpenToolStep | null = null;
+  #reasoning: OpenReasoning | null = null;
   /**
-   * UTF-8 bytes of answer text, tool-call names and arguments this turn kept, over all its rounds
+   * UTF-8 bytes of answer text, reasoning, tool-call names and arguments this turn kept, over all its rounds
    * (GATEWAY_MAX_ANSWER_BYTES): a model that searches again and again shares one cap.
    */
   #answerBytes = 0;
@@ -131,6 +146,35 @@ export class TurnAnswer {
       `{"id":"${message.row.id}","object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":${JSON.stringify(text)}${first ? ',"annotations":[]' : ''}}}]}}`,
     ]);
     return text.length;
+  }
+
+  /**
+   * Adds a fragment of reasoning, as far as the answer cap allows; answers the characters kept.
+   * Providers send it before the answer: what comes once a round's message or calls began is left
+   * out (docs/supported-operations.md), so that what is streamed is what is stored, whole, before
+   * the item it precedes.
+   */
+  async reasoning(fragment: string): Promise<number> {
+    this.firstTokenAt ??= this.#deps.now();
+    if (this.#message !== null || this.#toolStep !== null) return 0;
+    const text = this.#withinCap(fragment);
+    if (!text) return 0;
+    const reasoning = (this.#reasoning ??= { stepId: newId('step'), text: new TextBuilder() });
+    reasoning.text.push(text);
+    if (this.#run().kind === 'response') {
+      await this.#outbox.send(() => [
+        REASONING_DELTA,
+        `{"step_id":"${reasoning.stepId}","delta":${JSON.stringify(text)}}`,
+      ]);
+    }
+    return text.length;
+  }
+
+  /** The round's reasoning, taken by the step that opens now (its id, its text), if there is any. */
+  #takeReasoning(): { stepId: string; text: string } | undefined {
+    const reasoning = this.#reasoning;
+    this.#reasoning = null;
+    return reasoning ? { stepId: reasoning.stepId, text: reasoning.text.toString() } : undefined;
   }
 
   /** Adds a tool-call fragment, as far as the answer cap allows; answers the characters kept. */
@@ -297,7 +341,12 @@ export class TurnAnswer {
     const run = this.#run();
     const at = now();
     const row = answerMessage(run, at);
-    const step = newStep(run, { type: 'message_creation', message_creation: { message_id: row.id } }, at);
+    const step = newStep(
+      run,
+      { type: 'message_creation', message_creation: { message_id: row.id } },
+      at,
+      this.#takeReasoning(),
+    );
     const opened = this.#outbox.open(
       () => insertTurnRows(db, run.id, { steps: [step], message: row }),
       () => {
@@ -319,7 +368,7 @@ export class TurnAnswer {
   #openToolStep(): OpenToolStep {
     const { db } = this.#deps;
     const run = this.#run();
-    const step = newStep(run, { type: 'tool_calls', tool_calls: [] }, this.#deps.now());
+    const step = newStep(run, { type: 'tool_calls', tool_calls: [] }, this.#deps.now(), this.#takeReasoning());
     const opened = this.#outbox.open(
       () => insertTurnRows(db, run.id, { steps: [step] }),
       () => {

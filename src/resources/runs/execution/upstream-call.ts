@@ -154,6 +154,9 @@ async function readAnswer(
         case 'text':
           completionChars += await answer.text(event.text);
           break;
+        case 'reasoning':
+          completionChars += await answer.reasoning(event.text);
+          break;
         case 'tool_call':
           completionChars += await answer.toolCall(event);
           break;

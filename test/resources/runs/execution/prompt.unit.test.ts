@@ -89,6 +89,7 @@ const own = (id: string, step: HistoryStep): StepRow => ({
   expiredAt: null,
   lastError: null,
   usage: null,
+  reasoning: null,
 });
 
 /** The chat messages of a tool-calls step: the calls, then each output. */
