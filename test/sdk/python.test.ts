@@ -183,7 +183,7 @@ describe.skipIf(!pythonSdk)(
       expect(defined(sent[2]?.body).tools).toEqual([expect.objectContaining({ type: 'function' })]);
     });
 
-    it('responses whole, streamed, parsed into a pydantic model, a function call round trip, input items and tokens, and store=False, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
+    it('responses whole, streamed, parsed into a pydantic model, a function call round trip, input items and tokens, store=False, a conversation, a background response resumed, and reasoning, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
       fake.reset();
       const ran = await runPython('test/sdk/python/responses.py', {
         OPENAI_BASE_URL: `${gateway.url}/v1`,
@@ -218,10 +218,45 @@ describe.skipIf(!pythonSdk)(
         input_items: ['function_call_output'],
         input_tokens: { object: 'response.input_tokens', count: expect.any(Number) },
         unkept: { status: 'completed', retrieved: 404 },
+        // The second turn was sent the first: the conversation holds both, in order.
+        conversation: {
+          id: expect.stringMatching(/^conv_/),
+          answer: 'You are Ada.',
+          conversation: seen.conversation.id,
+          items: [
+            ['message', 'user'],
+            ['message', 'assistant'],
+            ['message', 'user'],
+            ['message', 'assistant'],
+          ],
+        },
+        // Told again after event 2 (the message's output_item.added): the rest, numbered as before.
+        background: {
+          // Answered before or once its run began, as it goes.
+          created: expect.stringMatching(/^(queued|in_progress)$/),
+          background: true,
+          polled: 'completed',
+          text: 'one two three',
+          resumed: [
+            [3, 'response.content_part.added'],
+            [4, 'response.output_text.delta'],
+            [5, 'response.output_text.done'],
+            [6, 'response.content_part.done'],
+            [7, 'response.output_item.done'],
+            [8, 'response.completed'],
+          ],
+        },
+        reasoning: {
+          deltas: ['Let', ' me', ' think.'],
+          items: ['reasoning', 'message'],
+          text: 'Let me think.',
+          answer: 'Yes.',
+        },
       });
       expect(seen.input_tokens.count).toBeGreaterThan(0);
       const sent = fake.requests.filter((request) => request.path === '/v1/chat/completions');
-      expect(sent.map((request) => request.headers.authorization)).toEqual(Array(6).fill('Bearer sk-fake'));
+      expect(sent.map((request) => request.headers.authorization)).toEqual(Array(10).fill('Bearer sk-fake'));
+      expect(JSON.stringify(defined(sent[7]?.body).messages)).toContain('Hello Ada.');
       // text_format became the provider's json_schema response format, the pydantic model's schema.
       expect(defined(sent[2]?.body).response_format).toMatchObject({
         type: 'json_schema',
