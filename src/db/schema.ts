@@ -606,15 +606,22 @@ export type StoredChatCompletionRow = typeof storedChatCompletions.$inferSelect;
 // ── Usage ────────────────────────────────────────────────────────────────────────────────────
 
 /**
- * What a usage row counts: runs; embeddings calls (retrieval's, and those passed through, POST
+ * What a usage row counts: runs; responses (runs of kind `response`); embeddings calls (retrieval's, and those passed through, POST
  * /v1/embeddings); chat completions, legacy completions and moderations passed through.
  */
-export const USAGE_KINDS = ['run', 'embeddings', 'chat_completions', 'completions', 'moderations'] as const;
+export const USAGE_KINDS = [
+  'run',
+  'response',
+  'embeddings',
+  'chat_completions',
+  'completions',
+  'moderations',
+] as const;
 export type UsageKind = (typeof USAGE_KINDS)[number];
 
 /**
  * Tokens per hour, workspace, API key, virtual key, model and kind: what GET /v1/usage adds up.
- * Runs are counted by a trigger (migration 0006) in the statement that ends them, with the usage
+ * Runs and responses are counted by a trigger (migrations 0006, 0015: a run's `kind`) in the statement that ends them, with the usage
  * that statement writes, so the table matches the runs exactly whatever ends them; in the hour the
  * run was created. Embeddings and chat completions calls are counted by their callers, through
  * db/usage-counts.ts. `requests`: runs ended, or calls made.

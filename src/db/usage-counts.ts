@@ -4,7 +4,7 @@ import { usage, type UsageKind } from './schema';
 
 /** One call the gateway made for a caller, as the `usage` table counts it. */
 export interface CountedCall {
-  kind: Exclude<UsageKind, 'run'>;
+  kind: Exclude<UsageKind, 'run' | 'response'>;
   workspaceId: string;
   /** When it was made, ms since the epoch: it counts in that hour. */
   at: number;
@@ -20,7 +20,7 @@ const HOUR_MS = 3_600_000;
 /**
  * Counts one call in its hour of the `usage` table (GET /v1/usage reads it), in one upsert: a
  * request and its tokens, added to the row of its hour, kind, model, API key and virtual key.
- * Runs are not counted here but by the trigger on the statement that ends them (migration 0006).
+ * Runs and responses are not counted here but by the trigger on the statement that ends them (migration 0015).
  */
 export async function recordUsage(db: Db, call: CountedCall): Promise<void> {
   const prompt = tokenCount(call.promptTokens);

@@ -198,6 +198,42 @@ describe('GET /v1/usage', () => {
     ]);
   });
 
+  it('counts a response as its own kind, beside the runs of the same workspace', async () => {
+    const own = await gateway.tenant();
+    await gateway.virtualKey(own, { base_url: 'http://fake.test/v1', default: true });
+    gateway.clock.set(T0);
+    const response = await gateway.request('/v1/responses', {
+      key: own.workspaceKey,
+      body: { model: 'usage-model', input: `go\n${fakeDirective({ reply: 'three words here' })}` },
+    });
+    const answered = await json(response);
+    expect(response.status, JSON.stringify(answered)).toBe(200);
+    await gateway.tasks.drain(10_000);
+    const assistant = await json(
+      await gateway.request('/v1/assistants', { key: own.workspaceKey, body: { model: 'usage-model' } }),
+    );
+    const ran = await gateway.request('/v1/threads/runs', {
+      key: own.workspaceKey,
+      body: {
+        assistant_id: assistant.id,
+        thread: { messages: [{ role: 'user', content: `go\n${fakeDirective({ reply: 'one' })}` }] },
+      },
+    });
+    expect(ran.status).toBe(200);
+    await gateway.tasks.drain(10_000);
+    const page = await usageOf(
+      `/v1/usage?bucket_width=1h&limit=1&start_time=${T0 / 1000}&group_by=kind`,
+      own.workspaceKey,
+    );
+    const byKind = Object.fromEntries(
+      page.data[0].results.map((result: { kind: string; num_requests: number; output_tokens: number }) => [
+        result.kind,
+        [result.num_requests, result.output_tokens],
+      ]),
+    );
+    expect(byKind).toEqual({ response: [1, answered.usage.output_tokens], run: [1, 1] });
+  });
+
   it('shows an organisation key its workspaces, together or one, and a workspace key only its own', async () => {
     const second = await gateway.tenant({ organisationId: tenant.organisationId });
     const assistant = await json(
