@@ -355,6 +355,14 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
     expect((await Promise.all(running)).map((result) => result.status)).toEqual(['killed', 'killed']);
   });
 
+  it('counts sessions still starting: opens side by side never pass the bound together', async () => {
+    const opened = await Promise.allSettled([1, 2, 3].map(() => sessionOf('ws_race')));
+    const sessions = opened.flatMap((settled) => (settled.status === 'fulfilled' ? [settled.value] : []));
+    expect(sessions).toHaveLength(2);
+    expect(opened.find((settled) => settled.status === 'rejected')).toMatchObject({ reason: { code: 'busy' } });
+    await Promise.all(sessions.map((session) => session.close()));
+  });
+
   it('refuses a file name that is a path, and a session closed answers session_ended', async () => {
     const session: SandboxSession = await sessionOf();
     for (const name of ['../x', 'a/b', '.', '..', '', 'a\u0000b']) {

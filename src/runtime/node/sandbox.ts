@@ -51,39 +51,37 @@ const STDERR_BYTES = 2048;
 export function localSandbox(options: LocalSandboxOptions): Sandbox {
   const programs = { bwrap: options.bwrap ?? BWRAP, python: options.python ?? PYTHON };
   const { limits } = options;
-  const sessions = new Map<string, Promise<LocalSession>>();
+  /**
+   * The sessions by thread: `session` is null while it starts. Counted, made room for and added in
+   * one synchronous step, so that opens side by side never pass the bounds together.
+   */
+  const sessions = new Map<string, SessionEntry>();
   let availability: Promise<Availability> | undefined;
   let closed = false;
 
   const keyOf = (key: SandboxKey) => `${key.workspaceId}\n${key.threadId}`;
 
   /** Makes room for one more session of `workspaceId`: ends the longest idle one that stands in the way. */
-  const makeRoom = async (workspaceId: string) => {
-    const live = (await Promise.allSettled(sessions.values())).flatMap((settled) =>
-      settled.status === 'fulfilled' && settled.value.alive ? [settled.value] : [],
-    );
-    const starting = sessions.size - live.length;
-    const ofWorkspace = live.filter((session) => session.workspaceId === workspaceId);
-    const crowded =
-      ofWorkspace.length >= limits.sessionsPerWorkspace
-        ? ofWorkspace
-        : live.length + starting >= limits.sessions
-          ? live
-          : null;
+  const makeRoom = (workspaceId: string) => {
+    const entries = [...sessions.entries()];
+    const ofWorkspace = entries.filter(([, entry]) => entry.workspaceId === workspaceId);
+    const perWorkspace = ofWorkspace.length >= limits.sessionsPerWorkspace;
+    const crowded = perWorkspace ? ofWorkspace : entries.length >= limits.sessions ? entries : null;
     if (crowded === null) return;
     const idlest = crowded
-      .filter((session) => !session.running)
-      .sort((a, b) => a.lastUsed - b.lastUsed)
+      .flatMap(([name, { session }]) => (session && !session.running ? [{ name, session }] : []))
+      .sort((a, b) => a.session.lastUsed - b.session.lastUsed)
       .at(0);
     if (!idlest) {
       throw new SandboxError(
         'busy',
-        ofWorkspace.length >= limits.sessionsPerWorkspace
+        perWorkspace
           ? `This workspace's ${limits.sessionsPerWorkspace} code sessions (GATEWAY_SANDBOX_SESSIONS_PER_WORKSPACE) are all running code.`
           : `The gateway's ${limits.sessions} code sessions (GATEWAY_SANDBOX_SESSIONS) are all running code.`,
       );
     }
-    await idlest.close();
+    sessions.delete(idlest.name);
+    void idlest.session.close();
   };
 
   const sandbox: Sandbox = {
@@ -92,35 +90,48 @@ export function localSandbox(options: LocalSandboxOptions): Sandbox {
     },
 
     async open(key) {
-      if (closed) throw new SandboxError('unavailable', 'The sandbox is closed: the gateway is stopping.');
       const name = keyOf(key);
       const kept = sessions.get(name);
       if (kept) {
-        const session = await kept.catch(() => null);
+        const session = await kept.starting.catch(() => null);
         if (session?.alive) return session;
         if (sessions.get(name) === kept) sessions.delete(name);
       }
       const ready = await sandbox.availability();
       if (!ready.available) throw new SandboxError('unavailable', ready.reason);
-      await makeRoom(key.workspaceId);
-      const starting = LocalSession.start(programs, limits, key.workspaceId, () => {
-        if (sessions.get(name) === starting) sessions.delete(name);
-      });
-      sessions.set(name, starting);
-      starting.catch(() => {
-        if (sessions.get(name) === starting) sessions.delete(name);
-      });
-      return starting;
+      if (closed) throw new SandboxError('unavailable', 'The sandbox is closed: the gateway is stopping.');
+      // Another open of the thread may have started its session meanwhile.
+      const raced = sessions.get(name);
+      if (raced) return raced.starting;
+      makeRoom(key.workspaceId);
+      const forget = () => {
+        if (sessions.get(name) === entry) sessions.delete(name);
+      };
+      const entry: SessionEntry = {
+        workspaceId: key.workspaceId,
+        starting: LocalSession.start(programs, limits, key.workspaceId, forget),
+        session: null,
+      };
+      sessions.set(name, entry);
+      entry.starting.then((session) => (entry.session = session), forget);
+      return entry.starting;
     },
 
     async close() {
       closed = true;
       const all = [...sessions.values()];
       sessions.clear();
-      await Promise.all(all.map((starting) => starting.then((session) => session.close()).catch(() => undefined)));
+      await Promise.all(all.map(({ starting }) => starting.then((session) => session.close()).catch(() => undefined)));
     },
   };
   return sandbox;
+}
+
+interface SessionEntry {
+  workspaceId: string;
+  starting: Promise<LocalSession>;
+  /** Null while it starts. */
+  session: LocalSession | null;
 }
 
 /** Whether a sandbox starts here: bubblewrap runs, and Python in it imports what code_interpreter offers. */
