@@ -247,7 +247,7 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
     await session.close();
   });
 
-  it('fills only its own bounded disk: /mnt/data and /tmp are full at their size', async () => {
+  it('fills only its own bounded disk: /mnt/data and /tmp are full at their size, the rest read-only', async () => {
     const session = await sessionOf();
     const fill = (path: string) =>
       session.run(
@@ -262,6 +262,22 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
       expect(result).toMatchObject({ status: 'error', error: { name: 'OSError' } });
       expect(result.error?.value).toMatch(/No space left on device|File too large/);
     }
+    // Nowhere else to write: bubblewrap's root and /dev are read-only, /dev/shm has a size of its own.
+    const elsewhere = await session.run(
+      [
+        "for path in ['/fill', '/etc/fill', '/mnt/fill', '/dev/fill', '/usr/fill', '/dev/shm/fill']:",
+        '    try:',
+        "        with open(path, 'wb') as file:",
+        '            for _ in range(1024):',
+        '                file.write(b"0" * 1024 * 1024)',
+        "        print('filled', path)",
+        '    except OSError as error:',
+        "        print('refused', path, error.strerror)",
+      ].join('\n'),
+    );
+    expect(elsewhere.logs).not.toContain('filled');
+    expect(elsewhere.logs.match(/^refused \S+ Read-only file system$/gm)).toHaveLength(5);
+    expect(elsewhere.logs).toContain('refused /dev/shm/fill No space left on device');
     // The file written is too large to give back whole: left out, the session intact.
     expect(await session.run('import os; os.path.getsize("/mnt/data/fill") <= 64 * 1024 * 1024')).toMatchObject({
       status: 'ok',

@@ -21,7 +21,7 @@ import {
  * processes cannot be seen, let alone traced or signalled), its own user namespace (no capability
  * of the host's, no further namespace, and a process count of its own), and a filesystem made only
  * of a read-only /usr and the few files of /etc that Python and matplotlib read, a fresh /proc, and
- * /mnt/data and /tmp as tmpfs of a bounded size: nothing of the host's files, the gateway's
+ * /mnt/data, /tmp and /dev/shm as tmpfs of a bounded size (the rest is read-only): nothing of the host's files, the gateway's
  * database, keys or environment is there to read, and filling the disk fills only the tmpfs.
  * Files go in and out through the driver, never through a host directory the code could plant a
  * link in. The driver sets the limits on itself (rlimits, which nothing in the sandbox can raise)
@@ -45,6 +45,8 @@ const NOBODY = 65534;
 const START_MS = 60_000;
 /** What a session's answers may carry beyond its files and images (base64 makes 4 bytes of 3). */
 const ANSWER_OVERHEAD = 1024 * 1024;
+/** /dev/shm's size: POSIX semaphores and shared memory (multiprocessing's), not files. */
+const SHM_BYTES = 16 * 1024 * 1024;
 /** Bytes of bubblewrap's own error output kept, to say why a session did not start. */
 const STDERR_BYTES = 2048;
 
@@ -201,6 +203,10 @@ function bwrapArguments(python: string, diskBytes = 64 * 1024 * 1024): string[] 
     '--dev',
     '/dev',
     '--size',
+    String(SHM_BYTES),
+    '--tmpfs',
+    '/dev/shm',
+    '--size',
     size,
     '--tmpfs',
     '/tmp',
@@ -208,6 +214,11 @@ function bwrapArguments(python: string, diskBytes = 64 * 1024 * 1024): string[] 
     size,
     '--tmpfs',
     '/mnt/data',
+    // bubblewrap's root and /dev are tmpfs of no size of their own: read-only, nothing fills them.
+    '--remount-ro',
+    '/dev',
+    '--remount-ro',
+    '/',
     '--chdir',
     '/mnt/data',
     '--clearenv',
