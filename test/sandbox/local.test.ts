@@ -239,6 +239,31 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
     ).toEqual([]);
   });
 
+  it('ends what a call started with the call: nothing of it runs between calls', async () => {
+    const marker = `left-running-${Date.now()}`;
+    const session = await sessionOf();
+    const started = await session.run(
+      `import subprocess\nsubprocess.Popen(['/usr/bin/python3', '-c', 'while True: pass', '${marker}'])\nprint('started')`,
+    );
+    expect(started).toMatchObject({ status: 'ok', logs: 'started\n' });
+    expect(session.alive).toBe(true);
+    expect(
+      await waitFor(
+        () => processesWith(marker),
+        (left) => left.length === 0,
+      ),
+    ).toEqual([]);
+    // And reaped: calls that each leave a third of the session's processes running all succeed,
+    // where the zombies of the calls before would have used up the count.
+    const third = Math.floor(limits.processes / 3);
+    const leave = `import os\nfor _ in range(${third}):\n    if os.fork() == 0:\n        import time; time.sleep(60)\nprint('left')`;
+    for (let call = 0; call < 5; call++) {
+      expect(await session.run(leave)).toMatchObject({ status: 'ok', logs: 'left\n' });
+    }
+    expect(await session.run('print("next")')).toMatchObject({ status: 'ok', logs: 'next\n' });
+    await session.close();
+  });
+
   it('refuses 10 GiB: a MemoryError, and the session lives on', async () => {
     const session = await sessionOf();
     const result = await session.run('data = bytearray(10 * 1024 ** 3)');
