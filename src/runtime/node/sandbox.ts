@@ -222,24 +222,35 @@ function bwrapArguments(python: string, diskBytes = 64 * 1024 * 1024): string[] 
     '--chdir',
     '/mnt/data',
     '--clearenv',
-    ...['PATH=/usr/bin', 'HOME=/tmp', 'LANG=C.UTF-8', 'MPLBACKEND=Agg', 'MPLCONFIGDIR=/tmp/matplotlib']
-      .concat(['OPENBLAS_NUM_THREADS=1', 'OMP_NUM_THREADS=1', 'PYTHONDONTWRITEBYTECODE=1'])
-      .flatMap((pair) => {
-        const at = pair.indexOf('=');
-        return ['--setenv', pair.slice(0, at), pair.slice(at + 1)];
-      }),
+    ...Object.entries(SANDBOX_ENV).flatMap(([name, value]) => ['--setenv', name, value]),
     '--',
     python,
   ];
 }
 
 /**
- * No environment (bubblewrap clears the sandbox's anyway), its own process group (killed whole), and
- * as root the user nobody: root is exempt from RLIMIT_NPROC, and libuv drops root's groups with it.
+ * The session's whole environment: Debian's programs, a home in its /tmp, matplotlib drawing without
+ * a display into a cache it may write, and one BLAS thread (each thread counts against its processes).
+ */
+const SANDBOX_ENV = {
+  PATH: '/usr/bin',
+  HOME: '/tmp',
+  LANG: 'C.UTF-8',
+  MPLBACKEND: 'Agg',
+  MPLCONFIGDIR: '/tmp/matplotlib',
+  OPENBLAS_NUM_THREADS: '1',
+  OMP_NUM_THREADS: '1',
+  PYTHONDONTWRITEBYTECODE: '1',
+};
+
+/**
+ * No environment (bubblewrap clears the sandbox's anyway), its own process group (killed whole),
+ * started from / (the gateway's directory may be closed to nobody), and as root the user nobody:
+ * root is exempt from RLIMIT_NPROC, and libuv drops root's groups with it.
  */
 function spawnOptions(stdio: ('pipe' | 'ignore')[]) {
   const root = process.getuid?.() === 0;
-  return { stdio, env: {}, detached: true, ...(root ? { uid: NOBODY, gid: NOBODY } : {}) };
+  return { stdio, env: {}, cwd: '/', detached: true, ...(root ? { uid: NOBODY, gid: NOBODY } : {}) };
 }
 
 let driverSource: string | undefined;
