@@ -404,6 +404,28 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
     await Promise.all(sessions.map((session) => session.close()));
   });
 
+  it('ends a session idle past GATEWAY_SANDBOX_IDLE_MS, and every session when it is closed', async () => {
+    const brief = localSandbox({ limits: { ...limits, idleMs: 300 } });
+    const idle = await brief.open({ workspaceId: 'ws_idle', threadId: 'idle' });
+    await idle.run('x = 1');
+    expect(
+      await waitFor(
+        () => idle.alive,
+        (alive) => !alive,
+      ),
+    ).toBe(false);
+    await expect(idle.run('x')).rejects.toMatchObject({
+      code: 'session_ended',
+      message: expect.stringContaining('idle'),
+    });
+
+    const kept = localSandbox({ limits });
+    const sessions = await Promise.all(['a', 'b'].map((threadId) => kept.open({ workspaceId: 'ws_stop', threadId })));
+    await kept.close();
+    expect(sessions.map((session) => session.alive)).toEqual([false, false]);
+    await expect(kept.open({ workspaceId: 'ws_stop', threadId: 'c' })).rejects.toMatchObject({ code: 'unavailable' });
+  });
+
   it('refuses a file name that is a path, and a session closed answers session_ended', async () => {
     const session: SandboxSession = await sessionOf();
     for (const name of ['../x', 'a/b', '.', '..', '', 'a\u0000b']) {
