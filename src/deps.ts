@@ -128,6 +128,13 @@ export interface RunHost {
     written?: Promise<unknown>,
   ): Promise<ReadableStream<Uint8Array>>;
   /**
+   * Executes the run and answers once its turn has ended and its outcome is written, for a caller
+   * that answers with the run as it ended (a response created neither streamed nor in the
+   * background): no event is built. `written` as for `stream`; the caller awaits it too, for its
+   * failure.
+   */
+  execute(run: RunRow, options: StartOptions, context: RequestContext, written?: Promise<unknown>): Promise<void>;
+  /**
    * Stops a run just marked `cancelling`, at once, where it executes. Wherever this does not
    * reach, the run's lease renewal notices the cancel, within a third of the lease.
    */

@@ -125,18 +125,16 @@ export async function createResponse(
       throw activeRunError(thread.id, await blockingRun(deps, thread.id));
     },
     leading: [],
-    // A response that is not in the background is answered once it ends: executed into a stream all the same.
-    stream: body.stream === true || !background,
+    // A response neither streamed nor in the background is answered once it ended.
+    answer: body.stream === true ? 'stream' : background ? 'queued' : 'ended',
     includeResultContent: include.includes('file_search_call.results'),
   });
-  if (!answer.stream) return { stream: false, response: await responseJson(deps, row), headers: answer.headers };
   // Kept out of the store: what the response wrote goes once it ended (once its stream did).
   const forget = () => forgetResponse(deps, row, thread);
-  if (body.stream === true) {
+  if (answer.stream) {
     const events = stored ? answer.events : answer.events.pipeThrough(afterEnd(forget, context));
     return { stream: true, events, headers: answer.headers };
   }
-  await drain(answer.events);
   const response = await responseJson(deps, row);
   if (!stored) await forget();
   return { stream: false, response, headers: answer.headers };
@@ -159,12 +157,6 @@ function afterEnd(end: () => Promise<void>, context: RequestContext): TransformS
       context.waitUntil(end());
     },
   });
-}
-
-/** Reads a stream to its end: a response answered whole waits for its execution so. */
-async function drain(events: ReadableStream<Uint8Array>): Promise<void> {
-  const reader = events.getReader();
-  while (!(await reader.read()).done);
 }
 
 /** What creating a response, or counting its input tokens, works out before anything is written. */

@@ -289,6 +289,8 @@ export class ResponseEvents implements EventSink {
   readonly #reasonings = new Map<string, ReasoningEntry>();
   /** The message whose text is streaming (announced, not finished): the hot path's. */
   #streaming: MessageEntry | null = null;
+  /** The response in progress, as JSON (#emitInProgress). */
+  #inProgress: string | null = null;
 
   constructor(target: EventSink, options: ResponseEventsOptions) {
     this.#target = target;
@@ -338,11 +340,11 @@ export class ResponseEvents implements EventSink {
   async #translate(name: string, data: unknown, out: ServerSentEvent[]): Promise<void> {
     switch (name) {
       case 'thread.run.created':
-        return this.#emit(out, 'response.created', { response: this.#response(runOf(data), 'in_progress') });
+        return this.#emitInProgress(out, 'response.created');
       case REASONING_DELTA:
         return this.#reasoningDelta(reasoningDeltaOf(data), out);
       case 'thread.run.in_progress':
-        return this.#emit(out, 'response.in_progress', { response: this.#response(runOf(data), 'in_progress') });
+        return this.#emitInProgress(out, 'response.in_progress');
       case 'thread.message.created':
         this.#message(messageIdOf(data), out);
         return;
@@ -793,9 +795,23 @@ export class ResponseEvents implements EventSink {
     this.#emit(out, 'error', { code: code ?? null, message, param: param ?? null });
   }
 
-  /** The response as the run stands (`status` as the response names it). */
-  #response(run: RunObject, status: ResponseState['status']): unknown {
-    return this.#describe(this.#state(run, status, []));
+  /**
+   * response.created or response.in_progress: the response in progress, the same in both (a run's
+   * events before its end carry no usage, no error, no output), so read from neither and
+   * serialised once for the two.
+   */
+  #emitInProgress(out: ServerSentEvent[], type: 'response.created' | 'response.in_progress'): void {
+    this.#inProgress ??= JSON.stringify(
+      this.#describe({
+        status: 'in_progress',
+        output: [],
+        usage: null,
+        error: null,
+        incomplete_details: null,
+        completed_at: null,
+      }),
+    );
+    out.push([type, `{"type":"${type}","response":${this.#inProgress},"sequence_number":${this.#sequence++}}`]);
   }
 
   #state(run: RunObject, status: ResponseState['status'], output: OutputItem[]): ResponseState {

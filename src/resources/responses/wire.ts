@@ -1,5 +1,5 @@
 import type { ResponseRow, RunRow } from '../../db/schema';
-import { responseErrorCode, responseUsage, type DescribeResponse } from './events';
+import { responseErrorCode, responseUsage, type DescribeResponse, type ResponseState } from './events';
 import { responseStatus, type ResponseItemObject, type ResponseObject } from './objects';
 
 /**
@@ -10,23 +10,43 @@ import { responseStatus, type ResponseItemObject, type ResponseObject } from './
 const seconds = (ms: number) => Math.floor(ms / 1000);
 
 export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseItemObject[]): ResponseObject {
+  return responseObject(run, row, {
+    status: responseStatus(run.status),
+    output,
+    usage: run.usage ? responseUsage(run.usage) : null,
+    error: run.lastError ? { code: responseErrorCode(run.lastError.code), message: run.lastError.message } : null,
+    incomplete_details: run.incompleteDetails ? { reason: incompleteReason(run.incompleteDetails.reason) } : null,
+    completed_at: run.completedAt === null ? null : seconds(run.completedAt),
+  });
+}
+
+/**
+ * The response object for a state (status, output, usage, …) from the stream's view or the run's
+ * row, every other field from the run and the row: built field by field, in the reference's order,
+ * since the stream builds it for its first and last events.
+ */
+function responseObject<Output>(
+  run: RunRow,
+  row: ResponseRow,
+  state: Omit<ResponseState, 'output'> & { output: Output },
+): Omit<ResponseObject, 'output'> & { output: Output } {
   const { options } = row;
   return {
     id: run.id,
     object: 'response',
     created_at: seconds(run.createdAt),
-    status: responseStatus(run.status),
+    status: state.status,
     background: row.background,
-    completed_at: run.completedAt === null ? null : seconds(run.completedAt),
+    completed_at: state.completed_at,
     conversation: row.conversationId === null ? null : { id: row.conversationId },
-    error: run.lastError ? { code: responseErrorCode(run.lastError.code), message: run.lastError.message } : null,
-    incomplete_details: run.incompleteDetails ? { reason: incompleteReason(run.incompleteDetails.reason) } : null,
+    error: state.error,
+    incomplete_details: state.incomplete_details,
     instructions: options.instructions ?? null,
     max_output_tokens: run.maxCompletionTokens,
     max_tool_calls: options.max_tool_calls ?? null,
     metadata: run.metadata,
     model: run.model,
-    output,
+    output: state.output,
     parallel_tool_calls: run.parallelToolCalls,
     previous_response_id: row.previousResponseId,
     prompt: options.prompt ?? null,
@@ -42,7 +62,7 @@ export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseIt
     top_p: run.topP ?? 1,
     truncation: options.truncation ?? 'disabled',
     // Absent rather than null, as OpenAI's description has them: no usage yet, no user given.
-    ...(run.usage ? { usage: responseUsage(run.usage) } : {}),
+    ...(state.usage ? { usage: state.usage } : {}),
     ...(options.user ? { user: options.user } : {}),
   };
 }
@@ -52,8 +72,7 @@ export function toResponseJson(run: RunRow, row: ResponseRow, output: ResponseIt
  * the stream's own view of its status, output and usage.
  */
 export function describeResponse(run: RunRow, row: ResponseRow): DescribeResponse {
-  const base = toResponseJson(run, row, []);
-  return ({ usage, ...state }) => ({ ...base, ...state, ...(usage ? { usage } : {}) });
+  return (state) => responseObject(run, row, state);
 }
 
 function incompleteReason(reason: string): 'max_output_tokens' | 'content_filter' {

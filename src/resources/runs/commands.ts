@@ -62,8 +62,15 @@ export interface RunPath {
 }
 
 /**
+ * How a run put in progress is answered: `queued` while it executes in the background, `stream`
+ * with the event stream of its execution, or `ended` once its turn has ended (no event is built).
+ */
+export type RunAnswerKind = 'queued' | 'stream' | 'ended';
+
+/**
  * A run just put in progress, answered with its rate-limit headers: as the run object clients are
- * told first (queued) while it executes in the background, or as the event stream of its execution.
+ * told first (queued) while it executes in the background, or as the event stream of its execution;
+ * a run answered `ended` comes as it was put in progress, for the caller to read back.
  */
 export type RunAnswer =
   | { stream: false; run: RunRow; headers: Record<string, string> }
@@ -102,7 +109,7 @@ export async function createThreadAndRun(
     history: NO_HISTORY,
     write: (messages, run) => insertThreadAndRun(deps.db, thread, messages, run, stores.statements),
     leading: [['thread.created', toThreadJson(thread)]],
-    stream: body.stream === true,
+    answer: body.stream === true ? 'stream' : 'queued',
   });
   if (stores.queued) wakeIngestion(deps, context);
   return answer;
@@ -159,7 +166,7 @@ export async function createRun(
       throw activeRunError(thread.id, blocking ?? (await openRunOf(db, thread.id)));
     },
     leading: [],
-    stream: body.stream === true,
+    answer: body.stream === true ? 'stream' : 'queued',
     includeResultContent,
   });
   if (stores.queued) wakeIngestion(deps, context);
@@ -185,7 +192,7 @@ export interface RunStart {
   write: (messages: MessageRow[], run: RunRow) => Promise<void>;
   /** The events before thread.run.created: thread.created for a new thread. */
   leading: ServerSentEvent[];
-  stream: boolean;
+  answer: RunAnswerKind;
   /** Whether the stream's file search steps show their results' content. */
   includeResultContent?: boolean;
 }
@@ -226,7 +233,7 @@ export async function startRun(
     deps,
     run,
     admission,
-    start.stream,
+    start.answer,
     context,
     {
       leading: [...start.leading, ['thread.run.created', queued], ['thread.run.queued', queued]],
@@ -331,7 +338,7 @@ export async function submitToolOutputs(
       'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).',
     );
   }
-  return host(deps, accepted.run, admission, body.stream === true, context, {
+  return host(deps, accepted.run, admission, body.stream === true ? 'stream' : 'queued', context, {
     leading: [
       ['thread.run.step.completed', toStepJson(accepted.step, accepted.run)],
       ['thread.run.queued', toRunJson(asQueued(accepted.run))],
@@ -369,23 +376,32 @@ export async function cancelRun(
 
 /**
  * Hands a run put in progress to its host: executing in the background while the queued run is
- * the answer, or executing into the event stream that is the answer. `written`, the commit that
- * puts it in progress, may still be under way: a streamed run's upstream call starts meanwhile
- * (RunHost.stream), and either answer leaves only once it has succeeded.
+ * the answer, executing into the event stream that is the answer, or executed before the answer
+ * (`ended`: the run as it is then, read back by the caller). `written`, the commit that puts it in
+ * progress, may still be under way: the upstream call of a run streamed or waited for starts
+ * meanwhile (RunHost.stream, RunHost.execute), and any answer leaves only once it has succeeded.
  */
 async function host(
   deps: RunCommandDeps,
   run: RunRow,
   admission: Admission,
-  stream: boolean,
+  answer: RunAnswerKind,
   context: RequestContext,
   options: StreamOptions,
   written: Promise<unknown> = Promise.resolve(),
 ): Promise<RunAnswer> {
-  if (!stream) {
+  if (answer === 'queued') {
     await written;
     deps.runHost.start(run, { preloaded: options.preloaded }, context);
     return { stream: false, run: asQueued(run), headers: admission.headers };
+  }
+  if (answer === 'ended') {
+    const executed = deps.runHost.execute(run, { preloaded: options.preloaded }, context, written);
+    // A failed commit is the answer (the execution ends without a trace, or never reaches the host).
+    executed.catch(() => undefined);
+    await written;
+    await executed;
+    return { stream: false, run, headers: admission.headers };
   }
   const events = deps.runHost.stream(run, options, context, written);
   try {

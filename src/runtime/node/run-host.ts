@@ -20,6 +20,11 @@ export function inProcessRunHost(deps: RunDeps): RunHost {
       context.waitUntil(done);
       return Promise.resolve(readable);
     },
+    execute(run, options, context, written) {
+      const done = executeRun(deps, run, { rowsWritten: written, ...options });
+      context.waitUntil(done);
+      return done;
+    },
     cancel(runId) {
       deps.executions.cancel(runId);
     },

@@ -47,6 +47,14 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     return wire;
   }
 
+  /** A run its caller put in progress and waits for: answered once its turn has ended. */
+  async execute(run: RunRow, options: StartOptions): Promise<void> {
+    const deps = await this.#take();
+    const execution = executeRun(deps, run, options);
+    this.#track(execution);
+    await execution;
+  }
+
   /** A cancel: stops the run if it executes here, in this object's own context. */
   async cancel(runId: string): Promise<void> {
     (await workerDeps(this.env)).executions.cancel(runId);

@@ -10,6 +10,7 @@ import type { RunRow } from '../../db/schema';
 export interface RunExecutorRpc extends Rpc.DurableObjectBranded {
   start(run: RunRow, options: StartOptions): Promise<void>;
   stream(run: RunRow, options: StreamOptions): Promise<ReadableStream<Uint8Array>>;
+  execute(run: RunRow, options: StartOptions): Promise<void>;
   cancel(runId: string): Promise<void>;
 }
 
@@ -50,6 +51,11 @@ export function workersRunHost(namespace: DurableObjectNamespace<RunExecutorRpc>
     stream: async (run, options, _context, written) => {
       await written;
       return executor(run.id).stream(run, options);
+    },
+    // Awaited by the request: a client that goes away does not stop the execution, which the object keeps alive.
+    execute: async (run, options, _context, written) => {
+      await written;
+      await executor(run.id).execute(run, options);
     },
     // The run's lease renewal notices the cancel anyway, within a third of the lease.
     cancel: (runId, context) =>

@@ -395,8 +395,11 @@ class Execution {
     }
   }
 
-  /** The run's event for its current status. */
+  /**
+   * The run's event for its current status, as an object: the event stream serialises it, and a
+   * response's events (Deps.responseEvents) read it as it is.
+   */
   #runEvent(): ServerSentEvent {
-    return [`thread.run.${this.#run.status}`, JSON.stringify(toRunJson(this.#run))];
+    return [`thread.run.${this.#run.status}`, toRunJson(this.#run)];
   }
 }

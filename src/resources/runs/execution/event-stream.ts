@@ -22,6 +22,9 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 } as const;
 
+/** What a send answers when it has nothing to wait for. */
+const SENT: Promise<void> = Promise.resolve();
+
 /** Events queued towards a slow client before the engine waits for it. */
 const QUEUE_EVENTS = 64;
 /** The most bytes one chunk of events written in parts holds. */
@@ -69,14 +72,15 @@ export class EventStream implements EventSink {
     return this.#detached;
   }
 
-  async send(events: ServerSentEvent[]): Promise<void> {
-    if (this.#detached || this.#closed || events.length === 0) return;
+  /** Not async: a delta's send, the usual one, is written at once and answers a promise settled already. */
+  send(events: ServerSentEvent[]): Promise<void> {
+    if (this.#detached || this.#closed || events.length === 0) return SENT;
     if (events.some(([, data]) => data instanceof TextParts)) return this.#sendParts(events);
     let text = '';
     for (const [name, data] of events) {
       text += `event: ${name}\ndata: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
     }
-    await this.#write(encoder.encode(text));
+    return this.#write(encoder.encode(text));
   }
 
   /**
@@ -119,8 +123,16 @@ export class EventStream implements EventSink {
     }
   }
 
-  async #write(bytes: Uint8Array): Promise<void> {
-    if (this.#detached) return;
+  /** Enqueues `bytes` at once when the queue has room (the usual case, on every event), else once the client makes some. */
+  #write(bytes: Uint8Array): Promise<void> {
+    if (this.#detached) return SENT;
+    const room = this.#controller.desiredSize;
+    if (room === null || room <= 0) return this.#writeWhenRoom(bytes);
+    this.#enqueue(bytes);
+    return SENT;
+  }
+
+  async #writeWhenRoom(bytes: Uint8Array): Promise<void> {
     if (!(await this.#roomWithin(this.#stallMs))) {
       if (this.#detached) return;
       this.#detached = true;
@@ -128,6 +140,10 @@ export class EventStream implements EventSink {
       this.#controller.error(new Error('the client stopped reading the stream'));
       return;
     }
+    this.#enqueue(bytes);
+  }
+
+  #enqueue(bytes: Uint8Array): void {
     try {
       this.#controller.enqueue(bytes);
     } catch {
@@ -143,9 +159,6 @@ export class EventStream implements EventSink {
 
   /** Whether the client made room in the queue within `ms` (false if it left). */
   async #roomWithin(ms: number): Promise<boolean> {
-    // The usual case, on every event: room already, so no clock to start and stop.
-    const room = this.#controller.desiredSize;
-    if (room !== null && room > 0) return true;
     let cancel: (() => void) | undefined;
     const made = await new Promise<boolean>((resolve) => {
       this.#roomMade = () => resolve(true);

@@ -107,7 +107,8 @@ export class Outbox {
     const opened = this.#opened;
     this.#announced = [];
     this.#opened = [];
-    const deliver = () => this.#deliver(announced, opened, events);
+    // Events alone (a delta's, the usual send) go straight to the sink: nothing to do after them.
+    const deliver = () => (opened.length === 0 ? this.#sendOnly(events) : this.#deliver(announced, opened, events));
     const queue = this.#queue;
     if (queue === null) return deliver();
     const sent = queue.then(deliver);
@@ -120,6 +121,10 @@ export class Outbox {
       () => undefined,
     );
     return sent;
+  }
+
+  #sendOnly(events: OutgoingEvent[]): Promise<void> {
+    return this.#sink ? this.#sink.send(events.map(build)) : NOTHING_SENT;
   }
 
   async #deliver(announced: ServerSentEvent[], opened: OpenedRows[], events: OutgoingEvent[]): Promise<void> {
@@ -198,5 +203,7 @@ export class Outbox {
     this.#started.push(promise);
   }
 }
+
+const NOTHING_SENT: Promise<void> = Promise.resolve();
 
 const build = (event: OutgoingEvent): ServerSentEvent => (typeof event === 'function' ? event() : event);
