@@ -615,8 +615,7 @@ export class ResponseEvents implements EventSink {
   /** The last events of an announced item whose end is known. */
   #sendEnd(entry: OutputEntry, out: ServerSentEvent[]): void {
     entry.done = true;
-    if (entry.kind === 'message') return this.#sendMessageEnd(entry, out);
-    if (entry.kind === 'reasoning') return this.#sendReasoningEnd(entry, out);
+    if (entry.kind !== 'call') return this.#sendTextEnd(entry, out);
     const item = entry.item;
     if (item.type === 'function_call') {
       // Its arguments are final either way: whole, or as far as they came before the call was cut.
@@ -637,83 +636,46 @@ export class ResponseEvents implements EventSink {
     });
   }
 
-  #sendMessageEnd(message: MessageEntry, out: ServerSentEvent[]): void {
-    const { id, outputIndex, text, annotations } = message;
-    const part = (value: string): OutputTextPart => ({ type: 'output_text', text: value, annotations, logprobs: [] });
-    // The whole text is in three events, as OpenAI sends it: written from its pieces, never joined.
-    const [textDone, partDone, itemDone] = [this.#sequence++, this.#sequence++, this.#sequence++];
-    out.push([
-      'response.output_text.done',
-      jsonWithText(
-        (value) => ({
-          type: 'response.output_text.done',
-          item_id: id,
-          output_index: outputIndex,
-          content_index: 0,
-          text: value,
-          sequence_number: textDone,
-          logprobs: [],
-        }),
-        text,
-      ),
-    ]);
-    out.push([
-      'response.content_part.done',
-      jsonWithText(
-        (value) => ({
-          type: 'response.content_part.done',
-          item_id: id,
-          output_index: outputIndex,
-          content_index: 0,
-          sequence_number: partDone,
-          part: part(value),
-        }),
-        text,
-      ),
-    ]);
-    out.push([
-      'response.output_item.done',
-      jsonWithText(
-        (value) => ({
-          type: 'response.output_item.done',
-          output_index: outputIndex,
-          sequence_number: itemDone,
-          item: messageItem(message, value),
-        }),
-        text,
-      ),
-    ]);
-  }
-
-  #sendReasoningEnd(entry: ReasoningEntry, out: ServerSentEvent[]): void {
+  /**
+   * The last events of a message or a reasoning: its whole text in three events (the text done, its
+   * part done, its item done), as OpenAI sends them; written from its pieces, never joined.
+   */
+  #sendTextEnd(entry: TextEntry, out: ServerSentEvent[]): void {
     const { id, outputIndex, text } = entry;
-    // The whole text is in three events, as a message's: written from its pieces, never joined.
+    const message = entry.kind === 'message' ? entry : null;
     const [textDone, partDone, itemDone] = [this.#sequence++, this.#sequence++, this.#sequence++];
-    out.push([
-      'response.reasoning_text.done',
-      jsonWithText(
-        (value) => ({
-          type: 'response.reasoning_text.done',
-          item_id: id,
-          output_index: outputIndex,
-          content_index: 0,
-          text: value,
-          sequence_number: textDone,
-        }),
-        text,
-      ),
-    ]);
+    const at = { item_id: id, output_index: outputIndex, content_index: 0 };
+    out.push(
+      message
+        ? [
+            'response.output_text.done',
+            jsonWithText(
+              (value) => ({
+                type: 'response.output_text.done',
+                ...at,
+                text: value,
+                sequence_number: textDone,
+                logprobs: [],
+              }),
+              text,
+            ),
+          ]
+        : [
+            'response.reasoning_text.done',
+            jsonWithText(
+              (value) => ({ type: 'response.reasoning_text.done', ...at, text: value, sequence_number: textDone }),
+              text,
+            ),
+          ],
+    );
+    const part = (value: string): OutputTextPart | ReasoningTextPart =>
+      message
+        ? { type: 'output_text', text: value, annotations: message.annotations, logprobs: [] }
+        : { type: 'reasoning_text', text: value };
     out.push([
       'response.content_part.done',
       jsonWithText(
-        (value) => ({
-          type: 'response.content_part.done',
-          item_id: id,
-          output_index: outputIndex,
-          content_index: 0,
-          sequence_number: partDone,
-          part: { type: 'reasoning_text', text: value },
-        }),
+        (value) => ({ type: 'response.content_part.done', ...at, sequence_number: partDone, part: part(value) }),
         text,
       ),
     ]);
@@ -724,7 +686,7 @@ export class ResponseEvents implements EventSink {
           type: 'response.output_item.done',
           output_index: outputIndex,
           sequence_number: itemDone,
-          item: reasoningItem(entry, value),
+          item: entry.kind === 'message' ? messageItem(entry, value) : reasoningItem(entry, value),
         }),
         text,
       ),
