@@ -609,14 +609,7 @@ export type StoredChatCompletionRow = typeof storedChatCompletions.$inferSelect;
  * What a usage row counts: runs; responses (runs of kind `response`); embeddings calls (retrieval's, and those passed through, POST
  * /v1/embeddings); chat completions, legacy completions and moderations passed through.
  */
-export const USAGE_KINDS = [
-  'run',
-  'response',
-  'embeddings',
-  'chat_completions',
-  'completions',
-  'moderations',
-] as const;
+export const USAGE_KINDS = ['run', 'response', 'embeddings', 'chat_completions', 'completions', 'moderations'] as const;
 export type UsageKind = (typeof USAGE_KINDS)[number];
 
 /**
