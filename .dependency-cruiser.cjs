@@ -18,6 +18,11 @@ const LAYERS = [
     why: 'the environment, the error envelope, the log',
   },
   { name: 'providers', path: '^src/providers/', why: 'the upstream kinds and their calls' },
+  {
+    name: 'sandbox',
+    path: '^src/sandbox/',
+    why: "code_interpreter's sandbox: the port, its limits, its HTTP protocol and client",
+  },
   { name: 'db', path: '^src/db/', why: 'the tables, their column types, the client' },
   { name: 'ratelimit', path: '^src/ratelimit/', why: 'the policy vocabulary, matching, counters, enforcement' },
   { name: 'retrieval', path: '^src/retrieval/', why: 'chunking, embedding, indexing and searching files' },

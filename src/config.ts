@@ -200,6 +200,31 @@ export const configSchema = z
      * max_completion_tokens (on top of an estimate of its prompt); released against the real usage.
      */
     GATEWAY_TOKEN_RESERVATION: positiveInt.default(1024),
+    /**
+     * code_interpreter's sandbox (sandbox/sandbox.ts). A remote one, served by `gateway sandbox`
+     * (Workers, or a Node host without bubblewrap): its URL and the secret both ends share.
+     */
+    GATEWAY_SANDBOX_URL: z.string().url().optional(),
+    GATEWAY_SANDBOX_SECRET: z.string().min(32, { error: 'must be at least 32 characters' }).optional(),
+    /** A thread's session ends after this long without a call (OpenAI's: one hour). */
+    GATEWAY_SANDBOX_IDLE_MS: positiveInt.default(60 * 60 * 1000),
+    /** Sessions at once, in all and per workspace: past them the oldest idle one is ended, or a call waits for none. */
+    GATEWAY_SANDBOX_SESSIONS: positiveInt.default(16),
+    GATEWAY_SANDBOX_SESSIONS_PER_WORKSPACE: positiveInt.default(4),
+    /** The wall time one call may run; past it the session's processes are killed and the session ends. */
+    GATEWAY_SANDBOX_TIMEOUT_MS: positiveInt.default(60_000),
+    /** The CPU time each process of a session may take over the session's life (RLIMIT_CPU). */
+    GATEWAY_SANDBOX_CPU_SECONDS: positiveInt.default(600),
+    /** The address space each process of a session may map (RLIMIT_AS), in MiB. */
+    GATEWAY_SANDBOX_MEMORY_MB: positiveInt.min(256).default(1024),
+    /** Processes and threads a session may run at once (RLIMIT_NPROC, counted in its own user namespace). */
+    GATEWAY_SANDBOX_PROCESSES: positiveInt.min(4).default(32),
+    /** The size of a session's /mnt/data and of its /tmp, each a tmpfs, in MiB; also the largest file written. */
+    GATEWAY_SANDBOX_DISK_MB: positiveInt.default(256),
+    /** The output one call may print; past it the session is killed. Its first 64 KiB are kept as the call's logs. */
+    GATEWAY_SANDBOX_OUTPUT_BYTES: positiveInt.default(4 * 1024 * 1024),
+    /** The largest file put in or given back, and the most a call's images and files may hold together. */
+    GATEWAY_SANDBOX_FILE_BYTES: positiveInt.default(32 * 1024 * 1024),
   })
   .superRefine((config, ctx) => {
     // Node's HTTP server refuses a headers timeout longer than the request's, which includes them.
