@@ -2,9 +2,9 @@
 // `npm run build:node`: the Node server and the CLI as compiled JavaScript (dist/node.js,
 // dist/cli.js), which `npm start` and `npm run gateway` run with plain `node`: no TypeScript loader
 // and no wrapper process at runtime. Packages stay external (node_modules, as installed); the
-// embedded database's writer thread is a file of its own, copied beside the bundle that starts it,
-// and the chunker process (runtime/node/chunker-process.ts) a bundle of its own; both are found beside the
-// bundles that start them (`new URL('./….js', import.meta.url)`). What the CLI imports on demand
+// embedded database's writer thread is a file of its own, copied beside the bundle that starts it
+// (as is the code sandbox's Python driver, runtime/node/sandbox-driver.py), and the chunker process
+// (runtime/node/chunker-process.ts) a bundle of its own; each is found beside the bundles that start them (`new URL('./….js', import.meta.url)`). What the CLI imports on demand
 // (its commands' work, behind its help) is split into chunks beside it (dist/cli-*.js), so that
 // help never loads the database, zod or the services.
 // Runs before every start and every CLI command (package.json's start, bin/gateway.js), so that
@@ -64,9 +64,12 @@ export async function buildNode(root) {
     build({ ...common, entryPoints: { cli: 'src/cli/main.ts' }, splitting: true, chunkNames: 'cli-[name]-[hash]' }),
   ]);
   await copyFile(join(root, 'src/db/embedded-writer.js'), join(root, 'dist/embedded-writer.js'));
+  // The sandbox's Python driver, read by runtime/node/sandbox.ts from beside its bundle (the server's or the CLI's).
+  await copyFile(join(root, 'src/runtime/node/sandbox-driver.py'), join(root, 'dist/sandbox-driver.py'));
   const outputs = [
     ...results.flatMap((result) => Object.keys(result.metafile.outputs)),
     join('dist', 'embedded-writer.js'),
+    join('dist', 'sandbox-driver.py'),
   ];
   // Chunks are named by their content: the last build's that this one did not write are stale.
   for (const stale of Object.keys(stamp?.outputs ?? {}).filter((path) => !outputs.includes(path))) {

@@ -35,6 +35,22 @@ export interface Command {
   run(ctx: CommandContext): Promise<void>;
 }
 
+/**
+ * A command that serves rather than administers (`gateway sandbox`): it opens no database, and runs
+ * until the process is told to stop; resolves to the exit code.
+ */
+export interface ServerCommand extends Omit<Command, 'run'> {
+  serve(ctx: ServeContext): Promise<number>;
+}
+
+export interface ServeContext {
+  env: Record<string, string | undefined>;
+  values: Record<string, string | boolean | undefined>;
+  io: CliIo;
+  /** Aborted when the process is told to stop (SIGINT, SIGTERM), or by a test. */
+  stop: AbortSignal;
+}
+
 /** Where the CLI writes and reads: the process's streams, or a test's. */
 export interface CliIo {
   stdout(text: string): void;

@@ -1,4 +1,4 @@
-import type { Command } from './command';
+import type { Command, ServerCommand } from './command';
 
 /**
  * Every command of the CLI: its name, usage, summary and options, which are what help shows and
@@ -10,6 +10,7 @@ import type { Command } from './command';
 const identities = () => import('./identities');
 const virtualKeys = () => import('./virtual-keys');
 const usage = () => import('./usage');
+const sandbox = () => import('./sandbox');
 
 const organisationOption = { organisation: { type: 'string', short: 'o' } } as const;
 const workspaceOption = { workspace: { type: 'string', short: 'w' } } as const;
@@ -29,7 +30,7 @@ const keyOptions = {
   'api-key': { type: 'string' },
 } as const;
 
-export const commands: Command[] = [
+export const commands: (Command | ServerCommand)[] = [
   {
     name: 'init',
     usage: 'init [--json]',
@@ -141,6 +142,16 @@ export const commands: Command[] = [
       ...organisationOption,
     },
     run: async (ctx) => (await usage()).usageCommand(ctx),
+  },
+  {
+    name: 'sandbox',
+    usage: 'sandbox [--host <address>] [--port <port>]',
+    summary:
+      "Serve code_interpreter's sandbox over HTTP (docs/sandbox.md) for gateways without one of their own " +
+      '(Workers, Node without bubblewrap), on HOST and PORT unless given; callers send GATEWAY_SANDBOX_SECRET, ' +
+      'which must be set. Needs bubblewrap and Python with numpy, pandas and matplotlib; opens no database.',
+    options: { host: { type: 'string' }, port: { type: 'string' } },
+    serve: async (ctx) => (await sandbox()).serveSandbox(ctx),
   },
   {
     name: 'migrate',

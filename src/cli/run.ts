@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import type { CliIo, Command } from './command';
+import type { CliIo, Command, ServerCommand } from './command';
 import { commands } from './commands';
 
 /**
@@ -20,7 +20,7 @@ const FOOTER = [
 const commandsUnder = (words: string[]) =>
   commands.filter((command) => words.every((word, i) => command.name.split(' ')[i] === word));
 
-function commandHelp(command: Command): string {
+function commandHelp(command: Command | ServerCommand): string {
   return `Usage: gateway ${command.usage}\n\n${command.summary}\n\n${FOOTER}`;
 }
 
@@ -43,7 +43,7 @@ function help(words: string[]): string | null {
 }
 
 /** Finds the command named by the first one or two words. */
-function findCommand(argv: string[]): { command: Command; rest: string[] } | null {
+function findCommand(argv: string[]): { command: Command | ServerCommand; rest: string[] } | null {
   for (const words of [2, 1]) {
     const name = argv.slice(0, words).join(' ');
     const command = commands.find((candidate) => candidate.name === name);
@@ -63,13 +63,26 @@ const processIo: CliIo = {
   },
 };
 
+/** Aborted by the first SIGINT or SIGTERM: a serving command then stops as it chooses. */
+function stopSignal(): AbortSignal {
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  return stop.signal;
+}
+
 const isHelp = (arg: string) => arg === '--help' || arg === '-h';
 
-/** Runs one command; resolves to the exit code. Tests call it in-process with their own `io`. */
+/**
+ * Runs one command; resolves to the exit code. Tests call it in-process with their own `io`, and
+ * stop a serving command with their own signal.
+ */
 export async function runCli(
   argv: string[],
   env: Record<string, string | undefined>,
   io: CliIo = processIo,
+  stop?: AbortSignal,
 ): Promise<number> {
   const found = argv[0] === 'help' ? null : findCommand(argv);
   if (!found) return answerWithoutCommand(argv, io);
@@ -91,6 +104,7 @@ export async function runCli(
     io.stderr(`${error instanceof Error ? error.message : String(error)}\nUsage: gateway ${command.usage}\n`);
     return 2;
   }
+  if ('serve' in command) return command.serve({ env, values: parsed.values, io, stop: stop ?? stopSignal() });
   const { execute } = await import('./execute');
   return execute(command, parsed, env, io);
 }

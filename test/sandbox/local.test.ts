@@ -1,0 +1,366 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config';
+import { localSandbox } from '../../src/runtime/node/sandbox';
+import { sandboxLimits } from '../../src/sandbox/limits';
+import { SandboxError, type CodeResult, type SandboxSession } from '../../src/sandbox/sandbox';
+import { ROOT } from '../support/processes';
+import { waitFor } from '../support/wait';
+
+/**
+ * code_interpreter's local sandbox against the code a tenant might send it: each escape attempt is
+ * run in a real session (bubblewrap around Debian's Python) and what it reached is asserted, along
+ * with the gateway's side: its event loop keeps its pace and its memory stays flat while a session
+ * forks, spins or prints without end. Skipped, saying so, where bubblewrap or Python's packages are
+ * missing (.ci/run installs them where it can).
+ */
+
+const limits = sandboxLimits(
+  parseConfig({
+    GATEWAY_SANDBOX_DISK_MB: '64',
+    GATEWAY_SANDBOX_OUTPUT_BYTES: String(1024 * 1024),
+    GATEWAY_SANDBOX_SESSIONS_PER_WORKSPACE: '2',
+  }),
+);
+const sandbox = localSandbox({ limits });
+const availability = await sandbox.availability();
+if (!availability.available) {
+  console.warn(
+    `test/sandbox/local.test.ts: skipped, no local sandbox here (${availability.reason}). To run it: ` +
+      'apt-get install bubblewrap python3-numpy python3-pandas python3-matplotlib',
+  );
+}
+
+let threads = 0;
+const sessionOf = (workspaceId = 'ws_escape') => sandbox.open({ workspaceId, threadId: `thread_${++threads}` });
+
+/** Runs `code` in a session of its own, which ends after it. */
+async function runAlone(code: string, timeoutMs?: number): Promise<CodeResult> {
+  const session = await sessionOf();
+  try {
+    return await session.run(code, { timeoutMs });
+  } finally {
+    await session.close();
+  }
+}
+
+/** The gateway's event-loop delay (p99, ms) and resident memory growth (MiB) while `work` runs. */
+async function gatewayDuring<T>(work: () => Promise<T>): Promise<{ value: T; p99Ms: number; rssGrowthMb: number }> {
+  const delay = monitorEventLoopDelay({ resolution: 10 });
+  const rssBefore = process.memoryUsage().rss;
+  delay.enable();
+  try {
+    const value = await work();
+    return { value, p99Ms: delay.percentile(99) / 1e6, rssGrowthMb: (process.memoryUsage().rss - rssBefore) / 2 ** 20 };
+  } finally {
+    delay.disable();
+  }
+}
+
+/** The processes of this host whose command line holds `marker`. */
+function processesWith(marker: string): string[] {
+  return readdirSync('/proc').filter((pid) => {
+    if (!/^\d+$/.test(pid)) return false;
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(marker);
+    } catch {
+      return false;
+    }
+  });
+}
+
+afterAll(() => sandbox.close());
+
+describe('without bubblewrap or Python', () => {
+  it('is unavailable, saying what is missing, and opens no session', async () => {
+    const missing = localSandbox({ limits, bwrap: '/nonexistent/bwrap' });
+    const answer = await missing.availability();
+    expect(answer).toEqual({ available: false, reason: expect.stringContaining('install bubblewrap') });
+    await expect(missing.open({ workspaceId: 'w', threadId: 't' })).rejects.toMatchObject({ code: 'unavailable' });
+  });
+
+  it.skipIf(!availability.available)('is unavailable when the interpreter is not there', async () => {
+    const answer = await localSandbox({ limits, python: '/nonexistent/python3' }).availability();
+    expect(answer.available).toBe(false);
+  });
+});
+
+describe.skipIf(!availability.available)('the local sandbox', () => {
+  it('keeps variables and files between calls; pandas reads a CSV put in, matplotlib draws a PNG', async () => {
+    const session = await sessionOf();
+    await session.putFile('sales.csv', new TextEncoder().encode('month,total\n1,10\n2,30\n3,20\n'));
+    const first = await session.run(
+      [
+        'import pandas as pd',
+        'import matplotlib.pyplot as plt',
+        "df = pd.read_csv('/mnt/data/sales.csv')",
+        "df.plot(x='month', y='total')",
+        "plt.savefig('chart.png')",
+        "df.assign(double=df.total * 2).to_csv('doubled.csv', index=False)",
+        'df.total.sum()',
+      ].join('\n'),
+    );
+    expect(first).toMatchObject({ status: 'ok', logs: '60\n', logsTruncated: false });
+    // The figure left open is given back as a PNG, as is the one saved, among the files written.
+    expect(first.images).toHaveLength(1);
+    expect(
+      Buffer.from(first.images[0]?.bytes ?? [])
+        .subarray(1, 4)
+        .toString(),
+    ).toBe('PNG');
+    expect(first.files.map((file) => file.path).sort()).toEqual(['chart.png', 'doubled.csv']);
+    const doubled = first.files.find((file) => file.path === 'doubled.csv');
+    expect(new TextDecoder().decode(doubled?.bytes)).toBe('month,total,double\n1,10,20\n2,30,60\n3,20,40\n');
+
+    const second = await session.run("print(len(df), sorted(__import__('os').listdir('.')))");
+    expect(second).toMatchObject({ status: 'ok', images: [], files: [] });
+    expect(second.logs).toBe("3 ['chart.png', 'doubled.csv', 'sales.csv']\n");
+    await session.close();
+  });
+
+  it('answers an exception with its name and the code’s own traceback, and the session lives on', async () => {
+    const session = await sessionOf();
+    const failed = await session.run('x = 1\nprint("before")\n1 / 0');
+    expect(failed).toMatchObject({ status: 'error', error: { name: 'ZeroDivisionError', value: 'division by zero' } });
+    expect(failed.logs).toMatch(/^before\nTraceback[^]*File "<code>", line 3[^]*ZeroDivisionError/);
+    expect(failed.logs).not.toContain('<string>');
+    expect(await session.run('x')).toMatchObject({ status: 'ok', logs: '1\n' });
+    await session.close();
+  });
+
+  it('reaches no socket: neither a listener on the host’s loopback nor a public address', async () => {
+    let connections = 0;
+    const listener = createServer((socket) => {
+      connections++;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+    const { port } = listener.address() as AddressInfo;
+    try {
+      const result = await runAlone(
+        [
+          'import socket',
+          `for address in [('127.0.0.1', ${port}), ('1.1.1.1', 443), ('8.8.8.8', 53)]:`,
+          '    try:',
+          '        socket.create_connection(address, timeout=5)',
+          "        print('connected', address)",
+          '    except OSError as error:',
+          "        print('refused', address[0], error.errno)",
+          'print(sorted(name for _, name in socket.if_nameindex()))',
+        ].join('\n'),
+      );
+      expect(result.status).toBe('ok');
+      expect(result.logs).not.toContain('connected');
+      expect(result.logs.match(/^refused /gm)).toHaveLength(3);
+      // Its network namespace has a loopback of its own and nothing else.
+      expect(result.logs).toContain("['lo']");
+      expect(connections).toBe(0);
+    } finally {
+      listener.close();
+    }
+  });
+
+  it('reads nothing of the gateway: its database, its environment, its keys, its files', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'sandbox-host-'));
+    const secret = `secret-${Date.now()}`;
+    writeFileSync(join(dataDir, 'gateway.db'), secret);
+    writeFileSync(join(dataDir, 'encryption.key'), secret);
+    process.env.SANDBOX_TEST_SECRET = secret;
+    try {
+      const result = await runAlone(
+        [
+          'import os, glob',
+          `for path in ['${dataDir}/gateway.db', '${dataDir}/encryption.key', '${ROOT}', '/root', '/home', '/work', '/etc/passwd', '/etc/shadow']:`,
+          '    print(path, os.path.exists(path))',
+          "print('environ', sorted(os.environ))",
+          "print('pid 1 environ', open('/proc/1/environ', 'rb').read())",
+          "print('processes', sorted(open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')[0].decode() for p in os.listdir('/proc') if p.isdigit()))",
+          "print('root', sorted(os.listdir('/')))",
+        ].join('\n'),
+      );
+      expect(result.status).toBe('ok');
+      expect(result.logs).not.toContain(secret);
+      expect(result.logs.match(/ True$/gm)).toBeNull();
+      expect(result.logs).toContain(
+        "environ ['HOME', 'LANG', 'MPLBACKEND', 'MPLCONFIGDIR', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH', 'PWD', 'PYTHONDONTWRITEBYTECODE']",
+      );
+      expect(result.logs).toContain("pid 1 environ b''");
+      // Its own PID namespace: bubblewrap's init and the interpreter, nothing of the host.
+      expect(result.logs).toMatch(/^processes \['(bwrap|\/usr\/bin\/bwrap)', '\/usr\/bin\/python3'\]$/m);
+      expect(result.logs).toContain("root ['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', 'proc', 'tmp', 'usr']");
+    } finally {
+      delete process.env.SANDBOX_TEST_SECRET;
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('reads nothing of another session’s /mnt/data', async () => {
+    const owner = await sessionOf();
+    await owner.putFile('theirs.txt', new TextEncoder().encode('private'));
+    expect((await owner.run("open('mine.txt', 'w').write('private too')")).status).toBe('ok');
+    const other = await sessionOf();
+    const result = await other.run(
+      [
+        'import glob, os',
+        "print(os.listdir('/mnt/data'))",
+        "print(glob.glob('/proc/*/root/mnt/data/*') + glob.glob('/proc/*/cwd/*'))",
+        "print([path for root in ('/mnt', '/tmp', '/dev', '/etc') for path in glob.glob(root + '/**', recursive=True) if 'theirs' in path or 'mine' in path])",
+      ].join('\n'),
+    );
+    expect(result).toMatchObject({ status: 'ok', logs: '[]\n[]\n[]\n' });
+    await Promise.all([owner.close(), other.close()]);
+  });
+
+  it('contains a fork bomb: the process count stops it, the wall time kills it whole, the gateway keeps its pace', async () => {
+    const marker = `bomb-${Date.now()}`;
+    const bomb = [
+      'import os',
+      'while True:',
+      '    try:',
+      '        if os.fork() == 0:',
+      `            os.execv('/usr/bin/python3', ['python3', '-c', 'while True: pass', '${marker}'])`,
+      '    except OSError:',
+      '        pass',
+    ].join('\n');
+    const { value: result, p99Ms, rssGrowthMb } = await gatewayDuring(() => runAlone(bomb, 5000));
+    expect(result).toMatchObject({ status: 'timeout', reason: expect.stringContaining('GATEWAY_SANDBOX_TIMEOUT_MS') });
+    expect(p99Ms).toBeLessThan(50);
+    expect(rssGrowthMb).toBeLessThan(50);
+    // Every process it started died with the session.
+    expect(
+      await waitFor(
+        () => processesWith(marker),
+        (left) => left.length === 0,
+      ),
+    ).toEqual([]);
+  });
+
+  it('refuses 10 GiB: a MemoryError, and the session lives on', async () => {
+    const session = await sessionOf();
+    const result = await session.run('data = bytearray(10 * 1024 ** 3)');
+    expect(result).toMatchObject({ status: 'error', error: { name: 'MemoryError' } });
+    expect(await session.run('print("still here")')).toMatchObject({ status: 'ok', logs: 'still here\n' });
+    await session.close();
+  });
+
+  it('fills only its own bounded disk: /mnt/data and /tmp are full at their size', async () => {
+    const session = await sessionOf();
+    const fill = (path: string) =>
+      session.run(
+        [
+          `with open('${path}', 'wb') as file:`,
+          '    for _ in range(1024):',
+          '        file.write(b"0" * 1024 * 1024)',
+        ].join('\n'),
+      );
+    for (const path of ['/mnt/data/fill', '/tmp/fill']) {
+      const result = await fill(path);
+      expect(result).toMatchObject({ status: 'error', error: { name: 'OSError' } });
+      expect(result.error?.value).toMatch(/No space left on device|File too large/);
+    }
+    // The file written is too large to give back whole: left out, the session intact.
+    expect(await session.run('import os; os.path.getsize("/mnt/data/fill") <= 64 * 1024 * 1024')).toMatchObject({
+      status: 'ok',
+      logs: 'True\n',
+    });
+    await session.close();
+  });
+
+  it('stops reading past its output limit: 1 GB printed kills the session, the logs keep their bound', async () => {
+    const { value: result, rssGrowthMb } = await gatewayDuring(() =>
+      runAlone('import sys\nchunk = "x" * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(chunk)'),
+    );
+    expect(result).toMatchObject({
+      status: 'killed',
+      logsTruncated: true,
+      reason: expect.stringContaining('GATEWAY_SANDBOX_OUTPUT_BYTES'),
+    });
+    expect(result.logs.length).toBe(limits.logBytes);
+    expect(rssGrowthMb).toBeLessThan(50);
+  });
+
+  it('kills a busy loop at its wall time; the session is then dead and says so, the thread gets a new one', async () => {
+    const key = { workspaceId: 'ws_escape', threadId: `thread_${++threads}` };
+    const session = await sandbox.open(key);
+    await session.run('kept = 1');
+    const { value: result, p99Ms } = await gatewayDuring(() =>
+      session.run('while True:\n    pass', { timeoutMs: 3000 }),
+    );
+    expect(result).toMatchObject({ status: 'timeout' });
+    expect(p99Ms).toBeLessThan(50);
+    expect(session.alive).toBe(false);
+    await expect(session.run('print(1)')).rejects.toMatchObject({ code: 'session_ended' });
+    const next = await sandbox.open(key);
+    expect(next.id).not.toBe(session.id);
+    expect(await next.run("'kept' in globals()")).toMatchObject({ status: 'ok', logs: 'False\n' });
+    await next.close();
+  });
+
+  it('cannot trace the gateway, mount, make a namespace, or raise its limits', async () => {
+    const result = await runAlone(
+      [
+        'import ctypes, os, resource',
+        'libc = ctypes.CDLL(None, use_errno=True)',
+        'def attempt(name, outcome):',
+        '    print(name, outcome, ctypes.get_errno())',
+        `attempt('ptrace', libc.ptrace(16, ${process.pid}, 0, 0))`,
+        "attempt('mount', libc.mount(b'none', b'/usr', b'tmpfs', 0, None))",
+        "attempt('unshare', libc.unshare(0x10000000))",
+        'for limit in (resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CPU):',
+        '    soft, hard = resource.getrlimit(limit)',
+        '    try:',
+        '        resource.setrlimit(limit, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))',
+        "        print('raised', limit)",
+        '    except ValueError:',
+        "        print('refused', limit)",
+        "print('nice', os.nice(0))",
+        'try:',
+        '    os.nice(-19)',
+        "    print('priority raised')",
+        'except OSError:',
+        "    print('priority refused')",
+      ].join('\n'),
+    );
+    expect(result.status).toBe('ok');
+    // ESRCH (3): the gateway's process is not in the session's PID namespace; EPERM (1) for the rest.
+    expect(result.logs).toMatch(/^ptrace -1 3$/m);
+    expect(result.logs).toMatch(/^mount -1 1$/m);
+    expect(result.logs).toMatch(/^unshare -1 (1|28)$/m);
+    expect(result.logs).not.toContain('raised');
+    expect(result.logs.match(/^refused /gm)).toHaveLength(3);
+    expect(result.logs).toContain('nice 19');
+    expect(result.logs).toContain('priority refused');
+  });
+
+  it('keeps at most its sessions per workspace: the longest idle one makes room, none while all run', async () => {
+    const first = await sessionOf('ws_bounds');
+    const second = await sessionOf('ws_bounds');
+    await first.run('1');
+    await second.run('2');
+    const third = await sessionOf('ws_bounds');
+    expect(first.alive).toBe(false);
+    expect(second.alive).toBe(true);
+    // Both running code (a call is under way from the moment it is asked for): a fourth is refused
+    // rather than ending one of them.
+    const running = [second.run('import time\nwhile True: time.sleep(0.05)', { timeoutMs: 60_000 })];
+    running.push(third.run('import time\nwhile True: time.sleep(0.05)', { timeoutMs: 60_000 }));
+    const refused = await sessionOf('ws_bounds').catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(SandboxError);
+    expect(refused).toMatchObject({ code: 'busy', message: expect.stringContaining('SESSIONS_PER_WORKSPACE') });
+    await Promise.all([second.close(), third.close()]);
+    expect((await Promise.all(running)).map((result) => result.status)).toEqual(['killed', 'killed']);
+  });
+
+  it('refuses a file name that is a path, and a session closed answers session_ended', async () => {
+    const session: SandboxSession = await sessionOf();
+    for (const name of ['../x', 'a/b', '.', '..', '', 'a\u0000b']) {
+      await expect(session.putFile(name, new Uint8Array(1))).rejects.toMatchObject({ code: 'invalid_request' });
+    }
+    await session.close();
+    await expect(session.run('1')).rejects.toMatchObject({ code: 'session_ended' });
+  });
+});
