@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { upstreamShares, type Config } from '../../config';
 import type { NodeDatabase } from '../../db/node';
 import type { Deps } from '../../deps';
@@ -20,6 +21,10 @@ import { UpstreamUrlJudgements } from '../../lib/upstream-url';
 import { ModelLists } from '../../providers/models';
 import { RunExecutions } from '../../resources/runs/execution/executions';
 import { responseEvents } from '../../resources/responses/stream';
+import { configuredSandbox } from '../../sandbox/configured';
+import { sandboxLimits } from '../../sandbox/limits';
+import type { Sandbox } from '../../sandbox/sandbox';
+import { localSandbox } from './sandbox';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -44,6 +49,7 @@ export async function createNodeDeps(
     now: Date.now,
     slices: nodeSlices,
     blobs: nodeBlobStore(config),
+    sandbox: overrides.sandbox ?? nodeSandbox(config),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     upstreamShares: upstreamShares(config),
     executions: new RunExecutions(),
@@ -60,4 +66,17 @@ export async function createNodeDeps(
     runHost: overrides.runHost ?? inProcessRunHost(deps),
     ingestion: overrides.ingestion === undefined ? inProcessIngestionHost(deps, chunkerEntry) : overrides.ingestion,
   };
+}
+
+/** The programs the local sandbox runs (runtime/node/sandbox.ts): Debian's, with numpy, pandas and matplotlib. */
+const BWRAP = '/usr/bin/bwrap';
+const PYTHON = '/usr/bin/python3';
+
+/**
+ * The local sandbox where bubblewrap and Python are installed (its first use checks that they run),
+ * else the remote one or none (sandbox/configured.ts).
+ */
+function nodeSandbox(config: Config): Sandbox {
+  const local = existsSync(BWRAP) && existsSync(PYTHON) ? localSandbox({ limits: sandboxLimits(config) }) : null;
+  return configuredSandbox(config, local, { missing: `bubblewrap (${BWRAP}) or ${PYTHON} is not installed here` });
 }
