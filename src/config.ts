@@ -227,6 +227,13 @@ export const configSchema = z
     GATEWAY_SANDBOX_FILE_BYTES: positiveInt.default(32 * 1024 * 1024),
   })
   .superRefine((config, ctx) => {
+    if (config.GATEWAY_SANDBOX_URL !== undefined && config.GATEWAY_SANDBOX_SECRET === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['GATEWAY_SANDBOX_SECRET'],
+        message: 'is required with GATEWAY_SANDBOX_URL (the secret `gateway sandbox` was started with)',
+      });
+    }
     // Node's HTTP server refuses a headers timeout longer than the request's, which includes them.
     if (config.GATEWAY_HEADERS_TIMEOUT_MS > config.GATEWAY_REQUEST_TIMEOUT_MS) {
       ctx.addIssue({

@@ -1,71 +1,35 @@
 import type { Config } from '../config';
-import { sandboxLimits } from './limits';
+import { sandboxLimits, type SandboxLimits } from './limits';
 import { remoteSandbox } from './remote';
-import { SandboxError, type Availability, type Sandbox } from './sandbox';
+import { SandboxError, type Sandbox } from './sandbox';
 
 /**
- * Which sandbox a gateway has, for both runtimes' deps: its own (Node's local one, when the host
- * has bubblewrap and Python), else the one served at GATEWAY_SANDBOX_URL, else none, saying how to
- * get one (docs/sandbox.md).
+ * The sandbox the configuration names, for an entry to put in its deps: the one served at
+ * GATEWAY_SANDBOX_URL when it is set; else this runtime's own (`local`: Node's bubblewrap); else
+ * none, whose availability says how to have one.
  */
-export function configuredSandbox(
-  config: Config,
-  local: Sandbox | null,
-  options: { fetch?: typeof fetch; missing: string } = { missing: 'no local sandbox' },
-): Sandbox {
-  if (local) return local;
-  const url = config.GATEWAY_SANDBOX_URL;
-  if (url === undefined) {
-    return unavailableSandbox(`${options.missing}, and GATEWAY_SANDBOX_URL is not set`);
-  }
-  const secret = config.GATEWAY_SANDBOX_SECRET;
-  if (secret === undefined) return unavailableSandbox('GATEWAY_SANDBOX_URL is set without GATEWAY_SANDBOX_SECRET');
+export function configuredSandbox(config: Config, local?: (limits: SandboxLimits) => Sandbox): Sandbox {
   const limits = sandboxLimits(config);
-  return withKeptAvailability(
-    remoteSandbox({
-      url,
-      secret,
+  if (config.GATEWAY_SANDBOX_URL !== undefined && config.GATEWAY_SANDBOX_SECRET !== undefined) {
+    return remoteSandbox({
+      url: config.GATEWAY_SANDBOX_URL,
+      secret: config.GATEWAY_SANDBOX_SECRET,
       fileBytes: limits.fileBytes,
       logBytes: limits.logBytes,
       timeoutMs: limits.timeoutMs,
-      fetch: options.fetch,
-    }),
+    });
+  }
+  if (local) return local(limits);
+  return noSandbox(
+    'No code sandbox: set GATEWAY_SANDBOX_URL and GATEWAY_SANDBOX_SECRET to a `gateway sandbox` server.',
   );
 }
 
-/** A gateway without a sandbox: runs that would use code_interpreter are refused, saying `reason`. */
-export function unavailableSandbox(reason: string): Sandbox {
-  const availability: Availability = { available: false, reason };
+/** A sandbox that is not there, saying why. */
+export function noSandbox(reason: string): Sandbox {
   return {
-    availability: () => Promise.resolve(availability),
+    availability: () => Promise.resolve({ available: false, reason }),
     open: () => Promise.reject(new SandboxError('unavailable', reason)),
     close: () => Promise.resolve(),
-  };
-}
-
-/** How long a remote sandbox's answer to "available?" is kept: every run with code_interpreter asks. */
-const AVAILABLE_MS = 30_000;
-const UNAVAILABLE_MS = 5_000;
-
-/**
- * A remote sandbox whose availability is asked of its server at most once in a while, not on every
- * run and every /health: an unreachable server is asked again sooner than a reachable one.
- */
-function withKeptAvailability(sandbox: Sandbox, now: () => number = Date.now): Sandbox {
-  let kept: { answer: Promise<Availability>; until: number } | null = null;
-  return {
-    availability() {
-      const at = now();
-      if (kept && at < kept.until) return kept.answer;
-      const answer = sandbox.availability();
-      const entry = { answer, until: at + UNAVAILABLE_MS };
-      kept = entry;
-      void answer.then((found) => {
-        if (found.available) entry.until = now() + AVAILABLE_MS;
-      });
-      return answer;
-    },
-    open: (key) => sandbox.open(key),
-    close: () => sandbox.close(),
   };
 }

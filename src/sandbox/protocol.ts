@@ -56,6 +56,8 @@ export const errorWire = z.object({
   error: z.object({ code: z.enum([...errorCodes, 'unauthorized']), message: z.string().max(2048) }),
 });
 
+export type ErrorWire = z.infer<typeof errorWire>;
+
 export const ERROR_STATUS = {
   unauthorized: 401,
   invalid_request: 400,

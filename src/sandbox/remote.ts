@@ -67,7 +67,8 @@ export function remoteSandbox(options: RemoteSandboxOptions): Sandbox {
         method: init.method,
         headers,
         body: init.json !== undefined ? JSON.stringify(init.json) : init.body,
-        redirect: 'error',
+        // Never followed: a redirect would carry the secret elsewhere. (workerd has no 'error'.)
+        redirect: 'manual',
         signal: AbortSignal.timeout(init.timeoutMs ?? ANSWER_MS),
       });
     } catch (error) {
@@ -204,9 +205,9 @@ export function remoteSandbox(options: RemoteSandboxOptions): Sandbox {
   };
 }
 
-/** A fetch failure's name and cause, which say nothing of the secret. */
+/** A fetch failure's name, message and cause: the runtime's words about the URL, never the headers. */
 function describe(error: unknown): string {
   if (!(error instanceof Error)) return 'unknown error';
   const cause = error.cause instanceof Error ? `: ${error.cause.message}` : '';
-  return `${error.name}${cause}`.slice(0, 300);
+  return `${error.name}: ${error.message}${cause}`.slice(0, 300);
 }

@@ -1,9 +1,8 @@
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { timingSafeEqual } from 'hono/utils/buffer';
-import { ERROR_STATUS, openRequest, runRequest, toWire, WORKSPACE_HEADER, type errorWire } from './protocol';
+import { ERROR_STATUS, openRequest, runRequest, toWire, WORKSPACE_HEADER, type ErrorWire } from './protocol';
 import { SandboxError, type Sandbox, type SandboxErrorCode, type SandboxSession } from './sandbox';
-import type * as z from 'zod';
 
 /**
  * A sandbox served over HTTP (protocol.ts): what `gateway sandbox` runs on a Linux host for gateways
@@ -25,10 +24,8 @@ const OPEN_BYTES = 4096;
 /** A run's JSON beyond its code. */
 const RUN_OVERHEAD = 4096;
 
-type Failure = z.infer<typeof errorWire>;
-
 function failure(c: Context, code: SandboxErrorCode | 'unauthorized', message: string) {
-  const body: Failure = { error: { code, message } };
+  const body: ErrorWire = { error: { code, message } };
   return c.json(body, ERROR_STATUS[code]);
 }
 

@@ -239,6 +239,31 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
     ).toEqual([]);
   });
 
+  it('ends what a call started with the call: nothing of it runs between calls', async () => {
+    const marker = `left-running-${Date.now()}`;
+    const session = await sessionOf();
+    const started = await session.run(
+      `import subprocess\nsubprocess.Popen(['/usr/bin/python3', '-c', 'while True: pass', '${marker}'])\nprint('started')`,
+    );
+    expect(started).toMatchObject({ status: 'ok', logs: 'started\n' });
+    expect(session.alive).toBe(true);
+    expect(
+      await waitFor(
+        () => processesWith(marker),
+        (left) => left.length === 0,
+      ),
+    ).toEqual([]);
+    // And reaped: calls that each leave a third of the session's processes running all succeed,
+    // where the zombies of the calls before would have used up the count.
+    const third = Math.floor(limits.processes / 3);
+    const leave = `import os\nfor _ in range(${third}):\n    if os.fork() == 0:\n        import time; time.sleep(60)\nprint('left')`;
+    for (let call = 0; call < 5; call++) {
+      expect(await session.run(leave)).toMatchObject({ status: 'ok', logs: 'left\n' });
+    }
+    expect(await session.run('print("next")')).toMatchObject({ status: 'ok', logs: 'next\n' });
+    await session.close();
+  });
+
   it('refuses 10 GiB: a MemoryError, and the session lives on', async () => {
     const session = await sessionOf();
     const result = await session.run('data = bytearray(10 * 1024 ** 3)');
@@ -247,7 +272,7 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
     await session.close();
   });
 
-  it('fills only its own bounded disk: /mnt/data and /tmp are full at their size', async () => {
+  it('fills only its own bounded disk: /mnt/data and /tmp are full at their size, the rest read-only', async () => {
     const session = await sessionOf();
     const fill = (path: string) =>
       session.run(
@@ -262,6 +287,22 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
       expect(result).toMatchObject({ status: 'error', error: { name: 'OSError' } });
       expect(result.error?.value).toMatch(/No space left on device|File too large/);
     }
+    // Nowhere else to write: bubblewrap's root and /dev are read-only, /dev/shm has a size of its own.
+    const elsewhere = await session.run(
+      [
+        "for path in ['/fill', '/etc/fill', '/mnt/fill', '/dev/fill', '/usr/fill', '/dev/shm/fill']:",
+        '    try:',
+        "        with open(path, 'wb') as file:",
+        '            for _ in range(1024):',
+        '                file.write(b"0" * 1024 * 1024)',
+        "        print('filled', path)",
+        '    except OSError as error:',
+        "        print('refused', path, error.strerror)",
+      ].join('\n'),
+    );
+    expect(elsewhere.logs).not.toContain('filled');
+    expect(elsewhere.logs.match(/^refused \S+ Read-only file system$/gm)).toHaveLength(5);
+    expect(elsewhere.logs).toContain('refused /dev/shm/fill No space left on device');
     // The file written is too large to give back whole: left out, the session intact.
     expect(await session.run('import os; os.path.getsize("/mnt/data/fill") <= 64 * 1024 * 1024')).toMatchObject({
       status: 'ok',
@@ -353,6 +394,36 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
     expect(refused).toMatchObject({ code: 'busy', message: expect.stringContaining('SESSIONS_PER_WORKSPACE') });
     await Promise.all([second.close(), third.close()]);
     expect((await Promise.all(running)).map((result) => result.status)).toEqual(['killed', 'killed']);
+  });
+
+  it('counts sessions still starting: opens side by side never pass the bound together', async () => {
+    const opened = await Promise.allSettled([1, 2, 3].map(() => sessionOf('ws_race')));
+    const sessions = opened.flatMap((settled) => (settled.status === 'fulfilled' ? [settled.value] : []));
+    expect(sessions).toHaveLength(2);
+    expect(opened.find((settled) => settled.status === 'rejected')).toMatchObject({ reason: { code: 'busy' } });
+    await Promise.all(sessions.map((session) => session.close()));
+  });
+
+  it('ends a session idle past GATEWAY_SANDBOX_IDLE_MS, and every session when it is closed', async () => {
+    const brief = localSandbox({ limits: { ...limits, idleMs: 300 } });
+    const idle = await brief.open({ workspaceId: 'ws_idle', threadId: 'idle' });
+    await idle.run('x = 1');
+    expect(
+      await waitFor(
+        () => idle.alive,
+        (alive) => !alive,
+      ),
+    ).toBe(false);
+    await expect(idle.run('x')).rejects.toMatchObject({
+      code: 'session_ended',
+      message: expect.stringContaining('idle'),
+    });
+
+    const kept = localSandbox({ limits });
+    const sessions = await Promise.all(['a', 'b'].map((threadId) => kept.open({ workspaceId: 'ws_stop', threadId })));
+    await kept.close();
+    expect(sessions.map((session) => session.alive)).toEqual([false, false]);
+    await expect(kept.open({ workspaceId: 'ws_stop', threadId: 'c' })).rejects.toMatchObject({ code: 'unavailable' });
   });
 
   it('refuses a file name that is a path, and a session closed answers session_ended', async () => {

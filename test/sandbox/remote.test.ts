@@ -1,15 +1,12 @@
 import { createServer, type ServerResponse } from 'node:http';
-import type { ServerType } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { runCli } from '../../src/cli/run';
 import { parseConfig } from '../../src/config';
-import { localSandbox } from '../../src/runtime/node/sandbox';
-import { listen } from '../../src/runtime/node/server';
 import { sandboxLimits } from '../../src/sandbox/limits';
 import { WORKSPACE_HEADER } from '../../src/sandbox/protocol';
 import { remoteSandbox } from '../../src/sandbox/remote';
-import { sandboxServer } from '../../src/sandbox/server';
+import { startSandboxServer } from '../support/sandbox-server';
 import { waitFor } from '../support/wait';
 
 /**
@@ -18,17 +15,12 @@ import { waitFor } from '../support/wait';
  * bounded bodies both ways, JSON errors. Skipped, saying so, where there is no local sandbox.
  */
 
-const SECRET = 's'.repeat(40);
-const config = parseConfig({ GATEWAY_SANDBOX_FILE_BYTES: String(1024 * 1024), GATEWAY_SANDBOX_SECRET: SECRET });
-const limits = sandboxLimits(config);
-const local = localSandbox({ limits });
-const availability = await local.availability();
-if (!availability.available) {
-  console.warn(`test/sandbox/remote.test.ts: skipped, no local sandbox here (${availability.reason}).`);
-}
+const served = await startSandboxServer({ GATEWAY_SANDBOX_FILE_BYTES: String(1024 * 1024) });
+if (!served) console.warn('test/sandbox/remote.test.ts: skipped, no local sandbox here.');
+const SECRET = served?.secret ?? '';
+const url = served?.url ?? '';
+const limits = served?.limits ?? sandboxLimits(parseConfig({}));
 
-let url = '';
-let server: ServerType | undefined;
 const client = (secret = SECRET, at = url) =>
   remoteSandbox({
     url: at,
@@ -38,18 +30,7 @@ const client = (secret = SECRET, at = url) =>
     timeoutMs: limits.timeoutMs,
   });
 
-beforeAll(async () => {
-  if (!availability.available) return;
-  const app = sandboxServer({ sandbox: local, secret: SECRET, fileBytes: limits.fileBytes });
-  const listening = await listen((request) => app.fetch(request), { ...config, HOST: '127.0.0.1', PORT: 0 });
-  server = listening.server;
-  url = listening.url;
-});
-
-afterAll(async () => {
-  server?.close();
-  await local.close();
-});
+afterAll(() => served?.close());
 
 /** A server that answers every request with `answer`: a sandbox that misbehaves. */
 async function fakeServer(answer: (response: ServerResponse) => void): Promise<{ url: string; close: () => void }> {
@@ -58,7 +39,7 @@ async function fakeServer(answer: (response: ServerResponse) => void): Promise<{
   return { url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, close: () => fake.close() };
 }
 
-describe.skipIf(!availability.available)('the sandbox over HTTP', () => {
+describe.skipIf(!served)('the sandbox over HTTP', () => {
   it('serves a session: a file put in, pandas and a chart, state kept, the session ended', async () => {
     const remote = client();
     expect(await remote.availability()).toEqual({ available: true });
@@ -176,6 +157,23 @@ describe.skipIf(!availability.available)('the sandbox over HTTP', () => {
       await expect(client(SECRET, wrong.url).open({ workspaceId: 'w', threadId: 't' })).rejects.toMatchObject({
         code: 'failed',
       });
+      // A redirect is not followed: the secret goes nowhere but the configured server.
+      let sentSecret = false;
+      const elsewhere = await fakeServer((response) => {
+        sentSecret = true;
+        response.end('{"available":true}');
+      });
+      const redirecting = await fakeServer((response) => {
+        response.writeHead(307, { location: `${elsewhere.url}/v1/availability` });
+        response.end();
+      });
+      expect(await client(SECRET, redirecting.url).availability()).toEqual({
+        available: false,
+        reason: 'The sandbox answered 307.',
+      });
+      expect(sentSecret).toBe(false);
+      elsewhere.close();
+      redirecting.close();
       const unreachable = await client(SECRET, 'http://127.0.0.1:1').availability();
       expect(unreachable).toMatchObject({ available: false, reason: expect.stringContaining('cannot be reached') });
       expect(JSON.stringify(unreachable)).not.toContain(SECRET);

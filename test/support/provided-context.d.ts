@@ -17,6 +17,11 @@ declare module 'vitest' {
     ingestWorkerScript: string;
     /** A PDF whose content stream inflates to 200 MiB (test/support/documents.ts), base64. */
     pdfBomb: string;
+    /**
+     * `gateway sandbox`'s server (test/support/sandbox-server.ts) on loopback, and its secret; null
+     * where this host has no sandbox (no bubblewrap, or Python without its packages).
+     */
+    sandboxServer: { url: string; secret: string } | null;
     /** The Worker's GATEWAY_ENCRYPTION_KEY in those tests. */
     encryptionKey: string;
     /** A workspace of that database with a vector store (test/support/vector-stores.ts, SEARCH_FILES). */

@@ -12,6 +12,7 @@ import { createWorkspace } from '../../src/resources/identities/workspaces';
 import { deflatedBlanks, pdf } from './documents';
 import { fakeEmbedding, startFakeUpstream, type FakeUpstreamServer } from './fake-upstream';
 import { insertStore, SEARCH_DIMENSIONS, SEARCH_FILES } from './vector-stores';
+import { startSandboxServer } from './sandbox-server';
 
 /**
  * Runs in Node, once per `vitest run` that includes the workers project: a real libSQL server
@@ -19,8 +20,9 @@ import { insertStore, SEARCH_DIMENSIONS, SEARCH_FILES } from './vector-stores';
  * as its LIBSQL_URL. The keys are created here with the app's own services, then handed to the
  * tests (`inject('workersTenant')`), because code inside workerd cannot open a Node database.
  * Also the fake Chat Completions server, in Node (it serves over node:http), for the runs, a second
- * one that drops the connections it has answered on (test/workers/runs-and-rate-limits.test.ts), and the ingest
- * Worker's bundle, which vitest.config.ts runs beside the gateway.
+ * one that drops the connections it has answered on (test/workers/runs-and-rate-limits.test.ts), the ingest
+ * Worker's bundle, which vitest.config.ts runs beside the gateway, and `gateway sandbox`'s server where
+ * this host has a sandbox (test/workers/sandbox.test.ts calls it from workerd).
  */
 
 export default async function setup(project: TestProject) {
@@ -39,14 +41,17 @@ export default async function setup(project: TestProject) {
     throw error;
   });
   let dropping: FakeUpstreamServer | undefined;
+  let sandbox: Awaited<ReturnType<typeof startSandboxServer>> = null;
   const stop = async () => {
     await fake.close();
     await dropping?.close();
+    await sandbox?.close();
     await sqld.stop();
     rmSync(bundleDir, { recursive: true, force: true });
   };
   try {
     dropping = await startFakeUpstream({ dropReusedConnections: true });
+    sandbox = await startSandboxServer();
     const database = await openDatabase({ DATA_DIR: sqld.dir, LIBSQL_URL: sqld.url });
     try {
       await migrateDatabase(database.db);
@@ -124,6 +129,7 @@ export default async function setup(project: TestProject) {
       project.provide('upstreamUrl', fake.baseURL);
       project.provide('droppingUpstreamUrl', dropping.baseURL);
       project.provide('encryptionKey', generateKeyBase64());
+      project.provide('sandboxServer', sandbox && { url: sandbox.url, secret: sandbox.secret });
       project.provide('workersTenant', {
         organisationId: created.organisation_id,
         workspace: { id: created.workspace_id, slug: created.workspace_slug },

@@ -1,4 +1,3 @@
-import { existsSync } from 'node:fs';
 import { upstreamShares, type Config } from '../../config';
 import type { NodeDatabase } from '../../db/node';
 import type { Deps } from '../../deps';
@@ -22,8 +21,7 @@ import { ModelLists } from '../../providers/models';
 import { RunExecutions } from '../../resources/runs/execution/executions';
 import { responseEvents } from '../../resources/responses/stream';
 import { configuredSandbox } from '../../sandbox/configured';
-import { sandboxLimits } from '../../sandbox/limits';
-import type { Sandbox } from '../../sandbox/sandbox';
+import { withKeptAvailability } from '../../sandbox/kept-availability';
 import { localSandbox } from './sandbox';
 
 /**
@@ -49,7 +47,8 @@ export async function createNodeDeps(
     now: Date.now,
     slices: nodeSlices,
     blobs: nodeBlobStore(config),
-    sandbox: overrides.sandbox ?? nodeSandbox(config),
+    // The remote one at GATEWAY_SANDBOX_URL, else bubblewrap's here (its first use checks that it runs).
+    sandbox: overrides.sandbox ?? withKeptAvailability(configuredSandbox(config, (limits) => localSandbox({ limits }))),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     upstreamShares: upstreamShares(config),
     executions: new RunExecutions(),
@@ -66,17 +65,4 @@ export async function createNodeDeps(
     runHost: overrides.runHost ?? inProcessRunHost(deps),
     ingestion: overrides.ingestion === undefined ? inProcessIngestionHost(deps, chunkerEntry) : overrides.ingestion,
   };
-}
-
-/** The programs the local sandbox runs (runtime/node/sandbox.ts): Debian's, with numpy, pandas and matplotlib. */
-const BWRAP = '/usr/bin/bwrap';
-const PYTHON = '/usr/bin/python3';
-
-/**
- * The local sandbox where bubblewrap and Python are installed (its first use checks that they run),
- * else the remote one or none (sandbox/configured.ts).
- */
-function nodeSandbox(config: Config): Sandbox {
-  const local = existsSync(BWRAP) && existsSync(PYTHON) ? localSandbox({ limits: sandboxLimits(config) }) : null;
-  return configuredSandbox(config, local, { missing: `bubblewrap (${BWRAP}) or ${PYTHON} is not installed here` });
 }

@@ -21,7 +21,7 @@ import {
  * processes cannot be seen, let alone traced or signalled), its own user namespace (no capability
  * of the host's, no further namespace, and a process count of its own), and a filesystem made only
  * of a read-only /usr and the few files of /etc that Python and matplotlib read, a fresh /proc, and
- * /mnt/data and /tmp as tmpfs of a bounded size: nothing of the host's files, the gateway's
+ * /mnt/data, /tmp and /dev/shm as tmpfs of a bounded size (the rest is read-only): nothing of the host's files, the gateway's
  * database, keys or environment is there to read, and filling the disk fills only the tmpfs.
  * Files go in and out through the driver, never through a host directory the code could plant a
  * link in. The driver sets the limits on itself (rlimits, which nothing in the sandbox can raise)
@@ -45,45 +45,45 @@ const NOBODY = 65534;
 const START_MS = 60_000;
 /** What a session's answers may carry beyond its files and images (base64 makes 4 bytes of 3). */
 const ANSWER_OVERHEAD = 1024 * 1024;
+/** /dev/shm's size: POSIX semaphores and shared memory (multiprocessing's), not files. */
+const SHM_BYTES = 16 * 1024 * 1024;
 /** Bytes of bubblewrap's own error output kept, to say why a session did not start. */
 const STDERR_BYTES = 2048;
 
 export function localSandbox(options: LocalSandboxOptions): Sandbox {
   const programs = { bwrap: options.bwrap ?? BWRAP, python: options.python ?? PYTHON };
   const { limits } = options;
-  const sessions = new Map<string, Promise<LocalSession>>();
+  /**
+   * The sessions by thread: `session` is null while it starts. Counted, made room for and added in
+   * one synchronous step, so that opens side by side never pass the bounds together.
+   */
+  const sessions = new Map<string, SessionEntry>();
   let availability: Promise<Availability> | undefined;
   let closed = false;
 
   const keyOf = (key: SandboxKey) => `${key.workspaceId}\n${key.threadId}`;
 
   /** Makes room for one more session of `workspaceId`: ends the longest idle one that stands in the way. */
-  const makeRoom = async (workspaceId: string) => {
-    const live = (await Promise.allSettled(sessions.values())).flatMap((settled) =>
-      settled.status === 'fulfilled' && settled.value.alive ? [settled.value] : [],
-    );
-    const starting = sessions.size - live.length;
-    const ofWorkspace = live.filter((session) => session.workspaceId === workspaceId);
-    const crowded =
-      ofWorkspace.length >= limits.sessionsPerWorkspace
-        ? ofWorkspace
-        : live.length + starting >= limits.sessions
-          ? live
-          : null;
+  const makeRoom = (workspaceId: string) => {
+    const entries = [...sessions.entries()];
+    const ofWorkspace = entries.filter(([, entry]) => entry.workspaceId === workspaceId);
+    const perWorkspace = ofWorkspace.length >= limits.sessionsPerWorkspace;
+    const crowded = perWorkspace ? ofWorkspace : entries.length >= limits.sessions ? entries : null;
     if (crowded === null) return;
     const idlest = crowded
-      .filter((session) => !session.running)
-      .sort((a, b) => a.lastUsed - b.lastUsed)
+      .flatMap(([name, { session }]) => (session && !session.running ? [{ name, session }] : []))
+      .sort((a, b) => a.session.lastUsed - b.session.lastUsed)
       .at(0);
     if (!idlest) {
       throw new SandboxError(
         'busy',
-        ofWorkspace.length >= limits.sessionsPerWorkspace
+        perWorkspace
           ? `This workspace's ${limits.sessionsPerWorkspace} code sessions (GATEWAY_SANDBOX_SESSIONS_PER_WORKSPACE) are all running code.`
           : `The gateway's ${limits.sessions} code sessions (GATEWAY_SANDBOX_SESSIONS) are all running code.`,
       );
     }
-    await idlest.close();
+    sessions.delete(idlest.name);
+    void idlest.session.close();
   };
 
   const sandbox: Sandbox = {
@@ -92,35 +92,48 @@ export function localSandbox(options: LocalSandboxOptions): Sandbox {
     },
 
     async open(key) {
-      if (closed) throw new SandboxError('unavailable', 'The sandbox is closed: the gateway is stopping.');
       const name = keyOf(key);
       const kept = sessions.get(name);
       if (kept) {
-        const session = await kept.catch(() => null);
+        const session = await kept.starting.catch(() => null);
         if (session?.alive) return session;
         if (sessions.get(name) === kept) sessions.delete(name);
       }
       const ready = await sandbox.availability();
       if (!ready.available) throw new SandboxError('unavailable', ready.reason);
-      await makeRoom(key.workspaceId);
-      const starting = LocalSession.start(programs, limits, key.workspaceId, () => {
-        if (sessions.get(name) === starting) sessions.delete(name);
-      });
-      sessions.set(name, starting);
-      starting.catch(() => {
-        if (sessions.get(name) === starting) sessions.delete(name);
-      });
-      return starting;
+      if (closed) throw new SandboxError('unavailable', 'The sandbox is closed: the gateway is stopping.');
+      // Another open of the thread may have started its session meanwhile.
+      const raced = sessions.get(name);
+      if (raced) return raced.starting;
+      makeRoom(key.workspaceId);
+      const forget = () => {
+        if (sessions.get(name) === entry) sessions.delete(name);
+      };
+      const entry: SessionEntry = {
+        workspaceId: key.workspaceId,
+        starting: LocalSession.start(programs, limits, key.workspaceId, forget),
+        session: null,
+      };
+      sessions.set(name, entry);
+      entry.starting.then((session) => (entry.session = session), forget);
+      return entry.starting;
     },
 
     async close() {
       closed = true;
       const all = [...sessions.values()];
       sessions.clear();
-      await Promise.all(all.map((starting) => starting.then((session) => session.close()).catch(() => undefined)));
+      await Promise.all(all.map(({ starting }) => starting.then((session) => session.close()).catch(() => undefined)));
     },
   };
   return sandbox;
+}
+
+interface SessionEntry {
+  workspaceId: string;
+  starting: Promise<LocalSession>;
+  /** Null while it starts. */
+  session: LocalSession | null;
 }
 
 /** Whether a sandbox starts here: bubblewrap runs, and Python in it imports what code_interpreter offers. */
@@ -190,6 +203,10 @@ function bwrapArguments(python: string, diskBytes = 64 * 1024 * 1024): string[] 
     '--dev',
     '/dev',
     '--size',
+    String(SHM_BYTES),
+    '--tmpfs',
+    '/dev/shm',
+    '--size',
     size,
     '--tmpfs',
     '/tmp',
@@ -197,27 +214,43 @@ function bwrapArguments(python: string, diskBytes = 64 * 1024 * 1024): string[] 
     size,
     '--tmpfs',
     '/mnt/data',
+    // bubblewrap's root and /dev are tmpfs of no size of their own: read-only, nothing fills them.
+    '--remount-ro',
+    '/dev',
+    '--remount-ro',
+    '/',
     '--chdir',
     '/mnt/data',
     '--clearenv',
-    ...['PATH=/usr/bin', 'HOME=/tmp', 'LANG=C.UTF-8', 'MPLBACKEND=Agg', 'MPLCONFIGDIR=/tmp/matplotlib']
-      .concat(['OPENBLAS_NUM_THREADS=1', 'OMP_NUM_THREADS=1', 'PYTHONDONTWRITEBYTECODE=1'])
-      .flatMap((pair) => {
-        const at = pair.indexOf('=');
-        return ['--setenv', pair.slice(0, at), pair.slice(at + 1)];
-      }),
+    ...Object.entries(SANDBOX_ENV).flatMap(([name, value]) => ['--setenv', name, value]),
     '--',
     python,
   ];
 }
 
 /**
- * No environment (bubblewrap clears the sandbox's anyway), its own process group (killed whole), and
- * as root the user nobody: root is exempt from RLIMIT_NPROC, and libuv drops root's groups with it.
+ * The session's whole environment: Debian's programs, a home in its /tmp, matplotlib drawing without
+ * a display into a cache it may write, and one BLAS thread (each thread counts against its processes).
+ */
+const SANDBOX_ENV = {
+  PATH: '/usr/bin',
+  HOME: '/tmp',
+  LANG: 'C.UTF-8',
+  MPLBACKEND: 'Agg',
+  MPLCONFIGDIR: '/tmp/matplotlib',
+  OPENBLAS_NUM_THREADS: '1',
+  OMP_NUM_THREADS: '1',
+  PYTHONDONTWRITEBYTECODE: '1',
+};
+
+/**
+ * No environment (bubblewrap clears the sandbox's anyway), its own process group (killed whole),
+ * started from / (the gateway's directory may be closed to nobody), and as root the user nobody:
+ * root is exempt from RLIMIT_NPROC, and libuv drops root's groups with it.
  */
 function spawnOptions(stdio: ('pipe' | 'ignore')[]) {
   const root = process.getuid?.() === 0;
-  return { stdio, env: {}, detached: true, ...(root ? { uid: NOBODY, gid: NOBODY } : {}) };
+  return { stdio, env: {}, cwd: '/', detached: true, ...(root ? { uid: NOBODY, gid: NOBODY } : {}) };
 }
 
 let driverSource: string | undefined;

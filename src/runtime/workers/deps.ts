@@ -20,6 +20,7 @@ import { RunExecutions } from '../../resources/runs/execution/executions';
 import { responseEvents } from '../../resources/responses/stream';
 import { workersUpstreamFetch } from './upstream-fetch';
 import { configuredSandbox } from '../../sandbox/configured';
+import { withKeptAvailability } from '../../sandbox/kept-availability';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
@@ -176,7 +177,7 @@ export async function createSharedDeps(
     slices: UNSLICED,
     blobs: r2BlobStore(env.FILES),
     // A Worker cannot run bubblewrap: its sandbox is a remote one, or none.
-    sandbox: configuredSandbox(config, null, { missing: 'a Worker has no sandbox of its own' }),
+    sandbox: withKeptAvailability(configuredSandbox(config)),
   };
 }
 

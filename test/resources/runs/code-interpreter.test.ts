@@ -4,7 +4,7 @@ import type { CodeInterpreterToolCall, CodeInterpreterToolCallDelta } from 'open
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, fakeThread, type FakeScenario } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
-import { unavailableSandbox } from '../../../src/sandbox/configured';
+import { noSandbox } from '../../../src/sandbox/configured';
 
 /**
  * code_interpreter in runs, with the official SDK against the real app and the real local sandbox
@@ -264,7 +264,7 @@ describe('code_interpreter without a sandbox', () => {
 
   beforeAll(async () => {
     bare = await createTestGateway({
-      deps: { fetch: upstream.fetch, sandbox: unavailableSandbox('no sandbox in this test') },
+      deps: { fetch: upstream.fetch, sandbox: noSandbox('no sandbox in this test') },
     });
     bareTenant = await bare.tenant();
     await bare.virtualKey(bareTenant, { base_url: 'http://fake.test/v1', default: true });
