@@ -237,6 +237,33 @@ describe('code_interpreter in runs', () => {
     expect((await openai.beta.threads.messages.list(thread.id)).data).toEqual([]);
   });
 
+  it('stops the code of a run cancelled while it runs', async () => {
+    const marker = `cancel-${crypto.randomUUID()}`;
+    const run = await openai.beta.threads.createAndRun({
+      assistant_id: assistantId,
+      thread: fakeThread(`${marker} wait`, runThenAnswer('import time\ntime.sleep(120)')),
+    });
+    // The call's step is there once the model has called: the code is starting or running.
+    await expect
+      .poll(async () => (await openai.beta.threads.runs.steps.list(run.id, { thread_id: run.thread_id })).data.length, {
+        timeout: 20_000,
+        interval: 50,
+      })
+      .toBeGreaterThan(0);
+    const started = Date.now();
+    await openai.beta.threads.runs.cancel(run.id, { thread_id: run.thread_id });
+    await expect
+      .poll(async () => (await openai.beta.threads.runs.retrieve(run.id, { thread_id: run.thread_id })).status, {
+        timeout: 20_000,
+        interval: 50,
+      })
+      .toBe('cancelled');
+    // Well before the code's own end, or the sandbox's wall time (60 s).
+    expect(Date.now() - started).toBeLessThan(20_000);
+    // The model was never called again.
+    expect(chatRequestsOf(marker)).toHaveLength(1);
+  });
+
   it('says on /health that code_interpreter is available', async () => {
     expect(await json(await gateway.request('/health'))).toEqual({ status: 'ok', code_interpreter: true });
   });

@@ -34,12 +34,20 @@ export class CodeRuns {
   readonly #deps: CodeDeps;
   readonly #run: RunRow;
   readonly #delta: (delta: Record<string, unknown>) => Promise<void>;
+  readonly #signal: AbortSignal;
   #session: SandboxSession | null = null;
 
-  constructor(deps: CodeDeps, run: RunRow, delta: (delta: Record<string, unknown>) => Promise<void>) {
+  /** @param signal the execution's: a cancel (or a lost lease) ends the session running the code, and the round */
+  constructor(
+    deps: CodeDeps,
+    run: RunRow,
+    delta: (delta: Record<string, unknown>) => Promise<void>,
+    signal: AbortSignal,
+  ) {
     this.#deps = deps;
     this.#run = run;
     this.#delta = delta;
+    this.#signal = signal;
   }
 
   /** Runs the code of `calls` (the code_interpreter ones), in order, recording each call's answer on it. */
@@ -90,14 +98,26 @@ export class CodeRuns {
     code: string,
   ): Promise<{ result: Pick<CodeResult, 'status' | 'logs' | 'error' | 'reason'>; saved: SavedFile[] }> {
     let result: CodeResult;
+    const signal = this.#signal;
+    signal.throwIfAborted();
+    // A run stopped while its code runs stops the code: its session ends (its variables with it).
+    let stop: (() => void) | null = null;
     try {
       const session = await this.#openSession();
+      stop = () => void session.close();
+      signal.addEventListener('abort', stop, { once: true });
+      // Stopped while the session started: an abort before the listener was added fires no event.
+      signal.throwIfAborted();
       result = await session.run(code);
     } catch (error) {
+      signal.throwIfAborted();
       if (!(error instanceof SandboxError)) throw error;
       this.#deps.log.warn('code_interpreter could not run code', { run_id: this.#run.id, code: error.code, error });
       return { result: notRun(error.message), saved: [] };
+    } finally {
+      if (stop) signal.removeEventListener('abort', stop);
     }
+    signal.throwIfAborted();
     const saved: SavedFile[] = [];
     for (const image of result.images) {
       saved.push(await this.#store('image', 'image.png', 'image/png', image.bytes));
