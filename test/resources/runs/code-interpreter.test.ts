@@ -162,7 +162,8 @@ describe('code_interpreter in runs', () => {
       'plt.plot([1, 2, 3], [2, 4, 8])',
       "open('/mnt/data/out.csv', 'w').write('a,b\\n1,2\\n')",
     ].join('\n');
-    const run = await createAndRun(marker, runThenAnswer(code));
+    const reply = 'Here it is: [out.csv](sandbox:/mnt/data/out.csv), not sandbox:/mnt/data/other.csv.';
+    const run = await createAndRun(marker, runThenAnswer(code, reply));
     expect(run.status).toBe('completed');
     const [call] = await codeCallsOf(run);
     const image = defined(call).code_interpreter.outputs.find((output) => output.type === 'image');
@@ -180,6 +181,27 @@ describe('code_interpreter in runs', () => {
     const writtenId = defined(defined(written)[1]);
     expect(await openai.files.retrieve(writtenId)).toMatchObject({ purpose: 'assistants_output', filename: 'out.csv' });
     expect(await (await openai.files.content(writtenId)).text()).toBe('a,b\n1,2\n');
+
+    // The answer's link to the written file is a file_path annotation; a link to no such file is not.
+    const [message] = (await openai.beta.threads.messages.list(run.thread_id, { run_id: run.id })).data;
+    const link = 'sandbox:/mnt/data/out.csv';
+    expect(defined(message).content).toEqual([
+      {
+        type: 'text',
+        text: {
+          value: reply,
+          annotations: [
+            {
+              type: 'file_path',
+              text: link,
+              start_index: reply.indexOf(link),
+              end_index: reply.indexOf(link) + link.length,
+              file_path: { file_id: writtenId },
+            },
+          ],
+        },
+      },
+    ]);
   });
 
   it('tells the model the error of code that raises, and the run goes on', async () => {

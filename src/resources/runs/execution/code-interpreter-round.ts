@@ -89,6 +89,9 @@ export class CodeRuns {
           arguments: JSON.stringify({ code: input }),
           output: codeOutput(result, saved),
         },
+        files: saved.flatMap((file) =>
+          file.kind === 'file' && 'fileId' in file ? [{ path: file.path, file_id: file.fileId }] : [],
+        ),
       };
     }
   }

@@ -1,4 +1,5 @@
 import type { ChatCompletionRequest } from '../../../providers/types';
+import type { StepDetails } from '../../../db/json-columns';
 import type { CodeResult } from '../../../sandbox/sandbox';
 
 /**
@@ -90,4 +91,50 @@ export function codeOutput(
 /** A call's text for the model when its code could not run at all (no session, a refused request). */
 export function notRun(why: string): Pick<CodeResult, 'status' | 'logs' | 'error' | 'reason'> {
   return { status: 'error', logs: `The code did not run: ${why}` };
+}
+
+/** The files the run's code wrote, by their path under /mnt/data, from its steps: what `sandbox:` links name. */
+export function savedFiles(steps: readonly { stepDetails: StepDetails }[]): Map<string, string> {
+  const files = new Map<string, string>();
+  for (const step of steps) {
+    if (step.stepDetails.type !== 'tool_calls') continue;
+    for (const call of step.stepDetails.tool_calls) {
+      if (call.type === 'code_interpreter') for (const file of call.files ?? []) files.set(file.path, file.file_id);
+    }
+  }
+  return files;
+}
+
+export interface FilePath {
+  type: 'file_path';
+  text: string;
+  start_index: number;
+  end_index: number;
+  file_path: { file_id: string };
+}
+
+/** Annotations a message holds at most, as citations: the answer is bounded, and so is this. */
+const MAX_FILE_PATHS = 256;
+const SANDBOX_LINK = /sandbox:\/mnt\/data\/([^\s()[\]<>"'`]{1,1024})/g;
+
+/** The answer's `sandbox:/mnt/data/<path>` links to files the run's code wrote, as `file_path` annotations (UTF-16 indices). */
+export function filePaths(text: string, files: ReadonlyMap<string, string>): FilePath[] {
+  if (files.size === 0 || !text.includes('sandbox:')) return [];
+  const found: FilePath[] = [];
+  for (const match of text.matchAll(SANDBOX_LINK)) {
+    // A link that ends a sentence is followed by its punctuation, which no file name here ends with.
+    const path = (match[1] ?? '').replace(/[.,;:!?]+$/, '');
+    const fileId = files.get(path);
+    if (fileId === undefined) continue;
+    const link = `sandbox:/mnt/data/${path}`;
+    found.push({
+      type: 'file_path',
+      text: link,
+      start_index: match.index,
+      end_index: match.index + link.length,
+      file_path: { file_id: fileId },
+    });
+    if (found.length === MAX_FILE_PATHS) break;
+  }
+  return found;
 }

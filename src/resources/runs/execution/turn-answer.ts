@@ -11,6 +11,7 @@ import type { MessageRow } from '../../threads/queries';
 import { toStepJson } from '../wire';
 import { toMessageJson } from '../../threads/wire';
 import { citations, type CitationSource } from './file-search';
+import { filePaths } from './code-interpreter';
 import type { HostedCall, HostedKind } from './hosted-tools';
 import type { Outbox, OpenedRows } from './outbox';
 import type { TurnOutcome } from './outcome';
@@ -90,6 +91,8 @@ export class TurnAnswer {
   firstTokenAt: number | null = null;
   /** What the run's file search results are, by number: the sources of its answer's citations. */
   sources: CitationSource[] = [];
+  /** The files the run's code wrote, by path under /mnt/data: what its answer's `sandbox:` links name. */
+  files: ReadonlyMap<string, string> = new Map();
 
   /**
    * @param run the run as it now stands
@@ -406,7 +409,11 @@ export class TurnAnswer {
    * streamed in (messageUpdate).
    */
   #closeMessage(message: OpenMessage, reason: string | null, at: number, usage?: Usage): RawStatement[] {
-    const annotations = this.sources.length === 0 ? [] : citations(message.text.toString(), this.sources);
+    const text = this.sources.length === 0 && this.files.size === 0 ? '' : message.text.toString();
+    const annotations = [
+      ...(this.sources.length === 0 ? [] : citations(text, this.sources)),
+      ...filePaths(text, this.files),
+    ].sort((a, b) => a.start_index - b.start_index);
     const messagePatch =
       reason === null
         ? { status: 'completed' as const, completedAt: at }

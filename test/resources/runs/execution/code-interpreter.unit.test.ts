@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { codeOf, codeOutput, MAX_OUTPUT_CHARS } from '../../../../src/resources/runs/execution/code-interpreter';
+import {
+  codeOf,
+  codeOutput,
+  filePaths,
+  MAX_OUTPUT_CHARS,
+} from '../../../../src/resources/runs/execution/code-interpreter';
 
 /** The pure parts of code_interpreter: the code of a call's arguments, the text the model is given back. */
 
@@ -34,5 +39,31 @@ describe('codeOutput', () => {
     expect(long).toBe(`${'x'.repeat(MAX_OUTPUT_CHARS)}\n[output cut]`);
     expect(codeOutput({ status: 'timeout', logs: '', reason: 'wall time' }, [])).toContain('stopped (wall time)');
     expect(codeOutput({ status: 'ok', logs: '' }, [])).toBe('The code ran and printed nothing.');
+  });
+});
+
+describe('filePaths', () => {
+  it('annotates the links to files the run wrote, in UTF-16 indices, without a sentence’s period, and no other', () => {
+    const text = 'Voilà [a](sandbox:/mnt/data/a.csv) and sandbox:/mnt/data/b.csv, sandbox:/mnt/data/sub/c.txt.';
+    const files = new Map([
+      ['a.csv', 'file-a'],
+      ['sub/c.txt', 'file-c'],
+    ]);
+    expect(filePaths(text, files)).toEqual([
+      {
+        type: 'file_path',
+        text: 'sandbox:/mnt/data/a.csv',
+        start_index: text.indexOf('sandbox:/mnt/data/a.csv'),
+        end_index: text.indexOf('sandbox:/mnt/data/a.csv') + 23,
+        file_path: { file_id: 'file-a' },
+      },
+      {
+        type: 'file_path',
+        text: 'sandbox:/mnt/data/sub/c.txt',
+        start_index: text.indexOf('sandbox:/mnt/data/sub'),
+        end_index: text.length - 1,
+        file_path: { file_id: 'file-c' },
+      },
+    ]);
   });
 });
