@@ -71,7 +71,10 @@ export function createApp(deps: Deps) {
     }),
   );
 
-  app.get('/health', responds({ summary: 'Health', ok: healthObject }), (c) => c.json({ status: 'ok' as const }));
+  // The sandbox's availability is checked once (the local one) or kept a while (a remote one): no wait here after that.
+  app.get('/health', responds({ summary: 'Health', ok: healthObject }), async (c) =>
+    c.json({ status: 'ok' as const, code_interpreter: (await deps.sandbox.availability()).available }),
+  );
   // Generated from the routes below and their schemas by `npm run openapi` (http/openapi/generate.ts).
   app.get('/openapi.json', async (c) => c.json(await deps.openApiDocument()));
   app.get('/docs', (c) => c.html(DOCS_PAGE));

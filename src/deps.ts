@@ -15,6 +15,7 @@ import type { ResponseRow, RunRow, VirtualKey } from './db/schema';
 import type { Prompt } from './providers/types';
 import type { UpstreamUrlJudgements } from './lib/upstream-url';
 import type { SettingsCache } from './db/settings-cache';
+import type { Sandbox } from './sandbox/sandbox';
 
 /**
  * Everything runtime-specific, built once per process (runtime/node/deps.ts) or isolate (runtime/workers/deps.ts)
@@ -70,6 +71,12 @@ export interface Deps {
   modelLists: ModelLists;
   /** Uploaded files' bytes (resources/files/blob-store.ts): a directory under DATA_DIR on Node, R2 on Workers. */
   blobs: BlobStore;
+  /**
+   * code_interpreter's sandbox (sandbox/sandbox.ts): on Node the local one when bubblewrap and Python
+   * are there, else the remote one at GATEWAY_SANDBOX_URL (Workers' only choice), else one whose
+   * `availability()` says why there is none (sandbox/configured.ts).
+   */
+  sandbox: Sandbox;
   /**
    * Where files added to vector stores are ingested (retrieval/host.ts): in process on Node; on Workers,
    * by the ingest Worker, told through a Queue (null without its binding).

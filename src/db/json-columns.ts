@@ -179,7 +179,25 @@ export interface FileSearchToolCall {
   function: { name: string; arguments: string; output: string };
 }
 
-export type ToolCall = FunctionToolCall | FileSearchToolCall;
+/** What a code_interpreter call showed: its logs, and each figure as a file (purpose `assistants_output`). */
+export type CodeInterpreterOutput = { type: 'logs'; logs: string } | { type: 'image'; image: { file_id: string } };
+
+/**
+ * Code the gateway ran for the model in the thread's sandbox (resources/runs/execution/code-interpreter.ts).
+ * As a file search's, `function` is the gateway's own and never answered (resources/runs/wire.ts): the
+ * call as the model made it and the text it was given back (logs, error, files saved). `files`,
+ * also the gateway's own, are the files the code wrote under /mnt/data and the ids they were stored
+ * as: the answer's `sandbox:/mnt/data/…` links become their `file_path` annotations.
+ */
+export interface CodeInterpreterToolCall {
+  id: string;
+  type: 'code_interpreter';
+  code_interpreter: { input: string; outputs: CodeInterpreterOutput[] };
+  function: { name: string; arguments: string; output: string };
+  files?: { path: string; file_id: string }[];
+}
+
+export type ToolCall = FunctionToolCall | FileSearchToolCall | CodeInterpreterToolCall;
 
 /** What a run step did: created a message, or called tools. */
 export type StepDetails =

@@ -16,8 +16,8 @@ export const nullableSeconds = seconds.nullable();
 /** A part of text, as file search results and a vector store file's content give it. */
 export const textPart = z.strictObject({ type: z.literal('text'), text: z.string() });
 
-/** GET /health: the process is up and serving. */
-export const healthObject = z.strictObject({ status: z.literal('ok') });
+/** GET /health: the process is up and serving; whether runs may use code_interpreter (a sandbox is there). */
+export const healthObject = z.strictObject({ status: z.literal('ok'), code_interpreter: z.boolean() });
 
 /** OpenAI's list object over `item`: one page, its first and last ids, whether more follow. */
 export const listOf = <Item extends z.ZodType>(item: Item) =>

@@ -202,6 +202,7 @@ export async function createTestGateway(
     openai,
     async close() {
       await tasks.drain(10_000);
+      await deps.sandbox.close();
       database.close();
       rmSync(dataDir, { recursive: true, force: true });
     },

@@ -238,7 +238,7 @@ describe('the error envelope on workerd', () => {
       await response.arrayBuffer();
     }
     expect(new Set(ids).size).toBe(ids.length);
-    expect(await json(await call('/health'))).toEqual({ status: 'ok' });
+    expect(await json(await call('/health'))).toEqual({ status: 'ok', code_interpreter: false });
   });
 
   it('ends every JSON answer with a newline, errors included, and says that the API is under /v1', async () => {

@@ -6,7 +6,8 @@ import type * as z from 'zod';
 import { uploadFields } from './schemas';
 import { releaseReservation } from './reservation-queries';
 import { deleteFile, expiredFiles, insertFile, type FileRow } from './queries';
-import { UploadReservation } from './reservation';
+import { FRAMING_BYTES, UploadReservation } from './reservation';
+import type { FilePurpose } from '../../db/schema';
 import { checkUploadRequest, readUpload } from './upload';
 
 /**
@@ -32,15 +33,12 @@ export interface UploadRequest {
  */
 export async function createFile(deps: FileCommandDeps, workspaceId: string, request: UploadRequest): Promise<FileRow> {
   const { body, contentType } = checkUploadRequest(request.body, request.contentType);
-  const id = newId('file');
-  const blobKey = `${workspaceId}/${id}`;
   const declared = /^\d{1,15}$/.test(request.contentLength ?? '') ? Number(request.contentLength) : undefined;
-  const reservation = await UploadReservation.open(deps, { workspaceId, blobKey, contentLength: declared });
-  try {
+  return reservedFile(deps, workspaceId, declared, async (blobKey, admit) => {
     const upload = await readUpload(
       body,
       contentType,
-      { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES, admit: reservation.admit },
+      { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES, admit },
       // Fields sent before the file (curl's order) are judged before it is stored.
       (fields) => formFields(fields, uploadFields.partial()),
     );
@@ -49,17 +47,73 @@ export async function createFile(deps: FileCommandDeps, workspaceId: string, req
     if (upload.file.bytes === 0)
       throw new ApiError('invalid_value', "Invalid 'file': the file is empty (0 bytes).", { param: 'file' });
     const fields = formFields(upload.fields, uploadFields);
-    const at = deps.now();
-    const row: FileRow = {
-      id,
-      workspaceId,
+    return {
       purpose: fields.purpose,
       filename: upload.file.filename,
       bytes: upload.file.bytes,
       contentType: upload.file.contentType,
+      expiresInMs: fields.expires_after ? fields.expires_after.seconds * 1000 : null,
+    };
+  });
+}
+
+/**
+ * Bytes the gateway made (a code_interpreter call's figure or file) stored as a file of the
+ * workspace, as an upload is: reserved under its quota (400 quota_exceeded when they do not fit),
+ * then the bytes, then the row, or nothing.
+ */
+export async function storeFile(
+  deps: FileCommandDeps,
+  workspaceId: string,
+  file: { filename: string; purpose: FilePurpose; contentType: string | null; bytes: Uint8Array },
+): Promise<FileRow> {
+  const size = file.bytes.byteLength;
+  // The reservation reads a request's length, which frames the file: the file's size is the need.
+  return reservedFile(deps, workspaceId, size + FRAMING_BYTES, async (blobKey, admit) => {
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(file.bytes);
+        controller.close();
+      },
+    });
+    await deps.blobs.put(blobKey, body, { maxBytes: size, admit });
+    return {
+      purpose: file.purpose,
+      filename: file.filename,
+      bytes: size,
+      contentType: file.contentType,
+      expiresInMs: null,
+    };
+  });
+}
+
+/** What a file's bytes, once stored, make of its row. */
+type StoredFields = Pick<FileRow, 'purpose' | 'filename' | 'bytes' | 'contentType'> & { expiresInMs: number | null };
+
+/**
+ * A new file under a reservation of the workspace's quota: `store` puts its bytes at `blobKey`,
+ * each chunk passed through `admit` first, and says what its row holds; the row then takes the
+ * reservation over. A failure anywhere deletes what was stored, then gives the reservation back.
+ */
+async function reservedFile(
+  deps: FileCommandDeps,
+  workspaceId: string,
+  contentLength: number | undefined,
+  store: (blobKey: string, admit: UploadReservation['admit']) => Promise<StoredFields>,
+): Promise<FileRow> {
+  const id = newId('file');
+  const blobKey = `${workspaceId}/${id}`;
+  const reservation = await UploadReservation.open(deps, { workspaceId, blobKey, contentLength });
+  try {
+    const { expiresInMs, ...fields } = await store(blobKey, reservation.admit);
+    const at = deps.now();
+    const row: FileRow = {
+      id,
+      workspaceId,
+      ...fields,
       blobKey,
       createdAt: at,
-      expiresAt: fields.expires_after ? at + fields.expires_after.seconds * 1000 : null,
+      expiresAt: expiresInMs === null ? null : at + expiresInMs,
     };
     await insertFile(deps.db, row, { maxBytes: deps.config.GATEWAY_MAX_FILE_BYTES_PER_WORKSPACE, now: deps.now() });
     await reservation.end({ admitted: true, released: false });

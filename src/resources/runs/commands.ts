@@ -35,9 +35,10 @@ import type { ServerSentEvent } from '../../deps';
 import { buildPrompt, promptLimits } from './execution/prompt';
 import { reconcileRun } from './execution/recovery';
 import { checkImages } from '../files/images';
+import { checkCodeAttachments } from '../threads/code-attachments';
 import { newRun } from './execution/rows';
 import { clientMessage, newThread } from '../threads/rows';
-import { runSettings, type RunSettings } from './execution/settings';
+import { checkSandbox, runSettings, type RunSettings } from './execution/settings';
 import { settleRun } from './execution/settle';
 
 /**
@@ -52,7 +53,7 @@ import { settleRun } from './execution/settle';
 /** What the run use-cases use of the deps. */
 export type RunCommandDeps = Pick<
   Deps,
-  'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs' | 'ingestion'
+  'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs' | 'ingestion' | 'sandbox'
 >;
 
 /** A run in a thread, as its path names it. */
@@ -85,6 +86,11 @@ export async function createThreadAndRun(
   context: RequestContext,
 ): Promise<RunAnswer> {
   const assistant = await snapshot.assistant(actor.workspaceId, body.assistant_id);
+  const settings = runSettings(assistant, body);
+  await checkSandbox(deps.sandbox, settings.tools, {
+    assistantId: assistant.id,
+    toolsFromRequest: body.tools !== undefined && body.tools !== null,
+  });
   const at = deps.now();
   const thread = newThread(
     actor.workspaceId,
@@ -104,7 +110,7 @@ export async function createThreadAndRun(
     at,
     thread,
     assistantId: assistant.id,
-    settings: runSettings(assistant, body),
+    settings,
     messages: () => clientMessages(deps, actor, thread, body.thread?.messages ?? [], 'thread.messages', at),
     history: NO_HISTORY,
     write: (messages, run) => insertThreadAndRun(deps.db, thread, messages, run, stores.statements),
@@ -140,6 +146,10 @@ export async function createRun(
   for (const read of reads) read.catch(() => undefined);
   const [thread, assistant, history] = [await reads[0], await reads[1], await reads[2]];
   const settings = runSettings(assistant, body);
+  await checkSandbox(deps.sandbox, settings.tools, {
+    assistantId: assistant.id,
+    toolsFromRequest: body.tools !== undefined && body.tools !== null,
+  });
   const blocking = await blockingRun(deps, thread.id);
   if (blocking) throw activeRunError(thread.id, blocking);
   // additional_messages' file_search attachments go to the thread's store (created if it has none),
@@ -256,6 +266,7 @@ async function clientMessages(
 ): Promise<MessageRow[]> {
   const messages = inputs.map((message, index) => clientMessage(thread, message, `${param}[${index}]`, at));
   await checkImages(deps, actor.workspaceId, inputs, (index) => `${param}[${index}].`);
+  await checkCodeAttachments(deps, actor.workspaceId, inputs, (index) => `${param}[${index}].`);
   return messages;
 }
 

@@ -73,6 +73,19 @@ const stepToolCall = z.discriminatedUnion('type', [
       results: z.array(fileSearchResult),
     }),
   }),
+  z.strictObject({
+    id: z.string(),
+    type: z.literal('code_interpreter'),
+    code_interpreter: z.strictObject({
+      input: z.string(),
+      outputs: z.array(
+        z.discriminatedUnion('type', [
+          z.strictObject({ type: z.literal('logs'), logs: z.string() }),
+          z.strictObject({ type: z.literal('image'), image: z.strictObject({ file_id: z.string() }) }),
+        ]),
+      ),
+    }),
+  }),
 ]);
 
 export const runStepObject = z

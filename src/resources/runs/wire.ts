@@ -45,7 +45,8 @@ export function toRunJson(row: RunRow): RunObject {
 /**
  * A run step. A file search shows its results' content only when the client asks for it
  * (`include[]=step_details.tool_calls[*].file_search.results[*].content`), as OpenAI's do; the
- * model's side of the call (`function`) is the gateway's own and never shown.
+ * model's side of a file search or a code_interpreter call (`function`) is the gateway's own and
+ * never shown.
  */
 export function toStepJson(row: StepRow, run: Pick<RunRow, 'expiresAt'>, includeContent = false): RunStepObject {
   return {
@@ -76,6 +77,8 @@ function stepDetailsJson(details: StepDetails, includeContent: boolean): RunStep
     type: details.type,
     tool_calls: details.tool_calls.map((call) => {
       if (call.type === 'function') return call;
+      if (call.type === 'code_interpreter')
+        return { id: call.id, type: call.type, code_interpreter: call.code_interpreter };
       const results = call.file_search.results.map(({ content, ...result }) =>
         includeContent ? { ...result, content } : result,
       );

@@ -1,5 +1,6 @@
 import type { Deps } from '../../deps';
 import { holdsThread } from '../../db/run-statuses';
+import { checkCodeAttachments } from './code-attachments';
 import { checkImages } from '../files/images';
 import { clientMessage, newThread } from './rows';
 import type { ModifyThreadBody, ThreadInput, ThreadMessageInput } from './schemas';
@@ -34,7 +35,10 @@ import { checkToolResources, storedToolResources } from '../vector-stores/tool-r
  * image parts are checked against the files (blobs); files for file_search go to the thread's
  * vector store (resources/vector-stores/thread-stores.ts).
  */
-export type ThreadCommandDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | 'config' | 'ingestion' | 'blobs'>;
+export type ThreadCommandDeps = Pick<
+  Deps,
+  'db' | 'now' | 'log' | 'counters' | 'config' | 'ingestion' | 'blobs' | 'sandbox'
+>;
 
 /**
  * The run that holds a thread as it really stands: settled first if it was left behind (its
@@ -65,6 +69,7 @@ export async function createThread(
     clientMessage(thread, message, `messages[${index}]`, at),
   );
   await checkImages(deps, actor.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
+  await checkCodeAttachments(deps, actor.workspaceId, body.messages ?? [], (index) => `messages[${index}].`);
   const stores = await threadStoreWrites(deps, actor, thread, {
     inline: body.tool_resources?.file_search?.vector_stores?.[0],
     attached: attachedFiles(body.messages ?? [], (index) => `messages[${index}].`),
@@ -108,6 +113,7 @@ export async function createMessage(
   const thread = await getThread(deps.db, actor.workspaceId, threadId);
   const message = clientMessage(thread, body, '', deps.now());
   await checkImages(deps, actor.workspaceId, [body], () => '');
+  await checkCodeAttachments(deps, actor.workspaceId, [body], () => '');
   // Its file_search attachments go to the thread's store (created if it has none), only if it is written.
   const written = messageWritten(message.id);
   const stores = await threadStoreWrites(deps, actor, thread, { attached: attachedFiles([body], () => '') }, written);

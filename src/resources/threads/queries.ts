@@ -302,3 +302,22 @@ const messagePage = preparedQueries(
       .prepare(),
   (page, ofRun) => `${page.shape}${ofRun ? ' of a run' : ''}`,
 );
+
+/**
+ * The files the thread's messages attach for code_interpreter (file ids, oldest message first, each
+ * once), at most `limit`: what a run puts in the thread's sandbox session.
+ */
+export async function codeAttachmentsOf(db: Db, threadId: string, limit: number): Promise<string[]> {
+  const rows = await db
+    .select({ attachments: messages.attachments })
+    .from(messages)
+    .where(and(eq(messages.threadId, threadId), sql`${messages.attachments} <> '[]'`))
+    .orderBy(messages.seq)
+    .limit(limit);
+  const ids = rows.flatMap((row) =>
+    row.attachments.flatMap((attachment) =>
+      attachment.tools.some((tool) => tool.type === 'code_interpreter') ? [attachment.file_id] : [],
+    ),
+  );
+  return [...new Set(ids)].slice(0, limit);
+}

@@ -1,4 +1,3 @@
-import { ApiError } from '../../errors';
 import { newId } from '../../lib/ids';
 import type { MessageAttachment, MessageContent } from '../../db/schema';
 import type { ThreadMessageInput } from './schemas';
@@ -37,7 +36,7 @@ export function clientMessage(thread: ThreadRow, input: ThreadMessageInput, para
     {
       role: input.role,
       content: messageContent(input, param),
-      attachments: messageAttachments(input, param),
+      attachments: messageAttachments(input),
       metadata: input.metadata ?? {},
     },
     at,
@@ -67,23 +66,14 @@ export function writtenMessage(
 
 /**
  * A message's attachments as stored. Those for file_search are added to the thread's vector store
- * (resources/vector-stores/thread-stores.ts); code_interpreter has no sandbox here and is refused.
+ * (resources/vector-stores/thread-stores.ts); those for code_interpreter are put in the thread's
+ * sandbox session by a run that uses the tool, where there is a sandbox (code-attachments.ts).
  */
-function messageAttachments(input: ThreadMessageInput, param: string): MessageAttachment[] {
-  return (input.attachments ?? []).map((attachment, index) => {
-    const tools = attachment.tools ?? [];
-    const refused = tools.findIndex((tool) => tool.type !== 'file_search');
-    if (refused >= 0) {
-      throw new ApiError(
-        'unsupported_tool',
-        'Attachments for code_interpreter are not supported: this gateway has no code sandbox. Attach files for file_search.',
-        {
-          param: field(param, `attachments[${index}].tools[${refused}]`),
-        },
-      );
-    }
-    return { file_id: attachment.file_id, tools };
-  });
+function messageAttachments(input: ThreadMessageInput): MessageAttachment[] {
+  return (input.attachments ?? []).map((attachment) => ({
+    file_id: attachment.file_id,
+    tools: attachment.tools ?? [],
+  }));
 }
 
 /** Message content as stored; its image parts were checked before (resources/files/images.ts, checkImages). */
@@ -104,5 +94,3 @@ function messageContent(input: ThreadMessageInput, param: string): MessageConten
     }
   });
 }
-
-const field = (param: string, name: string) => (param === '' ? name : `${param}.${name}`);

@@ -20,6 +20,9 @@ import { UpstreamUrlJudgements } from '../../lib/upstream-url';
 import { ModelLists } from '../../providers/models';
 import { RunExecutions } from '../../resources/runs/execution/executions';
 import { responseEvents } from '../../resources/responses/stream';
+import { configuredSandbox } from '../../sandbox/configured';
+import { withKeptAvailability } from '../../sandbox/kept-availability';
+import { localSandbox } from './sandbox';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -44,6 +47,8 @@ export async function createNodeDeps(
     now: Date.now,
     slices: nodeSlices,
     blobs: nodeBlobStore(config),
+    // The remote one at GATEWAY_SANDBOX_URL, else bubblewrap's here (its first use checks that it runs).
+    sandbox: overrides.sandbox ?? withKeptAvailability(configuredSandbox(config, (limits) => localSandbox({ limits }))),
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     upstreamShares: upstreamShares(config),
     executions: new RunExecutions(),

@@ -19,6 +19,8 @@ import { ModelLists } from '../../providers/models';
 import { RunExecutions } from '../../resources/runs/execution/executions';
 import { responseEvents } from '../../resources/responses/stream';
 import { workersUpstreamFetch } from './upstream-fetch';
+import { configuredSandbox } from '../../sandbox/configured';
+import { withKeptAvailability } from '../../sandbox/kept-availability';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
@@ -174,6 +176,8 @@ export async function createSharedDeps(
     requestBody: (request) => request.body,
     slices: UNSLICED,
     blobs: r2BlobStore(env.FILES),
+    // A Worker cannot run bubblewrap: its sandbox is a remote one, or none.
+    sandbox: withKeptAvailability(configuredSandbox(config)),
   };
 }
 

@@ -581,7 +581,7 @@ describe('what is refused before anything is created', () => {
       { status: 400, code: 'invalid_value', param: 'thread.messages[0].content[0].image_file.file_id' },
     ],
     [
-      'a code_interpreter attachment',
+      'a code_interpreter attachment of no file',
       {
         thread: {
           messages: [
@@ -589,7 +589,7 @@ describe('what is refused before anything is created', () => {
           ],
         },
       },
-      { status: 400, code: 'unsupported_tool', param: 'thread.messages[0].attachments[0].tools[0]' },
+      { status: 404, code: 'file_not_found', param: 'thread.messages[0].attachments[0].file_id' },
     ],
     [
       'an unknown file_search attachment',
@@ -608,9 +608,9 @@ describe('what is refused before anything is created', () => {
       { status: 400, code: 'array_above_max_length', param: 'tools' },
     ],
     [
-      'a code_interpreter tool',
-      { tools: [{ type: 'code_interpreter' }] },
-      { status: 400, code: 'unsupported_tool', param: 'tools[0]' },
+      'a function named as the code_interpreter tool’s own',
+      { tools: [{ type: 'code_interpreter' }, { type: 'function', function: { name: 'python' } }] },
+      { status: 400, code: 'invalid_value', param: 'tools[1].function.name' },
     ],
     [
       'a function named as the file_search tool’s own',
@@ -686,9 +686,9 @@ describe('what is refused before anything is created', () => {
       { status: 400, code: 'invalid_value', param: 'tool_choice.type' },
     ],
     [
-      'tool_choice forcing code_interpreter',
+      'tool_choice forcing code_interpreter without it',
       { tool_choice: { type: 'code_interpreter' } },
-      { status: 400, code: 'unsupported_tool', param: 'tool_choice.type' },
+      { status: 400, code: 'invalid_value', param: 'tool_choice.type' },
     ],
     [
       'tool_choice required without tools',
@@ -718,21 +718,6 @@ describe('what is refused before anything is created', () => {
     });
     expect(await errorOf(response)).toMatchObject(expected);
     expect(await countRows()).toEqual(before);
-  });
-
-  it('refuses an assistant that has a hosted tool, naming assistant_id, unless tools are overridden', async () => {
-    const hosted = await openai.beta.assistants.create({ model: 'fake-model', tools: [{ type: 'code_interpreter' }] });
-    const error = await openai.beta.threads
-      .createAndRun({ assistant_id: hosted.id, thread: fakeThread('Hi') })
-      .catch((caught: unknown) => caught);
-    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
-    expect(error).toMatchObject({ status: 400, code: 'unsupported_tool', param: 'assistant_id' });
-    expect((error as Error).message).toContain('code_interpreter');
-    const run = await openai.beta.threads.createAndRunPoll(
-      { assistant_id: hosted.id, tools: [], thread: fakeThread('Hi') },
-      { pollIntervalMs: 10 },
-    );
-    expect(run.status).toBe('completed');
   });
 
   it('requires the virtual key header (400), refuses an unknown one (401), and checks the beta header', async () => {

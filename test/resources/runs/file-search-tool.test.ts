@@ -242,7 +242,7 @@ describe('file_search in runs', () => {
     expect(run.status).toBe('failed');
     expect(run.last_error).toEqual({
       code: 'server_error',
-      message: expect.stringContaining('called file_search again after 4 searches'),
+      message: expect.stringContaining('called file_search again after 4 rounds'),
     });
     // The four searches are kept, their results numbered through the run.
     const tool = defined(defined(requests[4]).body)

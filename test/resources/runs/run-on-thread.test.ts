@@ -1024,13 +1024,13 @@ describe('what a run on a thread refuses, writing nothing', () => {
       { status: 400, code: 'invalid_value', param: 'additional_messages[1].content[0].image_file.file_id' },
     ],
     [
-      'a code_interpreter attachment',
+      'a code_interpreter attachment of no file',
       {
         additional_messages: [
           { role: 'user', content: 'x', attachments: [{ file_id: 'file_1', tools: [{ type: 'code_interpreter' }] }] },
         ],
       },
-      { status: 400, code: 'unsupported_tool', param: 'additional_messages[0].attachments[0].tools[0]' },
+      { status: 404, code: 'file_not_found', param: 'additional_messages[0].attachments[0].file_id' },
     ],
     [
       'additional_instructions too long',
@@ -1050,9 +1050,9 @@ describe('what a run on a thread refuses, writing nothing', () => {
       { status: 400, code: 'invalid_value', param: 'truncation_strategy.last_messages' },
     ],
     [
-      'a hosted tool',
-      { tools: [{ type: 'code_interpreter' }] },
-      { status: 400, code: 'unsupported_tool', param: 'tools[0]' },
+      'a function named as a hosted tool’s own',
+      { tools: [{ type: 'code_interpreter' }, { type: 'function', function: { name: 'python' } }] },
+      { status: 400, code: 'invalid_value', param: 'tools[1].function.name' },
     ],
     ['stream not a boolean', { stream: 'yes' }, { status: 400, code: 'invalid_type', param: 'stream' }],
     [

@@ -154,12 +154,6 @@ describe('creating a message', () => {
       'invalid_value',
       'content[1].image_file.file_id',
     ],
-    [
-      'a code_interpreter attachment',
-      { role: 'user', content: 'hi', attachments: [{ file_id: 'file-1', tools: [{ type: 'code_interpreter' }] }] },
-      'unsupported_tool',
-      'attachments[0].tools[0]',
-    ],
   ])('refuses %s with a 400 naming the field, and writes nothing', async (_, body, code, param) => {
     const threadId = await emptyThread();
     const error = await errorOf(await postMessage(threadId, body));

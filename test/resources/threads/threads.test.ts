@@ -150,16 +150,6 @@ describe('creating a thread', () => {
       'messages[1].content[0].image_file.file_id',
     ],
     [
-      'a code_interpreter attachment',
-      {
-        messages: [
-          { role: 'user', content: 'x', attachments: [{ file_id: 'file-1', tools: [{ type: 'code_interpreter' }] }] },
-        ],
-      },
-      'unsupported_tool',
-      'messages[0].attachments[0].tools[0]',
-    ],
-    [
       '1001 messages',
       { messages: Array.from({ length: 1001 }, () => ({ role: 'user', content: 'x' })) },
       'array_above_max_length',

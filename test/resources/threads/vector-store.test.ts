@@ -113,7 +113,7 @@ describe('a thread’s vector store', () => {
     );
   });
 
-  it('refuses an unknown attachment, a code_interpreter attachment and both ways of naming a store, writing nothing', async () => {
+  it('refuses an unknown attachment, another workspace’s file for code_interpreter and both ways of naming a store, writing nothing', async () => {
     const threadsBefore = (
       await gateway.database.db.select().from(threads).where(eq(threads.workspaceId, tenant.workspace.id))
     ).length;
@@ -148,13 +148,13 @@ describe('a thread’s vector store', () => {
     expect(
       await create({
         messages: [
-          { role: 'user', content: 'x', attachments: [{ file_id: file, tools: [{ type: 'code_interpreter' }] }] },
+          { role: 'user', content: 'x', attachments: [{ file_id: theirs, tools: [{ type: 'code_interpreter' }] }] },
         ],
       }),
     ).toMatchObject({
-      status: 400,
-      code: 'unsupported_tool',
-      param: 'messages[0].attachments[0].tools[0]',
+      status: 404,
+      code: 'file_not_found',
+      param: 'messages[0].attachments[0].file_id',
     });
     expect(
       await create({ tool_resources: { file_search: { vector_store_ids: ['vs_x'], vector_stores: [{}] } } }),

@@ -1,19 +1,19 @@
 import type { ChatCompletionRequest, ChatMessage } from '../../../providers/types';
 import type { ToolChoice } from '../../../db/json-columns';
 import type { RunRow } from '../../../db/schema';
-import { FILE_SEARCH_CHAT_TOOL, FILE_SEARCH_FUNCTION, MAX_SEARCH_ROUNDS } from './file-search';
+import { HOSTED_TOOLS, isHostedKind, MAX_HOSTED_ROUNDS } from './hosted-tools';
 
 /**
  * A turn of a run as a Chat Completions request: its prompt (resources/runs/execution/prompt.ts: the system message
- * and the thread's history), function tools as chat tools (and file_search as the gateway's
- * search function: file-search.ts), and the run's sampling, JSON-mode and
+ * and the thread's history), function tools as chat tools (and file_search and code_interpreter
+ * as the functions the gateway answers: hosted-tools.ts), and the run's sampling, JSON-mode and
  * token settings. Always streamed, with usage.
  */
 export function buildChatRequest(
   run: RunRow,
   messages: ChatMessage[],
   completionBudget: number | null,
-  /** The turn's round (engine.ts): its file searches so far, plus one. */
+  /** The turn's round (engine.ts): its rounds of hosted tool calls so far, plus one. */
   round = 1,
 ): ChatCompletionRequest {
   const request: ChatCompletionRequest = {
@@ -24,7 +24,7 @@ export function buildChatRequest(
   };
   const tools = run.tools.flatMap((tool): NonNullable<ChatCompletionRequest['tools']> => {
     if (tool.type === 'function') return [{ type: 'function', function: stripUndefined(tool.function) }];
-    return tool.type === 'file_search' ? [FILE_SEARCH_CHAT_TOOL] : [];
+    return [HOSTED_TOOLS[tool.type].chatTool];
   });
   if (tools.length > 0) {
     request.tools = tools;
@@ -42,14 +42,15 @@ export function buildChatRequest(
 }
 
 /**
- * The run's tool_choice for a round of its turn. Forcing the file_search tool forces the function
- * it is given to the model as, in the first round only (then the model may answer); a turn that
- * searched MAX_SEARCH_ROUNDS times must answer with what it found.
+ * The run's tool_choice for a round of its turn. Forcing a hosted tool (file_search,
+ * code_interpreter) forces the function it is given to the model as, in the first round only
+ * (then the model may answer); a turn that took MAX_HOSTED_ROUNDS rounds of them must answer with
+ * what it has.
  */
 function chatToolChoice(choice: ToolChoice, round: number): unknown {
-  if (round > MAX_SEARCH_ROUNDS) return 'none';
-  if (typeof choice !== 'object' || choice.type !== 'file_search') return choice;
-  return round === 1 ? { type: 'function', function: { name: FILE_SEARCH_FUNCTION } } : 'auto';
+  if (round > MAX_HOSTED_ROUNDS) return 'none';
+  if (typeof choice !== 'object' || !isHostedKind(choice.type)) return choice;
+  return round === 1 ? { type: 'function', function: { name: HOSTED_TOOLS[choice.type].name } } : 'auto';
 }
 
 function stripUndefined<T extends object>(value: T): Record<string, unknown> {

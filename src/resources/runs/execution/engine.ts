@@ -14,8 +14,11 @@ import { EventStream } from './event-stream';
 import type { EventSink, ServerSentEvent } from '../../../deps';
 import { RunStopped } from './executions';
 import { failureSettlement, NOT_RECORDED, OutcomeNotRecorded } from './failures';
-import { citationSources, MAX_SEARCH_ROUNDS, searchSettings } from './file-search';
+import { citationSources, searchSettings } from './file-search';
 import { FileSearches } from './file-search-round';
+import { CodeRuns } from './code-interpreter-round';
+import { savedFiles } from './code-interpreter';
+import { hostedFunctions, MAX_HOSTED_ROUNDS } from './hosted-tools';
 import type { StreamOptions } from '../../../deps';
 import { holdLease } from './lease';
 import { Outbox } from './outbox';
@@ -41,9 +44,10 @@ import { callUpstream } from './upstream-call';
  * are told `queued` first all the same, as OpenAI does.
  *
  * A turn is one upstream call (upstream-call.ts) streamed into the turn's answer (turn-answer.ts),
- * or several when the model searches files: a round whose tool calls are all the file_search
- * tool's is answered by the gateway (file-search-round.ts), its step completed with the results,
- * and the turn calls the upstream again with them (at most MAX_SEARCH_ROUNDS times). How a turn
+ * or several when the model uses the tools the gateway hosts (hosted-tools.ts): a round whose tool
+ * calls are all file searches (file-search-round.ts) or code (code-interpreter-round.ts) is
+ * answered by the gateway, its step completed with the answers, and the turn calls the upstream
+ * again with them (at most MAX_HOSTED_ROUNDS times). How a turn
  * ends is decided by outcome.ts; a turn that stops without its answer settles by failures.ts; the
  * run's expiry and lease are kept by lease.ts.
  */
@@ -119,6 +123,8 @@ class Execution {
   readonly #answer: TurnAnswer;
   /** How the run searches files (its file_search tool), or null without one. */
   readonly #searches: FileSearches | null;
+  /** How the run runs code (its code_interpreter tool), or null without one. */
+  readonly #code: CodeRuns | null;
   /** For the run's log line (settle.ts): when the turn started, its key's slug. */
   readonly #startedAt: number;
   #virtualKeySlug: string | undefined;
@@ -140,10 +146,14 @@ class Execution {
     this.#startedAt = deps.now();
     const search = searchSettings(run.tools);
     this.#searches = search && new FileSearches(deps, run, search, this.#abort.signal);
-    this.#answer = new TurnAnswer(deps, this.#outbox, () => this.#run, {
-      searches: search !== null,
+    const answer = new TurnAnswer(deps, this.#outbox, () => this.#run, {
+      hosted: hostedFunctions(run.tools),
       includeContent: options.includeResultContent ?? false,
     });
+    this.#answer = answer;
+    this.#code = run.tools.some((tool) => tool.type === 'code_interpreter')
+      ? new CodeRuns(deps, run, (delta) => answer.toolCallDelta(delta), this.#abort.signal)
+      : null;
   }
 
   async run(): Promise<void> {
@@ -187,11 +197,12 @@ class Execution {
       : await this.#laterTurn();
     const secret = await decryptVirtualKeySecret(this.#deps.secrets, virtualKey);
 
-    // Each round is one upstream call; a round whose only tool calls are file searches is answered
-    // here (the search results sent back) and the turn goes on with the next round.
+    // Each round is one upstream call; a round whose only tool calls are hosted ones is answered
+    // here (search results, code's outputs sent back) and the turn goes on with the next round.
     for (let round = 1; ; round++) {
       this.#earlierUsage = sumUsage(steps.map((step) => step.usage));
       answer.sources = citationSources(steps);
+      answer.files = savedFiles(steps);
       const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
       if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
       if (!prompt.fits) return this.#promptTooLong();
@@ -211,17 +222,19 @@ class Execution {
       this.#virtualKeySlug = servedBy.slug;
       const calls = answer.calls();
       const toolStep = answer.toolStep;
-      if (this.#searches && toolStep && finishReason !== 'length' && calls.some((call) => call.hosted)) {
-        if (round > MAX_SEARCH_ROUNDS) {
+      const hosted = calls.flatMap((call) => (call.hosted ? [call.hosted.kind] : []));
+      if (toolStep && finishReason !== 'length' && hosted.length > 0) {
+        if (round > MAX_HOSTED_ROUNDS) {
           throw new UpstreamError(
             'protocol',
-            `The model called file_search again after ${MAX_SEARCH_ROUNDS} searches in one turn, when told to answer.`,
+            `The model called ${[...new Set(hosted)].join(' and ')} again after ${MAX_HOSTED_ROUNDS} rounds of the gateway's tools in one turn, when told to answer.`,
           );
         }
-        await this.#searches.answer(calls, answer.sources);
-        // Calls of the client's functions wait for its outputs (requires_action), the searches' results kept.
+        await this.#searches?.answer(calls, answer.sources);
+        await this.#code?.answer(calls);
+        // Calls of the client's functions wait for its outputs (requires_action), the hosted answers kept.
         if (calls.every((call) => call.hosted)) {
-          await answer.endSearchRound(toolStep, usage);
+          await answer.endHostedRound(toolStep, usage);
           ({ prompt, steps } = await this.#laterTurn());
           continue;
         }

@@ -35,19 +35,20 @@ export class FileSearches {
     this.#signal = signal;
   }
 
-  /** Runs the searches of `calls` (the hosted ones), adding their results to `sources`. */
+  /** Runs the searches of `calls` (the file_search ones), adding their results to `sources`. */
   async answer(calls: StreamingToolCall[], sources: CitationSource[]): Promise<void> {
     const settings = this.#settings;
     let position = 0;
     for (const call of calls) {
-      if (!call.hosted) continue;
+      const hosted = call.hosted;
+      if (hosted?.kind !== 'file_search') continue;
       const queries = searchQueries(call.arguments.toString(), position++);
       const found =
         'problem' in queries
           ? { output: queries.problem, results: [] }
           : searchOutput(await this.#search(queries), sources.length);
       sources.push(...found.results.map((result) => ({ fileId: result.file_id })));
-      call.hosted.search = {
+      hosted.done = {
         id: call.id,
         type: 'file_search',
         file_search: { ranking_options: settings.rankingOptions, results: found.results },

@@ -16,9 +16,6 @@ import { SEARCH_LIMITS } from '../../vector-stores/search-schemas';
 
 export const FILE_SEARCH_FUNCTION = 'file_search';
 
-/** Rounds of searching one turn may take before the model must answer (tool_choice `none`). */
-export const MAX_SEARCH_ROUNDS = 4;
-
 /** Searches one round may run: calls past them are told so, not searched (a model may make 128 calls at once). */
 export const MAX_SEARCHES_PER_ROUND = 8;
 

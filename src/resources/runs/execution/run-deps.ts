@@ -17,4 +17,5 @@ export type RunDeps = Pick<
   | 'executions'
   | 'upstreamUrls'
   | 'responseEvents'
+  | 'sandbox'
 >;

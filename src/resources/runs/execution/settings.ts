@@ -1,13 +1,14 @@
 import { ApiError } from '../../../errors';
 import type { RunOverrides } from '../schemas';
 import type { Tool } from '../../../db/json-columns';
-import { FILE_SEARCH_FUNCTION } from './file-search';
+import type { Sandbox } from '../../../sandbox/sandbox';
+import { HOSTED_TOOLS, isHostedKind } from './hosted-tools';
 import type { AssistantRow } from '../../../db/schema';
 import type { RunRow } from '../../../db/schema';
 
 /**
  * A run's effective settings: the request's, else its assistant's, else the default, one line per
- * setting; and the checks that only make sense once they are known (hosted tools, tool_choice).
+ * setting; and the checks that only make sense once they are known (hosted tools' names, tool_choice).
  * Stored on the run's row (rows.ts), answered by resources/runs/wire.ts, sent upstream by chat-request.ts.
  */
 export function runSettings(assistant: AssistantRow, body: RunOverrides) {
@@ -46,16 +47,10 @@ function withAdditional(instructions: string, additional: string | null | undefi
   return instructions ? `${instructions}\n\n${additional}` : additional;
 }
 
-/** Tool types that need OpenAI's hosted infrastructure and cannot run over Chat Completions. */
-const HOSTED_TOOL_TYPES = ['code_interpreter'] as const;
-
-const isHostedTool = (tool: Tool) => HOSTED_TOOL_TYPES.some((type) => type === tool.type);
-
 /**
- * Code interpreter needs OpenAI's hosted sandboxes, which a Chat Completions provider does not
- * have: a run that would use it is refused before anything exists. File search runs in the
- * gateway (resources/runs/execution/file-search.ts) behind a function of its own name, which a function tool of the
- * run cannot take too.
+ * File search and code_interpreter run in the gateway (hosted-tools.ts), each behind a function of
+ * its own name, which a function tool of the run cannot take too. Whether a sandbox is there for
+ * code_interpreter is checkSandbox's to say, where the run starts.
  */
 function checkExecutable(
   settings: Pick<RunRow, 'tools' | 'toolChoice'>,
@@ -63,50 +58,29 @@ function checkExecutable(
   toolsFromRequest: boolean,
 ) {
   const { tools, toolChoice: choice } = settings;
-  const hostedTool = tools.find(isHostedTool);
-  if (hostedTool) {
-    const hosted = tools.indexOf(hostedTool);
-    const type = hostedTool.type;
-    throw new ApiError(
-      'unsupported_tool',
-      toolsFromRequest
-        ? `The ${type} tool cannot run over Chat Completions providers; function and file_search tools can.`
-        : `Assistant '${assistant.id}' has the ${type} tool, which cannot run over Chat Completions providers. ` +
-            `Pass "tools" without it to run this assistant.`,
-      { param: toolsFromRequest ? `tools[${hosted}]` : 'assistant_id' },
-    );
-  }
-  const fileSearch = tools.some((tool) => tool.type === 'file_search');
-  const taken = fileSearch
-    ? tools.findIndex((tool) => tool.type === 'function' && tool.function.name === FILE_SEARCH_FUNCTION)
-    : -1;
-  if (taken !== -1) {
-    throw new ApiError(
-      'invalid_value',
-      `The function name '${FILE_SEARCH_FUNCTION}' is the file_search tool's own: rename the function tool, or drop the file_search tool.`,
-      { param: toolsFromRequest ? `tools[${taken}].function.name` : 'assistant_id' },
-    );
+  const hosted = new Set(tools.flatMap((tool) => (isHostedKind(tool.type) ? [tool.type] : [])));
+  for (const kind of hosted) {
+    const name = HOSTED_TOOLS[kind].name;
+    const taken = tools.findIndex((tool) => tool.type === 'function' && tool.function.name === name);
+    if (taken !== -1) {
+      throw new ApiError(
+        'invalid_value',
+        `The function name '${name}' is the ${kind} tool's own: rename the function tool, or drop the ${kind} tool.`,
+        { param: toolsFromRequest ? `tools[${taken}].function.name` : 'assistant_id' },
+      );
+    }
   }
   const functions = new Set(tools.flatMap((tool) => (tool.type === 'function' ? [tool.function.name] : [])));
   if (typeof choice === 'object') {
-    if (choice.type === 'file_search') {
-      if (!fileSearch) {
+    if (isHostedKind(choice.type)) {
+      if (!hosted.has(choice.type)) {
         throw new ApiError(
           'invalid_value',
-          "tool_choice names the file_search tool, which the run's tools do not have.",
+          `tool_choice names the ${choice.type} tool, which the run's tools do not have.`,
           { param: 'tool_choice.type' },
         );
       }
       return;
-    }
-    if (choice.type !== 'function') {
-      throw new ApiError(
-        'unsupported_tool',
-        `tool_choice cannot force the ${choice.type} tool over Chat Completions.`,
-        {
-          param: 'tool_choice.type',
-        },
-      );
     }
     // The schema requires the name of a function choice (toolChoiceSchema).
     const named = choice.function?.name ?? '';
@@ -119,9 +93,33 @@ function checkExecutable(
         },
       );
     }
-  } else if (choice === 'required' && functions.size === 0 && !fileSearch) {
-    throw new ApiError('invalid_value', "tool_choice 'required' needs at least one function or file_search tool.", {
+  } else if (choice === 'required' && functions.size === 0 && hosted.size === 0) {
+    throw new ApiError('invalid_value', "tool_choice 'required' needs at least one tool.", {
       param: 'tool_choice',
     });
   }
+}
+
+/**
+ * code_interpreter runs in the gateway's sandbox (deps.sandbox): a run that would use it where
+ * there is none is refused before anything exists, saying how to get one. Why there is none (a
+ * missing program, an unreachable server) is the operator's business: the start's log line and
+ * /health say it, not a tenant's error.
+ */
+export async function checkSandbox(
+  sandbox: Sandbox,
+  tools: readonly Tool[],
+  origin: { assistantId: string; toolsFromRequest: boolean },
+): Promise<void> {
+  const index = tools.findIndex((tool) => tool.type === 'code_interpreter');
+  if (index === -1 || (await sandbox.availability()).available) return;
+  const how = `This gateway has no code sandbox: install bubblewrap and Python with numpy, pandas and matplotlib, or set GATEWAY_SANDBOX_URL (docs/sandbox.md).`;
+  throw new ApiError(
+    'unsupported_tool',
+    origin.toolsFromRequest
+      ? `The code_interpreter tool cannot run here. ${how}`
+      : `Assistant '${origin.assistantId}' has the code_interpreter tool, which cannot run here. ${how} ` +
+          'Pass "tools" without it to run this assistant.',
+    { param: origin.toolsFromRequest ? `tools[${index}]` : 'assistant_id' },
+  );
 }

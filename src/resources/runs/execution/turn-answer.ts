@@ -5,18 +5,14 @@ import type { Usage } from '../../../providers/types';
 import { insertTurnRows, messageUpdate, stepUpdate, turnRowsInsert } from '../executor-writes';
 import type { StepRow } from '../queries';
 import type { RunRow } from '../../../db/schema';
-import type {
-  FileSearchToolCall,
-  RequiredAction,
-  RunError,
-  ToolCall,
-  ToolCallsDetails,
-} from '../../../db/json-columns';
+import type { RequiredAction, RunError, ToolCall, ToolCallsDetails } from '../../../db/json-columns';
 import type { MessageContent } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { toStepJson } from '../wire';
 import { toMessageJson } from '../../threads/wire';
-import { citations, FILE_SEARCH_FUNCTION, type CitationSource } from './file-search';
+import { citations, type CitationSource } from './file-search';
+import { filePaths } from './code-interpreter';
+import type { HostedCall, HostedKind } from './hosted-tools';
 import type { Outbox, OpenedRows } from './outbox';
 import type { TurnOutcome } from './outcome';
 import { answerMessage, newStep } from './rows';
@@ -24,11 +20,13 @@ import type { RunDeps } from './run-deps';
 
 /** A tool call while it streams: its name and arguments arrive in fragments. */
 export interface StreamingToolCall {
+  /** The upstream's index of the call, which its step's deltas carry. */
+  index: number;
   id: string;
   name: TextBuilder;
   arguments: TextBuilder;
-  /** A call of the file_search tool's function, which the gateway answers itself: its search once run. */
-  hosted: { search: FileSearchToolCall | null } | null;
+  /** A call of a hosted tool's function (hosted-tools.ts), which the gateway answers itself: its answer once given. */
+  hosted: HostedCall | null;
 }
 
 /** Why the tool calls of a turn cut short failed, by what cut them. */
@@ -78,7 +76,7 @@ export class TurnAnswer {
   readonly #deps: Pick<RunDeps, 'db' | 'now' | 'config'>;
   readonly #outbox: Outbox;
   readonly #run: () => RunRow;
-  readonly #searches: boolean;
+  readonly #hosted: ReadonlyMap<string, HostedKind>;
   readonly #includeContent: boolean;
   #message: OpenMessage | null = null;
   #toolStep: OpenToolStep | null = null;
@@ -93,22 +91,24 @@ export class TurnAnswer {
   firstTokenAt: number | null = null;
   /** What the run's file search results are, by number: the sources of its answer's citations. */
   sources: CitationSource[] = [];
+  /** The files the run's code wrote, by path under /mnt/data: what its answer's `sandbox:` links name. */
+  files: ReadonlyMap<string, string> = new Map();
 
   /**
    * @param run the run as it now stands
-   * @param options.searches whether the run has the file_search tool, whose calls the gateway answers
+   * @param options.hosted the run's hosted tools (hosted-tools.ts, hostedFunctions), by their function's name
    * @param options.includeContent whether events show file search results' content (`include[]`)
    */
   constructor(
     deps: Pick<RunDeps, 'db' | 'now' | 'config'>,
     outbox: Outbox,
     run: () => RunRow,
-    options: { searches: boolean; includeContent: boolean },
+    options: { hosted: ReadonlyMap<string, HostedKind>; includeContent: boolean },
   ) {
     this.#deps = deps;
     this.#outbox = outbox;
     this.#run = run;
-    this.#searches = options.searches;
+    this.#hosted = options.hosted;
     this.#includeContent = options.includeContent;
   }
 
@@ -186,20 +186,39 @@ export class TurnAnswer {
     let call = step.calls.get(event.index);
     const isNew = !call;
     if (!call) {
-      // Providers name a call in its first fragment: that decides whether it is the file_search tool's.
-      const hosted = this.#searches && name === FILE_SEARCH_FUNCTION ? { search: null } : null;
-      call = { id: event.id ?? newId('call'), name: new TextBuilder(), arguments: new TextBuilder(), hosted };
+      // Providers name a call in its first fragment: that decides whether it is a hosted tool's.
+      const kind = this.#hosted.get(name);
+      const hosted = kind === undefined ? null : { kind, done: null };
+      call = {
+        index: event.index,
+        id: event.id ?? newId('call'),
+        name: new TextBuilder(),
+        arguments: new TextBuilder(),
+        hosted,
+      };
       step.calls.set(event.index, call);
     }
     call.name.push(name);
     call.arguments.push(args);
-    // A file search shows as one delta, as OpenAI's do: its query is the gateway's business.
+    // A hosted call opens with one delta, as OpenAI's do: its arguments are the gateway's business
+    // (a code call's input is shown once whole, code-interpreter-round.ts).
     if (call.hosted && !isNew) return name.length + args.length;
-    const delta = call.hosted
-      ? { index: event.index, id: call.id, type: 'file_search', file_search: {} }
-      : isNew
-        ? { index: event.index, id: call.id, type: 'function', function: { name, arguments: args, output: null } }
-        : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
+    const delta =
+      call.hosted?.kind === 'file_search'
+        ? { index: event.index, id: call.id, type: 'file_search', file_search: {} }
+        : call.hosted?.kind === 'code_interpreter'
+          ? { index: event.index, id: call.id, type: 'code_interpreter', code_interpreter: { input: '', outputs: [] } }
+          : isNew
+            ? { index: event.index, id: call.id, type: 'function', function: { name, arguments: args, output: null } }
+            : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
+    await this.toolCallDelta(delta);
+    return name.length + args.length;
+  }
+
+  /** Sends a delta of a call of the open tool-calls step (a `tool_calls` entry of thread.run.step.delta). */
+  async toolCallDelta(delta: Record<string, unknown>): Promise<void> {
+    const step = this.#toolStep;
+    if (!step) throw new Error('a tool call delta needs the open tool-calls step');
     await this.#outbox.send([
       'thread.run.step.delta',
       {
@@ -208,15 +227,14 @@ export class TurnAnswer {
         delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } },
       },
     ]);
-    return name.length + args.length;
   }
 
   /**
-   * A round whose tool calls were all file searches: its step completes with their results (and
-   * the round's usage), the message it may have begun with completes, and the turn goes on with
-   * a new message and step.
+   * A round whose tool calls were all hosted (file searches, code): its step completes with their
+   * answers (and the round's usage), the message it may have begun with completes, and the turn
+   * goes on with a new message and step.
    */
-  async endSearchRound(toolStep: OpenToolStep, usage: Usage): Promise<void> {
+  async endHostedRound(toolStep: OpenToolStep, usage: Usage): Promise<void> {
     const at = this.#deps.now();
     const statements: RawStatement[] = [];
     if (this.#message) statements.push(...this.#closeMessage(this.#message, null, at));
@@ -246,7 +264,7 @@ export class TurnAnswer {
 
   /**
    * A turn that waits for the client's outputs: the statements that record its tool calls (and
-   * close its message), and what the run requires, the client's functions only: file searches of
+   * close its message), and what the run requires, the client's functions only: hosted calls of
    * the turn were answered already.
    */
   requiresAction(
@@ -391,7 +409,11 @@ export class TurnAnswer {
    * streamed in (messageUpdate).
    */
   #closeMessage(message: OpenMessage, reason: string | null, at: number, usage?: Usage): RawStatement[] {
-    const annotations = this.sources.length === 0 ? [] : citations(message.text.toString(), this.sources);
+    const text = this.sources.length === 0 && this.files.size === 0 ? '' : message.text.toString();
+    const annotations = [
+      ...(this.sources.length === 0 ? [] : citations(text, this.sources)),
+      ...filePaths(text, this.files),
+    ].sort((a, b) => a.start_index - b.start_index);
     const messagePatch =
       reason === null
         ? { status: 'completed' as const, completedAt: at }
@@ -457,7 +479,7 @@ function toolCallsDetails(step: OpenToolStep): ToolCallsDetails {
     .sort(([a], [b]) => a - b)
     .map(
       ([, call]): ToolCall =>
-        call.hosted?.search ?? {
+        call.hosted?.done ?? {
           id: call.id,
           type: 'function',
           function: { name: call.name.toString(), arguments: call.arguments.toString(), output: null },

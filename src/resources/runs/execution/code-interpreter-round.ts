@@ -1,0 +1,214 @@
+import { ApiError } from '../../../errors';
+import type { CodeInterpreterOutput } from '../../../db/json-columns';
+import type { RunRow } from '../../../db/schema';
+import { readAtMost } from '../../../sandbox/protocol';
+import { isSandboxFileName, SandboxError, type CodeResult, type SandboxSession } from '../../../sandbox/sandbox';
+import { storeFile } from '../../files/commands';
+import { getFile, type FileRow } from '../../files/queries';
+import { codeAttachmentsOf, getThread } from '../../threads/queries';
+import {
+  CODE_INTERPRETER_FUNCTION,
+  codeOf,
+  codeOutput,
+  MAX_CODE_CALLS_PER_ROUND,
+  notRun,
+  type SavedFile,
+} from './code-interpreter';
+import type { RunDeps } from './run-deps';
+import type { StreamingToolCall } from './turn-answer';
+
+/** Files put in a session at most: tool resources hold 20 each, messages 20 attachments each. */
+const MAX_INPUT_FILES = 64;
+
+/** The deps a round of code uses. */
+export type CodeDeps = Pick<RunDeps, 'db' | 'blobs' | 'config' | 'now' | 'log' | 'sandbox'>;
+
+/**
+ * The code a run's model asks to run (its code_interpreter tool), answered by the gateway in the
+ * thread's sandbox session: the run's files put in at the session's first use in the run, each
+ * call's code run after the one before, its figures and the files it wrote stored as files
+ * (`assistants_output`), and the call's step deltas sent as it goes (`delta`: the input once the
+ * arguments are whole, the outputs once it ran).
+ */
+export class CodeRuns {
+  readonly #deps: CodeDeps;
+  readonly #run: RunRow;
+  readonly #delta: (delta: Record<string, unknown>) => Promise<void>;
+  readonly #signal: AbortSignal;
+  #session: SandboxSession | null = null;
+
+  /** @param signal the execution's: a cancel (or a lost lease) ends the session running the code, and the round */
+  constructor(
+    deps: CodeDeps,
+    run: RunRow,
+    delta: (delta: Record<string, unknown>) => Promise<void>,
+    signal: AbortSignal,
+  ) {
+    this.#deps = deps;
+    this.#run = run;
+    this.#delta = delta;
+    this.#signal = signal;
+  }
+
+  /** Runs the code of `calls` (the code_interpreter ones), in order, recording each call's answer on it. */
+  async answer(calls: StreamingToolCall[]): Promise<void> {
+    let position = 0;
+    for (const call of calls) {
+      const hosted = call.hosted;
+      if (hosted?.kind !== 'code_interpreter') continue;
+      const args = call.arguments.toString();
+      const parsed = codeOf(args);
+      const input = 'code' in parsed ? parsed.code : '';
+      await this.#delta({ index: call.index, type: 'code_interpreter', code_interpreter: { input } });
+      const { result, saved } =
+        position++ >= MAX_CODE_CALLS_PER_ROUND
+          ? { result: notRun(`at most ${MAX_CODE_CALLS_PER_ROUND} calls run at once; call again.`), saved: [] }
+          : 'problem' in parsed
+            ? { result: notRun(parsed.problem), saved: [] }
+            : await this.#runCode(parsed.code);
+      const outputs: CodeInterpreterOutput[] = [
+        ...(result.logs === '' ? [] : [{ type: 'logs' as const, logs: result.logs }]),
+        ...saved.flatMap((file) =>
+          file.kind === 'image' && 'fileId' in file
+            ? [{ type: 'image' as const, image: { file_id: file.fileId } }]
+            : [],
+        ),
+      ];
+      await this.#delta({
+        index: call.index,
+        type: 'code_interpreter',
+        code_interpreter: { outputs: outputs.map((output, index) => ({ index, ...output })) },
+      });
+      hosted.done = {
+        id: call.id,
+        type: 'code_interpreter',
+        code_interpreter: { input, outputs },
+        // What the model sent back to it in later rounds: the code as run, not megabytes of other arguments.
+        function: {
+          name: CODE_INTERPRETER_FUNCTION,
+          arguments: JSON.stringify({ code: input }),
+          output: codeOutput(result, saved),
+        },
+        files: saved.flatMap((file) =>
+          file.kind === 'file' && 'fileId' in file ? [{ path: file.path, file_id: file.fileId }] : [],
+        ),
+      };
+    }
+  }
+
+  /** The code run in the thread's session, and what it made stored: a sandbox that refuses is told to the model. */
+  async #runCode(
+    code: string,
+  ): Promise<{ result: Pick<CodeResult, 'status' | 'logs' | 'error' | 'reason'>; saved: SavedFile[] }> {
+    let result: CodeResult;
+    const signal = this.#signal;
+    signal.throwIfAborted();
+    // A run stopped while its code runs stops the code: its session ends (its variables with it).
+    let stop: (() => void) | null = null;
+    try {
+      const session = await this.#openSession();
+      stop = () => void session.close();
+      signal.addEventListener('abort', stop, { once: true });
+      // Stopped while the session started: an abort before the listener was added fires no event.
+      signal.throwIfAborted();
+      result = await session.run(code);
+    } catch (error) {
+      signal.throwIfAborted();
+      if (!(error instanceof SandboxError)) throw error;
+      this.#deps.log.warn('code_interpreter could not run code', { run_id: this.#run.id, code: error.code, error });
+      return { result: notRun(error.message), saved: [] };
+    } finally {
+      if (stop) signal.removeEventListener('abort', stop);
+    }
+    signal.throwIfAborted();
+    const saved: SavedFile[] = [];
+    for (const image of result.images) {
+      saved.push(await this.#store('image', 'image.png', 'image/png', image.bytes));
+    }
+    for (const file of result.files) {
+      saved.push(await this.#store('file', file.path, null, file.bytes));
+    }
+    return { result, saved };
+  }
+
+  /** Bytes the code made, as a file of the workspace; a quota that refuses them is told to the model. */
+  async #store(
+    kind: SavedFile['kind'],
+    path: string,
+    contentType: string | null,
+    bytes: Uint8Array,
+  ): Promise<SavedFile> {
+    const filename = path.split('/').at(-1) || path;
+    try {
+      const row = await storeFile(this.#deps, this.#run.workspaceId, {
+        filename,
+        purpose: 'assistants_output',
+        contentType,
+        bytes,
+      });
+      return { kind, path, fileId: row.id };
+    } catch (error) {
+      if (error instanceof ApiError) return { kind, path, problem: error.message };
+      throw error;
+    }
+  }
+
+  /**
+   * The thread's session, with the run's files put in when this run first uses it (or uses a new
+   * one: a limit ended the last).
+   */
+  async #openSession(): Promise<SandboxSession> {
+    const kept = this.#session;
+    if (kept?.alive) return kept;
+    const run = this.#run;
+    const session = await this.#deps.sandbox.open({ workspaceId: run.workspaceId, threadId: run.threadId });
+    for (const file of await this.#inputFiles()) {
+      const bytes = await this.#bytesOf(file);
+      if (bytes === null) continue;
+      await session.putFile(isSandboxFileName(file.filename) ? file.filename : file.id, bytes);
+    }
+    this.#session = session;
+    return session;
+  }
+
+  /**
+   * The files of the run's code_interpreter resources (the request's or the assistant's), the
+   * thread's, and its messages' attachments for the tool: those that still exist, each once.
+   */
+  async #inputFiles(): Promise<FileRow[]> {
+    const { db } = this.#deps;
+    const run = this.#run;
+    const [thread, attached] = await Promise.all([
+      getThread(db, run.workspaceId, run.threadId),
+      codeAttachmentsOf(db, run.threadId, MAX_INPUT_FILES),
+    ]);
+    const ids = [
+      ...new Set([
+        ...(run.toolResources?.code_interpreter?.file_ids ?? []),
+        ...(thread.toolResources?.code_interpreter?.file_ids ?? []),
+        ...attached,
+      ]),
+    ].slice(0, MAX_INPUT_FILES);
+    const files = await Promise.all(
+      ids.map((id) =>
+        getFile(db, run.workspaceId, id, this.#deps.now()).catch((error: unknown) => {
+          // A file deleted since it was attached is left out, as OpenAI's sandbox would not have it either.
+          if (error instanceof ApiError) return null;
+          throw error;
+        }),
+      ),
+    );
+    return files.filter((file) => file !== null);
+  }
+
+  /** A file's bytes, unless larger than the sandbox takes (GATEWAY_SANDBOX_FILE_BYTES) or gone from the store. */
+  async #bytesOf(file: FileRow): Promise<Uint8Array | null> {
+    const max = this.#deps.config.GATEWAY_SANDBOX_FILE_BYTES;
+    if (file.bytes > max) {
+      this.#deps.log.warn('a file too large for the sandbox was left out', { run_id: this.#run.id, file_id: file.id });
+      return null;
+    }
+    const stream = await this.#deps.blobs.get(file.blobKey);
+    return stream === null ? null : readAtMost(stream, max);
+  }
+}
