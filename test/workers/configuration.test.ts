@@ -34,6 +34,7 @@ describe('a Worker missing required configuration', () => {
   it('serves as usual with its configuration', async () => {
     const response = await call('/health', env);
     expect(response.status).toBe(200);
-    expect(await response.json()).toEqual({ status: 'ok' });
+    // No sandbox is configured here (GATEWAY_SANDBOX_URL): /health says code_interpreter is off.
+    expect(await response.json()).toEqual({ status: 'ok', code_interpreter: false });
   });
 });
