@@ -818,6 +818,23 @@ describe('reasoning a provider streams', () => {
     );
   });
 
+  it('a reasoning item given without its summary is a 400 naming the field', async () => {
+    const response = await gateway.request('/v1/responses', {
+      method: 'POST',
+      key: tenant.workspaceKey,
+      body: {
+        model: 'fake-model',
+        input: [
+          { type: 'reasoning', id: 'rs_given' },
+          { role: 'user', content: 'Hi' },
+        ],
+      },
+    });
+    expect(response.status).toBe(400);
+    const { error } = (await response.json()) as { error: { param: string; type: string } };
+    expect(error).toMatchObject({ type: 'invalid_request_error', param: 'input[0].summary' });
+  });
+
   it('counts in the answer cap: a reasoning past it is cut there, and the response ends incomplete', async () => {
     const capped = await gatewayWithDefaultKey(upstream.fetch, { GATEWAY_MAX_ANSWER_BYTES: '64' });
     try {
