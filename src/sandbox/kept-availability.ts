@@ -7,21 +7,30 @@ const UNAVAILABLE_MS = 5_000;
 /**
  * `sandbox` whose availability is asked at most once in a while, not on every run and every
  * /health: a remote one's is a request to its server (the local one keeps its own check). One that
- * is not available is asked again sooner than one that is.
+ * is not available is asked again sooner than one that is. Only the first question waits for the
+ * answer: once an answer is known it is given at once, and when it is old, given while a new one
+ * is asked for, so that a slow or unreachable sandbox server never holds up a run or /health.
  */
 export function withKeptAvailability(sandbox: Sandbox, now: () => number = Date.now): Sandbox {
-  let kept: { answer: Promise<Availability>; until: number } | null = null;
+  let known: { answer: Availability; until: number } | null = null;
+  let asking: Promise<Availability> | null = null;
+  const ask = (): Promise<Availability> =>
+    (asking ??= sandbox
+      .availability()
+      .catch((): Availability => ({
+        available: false,
+        reason: 'The sandbox could not be asked whether it is available.',
+      }))
+      .then((answer) => {
+        known = { answer, until: now() + (answer.available ? AVAILABLE_MS : UNAVAILABLE_MS) };
+        asking = null;
+        return answer;
+      }));
   return {
     availability() {
-      const at = now();
-      if (kept && at < kept.until) return kept.answer;
-      const answer = sandbox.availability();
-      const entry = { answer, until: at + UNAVAILABLE_MS };
-      kept = entry;
-      void answer.then((found) => {
-        if (found.available) entry.until = now() + AVAILABLE_MS;
-      });
-      return answer;
+      if (known === null) return ask();
+      if (now() >= known.until) void ask();
+      return Promise.resolve(known.answer);
     },
     open: (key) => sandbox.open(key),
     close: () => sandbox.close(),

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { defined } from '../support/defined';
+import { waitFor } from '../support/wait';
 import { withKeptAvailability } from '../../src/sandbox/kept-availability';
 import { noSandbox } from '../../src/sandbox/configured';
 import type { Availability, Sandbox } from '../../src/sandbox/sandbox';
@@ -17,7 +18,7 @@ function counted(answers: Availability[]): Sandbox & { asked: number } {
 }
 
 describe('withKeptAvailability', () => {
-  it('asks an available sandbox again after 30 s, an unavailable one after 5 s', async () => {
+  it('asks an available sandbox again after 30 s, an unavailable one after 5 s, giving the last answer meanwhile', async () => {
     let now = 0;
     const inner = counted([{ available: false, reason: 'down' }, { available: true }]);
     const kept = withKeptAvailability(inner, () => now);
@@ -25,13 +26,50 @@ describe('withKeptAvailability', () => {
     now = 4_999;
     expect(await kept.availability()).toEqual({ available: false, reason: 'down' });
     expect(inner.asked).toBe(1);
+    // Old: asked again, the last answer given until the new one is in.
     now = 5_000;
-    expect(await kept.availability()).toEqual({ available: true });
+    expect(await kept.availability()).toEqual({ available: false, reason: 'down' });
+    expect(inner.asked).toBe(2);
+    // The new answer, once it is in (asked no more meanwhile).
+    expect(
+      await waitFor(
+        () => kept.availability(),
+        (found) => found.available,
+      ),
+    ).toEqual({ available: true });
+    expect(inner.asked).toBe(2);
     now = 34_999;
     expect(await kept.availability()).toEqual({ available: true });
     expect(inner.asked).toBe(2);
     now = 35_000;
     await kept.availability();
     expect(inner.asked).toBe(3);
+  });
+
+  it('never waits on a check once an answer is known: a sandbox server that stops answering holds nothing up', async () => {
+    let now = 0;
+    let hang = false;
+    const inner = noSandbox('unused');
+    let asked = 0;
+    const kept = withKeptAvailability(
+      {
+        availability: () => {
+          asked++;
+          return hang ? new Promise<never>(() => undefined) : Promise.resolve({ available: true });
+        },
+        open: inner.open,
+        close: inner.close,
+      },
+      () => now,
+    );
+    expect(await kept.availability()).toEqual({ available: true });
+    hang = true;
+    now = 60_000;
+    const settled = Symbol('pending');
+    // Each answer is settled at once (Promise.race takes the first settled), and one check at a time is asked.
+    for (let i = 0; i < 3; i++) {
+      expect(await Promise.race([kept.availability(), Promise.resolve(settled)])).toEqual({ available: true });
+    }
+    expect(asked).toBe(2);
   });
 });
