@@ -1,6 +1,7 @@
 import type { ChatCompletionRequest } from '../../../providers/types';
 import type { StepDetails } from '../../../db/json-columns';
 import type { CodeResult } from '../../../sandbox/sandbox';
+import { MAX_ANNOTATIONS } from './file-search';
 
 /**
  * The code_interpreter tool over Chat Completions: the model is given a function,
@@ -113,8 +114,6 @@ export interface FilePath {
   file_path: { file_id: string };
 }
 
-/** Annotations a message holds at most, as citations: the answer is bounded, and so is this. */
-const MAX_FILE_PATHS = 256;
 const SANDBOX_LINK = /sandbox:\/mnt\/data\/([^\s()[\]<>"'`]{1,1024})/g;
 
 /** The answer's `sandbox:/mnt/data/<path>` links to files the run's code wrote, as `file_path` annotations (UTF-16 indices). */
@@ -134,7 +133,7 @@ export function filePaths(text: string, files: ReadonlyMap<string, string>): Fil
       end_index: match.index + link.length,
       file_path: { file_id: fileId },
     });
-    if (found.length === MAX_FILE_PATHS) break;
+    if (found.length === MAX_ANNOTATIONS) break;
   }
   return found;
 }

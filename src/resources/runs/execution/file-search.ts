@@ -181,8 +181,8 @@ export interface FileCitation {
   file_citation: { file_id: string };
 }
 
-/** Annotations a message holds at most: the answer is bounded, and so is this. */
-const MAX_ANNOTATIONS = 256;
+/** Annotations of one kind a message holds at most (citations here, file paths in code-interpreter.ts): the answer is bounded, and so is this. */
+export const MAX_ANNOTATIONS = 256;
 const MARKER = /【(\d{1,6})†[^】\n]{0,256}】/g;
 
 /** The answer's markers that name one of the run's results, as `file_citation` annotations (UTF-16 indices). */
