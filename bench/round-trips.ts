@@ -1,0 +1,355 @@
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { startSqld, type RunningSqld } from '../scripts/sqld';
+import { migrateDatabase, openDatabase } from '../src/db/node';
+import { generateKeyBase64 } from '../src/lib/secrets';
+import { initialise } from '../src/resources/identities/organisations';
+import { fakeDirective } from '../test/support/fake-upstream';
+import { startGatewayProcess } from '../test/support/processes';
+import { startLocalWorker } from '../test/support/workerd';
+import { post, readStream, required, round, startFakeProvider, summarise } from './support';
+
+/**
+ * `npm run bench:round-trips`: what the database's distance costs a request. The gateway (the
+ * Worker in workerd, as bench:worker runs it, and the Node server on LIBSQL_URL) reaches a local
+ * sqld through a proxy here that holds each HTTP request to the database BENCH_DB_DELAYS ms (0, 20
+ * and 50: a Turso primary from an edge location is 30 to 80 ms away) and counts them. Each request
+ * to the database is one round trip: a statement, a batch, or one step of a transaction.
+ *
+ * For each kind of request, BENCH_REPEATS (5) times one after another: the round trips it made
+ * (counted until the database has been quiet for QUIET_MS, so that writes after the answer, such
+ * as a run's last ones, count too), how many came before a streamed run's first token, its wall
+ * time, and for streamed runs the first token's latency beyond the provider's own (the fake
+ * provider called directly, the same answer). The SDK turn is an application's: with the official
+ * SDK, a message added, a run streamed to its end, the messages listed.
+ *
+ * Only loopback and one process per part; the figures that matter are the counts and how the
+ * times grow with the delay, not the times at 0 ms.
+ */
+
+const DELAYS = (process.env.BENCH_DB_DELAYS ?? '0,20,50').split(',').map(Number);
+const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
+const TARGETS = (process.env.BENCH_TARGETS ?? 'worker,node').split(',');
+/** BENCH_SHOW_STATEMENTS=1: each request's round trips with their statements, to see what they are. */
+const SHOW_STATEMENTS = process.env.BENCH_SHOW_STATEMENTS === '1';
+/** The database counts as done with a request once nothing has reached it for this long. */
+const QUIET_MS = 400;
+const ANSWER = { reply: 'a b c d e f g h' };
+const content = `go\n${fakeDirective(ANSWER)}`;
+
+/** An HTTP proxy in front of sqld: holds each request `delayMs`, counts them. */
+class DatabaseProxy {
+  delayMs = 0;
+  count = 0;
+  /** Each round trip's statements (their SQL's start), kept while BENCH_SHOW_STATEMENTS is set. */
+  readonly statements: string[][] = [];
+  #inFlight = 0;
+  #lastActivity = performance.now();
+  /** The database's URL: set once it runs (the Worker's test harness starts its own). */
+  target: URL | undefined;
+  readonly #server: Server;
+
+  private constructor() {
+    this.#server = createServer((incoming, outgoing) => this.#forward(incoming, outgoing));
+  }
+
+  static async start(): Promise<DatabaseProxy & { url: string }> {
+    const proxy = new DatabaseProxy();
+    await new Promise<void>((resolve) => proxy.#server.listen(0, '127.0.0.1', resolve));
+    const address = proxy.#server.address();
+    if (typeof address !== 'object' || address === null) throw new Error('the proxy has no address');
+    return Object.assign(proxy, { url: `http://127.0.0.1:${address.port}` });
+  }
+
+  /** Resolves once no request is in flight and none has arrived for QUIET_MS. */
+  async quiet(): Promise<void> {
+    for (;;) {
+      const idle = performance.now() - this.#lastActivity;
+      if (this.#inFlight === 0 && idle >= QUIET_MS) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.max(10, QUIET_MS - idle)));
+    }
+  }
+
+  close(): Promise<void> {
+    this.#server.closeAllConnections();
+    return new Promise((resolve) => this.#server.close(() => resolve()));
+  }
+
+  #forward(incoming: IncomingMessage, outgoing: ServerResponse) {
+    this.count++;
+    this.#inFlight++;
+    this.#lastActivity = performance.now();
+    const chunks: Buffer[] = [];
+    incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
+    incoming.on('end', () => {
+      if (SHOW_STATEMENTS) this.statements.push(statementsOf(Buffer.concat(chunks)));
+      setTimeout(() => {
+        const target = required(this.target, 'the database behind the proxy');
+        const upstream = httpRequest(
+          {
+            host: target.hostname,
+            port: target.port,
+            method: incoming.method,
+            path: incoming.url,
+            headers: { ...incoming.headers, host: target.host },
+          },
+          (answer) => {
+            outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(outgoing);
+            answer.on('end', () => this.#done());
+          },
+        );
+        upstream.on('error', (error) => {
+          outgoing.destroy(error);
+          this.#done();
+        });
+        upstream.end(Buffer.concat(chunks));
+      }, this.delayMs);
+    });
+  }
+
+  #done() {
+    this.#inFlight--;
+    this.#lastActivity = performance.now();
+  }
+}
+
+/** The SQL (its first 80 characters) in a Hrana pipeline's body, whatever its nesting (execute, batch steps). */
+function statementsOf(body: Buffer): string[] {
+  const found: string[] = [];
+  const visit = (value: unknown): void => {
+    if (Array.isArray(value)) value.forEach(visit);
+    else if (typeof value === 'object' && value !== null)
+      for (const [key, inner] of Object.entries(value)) {
+        if (key === 'sql' && typeof inner === 'string') found.push(inner.replace(/\s+/g, ' ').slice(0, 80));
+        else visit(inner);
+      }
+  };
+  try {
+    visit(JSON.parse(body.toString('utf8')));
+  } catch {
+    found.push(`(${body.length} bytes, not JSON)`);
+  }
+  return found;
+}
+
+interface Gateway {
+  url: string;
+  key: string;
+  stop(): Promise<unknown>;
+}
+
+/** Migrates sqld and creates the tenant; answers its workspace key. */
+async function tenant(sqld: RunningSqld): Promise<string> {
+  const database = await openDatabase({ DATA_DIR: sqld.dir, LIBSQL_URL: sqld.url });
+  try {
+    await migrateDatabase(database.db);
+    const created = required(await initialise(database.db, Date.now()), 'a fresh tenant');
+    return created.workspace_api_key;
+  } finally {
+    database.close();
+  }
+}
+
+/** The gateway `name` (worker or node) on a fresh sqld behind `proxy`. */
+async function startTarget(name: string, proxy: DatabaseProxy & { url: string }): Promise<Gateway> {
+  if (name === 'worker') {
+    const worker = await startLocalWorker({
+      sqldArgs: ['--disable-intelligent-throttling'],
+      bindings: { LIBSQL_URL: proxy.url },
+    });
+    proxy.target = new URL(worker.sqld.url);
+    return { url: worker.url, key: worker.workspaceKey, stop: () => worker.stop() };
+  }
+  const sqld = await startSqld({ args: ['--disable-intelligent-throttling'] });
+  proxy.target = new URL(sqld.url);
+  const key = await tenant(sqld);
+  const dataDir = mkdtempSync(join(tmpdir(), 'bench-round-trips-'));
+  const gateway = await startGatewayProcess({
+    LIBSQL_URL: proxy.url,
+    DATA_DIR: dataDir,
+    GATEWAY_ENCRYPTION_KEY: generateKeyBase64(),
+    GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true',
+    LOG_LEVEL: 'warn',
+  });
+  return {
+    url: gateway.url,
+    key,
+    stop: async () => {
+      await gateway.stop();
+      await sqld.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** What one request cost: its round trips (those before the first token, for streams) and its times. */
+interface Sample {
+  roundTrips: number;
+  beforeFirstToken?: number;
+  wallMs: number;
+  firstTokenMs?: number;
+  statements: string[][];
+}
+
+/** ms to the first content chunk straight from the fake provider: what the gateway's first token is compared with. */
+async function providerFirstToken(fakeUrl: string): Promise<number> {
+  const started = performance.now();
+  const response = await fetch(`${fakeUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer sk-bench' },
+    body: JSON.stringify({ model: 'bench-model', stream: true, messages: [{ role: 'user', content }] }),
+  });
+  let first = NaN;
+  await readStream(response, (text) => {
+    if (Number.isNaN(first) && /"content":"[^"]/.test(text)) first = performance.now() - started;
+  });
+  return first;
+}
+
+async function measureTarget(name: string, fakeUrl: string) {
+  const proxy = await DatabaseProxy.start();
+  const gateway = await startTarget(name, proxy);
+  try {
+    const headers = { authorization: `Bearer ${gateway.key}`, 'content-type': 'application/json' };
+    const api = (path: string) => `${gateway.url}/v1${path}`;
+    await post(api('/virtual-keys'), headers, {
+      slug: 'bench',
+      provider: 'openai',
+      base_url: `${fakeUrl}/v1`,
+      api_key: 'sk-bench',
+      default: true,
+    });
+    const assistant = (await post(api('/assistants'), headers, { model: 'bench-model' })) as { id: string };
+    const thread = (await post(api('/threads'), headers, { messages: [{ role: 'user', content }] })) as { id: string };
+    const client = new OpenAI({ baseURL: api(''), apiKey: gateway.key, maxRetries: 0 });
+
+    /** Runs `task` once and counts the round trips it made until the database is quiet. */
+    const counted = async (task: (mark: () => number) => Promise<Partial<Sample>>): Promise<Sample> => {
+      await proxy.quiet();
+      const before = proxy.count;
+      const started = performance.now();
+      const partial = await task(() => proxy.count - before);
+      const wallMs = performance.now() - started;
+      await proxy.quiet();
+      return { ...partial, wallMs, roundTrips: proxy.count - before, statements: proxy.statements.slice(before) };
+    };
+    const fetchJson = async (path: string, init: RequestInit = {}) => {
+      const response = await fetch(api(path), { ...init, headers });
+      if (!response.ok) throw new Error(`${path}: HTTP ${response.status} ${await response.text()}`);
+      return response.json();
+    };
+    const streamed = (path: string, body: unknown) =>
+      counted(async (mark) => {
+        const started = performance.now();
+        const response = await fetch(api(path), { method: 'POST', headers, body: JSON.stringify(body) });
+        let firstTokenMs: number | undefined;
+        let beforeFirstToken: number | undefined;
+        let tail = '';
+        await readStream(response, (text) => {
+          if (firstTokenMs === undefined && /thread\.message\.delta|"content":"[^"]/.test(text)) {
+            firstTokenMs = performance.now() - started;
+            beforeFirstToken = mark();
+          }
+          tail = (tail + text).slice(-64);
+        });
+        if (firstTokenMs === undefined || !tail.includes('[DONE]')) throw new Error(`${path}: no whole stream`);
+        return { firstTokenMs, beforeFirstToken };
+      });
+
+    const kinds: Record<string, () => Promise<Sample>> = {
+      'POST /threads/runs (streamed)': () =>
+        streamed('/threads/runs', {
+          assistant_id: assistant.id,
+          stream: true,
+          thread: { messages: [{ role: 'user', content }] },
+        }),
+      'POST /threads/{id}/runs (streamed)': () =>
+        streamed(`/threads/${thread.id}/runs`, { assistant_id: assistant.id, stream: true }),
+      'POST /chat/completions (streamed)': () =>
+        streamed('/chat/completions', { model: 'bench-model', stream: true, messages: [{ role: 'user', content }] }),
+      'GET /assistants/{id}': () => counted(async () => (await fetchJson(`/assistants/${assistant.id}`), {})),
+      'GET /threads/{id}': () => counted(async () => (await fetchJson(`/threads/${thread.id}`), {})),
+      'POST /threads/{id}/messages': () =>
+        counted(
+          async () => (
+            await fetchJson(`/threads/${thread.id}/messages`, {
+              method: 'POST',
+              body: JSON.stringify({ role: 'user', content: 'more' }),
+            }),
+            {}
+          ),
+        ),
+      'GET /threads/{id}/messages': () => counted(async () => (await fetchJson(`/threads/${thread.id}/messages`), {})),
+      'SDK turn (message, streamed run, list)': () =>
+        counted(async () => {
+          const turn = await client.beta.threads.create();
+          await client.beta.threads.messages.create(turn.id, { role: 'user', content });
+          const run = client.beta.threads.runs.stream(turn.id, { assistant_id: assistant.id });
+          await run.finalRun();
+          await client.beta.threads.messages.list(turn.id);
+          return {};
+        }),
+    };
+
+    const byDelay: Record<string, unknown> = {};
+    for (const delayMs of DELAYS) {
+      proxy.delayMs = delayMs;
+      const providerFirst: number[] = [];
+      for (let i = 0; i < REPEATS; i++) providerFirst.push(await providerFirstToken(fakeUrl));
+      const providerP50 = summarise(providerFirst).p50_ms;
+      const rows: Record<string, unknown> = {};
+      for (const [kind, run] of Object.entries(kinds)) {
+        await run(); // a warm-up: caches filled, connections open
+        const samples: Sample[] = [];
+        for (let i = 0; i < REPEATS; i++) samples.push(await run());
+        rows[kind] = summary(samples, providerP50);
+      }
+      byDelay[`db_delay_${delayMs}ms`] = { provider_first_token_p50_ms: providerP50, requests: rows };
+    }
+    return byDelay;
+  } finally {
+    await gateway.stop();
+    await proxy.close();
+  }
+}
+
+function summary(samples: Sample[], providerFirstTokenMs: number) {
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN;
+  const firsts = samples.flatMap((sample) => (sample.firstTokenMs === undefined ? [] : [sample.firstTokenMs]));
+  const before = samples.flatMap((sample) => (sample.beforeFirstToken === undefined ? [] : [sample.beforeFirstToken]));
+  return {
+    round_trips: median(samples.map((sample) => sample.roundTrips)),
+    round_trips_range: [
+      Math.min(...samples.map((sample) => sample.roundTrips)),
+      Math.max(...samples.map((sample) => sample.roundTrips)),
+    ],
+    wall_ms_p50: round(median(samples.map((sample) => sample.wallMs)), 1),
+    ...(SHOW_STATEMENTS && { statements_of_the_last: samples.at(-1)?.statements }),
+    ...(firsts.length > 0 && {
+      round_trips_before_first_token: median(before),
+      first_token_ms_p50: round(median(firsts), 1),
+      first_token_added_ms_p50: round(median(firsts) - providerFirstTokenMs, 1),
+    }),
+  };
+}
+
+const { url: fakeUrl } = await startFakeProvider();
+const result: Record<string, unknown> = {
+  benchmark: 'round-trips',
+  setup:
+    'client (this process) -> gateway -> proxy (holds each database request the delay, counts it) -> sqld; ' +
+    `fake provider in its own process; ${REPEATS} of each request one after another, medians`,
+};
+for (const name of TARGETS) result[name] = await measureTarget(name, fakeUrl);
+console.log(JSON.stringify(result, null, 2));
+process.exit(0);
