@@ -290,15 +290,16 @@ async function measureTarget(name: string, fakeUrl: string) {
           ),
         ),
       'GET /threads/{id}/messages': () => counted(async () => (await fetchJson(`/threads/${thread.id}/messages`), {})),
-      'SDK turn (message, streamed run, list)': () =>
-        counted(async () => {
-          const turn = await client.beta.threads.create();
+      'SDK turn (message, streamed run, list)': async () => {
+        const turn = await client.beta.threads.create();
+        return counted(async () => {
           await client.beta.threads.messages.create(turn.id, { role: 'user', content });
           const run = client.beta.threads.runs.stream(turn.id, { assistant_id: assistant.id });
           await run.finalRun();
           await client.beta.threads.messages.list(turn.id);
           return {};
-        }),
+        });
+      },
     };
 
     const byDelay: Record<string, unknown> = {};
