@@ -5,8 +5,7 @@ import { workspace } from '../identities/middleware/workspace';
 import { createAssistantBody, modifyAssistantBody } from './schemas';
 import { cursorListQuery } from '../../http/schemas';
 import { createAssistant, modifyAssistant } from './commands';
-import { deleteAssistant, getAssistant, listAssistants } from './queries';
-import { resolveVirtualKey } from '../virtual-keys/commands';
+import { deleteAssistant, listAssistants } from './queries';
 import { toAssistantJson } from './wire';
 import { listObject } from '../../http/lists';
 import type { ApiEnv } from '../identities/env';
@@ -42,10 +41,11 @@ export const assistantRoutes = new Hono<ApiEnv>()
     },
   )
   .get('/:assistant_id', responds({ summary: 'Retrieve an assistant', ok: assistantObject }), async (c) => {
-    const { db } = c.get('deps');
-    const { workspaceId } = c.get('actor');
-    const row = await getAssistant(db, workspaceId, c.req.param('assistant_id'));
-    await resolveVirtualKey(db, workspaceId, { slug: c.get('actor').virtualKeySlug, model: row.model });
+    // From the settings as of this request (db/settings-cache.ts): no round trip of their own when unchanged.
+    const settings = c.get('settings');
+    const { workspaceId, virtualKeySlug } = c.get('actor');
+    const row = await settings.assistant(workspaceId, c.req.param('assistant_id'));
+    await settings.virtualKey(workspaceId, { slug: virtualKeySlug, model: row.model });
     return c.json(toAssistantJson(row));
   })
   .post(
