@@ -7,7 +7,7 @@ import { startSqld } from './sqld';
 import { devDataDir, devRegistryPath, exitCode, ROOT, spawnWrangler } from './wrangler';
 
 /**
- * `npm run dev:worker [-- --port N] [-- --data DIR]`: the Worker on http://127.0.0.1:8788 (beside
+ * `npm run dev:worker [-- --port N --data DIR]`: the Worker on http://127.0.0.1:8788 (beside
  * `npm start`'s 8787) under `wrangler dev` (workerd, offline), on a local libSQL server (sqld) on
  * 127.0.0.1:8080 with its data in ./data/sqld (DIR/sqld), migrated first. Ctrl-C or SIGTERM stops
  * wrangler (and its workerd), then sqld. `npm run dev:scheduled -- gateway|ingest` runs a Worker's
@@ -70,7 +70,7 @@ function options(args: string[]): { port: number; data: string } {
 }
 
 function usage(problem: string): never {
-  console.error(`${problem}\nUsage: npm run dev:worker [-- --port <port>] [--data <dir>]`);
+  console.error(`${problem}\nUsage: npm run dev:worker [-- --port <port> --data <dir>]`);
   process.exit(2);
 }
 
