@@ -4,13 +4,14 @@ import { parseArgs } from 'node:util';
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { generateKeyBase64 } from '../src/lib/secrets';
 import { startSqld } from './sqld';
-import { exitCode, ROOT, spawnWrangler } from './wrangler';
+import { devDataDir, devRegistryPath, exitCode, ROOT, spawnWrangler } from './wrangler';
 
 /**
- * `npm run dev:worker [-- --port N]`: the Worker on http://127.0.0.1:8788 (beside `npm start`'s 8787)
- * under `wrangler dev` (workerd, offline),
- * on a local libSQL server (sqld) on 127.0.0.1:8080 with its data in ./data/sqld, migrated first.
- * Ctrl-C or SIGTERM stops wrangler (and its workerd), then sqld.
+ * `npm run dev:worker [-- --port N --data DIR]`: the Worker on http://127.0.0.1:8788 (beside
+ * `npm start`'s 8787) under `wrangler dev` (workerd, offline), on a local libSQL server (sqld) on
+ * 127.0.0.1:8080 with its data in ./data/sqld (DIR/sqld), migrated first. Ctrl-C or SIGTERM stops
+ * wrangler (and its workerd), then sqld. `npm run dev:scheduled -- gateway|ingest` runs a Worker's
+ * cron handler in it (scripts/dev-scheduled.ts).
  *
  * The Worker's other variables come from .dev.vars, created from .dev.vars.example on the first
  * run with a fresh GATEWAY_ENCRYPTION_KEY: the key has to outlive the process, because the
@@ -19,33 +20,65 @@ import { exitCode, ROOT, spawnWrangler } from './wrangler';
 
 const SQLD_PORT = 8080;
 const LIBSQL_URL = `http://127.0.0.1:${SQLD_PORT}`;
-const WORKER_PORT = workerPort(process.argv.slice(2));
 
-/** `--port N`: where the Worker listens; 8788 by default, so that `npm start` can keep 8787. */
-function workerPort(args: string[]): number {
-  let port: string | undefined;
+/**
+ * sqld as many concurrent runs need it on a machine of few cores. Each libSQL connection waiting
+ * for the write lock spins on it in a thread of its own (sqld's ManagedConnectionWalWrapper), and
+ * the Worker's client sends every request's statements at once (it cannot take turns:
+ * db/busy-retry.ts): 16 to 32 runs at once left hundreds of sqld threads runnable on 2 cores, the
+ * lock's holder starved, and requests answered 429 or not at all for minutes. So sqld serves one
+ * connection at a time, which nothing can spin beside, and queues the other requests, which wait
+ * without a thread up to the Worker's database deadline (.dev.vars' GATEWAY_DATABASE_TIMEOUT_MS,
+ * 30 s), instead of shedding them (its intelligent throttling, and a 429 past 128 waiting). Four at
+ * a time, as the Node server's client writes, still stalled past that deadline on a loaded machine
+ * (test/reliability/dev-worker.test.ts).
+ */
+const SQLD_ARGS = [
+  '--max-concurrent-connections',
+  '1',
+  '--max-concurrent-requests',
+  '4096',
+  '--connection-creation-timeout-sec',
+  '30',
+  '--disable-intelligent-throttling',
+];
+
+const { port: WORKER_PORT, data: DATA_DIR } = options(process.argv.slice(2));
+
+/**
+ * `--port N`: where the Worker listens; 8788 by default, so that `npm start` can keep 8787.
+ * `--data DIR`: the local data (sqld's, the Durable Objects', the buckets' and queues'); ./data by default.
+ */
+function options(args: string[]): { port: number; data: string } {
+  let values: { port?: string; data?: string } = {};
   try {
-    ({ port } = parseArgs({ args, options: { port: { type: 'string', short: 'p' } }, strict: true }).values);
+    ({ values } = parseArgs({
+      args,
+      options: { port: { type: 'string', short: 'p' }, data: { type: 'string' } },
+      strict: true,
+    }));
   } catch (error) {
     usage((error as Error).message);
   }
-  if (port === undefined) return 8788;
+  const data = devDataDir(values.data);
+  const { port } = values;
+  if (port === undefined) return { port: 8788, data };
   const number = Number(port);
   if (!Number.isInteger(number) || number < 1 || number > 65535)
     usage(`--port must be a port number (1-65535), got '${port}'`);
-  return number;
+  return { port: number, data };
 }
 
 function usage(problem: string): never {
-  console.error(`${problem}\nUsage: npm run dev:worker [-- --port <port>]`);
+  console.error(`${problem}\nUsage: npm run dev:worker [-- --port <port> --data <dir>]`);
   process.exit(2);
 }
 
 ensureDevVars();
 
-const sqld = await startSqld({ port: SQLD_PORT, dataDir: join(ROOT, 'data', 'sqld') });
+const sqld = await startSqld({ port: SQLD_PORT, dataDir: join(DATA_DIR, 'sqld'), args: SQLD_ARGS });
 try {
-  const database = await openDatabase({ DATA_DIR: join(ROOT, 'data'), LIBSQL_URL });
+  const database = await openDatabase({ DATA_DIR, LIBSQL_URL });
   try {
     await migrateDatabase(database.db);
   } finally {
@@ -55,34 +88,40 @@ try {
   await sqld.stop();
   throw error;
 }
-console.log(`sqld on ${LIBSQL_URL} (data in data/sqld), migrated. Bootstrap keys with:`);
+console.log(`sqld on ${LIBSQL_URL} (data in ${join(DATA_DIR, 'sqld')}), migrated. Bootstrap keys with:`);
 console.log(`  LIBSQL_URL=${LIBSQL_URL} npm run gateway -- init\n`);
 
-const wrangler = spawnWrangler([
-  'dev',
-  // Both Workers in one workerd, so that the gateway's queue reaches the ingest Worker: the first
-  // config is the one served on WORKER_PORT and the one the flags below apply to.
-  '-c',
-  'wrangler.toml',
-  '-c',
-  'wrangler.ingest.toml',
-  '--local',
-  '--ip',
-  '127.0.0.1',
-  '--port',
-  String(WORKER_PORT),
-  '--show-interactive-dev-session=false',
-  // Keeps Durable Object storage with the rest of the local data.
-  '--persist-to',
-  'data/wrangler',
-  // Always this sqld, whatever .dev.vars says.
-  '--var',
-  `LIBSQL_URL:${LIBSQL_URL}`,
-  // A development database may hold several workspaces, and local model servers (and the fake
-  // upstream) listen on loopback: allowed, as an admin would allow them.
-  '--var',
-  'GATEWAY_ALLOW_PRIVATE_UPSTREAMS:true',
-]);
+const wrangler = spawnWrangler(
+  [
+    'dev',
+    // Both Workers in one workerd, so that the gateway's queue reaches the ingest Worker: the first
+    // config is the one served on WORKER_PORT and the one the flags below apply to.
+    '-c',
+    'wrangler.toml',
+    '-c',
+    'wrangler.ingest.toml',
+    '--local',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(WORKER_PORT),
+    '--show-interactive-dev-session=false',
+    // Keeps Durable Object storage with the rest of the local data.
+    '--persist-to',
+    join(DATA_DIR, 'wrangler'),
+    // Always this sqld, whatever .dev.vars says.
+    '--var',
+    `LIBSQL_URL:${LIBSQL_URL}`,
+    // A development database may hold several workspaces, and local model servers (and the fake
+    // upstream) listen on loopback: allowed, as an admin would allow them.
+    '--var',
+    'GATEWAY_ALLOW_PRIVATE_UPSTREAMS:true',
+  ],
+  // The registry where wrangler dev says where each Worker runs, which `npm run dev:scheduled`
+  // reads: this checkout's own, not the user's (~/.config/.wrangler/registry), which every
+  // `wrangler dev` on the machine writes its Workers into by name.
+  { WRANGLER_REGISTRY_PATH: devRegistryPath(DATA_DIR) },
+);
 
 let stopping = false;
 async function stop(code: number) {

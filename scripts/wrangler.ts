@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /**
@@ -8,6 +9,19 @@ import { fileURLToPath } from 'node:url';
  */
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/** `npm run dev:worker`'s local data (`--data DIR`): ./data by default. */
+export function devDataDir(dir?: string): string {
+  return dir === undefined ? join(ROOT, 'data') : resolve(dir);
+}
+
+/**
+ * Where `npm run dev:worker`'s wrangler registers its Workers (WRANGLER_REGISTRY_PATH): the
+ * address of the workerd running them, which `npm run dev:scheduled` reaches them through.
+ */
+export function devRegistryPath(dataDir: string): string {
+  return join(dataDir, 'registry');
+}
 
 export const OFFLINE_ENV = {
   CLOUDFLARE_CF_FETCH_ENABLED: 'false',

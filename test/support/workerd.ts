@@ -42,7 +42,7 @@ export async function startLocalWorker(
     rmSync(bundleDir, { recursive: true, force: true });
   };
   try {
-    const workspaceKey = await tenant(sqld);
+    const workspaceKey = await initialiseTenant(sqld);
     const script = await bundleWorker(TARGETS.gateway, bundleDir, 'ignore');
     const { workerOptions } = unstable_getMiniflareWorkerOptions(TARGETS.gateway.config);
     worker = new Miniflare({
@@ -78,8 +78,11 @@ export async function startLocalWorker(
   }
 }
 
-/** Migrates sqld and creates the tenant; answers its workspace key. */
-async function tenant(sqld: RunningSqld): Promise<string> {
+/**
+ * Migrates sqld and creates the tenant, as `npm run gateway -- init` does; answers its workspace key.
+ * Also for `npm run dev:worker`'s sqld (test/reliability/dev-worker.test.ts).
+ */
+export async function initialiseTenant(sqld: Pick<RunningSqld, 'url' | 'dir'>): Promise<string> {
   const database = await openDatabase({ DATA_DIR: sqld.dir, LIBSQL_URL: sqld.url });
   try {
     await migrateDatabase(database.db);

@@ -9,6 +9,7 @@ import { newId } from '../../src/lib/ids';
 import { insertFile } from '../../src/resources/files/queries';
 import { createWorkerDeps, workerDeps } from '../../src/runtime/workers/deps';
 import { wakeForWaitingFiles } from '../../src/runtime/workers/ingest-queue';
+import { insertDiedIngestion } from '../support/died-ingestion';
 import { errorOf, json } from '../support/envelope';
 import { fakeProviderKey, gatewayClient } from './gateway-client';
 
@@ -161,20 +162,7 @@ describe('ingestion on Workers', () => {
     const { db } = await workerDeps(env);
     const fileId = await storeFile('orphan.txt', 'The harbour master rings the bell at noon.');
     const store = await openai.vectorStores.create({ name: 'crashed ingestion' });
-    // As an invocation that claimed the file and died leaves it: in progress, one attempt, its lease past.
-    await db.insert(vectorStoreFiles).values({
-      vectorStoreId: store.id,
-      fileId,
-      workspaceId,
-      batchId: null,
-      status: 'in_progress',
-      chunkingStrategy: { type: 'other' },
-      attributes: {},
-      createdAt: Date.now(),
-      attempts: 1,
-      leaseExpiresAt: Date.now() - 1000,
-      apiKeyId: null,
-    });
+    await insertDiedIngestion(db, { vectorStoreId: store.id, fileId, workspaceId });
     const queue = env.INGEST_QUEUE;
     if (!queue) throw new Error('wrangler.toml declares INGEST_QUEUE');
     // What the ingest Worker's scheduled handler does, here on the same queue and database (its
