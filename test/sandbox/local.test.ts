@@ -653,6 +653,14 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
       code: 'session_ended',
       message: expect.stringContaining('idle'),
     });
+    // Its cgroup goes with it, as it ends on its own.
+    expect(
+      await waitFor(
+        () => cgroupOf(idle).filter((directory) => existsSync(directory)),
+        (left) => left.length === 0,
+      ),
+    ).toEqual([]);
+    await brief.close();
 
     const kept = localSandbox({ limits });
     const sessions = await Promise.all(['a', 'b'].map((threadId) => kept.open({ workspaceId: 'ws_stop', threadId })));

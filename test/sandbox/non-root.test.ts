@@ -22,7 +22,9 @@ import { ROOT } from '../support/processes';
 const NOBODY = 65534;
 const SETPRIV = '/usr/bin/setpriv';
 const limits = sandboxLimits(parseConfig({}));
-const available = (await localSandbox({ limits }).availability()).available;
+const probe = localSandbox({ limits });
+const available = (await probe.availability()).available;
+await probe.close();
 const userNamespaces = await unprivilegedUserNamespaces();
 const skip = (() => {
   if (!available) return 'no local sandbox here (see test/sandbox/local.test.ts)';

@@ -155,8 +155,10 @@ async function prepare(
   programs: { bwrap: string; python: string },
   cgroup: string | undefined,
 ): Promise<{ availability: Availability; cgroups: CgroupRoot | null }> {
-  const [availability, cgroups] = await Promise.all([probe(programs), cgroupRoot(cgroup)]);
-  if (!availability.available || cgroups.root !== null) return { availability, cgroups: cgroups.root };
+  const availability = await probe(programs);
+  if (!availability.available) return { availability, cgroups: null };
+  const cgroups = await cgroupRoot(cgroup);
+  if (cgroups.root !== null) return { availability, cgroups: cgroups.root };
   return {
     availability: {
       available: true,
