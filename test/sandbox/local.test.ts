@@ -410,6 +410,7 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
       process_vm_readv: [310, 270],
       setns: [308, 268],
       open_tree: [428, 428],
+      open_tree_attr: [467, 467],
       fsopen: [430, 430],
       clone: [56, 220],
       clone3: [435, 435],
@@ -448,6 +449,7 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
         "attempt('setns', libc.syscall(calls['setns'], os.open('/proc/self/ns/net', os.O_RDONLY), 0))",
         "attempt('open_tree', libc.syscall(calls['open_tree'], -100, b'/tmp', 0))",
         "attempt('fsopen', libc.syscall(calls['fsopen'], b'tmpfs', 0))",
+        "attempt('open_tree_attr', libc.syscall(calls['open_tree_attr'], -100, b'/tmp', 0, None, 0))",
         // A new user namespace asked of clone itself: refused, so no child runs this code twice.
         "attempt('clone-newuser', libc.syscall(calls['clone'], 0x10000000 | 17, 0, 0, 0, 0))",
         "attempt('clone3', libc.syscall(calls['clone3'], 0, 0))",
@@ -490,6 +492,7 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
       'setns',
       'open_tree',
       'fsopen',
+      'open_tree_attr',
       'clone-newuser',
       'personality-bsd',
       'settimeofday',

@@ -48,6 +48,8 @@ const DENIED: Record<string, Syscall> = {
   pivot_root: { x86_64: 155, aarch64: 41 },
   chroot: { x86_64: 161, aarch64: 51 },
   open_tree: { x86_64: 428, aarch64: 428 },
+  // Since 6.15, and not yet in Debian's headers: syscall_64.tbl's 467, one number everywhere.
+  open_tree_attr: { x86_64: 467, aarch64: 467 },
   move_mount: { x86_64: 429, aarch64: 429 },
   fsopen: { x86_64: 430, aarch64: 430 },
   fsconfig: { x86_64: 431, aarch64: 431 },
