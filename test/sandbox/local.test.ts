@@ -597,6 +597,18 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
     },
   );
 
+  it('runs sessions without a cgroup where GATEWAY_SANDBOX_CGROUP is off, and its availability says so', async () => {
+    const uncontained = localSandbox({ limits: { ...limits, cgroup: 'off' } });
+    expect(await uncontained.availability()).toEqual({
+      available: true,
+      detail: expect.stringMatching(/^no cgroup per session: GATEWAY_SANDBOX_CGROUP is off; .* bounded per process/),
+    });
+    const session = await uncontained.open({ workspaceId: 'ws_off', threadId: 'off' });
+    expect(await session.run('print(1)')).toMatchObject({ status: 'ok', logs: '1\n' });
+    for (const directory of cgroupOf(session)) expect(existsSync(directory)).toBe(false);
+    await uncontained.close();
+  });
+
   it.skipIf(!cgroups?.root)('removes, at its start, the cgroups a gateway that is no longer running left', async () => {
     const root = cgroups?.root;
     if (!root) return;
