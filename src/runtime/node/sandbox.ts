@@ -403,6 +403,7 @@ class LocalSession implements SandboxSession {
         const call = this.#call;
         // Out of memory, the kernel may have killed the interpreter itself: the cgroup says so, and is then removed.
         void this.#outOfMemory()
+          .catch(() => null)
           .then((outOfMemory) => {
             if (call) {
               const death = this.#death ??
@@ -470,9 +471,11 @@ class LocalSession implements SandboxSession {
     }
     const session = new LocalSession(id, child, limits, cgroup, workspaceId, forget, { stdin, stdout, answers });
     const failed = new Promise<never>((_, reject) => {
-      child.once('error', (error) =>
-        reject(new SandboxError('unavailable', `bubblewrap cannot be run: ${error.message}`)),
-      );
+      child.once('error', (error) => {
+        // A process that never started has no exit to remove its cgroup after.
+        void cgroup?.remove().catch(() => undefined);
+        reject(new SandboxError('unavailable', `bubblewrap cannot be run: ${error.message}`));
+      });
     });
     const timer = setTimeout(() => session.#kill('killed', 'the session did not start in time'), START_MS);
     try {
