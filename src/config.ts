@@ -215,10 +215,22 @@ export const configSchema = z
     GATEWAY_SANDBOX_TIMEOUT_MS: positiveInt.default(60_000),
     /** The CPU time each process of a session may take over the session's life (RLIMIT_CPU). */
     GATEWAY_SANDBOX_CPU_SECONDS: positiveInt.default(600),
-    /** The address space each process of a session may map (RLIMIT_AS), in MiB. */
+    /**
+     * The address space each process of a session may map (RLIMIT_AS), in MiB; with a cgroup per
+     * session (GATEWAY_SANDBOX_CGROUP), also the memory of its processes together.
+     */
     GATEWAY_SANDBOX_MEMORY_MB: positiveInt.min(256).default(1024),
     /** Processes and threads a session may run at once (RLIMIT_NPROC, counted in its own user namespace). */
     GATEWAY_SANDBOX_PROCESSES: positiveInt.min(4).default(32),
+    /**
+     * Where each local sandbox session's cgroup goes, bounding its memory and processes as a whole: a
+     * cgroup path (the same in v1's memory and pids hierarchies), `off`, or unset to use a directory
+     * in the gateway's own cgroup where it may make one.
+     */
+    GATEWAY_SANDBOX_CGROUP: z
+      .string()
+      .regex(/^(off|\/[^\0]*)$/, { error: 'is `off` or a cgroup path from /' })
+      .optional(),
     /** The size of a session's /mnt/data and of its /tmp, each a tmpfs, in MiB; also the largest file written. */
     GATEWAY_SANDBOX_DISK_MB: positiveInt.default(256),
     /** The output one call may print; past it the session is killed. Its first 64 KiB are kept as the call's logs. */

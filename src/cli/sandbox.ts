@@ -31,6 +31,8 @@ export async function serveSandbox(ctx: ServeContext): Promise<number> {
     ctx.io.stderr(`error: no sandbox on this host: ${availability.reason}\n`);
     return 1;
   }
+  // What it does without (say, a cgroup per session) is said once, as the gateway's start log says it.
+  if (availability.detail !== undefined) ctx.io.stderr(`warning: ${availability.detail}\n`);
   const app = sandboxServer({ sandbox, secret, fileBytes: limits.fileBytes });
   const { server, url } = await listen((request) => app.fetch(request), config);
   ctx.io.stdout(`Sandbox listening on ${url}\n`);

@@ -23,6 +23,8 @@ export interface SandboxLimits {
   files: number;
   /** Open files per process (RLIMIT_NOFILE). */
   openFiles: number;
+  /** Where a local session's cgroup goes (GATEWAY_SANDBOX_CGROUP): a cgroup path, `off`, or undefined to detect one. */
+  cgroup: string | undefined;
 }
 
 /** What a call's logs keep of its output: a model reads them, and more than this helps it no more. */
@@ -44,6 +46,7 @@ export function sandboxLimits(
     | 'GATEWAY_SANDBOX_DISK_MB'
     | 'GATEWAY_SANDBOX_OUTPUT_BYTES'
     | 'GATEWAY_SANDBOX_FILE_BYTES'
+    | 'GATEWAY_SANDBOX_CGROUP'
   >,
 ): SandboxLimits {
   const MiB = 1024 * 1024;
@@ -62,5 +65,6 @@ export function sandboxLimits(
     images: IMAGES,
     files: FILES,
     openFiles: OPEN_FILES,
+    cgroup: config.GATEWAY_SANDBOX_CGROUP,
   };
 }

@@ -13,7 +13,8 @@ export interface SandboxKey {
   threadId: string;
 }
 
-export type Availability = { available: true } | { available: false; reason: string };
+/** `detail`: what an available sandbox does without (say, a bound it cannot enforce here), for the start log. */
+export type Availability = { available: true; detail?: string } | { available: false; reason: string };
 
 export interface Sandbox {
   /** Whether sessions can be opened here; if not, why (a missing program, an unreachable server). */

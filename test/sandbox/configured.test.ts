@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigurationError, parseConfig } from '../../src/config';
 import { configuredSandbox, noSandbox } from '../../src/sandbox/configured';
-import type { SandboxLimits } from '../../src/sandbox/limits';
+import { sandboxLimits, type SandboxLimits } from '../../src/sandbox/limits';
 
 /** Which sandbox a configuration gives an entry: the remote one, the runtime's own, or none that says how. */
 
@@ -13,6 +13,17 @@ describe('the configured sandbox', () => {
     expect(() => parseConfig({ GATEWAY_SANDBOX_URL: 'http://127.0.0.1:8788' })).toThrow(/GATEWAY_SANDBOX_SECRET/);
     expect(() => parseConfig({ GATEWAY_SANDBOX_SECRET: 'short' })).toThrow(
       /GATEWAY_SANDBOX_SECRET: must be at least 32/,
+    );
+  });
+
+  it('takes GATEWAY_SANDBOX_CGROUP as `off` or a cgroup path, refusing anything else by name', () => {
+    expect(sandboxLimits(parseConfig({ GATEWAY_SANDBOX_CGROUP: 'off' })).cgroup).toBe('off');
+    expect(sandboxLimits(parseConfig({ GATEWAY_SANDBOX_CGROUP: '/gateway/sessions' })).cgroup).toBe(
+      '/gateway/sessions',
+    );
+    expect(sandboxLimits(parseConfig({})).cgroup).toBeUndefined();
+    expect(() => parseConfig({ GATEWAY_SANDBOX_CGROUP: 'memory' })).toThrow(
+      /GATEWAY_SANDBOX_CGROUP: is `off` or a cgroup path/,
     );
   });
 

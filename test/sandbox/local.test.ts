@@ -1,10 +1,20 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config';
+import { cgroupRoot } from '../../src/runtime/node/cgroup';
 import { localSandbox } from '../../src/runtime/node/sandbox';
 import { sandboxLimits } from '../../src/sandbox/limits';
 import { SandboxError, type CodeResult, type SandboxSession } from '../../src/sandbox/sandbox';
@@ -34,6 +44,17 @@ if (!availability.available) {
       'apt-get install bubblewrap python3-numpy python3-pandas python3-matplotlib',
   );
 }
+
+/** Where the sessions' cgroups are here, as the sandbox detects it; null where none can be made. */
+const cgroups = availability.available ? await cgroupRoot(undefined) : null;
+if (availability.available && cgroups?.root === null) {
+  console.warn(
+    `test/sandbox/local.test.ts: the cgroup tests are skipped, no cgroup per session here (${cgroups.reason}).`,
+  );
+}
+/** The session's cgroup directories (memory's and pids' on v1), by its id. */
+const cgroupOf = (session: SandboxSession) =>
+  (cgroups?.root?.directories ?? []).map((directory) => join(directory, `${process.pid}-${session.id}`));
 
 let threads = 0;
 const sessionOf = (workspaceId = 'ws_escape') => sandbox.open({ workspaceId, threadId: `thread_${++threads}` });
@@ -367,14 +388,243 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
       ].join('\n'),
     );
     expect(result.status).toBe('ok');
-    // ESRCH (3): the gateway's process is not in the session's PID namespace; EPERM (1) for the rest.
-    expect(result.logs).toMatch(/^ptrace -1 3$/m);
+    // EPERM (1): the seccomp filter refuses ptrace before the kernel looks for the process.
+    expect(result.logs).toMatch(/^ptrace -1 1$/m);
     expect(result.logs).toMatch(/^mount -1 1$/m);
     expect(result.logs).toMatch(/^unshare -1 (1|28)$/m);
     expect(result.logs).not.toContain('raised');
     expect(result.logs.match(/^refused /gm)).toHaveLength(3);
     expect(result.logs).toContain('nice 19');
     expect(result.logs).toContain('priority refused');
+  });
+
+  it('refuses, through its seccomp filter, the system calls escapes use: each EPERM (clone3 ENOSYS)', async () => {
+    // Their numbers from the kernel's own tables (x86_64's syscall_64.tbl, aarch64's asm-generic/unistd.h).
+    const calls: Record<string, [x86_64: number, aarch64: number]> = {
+      keyctl: [250, 219],
+      add_key: [248, 217],
+      bpf: [321, 280],
+      io_uring_setup: [425, 425],
+      perf_event_open: [298, 241],
+      userfaultfd: [323, 282],
+      process_vm_readv: [310, 270],
+      setns: [308, 268],
+      open_tree: [428, 428],
+      open_tree_attr: [467, 467],
+      fsopen: [430, 430],
+      clone: [56, 220],
+      clone3: [435, 435],
+    };
+    const result = await runAlone(
+      [
+        'import ctypes, os, signal, time',
+        'libc = ctypes.CDLL(None, use_errno=True)',
+        `calls = {name: numbers[0 if os.uname().machine == 'x86_64' else 1] for name, numbers in ${JSON.stringify(calls)}.items()}`,
+        'def attempt(name, outcome):',
+        '    print(name, outcome, ctypes.get_errno())',
+        '    ctypes.set_errno(0)',
+        "attempt('traceme', libc.ptrace(0, 0, 0, 0))",
+        'child = os.fork()',
+        'if child == 0:',
+        '    time.sleep(60)',
+        '    os._exit(0)',
+        "attempt('attach', libc.ptrace(16, child, 0, 0))",
+        "attempt('seize', libc.ptrace(0x4206, child, 0, 0))",
+        'os.kill(child, signal.SIGKILL)',
+        'os.waitpid(child, 0)',
+        "attempt('unshare-user', libc.unshare(0x10000000))",
+        "attempt('unshare-net', libc.unshare(0x40000000))",
+        "attempt('unshare-mount', libc.unshare(0x00020000))",
+        "attempt('mount', libc.mount(b'none', b'/tmp', b'tmpfs', 0, None))",
+        "attempt('umount', libc.umount2(b'/tmp', 0))",
+        "attempt('chroot', libc.chroot(b'/tmp'))",
+        "attempt('keyctl', libc.syscall(calls['keyctl'], 0, 0, 0, 0, 0))",
+        "attempt('add_key', libc.syscall(calls['add_key'], b'user', b'k', b'v', 1, -2))",
+        "attempt('bpf', libc.syscall(calls['bpf'], 0, 0, 0))",
+        'params = ctypes.create_string_buffer(120)',
+        "attempt('io_uring_setup', libc.syscall(calls['io_uring_setup'], 1, params))",
+        "attempt('perf_event_open', libc.syscall(calls['perf_event_open'], 0, 0, -1, -1, 0))",
+        "attempt('userfaultfd', libc.syscall(calls['userfaultfd'], 0))",
+        "attempt('process_vm_readv', libc.syscall(calls['process_vm_readv'], os.getpid(), 0, 0, 0, 0, 0))",
+        "attempt('setns', libc.syscall(calls['setns'], os.open('/proc/self/ns/net', os.O_RDONLY), 0))",
+        "attempt('open_tree', libc.syscall(calls['open_tree'], -100, b'/tmp', 0))",
+        "attempt('fsopen', libc.syscall(calls['fsopen'], b'tmpfs', 0))",
+        "attempt('open_tree_attr', libc.syscall(calls['open_tree_attr'], -100, b'/tmp', 0, None, 0))",
+        // A new user namespace asked of clone itself: refused, so no child runs this code twice.
+        "attempt('clone-newuser', libc.syscall(calls['clone'], 0x10000000 | 17, 0, 0, 0, 0))",
+        "attempt('clone3', libc.syscall(calls['clone3'], 0, 0))",
+        "attempt('personality-bsd', libc.personality(0x0006))",
+        "attempt('personality-query', libc.personality(0xffffffff))",
+        "attempt('settimeofday', libc.settimeofday(ctypes.create_string_buffer(16), None))",
+        "if os.uname().machine == 'x86_64':",
+        "    attempt('x32-getpid', libc.syscall(0x40000000 | 39))",
+        'else:',
+        "    print('x32-getpid -1 1')",
+      ].join('\n'),
+    );
+    expect(result).toMatchObject({ status: 'ok' });
+    const outcomes = Object.fromEntries(
+      result.logs
+        .trim()
+        .split('\n')
+        .map((line) => {
+          const [name = '', outcome, errno] = line.split(' ');
+          return [name, `${outcome} ${errno}`];
+        }),
+    );
+    const refused = [
+      'traceme',
+      'attach',
+      'seize',
+      'unshare-user',
+      'unshare-net',
+      'unshare-mount',
+      'mount',
+      'umount',
+      'chroot',
+      'keyctl',
+      'add_key',
+      'bpf',
+      'io_uring_setup',
+      'perf_event_open',
+      'userfaultfd',
+      'process_vm_readv',
+      'setns',
+      'open_tree',
+      'fsopen',
+      'open_tree_attr',
+      'clone-newuser',
+      'personality-bsd',
+      'settimeofday',
+      'x32-getpid',
+    ];
+    expect(outcomes).toEqual({
+      ...Object.fromEntries(refused.map((name) => [name, '-1 1'])),
+      clone3: '-1 38',
+      // The query answers the persona, PER_LINUX.
+      'personality-query': '0 0',
+    });
+  });
+
+  it('runs what a data session needs under that filter: threads, fork, subprocess, multiprocessing, numpy', async () => {
+    const result = await runAlone(
+      [
+        'import os, subprocess, sys, threading, multiprocessing',
+        'import numpy, pandas',
+        'done = []',
+        'thread = threading.Thread(target=lambda: done.append(1))',
+        'thread.start(); thread.join()',
+        'child = os.fork()',
+        'if child == 0:',
+        '    os._exit(7)',
+        "print('fork', os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))",
+        "print('subprocess', subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True, text=True).stdout.strip())",
+        "print('shell', subprocess.run('echo $((1 + 1))', shell=True, capture_output=True, text=True).stdout.strip())",
+        'with multiprocessing.Pool(2) as pool:',
+        "    print('pool', pool.map(abs, [-1, -2, -3]))",
+        "print('threads', done, 'numpy', int(numpy.arange(10).sum()), 'pandas', int(pandas.Series([1, 2]).sum()))",
+      ].join('\n'),
+    );
+    expect(result).toMatchObject({ status: 'ok' });
+    expect(result.logs).toBe('fork 7\nsubprocess 42\nshell 2\npool [1, 2, 3]\nthreads [1] numpy 45 pandas 3\n');
+  });
+
+  it.skipIf(!cgroups?.root)(
+    'bounds a session’s memory as a whole: processes each under RLIMIT_AS, together over it, are killed',
+    async () => {
+      const session = await sessionOf();
+      const directories = cgroupOf(session);
+      expect(directories.length).toBeGreaterThan(0);
+      // The session's own processes are in it: bubblewrap, its init and the interpreter.
+      expect(
+        readFileSync(join(directories[0] ?? '', 'cgroup.procs'), 'utf8')
+          .trim()
+          .split('\n').length,
+      ).toBeGreaterThanOrEqual(3);
+      // Four processes of 400 MiB each, each far under its 1 GiB of address space, 1.6 GiB together:
+      // more than the session's 1 GiB (and its 144 MiB of tmpfs).
+      const result = await session.run(
+        [
+          'import subprocess, sys',
+          "hold = \"import sys; x = b'1' * (400 << 20); print('held', flush=True); sys.stdin.read()\"",
+          'children = [subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(4)]',
+          "held = sum(child.stdout.readline() == b'held\\n' for child in children)",
+          'for child in children:',
+          '    child.stdin.close()',
+          "print('held', held, 'exits', [child.wait() for child in children])",
+        ].join('\n'),
+      );
+      expect(result).toMatchObject({
+        status: 'killed',
+        reason: expect.stringMatching(/more than its 1168 MiB of memory \(GATEWAY_SANDBOX_MEMORY_MB/),
+      });
+      expect(session.alive).toBe(false);
+      // The code saw some of its processes killed (-9) before the session was ended.
+      expect(result.logs).toMatch(/^held [0-3] exits .*-9/m);
+      for (const directory of directories) expect(existsSync(directory)).toBe(false);
+    },
+  );
+
+  it.skipIf(!cgroups?.root)(
+    'puts each session in a cgroup of its own, bounded, and removes it when the session ends',
+    async () => {
+      const session = await sessionOf();
+      const other = await sessionOf();
+      const directories = cgroupOf(session);
+      expect(directories.every((directory) => existsSync(directory))).toBe(true);
+      expect(cgroupOf(other).some((directory) => directories.includes(directory))).toBe(false);
+      const version = cgroups?.root?.version;
+      const memory = readFileSync(
+        join(directories[0] ?? '', version === 2 ? 'memory.max' : 'memory.limit_in_bytes'),
+        'utf8',
+      );
+      expect(Number(memory)).toBe(limits.memoryBytes + 2 * limits.diskBytes + 16 * 2 ** 20);
+      expect(readFileSync(join(directories.at(-1) ?? '', 'pids.max'), 'utf8').trim()).toBe(
+        String(limits.processes + 2),
+      );
+      // The interpreter inside is one of its processes (the host's view: the session has a cgroup namespace of its own).
+      const inside = await session.run('import os; print(os.getpid())');
+      expect(inside.logs).toMatch(/^\d+\n$/);
+      const procs = readFileSync(join(directories[0] ?? '', 'cgroup.procs'), 'utf8')
+        .trim()
+        .split('\n');
+      const python = procs.filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('/usr/bin/python3'));
+      expect(python).toHaveLength(1);
+      await session.close();
+      for (const directory of directories) expect(existsSync(directory)).toBe(false);
+      expect(cgroupOf(other).every((directory) => existsSync(directory))).toBe(true);
+      await other.close();
+    },
+  );
+
+  it('runs sessions without a cgroup where GATEWAY_SANDBOX_CGROUP is off, and its availability says so', async () => {
+    const uncontained = localSandbox({ limits: { ...limits, cgroup: 'off' } });
+    expect(await uncontained.availability()).toEqual({
+      available: true,
+      detail: expect.stringMatching(/^no cgroup per session: GATEWAY_SANDBOX_CGROUP is off; .* bounded per process/),
+    });
+    const session = await uncontained.open({ workspaceId: 'ws_off', threadId: 'off' });
+    expect(await session.run('print(1)')).toMatchObject({ status: 'ok', logs: '1\n' });
+    for (const directory of cgroupOf(session)) expect(existsSync(directory)).toBe(false);
+    await uncontained.close();
+  });
+
+  it.skipIf(!cgroups?.root)('removes, at its start, the cgroups a gateway that is no longer running left', async () => {
+    const root = cgroups?.root;
+    if (!root) return;
+    // A gateway's cgroup whose process is gone (a pid above the kernel's pid_max cannot be running).
+    const stale = root.directories.map((directory) => join(directory, '4194305-leftover'));
+    const live = root.directories.map((directory) => join(directory, `${process.pid}-kept`));
+    for (const directory of [...stale, ...live]) mkdirSync(directory);
+    try {
+      const fresh = localSandbox({ limits });
+      expect(await fresh.availability()).toEqual({ available: true });
+      for (const directory of stale) expect(existsSync(directory)).toBe(false);
+      for (const directory of live) expect(existsSync(directory)).toBe(true);
+      await fresh.close();
+    } finally {
+      for (const directory of [...stale, ...live]) if (existsSync(directory)) rmdirSync(directory);
+    }
   });
 
   it('keeps at most its sessions per workspace: the longest idle one makes room, none while all run', async () => {
@@ -418,6 +668,14 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
       code: 'session_ended',
       message: expect.stringContaining('idle'),
     });
+    // Its cgroup goes with it, as it ends on its own.
+    expect(
+      await waitFor(
+        () => cgroupOf(idle).filter((directory) => existsSync(directory)),
+        (left) => left.length === 0,
+      ),
+    ).toEqual([]);
+    await brief.close();
 
     const kept = localSandbox({ limits });
     const sessions = await Promise.all(['a', 'b'].map((threadId) => kept.open({ workspaceId: 'ws_stop', threadId })));

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { Readable, type Writable } from 'node:stream';
+import { Readable, Writable } from 'node:stream';
 import * as z from 'zod';
 import type { SandboxLimits } from '../../sandbox/limits';
 import {
@@ -14,6 +14,8 @@ import {
   type SandboxKey,
   type SandboxSession,
 } from '../../sandbox/sandbox';
+import { cgroupRoot, removeCgroupRoot, sessionCgroup, type CgroupRoot, type SessionCgroup } from './cgroup';
+import { seccompProgram } from './seccomp';
 
 /**
  * Node's sandbox: each session one Python process (sandbox-driver.py) inside bubblewrap, which gives
@@ -27,7 +29,9 @@ import {
  * link in. The driver sets the limits on itself (rlimits, which nothing in the sandbox can raise)
  * and a low priority; the gateway bounds the wall time of a call and the output it reads, and
  * kills the whole sandbox (its PID namespace dies with it) on either. As root, the sandbox runs as
- * `nobody`: root's processes are exempt from RLIMIT_NPROC.
+ * `nobody`: root's processes are exempt from RLIMIT_NPROC. A seccomp filter (seccomp.ts) refuses the
+ * system calls escapes use, and where the gateway can make cgroups (cgroup.ts) each session has one,
+ * which bounds its memory and processes as a whole.
  */
 
 export interface LocalSandboxOptions {
@@ -49,6 +53,10 @@ const ANSWER_OVERHEAD = 1024 * 1024;
 const SHM_BYTES = 16 * 1024 * 1024;
 /** Bytes of bubblewrap's own error output kept, to say why a session did not start. */
 const STDERR_BYTES = 2048;
+/** The file descriptor bubblewrap reads the seccomp filter from (0 to 2 are stdio, 3 the driver's answers). */
+const SECCOMP_FD = 4;
+/** A session's processes beyond the code's: bubblewrap outside its namespaces and its init inside. */
+const BWRAP_PROCESSES = 2;
 
 export function localSandbox(options: LocalSandboxOptions): Sandbox {
   const programs = { bwrap: options.bwrap ?? BWRAP, python: options.python ?? PYTHON };
@@ -58,7 +66,8 @@ export function localSandbox(options: LocalSandboxOptions): Sandbox {
    * one synchronous step, so that opens side by side never pass the bounds together.
    */
   const sessions = new Map<string, SessionEntry>();
-  let availability: Promise<Availability> | undefined;
+  let setup: Promise<{ availability: Availability; cgroups: CgroupRoot | null }> | undefined;
+  const prepared = () => (setup ??= prepare(programs, limits.cgroup));
   let closed = false;
 
   const keyOf = (key: SandboxKey) => `${key.workspaceId}\n${key.threadId}`;
@@ -87,8 +96,8 @@ export function localSandbox(options: LocalSandboxOptions): Sandbox {
   };
 
   const sandbox: Sandbox = {
-    availability() {
-      return (availability ??= probe(programs));
+    async availability() {
+      return (await prepared()).availability;
     },
 
     async open(key) {
@@ -99,7 +108,7 @@ export function localSandbox(options: LocalSandboxOptions): Sandbox {
         if (session?.alive) return session;
         if (sessions.get(name) === kept) sessions.delete(name);
       }
-      const ready = await sandbox.availability();
+      const { availability: ready, cgroups } = await prepared();
       if (!ready.available) throw new SandboxError('unavailable', ready.reason);
       if (closed) throw new SandboxError('unavailable', 'The sandbox is closed: the gateway is stopping.');
       // Another open of the thread may have started its session meanwhile.
@@ -111,7 +120,7 @@ export function localSandbox(options: LocalSandboxOptions): Sandbox {
       };
       const entry: SessionEntry = {
         workspaceId: key.workspaceId,
-        starting: LocalSession.start(programs, limits, key.workspaceId, forget),
+        starting: LocalSession.start(programs, limits, cgroups, key.workspaceId, forget),
         session: null,
       };
       sessions.set(name, entry);
@@ -124,6 +133,8 @@ export function localSandbox(options: LocalSandboxOptions): Sandbox {
       const all = [...sessions.values()];
       sessions.clear();
       await Promise.all(all.map(({ starting }) => starting.then((session) => session.close()).catch(() => undefined)));
+      const cgroups = setup && (await setup).cgroups;
+      if (cgroups) await removeCgroupRoot(cgroups);
     },
   };
   return sandbox;
@@ -136,13 +147,35 @@ interface SessionEntry {
   session: LocalSession | null;
 }
 
+/**
+ * Whether sessions start here, and the cgroups they go in: where none can be made, the sessions are
+ * bounded by their rlimits alone, which the availability says.
+ */
+async function prepare(
+  programs: { bwrap: string; python: string },
+  cgroup: string | undefined,
+): Promise<{ availability: Availability; cgroups: CgroupRoot | null }> {
+  const availability = await probe(programs);
+  if (!availability.available) return { availability, cgroups: null };
+  const cgroups = await cgroupRoot(cgroup);
+  if (cgroups.root !== null) return { availability, cgroups: cgroups.root };
+  return {
+    availability: {
+      available: true,
+      detail: `no cgroup per session: ${cgroups.reason}; a session's memory and processes are bounded per process (rlimits)`,
+    },
+    cgroups: null,
+  };
+}
+
 /** Whether a sandbox starts here: bubblewrap runs, and Python in it imports what code_interpreter offers. */
 async function probe(programs: { bwrap: string; python: string }): Promise<Availability> {
   const child = spawn(
     programs.bwrap,
-    [...bwrapArguments(programs.python), '-c', 'import numpy, pandas, matplotlib'],
-    spawnOptions(['ignore', 'ignore', 'pipe']),
+    [...bwrapArguments(programs.python, 3), '-c', 'import numpy, pandas, matplotlib'],
+    spawnOptions(['ignore', 'ignore', 'pipe', 'pipe']),
   );
+  giveSeccompProgram(child, 3);
   let stderr = '';
   child.stderr?.on('data', (data: Buffer) => (stderr = (stderr + data.toString('utf8')).slice(-STDERR_BYTES)));
   return new Promise((resolve) => {
@@ -167,9 +200,11 @@ async function probe(programs: { bwrap: string; python: string }): Promise<Avail
  * the host but /usr (read-only) and the files of /etc that the dynamic loader, Python's BLAS and
  * matplotlib read.
  */
-function bwrapArguments(python: string, diskBytes = 64 * 1024 * 1024): string[] {
+function bwrapArguments(python: string, seccompFd: number, diskBytes = 64 * 1024 * 1024): string[] {
   const size = String(diskBytes);
   return [
+    '--seccomp',
+    String(seccompFd),
     '--unshare-all',
     '--unshare-user',
     '--disable-userns',
@@ -249,8 +284,30 @@ const SANDBOX_ENV = {
  * root is exempt from RLIMIT_NPROC, and libuv drops root's groups with it.
  */
 function spawnOptions(stdio: ('pipe' | 'ignore')[]) {
-  const root = process.getuid?.() === 0;
-  return { stdio, env: {}, cwd: '/', detached: true, ...(root ? { uid: NOBODY, gid: NOBODY } : {}) };
+  return { stdio, env: {}, cwd: '/', detached: true, ...(runsAsNobody() ? { uid: NOBODY, gid: NOBODY } : {}) };
+}
+
+const runsAsNobody = () => process.getuid?.() === 0;
+
+/** Writes the seccomp filter to the pipe bubblewrap reads it from, to its end. */
+function giveSeccompProgram(child: ChildProcess, fd: number): void {
+  const pipe = child.stdio[fd];
+  if (pipe instanceof Writable) {
+    // A bubblewrap that failed before reading it closes the pipe: its exit says why.
+    pipe.on('error', () => undefined);
+    pipe.end(seccompProgram());
+  }
+}
+
+/**
+ * The program that starts a session: bubblewrap, or where the session has a cgroup, a shell that
+ * moves itself into it before it becomes bubblewrap, so that no code runs outside it.
+ */
+function sessionCommand(bwrap: string, args: string[], cgroup: SessionCgroup | null): [string, string[]] {
+  if (cgroup === null) return [bwrap, args];
+  const join = 'for procs in "$@"; do [ "$procs" = -- ] && break; echo $$ > "$procs" || exit 125; shift; done; shift';
+  // PWD is the shell's own: bubblewrap's init would keep it (the code's environment is cleared anyway).
+  return ['/bin/sh', ['-c', `${join}; unset PWD; exec "$@"`, 'sh', ...cgroup.procs, '--', bwrap, ...args]];
 }
 
 let driverSource: string | undefined;
@@ -283,7 +340,7 @@ interface Call {
 }
 
 class LocalSession implements SandboxSession {
-  readonly id = randomBytes(16).toString('hex');
+  readonly id: string;
   readonly workspaceId: string;
   lastUsed = Date.now();
   readonly #child: ChildProcess;
@@ -291,6 +348,9 @@ class LocalSession implements SandboxSession {
   readonly #stdout: Readable;
   readonly #limits: SandboxLimits;
   readonly #forget: () => void;
+  readonly #cgroup: SessionCgroup | null;
+  /** The processes the kernel had killed out of memory in the session's cgroup, as last seen. */
+  #oomKills = 0;
   #exited = false;
   #stderr = '';
   #answerBuffer: Buffer[] = [];
@@ -306,13 +366,17 @@ class LocalSession implements SandboxSession {
   readonly #exit: Promise<void>;
 
   private constructor(
+    id: string,
     child: ChildProcess,
     limits: SandboxLimits,
+    cgroup: SessionCgroup | null,
     workspaceId: string,
     forget: () => void,
     pipes: { stdin: Writable; stdout: Readable; answers: Readable },
   ) {
+    this.id = id;
     this.#child = child;
+    this.#cgroup = cgroup;
     this.#limits = limits;
     this.workspaceId = workspaceId;
     this.#forget = forget;
@@ -337,11 +401,19 @@ class LocalSession implements SandboxSession {
         this.#waiting?.(null);
         this.#waiting = null;
         const call = this.#call;
-        if (call) {
-          const death = this.#death ?? { status: 'killed' as const, reason: exitReason(code, signal, this.#limits) };
-          call.finish(this.#result(call, death.status, null, death.reason));
-        }
-        resolve();
+        // Out of memory, the kernel may have killed the interpreter itself: the cgroup says so, and is then removed.
+        void this.#outOfMemory()
+          .catch(() => null)
+          .then((outOfMemory) => {
+            if (call) {
+              const death = this.#death ??
+                outOfMemory ?? { status: 'killed' as const, reason: exitReason(code, signal, this.#limits) };
+              call.finish(this.#result(call, death.status, null, death.reason));
+            }
+            return this.#cgroup?.remove();
+          })
+          .catch(() => undefined)
+          .finally(resolve);
       }),
     );
   }
@@ -349,9 +421,11 @@ class LocalSession implements SandboxSession {
   static async start(
     programs: { bwrap: string; python: string },
     limits: SandboxLimits,
+    cgroups: CgroupRoot | null,
     workspaceId: string,
     forget: () => void,
   ): Promise<LocalSession> {
+    const id = randomBytes(16).toString('hex');
     const driverLimits = {
       processes: limits.processes,
       memory: limits.memoryBytes,
@@ -362,22 +436,46 @@ class LocalSession implements SandboxSession {
       files: limits.files,
       file_bytes: limits.fileBytes,
     };
-    const child = spawn(
+    const cgroup =
+      cgroups &&
+      (await sessionCgroup(
+        cgroups,
+        id,
+        { memoryBytes: sessionMemoryBytes(limits), processes: limits.processes + BWRAP_PROCESSES },
+        runsAsNobody() ? NOBODY : undefined,
+      ).catch((error: unknown) => {
+        throw new SandboxError(
+          'failed',
+          `The session's cgroup cannot be made: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      }));
+    const [command, args] = sessionCommand(
       programs.bwrap,
-      [...bwrapArguments(programs.python, limits.diskBytes), '-u', '-c', driver(), JSON.stringify(driverLimits)],
-      spawnOptions(['pipe', 'pipe', 'pipe', 'pipe']),
+      [
+        ...bwrapArguments(programs.python, SECCOMP_FD, limits.diskBytes),
+        '-u',
+        '-c',
+        driver(),
+        JSON.stringify(driverLimits),
+      ],
+      cgroup,
     );
+    const child = spawn(command, args, spawnOptions(['pipe', 'pipe', 'pipe', 'pipe', 'pipe']));
+    giveSeccompProgram(child, SECCOMP_FD);
     const { stdin, stdout } = child;
     const answers = child.stdio[3];
     if (stdin === null || stdout === null || !(answers instanceof Readable)) {
       child.kill('SIGKILL');
+      await cgroup?.remove();
       throw new SandboxError('failed', 'The sandbox process has no pipes.');
     }
-    const session = new LocalSession(child, limits, workspaceId, forget, { stdin, stdout, answers });
+    const session = new LocalSession(id, child, limits, cgroup, workspaceId, forget, { stdin, stdout, answers });
     const failed = new Promise<never>((_, reject) => {
-      child.once('error', (error) =>
-        reject(new SandboxError('unavailable', `bubblewrap cannot be run: ${error.message}`)),
-      );
+      child.once('error', (error) => {
+        // A process that never started has no exit to remove its cgroup after.
+        void cgroup?.remove().catch(() => undefined);
+        reject(new SandboxError('unavailable', `bubblewrap cannot be run: ${error.message}`));
+      });
     });
     const timer = setTimeout(() => session.#kill('killed', 'the session did not start in time'), START_MS);
     try {
@@ -455,7 +553,13 @@ class LocalSession implements SandboxSession {
       this.#stdin.write(`${JSON.stringify({ op: 'run', size: bytes.byteLength, token: token.toString('latin1') })}\n`);
       this.#stdin.write(bytes);
       try {
-        return await result;
+        const outcome = await result;
+        const outOfMemory = await this.#outOfMemory();
+        if (outOfMemory === null) return outcome;
+        // Over its memory, the session is ended whole, as at any other limit: what the kernel killed may have been anything of it.
+        this.#kill(outOfMemory.status, outOfMemory.reason);
+        await this.#exit;
+        return { ...outcome, ...outOfMemory };
       } finally {
         clearTimeout(timer);
         this.#call = null;
@@ -488,6 +592,19 @@ class LocalSession implements SandboxSession {
     });
     this.#queue = turn.catch(() => undefined);
     return turn;
+  }
+
+  /** Whether the kernel killed any of the session's processes out of memory since last asked, and then why. */
+  async #outOfMemory(): Promise<{ status: 'killed'; reason: string } | null> {
+    if (this.#cgroup === null) return null;
+    const kills = await this.#cgroup.oomKills();
+    if (kills <= this.#oomKills) return null;
+    this.#oomKills = kills;
+    const mib = Math.round(sessionMemoryBytes(this.#limits) / 2 ** 20);
+    return {
+      status: 'killed',
+      reason: `the session's processes together used more than its ${mib} MiB of memory (GATEWAY_SANDBOX_MEMORY_MB, with its /mnt/data and /tmp)`,
+    };
   }
 
   #idle(): void {
@@ -616,6 +733,14 @@ class LocalSession implements SandboxSession {
       ...(reason ? { reason } : {}),
     };
   }
+}
+
+/**
+ * A session's memory as a whole (its cgroup's bound): GATEWAY_SANDBOX_MEMORY_MB for its processes
+ * together, and its tmpfs (/mnt/data, /tmp, /dev/shm), whose files are memory too, at their size.
+ */
+function sessionMemoryBytes(limits: SandboxLimits): number {
+  return limits.memoryBytes + 2 * limits.diskBytes + SHM_BYTES;
 }
 
 /** Why the interpreter ended on its own: bubblewrap exits with its status, 128 + a signal's number. */

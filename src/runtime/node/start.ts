@@ -77,11 +77,7 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
   deps.log.info('listening', { url, database: database.location });
   // Checked once at start (the local sandbox starts Python once to see that it imports its
   // libraries), so that the log says whether runs may use code_interpreter, and why not.
-  void deps.sandbox
-    .availability()
-    .then((availability) =>
-      deps.log.info('code_interpreter', availability.available ? { available: true } : availability),
-    );
+  void deps.sandbox.availability().then((availability) => deps.log.info('code_interpreter', availability));
   const stopTrimming = trimMemoryWhenIdle({
     activity: () => requests,
     busy: () => tasks.size > 0 || answering() > 0,
