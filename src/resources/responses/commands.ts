@@ -465,6 +465,8 @@ function prefixed<Issue extends { path: PropertyKey[] }>(issues: readonly Issue[
 /** An assistant's tool as a response's `tools` shows it. */
 function echoTool(tool: Tool): ResponseObject['tools'][number] {
   if (tool.type === 'function') return { type: 'function', ...tool.function };
+  // A prompt's code runs in an `auto` container (responseTools): said so, as the tool requires a container.
+  if (tool.type === 'code_interpreter') return { type: tool.type, container: { type: 'auto' } };
   return { type: tool.type };
 }
 

@@ -145,6 +145,25 @@ describe('code_interpreter in responses', () => {
     ]);
   });
 
+  it('runs a prompt’s code_interpreter (an assistant’s) in an auto container, with the assistant’s files', async () => {
+    const file = await openai.files.create({
+      file: await toFile(Buffer.from('n\n5\n'), 'n.csv'),
+      purpose: 'assistants',
+    });
+    const assistant = await openai.beta.assistants.create({
+      model: 'fake-model',
+      tools: [{ type: 'code_interpreter' }],
+      tool_resources: { code_interpreter: { file_ids: [file.id] } },
+    });
+    const response = await openai.responses.create({
+      prompt: { id: assistant.id },
+      input: asking("print(open('/mnt/data/n.csv').read().split()[1])"),
+      include: ['code_interpreter_call.outputs'],
+    });
+    expect(response.tools).toEqual([{ type: 'code_interpreter', container: { type: 'auto' } }]);
+    expect(codeCalls(response)[0]?.outputs).toEqual([{ type: 'logs', logs: '5\n' }]);
+  });
+
   it('shows a chart as an image output whose url is its file’s content', async () => {
     const response = await openai.responses.create({
       model: 'fake-model',
