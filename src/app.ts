@@ -17,6 +17,7 @@ import { assistantRoutes } from './resources/assistants/routes';
 import { chatCompletionRoutes } from './resources/chat-completions/routes';
 import { responseRoutes } from './resources/responses/routes';
 import { completionRoutes } from './resources/completions/routes';
+import { containerRoutes } from './resources/containers/routes';
 import { conversationRoutes } from './resources/conversations/routes';
 import { embeddingRoutes } from './resources/embeddings/routes';
 import { fileRoutes } from './resources/files/routes';
@@ -109,6 +110,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/conversations', conversationRoutes(reconcileRun));
+  app.route('/v1/containers', containerRoutes);
   app.route('/v1/files', fileRoutes);
   app.route('/v1/chat/completions', chatCompletionRoutes);
   app.route('/v1/completions', completionRoutes);

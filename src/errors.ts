@@ -81,6 +81,10 @@ export const ERROR_CODES = {
   conversation_not_found: { status: 404 },
   /** A conversation's item: a message, or a tool call or output (fc_, fco_, fs_) of one of its run steps. */
   item_not_found: { status: 404 },
+  /** A container not in the workspace (resources/containers/). */
+  container_not_found: { status: 404 },
+  /** A container's file: none at that id in that container. */
+  container_file_not_found: { status: 404 },
   /** GET /v1/models/{model}: no virtual key of the workspace serves it. */
   model_not_found: { status: 404 },
   // 405, 409, 413, 415

@@ -192,6 +192,8 @@ export type CodeInterpreterOutput = { type: 'logs'; logs: string } | { type: 'im
 export interface CodeInterpreterToolCall {
   id: string;
   type: 'code_interpreter';
+  /** The container it ran in (resources/containers/): a response's code_interpreter_call item shows it. */
+  container_id?: string;
   code_interpreter: { input: string; outputs: CodeInterpreterOutput[] };
   function: { name: string; arguments: string; output: string };
   files?: { path: string; file_id: string }[];

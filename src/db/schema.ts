@@ -367,11 +367,67 @@ export const responses = sqliteTable(
     /** The request's fields answered as given: text, reasoning, truncation, user, prompt, include, … */
     options: json<ResponseOptions>('options').notNull(),
     createdAt: ms('created_at').notNull(),
+    /** The container its code_interpreter calls run in (resources/containers/), when it has the tool. */
+    containerId: text('container_id'),
   },
   (t) => [uniqueIndex('responses_id').on(t.id), index('responses_thread').on(t.threadId)],
 );
 
 export type ResponseRow = Omit<typeof responses.$inferSelect, 'seq'>;
+
+/**
+ * A container (resources/containers/): a named sandbox session of the workspace, whose session is
+ * opened with the container's id as its key and whose files (container_files) are kept as the
+ * gateway's files, so that they outlive the session. `threadId` is set for a thread's own container:
+ * the one its Assistants runs use, and the one a response's `auto` container is made as.
+ * Expired once idle past `expiresAfterMinutes` from `lastActiveAt` (read, never swept: its row stays).
+ */
+export const containers = sqliteTable(
+  'containers',
+  {
+    seq: integer('seq').primaryKey(),
+    id: text('id').notNull(),
+    workspaceId: text('workspace_id').notNull(),
+    name: text('name').notNull(),
+    threadId: text('thread_id'),
+    expiresAfterMinutes: integer('expires_after_minutes').notNull(),
+    /** As given (OpenAI's `1g`…`64g`): answered, not enforced; the sandbox's own limits apply. */
+    memoryLimit: text('memory_limit').$type<'1g' | '4g' | '16g' | '64g'>(),
+    createdAt: ms('created_at').notNull(),
+    lastActiveAt: ms('last_active_at').notNull(),
+  },
+  (t) => [
+    uniqueIndex('containers_id').on(t.id),
+    index('containers_workspace').on(t.workspaceId, t.seq),
+    index('containers_thread').on(t.threadId, t.seq),
+  ],
+);
+
+export type ContainerRow = Omit<typeof containers.$inferSelect, 'seq'>;
+
+/**
+ * A file of a container, at `path` (relative to /mnt/data, one per path: a file written again at a
+ * path replaces its row): a gateway file (`fileId`), given by the user or written by the code.
+ */
+export const containerFiles = sqliteTable(
+  'container_files',
+  {
+    seq: integer('seq').primaryKey(),
+    containerId: text('container_id').notNull(),
+    fileId: text('file_id').notNull(),
+    path: text('path').notNull(),
+    source: text('source').$type<'user' | 'assistant'>().notNull(),
+    bytes: integer('bytes').notNull(),
+    createdAt: ms('created_at').notNull(),
+  },
+  (t) => [
+    uniqueIndex('container_files_path').on(t.containerId, t.path),
+    index('container_files_file').on(t.containerId, t.fileId),
+    index('container_files_container').on(t.containerId, t.seq),
+  ],
+);
+
+export type ContainerFileRow = Omit<typeof containerFiles.$inferSelect, 'seq'>;
 
 export const runSteps = sqliteTable(
   'run_steps',

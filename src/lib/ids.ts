@@ -22,7 +22,20 @@ const TIME_CHARS = 7;
 const ID_CHARS = 24;
 
 export type IdPrefix =
-  'asst' | 'thread' | 'conv' | 'run' | 'resp' | 'msg' | 'step' | 'call' | 'req' | 'file' | 'vs' | 'vsfb' | 'chatcmpl';
+  | 'asst'
+  | 'thread'
+  | 'conv'
+  | 'run'
+  | 'resp'
+  | 'msg'
+  | 'step'
+  | 'call'
+  | 'req'
+  | 'file'
+  | 'vs'
+  | 'vsfb'
+  | 'chatcmpl'
+  | 'cntr';
 
 /** OpenAI's file and chat completion ids have a hyphen (`file-…`, `chatcmpl-…`); every other id has an underscore. */
 const SEPARATOR: Partial<Record<IdPrefix, string>> = { file: '-', chatcmpl: '-' };

@@ -94,6 +94,9 @@ export async function threadItemWrites(
       case 'reasoning':
         // Given back with the output it came in: no Chat Completions provider takes reasoning as input.
         break;
+      case 'code_interpreter_call':
+        // Given back with the output it came in: its code ran then, and its step is in the history already.
+        break;
       case 'item_reference': {
         if (known.has(item.id)) break;
         throw new ApiError('invalid_value', `Invalid '${where}.id': no item '${item.id}' in this conversation.`, {

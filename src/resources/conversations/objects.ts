@@ -33,10 +33,21 @@ const fileCitation = z.strictObject({
   filename: z.string(),
   index: z.int(),
 });
+/** A link in the answer to a file the code wrote (`sandbox:/mnt/data/…`), downloadable from its container. */
+const containerFileCitation = z.strictObject({
+  type: z.literal('container_file_citation'),
+  container_id: z.string(),
+  file_id: z.string(),
+  start_index: z.int(),
+  end_index: z.int(),
+  filename: z.string(),
+});
+const outputAnnotation = z.discriminatedUnion('type', [fileCitation, containerFileCitation]);
+export type OutputAnnotation = z.infer<typeof outputAnnotation>;
 const outputTextPart = z.strictObject({
   type: z.literal('output_text'),
   text: z.string(),
-  annotations: z.array(fileCitation),
+  annotations: z.array(outputAnnotation),
   logprobs: z.array(z.never()),
 });
 
@@ -86,6 +97,29 @@ export const fileSearchCallItem = z
   })
   .meta({ id: 'FileSearchCallItem' });
 
+/**
+ * Code the gateway ran for the model in a container. `outputs` only when `include` asks for
+ * `code_interpreter_call.outputs`; an image's `url` is the path of its file's content under the
+ * gateway's base URL (`/v1/files/{id}/content`).
+ */
+export const codeInterpreterCallItem = z
+  .strictObject({
+    type: z.literal('code_interpreter_call'),
+    id: z.string(),
+    status: z.enum(['in_progress', 'completed', 'incomplete', 'interpreting', 'failed']),
+    container_id: z.string(),
+    code: z.string().nullable(),
+    outputs: z
+      .array(
+        z.discriminatedUnion('type', [
+          z.strictObject({ type: z.literal('logs'), logs: z.string() }),
+          z.strictObject({ type: z.literal('image'), url: z.string() }),
+        ]),
+      )
+      .nullable(),
+  })
+  .meta({ id: 'CodeInterpreterCallItem' });
+
 /** What the model reasoned before a step's message or calls, as its provider streamed it (run_steps.reasoning). */
 export const reasoningItem = z
   .strictObject({
@@ -103,6 +137,7 @@ export const conversationItem = z
     functionCallItem,
     functionCallOutputItem,
     fileSearchCallItem,
+    codeInterpreterCallItem,
     reasoningItem,
   ])
   .meta({ id: 'ConversationItem' });
@@ -120,5 +155,6 @@ export const conversationItemList = z
 
 export type ConversationObject = z.infer<typeof conversationObject>;
 export type MessageItem = z.infer<typeof messageItem>;
+export type CodeInterpreterCallItem = z.infer<typeof codeInterpreterCallItem>;
 export type ConversationItem = z.infer<typeof conversationItem>;
 export type ConversationItemList = z.infer<typeof conversationItemList>;

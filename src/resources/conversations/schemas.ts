@@ -162,7 +162,33 @@ const reasoning = z.strictObject({
   status: itemStatus,
 });
 
-const typedItem = z.discriminatedUnion('type', [message, functionCall, functionCallOutput, itemReference, reasoning]);
+/** Code the gateway ran, given back as a response's output gave it (items.ts: accepted, not run again). */
+const codeInterpreterCall = z.strictObject({
+  type: z.literal('code_interpreter_call'),
+  id: safeId,
+  status: z.enum(['in_progress', 'completed', 'incomplete', 'interpreting', 'failed']),
+  container_id: safeId,
+  code: text.nullable(),
+  outputs: z
+    .array(
+      z.discriminatedUnion('type', [
+        z.strictObject({ type: z.literal('logs'), logs: text }),
+        z.strictObject({ type: z.literal('image'), url: text }),
+      ]),
+    )
+    .max(THREAD_LIMITS.contentParts)
+    .nullable()
+    .optional(),
+});
+
+const typedItem = z.discriminatedUnion('type', [
+  message,
+  functionCall,
+  functionCallOutput,
+  itemReference,
+  reasoning,
+  codeInterpreterCall,
+]);
 
 /**
  * One input item. Without a `type`, an object with a `role` is a message (OpenAI's

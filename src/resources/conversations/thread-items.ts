@@ -3,6 +3,7 @@ import { ApiError } from '../../errors';
 import type { ThreadRow } from '../threads/queries';
 import { timeline } from '../threads/timeline';
 import type { ConversationItem, ConversationItemList } from './objects';
+import { containersOfFiles } from '../containers/queries';
 import { fileNames, itemOrderRows, itemRows, type OrderStep } from './queries';
 import type { ItemInclude } from './schemas';
 import {
@@ -60,7 +61,7 @@ function reasoningRefs(stepId: string | undefined): ItemRef[] {
 /** A tool step's items: its calls, then the outputs given (wire.ts, toolStepItems, in the same order). */
 function stepRefs(step: OrderStep): ItemRef[] {
   const calls = step.calls.map(([type], index): ItemRef => ({
-    id: toolItemId(type === 'file_search' ? 'fs' : 'fc', step.id, index),
+    id: toolItemId(type === 'file_search' ? 'fs' : type === 'code_interpreter' ? 'ci' : 'fc', step.id, index),
     stepId: step.id,
     index,
     which: 'call',
@@ -84,11 +85,15 @@ async function itemsOf(
     messageIds: refs.flatMap((ref) => ('messageId' in ref ? [ref.messageId] : [])),
     stepIds: [...new Set(refs.flatMap((ref) => ('stepId' in ref ? [ref.stepId] : [])))],
   });
-  const names = await fileNames(db, thread.workspaceId, citedFileIds(rows.messages.values()));
+  const cited = citedFileIds(rows.messages.values());
+  const [names, containers] = await Promise.all([
+    fileNames(db, thread.workspaceId, cited),
+    containersOfFiles(db, thread.workspaceId, cited),
+  ]);
   return refs.flatMap((ref): ConversationItem[] => {
     if ('messageId' in ref) {
       const message = rows.messages.get(ref.messageId);
-      return message ? [toMessageItem(message, names)] : [];
+      return message ? [toMessageItem(message, names, containers)] : [];
     }
     const step = rows.steps.get(ref.stepId);
     if (!step) return [];

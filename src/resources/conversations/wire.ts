@@ -1,8 +1,15 @@
-import type { FileSearchToolCall, StepDetails } from '../../db/json-columns';
+import type { CodeInterpreterToolCall, FileSearchToolCall, StepDetails } from '../../db/json-columns';
 import type { MessageContent } from '../../db/schema';
 import { toUnixSeconds } from '../../lib/time';
 import type { MessageRow, ThreadRow } from '../threads/queries';
-import type { ConversationItem, ConversationItemList, ConversationObject, MessageItem } from './objects';
+import type {
+  CodeInterpreterCallItem,
+  ConversationItem,
+  ConversationItemList,
+  ConversationObject,
+  MessageItem,
+  OutputAnnotation,
+} from './objects';
 import type { ItemInclude } from './schemas';
 
 /**
@@ -35,7 +42,7 @@ export interface ItemStep {
   reasoning: string | null;
 }
 
-type ToolItemKind = 'fc' | 'fco' | 'fs';
+type ToolItemKind = 'fc' | 'fco' | 'fs' | 'ci';
 
 const STEP_PREFIX = 'step_';
 
@@ -43,7 +50,7 @@ const STEP_PREFIX = 'step_';
 export const toolItemId = (kind: ToolItemKind, stepId: string, index: number): string =>
   `${kind}_${stepId.startsWith(STEP_PREFIX) ? stepId.slice(STEP_PREFIX.length) : stepId}_${index}`;
 
-const TOOL_ITEM_ID = /^(fco|fc|fs)_([A-Za-z0-9]{1,64})_(\d{1,4})$/;
+const TOOL_ITEM_ID = /^(fco|fc|fs|ci)_([A-Za-z0-9]{1,64})_(\d{1,4})$/;
 
 /** The id of the `reasoning` item of what the model reasoned before the step `stepId` (its row's `reasoning`). */
 export const reasoningItemId = (stepId: string): string =>
@@ -62,7 +69,8 @@ export function parseToolItemId(id: string): { kind: ToolItemKind; stepId: strin
   const match = TOOL_ITEM_ID.exec(id);
   if (!match) return null;
   const [, kind, step, index] = match;
-  if ((kind !== 'fc' && kind !== 'fco' && kind !== 'fs') || step === undefined || index === undefined) return null;
+  if ((kind !== 'fc' && kind !== 'fco' && kind !== 'fs' && kind !== 'ci') || step === undefined || index === undefined)
+    return null;
   return { kind, stepId: `${STEP_PREFIX}${step}`, index: Number(index) };
 }
 
@@ -84,13 +92,17 @@ export function reasoningItem(step: ItemStep): ConversationItem | null {
  * assistant's as `output_text` with its citations; images as `input_image` (a link in image_url,
  * an upload in file_id). `fileNames` names the cited files (their ids when unknown).
  */
-export function toMessageItem(row: MessageRow, fileNames: ReadonlyMap<string, string>): MessageItem {
+export function toMessageItem(
+  row: MessageRow,
+  fileNames: ReadonlyMap<string, string>,
+  containers: ReadonlyMap<string, string> = new Map(),
+): MessageItem {
   return {
     type: 'message',
     id: row.id,
     status: row.status,
     role: row.role,
-    content: row.content.map((part) => contentItem(part, row.role === 'assistant', fileNames)),
+    content: row.content.map((part) => contentItem(part, row.role === 'assistant', fileNames, containers)),
   };
 }
 
@@ -98,6 +110,7 @@ function contentItem(
   part: MessageContent,
   assistant: boolean,
   fileNames: ReadonlyMap<string, string>,
+  containers: ReadonlyMap<string, string>,
 ): MessageItem['content'][number] {
   switch (part.type) {
     case 'text':
@@ -105,7 +118,7 @@ function contentItem(
         ? {
             type: 'output_text',
             text: part.text.value,
-            annotations: citations(part.text.annotations, fileNames),
+            annotations: citations(part.text.annotations, fileNames, containers),
             logprobs: [],
           }
         : { type: 'input_text', text: part.text.value };
@@ -124,9 +137,19 @@ function contentItem(
 const imageDetail = (image: { detail?: string }): 'auto' | 'low' | 'high' =>
   image.detail === 'low' || image.detail === 'high' ? image.detail : 'auto';
 
-/** A stored file_citation (the Assistants shape: its marker's text and place) as the Responses shape. */
-function citations(annotations: readonly unknown[], fileNames: ReadonlyMap<string, string>) {
-  return annotations.flatMap((annotation) => {
+/**
+ * Stored annotations (the Assistants shapes) as the Responses shapes: a file_citation (its marker's
+ * text and place) as one, a file_path (a `sandbox:` link to a file the code wrote) as a
+ * container_file_citation when its file's container is known (`containers`: file id → container id).
+ */
+function citations(
+  annotations: readonly unknown[],
+  fileNames: ReadonlyMap<string, string>,
+  containers: ReadonlyMap<string, string>,
+): OutputAnnotation[] {
+  return annotations.flatMap((annotation): OutputAnnotation[] => {
+    const path = containerCitation(annotation, containers);
+    if (path) return [path];
     const fileId = citedFileId(annotation);
     if (fileId === null) return [];
     const start = (annotation as { start_index?: unknown }).start_index;
@@ -141,22 +164,59 @@ function citations(annotations: readonly unknown[], fileNames: ReadonlyMap<strin
   });
 }
 
-function citedFileId(annotation: unknown): string | null {
+/** A stored file_path annotation as a container_file_citation, or null when it is none or its container is unknown. */
+export function containerCitation(
+  annotation: unknown,
+  containers: ReadonlyMap<string, string>,
+): Extract<OutputAnnotation, { type: 'container_file_citation' }> | null {
+  const fileId = linkedFileId(annotation);
+  const containerId = fileId === null ? undefined : containers.get(fileId);
+  if (fileId === null || containerId === undefined) return null;
+  const { text, start_index: start, end_index: end } = annotation as Record<string, unknown>;
+  return {
+    type: 'container_file_citation' as const,
+    container_id: containerId,
+    file_id: fileId,
+    start_index: typeof start === 'number' ? start : 0,
+    end_index: typeof end === 'number' ? end : 0,
+    filename: typeof text === 'string' ? (text.split('/').at(-1) ?? text) : fileId,
+  };
+}
+
+/** The files the code of `steps` wrote, by id, and the container each was written in. */
+export function writtenFiles(steps: readonly { stepDetails: StepDetails }[]): Map<string, string> {
+  const containers = new Map<string, string>();
+  for (const step of steps) {
+    if (step.stepDetails.type !== 'tool_calls') continue;
+    for (const call of step.stepDetails.tool_calls) {
+      if (call.type !== 'code_interpreter' || call.container_id === undefined) continue;
+      for (const file of call.files ?? []) containers.set(file.file_id, call.container_id);
+    }
+  }
+  return containers;
+}
+
+/** The file a stored annotation of `type` names (file_citation: a search's citation; file_path: a `sandbox:` link). */
+function annotatedFileId(annotation: unknown, type: 'file_citation' | 'file_path'): string | null {
   if (typeof annotation !== 'object' || annotation === null) return null;
-  const { type, file_citation: citation } = annotation as { type?: unknown; file_citation?: unknown };
-  if (type !== 'file_citation' || typeof citation !== 'object' || citation === null) return null;
-  const fileId = (citation as { file_id?: unknown }).file_id;
+  const record = annotation as Record<string, unknown>;
+  const named = record[type];
+  if (record.type !== type || typeof named !== 'object' || named === null) return null;
+  const fileId = (named as { file_id?: unknown }).file_id;
   return typeof fileId === 'string' ? fileId : null;
 }
 
-/** The files the messages cite, whose names their items show. */
+const citedFileId = (annotation: unknown) => annotatedFileId(annotation, 'file_citation');
+const linkedFileId = (annotation: unknown) => annotatedFileId(annotation, 'file_path');
+
+/** The files the messages cite or link to (`sandbox:` links), whose names (and containers) their items show. */
 export function citedFileIds(messages: Iterable<MessageRow>): string[] {
   const ids = new Set<string>();
   for (const message of messages) {
     for (const part of message.content) {
       if (part.type !== 'text') continue;
       for (const annotation of part.text.annotations) {
-        const id = citedFileId(annotation);
+        const id = citedFileId(annotation) ?? linkedFileId(annotation);
         if (id !== null) ids.add(id);
       }
     }
@@ -197,6 +257,10 @@ export function toolItem(
   if (call.type === 'file_search') {
     if (which === 'output') return null;
     return fileSearchItem(step, call, index, include.includes('file_search_call.results'));
+  }
+  if (call.type === 'code_interpreter') {
+    if (which === 'output') return null;
+    return codeInterpreterItem(step, call, index, include.includes('code_interpreter_call.outputs'));
   }
   if (which === 'call') {
     return {
@@ -245,6 +309,31 @@ function fileSearchItem(
   };
 }
 
+function codeInterpreterItem(
+  step: ItemStep,
+  call: CodeInterpreterToolCall,
+  index: number,
+  withOutputs: boolean,
+): CodeInterpreterCallItem {
+  return {
+    type: 'code_interpreter_call',
+    id: toolItemId('ci', step.id, index),
+    status: step.status === 'failed' ? 'failed' : callStatus(step.status),
+    container_id: call.container_id ?? '',
+    code: call.code_interpreter.input,
+    outputs: withOutputs ? codeOutputs(call.code_interpreter.outputs) : null,
+  };
+}
+
+/** A call's outputs as the Responses API shows them: logs, and each figure by the path of its file's content. */
+export function codeOutputs(outputs: CodeInterpreterToolCall['code_interpreter']['outputs']) {
+  return outputs.map((output) =>
+    output.type === 'logs'
+      ? { type: 'logs' as const, logs: output.logs }
+      : { type: 'image' as const, url: `/v1/files/${output.image.file_id}/content` },
+  );
+}
+
 /** The queries a search step kept (`{"queries": [...]}`, resources/runs/execution/file-search.ts). */
 function searchQueries(args: string): string[] {
   try {
@@ -268,6 +357,7 @@ export function runOutputItems(
   include: readonly ItemInclude[],
 ): ConversationItem[] {
   const names = new Map<string, string>();
+  const containers = writtenFiles(steps);
   for (const step of steps) {
     if (step.stepDetails.type !== 'tool_calls') continue;
     for (const call of step.stepDetails.tool_calls) {
@@ -280,6 +370,6 @@ export function runOutputItems(
     const before = reasoning ? [reasoning] : [];
     if (step.stepDetails.type === 'tool_calls') return [...before, ...toolStepItems(step, { outputs: false, include })];
     const message = messagesById.get(step.stepDetails.message_creation.message_id);
-    return message ? [...before, toMessageItem(message, names)] : before;
+    return message ? [...before, toMessageItem(message, names, containers)] : before;
   });
 }

@@ -6,7 +6,8 @@ import { ownBody } from '../../http/middleware/own-body';
 import { validate } from '../../http/middleware/validate';
 import { workspace } from '../identities/middleware/workspace';
 import { listFilesQuery } from './schemas';
-import { getFile, listFiles } from './queries';
+import { getFile, listFiles, type FileRow } from './queries';
+import type { Deps } from '../../deps';
 import { toFileJson } from './wire';
 import { listObject } from '../../http/lists';
 import type { ApiEnv } from '../identities/env';
@@ -55,20 +56,25 @@ export const fileRoutes = new Hono<ApiEnv>()
     async (c) => {
       const { db, now, blobs } = c.get('deps');
       const row = await getFile(db, c.get('actor').workspaceId, c.req.param('file_id'), now());
-      const body = await blobs.get(row.blobKey);
-      // A row without its bytes is the store's fault (lost or deleted behind the gateway's back).
-      if (!body)
-        throw new ApiError('server_error', undefined, { cause: new Error(`the blob of file ${row.id} is missing`) });
-      return new Response(body, {
-        headers: {
-          'content-type': 'application/octet-stream',
-          'content-length': String(row.bytes),
-          'content-disposition': contentDisposition(row.filename),
-          'x-content-type-options': 'nosniff',
-        },
-      });
+      return fileContent(blobs, row);
     },
   );
+
+/** A file's bytes as a download, from the blob store. */
+export async function fileContent(blobs: Deps['blobs'], row: FileRow): Promise<Response> {
+  const body = await blobs.get(row.blobKey);
+  // A row without its bytes is the store's fault (lost or deleted behind the gateway's back).
+  if (!body)
+    throw new ApiError('server_error', undefined, { cause: new Error(`the blob of file ${row.id} is missing`) });
+  return new Response(body, {
+    headers: {
+      'content-type': 'application/octet-stream',
+      'content-length': String(row.bytes),
+      'content-disposition': contentDisposition(row.filename),
+      'x-content-type-options': 'nosniff',
+    },
+  });
+}
 
 /**
  * `attachment` with the filename twice, as RFC 6266 advises: `filename` an ASCII stand-in (other

@@ -30,8 +30,13 @@ import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
 import type { ResponseItemObject, ResponseObject } from './objects';
 import { deleteResponseRow, getResponseRow, responseNotFound, runMessages } from './queries';
+import { ownContainer, runningContainer, userFiles } from '../containers/commands';
+import { upsertContainerFile } from '../containers/queries';
+import { checkSandbox } from '../runs/execution/settings';
 import {
+  responseCodeInterpreterTool,
   responseFileSearchTool,
+  type ResponseCodeInterpreterTool,
   responseFunctionTool,
   type CreateResponseBody,
   type InputTokensBody,
@@ -109,6 +114,7 @@ export async function createResponse(
     input: inputItems(plan.items, input),
     options,
     createdAt: at,
+    containerId: plan.code ? await responseContainer(deps, actor.workspaceId, plan.code, plan) : null,
   };
   const answer = await startRun(deps, actor, snapshot, context, {
     response: row,
@@ -173,6 +179,14 @@ interface ResponsePlan {
   input: ThreadItemWrites;
   /** The thread's history, with the function outputs this input gives filled in. */
   history: History;
+  /** Its code_interpreter tool's container as given (the request's tool), or `auto` (a prompt's). */
+  code: CodeContainer | null;
+}
+
+/** Where a response's code runs, as its tool names it, and the parameter that named it. */
+interface CodeContainer {
+  container: ResponseCodeInterpreterTool['container'];
+  param: string;
 }
 
 async function planResponse(
@@ -193,8 +207,17 @@ async function planResponse(
     );
   }
   const assistant = body.prompt ? await promptAssistant(snapshot, actor.workspaceId, body.prompt.id) : null;
-  const { tools, toolResources, echo } = responseTools(body.tools, assistant);
+  const { tools, toolResources, echo, code } = responseTools(body.tools, assistant);
   const settings = responseSettings(body, assistant, tools, toolResources);
+  await checkSandbox(deps.sandbox, tools, {
+    assistantId: assistant?.id ?? '',
+    toolsFromRequest: body.tools !== undefined && body.tools !== null,
+  }).catch((error: unknown) => {
+    // A prompt's tools are its assistant's: the refusal names the prompt, which the request gave.
+    throw error instanceof ApiError && error.param === 'assistant_id'
+      ? new ApiError(error.code, error.message, { param: 'prompt.id' })
+      : error;
+  });
   await checkToolResources(db, actor.workspaceId, settings.toolResources, 'tools');
   const items: InputItem[] =
     typeof body.input === 'string' ? [{ type: 'message', role: 'user', content: body.input }] : (body.input ?? []);
@@ -244,7 +267,50 @@ async function planResponse(
     items,
     input,
     history: { messages: history.messages, steps: answered(history.steps, input.outputs) },
+    code,
   };
+}
+
+/**
+ * The container a response's code runs in: the one its tool names (running: an expired one is
+ * refused), or for `auto` the container of the latest code call of its context (its conversation,
+ * or its previous responses) while it runs, else its thread's own (made now); `auto`'s files are
+ * put in it.
+ */
+async function responseContainer(
+  deps: ResponseCommandDeps,
+  workspaceId: string,
+  code: CodeContainer,
+  plan: Pick<ResponsePlan, 'thread' | 'history'>,
+): Promise<string> {
+  const { container, param } = code;
+  if (typeof container === 'string') return (await runningContainer(deps, workspaceId, container, param)).id;
+  const fileIds = container.file_ids ?? [];
+  // Checked before anything is made: a missing file is a 400 and no container.
+  const files = await userFiles(deps, workspaceId, '', fileIds, `${param}.file_ids`);
+  const latest = latestContainerId(plan.history.steps);
+  const reused =
+    latest === null
+      ? null
+      : await runningContainer(deps, workspaceId, latest, param).catch((error: unknown) => {
+          // Gone or expired since: a new one, as OpenAI's auto makes.
+          if (error instanceof ApiError) return null;
+          throw error;
+        });
+  const id = reused?.id ?? (await ownContainer(deps, workspaceId, plan.thread.id)).id;
+  for (const file of files) await upsertContainerFile(deps.db, { ...file, containerId: id });
+  return id;
+}
+
+/** The container of the latest code call among `steps`, if any. */
+function latestContainerId(steps: readonly HistoryStep[]): string | null {
+  for (const step of [...steps].reverse()) {
+    if (step.stepDetails.type !== 'tool_calls') continue;
+    for (const call of [...step.stepDetails.tool_calls].reverse()) {
+      if (call.type === 'code_interpreter' && call.container_id !== undefined) return call.container_id;
+    }
+  }
+  return null;
 }
 
 /**
@@ -317,21 +383,18 @@ async function promptAssistant(snapshot: Settings, workspaceId: string, id: stri
 function responseTools(
   given: CreateResponseBody['tools'],
   assistant: AssistantRow | null,
-): { tools: Tool[]; toolResources: ToolResources | null; echo: ResponseObject['tools'] } {
+): { tools: Tool[]; toolResources: ToolResources | null; echo: ResponseObject['tools']; code: CodeContainer | null } {
   if (!given) {
     const tools = assistant?.tools ?? [];
-    const hosted = tools.find((tool) => tool.type === 'code_interpreter');
-    if (hosted) {
-      throw new ApiError(
-        'unsupported_tool',
-        `Prompt '${assistant?.id ?? ''}' has the code_interpreter tool, which responses cannot use yet; pass "tools" without it.`,
-        { param: 'prompt.id' },
-      );
-    }
-    return { tools, toolResources: assistant?.toolResources ?? null, echo: tools.map(echoTool) };
+    // A prompt's code runs as an `auto` container's, with its assistant's files (its tool resources).
+    const code = tools.some((tool) => tool.type === 'code_interpreter')
+      ? { container: { type: 'auto' as const }, param: 'prompt.id' }
+      : null;
+    return { tools, toolResources: assistant?.toolResources ?? null, echo: tools.map(echoTool), code };
   }
   const tools: Tool[] = [];
   let toolResources: ToolResources | null = null;
+  let code: CodeContainer | null = null;
   const names = new Set<string>();
   given.forEach((tool, index) => {
     const param = `tools[${index}]`;
@@ -377,13 +440,22 @@ function responseTools(
       });
       return;
     }
+    if (tool.type === 'code_interpreter') {
+      const parsed = responseCodeInterpreterTool.safeParse(tool);
+      if (!parsed.success)
+        throw validationError(prefixed(parsed.error.issues, ['tools', index]), { tools: given }, 'json');
+      if (code) throw new ApiError('invalid_value', 'Only one code_interpreter tool can be given.', { param });
+      code = { container: parsed.data.container, param: `${param}.container` };
+      tools.push({ type: 'code_interpreter' });
+      return;
+    }
     throw new ApiError(
       'unsupported_tool',
-      `The ${tool.type} tool is not served by this gateway yet: function and file_search tools are.`,
+      `The ${tool.type} tool is not served by this gateway yet: function, file_search and code_interpreter tools are.`,
       { param: `${param}.type` },
     );
   });
-  return { tools, toolResources, echo: given };
+  return { tools, toolResources, echo: given, code };
 }
 
 function prefixed<Issue extends { path: PropertyKey[] }>(issues: readonly Issue[], prefix: PropertyKey[]): Issue[] {
@@ -393,6 +465,8 @@ function prefixed<Issue extends { path: PropertyKey[] }>(issues: readonly Issue[
 /** An assistant's tool as a response's `tools` shows it. */
 function echoTool(tool: Tool): ResponseObject['tools'][number] {
   if (tool.type === 'function') return { type: 'function', ...tool.function };
+  // A prompt's code runs in an `auto` container (responseTools): said so, as the tool requires a container.
+  if (tool.type === 'code_interpreter') return { type: tool.type, container: { type: 'auto' } };
   return { type: tool.type };
 }
 

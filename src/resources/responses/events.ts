@@ -87,7 +87,7 @@ export type ResponseErrorCode = 'server_error' | 'rate_limit_exceeded' | 'invali
 export interface OutputTextPart {
   type: 'output_text';
   text: string;
-  annotations: FileCitationAnnotation[];
+  annotations: (FileCitationAnnotation | ContainerFileCitation)[];
   logprobs: [];
 }
 
@@ -95,6 +95,15 @@ export interface FileCitationAnnotation {
   type: 'file_citation';
   file_id: string;
   index: number;
+  filename: string;
+}
+
+export interface ContainerFileCitation {
+  type: 'container_file_citation';
+  container_id: string;
+  file_id: string;
+  start_index: number;
+  end_index: number;
   filename: string;
 }
 
@@ -133,6 +142,16 @@ export interface FileSearchCallItem {
   results: FileSearchResult[] | null;
 }
 
+export interface CodeInterpreterCallItem {
+  type: 'code_interpreter_call';
+  id: string;
+  status: 'in_progress' | 'interpreting' | 'completed' | 'incomplete' | 'failed';
+  container_id: string;
+  code: string | null;
+  /** Only with `include: ["code_interpreter_call.outputs"]`; null without. */
+  outputs: ({ type: 'logs'; logs: string } | { type: 'image'; url: string })[] | null;
+}
+
 export interface ReasoningTextPart {
   type: 'reasoning_text';
   text: string;
@@ -147,7 +166,7 @@ export interface ReasoningItem {
   status: ItemStatus;
 }
 
-export type OutputItem = MessageItem | FunctionCallItem | FileSearchCallItem | ReasoningItem;
+export type OutputItem = MessageItem | FunctionCallItem | FileSearchCallItem | CodeInterpreterCallItem | ReasoningItem;
 
 /** A run's usage (the Assistants API's names) as a response's. */
 export function responseUsage(usage: RunUsage): ResponseUsage {
@@ -214,6 +233,10 @@ export interface ResponseEventsOptions {
   includeSearchResults?: boolean;
   /** Where the queries of a file search come from (storedSearchQueries); without it, none are shown. */
   searchedQueries?: SearchedQueries;
+  /** The container the response's code runs in: its code_interpreter_call items' and file links'. */
+  containerId?: string | null;
+  /** Whether code_interpreter_call items show their outputs (`include: ["code_interpreter_call.outputs"]`). */
+  includeCodeOutputs?: boolean;
 }
 
 /** What every output item has while it streams: where it is, and how far it has gone. */
@@ -232,7 +255,7 @@ interface MessageEntry extends EntryState {
   id: string;
   status: ItemStatus;
   text: TextBuilder;
-  annotations: FileCitationAnnotation[];
+  annotations: (FileCitationAnnotation | ContainerFileCitation)[];
   /** How its deltas begin (turn-answer.ts writes them so): what the hot path recognises. */
   deltaPrefix: string;
   /** How its output_text.delta events begin, once it has its output index. */
@@ -241,7 +264,9 @@ interface MessageEntry extends EntryState {
 
 interface CallEntry extends EntryState {
   kind: 'call';
-  item: FunctionCallItem | FileSearchCallItem;
+  item: FunctionCallItem | FileSearchCallItem | CodeInterpreterCallItem;
+  /** A code call's: whether its code's events (delta, done, interpreting) have been sent. */
+  codeSent?: boolean;
 }
 
 /** What the model reasoned before the answer of a round: its text as it came. */
@@ -278,6 +303,8 @@ export class ResponseEvents implements EventSink {
   readonly #describe: DescribeResponse;
   readonly #includeSearchResults: boolean;
   readonly #searchedQueries: SearchedQueries | undefined;
+  readonly #containerId: string;
+  readonly #includeCodeOutputs: boolean;
   #sequence = 0;
   /** The output items announced, in their order; then those waiting their turn. */
   readonly #output: OutputEntry[] = [];
@@ -297,6 +324,8 @@ export class ResponseEvents implements EventSink {
     this.#describe = options.describe;
     this.#includeSearchResults = options.includeSearchResults ?? false;
     this.#searchedQueries = options.searchedQueries;
+    this.#containerId = options.containerId ?? '';
+    this.#includeCodeOutputs = options.includeCodeOutputs ?? false;
   }
 
   send(events: ServerSentEvent[]): Promise<void> {
@@ -407,8 +436,13 @@ export class ResponseEvents implements EventSink {
         if (sent) this.#emitTextDelta(message, value, out);
       }
       for (const annotation of content.text?.annotations ?? []) {
-        if (annotation.type !== 'file_citation') continue;
-        const citation = fileCitation(annotation);
+        const citation =
+          annotation.type === 'file_citation'
+            ? fileCitation(annotation)
+            : annotation.type === 'file_path'
+              ? containerFileCitation(annotation, this.#containerId)
+              : null;
+        if (citation === null) continue;
         message.annotations.push(citation);
         if (sent)
           this.#emit(out, 'response.output_text.annotation.added', {
@@ -470,6 +504,10 @@ export class ResponseEvents implements EventSink {
     if (details?.type !== 'tool_calls') return;
     for (const call of details.tool_calls ?? []) {
       const entry = this.#calls.get(`${delta.id}/${call.index}`) ?? this.#openCall(delta.id, call, out);
+      if (entry?.item.type === 'code_interpreter_call') {
+        this.#codeDelta(entry, entry.item, call, out);
+        continue;
+      }
       const args = call.type === 'function' ? call.function?.arguments : undefined;
       if (entry?.item.type !== 'function_call' || !args) continue;
       entry.item.arguments += args;
@@ -477,6 +515,29 @@ export class ResponseEvents implements EventSink {
       if (entry.outputIndex < 0 || entry.done) continue;
       this.#emitArgumentsDelta(entry, args, out);
     }
+  }
+
+  /**
+   * A code call's delta: its code once whole (the gateway runs it then: code-interpreter-round.ts),
+   * then its outputs once it ran. The code is sent whole, in one delta, as soon as it is known.
+   */
+  #codeDelta(entry: CallEntry, item: CodeInterpreterCallItem, call: ToolCallDelta, out: ServerSentEvent[]): void {
+    const code = call.code_interpreter?.input;
+    if (code) item.code = code;
+    const outputs = call.code_interpreter?.outputs;
+    if (outputs && this.#includeCodeOutputs) item.outputs = [...(item.outputs ?? []), ...outputs.map(codeOutput)];
+    if (code && entry.outputIndex >= 0 && !entry.done) this.#sendCode(entry, item, out);
+  }
+
+  /** A code call's code, whole: its delta, its end, and the call interpreting it. */
+  #sendCode(entry: CallEntry, item: CodeInterpreterCallItem, out: ServerSentEvent[]): void {
+    if (entry.codeSent) return;
+    entry.codeSent = true;
+    const at = { output_index: entry.outputIndex, item_id: item.id };
+    const code = item.code ?? '';
+    if (code !== '') this.#emit(out, 'response.code_interpreter_call_code.delta', { ...at, delta: code });
+    this.#emit(out, 'response.code_interpreter_call_code.done', { ...at, code });
+    this.#emit(out, 'response.code_interpreter_call.interpreting', at);
   }
 
   #emitArgumentsDelta(entry: CallEntry, args: string, out: ServerSentEvent[]): void {
@@ -490,7 +551,7 @@ export class ResponseEvents implements EventSink {
 
   /** A call's first delta (it names the call): its item begins. */
   #openCall(stepId: string, call: ToolCallDelta, out: ServerSentEvent[]): CallEntry | undefined {
-    let item: FunctionCallItem | FileSearchCallItem;
+    let item: FunctionCallItem | FileSearchCallItem | CodeInterpreterCallItem;
     if (call.type === 'function') {
       item = {
         id: toolItemId('fc', stepId, call.index),
@@ -507,6 +568,15 @@ export class ResponseEvents implements EventSink {
         status: 'in_progress',
         queries: [],
         results: null,
+      };
+    } else if (call.type === 'code_interpreter') {
+      item = {
+        type: 'code_interpreter_call',
+        id: toolItemId('ci', stepId, call.index),
+        status: 'in_progress',
+        container_id: this.#containerId,
+        code: '',
+        outputs: null,
       };
     } else return undefined;
     const entry: CallEntry = { kind: 'call', item, outputIndex: -1, finished: false, done: false };
@@ -589,6 +659,13 @@ export class ResponseEvents implements EventSink {
         this.#emit(out, 'response.file_search_call.in_progress', at);
         this.#emit(out, 'response.file_search_call.searching', at);
       }
+      if (item.type === 'code_interpreter_call') {
+        this.#emit(out, 'response.code_interpreter_call.in_progress', {
+          output_index: entry.outputIndex,
+          item_id: item.id,
+        });
+        if (item.code) this.#sendCode(entry, item, out);
+      }
     }
     if (entry.finished) this.#sendEnd(entry, out);
   }
@@ -626,6 +703,14 @@ export class ResponseEvents implements EventSink {
         sequence_number: 0,
         arguments: item.arguments,
       });
+    } else if (item.type === 'code_interpreter_call') {
+      if (item.status === 'completed') {
+        this.#sendCode(entry, item, out);
+        this.#emit(out, 'response.code_interpreter_call.completed', {
+          output_index: entry.outputIndex,
+          item_id: item.id,
+        });
+      }
     } else if (item.status === 'completed') {
       this.#emit(out, 'response.file_search_call.completed', { output_index: entry.outputIndex, item_id: item.id });
     }
@@ -707,6 +792,9 @@ export class ResponseEvents implements EventSink {
       } else if (item.type === 'file_search_call' && call.type === 'file_search') {
         item.queries = searched?.get(call.id) ?? [];
         if (this.#includeSearchResults) item.results = (call.file_search?.results ?? []).map(searchResult);
+      } else if (item.type === 'code_interpreter_call' && call.type === 'code_interpreter') {
+        item.code = call.code_interpreter?.input ?? item.code;
+        if (this.#includeCodeOutputs) item.outputs = (call.code_interpreter?.outputs ?? []).map(codeOutput);
       }
       this.#finish(entry, completed, out);
     }
@@ -837,6 +925,39 @@ export function responseErrorCode(code: string | undefined): ResponseErrorCode {
   return code === 'rate_limit_exceeded' || code === 'invalid_prompt' ? code : 'server_error';
 }
 
+/** An Assistants file_path annotation (a `sandbox:` link to a file the code wrote) as a container_file_citation. */
+export function containerFileCitation(annotation: AssistantsFilePath, containerId: string): ContainerFileCitation {
+  return {
+    type: 'container_file_citation',
+    container_id: containerId,
+    file_id: annotation.file_path.file_id,
+    start_index: annotation.start_index,
+    end_index: annotation.end_index,
+    filename: annotation.text.split('/').at(-1) ?? annotation.text,
+  };
+}
+
+interface AssistantsFilePath {
+  type: 'file_path';
+  text: string;
+  start_index: number;
+  end_index: number;
+  file_path: { file_id: string };
+}
+
+/** A code call's output (the Assistants shape) as a code_interpreter_call's (conversations/wire.ts, codeOutputs). */
+function codeOutput(output: AssistantsCodeOutput): { type: 'logs'; logs: string } | { type: 'image'; url: string } {
+  return output.type === 'logs'
+    ? { type: 'logs', logs: output.logs ?? '' }
+    : { type: 'image', url: `/v1/files/${output.image?.file_id ?? ''}/content` };
+}
+
+interface AssistantsCodeOutput {
+  type: 'logs' | 'image';
+  logs?: string;
+  image?: { file_id: string };
+}
+
 function searchResult(result: AssistantsSearchResult): FileSearchResult {
   return {
     file_id: result.file_id,
@@ -858,7 +979,7 @@ interface RunObject {
 
 interface MessageDelta {
   id: string;
-  delta: { content?: { text?: { value?: string; annotations?: AssistantsCitation[] } }[] };
+  delta: { content?: { text?: { value?: string; annotations?: (AssistantsCitation | AssistantsFilePath)[] } }[] };
 }
 
 /** turn-answer.ts, REASONING_DELTA. */
@@ -872,6 +993,7 @@ interface ToolCallDelta {
   id?: string;
   type: string;
   function?: { name?: string; arguments?: string };
+  code_interpreter?: { input?: string; outputs?: AssistantsCodeOutput[] };
 }
 
 interface StepDelta {
@@ -897,6 +1019,7 @@ interface RunStep {
           type: string;
           function?: { arguments: string };
           file_search?: { results: AssistantsSearchResult[] };
+          code_interpreter?: { input: string; outputs: AssistantsCodeOutput[] };
         }[];
       };
 }

@@ -6,9 +6,9 @@ import { REASONING_DELTA } from '../runs/execution/turn-answer';
 import { toRunJson, toStepJson } from '../runs/wire';
 import type { MessageRow } from '../threads/queries';
 import { toMessageJson } from '../threads/wire';
-import { ResponseEvents, storedSearchQueries } from './events';
+import { ResponseEvents } from './events';
+import { responseEventsOptions } from './stream';
 import type { Db } from '../../db/client';
-import { describeResponse } from './wire';
 
 /**
  * The stream of a response that ended, told again (GET /v1/responses/{id}?stream=true): the run
@@ -25,11 +25,7 @@ export async function replayResponse(
 ): Promise<void> {
   const { run, row, steps, messages } = stored;
   if (!isTerminal(run.status)) throw new Error('only a response that ended can be replayed');
-  const events = new ResponseEvents(skipping(target, startingAfter), {
-    describe: describeResponse(run, row),
-    includeSearchResults: row.options.include?.includes('file_search_call.results') ?? false,
-    searchedQueries: storedSearchQueries(db, run.id),
-  });
+  const events = new ResponseEvents(skipping(target, startingAfter), responseEventsOptions(db, run, row));
   const byId = new Map(messages.map((message) => [message.id, message]));
   const started = toRunJson({ ...run, status: 'in_progress', completedAt: null, usage: null });
   await events.send([
@@ -84,7 +80,9 @@ function answerEvents(step: StepRow, run: RunRow, messages: Map<string, MessageR
           tool_calls: [
             call.type === 'function'
               ? { index, id: call.id, type: 'function', function: { ...call.function, output: null } }
-              : { index, id: call.id, type: 'file_search', file_search: {} },
+              : call.type === 'code_interpreter'
+                ? { index, id: call.id, type: 'code_interpreter', code_interpreter: { input: '', outputs: [] } }
+                : { index, id: call.id, type: 'file_search', file_search: {} },
           ],
         },
       },

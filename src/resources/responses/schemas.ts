@@ -4,6 +4,7 @@ import { functionName, jsonObject } from '../../db/json-columns';
 import { RUN_LIMITS } from '../runs/schemas';
 import { THREAD_LIMITS } from '../threads/schemas';
 import { inputItemsSchema, ITEM_LIMITS } from '../conversations/schemas';
+import { CONTAINER_LIMITS, fileId, memoryLimit } from '../containers/schemas';
 
 /**
  * The Responses API's requests (OpenAI's CreateResponse and its neighbours): what the gateway
@@ -39,6 +40,23 @@ export const responseFileSearchTool = z.strictObject({
     })
     .optional(),
 });
+
+/**
+ * The code_interpreter tool: a container's id, or `auto` (the container of the response's context,
+ * else a new one: commands.ts), with files to put in it.
+ */
+export const responseCodeInterpreterTool = z.strictObject({
+  type: z.literal('code_interpreter'),
+  container: z.union([
+    id,
+    z.strictObject({
+      type: z.literal('auto'),
+      file_ids: z.array(fileId).max(CONTAINER_LIMITS.fileIds).nullable().optional(),
+      memory_limit: memoryLimit.nullable().optional(),
+    }),
+  ]),
+});
+export type ResponseCodeInterpreterTool = z.infer<typeof responseCodeInterpreterTool>;
 
 /** Any tool: its type is checked by commands.ts (responseTools), its fields by the schema of that type. */
 const anyTool = z.looseObject({ type: z.string().min(1).max(64) });

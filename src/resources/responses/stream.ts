@@ -1,7 +1,7 @@
 import type { Db } from '../../db/client';
 import type { EventSink } from '../../deps';
 import type { ResponseRow, RunRow } from '../../db/schema';
-import { ResponseEvents, storedSearchQueries } from './events';
+import { ResponseEvents, storedSearchQueries, type ResponseEventsOptions } from './events';
 import { describeResponse } from './wire';
 
 /**
@@ -9,10 +9,17 @@ import { describeResponse } from './wire';
  * into the Responses API's (events.ts) before they reach the client's stream.
  */
 export function responseEvents(db: Db): (target: EventSink, run: RunRow, response: ResponseRow) => EventSink {
-  return (target, run, response) =>
-    new ResponseEvents(target, {
-      describe: describeResponse(run, response),
-      includeSearchResults: response.options.include?.includes('file_search_call.results') ?? false,
-      searchedQueries: storedSearchQueries(db, run.id),
-    });
+  return (target, run, response) => new ResponseEvents(target, responseEventsOptions(db, run, response));
+}
+
+/** How a response's events are told (live here, or replayed: replay.ts): its `include`, its container. */
+export function responseEventsOptions(db: Db, run: RunRow, response: ResponseRow): ResponseEventsOptions {
+  const include = response.options.include ?? [];
+  return {
+    describe: describeResponse(run, response),
+    includeSearchResults: include.includes('file_search_call.results'),
+    includeCodeOutputs: include.includes('code_interpreter_call.outputs'),
+    searchedQueries: storedSearchQueries(db, run.id),
+    containerId: response.containerId,
+  };
 }

@@ -42,6 +42,8 @@ interface Holdings {
   completionId: string;
   /** A stored response, its input and metadata carrying the marker. */
   responseId: string;
+  /** A container named with the marker, holding the file. */
+  containerId: string;
 }
 
 let a: Holdings; // the caller
@@ -127,6 +129,9 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
       },
     }),
   );
+  const container = await json(
+    await gateway.request('/v1/containers', { key, body: { name: marker, file_ids: [file.id] } }),
+  );
   const response = await json(
     await gateway.request('/v1/responses', {
       key,
@@ -158,6 +163,7 @@ async function holdings(tenant: Tenant): Promise<Holdings> {
     batchId: batch.id,
     completionId: completion.id,
     responseId: response.id,
+    containerId: container.id,
   };
 }
 
@@ -756,6 +762,37 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
   'POST /v1/embeddings': passedThrough('/v1/embeddings', (v) => ({ model: 'fake-embeddings', input: v.marker })),
   'POST /v1/moderations': passedThrough('/v1/moderations', (v) => ({ input: v.marker })),
   // Read no further than the workspace: the body (not multipart here) is never reached.
+  'POST /v1/containers': (v) => [
+    { method: 'POST', path: '/v1/containers', body: { name: 'x', file_ids: [v.fileId] }, headers: scope() },
+    { method: 'POST', path: '/v1/containers', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'GET /v1/containers': (v) => [
+    { method: 'GET', path: '/v1/containers', headers: scope(), list: true },
+    { method: 'GET', path: `/v1/containers?after=${v.containerId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    { method: 'GET', path: '/v1/containers', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'GET /v1/containers/:container_id': (v) => [
+    { method: 'GET', path: `/v1/containers/${v.containerId}`, headers: scope() },
+  ],
+  'DELETE /v1/containers/:container_id': (v) => [
+    { method: 'DELETE', path: `/v1/containers/${v.containerId}`, headers: scope() },
+  ],
+  'POST /v1/containers/:container_id/files': (v) => [
+    { method: 'POST', path: `/v1/containers/${v.containerId}/files`, body: { file_id: a.fileId }, headers: scope() },
+    { method: 'POST', path: `/v1/containers/${a.containerId}/files`, body: { file_id: v.fileId }, headers: scope() },
+  ],
+  'GET /v1/containers/:container_id/files': (v) => [
+    { method: 'GET', path: `/v1/containers/${v.containerId}/files`, headers: scope() },
+  ],
+  'GET /v1/containers/:container_id/files/:file_id': (v) => [
+    { method: 'GET', path: `/v1/containers/${v.containerId}/files/${v.fileId}`, headers: scope() },
+  ],
+  'DELETE /v1/containers/:container_id/files/:file_id': (v) => [
+    { method: 'DELETE', path: `/v1/containers/${v.containerId}/files/${v.fileId}`, headers: scope() },
+  ],
+  'GET /v1/containers/:container_id/files/:file_id/content': (v) => [
+    { method: 'GET', path: `/v1/containers/${v.containerId}/files/${v.fileId}/content`, headers: scope() },
+  ],
   'POST /v1/files': (v) => [
     { method: 'POST', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
     { method: 'POST', path: '/v1/files', headers: { 'x-gateway-workspace-id': v.tenant.workspace.slug } },

@@ -227,6 +227,11 @@ const TOKENS: Record<string, string> = {
   'response.file_search_call.in_progress': 'i',
   'response.file_search_call.searching': 's',
   'response.file_search_call.completed': 'S',
+  'response.code_interpreter_call.in_progress': 'j',
+  'response.code_interpreter_call_code.delta': 'c',
+  'response.code_interpreter_call_code.done': 'K',
+  'response.code_interpreter_call.interpreting': 'I',
+  'response.code_interpreter_call.completed': 'J',
   'response.output_item.done': 'D',
   'response.reasoning_text.delta': 'r',
   'response.reasoning_text.done': 'R',
@@ -240,7 +245,9 @@ const FUNCTION_CALL = 'Af*FD';
 // A search that failed has no `completed`.
 const FILE_SEARCH = 'AisS?D';
 const REASONING = 'Apr*RqD';
-const GRAMMAR = new RegExp(`^CP(${MESSAGE}|${FUNCTION_CALL}|${FILE_SEARCH}|${REASONING})*ZE?$`);
+// A call cut before its code was known has neither its code nor `completed`.
+const CODE = 'Aj(c*KI)?J?D';
+const GRAMMAR = new RegExp(`^CP(${MESSAGE}|${FUNCTION_CALL}|${FILE_SEARCH}|${CODE}|${REASONING})*ZE?$`);
 
 describe('the grammar', () => {
   it("accepts OpenAI's documented stream (createResponse's streamed example) and refuses items interleaved", () => {
@@ -262,8 +269,10 @@ const ITEM_COMPONENTS: Record<string, string> = {
   message: 'OutputMessage',
   function_call: 'FunctionToolCall',
   file_search_call: 'FileSearchToolCall',
+  code_interpreter_call: 'CodeInterpreterToolCall',
   output_text: 'OutputTextContent',
   file_citation: 'FileCitationBody',
+  container_file_citation: 'ContainerFileCitationBody',
   reasoning: 'ReasoningItem',
   reasoning_text: 'ReasoningTextContent',
 };
@@ -310,13 +319,17 @@ function expectValidStream({ events }: Translated): any {
     if ('item_id' in data) expect(data.item_id, event).toBe(open.id);
     if ('content_index' in data) expect(data.content_index).toBe(0);
     if (event === 'response.output_text.delta' || event === 'response.reasoning_text.delta') text += data.delta;
-    if (event === 'response.function_call_arguments.delta') args += data.delta;
+    if (event === 'response.function_call_arguments.delta' || event === 'response.code_interpreter_call_code.delta')
+      args += data.delta;
+    if (event === 'response.code_interpreter_call_code.done') expect(data.code).toBe(args);
     if (event === 'response.output_text.done' || event === 'response.reasoning_text.done') expect(data.text).toBe(text);
     if (event === 'response.function_call_arguments.done') expect(data.arguments).toBe(args);
     if (event === 'response.output_item.done') {
       expect(data.item.id).toBe(open.id);
       if (data.item.type === 'message' || data.item.type === 'reasoning') expect(data.item.content[0].text).toBe(text);
       if (data.item.type === 'function_call') expect(data.item.arguments).toBe(args);
+      if (data.item.type === 'code_interpreter_call' && data.item.status === 'completed')
+        expect(data.item.code).toBe(args);
       built.push(data.item);
     }
   }
@@ -727,6 +740,53 @@ async function streamedResponse(body: Record<string, unknown>): Promise<Translat
   const text = await response.text();
   return { batches: [], text, events: parseEventStream(text) };
 }
+
+describe('code_interpreter calls', () => {
+  it('a call streams its item, its code whole, interpreting, completed; a written file is cited; replayed alike', async () => {
+    const reply = 'Written: sandbox:/mnt/data/t.csv';
+    const scenario: FakeScenario[] = [
+      { tool_calls: [{ name: 'python', arguments: { code: "open('/mnt/data/t.csv', 'w').write('1')\nprint(7)" } }] },
+      { reply },
+    ];
+    const live = await streamedResponse({
+      input: `Compute\n${fakeDirective(scenario)}`,
+      tools: [{ type: 'code_interpreter', container: { type: 'auto' } }],
+      include: ['code_interpreter_call.outputs'],
+    });
+    const last = expectValidStream(live);
+    expect(itemTypes(last)).toEqual([
+      ['code_interpreter_call', 'completed'],
+      ['message', 'completed'],
+    ]);
+    expect(live.events.map(({ event }) => event).filter((name) => name.includes('code_interpreter'))).toEqual([
+      'response.code_interpreter_call.in_progress',
+      'response.code_interpreter_call_code.delta',
+      'response.code_interpreter_call_code.done',
+      'response.code_interpreter_call.interpreting',
+      'response.code_interpreter_call.completed',
+    ]);
+    expect(last.output[0]).toMatchObject({
+      container_id: expect.stringMatching(/^cntr_/),
+      outputs: [{ type: 'logs', logs: '7\n' }],
+    });
+    expect(last.output[1].content[0].annotations).toEqual([
+      expect.objectContaining({
+        type: 'container_file_citation',
+        container_id: last.output[0].container_id,
+        filename: 't.csv',
+      }),
+    ]);
+    expect(live.events.filter(({ event }) => event === 'response.output_text.annotation.added')).toHaveLength(1);
+    // The SDK's helper builds the same call (its messages gain its own `parsed`).
+    const { final } = await throughSdk(live);
+    expect(final.output[0]).toEqual(last.output[0]);
+    const stored = await openai.responses.retrieve(last.id);
+    expect(stored.output).toEqual(last.output);
+    const replay = await gateway.request(`/v1/responses/${last.id}?stream=true`, { key: tenant.workspaceKey });
+    const again = expectValidStream({ batches: [], text: '', events: parseEventStream(await replay.text()) });
+    expect(again.output).toEqual(last.output);
+  });
+});
 
 describe('reasoning a provider streams', () => {
   const REASONING = 'The user greets me, so I greet them back.';

@@ -3,6 +3,8 @@ import type { CodeInterpreterOutput } from '../../../db/json-columns';
 import type { RunRow } from '../../../db/schema';
 import { readAtMost } from '../../../sandbox/protocol';
 import { isSandboxFileName, SandboxError, type CodeResult, type SandboxSession } from '../../../sandbox/sandbox';
+import { ownContainer, recordWrittenFile } from '../../containers/commands';
+import { allContainerFiles, responseContainerId, touchContainer } from '../../containers/queries';
 import { storeFile } from '../../files/commands';
 import { getFile, type FileRow } from '../../files/queries';
 import { codeAttachmentsOf, getThread } from '../../threads/queries';
@@ -36,6 +38,7 @@ export class CodeRuns {
   readonly #delta: (delta: Record<string, unknown>) => Promise<void>;
   readonly #signal: AbortSignal;
   #session: SandboxSession | null = null;
+  #containerId: string | null = null;
 
   /** @param signal the execution's: a cancel (or a lost lease) ends the session running the code, and the round */
   constructor(
@@ -82,6 +85,7 @@ export class CodeRuns {
       hosted.done = {
         id: call.id,
         type: 'code_interpreter',
+        container_id: await this.#container(),
         code_interpreter: { input, outputs },
         // What the model sent back to it in later rounds: the code as run, not megabytes of other arguments.
         function: {
@@ -146,6 +150,9 @@ export class CodeRuns {
         contentType,
         bytes,
       });
+      if (kind === 'file') {
+        await recordWrittenFile(this.#deps, await this.#container(), { path, fileId: row.id, bytes: row.bytes });
+      }
       return { kind, path, fileId: row.id };
     } catch (error) {
       if (error instanceof ApiError) return { kind, path, problem: error.message };
@@ -154,18 +161,48 @@ export class CodeRuns {
   }
 
   /**
-   * The thread's session, with the run's files put in when this run first uses it (or uses a new
-   * one: a limit ended the last).
+   * The container the code runs in (resources/containers/): the response's, else the thread's own
+   * (a run's, kept for the thread between runs). Its id is the key of its sandbox session.
+   */
+  async #container(): Promise<string> {
+    if (this.#containerId !== null) return this.#containerId;
+    const run = this.#run;
+    const id =
+      (await responseContainerId(this.#deps.db, run.id)) ??
+      (await ownContainer(this.#deps, run.workspaceId, run.threadId)).id;
+    this.#containerId = id;
+    return id;
+  }
+
+  /**
+   * The container's session, with the container's files and the run's put in when this run first
+   * uses it (or uses a new one: a limit ended the last).
    */
   async #openSession(): Promise<SandboxSession> {
     const kept = this.#session;
     if (kept?.alive) return kept;
     const run = this.#run;
-    const session = await this.#deps.sandbox.open({ workspaceId: run.workspaceId, threadId: run.threadId });
-    for (const file of await this.#inputFiles()) {
+    const containerId = await this.#container();
+    await touchContainer(this.#deps.db, containerId, this.#deps.now());
+    const session = await this.#deps.sandbox.open({ workspaceId: run.workspaceId, threadId: containerId });
+    // A file the code wrote in a folder is not put back: a session takes files at its top level only.
+    const held = (await allContainerFiles(this.#deps.db, containerId, MAX_INPUT_FILES)).filter((entry) =>
+      isSandboxFileName(entry.path),
+    );
+    const stored = await Promise.all(
+      held.map((entry) => this.#fileOf(entry.fileId).then((file) => (file ? { file, path: entry.path } : null))),
+    );
+    const files = [
+      ...stored.filter((entry) => entry !== null),
+      ...(await this.#inputFiles()).map((file) => ({
+        file,
+        path: isSandboxFileName(file.filename) ? file.filename : file.id,
+      })),
+    ];
+    for (const { file, path } of files) {
       const bytes = await this.#bytesOf(file);
       if (bytes === null) continue;
-      await session.putFile(isSandboxFileName(file.filename) ? file.filename : file.id, bytes);
+      await session.putFile(path, bytes);
     }
     this.#session = session;
     return session;
@@ -189,16 +226,16 @@ export class CodeRuns {
         ...attached,
       ]),
     ].slice(0, MAX_INPUT_FILES);
-    const files = await Promise.all(
-      ids.map((id) =>
-        getFile(db, run.workspaceId, id, this.#deps.now()).catch((error: unknown) => {
-          // A file deleted since it was attached is left out, as OpenAI's sandbox would not have it either.
-          if (error instanceof ApiError) return null;
-          throw error;
-        }),
-      ),
-    );
+    const files = await Promise.all(ids.map((id) => this.#fileOf(id)));
     return files.filter((file) => file !== null);
+  }
+
+  /** A file of the workspace, or null when it was deleted since (left out, as OpenAI's sandbox would not have it either). */
+  async #fileOf(id: string): Promise<FileRow | null> {
+    return getFile(this.#deps.db, this.#run.workspaceId, id, this.#deps.now()).catch((error: unknown) => {
+      if (error instanceof ApiError) return null;
+      throw error;
+    });
   }
 
   /** A file's bytes, unless larger than the sandbox takes (GATEWAY_SANDBOX_FILE_BYTES) or gone from the store. */
