@@ -156,6 +156,32 @@ describe('code_interpreter in runs', () => {
     ]);
   });
 
+  it('puts a file into the thread’s session once: a later run finds the session’s copy as the code left it', async () => {
+    const marker = `once-${crypto.randomUUID()}`;
+    const csv = await openai.files.create({
+      file: await toFile(Buffer.from('n\n1\n2\n'), 'numbers.csv'),
+      purpose: 'assistants',
+    });
+    const append = "open('/mnt/data/numbers.csv', 'a').write('3\\n')";
+    const thread = await openai.beta.threads.create({
+      ...fakeThread(`${marker} add`, runThenAnswer(append)),
+      tool_resources: { code_interpreter: { file_ids: [csv.id] } },
+    });
+    const run = () =>
+      openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistantId }, { pollIntervalMs: 20 });
+    expect((await run()).status).toBe('completed');
+    await openai.beta.threads.messages.create(thread.id, {
+      role: 'user',
+      content: `${marker} count\n#fake ${JSON.stringify(runThenAnswer("print(open('/mnt/data/numbers.csv').read().split())"))}`,
+    });
+    const second = await run();
+    expect(second.status).toBe('completed');
+    // Put in again, the file would have its three lines: the session kept the line the first run added.
+    expect((await codeCallsOf(second))[0]?.code_interpreter.outputs).toEqual([
+      { type: 'logs', logs: "['n', '1', '2', '3']\n" },
+    ]);
+  });
+
   it('stores a matplotlib chart as an image file and a file the code wrote, and tells the model their ids', async () => {
     const marker = `chart-${crypto.randomUUID()}`;
     const code = [

@@ -20,6 +20,28 @@ import type { StreamingToolCall } from './turn-answer';
 /** Files put in a session at most: tool resources hold 20 each, messages 20 attachments each. */
 const MAX_INPUT_FILES = 64;
 
+/**
+ * What each live session was given, by session id: the file (its id and size) put at each name.
+ * A run's files go into its thread's session on each run's first use: one given already, unchanged,
+ * is not sent again (what the code did to its copy stays, as its variables do). Kept for the
+ * sessions last opened, a bound for the process; a session this forgets is given its files again.
+ */
+const given = new Map<string, Map<string, string>>();
+const MAX_SESSIONS_REMEMBERED = 1024;
+
+function givenTo(sessionId: string): Map<string, string> {
+  let files = given.get(sessionId);
+  // Last opened, last forgotten: a Map keeps its insertion order.
+  if (files) given.delete(sessionId);
+  files ??= new Map();
+  given.set(sessionId, files);
+  for (const oldest of given.keys()) {
+    if (given.size <= MAX_SESSIONS_REMEMBERED) break;
+    given.delete(oldest);
+  }
+  return files;
+}
+
 /** The deps a round of code uses. */
 export type CodeDeps = Pick<RunDeps, 'db' | 'blobs' | 'config' | 'now' | 'log' | 'sandbox'>;
 
@@ -155,17 +177,22 @@ export class CodeRuns {
 
   /**
    * The thread's session, with the run's files put in when this run first uses it (or uses a new
-   * one: a limit ended the last).
+   * one: a limit ended the last), but for those it was given already.
    */
   async #openSession(): Promise<SandboxSession> {
     const kept = this.#session;
     if (kept?.alive) return kept;
     const run = this.#run;
     const session = await this.#deps.sandbox.open({ workspaceId: run.workspaceId, threadId: run.threadId });
+    const files = givenTo(session.id);
     for (const file of await this.#inputFiles()) {
+      const name = isSandboxFileName(file.filename) ? file.filename : file.id;
+      const version = `${file.id}:${file.bytes}`;
+      if (files.get(name) === version) continue;
       const bytes = await this.#bytesOf(file);
       if (bytes === null) continue;
-      await session.putFile(isSandboxFileName(file.filename) ? file.filename : file.id, bytes);
+      await session.putFile(name, bytes);
+      files.set(name, version);
     }
     this.#session = session;
     return session;
