@@ -97,6 +97,9 @@ export default defineConfig({
               GATEWAY_RATE_LIMIT_STORE: 'durable-object',
               // The search store of global-setup.ts (3 chunks) gets a vector index on the cron.
               GATEWAY_VECTOR_INDEX_MIN_CHUNKS: '3',
+              // `gateway sandbox` of global-setup.ts, where this host has one: code_interpreter in
+              // workerd calls it, as a deployed Worker calls its remote sandbox.
+              ...sandboxBindings(inject('sandboxServer')),
             };
             return {
               wrangler: { configPath: './wrangler.toml' },
@@ -122,6 +125,11 @@ export default defineConfig({
     ],
   },
 });
+
+/** The Worker's remote sandbox, the one served on this host; none (code_interpreter off) where it has none. */
+function sandboxBindings(served: { url: string; secret: string } | null): Record<string, string> {
+  return served ? { GATEWAY_SANDBOX_URL: served.url, GATEWAY_SANDBOX_SECRET: served.secret } : {};
+}
 
 /**
  * The ingest Worker beside the gateway under test, in the same workerd: its bindings as

@@ -80,7 +80,10 @@ export function createApp(deps: Deps) {
   // gives a known answer settled), else false while the first check is under way. Promise.race
   // settles with the first of two settled promises, in their order.
   app.get('/health', responds({ summary: 'Health', ok: healthObject }), async (c) => {
-    const found = await Promise.race([deps.sandbox.availability(), NOT_KNOWN_YET]);
+    const asked = deps.sandbox.availability();
+    // A first check goes on after the answer: on Workers, only as long as the request's waitUntil.
+    c.executionCtx.waitUntil(asked.catch(() => undefined));
+    const found = await Promise.race([asked, NOT_KNOWN_YET]);
     return c.json({ status: 'ok' as const, code_interpreter: found.available });
   });
   // Generated from the routes below and their schemas by `npm run openapi` (http/openapi/generate.ts).

@@ -71,5 +71,26 @@ describe('withKeptAvailability', () => {
       expect(await Promise.race([kept.availability(), Promise.resolve(settled)])).toEqual({ available: true });
     }
     expect(asked).toBe(2);
+    // A check that never answers is given up after 15 s, and another asked for.
+    now = 74_999;
+    await kept.availability();
+    expect(asked).toBe(2);
+    now = 75_000;
+    expect(await kept.availability()).toEqual({ available: true });
+    expect(asked).toBe(3);
+  });
+
+  it('never makes a first question wait on another’s check: on Workers, a check of an ended request may never settle', async () => {
+    const inner = noSandbox('unused');
+    let asked = 0;
+    const kept = withKeptAvailability({
+      // The first check never settles; the next answers.
+      availability: () => (asked++ === 0 ? new Promise<never>(() => undefined) : Promise.resolve({ available: true })),
+      open: inner.open,
+      close: inner.close,
+    });
+    void kept.availability();
+    expect(await kept.availability()).toEqual({ available: true });
+    expect(asked).toBe(2);
   });
 });

@@ -33,8 +33,8 @@ interface Ran {
   stderr: string;
 }
 
-/** Runs a Python script of this repository with exactly this environment added to a clean one. */
-function runPython(script: string, env: Record<string, string>): Promise<Ran> {
+/** Runs a Python script of this repository with exactly this environment added to a clean one, killed past `timeoutMs`. */
+function runPython(script: string, env: Record<string, string>, timeoutMs = 60_000): Promise<Ran> {
   // Nothing of the caller's OpenAI configuration leaks in: the script sees only what it is given.
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^OPENAI_/.test(name)));
   return new Promise((resolve, reject) => {
@@ -42,7 +42,7 @@ function runPython(script: string, env: Record<string, string>): Promise<Ran> {
       cwd: ROOT,
       env: { ...inherited, NO_PROXY: '127.0.0.1,localhost', PYTHONUNBUFFERED: '1', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: 60_000,
+      timeout: timeoutMs,
     });
     let stdout = '';
     let stderr = '';
@@ -134,6 +134,56 @@ describe.skipIf(!pythonSdk)(
         { role: 'user', content: 'What is 3 + 4?' },
       ]);
     });
+
+    it("the flows of the SDK's three Assistants examples, code_interpreter in the gateway's sandbox: a math tutor polled, a streamed run through an event handler, the streaming helpers", async () => {
+      // Three sandbox sessions started cold, under the load of the rest of the suite.
+      const ran = await runPython(
+        'test/sdk/python/assistants_code.py',
+        { OPENAI_BASE_URL: `${gateway.url}/v1`, OPENAI_API_KEY: apiKey },
+        110_000,
+      );
+      expect(ran.code, ran.stderr).toBe(0);
+      const seen = JSON.parse(defined(ran.stdout.trim().split('\n').at(-1)));
+      const question = expect.stringMatching(
+        /^I need to solve the equation `3x \+ 11 = 14`\. Can you help me\?\n#fake /,
+      );
+      const chart = [
+        'import matplotlib.pyplot as plt',
+        'xs = [0, 1, 2]',
+        'plt.plot(xs, [3 * x + 11 for x in xs])',
+        "print('plotted', len(xs))",
+      ].join('\n');
+      expect(seen).toEqual({
+        // The code ran in the sandbox: what it printed is the step's logs.
+        tutor: {
+          status: 'completed',
+          messages: [
+            ['assistant', 'The solution is x = 1, Jane Doe.'],
+            ['user', question],
+          ],
+          code: [['code_interpreter', "x = (14 - 11) / 3\nprint(f'x = {x}')", ['x = 1.0\n']]],
+        },
+        // What the example's handler prints: the call, its code, its output, then the answer.
+        stream: {
+          status: 'completed',
+          printed: `\nassistant > code_interpreter\n${chart}\n\noutput >\nplotted 3\n\nassistant > Here is the line 3x + 11.`,
+          images: [expect.stringMatching(/^file-/)],
+          // The figure opens the answer, an image_file part before its text.
+          figures: [seen.stream.images[0]],
+          content: ['image_file', 'text'],
+          image_file: seen.stream.images[0],
+          figure_bytes: '89504e470d0a1a0a',
+        },
+        helpers: {
+          text: 'So 3x = 3 and x = 1.',
+          final: [['assistant', ['So 3x = 3 and x = 1.']]],
+          status: 'completed',
+          steps: ['tool_calls', 'message_creation'],
+        },
+      });
+      expect(ran.stdout).toContain('Run completed with status: completed');
+      expect(ran.stdout).toContain("{'role': 'assistant', 'message': 'The solution is x = 1, Jane Doe.'}");
+    }, 120_000);
 
     it('examples/python/quickstart.py, configured by OPENAI_BASE_URL and OPENAI_API_KEY alone', async () => {
       fake.reset();

@@ -102,7 +102,12 @@ export function toMessageItem(
     id: row.id,
     status: row.status,
     role: row.role,
-    content: row.content.map((part) => contentItem(part, row.role === 'assistant', fileNames, containers)),
+    // An Assistants run's answer opens with its figures (image_file), which a message item cannot hold.
+    content: row.content.flatMap((part) =>
+      row.role === 'assistant' && part.type === 'image_file'
+        ? []
+        : [contentItem(part, row.role === 'assistant', fileNames, containers)],
+    ),
   };
 }
 

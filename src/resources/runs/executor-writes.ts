@@ -10,7 +10,7 @@ import {
   type RawStatement,
 } from '../../db/client';
 import { ACTIVE_STATUSES, EXECUTING_STATUSES, type RunStatus } from '../../db/run-statuses';
-import { messages, runs, runSteps } from '../../db/schema';
+import { messages, runs, runSteps, type MessageContent } from '../../db/schema';
 import { TextParts, type TextBuilder } from '../../lib/text';
 import type { Usage } from '../../providers/types';
 import { runIn, type MessageInsert, type NewRun, type NewStep } from './queries';
@@ -74,7 +74,7 @@ export function stepUpdate(runId: string, stepId: string, patch: Partial<NewStep
 
 /**
  * A message's change while its run's executor owns it, as a raw statement for a turn's writes
- * (endTurn, batchRaw). `answer`, when given, is the message's content: one text part, its value as
+ * (endTurn, batchRaw). `answer`, when given, is the message's content: its figures and one text part, its value as
  * the answer was streamed in, written as the JSON Drizzle would write from the escaped chunks the
  * builder holds, without being joined here (TextParts).
  */
@@ -87,16 +87,21 @@ export function messageUpdate(
   return updateStatement(messages, patch, turnRow(runId, messageId), { encoded: answer && answerContent(answer) });
 }
 
-/** A message's answer as the turn streamed it: its text, and its citations' annotations. */
+/** A figure the run's code showed, as a part of its answer (turn-answer.ts). */
+export type ImageFileContent = Extract<MessageContent, { type: 'image_file' }>;
+
+/** A message's answer as the turn streamed it: the figures before its text, its text, and its annotations. */
 interface Answer {
+  lead?: ImageFileContent[];
   value: TextBuilder;
   annotations: unknown[];
 }
 
 function answerContent(answer: Answer): { content: TextParts } {
+  const lead = (answer.lead ?? []).map((part) => `${JSON.stringify(part)},`).join('');
   return {
     content: new TextParts([
-      '[{"type":"text","text":{"value":"',
+      `[${lead}{"type":"text","text":{"value":"`,
       ...answer.value.jsonParts(),
       `","annotations":${JSON.stringify(answer.annotations)}}}]`,
     ]),
@@ -153,6 +158,13 @@ export async function overdueRuns(db: Db, now: number, limit: number): Promise<R
     .limit(limit);
 }
 
+/** The message a run left in progress, with the figures it opened with and the text streamed so far. */
+export interface PartialAnswer {
+  messageId: string;
+  lead: ImageFileContent[];
+  text: string;
+}
+
 export type Settlement =
   | { status: 'cancelled' }
   | { status: 'expired' }
@@ -174,7 +186,7 @@ export function settleRunStatements(
   from: readonly RunStatus[],
   settlement: Settlement,
   at: number,
-  partial?: { messageId: string; text: string },
+  partial?: PartialAnswer,
 ) {
   const lastError = settlement.status === 'failed' ? settlement.lastError : null;
   const stepStamp = {
@@ -195,7 +207,7 @@ export function settleRunStatements(
   // The text streamed so far is kept in the message it left incomplete (only that one: a run
   // has at most one message in progress).
   const content = partial
-    ? sql`CASE WHEN ${messages.id} = ${partial.messageId} THEN ${JSON.stringify(partialContent(partial.text))} ELSE ${messages.content} END`
+    ? sql`CASE WHEN ${messages.id} = ${partial.messageId} THEN ${JSON.stringify(partialContent(partial))} ELSE ${messages.content} END`
     : undefined;
   return [
     db
@@ -235,4 +247,7 @@ export function settleRunStatements(
   ] as const;
 }
 
-const partialContent = (text: string) => [{ type: 'text' as const, text: { value: text, annotations: [] } }];
+const partialContent = (partial: PartialAnswer): MessageContent[] => [
+  ...partial.lead,
+  { type: 'text', text: { value: partial.text, annotations: [] } },
+];

@@ -1,6 +1,7 @@
 import { defined } from '../../support/defined';
 import OpenAI, { toFile } from 'openai';
 import type { CodeInterpreterToolCall, CodeInterpreterToolCallDelta } from 'openai/resources/beta/threads/runs/steps';
+import type { MessageContentDelta } from 'openai/resources/beta/threads/messages';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, fakeThread, type FakeScenario } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
@@ -155,6 +156,32 @@ describe('code_interpreter in runs', () => {
     ]);
   });
 
+  it('puts a file into the thread’s session once: a later run finds the session’s copy as the code left it', async () => {
+    const marker = `once-${crypto.randomUUID()}`;
+    const csv = await openai.files.create({
+      file: await toFile(Buffer.from('n\n1\n2\n'), 'numbers.csv'),
+      purpose: 'assistants',
+    });
+    const append = "open('/mnt/data/numbers.csv', 'a').write('3\\n')";
+    const thread = await openai.beta.threads.create({
+      ...fakeThread(`${marker} add`, runThenAnswer(append)),
+      tool_resources: { code_interpreter: { file_ids: [csv.id] } },
+    });
+    const run = () =>
+      openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistantId }, { pollIntervalMs: 20 });
+    expect((await run()).status).toBe('completed');
+    await openai.beta.threads.messages.create(thread.id, {
+      role: 'user',
+      content: `${marker} count\n#fake ${JSON.stringify(runThenAnswer("print(open('/mnt/data/numbers.csv').read().split())"))}`,
+    });
+    const second = await run();
+    expect(second.status).toBe('completed');
+    // Put in again, the file would have its three lines: the session kept the line the first run added.
+    expect((await codeCallsOf(second))[0]?.code_interpreter.outputs).toEqual([
+      { type: 'logs', logs: "['n', '1', '2', '3']\n" },
+    ]);
+  });
+
   it('stores a matplotlib chart as an image file and a file the code wrote, and tells the model their ids', async () => {
     const marker = `chart-${crypto.randomUUID()}`;
     const code = [
@@ -185,7 +212,9 @@ describe('code_interpreter in runs', () => {
     // The answer's link to the written file is a file_path annotation; a link to no such file is not.
     const [message] = (await openai.beta.threads.messages.list(run.thread_id, { run_id: run.id })).data;
     const link = 'sandbox:/mnt/data/out.csv';
+    // The figure is shown before the text, as OpenAI's answer shows it.
     expect(defined(message).content).toEqual([
+      { type: 'image_file', image_file: { file_id: fileId } },
       {
         type: 'text',
         text: {
@@ -202,6 +231,50 @@ describe('code_interpreter in runs', () => {
         },
       },
     ]);
+  });
+
+  it('streams a figure as an image_file part before the text, and tells the model of it in later turns', async () => {
+    const marker = `figure-${crypto.randomUUID()}`;
+    const code = 'import matplotlib.pyplot as plt\nplt.bar([1, 2], [3, 4])';
+    const thread = await openai.beta.threads.create(fakeThread(`${marker} draw`, runThenAnswer(code, 'A bar chart.')));
+    const stream = openai.beta.threads.runs.stream(thread.id, { assistant_id: assistantId });
+    const deltas: MessageContentDelta[] = [];
+    stream.on('messageDelta', (delta) => deltas.push(...(delta.content ?? [])));
+    const run = await stream.finalRun();
+    expect(run.status).toBe('completed');
+    const image = (await codeCallsOf(run))[0]?.code_interpreter.outputs.find((output) => output.type === 'image');
+    if (image?.type !== 'image') throw new Error('no image output');
+    const fileId = image.image.file_id;
+    const figure = { type: 'image_file', image_file: { file_id: fileId } };
+    // The figure's delta first (index 0), then the text's (index 1).
+    expect(deltas[0]).toEqual({ index: 0, ...figure });
+    expect(deltas.length).toBeGreaterThan(1);
+    expect(deltas.slice(1)).toEqual(deltas.slice(1).map(() => expect.objectContaining({ index: 1, type: 'text' })));
+    const answer = [figure, { type: 'text', text: { value: 'A bar chart.', annotations: [] } }];
+    // The SDK's snapshot, built from the deltas (it keeps their indices), and the message as stored.
+    expect(defined((await stream.finalMessages())[0]).content).toMatchObject(answer);
+    const [listed] = (await openai.beta.threads.messages.list(thread.id, { run_id: run.id })).data;
+    expect(defined(listed).content).toEqual(answer);
+
+    // As a conversation's items, the answer is its text: a message item holds no figure.
+    const items = await openai.conversations.items.list(thread.id);
+    const item = items.data.find((one) => one.type === 'message' && one.id === defined(listed).id);
+    expect(item).toMatchObject({ content: [{ type: 'output_text', text: 'A bar chart.' }] });
+    expect(item?.type === 'message' && item.content).toHaveLength(1);
+
+    // The next run's prompt gives that answer as text, saying which image it showed.
+    await openai.beta.threads.messages.create(thread.id, { role: 'user', content: `${marker} again` });
+    const next = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      { assistant_id: assistantId },
+      { pollIntervalMs: 20 },
+    );
+    expect(next.status).toBe('completed');
+    const request = defined(chatRequestsOf(marker).at(-1));
+    const said = defined(request.body)
+      .messages.filter((one: { role: string }) => one.role === 'assistant')
+      .at(-1);
+    expect(defined(said).content).toBe(`[Image ${fileId} shown to the user]\nA bar chart.`);
   });
 
   it('tells the model the error of code that raises, and the run goes on', async () => {

@@ -22,6 +22,28 @@ import type { StreamingToolCall } from './turn-answer';
 /** Files put in a session at most: tool resources hold 20 each, messages 20 attachments each. */
 const MAX_INPUT_FILES = 64;
 
+/**
+ * What each live session was given, by session id: the file (its id and size) put at each name.
+ * A run's files go into its thread's session on each run's first use: one given already, unchanged,
+ * is not sent again (what the code did to its copy stays, as its variables do). Kept for the
+ * sessions last opened, a bound for the process; a session this forgets is given its files again.
+ */
+const given = new Map<string, Map<string, string>>();
+const MAX_SESSIONS_REMEMBERED = 1024;
+
+function givenTo(sessionId: string): Map<string, string> {
+  let files = given.get(sessionId);
+  // Last opened, last forgotten: a Map keeps its insertion order.
+  if (files) given.delete(sessionId);
+  files ??= new Map();
+  given.set(sessionId, files);
+  for (const oldest of given.keys()) {
+    if (given.size <= MAX_SESSIONS_REMEMBERED) break;
+    given.delete(oldest);
+  }
+  return files;
+}
+
 /** The deps a round of code uses. */
 export type CodeDeps = Pick<RunDeps, 'db' | 'blobs' | 'config' | 'now' | 'log' | 'sandbox'>;
 
@@ -152,6 +174,8 @@ export class CodeRuns {
       });
       if (kind === 'file') {
         await recordWrittenFile(this.#deps, await this.#container(), { path, fileId: row.id, bytes: row.bytes });
+        // The session holds what its code wrote: not to be put back into it (#openSession).
+        if (this.#session) givenTo(this.#session.id).set(path, `${row.id}:${row.bytes}`);
       }
       return { kind, path, fileId: row.id };
     } catch (error) {
@@ -176,7 +200,7 @@ export class CodeRuns {
 
   /**
    * The container's session, with the container's files and the run's put in when this run first
-   * uses it (or uses a new one: a limit ended the last).
+   * uses it (or uses a new one: a limit ended the last), but for those it was given already.
    */
   async #openSession(): Promise<SandboxSession> {
     const kept = this.#session;
@@ -199,10 +223,14 @@ export class CodeRuns {
         path: isSandboxFileName(file.filename) ? file.filename : file.id,
       })),
     ];
+    const given = givenTo(session.id);
     for (const { file, path } of files) {
+      const version = `${file.id}:${file.bytes}`;
+      if (given.get(path) === version) continue;
       const bytes = await this.#bytesOf(file);
       if (bytes === null) continue;
       await session.putFile(path, bytes);
+      given.set(path, version);
     }
     this.#session = session;
     return session;

@@ -106,6 +106,26 @@ export function savedFiles(steps: readonly { stepDetails: StepDetails }[]): Map<
   return files;
 }
 
+/**
+ * The figures the run's code showed since its last message began, by file id: the image_file parts
+ * its next message opens with, as OpenAI's answer shows a run's figures before its text.
+ */
+export function unshownImages(steps: readonly { stepDetails: StepDetails }[]): string[] {
+  let images: string[] = [];
+  for (const step of steps) {
+    if (step.stepDetails.type === 'message_creation') {
+      images = [];
+      continue;
+    }
+    for (const call of step.stepDetails.tool_calls) {
+      if (call.type !== 'code_interpreter') continue;
+      for (const output of call.code_interpreter.outputs)
+        if (output.type === 'image') images.push(output.image.file_id);
+    }
+  }
+  return images;
+}
+
 export interface FilePath {
   type: 'file_path';
   text: string;

@@ -17,7 +17,7 @@ import { failureSettlement, NOT_RECORDED, OutcomeNotRecorded } from './failures'
 import { citationSources, searchSettings } from './file-search';
 import { FileSearches } from './file-search-round';
 import { CodeRuns } from './code-interpreter-round';
-import { savedFiles } from './code-interpreter';
+import { savedFiles, unshownImages } from './code-interpreter';
 import { hostedFunctions, MAX_HOSTED_ROUNDS } from './hosted-tools';
 import type { StreamOptions } from '../../../deps';
 import { holdLease } from './lease';
@@ -203,6 +203,7 @@ class Execution {
       this.#earlierUsage = sumUsage(steps.map((step) => step.usage));
       answer.sources = citationSources(steps);
       answer.files = savedFiles(steps);
+      answer.images = unshownImages(steps);
       const budget = completionBudget(run.maxCompletionTokens, this.#earlierUsage.completion_tokens);
       if (budget !== null && budget <= 0) return this.#finish('length', NO_USAGE);
       if (!prompt.fits) return this.#promptTooLong();

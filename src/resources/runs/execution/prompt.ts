@@ -169,7 +169,7 @@ function toolCallsUnit(details: ToolCallsDetails): Unit {
 /**
  * A thread message as a chat message: user text as a string, user images as vision content parts
  * (with their text parts, in order; uploaded ones named, inlined when the request is built), an
- * assistant's text. An assistant message without text (a
+ * assistant's text (after a line for each figure it showed). An assistant message without either (a
  * turn that only called tools, or ended before any) says nothing and is left out.
  */
 function toChatMessage(message: MessageRow): PromptMessage | null {
@@ -177,7 +177,11 @@ function toChatMessage(message: MessageRow): PromptMessage | null {
   const text = (separator: string) =>
     parts.map((part) => (part.type === 'text' ? part.text.value : '')).join(separator);
   if (message.role === 'assistant') {
-    const content = text('');
+    // A provider takes no image in an assistant's message: a figure it showed is said in words.
+    const content = parts
+      .map((part) => (part.type === 'image_file' ? `[Image ${part.image_file.file_id} shown to the user]\n` : ''))
+      .join('')
+      .concat(text(''));
     return content === '' ? null : { role: 'assistant', content };
   }
   // A conversation's system and developer messages (text only, resources/conversations/items.ts):

@@ -2,7 +2,7 @@ import type { Config } from '../../../config';
 import { newId } from '../../../lib/ids';
 import type { StepDetails } from '../../../db/json-columns';
 import { leaseMs, type StepRow } from '../queries';
-import type { RunRow } from '../../../db/schema';
+import type { MessageContent, RunRow } from '../../../db/schema';
 import type { MessageRow, ThreadRow } from '../../threads/queries';
 import { servedModel } from '../../virtual-keys/commands';
 import type { VirtualKey } from '../../../db/schema';
@@ -14,15 +14,18 @@ import type { RunSettings } from './settings';
  * resources/threads/rows.ts's.
  */
 
-/** The assistant's message a turn of `run` writes its answer into, in progress until the turn ends. */
-export function answerMessage(run: RunRow, at: number): MessageRow {
+/**
+ * The assistant's message a turn of `run` writes its answer into, in progress until the turn ends,
+ * holding from the start the figures it opens with (`lead`).
+ */
+export function answerMessage(run: RunRow, at: number, lead: MessageContent[] = []): MessageRow {
   return {
     id: newId('msg'),
     threadId: run.threadId,
     workspaceId: run.workspaceId,
     createdAt: at,
     role: 'assistant',
-    content: [],
+    content: lead,
     status: 'in_progress',
     assistantId: run.assistantId,
     runId: run.id,

@@ -1,7 +1,7 @@
 import type { Deps } from '../../../deps';
 import { settleTokens } from '../../../ratelimit';
 import { isTerminal, type RunStatus } from '../../../db/run-statuses';
-import { settleRunStatements, type Settlement } from '../executor-writes';
+import { settleRunStatements, type PartialAnswer, type Settlement } from '../executor-writes';
 import type { RunRow } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { getVirtualKey } from '../../virtual-keys/commands';
@@ -21,7 +21,7 @@ export async function settleRun(
   runId: string,
   from: readonly RunStatus[],
   settlement: Settlement,
-  partial?: { messageId: string; text: string },
+  partial?: PartialAnswer,
   note: RunEndNote = {},
 ): Promise<{ run: RunRow | null; message: MessageRow | null }> {
   const [, [message], [run]] = await deps.db.batch(

@@ -2,7 +2,14 @@ import { batchRaw, type RawStatement } from '../../../db/client';
 import { newId } from '../../../lib/ids';
 import { jsonWithText, TextBuilder, utf8Length, utf8Prefix } from '../../../lib/text';
 import type { Usage } from '../../../providers/types';
-import { insertTurnRows, messageUpdate, stepUpdate, turnRowsInsert } from '../executor-writes';
+import {
+  insertTurnRows,
+  messageUpdate,
+  stepUpdate,
+  turnRowsInsert,
+  type ImageFileContent,
+  type PartialAnswer,
+} from '../executor-writes';
 import type { StepRow } from '../queries';
 import type { RunRow } from '../../../db/schema';
 import type { RequiredAction, RunError, ToolCall, ToolCallsDetails } from '../../../db/json-columns';
@@ -53,6 +60,8 @@ interface OpenReasoning {
 interface OpenMessage {
   row: MessageRow;
   step: StepRow;
+  /** The parts before its text: the figures it opens with (image_file). */
+  lead: ImageFileContent[];
   text: TextBuilder;
   started: boolean;
   opened: OpenedRows;
@@ -93,6 +102,8 @@ export class TurnAnswer {
   sources: CitationSource[] = [];
   /** The files the run's code wrote, by path under /mnt/data: what its answer's `sandbox:` links name. */
   files: ReadonlyMap<string, string> = new Map();
+  /** The figures the run's code showed that no message of it has shown yet (unshownImages): the next message's first parts. */
+  images: readonly string[] = [];
 
   /**
    * @param run the run as it now stands
@@ -127,8 +138,9 @@ export class TurnAnswer {
   }
 
   /** The answer so far, for a run settled without it. */
-  partial(): { messageId: string; text: string } | undefined {
-    return this.#message ? { messageId: this.#message.row.id, text: this.#message.text.toString() } : undefined;
+  partial(): PartialAnswer | undefined {
+    const message = this.#message;
+    return message ? { messageId: message.row.id, lead: message.lead, text: message.text.toString() } : undefined;
   }
 
   /** Adds a text fragment, as far as the answer cap allows; answers the characters kept. */
@@ -143,7 +155,7 @@ export class TurnAnswer {
     // The hot path: the delta is written as a string, not built as an object and serialised.
     await this.#outbox.send([
       'thread.message.delta',
-      `{"id":"${message.row.id}","object":"thread.message.delta","delta":{"content":[{"index":0,"type":"text","text":{"value":${JSON.stringify(text)}${first ? ',"annotations":[]' : ''}}}]}}`,
+      `{"id":"${message.row.id}","object":"thread.message.delta","delta":{"content":[{"index":${message.lead.length},"type":"text","text":{"value":${JSON.stringify(text)}${first ? ',"annotations":[]' : ''}}}]}}`,
     ]);
     return text.length;
   }
@@ -358,7 +370,11 @@ export class TurnAnswer {
     const { db, now } = this.#deps;
     const run = this.#run();
     const at = now();
-    const row = answerMessage(run, at);
+    // A response shows its figures in its code calls' items, not in its message (resources/responses/).
+    const lead: ImageFileContent[] =
+      run.kind === 'run' ? this.images.map((fileId) => ({ type: 'image_file', image_file: { file_id: fileId } })) : [];
+    this.images = [];
+    const row = answerMessage(run, at, lead);
     const step = newStep(
       run,
       { type: 'message_creation', message_creation: { message_id: row.id } },
@@ -369,16 +385,23 @@ export class TurnAnswer {
       () => insertTurnRows(db, run.id, { steps: [step], message: row }),
       () => {
         const stepJson = JSON.stringify(toStepJson(step, run));
-        const messageJson = JSON.stringify(toMessageJson(row));
-        return [
+        // As OpenAI's: the message is announced empty, and its parts come as deltas, the figures first.
+        const messageJson = JSON.stringify(toMessageJson({ ...row, content: [] }));
+        const events: [string, string][] = [
           ['thread.run.step.created', stepJson],
           ['thread.run.step.in_progress', stepJson],
           ['thread.message.created', messageJson],
           ['thread.message.in_progress', messageJson],
         ];
+        if (lead.length > 0) {
+          const content = lead.map((part, index) => ({ index, ...part }));
+          const delta = { id: row.id, object: 'thread.message.delta', delta: { content } };
+          events.push(['thread.message.delta', JSON.stringify(delta)]);
+        }
+        return events;
       },
     );
-    this.#message = { row, step, text: new TextBuilder(), started: false, opened };
+    this.#message = { row, step, lead, text: new TextBuilder(), started: false, opened };
     return this.#message;
   }
 
@@ -431,7 +454,7 @@ export class TurnAnswer {
           delta: {
             content: [
               {
-                index: 0,
+                index: message.lead.length,
                 type: 'text',
                 text: { annotations: annotations.map((annotation, index) => ({ index, ...annotation })) },
               },
@@ -443,13 +466,13 @@ export class TurnAnswer {
     // The message with its whole answer: a long answer is written from its parts, never joined.
     this.#outbox.onCommit(() => {
       const withText = (value: string) => {
-        const content: MessageContent[] = [{ type: 'text', text: { value, annotations } }];
+        const content: MessageContent[] = [...message.lead, { type: 'text', text: { value, annotations } }];
         return toMessageJson({ ...message.row, content });
       };
       return [`thread.message.${messagePatch.status}`, jsonWithText(withText, message.text)];
     });
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run())]);
-    const answer = { value: message.text, annotations };
+    const answer = { lead: message.lead, value: message.text, annotations };
     // Rows whose insert had not started are inserted as they end (outbox.ts, take).
     const runId = this.#run().id;
     if (this.#outbox.take(message.opened))

@@ -4,6 +4,7 @@ import {
   codeOutput,
   filePaths,
   MAX_OUTPUT_CHARS,
+  unshownImages,
 } from '../../../../src/resources/runs/execution/code-interpreter';
 
 /** The pure parts of code_interpreter: the code of a call's arguments, the text the model is given back. */
@@ -65,5 +66,41 @@ describe('filePaths', () => {
         file_path: { file_id: 'file-c' },
       },
     ]);
+  });
+});
+
+describe('unshownImages', () => {
+  const message = { stepDetails: { type: 'message_creation' as const, message_creation: { message_id: 'msg_1' } } };
+  const code = (...images: string[]) => ({
+    stepDetails: {
+      type: 'tool_calls' as const,
+      tool_calls: [
+        {
+          id: 'call_1',
+          type: 'code_interpreter' as const,
+          code_interpreter: {
+            input: 'x',
+            outputs: [
+              { type: 'logs' as const, logs: 'x' },
+              ...images.map((fileId) => ({ type: 'image' as const, image: { file_id: fileId } })),
+            ],
+          },
+          function: { name: 'python', arguments: '{}', output: '' },
+        },
+      ],
+    },
+  });
+
+  it.each([
+    ['no steps', [], []],
+    [
+      'the figures of every code call since the run began, in order',
+      [code('a', 'b'), code(), code('c')],
+      ['a', 'b', 'c'],
+    ],
+    ['only those after the last message', [code('a'), message, code('b')], ['b']],
+    ['none once a message followed them', [code('a'), message], []],
+  ])('%s', (_, steps, expected) => {
+    expect(unshownImages(steps)).toEqual(expected);
   });
 });
