@@ -23,19 +23,21 @@ import type { StreamingToolCall } from './turn-answer';
 const MAX_INPUT_FILES = 64;
 
 /**
- * What each live session was given, by session id: the file (its id and size) put at each name.
- * A run's files go into its thread's session on each run's first use: one given already, unchanged,
- * is not sent again (what the code did to its copy stays, as its variables do). Kept for the
- * sessions last opened, a bound for the process; a session this forgets is given its files again.
+ * What each live session was given, by session id: each file put in, as its name, id and size.
+ * A run's files go into its container's session on each run's first use: one given already is not
+ * sent again, even where the code has since changed its copy or a file it wrote took its name (a
+ * container's written files are put in too): what the code did stays, as its variables do. Kept
+ * for the sessions last opened, a bound for the process; a session this forgets is given its files
+ * again.
  */
-const given = new Map<string, Map<string, string>>();
+const given = new Map<string, Set<string>>();
 const MAX_SESSIONS_REMEMBERED = 1024;
 
-function givenTo(sessionId: string): Map<string, string> {
+function givenTo(sessionId: string): Set<string> {
   let files = given.get(sessionId);
   // Last opened, last forgotten: a Map keeps its insertion order.
   if (files) given.delete(sessionId);
-  files ??= new Map();
+  files ??= new Set();
   given.set(sessionId, files);
   for (const oldest of given.keys()) {
     if (given.size <= MAX_SESSIONS_REMEMBERED) break;
@@ -174,8 +176,6 @@ export class CodeRuns {
       });
       if (kind === 'file') {
         await recordWrittenFile(this.#deps, await this.#container(), { path, fileId: row.id, bytes: row.bytes });
-        // The session holds what its code wrote: not to be put back into it (#openSession).
-        if (this.#session) givenTo(this.#session.id).set(path, `${row.id}:${row.bytes}`);
       }
       return { kind, path, fileId: row.id };
     } catch (error) {
@@ -225,12 +225,12 @@ export class CodeRuns {
     ];
     const given = givenTo(session.id);
     for (const { file, path } of files) {
-      const version = `${file.id}:${file.bytes}`;
-      if (given.get(path) === version) continue;
+      const version = `${path}\n${file.id}\n${file.bytes}`;
+      if (given.has(version)) continue;
       const bytes = await this.#bytesOf(file);
       if (bytes === null) continue;
       await session.putFile(path, bytes);
-      given.set(path, version);
+      given.add(version);
     }
     this.#session = session;
     return session;
