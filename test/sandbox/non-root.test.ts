@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -57,23 +57,33 @@ const home = mkdtempSync(join(tmpdir(), 'sandbox-non-root-'));
 chmodSync(home, 0o777);
 afterAll(() => rmSync(home, { recursive: true, force: true }));
 
+/**
+ * non-root-gateway.ts bundled whole into `home`, with the driver beside it as dist/ has it: nobody
+ * may not be able to read the checkout (a clone made by `mktemp -d` is its owner's alone).
+ */
+const script = join(home, 'non-root-gateway.mjs');
+if (skip === null) {
+  const { build } = await import('esbuild');
+  await build({
+    entryPoints: [join(ROOT, 'test/sandbox/non-root-gateway.ts')],
+    outfile: script,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    logLevel: 'warning',
+  });
+  copyFileSync(join(ROOT, 'src/runtime/node/sandbox-driver.py'), join(home, 'sandbox-driver.py'));
+  for (const file of [script, join(home, 'sandbox-driver.py')]) chmodSync(file, 0o644);
+}
+
 /** Starts non-root-gateway.ts as nobody, with a home and a temporary directory it may write, running `code`. */
 function asNobody(code: string): Promise<{ uid: number; availability: Availability; result: CodeResult | null }> {
   const child = spawn(
     SETPRIV,
-    [
-      `--reuid=${NOBODY}`,
-      `--regid=${NOBODY}`,
-      '--clear-groups',
-      '--',
-      process.execPath,
-      '--import',
-      'tsx',
-      'test/sandbox/non-root-gateway.ts',
-      code,
-    ],
+    [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', '--', process.execPath, script, code],
     {
-      cwd: ROOT,
+      cwd: home,
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: home, TMPDIR: home },
       stdio: ['ignore', 'pipe', 'pipe'],
     },
