@@ -292,6 +292,11 @@ function callStatus(stepStatus: string): 'in_progress' | 'completed' | 'incomple
   return stepStatus === 'in_progress' ? 'in_progress' : 'incomplete';
 }
 
+/** A call the gateway answered (file_search, code_interpreter) may also have failed with its step. */
+function hostedCallStatus(stepStatus: string): 'in_progress' | 'completed' | 'incomplete' | 'failed' {
+  return stepStatus === 'failed' ? 'failed' : callStatus(stepStatus);
+}
+
 function fileSearchItem(
   step: ItemStep,
   call: FileSearchToolCall,
@@ -301,7 +306,7 @@ function fileSearchItem(
   return {
     type: 'file_search_call',
     id: toolItemId('fs', step.id, index),
-    status: step.status === 'failed' ? 'failed' : callStatus(step.status),
+    status: hostedCallStatus(step.status),
     queries: searchQueries(call.function.arguments),
     results: withResults
       ? call.file_search.results.map((result) => ({
@@ -323,7 +328,7 @@ function codeInterpreterItem(
   return {
     type: 'code_interpreter_call',
     id: toolItemId('ci', step.id, index),
-    status: step.status === 'failed' ? 'failed' : callStatus(step.status),
+    status: hostedCallStatus(step.status),
     container_id: call.container_id ?? '',
     code: call.code_interpreter.input,
     outputs: withOutputs ? codeOutputs(call.code_interpreter.outputs) : null,
@@ -335,9 +340,12 @@ export function codeOutputs(outputs: CodeInterpreterToolCall['code_interpreter']
   return outputs.map((output) =>
     output.type === 'logs'
       ? { type: 'logs' as const, logs: output.logs }
-      : { type: 'image' as const, url: `/v1/files/${output.image.file_id}/content` },
+      : { type: 'image' as const, url: codeImageUrl(output.image.file_id) },
   );
 }
+
+/** A figure's `url` in a code_interpreter_call: the path of its file's content under the gateway's base URL. */
+export const codeImageUrl = (fileId: string) => `/v1/files/${fileId}/content`;
 
 /** The queries a search step kept (`{"queries": [...]}`, resources/runs/execution/file-search.ts). */
 function searchQueries(args: string): string[] {

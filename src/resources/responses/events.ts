@@ -6,7 +6,7 @@ import type { EventSink } from '../../deps';
 import { searchQueries } from '../runs/execution/file-search';
 import { getStep } from '../runs/queries';
 import { REASONING_DELTA } from '../runs/execution/turn-answer';
-import { reasoningItemId, toolItemId } from '../conversations/wire';
+import { codeImageUrl, reasoningItemId, toolItemId } from '../conversations/wire';
 import { responseStatus, type ResponseStatus } from './objects';
 import type { RunStatus } from '../../db/run-statuses';
 
@@ -949,7 +949,7 @@ interface AssistantsFilePath {
 function codeOutput(output: AssistantsCodeOutput): { type: 'logs'; logs: string } | { type: 'image'; url: string } {
   return output.type === 'logs'
     ? { type: 'logs', logs: output.logs ?? '' }
-    : { type: 'image', url: `/v1/files/${output.image?.file_id ?? ''}/content` };
+    : { type: 'image', url: codeImageUrl(output.image?.file_id ?? '') };
 }
 
 interface AssistantsCodeOutput {

@@ -191,9 +191,9 @@ export class CodeRuns {
   async #container(): Promise<string> {
     if (this.#containerId !== null) return this.#containerId;
     const run = this.#run;
-    const id =
-      (await responseContainerId(this.#deps.db, run.id)) ??
-      (await ownContainer(this.#deps, run.workspaceId, run.threadId)).id;
+    // Only a response may name a container of its own (responses.container_id): a run needs no read for it.
+    const named = run.kind === 'response' ? await responseContainerId(this.#deps.db, run.id) : null;
+    const id = named ?? (await ownContainer(this.#deps, run.workspaceId, run.threadId)).id;
     this.#containerId = id;
     return id;
   }
