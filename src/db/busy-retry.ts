@@ -1,5 +1,6 @@
 import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, TransactionMode } from '@libsql/client';
 import { DEFAULT_ANSWER_MS } from '../config';
+import { readsOnly } from './client';
 
 /**
  * A libSQL server (sqld, Turso), seen from its HTTP clients: when writes from many connections
@@ -48,7 +49,7 @@ export class BusyRetryingClient implements Client {
   execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
     const sql = typeof stmt === 'string' ? stmt : stmt.sql;
     const send = () => (typeof stmt === 'string' ? this.#inner.execute(stmt, args) : this.#inner.execute(stmt));
-    return whileBusy(() => this.#answered(this.#writeTurns && !READ.test(sql) ? this.#writeTurns.take(send) : send));
+    return whileBusy(() => this.#answered(this.#writeTurns && !readsOnly(sql) ? this.#writeTurns.take(send) : send));
   }
 
   batch(stmts: Array<InStatement | [string, InArgs?]>, mode?: TransactionMode): Promise<ResultSet[]> {
@@ -112,9 +113,6 @@ export class DatabaseTimeoutError extends Error {
     super(`The database did not answer within ${ms} ms.`);
   }
 }
-
-/** A statement that only reads, and so takes no write turn. Anything else (WITH included) takes one. */
-const READ = /^\s*select\b/i;
 
 /** A send's deadline: what lets go of the send's turn, or its place in line, once it has passed. */
 interface Deadline {

@@ -43,6 +43,18 @@ export interface Db extends Driver {
 /** One statement of a batch. */
 export type Statement = BatchItem<'sqlite'>;
 
+/**
+ * Whether a statement only reads. SQLite knows (sqlite3_stmt_readonly), but neither the libsql
+ * binding nor a server's client says, so the text tells: a SELECT or VALUES, or a WITH whose
+ * statement is one (not an INSERT, UPDATE, DELETE or REPLACE … RETURNING). What it calls a read the
+ * embedded client runs on the event loop's connection, and a server's clients send without a write
+ * turn, together with other reads (busy-retry.ts, coalescing-client.ts).
+ */
+export function readsOnly(sql: string): boolean {
+  if (/^\s*(SELECT|VALUES)\b/i.test(sql)) return true;
+  return /^\s*WITH\b/i.test(sql) && !/\b(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(sql);
+}
+
 /** A statement of Drizzle's query builder (an insert, an update, a delete, a select), which tells its SQL. */
 export type BuiltStatement = Statement & { toSQL(): { sql: string; params: unknown[] } };
 

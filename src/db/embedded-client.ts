@@ -4,7 +4,7 @@ import { Worker } from 'node:worker_threads';
 import Database from 'libsql';
 import { BoundedMap } from '../lib/bounded-map';
 import { TextParts } from '../lib/text';
-import type { PartsClient, RawStatement, RawValue } from './client';
+import { readsOnly, type PartsClient, type RawStatement, type RawValue } from './client';
 
 /**
  * The embedded database's client: the part of @libsql/client's `Client` that Drizzle and the
@@ -84,15 +84,6 @@ interface RowShape {
 
 const VALUES = Symbol('values');
 
-/**
- * Whether a statement that returns rows only reads. SQLite knows (sqlite3_stmt_readonly), but the
- * libsql binding does not say (its Statement has no `readonly`), so the text tells: a SELECT or
- * VALUES, or a WITH whose statement is one (not an INSERT, UPDATE, DELETE or REPLACE … RETURNING).
- */
-function readsOnly(sql: string): boolean {
-  if (/^\s*(SELECT|VALUES)\b/i.test(sql)) return true;
-  return /^\s*WITH\b/i.test(sql) && !/\b(INSERT|UPDATE|DELETE|REPLACE)\b/i.test(sql);
-}
 const PRAGMA = /^\s*PRAGMA\b/i;
 /** A text that ends with a limit of one row, or of an argument (Drizzle's `.limit(1)` binds it). */
 const LIMIT = /\blimit\s+(1|\?)\s*;?\s*$/i;

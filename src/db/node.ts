@@ -2,6 +2,7 @@ import { chmodSync, closeSync, existsSync, openSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Client } from '@libsql/client';
+import { CoalescingClient } from './coalescing-client';
 import { BusyRetryingClient } from './busy-retry';
 // drizzle-orm/libsql/sqlite3, not drizzle-orm/libsql: given a client, both only wrap it (Drizzle's
 // driver-core), but the latter imports @libsql/client's HTTP and WebSocket clients at start, about
@@ -72,12 +73,15 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   let warnings: string[] = [];
   if (config.LIBSQL_URL) {
     const { createClient } = await import('@libsql/client');
-    client = new BusyRetryingClient(
-      createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN, fetch: uncompressedFetch }),
-      {
-        answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS,
-        writers: config.GATEWAY_DATABASE_WRITERS,
-      },
+    // Reads issued together go as one batch (coalescing-client.ts); what is refused as busy is sent again.
+    client = new CoalescingClient(
+      new BusyRetryingClient(
+        createClient({ url: config.LIBSQL_URL, authToken: config.LIBSQL_AUTH_TOKEN, fetch: uncompressedFetch }),
+        {
+          answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS,
+          writers: config.GATEWAY_DATABASE_WRITERS,
+        },
+      ),
     );
     const url = new URL(config.LIBSQL_URL);
     location = `${url.protocol}//${url.host}${url.pathname === '/' ? '' : url.pathname}`;

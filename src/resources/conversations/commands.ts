@@ -93,7 +93,7 @@ export async function addItems(
  * all or none); true once written, null when a run held the thread (whileIdle then finds out why).
  */
 async function writeWhileIdle(db: Db, thread: ThreadRow, writes: ThreadItemWrites): Promise<true | null> {
-  const condition = threadIdle(thread.id);
+  const condition = threadIdle(thread);
   const statements = [
     ...writes.messages.map((message) => insertWhereStatement(messages, message, condition, { returning: false })),
     ...outputStatements(writes.outputs, condition),

@@ -137,11 +137,14 @@ export async function createRun(
   includeResultContent = false,
 ): Promise<RunAnswer> {
   const { db, config } = deps;
-  // Read together; their errors are reported in this order, whichever comes first.
+  // Read together (one round trip to a database server: coalescing-client.ts); their errors are
+  // reported in this order, whichever comes first. The open run is read by the path's thread id
+  // before the thread is known to be the workspace's, and looked at only once it is.
   const reads = [
     getThread(db, actor.workspaceId, threadId),
     snapshot.assistant(actor.workspaceId, body.assistant_id),
     readHistory(db, { workspaceId: actor.workspaceId, threadId, runId: null }, config.GATEWAY_MAX_HISTORY_BYTES),
+    openRunOf(db, threadId),
   ] as const;
   for (const read of reads) read.catch(() => undefined);
   const [thread, assistant, history] = [await reads[0], await reads[1], await reads[2]];
@@ -150,7 +153,7 @@ export async function createRun(
     assistantId: assistant.id,
     toolsFromRequest: body.tools !== undefined && body.tools !== null,
   });
-  const blocking = await blockingRun(deps, thread.id);
+  const blocking = await blockingRun(deps, thread.id, await reads[3]);
   if (blocking) throw activeRunError(thread.id, blocking);
   // additional_messages' file_search attachments go to the thread's store (created if it has none),
   // in the run's batch: written with it or not at all.
@@ -275,8 +278,13 @@ async function clientMessages(
  * behind (its executor gone, or waiting for tool outputs past its expiry), in which case recovery
  * settles it and there is none.
  */
-export async function blockingRun(deps: RunCommandDeps, threadId: string): Promise<RunRow | null> {
-  const open = await openRunOf(deps.db, threadId);
+export async function blockingRun(
+  deps: RunCommandDeps,
+  threadId: string,
+  /** The thread's open run, when the caller read it already (with its other reads). */
+  read?: RunRow | null,
+): Promise<RunRow | null> {
+  const open = read === undefined ? await openRunOf(deps.db, threadId) : read;
   if (!open) return null;
   const now = await reconcileRun(deps, open);
   return holdsThread(now.status) ? now : null;

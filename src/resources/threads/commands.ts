@@ -17,11 +17,12 @@ import {
   type HoldingRun,
   type MessageRow,
   type OpenRun,
+  type ThreadKey,
   type ThreadRow,
 } from './queries';
 import type { Actor, RequestContext } from '../../actor';
 import { wakeIngestion } from '../vector-stores/commands';
-import { attachedFiles, threadStoreWrites } from './thread-stores';
+import { attachedFiles, NO_STORE_WRITES, threadStoreWrites } from './thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 
 /**
@@ -110,23 +111,27 @@ export async function createMessage(
   body: ThreadMessageInput,
   context: RequestContext,
 ): Promise<MessageRow> {
-  const thread = await getThread(deps.db, actor.workspaceId, threadId);
-  const message = clientMessage(thread, body, '', deps.now());
+  const attached = attachedFiles([body], () => '');
+  // A message with no file for file_search needs nothing of its thread but its name: the insert's
+  // condition checks that the thread is the workspace's and idle, so the message is written in one
+  // round trip to the database; whileIdle tells a missing thread (404) from a held one.
+  const thread = attached.length > 0 ? await getThread(deps.db, actor.workspaceId, threadId) : null;
+  const message = clientMessage(thread ?? { id: threadId, workspaceId: actor.workspaceId }, body, '', deps.now());
   await checkImages(deps, actor.workspaceId, [body], () => '');
   await checkCodeAttachments(deps, actor.workspaceId, [body], () => '');
   // Its file_search attachments go to the thread's store (created if it has none), only if it is written.
   const written = messageWritten(message.id);
-  const stores = await threadStoreWrites(deps, actor, thread, { attached: attachedFiles([body], () => '') }, written);
+  const stores = thread ? await threadStoreWrites(deps, actor, thread, { attached }, written) : NO_STORE_WRITES;
   const extra = [
     ...stores.statements,
-    ...(stores.toolResources ? [setToolResources(deps.db, thread.id, stores.toolResources, written)] : []),
+    ...(stores.toolResources ? [setToolResources(deps.db, message.threadId, stores.toolResources, written)] : []),
   ];
   const row = await whileIdle(
     deps,
     reconcileRun,
-    thread,
+    { id: message.threadId, workspaceId: message.workspaceId },
     () => insertMessageWhileIdle(deps.db, message, extra),
-    (run) => `Can't add messages to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
+    (run) => `Can't add messages to ${message.threadId} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
   if (stores.queued) wakeIngestion(deps, context);
   return row;
@@ -167,19 +172,18 @@ const ATTEMPTS = 3;
 export async function whileIdle<T>(
   deps: ThreadCommandDeps,
   reconcileRun: ReconcileRun,
-  thread: ThreadRow,
+  thread: ThreadKey,
   write: () => Promise<T | null>,
   refusal: (run: HoldingRun) => string,
 ): Promise<T> {
   for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
     const written = await write();
     if (written !== null) return written;
+    // The thread is not the workspace's, or is gone: 404, before anything of its runs is looked at.
+    await getThread(deps.db, thread.workspaceId, thread.id);
     const run = await openRunOf(deps.db, thread.id);
-    if (run === null) {
-      // The thread is gone (404), or the run that held it ended between the two statements.
-      await getThread(deps.db, thread.workspaceId, thread.id);
-      continue;
-    }
+    // The run that held it ended between the two statements.
+    if (run === null) continue;
     const current = await reconcileRun(deps, run);
     if (holdsThread(current.status)) throw threadHeld(refusal(current), thread.id, current);
   }

@@ -26,6 +26,9 @@ import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 
 /** Without `seq`, as resources/runs/queries.ts explains. */
 export type ThreadRow = Omit<typeof threads.$inferSelect, 'seq'>;
+
+/** What names a thread: its id, and the workspace it belongs to. A message needs nothing else of it. */
+export type ThreadKey = Pick<ThreadRow, 'id' | 'workspaceId'>;
 export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
 
 /**
@@ -197,7 +200,7 @@ export async function insertMessageWhileIdle(
 ): Promise<MessageRow | null> {
   // `extra` (writes conditional on messageWritten) goes in the same transaction, after the message.
   const [written] = await batchRawResults(db, [
-    insertWhereStatement(messages, message, threadIdle(message.threadId)),
+    insertWhereStatement(messages, message, threadIdle({ id: message.threadId, workspaceId: message.workspaceId })),
     ...extra.map(rawOf),
   ]);
   const row = written?.rows[0];
@@ -205,14 +208,14 @@ export async function insertMessageWhileIdle(
 }
 
 /**
- * The thread exists and no run holds it: insertMessageWhileIdle's condition, and that of any write
+ * The thread exists in its workspace and no run holds it: insertMessageWhileIdle's condition, and that of any write
  * a running thread refuses (a conversation's items: resources/conversations/).
  */
-export const threadIdle = (threadId: string): RawCondition => {
-  const idle = noRunHolds(threadId);
+export const threadIdle = (thread: ThreadKey): RawCondition => {
+  const idle = noRunHolds(thread.id);
   return {
-    sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ?) AND ${idle.sql}`,
-    args: [threadId, ...idle.args],
+    sql: `EXISTS (SELECT 1 FROM "threads" WHERE "threads"."id" = ? AND "threads"."workspace_id" = ?) AND ${idle.sql}`,
+    args: [thread.id, thread.workspaceId, ...idle.args],
   };
 };
 

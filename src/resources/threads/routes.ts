@@ -54,8 +54,14 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
       validate('query', listMessagesQuery),
       async (c) => {
         const { db } = c.get('deps');
-        const thread = await getThread(db, c.get('actor').workspaceId, c.req.param('thread_id'));
-        return c.json(listObject(await listMessages(db, thread.id, c.req.valid('query')), toMessageJson));
+        const threadId = c.req.param('thread_id');
+        // Read together (one round trip to a database server: coalescing-client.ts); the page is
+        // answered only once the thread is known to be the workspace's, and a 404 comes first.
+        const found = getThread(db, c.get('actor').workspaceId, threadId);
+        const page = listMessages(db, threadId, c.req.valid('query'));
+        page.catch(() => undefined);
+        await found;
+        return c.json(listObject(await page, toMessageJson));
       },
     )
     .post(

@@ -2,7 +2,7 @@ import { newId } from '../../lib/ids';
 import type { MessageAttachment, MessageContent } from '../../db/schema';
 import type { ThreadMessageInput } from './schemas';
 import type { ToolResources } from '../../db/json-columns';
-import type { MessageRow, ThreadRow } from './queries';
+import type { MessageRow, ThreadKey, ThreadRow } from './queries';
 
 /**
  * The rows a client's requests create, complete and ready to insert (the database adds `seq`,
@@ -30,7 +30,7 @@ export function newThread(
  * A message a client wrote into a thread; `param` names it in errors (`thread.messages[0]`, or ''
  * when the message is the whole request body).
  */
-export function clientMessage(thread: ThreadRow, input: ThreadMessageInput, param: string, at: number): MessageRow {
+export function clientMessage(thread: ThreadKey, input: ThreadMessageInput, param: string, at: number): MessageRow {
   return writtenMessage(
     thread,
     {
@@ -45,7 +45,7 @@ export function clientMessage(thread: ThreadRow, input: ThreadMessageInput, para
 
 /** A complete message a client wrote (through the Assistants API, or as a conversation's item), with no run. */
 export function writtenMessage(
-  thread: ThreadRow,
+  thread: ThreadKey,
   fields: Pick<MessageRow, 'role' | 'content' | 'attachments' | 'metadata'>,
   at: number,
 ): MessageRow {

@@ -29,7 +29,8 @@ export interface ThreadStoreWrites {
   queued: boolean;
 }
 
-const NOTHING: ThreadStoreWrites = { statements: [], toolResources: null, queued: false };
+/** No writes: a thread given no files. */
+export const NO_STORE_WRITES: ThreadStoreWrites = { statements: [], toolResources: null, queued: false };
 
 /** The files of `messages` attached for file_search, each named for errors (`messages[0].attachments[1].file_id`). */
 export function attachedFiles(messages: readonly ThreadMessageInput[], param: (index: number) => string): FileToAdd[] {
@@ -56,7 +57,7 @@ export async function threadStoreWrites(
 ): Promise<ThreadStoreWrites> {
   const { inline, attached } = files;
   const [first] = attached;
-  if (!inline && !first) return NOTHING;
+  if (!inline && !first) return NO_STORE_WRITES;
   const existing = thread.toolResources?.file_search?.vector_store_ids?.[0];
   // Without an inline store there is a first file (see above).
   if (existing !== undefined && !inline && first) {

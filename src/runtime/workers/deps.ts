@@ -1,5 +1,6 @@
 import { createClient } from '@libsql/client/web';
 import { BusyRetryingClient } from '../../db/busy-retry';
+import { CoalescingClient } from '../../db/coalescing-client';
 import { drizzle } from 'drizzle-orm/libsql/web';
 import { ConfigurationError, parseConfig, secretBoxFromEnv, upstreamShares, type Config } from '../../config';
 import * as schema from '../../db/schema';
@@ -142,17 +143,20 @@ export async function createSharedDeps(
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
   if (!url || !key) throw missingConfigurationError(missingConfiguration(config));
   const secrets = await secretBoxFromEnv(key);
-  const client = new BusyRetryingClient(
-    createClient({
-      url,
-      authToken: config.LIBSQL_AUTH_TOKEN,
-      // The client is shared by every request of the isolate. Its default limit (20) queues a
-      // statement behind another request's, and workerd refuses I/O started on behalf of one request
-      // from another's; the per-request connection limit applies anyway. For the same reason its
-      // writes take no turns (busy-retry.ts).
-      concurrency: Number.MAX_SAFE_INTEGER,
-    }),
-    { answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS },
+  // Reads issued together go as one batch (coalescing-client.ts); what is refused as busy is sent again.
+  const client = new CoalescingClient(
+    new BusyRetryingClient(
+      createClient({
+        url,
+        authToken: config.LIBSQL_AUTH_TOKEN,
+        // The client is shared by every request of the isolate. Its default limit (20) queues a
+        // statement behind another request's, and workerd refuses I/O started on behalf of one request
+        // from another's; the per-request connection limit applies anyway. For the same reason its
+        // writes take no turns (busy-retry.ts).
+        concurrency: Number.MAX_SAFE_INTEGER,
+      }),
+      { answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS },
+    ),
   );
   const db = drizzle(client, { schema });
   await checkEncryptionKey(db, secrets, { keySource: 'GATEWAY_ENCRYPTION_KEY', now: Date.now() });

@@ -452,6 +452,13 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
       headers: scope(),
       body: { role: 'user', content: 'planted' },
     },
+    // A thread its run holds: not found, rather than held by a run the answer would name.
+    {
+      method: 'POST',
+      path: `/v1/threads/${v.threadId}/messages`,
+      headers: scope(),
+      body: { role: 'user', content: 'planted' },
+    },
     {
       method: 'POST',
       path: `/v1/threads/${v.doneThreadId}/messages`,

@@ -1,0 +1,120 @@
+import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, TransactionMode } from '@libsql/client';
+import { readsOnly } from './client';
+
+/**
+ * A libSQL server's client (sqld, Turso over HTTP) whose reads issued together travel together. On
+ * Workers every statement is a round trip to the database, 30 to 80 ms from an edge location to a
+ * Turso primary; a request reading its thread, its messages, its steps and its open run side by side
+ * (Promise.all) made four requests, and workerd lets a request hold six connections at once. Here,
+ * reads (statements that only read: readsOnly) asked for within the same few turns of the microtask
+ * queue are sent as one batch, in one transaction of mode `read`: one round trip, one snapshot of
+ * the database (stricter than separate requests, never looser). A lone read goes as it is. Writes,
+ * batches and everything else pass straight through, in the order they were asked for relative to
+ * each other (a read waiting for its companions never delays a write).
+ *
+ * The window is microtasks, not a timer, for Workers' sake: workerd runs a promise's continuation on
+ * behalf of the request whose I/O resolved it, and refuses I/O started on behalf of one request from
+ * another's (busy-retry.ts). A timer would let another request's reads join a batch sent on behalf
+ * of the first; the microtasks that follow one event all run for the request of that event.
+ *
+ * When a batch fails, each of its reads is sent again on its own, so that each caller gets its own
+ * answer or error (one bad statement must not fail its neighbours); nothing was written.
+ */
+export class CoalescingClient implements Client {
+  readonly #inner: Client;
+  #pending: PendingRead[] = [];
+
+  constructor(inner: Client) {
+    this.#inner = inner;
+  }
+
+  execute(stmt: InStatement): Promise<ResultSet>;
+  execute(sql: string, args?: InArgs): Promise<ResultSet>;
+  execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
+    const statement: InStatement = typeof stmt === 'string' ? (args === undefined ? stmt : { sql: stmt, args }) : stmt;
+    if (!readsOnly(typeof statement === 'string' ? statement : statement.sql)) return this.#inner.execute(statement);
+    return new Promise<ResultSet>((resolve, reject) => {
+      if (this.#pending.push({ statement, resolve, reject }) === 1) void this.#flushSoon();
+    });
+  }
+
+  /** Sends what is pending once the microtasks queued by its first read's caller have run. */
+  async #flushSoon(): Promise<void> {
+    // Reads started side by side reach execute within a few turns of the queue (an async function's
+    // own awaits before its query); WINDOW_TURNS covers the app's, at a cost of microseconds.
+    for (let turn = 0; turn < WINDOW_TURNS; turn++) await undefined;
+    const reads = this.#pending;
+    this.#pending = [];
+    const [only] = reads;
+    if (reads.length === 1 && only) return this.#sendAlone(only);
+    let results: ResultSet[];
+    try {
+      results = await this.#inner.batch(
+        reads.map((read) => read.statement),
+        'read',
+      );
+    } catch {
+      await Promise.all(reads.map((read) => this.#sendAlone(read)));
+      return;
+    }
+    reads.forEach((read, index) => {
+      const result = results[index];
+      if (result) read.resolve(result);
+      else
+        read.reject(new Error(`the database answered ${results.length} results to a batch of ${reads.length} reads`));
+    });
+  }
+
+  async #sendAlone(read: PendingRead): Promise<void> {
+    try {
+      read.resolve(await this.#inner.execute(read.statement));
+    } catch (error) {
+      read.reject(error);
+    }
+  }
+
+  batch(stmts: Array<InStatement | [string, InArgs?]>, mode?: TransactionMode): Promise<ResultSet[]> {
+    return this.#inner.batch(stmts, mode);
+  }
+
+  migrate(stmts: InStatement[]): Promise<ResultSet[]> {
+    return this.#inner.migrate(stmts);
+  }
+
+  transaction(mode?: TransactionMode): Promise<Transaction> {
+    return this.#inner.transaction(mode);
+  }
+
+  executeMultiple(sql: string): Promise<void> {
+    return this.#inner.executeMultiple(sql);
+  }
+
+  sync(): Promise<Replicated> {
+    return this.#inner.sync();
+  }
+
+  close(): void {
+    this.#inner.close();
+  }
+
+  reconnect(): void {
+    this.#inner.reconnect();
+  }
+
+  get closed(): boolean {
+    return this.#inner.closed;
+  }
+
+  get protocol(): string {
+    return this.#inner.protocol;
+  }
+}
+
+/** How many turns of the microtask queue a read waits for companions (see #flushSoon). */
+const WINDOW_TURNS = 8;
+
+interface PendingRead {
+  statement: InStatement;
+  resolve(result: ResultSet): void;
+  reject(error: unknown): void;
+}
