@@ -42,7 +42,7 @@ export class CoalescingClient implements Client {
   async #flushSoon(): Promise<void> {
     // Reads started side by side reach execute within a few turns of the queue (an async function's
     // own awaits before its query); WINDOW_TURNS covers the app's, at a cost of microseconds.
-    for (let turn = 0; turn < WINDOW_TURNS; turn++) await undefined;
+    for (let turn = 0; turn < WINDOW_TURNS; turn++) await Promise.resolve();
     const reads = this.#pending;
     this.#pending = [];
     const [only] = reads;

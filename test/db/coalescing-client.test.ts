@@ -48,8 +48,8 @@ describe('CoalescingClient', () => {
       client.execute({ sql: 'SELECT name FROM items WHERE id = ?', args: [1] }),
       // An async caller's own awaits before its read still fall in the window.
       (async () => {
-        await undefined;
-        await undefined;
+        await Promise.resolve();
+        await Promise.resolve();
         return client.execute('SELECT name FROM items WHERE id = ?', [2]);
       })(),
       client.execute('WITH x AS (SELECT count(*) AS n FROM items) SELECT n FROM x'),
