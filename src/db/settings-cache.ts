@@ -28,10 +28,17 @@ export class SettingsCache {
   readonly #db: Db;
   readonly #loaders: SettingsLoaders;
   readonly #shelves: Shelves;
+  readonly #provisional: boolean;
 
-  /** @param options.maxWeight the characters (of JSON) kept over all entries; default 16 Mi. */
-  constructor(db: Db, loaders: SettingsLoaders, options: { maxWeight?: number } = {}) {
+  /**
+   * @param options.maxWeight the characters (of JSON) kept over all entries; default 16 Mi.
+   * @param options.provisional whether `provisional` answers: for a database server, where reading
+   *   the generation with a request's reads saves a round trip. On the embedded file a read costs no
+   *   trip, and reading the generation first keeps every lookup in memory.
+   */
+  constructor(db: Db, loaders: SettingsLoaders, options: { maxWeight?: number; provisional?: boolean } = {}) {
     const maxWeight = options.maxWeight ?? 16 * 1024 * 1024;
+    this.#provisional = options.provisional ?? false;
     this.#db = db;
     this.#loaders = loaders;
     // A shelf per kind of lookup, each within its share of the weight.
@@ -44,8 +51,47 @@ export class SettingsCache {
 
   /** The settings as they are now: what a request reads once, before its lookups. */
   async now(): Promise<Settings> {
+    return new Settings(this.#shelves, this.#loaders, await this.#generation());
+  }
+
+  /**
+   * For a request presenting `presented`: the settings as they were when this process or isolate
+   * last read the generation, assumed to be still the database's (ProvisionalSettings), with the
+   * key found live then; null if it was not kept then, before any read, and always where the cache
+   * was not built `provisional`. The generation is read again at once, to travel with the request's
+   * own first reads; `live()` says whether the key still is.
+   */
+  provisional(presented: string): { settings: ProvisionalSettings; apiKey: AuthenticatedKey } | null {
+    if (!this.#provisional || this.#latest === undefined) return null;
+    const generation = this.#latest;
+    const apiKey = this.#shelves.apiKeys.peek(generation, presented);
+    if (!apiKey) return null;
+    const live = this.#stillLive(generation, presented, apiKey);
+    live.catch(() => undefined);
+    return { settings: new ProvisionalSettings(this.#shelves, this.#loaders, generation, live), apiKey };
+  }
+
+  /**
+   * Whether `apiKey`, kept at `generation`, is live now: it is if the generation has not moved
+   * (`current`), or if it is found again.
+   */
+  async #stillLive(
+    generation: number | null,
+    presented: string,
+    apiKey: AuthenticatedKey,
+  ): Promise<{ live: boolean; current: boolean }> {
+    if ((await this.#generation()) === generation) return { live: true, current: true };
+    const now = await (await this.now()).apiKey(presented);
+    return { live: now?.id === apiKey.id && now.workspace?.id === apiKey.workspace?.id, current: false };
+  }
+
+  /** The last generation read; undefined before the first. */
+  #latest: number | null | undefined;
+
+  async #generation(): Promise<number | null> {
     const [row] = await generationRow(this.#db).all();
-    return new Settings(this.#shelves, this.#loaders, row?.value ?? null);
+    this.#latest = row?.value ?? null;
+    return this.#latest;
   }
 
   /** What the entries weigh now. */
@@ -79,33 +125,83 @@ interface Shelves {
 
 /** The settings at one generation: the lookups of one request (see SettingsCache). */
 export class Settings {
-  readonly #shelves: Shelves;
-  readonly #loaders: SettingsLoaders;
+  protected readonly shelves: Shelves;
+  protected readonly loaders: SettingsLoaders;
   /** Null when the database has no generation row: nothing is kept then. */
   readonly generation: number | null;
 
   constructor(shelves: Shelves, loaders: SettingsLoaders, generation: number | null) {
-    this.#shelves = shelves;
-    this.#loaders = loaders;
+    this.shelves = shelves;
+    this.loaders = loaders;
     this.generation = generation;
+  }
+
+  /**
+   * Whether the key the request presented is live: known when these settings were read. A request
+   * on ProvisionalSettings asks before it writes, or calls a provider, and before it answers.
+   */
+  live(): Promise<boolean> {
+    return LIVE;
   }
 
   /** authenticateApiKey: the key presented, if it is live. */
   apiKey(presented: string): Promise<AuthenticatedKey | null> {
-    return this.#shelves.apiKeys.get(this.generation, presented, () => this.#loaders.apiKey(presented));
+    return this.shelves.apiKeys.get(this.generation, presented, () => this.loaders.apiKey(presented));
   }
 
   /** getAssistant: the workspace's live assistant, or 404. */
   assistant(workspaceId: string, id: string): Promise<AssistantRow> {
-    return this.#shelves.assistants.get(this.generation, `${workspaceId} ${id}`, () =>
-      this.#loaders.assistant(workspaceId, id),
+    return this.shelves.assistants.get(this.generation, `${workspaceId} ${id}`, () =>
+      this.loaders.assistant(workspaceId, id),
     );
   }
 
   /** resolveVirtualKey: the key a run of `model` executes with, or the error saying why there is none. */
   virtualKey(workspaceId: string, request: VirtualKeyRequest): Promise<VirtualKey> {
     const key = request.slug === undefined ? `${workspaceId} for ${request.model}` : `${workspaceId} ${request.slug}`;
-    return this.#shelves.virtualKeys.get(this.generation, key, () => this.#loaders.virtualKey(workspaceId, request));
+    return this.shelves.virtualKeys.get(this.generation, key, () => this.loaders.virtualKey(workspaceId, request));
+  }
+}
+
+const LIVE = Promise.resolve(true);
+
+/**
+ * Settings assumed to be at the generation last read, not read again before the request's own
+ * reads (SettingsCache.provisional): the presented API key came from memory, kept at that
+ * generation; every other lookup reads its rows, as if nothing were kept, so that it is exact
+ * whatever the generation. The generation is read with the request's first reads (one round trip
+ * to a database server: coalescing-client.ts), and if it moved, the key is looked up again: `live()`.
+ * So what the request read stands once the key is known to be live, and the request must ask before
+ * anything it does takes effect (resources/identities/api-key-auth.ts: keyLive).
+ */
+export class ProvisionalSettings extends Settings {
+  readonly #live: Promise<boolean>;
+  /** Whether the generation read again was this one: then what is kept at it is exact, and used. */
+  #current = false;
+
+  constructor(
+    shelves: Shelves,
+    loaders: SettingsLoaders,
+    generation: number | null,
+    live: Promise<{ live: boolean; current: boolean }>,
+  ) {
+    super(shelves, loaders, generation);
+    this.#live = live.then((found) => {
+      this.#current = found.current;
+      return found.live;
+    });
+  }
+
+  override live(): Promise<boolean> {
+    return this.#live;
+  }
+
+  override assistant(workspaceId: string, id: string): Promise<AssistantRow> {
+    return this.#current ? super.assistant(workspaceId, id) : this.loaders.assistant(workspaceId, id);
+  }
+
+  override virtualKey(workspaceId: string, request: VirtualKeyRequest): Promise<VirtualKey> {
+    return this.#current ? super.virtualKey(workspaceId, request) : this.loaders.virtualKey(workspaceId, request);
   }
 }
 
@@ -122,6 +218,12 @@ class Shelf<T> {
 
   get weight(): number {
     return this.#weight;
+  }
+
+  /** The value kept for `key` at `generation`, without reading it; undefined if none is. */
+  peek(generation: number | null, key: string): T | undefined {
+    const entry = this.#entries.get(key);
+    return entry && generation !== null && entry.generation === generation ? entry.value : undefined;
   }
 
   /** `load()`'s answer at `generation`: kept from an earlier request when read at the same one. */

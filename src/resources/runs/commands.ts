@@ -40,6 +40,7 @@ import { newRun } from './execution/rows';
 import { clientMessage, newThread } from '../threads/rows';
 import { checkSandbox, runSettings, type RunSettings } from './execution/settings';
 import { settleRun } from './execution/settle';
+import { keyLive } from '../identities/middleware/api-key-auth';
 
 /**
  * The run use-cases, each in the order it must happen. A run is created or continued in four steps:
@@ -147,6 +148,9 @@ export async function createRun(
     openRunOf(db, threadId),
   ] as const;
   for (const read of reads) read.catch(() => undefined);
+  // Started on settings assumed unchanged, the run asks whether its key is live (answered with the
+  // reads above), before anything else is told.
+  await keyLive(snapshot);
   const [thread, assistant, history] = [await reads[0], await reads[1], await reads[2]];
   const settings = runSettings(assistant, body);
   await checkSandbox(deps.sandbox, settings.tools, {

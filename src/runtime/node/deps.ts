@@ -43,7 +43,7 @@ export async function createNodeDeps(
     secrets: overrides.secrets ?? (await loadSecretBox(config)),
     counters: new LibsqlCounterStore(database.countersClient, { log }),
     policyCache: new PolicyCache(database.db),
-    settings: new SettingsCache(database.db, settingsLoaders(database.db)),
+    settings: new SettingsCache(database.db, settingsLoaders(database.db), { provisional: !database.embedded }),
     now: Date.now,
     slices: nodeSlices,
     blobs: nodeBlobStore(config),

@@ -169,7 +169,7 @@ export async function createSharedDeps(
     counters:
       config.GATEWAY_RATE_LIMIT_STORE === 'libsql' ? new LibsqlCounterStore(client, { log }) : counterObjects(env, log),
     policyCache: new PolicyCache(db),
-    settings: new SettingsCache(db, settingsLoaders(db)),
+    settings: new SettingsCache(db, settingsLoaders(db), { provisional: true }),
     now: Date.now,
     fetch: workersUpstreamFetch((input, init) => fetch(input, init)),
     upstreamShares: upstreamShares(config),

@@ -24,13 +24,51 @@ export const apiKeyAuth = () =>
     const presented = c.req.header(API_KEY_HEADER) || bearerToken(c.req.header('authorization'));
     if (!presented) throw new ApiError('missing_api_key');
     if (!isGatewayKeyShaped(presented)) throw notAGatewayKey();
-    const settings = await c.get('deps').settings.now();
+    const cache = c.get('deps').settings;
+    const provisional = mayStartProvisional(c.req.method, c.req.path) ? cache.provisional(presented) : null;
+    if (provisional) {
+      c.set('apiKey', provisional.apiKey);
+      c.set('settings', provisional.settings);
+      await next();
+      // A key revoked meanwhile: the answer is dropped for a 401 (a run's creation asked before it wrote).
+      if (await provisional.settings.live()) return;
+      await c.res.body?.cancel();
+      throw new ApiError('invalid_api_key');
+    }
+    const settings = await cache.now();
     const apiKey = await settings.apiKey(presented);
     if (!apiKey) throw new ApiError('invalid_api_key');
     c.set('apiKey', apiKey);
     c.set('settings', settings);
     await next();
   });
+
+/**
+ * Throws 401 `invalid_api_key` unless the key the request presented is live: what a request that
+ * started on ProvisionalSettings asks before anything it does takes effect.
+ */
+export async function keyLive(settings: Settings): Promise<void> {
+  if (!(await settings.live())) throw new ApiError('invalid_api_key');
+}
+
+/**
+ * The requests that may start on settings assumed unchanged (ProvisionalSettings), on a database
+ * server, where that saves a round trip:
+ * - reads of the threads, conversations and responses stored, which an application polls (a run's
+ *   status, a thread's messages). They write nothing a tenant asked for (a run left behind may be
+ *   settled, as any read of it does) and call no provider, so a key revoked meanwhile is caught
+ *   before the answer leaves;
+ * - a run on a thread, which reads its thread, history and open run first and asks keyLive before
+ *   its admission (resources/runs/commands.ts).
+ * An assistant is read from memory once the generation is known (one round trip either way), and
+ * anything else reads the generation first.
+ */
+function mayStartProvisional(method: string, path: string): boolean {
+  if (method === 'GET' || method === 'HEAD') return PROVISIONAL_READS.test(path);
+  return method === 'POST' && RUN_ON_THREAD.test(path);
+}
+const PROVISIONAL_READS = /^\/v1\/(threads|conversations|responses)\//;
+const RUN_ON_THREAD = /^\/v1\/threads\/[^/]+\/runs$/;
 
 /** The token of `Bearer <token>` (the scheme is case-insensitive, RFC 9110); undefined otherwise. */
 function bearerToken(authorization: string | undefined): string | undefined {
