@@ -12,7 +12,8 @@ import type { RunExecutorRpc } from './run-host';
  * now whose handler waits for the execution to end: an object is kept in memory while an event
  * (the alarm) is in progress, for up to 15 minutes of wall time, longer than a run lives
  * (GATEWAY_RUN_EXPIRES_AFTER_SECONDS, 10 minutes by default). A streamed run answers its event
- * stream from here; when the reader goes away, the stream detaches and the run carries on.
+ * stream from here, the call in progress while the stream is read; only when the reader goes away
+ * before the run ends is the alarm set, and the run carries on, detached.
  *
  * At most once: an alarm that finds no execution in memory (the object was restarted mid-run)
  * does not execute the run again, which would call the provider a second time; the run's lease
