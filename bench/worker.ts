@@ -1,6 +1,8 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { DEV_SQLD_ARGS } from '../scripts/sqld';
 import { fakeDirective } from '../test/support/fake-upstream';
 import { startLocalWorker, type LocalWorker } from '../test/support/workerd';
-import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, summarise } from './support';
+import { pool, post, readStream, round, sequential, startFakeProvider, summarise } from './support';
 
 /**
  * `npm run bench:worker`: the gateway Worker's CPU per run on the Workers runtime. The Worker is
@@ -10,9 +12,13 @@ import { cpuMs, pool, post, readStream, round, sequential, startFakeProvider, su
  * is bench:compare's: POST /v1/threads/runs, streamed, a thread of one message, an 8-word answer
  * (the fetch handler, then the run's Durable Object executing it: both billed).
  *
- * For BENCH_SEQUENTIAL runs one at a time (200) and BENCH_CONCURRENT runs 32 at a time (800),
+ * First the Worker's start: the workerd process's CPU until Miniflare says it is ready (workerd's
+ * own start, Miniflare's internal Workers, and the bundle's compilation and top-level evaluation),
+ * then the first request (an authenticated GET /v1/assistants, which builds the isolate's deps:
+ * configuration, the encryption key, the database client) against the same request warm.
+ * Then, for BENCH_SEQUENTIAL runs one at a time (200) and BENCH_CONCURRENT runs 32 at a time (800),
  * after a warm-up: runs per second, the first token's latency (p50/p99), and the workerd
- * process's CPU ms per run (/proc utime + stime over the phase, every thread).
+ * process's CPU ms per run (every thread's run time over the phase, /proc/<pid>/task/<tid>/schedstat).
  *
  * Cloudflare bills a request's CPU time, which its tail events report as `cpuTime`; workerd run
  * locally reports 0 there (tail and streaming tail workers alike), so the process's CPU is the
@@ -30,21 +36,23 @@ const content = `go\n${fakeDirective({ reply: 'a b c d e f g h' })}`;
 const { url: fakeUrl } = await startFakeProvider();
 let worker: LocalWorker | undefined;
 try {
-  // sqld sheds load with 429s when its requests slow down, as they do with this machine's cores
-  // busy at 32 runs at a time: not what is measured here.
-  worker = await startLocalWorker({ sqldArgs: ['--disable-intelligent-throttling'] });
+  // sqld as `npm run dev:worker` starts it, so that 32 runs at a time do not collapse it; the Worker
+  // without Miniflare's routing in front and behind (startLocalWorker's `bare`), which a deployed
+  // Worker does not have, unless BENCH_MINIFLARE_ROUTING=1 (to see what that routing costs).
+  worker = await startLocalWorker({ sqldArgs: DEV_SQLD_ARGS, bare: process.env.BENCH_MINIFLARE_ROUTING !== '1' });
   const pid = worker.pid();
-  const target = await prepare(worker.url, {
-    authorization: `Bearer ${worker.workspaceKey}`,
-    'content-type': 'application/json',
-  });
+  const headers = { authorization: `Bearer ${worker.workspaceKey}`, 'content-type': 'application/json' };
+  const startup = await start(worker.url, headers, pid);
+  const target = await prepare(worker.url, headers);
   await pool(100, 8, () => firstToken(target));
   const result = {
     benchmark: 'worker',
     setup:
       'client (this process) -> workerd (Miniflare: the deployed bundle, its runs in Durable Objects) -> fake provider ' +
-      'process and sqld, loopback; CPU of the workerd process from /proc (utime + stime) over each phase',
+      'process and sqld (dev:worker flags), loopback; CPU of the workerd process (/proc schedstat, every thread) over each phase',
+    miniflare_routing: process.env.BENCH_MINIFLARE_ROUTING === '1',
     billed_cpu: 'not reported locally (workerd gives tail workers cpuTime 0): cpu_ms_per_run is its upper bound',
+    startup,
     sequential: await phase(target, pid, N1, 1),
     [`concurrency_${CONCURRENCY}`]: await phase(target, pid, N32, CONCURRENCY),
   };
@@ -92,6 +100,27 @@ async function firstToken(target: Target): Promise<number> {
   return first;
 }
 
+/** workerd's CPU to be ready, then the first request's wall time and CPU against the same request warm (median of 20). */
+async function start(url: string, headers: Record<string, string>, pid: number) {
+  const readyCpu = cpuMs(pid);
+  const request = async () => {
+    const cpuBefore = cpuMs(pid);
+    const started = performance.now();
+    const response = await fetch(`${url}/v1/assistants?limit=1`, { headers });
+    if (!response.ok) throw new Error(`GET /v1/assistants: HTTP ${response.status} ${await response.text()}`);
+    await response.arrayBuffer();
+    return { ms: performance.now() - started, cpu_ms: cpuMs(pid) - cpuBefore };
+  };
+  const first = await request();
+  const warm = await sequential(20, request);
+  const median = (values: number[]) => values.sort((a, b) => a - b)[values.length >> 1] ?? NaN;
+  return {
+    workerd_cpu_ms_until_ready: round(readyCpu, 1),
+    first_request: { ms: round(first.ms, 1), cpu_ms: round(first.cpu_ms, 2) },
+    warm_request: { ms: round(median(warm.map((w) => w.ms)), 1), cpu_ms: round(median(warm.map((w) => w.cpu_ms)), 2) },
+  };
+}
+
 /**
  * `runs` runs, `concurrency` at a time: runs/s, first token, and the workerd process's CPU per run;
  * a run that fails is counted (its message kept) and left out of the latencies.
@@ -116,4 +145,21 @@ async function phase(target: Target, pid: number, runs: number, concurrency: num
     cpu_ms_per_run: round((cpuMs(pid) - cpuBefore) / runs, 3),
     failed_runs: Object.fromEntries(failures),
   };
+}
+
+/**
+ * The CPU time of a process, every thread, in ms: the sum of its threads' run time in nanoseconds
+ * (/proc/<pid>/task/<tid>/schedstat), fine enough for one request, where utime + stime counts in
+ * ticks of 10 ms. workerd's threads live as long as it does, so none is missed for having exited.
+ */
+function cpuMs(pid: number): number {
+  let ns = 0;
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return ns / 1e6;
 }

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { generateKeyBase64 } from '../src/lib/secrets';
-import { startSqld } from './sqld';
+import { DEV_SQLD_ARGS, startSqld } from './sqld';
 import { devDataDir, devRegistryPath, exitCode, ROOT, spawnWrangler } from './wrangler';
 
 /**
@@ -20,28 +20,6 @@ import { devDataDir, devRegistryPath, exitCode, ROOT, spawnWrangler } from './wr
 
 const SQLD_PORT = 8080;
 const LIBSQL_URL = `http://127.0.0.1:${SQLD_PORT}`;
-
-/**
- * sqld as many concurrent runs need it on a machine of few cores. Each libSQL connection waiting
- * for the write lock spins on it in a thread of its own (sqld's ManagedConnectionWalWrapper), and
- * the Worker's client sends every request's statements at once (it cannot take turns:
- * db/busy-retry.ts): 16 to 32 runs at once left hundreds of sqld threads runnable on 2 cores, the
- * lock's holder starved, and requests answered 429 or not at all for minutes. So sqld serves one
- * connection at a time, which nothing can spin beside, and queues the other requests, which wait
- * without a thread up to the Worker's database deadline (.dev.vars' GATEWAY_DATABASE_TIMEOUT_MS,
- * 30 s), instead of shedding them (its intelligent throttling, and a 429 past 128 waiting). Four at
- * a time, as the Node server's client writes, still stalled past that deadline on a loaded machine
- * (test/reliability/dev-worker.test.ts).
- */
-const SQLD_ARGS = [
-  '--max-concurrent-connections',
-  '1',
-  '--max-concurrent-requests',
-  '4096',
-  '--connection-creation-timeout-sec',
-  '30',
-  '--disable-intelligent-throttling',
-];
 
 const { port: WORKER_PORT, data: DATA_DIR } = options(process.argv.slice(2));
 
@@ -76,7 +54,7 @@ function usage(problem: string): never {
 
 ensureDevVars();
 
-const sqld = await startSqld({ port: SQLD_PORT, dataDir: join(DATA_DIR, 'sqld'), args: SQLD_ARGS });
+const sqld = await startSqld({ port: SQLD_PORT, dataDir: join(DATA_DIR, 'sqld'), args: DEV_SQLD_ARGS });
 try {
   const database = await openDatabase({ DATA_DIR, LIBSQL_URL });
   try {

@@ -22,6 +22,29 @@ export interface RunningSqld {
 }
 
 /**
+ * sqld as many concurrent runs need it on a machine of few cores: `npm run dev:worker`'s and
+ * bench:worker's. Each libSQL connection waiting
+ * for the write lock spins on it in a thread of its own (sqld's ManagedConnectionWalWrapper), and
+ * the Worker's client sends every request's statements at once (it cannot take turns:
+ * db/busy-retry.ts): 16 to 32 runs at once left hundreds of sqld threads runnable on 2 cores, the
+ * lock's holder starved, and requests answered 429 or not at all for minutes. So sqld serves one
+ * connection at a time, which nothing can spin beside, and queues the other requests, which wait
+ * without a thread up to the Worker's database deadline (.dev.vars' GATEWAY_DATABASE_TIMEOUT_MS,
+ * 30 s), instead of shedding them (its intelligent throttling, and a 429 past 128 waiting). Four at
+ * a time, as the Node server's client writes, still stalled past that deadline on a loaded machine
+ * (test/reliability/dev-worker.test.ts).
+ */
+export const DEV_SQLD_ARGS = [
+  '--max-concurrent-connections',
+  '1',
+  '--max-concurrent-requests',
+  '4096',
+  '--connection-creation-timeout-sec',
+  '30',
+  '--disable-intelligent-throttling',
+];
+
+/**
  * sqld from the `sqld` dev dependency, on a port picked here: asked for port 0, it cannot say which
  * one it got. `dataDir` defaults to a temporary directory removed on stop; `args` are more flags.
  */

@@ -1,110 +1,14 @@
-import type { HtmlToTextOptions } from 'html-to-text';
 import { pdfInflatedBytes, zipInflatedBytes, ZipError } from './inflation';
+import { checkedText, describe, ExtractionError, readText, type FileFormat } from './file-text';
+
+export { ExtractionError, formatOf, type FileFormat } from './file-text';
 
 /**
- * A file's text, for chunking: UTF-8 text formats (plain text, Markdown, JSON, source code) as
- * they are, HTML without its markup, PDF's text layer (page by page), DOCX's paragraphs. The
- * format comes from the file's extension, else its uploaded Content-Type. What cannot be read is
- * an ExtractionError, which ingestion records as the file's last_error.
+ * A file's text, for chunking: UTF-8 text formats and HTML as file-text.ts reads them, PDF's text
+ * layer (page by page), DOCX's paragraphs. The format comes from the file's extension, else its
+ * uploaded Content-Type. What cannot be read is an ExtractionError, which ingestion records as the
+ * file's last_error.
  */
-
-export type FileFormat = 'text' | 'html' | 'pdf' | 'docx';
-
-export class ExtractionError extends Error {
-  constructor(
-    readonly code: 'unsupported_file' | 'invalid_file',
-    message: string,
-  ) {
-    super(message);
-    this.name = 'ExtractionError';
-  }
-}
-
-/** Extensions of UTF-8 text files: OpenAI's file_search list, and a few more of the same kind. */
-const TEXT_EXTENSIONS = new Set([
-  'txt',
-  'md',
-  'markdown',
-  'json',
-  'jsonl',
-  'csv',
-  'tsv',
-  'xml',
-  'yaml',
-  'yml',
-  'toml',
-  'ini',
-  'log',
-  'rst',
-  'tex',
-  'c',
-  'h',
-  'cc',
-  'cpp',
-  'hpp',
-  'cs',
-  'css',
-  'go',
-  'java',
-  'js',
-  'mjs',
-  'cjs',
-  'jsx',
-  'ts',
-  'tsx',
-  'php',
-  'py',
-  'rb',
-  'rs',
-  'sh',
-  'bash',
-  'sql',
-  'swift',
-  'kt',
-  'scala',
-  'lua',
-  'pl',
-  'r',
-  'vue',
-  'svelte',
-]);
-
-const MEDIA_TYPES: Record<string, FileFormat> = {
-  'text/html': 'html',
-  'application/xhtml+xml': 'html',
-  'application/pdf': 'pdf',
-  'application/vnd.openxmlformats-officedocument.wordprocessingml.document': 'docx',
-  'application/json': 'text',
-  'application/xml': 'text',
-  'application/javascript': 'text',
-  'application/x-sh': 'text',
-  'application/x-yaml': 'text',
-};
-
-/** The format of a file named `filename`, uploaded as `contentType`; null when none is supported. */
-export function formatOf(filename: string, contentType: string | null): FileFormat | null {
-  const extension = /\.([A-Za-z0-9]+)$/.exec(filename)?.[1]?.toLowerCase();
-  if (extension === 'html' || extension === 'htm' || extension === 'xhtml') return 'html';
-  if (extension === 'pdf') return 'pdf';
-  if (extension === 'docx') return 'docx';
-  if (extension !== undefined && TEXT_EXTENSIONS.has(extension)) return 'text';
-  const mediaType = contentType?.split(';')[0]?.trim().toLowerCase();
-  if (!mediaType) return null;
-  return MEDIA_TYPES[mediaType] ?? (mediaType.startsWith('text/') ? 'text' : null);
-}
-
-/** html-to-text's options: block structure kept (headings, lists, table rows), links and images left out. */
-const HTML_OPTIONS: HtmlToTextOptions = {
-  wordwrap: false,
-  selectors: [
-    { selector: 'a', options: { ignoreHref: true } },
-    { selector: 'img', format: 'skip' },
-    { selector: 'h1', options: { uppercase: false } },
-    { selector: 'h2', options: { uppercase: false } },
-    { selector: 'h3', options: { uppercase: false } },
-    { selector: 'table', format: 'dataTable', options: { uppercaseHeaderCells: false } },
-  ],
-};
 
 /**
  * What one file may cost to read, each past bound an ExtractionError that names it. Time and
@@ -130,51 +34,13 @@ export async function extract(
   limits: ExtractionLimits,
   signal?: AbortSignal,
 ): Promise<string> {
-  const text = await read(bytes, format, limits, signal);
-  if (text.length > limits.maxChars) {
-    throw new ExtractionError(
-      'invalid_file',
-      `The file's text is longer than ${limits.maxChars} characters, the most a file may index.`,
-    );
-  }
-  if (text.trim() === '') {
-    const why = format === 'pdf' ? ' (a PDF of scanned pages has no text layer to read)' : '';
-    throw new ExtractionError('invalid_file', `The file has no text to index${why}.`);
-  }
-  return text;
-}
-
-async function read(
-  bytes: Uint8Array,
-  format: FileFormat,
-  limits: ExtractionLimits,
-  signal: AbortSignal | undefined,
-): Promise<string> {
-  switch (format) {
-    case 'text':
-      return utf8(bytes);
-    case 'html': {
-      const html = utf8(bytes);
-      try {
-        return (await import('html-to-text')).convert(html, HTML_OPTIONS);
-      } catch (error) {
-        throw new ExtractionError('invalid_file', `The HTML file cannot be read: ${describe(error)}.`);
-      }
-    }
-    case 'pdf':
-      return pdfText(bytes, limits, signal);
-    case 'docx':
-      return docxText(bytes, limits);
-  }
-}
-
-function utf8(bytes: Uint8Array): string {
-  try {
-    // ignoreBOM false (the default) is spelled out: the Workers types require both options.
-    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: false }).decode(bytes);
-  } catch {
-    throw new ExtractionError('invalid_file', 'The file is not valid UTF-8 text.');
-  }
+  const text =
+    format === 'pdf'
+      ? await pdfText(bytes, limits, signal)
+      : format === 'docx'
+        ? await docxText(bytes, limits)
+        : await readText(bytes, format);
+  return checkedText(text, format, limits.maxChars);
 }
 
 function inflatesTooFar(kind: string, limits: ExtractionLimits): ExtractionError {
@@ -248,11 +114,4 @@ async function docxText(bytes: Uint8Array, limits: ExtractionLimits): Promise<st
   } catch (error) {
     throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${describe(error)}.`);
   }
-}
-
-/** A library's error, bounded: it may quote the file. A stack overflow is the document's nesting. */
-function describe(error: unknown): string {
-  if (error instanceof RangeError && /call stack/i.test(error.message)) return 'its elements are nested too deeply';
-  const message = error instanceof Error ? error.message : String(error);
-  return message.length > 200 ? `${message.slice(0, 200)}…` : message;
 }

@@ -24,7 +24,7 @@ import { prepareWorkspace, type Target } from './support';
  * - streamed runs 32 at a time all succeed. Its sqld used to collapse under them (its waiting
  *   connections spinning on the write lock, hundreds of its threads runnable on 2 cores: 50 of 320
  *   runs failed at 16 at once, every one of 640 at 32 once it had tipped over) until it was started
- *   to serve a few connections at once and queue the rest (scripts/dev-worker.ts SQLD_ARGS);
+ *   to serve a few connections at once and queue the rest (scripts/sqld.ts DEV_SQLD_ARGS);
  * - `npm run dev:scheduled -- gateway` and `-- ingest` run each Worker's cron handler in it, seen
  *   by what each does: the sweep expires a run left waiting for tool outputs past its expiry, the
  *   ingest Worker's cron wakes its queue for a file whose ingestion died.

@@ -31,7 +31,20 @@ export interface LocalWorker {
 }
 
 export async function startLocalWorker(
-  options: { sqldArgs?: string[]; bindings?: Record<string, string> } = {},
+  options: {
+    sqldArgs?: string[];
+    bindings?: Record<string, string>;
+    /** The DevTools protocol on this port (a profile of the Worker). */
+    inspectorPort?: number;
+    /**
+     * Without Miniflare's own plumbing, which deployed Workers do not have: requests reach the
+     * Worker on a socket of its own rather than through Miniflare's entry Worker (request logging,
+     * Accept-Encoding, live reload: JavaScript that ran for every request), and its subrequests
+     * (each SQL statement is one) leave without passing through the Worker that strips
+     * CF-Connecting-IP. For bench:worker, which measures the Worker's CPU in the process's.
+     */
+    bare?: boolean;
+  } = {},
 ): Promise<LocalWorker> {
   const bundleDir = mkdtempSync(join(tmpdir(), 'local-worker-'));
   const sqld = await startSqld({ args: options.sqldArgs });
@@ -48,6 +61,7 @@ export async function startLocalWorker(
     worker = new Miniflare({
       host: '127.0.0.1',
       port: 0,
+      inspectorPort: options.inspectorPort,
       // The Worker's logs (warnings and errors) on stderr: a bench's stdout is its JSON.
       handleRuntimeStdio: (stdout: Readable, stderr: Readable) => {
         stdout.pipe(process.stderr);
@@ -59,6 +73,9 @@ export async function startLocalWorker(
           modules: true,
           scriptPath: script,
           modulesRoot: dirname(script),
+          ...(options.bare
+            ? { stripCfConnectingIp: false, unsafeDirectSockets: [{ host: '127.0.0.1', port: 0 }] }
+            : {}),
           bindings: {
             ...workerOptions.bindings,
             LIBSQL_URL: sqld.url,
@@ -70,7 +87,8 @@ export async function startLocalWorker(
         },
       ],
     });
-    const url = (await worker.ready).origin;
+    const ready = await worker.ready;
+    const url = options.bare ? (await worker.unsafeGetDirectURL()).origin : ready.origin;
     return { url, workspaceKey, sqld, pid: workerdProcess, stop };
   } catch (error) {
     await stop();

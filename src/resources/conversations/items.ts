@@ -2,7 +2,7 @@ import type { Deps } from '../../deps';
 import type { MessageContent } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { concatBytes } from '../../lib/bytes';
-import { extract, ExtractionError, formatOf } from '../../retrieval/extract';
+import { ExtractionError, extractText, formatOf } from '../../retrieval/file-text';
 import { getFile } from '../files/queries';
 import { imageChecker } from '../files/images';
 import type { MessageRow, ThreadRow } from '../threads/queries';
@@ -233,11 +233,7 @@ async function fileText(
   }
   const header = `File: ${filename}\n\n`;
   try {
-    const text = await extract(bytes, format, {
-      maxChars: THREAD_LIMITS.text - header.length,
-      maxInflatedBytes: 0,
-      maxPages: 0,
-    });
+    const text = await extractText(bytes, format, THREAD_LIMITS.text - header.length);
     return `${header}${text}`;
   } catch (error) {
     if (error instanceof ExtractionError) throw refuse(field, error.message);
