@@ -4,18 +4,21 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fakeDirective } from '../test/support/fake-upstream';
 import { freePort } from '../scripts/sqld';
-import { memoryOf, resetPeakMemory, ROOT, startGatewayProcess } from '../test/support/processes';
+import { memoryOf, resetPeakMemory, ROOT } from '../test/support/processes';
 import {
   cpuMs,
+  cpuPerChunk,
   forSeconds,
+  freshGateway,
+  LONG_REPLY,
   pidOf,
   pool,
   post,
-  printedWorkspaceKey,
   readStream,
   required,
   round,
   sequential,
+  SHORT_REPLY,
   sleep,
   startFakeProvider,
   startServer,
@@ -64,11 +67,6 @@ const SETTLE_SECONDS = Number(process.env.BENCH_SETTLE_SECONDS ?? 12);
 const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 20);
 const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 200);
 const N32 = Number(process.env.BENCH_CONCURRENT ?? 800);
-/** The fake provider's words arrive BENCH_WORD_GAP_MS apart (2), as a real model's tokens do. */
-const WORD_GAP_MS = Number(process.env.BENCH_WORD_GAP_MS ?? 2);
-const REPLY = { reply: 'a b c d e f g h', chunk_delay_ms: WORD_GAP_MS };
-/** The same with 64 words: the difference in CPU over the 56 more chunks is what one chunk costs. */
-const LONG_REPLY = { reply: Array.from({ length: 64 }, (_, i) => `w${i}`).join(' '), chunk_delay_ms: WORD_GAP_MS };
 /**
  * Newer @hono/node-server breaks the reference's streaming (its responses' headers are immutable
  * there), and the gateway's own dependencies pull one in nested: overrides hold every copy to
@@ -94,40 +92,13 @@ interface Target {
 }
 
 const { url: fakeUrl, pid: fakePid } = await startFakeProvider();
-const content = `go\n${fakeDirective(REPLY)}`;
+const content = `go\n${fakeDirective(SHORT_REPLY)}`;
 const longContent = `go\n${fakeDirective(LONG_REPLY)}`;
 
 // ── The targets ───────────────────────────────────────────────────────────────────────────────
 
-/**
- * A fresh gateway process on a data directory of its own, its workspace's default virtual key to
- * the fake provider: what both of this gateway's targets start from.
- */
-async function freshGateway() {
-  const dataDir = mkdtempSync(join(tmpdir(), 'bench-compare-'));
-  const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir });
-  const key = await printedWorkspaceKey(() => gateway.stdout());
-  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-  await post(`${gateway.url}/v1/virtual-keys`, headers, {
-    slug: 'bench',
-    provider: 'openai',
-    base_url: `${fakeUrl}/v1`,
-    api_key: 'sk-bench',
-    default: true,
-  });
-  return {
-    url: gateway.url,
-    pid: pidOf(gateway.child),
-    headers,
-    stop: async () => {
-      await gateway.stop();
-      rmSync(dataDir, { recursive: true, force: true });
-    },
-  };
-}
-
 async function ours(): Promise<Target> {
-  const gateway = await freshGateway();
+  const gateway = await freshGateway(fakeUrl);
   const assistant = (await post(`${gateway.url}/v1/assistants`, gateway.headers, { model: 'bench-model' })) as {
     id: string;
   };
@@ -150,7 +121,7 @@ async function ours(): Promise<Target> {
  * reaches) and its usage recorded, on a fresh gateway of its own.
  */
 async function oursProxied(): Promise<Target> {
-  const gateway = await freshGateway();
+  const gateway = await freshGateway(fakeUrl);
   for (const type of ['requests', 'tokens']) {
     await post(`${gateway.url}/v1/policies/rate-limits`, gateway.headers, {
       conditions: [{ key: 'model', value: '*' }],
@@ -356,8 +327,7 @@ async function measure(target: Target) {
   const c1 = summarise(await sequential(N1, () => firstToken(target)));
   const c32 = summarise(await pool(N32, CONNECTIONS, () => firstToken(target)));
   const loaded = await load(target);
-  const perChunk =
-    target.longBody === undefined ? {} : cpuPerChunk(loaded, await load({ ...target, body: target.longBody }));
+  const chunk = target.longBody === undefined ? {} : perChunk(loaded, await load({ ...target, body: target.longBody }));
   await sleep(SETTLE_SECONDS * 1000);
   const settled = memoryOf(target.pid).rssMb;
   return {
@@ -365,18 +335,15 @@ async function measure(target: Target) {
     first_token_c1: c1,
     first_token_c32: c32,
     ...loaded,
-    ...perChunk,
+    ...chunk,
     rss_after_load_settled_mb: round(settled, 1),
   };
 }
 
 /** The server's CPU for one more chunk: 64 words' exchange against 8 words', over the 56 more. */
-function cpuPerChunk(short: Awaited<ReturnType<typeof load>>, long: Awaited<ReturnType<typeof load>>) {
-  const extra = LONG_REPLY.reply.split(' ').length - REPLY.reply.split(' ').length;
+function perChunk(short: Awaited<ReturnType<typeof load>>, long: Awaited<ReturnType<typeof load>>) {
   if (short.server_cpu_ms_per_exchange === undefined || long.server_cpu_ms_per_exchange === undefined) return {};
-  return {
-    server_cpu_ms_per_chunk: round((long.server_cpu_ms_per_exchange - short.server_cpu_ms_per_exchange) / extra, 4),
-  };
+  return { server_cpu_ms_per_chunk: cpuPerChunk(short.server_cpu_ms_per_exchange, long.server_cpu_ms_per_exchange) };
 }
 
 async function measureDirect() {

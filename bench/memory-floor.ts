@@ -1,7 +1,21 @@
 import { join } from 'node:path';
+import { fakeDirective } from '../test/support/fake-upstream';
 import { freePort } from '../scripts/sqld';
-import { memoryOf, resetPeakMemory, ROOT } from '../test/support/processes';
-import { forSeconds, pidOf, pool, round, sleep, startServer, stopChild } from './support';
+import { memoryOf, resetPeakMemory, ROOT, START_FLAGS } from '../test/support/processes';
+import {
+  forSeconds,
+  freshGateway,
+  pidOf,
+  pool,
+  post,
+  readStream,
+  round,
+  SHORT_REPLY,
+  sleep,
+  startFakeProvider,
+  startServer,
+  stopChild,
+} from './support';
 
 /**
  * `npm run bench:memory-floor`: what this gateway's stack holds in memory before any of the
@@ -17,13 +31,18 @@ import { forSeconds, pidOf, pool, round, sleep, startServer, stopChild } from '.
  *
  * Each also with `--max-semi-space-size=1`, the smallest young generation V8 takes: what the
  * framework holds when the heap is held as small as it goes.
+ *
+ * And beside them, in the same run and measured the same way, the gateway as `npm start` runs it
+ * (dist/node.js with its flags), its exchange bench:compare's (a whole streamed run of 8 words
+ * BENCH_WORD_GAP_MS apart, from the fake provider in a process of its own), and
+ * `gateway_over_database_floor`: what the gateway's own code holds over the stack it stands on.
  */
 
 const LOAD_SECONDS = Number(process.env.BENCH_LOAD_SECONDS ?? 8);
 const SETTLE_SECONDS = Number(process.env.BENCH_SETTLE_SECONDS ?? 12);
 const CONNECTIONS = 32;
 /** The gateway's own flags (package.json's start). */
-const NODE_FLAGS = ['--v8-pool-size=1'];
+const NODE_FLAGS = START_FLAGS;
 const SMALLEST_YOUNG_GENERATION = '--max-semi-space-size=1';
 const BODY = JSON.stringify({
   assistant_id: 'asst_bench',
@@ -43,20 +62,57 @@ async function nodeAlone() {
   return { rss_mb: round(rss, 1) };
 }
 
-async function server(mode: 'framework' | 'database', flags: string[]) {
+/** A server under measure: its process, one of its exchanges, and how it stops. */
+interface Measured {
+  pid: number;
+  exchange: () => Promise<void>;
+  stop: () => Promise<unknown>;
+}
+
+async function floorServer(mode: 'framework' | 'database', flags: string[]): Promise<Measured> {
   const port = await freePort();
   const child = await startServer(
     `the ${mode} server`,
     [...flags, join(ROOT, 'bench/memory-floor-server.js'), String(port), mode],
     'ready',
   );
-  const pid = pidOf(child);
   const url = `http://127.0.0.1:${port}/echo`;
-  const exchange = async () => {
-    const response = await fetch(url, { method: 'POST', body: BODY });
-    if (!response.ok) throw new Error(`${mode}: HTTP ${response.status}`);
-    await response.text();
+  return {
+    pid: pidOf(child),
+    exchange: async () => {
+      const response = await fetch(url, { method: 'POST', body: BODY });
+      if (!response.ok) throw new Error(`${mode}: HTTP ${response.status}`);
+      await response.text();
+    },
+    stop: () => stopChild(child),
   };
+}
+
+async function gateway(fakeUrl: string): Promise<Measured> {
+  const started = await freshGateway(fakeUrl);
+  const assistant = (await post(`${started.url}/v1/assistants`, started.headers, { model: 'bench-model' })) as {
+    id: string;
+  };
+  const body = JSON.stringify({
+    assistant_id: assistant.id,
+    stream: true,
+    thread: { messages: [{ role: 'user', content: `go\n${fakeDirective(SHORT_REPLY)}` }] },
+  });
+  return {
+    pid: started.pid,
+    exchange: async () => {
+      const response = await fetch(`${started.url}/v1/threads/runs`, {
+        method: 'POST',
+        headers: started.headers,
+        body,
+      });
+      await readStream(response, () => undefined);
+    },
+    stop: started.stop,
+  };
+}
+
+async function measure({ pid, exchange, stop }: Measured) {
   try {
     await sleep(1_500);
     const started = memoryOf(pid).rssMb;
@@ -75,23 +131,41 @@ async function server(mode: 'framework' | 'database', flags: string[]) {
       exchanges_per_second: round(exchanges / LOAD_SECONDS, 0),
     };
   } finally {
-    await stopChild(child);
+    await stop();
   }
 }
+
+type Figures = Awaited<ReturnType<typeof measure>>;
+const over = (a: Figures, b: Figures) => ({
+  idle_rss_mb: round(a.idle_rss_mb - b.idle_rss_mb, 1),
+  peak_rss_mb: round(a.peak_rss_mb - b.peak_rss_mb, 1),
+  rss_after_load_settled_mb: round(a.rss_after_load_settled_mb - b.rss_after_load_settled_mb, 1),
+});
+
+const { url: fakeUrl } = await startFakeProvider();
+const database = await measure(await floorServer('database', NODE_FLAGS));
+const ours = await measure(await gateway(fakeUrl));
 
 console.log(
   JSON.stringify(
     {
       benchmark: 'memory-floor',
       setup: `RSS of everything in the process (/proc), after start, after 300 requests 8 at a time, at the peak of ${LOAD_SECONDS} s of ${CONNECTIONS} at a time (this process as the client), and ${SETTLE_SECONDS} s after`,
-      goals: { idle_rss_mb: '<= 60', peak_rss_mb: '<= 120' },
+      goals: { gateway_over_database_floor: { idle_rss_mb: '<= 25' } },
       node_alone: await nodeAlone(),
-      framework: await server('framework', NODE_FLAGS),
-      framework_smallest_young_generation: await server('framework', [...NODE_FLAGS, SMALLEST_YOUNG_GENERATION]),
-      database: await server('database', NODE_FLAGS),
-      database_smallest_young_generation: await server('database', [...NODE_FLAGS, SMALLEST_YOUNG_GENERATION]),
+      framework: await measure(await floorServer('framework', NODE_FLAGS)),
+      framework_smallest_young_generation: await measure(
+        await floorServer('framework', [...NODE_FLAGS, SMALLEST_YOUNG_GENERATION]),
+      ),
+      database,
+      database_smallest_young_generation: await measure(
+        await floorServer('database', [...NODE_FLAGS, SMALLEST_YOUNG_GENERATION]),
+      ),
+      gateway: ours,
+      gateway_over_database_floor: over(ours, database),
     },
     null,
     2,
   ),
 );
+process.exit(0);

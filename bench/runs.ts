@@ -5,6 +5,8 @@ import { fakeDirective, type FakeScenario } from '../test/support/fake-upstream'
 import { memoryOf, startGatewayProcess, type GatewayProcess } from '../test/support/processes';
 import {
   cpuMs,
+  cpuPerChunk,
+  LONG_REPLY,
   pidOf,
   pool,
   post,
@@ -12,8 +14,10 @@ import {
   readStream,
   round,
   sequential,
+  SHORT_REPLY,
   startFakeProvider,
   summarise,
+  WORD_GAP_MS,
 } from './support';
 
 /**
@@ -24,7 +28,10 @@ import {
  *   provider's own first content chunk when called directly; p50/p99 at concurrency 1 and 32;
  * - non-streamed create: latency of POST /v1/threads/runs answering the queued run, at
  *   concurrency 32, and the requests per second that makes;
- * - streamed runs per second at concurrency 32 (whole runs, first byte to [DONE]);
+ * - whole streamed runs (first byte to [DONE]) at concurrency 32, the provider's answer 8 words and
+ *   64 words long, one chunk a word, BENCH_WORD_GAP_MS (2) apart as a model's tokens are: runs per
+ *   second and the gateway's CPU per run (all its threads, from /proc) of each, and the CPU of one
+ *   more chunk (the difference over the 56 more);
  * - the SDK's usual flow (a thread, a message, a streamed run on it, its messages listed), 8 at a
  *   time: flows per second, and the gateway's CPU per flow (all its threads, from /proc);
  * - memory: the gateway's RSS over rounds of streamed 1 MB answers against 1 KB ones (flat: it
@@ -41,6 +48,8 @@ const N32 = Number(process.env.BENCH_CONCURRENT ?? 1600);
 const CONCURRENCY = 32;
 /** The SDK's usual flow runs this many at a time (sdkFlow). */
 const FLOW_CONCURRENCY = 8;
+/** The memory rounds stream this many answers at a time (memory). */
+const MEMORY_CONCURRENCY = 4;
 
 const RESOLVE = process.env.BENCH_VIRTUAL_KEY ?? 'header';
 if (!['header', 'models', 'default'].includes(RESOLVE))
@@ -68,9 +77,8 @@ async function main() {
     const creates = summarise(await pool(N32 * 2, CONCURRENCY, () => createNonStreamed(target)));
     const createSeconds = (performance.now() - createStarted) / 1000;
 
-    const streamStarted = performance.now();
-    await pool(N32, CONCURRENCY, () => wholeStreamedRun(target, { reply: 'a b c d e f g h' }));
-    const streamSeconds = (performance.now() - streamStarted) / 1000;
+    const short = await streamedRuns(gateway, target, SHORT_REPLY);
+    const long = await streamedRuns(gateway, target, LONG_REPLY);
 
     await pool(100, FLOW_CONCURRENCY, () => sdkFlow(target));
     const flowCpu = cpuMs(pidOf(gateway.child));
@@ -95,7 +103,12 @@ async function main() {
         },
       },
       non_streamed_create_concurrency_32: { ...creates, requests_per_second: round(creates.n / createSeconds, 0) },
-      streamed_runs_per_second_concurrency_32: round(N32 / streamSeconds, 0),
+      streamed_runs_concurrency_32: {
+        word_gap_ms: WORD_GAP_MS,
+        words_8: short,
+        words_64: long,
+        server_cpu_ms_per_chunk: cpuPerChunk(short.server_cpu_ms_per_run, long.server_cpu_ms_per_run),
+      },
       sdk_flow_concurrency_8: {
         flows_per_second: round(N32 / 2 / flowSeconds, 0),
         server_cpu_ms_per_flow: round(flowCpuMs, 2),
@@ -107,8 +120,20 @@ async function main() {
   }
 }
 
+/** N32 whole streamed runs of `scenario`'s answer, 32 at a time: runs per second and the gateway's CPU per run. */
+async function streamedRuns(gateway: GatewayProcess, target: Target, scenario: FakeScenario) {
+  const cpuBefore = cpuMs(pidOf(gateway.child));
+  const started = performance.now();
+  await pool(N32, CONCURRENCY, () => wholeStreamedRun(target, scenario));
+  const seconds = (performance.now() - started) / 1000;
+  return {
+    runs_per_second: round(N32 / seconds, 0),
+    server_cpu_ms_per_run: round((cpuMs(pidOf(gateway.child)) - cpuBefore) / N32, 3),
+  };
+}
+
 /**
- * A fresh gateway process streaming answers of `bytes` each, 4 at a time, in rounds of `count`
+ * A fresh gateway process streaming answers of `bytes` each, MEMORY_CONCURRENCY at a time, in rounds of `count`
  * runs: its RSS after each round, its peak, and 12 s after the last round (the gateway gives back
  * what a burst grew once idle: runtime/node/memory-trim.ts). Flat memory means the RSS stops growing with
  * the runs served (nothing is kept per run once it ends); what a run holds meanwhile is garbage
@@ -119,13 +144,16 @@ async function memory(bytes: number, count: number, rounds = 5) {
   const gateway = await startGatewayProcess({ ...env, DATA_DIR: dataDir });
   try {
     const target = await prepare(gateway);
-    await pool(20, 4, () => wholeStreamedRun(target, { reply: 'warm up' }));
+    await pool(20, MEMORY_CONCURRENCY, () => wholeStreamedRun(target, { reply: 'warm up' }));
     const before = memoryOf(pidOf(gateway.child)).rssMb;
     const scenario = { stream_bytes: bytes, chunk_bytes: 1024 };
     const rssAfterRound: number[] = [];
     let received = 0;
     for (let i = 0; i < rounds; i++) {
-      received += (await pool(count, 4, () => wholeStreamedRun(target, scenario))).reduce((a, b) => a + b, 0);
+      received += (await pool(count, MEMORY_CONCURRENCY, () => wholeStreamedRun(target, scenario))).reduce(
+        (a, b) => a + b,
+        0,
+      );
       rssAfterRound.push(round(memoryOf(pidOf(gateway.child)).rssMb, 1));
     }
     const peak = memoryOf(pidOf(gateway.child)).peakMb;
@@ -235,7 +263,7 @@ async function sdkFlow(target: Target): Promise<void> {
   const thread = (await post(`${target.url}/v1/threads`, target.headers, {})) as { id: string };
   await post(`${target.url}/v1/threads/${thread.id}/messages`, target.headers, {
     role: 'user',
-    content: `hi\n${fakeDirective({ reply: 'a b c d e f g h' })}`,
+    content: `hi\n${fakeDirective(SHORT_REPLY)}`,
   });
   const run = await fetch(`${target.url}/v1/threads/${thread.id}/runs`, {
     method: 'POST',
@@ -290,7 +318,13 @@ console.log(
       benchmark: 'runs',
       setup:
         'client (this process) -> gateway process (embedded libSQL, WAL) -> fake provider process, over loopback HTTP',
-      targets: { added_first_delta_p50_ms: 2, added_first_delta_p99_ms: 10, create_p99_ms: 20, memory: 'flat' },
+      targets: {
+        added_first_delta_p50_ms: 2,
+        added_first_delta_p99_ms: 10,
+        create_p99_ms: 20,
+        memory: 'flat',
+        peak_rss_growth_per_answer_in_flight_mb: '<= 1 MB (its size) + a constant',
+      },
       ...latency,
       ...(small &&
         large && {
@@ -298,6 +332,11 @@ console.log(
             answer_1kb: small,
             answer_1mb: large,
             peak_rss_growth_1mb_over_1kb_mb: round(large.peak_rss_mb - small.peak_rss_mb, 1),
+            // What one 1 MB answer in flight holds over a 1 KB one: the goal is its size plus a constant.
+            peak_rss_growth_per_answer_in_flight_mb: round(
+              (large.peak_rss_mb - small.peak_rss_mb) / MEMORY_CONCURRENCY,
+              1,
+            ),
             rss_growth_last_rounds_1mb_mb: round(
               (large.rss_after_each_round_mb.at(-1) ?? NaN) - (large.rss_after_each_round_mb[1] ?? NaN),
               1,

@@ -1,8 +1,27 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { ROOT } from '../test/support/processes';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { FakeScenario } from '../test/support/fake-upstream';
+import { ROOT, startGatewayProcess } from '../test/support/processes';
 
 /** Shared by the benchmarks: timing and percentiles, printed as JSON; the fake provider. */
+
+/** The fake provider's words arrive BENCH_WORD_GAP_MS apart (2), as a real model's tokens do; 0 sends them at once. */
+export const WORD_GAP_MS = Number(process.env.BENCH_WORD_GAP_MS ?? 2);
+/** An answer of 8 words, one chunk each, WORD_GAP_MS apart. */
+export const SHORT_REPLY: FakeScenario = { reply: 'a b c d e f g h', chunk_delay_ms: WORD_GAP_MS };
+/** The same with 64 words: the difference in CPU over the 56 more chunks is what one chunk costs (cpuPerChunk). */
+export const LONG_REPLY: FakeScenario = {
+  reply: Array.from({ length: 64 }, (_, i) => `w${i}`).join(' '),
+  chunk_delay_ms: WORD_GAP_MS,
+};
+
+/** A server's CPU for one more streamed chunk, from its CPU per exchange answering SHORT_REPLY and LONG_REPLY. */
+export function cpuPerChunk(shortCpuMs: number, longCpuMs: number): number {
+  const words = (scenario: FakeScenario) => scenario.reply?.split(' ').length ?? NaN;
+  return round((longCpuMs - shortCpuMs) / (words(LONG_REPLY) - words(SHORT_REPLY)), 4);
+}
 
 /** `value`, or an error naming `what`, which the benchmark cannot go on without. */
 export function required<T>(value: T | null | undefined, what: string): T {
@@ -75,6 +94,33 @@ export function startFakeProvider(): Promise<{ url: string; pid: number }> {
     });
     child.once('exit', (code) => reject(new Error(`fake upstream exited with ${code}`)));
   });
+}
+
+/**
+ * A fresh gateway process (dist/node.js, as `npm start` runs it) on a data directory of its own,
+ * its workspace's default virtual key to the fake provider at `fakeUrl`: its API key's headers.
+ */
+export async function freshGateway(fakeUrl: string) {
+  const dataDir = mkdtempSync(join(tmpdir(), 'bench-gateway-'));
+  const gateway = await startGatewayProcess({ LOG_LEVEL: 'warn', DATA_DIR: dataDir });
+  const key = await printedWorkspaceKey(() => gateway.stdout());
+  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  await post(`${gateway.url}/v1/virtual-keys`, headers, {
+    slug: 'bench',
+    provider: 'openai',
+    base_url: `${fakeUrl}/v1`,
+    api_key: 'sk-bench',
+    default: true,
+  });
+  return {
+    url: gateway.url,
+    pid: pidOf(gateway.child),
+    headers,
+    stop: async () => {
+      await gateway.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
 }
 
 /** CPU time of a process, every thread, in ms (Linux /proc/<pid>/stat: utime + stime, in ticks of 10 ms). */

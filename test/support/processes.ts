@@ -59,6 +59,9 @@ const START = ((): string[] => {
   return [process.execPath, ...args];
 })();
 
+/** The flags `npm start` gives node (package.json's start), for benchmarks that start other servers as it starts the gateway. */
+export const START_FLAGS = START.slice(1).filter((arg) => arg.startsWith('--'));
+
 /** How a gateway process is started: by default as `npm start` runs it (START), in this checkout. */
 export interface GatewayCommand {
   /** The program and its arguments, e.g. `['npm', 'start']`: run in a process group of its own, which stop() signals whole. */

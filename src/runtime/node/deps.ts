@@ -7,14 +7,13 @@ import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
 import { SettingsCache } from '../../db/settings-cache';
 import { settingsLoaders } from '../settings-loaders';
 import { upstreamRules } from '../../resources/virtual-keys/upstream-rules';
-import openApiDocument from '../../http/openapi/assets/openapi.json';
 import { nodeBlobStore } from './blob-store';
 import { loadSecretBox } from './key-file';
 import { inProcessIngestionHost } from './ingest-host';
 import type { ChunkerEntry } from './chunker-pool';
 import { inProcessRunHost } from './run-host';
 import { requestBody } from './request-body';
-import { nodeStaticAsset } from './static-assets';
+import { nodeOpenApiDocument, nodeStaticAsset } from './static-assets';
 import { upstreamFetch } from './upstream-fetch';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
 import { ModelLists } from '../../providers/models';
@@ -56,7 +55,7 @@ export async function createNodeDeps(
     upstreamUrls: new UpstreamUrlJudgements(),
     modelLists: new ModelLists(),
     requestBody,
-    openApiDocument: () => Promise.resolve(openApiDocument),
+    openApiDocument: nodeOpenApiDocument,
     staticAsset: nodeStaticAsset,
     ...overrides,
   };

@@ -1,4 +1,4 @@
-import { open } from 'node:fs/promises';
+import { open, readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { findUpward } from '../../db/node';
@@ -23,4 +23,16 @@ export async function nodeStaticAsset(name: string): Promise<ReadableStream<Uint
     throw error;
   });
   return file && fileStream(file);
+}
+
+/**
+ * The OpenAPI document, read from that directory each time it is asked for: imported, its 750 KB
+ * of JSON were a module's object literal, some 6 MB of heap that every server held for a request
+ * that few ever make (`npm run bench:memory-floor`, docs/development.md).
+ */
+export async function nodeOpenApiDocument(): Promise<object> {
+  const document: unknown = JSON.parse(await readFile(join(ASSETS_DIRECTORY, 'openapi.json'), 'utf8'));
+  if (typeof document !== 'object' || document === null)
+    throw new Error('openapi/assets/openapi.json is not an object');
+  return document;
 }
