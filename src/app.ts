@@ -31,6 +31,7 @@ import { usageRoutes } from './resources/usage/routes';
 import { vectorStoreSearchRoutes } from './resources/vector-stores/search-routes';
 import { vectorStoreRoutes } from './resources/vector-stores/routes';
 import { virtualKeyRoutes } from './resources/virtual-keys/routes';
+import { apiKeyRoutes, workspaceRoutes } from './resources/identities/routes';
 import { healthObject } from './http/objects';
 import type { Availability } from './sandbox/sandbox';
 
@@ -110,6 +111,8 @@ export function createApp(deps: Deps) {
   app.route('/v1/policies/rate-limits', policyRoutes);
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/usage', usageRoutes);
+  app.route('/v1/workspaces', workspaceRoutes);
+  app.route('/v1/api-keys', apiKeyRoutes);
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/conversations', conversationRoutes(reconcileRun));
