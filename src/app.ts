@@ -32,6 +32,7 @@ import { vectorStoreSearchRoutes } from './resources/vector-stores/search-routes
 import { vectorStoreRoutes } from './resources/vector-stores/routes';
 import { virtualKeyRoutes } from './resources/virtual-keys/routes';
 import { apiKeyRoutes, workspaceRoutes } from './resources/identities/routes';
+import { consoleRoutes } from './console/routes';
 import { healthObject } from './http/objects';
 import type { Availability } from './sandbox/sandbox';
 
@@ -99,6 +100,9 @@ export function createApp(deps: Deps) {
       'cache-control': 'public, max-age=31536000, immutable',
     });
   });
+
+  // The console (docs/console.md): a page and its files, a client of the /v1 API below.
+  app.route('/console', consoleRoutes);
 
   // What the gateway does not serve is answered first, unauthenticated and unread: a path or a
   // method is not a secret, and a client should learn that before it is asked for a key.
