@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-4afabe628952.js',
-    integrity: 'sha384-wijOE/SOpCnqH8dzxffXoA8irclER8tFdlXSqU7aAwzpFMX59ceZh4HNl0IQjlnX',
+    file: 'console-bfc0abdc45eb.js',
+    integrity: 'sha384-tDfnlbNLNcQB1xeLfubxyQhiPrP+Wufkllms6p7OTSCa/yfy9U1LBuJYEcUUU62b',
   },
   style: {
     file: 'console-655eed0b2e6a.css',

@@ -88,8 +88,10 @@ async function newPage(viewport = LAPTOP): Promise<{ context: BrowserContext; pa
 }
 
 async function signIn(page: Page, key: string): Promise<void> {
-  await page.getByLabel('API key').fill(key);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  // By keyboard: Enter in the field submits.
+  await page.getByLabel('API key').focus();
+  await page.keyboard.type(key);
+  await page.keyboard.press('Enter');
   await page.getByRole('heading', { level: 1, name: 'Overview' }).waitFor();
 }
 
@@ -276,6 +278,26 @@ describe.skipIf(!executablePath)(
       const refused = await errorOf(await gateway.request('/v1/assistants', { key: shown }));
       expect(refused.status).toBe(401);
       await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it('signs out when the key it signed in with is revoked, from its own page', async () => {
+      const created = await gateway.request('/v1/api-keys', {
+        key: tenant.workspaceKey,
+        body: { name: 'short-lived' },
+      });
+      const { key } = (await created.json()) as { key: string };
+      keys.push(key);
+      const { context, page } = await newPage();
+      await signIn(page, key);
+      await openPage(page, 'API keys');
+      await page
+        .getByRole('row')
+        .filter({ hasText: 'short-lived' })
+        .getByRole('button', { name: /^Revoke/ })
+        .click();
+      await page.getByRole('heading', { name: 'Sign in to the gateway console' }).waitFor();
+      await expect(page.getByRole('alert').textContent()).resolves.toContain('Signed out');
       await context.close();
     });
 

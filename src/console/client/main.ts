@@ -84,11 +84,11 @@ async function startSession(key: string, status: HTMLElement): Promise<void> {
   }
 }
 
-function end(): void {
+function end(message?: string): void {
   signOut();
   session = null;
   history.replaceState(null, '', location.pathname);
-  drawSignIn();
+  drawSignIn(message);
 }
 
 function drawPage(): void {
@@ -131,13 +131,15 @@ function drawPage(): void {
         current.workspaces.length > 1
           ? field('Workspace', workspacePicker)
           : h('span', {}, `Workspace: ${current.workspace.name}`),
-        h('button', { type: 'button', class: 'secondary', onclick: end }, 'Sign out'),
+        h('button', { type: 'button', class: 'secondary', onclick: () => end() }, 'Sign out'),
       ),
     ),
     h('main', { id: 'content', tabindex: '-1' }, h('h1', {}, page.title), view),
   );
   const redraw = () => drawPage();
   page.draw({ view, session: current, redraw }).catch((error: unknown) => {
+    // A key revoked meanwhile (perhaps from this very page) ends the session.
+    if (error instanceof ApiFailure && error.status === 401) return end(`Signed out: ${error.message}`);
     view.append(notice(error instanceof ApiFailure ? error.message : 'The page could not be drawn.', 'alert'));
   });
 }
@@ -148,6 +150,10 @@ function skipToContent(event: Event): void {
 }
 
 window.addEventListener('hashchange', () => {
-  if (location.hash.startsWith('#/')) drawPage();
+  if (!location.hash.startsWith('#/')) return;
+  drawPage();
+  // The link followed is gone with the page it was on: a keyboard or a screen reader goes on from
+  // the new page's top.
+  document.getElementById('content')?.focus();
 });
 drawSignIn();
