@@ -103,6 +103,8 @@ function policyCard(policy: Policy, redraw: () => void): HTMLElement {
       {
         type: 'button',
         class: 'danger',
+        // Named for a screen reader's list of buttons, where every card's would read alike.
+        'aria-label': `Archive ${title}`,
         onclick: () =>
           void failureTo(status, async () => {
             if (!confirm(`Archive the policy “${title}”? It stops limiting at once.`)) return;
@@ -110,7 +112,7 @@ function policyCard(policy: Policy, redraw: () => void): HTMLElement {
             redraw();
           }),
       },
-      `Archive ${title}`,
+      'Archive',
     ),
   );
 }
