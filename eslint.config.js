@@ -22,8 +22,9 @@ export default tseslint.config(
     extends: [tseslint.configs.base],
     languageOptions: {
       parserOptions: {
-        // Two programs: Node's (tsconfig.json) and the Worker's, checked without Node's types.
-        project: ['./tsconfig.json', './test/workers/tsconfig.json'],
+        // Three programs: Node's (tsconfig.json), the Worker's, checked without Node's types, and the
+        // console's browser code, with the DOM's.
+        project: ['./tsconfig.json', './test/workers/tsconfig.json', './src/console/client/tsconfig.json'],
         tsconfigRootDir: import.meta.dirname,
       },
     },

@@ -31,6 +31,8 @@ import { usageRoutes } from './resources/usage/routes';
 import { vectorStoreSearchRoutes } from './resources/vector-stores/search-routes';
 import { vectorStoreRoutes } from './resources/vector-stores/routes';
 import { virtualKeyRoutes } from './resources/virtual-keys/routes';
+import { apiKeyRoutes, workspaceRoutes } from './resources/identities/routes';
+import { consoleRoutes } from './console/routes';
 import { healthObject } from './http/objects';
 import type { Availability } from './sandbox/sandbox';
 
@@ -99,6 +101,9 @@ export function createApp(deps: Deps) {
     });
   });
 
+  // The console (docs/console.md): a page and its files, a client of the /v1 API below.
+  app.route('/console', consoleRoutes);
+
   // What the gateway does not serve is answered first, unauthenticated and unread: a path or a
   // method is not a secret, and a client should learn that before it is asked for a key.
   app.use(
@@ -110,6 +115,8 @@ export function createApp(deps: Deps) {
   app.route('/v1/policies/rate-limits', policyRoutes);
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/usage', usageRoutes);
+  app.route('/v1/workspaces', workspaceRoutes);
+  app.route('/v1/api-keys', apiKeyRoutes);
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/conversations', conversationRoutes(reconcileRun));

@@ -89,7 +89,7 @@ export interface Deps {
    */
   openApiDocument: () => Promise<object>;
   /**
-   * A file of openapi/assets (the reference page's script), as a stream, or null when there is none:
+   * A file of openapi/assets (the reference page's script, the console's files), as a stream, or null when there is none:
    * read from the package's files on Node, from the Worker's static assets on Workers.
    */
   staticAsset: (name: string) => Promise<ReadableStream<Uint8Array> | null>;

@@ -147,8 +147,15 @@ interface RouteDeclarations {
 function routeDeclarations<E extends Env>(app: Hono<E>): Map<string, RouteDeclarations> {
   const routes = new Map<string, RouteDeclarations>();
   for (const { method, path, handler } of app.routes) {
-    // The document and its page describe the API; they are not part of it.
-    if (method === 'ALL' || path.includes('*') || path === '/openapi.json' || path.startsWith('/docs')) continue;
+    // The document and its page describe the API, and the console is a client of it: not part of it.
+    if (
+      method === 'ALL' ||
+      path.includes('*') ||
+      path === '/openapi.json' ||
+      path.startsWith('/docs') ||
+      path.startsWith('/console')
+    )
+      continue;
     const key = `${method} ${path}`;
     const route = routes.get(key) ?? { method, path, inputs: [] };
     routes.set(key, route);

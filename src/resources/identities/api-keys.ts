@@ -155,3 +155,39 @@ export async function revokeApiKey(db: Db, id: string, now: number): Promise<Api
   if (!row) throw new ApiError('api_key_not_found', `No API key found with id '${id}'.`, { param: 'id' });
   return row;
 }
+
+/** The keys of one workspace, or of a whole organisation (its own keys and every workspace's). */
+export async function listScopedApiKeys(
+  db: Db,
+  scope: { organisationId: string; workspaceId: string | null },
+): Promise<ApiKeyRecord[]> {
+  return db
+    .select(recordColumns)
+    .from(apiKeys)
+    .where(
+      scope.workspaceId === null
+        ? eq(apiKeys.organisationId, scope.organisationId)
+        : and(eq(apiKeys.organisationId, scope.organisationId), eq(apiKeys.workspaceId, scope.workspaceId)),
+    )
+    .orderBy(desc(apiKeys.createdAt), desc(apiKeys.id));
+}
+
+/**
+ * Revokes a key the caller may manage: a workspace key, keys of its workspace; an organisation key,
+ * any key of its organisation. Any other id is not found, so that the answer never tells whether
+ * another tenant's key exists.
+ */
+export async function revokeScopedApiKey(
+  db: Db,
+  caller: AuthenticatedKey,
+  id: string,
+  now: number,
+): Promise<ApiKeyRecord> {
+  const [row] = await db.select(recordColumns).from(apiKeys).where(eq(apiKeys.id, id)).limit(1);
+  const manageable =
+    row !== undefined &&
+    row.organisationId === caller.organisationId &&
+    (caller.workspace === null || row.workspaceId === caller.workspace.id);
+  if (!manageable) throw new ApiError('api_key_not_found', `No API key found with id '${id}'.`, { param: 'id' });
+  return revokeApiKey(db, id, now);
+}

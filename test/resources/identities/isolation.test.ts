@@ -176,6 +176,8 @@ async function ownView(h: Holdings) {
     policy: await get(`/v1/policies/rate-limits/${h.policyId}`),
     policies: await get('/v1/policies/rate-limits'),
     virtualKeys: await get('/v1/virtual-keys'),
+    apiKeys: await get('/v1/api-keys'),
+    workspaces: await get('/v1/workspaces'),
     assistant: await get(`/v1/assistants/${h.assistantId}`, { 'x-gateway-virtual-key': h.virtualKey }),
     thread: await get(`/v1/threads/${h.threadId}`),
     run: await get(`/v1/threads/${h.threadId}/runs/${h.runId}`),
@@ -344,6 +346,20 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
   'DELETE /v1/virtual-keys/:slug': (v) => [
     { method: 'DELETE', path: `/v1/virtual-keys/${v.virtualKey}?workspace_id=${v.tenant.workspace.id}` },
     // The same slug exists in a: naming a's workspace revokes a's key, never v's (checked below).
+  ],
+  'GET /v1/workspaces': () => [{ method: 'GET', path: '/v1/workspaces', list: true }],
+  'GET /v1/api-keys': (v) => [
+    { method: 'GET', path: '/v1/api-keys', list: true },
+    { method: 'GET', path: `/v1/api-keys?workspace_id=${v.tenant.workspace.id}` },
+    { method: 'GET', path: `/v1/api-keys?workspace_id=${v.tenant.workspace.slug}` },
+  ],
+  'POST /v1/api-keys': (v) => [
+    { method: 'POST', path: '/v1/api-keys', body: { name: 'planted', workspace_id: v.tenant.workspace.id } },
+    { method: 'POST', path: '/v1/api-keys', body: { name: 'planted', workspace_id: v.tenant.workspace.slug } },
+  ],
+  'DELETE /v1/api-keys/:id': (v) => [
+    { method: 'DELETE', path: `/v1/api-keys/${v.tenant.workspaceKeyId}` },
+    { method: 'DELETE', path: `/v1/api-keys/${v.tenant.orgKeyId}` },
   ],
   'GET /v1/usage': (v) => [
     { method: 'GET', path: '/v1/usage?group_by=workspace_id,api_key_id,virtual_key,model,kind&limit=31', list: true },
@@ -979,6 +995,8 @@ function leaks(text: string, victim: Holdings, sent: string): string[] {
     victim.marker,
     victim.tenant.workspaceKey,
     victim.tenant.orgKey,
+    victim.tenant.workspaceKeyId,
+    victim.tenant.orgKeyId,
     victim.policyId,
     victim.assistantId,
     victim.threadId,

@@ -1,0 +1,109 @@
+import { ApiFailure } from './api';
+
+/**
+ * Elements built from values, never from markup: every text goes in as a text node, so a name
+ * stored with HTML in it is shown as the characters it is. There is no innerHTML in the console.
+ */
+
+type Child = Node | string | number | null | undefined | false;
+type Attributes = Record<string, string | number | boolean | null | undefined | ((event: Event) => void)>;
+
+export function h<Tag extends keyof HTMLElementTagNameMap>(
+  tag: Tag,
+  attributes: Attributes = {},
+  ...children: Child[]
+): HTMLElementTagNameMap[Tag] {
+  const element = document.createElement(tag);
+  setAttributes(element, attributes);
+  append(element, children);
+  return element;
+}
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+export function svg(tag: string, attributes: Attributes = {}, ...children: Child[]): SVGElement {
+  const element = document.createElementNS(SVG, tag);
+  setAttributes(element, attributes);
+  append(element, children);
+  return element;
+}
+
+function setAttributes(element: Element, attributes: Attributes): void {
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (typeof value === 'function') element.addEventListener(name.replace(/^on/, ''), value);
+    else element.setAttribute(name, value === true ? '' : String(value));
+  }
+}
+
+function append(element: Element, children: Child[]): void {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    element.append(typeof child === 'object' ? child : document.createTextNode(String(child)));
+  }
+}
+
+/** Replaces what `parent` holds. */
+export function replace(parent: Element, ...children: Child[]): void {
+  parent.replaceChildren();
+  append(parent, children);
+}
+
+let ids = 0;
+/** An id for a label's `for` and an input's `id`. */
+export const uniqueId = (prefix: string) => `${prefix}-${++ids}`;
+
+/** A labelled field: the label names the control, for screen readers and for tests. */
+export function field(
+  label: string,
+  control: HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement,
+  hint?: string,
+) {
+  control.id ||= uniqueId('field');
+  const hintId = hint ? `${control.id}-hint` : undefined;
+  if (hintId) control.setAttribute('aria-describedby', hintId);
+  return h(
+    'div',
+    { class: 'field' },
+    h('label', { for: control.id }, label),
+    control,
+    hint ? h('small', { id: hintId, class: 'hint' }, hint) : null,
+  );
+}
+
+export function select(
+  name: string,
+  options: { value: string; label: string }[],
+  selected?: string,
+): HTMLSelectElement {
+  const element = h('select', { name });
+  for (const option of options) {
+    element.append(h('option', { value: option.value, selected: option.value === selected }, option.label));
+  }
+  return element;
+}
+
+/** A status line read out when it changes (role=status), or an alert for a failure. */
+export function notice(text: string, kind: 'status' | 'alert' = 'status'): HTMLElement {
+  return h('p', { role: kind, class: `notice ${kind}` }, text);
+}
+
+/** A date from Unix seconds, in the reader's locale. */
+export const when = (seconds: number) => new Date(seconds * 1000).toLocaleString();
+
+/** Runs `work`, showing a refusal in `status`. */
+export async function failureTo(status: HTMLElement, work: () => Promise<void>): Promise<void> {
+  try {
+    await work();
+  } catch (error) {
+    replace(status, notice(error instanceof ApiFailure ? error.message : 'The gateway could not be reached.', 'alert'));
+  }
+}
+
+/** Answers `form`'s submission with `work`, a refusal shown in `status`. */
+export function onSubmit(form: HTMLFormElement, status: HTMLElement, work: () => Promise<void>): void {
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    void failureTo(status, work);
+  });
+}

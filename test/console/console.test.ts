@@ -1,0 +1,385 @@
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createFakeUpstream } from '../support/fake-upstream';
+import { errorOf, gatewayWithDefaultKey, serveOverHttp, type Tenant, type TestGateway } from '../support/gateway';
+import { ROOT } from '../support/processes';
+import { waitFor } from '../support/wait';
+import type OpenAI from 'openai';
+
+/**
+ * The console (/console) in a real browser, Debian's chromium driven by playwright-core, against the
+ * real app served over HTTP with the fake provider behind it: signing in and out, each page's work,
+ * and what must never happen (a stored name run as markup, the key in a URL, storage or a log line,
+ * another workspace's data on screen). Each page is checked with axe-core (no serious or critical
+ * violation) and photographed, at a laptop's width and a phone's, into test/console/screenshots/
+ * (gitignored; docs/console.md). CHROMIUM_PATH names another binary; without one, skipped.
+ */
+
+const INSTALL = 'apt-get install -y chromium, or CHROMIUM_PATH=<a Chromium binary>';
+const executablePath = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].find(
+  (path): path is string => path !== undefined && path !== '' && existsSync(path),
+);
+if (!executablePath) console.warn(`test/console/console.test.ts: skipped, no Chromium binary. To run it: ${INSTALL}`);
+
+const SCREENSHOTS = join(ROOT, 'test', 'console', 'screenshots');
+const AXE = readFileSync(join(ROOT, 'node_modules', 'axe-core', 'axe.min.js'), 'utf8');
+const LAPTOP = { width: 1280, height: 800 };
+const PHONE = { width: 390, height: 844 };
+const MARKUP = '<img src=x onerror="document.title=\'pwned\'"><b>bold</b>';
+
+let gateway: TestGateway;
+let tenant: Tenant;
+/** Another workspace of tenant's organisation, and a workspace of another organisation. */
+let sibling: Tenant;
+let stranger: Tenant;
+let client: OpenAI;
+let server: { url: string; close(): Promise<void> };
+let browser: Browser;
+/** Every URL any page asked for, and every key the test used: no URL may hold a key. */
+const requested: string[] = [];
+const keys: string[] = [];
+/** Every uncaught error of a page's script: none, checked after each test. */
+const pageErrors: string[] = [];
+const SIBLING_MARKER = `sibling-${crypto.randomUUID()}`;
+const STRANGER_MARKER = `stranger-${crypto.randomUUID()}`;
+
+/** Keys, policies and virtual keys of another workspace, each named with its marker. */
+async function plant(owner: Tenant, marker: string): Promise<void> {
+  const key = owner.workspaceKey;
+  await errorFree(gateway.request('/v1/api-keys', { key, body: { name: marker } }));
+  await errorFree(
+    gateway.request('/v1/policies/rate-limits', {
+      key,
+      body: {
+        name: marker,
+        conditions: [{ key: 'model', value: '*' }],
+        group_by: [{ key: 'api_key' }],
+        type: 'requests',
+        unit: 'rpm',
+        value: 1000,
+      },
+    }),
+  );
+  await gateway.virtualKey(owner, { slug: marker, base_url: 'http://fake.test/v1', models: ['gpt-4o'] });
+}
+
+async function errorFree(answer: Promise<Response>): Promise<void> {
+  const response = await answer;
+  if (!response.ok) throw new Error(`${response.status}: ${await response.text()}`);
+}
+
+async function newPage(viewport = LAPTOP): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await browser.newContext({ viewport });
+  const origin = new URL(server.url).origin;
+  // Offline: anything but the gateway is refused, and recorded.
+  await context.route('**/*', (route) => {
+    const url = route.request().url();
+    requested.push(url);
+    if (new URL(url).origin === origin) return route.continue();
+    return route.abort('internetdisconnected');
+  });
+  const page = await context.newPage();
+  page.on('dialog', (dialog) => void dialog.accept());
+  page.on('pageerror', (error) => pageErrors.push(error.message));
+  await page.goto(`${server.url}/console`);
+  return { context, page };
+}
+
+async function signIn(page: Page, key: string): Promise<void> {
+  // By keyboard: Enter in the field submits.
+  await page.getByLabel('API key').focus();
+  await page.keyboard.type(key);
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { level: 1, name: 'Overview' }).waitFor();
+}
+
+async function openPage(page: Page, name: string): Promise<void> {
+  await page.getByRole('navigation', { name: 'Pages' }).getByRole('link', { name }).click();
+  await page.getByRole('heading', { level: 1, name }).waitFor();
+}
+
+/** axe-core's serious and critical violations on the page as it is. */
+async function accessibilityProblems(page: Page): Promise<string[]> {
+  // Through the DevTools protocol, which the page's Content-Security-Policy does not govern.
+  await page.evaluate(AXE);
+  // A string, run in the page: the DOM's types are not this program's.
+  return page.evaluate<string[]>(`axe.run().then(({ violations }) => violations
+    .filter((violation) => violation.impact === 'serious' || violation.impact === 'critical')
+    .map((violation) => violation.id + ': ' + JSON.stringify(violation.nodes.map((node) => node.target))))`);
+}
+
+/** Checks the page with axe, and photographs it at a laptop's width and a phone's. */
+async function review(page: Page, name: string): Promise<void> {
+  expect(await accessibilityProblems(page), name).toEqual([]);
+  await page.screenshot({ path: join(SCREENSHOTS, `${name}-laptop.png`), fullPage: true });
+  await page.setViewportSize(PHONE);
+  expect(await accessibilityProblems(page), `${name} on a phone`).toEqual([]);
+  await page.screenshot({ path: join(SCREENSHOTS, `${name}-phone.png`), fullPage: true });
+  await page.setViewportSize(LAPTOP);
+}
+
+/** Nothing of the session is kept by the browser: no storage, no cookie. */
+async function expectNothingStored(page: Page): Promise<void> {
+  const kept = await page.evaluate(
+    '({ local: localStorage.length, session: sessionStorage.length, cookie: document.cookie })',
+  );
+  expect(kept).toEqual({ local: 0, session: 0, cookie: '' });
+}
+
+/** The page's text and markup hold nothing of the other workspaces. */
+async function expectOwnDataOnly(page: Page): Promise<void> {
+  const content = await page.content();
+  expect(content).not.toContain(SIBLING_MARKER);
+  expect(content).not.toContain(STRANGER_MARKER);
+}
+
+const requestsShown = async (page: Page) =>
+  Number(await page.getByRole('img', { name: /^Requests by model/ }).getAttribute('data-total'));
+
+describe.skipIf(!executablePath)(
+  executablePath
+    ? `The console in Chromium (${executablePath}), offline`
+    : `The console in Chromium: skipped, no Chromium binary (${INSTALL})`,
+  () => {
+    beforeAll(async () => {
+      const upstream = createFakeUpstream();
+      ({ gateway, tenant, client } = await gatewayWithDefaultKey(upstream.fetch));
+      sibling = await gateway.tenant({ organisationId: tenant.organisationId });
+      stranger = await gateway.tenant();
+      await plant(sibling, SIBLING_MARKER);
+      await plant(stranger, STRANGER_MARKER);
+      keys.push(tenant.workspaceKey, tenant.orgKey, sibling.workspaceKey, stranger.workspaceKey);
+      server = await serveOverHttp(gateway);
+      mkdirSync(SCREENSHOTS, { recursive: true });
+      // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+      browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
+    });
+    afterEach(() => {
+      expect(pageErrors).toEqual([]);
+    });
+    afterAll(async () => {
+      await browser?.close();
+      await server?.close();
+      await gateway?.close();
+    });
+
+    it('serves its page uncached and its files immutable, from the gateway alone', async () => {
+      const page = await fetch(`${server.url}/console`);
+      expect(page.headers.get('cache-control')).toBe('no-cache');
+      expect(page.headers.get('content-security-policy')).toContain("script-src 'self'");
+      const html = await page.text();
+      const files = [...html.matchAll(/\/console\/assets\/(console-[0-9a-f]{12}\.(?:js|css))/g)].map((m) => m[0]);
+      expect(files).toHaveLength(2);
+      for (const file of files) {
+        const asset = await fetch(`${server.url}${file}`);
+        expect(asset.status).toBe(200);
+        expect(asset.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
+        await asset.arrayBuffer();
+      }
+      const unknown = await fetch(`${server.url}/console/assets/openapi.json`);
+      expect(unknown.status).toBe(404);
+      await unknown.arrayBuffer();
+    });
+
+    it('signs in with a workspace key, refuses a wrong one, and signs out', async () => {
+      const { context, page } = await newPage();
+      await review(page, 'sign-in');
+      await page.getByLabel('API key').fill('gk_not-a-key');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await expect(page.getByRole('alert').textContent()).resolves.toContain('Not signed in');
+      await signIn(page, tenant.workspaceKey);
+      await expect(page.getByRole('banner').textContent()).resolves.toContain(`Workspace: ${tenant.workspace.slug}`);
+      await expectNothingStored(page);
+      await page.getByRole('button', { name: 'Sign out' }).click();
+      await page.getByRole('heading', { name: 'Sign in to the gateway console' }).waitFor();
+      // Signed out, the pages are out of reach: a page's address shows the sign-in form.
+      await page.goto(`${server.url}/console#/api-keys`);
+      await page.getByRole('heading', { name: 'Sign in to the gateway console' }).waitFor();
+      await context.close();
+    });
+
+    it("offers an organisation key its organisation's workspaces, never another's", async () => {
+      const { context, page } = await newPage();
+      await signIn(page, tenant.orgKey);
+      const picker = page.getByLabel('Workspace');
+      const offered = await Promise.all(
+        (await picker.locator('option').all()).map((option) => option.getAttribute('value')),
+      );
+      expect(offered.sort()).toEqual([tenant.workspace.id, sibling.workspace.id].sort());
+      await picker.selectOption(tenant.workspace.id);
+      for (const name of ['API keys', 'Virtual keys', 'Rate-limit policies']) {
+        await openPage(page, name);
+        await page.locator('.view > *').first().waitFor();
+        await expectOwnDataOnly(page);
+      }
+      // The sibling's, once picked, and still nothing of the other organisation.
+      await picker.selectOption(sibling.workspace.id);
+      await page.locator('[data-policy-id]').first().waitFor();
+      const content = await page.content();
+      expect(content).toContain(SIBLING_MARKER);
+      expect(content).not.toContain(STRANGER_MARKER);
+      await context.close();
+    });
+
+    it('draws usage, and the chart counts a chat completion made meanwhile', async () => {
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await page.getByRole('img', { name: /^Requests by model/ }).waitFor();
+      const before = await requestsShown(page);
+      await client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'Count me' }] });
+      await gateway.tasks.drain(10_000);
+      const after = await waitFor(
+        async () => {
+          await page.getByRole('button', { name: 'Refresh' }).click();
+          await page.locator('.charts[aria-busy="false"]').waitFor();
+          return requestsShown(page);
+        },
+        (shown) => shown === before + 1,
+      );
+      expect(after).toBe(before + 1);
+      await expect(page.getByRole('img', { name: /^Requests by model/ }).textContent()).resolves.toContain('gpt-4o');
+      for (const period of ['day', 'month']) {
+        await page.getByLabel('Period').selectOption(period);
+        await page.locator('.charts[aria-busy="false"]').waitFor();
+        expect(await requestsShown(page), period).toBeGreaterThanOrEqual(before + 1);
+      }
+      await page.getByLabel('Period').selectOption('hour');
+      await page.getByLabel('By').selectOption('api_key_id');
+      await page.locator('.charts[aria-busy="false"]').waitFor();
+      await review(page, 'overview');
+      await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it('creates an API key shown once, shows a stored name as text, and revokes a key', async () => {
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await openPage(page, 'API keys');
+      await page.getByLabel('Name').fill(MARKUP);
+      await page.getByRole('button', { name: 'Create key' }).click();
+      const shown = await page.getByLabel('The new key').inputValue();
+      expect(shown).toMatch(/^gk_/);
+      keys.push(shown);
+      expect((await gateway.request('/v1/assistants', { key: shown })).status).toBe(200);
+      await page.getByRole('button', { name: 'Done' }).click();
+      // Once: the list has its prefix, never the key.
+      const row = page.getByRole('row').filter({ hasText: MARKUP });
+      await row.waitFor();
+      expect(await page.content()).not.toContain(shown);
+      // The name is its characters, not markup: no image, no bold, nothing ran.
+      await expect(row.getByRole('rowheader').textContent()).resolves.toBe(MARKUP);
+      await expect(page.locator('main img, main b').count()).resolves.toBe(0);
+      await expect(page.title()).resolves.not.toBe('pwned');
+      await review(page, 'api-keys');
+      await row.getByRole('button', { name: /^Revoke/ }).click();
+      await row.getByText(/^revoked/).waitFor();
+      const refused = await errorOf(await gateway.request('/v1/assistants', { key: shown }));
+      expect(refused.status).toBe(401);
+      await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it('signs out when the key it signed in with is revoked, from its own page', async () => {
+      const created = await gateway.request('/v1/api-keys', {
+        key: tenant.workspaceKey,
+        body: { name: 'short-lived' },
+      });
+      const { key } = (await created.json()) as { key: string };
+      keys.push(key);
+      const { context, page } = await newPage();
+      await signIn(page, key);
+      await openPage(page, 'API keys');
+      await page
+        .getByRole('row')
+        .filter({ hasText: 'short-lived' })
+        .getByRole('button', { name: /^Revoke/ })
+        .click();
+      await page.getByRole('heading', { name: 'Sign in to the gateway console' }).waitFor();
+      await expect(page.getByRole('alert').textContent()).resolves.toContain('Signed out');
+      await context.close();
+    });
+
+    it('creates a virtual key, tests it with one call, changes its models and rotates its secret', async () => {
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await openPage(page, 'Virtual keys');
+      const create = page.getByRole('form', { name: 'Create a virtual key' });
+      await create.getByLabel('Slug').fill('console-key');
+      await create.getByLabel('Base URL').fill('http://fake.test/v1');
+      await create.getByLabel('Provider API key').fill('sk-console-secret');
+      await create.getByLabel('Models').fill('gpt-console');
+      await create.getByRole('button', { name: 'Create virtual key' }).click();
+      const card = page.locator('[data-slug="console-key"]');
+      await card.waitFor();
+      await card.getByRole('button', { name: 'Test connection' }).click();
+      await card.getByText(/^Connected: console-key answered/).waitFor();
+      await card.locator('summary', { hasText: 'Settings' }).click();
+      await card.getByLabel('Models').fill('gpt-console, gpt-console-mini');
+      await card.getByRole('button', { name: 'Save settings' }).click();
+      await page.locator('[data-slug="console-key"]').getByText('gpt-console, gpt-console-mini').waitFor();
+      const listed = await gateway.request('/v1/virtual-keys', { key: tenant.workspaceKey });
+      const stored = (await listed.json()) as { data: { slug: string; models: string[] }[] };
+      expect(stored.data.find((key) => key.slug === 'console-key')?.models).toEqual([
+        'gpt-console',
+        'gpt-console-mini',
+      ]);
+      const again = page.locator('[data-slug="console-key"]');
+      await again.locator('summary', { hasText: 'Rotate secret' }).click();
+      await again.getByLabel('New provider API key').fill('sk-console-rotated');
+      await again.getByRole('button', { name: 'Rotate secret' }).click();
+      await again.getByText('The secret of console-key was replaced.').waitFor();
+      // The provider's secret is sent, never shown.
+      expect(await page.content()).not.toContain('sk-console-');
+      await review(page, 'virtual-keys');
+      await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it('creates, edits and archives a rate-limit policy', async () => {
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await openPage(page, 'Rate-limit policies');
+      const create = page.getByRole('form', { name: 'Create a policy' });
+      await create.getByLabel('Name').fill(MARKUP);
+      await create.getByLabel('Limit').fill('50');
+      await create.getByRole('button', { name: 'Create policy' }).click();
+      const card = page.locator('[data-policy-id]').filter({ hasText: MARKUP });
+      await card.waitFor();
+      await expect(card.getByRole('heading').textContent()).resolves.toBe(MARKUP);
+      await expect(page.locator('main img, main b').count()).resolves.toBe(0);
+      await card.locator('summary', { hasText: 'Edit' }).click();
+      await card.getByLabel('Limit').fill('75');
+      await card.getByRole('button', { name: 'Save policy' }).click();
+      await page
+        .locator('[data-policy-id]')
+        .filter({ hasText: MARKUP })
+        .getByText(/^75 requests per minute/)
+        .waitFor();
+      await review(page, 'policies');
+      await page
+        .locator('[data-policy-id]')
+        .filter({ hasText: MARKUP })
+        .getByRole('button', { name: /^Archive/ })
+        .click();
+      await waitFor(
+        () => page.locator('[data-policy-id]').filter({ hasText: MARKUP }).count(),
+        (count) => count === 0,
+      );
+      await expect(page.locator('[data-policy-id]').filter({ hasText: MARKUP }).count()).resolves.toBe(0);
+      const archived = await gateway.request('/v1/policies/rate-limits?status=archived', { key: tenant.workspaceKey });
+      expect(await archived.text()).toContain('75');
+      await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it('never put a key in a URL or a log line', () => {
+      expect(requested.length).toBeGreaterThan(10);
+      for (const key of keys) {
+        expect(requested.filter((url) => url.includes(key))).toEqual([]);
+        expect(gateway.logs.filter((line) => line.includes(key))).toEqual([]);
+      }
+    });
+  },
+);
