@@ -54,7 +54,8 @@ import { settleRun } from './execution/settle';
 export type RunCommandDeps = Pick<
   Deps,
   'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs' | 'ingestion' | 'sandbox'
->;
+> &
+  Pick<Deps, 'metrics'>;
 
 /** A run in a thread, as its path names it. */
 export interface RunPath {
