@@ -13,6 +13,11 @@ const LAYERS = [
   // lib is the bottom: it imports nothing of src outside lib.
   { name: 'lib', path: '^src/lib/', why: 'helpers and ports that know nothing of the gateway' },
   {
+    name: 'metrics',
+    path: '^src/metrics/',
+    why: "the metrics' registry and the gateway's metrics, recorded from every layer",
+  },
+  {
     name: 'foundations',
     path: '^src/(config|errors|logger)\\.ts$',
     why: 'the environment, the error envelope, the log',
@@ -56,6 +61,7 @@ const RESOURCES = {
   'virtual-keys': ['identities'],
   policies: ['identities'],
   usage: ['identities'],
+  metrics: ['identities'],
   files: ['identities', 'virtual-keys'],
   'vector-stores': ['identities', 'virtual-keys', 'files'],
   assistants: ['identities', 'virtual-keys', 'files', 'vector-stores'],

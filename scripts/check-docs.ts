@@ -31,6 +31,7 @@ export const CHAPTERS = [
   'docs/rate-limits.md',
   'docs/virtual-keys.md',
   'docs/operations.md',
+  'docs/metrics.md',
 ];
 
 /** What a `# →` group shows: the last lines printed by the commands above it, in its block. */

@@ -10,6 +10,7 @@ import { provideDeps, type DepsVariables } from './http/middleware/deps';
 import { jsonBody } from './http/middleware/json-body';
 import { jsonNewline } from './http/middleware/json-newline';
 import { requestId, type RequestIdVariables } from './http/middleware/request-id';
+import { requestMetrics } from './http/middleware/request-metrics';
 import { responds } from './http/middleware/responds';
 import { servedRoutesOnly, shorten } from './http/middleware/served-routes';
 import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
@@ -28,6 +29,7 @@ import { runRoutes } from './resources/runs/routes';
 import { reconcileRun } from './resources/runs/execution/recovery';
 import { threadRoutes } from './resources/threads/routes';
 import { usageRoutes } from './resources/usage/routes';
+import { metricsRoutes } from './resources/metrics/routes';
 import { vectorStoreSearchRoutes } from './resources/vector-stores/search-routes';
 import { vectorStoreRoutes } from './resources/vector-stores/routes';
 import { virtualKeyRoutes } from './resources/virtual-keys/routes';
@@ -66,6 +68,7 @@ export function createApp(deps: Deps) {
   app.use(requestId());
   app.use(jsonNewline());
   app.use(accessLog());
+  app.use(requestMetrics());
   app.use(
     methodNotAllowed({
       app,
@@ -103,6 +106,7 @@ export function createApp(deps: Deps) {
 
   // The console (docs/console.md): a page and its files, a client of the /v1 API below.
   app.route('/console', consoleRoutes);
+  app.route('/metrics', metricsRoutes);
 
   // What the gateway does not serve is answered first, unauthenticated and unread: a path or a
   // method is not a secret, and a client should learn that before it is asked for a key.

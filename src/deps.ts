@@ -16,6 +16,7 @@ import type { Prompt } from './providers/types';
 import type { UpstreamUrlJudgements } from './lib/upstream-url';
 import type { SettingsCache } from './db/settings-cache';
 import type { Sandbox } from './sandbox/sandbox';
+import type { Metrics } from './metrics/gateway';
 
 /**
  * Everything runtime-specific, built once per process (runtime/node/deps.ts) or isolate (runtime/workers/deps.ts)
@@ -35,6 +36,11 @@ export interface Deps {
    * (GATEWAY_UPSTREAM_CALLS…): one per process on Node, per isolate on Workers.
    */
   upstreamShares: FairShares;
+  /**
+   * What GET /metrics writes (metrics/gateway.ts): the process's figures on Node; on Workers a
+   * no-op, since an isolate's figures are not a useful scrape target (docs/metrics.md).
+   */
+  metrics: Metrics;
   /** Rate-limit counters (ratelimit/counter-store.ts): libSQL by default. */
   counters: CounterStore;
   /** The active rate-limit policies per workspace, cached and indexed for matching. */

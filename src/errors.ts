@@ -10,7 +10,7 @@ import { jsonText } from './lib/json-text';
  */
 
 type ErrorSpec = {
-  status: 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 429 | 500 | 502 | 503 | 504 | 507;
+  status: 400 | 401 | 403 | 404 | 405 | 409 | 413 | 415 | 429 | 500 | 501 | 502 | 503 | 504 | 507;
   message?: string;
 };
 
@@ -58,6 +58,8 @@ export const ERROR_CODES = {
   organisation_forbidden: { status: 403 },
   /** A workspace key acting on a policy that its organisation's key created. */
   policy_forbidden: { status: 403 },
+  /** What only an organisation key may read (GET /metrics: every workspace's figures), asked with a workspace key. */
+  organisation_key_required: { status: 403 },
   // 404: nothing of that id in the caller's reach. Another tenant's resource is a 404 too.
   route_not_found: { status: 404 },
   /** A path under /v1 that the gateway does not serve (yet): OpenAI's Files, Vector stores, … */
@@ -124,6 +126,8 @@ export const ERROR_CODES = {
     message:
       'The database did not answer in time; a write of this request may or may not have been applied. Retry in a moment.',
   },
+  /** GET /metrics on Workers, whose isolates keep no useful figures: the message says where they are (docs/metrics.md). */
+  metrics_unavailable: { status: 501 },
   /** The deployment lacks configuration it cannot serve without (a Worker's LIBSQL_URL, its key): the message names it. */
   gateway_misconfigured: { status: 503 },
   /**
@@ -187,10 +191,10 @@ export class ApiError extends Error {
   /**
    * Whether a client should try again. The OpenAI SDK retries 409 and every 5xx unless told
    * otherwise by `x-should-retry`; only rate limits and transient server states deserve it (a
-   * full disk is not one).
+   * full disk is not one, nor what a deployment does not implement).
    */
   get retryable(): boolean {
-    return this.status === 429 || (this.status >= 500 && this.code !== 'insufficient_storage');
+    return this.status === 429 || (this.status >= 500 && this.status !== 501 && this.code !== 'insufficient_storage');
   }
 }
 

@@ -1,4 +1,5 @@
 import type { Slices } from '../lib/slices';
+import type { ProviderCallOutcome, ProviderCallTimer } from '../metrics/gateway';
 import { silenceTimeout } from '../lib/time';
 import type { ProviderAdapter, UpstreamOperation } from './adapters';
 import { readServerSentData } from './sse-reader';
@@ -44,6 +45,8 @@ export interface ChatCallOptions {
   signal?: AbortSignal;
   /** The event loop's slices (Deps.slices): the answer is read a slice at a time. */
   slices: Slices;
+  /** Starts the call's timer in the metrics (Deps.metrics.providerCall, for the call's virtual key). */
+  timer?: () => ProviderCallTimer;
 }
 
 /** The largest event-stream line (bytes on the wire) and event (characters of data) read. */
@@ -149,6 +152,9 @@ export async function openChatCall(
   if (call.signal?.aborted) throw call.signal.reason;
   call.signal?.addEventListener('abort', onAbort, { once: true });
 
+  const timer = call.timer?.();
+  /** Why the call failed before its answer began; null once it began. */
+  let failed: ProviderCallOutcome | null = null;
   const silence = new SilenceTimer((error) => controller.abort(error));
   const queued = call.queuedMs ?? 0;
   silence.start(
@@ -158,6 +164,7 @@ export async function openChatCall(
     queued > 0 ? `, ${queued} ms of them waiting for its turn among the provider calls at once` : '',
   );
   const end = (finished: boolean) => {
+    timer?.end(finished ? 'ok' : (failed ?? 'incomplete'));
     silence.stop();
     call.signal?.removeEventListener('abort', onAbort);
     // A finished body needs nothing more; anything else (an error, a consumer that stopped early)
@@ -186,6 +193,7 @@ export async function openChatCall(
       throw asUpstreamError(error, controller.signal);
     }
     call.sent?.();
+    timer?.firstByte();
     // From the headers on, the body must make progress.
     silence.start(call.idleTimeoutMs, 'went silent for longer than allowed');
 
@@ -202,9 +210,21 @@ export async function openChatCall(
     if (!response.body) throw new UpstreamError('protocol', 'The upstream answered without a body.');
     return { response, body: response.body, silence, controller, end };
   } catch (error) {
+    failed = callOutcome(error);
     end(false);
     throw error;
   }
+}
+
+/** How a call that did not begin failed, for its metrics: by the provider's status, or by the kind of failure. */
+function callOutcome(error: unknown): ProviderCallOutcome {
+  if (!(error instanceof UpstreamError)) return 'aborted';
+  if (error.kind !== 'http') return error.kind;
+  const status = error.status ?? 0;
+  if (status === 429) return 'http_429';
+  if (status >= 400 && status < 500) return 'http_4xx';
+  if (status >= 500 && status < 600) return 'http_5xx';
+  return 'http_other';
 }
 
 /**

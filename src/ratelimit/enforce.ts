@@ -2,6 +2,7 @@ import type { PolicyUnit, TokenTicket } from '../db/schema';
 import { ApiError } from '../errors';
 import { sha256Hex } from '../lib/crypto';
 import type { Logger } from '../logger';
+import type { Metrics } from '../metrics/gateway';
 import { attributeValues, type RequestAttributes } from './attributes';
 import { hasRoom, type CounterAdjustment, type CounterAdmission, type CounterStore } from './counter-store';
 import { goDuration, rateLimitHeaders, tightest, type PolicyUsage } from './headers';
@@ -21,6 +22,8 @@ export interface RateLimitDeps {
   counters: CounterStore;
   now: () => number;
   log: Logger;
+  /** Where each policy's decision is counted (gateway_rate_limit_decisions_total). */
+  metrics: Metrics;
 }
 
 export interface Admission {
@@ -54,7 +57,7 @@ export interface TurnTokens {
  * `settingsGeneration`, the request's (db/settings-cache.ts), spares the policy version read while it holds.
  */
 export async function admitRequest(
-  deps: Pick<RateLimitDeps, 'policyCache' | 'now' | 'counters'>,
+  deps: Pick<RateLimitDeps, 'policyCache' | 'now' | 'counters' | 'metrics'>,
   attributes: RequestAttributes,
   turn: TurnTokens,
   settingsGeneration: number | null = null,
@@ -75,7 +78,13 @@ export async function admitRequest(
     used: used.get(counter.key) ?? 0,
     windowEnd: counter.windowEnd,
   }));
-  if (!admitted) throw refusal(usages, now);
+  if (!admitted) {
+    // The policies without room refused it; the others would have admitted it, and count nothing.
+    const refusing = refusingPolicies(usages);
+    for (const usage of refusing) deps.metrics.rateLimit(usage.policy.id, 'refused');
+    throw refusal(refusing, now);
+  }
+  for (const counter of counters) deps.metrics.rateLimit(counter.policy.id, 'allowed');
 
   const byType = (type: ActivePolicy['type']) => tightest(usages.filter((usage) => usage.policy.type === type));
   const shown = [byType('requests'), byType('tokens')].filter((usage) => usage !== undefined);
@@ -193,16 +202,23 @@ const counterKey = (policyId: string, unit: PolicyUnit, windowStart: number, gro
   `${policyId}/${unit}/${windowStart}/${group}`;
 
 /**
- * The 429 for a refused request. When several policies lack room, it reports the one whose window
- * ends last: the wait after which a retry can succeed (then a requests policy before a tokens one,
- * then by id).
+ * The policies that refused a request: those that lacked room. Only a prune of an ended window
+ * between the decision and the read can leave none: then all of them.
  */
-function refusal(usages: (PolicyUsage & { cost: number })[], now: number): ApiError {
+function refusingPolicies(usages: (PolicyUsage & { cost: number })[]): (PolicyUsage & { cost: number })[] {
   const full = usages.filter(
     (usage) => !hasRoom(usage.used, usage.cost, usage.policy.value, usage.policy.type === 'requests'),
   );
-  // Only a prune of an ended window between the decision and the read can leave `full` empty.
-  const [reported] = (full.length > 0 ? full : usages).sort(
+  return full.length > 0 ? full : usages;
+}
+
+/**
+ * The 429 for a refused request. When several policies refused it, it reports the one whose window
+ * ends last: the wait after which a retry can succeed (then a requests policy before a tokens one,
+ * then by id).
+ */
+function refusal(candidates: (PolicyUsage & { cost: number })[], now: number): ApiError {
+  const [reported] = candidates.sort(
     (a, b) =>
       b.windowEnd - a.windowEnd ||
       Number(b.policy.type === 'requests') - Number(a.policy.type === 'requests') ||

@@ -1,4 +1,5 @@
-import { and, eq, isNull, lte, or, type SQL } from 'drizzle-orm';
+import { and, eq, isNull, lte, or, sql, type SQL } from 'drizzle-orm';
+import type { Db } from '../db/client';
 import { vectorStoreFiles } from '../db/schema';
 
 /**
@@ -13,4 +14,29 @@ export function claimableAt(now: number): SQL {
   );
   if (!claimable) throw new Error('and() of two conditions is a condition');
   return claimable;
+}
+
+/** The most files `ingestionQueue` counts: a scrape reads at most that many index entries. */
+export const QUEUE_COUNT_CAP = 10_000;
+
+/**
+ * The files in progress at `now`, up to QUEUE_COUNT_CAP: `waiting` for a claim (claimableAt), or
+ * `ingesting` under a live lease. One read of the partial index on in-progress files.
+ */
+export async function ingestionQueue(db: Db, now: number): Promise<{ waiting: number; ingesting: number }> {
+  const inProgress = db
+    .select({ lease: vectorStoreFiles.leaseExpiresAt })
+    .from(vectorStoreFiles)
+    .where(eq(vectorStoreFiles.status, 'in_progress'))
+    .limit(QUEUE_COUNT_CAP)
+    .as('in_progress');
+  const [row] = await db
+    .select({
+      all: sql<number>`count(*)`,
+      waiting: sql<number>`coalesce(sum(${inProgress.lease} IS NULL OR ${inProgress.lease} <= ${now}), 0)`,
+    })
+    .from(inProgress);
+  const all = Number(row?.all ?? 0);
+  const waiting = Number(row?.waiting ?? 0);
+  return { waiting, ingesting: all - waiting };
 }

@@ -131,6 +131,7 @@ export async function embedTexts(
           promptTokens: charged,
           completionTokens: 0,
         });
+        deps.metrics.tokens('embeddings', target.model, charged, 0);
         return result;
       } finally {
         await settleTokens(deps, admission.ticket, charged);

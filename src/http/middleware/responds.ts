@@ -10,6 +10,8 @@ export interface ResponseDeclaration {
   ok: z.ZodType;
   /** The success is `application/octet-stream` (a file's bytes), not JSON. */
   bytes?: true;
+  /** The success is text of this content type (GET /metrics: Prometheus's), not JSON. */
+  text?: string;
   /**
    * With `stream: true` in its body, the success is a `text/event-stream`: of the run's events
    * (`run`), of a response's (`response`), or of the provider's chat completion chunks (`chat`) or

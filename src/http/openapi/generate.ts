@@ -176,7 +176,9 @@ function operation(path: string, declared: ResponseDeclaration): DescribeRouteOp
   const api = path.startsWith('/v1/');
   const success: ContentWithResolver = declared.bytes
     ? { 'application/octet-stream': { schema: { type: 'string', contentMediaType: 'application/octet-stream' } } }
-    : { 'application/json': { schema: resolver(declared.ok) } };
+    : declared.text
+      ? { [declared.text]: { schema: resolver(declared.ok) } }
+      : { 'application/json': { schema: resolver(declared.ok) } };
   if (declared.stream) success['text/event-stream'] = EVENT_STREAMS[declared.stream];
   const statuses = new Set<ErrorStatus>([
     ...(api ? ([400, 401] as const) : []),
@@ -205,6 +207,7 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
   415: 'The content type is not the one the operation takes',
   429: 'A rate-limit policy refused it',
   500: 'The gateway failed',
+  501: 'The gateway does not serve it on this runtime',
   502: "The provider failed, or answered with an error (then with the provider's status)",
   503: 'The gateway cannot serve it now; retry',
   504: 'The provider did not answer in time',

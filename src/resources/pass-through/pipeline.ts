@@ -52,6 +52,7 @@ export type PassThroughDeps = Pick<
   | 'upstreamShares'
   | 'upstreamUrls'
   | 'slices'
+  | 'metrics'
 >;
 
 /** The provider's answer: its JSON's bytes, or its event stream relayed, with the rate-limit headers. */
@@ -401,6 +402,7 @@ class CallRecord {
           promptTokens: usage.prompt_tokens,
           completionTokens: usage.completion_tokens,
         });
+        deps.metrics.tokens(endpoint.usageKind, model, usage.prompt_tokens, usage.completion_tokens);
       }
     } catch (failure) {
       // The answer has gone out (or is going): a settlement or count that fails is logged, never

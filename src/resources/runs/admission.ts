@@ -21,7 +21,7 @@ import type { Prompt } from '../../providers/types';
  * turn real fails. The run use-cases (commands.ts) call these in their order.
  */
 
-type AdmissionDeps = Pick<Deps, 'config' | 'counters' | 'policyCache' | 'log' | 'now'>;
+type AdmissionDeps = Pick<Deps, 'config' | 'counters' | 'policyCache' | 'log' | 'now' | 'metrics'>;
 
 /**
  * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The

@@ -55,7 +55,8 @@ import { keyLive } from '../identities/middleware/api-key-auth';
 export type RunCommandDeps = Pick<
   Deps,
   'db' | 'config' | 'log' | 'now' | 'counters' | 'policyCache' | 'runHost' | 'blobs' | 'ingestion' | 'sandbox'
->;
+> &
+  Pick<Deps, 'metrics'>;
 
 /** A run in a thread, as its path names it. */
 export interface RunPath {

@@ -38,7 +38,7 @@ import { checkToolResources, storedToolResources } from '../vector-stores/tool-r
  */
 export type ThreadCommandDeps = Pick<
   Deps,
-  'db' | 'now' | 'log' | 'counters' | 'config' | 'ingestion' | 'blobs' | 'sandbox'
+  'db' | 'now' | 'log' | 'counters' | 'config' | 'ingestion' | 'blobs' | 'sandbox' | 'metrics'
 >;
 
 /**

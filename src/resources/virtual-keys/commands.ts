@@ -601,7 +601,7 @@ export function decryptVirtualKeySecret(secrets: SecretBox, key: VirtualKey): Pr
  * passed-through call make theirs alike.
  */
 export function chatCallOptions(
-  deps: Pick<Deps, 'config' | 'fetch' | 'slices'>,
+  deps: Pick<Deps, 'config' | 'fetch' | 'slices' | 'metrics'>,
   key: VirtualKey,
   secret: string,
   share: Share,
@@ -619,5 +619,6 @@ export function chatCallOptions(
     idleTimeoutMs: deps.config.GATEWAY_UPSTREAM_IDLE_TIMEOUT_MS,
     signal,
     slices: deps.slices,
+    timer: () => deps.metrics.providerCall(key.id),
   };
 }

@@ -22,6 +22,8 @@ import { responseEvents } from '../../resources/responses/stream';
 import { configuredSandbox } from '../../sandbox/configured';
 import { withKeptAvailability } from '../../sandbox/kept-availability';
 import { localSandbox } from './sandbox';
+import { gatewayMetrics, type Metrics } from '../../metrics/gateway';
+import { ingestionQueue } from '../../retrieval/claims';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -40,6 +42,7 @@ export async function createNodeDeps(
     config,
     log,
     secrets: overrides.secrets ?? (await loadSecretBox(config)),
+    metrics: nodeMetrics(database),
     counters: new LibsqlCounterStore(database.countersClient, { log }),
     policyCache: new PolicyCache(database.db),
     settings: new SettingsCache(database.db, settingsLoaders(database.db), { provisional: !database.embedded }),
@@ -64,4 +67,16 @@ export async function createNodeDeps(
     runHost: overrides.runHost ?? inProcessRunHost(deps),
     ingestion: overrides.ingestion === undefined ? inProcessIngestionHost(deps, chunkerEntry) : overrides.ingestion,
   };
+}
+
+/** The process's metrics, with its memory and the ingestion's queue read at each scrape. */
+function nodeMetrics(database: NodeDatabase): Metrics {
+  const metrics = gatewayMetrics();
+  metrics.onScrape(async (gauges) => {
+    gauges.memory(process.memoryUsage());
+    const queue = await ingestionQueue(database.db, Date.now());
+    gauges.ingestionQueue('waiting', queue.waiting);
+    gauges.ingestionQueue('ingesting', queue.ingesting);
+  });
+  return metrics;
 }

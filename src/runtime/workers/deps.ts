@@ -22,6 +22,7 @@ import { responseEvents } from '../../resources/responses/stream';
 import { workersUpstreamFetch } from './upstream-fetch';
 import { configuredSandbox } from '../../sandbox/configured';
 import { withKeptAvailability } from '../../sandbox/kept-availability';
+import { unservedMetrics } from '../../metrics/gateway';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
@@ -166,6 +167,7 @@ export async function createSharedDeps(
     config,
     log,
     secrets,
+    metrics: unservedMetrics,
     counters:
       config.GATEWAY_RATE_LIMIT_STORE === 'libsql' ? new LibsqlCounterStore(client, { log }) : counterObjects(env, log),
     policyCache: new PolicyCache(db),

@@ -18,4 +18,5 @@ export type RunDeps = Pick<
   | 'upstreamUrls'
   | 'responseEvents'
   | 'sandbox'
+  | 'metrics'
 >;

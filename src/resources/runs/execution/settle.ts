@@ -7,7 +7,7 @@ import type { MessageRow } from '../../threads/queries';
 import { getVirtualKey } from '../../virtual-keys/commands';
 
 /** What settling a run uses of the deps. */
-export type SettleDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters'>;
+export type SettleDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | 'metrics'>;
 
 /**
  * Ends a run that will not produce its answer: cancelled, expired or failed. Used by the engine when
@@ -98,13 +98,18 @@ export interface RunEndNote {
  * One `info` line for each run that ends (completed, incomplete, failed, cancelled, expired), whoever
  * ends it: the engine, a cancel, the recovery sweep. Who ran what on which key and model, its
  * tokens, how long it took and, when it failed, why. Ids and counts only, never content. Never throws.
+ * The run is counted in the metrics here too, with its tokens as the usage table's trigger counts
+ * them (migration 0015): the whole run's, under its model and kind, when it ends.
  */
 export async function logRunEnd(
-  deps: Pick<Deps, 'db' | 'log' | 'now'>,
+  deps: Pick<Deps, 'db' | 'log' | 'now' | 'metrics'>,
   run: RunRow,
   note: RunEndNote = {},
 ): Promise<void> {
-  if (!deps.log.enabled('info') || !isTerminal(run.status)) return;
+  if (!isTerminal(run.status)) return;
+  deps.metrics.runEnded(run.kind, run.status);
+  deps.metrics.tokens(run.kind, run.model, run.usage?.prompt_tokens ?? 0, run.usage?.completion_tokens ?? 0);
+  if (!deps.log.enabled('info')) return;
   const slug = note.virtualKeySlug ?? (await getVirtualKey(deps.db, run.virtualKeyId).catch(() => null))?.slug;
   const endedAt = run.completedAt ?? run.failedAt ?? run.cancelledAt ?? deps.now();
   deps.log.info('run ended', {

@@ -1,0 +1,188 @@
+import { BoundedValues, Registry, SECONDS_BUCKETS, type LabelValues } from './registry';
+
+/**
+ * The gateway's metrics (docs/metrics.md says what each means): one `Metrics` per app, in
+ * `Deps.metrics`, recorded where the gateway does what they count and written by GET /metrics.
+ * On Node the figures are the process's; a Workers isolate's would be a sliver of the traffic,
+ * so Workers record nothing (`unservedMetrics`) and GET /metrics says where to look instead.
+ */
+export interface Metrics {
+  /** Whether GET /metrics has anything to write here: false on Workers. */
+  readonly served: boolean;
+  /** A request was answered: its method, its route's pattern (never its path) and status. */
+  request(method: string, route: string, status: number): void;
+  /** A provider call (one attempt) begins now: its timer, told of the first byte and of the end. */
+  providerCall(virtualKeyId: string): ProviderCallTimer;
+  /** A run (or a response, `kind`) reached a final status. */
+  runEnded(kind: string, status: string): void;
+  /** Tokens a call or a run used, as GET /v1/usage counts them: `kind` is the usage kind. */
+  tokens(kind: string, model: string, prompt: number, completion: number): void;
+  /** A rate-limit policy admitted or refused a request. */
+  rateLimit(policyId: string, decision: 'allowed' | 'refused'): void;
+  /**
+   * Records an observation into a histogram declared by name: for the database's timings
+   * (`db_round_trip_seconds`, `db_commit_seconds`), which its client reports.
+   */
+  observe(name: DeclaredHistogram, seconds: number): void;
+  /** Readings taken at each scrape before it is written (process memory, queue depths). */
+  onScrape(read: (gauges: ScrapeGauges) => void | Promise<void>): void;
+  /** The text exposition of every metric, or null where metrics are not kept (Workers). */
+  render(): Promise<string | null>;
+}
+
+/** The histograms `observe` records into, by their name without the `gateway_` prefix. */
+export type DeclaredHistogram = 'db_round_trip_seconds' | 'db_commit_seconds';
+
+/** What a scrape's readings set. */
+export interface ScrapeGauges {
+  memory(usage: { rss: number; heapUsed: number; heapTotal: number }): void;
+  /** Files added to vector stores and not yet ingested: `waiting` for a claim, or `ingesting`. */
+  ingestionQueue(state: 'waiting' | 'ingesting', files: number): void;
+}
+
+/**
+ * How a provider call ended: `ok` (its answer read to the end), `incomplete` (it began and was
+ * not read to its end: the stream broke, the answer cap cut it, the client left), or why it did
+ * not begin: `http_429`, `http_4xx`, `http_5xx`, `http_other` (by the provider's status),
+ * `timeout`, `network`, `protocol`, `address` (the upstream rules refused it), `aborted`.
+ */
+export type ProviderCallOutcome =
+  | 'ok'
+  | 'incomplete'
+  | 'http_429'
+  | 'http_4xx'
+  | 'http_5xx'
+  | 'http_other'
+  | 'timeout'
+  | 'network'
+  | 'protocol'
+  | 'address'
+  | 'aborted';
+
+export interface ProviderCallTimer {
+  /** The provider's answer began (its status and headers arrived). */
+  firstByte(): void;
+  /** The call ended; only the first end counts. */
+  end(outcome: ProviderCallOutcome): void;
+}
+
+/** Models named in `gateway_tokens_total`, the first ones seen; the rest are `other`. */
+export const MAX_MODELS = 100;
+/** Virtual keys and policies named in their families, the first ones seen; the rest are `other`. */
+export const MAX_KEYS = 1000;
+
+/** What the gateway keeps, written by GET /metrics. `now` is in milliseconds (performance.now). */
+export function gatewayMetrics(now: () => number = () => performance.now()): Metrics {
+  const registry = new Registry();
+  const requests = registry.counter('gateway_http_requests_total', {
+    help: "Requests answered, by method, the route's pattern and the status.",
+    labelNames: ['method', 'route', 'status'],
+  });
+  const runs = registry.counter('gateway_runs_ended_total', {
+    help: 'Runs (kind run) and responses (kind response) that reached a final status, by that status.',
+    labelNames: ['kind', 'status'],
+  });
+  const keys = new BoundedValues(MAX_KEYS);
+  const calls = registry.counter('gateway_provider_calls_total', {
+    help: 'Provider calls (each attempt), by virtual key id and outcome.',
+    labelNames: ['virtual_key_id', 'outcome'],
+  });
+  const firstByte = registry.histogram('gateway_provider_first_byte_seconds', {
+    help: "Seconds from a provider call's start to its answer's status and headers, by virtual key id.",
+    labelNames: ['virtual_key_id'],
+    buckets: SECONDS_BUCKETS,
+  });
+  const duration = registry.histogram('gateway_provider_call_duration_seconds', {
+    help: "Seconds from a provider call's start to its end, by virtual key id and outcome.",
+    labelNames: ['virtual_key_id', 'outcome'],
+    buckets: SECONDS_BUCKETS,
+  });
+  const models = new BoundedValues(MAX_MODELS);
+  const tokens = registry.counter('gateway_tokens_total', {
+    help: `Tokens used, by usage kind, model (the first ${MAX_MODELS} seen; the rest are other) and type (prompt, completion).`,
+    labelNames: ['kind', 'model', 'type'],
+  });
+  const policies = new BoundedValues(MAX_KEYS);
+  const decisions = registry.counter('gateway_rate_limit_decisions_total', {
+    help: 'Rate-limit decisions of each matching policy, by policy id and decision (allowed, refused).',
+    labelNames: ['policy_id', 'decision'],
+  });
+  const ingestion = registry.gauge('gateway_ingestion_queue_files', {
+    help: 'Files added to vector stores and not yet ingested, by state (waiting, ingesting), at the scrape.',
+    labelNames: ['state'],
+  });
+  const rss = registry.gauge('process_resident_memory_bytes', { help: "The process's resident set size in bytes." });
+  const heapUsed = registry.gauge('nodejs_heap_size_used_bytes', { help: "V8's heap in use, in bytes." });
+  const heapTotal = registry.gauge('nodejs_heap_size_total_bytes', { help: "V8's heap reserved, in bytes." });
+  const declared: Record<DeclaredHistogram, ReturnType<Registry['histogram']>> = {
+    db_round_trip_seconds: registry.histogram('gateway_db_round_trip_seconds', {
+      help: "Seconds from a database statement's send to its answer.",
+      buckets: DB_BUCKETS,
+    }),
+    db_commit_seconds: registry.histogram('gateway_db_commit_seconds', {
+      help: "Seconds a write's commit took, from its send to its acknowledgement.",
+      buckets: DB_BUCKETS,
+    }),
+  };
+  const readings: ((gauges: ScrapeGauges) => void | Promise<void>)[] = [];
+  const gauges: ScrapeGauges = {
+    memory: (usage) => {
+      rss.set(NO_LABELS, usage.rss);
+      heapUsed.set(NO_LABELS, usage.heapUsed);
+      heapTotal.set(NO_LABELS, usage.heapTotal);
+    },
+    ingestionQueue: (state, files) => ingestion.set([state], files),
+  };
+
+  return {
+    served: true,
+    request: (method, route, status) => requests.inc([method, route, String(status)]),
+    providerCall(virtualKeyId) {
+      const key = keys.of(virtualKeyId);
+      const started = now();
+      let ended = false;
+      return {
+        firstByte: () => firstByte.observe([key], (now() - started) / 1000),
+        end(outcome) {
+          if (ended) return;
+          ended = true;
+          calls.inc([key, outcome]);
+          duration.observe([key, outcome], (now() - started) / 1000);
+        },
+      };
+    },
+    runEnded: (kind, status) => runs.inc([kind, status]),
+    tokens(kind, model, prompt, completion) {
+      const named = models.of(model);
+      if (prompt > 0) tokens.inc([kind, named, 'prompt'], prompt);
+      if (completion > 0) tokens.inc([kind, named, 'completion'], completion);
+    },
+    rateLimit: (policyId, decision) => decisions.inc([policies.of(policyId), decision]),
+    observe: (name, seconds) => declared[name].observe(NO_LABELS, seconds),
+    onScrape: (read) => void readings.push(read),
+    async render() {
+      for (const read of readings) await read(gauges);
+      return registry.render();
+    },
+  };
+}
+
+/** Where nothing is kept (Workers: docs/metrics.md says why): every record is a no-op, and there is nothing to scrape. */
+export const unservedMetrics: Metrics = {
+  served: false,
+  request: () => undefined,
+  providerCall: () => IGNORED_CALL,
+  runEnded: () => undefined,
+  tokens: () => undefined,
+  rateLimit: () => undefined,
+  observe: () => undefined,
+  onScrape: () => undefined,
+  render: () => Promise.resolve(null),
+};
+
+const IGNORED_CALL: ProviderCallTimer = { firstByte: () => undefined, end: () => undefined };
+
+const NO_LABELS: LabelValues = [];
+
+/** A database's answers: a local file's tenths of a millisecond to a distant server's seconds. */
+const DB_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5] as const;

@@ -1,0 +1,275 @@
+/**
+ * Counters, gauges and histograms kept in memory and written in Prometheus's text exposition
+ * format, version 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/).
+ *
+ * Recording is on the request path, so it is a Map lookup and an addition: a family keys its series
+ * by their label values joined, and a histogram finds its bucket by a scan of a dozen bounds. What
+ * is costly (sorting, cumulating buckets, escaping) happens when the registry is scraped. A family
+ * keeps at most `maxSeries` series: past it, a new combination of label values is counted under
+ * every label `other`, so that a caller's values, however many, never grow the memory or the
+ * scrape without bound.
+ */
+
+export type MetricType = 'counter' | 'gauge' | 'histogram';
+
+/** The label values of a sample, in the order of its family's label names. */
+export type LabelValues = readonly string[];
+
+/** The series a family keeps at most unless it says otherwise. */
+export const DEFAULT_MAX_SERIES = 2000;
+
+/** The value every label takes in the series that stands for those past a family's cap. */
+export const OTHER = 'other';
+
+/** Latency buckets in seconds: from a local provider's few milliseconds to a long answer's minutes. */
+export const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120] as const;
+
+interface FamilyOptions {
+  help: string;
+  labelNames?: readonly string[];
+  maxSeries?: number;
+}
+
+abstract class Family<S> {
+  readonly help: string;
+  readonly labelNames: readonly string[];
+  readonly #series = new Map<string, { labels: LabelValues; value: S }>();
+  readonly #maxSeries: number;
+
+  constructor(
+    readonly name: string,
+    readonly type: MetricType,
+    options: FamilyOptions,
+  ) {
+    if (!/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(name)) throw new Error(`Not a metric name: ${name}`);
+    this.help = options.help;
+    this.labelNames = options.labelNames ?? [];
+    for (const label of this.labelNames) {
+      if (!/^[a-zA-Z_][a-zA-Z0-9_]*$/.test(label) || label.startsWith('__') || label === 'le')
+        throw new Error(`Not a label name of ${name}: ${label}`);
+    }
+    this.#maxSeries = options.maxSeries ?? DEFAULT_MAX_SERIES;
+  }
+
+  protected abstract empty(): S;
+
+  /** The series of `labels`, made on first use (or the `other` one past the cap). */
+  protected series(labels: LabelValues): S {
+    if (labels.length !== this.labelNames.length)
+      throw new Error(`${this.name} takes ${this.labelNames.length} label values, not ${labels.length}`);
+    const key = labels.length === 1 ? (labels[0] ?? '') : labels.join('\u0000');
+    const found = this.#series.get(key);
+    if (found) return found.value;
+    if (this.#series.size >= this.#maxSeries) return this.#other();
+    const value = this.empty();
+    this.#series.set(key, { labels: [...labels], value });
+    return value;
+  }
+
+  /** The series that stands for those past the cap: one more than the cap, made on first use. */
+  #other(): S {
+    const labels = this.labelNames.map(() => OTHER);
+    const key = labels.join('\u0000');
+    const found = this.#series.get(key);
+    if (found) return found.value;
+    const value = this.empty();
+    this.#series.set(key, { labels, value });
+    return value;
+  }
+
+  /** The series in label order, so that a scrape reads the same from one time to the next. */
+  protected sorted(): { labels: LabelValues; value: S }[] {
+    return [...this.#series.values()].sort((a, b) => compareLabels(a.labels, b.labels));
+  }
+
+  /** The family's lines: its HELP and TYPE, then its samples. */
+  write(lines: string[]): void {
+    lines.push(`# HELP ${this.name} ${escapeHelp(this.help)}`, `# TYPE ${this.name} ${this.type}`);
+    for (const { labels, value } of this.sorted()) this.writeSeries(lines, labels, value);
+  }
+
+  protected abstract writeSeries(lines: string[], labels: LabelValues, value: S): void;
+
+  protected sample(lines: string[], name: string, labels: LabelValues, value: number, extra?: [string, string]): void {
+    const pairs = this.labelNames.map((label, index) => `${label}="${escapeLabel(labels[index] ?? '')}"`);
+    if (extra) pairs.push(`${extra[0]}="${escapeLabel(extra[1])}"`);
+    lines.push(`${name}${pairs.length > 0 ? `{${pairs.join(',')}}` : ''} ${formatValue(value)}`);
+  }
+}
+
+/** A count that only goes up (its name ends in `_total`, as Prometheus's convention has it). */
+export class Counter extends Family<{ value: number }> {
+  constructor(name: string, options: FamilyOptions) {
+    super(name, 'counter', options);
+  }
+
+  protected empty() {
+    return { value: 0 };
+  }
+
+  inc(labels: LabelValues = [], by = 1): void {
+    if (!(by >= 0) || !Number.isFinite(by)) throw new Error(`${this.name} counts up by a finite number, not ${by}`);
+    this.series(labels).value += by;
+  }
+
+  protected writeSeries(lines: string[], labels: LabelValues, series: { value: number }): void {
+    this.sample(lines, this.name, labels, series.value);
+  }
+}
+
+/** A value that is set, read as it was last set (at a scrape, by the scrape's own reads). */
+export class Gauge extends Family<{ value: number }> {
+  constructor(name: string, options: FamilyOptions) {
+    super(name, 'gauge', options);
+  }
+
+  protected empty() {
+    return { value: 0 };
+  }
+
+  set(labels: LabelValues, value: number): void {
+    this.series(labels).value = value;
+  }
+
+  protected writeSeries(lines: string[], labels: LabelValues, series: { value: number }): void {
+    this.sample(lines, this.name, labels, series.value);
+  }
+}
+
+interface HistogramSeries {
+  /** The observations of each bucket alone (not cumulated), the last one past the largest bound. */
+  counts: number[];
+  sum: number;
+}
+
+/** Observations counted in buckets by upper bound, with their sum and count. */
+export class Histogram extends Family<HistogramSeries> {
+  readonly #bounds: readonly number[];
+
+  constructor(name: string, options: FamilyOptions & { buckets: readonly number[] }) {
+    super(name, 'histogram', options);
+    const { buckets } = options;
+    if (buckets.length === 0 || buckets.some((bound, index) => index > 0 && bound <= (buckets[index - 1] ?? 0)))
+      throw new Error(`${name}'s buckets must be increasing`);
+    this.#bounds = buckets;
+  }
+
+  protected empty(): HistogramSeries {
+    return { counts: new Array<number>(this.#bounds.length + 1).fill(0), sum: 0 };
+  }
+
+  observe(labels: LabelValues, value: number): void {
+    if (Number.isNaN(value)) return;
+    const series = this.series(labels);
+    let bucket = 0;
+    while (bucket < this.#bounds.length && value > (this.#bounds[bucket] ?? Infinity)) bucket++;
+    series.counts[bucket] = (series.counts[bucket] ?? 0) + 1;
+    series.sum += value;
+  }
+
+  protected writeSeries(lines: string[], labels: LabelValues, series: HistogramSeries): void {
+    let cumulative = 0;
+    this.#bounds.forEach((bound, index) => {
+      cumulative += series.counts[index] ?? 0;
+      this.sample(lines, `${this.name}_bucket`, labels, cumulative, ['le', formatValue(bound)]);
+    });
+    cumulative += series.counts[this.#bounds.length] ?? 0;
+    this.sample(lines, `${this.name}_bucket`, labels, cumulative, ['le', '+Inf']);
+    this.sample(lines, `${this.name}_sum`, labels, series.sum);
+    this.sample(lines, `${this.name}_count`, labels, cumulative);
+  }
+}
+
+type AnyFamily = Counter | Gauge | Histogram;
+
+/**
+ * The families of one app, by name. `counter`, `gauge` and `histogram` declare a family (once: a
+ * second declaration of a name is a mistake); `inc`, `set` and `observe` record into a declared one
+ * by its name, for a caller that holds the registry and not the family.
+ */
+export class Registry {
+  readonly #families = new Map<string, AnyFamily>();
+
+  counter(name: string, options: FamilyOptions): Counter {
+    return this.#add(new Counter(name, options));
+  }
+
+  gauge(name: string, options: FamilyOptions): Gauge {
+    return this.#add(new Gauge(name, options));
+  }
+
+  histogram(name: string, options: FamilyOptions & { buckets: readonly number[] }): Histogram {
+    return this.#add(new Histogram(name, options));
+  }
+
+  inc(name: string, labels: LabelValues = [], by = 1): void {
+    this.#family(name, Counter).inc(labels, by);
+  }
+
+  set(name: string, labels: LabelValues, value: number): void {
+    this.#family(name, Gauge).set(labels, value);
+  }
+
+  observe(name: string, value: number, labels: LabelValues = []): void {
+    this.#family(name, Histogram).observe(labels, value);
+  }
+
+  /** Every family in the text format, in the order they were declared; ends with a newline. */
+  render(): string {
+    const lines: string[] = [];
+    for (const family of this.#families.values()) family.write(lines);
+    return `${lines.join('\n')}\n`;
+  }
+
+  #add<F extends AnyFamily>(family: F): F {
+    if (this.#families.has(family.name)) throw new Error(`The metric ${family.name} is declared twice`);
+    this.#families.set(family.name, family);
+    return family;
+  }
+
+  #family<F extends AnyFamily>(name: string, kind: abstract new (...args: never[]) => F): F {
+    const family = this.#families.get(name);
+    if (!(family instanceof kind)) throw new Error(`No ${kind.name.toLowerCase()} is declared as ${name}`);
+    return family;
+  }
+}
+
+/**
+ * A label's values as they come, the first `max` of them; the rest are `other`. For values a
+ * caller chooses (a model's name): the series stay few whatever is sent.
+ */
+export class BoundedValues {
+  readonly #seen = new Set<string>();
+
+  constructor(readonly max: number) {}
+
+  of(value: string): string {
+    if (this.#seen.has(value)) return value;
+    if (this.#seen.size >= this.max) return OTHER;
+    this.#seen.add(value);
+    return value;
+  }
+}
+
+function compareLabels(a: LabelValues, b: LabelValues): number {
+  for (let index = 0; index < a.length; index++) {
+    const x = a[index] ?? '';
+    const y = b[index] ?? '';
+    if (x !== y) return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
+/** A sample's value: integers as they are, +Inf, -Inf and NaN as the format writes them. */
+function formatValue(value: number): string {
+  if (value === Infinity) return '+Inf';
+  if (value === -Infinity) return '-Inf';
+  if (Number.isNaN(value)) return 'NaN';
+  return String(value);
+}
+
+/** In a label value, a backslash, a double quote and a line feed are escaped (the format's rule). */
+const escapeLabel = (value: string) => value.replace(/[\\"\n]/g, (c) => (c === '\n' ? '\\n' : `\\${c}`));
+
+/** In HELP text, a backslash and a line feed are. */
+const escapeHelp = (text: string) => text.replace(/[\\\n]/g, (c) => (c === '\n' ? '\\n' : '\\\\'));

@@ -1,0 +1,47 @@
+import { Hono } from 'hono';
+import * as z from 'zod';
+import { ApiError, errorResponse } from '../../errors';
+import type { DepsVariables } from '../../http/middleware/deps';
+import { responds } from '../../http/middleware/responds';
+import { apiKeyAuth, type ApiKeyVariables } from '../identities/middleware/api-key-auth';
+
+/** Prometheus's text exposition format, the version it asks for by default. */
+export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+/** Where a Workers deployment's figures are, for the answer that says it keeps none. */
+const ON_WORKERS =
+  "GET /metrics is not served on Workers: an isolate's counters cover a sliver of the traffic and vanish with it. " +
+  "Use Workers Analytics Engine and the Workers dashboard's metrics; docs/metrics.md says how. The Node server serves /metrics.";
+
+/**
+ * GET /metrics: the gateway's metrics (metrics/gateway.ts) in Prometheus's text format, for an
+ * organisation key only: the figures are every workspace's, and a workspace key sees its own
+ * workspace alone. Where no metrics are kept (Workers) it is a 501 saying where to look, before any
+ * key is asked for: that is no secret, as an unsupported endpoint's 404 is not.
+ */
+export const metricsRoutes = new Hono<{ Variables: DepsVariables & ApiKeyVariables }>().get(
+  '/',
+  responds({
+    summary: "The gateway's metrics in Prometheus's text format",
+    ok: z.string().describe('Prometheus text exposition format 0.0.4 (docs/metrics.md).'),
+    text: METRICS_CONTENT_TYPE,
+    errors: [401, 403, 501],
+  }),
+  async (c, next) => {
+    // Returned, not thrown: onError logs every 5xx as the gateway's failure, and this is a deployment's choice.
+    if (!c.get('deps').metrics.served) return errorResponse(new ApiError('metrics_unavailable', ON_WORKERS));
+    await next();
+  },
+  apiKeyAuth(),
+  async (c) => {
+    if (c.get('apiKey').kind !== 'organisation') {
+      throw new ApiError(
+        'organisation_key_required',
+        "GET /metrics covers every workspace of the gateway: it takes an organisation key, and this is a workspace's key.",
+      );
+    }
+    const text = await c.get('deps').metrics.render();
+    if (text === null) return errorResponse(new ApiError('metrics_unavailable', ON_WORKERS));
+    return c.body(text, 200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
+  },
+);
