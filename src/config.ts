@@ -81,6 +81,11 @@ export const configSchema = z
      * database holds a single workspace.
      */
     GATEWAY_ALLOW_PRIVATE_UPSTREAMS: flag.optional(),
+    /**
+     * The organisation whose keys may read GET /metrics, whose figures are every organisation's;
+     * unset, an organisation key may while the database holds a single organisation.
+     */
+    GATEWAY_METRICS_ORGANISATION: z.string().min(1).max(128).optional(),
     /** Comma-separated host[:port] patterns allowed as upstreams even when private addresses are not. */
     GATEWAY_ALLOWED_UPSTREAM_HOSTS: z
       .string()

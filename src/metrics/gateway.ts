@@ -19,19 +19,11 @@ export interface Metrics {
   tokens(kind: string, model: string, prompt: number, completion: number): void;
   /** A rate-limit policy admitted or refused a request. */
   rateLimit(policyId: string, decision: 'allowed' | 'refused'): void;
-  /**
-   * Records an observation into a histogram declared by name: for the database's timings
-   * (`db_round_trip_seconds`, `db_commit_seconds`), which its client reports.
-   */
-  observe(name: DeclaredHistogram, seconds: number): void;
   /** Readings taken at each scrape before it is written (process memory, queue depths). */
   onScrape(read: (gauges: ScrapeGauges) => void | Promise<void>): void;
   /** The text exposition of every metric, or null where metrics are not kept (Workers). */
   render(): Promise<string | null>;
 }
-
-/** The histograms `observe` records into, by their name without the `gateway_` prefix. */
-export type DeclaredHistogram = 'db_round_trip_seconds' | 'db_commit_seconds';
 
 /** What a scrape's readings set. */
 export interface ScrapeGauges {
@@ -114,16 +106,6 @@ export function gatewayMetrics(now: () => number = () => performance.now()): Met
   const rss = registry.gauge('process_resident_memory_bytes', { help: "The process's resident set size in bytes." });
   const heapUsed = registry.gauge('nodejs_heap_size_used_bytes', { help: "V8's heap in use, in bytes." });
   const heapTotal = registry.gauge('nodejs_heap_size_total_bytes', { help: "V8's heap reserved, in bytes." });
-  const declared: Record<DeclaredHistogram, ReturnType<Registry['histogram']>> = {
-    db_round_trip_seconds: registry.histogram('gateway_db_round_trip_seconds', {
-      help: "Seconds from a database statement's send to its answer.",
-      buckets: DB_BUCKETS,
-    }),
-    db_commit_seconds: registry.histogram('gateway_db_commit_seconds', {
-      help: "Seconds a write's commit took, from its send to its acknowledgement.",
-      buckets: DB_BUCKETS,
-    }),
-  };
   const readings: ((gauges: ScrapeGauges) => void | Promise<void>)[] = [];
   const gauges: ScrapeGauges = {
     memory: (usage) => {
@@ -158,7 +140,6 @@ export function gatewayMetrics(now: () => number = () => performance.now()): Met
       if (completion > 0) tokens.inc([kind, named, 'completion'], completion);
     },
     rateLimit: (policyId, decision) => decisions.inc([policies.of(policyId), decision]),
-    observe: (name, seconds) => declared[name].observe(NO_LABELS, seconds),
     onScrape: (read) => void readings.push(read),
     async render() {
       for (const read of readings) await read(gauges);
@@ -175,7 +156,6 @@ export const unservedMetrics: Metrics = {
   runEnded: () => undefined,
   tokens: () => undefined,
   rateLimit: () => undefined,
-  observe: () => undefined,
   onScrape: () => undefined,
   render: () => Promise.resolve(null),
 };
@@ -183,6 +163,3 @@ export const unservedMetrics: Metrics = {
 const IGNORED_CALL: ProviderCallTimer = { firstByte: () => undefined, end: () => undefined };
 
 const NO_LABELS: LabelValues = [];
-
-/** A database's answers: a local file's tenths of a millisecond to a distant server's seconds. */
-const DB_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5] as const;

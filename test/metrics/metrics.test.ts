@@ -1,7 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type OpenAI from 'openai';
 import { createFakeUpstream, fakeThread } from '../support/fake-upstream';
-import { errorOf, gatewayWithDefaultKey, json, type Tenant, type TestGateway } from '../support/gateway';
+import { organisations } from '../../src/db/schema';
+import {
+  createTestGateway,
+  errorOf,
+  gatewayWithDefaultKey,
+  json,
+  type Tenant,
+  type TestGateway,
+} from '../support/gateway';
 import { createPolicy, freshMinute } from '../support/ratelimit';
 import { parsePrometheusText, samplesOf, total, type MetricFamily } from '../support/prometheus';
 import { defined } from '../support/defined';
@@ -168,6 +176,27 @@ describe('GET /metrics', () => {
     const after = await scraped();
     expect(total(after, 'gateway_http_requests_total', { route: '/v1/threads/:thread_id', status: '401' })).toBe(1);
     expect(total(after, 'gateway_http_requests_total', { route: 'unmatched', status: '404' })).toBe(1);
+  });
+
+  // Last: it adds an organisation to the suite's gateway.
+  it("is one organisation's to read: with a second one, neither's key reads it unless GATEWAY_METRICS_ORGANISATION names it", async () => {
+    const stranger = await gateway.tenant();
+    for (const key of [tenant.orgKey, stranger.orgKey]) {
+      const refused = await scrape({ authorization: `Bearer ${key}` });
+      expect(refused.status).toBe(403);
+      expect((await errorOf(refused)).message).toMatch(/GATEWAY_METRICS_ORGANISATION/);
+    }
+    const named = await createTestGateway({ env: { GATEWAY_METRICS_ORGANISATION: 'org_metrics' } });
+    try {
+      await named.deps.db.insert(organisations).values({ id: 'org_metrics', name: 'metrics', createdAt: Date.now() });
+      const owner = await named.tenant({ organisationId: 'org_metrics' });
+      const other = await named.tenant();
+      const read = (key: string) => named.app.request('/metrics', { headers: { authorization: `Bearer ${key}` } });
+      expect((await read(owner.orgKey)).status).toBe(200);
+      expect((await read(other.orgKey)).status).toBe(403);
+    } finally {
+      await named.close();
+    }
   });
 });
 

@@ -101,15 +101,6 @@ describe("the gateway's metrics", () => {
     expect(total(families, duration, { outcome: 'ok' }, `${duration}_sum`)).toBe(0.3);
     expect(total(families, duration, { outcome: 'incomplete' }, `${duration}_count`)).toBe(0);
   });
-
-  it('record the database timings the client reports by name', async () => {
-    const metrics = gatewayMetrics();
-    metrics.observe('db_round_trip_seconds', 0.0003);
-    metrics.observe('db_commit_seconds', 0.002);
-    const families = parsePrometheusText((await metrics.render()) ?? '');
-    expect(total(families, 'gateway_db_round_trip_seconds', {}, 'gateway_db_round_trip_seconds_count')).toBe(1);
-    expect(total(families, 'gateway_db_commit_seconds', { le: '0.0025' }, 'gateway_db_commit_seconds_bucket')).toBe(1);
-  });
 });
 
 describe('the strict reader', () => {

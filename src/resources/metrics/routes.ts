@@ -1,4 +1,7 @@
 import { Hono } from 'hono';
+import { count } from 'drizzle-orm';
+import type { Db } from '../../db/client';
+import { organisations } from '../../db/schema';
 import * as z from 'zod';
 import { ApiError, errorResponse } from '../../errors';
 import type { DepsVariables } from '../../http/middleware/deps';
@@ -13,10 +16,17 @@ const ON_WORKERS =
   "GET /metrics is not served on Workers: an isolate's counters cover a sliver of the traffic and vanish with it. " +
   "Use Workers Analytics Engine and the Workers dashboard's metrics; docs/metrics.md says how. The Node server serves /metrics.";
 
+/** How many organisations the database holds (GET /metrics is theirs to read only while there is one). */
+async function organisationCount(db: Db): Promise<number> {
+  const [row] = await db.select({ count: count() }).from(organisations);
+  return row?.count ?? 0;
+}
+
 /**
  * GET /metrics: the gateway's metrics (metrics/gateway.ts) in Prometheus's text format, for an
  * organisation key only: the figures are every workspace's, and a workspace key sees its own
- * workspace alone. Where no metrics are kept (Workers) it is a 501 saying where to look, before any
+ * workspace alone. They are every organisation's too: on a gateway several share, only the
+ * organisation GATEWAY_METRICS_ORGANISATION names reads them. Where no metrics are kept (Workers) it is a 501 saying where to look, before any
  * key is asked for: that is no secret, as an unsupported endpoint's 404 is not.
  */
 export const metricsRoutes = new Hono<{ Variables: DepsVariables & ApiKeyVariables }>().get(
@@ -34,10 +44,20 @@ export const metricsRoutes = new Hono<{ Variables: DepsVariables & ApiKeyVariabl
   },
   apiKeyAuth(),
   async (c) => {
-    if (c.get('apiKey').kind !== 'organisation') {
+    const key = c.get('apiKey');
+    if (key.kind !== 'organisation') {
       throw new ApiError(
         'organisation_key_required',
         "GET /metrics covers every workspace of the gateway: it takes an organisation key, and this is a workspace's key.",
+      );
+    }
+    const { db, config } = c.get('deps');
+    const allowed = config.GATEWAY_METRICS_ORGANISATION;
+    if (allowed === undefined ? (await organisationCount(db)) > 1 : key.organisationId !== allowed) {
+      throw new ApiError(
+        'organisation_key_required',
+        'GET /metrics covers every organisation of the gateway: it takes a key of the organisation GATEWAY_METRICS_ORGANISATION ' +
+          'names (unset, of the only organisation).',
       );
     }
     const text = await c.get('deps').metrics.render();
