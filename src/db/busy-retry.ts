@@ -1,4 +1,5 @@
-import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, TransactionMode } from '@libsql/client';
+import type { Client, InArgs, InStatement, ResultSet, TransactionMode } from '@libsql/client';
+import { WrappedClient } from './wrapped-client';
 import { DEFAULT_ANSWER_MS } from '../config';
 import { readsOnly } from './client';
 
@@ -33,27 +34,26 @@ import { readsOnly } from './client';
  * from one request to another would send the second's write as the first's I/O, which workerd
  * refuses (tried: "Cannot perform I/O on behalf of a different request").
  */
-export class BusyRetryingClient implements Client {
-  readonly #inner: Client;
+export class BusyRetryingClient extends WrappedClient {
   readonly #answerMs: number;
   readonly #writeTurns: Turns | null;
 
   constructor(inner: Client, options: { answerMs?: number; writers?: number } = {}) {
-    this.#inner = inner;
+    super(inner);
     this.#answerMs = options.answerMs ?? DEFAULT_ANSWER_MS;
     this.#writeTurns = options.writers ? new Turns(options.writers) : null;
   }
 
-  execute(stmt: InStatement): Promise<ResultSet>;
-  execute(sql: string, args?: InArgs): Promise<ResultSet>;
-  execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
+  override execute(stmt: InStatement): Promise<ResultSet>;
+  override execute(sql: string, args?: InArgs): Promise<ResultSet>;
+  override execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
     const sql = typeof stmt === 'string' ? stmt : stmt.sql;
-    const send = () => (typeof stmt === 'string' ? this.#inner.execute(stmt, args) : this.#inner.execute(stmt));
+    const send = () => (typeof stmt === 'string' ? this.inner.execute(stmt, args) : this.inner.execute(stmt));
     return whileBusy(() => this.#answered(this.#writeTurns && !readsOnly(sql) ? this.#writeTurns.take(send) : send));
   }
 
-  batch(stmts: Array<InStatement | [string, InArgs?]>, mode?: TransactionMode): Promise<ResultSet[]> {
-    const send = () => this.#inner.batch(stmts, mode);
+  override batch(stmts: Array<InStatement | [string, InArgs?]>, mode?: TransactionMode): Promise<ResultSet[]> {
+    const send = () => this.inner.batch(stmts, mode);
     return whileBusy(() => this.#answered(this.#writeTurns && mode !== 'read' ? this.#writeTurns.take(send) : send));
   }
 
@@ -72,36 +72,8 @@ export class BusyRetryingClient implements Client {
     });
   }
 
-  migrate(stmts: InStatement[]): Promise<ResultSet[]> {
-    return whileBusy(() => this.#inner.migrate(stmts));
-  }
-
-  transaction(mode?: TransactionMode): Promise<Transaction> {
-    return this.#inner.transaction(mode);
-  }
-
-  executeMultiple(sql: string): Promise<void> {
-    return this.#inner.executeMultiple(sql);
-  }
-
-  sync(): Promise<Replicated> {
-    return this.#inner.sync();
-  }
-
-  close(): void {
-    this.#inner.close();
-  }
-
-  reconnect(): void {
-    this.#inner.reconnect();
-  }
-
-  get closed(): boolean {
-    return this.#inner.closed;
-  }
-
-  get protocol(): string {
-    return this.#inner.protocol;
+  override migrate(stmts: InStatement[]): Promise<ResultSet[]> {
+    return whileBusy(() => this.inner.migrate(stmts));
   }
 }
 

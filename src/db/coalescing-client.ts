@@ -1,4 +1,5 @@
-import type { Client, InArgs, InStatement, Replicated, ResultSet, Transaction, TransactionMode } from '@libsql/client';
+import type { InArgs, InStatement, ResultSet } from '@libsql/client';
+import { WrappedClient } from './wrapped-client';
 import { readsOnly } from './client';
 
 /**
@@ -20,19 +21,14 @@ import { readsOnly } from './client';
  * When a batch fails, each of its reads is sent again on its own, so that each caller gets its own
  * answer or error (one bad statement must not fail its neighbours); nothing was written.
  */
-export class CoalescingClient implements Client {
-  readonly #inner: Client;
+export class CoalescingClient extends WrappedClient {
   #pending: PendingRead[] = [];
 
-  constructor(inner: Client) {
-    this.#inner = inner;
-  }
-
-  execute(stmt: InStatement): Promise<ResultSet>;
-  execute(sql: string, args?: InArgs): Promise<ResultSet>;
-  execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
+  override execute(stmt: InStatement): Promise<ResultSet>;
+  override execute(sql: string, args?: InArgs): Promise<ResultSet>;
+  override execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
     const statement: InStatement = typeof stmt === 'string' ? (args === undefined ? stmt : { sql: stmt, args }) : stmt;
-    if (!readsOnly(typeof statement === 'string' ? statement : statement.sql)) return this.#inner.execute(statement);
+    if (!readsOnly(typeof statement === 'string' ? statement : statement.sql)) return this.inner.execute(statement);
     return new Promise<ResultSet>((resolve, reject) => {
       if (this.#pending.push({ statement, resolve, reject }) === 1) void this.#flushSoon();
     });
@@ -51,7 +47,7 @@ export class CoalescingClient implements Client {
     if (reads.length === 1 && only) return this.#sendAlone(only);
     let results: ResultSet[];
     try {
-      results = await this.#inner.batch(
+      results = await this.inner.batch(
         reads.map((read) => read.statement),
         'read',
       );
@@ -69,46 +65,10 @@ export class CoalescingClient implements Client {
 
   async #sendAlone(read: PendingRead): Promise<void> {
     try {
-      read.resolve(await this.#inner.execute(read.statement));
+      read.resolve(await this.inner.execute(read.statement));
     } catch (error) {
       read.reject(error);
     }
-  }
-
-  batch(stmts: Array<InStatement | [string, InArgs?]>, mode?: TransactionMode): Promise<ResultSet[]> {
-    return this.#inner.batch(stmts, mode);
-  }
-
-  migrate(stmts: InStatement[]): Promise<ResultSet[]> {
-    return this.#inner.migrate(stmts);
-  }
-
-  transaction(mode?: TransactionMode): Promise<Transaction> {
-    return this.#inner.transaction(mode);
-  }
-
-  executeMultiple(sql: string): Promise<void> {
-    return this.#inner.executeMultiple(sql);
-  }
-
-  sync(): Promise<Replicated> {
-    return this.#inner.sync();
-  }
-
-  close(): void {
-    this.#inner.close();
-  }
-
-  reconnect(): void {
-    this.#inner.reconnect();
-  }
-
-  get closed(): boolean {
-    return this.#inner.closed;
-  }
-
-  get protocol(): string {
-    return this.#inner.protocol;
   }
 }
 
