@@ -30,10 +30,16 @@ export const apiKeyAuth = () =>
       c.set('apiKey', provisional.apiKey);
       c.set('settings', provisional.settings);
       await next();
-      // A key revoked meanwhile: the answer is dropped for a 401 (a run's creation asked before it wrote).
-      if (await provisional.settings.live()) return;
-      await c.res.body?.cancel();
-      throw new ApiError('invalid_api_key');
+      // A key revoked meanwhile: the answer is dropped for a 401 (a run's creation asked before it
+      // wrote); so is it when the check itself failed, whose error is answered instead.
+      let live = false;
+      try {
+        live = await provisional.settings.live();
+      } finally {
+        if (!live) await c.res.body?.cancel();
+      }
+      if (!live) throw new ApiError('invalid_api_key');
+      return;
     }
     const settings = await cache.now();
     const apiKey = await settings.apiKey(presented);
