@@ -1,5 +1,5 @@
 import { eq } from 'drizzle-orm';
-import { preparedQuery, type Db } from './client';
+import { preparedQuery, type Db, type RawStatement } from './client';
 import { settingsGeneration, type AssistantRow, type AuthenticatedKey, type VirtualKey } from './schema';
 
 /**
@@ -58,17 +58,24 @@ export class SettingsCache {
    * For a request presenting `presented`: the settings as they were when this process or isolate
    * last read the generation, assumed to be still the database's (ProvisionalSettings), with the
    * key found live then; null if it was not kept then, before any read, and always where the cache
-   * was not built `provisional`. The generation is read again at once, to travel with the request's
-   * own first reads; `live()` says whether the key still is.
+   * was not built `provisional`. `check` says when the generation is read again: `now`, to travel
+   * with the request's own first reads, or `on demand`, for a request whose first statement is a
+   * write that carries the check itself (ProvisionalSettings.guard). `live()` says whether the key
+   * still is.
    */
-  provisional(presented: string): { settings: ProvisionalSettings; apiKey: AuthenticatedKey } | null {
+  provisional(
+    presented: string,
+    check: 'now' | 'on demand' = 'now',
+  ): { settings: ProvisionalSettings; apiKey: AuthenticatedKey } | null {
     if (!this.#provisional || this.#latest === undefined) return null;
     const generation = this.#latest;
     const apiKey = this.#shelves.apiKeys.peek(generation, presented);
     if (!apiKey) return null;
-    const live = this.#stillLive(generation, presented, apiKey);
-    live.catch(() => undefined);
-    return { settings: new ProvisionalSettings(this.#shelves, this.#loaders, generation, live), apiKey };
+    const settings = new ProvisionalSettings(this.#shelves, this.#loaders, generation, () =>
+      this.#stillLive(generation, presented, apiKey),
+    );
+    if (check === 'now') void settings.live().catch(() => undefined);
+    return { settings, apiKey };
   }
 
   /**
@@ -144,6 +151,14 @@ export class Settings {
     return LIVE;
   }
 
+  /** A statement to lead a write's batch that fails it if the settings moved: none, known as these are. */
+  guard(): RawStatement | null {
+    return null;
+  }
+
+  /** A write led by guard() committed. */
+  guardHeld(): void {}
+
   /** authenticateApiKey: the key presented, if it is live. */
   apiKey(presented: string): Promise<AuthenticatedKey | null> {
     return this.shelves.apiKeys.get(this.generation, presented, () => this.loaders.apiKey(presented));
@@ -165,6 +180,9 @@ export class Settings {
 
 const LIVE = Promise.resolve(true);
 
+/** The columns a guard's refusal names (ProvisionalSettings.guard): isUniqueViolation's. */
+export const GENERATION_MOVED = 'settings_generation.id';
+
 /**
  * Settings assumed to be at the generation last read, not read again before the request's own
  * reads (SettingsCache.provisional): the presented API key came from memory, kept at that
@@ -175,7 +193,8 @@ const LIVE = Promise.resolve(true);
  * anything it does takes effect (resources/identities/api-key-auth.ts: keyLive).
  */
 export class ProvisionalSettings extends Settings {
-  readonly #live: Promise<boolean>;
+  readonly #check: () => Promise<{ live: boolean; current: boolean }>;
+  #live: Promise<boolean> | null = null;
   /** Whether the generation read again was this one: then what is kept at it is exact, and used. */
   #current = false;
 
@@ -183,17 +202,38 @@ export class ProvisionalSettings extends Settings {
     shelves: Shelves,
     loaders: SettingsLoaders,
     generation: number | null,
-    live: Promise<{ live: boolean; current: boolean }>,
+    check: () => Promise<{ live: boolean; current: boolean }>,
   ) {
     super(shelves, loaders, generation);
-    this.#live = live.then((found) => {
+    this.#check = check;
+  }
+
+  /** Reads the generation again (and the key, if it moved), once. */
+  override live(): Promise<boolean> {
+    this.#live ??= this.#check().then((found) => {
       this.#current = found.current;
       return found.live;
     });
+    return this.#live;
   }
 
-  override live(): Promise<boolean> {
-    return this.#live;
+  /**
+   * While the generation is not known to be this one: a statement to lead a write's batch that
+   * fails the batch, writing nothing, if it has moved (it would insert a second row with the one
+   * row's id: isUniqueViolation(error, GENERATION_MOVED)); then the caller asks live() and writes
+   * again without it. A batch it led that committed proves the generation (guardHeld).
+   */
+  override guard(): RawStatement | null {
+    if (this.#live !== null) return null;
+    return {
+      sql: 'insert into "settings_generation" ("id", "value") select "id", "value" from "settings_generation" where "id" = 0 and "value" is not ?',
+      args: [this.generation],
+    };
+  }
+
+  override guardHeld(): void {
+    this.#current = true;
+    this.#live = LIVE;
   }
 
   override assistant(workspaceId: string, id: string): Promise<AssistantRow> {

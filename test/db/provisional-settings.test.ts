@@ -54,7 +54,21 @@ describe('settings assumed unchanged by a read, on a database server', () => {
       ),
     ).toEqual(['hello']);
 
-    // Revoked by someone else: the very next read is refused, and the one after it.
+    // A message added after another change elsewhere: its insert's guard fails, writing nothing; the
+    // key is found live again, and the message written once.
+    await gateway.request('/v1/assistants', { key: other.workspaceKey, body: { model: 'fake-model', name: 'y' } });
+    const added = (content: string) =>
+      gateway.request(`/v1/threads/${thread.id}/messages`, { key, body: { role: 'user', content } });
+    expect((await added('moved')).status).toBe(200);
+    expect((await added('held')).status).toBe(200);
+    const texts = async () =>
+      (await json(await list())).data.map(
+        (message: { content: { text: { value: string } }[] }) => message.content[0]?.text.value,
+      );
+    expect(await texts()).toEqual(['held', 'moved', 'hello']);
+
+    // Revoked by someone else: the very next read is refused, and the one after it, and a message
+    // is refused without being written.
     await elsewhere.execute({
       sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?',
       args: [Date.now(), tenant.workspaceKeyId],
@@ -63,6 +77,12 @@ describe('settings assumed unchanged by a read, on a database server', () => {
     expect(refused.status).toBe(401);
     expect((await json(refused)).error).toMatchObject({ code: 'invalid_api_key' });
     expect((await list()).status).toBe(401);
+    const unwritten = await added('revoked');
+    expect(unwritten.status).toBe(401);
+    const [row] = (
+      await elsewhere.execute({ sql: 'SELECT count(*) AS n FROM messages WHERE thread_id = ?', args: [thread.id] })
+    ).rows;
+    expect(Number(row?.n)).toBe(3);
   });
 
   it('runs on a thread while the key is live, and refuses a run 401, writing nothing, once it is revoked elsewhere', async () => {

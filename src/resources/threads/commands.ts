@@ -21,6 +21,9 @@ import {
   type ThreadRow,
 } from './queries';
 import type { Actor, RequestContext } from '../../actor';
+import { isUniqueViolation, type RawStatement } from '../../db/client';
+import { GENERATION_MOVED, type Settings } from '../../db/settings-cache';
+import { keyLive } from '../identities/middleware/api-key-auth';
 import { wakeIngestion } from '../vector-stores/commands';
 import { attachedFiles, NO_STORE_WRITES, threadStoreWrites } from './thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
@@ -106,6 +109,7 @@ export async function modifyThread(
 export async function createMessage(
   deps: ThreadCommandDeps,
   reconcileRun: ReconcileRun,
+  settings: Settings,
   actor: Actor,
   threadId: string,
   body: ThreadMessageInput,
@@ -126,13 +130,26 @@ export async function createMessage(
     ...stores.statements,
     ...(stores.toolResources ? [setToolResources(deps.db, message.threadId, stores.toolResources, written)] : []),
   ];
-  const row = await whileIdle(
-    deps,
-    reconcileRun,
-    { id: message.threadId, workspaceId: message.workspaceId },
-    () => insertMessageWhileIdle(deps.db, message, extra),
-    (run) => `Can't add messages to ${message.threadId} while a run${run ? ` ${run.id}` : ''} is active.`,
-  );
+  const insert = (guard: RawStatement | null) =>
+    whileIdle(
+      deps,
+      reconcileRun,
+      { id: message.threadId, workspaceId: message.workspaceId },
+      () => insertMessageWhileIdle(deps.db, message, extra, guard),
+      (run) => `Can't add messages to ${message.threadId} while a run${run ? ` ${run.id}` : ''} is active.`,
+    );
+  // On settings assumed unchanged, the insert is led by their guard: one round trip when they hold.
+  // When they moved it wrote nothing; the key is looked up again, and the message written without it.
+  const guard = settings.guard();
+  let row: MessageRow;
+  try {
+    row = await insert(guard);
+    settings.guardHeld();
+  } catch (error) {
+    if (!guard || !isUniqueViolation(error, GENERATION_MOVED)) throw error;
+    await keyLive(settings);
+    row = await insert(null);
+  }
   if (stores.queued) wakeIngestion(deps, context);
   return row;
 }

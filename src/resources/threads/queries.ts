@@ -197,13 +197,16 @@ export async function insertMessageWhileIdle(
   db: Db,
   message: MessageRow,
   extra: BuiltStatement[] = [],
+  guard: RawStatement | null = null,
 ): Promise<MessageRow | null> {
-  // `extra` (writes conditional on messageWritten) goes in the same transaction, after the message.
-  const [written] = await batchRawResults(db, [
+  // `extra` (writes conditional on messageWritten) goes in the same transaction, after the message;
+  // `guard` (the settings', ProvisionalSettings.guard) before it.
+  const results = await batchRawResults(db, [
+    ...(guard ? [guard] : []),
     insertWhereStatement(messages, message, threadIdle({ id: message.threadId, workspaceId: message.workspaceId })),
     ...extra.map(rawOf),
   ]);
-  const row = written?.rows[0];
+  const row = results[guard ? 1 : 0]?.rows[0];
   return row ? rowOf(messages, row) : null;
 }
 

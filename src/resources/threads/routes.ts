@@ -72,6 +72,7 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
         const message = await createMessage(
           c.get('deps'),
           reconcileRun,
+          c.get('settings'),
           c.get('actor'),
           c.req.param('thread_id'),
           c.req.valid('json'),

@@ -25,7 +25,8 @@ export const apiKeyAuth = () =>
     if (!presented) throw new ApiError('missing_api_key');
     if (!isGatewayKeyShaped(presented)) throw notAGatewayKey();
     const cache = c.get('deps').settings;
-    const provisional = mayStartProvisional(c.req.method, c.req.path) ? cache.provisional(presented) : null;
+    const check = provisionalCheck(c.req.method, c.req.path);
+    const provisional = check ? cache.provisional(presented, check) : null;
     if (provisional) {
       c.set('apiKey', provisional.apiKey);
       c.set('settings', provisional.settings);
@@ -59,22 +60,28 @@ export async function keyLive(settings: Settings): Promise<void> {
 
 /**
  * The requests that may start on settings assumed unchanged (ProvisionalSettings), on a database
- * server, where that saves a round trip:
- * - reads of the threads, conversations and responses stored, which an application polls (a run's
- *   status, a thread's messages). They write nothing a tenant asked for (a run left behind may be
- *   settled, as any read of it does) and call no provider, so a key revoked meanwhile is caught
- *   before the answer leaves;
- * - a run on a thread, which reads its thread, history and open run first and asks keyLive before
- *   its admission (resources/runs/commands.ts).
+ * server, where that saves a round trip, and when they read the generation again:
+ * - `now`, beside their own first reads: reads of the threads, conversations and responses stored,
+ *   which an application polls (a run's status, a thread's messages). They write nothing a tenant
+ *   asked for (a run left behind may be settled, as any read of it does) and call no provider, so a
+ *   key revoked meanwhile is caught before the answer leaves; and a run on a thread, which reads
+ *   its thread, history and open run first and asks keyLive before its admission
+ *   (resources/runs/commands.ts);
+ * - `on demand`: a message added to a thread, whose one statement is led by the settings' guard
+ *   (resources/threads/commands.ts), the generation read only if the guard fails, or if the request
+ *   ends before it writes.
  * An assistant is read from memory once the generation is known (one round trip either way), and
  * anything else reads the generation first.
  */
-function mayStartProvisional(method: string, path: string): boolean {
-  if (method === 'GET' || method === 'HEAD') return PROVISIONAL_READS.test(path);
-  return method === 'POST' && RUN_ON_THREAD.test(path);
+function provisionalCheck(method: string, path: string): 'now' | 'on demand' | null {
+  if (method === 'GET' || method === 'HEAD') return PROVISIONAL_READS.test(path) ? 'now' : null;
+  if (method !== 'POST') return null;
+  if (RUN_ON_THREAD.test(path)) return 'now';
+  return MESSAGE_ON_THREAD.test(path) ? 'on demand' : null;
 }
 const PROVISIONAL_READS = /^\/v1\/(threads|conversations|responses)\//;
 const RUN_ON_THREAD = /^\/v1\/threads\/[^/]+\/runs$/;
+const MESSAGE_ON_THREAD = /^\/v1\/threads\/[^/]+\/messages$/;
 
 /** The token of `Bearer <token>` (the scheme is case-insensitive, RFC 9110); undefined otherwise. */
 function bearerToken(authorization: string | undefined): string | undefined {
