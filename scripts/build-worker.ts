@@ -1,7 +1,5 @@
-import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { gzipSync } from 'node:zlib';
-import { bundleWorker, TARGETS } from './bundle-worker';
+import { bundleSize, bundleWorker, TARGETS } from './bundle-worker';
 import { ROOT } from './wrangler';
 
 /**
@@ -22,9 +20,7 @@ try {
   console.error(error instanceof Error ? error.message : error);
   process.exit(1);
 }
-const bundle = readFileSync(path);
-const gzipKiB = gzipSync(bundle, { level: 9 }).length / 1024;
-const rawKiB = bundle.length / 1024;
+const { rawKiB, gzipKiB } = bundleSize(path);
 console.log(
   `${relative(ROOT, path)}: ${rawKiB.toFixed(1)} KiB, ${gzipKiB.toFixed(1)} KiB gzipped (budget ${target.budgetKiB} KiB)`,
 );

@@ -1,5 +1,6 @@
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { exitCode, spawnWrangler } from './wrangler';
 
 /**
@@ -36,4 +37,10 @@ export async function bundleWorker(
   const code = await exitCode(spawnWrangler(args, {}, stdio));
   if (code !== 0) throw new Error(`wrangler could not bundle ${target.config} (exit code ${code})`);
   return join(outdir, target.bundle);
+}
+
+/** A bundle's size, raw and gzipped as Cloudflare counts it against a plan's limit, in KiB. */
+export function bundleSize(path: string): { rawKiB: number; gzipKiB: number } {
+  const bundle = readFileSync(path);
+  return { rawKiB: bundle.length / 1024, gzipKiB: gzipSync(bundle, { level: 9 }).length / 1024 };
 }
