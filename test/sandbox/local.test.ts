@@ -615,7 +615,8 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
     // A gateway's cgroup whose process is gone (a pid above the kernel's pid_max cannot be running).
     const stale = root.directories.map((directory) => join(directory, '4194305-leftover'));
     const live = root.directories.map((directory) => join(directory, `${process.pid}-kept`));
-    for (const directory of [...stale, ...live]) mkdirSync(directory);
+    // The sessions' directory too: a sandbox of another test file closing may just have removed it, empty.
+    for (const directory of [...stale, ...live]) mkdirSync(directory, { recursive: true });
     try {
       const fresh = localSandbox({ limits });
       expect(await fresh.availability()).toEqual({ available: true });
