@@ -265,9 +265,16 @@ describe('bounds per turn and per run, fair shares of provider calls', () => {
     const { result: runs } = await measured(
       'fair_shares',
       async () => {
+        // Counted while no call can have ended: none is sent before this, and none ends before its
+        // first-byte timeout. Past it, a call the gateway has dropped (its share handed to a run
+        // that waited) stays open in the fake until the fake reads the close, and a loaded machine
+        // would count both.
+        const before = Date.now() + FIRST_BYTE_MS;
         const counting = (async () => {
           while (!done) {
-            mostOpen = Math.max(mostOpen, await arena.fake.openExchanges());
+            const open = await arena.fake.openExchanges();
+            if (Date.now() >= before) break;
+            mostOpen = Math.max(mostOpen, open);
             await sleep(20);
           }
         })();
