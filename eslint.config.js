@@ -12,6 +12,7 @@ export default tseslint.config(
       '.wrangler/**',
       'coverage/**',
       'src/http/openapi/assets/**',
+      'src/runtime/workers/lazy/*.mjs',
       'drizzle/meta/**',
     ],
   },

@@ -6,6 +6,7 @@ import type { SecretBox } from './lib/secrets';
 import type { Slices } from './lib/slices';
 import type { Logger } from './logger';
 import type { IngestionHost } from './retrieval/host';
+import type { HtmlToText } from './retrieval/file-text';
 import type { CounterStore } from './ratelimit/counter-store';
 import type { UpstreamFetch } from './providers/types';
 import type { ModelLists } from './providers/models';
@@ -99,6 +100,12 @@ export interface Deps {
    * read from the package's files on Node, from the Worker's static assets on Workers.
    */
   staticAsset: (name: string) => Promise<ReadableStream<Uint8Array> | null>;
+  /**
+   * html-to-text, for a message's HTML file (retrieval/file-text.ts): imported when first asked for
+   * on Node; on Workers a module of the Worker's own beside its script (runtime/workers/lazy/), so
+   * that the script does not carry a library that few requests use.
+   */
+  htmlToText: HtmlToText;
 }
 
 /**

@@ -39,7 +39,7 @@ export async function extract(
       ? await pdfText(bytes, limits, signal)
       : format === 'docx'
         ? await docxText(bytes, limits)
-        : await readText(bytes, format);
+        : await readText(bytes, format, () => import('html-to-text'));
   return checkedText(text, format, limits.maxChars);
 }
 

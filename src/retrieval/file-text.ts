@@ -1,4 +1,4 @@
-import type { HtmlToTextOptions } from 'html-to-text';
+import type { convert, HtmlToTextOptions } from 'html-to-text';
 
 /**
  * A file's format, and the text of the formats read without a document library: UTF-8 text (plain
@@ -6,7 +6,16 @@ import type { HtmlToTextOptions } from 'html-to-text';
  * takes (resources/conversations/items.ts), apart from extract.ts's PDF and DOCX readers, whose
  * libraries (pdf.js, mammoth: most of a megabyte gzipped) the gateway Worker's bundle must not
  * carry: wrangler bundles even a dynamic import's module, so only a module never imported stays out.
+ * HTML's library comes from the caller (HtmlToText), so that the gateway Worker loads it as a
+ * module of its own, only when a message's HTML file is read.
  */
+
+/**
+ * html-to-text, loaded when it is first needed: `import('html-to-text')` on Node and in the ingest
+ * Worker; in the gateway Worker its own module (Deps.htmlToText, runtime/workers/lazy/), which the
+ * Worker's script does not carry.
+ */
+export type HtmlToText = () => Promise<{ convert: typeof convert }>;
 
 export type FileFormat = 'text' | 'html' | 'pdf' | 'docx';
 
@@ -107,8 +116,13 @@ const HTML_OPTIONS: HtmlToTextOptions = {
 };
 
 /** The text of a UTF-8 or HTML file, at most `maxChars` long and not blank (an ExtractionError otherwise). */
-export async function extractText(bytes: Uint8Array, format: 'text' | 'html', maxChars: number): Promise<string> {
-  return checkedText(await readText(bytes, format), format, maxChars);
+export async function extractText(
+  bytes: Uint8Array,
+  format: 'text' | 'html',
+  maxChars: number,
+  htmlToText: HtmlToText,
+): Promise<string> {
+  return checkedText(await readText(bytes, format, htmlToText), format, maxChars);
 }
 
 /** A file's text as read, or an ExtractionError when it is longer than `maxChars` or blank. */
@@ -126,11 +140,11 @@ export function checkedText(text: string, format: FileFormat, maxChars: number):
   return text;
 }
 
-export async function readText(bytes: Uint8Array, format: 'text' | 'html'): Promise<string> {
+export async function readText(bytes: Uint8Array, format: 'text' | 'html', htmlToText: HtmlToText): Promise<string> {
   if (format === 'text') return utf8(bytes);
   const html = utf8(bytes);
   try {
-    return (await import('html-to-text')).convert(html, HTML_OPTIONS);
+    return (await htmlToText()).convert(html, HTML_OPTIONS);
   } catch (error) {
     throw new ExtractionError('invalid_file', `The HTML file cannot be read: ${describe(error)}.`);
   }

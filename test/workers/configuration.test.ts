@@ -31,6 +31,13 @@ describe('a Worker missing required configuration', () => {
     expect(error.message).toContain('GATEWAY_ENCRYPTION_KEY');
   });
 
+  it('answers 503 gateway_misconfigured to a WebSocket LIBSQL_URL, asking for its HTTP URL', async () => {
+    const error = await errorOf(await call('/v1/assistants', { ...env, LIBSQL_URL: 'wss://db.example.com' }));
+    expect(error).toMatchObject({ status: 503, code: 'gateway_misconfigured', type: 'server_error' });
+    expect(error.message).toContain('LIBSQL_URL is a WebSocket URL (wss://…)');
+    expect(error.message).not.toContain('db.example.com');
+  });
+
   it('serves as usual with its configuration', async () => {
     const response = await call('/health', env);
     expect(response.status).toBe(200);

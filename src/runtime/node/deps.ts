@@ -60,6 +60,7 @@ export async function createNodeDeps(
     requestBody,
     openApiDocument: nodeOpenApiDocument,
     staticAsset: nodeStaticAsset,
+    htmlToText: () => import('html-to-text'),
     ...overrides,
   };
   return {

@@ -1,7 +1,7 @@
-import { createClient } from '@libsql/client/web';
+import { createClient } from '@libsql/client/http';
 import { BusyRetryingClient } from '../../db/busy-retry';
 import { CoalescingClient } from '../../db/coalescing-client';
-import { drizzle } from 'drizzle-orm/libsql/web';
+import { drizzle } from 'drizzle-orm/libsql/http';
 import { ConfigurationError, parseConfig, secretBoxFromEnv, upstreamShares, type Config } from '../../config';
 import * as schema from '../../db/schema';
 import type { Deps } from '../../deps';
@@ -23,6 +23,7 @@ import { workersUpstreamFetch } from './upstream-fetch';
 import { configuredSandbox } from '../../sandbox/configured';
 import { withKeptAvailability } from '../../sandbox/kept-availability';
 import { unservedMetrics } from '../../metrics/gateway';
+import { htmlToText } from '../../worker-modules';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
@@ -106,6 +107,7 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     ingestion: env.INGEST_QUEUE ? queueIngestionHost(env.INGEST_QUEUE, shared.log) : null,
     openApiDocument: assetsDocument(env.ASSETS, '/openapi.json'),
     staticAsset: (name) => assetsFile(env.ASSETS, `/${encodeURIComponent(name)}`),
+    htmlToText,
   };
 }
 
@@ -134,15 +136,22 @@ function assetsDocument(assets: Fetcher, path: string): () => Promise<object> {
 }
 
 /**
- * Everything but where runs execute, where files are ingested and the API's description and page: what both
- * Workers need.
+ * Everything but where runs execute, where files are ingested, the API's description and page and
+ * html-to-text: what both Workers need.
  */
 export async function createSharedDeps(
   env: SharedEnv,
-): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset'>> {
+): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset' | 'htmlToText'>> {
   const config = parseConfig({ ...env });
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
   if (!url || !key) throw missingConfigurationError(missingConfiguration(config));
+  // Statements go over HTTP (Hrana over HTTP, a request each): a WebSocket is one connection, which
+  // workerd would not let one request use on behalf of another.
+  if (/^wss?:/i.test(url)) {
+    throw new ConfigurationError(
+      `LIBSQL_URL is a WebSocket URL (${new URL(url).protocol}//…): on Workers, give the database's libsql://, https:// or http:// URL.`,
+    );
+  }
   const secrets = await secretBoxFromEnv(key);
   // Reads issued together go as one batch (coalescing-client.ts); what is refused as busy is sent again.
   const client = new CoalescingClient(

@@ -1,0 +1,12 @@
+import type { HtmlToText } from './retrieval/file-text';
+
+/**
+ * The gateway Worker's modules beside its script (wrangler.toml's `rules`, the files `npm run
+ * build:worker-modules` writes), imported when a request first needs one: the script does not
+ * carry them, nor does its start-up evaluate them. Imported here, at the root of src/, because
+ * wrangler leaves such an import's text as written and the runtime resolves it from the script's
+ * place, which is src/'s: the same text must name the file from both.
+ */
+
+/** html-to-text, for a message's HTML file (Deps.htmlToText). */
+export const htmlToText: HtmlToText = () => import('./runtime/workers/lazy/html-to-text.mjs');
