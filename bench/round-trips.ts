@@ -43,7 +43,16 @@ const TARGETS = (process.env.BENCH_TARGETS ?? 'worker,node').split(',');
 const SHOW_STATEMENTS = process.env.BENCH_SHOW_STATEMENTS === '1';
 /** The database counts as done with a request once nothing has reached it for this long. */
 const QUIET_MS = 400;
-const ANSWER = { reply: 'a b c d e f g h' };
+/**
+ * BENCH_PROVIDER_FIRST_BYTE_MS (0): how long the fake provider waits before it answers, as a model
+ * takes a few hundred ms to its first token; what the gateway does meanwhile (a run's commit)
+ * then adds nothing to the first token.
+ */
+const PROVIDER_FIRST_BYTE_MS = Number(process.env.BENCH_PROVIDER_FIRST_BYTE_MS ?? 0);
+const ANSWER = {
+  reply: 'a b c d e f g h',
+  ...(PROVIDER_FIRST_BYTE_MS > 0 ? { first_byte_delay_ms: PROVIDER_FIRST_BYTE_MS } : {}),
+};
 const content = `go\n${fakeDirective(ANSWER)}`;
 
 /** An HTTP proxy in front of sqld: holds each request `delayMs`, counts them. */
@@ -273,8 +282,13 @@ async function measureTarget(name: string, fakeUrl: string) {
           stream: true,
           thread: { messages: [{ role: 'user', content }] },
         }),
-      'POST /threads/{id}/runs (streamed)': () =>
-        streamed(`/threads/${thread.id}/runs`, { assistant_id: assistant.id, stream: true }),
+      // On a thread of its own: the fake answers a conversation's first turn with the directive's answer.
+      'POST /threads/{id}/runs (streamed)': async () => {
+        const fresh = (await post(api('/threads'), headers, { messages: [{ role: 'user', content }] })) as {
+          id: string;
+        };
+        return streamed(`/threads/${fresh.id}/runs`, { assistant_id: assistant.id, stream: true });
+      },
       'POST /chat/completions (streamed)': () =>
         streamed('/chat/completions', { model: 'bench-model', stream: true, messages: [{ role: 'user', content }] }),
       'GET /assistants/{id}': () => counted(async () => (await fetchJson(`/assistants/${assistant.id}`), {})),
@@ -350,6 +364,7 @@ const result: Record<string, unknown> = {
   setup:
     'client (this process) -> gateway -> proxy (holds each database request the delay, counts it) -> sqld; ' +
     `fake provider in its own process; ${REPEATS} of each request one after another, medians`,
+  provider_first_byte_ms: PROVIDER_FIRST_BYTE_MS,
 };
 for (const name of TARGETS) result[name] = await measureTarget(name, fakeUrl);
 console.log(JSON.stringify(result, null, 2));

@@ -3,7 +3,7 @@ import { executeRun, executeStreamed } from '../../resources/runs/execution/engi
 import type { StartOptions, StreamOptions } from '../../deps';
 import type { RunRow } from '../../db/schema';
 import { workerDeps, type Env } from './deps';
-import type { RunExecutorRpc } from './run-host';
+import type { RunExecutorRpc, Written } from './run-host';
 
 /**
  * Where runs execute on Workers (runtime/workers/run-host.ts): one object per run, named by the run's id.
@@ -39,9 +39,10 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
    * case, writes nothing to the object's storage: the alarm's write and the deleteAll that undoes
    * it were a sixth of workerd's CPU per streamed run (bench:worker under perf).
    */
-  async stream(run: RunRow, options: StreamOptions): Promise<ReadableStream<Uint8Array>> {
+  async stream(run: RunRow, options: StreamOptions, written?: Written): Promise<ReadableStream<Uint8Array>> {
+    const rowsWritten = rowsWrittenBy(written);
     const deps = await workerDeps(this.env);
-    const { readable, done } = executeStreamed(deps, run, options);
+    const { readable, done } = executeStreamed(deps, run, { ...options, rowsWritten });
     let ended = false;
     this.#track(done.finally(() => (ended = true)));
     // Handed over RPC through a native byte stream: when the reader goes away, the runtime errors
@@ -61,9 +62,10 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
   }
 
   /** A run its caller put in progress and waits for: answered once its turn has ended. */
-  async execute(run: RunRow, options: StartOptions): Promise<void> {
+  async execute(run: RunRow, options: StartOptions, written?: Written): Promise<void> {
+    const rowsWritten = rowsWrittenBy(written);
     const deps = await this.#take();
-    const execution = executeRun(deps, run, options);
+    const execution = executeRun(deps, run, { ...options, rowsWritten });
     this.#track(execution);
     await execution;
   }
@@ -91,4 +93,18 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     this.#executions.add(execution);
     void execution.finally(() => this.#executions.delete(execution));
   }
+}
+
+/**
+ * The commit of the run's rows as the engine awaits it (ExecuteOptions.rowsWritten): asked at once,
+ * while the caller's stub of `written` is still valid (it lapses when the call that carried it
+ * returns, which a stream's does before the commit ends), and failing when the rows were not written.
+ */
+function rowsWrittenBy(written: Written | undefined): Promise<void> | undefined {
+  const rowsWritten = written?.().then((ok) => {
+    if (!ok) throw new Error('the run was not written');
+  });
+  // Handled by the execution, which may be built after it settles (once the deps are).
+  rowsWritten?.catch(() => undefined);
+  return rowsWritten;
 }
