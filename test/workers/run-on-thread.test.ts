@@ -4,7 +4,7 @@ import { exports } from 'cloudflare:workers';
 import { eq, getTableColumns } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/libsql/web';
 import OpenAI from 'openai';
-import { beforeAll, describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { isUniqueViolation } from '../../src/db/client';
 import * as schema from '../../src/db/schema';
 import { insertRunOnThread } from '../../src/resources/runs/queries';
@@ -166,6 +166,33 @@ describe('runs on an existing thread, on workerd', () => {
     expect(await gate.state()).toMatchObject({ waiting: 0, passed: 1 });
     const messages = (await openai.beta.threads.messages.list(threadId)).data;
     expect(messages).toHaveLength(4);
+    expect((await openai.beta.threads.runs.list(threadId)).data).toHaveLength(2);
+  });
+
+  it('admits one of 8 streamed runs on one thread: the others, whose executors began before their commit failed, call through nothing', async () => {
+    const { threadId } = await threadWith('Hi', 'Hello.');
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('streamed-racers'));
+    const responses = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        call(`/v1/threads/${threadId}/runs`, {
+          assistant_id: assistantId,
+          stream: true,
+          additional_messages: [{ role: 'user', content: ask(`Racer ${i}`, { reply: 'Done.', hold: gate.name }) }],
+        }),
+      ),
+    );
+    const admitted = responses.filter((response) => response.status === 200);
+    expect(admitted).toHaveLength(1);
+    for (const response of responses.filter((r) => r.status !== 200)) {
+      expect(await errorOf(response)).toMatchObject({ status: 400, code: 'thread_has_active_run' });
+    }
+    // Only the winner's call is held: a refused run's executor, told its rows were not written, left.
+    await vi.waitFor(async () => expect((await gate.state()).waiting).toBe(1), { timeout: 20_000, interval: 50 });
+    await gate.open();
+    const events = await defined(admitted[0]).text();
+    expect(events).toContain('event: thread.run.completed');
+    expect(await gate.state()).toMatchObject({ waiting: 0, passed: 1 });
+    expect((await openai.beta.threads.messages.list(threadId)).data).toHaveLength(4);
     expect((await openai.beta.threads.runs.list(threadId)).data).toHaveLength(2);
   });
 
