@@ -1,11 +1,11 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-b2047a12c375.js',
-    integrity: 'sha384-2KtkHzRYgPPZ8pneTCNY0ymgtSSWdt3/9GbI50XBbbrFABV6QwuJy8fIEDWdsEPa',
+    file: 'console-0bd1013a239b.js',
+    integrity: 'sha384-nUTPlQQsetkmbBntYTf+X2B85Q6nSeZAkCUDZJA2xKLEcexUjI2puZLr+584/Tkz',
   },
   style: {
-    file: 'console-43ed88af37ac.css',
-    integrity: 'sha384-eIzBUklS2Ux+rEaknoWiKmcSbYRKHTsKQF3+M3HqFuSp2/LmyJ0B92YYsEYfMQZz',
+    file: 'console-da5365946641.css',
+    integrity: 'sha384-dZHlhF1r/0AN7GTtPKQSPhEL8OBBnIUhFd2WRHYZnnfke+/kBYNSXF8+9Nfm9be3',
   },
 } as const;
