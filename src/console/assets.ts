@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-0bd1013a239b.js',
-    integrity: 'sha384-nUTPlQQsetkmbBntYTf+X2B85Q6nSeZAkCUDZJA2xKLEcexUjI2puZLr+584/Tkz',
+    file: 'console-b1aa0ac6aff2.js',
+    integrity: 'sha384-oDhYYHMVAvnTqkQtS9B175nSbFycrFyXOR/lqe7l97BpXuLarlK97YdaNPPiY52j',
   },
   style: {
     file: 'console-da5365946641.css',

@@ -98,7 +98,7 @@ export function filters(
 }
 
 /** `text`, cut at `max` characters, saying how much was left out. */
-export const cut = (text: string, max = 2000) =>
+export const cut = (text: string, max = 1000) =>
   text.length > max ? `${text.slice(0, max)}… (${(text.length - max).toLocaleString()} more characters)` : text;
 
 /** From `start` to `end`, Unix seconds, as the API has them: whole seconds. */
