@@ -1,12 +1,13 @@
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createFakeUpstream, fakeThread } from '../support/fake-upstream';
 import { errorOf, gatewayWithDefaultKey, serveOverHttp, type Tenant, type TestGateway } from '../support/gateway';
 import { ROOT } from '../support/processes';
 import { LOOKUP_TOOL } from '../support/threads';
 import { waitFor } from '../support/wait';
+import { executablePath, INSTALL, launchChromium, signIn } from './browser';
 import type OpenAI from 'openai';
 
 /**
@@ -18,10 +19,6 @@ import type OpenAI from 'openai';
  * (gitignored; docs/console.md). CHROMIUM_PATH names another binary; without one, skipped.
  */
 
-const INSTALL = 'apt-get install -y chromium, or CHROMIUM_PATH=<a Chromium binary>';
-const executablePath = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].find(
-  (path): path is string => path !== undefined && path !== '' && existsSync(path),
-);
 if (!executablePath) console.warn(`test/console/console.test.ts: skipped, no Chromium binary. To run it: ${INSTALL}`);
 
 const SCREENSHOTS = join(ROOT, 'test', 'console', 'screenshots');
@@ -95,14 +92,6 @@ async function newPage(viewport = LAPTOP): Promise<{ context: BrowserContext; pa
   return { context, page };
 }
 
-async function signIn(page: Page, key: string): Promise<void> {
-  // By keyboard: Enter in the field submits.
-  await page.getByLabel('API key').focus();
-  await page.keyboard.type(key);
-  await page.keyboard.press('Enter');
-  await page.getByRole('heading', { level: 1, name: 'Overview' }).waitFor();
-}
-
 async function openPage(page: Page, name: string): Promise<void> {
   await page.getByRole('navigation', { name: 'Pages' }).getByRole('link', { name }).click();
   await page.getByRole('heading', { level: 1, name }).waitFor();
@@ -161,8 +150,7 @@ describe.skipIf(!executablePath)(
       keys.push(tenant.workspaceKey, tenant.orgKey, sibling.workspaceKey, stranger.workspaceKey);
       server = await serveOverHttp(gateway);
       mkdirSync(SCREENSHOTS, { recursive: true });
-      // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-      browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
+      browser = await launchChromium();
     });
     afterEach(() => {
       expect(pageErrors).toEqual([]);

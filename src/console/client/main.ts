@@ -129,7 +129,8 @@ function drawPage(): void {
     if (chosen) current.workspace = chosen;
     drawPage();
   });
-  const view = h('div', { class: 'view' });
+  // Busy until the page is drawn: for a screen reader, and for the tests that time it.
+  const view = h('div', { class: 'view', 'aria-busy': 'true' });
   replace(
     root,
     h('a', { class: 'skip', href: '#content', onclick: skipToContent }, 'Skip to content'),
@@ -160,11 +161,14 @@ function drawPage(): void {
     h('main', { id: 'content', tabindex: '-1' }, h('h1', {}, page.title), view),
   );
   const redraw = () => drawPage();
-  page.draw({ view, session: current, redraw, route }).catch((error: unknown) => {
-    // A key revoked meanwhile (perhaps from this very page) ends the session.
-    if (error instanceof ApiFailure && error.status === 401) return end(`Signed out: ${error.message}`);
-    view.append(notice(error instanceof ApiFailure ? error.message : 'The page could not be drawn.', 'alert'));
-  });
+  void page
+    .draw({ view, session: current, redraw, route })
+    .catch((error: unknown) => {
+      // A key revoked meanwhile (perhaps from this very page) ends the session.
+      if (error instanceof ApiFailure && error.status === 401) return end(`Signed out: ${error.message}`);
+      view.append(notice(error instanceof ApiFailure ? error.message : 'The page could not be drawn.', 'alert'));
+    })
+    .finally(() => view.setAttribute('aria-busy', 'false'));
 }
 
 function skipToContent(event: Event): void {
