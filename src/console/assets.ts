@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-b4efcc7203a0.js',
-    integrity: 'sha384-/Sk2K0/qQV8f7a2d66vg++3BbseWUjB2F+fjONkaRM1S4koUmm41ffKlIcuBMezq',
+    file: 'console-1e6ed1918ffd.js',
+    integrity: 'sha384-EGJ8CP9pK0vZT45VNC/nGFg+rRSTgmhCriDnh7z2MV6a2dNeiC9CkzddmDPi7NEK',
   },
   style: {
     file: 'console-da5365946641.css',

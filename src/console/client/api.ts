@@ -5,6 +5,8 @@
  * nothing: CSRF is answered by construction (docs/console.md).
  */
 
+import type { RunStatus } from '../../db/run-status-list';
+
 let key: string | null = null;
 
 export function signIn(newKey: string): void {
@@ -167,22 +169,11 @@ export interface RunError {
   code: string;
   message: string;
 }
-export const RUN_STATUSES = [
-  'queued',
-  'in_progress',
-  'requires_action',
-  'cancelling',
-  'cancelled',
-  'failed',
-  'completed',
-  'incomplete',
-  'expired',
-] as const;
 export interface Run {
   id: string;
   thread_id: string;
   assistant_id: string;
-  status: (typeof RUN_STATUSES)[number];
+  status: RunStatus;
   model: string;
   created_at: number;
   started_at: number | null;

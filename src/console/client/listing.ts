@@ -1,6 +1,6 @@
 import { api, type Assistant, type CursorList } from './api';
 import { field, h, select } from './dom';
-import type { Route, Session } from './session';
+import type { PageContext, PageDefinition, Route, Session } from './session';
 
 /**
  * What the pages of a workspace's assistants, threads and runs share: reading them in the
@@ -16,6 +16,23 @@ export const inWorkspace = <Answer>(session: Session, path: string, query: Query
     query: Object.fromEntries(Object.entries(query).map(([name, value]) => [name, value ?? undefined])),
     headers: { 'x-gateway-workspace-id': session.workspace.id },
   });
+
+/**
+ * A page that lists (`#/threads`) and shows one of the list when the fragment names it with its
+ * `ids` (`#/threads/<thread>`, `#/runs/<thread>/<run>`).
+ */
+export function listAndItemPage(
+  page: { path: string; title: string; ids: number },
+  drawList: (context: PageContext) => Promise<void>,
+  drawItem: (context: PageContext, ids: string[]) => Promise<void>,
+): PageDefinition {
+  return {
+    path: page.path,
+    title: page.title,
+    draw: (context) =>
+      context.route.params.length >= page.ids ? drawItem(context, context.route.params) : drawList(context),
+  };
+}
 
 /** A page's fragment: `#/runs/<thread>/<run>?status=failed` (nothing of it reaches a server). */
 export function pageHref(path: string, params: string[] = [], query: Query = {}): string {

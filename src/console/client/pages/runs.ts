@@ -1,4 +1,5 @@
-import { RUN_STATUSES, type CursorList, type Run, type RunError, type RunStep, type ToolCall } from '../api';
+import { RUN_STATUSES } from '../../../db/run-status-list';
+import type { CursorList, Run, RunError, RunStep, ToolCall } from '../api';
 import { h, replace, when } from '../dom';
 import {
   assistantName,
@@ -9,12 +10,13 @@ import {
   filters,
   inWorkspace,
   link,
+  listAndItemPage,
   pageHref,
   pager,
   table,
   tokens,
 } from '../listing';
-import type { PageContext, PageDefinition } from '../session';
+import type { PageContext } from '../session';
 
 /**
  * The workspace's runs across its threads, newest first (GET /v1/runs, by status, assistant or
@@ -23,11 +25,6 @@ import type { PageContext, PageDefinition } from '../session';
  */
 
 const PATH = '/runs';
-
-async function draw(context: PageContext): Promise<void> {
-  const [threadId, runId] = context.route.params;
-  return threadId !== undefined && runId !== undefined ? drawTimeline(context, threadId, runId) : drawList(context);
-}
 
 /** When a run ended, whichever way it did. */
 const endOf = (run: Pick<Run, 'completed_at' | 'failed_at' | 'cancelled_at'>) =>
@@ -87,7 +84,10 @@ async function drawList({ view, session, route }: PageContext): Promise<void> {
   );
 }
 
-async function drawTimeline({ view, session, route }: PageContext, threadId: string, runId: string): Promise<void> {
+async function drawTimeline(
+  { view, session, route }: PageContext,
+  [threadId = '', runId = '']: string[],
+): Promise<void> {
   const path = `/threads/${encodeURIComponent(threadId)}/runs/${encodeURIComponent(runId)}`;
   const [run, steps] = await Promise.all([
     inWorkspace<Run>(session, path),
@@ -178,4 +178,4 @@ function toolCall(call: ToolCall): HTMLElement {
   );
 }
 
-export const runsPage: PageDefinition = { path: PATH, title: 'Runs', draw };
+export const runsPage = listAndItemPage({ path: PATH, title: 'Runs', ids: 2 }, drawList, drawTimeline);

@@ -7,11 +7,12 @@ import {
   filters,
   inWorkspace,
   link,
+  listAndItemPage,
   pageHref,
   pager,
   table,
 } from '../listing';
-import type { PageContext, PageDefinition } from '../session';
+import type { PageContext } from '../session';
 
 /**
  * The workspace's threads, newest first (GET /v1/threads, of one assistant if asked); a thread
@@ -20,11 +21,6 @@ import type { PageContext, PageDefinition } from '../session';
  */
 
 const PATH = '/threads';
-
-async function draw(context: PageContext): Promise<void> {
-  const [threadId] = context.route.params;
-  return threadId === undefined ? drawList(context) : drawConversation(context, threadId);
-}
 
 async function drawList({ view, session, route }: PageContext): Promise<void> {
   const assistantId = route.query.get('assistant_id');
@@ -54,7 +50,7 @@ async function drawList({ view, session, route }: PageContext): Promise<void> {
   );
 }
 
-async function drawConversation({ view, session, route }: PageContext, threadId: string): Promise<void> {
+async function drawConversation({ view, session, route }: PageContext, [threadId = '']: string[]): Promise<void> {
   const path = `${PATH}/${encodeURIComponent(threadId)}`;
   const [messages, runs] = await Promise.all([
     inWorkspace<CursorList<Message>>(session, `${path}/messages`, {
@@ -124,4 +120,4 @@ function annotation(note: Annotation): string {
   return note.type === 'file_citation' ? `“${note.text}” cites file ${file}` : `“${note.text}” is file ${file}`;
 }
 
-export const threadsPage: PageDefinition = { path: PATH, title: 'Threads', draw };
+export const threadsPage = listAndItemPage({ path: PATH, title: 'Threads', ids: 1 }, drawList, drawConversation);
