@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-1e6ed1918ffd.js',
-    integrity: 'sha384-EGJ8CP9pK0vZT45VNC/nGFg+rRSTgmhCriDnh7z2MV6a2dNeiC9CkzddmDPi7NEK',
+    file: 'console-7c3fc6b85960.js',
+    integrity: 'sha384-gf65BWf8fOd4nDPcxsu0ArZmV/yjOZOFMLISBi0n5g4b411wxP8pRM3SBAgtL95q',
   },
   style: {
     file: 'console-da5365946641.css',

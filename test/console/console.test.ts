@@ -443,6 +443,14 @@ describe.skipIf(!executablePath)(
       await review(page, 'runs');
       await page.getByRole('link', { name: failed.id }).click();
       await page.getByText(/^Last error: server_error/).waitFor();
+      // A thread's runs, filtered again: the thread is kept.
+      await page.evaluate(`location.hash = '#/runs?thread_id=${waiting.thread_id}'`);
+      await page.getByText(`Runs of thread ${waiting.thread_id}.`).waitFor();
+      await page.getByLabel('Status').selectOption('completed');
+      await page.getByRole('button', { name: 'Filter' }).click();
+      await page.waitForURL(`${server.url}/console#/runs?thread_id=${waiting.thread_id}&status=completed`);
+      await page.getByRole('link', { name: waiting.id }).waitFor();
+      await expect(page.getByRole('link', { name: failed.id }).count()).resolves.toBe(0);
       await expectOwnDataOnly(page);
       await context.close();
     });

@@ -93,7 +93,8 @@ export const assistantOptions = (assistants: Assistant[]) => [
  */
 export function filters(
   path: string,
-  params: string[],
+  /** Filters the form does not show, kept (the runs of one thread). */
+  kept: Query,
   choices: { label: string; name: string; options: { value: string; label: string }[] }[],
   route: Route,
 ): HTMLFormElement {
@@ -109,7 +110,10 @@ export function filters(
   );
   form.addEventListener('submit', (event) => {
     event.preventDefault();
-    location.hash = pageHref(path, params, Object.fromEntries(selects.map((one) => [one.name, one.control.value])));
+    location.hash = pageHref(path, [], {
+      ...kept,
+      ...Object.fromEntries(selects.map((one) => [one.name, one.control.value])),
+    });
   });
   return form;
 }

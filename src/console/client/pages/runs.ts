@@ -45,7 +45,7 @@ async function drawList({ view, session, route }: PageContext): Promise<void> {
     view,
     filters(
       PATH,
-      [],
+      { thread_id: query.thread_id },
       [
         {
           label: 'Status',

@@ -34,7 +34,7 @@ async function drawList({ view, session, route }: PageContext): Promise<void> {
   ]);
   replace(
     view,
-    filters(PATH, [], [{ label: 'Assistant', name: 'assistant_id', options: assistantOptions(assistants) }], route),
+    filters(PATH, {}, [{ label: 'Assistant', name: 'assistant_id', options: assistantOptions(assistants) }], route),
     table(
       `Threads of ${session.workspace.name}`,
       ['Thread', 'Created', 'Metadata'],
