@@ -5,7 +5,7 @@ export const CONSOLE_ASSETS = {
     integrity: 'sha384-gf65BWf8fOd4nDPcxsu0ArZmV/yjOZOFMLISBi0n5g4b411wxP8pRM3SBAgtL95q',
   },
   style: {
-    file: 'console-da5365946641.css',
-    integrity: 'sha384-dZHlhF1r/0AN7GTtPKQSPhEL8OBBnIUhFd2WRHYZnnfke+/kBYNSXF8+9Nfm9be3',
+    file: 'console-90f2d2565c84.css',
+    integrity: 'sha384-DYvXDfBuUfclOJkWaWpz+htYSpQ3jG1PC1tWHxzmugVhF4tNc8hwATxbKqCG97fW',
   },
 } as const;
