@@ -25,7 +25,7 @@ import { fileRoutes } from './resources/files/routes';
 import { modelRoutes } from './resources/models/routes';
 import { moderationRoutes } from './resources/moderations/routes';
 import { policyRoutes } from './resources/policies/routes';
-import { runRoutes } from './resources/runs/routes';
+import { runRoutes, workspaceRunRoutes } from './resources/runs/routes';
 import { reconcileRun } from './resources/runs/execution/recovery';
 import { threadRoutes } from './resources/threads/routes';
 import { usageRoutes } from './resources/usage/routes';
@@ -123,6 +123,7 @@ export function createApp(deps: Deps) {
   app.route('/v1/api-keys', apiKeyRoutes);
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
+  app.route('/v1/runs', workspaceRunRoutes);
   app.route('/v1/conversations', conversationRoutes(reconcileRun));
   app.route('/v1/containers', containerRoutes);
   app.route('/v1/files', fileRoutes);

@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import type { RunStatus } from './run-status-list';
 
 /**
  * The statuses of runs and run steps, and the sets the code decides by: one list each, read by
@@ -6,18 +7,8 @@ import { sql } from 'drizzle-orm';
  * (resources/runs/), and the answers' schemas (http/objects.ts).
  */
 
-export const RUN_STATUSES = [
-  'queued',
-  'in_progress',
-  'requires_action',
-  'cancelling',
-  'cancelled',
-  'failed',
-  'completed',
-  'incomplete',
-  'expired',
-] as const;
-export type RunStatus = (typeof RUN_STATUSES)[number];
+// The list alone, in a module that imports nothing: the console's script takes it from there.
+export { RUN_STATUSES, type RunStatus } from './run-status-list';
 
 export const STEP_STATUSES = ['in_progress', 'cancelled', 'failed', 'completed', 'expired'] as const;
 export type StepStatus = (typeof STEP_STATUSES)[number];

@@ -240,7 +240,11 @@ export const threads = sqliteTable(
     metadata: json<Record<string, string>>('metadata').notNull(),
     toolResources: json<ToolResources>('tool_resources'),
   },
-  (t) => [uniqueIndex('threads_id').on(t.id)],
+  (t) => [
+    uniqueIndex('threads_id').on(t.id),
+    // GET /v1/threads: a workspace's threads, newest first.
+    index('threads_workspace').on(t.workspaceId, t.seq),
+  ],
 );
 
 export type MessageStatus = 'in_progress' | 'incomplete' | 'completed';
@@ -326,6 +330,9 @@ export const runs = sqliteTable(
   (t) => [
     uniqueIndex('runs_id').on(t.id),
     index('runs_thread').on(t.threadId, t.seq),
+    // GET /v1/runs (a workspace's runs, newest first) and GET /v1/usage/runs (counted by when created).
+    index('runs_workspace').on(t.workspaceId, t.kind, t.seq),
+    index('runs_workspace_created').on(t.workspaceId, t.kind, t.createdAt),
     index('runs_active_lease').on(t.leaseExpiresAt).where(activeSql),
     // One active run per thread, as OpenAI enforces it: a second one fails to insert, in any
     // process and on any driver, however close together the two arrive.

@@ -1,11 +1,13 @@
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createFakeUpstream } from '../support/fake-upstream';
+import { createFakeUpstream, fakeThread } from '../support/fake-upstream';
 import { errorOf, gatewayWithDefaultKey, serveOverHttp, type Tenant, type TestGateway } from '../support/gateway';
 import { ROOT } from '../support/processes';
+import { LOOKUP_TOOL } from '../support/threads';
 import { waitFor } from '../support/wait';
+import { executablePath, INSTALL, launchChromium, signIn } from './browser';
 import type OpenAI from 'openai';
 
 /**
@@ -17,10 +19,6 @@ import type OpenAI from 'openai';
  * (gitignored; docs/console.md). CHROMIUM_PATH names another binary; without one, skipped.
  */
 
-const INSTALL = 'apt-get install -y chromium, or CHROMIUM_PATH=<a Chromium binary>';
-const executablePath = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].find(
-  (path): path is string => path !== undefined && path !== '' && existsSync(path),
-);
 if (!executablePath) console.warn(`test/console/console.test.ts: skipped, no Chromium binary. To run it: ${INSTALL}`);
 
 const SCREENSHOTS = join(ROOT, 'test', 'console', 'screenshots');
@@ -45,7 +43,7 @@ const pageErrors: string[] = [];
 const SIBLING_MARKER = `sibling-${crypto.randomUUID()}`;
 const STRANGER_MARKER = `stranger-${crypto.randomUUID()}`;
 
-/** Keys, policies and virtual keys of another workspace, each named with its marker. */
+/** Keys, policies, virtual keys, an assistant and a thread of another workspace, each named with its marker. */
 async function plant(owner: Tenant, marker: string): Promise<void> {
   const key = owner.workspaceKey;
   await errorFree(gateway.request('/v1/api-keys', { key, body: { name: marker } }));
@@ -63,6 +61,13 @@ async function plant(owner: Tenant, marker: string): Promise<void> {
     }),
   );
   await gateway.virtualKey(owner, { slug: marker, base_url: 'http://fake.test/v1', models: ['gpt-4o'] });
+  await errorFree(gateway.request('/v1/assistants', { key, body: { model: 'gpt-4o', name: marker } }));
+  await errorFree(
+    gateway.request('/v1/threads', {
+      key,
+      body: { metadata: { marker }, messages: [{ role: 'user', content: marker }] },
+    }),
+  );
 }
 
 async function errorFree(answer: Promise<Response>): Promise<void> {
@@ -85,14 +90,6 @@ async function newPage(viewport = LAPTOP): Promise<{ context: BrowserContext; pa
   page.on('pageerror', (error) => pageErrors.push(error.message));
   await page.goto(`${server.url}/console`);
   return { context, page };
-}
-
-async function signIn(page: Page, key: string): Promise<void> {
-  // By keyboard: Enter in the field submits.
-  await page.getByLabel('API key').focus();
-  await page.keyboard.type(key);
-  await page.keyboard.press('Enter');
-  await page.getByRole('heading', { level: 1, name: 'Overview' }).waitFor();
 }
 
 async function openPage(page: Page, name: string): Promise<void> {
@@ -153,8 +150,7 @@ describe.skipIf(!executablePath)(
       keys.push(tenant.workspaceKey, tenant.orgKey, sibling.workspaceKey, stranger.workspaceKey);
       server = await serveOverHttp(gateway);
       mkdirSync(SCREENSHOTS, { recursive: true });
-      // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-      browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
+      browser = await launchChromium();
     });
     afterEach(() => {
       expect(pageErrors).toEqual([]);
@@ -209,7 +205,7 @@ describe.skipIf(!executablePath)(
       );
       expect(offered.sort()).toEqual([tenant.workspace.id, sibling.workspace.id].sort());
       await picker.selectOption(tenant.workspace.id);
-      for (const name of ['API keys', 'Virtual keys', 'Rate-limit policies']) {
+      for (const name of ['Assistants', 'Threads', 'Runs', 'API keys', 'Virtual keys', 'Rate-limit policies']) {
         await openPage(page, name);
         await page.locator('.view > *').first().waitFor();
         await expectOwnDataOnly(page);
@@ -370,6 +366,91 @@ describe.skipIf(!executablePath)(
       await expect(page.locator('[data-policy-id]').filter({ hasText: MARKUP }).count()).resolves.toBe(0);
       const archived = await gateway.request('/v1/policies/rate-limits?status=archived', { key: tenant.workspaceKey });
       expect(await archived.text()).toContain('75');
+      await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it('lists assistants, threads and runs; reads a thread as a chat and a run as its timeline', async () => {
+      const assistant = await client.beta.assistants.create({ model: 'gpt-4o', name: MARKUP, tools: [LOOKUP_TOOL] });
+      const waiting = await client.beta.threads.createAndRunPoll({
+        assistant_id: assistant.id,
+        thread: fakeThread(MARKUP, [{ tool_calls: 1 }, { reply: 'Found it.' }]),
+      });
+      const call = waiting.required_action?.submit_tool_outputs.tool_calls[0];
+      expect(call?.function.name).toBe('lookup');
+      // Longer than the timeline shows: it is cut, saying so, and its end is not on the page.
+      const output = `${'result '.repeat(400)}END-OF-OUTPUT`;
+      const done = await client.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, {
+        thread_id: waiting.thread_id,
+        tool_outputs: [{ tool_call_id: call?.id ?? '', output }],
+      });
+      expect(done.status).toBe('completed');
+      const failed = await client.beta.threads.createAndRunPoll({
+        assistant_id: assistant.id,
+        thread: fakeThread('Fail, please', { status: 500 }),
+      });
+      expect(failed.status).toBe('failed');
+
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await page.getByRole('img', { name: /^Runs by status/ }).waitFor();
+      expect(
+        Number(await page.getByRole('img', { name: /^Runs by status/ }).getAttribute('data-total')),
+      ).toBeGreaterThanOrEqual(2);
+      const errors = page.getByRole('img', { name: /^Failed runs by error/ });
+      expect(Number(await errors.getAttribute('data-total'))).toBeGreaterThanOrEqual(1);
+      await expect(errors.textContent()).resolves.toContain('server_error');
+
+      await openPage(page, 'Assistants');
+      const row = page.getByRole('row').filter({ hasText: MARKUP });
+      await expect(row.getByRole('rowheader').textContent()).resolves.toBe(MARKUP);
+      await expect(row.textContent()).resolves.toContain('lookup');
+      await review(page, 'assistants');
+      await row.getByRole('link', { name: `Threads of ${MARKUP}` }).click();
+      await page.waitForURL(/#\/threads\?assistant_id=/);
+      await page.getByRole('link', { name: failed.thread_id }).waitFor();
+      // The assistant's two threads, and no other.
+      await expect(page.locator('main tbody tr').count()).resolves.toBe(2);
+      await review(page, 'threads');
+
+      await page.getByRole('link', { name: waiting.thread_id }).click();
+      const chat = page.getByRole('list', { name: 'Messages' });
+      await chat.waitFor();
+      await expect(chat.locator('.bubble.user .text').textContent()).resolves.toContain(MARKUP);
+      await expect(chat.locator('.bubble.assistant .text').textContent()).resolves.toBe('Found it.');
+      await expect(page.locator('main img, main b').count()).resolves.toBe(0);
+      await expect(page.title()).resolves.not.toBe('pwned');
+      await review(page, 'conversation');
+
+      await chat.getByRole('link', { name: 'its run' }).click();
+      await page.getByRole('heading', { name: `Run ${waiting.id}` }).waitFor();
+      const steps = page.getByRole('list', { name: 'Steps' });
+      await expect(steps.locator('.step').count()).resolves.toBe(2);
+      const timeline = (await steps.textContent()) ?? '';
+      expect(timeline).toContain('lookup');
+      expect(timeline).toContain(call?.function.arguments ?? 'no arguments');
+      expect(timeline).toMatch(/more characters/);
+      expect(timeline).not.toContain('END-OF-OUTPUT');
+      await expect(page.locator('.facts').textContent()).resolves.toContain('completed');
+      await review(page, 'run-timeline');
+
+      await openPage(page, 'Runs');
+      await page.getByLabel('Status').selectOption('failed');
+      await page.getByRole('button', { name: 'Filter' }).click();
+      await page.waitForURL(/#\/runs\?status=failed/);
+      await page.getByRole('link', { name: failed.id }).waitFor();
+      await expect(page.getByRole('link', { name: waiting.id }).count()).resolves.toBe(0);
+      await review(page, 'runs');
+      await page.getByRole('link', { name: failed.id }).click();
+      await page.getByText(/^Last error: server_error/).waitFor();
+      // A thread's runs, filtered again: the thread is kept.
+      await page.evaluate(`location.hash = '#/runs?thread_id=${waiting.thread_id}'`);
+      await page.getByText(`Runs of thread ${waiting.thread_id}.`).waitFor();
+      await page.getByLabel('Status').selectOption('completed');
+      await page.getByRole('button', { name: 'Filter' }).click();
+      await page.waitForURL(`${server.url}/console#/runs?thread_id=${waiting.thread_id}&status=completed`);
+      await page.getByRole('link', { name: waiting.id }).waitFor();
+      await expect(page.getByRole('link', { name: failed.id }).count()).resolves.toBe(0);
       await expectOwnDataOnly(page);
       await context.close();
     });

@@ -5,6 +5,8 @@
  * nothing: CSRF is answered by construction (docs/console.md).
  */
 
+import type { RunStatus } from '../../db/run-status-list';
+
 let key: string | null = null;
 
 export function signIn(newKey: string): void {
@@ -121,8 +123,97 @@ export interface UsageResult {
   virtual_key: string | null;
   model: string | null;
 }
-export interface UsagePage {
-  data: { start_time: number; end_time: number; results: UsageResult[] }[];
+/** A list of OpenAI's cursor pagination: `after` its last_id for the next page. */
+export interface CursorList<Item> extends List<Item> {
+  first_id: string | null;
+  last_id: string | null;
+  has_more: boolean;
+}
+export interface Assistant {
+  id: string;
+  name: string | null;
+  model: string;
+  tools: { type: string; function?: { name: string } }[];
+  created_at: number;
+}
+export interface Thread {
+  id: string;
+  created_at: number;
+  metadata: Record<string, string>;
+}
+export interface Annotation {
+  type: 'file_citation' | 'file_path';
+  text: string;
+  file_citation?: { file_id: string };
+  file_path?: { file_id: string };
+}
+export interface Message {
+  id: string;
+  created_at: number;
+  role: 'user' | 'assistant' | 'system' | 'developer';
+  run_id: string | null;
+  status: string;
+  content: (
+    | { type: 'text'; text: { value: string; annotations: Annotation[] } }
+    | { type: 'image_url'; image_url: { url: string } }
+    | { type: 'image_file'; image_file: { file_id: string } }
+  )[];
+  attachments: { file_id: string; tools: { type: string }[] }[] | null;
+}
+export interface TokenUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+export interface RunError {
+  code: string;
+  message: string;
+}
+export interface Run {
+  id: string;
+  thread_id: string;
+  assistant_id: string;
+  status: RunStatus;
+  model: string;
+  created_at: number;
+  started_at: number | null;
+  completed_at: number | null;
+  failed_at: number | null;
+  cancelled_at: number | null;
+  expires_at: number | null;
+  last_error: RunError | null;
+  incomplete_details: { reason: string } | null;
+  usage: TokenUsage | null;
+}
+export type ToolCall =
+  | { id: string; type: 'function'; function: { name: string; arguments: string; output: string | null } }
+  | { id: string; type: 'file_search'; file_search: { results: { file_name: string; score: number }[] } }
+  | {
+      id: string;
+      type: 'code_interpreter';
+      code_interpreter: { input: string; outputs: ({ type: 'logs'; logs: string } | { type: 'image' })[] };
+    };
+export interface RunStep {
+  id: string;
+  type: 'message_creation' | 'tool_calls';
+  status: string;
+  created_at: number;
+  completed_at: number | null;
+  failed_at: number | null;
+  cancelled_at: number | null;
+  last_error: RunError | null;
+  step_details:
+    | { type: 'message_creation'; message_creation: { message_id: string } }
+    | { type: 'tool_calls'; tool_calls: ToolCall[] };
+  usage: TokenUsage | null;
+}
+export interface RunUsageResult {
+  status: Run['status'];
+  error_code: string | null;
+  num_runs: number;
+}
+export interface BucketPage<Result> {
+  data: { start_time: number; end_time: number; results: Result[] }[];
   has_more: boolean;
   next_page: string | null;
 }

@@ -1,10 +1,13 @@
 import { api, ApiFailure, signIn, signOut, type List, type Workspace } from './api';
 import { field, h, notice, replace, select } from './dom';
 import { apiKeysPage } from './pages/api-keys';
+import { assistantsPage } from './pages/assistants';
 import { overviewPage } from './pages/overview';
 import { policiesPage } from './pages/policies';
+import { runsPage } from './pages/runs';
+import { threadsPage } from './pages/threads';
 import { virtualKeysPage } from './pages/virtual-keys';
-import type { PageDefinition, Session } from './session';
+import type { PageDefinition, Route, Session } from './session';
 
 /**
  * The console's start: the sign-in form, then a page per `#/path`, drawn by the page's module from
@@ -12,14 +15,34 @@ import type { PageDefinition, Session } from './session';
  * and moving between pages never reloads (which would lose the key, kept in memory only).
  */
 
-const PAGES: PageDefinition[] = [overviewPage, apiKeysPage, virtualKeysPage, policiesPage];
+const PAGES: PageDefinition[] = [
+  overviewPage,
+  assistantsPage,
+  threadsPage,
+  runsPage,
+  apiKeysPage,
+  virtualKeysPage,
+  policiesPage,
+];
 const DEFAULT_PAGE = overviewPage;
 
 const root = document.getElementById('console') ?? document.body;
 let session: Session | null = null;
 
-function currentPage(): PageDefinition {
-  return PAGES.find((page) => `#${page.path}` === location.hash) ?? DEFAULT_PAGE;
+/** The page a fragment `#/<page>/<param>…?<query>` names, and the rest of it for the page. */
+function currentPage(): { page: PageDefinition; route: Route } {
+  const [path = '', search = ''] = location.hash.slice(1).split('?', 2);
+  const [name, ...params] = path.split('/').filter(Boolean);
+  const page = PAGES.find((one) => one.path === `/${name}`) ?? DEFAULT_PAGE;
+  return { page, route: { params: params.map(decoded), query: new URLSearchParams(search) } };
+}
+
+function decoded(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
 }
 
 function drawSignIn(message?: string): void {
@@ -94,7 +117,7 @@ function end(message?: string): void {
 function drawPage(): void {
   const current = session;
   if (!current) return drawSignIn();
-  const page = currentPage();
+  const { page, route } = currentPage();
   document.title = `${page.title} · Gateway console`;
   const workspacePicker = select(
     'workspace',
@@ -106,7 +129,8 @@ function drawPage(): void {
     if (chosen) current.workspace = chosen;
     drawPage();
   });
-  const view = h('div', { class: 'view' });
+  // Busy until the page is drawn: for a screen reader, and for the tests that time it.
+  const view = h('div', { class: 'view', 'aria-busy': 'true' });
   replace(
     root,
     h('a', { class: 'skip', href: '#content', onclick: skipToContent }, 'Skip to content'),
@@ -137,11 +161,14 @@ function drawPage(): void {
     h('main', { id: 'content', tabindex: '-1' }, h('h1', {}, page.title), view),
   );
   const redraw = () => drawPage();
-  page.draw({ view, session: current, redraw }).catch((error: unknown) => {
-    // A key revoked meanwhile (perhaps from this very page) ends the session.
-    if (error instanceof ApiFailure && error.status === 401) return end(`Signed out: ${error.message}`);
-    view.append(notice(error instanceof ApiFailure ? error.message : 'The page could not be drawn.', 'alert'));
-  });
+  void page
+    .draw({ view, session: current, redraw, route })
+    .catch((error: unknown) => {
+      // A key revoked meanwhile (perhaps from this very page) ends the session.
+      if (error instanceof ApiFailure && error.status === 401) return end(`Signed out: ${error.message}`);
+      view.append(notice(error instanceof ApiFailure ? error.message : 'The page could not be drawn.', 'alert'));
+    })
+    .finally(() => view.setAttribute('aria-busy', 'false'));
 }
 
 function skipToContent(event: Event): void {

@@ -11,6 +11,13 @@ export interface PageContext {
   view: HTMLElement;
   session: Session;
   redraw: () => void;
+  /** The rest of the fragment: `#/runs/<thread>/<run>?status=failed` gives the runs page its two ids and a query. */
+  route: Route;
+}
+
+export interface Route {
+  params: string[];
+  query: URLSearchParams;
 }
 
 export interface PageDefinition {

@@ -5,7 +5,13 @@ import { ApiError } from '../../errors';
 import { settleTokens, type Admission } from '../../ratelimit';
 import { admit, firstTurn, nextTurn, unlessWritten } from './admission';
 import type { CursorListQuery } from '../../http/schemas';
-import type { CreateRunBody, CreateThreadAndRunBody, ModifyRunBody, SubmitToolOutputsBody } from './schemas';
+import type {
+  CreateRunBody,
+  CreateThreadAndRunBody,
+  ListWorkspaceRunsQuery,
+  ModifyRunBody,
+  SubmitToolOutputsBody,
+} from './schemas';
 import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
 import { readHistory, type History } from '../threads/history';
@@ -18,6 +24,7 @@ import {
   insertThreadAndRun,
   leaseMs,
   listRuns as listRunsPage,
+  listWorkspaceRuns as listWorkspaceRunsPage,
   listStepsPage,
   setRunMetadata,
   toolCallsStepInProgress,
@@ -298,7 +305,16 @@ export async function blockingRun(
 /** GET /v1/threads/{thread_id}/runs: a page of the thread's runs, each as it really stands. */
 export async function listRuns(deps: RunCommandDeps, workspaceId: string, threadId: string, query: CursorListQuery) {
   const thread = await getThread(deps.db, workspaceId, threadId);
-  const page = await listRunsPage(deps.db, thread.id, query);
+  return reconciled(deps, await listRunsPage(deps.db, thread.id, query));
+}
+
+/** GET /v1/runs: a page of the workspace's runs across its threads, each settled as listRuns settles them. */
+export async function listWorkspaceRuns(deps: RunCommandDeps, workspaceId: string, query: ListWorkspaceRunsQuery) {
+  return reconciled(deps, await listWorkspaceRunsPage(deps.db, workspaceId, query));
+}
+
+/** A page of runs, each as reconcileRun leaves it: a run whose executor was lost is shown settled. */
+async function reconciled(deps: RunCommandDeps, page: { rows: RunRow[]; hasMore: boolean }) {
   return { ...page, rows: await Promise.all(page.rows.map((run) => reconcileRun(deps, run))) };
 }
 

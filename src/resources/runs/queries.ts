@@ -20,6 +20,7 @@ import { messages, runs, runSteps } from '../../db/schema';
 import type { RunStatus } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
+import type { ListWorkspaceRunsQuery } from './schemas';
 import type { RunRow, TokenTicket } from '../../db/schema';
 import type { ToolCallsDetails } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
@@ -102,6 +103,60 @@ const runPage = preparedQueries(
       .limit(page.limit)
       .prepare(),
   (page) => page.shape,
+);
+
+/** One page of a workspace's runs across its threads (see cursorPage), filtered as asked. */
+export function listWorkspaceRuns(db: Db, workspaceId: string, query: ListWorkspaceRunsQuery) {
+  const filters: RunFilters = {
+    status: query.status !== undefined,
+    assistantId: query.assistant_id !== undefined,
+    threadId: query.thread_id !== undefined,
+  };
+  return cursorPage(query, {
+    db,
+    cursors: workspaceRunCursors,
+    scope: workspaceId,
+    noun: 'run in this workspace',
+    select: (page) =>
+      workspaceRunPage(db, page, filters).all({
+        ...page.values,
+        workspaceId,
+        status: query.status,
+        assistantId: query.assistant_id,
+        threadId: query.thread_id,
+      }),
+  });
+}
+
+/** Which filters a page of a workspace's runs has: a prepared query for each set. */
+type RunFilters = Record<'status' | 'assistantId' | 'threadId', boolean>;
+
+const workspaceRunCursors = cursorsOf(runs, { seq: runs.seq, id: runs.id, scope: runs.workspaceId });
+
+const workspaceRunPage = preparedQueries(
+  (db, page: PageQuery, filters: RunFilters) =>
+    db
+      .select()
+      .from(runs)
+      .where(
+        and(
+          eq(runs.workspaceId, sql.placeholder('workspaceId')),
+          // Responses are runs too (runs.kind): they are listed by the Responses API.
+          eq(runs.kind, 'run'),
+          filters.status ? eq(runs.status, sql.placeholder('status')) : undefined,
+          filters.assistantId ? eq(runs.assistantId, sql.placeholder('assistantId')) : undefined,
+          filters.threadId ? eq(runs.threadId, sql.placeholder('threadId')) : undefined,
+          page.where,
+        ),
+      )
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
+  (page, filters) =>
+    `${page.shape}${Object.entries(filters)
+      .filter(([, on]) => on)
+      .map(([name]) => ` ${name}`)
+      .join('')}`,
 );
 
 /** A run's metadata, replaced whatever the run's status; 404 as getRun. */

@@ -5,6 +5,7 @@ import {
   createRun,
   createThreadAndRun,
   listRuns,
+  listWorkspaceRuns,
   listRunSteps,
   modifyRun,
   retrieveRun,
@@ -20,6 +21,7 @@ import {
   createRunBody,
   createThreadAndRunBody,
   listRunStepsQuery,
+  listWorkspaceRunsQuery,
   modifyRunBody,
   runStepIncludeQuery,
   submitToolOutputsBody,
@@ -28,7 +30,9 @@ import {
 import { isTerminal } from '../../db/run-statuses';
 import { listObject } from '../../http/lists';
 import { toRunJson, toStepJson } from './wire';
-import type { WorkspaceEnv } from '../identities/env';
+import type { ApiEnv, WorkspaceEnv } from '../identities/env';
+import { assistantsBeta } from '../../http/middleware/assistants-beta';
+import { workspace } from '../identities/middleware/workspace';
 import { responds } from '../../http/middleware/responds';
 import { listOf } from '../../http/objects';
 import { runObject, runStepObject } from './objects';
@@ -155,6 +159,22 @@ export const runRoutes = new Hono<WorkspaceEnv>()
         c.req.param('step_id'),
       );
       return c.json(toStepJson(step, run, includesContent(c.req.valid('query'))));
+    },
+  );
+
+/**
+ * GET /v1/runs (a gateway extension, for the console): the workspace's runs across its threads,
+ * newest first, filtered by status, assistant or thread. OpenAI lists runs per thread only.
+ */
+export const workspaceRunRoutes = new Hono<ApiEnv>()
+  .use(assistantsBeta(), workspace())
+  .get(
+    '/',
+    responds({ summary: "List the workspace's runs", ok: listOf(runObject) }),
+    validate('query', listWorkspaceRunsQuery),
+    async (c) => {
+      const page = await listWorkspaceRuns(c.get('deps'), c.get('actor').workspaceId, c.req.valid('query'));
+      return c.json(listObject(page, toRunJson));
     },
   );
 

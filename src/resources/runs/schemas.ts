@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { cursorListQuery, knownValues, metadataSchema } from '../../http/schemas';
+import { RUN_STATUSES } from '../../db/run-statuses';
 import { THREAD_LIMITS, threadMessageSchema, threadSchema } from '../threads/schemas';
 import { responseFormatSchema, toolChoiceSchema, toolResourcesSchema, toolsSchema } from '../../db/json-columns';
 
@@ -99,3 +100,14 @@ export const submitToolOutputsBody = z.strictObject({
   stream: z.boolean().nullable().optional(),
 });
 export type SubmitToolOutputsBody = z.infer<typeof submitToolOutputsBody>;
+
+/**
+ * GET /v1/runs (a gateway extension, for the console): the workspace's runs across its threads,
+ * newest first, of one status, assistant or thread.
+ */
+export const listWorkspaceRunsQuery = cursorListQuery.extend({
+  status: z.enum(RUN_STATUSES).optional(),
+  assistant_id: z.string().min(1).max(128).optional(),
+  thread_id: z.string().min(1).max(128).optional(),
+});
+export type ListWorkspaceRunsQuery = z.infer<typeof listWorkspaceRunsQuery>;

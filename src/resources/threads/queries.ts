@@ -1,4 +1,4 @@
-import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
+import { and, eq, exists, inArray, sql, type SQL } from 'drizzle-orm';
 import {
   batchRaw,
   batchRawResults,
@@ -18,7 +18,7 @@ import { messages, runs, runSteps, threads } from '../../db/schema';
 import { holdsThreadSql, THREAD_HOLDING_SQL } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
-import type { ModifyMessageBody, ModifyThreadBody } from './schemas';
+import type { ListThreadsQuery, ModifyMessageBody, ModifyThreadBody } from './schemas';
 import type { ToolResources } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 
@@ -276,6 +276,48 @@ export async function deleteMessage(db: Db, workspaceId: string, threadId: strin
   const [row] = await deleteMessageById(db).all({ id, threadId, workspaceId });
   if (!row) await missingMessage(db, workspaceId, threadId, id);
 }
+
+/**
+ * One page of a workspace's threads (see cursorPage), or of those with a run of one assistant (an
+ * EXISTS probe of the index runs_thread per thread). Conversations are threads: they are listed too.
+ */
+export function listThreads(db: Db, workspaceId: string, query: ListThreadsQuery) {
+  const assistantId = query.assistant_id;
+  return cursorPage(query, {
+    db,
+    cursors: threadCursors,
+    scope: workspaceId,
+    noun: 'thread in this workspace',
+    select: (page) => threadPage(db, page, assistantId !== undefined).all({ ...page.values, workspaceId, assistantId }),
+  });
+}
+
+const threadCursors = cursorsOf(threads, { seq: threads.seq, id: threads.id, scope: threads.workspaceId });
+
+const threadPage = preparedQueries(
+  (db, page: PageQuery, ofAssistant: boolean) =>
+    db
+      .select()
+      .from(threads)
+      .where(
+        and(
+          eq(threads.workspaceId, sql.placeholder('workspaceId')),
+          ofAssistant
+            ? exists(
+                db
+                  .select({ one: sql`1` })
+                  .from(runs)
+                  .where(and(eq(runs.threadId, threads.id), eq(runs.assistantId, sql.placeholder('assistantId')))),
+              )
+            : undefined,
+          page.where,
+        ),
+      )
+      .orderBy(page.orderBy)
+      .limit(page.limit)
+      .prepare(),
+  (page, ofAssistant) => `${page.shape}${ofAssistant ? ' of an assistant' : ''}`,
+);
 
 /** One page of a thread's messages (see cursorPage), optionally those of one run. */
 export function listMessages(db: Db, threadId: string, query: CursorListQuery & { run_id?: string }) {

@@ -2,8 +2,15 @@ import { Hono } from 'hono';
 import { assistantsBeta } from '../../http/middleware/assistants-beta';
 import { validate } from '../../http/middleware/validate';
 import { workspace } from '../identities/middleware/workspace';
-import { createMessageBody, createThreadBody, listMessagesQuery, modifyMessageBody, modifyThreadBody } from './schemas';
-import { deleteMessage, getMessage, getThread, listMessages, modifyMessage } from './queries';
+import {
+  createMessageBody,
+  createThreadBody,
+  listMessagesQuery,
+  listThreadsQuery,
+  modifyMessageBody,
+  modifyThreadBody,
+} from './schemas';
+import { deleteMessage, getMessage, getThread, listMessages, listThreads, modifyMessage } from './queries';
 import { createMessage, createThread, deleteThread, modifyThread, type ReconcileRun } from './commands';
 import { listObject } from '../../http/lists';
 import { toMessageJson, toThreadJson } from './wire';
@@ -23,6 +30,16 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
       async (c) => {
         const thread = await createThread(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
         return c.json(toThreadJson(thread));
+      },
+    )
+    // A gateway extension, for the console: OpenAI lists no threads.
+    .get(
+      '/',
+      responds({ summary: "List the workspace's threads", ok: listOf(threadObject) }),
+      validate('query', listThreadsQuery),
+      async (c) => {
+        const page = await listThreads(c.get('deps').db, c.get('actor').workspaceId, c.req.valid('query'));
+        return c.json(listObject(page, toThreadJson));
       },
     )
     .get('/:thread_id', responds({ summary: 'Retrieve a thread', ok: threadObject }), async (c) => {

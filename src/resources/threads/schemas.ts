@@ -86,3 +86,10 @@ export const modifyMessageBody = z.strictObject({ metadata: metadataSchema.nulla
 export type ModifyMessageBody = z.infer<typeof modifyMessageBody>;
 
 export const listMessagesQuery = cursorListQuery.extend({ run_id: z.string().min(1).max(128).optional() });
+
+/**
+ * GET /v1/threads (a gateway extension, for the console): the workspace's threads, newest first;
+ * `assistant_id`: those with a run of that assistant.
+ */
+export const listThreadsQuery = cursorListQuery.extend({ assistant_id: z.string().min(1).max(128).optional() });
+export type ListThreadsQuery = z.infer<typeof listThreadsQuery>;

@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { seconds } from '../../http/objects';
 import { USAGE_KINDS } from '../../db/schema';
+import { RUN_STATUSES } from '../../db/run-statuses';
 
 /** Usage as the API answers it (see http/objects.ts). */
 
@@ -18,22 +19,42 @@ const usageResult = z.strictObject({
   kind: z.enum(USAGE_KINDS).nullable(),
 });
 
-/** GET /v1/usage: buckets of time, each with its results by the groups asked for. */
-export const usagePage = z
-  .strictObject({
+/** GET /v1/usage/runs: runs counted by status and by their last_error's code (null: none). */
+const runUsageResult = z.strictObject({
+  object: z.literal('usage.runs.result'),
+  status: z.enum(RUN_STATUSES),
+  error_code: z.string().nullable(),
+  num_runs: z.int(),
+});
+
+/** Buckets of time, each with its results. */
+const pageOfBuckets = <Result extends z.ZodType>(result: Result) =>
+  z.strictObject({
     object: z.literal('page'),
     data: z.array(
       z.strictObject({
         object: z.literal('bucket'),
         start_time: seconds,
         end_time: seconds,
-        results: z.array(usageResult),
+        results: z.array(result),
       }),
     ),
     has_more: z.boolean(),
     next_page: z.string().nullable(),
-  })
-  .meta({ id: 'UsagePage' });
+  });
+
+/** GET /v1/usage: buckets of time, each with its results by the groups asked for. */
+export const usagePage = pageOfBuckets(usageResult).meta({ id: 'UsagePage' });
+export const runUsagePage = pageOfBuckets(runUsageResult).meta({ id: 'RunUsagePage' });
 
 export type UsagePage = z.infer<typeof usagePage>;
 export type UsageResult = z.infer<typeof usageResult>;
+export type RunUsagePage = z.infer<typeof runUsagePage>;
+export type RunUsageResult = z.infer<typeof runUsageResult>;
+/** A page of buckets of `Result`. */
+export interface Page<Result> {
+  object: 'page';
+  data: { object: 'bucket'; start_time: number; end_time: number; results: Result[] }[];
+  has_more: boolean;
+  next_page: string | null;
+}

@@ -1,28 +1,88 @@
-import { and, gte, inArray, lt, sql, type SQL } from 'drizzle-orm';
+import { and, eq, gte, inArray, lt, sql, type SQL } from 'drizzle-orm';
+import type { AnySQLiteColumn } from 'drizzle-orm/sqlite-core';
 import type { Db } from '../../db/client';
-import { usage, USAGE_KINDS, virtualKeys, workspaces, type UsageKind } from '../../db/schema';
-import type { UsagePage, UsageResult } from './objects';
+import { runs, usage, USAGE_KINDS, virtualKeys, workspaces, type UsageKind } from '../../db/schema';
+import type { RunStatus } from '../../db/run-statuses';
+import type { Page, RunUsagePage, RunUsageResult, UsagePage, UsageResult } from './objects';
 import { BUCKET_LIMITS, type BucketWidth, type UsageGroup } from './schemas';
 
 /**
  * Token usage, added up: per hour in the `usage` table (runs by a trigger as they end, embeddings
- * calls by retrieval/embed.ts), read here into buckets of an hour or a day.
+ * calls by retrieval/embed.ts), read here into buckets of an hour or a day. And runs, counted by
+ * status from the runs table (GET /v1/usage/runs).
  */
 
 const HOUR_MS = 3_600_000;
 const WIDTH_MS: Record<BucketWidth, number> = { '1h': HOUR_MS, '1d': 24 * HOUR_MS };
 
-export interface UsageRequest {
+/** The buckets of time a page asks for, and whose. */
+export interface BucketRequest {
   /** The workspaces counted: one, or every one of an organisation. */
   scope: { workspaceId: string } | { organisationId: string };
   startMs: number | undefined;
   endMs: number | undefined;
   width: BucketWidth;
-  groupBy: UsageGroup[];
   limit: number | undefined;
   /** A previous answer's next_page: the start of the next bucket, Unix seconds. */
   page: string | undefined;
   now: number;
+}
+
+export interface UsageRequest extends BucketRequest {
+  groupBy: UsageGroup[];
+}
+
+/** A page's buckets: their width, the first one's start and the end of the last, and where the range ends. */
+interface Buckets {
+  width: number;
+  first: number;
+  last: number;
+  end: number;
+}
+
+function bucketsOf(request: BucketRequest): Buckets {
+  const width = WIDTH_MS[request.width];
+  const limit = request.limit ?? BUCKET_LIMITS[request.width].default;
+  const floor = (ms: number) => ms - (ms % width);
+  const end = request.endMs ?? floor(request.now) + width;
+  const first =
+    request.page !== undefined ? Number(request.page) * 1000 : floor(request.startMs ?? end - limit * width);
+  return { width, first, last: Math.min(end, first + limit * width), end };
+}
+
+/** The page of `buckets`, every bucket whether it has results or not, with the results found for each. */
+function pageOf<Result>({ width, first, last, end }: Buckets, results: Map<number, Result[]>): Page<Result> {
+  const data = [];
+  for (let start = first; start < last; start += width) {
+    data.push({
+      object: 'bucket' as const,
+      start_time: start / 1000,
+      end_time: (start + width) / 1000,
+      results: results.get(start) ?? [],
+    });
+  }
+  const hasMore = last < end;
+  return { object: 'page', data, has_more: hasMore, next_page: hasMore ? String(last / 1000) : null };
+}
+
+/** `workspaceColumn` within the request's scope: its workspace, or its organisation's. */
+function inScope(db: Db, scope: BucketRequest['scope'], workspaceColumn: AnySQLiteColumn): SQL {
+  return 'workspaceId' in scope
+    ? sql`${workspaceColumn} = ${scope.workspaceId}`
+    : inArray(
+        workspaceColumn,
+        db
+          .select({ id: workspaces.id })
+          .from(workspaces)
+          .where(sql`${workspaces.organisationId} = ${scope.organisationId}`),
+      );
+}
+
+/** Adds `result` to its bucket's list. */
+function addTo<Result>(results: Map<number, Result[]>, bucket: number, result: Result): void {
+  const list = results.get(bucket) ?? [];
+  list.push(result);
+  results.set(bucket, list);
 }
 
 /**
@@ -31,16 +91,8 @@ export interface UsageRequest {
  * for the whole bucket). One indexed query over the hours of the page.
  */
 export async function usageBuckets(db: Db, request: UsageRequest): Promise<UsagePage> {
-  const width = WIDTH_MS[request.width];
-  const limit = request.limit ?? BUCKET_LIMITS[request.width].default;
-  const floor = (ms: number) => ms - (ms % width);
-  const end = request.endMs ?? floor(request.now) + width;
-  const first =
-    request.page !== undefined ? Number(request.page) * 1000 : floor(request.startMs ?? end - limit * width);
-  const last = Math.min(end, first + limit * width);
-  const starts: number[] = [];
-  for (let start = first; start < last; start += width) starts.push(start);
-
+  const buckets = bucketsOf(request);
+  const { width, first, last } = buckets;
   const bucket = sql<number>`${usage.hour} - (${usage.hour} % ${width})`;
   const columns: Record<UsageGroup, SQL> = {
     workspace_id: sql`${usage.workspaceId}`,
@@ -49,16 +101,6 @@ export async function usageBuckets(db: Db, request: UsageRequest): Promise<Usage
     model: sql`${usage.model}`,
     kind: sql`${usage.kind}`,
   };
-  const inScope =
-    'workspaceId' in request.scope
-      ? sql`${usage.workspaceId} = ${request.scope.workspaceId}`
-      : inArray(
-          usage.workspaceId,
-          db
-            .select({ id: workspaces.id })
-            .from(workspaces)
-            .where(sql`${workspaces.organisationId} = ${request.scope.organisationId}`),
-        );
   const groups = request.groupBy;
   const rows = await db
     .select({
@@ -71,7 +113,7 @@ export async function usageBuckets(db: Db, request: UsageRequest): Promise<Usage
       requests: sql<number>`sum(${usage.requests})`,
     })
     .from(usage)
-    .where(and(inScope, gte(usage.hour, first), lt(usage.hour, last)))
+    .where(and(inScope(db, request.scope, usage.workspaceId), gte(usage.hour, first), lt(usage.hour, last)))
     .groupBy(bucket, ...groups.map((group) => columns[group]))
     .orderBy(bucket);
 
@@ -91,22 +133,45 @@ export async function usageBuckets(db: Db, request: UsageRequest): Promise<Usage
       model: named.model ?? null,
       kind: isUsageKind(named.kind) ? named.kind : null,
     };
-    const list = byBucket.get(Number(row.bucket)) ?? [];
-    list.push(result);
-    byBucket.set(Number(row.bucket), list);
+    addTo(byBucket, Number(row.bucket), result);
   }
-  const hasMore = last < end;
-  return {
-    object: 'page',
-    data: starts.map((start) => ({
-      object: 'bucket',
-      start_time: start / 1000,
-      end_time: (start + width) / 1000,
-      results: byBucket.get(start) ?? [],
-    })),
-    has_more: hasMore,
-    next_page: hasMore ? String(last / 1000) : null,
-  };
+  return pageOf(buckets, byBucket);
+}
+
+/**
+ * Runs (of the Assistants API) by status, and by their last_error's code, in the bucket of their
+ * creation: one query over the index runs_workspace_created. A run still going is counted in its
+ * current status.
+ */
+export async function runBuckets(db: Db, request: BucketRequest): Promise<RunUsagePage> {
+  const buckets = bucketsOf(request);
+  const { width, first, last } = buckets;
+  const bucket = sql<number>`${runs.createdAt} - (${runs.createdAt} % ${width})`;
+  const errorCode = sql<string | null>`json_extract(${runs.lastError}, '$.code')`;
+  const rows = await db
+    .select({ bucket, status: runs.status, errorCode, count: sql<number>`count(*)` })
+    .from(runs)
+    .where(
+      and(
+        inScope(db, request.scope, runs.workspaceId),
+        eq(runs.kind, 'run'),
+        gte(runs.createdAt, first),
+        lt(runs.createdAt, last),
+      ),
+    )
+    .groupBy(bucket, runs.status, errorCode)
+    .orderBy(bucket);
+  const byBucket = new Map<number, RunUsageResult[]>();
+  for (const row of rows) {
+    const status: RunStatus = row.status;
+    addTo(byBucket, Number(row.bucket), {
+      object: 'usage.runs.result',
+      status,
+      error_code: row.errorCode,
+      num_runs: Number(row.count),
+    });
+  }
+  return pageOf(buckets, byBucket);
 }
 
 const isUsageKind = (value: string | null | undefined): value is UsageKind =>

@@ -16,11 +16,44 @@ export type BucketWidth = keyof typeof BUCKET_LIMITS;
  * `next_page` of the previous answer), `workspace_id` (organisation keys: one workspace, by id or
  * slug; default all of the organisation's).
  */
+const range = {
+  start_time: queryInteger({ min: 0, max: 253_402_300_799 }).optional(),
+  end_time: queryInteger({ min: 1, max: 253_402_300_800 }).optional(),
+  bucket_width: z.enum(['1d', '1h']).default('1d'),
+  limit: queryInteger({ min: 1, max: 168 }).optional(),
+  page: z
+    .string()
+    .regex(/^\d{1,12}$/, { error: 'expected the next_page of a previous answer' })
+    .optional(),
+  workspace_id: z.string().min(1).max(255).optional(),
+};
+
+/** A limit within the bucket width's, and an end after the start. */
+function checkRange(
+  query: {
+    bucket_width: BucketWidth;
+    limit?: number | undefined;
+    start_time?: number | undefined;
+    end_time?: number | undefined;
+  },
+  ctx: z.RefinementCtx,
+): void {
+  const limits = BUCKET_LIMITS[query.bucket_width];
+  if (query.limit !== undefined && query.limit > limits.max) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['limit'],
+      message: `at most ${limits.max} buckets of ${query.bucket_width}`,
+    });
+  }
+  if (query.start_time !== undefined && query.end_time !== undefined && query.end_time <= query.start_time) {
+    ctx.addIssue({ code: 'custom', path: ['end_time'], message: 'end_time must be after start_time' });
+  }
+}
+
 export const usageQuery = z
   .strictObject({
-    start_time: queryInteger({ min: 0, max: 253_402_300_799 }).optional(),
-    end_time: queryInteger({ min: 1, max: 253_402_300_800 }).optional(),
-    bucket_width: z.enum(['1d', '1h']).default('1d'),
+    ...range,
     group_by: z
       .string()
       .max(200)
@@ -36,24 +69,12 @@ export const usageQuery = z
           .refine((groups) => new Set(groups).size === groups.length, { error: 'a group is named twice' }),
       )
       .optional(),
-    limit: queryInteger({ min: 1, max: 168 }).optional(),
-    page: z
-      .string()
-      .regex(/^\d{1,12}$/, { error: 'expected the next_page of a previous answer' })
-      .optional(),
-    workspace_id: z.string().min(1).max(255).optional(),
   })
-  .superRefine((query, ctx) => {
-    const limits = BUCKET_LIMITS[query.bucket_width];
-    if (query.limit !== undefined && query.limit > limits.max) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['limit'],
-        message: `at most ${limits.max} buckets of ${query.bucket_width}`,
-      });
-    }
-    if (query.start_time !== undefined && query.end_time !== undefined && query.end_time <= query.start_time) {
-      ctx.addIssue({ code: 'custom', path: ['end_time'], message: 'end_time must be after start_time' });
-    }
-  });
+  .superRefine(checkRange);
 export type UsageQuery = z.infer<typeof usageQuery>;
+
+/**
+ * GET /v1/usage/runs (a gateway extension): runs by status per bucket of their creation, with the
+ * range, pages and scope of GET /v1/usage.
+ */
+export const runUsageQuery = z.strictObject(range).superRefine(checkRange);

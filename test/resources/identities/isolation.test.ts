@@ -366,6 +366,23 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/usage?workspace_id=${v.tenant.workspace.id}` },
     { method: 'GET', path: `/v1/usage?workspace_id=${v.tenant.workspace.slug}&group_by=api_key_id` },
   ],
+  'GET /v1/usage/runs': (v) => [
+    { method: 'GET', path: '/v1/usage/runs?bucket_width=1h&limit=168', list: true },
+    { method: 'GET', path: `/v1/usage/runs?workspace_id=${v.tenant.workspace.id}` },
+  ],
+  'GET /v1/runs': (v) => [
+    { method: 'GET', path: '/v1/runs', headers: scope(), list: true },
+    { method: 'GET', path: `/v1/runs?thread_id=${v.doneThreadId}`, headers: scope(), list: true },
+    { method: 'GET', path: `/v1/runs?assistant_id=${v.assistantId}`, headers: scope(), list: true },
+    { method: 'GET', path: `/v1/runs?after=${v.doneRunId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    { method: 'GET', path: '/v1/runs', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
+  'GET /v1/threads': (v) => [
+    { method: 'GET', path: '/v1/threads', headers: scope(), list: true },
+    { method: 'GET', path: `/v1/threads?assistant_id=${v.assistantId}`, headers: scope(), list: true },
+    { method: 'GET', path: `/v1/threads?before=${v.doneThreadId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
+    { method: 'GET', path: '/v1/threads', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
+  ],
   'GET /v1/assistants': (v) => [
     { method: 'GET', path: '/v1/assistants', headers: scope(), list: true },
     { method: 'GET', path: `/v1/assistants?after=${v.assistantId}`, headers: scope(), refusals: UNKNOWN_CURSOR },

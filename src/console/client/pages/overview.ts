@@ -1,11 +1,11 @@
-import { api, type ApiKey, type List, type UsagePage, type UsageResult } from '../api';
+import { api, type ApiKey, type BucketPage, type List, type RunUsageResult, type UsageResult } from '../api';
 import { stackedBars, type Series } from '../chart';
 import { field, h, notice, replace, select } from '../dom';
 import type { PageContext, PageDefinition } from '../session';
 
 /**
- * Requests and tokens over time, by model, virtual key or API key: GET /v1/usage's buckets, drawn.
- * Runs by status and errors are not counted by /v1/usage (its table has neither): the page says so.
+ * Requests and tokens over time, by model, virtual key or API key: GET /v1/usage's buckets, drawn;
+ * and runs by status, and failed runs by their error's code: GET /v1/usage/runs's.
  */
 
 type Period = 'hour' | 'day' | 'month';
@@ -28,18 +28,26 @@ const DAY = 24 * HOUR;
 /** Chosen once per tab: redrawing the page keeps them. */
 const choice: { period: Period; group: Group } = { period: 'hour', group: 'model' };
 
-interface Buckets {
+interface Buckets<Result> {
   labels: string[];
   /** For each bucket, its results. */
-  results: UsageResult[][];
+  results: Result[][];
 }
 
-/** The usage of the period, as buckets of the period's width (months are days added up). */
-async function loadBuckets(period: Period, group: Group, workspaceId: string): Promise<Buckets> {
+/**
+ * The buckets of the period, of the period's width (months are days added up), from `path`
+ * (/usage or /usage/runs, which page their buckets alike).
+ */
+async function loadBuckets<Result>(
+  path: string,
+  period: Period,
+  common: Record<string, string>,
+): Promise<Buckets<Result>> {
   const now = Math.floor(Date.now() / 1000);
-  const common = { group_by: group, workspace_id: workspaceId };
+  const load = (query: Record<string, string | number | undefined>) =>
+    api<BucketPage<Result>>('GET', path, { query: { ...common, ...query } });
   if (period === 'hour') {
-    const page = await api<UsagePage>('GET', '/usage', { query: { ...common, bucket_width: '1h', limit: 24 } });
+    const page = await load({ bucket_width: '1h', limit: 24 });
     return {
       labels: page.data.map((bucket) =>
         new Date(bucket.start_time * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }),
@@ -48,7 +56,7 @@ async function loadBuckets(period: Period, group: Group, workspaceId: string): P
     };
   }
   if (period === 'day') {
-    const page = await api<UsagePage>('GET', '/usage', { query: { ...common, bucket_width: '1d', limit: 31 } });
+    const page = await load({ bucket_width: '1d', limit: 31 });
     return {
       labels: page.data.map((bucket) =>
         new Date(bucket.start_time * 1000).toLocaleDateString([], { month: 'short', day: 'numeric', timeZone: 'UTC' }),
@@ -60,14 +68,18 @@ async function loadBuckets(period: Period, group: Group, workspaceId: string): P
   const today = new Date(now * 1000);
   const start = Date.UTC(today.getUTCFullYear(), today.getUTCMonth() - 11, 1) / 1000;
   const end = Math.floor(now / DAY) * DAY + DAY;
-  const months = new Map<string, UsageResult[]>();
+  const months = new Map<string, Result[]>();
   for (let month = 0; month < 12; month++) {
     months.set(monthLabel(Date.UTC(today.getUTCFullYear(), today.getUTCMonth() - 11 + month, 1) / 1000), []);
   }
   let next: string | null = null;
   do {
-    const page: UsagePage = await api<UsagePage>('GET', '/usage', {
-      query: { ...common, bucket_width: '1d', limit: 31, start_time: start, end_time: end, page: next ?? undefined },
+    const page: BucketPage<Result> = await load({
+      bucket_width: '1d',
+      limit: 31,
+      start_time: start,
+      end_time: end,
+      page: next ?? undefined,
     });
     for (const bucket of page.data) months.get(monthLabel(bucket.start_time))?.push(...bucket.results);
     next = page.has_more ? page.next_page : null;
@@ -78,18 +90,17 @@ async function loadBuckets(period: Period, group: Group, workspaceId: string): P
 const monthLabel = (seconds: number) =>
   new Date(seconds * 1000).toLocaleDateString([], { year: '2-digit', month: 'short', timeZone: 'UTC' });
 
-/** One series per group value, of one figure of the results. */
-function seriesOf(
-  buckets: Buckets,
-  group: Group,
-  figure: (result: UsageResult) => number,
-  names: Map<string, string>,
+/** One series per name the results are given (null: not counted), of one figure of them. */
+function seriesOf<Result>(
+  buckets: Buckets<Result>,
+  nameOf: (result: Result) => string | null,
+  figure: (result: Result) => number,
 ): Series[] {
   const byName = new Map<string, number[]>();
   buckets.results.forEach((results, index) => {
     for (const result of results) {
-      const value = result[group];
-      const name = value === null ? '(none)' : (names.get(value) ?? value);
+      const name = nameOf(result);
+      if (name === null) continue;
       const values = byName.get(name) ?? buckets.labels.map(() => 0);
       values[index] = (values[index] ?? 0) + figure(result);
       byName.set(name, values);
@@ -127,17 +138,18 @@ async function draw({ view, session, redraw }: PageContext): Promise<void> {
       h('button', { type: 'submit', class: 'secondary' }, 'Refresh'),
     ),
     charts,
-    h(
-      'p',
-      { class: 'hint' },
-      'Runs by status and errors are not shown: GET /v1/usage counts requests and tokens only (docs/console.md).',
-    ),
   );
   const workspaceId = session.workspace.id;
-  const [buckets, names] = await Promise.all([
-    loadBuckets(choice.period, choice.group, workspaceId),
+  const [buckets, runs, names] = await Promise.all([
+    loadBuckets<UsageResult>('/usage', choice.period, { group_by: choice.group, workspace_id: workspaceId }),
+    loadBuckets<RunUsageResult>('/usage/runs', choice.period, { workspace_id: workspaceId }),
     choice.group === 'api_key_id' ? apiKeyNames(workspaceId) : Promise.resolve(new Map<string, string>()),
   ]);
+  const chosen = choice.group;
+  const byGroup = (result: UsageResult) => {
+    const value = result[chosen];
+    return value === null ? '(none)' : (names.get(value) ?? value);
+  };
   const label = GROUPS.find((one) => one.value === choice.group)?.label.toLowerCase() ?? '';
   charts.setAttribute('aria-busy', 'false');
   replace(
@@ -145,17 +157,35 @@ async function draw({ view, session, redraw }: PageContext): Promise<void> {
     stackedBars(
       `Requests by ${label}`,
       buckets.labels,
-      seriesOf(buckets, choice.group, (result) => result.num_requests, names),
+      seriesOf(buckets, byGroup, (result) => result.num_requests),
     ),
     stackedBars(
       `Tokens by ${label}`,
       buckets.labels,
-      seriesOf(buckets, choice.group, (result) => result.total_tokens, names),
+      seriesOf(buckets, byGroup, (result) => result.total_tokens),
     ),
     stackedBars(
       `Output tokens by ${label}`,
       buckets.labels,
-      seriesOf(buckets, choice.group, (result) => result.output_tokens, names),
+      seriesOf(buckets, byGroup, (result) => result.output_tokens),
+    ),
+    stackedBars(
+      'Runs by status',
+      runs.labels,
+      seriesOf(
+        runs,
+        (result) => result.status,
+        (result) => result.num_runs,
+      ),
+    ),
+    stackedBars(
+      'Failed runs by error',
+      runs.labels,
+      seriesOf(
+        runs,
+        (result) => (result.status === 'failed' ? (result.error_code ?? '(no code)') : null),
+        (result) => result.num_runs,
+      ),
     ),
   );
 }
