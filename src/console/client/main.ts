@@ -1,8 +1,11 @@
 import { api, ApiFailure, signIn, signOut, type List, type Workspace } from './api';
 import { field, h, notice, replace, select } from './dom';
 import { apiKeysPage } from './pages/api-keys';
+import { filesPage } from './pages/files';
 import { overviewPage } from './pages/overview';
+import { playgroundPage } from './pages/playground';
 import { policiesPage } from './pages/policies';
+import { vectorStoresPage } from './pages/vector-stores';
 import { virtualKeysPage } from './pages/virtual-keys';
 import type { PageDefinition, Session } from './session';
 
@@ -12,7 +15,15 @@ import type { PageDefinition, Session } from './session';
  * and moving between pages never reloads (which would lose the key, kept in memory only).
  */
 
-const PAGES: PageDefinition[] = [overviewPage, apiKeysPage, virtualKeysPage, policiesPage];
+const PAGES: PageDefinition[] = [
+  overviewPage,
+  apiKeysPage,
+  virtualKeysPage,
+  policiesPage,
+  filesPage,
+  vectorStoresPage,
+  playgroundPage,
+];
 const DEFAULT_PAGE = overviewPage;
 
 const root = document.getElementById('console') ?? document.body;

@@ -45,13 +45,14 @@ export function eventParser(): (text: string) => ServerEvent[] {
 
 /** A body's events as its bytes arrive (a character split between reads is decoded whole). */
 export async function* serverEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<ServerEvent, void, undefined> {
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
   const parse = eventParser();
   try {
     for (;;) {
       const { done, value } = await reader.read();
       if (done) return;
-      yield* parse(value);
+      yield* parse(decoder.decode(value, { stream: true }));
     }
   } finally {
     // A reader that stops early (the page left) lets the connection go.
