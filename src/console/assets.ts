@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-5a7b6de748e2.js',
-    integrity: 'sha384-yBep6AnWShaeDvMGRuqeAj5zrqJ1kl2s+RmRdlqZeCUIk+2nnHHwjk9veM6JC5FT',
+    file: 'console-f00678d2578a.js',
+    integrity: 'sha384-vnVTBEwRvfrZIZCV7rvO0OQq92P2BxcBCMHeszSpir+i9UFBfI6HUNTVi/aHNUdY',
   },
   style: {
     file: 'console-0cd3dc951c9b.css',

@@ -223,6 +223,7 @@ describe.skipIf(!executablePath)(
       for (const name of ['API keys', 'Virtual keys', 'Files', 'Vector stores', 'Playground', 'Rate-limit policies']) {
         await openPage(page, name);
         await page.locator('.view > *').first().waitFor();
+        await expect(page.getByRole('alert').count(), name).resolves.toBe(0);
         await expectOwnDataOnly(page);
       }
       // The sibling's, once picked, and still nothing of the other organisation.
@@ -257,7 +258,7 @@ describe.skipIf(!executablePath)(
         expect(await requestsShown(page), period).toBeGreaterThanOrEqual(before + 1);
       }
       await page.getByLabel('Period').selectOption('hour');
-      await page.getByLabel('By').selectOption('api_key_id');
+      await page.getByLabel('By', { exact: true }).selectOption('api_key_id');
       await page.locator('.charts[aria-busy="false"]').waitFor();
       await review(page, 'overview');
       await expectOwnDataOnly(page);
@@ -420,7 +421,10 @@ describe.skipIf(!executablePath)(
       const card = page.locator('[data-store-id]').filter({ hasText: 'console-docs' });
       // Drawn in progress, then asked again until ingestion ends: completed, with no reload.
       await card.getByRole('row').filter({ hasText: filename }).filter({ hasText: 'completed' }).waitFor();
-      await card.locator('dl').getByText(/^completed$/).waitFor();
+      await card
+        .locator('dl')
+        .getByText(/^completed$/)
+        .waitFor();
       await card.locator('summary', { hasText: 'Add a file' }).click();
       await card.getByLabel('File', { exact: true }).selectOption({ label: 'unreadable.bin' });
       await card.getByRole('button', { name: 'Add file' }).click();
@@ -442,9 +446,10 @@ describe.skipIf(!executablePath)(
       await expectOwnDataOnly(page);
 
       await openPage(page, 'Files');
-      await page.getByRole('row').filter({ hasText: filename }).getByRole('button', { name: /^Delete/ }).click();
+      const fileRow = page.getByRole('row').filter({ hasText: filename });
+      await fileRow.getByRole('button', { name: /^Delete/ }).click();
       await waitFor(
-        () => page.getByRole('row').filter({ hasText: filename }).count(),
+        () => fileRow.count(),
         (count) => count === 0,
       );
       const gone = await errorOf(await gateway.request(`/v1/files/${fileId}`, { key: tenant.workspaceKey }));
@@ -499,7 +504,10 @@ describe.skipIf(!executablePath)(
       await settled();
 
       await say(`Stall\n${fakeDirective({ reply: 'Words that never all arrive', stall_after_chunks: 2 })}`);
-      await answers.nth(3).getByText(/^Words/).waitFor();
+      await answers
+        .nth(3)
+        .getByText(/^Words/)
+        .waitFor();
       await page.getByRole('button', { name: 'Stop' }).click();
       await conversation.getByText('Stopped: the run was cancelled.').waitFor();
       await settled();

@@ -54,7 +54,12 @@ async function send(method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, opt
   const response = await fetch(url, {
     method,
     headers,
-    body: options.body instanceof FormData ? options.body : options.body === undefined ? null : JSON.stringify(options.body),
+    body:
+      options.body instanceof FormData
+        ? options.body
+        : options.body === undefined
+          ? null
+          : JSON.stringify(options.body),
     // Never a cookie, never a cached answer with another key's data.
     credentials: 'omit',
     cache: 'no-store',

@@ -133,3 +133,25 @@ export function table(caption: string, columns: string[], rows: HTMLTableRowElem
 /** A row whose first cell (`th`) names it. */
 export const row = (attributes: Record<string, string>, name: Child, ...cells: Child[]) =>
   h('tr', attributes, h('th', { scope: 'row' }, name), ...cells.map((cell) => h('td', {}, cell)));
+
+/** A button for what cannot be undone: it asks `question` first, a refusal shown in `status`. */
+export function dangerButton(
+  label: string,
+  name: string,
+  question: string,
+  status: HTMLElement,
+  work: () => Promise<void>,
+): HTMLButtonElement {
+  const ask = async () => {
+    if (confirm(question)) await work();
+  };
+  return h(
+    'button',
+    { type: 'button', class: 'danger', 'aria-label': name, onclick: () => void failureTo(status, ask) },
+    label,
+  );
+}
+
+/** A section of cards, or a line saying there is none. */
+export const cards = (label: string, items: HTMLElement[], none: string) =>
+  h('section', { 'aria-label': label }, ...(items.length > 0 ? items : [h('p', {}, none)]));

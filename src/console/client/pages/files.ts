@@ -1,5 +1,5 @@
 import { api, type FileObject, type List } from '../api';
-import { failureTo, field, h, notice, onSubmit, replace, row, size, table, when } from '../dom';
+import { dangerButton, field, h, notice, onSubmit, replace, row, size, table, when } from '../dom';
 import type { PageContext, PageDefinition } from '../session';
 
 /** The workspace's files: upload one (purpose `assistants`, for vector stores and file_search), delete one. */
@@ -49,20 +49,15 @@ async function draw({ view, session, redraw }: PageContext): Promise<void> {
           one.purpose,
           size(one.bytes),
           when(one.created_at),
-          h(
-            'button',
-            {
-              type: 'button',
-              class: 'danger',
-              'aria-label': `Delete ${one.filename}`,
-              onclick: () =>
-                void failureTo(status, async () => {
-                  if (!confirm(`Delete the file “${one.filename}”? It leaves every vector store that holds it.`)) return;
-                  await api('DELETE', `/files/${encodeURIComponent(one.id)}`, { workspace });
-                  redraw();
-                }),
-            },
+          dangerButton(
             'Delete',
+            `Delete ${one.filename}`,
+            `Delete the file “${one.filename}”? It leaves every vector store that holds it.`,
+            status,
+            async () => {
+              await api('DELETE', `/files/${encodeURIComponent(one.id)}`, { workspace });
+              redraw();
+            },
           ),
         ),
       ),

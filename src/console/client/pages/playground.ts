@@ -14,7 +14,8 @@ const ENDINGS: Record<string, string> = {
   'thread.run.cancelled': 'Stopped: the run was cancelled.',
   'thread.run.expired': 'The run expired.',
   'thread.run.incomplete': 'The run ended incomplete: a token limit was reached.',
-  'thread.run.requires_action': 'The assistant called a function, which the playground cannot answer: the run was cancelled.',
+  'thread.run.requires_action':
+    'The assistant called a function, which the playground cannot answer: the run was cancelled.',
 };
 
 async function draw({ view, session }: PageContext): Promise<void> {
@@ -86,7 +87,9 @@ async function draw({ view, session }: PageContext): Promise<void> {
           for (const part of data.delta?.content ?? []) answer.append(part.text?.value ?? '');
         } else if (event === 'thread.run.failed') {
           const error = data.last_error;
-          turn.append(notice(`The run failed: ${error ? `${error.code}: ${error.message}` : 'no reason given.'}`, 'alert'));
+          turn.append(
+            notice(`The run failed: ${error ? `${error.code}: ${error.message}` : 'no reason given.'}`, 'alert'),
+          );
         } else if (event === 'error') {
           turn.append(notice(`The stream failed: ${data.error?.message ?? 'no reason given.'}`, 'alert'));
         } else if (event in ENDINGS) {

@@ -1,5 +1,5 @@
 import { api, type List, type SearchResult, type VectorStore, type VectorStoreFile } from '../api';
-import { failureTo, field, h, notice, onSubmit, replace, row, select, size, table, when } from '../dom';
+import { cards, failureTo, field, h, notice, onSubmit, replace, row, select, size, table, when } from '../dom';
 import type { PageContext, PageDefinition } from '../session';
 import { listFiles } from './files';
 
@@ -111,7 +111,11 @@ function storeCard(store: VectorStore, context: Context): HTMLElement {
     replace(
       facts,
       h('dt', {}, 'Status'),
-      h('dd', {}, current.status === 'in_progress' ? 'in_progress (ingesting: refreshed every second)' : current.status),
+      h(
+        'dd',
+        {},
+        current.status === 'in_progress' ? 'in_progress (ingesting: refreshed every second)' : current.status,
+      ),
       h('dt', {}, 'Files'),
       h('dd', {}, `${counts.completed} completed, ${counts.in_progress} in progress, ${counts.failed} failed`),
       h('dt', {}, 'Usage'),
@@ -173,12 +177,10 @@ async function draw({ view, session, redraw }: PageContext): Promise<void> {
     view,
     createForm(context, status, redraw),
     status,
-    h(
-      'section',
-      { 'aria-label': 'Vector stores' },
-      ...(stores.data.length > 0
-        ? stores.data.map((store) => storeCard(store, context))
-        : [h('p', {}, 'No vector store yet.')]),
+    cards(
+      'Vector stores',
+      stores.data.map((store) => storeCard(store, context)),
+      'No vector store yet.',
     ),
   );
 }
