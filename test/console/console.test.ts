@@ -510,6 +510,12 @@ describe.skipIf(!executablePath)(
         .waitFor();
       await page.getByRole('button', { name: 'Stop' }).click();
       await conversation.getByText('Stopped: the run was cancelled.').waitFor();
+      // And the provider's call with it.
+      const stalled = upstream.requests.filter((request) => request.path.endsWith('/chat/completions')).at(-1);
+      await waitFor(
+        () => stalled?.outcome,
+        (outcome) => outcome === 'cancelled',
+      );
       await settled();
       expect(await answers.nth(3).textContent()).not.toBe('Words that never all arrive');
       await expect(page.locator('main img, main b').count()).resolves.toBe(0);
