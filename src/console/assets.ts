@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-f00678d2578a.js',
-    integrity: 'sha384-vnVTBEwRvfrZIZCV7rvO0OQq92P2BxcBCMHeszSpir+i9UFBfI6HUNTVi/aHNUdY',
+    file: 'console-4a3a684480b4.js',
+    integrity: 'sha384-MymVvyYgsed5nX1XyiIcVkrXRot0ju0xaMgMqRXWvX0awzzrm8vEuVbSPH72+vaT',
   },
   style: {
     file: 'console-0cd3dc951c9b.css',

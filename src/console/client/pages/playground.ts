@@ -45,11 +45,11 @@ async function draw({ view, session }: PageContext): Promise<void> {
   );
   let thread: string | undefined;
   let run: string | undefined;
-  const path = () => `/threads/${encodeURIComponent(thread ?? '')}/runs`;
+  const runsOf = (id: string) => `/threads/${encodeURIComponent(id)}/runs`;
 
   const cancel = () =>
     failureTo(status, async () => {
-      if (run) await api('POST', `${path()}/${encodeURIComponent(run)}/cancel`, { workspace });
+      if (thread && run) await api('POST', `${runsOf(thread)}/${encodeURIComponent(run)}/cancel`, { workspace });
     });
   stop.addEventListener('click', () => void cancel());
   restart.addEventListener('click', () => {
@@ -76,7 +76,7 @@ async function draw({ view, session }: PageContext): Promise<void> {
     send.disabled = restart.disabled = true;
     try {
       const events = thread
-        ? streamed<RunEventData>(path(), { workspace, body: { ...settings, additional_messages: content } })
+        ? streamed<RunEventData>(runsOf(thread), { workspace, body: { ...settings, additional_messages: content } })
         : streamed<RunEventData>('/threads/runs', { workspace, body: { ...settings, thread: { messages: content } } });
       for await (const { event, data } of events) {
         if (event === 'thread.run.created') {
@@ -102,6 +102,8 @@ async function draw({ view, session }: PageContext): Promise<void> {
       stop.disabled = true;
       send.disabled = restart.disabled = false;
       conversation.setAttribute('aria-busy', 'false');
+      // Send and Stop were disabled under the keyboard's focus: it goes back to the message.
+      message.focus();
     }
   });
 

@@ -85,7 +85,7 @@ function storeCard(store: VectorStore, context: Context): HTMLElement {
               h(
                 'li',
                 {},
-                h('strong', {}, context.names.get(result.file_id) ?? result.filename),
+                h('strong', {}, result.filename),
                 ` · score ${result.score.toFixed(3)}`,
                 ...result.content.map((part) => h('p', { class: 'chunk' }, part.text)),
               ),
