@@ -430,7 +430,7 @@ describe.skipIf(!executablePath)(
       await card.getByRole('button', { name: 'Add file' }).click();
       const failed = card.getByRole('row').filter({ hasText: 'unreadable.bin' }).filter({ hasText: 'failed' });
       await failed.waitFor();
-      await expect(failed.textContent()).resolves.toMatch(/(unsupported|invalid)_file: /);
+      await expect(failed.textContent()).resolves.toContain('unsupported_file: ');
 
       await card.getByLabel('Query').fill('Are refunds accepted?');
       await card.getByRole('button', { name: 'Search' }).click();
