@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-4a3a684480b4.js',
-    integrity: 'sha384-MymVvyYgsed5nX1XyiIcVkrXRot0ju0xaMgMqRXWvX0awzzrm8vEuVbSPH72+vaT',
+    file: 'console-d2f0b3504f36.js',
+    integrity: 'sha384-vtWTZQG4Rb6v8qvLte49QSo31mGZj+P+IJvpVxj/zcjeHJHldMBq3Gtg1Bhj17R1',
   },
   style: {
     file: 'console-0cd3dc951c9b.css',

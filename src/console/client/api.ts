@@ -49,17 +49,14 @@ async function send(method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, opt
   }
   const headers: Record<string, string> = { authorization: `Bearer ${key}`, ...options.headers };
   if (options.workspace !== undefined) headers['x-gateway-workspace-id'] = options.workspace;
-  const form = options.body instanceof FormData;
-  if (options.body !== undefined && !form) headers['content-type'] = 'application/json';
+  // A form goes as multipart, its boundary in the content type fetch writes.
+  const body =
+    options.body instanceof FormData ? options.body : options.body === undefined ? null : JSON.stringify(options.body);
+  if (typeof body === 'string') headers['content-type'] = 'application/json';
   const response = await fetch(url, {
     method,
     headers,
-    body:
-      options.body instanceof FormData
-        ? options.body
-        : options.body === undefined
-          ? null
-          : JSON.stringify(options.body),
+    body,
     // Never a cookie, never a cached answer with another key's data.
     credentials: 'omit',
     cache: 'no-store',
