@@ -2,7 +2,8 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createFakeUpstream, fakeThread } from '../support/fake-upstream';
+import { createFakeUpstream, fakeDirective, fakeThread, type FakeUpstream } from '../support/fake-upstream';
+import { storeFile } from '../support/files';
 import { errorOf, gatewayWithDefaultKey, serveOverHttp, type Tenant, type TestGateway } from '../support/gateway';
 import { ROOT } from '../support/processes';
 import { LOOKUP_TOOL } from '../support/threads';
@@ -33,6 +34,7 @@ let tenant: Tenant;
 let sibling: Tenant;
 let stranger: Tenant;
 let client: OpenAI;
+let upstream: FakeUpstream;
 let server: { url: string; close(): Promise<void> };
 let browser: Browser;
 /** Every URL any page asked for, and every key the test used: no URL may hold a key. */
@@ -43,7 +45,7 @@ const pageErrors: string[] = [];
 const SIBLING_MARKER = `sibling-${crypto.randomUUID()}`;
 const STRANGER_MARKER = `stranger-${crypto.randomUUID()}`;
 
-/** Keys, policies, virtual keys, an assistant and a thread of another workspace, each named with its marker. */
+/** Keys, policies, virtual keys, files, vector stores, an assistant and a thread of another workspace, each named with its marker. */
 async function plant(owner: Tenant, marker: string): Promise<void> {
   const key = owner.workspaceKey;
   await errorFree(gateway.request('/v1/api-keys', { key, body: { name: marker } }));
@@ -61,6 +63,14 @@ async function plant(owner: Tenant, marker: string): Promise<void> {
     }),
   );
   await gateway.virtualKey(owner, { slug: marker, base_url: 'http://fake.test/v1', models: ['gpt-4o'] });
+  const file = await storeFile(gateway, owner, { filename: `${marker}.txt`, content: marker });
+  await errorFree(
+    gateway.request('/v1/vector_stores', {
+      key,
+      headers: { 'x-gateway-virtual-key': marker },
+      body: { name: marker, file_ids: [file] },
+    }),
+  );
   await errorFree(gateway.request('/v1/assistants', { key, body: { model: 'gpt-4o', name: marker } }));
   await errorFree(
     gateway.request('/v1/threads', {
@@ -141,7 +151,7 @@ describe.skipIf(!executablePath)(
     : `The console in Chromium: skipped, no Chromium binary (${INSTALL})`,
   () => {
     beforeAll(async () => {
-      const upstream = createFakeUpstream();
+      upstream = createFakeUpstream();
       ({ gateway, tenant, client } = await gatewayWithDefaultKey(upstream.fetch));
       sibling = await gateway.tenant({ organisationId: tenant.organisationId });
       stranger = await gateway.tenant();
@@ -205,9 +215,20 @@ describe.skipIf(!executablePath)(
       );
       expect(offered.sort()).toEqual([tenant.workspace.id, sibling.workspace.id].sort());
       await picker.selectOption(tenant.workspace.id);
-      for (const name of ['Assistants', 'Threads', 'Runs', 'API keys', 'Virtual keys', 'Rate-limit policies']) {
+      for (const name of [
+        'Playground',
+        'Assistants',
+        'Threads',
+        'Runs',
+        'Files',
+        'Vector stores',
+        'API keys',
+        'Virtual keys',
+        'Rate-limit policies',
+      ]) {
         await openPage(page, name);
         await page.locator('.view > *').first().waitFor();
+        await expect(page.getByRole('alert').count(), name).resolves.toBe(0);
         await expectOwnDataOnly(page);
       }
       // The sibling's, once picked, and still nothing of the other organisation.
@@ -242,7 +263,7 @@ describe.skipIf(!executablePath)(
         expect(await requestsShown(page), period).toBeGreaterThanOrEqual(before + 1);
       }
       await page.getByLabel('Period').selectOption('hour');
-      await page.getByLabel('By').selectOption('api_key_id');
+      await page.getByLabel('By', { exact: true }).selectOption('api_key_id');
       await page.locator('.charts[aria-busy="false"]').waitFor();
       await review(page, 'overview');
       await expectOwnDataOnly(page);
@@ -451,6 +472,144 @@ describe.skipIf(!executablePath)(
       await page.waitForURL(`${server.url}/console#/runs?thread_id=${waiting.thread_id}&status=completed`);
       await page.getByRole('link', { name: waiting.id }).waitFor();
       await expect(page.getByRole('link', { name: failed.id }).count()).resolves.toBe(0);
+      await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it('uploads a file, makes a vector store of it, shows its ingestion end, searches it, and deletes the file', async () => {
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await openPage(page, 'Files');
+      const upload = page.getByRole('form', { name: 'Upload a file' });
+      // Its name has HTML in it: shown as text on every page, never run.
+      const filename = `${MARKUP}.txt`;
+      await upload.getByLabel('File').setInputFiles({
+        name: filename,
+        mimeType: 'text/plain',
+        buffer: Buffer.from('Refunds are accepted within 30 days of purchase.\n\nOur office is in Paris.\n'),
+      });
+      await upload.getByRole('button', { name: 'Upload' }).click();
+      const row = page.getByRole('row').filter({ hasText: filename });
+      await row.waitFor();
+      await expect(row.getByRole('rowheader').textContent()).resolves.toBe(filename);
+      const fileId = await row.getAttribute('data-file-id');
+      // A file ingestion cannot read, for a failure and its last_error.
+      await upload.getByLabel('File').setInputFiles({
+        name: 'unreadable.bin',
+        mimeType: 'application/octet-stream',
+        buffer: Buffer.from([0, 159, 146, 150, 255, 0, 1, 2]),
+      });
+      await upload.getByRole('button', { name: 'Upload' }).click();
+      await page.getByRole('row').filter({ hasText: 'unreadable.bin' }).waitFor();
+      await review(page, 'files');
+
+      await openPage(page, 'Vector stores');
+      const create = page.getByRole('form', { name: 'Create a vector store' });
+      await create.getByLabel('Name').fill('console-docs');
+      await create.getByLabel('File').selectOption({ label: filename });
+      await create.getByRole('button', { name: 'Create vector store' }).click();
+      const card = page.locator('[data-store-id]').filter({ hasText: 'console-docs' });
+      // Drawn in progress, then asked again until ingestion ends: completed, with no reload.
+      await card.getByRole('row').filter({ hasText: filename }).filter({ hasText: 'completed' }).waitFor();
+      await card
+        .locator('dl')
+        .getByText(/^completed$/)
+        .waitFor();
+      await card.locator('summary', { hasText: 'Add a file' }).click();
+      await card.getByLabel('File', { exact: true }).selectOption({ label: 'unreadable.bin' });
+      await card.getByRole('button', { name: 'Add file' }).click();
+      const failed = card.getByRole('row').filter({ hasText: 'unreadable.bin' }).filter({ hasText: 'failed' });
+      await failed.waitFor();
+      await expect(failed.textContent()).resolves.toContain('unsupported_file: ');
+
+      await card.getByLabel('Query').fill('Are refunds accepted?');
+      await card.getByRole('button', { name: 'Search' }).click();
+      const found = card.getByRole('list', { name: /^Chunks found/ }).getByRole('listitem');
+      await found.first().waitFor();
+      const best = await found.first().textContent();
+      expect(best).toContain(filename);
+      expect(best).toContain('Refunds are accepted within 30 days');
+      expect(best).toMatch(/score \d\.\d{3}/);
+      await expect(page.locator('main img, main b').count()).resolves.toBe(0);
+      await expect(page.title()).resolves.not.toBe('pwned');
+      await review(page, 'vector-stores');
+      await expectOwnDataOnly(page);
+
+      await openPage(page, 'Files');
+      const fileRow = page.getByRole('row').filter({ hasText: filename });
+      await fileRow.getByRole('button', { name: /^Delete/ }).click();
+      await waitFor(
+        () => fileRow.count(),
+        (count) => count === 0,
+      );
+      const gone = await errorOf(await gateway.request(`/v1/files/${fileId}`, { key: tenant.workspaceKey }));
+      expect(gone.status).toBe(404);
+      await context.close();
+    });
+
+    it('chats with an assistant in the playground: streamed, followed up, failed, stopped', async () => {
+      await errorFree(
+        gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'gpt-4o', name: MARKUP } }),
+      );
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await openPage(page, 'Playground');
+      await expect(page.getByLabel('Assistant').locator('option').first().textContent()).resolves.toBe(
+        `${MARKUP} (gpt-4o)`,
+      );
+      const conversation = page.getByRole('log', { name: 'Conversation' });
+      const answers = conversation.locator('.answer');
+      const say = async (text: string) => {
+        await page.getByLabel('Message', { exact: true }).fill(text);
+        await page.getByRole('button', { name: 'Send' }).click();
+      };
+      const settled = () => page.locator('.chat[aria-busy="false"]').waitFor();
+
+      // Every text the answer had, as the page drew it.
+      await page.evaluate(`window.seen = [];
+        new MutationObserver(() => {
+          const answer = document.querySelector('.chat .turn:last-child .answer');
+          if (answer) window.seen.push(answer.textContent);
+        }).observe(document.querySelector('.chat'), { childList: true, subtree: true, characterData: true })`);
+      const reply = 'This answer arrives in seven separate pieces';
+      await say(`Hello\n${fakeDirective({ reply, chunk_delay_ms: 100 })}`);
+      await answers.nth(0).getByText(reply).waitFor();
+      await settled();
+      const seen = await page.evaluate<string[]>('window.seen');
+      const pieces = [...new Set(seen)].filter((text) => text !== '' && text !== reply);
+      expect(pieces.length, JSON.stringify(seen)).toBeGreaterThanOrEqual(2);
+      for (const piece of pieces) expect(reply.startsWith(piece), piece).toBe(true);
+
+      // A follow-up on the same thread: the provider is sent the conversation so far.
+      await say('And a follow-up?');
+      await answers.nth(1).getByText('You said: And a follow-up?').waitFor();
+      await settled();
+      const history = upstream.requests.filter((request) => request.path.endsWith('/chat/completions')).at(-1)
+        ?.body?.messages;
+      expect(JSON.stringify(history)).toContain(reply);
+
+      await say(`Fail now\n${fakeDirective({ reply: 'Half an answer', error_after_chunks: 1 })}`);
+      const failure = conversation.locator('.turn').nth(2).getByRole('alert');
+      await expect(failure.textContent()).resolves.toMatch(/^The run failed: server_error: /);
+      await settled();
+
+      await say(`Stall\n${fakeDirective({ reply: 'Words that never all arrive', stall_after_chunks: 2 })}`);
+      await answers
+        .nth(3)
+        .getByText(/^Words/)
+        .waitFor();
+      await page.getByRole('button', { name: 'Stop' }).click();
+      await conversation.getByText('Stopped: the run was cancelled.').waitFor();
+      // And the provider's call with it.
+      const stalled = upstream.requests.filter((request) => request.path.endsWith('/chat/completions')).at(-1);
+      await waitFor(
+        () => stalled?.outcome,
+        (outcome) => outcome === 'cancelled',
+      );
+      await settled();
+      expect(await answers.nth(3).textContent()).not.toBe('Words that never all arrive');
+      await expect(page.locator('main img, main b').count()).resolves.toBe(0);
+      await review(page, 'playground');
       await expectOwnDataOnly(page);
       await context.close();
     });

@@ -1,3 +1,5 @@
+import { serverEvents } from './sse';
+
 /**
  * The console's one way to the gateway: its public API, with the key as a Bearer token. The key
  * lives in this module's memory only, for the tab's life: never in storage, a URL or a cookie, so a
@@ -32,29 +34,43 @@ export class ApiFailure extends Error {
 
 type Query = Record<string, string | number | undefined>;
 
-export async function api<Answer>(
-  method: 'GET' | 'POST' | 'PUT' | 'DELETE',
-  path: string,
-  options: { query?: Query; body?: unknown; headers?: Record<string, string> } = {},
-): Promise<Answer> {
+interface Call {
+  query?: Query;
+  /** JSON, or a form sent as multipart (an upload). */
+  body?: unknown;
+  headers?: Record<string, string>;
+  /** The workspace acted on, for routes that take it in `x-gateway-workspace-id` (an organisation key must name one). */
+  workspace?: string;
+}
+
+async function send(method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, options: Call): Promise<Response> {
   if (key === null) throw new ApiFailure('Signed out.', 401, null);
   const url = new URL(`/v1${path}`, location.origin);
   for (const [name, value] of Object.entries(options.query ?? {})) {
     if (value !== undefined) url.searchParams.set(name, String(value));
   }
   const headers: Record<string, string> = { authorization: `Bearer ${key}`, ...options.headers };
-  if (options.body !== undefined) headers['content-type'] = 'application/json';
+  if (options.workspace !== undefined) headers['x-gateway-workspace-id'] = options.workspace;
+  // A form goes as multipart, its boundary in the content type fetch writes.
+  const body =
+    options.body instanceof FormData ? options.body : options.body === undefined ? null : JSON.stringify(options.body);
+  if (typeof body === 'string') headers['content-type'] = 'application/json';
   const response = await fetch(url, {
     method,
     headers,
-    body: options.body === undefined ? null : JSON.stringify(options.body),
+    body,
     // Never a cookie, never a cached answer with another key's data.
     credentials: 'omit',
     cache: 'no-store',
   });
-  const text = await response.text();
-  const parsed: unknown = text ? JSON.parse(text) : null;
   if (!response.ok) {
+    const text = await response.text();
+    let parsed: unknown = null;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // Not the gateway's envelope (a proxy's page): the status says it.
+    }
     const error = envelope(parsed);
     throw new ApiFailure(
       error?.message ?? `The gateway answered ${response.status}.`,
@@ -62,7 +78,32 @@ export async function api<Answer>(
       error?.param ?? null,
     );
   }
-  return parsed as Answer;
+  return response;
+}
+
+export async function api<Answer>(
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE',
+  path: string,
+  options: Call = {},
+): Promise<Answer> {
+  const text = await (await send(method, path, options)).text();
+  return (text ? JSON.parse(text) : null) as Answer;
+}
+
+/**
+ * A POST answered with `text/event-stream`: its events as they arrive, each event's data parsed as
+ * JSON (`Data`: what the caller reads of it), until the stream's `done`.
+ */
+export async function* streamed<Data>(
+  path: string,
+  options: Call,
+): AsyncGenerator<{ event: string; data: Data }, void, undefined> {
+  const response = await send('POST', path, options);
+  if (!response.body) return;
+  for await (const { event, data } of serverEvents(response.body)) {
+    if (event === 'done') return;
+    yield { event, data: JSON.parse(data) as Data };
+  }
 }
 
 function envelope(body: unknown): { message: string; param: string | null } | null {
@@ -216,4 +257,50 @@ export interface BucketPage<Result> {
   data: { start_time: number; end_time: number; results: Result[] }[];
   has_more: boolean;
   next_page: string | null;
+}
+export interface FileObject {
+  id: string;
+  bytes: number;
+  created_at: number;
+  filename: string;
+  purpose: string;
+}
+export interface FileCounts {
+  in_progress: number;
+  completed: number;
+  failed: number;
+  cancelled: number;
+  total: number;
+}
+export interface VectorStore {
+  id: string;
+  name: string | null;
+  created_at: number;
+  usage_bytes: number;
+  file_counts: FileCounts;
+  status: 'expired' | 'in_progress' | 'completed';
+}
+export interface VectorStoreFile {
+  id: string;
+  status: 'in_progress' | 'completed' | 'cancelled' | 'failed';
+  last_error: { code: string; message: string } | null;
+}
+export interface SearchResult {
+  file_id: string;
+  filename: string;
+  score: number;
+  content: { type: 'text'; text: string }[];
+}
+export interface Assistant {
+  id: string;
+  name: string | null;
+  model: string;
+}
+/** What the playground reads of a run's stream events' data: a run, a message delta, an error. */
+export interface RunEventData {
+  id?: string;
+  thread_id?: string;
+  last_error?: { code: string; message: string } | null;
+  delta?: { content?: { type: string; text?: { value?: string } }[] };
+  error?: { message: string };
 }

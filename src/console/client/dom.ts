@@ -107,3 +107,51 @@ export function onSubmit(form: HTMLFormElement, status: HTMLElement, work: () =>
     void failureTo(status, work);
   });
 }
+
+/** A size in bytes, in the largest unit it reaches. */
+export function size(bytes: number): string {
+  const units = ['bytes', 'KiB', 'MiB', 'GiB'];
+  let unit = 0;
+  while (bytes >= 1024 && unit < units.length - 1) {
+    bytes /= 1024;
+    unit++;
+  }
+  return `${unit === 0 ? bytes : bytes.toFixed(1)} ${units[unit]}`;
+}
+
+/** A table with a caption and column headers; each row's first cell heads it. */
+export function table(caption: string, columns: string[], rows: HTMLTableRowElement[]): HTMLTableElement {
+  return h(
+    'table',
+    { class: 'list' },
+    h('caption', {}, caption),
+    h('thead', {}, h('tr', {}, ...columns.map((title) => h('th', { scope: 'col' }, title)))),
+    h('tbody', {}, ...rows),
+  );
+}
+
+/** A row whose first cell (`th`) names it. */
+export const row = (attributes: Record<string, string>, name: Child, ...cells: Child[]) =>
+  h('tr', attributes, h('th', { scope: 'row' }, name), ...cells.map((cell) => h('td', {}, cell)));
+
+/** A button for what cannot be undone: it asks `question` first, a refusal shown in `status`. */
+export function dangerButton(
+  label: string,
+  name: string,
+  question: string,
+  status: HTMLElement,
+  work: () => Promise<void>,
+): HTMLButtonElement {
+  const ask = async () => {
+    if (confirm(question)) await work();
+  };
+  return h(
+    'button',
+    { type: 'button', class: 'danger', 'aria-label': name, onclick: () => void failureTo(status, ask) },
+    label,
+  );
+}
+
+/** A section of cards, or a line saying there is none. */
+export const cards = (label: string, items: HTMLElement[], none: string) =>
+  h('section', { 'aria-label': label }, ...(items.length > 0 ? items : [h('p', {}, none)]));

@@ -2,10 +2,13 @@ import { api, ApiFailure, signIn, signOut, type List, type Workspace } from './a
 import { field, h, notice, replace, select } from './dom';
 import { apiKeysPage } from './pages/api-keys';
 import { assistantsPage } from './pages/assistants';
+import { filesPage } from './pages/files';
 import { overviewPage } from './pages/overview';
+import { playgroundPage } from './pages/playground';
 import { policiesPage } from './pages/policies';
 import { runsPage } from './pages/runs';
 import { threadsPage } from './pages/threads';
+import { vectorStoresPage } from './pages/vector-stores';
 import { virtualKeysPage } from './pages/virtual-keys';
 import type { PageDefinition, Route, Session } from './session';
 
@@ -17,9 +20,12 @@ import type { PageDefinition, Route, Session } from './session';
 
 const PAGES: PageDefinition[] = [
   overviewPage,
+  playgroundPage,
   assistantsPage,
   threadsPage,
   runsPage,
+  filesPage,
+  vectorStoresPage,
   apiKeysPage,
   virtualKeysPage,
   policiesPage,
