@@ -24,6 +24,11 @@ export const OTHER = 'other';
 /** Latency buckets in seconds: from a local provider's few milliseconds to a long answer's minutes. */
 export const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120] as const;
 
+/** Database latency buckets in seconds: from a cached read's tens of microseconds to a stalled commit's seconds. */
+export const DATABASE_SECONDS_BUCKETS = [
+  0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5,
+] as const;
+
 interface FamilyOptions {
   help: string;
   labelNames?: readonly string[];
