@@ -1,11 +1,11 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-b2047a12c375.js',
-    integrity: 'sha384-2KtkHzRYgPPZ8pneTCNY0ymgtSSWdt3/9GbI50XBbbrFABV6QwuJy8fIEDWdsEPa',
+    file: 'console-c6724b7eb475.js',
+    integrity: 'sha384-ZLPghFj/3vr2Iq5Z/TCOy6eDUVKQn0g5uXOW3YiwA0TRZAe2Hfi+HUPbiNXJRn7C',
   },
   style: {
-    file: 'console-43ed88af37ac.css',
-    integrity: 'sha384-eIzBUklS2Ux+rEaknoWiKmcSbYRKHTsKQF3+M3HqFuSp2/LmyJ0B92YYsEYfMQZz',
+    file: 'console-61316af599d7.css',
+    integrity: 'sha384-tKeDQ6ey25HSpd5ZiMwMeTHeitjPHyF6Ws1+rJlFL5feiu9EqxZwlfcX8auhcWQd',
   },
 } as const;

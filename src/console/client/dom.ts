@@ -83,6 +83,26 @@ export function select(
   return element;
 }
 
+/**
+ * A table of text: its caption, its column headings, and rows whose first cell heads the row. It
+ * scrolls sideways where it is too wide, and so takes the focus, for a keyboard to scroll it.
+ */
+export function table(caption: string, headings: string[], rows: Child[][]): HTMLTableElement {
+  return h(
+    'table',
+    { class: 'list', tabindex: 0 },
+    h('caption', {}, caption),
+    h('thead', {}, h('tr', {}, ...headings.map((title) => h('th', { scope: 'col' }, title)))),
+    h(
+      'tbody',
+      {},
+      ...rows.map(([first, ...rest]) =>
+        h('tr', {}, h('th', { scope: 'row' }, first), ...rest.map((cell) => h('td', {}, cell))),
+      ),
+    ),
+  );
+}
+
 /** A status line read out when it changes (role=status), or an alert for a failure. */
 export function notice(text: string, kind: 'status' | 'alert' = 'status'): HTMLElement {
   return h('p', { role: kind, class: `notice ${kind}` }, text);
