@@ -9,10 +9,19 @@ import * as ratelimit from '../../support/ratelimit';
  * enforcement (admitRequest on the app's deps, counters in the real libSQL file), read through the route.
  */
 
+/** The clock is stopped, so that the times shown compare exactly: each test moves it. */
+let now = Date.UTC(2030, 0, 1, 12, 0, 0);
 let gateway: TestGateway;
 beforeAll(async () => {
-  gateway = await createTestGateway();
+  gateway = await createTestGateway({ deps: { now: () => now } });
 });
+
+/** Moves the clock one second into the next minute; answers that minute's start. */
+function freshMinute(): number {
+  const start = Math.floor(now / 60_000) * 60_000 + 60_000;
+  now = start + 1000;
+  return start;
+}
 afterAll(() => gateway.close());
 
 const { NO_RESERVATION, POLICIES, refusal, requestAttributes } = ratelimit;
@@ -28,15 +37,15 @@ async function countersOf(tenant: Tenant, id: string, query = '', key = tenant.w
 
 describe('GET /v1/policies/rate-limits/{id}/counters', () => {
   it("answers the window's counters per group, most used first, and the refusals, newest first", async () => {
-    const windowStart = ratelimit.freshMinute(gateway.clock);
+    const windowStart = freshMinute();
     const tenant = await gateway.tenant();
     const id = await ratelimit.createPolicy(gateway, tenant, { group_by: [{ key: 'api_key' }], value: 2 });
     await admit(tenant, 'key-a');
     await admit(tenant, 'key-a');
     await admit(tenant, 'key-b');
-    gateway.clock.set(windowStart + 2000);
+    now = windowStart + 2000;
     await refusal(admit(tenant, 'key-a'));
-    gateway.clock.set(windowStart + 3000);
+    now = windowStart + 3000;
     await refusal(admit(tenant, 'key-a'));
 
     const counters = await countersOf(tenant, id);
@@ -71,14 +80,14 @@ describe('GET /v1/policies/rate-limits/{id}/counters', () => {
     expect(top.total_groups).toBe(2);
 
     // The next window starts at 0; the refusals stay.
-    gateway.clock.set(windowStart + 61_000);
+    now = windowStart + 61_000;
     const next = await countersOf(tenant, id);
     expect(next).toMatchObject({ groups: [], total_groups: 0, refusals: counters.refusals });
     expect(next.window_start).toBe(new Date(windowStart + 60_000).toISOString());
   });
 
   it('shows a group whose values were too long by its hash', async () => {
-    ratelimit.freshMinute(gateway.clock);
+    freshMinute();
     const tenant = await gateway.tenant();
     const id = await ratelimit.createPolicy(gateway, tenant, { group_by: [{ key: 'api_key' }], value: 5 });
     await admit(tenant, 'k'.repeat(200));
@@ -87,7 +96,7 @@ describe('GET /v1/policies/rate-limits/{id}/counters', () => {
   });
 
   it('keeps the last 20 refusals of a policy', async () => {
-    ratelimit.freshMinute(gateway.clock);
+    freshMinute();
     const tenant = await gateway.tenant();
     const id = await ratelimit.createPolicy(gateway, tenant, { value: 1 });
     await admit(tenant, 'key-a');
@@ -113,20 +122,14 @@ describe('GET /v1/policies/rate-limits/{id}/counters', () => {
   });
 
   it("answers 404 for another workspace's policy, an unknown id and a malformed one; an organisation key reaches its own", async () => {
-    ratelimit.freshMinute(gateway.clock);
+    freshMinute();
     const tenant = await gateway.tenant();
     const sibling = await gateway.tenant({ organisationId: tenant.organisationId });
     const stranger = await gateway.tenant();
     const id = await ratelimit.createPolicy(gateway, sibling, { value: 1 });
     await admit(sibling, 'key-a');
     await refusal(admit(sibling, 'key-a'));
-    for (const [key, target] of [
-      [tenant.workspaceKey, id],
-      [stranger.orgKey, id],
-      [stranger.workspaceKey, id],
-      [tenant.workspaceKey, '00000000-0000-4000-8000-000000000000'],
-      [tenant.workspaceKey, 'not-a-uuid'],
-    ] as const) {
+    for (const [key, target] of ratelimit.outOfReach(tenant, stranger, id)) {
       const error = await errorOf(await gateway.request(`${POLICIES}/${target}/counters`, { key }));
       expect(error).toMatchObject({ status: 404, code: 'policy_not_found' });
     }
