@@ -1,4 +1,11 @@
-import { BoundedValues, DATABASE_SECONDS_BUCKETS, Registry, SECONDS_BUCKETS, type LabelValues } from './registry';
+import {
+  BoundedValues,
+  DATABASE_SECONDS_BUCKETS,
+  Registry,
+  SECONDS_BUCKETS,
+  type CollectedFamily,
+  type LabelValues,
+} from './registry';
 
 /**
  * The gateway's metrics (docs/metrics.md says what each means): one `Metrics` per app, in
@@ -28,6 +35,8 @@ export interface Metrics {
   onScrape(read: (gauges: ScrapeGauges) => void | Promise<void>): void;
   /** The text exposition of every metric, or null where metrics are not kept (Workers). */
   render(): Promise<string | null>;
+  /** Every metric as values, for an export (otlp.ts), or null where metrics are not kept; read as a scrape is. */
+  collect(): Promise<CollectedFamily[] | null>;
 }
 
 /**
@@ -187,6 +196,10 @@ export function gatewayMetrics(now: () => number = () => performance.now()): Met
       for (const read of readings) await read(gauges);
       return registry.render();
     },
+    async collect() {
+      for (const read of readings) await read(gauges);
+      return registry.collect();
+    },
   };
 }
 
@@ -201,6 +214,7 @@ export const unservedMetrics: Metrics = {
   rateLimit: () => undefined,
   onScrape: () => undefined,
   render: () => Promise.resolve(null),
+  collect: () => Promise.resolve(null),
 };
 
 const IGNORED_CALL: ProviderCallTimer = { firstByte: () => undefined, end: () => undefined };
