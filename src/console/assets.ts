@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-c6724b7eb475.js',
-    integrity: 'sha384-ZLPghFj/3vr2Iq5Z/TCOy6eDUVKQn0g5uXOW3YiwA0TRZAe2Hfi+HUPbiNXJRn7C',
+    file: 'console-099c55a3cec9.js',
+    integrity: 'sha384-TWyb6s5TImZj21swA9Yhtcck5nJC4GpZhi/5ekJjkHwPWJsnAsjqvSoArbGmE7he',
   },
   style: {
     file: 'console-61316af599d7.css',

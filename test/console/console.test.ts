@@ -6,6 +6,7 @@ import { createFakeUpstream } from '../support/fake-upstream';
 import { errorOf, gatewayWithDefaultKey, serveOverHttp, type Tenant, type TestGateway } from '../support/gateway';
 import { ROOT } from '../support/processes';
 import { waitFor } from '../support/wait';
+import { defined } from '../support/defined';
 import type OpenAI from 'openai';
 
 /**
@@ -413,6 +414,9 @@ describe.skipIf(!executablePath)(
       await expect(refusals.getByRole('row').count()).resolves.toBe(2);
       const refusal = refusals.getByRole('row', { name: new RegExp(group) });
       await expect(refusal.textContent()).resolves.toContain('1 of 1');
+      // The key by its prefix, as the API keys page shows it.
+      const prefix = defined(/^gk_[A-Za-z0-9_-]{4}/.exec(tenant.workspaceKey))[0];
+      await expect(refusal.textContent()).resolves.toContain(prefix);
 
       // Another refusal appears on refreshing.
       await expect(call()).rejects.toMatchObject({ status: 429 });

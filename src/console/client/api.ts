@@ -125,6 +125,7 @@ export interface PolicyCounters {
   refusals: (CounterGroup & {
     created_at: string;
     api_key_id: string;
+    api_key_prefix: string | null;
     virtual_key: string;
     requested: number;
     used: number;

@@ -55,6 +55,8 @@ export const policyCountersObject = z
         created_at: z.iso.datetime(),
         ...counterGroup,
         api_key_id: z.string(),
+        /** The key's first characters, as GET /v1/api-keys shows them; null for a key since deleted. */
+        api_key_prefix: z.string().nullable(),
         virtual_key: z.string(),
         /** What the request would have added: 1 request, or the tokens its turn would have reserved. */
         requested: z.number(),

@@ -3,7 +3,7 @@ import { ApiError } from '../../errors';
 import { validate } from '../../http/middleware/validate';
 import { createPolicyBody, listPoliciesQuery, policyCountersQuery, updatePolicyBody } from './schemas';
 import type { AuthenticatedKey } from '../../db/schema';
-import { archivePolicy, createPolicy, getPolicy, listPolicies, updatePolicy } from './queries';
+import { apiKeyPrefixes, archivePolicy, createPolicy, getPolicy, listPolicies, updatePolicy } from './queries';
 import { workspaceCaps } from '../identities/quotas';
 import { toPolicyCountersJson, toPolicyJson } from './wire';
 import { resolveWorkspaceScope } from '../identities/workspaces';
@@ -65,7 +65,9 @@ export const policyRoutes = new Hono<ApiEnv>()
       const deps = c.get('deps');
       const policy = await getPolicy(deps.db, c.get('apiKey'), c.req.param('id'));
       const counters = await policyCounters(deps, policy, c.req.valid('query').limit);
-      return c.json(toPolicyCountersJson(policy, counters));
+      const ids = counters.refusals.map((refusal) => refusal.apiKeyId);
+      const prefixes = await apiKeyPrefixes(deps.db, policy.organisationId, ids);
+      return c.json(toPolicyCountersJson(policy, counters, prefixes));
     },
   )
   .put(

@@ -21,8 +21,15 @@ export function toPolicyJson(row: PolicyRow): PolicyObject {
   };
 }
 
-/** A policy's counters on the wire: a group as its keys and values (or its hash), times in ISO 8601. */
-export function toPolicyCountersJson(row: PolicyRow, counters: PolicyWindowCounters): PolicyCountersObject {
+/**
+ * A policy's counters on the wire: a group as its keys and values (or its hash), times in ISO 8601,
+ * each refusal's API key with its prefix from `prefixes` (by id).
+ */
+export function toPolicyCountersJson(
+  row: PolicyRow,
+  counters: PolicyWindowCounters,
+  prefixes: Map<string, string>,
+): PolicyCountersObject {
   const iso = (ms: number) => new Date(ms).toISOString();
   return {
     object: 'rate_limit_policy.counters',
@@ -38,6 +45,7 @@ export function toPolicyCountersJson(row: PolicyRow, counters: PolicyWindowCount
       created_at: iso(refusal.at),
       ...groupJson(refusal.group),
       api_key_id: refusal.apiKeyId,
+      api_key_prefix: prefixes.get(refusal.apiKeyId) ?? null,
       virtual_key: refusal.virtualKey,
       requested: refusal.requested,
       used: refusal.used,

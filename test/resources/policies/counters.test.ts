@@ -67,6 +67,8 @@ describe('GET /v1/policies/rate-limits/{id}/counters', () => {
         group: [{ key: 'api_key', value: 'key-a' }],
         group_hash: null,
         api_key_id: 'key-a',
+        // Not the id of a stored key: admitRequest was given it as is.
+        api_key_prefix: null,
         virtual_key: 'vk-main',
         requested: 1,
         used: 2,
@@ -84,6 +86,21 @@ describe('GET /v1/policies/rate-limits/{id}/counters', () => {
     const next = await countersOf(tenant, id);
     expect(next).toMatchObject({ groups: [], total_groups: 0, refusals: counters.refusals });
     expect(next.window_start).toBe(new Date(windowStart + 60_000).toISOString());
+  });
+
+  it("names a refusal's API key by its prefix, for keys of the policy's organisation only", async () => {
+    freshMinute();
+    const tenant = await gateway.tenant();
+    const stranger = await gateway.tenant();
+    const id = await ratelimit.createPolicy(gateway, tenant, { value: 1 });
+    await admit(tenant, tenant.workspaceKeyId);
+    await refusal(admit(tenant, tenant.workspaceKeyId));
+    await refusal(admit(tenant, stranger.workspaceKeyId));
+    const [byStranger, byOwn] = (await countersOf(tenant, id)).refusals;
+    expect(byOwn?.api_key_id).toBe(tenant.workspaceKeyId);
+    expect(byOwn?.api_key_prefix).toMatch(/^gk_/);
+    expect(tenant.workspaceKey.startsWith(byOwn?.api_key_prefix ?? '-')).toBe(true);
+    expect(byStranger).toMatchObject({ api_key_id: stranger.workspaceKeyId, api_key_prefix: null });
   });
 
   it('shows a group whose values were too long by its hash', async () => {

@@ -98,11 +98,12 @@ function countersSection(policy: Policy, path: string): HTMLDetailsElement {
         counters.refusals.length > 0
           ? table(
               'Recent refusals',
-              ['Time', 'Group', 'API key id', 'Virtual key', 'Asked', 'Used'],
+              ['Time', 'Group', 'API key', 'Virtual key', 'Asked', 'Used'],
               counters.refusals.map((refusal) => [
                 time(refusal.created_at),
                 groupText(refusal),
-                refusal.api_key_id,
+                // Its prefix, as the API keys page shows it; the id of a key since deleted.
+                refusal.api_key_prefix ? `${refusal.api_key_prefix}…` : refusal.api_key_id,
                 refusal.virtual_key,
                 refusal.requested.toLocaleString(),
                 `${refusal.used.toLocaleString()} of ${refusal.limit.toLocaleString()}`,
