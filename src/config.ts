@@ -15,6 +15,27 @@ const flag = z
 
 const positiveInt = z.coerce.number().int().positive();
 
+/**
+ * OTEL_EXPORTER_OTLP_HEADERS: `key=value,key2=value2`, keys and values trimmed and percent-decoded
+ * (the OpenTelemetry specification's format); null when a pair has no key or no `=`.
+ */
+function parseOtlpHeaders(text: string): Record<string, string> | null {
+  const headers: Record<string, string> = {};
+  for (const pair of text.split(',')) {
+    if (pair.trim() === '') continue;
+    const at = pair.indexOf('=');
+    if (at <= 0) return null;
+    try {
+      headers[decodeURIComponent(pair.slice(0, at).trim()).toLowerCase()] = decodeURIComponent(
+        pair.slice(at + 1).trim(),
+      );
+    } catch {
+      return null;
+    }
+  }
+  return headers;
+}
+
 /** GATEWAY_DATABASE_TIMEOUT_MS's default: how long db/busy-retry.ts gives the server to answer. */
 export const DEFAULT_ANSWER_MS = 30_000;
 
@@ -86,6 +107,23 @@ export const configSchema = z
      * unset, an organisation key may while the database holds a single organisation.
      */
     GATEWAY_METRICS_ORGANISATION: z.string().min(1).max(128).optional(),
+    /**
+     * Node: an OpenTelemetry collector's OTLP/HTTP base URL; set, the metrics are sent to its
+     * `/v1/metrics` every OTEL_METRIC_EXPORT_INTERVAL ms, JSON-encoded (metrics/otlp.ts). Unset, nothing is sent.
+     */
+    OTEL_EXPORTER_OTLP_ENDPOINT: z.url({ protocol: /^https?$/ }).optional(),
+    /** Node: headers sent with each export, `key=value` pairs separated by commas, values percent-encoded (OTel's format). */
+    OTEL_EXPORTER_OTLP_HEADERS: z
+      .string()
+      .transform((text, ctx) => {
+        const headers = parseOtlpHeaders(text);
+        if (headers) return headers;
+        ctx.addIssue({ code: 'custom', message: 'must be key=value pairs separated by commas' });
+        return z.NEVER;
+      })
+      .default({}),
+    /** Node: milliseconds between two OTLP exports (at least 100). */
+    OTEL_METRIC_EXPORT_INTERVAL: z.coerce.number().int().min(100).default(60_000),
     /** Comma-separated host[:port] patterns allowed as upstreams even when private addresses are not. */
     GATEWAY_ALLOWED_UPSTREAM_HOSTS: z
       .string()

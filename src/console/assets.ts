@@ -1,11 +1,11 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-f99ad8fc0a12.js',
-    integrity: 'sha384-bQ+Ll6YW2rsfICEE38oVjIwpfXcv6x1vQlP4c/C8m9beSE65Z92Dn/Y9XAM2Ekex',
+    file: 'console-f272bc62736a.js',
+    integrity: 'sha384-6gYiqVI29py7Hkl5SnGGipG+PubYgnM3I+2q2vuU/v695FmExm+xi+dd9OwjVzux',
   },
   style: {
-    file: 'console-994aa890b949.css',
-    integrity: 'sha384-LqiDUMJIvUvvqoJIBlKLc+jhqtpeF56WbS87HQKJHgHsQJ7yx6ueeWZXymLqavBv',
+    file: 'console-890228aab4f3.css',
+    integrity: 'sha384-T3HArgapXu+yIvYe7tJ5xOh3JX4x9NJ6/lG+D/3jy1+mGr/pVu/lDAwYsyFfW1+w',
   },
 } as const;

@@ -2,6 +2,7 @@ import type { Client, InArgs, InStatement, ResultSet, TransactionMode } from '@l
 import { WrappedClient } from './wrapped-client';
 import { DEFAULT_ANSWER_MS } from '../config';
 import { readsOnly } from './client';
+import type { DatabaseTimings } from '../metrics/gateway';
 
 /**
  * A libSQL server (sqld, Turso), seen from its HTTP clients: when writes from many connections
@@ -33,28 +34,50 @@ import { readsOnly } from './client';
  * workerd runs a promise's continuation on behalf of the request that resolved it, so a turn handed
  * from one request to another would send the second's write as the first's I/O, which workerd
  * refuses (tried: "Cannot perform I/O on behalf of a different request").
+ *
+ * Given `timings`, each send's round trip is timed: a write's (a statement that is not a SELECT, a
+ * batch that is not a read) as a commit on the `server` path, a read's as a statement.
  */
 export class BusyRetryingClient extends WrappedClient {
   readonly #answerMs: number;
   readonly #writeTurns: Turns | null;
+  readonly #timings: DatabaseTimings | undefined;
 
-  constructor(inner: Client, options: { answerMs?: number; writers?: number } = {}) {
+  constructor(inner: Client, options: { answerMs?: number; writers?: number; timings?: DatabaseTimings } = {}) {
     super(inner);
     this.#answerMs = options.answerMs ?? DEFAULT_ANSWER_MS;
     this.#writeTurns = options.writers ? new Turns(options.writers) : null;
+    this.#timings = options.timings;
   }
 
   override execute(stmt: InStatement): Promise<ResultSet>;
   override execute(sql: string, args?: InArgs): Promise<ResultSet>;
   override execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
     const sql = typeof stmt === 'string' ? stmt : stmt.sql;
-    const send = () => (typeof stmt === 'string' ? this.inner.execute(stmt, args) : this.inner.execute(stmt));
-    return whileBusy(() => this.#answered(this.#writeTurns && !readsOnly(sql) ? this.#writeTurns.take(send) : send));
+    const write = !readsOnly(sql);
+    const send = () =>
+      this.#timed(write, () => (typeof stmt === 'string' ? this.inner.execute(stmt, args) : this.inner.execute(stmt)));
+    return whileBusy(() => this.#answered(this.#writeTurns && write ? this.#writeTurns.take(send) : send));
   }
 
   override batch(stmts: Array<InStatement | [string, InArgs?]>, mode?: TransactionMode): Promise<ResultSet[]> {
-    const send = () => this.inner.batch(stmts, mode);
-    return whileBusy(() => this.#answered(this.#writeTurns && mode !== 'read' ? this.#writeTurns.take(send) : send));
+    const write = mode !== 'read';
+    const send = () => this.#timed(write, () => this.inner.batch(stmts, mode));
+    return whileBusy(() => this.#answered(this.#writeTurns && write ? this.#writeTurns.take(send) : send));
+  }
+
+  /** `send`, its round trip timed when timings are kept. */
+  async #timed<T>(write: boolean, send: () => Promise<T>): Promise<T> {
+    const timings = this.#timings;
+    if (!timings) return send();
+    const started = performance.now();
+    try {
+      return await send();
+    } finally {
+      const seconds = (performance.now() - started) / 1000;
+      if (write) timings.commit('server', seconds);
+      else timings.statement(seconds);
+    }
   }
 
   /** `send`'s answer, or DatabaseTimeoutError once answerMs have passed without it. */

@@ -5,6 +5,7 @@ import Database from 'libsql';
 import { BoundedMap } from '../lib/bounded-map';
 import { TextParts } from '../lib/text';
 import { readsOnly, type PartsClient, type RawStatement, type RawValue } from './client';
+import type { DatabaseTimings } from '../metrics/gateway';
 
 /**
  * The embedded database's client: the part of @libsql/client's `Client` that Drizzle and the
@@ -231,8 +232,9 @@ class EmbeddedFile {
   #writer: Worker | null = null;
   /** Why the writer thread stopped, if it failed. */
   #writerFailure: Error | null = null;
-  /** The group the writer thread is committing. */
-  #flight: { id: number; writes: PendingWrite[] } | null = null;
+  /** The group the writer thread is committing, and when it was posted (performance.now()). */
+  #flight: { id: number; writes: PendingWrite[]; postedAt: number } | null = null;
+  readonly #timings: DatabaseTimings | undefined;
   #nextId = 0;
   #pending: PendingWrite[] = [];
   #scheduled = false;
@@ -242,8 +244,9 @@ class EmbeddedFile {
   #clients: number;
   #closed = false;
 
-  constructor(path: string, timeoutMs: number, clients: number) {
+  constructor(path: string, timeoutMs: number, clients: number, timings?: DatabaseTimings) {
     this.#db = new Database(path, { timeout: timeoutMs });
+    this.#timings = timings;
     this.#path = path;
     this.#timeoutMs = timeoutMs;
     this.#clients = clients;
@@ -267,7 +270,16 @@ class EmbeddedFile {
     });
   }
 
+  /** Every statement of this thread's connection but a transaction's own (BEGIN, COMMIT), timed. */
   run(sql: string, args?: Args): Result {
+    if (!this.#timings) return this.#run(sql, args);
+    const started = performance.now();
+    const result = this.#run(sql, args);
+    this.#timings.statement((performance.now() - started) / 1000);
+    return result;
+  }
+
+  #run(sql: string, args?: Args): Result {
     const prepared = this.prepare(sql);
     const bound = toArgs(args);
     if (prepared.shape) {
@@ -283,15 +295,23 @@ class EmbeddedFile {
   }
 
   inTransaction<T>(begin: string, work: () => T): T {
-    this.run(begin);
+    this.#run(begin);
     try {
       const result = work();
-      this.run('COMMIT');
+      this.#run('COMMIT');
       return result;
     } catch (error) {
-      if (this.#db.inTransaction) this.run('ROLLBACK');
+      if (this.#db.inTransaction) this.#run('ROLLBACK');
       throw error;
     }
+  }
+
+  /** A write transaction on this thread (the immediate client's), its commit timed. */
+  writeHere<T>(work: () => T): T {
+    const started = performance.now();
+    const result = this.inTransaction('BEGIN IMMEDIATE', work);
+    this.#timings?.commit('immediate', (performance.now() - started) / 1000);
+    return result;
   }
 
   exec(sql: string): void {
@@ -390,7 +410,7 @@ class EmbeddedFile {
       this.#schedule();
       return;
     }
-    this.#flight = { id, writes };
+    this.#flight = { id, writes, postedAt: performance.now() };
     // The thread keeps the process alive while it commits: a caller waits for its answer.
     writer.ref();
   }
@@ -398,6 +418,7 @@ class EmbeddedFile {
   #answered(reply: WriterReply): void {
     const flight = this.#flight;
     if (!flight || flight.id !== reply.id) return;
+    this.#timings?.commit('group', (performance.now() - flight.postedAt) / 1000);
     flight.writes.forEach((write, i) => {
       const outcome = 'error' in reply ? reply : (reply.outcomes[i] ?? NO_OUTCOME);
       if ('error' in outcome) return write.reject(toError(outcome.error));
@@ -551,9 +572,7 @@ class EmbeddedClient {
   #write(statements: Statement[]): Promise<Result[]> {
     const file = this.#file;
     if (!this.#immediate) return file.group(statements);
-    return file.here(() =>
-      file.inTransaction('BEGIN IMMEDIATE', () => statements.map(({ sql, args }) => file.run(sql, args))),
-    );
+    return file.here(() => file.writeHere(() => statements.map(({ sql, args }) => file.run(sql, args))));
   }
 
   #checkOpen(): void {
@@ -615,6 +634,8 @@ function normalise(statement: InStatement, args?: InArgs): Statement {
 export interface EmbeddedClientOptions {
   /** How long to wait for another process's write lock (SQLite's busy timeout). */
   timeoutMs: number;
+  /** Where statements' and commits' durations go (gateway_db_*_duration_seconds). */
+  timings?: DatabaseTimings;
 }
 
 /**
@@ -628,7 +649,7 @@ export function openEmbeddedClients(
   path: string,
   options: EmbeddedClientOptions,
 ): { client: Client & PartsClient; immediateClient: Client & PartsClient } {
-  const file = new EmbeddedFile(path, options.timeoutMs, 2);
+  const file = new EmbeddedFile(path, options.timeoutMs, 2, options.timings);
   return {
     client: asClient(new EmbeddedClient(file, false)),
     immediateClient: asClient(new EmbeddedClient(file, true)),
@@ -637,7 +658,7 @@ export function openEmbeddedClients(
 
 /** The embedded file's group-committing client alone. */
 export function openEmbeddedClient(path: string, options: EmbeddedClientOptions): Client & PartsClient {
-  return asClient(new EmbeddedClient(new EmbeddedFile(path, options.timeoutMs, 1), false));
+  return asClient(new EmbeddedClient(new EmbeddedFile(path, options.timeoutMs, 1, options.timings), false));
 }
 
 /** The embedded client where code expects @libsql/client's `Client` (the part of it Drizzle and the counter store use). */

@@ -16,6 +16,7 @@ import { makeDirectory } from '../lib/make-directory';
 import type { Db } from './client';
 import { openEmbeddedClients } from './embedded-client';
 import * as schema from './schema';
+import { TimingsRelay } from './timings';
 
 /**
  * Opening the database on Node: the server, the CLI, the tests and the benchmarks all come here.
@@ -59,6 +60,8 @@ export interface NodeDatabase {
   embedded: boolean;
   /** Data files or a data directory found open to other users, for the caller to report. */
   warnings: string[];
+  /** Where statements' and commits' durations go: nowhere until pointed at the metrics (runtime/node/deps.ts). */
+  timings: TimingsRelay;
   close(): void;
 }
 
@@ -71,6 +74,7 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
   let countersClient: Client;
   let location: string;
   let warnings: string[] = [];
+  const timings = new TimingsRelay();
   if (config.LIBSQL_URL) {
     const { createClient } = await import('@libsql/client');
     // Reads issued together go as one batch (coalescing-client.ts); what is refused as busy is sent again.
@@ -80,6 +84,7 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
         {
           answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS,
           writers: config.GATEWAY_DATABASE_WRITERS,
+          timings,
         },
       ),
     );
@@ -93,7 +98,7 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
     // Reads run on the event loop's thread, the app's writes commit on a thread of their own
     // (embedded-client.ts says why). Other processes on the same file wait up to this many ms
     // for its write lock; the two clients never wait for each other's.
-    ({ client, immediateClient: countersClient } = openEmbeddedClients(location, { timeoutMs: 5000 }));
+    ({ client, immediateClient: countersClient } = openEmbeddedClients(location, { timeoutMs: 5000, timings }));
     // WAL lets readers (this thread's, the CLI's, a second gateway's) proceed during writes.
     await client.execute('PRAGMA journal_mode = WAL');
     // The connection of the event loop's thread: its only commits are the counters' (and
@@ -107,7 +112,7 @@ export async function openDatabase(config: DatabaseConfig): Promise<NodeDatabase
     if (countersClient !== client) countersClient.close();
     client.close();
   };
-  return { db, client, countersClient, location, embedded, warnings, close };
+  return { db, client, countersClient, location, embedded, warnings, timings, close };
 }
 
 /**

@@ -1,4 +1,11 @@
-import { BoundedValues, Registry, SECONDS_BUCKETS, type LabelValues } from './registry';
+import {
+  BoundedValues,
+  DATABASE_SECONDS_BUCKETS,
+  Registry,
+  SECONDS_BUCKETS,
+  type CollectedFamily,
+  type LabelValues,
+} from './registry';
 
 /**
  * The gateway's metrics (docs/metrics.md says what each means): one `Metrics` per app, in
@@ -9,8 +16,13 @@ import { BoundedValues, Registry, SECONDS_BUCKETS, type LabelValues } from './re
 export interface Metrics {
   /** Whether GET /metrics has anything to write here: false on Workers. */
   readonly served: boolean;
-  /** A request was answered: its method, its route's pattern (never its path) and status. */
-  request(method: string, route: string, status: number): void;
+  /**
+   * A request was answered: its method, its route's pattern (never its path), its status, and the
+   * seconds until the handler returned its response (a stream's headers, not its end).
+   */
+  request(method: string, route: string, status: number, seconds: number): void;
+  /** Where the database reports its statements' and commits' durations (db/timings.ts). */
+  readonly database: DatabaseTimings;
   /** A provider call (one attempt) begins now: its timer, told of the first byte and of the end. */
   providerCall(virtualKeyId: string): ProviderCallTimer;
   /** A run (or a response, `kind`) reached a final status. */
@@ -23,7 +35,25 @@ export interface Metrics {
   onScrape(read: (gauges: ScrapeGauges) => void | Promise<void>): void;
   /** The text exposition of every metric, or null where metrics are not kept (Workers). */
   render(): Promise<string | null>;
+  /** Every metric as values, for an export (otlp.ts), or null where metrics are not kept; read as a scrape is. */
+  collect(): Promise<CollectedFamily[] | null>;
 }
+
+/**
+ * How long the database took (Node: db/embedded-client.ts, db/busy-retry.ts): a statement from
+ * its issue to its answer; a commit, a write transaction's, from its issue to its durable end.
+ */
+export interface DatabaseTimings {
+  statement(seconds: number): void;
+  /**
+   * `group`: the app's writes, committed together on the embedded file's writer thread (its fsync
+   * included); `immediate`: the counters' writes, each committed at once on the event loop's thread;
+   * `server`: a write sent to a libSQL server, its round trip.
+   */
+  commit(path: CommitPath, seconds: number): void;
+}
+
+export type CommitPath = 'group' | 'immediate' | 'server';
 
 /** What a scrape's readings set. */
 export interface ScrapeGauges {
@@ -69,6 +99,20 @@ export function gatewayMetrics(now: () => number = () => performance.now()): Met
   const requests = registry.counter('gateway_http_requests_total', {
     help: "Requests answered, by method, the route's pattern and the status.",
     labelNames: ['method', 'route', 'status'],
+  });
+  const requestSeconds = registry.histogram('gateway_http_request_duration_seconds', {
+    help: "Seconds from a request's arrival to its response's headers, by method, the route's pattern and the status class.",
+    labelNames: ['method', 'route', 'status_class'],
+    buckets: SECONDS_BUCKETS,
+  });
+  const statementSeconds = registry.histogram('gateway_db_statement_duration_seconds', {
+    help: "Seconds from a database statement's issue to its answer (on the embedded file, the event loop's statements; the writer thread's are in commits).",
+    buckets: DATABASE_SECONDS_BUCKETS,
+  });
+  const commitSeconds = registry.histogram('gateway_db_commit_duration_seconds', {
+    help: "Seconds from a write transaction's issue to its commit, by path (group, immediate, server).",
+    labelNames: ['path'],
+    buckets: DATABASE_SECONDS_BUCKETS,
   });
   const runs = registry.counter('gateway_runs_ended_total', {
     help: 'Runs (kind run) and responses (kind response) that reached a final status, by that status.',
@@ -118,7 +162,14 @@ export function gatewayMetrics(now: () => number = () => performance.now()): Met
 
   return {
     served: true,
-    request: (method, route, status) => requests.inc([method, route, String(status)]),
+    request(method, route, status, seconds) {
+      requests.inc([method, route, String(status)]);
+      requestSeconds.observe([method, route, STATUS_CLASSES[Math.floor(status / 100)] ?? 'other'], seconds);
+    },
+    database: {
+      statement: (seconds) => statementSeconds.observe(NO_LABELS, seconds),
+      commit: (path, seconds) => commitSeconds.observe(COMMIT_PATHS[path], seconds),
+    },
     providerCall(virtualKeyId) {
       const key = keys.of(virtualKeyId);
       const started = now();
@@ -145,6 +196,10 @@ export function gatewayMetrics(now: () => number = () => performance.now()): Met
       for (const read of readings) await read(gauges);
       return registry.render();
     },
+    async collect() {
+      for (const read of readings) await read(gauges);
+      return registry.collect();
+    },
   };
 }
 
@@ -152,14 +207,23 @@ export function gatewayMetrics(now: () => number = () => performance.now()): Met
 export const unservedMetrics: Metrics = {
   served: false,
   request: () => undefined,
+  database: { statement: () => undefined, commit: () => undefined },
   providerCall: () => IGNORED_CALL,
   runEnded: () => undefined,
   tokens: () => undefined,
   rateLimit: () => undefined,
   onScrape: () => undefined,
   render: () => Promise.resolve(null),
+  collect: () => Promise.resolve(null),
 };
 
 const IGNORED_CALL: ProviderCallTimer = { firstByte: () => undefined, end: () => undefined };
 
 const NO_LABELS: LabelValues = [];
+/** Label values made once: recording allocates nothing per statement or request. */
+const STATUS_CLASSES = ['0xx', '1xx', '2xx', '3xx', '4xx', '5xx'];
+const COMMIT_PATHS: Record<CommitPath, LabelValues> = {
+  group: ['group'],
+  immediate: ['immediate'],
+  server: ['server'],
+};

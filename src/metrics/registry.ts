@@ -24,6 +24,24 @@ export const OTHER = 'other';
 /** Latency buckets in seconds: from a local provider's few milliseconds to a long answer's minutes. */
 export const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120] as const;
 
+/** Database latency buckets in seconds: from a cached read's tens of microseconds to a stalled commit's seconds. */
+export const DATABASE_SECONDS_BUCKETS = [
+  0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5,
+] as const;
+
+/** One series read out of a family: a counter's or gauge's value, or a histogram's buckets. */
+export type CollectedPoint =
+  | { value: number }
+  | { histogram: { bounds: readonly number[]; counts: readonly number[]; sum: number; count: number } };
+
+/** A family read out of the registry (Registry.collect). */
+export interface CollectedFamily {
+  name: string;
+  help: string;
+  type: MetricType;
+  series: (CollectedPoint & { labels: Record<string, string> })[];
+}
+
 interface FamilyOptions {
   help: string;
   labelNames?: readonly string[];
@@ -90,6 +108,21 @@ abstract class Family<S> {
 
   protected abstract writeSeries(lines: string[], labels: LabelValues, value: S): void;
 
+  /** The family's series as values, for an export in another format (otlp.ts). */
+  collect(): CollectedFamily {
+    return {
+      name: this.name,
+      help: this.help,
+      type: this.type,
+      series: this.sorted().map(({ labels, value }) => ({
+        labels: Object.fromEntries(this.labelNames.map((label, index) => [label, labels[index] ?? ''])),
+        ...this.point(value),
+      })),
+    };
+  }
+
+  protected abstract point(value: S): CollectedPoint;
+
   protected sample(lines: string[], name: string, labels: LabelValues, value: number, extra?: [string, string]): void {
     const pairs = this.labelNames.map((label, index) => `${label}="${escapeLabel(labels[index] ?? '')}"`);
     if (extra) pairs.push(`${extra[0]}="${escapeLabel(extra[1])}"`);
@@ -105,6 +138,10 @@ export class Counter extends Family<{ value: number }> {
 
   protected empty() {
     return { value: 0 };
+  }
+
+  protected point(series: { value: number }): CollectedPoint {
+    return { value: series.value };
   }
 
   inc(labels: LabelValues = [], by = 1): void {
@@ -129,6 +166,10 @@ export class Gauge extends Family<{ value: number }> {
 
   set(labels: LabelValues, value: number): void {
     this.series(labels).value = value;
+  }
+
+  protected point(series: { value: number }): CollectedPoint {
+    return { value: series.value };
   }
 
   protected writeSeries(lines: string[], labels: LabelValues, series: { value: number }): void {
@@ -165,6 +206,14 @@ export class Histogram extends Family<HistogramSeries> {
     while (bucket < this.#bounds.length && value > (this.#bounds[bucket] ?? Infinity)) bucket++;
     series.counts[bucket] = (series.counts[bucket] ?? 0) + 1;
     series.sum += value;
+  }
+
+  /** The buckets as counted, each alone (not cumulated), the last one past the largest bound. */
+  protected point(series: HistogramSeries): CollectedPoint {
+    const counts = [...series.counts];
+    return {
+      histogram: { bounds: this.#bounds, counts, sum: series.sum, count: counts.reduce((a, b) => a + b, 0) },
+    };
   }
 
   protected writeSeries(lines: string[], labels: LabelValues, series: HistogramSeries): void {
@@ -212,6 +261,11 @@ export class Registry {
 
   observe(name: string, value: number, labels: LabelValues = []): void {
     this.#family(name, Histogram).observe(labels, value);
+  }
+
+  /** Every family's series as values, in the order they were declared. */
+  collect(): CollectedFamily[] {
+    return [...this.#families.values()].map((family) => family.collect());
   }
 
   /** Every family in the text format, in the order they were declared; ends with a newline. */

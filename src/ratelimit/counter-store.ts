@@ -47,6 +47,41 @@ export interface AdmitResult {
   used: Map<string, number>;
 }
 
+/**
+ * A request a policy refused, as kept for GET /v1/policies/rate-limits/{id}/counters: who asked
+ * (the API key's id and the virtual key's slug, never a secret), in which group, and for what.
+ */
+export interface Refusal {
+  /** When (ms since the epoch). */
+  at: number;
+  /** The counter's group (enforce.ts's counterOf). */
+  group: string;
+  apiKeyId: string;
+  virtualKey: string;
+  /** What the request would have added: 1, or the tokens its turn would have reserved. */
+  requested: number;
+  /** The counter when it was refused. */
+  used: number;
+  limit: number;
+}
+
+/** The refusals kept per policy, newest first: the last this many (per process on Node; per policy on Workers). */
+export const MAX_REFUSALS = 20;
+
+/** One group's counter in a window. */
+export interface GroupUsage {
+  group: string;
+  used: number;
+}
+
+/** A policy's counters in one window, most used first, and its recent refusals, newest first. */
+export interface PolicyCounters {
+  groups: GroupUsage[];
+  /** How many groups have a counter in the window (`groups` holds the first `limit`). */
+  totalGroups: number;
+  refusals: Refusal[];
+}
+
 export interface CounterStore {
   /**
    * All or nothing: when every counter has room, adds each one's cost, atomically with respect to
@@ -61,4 +96,14 @@ export interface CounterStore {
    * window ended and was pruned, or never counted).
    */
   adjust(scope: string, adjustments: CounterAdjustment[]): Promise<void>;
+  /**
+   * Keeps `refusal` among `policyId`'s last MAX_REFUSALS. Bookkeeping for people reading the
+   * counters: a store may lose it (a restart), never fail an admission for it.
+   */
+  noteRefusal(scope: string, policyId: string, refusal: Refusal): Promise<void>;
+  /**
+   * The counters whose keys begin with `prefix` (one policy's window: enforce.ts's counterPrefix),
+   * the `limit` most used, and `policyId`'s recent refusals.
+   */
+  policyCounters(scope: string, policyId: string, prefix: string, limit: number): Promise<PolicyCounters>;
 }

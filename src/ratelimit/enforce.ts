@@ -4,7 +4,13 @@ import { sha256Hex } from '../lib/crypto';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics/gateway';
 import { attributeValues, type RequestAttributes } from './attributes';
-import { hasRoom, type CounterAdjustment, type CounterAdmission, type CounterStore } from './counter-store';
+import {
+  hasRoom,
+  type CounterAdjustment,
+  type CounterAdmission,
+  type CounterStore,
+  type PolicyCounters,
+} from './counter-store';
 import { goDuration, rateLimitHeaders, tightest, type PolicyUsage } from './headers';
 import type { ActivePolicy } from './matching';
 import type { PolicyCache } from './policy-cache';
@@ -57,7 +63,7 @@ export interface TurnTokens {
  * `settingsGeneration`, the request's (db/settings-cache.ts), spares the policy version read while it holds.
  */
 export async function admitRequest(
-  deps: Pick<RateLimitDeps, 'policyCache' | 'now' | 'counters' | 'metrics'>,
+  deps: Pick<RateLimitDeps, 'policyCache' | 'now' | 'counters' | 'metrics' | 'log'>,
   attributes: RequestAttributes,
   turn: TurnTokens,
   settingsGeneration: number | null = null,
@@ -72,8 +78,9 @@ export async function admitRequest(
   const reservation = Math.max(0, Math.ceil(turn.reservation));
   const counters = await Promise.all(matched.map((policy) => counterOf(policy, values, now, reservation)));
   const { admitted, used } = await deps.counters.admit(attributes.workspace_id, counters, now);
-  const usages: (PolicyUsage & { cost: number })[] = counters.map((counter) => ({
+  const usages: CounterUsage[] = counters.map((counter) => ({
     cost: counter.cost,
+    group: counter.group,
     policy: counter.policy,
     used: used.get(counter.key) ?? 0,
     windowEnd: counter.windowEnd,
@@ -82,6 +89,7 @@ export async function admitRequest(
     // The policies without room refused it; the others would have admitted it, and count nothing.
     const refusing = refusingPolicies(usages);
     for (const usage of refusing) deps.metrics.rateLimit(usage.policy.id, 'refused');
+    await noteRefusals(deps, attributes, refusing, now);
     throw refusal(refusing, now);
   }
   for (const counter of counters) deps.metrics.rateLimit(counter.policy.id, 'allowed');
@@ -174,6 +182,77 @@ export async function countRequest(
   );
 }
 
+/** A request as the refusals of policyCounters show it: a usage and the group it was counted in. */
+type CounterUsage = PolicyUsage & { cost: number; group: string };
+
+/** Kept for policyCounters; a failure to keep them is logged and the request still refused. */
+async function noteRefusals(
+  deps: Pick<RateLimitDeps, 'counters' | 'log'>,
+  attributes: RequestAttributes,
+  refusing: CounterUsage[],
+  now: number,
+): Promise<void> {
+  try {
+    await Promise.all(
+      refusing.map((usage) =>
+        deps.counters.noteRefusal(attributes.workspace_id, usage.policy.id, {
+          at: now,
+          group: usage.group,
+          apiKeyId: attributes.api_key,
+          virtualKey: attributes.virtual_key,
+          requested: usage.cost,
+          used: usage.used,
+          limit: usage.policy.value,
+        }),
+      ),
+    );
+  } catch (error) {
+    deps.log.warn('rate-limit refusal could not be kept', { workspace_id: attributes.workspace_id, error });
+  }
+}
+
+/** What GET /v1/policies/rate-limits/{id}/counters reads of one policy. */
+export interface PolicyWindowCounters extends PolicyCounters {
+  window: { start: number; end: number };
+}
+
+/**
+ * A policy's counters in the window holding `now`, the `limit` most used, with its recent refusals
+ * (counter-store.ts's policyCounters).
+ */
+export async function policyCounters(
+  deps: Pick<RateLimitDeps, 'counters' | 'now'>,
+  policy: { id: string; unit: PolicyUnit; workspaceId: string },
+  limit: number,
+): Promise<PolicyWindowCounters> {
+  const window = windowOf(policy.unit, deps.now());
+  const prefix = counterPrefix(policy.id, policy.unit, window.start);
+  return { window, ...(await deps.counters.policyCounters(policy.workspaceId, policy.id, prefix, limit)) };
+}
+
+/**
+ * A group's values as counterOf wrote them, `[[key, value or null], …]`, or null for a hashed
+ * group (`sha256:…`, whose values were too long to keep) or text not of that shape.
+ */
+export function groupValues(group: string): { key: string; value: string | null }[] | null {
+  if (!group.startsWith('[')) return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(group);
+  } catch {
+    return null;
+  }
+  if (!Array.isArray(parsed)) return null;
+  const values: { key: string; value: string | null }[] = [];
+  for (const pair of parsed) {
+    if (!Array.isArray(pair) || pair.length !== 2) return null;
+    const [key, value]: unknown[] = pair;
+    if (typeof key !== 'string' || (typeof value !== 'string' && value !== null)) return null;
+    values.push({ key, value });
+  }
+  return values;
+}
+
 /** Group values longer than this are hashed in counter keys, which stay short whatever the metadata. */
 const GROUP_TEXT_MAX = 128;
 
@@ -199,13 +278,17 @@ async function counterOf(policy: ActivePolicy, values: Map<string, string>, now:
 
 /** The unit is part of the key, so a policy whose unit changes starts new counters. */
 const counterKey = (policyId: string, unit: PolicyUnit, windowStart: number, group: string) =>
-  `${policyId}/${unit}/${windowStart}/${group}`;
+  counterPrefix(policyId, unit, windowStart) + group;
+
+/** What the keys of one policy's counters in one window begin with: the key less its group. */
+const counterPrefix = (policyId: string, unit: PolicyUnit, windowStart: number) =>
+  `${policyId}/${unit}/${windowStart}/`;
 
 /**
  * The policies that refused a request: those that lacked room. Only a prune of an ended window
  * between the decision and the read can leave none: then all of them.
  */
-function refusingPolicies(usages: (PolicyUsage & { cost: number })[]): (PolicyUsage & { cost: number })[] {
+function refusingPolicies(usages: CounterUsage[]): CounterUsage[] {
   const full = usages.filter(
     (usage) => !hasRoom(usage.used, usage.cost, usage.policy.value, usage.policy.type === 'requests'),
   );

@@ -9,8 +9,17 @@ export {
   requestMetadata,
   type RequestAttributes,
 } from './attributes';
-export type { AdmitResult, CounterAdjustment, CounterAdmission, CounterStore } from './counter-store';
-export { admitRequest, countRequest, settleTokens, type Admission, type TurnTokens } from './enforce';
+export type { AdmitResult, CounterAdjustment, CounterAdmission, CounterStore, Refusal } from './counter-store';
+export {
+  admitRequest,
+  countRequest,
+  groupValues,
+  policyCounters,
+  settleTokens,
+  type Admission,
+  type PolicyWindowCounters,
+  type TurnTokens,
+} from './enforce';
 export { promptChars, turnReservation } from './reservation';
 export { LibsqlCounterStore } from './libsql-counter-store';
 export { PolicyCache } from './policy-cache';

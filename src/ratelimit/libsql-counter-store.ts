@@ -6,7 +6,10 @@ import {
   type CounterAdjustment,
   type CounterAdmission,
   type CounterStore,
+  type PolicyCounters,
+  type Refusal,
 } from './counter-store';
+import { RecentRefusals } from './recent-refusals';
 
 /**
  * Counters in the rate_limit_counters table, through the libSQL client itself (these statements
@@ -52,6 +55,14 @@ UPDATE rate_limit_counters
 SET used = max(0, used + (SELECT value ->> 1 FROM json_each(?1) WHERE value ->> 0 = rate_limit_counters.key))
 WHERE key IN (SELECT value ->> 0 FROM json_each(?1) WHERE value ->> 1 < 0)`;
 
+// One window of one policy: the keys from its prefix up to the prefix's successor (keyRange).
+// total: every group of the window, counted before the limit.
+const GROUPS = `
+SELECT key, used, count(*) OVER () AS total FROM rate_limit_counters
+WHERE key >= ?1 AND key < ?2
+ORDER BY used DESC, key
+LIMIT ?3`;
+
 const PRUNE = `
 DELETE FROM rate_limit_counters
 WHERE key IN (SELECT key FROM rate_limit_counters WHERE window_end <= ?1 LIMIT ?2)`;
@@ -70,6 +81,8 @@ export class LibsqlCounterStore implements CounterStore {
   readonly #pruneIntervalMs: number;
   readonly #pruneBatch: number;
   #nextPruneAt = -Infinity;
+  /** Refusals stay in this process: the database keeps only the counters (recent-refusals.ts). */
+  readonly #refusals = new RecentRefusals();
 
   constructor(client: Client, options: LibsqlCounterStoreOptions) {
     this.#client = client;
@@ -112,6 +125,20 @@ export class LibsqlCounterStore implements CounterStore {
     return new Map(keys.map((key) => [key, stored.get(key) ?? 0]));
   }
 
+  noteRefusal(_scope: string, policyId: string, refusal: Refusal): Promise<void> {
+    this.#refusals.note(policyId, refusal);
+    return Promise.resolve();
+  }
+
+  async policyCounters(_scope: string, policyId: string, prefix: string, limit: number): Promise<PolicyCounters> {
+    const { rows } = await this.#client.execute({ sql: GROUPS, args: [prefix, afterPrefix(prefix), limit] });
+    return {
+      groups: rows.map((row) => ({ group: String(row.key).slice(prefix.length), used: Number(row.used) })),
+      totalGroups: Number(rows[0]?.total ?? 0),
+      refusals: this.#refusals.of(policyId),
+    };
+  }
+
   /** Deletes up to one batch of counters whose window ended by `now`; resolves to how many. */
   async prune(now: number): Promise<number> {
     const result = await this.#client.execute({ sql: PRUNE, args: [now, this.#pruneBatch] });
@@ -136,4 +163,9 @@ function usageOf(rows: Row[], counters: CounterAdmission[]) {
   const used = new Map(rows.map((row) => [row.key as string, Number(row.used)]));
   for (const counter of counters) if (!used.has(counter.key)) used.set(counter.key, 0);
   return used;
+}
+
+/** The first text after every text that begins with `prefix` (not empty): its last character's successor. */
+function afterPrefix(prefix: string): string {
+  return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
 }

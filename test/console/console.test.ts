@@ -8,6 +8,7 @@ import { errorOf, gatewayWithDefaultKey, serveOverHttp, type Tenant, type TestGa
 import { ROOT } from '../support/processes';
 import { LOOKUP_TOOL } from '../support/threads';
 import { waitFor } from '../support/wait';
+import { defined } from '../support/defined';
 import { executablePath, INSTALL, launchChromium, signIn } from './browser';
 import type OpenAI from 'openai';
 
@@ -610,6 +611,62 @@ describe.skipIf(!executablePath)(
       expect(await answers.nth(3).textContent()).not.toBe('Words that never all arrive');
       await expect(page.locator('main img, main b').count()).resolves.toBe(0);
       await review(page, 'playground');
+      await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it("shows a policy's counter per group and its refusals once the policy refuses", async () => {
+      // A policy of its own, matched only by the metadata sent below, so that no other test is held back.
+      const marker = `refusing-${crypto.randomUUID().slice(0, 8)}`;
+      await errorFree(
+        gateway.request('/v1/policies/rate-limits', {
+          key: tenant.workspaceKey,
+          body: {
+            name: marker,
+            conditions: [{ key: `metadata.console`, value: marker }],
+            group_by: [{ key: 'api_key' }],
+            type: 'requests',
+            // A day's window: no boundary falls between the two calls, short of midnight UTC.
+            unit: 'rpd',
+            value: 1,
+          },
+        }),
+      );
+      const call = () =>
+        client.chat.completions.create(
+          { model: 'gpt-4o', messages: [{ role: 'user', content: 'Count me' }] },
+          { headers: { 'x-gateway-metadata': JSON.stringify({ console: marker }) } },
+        );
+      await call();
+      await expect(call()).rejects.toMatchObject({ status: 429 });
+      await gateway.tasks.drain(10_000);
+
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await openPage(page, 'Rate-limit policies');
+      const card = page.locator('[data-policy-id]').filter({ hasText: marker });
+      await card.locator('summary', { hasText: 'Counters and refusals' }).click();
+      const counters = card.getByRole('table', { name: 'Counters per group' });
+      await counters.waitFor();
+      const group = `api_key = ${tenant.workspaceKeyId}`;
+      await expect(counters.getByRole('row', { name: group }).textContent()).resolves.toContain('1 of 1');
+      const refusals = card.getByRole('table', { name: 'Recent refusals' });
+      await expect(refusals.getByRole('row').count()).resolves.toBe(2);
+      const refusal = refusals.getByRole('row', { name: new RegExp(group) });
+      await expect(refusal.textContent()).resolves.toContain('1 of 1');
+      // The key by its prefix, as the API keys page shows it.
+      const prefix = defined(/^gk_[A-Za-z0-9_-]{4}/.exec(tenant.workspaceKey))[0];
+      await expect(refusal.textContent()).resolves.toContain(prefix);
+
+      // Another refusal appears on refreshing.
+      await expect(call()).rejects.toMatchObject({ status: 429 });
+      await card.getByRole('button', { name: 'Refresh counters' }).click();
+      await waitFor(
+        () => refusals.getByRole('row').count(),
+        (rows) => rows === 3,
+      );
+      await expect(refusals.getByRole('row').count()).resolves.toBe(3);
+      await review(page, 'policy-counters');
       await expectOwnDataOnly(page);
       await context.close();
     });

@@ -27,6 +27,22 @@ afterAll(async () => {
 });
 
 describe('BusyRetryingClient', () => {
+  it("times each send against the real server: a read as a statement, a write's round trip as a commit on the server path", async () => {
+    const timed: string[] = [];
+    const client = new BusyRetryingClient(raw, {
+      timings: {
+        statement: (seconds) => timed.push(`statement ${seconds > 0}`),
+        commit: (path, seconds) => timed.push(`commit ${path} ${seconds > 0}`),
+      },
+    });
+    const table = `timed_${randomBytes(4).toString('hex')}`;
+    await client.execute(`CREATE TABLE ${table} (n INTEGER)`);
+    await client.execute(`SELECT count(*) FROM ${table}`);
+    await client.batch([`INSERT INTO ${table} VALUES (1)`, `INSERT INTO ${table} VALUES (2)`], 'write');
+    await client.batch([`SELECT n FROM ${table}`], 'read');
+    expect(timed).toEqual(['commit server true', 'statement true', 'commit server true', 'statement true']);
+  });
+
   // sqld's refusals come from races inside it, and its load shedding from its load, not on demand:
   // which sends they hit, and whether any, differs from run to run. The policy, on a client whose
   // answers are given.

@@ -10,7 +10,8 @@ import {
   type Tenant,
   type TestGateway,
 } from '../support/gateway';
-import { createPolicy, freshMinute } from '../support/ratelimit';
+import { createPolicy, freshMinute, NO_RESERVATION, requestAttributes } from '../support/ratelimit';
+import { admitRequest } from '../../src/ratelimit';
 import { parsePrometheusText, samplesOf, total, type MetricFamily } from '../support/prometheus';
 import { defined } from '../support/defined';
 
@@ -176,6 +177,49 @@ describe('GET /metrics', () => {
     const after = await scraped();
     expect(total(after, 'gateway_http_requests_total', { route: '/v1/threads/:thread_id', status: '401' })).toBe(1);
     expect(total(after, 'gateway_http_requests_total', { route: 'unmatched', status: '404' })).toBe(1);
+  });
+
+  it("times requests by method, route pattern and status class, and the database's statements and commits by path", async () => {
+    const count = (families: Map<string, MetricFamily>, family: string, labels: Record<string, string> = {}) =>
+      total(families, family, labels, `${family}_count`);
+    const route = { method: 'GET', route: '/v1/assistants/:assistant_id' };
+    const before = await scraped();
+
+    await client.beta.assistants.retrieve(assistantId);
+    await client.beta.assistants.retrieve(assistantId);
+    const missing = await gateway.request('/v1/assistants/asst_none', { key: tenant.workspaceKey });
+    expect(missing.status).toBe(404);
+    // A write of the app (a group on the writer thread) and a rate-limit admission (the counters'
+    // immediate commit).
+    await client.beta.assistants.create({ model: 'gpt-4o' });
+    freshMinute(gateway.clock);
+    await createPolicy(gateway, tenant, { value: 10 });
+    await admitRequest(gateway.deps, requestAttributes(tenant), NO_RESERVATION);
+
+    const after = await scraped();
+    const grew = (family: string, labels: Record<string, string> = {}) =>
+      count(after, family, labels) - count(before, family, labels);
+    const requests = 'gateway_http_request_duration_seconds';
+    expect(after.get(requests)?.type).toBe('histogram');
+    expect(grew(requests, { ...route, status_class: '2xx' })).toBe(2);
+    expect(grew(requests, { ...route, status_class: '4xx' })).toBe(1);
+    // The path is never a label: one series per pattern, whatever ids were asked for.
+    expect(samplesOf(after, requests, {}, `${requests}_count`).some((s) => s.labels.route?.includes('asst_'))).toBe(
+      false,
+    );
+    const series = { ...route, status_class: '2xx' };
+    expect(total(after, requests, { ...series, le: '+Inf' }, `${requests}_bucket`)).toBe(
+      count(after, requests, series),
+    );
+    expect(total(after, requests, series, `${requests}_sum`)).toBeGreaterThan(0);
+
+    expect(after.get('gateway_db_statement_duration_seconds')?.type).toBe('histogram');
+    expect(grew('gateway_db_statement_duration_seconds')).toBeGreaterThanOrEqual(3);
+    expect(grew('gateway_db_commit_duration_seconds', { path: 'group' })).toBeGreaterThanOrEqual(1);
+    expect(grew('gateway_db_commit_duration_seconds', { path: 'immediate' })).toBeGreaterThanOrEqual(1);
+    expect(
+      total(after, 'gateway_db_commit_duration_seconds', { path: 'group' }, 'gateway_db_commit_duration_seconds_sum'),
+    ).toBeGreaterThan(0);
   });
 
   // Last: it adds an organisation to the suite's gateway.

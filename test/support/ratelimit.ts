@@ -109,3 +109,16 @@ export async function refusal(admission: Promise<Admission>): Promise<ApiError> 
   if (!(outcome instanceof ApiError) || outcome.code !== 'rate_limit_exceeded') throw outcome;
   return outcome;
 }
+
+/**
+ * Keys and policy ids that must answer 404 for `id`, a policy of a sibling workspace of `tenant`'s
+ * organisation: `tenant`'s workspace key, `stranger`'s keys (another organisation), and ids of no
+ * policy (unknown, malformed).
+ */
+export const outOfReach = (tenant: Tenant, stranger: Tenant, id: string): (readonly [string, string])[] => [
+  [tenant.workspaceKey, id],
+  [stranger.orgKey, id],
+  [stranger.workspaceKey, id],
+  [tenant.workspaceKey, '00000000-0000-4000-8000-000000000000'],
+  [tenant.workspaceKey, 'not-a-uuid'],
+];

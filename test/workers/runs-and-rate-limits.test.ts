@@ -272,6 +272,18 @@ describe('rate limits in Durable Objects', () => {
       expect(Number(refusal.retryAfter)).toBeGreaterThanOrEqual(1);
     }
 
+    // GET …/counters reads the window's counter objects through its index, and the refusals
+    // from the narrow policy's ledger object; the wide one refused nothing.
+    const counters = async (id: string) => json(await call(`${POLICIES}/${id}/counters`));
+    const narrow = await counters(second);
+    expect(narrow).toMatchObject({ groups: [{ used: NARROW, group_hash: null }], total_groups: 1 });
+    expect(narrow.groups[0].group).toEqual([{ key: 'api_key', value: expect.any(String) }]);
+    expect(narrow.refusals).toHaveLength(2 * NARROW);
+    for (const refusal of narrow.refusals) {
+      expect(refusal).toMatchObject({ requested: 1, used: NARROW, limit: NARROW, group: narrow.groups[0].group });
+    }
+    expect(await counters(first)).toMatchObject({ groups: [{ used: NARROW }], total_groups: 1, refusals: [] });
+
     // Without the narrow policy, the wide one has room for exactly what was admitted so far: the
     // 2 × NARROW refused requests took nothing from it.
     expect((await call(`${POLICIES}/${second}`, { method: 'DELETE' })).status).toBe(200);
@@ -279,6 +291,8 @@ describe('rate limits in Durable Objects', () => {
     expect(two.admitted).toHaveLength(WIDE - NARROW);
     expect(two.refused).toHaveLength(NARROW);
     expect(two.refused.every((refusal) => refusal.status === 429 && refusal.message.includes(first))).toBe(true);
+    expect(await counters(first)).toMatchObject({ groups: [{ used: WIDE }], total_groups: 1 });
+    expect((await counters(first)).refusals).toHaveLength(NARROW);
 
     // The counters were objects, not rows; the admitted runs all ran.
     expect((await listDurableObjectIds(env.RATE_LIMIT_COUNTER)).length).toBeGreaterThanOrEqual(2);

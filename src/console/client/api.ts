@@ -155,6 +155,26 @@ export interface Policy {
   group_by: { key: string }[];
   created_by: 'organisation' | 'workspace';
 }
+/** A counter's group: its keys' values, or a hash when they were too long to keep. */
+export interface CounterGroup {
+  group: { key: string; value: string | null }[] | null;
+  group_hash: string | null;
+}
+export interface PolicyCounters {
+  window_start: string;
+  window_end: string;
+  groups: (CounterGroup & { used: number })[];
+  total_groups: number;
+  refusals: (CounterGroup & {
+    created_at: string;
+    api_key_id: string;
+    api_key_prefix: string | null;
+    virtual_key: string;
+    requested: number;
+    used: number;
+    limit: number;
+  })[];
+}
 export interface UsageResult {
   input_tokens: number;
   output_tokens: number;

@@ -83,6 +83,26 @@ export function select(
   return element;
 }
 
+/**
+ * A table of text: its caption, its column headings, and its rows, each the cells of a row whose
+ * first heads it, or a row `row` built (with attributes of its own); "None." when there are none.
+ * It scrolls sideways where it is too wide, and so takes the focus, for a keyboard to scroll it.
+ */
+export function table(caption: string, headings: string[], rows: (Child[] | HTMLTableRowElement)[]): HTMLTableElement {
+  return h(
+    'table',
+    { class: 'list', tabindex: 0 },
+    h('caption', {}, caption),
+    h('thead', {}, h('tr', {}, ...headings.map((title) => h('th', { scope: 'col' }, title)))),
+    h(
+      'tbody',
+      {},
+      ...rows.map((cells) => (Array.isArray(cells) ? row({}, cells[0], ...cells.slice(1)) : cells)),
+      rows.length === 0 ? h('tr', {}, h('td', { colspan: headings.length }, 'None.')) : null,
+    ),
+  );
+}
+
 /** A status line read out when it changes (role=status), or an alert for a failure. */
 export function notice(text: string, kind: 'status' | 'alert' = 'status'): HTMLElement {
   return h('p', { role: kind, class: `notice ${kind}` }, text);
@@ -117,17 +137,6 @@ export function size(bytes: number): string {
     unit++;
   }
   return `${unit === 0 ? bytes : bytes.toFixed(1)} ${units[unit]}`;
-}
-
-/** A table with a caption and column headers; each row's first cell heads it. */
-export function table(caption: string, columns: string[], rows: HTMLTableRowElement[]): HTMLTableElement {
-  return h(
-    'table',
-    { class: 'list' },
-    h('caption', {}, caption),
-    h('thead', {}, h('tr', {}, ...columns.map((title) => h('th', { scope: 'col' }, title)))),
-    h('tbody', {}, ...rows),
-  );
 }
 
 /** A row whose first cell (`th`) names it. */

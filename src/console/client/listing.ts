@@ -14,7 +14,7 @@ type Query = Record<string, string | number | null | undefined>;
 export const inWorkspace = <Answer>(session: Session, path: string, query: Query = {}) =>
   api<Answer>('GET', path, {
     query: Object.fromEntries(Object.entries(query).map(([name, value]) => [name, value ?? undefined])),
-    headers: { 'x-gateway-workspace-id': session.workspace.id },
+    workspace: session.workspace.id,
   });
 
 /**
@@ -45,24 +45,6 @@ export function pageHref(path: string, params: string[] = [], query: Query = {})
 
 /** A link; `label` names it for a screen reader where its text alone is the same on every row. */
 export const link = (href: string, text: string, label?: string) => h('a', { href, 'aria-label': label }, text);
-
-/** A table with its caption; each row's first cell is the row's header. */
-export function table(caption: string, headers: string[], rows: (Node | string)[][]): HTMLTableElement {
-  return h(
-    'table',
-    { class: 'list' },
-    h('caption', {}, caption),
-    h('thead', {}, h('tr', {}, ...headers.map((title) => h('th', { scope: 'col' }, title)))),
-    h(
-      'tbody',
-      {},
-      ...rows.map(([first, ...rest]) =>
-        h('tr', {}, h('th', { scope: 'row' }, first), ...rest.map((cell) => h('td', {}, cell))),
-      ),
-      rows.length === 0 ? h('tr', {}, h('td', { colspan: headers.length }, 'None.')) : null,
-    ),
-  );
-}
 
 /** The links under a cursor page: the next one ("More", after its last id), and back to the first. */
 export function pager(list: CursorList<{ id: string }>, path: string, route: Route, query: Query = {}): HTMLElement {

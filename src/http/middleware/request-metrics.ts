@@ -9,12 +9,19 @@ const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIO
 /**
  * Counts each answered request in `gateway_http_requests_total` (Deps.metrics) by its method, its
  * route's pattern (`/v1/threads/:thread_id/runs`, never the path, whose ids would make a series per
- * request) and its status. A request no route matched (a 404 or 405) is counted as `unmatched`.
+ * request) and its status, and times it in `gateway_http_request_duration_seconds` until its
+ * response's headers. A request no route matched (a 404 or 405) is counted as `unmatched`.
  */
 export const requestMetrics = () =>
   createMiddleware<{ Variables: DepsVariables }>(async (c, next) => {
+    const started = performance.now();
     await next();
-    c.get('deps').metrics.request(METHODS.has(c.req.method) ? c.req.method : 'other', routePattern(c), c.res.status);
+    c.get('deps').metrics.request(
+      METHODS.has(c.req.method) ? c.req.method : 'other',
+      routePattern(c),
+      c.res.status,
+      (performance.now() - started) / 1000,
+    );
   });
 
 /**

@@ -28,4 +28,44 @@ export const policyList = z.strictObject({ object: z.literal('list'), data: z.ar
 /** POST /v1/policies/rate-limits: the new policy's id. */
 export const createdPolicy = z.strictObject({ id: z.string(), object: z.literal('policy_usage_limits') });
 
+/** A counter's group: each group_by key with the request's value (null: absent), or null when hashed. */
+const counterGroup = {
+  group: z.array(z.strictObject({ key: z.string(), value: z.string().nullable() })).nullable(),
+  /** Set instead of `group` when the values were too long to keep (over 128 characters together). */
+  group_hash: z.string().nullable(),
+};
+
+/** GET /v1/policies/rate-limits/{id}/counters: the current window's counters and recent refusals. */
+export const policyCountersObject = z
+  .strictObject({
+    object: z.literal('rate_limit_policy.counters'),
+    policy_id: z.string(),
+    type: z.enum(POLICY_TYPES),
+    unit: z.enum(POLICY_UNITS),
+    value: z.number(),
+    window_start: z.iso.datetime(),
+    window_end: z.iso.datetime(),
+    /** The `limit` most used groups of the window, most used first. */
+    groups: z.array(z.strictObject({ ...counterGroup, used: z.number() })),
+    /** Groups with a counter in the window, `groups` being the first of them. */
+    total_groups: z.int(),
+    /** The last refusals, newest first (see docs/rate-limits.md for where they are kept). */
+    refusals: z.array(
+      z.strictObject({
+        created_at: z.iso.datetime(),
+        ...counterGroup,
+        api_key_id: z.string(),
+        /** The key's first characters, as GET /v1/api-keys shows them; null for a key since deleted. */
+        api_key_prefix: z.string().nullable(),
+        virtual_key: z.string(),
+        /** What the request would have added: 1 request, or the tokens its turn would have reserved. */
+        requested: z.number(),
+        used: z.number(),
+        limit: z.number(),
+      }),
+    ),
+  })
+  .meta({ id: 'PolicyCounters' });
+
 export type PolicyObject = z.infer<typeof policyObject>;
+export type PolicyCountersObject = z.infer<typeof policyCountersObject>;

@@ -1,6 +1,6 @@
-import { and, count, desc, eq, sql, type AnyColumn, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, inArray, sql, type AnyColumn, type SQL } from 'drizzle-orm';
 import { insertWhere, type Db } from '../../db/client';
-import { rateLimitPolicies, rateLimitPolicyVersions, type ApiKeyKind } from '../../db/schema';
+import { apiKeys, rateLimitPolicies, rateLimitPolicyVersions, type ApiKeyKind } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { newUuid } from '../../lib/ids';
 import type { CreatePolicyBody, ListPoliciesQuery, UpdatePolicyBody } from './schemas';
@@ -242,4 +242,17 @@ export async function archivePolicy(db: Db, apiKey: AuthenticatedKey, id: string
   const existing = await getPolicy(db, apiKey, id);
   checkOwner(apiKey, existing, 'archived');
   return existing;
+}
+
+/**
+ * The prefixes of the API keys among `ids` that belong to `organisationId` (the policy's: the keys
+ * its refusals name), by id. A key of no such id (deleted, or never one) is absent.
+ */
+export async function apiKeyPrefixes(db: Db, organisationId: string, ids: string[]): Promise<Map<string, string>> {
+  if (ids.length === 0) return new Map();
+  const rows = await db
+    .select({ id: apiKeys.id, prefix: apiKeys.prefix })
+    .from(apiKeys)
+    .where(and(eq(apiKeys.organisationId, organisationId), inArray(apiKeys.id, [...new Set(ids)])));
+  return new Map(rows.map((row) => [row.id, row.prefix]));
 }

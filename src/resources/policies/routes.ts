@@ -1,15 +1,16 @@
 import { Hono } from 'hono';
 import { ApiError } from '../../errors';
 import { validate } from '../../http/middleware/validate';
-import { createPolicyBody, listPoliciesQuery, updatePolicyBody } from './schemas';
+import { createPolicyBody, listPoliciesQuery, policyCountersQuery, updatePolicyBody } from './schemas';
 import type { AuthenticatedKey } from '../../db/schema';
-import { archivePolicy, createPolicy, getPolicy, listPolicies, updatePolicy } from './queries';
+import { apiKeyPrefixes, archivePolicy, createPolicy, getPolicy, listPolicies, updatePolicy } from './queries';
 import { workspaceCaps } from '../identities/quotas';
-import { toPolicyJson } from './wire';
+import { toPolicyCountersJson, toPolicyJson } from './wire';
 import { resolveWorkspaceScope } from '../identities/workspaces';
 import type { ApiEnv } from '../identities/env';
 import { responds } from '../../http/middleware/responds';
-import { createdPolicy, policyList, policyObject } from './objects';
+import { createdPolicy, policyCountersObject, policyList, policyObject } from './objects';
+import { policyCounters } from '../../ratelimit';
 
 /** /v1/policies/rate-limits */
 export const policyRoutes = new Hono<ApiEnv>()
@@ -56,6 +57,19 @@ export const policyRoutes = new Hono<ApiEnv>()
     const policy = await getPolicy(c.get('deps').db, c.get('apiKey'), c.req.param('id'));
     return c.json(toPolicyJson(policy));
   })
+  .get(
+    '/:id/counters',
+    responds({ summary: "A rate-limit policy's counters and refusals", ok: policyCountersObject, errors: [403] }),
+    validate('query', policyCountersQuery),
+    async (c) => {
+      const deps = c.get('deps');
+      const policy = await getPolicy(deps.db, c.get('apiKey'), c.req.param('id'));
+      const counters = await policyCounters(deps, policy, c.req.valid('query').limit);
+      const ids = counters.refusals.map((refusal) => refusal.apiKeyId);
+      const prefixes = await apiKeyPrefixes(deps.db, policy.organisationId, ids);
+      return c.json(toPolicyCountersJson(policy, counters, prefixes));
+    },
+  )
   .put(
     '/:id',
     responds({ summary: 'Update a rate-limit policy', ok: policyObject, errors: [403, 409] }),

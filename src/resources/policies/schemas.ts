@@ -88,3 +88,10 @@ export const listPoliciesQuery = z.strictObject({
   current_page: queryInteger({ min: 0, max: 1_000_000_000 }).default(0),
 });
 export type ListPoliciesQuery = z.infer<typeof listPoliciesQuery>;
+
+/** The most used groups GET …/counters answers at most. */
+export const MAX_COUNTER_GROUPS = 100;
+
+export const policyCountersQuery = z.strictObject({
+  limit: queryInteger({ min: 1, max: MAX_COUNTER_GROUPS }).default(20),
+});

@@ -73,6 +73,7 @@ export async function createNodeDeps(
 /** The process's metrics, with its memory and the ingestion's queue read at each scrape. */
 function nodeMetrics(database: NodeDatabase): Metrics {
   const metrics = gatewayMetrics();
+  database.timings.reportTo(metrics.database);
   metrics.onScrape(async (gauges) => {
     gauges.memory(process.memoryUsage());
     const queue = await ingestionQueue(database.db, Date.now());

@@ -13,6 +13,7 @@ import { nodeBlobStore } from './blob-store';
 import { createNodeDeps } from './deps';
 import { checkDataDir } from './data-dir';
 import { encryptionKeySource, loadSecretBox } from './key-file';
+import { otlpExport } from './otlp-export';
 import { trimMemoryWhenIdle } from './memory-trim';
 import { listen } from './server';
 
@@ -114,6 +115,11 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     const purged = await purgeExpiredFiles(deps);
     if (purged > 0) deps.log.info('deleted expired files', { count: purged });
   });
+  // The metrics to an OpenTelemetry collector, when one is configured (docs/metrics.md).
+  const exportMetrics = otlpExport(config, deps.metrics, Date.now());
+  const exporter = exportMetrics
+    ? periodically(config.OTEL_METRIC_EXPORT_INTERVAL, 'OTLP metrics export', exportMetrics)
+    : undefined;
   // Everything under DATA_DIR/files that nothing holds: walks every workspace's files, so at start
   // and hourly only.
   const stored = nodeBlobStore(config);
@@ -148,7 +154,7 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
     initialised,
     async close(drainMs = 10_000) {
       stopTrimming();
-      for (const timer of [sweeper, uploadSweeper, purger, orphanSweeper]) clearInterval(timer);
+      for (const timer of [sweeper, uploadSweeper, purger, orphanSweeper, exporter]) clearInterval(timer);
       closing = true;
       clearTimeout(indexer);
       await new Promise<void>((resolve) => {

@@ -6,6 +6,9 @@ import {
   type CounterAdjustment,
   type CounterAdmission,
   type CounterStore,
+  MAX_REFUSALS,
+  type PolicyCounters,
+  type Refusal,
 } from '../../ratelimit/counter-store';
 
 /**
@@ -36,10 +39,21 @@ import {
  *
  * Each object deletes itself (its storage) with an alarm a minute after its window ends; the
  * minute covers clocks that disagree slightly about when the window ended.
+ *
+ * What GET …/counters reads is kept by objects of the same class under other names, off the path of
+ * an admitted request: a window's index (named by the keys' common prefix, `<policy>/<unit>/<start>/`)
+ * lists its first MAX_INDEXED_GROUPS groups, told of each by the request that first puts a cost in
+ * its counter (one more call per group and window), and deleted with the window; a policy's ledger
+ * (`<policy>/refusals`) keeps its last MAX_REFUSALS refusals, told by each refused request, and
+ * deletes itself a day after the last.
  */
 
 /** How long after its window a counter is kept. */
 const EXPIRY_GRACE_MS = 60_000;
+/** The groups a window's index lists, each read from its own counter when the counters are asked for. */
+export const MAX_INDEXED_GROUPS = 100;
+/** How long a policy's refusals are kept after the last. */
+const REFUSALS_KEPT_MS = 86_400_000;
 
 /** One counter: what `used` is, and when its storage goes. */
 export class RateLimitCounter extends DurableObject {
@@ -66,14 +80,46 @@ export class RateLimitCounter extends DurableObject {
    * Adds a turn's tokens (delta > 0) or takes back its reservation (delta < 0), never below 0. A
    * release finds nothing to lower when the window ended and the counter was deleted.
    */
-  adjust(delta: number, windowEnd: number): void {
-    if (delta > 0) return this.#add(delta, windowEnd);
+  adjust(delta: number, windowEnd: number): number {
+    if (delta > 0) {
+      this.#add(delta, windowEnd);
+      return this.#used();
+    }
     const stored = this.ctx.storage.kv.get<number>('used');
-    if (stored !== undefined) this.ctx.storage.kv.put('used', Math.max(0, stored + delta));
+    if (stored === undefined) return 0;
+    const used = Math.max(0, stored + delta);
+    this.ctx.storage.kv.put('used', used);
+    return used;
   }
 
   read(): number {
     return this.#used();
+  }
+
+  /** A window's index: `group` has a counter in it. */
+  noteGroup(group: string, windowEnd: number): void {
+    const kv = this.ctx.storage.kv;
+    const groups = kv.get<string[]>('groups') ?? [];
+    if (groups.length >= MAX_INDEXED_GROUPS || groups.includes(group)) return;
+    groups.push(group);
+    kv.put('groups', groups);
+    this.#expireAfter(windowEnd);
+  }
+
+  groups(): string[] {
+    return this.ctx.storage.kv.get<string[]>('groups') ?? [];
+  }
+
+  /** A policy's ledger: one more refusal, the oldest beyond MAX_REFUSALS forgotten. */
+  noteRefusal(refusal: Refusal): void {
+    const kv = this.ctx.storage.kv;
+    kv.put('refusals', [refusal, ...this.refusals()].slice(0, MAX_REFUSALS));
+    void this.ctx.storage.setAlarm(refusal.at + REFUSALS_KEPT_MS);
+  }
+
+  /** Newest first. */
+  refusals(): Refusal[] {
+    return this.ctx.storage.kv.get<Refusal[]>('refusals') ?? [];
   }
 
   override async alarm(): Promise<void> {
@@ -85,8 +131,12 @@ export class RateLimitCounter extends DurableObject {
   }
 
   #add(amount: number, windowEnd: number): void {
+    this.ctx.storage.kv.put('used', this.#used() + amount);
+    this.#expireAfter(windowEnd);
+  }
+
+  #expireAfter(windowEnd: number): void {
     const kv = this.ctx.storage.kv;
-    kv.put('used', this.#used() + amount);
     if (kv.get('expires_at') === undefined) {
       const expiresAt = windowEnd + EXPIRY_GRACE_MS;
       kv.put('expires_at', expiresAt);
@@ -138,6 +188,7 @@ export class DurableObjectCounterStore implements CounterStore {
       used.set(counter.key, result.used);
       if (result.admitted) {
         reserved.push(counter);
+        if (result.used === counter.cost) await this.#index(counter);
         continue;
       }
       await Promise.all([this.#release(used, reserved), this.#readInto(used, costly.slice(i + 1))]);
@@ -153,7 +204,12 @@ export class DurableObjectCounterStore implements CounterStore {
   async adjust(_scope: string, adjustments: CounterAdjustment[]): Promise<void> {
     const changes = adjustments.filter((a) => a.delta !== 0 && Number.isFinite(a.delta));
     const apply = (list: CounterAdjustment[]) =>
-      Promise.all(list.map((a) => this.#counter(a.key).adjust(a.delta, a.windowEnd)));
+      Promise.all(
+        list.map(async (a) => {
+          const used = await this.#counter(a.key).adjust(a.delta, a.windowEnd);
+          if (a.delta > 0 && used === a.delta) await this.#index(a);
+        }),
+      );
     await apply(changes.filter((a) => a.delta > 0));
     await apply(changes.filter((a) => a.delta < 0));
   }
@@ -161,6 +217,38 @@ export class DurableObjectCounterStore implements CounterStore {
   /** Usage by key; 0 for a counter never used. */
   async read(keys: string[]): Promise<Map<string, number>> {
     return new Map(await Promise.all(keys.map(async (key) => [key, await this.#counter(key).read()] as const)));
+  }
+
+  async noteRefusal(_scope: string, policyId: string, refusal: Refusal): Promise<void> {
+    await this.#counter(`${policyId}/refusals`).noteRefusal(refusal);
+  }
+
+  /** The window's indexed groups, each counter read (MAX_INDEXED_GROUPS at most), most used first. */
+  async policyCounters(_scope: string, policyId: string, prefix: string, limit: number): Promise<PolicyCounters> {
+    const [names, refusals] = await Promise.all([
+      this.#counter(prefix).groups(),
+      this.#counter(`${policyId}/refusals`).refusals(),
+    ]);
+    const used = await this.read(names.map((group) => prefix + group));
+    const groups = names
+      .map((group) => ({ group, used: used.get(prefix + group) ?? 0 }))
+      .sort((a, b) => b.used - a.used || (a.group < b.group ? -1 : 1));
+    return { groups: groups.slice(0, limit), totalGroups: groups.length, refusals };
+  }
+
+  /**
+   * Tells a counter's window index of its group: when the counter was first given a cost. A
+   * failure is logged, not thrown: the index only serves people reading the counters.
+   */
+  async #index(counter: { key: string; windowEnd: number }): Promise<void> {
+    // The key is `<policy>/<unit>/<window start>/<group>` (enforce.ts); the group may hold '/'.
+    const parts = counter.key.split('/');
+    const prefix = `${parts.slice(0, 3).join('/')}/`;
+    try {
+      await this.#counter(prefix).noteGroup(counter.key.slice(prefix.length), counter.windowEnd);
+    } catch (error) {
+      this.#log.warn('rate-limit counter could not be indexed', { policy_id: parts[0], error });
+    }
   }
 
   /**

@@ -307,6 +307,9 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     return probes;
   },
   'GET /v1/policies/rate-limits/:id': (v) => [{ method: 'GET', path: `/v1/policies/rate-limits/${v.policyId}` }],
+  'GET /v1/policies/rate-limits/:id/counters': (v) => [
+    { method: 'GET', path: `/v1/policies/rate-limits/${v.policyId}/counters` },
+  ],
   'PUT /v1/policies/rate-limits/:id': (v) => [
     { method: 'PUT', path: `/v1/policies/rate-limits/${v.policyId}`, body: { value: 1 } },
   ],

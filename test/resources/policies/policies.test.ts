@@ -1,6 +1,7 @@
 import { defined } from '../../support/defined';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestGateway, errorOf, json, type Tenant, type TestGateway } from '../../support/gateway';
+import * as ratelimit from '../../support/ratelimit';
 
 let gateway: TestGateway;
 beforeAll(async () => {
@@ -501,13 +502,7 @@ describe('one policy: GET, PUT, DELETE', () => {
     const sibling = await gateway.tenant({ organisationId: tenant.organisationId });
     const stranger = await gateway.tenant();
     const id = await create(sibling);
-    for (const [key, target] of [
-      [tenant.workspaceKey, id],
-      [stranger.orgKey, id],
-      [stranger.workspaceKey, id],
-      [tenant.workspaceKey, '00000000-0000-4000-8000-000000000000'],
-      [tenant.workspaceKey, 'not-a-uuid'],
-    ] as const) {
+    for (const [key, target] of ratelimit.outOfReach(tenant, stranger, id)) {
       for (const [method, body] of [
         ['GET', undefined],
         ['PUT', { value: 1 }],

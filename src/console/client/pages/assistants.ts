@@ -1,6 +1,6 @@
 import type { Assistant, CursorList } from '../api';
-import { h, replace, when } from '../dom';
-import { inWorkspace, link, pageHref, pager, table } from '../listing';
+import { h, replace, table, when } from '../dom';
+import { inWorkspace, link, pageHref, pager } from '../listing';
 import type { PageContext, PageDefinition } from '../session';
 
 /** The workspace's assistants, newest first: name, model, tools, and links to their threads and runs. */

@@ -1,10 +1,10 @@
-import { api, type List, type Policy, type Workspace } from '../api';
-import { failureTo, field, onSubmit, h, replace, select } from '../dom';
+import { api, type CounterGroup, type List, type Policy, type PolicyCounters, type Workspace } from '../api';
+import { failureTo, field, onSubmit, h, replace, select, table } from '../dom';
 import type { PageContext, PageDefinition } from '../session';
 
 /**
- * The workspace's rate-limit policies: create, edit (name, value, unit), archive. Their current
- * counters and recent refusals are not in the public API (docs/console.md): the page says so.
+ * The workspace's rate-limit policies: create, edit (name, value, unit), archive, and each one's
+ * counters in the current window and recent refusals, read when their section is opened.
  */
 
 const KEYS = ['api_key', 'workspace_id', 'virtual_key', 'provider', 'model'];
@@ -65,6 +65,61 @@ function createForm(workspace: Workspace, status: HTMLElement, redraw: () => voi
   return form;
 }
 
+const groupText = ({ group, group_hash }: CounterGroup) =>
+  group ? group.map(({ key, value }) => `${key} = ${value ?? '(absent)'}`).join(', ') : `hashed ${group_hash ?? ''}`;
+const time = (iso: string) => new Date(iso).toLocaleString();
+
+/** The policy's counters and refusals, read each time the section opens or is refreshed. */
+function countersSection(policy: Policy, path: string): HTMLDetailsElement {
+  const body = h('div', { 'aria-live': 'polite' });
+  const load = () =>
+    failureTo(body, async () => {
+      const counters = await api<PolicyCounters>('GET', `${path}/counters`);
+      const shown = counters.groups.length;
+      replace(
+        body,
+        h(
+          'p',
+          {},
+          `Window ${time(counters.window_start)} to ${time(counters.window_end)}: `,
+          `${counters.total_groups} group${counters.total_groups === 1 ? '' : 's'} counted`,
+          shown < counters.total_groups ? `, the ${shown} most used shown.` : '.',
+        ),
+        shown > 0
+          ? table(
+              'Counters per group',
+              ['Group', 'Used'],
+              counters.groups.map((row) => [
+                groupText(row),
+                `${row.used.toLocaleString()} of ${policy.value.toLocaleString()}`,
+              ]),
+            )
+          : null,
+        counters.refusals.length > 0
+          ? table(
+              'Recent refusals',
+              ['Time', 'Group', 'API key', 'Virtual key', 'Asked', 'Used'],
+              counters.refusals.map((refusal) => [
+                time(refusal.created_at),
+                groupText(refusal),
+                // Its prefix, as the API keys page shows it; the id of a key since deleted.
+                refusal.api_key_prefix ? `${refusal.api_key_prefix}…` : refusal.api_key_id,
+                refusal.virtual_key,
+                refusal.requested.toLocaleString(),
+                `${refusal.used.toLocaleString()} of ${refusal.limit.toLocaleString()}`,
+              ]),
+            )
+          : h('p', {}, 'No recent refusal.'),
+        h('button', { type: 'button', onclick: () => void load() }, 'Refresh counters'),
+      );
+    });
+  const section = h('details', { class: 'counters' }, h('summary', {}, 'Counters and refusals'), body);
+  section.addEventListener('toggle', () => {
+    if (section.open) void load();
+  });
+  return section;
+}
+
 function policyCard(policy: Policy, redraw: () => void): HTMLElement {
   const status = h('div', { 'aria-live': 'polite' });
   const path = `/policies/rate-limits/${encodeURIComponent(policy.id)}`;
@@ -97,6 +152,7 @@ function policyCard(policy: Policy, redraw: () => void): HTMLElement {
       policy.created_by === 'organisation' ? ' Set by the organisation.' : null,
     ),
     status,
+    countersSection(policy, path),
     h('details', {}, h('summary', {}, 'Edit'), edit),
     h(
       'button',
@@ -126,11 +182,6 @@ async function draw({ view, session, redraw }: PageContext): Promise<void> {
     view,
     createForm(session.workspace, status, redraw),
     status,
-    h(
-      'p',
-      { class: 'hint' },
-      'Current counters per group and recent refusals are not shown: the API does not expose them yet (docs/console.md).',
-    ),
     h(
       'section',
       { 'aria-label': 'Active policies', class: 'cards' },

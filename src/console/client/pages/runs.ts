@@ -1,6 +1,6 @@
 import { RUN_STATUSES } from '../../../db/run-status-list';
 import type { CursorList, Run, RunError, RunStep, ToolCall } from '../api';
-import { h, replace, when } from '../dom';
+import { h, replace, table, when } from '../dom';
 import {
   assistantName,
   assistantOptions,
@@ -13,7 +13,6 @@ import {
   listAndItemPage,
   pageHref,
   pager,
-  table,
   tokens,
 } from '../listing';
 import type { PageContext } from '../session';

@@ -1,5 +1,5 @@
 import type { Annotation, CursorList, Message, Run, Thread } from '../api';
-import { h, replace, when } from '../dom';
+import { h, replace, table, when } from '../dom';
 import {
   assistantOptions,
   assistantsOf,
@@ -10,7 +10,6 @@ import {
   listAndItemPage,
   pageHref,
   pager,
-  table,
 } from '../listing';
 import type { PageContext } from '../session';
 
