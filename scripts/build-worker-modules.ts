@@ -19,7 +19,7 @@ const ROOT = join(import.meta.dirname, '..');
 const LAZY = join(ROOT, 'src', 'runtime', 'workers', 'lazy');
 
 /** The libraries, by the module's name; each file's types are its `.d.mts` beside it (hand-written). */
-export const WORKER_MODULES = { 'html-to-text': 'html-to-text' } as const;
+export const WORKER_MODULES = { 'html-to-text': 'html-to-text', multitars: 'multitars' } as const;
 
 export interface WorkerModule {
   path: string;

@@ -6,6 +6,7 @@ import type { SecretBox } from './lib/secrets';
 import type { Slices } from './lib/slices';
 import type { Logger } from './logger';
 import type { IngestionHost } from './retrieval/host';
+import type { parseMultipart } from 'multitars';
 import type { HtmlToText } from './retrieval/file-text';
 import type { CounterStore } from './ratelimit/counter-store';
 import type { UpstreamFetch } from './providers/types';
@@ -100,12 +101,20 @@ export interface Deps {
    * read from the package's files on Node, from the Worker's static assets on Workers.
    */
   staticAsset: (name: string) => Promise<ReadableStream<Uint8Array> | null>;
-  /**
-   * html-to-text, for a message's HTML file (retrieval/file-text.ts): imported when first asked for
-   * on Node; on Workers a module of the Worker's own beside its script (runtime/workers/lazy/), so
-   * that the script does not carry a library that few requests use.
-   */
+  /** Libraries that few requests use, loaded when first asked for (Libraries, below). */
+  libraries: Libraries;
+}
+
+/**
+ * Libraries that only some requests use, loaded when first asked for: imported on Node; on Workers
+ * modules of the Worker's own beside its script (src/worker-modules.ts, runtime/workers/lazy/), so
+ * that the script, which every cold start compiles, does not carry them.
+ */
+export interface Libraries {
+  /** html-to-text, for a message's HTML file (retrieval/file-text.ts). */
   htmlToText: HtmlToText;
+  /** multitars, for an upload's multipart body (resources/files/upload.ts). */
+  multipart: () => Promise<{ parseMultipart: typeof parseMultipart }>;
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { HtmlToText } from './retrieval/file-text';
+import type { Libraries } from './deps';
 
 /**
  * The gateway Worker's modules beside its script (wrangler.toml's `rules`, the files `npm run
@@ -7,6 +7,7 @@ import type { HtmlToText } from './retrieval/file-text';
  * wrangler leaves such an import's text as written and the runtime resolves it from the script's
  * place, which is src/'s: the same text must name the file from both.
  */
-
-/** html-to-text, for a message's HTML file (Deps.htmlToText). */
-export const htmlToText: HtmlToText = () => import('./runtime/workers/lazy/html-to-text.mjs');
+export const workerLibraries: Libraries = {
+  htmlToText: () => import('./runtime/workers/lazy/html-to-text.mjs'),
+  multipart: () => import('./runtime/workers/lazy/multitars.mjs'),
+};

@@ -12,7 +12,7 @@ import type { convert, HtmlToTextOptions } from 'html-to-text';
 
 /**
  * html-to-text, loaded when it is first needed: `import('html-to-text')` on Node and in the ingest
- * Worker; in the gateway Worker its own module (Deps.htmlToText, runtime/workers/lazy/), which the
+ * Worker; in the gateway Worker its own module (Deps.libraries, runtime/workers/lazy/), which the
  * Worker's script does not carry.
  */
 export type HtmlToText = () => Promise<{ convert: typeof convert }>;

@@ -22,7 +22,7 @@ import type { ContentPartInput, InputItem, ItemsField, MessageItemInput } from '
  * before anything is written: a 400 names the item's field (`input[3].call_id`).
  */
 
-export type ItemWriteDeps = Pick<Deps, 'db' | 'blobs' | 'now' | 'config' | 'htmlToText'>;
+export type ItemWriteDeps = Pick<Deps, 'db' | 'blobs' | 'now' | 'config' | 'libraries'>;
 
 export interface ThreadItemWrites {
   /** The messages to insert into the thread, in order. */
@@ -233,7 +233,7 @@ async function fileText(
   }
   const header = `File: ${filename}\n\n`;
   try {
-    const text = await extractText(bytes, format, THREAD_LIMITS.text - header.length, deps.htmlToText);
+    const text = await extractText(bytes, format, THREAD_LIMITS.text - header.length, deps.libraries.htmlToText);
     return `${header}${text}`;
   } catch (error) {
     if (error instanceof ExtractionError) throw refuse(field, error.message);

@@ -31,7 +31,11 @@ export interface UploadRequest {
  * takes the reservation over. Any refusal or failure on the way deletes what was stored, then
  * gives the reservation back: a file is there whole, with its row, or not at all.
  */
-export async function createFile(deps: FileCommandDeps, workspaceId: string, request: UploadRequest): Promise<FileRow> {
+export async function createFile(
+  deps: FileCommandDeps & Pick<Deps, 'libraries'>,
+  workspaceId: string,
+  request: UploadRequest,
+): Promise<FileRow> {
   const { body, contentType } = checkUploadRequest(request.body, request.contentType);
   const declared = /^\d{1,15}$/.test(request.contentLength ?? '') ? Number(request.contentLength) : undefined;
   return reservedFile(deps, workspaceId, declared, async (blobKey, admit) => {
@@ -39,6 +43,7 @@ export async function createFile(deps: FileCommandDeps, workspaceId: string, req
       body,
       contentType,
       { blobs: deps.blobs, blobKey, maxFileBytes: deps.config.GATEWAY_MAX_FILE_BYTES, admit },
+      deps.libraries.multipart,
       // Fields sent before the file (curl's order) are judged before it is stored.
       (fields) => formFields(fields, uploadFields.partial()),
     );

@@ -1,4 +1,5 @@
-import { parseMultipart, type MultipartPart } from 'multitars';
+import type { MultipartPart } from 'multitars';
+import type { Libraries } from '../../deps';
 import { ApiError } from '../../errors';
 import { BlobTooLarge, capped, StoreFull, type BlobStore, type PutOptions } from '../../lib/blob-store';
 
@@ -70,12 +71,15 @@ export async function readUpload(
   body: ReadableStream<Uint8Array>,
   contentType: string,
   store: { blobs: BlobStore; blobKey: string; maxFileBytes: number; admit: PutOptions['admit'] },
+  /** The multipart parser's library, loaded on the first upload (Deps.libraries). */
+  multipart: Libraries['multipart'],
   /** Judges the fields sent before the file, before it is stored (throws to refuse the upload). */
   beforeFile: (fields: Readonly<Record<string, string>>) => void = () => undefined,
 ): Promise<Upload> {
   const upload: Upload = { fields: Object.create(null) };
   try {
     let parts = 0;
+    const { parseMultipart } = await multipart();
     for await (const part of parseMultipart(fromClient(body), { contentType })) {
       if (++parts > MAX_PARTS) {
         throw new ApiError('invalid_multipart', `The request body has more than ${MAX_PARTS} parts.`);

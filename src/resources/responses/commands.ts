@@ -61,7 +61,7 @@ import { ITEM_INCLUDES, type InputItem } from '../conversations/schemas';
  * function_call_output items fill the outputs in the step that made them.
  */
 
-export type ResponseCommandDeps = RunCommandDeps & Pick<Deps, 'slices' | 'htmlToText'>;
+export type ResponseCommandDeps = RunCommandDeps & Pick<Deps, 'slices' | 'libraries'>;
 
 /** A response just created: its event stream, or the response (finished, or queued in the background). */
 export type ResponseAnswer =

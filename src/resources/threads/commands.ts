@@ -41,7 +41,7 @@ import { checkToolResources, storedToolResources } from '../vector-stores/tool-r
  */
 export type ThreadCommandDeps = Pick<
   Deps,
-  'db' | 'now' | 'log' | 'counters' | 'config' | 'ingestion' | 'blobs' | 'sandbox' | 'metrics' | 'htmlToText'
+  'db' | 'now' | 'log' | 'counters' | 'config' | 'ingestion' | 'blobs' | 'sandbox' | 'metrics' | 'libraries'
 >;
 
 /**

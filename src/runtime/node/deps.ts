@@ -60,7 +60,7 @@ export async function createNodeDeps(
     requestBody,
     openApiDocument: nodeOpenApiDocument,
     staticAsset: nodeStaticAsset,
-    htmlToText: () => import('html-to-text'),
+    libraries: { htmlToText: () => import('html-to-text'), multipart: () => import('multitars') },
     ...overrides,
   };
   return {

@@ -23,7 +23,7 @@ import { workersUpstreamFetch } from './upstream-fetch';
 import { configuredSandbox } from '../../sandbox/configured';
 import { withKeptAvailability } from '../../sandbox/kept-availability';
 import { unservedMetrics } from '../../metrics/gateway';
-import { htmlToText } from '../../worker-modules';
+import { workerLibraries } from '../../worker-modules';
 
 /**
  * How the gateway runs on Workers: bindings -> config -> deps, built once per isolate and shared by
@@ -107,7 +107,7 @@ export async function createWorkerDeps(env: Env): Promise<Deps> {
     ingestion: env.INGEST_QUEUE ? queueIngestionHost(env.INGEST_QUEUE, shared.log) : null,
     openApiDocument: assetsDocument(env.ASSETS, '/openapi.json'),
     staticAsset: (name) => assetsFile(env.ASSETS, `/${encodeURIComponent(name)}`),
-    htmlToText,
+    libraries: workerLibraries,
   };
 }
 
@@ -137,11 +137,11 @@ function assetsDocument(assets: Fetcher, path: string): () => Promise<object> {
 
 /**
  * Everything but where runs execute, where files are ingested, the API's description and page and
- * html-to-text: what both Workers need.
+ * the libraries few requests use: what both Workers need.
  */
 export async function createSharedDeps(
   env: SharedEnv,
-): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset' | 'htmlToText'>> {
+): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset' | 'libraries'>> {
   const config = parseConfig({ ...env });
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
   if (!url || !key) throw missingConfigurationError(missingConfiguration(config));
