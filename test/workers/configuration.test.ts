@@ -2,6 +2,8 @@ import { createExecutionContext } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, inject, it, vi } from 'vitest';
 import worker from '../../src/worker';
+import { ConfigurationError } from '../../src/config';
+import { createSharedDeps } from '../../src/runtime/workers/deps';
 import { errorOf } from '../support/envelope';
 
 /**
@@ -31,11 +33,13 @@ describe('a Worker missing required configuration', () => {
     expect(error.message).toContain('GATEWAY_ENCRYPTION_KEY');
   });
 
-  it('answers 503 gateway_misconfigured to a WebSocket LIBSQL_URL, asking for its HTTP URL', async () => {
-    const error = await errorOf(await call('/v1/assistants', { ...env, LIBSQL_URL: 'wss://db.example.com' }));
-    expect(error).toMatchObject({ status: 503, code: 'gateway_misconfigured', type: 'server_error' });
-    expect(error.message).toContain('LIBSQL_URL is a WebSocket URL (wss://…)');
-    expect(error.message).not.toContain('db.example.com');
+  it('refuses a WebSocket LIBSQL_URL at start, asking for its HTTP URL', async () => {
+    // The isolate's deps, as the entry builds them (which keeps the first app it built, perhaps another test file's).
+    await expect(createSharedDeps({ ...env, LIBSQL_URL: 'wss://db.example.com' })).rejects.toThrow(
+      new ConfigurationError(
+        "LIBSQL_URL is a WebSocket URL (wss://…): on Workers, give the database's libsql://, https:// or http:// URL.",
+      ),
+    );
   });
 
   it('serves as usual with its configuration', async () => {
