@@ -559,8 +559,10 @@ describe.skipIf(!availability.available)('the local sandbox', () => {
         reason: expect.stringMatching(/more than its 1168 MiB of memory \(GATEWAY_SANDBOX_MEMORY_MB/),
       });
       expect(session.alive).toBe(false);
-      // The code saw some of its processes killed (-9) before the session was ended.
-      expect(result.logs).toMatch(/^held [0-3] exits .*-9/m);
+      // The code saw some of its processes killed (-9) before the session was ended. How many held
+      // their 400 MiB first depends on the order the kernel charged them: one killed may have held
+      // (and said so) before the others' pages pushed the session over.
+      expect(result.logs).toMatch(/^held [0-4] exits .*-9/m);
       for (const directory of directories) expect(existsSync(directory)).toBe(false);
     },
   );
