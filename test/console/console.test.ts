@@ -671,6 +671,30 @@ describe.skipIf(!executablePath)(
       await context.close();
     });
 
+    it("refuses a change another site's page sends while the console is signed in: no credential goes with it", async () => {
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await openPage(page, 'API keys');
+      // A page of another origin, in the same browser, posting to the gateway as a forged request
+      // would: a form whose text/plain body is JSON, which needs no preflight. The key is in the
+      // console's memory only, so nothing of it goes along.
+      const name = `forged-${crypto.randomUUID().slice(0, 8)}`;
+      const form =
+        `<form method="post" action="${server.url}/v1/api-keys" enctype="text/plain">` +
+        `<input name='{"name":"${name}","x":"' value='"}'></form>`;
+      const forger = await context.newPage();
+      await forger.goto(`data:text/html,${encodeURIComponent(form)}`);
+      const answer = forger.waitForResponse((response) => response.url() === `${server.url}/v1/api-keys`);
+      await forger.evaluate('document.forms[0].submit()');
+      // Refused for its body (not JSON) before its key is even looked for; it had none to show.
+      expect((await answer).status()).toBe(415);
+      expect(await (await answer).request().headerValue('authorization')).toBeNull();
+      const listed = await gateway.request('/v1/api-keys', { key: tenant.workspaceKey });
+      expect(listed.status).toBe(200);
+      expect(await listed.text()).not.toContain(name);
+      await context.close();
+    });
+
     it('never put a key in a URL or a log line', () => {
       expect(requested.length).toBeGreaterThan(10);
       for (const key of keys) {
