@@ -5,7 +5,7 @@ import { build } from 'esbuild';
 
 /**
  * `npm run build:worker-modules`: the gateway Worker's modules beside its script, which it imports
- * only when a request needs them (Deps.htmlToText: html-to-text, for a message's HTML file).
+ * only when a request needs them (Deps.libraries: html-to-text for a message's HTML file, multitars for an upload).
  * Wrangler bundles every import, dynamic ones too, into the script, except a file that its rules
  * name as a module of its own (wrangler.toml: `find_additional_modules`, `rules`): each library is
  * built here into one such file, src/runtime/workers/lazy/<name>.mjs, uploaded beside the script
