@@ -9,6 +9,7 @@ import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
 import {
   mainThreadSchedule,
   memoryOf,
+  percentile,
   resetPeakMemory,
   runCli,
   startFakeUpstreamProcess,
@@ -277,8 +278,7 @@ export interface Measured<T> {
   healthy: HealthyRun[];
 }
 
-export const percentile = (values: number[], p: number) =>
-  defined([...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(values.length * p) - 1)]);
+export { percentile };
 
 /**
  * Runs `work` while a poller times the gateway's /health every millisecond or so and the other

@@ -251,6 +251,10 @@ export function mainThreadSchedule(pid: number): { onCpuMs: number; waitingMs: n
   return { onCpuMs: defined(onCpu) / 1e6, waitingMs: defined(waiting) / 1e6 };
 }
 
+/** The value below which a share `p` (0 to 1) of `values` lie (nearest rank). */
+export const percentile = (values: number[], p: number) =>
+  defined([...values].sort((a, b) => a - b)[Math.max(0, Math.ceil(values.length * p) - 1)]);
+
 /** Resident and peak resident memory of a process, in MB (Linux /proc). */
 export function memoryOf(pid: number): { rssMb: number; peakMb: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
