@@ -14,9 +14,12 @@ const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIO
  */
 export const requestMetrics = () =>
   createMiddleware<{ Variables: DepsVariables }>(async (c, next) => {
+    const { metrics } = c.get('deps');
+    // Where metrics are not kept (Workers), no route is looked up on every request for nothing.
+    if (!metrics.served) return next();
     const started = performance.now();
     await next();
-    c.get('deps').metrics.request(
+    metrics.request(
       METHODS.has(c.req.method) ? c.req.method : 'other',
       routePattern(c),
       c.res.status,
