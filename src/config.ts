@@ -97,6 +97,11 @@ export const configSchema = z
      */
     GATEWAY_ENCRYPTION_KEY: z.string().optional(),
     /**
+     * The key GATEWAY_ENCRYPTION_KEY replaces, while it is rotated (docs/operations.md): secrets
+     * sealed under it still open, and `gateway encryption-key rotate` seals them under the new one.
+     */
+    GATEWAY_ENCRYPTION_KEY_PREVIOUS: z.string().optional(),
+    /**
      * Loopback and private upstreams (local servers: Ollama, vLLM, llama.cpp), and such hosts in
      * messages' image URLs: true allows them, false refuses them, unset allows them only while the
      * database holds a single workspace.
@@ -321,10 +326,23 @@ export function parseConfig(env: Record<string, unknown>): Config {
   throw new ConfigurationError(`Invalid configuration: ${problems.join('; ')}.`);
 }
 
-/** The box of GATEWAY_ENCRYPTION_KEY (Node and Workers), with an error that names the variable. */
-export function secretBoxFromEnv(value: string): Promise<SecretBox> {
-  return SecretBox.fromBase64(value).catch((error: Error) => {
-    throw new ConfigurationError(`Invalid GATEWAY_ENCRYPTION_KEY: ${error.message}`);
+/**
+ * The box of `key` (GATEWAY_ENCRYPTION_KEY or the key file's text) and GATEWAY_ENCRYPTION_KEY_PREVIOUS,
+ * if set (Node and Workers), with an error that names the variable at fault (`keySource` for the key).
+ */
+export async function secretBoxFromEnv(
+  key: string,
+  config: Pick<Config, 'GATEWAY_ENCRYPTION_KEY_PREVIOUS'>,
+  keySource = 'GATEWAY_ENCRYPTION_KEY',
+): Promise<SecretBox> {
+  const previous = config.GATEWAY_ENCRYPTION_KEY_PREVIOUS || undefined;
+  if (previous !== undefined) {
+    await SecretBox.fromBase64(previous).catch((error: Error) => {
+      throw new ConfigurationError(`Invalid GATEWAY_ENCRYPTION_KEY_PREVIOUS: ${error.message}`);
+    });
+  }
+  return SecretBox.fromBase64(key, previous).catch((error: Error) => {
+    throw new ConfigurationError(`Invalid ${keySource}: ${error.message}`);
   });
 }
 

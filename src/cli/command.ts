@@ -62,6 +62,9 @@ export interface CliIo {
 /** A usage mistake: printed with the command's usage, exit code 2. */
 export class UsageError extends Error {}
 
+/** Work done in part, after what was done is printed: the message on standard error, exit code 1. */
+export class CommandFailed extends Error {}
+
 export function requireString(ctx: CommandContext, name: string): string {
   const value = ctx.values[name];
   if (typeof value !== 'string' || value === '') throw new UsageError(`--${name} is required`);

@@ -154,6 +154,14 @@ export const commands: (Command | ServerCommand)[] = [
     serve: async (ctx) => (await sandbox()).serveSandbox(ctx),
   },
   {
+    name: 'encryption-key rotate',
+    usage: 'encryption-key rotate [--json]',
+    summary:
+      'Seal every provider secret sealed under GATEWAY_ENCRYPTION_KEY_PREVIOUS under GATEWAY_ENCRYPTION_KEY, then the ' +
+      'check value (docs/operations.md says when). Exits 1 if a secret could not be moved.',
+    run: async (ctx) => (await identities()).rotateEncryptionKeyCommand(ctx),
+  },
+  {
     name: 'migrate',
     usage: 'migrate [--json]',
     summary: 'Apply the migrations in drizzle/ to the database (done by every command too).',

@@ -5,7 +5,7 @@ import { nodeConfig } from '../runtime/node/config';
 import { checkDataDir } from '../runtime/node/data-dir';
 import { encryptionKeySource, loadSecretBox } from '../runtime/node/key-file';
 import { checkEncryptionKey } from '../resources/identities/encryption-check';
-import { UsageError, type CliIo, type Command, type CommandContext } from './command';
+import { CommandFailed, UsageError, type CliIo, type Command, type CommandContext } from './command';
 
 /**
  * A command's run, on the database that the environment names, migrated first; resolves to the
@@ -48,6 +48,10 @@ export async function execute(
     if (error instanceof UsageError) {
       io.stderr(`error: ${error.message}\nUsage: gateway ${command.usage}\n`);
       return 2;
+    }
+    if (error instanceof CommandFailed) {
+      io.stderr(`error: ${error.message}\n`);
+      return 1;
     }
     if (error instanceof ApiError) {
       if (json) print(JSON.stringify(error.body));

@@ -1,7 +1,8 @@
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRecord } from '../resources/identities/api-keys';
 import { initialise, listOrganisations } from '../resources/identities/organisations';
 import { createWorkspace, findWorkspace, listWorkspaces } from '../resources/identities/workspaces';
-import { optionalString, requireString, UsageError, type CommandContext } from './command';
+import { rotateEncryptionKey } from '../resources/identities/encryption-check';
+import { CommandFailed, optionalString, requireString, UsageError, type CommandContext } from './command';
 import { formatInitResult, formatTable } from './output';
 
 /** The work of the commands for organisations, workspaces and API keys (commands.ts lists them). */
@@ -145,4 +146,37 @@ function workspaceJson(workspace: {
     organisation_id: workspace.organisationId,
     created_at: new Date(workspace.createdAt).toISOString(),
   };
+}
+
+/**
+ * `encryption-key rotate`: the secrets under the previous key sealed under the current one. Exits 1
+ * when some could not be moved: replaced meanwhile (run it again) or unreadable under both keys.
+ */
+export async function rotateEncryptionKeyCommand(ctx: CommandContext): Promise<void> {
+  const secrets = await ctx.secrets();
+  if (!secrets.rotating) {
+    throw new UsageError(
+      'set GATEWAY_ENCRYPTION_KEY_PREVIOUS to the key being replaced and GATEWAY_ENCRYPTION_KEY to the new one',
+    );
+  }
+  const rotation = await rotateEncryptionKey(ctx.db, secrets);
+  if (ctx.json) ctx.print(JSON.stringify(rotation));
+  else {
+    ctx.print(
+      [
+        `Resealed under the new key: ${rotation.resealed}; already under it: ${rotation.current}.`,
+        ...(rotation.changed > 0
+          ? [`Replaced while resealed, not moved: ${rotation.changed}; run the rotation again.`]
+          : []),
+        ...(rotation.unreadable.length > 0
+          ? [`Opened under neither key, left as they are: ${rotation.unreadable.join(', ')}.`]
+          : []),
+      ].join('\n'),
+    );
+  }
+  const left = rotation.changed + rotation.unreadable.length;
+  if (left > 0)
+    throw new CommandFailed(
+      `${left} provider secret(s) not moved to the new key: keep GATEWAY_ENCRYPTION_KEY_PREVIOUS`,
+    );
 }

@@ -8,6 +8,10 @@ import { BoundedMap } from './bounded-map';
  * change later without guessing what a stored value is. Every call binds associated data (the
  * virtual key's id): GCM then refuses a ciphertext copied from one row onto another, even under
  * the same key.
+ *
+ * A box may hold a previous key besides its current one, while the key is rotated (docs/operations.md):
+ * it opens secrets sealed under either and seals under the current one alone; `reseal` moves a
+ * secret from the previous key to the current one.
  */
 
 const VERSION = 'v1';
@@ -25,7 +29,8 @@ type AesKey = Awaited<ReturnType<typeof crypto.subtle.importKey>>;
 const MAX_OPENED = 1024;
 
 export class SecretBox {
-  readonly #key: AesKey;
+  /** The current key, then the previous one if the key is being rotated. */
+  readonly #keys: readonly [AesKey, ...AesKey[]];
   /**
    * Decrypted secrets by record and ciphertext. Every run would otherwise decrypt its provider key
    * (a WebCrypto call through a thread pool); the ciphertext carries a random IV, so a re-encrypted
@@ -33,25 +38,30 @@ export class SecretBox {
    */
   readonly #opened = new BoundedMap<string, string>(MAX_OPENED);
 
-  private constructor(key: AesKey) {
-    this.#key = key;
+  private constructor(keys: readonly [AesKey, ...AesKey[]]) {
+    this.#keys = keys;
   }
 
   /**
    * A box over a 32-byte key in base64 or base64url, padded or not (surrounding whitespace, such as
-   * a key file's final newline, is ignored). The message never repeats the key.
+   * a key file's final newline, is ignored), and the key it replaces, if any. The message never
+   * repeats a key.
    */
-  static async fromBase64(text: string): Promise<SecretBox> {
-    const bytes = decodeKey(text.trim());
-    const key = await crypto.subtle.importKey('raw', bytes, ALGORITHM, false, ['encrypt', 'decrypt']);
-    return new SecretBox(key);
+  static async fromBase64(text: string, previous?: string): Promise<SecretBox> {
+    const current = await importKey(text);
+    return new SecretBox(previous === undefined ? [current] : [current, await importKey(previous)]);
+  }
+
+  /** Whether the box holds a previous key: whether `reseal` can move anything. */
+  get rotating(): boolean {
+    return this.#keys.length > 1;
   }
 
   async encrypt(plaintext: string, associatedData: string): Promise<string> {
     const iv = crypto.getRandomValues(new Uint8Array(IV_BYTES));
     const sealed = await crypto.subtle.encrypt(
       { name: ALGORITHM, iv, additionalData: encoder.encode(associatedData) },
-      this.#key,
+      this.#keys[0],
       encoder.encode(plaintext),
     );
     return `${VERSION}.${toBase64Url(iv)}.${toBase64Url(new Uint8Array(sealed))}`;
@@ -67,26 +77,44 @@ export class SecretBox {
     return plaintext;
   }
 
+  /**
+   * The secret sealed again under the current key if it is sealed under the previous one; null if
+   * it is sealed under the current key already. Throws as `decrypt` does when neither opens it.
+   */
+  async reseal(ciphertext: string, associatedData: string): Promise<string | null> {
+    const { plaintext, key } = await this.#open(ciphertext, associatedData);
+    return key === 0 ? null : this.encrypt(plaintext, associatedData);
+  }
+
   async #decrypt(ciphertext: string, associatedData: string): Promise<string> {
+    return (await this.#open(ciphertext, associatedData)).plaintext;
+  }
+
+  /** The plaintext, and which key opened it: 0 the current one, 1 the previous one. */
+  async #open(ciphertext: string, associatedData: string): Promise<{ plaintext: string; key: number }> {
     const [version, iv, sealed, ...rest] = ciphertext.split('.');
     if (version !== VERSION || !iv || !sealed || rest.length > 0) {
       throw new Error(`Cannot decrypt: not a '${VERSION}' secret.`);
     }
-    let opened: ArrayBuffer;
-    try {
-      opened = await crypto.subtle.decrypt(
-        { name: ALGORITHM, iv: fromBase64Url(iv), additionalData: encoder.encode(associatedData) },
-        this.#key,
-        fromBase64Url(sealed),
-      );
-    } catch (cause) {
-      throw new Error(
-        'Cannot decrypt: the secret was altered, belongs to another record, or was encrypted under another key.',
-        { cause },
-      );
+    const parameters = { name: ALGORITHM, iv: fromBase64Url(iv), additionalData: encoder.encode(associatedData) };
+    const bytes = fromBase64Url(sealed);
+    let failure: unknown;
+    for (const [index, key] of this.#keys.entries()) {
+      try {
+        return { plaintext: decoder.decode(await crypto.subtle.decrypt(parameters, key, bytes)), key: index };
+      } catch (cause) {
+        failure = cause;
+      }
     }
-    return decoder.decode(opened);
+    throw new Error(
+      'Cannot decrypt: the secret was altered, belongs to another record, or was encrypted under another key.',
+      { cause: failure },
+    );
   }
+}
+
+function importKey(text: string): Promise<AesKey> {
+  return crypto.subtle.importKey('raw', decodeKey(text.trim()), ALGORITHM, false, ['encrypt', 'decrypt']);
 }
 
 /** A new random key in standard base64 (what `openssl rand -base64 32` prints). */

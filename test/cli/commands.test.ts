@@ -167,7 +167,7 @@ describe('gateway help', () => {
     all.filter((name) => text.includes(`\n  ${name} `) || text.includes(`\n  ${name}\n`));
 
   it('lists every command, with --help, -h, help or nothing at all, exit 0', async () => {
-    expect(groups.sort()).toEqual(['api-keys', 'virtual-keys', 'workspaces']);
+    expect(groups.sort()).toEqual(['api-keys', 'encryption-key', 'virtual-keys', 'workspaces']);
     for (const args of [['--help'], ['-h'], ['help'], []]) {
       const result = await runCli(args, nowhere);
       expect(result, args.join(' ')).toMatchObject({ code: 0, stderr: '' });

@@ -62,6 +62,30 @@ describe('SecretBox', () => {
     expect(await box.decrypt(replaced, 'vk-1')).toBe('sk-rotated');
   });
 
+  it('while rotating, opens under either key, seals under the current one, and reseals only what the previous one sealed', async () => {
+    const [oldKey, newKey] = [generateKeyBase64(), generateKeyBase64()];
+    const before = await SecretBox.fromBase64(oldKey);
+    const rotating = await SecretBox.fromBase64(newKey, oldKey);
+    const after = await SecretBox.fromBase64(newKey);
+    expect([before.rotating, rotating.rotating, after.rotating]).toEqual([false, true, false]);
+
+    const underOld = await before.encrypt('sk-old', 'vk-1');
+    expect(await rotating.decrypt(underOld, 'vk-1')).toBe('sk-old');
+    await expect(after.decrypt(underOld, 'vk-1')).rejects.toThrow(/Cannot decrypt/);
+    const sealed = await rotating.encrypt('sk-new', 'vk-2');
+    expect(await after.decrypt(sealed, 'vk-2')).toBe('sk-new');
+    await expect(before.decrypt(sealed, 'vk-2')).rejects.toThrow(/Cannot decrypt/);
+
+    const moved = defined(await rotating.reseal(underOld, 'vk-1'));
+    expect(await after.decrypt(moved, 'vk-1')).toBe('sk-old');
+    expect(await rotating.reseal(sealed, 'vk-2')).toBeNull();
+    expect(await rotating.reseal(moved, 'vk-1')).toBeNull();
+    // Associated data still binds a secret to its record, under either key.
+    await expect(rotating.reseal(underOld, 'vk-2')).rejects.toThrow(/Cannot decrypt/);
+    const third = await SecretBox.fromBase64(generateKeyBase64());
+    await expect(rotating.reseal(await third.encrypt('sk-x', 'vk-3'), 'vk-3')).rejects.toThrow(/Cannot decrypt/);
+  });
+
   it('takes base64 and base64url keys, padded or not, and refuses anything but 32 bytes', async () => {
     const key = generateKeyBase64();
     expect(Buffer.from(key, 'base64')).toHaveLength(32);
@@ -91,6 +115,26 @@ describe('loadSecretBox (Node)', () => {
     await expect(loadSecretBox(nodeConfig({ DATA_DIR: dataDir, GATEWAY_ENCRYPTION_KEY: 'c2hvcnQ=' }))).rejects.toThrow(
       /^Invalid GATEWAY_ENCRYPTION_KEY: .*decodes to 5 bytes/,
     );
+  });
+
+  it('adds GATEWAY_ENCRYPTION_KEY_PREVIOUS as the previous key, naming it when it is wrong', async () => {
+    const dataDir = tempDir();
+    const [oldKey, newKey] = [generateKeyBase64(), generateKeyBase64()];
+    const config = { DATA_DIR: dataDir, GATEWAY_ENCRYPTION_KEY: newKey, GATEWAY_ENCRYPTION_KEY_PREVIOUS: oldKey };
+    const box = await loadSecretBox(nodeConfig(config));
+    expect(box.rotating).toBe(true);
+    const underOld = await (await SecretBox.fromBase64(oldKey)).encrypt('sk-old', 'vk-1');
+    expect(await box.decrypt(underOld, 'vk-1')).toBe('sk-old');
+    expect(await sameKey(await SecretBox.fromBase64(newKey), box)).toBe(true);
+
+    await expect(loadSecretBox(nodeConfig({ ...config, GATEWAY_ENCRYPTION_KEY_PREVIOUS: 'c2hvcnQ=' }))).rejects.toThrow(
+      /^Invalid GATEWAY_ENCRYPTION_KEY_PREVIOUS: .*decodes to 5 bytes/,
+    );
+    // Beside the key file too: the file holds the new key.
+    writeFileSync(join(dataDir, ENCRYPTION_KEY_FILE), `${newKey}\n`, { mode: 0o600 });
+    const fromFile = await loadSecretBox(nodeConfig({ DATA_DIR: dataDir, GATEWAY_ENCRYPTION_KEY_PREVIOUS: oldKey }));
+    expect(await fromFile.decrypt(underOld, 'vk-1')).toBe('sk-old');
+    expect(await sameKey(await SecretBox.fromBase64(newKey), fromFile)).toBe(true);
   });
 
   it('generates the key file once with mode 0600 and reuses it', async () => {

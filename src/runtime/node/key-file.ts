@@ -2,19 +2,20 @@ import { randomBytes } from 'node:crypto';
 import { link, readFile, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { secretBoxFromEnv, type Config } from '../../config';
-import { generateKeyBase64, SecretBox } from '../../lib/secrets';
+import { generateKeyBase64, type SecretBox } from '../../lib/secrets';
 import { makeDirectory } from '../../lib/make-directory';
 
 export const ENCRYPTION_KEY_FILE = 'encryption.key';
 
 /**
- * The box for provider secrets on Node (the server and the CLI): GATEWAY_ENCRYPTION_KEY when set.
+ * The box for provider secrets on Node (the server and the CLI): GATEWAY_ENCRYPTION_KEY when set
+ * (and GATEWAY_ENCRYPTION_KEY_PREVIOUS beside it while the key is rotated).
  * Otherwise, on the embedded database only, the key in DATA_DIR/encryption.key, generated on first
  * use. A remote database is shared with other hosts (Workers, other servers) that must all hold the
  * same key, so there the key has to be configured: a local file would silently diverge.
  */
 export async function loadSecretBox(config: Config): Promise<SecretBox> {
-  if (config.GATEWAY_ENCRYPTION_KEY) return secretBoxFromEnv(config.GATEWAY_ENCRYPTION_KEY);
+  if (config.GATEWAY_ENCRYPTION_KEY) return secretBoxFromEnv(config.GATEWAY_ENCRYPTION_KEY, config);
   if (config.LIBSQL_URL) {
     throw new Error(
       'GATEWAY_ENCRYPTION_KEY is required with LIBSQL_URL: set it to the same 32-byte base64 key on every ' +
@@ -22,10 +23,7 @@ export async function loadSecretBox(config: Config): Promise<SecretBox> {
     );
   }
   const path = join(config.DATA_DIR, ENCRYPTION_KEY_FILE);
-  const text = await readKeyFile(path);
-  return SecretBox.fromBase64(text).catch((error: Error) => {
-    throw new Error(`Invalid encryption key in ${path}: ${error.message}`);
-  });
+  return secretBoxFromEnv(await readKeyFile(path), config, `encryption key in ${path}`);
 }
 
 /** Where loadSecretBox takes the key from, for messages about it. */

@@ -152,7 +152,7 @@ export async function createSharedDeps(
       `LIBSQL_URL is a WebSocket URL (${new URL(url).protocol}//…): on Workers, give the database's libsql://, https:// or http:// URL.`,
     );
   }
-  const secrets = await secretBoxFromEnv(key);
+  const secrets = await secretBoxFromEnv(key, config);
   // Reads issued together go as one batch (coalescing-client.ts); what is refused as busy is sent again.
   const client = new CoalescingClient(
     new BusyRetryingClient(
