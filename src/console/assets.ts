@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-f272bc62736a.js',
-    integrity: 'sha384-6gYiqVI29py7Hkl5SnGGipG+PubYgnM3I+2q2vuU/v695FmExm+xi+dd9OwjVzux',
+    file: 'console-19dab88df1e0.js',
+    integrity: 'sha384-+byNEsRUnizbavgxw1JM9FIEEZZEm9PB6J+HGaRmRQjSTJ0blu3VOc2PJu17aQIv',
   },
   style: {
     file: 'console-890228aab4f3.css',

@@ -246,6 +246,22 @@ export interface Run {
   incomplete_details: { reason: string } | null;
   usage: TokenUsage | null;
 }
+/** GET /v1/runs/{run_id}/trace: its log line once it ended, its provider attempts, its events (times in ms). */
+export interface RunTrace {
+  log: Record<string, string | number | null> | null;
+  attempts: {
+    at_ms: number;
+    virtual_key: string;
+    model: string;
+    outcome: string | null;
+    status: number | null;
+    first_byte_ms: number | null;
+    duration_ms: number | null;
+  }[];
+  attempts_total: number;
+  events: { at_ms: number; type: string; status?: string; step_id?: string; step_type?: string; attempt?: number }[];
+  steps_omitted: boolean;
+}
 export type ToolCall =
   | { id: string; type: 'function'; function: { name: string; arguments: string; output: string | null } }
   | { id: string; type: 'file_search'; file_search: { results: { file_name: string; score: number }[] } }
