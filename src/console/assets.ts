@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-19dab88df1e0.js',
-    integrity: 'sha384-+byNEsRUnizbavgxw1JM9FIEEZZEm9PB6J+HGaRmRQjSTJ0blu3VOc2PJu17aQIv',
+    file: 'console-040b8ab41d2d.js',
+    integrity: 'sha384-CpZ15vTuCrJGBJQkdjKEUgIx7LUDHp9DlzU4qiMkvC8zih/Gm05OKQPMK0krNdoi',
   },
   style: {
     file: 'console-890228aab4f3.css',

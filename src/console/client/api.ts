@@ -8,6 +8,7 @@ import { serverEvents } from './sse';
  */
 
 import type { RunStatus } from '../../db/run-status-list';
+import type { ProviderAttempt } from '../../db/json-columns';
 
 let key: string | null = null;
 
@@ -249,15 +250,7 @@ export interface Run {
 /** GET /v1/runs/{run_id}/trace: its log line once it ended, its provider attempts, its events (times in ms). */
 export interface RunTrace {
   log: Record<string, string | number | null> | null;
-  attempts: {
-    at_ms: number;
-    virtual_key: string;
-    model: string;
-    outcome: string | null;
-    status: number | null;
-    first_byte_ms: number | null;
-    duration_ms: number | null;
-  }[];
+  attempts: ProviderAttempt[];
   attempts_total: number;
   events: { at_ms: number; type: string; status?: string; step_id?: string; step_type?: string; attempt?: number }[];
   steps_omitted: boolean;
