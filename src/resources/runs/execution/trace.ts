@@ -107,10 +107,11 @@ export class TracedAttempt {
 
 /**
  * The trace of a run settled by someone other than its execution (a cancel, the recovery sweep):
- * the attempts its earlier turns kept, its key as they left it, and why it failed, if it did.
+ * the attempts its earlier turns kept and its key as they left it; no first token of its own (the
+ * settlement adds its cause: executor-writes.ts).
  */
-export const settledTrace = (run: Pick<RunRow, 'trace'>, now: () => number, cause?: string): RunTrace =>
-  new TraceRecorder(run.trace, now).snapshot({ virtualKey: run.trace?.virtual_key, cause });
+export const settledTrace = (run: Pick<RunRow, 'trace'>, now: () => number): RunTrace =>
+  new TraceRecorder(run.trace, now).snapshot({ virtualKey: run.trace?.virtual_key });
 
 /**
  * The fields of a run's "run ended" log line (settle.ts), as GET /v1/runs/{run_id}/trace answers
