@@ -1,8 +1,8 @@
 // Written by `npm run build:console` (scripts/build-console.ts) from src/console/client: not to be edited.
 export const CONSOLE_ASSETS = {
   script: {
-    file: 'console-f272bc62736a.js',
-    integrity: 'sha384-6gYiqVI29py7Hkl5SnGGipG+PubYgnM3I+2q2vuU/v695FmExm+xi+dd9OwjVzux',
+    file: 'console-040b8ab41d2d.js',
+    integrity: 'sha384-CpZ15vTuCrJGBJQkdjKEUgIx7LUDHp9DlzU4qiMkvC8zih/Gm05OKQPMK0krNdoi',
   },
   style: {
     file: 'console-890228aab4f3.css',

@@ -222,6 +222,42 @@ export interface RunError {
   message: string;
 }
 
+/**
+ * What a run's execution knew of it that its other columns do not hold (runs.trace): its log
+ * line's note and the provider calls it made, each attempt of each (a retry, a fallback key). Ids,
+ * counts and times only, never content or a secret; every list and text bounded (runs/execution/trace.ts).
+ */
+export interface RunTrace {
+  /** The slug of the virtual key that answered the run's last call (a fallback's, when its own failed); null: the run's own. */
+  virtual_key: string | null;
+  /** Milliseconds from the start of the run's last turn to the provider's first token, if one came. */
+  time_to_first_token_ms: number | null;
+  /** Why the run failed, in a word (`dns`, `timeout`, `http_401`, …), when it did. */
+  cause: string | null;
+  /** The last attempts made (at most MAX_TRACE_ATTEMPTS), oldest first. */
+  attempts: ProviderAttempt[];
+  /** Attempts made in all, those left out of `attempts` included. */
+  attempts_total: number;
+}
+
+/** One attempt at a provider call of a run. */
+export interface ProviderAttempt {
+  /** When it began (ms since the epoch). */
+  at_ms: number;
+  /** The slug of the virtual key it was made with. */
+  virtual_key: string;
+  /** The model asked of the provider. */
+  model: string;
+  /** `ok`, or how it failed (the metrics' words: `http_5xx`, `timeout`, `network`, `aborted`, `incomplete`…); null while it is open. */
+  outcome: string | null;
+  /** The provider's HTTP status, when its answer began. */
+  status: number | null;
+  /** Milliseconds from its start to the provider's status and headers, when they came. */
+  first_byte_ms: number | null;
+  /** Milliseconds from its start to its end, once it ended. */
+  duration_ms: number | null;
+}
+
 /** Why a run ended incomplete: one of its token caps. */
 export interface RunIncompleteDetails {
   reason: 'max_completion_tokens' | 'max_prompt_tokens';

@@ -10,6 +10,7 @@ import type {
   ResponseOptions,
   RunError,
   RunIncompleteDetails,
+  RunTrace,
   StepDetails,
   Tool,
   ToolChoice,
@@ -326,6 +327,11 @@ export const runs = sqliteTable(
      * whose lease has passed was orphaned by a crash and is failed by the recovery sweep.
      */
     leaseExpiresAt: ms('lease_expires_at'),
+    /**
+     * Its log line's note and its provider attempts (json-columns.ts), written by the statement
+     * that ends a turn or settles the run (runs/execution/settle.ts); null before its first turn ends.
+     */
+    trace: json<RunTrace>('trace'),
   },
   (t) => [
     uniqueIndex('runs_id').on(t.id),
@@ -831,4 +837,28 @@ export const rateLimitCounters = sqliteTable(
     windowEnd: ms('window_end').notNull(),
   },
   (t) => [index('rate_limit_counters_window_end').on(t.windowEnd)],
+);
+
+/**
+ * Requests a rate-limit policy refused, the last MAX_REFUSALS of each policy (ratelimit/stored-refusals.ts),
+ * for GET /v1/policies/rate-limits/{id}/counters: shared by every process on the database, and
+ * kept across restarts. Written about once a second per process from a bounded buffer, never on a
+ * refused request's path; diagnostics, not acknowledged data.
+ */
+export const rateLimitRefusals = sqliteTable(
+  'rate_limit_refusals',
+  {
+    seq: integer('seq').primaryKey(),
+    policyId: text('policy_id').notNull(),
+    at: ms('at').notNull(),
+    /** The counter's group (ratelimit/enforce.ts's counterOf). */
+    group: text('group').notNull(),
+    apiKeyId: text('api_key_id').notNull(),
+    /** The virtual key's slug, never a secret. */
+    virtualKey: text('virtual_key').notNull(),
+    requested: real('requested').notNull(),
+    used: real('used').notNull(),
+    limit: real('limit').notNull(),
+  },
+  (t) => [index('rate_limit_refusals_policy').on(t.policyId, t.seq)],
 );

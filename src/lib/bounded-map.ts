@@ -37,4 +37,9 @@ export class BoundedMap<K, V> {
   get size(): number {
     return this.#entries.size;
   }
+
+  /** Oldest first. */
+  entries(): IterableIterator<[K, V]> {
+    return this.#entries.entries();
+  }
 }

@@ -65,7 +65,7 @@ export interface Refusal {
   limit: number;
 }
 
-/** The refusals kept per policy, newest first: the last this many (per process on Node; per policy on Workers). */
+/** The refusals kept per policy, newest first: the last this many. */
 export const MAX_REFUSALS = 20;
 
 /** One group's counter in a window. */
@@ -98,7 +98,7 @@ export interface CounterStore {
   adjust(scope: string, adjustments: CounterAdjustment[]): Promise<void>;
   /**
    * Keeps `refusal` among `policyId`'s last MAX_REFUSALS. Bookkeeping for people reading the
-   * counters: a store may lose it (a restart), never fail an admission for it.
+   * counters: a store may lose it (a crash before its write), never fail an admission for it.
    */
   noteRefusal(scope: string, policyId: string, refusal: Refusal): Promise<void>;
   /**
@@ -106,4 +106,6 @@ export interface CounterStore {
    * the `limit` most used, and `policyId`'s recent refusals.
    */
   policyCounters(scope: string, policyId: string, prefix: string, limit: number): Promise<PolicyCounters>;
+  /** Writes what the store holds in memory for a later write (the libSQL store's refusals), at a clean stop. */
+  flush(): Promise<void>;
 }

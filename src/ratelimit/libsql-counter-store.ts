@@ -9,7 +9,7 @@ import {
   type PolicyCounters,
   type Refusal,
 } from './counter-store';
-import { RecentRefusals } from './recent-refusals';
+import { StoredRefusals, type StoredRefusalsOptions } from './stored-refusals';
 
 /**
  * Counters in the rate_limit_counters table, through the libSQL client itself (these statements
@@ -73,6 +73,8 @@ export interface LibsqlCounterStoreOptions {
   pruneIntervalMs?: number;
   /** At most this many rows go per prune, so that no prune holds the write lock for long. */
   pruneBatch?: number;
+  /** How refusals are written to their table (stored-refusals.ts): how often at most, on which timer. */
+  refusals?: Omit<StoredRefusalsOptions, 'log'>;
 }
 
 export class LibsqlCounterStore implements CounterStore {
@@ -81,14 +83,15 @@ export class LibsqlCounterStore implements CounterStore {
   readonly #pruneIntervalMs: number;
   readonly #pruneBatch: number;
   #nextPruneAt = -Infinity;
-  /** Refusals stay in this process: the database keeps only the counters (recent-refusals.ts). */
-  readonly #refusals = new RecentRefusals();
+  /** Refusals, in their table, written from a buffer about once a second (stored-refusals.ts). */
+  readonly #refusals: StoredRefusals;
 
   constructor(client: Client, options: LibsqlCounterStoreOptions) {
     this.#client = client;
     this.#log = options.log;
     this.#pruneIntervalMs = options.pruneIntervalMs ?? 60_000;
     this.#pruneBatch = options.pruneBatch ?? 1000;
+    this.#refusals = new StoredRefusals(client, { log: options.log, ...options.refusals });
   }
 
   async admit(_scope: string, counters: CounterAdmission[], now: number): Promise<AdmitResult> {
@@ -135,8 +138,13 @@ export class LibsqlCounterStore implements CounterStore {
     return {
       groups: rows.map((row) => ({ group: String(row.key).slice(prefix.length), used: Number(row.used) })),
       totalGroups: Number(rows[0]?.total ?? 0),
-      refusals: this.#refusals.of(policyId),
+      refusals: await this.#refusals.of(policyId),
     };
+  }
+
+  /** Writes the refusals not written yet. */
+  flush(): Promise<void> {
+    return this.#refusals.flush();
   }
 
   /** Deletes up to one batch of counters whose window ended by `now`; resolves to how many. */

@@ -453,7 +453,7 @@ describe.skipIf(!executablePath)(
       expect(timeline).toContain(call?.function.arguments ?? 'no arguments');
       expect(timeline).toMatch(/more characters/);
       expect(timeline).not.toContain('END-OF-OUTPUT');
-      await expect(page.locator('.facts').textContent()).resolves.toContain('completed');
+      await expect(page.locator('.facts').first().textContent()).resolves.toContain('completed');
       await review(page, 'run-timeline');
 
       await openPage(page, 'Runs');
@@ -668,6 +668,86 @@ describe.skipIf(!executablePath)(
       await expect(refusals.getByRole('row').count()).resolves.toBe(3);
       await review(page, 'policy-counters');
       await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it("shows a run's provider attempts, its log line and its events in its timeline: a fallback's too", async () => {
+      // A key whose provider fails once (the fake's queued 500), falling back to a steady one.
+      await gateway.virtualKey(tenant, { slug: 'steady', base_url: 'http://fake.test/v1' });
+      await gateway.virtualKey(tenant, { slug: 'flaky', base_url: 'http://fake.test/v1', fallbacks: ['steady'] });
+      const assistant = await client.beta.assistants.create({ model: 'gpt-4o', name: 'traced' });
+      upstream.enqueue({ status: 500 });
+      const run = await client.beta.threads.createAndRunPoll(
+        { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: 'Trace me' }] } },
+        { headers: { 'x-gateway-virtual-key': 'flaky' } },
+      );
+      expect(run.status).toBe('completed');
+
+      const { context, page } = await newPage();
+      await signIn(page, tenant.workspaceKey);
+      await page.evaluate(`location.hash = '#/runs/${run.thread_id}/${run.id}'`);
+      await page.getByRole('heading', { name: `Run ${run.id}` }).waitFor();
+      const attempts = page.getByRole('table', { name: 'Provider attempts (2 of 2)' });
+      await attempts.waitFor();
+      const [failedAttempt, servedAttempt] = await attempts.locator('tbody tr').allTextContents();
+      expect(failedAttempt).toMatch(/flaky.*gpt-4o.*http_5xx.*500/);
+      expect(servedAttempt).toMatch(/steady.*gpt-4o.*ok.*200/);
+      const log = page.getByRole('definition').filter({ hasText: /^steady$/ });
+      await expect(log.count()).resolves.toBe(1);
+      const line = (await page.locator('dl[aria-label="Log line"]').textContent()) ?? '';
+      expect(line).toContain(`run_id${run.id}`);
+      expect(line).toContain('statuscompleted');
+      expect(line).toMatch(/time_to_first_token_ms\d+/);
+      const events = await page
+        .getByRole('list', { name: 'Events in time order' })
+        .getByRole('listitem')
+        .allTextContents();
+      expect(events.map((event) => /^\+[\d,.\s]+ ms (\w+)/.exec(event)?.[1])).toEqual([
+        'created',
+        'started',
+        'attempt',
+        'attempt',
+        'step_created',
+        'step_ended',
+        'ended',
+      ]);
+      expect(events[2]).toContain('attempt 1 · http_5xx');
+      expect(events[3]).toContain('attempt 2 · ok');
+      await review(page, 'run-trace');
+      await expectOwnDataOnly(page);
+      await context.close();
+    });
+
+    it('pages files and vector stores 20 at a time, with More and Newest links', async () => {
+      const paged = await gateway.tenant();
+      keys.push(paged.workspaceKey);
+      // Its stores are made empty, but making one needs a key for their embeddings.
+      await gateway.virtualKey(paged, { base_url: 'http://fake.test/v1', default: true });
+      for (let i = 1; i <= 23; i++) {
+        await storeFile(gateway, paged, { filename: `paged-${String(i).padStart(2, '0')}.txt`, content: `file ${i}` });
+        await errorFree(
+          gateway.request('/v1/vector_stores', { key: paged.workspaceKey, body: { name: `store-${i}`, file_ids: [] } }),
+        );
+      }
+      const { context, page } = await newPage();
+      await signIn(page, paged.workspaceKey);
+      for (const [name, hash, item, first, last] of [
+        ['Files', '#/files', page.locator('main tbody tr'), 'paged-23.txt', 'paged-01.txt'],
+        ['Vector stores', '#/vector-stores', page.locator('[data-store-id]'), 'store-23', 'store-1'],
+      ] as const) {
+        await openPage(page, name);
+        await page.getByText(first, { exact: true }).first().waitFor();
+        await expect(item.count()).resolves.toBe(20);
+        await expect(page.getByText(last, { exact: true }).count()).resolves.toBe(0);
+        await page.getByRole('navigation', { name: 'Pages of the list' }).getByRole('link', { name: 'More' }).click();
+        await page.waitForURL(new RegExp(`${hash}\\?after=`));
+        await page.getByText(last, { exact: true }).first().waitFor();
+        await expect(item.count()).resolves.toBe(3);
+        await expect(page.getByRole('link', { name: 'More' }).count()).resolves.toBe(0);
+        if (name === 'Files') await review(page, 'files-second-page');
+        await page.getByRole('link', { name: 'Newest' }).click();
+        await page.getByText(first, { exact: true }).first().waitFor();
+      }
       await context.close();
     });
 

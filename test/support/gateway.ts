@@ -203,6 +203,8 @@ export async function createTestGateway(
     async close() {
       await tasks.drain(10_000);
       await deps.sandbox.close();
+      // As the server's close does (runtime/node/start.ts): the refusals not written yet.
+      await deps.counters.flush();
       database.close();
       rmSync(dataDir, { recursive: true, force: true });
     },

@@ -8,6 +8,7 @@ import { serverEvents } from './sse';
  */
 
 import type { RunStatus } from '../../db/run-status-list';
+import type { ProviderAttempt } from '../../db/json-columns';
 
 let key: string | null = null;
 
@@ -245,6 +246,14 @@ export interface Run {
   last_error: RunError | null;
   incomplete_details: { reason: string } | null;
   usage: TokenUsage | null;
+}
+/** GET /v1/runs/{run_id}/trace: its log line once it ended, its provider attempts, its events (times in ms). */
+export interface RunTrace {
+  log: Record<string, string | number | null> | null;
+  attempts: ProviderAttempt[];
+  attempts_total: number;
+  events: { at_ms: number; type: string; status?: string; step_id?: string; step_type?: string; attempt?: number }[];
+  steps_omitted: boolean;
 }
 export type ToolCall =
   | { id: string; type: 'function'; function: { name: string; arguments: string; output: string | null } }

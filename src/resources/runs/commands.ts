@@ -19,6 +19,7 @@ import {
   acceptToolOutputs,
   activeRunError,
   getRun,
+  getRunById,
   getStep,
   insertRunOnThread,
   insertThreadAndRun,
@@ -46,7 +47,8 @@ import { checkCodeAttachments } from '../threads/code-attachments';
 import { newRun } from './execution/rows';
 import { clientMessage, newThread } from '../threads/rows';
 import { checkSandbox, runSettings, type RunSettings } from './execution/settings';
-import { settleRun } from './execution/settle';
+import { answeringKey, settleRun } from './execution/settle';
+import { settledTrace } from './execution/trace';
 import { keyLive } from '../identities/middleware/api-key-auth';
 
 /**
@@ -341,6 +343,25 @@ export async function retrieveRunStep(deps: RunCommandDeps, workspaceId: string,
   return { run, step: await getStep(deps.db, run.id, stepId) };
 }
 
+/** The steps a run's trace shows events of: its first ones. */
+export const MAX_TRACE_STEPS = 100;
+
+/**
+ * GET /v1/runs/{run_id}/trace: the workspace's run as it really stands (404 for another
+ * workspace's, or a response's), its first steps, and the slug of the key that answered it.
+ */
+export async function retrieveRunTrace(deps: RunCommandDeps, workspaceId: string, runId: string) {
+  const found = await getRunById(deps.db, runId);
+  if (!found || found.workspaceId !== workspaceId || found.kind !== 'run')
+    throw new ApiError('run_not_found', `No run found with id '${runId}'.`);
+  const run = await reconcileRun(deps, found);
+  const [steps, virtualKey] = await Promise.all([
+    listStepsPage(deps.db, run.id, { order: 'asc', limit: MAX_TRACE_STEPS }),
+    answeringKey(deps, run),
+  ]);
+  return { run, steps, virtualKey };
+}
+
 /** GET of a run: the run as it really stands, settled first if it was left behind (recovery.ts). */
 export async function retrieveRun(deps: RunCommandDeps, workspaceId: string, path: RunPath): Promise<RunRow> {
   return reconcileRun(deps, await getRun(deps.db, workspaceId, path.threadId, path.runId));
@@ -399,7 +420,7 @@ export async function cancelRun(
   const run = await retrieveRun(deps, workspaceId, path);
   switch (run.status) {
     case 'requires_action': {
-      const settled = await settleRun(deps, run.id, [run.status], { status: 'cancelled' });
+      const settled = await settleRun(deps, run.id, [run.status], { status: 'cancelled' }, settledTrace(run, deps.now));
       return settled.run ?? (await retrieveRun(deps, workspaceId, path));
     }
     case 'in_progress': {

@@ -15,6 +15,7 @@ import { TextParts, type TextBuilder } from '../../lib/text';
 import type { Usage } from '../../providers/types';
 import { runIn, type MessageInsert, type NewRun, type NewStep } from './queries';
 import type { RunRow } from '../../db/schema';
+import type { RunTrace } from '../../db/json-columns';
 /**
  * The writes of a run's executor and of whoever settles a run: a turn's rows, each made only while
  * the executor still owns the run; the turn's end; the lease; the runs the recovery sweep finds;
@@ -177,7 +178,8 @@ const MESSAGE_REASON = { cancelled: 'run_cancelled', expired: 'run_expired', fai
  * The statements that end a run without an answer: its open steps take the run's fate, its open
  * message becomes incomplete (keeping `partialText`, the text streamed so far, when given), and
  * the run's usage is the sum of its steps' usage — computed in SQL so that it is exact whoever
- * settles. Only a run still in one of `from` changes. The statements, in their order: the steps,
+ * settles. Only a run still in one of `from` changes, taking `trace` (with the settlement's cause
+ * when it failed). The statements, in their order: the steps,
  * the message (returned), the run (returned, if it changed).
  */
 export function settleRunStatements(
@@ -186,6 +188,7 @@ export function settleRunStatements(
   from: readonly RunStatus[],
   settlement: Settlement,
   at: number,
+  trace: RunTrace,
   partial?: PartialAnswer,
 ) {
   const lastError = settlement.status === 'failed' ? settlement.lastError : null;
@@ -241,6 +244,7 @@ export function settleRunStatements(
         requiredAction: null,
         leaseExpiresAt: null,
         usage: sql<Usage>`${usage}`,
+        trace: settlement.status === 'failed' && settlement.cause ? { ...trace, cause: settlement.cause } : trace,
       })
       .where(and(eq(runs.id, runId), inArray(runs.status, [...from])))
       .returning(),

@@ -118,3 +118,67 @@ export const runStepObject = z
 
 export type RunObject = z.infer<typeof runObject>;
 export type RunStepObject = z.infer<typeof runStepObject>;
+
+const millis = z.int().describe('Milliseconds since the Unix epoch.');
+const duration = z.int().nullable().describe('Milliseconds.');
+
+/**
+ * GET /v1/runs/{run_id}/trace (a gateway extension, not OpenAI's): a run's log line, its provider
+ * attempts and its events in time order, from its stored rows. Ids, counts and times only.
+ */
+export const runTraceObject = z
+  .strictObject({
+    object: z.literal('run.trace'),
+    run_id: z.string(),
+    thread_id: z.string(),
+    /** The fields of its "run ended" log line, once it ended. */
+    log: z
+      .strictObject({
+        run_id: z.string(),
+        thread_id: z.string(),
+        assistant_id: z.string(),
+        workspace_id: z.string(),
+        api_key_id: z.string(),
+        virtual_key: z.string().nullable(),
+        model: z.string(),
+        status: z.enum(RUN_STATUSES),
+        prompt_tokens: z.int(),
+        completion_tokens: z.int(),
+        total_tokens: z.int(),
+        time_to_first_token_ms: duration,
+        duration_ms: z.int(),
+        incomplete_reason: z.string().optional(),
+        cause: z.string().optional(),
+        error_code: z.string().optional(),
+        error_message: z.string().optional(),
+      })
+      .nullable(),
+    attempts: z.array(
+      z.strictObject({
+        at_ms: millis,
+        virtual_key: z.string(),
+        model: z.string(),
+        outcome: z.string().nullable(),
+        status: z.int().nullable(),
+        first_byte_ms: duration,
+        duration_ms: duration,
+      }),
+    ),
+    attempts_total: z.int(),
+    events: z.array(
+      z.strictObject({
+        at_ms: millis,
+        type: z.enum(['created', 'started', 'attempt', 'step_created', 'step_ended', 'ended']),
+        status: z.string().optional(),
+        step_id: z.string().optional(),
+        step_type: z.enum(['message_creation', 'tool_calls']).optional(),
+        /** An attempt's index in `attempts`. */
+        attempt: z.int().optional(),
+      }),
+    ),
+    /** Whether the run has more steps than the events show (the first MAX_TRACE_STEPS). */
+    steps_omitted: z.boolean(),
+  })
+  .meta({ id: 'RunTraceObject' });
+
+export type RunTraceObject = z.infer<typeof runTraceObject>;

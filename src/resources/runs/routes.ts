@@ -10,6 +10,7 @@ import {
   modifyRun,
   retrieveRun,
   retrieveRunStep,
+  retrieveRunTrace,
   submitToolOutputs,
   type RunAnswer,
   type RunPath,
@@ -29,13 +30,13 @@ import {
 } from './schemas';
 import { isTerminal } from '../../db/run-statuses';
 import { listObject } from '../../http/lists';
-import { toRunJson, toStepJson } from './wire';
+import { toRunJson, toRunTraceJson, toStepJson } from './wire';
 import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { assistantsBeta } from '../../http/middleware/assistants-beta';
 import { workspace } from '../identities/middleware/workspace';
 import { responds } from '../../http/middleware/responds';
 import { listOf } from '../../http/objects';
-import { runObject, runStepObject } from './objects';
+import { runObject, runStepObject, runTraceObject } from './objects';
 
 /** How often the OpenAI SDK's pollers should ask about a run that is still going. */
 const POLL_AFTER_MS = '250';
@@ -165,6 +166,7 @@ export const runRoutes = new Hono<WorkspaceEnv>()
 /**
  * GET /v1/runs (a gateway extension, for the console): the workspace's runs across its threads,
  * newest first, filtered by status, assistant or thread. OpenAI lists runs per thread only.
+ * GET /v1/runs/{run_id}/trace: a run's log line, provider attempts and events (wire.ts, toRunTraceJson).
  */
 export const workspaceRunRoutes = new Hono<ApiEnv>()
   .use(assistantsBeta(), workspace())
@@ -176,7 +178,12 @@ export const workspaceRunRoutes = new Hono<ApiEnv>()
       const page = await listWorkspaceRuns(c.get('deps'), c.get('actor').workspaceId, c.req.valid('query'));
       return c.json(listObject(page, toRunJson));
     },
-  );
+  )
+  .get('/:run_id/trace', responds({ summary: "Retrieve a run's trace", ok: runTraceObject }), async (c) => {
+    const deps = c.get('deps');
+    const { run, steps, virtualKey } = await retrieveRunTrace(deps, c.get('actor').workspaceId, c.req.param('run_id'));
+    return c.json(toRunTraceJson(run, steps, virtualKey, deps.now()));
+  });
 
 /** Whether `include[]` asks for the content of file search results. */
 function includesContent(query: { 'include[]'?: RunStepInclude[] }): boolean {

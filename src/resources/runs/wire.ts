@@ -1,5 +1,6 @@
 import { toUnixSeconds } from '../../lib/time';
-import type { RunObject, RunStepObject } from './objects';
+import type { RunObject, RunStepObject, RunTraceObject } from './objects';
+import { runEndFields } from './execution/trace';
 import type { StepDetails } from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
 import type { StepRow } from './queries';
@@ -92,3 +93,51 @@ function stepDetailsJson(details: StepDetails, includeContent: boolean): RunStep
 }
 
 const seconds = (ms: number | null) => (ms === null ? null : toUnixSeconds(ms));
+
+type TraceEvent = RunTraceObject['events'][number];
+
+/**
+ * A run's trace (GET /v1/runs/{run_id}/trace): its log line's fields once it ended, its provider
+ * attempts, and its events in time order from its row, `steps` (its first ones) and its attempts.
+ * `virtualKey`: the slug of the key that answered last, or the run's own.
+ */
+export function toRunTraceJson(
+  run: RunRow,
+  steps: { rows: StepRow[]; hasMore: boolean },
+  virtualKey: string | null,
+  now: number,
+): RunTraceObject {
+  const attempts = run.trace?.attempts ?? [];
+  // An expired run keeps no time of its own: it expired when its expiry passed.
+  const ended = run.completedAt ?? run.failedAt ?? run.cancelledAt ?? (run.status === 'expired' ? run.expiresAt : null);
+  const events: TraceEvent[] = [{ at_ms: run.createdAt, type: 'created' }];
+  if (run.startedAt !== null) events.push({ at_ms: run.startedAt, type: 'started' });
+  attempts.forEach((attempt, index) =>
+    events.push({
+      at_ms: attempt.at_ms,
+      type: 'attempt',
+      attempt: index,
+      ...(attempt.outcome ? { status: attempt.outcome } : {}),
+    }),
+  );
+  for (const step of steps.rows) {
+    events.push({ at_ms: step.createdAt, type: 'step_created', step_id: step.id, step_type: step.type });
+    const stepEnded = step.completedAt ?? step.failedAt ?? step.cancelledAt ?? step.expiredAt;
+    if (stepEnded !== null)
+      events.push({ at_ms: stepEnded, type: 'step_ended', step_id: step.id, status: step.status });
+  }
+  const terminal = isTerminal(run.status);
+  if (terminal && ended !== null) events.push({ at_ms: ended, type: 'ended', status: run.status });
+  // Stable: what happened at the same millisecond keeps the order it was added in (created before started).
+  events.sort((a, b) => a.at_ms - b.at_ms);
+  return {
+    object: 'run.trace',
+    run_id: run.id,
+    thread_id: run.threadId,
+    log: terminal ? runEndFields(run, virtualKey, now) : null,
+    attempts,
+    attempts_total: run.trace?.attempts_total ?? 0,
+    events,
+    steps_omitted: steps.hasMore,
+  };
+}

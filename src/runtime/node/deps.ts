@@ -43,7 +43,11 @@ export async function createNodeDeps(
     log,
     secrets: overrides.secrets ?? (await loadSecretBox(config)),
     metrics: nodeMetrics(database),
-    counters: new LibsqlCounterStore(database.countersClient, { log }),
+    // Refusals are written by a timer that does not keep the process alive; a clean stop flushes them (start.ts).
+    counters: new LibsqlCounterStore(database.countersClient, {
+      log,
+      refusals: { schedule: (task, ms) => void setTimeout(task, ms).unref() },
+    }),
     policyCache: new PolicyCache(database.db),
     settings: new SettingsCache(database.db, settingsLoaders(database.db), { provisional: !database.embedded }),
     now: Date.now,

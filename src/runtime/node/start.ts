@@ -166,6 +166,8 @@ export async function startGateway(config: Config, overrides: Partial<Deps> = {}
         deps.log.warn('background tasks still running at exit', { count: tasks.size });
       }
       await deps.sandbox.close();
+      // The rate-limit refusals not written yet (ratelimit/stored-refusals.ts): only a crash loses them.
+      await deps.counters.flush();
       database.close();
     },
   };

@@ -236,6 +236,11 @@ export class DurableObjectCounterStore implements CounterStore {
     return { groups: groups.slice(0, limit), totalGroups: groups.length, refusals };
   }
 
+  /** Nothing to write: each refusal went to its policy's object as it came. */
+  flush(): Promise<void> {
+    return Promise.resolve();
+  }
+
   /**
    * Tells a counter's window index of its group: when the counter was first given a cost. A
    * failure is logged, not thrown: the index only serves people reading the counters.

@@ -255,6 +255,18 @@ describe('runs', () => {
     const lines = gateway.logs.map((text) => JSON.parse(text) as Record<string, unknown>);
     const ended = lines.filter((line) => line.message === 'run ended' && line.workspace_id === tenant.workspace.id);
     expect(ended.map((line) => line.virtual_key)).toEqual(['backup']);
+    // So does its trace, with both attempts: the main key's refused, the backup's answer.
+    const [run] = (await json(await gateway.request('/v1/runs', { key: tenant.workspaceKey }))).data;
+    const trace = await json(await gateway.request(`/v1/runs/${run.id}/trace`, { key: tenant.workspaceKey }));
+    expect(trace.log).toMatchObject({ run_id: run.id, virtual_key: 'backup', status: 'completed' });
+    expect(trace.attempts_total).toBe(2);
+    expect(trace.attempts).toMatchObject([
+      { virtual_key: 'main', model: 'fake-model', outcome: 'http_5xx', status: 500, duration_ms: expect.any(Number) },
+      { virtual_key: 'backup', model: 'fake-model', outcome: 'ok', status: 200, first_byte_ms: expect.any(Number) },
+    ]);
+    expect(trace.events.map((event: { type: string }) => event.type)).toEqual(
+      expect.arrayContaining(['created', 'started', 'attempt', 'step_created', 'step_ended', 'ended']),
+    );
   });
 });
 

@@ -380,6 +380,14 @@ const MATRIX: Record<string, (victim: Holdings, caller: Caller) => Probe[]> = {
     { method: 'GET', path: `/v1/runs?after=${v.doneRunId}`, headers: scope(), refusals: UNKNOWN_CURSOR },
     { method: 'GET', path: '/v1/runs', headers: { 'x-gateway-workspace-id': v.tenant.workspace.id } },
   ],
+  'GET /v1/runs/:run_id/trace': (v) => [
+    { method: 'GET', path: `/v1/runs/${v.doneRunId}/trace`, headers: scope() },
+    {
+      method: 'GET',
+      path: `/v1/runs/${v.doneRunId}/trace`,
+      headers: { 'x-gateway-workspace-id': v.tenant.workspace.id },
+    },
+  ],
   'GET /v1/threads': (v) => [
     { method: 'GET', path: '/v1/threads', headers: scope(), list: true },
     { method: 'GET', path: `/v1/threads?assistant_id=${v.assistantId}`, headers: scope(), list: true },

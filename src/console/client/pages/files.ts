@@ -1,19 +1,28 @@
-import { api, type FileObject, type List } from '../api';
+import { api, type CursorList, type FileObject } from '../api';
 import { dangerButton, field, h, notice, onSubmit, replace, row, size, table, when } from '../dom';
+import { inWorkspace, pager } from '../listing';
 import type { PageContext, PageDefinition } from '../session';
 
-/** The workspace's files: upload one (purpose `assistants`, for vector stores and file_search), delete one. */
+/**
+ * The workspace's files, newest first, 20 a page with a "More" link (cursor pages, listing.ts):
+ * upload one (purpose `assistants`, for vector stores and file_search), delete one.
+ */
 
-/** The newest files shown; past them, the page says how to see the rest. */
-const SHOWN = 100;
+const PATH = '/files';
 
-/** The workspace's newest files, for this page and the vector stores' file pickers. */
+/** The files the vector stores' pickers offer: the newest 100. */
+const PICKED = 100;
+
+/** The workspace's newest files, for the vector stores' file pickers. */
 export const listFiles = (workspace: string) =>
-  api<List<FileObject> & { has_more: boolean }>('GET', '/files', { workspace, query: { limit: SHOWN } });
+  api<CursorList<FileObject>>('GET', '/files', { workspace, query: { limit: PICKED } });
 
-async function draw({ view, session, redraw }: PageContext): Promise<void> {
+async function draw({ view, session, redraw, route }: PageContext): Promise<void> {
   const workspace = session.workspace.id;
-  const files = await listFiles(workspace);
+  const files = await inWorkspace<CursorList<FileObject>>(session, PATH, {
+    limit: 20,
+    after: route.query.get('after'),
+  });
   const status = h('div', { 'aria-live': 'polite' });
   const file = h('input', { type: 'file', name: 'file', required: true });
   const form = h(
@@ -62,8 +71,8 @@ async function draw({ view, session, redraw }: PageContext): Promise<void> {
         ),
       ),
     ),
-    files.has_more ? h('p', {}, `The newest ${SHOWN} files are shown; the API lists them all.`) : null,
+    pager(files, PATH, route),
   );
 }
 
-export const filesPage: PageDefinition = { path: '/files', title: 'Files', draw };
+export const filesPage: PageDefinition = { path: PATH, title: 'Files', draw };

@@ -1,5 +1,5 @@
 import { RUN_STATUSES } from '../../../db/run-status-list';
-import type { CursorList, Run, RunError, RunStep, ToolCall } from '../api';
+import type { CursorList, Run, RunError, RunStep, RunTrace, ToolCall } from '../api';
 import { h, replace, table, when } from '../dom';
 import {
   assistantName,
@@ -20,7 +20,8 @@ import type { PageContext } from '../session';
 /**
  * The workspace's runs across its threads, newest first (GET /v1/runs, by status, assistant or
  * thread); a run opened (`#/runs/<thread>/<run>`) is its timeline: the run's status, times, tokens
- * and last_error, then its steps in order, each tool call with its name, arguments and output.
+ * and last_error, then its steps in order, each tool call with its name, arguments and output, then
+ * its trace: its log line, its provider attempts and its events in time order.
  */
 
 const PATH = '/runs';
@@ -88,13 +89,14 @@ async function drawTimeline(
   [threadId = '', runId = '']: string[],
 ): Promise<void> {
   const path = `/threads/${encodeURIComponent(threadId)}/runs/${encodeURIComponent(runId)}`;
-  const [run, steps] = await Promise.all([
+  const [run, steps, trace] = await Promise.all([
     inWorkspace<Run>(session, path),
     inWorkspace<CursorList<RunStep>>(session, `${path}/steps`, {
       order: 'asc',
       limit: 100,
       after: route.query.get('after'),
     }),
+    inWorkspace<RunTrace>(session, `/runs/${encodeURIComponent(runId)}/trace`),
   ]);
   const facts: [string, Node | string][] = [
     ['Status', run.status],
@@ -118,7 +120,59 @@ async function drawTimeline(
     h('ol', { class: 'timeline', 'aria-label': 'Steps' }, ...steps.data.map((step) => stepItem(step, run.thread_id))),
     steps.data.length === 0 ? h('p', { class: 'hint' }, 'No steps.') : null,
     pager(steps, PATH, route),
+    ...traceParts(trace),
   );
+}
+
+/** When, as milliseconds after the run was created. */
+const after = (trace: RunTrace, ms: number) => `+${(ms - (trace.events[0]?.at_ms ?? ms)).toLocaleString()} ms`;
+const ms = (value: number | null) => (value === null ? '–' : `${value.toLocaleString()} ms`);
+
+/** The run's log line, its provider attempts and its events in time order (GET /v1/runs/{run_id}/trace). */
+function traceParts(trace: RunTrace): (HTMLElement | null)[] {
+  const { log, attempts } = trace;
+  return [
+    h('h2', {}, 'Log line'),
+    log
+      ? h(
+          'dl',
+          { class: 'facts', 'aria-label': 'Log line' },
+          ...Object.entries(log).flatMap(([name, value]) => [h('dt', {}, name), h('dd', {}, String(value ?? '–'))]),
+        )
+      : h('p', { class: 'hint' }, 'The run has not ended: no log line yet.'),
+    table(
+      `Provider attempts (${attempts.length} of ${trace.attempts_total})`,
+      ['#', 'When', 'Virtual key', 'Model', 'Outcome', 'Status', 'First byte', 'Took'],
+      attempts.map((one, index) => [
+        String(index + 1),
+        after(trace, one.at_ms),
+        one.virtual_key,
+        one.model,
+        one.outcome ?? 'open',
+        one.status === null ? '–' : String(one.status),
+        ms(one.first_byte_ms),
+        ms(one.duration_ms),
+      ]),
+    ),
+    h('h2', {}, 'Events'),
+    h(
+      'ol',
+      { class: 'events', 'aria-label': 'Events in time order' },
+      ...trace.events.map((event) =>
+        h(
+          'li',
+          {},
+          h('code', {}, after(trace, event.at_ms)),
+          event.attempt === undefined ? ` ${event.type}` : ` attempt ${event.attempt + 1}`,
+          [event.step_type, event.step_id, event.status]
+            .filter(Boolean)
+            .map((part) => ` · ${part}`)
+            .join(''),
+        ),
+      ),
+    ),
+    trace.steps_omitted ? h('p', { class: 'hint' }, 'Events of the first 100 steps.') : null,
+  ];
 }
 
 const failure = (error: RunError) =>

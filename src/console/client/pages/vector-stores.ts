@@ -1,17 +1,21 @@
-import { api, type List, type SearchResult, type VectorStore, type VectorStoreFile } from '../api';
+import { api, type CursorList, type List, type SearchResult, type VectorStore, type VectorStoreFile } from '../api';
+import { inWorkspace, pager } from '../listing';
 import { cards, failureTo, field, h, notice, onSubmit, replace, row, select, size, table, when } from '../dom';
 import type { PageContext, PageDefinition } from '../session';
 import { listFiles } from './files';
 
 /**
- * The workspace's vector stores: create one (with a file), add a file to one, each store's files
+ * The workspace's vector stores, newest first, 20 a page with a "More" link (cursor pages,
+ * listing.ts): create one (with a file), add a file to one, each store's files
  * with their ingestion status, refreshed while one is in progress, and a search box showing the
  * ranked chunks with their scores and files.
  */
 
 /** How often a store whose files are being ingested is asked again: ingestion takes seconds. */
 const POLL_MS = 1000;
+/** A store's files shown on its card: the first 100. */
 const SHOWN = 100;
+const PATH = '/vector-stores';
 
 interface Context {
   workspace: string;
@@ -161,10 +165,10 @@ function storeCard(store: VectorStore, context: Context): HTMLElement {
   return card;
 }
 
-async function draw({ view, session, redraw }: PageContext): Promise<void> {
+async function draw({ view, session, redraw, route }: PageContext): Promise<void> {
   const workspace = session.workspace.id;
   const [stores, files] = await Promise.all([
-    api<List<VectorStore>>('GET', '/vector_stores', { workspace, query: { limit: SHOWN } }),
+    inWorkspace<CursorList<VectorStore>>(session, '/vector_stores', { limit: 20, after: route.query.get('after') }),
     listFiles(workspace),
   ]);
   const context: Context = {
@@ -182,7 +186,8 @@ async function draw({ view, session, redraw }: PageContext): Promise<void> {
       stores.data.map((store) => storeCard(store, context)),
       'No vector store yet.',
     ),
+    pager(stores, PATH, route),
   );
 }
 
-export const vectorStoresPage: PageDefinition = { path: '/vector-stores', title: 'Vector stores', draw };
+export const vectorStoresPage: PageDefinition = { path: PATH, title: 'Vector stores', draw };

@@ -26,7 +26,9 @@ import { completionBudget, NO_USAGE, sumUsage, turnOutcome } from './outcome';
 import { buildPrompt, promptLimits } from './prompt';
 import type { Prompt } from '../../../providers/types';
 import type { RunDeps } from './run-deps';
-import { chargeRun, failRunAlone, logRunEnd, settleRun, type RunEndNote } from './settle';
+import { chargeRun, failRunAlone, logRunEnd, settleRun } from './settle';
+import { TraceRecorder } from './trace';
+import type { RunTrace } from '../../../db/json-columns';
 import { TurnAnswer } from './turn-answer';
 import { callUpstream } from './upstream-call';
 
@@ -125,9 +127,10 @@ class Execution {
   readonly #searches: FileSearches | null;
   /** How the run runs code (its code_interpreter tool), or null without one. */
   readonly #code: CodeRuns | null;
-  /** For the run's log line (settle.ts): when the turn started, its key's slug. */
+  /** For the run's trace and log line (trace.ts): when the turn started, its key's slug, its provider attempts. */
   readonly #startedAt: number;
   #virtualKeySlug: string | undefined;
+  readonly #trace: TraceRecorder;
 
   constructor(deps: RunDeps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
@@ -144,6 +147,7 @@ class Execution {
     this.#leading = options.leading ?? [];
     this.#preloaded = options.preloaded;
     this.#startedAt = deps.now();
+    this.#trace = new TraceRecorder(run.trace, deps.now);
     const search = searchSettings(run.tools);
     this.#searches = search && new FileSearches(deps, run, search, this.#abort.signal);
     const answer = new TurnAnswer(deps, this.#outbox, () => this.#run, {
@@ -217,6 +221,7 @@ class Execution {
         rules,
         answer,
         signal: this.#abort.signal,
+        trace: this.#trace,
       };
       const { finishReason, usage, servedBy } = await callUpstream(this.#deps, call);
       // The run's log line names the key that answered: a fallback's, when the run's own failed.
@@ -334,7 +339,7 @@ class Execution {
     let updated: RunRow | null;
     try {
       await this.#outbox.written();
-      updated = await endTurn(db, this.#run.id, runPatch, statements);
+      updated = await endTurn(db, this.#run.id, { ...runPatch, trace: this.#traceNow() }, statements);
     } catch (error) {
       this.#outbox.failCommit();
       throw new OutcomeNotRecorded(error);
@@ -350,15 +355,17 @@ class Execution {
     this.#run = updated;
     await this.#outbox.committed(() => this.#runEvent());
     await chargeRun(this.#deps, updated);
-    await logRunEnd(this.#deps, updated, this.#endNote());
+    await logRunEnd(this.#deps, updated);
   }
 
-  #endNote(): RunEndNote {
+  /** The run's trace as it stands: its attempts, the key that answered, its first token's time. */
+  #traceNow(cause?: string): RunTrace {
     const firstTokenAt = this.#answer.firstTokenAt;
-    return {
-      virtualKeySlug: this.#virtualKeySlug,
+    return this.#trace.snapshot({
+      virtualKey: this.#virtualKeySlug,
       firstTokenMs: firstTokenAt === null ? null : firstTokenAt - this.#startedAt,
-    };
+      cause,
+    });
   }
 
   /** The execution stopped without an answer: settle the run from what the database holds. */
@@ -377,8 +384,8 @@ class Execution {
         this.#run.id,
         EXECUTING_STATUSES,
         failure.settlement,
+        this.#traceNow(),
         this.#answer.partial(),
-        this.#endNote(),
       );
       this.#run = settled.run ?? (await getRunById(this.#deps.db, this.#run.id)) ?? this.#run;
       const message = settled.message;
@@ -400,7 +407,13 @@ class Execution {
    */
   async #failAlone(): Promise<void> {
     try {
-      const run = await failRunAlone(this.#deps, this.#run.id, EXECUTING_STATUSES, NOT_RECORDED);
+      const run = await failRunAlone(
+        this.#deps,
+        this.#run.id,
+        EXECUTING_STATUSES,
+        NOT_RECORDED,
+        this.#traceNow('not_recorded'),
+      );
       if (!run) return;
       this.#run = run;
       await this.#outbox.send(() => this.#runEvent());

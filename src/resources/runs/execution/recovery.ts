@@ -2,6 +2,7 @@ import { ACTIVE_STATUSES, isActive } from '../../../db/run-statuses';
 import { orphanedRuns, overdueRuns } from '../executor-writes';
 import type { RunRow } from '../../../db/schema';
 import { settleRun, type SettleDeps } from './settle';
+import { settledTrace } from './trace';
 
 /**
  * No run stays queued, in progress or waiting forever. Two ways a run is left behind:
@@ -24,16 +25,21 @@ export async function reconcileRun(deps: SettleDeps, run: RunRow): Promise<RunRo
   if (isActive(run.status) && run.leaseExpiresAt !== null && run.leaseExpiresAt < now) {
     return (
       (
-        await settleRun(deps, run.id, ACTIVE_STATUSES, {
-          status: 'failed',
-          lastError: { ...ORPHANED },
-          cause: 'executor_lost',
-        })
+        await settleRun(
+          deps,
+          run.id,
+          ACTIVE_STATUSES,
+          { status: 'failed', lastError: { ...ORPHANED }, cause: 'executor_lost' },
+          settledTrace(run, deps.now),
+        )
       ).run ?? run
     );
   }
   if (run.status === 'requires_action' && run.expiresAt !== null && run.expiresAt < now) {
-    return (await settleRun(deps, run.id, ['requires_action'], { status: 'expired' })).run ?? run;
+    return (
+      (await settleRun(deps, run.id, ['requires_action'], { status: 'expired' }, settledTrace(run, deps.now))).run ??
+      run
+    );
   }
   return run;
 }

@@ -78,6 +78,7 @@ export function newRun(
     incompleteDetails: null,
     usage: null,
     rateLimit: null,
+    trace: null,
     leaseExpiresAt: at + leaseMs(config),
     ...settings,
     // Through an Azure key, the deployment's model: what policies match and usage is recorded for.

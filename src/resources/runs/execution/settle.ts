@@ -5,6 +5,8 @@ import { settleRunStatements, type PartialAnswer, type Settlement } from '../exe
 import type { RunRow } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { getVirtualKey } from '../../virtual-keys/commands';
+import type { RunTrace } from '../../../db/json-columns';
+import { runEndFields } from './trace';
 
 /** What settling a run uses of the deps. */
 export type SettleDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | 'metrics'>;
@@ -13,7 +15,8 @@ export type SettleDeps = Pick<Deps, 'db' | 'now' | 'log' | 'counters' | 'metrics
  * Ends a run that will not produce its answer: cancelled, expired or failed. Used by the engine when
  * an execution stops, by cancelRun (resources/runs/commands.ts) for a run that waits for tool outputs and so
  * has no execution, and by recovery for runs whose executor died. Settles the tokens of the turn it ends, if it
- * ends one. Only a run in one of `from` is settled. Returns the settled run and the message it left
+ * ends one. Only a run in one of `from` is settled; `trace` is written with it, its cause the
+ * settlement's when it failed. Returns the settled run and the message it left
  * incomplete, or a null run when the run was no longer in one of `from`.
  */
 export async function settleRun(
@@ -21,16 +24,15 @@ export async function settleRun(
   runId: string,
   from: readonly RunStatus[],
   settlement: Settlement,
+  trace: RunTrace,
   partial?: PartialAnswer,
-  note: RunEndNote = {},
 ): Promise<{ run: RunRow | null; message: MessageRow | null }> {
   const [, [message], [run]] = await deps.db.batch(
-    settleRunStatements(deps.db, runId, from, settlement, deps.now(), partial),
+    settleRunStatements(deps.db, runId, from, settlement, deps.now(), trace, partial),
   );
   // A run waiting for tool outputs executes no turn: its last one was settled when it began to wait.
   if (run && !from.includes('requires_action')) await chargeRun(deps, run);
-  if (run)
-    await logRunEnd(deps, run, { ...note, cause: settlement.status === 'failed' ? settlement.cause : undefined });
+  if (run) await logRunEnd(deps, run);
   return { run: run ?? null, message: message ?? null };
 }
 
@@ -45,6 +47,7 @@ export async function failRunAlone(
   runId: string,
   from: readonly RunStatus[],
   lastError: { code: string; message: string },
+  trace: RunTrace,
 ): Promise<RunRow | null> {
   const [steps, message, failRun] = settleRunStatements(
     deps.db,
@@ -52,6 +55,7 @@ export async function failRunAlone(
     from,
     { status: 'failed', lastError },
     deps.now(),
+    trace,
   );
   const [run] = await failRun;
   if (!run) return null;
@@ -63,7 +67,7 @@ export async function failRunAlone(
     }
   }
   await chargeRun(deps, run);
-  await logRunEnd(deps, run, { cause: 'not_recorded' });
+  await logRunEnd(deps, run);
   return run;
 }
 
@@ -84,55 +88,22 @@ export async function chargeRun(deps: Pick<Deps, 'now' | 'log' | 'counters'>, ru
   }
 }
 
-/** What the execution knows of a run's end that the run's row does not hold, for its log line. */
-export interface RunEndNote {
-  /** The slug of the run's virtual key, when the execution holds it (otherwise it is read). */
-  virtualKeySlug?: string;
-  /** Milliseconds from the start of the run's last turn to the upstream's first token, if one came. */
-  firstTokenMs?: number | null;
-  /** Why the run failed, in a word: `dns`, `refused`, `tls`, `timeout`, `http_401`, … */
-  cause?: string;
-}
-
 /**
  * One `info` line for each run that ends (completed, incomplete, failed, cancelled, expired), whoever
- * ends it: the engine, a cancel, the recovery sweep. Who ran what on which key and model, its
- * tokens, how long it took and, when it failed, why. Ids and counts only, never content. Never throws.
- * The run is counted in the metrics here too, with its tokens as the usage table's trigger counts
- * them (migration 0015): the whole run's, under its model and kind, when it ends.
+ * ends it: the engine, a cancel, the recovery sweep; its fields (trace.ts, runEndFields) are those
+ * the run's trace answers, from the row as it was written, its trace included. Ids and counts only,
+ * never content. Never throws. The run is counted in the metrics here too, with its tokens as the
+ * usage table's trigger counts them (migration 0015): the whole run's, under its model and kind, when it ends.
  */
-export async function logRunEnd(
-  deps: Pick<Deps, 'db' | 'log' | 'now' | 'metrics'>,
-  run: RunRow,
-  note: RunEndNote = {},
-): Promise<void> {
+export async function logRunEnd(deps: Pick<Deps, 'db' | 'log' | 'now' | 'metrics'>, run: RunRow): Promise<void> {
   if (!isTerminal(run.status)) return;
   deps.metrics.runEnded(run.kind, run.status);
   deps.metrics.tokens(run.kind, run.model, run.usage?.prompt_tokens ?? 0, run.usage?.completion_tokens ?? 0);
   if (!deps.log.enabled('info')) return;
-  const slug = note.virtualKeySlug ?? (await getVirtualKey(deps.db, run.virtualKeyId).catch(() => null))?.slug;
-  const endedAt = run.completedAt ?? run.failedAt ?? run.cancelledAt ?? deps.now();
-  deps.log.info('run ended', {
-    run_id: run.id,
-    thread_id: run.threadId,
-    assistant_id: run.assistantId,
-    workspace_id: run.workspaceId,
-    api_key_id: run.apiKeyId,
-    virtual_key: slug ?? null,
-    model: run.model,
-    status: run.status,
-    prompt_tokens: run.usage?.prompt_tokens ?? 0,
-    completion_tokens: run.usage?.completion_tokens ?? 0,
-    total_tokens: run.usage?.total_tokens ?? 0,
-    time_to_first_token_ms: note.firstTokenMs ?? null,
-    duration_ms: endedAt - run.createdAt,
-    ...(run.incompleteDetails ? { incomplete_reason: run.incompleteDetails.reason } : {}),
-    ...(run.lastError
-      ? {
-          cause: note.cause ?? run.lastError.code,
-          error_code: run.lastError.code,
-          error_message: run.lastError.message,
-        }
-      : {}),
-  });
+  deps.log.info('run ended', runEndFields(run, await answeringKey(deps, run), deps.now()));
+}
+
+/** The slug of the virtual key that answered the run last, or else the run's own (read; null if gone). */
+export async function answeringKey(deps: Pick<Deps, 'db'>, run: RunRow): Promise<string | null> {
+  return run.trace?.virtual_key ?? (await getVirtualKey(deps.db, run.virtualKeyId).catch(() => null))?.slug ?? null;
 }

@@ -24,6 +24,7 @@ import { REQUEST_FIELDS_BYTES } from './prompt';
 import type { Prompt } from '../../../providers/types';
 import type { RunDeps } from './run-deps';
 import type { TurnAnswer } from './turn-answer';
+import type { TraceRecorder } from './trace';
 
 const REQUEST_TOO_LARGE = (bytes: number, limit: number) =>
   `The request to the provider would be ${bytes} bytes, over the gateway's limit of ${limit} (GATEWAY_MAX_UPSTREAM_REQUEST_BYTES): ` +
@@ -42,6 +43,8 @@ export interface UpstreamCall {
   rules: UpstreamUrlOptions;
   answer: TurnAnswer;
   signal: AbortSignal;
+  /** Where each attempt is recorded, for the run's trace. */
+  trace: TraceRecorder;
 }
 
 /**
@@ -80,13 +83,19 @@ export async function callUpstream(
       }
       const secret = key.id === virtualKey.id ? call.secret : await decryptVirtualKeySecret(deps.secrets, key);
       const options = chatCallOptions(deps, key, secret, share, call.signal);
-      return {
-        opened: await openChatCall(
+      const attempt = call.trace.begin(key.slug, servedModel(key, run.model));
+      options.timer = attempt.timer(options.timer);
+      try {
+        const opened = await openChatCall(
           { model: request.model, operation: 'chat/completions', body: body.body, accept: 'text/event-stream' },
           options,
-        ),
-        options,
-      };
+        );
+        attempt.status(opened.response.status);
+        return { opened, options };
+      } catch (error) {
+        if (error instanceof UpstreamError && error.status !== undefined) attempt.status(error.status);
+        throw error;
+      }
     };
     const { value, key, attempts } = await openWithAttempts(open, {
       keys: callKeys(deps, virtualKey, (slug) => findActiveVirtualKey(deps.db, run.workspaceId, slug), call.rules),
