@@ -65,6 +65,8 @@ abstract class Family<S> {
   readonly #series = new Map<string, { labels: LabelValues; value: S }>();
   readonly #maxSeries: number;
   readonly #bounded: Readonly<Record<string, BoundedValues>>;
+  /** The key of the series that stands for those past the cap. */
+  readonly #otherKey: string;
 
   constructor(
     readonly name: string,
@@ -80,6 +82,7 @@ abstract class Family<S> {
     }
     this.#maxSeries = options.maxSeries ?? DEFAULT_MAX_SERIES;
     this.#bounded = options.bounded ?? {};
+    this.#otherKey = this.labelNames.map(() => OTHER).join('\u0000');
   }
 
   protected abstract empty(): S;
@@ -95,7 +98,8 @@ abstract class Family<S> {
     const key = labels.length === 1 ? (labels[0] ?? '') : labels.join('\u0000');
     const found = this.#series.get(key);
     if (found) return found;
-    if (this.#series.size >= this.#maxSeries) return this.#other();
+    // The `other` series is not one of the `maxSeries`: figures merged in may bring it before the rest.
+    if (this.#series.size - (this.#series.has(this.#otherKey) ? 1 : 0) >= this.#maxSeries) return this.#other();
     const entry = { labels: [...labels], value: this.empty() };
     this.#series.set(key, entry);
     return entry;
@@ -104,7 +108,7 @@ abstract class Family<S> {
   /** The series that stands for those past the cap: one more than the cap, made on first use. */
   #other(): { labels: LabelValues; value: S } {
     const labels = this.labelNames.map(() => OTHER);
-    const key = labels.join('\u0000');
+    const key = this.#otherKey;
     const found = this.#series.get(key);
     if (found) return found;
     const entry = { labels, value: this.empty() };
@@ -410,7 +414,8 @@ export class BoundedValues {
   constructor(readonly max: number) {}
 
   of(value: string): string {
-    if (this.#seen.has(value)) return value;
+    // `other` takes no place of its own: figures merged in may bring it before the values it stands for.
+    if (value === OTHER || this.#seen.has(value)) return value;
     if (this.#seen.size >= this.max) return OTHER;
     this.#seen.add(value);
     return value;

@@ -161,6 +161,22 @@ describe('merging figures taken elsewhere (Workers: each isolate hands a delta t
     expect(tokens.reduce((sum, sample) => sum + sample.value, 0)).toBe(2 * MAX_MODELS);
   });
 
+  it('reads the sums into a fresh registry as they are, their other series included (a Workers scrape renders them so)', async () => {
+    const sums = declared(3);
+    // Route names after `other` in the collected order, so that it is merged first.
+    for (let i = 0; i < 5; i++) sums.counter.inc([`z-${i}`]);
+    const view = declared(3);
+    view.registry.merge(sums.registry.collect());
+    expect(view.registry.collect()).toEqual(sums.registry.collect());
+
+    // `other` sorts before some model names: it takes none of the MAX_MODELS places they have.
+    const aggregate = gatewayMetrics();
+    for (let i = 0; i <= MAX_MODELS; i++) aggregate.tokens('run', `z-model-${i}`, 1, 0);
+    const rendered = gatewayMetrics();
+    rendered.merge((await aggregate.collect()) ?? []);
+    expect(await rendered.render()).toBe(await aggregate.render());
+  });
+
   it('leaves out what does not fit: a family not declared, of another type, or a histogram of other bounds', () => {
     const sums = declared();
     const other = new Registry();
