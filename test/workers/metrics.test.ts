@@ -158,10 +158,11 @@ describe('GET /metrics on workerd', () => {
   });
 
   it('takes an organisation key, as Bearer or in x-gateway-api-key', async () => {
-    for (const scrapeHeaders of [
+    const keys: Record<string, string>[] = [
       { 'x-gateway-api-key': tenant.orgKey },
       { authorization: `Bearer ${tenant.orgKey}` },
-    ]) {
+    ];
+    for (const scrapeHeaders of keys) {
       const response = await scrape(scrapeHeaders);
       expect(response.status).toBe(200);
       await response.body?.cancel();
