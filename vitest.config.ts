@@ -95,6 +95,9 @@ export default defineConfig({
               // The fake upstream listens on loopback.
               GATEWAY_ALLOW_PRIVATE_UPSTREAMS: 'true',
               GATEWAY_RATE_LIMIT_STORE: 'durable-object',
+              // Isolates hand their metrics to the aggregate a tenth of a second apart, not ten
+              // (test/workers/metrics.test.ts waits for a run's figures to arrive).
+              GATEWAY_METRICS_HANDOFF_MS: '100',
               // The search store of global-setup.ts (3 chunks) gets a vector index on the cron.
               GATEWAY_VECTOR_INDEX_MIN_CHUNKS: '3',
               // `gateway sandbox` of global-setup.ts, where this host has one: code_interpreter in

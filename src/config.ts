@@ -113,6 +113,12 @@ export const configSchema = z
      */
     GATEWAY_METRICS_ORGANISATION: z.string().min(1).max(128).optional(),
     /**
+     * Workers: how often, at most, an isolate hands the metrics it recorded to the deployment's
+     * aggregate (runtime/workers/metrics.ts), in ms; an evicted isolate loses at most this much of
+     * its own. Within a request's `waitUntil` allowance (30 s).
+     */
+    GATEWAY_METRICS_HANDOFF_MS: z.coerce.number().int().min(0).max(20_000).default(10_000),
+    /**
      * Node: an OpenTelemetry collector's OTLP/HTTP base URL; set, the metrics are sent to its
      * `/v1/metrics` every OTEL_METRIC_EXPORT_INTERVAL ms, JSON-encoded (metrics/otlp.ts). Unset, nothing is sent.
      */

@@ -39,8 +39,8 @@ export interface Deps {
    */
   upstreamShares: FairShares;
   /**
-   * What GET /metrics writes (metrics/gateway.ts): the process's figures on Node; on Workers a
-   * no-op, since an isolate's figures are not a useful scrape target (docs/metrics.md).
+   * What GET /metrics writes (metrics/gateway.ts): the process's figures on Node; on Workers the
+   * isolate's, handed to one object that adds every isolate's up (runtime/workers/metrics.ts).
    */
   metrics: Metrics;
   /** Rate-limit counters (ratelimit/counter-store.ts): libSQL by default. */

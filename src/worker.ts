@@ -7,7 +7,13 @@ import { FILE_PURGE_INTERVAL_MS, purgeExpiredFiles } from './resources/files/com
 import { sweepUploads } from './resources/files/sweep';
 import { maintainVectorIndexes } from './retrieval/vector-index';
 import { sweepRuns } from './resources/runs/execution/recovery';
-import { missingConfiguration, missingConfigurationError, workerDeps, type Env } from './runtime/workers/deps';
+import {
+  missingConfiguration,
+  missingConfigurationError,
+  workerDeps,
+  type Env,
+  type WorkerDeps,
+} from './runtime/workers/deps';
 
 /**
  * The Workers entry: the same app as on Node over the isolate's deps (runtime/workers/deps.ts), the
@@ -17,9 +23,10 @@ import { missingConfiguration, missingConfigurationError, workerDeps, type Env }
 
 export { RateLimitCounter } from './runtime/workers/counter-store';
 export { RunExecutor } from './runtime/workers/run-executor';
+export { MetricsAggregate } from './runtime/workers/metrics';
 export type { Env } from './runtime/workers/deps';
 
-let built: Promise<App> | undefined;
+let built: Promise<{ app: App; metrics: WorkerDeps['metrics'] }> | undefined;
 let reportedMissing = false;
 
 /** A cron invocation's share for index maintenance: well within a scheduled handler's limits. */
@@ -35,16 +42,21 @@ export default {
       reportedMissing = true;
       return misconfigured(request, error);
     }
-    let app: App;
+    let app: App, metrics: WorkerDeps['metrics'];
     try {
-      app = await (built ??= workerDeps(env).then(createApp));
+      ({ app, metrics } = await (built ??= workerDeps(env).then((deps) => ({
+        app: createApp(deps),
+        metrics: deps.metrics,
+      }))));
     } catch (error) {
       // A bad binding: say so in the log and answer with the envelope; the next request retries.
       built = undefined;
       startupFailed(env, error);
       return error instanceof ConfigurationError ? misconfigured(request, error) : errorResponse(serverError(error));
     }
-    return app.fetch(request, env, ctx);
+    const response = await app.fetch(request, env, ctx);
+    metrics.handOffSoon((promise) => ctx.waitUntil(promise));
+    return response;
   },
 
   /**
@@ -55,7 +67,7 @@ export default {
    * round trip to the database, each a short statement; and every FILE_PURGE_INTERVAL_MS, deletes
    * expired files.
    */
-  async scheduled(controller: ScheduledController, env: Env): Promise<void> {
+  async scheduled(controller: ScheduledController, env: Env, ctx: ExecutionContext): Promise<void> {
     let deps;
     try {
       deps = await workerDeps(env);
@@ -64,31 +76,41 @@ export default {
       return;
     }
     try {
-      const settled = await sweepRuns(deps);
-      if (settled > 0) deps.log.info('recovery sweep settled runs', { count: settled });
-    } catch (error) {
-      deps.log.error('recovery sweep failed', { error });
-    }
-    try {
-      const swept = await sweepUploads(deps);
-      if (swept > 0) deps.log.warn('deleted what uploads left behind', { count: swept });
-    } catch (error) {
-      deps.log.error('uploads sweep failed', { error });
-    }
-    try {
-      await maintainVectorIndexes(deps, { budgetMs: INDEX_BUDGET_MS });
-    } catch (error) {
-      deps.log.error('vector index maintenance failed', { error });
-    }
-    if (Math.floor(controller.scheduledTime / 60_000) % (FILE_PURGE_INTERVAL_MS / 60_000) !== 0) return;
-    try {
-      const purged = await purgeExpiredFiles(deps);
-      if (purged > 0) deps.log.info('deleted expired files', { count: purged });
-    } catch (error) {
-      deps.log.error('expired files sweep failed', { error });
+      await maintain(controller, deps);
+    } finally {
+      // What the sweep recorded (the runs it settled) goes to the metrics' aggregate as a request's does.
+      deps.metrics.handOffSoon((promise) => ctx.waitUntil(promise));
     }
   },
 };
+
+/** The cron's work (`scheduled`), each part logged and not thrown when it fails. */
+async function maintain(controller: ScheduledController, deps: WorkerDeps): Promise<void> {
+  try {
+    const settled = await sweepRuns(deps);
+    if (settled > 0) deps.log.info('recovery sweep settled runs', { count: settled });
+  } catch (error) {
+    deps.log.error('recovery sweep failed', { error });
+  }
+  try {
+    const swept = await sweepUploads(deps);
+    if (swept > 0) deps.log.warn('deleted what uploads left behind', { count: swept });
+  } catch (error) {
+    deps.log.error('uploads sweep failed', { error });
+  }
+  try {
+    await maintainVectorIndexes(deps, { budgetMs: INDEX_BUDGET_MS });
+  } catch (error) {
+    deps.log.error('vector index maintenance failed', { error });
+  }
+  if (Math.floor(controller.scheduledTime / 60_000) % (FILE_PURGE_INTERVAL_MS / 60_000) !== 0) return;
+  try {
+    const purged = await purgeExpiredFiles(deps);
+    if (purged > 0) deps.log.info('deleted expired files', { count: purged });
+  } catch (error) {
+    deps.log.error('expired files sweep failed', { error });
+  }
+}
 
 /**
  * A Worker that cannot serve for want of configuration says what is wrong on every path, 503:

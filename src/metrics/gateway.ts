@@ -10,11 +10,11 @@ import {
 /**
  * The gateway's metrics (docs/metrics.md says what each means): one `Metrics` per app, in
  * `Deps.metrics`, recorded where the gateway does what they count and written by GET /metrics.
- * On Node the figures are the process's; a Workers isolate's would be a sliver of the traffic,
- * so Workers record nothing (`unservedMetrics`) and GET /metrics says where to look instead.
+ * On Node the figures are the process's; on Workers each isolate records its own and hands them to
+ * one aggregate, which a scrape reads (runtime/workers/metrics.ts).
  */
 export interface Metrics {
-  /** Whether GET /metrics has anything to write here: false on Workers. */
+  /** Whether GET /metrics has anything to write here: false where nothing is kept (`unservedMetrics`). */
   readonly served: boolean;
   /**
    * A request was answered: its method, its route's pattern (never its path), its status, and the
@@ -33,7 +33,7 @@ export interface Metrics {
   rateLimit(policyId: string, decision: 'allowed' | 'refused'): void;
   /** Readings taken at each scrape before it is written (process memory, queue depths). */
   onScrape(read: (gauges: ScrapeGauges) => void | Promise<void>): void;
-  /** The text exposition of every metric, or null where metrics are not kept (Workers). */
+  /** The text exposition of every metric, or null where metrics are not kept. */
   render(): Promise<string | null>;
   /** Every metric as values, for an export (otlp.ts), or null where metrics are not kept; read as a scrape is. */
   collect(): Promise<CollectedFamily[] | null>;
@@ -93,9 +93,30 @@ export const MAX_MODELS = 100;
 /** Virtual keys and policies named in their families, the first ones seen; the rest are `other`. */
 export const MAX_KEYS = 1000;
 
-/** What the gateway keeps, written by GET /metrics. `now` is in milliseconds (performance.now). */
-export function gatewayMetrics(now: () => number = () => performance.now()): Metrics {
+/** Metrics whose figures can be taken out as a delta and merged in from elsewhere (Workers' isolates). */
+export interface KeptMetrics extends Metrics {
+  /** The counters and histograms recorded since the last take, which start afresh (Registry.take). */
+  take(): CollectedFamily[];
+  /** Adds figures taken elsewhere, bounded as recording is; answers the series changed (Registry.merge). */
+  merge(families: readonly CollectedFamily[]): CollectedFamily[];
+}
+
+export interface GatewayMetricsOptions {
+  /** `now` in milliseconds (performance.now). */
+  now?: () => number;
+  /** Whether the process's memory is a family (Node); a Workers isolate has no process of its own. */
+  memory?: boolean;
+}
+
+/** What the gateway keeps, written by GET /metrics. */
+export function gatewayMetrics({
+  now = () => performance.now(),
+  memory = true,
+}: GatewayMetricsOptions = {}): KeptMetrics {
   const registry = new Registry();
+  const keys = new BoundedValues(MAX_KEYS);
+  const models = new BoundedValues(MAX_MODELS);
+  const policies = new BoundedValues(MAX_KEYS);
   const requests = registry.counter('gateway_http_requests_total', {
     help: "Requests answered, by method, the route's pattern and the status.",
     labelNames: ['method', 'route', 'status'],
@@ -118,45 +139,40 @@ export function gatewayMetrics(now: () => number = () => performance.now()): Met
     help: 'Runs (kind run) and responses (kind response) that reached a final status, by that status.',
     labelNames: ['kind', 'status'],
   });
-  const keys = new BoundedValues(MAX_KEYS);
   const calls = registry.counter('gateway_provider_calls_total', {
     help: 'Provider calls (each attempt), by virtual key id and outcome.',
     labelNames: ['virtual_key_id', 'outcome'],
+    bounded: { virtual_key_id: keys },
   });
   const firstByte = registry.histogram('gateway_provider_first_byte_seconds', {
     help: "Seconds from a provider call's start to its answer's status and headers, by virtual key id.",
     labelNames: ['virtual_key_id'],
     buckets: SECONDS_BUCKETS,
+    bounded: { virtual_key_id: keys },
   });
   const duration = registry.histogram('gateway_provider_call_duration_seconds', {
     help: "Seconds from a provider call's start to its end, by virtual key id and outcome.",
     labelNames: ['virtual_key_id', 'outcome'],
     buckets: SECONDS_BUCKETS,
+    bounded: { virtual_key_id: keys },
   });
-  const models = new BoundedValues(MAX_MODELS);
   const tokens = registry.counter('gateway_tokens_total', {
     help: `Tokens used, by usage kind, model (the first ${MAX_MODELS} seen; the rest are other) and type (prompt, completion).`,
     labelNames: ['kind', 'model', 'type'],
+    bounded: { model: models },
   });
-  const policies = new BoundedValues(MAX_KEYS);
   const decisions = registry.counter('gateway_rate_limit_decisions_total', {
     help: 'Rate-limit decisions of each matching policy, by policy id and decision (allowed, refused).',
     labelNames: ['policy_id', 'decision'],
+    bounded: { policy_id: policies },
   });
   const ingestion = registry.gauge('gateway_ingestion_queue_files', {
     help: 'Files added to vector stores and not yet ingested, by state (waiting, ingesting), at the scrape.',
     labelNames: ['state'],
   });
-  const rss = registry.gauge('process_resident_memory_bytes', { help: "The process's resident set size in bytes." });
-  const heapUsed = registry.gauge('nodejs_heap_size_used_bytes', { help: "V8's heap in use, in bytes." });
-  const heapTotal = registry.gauge('nodejs_heap_size_total_bytes', { help: "V8's heap reserved, in bytes." });
   const readings: ((gauges: ScrapeGauges) => void | Promise<void>)[] = [];
   const gauges: ScrapeGauges = {
-    memory: (usage) => {
-      rss.set(NO_LABELS, usage.rss);
-      heapUsed.set(NO_LABELS, usage.heapUsed);
-      heapTotal.set(NO_LABELS, usage.heapTotal);
-    },
+    memory: memory ? memoryGauges(registry) : () => undefined,
     ingestionQueue: (state, files) => ingestion.set([state], files),
   };
 
@@ -200,10 +216,24 @@ export function gatewayMetrics(now: () => number = () => performance.now()): Met
       for (const read of readings) await read(gauges);
       return registry.collect();
     },
+    take: () => registry.take(),
+    merge: (families) => registry.merge(families),
   };
 }
 
-/** Where nothing is kept (Workers: docs/metrics.md says why): every record is a no-op, and there is nothing to scrape. */
+/** The process's memory families, declared in `registry`, and what sets them at a scrape. */
+function memoryGauges(registry: Registry): ScrapeGauges['memory'] {
+  const rss = registry.gauge('process_resident_memory_bytes', { help: "The process's resident set size in bytes." });
+  const heapUsed = registry.gauge('nodejs_heap_size_used_bytes', { help: "V8's heap in use, in bytes." });
+  const heapTotal = registry.gauge('nodejs_heap_size_total_bytes', { help: "V8's heap reserved, in bytes." });
+  return (usage) => {
+    rss.set(NO_LABELS, usage.rss);
+    heapUsed.set(NO_LABELS, usage.heapUsed);
+    heapTotal.set(NO_LABELS, usage.heapTotal);
+  };
+}
+
+/** Where nothing is kept (the ingest Worker: docs/metrics.md): every record is a no-op, and there is nothing to scrape. */
 export const unservedMetrics: Metrics = {
   served: false,
   request: () => undefined,

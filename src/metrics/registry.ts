@@ -8,6 +8,9 @@
  * keeps at most `maxSeries` series: past it, a new combination of label values is counted under
  * every label `other`, so that a caller's values, however many, never grow the memory or the
  * scrape without bound.
+ *
+ * Figures recorded elsewhere (another isolate's, on Workers: runtime/workers/metrics.ts) come in
+ * through `merge` and go out through `take`, so that one writer serves every runtime.
  */
 
 export type MetricType = 'counter' | 'gauge' | 'histogram';
@@ -42,10 +45,18 @@ export interface CollectedFamily {
   series: (CollectedPoint & { labels: Record<string, string> })[];
 }
 
+/** A family's series as `collect` reads them. */
+export type CollectedSeries = CollectedFamily['series'][number];
+
 interface FamilyOptions {
   help: string;
   labelNames?: readonly string[];
   maxSeries?: number;
+  /**
+   * Labels whose values the recorder bounds (BoundedValues) before recording: figures merged in are
+   * bounded by the same, so that many sources together keep to what one would.
+   */
+  bounded?: Readonly<Record<string, BoundedValues>>;
 }
 
 abstract class Family<S> {
@@ -53,6 +64,9 @@ abstract class Family<S> {
   readonly labelNames: readonly string[];
   readonly #series = new Map<string, { labels: LabelValues; value: S }>();
   readonly #maxSeries: number;
+  readonly #bounded: Readonly<Record<string, BoundedValues>>;
+  /** The key of the series that stands for those past the cap. */
+  readonly #otherKey: string;
 
   constructor(
     readonly name: string,
@@ -67,32 +81,73 @@ abstract class Family<S> {
         throw new Error(`Not a label name of ${name}: ${label}`);
     }
     this.#maxSeries = options.maxSeries ?? DEFAULT_MAX_SERIES;
+    this.#bounded = options.bounded ?? {};
+    this.#otherKey = this.labelNames.map(() => OTHER).join('\u0000');
   }
 
   protected abstract empty(): S;
 
   /** The series of `labels`, made on first use (or the `other` one past the cap). */
   protected series(labels: LabelValues): S {
+    return this.#entry(labels).value;
+  }
+
+  #entry(labels: LabelValues): { labels: LabelValues; value: S } {
     if (labels.length !== this.labelNames.length)
       throw new Error(`${this.name} takes ${this.labelNames.length} label values, not ${labels.length}`);
     const key = labels.length === 1 ? (labels[0] ?? '') : labels.join('\u0000');
     const found = this.#series.get(key);
-    if (found) return found.value;
-    if (this.#series.size >= this.#maxSeries) return this.#other();
-    const value = this.empty();
-    this.#series.set(key, { labels: [...labels], value });
-    return value;
+    if (found) return found;
+    // The `other` series is not one of the `maxSeries`: figures merged in may bring it before the rest.
+    if (this.#series.size - (this.#series.has(this.#otherKey) ? 1 : 0) >= this.#maxSeries) return this.#other();
+    const entry = { labels: [...labels], value: this.empty() };
+    this.#series.set(key, entry);
+    return entry;
   }
 
   /** The series that stands for those past the cap: one more than the cap, made on first use. */
-  #other(): S {
+  #other(): { labels: LabelValues; value: S } {
     const labels = this.labelNames.map(() => OTHER);
-    const key = labels.join('\u0000');
+    const key = this.#otherKey;
     const found = this.#series.get(key);
-    if (found) return found.value;
-    const value = this.empty();
-    this.#series.set(key, { labels, value });
-    return value;
+    if (found) return found;
+    const entry = { labels, value: this.empty() };
+    this.#series.set(key, entry);
+    return entry;
+  }
+
+  /**
+   * Adds series collected elsewhere (another registry's `collect` or `take`) to these, by their
+   * labels, bounded and capped as recording is; answers the series it changed, as they now stand.
+   * A point of the wrong kind (a histogram's of other bounds) is left out.
+   */
+  merge(collected: readonly CollectedSeries[]): CollectedSeries[] {
+    const changed = new Set<{ labels: LabelValues; value: S }>();
+    for (const point of collected) {
+      const add = this.adding(point);
+      if (!add) continue;
+      const labels = this.labelNames.map((name) => {
+        const value = point.labels[name] ?? '';
+        return this.#bounded[name]?.of(value) ?? value;
+      });
+      const entry = this.#entry(labels);
+      add(entry.value);
+      changed.add(entry);
+    }
+    return [...changed].map((entry) => this.#collected(entry));
+  }
+
+  /** What adds `point` to a series; null when it is not of this family's kind. */
+  protected abstract adding(point: CollectedPoint): ((series: S) => void) | null;
+
+  /** Forgets every series: what is recorded next counts from 0. */
+  clear(): void {
+    this.#series.clear();
+  }
+
+  /** How many series the family holds. */
+  get size(): number {
+    return this.#series.size;
   }
 
   /** The series in label order, so that a scrape reads the same from one time to the next. */
@@ -114,10 +169,14 @@ abstract class Family<S> {
       name: this.name,
       help: this.help,
       type: this.type,
-      series: this.sorted().map(({ labels, value }) => ({
-        labels: Object.fromEntries(this.labelNames.map((label, index) => [label, labels[index] ?? ''])),
-        ...this.point(value),
-      })),
+      series: this.sorted().map((entry) => this.#collected(entry)),
+    };
+  }
+
+  #collected({ labels, value }: { labels: LabelValues; value: S }): CollectedSeries {
+    return {
+      labels: Object.fromEntries(this.labelNames.map((label, index) => [label, labels[index] ?? ''])),
+      ...this.point(value),
     };
   }
 
@@ -144,6 +203,11 @@ export class Counter extends Family<{ value: number }> {
     return { value: series.value };
   }
 
+  protected adding(point: CollectedPoint) {
+    if (!('value' in point) || !(point.value >= 0) || !Number.isFinite(point.value)) return null;
+    return (series: { value: number }) => void (series.value += point.value);
+  }
+
   inc(labels: LabelValues = [], by = 1): void {
     if (!(by >= 0) || !Number.isFinite(by)) throw new Error(`${this.name} counts up by a finite number, not ${by}`);
     this.series(labels).value += by;
@@ -166,6 +230,12 @@ export class Gauge extends Family<{ value: number }> {
 
   set(labels: LabelValues, value: number): void {
     this.series(labels).value = value;
+  }
+
+  /** A gauge merged in is set: the latest reading stands. */
+  protected adding(point: CollectedPoint) {
+    if (!('value' in point)) return null;
+    return (series: { value: number }) => void (series.value = point.value);
   }
 
   protected point(series: { value: number }): CollectedPoint {
@@ -206,6 +276,22 @@ export class Histogram extends Family<HistogramSeries> {
     while (bucket < this.#bounds.length && value > (this.#bounds[bucket] ?? Infinity)) bucket++;
     series.counts[bucket] = (series.counts[bucket] ?? 0) + 1;
     series.sum += value;
+  }
+
+  protected adding(point: CollectedPoint) {
+    if (!('histogram' in point)) return null;
+    const { bounds, counts, sum } = point.histogram;
+    const fits =
+      bounds.length === this.#bounds.length &&
+      bounds.every((bound, index) => bound === this.#bounds[index]) &&
+      counts.length === bounds.length + 1 &&
+      counts.every((count) => count >= 0 && Number.isFinite(count)) &&
+      Number.isFinite(sum);
+    if (!fits) return null;
+    return (series: HistogramSeries) => {
+      for (const [index, count] of counts.entries()) series.counts[index] = (series.counts[index] ?? 0) + count;
+      series.sum += sum;
+    };
   }
 
   /** The buckets as counted, each alone (not cumulated), the last one past the largest bound. */
@@ -268,6 +354,36 @@ export class Registry {
     return [...this.#families.values()].map((family) => family.collect());
   }
 
+  /**
+   * Adds families collected elsewhere to the declared ones of the same names and types (others are
+   * left out); answers the series that changed, as they now stand, by family.
+   */
+  merge(families: readonly CollectedFamily[]): CollectedFamily[] {
+    const changed: CollectedFamily[] = [];
+    for (const collected of families) {
+      const family = this.#families.get(collected.name);
+      if (family?.type !== collected.type) continue;
+      const series = family.merge(collected.series);
+      if (series.length > 0) changed.push({ name: family.name, help: family.help, type: family.type, series });
+    }
+    return changed;
+  }
+
+  /**
+   * The counters' and histograms' series recorded since the last take (or the start), each family
+   * then started afresh: a delta, for figures kept elsewhere (Workers). Gauges, set at a scrape, are
+   * not taken. Synchronous: nothing is recorded between the read and the fresh start.
+   */
+  take(): CollectedFamily[] {
+    const taken: CollectedFamily[] = [];
+    for (const family of this.#families.values()) {
+      if (family.type === 'gauge' || family.size === 0) continue;
+      taken.push(family.collect());
+      family.clear();
+    }
+    return taken;
+  }
+
   /** Every family in the text format, in the order they were declared; ends with a newline. */
   render(): string {
     const lines: string[] = [];
@@ -298,7 +414,8 @@ export class BoundedValues {
   constructor(readonly max: number) {}
 
   of(value: string): string {
-    if (this.#seen.has(value)) return value;
+    // `other` takes no place of its own: figures merged in may bring it before the values it stands for.
+    if (value === OTHER || this.#seen.has(value)) return value;
     if (this.#seen.size >= this.max) return OTHER;
     this.#seen.add(value);
     return value;

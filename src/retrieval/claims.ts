@@ -1,6 +1,7 @@
 import { and, eq, isNull, lte, or, sql, type SQL } from 'drizzle-orm';
 import type { Db } from '../db/client';
 import { vectorStoreFiles } from '../db/schema';
+import type { ScrapeGauges } from '../metrics/gateway';
 
 /**
  * Which vector store files an ingestion may claim at `now`: in progress, with no lease or a lease
@@ -39,4 +40,13 @@ export async function ingestionQueue(db: Db, now: number): Promise<{ waiting: nu
   const all = Number(row?.all ?? 0);
   const waiting = Number(row?.waiting ?? 0);
   return { waiting, ingesting: all - waiting };
+}
+
+/** The queue's reading at each scrape (Metrics.onScrape), on Node and Workers alike. */
+export function readIngestionQueue(db: Db): (gauges: ScrapeGauges) => Promise<void> {
+  return async (gauges) => {
+    const queue = await ingestionQueue(db, Date.now());
+    gauges.ingestionQueue('waiting', queue.waiting);
+    gauges.ingestionQueue('ingesting', queue.ingesting);
+  };
 }

@@ -71,6 +71,123 @@ describe('the registry', () => {
   });
 });
 
+describe('merging figures taken elsewhere (Workers: each isolate hands a delta to one aggregate)', () => {
+  /** A registry of the families the tests merge, as each isolate and the aggregate declare them. */
+  function declared(maxSeries?: number) {
+    const registry = new Registry();
+    const counter = registry.counter('t_total', { help: 'x', labelNames: ['route'], maxSeries });
+    const gauge = registry.gauge('t_depth', { help: 'x' });
+    const histogram = registry.histogram('t_seconds', { help: 'x', labelNames: ['key'], buckets: [0.1, 1] });
+    return { registry, counter, gauge, histogram };
+  }
+
+  it('adds counters, and histograms bucket by bucket with their sum and count, and answers what changed', () => {
+    const sums = declared();
+    sums.counter.inc(['/a'], 2);
+    sums.histogram.observe(['vk'], 0.05);
+    const isolate = declared();
+    isolate.counter.inc(['/a'], 3);
+    isolate.counter.inc(['/b']);
+    for (const seconds of [0.5, 3]) isolate.histogram.observe(['vk'], seconds);
+    isolate.gauge.set([], 7);
+
+    const changed = sums.registry.merge(isolate.registry.collect());
+    expect(changed.map((family) => [family.name, family.series.length])).toEqual([
+      ['t_total', 2],
+      ['t_depth', 1],
+      ['t_seconds', 1],
+    ]);
+    expect(changed[0]?.series).toContainEqual({ labels: { route: '/a' }, value: 5 });
+    const families = parsePrometheusText(sums.registry.render());
+    expect(total(families, 't_total', { route: '/a' })).toBe(5);
+    expect(total(families, 't_total', { route: '/b' })).toBe(1);
+    expect(total(families, 't_depth')).toBe(7);
+    const buckets = samplesOf(families, 't_seconds', {}, 't_seconds_bucket').map((s) => [s.labels.le, s.value]);
+    expect(buckets).toEqual([
+      ['0.1', 1],
+      ['1', 2],
+      ['+Inf', 3],
+    ]);
+    expect(total(families, 't_seconds', {}, 't_seconds_count')).toBe(3);
+    expect(total(families, 't_seconds', {}, 't_seconds_sum')).toBeCloseTo(3.55);
+  });
+
+  it('takes what was recorded since the last take, and starts afresh: deltas that add up to every figure once', () => {
+    const isolate = declared();
+    const sums = declared();
+    isolate.counter.inc(['/a'], 2);
+    isolate.histogram.observe(['vk'], 0.5);
+    isolate.gauge.set([], 7);
+    const first = isolate.registry.take();
+    // Gauges are read at a scrape, not added up: they are not taken.
+    expect(first.map((family) => family.name)).toEqual(['t_total', 't_seconds']);
+    expect(isolate.registry.take()).toEqual([]);
+    isolate.counter.inc(['/a']);
+    const second = isolate.registry.take();
+    expect(second).toEqual([
+      { name: 't_total', help: 'x', type: 'counter', series: [{ labels: { route: '/a' }, value: 1 }] },
+    ]);
+    sums.registry.merge(first);
+    sums.registry.merge(second);
+    const families = parsePrometheusText(sums.registry.render());
+    expect(total(families, 't_total', { route: '/a' })).toBe(3);
+    expect(total(families, 't_seconds', {}, 't_seconds_count')).toBe(1);
+  });
+
+  it("keeps to the family's cap and to the recorder's bounded values, however many sources merge in", async () => {
+    const sums = declared(3);
+    for (let source = 0; source < 4; source++) {
+      const isolate = declared(3);
+      for (let i = 0; i < 3; i++) isolate.counter.inc([`/route-${source}-${i}`]);
+      sums.registry.merge(isolate.registry.take());
+    }
+    const families = parsePrometheusText(sums.registry.render());
+    expect(samplesOf(families, 't_total')).toHaveLength(4);
+    expect(total(families, 't_total', { route: OTHER })).toBe(9);
+    expect(total(families, 't_total')).toBe(12);
+
+    // Each isolate names the first MAX_MODELS models it sees; the aggregate, the first it is handed.
+    const aggregate = gatewayMetrics();
+    for (let source = 0; source < 2; source++) {
+      const isolate = gatewayMetrics();
+      for (let i = 0; i < MAX_MODELS; i++) isolate.tokens('run', `model-${source}-${i}`, 1, 0);
+      aggregate.merge(isolate.take());
+    }
+    const tokens = samplesOf(parsePrometheusText((await aggregate.render()) ?? ''), 'gateway_tokens_total', {
+      type: 'prompt',
+    });
+    expect(tokens).toHaveLength(MAX_MODELS + 1);
+    expect(tokens.find((sample) => sample.labels.model === OTHER)?.value).toBe(MAX_MODELS);
+    expect(tokens.reduce((sum, sample) => sum + sample.value, 0)).toBe(2 * MAX_MODELS);
+  });
+
+  it('reads the sums into a fresh registry as they are, their other series included (a Workers scrape renders them so)', async () => {
+    const sums = declared(3);
+    // Route names after `other` in the collected order, so that it is merged first.
+    for (let i = 0; i < 5; i++) sums.counter.inc([`z-${i}`]);
+    const view = declared(3);
+    view.registry.merge(sums.registry.collect());
+    expect(view.registry.collect()).toEqual(sums.registry.collect());
+
+    // `other` sorts before some model names: it takes none of the MAX_MODELS places they have.
+    const aggregate = gatewayMetrics();
+    for (let i = 0; i <= MAX_MODELS; i++) aggregate.tokens('run', `z-model-${i}`, 1, 0);
+    const rendered = gatewayMetrics();
+    rendered.merge((await aggregate.collect()) ?? []);
+    expect(await rendered.render()).toBe(await aggregate.render());
+  });
+
+  it('leaves out what does not fit: a family not declared, of another type, or a histogram of other bounds', () => {
+    const sums = declared();
+    const other = new Registry();
+    other.counter('t_unknown_total', { help: 'x' }).inc();
+    other.gauge('t_total', { help: 'x', labelNames: ['route'] }).set(['/a'], 5);
+    other.histogram('t_seconds', { help: 'x', labelNames: ['key'], buckets: [0.1, 2] }).observe(['vk'], 1);
+    expect(sums.registry.merge(other.collect())).toEqual([]);
+    expect(sums.registry.collect().every((family) => family.series.length === 0)).toBe(true);
+  });
+});
+
 describe("the gateway's metrics", () => {
   it('name the first models seen and count the rest as other', () => {
     const metrics = gatewayMetrics();
@@ -85,7 +202,7 @@ describe("the gateway's metrics", () => {
 
   it("time a provider call's first byte and its end once, on the clock given", async () => {
     let now = 1000;
-    const metrics = gatewayMetrics(() => now);
+    const metrics = gatewayMetrics({ now: () => now });
     const call = metrics.providerCall('vk_a');
     now += 40;
     call.firstByte();

@@ -1,6 +1,6 @@
 import { defined } from '../support/defined';
 import { createClient } from '@libsql/client/web';
-import { createScheduledController } from 'cloudflare:test';
+import { createExecutionContext, createScheduledController } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
@@ -86,7 +86,7 @@ describe('file search on workerd', () => {
   });
 
   it('builds the store’s vector index on the cron trigger, and still finds the right chunk', async () => {
-    await worker.scheduled(createScheduledController(), env);
+    await worker.scheduled(createScheduledController(), env, createExecutionContext());
     const client = createClient({ url: inject('sqldUrl') });
     const { rows } = await client.execute({
       sql: 'SELECT ready_at FROM vector_store_indexes WHERE vector_store_id = ?',

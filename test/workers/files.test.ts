@@ -1,6 +1,6 @@
 import { defined } from '../support/defined';
 import { createClient } from '@libsql/client/web';
-import { createScheduledController } from 'cloudflare:test';
+import { createExecutionContext, createScheduledController } from 'cloudflare:test';
 import { env, exports } from 'cloudflare:workers';
 import OpenAI, { NotFoundError, toFile } from 'openai';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
@@ -269,7 +269,7 @@ describe('/v1/files on workerd', () => {
         sql: 'INSERT INTO file_reservations (blob_key, workspace_id, bytes, expires_at) VALUES (?, ?, 1024, ?), (?, ?, 1024, ?)',
         args: [lapsed, workspaceId, Date.now() - 1, live, workspaceId, Date.now() + 60_000],
       });
-      await worker.scheduled(createScheduledController(), env);
+      await worker.scheduled(createScheduledController(), env, createExecutionContext());
       expect(await env.FILES.head(lapsed)).toBeNull();
       expect(await env.FILES.head(live)).not.toBeNull();
       const left = await database.execute({

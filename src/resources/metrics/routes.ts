@@ -11,10 +11,8 @@ import { apiKeyAuth, type ApiKeyVariables } from '../identities/middleware/api-k
 /** Prometheus's text exposition format, the version it asks for by default. */
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
-/** Where a Workers deployment's figures are, for the answer that says it keeps none. */
-const ON_WORKERS =
-  "GET /metrics is not served on Workers: an isolate's counters cover a sliver of the traffic and vanish with it. " +
-  "Use Workers Analytics Engine and the Workers dashboard's metrics; docs/metrics.md says how. The Node server serves /metrics.";
+/** The answer of an app built without metrics (Deps.metrics is `unservedMetrics`). */
+const UNSERVED = 'GET /metrics is not served here: this deployment keeps no metrics (docs/metrics.md).';
 
 /** How many organisations the database holds (GET /metrics is theirs to read only while there is one). */
 async function organisationCount(db: Db): Promise<number> {
@@ -26,8 +24,9 @@ async function organisationCount(db: Db): Promise<number> {
  * GET /metrics: the gateway's metrics (metrics/gateway.ts) in Prometheus's text format, for an
  * organisation key only: the figures are every workspace's, and a workspace key sees its own
  * workspace alone. They are every organisation's too: on a gateway several share, only the
- * organisation GATEWAY_METRICS_ORGANISATION names reads them. Where no metrics are kept (Workers) it is a 501 saying where to look, before any
- * key is asked for: that is no secret, as an unsupported endpoint's 404 is not.
+ * organisation GATEWAY_METRICS_ORGANISATION names reads them. On Workers they are every isolate's, added up
+ * by one object (runtime/workers/metrics.ts). Where no metrics are kept it is a 501, before any key is
+ * asked for: that is no secret, as an unsupported endpoint's 404 is not.
  */
 export const metricsRoutes = new Hono<{ Variables: DepsVariables & ApiKeyVariables }>().get(
   '/',
@@ -39,7 +38,7 @@ export const metricsRoutes = new Hono<{ Variables: DepsVariables & ApiKeyVariabl
   }),
   async (c, next) => {
     // Returned, not thrown: onError logs every 5xx as the gateway's failure, and this is a deployment's choice.
-    if (!c.get('deps').metrics.served) return errorResponse(new ApiError('metrics_unavailable', ON_WORKERS));
+    if (!c.get('deps').metrics.served) return errorResponse(new ApiError('metrics_unavailable', UNSERVED));
     await next();
   },
   apiKeyAuth(),
@@ -61,7 +60,7 @@ export const metricsRoutes = new Hono<{ Variables: DepsVariables & ApiKeyVariabl
       );
     }
     const text = await c.get('deps').metrics.render();
-    if (text === null) return errorResponse(new ApiError('metrics_unavailable', ON_WORKERS));
+    if (text === null) return errorResponse(new ApiError('metrics_unavailable', UNSERVED));
     return c.body(text, 200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
   },
 );

@@ -23,7 +23,7 @@ import { configuredSandbox } from '../../sandbox/configured';
 import { withKeptAvailability } from '../../sandbox/kept-availability';
 import { localSandbox } from './sandbox';
 import { gatewayMetrics, type Metrics } from '../../metrics/gateway';
-import { ingestionQueue } from '../../retrieval/claims';
+import { readIngestionQueue } from '../../retrieval/claims';
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -78,11 +78,7 @@ export async function createNodeDeps(
 function nodeMetrics(database: NodeDatabase): Metrics {
   const metrics = gatewayMetrics();
   database.timings.reportTo(metrics.database);
-  metrics.onScrape(async (gauges) => {
-    gauges.memory(process.memoryUsage());
-    const queue = await ingestionQueue(database.db, Date.now());
-    gauges.ingestionQueue('waiting', queue.waiting);
-    gauges.ingestionQueue('ingesting', queue.ingesting);
-  });
+  metrics.onScrape((gauges) => gauges.memory(process.memoryUsage()));
+  metrics.onScrape(readIngestionQueue(database.db));
   return metrics;
 }

@@ -22,7 +22,9 @@ import { responseEvents } from '../../resources/responses/stream';
 import { workersUpstreamFetch } from './upstream-fetch';
 import { configuredSandbox } from '../../sandbox/configured';
 import { withKeptAvailability } from '../../sandbox/kept-availability';
-import { unservedMetrics } from '../../metrics/gateway';
+import { unservedMetrics, type Metrics } from '../../metrics/gateway';
+import { isolateMetrics, type IsolateMetrics, type MetricsAggregate } from './metrics';
+import { readIngestionQueue } from '../../retrieval/claims';
 import { workerLibraries } from '../../worker-modules';
 
 /**
@@ -62,7 +64,12 @@ export type Env = SharedEnv & {
    * page's script, which only the Worker reads (`run_worker_first`), so that the script does not carry them.
    */
   ASSETS: Fetcher;
+  /** The deployment's metrics, added up from every isolate's (metrics.ts): one object. */
+  METRICS: DurableObjectNamespace<MetricsAggregate>;
 };
+
+/** The gateway Worker's deps: its metrics are handed to the aggregate (worker.ts, run-executor.ts). */
+export type WorkerDeps = Deps & { metrics: IsolateMetrics };
 
 /** The isolate's deps, built on first use; a failed build is retried by the next caller. */
 export const workerDeps = perIsolate(createWorkerDeps);
@@ -99,10 +106,17 @@ export function missingConfigurationError(missing: (keyof typeof REQUIRED)[]): C
   );
 }
 
-export async function createWorkerDeps(env: Env): Promise<Deps> {
-  const shared = await createSharedDeps(env);
+export async function createWorkerDeps(env: Env): Promise<WorkerDeps> {
+  const config = parseConfig({ ...env });
+  const metrics = isolateMetrics(env.METRICS, {
+    intervalMs: config.GATEWAY_METRICS_HANDOFF_MS,
+    log: createLogger(config.LOG_LEVEL),
+  });
+  const shared = await createSharedDeps(env, metrics);
+  metrics.onScrape(readIngestionQueue(shared.db));
   return {
     ...shared,
+    metrics,
     runHost: workersRunHost(env.RUN_EXECUTOR, shared.log),
     ingestion: env.INGEST_QUEUE ? queueIngestionHost(env.INGEST_QUEUE, shared.log) : null,
     openApiDocument: assetsDocument(env.ASSETS, '/openapi.json'),
@@ -137,10 +151,12 @@ function assetsDocument(assets: Fetcher, path: string): () => Promise<object> {
 
 /**
  * Everything but where runs execute, where files are ingested, the API's description and page and
- * the libraries few requests use: what both Workers need.
+ * the libraries few requests use: what both Workers need. `metrics` records the database's round
+ * trips too; none are kept unless given.
  */
 export async function createSharedDeps(
   env: SharedEnv,
+  metrics: Metrics = unservedMetrics,
 ): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset' | 'libraries'>> {
   const config = parseConfig({ ...env });
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
@@ -165,7 +181,7 @@ export async function createSharedDeps(
         // writes take no turns (busy-retry.ts).
         concurrency: Number.MAX_SAFE_INTEGER,
       }),
-      { answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS },
+      { answerMs: config.GATEWAY_DATABASE_TIMEOUT_MS, timings: metrics.served ? metrics.database : undefined },
     ),
   );
   const db = drizzle(client, { schema });
@@ -176,7 +192,7 @@ export async function createSharedDeps(
     config,
     log,
     secrets,
-    metrics: unservedMetrics,
+    metrics,
     counters:
       config.GATEWAY_RATE_LIMIT_STORE === 'libsql' ? new LibsqlCounterStore(client, { log }) : counterObjects(env, log),
     policyCache: new PolicyCache(db),

@@ -2,7 +2,7 @@ import { DurableObject } from 'cloudflare:workers';
 import { executeRun, executeStreamed } from '../../resources/runs/execution/engine';
 import type { StartOptions, StreamOptions } from '../../deps';
 import type { RunRow } from '../../db/schema';
-import { workerDeps, type Env } from './deps';
+import { workerDeps, type Env, type WorkerDeps } from './deps';
 import type { RunExecutorRpc, Written } from './run-host';
 
 /**
@@ -29,7 +29,7 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
   /** A non-streamed run its caller put in progress: executing once this returns. */
   async start(run: RunRow, options: StartOptions): Promise<void> {
     const deps = await this.#take();
-    this.#track(executeRun(deps, run, options));
+    this.#track(executeRun(deps, run, options), deps);
   }
 
   /**
@@ -44,7 +44,10 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     const deps = await workerDeps(this.env);
     const { readable, done } = executeStreamed(deps, run, { ...options, rowsWritten });
     let ended = false;
-    this.#track(done.finally(() => (ended = true)));
+    this.#track(
+      done.finally(() => (ended = true)),
+      deps,
+    );
     // Handed over RPC through a native byte stream: when the reader goes away, the runtime errors
     // a native stream, and pipeTo passes that on to the event stream, which detaches. A stream
     // built in JavaScript (the event stream's own) would never learn of it, and the run would
@@ -66,7 +69,7 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     const rowsWritten = rowsWrittenBy(written);
     const deps = await this.#take();
     const execution = executeRun(deps, run, { ...options, rowsWritten });
-    this.#track(execution);
+    this.#track(execution, deps);
     await execution;
   }
 
@@ -89,9 +92,13 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     return deps;
   }
 
-  #track(execution: Promise<void>) {
+  /** Keeps `execution` until it ends; then what it recorded (its run's end, tokens, calls) goes to the metrics' aggregate. */
+  #track(execution: Promise<void>, deps: WorkerDeps) {
     this.#executions.add(execution);
-    void execution.finally(() => this.#executions.delete(execution));
+    void execution.finally(() => {
+      this.#executions.delete(execution);
+      deps.metrics.handOffSoon((promise) => this.ctx.waitUntil(promise));
+    });
   }
 }
 
