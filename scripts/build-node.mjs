@@ -99,7 +99,7 @@ export async function buildNode(root) {
 }
 
 /**
- * Rewrites each character of `file` past Latin-1 as its `\\u` escape. V8 holds a script's source for
+ * Rewrites each character of `file` past Latin-1 as its `\u` escape. V8 holds a script's source for
  * as long as the script lives, in one byte a character if every character is Latin-1 and in two
  * otherwise: one `…` in a comment doubled dist/node.js's 1.2 MB in the heap. esbuild escapes such
  * characters in strings and templates itself (its `charset: 'ascii'`) but leaves comments and
