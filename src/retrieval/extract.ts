@@ -52,7 +52,8 @@ function inflatesTooFar(kind: string, limits: ExtractionLimits): ExtractionError
 
 /** Page by page, stopping once the text is past `maxChars`. */
 async function pdfText(bytes: Uint8Array, limits: ExtractionLimits, signal: AbortSignal | undefined): Promise<string> {
-  if (pdfInflatedBytes(bytes, limits.maxInflatedBytes) > limits.maxInflatedBytes) throw inflatesTooFar('PDF', limits);
+  if ((await pdfInflatedBytes(bytes, limits.maxInflatedBytes)) > limits.maxInflatedBytes)
+    throw inflatesTooFar('PDF', limits);
   let pdf;
   try {
     // pdf.js takes ownership of the buffer it is handed, and refuses a Node Buffer: give it a plain
@@ -98,7 +99,7 @@ async function pdfText(bytes: Uint8Array, limits: ExtractionLimits, signal: Abor
 async function docxText(bytes: Uint8Array, limits: ExtractionLimits): Promise<string> {
   let inflated;
   try {
-    inflated = zipInflatedBytes(bytes, limits.maxInflatedBytes, MAX_ZIP_ENTRIES);
+    inflated = await zipInflatedBytes(bytes, limits.maxInflatedBytes, MAX_ZIP_ENTRIES);
   } catch (error) {
     if (error instanceof ZipError)
       throw new ExtractionError('invalid_file', `The DOCX file cannot be read: ${error.message}.`);

@@ -1,4 +1,4 @@
-import pako from 'pako';
+import type pako from 'pako';
 
 /**
  * What a document's compressed parts inflate to, counted before a library inflates them: a PDF's
@@ -12,8 +12,13 @@ import pako from 'pako';
  * pako (JavaScript, the inflater JSZip itself uses) rather than DecompressionStream: it runs the
  * same on both runtimes and stops at the end of a stream, where workerd's inflater fails a stream
  * followed by other bytes (a PDF's end of line before `endstream`, or bytes put there to hide a
- * bomb) before its output is read.
+ * bomb) before its output is read. Loaded on first use: only extraction inflates, which on Node is
+ * the chunker process's work, not the server's.
  */
+const loadPako = () => import('pako').then((module) => module.default);
+
+/** pako's inflater (its type, which is all this module imports ahead of use). */
+type Inflater = typeof pako.Inflate;
 
 const PIECE_BYTES = 64 * 1024;
 const PAST_LIMIT = Symbol('past the limit');
@@ -22,8 +27,13 @@ const PAST_LIMIT = Symbol('past the limit');
  * The bytes `data` inflates to, up to `limit` (`limit + 1` when more). A stream that turns out
  * corrupt counts what it gave before: the library that reads it will refuse it on its own.
  */
-export function inflatedSize(data: Uint8Array, format: 'deflate' | 'deflate-raw', limit: number): number {
-  const inflater = new pako.Inflate({ raw: format === 'deflate-raw', chunkSize: PIECE_BYTES });
+export function inflatedSize(
+  Inflater: Inflater,
+  data: Uint8Array,
+  format: 'deflate' | 'deflate-raw',
+  limit: number,
+): number {
+  const inflater = new Inflater({ raw: format === 'deflate-raw', chunkSize: PIECE_BYTES });
   let size = 0;
   inflater.onData = (piece) => {
     size += piece.byteLength;
@@ -55,11 +65,12 @@ const IMAGE = /\/Subtype\s*\/Image\b/;
  * format writes them (`stream`, end of line, data, `endstream`); a stream whose first filter is
  * another (ASCII85 before Flate) is not counted here, and is bounded by the extraction's memory.
  */
-export function pdfInflatedBytes(pdf: Uint8Array, limit: number): number {
+export async function pdfInflatedBytes(pdf: Uint8Array, limit: number): Promise<number> {
+  const { Inflate } = await loadPako();
   let total = 0;
   for (const { dictionary, data } of pdfStreams(pdf)) {
     if (!FIRST_FILTER_IS_FLATE.test(dictionary) || IMAGE.test(dictionary)) continue;
-    total += inflatedSize(data, 'deflate', limit - total);
+    total += inflatedSize(Inflate, data, 'deflate', limit - total);
     if (total > limit) return total;
   }
   return total;
@@ -103,7 +114,8 @@ export class ZipError extends Error {}
  * read from its central directory (where the libraries read it too). A ZipError for what is not
  * a ZIP archive this reads, or has more than `maxEntries` entries.
  */
-export function zipInflatedBytes(zip: Uint8Array, limit: number, maxEntries: number): number {
+export async function zipInflatedBytes(zip: Uint8Array, limit: number, maxEntries: number): Promise<number> {
+  const { Inflate } = await loadPako();
   const view = new DataView(zip.buffer, zip.byteOffset, zip.byteLength);
   const eocd = endOfCentralDirectory(view);
   if (eocd < 0) throw new ZipError('it is not a ZIP archive');
@@ -125,7 +137,9 @@ export function zipInflatedBytes(zip: Uint8Array, limit: number, maxEntries: num
     if (start + compressed > zip.byteLength) throw new ZipError('a part is cut short');
     // Stored parts are their size; deflated ones are counted as they inflate; others the library refuses.
     total +=
-      method === 8 ? inflatedSize(zip.subarray(start, start + compressed), 'deflate-raw', limit - total) : compressed;
+      method === 8
+        ? inflatedSize(Inflate, zip.subarray(start, start + compressed), 'deflate-raw', limit - total)
+        : compressed;
     if (total > limit) return limit + 1;
   }
   return total;

@@ -245,6 +245,20 @@ describe('gateway help', () => {
     visit('node.js');
     expect(packages).toContain('hono');
   });
+
+  it('builds zod and drizzle-orm into the server, with only what it imports, and writes its source in Latin-1', () => {
+    // What the server holds for as long as it runs (docs/development.md): every module it loads,
+    // and its own source, in two bytes a character if one is past Latin-1.
+    const server = readFileSync(join(ROOT, 'dist', 'node.js'), 'utf8');
+    const imported = [...server.matchAll(/^import\s[^;(]*?["']([^"']+)["'];?$/gm)].map(([, specifier]) => specifier);
+    expect(imported).toContain('hono');
+    expect(imported.filter((specifier) => /^(zod|drizzle-orm)(\/|$)/.test(defined(specifier)))).toEqual([]);
+    // esbuild names each module it built in: of zod's locales, the one zod sets.
+    expect(server.match(/^\/\/ node_modules\/zod\/v4\/locales\/.*$/gm)).toEqual([
+      '// node_modules/zod/v4/locales/en.js',
+    ]);
+    expect(server).not.toMatch(/[^\u0000-\u00ff]/);
+  });
 });
 
 describe('the build that npm start and npm run gateway run first', () => {
