@@ -14,15 +14,17 @@ export interface WorkerTarget {
   /** wrangler names the bundle after `main`. */
   bundle: string;
   /**
-   * Gzipped, the script alone. The gateway's keeps cold starts short: 200 holds it since libraries
-   * few requests use are modules beside it, imported on first use (scripts/build-worker-modules.ts:
-   * html-to-text and multitars, 77 KiB of it). The ingest Worker's is the platform's (3 MB on Free), for all its modules.
+   * Gzipped, the script alone. The gateway's keeps cold starts short: libraries few requests use
+   * are modules beside it, imported on first use (scripts/build-worker-modules.ts: html-to-text and
+   * multitars, 77 KiB of it). Its goal is 200 (issue 40); it is 202 since /metrics and run traces
+   * came to the Worker, so the budget is 204 until the next cut (docs/workers.md says which are
+   * measured). The ingest Worker's is the platform's (3 MB on Free), for all its modules.
    */
   budgetKiB: number;
 }
 
 export const TARGETS = {
-  gateway: { config: 'wrangler.toml', bundle: 'worker.js', budgetKiB: 200 },
+  gateway: { config: 'wrangler.toml', bundle: 'worker.js', budgetKiB: 204 },
   ingest: { config: 'wrangler.ingest.toml', bundle: 'ingest-worker.js', budgetKiB: 2900 },
 } satisfies Record<string, WorkerTarget>;
 
