@@ -17,19 +17,11 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '@libsql/client';
 import { commands } from '../../src/cli/commands';
-import { runCli as runCliInProcess } from '../../src/cli/run';
+import { runCliCaptured } from '../support/cli';
 import { ROOT, runCli as runCliProcess } from '../support/processes';
 
-/** Most commands run in-process (a process costs ~1 s of module loading); one test goes through the real entry. */
-async function runCli(args: string[], env: Record<string, string>) {
-  let stdout = '';
-  let stderr = '';
-  const code = await runCliInProcess(args, env, {
-    stdout: (text) => (stdout += text),
-    stderr: (text) => (stderr += text),
-  });
-  return { code, stdout, stderr };
-}
+/** Most commands run in-process; one test goes through the real entry. */
+const runCli = runCliCaptured;
 
 /** The admin CLI as users run it, against a fresh embedded database. */
 

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runCli as runCliInProcess } from '../../src/cli/run';
+import { runCliCaptured } from '../support/cli';
 import { generateKeyBase64, SecretBox } from '../../src/lib/secrets';
 
 /**
@@ -28,13 +28,7 @@ async function runCli(args: string[], keys: { key: string; previous?: string }) 
     ...(keys.previous ? { GATEWAY_ENCRYPTION_KEY_PREVIOUS: keys.previous } : {}),
     PROVIDER_KEY: 'sk-provider-secret',
   };
-  let stdout = '';
-  let stderr = '';
-  const code = await runCliInProcess(args, env, {
-    stdout: (text) => (stdout += text),
-    stderr: (text) => (stderr += text),
-  });
-  return { code, stdout, stderr };
+  return runCliCaptured(args, env);
 }
 
 /** The stored secrets, by virtual key id, read straight from the database file. */
