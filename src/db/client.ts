@@ -188,9 +188,10 @@ const MAX_TEXTS_PER_SHAPE = 32;
 
 /**
  * The statement of a shape that ends with `tail` (`build` makes it), made once: the same string
- * every time, already flat, whose hash V8 keeps. The embedded client finds a statement's prepared
- * form and the writer thread's number for it by its text (db/embedded-client.ts): a text built
- * anew for every row was a fresh string to join and hash again each time.
+ * every time, joined and hashed by V8 at its first lookup and not again. The embedded client finds
+ * a statement's prepared form and the writer thread's number for it by its text
+ * (db/embedded-client.ts): a text built anew for every row was a fresh string to join and hash
+ * again each time.
  */
 function statementText(texts: Map<string, string>, tail: string, build: () => string): string {
   const known = texts.get(tail);
