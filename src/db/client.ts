@@ -164,43 +164,11 @@ export interface PartsClient {
   batchWithParts(statements: RawStatement[]): Promise<ResultSet[]>;
 }
 
-/** An insert's head and `?`s for one set of fields, and the whole texts made of them (statementText). */
-interface InsertShape {
-  head: string;
-  marks: string;
-  columns: Column[];
-  texts: ShapeTexts;
-}
-
-/** A shape's whole statements by their tail's text (a condition's): without, and with `returning *`. */
-interface ShapeTexts {
-  plain: Map<string, string>;
-  returning: Map<string, string>;
-}
-
-const shapeTexts = (): ShapeTexts => ({ plain: new Map(), returning: new Map() });
-
-/** Per table: its columns with a `$defaultFn`, and for each set of fields written, the insert's shape. */
-const insertShapes = new WeakMap<Table, { generated: [string, () => unknown][]; shapes: Map<string, InsertShape> }>();
-
-/** Whole texts kept per shape: a statement's tail comes from the code (a condition's text), so a few each. */
-const MAX_TEXTS_PER_SHAPE = 32;
-
-/**
- * The statement of a shape that ends with `tail` (`build` makes it), made once: the same string
- * every time, joined and hashed by V8 at its first lookup and not again. The embedded client finds
- * a statement's prepared form and the writer thread's number for it by its text
- * (db/embedded-client.ts): a text built anew for every row was a fresh string to join and hash
- * again each time.
- */
-function statementText(texts: Map<string, string>, tail: string, build: () => string): string {
-  const known = texts.get(tail);
-  if (known !== undefined) return known;
-  const text = build();
-  if (texts.size >= MAX_TEXTS_PER_SHAPE) texts.clear();
-  texts.set(tail, text);
-  return text;
-}
+/** Per table: its columns with a `$defaultFn`, and for each set of fields written, the insert's head and `?`s. */
+const insertShapes = new WeakMap<
+  Table,
+  { generated: [string, () => unknown][]; shapes: Map<string, { head: string; marks: string; columns: Column[] }> }
+>();
 
 /**
  * The insert of one row into `table`, as a raw statement: the same SQL and arguments Drizzle's
@@ -215,8 +183,8 @@ export function insertStatement<T extends Table>(
   row: InferInsertModel<T>,
   options: { encoded?: Encoded<T> } = {},
 ): RawStatement {
-  const { shape, args } = insertParts(table, row, options.encoded);
-  return { sql: statementText(shape.texts.plain, '', () => `${shape.head} values (${shape.marks})`), args };
+  const { head, marks, args } = insertParts(table, row, options.encoded);
+  return { sql: `${head} values (${marks})`, args };
 }
 
 /** Columns given in their stored form, as text in parts (insertStatement, updateStatement). */
@@ -250,15 +218,9 @@ export function insertWhereStatement<T extends Table>(
   condition: RawCondition,
   options: { encoded?: Encoded<T>; returning?: boolean } = {},
 ): RawStatement {
-  const { shape, args } = insertParts(table, row, options.encoded);
-  const returning = options.returning !== false;
-  const texts = returning ? shape.texts.returning : shape.texts.plain;
+  const { head, marks, args } = insertParts(table, row, options.encoded);
   return {
-    sql: statementText(
-      texts,
-      condition.sql,
-      () => `${shape.head} select ${shape.marks} where ${condition.sql}${returning ? ' returning *' : ''}`,
-    ),
+    sql: `${head} select ${marks} where ${condition.sql}${options.returning === false ? '' : ' returning *'}`,
     args: [...args, ...condition.args],
   };
 }
@@ -267,7 +229,7 @@ function insertParts<T extends Table>(
   table: T,
   row: InferInsertModel<T>,
   encoded?: Encoded<T>,
-): { shape: InsertShape; args: RawValue[] } {
+): { head: string; marks: string; args: RawValue[] } {
   let known = insertShapes.get(table);
   if (!known) {
     const generated = Object.entries(getTableColumns(table)).flatMap(([key, column]): [string, () => unknown][] =>
@@ -290,11 +252,11 @@ function insertParts<T extends Table>(
       head: `insert into "${getTableName(table)}" (${names})`,
       marks: columns.map(() => '?').join(', '),
       columns,
-      texts: shapeTexts(),
     };
     known.shapes.set(signature, shape);
   }
-  return { shape, args: driverValues(keys, values, shape.columns, encoded) };
+  const { head, marks, columns } = shape;
+  return { head, marks, args: driverValues(keys, values, columns, encoded) };
 }
 
 /** The arguments for `keys`' columns: each value through its column's mapping, but those given `encoded`, as they are. */
@@ -351,7 +313,7 @@ export function sqlOf(condition: RawCondition): SQL {
   );
 }
 
-const updateShapes = new WeakMap<Table, Map<string, { set: string; columns: Column[]; texts: ShapeTexts }>>();
+const updateShapes = new WeakMap<Table, Map<string, { set: string; columns: Column[] }>>();
 
 /**
  * `update <table> set <patch> where <condition>` as a raw statement (see insertStatement): the set
@@ -379,18 +341,11 @@ export function updateStatement<T extends Table>(
     shape = {
       set: `update "${getTableName(table)}" set ${columns.map((column) => `"${column.name}" = ?`).join(', ')} where `,
       columns,
-      texts: shapeTexts(),
     };
     shapes.set(signature, shape);
   }
   const args = driverValues(keys, values, shape.columns, encoded);
-  const { set } = shape;
-  const returning = options.returning === true;
-  const texts = returning ? shape.texts.returning : shape.texts.plain;
-  return {
-    sql: statementText(texts, where.sql, () => `${set}${where.sql}${returning ? ' returning *' : ''}`),
-    args: [...args, ...where.args],
-  };
+  return { sql: `${shape.set}${where.sql}${options.returning ? ' returning *' : ''}`, args: [...args, ...where.args] };
 }
 
 /** A row the client returned (columns by their SQL names), as Drizzle maps it: each value through its column's mapping. */

@@ -185,18 +185,9 @@ interface PendingWrite {
 }
 
 // The writer thread's messages (embedded-writer.js). A text given in parts (TextParts) goes as
-// `{ utf8: [...] }`, its parts encoded one by one and transferred, and is joined there. A statement
-// names its SQL by a number (WriterTexts): `texts` gives the thread the texts it does not have yet,
-// `forget` the numbers it may let go.
+// `{ utf8: [...] }`, its parts encoded one by one and transferred, and is joined there.
 type WriterRequest =
-  | {
-      type: 'group';
-      id: number;
-      forget: number[];
-      texts: [number, string][];
-      writes: [number, unknown[] | Record<string, unknown>][][];
-    }
-  | { type: 'close' };
+  { type: 'group'; id: number; writes: [string, unknown[] | Record<string, unknown>][][] } | { type: 'close' };
 interface WriterResult {
   /** Null for a statement that returns no rows. */
   rows: unknown[][] | null;
@@ -232,64 +223,6 @@ const NO_OUTCOME = {
   error: { message: 'The writer thread answered no outcome for this write', code: undefined, rawCode: undefined },
 };
 
-/**
- * The SQL texts the writer thread holds, by number: a statement's text crosses to the thread once,
- * and from then on its number does. The app writes the same few dozen texts over and over (a run's
- * inserts alone are a few KB of SQL), and each crossing was a copy here, a copy there, and a hash
- * of the whole text to find its prepared statement. At most MAX_CACHED_STATEMENTS are held: the
- * oldest is forgotten on both sides (`forget`), and sent again if it comes back. A new thread (the
- * last one died) holds none: `reset`.
- */
-class WriterTexts {
-  readonly #ids = new Map<string, number>();
-  #next = 0;
-  /** Numbers let go here since the last message: the thread lets them go with the next. */
-  #forgotten: number[] = [];
-
-  /**
-   * The message's view: `idOf` names a text, adding it to `texts` if the thread does not have it;
-   * `sent` records the message's texts as the thread's once it was posted (one that could not be
-   * posted delivered none).
-   */
-  message(): { idOf(sql: string): number; texts: [number, string][]; forget: number[]; sent(): void } {
-    const texts: [number, string][] = [];
-    const added = new Map<string, number>();
-    const forget = this.#forgotten;
-    return {
-      texts,
-      forget,
-      idOf: (sql) => {
-        const known = this.#ids.get(sql) ?? added.get(sql);
-        if (known !== undefined) return known;
-        const id = this.#next++;
-        added.set(sql, id);
-        texts.push([id, sql]);
-        return id;
-      },
-      sent: () => {
-        if (this.#forgotten === forget) this.#forgotten = [];
-        for (const [sql, id] of added) this.#remember(sql, id);
-      },
-    };
-  }
-
-  reset(): void {
-    this.#ids.clear();
-    this.#forgotten = [];
-  }
-
-  #remember(sql: string, id: number): void {
-    if (this.#ids.size >= MAX_CACHED_STATEMENTS) {
-      const oldest = this.#ids.entries().next();
-      if (!oldest.done) {
-        this.#ids.delete(oldest.value[0]);
-        this.#forgotten.push(oldest.value[1]);
-      }
-    }
-    this.#ids.set(sql, id);
-  }
-}
-
 /** The file: its two connections, the prepared statements of this thread's, and whose turn it is to write. */
 class EmbeddedFile {
   readonly #db: Database.Database;
@@ -297,7 +230,6 @@ class EmbeddedFile {
   readonly #timeoutMs: number;
   readonly #statements = new BoundedMap<string, Prepared>(MAX_CACHED_STATEMENTS);
   #writer: Worker | null = null;
-  readonly #writerTexts = new WriterTexts();
   /** Why the writer thread stopped, if it failed. */
   #writerFailure: Error | null = null;
   /** The group the writer thread is committing, and when it was posted (performance.now()). */
@@ -464,20 +396,14 @@ class EmbeddedFile {
     const id = this.#nextId++;
     let writer: Worker;
     try {
-      writer = this.#writer ?? this.#startWriter();
       const transfer: ArrayBuffer[] = [];
-      const message = this.#writerTexts.message();
       const request: WriterRequest = {
         type: 'group',
         id,
-        forget: message.forget,
-        texts: message.texts,
-        writes: writes.map((write) =>
-          write.statements.map(({ sql, args }) => [message.idOf(sql), toWriterArgs(args, transfer)]),
-        ),
+        writes: writes.map((write) => write.statements.map(({ sql, args }) => [sql, toWriterArgs(args, transfer)])),
       };
+      writer = this.#writer ?? this.#startWriter();
       writer.postMessage(request, transfer);
-      message.sent();
     } catch (error) {
       // Arguments the writer thread cannot receive (a value a structured clone refuses).
       for (const write of writes) write.reject(error);
@@ -538,7 +464,6 @@ class EmbeddedFile {
       resourceLimits: { maxYoungGenerationSizeMb: WRITER_YOUNG_GENERATION_MB },
     });
     writer.unref();
-    this.#writerTexts.reset();
     writer.on('message', (reply: WriterReply) => this.#answered(reply));
     writer.on('error', (error) => (this.#writerFailure = error));
     writer.on('exit', () => {

@@ -10,11 +10,9 @@
  * scripts and benches), and `npm run build:node` copies it as it is beside the esbuild bundles that
  * `npm start` and bin/gateway.js run (dist/). The messages are typed in embedded-client.ts.
  *
- *   { type: 'group', id, forget, texts, writes: [[text, args], …][] }  one transaction; each write
- *     (one caller's statements) is kept whole or not at all, a failed one alone, the others committed:
- *     answers { id, outcomes: ({ results } | { error })[] }, or { id, error } if BEGIN or COMMIT failed.
- *     A statement names its SQL by number: `texts` ([number, sql][]) are the texts new to this
- *     thread, `forget` the numbers it no longer needs (WriterTexts in embedded-client.ts).
+ *   { type: 'group', id, writes: [[sql, args], …][] }  one transaction; each write (one caller's
+ *     statements) is kept whole or not at all, a failed one alone, the others committed:
+ *     answers { id, outcomes: ({ results } | { error })[] }, or { id, error } if BEGIN or COMMIT failed
  *   { type: 'close' }                                   closes the connection; the thread ends
  *
  * An argument `{ utf8: Uint8Array[] }` is a text sent in parts (TextParts in client.ts), each
@@ -39,19 +37,6 @@ const db = new Database(path, { timeout: timeoutMs });
 db.exec('PRAGMA synchronous = FULL');
 /** @type {Map<string, import('libsql').Statement>} */
 const statements = new Map();
-/**
- * The SQL texts statements name by number. Each is kept as the one string it arrived as, whose hash
- * V8 keeps: finding its prepared statement does not read the text again.
- * @type {Map<number, string>}
- */
-const texts = new Map();
-
-/** @param {number} id */
-function textOf(id) {
-  const sql = texts.get(id);
-  if (sql === undefined) throw new Error(`The writer thread holds no SQL text numbered ${id}`);
-  return sql;
-}
 
 /** @param {string} sql */
 function prepare(sql) {
@@ -89,7 +74,7 @@ function describe(error) {
 }
 
 /**
- * @typedef {[number, (unknown[] | Record<string, unknown>)?][]} Write
+ * @typedef {[string, (unknown[] | Record<string, unknown>)?][]} Write
  * @typedef {{ results: ReturnType<typeof run>[] } | { error: ReturnType<typeof describe> }} Outcome
  */
 
@@ -107,7 +92,7 @@ function commitGroup(writes) {
     const outcomes = inTransaction(() =>
       writes.map((write) => {
         try {
-          return { results: write.map(([text, args]) => run(textOf(text), args)) };
+          return { results: write.map(([sql, args]) => run(sql, args)) };
         } catch (error) {
           failedWrite = true;
           throw error;
@@ -150,7 +135,7 @@ function inTransaction(work) {
 function savepointed(write) {
   run('SAVEPOINT caller');
   try {
-    const results = write.map(([text, args]) => run(textOf(text), args));
+    const results = write.map(([sql, args]) => run(sql, args));
     run('RELEASE caller');
     return { results };
   } catch (error) {
@@ -191,7 +176,5 @@ port.on('message', (message) => {
     port.close();
     return;
   }
-  for (const id of message.forget) texts.delete(id);
-  for (const [id, sql] of message.texts) texts.set(id, sql);
   port.postMessage({ id: message.id, ...commitGroup(withTexts(message.writes)) });
 });

@@ -159,18 +159,6 @@ describe('batches and the group commit', () => {
     expect(rows.map((row) => row.hex)).toEqual(['010203']);
   });
 
-  it('writes with each SQL text crossing to the writer thread once: more texts than it keeps, and old ones again', async () => {
-    // 600 texts (the thread keeps 500): the oldest are forgotten on both sides and sent again.
-    const texts = Array.from({ length: 600 }, (_, i) => `INSERT INTO other (name) VALUES (?) -- text ${i}`);
-    for (const [i, sql] of texts.entries()) await ours.execute({ sql, args: [`w-${i}`] });
-    const again = [0, 1, 99, 100, 599].map((i) => defined(texts[i]));
-    await ours.batch(again.map((sql, i) => ({ sql, args: [`w-again${i}`] })));
-    // Concurrent groups naming texts both new and known.
-    await Promise.all(texts.slice(0, 50).map((sql, i) => ours.execute({ sql, args: [`w-together${i}`] })));
-    const counted = await ours.execute("SELECT count(*) AS n FROM other WHERE name LIKE 'w-%'");
-    expect(defined(counted.rows[0]).n).toBe(600 + 50 + again.length);
-  });
-
   it('refuses interactive transactions, pointing to batches', async () => {
     await expect(ours.transaction('write')).rejects.toThrow(/batch/);
   });
