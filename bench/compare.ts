@@ -11,6 +11,7 @@ import {
   forSeconds,
   freshGateway,
   LONG_REPLY,
+  mainThreadCpuMs,
   pidOf,
   pool,
   post,
@@ -269,6 +270,7 @@ const HAS_WRK = spawnSync('wrk', ['--version']).error === undefined;
 async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>, duration = LOAD_SECONDS) {
   const pid = 'pid' in target ? target.pid : undefined;
   const cpuBefore = pid ? cpuMs(pid) : 0;
+  const mainCpuBefore = pid ? mainThreadCpuMs(pid) : 0;
   const providerCpuBefore = cpuMs(fakePid);
   if (pid) resetPeakMemory(pid);
   let exchanges: number;
@@ -302,6 +304,7 @@ async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>,
     provider_cpu_ms_per_exchange: round((cpuMs(fakePid) - providerCpuBefore) / exchanges, 3),
     ...(pid && {
       server_cpu_ms_per_exchange: round((cpuMs(pid) - cpuBefore) / exchanges, 3),
+      server_main_thread_cpu_ms_per_exchange: round((mainThreadCpuMs(pid) - mainCpuBefore) / exchanges, 3),
       peak_rss_mb: round(memoryOf(pid).peakMb, 1),
     }),
   };
@@ -370,6 +373,7 @@ function flatten(result: Awaited<ReturnType<typeof measure>> | Awaited<ReturnTyp
   };
   if ('server_cpu_ms_per_exchange' in result && result.server_cpu_ms_per_exchange !== undefined) {
     figures.server_cpu_ms_per_exchange = result.server_cpu_ms_per_exchange;
+    figures.server_main_thread_cpu_ms_per_exchange = result.server_main_thread_cpu_ms_per_exchange ?? NaN;
     figures.peak_rss_mb = result.peak_rss_mb ?? NaN;
   }
   if ('server_cpu_ms_per_chunk' in result && result.server_cpu_ms_per_chunk !== undefined) {
