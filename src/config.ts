@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import { FairShares, type ShareLimits, type ShareTimeout } from './lib/fair-shares';
-import { SecretBox } from './lib/secrets';
+import { keyTextProblem, SecretBox } from './lib/secrets';
 import { parseUpstreamHostPatterns } from './lib/upstream-url';
 
 /**
@@ -342,11 +342,8 @@ export async function secretBoxFromEnv(
   keySource = 'GATEWAY_ENCRYPTION_KEY',
 ): Promise<SecretBox> {
   const previous = config.GATEWAY_ENCRYPTION_KEY_PREVIOUS || undefined;
-  if (previous !== undefined) {
-    await SecretBox.fromBase64(previous).catch((error: Error) => {
-      throw new ConfigurationError(`Invalid GATEWAY_ENCRYPTION_KEY_PREVIOUS: ${error.message}`);
-    });
-  }
+  const problem = previous === undefined ? null : keyTextProblem(previous);
+  if (problem !== null) throw new ConfigurationError(`Invalid GATEWAY_ENCRYPTION_KEY_PREVIOUS: ${problem}`);
   return SecretBox.fromBase64(key, previous).catch((error: Error) => {
     throw new ConfigurationError(`Invalid ${keySource}: ${error.message}`);
   });

@@ -113,6 +113,16 @@ export class SecretBox {
   }
 }
 
+/** Why SecretBox.fromBase64 would refuse `text`, or null if it takes it; imports nothing. */
+export function keyTextProblem(text: string): string | null {
+  try {
+    decodeKey(text.trim());
+    return null;
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error);
+  }
+}
+
 function importKey(text: string): Promise<AesKey> {
   return crypto.subtle.importKey('raw', decodeKey(text.trim()), ALGORITHM, false, ['encrypt', 'decrypt']);
 }

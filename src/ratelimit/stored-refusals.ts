@@ -37,7 +37,7 @@ export interface StoredRefusalsOptions {
   log: Logger;
   /** The least time between two writes of one process (ms). */
   intervalMs?: number;
-  /** Runs `task` after `ms` (setTimeout by default; Node's does not keep the process alive for it). */
+  /** Runs `task` after `ms` (setTimeout by default; Node's deps give one that does not keep the process alive). */
   schedule?: (task: () => void, ms: number) => void;
   /** The clock the interval is measured by. */
   now?: () => number;

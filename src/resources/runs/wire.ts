@@ -1,6 +1,6 @@
 import { toUnixSeconds } from '../../lib/time';
 import type { RunObject, RunStepObject, RunTraceObject } from './objects';
-import { runEndFields } from './execution/trace';
+import { runEndedAt, runEndFields } from './execution/trace';
 import type { StepDetails } from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
 import type { StepRow } from './queries';
@@ -108,8 +108,7 @@ export function toRunTraceJson(
   now: number,
 ): RunTraceObject {
   const attempts = run.trace?.attempts ?? [];
-  // An expired run keeps no time of its own: it expired when its expiry passed.
-  const ended = run.completedAt ?? run.failedAt ?? run.cancelledAt ?? (run.status === 'expired' ? run.expiresAt : null);
+  const ended = runEndedAt(run);
   const events: TraceEvent[] = [{ at_ms: run.createdAt, type: 'created' }];
   if (run.startedAt !== null) events.push({ at_ms: run.startedAt, type: 'started' });
   attempts.forEach((attempt, index) =>

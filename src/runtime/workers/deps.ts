@@ -10,7 +10,7 @@ import { r2BlobStore } from './blob-store';
 import { queueIngestionHost, type IngestWake } from './ingest-queue';
 import { workersRunHost, type RunExecutorRpc } from './run-host';
 import { checkEncryptionKey } from '../../resources/identities/encryption-check';
-import { createLogger } from '../../logger';
+import { createLogger, type Logger } from '../../logger';
 import { LibsqlCounterStore, PolicyCache } from '../../ratelimit';
 import { SettingsCache } from '../../db/settings-cache';
 import { settingsLoaders } from '../settings-loaders';
@@ -107,16 +107,12 @@ export function missingConfigurationError(missing: (keyof typeof REQUIRED)[]): C
 }
 
 export async function createWorkerDeps(env: Env): Promise<WorkerDeps> {
-  const config = parseConfig({ ...env });
-  const metrics = isolateMetrics(env.METRICS, {
-    intervalMs: config.GATEWAY_METRICS_HANDOFF_MS,
-    log: createLogger(config.LOG_LEVEL),
-  });
-  const shared = await createSharedDeps(env, metrics);
-  metrics.onScrape(readIngestionQueue(shared.db));
+  const shared = await createSharedDeps(env, (config, log) =>
+    isolateMetrics(env.METRICS, { intervalMs: config.GATEWAY_METRICS_HANDOFF_MS, log }),
+  );
+  shared.metrics.onScrape(readIngestionQueue(shared.db));
   return {
     ...shared,
-    metrics,
     runHost: workersRunHost(env.RUN_EXECUTOR, shared.log),
     ingestion: env.INGEST_QUEUE ? queueIngestionHost(env.INGEST_QUEUE, shared.log) : null,
     openApiDocument: assetsDocument(env.ASSETS, '/openapi.json'),
@@ -149,16 +145,32 @@ function assetsDocument(assets: Fetcher, path: string): () => Promise<object> {
   };
 }
 
+/** What both Workers' deps share (createSharedDeps), their metrics of kind `M`. */
+type SharedDeps<M extends Metrics> = Omit<
+  Deps,
+  'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset' | 'libraries' | 'metrics'
+> & {
+  metrics: M;
+};
+
 /**
  * Everything but where runs execute, where files are ingested, the API's description and page and
- * the libraries few requests use: what both Workers need. `metrics` records the database's round
- * trips too; none are kept unless given.
+ * the libraries few requests use: what both Workers need. `makeMetrics` makes what keeps the
+ * metrics, the database's round trips included; none are kept without it.
  */
+export function createSharedDeps<M extends Metrics>(
+  env: SharedEnv,
+  makeMetrics: (config: Config, log: Logger) => M,
+): Promise<SharedDeps<M>>;
+// The one without metrics last: perIsolate (the ingest Worker) infers from it.
+export function createSharedDeps(env: SharedEnv): Promise<SharedDeps<Metrics>>;
 export async function createSharedDeps(
   env: SharedEnv,
-  metrics: Metrics = unservedMetrics,
-): Promise<Omit<Deps, 'runHost' | 'ingestion' | 'openApiDocument' | 'staticAsset' | 'libraries'>> {
+  makeMetrics: (config: Config, log: Logger) => Metrics = () => unservedMetrics,
+): Promise<SharedDeps<Metrics>> {
   const config = parseConfig({ ...env });
+  const log = createLogger(config.LOG_LEVEL);
+  const metrics = makeMetrics(config, log);
   const { LIBSQL_URL: url, GATEWAY_ENCRYPTION_KEY: key } = config;
   if (!url || !key) throw missingConfigurationError(missingConfiguration(config));
   // Statements go over HTTP (Hrana over HTTP, a request each): a WebSocket is one connection, which
@@ -186,7 +198,6 @@ export async function createSharedDeps(
   );
   const db = drizzle(client, { schema });
   await checkEncryptionKey(db, secrets, { keySource: 'GATEWAY_ENCRYPTION_KEY', now: Date.now() });
-  const log = createLogger(config.LOG_LEVEL);
   return {
     db,
     config,

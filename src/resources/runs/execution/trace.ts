@@ -113,13 +113,18 @@ export class TracedAttempt {
 export const settledTrace = (run: Pick<RunRow, 'trace'>, now: () => number): RunTrace =>
   new TraceRecorder(run.trace, now).snapshot({ virtualKey: run.trace?.virtual_key });
 
+/** When a run ended, or null while it has not. An expired run keeps no time of its own: it expired when its expiry passed. */
+export function runEndedAt(run: RunRow): number | null {
+  return run.completedAt ?? run.failedAt ?? run.cancelledAt ?? (run.status === 'expired' ? run.expiresAt : null);
+}
+
 /**
  * The fields of a run's "run ended" log line (settle.ts), as GET /v1/runs/{run_id}/trace answers
  * them too: who ran what on which key and model, its tokens, how long it took and, when it
  * failed, why. `virtualKey`: the slug of the key that answered, or the run's own.
  */
 export function runEndFields(run: RunRow, virtualKey: string | null, now: number) {
-  const endedAt = run.completedAt ?? run.failedAt ?? run.cancelledAt ?? now;
+  const endedAt = runEndedAt(run) ?? now;
   return {
     run_id: run.id,
     thread_id: run.threadId,
