@@ -27,6 +27,8 @@ describe("the gateway Worker's bundle", () => {
     const imported = [...readFileSync(path, 'utf8').matchAll(/\bimport\("([^"]+)"\)/g)].map((match) => match[1]);
     expect(imported).toContain('./runtime/workers/lazy/html-to-text.mjs');
     for (const specifier of imported) expect(existsSync(join(dirname(path), specifier ?? '')), specifier).toBe(true);
+    // wrangler.toml's [alias] keeps Drizzle's Postgres column classes out (src/runtime/workers/drizzle-pg-enum.ts).
+    expect(readFileSync(path, 'utf8')).not.toContain('PgColumnBuilder');
   }, 120_000);
 
   it('carries modules beside it that are what the locked libraries build to (npm run build:worker-modules)', async () => {
