@@ -137,7 +137,7 @@ function sandboxBindings(served: { url: string; secret: string } | null): Record
 /**
  * The ingest Worker beside the gateway under test, in the same workerd: its bindings as
  * wrangler.ingest.toml declares them (the queue it consumes and the gateway produces to, the
- * bucket, the gateway's rate-limit counters), its code the bundle that `wrangler deploy` would
+ * bucket, the gateway's rate-limit counters and metrics aggregate), its code the bundle that `wrangler deploy` would
  * upload (built by test/support/workers-global-setup.ts). The gateway is the pool's runner Worker here, named after
  * the project, so the counters' script_name is that name.
  */
@@ -153,6 +153,7 @@ function ingestWorker(scriptPath: string, bindings: Record<string, string>) {
     bindings: { ...workerOptions.bindings, ...bindings },
     durableObjects: {
       RATE_LIMIT_COUNTER: { className: 'RateLimitCounter', scriptName: 'vitest-pool-workers-runner-workers' },
+      METRICS: { className: 'MetricsAggregate', scriptName: 'vitest-pool-workers-runner-workers' },
     },
   };
 }

@@ -1,9 +1,10 @@
 import { createLogger } from './logger';
 import { inlineChunker } from './retrieval/chunker';
-import { claimNext, ingestClaimed, ingestOptions, type IngestDeps, type IngestOptions } from './retrieval/ingest';
+import { claimNext, ingestClaimed, ingestOptions, type IngestOptions } from './retrieval/ingest';
 import { embeddingKey } from './resources/virtual-keys/embedding-key';
 import { createSharedDeps, perIsolate, type SharedEnv } from './runtime/workers/deps';
 import { wakeForWaitingFiles, type IngestWake } from './runtime/workers/ingest-queue';
+import { isolateMetrics, unhandedMetrics, type MetricsAggregate } from './runtime/workers/metrics';
 
 /**
  * The ingest Worker (wrangler.ingest.toml): where files added to vector stores on Workers are
@@ -22,6 +23,12 @@ import { wakeForWaitingFiles, type IngestWake } from './runtime/workers/ingest-q
 export type IngestEnv = SharedEnv & {
   /** The queue this Worker consumes, also to send itself a message when it runs out of time. */
   INGEST_QUEUE: Queue<IngestWake>;
+  /**
+   * The gateway Worker's metrics aggregate (its class, reached by script_name), which this Worker's
+   * isolates hand what they record to, as the gateway's do: the embedding tokens and calls and the
+   * database's round trips. The previews' one ingest Worker has none (wrangler.ingest.toml).
+   */
+  METRICS?: DurableObjectNamespace<MetricsAggregate>;
 };
 
 /**
@@ -30,11 +37,16 @@ export type IngestEnv = SharedEnv & {
  */
 const BUDGET_MS = 5 * 60_000;
 
-const ingestDeps = perIsolate(createSharedDeps);
+const ingestDeps = perIsolate((env: IngestEnv) =>
+  createSharedDeps(env, (config, log) =>
+    env.METRICS ? isolateMetrics(env.METRICS, { intervalMs: config.GATEWAY_METRICS_HANDOFF_MS, log }) : unhandedMetrics,
+  ),
+);
+type IngestWorkerDeps = Awaited<ReturnType<typeof ingestDeps>>;
 
 export default {
-  async queue(batch: MessageBatch<IngestWake>, env: IngestEnv): Promise<void> {
-    let deps: IngestDeps;
+  async queue(batch: MessageBatch<IngestWake>, env: IngestEnv, ctx: ExecutionContext): Promise<void> {
+    let deps: IngestWorkerDeps;
     try {
       deps = await ingestDeps(env);
     } catch (error) {
@@ -43,7 +55,8 @@ export default {
       return;
     }
     try {
-      const more = await ingestFiles(deps, ingestOptions(deps.config, inlineChunker, embeddingKey), BUDGET_MS);
+      const options = ingestOptions(deps.config, inlineChunker, embeddingKey);
+      const more = await ingestFiles(deps, options, BUDGET_MS, (promise) => ctx.waitUntil(promise));
       if (more) await env.INGEST_QUEUE.send({ reason: 'more' });
       batch.ackAll();
     } catch (error) {
@@ -54,8 +67,8 @@ export default {
   },
 
   /** Every minute (wrangler.ingest.toml [triggers]): a message when files wait unclaimed. */
-  async scheduled(_controller: ScheduledController, env: IngestEnv): Promise<void> {
-    let deps: IngestDeps;
+  async scheduled(_controller: ScheduledController, env: IngestEnv, ctx: ExecutionContext): Promise<void> {
+    let deps: IngestWorkerDeps;
     try {
       deps = await ingestDeps(env);
     } catch (error) {
@@ -66,20 +79,32 @@ export default {
       await wakeForWaitingFiles(deps, env.INGEST_QUEUE);
     } catch (error) {
       deps.log.error('ingestion sweep failed', { error });
+    } finally {
+      deps.metrics.handOffSoon((promise) => ctx.waitUntil(promise));
     }
   },
 };
 
 /**
- * Claims and ingests files one after the other. False once none is left to claim; true when the
- * budget ran out first (files may be left).
+ * Claims and ingests files one after the other, each file's figures handed to the metrics'
+ * aggregate after it. False once none is left to claim; true when the budget ran out first (files
+ * may be left).
  */
-async function ingestFiles(deps: IngestDeps, options: IngestOptions, budgetMs: number): Promise<boolean> {
+async function ingestFiles(
+  deps: IngestWorkerDeps,
+  options: IngestOptions,
+  budgetMs: number,
+  waitUntil: (promise: Promise<unknown>) => void,
+): Promise<boolean> {
   const end = deps.now() + budgetMs;
   while (deps.now() < end) {
     const claim = await claimNext(deps);
     if (claim === null) return false;
-    await ingestClaimed(deps, claim, options);
+    try {
+      await ingestClaimed(deps, claim, options);
+    } finally {
+      deps.metrics.handOffSoon(waitUntil);
+    }
   }
   return true;
 }

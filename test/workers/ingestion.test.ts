@@ -2,7 +2,7 @@ import { defined } from '../support/defined';
 import { env, exports } from 'cloudflare:workers';
 import { and, eq } from 'drizzle-orm';
 import OpenAI from 'openai';
-import { beforeAll, describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { createApp } from '../../src/app';
 import { vectorStoreChunks, vectorStoreFiles, vectorStores } from '../../src/db/schema';
 import { newId } from '../../src/lib/ids';
@@ -11,6 +11,7 @@ import { createWorkerDeps, workerDeps } from '../../src/runtime/workers/deps';
 import { wakeForWaitingFiles } from '../../src/runtime/workers/ingest-queue';
 import { insertDiedIngestion } from '../support/died-ingestion';
 import { errorOf, json } from '../support/envelope';
+import { parsePrometheusText, total } from '../support/prometheus';
 import { fakeProviderKey, gatewayClient } from './gateway-client';
 
 /**
@@ -232,6 +233,36 @@ describe('ingestion on Workers', () => {
     const row = await deferred();
     expect(row).toMatchObject({ status: 'in_progress', attempts: 0, lastError: null });
     expect(row.leaseExpiresAt).toBeGreaterThan(Date.now());
+  });
+
+  it("hands its embedding tokens to the gateway's metrics aggregate, as GET /metrics shows them", async () => {
+    // A store of its own embeddings model, so that only this ingestion counts under it.
+    const model = `embed-metrics-${crypto.randomUUID().slice(0, 8)}`;
+    const store = await openai.vectorStores.create({ name: 'metrics' });
+    const { db } = await workerDeps(env);
+    await db.update(vectorStores).set({ embeddingModel: model }).where(eq(vectorStores.id, store.id));
+    const fileId = await storeFile('metered.txt', PARAGRAPHS.slice(0, 5).join('\n\n'));
+    const file = await openai.vectorStores.files.createAndPoll(store.id, { file_id: fileId }, { pollIntervalMs: 100 });
+    expect(file).toMatchObject({ status: 'completed' });
+
+    const usage = await json(await call('/v1/usage?group_by=model,kind&bucket_width=1d'));
+    const results = (usage.data as { results: { model: string; input_tokens: number }[] }[]).flatMap(
+      (bucket) => bucket.results,
+    );
+    const embedded = defined(results.find((result) => result.model === model)).input_tokens;
+    expect(embedded).toBeGreaterThan(0);
+    // The ingest Worker hands off after each file; the scrape adds up every isolate's.
+    const orgKey = inject('workersTenant').orgKey;
+    await vi.waitFor(
+      async () => {
+        const scraped = await exports.default.fetch('http://gateway/metrics', {
+          headers: { authorization: `Bearer ${orgKey}` },
+        });
+        const families = parsePrometheusText(await scraped.text());
+        expect(total(families, 'gateway_tokens_total', { kind: 'embeddings', model, type: 'prompt' })).toBe(embedded);
+      },
+      { timeout: 20_000, interval: 200 },
+    );
   });
 
   it('without the queue binding, adding files is refused and nothing is written', async () => {

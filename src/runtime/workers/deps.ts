@@ -22,7 +22,7 @@ import { responseEvents } from '../../resources/responses/stream';
 import { workersUpstreamFetch } from './upstream-fetch';
 import { configuredSandbox } from '../../sandbox/configured';
 import { withKeptAvailability } from '../../sandbox/kept-availability';
-import { unservedMetrics, type Metrics } from '../../metrics/gateway';
+import type { Metrics } from '../../metrics/gateway';
 import { isolateMetrics, type IsolateMetrics, type MetricsAggregate } from './metrics';
 import { readIngestionQueue } from '../../retrieval/claims';
 import { workerLibraries } from '../../worker-modules';
@@ -158,16 +158,10 @@ type SharedDeps<M extends Metrics> = Omit<
  * the libraries few requests use: what both Workers need. `makeMetrics` makes what keeps the
  * metrics, the database's round trips included; none are kept without it.
  */
-export function createSharedDeps<M extends Metrics>(
+export async function createSharedDeps<M extends Metrics>(
   env: SharedEnv,
   makeMetrics: (config: Config, log: Logger) => M,
-): Promise<SharedDeps<M>>;
-// The one without metrics last: perIsolate (the ingest Worker) infers from it.
-export function createSharedDeps(env: SharedEnv): Promise<SharedDeps<Metrics>>;
-export async function createSharedDeps(
-  env: SharedEnv,
-  makeMetrics: (config: Config, log: Logger) => Metrics = () => unservedMetrics,
-): Promise<SharedDeps<Metrics>> {
+): Promise<SharedDeps<M>> {
   const config = parseConfig({ ...env });
   const log = createLogger(config.LOG_LEVEL);
   const metrics = makeMetrics(config, log);

@@ -1,6 +1,12 @@
 import { DurableObject } from 'cloudflare:workers';
 import * as z from 'zod';
-import { gatewayMetrics, type KeptMetrics, type Metrics, type ScrapeGauges } from '../../metrics/gateway';
+import {
+  gatewayMetrics,
+  unservedMetrics,
+  type KeptMetrics,
+  type Metrics,
+  type ScrapeGauges,
+} from '../../metrics/gateway';
 import type { CollectedFamily, CollectedSeries } from '../../metrics/registry';
 import type { Logger } from '../../logger';
 
@@ -33,6 +39,9 @@ export interface IsolateMetrics extends Metrics {
    */
   handOffSoon(waitUntil: (promise: Promise<unknown>) => void): void;
 }
+
+/** Where there is no aggregate to hand to (the previews' ingest Worker): nothing kept, nothing handed. */
+export const unhandedMetrics: IsolateMetrics = { ...unservedMetrics, handOffSoon: () => {} };
 
 /** The one aggregate of a deployment, found by this name. */
 const AGGREGATE_NAME = 'gateway';
