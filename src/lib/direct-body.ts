@@ -40,9 +40,9 @@ export function offerDirect(readable: ReadableStream<Uint8Array>, body: DirectBo
   offered.set(readable, body);
 }
 
-/** `response`, noted as answering with `readable` for its body. */
-export function withBody<R extends object>(response: R, readable: ReadableStream<Uint8Array>): R {
-  bodies.set(response, readable);
+/** `response`, noted as answering with `body` (when a stream: a body of another kind is written whole anyway). */
+export function withBody<R extends object>(response: R, body: unknown): R {
+  if (body instanceof ReadableStream) bodies.set(response, body);
   return response;
 }
 
@@ -51,4 +51,66 @@ export function directBodyOf(response: object): DirectBody | undefined {
   const readable = bodies.get(response);
   if (readable === undefined || readable.locked) return undefined;
   return offered.get(readable);
+}
+
+/** A body produced a chunk at a time, when its reader is ready for one. */
+export interface PulledSource {
+  /** The next bytes to send (null: none, at the end); `last` once there are no more. */
+  next(): Promise<{ bytes: Uint8Array | null; last: boolean }>;
+  /** The reader left before the end. */
+  cancel(reason: unknown): Promise<void>;
+}
+
+/**
+ * `source` as a ReadableStream that reads it only when asked (nothing read ahead), offered to be
+ * written directly: then each chunk is asked for once the sink took the one before, or once it made
+ * room.
+ */
+export function pulledStream(source: PulledSource): ReadableStream<Uint8Array> {
+  const readable = new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        const { bytes, last } = await source.next();
+        if (bytes !== null) controller.enqueue(bytes);
+        if (last) controller.close();
+      },
+      cancel: (reason) => source.cancel(reason),
+    },
+    { highWaterMark: 0 },
+  );
+  offerDirect(readable, { writeTo: (sink) => pump(source, sink) });
+  return readable;
+}
+
+function pump(source: PulledSource, sink: ByteSink): SinkEvents {
+  let gone = false;
+  let room: (() => void) | null = null;
+  const madeRoom = () => {
+    const made = room;
+    room = null;
+    made?.();
+  };
+  void (async () => {
+    try {
+      for (;;) {
+        const { bytes, last } = await source.next();
+        if (gone) return;
+        const full = bytes !== null && !sink.write(bytes);
+        if (last) return sink.end();
+        if (full) await new Promise<void>((resolve) => (room = resolve));
+        if (gone) return;
+      }
+    } catch (error) {
+      if (!gone) sink.destroy(error instanceof Error ? error : new Error(String(error)));
+    }
+  })();
+  return {
+    room: madeRoom,
+    gone: () => {
+      if (gone) return;
+      gone = true;
+      madeRoom();
+      void source.cancel(new Error('The client left before the end of the stream.')).catch(() => undefined);
+    },
+  };
 }

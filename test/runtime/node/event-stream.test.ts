@@ -6,6 +6,7 @@ import { json } from '../../support/envelope';
 import { createTestGateway, serveOverHttp, type Tenant, type TestGateway } from '../../support/gateway';
 import { EventStream, eventStreamResponse, SSE_HEADERS } from '../../../src/resources/runs/execution/event-stream';
 import { listen } from '../../../src/runtime/node/server';
+import { pulledStream, withBody } from '../../../src/lib/direct-body';
 
 /**
  * A streamed run as the Node server (runtime/node/server.ts) writes it on the socket: framed as chunks,
@@ -96,12 +97,17 @@ describe('a streamed run on the Node server', () => {
  * A server that answers a request with `stream`'s events, as the routes answer with a run's; or, not
  * `direct`, with a plain Response of its ReadableStream, which @hono/node-server reads.
  */
-async function serveEvents(stream: EventStream, direct = true) {
+function serveEvents(stream: EventStream, direct = true) {
   const headers = { 'x-request-id': 'req_1' };
-  const answer = () =>
+  return serve(() =>
     direct
       ? eventStreamResponse(stream.readable, headers)
-      : new Response(stream.readable, { headers: { ...SSE_HEADERS, ...headers } });
+      : new Response(stream.readable, { headers: { ...SSE_HEADERS, ...headers } }),
+  );
+}
+
+/** A server that answers one request with `answer()`, and a raw socket that asked for it. */
+async function serve(answer: () => Response) {
   const { server, url } = await listen(answer, {
     ...gateway.deps.config,
     HOST: '127.0.0.1',
@@ -204,5 +210,74 @@ describe('an event stream on the Node server', () => {
     await stream.close();
     await served.close();
     expect(stream.readable.locked).toBe(false);
+  });
+});
+
+describe('a stream pulled a chunk at a time (a passed-through completion) on the Node server', () => {
+  /** A source of `count` chunks, counting how many it was asked for, and whether it was cancelled. */
+  function chunks(count: number, size: number) {
+    const state = { asked: 0, cancelled: false };
+    const source = {
+      next: () => {
+        state.asked++;
+        const last = state.asked === count;
+        return Promise.resolve({
+          bytes: new TextEncoder().encode(`data: ${state.asked}${'x'.repeat(size)}\n\n`),
+          last,
+        });
+      },
+      cancel: () => {
+        state.cancelled = true;
+        return Promise.resolve();
+      },
+    };
+    return { state, source };
+  }
+
+  it('is written straight to the socket, never read through its ReadableStream, as the same bytes', async () => {
+    const answered = async (direct: boolean) => {
+      const { source } = chunks(3, 4);
+      const readable = pulledStream(source);
+      const headers = { ...SSE_HEADERS, 'x-request-id': 'req_1' };
+      const served = await serve(() =>
+        direct ? withBody(new Response(readable, { headers }), readable) : new Response(readable, { headers }),
+      );
+      await expect.poll(served.text).toMatch(/0\r\n\r\n$/);
+      served.socket.destroy();
+      await served.close();
+      return { locked: readable.locked, text: served.text().replace(/\r\nDate: [^\r]+/, '') };
+    };
+    const direct = await answered(true);
+    const read = await answered(false);
+    expect(direct.locked).toBe(false);
+    expect(read.locked).toBe(true);
+    expect(direct.text).toBe(read.text);
+    expect(unchunked(direct.text)).toBe('data: 1xxxx\n\ndata: 2xxxx\n\ndata: 3xxxx\n\n');
+  });
+
+  it('asks for no more than a client that stops reading makes room for, and is cancelled when the client goes', async () => {
+    const { state, source } = chunks(5_000, 64 * 1024);
+    const readable = pulledStream(source);
+    const served = await serve(() => withBody(new Response(readable, { headers: SSE_HEADERS }), readable));
+    served.socket.pause();
+    // The socket's buffers fill (some megabytes), then the source is asked for nothing more.
+    let before = -1;
+    await expect
+      .poll(
+        async () => {
+          const asked = state.asked;
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          const settled = asked > 1 && asked === before && state.asked === asked;
+          before = asked;
+          return settled;
+        },
+        { timeout: 10_000, interval: 0 },
+      )
+      .toBe(true);
+    expect(state.asked).toBeLessThan(500);
+    expect(readable.locked).toBe(false);
+    served.socket.destroy();
+    await expect.poll(() => state.cancelled).toBe(true);
+    await served.close();
   });
 });
