@@ -140,7 +140,10 @@ async function declareStreams(
     destroy: (error) => outgoing.destroy(error),
   });
   outgoing.on('drain', sink.room);
-  outgoing.once('close', sink.gone);
+  // 'close' follows the end of every answer: only one that ended early is a client gone.
+  outgoing.once('close', () => {
+    if (!outgoing.writableFinished) sink.gone();
+  });
   outgoing.once('error', sink.gone);
   if (outgoing.destroyed) sink.gone();
   return RESPONSE_ALREADY_SENT;

@@ -123,6 +123,8 @@ async function serve(answer: () => Response) {
     socket,
     closed,
     text: () => Buffer.concat(received).toString('utf8'),
+    /** Whether the chunked body's end arrived (without joining what came before). */
+    ended: () => received.at(-1)?.toString('latin1').endsWith('0\r\n\r\n') ?? false,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());
@@ -199,6 +201,40 @@ describe('an event stream on the Node server', () => {
     await served.close();
   });
 
+  it('waits for a client that reads slowly, and goes on once it reads', async () => {
+    const stream = new EventStream({ stallMs: 20_000 });
+    const served = await serveEvents(stream);
+    served.socket.pause();
+    const event = `{"text":"${'x'.repeat(64 * 1024)}"}`;
+    let sent = 0;
+    const sending = (async () => {
+      for (; sent < 400; sent++) await stream.send([['thread.message.delta', event]]);
+      await stream.close();
+    })();
+    // The socket's buffers fill, then a send waits for room.
+    let before = -1;
+    await expect
+      .poll(
+        async () => {
+          const now = sent;
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          const waiting = now > 1 && now === before && sent === now;
+          before = now;
+          return waiting;
+        },
+        { timeout: 10_000, interval: 0 },
+      )
+      .toBe(true);
+    expect(sent).toBeLessThan(300);
+    served.socket.resume();
+    await sending;
+    await expect.poll(served.ended, { timeout: 10_000 }).toBe(true);
+    expect(stream.detached).toBe(false);
+    expect(stream.readable.locked).toBe(false);
+    served.socket.destroy();
+    await served.close();
+  });
+
   it('detaches when its client goes: later sends are dropped and the body is never read', async () => {
     const stream = new EventStream({ stallMs: 5_000 });
     const served = await serveEvents(stream);
@@ -255,8 +291,8 @@ describe('a stream pulled a chunk at a time (a passed-through completion) on the
     expect(unchunked(direct.text)).toBe('data: 1xxxx\n\ndata: 2xxxx\n\ndata: 3xxxx\n\n');
   });
 
-  it('asks for no more than a client that stops reading makes room for, and is cancelled when the client goes', async () => {
-    const { state, source } = chunks(5_000, 64 * 1024);
+  it('asks for no more than a client that stops reading makes room for, and goes on once it reads again', async () => {
+    const { state, source } = chunks(400, 64 * 1024);
     const readable = pulledStream(source);
     const served = await serve(() => withBody(new Response(readable, { headers: SSE_HEADERS }), readable));
     served.socket.pause();
@@ -274,10 +310,24 @@ describe('a stream pulled a chunk at a time (a passed-through completion) on the
         { timeout: 10_000, interval: 0 },
       )
       .toBe(true);
-    expect(state.asked).toBeLessThan(500);
+    expect(state.asked).toBeLessThan(300);
+    served.socket.resume();
+    await expect.poll(served.ended, { timeout: 10_000 }).toBe(true);
+    expect(state.asked).toBe(400);
     expect(readable.locked).toBe(false);
     served.socket.destroy();
+    await served.close();
+  });
+
+  it('is cancelled when its client goes', async () => {
+    const { state, source } = chunks(5_000, 64 * 1024);
+    const readable = pulledStream(source);
+    const served = await serve(() => withBody(new Response(readable, { headers: SSE_HEADERS }), readable));
+    served.socket.pause();
+    await expect.poll(() => state.asked).toBeGreaterThan(1);
+    served.socket.destroy();
     await expect.poll(() => state.cancelled).toBe(true);
+    expect(state.asked).toBeLessThan(500);
     await served.close();
   });
 });

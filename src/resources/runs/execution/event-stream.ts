@@ -148,7 +148,7 @@ export class EventStream implements EventSink, DirectBody {
     this.#sink = sink;
     const held = this.#held;
     this.#held = [];
-    for (const bytes of held) this.#put(bytes);
+    if (!this.#detached) for (const bytes of held) this.#put(bytes);
     if (this.#closed) this.#end();
     this.#madeRoom();
     return {
