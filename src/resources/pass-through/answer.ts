@@ -1,5 +1,6 @@
 import { ApiError, serverError } from '../../errors';
 import { concatBytes } from '../../lib/bytes';
+import { pulledStream } from '../../lib/direct-body';
 import type { Slices } from '../../lib/slices';
 import { asUpstreamError, checkUsage, isRecord, SSE_LIMITS, type OpenedChatCall } from '../../providers/chat';
 import { readServerSentData } from '../../providers/sse-reader';
@@ -105,57 +106,53 @@ export function relayStream(opened: OpenedChatCall, options: RelayOptions): Read
   };
   const stop = { stopped: () => finished, cut: () => opened.controller.abort() };
   const batches = readServerSentData(opened.body, SSE_LIMITS, () => opened.silence.touch(), stop, options.slices);
-  return new ReadableStream<Uint8Array>(
-    {
-      // Reads until it has something to send: a pull that enqueues nothing is not called again.
-      async pull(controller) {
-        for (;;) {
-          opened.silence.touch();
-          let next: IteratorResult<string[]>;
-          try {
-            next = await batches.next();
-          } catch (error) {
-            const cause = asUpstreamError(error, opened.controller.signal);
-            controller.enqueue(
-              encoder.encode(`data: ${JSON.stringify(upstreamFailure(cause, options.virtualKey).body)}\n\n`),
-            );
-            controller.close();
-            return end(cause);
-          }
-          // The time the client takes to ask for more is not the provider's silence.
-          opened.silence.pause();
-          if (next.done) {
-            // An end without [DONE] is the provider's; the client sees the same.
-            finished = true;
-            controller.close();
-            return end(null);
-          }
-          const out: Uint8Array[] = [];
-          for (const data of next.value) {
-            if (data === '[DONE]') {
-              finished = true;
-              out.push(DONE);
-              break;
-            }
-            if (relayed(data, options, tally)) out.push(encoder.encode(`data: ${data}\n\n`));
-          }
-          if (out.length > 0) controller.enqueue(concatBytes(out));
-          if (finished) {
-            controller.close();
-            await batches.return(undefined);
-            return end(null);
-          }
-          if (out.length > 0) return;
+  return pulledStream({
+    // Reads until it has something to send.
+    async next() {
+      for (;;) {
+        opened.silence.touch();
+        let next: IteratorResult<string[]>;
+        try {
+          next = await batches.next();
+        } catch (error) {
+          const cause = asUpstreamError(error, opened.controller.signal);
+          end(cause);
+          return {
+            bytes: encoder.encode(`data: ${JSON.stringify(upstreamFailure(cause, options.virtualKey).body)}\n\n`),
+            last: true,
+          };
         }
-      },
-      // The call is ended first: it aborts the provider's body, which a read still pending waits on.
-      async cancel(reason) {
-        end(reason ?? new Error('The client left before the end of the stream.'));
-        await batches.return(undefined);
-      },
+        // The time the client takes to ask for more is not the provider's silence.
+        opened.silence.pause();
+        if (next.done) {
+          // An end without [DONE] is the provider's; the client sees the same.
+          finished = true;
+          end(null);
+          return { bytes: null, last: true };
+        }
+        const out: Uint8Array[] = [];
+        for (const data of next.value) {
+          if (data === '[DONE]') {
+            finished = true;
+            out.push(DONE);
+            break;
+          }
+          if (relayed(data, options, tally)) out.push(encoder.encode(`data: ${data}\n\n`));
+        }
+        if (finished) {
+          await batches.return(undefined);
+          end(null);
+          return { bytes: concatBytes(out), last: true };
+        }
+        if (out.length > 0) return { bytes: concatBytes(out), last: false };
+      }
     },
-    { highWaterMark: 0 },
-  );
+    // The call is ended first: it aborts the provider's body, which a read still pending waits on.
+    async cancel(reason) {
+      end(reason ?? new Error('The client left before the end of the stream.'));
+      await batches.return(undefined);
+    },
+  });
 }
 
 /** Tallies a chunk; whether it goes to the client (not the usage-only chunk it did not ask for). */

@@ -1,5 +1,6 @@
 import type { Context } from 'hono';
 import { requestContext } from '../../http/request-context';
+import { withBody } from '../../lib/direct-body';
 import type { WorkspaceEnv } from '../identities/env';
 import { passThrough, type PassThroughEndpoint } from './pipeline';
 
@@ -13,5 +14,5 @@ export async function passedThrough<Body extends object>(
     ...requestContext(c),
     signal: c.req.raw.signal,
   });
-  return new Response(answer.body, { status: 200, headers: answer.headers });
+  return withBody(new Response(answer.body, { status: 200, headers: answer.headers }), answer.body);
 }

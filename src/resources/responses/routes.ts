@@ -5,7 +5,7 @@ import { validate } from '../../http/middleware/validate';
 import { deletedObject, listOf } from '../../http/objects';
 import type { ApiEnv } from '../identities/env';
 import { workspace } from '../identities/middleware/workspace';
-import { SSE_HEADERS } from '../runs/execution/event-stream';
+import { eventStreamResponse } from '../runs/execution/event-stream';
 import {
   cancelResponse,
   countInputTokens,
@@ -38,7 +38,7 @@ export const responseRoutes = new Hono<ApiEnv>()
         requestContext(c),
       );
       if (!answer.stream) return c.json(answer.response, 200, answer.headers);
-      return new Response(answer.events, { status: 200, headers: { ...SSE_HEADERS, ...answer.headers } });
+      return eventStreamResponse(answer.events, answer.headers);
     },
   )
   .post(
@@ -60,7 +60,7 @@ export const responseRoutes = new Hono<ApiEnv>()
       const { workspaceId } = c.get('actor');
       if (query.stream !== 'true') return c.json(await retrieveResponse(c.get('deps'), workspaceId, id));
       const events = await streamResponse(c.get('deps'), workspaceId, id, query.starting_after);
-      return new Response(events, { status: 200, headers: SSE_HEADERS });
+      return eventStreamResponse(events);
     },
   )
   .delete(

@@ -15,7 +15,7 @@ import {
   type RunAnswer,
   type RunPath,
 } from './commands';
-import { SSE_HEADERS } from './execution/event-stream';
+import { eventStreamResponse } from './execution/event-stream';
 import { requestContext } from '../../http/request-context';
 import { cursorListQuery } from '../../http/schemas';
 import {
@@ -201,5 +201,5 @@ function runPath(c: { req: { param(name: 'thread_id' | 'run_id'): string } }): R
 /** A run just put in progress: the queued run object, or its event stream. */
 function answer(c: Context, answer: RunAnswer): Response {
   if (!answer.stream) return c.json(toRunJson(answer.run), 200, answer.headers);
-  return new Response(answer.events, { status: 200, headers: Object.assign({}, SSE_HEADERS, answer.headers) });
+  return eventStreamResponse(answer.events, answer.headers);
 }

@@ -1,5 +1,9 @@
 import { serve, type ServerType } from '@hono/node-server';
+import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
+import { ServerResponse } from 'node:http';
+import type { Http2ServerResponse } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
+import { directBodyOf } from '../../lib/direct-body';
 import { ConfigurationError, type Config } from '../../config';
 import { noteMessage } from './request-body';
 
@@ -35,7 +39,7 @@ export async function listen(
       answering++;
       outgoing.once('close', () => answering--);
       noteMessage(request, incoming);
-      return declareStreams(fetch(request), incoming.socket);
+      return declareStreams(fetch(request), incoming.socket, outgoing);
     },
     hostname: config.HOST,
     port: config.PORT,
@@ -101,19 +105,48 @@ function urlOf(address: AddressInfo | string | null): string {
  * headers and first events leave. Declaring event streams chunked sends each event as it comes.
  * (Workers frame responses themselves; this is Node's alone.)
  *
- * It then writes the headers on their own, and the events the stream already holds (a run's
- * opening events) just after, in the same run of microtasks: the socket is corked until that run
- * is over, so that both leave in one write (a syscall, and a read for the client, fewer per run).
+ * An event stream that can be written directly (lib/direct-body.ts: a run's, a response's) is
+ * written here, each send straight to `outgoing`, rather than read by @hono/node-server through
+ * its ReadableStream (a queue hop and a promise a chunk); the same headers, in the same order, and
+ * the same bytes leave. Any other stream is left to @hono/node-server, which writes the headers on
+ * their own and then what the stream holds already.
+ *
+ * Either way the socket is corked until the current run of microtasks is over, so that the
+ * headers and a run's opening events leave in one write (a syscall, and a read for the client,
+ * fewer per run).
  */
-async function declareStreams(response: Response | Promise<Response>, socket: Socket): Promise<Response> {
+async function declareStreams(
+  response: Response | Promise<Response>,
+  socket: Socket,
+  outgoing: ServerResponse | Http2ServerResponse,
+): Promise<Response> {
   const answer = await response;
   // By the header alone: reading `body` would make @hono/node-server build the whole Response.
-  if (answer.headers.get('content-type')?.startsWith('text/event-stream')) {
-    answer.headers.set('transfer-encoding', 'chunked');
-    socket.cork();
-    process.nextTick(() => socket.uncork());
-  }
-  return answer;
+  if (!answer.headers.get('content-type')?.startsWith('text/event-stream')) return answer;
+  answer.headers.set('transfer-encoding', 'chunked');
+  socket.cork();
+  process.nextTick(() => socket.uncork());
+  const body = directBodyOf(answer);
+  // The server is HTTP/1.1 (serve() makes no other).
+  if (body === undefined || !(outgoing instanceof ServerResponse)) return answer;
+  // As @hono/node-server writes them: lower-case names, in the Headers' (sorted) order.
+  const headers: Record<string, string> = {};
+  for (const [name, value] of answer.headers) headers[name] = value;
+  outgoing.writeHead(answer.status, headers);
+  outgoing.flushHeaders();
+  const sink = body.writeTo({
+    write: (bytes) => outgoing.write(bytes),
+    end: () => outgoing.end(),
+    destroy: (error) => outgoing.destroy(error),
+  });
+  outgoing.on('drain', sink.room);
+  // 'close' follows the end of every answer: only one that ended early is a client gone.
+  outgoing.once('close', () => {
+    if (!outgoing.writableFinished) sink.gone();
+  });
+  outgoing.once('error', sink.gone);
+  if (outgoing.destroyed) sink.gone();
+  return RESPONSE_ALREADY_SENT;
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { EventSink, ServerSentEvent } from '../../../deps';
 import type { ErrorBody } from '../../../errors';
+import { offerDirect, withBody, type ByteSink, type DirectBody, type SinkEvents } from '../../../lib/direct-body';
 import { UNSLICED, type Slices } from '../../../lib/slices';
 import { TextParts } from '../../../lib/text';
 import { silenceTimeout } from '../../../lib/time';
@@ -22,6 +23,17 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 } as const;
 
+/**
+ * The answer that streams `events` (an EventStream's `readable`, or one from elsewhere): SSE_HEADERS
+ * and `headers`, the body noted so that a server may write it directly (lib/direct-body.ts).
+ */
+export function eventStreamResponse(
+  events: ReadableStream<Uint8Array>,
+  headers: Record<string, string> = {},
+): Response {
+  return withBody(new Response(events, { status: 200, headers: { ...SSE_HEADERS, ...headers } }), events);
+}
+
 /** What a send answers when it has nothing to wait for. */
 const SENT: Promise<void> = Promise.resolve();
 
@@ -30,11 +42,21 @@ const QUEUE_EVENTS = 64;
 /** The most bytes one chunk of events written in parts holds. */
 const PARTS_CHUNK_BYTES = 64 * 1024;
 
-export class EventStream implements EventSink {
+export class EventStream implements EventSink, DirectBody {
   readonly readable: ReadableStream<Uint8Array>;
   // A readable stream fed directly, not the readable side of a TransformStream: a run's stream is
   // made per request, and a writable side and a transform in between cost more than its events.
+  // It queues nothing itself (a high-water mark of 0): what is written waits in #held until a read
+  // asks for it, so that a server can still take the bytes past it (writeTo) until it is read.
   #controller!: ReadableStreamDefaultController<Uint8Array>;
+  /** Bytes written and not handed on yet: before anything reads them, or while the reader is behind. */
+  #held: Uint8Array[] = [];
+  /** Whether a read of `readable` waits for bytes. */
+  #asked = false;
+  /** The server's sink, once it took the bytes past `readable` (writeTo). */
+  #sink: ByteSink | null = null;
+  /** Whether the sink asked to wait for room. */
+  #full = false;
   readonly #stallMs: number;
   readonly #slices: Slices;
   /** Called when the client makes room in a full queue (or leaves), while the engine waits for it. */
@@ -56,15 +78,13 @@ export class EventStream implements EventSink {
         start: (controller) => {
           this.#controller = controller;
         },
-        pull: () => this.#madeRoom(),
+        pull: () => this.#pulled(),
         // The client cancelled (disconnected): from then on, events are dropped.
-        cancel: () => {
-          this.#detached = true;
-          this.#madeRoom();
-        },
+        cancel: () => this.#leave(),
       },
-      new CountQueuingStrategy({ highWaterMark: QUEUE_EVENTS }),
+      { highWaterMark: 0 },
     );
+    offerDirect(this.readable, this);
   }
 
   /** Whether the client is gone. */
@@ -115,32 +135,94 @@ export class EventStream implements EventSink {
     if (this.#closed) return;
     if (this.#done) await this.#write(encoder.encode('event: done\ndata: [DONE]\n\n'));
     this.#closed = true;
-    if (this.#detached) return;
-    try {
-      this.#controller.close();
-    } catch {
-      this.#detached = true;
-    }
+    this.#end();
   }
 
-  /** Enqueues `bytes` at once when the queue has room (the usual case, on every event), else once the client makes some. */
+  /**
+   * On Node, the server writes the events straight to its answer (runtime/node/server.ts): what
+   * was written before it asked, then each send as it comes, with the same bound on a slow client
+   * (the sink's own buffer, then `stallMs` to make room).
+   */
+  writeTo(sink: ByteSink): SinkEvents {
+    if (this.#sink !== null || this.readable.locked) throw new Error('the event stream is read already');
+    this.#sink = sink;
+    const held = this.#held;
+    this.#held = [];
+    if (!this.#detached) for (const bytes of held) this.#put(bytes);
+    if (this.#closed) this.#end();
+    this.#madeRoom();
+    return {
+      room: () => {
+        this.#full = false;
+        this.#madeRoom();
+      },
+      gone: () => this.#leave(),
+    };
+  }
+
+  /** Writes `bytes` at once when there is room (the usual case, on every event), else once the client makes some. */
   #write(bytes: Uint8Array): Promise<void> {
     if (this.#detached) return SENT;
-    const room = this.#controller.desiredSize;
-    if (room === null || room <= 0) return this.#writeWhenRoom(bytes);
-    this.#enqueue(bytes);
+    if (!this.#hasRoom()) return this.#writeWhenRoom(bytes);
+    this.#put(bytes);
     return SENT;
+  }
+
+  #hasRoom(): boolean {
+    return this.#sink === null ? this.#asked || this.#held.length < QUEUE_EVENTS : !this.#full;
+  }
+
+  /** Hands `bytes` on: to the sink, to a read that waits for them, or to #held until one asks. */
+  #put(bytes: Uint8Array): void {
+    if (this.#sink !== null) {
+      try {
+        if (!this.#sink.write(bytes)) this.#full = true;
+      } catch {
+        this.#detached = true;
+      }
+    } else if (this.#asked) {
+      this.#asked = false;
+      this.#enqueue(bytes);
+    } else {
+      this.#held.push(bytes);
+    }
   }
 
   async #writeWhenRoom(bytes: Uint8Array): Promise<void> {
     if (!(await this.#roomWithin(this.#stallMs))) {
       if (this.#detached) return;
       this.#detached = true;
-      // Errors the stream: the response ends, cut, as if the client had left.
-      this.#controller.error(new Error('the client stopped reading the stream'));
+      // The response ends, cut, as if the client had left.
+      const error = new Error('the client stopped reading the stream');
+      if (this.#sink === null) this.#controller.error(error);
+      else this.#sink.destroy(error);
       return;
     }
-    this.#enqueue(bytes);
+    this.#put(bytes);
+  }
+
+  /** A read of `readable` asks for bytes: what is held, if any, else the next written. */
+  #pulled(): void {
+    if (this.#held.length === 0) {
+      this.#asked = true;
+      return;
+    }
+    const held = this.#held;
+    this.#held = [];
+    for (const bytes of held) this.#enqueue(bytes);
+    if (this.#closed) this.#end();
+    this.#madeRoom();
+  }
+
+  /** Ends the body once closed, when everything written has been handed on. */
+  #end(): void {
+    if (this.#detached || (this.#sink === null && this.#held.length > 0)) return;
+    try {
+      if (this.#sink === null) this.#controller.close();
+      else this.#sink.end();
+    } catch {
+      this.#detached = true;
+    }
   }
 
   #enqueue(bytes: Uint8Array): void {
@@ -151,13 +233,18 @@ export class EventStream implements EventSink {
     }
   }
 
+  #leave(): void {
+    this.#detached = true;
+    this.#madeRoom();
+  }
+
   #madeRoom(): void {
     const roomMade = this.#roomMade;
     this.#roomMade = null;
     roomMade?.();
   }
 
-  /** Whether the client made room in the queue within `ms` (false if it left). */
+  /** Whether the client made room within `ms` (false if it left). */
   async #roomWithin(ms: number): Promise<boolean> {
     let cancel: (() => void) | undefined;
     const made = await new Promise<boolean>((resolve) => {
