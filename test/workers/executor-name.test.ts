@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { newId } from '../../../src/lib/ids';
-import { executorName } from '../../../src/runtime/workers/run-host';
+import { newId } from '../../src/lib/ids';
+import { executorName } from '../../src/runtime/workers/run-host';
 
 /**
  * Which RunExecutor object a run executes in (runtime/workers/run-host.ts): one of the pool,
