@@ -22,8 +22,9 @@ import type { RunExecutorRpc, Written } from './run-host';
  */
 export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
   /**
-   * Executions in this instance (they never reject): one, or two for a moment when tool outputs
-   * continue the run just as its previous turn ends.
+   * Executions in this instance (they never reject): the runs it was handed that have not ended,
+   * among them perhaps one run's two turns for a moment, when tool outputs continue it just as its
+   * previous turn ends.
    */
   readonly #executions = new Set<Promise<void>>();
 
@@ -85,10 +86,13 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
    * the next alarm waits for them.
    */
   override async alarm(): Promise<void> {
-    // (No call is delivered while storage is written, so none can start a run in between.)
-    if (await othersRemain(this.#executions)) await this.ctx.storage.setAlarm(Date.now());
-    // Nothing is kept once the runs have ended: an object with empty storage costs nothing.
-    else await this.ctx.storage.deleteAll();
+    if (!(await othersRemain(this.#executions))) {
+      // Nothing is kept once the runs have ended: an object with empty storage costs nothing.
+      await this.ctx.storage.deleteAll();
+      // A run handed over meanwhile may have set its alarm just before the deleteAll removed it.
+      if (this.#executions.size === 0) return;
+    }
+    await this.ctx.storage.setAlarm(Date.now());
   }
 
   /** The deps, and the alarm that keeps this object alive while the run executes. */
