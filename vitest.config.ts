@@ -98,6 +98,8 @@ export default defineConfig({
               // Isolates hand their metrics to the aggregate a tenth of a second apart, not ten
               // (test/workers/metrics.test.ts waits for a run's figures to arrive).
               GATEWAY_METRICS_HANDOFF_MS: '100',
+              // Every file's runs take turns at two executor objects (run-host.ts), many at once.
+              GATEWAY_RUN_EXECUTORS: '2',
               // The search store of global-setup.ts (3 chunks) gets a vector index on the cron.
               GATEWAY_VECTOR_INDEX_MIN_CHUNKS: '3',
               // `gateway sandbox` of global-setup.ts, where this host has one: code_interpreter in

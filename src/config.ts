@@ -233,6 +233,12 @@ export const configSchema = z
      */
     GATEWAY_RATE_LIMIT_STORE: z.enum(['durable-object', 'libsql']).optional(),
     /**
+     * Workers only: how many Durable Objects execute runs, each run in the one its id hashes to
+     * (runtime/workers/run-host.ts), so that an object serves run after run rather than being
+     * created for each; 0: an object of its own for every run.
+     */
+    GATEWAY_RUN_EXECUTORS: z.coerce.number().int().min(0).max(4096).default(32),
+    /**
      * Node's HTTP server: a client must send a request's headers within the first, and the whole
      * request (headers and body) within the second; connections beyond the third are refused.
      */

@@ -28,19 +28,24 @@ export type { Env } from './runtime/workers/deps';
 
 let built: Promise<{ app: App; metrics: WorkerDeps['metrics'] }> | undefined;
 let reportedMissing = false;
+/** The bindings last found complete: workerd hands every request of an isolate the same object, checked once. */
+let complete: Env | undefined;
 
 /** A cron invocation's share for index maintenance: well within a scheduled handler's limits. */
 const INDEX_BUDGET_MS = 20_000;
 
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
-    const missing = missingConfiguration(env);
-    if (missing.length > 0) {
-      const error = missingConfigurationError(missing);
-      // Once per isolate in the log; every answer says it.
-      if (!reportedMissing) startupFailed(env, error);
-      reportedMissing = true;
-      return misconfigured(request, error);
+    if (env !== complete) {
+      const missing = missingConfiguration(env);
+      if (missing.length > 0) {
+        const error = missingConfigurationError(missing);
+        // Once per isolate in the log; every answer says it.
+        if (!reportedMissing) startupFailed(env, error);
+        reportedMissing = true;
+        return misconfigured(request, error);
+      }
+      complete = env;
     }
     let app: App, metrics: WorkerDeps['metrics'];
     try {

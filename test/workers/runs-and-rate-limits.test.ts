@@ -6,6 +6,8 @@ import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { errorOf, json } from '../support/envelope';
 import { freshGate, remoteGate } from '../support/gates';
 import { fakeProviderKey, gatewayClient } from './gateway-client';
+import { executorName } from '../../src/runtime/workers/run-host';
+import { othersRemain } from '../../src/runtime/workers/run-executor';
 
 /**
  * Runs and rate limits inside workerd, as on Cloudflare: the Worker entry, its Durable Objects
@@ -62,8 +64,9 @@ async function answerOf(threadId: string, runId: string): Promise<string> {
   return list.data[0].content[0].text.value;
 }
 
-/** The RunExecutor object named after a run: where it executes, rather than in a request's waitUntil. */
-const executorOf = (runId: string) => env.RUN_EXECUTOR.idFromName(runId).toString();
+/** The RunExecutor object of a run: where it executes, rather than in a request's waitUntil. */
+const executorOf = (runId: string) =>
+  env.RUN_EXECUTOR.idFromName(executorName(runId, Number(env.GATEWAY_RUN_EXECUTORS))).toString();
 const executorIds = async () => (await listDurableObjectIds(env.RUN_EXECUTOR)).map((id) => id.toString());
 
 /** Reads a run until it has `status`, or a deadline passes (then the caller's assertion fails). */
@@ -127,6 +130,40 @@ describe('runs on workerd', () => {
     expect(run).toMatchObject({ status: 'completed', usage: { completion_tokens: 4 } });
     expect(await answerOf(run.thread_id, run.id)).toBe('Polled to the end');
     expect(await executorIds()).toContain(executorOf(run.id));
+  });
+
+  it('executes runs in GATEWAY_RUN_EXECUTORS objects, not in an object of their own each', async () => {
+    const runs = await Promise.all(
+      ['One', 'Two', 'Three', 'Four'].map((text) =>
+        openai.beta.threads.createAndRunPoll(
+          { assistant_id: assistantId, thread: ask(text, { reply: `${text} done`, chunk_delay_ms: 5 }) },
+          { pollIntervalMs: 50 },
+        ),
+      ),
+    );
+    const pool = Array.from({ length: Number(env.GATEWAY_RUN_EXECUTORS) }, (_, i) =>
+      env.RUN_EXECUTOR.idFromName(`executor-${i}`).toString(),
+    );
+    for (const run of runs) {
+      expect(run.status).toBe('completed');
+      expect(pool).toContain(executorOf(run.id));
+    }
+    // Every object the namespace ever had is one of the pool's (this file's runs and the others').
+    expect((await executorIds()).filter((id) => !pool.includes(id))).toEqual([]);
+  });
+
+  it('an executor’s alarm waits for the runs under way when it started, not for those handed over since', async () => {
+    const executions = new Set<Promise<void>>();
+    let endFirst = () => {};
+    const first = new Promise<void>((resolve) => (endFirst = resolve));
+    executions.add(first);
+    const answer = othersRemain(executions);
+    // A run handed over while the alarm waits, still executing when the first ends.
+    executions.add(new Promise<void>(() => {}));
+    executions.delete(first);
+    endFirst();
+    expect(await answer).toBe(true);
+    expect(await othersRemain(new Set())).toBe(false);
   });
 
   it('finishes and stores a streamed run whose client disconnected after the first delta', async () => {

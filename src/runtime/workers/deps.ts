@@ -52,7 +52,7 @@ export type SharedEnv = { [Name in keyof Config]?: string } & {
 /** The gateway Worker's bindings: also the run executors and the ingestion queue. */
 export type Env = SharedEnv & {
   RATE_LIMIT_COUNTER: DurableObjectNamespace<RateLimitCounter>;
-  /** Where runs execute, one object per run (run-executor.ts). */
+  /** Where runs execute, GATEWAY_RUN_EXECUTORS objects taking turns (run-host.ts, run-executor.ts). */
   RUN_EXECUTOR: DurableObjectNamespace<RunExecutorRpc>;
   /**
    * Where files added to vector stores are announced to the ingest Worker (ingest-queue.ts). A
@@ -113,7 +113,7 @@ export async function createWorkerDeps(env: Env): Promise<WorkerDeps> {
   shared.metrics.onScrape(readIngestionQueue(shared.db));
   return {
     ...shared,
-    runHost: workersRunHost(env.RUN_EXECUTOR, shared.log),
+    runHost: workersRunHost(env.RUN_EXECUTOR, shared.log, shared.config.GATEWAY_RUN_EXECUTORS),
     ingestion: env.INGEST_QUEUE ? queueIngestionHost(env.INGEST_QUEUE, shared.log) : null,
     openApiDocument: assetsDocument(env.ASSETS, '/openapi.json'),
     staticAsset: (name) => assetsFile(env.ASSETS, `/${encodeURIComponent(name)}`),

@@ -6,10 +6,11 @@ import { workerDeps, type Env, type WorkerDeps } from './deps';
 import type { RunExecutorRpc, Written } from './run-host';
 
 /**
- * Where runs execute on Workers (runtime/workers/run-host.ts): one object per run, named by the run's id.
+ * Where runs execute on Workers (runtime/workers/run-host.ts): one of GATEWAY_RUN_EXECUTORS objects,
+ * each executing the runs whose ids it is named by, one after another or together.
  *
  * The object starts executing at once, in the call that hands it the run, and sets an alarm for
- * now whose handler waits for the execution to end: an object is kept in memory while an event
+ * now whose handler waits for the executions to end: an object is kept in memory while an event
  * (the alarm) is in progress, for up to 15 minutes of wall time, longer than a run lives
  * (GATEWAY_RUN_EXPIRES_AFTER_SECONDS, 10 minutes by default). A streamed run answers its event
  * stream from here, the call in progress while the stream is read; only when the reader goes away
@@ -17,12 +18,13 @@ import type { RunExecutorRpc, Written } from './run-host';
  *
  * At most once: an alarm that finds no execution in memory (the object was restarted mid-run)
  * does not execute the run again, which would call the provider a second time; the run's lease
- * runs out instead and the cron sweep fails it, as on Node.
+ * runs out instead and the cron sweep fails it, as on Node (every run the object executed).
  */
 export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
   /**
-   * Executions in this instance (they never reject): one, or two for a moment when tool outputs
-   * continue the run just as its previous turn ends.
+   * Executions in this instance (they never reject): the runs it was handed that have not ended,
+   * among them perhaps one run's two turns for a moment, when tool outputs continue it just as its
+   * previous turn ends.
    */
   readonly #executions = new Set<Promise<void>>();
 
@@ -53,7 +55,7 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     // built in JavaScript (the event stream's own) would never learn of it, and the run would
     // stall once its queue filled (test/workers/runs-and-rate-limits.test.ts, the client that disconnects).
     const { readable: wire, writable } = new IdentityTransformStream();
-    const keepAlive = () => (ended ? undefined : this.ctx.storage.setAlarm(Date.now()));
+    const keepAlive = () => (ended ? undefined : this.#keepAlive());
     // The reader left, or the stream ended before the run's last writes: the run carries on, detached.
     readable
       .pipeTo(writable)
@@ -78,18 +80,34 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     (await workerDeps(this.env)).executions.cancel(runId);
   }
 
+  /**
+   * Waits for the executions under way when it starts, not for those handed over meanwhile: the
+   * object's runs may follow one another for longer than an alarm may last. Should some remain,
+   * the next alarm waits for them.
+   */
   override async alarm(): Promise<void> {
-    while (this.#executions.size > 0) await Promise.all(this.#executions);
-    // Nothing is kept once the run has ended: an object with empty storage costs nothing. (No
-    // call is delivered while storage is written, so none can start a run in between.)
-    await this.ctx.storage.deleteAll();
+    if (!(await othersRemain(this.#executions))) {
+      // Nothing is kept once the runs have ended: an object with empty storage costs nothing.
+      await this.ctx.storage.deleteAll();
+      // A run handed over meanwhile may have set its alarm just before the deleteAll removed it.
+      if (this.#executions.size === 0) return;
+    }
+    await this.ctx.storage.setAlarm(Date.now());
   }
 
   /** The deps, and the alarm that keeps this object alive while the run executes. */
   async #take() {
     const deps = await workerDeps(this.env);
-    await this.ctx.storage.setAlarm(Date.now());
+    await this.#keepAlive();
     return deps;
+  }
+
+  /**
+   * The alarm, unless one is set already, whose handler will wait for this run too: set again
+   * before it went off, it made workerd log that the alarm it ran was not the one stored.
+   */
+  async #keepAlive() {
+    if ((await this.ctx.storage.getAlarm()) === null) await this.ctx.storage.setAlarm(Date.now());
   }
 
   /** Keeps `execution` until it ends; then what it recorded (its run's end, tokens, calls) goes to the metrics' aggregate. */
@@ -100,6 +118,15 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
       deps.metrics.handOffSoon((promise) => this.ctx.waitUntil(promise));
     });
   }
+}
+
+/**
+ * Waits for the executions in `executions` now; answers whether others, added meanwhile, remain
+ * (RunExecutor's alarm).
+ */
+export async function othersRemain(executions: ReadonlySet<Promise<void>>): Promise<boolean> {
+  await Promise.all(executions);
+  return executions.size > 0;
 }
 
 /**

@@ -24,12 +24,19 @@ export interface RunExecutorRpc extends Rpc.DurableObjectBranded {
 export type Written = () => Promise<boolean>;
 
 /**
- * Runs execute in Durable Objects, one per run, named by the run's id (a run continued by tool
- * outputs comes back to the same one): a Worker's `waitUntil` ends 30 seconds after its response
- * or its client's disconnect, too short for a run that takes minutes.
+ * Runs execute in Durable Objects: a Worker's `waitUntil` ends 30 seconds after its response or its
+ * client's disconnect, too short for a run that takes minutes. `executors` objects take turns at
+ * them, each run in the one its id names (executorName), so that a cancel and a run continued by
+ * tool outputs come back to the same one; an object serves run after run, where creating one (and
+ * opening its storage) for each was a fifth of workerd's CPU per streamed run (bench:worker under
+ * perf). 0: an object of its own for every run.
  */
-export function workersRunHost(namespace: DurableObjectNamespace<RunExecutorRpc>, log: Logger): RunHost {
-  const executor = (runId: string) => namespace.get(namespace.idFromName(runId));
+export function workersRunHost(
+  namespace: DurableObjectNamespace<RunExecutorRpc>,
+  log: Logger,
+  executors: number,
+): RunHost {
+  const executor = (runId: string) => namespace.get(namespace.idFromName(executorName(runId, executors)));
 
   /**
    * A call to the executor that the request does not wait for (the object outlives the request):
@@ -81,4 +88,15 @@ function asked(written: Promise<unknown> | undefined): Written | undefined {
         () => false,
       ))
   );
+}
+
+/**
+ * The name of the executor object of the run `runId` among `executors` (its id's FNV-1a hash,
+ * modulo their number): the same for every request about the run. 0 executors: the run's own.
+ */
+export function executorName(runId: string, executors: number): string {
+  if (executors === 0) return runId;
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < runId.length; i++) hash = Math.imul(hash ^ runId.charCodeAt(i), 0x01000193);
+  return `executor-${(hash >>> 0) % executors}`;
 }
