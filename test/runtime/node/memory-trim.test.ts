@@ -79,6 +79,24 @@ describe('trimMemoryWhenIdle', () => {
     }
   });
 
+  it('holds a trim back while background work runs, and makes its second collection once it is over', async () => {
+    const state = { requests: 0, busy: false };
+    const { reports, stop } = watch(state);
+    try {
+      // Between the first collection (the 5th quiet look) and the second (the 25th): a periodic
+      // sweep, which is no request.
+      await sleep(250);
+      state.busy = true;
+      await sleep(300);
+      expect(reports).toEqual([]);
+      state.busy = false;
+      await expect.poll(() => reports.length, { timeout: 2_000, interval: 5 }).toBe(1);
+      expect(defined(reports[0]).collections).toBe(2);
+    } finally {
+      stop();
+    }
+  });
+
   it('trims only once the heap has grown by the given amount since the last trim', async () => {
     const state = { requests: 0, busy: false };
     const { reports, stop } = watch(state, 64 * 1024 * 1024);
