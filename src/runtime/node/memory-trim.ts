@@ -66,6 +66,7 @@ export function trimMemoryWhenIdle(options: MemoryTrimOptions): () => void {
   const settleChecks = Math.max(1, Math.round((options.settleMs ?? 6_000) / checkMs));
   const growthBytes = options.growthBytes ?? 16 * 1024 * 1024;
 
+  /** The heap's size after the last whole trim (both collections), which growth is counted from. */
   let baseline = options.firstBaselineBytes ?? heapBytes();
   let lastActivity = options.activity();
   let quietChecks = 0;
@@ -103,7 +104,11 @@ export function trimMemoryWhenIdle(options: MemoryTrimOptions): () => void {
 
   function finish(report: TrimReport) {
     report.heapBytesAfter = heapBytes();
-    baseline = report.heapBytesAfter;
+    // A trim that a request cut after its first collection has not shrunk the young generation
+    // (16 MB of a heap of 40): counted from there, the next burst had to grow the heap by
+    // growthBytes more before any trim, and a gateway whose start-up trim was cut by its first
+    // requests never gave back what a burst grew. Its growth still counts from the last whole trim.
+    if (report.collections === 2) baseline = report.heapBytesAfter;
     trim = null;
     options.trimmed?.(report);
   }

@@ -97,6 +97,25 @@ describe('trimMemoryWhenIdle', () => {
     }
   });
 
+  it('counts growth from the last whole trim, not from one a request cut', async () => {
+    // More than the heap could grow by in the time looked at, less than it holds.
+    const growthBytes = getHeapStatistics().total_heap_size / 2;
+    const state = { requests: 0, busy: false };
+    const { reports, stop } = watch(state, growthBytes, 0);
+    try {
+      // The first trim (from a baseline of 0, as at start-up), cut between its collections.
+      await sleep(250);
+      state.requests++;
+      await expect.poll(() => reports.length, { timeout: 2_000, interval: 5 }).toBe(1);
+      expect(defined(reports[0]).collections).toBe(1);
+      // The next quiet trims again, although the heap has not grown since the cut one.
+      await expect.poll(() => reports.length, { timeout: 3_000, interval: 10 }).toBe(2);
+      expect(defined(reports[1]).collections).toBe(2);
+    } finally {
+      stop();
+    }
+  });
+
   it('trims only once the heap has grown by the given amount since the last trim', async () => {
     const state = { requests: 0, busy: false };
     const { reports, stop } = watch(state, 64 * 1024 * 1024);
