@@ -71,9 +71,18 @@ export class TextParts {
  * is slow, the collections of eight 4 MiB answers held the event loop for tens of ms each), and
  * already in the form the answer is written in (jsonParts). Each character is copied a few times
  * on its way in, and a million one-character deltas cost no more than their bytes.
+ *
+ * The bytes go into buffers of CHUNK_BYTES (the first ones smaller: a short answer's is not made
+ * to hold 64 KiB), each filled before the next is made: a buffer per stored run of pieces made a
+ * 1 MB answer a thousand buffers of 1 KiB, each an allocation of its own that outlived the
+ * scavenges of the answer's time in flight, to be freed by a full collection only, among the
+ * allocator's other small blocks.
  */
 export class TextBuilder {
+  /** The full buffers, then the one being filled (`#filled` bytes of it). */
   #chunks: Uint8Array[] = [];
+  #filled = 0;
+  #storedBytes = 0;
   #pending: string[] = [];
   #pendingLength = 0;
 
@@ -95,24 +104,61 @@ export class TextBuilder {
    */
   jsonParts(): readonly (string | Uint8Array)[] {
     const pending = this.#pending.join('');
-    return pending === '' ? [...this.#chunks] : [...this.#chunks, JSON.stringify(pending).slice(1, -1)];
+    const stored = this.#stored();
+    return pending === '' ? stored : [...stored, JSON.stringify(pending).slice(1, -1)];
   }
 
   toString(): string {
     const pending = this.#pending.join('');
     if (this.#chunks.length === 0) return pending;
-    const stored = this.#chunks.map((chunk) => decoder.decode(chunk)).join('');
+    const stored = this.#stored()
+      .map((chunk) => decoder.decode(chunk))
+      .join('');
     return JSON.parse(`"${stored}${JSON.stringify(pending).slice(1, -1)}"`);
+  }
+
+  /** The stored bytes: the full buffers and what the last one holds so far. */
+  #stored(): Uint8Array[] {
+    const last = this.#chunks.length - 1;
+    return this.#chunks.map((chunk, i) => (i === last ? chunk.subarray(0, this.#filled) : chunk));
   }
 
   /** Stores the pending pieces, but for a high surrogate at their end, which waits for its low half. */
   #store(): void {
     const [text, carry] = cutTrailingHalf(this.#pending.join(''));
-    if (text !== '') this.#chunks.push(encoder.encode(JSON.stringify(text).slice(1, -1)));
+    if (text !== '') this.#write(JSON.stringify(text).slice(1, -1));
     this.#pending = carry === '' ? [] : [carry];
     this.#pendingLength = carry.length;
   }
+
+  /** `escaped`'s UTF-8 bytes after the stored ones, in new buffers as each fills (never half a character in one). */
+  #write(escaped: string): void {
+    let rest = escaped;
+    for (;;) {
+      const last = this.#chunks.length - 1;
+      const chunk = this.#chunks[last];
+      if (chunk) {
+        const { read, written } = encoder.encodeInto(rest, chunk.subarray(this.#filled));
+        this.#filled += written;
+        this.#storedBytes += written;
+        rest = rest.slice(read);
+        if (rest === '') return;
+        // Full, but for the few bytes a character did not fit in.
+        this.#chunks[last] = chunk.subarray(0, this.#filled);
+      }
+      // Twice the bytes stored so far, at least the rest's (UTF-8 takes at most 3 bytes a UTF-16
+      // unit) and FIRST_CHUNK_BYTES, at most CHUNK_BYTES.
+      const size = Math.min(CHUNK_BYTES, Math.max(2 * this.#storedBytes, 3 * rest.length, FIRST_CHUNK_BYTES));
+      this.#chunks.push(new Uint8Array(size));
+      this.#filled = 0;
+    }
+  }
 }
+
+/** The size of the buffers a TextBuilder stores a long text in. */
+const CHUNK_BYTES = 64 * 1024;
+/** The size of its first buffer, at least. */
+const FIRST_CHUNK_BYTES = 4 * 1024;
 
 /** `text` without the high surrogate that ends it (a pair's first half), and that surrogate, or ''. */
 function cutTrailingHalf(text: string): [text: string, half: string] {

@@ -23,7 +23,7 @@ import { runInNewContext } from 'node:vm';
  *   would still count the burst's last allocations and leave the young generation as it is.
  *
  * Each collection holds the event loop for about 25 ms with a heap of 100 MB, which is why they
- * wait for quiet; a request that arrives in between ends the trim.
+ * wait for quiet; a request that arrives in between ends the trim, work in flight only delays it.
  */
 
 export interface MemoryTrimOptions {
@@ -32,7 +32,8 @@ export interface MemoryTrimOptions {
   /**
    * True while work is in flight: an answer still being written (a download read slowly, an event
    * stream: a collection would hold it up 25 to 150 ms), or background work (a run without its
-   * client, an ingestion).
+   * client, an ingestion, a sweep). No collection is made meanwhile; unlike a request, it neither
+   * restarts the count of quiet looks nor ends a trim under way, which go on once it is over.
    */
   busy: () => boolean;
   /** Called after each trim, with the heap's committed size before and after. */
@@ -65,6 +66,7 @@ export function trimMemoryWhenIdle(options: MemoryTrimOptions): () => void {
   const settleChecks = Math.max(1, Math.round((options.settleMs ?? 6_000) / checkMs));
   const growthBytes = options.growthBytes ?? 16 * 1024 * 1024;
 
+  /** The heap's size after the last whole trim (both collections), which growth is counted from. */
   let baseline = options.firstBaselineBytes ?? heapBytes();
   let lastActivity = options.activity();
   let quietChecks = 0;
@@ -73,12 +75,15 @@ export function trimMemoryWhenIdle(options: MemoryTrimOptions): () => void {
 
   const timer = setInterval(() => {
     const activity = options.activity();
-    if (activity !== lastActivity || options.busy()) {
+    if (activity !== lastActivity) {
       lastActivity = activity;
       quietChecks = 0;
       if (trim) finish(trim.report);
       return;
     }
+    // Work in flight holds the collections back without ending the quiet: the periodic sweeps
+    // (every 15 s, a few ms each) would otherwise cut most trims after their first collection.
+    if (options.busy()) return;
     quietChecks++;
     if (trim) {
       if (quietChecks < trim.secondAt) return;
@@ -99,7 +104,11 @@ export function trimMemoryWhenIdle(options: MemoryTrimOptions): () => void {
 
   function finish(report: TrimReport) {
     report.heapBytesAfter = heapBytes();
-    baseline = report.heapBytesAfter;
+    // A trim that a request cut after its first collection has not shrunk the young generation
+    // (16 MB of a heap of 40): counted from there, the next burst had to grow the heap by
+    // growthBytes more before any trim, and a gateway whose start-up trim was cut by its first
+    // requests never gave back what a burst grew. Its growth still counts from the last whole trim.
+    if (report.collections === 2) baseline = report.heapBytesAfter;
     trim = null;
     options.trimmed?.(report);
   }
