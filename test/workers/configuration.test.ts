@@ -36,7 +36,9 @@ describe('a Worker missing required configuration', () => {
 
   it('refuses a WebSocket LIBSQL_URL at start, asking for its HTTP URL', async () => {
     // The isolate's deps, as the entry builds them (which keeps the first app it built, perhaps another test file's).
-    await expect(createSharedDeps({ ...env, LIBSQL_URL: 'wss://db.example.com' }, () => unservedMetrics)).rejects.toThrow(
+    await expect(
+      createSharedDeps({ ...env, LIBSQL_URL: 'wss://db.example.com' }, () => unservedMetrics),
+    ).rejects.toThrow(
       new ConfigurationError(
         "LIBSQL_URL is a WebSocket URL (wss://…): on Workers, give the database's libsql://, https:// or http:// URL.",
       ),
