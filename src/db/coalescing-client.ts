@@ -114,11 +114,13 @@ export class CoalescingClient extends WrappedClient implements ReadsCarrier {
     reads.forEach((read, index) => {
       const result = results[index];
       if (result) read.resolve(result);
-      else read.reject(new Error(`the database answered ${results.length} results to a batch with ${reads.length} reads`));
+      else
+        read.reject(new Error(`the database answered ${results.length} results to a batch with ${reads.length} reads`));
     });
     const own = results.slice(reads.length);
     if (own.length === carrier.statements.length) carrier.resolve(own);
-    else carrier.reject(new Error(`the database answered ${own.length} results to ${carrier.statements.length} writes`));
+    else
+      carrier.reject(new Error(`the database answered ${own.length} results to ${carrier.statements.length} writes`));
   }
 
   async #sendAlone(read: PendingRead): Promise<void> {

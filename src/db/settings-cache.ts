@@ -277,7 +277,10 @@ export class ProvisionalSettings extends Settings {
     if (this.#current) return super.assistant(workspaceId, id);
     const row = await this.loaders.assistant(workspaceId, id);
     void this.holds().then(
-      (holds) => holds && this.generation !== null && this.shelves.assistants.keep(this.generation, assistantKey(workspaceId, id), row),
+      (holds) =>
+        holds &&
+        this.generation !== null &&
+        this.shelves.assistants.keep(this.generation, assistantKey(workspaceId, id), row),
       () => undefined,
     );
     return row;

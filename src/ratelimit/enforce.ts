@@ -129,7 +129,8 @@ export async function admitWithoutTokens(
 ): Promise<Admission | null> {
   const index = deps.policyCache.peek(attributes.workspace_id, settingsGeneration);
   if (!index) return null;
-  if (index.size > 0 && index.match(attributeValues(attributes)).some((policy) => policy.type === 'tokens')) return null;
+  if (index.size > 0 && index.match(attributeValues(attributes)).some((policy) => policy.type === 'tokens'))
+    return null;
   return admitRequest(deps, attributes, { reservation: 0, baseTokens: 0 }, settingsGeneration);
 }
 
@@ -138,7 +139,11 @@ export async function admitWithoutTokens(
  * found the request could not be made as admitted, and it is made again from the start): each
  * requests counter's unit and its tokens' reservation. A failure is logged, as settleTokens does.
  */
-export async function giveBack(deps: Pick<RateLimitDeps, 'now' | 'counters' | 'log'>, admission: Admission, workspaceId: string): Promise<void> {
+export async function giveBack(
+  deps: Pick<RateLimitDeps, 'now' | 'counters' | 'log'>,
+  admission: Admission,
+  workspaceId: string,
+): Promise<void> {
   await settleTokens(deps, admission.ticket, 0);
   if (!admission.counted?.length) return;
   try {

@@ -245,20 +245,33 @@ async function runInOneTrip(
   let prepared: { settings: RunSettings; virtualKey: VirtualKey; messages: MessageRow[]; at: number } | undefined;
   try {
     const settings = runSettings(assistant, body);
-    const virtualKey = snapshot.keptVirtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: settings.model });
+    const virtualKey = snapshot.keptVirtualKey(actor.workspaceId, {
+      slug: actor.virtualKeySlug,
+      model: settings.model,
+    });
     if (!virtualKey) return null;
     await checkSandbox(deps.sandbox, settings.tools, {
       assistantId: assistant.id,
       toolsFromRequest: body.tools !== undefined && body.tools !== null,
     });
     const at = deps.now();
-    prepared = { settings, virtualKey, messages: await clientMessages(deps, actor, thread, inputs, 'additional_messages', at), at };
+    prepared = {
+      settings,
+      virtualKey,
+      messages: await clientMessages(deps, actor, thread, inputs, 'additional_messages', at),
+      at,
+    };
   } catch {
     // Its error comes from createRun, after the thread's (a missing thread is a 404 before a bad setting's 400).
     return null;
   }
   const { settings, virtualKey, messages, at } = prepared;
-  const run = newRun(settings, { thread, assistantId: assistant.id, virtualKey, apiKeyId: actor.apiKeyId }, deps.config, at);
+  const run = newRun(
+    settings,
+    { thread, assistantId: assistant.id, virtualKey, apiKeyId: actor.apiKeyId },
+    deps.config,
+    at,
+  );
   let admission: Admission | null;
   try {
     admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);

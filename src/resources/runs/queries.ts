@@ -27,7 +27,14 @@ import type { RunRow, TokenTicket } from '../../db/schema';
 import type { ToolCallsDetails } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 import { GENERATION_MOVED } from '../../db/settings-cache';
-import { threadHeld, threadIdle, threadRows, type HoldingRun, type MessageRow, type ThreadRow } from '../threads/queries';
+import {
+  threadHeld,
+  threadIdle,
+  threadRows,
+  type HoldingRun,
+  type MessageRow,
+  type ThreadRow,
+} from '../threads/queries';
 
 /**
  * Runs and run steps: their queries (their JSON is resources/runs/wire.ts). The engine (resources/runs/execution/engine.ts)
