@@ -89,12 +89,7 @@ export class CoalescingClient extends WrappedClient implements ReadsCarrier {
       await Promise.all(reads.map((read) => this.#sendAlone(read)));
       return;
     }
-    reads.forEach((read, index) => {
-      const result = results[index];
-      if (result) read.resolve(result);
-      else
-        read.reject(new Error(`the database answered ${results.length} results to a batch of ${reads.length} reads`));
-    });
+    answer(reads, results);
   }
 
   /** The reads and, after them, the carrier's statements: one batch, one write transaction. */
@@ -111,12 +106,7 @@ export class CoalescingClient extends WrappedClient implements ReadsCarrier {
       await Promise.all(reads.map((read) => this.#sendAlone(read)));
       return;
     }
-    reads.forEach((read, index) => {
-      const result = results[index];
-      if (result) read.resolve(result);
-      else
-        read.reject(new Error(`the database answered ${results.length} results to a batch with ${reads.length} reads`));
-    });
+    answer(reads, results);
     const own = results.slice(reads.length);
     if (own.length === carrier.statements.length) carrier.resolve(own);
     else
@@ -130,6 +120,15 @@ export class CoalescingClient extends WrappedClient implements ReadsCarrier {
       read.reject(error);
     }
   }
+}
+
+/** Each read its result, the first `reads.length` of a batch's. */
+function answer(reads: PendingRead[], results: ResultSet[]): void {
+  reads.forEach((read, index) => {
+    const result = results[index];
+    if (result) read.resolve(result);
+    else read.reject(new Error(`the database answered ${results.length} results to a batch of ${reads.length} reads`));
+  });
 }
 
 /** How many turns of the microtask queue a read waits for companions (see #flushSoon). */
