@@ -1,10 +1,3 @@
-import {
-  createServer,
-  request as httpRequest,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +6,7 @@ import { startSqld, type RunningSqld } from '../scripts/sqld';
 import { migrateDatabase, openDatabase } from '../src/db/node';
 import { generateKeyBase64 } from '../src/lib/secrets';
 import { initialise } from '../src/resources/identities/organisations';
+import { DatabaseProxy } from '../test/support/database-proxy';
 import { fakeDirective } from '../test/support/fake-upstream';
 import { startGatewayProcess } from '../test/support/processes';
 import { startLocalWorker } from '../test/support/workerd';
@@ -26,7 +20,7 @@ import { post, readStream, required, round, startFakeProvider, summarise } from 
  * to the database is one round trip: a statement, a batch, or one step of a transaction.
  *
  * For each kind of request, BENCH_REPEATS (5) times one after another: the round trips it made
- * (counted until the database has been quiet for QUIET_MS, so that writes after the answer, such
+ * (counted until the database has been quiet for 400 ms, so that writes after the answer, such
  * as a run's last ones, count too), how many came before a streamed run's first token, its wall
  * time, and for streamed runs the first token's latency beyond the provider's own (the fake
  * provider called directly, the same answer). The SDK turn is an application's: with the official
@@ -41,8 +35,6 @@ const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const TARGETS = (process.env.BENCH_TARGETS ?? 'worker,node').split(',');
 /** BENCH_SHOW_STATEMENTS=1: each request's round trips with their statements, to see what they are. */
 const SHOW_STATEMENTS = process.env.BENCH_SHOW_STATEMENTS === '1';
-/** The database counts as done with a request once nothing has reached it for this long. */
-const QUIET_MS = 400;
 /**
  * BENCH_PROVIDER_FIRST_BYTE_MS (0): how long the fake provider waits before it answers, as a model
  * takes a few hundred ms to its first token; what the gateway does meanwhile (a run's commit)
@@ -54,102 +46,6 @@ const ANSWER = {
   ...(PROVIDER_FIRST_BYTE_MS > 0 ? { first_byte_delay_ms: PROVIDER_FIRST_BYTE_MS } : {}),
 };
 const content = `go\n${fakeDirective(ANSWER)}`;
-
-/** An HTTP proxy in front of sqld: holds each request `delayMs`, counts them. */
-class DatabaseProxy {
-  delayMs = 0;
-  count = 0;
-  /** Each round trip's statements (their SQL's start), kept while BENCH_SHOW_STATEMENTS is set. */
-  readonly statements: string[][] = [];
-  #inFlight = 0;
-  #lastActivity = performance.now();
-  /** The database's URL: set once it runs (the Worker's test harness starts its own). */
-  target: URL | undefined;
-  readonly #server: Server;
-
-  private constructor() {
-    this.#server = createServer((incoming, outgoing) => this.#forward(incoming, outgoing));
-  }
-
-  static async start(): Promise<DatabaseProxy & { url: string }> {
-    const proxy = new DatabaseProxy();
-    await new Promise<void>((resolve) => proxy.#server.listen(0, '127.0.0.1', resolve));
-    const address = proxy.#server.address();
-    if (typeof address !== 'object' || address === null) throw new Error('the proxy has no address');
-    return Object.assign(proxy, { url: `http://127.0.0.1:${address.port}` });
-  }
-
-  /** Resolves once no request is in flight and none has arrived for QUIET_MS. */
-  async quiet(): Promise<void> {
-    for (;;) {
-      const idle = performance.now() - this.#lastActivity;
-      if (this.#inFlight === 0 && idle >= QUIET_MS) return;
-      await new Promise((resolve) => setTimeout(resolve, Math.max(10, QUIET_MS - idle)));
-    }
-  }
-
-  close(): Promise<void> {
-    this.#server.closeAllConnections();
-    return new Promise((resolve) => this.#server.close(() => resolve()));
-  }
-
-  #forward(incoming: IncomingMessage, outgoing: ServerResponse) {
-    this.count++;
-    this.#inFlight++;
-    this.#lastActivity = performance.now();
-    const chunks: Buffer[] = [];
-    incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
-    incoming.on('end', () => {
-      if (SHOW_STATEMENTS) this.statements.push(statementsOf(Buffer.concat(chunks)));
-      setTimeout(() => {
-        const target = required(this.target, 'the database behind the proxy');
-        const upstream = httpRequest(
-          {
-            host: target.hostname,
-            port: target.port,
-            method: incoming.method,
-            path: incoming.url,
-            headers: { ...incoming.headers, host: target.host },
-          },
-          (answer) => {
-            outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
-            answer.pipe(outgoing);
-            answer.on('end', () => this.#done());
-          },
-        );
-        upstream.on('error', (error) => {
-          outgoing.destroy(error);
-          this.#done();
-        });
-        upstream.end(Buffer.concat(chunks));
-      }, this.delayMs);
-    });
-  }
-
-  #done() {
-    this.#inFlight--;
-    this.#lastActivity = performance.now();
-  }
-}
-
-/** The SQL (its first 80 characters) in a Hrana pipeline's body, whatever its nesting (execute, batch steps). */
-function statementsOf(body: Buffer): string[] {
-  const found: string[] = [];
-  const visit = (value: unknown): void => {
-    if (Array.isArray(value)) value.forEach(visit);
-    else if (typeof value === 'object' && value !== null)
-      for (const [key, inner] of Object.entries(value)) {
-        if (key === 'sql' && typeof inner === 'string') found.push(inner.replace(/\s+/g, ' ').slice(0, 80));
-        else visit(inner);
-      }
-  };
-  try {
-    visit(JSON.parse(body.toString('utf8')));
-  } catch {
-    found.push(`(${body.length} bytes, not JSON)`);
-  }
-  return found;
-}
 
 interface Gateway {
   url: string;
@@ -227,6 +123,7 @@ async function providerFirstToken(fakeUrl: string): Promise<number> {
 
 async function measureTarget(name: string, fakeUrl: string) {
   const proxy = await DatabaseProxy.start();
+  proxy.keepStatements = SHOW_STATEMENTS;
   const gateway = await startTarget(name, proxy);
   try {
     const headers = { authorization: `Bearer ${gateway.key}`, 'content-type': 'application/json' };

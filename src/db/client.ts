@@ -1,4 +1,4 @@
-import type { Client, InValue, ResultSet } from '@libsql/client';
+import type { Client, InStatement, InValue, ResultSet } from '@libsql/client';
 import {
   getTableColumns,
   getTableName,
@@ -35,7 +35,7 @@ export interface Db extends Driver {
    * The libSQL client under Drizzle (what both drivers return): `batchRaw` hands it statements
    * directly, with their TextParts as they are to a client that takes them (PartsClient).
    */
-  readonly $client: Client & Partial<PartsClient>;
+  readonly $client: Client & Partial<PartsClient> & Partial<ReadsCarrier>;
   /** Not for this app: use `db.batch`. */
   transaction<T>(this: never, transaction: (tx: Transaction) => Promise<T>): Promise<T>;
 }
@@ -162,6 +162,12 @@ export interface RawStatement {
 export interface PartsClient {
   /** `batch` of raw statements: one transaction, their results in order. */
   batchWithParts(statements: RawStatement[]): Promise<ResultSet[]>;
+}
+
+/** A client that sends a write with the reads issued beside it, in one round trip (coalescing-client.ts). */
+export interface ReadsCarrier {
+  /** Writes `statements` in one transaction after the reads issued within the same few turns. */
+  batchWithReads(statements: InStatement[]): Promise<ResultSet[]>;
 }
 
 /** Per table: its columns with a `$defaultFn`, and for each set of fields written, the insert's head and `?`s. */
@@ -365,10 +371,25 @@ export async function batchRawResults(db: Db, statements: RawStatement[]): Promi
   return rawBatch(db, statements);
 }
 
+/**
+ * batchRawResults, taking along to a database server the reads issued beside it (in the same few
+ * turns of the microtask queue), before its statements in the same transaction: one round trip for
+ * both (ReadsCarrier). Elsewhere a plain batch, the reads going their own way.
+ */
+export function batchWithReads(db: Db, statements: RawStatement[]): Promise<ResultSet[]> {
+  const client = db.$client;
+  if (client.batchWithReads) return client.batchWithReads(plain(statements));
+  return rawBatch(db, statements);
+}
+
 function rawBatch(db: Db, statements: RawStatement[]): Promise<ResultSet[]> {
   const client = db.$client;
   if (client.batchWithParts) return client.batchWithParts(statements);
-  return client.batch(statements.map(({ sql, args }) => ({ sql, args: args.map(joined) })));
+  return client.batch(plain(statements));
 }
+
+/** Statements as any client takes them: their TextParts joined. */
+const plain = (statements: RawStatement[]): InStatement[] =>
+  statements.map(({ sql, args }) => ({ sql, args: args.map(joined) }));
 
 const joined = (value: RawValue): InValue => (value instanceof TextParts ? value.toString() : value);

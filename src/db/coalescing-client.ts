@@ -1,6 +1,6 @@
 import type { InArgs, InStatement, ResultSet } from '@libsql/client';
 import { WrappedClient } from './wrapped-client';
-import { readsOnly } from './client';
+import { readsOnly, type ReadsCarrier } from './client';
 
 /**
  * A libSQL server's client (sqld, Turso over HTTP) whose reads issued together travel together. On
@@ -18,11 +18,21 @@ import { readsOnly } from './client';
  * another's (busy-retry.ts). A timer would let another request's reads join a batch sent on behalf
  * of the first; the microtasks that follow one event all run for the request of that event.
  *
+ * A write that depends on nothing those reads answer but must not travel apart from them (a run's
+ * rows, inserted under conditions the database checks, beside the thread's history it reads: runs/
+ * commands.ts) asks `batchWithReads`: it joins the window, and its statements go after the reads in
+ * the same batch, in one write transaction: still one round trip.
+ *
  * When a batch fails, each of its reads is sent again on its own, so that each caller gets its own
- * answer or error (one bad statement must not fail its neighbours); nothing was written.
+ * answer or error (one bad statement must not fail its neighbours); nothing was written. A write
+ * that travelled with them gets the batch's error, unless a read was what failed: then it is sent
+ * again on its own too.
  */
-export class CoalescingClient extends WrappedClient {
+export class CoalescingClient extends WrappedClient implements ReadsCarrier {
   #pending: PendingRead[] = [];
+  /** The write sent with the pending reads (batchWithReads): one a window. */
+  #carrier: PendingWrite | null = null;
+  #scheduled = false;
 
   override execute(stmt: InStatement): Promise<ResultSet>;
   override execute(sql: string, args?: InArgs): Promise<ResultSet>;
@@ -30,19 +40,43 @@ export class CoalescingClient extends WrappedClient {
     const statement: InStatement = typeof stmt === 'string' ? (args === undefined ? stmt : { sql: stmt, args }) : stmt;
     if (!readsOnly(typeof statement === 'string' ? statement : statement.sql)) return this.inner.execute(statement);
     return new Promise<ResultSet>((resolve, reject) => {
-      if (this.#pending.push({ statement, resolve, reject }) === 1) void this.#flushSoon();
+      this.#pending.push({ statement, resolve, reject });
+      this.#schedule();
     });
   }
 
-  /** Sends what is pending once the microtasks queued by its first read's caller have run. */
+  /**
+   * Writes `statements` in one write transaction, after the reads issued within the same window
+   * (those before this call and those within the few turns after it), answering the statements'
+   * own results. A second call in the same window goes on its own.
+   */
+  batchWithReads(statements: InStatement[]): Promise<ResultSet[]> {
+    if (this.#carrier) return this.inner.batch(statements, 'write');
+    return new Promise<ResultSet[]>((resolve, reject) => {
+      this.#carrier = { statements, resolve, reject };
+      this.#schedule();
+    });
+  }
+
+  #schedule(): void {
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    void this.#flushSoon();
+  }
+
+  /** Sends what is pending once the microtasks queued by its first caller have run. */
   async #flushSoon(): Promise<void> {
     // Reads started side by side reach execute within a few turns of the queue (an async function's
     // own awaits before its query, a route's validators after the API-key middleware started the
     // settings' generation read: 16 turns were enough for a run on a thread); WINDOW_TURNS covers
     // them twice over, at a cost of microseconds.
     for (let turn = 0; turn < WINDOW_TURNS; turn++) await Promise.resolve();
+    this.#scheduled = false;
     const reads = this.#pending;
+    const carrier = this.#carrier;
     this.#pending = [];
+    this.#carrier = null;
+    if (carrier) return this.#carry(reads, carrier);
     const [only] = reads;
     if (reads.length === 1 && only) return this.#sendAlone(only);
     let results: ResultSet[];
@@ -55,12 +89,28 @@ export class CoalescingClient extends WrappedClient {
       await Promise.all(reads.map((read) => this.#sendAlone(read)));
       return;
     }
-    reads.forEach((read, index) => {
-      const result = results[index];
-      if (result) read.resolve(result);
-      else
-        read.reject(new Error(`the database answered ${results.length} results to a batch of ${reads.length} reads`));
-    });
+    answer(reads, results);
+  }
+
+  /** The reads and, after them, the carrier's statements: one batch, one write transaction. */
+  async #carry(reads: PendingRead[], carrier: PendingWrite): Promise<void> {
+    let results: ResultSet[];
+    try {
+      results = await this.inner.batch([...reads.map((read) => read.statement), ...carrier.statements], 'write');
+    } catch (error) {
+      // A read's failure is not the write's: the write goes again alone (nothing of it was written).
+      const failed = error instanceof Error && 'statementIndex' in error ? error.statementIndex : undefined;
+      if (typeof failed === 'number' && failed < reads.length)
+        this.inner.batch(carrier.statements, 'write').then(carrier.resolve, carrier.reject);
+      else carrier.reject(error);
+      await Promise.all(reads.map((read) => this.#sendAlone(read)));
+      return;
+    }
+    answer(reads, results);
+    const own = results.slice(reads.length);
+    if (own.length === carrier.statements.length) carrier.resolve(own);
+    else
+      carrier.reject(new Error(`the database answered ${own.length} results to ${carrier.statements.length} writes`));
   }
 
   async #sendAlone(read: PendingRead): Promise<void> {
@@ -72,8 +122,23 @@ export class CoalescingClient extends WrappedClient {
   }
 }
 
+/** Each read its result, the first `reads.length` of a batch's. */
+function answer(reads: PendingRead[], results: ResultSet[]): void {
+  reads.forEach((read, index) => {
+    const result = results[index];
+    if (result) read.resolve(result);
+    else read.reject(new Error(`the database answered ${results.length} results to a batch of ${reads.length} reads`));
+  });
+}
+
 /** How many turns of the microtask queue a read waits for companions (see #flushSoon). */
 const WINDOW_TURNS = 32;
+
+interface PendingWrite {
+  statements: InStatement[];
+  resolve(results: ResultSet[]): void;
+  reject(error: unknown): void;
+}
 
 interface PendingRead {
   statement: InStatement;

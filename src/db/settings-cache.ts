@@ -166,17 +166,45 @@ export class Settings {
 
   /** getAssistant: the workspace's live assistant, or 404. */
   assistant(workspaceId: string, id: string): Promise<AssistantRow> {
-    return this.shelves.assistants.get(this.generation, `${workspaceId} ${id}`, () =>
+    return this.shelves.assistants.get(this.generation, assistantKey(workspaceId, id), () =>
       this.loaders.assistant(workspaceId, id),
     );
   }
 
   /** resolveVirtualKey: the key a run of `model` executes with, or the error saying why there is none. */
   virtualKey(workspaceId: string, request: VirtualKeyRequest): Promise<VirtualKey> {
-    const key = request.slug === undefined ? `${workspaceId} for ${request.model}` : `${workspaceId} ${request.slug}`;
-    return this.shelves.virtualKeys.get(this.generation, key, () => this.loaders.virtualKey(workspaceId, request));
+    return this.shelves.virtualKeys.get(this.generation, virtualKeyKey(workspaceId, request), () =>
+      this.loaders.virtualKey(workspaceId, request),
+    );
+  }
+
+  /**
+   * What this process or isolate holds of the assistant at these settings' generation, reading
+   * nothing: undefined if it holds none. Exact once the generation is known to be the database's
+   * (for ProvisionalSettings, by a write its guard() led); so is keptVirtualKey's.
+   */
+  keptAssistant(workspaceId: string, id: string): AssistantRow | undefined {
+    return this.shelves.assistants.peek(this.generation, assistantKey(workspaceId, id));
+  }
+
+  /** What this process or isolate holds of the virtual key (keptAssistant), reading nothing. */
+  keptVirtualKey(workspaceId: string, request: VirtualKeyRequest): VirtualKey | undefined {
+    return this.shelves.virtualKeys.peek(this.generation, virtualKeyKey(workspaceId, request));
+  }
+
+  /**
+   * Whether these settings are the database's now: so for Settings, read as they are; for
+   * ProvisionalSettings, once the generation read again is theirs (the key live, and what they keep exact).
+   */
+  holds(): Promise<boolean> {
+    return LIVE;
   }
 }
+
+const assistantKey = (workspaceId: string, id: string) => `${workspaceId} ${id}`;
+
+const virtualKeyKey = (workspaceId: string, request: VirtualKeyRequest) =>
+  request.slug === undefined ? `${workspaceId} for ${request.model}` : `${workspaceId} ${request.slug}`;
 
 const LIVE = Promise.resolve(true);
 
@@ -236,8 +264,26 @@ export class ProvisionalSettings extends Settings {
     this.#live = LIVE;
   }
 
-  override assistant(workspaceId: string, id: string): Promise<AssistantRow> {
-    return this.#current ? super.assistant(workspaceId, id) : this.loaders.assistant(workspaceId, id);
+  override async holds(): Promise<boolean> {
+    return (await this.live()) && this.#current;
+  }
+
+  /**
+   * Read from the database until the generation is known to be this one; kept at it once it is:
+   * read after this generation was and before it was read again unchanged, the row is this
+   * generation's (so the next run on these settings finds it: Settings.keptAssistant).
+   */
+  override async assistant(workspaceId: string, id: string): Promise<AssistantRow> {
+    if (this.#current) return super.assistant(workspaceId, id);
+    const row = await this.loaders.assistant(workspaceId, id);
+    void this.holds().then(
+      (holds) =>
+        holds &&
+        this.generation !== null &&
+        this.shelves.assistants.keep(this.generation, assistantKey(workspaceId, id), row),
+      () => undefined,
+    );
+    return row;
   }
 
   override virtualKey(workspaceId: string, request: VirtualKeyRequest): Promise<VirtualKey> {
@@ -275,11 +321,12 @@ class Shelf<T> {
       return entry.value;
     }
     const value = await load();
-    if (value !== null && generation !== null) this.#put(key, generation, value);
+    if (value !== null && generation !== null) this.keep(generation, key, value);
     return value;
   }
 
-  #put(key: string, generation: number, value: T): void {
+  /** Keeps `value` for `key` at `generation` (frozen: requests share it), within the shelf's weight. */
+  keep(generation: number, key: string, value: T): void {
     this.#remove(key);
     const weight = key.length + JSON.stringify(value).length;
     if (weight > this.#maxWeight) return;

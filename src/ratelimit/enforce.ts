@@ -43,6 +43,8 @@ export interface Admission {
    * turn ends (settleTokens); null without tokens policies.
    */
   ticket: TokenTicket | null;
+  /** The unit each requests counter took (giveBack returns it); none without requests policies. */
+  counted?: CounterAdjustment[];
 }
 
 /** What the turn being admitted brings to its tokens policies. */
@@ -98,6 +100,9 @@ export async function admitRequest(
   const shown = [byType('requests'), byType('tokens')].filter((usage) => usage !== undefined);
   const tokens = counters.filter((counter) => counter.policy.type === 'tokens');
   return {
+    counted: counters
+      .filter((counter) => counter.policy.type === 'requests')
+      .map(({ key, windowEnd }) => ({ key, windowEnd, delta: -1 })),
     headers: rateLimitHeaders(shown, now),
     ticket:
       tokens.length === 0
@@ -110,6 +115,42 @@ export async function admitRequest(
             base_tokens: turn.baseTokens,
           },
   };
+}
+
+/**
+ * admitRequest for a request that cannot wait for the workspace's policies to be read and does not
+ * know its tokens yet (a run admitted before its thread's history is read: runs/commands.ts): null,
+ * counting nothing, unless the policies are held at `settingsGeneration` and no tokens policy matches.
+ */
+export async function admitWithoutTokens(
+  deps: Pick<RateLimitDeps, 'policyCache' | 'now' | 'counters' | 'metrics' | 'log'>,
+  attributes: RequestAttributes,
+  settingsGeneration: number | null,
+): Promise<Admission | null> {
+  const index = deps.policyCache.peek(attributes.workspace_id, settingsGeneration);
+  if (!index) return null;
+  if (index.size > 0 && index.match(attributeValues(attributes)).some((policy) => policy.type === 'tokens'))
+    return null;
+  return admitRequest(deps, attributes, { reservation: 0, baseTokens: 0 }, settingsGeneration);
+}
+
+/**
+ * Gives an admission back whole, for a request that turned out not to happen after all (its write
+ * found the request could not be made as admitted, and it is made again from the start): each
+ * requests counter's unit and its tokens' reservation. A failure is logged, as settleTokens does.
+ */
+export async function giveBack(
+  deps: Pick<RateLimitDeps, 'now' | 'counters' | 'log'>,
+  admission: Admission,
+  workspaceId: string,
+): Promise<void> {
+  await settleTokens(deps, admission.ticket, 0);
+  if (!admission.counted?.length) return;
+  try {
+    await deps.counters.adjust(workspaceId, admission.counted);
+  } catch (error) {
+    deps.log.error('rate-limit admission could not be given back', { error, workspace_id: workspaceId });
+  }
 }
 
 /**

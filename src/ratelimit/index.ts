@@ -12,7 +12,9 @@ export {
 export type { AdmitResult, CounterAdjustment, CounterAdmission, CounterStore, Refusal } from './counter-store';
 export {
   admitRequest,
+  admitWithoutTokens,
   countRequest,
+  giveBack,
   groupValues,
   policyCounters,
   settleTokens,

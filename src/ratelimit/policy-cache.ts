@@ -75,9 +75,8 @@ export class PolicyCache {
   async get(workspaceId: string, settingsGeneration: number | null = null): Promise<PolicyIndex> {
     // A change to the workspace's policies moves the settings' generation too: at the generation
     // the entry was last found current, it still is, and the version need not be read.
-    const held = this.#entries.get(workspaceId);
-    if (held && settingsGeneration !== null && held.settingsGeneration === settingsGeneration)
-      return this.#touch(workspaceId, held);
+    const held = this.peek(workspaceId, settingsGeneration);
+    if (held) return held;
     const version = await readPolicyVersion(this.#db, workspaceId);
     for (;;) {
       const entry = this.#entries.get(workspaceId);
@@ -93,6 +92,17 @@ export class PolicyCache {
       }
       await this.#start(workspaceId);
     }
+  }
+
+  /**
+   * The workspace's index as get() answers it without reading anything: held at `settingsGeneration`;
+   * undefined otherwise (get() would read the version first).
+   */
+  peek(workspaceId: string, settingsGeneration: number | null): PolicyIndex | undefined {
+    const held = this.#entries.get(workspaceId);
+    if (held && settingsGeneration !== null && held.settingsGeneration === settingsGeneration)
+      return this.#touch(workspaceId, held);
+    return undefined;
   }
 
   #touch(workspaceId: string, entry: Entry): PolicyIndex {

@@ -3,11 +3,13 @@ import type { Settings } from '../../db/settings-cache';
 import type { Deps } from '../../deps';
 import {
   admitRequest,
+  admitWithoutTokens,
   promptChars,
   requestMetadata,
   settleTokens,
   turnReservation,
   type Admission,
+  type RequestAttributes,
   type TurnTokens,
 } from '../../ratelimit';
 import type { VirtualKey } from '../../db/schema';
@@ -35,19 +37,34 @@ export function admit(
   run: RunRow,
   turn: TurnTokens,
 ): Promise<Admission> {
-  return admitRequest(
-    deps,
-    {
-      api_key: actor.apiKeyId,
-      workspace_id: actor.workspaceId,
-      virtual_key: key.slug,
-      provider: key.provider,
-      model: run.model,
-      metadata: requestMetadata(run.metadata, actor.metadataHeader),
-    },
-    turn,
-    snapshot.generation,
-  );
+  return admitRequest(deps, runAttributes(actor, key, run), turn, snapshot.generation);
+}
+
+/**
+ * A new run's admission before its prompt is known (commands.ts, a run in one round trip): null,
+ * counting nothing, where it needs the prompt (a tokens policy matches) or the policies are not
+ * held at the snapshot's generation (reading them would cost the round trip it saves).
+ */
+export function admitBeforePrompt(
+  deps: AdmissionDeps,
+  actor: Actor,
+  snapshot: Settings,
+  key: VirtualKey,
+  run: RunRow,
+): Promise<Admission | null> {
+  return admitWithoutTokens(deps, runAttributes(actor, key, run), snapshot.generation);
+}
+
+/** What the policies match a run's turn on. The model is the run's, which through an Azure key is the deployment's (servedModel). */
+function runAttributes(actor: Actor, key: VirtualKey, run: RunRow): RequestAttributes {
+  return {
+    api_key: actor.apiKeyId,
+    workspace_id: actor.workspaceId,
+    virtual_key: key.slug,
+    provider: key.provider,
+    model: run.model,
+    metadata: requestMetadata(run.metadata, actor.metadataHeader),
+  };
 }
 
 /** What a new run's first turn reserves: its prompt, as it will be sent (truncated). */

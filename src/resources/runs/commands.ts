@@ -2,8 +2,8 @@ import type { Actor, RequestContext } from '../../actor';
 import type { Deps, StreamOptions } from '../../deps';
 import { holdsThread } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
-import { settleTokens, type Admission } from '../../ratelimit';
-import { admit, firstTurn, nextTurn, unlessWritten } from './admission';
+import { giveBack, settleTokens, type Admission } from '../../ratelimit';
+import { admit, admitBeforePrompt, firstTurn, nextTurn, unlessWritten } from './admission';
 import type { CursorListQuery } from '../../http/schemas';
 import type {
   CreateRunBody,
@@ -22,6 +22,7 @@ import {
   getRunById,
   getStep,
   insertRunOnThread,
+  insertRunWhileIdle,
   insertThreadAndRun,
   leaseMs,
   listRuns as listRunsPage,
@@ -31,8 +32,15 @@ import {
   toolCallsStepInProgress,
   updateRun,
 } from './queries';
-import type { ResponseRow, RunRow } from '../../db/schema';
-import { getThread, openRunOf, setToolResources, type MessageRow, type ThreadRow } from '../threads/queries';
+import type { ResponseRow, RunRow, VirtualKey } from '../../db/schema';
+import {
+  getThread,
+  openRunOf,
+  setToolResources,
+  type MessageRow,
+  type ThreadKey,
+  type ThreadRow,
+} from '../threads/queries';
 import { getVirtualKey } from '../virtual-keys/commands';
 import { toRunJson, toStepJson } from './wire';
 import { wakeIngestion } from '../vector-stores/commands';
@@ -147,6 +155,8 @@ export async function createRun(
   context: RequestContext,
   includeResultContent = false,
 ): Promise<RunAnswer> {
+  const inOneTrip = await runInOneTrip(deps, actor, snapshot, threadId, body, context, includeResultContent);
+  if (inOneTrip) return inOneTrip;
   const { db, config } = deps;
   // Read together (one round trip to a database server: coalescing-client.ts); their errors are
   // reported in this order, whichever comes first. The open run is read by the path's thread id
@@ -202,6 +212,101 @@ export async function createRun(
 
 const NO_HISTORY: History = { messages: [], steps: [] };
 
+/**
+ * A run on a thread in one round trip to a database server, where createRun's reads, then its
+ * write, take two: nothing is read before the write. What the run's row needs comes from what this
+ * process or isolate holds at the settings' generation last seen (the assistant, the virtual key for
+ * its model, the workspace's policies: Settings.keptAssistant, keptVirtualKey, PolicyCache.peek);
+ * admission comes first, which needs no prompt when no tokens policy matches; then one transaction
+ * carries the thread's history read and the rows, under checks the database makes (the settings'
+ * guard fails it if the generation moved; each row is inserted only while the thread is the
+ * workspace's and idle). When any of it does not hold, the answer is null, nothing was written and
+ * any admission is given back, and createRun makes the run as before: so every refusal (404, 400,
+ * the key revoked) comes from that path, in its order. Only a rate limit's 429 is answered from
+ * here, before the thread is looked at. On the embedded file (no guard: reads cost no round trip)
+ * the answer is always null.
+ */
+async function runInOneTrip(
+  deps: RunCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  threadId: string,
+  body: CreateRunBody,
+  context: RequestContext,
+  includeResultContent: boolean,
+): Promise<RunAnswer | null> {
+  const guard = snapshot.guard();
+  const inputs = body.additional_messages ?? [];
+  // Files attached for file_search go to the thread's store, which needs the thread read first.
+  if (!guard || attachedFiles(inputs, () => '').length > 0) return null;
+  const assistant = snapshot.keptAssistant(actor.workspaceId, body.assistant_id);
+  if (!assistant) return null;
+  const thread = { id: threadId, workspaceId: actor.workspaceId };
+  let prepared: { settings: RunSettings; virtualKey: VirtualKey; messages: MessageRow[]; at: number } | undefined;
+  try {
+    const settings = runSettings(assistant, body);
+    const virtualKey = snapshot.keptVirtualKey(actor.workspaceId, {
+      slug: actor.virtualKeySlug,
+      model: settings.model,
+    });
+    if (!virtualKey) return null;
+    await checkSandbox(deps.sandbox, settings.tools, {
+      assistantId: assistant.id,
+      toolsFromRequest: body.tools !== undefined && body.tools !== null,
+    });
+    const at = deps.now();
+    prepared = {
+      settings,
+      virtualKey,
+      messages: await clientMessages(deps, actor, thread, inputs, 'additional_messages', at),
+      at,
+    };
+  } catch {
+    // Its error comes from createRun, after the thread's (a missing thread is a 404 before a bad setting's 400).
+    return null;
+  }
+  const { settings, virtualKey, messages, at } = prepared;
+  const run = newRun(
+    settings,
+    { thread, assistantId: assistant.id, virtualKey, apiKeyId: actor.apiKeyId },
+    deps.config,
+    at,
+  );
+  let admission: Admission | null;
+  try {
+    admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);
+  } catch (error) {
+    // Refused under settings that moved: decided again on the settings as they are.
+    if (await snapshot.holds()) throw error;
+    return null;
+  }
+  if (!admission) return null;
+  const history = readHistory(
+    deps.db,
+    { workspaceId: actor.workspaceId, threadId, runId: null },
+    deps.config.GATEWAY_MAX_HISTORY_BYTES,
+  );
+  history.catch(() => undefined);
+  if (!(await unlessWritten(deps, admission, insertRunWhileIdle(deps.db, guard, messages, run)))) {
+    await giveBack(deps, admission, actor.workspaceId);
+    return null;
+  }
+  snapshot.guardHeld();
+  const read = await history;
+  const prompt = buildPrompt(
+    run,
+    { messages: [...read.messages, ...messages], steps: read.steps },
+    [],
+    promptLimits(run, 0, deps.config),
+  );
+  return hostNewRun(deps, run, admission, context, {
+    answer: body.stream === true ? 'stream' : 'queued',
+    leading: [],
+    preloaded: { virtualKey, prompt },
+    includeResultContent,
+  });
+}
+
 /** What a new run is, and how it comes about; startRun does the rest. */
 export interface RunStart {
   /** A response executed as the run (resources/responses/): its row, written by `write`; its id is the run's. */
@@ -254,16 +359,14 @@ export async function startRun(
   const admission = await admit(deps, actor, snapshot, virtualKey, run, firstTurn(deps, run, prompt));
   run.rateLimit = admission.ticket;
   const written = unlessWritten(deps, admission, start.write(messages, run));
-  // Serialised once for the two events that carry it.
-  const queued = JSON.stringify(toRunJson(asQueued(run)));
-  return host(
+  return hostNewRun(
     deps,
     run,
     admission,
-    start.answer,
     context,
     {
-      leading: [...start.leading, ['thread.run.created', queued], ['thread.run.queued', queued]],
+      answer: start.answer,
+      leading: start.leading,
       preloaded: { virtualKey, prompt },
       includeResultContent: start.includeResultContent,
       response: start.response,
@@ -272,11 +375,34 @@ export async function startRun(
   );
 }
 
+/** A new run handed to its host (`host`), its stream opening with `leading`, then created and queued. */
+function hostNewRun(
+  deps: RunCommandDeps,
+  run: RunRow,
+  admission: Admission,
+  context: RequestContext,
+  options: StreamOptions & { answer: RunAnswerKind },
+  written?: Promise<unknown>,
+): Promise<RunAnswer> {
+  const { answer, leading = [], ...rest } = options;
+  // Serialised once for the two events that carry it.
+  const queued = JSON.stringify(toRunJson(asQueued(run)));
+  return host(
+    deps,
+    run,
+    admission,
+    answer,
+    context,
+    { ...rest, leading: [...leading, ['thread.run.created', queued], ['thread.run.queued', queued]] },
+    written,
+  );
+}
+
 /** A run's request messages (`param`: where the request has them) as its thread's, their images checked. */
 async function clientMessages(
   deps: RunCommandDeps,
   actor: Actor,
-  thread: ThreadRow,
+  thread: ThreadKey,
   inputs: ThreadMessageInput[],
   param: string,
   at: number,

@@ -3,7 +3,9 @@ import type { Config } from '../../config';
 import {
   batchRaw,
   batchRawResults,
+  batchWithReads,
   insertStatement,
+  insertWhereStatement,
   isUniqueViolation,
   preparedQueries,
   preparedQuery,
@@ -24,7 +26,15 @@ import type { ListWorkspaceRunsQuery } from './schemas';
 import type { RunRow, TokenTicket } from '../../db/schema';
 import type { ToolCallsDetails } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
-import { threadHeld, threadRows, type HoldingRun, type MessageRow, type ThreadRow } from '../threads/queries';
+import { GENERATION_MOVED } from '../../db/settings-cache';
+import {
+  threadHeld,
+  threadIdle,
+  threadRows,
+  type HoldingRun,
+  type MessageRow,
+  type ThreadRow,
+} from '../threads/queries';
 
 /**
  * Runs and run steps: their queries (their JSON is resources/runs/wire.ts). The engine (resources/runs/execution/engine.ts)
@@ -76,6 +86,33 @@ export async function insertRunOnThread(
     return true;
   } catch (error) {
     if (isUniqueViolation(error, 'runs.thread_id')) return false;
+    throw error;
+  }
+}
+
+/**
+ * A new run on a thread not read first, with the messages it adds, in one transaction that also
+ * carries the reads issued beside it (batchWithReads: one round trip to a database server), led by
+ * `guard` (the settings', ProvisionalSettings.guard). Every row is inserted only while the thread is
+ * the workspace's and no run holds it (threadIdle, checked by each statement in the one
+ * transaction): false, and nothing written, when it is not, or when the guard failed the batch.
+ */
+export async function insertRunWhileIdle(
+  db: Db,
+  guard: RawStatement,
+  threadMessages: MessageRow[],
+  run: RunRow,
+): Promise<boolean> {
+  const idle = threadIdle({ id: run.threadId, workspaceId: run.workspaceId });
+  try {
+    const results = await batchWithReads(db, [
+      guard,
+      ...threadMessages.map((message) => insertWhereStatement(messages, message, idle, { returning: false })),
+      insertWhereStatement(runs, run, idle),
+    ]);
+    return results.at(-1)?.rows.length === 1;
+  } catch (error) {
+    if (isUniqueViolation(error, GENERATION_MOVED) || isUniqueViolation(error, 'runs.thread_id')) return false;
     throw error;
   }
 }

@@ -64,11 +64,12 @@ export async function keyLive(settings: Settings): Promise<void> {
  * - `now`, beside their own first reads: reads of the threads, conversations and responses stored,
  *   which an application polls (a run's status, a thread's messages). They write nothing a tenant
  *   asked for (a run left behind may be settled, as any read of it does) and call no provider, so a
- *   key revoked meanwhile is caught before the answer leaves; and a run on a thread, which reads
- *   its thread, history and open run first and asks keyLive before its admission
- *   (resources/runs/commands.ts);
+ *   key revoked meanwhile is caught before the answer leaves;
  * - `on demand`: a message added to a thread, whose one statement is led by the settings' guard
- *   (resources/threads/commands.ts), the generation read only if the guard fails, or if the request
+ *   (resources/threads/commands.ts), and a run on a thread, whose one transaction is led by it
+ *   when what the run needs is held in memory, or which otherwise reads its thread, history and open
+ *   run first and asks keyLive with them, before its admission (resources/runs/commands.ts): the
+ *   generation is read only if the guard fails, if there is no guarded write, or if the request
  *   ends before it writes.
  * An assistant is read from memory once the generation is known (one round trip either way), and
  * anything else reads the generation first.
@@ -76,8 +77,7 @@ export async function keyLive(settings: Settings): Promise<void> {
 function provisionalCheck(method: string, path: string): 'now' | 'on demand' | null {
   if (method === 'GET' || method === 'HEAD') return PROVISIONAL_READS.test(path) ? 'now' : null;
   if (method !== 'POST') return null;
-  if (RUN_ON_THREAD.test(path)) return 'now';
-  return MESSAGE_ON_THREAD.test(path) ? 'on demand' : null;
+  return RUN_ON_THREAD.test(path) || MESSAGE_ON_THREAD.test(path) ? 'on demand' : null;
 }
 const PROVISIONAL_READS = /^\/v1\/(threads|conversations|responses)\//;
 const RUN_ON_THREAD = /^\/v1\/threads\/[^/]+\/runs$/;

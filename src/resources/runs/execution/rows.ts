@@ -3,7 +3,7 @@ import { newId } from '../../../lib/ids';
 import type { StepDetails } from '../../../db/json-columns';
 import { leaseMs, type StepRow } from '../queries';
 import type { MessageContent, RunRow } from '../../../db/schema';
-import type { MessageRow, ThreadRow } from '../../threads/queries';
+import type { MessageRow, ThreadKey } from '../../threads/queries';
 import { servedModel } from '../../virtual-keys/commands';
 import type { VirtualKey } from '../../../db/schema';
 import type { RunSettings } from './settings';
@@ -45,7 +45,7 @@ export function answerMessage(run: RunRow, at: number, lead: MessageContent[] = 
 export function newRun(
   settings: RunSettings,
   owner: {
-    thread: ThreadRow;
+    thread: ThreadKey;
     assistantId: string;
     virtualKey: VirtualKey;
     apiKeyId: string;

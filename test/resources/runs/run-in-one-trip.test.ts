@@ -1,0 +1,204 @@
+import { randomBytes } from 'node:crypto';
+import { createClient, type Client } from '@libsql/client';
+import type OpenAI from 'openai';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startSqld, type RunningSqld } from '../../../scripts/sqld';
+import { DatabaseProxy } from '../../support/database-proxy';
+import { defined } from '../../support/defined';
+import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
+import { createTestGateway, errorOf, type TestGateway } from '../../support/gateway';
+import { createPolicy, usedBy } from '../../support/ratelimit';
+import { WEATHER_TOOL } from '../../support/runs';
+
+/**
+ * A run on a thread on a database server (LIBSQL_URL), when what it needs is held in memory:
+ * its reads and its rows in one round trip (resources/runs/commands.ts, runInOneTrip). The round
+ * trips are counted by a proxy in front of a real sqld, as bench:round-trips counts them; the
+ * changes that must make the run take the path of reads are made as another gateway or the CLI
+ * would, straight in the database, between the run that filled the memory and the next one.
+ */
+
+let sqld: RunningSqld;
+let proxy: DatabaseProxy & { url: string };
+let gateway: TestGateway;
+let elsewhere: Client;
+const upstream = createFakeUpstream();
+
+beforeAll(async () => {
+  sqld = await startSqld();
+  proxy = await DatabaseProxy.start({ target: sqld.url });
+  gateway = await createTestGateway({
+    env: { LIBSQL_URL: proxy.url, GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64') },
+    deps: { fetch: upstream.fetch },
+  });
+  elsewhere = createClient({ url: sqld.url });
+});
+afterAll(async () => {
+  elsewhere.close();
+  await gateway.close();
+  await proxy.close();
+  await sqld.stop();
+});
+afterEach(async () => {
+  expect(await gateway.tasks.drain(30_000)).toBe(true);
+});
+
+const POLL = { pollIntervalMs: 10 };
+
+/** A tenant with a virtual key calling the fake, an assistant, and the SDK with its headers. */
+async function setup(instructions = 'Be brief.') {
+  const tenant = await gateway.tenant();
+  await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
+  const key = tenant.workspaceKey;
+  const openai = gateway.openai({ 'x-gateway-api-key': key });
+  const assistant = await openai.beta.assistants.create({ model: 'fake-model', instructions, tools: [WEATHER_TOOL] });
+  return { tenant, key, openai, assistantId: assistant.id };
+}
+
+/** A run on a new thread, polled to its end: what leaves the assistant, its key and the policies in memory. */
+async function warm(openai: OpenAI, assistantId: string) {
+  const thread = await openai.beta.threads.create();
+  const run = await openai.beta.threads.runs.createAndPoll(
+    thread.id,
+    { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'warm' }] },
+    POLL,
+  );
+  expect(run.status).toBe('completed');
+  await gateway.tasks.drain(10_000);
+}
+
+const countOf = async (table: 'messages' | 'runs', threadId: string) =>
+  Number(
+    defined(
+      (await elsewhere.execute({ sql: `SELECT count(*) AS n FROM ${table} WHERE thread_id = ?`, args: [threadId] }))
+        .rows[0],
+    ).n,
+  );
+
+/** The round trips to the database `task` makes, its run's last writes included. */
+async function roundTrips(task: () => Promise<unknown>): Promise<number> {
+  await gateway.tasks.drain(10_000);
+  const before = proxy.count;
+  await task();
+  await gateway.tasks.drain(10_000);
+  return proxy.count - before;
+}
+
+describe('a run on a thread in one round trip to a database server', () => {
+  it("makes the SDK's turn (a message, a streamed run, the messages listed) in 4 round trips", async () => {
+    const { openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create();
+    const turn = async () => {
+      await openai.beta.threads.messages.create(thread.id, { role: 'user', content: 'hello' });
+      const run = await openai.beta.threads.runs.stream(thread.id, { assistant_id: assistantId }).finalRun();
+      expect(run.status).toBe('completed');
+      return openai.beta.threads.messages.list(thread.id);
+    };
+    // A message (its insert led by the settings' guard), the run's reads and rows, its end, the list.
+    expect(await roundTrips(turn)).toBe(4);
+    // The run's prompt had the whole thread: both turns' messages, and the first answer.
+    expect(await roundTrips(turn)).toBe(4);
+    const sent = defined(upstream.requests.at(-1)).body?.messages as { role: string }[];
+    expect(sent.map((message) => message.role)).toEqual(['system', 'user', 'assistant', 'user']);
+    const listed = await openai.beta.threads.messages.list(thread.id);
+    expect(listed.data).toHaveLength(4);
+  });
+
+  it('takes the path of reads when the assistant changed elsewhere since it was kept, writing the run once, with the new settings', async () => {
+    const { openai, assistantId } = await setup('Old instructions.');
+    await warm(openai, assistantId);
+    // The gateway's last look at the settings' generation is this request's: the change comes after it.
+    const thread = await openai.beta.threads.create();
+    await elsewhere.execute({
+      sql: 'UPDATE assistants SET instructions = ? WHERE id = ?',
+      args: ['New instructions.', assistantId],
+    });
+    const run = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'which?' }] },
+      POLL,
+    );
+    expect(run).toMatchObject({ status: 'completed', instructions: 'New instructions.' });
+    expect(defined(upstream.requests.at(-1)).body?.messages[0]).toEqual({
+      role: 'system',
+      content: 'New instructions.',
+    });
+    expect(await countOf('runs', thread.id)).toBe(1);
+    expect(await countOf('messages', thread.id)).toBe(2);
+  });
+
+  it('answers 404 for a thread deleted elsewhere, or of another workspace, and writes none of the run or its messages', async () => {
+    const { key, openai, assistantId } = await setup();
+    const stranger = await setup();
+    const gone = await openai.beta.threads.create();
+    const theirs = await stranger.openai.beta.threads.create();
+    await warm(openai, assistantId);
+    await elsewhere.execute({ sql: 'DELETE FROM threads WHERE id = ?', args: [gone.id] });
+    for (const threadId of [gone.id, theirs.id]) {
+      const response = await gateway.request(`/v1/threads/${threadId}/runs`, {
+        key,
+        body: { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'anyone?' }] },
+      });
+      expect(response.status).toBe(404);
+      expect(await errorOf(response)).toMatchObject({ code: 'thread_not_found' });
+      expect(await countOf('runs', threadId)).toBe(0);
+      expect(await countOf('messages', threadId)).toBe(0);
+    }
+  });
+
+  it('answers 400 for a thread whose run waits for tool outputs, and adds none of the messages', async () => {
+    const { key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create();
+    const waiting = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      {
+        assistant_id: assistantId,
+        additional_messages: [{ role: 'user', content: `Weather?\n${fakeDirective({ tool_calls: 1 })}` }],
+      },
+      POLL,
+    );
+    expect(waiting.status).toBe('requires_action');
+    await gateway.tasks.drain(10_000);
+    const response = await gateway.request(`/v1/threads/${thread.id}/runs`, {
+      key,
+      body: { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'and now?' }] },
+    });
+    expect(response.status).toBe(400);
+    expect(await errorOf(response)).toMatchObject({ code: 'thread_has_active_run' });
+    expect(await countOf('runs', thread.id)).toBe(1);
+    expect(await countOf('messages', thread.id)).toBe(1);
+  });
+
+  it('gives its admission back when the run could not be written so, and counts a run that is once', async () => {
+    const { tenant, key, openai, assistantId } = await setup();
+    const policy = await createPolicy(gateway, tenant, { value: 100 });
+    await warm(openai, assistantId);
+    const counted = await usedBy(elsewhere, policy);
+    const gone = await openai.beta.threads.create();
+    await elsewhere.execute({ sql: 'DELETE FROM threads WHERE id = ?', args: [gone.id] });
+    const refused = await gateway.request(`/v1/threads/${gone.id}/runs`, { key, body: { assistant_id: assistantId } });
+    expect(refused.status).toBe(404);
+    expect(await usedBy(elsewhere, policy)).toBe(counted);
+    const thread = await openai.beta.threads.create();
+    const run = await openai.beta.threads.runs.createAndPoll(thread.id, { assistant_id: assistantId }, POLL);
+    expect(run.status).toBe('completed');
+    expect(await usedBy(elsewhere, policy)).toBe(counted + 1);
+  });
+});
+
+describe('what the path of one round trip does not take', () => {
+  it('makes a run with a tokens policy as before: its reads, then its rows', async () => {
+    const { tenant, openai, assistantId } = await setup();
+    await createPolicy(gateway, tenant, { type: 'tokens', value: 1_000_000 });
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create();
+    const trips = await roundTrips(() =>
+      openai.beta.threads.runs.stream(thread.id, { assistant_id: assistantId }).finalRun(),
+    );
+    // The reads (with the generation), the admission (the counters are the database's on Node), the
+    // rows, the run's end, and the tokens charged.
+    expect(trips).toBe(5);
+  });
+});

@@ -1,0 +1,118 @@
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+
+/**
+ * An HTTP proxy in front of a libSQL server (sqld): each HTTP request to the database is one round
+ * trip (a statement, a batch, or one step of a transaction). It counts them, can hold each one
+ * `delayMs` (the distance to a Turso primary: bench/round-trips.ts), and keeps each one's
+ * statements (the start of their SQL) when asked to.
+ */
+export class DatabaseProxy {
+  delayMs = 0;
+  count = 0;
+  /** Each round trip's statements (their SQL's start), kept while `keepStatements` is set. */
+  readonly statements: string[][] = [];
+  keepStatements = false;
+  /** The database's URL: set before the first request (a test harness may start its own). */
+  target: URL | undefined;
+  #inFlight = 0;
+  #lastActivity = performance.now();
+  readonly #server: Server;
+  readonly #quietMs: number;
+
+  private constructor(quietMs: number) {
+    this.#quietMs = quietMs;
+    this.#server = createServer((incoming, outgoing) => this.#forward(incoming, outgoing));
+  }
+
+  /** A proxy on a free loopback port; `quietMs`: how long the database must have had nothing for `quiet()`. */
+  static async start(options: { target?: string; quietMs?: number } = {}): Promise<DatabaseProxy & { url: string }> {
+    const proxy = new DatabaseProxy(options.quietMs ?? 400);
+    if (options.target) proxy.target = new URL(options.target);
+    await new Promise<void>((resolve) => proxy.#server.listen(0, '127.0.0.1', resolve));
+    const address = proxy.#server.address();
+    if (typeof address !== 'object' || address === null) throw new Error('the proxy has no address');
+    return Object.assign(proxy, { url: `http://127.0.0.1:${address.port}` });
+  }
+
+  /** Resolves once no request is in flight and none has arrived for the proxy's quiet time. */
+  async quiet(): Promise<void> {
+    for (;;) {
+      const idle = performance.now() - this.#lastActivity;
+      if (this.#inFlight === 0 && idle >= this.#quietMs) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.max(10, this.#quietMs - idle)));
+    }
+  }
+
+  close(): Promise<void> {
+    this.#server.closeAllConnections();
+    return new Promise((resolve) => this.#server.close(() => resolve()));
+  }
+
+  #forward(incoming: IncomingMessage, outgoing: ServerResponse) {
+    this.count++;
+    this.#inFlight++;
+    this.#lastActivity = performance.now();
+    const chunks: Buffer[] = [];
+    incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
+    incoming.on('end', () => {
+      if (this.keepStatements) this.statements.push(statementsOf(Buffer.concat(chunks)));
+      setTimeout(() => {
+        const target = this.target;
+        if (!target) {
+          outgoing.destroy(new Error('the proxy has no database behind it'));
+          this.#done();
+          return;
+        }
+        const upstream = httpRequest(
+          {
+            host: target.hostname,
+            port: target.port,
+            method: incoming.method,
+            path: incoming.url,
+            headers: { ...incoming.headers, host: target.host },
+          },
+          (answer) => {
+            outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(outgoing);
+            answer.on('end', () => this.#done());
+          },
+        );
+        upstream.on('error', (error) => {
+          outgoing.destroy(error);
+          this.#done();
+        });
+        upstream.end(Buffer.concat(chunks));
+      }, this.delayMs);
+    });
+  }
+
+  #done() {
+    this.#inFlight--;
+    this.#lastActivity = performance.now();
+  }
+}
+
+/** The SQL (its first 80 characters) in a Hrana pipeline's body, whatever its nesting (execute, batch steps). */
+function statementsOf(body: Buffer): string[] {
+  const found: string[] = [];
+  const visit = (value: unknown): void => {
+    if (Array.isArray(value)) value.forEach(visit);
+    else if (typeof value === 'object' && value !== null)
+      for (const [key, inner] of Object.entries(value)) {
+        if (key === 'sql' && typeof inner === 'string') found.push(inner.replace(/\s+/g, ' ').slice(0, 80));
+        else visit(inner);
+      }
+  };
+  try {
+    visit(JSON.parse(body.toString('utf8')));
+  } catch {
+    found.push(`(${body.length} bytes, not JSON)`);
+  }
+  return found;
+}
