@@ -276,11 +276,11 @@ export class ProvisionalSettings extends Settings {
   override async assistant(workspaceId: string, id: string): Promise<AssistantRow> {
     if (this.#current) return super.assistant(workspaceId, id);
     const row = await this.loaders.assistant(workspaceId, id);
+    const { generation } = this;
     void this.holds().then(
-      (holds) =>
-        holds &&
-        this.generation !== null &&
-        this.shelves.assistants.keep(this.generation, assistantKey(workspaceId, id), row),
+      (holds) => {
+        if (holds && generation !== null) this.shelves.assistants.keep(generation, assistantKey(workspaceId, id), row);
+      },
       () => undefined,
     );
     return row;
