@@ -20,8 +20,8 @@ type Transaction = Parameters<Driver['transaction']>[0] extends (tx: infer Tx) =
 
 /**
  * The database as the app sees it: Drizzle over libSQL, whichever driver the entry chose
- * (`drizzle-orm/libsql/sqlite3` on Node, `drizzle-orm/libsql/web` on Workers). Type-only on
- * purpose.
+ * (`drizzle-orm/libsql/sqlite3` on Node, `drizzle-orm/libsql/http` over the Worker's own client,
+ * http-client.ts, on Workers). Type-only on purpose.
  *
  * Atomic writes go through `db.batch([...])`, never `db.transaction()`: a batch runs as one
  * transaction in one call on every driver, while an interactive transaction on the embedded file

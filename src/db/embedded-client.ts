@@ -1,10 +1,11 @@
-import type { Client, InArgs, InStatement, ResultSet, Row, TransactionMode } from '@libsql/client';
+import type { Client, InArgs, InStatement, ResultSet, TransactionMode } from '@libsql/client';
 import { setImmediate } from 'node:timers';
 import { Worker } from 'node:worker_threads';
 import Database from 'libsql';
 import { BoundedMap } from '../lib/bounded-map';
 import { TextParts } from '../lib/text';
 import { readsOnly, type PartsClient, type RawStatement, type RawValue } from './client';
+import { Result, rowShape, toRow, type RowShape } from './result-set';
 import type { DatabaseTimings } from '../metrics/gateway';
 
 /**
@@ -75,16 +76,6 @@ interface Prepared {
   columnTypes: string[];
 }
 
-/** Rows of one column list share a prototype that answers by index and has the length. */
-interface RowShape {
-  names: string[];
-  /** Whether a column name is the first of its name (a later duplicate answers by index only). */
-  firstOfName: boolean[];
-  prototype: object;
-}
-
-const VALUES = Symbol('values');
-
 const PRAGMA = /^\s*PRAGMA\b/i;
 /** A text that ends with a limit of one row, or of an argument (Drizzle's `.limit(1)` binds it). */
 const LIMIT = /\blimit\s+(1|\?)\s*;?\s*$/i;
@@ -98,35 +89,6 @@ function oneRowOf(sql: string): Prepared['oneRow'] {
 function atMostOneRow(prepared: Prepared, bound: unknown[] | Record<string, unknown>): boolean {
   if (prepared.oneRow === 'always') return true;
   return prepared.oneRow === 'if the last argument is 1' && Array.isArray(bound) && bound.at(-1) === 1;
-}
-
-function rowShape(names: string[]): RowShape {
-  const prototype = {};
-  names.forEach((_name, index) => {
-    Object.defineProperty(prototype, index, {
-      get(this: { [VALUES]: unknown[] }) {
-        return this[VALUES][index];
-      },
-    });
-  });
-  Object.defineProperty(prototype, 'length', { value: names.length });
-  const seen = new Set<string>();
-  const firstOfName = names.map((name) => {
-    if (seen.has(name)) return false;
-    seen.add(name);
-    return true;
-  });
-  return { names, firstOfName, prototype };
-}
-
-function toRow(shape: RowShape, values: unknown[]): Row {
-  const row = Object.create(shape.prototype) as Record<string | symbol, unknown>;
-  Object.defineProperty(row, VALUES, { value: values });
-  for (let i = 0; i < values.length; i++) {
-    const name = shape.names[i];
-    if (name !== undefined && shape.firstOfName[i]) row[name] = values[i];
-  }
-  return row as unknown as Row;
 }
 
 function toSqlValue(value: RawValue | undefined): unknown {
@@ -146,26 +108,6 @@ function toArgs(args: Args | undefined): unknown[] | Record<string, unknown> {
     named[name[0] === '@' || name[0] === '$' || name[0] === ':' ? name.slice(1) : name] = toSqlValue(value);
   }
   return named;
-}
-
-class Result implements ResultSet {
-  constructor(
-    readonly columns: string[],
-    readonly columnTypes: string[],
-    readonly rows: Row[],
-    readonly rowsAffected: number,
-    readonly lastInsertRowid: bigint | undefined,
-  ) {}
-
-  toJSON() {
-    return {
-      columns: this.columns,
-      columnTypes: this.columnTypes,
-      rows: this.rows.map((row) => Array.prototype.slice.call(row)),
-      rowsAffected: this.rowsAffected,
-      lastInsertRowid: this.lastInsertRowid === undefined ? null : String(this.lastInsertRowid),
-    };
-  }
 }
 
 /** A statement's arguments, as a caller gave them: libSQL's, or a raw statement's (TextParts among them). */

@@ -29,6 +29,8 @@ describe("the gateway Worker's bundle", () => {
     for (const specifier of imported) expect(existsSync(join(dirname(path), specifier ?? '')), specifier).toBe(true);
     // wrangler.toml's [alias] keeps Drizzle's Postgres column classes out (src/runtime/workers/drizzle-pg-enum.ts).
     expect(readFileSync(path, 'utf8')).not.toContain('PgColumnBuilder');
+    // and @libsql/client's Hrana client, which the Worker does not use (src/runtime/workers/libsql-client-http.ts).
+    expect(readFileSync(path, 'utf8')).not.toContain('Stream was gracefully closed');
   }, 120_000);
 
   it('carries modules beside it that are what the locked libraries build to (npm run build:worker-modules)', async () => {
