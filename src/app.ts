@@ -16,27 +16,57 @@ import { servedRoutesOnly, shorten } from './http/middleware/served-routes';
 import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
 import { assistantRoutes } from './resources/assistants/routes';
 import { chatCompletionRoutes } from './resources/chat-completions/routes';
-import { responseRoutes } from './resources/responses/routes';
-import { completionRoutes } from './resources/completions/routes';
-import { containerRoutes } from './resources/containers/routes';
-import { conversationRoutes } from './resources/conversations/routes';
-import { embeddingRoutes } from './resources/embeddings/routes';
-import { fileRoutes } from './resources/files/routes';
 import { modelRoutes } from './resources/models/routes';
-import { moderationRoutes } from './resources/moderations/routes';
 import { policyRoutes } from './resources/policies/routes';
 import { runRoutes, workspaceRunRoutes } from './resources/runs/routes';
 import { reconcileRun } from './resources/runs/execution/recovery';
 import { threadRoutes } from './resources/threads/routes';
 import { usageRoutes } from './resources/usage/routes';
 import { metricsRoutes } from './resources/metrics/routes';
-import { vectorStoreSearchRoutes } from './resources/vector-stores/search-routes';
-import { vectorStoreRoutes } from './resources/vector-stores/routes';
 import { virtualKeyRoutes } from './resources/virtual-keys/routes';
 import { apiKeyRoutes, workspaceRoutes } from './resources/identities/routes';
 import { consoleRoutes } from './console/routes';
+import { lazyGroup } from './http/lazy-group';
+import { COMPLETION_OPERATIONS } from './resources/completions/operations';
+import { CONTAINER_OPERATIONS } from './resources/containers/operations';
+import { CONVERSATION_OPERATIONS } from './resources/conversations/operations';
+import { EMBEDDING_OPERATIONS } from './resources/embeddings/operations';
+import { FILE_OPERATIONS } from './resources/files/operations';
+import { MODERATION_OPERATIONS } from './resources/moderations/operations';
+import { RESPONSE_OPERATIONS } from './resources/responses/operations';
+import { VECTOR_STORE_OPERATIONS } from './resources/vector-stores/operations';
 import { healthObject } from './http/objects';
 import type { Availability } from './sandbox/sandbox';
+
+/**
+ * The route groups few requests use, each a stub until its first request loads it (http/lazy-group.ts):
+ * on Node a chunk of its own beside dist/node.js, which a process that never serves the group never
+ * loads (docs/development.md, "Memory"). Made once, as the groups are modules: every app shares a load.
+ */
+const LAZY = {
+  conversations: lazyGroup('conversations', CONVERSATION_OPERATIONS, () =>
+    import('./resources/conversations/routes').then((group) => group.conversationRoutes(reconcileRun)),
+  ),
+  containers: lazyGroup('containers', CONTAINER_OPERATIONS, () =>
+    import('./resources/containers/routes').then((group) => group.containerRoutes),
+  ),
+  files: lazyGroup('files', FILE_OPERATIONS, () => import('./resources/files/routes').then((group) => group.fileRoutes)),
+  completions: lazyGroup('completions', COMPLETION_OPERATIONS, () =>
+    import('./resources/completions/routes').then((group) => group.completionRoutes),
+  ),
+  embeddings: lazyGroup('embeddings', EMBEDDING_OPERATIONS, () =>
+    import('./resources/embeddings/routes').then((group) => group.embeddingRoutes),
+  ),
+  moderations: lazyGroup('moderations', MODERATION_OPERATIONS, () =>
+    import('./resources/moderations/routes').then((group) => group.moderationRoutes),
+  ),
+  responses: lazyGroup('responses', RESPONSE_OPERATIONS, () =>
+    import('./resources/responses/routes').then((group) => group.responseRoutes),
+  ),
+  vectorStores: lazyGroup('vector_stores', VECTOR_STORE_OPERATIONS, () =>
+    import('./resources/vector-stores/group').then((group) => group.vectorStoreGroup),
+  ),
+};
 
 /** What /health says of a sandbox whose first check has not answered yet. */
 const NOT_KNOWN_YET: Promise<Availability> = Promise.resolve({ available: false, reason: 'not checked yet' });
@@ -124,17 +154,16 @@ export function createApp(deps: Deps) {
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/runs', workspaceRunRoutes);
-  app.route('/v1/conversations', conversationRoutes(reconcileRun));
-  app.route('/v1/containers', containerRoutes);
-  app.route('/v1/files', fileRoutes);
+  app.route('/v1/conversations', LAZY.conversations);
+  app.route('/v1/containers', LAZY.containers);
+  app.route('/v1/files', LAZY.files);
   app.route('/v1/chat/completions', chatCompletionRoutes);
-  app.route('/v1/completions', completionRoutes);
-  app.route('/v1/embeddings', embeddingRoutes);
-  app.route('/v1/moderations', moderationRoutes);
+  app.route('/v1/completions', LAZY.completions);
+  app.route('/v1/embeddings', LAZY.embeddings);
+  app.route('/v1/moderations', LAZY.moderations);
   app.route('/v1/models', modelRoutes);
-  app.route('/v1/responses', responseRoutes);
-  app.route('/v1/vector_stores', vectorStoreRoutes);
-  app.route('/v1/vector_stores', vectorStoreSearchRoutes);
+  app.route('/v1/responses', LAZY.responses);
+  app.route('/v1/vector_stores', LAZY.vectorStores);
 
   app.notFound((c) =>
     errorResponse(
