@@ -92,7 +92,7 @@ export function lazyGroup<E extends Env>(
 export const lazyGroupOf = (handler: object): Group | undefined => stubs.get(handler);
 
 /** The names of the lazy groups of `app` that have loaded, in the app's order. */
-export function loadedGroups<E extends Env>(app: Hono<E>): string[] {
+export function loadedGroups(app: { routes: RouterRoute[] }): string[] {
   const groups = new Set(app.routes.flatMap(({ handler }) => stubs.get(handler) ?? []));
   return [...groups].filter((group) => group.loaded()).map((group) => group.name);
 }

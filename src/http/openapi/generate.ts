@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { Hono, type Env, type ValidationTargets } from 'hono';
+import { Hono, type ValidationTargets } from 'hono';
 import {
   describeRoute,
   generateSpecs,
@@ -123,7 +123,7 @@ const EVENT_STREAMS: Record<NonNullable<ResponseDeclaration['stream']>, OpenAPIV
  * `describeRoute`, on a copy of the app's routes that only describes; the app's own middleware
  * stays ours. A route that declares no answer is an error here, so that none goes undescribed.
  */
-export async function openApiDocument<E extends Env>(app: Hono<E>): Promise<OpenAPIV3_1.Document> {
+export async function openApiDocument(app: { routes: RouterRoute[] }): Promise<OpenAPIV3_1.Document> {
   const described = new Hono();
   for (const [key, route] of routeDeclarations(await loadedRoutes(app))) {
     if (!route.responds)
@@ -149,7 +149,7 @@ interface RouteDeclarations {
  * The routes of `app`, each lazy group's (http/lazy-group.ts) loaded in the place of its stub: what
  * the app serves once every group has loaded.
  */
-async function loadedRoutes<E extends Env>(app: Hono<E>): Promise<RouterRoute[]> {
+async function loadedRoutes(app: { routes: RouterRoute[] }): Promise<RouterRoute[]> {
   const expanded = new Set<object>();
   const routes: RouterRoute[] = [];
   for (const route of app.routes) {
