@@ -16,6 +16,7 @@ import { servedRoutesOnly, shorten } from './http/middleware/served-routes';
 import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
 import { assistantRoutes } from './resources/assistants/routes';
 import { chatCompletionRoutes } from './resources/chat-completions/routes';
+import { ROUTE_GROUPS } from './resources/route-groups';
 import { modelRoutes } from './resources/models/routes';
 import { policyRoutes } from './resources/policies/routes';
 import { runRoutes, workspaceRunRoutes } from './resources/runs/routes';
@@ -26,47 +27,8 @@ import { metricsRoutes } from './resources/metrics/routes';
 import { virtualKeyRoutes } from './resources/virtual-keys/routes';
 import { apiKeyRoutes, workspaceRoutes } from './resources/identities/routes';
 import { consoleRoutes } from './console/routes';
-import { lazyGroup } from './http/lazy-group';
-import { COMPLETION_OPERATIONS } from './resources/completions/operations';
-import { CONTAINER_OPERATIONS } from './resources/containers/operations';
-import { CONVERSATION_OPERATIONS } from './resources/conversations/operations';
-import { EMBEDDING_OPERATIONS } from './resources/embeddings/operations';
-import { FILE_OPERATIONS } from './resources/files/operations';
-import { MODERATION_OPERATIONS } from './resources/moderations/operations';
-import { RESPONSE_OPERATIONS } from './resources/responses/operations';
-import { VECTOR_STORE_OPERATIONS } from './resources/vector-stores/operations';
 import { healthObject } from './http/objects';
 import type { Availability } from './sandbox/sandbox';
-
-/**
- * The route groups few requests use, each a stub until its first request loads it (http/lazy-group.ts):
- * on Node a chunk of its own beside dist/node.js, which a process that never serves the group never
- * loads (docs/development.md, "Memory"). Made once, as the groups are modules: every app shares a load.
- */
-const LAZY = {
-  conversations: lazyGroup('conversations', CONVERSATION_OPERATIONS, () =>
-    import('./resources/conversations/routes').then((group) => group.conversationRoutes(reconcileRun)),
-  ),
-  containers: lazyGroup('containers', CONTAINER_OPERATIONS, () =>
-    import('./resources/containers/routes').then((group) => group.containerRoutes),
-  ),
-  files: lazyGroup('files', FILE_OPERATIONS, () => import('./resources/files/routes').then((group) => group.fileRoutes)),
-  completions: lazyGroup('completions', COMPLETION_OPERATIONS, () =>
-    import('./resources/completions/routes').then((group) => group.completionRoutes),
-  ),
-  embeddings: lazyGroup('embeddings', EMBEDDING_OPERATIONS, () =>
-    import('./resources/embeddings/routes').then((group) => group.embeddingRoutes),
-  ),
-  moderations: lazyGroup('moderations', MODERATION_OPERATIONS, () =>
-    import('./resources/moderations/routes').then((group) => group.moderationRoutes),
-  ),
-  responses: lazyGroup('responses', RESPONSE_OPERATIONS, () =>
-    import('./resources/responses/routes').then((group) => group.responseRoutes),
-  ),
-  vectorStores: lazyGroup('vector_stores', VECTOR_STORE_OPERATIONS, () =>
-    import('./resources/vector-stores/group').then((group) => group.vectorStoreGroup),
-  ),
-};
 
 /** What /health says of a sandbox whose first check has not answered yet. */
 const NOT_KNOWN_YET: Promise<Availability> = Promise.resolve({ available: false, reason: 'not checked yet' });
@@ -154,16 +116,16 @@ export function createApp(deps: Deps) {
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/runs', workspaceRunRoutes);
-  app.route('/v1/conversations', LAZY.conversations);
-  app.route('/v1/containers', LAZY.containers);
-  app.route('/v1/files', LAZY.files);
+  app.route('/v1/conversations', ROUTE_GROUPS.conversations);
+  app.route('/v1/containers', ROUTE_GROUPS.containers);
+  app.route('/v1/files', ROUTE_GROUPS.files);
   app.route('/v1/chat/completions', chatCompletionRoutes);
-  app.route('/v1/completions', LAZY.completions);
-  app.route('/v1/embeddings', LAZY.embeddings);
-  app.route('/v1/moderations', LAZY.moderations);
+  app.route('/v1/completions', ROUTE_GROUPS.completions);
+  app.route('/v1/embeddings', ROUTE_GROUPS.embeddings);
+  app.route('/v1/moderations', ROUTE_GROUPS.moderations);
   app.route('/v1/models', modelRoutes);
-  app.route('/v1/responses', LAZY.responses);
-  app.route('/v1/vector_stores', LAZY.vectorStores);
+  app.route('/v1/responses', ROUTE_GROUPS.responses);
+  app.route('/v1/vector_stores', ROUTE_GROUPS.vectorStores);
 
   app.notFound((c) =>
     errorResponse(

@@ -128,7 +128,9 @@ function chainsOf<E extends Env>(
   const served = [...chains.keys()].map((key) => (ownBodies.has(key) ? `${key} own-body` : key)).join(', ');
   const declared = operations.map(([method, path, body]) => `${operationKey(method, path)}${body ? ` ${body}` : ''}`);
   if (served !== declared.join(', '))
-    throw new Error(`The ${name} group serves ${served}; its stub declares ${declared.join(', ')}. Update its OPERATIONS.`);
+    throw new Error(
+      `The ${name} group serves ${served}; its stub declares ${declared.join(', ')}. Update its OPERATIONS.`,
+    );
   return chains;
 }
 

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import type { ApiEnv } from '../identities/env';
-import { vectorStoreRoutes } from './routes';
 import { vectorStoreSearchRoutes } from './search-routes';
+import { vectorStoreRoutes } from './routes';
 
 /**
  * /v1/vector_stores as one group: the search route runs behind routes.ts's middleware (the beta
