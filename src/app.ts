@@ -16,7 +16,7 @@ import { servedRoutesOnly, shorten } from './http/middleware/served-routes';
 import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
 import { assistantRoutes } from './resources/assistants/routes';
 import { chatCompletionRoutes } from './resources/chat-completions/routes';
-import { ROUTE_GROUPS } from './resources/route-groups';
+import { routeGroups } from './resources/route-groups';
 import { modelRoutes } from './resources/models/routes';
 import { policyRoutes } from './resources/policies/routes';
 import { runRoutes, workspaceRunRoutes } from './resources/runs/routes';
@@ -108,6 +108,8 @@ export function createApp(deps: Deps) {
     jsonBody({ maxBytes: deps.config.GATEWAY_MAX_BODY_BYTES, requestBody: deps.requestBody }),
     apiKeyAuth(),
   );
+  // The groups few requests use load on their first request (resources/route-groups.ts).
+  const groups = routeGroups();
   app.route('/v1/policies/rate-limits', policyRoutes);
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/usage', usageRoutes);
@@ -116,16 +118,16 @@ export function createApp(deps: Deps) {
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/runs', workspaceRunRoutes);
-  app.route('/v1/conversations', ROUTE_GROUPS.conversations);
-  app.route('/v1/containers', ROUTE_GROUPS.containers);
-  app.route('/v1/files', ROUTE_GROUPS.files);
+  app.route('/v1/conversations', groups.conversations);
+  app.route('/v1/containers', groups.containers);
+  app.route('/v1/files', groups.files);
   app.route('/v1/chat/completions', chatCompletionRoutes);
-  app.route('/v1/completions', ROUTE_GROUPS.completions);
-  app.route('/v1/embeddings', ROUTE_GROUPS.embeddings);
-  app.route('/v1/moderations', ROUTE_GROUPS.moderations);
+  app.route('/v1/completions', groups.completions);
+  app.route('/v1/embeddings', groups.embeddings);
+  app.route('/v1/moderations', groups.moderations);
   app.route('/v1/models', modelRoutes);
-  app.route('/v1/responses', ROUTE_GROUPS.responses);
-  app.route('/v1/vector_stores', ROUTE_GROUPS.vectorStores);
+  app.route('/v1/responses', groups.responses);
+  app.route('/v1/vector_stores', groups.vectorStores);
 
   app.notFound((c) =>
     errorResponse(

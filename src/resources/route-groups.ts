@@ -13,13 +13,14 @@ import { VECTOR_STORE_OPERATIONS } from './vector-stores/operations';
  * The route groups few requests use, as app.ts mounts them: each a stub until its first request loads
  * it (http/lazy-group.ts) with a dynamic `import()`. On Node, esbuild makes each group a chunk beside
  * dist/node.js (scripts/build-node.mjs), which a process that never serves the group never loads.
- * Made once, as the groups are modules: every app shares a load.
+ * Made for each app, so that what an app has loaded is its own (test/http/lazy-group.test.ts); the
+ * modules themselves load once in a process.
  *
  * The Worker's script gets runtime/workers/route-groups.ts instead (wrangler.toml's `[alias]`): the
  * groups themselves. Wrangler bundles a dynamic import into the script, wrapping every module under it
  * for evaluation on demand, 9 KiB more gzipped; docs/workers.md ("Bundle") says what splitting would take.
  */
-export const ROUTE_GROUPS = {
+export const routeGroups = () => ({
   conversations: lazyGroup('conversations', CONVERSATION_OPERATIONS, () =>
     import('./conversations/routes').then((group) => group.conversationRoutes(reconcileRun)),
   ),
@@ -42,4 +43,4 @@ export const ROUTE_GROUPS = {
   vectorStores: lazyGroup('vector_stores', VECTOR_STORE_OPERATIONS, () =>
     import('./vector-stores/group').then((group) => group.vectorStoreGroup),
   ),
-};
+});

@@ -7,10 +7,11 @@ import { openApiDocument } from '../../src/http/openapi/generate';
 import { createTestGateway, errorOf, type Tenant, type TestGateway } from '../support/gateway';
 
 /**
- * The route groups few requests use are stubs until their first request (http/lazy-group.ts, app.ts's
- * LAZY): what the app answers before a group loads is what it answers after, and a group loads once.
- * This file's gateway is the first app of its module graph (vitest runs each file in its own), so no
- * group has loaded when it starts.
+ * The route groups few requests use are stubs until their first request (http/lazy-group.ts,
+ * resources/route-groups.ts): what the app answers before a group loads is what it answers after, and
+ * a group loads once. Each app has its stubs, so this file's gateway starts with none loaded whatever
+ * the files before it in the same module graph loaded; that the server's start imports none of the
+ * groups' modules is test/runtime/node/npm-start.test.ts's.
  */
 
 let gateway: TestGateway;

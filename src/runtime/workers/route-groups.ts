@@ -7,7 +7,7 @@ import { fileRoutes } from '../../resources/files/routes';
 import { moderationRoutes } from '../../resources/moderations/routes';
 import { reconcileRun } from '../../resources/runs/execution/recovery';
 import { vectorStoreGroup } from '../../resources/vector-stores/group';
-import type { ROUTE_GROUPS as LAZY_ROUTE_GROUPS } from '../../resources/route-groups';
+import type { routeGroups as lazyRouteGroups } from '../../resources/route-groups';
 
 /**
  * resources/route-groups.ts for the Worker's script (wrangler.toml's `[alias]`): the groups
@@ -16,7 +16,7 @@ import type { ROUTE_GROUPS as LAZY_ROUTE_GROUPS } from '../../resources/route-gr
  * Imported in the order app.ts imported the groups before: the script's modules follow it, and its
  * gzipped size moved by 0.9 KiB with the order alone.
  */
-export const ROUTE_GROUPS: typeof LAZY_ROUTE_GROUPS = {
+export const routeGroups: typeof lazyRouteGroups = () => ({
   conversations: conversationRoutes(reconcileRun),
   containers: containerRoutes,
   files: fileRoutes,
@@ -25,4 +25,4 @@ export const ROUTE_GROUPS: typeof LAZY_ROUTE_GROUPS = {
   moderations: moderationRoutes,
   responses: responseRoutes,
   vectorStores: vectorStoreGroup,
-};
+});
