@@ -129,7 +129,13 @@ describe('a lazy group', () => {
     errors.length = 0;
     const another = appWith(async () => group().delete('/:id', (c) => c.text('gone')));
     expect((await another.request('/things/a')).status).toBe(500);
-    const unmarked = appWith(async () => group(), [['GET', '/:id'], ['POST', '/']]);
+    const unmarked = appWith(
+      async () => group(),
+      [
+        ['GET', '/:id'],
+        ['POST', '/'],
+      ],
+    );
     expect((await unmarked.request('/things/a')).status).toBe(500);
     const narrow = appWith(async () => new Hono().use('/:id', (_c, next) => next()).route('/', group()));
     expect((await narrow.request('/things/a')).status).toBe(500);
