@@ -103,7 +103,7 @@ describe('a lazy group', () => {
       loads++;
       return group();
     });
-    const answers = await Promise.all(['a', 'b', 'c'].map((id) => app.request(`/things/${id}`)));
+    const answers = await Promise.all(['a', 'b', 'c'].map(async (id) => app.request(`/things/${id}`)));
     expect(await Promise.all(answers.map((answer) => answer.json()))).toEqual([{ id: 'a' }, { id: 'b' }, { id: 'c' }]);
     expect(answers.map((answer) => answer.headers.get('x-group'))).toEqual(['ran', 'ran', 'ran']);
     expect((await app.request('/things', { method: 'POST' })).status).toBe(200);
