@@ -17,6 +17,10 @@ import { ownBody } from './middleware/own-body';
  * parameters are the request's as for any route. A load that fails throws, so the request gets the
  * envelope's 500 (app.ts's onError), and the next request tries again.
  *
+ * One difference from a group mounted whole: an error a handler throws reaches the group's middleware
+ * as a throw from their `next()` on its way to onError, where Hono would have answered it first and
+ * returned; the groups' middleware (workspace(), assistantsBeta()) do nothing after `next()`.
+ *
  * The group may use middleware only for all its paths and before its routes (`.use(mw)` first): the
  * stub cannot tell which of a narrower middleware's paths a request matches without the group's router. A group whose routes are
  * not exactly its OPERATIONS, in order, fails to load (test/http/lazy-group.test.ts loads each).
