@@ -4,7 +4,9 @@
 // and no wrapper process at runtime. Packages stay external (node_modules, as installed); the
 // embedded database's writer thread is a file of its own, copied beside the bundle that starts it
 // (as is the code sandbox's Python driver, runtime/node/sandbox-driver.py), and the chunker process
-// (runtime/node/chunker-process.ts) a bundle of its own; each is found beside the bundles that start them (`new URL('./….js', import.meta.url)`). What the CLI imports on demand
+// (runtime/node/chunker-process.ts) a bundle of its own; each is found beside the bundles that start them (`new URL('./….js', import.meta.url)`).
+// The route groups few requests use are chunks beside the server (dist/node-*.js: app.ts's lazy groups),
+// which a process loads on a group's first request. What the CLI imports on demand
 // (its commands' work, behind its help) is split into chunks beside it (dist/cli-*.js), so that
 // help never loads the database, zod or the services.
 // Runs before every start and every CLI command (package.json's start, bin/gateway.js), so that
@@ -69,11 +71,10 @@ export async function buildNode(root) {
     logLevel: 'warning',
   };
   const results = await Promise.all([
-    // The server and its chunker process whole, one file each, as docs/development.md measures them.
-    build({
-      ...common,
-      entryPoints: { node: 'src/node.ts', 'chunker-process': 'src/runtime/node/chunker-process.ts' },
-    }),
+    // The server, with the route groups few requests use split into chunks beside it (dist/node-*.js,
+    // app.ts's lazy groups), loaded on their first request; its chunker process whole, a file of its own.
+    build({ ...common, entryPoints: { node: 'src/node.ts' }, splitting: true, chunkNames: 'node-[name]-[hash]' }),
+    build({ ...common, entryPoints: { 'chunker-process': 'src/runtime/node/chunker-process.ts' } }),
     build({ ...common, entryPoints: { cli: 'src/cli/main.ts' }, splitting: true, chunkNames: 'cli-[name]-[hash]' }),
   ]);
   for (const output of results.flatMap((result) => Object.keys(result.metafile.outputs))) {

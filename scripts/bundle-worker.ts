@@ -21,10 +21,15 @@ export interface WorkerTarget {
    * measured). The ingest Worker's is the platform's (3 MB on Free), for all its modules.
    */
   budgetKiB: number;
+  /**
+   * Gzipped, the script and the modules uploaded beside it (each gzipped alone), for the gateway:
+   * what only some requests load counts here, so that it does not grow unseen.
+   */
+  uploadBudgetKiB?: number;
 }
 
 export const TARGETS = {
-  gateway: { config: 'wrangler.toml', bundle: 'worker.js', budgetKiB: 200 },
+  gateway: { config: 'wrangler.toml', bundle: 'worker.js', budgetKiB: 200, uploadBudgetKiB: 300 },
   ingest: { config: 'wrangler.ingest.toml', bundle: 'ingest-worker.js', budgetKiB: 2900 },
 } satisfies Record<string, WorkerTarget>;
 

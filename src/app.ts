@@ -16,22 +16,14 @@ import { servedRoutesOnly, shorten } from './http/middleware/served-routes';
 import { DOCS_PAGE, DOCS_SCRIPT } from './http/openapi/docs-page';
 import { assistantRoutes } from './resources/assistants/routes';
 import { chatCompletionRoutes } from './resources/chat-completions/routes';
-import { responseRoutes } from './resources/responses/routes';
-import { completionRoutes } from './resources/completions/routes';
-import { containerRoutes } from './resources/containers/routes';
-import { conversationRoutes } from './resources/conversations/routes';
-import { embeddingRoutes } from './resources/embeddings/routes';
-import { fileRoutes } from './resources/files/routes';
+import { routeGroups } from './resources/route-groups';
 import { modelRoutes } from './resources/models/routes';
-import { moderationRoutes } from './resources/moderations/routes';
 import { policyRoutes } from './resources/policies/routes';
 import { runRoutes, workspaceRunRoutes } from './resources/runs/routes';
 import { reconcileRun } from './resources/runs/execution/recovery';
 import { threadRoutes } from './resources/threads/routes';
 import { usageRoutes } from './resources/usage/routes';
 import { metricsRoutes } from './resources/metrics/routes';
-import { vectorStoreSearchRoutes } from './resources/vector-stores/search-routes';
-import { vectorStoreRoutes } from './resources/vector-stores/routes';
 import { virtualKeyRoutes } from './resources/virtual-keys/routes';
 import { apiKeyRoutes, workspaceRoutes } from './resources/identities/routes';
 import { consoleRoutes } from './console/routes';
@@ -116,6 +108,8 @@ export function createApp(deps: Deps) {
     jsonBody({ maxBytes: deps.config.GATEWAY_MAX_BODY_BYTES, requestBody: deps.requestBody }),
     apiKeyAuth(),
   );
+  // The groups few requests use load on their first request (resources/route-groups.ts).
+  const groups = routeGroups();
   app.route('/v1/policies/rate-limits', policyRoutes);
   app.route('/v1/virtual-keys', virtualKeyRoutes);
   app.route('/v1/usage', usageRoutes);
@@ -124,17 +118,16 @@ export function createApp(deps: Deps) {
   app.route('/v1/assistants', assistantRoutes);
   app.route('/v1/threads', threadRoutes(runRoutes, reconcileRun));
   app.route('/v1/runs', workspaceRunRoutes);
-  app.route('/v1/conversations', conversationRoutes(reconcileRun));
-  app.route('/v1/containers', containerRoutes);
-  app.route('/v1/files', fileRoutes);
+  app.route('/v1/conversations', groups.conversations);
+  app.route('/v1/containers', groups.containers);
+  app.route('/v1/files', groups.files);
   app.route('/v1/chat/completions', chatCompletionRoutes);
-  app.route('/v1/completions', completionRoutes);
-  app.route('/v1/embeddings', embeddingRoutes);
-  app.route('/v1/moderations', moderationRoutes);
+  app.route('/v1/completions', groups.completions);
+  app.route('/v1/embeddings', groups.embeddings);
+  app.route('/v1/moderations', groups.moderations);
   app.route('/v1/models', modelRoutes);
-  app.route('/v1/responses', responseRoutes);
-  app.route('/v1/vector_stores', vectorStoreRoutes);
-  app.route('/v1/vector_stores', vectorStoreSearchRoutes);
+  app.route('/v1/responses', groups.responses);
+  app.route('/v1/vector_stores', groups.vectorStores);
 
   app.notFound((c) =>
     errorResponse(

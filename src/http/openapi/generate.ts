@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { Hono, type Env, type ValidationTargets } from 'hono';
+import { Hono, type ValidationTargets } from 'hono';
 import {
   describeRoute,
   generateSpecs,
@@ -8,9 +8,11 @@ import {
   type ContentWithResolver,
   type DescribeRouteOptions,
 } from 'hono-openapi';
+import type { RouterRoute } from 'hono/types';
 import type { OpenAPIV3_1 } from 'openapi-types';
 import type * as z from 'zod';
 import { ERROR_CODES, type ErrorStatus } from '../../errors';
+import { lazyGroupOf } from '../lazy-group';
 import { declaredResponses, type ResponseDeclaration } from '../middleware/responds';
 import { validatedInputs } from '../middleware/validate';
 
@@ -121,9 +123,9 @@ const EVENT_STREAMS: Record<NonNullable<ResponseDeclaration['stream']>, OpenAPIV
  * `describeRoute`, on a copy of the app's routes that only describes; the app's own middleware
  * stays ours. A route that declares no answer is an error here, so that none goes undescribed.
  */
-export async function openApiDocument<E extends Env>(app: Hono<E>): Promise<OpenAPIV3_1.Document> {
+export async function openApiDocument(app: { routes: RouterRoute[] }): Promise<OpenAPIV3_1.Document> {
   const described = new Hono();
-  for (const [key, route] of routeDeclarations(app)) {
+  for (const [key, route] of routeDeclarations(await loadedRoutes(app))) {
     if (!route.responds)
       throw new Error(`${key} declares no responses: give it responds({ summary, ok }) (http/middleware/responds.ts).`);
     const inputs = route.inputs.map((input) => validator(input.target, input.schema));
@@ -143,10 +145,28 @@ interface RouteDeclarations {
   responds?: ResponseDeclaration;
 }
 
-/** Each operation of `app` (a method and a path) with what its middleware declare, in the app's order. */
-function routeDeclarations<E extends Env>(app: Hono<E>): Map<string, RouteDeclarations> {
+/**
+ * The routes of `app`, each lazy group's (http/lazy-group.ts) loaded in the place of its stub: what
+ * the app serves once every group has loaded.
+ */
+async function loadedRoutes(app: { routes: RouterRoute[] }): Promise<RouterRoute[]> {
+  const expanded = new Set<object>();
+  const routes: RouterRoute[] = [];
+  for (const route of app.routes) {
+    const group = lazyGroupOf(route.handler);
+    if (!group) routes.push(route);
+    else if (!expanded.has(group)) {
+      expanded.add(group);
+      routes.push(...(await group.routesUnder(route.basePath)));
+    }
+  }
+  return routes;
+}
+
+/** Each operation of `routes` (a method and a path) with what its middleware declare, in their order. */
+function routeDeclarations(appRoutes: RouterRoute[]): Map<string, RouteDeclarations> {
   const routes = new Map<string, RouteDeclarations>();
-  for (const { method, path, handler } of app.routes) {
+  for (const { method, path, handler } of appRoutes) {
     // The document and its page describe the API, and the console is a client of it: not part of it.
     if (
       method === 'ALL' ||

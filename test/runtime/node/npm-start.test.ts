@@ -1,4 +1,4 @@
-import { cpSync, existsSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI, { toFile } from 'openai';
@@ -77,8 +77,30 @@ describe('npm start on a checkout without dist/', () => {
       expect(added.status).toBe('completed');
       const found = await openai.vectorStores.search(store.id, { query: 'refunds within 30 days' });
       expect(found.data[0]?.content[0]?.text).toContain('Refunds are accepted within 30 days of delivery.');
+
+      // The lazy route groups (app.ts) are chunks the server loads on their first request, not at its
+      // start: the modules it imports statically hold none of their code; the chunks beside it do.
+      const dist = join(checkout, 'dist');
+      const eager = staticImports(dist, 'node.js');
+      const chunks = readdirSync(dist).filter((name) => /^node-.*\.js$/.test(name) && !eager.has(name));
+      for (const summary of ['Create a model response', 'Create a conversation', 'Create a container']) {
+        expect([...eager].filter((name) => readFileSync(join(dist, name), 'latin1').includes(summary))).toEqual([]);
+        expect(chunks.some((name) => readFileSync(join(dist, name), 'latin1').includes(summary))).toBe(true);
+      }
+      const response = await openai.responses.create({ model: 'gpt-4o', input: 'Hello' });
+      expect(response.status).toBe('completed');
     } finally {
       await gateway.stop('SIGTERM');
     }
   });
 });
+
+/** `entry` and the files of `dist` it imports statically, and they in turn: what a start loads. */
+function staticImports(dist: string, entry: string, found = new Set<string>()): Set<string> {
+  found.add(entry);
+  const text = readFileSync(join(dist, entry), 'latin1');
+  for (const [, imported] of text.matchAll(/^import\s(?:[^;]*?from\s*)?"\.\/([^"]+)"/gm)) {
+    if (imported && !found.has(imported)) staticImports(dist, imported, found);
+  }
+  return found;
+}
