@@ -190,6 +190,30 @@ describe('a run on a thread in one round trip to a database server', () => {
   });
 });
 
+describe('a policy made by another gateway', () => {
+  it('governs the runs after it, though the policies held here were current at the generation before it', async () => {
+    const { tenant, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    // Made before: the runs are the first requests after the change.
+    const threads = [await openai.beta.threads.create(), await openai.beta.threads.create()];
+    const another = await createTestGateway({
+      env: { LIBSQL_URL: sqld.url, GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64') },
+    });
+    try {
+      await createPolicy(another, tenant, { value: 1 });
+    } finally {
+      await another.close();
+    }
+    const runOn = (thread: { id: string }) =>
+      gateway.request(`/v1/threads/${thread.id}/runs`, {
+        key: tenant.workspaceKey,
+        body: { assistant_id: assistantId },
+      });
+    expect((await runOn(defined(threads[0]))).status).toBe(200);
+    expect((await runOn(defined(threads[1]))).status).toBe(429);
+  });
+});
+
 describe('what the path of one round trip does not take', () => {
   it('makes a run with a tokens policy as before: its reads, then its rows', async () => {
     const { tenant, openai, assistantId } = await setup();
@@ -325,6 +349,17 @@ describe("a thread's first run, its messages known: the provider called beside t
       expect(runs.data.map((run) => [run.id, run.status])).toEqual([[created.id, 'completed']]);
     },
   );
+
+  it('calls the provider once after the assistant was changed through this gateway: no run starts on the settings before', async () => {
+    const { openai, assistantId } = await setup('Old instructions.');
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: 'which?' }] });
+    await openai.beta.assistants.update(assistantId, { instructions: 'New instructions.' });
+    const calls = upstream.requests.length;
+    const run = await openai.beta.threads.runs.stream(thread.id, { assistant_id: assistantId }).finalRun();
+    expect(run).toMatchObject({ status: 'completed', instructions: 'New instructions.' });
+    expect(upstream.requests.length - calls).toBe(1);
+  });
 
   it('answers 429 before the provider is called when a requests policy refuses the run', async () => {
     const { tenant, key, openai, assistantId } = await setup();
