@@ -176,6 +176,7 @@ export async function deleteThread(
     async () => ((await deleteIdleThread(deps.db, thread)) ? true : null),
     (run) => `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
+  knownHistories(deps.db).forget(thread.id);
 }
 
 /** How often a write refused for a run that then turned out to have ended is tried again. */

@@ -31,7 +31,7 @@ export class KnownHistories {
     if (this.#threads.size > MAX_THREADS) this.#threads.delete(this.#threads.keys().next().value ?? '');
   }
 
-  /** Forgets the thread (a message of it deleted, the thread deleted). */
+  /** Forgets the thread (deleted). A message deleted is not told here: the guard finds it. */
   forget(threadId: string): void {
     this.#threads.delete(threadId);
   }

@@ -21,7 +21,6 @@ import type { CursorListQuery } from '../../http/schemas';
 import type { ListThreadsQuery, ModifyMessageBody, ModifyThreadBody } from './schemas';
 import type { ToolResources } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
-import { knownHistories } from './known-histories';
 
 /** Threads and their messages: their queries (their JSON is resources/threads/wire.ts). */
 
@@ -185,7 +184,6 @@ export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boole
     db.delete(messages).where(and(eq(messages.threadId, thread.id), gone)),
     db.delete(runs).where(and(eq(runs.threadId, thread.id), gone)),
   ]);
-  knownHistories(db).forget(thread.id);
   return deleted.length > 0;
 }
 
@@ -276,7 +274,6 @@ export async function modifyMessage(
 /** Deletes the message; 404 as getMessage. */
 export async function deleteMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<void> {
   const [row] = await deleteMessageById(db).all({ id, threadId, workspaceId });
-  knownHistories(db).forget(threadId);
   if (!row) await missingMessage(db, workspaceId, threadId, id);
 }
 
