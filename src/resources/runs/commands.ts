@@ -365,6 +365,7 @@ async function heldRun(
       at,
     };
   } catch {
+    // Its error comes from the path of reads, in its order (a missing thread is a 404 before a bad setting's 400).
     return null;
   }
   const { settings, virtualKey, messages, at } = prepared;

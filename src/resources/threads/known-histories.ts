@@ -12,28 +12,38 @@ import type { MessageRow, ThreadKey } from './queries';
  * another made, fails the guard, and the run is made from what it reads instead.
  *
  * Bounded: at most MAX_THREADS threads of at most MAX_MESSAGES messages and MAX_BYTES bytes of
- * content each, the least recently written forgotten first; a thread past a bound is forgotten.
+ * content each, MAX_TOTAL_BYTES in all, the least recently written forgotten first; a thread past a
+ * bound is forgotten.
  * Kept per database client (one per process, or per isolate on Workers), as prepared queries are.
  */
 export class KnownHistories {
   /** In least-recently-written order: a write moves its thread to the end. */
   readonly #threads = new Map<string, { workspaceId: string; messages: MessageRow[]; bytes: number }>();
+  /** The bytes of content of every thread known. */
+  #bytes = 0;
 
   /** A thread just created with `messages`, or one they were added to while its messages were known. */
   wrote(thread: ThreadKey, messages: MessageRow[], created: boolean): void {
     const known = this.#threads.get(thread.id);
-    this.#threads.delete(thread.id);
+    this.forget(thread.id);
     if (!created && (!known || known.workspaceId !== thread.workspaceId)) return;
     const all = [...(known && !created ? known.messages : []), ...messages];
     const bytes = (known && !created ? known.bytes : 0) + messages.reduce((sum, row) => sum + contentBytes(row), 0);
     if (all.length > MAX_MESSAGES || bytes > MAX_BYTES) return;
     this.#threads.set(thread.id, { workspaceId: thread.workspaceId, messages: all, bytes });
-    if (this.#threads.size > MAX_THREADS) this.#threads.delete(this.#threads.keys().next().value ?? '');
+    this.#bytes += bytes;
+    for (const oldest of this.#threads.keys()) {
+      if (this.#threads.size <= MAX_THREADS && this.#bytes <= MAX_TOTAL_BYTES) break;
+      this.forget(oldest);
+    }
   }
 
   /** Forgets the thread (deleted). A message deleted is not told here: the guard finds it. */
   forget(threadId: string): void {
+    const known = this.#threads.get(threadId);
+    if (!known) return;
     this.#threads.delete(threadId);
+    this.#bytes -= known.bytes;
   }
 
   /**
@@ -44,7 +54,7 @@ export class KnownHistories {
    */
   take(thread: ThreadKey, maxBytes: number): KnownHistory | null {
     const known = this.#threads.get(thread.id);
-    this.#threads.delete(thread.id);
+    this.forget(thread.id);
     if (!known || known.workspaceId !== thread.workspaceId || known.bytes >= maxBytes) return null;
     return { threadId: thread.id, messages: known.messages };
   }
@@ -62,6 +72,8 @@ export const MAX_THREADS = 1024;
 export const MAX_MESSAGES = 32;
 /** A thread whose messages' content is more bytes than this (stored as JSON) is not known. */
 export const MAX_BYTES = 16 * 1024;
+/** At most this many bytes of content are known at once, across threads. */
+export const MAX_TOTAL_BYTES = 1024 * 1024;
 
 const encoder = new TextEncoder();
 /** The bytes of a message's content as stored (its JSON): what a history read's bound counts. */

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { KnownHistories, MAX_BYTES, MAX_MESSAGES, MAX_THREADS } from '../../../src/resources/threads/known-histories';
+import {
+  KnownHistories,
+  MAX_BYTES,
+  MAX_MESSAGES,
+  MAX_THREADS,
+  MAX_TOTAL_BYTES,
+} from '../../../src/resources/threads/known-histories';
 import { clientMessage } from '../../../src/resources/threads/rows';
 
 /**
@@ -65,6 +71,20 @@ describe('KnownHistories', () => {
     expect(known.take(thread('thread_3'), MAX_HISTORY_BYTES)).toBeNull();
     known.wrote(thread('thread_4'), [message('thread_4', 'x'.repeat(200))], true);
     expect(known.take(thread('thread_4'), 100)).toBeNull();
+  });
+
+  it('keeps at most MAX_TOTAL_BYTES of content across threads, forgetting the least recently written', () => {
+    const known = new KnownHistories();
+    const size = MAX_BYTES / 2;
+    const threads = Math.ceil(MAX_TOTAL_BYTES / size) + 1;
+    for (let index = 0; index < threads; index++)
+      known.wrote(thread(`thread_${index}`), [message(`thread_${index}`, 'x'.repeat(size))], true);
+    expect(known.take(thread('thread_0'), MAX_HISTORY_BYTES)).toBeNull();
+    expect(known.take(thread(`thread_${threads - 1}`), MAX_HISTORY_BYTES)).not.toBeNull();
+    // Taken threads give their bytes back: as many fit again.
+    for (let index = 0; index < threads; index++) known.take(thread(`thread_${index}`), MAX_HISTORY_BYTES);
+    known.wrote(thread('thread_again'), [message('thread_again', 'x'.repeat(size))], true);
+    expect(known.take(thread('thread_again'), MAX_HISTORY_BYTES)).not.toBeNull();
   });
 
   it('keeps at most MAX_THREADS threads, forgetting the least recently written', () => {
