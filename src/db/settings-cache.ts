@@ -92,13 +92,28 @@ export class SettingsCache {
     return { live: now?.id === apiKey.id && now.workspace?.id === apiKey.workspace?.id, current: false };
   }
 
-  /** The last generation read; undefined before the first. */
+  /** The last generation read; undefined before the first, and after a change made here (changed()). */
   #latest: number | null | undefined;
+  /** How many times changed() was called: a read that started before a change does not make #latest. */
+  #changes = 0;
 
   async #generation(): Promise<number | null> {
+    const changes = this.#changes;
     const [row] = await generationRow(this.#db).all();
-    this.#latest = row?.value ?? null;
-    return this.#latest;
+    const generation = row?.value ?? null;
+    if (changes === this.#changes) this.#latest = generation;
+    return generation;
+  }
+
+  /**
+   * This process or isolate changed the settings (an assistant, a key, a policy): the generation it
+   * last read is past, so no request starts on it (provisional() answers null) until it is read
+   * again. A request that did would find its guard failing after it had admitted the run on what
+   * the settings were, and a run whose provider was called beside its write would call it twice.
+   */
+  changed(): void {
+    this.#latest = undefined;
+    this.#changes++;
   }
 
   /** What the entries weigh now. */

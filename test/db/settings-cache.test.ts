@@ -173,6 +173,20 @@ describe('the cache', () => {
     expect(cache.weight).toBeLessThanOrEqual((8 * 4096 * 5) / 8);
   });
 
+  it('starts no request on the generation it last read once it changed the settings itself, until it reads it again', async () => {
+    const cache = new SettingsCache(gateway.deps.db, settingsLoaders(gateway.deps.db), { provisional: true });
+    const settings = await cache.now();
+    expect(await settings.apiKey(tenant.workspaceKey)).not.toBeNull();
+    expect(cache.provisional(tenant.workspaceKey, 'on demand')).not.toBeNull();
+    // A read under way when the change is made does not make its generation current again.
+    const reading = cache.now();
+    cache.changed();
+    await reading;
+    expect(cache.provisional(tenant.workspaceKey, 'on demand')).toBeNull();
+    await cache.now();
+    expect(cache.provisional(tenant.workspaceKey, 'on demand')).not.toBeNull();
+  });
+
   it('hands out frozen values, shared by the requests that read them', async () => {
     const cache = new SettingsCache(gateway.deps.db, settingsLoaders(gateway.deps.db));
     const id = await assistant('Frozen.');

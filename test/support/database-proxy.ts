@@ -20,6 +20,9 @@ export class DatabaseProxy {
   keepStatements = false;
   /** The database's URL: set before the first request (a test harness may start its own). */
   target: URL | undefined;
+  /** Requests held by `hold()` and not forwarded yet. */
+  waiting = 0;
+  #held: Promise<void> | null = null;
   #inFlight = 0;
   #lastActivity = performance.now();
   readonly #server: Server;
@@ -49,6 +52,20 @@ export class DatabaseProxy {
     }
   }
 
+  /**
+   * Holds every request that arrives from now on, forwarding none, until the function answered is
+   * called: a test's way to keep a write in flight while it looks at what happens meanwhile.
+   */
+  hold(): () => void {
+    let release = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    this.#held = held;
+    return () => {
+      if (this.#held === held) this.#held = null;
+      release();
+    };
+  }
+
   close(): Promise<void> {
     this.#server.closeAllConnections();
     return new Promise((resolve) => this.#server.close(() => resolve()));
@@ -59,37 +76,50 @@ export class DatabaseProxy {
     this.#inFlight++;
     this.#lastActivity = performance.now();
     const chunks: Buffer[] = [];
+    const forward = () => this.#send(incoming, outgoing, chunks);
     incoming.on('data', (chunk: Buffer) => chunks.push(chunk));
     incoming.on('end', () => {
       if (this.keepStatements) this.statements.push(statementsOf(Buffer.concat(chunks)));
-      setTimeout(() => {
-        const target = this.target;
-        if (!target) {
-          outgoing.destroy(new Error('the proxy has no database behind it'));
-          this.#done();
-          return;
-        }
-        const upstream = httpRequest(
-          {
-            host: target.hostname,
-            port: target.port,
-            method: incoming.method,
-            path: incoming.url,
-            headers: { ...incoming.headers, host: target.host },
-          },
-          (answer) => {
-            outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
-            answer.pipe(outgoing);
-            answer.on('end', () => this.#done());
-          },
-        );
-        upstream.on('error', (error) => {
-          outgoing.destroy(error);
-          this.#done();
+      const held = this.#held;
+      if (held) {
+        this.waiting++;
+        void held.then(() => {
+          this.waiting--;
+          forward();
         });
-        upstream.end(Buffer.concat(chunks));
-      }, this.delayMs);
+      } else forward();
     });
+  }
+
+  /** Sends the request on to the database after the delay. */
+  #send(incoming: IncomingMessage, outgoing: ServerResponse, chunks: Buffer[]) {
+    setTimeout(() => {
+      const target = this.target;
+      if (!target) {
+        outgoing.destroy(new Error('the proxy has no database behind it'));
+        this.#done();
+        return;
+      }
+      const upstream = httpRequest(
+        {
+          host: target.hostname,
+          port: target.port,
+          method: incoming.method,
+          path: incoming.url,
+          headers: { ...incoming.headers, host: target.host },
+        },
+        (answer) => {
+          outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(outgoing);
+          answer.on('end', () => this.#done());
+        },
+      );
+      upstream.on('error', (error) => {
+        outgoing.destroy(error);
+        this.#done();
+      });
+      upstream.end(Buffer.concat(chunks));
+    }, this.delayMs);
   }
 
   #done() {

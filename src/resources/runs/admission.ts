@@ -27,9 +27,12 @@ type AdmissionDeps = Pick<Deps, 'config' | 'counters' | 'policyCache' | 'log' | 
 
 /**
  * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The
- * model is the run's, which through an Azure key is the deployment's (servedModel).
+ * model is the run's, which through an Azure key is the deployment's (servedModel). The policies
+ * are taken as of the snapshot's generation only if it is the database's: settings assumed
+ * unchanged (ProvisionalSettings) that have moved would find the policies held at it, which may
+ * predate a policy made since.
  */
-export function admit(
+export async function admit(
   deps: AdmissionDeps,
   actor: Actor,
   snapshot: Settings,
@@ -37,7 +40,8 @@ export function admit(
   run: RunRow,
   turn: TurnTokens,
 ): Promise<Admission> {
-  return admitRequest(deps, runAttributes(actor, key, run), turn, snapshot.generation);
+  const generation = (await snapshot.holds()) ? snapshot.generation : null;
+  return admitRequest(deps, runAttributes(actor, key, run), turn, generation);
 }
 
 /**

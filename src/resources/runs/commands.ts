@@ -10,11 +10,13 @@ import type {
   CreateThreadAndRunBody,
   ListWorkspaceRunsQuery,
   ModifyRunBody,
+  RunOverrides,
   SubmitToolOutputsBody,
 } from './schemas';
 import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
 import { readHistory, type History } from '../threads/history';
+import { historyGuard, knownHistories, type KnownHistory } from '../threads/known-histories';
 import {
   acceptToolOutputs,
   activeRunError,
@@ -24,6 +26,7 @@ import {
   insertRunOnThread,
   insertRunWhileIdle,
   insertThreadAndRun,
+  insertThreadAndRunGuarded,
   leaseMs,
   listRuns as listRunsPage,
   listWorkspaceRuns as listWorkspaceRunsPage,
@@ -48,6 +51,7 @@ import { attachedFiles, threadStoreWrites } from '../threads/thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 import { toThreadJson } from '../threads/wire';
 import type { ServerSentEvent } from '../../deps';
+import type { RawStatement } from '../../db/client';
 import { buildPrompt, promptLimits } from './execution/prompt';
 import { reconcileRun } from './execution/recovery';
 import { checkImages } from '../files/images';
@@ -104,7 +108,13 @@ export async function createThreadAndRun(
   body: CreateThreadAndRunBody,
   context: RequestContext,
 ): Promise<RunAnswer> {
-  const assistant = await snapshot.assistant(actor.workspaceId, body.assistant_id);
+  const inOneTrip = await threadAndRunInOneTrip(deps, actor, snapshot, body, context);
+  if (inOneTrip) return inOneTrip;
+  // Started on settings assumed unchanged, the run asks whether its key is live (the assistant read beside it) first.
+  const reading = snapshot.assistant(actor.workspaceId, body.assistant_id);
+  reading.catch(() => undefined);
+  await keyLive(snapshot);
+  const assistant = await reading;
   const settings = runSettings(assistant, body);
   await checkSandbox(deps.sandbox, settings.tools, {
     assistantId: assistant.id,
@@ -155,7 +165,15 @@ export async function createRun(
   context: RequestContext,
   includeResultContent = false,
 ): Promise<RunAnswer> {
-  const inOneTrip = await runInOneTrip(deps, actor, snapshot, threadId, body, context, includeResultContent);
+  // Whatever comes of this run, the thread's messages as known are its history no more.
+  const known = knownHistories(deps.db).take(
+    { id: threadId, workspaceId: actor.workspaceId },
+    deps.config.GATEWAY_MAX_HISTORY_BYTES,
+  );
+  const inOneTrip = await runInOneTrip(deps, actor, snapshot, threadId, body, context, {
+    includeResultContent,
+    known,
+  });
   if (inOneTrip) return inOneTrip;
   const { db, config } = deps;
   // Read together (one round trip to a database server: coalescing-client.ts); their errors are
@@ -215,16 +233,16 @@ const NO_HISTORY: History = { messages: [], steps: [] };
 /**
  * A run on a thread in one round trip to a database server, where createRun's reads, then its
  * write, take two: nothing is read before the write. What the run's row needs comes from what this
- * process or isolate holds at the settings' generation last seen (the assistant, the virtual key for
- * its model, the workspace's policies: Settings.keptAssistant, keptVirtualKey, PolicyCache.peek);
- * admission comes first, which needs no prompt when no tokens policy matches; then one transaction
- * carries the thread's history read and the rows, under checks the database makes (the settings'
- * guard fails it if the generation moved; each row is inserted only while the thread is the
- * workspace's and idle). When any of it does not hold, the answer is null, nothing was written and
- * any admission is given back, and createRun makes the run as before: so every refusal (404, 400,
- * the key revoked) comes from that path, in its order. Only a rate limit's 429 is answered from
- * here, before the thread is looked at. On the embedded file (no guard: reads cost no round trip)
- * the answer is always null.
+ * process or isolate holds (heldRun); then one transaction carries the thread's history read and
+ * the rows, under checks the database makes (the settings' guard fails it if the generation moved;
+ * each row is inserted only while the thread is the workspace's and idle). When the thread's
+ * messages are known (threads/known-histories.ts: a thread no run touched, written here), nothing
+ * is read at all: the prompt is built from them and the provider called beside the write
+ * (speculate), the write guarded by them too. When any of it does not hold, the answer is null,
+ * nothing was written and any admission is given back, and createRun makes the run as before: so
+ * every refusal (404, 400, the key revoked) comes from that path, in its order. Only a rate
+ * limit's 429 is answered from here, before the thread is looked at. On the embedded file (no
+ * guard: reads cost no round trip) the answer is always null.
  */
 async function runInOneTrip(
   deps: RunCommandDeps,
@@ -233,15 +251,100 @@ async function runInOneTrip(
   threadId: string,
   body: CreateRunBody,
   context: RequestContext,
-  includeResultContent: boolean,
+  { includeResultContent, known }: { includeResultContent: boolean; known: KnownHistory | null },
 ): Promise<RunAnswer | null> {
-  const guard = snapshot.guard();
   const inputs = body.additional_messages ?? [];
   // Files attached for file_search go to the thread's store, which needs the thread read first.
-  if (!guard || attachedFiles(inputs, () => '').length > 0) return null;
+  if (attachedFiles(inputs, () => '').length > 0) return null;
+  const thread = { id: threadId, workspaceId: actor.workspaceId };
+  const held = await heldRun(deps, actor, snapshot, { thread, body, inputs, param: 'additional_messages' });
+  if (!held) return null;
+  const { guard, run, messages, virtualKey, admission } = held;
+  const options = { answer: answerKind(body), includeResultContent, leading: [] };
+  if (known) {
+    const write = insertRunWhileIdle(deps.db, [guard, historyGuard(known)], messages, run);
+    return speculate(deps, actor, snapshot, context, held, known.messages, write, options);
+  }
+  const history = readHistory(
+    deps.db,
+    { workspaceId: actor.workspaceId, threadId, runId: null },
+    deps.config.GATEWAY_MAX_HISTORY_BYTES,
+  );
+  history.catch(() => undefined);
+  if (!(await unlessWritten(deps, admission, insertRunWhileIdle(deps.db, [guard], messages, run)))) {
+    await giveBack(deps, admission, actor.workspaceId);
+    return null;
+  }
+  snapshot.guardHeld();
+  const read = await history;
+  const prompt = buildPrompt(
+    run,
+    { messages: [...read.messages, ...messages], steps: read.steps },
+    [],
+    promptLimits(run, 0, deps.config),
+  );
+  return hostNewRun(deps, run, admission, context, { ...options, preloaded: { virtualKey, prompt } });
+}
+
+/**
+ * POST /v1/threads/runs in one round trip, as runInOneTrip: the new thread has no history but its
+ * messages, so the provider is called beside the write (speculate), which the settings' guard
+ * leads. Null, nothing written, when it cannot be (the thread's tool_resources or its messages'
+ * file_search attachments need reads; what heldRun needs is not held; the guard failed).
+ */
+async function threadAndRunInOneTrip(
+  deps: RunCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  body: CreateThreadAndRunBody,
+  context: RequestContext,
+): Promise<RunAnswer | null> {
+  const inputs = body.thread?.messages ?? [];
+  if (body.tool_resources || body.thread?.tool_resources || attachedFiles(inputs, () => '').length > 0) return null;
+  const thread = newThread(actor.workspaceId, { metadata: body.thread?.metadata, tool_resources: null }, deps.now());
+  const held = await heldRun(deps, actor, snapshot, { thread, body, inputs, param: 'thread.messages' });
+  if (!held) return null;
+  const write = insertThreadAndRunGuarded(deps.db, held.guard, thread, held.messages, held.run);
+  return speculate(deps, actor, snapshot, context, held, [], write, {
+    answer: answerKind(body),
+    leading: [['thread.created', toThreadJson(thread)]],
+  });
+}
+
+/** A run's row made from what this process or isolate holds, admitted, and the guard its write must carry. */
+interface HeldRun {
+  guard: RawStatement;
+  run: RunRow;
+  messages: MessageRow[];
+  virtualKey: VirtualKey;
+  admission: Admission;
+}
+
+/**
+ * A new run's row, its messages and its admission, from what this process or isolate holds at the
+ * settings' generation last seen (the assistant, the virtual key for its model, the workspace's
+ * policies: Settings.keptAssistant, keptVirtualKey, PolicyCache.peek), nothing read; admission
+ * comes first, which needs no prompt when no tokens policy matches. Null, nothing counted, when
+ * any of it is not held or the request is wrong (its error comes from the path of reads, in its
+ * order: a missing thread is a 404 before a bad setting's 400); a 429 when a requests policy refuses
+ * it on settings that are still the database's.
+ */
+async function heldRun(
+  deps: RunCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  request: {
+    thread: ThreadKey;
+    body: RunOverrides & { assistant_id: string };
+    inputs: ThreadMessageInput[];
+    param: string;
+  },
+): Promise<HeldRun | null> {
+  const { thread, body } = request;
+  const guard = snapshot.guard();
+  if (!guard) return null;
   const assistant = snapshot.keptAssistant(actor.workspaceId, body.assistant_id);
   if (!assistant) return null;
-  const thread = { id: threadId, workspaceId: actor.workspaceId };
   let prepared: { settings: RunSettings; virtualKey: VirtualKey; messages: MessageRow[]; at: number } | undefined;
   try {
     const settings = runSettings(assistant, body);
@@ -258,11 +361,11 @@ async function runInOneTrip(
     prepared = {
       settings,
       virtualKey,
-      messages: await clientMessages(deps, actor, thread, inputs, 'additional_messages', at),
+      messages: await clientMessages(deps, actor, thread, request.inputs, request.param, at),
       at,
     };
   } catch {
-    // Its error comes from createRun, after the thread's (a missing thread is a 404 before a bad setting's 400).
+    // Its error comes from the path of reads, in its order (a missing thread is a 404 before a bad setting's 400).
     return null;
   }
   const { settings, virtualKey, messages, at } = prepared;
@@ -280,32 +383,59 @@ async function runInOneTrip(
     if (await snapshot.holds()) throw error;
     return null;
   }
-  if (!admission) return null;
-  const history = readHistory(
-    deps.db,
-    { workspaceId: actor.workspaceId, threadId, runId: null },
-    deps.config.GATEWAY_MAX_HISTORY_BYTES,
-  );
-  history.catch(() => undefined);
-  if (!(await unlessWritten(deps, admission, insertRunWhileIdle(deps.db, guard, messages, run)))) {
-    await giveBack(deps, admission, actor.workspaceId);
-    return null;
-  }
-  snapshot.guardHeld();
-  const read = await history;
+  return admission && { guard, run, messages, virtualKey, admission };
+}
+
+/**
+ * A held run whose prompt is known before its write (`history`, the thread's messages before the
+ * run's own): handed to its host while `write` is under way, so that the provider's call starts
+ * beside it. Its events, `thread.run.created` first, leave only once the write has committed; when
+ * the write's guards fail it (false: nothing written), the execution stops its provider call and
+ * nothing of it is told, the admission is given back, and the answer is null, for the caller to
+ * make the run from what it reads.
+ */
+async function speculate(
+  deps: RunCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  context: RequestContext,
+  held: HeldRun,
+  history: MessageRow[],
+  write: Promise<boolean>,
+  options: StreamOptions & { answer: RunAnswerKind },
+): Promise<RunAnswer | null> {
+  const { run, admission, virtualKey } = held;
   const prompt = buildPrompt(
     run,
-    { messages: [...read.messages, ...messages], steps: read.steps },
+    { messages: [...history, ...held.messages], steps: [] },
     [],
     promptLimits(run, 0, deps.config),
   );
-  return hostNewRun(deps, run, admission, context, {
-    answer: body.stream === true ? 'stream' : 'queued',
-    leading: [],
-    preloaded: { virtualKey, prompt },
-    includeResultContent,
+  const inserted = unlessWritten(deps, admission, write);
+  const written = inserted.then((ok) => {
+    if (!ok) throw new Error('the run was not written: a guard failed');
   });
+  try {
+    const answer = await hostNewRun(
+      deps,
+      run,
+      admission,
+      context,
+      { ...options, preloaded: { virtualKey, prompt } },
+      written,
+    );
+    snapshot.guardHeld();
+    return answer;
+  } catch (error) {
+    // Written, or failed otherwise (the database unreachable): that is the answer, as today.
+    if (await inserted.catch(() => true)) throw error;
+    await giveBack(deps, admission, actor.workspaceId);
+    return null;
+  }
 }
+
+const answerKind = (body: { stream?: boolean | null }): 'stream' | 'queued' =>
+  body.stream === true ? 'stream' : 'queued';
 
 /** What a new run is, and how it comes about; startRun does the rest. */
 export interface RunStart {

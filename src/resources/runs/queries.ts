@@ -93,20 +93,20 @@ export async function insertRunOnThread(
 /**
  * A new run on a thread not read first, with the messages it adds, in one transaction that also
  * carries the reads issued beside it (batchWithReads: one round trip to a database server), led by
- * `guard` (the settings', ProvisionalSettings.guard). Every row is inserted only while the thread is
+ * `guards` (the settings', ProvisionalSettings.guard; the known history's, historyGuard). Every row is inserted only while the thread is
  * the workspace's and no run holds it (threadIdle, checked by each statement in the one
  * transaction): false, and nothing written, when it is not, or when the guard failed the batch.
  */
 export async function insertRunWhileIdle(
   db: Db,
-  guard: RawStatement,
+  guards: RawStatement[],
   threadMessages: MessageRow[],
   run: RunRow,
 ): Promise<boolean> {
   const idle = threadIdle({ id: run.threadId, workspaceId: run.workspaceId });
   try {
     const results = await batchWithReads(db, [
-      guard,
+      ...guards,
       ...threadMessages.map((message) => insertWhereStatement(messages, message, idle, { returning: false })),
       insertWhereStatement(runs, run, idle),
     ]);
@@ -224,6 +224,27 @@ export async function insertThreadAndRun(
   // On every run's path: the rows as raw statements, without building queries.
   const more = extra.map((statement) => ('toSQL' in statement ? rawOf(statement) : statement));
   await batchRaw(db, [...threadRows(thread, threadMessages), insertStatement(runs, run), ...more]);
+}
+
+/**
+ * A new thread, its messages and a run on it, as insertThreadAndRun, in a transaction that `guard`
+ * (the settings', ProvisionalSettings.guard) fails when the generation moved: false then, and
+ * nothing written.
+ */
+export async function insertThreadAndRunGuarded(
+  db: Db,
+  guard: RawStatement,
+  thread: ThreadRow,
+  threadMessages: MessageRow[],
+  run: RunRow,
+): Promise<boolean> {
+  try {
+    await batchRaw(db, [guard, ...threadRows(thread, threadMessages), insertStatement(runs, run)]);
+    return true;
+  } catch (error) {
+    if (isUniqueViolation(error, GENERATION_MOVED)) return false;
+    throw error;
+  }
 }
 
 // Prepared: a run is read on every poll of it (GET …/runs/{run_id}), and Drizzle building the

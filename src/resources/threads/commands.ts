@@ -25,6 +25,7 @@ import { isUniqueViolation, type RawStatement } from '../../db/client';
 import { GENERATION_MOVED, type Settings } from '../../db/settings-cache';
 import { keyLive } from '../identities/middleware/api-key-auth';
 import { wakeIngestion } from '../vector-stores/commands';
+import { knownHistories } from './known-histories';
 import { attachedFiles, NO_STORE_WRITES, threadStoreWrites } from './thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 
@@ -80,6 +81,7 @@ export async function createThread(
   });
   if (stores.toolResources) thread.toolResources = stores.toolResources;
   await insertThread(deps.db, thread, messages, stores.statements);
+  knownHistories(deps.db).wrote(thread, messages, true);
   if (stores.queued) wakeIngestion(deps, context);
   return thread;
 }
@@ -150,6 +152,7 @@ export async function createMessage(
     await keyLive(settings);
     row = await insert(null);
   }
+  knownHistories(deps.db).wrote({ id: message.threadId, workspaceId: message.workspaceId }, [row], false);
   if (stores.queued) wakeIngestion(deps, context);
   return row;
 }
@@ -173,6 +176,7 @@ export async function deleteThread(
     async () => ((await deleteIdleThread(deps.db, thread)) ? true : null),
     (run) => `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
+  knownHistories(deps.db).forget(thread.id);
 }
 
 /** How often a write refused for a run that then turned out to have ended is tried again. */

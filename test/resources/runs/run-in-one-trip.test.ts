@@ -9,6 +9,8 @@ import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, type TestGateway } from '../../support/gateway';
 import { createPolicy, usedBy } from '../../support/ratelimit';
 import { WEATHER_TOOL } from '../../support/runs';
+import { parseEventStream } from '../../support/sse';
+import { waitFor } from '../../support/wait';
 
 /**
  * A run on a thread on a database server (LIBSQL_URL), when what it needs is held in memory:
@@ -188,6 +190,30 @@ describe('a run on a thread in one round trip to a database server', () => {
   });
 });
 
+describe('a policy made by another gateway', () => {
+  it('governs the runs after it, though the policies held here were current at the generation before it', async () => {
+    const { tenant, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    // Made before: the runs are the first requests after the change.
+    const threads = [await openai.beta.threads.create(), await openai.beta.threads.create()];
+    const another = await createTestGateway({
+      env: { LIBSQL_URL: sqld.url, GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64') },
+    });
+    try {
+      await createPolicy(another, tenant, { value: 1 });
+    } finally {
+      await another.close();
+    }
+    const runOn = (thread: { id: string }) =>
+      gateway.request(`/v1/threads/${thread.id}/runs`, {
+        key: tenant.workspaceKey,
+        body: { assistant_id: assistantId },
+      });
+    expect((await runOn(defined(threads[0]))).status).toBe(200);
+    expect((await runOn(defined(threads[1]))).status).toBe(429);
+  });
+});
+
 describe('what the path of one round trip does not take', () => {
   it('makes a run with a tokens policy as before: its reads, then its rows', async () => {
     const { tenant, openai, assistantId } = await setup();
@@ -200,5 +226,198 @@ describe('what the path of one round trip does not take', () => {
     // The reads (with the generation), the admission (the counters are the database's on Node), the
     // rows, the run's end, and the tokens charged.
     expect(trips).toBe(5);
+  });
+});
+
+/** A streamed run's answer read to its end: its status and its events. */
+async function streamed(path: string, key: string, body: Record<string, unknown>) {
+  const response = await gateway.request(path, { key, body: { ...body, stream: true } });
+  return { status: response.status, events: parseEventStream(await response.text()) };
+}
+
+/** The text of the answer's deltas. */
+const deltaText = (events: { event: string; data: unknown }[]) =>
+  events
+    .filter((event) => event.event === 'thread.message.delta')
+    .map((event) =>
+      (event.data as { delta: { content: { text?: { value?: string } }[] } }).delta.content
+        .map((part) => part.text?.value ?? '')
+        .join(''),
+    )
+    .join('');
+
+/** The last user message's text of the `index`th request the fake provider received. */
+const lastUserText = (index: number) =>
+  (defined(upstream.requests[index]).body?.messages as { role: string; content: string }[])
+    .filter((message) => message.role === 'user')
+    .at(-1)?.content;
+
+/**
+ * Holds the database while `start` runs, until the provider has been called `calls` more times;
+ * then lets the database go. Answers what `start` answered, and how many database requests were
+ * waiting when the provider was called.
+ */
+async function whileDatabaseHeld<T>(calls: number, start: () => Promise<T>) {
+  const before = upstream.requests.length;
+  const release = proxy.hold();
+  try {
+    const pending = start();
+    pending.catch(() => undefined);
+    const seen = await waitFor(
+      () => ({ called: upstream.requests.length - before, waiting: proxy.waiting }),
+      (state) => state.called >= calls,
+    );
+    release();
+    return { seen, answer: await pending };
+  } finally {
+    release();
+  }
+}
+
+describe("a thread's first run, its messages known: the provider called beside the write", () => {
+  it('calls the provider while the write is at the database, and tells nothing before it commits: created first, then the answer', async () => {
+    const { key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: 'known words' }] });
+    await openai.beta.threads.messages.create(thread.id, { role: 'user', content: 'and more' });
+    const { seen, answer } = await whileDatabaseHeld(1, () =>
+      streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId }),
+    );
+    // The provider was called while the run's write waited at the database.
+    expect(seen.called).toBe(1);
+    expect(seen.waiting).toBeGreaterThan(0);
+    expect(lastUserText(-1 + upstream.requests.length)).toBe('and more');
+    const names = answer.events.map((event) => event.event);
+    expect(names.slice(0, 3)).toEqual(['thread.run.created', 'thread.run.queued', 'thread.run.in_progress']);
+    expect(names.indexOf('thread.message.delta')).toBeGreaterThan(names.indexOf('thread.run.created'));
+    expect(deltaText(answer.events)).toBe('You said: and more');
+    expect(names.at(-2)).toBe('thread.run.completed');
+    const created = defined(answer.events[0]).data as { id: string };
+    const run = await openai.beta.threads.runs.retrieve(created.id, { thread_id: thread.id });
+    expect(run.status).toBe('completed');
+    expect(await countOf('runs', thread.id)).toBe(1);
+    expect(await countOf('messages', thread.id)).toBe(3);
+  });
+
+  const changes: [string, (threadId: string) => Promise<unknown>][] = [
+    [
+      'a message added elsewhere',
+      (threadId) =>
+        elsewhere.execute({
+          sql: `INSERT INTO messages (id, thread_id, workspace_id, created_at, role, content, status, attachments, metadata)
+                SELECT ?, id, workspace_id, ?, 'user', ?, 'completed', '[]', '{}' FROM threads WHERE id = ?`,
+          args: [
+            `msg_elsewhere${randomBytes(6).toString('hex')}`,
+            Date.now(),
+            JSON.stringify([{ type: 'text', text: { value: 'added elsewhere', annotations: [] } }]),
+            threadId,
+          ],
+        }),
+    ],
+    [
+      'its newest message deleted elsewhere',
+      (threadId) =>
+        elsewhere.execute({
+          sql: 'DELETE FROM messages WHERE seq = (SELECT max(seq) FROM messages WHERE thread_id = ?)',
+          args: [threadId],
+        }),
+    ],
+  ];
+  it.each(changes)(
+    'takes the path of reads when the thread changed since (%s), telling nothing of the first answer, writing the run once',
+    async (_, change) => {
+      const { key, openai, assistantId } = await setup();
+      await warm(openai, assistantId);
+      const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: 'first words' }] });
+      await openai.beta.threads.messages.create(thread.id, { role: 'user', content: 'known words' });
+      await change(thread.id);
+      const calls = upstream.requests.length;
+      // The first call is made before the write's guard is known to have failed.
+      const { answer } = await whileDatabaseHeld(1, () =>
+        streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId }),
+      );
+      expect(upstream.requests.length - calls).toBe(2);
+      expect(lastUserText(calls)).toBe('known words');
+      const truth = defined(lastUserText(calls + 1));
+      expect(truth).not.toBe('known words');
+      const names = answer.events.map((event) => event.event);
+      expect(names.filter((name) => name === 'thread.run.created')).toHaveLength(1);
+      expect(names[0]).toBe('thread.run.created');
+      expect(deltaText(answer.events)).toBe(`You said: ${truth}`);
+      const created = defined(answer.events[0]).data as { id: string };
+      const runs = await openai.beta.threads.runs.list(thread.id);
+      expect(runs.data.map((run) => [run.id, run.status])).toEqual([[created.id, 'completed']]);
+    },
+  );
+
+  it('calls the provider once after the assistant was changed through this gateway: no run starts on the settings before', async () => {
+    const { openai, assistantId } = await setup('Old instructions.');
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: 'which?' }] });
+    await openai.beta.assistants.update(assistantId, { instructions: 'New instructions.' });
+    const calls = upstream.requests.length;
+    const run = await openai.beta.threads.runs.stream(thread.id, { assistant_id: assistantId }).finalRun();
+    expect(run).toMatchObject({ status: 'completed', instructions: 'New instructions.' });
+    expect(upstream.requests.length - calls).toBe(1);
+  });
+
+  it('answers 429 before the provider is called when a requests policy refuses the run', async () => {
+    const { tenant, key, openai, assistantId } = await setup();
+    await createPolicy(gateway, tenant, { value: 1 });
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: 'known words' }] });
+    const calls = upstream.requests.length;
+    const refused = await gateway.request(`/v1/threads/${thread.id}/runs`, {
+      key,
+      body: { assistant_id: assistantId, stream: true },
+    });
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get('retry-after')).not.toBeNull();
+    expect(upstream.requests.length).toBe(calls);
+    expect(await countOf('runs', thread.id)).toBe(0);
+  });
+
+  it("makes a new thread's run (POST /v1/threads/runs) in one round trip once one was made, the provider called beside it", async () => {
+    const { openai, assistantId } = await setup();
+    const run = () =>
+      openai.beta.threads
+        .createAndRunStream({ assistant_id: assistantId, thread: { messages: [{ role: 'user', content: 'hi' }] } })
+        .finalRun();
+    // The first after the settings changed (the assistant created) learns the generation; the next
+    // reads the assistant and the key beside it, and keeps them (as a run on a thread does).
+    await run();
+    await run();
+    // Then: its rows with the settings' guard, and its end.
+    expect(await roundTrips(run)).toBe(2);
+    const { seen, answer } = await whileDatabaseHeld(1, run);
+    expect(seen.waiting).toBeGreaterThan(0);
+    expect(answer.status).toBe('completed');
+  });
+
+  it('makes a new thread and its run from what is read when the settings moved, telling nothing of the first answer', async () => {
+    const { key, openai, assistantId } = await setup('Old instructions.');
+    await warm(openai, assistantId);
+    await elsewhere.execute({
+      sql: 'UPDATE assistants SET instructions = ? WHERE id = ?',
+      args: ['New instructions.', assistantId],
+    });
+    const calls = upstream.requests.length;
+    const { answer } = await whileDatabaseHeld(1, () =>
+      streamed('/v1/threads/runs', key, {
+        assistant_id: assistantId,
+        thread: { messages: [{ role: 'user', content: 'which?' }] },
+      }),
+    );
+    const sent = (index: number) => (defined(upstream.requests[index]).body?.messages as { content: string }[])[0];
+    expect(upstream.requests.length - calls).toBe(2);
+    expect(sent(calls)?.content).toBe('Old instructions.');
+    expect(sent(calls + 1)?.content).toBe('New instructions.');
+    const names = answer.events.map((event) => event.event);
+    expect(names.slice(0, 2)).toEqual(['thread.created', 'thread.run.created']);
+    expect(names.filter((name) => name === 'thread.created')).toHaveLength(1);
+    const thread = defined(answer.events[0]).data as { id: string };
+    const run = defined(answer.events[1]).data as { id: string; thread_id: string; instructions: string };
+    expect(run).toMatchObject({ thread_id: thread.id, instructions: 'New instructions.' });
+    expect(await countOf('runs', thread.id)).toBe(1);
   });
 });

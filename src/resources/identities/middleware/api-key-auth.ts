@@ -47,8 +47,18 @@ export const apiKeyAuth = () =>
     if (!apiKey) throw new ApiError('invalid_api_key');
     c.set('apiKey', apiKey);
     c.set('settings', settings);
-    await next();
+    try {
+      await next();
+    } finally {
+      if (changesSettings(c.req.method, c.req.path)) cache.changed();
+    }
   });
+
+/** Whether a request may change the settings (their tables: SettingsCache.changed()). */
+function changesSettings(method: string, path: string): boolean {
+  return method !== 'GET' && method !== 'HEAD' && SETTINGS.test(path);
+}
+const SETTINGS = /^\/v1\/(assistants|virtual-keys|api-keys|workspaces|policies\/rate-limits)(\/|$)/;
 
 /**
  * Throws 401 `invalid_api_key` unless the key the request presented is live: what a request that
@@ -70,15 +80,17 @@ export async function keyLive(settings: Settings): Promise<void> {
  *   when what the run needs is held in memory, or which otherwise reads its thread, history and open
  *   run first and asks keyLive with them, before its admission (resources/runs/commands.ts): the
  *   generation is read only if the guard fails, if there is no guarded write, or if the request
- *   ends before it writes.
+ *   ends before it writes; and a new thread with its run (POST /v1/threads/runs), likewise led by
+ *   the guard, or asking keyLive first.
  * An assistant is read from memory once the generation is known (one round trip either way), and
  * anything else reads the generation first.
  */
 function provisionalCheck(method: string, path: string): 'now' | 'on demand' | null {
   if (method === 'GET' || method === 'HEAD') return PROVISIONAL_READS.test(path) ? 'now' : null;
   if (method !== 'POST') return null;
-  return RUN_ON_THREAD.test(path) || MESSAGE_ON_THREAD.test(path) ? 'on demand' : null;
+  return RUN_ON_THREAD.test(path) || MESSAGE_ON_THREAD.test(path) || path === THREAD_AND_RUN ? 'on demand' : null;
 }
+const THREAD_AND_RUN = '/v1/threads/runs';
 const PROVISIONAL_READS = /^\/v1\/(threads|conversations|responses)\//;
 const RUN_ON_THREAD = /^\/v1\/threads\/[^/]+\/runs$/;
 const MESSAGE_ON_THREAD = /^\/v1\/threads\/[^/]+\/messages$/;

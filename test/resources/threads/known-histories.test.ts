@@ -1,0 +1,97 @@
+import { describe, expect, it } from 'vitest';
+import {
+  KnownHistories,
+  MAX_BYTES,
+  MAX_MESSAGES,
+  MAX_THREADS,
+  MAX_TOTAL_BYTES,
+} from '../../../src/resources/threads/known-histories';
+import { clientMessage } from '../../../src/resources/threads/rows';
+
+/**
+ * What a process knows of the threads it wrote (resources/threads/known-histories.ts): a guess the
+ * run's write then guards, so these check only what is kept and for whom, and its bounds. That a
+ * wrong guess writes nothing is test/resources/runs/run-in-one-trip.test.ts's.
+ */
+
+const MAX_HISTORY_BYTES = 32_000;
+const thread = (id: string, workspaceId = 'ws_a') => ({ id, workspaceId });
+const message = (threadId: string, content: string, workspaceId = 'ws_a') =>
+  clientMessage(thread(threadId, workspaceId), { role: 'user', content }, 'messages[0]', 1);
+
+describe('KnownHistories', () => {
+  it("keeps a created thread's messages and those added after, in order, and gives them once", () => {
+    const known = new KnownHistories();
+    const first = message('thread_1', 'one');
+    const second = message('thread_1', 'two');
+    known.wrote(thread('thread_1'), [first], true);
+    known.wrote(thread('thread_1'), [second], false);
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toEqual({
+      threadId: 'thread_1',
+      messages: [first, second],
+    });
+    // A run was made (or tried) on it: its messages are its history no more.
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
+  });
+
+  it('knows nothing of a thread it did not create, even once messages are added to it', () => {
+    const known = new KnownHistories();
+    known.wrote(thread('thread_1'), [message('thread_1', 'one')], false);
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
+  });
+
+  it("gives another workspace's thread to no one, and forgets it when asked for by another", () => {
+    const known = new KnownHistories();
+    known.wrote(thread('thread_1', 'ws_a'), [message('thread_1', 'secret', 'ws_a')], true);
+    expect(known.take(thread('thread_1', 'ws_b'), MAX_HISTORY_BYTES)).toBeNull();
+    expect(known.take(thread('thread_1', 'ws_a'), MAX_HISTORY_BYTES)).toBeNull();
+    // A message added by another workspace does not join it either.
+    known.wrote(thread('thread_2', 'ws_a'), [], true);
+    known.wrote(thread('thread_2', 'ws_b'), [message('thread_2', 'theirs', 'ws_b')], false);
+    expect(known.take(thread('thread_2', 'ws_a'), MAX_HISTORY_BYTES)).toBeNull();
+  });
+
+  it('forgets a thread whose message or self was deleted', () => {
+    const known = new KnownHistories();
+    known.wrote(thread('thread_1'), [message('thread_1', 'one')], true);
+    known.forget('thread_1');
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
+  });
+
+  it('keeps no thread past its bounds: messages, bytes, or a history read would cut', () => {
+    const known = new KnownHistories();
+    const many = Array.from({ length: MAX_MESSAGES + 1 }, (_, index) => message('thread_1', `m${index}`));
+    known.wrote(thread('thread_1'), many, true);
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
+    known.wrote(thread('thread_2'), many.slice(1), true);
+    // One more message than the bound: forgotten, not cut.
+    known.wrote(thread('thread_2'), [message('thread_2', 'more')], false);
+    expect(known.take(thread('thread_2'), MAX_HISTORY_BYTES)).toBeNull();
+    known.wrote(thread('thread_3'), [message('thread_3', 'x'.repeat(MAX_BYTES))], true);
+    expect(known.take(thread('thread_3'), MAX_HISTORY_BYTES)).toBeNull();
+    known.wrote(thread('thread_4'), [message('thread_4', 'x'.repeat(200))], true);
+    expect(known.take(thread('thread_4'), 100)).toBeNull();
+  });
+
+  it('keeps at most MAX_TOTAL_BYTES of content across threads, forgetting the least recently written', () => {
+    const known = new KnownHistories();
+    const size = MAX_BYTES / 2;
+    const threads = Math.ceil(MAX_TOTAL_BYTES / size) + 1;
+    for (let index = 0; index < threads; index++)
+      known.wrote(thread(`thread_${index}`), [message(`thread_${index}`, 'x'.repeat(size))], true);
+    expect(known.take(thread('thread_0'), MAX_HISTORY_BYTES)).toBeNull();
+    expect(known.take(thread(`thread_${threads - 1}`), MAX_HISTORY_BYTES)).not.toBeNull();
+    // Taken threads give their bytes back: as many fit again.
+    for (let index = 0; index < threads; index++) known.take(thread(`thread_${index}`), MAX_HISTORY_BYTES);
+    known.wrote(thread('thread_again'), [message('thread_again', 'x'.repeat(size))], true);
+    expect(known.take(thread('thread_again'), MAX_HISTORY_BYTES)).not.toBeNull();
+  });
+
+  it('keeps at most MAX_THREADS threads, forgetting the least recently written', () => {
+    const known = new KnownHistories();
+    for (let index = 0; index <= MAX_THREADS; index++) known.wrote(thread(`thread_${index}`), [], true);
+    expect(known.take(thread('thread_0'), MAX_HISTORY_BYTES)).toBeNull();
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).not.toBeNull();
+    expect(known.take(thread(`thread_${MAX_THREADS}`), MAX_HISTORY_BYTES)).not.toBeNull();
+  });
+});
