@@ -16,6 +16,7 @@ import {
   sequential,
   SHORT_REPLY,
   startFakeProvider,
+  sleep,
   summarise,
   WORD_GAP_MS,
 } from './support';
@@ -50,6 +51,8 @@ const CONCURRENCY = 32;
 const FLOW_CONCURRENCY = 8;
 /** The memory rounds stream this many answers at a time (memory). */
 const MEMORY_CONCURRENCY = 4;
+/** Quiet long enough for the gateway's idle trim to end (runtime/node/memory-trim.ts: 2 s, then 6 s to the second collection), with a margin. */
+const IDLE_TRIM_MS = 10_000;
 
 const RESOLVE = process.env.BENCH_VIRTUAL_KEY ?? 'header';
 if (!['header', 'models', 'default'].includes(RESOLVE))
@@ -145,6 +148,11 @@ async function memory(bytes: number, count: number, rounds = 5) {
   try {
     const target = await prepare(gateway);
     await pool(20, MEMORY_CONCURRENCY, () => wholeStreamedRun(target, { reply: 'warm up' }));
+    // Idle until the gateway gave back what start-up and the warm-up grew (memory-trim.ts: 2 s of
+    // quiet, then two collections 6 s apart): without it, a process measured before its first trim
+    // started the rounds 15 to 35 MB higher than one measured after, more than a 1 MB answer's
+    // whole difference, and which one a process was depended on timing alone.
+    await sleep(IDLE_TRIM_MS);
     const before = memoryOf(pidOf(gateway.child)).rssMb;
     // The peak of the rounds alone: start-up's own (the migrations, the modules' loading) is no answer's.
     resetPeakMemory(pidOf(gateway.child));
@@ -159,7 +167,7 @@ async function memory(bytes: number, count: number, rounds = 5) {
       rssAfterRound.push(round(memoryOf(pidOf(gateway.child)).rssMb, 1));
     }
     const peak = memoryOf(pidOf(gateway.child)).peakMb;
-    await new Promise((resolve) => setTimeout(resolve, 12_000));
+    await sleep(12_000);
     return {
       answer_bytes: bytes,
       received_bytes_per_run: Math.round(received / (count * rounds)),
@@ -167,6 +175,7 @@ async function memory(bytes: number, count: number, rounds = 5) {
       rss_before_mb: round(before, 1),
       rss_after_each_round_mb: rssAfterRound,
       peak_rss_mb: round(peak, 1),
+      peak_rss_growth_mb: round(peak - before, 1),
       rss_12s_after_mb: round(memoryOf(pidOf(gateway.child)).rssMb, 1),
     };
   } finally {
@@ -333,10 +342,12 @@ console.log(
           memory: {
             answer_1kb: small,
             answer_1mb: large,
-            peak_rss_growth_1mb_over_1kb_mb: round(large.peak_rss_mb - small.peak_rss_mb, 1),
-            // What one 1 MB answer in flight holds over a 1 KB one: the goal is its size plus a constant.
+            peak_rss_growth_1mb_over_1kb_mb: round(large.peak_rss_growth_mb - small.peak_rss_growth_mb, 1),
+            // What one 1 MB answer in flight holds over a 1 KB one: the goal is its size plus a
+            // constant. Each process's peak over its own settled start, so that two processes'
+            // different starts do not count as the answers'.
             peak_rss_growth_per_answer_in_flight_mb: round(
-              (large.peak_rss_mb - small.peak_rss_mb) / MEMORY_CONCURRENCY,
+              (large.peak_rss_growth_mb - small.peak_rss_growth_mb) / MEMORY_CONCURRENCY,
               1,
             ),
             rss_growth_last_rounds_1mb_mb: round(
