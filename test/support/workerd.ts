@@ -57,6 +57,8 @@ export async function startLocalWorker(
   try {
     const workspaceKey = await initialiseTenant(sqld);
     const script = await bundleWorker(TARGETS.gateway, bundleDir, 'ignore');
+    // Wrangler announces the .dev.vars it reads on stdout, where a bench prints its JSON.
+    process.env.WRANGLER_LOG ??= 'warn';
     const { workerOptions } = unstable_getMiniflareWorkerOptions(TARGETS.gateway.config);
     worker = new Miniflare({
       host: '127.0.0.1',
