@@ -34,9 +34,11 @@ export class HttpClient implements Client {
   readonly #shapes = new Map<string, RowShape>();
 
   constructor(options: { url: string; authToken?: string; fetch?: typeof fetch }) {
-    this.#pipeline = `${baseUrl(options.url)}/v3/pipeline`;
+    const { base, authToken } = serverOf(options.url);
+    this.#pipeline = `${base}/v3/pipeline`;
     this.#headers = { 'content-type': 'application/json' };
-    if (options.authToken) this.#headers.authorization = `Bearer ${options.authToken}`;
+    const token = authToken ?? options.authToken;
+    if (token) this.#headers.authorization = `Bearer ${token}`;
     this.#fetch = options.fetch ?? ((input, init) => fetch(input, init));
   }
 
@@ -327,12 +329,26 @@ function isStreamResults(value: unknown): value is StreamResult[] {
   );
 }
 
-/** The server's base URL: libsql: is https: (http: with `?tls=0`), as @libsql/client reads it; no query. */
-function baseUrl(url: string): string {
+/**
+ * The server's base URL, as @libsql/client reads it: libsql: is https: (http: with `?tls=0`), and
+ * `?authToken=` is the token (over the one given apart, as there); any other query is refused.
+ */
+function serverOf(url: string): { base: string; authToken?: string } {
   const parsed = new URL(url);
-  const tls = parsed.searchParams.get('tls');
+  let tls: boolean | undefined;
+  let authToken: string | undefined;
+  for (const [key, value] of parsed.searchParams) {
+    if (key === 'authToken') authToken = value;
+    else if (key === 'tls' && (value === '0' || value === '1')) tls = value === '1';
+    else if (key === 'tls') {
+      throw new LibsqlError(
+        `Unknown value for the "tls" query argument: ${JSON.stringify(value)}. Supported values are: ["0", "1"]`,
+        'URL_INVALID',
+      );
+    } else throw new LibsqlError(`Unsupported URL query parameter ${JSON.stringify(key)}`, 'URL_PARAM_NOT_SUPPORTED');
+  }
   let protocol = parsed.protocol;
-  if (protocol === 'libsql:') protocol = tls === '0' ? 'http:' : 'https:';
+  if (protocol === 'libsql:') protocol = tls === false ? 'http:' : 'https:';
   if (protocol !== 'http:' && protocol !== 'https:') {
     throw new LibsqlError(
       `The HTTP client supports only "libsql:", "https:" and "http:" URLs, got "${parsed.protocol}".`,
@@ -340,7 +356,7 @@ function baseUrl(url: string): string {
     );
   }
   const path = parsed.pathname.replace(/\/+$/, '');
-  return `${protocol}//${parsed.host}${path}`;
+  return { base: `${protocol}//${parsed.host}${path}`, authToken };
 }
 
 /** The client of the server at `url` (`fetch`: how it is reached, the global fetch by default). */

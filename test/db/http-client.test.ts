@@ -159,4 +159,27 @@ describe("the Worker's libSQL client over HTTP", () => {
     ]);
     expect(() => openHttpClient({ url: 'ws://db.example' })).toThrow(/supports only/);
   });
+
+  it("reads the URL's query as @libsql/client does: its token, its tls, and nothing else", async () => {
+    const tokens: (string | null)[] = [];
+    const recording: typeof fetch = async (input, init) => {
+      tokens.push(new Headers(init?.headers).get('authorization'));
+      return fetch(`${sqld.url}/v3/pipeline`, init);
+    };
+    const address = new URL(sqld.url);
+    const url = `libsql://${address.host}/?tls=0&authToken=in-the-url`;
+    await openHttpClient({ url, authToken: 'given-apart', fetch: recording }).execute('SELECT 1');
+    await openHttpClient({
+      url: `libsql://${address.host}/?tls=0`,
+      authToken: 'given-apart',
+      fetch: recording,
+    }).execute('SELECT 1');
+    expect(tokens).toEqual(['Bearer in-the-url', 'Bearer given-apart']);
+    for (const bad of [`${sqld.url}/?mode=ro`, `${sqld.url}/?tls=yes`]) {
+      const refusal = (open: () => unknown) => failure(Promise.resolve().then(open));
+      expect(await refusal(() => openHttpClient({ url: bad }))).toEqual(
+        await refusal(() => createClient({ url: bad })),
+      );
+    }
+  });
 });
