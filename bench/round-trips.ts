@@ -24,7 +24,8 @@ import { post, readStream, required, round, startFakeProvider, summarise } from 
  * as a run's last ones, count too), how many came before a streamed run's first token, its wall
  * time, and for streamed runs the first token's latency beyond the provider's own (the fake
  * provider called directly, the same answer). The SDK turn is an application's: with the official
- * SDK, a message added, a run streamed to its end, the messages listed.
+ * SDK, a message added, a run streamed to its end, the messages listed. A run on a thread is timed
+ * as the thread's first run and as a later one (after a run, its turn's message just added).
  *
  * Only loopback and one process per part; the figures that matter are the counts and how the
  * times grow with the delay, not the times at 0 ms.
@@ -185,6 +186,15 @@ async function measureTarget(name: string, fakeUrl: string) {
           id: string;
         };
         return streamed(`/threads/${fresh.id}/runs`, { assistant_id: assistant.id, stream: true });
+      },
+      // A later turn: the thread has had a run, and the turn's message was just added (the chat app's every turn after the first).
+      'POST /threads/{id}/runs (streamed, a later run)': async () => {
+        const turned = (await post(api('/threads'), headers, { messages: [{ role: 'user', content }] })) as {
+          id: string;
+        };
+        await streamed(`/threads/${turned.id}/runs`, { assistant_id: assistant.id, stream: true });
+        await post(api(`/threads/${turned.id}/messages`), headers, { role: 'user', content });
+        return streamed(`/threads/${turned.id}/runs`, { assistant_id: assistant.id, stream: true });
       },
       'POST /chat/completions (streamed)': () =>
         streamed('/chat/completions', { model: 'bench-model', stream: true, messages: [{ role: 'user', content }] }),
