@@ -26,9 +26,8 @@ import type { Prompt } from '../../providers/types';
 type AdmissionDeps = Pick<Deps, 'config' | 'counters' | 'policyCache' | 'log' | 'now' | 'metrics'>;
 
 /**
- * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens. The
- * model is the run's, which through an Azure key is the deployment's (servedModel). The policies
- * are taken as of the snapshot's generation only if it is the database's: settings assumed
+ * Rate-limit admission for run traffic: creating a run and continuing one both spend tokens
+ * (runAttributes: what the policies match). The policies are taken as of the snapshot's generation only if it is the database's: settings assumed
  * unchanged (ProvisionalSettings) that have moved would find the policies held at it, which may
  * predate a policy made since.
  */

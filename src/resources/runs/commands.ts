@@ -16,7 +16,7 @@ import type {
 import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
 import { readHistory, type History } from '../threads/history';
-import { historyGuard, knownHistories, type KnownHistory } from '../threads/known-histories';
+import { historyGuard, knownHistories } from '../threads/known-histories';
 import {
   acceptToolOutputs,
   activeRunError,
@@ -165,15 +165,7 @@ export async function createRun(
   context: RequestContext,
   includeResultContent = false,
 ): Promise<RunAnswer> {
-  // Whatever comes of this run, the thread's messages as known are its history no more.
-  const known = knownHistories(deps.db).take(
-    { id: threadId, workspaceId: actor.workspaceId },
-    deps.config.GATEWAY_MAX_HISTORY_BYTES,
-  );
-  const inOneTrip = await runInOneTrip(deps, actor, snapshot, threadId, body, context, {
-    includeResultContent,
-    known,
-  });
+  const inOneTrip = await runInOneTrip(deps, actor, snapshot, threadId, body, context, includeResultContent);
   if (inOneTrip) return inOneTrip;
   const { db, config } = deps;
   // Read together (one round trip to a database server: coalescing-client.ts); their errors are
@@ -251,12 +243,14 @@ async function runInOneTrip(
   threadId: string,
   body: CreateRunBody,
   context: RequestContext,
-  { includeResultContent, known }: { includeResultContent: boolean; known: KnownHistory | null },
+  includeResultContent: boolean,
 ): Promise<RunAnswer | null> {
+  const thread = { id: threadId, workspaceId: actor.workspaceId };
+  // Whatever comes of this run, the thread's messages as known are its history no more.
+  const known = knownHistories(deps.db).take(thread, deps.config.GATEWAY_MAX_HISTORY_BYTES);
   const inputs = body.additional_messages ?? [];
   // Files attached for file_search go to the thread's store, which needs the thread read first.
   if (attachedFiles(inputs, () => '').length > 0) return null;
-  const thread = { id: threadId, workspaceId: actor.workspaceId };
   const held = await heldRun(deps, actor, snapshot, { thread, body, inputs, param: 'additional_messages' });
   if (!held) return null;
   const { guard, run, messages, virtualKey, admission } = held;
