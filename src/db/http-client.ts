@@ -1,5 +1,6 @@
 import type { Client, InArgs, InStatement, InValue, ResultSet, TransactionMode } from '@libsql/client';
 import { LibsqlBatchError, LibsqlError } from '@libsql/core/api';
+import { readAtMost } from '../lib/bounded-read';
 import { Result, rowShape, toRow, type RowShape } from './result-set';
 
 /**
@@ -279,12 +280,15 @@ function protoError(message: string): LibsqlError {
   return new LibsqlError(message, 'HRANA_PROTO_ERROR');
 }
 
+/** Of a server's error page, this many bytes are read at most. */
+const MAX_ERROR_PAGE_BYTES = 1024;
+
 /** A server that did not answer 200: its own error (JSON with a message), or SERVER_ERROR caused by the status. */
 async function serverError(response: Response): Promise<LibsqlError> {
   const type = response.headers.get('content-type') ?? 'text/plain';
   const status = `Server returned HTTP status ${response.status}`;
-  // An error page is short; a server that sends more is cut off (the message is for a log line).
-  const text = (await response.text()).slice(0, 1024);
+  // An error page is short; a server that sends more is cut off, unread (the message is for a log line).
+  const text = new TextDecoder().decode((await readAtMost(response.body, MAX_ERROR_PAGE_BYTES)).bytes);
   if (type === 'application/json') {
     try {
       const body: unknown = JSON.parse(text);

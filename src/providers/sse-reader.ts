@@ -2,7 +2,7 @@ import { createParser } from 'eventsource-parser';
 import { concatBytes } from '../lib/bytes';
 import { UNSLICED, type Slices } from '../lib/slices';
 import { UpstreamError } from './types';
-import { release } from './upstream-text';
+import { release } from '../lib/bounded-read';
 
 /**
  * Reads an upstream `text/event-stream` body incrementally and yields the data of the events each

@@ -1,4 +1,4 @@
-import { concatBytes } from '../lib/bytes';
+import { readAtMost } from '../lib/bounded-read';
 import { networkCause, type NetworkCause } from '../lib/network-errors';
 import { UpstreamError, type UpstreamAnswer } from './types';
 
@@ -34,44 +34,15 @@ export async function errorDetail(response: UpstreamAnswer, secret: string): Pro
   return message ? `: ${message}` : '.';
 }
 
-/**
- * At most `maxBytes` of a body (as the runtime hands it over: decompressed), decoded. Whatever
- * follows is never read: the body is cancelled, which drops the connection, so a small compressed
- * body that inflates to gigabytes costs no more than the cap.
- */
+/** At most `maxBytes` of a body, decoded (readAtMost), without a prefix of the key at its end when cut. */
 export async function readCapped(
   body: AsyncIterable<Uint8Array> | null,
   maxBytes: number,
   secret: string,
 ): Promise<string> {
-  if (!body) return '';
-  const chunks = body[Symbol.asyncIterator]();
-  const parts: Uint8Array[] = [];
-  let size = 0;
-  let cut = false;
-  try {
-    while (size < maxBytes) {
-      const { done, value } = await chunks.next();
-      if (done) break;
-      const kept = value.subarray(0, maxBytes - size);
-      parts.push(kept);
-      size += kept.length;
-      cut = kept.length < value.length;
-    }
-    cut ||= size >= maxBytes;
-  } finally {
-    await release(chunks);
-  }
-  const text = new TextDecoder().decode(concatBytes(parts));
+  const { bytes, cut } = await readAtMost(body, maxBytes);
+  const text = new TextDecoder().decode(bytes);
   return cut ? withoutKeyPrefixAtEnd(text, secret) : text;
-}
-
-/**
- * Lets go of a body being read: cancelled (the connection dropped) unless it was read to its end.
- * A body that fails to cancel has nothing more to give either.
- */
-export async function release(chunks: AsyncIterator<Uint8Array>): Promise<void> {
-  await chunks.return?.()?.catch(() => undefined);
 }
 
 const REDACTED = '[redacted]';

@@ -139,6 +139,30 @@ describe("the Worker's libSQL client over HTTP", () => {
     });
   });
 
+  it("reads at most 1 KiB of a server's error page, and never the rest of one that does not end", async () => {
+    let pulled = 0;
+    let cancelled = false;
+    const endless: typeof fetch = async () =>
+      new Response(
+        new ReadableStream<Uint8Array>({
+          pull(controller) {
+            pulled++;
+            controller.enqueue(new TextEncoder().encode('x'.repeat(600)));
+          },
+          cancel() {
+            cancelled = true;
+          },
+        }),
+        { status: 503, headers: { 'content-type': 'text/plain' } },
+      );
+    const mine = openHttpClient({ url: sqld.url, fetch: endless });
+    const error = await failure(mine.execute('SELECT 1'));
+    expect(error).toMatchObject({ code: 'SERVER_ERROR', status: 503 });
+    expect(error.message).toBe(`SERVER_ERROR: Server returned HTTP status 503: ${'x'.repeat(1024)}`);
+    expect(cancelled).toBe(true);
+    expect(pulled).toBeLessThan(5);
+  });
+
   it('sends one request a call, to the pipeline of its URL, with the token', async () => {
     const sent: { url: string; authorization: string | null; requests: string[] }[] = [];
     const recording: typeof fetch = async (input, init) => {

@@ -5,7 +5,7 @@ import type { Slices } from '../../lib/slices';
 import { asUpstreamError, checkUsage, isRecord, SSE_LIMITS, type OpenedChatCall } from '../../providers/chat';
 import { readServerSentData } from '../../providers/sse-reader';
 import { UpstreamError, type Usage } from '../../providers/types';
-import { release } from '../../providers/upstream-text';
+import { release } from '../../lib/bounded-read';
 
 /**
  * The provider's answer to a call passed through (pipeline.ts), read as untrusted input: a JSON answer
