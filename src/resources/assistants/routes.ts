@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { changesSettings } from '../../http/middleware/changes-settings';
 import { assistantsBeta } from '../../http/middleware/assistants-beta';
 import { validate } from '../../http/middleware/validate';
 import { workspace } from '../identities/middleware/workspace';
@@ -21,7 +22,7 @@ import { assistantObject } from './objects';
  * tool_resources create (its embeddings), listing and deleting never.
  */
 export const assistantRoutes = new Hono<ApiEnv>()
-  .use(assistantsBeta(), workspace())
+  .use(assistantsBeta(), workspace(), changesSettings())
   .post(
     '/',
     responds({ summary: 'Create an assistant', ok: assistantObject }),

@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { changesSettings } from '../../http/middleware/changes-settings';
 import { responds } from '../../http/middleware/responds';
 import { validate } from '../../http/middleware/validate';
 import { createApiKey, listScopedApiKeys, revokeScopedApiKey } from './api-keys';
@@ -29,6 +30,7 @@ export const workspaceRoutes = new Hono<ApiEnv>().get(
  * creation; the database keeps its hash (api-keys.ts).
  */
 export const apiKeyRoutes = new Hono<ApiEnv>()
+  .use(changesSettings())
   .get(
     '/',
     responds({ summary: 'List API keys', ok: apiKeyList, errors: [403] }),

@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import { changesSettings } from '../../http/middleware/changes-settings';
 import { ApiError } from '../../errors';
 import { validate } from '../../http/middleware/validate';
 import { createPolicyBody, listPoliciesQuery, policyCountersQuery, updatePolicyBody } from './schemas';
@@ -14,6 +15,7 @@ import { policyCounters } from '../../ratelimit';
 
 /** /v1/policies/rate-limits */
 export const policyRoutes = new Hono<ApiEnv>()
+  .use(changesSettings())
   .get(
     '/',
     responds({ summary: 'List rate-limit policies', ok: policyList, errors: [403] }),

@@ -1,4 +1,5 @@
 import { Hono, type Context } from 'hono';
+import { changesSettings } from '../../http/middleware/changes-settings';
 import { validate } from '../../http/middleware/validate';
 import { createVirtualKeyBody, listVirtualKeysQuery, revokeVirtualKeyQuery, updateVirtualKeyBody } from './schemas';
 import { upstreamRules } from './upstream-rules';
@@ -21,6 +22,7 @@ async function workspaceOf(c: Context<ApiEnv>, ref: string | undefined): Promise
  * An update is OpenAI's `POST /{id}`, here by slug; PATCH is accepted too, as REST clients send it.
  */
 export const virtualKeyRoutes = new Hono<ApiEnv>()
+  .use(changesSettings())
   .get(
     '/',
     responds({ summary: 'List virtual keys', ok: virtualKeyList, errors: [403] }),

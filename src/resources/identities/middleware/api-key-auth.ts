@@ -47,18 +47,8 @@ export const apiKeyAuth = () =>
     if (!apiKey) throw new ApiError('invalid_api_key');
     c.set('apiKey', apiKey);
     c.set('settings', settings);
-    try {
-      await next();
-    } finally {
-      if (changesSettings(c.req.method, c.req.path)) cache.changed();
-    }
+    await next();
   });
-
-/** Whether a request may change the settings (their tables: SettingsCache.changed()). */
-function changesSettings(method: string, path: string): boolean {
-  return method !== 'GET' && method !== 'HEAD' && SETTINGS.test(path);
-}
-const SETTINGS = /^\/v1\/(assistants|virtual-keys|api-keys|workspaces|policies\/rate-limits)(\/|$)/;
 
 /**
  * Throws 401 `invalid_api_key` unless the key the request presented is live: what a request that
