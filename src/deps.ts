@@ -66,8 +66,11 @@ export interface Deps {
   /**
    * The events of a response's stream (resources/responses/events.ts), translated from the run
    * engine's as it sends them: given to the engine here, which the responses resource is built on.
+   * A promise: on Node the translation is a chunk loaded with the first response streamed (or with
+   * the Responses routes), which a process serving only runs never holds. A load that fails ends that
+   * stream as any failure of the engine does (an `error` event), and the next response loads again.
    */
-  responseEvents: (target: EventSink, run: RunRow, response: ResponseRow) => EventSink;
+  responseEvents: (target: EventSink, run: RunRow, response: ResponseRow) => Promise<EventSink>;
   /**
    * The runs executing where this app runs, so that a cancel reaching them stops them at once
    * (resources/runs/execution/executions.ts).

@@ -1,5 +1,6 @@
 import { Hono, type Context, type Env, type MiddlewareHandler, type Next } from 'hono';
 import type { RouterRoute } from 'hono/types';
+import { loadOnce } from '../lib/load-once';
 import { ownBody } from './middleware/own-body';
 
 /**
@@ -54,27 +55,19 @@ export function lazyGroup<E extends Env>(
   operations: readonly Operation[],
   load: () => Promise<Hono<E>>,
 ): Hono<E> {
-  let loading: Promise<{ group: Hono<E>; chains: Map<string, MiddlewareHandler[]> }> | undefined;
   let done = false;
-  const loadOnce = () => {
-    loading ??= load().then(
-      (group) => {
-        const chains = chainsOf(name, group, operations);
-        done = true;
-        return { group, chains };
-      },
-      (error: unknown) => {
-        // The next request tries again.
-        loading = undefined;
-        throw error;
-      },
-    );
-    return loading;
-  };
+  // A failed load (or a group whose routes drift from its operations) is tried again by the next request.
+  const loaded = loadOnce(() =>
+    load().then((group) => {
+      const chains = chainsOf(name, group, operations);
+      done = true;
+      return { group, chains };
+    }),
+  );
   const group: Group = {
     name,
-    chains: async () => (await loadOnce()).chains,
-    routesUnder: async (basePath) => new Hono().route(basePath, (await loadOnce()).group).routes,
+    chains: async () => (await loaded()).chains,
+    routesUnder: async (basePath) => new Hono().route(basePath, (await loaded()).group).routes,
     loaded: () => done,
   };
   const stub = new Hono<E>();

@@ -1,5 +1,5 @@
 import type { Db } from '../../db/client';
-import type { EventSink } from '../../deps';
+import type { Deps } from '../../deps';
 import type { ResponseRow, RunRow } from '../../db/schema';
 import { ResponseEvents, storedSearchQueries, type ResponseEventsOptions } from './events';
 import { describeResponse } from './wire';
@@ -8,8 +8,8 @@ import { describeResponse } from './wire';
  * Deps.responseEvents: the sink a response's run engine sends its events into, which turns them
  * into the Responses API's (events.ts) before they reach the client's stream.
  */
-export function responseEvents(db: Db): (target: EventSink, run: RunRow, response: ResponseRow) => EventSink {
-  return (target, run, response) => new ResponseEvents(target, responseEventsOptions(db, run, response));
+export function responseEvents(db: Db): Deps['responseEvents'] {
+  return async (target, run, response) => new ResponseEvents(target, responseEventsOptions(db, run, response));
 }
 
 /** How a response's events are told (live here, or replayed: replay.ts): its `include`, its container. */

@@ -16,14 +16,20 @@ import { requestBody } from './request-body';
 import { nodeOpenApiDocument, nodeStaticAsset } from './static-assets';
 import { upstreamFetch } from './upstream-fetch';
 import { UpstreamUrlJudgements } from '../../lib/upstream-url';
+import { loadOnce } from '../../lib/load-once';
 import { ModelLists } from '../../providers/models';
 import { RunExecutions } from '../../resources/runs/execution/executions';
-import { responseEvents } from '../../resources/responses/stream';
 import { configuredSandbox } from '../../sandbox/configured';
 import { withKeptAvailability } from '../../sandbox/kept-availability';
 import { localSandbox } from './sandbox';
 import { gatewayMetrics, type Metrics } from '../../metrics/gateway';
 import { readIngestionQueue } from '../../retrieval/claims';
+
+/**
+ * A response's events (Deps.responseEvents), a chunk of their own (scripts/build-node.mjs): a process
+ * that streams no response never loads them, as it loads no lazy route group (resources/route-groups.ts).
+ */
+const responseStream = loadOnce(() => import('../../resources/responses/stream'));
 
 /**
  * The Node deps around an open database. `overrides` lets tests swap the clock, the logger or the
@@ -58,7 +64,8 @@ export async function createNodeDeps(
     fetch: upstreamFetch({ rules: () => upstreamRules(database.db, config, { now: deps.now() }) }),
     upstreamShares: upstreamShares(config),
     executions: new RunExecutions(),
-    responseEvents: responseEvents(database.db),
+    responseEvents: async (target, run, response) =>
+      (await responseStream()).responseEvents(database.db)(target, run, response),
     upstreamUrls: new UpstreamUrlJudgements(),
     modelLists: new ModelLists(),
     requestBody,

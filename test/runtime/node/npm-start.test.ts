@@ -79,16 +79,29 @@ describe('npm start on a checkout without dist/', () => {
       expect(found.data[0]?.content[0]?.text).toContain('Refunds are accepted within 30 days of delivery.');
 
       // The lazy route groups (app.ts) are chunks the server loads on their first request, not at its
-      // start: the modules it imports statically hold none of their code; the chunks beside it do.
+      // start, and so is a response's stream of events (runtime/node/deps.ts, Deps.responseEvents,
+      // whose module esbuild's unminified bundle opens with its path): the modules it imports
+      // statically hold none of their code; the chunks beside it do.
       const dist = join(checkout, 'dist');
       const eager = staticImports(dist, 'node.js');
       const chunks = readdirSync(dist).filter((name) => /^node-.*\.js$/.test(name) && !eager.has(name));
-      for (const summary of ['Create a model response', 'Create a conversation', 'Create a container']) {
+      for (const summary of [
+        'Create a model response',
+        'Create a conversation',
+        'Create a container',
+        '// src/resources/responses/events.ts',
+      ]) {
         expect([...eager].filter((name) => readFileSync(join(dist, name), 'latin1').includes(summary))).toEqual([]);
         expect(chunks.some((name) => readFileSync(join(dist, name), 'latin1').includes(summary))).toBe(true);
       }
       const response = await openai.responses.create({ model: 'gpt-4o', input: 'Hello' });
       expect(response.status).toBe('completed');
+      // Streamed, its events come from the chunk the server loads for them.
+      const events: string[] = [];
+      for await (const event of await openai.responses.create({ model: 'gpt-4o', input: 'Hello', stream: true }))
+        events.push(event.type);
+      expect(events.at(0)).toBe('response.created');
+      expect(events.at(-1)).toBe('response.completed');
     } finally {
       await gateway.stop('SIGTERM');
     }

@@ -96,10 +96,11 @@ export function executeStreamed(
     slices: deps.slices,
     done: response === undefined,
   });
-  // A response's events are the Responses API's, translated from the run's as they are sent.
-  const sink = response ? deps.responseEvents(events, run, response) : events;
   const done = (async () => {
+    let sink: EventSink = events;
     try {
+      // A response's events are the Responses API's, translated from the run's as they are sent.
+      if (response) sink = await deps.responseEvents(events, run, response);
       await executeRun(deps, run, { sink, ...options });
     } catch (error) {
       deps.log.error('run stream failed', { run_id: run.id, request_id: requestId, error });

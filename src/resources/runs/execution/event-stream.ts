@@ -1,5 +1,6 @@
 import type { EventSink, ServerSentEvent } from '../../../deps';
 import type { ErrorBody } from '../../../errors';
+import { concatBytes } from '../../../lib/bytes';
 import { offerDirect, withBody, type ByteSink, type DirectBody, type SinkEvents } from '../../../lib/direct-body';
 import { UNSLICED, type Slices } from '../../../lib/slices';
 import { TextParts } from '../../../lib/text';
@@ -104,9 +105,10 @@ export class EventStream implements EventSink, DirectBody {
   }
 
   /**
-   * Events of which some are in parts: written in chunks of up to PARTS_CHUNK_BYTES, each part
-   * copied once into its chunk, so that a message of a 4 MiB answer never exists whole (as a
-   * string, then as bytes) beside the answer. A chunk is copied when its turn comes, within the
+   * Events of which some are in parts: the long parts (a long answer's text, from its TextBuilder)
+   * written as they are, the short ones between them copied into chunks of up to
+   * PARTS_CHUNK_BYTES, so that a message of a 4 MiB answer never exists whole (as a string, then
+   * as bytes) beside the answer, nor its text twice. Each write waits for its turn within the
    * event loop's slices: eight 4 MiB answers that end together are not copied and written all in
    * one turn of the event loop (that turn held every other request for 40 to 70 ms).
    */
@@ -258,27 +260,31 @@ export class EventStream implements EventSink, DirectBody {
 }
 
 /**
- * `parts` copied into chunks of at most `size` bytes, each filled before the next begins, the last
- * only as long as what is left; each copied when asked for.
+ * A part at least this long is written as it is rather than copied: a long answer's text, held by
+ * its TextBuilder in buffers of up to 64 KiB, leaves from them, so that its bytes are not held a
+ * second time, in fresh buffers, while the client reads them.
+ */
+const WRITTEN_AS_IS_BYTES = 16 * 1024;
+
+/**
+ * `parts` in order: those of WRITTEN_AS_IS_BYTES or more as they are, the others between them
+ * gathered into chunks of at most `size` bytes, each copied when asked for.
  */
 function* inChunks(parts: Uint8Array[], size: number): Generator<Uint8Array> {
-  let left = 0;
-  for (const part of parts) left += part.byteLength;
-  let chunk = new Uint8Array(0);
-  let at = 0;
-  for (let part of parts) {
-    while (part.byteLength > 0) {
-      if (at === chunk.byteLength) {
-        if (chunk.byteLength > 0) yield chunk;
-        chunk = new Uint8Array(Math.min(size, left));
-        at = 0;
-      }
-      const taken = Math.min(part.byteLength, chunk.byteLength - at);
-      chunk.set(part.subarray(0, taken), at);
-      at += taken;
-      left -= taken;
-      part = part.subarray(taken);
+  let gathered: Uint8Array[] = [];
+  let bytes = 0;
+  for (const part of parts) {
+    const asIs = part.byteLength >= WRITTEN_AS_IS_BYTES;
+    if (bytes > 0 && (asIs || bytes + part.byteLength > size)) {
+      yield concatBytes(gathered);
+      gathered = [];
+      bytes = 0;
+    }
+    if (asIs) yield part;
+    else {
+      gathered.push(part);
+      bytes += part.byteLength;
     }
   }
-  if (chunk.byteLength > 0) yield chunk;
+  if (bytes > 0) yield concatBytes(gathered);
 }
