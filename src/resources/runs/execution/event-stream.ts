@@ -1,6 +1,7 @@
 import type { EventSink, ServerSentEvent } from '../../../deps';
 import type { ErrorBody } from '../../../errors';
 import { offerDirect, withBody, type ByteSink, type DirectBody, type SinkEvents } from '../../../lib/direct-body';
+import { concatBytes } from '../../../lib/bytes';
 import { UNSLICED, type Slices } from '../../../lib/slices';
 import { TextParts } from '../../../lib/text';
 import { silenceTimeout } from '../../../lib/time';
@@ -209,7 +210,10 @@ export class EventStream implements EventSink, DirectBody {
     }
     const held = this.#held;
     this.#held = [];
-    for (const bytes of held) this.#enqueue(bytes);
+    // What was written since the last read goes on as one chunk: a provider read of several
+    // tokens, or the events queued behind the run's commit, crosses each hop after this one (an
+    // executor object's RPC stream, the client's socket) as one write, not one per event.
+    for (const bytes of joined(held, PARTS_CHUNK_BYTES)) this.#enqueue(bytes);
     if (this.#closed) this.#end();
     this.#madeRoom();
   }
@@ -255,6 +259,25 @@ export class EventStream implements EventSink, DirectBody {
     this.#roomMade = null;
     return made && !this.#detached;
   }
+}
+
+/**
+ * `chunks` in their order, those that follow one another joined (copied) into one while the joined
+ * chunk stays within `size` bytes; a chunk past `size` is passed on as it is.
+ */
+function* joined(chunks: Uint8Array[], size: number): Generator<Uint8Array> {
+  let group: Uint8Array[] = [];
+  let bytes = 0;
+  for (const chunk of chunks) {
+    if (group.length > 0 && bytes + chunk.byteLength > size) {
+      yield concatBytes(group);
+      group = [];
+      bytes = 0;
+    }
+    group.push(chunk);
+    bytes += chunk.byteLength;
+  }
+  if (group.length > 0) yield concatBytes(group);
 }
 
 /**
