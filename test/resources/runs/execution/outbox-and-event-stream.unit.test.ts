@@ -1,4 +1,3 @@
-import { defined } from '../../../support/defined';
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { TextBuilder, TextParts, jsonWithText } from '../../../../src/lib/text';
@@ -303,7 +302,7 @@ describe('the event stream towards its client', () => {
     await tick(); // the read has asked
     // A provider read of several tokens: sends one after another, with no read in between.
     for (let i = 0; i < 10; i++) void events.send([['thread.message.delta', `{"i":${i}}`]]);
-    const decode = (read: ReadableStreamReadResult<Uint8Array>) => new TextDecoder().decode(read.value);
+    const decode = (read: { value?: Uint8Array }) => new TextDecoder().decode(read.value);
     expect(parseEvents(decode(await first)).map((event) => event.data)).toEqual([{ i: 0 }]);
     expect(parseEvents(decode(await reader.read())).map((event) => event.data)).toEqual(
       Array.from({ length: 9 }, (_, i) => ({ i: i + 1 })),
