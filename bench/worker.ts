@@ -19,6 +19,11 @@ import { pool, post, readStream, round, sequential, startFakeProvider, summarise
  * Then, for BENCH_SEQUENTIAL runs one at a time (200) and BENCH_CONCURRENT runs 32 at a time (800),
  * after a warm-up: runs per second, the first token's latency (p50/p99), and the workerd
  * process's CPU ms per run (every thread's run time over the phase, /proc/<pid>/task/<tid>/schedstat).
+ * Last, where a run's CPU goes (`by_request`): the CPU of other requests one at a time, each kind
+ * BENCH_KIND_REQUESTS (20) in turn over BENCH_KIND_ROUNDS (6) rounds, the median round: one that
+ * reads nothing, one that reads a row, a streamed chat completion of 8 words (a provider's call
+ * without an executor object), and streamed runs of 1, 8 and 64 words (a run's part before its
+ * tokens, and a token's).
  *
  * Cloudflare bills a request's CPU time, which its tail events report as `cpuTime`; workerd run
  * locally reports 0 there (tail and streaming tail workers alike), so the process's CPU is the
@@ -31,6 +36,8 @@ import { pool, post, readStream, round, sequential, startFakeProvider, summarise
 const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 200);
 const N32 = Number(process.env.BENCH_CONCURRENT ?? 800);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
+const KIND_REQUESTS = Number(process.env.BENCH_KIND_REQUESTS ?? 20);
+const KIND_ROUNDS = Number(process.env.BENCH_KIND_ROUNDS ?? 6);
 const content = `go\n${fakeDirective({ reply: 'a b c d e f g h' })}`;
 
 const { url: fakeUrl } = await startFakeProvider();
@@ -55,6 +62,7 @@ try {
     startup,
     sequential: await phase(target, pid, N1, 1),
     [`concurrency_${CONCURRENCY}`]: await phase(target, pid, N32, CONCURRENCY),
+    by_request: await byRequest(worker.url, headers, target, pid),
   };
   console.log(JSON.stringify(result, null, 2));
 } finally {
@@ -86,6 +94,64 @@ async function prepare(url: string, headers: Record<string, string>): Promise<Ta
   return { url: `${url}/v1/threads/runs`, headers, body };
 }
 
+/** The middle value of `values` (sorted in place). */
+function median(values: number[]): number {
+  return values.sort((a, b) => a - b)[values.length >> 1] ?? NaN;
+}
+
+/** `words` words of a reply: a, b, c, ... */
+function reply(words: number): string {
+  return fakeDirective({
+    reply: Array.from({ length: words }, (_, i) => String.fromCharCode(97 + (i % 26))).join(' '),
+  });
+}
+
+/** The workerd process's CPU ms for each kind of request, one at a time (the median of rounds that take turns). */
+async function byRequest(url: string, headers: Record<string, string>, target: Target, pid: number) {
+  const { assistant_id } = JSON.parse(target.body) as { assistant_id: string };
+  const streamed = (path: string, body: unknown) => async () => {
+    const response = await fetch(`${url}${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+    let tail = '';
+    await readStream(response, (text) => (tail = (tail + text).slice(-64)));
+    if (!tail.includes('[DONE]')) throw new Error(`${path} did not stream to its end`);
+  };
+  const got = (path: string, init: RequestInit) => async () => {
+    const response = await fetch(`${url}${path}`, init);
+    if (!response.ok) throw new Error(`GET ${path}: HTTP ${response.status}`);
+    await response.arrayBuffer();
+  };
+  const run = (words: number) =>
+    streamed('/v1/threads/runs', {
+      assistant_id,
+      stream: true,
+      thread: { messages: [{ role: 'user', content: `go\n${reply(words)}` }] },
+    });
+  const kinds: Record<string, () => Promise<void>> = {
+    health: got('/health', {}),
+    read_one_row: got(`/v1/assistants/${assistant_id}`, { headers }),
+    chat_completion_8_words: streamed('/v1/chat/completions', {
+      model: 'bench-model',
+      stream: true,
+      messages: [{ role: 'user', content: `go\n${reply(8)}` }],
+    }),
+    run_1_word: run(1),
+    run_8_words: run(8),
+    run_64_words: run(64),
+  };
+  const rounds: Record<string, number[]> = {};
+  for (const request of Object.values(kinds)) await sequential(5, request);
+  for (let round = 0; round < KIND_ROUNDS; round++) {
+    for (const [kind, request] of Object.entries(kinds)) {
+      const before = cpuMs(pid);
+      await sequential(KIND_REQUESTS, request);
+      (rounds[kind] ??= []).push((cpuMs(pid) - before) / KIND_REQUESTS);
+    }
+  }
+  return Object.fromEntries(
+    Object.entries(rounds).map(([kind, values]) => [`${kind}_cpu_ms`, round(median(values), 3)]),
+  );
+}
+
 /** ms to the first thread.message.delta of a whole streamed run (read to its end). */
 async function firstToken(target: Target): Promise<number> {
   const started = performance.now();
@@ -113,7 +179,6 @@ async function start(url: string, headers: Record<string, string>, pid: number) 
   };
   const first = await request();
   const warm = await sequential(20, request);
-  const median = (values: number[]) => values.sort((a, b) => a - b)[values.length >> 1] ?? NaN;
   return {
     workerd_cpu_ms_until_ready: round(readyCpu, 1),
     first_request: { ms: round(first.ms, 1), cpu_ms: round(first.cpu_ms, 2) },

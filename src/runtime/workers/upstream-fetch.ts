@@ -1,10 +1,17 @@
-import type { UpstreamFetch } from '../../providers/types';
+import type { UpstreamAnswer, UpstreamFetch } from '../../providers/types';
 
 /**
  * How many times a call is sent again after workerd reports its connection lost before any answer
  * (see workersUpstreamFetch).
  */
 const LOST_CONNECTION_RETRIES = 2;
+
+/**
+ * The most bytes one read of an answer takes: the size of the one buffer each answer is read into
+ * (answerOf). A server-sent event stream's reads are a few hundred bytes each; a long answer arriving
+ * at once takes a read per READ_BYTES.
+ */
+export const READ_BYTES = 16 * 1024;
 
 /**
  * Workers' upstream client: the runtime's fetch, with one failure taken care of. workerd keeps the
@@ -24,7 +31,7 @@ export function workersUpstreamFetch(fetch: (url: string, init: RequestInit) => 
   return async (url, init) => {
     for (let retries = LOST_CONNECTION_RETRIES; ; retries--) {
       try {
-        return await fetch(url, init);
+        return answerOf(await fetch(url, init));
       } catch (error) {
         if (retries === 0 || init.signal?.aborted || !isRetryable(error)) throw error;
       }
@@ -36,4 +43,44 @@ export function workersUpstreamFetch(fetch: (url: string, init: RequestInit) => 
 /** workerd's own verdict on a failed I/O call: `retryable` set on the error it throws. */
 function isRetryable(error: unknown): boolean {
   return error instanceof Error && 'retryable' in error && error.retryable === true;
+}
+
+/**
+ * `response` as a provider call reads it: its body read into one buffer of READ_BYTES, each read's
+ * bytes copied out (a chunk the size of what arrived, the caller's to keep). The runtime's own
+ * reader allocates a new buffer for every read, and a streamed answer is a read per token or two
+ * (docs/workers.md, "What a run costs on Workers"). Leaving the loop early cancels the body, as the
+ * runtime's iterator does.
+ */
+export function answerOf(response: Response): UpstreamAnswer {
+  const { body } = response;
+  return {
+    status: response.status,
+    headers: response.headers,
+    body: body && { [Symbol.asyncIterator]: () => chunksOf(body) },
+  };
+}
+
+function chunksOf(body: ReadableStream<Uint8Array>): AsyncIterator<Uint8Array> {
+  let reader: ReadableStreamBYOBReader;
+  try {
+    reader = body.getReader({ mode: 'byob' });
+  } catch {
+    // A body that is not a byte stream (one made in JavaScript) is read as it comes.
+    return body[Symbol.asyncIterator]();
+  }
+  let buffer = new ArrayBuffer(READ_BYTES);
+  return {
+    async next() {
+      const { done, value } = await reader.read(new Uint8Array(buffer));
+      if (done) return { done: true, value: undefined };
+      // The buffer comes back (moved into `value`) for the next read.
+      buffer = value.buffer;
+      return { done: false, value: value.slice() };
+    },
+    async return() {
+      await reader.cancel();
+      return { done: true, value: undefined };
+    },
+  };
 }

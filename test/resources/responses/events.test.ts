@@ -409,12 +409,17 @@ describe('a response’s events, translated from a run’s', () => {
     const opening = defined(run.batches.find((batch) => batch.some(([name]) => name === 'thread.message.created')));
     expect(opening.map(([name]) => name)).toContain('thread.message.delta');
     const translated = await translate(run);
-    expect(translated.batches[0]?.map(([name]) => name)).toEqual(['response.created', 'response.in_progress']);
+    // The batches are the stream's reads: what the run sent between two of them came as one.
+    expect(translated.batches[0]?.map(([name]) => name).slice(0, 2)).toEqual([
+      'response.created',
+      'response.in_progress',
+    ]);
     expect(
-      translated.batches.some(
-        (batch) =>
-          batch.map(([name]) => name).join() ===
-          'response.output_item.added,response.content_part.added,response.output_text.delta',
+      translated.batches.some((batch) =>
+        batch
+          .map(([name]) => name)
+          .join()
+          .includes('response.output_item.added,response.content_part.added,response.output_text.delta'),
       ),
     ).toBe(true);
     // A delta's event is built as a string (the hot path), never an object.

@@ -1,7 +1,7 @@
 import type { EventSink, ServerSentEvent } from '../../../deps';
 import type { ErrorBody } from '../../../errors';
-import { concatBytes } from '../../../lib/bytes';
 import { offerDirect, withBody, type ByteSink, type DirectBody, type SinkEvents } from '../../../lib/direct-body';
+import { concatBytes } from '../../../lib/bytes';
 import { UNSLICED, type Slices } from '../../../lib/slices';
 import { TextParts } from '../../../lib/text';
 import { silenceTimeout } from '../../../lib/time';
@@ -211,7 +211,10 @@ export class EventStream implements EventSink, DirectBody {
     }
     const held = this.#held;
     this.#held = [];
-    for (const bytes of held) this.#enqueue(bytes);
+    // What was written since the last read goes on joined (inChunks): a provider read of several
+    // tokens, or the events queued behind the run's commit, crosses each hop after this one (an
+    // executor object's RPC stream, the client's socket) as one write, not one per event.
+    for (const bytes of inChunks(held, PARTS_CHUNK_BYTES)) this.#enqueue(bytes);
     if (this.#closed) this.#end();
     this.#madeRoom();
   }

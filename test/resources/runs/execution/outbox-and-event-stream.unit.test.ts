@@ -211,11 +211,8 @@ describe('the event stream towards its client', () => {
       return text;
     };
     const [rest] = await Promise.all([readRest(), events.close()]);
-    // Events 1 to 64 (the client read the first), then done.
-    expect(parseEvents(rest).map((event) => event.data)).toEqual([
-      ...Array.from({ length: 64 }, (_, i) => ({ i: i + 1 })),
-      '[DONE]',
-    ]);
+    // The client's read took the 64 events written before it (one chunk); then the 65th and done.
+    expect(parseEvents(rest).map((event) => event.data)).toEqual([{ i: 64 }, '[DONE]']);
   });
 
   it('goes on once the client reads, in order', async () => {
@@ -299,6 +296,27 @@ describe('the event stream towards its client', () => {
     expect(chunks).toBeGreaterThanOrEqual(5);
     // A wait before every chunk of the event but its first, which the fresh slice took.
     expect(log.filter((entry) => entry === 'wait')).toHaveLength(chunks - 1);
+  });
+
+  it('hands on what was written between two reads as one chunk: the first event at once, the rest at the next read', async () => {
+    const events = new EventStream({ stallMs: 5_000 });
+    const reader = events.readable.getReader();
+    const first = reader.read();
+    await tick(); // the read has asked
+    // A provider read of several tokens: sends one after another, with no read in between.
+    for (let i = 0; i < 10; i++) void events.send([['thread.message.delta', `{"i":${i}}`]]);
+    const decode = (read: { value?: Uint8Array }) => new TextDecoder().decode(read.value);
+    expect(parseEvents(decode(await first)).map((event) => event.data)).toEqual([{ i: 0 }]);
+    expect(parseEvents(decode(await reader.read())).map((event) => event.data)).toEqual(
+      Array.from({ length: 9 }, (_, i) => ({ i: i + 1 })),
+    );
+    // Never past 64 KiB joined: two events of 40 KiB go on apart.
+    const large = `{"x":"${'x'.repeat(40 * 1024)}"}`;
+    void events.send([['a', large]]);
+    void events.send([['b', large]]);
+    expect(parseEvents(decode(await reader.read())).map((event) => event.event)).toEqual(['a']);
+    expect(parseEvents(decode(await reader.read())).map((event) => event.event)).toEqual(['b']);
+    await reader.cancel();
   });
 
   it('drops events once the client cancels', async () => {

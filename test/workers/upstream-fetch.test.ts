@@ -1,0 +1,75 @@
+import { describe, expect, it } from 'vitest';
+import { answerOf, READ_BYTES } from '../../src/runtime/workers/upstream-fetch';
+
+/**
+ * How the Worker reads a provider's answer (runtime/workers/upstream-fetch.ts): into one buffer
+ * it hands back to every read, each chunk copied out as it arrived, the caller's to keep.
+ */
+describe("the Worker's provider answers", () => {
+  /** A byte stream of `pieces`, noting whether each read came with the reader's own buffer, and its size. */
+  function bodyOf(pieces: string[]) {
+    const reads: (number | null)[] = [];
+    const encoder = new TextEncoder();
+    let next = 0;
+    const body = new ReadableStream({
+      type: 'bytes',
+      pull(controller) {
+        const piece = pieces[next++];
+        const request = controller.byobRequest;
+        reads.push(request?.view ? request.view.byteLength : null);
+        if (piece === undefined) {
+          controller.close();
+          request?.respond(0);
+          return;
+        }
+        const bytes = encoder.encode(piece);
+        if (request?.view) {
+          new Uint8Array(request.view.buffer, request.view.byteOffset, request.view.byteLength).set(bytes);
+          request.respond(bytes.byteLength);
+        } else {
+          controller.enqueue(bytes);
+        }
+      },
+    });
+    return { body, reads };
+  }
+
+  it('reads every chunk into the one buffer of READ_BYTES, each chunk a copy of what arrived', async () => {
+    const pieces = ['data: {"a":1}\n\n', 'data: {"b":2}\n\n', 'data: [DONE]\n\n'];
+    const { body, reads } = bodyOf(pieces);
+    const answer = answerOf(new Response(body, { status: 200, headers: { 'content-type': 'text/event-stream' } }));
+    expect(answer.status).toBe(200);
+    expect(answer.headers.get('content-type')).toBe('text/event-stream');
+    const chunks: Uint8Array[] = [];
+    for await (const chunk of answer.body ?? []) chunks.push(chunk);
+    // Kept while the next reads reused the buffer: each its own copy, its size.
+    expect(chunks.map((chunk) => new TextDecoder().decode(chunk))).toEqual(pieces);
+    expect(chunks.every((chunk) => chunk.buffer.byteLength === chunk.byteLength)).toBe(true);
+    expect(reads.length).toBeGreaterThanOrEqual(pieces.length);
+    expect(reads.every((size) => size === READ_BYTES)).toBe(true);
+  });
+
+  it('cancels the body when the reader leaves early', async () => {
+    let cancelled = false;
+    const body = new ReadableStream({
+      type: 'bytes',
+      pull(controller) {
+        const request = controller.byobRequest;
+        if (request?.view) {
+          new Uint8Array(request.view.buffer, request.view.byteOffset, 1).set([0x61]);
+          request.respond(1);
+        } else {
+          controller.enqueue(new Uint8Array([0x61]));
+        }
+      },
+      cancel() {
+        cancelled = true;
+      },
+    });
+    for await (const chunk of answerOf(new Response(body)).body ?? []) {
+      expect(chunk.byteLength).toBe(1);
+      break;
+    }
+    expect(cancelled).toBe(true);
+  });
+});
