@@ -119,7 +119,7 @@ const JSON_HEADERS = { 'content-type': 'application/json' };
  * and the policies kept at their generation) while they are checked, and its answer is given only
  * once they are confirmed (identities/guessed.ts); a key or policies not held are read first.
  */
-export function passThrough<Body extends object>(
+export async function passThrough<Body extends object>(
   deps: PassThroughDeps,
   actor: Actor,
   snapshot: Settings,
@@ -127,9 +127,17 @@ export function passThrough<Body extends object>(
   body: Body,
   request: PassThroughContext,
 ): Promise<PassThroughAnswer> {
+  const read = endpoint.read(body);
+  const wanted = { slug: actor.virtualKeySlug, model: read.model };
+  const made = { actor, endpoint, body, read, request };
   return servedOnConfirmedSettings(snapshot, {
-    guess: (settings, guessing) => call(deps, actor, settings, endpoint, body, request, guessing),
-    serve: (settings) => call(deps, actor, settings, endpoint, body, request, null),
+    guess: async (settings, guessing) => {
+      const key = settings.keptVirtualKey(actor.workspaceId, wanted);
+      // Admission needs the policies: a guess does not wait for them to be read.
+      if (!key || !deps.policyCache.peek(actor.workspaceId, settings.generation)) return null;
+      return call(deps, settings, made, key, guessing);
+    },
+    serve: async (settings) => call(deps, settings, made, await settings.virtualKey(actor.workspaceId, wanted), null),
     drop: async (answer) => {
       if (answer.body instanceof ReadableStream)
         await answer.body.cancel(new Error('The settings the call was made on changed.'));
@@ -137,47 +145,27 @@ export function passThrough<Body extends object>(
   });
 }
 
-function call<Body extends object>(
-  deps: PassThroughDeps,
-  actor: Actor,
-  snapshot: Settings,
-  endpoint: PassThroughEndpoint<Body>,
-  body: Body,
-  request: PassThroughContext,
-  guessing: Guessing,
-): Promise<PassThroughAnswer | null>;
-function call<Body extends object>(
-  deps: PassThroughDeps,
-  actor: Actor,
-  snapshot: Settings,
-  endpoint: PassThroughEndpoint<Body>,
-  body: Body,
-  request: PassThroughContext,
-  guessing: null,
-): Promise<PassThroughAnswer>;
 /**
- * The call, in its order. `guessing`: on what `snapshot` holds, reading nothing (null, having done
- * nothing, when the virtual key or the workspace's policies are not held at its generation), the
- * provider's call aborted by `guessing.signal`, and every write waiting for `guessing.confirmed`.
+ * The call, in its order, with `key`, the virtual key its model resolved to. `guessing`: on
+ * settings not yet confirmed, the provider's call aborted by `guessing.signal`, and every write
+ * waiting for `guessing.confirmed`.
  */
 async function call<Body extends object>(
   deps: PassThroughDeps,
-  actor: Actor,
   snapshot: Settings,
-  endpoint: PassThroughEndpoint<Body>,
-  body: Body,
-  request: PassThroughContext,
+  made: {
+    actor: Actor;
+    endpoint: PassThroughEndpoint<Body>;
+    body: Body;
+    read: PassThroughRequest;
+    request: PassThroughContext;
+  },
+  key: VirtualKey,
   guessing: Guessing | null,
-): Promise<PassThroughAnswer | null> {
+): Promise<PassThroughAnswer> {
+  const { actor, endpoint, body, read, request } = made;
   const { config } = deps;
   const startedAt = Date.now();
-  const read = endpoint.read(body);
-  const wanted = { slug: actor.virtualKeySlug, model: read.model };
-  const key = guessing
-    ? snapshot.keptVirtualKey(actor.workspaceId, wanted)
-    : await snapshot.virtualKey(actor.workspaceId, wanted);
-  // Admission needs the policies: a guess does not wait for them to be read.
-  if (!key || (guessing && !deps.policyCache.peek(actor.workspaceId, snapshot.generation))) return null;
   const signal = guessing ? AbortSignal.any([request.signal, guessing.signal]) : request.signal;
   const rules = await upstreamRules(deps.db, config, { now: deps.now() });
   const addressProblem = deps.upstreamUrls.check(key.baseUrl, rules);
@@ -257,7 +245,7 @@ async function call<Body extends object>(
     opened = attempted.value;
     record.served(attempted.key, attempted.attempts);
   } catch (error) {
-    // A client that left is answered nothing: its reason is rethrown as is.
+    // A client that left, or a guess dropped, is answered nothing: its reason is rethrown as is.
     if (signal.aborted) {
       await record.end(null, error);
       throw error;

@@ -70,31 +70,36 @@ async function setup() {
   return tenant;
 }
 
-function complete(tenant: Tenant, options: { stream: boolean; content?: string }) {
+function complete(tenant: Tenant, options: { stream: boolean; content?: string; store?: boolean }) {
   return gateway.request('/v1/chat/completions', {
     key: tenant.workspaceKey,
     body: {
       model: 'fake-model',
       stream: options.stream,
+      ...(options.store && { store: true }),
       messages: [{ role: 'user', content: options.content ?? 'hello' }],
     },
   });
 }
 
 /**
- * Holds the database while `start` runs, until the provider has been called once more; then lets
- * the database go. Answers what `start` answered, and how many database requests were waiting when
- * the provider was called.
+ * Holds the database while `start` runs, until the provider has been called once more (and, with
+ * `answered`, has sent its whole answer); then lets the database go. Answers what `start` answered,
+ * how many database requests were waiting when the provider was called, and the provider's calls.
  */
-async function whileDatabaseHeld<T>(start: () => Promise<T>) {
+async function whileDatabaseHeld<T>(start: () => Promise<T>, options: { answered?: boolean } = {}) {
   const before = upstream.requests.length;
   const release = proxy.hold();
   try {
     const pending = start();
     pending.catch(() => undefined);
     const seen = await waitFor(
-      () => ({ called: upstream.requests.length - before, waiting: proxy.waiting }),
-      (state) => state.called >= 1,
+      () => ({
+        called: upstream.requests.length - before,
+        outcome: upstream.requests[before]?.outcome,
+        waiting: proxy.waiting,
+      }),
+      (state) => state.called >= 1 && (!options.answered || state.outcome === 'completed'),
     );
     release();
     return { seen, answer: await pending, calls: upstream.requests.slice(before) };
@@ -157,43 +162,50 @@ describe('a call passed through, started on the settings last seen', () => {
 
   it("serves a call again with the virtual key changed elsewhere: the guessed key's answer is dropped, the new key's given", async () => {
     const tenant = await setup();
-    await elsewhere.batch(
-      [
-        {
-          sql: "UPDATE virtual_keys SET is_default = 0 WHERE workspace_id = ? AND slug = 'first'",
-          args: [tenant.workspace.id],
-        },
-        {
-          sql: "UPDATE virtual_keys SET is_default = 1 WHERE workspace_id = ? AND slug = 'second'",
-          args: [tenant.workspace.id],
-        },
-      ],
-      'write',
-    );
-    for (const stream of [true, false]) {
-      const { answer, calls } = await whileDatabaseHeld(() =>
-        complete(tenant, { stream, content: `which key?\n${fakeDirective({ reply: 'the answer' })}` }),
+    /** Makes `slug` the workspace's default key, as another gateway or the CLI would. */
+    const defaultElsewhere = (slug: string) =>
+      elsewhere.batch(
+        [
+          { sql: 'UPDATE virtual_keys SET is_default = 0 WHERE workspace_id = ?', args: [tenant.workspace.id] },
+          {
+            sql: 'UPDATE virtual_keys SET is_default = 1 WHERE workspace_id = ? AND slug = ?',
+            args: [tenant.workspace.id, slug],
+          },
+        ],
+        'write',
+      );
+    // Streamed, and whole: this one's guess has its whole answer before the settings are back.
+    const cases = [
+      { stream: true, to: 'second', secrets: [FIRST_SECRET, SECOND_SECRET] },
+      { stream: false, to: 'first', secrets: [SECOND_SECRET, FIRST_SECRET] },
+    ];
+    for (const { stream, to, secrets } of cases) {
+      await defaultElsewhere(to);
+      const { answer, calls } = await whileDatabaseHeld(
+        () =>
+          complete(tenant, { stream, store: true, content: `which key?\n${fakeDirective({ reply: 'the answer' })}` }),
+        { answered: !stream },
       );
       expect(answer.status).toBe(200);
-      expect(answer.headers.get('x-gateway-virtual-key-used')).toBe('second');
+      expect(answer.headers.get('x-gateway-virtual-key-used')).toBe(to);
       const text = stream ? streamedText(await answer.text()) : (await json(answer)).choices[0].message.content;
       expect(text).toBe('the answer');
-      if (stream) {
-        // The first call, on the key as last seen, was aborted; the second, on the key as read, answered.
-        expect(calls.map(secretOf)).toEqual([FIRST_SECRET, SECOND_SECRET]);
-        await waitFor(
-          () => defined(calls[0]).outcome,
-          (outcome) => outcome !== 'open',
-        );
-        expect(defined(calls[0]).outcome).toBe('cancelled');
-      } else {
-        // The settings were read again by the streamed call: this one guessed right.
-        expect(calls.map(secretOf)).toEqual([SECOND_SECRET]);
-      }
+      // The first call, on the key as last seen, was dropped; the second, on the key as read, answered.
+      expect(calls.map(secretOf)).toEqual(secrets);
+      await waitFor(
+        () => defined(calls[0]).outcome,
+        (outcome) => outcome !== 'open',
+      );
+      expect(defined(calls[0]).outcome).toBe(stream ? 'cancelled' : 'completed');
     }
     await gateway.tasks.drain(10_000);
-    // The two warm-up calls and the two answered: the dropped guess counted nothing.
+    // The two warm-up calls and the two answered: the dropped guesses counted nothing, and kept nothing.
     expect(await usageRequests(tenant)).toBe(4);
+    const stored = await elsewhere.execute({
+      sql: 'SELECT count(*) AS n FROM stored_chat_completions WHERE workspace_id = ?',
+      args: [tenant.workspace.id],
+    });
+    expect(Number(defined(stored.rows[0]).n)).toBe(2);
   });
 
   it('applies a policy made by another gateway to the call that guessed without it, and refuses the next before its provider', async () => {
