@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createClient, type Client } from '@libsql/client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startSqld, type RunningSqld } from '../../../scripts/sqld';
-import { DatabaseProxy } from '../../support/database-proxy';
+import { DatabaseProxy, whileDatabaseHeld } from '../../support/database-proxy';
 import { defined } from '../../support/defined';
 import { errorOf, json } from '../../support/envelope';
 import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
@@ -82,32 +82,6 @@ function complete(tenant: Tenant, options: { stream: boolean; content?: string; 
   });
 }
 
-/**
- * Holds the database while `start` runs, until the provider has been called once more (and, with
- * `answered`, has sent its whole answer); then lets the database go. Answers what `start` answered,
- * how many database requests were waiting when the provider was called, and the provider's calls.
- */
-async function whileDatabaseHeld<T>(start: () => Promise<T>, options: { answered?: boolean } = {}) {
-  const before = upstream.requests.length;
-  const release = proxy.hold();
-  try {
-    const pending = start();
-    pending.catch(() => undefined);
-    const seen = await waitFor(
-      () => ({
-        called: upstream.requests.length - before,
-        outcome: upstream.requests[before]?.outcome,
-        waiting: proxy.waiting,
-      }),
-      (state) => state.called >= 1 && (!options.answered || state.outcome === 'completed'),
-    );
-    release();
-    return { seen, answer: await pending, calls: upstream.requests.slice(before) };
-  } finally {
-    release();
-  }
-}
-
 /** The requests the workspace's usage counts. */
 async function usageRequests(tenant: Tenant): Promise<number> {
   const { rows } = await elsewhere.execute({
@@ -130,7 +104,9 @@ function streamedText(body: string): string {
 describe('a call passed through, started on the settings last seen', () => {
   it('calls the provider while the settings are being read, and answers once they are confirmed', async () => {
     const tenant = await setup();
-    const { seen, answer, calls } = await whileDatabaseHeld(() => complete(tenant, { stream: true, content: 'quick' }));
+    const { seen, answer, calls } = await whileDatabaseHeld(proxy, upstream, () =>
+      complete(tenant, { stream: true, content: 'quick' }),
+    );
     // The provider was called while the settings' generation waited at the database.
     expect(seen.called).toBe(1);
     expect(seen.waiting).toBeGreaterThan(0);
@@ -146,7 +122,7 @@ describe('a call passed through, started on the settings last seen', () => {
     const tenant = await setup();
     const hash = createHash('sha256').update(tenant.workspaceKey).digest('hex');
     await elsewhere.execute({ sql: 'UPDATE api_keys SET revoked_at = ? WHERE hash = ?', args: [Date.now(), hash] });
-    const { answer, calls } = await whileDatabaseHeld(() => complete(tenant, { stream: true }));
+    const { answer, calls } = await whileDatabaseHeld(proxy, upstream, () => complete(tenant, { stream: true }));
     expect(answer.status).toBe(401);
     expect(await errorOf(answer)).toMatchObject({ code: 'invalid_api_key' });
     // The provider was called on the key as last seen, and that call was ended unanswered.
@@ -182,6 +158,8 @@ describe('a call passed through, started on the settings last seen', () => {
     for (const { stream, to, secrets } of cases) {
       await defaultElsewhere(to);
       const { answer, calls } = await whileDatabaseHeld(
+        proxy,
+        upstream,
         () =>
           complete(tenant, { stream, store: true, content: `which key?\n${fakeDirective({ reply: 'the answer' })}` }),
         { answered: !stream },
@@ -211,7 +189,7 @@ describe('a call passed through, started on the settings last seen', () => {
   it('applies a policy made by another gateway to the call that guessed without it, and refuses the next before its provider', async () => {
     const tenant = await setup();
     await createPolicy(other, tenant, { value: 1, unit: 'rpm' });
-    const { answer, calls } = await whileDatabaseHeld(() => complete(tenant, { stream: true }));
+    const { answer, calls } = await whileDatabaseHeld(proxy, upstream, () => complete(tenant, { stream: true }));
     expect(answer.status).toBe(200);
     // Admitted under the policy as read: the guess, admitted without it, was dropped.
     expect(answer.headers.get('x-ratelimit-limit-requests')).toBe('1');
