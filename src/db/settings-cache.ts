@@ -80,16 +80,17 @@ export class SettingsCache {
 
   /**
    * Whether `apiKey`, kept at `generation`, is live now: it is if the generation has not moved
-   * (`current`), or if it is found again.
+   * (`current`), or if it is found again in the settings read `now`.
    */
-  async #stillLive(
-    generation: number | null,
-    presented: string,
-    apiKey: AuthenticatedKey,
-  ): Promise<{ live: boolean; current: boolean }> {
-    if ((await this.#generation()) === generation) return { live: true, current: true };
-    const now = await (await this.now()).apiKey(presented);
-    return { live: now?.id === apiKey.id && now.workspace?.id === apiKey.workspace?.id, current: false };
+  async #stillLive(generation: number | null, presented: string, apiKey: AuthenticatedKey): Promise<Confirmation> {
+    if ((await this.#generation()) === generation) return { live: true, current: true, now: null };
+    const settings = await this.now();
+    const now = await settings.apiKey(presented);
+    return {
+      live: now?.id === apiKey.id && now.workspace?.id === apiKey.workspace?.id,
+      current: false,
+      now: settings,
+    };
   }
 
   /** The last generation read; undefined before the first, and after a change made here (changed()). */
@@ -129,6 +130,13 @@ export interface VirtualKeyRequest {
   model: string;
 }
 
+/** What reading the generation again found (ProvisionalSettings): `now`, the settings read when it had moved. */
+interface Confirmation {
+  live: boolean;
+  current: boolean;
+  now: Settings | null;
+}
+
 /** The reads behind the lookups, when they are not answered from memory. */
 export interface SettingsLoaders {
   /** authenticateApiKey: the key presented, if it is live. */
@@ -164,6 +172,15 @@ export class Settings {
    */
   live(): Promise<boolean> {
     return LIVE;
+  }
+
+  /**
+   * The settings a request is served on once what it assumed is checked: these, read as they are;
+   * for ProvisionalSettings, these if the generation read again is theirs, else the settings read
+   * then (the key found live in them), and null if the key is not live.
+   */
+  confirmed(): Promise<Settings | null> {
+    return Promise.resolve(this);
   }
 
   /** A statement to lead a write's batch that fails it if the settings moved: none, known as these are. */
@@ -236,16 +253,18 @@ export const GENERATION_MOVED = 'settings_generation.id';
  * anything it does takes effect (resources/identities/api-key-auth.ts: keyLive).
  */
 export class ProvisionalSettings extends Settings {
-  readonly #check: () => Promise<{ live: boolean; current: boolean }>;
+  readonly #check: () => Promise<Confirmation>;
   #live: Promise<boolean> | null = null;
   /** Whether the generation read again was this one: then what is kept at it is exact, and used. */
   #current = false;
+  /** The settings read when the generation had moved. */
+  #now: Settings | null = null;
 
   constructor(
     shelves: Shelves,
     loaders: SettingsLoaders,
     generation: number | null,
-    check: () => Promise<{ live: boolean; current: boolean }>,
+    check: () => Promise<Confirmation>,
   ) {
     super(shelves, loaders, generation);
     this.#check = check;
@@ -255,9 +274,15 @@ export class ProvisionalSettings extends Settings {
   override live(): Promise<boolean> {
     this.#live ??= this.#check().then((found) => {
       this.#current = found.current;
+      this.#now = found.now;
       return found.live;
     });
     return this.#live;
+  }
+
+  override async confirmed(): Promise<Settings | null> {
+    if (!(await this.live())) return null;
+    return this.#current ? this : this.#now;
   }
 
   /**

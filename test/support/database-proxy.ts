@@ -5,6 +5,8 @@ import {
   type Server,
   type ServerResponse,
 } from 'node:http';
+import type { RecordedRequest } from './fake-upstream';
+import { waitFor } from './wait';
 
 /**
  * An HTTP proxy in front of a libSQL server (sqld): each HTTP request to the database is one round
@@ -145,4 +147,37 @@ function statementsOf(body: Buffer): string[] {
     found.push(`(${body.length} bytes, not JSON)`);
   }
   return found;
+}
+
+/**
+ * Holds the database at `proxy` while `start` runs, until `provider` has been called once more
+ * (and, with `answered`, has sent that whole answer); then lets the database go. Answers what
+ * `start` answered, what was seen when the provider was called (how many database requests were
+ * waiting then), and the provider's calls since: a test's way to show a provider called before
+ * the database answered.
+ */
+export async function whileDatabaseHeld<T>(
+  proxy: DatabaseProxy,
+  provider: { requests: RecordedRequest[] },
+  start: () => Promise<T>,
+  options: { answered?: boolean } = {},
+) {
+  const before = provider.requests.length;
+  const release = proxy.hold();
+  try {
+    const pending = start();
+    pending.catch(() => undefined);
+    const seen = await waitFor(
+      () => ({
+        called: provider.requests.length - before,
+        outcome: provider.requests[before]?.outcome,
+        waiting: proxy.waiting,
+      }),
+      (state) => state.called >= 1 && (!options.answered || state.outcome === 'completed'),
+    );
+    release();
+    return { seen, answer: await pending, calls: provider.requests.slice(before) };
+  } finally {
+    release();
+  }
 }

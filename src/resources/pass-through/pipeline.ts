@@ -11,6 +11,7 @@ import { openChatCall, type OpenedChatCall } from '../../providers/chat';
 import {
   admitRequest,
   countRequest,
+  giveBack,
   requestMetadata,
   settleTokens,
   turnReservation,
@@ -22,6 +23,7 @@ import type { VirtualKey } from '../../db/schema';
 import { chatCallOptions, decryptVirtualKeySecret, servedModel } from '../virtual-keys/commands';
 import { callKeys } from '../virtual-keys/fallbacks';
 import { upstreamRules } from '../virtual-keys/upstream-rules';
+import { servedOnConfirmedSettings, type Guessing } from '../identities/guessed';
 import { readJsonAnswer, relayStream, upstreamFailure, type AnswerTally } from './answer';
 
 /**
@@ -107,10 +109,16 @@ export interface PassThroughRequest {
   metadata?: Record<string, string> | null;
 }
 
+const CONFIRMED = Promise.resolve(true);
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
-/** One call of `endpoint`, its body sent as the client sent it (but for the usage a stream is asked for). */
+/**
+ * One call of `endpoint`, its body sent as the client sent it (but for the usage a stream is asked
+ * for). On settings assumed unchanged, the provider is called on what they hold (the virtual key
+ * and the policies kept at their generation) while they are checked, and its answer is given only
+ * once they are confirmed (identities/guessed.ts); a key or policies not held are read first.
+ */
 export async function passThrough<Body extends object>(
   deps: PassThroughDeps,
   actor: Actor,
@@ -119,10 +127,46 @@ export async function passThrough<Body extends object>(
   body: Body,
   request: PassThroughContext,
 ): Promise<PassThroughAnswer> {
+  const read = endpoint.read(body);
+  const wanted = { slug: actor.virtualKeySlug, model: read.model };
+  const made = { actor, endpoint, body, read, request };
+  return servedOnConfirmedSettings(snapshot, {
+    guess: async (settings, guessing) => {
+      const key = settings.keptVirtualKey(actor.workspaceId, wanted);
+      // Admission needs the policies: a guess does not wait for them to be read.
+      if (!key || !deps.policyCache.peek(actor.workspaceId, settings.generation)) return null;
+      return call(deps, settings, made, key, guessing);
+    },
+    serve: async (settings) => call(deps, settings, made, await settings.virtualKey(actor.workspaceId, wanted), null),
+    drop: async (answer) => {
+      if (answer.body instanceof ReadableStream)
+        await answer.body.cancel(new Error('The settings the call was made on changed.'));
+    },
+  });
+}
+
+/**
+ * The call, in its order, with `key`, the virtual key its model resolved to. `guessing`: on
+ * settings not yet confirmed, the provider's call aborted by `guessing.signal`, and every write
+ * waiting for `guessing.confirmed`.
+ */
+async function call<Body extends object>(
+  deps: PassThroughDeps,
+  snapshot: Settings,
+  made: {
+    actor: Actor;
+    endpoint: PassThroughEndpoint<Body>;
+    body: Body;
+    read: PassThroughRequest;
+    request: PassThroughContext;
+  },
+  key: VirtualKey,
+  guessing: Guessing | null,
+): Promise<PassThroughAnswer> {
+  const { actor, endpoint, body, read, request } = made;
   const { config } = deps;
   const startedAt = Date.now();
-  const read = endpoint.read(body);
-  const key = await snapshot.virtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: read.model });
+  const signal = guessing ? AbortSignal.any([request.signal, guessing.signal]) : request.signal;
   const rules = await upstreamRules(deps.db, config, { now: deps.now() });
   const addressProblem = deps.upstreamUrls.check(key.baseUrl, rules);
   if (addressProblem) {
@@ -165,7 +209,7 @@ export async function passThrough<Body extends object>(
     },
     snapshot.generation,
   );
-  const call = new CallRecord(deps, actor, key, admission, endpoint, {
+  const record = new CallRecord(deps, actor, key, admission, endpoint, guessing?.confirmed ?? CONFIRMED, {
     requested: read.model,
     attributes,
     generation: snapshot.generation,
@@ -177,8 +221,8 @@ export async function passThrough<Body extends object>(
 
   let opened: OpenedChatCall;
   try {
-    const share = await takeShare(deps, actor.workspaceId, bytes.byteLength, request.signal);
-    call.share = share;
+    const share = await takeShare(deps, actor.workspaceId, bytes.byteLength, signal);
+    record.share = share;
     // The key, its retries, then its fallbacks (providers/attempts.ts), found in this request's snapshot.
     const attempted = await openWithAttempts(
       async (candidate) =>
@@ -189,33 +233,27 @@ export async function passThrough<Body extends object>(
             body: bytes,
             accept: stream ? 'text/event-stream' : 'application/json',
           },
-          chatCallOptions(
-            deps,
-            candidate,
-            await decryptVirtualKeySecret(deps.secrets, candidate),
-            share,
-            request.signal,
-          ),
+          chatCallOptions(deps, candidate, await decryptVirtualKeySecret(deps.secrets, candidate), share, signal),
         ),
       {
         keys: callKeys(deps, key, (slug) => fallbackKey(snapshot, actor.workspaceId, slug, read.model), rules),
-        signal: request.signal,
+        signal,
         budgetMs: config.GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
-        retrying: (step) => call.retrying(step.failed, step.next, step.error),
+        retrying: (step) => record.retrying(step.failed, step.next, step.error),
       },
     );
     opened = attempted.value;
-    call.served(attempted.key, attempted.attempts);
+    record.served(attempted.key, attempted.attempts);
   } catch (error) {
-    // A client that left is answered nothing: its reason is rethrown as is.
-    if (request.signal.aborted) {
-      await call.end(null, error);
+    // A client that left, or a guess dropped, is answered nothing: its reason is rethrown as is.
+    if (signal.aborted) {
+      await record.end(null, error);
       throw error;
     }
-    const failure = upstreamFailure(error, call.servedSlug());
+    const failure = upstreamFailure(error, record.servedSlug());
     // The refusal says which key made the last attempt, and after how many.
-    Object.assign(failure.headers, call.servedHeaders());
-    await call.end(null, failure);
+    Object.assign(failure.headers, record.servedHeaders());
+    await record.end(null, failure);
     throw failure;
   }
 
@@ -223,15 +261,21 @@ export async function passThrough<Body extends object>(
   if (stream) {
     const events = relayStream(opened, {
       clientWantsUsage,
-      virtualKey: call.servedSlug(),
+      virtualKey: record.servedSlug(),
       slices: deps.slices,
       ...(store && { chunk: store.streamed.add }),
       done: (tally, error) => {
-        request.waitUntil(call.end(tally, error));
-        if (store && error === null) request.waitUntil(store.keepStreamed());
+        const ended = record.end(tally, error);
+        request.waitUntil(ended);
+        if (store && error === null)
+          request.waitUntil(
+            ended.then(async (counted) => {
+              if (counted) await store.keepStreamed();
+            }),
+          );
       },
     });
-    return { body: events, headers: { ...SSE_HEADERS, ...admission.headers, ...call.servedHeaders() } };
+    return { body: events, headers: { ...SSE_HEADERS, ...admission.headers, ...record.servedHeaders() } };
   }
   try {
     const {
@@ -239,13 +283,13 @@ export async function passThrough<Body extends object>(
       object,
       tally,
     } = await readJsonAnswer(opened, config.GATEWAY_MAX_ANSWER_BYTES, endpoint.completes);
-    await call.end(tally, null);
+    const counted = await record.end(tally, null);
     // Waited for, so that a read right after the answer finds it; it never fails the answer.
-    if (store) await store.keep(object);
-    return { body: answer, headers: { ...JSON_HEADERS, ...admission.headers, ...call.servedHeaders() } };
+    if (store && counted) await store.keep(object);
+    return { body: answer, headers: { ...JSON_HEADERS, ...admission.headers, ...record.servedHeaders() } };
   } catch (error) {
-    const failure = upstreamFailure(error, call.servedSlug());
-    await call.end({ usage: null, invalidUsage: null, completionChars: 0 }, failure);
+    const failure = upstreamFailure(error, record.servedSlug());
+    await record.end({ usage: null, invalidUsage: null, completionChars: 0 }, failure);
     throw failure;
   }
 }
@@ -300,6 +344,8 @@ class CallRecord {
     key: VirtualKey,
     private readonly admission: Admission,
     private readonly endpoint: Pick<PassThroughEndpoint<object>, 'name' | 'usageKind'>,
+    /** Whether the settings the call was made on are confirmed (identities/guessed.ts): nothing is written before. */
+    private readonly confirmed: Promise<boolean>,
     private readonly call: {
       /** The model the request names: each key may serve another (servedModel). */
       requested: string;
@@ -337,6 +383,8 @@ class CallRecord {
    */
   async retrying(failed: VirtualKey, next: VirtualKey, error: unknown): Promise<void> {
     const { deps, actor, call } = this;
+    // A guess dropped counts nothing: its call is being aborted.
+    if (!(await this.confirmed)) return;
     deps.log.warn(`${this.endpoint.name} attempt failed; trying again`, {
       request_id: call.request.requestId,
       workspace_id: actor.workspaceId,
@@ -365,14 +413,27 @@ class CallRecord {
     );
   }
 
-  /** `tally` is null when the provider answered nothing (no 2xx): nothing is charged or counted. */
-  async end(tally: AnswerTally | null, error: unknown): Promise<void> {
-    if (this.#ended) return;
+  /**
+   * `tally` is null when the provider answered nothing (no 2xx): nothing is charged or counted.
+   * Whether the call was counted: not when the settings it was made on were not confirmed, and
+   * its admission is given back whole then.
+   */
+  async end(tally: AnswerTally | null, error: unknown): Promise<boolean> {
+    if (this.#ended) return false;
     this.#ended = true;
     const { deps, actor, endpoint, call } = this;
     const key = this.#key;
     const model = servedModel(key, call.requested);
     this.share?.end();
+    if (!(await this.confirmed)) {
+      await giveBack(deps, this.admission, actor.workspaceId);
+      deps.log.info(`${endpoint.name} dropped: the settings it was made on changed`, {
+        request_id: call.request.requestId,
+        workspace_id: actor.workspaceId,
+        virtual_key: key.slug,
+      });
+      return false;
+    }
     const usage = tally && (tally.usage ?? estimatedUsage(call.promptChars, tally.completionChars));
     const fields = {
       request_id: call.request.requestId,
@@ -408,10 +469,11 @@ class CallRecord {
       // The answer has gone out (or is going): a settlement or count that fails is logged, never
       // thrown at it (a relayed stream ends the call without awaiting this).
       deps.log.error(`${endpoint.name} usage not settled or recorded`, { ...fields, error: failure });
-      return;
+      return true;
     }
     if (error === null) deps.log.info(endpoint.name, fields);
     else deps.log.warn(`${endpoint.name} failed`, fields);
+    return true;
   }
 }
 

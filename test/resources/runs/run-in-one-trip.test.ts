@@ -3,14 +3,13 @@ import { createClient, type Client } from '@libsql/client';
 import type OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startSqld, type RunningSqld } from '../../../scripts/sqld';
-import { DatabaseProxy } from '../../support/database-proxy';
+import { DatabaseProxy, whileDatabaseHeld } from '../../support/database-proxy';
 import { defined } from '../../support/defined';
 import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, type TestGateway } from '../../support/gateway';
 import { createPolicy, usedBy } from '../../support/ratelimit';
 import { WEATHER_TOOL } from '../../support/runs';
 import { parseEventStream } from '../../support/sse';
-import { waitFor } from '../../support/wait';
 
 /**
  * A run on a thread on a database server (LIBSQL_URL), when what it needs is held in memory:
@@ -252,35 +251,13 @@ const lastUserText = (index: number) =>
     .filter((message) => message.role === 'user')
     .at(-1)?.content;
 
-/**
- * Holds the database while `start` runs, until the provider has been called `calls` more times;
- * then lets the database go. Answers what `start` answered, and how many database requests were
- * waiting when the provider was called.
- */
-async function whileDatabaseHeld<T>(calls: number, start: () => Promise<T>) {
-  const before = upstream.requests.length;
-  const release = proxy.hold();
-  try {
-    const pending = start();
-    pending.catch(() => undefined);
-    const seen = await waitFor(
-      () => ({ called: upstream.requests.length - before, waiting: proxy.waiting }),
-      (state) => state.called >= calls,
-    );
-    release();
-    return { seen, answer: await pending };
-  } finally {
-    release();
-  }
-}
-
 describe("a thread's first run, its messages known: the provider called beside the write", () => {
   it('calls the provider while the write is at the database, and tells nothing before it commits: created first, then the answer', async () => {
     const { key, openai, assistantId } = await setup();
     await warm(openai, assistantId);
     const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: 'known words' }] });
     await openai.beta.threads.messages.create(thread.id, { role: 'user', content: 'and more' });
-    const { seen, answer } = await whileDatabaseHeld(1, () =>
+    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
       streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId }),
     );
     // The provider was called while the run's write waited at the database.
@@ -333,7 +310,7 @@ describe("a thread's first run, its messages known: the provider called beside t
       await change(thread.id);
       const calls = upstream.requests.length;
       // The first call is made before the write's guard is known to have failed.
-      const { answer } = await whileDatabaseHeld(1, () =>
+      const { answer } = await whileDatabaseHeld(proxy, upstream, () =>
         streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId }),
       );
       expect(upstream.requests.length - calls).toBe(2);
@@ -389,7 +366,7 @@ describe("a thread's first run, its messages known: the provider called beside t
     await run();
     // Then: its rows with the settings' guard, and its end.
     expect(await roundTrips(run)).toBe(2);
-    const { seen, answer } = await whileDatabaseHeld(1, run);
+    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, run);
     expect(seen.waiting).toBeGreaterThan(0);
     expect(answer.status).toBe('completed');
   });
@@ -402,7 +379,7 @@ describe("a thread's first run, its messages known: the provider called beside t
       args: ['New instructions.', assistantId],
     });
     const calls = upstream.requests.length;
-    const { answer } = await whileDatabaseHeld(1, () =>
+    const { answer } = await whileDatabaseHeld(proxy, upstream, () =>
       streamed('/v1/threads/runs', key, {
         assistant_id: assistantId,
         thread: { messages: [{ role: 'user', content: 'which?' }] },

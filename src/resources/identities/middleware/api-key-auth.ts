@@ -65,6 +65,10 @@ export async function keyLive(settings: Settings): Promise<void> {
  *   which an application polls (a run's status, a thread's messages). They write nothing a tenant
  *   asked for (a run left behind may be settled, as any read of it does) and call no provider, so a
  *   key revoked meanwhile is caught before the answer leaves;
+ * - `now`, beside the provider's call: the calls passed through to a provider (chat completions,
+ *   completions, embeddings, moderations), which write nothing before it; their answer waits for
+ *   the settings to be confirmed, and is made again on the settings read if they moved
+ *   (identities/guessed.ts);
  * - `on demand`: a message added to a thread, whose one statement is led by the settings' guard
  *   (resources/threads/commands.ts), and a run on a thread, whose one transaction is led by it
  *   when what the run needs is held in memory, or which otherwise reads its thread, history and open
@@ -78,8 +82,10 @@ export async function keyLive(settings: Settings): Promise<void> {
 function provisionalCheck(method: string, path: string): 'now' | 'on demand' | null {
   if (method === 'GET' || method === 'HEAD') return PROVISIONAL_READS.test(path) ? 'now' : null;
   if (method !== 'POST') return null;
+  if (PROVIDER_CALLS.has(path)) return 'now';
   return RUN_ON_THREAD.test(path) || MESSAGE_ON_THREAD.test(path) || path === THREAD_AND_RUN ? 'on demand' : null;
 }
+const PROVIDER_CALLS = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/moderations']);
 const THREAD_AND_RUN = '/v1/threads/runs';
 const PROVISIONAL_READS = /^\/v1\/(threads|conversations|responses)\//;
 const RUN_ON_THREAD = /^\/v1\/threads\/[^/]+\/runs$/;
