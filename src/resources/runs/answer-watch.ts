@@ -69,9 +69,8 @@ class AnswerWatch {
       else this.#event(skipped, null);
     }
     if (this.#told || this.#pending.length <= MAX_EVENT_CHARS) return;
-    // An event this long: only its name is kept, and a message this long is not learned.
+    // An event this long: only its name is kept (a message this long is not learned).
     this.#skipping ??= nameOf(this.#pending);
-    if (this.#skipping === 'thread.message.completed') this.#tell(null);
     // Its last character kept: it may be the first of the two that end it.
     this.#pending = this.#pending.slice(-1);
   }
