@@ -60,9 +60,15 @@ describe('watchAnswer', () => {
       event('thread.run.step.completed', { type: 'message_creation' }) +
       event('thread.run.completed', { id: RUN, instructions: 'i'.repeat(MAX_EVENT_CHARS + 10) }) +
       event('done', '[DONE]');
-    // Cut at an odd size, some of the two-byte characters are split between chunks.
-    for (const size of [7, 4096, Infinity]) {
-      const parts = chunks(text, size);
+    const events = text.split(/(?<=\n\n)/);
+    const cuts = [
+      // As the run's events are written, one a chunk (its deltas let pass unread), or a delta with the next.
+      events.map((one) => encoder.encode(one)),
+      [events[0], events[1] + events[2], ...events.slice(3)].map((some) => encoder.encode(some ?? '')),
+      // Cut at an odd size, some of the two-byte characters are split between chunks.
+      ...[7, 4096, Infinity].map((size) => chunks(text, size)),
+    ];
+    for (const parts of cuts) {
       const { told, received } = await watched(parts);
       expect(decoded(received)).toBe(text);
       expect(told).toHaveLength(1);
