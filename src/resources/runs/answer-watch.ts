@@ -10,7 +10,8 @@ import { fromMessageJson } from '../threads/wire';
  * the run ended `completed` having called no tool; null when it ended otherwise, when its events
  * were not all seen, or an event was larger than MAX_EVENT_CHARS. A stream its client left is
  * never told of: the thread stays answered by the run (KnownHistories.answering) until the next
- * write to it or run on it forgets it. The bytes pass through unchanged; the watch holds at most one event's text.
+ * write to it or run on it forgets it. The bytes pass through unchanged; the watch holds at most
+ * one event's text.
  */
 export function watchAnswer(
   events: ReadableStream<Uint8Array>,

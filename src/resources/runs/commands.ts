@@ -231,11 +231,11 @@ const NO_HISTORY: History = { messages: [], steps: [] };
  * each row is inserted only while the thread is the workspace's and idle). When the thread's
  * messages are known (threads/known-histories.ts: a thread written here, or whose last run's
  * streamed answer passed here), nothing is read at all: the prompt is built from them and the
- * provider called beside the write (speculate), the write guarded by them too. When any of it does not hold, the answer is null,
- * nothing was written and any admission is given back, and createRun makes the run as before: so
- * every refusal (404, 400, the key revoked) comes from that path, in its order. Only a rate
- * limit's 429 is answered from here, before the thread is looked at. On the embedded file (no
- * guard: reads cost no round trip) the answer is always null.
+ * provider called beside the write (speculate), the write guarded by them too. When any of it
+ * does not hold, the answer is null, nothing was written and any admission is given back, and
+ * createRun makes the run as before: so every refusal (404, 400, the key revoked) comes from that
+ * path, in its order. Only a rate limit's 429 is answered from here, before the thread is looked
+ * at. On the embedded file (no guard: reads cost no round trip) the answer is always null.
  */
 async function runInOneTrip(
   deps: RunCommandDeps,
