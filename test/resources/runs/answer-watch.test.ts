@@ -64,7 +64,9 @@ describe('watchAnswer', () => {
     const cuts = [
       // As the run's events are written, one a chunk (its deltas let pass unread), or a delta with the next.
       events.map((one) => encoder.encode(one)),
-      [events[0], events[1] + events[2], ...events.slice(3)].map((some) => encoder.encode(some ?? '')),
+      [events.slice(0, 1), events.slice(1, 3), ...events.slice(3).map((one) => [one])].map((some) =>
+        encoder.encode(some.join('')),
+      ),
       // Cut at an odd size, some of the two-byte characters are split between chunks.
       ...[7, 4096, Infinity].map((size) => chunks(text, size)),
     ];
