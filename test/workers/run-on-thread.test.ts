@@ -220,4 +220,43 @@ describe('runs on an existing thread, on workerd', () => {
     expect(isUniqueViolation(error, 'runs.id')).toBe(true);
     expect(isUniqueViolation(error, 'runs.thread_id')).toBe(false);
   });
+
+  it("streams a later run whose prompt was guessed from the run before's events, and the truth once the thread changed elsewhere", async () => {
+    const thread = await openai.beta.threads.create({
+      messages: [{ role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) }],
+    });
+    const streamedRun = async (text: string) => {
+      await openai.beta.threads.messages.create(thread.id, { role: 'user', content: text });
+      const stream = openai.beta.threads.runs.stream(thread.id, { assistant_id: assistantId });
+      const deltas: string[] = [];
+      stream.on('textDelta', (delta) => deltas.push(defined(delta.value)));
+      const run = await stream.finalRun();
+      expect(run.status).toBe('completed');
+      return { run, text: deltas.join('') };
+    };
+    expect((await openai.beta.threads.runs.stream(thread.id, { assistant_id: assistantId }).finalRun()).status).toBe(
+      'completed',
+    );
+    const second = ask('What is my name?', { echo_messages: true });
+    const answered = await streamedRun(second);
+    const history = [
+      SYSTEM,
+      { role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) },
+      { role: 'assistant', content: 'Hello Ada.' },
+      { role: 'user', content: second },
+    ];
+    expect(JSON.parse(answered.text)).toEqual(history);
+    // The second answer, as the next run's guess knows it from its events, changed behind the gateway.
+    const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });
+    await db
+      .update(schema.messages)
+      .set({ content: [{ type: 'text', text: { value: 'Changed elsewhere.', annotations: [] } }] })
+      .where(eq(schema.messages.runId, answered.run.id));
+    const third = ask('And now?', { echo_messages: true });
+    expect(JSON.parse((await streamedRun(third)).text)).toEqual([
+      ...history,
+      { role: 'assistant', content: 'Changed elsewhere.' },
+      { role: 'user', content: third },
+    ]);
+  });
 });

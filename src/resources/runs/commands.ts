@@ -17,6 +17,7 @@ import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
 import { readHistory, type History } from '../threads/history';
 import { historyGuard, knownHistories } from '../threads/known-histories';
+import { watchAnswer } from './answer-watch';
 import {
   acceptToolOutputs,
   activeRunError,
@@ -228,13 +229,13 @@ const NO_HISTORY: History = { messages: [], steps: [] };
  * process or isolate holds (heldRun); then one transaction carries the thread's history read and
  * the rows, under checks the database makes (the settings' guard fails it if the generation moved;
  * each row is inserted only while the thread is the workspace's and idle). When the thread's
- * messages are known (threads/known-histories.ts: a thread no run touched, written here), nothing
- * is read at all: the prompt is built from them and the provider called beside the write
- * (speculate), the write guarded by them too. When any of it does not hold, the answer is null,
- * nothing was written and any admission is given back, and createRun makes the run as before: so
- * every refusal (404, 400, the key revoked) comes from that path, in its order. Only a rate
- * limit's 429 is answered from here, before the thread is looked at. On the embedded file (no
- * guard: reads cost no round trip) the answer is always null.
+ * messages are known (threads/known-histories.ts: a thread written here, or whose last run's
+ * streamed answer passed here), nothing is read at all: the prompt is built from them and the
+ * provider called beside the write (speculate), the write guarded by them too. When any of it
+ * does not hold, the answer is null, nothing was written and any admission is given back, and
+ * createRun makes the run as before: so every refusal (404, 400, the key revoked) comes from that
+ * path, in its order. Only a rate limit's 429 is answered from here, before the thread is looked
+ * at. On the embedded file (no guard: reads cost no round trip) the answer is always null.
  */
 async function runInOneTrip(
   deps: RunCommandDeps,
@@ -277,7 +278,11 @@ async function runInOneTrip(
     [],
     promptLimits(run, 0, deps.config),
   );
-  return hostNewRun(deps, run, admission, context, { ...options, preloaded: { virtualKey, prompt } });
+  const answer = await hostNewRun(deps, run, admission, context, { ...options, preloaded: { virtualKey, prompt } });
+  // Its prompt is its messages alone when no earlier run's tool calls are among them (a history
+  // cut by its bytes is more than take() gives back).
+  const messagesAlone = read.steps.every((step) => step.type !== 'tool_calls' || step.status !== 'completed');
+  return messagesAlone ? learnAnswer(deps, run, [...read.messages, ...messages], answer) : answer;
 }
 
 /**
@@ -419,13 +424,29 @@ async function speculate(
       written,
     );
     snapshot.guardHeld();
-    return answer;
+    return learnAnswer(deps, run, [...history, ...held.messages], answer);
   } catch (error) {
     // Written, or failed otherwise (the database unreachable): that is the answer, as today.
     if (await inserted.catch(() => true)) throw error;
     await giveBack(deps, admission, actor.workspaceId);
     return null;
   }
+}
+
+/**
+ * A run just made on a thread whose messages, all of them, were `history` when it was (its
+ * prompt's): a streamed one's answer, seen as it passes (answer-watch.ts), extends them as the
+ * thread's known history (KnownHistories), for the next run on the thread to be made as its first
+ * was, the provider called beside the write (speculate). What a run answered without its events
+ * (queued) is not seen: its thread is not known.
+ */
+function learnAnswer(deps: RunCommandDeps, run: RunRow, history: MessageRow[], answer: RunAnswer): RunAnswer {
+  if (!answer.stream) return answer;
+  const thread = { id: run.threadId, workspaceId: run.workspaceId };
+  const histories = knownHistories(deps.db);
+  const answering = histories.answering(thread, history);
+  const events = watchAnswer(answer.events, { id: run.id, thread }, (messages) => histories.ran(answering, messages));
+  return { ...answer, events };
 }
 
 const answerKind = (body: { stream?: boolean | null }): 'stream' | 'queued' =>

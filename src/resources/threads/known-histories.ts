@@ -2,23 +2,25 @@ import type { Db, RawStatement } from '../../db/client';
 import type { MessageRow, ThreadKey } from './queries';
 
 /**
- * What this process or isolate knows of the threads it wrote that no run has touched yet: their
- * messages, as its own writes made them (a thread created with its messages, a message added).
- * A thread's first run builds its prompt from them before anything is read, so that the
- * provider's call starts beside the run's write instead of after it (runs/commands.ts,
- * runInOneTrip); the write carries a guard (`guard`) that fails it, writing nothing, unless the
- * thread still has exactly these messages, in this order, and no run. What is known is only ever
- * a guess that the database confirms: a message another process added or deleted, or a run
- * another made, fails the guard, and the run is made from what it reads instead.
+ * What this process or isolate knows of the threads it wrote: their messages, as its own writes
+ * made them (a thread created with its messages, a message added) and as its runs answered them
+ * (the messages a streamed run's events showed completed, `ran`). A run builds its prompt from
+ * them before anything is read, so that the provider's call starts beside the run's write instead
+ * of after it (runs/commands.ts, runInOneTrip); the write carries a guard (`historyGuard`) that
+ * fails it, writing nothing, unless the thread still has exactly what the prompt was built from.
+ * What is known is only ever a guess that the database confirms: a message another process added
+ * or deleted, or a run another made that wrote a message or called tools, fails the guard, and the
+ * run is made from what it reads instead.
  *
  * Bounded: at most MAX_THREADS threads of at most MAX_MESSAGES messages and MAX_BYTES bytes of
  * content each, MAX_TOTAL_BYTES in all, the least recently written forgotten first; a thread past a
- * bound is forgotten.
+ * bound is forgotten (a long chat's runs read their history again: a history read would keep its
+ * newest messages only, which the guard does not follow).
  * Kept per database client (one per process, or per isolate on Workers), as prepared queries are.
  */
 export class KnownHistories {
   /** In least-recently-written order: a write moves its thread to the end. */
-  readonly #threads = new Map<string, { workspaceId: string; messages: MessageRow[]; bytes: number }>();
+  readonly #threads = new Map<string, Known>();
   /** The bytes of content of every thread known. */
   #bytes = 0;
 
@@ -26,11 +28,43 @@ export class KnownHistories {
   wrote(thread: ThreadKey, messages: MessageRow[], created: boolean): void {
     const known = this.#threads.get(thread.id);
     this.forget(thread.id);
-    if (!created && (!known || known.workspaceId !== thread.workspaceId)) return;
-    const all = [...(known && !created ? known.messages : []), ...messages];
-    const bytes = (known && !created ? known.bytes : 0) + messages.reduce((sum, row) => sum + contentBytes(row), 0);
-    if (all.length > MAX_MESSAGES || bytes > MAX_BYTES) return;
-    this.#threads.set(thread.id, { workspaceId: thread.workspaceId, messages: all, bytes });
+    if (created) this.#keep(thread, { messages, unconfirmed: [] });
+    // While a run answers, no message is added (the thread is held): one that was, was not seen.
+    else if (known && known.workspaceId === thread.workspaceId && !known.answering)
+      this.#keep(thread, { messages: [...known.messages, ...messages], unconfirmed: known.unconfirmed });
+  }
+
+  /**
+   * A run on the thread made (its write committed) with a prompt built from `messages`, all of
+   * them the database's (its guard named them, or they were read) and all of the thread's: the
+   * thread is the run's to answer, and what it answers (`ran`) extends its history. Whatever is
+   * written to the thread meanwhile forgets it.
+   */
+  answering(thread: ThreadKey, messages: MessageRow[]): Answering {
+    const answering: Answering = { thread, messages };
+    this.forget(thread.id);
+    this.#keep(thread, { messages, unconfirmed: [], answering });
+    return answering;
+  }
+
+  /**
+   * The run of `answering` completed with `answers`, the messages it wrote (as its events showed
+   * them, which the next run's guard checks against the database's: `unconfirmed`); null: it ended
+   * otherwise (failed, cancelled, incomplete, waiting for tool outputs, called tools, or its events
+   * were not all seen), and the thread is forgotten.
+   */
+  ran(answering: Answering, answers: MessageRow[] | null): void {
+    const known = this.#threads.get(answering.thread.id);
+    if (known?.answering !== answering) return;
+    this.forget(answering.thread.id);
+    if (answers) this.#keep(answering.thread, { messages: [...answering.messages, ...answers], unconfirmed: answers });
+  }
+
+  /** Keeps the thread's messages, last written, within the bounds; past one it is forgotten. */
+  #keep(thread: ThreadKey, what: Pick<Known, 'messages' | 'unconfirmed' | 'answering'>): void {
+    const bytes = what.messages.reduce((sum, row) => sum + contentBytes(row), 0);
+    if (what.messages.length > MAX_MESSAGES || bytes > MAX_BYTES) return;
+    this.#threads.set(thread.id, { workspaceId: thread.workspaceId, bytes, ...what });
     this.#bytes += bytes;
     for (const oldest of this.#threads.keys()) {
       if (this.#threads.size <= MAX_THREADS && this.#bytes <= MAX_TOTAL_BYTES) break;
@@ -55,14 +89,34 @@ export class KnownHistories {
   take(thread: ThreadKey, maxBytes: number): KnownHistory | null {
     const known = this.#threads.get(thread.id);
     this.forget(thread.id);
-    if (!known || known.workspaceId !== thread.workspaceId || known.bytes >= maxBytes) return null;
-    return { threadId: thread.id, messages: known.messages };
+    // A thread a run answers has that run open: the run made on it is refused, from what is read.
+    if (!known || known.workspaceId !== thread.workspaceId || known.answering || known.bytes >= maxBytes) return null;
+    return { threadId: thread.id, messages: known.messages, unconfirmed: known.unconfirmed };
   }
+}
+
+/** What is known of a thread. */
+interface Known {
+  workspaceId: string;
+  messages: MessageRow[];
+  /** Those of `messages` learned from a run's events, not yet confirmed by a guard: their content is checked as well. */
+  unconfirmed: MessageRow[];
+  /** The run that answers the thread now, when one does: `messages` are its prompt's. */
+  answering?: Answering;
+  bytes: number;
 }
 
 /** A thread's messages as known, and the thread they are of. */
 export interface KnownHistory {
   threadId: string;
+  messages: MessageRow[];
+  /** Those of `messages` the database has not confirmed as they are known (learned from a run's events). */
+  unconfirmed: MessageRow[];
+}
+
+/** A run answering a thread whose messages were known (KnownHistories.answering). */
+export interface Answering {
+  thread: ThreadKey;
   messages: MessageRow[];
 }
 
@@ -76,24 +130,37 @@ export const MAX_BYTES = 16 * 1024;
 export const MAX_TOTAL_BYTES = 1024 * 1024;
 
 const encoder = new TextEncoder();
+/** Each message's contentBytes, measured once: a thread's messages are kept again at each turn. */
+const measured = new WeakMap<MessageRow, number>();
 /** The bytes of a message's content as stored (its JSON): what a history read's bound counts. */
-const contentBytes = (message: MessageRow) => encoder.encode(JSON.stringify(message.content)).length;
+function contentBytes(message: MessageRow): number {
+  let bytes = measured.get(message);
+  if (bytes === undefined) measured.set(message, (bytes = encoder.encode(JSON.stringify(message.content)).length));
+  return bytes;
+}
 
 /**
  * A statement to ride with a run's write that fails its transaction, writing nothing, unless the
- * thread has exactly the known messages, in their order, and no run at all: the settings guard's
- * refusal (it inserts a second row with settings_generation's one id: isUniqueViolation(error,
- * GENERATION_MOVED)), since either means that the run is made again from what is read.
+ * thread has what a prompt built from its history read would be built from (runs/execution/prompt.ts,
+ * threads/history.ts): exactly the known messages, in their order, those learned from a run's
+ * events with the content known; and no step of its runs that a prompt shows (completed tool
+ * calls), whatever runs it had. It fails as the settings guard does (it inserts a second row with
+ * settings_generation's one id: isUniqueViolation(error, GENERATION_MOVED)), since either means that
+ * the run is made again from what is read.
  */
 export function historyGuard(known: KnownHistory): RawStatement {
   const ids = known.messages.map((message) => message.id);
+  const contents = known.unconfirmed.flatMap((message) => [message.id, JSON.stringify(message.content)]);
   return {
     sql:
       'insert into "settings_generation" ("id", "value") select "id", "value" from "settings_generation" where "id" = 0 and (' +
-      'exists (select 1 from "runs" where "thread_id" = ?) or ' +
+      'exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" where "runs"."thread_id" = ? ' +
+      `and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed') or ` +
       '(select count(*) from "messages" where "thread_id" = ?) is not ? or ' +
-      `coalesce((select json_group_array("id") from (select "id" from "messages" where "thread_id" = ? order by "seq")), '[]') is not ?)`,
-    args: [known.threadId, known.threadId, ids.length, known.threadId, JSON.stringify(ids)],
+      `coalesce((select json_group_array("id") from (select "id" from "messages" where "thread_id" = ? order by "seq")), '[]') is not ?` +
+      ' or (select "content" from "messages" where "id" = ?) is not ?'.repeat(known.unconfirmed.length) +
+      ')',
+    args: [known.threadId, known.threadId, ids.length, known.threadId, JSON.stringify(ids), ...contents],
   };
 }
 

@@ -251,6 +251,32 @@ const lastUserText = (index: number) =>
     .filter((message) => message.role === 'user')
     .at(-1)?.content;
 
+/** A thread changed as another gateway would change it, straight in the database. */
+const changes: [string, (threadId: string) => Promise<unknown>][] = [
+  [
+    'a message added elsewhere',
+    (threadId) =>
+      elsewhere.execute({
+        sql: `INSERT INTO messages (id, thread_id, workspace_id, created_at, role, content, status, attachments, metadata)
+              SELECT ?, id, workspace_id, ?, 'user', ?, 'completed', '[]', '{}' FROM threads WHERE id = ?`,
+        args: [
+          `msg_elsewhere${randomBytes(6).toString('hex')}`,
+          Date.now(),
+          JSON.stringify([{ type: 'text', text: { value: 'added elsewhere', annotations: [] } }]),
+          threadId,
+        ],
+      }),
+  ],
+  [
+    'its newest message deleted elsewhere',
+    (threadId) =>
+      elsewhere.execute({
+        sql: 'DELETE FROM messages WHERE seq = (SELECT max(seq) FROM messages WHERE thread_id = ?)',
+        args: [threadId],
+      }),
+  ],
+];
+
 describe("a thread's first run, its messages known: the provider called beside the write", () => {
   it('calls the provider while the write is at the database, and tells nothing before it commits: created first, then the answer', async () => {
     const { key, openai, assistantId } = await setup();
@@ -276,30 +302,6 @@ describe("a thread's first run, its messages known: the provider called beside t
     expect(await countOf('messages', thread.id)).toBe(3);
   });
 
-  const changes: [string, (threadId: string) => Promise<unknown>][] = [
-    [
-      'a message added elsewhere',
-      (threadId) =>
-        elsewhere.execute({
-          sql: `INSERT INTO messages (id, thread_id, workspace_id, created_at, role, content, status, attachments, metadata)
-                SELECT ?, id, workspace_id, ?, 'user', ?, 'completed', '[]', '{}' FROM threads WHERE id = ?`,
-          args: [
-            `msg_elsewhere${randomBytes(6).toString('hex')}`,
-            Date.now(),
-            JSON.stringify([{ type: 'text', text: { value: 'added elsewhere', annotations: [] } }]),
-            threadId,
-          ],
-        }),
-    ],
-    [
-      'its newest message deleted elsewhere',
-      (threadId) =>
-        elsewhere.execute({
-          sql: 'DELETE FROM messages WHERE seq = (SELECT max(seq) FROM messages WHERE thread_id = ?)',
-          args: [threadId],
-        }),
-    ],
-  ];
   it.each(changes)(
     'takes the path of reads when the thread changed since (%s), telling nothing of the first answer, writing the run once',
     async (_, change) => {
@@ -396,5 +398,150 @@ describe("a thread's first run, its messages known: the provider called beside t
     const run = defined(answer.events[1]).data as { id: string; thread_id: string; instructions: string };
     expect(run).toMatchObject({ thread_id: thread.id, instructions: 'New instructions.' });
     expect(await countOf('runs', thread.id)).toBe(1);
+  });
+});
+
+/** The text of the prompt's messages, by role, as the provider was sent them in its `index`th request. */
+const promptOf = (index: number) =>
+  (defined(upstream.requests[index]).body?.messages as { role: string; content: string | null }[]).map(
+    (message) => `${message.role}: ${message.content ?? ''}`,
+  );
+
+/** A thread whose first run was streamed to its end, its answer `You said: first words`. */
+async function threadAfterARun(key: string, openai: OpenAI, assistantId: string) {
+  const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: 'first words' }] });
+  const first = await streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId });
+  expect(deltaText(first.events)).toBe('You said: first words');
+  return thread;
+}
+
+describe('a later run on a thread, its history known from the run before: the provider called beside the write', () => {
+  it("calls the provider while the write is at the database, the prompt the whole thread with the first run's answer, turn after turn", async () => {
+    const { key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await threadAfterARun(key, openai, assistantId);
+    for (const [turn, words] of ['second words', 'third words'].entries()) {
+      await openai.beta.threads.messages.create(thread.id, { role: 'user', content: words });
+      const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+        streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId }),
+      );
+      expect(seen.called).toBe(1);
+      expect(seen.waiting).toBeGreaterThan(0);
+      const earlier = turn === 0 ? [] : ['user: second words', 'assistant: You said: second words'];
+      expect(promptOf(upstream.requests.length - 1)).toEqual([
+        'system: Be brief.',
+        'user: first words',
+        'assistant: You said: first words',
+        ...earlier,
+        `user: ${words}`,
+      ]);
+      const names = answer.events.map((event) => event.event);
+      expect(names.slice(0, 3)).toEqual(['thread.run.created', 'thread.run.queued', 'thread.run.in_progress']);
+      expect(names.at(-2)).toBe('thread.run.completed');
+      expect(deltaText(answer.events)).toBe(`You said: ${words}`);
+    }
+    expect(await countOf('runs', thread.id)).toBe(3);
+    expect(await countOf('messages', thread.id)).toBe(6);
+  });
+
+  const afterARun: [string, (threadId: string) => Promise<unknown>][] = [
+    ...changes.map(([name, change]): [string, (threadId: string) => Promise<unknown>] => [
+      `${name}, after the first answer`,
+      change,
+    ]),
+    [
+      "the first answer's content changed elsewhere",
+      (threadId) =>
+        elsewhere.execute({
+          sql: 'UPDATE messages SET content = ? WHERE thread_id = ? AND run_id IS NOT NULL',
+          args: [JSON.stringify([{ type: 'text', text: { value: 'changed elsewhere', annotations: [] } }]), threadId],
+        }),
+    ],
+    [
+      "the first run's step made a tool call elsewhere, which a prompt shows",
+      (threadId) =>
+        elsewhere.execute({
+          sql: "UPDATE run_steps SET type = 'tool_calls', status = 'completed', step_details = ? WHERE thread_id = ?",
+          args: [
+            JSON.stringify({
+              type: 'tool_calls',
+              tool_calls: [
+                {
+                  id: 'call_elsewhere',
+                  type: 'function',
+                  function: { name: 'get_weather', arguments: '{}', output: 'sunny' },
+                },
+              ],
+            }),
+            threadId,
+          ],
+        }),
+    ],
+  ];
+  it.each(afterARun)(
+    'takes the path of reads when the thread changed after its run (%s), telling nothing of the first answer, writing the run once',
+    async (_, change) => {
+      const { key, openai, assistantId } = await setup();
+      await warm(openai, assistantId);
+      const thread = await threadAfterARun(key, openai, assistantId);
+      await change(thread.id);
+      await openai.beta.threads.messages.create(thread.id, {
+        role: 'user',
+        content: `second words\n${fakeDirective({ echo_messages: true })}`,
+      });
+      const calls = upstream.requests.length;
+      const { answer } = await whileDatabaseHeld(proxy, upstream, () =>
+        streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId }),
+      );
+      // The guess (the thread as this gateway last saw it), then the truth, read.
+      expect(upstream.requests.length - calls).toBe(2);
+      const guess = promptOf(calls);
+      const truth = promptOf(calls + 1);
+      expect(guess.slice(1, 3)).toEqual(['user: first words', 'assistant: You said: first words']);
+      expect(truth).not.toEqual(guess);
+      const names = answer.events.map((event) => event.event);
+      expect(names.filter((name) => name === 'thread.run.created')).toHaveLength(1);
+      expect(names[0]).toBe('thread.run.created');
+      // The answer is the truth's (the fake echoes the messages it was sent), and only it.
+      const echoed = JSON.parse(deltaText(answer.events)) as unknown;
+      expect(echoed).toEqual(defined(upstream.requests[calls + 1]).body?.messages);
+      const created = defined(answer.events[0]).data as { id: string };
+      const runs = await openai.beta.threads.runs.list(thread.id);
+      expect(runs.data.map((run) => [run.id, run.status])).toEqual([
+        [created.id, 'completed'],
+        [expect.any(String), 'completed'],
+      ]);
+    },
+  );
+});
+
+describe('a thread whose history was read: known from its run on', () => {
+  it('guesses the run after one whose prompt was read, once its answer was seen', async () => {
+    const { key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create();
+    // The guess of its first run fails (the message is not this gateway's): made from what is read.
+    await defined(changes[0])[1](thread.id);
+    await streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId });
+    // Not known now: its prompt is read, beside its write, and its answer seen.
+    await openai.beta.threads.messages.create(thread.id, { role: 'user', content: 'second words' });
+    const calls = upstream.requests.length;
+    await streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId });
+    expect(upstream.requests.length - calls).toBe(1);
+    await openai.beta.threads.messages.create(thread.id, { role: 'user', content: 'third words' });
+    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+      streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId }),
+    );
+    expect(seen.called).toBe(1);
+    expect(seen.waiting).toBeGreaterThan(0);
+    expect(promptOf(upstream.requests.length - 1)).toEqual([
+      'system: Be brief.',
+      'user: added elsewhere',
+      'assistant: You said: added elsewhere',
+      'user: second words',
+      'assistant: You said: second words',
+      'user: third words',
+    ]);
+    expect(deltaText(answer.events)).toBe('You said: third words');
   });
 });

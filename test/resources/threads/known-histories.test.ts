@@ -7,6 +7,7 @@ import {
   MAX_TOTAL_BYTES,
 } from '../../../src/resources/threads/known-histories';
 import { clientMessage } from '../../../src/resources/threads/rows';
+import { defined } from '../../support/defined';
 
 /**
  * What a process knows of the threads it wrote (resources/threads/known-histories.ts): a guess the
@@ -29,6 +30,7 @@ describe('KnownHistories', () => {
     expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toEqual({
       threadId: 'thread_1',
       messages: [first, second],
+      unconfirmed: [],
     });
     // A run was made (or tried) on it: its messages are its history no more.
     expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
@@ -93,5 +95,58 @@ describe('KnownHistories', () => {
     expect(known.take(thread('thread_0'), MAX_HISTORY_BYTES)).toBeNull();
     expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).not.toBeNull();
     expect(known.take(thread(`thread_${MAX_THREADS}`), MAX_HISTORY_BYTES)).not.toBeNull();
+  });
+
+  const answer = (threadId: string, text: string, workspaceId = 'ws_a') => ({
+    ...message(threadId, text, workspaceId),
+    role: 'assistant' as const,
+  });
+
+  it("extends a thread's history with what its run answered, those messages unconfirmed until a guard names them", () => {
+    const known = new KnownHistories();
+    const asked = message('thread_1', 'one');
+    known.wrote(thread('thread_1'), [asked], true);
+    const taken = defined(known.take(thread('thread_1'), MAX_HISTORY_BYTES));
+    const answering = known.answering(thread('thread_1'), taken.messages);
+    // While its run answers, the thread's run is open: no run is guessed on it.
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
+    const again = known.answering(thread('thread_1'), taken.messages);
+    const answered = answer('thread_1', 'two');
+    known.ran(answering, [answer('thread_1', 'stale')]);
+    known.ran(again, [answered]);
+    const next = message('thread_1', 'three');
+    known.wrote(thread('thread_1'), [next], false);
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toEqual({
+      threadId: 'thread_1',
+      messages: [asked, answered, next],
+      unconfirmed: [answered],
+    });
+  });
+
+  it('forgets a thread whose run ended otherwise, or that was written to while its run answered', () => {
+    const known = new KnownHistories();
+    const ended = known.answering(thread('thread_1'), [message('thread_1', 'one')]);
+    known.ran(ended, null);
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
+    const written = known.answering(thread('thread_2'), [message('thread_2', 'one')]);
+    known.wrote(thread('thread_2'), [message('thread_2', 'meanwhile')], false);
+    known.ran(written, [answer('thread_2', 'two')]);
+    expect(known.take(thread('thread_2'), MAX_HISTORY_BYTES)).toBeNull();
+    const deleted = known.answering(thread('thread_3'), [message('thread_3', 'one')]);
+    known.forget('thread_3');
+    known.ran(deleted, [answer('thread_3', 'two')]);
+    expect(known.take(thread('thread_3'), MAX_HISTORY_BYTES)).toBeNull();
+  });
+
+  it("keeps a run's answer within the bounds: a history past one is forgotten, and only the workspace's", () => {
+    const known = new KnownHistories();
+    const many = Array.from({ length: MAX_MESSAGES }, (_, index) => message('thread_1', `m${index}`));
+    known.ran(known.answering(thread('thread_1'), many), [answer('thread_1', 'one more')]);
+    expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
+    known.ran(known.answering(thread('thread_2'), []), [answer('thread_2', 'x'.repeat(MAX_BYTES))]);
+    expect(known.take(thread('thread_2'), MAX_HISTORY_BYTES)).toBeNull();
+    known.ran(known.answering(thread('thread_3'), []), [answer('thread_3', 'mine')]);
+    expect(known.take(thread('thread_3', 'ws_b'), MAX_HISTORY_BYTES)).toBeNull();
+    expect(known.take(thread('thread_3'), MAX_HISTORY_BYTES)).toBeNull();
   });
 });
