@@ -144,6 +144,15 @@ export interface Executions {
  * Declared here, with the options it is handed, because Deps carries it.
  */
 export interface RunHost {
+  /**
+   * Whether a streamed run's events are made in this process (Node), where watching them pass
+   * costs a scan of each chunk (runs/answer-watch.ts: the answer a thread's next run guesses
+   * from). On Workers they cross from the executor object as a stream the runtime relays to the
+   * client without running JavaScript: watching it would run JavaScript for every chunk (0.8 ms of
+   * workerd CPU an 8-word run, 3 ms a 64-word one, `bench:worker`), so a later run there reads its
+   * thread's history instead.
+   */
+  readonly eventsMadeHere: boolean;
   /** Executes the run in the background; its answer (the queued run) has gone out already. */
   start(run: RunRow, options: StartOptions, context: RequestContext): void;
   /**

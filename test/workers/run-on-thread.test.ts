@@ -221,7 +221,7 @@ describe('runs on an existing thread, on workerd', () => {
     expect(isUniqueViolation(error, 'runs.thread_id')).toBe(false);
   });
 
-  it("streams a later run whose prompt was guessed from the run before's events, and the truth once the thread changed elsewhere", async () => {
+  it("streams a later run with the whole thread, the run before's answer as the database has it, also once it changed elsewhere", async () => {
     const thread = await openai.beta.threads.create({
       messages: [{ role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) }],
     });
@@ -246,7 +246,7 @@ describe('runs on an existing thread, on workerd', () => {
       { role: 'user', content: second },
     ];
     expect(JSON.parse(answered.text)).toEqual(history);
-    // The second answer, as the next run's guess knows it from its events, changed behind the gateway.
+    // The second answer changed behind the gateway: the next run's prompt has it as it is now.
     const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });
     await db
       .update(schema.messages)

@@ -438,10 +438,11 @@ async function speculate(
  * prompt's): a streamed one's answer, seen as it passes (answer-watch.ts), extends them as the
  * thread's known history (KnownHistories), for the next run on the thread to be made as its first
  * was, the provider called beside the write (speculate). What a run answered without its events
- * (queued) is not seen: its thread is not known.
+ * (queued), or whose events this process does not make (on Workers: RunHost.eventsMadeHere), is
+ * not seen: its thread is not known.
  */
 function learnAnswer(deps: RunCommandDeps, run: RunRow, history: MessageRow[], answer: RunAnswer): RunAnswer {
-  if (!answer.stream) return answer;
+  if (!answer.stream || !deps.runHost.eventsMadeHere) return answer;
   const thread = { id: run.threadId, workspaceId: run.workspaceId };
   const histories = knownHistories(deps.db);
   const answering = histories.answering(thread, history);

@@ -50,6 +50,7 @@ export function workersRunHost(
   ) => context.waitUntil(call(executor(runId)).catch(failed));
 
   return {
+    eventsMadeHere: false,
     // Should the hand-over fail, the run is still leased: recovery fails it once the lease runs out.
     start: (run, options, context) =>
       handOver(

@@ -422,10 +422,13 @@ describe('a later run on a thread, its history known from the run before: the pr
     const thread = await threadAfterARun(key, openai, assistantId);
     for (const [turn, words] of ['second words', 'third words'].entries()) {
       await openai.beta.threads.messages.create(thread.id, { role: 'user', content: words });
+      const calls = upstream.requests.length;
       const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
         streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId }),
       );
       expect(seen.called).toBe(1);
+      // The guess held: its guard passed, and the provider was not called again from what is read.
+      expect(upstream.requests.length - calls).toBe(1);
       expect(seen.waiting).toBeGreaterThan(0);
       const earlier = turn === 0 ? [] : ['user: second words', 'assistant: You said: second words'];
       expect(promptOf(upstream.requests.length - 1)).toEqual([
