@@ -80,11 +80,13 @@ export class SettingsCache {
 
   /**
    * Whether `apiKey`, kept at `generation`, is live now: it is if the generation has not moved
-   * (`current`), or if it is found again in the settings read `now`.
+   * (`current`), or if it is found again in the settings at the generation just read (`now`: the
+   * generation is not read a second time).
    */
   async #stillLive(generation: number | null, presented: string, apiKey: AuthenticatedKey): Promise<Confirmation> {
-    if ((await this.#generation()) === generation) return { live: true, current: true, now: null };
-    const settings = await this.now();
+    const read = await this.#generation();
+    if (read === generation) return { live: true, current: true, now: null };
+    const settings = new Settings(this.#shelves, this.#loaders, read);
     const now = await settings.apiKey(presented);
     return {
       live: now?.id === apiKey.id && now.workspace?.id === apiKey.workspace?.id,

@@ -122,8 +122,16 @@ describe('a call passed through, started on the settings last seen', () => {
     const tenant = await setup();
     const hash = createHash('sha256').update(tenant.workspaceKey).digest('hex');
     await elsewhere.execute({ sql: 'UPDATE api_keys SET revoked_at = ? WHERE hash = ?', args: [Date.now(), hash] });
+    proxy.statements.length = 0;
+    proxy.keepStatements = true;
     const { answer, calls } = await whileDatabaseHeld(proxy, upstream, () => complete(tenant, { stream: true }));
+    proxy.keepStatements = false;
     expect(answer.status).toBe(401);
+    // The generation is read once: the key is looked up again at the generation that read found.
+    const generationReads = proxy.statements
+      .flat()
+      .filter((sql) => /^select\b/i.test(sql) && sql.includes('settings_generation'));
+    expect(generationReads).toHaveLength(1);
     expect(await errorOf(answer)).toMatchObject({ code: 'invalid_api_key' });
     // The provider was called on the key as last seen, and that call was ended unanswered.
     expect(calls).toHaveLength(1);
