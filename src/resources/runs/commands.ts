@@ -248,7 +248,7 @@ async function runInOneTrip(
 ): Promise<RunAnswer | null> {
   const thread = { id: threadId, workspaceId: actor.workspaceId };
   // Whatever comes of this run, the thread's messages as known are its history no more.
-  const known = knownHistories(deps.db).take(thread, deps.config.GATEWAY_MAX_HISTORY_BYTES);
+  const known = knownHistories(deps.db)?.take(thread, deps.config.GATEWAY_MAX_HISTORY_BYTES) ?? null;
   const inputs = body.additional_messages ?? [];
   // Files attached for file_search go to the thread's store, which needs the thread read first.
   if (attachedFiles(inputs, () => '').length > 0) return null;
@@ -442,9 +442,9 @@ async function speculate(
  * not seen: its thread is not known.
  */
 function learnAnswer(deps: RunCommandDeps, run: RunRow, history: MessageRow[], answer: RunAnswer): RunAnswer {
-  if (!answer.stream || !deps.runHost.eventsMadeHere) return answer;
-  const thread = { id: run.threadId, workspaceId: run.workspaceId };
   const histories = knownHistories(deps.db);
+  if (!answer.stream || !deps.runHost.eventsMadeHere || !histories) return answer;
+  const thread = { id: run.threadId, workspaceId: run.workspaceId };
   const answering = histories.answering(thread, history);
   const events = watchAnswer(answer.events, { id: run.id, thread }, (messages) => histories.ran(answering, messages));
   return { ...answer, events };

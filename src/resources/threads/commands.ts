@@ -81,7 +81,7 @@ export async function createThread(
   });
   if (stores.toolResources) thread.toolResources = stores.toolResources;
   await insertThread(deps.db, thread, messages, stores.statements);
-  knownHistories(deps.db).wrote(thread, messages, true);
+  knownHistories(deps.db)?.wrote(thread, messages, true);
   if (stores.queued) wakeIngestion(deps, context);
   return thread;
 }
@@ -152,7 +152,7 @@ export async function createMessage(
     await keyLive(settings);
     row = await insert(null);
   }
-  knownHistories(deps.db).wrote({ id: message.threadId, workspaceId: message.workspaceId }, [row], false);
+  knownHistories(deps.db)?.wrote({ id: message.threadId, workspaceId: message.workspaceId }, [row], false);
   if (stores.queued) wakeIngestion(deps, context);
   return row;
 }
@@ -176,7 +176,7 @@ export async function deleteThread(
     async () => ((await deleteIdleThread(deps.db, thread)) ? true : null),
     (run) => `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
-  knownHistories(deps.db).forget(thread.id);
+  knownHistories(deps.db)?.forget(thread.id);
 }
 
 /** How often a write refused for a run that then turned out to have ended is tried again. */

@@ -166,8 +166,13 @@ export function historyGuard(known: KnownHistory): RawStatement {
 
 const known = new WeakMap<Db, KnownHistories>();
 
-/** The known histories of the threads written through `db`. */
-export function knownHistories(db: Db): KnownHistories {
+/**
+ * The known histories of the threads written through `db`; null on the embedded file, where a read
+ * costs no round trip and no run guesses (its client carries no reads: ReadsCarrier), so that
+ * nothing is measured or kept there.
+ */
+export function knownHistories(db: Db): KnownHistories | null {
+  if (!db.$client.batchWithReads) return null;
   let histories = known.get(db);
   if (!histories) known.set(db, (histories = new KnownHistories()));
   return histories;

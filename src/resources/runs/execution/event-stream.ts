@@ -213,8 +213,11 @@ export class EventStream implements EventSink, DirectBody {
     this.#held = [];
     // What was written since the last read goes on joined (inChunks): a provider read of several
     // tokens, or the events queued behind the run's commit, crosses each hop after this one (an
-    // executor object's RPC stream, the client's socket) as one write, not one per event.
-    for (const bytes of inChunks(held, PARTS_CHUNK_BYTES)) this.#enqueue(bytes);
+    // executor object's RPC stream, the client's socket) as one write, not one per event. The usual
+    // read finds one event: it goes as it is, without the joining's generator.
+    const [only] = held;
+    if (held.length === 1 && only) this.#enqueue(only);
+    else for (const bytes of inChunks(held, PARTS_CHUNK_BYTES)) this.#enqueue(bytes);
     if (this.#closed) this.#end();
     this.#madeRoom();
   }
