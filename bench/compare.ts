@@ -5,10 +5,10 @@ import { join } from 'node:path';
 import { fakeDirective } from '../test/support/fake-upstream';
 import { freePort } from '../scripts/sqld';
 import { memoryOf, resetPeakMemory, ROOT } from '../test/support/processes';
+import { loadFor } from './load';
 import {
   cpuMs,
   cpuPerChunk,
-  forSeconds,
   freshGateway,
   LONG_REPLY,
   mainThreadCpuMs,
@@ -39,7 +39,7 @@ import {
  *
  * Each target is first warmed by BENCH_WARMUP_SECONDS (20) of load, the JIT's work over a server's
  * first thousands of exchanges included. Then, for each: whole streamed exchanges per second at 32 connections (wrk when installed, else this
- * process as the client: said in the output), the server's CPU per exchange (utime + stime from
+ * process as the client over raw kept-alive connections, load.ts: said in the output), the server's CPU per exchange (utime + stime from
  * /proc over the load) and the fake provider's (which shares the machine: it bounds what any gateway
  * can serve here), the first token added over calling the provider directly (p50/p99 at
  * concurrency 1 and 32), RSS idle after warm-up, peak under load, and BENCH_SETTLE_SECONDS (12)
@@ -291,12 +291,7 @@ async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>,
       Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0) +
       Number(/Socket errors:.*?timeout (\d+)/.exec(out)?.[1] ?? 0);
   } else {
-    const started = performance.now();
-    exchanges = await forSeconds(duration, CONNECTIONS, async () => {
-      const response = await fetch(target.url, { method: 'POST', headers: target.headers, body: target.body });
-      await readStream(response, () => undefined).catch(() => errors++);
-    });
-    seconds = (performance.now() - started) / 1000;
+    ({ exchanges, errors, seconds } = await loadFor(target.url, target.headers, target.body, duration, CONNECTIONS));
   }
   return {
     exchanges_per_second: round(exchanges / seconds, 0),
@@ -452,7 +447,7 @@ console.log(
     {
       benchmark: 'compare',
       setup:
-        `client (${HAS_WRK ? 'wrk -t2' : 'this process; wrk not installed'}) -> gateway process -> fake provider process, loopback, ` +
+        `client (${HAS_WRK ? 'wrk -t2' : 'this process over raw kept-alive connections (load.ts); wrk not installed'}) -> gateway process -> fake provider process, loopback, ` +
         `${ROUNDS} interleaved rounds, medians; load ${LOAD_SECONDS} s at ${CONNECTIONS} connections after ${WARMUP_SECONDS} s of it to warm up`,
       reference_gateway:
         'script' in installed ? `${REFERENCE.package} with ${REFERENCE.pins.join(', ')}` : installed.unavailable,
