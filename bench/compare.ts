@@ -272,6 +272,7 @@ async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>,
   const cpuBefore = pid ? cpuMs(pid) : 0;
   const mainCpuBefore = pid ? mainThreadCpuMs(pid) : 0;
   const providerCpuBefore = cpuMs(fakePid);
+  const clientCpuBefore = process.cpuUsage();
   if (pid) resetPeakMemory(pid);
   let exchanges: number;
   let seconds: number;
@@ -293,10 +294,13 @@ async function load(target: Omit<Target, 'stop'> | Omit<Target, 'pid' | 'stop'>,
   } else {
     ({ exchanges, errors, seconds } = await loadFor(target.url, target.headers, target.body, duration, CONNECTIONS));
   }
+  const clientCpu = process.cpuUsage(clientCpuBefore);
   return {
     exchanges_per_second: round(exchanges / seconds, 0),
     errors,
     provider_cpu_ms_per_exchange: round((cpuMs(fakePid) - providerCpuBefore) / exchanges, 3),
+    // This process's, as the client (unless wrk is): on the same cores, it bounds what any target can serve.
+    client_cpu_ms_per_exchange: HAS_WRK ? NaN : round((clientCpu.user + clientCpu.system) / 1000 / exchanges, 3),
     ...(pid && {
       server_cpu_ms_per_exchange: round((cpuMs(pid) - cpuBefore) / exchanges, 3),
       server_main_thread_cpu_ms_per_exchange: round((mainThreadCpuMs(pid) - mainCpuBefore) / exchanges, 3),
@@ -361,6 +365,7 @@ function flatten(result: Awaited<ReturnType<typeof measure>> | Awaited<ReturnTyp
     exchanges_per_second: result.exchanges_per_second,
     load_errors: result.errors,
     provider_cpu_ms_per_exchange: result.provider_cpu_ms_per_exchange,
+    client_cpu_ms_per_exchange: result.client_cpu_ms_per_exchange,
     first_token_c1_p50_ms: result.first_token_c1.p50_ms,
     first_token_c1_p99_ms: result.first_token_c1.p99_ms,
     first_token_c32_p50_ms: result.first_token_c32.p50_ms,
