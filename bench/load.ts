@@ -82,8 +82,8 @@ const EMPTY = Buffer.alloc(0);
 class AnswerReader {
   #pending: Buffer = EMPTY;
   #ok = false;
-  /** Null until the head is read; then the body's framing. */
-  #framing: { kind: 'length'; left: number } | { kind: 'chunked'; left: number; last: boolean } | null = null;
+  /** Null until the head is read; then the bytes left of the chunk being read, and whether it is the last. */
+  #framing: { left: number; last: boolean } | null = null;
 
   /** Takes the next bytes; answers the answer's status and the bytes after its end once it ended, else null. */
   feed(data: Buffer): { ok: boolean; rest: Buffer } | null {
@@ -99,11 +99,12 @@ class AnswerReader {
       const status = Number(head.slice(9, 12));
       this.#ok = status >= 200 && status < 300;
       const length = /\r\ncontent-length: *(\d+)/.exec(head);
-      this.#framing = length ? { kind: 'length', left: Number(length[1]) } : { kind: 'chunked', left: 0, last: false };
+      // A body of a declared length is read as one last chunk.
+      this.#framing = length ? { left: Number(length[1]), last: true } : { left: 0, last: false };
       at = headEnd + HEAD_END.length;
     }
     const framing = this.#framing;
-    if (framing.kind === 'length') {
+    for (;;) {
       const taken = Math.min(framing.left, buffer.length - at);
       framing.left -= taken;
       at += taken;
@@ -111,19 +112,7 @@ class AnswerReader {
         this.#pending = EMPTY;
         return null;
       }
-      return this.#ended(buffer, at);
-    }
-    for (;;) {
-      if (framing.left > 0) {
-        const taken = Math.min(framing.left, buffer.length - at);
-        framing.left -= taken;
-        at += taken;
-        if (framing.left > 0) {
-          this.#pending = EMPTY;
-          return null;
-        }
-        if (framing.last) return this.#ended(buffer, at);
-      }
+      if (framing.last) return this.#ended(buffer, at);
       // A chunk's size line; after the last chunk (size 0), its empty trailer.
       const lineEnd = buffer.indexOf(CRLF, at);
       if (lineEnd === -1) {
