@@ -60,6 +60,10 @@ export const listOf = <Item extends z.ZodType>(item: OnDemand<Item>) =>
     }),
   );
 
+/** OpenAI's list of every `item` at once, unpaginated: GET /v1/models, /v1/workspaces, /v1/api-keys, /v1/virtual-keys. */
+export const everyOf = <Item extends z.ZodType>(item: OnDemand<Item>) =>
+  onDemand(() => z.strictObject({ object: z.literal('list'), data: z.array(item()) }));
+
 /** What a DELETE answers: the id, `<object>.deleted` and `deleted: true`. */
 export const deletedObject = <Name extends string>(object: Name) =>
   onDemand(() => z.strictObject({ id: z.string(), object: z.literal(object), deleted: z.literal(true) }));

@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { nullableSeconds, onDemand, seconds } from '../../http/objects';
+import { everyOf, nullableSeconds, onDemand, seconds } from '../../http/objects';
 
 /** Workspaces and API keys as the API answers them (see http/objects.ts). */
 
@@ -17,9 +17,7 @@ export const workspaceObject = onDemand(() =>
 );
 
 /** GET /v1/workspaces: every workspace the key may act on. */
-export const workspaceList = onDemand(() =>
-  z.strictObject({ object: z.literal('list'), data: z.array(workspaceObject()) }),
-);
+export const workspaceList = everyOf(workspaceObject);
 
 /** An API key as listed: never the key, only the prefix it is recognised by. */
 export const apiKeyObject = onDemand(() =>
@@ -39,7 +37,7 @@ export const apiKeyObject = onDemand(() =>
     .meta({ id: 'ApiKey' }),
 );
 
-export const apiKeyList = onDemand(() => z.strictObject({ object: z.literal('list'), data: z.array(apiKeyObject()) }));
+export const apiKeyList = everyOf(apiKeyObject);
 
 /** POST /v1/api-keys: the new key, with its secret (`key`) shown this once. */
 export const createdApiKey = onDemand(() => apiKeyObject().extend({ key: z.string() }).meta({ id: 'CreatedApiKey' }));

@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { onDemand } from '../../http/objects';
+import { everyOf, onDemand } from '../../http/objects';
 
 /** A model the workspace can use, and the virtual key that serves it (`owned_by`, its slug). */
 export const modelObject = onDemand(() =>
@@ -17,6 +17,4 @@ export const modelObject = onDemand(() =>
 export type ModelObject = z.infer<ReturnType<typeof modelObject>>;
 
 /** OpenAI's ListModelsResponse: every model at once, unpaginated. */
-export const modelList = onDemand(() =>
-  z.strictObject({ object: z.literal('list'), data: z.array(modelObject()) }).meta({ id: 'ListModelsResponse' }),
-);
+export const modelList = onDemand(() => everyOf(modelObject)().meta({ id: 'ListModelsResponse' }));

@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { nullableSeconds, onDemand, seconds } from '../../http/objects';
+import { everyOf, nullableSeconds, onDemand, seconds } from '../../http/objects';
 import { PROVIDERS } from '../../providers/adapters';
 
 /** Virtual keys as the API answers them (see http/objects.ts). */
@@ -39,8 +39,6 @@ export const virtualKeyObject = onDemand(() =>
 );
 
 /** GET /v1/virtual-keys: every key of the scope, in one page. */
-export const virtualKeyList = onDemand(() =>
-  z.strictObject({ object: z.literal('list'), data: z.array(virtualKeyObject()) }),
-);
+export const virtualKeyList = everyOf(virtualKeyObject);
 
 export type VirtualKeyObject = z.infer<ReturnType<typeof virtualKeyObject>>;
