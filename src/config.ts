@@ -48,8 +48,9 @@ export const DEFAULT_ANSWER_MS = 30_000;
 export const DEFAULT_SERVER_WRITERS = 4;
 
 /**
- * The environment's schema, built for each parse and not kept: about 170 zod schemas and half a MB
- * of heap that a running gateway has no use for once it has its Config (docs/development.md, "Memory").
+ * The environment's schema, built for each parse and not kept: about 160 zod schemas and 0.3 MB of
+ * heap that a running gateway has no use for once it has its Config (docs/development.md, "Known
+ * limits").
  */
 export const configSchema = () =>
   z

@@ -3,7 +3,7 @@ import { describe, expect, it, vi } from 'vitest';
 /**
  * The schemas of what the routes answer (resources/<name>/objects.ts, declared with http/objects.ts's
  * onDemand) are built when the OpenAPI document asks for them: loading the app and serving its
- * requests builds none of them, which is what a server holds no heap for (docs/development.md, "Memory").
+ * requests builds none of them, so a server holds no heap for them (docs/development.md, "Known limits").
  */
 
 describe('the objects the API answers', () => {
