@@ -130,6 +130,6 @@ function misconfigured(request: Request, error: ConfigurationError): Response {
 
 /** Logged at the configured LOG_LEVEL when it is a valid one (the failure may be that it is not). */
 function startupFailed(env: Env, error: unknown) {
-  const level = configSchema.shape.LOG_LEVEL.safeParse(env.LOG_LEVEL);
+  const level = configSchema().shape.LOG_LEVEL.safeParse(env.LOG_LEVEL);
   createLogger(level.success ? level.data : 'error').error('worker start-up failed', { error });
 }

@@ -1,13 +1,14 @@
 import type { MiddlewareHandler } from 'hono';
 import type * as z from 'zod';
 import type { ErrorStatus } from '../../errors';
+import type { OnDemand } from '../objects';
 
 /** What a route answers, as the OpenAPI document describes it. */
 export interface ResponseDeclaration {
   /** The operation's name, as a sentence: "Create an assistant". */
   summary: string;
-  /** The body of its success (200). */
-  ok: z.ZodType;
+  /** The body of its success (200), built when the document is (http/objects.ts, onDemand). */
+  ok: OnDemand<z.ZodType>;
   /** The success is `application/octet-stream` (a file's bytes), not JSON. */
   bytes?: true;
   /** The success is text of this content type (GET /metrics: Prometheus's), not JSON. */

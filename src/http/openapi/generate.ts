@@ -197,8 +197,8 @@ function operation(path: string, declared: ResponseDeclaration): DescribeRouteOp
   const success: ContentWithResolver = declared.bytes
     ? { 'application/octet-stream': { schema: { type: 'string', contentMediaType: 'application/octet-stream' } } }
     : declared.text
-      ? { [declared.text]: { schema: resolver(declared.ok) } }
-      : { 'application/json': { schema: resolver(declared.ok) } };
+      ? { [declared.text]: { schema: resolver(declared.ok()) } }
+      : { 'application/json': { schema: resolver(declared.ok()) } };
   if (declared.stream) success['text/event-stream'] = EVENT_STREAMS[declared.stream];
   const statuses = new Set<ErrorStatus>([
     ...(api ? ([400, 401] as const) : []),

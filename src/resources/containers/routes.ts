@@ -105,7 +105,7 @@ export const containerRoutes = new Hono<ApiEnv>()
   )
   .get(
     '/:container_id/files/:file_id/content',
-    responds({ summary: "Retrieve a container file's content", ok: z.string(), bytes: true }),
+    responds({ summary: "Retrieve a container file's content", ok: () => z.string(), bytes: true }),
     async (c) => {
       const deps = c.get('deps');
       const { file } = await containerFile(

@@ -52,7 +52,7 @@ export const fileRoutes = new Hono<ApiEnv>()
   })
   .get(
     '/:file_id/content',
-    responds({ summary: "Retrieve a file's content", ok: z.string(), bytes: true }),
+    responds({ summary: "Retrieve a file's content", ok: () => z.string(), bytes: true }),
     async (c) => {
       const { db, now, blobs } = c.get('deps');
       const row = await getFile(db, c.get('actor').workspaceId, c.req.param('file_id'), now());

@@ -32,7 +32,7 @@ export const metricsRoutes = new Hono<{ Variables: DepsVariables & ApiKeyVariabl
   '/',
   responds({
     summary: "The gateway's metrics in Prometheus's text format",
-    ok: z.string().describe('Prometheus text exposition format 0.0.4 (docs/metrics.md).'),
+    ok: () => z.string().describe('Prometheus text exposition format 0.0.4 (docs/metrics.md).'),
     text: METRICS_CONTENT_TYPE,
     errors: [401, 403, 501],
   }),

@@ -135,7 +135,7 @@ function messageOf(text: string) {
   const data = text.indexOf('\ndata: ');
   if (data === -1) return null;
   try {
-    const parsed = messageObject.safeParse(JSON.parse(text.slice(data + 7)));
+    const parsed = messageObject().safeParse(JSON.parse(text.slice(data + 7)));
     return parsed.success ? parsed.data : null;
   } catch {
     return null;
