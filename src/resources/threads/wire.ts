@@ -32,4 +32,3 @@ export function toMessageJson(row: MessageRow): MessageObject {
     metadata: row.metadata,
   };
 }
-
