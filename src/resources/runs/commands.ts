@@ -228,8 +228,8 @@ const NO_HISTORY: History = { messages: [], steps: [] };
  * process or isolate holds (heldRun); then one transaction carries the thread's history read and
  * the rows, under checks the database makes (the settings' guard fails it if the generation moved;
  * each row is inserted only while the thread is the workspace's and idle). When the thread's
- * messages are known (threads/known-histories.ts: a thread written here, or whose last run's
- * streamed answer passed here), nothing is read at all: the prompt is built from them and the
+ * messages are known (threads/known-histories.ts: a thread written here, or whose last run,
+ * streamed from here, handed its answer back), nothing is read at all: the prompt is built from them and the
  * provider called beside the write (speculate), the write guarded by them too. When any of it
  * does not hold, the answer is null, nothing was written and any admission is given back, and
  * createRun makes the run as before: so every refusal (404, 400, the key revoked) comes from that
