@@ -10,7 +10,7 @@ import * as schema from '../../src/db/schema';
 import { insertRunOnThread } from '../../src/resources/runs/queries';
 import { errorOf, json } from '../support/envelope';
 import { freshGate, remoteDatabaseHold, remoteGate } from '../support/gates';
-import { parseEventStream } from '../support/sse';
+import { deltaText, parseEventStream } from '../support/sse';
 import { fakeProviderKey, gatewayClient } from './gateway-client';
 
 /**
@@ -265,15 +265,7 @@ describe('runs on an existing thread, on workerd', () => {
 /** The text of a streamed run's answer (its deltas), and its events' names. */
 async function streamedAnswer(response: Response) {
   const events = parseEventStream(await response.text());
-  const text = events
-    .filter((event) => event.event === 'thread.message.delta')
-    .map((event) =>
-      (event.data as { delta: { content: { text?: { value?: string } }[] } }).delta.content
-        .map((part) => part.text?.value ?? '')
-        .join(''),
-    )
-    .join('');
-  return { text, names: events.map((event) => event.event) };
+  return { text: deltaText(events), names: events.map((event) => event.event) };
 }
 
 describe('a later run on a thread, its history the answer its executor handed back (StreamOptions.answered)', () => {

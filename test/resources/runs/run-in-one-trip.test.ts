@@ -9,7 +9,7 @@ import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, type TestGateway } from '../../support/gateway';
 import { createPolicy, usedBy } from '../../support/ratelimit';
 import { WEATHER_TOOL } from '../../support/runs';
-import { parseEventStream } from '../../support/sse';
+import { deltaText, parseEventStream } from '../../support/sse';
 import { freshGate } from '../../support/gates';
 import { waitFor } from '../../support/wait';
 import { knownHistories } from '../../../src/resources/threads/known-histories';
@@ -236,17 +236,6 @@ async function streamed(path: string, key: string, body: Record<string, unknown>
   const response = await gateway.request(path, { key, body: { ...body, stream: true } });
   return { status: response.status, events: parseEventStream(await response.text()) };
 }
-
-/** The text of the answer's deltas. */
-const deltaText = (events: { event: string; data: unknown }[]) =>
-  events
-    .filter((event) => event.event === 'thread.message.delta')
-    .map((event) =>
-      (event.data as { delta: { content: { text?: { value?: string } }[] } }).delta.content
-        .map((part) => part.text?.value ?? '')
-        .join(''),
-    )
-    .join('');
 
 /** The last user message's text of the `index`th request the fake provider received. */
 const lastUserText = (index: number) =>
