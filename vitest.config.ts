@@ -87,7 +87,7 @@ export default defineConfig({
             // These win over wrangler.toml [vars] and over a developer's .dev.vars, which the
             // pool also reads.
             const bindings = {
-              LIBSQL_URL: inject('sqldUrl'),
+              LIBSQL_URL: inject('databaseProxyUrl'),
               LIBSQL_AUTH_TOKEN: '',
               GATEWAY_ENCRYPTION_KEY: inject('encryptionKey'),
               LOG_LEVEL: 'warn',

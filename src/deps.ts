@@ -13,7 +13,7 @@ import type { UpstreamFetch } from './providers/types';
 import type { ModelLists } from './providers/models';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RequestContext } from './actor';
-import type { ResponseRow, RunRow, VirtualKey } from './db/schema';
+import type { MessageRow, ResponseRow, RunRow, VirtualKey } from './db/schema';
 import type { Prompt } from './providers/types';
 import type { UpstreamUrlJudgements } from './lib/upstream-url';
 import type { SettingsCache } from './db/settings-cache';
@@ -144,15 +144,6 @@ export interface Executions {
  * Declared here, with the options it is handed, because Deps carries it.
  */
 export interface RunHost {
-  /**
-   * Whether a streamed run's events are made in this process (Node), where watching them pass
-   * costs a scan of each chunk (runs/answer-watch.ts: the answer a thread's next run guesses
-   * from). On Workers they cross from the executor object as a stream the runtime relays to the
-   * client without running JavaScript: watching it would run JavaScript for every chunk (0.8 ms of
-   * workerd CPU an 8-word run, 3 ms a 64-word one, `bench:worker`), so a later run there reads its
-   * thread's history instead.
-   */
-  readonly eventsMadeHere: boolean;
   /** Executes the run in the background; its answer (the queued run) has gone out already. */
   start(run: RunRow, options: StartOptions, context: RequestContext): void;
   /**
@@ -203,7 +194,23 @@ export interface StreamOptions extends StartOptions {
   includeResultContent?: boolean;
   /** For a response executed as the run: its row, whose events are the Responses API's (responseEvents). */
   response?: ResponseRow;
+  /**
+   * Told once, where the run executes, when its turn has ended: before the client is sent the
+   * event that ends the run, so that a turn's next request finds what it answered. See Answered.
+   */
+  answered?: Answered;
 }
+
+/**
+ * How a run settled, handed back to the request that started it (StreamOptions.answered): the
+ * messages it wrote, as stored (ids, order, content), when it ended `completed` having called no
+ * tool (its thread's history is then the one its prompt was built from and these); null when it
+ * ended otherwise, or its answer was more than a thread's known history holds
+ * (threads/known-histories.ts, MAX_BYTES). On Workers the run executes in
+ * another object, which calls this back over RPC once (runtime/workers/run-executor.ts): no
+ * JavaScript runs for the chunks of its stream in the request's isolate.
+ */
+export type Answered = (messages: MessageRow[] | null) => void | Promise<void>;
 
 /**
  * One event of a run's stream (resources/runs/execution/event-stream.ts): its name and its data, an object to serialise, or JSON already serialised: a string,

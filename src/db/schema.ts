@@ -279,6 +279,9 @@ export const messages = sqliteTable(
   (t) => [uniqueIndex('messages_id').on(t.id), index('messages_thread').on(t.threadId, t.seq)],
 );
 
+/** Without `seq`, as resources/runs/queries.ts explains. */
+export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
+
 export const runs = sqliteTable(
   'runs',
   {

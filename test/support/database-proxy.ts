@@ -6,6 +6,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { RecordedRequest } from './fake-upstream';
+import { defined } from './defined';
 import { waitFor } from './wait';
 
 /**
@@ -25,6 +26,8 @@ export class DatabaseProxy {
   /** Requests held by `hold()` and not forwarded yet. */
   waiting = 0;
   #held: Promise<void> | null = null;
+  /** Holds by the text a held request's body contains (holdContaining), and the requests each holds. */
+  readonly #holdsByText = new Map<string, { held: Promise<void>; release: () => void; waiting: number }>();
   #inFlight = 0;
   #lastActivity = performance.now();
   readonly #server: Server;
@@ -68,12 +71,38 @@ export class DatabaseProxy {
     };
   }
 
+  /**
+   * Holds the requests whose body contains `text` (a thread's id: the statements about it), from now
+   * until `release(text)`, forwarding the others: for a test that shares the database with others
+   * running beside it (the workerd tests). Also over HTTP, for a test that cannot reach this object
+   * (a Worker's, in workerd): `POST /proxy/holds/{text}`, `GET` (how many it holds), `DELETE` (release).
+   */
+  holdContaining(text: string): void {
+    if (this.#holdsByText.has(text)) return;
+    let release = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    this.#holdsByText.set(text, { held, release, waiting: 0 });
+  }
+
+  /** How many requests the hold of `text` holds now (0: none, or no such hold). */
+  heldContaining(text: string): number {
+    return this.#holdsByText.get(text)?.waiting ?? 0;
+  }
+
+  /** Ends the hold of `text`: the requests it held go on. */
+  release(text: string): void {
+    this.#holdsByText.get(text)?.release();
+    this.#holdsByText.delete(text);
+  }
+
   close(): Promise<void> {
     this.#server.closeAllConnections();
     return new Promise((resolve) => this.#server.close(() => resolve()));
   }
 
   #forward(incoming: IncomingMessage, outgoing: ServerResponse) {
+    const control = HOLD_PATH.exec(incoming.url ?? '');
+    if (control) return this.#control(incoming.method, decodeURIComponent(defined(control[1])), outgoing);
     this.count++;
     this.#inFlight++;
     this.#lastActivity = performance.now();
@@ -83,14 +112,30 @@ export class DatabaseProxy {
     incoming.on('end', () => {
       if (this.keepStatements) this.statements.push(statementsOf(Buffer.concat(chunks)));
       const held = this.#held;
+      const body = this.#holdsByText.size > 0 ? Buffer.concat(chunks).toString('utf8') : '';
+      const byText = [...this.#holdsByText].find(([text]) => body.includes(text))?.[1];
       if (held) {
         this.waiting++;
         void held.then(() => {
           this.waiting--;
           forward();
         });
+      } else if (byText) {
+        byText.waiting++;
+        void byText.held.then(() => {
+          byText.waiting--;
+          forward();
+        });
       } else forward();
     });
+  }
+
+  /** A hold's control request (holdContaining): answers `{ waiting }`. */
+  #control(method: string | undefined, text: string, outgoing: ServerResponse) {
+    if (method === 'POST') this.holdContaining(text);
+    else if (method === 'DELETE') this.release(text);
+    outgoing.writeHead(200, { 'content-type': 'application/json' });
+    outgoing.end(JSON.stringify({ waiting: this.heldContaining(text) }));
   }
 
   /** Sends the request on to the database after the delay. */
@@ -129,6 +174,8 @@ export class DatabaseProxy {
     this.#lastActivity = performance.now();
   }
 }
+
+const HOLD_PATH = /^\/proxy\/holds\/([^/?]+)$/;
 
 /** The SQL (its first 80 characters) in a Hrana pipeline's body, whatever its nesting (execute, batch steps). */
 function statementsOf(body: Buffer): string[] {

@@ -48,3 +48,21 @@ function isGateState(value: unknown): value is GateState {
     Number.isInteger(state.passed)
   );
 }
+
+/**
+ * A hold of the database proxy at `proxyUrl` (test/support/database-proxy.ts, holdContaining) on
+ * the requests whose body contains `text`, through its HTTP control requests: for a test in
+ * workerd, whose Worker reaches the database through that proxy.
+ */
+export function remoteDatabaseHold(proxyUrl: string, text: string) {
+  const path = `${new URL(proxyUrl).origin}/proxy/holds/${encodeURIComponent(text)}`;
+  const call = async (method: 'GET' | 'POST' | 'DELETE'): Promise<number> => {
+    const response = await fetch(path, { method });
+    const state: unknown = await response.json().catch(() => undefined);
+    const waiting = typeof state === 'object' && state !== null && 'waiting' in state ? state.waiting : undefined;
+    if (!response.ok || typeof waiting !== 'number')
+      throw new Error(`database proxy: ${method} ${path} answered ${response.status}: ${JSON.stringify(state)}`);
+    return waiting;
+  };
+  return { hold: () => call('POST'), waiting: () => call('GET'), release: () => call('DELETE') };
+}

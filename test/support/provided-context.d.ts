@@ -6,6 +6,11 @@ declare module 'vitest' {
   export interface ProvidedContext {
     /** The sqld started for the workerd tests, migrated (http://127.0.0.1:<port>). */
     sqldUrl: string;
+    /**
+     * The Worker's LIBSQL_URL: a DatabaseProxy (test/support/database-proxy.ts) in front of that sqld,
+     * whose holds a test controls over HTTP (remoteDatabaseHold).
+     */
+    databaseProxyUrl: string;
     /** The fake Chat Completions server for the workerd tests: a virtual key's base_url (…/v1). */
     upstreamUrl: string;
     /**

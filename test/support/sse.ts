@@ -24,3 +24,15 @@ export function parseEventStream(text: string): StreamEvent[] {
   parser.reset({ consume: true });
   return events;
 }
+
+/** The text of a run's answer in its events: the text of its `thread.message.delta` events' parts, joined. */
+export function deltaText(events: StreamEvent[]): string {
+  return events
+    .filter((event) => event.event === 'thread.message.delta')
+    .map((event) =>
+      (event.data as { delta: { content: { text?: { value?: string } }[] } }).delta.content
+        .map((part) => part.text?.value ?? '')
+        .join(''),
+    )
+    .join('');
+}

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { bundleWorker, TARGETS } from '../../scripts/bundle-worker';
 import { startSqld } from '../../scripts/sqld';
+import { DatabaseProxy } from './database-proxy';
 import { migrateDatabase, openDatabase } from '../../src/db/node';
 import { generateKeyBase64 } from '../../src/lib/secrets';
 import { createApiKey, revokeApiKey } from '../../src/resources/identities/api-keys';
@@ -17,7 +18,7 @@ import { startSandboxServer } from './sandbox-server';
 /**
  * Runs in Node, once per `vitest run` that includes the workers project: a real libSQL server
  * (sqld) on a free loopback port, migrated and given a tenant, for the Worker under test to reach
- * as its LIBSQL_URL. The keys are created here with the app's own services, then handed to the
+ * as its LIBSQL_URL (through a DatabaseProxy, which a test can ask to hold a thread's statements). The keys are created here with the app's own services, then handed to the
  * tests (`inject('workersTenant')`), because code inside workerd cannot open a Node database.
  * Also the fake Chat Completions server, in Node (it serves over node:http), for the runs, a second
  * one that drops the connections it has answered on (test/workers/runs-and-rate-limits.test.ts), the ingest
@@ -36,7 +37,10 @@ export default async function setup(project: TestProject) {
   // Awaited below; a failure before then is not unhandled.
   bundled.catch(() => undefined);
   const sqld = await startSqld();
+  // The Worker's way to the database: holds what a test asks it to (test/workers/run-on-thread.test.ts).
+  const proxy = await DatabaseProxy.start({ target: sqld.url });
   const fake = await startFakeUpstream().catch(async (error: unknown) => {
+    await proxy.close();
     await sqld.stop();
     throw error;
   });
@@ -46,6 +50,7 @@ export default async function setup(project: TestProject) {
     await fake.close();
     await dropping?.close();
     await sandbox?.close();
+    await proxy.close();
     await sqld.stop();
     rmSync(bundleDir, { recursive: true, force: true });
   };
@@ -121,6 +126,7 @@ export default async function setup(project: TestProject) {
       project.provide('ingestWorkerScript', await bundled);
       project.provide('pdfBomb', await pdfBomb);
       project.provide('sqldUrl', sqld.url);
+      project.provide('databaseProxyUrl', proxy.url);
       project.provide('searchTenant', {
         workspaceKey: searchKey.plaintext,
         vectorStoreId: store.id,

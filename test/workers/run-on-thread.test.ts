@@ -1,7 +1,7 @@
 import { defined } from '../support/defined';
 import { createClient } from '@libsql/client/web';
 import { exports } from 'cloudflare:workers';
-import { eq, getTableColumns } from 'drizzle-orm';
+import { and, eq, getTableColumns, isNotNull } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/libsql/web';
 import OpenAI from 'openai';
 import { beforeAll, describe, expect, inject, it, vi } from 'vitest';
@@ -9,7 +9,8 @@ import { isUniqueViolation } from '../../src/db/client';
 import * as schema from '../../src/db/schema';
 import { insertRunOnThread } from '../../src/resources/runs/queries';
 import { errorOf, json } from '../support/envelope';
-import { freshGate, remoteGate } from '../support/gates';
+import { freshGate, remoteDatabaseHold, remoteGate } from '../support/gates';
+import { deltaText, parseEventStream } from '../support/sse';
 import { fakeProviderKey, gatewayClient } from './gateway-client';
 
 /**
@@ -259,4 +260,158 @@ describe('runs on an existing thread, on workerd', () => {
       { role: 'user', content: third },
     ]);
   });
+});
+
+/** The text of a streamed run's answer (its deltas), and its events' names. */
+async function streamedAnswer(response: Response) {
+  const events = parseEventStream(await response.text());
+  return { text: deltaText(events), names: events.map((event) => event.event) };
+}
+
+/** The settings' generation as the database has it (db/settings-cache.ts). */
+async function settingsGeneration(): Promise<unknown> {
+  const result = await createClient({ url: inject('sqldUrl') }).execute(
+    'SELECT value FROM settings_generation WHERE id = 0',
+  );
+  return result.rows[0]?.value;
+}
+
+describe('a later run on a thread, its history the answer its executor handed back (StreamOptions.answered)', () => {
+  const FIRST = { role: 'user' as const, content: ask('My name is Ada.', { reply: 'Hello Ada.' }) };
+  const ANSWER = { role: 'assistant', content: 'Hello Ada.' };
+
+  /** A thread made here, whose first run was streamed here to its end: the thread is known in this isolate. */
+  async function answeredThread() {
+    // The assistant and the key held (the settings' generation seen): a run guesses only then.
+    const warm = await openai.beta.threads.createAndRunPoll(
+      { assistant_id: assistantId, thread: { messages: [{ role: 'user', content: 'warm' }] } },
+      POLL,
+    );
+    expect(warm.status).toBe('completed');
+    const thread = await openai.beta.threads.create({ messages: [FIRST] });
+    const first = await openai.beta.threads.runs.stream(thread.id, { assistant_id: assistantId }).finalRun();
+    expect(first.status).toBe('completed');
+    return thread;
+  }
+
+  it("calls the provider while the run's write is held at the database, once, the prompt the whole thread, turn after turn", async () => {
+    const thread = await answeredThread();
+    const history: { role: string; content: string }[] = [SYSTEM, FIRST, ANSWER];
+    for (const turn of [1, 2]) {
+      const gate = remoteGate(inject('upstreamUrl'), freshGate('later-run'));
+      const question = {
+        role: 'user' as const,
+        content: ask(`Turn ${turn}?`, { echo_messages: true, hold: gate.name }),
+      };
+      await openai.beta.threads.messages.create(thread.id, question);
+      const generation = await settingsGeneration();
+      const database = remoteDatabaseHold(inject('databaseProxyUrl'), thread.id);
+      await database.hold();
+      let response: Promise<Response>;
+      try {
+        response = call(`/v1/threads/${thread.id}/runs`, { assistant_id: assistantId, stream: true });
+        // Both at once: the provider was called before the run's write (its statements name the thread) went through.
+        await vi.waitFor(
+          async () => {
+            expect((await gate.state()).waiting).toBe(1);
+            expect(await database.waiting()).toBeGreaterThan(0);
+          },
+          { timeout: 20_000, interval: 50 },
+        );
+      } finally {
+        await database.release();
+      }
+      await gate.open();
+      const { text, names } = await streamedAnswer(await response);
+      expect(names.slice(0, 3)).toEqual(['thread.run.created', 'thread.run.queued', 'thread.run.in_progress']);
+      expect(names.at(-2)).toBe('thread.run.completed');
+      // Called once: the guess held, and the provider was not called again from what is read;
+      // unless another file changed the settings meanwhile (they share the database), which fails
+      // the settings' guard, and the run is made again from what is read.
+      const calls = (await settingsGeneration()) === generation ? 1 : 2;
+      expect(await gate.state()).toMatchObject({ waiting: 0, passed: calls });
+      history.push(question);
+      expect(JSON.parse(text)).toEqual(history);
+      history.push({ role: 'assistant', content: text });
+    }
+    expect((await openai.beta.threads.runs.list(thread.id)).data).toHaveLength(3);
+  });
+
+  const db = () => drizzle(createClient({ url: inject('sqldUrl') }), { schema });
+  const ADDED = { role: 'user', content: 'Added elsewhere.' };
+  /** Changes made behind the gateway after the first answer, and the thread's prompt after them (the new question last). */
+  const changes: [string, (threadId: string) => Promise<unknown>, (question: object) => unknown][] = [
+    [
+      'a message added',
+      (threadId) =>
+        createClient({ url: inject('sqldUrl') }).execute({
+          sql: `INSERT INTO messages (id, thread_id, workspace_id, created_at, role, content, status, attachments, metadata)
+                SELECT ?, id, workspace_id, ?, 'user', ?, 'completed', '[]', '{}' FROM threads WHERE id = ?`,
+          args: [
+            `msg_elsewhere${crypto.randomUUID().replaceAll('-', '')}`,
+            Date.now(),
+            JSON.stringify([{ type: 'text', text: { value: ADDED.content, annotations: [] } }]),
+            threadId,
+          ],
+        }),
+      (question) => [SYSTEM, FIRST, ANSWER, ADDED, question],
+    ],
+    [
+      'the answer deleted',
+      (threadId) =>
+        db()
+          .delete(schema.messages)
+          .where(and(eq(schema.messages.threadId, threadId), isNotNull(schema.messages.runId))),
+      (question) => [SYSTEM, FIRST, question],
+    ],
+    [
+      'the answer changed',
+      (threadId) =>
+        db()
+          .update(schema.messages)
+          .set({ content: [{ type: 'text', text: { value: 'Changed elsewhere.', annotations: [] } }] })
+          .where(and(eq(schema.messages.threadId, threadId), isNotNull(schema.messages.runId))),
+      (question) => [SYSTEM, FIRST, { role: 'assistant', content: 'Changed elsewhere.' }, question],
+    ],
+    [
+      "a tool call placed in the first run's step",
+      (threadId) =>
+        db()
+          .update(schema.runSteps)
+          .set({
+            type: 'tool_calls',
+            status: 'completed',
+            stepDetails: {
+              type: 'tool_calls',
+              tool_calls: [
+                {
+                  id: 'call_elsewhere',
+                  type: 'function',
+                  function: { name: 'lookup', arguments: '{}', output: 'sunny' },
+                },
+              ],
+            },
+          })
+          .where(eq(schema.runSteps.threadId, threadId)),
+      // Placed among the messages by the step's time: where is the prompt's business (threads/timeline.ts).
+      (question) =>
+        expect.arrayContaining([{ role: 'tool', tool_call_id: 'call_elsewhere', content: 'sunny' }, question]),
+    ],
+  ];
+  it.each(changes)(
+    'answers from what is read when the thread changed behind the gateway (%s): one run, the prompt as the database has it',
+    async (_, change, expected) => {
+      const thread = await answeredThread();
+      await change(thread.id);
+      const question = { role: 'user' as const, content: ask('And now?', { echo_messages: true }) };
+      await openai.beta.threads.messages.create(thread.id, question);
+      const response = await call(`/v1/threads/${thread.id}/runs`, { assistant_id: assistantId, stream: true });
+      const { text, names } = await streamedAnswer(response);
+      expect(names.filter((name) => name === 'thread.run.created')).toHaveLength(1);
+      expect(names.at(-2)).toBe('thread.run.completed');
+      expect(JSON.parse(text)).toEqual(expected(question));
+      const runs = (await openai.beta.threads.runs.list(thread.id)).data;
+      expect(runs.map((run) => run.status)).toEqual(['completed', 'completed']);
+    },
+  );
 });

@@ -17,7 +17,6 @@ import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
 import { readHistory, type History } from '../threads/history';
 import { historyGuard, knownHistories } from '../threads/known-histories';
-import { watchAnswer } from './answer-watch';
 import {
   acceptToolOutputs,
   activeRunError,
@@ -229,8 +228,8 @@ const NO_HISTORY: History = { messages: [], steps: [] };
  * process or isolate holds (heldRun); then one transaction carries the thread's history read and
  * the rows, under checks the database makes (the settings' guard fails it if the generation moved;
  * each row is inserted only while the thread is the workspace's and idle). When the thread's
- * messages are known (threads/known-histories.ts: a thread written here, or whose last run's
- * streamed answer passed here), nothing is read at all: the prompt is built from them and the
+ * messages are known (threads/known-histories.ts: a thread written here, or whose last run,
+ * streamed from here, handed its answer back), nothing is read at all: the prompt is built from them and the
  * provider called beside the write (speculate), the write guarded by them too. When any of it
  * does not hold, the answer is null, nothing was written and any admission is given back, and
  * createRun makes the run as before: so every refusal (404, 400, the key revoked) comes from that
@@ -278,11 +277,11 @@ async function runInOneTrip(
     [],
     promptLimits(run, 0, deps.config),
   );
-  const answer = await hostNewRun(deps, run, admission, context, { ...options, preloaded: { virtualKey, prompt } });
   // Its prompt is its messages alone when no earlier run's tool calls are among them (a history
   // cut by its bytes is more than take() gives back).
   const messagesAlone = read.steps.every((step) => step.type !== 'tool_calls' || step.status !== 'completed');
-  return messagesAlone ? learnAnswer(deps, run, [...read.messages, ...messages], answer) : answer;
+  const handBack = messagesAlone ? answerHandedBack(deps, run, [...read.messages, ...messages], options.answer) : {};
+  return hostNewRun(deps, run, admission, context, { ...options, ...handBack, preloaded: { virtualKey, prompt } });
 }
 
 /**
@@ -414,18 +413,21 @@ async function speculate(
   const written = inserted.then((ok) => {
     if (!ok) throw new Error('the run was not written: a guard failed');
   });
+  const handBack = answerHandedBack(deps, run, [...history, ...held.messages], options.answer);
   try {
     const answer = await hostNewRun(
       deps,
       run,
       admission,
       context,
-      { ...options, preloaded: { virtualKey, prompt } },
+      { ...options, ...handBack, preloaded: { virtualKey, prompt } },
       written,
     );
     snapshot.guardHeld();
-    return learnAnswer(deps, run, [...history, ...held.messages], answer);
+    return answer;
   } catch (error) {
+    // Not made (or its answer lost): what the thread holds is read again.
+    await handBack.answered?.(null);
     // Written, or failed otherwise (the database unreachable): that is the answer, as today.
     if (await inserted.catch(() => true)) throw error;
     await giveBack(deps, admission, actor.workspaceId);
@@ -434,20 +436,24 @@ async function speculate(
 }
 
 /**
- * A run just made on a thread whose messages, all of them, were `history` when it was (its
- * prompt's): a streamed one's answer, seen as it passes (answer-watch.ts), extends them as the
- * thread's known history (KnownHistories), for the next run on the thread to be made as its first
- * was, the provider called beside the write (speculate). What a run answered without its events
- * (queued), or whose events this process does not make (on Workers: RunHost.eventsMadeHere), is
- * not seen: its thread is not known.
+ * A streamed run about to be handed to its host, on a thread whose messages, all of them, are
+ * `history` (its prompt's) once its write commits: the thread is held as the run's to answer
+ * (KnownHistories.answering), and the host is given `answered`, which the engine tells, where the
+ * run executes, how the run settled (deps.ts, Answered) before the client is sent the event that
+ * ends it. Its answer then extends the thread's known history, for the turn's next run to be made
+ * as its first was, the provider called beside the write (speculate). A run answered without its
+ * events (queued) is not handed back: its thread is not known.
  */
-function learnAnswer(deps: RunCommandDeps, run: RunRow, history: MessageRow[], answer: RunAnswer): RunAnswer {
+function answerHandedBack(
+  deps: RunCommandDeps,
+  run: RunRow,
+  history: MessageRow[],
+  answer: RunAnswerKind,
+): Pick<StreamOptions, 'answered'> {
   const histories = knownHistories(deps.db);
-  if (!answer.stream || !deps.runHost.eventsMadeHere || !histories) return answer;
-  const thread = { id: run.threadId, workspaceId: run.workspaceId };
-  const answering = histories.answering(thread, history);
-  const events = watchAnswer(answer.events, { id: run.id, thread }, (messages) => histories.ran(answering, messages));
-  return { ...answer, events };
+  if (answer !== 'stream' || !histories) return {};
+  const answering = histories.answering({ id: run.threadId, workspaceId: run.workspaceId }, history);
+  return { answered: (messages) => histories.ran(answering, messages) };
 }
 
 const answerKind = (body: { stream?: boolean | null }): 'stream' | 'queued' =>

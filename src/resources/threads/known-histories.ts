@@ -4,7 +4,7 @@ import type { MessageRow, ThreadKey } from './queries';
 /**
  * What this process or isolate knows of the threads it wrote: their messages, as its own writes
  * made them (a thread created with its messages, a message added) and as its runs answered them
- * (the messages a streamed run's events showed completed, `ran`). A run builds its prompt from
+ * (the messages a streamed run wrote, handed back from where it settled: `ran`). A run builds its prompt from
  * them before anything is read, so that the provider's call starts beside the run's write instead
  * of after it (runs/commands.ts, runInOneTrip); the write carries a guard (`historyGuard`) that
  * fails it, writing nothing, unless the thread still has exactly what the prompt was built from.
@@ -35,10 +35,11 @@ export class KnownHistories {
   }
 
   /**
-   * A run on the thread made (its write committed) with a prompt built from `messages`, all of
-   * them the database's (its guard named them, or they were read) and all of the thread's: the
-   * thread is the run's to answer, and what it answers (`ran`) extends its history. Whatever is
-   * written to the thread meanwhile forgets it.
+   * A run on the thread being made (its write under way or committed) with a prompt built from
+   * `messages`, all of them the database's once it commits (its guard names them, or they were
+   * read) and all of the thread's: the thread is the run's to answer, and what it answers (`ran`)
+   * extends its history. Whatever is written to the thread meanwhile forgets it; so does `ran`
+   * with null, which a run not made is told.
    */
   answering(thread: ThreadKey, messages: MessageRow[]): Answering {
     const answering: Answering = { thread, messages };
@@ -48,10 +49,10 @@ export class KnownHistories {
   }
 
   /**
-   * The run of `answering` completed with `answers`, the messages it wrote (as its events showed
-   * them, which the next run's guard checks against the database's: `unconfirmed`); null: it ended
-   * otherwise (failed, cancelled, incomplete, waiting for tool outputs, called tools, or its events
-   * were not all seen), and the thread is forgotten.
+   * The run of `answering` completed with `answers`, the messages it wrote, as it handed them back
+   * (deps.ts, Answered), which the next run's guard checks against the database's (`unconfirmed`);
+   * null: it ended otherwise (failed, cancelled, incomplete, waiting for tool outputs, called tools,
+   * its answer past MAX_BYTES, or it was not made), and the thread is forgotten.
    */
   ran(answering: Answering, answers: MessageRow[] | null): void {
     const known = this.#threads.get(answering.thread.id);
@@ -99,7 +100,7 @@ export class KnownHistories {
 interface Known {
   workspaceId: string;
   messages: MessageRow[];
-  /** Those of `messages` learned from a run's events, not yet confirmed by a guard: their content is checked as well. */
+  /** Those of `messages` a run handed back, not yet confirmed by a guard: their content is checked as well. */
   unconfirmed: MessageRow[];
   /** The run that answers the thread now, when one does: `messages` are its prompt's. */
   answering?: Answering;
@@ -110,7 +111,7 @@ interface Known {
 export interface KnownHistory {
   threadId: string;
   messages: MessageRow[];
-  /** Those of `messages` the database has not confirmed as they are known (learned from a run's events). */
+  /** Those of `messages` the database has not confirmed as they are known (handed back by a run). */
   unconfirmed: MessageRow[];
 }
 
@@ -142,8 +143,8 @@ function contentBytes(message: MessageRow): number {
 /**
  * A statement to ride with a run's write that fails its transaction, writing nothing, unless the
  * thread has what a prompt built from its history read would be built from (runs/execution/prompt.ts,
- * threads/history.ts): exactly the known messages, in their order, those learned from a run's
- * events with the content known; and no step of its runs that a prompt shows (completed tool
+ * threads/history.ts): exactly the known messages, in their order, those a run handed back with
+ * the content known; and no step of its runs that a prompt shows (completed tool
  * calls), whatever runs it had. It fails as the settings guard does (it inserts a second row with
  * settings_generation's one id: isUniqueViolation(error, GENERATION_MOVED)), since either means that
  * the run is made again from what is read.

@@ -14,7 +14,7 @@ import {
   type RawCondition,
   type RawStatement,
 } from '../../db/client';
-import { messages, runs, runSteps, threads } from '../../db/schema';
+import { messages, runs, runSteps, threads, type MessageRow } from '../../db/schema';
 import { holdsThreadSql, THREAD_HOLDING_SQL } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
@@ -29,7 +29,7 @@ export type ThreadRow = Omit<typeof threads.$inferSelect, 'seq'>;
 
 /** What names a thread: its id, and the workspace it belongs to. A message needs nothing else of it. */
 export type ThreadKey = Pick<ThreadRow, 'id' | 'workspaceId'>;
-export type MessageRow = Omit<typeof messages.$inferSelect, 'seq'>;
+export type { MessageRow };
 
 /**
  * No run holds the thread (db/schema.ts, THREAD_HOLDING_STATUSES): the condition of the writes a

@@ -32,28 +32,3 @@ export function toMessageJson(row: MessageRow): MessageObject {
     metadata: row.metadata,
   };
 }
-
-/**
- * A message's row from its object, as a run's events showed it (runs/answer-watch.ts), for a prompt
- * built from it: its times are the object's whole seconds, which the prompt reads only to place
- * tool calls among the messages (threads/timeline.ts).
- */
-export function fromMessageJson(object: MessageObject, workspaceId: string): MessageRow {
-  const ms = (at: number | null) => (at === null ? null : at * 1000);
-  return {
-    id: object.id,
-    threadId: object.thread_id,
-    workspaceId,
-    createdAt: object.created_at * 1000,
-    role: object.role,
-    content: object.content,
-    status: object.status,
-    assistantId: object.assistant_id,
-    runId: object.run_id,
-    attachments: object.attachments ?? [],
-    metadata: object.metadata,
-    incompleteDetails: object.incomplete_details,
-    completedAt: ms(object.completed_at),
-    incompleteAt: ms(object.incomplete_at),
-  };
-}

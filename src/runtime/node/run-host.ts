@@ -8,7 +8,6 @@ import type { RunHost } from '../../deps';
  */
 export function inProcessRunHost(deps: RunDeps): RunHost {
   return {
-    eventsMadeHere: true,
     start(run, options, context) {
       // From the next turn of the event loop: starting the provider call is about a millisecond of
       // synchronous work, which would otherwise go out before the acknowledgement it does not

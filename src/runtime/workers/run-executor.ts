@@ -1,6 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
 import { executeRun, executeStreamed } from '../../resources/runs/execution/engine';
-import type { StartOptions, StreamOptions } from '../../deps';
+import type { Answered, StartOptions, StreamOptions } from '../../deps';
 import type { RunRow } from '../../db/schema';
 import { workerDeps, type Env, type WorkerDeps } from './deps';
 import type { RunExecutorRpc, Written } from './run-host';
@@ -41,13 +41,28 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
    * case, writes nothing to the object's storage: the alarm's write and the deleteAll that undoes
    * it were a sixth of workerd's CPU per streamed run (bench:worker under perf).
    */
-  async stream(run: RunRow, options: StreamOptions, written?: Written): Promise<ReadableStream<Uint8Array>> {
+  async stream(
+    run: RunRow,
+    options: Omit<StreamOptions, 'answered'>,
+    written?: Written,
+    answered?: Rpc.Stub<Answered>,
+  ): Promise<ReadableStream<Uint8Array>> {
     const rowsWritten = rowsWrittenBy(written);
+    // Kept past this call, which returns before the run settles: a stub received as a parameter
+    // lapses when its call returns. Released once the run has ended.
+    const kept = answered?.dup();
     const deps = await workerDeps(this.env);
-    const { readable, done } = executeStreamed(deps, run, { ...options, rowsWritten });
+    const { readable, done } = executeStreamed(deps, run, {
+      ...options,
+      rowsWritten,
+      answered: kept && ((messages) => kept(messages)),
+    });
     let ended = false;
     this.#track(
-      done.finally(() => (ended = true)),
+      done.finally(() => {
+        ended = true;
+        kept?.[Symbol.dispose]();
+      }),
       deps,
     );
     // Handed over RPC through a native byte stream: when the reader goes away, the runtime errors

@@ -1,6 +1,6 @@
 import type { Logger } from '../../logger';
 import type { RequestContext } from '../../actor';
-import type { RunHost, StartOptions, StreamOptions } from '../../deps';
+import type { Answered, RunHost, StartOptions, StreamOptions } from '../../deps';
 import type { RunRow } from '../../db/schema';
 
 /**
@@ -9,7 +9,12 @@ import type { RunRow } from '../../db/schema';
  */
 export interface RunExecutorRpc extends Rpc.DurableObjectBranded {
   start(run: RunRow, options: StartOptions): Promise<void>;
-  stream(run: RunRow, options: StreamOptions, written?: Written): Promise<ReadableStream<Uint8Array>>;
+  stream(
+    run: RunRow,
+    options: Omit<StreamOptions, 'answered'>,
+    written?: Written,
+    answered?: Rpc.Stub<Answered>,
+  ): Promise<ReadableStream<Uint8Array>>;
   execute(run: RunRow, options: StartOptions, written?: Written): Promise<void>;
   cancel(runId: string): Promise<void>;
 }
@@ -50,7 +55,6 @@ export function workersRunHost(
   ) => context.waitUntil(call(executor(runId)).catch(failed));
 
   return {
-    eventsMadeHere: false,
     // Should the hand-over fail, the run is still leased: recovery fails it once the lease runs out.
     start: (run, options, context) =>
       handOver(
@@ -64,7 +68,10 @@ export function workersRunHost(
             error,
           }),
       ),
-    stream: (run, options, _context, written) => executor(run.id).stream(run, options, asked(written)),
+    // How the run settled comes back as one call from the object (StreamOptions.answered), not read
+    // from its stream, which the runtime relays to the client without running JavaScript here.
+    stream: (run, { answered, ...options }, _context, written) =>
+      executor(run.id).stream(run, options, asked(written), answered),
     // Awaited by the request: a client that goes away does not stop the execution, which the object keeps alive.
     execute: (run, options, _context, written) => executor(run.id).execute(run, options, asked(written)),
     // The run's lease renewal notices the cancel anyway, within a third of the lease.

@@ -9,7 +9,10 @@ import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, type TestGateway } from '../../support/gateway';
 import { createPolicy, usedBy } from '../../support/ratelimit';
 import { WEATHER_TOOL } from '../../support/runs';
-import { parseEventStream } from '../../support/sse';
+import { deltaText, parseEventStream } from '../../support/sse';
+import { freshGate } from '../../support/gates';
+import { waitFor } from '../../support/wait';
+import { knownHistories } from '../../../src/resources/threads/known-histories';
 
 /**
  * A run on a thread on a database server (LIBSQL_URL), when what it needs is held in memory:
@@ -233,17 +236,6 @@ async function streamed(path: string, key: string, body: Record<string, unknown>
   const response = await gateway.request(path, { key, body: { ...body, stream: true } });
   return { status: response.status, events: parseEventStream(await response.text()) };
 }
-
-/** The text of the answer's deltas. */
-const deltaText = (events: { event: string; data: unknown }[]) =>
-  events
-    .filter((event) => event.event === 'thread.message.delta')
-    .map((event) =>
-      (event.data as { delta: { content: { text?: { value?: string } }[] } }).delta.content
-        .map((part) => part.text?.value ?? '')
-        .join(''),
-    )
-    .join('');
 
 /** The last user message's text of the `index`th request the fake provider received. */
 const lastUserText = (index: number) =>
@@ -546,5 +538,114 @@ describe('a thread whose history was read: known from its run on', () => {
       'user: third words',
     ]);
     expect(deltaText(answer.events)).toBe('You said: third words');
+  });
+});
+
+/** What this gateway knows of the thread now, as its next run would take it (taken: it is gone after). */
+const knownNow = (threadId: string, workspaceId: string) =>
+  knownHistories(gateway.deps.db)?.take({ id: threadId, workspaceId }, 1_000_000) ?? null;
+
+/** The stored content (its JSON, as the database holds it) of the message `runId` wrote. */
+const storedAnswer = async (runId: string) =>
+  defined((await elsewhere.execute({ sql: 'SELECT content FROM messages WHERE run_id = ?', args: [runId] })).rows[0])
+    .content;
+
+/** A streamed run's body, read until `until` appears in it (or to its end): what was read, and the reader. */
+async function readUntil(response: Response, until: string) {
+  const reader = defined(response.body).getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  while (!text.includes(until)) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += decoder.decode(value, { stream: true });
+  }
+  return { text, reader };
+}
+
+describe("a streamed run's answer, handed back from where the run settled (StreamOptions.answered)", () => {
+  it('is the message as stored, byte for byte, known before the event that ends the run leaves', async () => {
+    const { tenant, key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const reply = 'Ça va, "quoted" \\ and a tab\there. 🙂';
+    const thread = await openai.beta.threads.create({
+      messages: [{ role: 'user', content: `first words\n${fakeDirective({ reply })}` }],
+    });
+    const response = await gateway.request(`/v1/threads/${thread.id}/runs`, {
+      key,
+      body: { assistant_id: assistantId, stream: true },
+    });
+    const { text, reader } = await readUntil(response, 'event: thread.run.completed');
+    // Known now, with the run's answer: told before its last events were sent.
+    const known = knownNow(thread.id, tenant.workspace.id);
+    await reader.cancel();
+    const run = defined(parseEventStream(text).find((event) => event.event === 'thread.run.created')).data as {
+      id: string;
+    };
+    const stored = (await openai.beta.threads.messages.list(thread.id, { order: 'asc' })).data;
+    expect(known?.messages.map((message) => message.id)).toEqual(stored.map((message) => message.id));
+    expect(known?.unconfirmed).toHaveLength(1);
+    expect(JSON.stringify(defined(known?.unconfirmed[0]).content)).toBe(await storedAnswer(run.id));
+  });
+
+  it('is known exactly when its client left before the run ended: the run settled all the same', async () => {
+    const { tenant, key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create({ messages: [{ role: 'user', content: 'first words' }] });
+    const response = await gateway.request(`/v1/threads/${thread.id}/runs`, {
+      key,
+      body: { assistant_id: assistantId, stream: true },
+    });
+    const { text, reader } = await readUntil(response, 'event: thread.run.created');
+    await reader.cancel();
+    await gateway.tasks.drain(10_000);
+    const run = defined(parseEventStream(text.slice(0, text.lastIndexOf('\n\n') + 2))[0]).data as { id: string };
+    const known = knownNow(thread.id, tenant.workspace.id);
+    expect(known?.messages).toHaveLength(2);
+    expect(JSON.stringify(defined(known?.unconfirmed[0]).content)).toBe(await storedAnswer(run.id));
+  });
+
+  const otherEnds: [string, string, Record<string, unknown>][] = [
+    ['waits for tool outputs, after some text', 'requires_action', { reply: 'Let me look.', tool_calls: 1 }],
+    ['failed', 'failed', { status: 400 }],
+    ['ended incomplete', 'incomplete', { finish_reason: 'length' }],
+    ['completed with more than a known history holds', 'completed', { reply: 'word '.repeat(4_000) }],
+  ];
+  it.each(otherEnds)('is nothing when the run %s: the thread is not known', async (_, status, scenario) => {
+    const { tenant, key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create({
+      messages: [{ role: 'user', content: `first words\n${fakeDirective(scenario)}` }],
+    });
+    const { events } = await streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId });
+    expect(events.at(-2)?.event).toBe(`thread.run.${status}`);
+    await gateway.tasks.drain(10_000);
+    expect(knownNow(thread.id, tenant.workspace.id)).toBeNull();
+  });
+
+  it('is nothing when the run was cancelled', async () => {
+    const { tenant, key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const gate = freshGate('cancelled');
+    const thread = await openai.beta.threads.create({
+      messages: [{ role: 'user', content: `first words\n${fakeDirective({ hold: gate })}` }],
+    });
+    const response = await gateway.request(`/v1/threads/${thread.id}/runs`, {
+      key,
+      body: { assistant_id: assistantId, stream: true },
+    });
+    const { text, reader } = await readUntil(response, 'event: thread.run.in_progress');
+    const run = defined(parseEventStream(text.slice(0, text.lastIndexOf('\n\n') + 2))[0]).data as { id: string };
+    await waitFor(
+      () => upstream.gateState(gate).waiting,
+      (waiting) => waiting === 1,
+    );
+    const cancel = await gateway.request(`/v1/threads/${thread.id}/runs/${run.id}/cancel`, { key, body: {} });
+    expect(cancel.status).toBe(200);
+    upstream.openGate(gate);
+    while (!(await reader.read()).done);
+    await gateway.tasks.drain(10_000);
+    expect((await openai.beta.threads.runs.retrieve(run.id, { thread_id: thread.id })).status).toBe('cancelled');
+    expect(knownNow(thread.id, tenant.workspace.id)).toBeNull();
   });
 });

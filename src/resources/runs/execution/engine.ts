@@ -6,6 +6,8 @@ import { endTurn } from '../executor-writes';
 import { getRunById, listSteps, type NewRun, type StepRow } from '../queries';
 import type { RunRow } from '../../../db/schema';
 import { readHistory } from '../../threads/history';
+import { MAX_BYTES as KNOWN_HISTORY_BYTES } from '../../threads/known-histories';
+import type { MessageRow } from '../../threads/queries';
 import { upstreamRules } from '../../virtual-keys/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey } from '../../virtual-keys/commands';
 import { toRunJson } from '../wire';
@@ -132,6 +134,10 @@ class Execution {
   readonly #startedAt: number;
   #virtualKeySlug: string | undefined;
   readonly #trace: TraceRecorder;
+  /** Who is told how the run settled (StreamOptions.answered), until told. */
+  #answered: ExecuteOptions['answered'];
+  /** Whether a round of this turn called tools the gateway answered (a prompt shows them). */
+  #calledTools = false;
 
   constructor(deps: RunDeps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
@@ -147,6 +153,7 @@ class Execution {
     void this.#rowsExist.then((exist) => exist || this.#abort.abort(new Error('the run was not written')));
     this.#leading = options.leading ?? [];
     this.#preloaded = options.preloaded;
+    this.#answered = options.answered;
     this.#startedAt = deps.now();
     this.#trace = new TraceRecorder(run.trace, deps.now);
     const search = searchSettings(run.tools);
@@ -180,6 +187,7 @@ class Execution {
     } finally {
       releaseLease();
       deps.executions.remove(this.#run.id, this.#abort);
+      if (this.#answered) await this.#tell(null);
     }
   }
 
@@ -242,6 +250,7 @@ class Execution {
         // Calls of the client's functions wait for its outputs (requires_action), the hosted answers kept.
         if (calls.every((call) => call.hosted)) {
           await answer.endHostedRound(toolStep, usage);
+          this.#calledTools = true;
           ({ prompt, steps } = await this.#laterTurn());
           continue;
         }
@@ -347,6 +356,7 @@ class Execution {
     }
     if (!updated) {
       this.#outbox.discardCommit();
+      if (this.#answered) await this.#tell(null);
       const current = await getRunById(db, this.#run.id);
       if (current?.status === 'cancelling') throw new RunStopped('cancelled');
       if (current) this.#run = current;
@@ -354,9 +364,29 @@ class Execution {
       return;
     }
     this.#run = updated;
+    if (this.#answered) {
+      const answered = updated.status === 'completed' && !this.#calledTools && this.#answer.toolStep === null;
+      const message = answered ? this.#answer.endedMessage(KNOWN_HISTORY_BYTES) : null;
+      await this.#tell(message && [message]);
+    }
     await this.#outbox.committed(() => this.#runEvent());
     await chargeRun(this.#deps, updated);
     await logRunEnd(this.#deps, updated);
+  }
+
+  /**
+   * Hands back how the run settled, once (StreamOptions.answered), before the event that ends it
+   * leaves. A caller gone meanwhile (on Workers, its request ended) is not told: the thread stays
+   * answered by the run there (KnownHistories.answering), which no later run guesses from.
+   */
+  async #tell(messages: MessageRow[] | null): Promise<void> {
+    const answered = this.#answered;
+    this.#answered = undefined;
+    try {
+      await answered?.(messages);
+    } catch {
+      // Gone: nothing to tell it.
+    }
   }
 
   /** The run's trace as it stands: its attempts, the key that answered, its first token's time. */

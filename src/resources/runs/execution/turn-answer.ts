@@ -63,6 +63,8 @@ interface OpenMessage {
   /** The parts before its text: the figures it opens with (image_file). */
   lead: ImageFileContent[];
   text: TextBuilder;
+  /** Its text's annotations, once it has ended (#closeMessage). */
+  annotations?: unknown[];
   started: boolean;
   opened: OpenedRows;
 }
@@ -349,6 +351,18 @@ export class TurnAnswer {
   }
 
   /**
+   * The message the turn ended with, as its commit stored it (its content as messageUpdate writes
+   * it: the figures, then the text and its annotations), for the run's Answered; null before it
+   * ended, or when the turn kept more than `maxBytes` of answer (its text is not joined then).
+   */
+  endedMessage(maxBytes: number): MessageRow | null {
+    const message = this.#message;
+    if (!message?.annotations || this.#answerBytes > maxBytes) return null;
+    const text = { value: message.text.toString(), annotations: message.annotations };
+    return { ...message.row, content: [...message.lead, { type: 'text', text }] };
+  }
+
+  /**
    * The part of `text` that fits in what is left of the turn's answer cap (GATEWAY_MAX_ANSWER_BYTES,
    * in UTF-8 bytes, shared by text, tool-call names and arguments). Reaching past it cuts the turn.
    */
@@ -472,6 +486,7 @@ export class TurnAnswer {
       return [`thread.message.${messagePatch.status}`, jsonWithText(withText, message.text)];
     });
     this.#outbox.onCommit(() => ['thread.run.step.completed', toStepJson(message.step, this.#run())]);
+    message.annotations = annotations;
     const answer = { lead: message.lead, value: message.text, annotations };
     // Rows whose insert had not started are inserted as they end (outbox.ts, take).
     const runId = this.#run().id;
