@@ -198,10 +198,12 @@ function statementsOf(body: Buffer): string[] {
 
 /**
  * Holds the database at `proxy` while `start` runs, until `provider` has been called once more
- * (and, with `answered`, has sent that whole answer); then lets the database go. Answers what
- * `start` answered, what was seen when the provider was called (how many database requests were
- * waiting then), and the provider's calls since: a test's way to show a provider called before
- * the database answered.
+ * (and, with `answered`, has sent that whole answer) while a database request waits at the hold;
+ * then lets the database go. Answers what `start` answered, what was seen then, and the
+ * provider's calls since: a test's way to show a provider called before the database answered. A
+ * request that calls its provider only after the database answers never gets there, and the wait
+ * fails. Both are waited for, not the call alone: the request to the database may still be on its
+ * way to the proxy when the provider records its call (seen under load).
  */
 export async function whileDatabaseHeld<T>(
   proxy: DatabaseProxy,
@@ -220,7 +222,7 @@ export async function whileDatabaseHeld<T>(
         outcome: provider.requests[before]?.outcome,
         waiting: proxy.waiting,
       }),
-      (state) => state.called >= 1 && (!options.answered || state.outcome === 'completed'),
+      (state) => state.called >= 1 && state.waiting > 0 && (!options.answered || state.outcome === 'completed'),
     );
     release();
     return { seen, answer: await pending, calls: provider.requests.slice(before) };
