@@ -164,16 +164,17 @@ async function measureTarget(name: string, fakeUrl: string) {
         let firstTokenMs: number | undefined;
         let beforeFirstToken: number | undefined;
         let tail = '';
+        let ended = false;
         await readStream(response, (text) => {
           if (firstTokenMs === undefined && /thread\.message\.delta|output_text\.delta|"content":"[^"]/.test(text)) {
             firstTokenMs = performance.now() - started;
             beforeFirstToken = mark();
           }
+          // A run's stream and a chat completion's end with [DONE]; a response's with its completed event.
+          ended ||= /\[DONE\]|event: response\.completed/.test(tail + text);
           tail = (tail + text).slice(-64);
         });
-        // A run's stream and a chat completion's end with [DONE]; a response's with its completed event.
-        if (firstTokenMs === undefined || !/\[DONE\]|response\.completed/.test(tail))
-          throw new Error(`${path}: no whole stream`);
+        if (firstTokenMs === undefined || !ended) throw new Error(`${path}: no whole stream`);
         return { firstTokenMs, beforeFirstToken };
       });
 
