@@ -4,7 +4,7 @@ import { insertStatement } from '../../db/client';
 import { newId } from '../../lib/ids';
 import type { Deps } from '../../deps';
 import type { Settings } from '../../db/settings-cache';
-import { responses, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
+import { responses, type AssistantRow, type ResponseRow } from '../../db/schema';
 import type { ResponseFormat, ResponseOptions, Tool, ToolChoice, ToolResources } from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
 import { ApiError, serverError } from '../../errors';
@@ -15,10 +15,20 @@ import {
   getRunById,
   insertRunOnThread,
   insertThreadAndRun,
+  insertThreadAndRunGuarded,
   listSteps,
   updateRun,
 } from '../runs/queries';
-import { blockingRun, startRun, type RunCommandDeps } from '../runs/commands';
+import {
+  blockingRun,
+  speculate,
+  startRun,
+  type RunAnswer,
+  type RunAnswerKind,
+  type RunCommandDeps,
+} from '../runs/commands';
+import { admitBeforePrompt } from '../runs/admission';
+import { newRun } from '../runs/execution/rows';
 import { buildPrompt, promptLimits } from '../runs/execution/prompt';
 import { reconcileRun } from '../runs/execution/recovery';
 import { EventStream } from '../runs/execution/event-stream';
@@ -76,46 +86,58 @@ export async function createResponse(
   body: CreateResponseBody,
   context: RequestContext,
 ): Promise<ResponseAnswer> {
-  const background = body.background === true;
   const stored = body.store !== false;
-  if (background && !stored) {
+  if (body.background === true && !stored) {
     throw new ApiError('invalid_value', 'A background response must be stored: background requires store to be true.', {
       param: 'background',
     });
   }
   const at = deps.now();
+  const { row, thread, answer } =
+    (await responseInOneTrip(deps, actor, snapshot, body, context, at)) ??
+    (await responseFromReads(deps, actor, await confirmedSettings(snapshot), body, context, at));
+  // Kept out of the store: what the response wrote goes once it ended (once its stream did).
+  const forget = () => forgetResponse(deps, row, thread);
+  if (answer.stream) {
+    const events = stored ? answer.events : answer.events.pipeThrough(afterEnd(forget, context));
+    return { stream: true, events, headers: answer.headers };
+  }
+  const response = await responseJson(deps, row);
+  if (!stored) await forget();
+  return { stream: false, response, headers: answer.headers };
+}
+
+/** A response handed to its host: its row, its thread and how it is answered. */
+interface StartedResponse {
+  row: ResponseRow;
+  thread: ThreadRow;
+  answer: RunAnswer;
+}
+
+/**
+ * The settings a response is made on from its reads: those the request started on once they are
+ * confirmed (the generation read, and the key again if it moved: ProvisionalSettings), 401 if its
+ * key is no longer live.
+ */
+async function confirmedSettings(snapshot: Settings): Promise<Settings> {
+  const settings = await snapshot.confirmed();
+  if (!settings) throw new ApiError('invalid_api_key');
+  return settings;
+}
+
+/** A response made as a run, from what it reads: its plan (its history, its context), its rows written, then its host. */
+async function responseFromReads(
+  deps: ResponseCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  body: CreateResponseBody,
+  context: RequestContext,
+  at: number,
+): Promise<StartedResponse> {
   const plan = await planResponse(deps, actor, snapshot, body, at);
   const { thread, history, input } = plan;
-  const include = body.include ?? [];
-  const options: ResponseOptions = {
-    instructions: body.instructions ?? null,
-    tools: plan.echoTools,
-    tool_choice: body.tool_choice ?? 'auto',
-    text: body.text ?? null,
-    reasoning: body.reasoning ?? null,
-    truncation: body.truncation ?? null,
-    user: body.user ?? null,
-    safety_identifier: body.safety_identifier ?? null,
-    prompt: body.prompt ?? null,
-    prompt_cache_key: body.prompt_cache_key ?? null,
-    service_tier: body.service_tier ?? null,
-    top_logprobs: body.top_logprobs ?? null,
-    max_tool_calls: body.max_tool_calls ?? null,
-    include,
-  };
-  const row: ResponseRow = {
-    id: newId('resp'),
-    workspaceId: actor.workspaceId,
-    threadId: thread.id,
-    conversationId: plan.conversation ? thread.id : null,
-    previousResponseId: body.previous_response_id ?? null,
-    stored,
-    background,
-    input: inputItems(plan.items, input),
-    options,
-    createdAt: at,
-    containerId: plan.code ? await responseContainer(deps, actor.workspaceId, plan.code, plan) : null,
-  };
+  const containerId = plan.code ? await responseContainer(deps, actor.workspaceId, plan.code, plan) : null;
+  const row = responseRow(actor, body, plan, at, containerId);
   const answer = await startRun(deps, actor, snapshot, context, {
     response: row,
     at,
@@ -131,19 +153,133 @@ export async function createResponse(
       throw activeRunError(thread.id, await blockingRun(deps, thread.id));
     },
     leading: [],
-    // A response neither streamed nor in the background is answered once it ended.
-    answer: body.stream === true ? 'stream' : background ? 'queued' : 'ended',
-    includeResultContent: include.includes('file_search_call.results'),
+    answer: answerKind(body),
+    includeResultContent: (body.include ?? []).includes('file_search_call.results'),
   });
-  // Kept out of the store: what the response wrote goes once it ended (once its stream did).
-  const forget = () => forgetResponse(deps, row, thread);
-  if (answer.stream) {
-    const events = stored ? answer.events : answer.events.pipeThrough(afterEnd(forget, context));
-    return { stream: true, events, headers: answer.headers };
+  return { row, thread, answer };
+}
+
+/**
+ * A response whose whole prompt the request gives, made in one round trip to a database server
+ * with its provider called beside it, as a new thread's run is (runs/commands.ts, speculate):
+ * nothing read first. Its input must need no read: no `previous_response_id` or `conversation`
+ * (their history is stored; a previous response must also have ended, which only a read tells),
+ * messages of text only (images and files are read or checked against stored rules), and no tool
+ * with stored parts (file_search's vector stores, code_interpreter's container); a `prompt` must be
+ * an assistant held at the settings' generation last seen, as must the virtual key and the
+ * policies. Its write carries the settings' guard; nothing of the provider's answer leaves before
+ * it commits. Null, nothing written and any admission given back, when any of it does not hold or
+ * the guard failed: the response is then made from its reads, so its answer (401, 429, 400) is as
+ * it would have been. On the embedded file (no guard: reads cost no round trip) it is always null.
+ */
+async function responseInOneTrip(
+  deps: ResponseCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  body: CreateResponseBody,
+  context: RequestContext,
+  at: number,
+): Promise<StartedResponse | null> {
+  const guard = snapshot.guard();
+  if (!guard || body.previous_response_id || conversationOf(body) !== undefined) return null;
+  const items = inputOf(body);
+  if (!items.every(textMessage)) return null;
+  const assistant = body.prompt ? snapshot.keptAssistant(actor.workspaceId, body.prompt.id) : null;
+  if (assistant === undefined) return null;
+  let plan: ResponsePlan;
+  try {
+    const { tools, toolResources, echo, code } = responseTools(body.tools, assistant);
+    if (toolResources || code) return null;
+    const settings = responseSettings(body, assistant, tools, toolResources);
+    const thread = newThread(actor.workspaceId, undefined, at);
+    // Text messages only: nothing is read to make them.
+    const input = await threadItemWrites(deps, thread, items, 'input', at);
+    const history = { messages: [], steps: [] };
+    plan = { thread, conversation: false, assistant, settings, echoTools: echo, items, input, history, code };
+  } catch {
+    // Its error comes from the path of reads, in its order.
+    return null;
   }
-  const response = await responseJson(deps, row);
-  if (!stored) await forget();
-  return { stream: false, response, headers: answer.headers };
+  const { thread, settings, input } = plan;
+  const virtualKey = snapshot.keptVirtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: settings.model });
+  if (!virtualKey) return null;
+  const row = responseRow(actor, body, plan, at, null);
+  const run = newRun(
+    settings,
+    { thread, assistantId: assistant?.id ?? '', virtualKey, apiKeyId: actor.apiKeyId, response: row },
+    deps.config,
+    at,
+  );
+  const admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);
+  if (!admission) return null;
+  const messages = input.messages;
+  const write = insertThreadAndRunGuarded(deps.db, guard, thread, messages, run, [insertStatement(responses, row)]);
+  const answer = await speculate(
+    deps,
+    actor,
+    snapshot,
+    context,
+    { guard, run, messages, virtualKey, admission },
+    [],
+    write,
+    {
+      answer: answerKind(body),
+      leading: [],
+      response: row,
+      includeResultContent: (body.include ?? []).includes('file_search_call.results'),
+    },
+  );
+  return answer && { row, thread, answer };
+}
+
+/** How a response is answered: its events, or once it ended; in the background, queued. */
+const answerKind = (body: CreateResponseBody): RunAnswerKind =>
+  body.stream === true ? 'stream' : body.background === true ? 'queued' : 'ended';
+
+/** A message item given as text, which its thread takes without reading anything. */
+function textMessage(item: InputItem): boolean {
+  if (item.type !== 'message' || item.id) return false;
+  return typeof item.content === 'string' || item.content.every((part) => TEXT_PARTS.has(part.type));
+}
+const TEXT_PARTS: ReadonlySet<string> = new Set(['input_text', 'output_text', 'refusal']);
+
+/** The response's row: its input as items, its options as the request gave them. */
+function responseRow(
+  actor: Actor,
+  body: CreateResponseBody,
+  plan: Pick<ResponsePlan, 'thread' | 'conversation' | 'echoTools' | 'items' | 'input'>,
+  at: number,
+  containerId: string | null,
+): ResponseRow {
+  const options: ResponseOptions = {
+    instructions: body.instructions ?? null,
+    tools: plan.echoTools,
+    tool_choice: body.tool_choice ?? 'auto',
+    text: body.text ?? null,
+    reasoning: body.reasoning ?? null,
+    truncation: body.truncation ?? null,
+    user: body.user ?? null,
+    safety_identifier: body.safety_identifier ?? null,
+    prompt: body.prompt ?? null,
+    prompt_cache_key: body.prompt_cache_key ?? null,
+    service_tier: body.service_tier ?? null,
+    top_logprobs: body.top_logprobs ?? null,
+    max_tool_calls: body.max_tool_calls ?? null,
+    include: body.include ?? [],
+  };
+  return {
+    id: newId('resp'),
+    workspaceId: actor.workspaceId,
+    threadId: plan.thread.id,
+    conversationId: plan.conversation ? plan.thread.id : null,
+    previousResponseId: body.previous_response_id ?? null,
+    stored: body.store !== false,
+    background: body.background === true,
+    input: inputItems(plan.items, plan.input),
+    options,
+    createdAt: at,
+    containerId,
+  };
 }
 
 /**
@@ -197,7 +333,7 @@ async function planResponse(
   at: number,
 ): Promise<ResponsePlan> {
   const { db, config } = deps;
-  const conversationId = typeof body.conversation === 'string' ? body.conversation : body.conversation?.id;
+  const conversationId = conversationOf(body);
   const previousId = body.previous_response_id ?? null;
   if (conversationId !== undefined && previousId !== null) {
     throw new ApiError(
@@ -219,8 +355,7 @@ async function planResponse(
       : error;
   });
   await checkToolResources(db, actor.workspaceId, settings.toolResources, 'tools');
-  const items: InputItem[] =
-    typeof body.input === 'string' ? [{ type: 'message', role: 'user', content: body.input }] : (body.input ?? []);
+  const items = inputOf(body);
 
   let thread: ThreadRow;
   let earlier: ThreadRow;
@@ -270,6 +405,14 @@ async function planResponse(
     code,
   };
 }
+
+/** The conversation a response is made in, as the request names it. */
+const conversationOf = (body: InputTokensBody): string | undefined =>
+  typeof body.conversation === 'string' ? body.conversation : body.conversation?.id;
+
+/** The request's input as items: a string is one user message. */
+const inputOf = (body: InputTokensBody): InputItem[] =>
+  typeof body.input === 'string' ? [{ type: 'message', role: 'user', content: body.input }] : (body.input ?? []);
 
 /**
  * The container a response's code runs in: the one its tool names (running: an expired one is
@@ -608,15 +751,22 @@ export async function streamResponse(
   return stream.readable;
 }
 
+/**
+ * The response as it stands. Its run (whose id is the response's), steps and messages are read
+ * together (one round trip to a database server: coalescing-client.ts); a run settled now because
+ * its executor was lost (reconcileRun) has its output read again, as settling left it.
+ */
 async function responseJson(deps: ResponseCommandDeps, row: ResponseRow): Promise<ResponseObject> {
+  const output = outputOf(deps, row);
+  output.catch(() => undefined);
   const run = await getRunById(deps.db, row.id);
   if (!run) throw responseNotFound(row.id);
   const now = await reconcileRun(deps, run);
-  return toResponseJson(now, row, await outputOf(deps, now, row));
+  return toResponseJson(now, row, await (now === run ? output : outputOf(deps, row)));
 }
 
-async function outputOf(deps: ResponseCommandDeps, run: RunRow, row: ResponseRow): Promise<ResponseItemObject[]> {
-  const [steps, messages] = await Promise.all([listSteps(deps.db, run.id), runMessages(deps.db, run.id)]);
+async function outputOf(deps: ResponseCommandDeps, row: ResponseRow): Promise<ResponseItemObject[]> {
+  const [steps, messages] = await Promise.all([listSteps(deps.db, row.id), runMessages(deps.db, row.id)]);
   const include = ITEM_INCLUDES.filter((value) => row.options.include?.includes(value));
   return runOutputItems(steps, new Map(messages.map((message) => [message.id, message])), include);
 }
