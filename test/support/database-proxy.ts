@@ -151,7 +151,8 @@ function statementsOf(body: Buffer): string[] {
 
 /**
  * Holds the database at `proxy` while `start` runs, until `provider` has been called once more
- * (and, with `answered`, has sent that whole answer); then lets the database go. Answers what
+ * (and, with `answered`, has sent that whole answer; with `atDatabase`, a request has reached the
+ * proxy too, which on a loaded machine may come after the provider's call); then lets the database go. Answers what
  * `start` answered, what was seen when the provider was called (how many database requests were
  * waiting then), and the provider's calls since: a test's way to show a provider called before
  * the database answered.
@@ -160,7 +161,7 @@ export async function whileDatabaseHeld<T>(
   proxy: DatabaseProxy,
   provider: { requests: RecordedRequest[] },
   start: () => Promise<T>,
-  options: { answered?: boolean } = {},
+  options: { answered?: boolean; atDatabase?: boolean } = {},
 ) {
   const before = provider.requests.length;
   const release = proxy.hold();
@@ -173,7 +174,10 @@ export async function whileDatabaseHeld<T>(
         outcome: provider.requests[before]?.outcome,
         waiting: proxy.waiting,
       }),
-      (state) => state.called >= 1 && (!options.answered || state.outcome === 'completed'),
+      (state) =>
+        state.called >= 1 &&
+        (!options.answered || state.outcome === 'completed') &&
+        (!options.atDatabase || state.waiting > 0),
     );
     release();
     return { seen, answer: await pending, calls: provider.requests.slice(before) };

@@ -4,7 +4,7 @@ import { insertStatement } from '../../db/client';
 import { newId } from '../../lib/ids';
 import type { Deps } from '../../deps';
 import type { Settings } from '../../db/settings-cache';
-import { responses, type AssistantRow, type ResponseRow } from '../../db/schema';
+import { responses, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
 import type { ResponseFormat, ResponseOptions, Tool, ToolChoice, ToolResources } from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
 import { ApiError, serverError } from '../../errors';
@@ -34,12 +34,12 @@ import { reconcileRun } from '../runs/execution/recovery';
 import { EventStream } from '../runs/execution/event-stream';
 import { replayResponse } from './replay';
 import type { RunSettings } from '../runs/execution/settings';
-import { readHistory, type History, type HistoryStep } from '../threads/history';
-import { deleteIdleThread, getThread, type ThreadRow } from '../threads/queries';
+import { readHistory, type History, type HistoryOf, type HistoryStep } from '../threads/history';
+import { deleteIdleThread, getThread, openRunOf, type OpenRun, type ThreadRow } from '../threads/queries';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
 import type { ResponseItemObject, ResponseObject } from './objects';
-import { deleteResponseRow, getResponseRow, responseNotFound, runMessages } from './queries';
+import { deleteResponseRow, getResponseRow, responseNotFound, responseThread, runMessages } from './queries';
 import { ownContainer, runningContainer, userFiles } from '../containers/commands';
 import { upsertContainerFile } from '../containers/queries';
 import { checkSandbox } from '../runs/execution/settings';
@@ -95,7 +95,7 @@ export async function createResponse(
   const at = deps.now();
   const { row, thread, answer } =
     (await responseInOneTrip(deps, actor, snapshot, body, context, at)) ??
-    (await responseFromReads(deps, actor, await confirmedSettings(snapshot), body, context, at));
+    (await responseFromReads(deps, actor, snapshot, body, context, at));
   // Kept out of the store: what the response wrote goes once it ended (once its stream did).
   const forget = () => forgetResponse(deps, row, thread);
   if (answer.stream) {
@@ -134,11 +134,15 @@ async function responseFromReads(
   context: RequestContext,
   at: number,
 ): Promise<StartedResponse> {
-  const plan = await planResponse(deps, actor, snapshot, body, at);
+  // Its stored context is read beside the settings' generation (one round trip to a database
+  // server), and looked at once the settings are confirmed.
+  const reads = contextReads(deps, actor.workspaceId, body, at);
+  const settings = await confirmedSettings(snapshot);
+  const plan = await planResponse(deps, actor, settings, body, reads, at);
   const { thread, history, input } = plan;
   const containerId = plan.code ? await responseContainer(deps, actor.workspaceId, plan.code, plan) : null;
   const row = responseRow(actor, body, plan, at, containerId);
-  const answer = await startRun(deps, actor, snapshot, context, {
+  const answer = await startRun(deps, actor, settings, context, {
     response: row,
     at,
     thread,
@@ -325,13 +329,34 @@ interface CodeContainer {
   param: string;
 }
 
-async function planResponse(
-  deps: ResponseCommandDeps,
-  actor: Actor,
-  snapshot: Settings,
-  body: InputTokensBody,
-  at: number,
-): Promise<ResponsePlan> {
+/**
+ * The reads of the stored context a response goes on from, started together as the request
+ * arrives, so that they travel in one round trip to a database server (coalescing-client.ts), with
+ * the settings' generation when it is read then: its conversation's thread, open run and history,
+ * or its previous response's row, run and the chain's history. Each is looked at in planResponse's
+ * order, so its errors come as they did read one after the other; a read left unlooked at fails
+ * silently.
+ */
+interface ContextReads {
+  /** The thread of its own a response not in a conversation is made on. */
+  fresh: ThreadRow;
+  conversation: { id: string; thread: Promise<ThreadRow>; open: Promise<OpenRun | null>; history: HistoryRead } | null;
+  previous: {
+    id: string;
+    row: Promise<ResponseRow>;
+    run: Promise<RunRow | null>;
+    thread: Promise<ThreadRow | null>;
+    history: HistoryRead;
+  } | null;
+}
+
+/** A history read as the request arrived, and how to read it again. */
+interface HistoryRead {
+  of: HistoryOf;
+  read: Promise<History>;
+}
+
+function contextReads(deps: ResponseCommandDeps, workspaceId: string, body: InputTokensBody, at: number): ContextReads {
   const { db, config } = deps;
   const conversationId = conversationOf(body);
   const previousId = body.previous_response_id ?? null;
@@ -342,6 +367,50 @@ async function planResponse(
       { param: 'previous_response_id' },
     );
   }
+  const fresh = newThread(workspaceId, undefined, at);
+  const quiet = <T>(read: Promise<T>): Promise<T> => {
+    read.catch(() => undefined);
+    return read;
+  };
+  const history = (of: HistoryOf): HistoryRead => ({
+    of,
+    read: quiet(readHistory(db, of, config.GATEWAY_MAX_HISTORY_BYTES)),
+  });
+  const of = { workspaceId, runId: null };
+  return {
+    fresh,
+    conversation:
+      conversationId === undefined
+        ? null
+        : {
+            id: conversationId,
+            // A conversation is a thread: its id is the thread's.
+            thread: quiet(getConversation(db, workspaceId, conversationId)),
+            open: quiet(openRunOf(db, conversationId)),
+            history: history({ ...of, threadId: conversationId }),
+          },
+    previous:
+      previousId === null
+        ? null
+        : {
+            id: previousId,
+            row: quiet(getResponseRow(db, workspaceId, previousId, 'previous_response_id')),
+            run: quiet(getRunById(db, previousId)),
+            thread: quiet(responseThread(db, workspaceId, previousId)),
+            history: history({ ...of, threadId: fresh.id, chain: { previousResponseId: previousId } }),
+          },
+  };
+}
+
+async function planResponse(
+  deps: ResponseCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  body: InputTokensBody,
+  reads: ContextReads,
+  at: number,
+): Promise<ResponsePlan> {
+  const { db } = deps;
   const assistant = body.prompt ? await promptAssistant(snapshot, actor.workspaceId, body.prompt.id) : null;
   const { tools, toolResources, echo, code } = responseTools(body.tools, assistant);
   const settings = responseSettings(body, assistant, tools, toolResources);
@@ -360,42 +429,35 @@ async function planResponse(
   let thread: ThreadRow;
   let earlier: ThreadRow;
   let history: History;
-  if (conversationId !== undefined) {
-    thread = await getConversation(db, actor.workspaceId, conversationId).catch((error: unknown) => {
+  const { conversation, previous } = reads;
+  if (conversation) {
+    thread = await conversation.thread.catch((error: unknown) => {
       throw error instanceof ApiError && error.code === 'conversation_not_found'
         ? new ApiError('conversation_not_found', error.message, { param: 'conversation' })
         : error;
     });
     earlier = thread;
-    const blocking = await blockingRun(deps, thread.id);
+    const open = await conversation.open;
+    const blocking = await blockingRun(deps, thread.id, open);
     if (blocking) throw activeRunError(thread.id, blocking);
-    history = await readHistory(
-      db,
-      { workspaceId: actor.workspaceId, threadId: thread.id, runId: null },
-      config.GATEWAY_MAX_HISTORY_BYTES,
-    );
+    // An open run settled now as left behind (recovery) may have changed what the history was.
+    history = await (open === null ? conversation.history.read : historyAgain(deps, conversation.history));
   } else {
-    thread = newThread(actor.workspaceId, undefined, at);
-    earlier = previousId === null ? thread : await previousThread(deps, actor.workspaceId, previousId);
-    // A new thread without a chain has no history to read.
-    history =
-      previousId === null
-        ? { messages: [], steps: [] }
-        : await readHistory(
-            db,
-            {
-              workspaceId: actor.workspaceId,
-              threadId: thread.id,
-              runId: null,
-              chain: { previousResponseId: previousId },
-            },
-            config.GATEWAY_MAX_HISTORY_BYTES,
-          );
+    thread = reads.fresh;
+    if (previous) {
+      const found = await previousThread(deps, actor.workspaceId, previous);
+      earlier = found.thread;
+      history = await (found.settledNow ? historyAgain(deps, previous.history) : previous.history.read);
+    } else {
+      earlier = thread;
+      // A new thread without a chain has no history to read.
+      history = { messages: [], steps: [] };
+    }
   }
   const input = await threadItemWrites(deps, thread, items, 'input', at, earlier);
   return {
     thread,
-    conversation: conversationId !== undefined,
+    conversation: conversation !== null,
     assistant,
     settings,
     echoTools: echo,
@@ -458,10 +520,17 @@ function latestContainerId(steps: readonly HistoryStep[]): string | null {
 
 /**
  * The thread of the previous response a new one goes on from: the workspace's, kept (not made with
- * `store: false`), and ended (a response still executing has no output to go on from).
+ * `store: false`), and ended (a response still executing has no output to go on from). Its row and
+ * run come from `previous`'s reads; `settledNow` when recovery settled the run now, as left behind,
+ * which may have changed the chain's history read beside them.
  */
-async function previousThread(deps: ResponseCommandDeps, workspaceId: string, id: string): Promise<ThreadRow> {
-  const row = await getResponseRow(deps.db, workspaceId, id, 'previous_response_id');
+async function previousThread(
+  deps: ResponseCommandDeps,
+  workspaceId: string,
+  previous: NonNullable<ContextReads['previous']>,
+): Promise<{ thread: ThreadRow; settledNow: boolean }> {
+  const { id } = previous;
+  const row = await previous.row;
   const param = { param: 'previous_response_id' };
   if (!row.stored) {
     throw new ApiError(
@@ -471,14 +540,20 @@ async function previousThread(deps: ResponseCommandDeps, workspaceId: string, id
       param,
     );
   }
-  const run = await getRunById(deps.db, id);
+  const run = await previous.run;
   if (!run) throw responseNotFound(id, 'previous_response_id');
   const now = await reconcileRun(deps, run);
   if (!isTerminal(now.status)) {
     throw new ApiError('invalid_value', `Response '${id}' is still ${now.status}: wait for it to end.`, param);
   }
-  return getThread(deps.db, workspaceId, row.threadId);
+  // Not found beside the row (the thread deleted since): getThread says so, as it would have.
+  const thread = (await previous.thread) ?? (await getThread(deps.db, workspaceId, row.threadId));
+  return { thread, settledNow: now !== run };
 }
+
+/** A history read again, after what it was read from changed. */
+const historyAgain = (deps: ResponseCommandDeps, history: HistoryRead) =>
+  readHistory(deps.db, history.of, deps.config.GATEWAY_MAX_HISTORY_BYTES);
 
 /**
  * The history's steps with the outputs this input gives filled in (the calls' steps are written
@@ -842,7 +917,7 @@ export async function countInputTokens(
   body: InputTokensBody,
 ): Promise<number> {
   const at = deps.now();
-  const plan = await planResponse(deps, actor, snapshot, body, at);
+  const plan = await planResponse(deps, actor, snapshot, body, contextReads(deps, actor.workspaceId, body, at), at);
   const messages = plan.input.messages;
   const run = { createdAt: at, instructions: plan.settings.instructions, tools: plan.settings.tools };
   const history = { messages: [...plan.history.messages, ...messages], steps: plan.history.steps };

@@ -139,8 +139,11 @@ describe('a response whose input needs no read: the provider called beside its w
   it('calls the provider once while the write is at the database, and tells nothing before it commits', async () => {
     const { tenant } = await setup();
     const calls = upstream.requests.length;
-    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
-      streamed(tenant, { input: [{ role: 'user', content: [{ type: 'input_text', text: 'known words' }] }] }),
+    const { seen, answer } = await whileDatabaseHeld(
+      proxy,
+      upstream,
+      () => streamed(tenant, { input: [{ role: 'user', content: [{ type: 'input_text', text: 'known words' }] }] }),
+      { atDatabase: true },
     );
     // The provider was called while the response's write waited at the database.
     expect(seen.called).toBe(1);
@@ -180,10 +183,36 @@ describe('a response whose input needs no read: the provider called beside its w
     }
   });
 
+  it('reads what a response goes on from in one round trip, beside the settings: a previous response, a conversation', async () => {
+    const { tenant } = await setup();
+    const first = await json(await create(tenant, { input: 'first' }));
+    const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    expect((await create(tenant, { input: 'first', conversation: conversation.id })).status).toBe(200);
+    for (const body of [{ previous_response_id: first.id }, { conversation: conversation.id }]) {
+      proxy.statements.length = 0;
+      proxy.keepStatements = true;
+      let text = '';
+      const trips = await roundTrips(async () => {
+        const answer = await streamed(tenant, { input: 'and then?', ...body });
+        text = deltaText(answer.events);
+      });
+      proxy.keepStatements = false;
+      expect(text).toBe('You said: and then?');
+      // Its context with the settings' generation, its rows, its end.
+      expect(trips, JSON.stringify(proxy.statements)).toBe(3);
+      // The prompt had the turn before: its input and its answer.
+      const sent = defined(upstream.requests.at(-1)).body?.messages as { role: string; content: string }[];
+      expect(sent.map((message) => message.content)).toEqual(['first', 'You said: first', 'and then?']);
+    }
+  });
+
   it('answers a response not streamed once it ended, its provider called while the write waited', async () => {
     const { tenant } = await setup();
-    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
-      create(tenant, { input: `whole\n${fakeDirective({ reply: 'All of it.' })}` }),
+    const { seen, answer } = await whileDatabaseHeld(
+      proxy,
+      upstream,
+      () => create(tenant, { input: `whole\n${fakeDirective({ reply: 'All of it.' })}` }),
+      { atDatabase: true },
     );
     expect(seen.called).toBe(1);
     expect(seen.waiting).toBeGreaterThan(0);
