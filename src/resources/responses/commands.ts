@@ -92,10 +92,8 @@ export async function createResponse(
       param: 'background',
     });
   }
-  const at = deps.now();
-  const { row, thread, answer } =
-    (await responseInOneTrip(deps, actor, snapshot, body, context, at)) ??
-    (await responseFromReads(deps, actor, snapshot, body, context, at));
+  const request = { actor, snapshot, body, context, at: deps.now() };
+  const { row, thread, answer } = (await responseInOneTrip(deps, request)) ?? (await responseFromReads(deps, request));
   // Kept out of the store: what the response wrote goes once it ended (once its stream did).
   const forget = () => forgetResponse(deps, row, thread);
   if (answer.stream) {
@@ -105,6 +103,15 @@ export async function createResponse(
   const response = await responseJson(deps, row);
   if (!stored) await forget();
   return { stream: false, response, headers: answer.headers };
+}
+
+/** A response to create, as its request gave it, with the settings it started on and when it is made. */
+interface CreateRequest {
+  actor: Actor;
+  snapshot: Settings;
+  body: CreateResponseBody;
+  context: RequestContext;
+  at: number;
 }
 
 /** A response handed to its host: its row, its thread and how it is answered. */
@@ -126,14 +133,8 @@ async function confirmedSettings(snapshot: Settings): Promise<Settings> {
 }
 
 /** A response made as a run, from what it reads: its plan (its history, its context), its rows written, then its host. */
-async function responseFromReads(
-  deps: ResponseCommandDeps,
-  actor: Actor,
-  snapshot: Settings,
-  body: CreateResponseBody,
-  context: RequestContext,
-  at: number,
-): Promise<StartedResponse> {
+async function responseFromReads(deps: ResponseCommandDeps, request: CreateRequest): Promise<StartedResponse> {
+  const { actor, snapshot, body, context, at } = request;
   // Its stored context is read beside the settings' generation (one round trip to a database
   // server), and looked at once the settings are confirmed.
   const reads = contextReads(deps, actor.workspaceId, body, at);
@@ -176,14 +177,8 @@ async function responseFromReads(
  * the guard failed: the response is then made from its reads, so its answer (401, 429, 400) is as
  * it would have been. On the embedded file (no guard: reads cost no round trip) it is always null.
  */
-async function responseInOneTrip(
-  deps: ResponseCommandDeps,
-  actor: Actor,
-  snapshot: Settings,
-  body: CreateResponseBody,
-  context: RequestContext,
-  at: number,
-): Promise<StartedResponse | null> {
+async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateRequest): Promise<StartedResponse | null> {
+  const { actor, snapshot, body, context, at } = request;
   const guard = snapshot.guard();
   if (!guard || body.previous_response_id || conversationOf(body) !== undefined) return null;
   const items = inputOf(body);

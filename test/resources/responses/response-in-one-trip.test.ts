@@ -1,12 +1,12 @@
-import { createHash, randomBytes } from 'node:crypto';
-import { createClient, type Client } from '@libsql/client';
+import { createHash } from 'node:crypto';
+import type { Client } from '@libsql/client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startSqld, type RunningSqld } from '../../../scripts/sqld';
 import { DatabaseProxy, whileDatabaseHeld } from '../../support/database-proxy';
 import { defined } from '../../support/defined';
 import { errorOf, json } from '../../support/envelope';
 import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
-import { createTestGateway, type Tenant, type TestGateway } from '../../support/gateway';
+import type { Tenant, TestGateway } from '../../support/gateway';
+import { gatewaysOnSqld } from '../../support/gateways-on-sqld';
 import { createPolicy } from '../../support/ratelimit';
 import { parseEventStream } from '../../support/sse';
 import { waitFor } from '../../support/wait';
@@ -20,35 +20,18 @@ import { waitFor } from '../../support/wait';
  * the settings in memory.
  */
 
-let sqld: RunningSqld;
-let proxy: DatabaseProxy & { url: string };
+let proxy: DatabaseProxy;
 let gateway: TestGateway;
 /** Another gateway on the same database, whose changes this one learns only from the database. */
 let other: TestGateway;
 let elsewhere: Client;
+let close: () => Promise<void>;
 const upstream = createFakeUpstream();
-const encryptionKey = randomBytes(32).toString('base64');
 
 beforeAll(async () => {
-  sqld = await startSqld();
-  proxy = await DatabaseProxy.start({ target: sqld.url });
-  gateway = await createTestGateway({
-    env: { LIBSQL_URL: proxy.url, GATEWAY_ENCRYPTION_KEY: encryptionKey },
-    deps: { fetch: upstream.fetch },
-  });
-  other = await createTestGateway({
-    env: { LIBSQL_URL: sqld.url, GATEWAY_ENCRYPTION_KEY: encryptionKey },
-    deps: { fetch: upstream.fetch },
-  });
-  elsewhere = createClient({ url: sqld.url });
+  ({ proxy, gateway, other, elsewhere, close } = await gatewaysOnSqld(upstream));
 });
-afterAll(async () => {
-  elsewhere.close();
-  await other.close();
-  await gateway.close();
-  await proxy.close();
-  await sqld.stop();
-});
+afterAll(() => close());
 afterEach(async () => {
   expect(await gateway.tasks.drain(30_000)).toBe(true);
 });
