@@ -335,7 +335,7 @@ interface CodeContainer {
 interface ContextReads {
   /** The thread of its own a response not in a conversation is made on. */
   fresh: ThreadRow;
-  conversation: { id: string; thread: Promise<ThreadRow>; open: Promise<OpenRun | null>; history: HistoryRead } | null;
+  conversation: { thread: Promise<ThreadRow>; open: Promise<OpenRun | null>; history: HistoryRead } | null;
   previous: {
     id: string;
     row: Promise<ResponseRow>;
@@ -378,7 +378,6 @@ function contextReads(deps: ResponseCommandDeps, workspaceId: string, body: Inpu
       conversationId === undefined
         ? null
         : {
-            id: conversationId,
             // A conversation is a thread: its id is the thread's.
             thread: quiet(getConversation(db, workspaceId, conversationId)),
             open: quiet(openRunOf(db, conversationId)),
