@@ -104,8 +104,11 @@ function streamedText(body: string): string {
 describe('a call passed through, started on the settings last seen', () => {
   it('calls the provider while the settings are being read, and answers once they are confirmed', async () => {
     const tenant = await setup();
-    const { seen, answer, calls } = await whileDatabaseHeld(proxy, upstream, () =>
-      complete(tenant, { stream: true, content: 'quick' }),
+    const { seen, answer, calls } = await whileDatabaseHeld(
+      proxy,
+      upstream,
+      () => complete(tenant, { stream: true, content: 'quick' }),
+      { atDatabase: true },
     );
     // The provider was called while the settings' generation waited at the database.
     expect(seen.called).toBe(1);
