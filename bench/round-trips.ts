@@ -25,7 +25,9 @@ import { post, readStream, required, round, startFakeProvider, summarise } from 
  * time, and for streamed runs the first token's latency beyond the provider's own (the fake
  * provider called directly, the same answer). The SDK turn is an application's: with the official
  * SDK, a message added, a run streamed to its end, the messages listed. A run on a thread is timed
- * as the thread's first run and as a later one (after a run, its turn's message just added).
+ * as the thread's first run and as a later one (after a run, its turn's message just added). A
+ * streamed response is timed fresh, going on from a previous one (previous_response_id), and in a
+ * conversation that has had a response.
  *
  * Only loopback and one process per part; the figures that matter are the counts and how the
  * times grow with the delay, not the times at 0 ms.
@@ -162,14 +164,17 @@ async function measureTarget(name: string, fakeUrl: string) {
         let firstTokenMs: number | undefined;
         let beforeFirstToken: number | undefined;
         let tail = '';
+        let ended = false;
         await readStream(response, (text) => {
-          if (firstTokenMs === undefined && /thread\.message\.delta|"content":"[^"]/.test(text)) {
+          if (firstTokenMs === undefined && /thread\.message\.delta|output_text\.delta|"content":"[^"]/.test(text)) {
             firstTokenMs = performance.now() - started;
             beforeFirstToken = mark();
           }
+          // A run's stream and a chat completion's end with [DONE]; a response's with its completed event.
+          ended ||= /\[DONE\]|event: response\.completed/.test(tail + text);
           tail = (tail + text).slice(-64);
         });
-        if (firstTokenMs === undefined || !tail.includes('[DONE]')) throw new Error(`${path}: no whole stream`);
+        if (firstTokenMs === undefined || !ended) throw new Error(`${path}: no whole stream`);
         return { firstTokenMs, beforeFirstToken };
       });
 
@@ -195,6 +200,26 @@ async function measureTarget(name: string, fakeUrl: string) {
         await streamed(`/threads/${turned.id}/runs`, { assistant_id: assistant.id, stream: true });
         await post(api(`/threads/${turned.id}/messages`), headers, { role: 'user', content });
         return streamed(`/threads/${turned.id}/runs`, { assistant_id: assistant.id, stream: true });
+      },
+      'POST /responses (streamed)': () =>
+        streamed('/responses', { model: 'bench-model', stream: true, input: content }),
+      'POST /responses (streamed, previous_response_id)': async () => {
+        const previous = (await post(api('/responses'), headers, { model: 'bench-model', input: content })) as {
+          id: string;
+        };
+        return streamed('/responses', {
+          model: 'bench-model',
+          stream: true,
+          input: content,
+          previous_response_id: previous.id,
+        });
+      },
+      // A conversation that has had a response: the chat app's every turn after the first.
+      'POST /responses (streamed, conversation)': async () => {
+        const conversation = (await post(api('/conversations'), headers, {})) as { id: string };
+        const turn = { model: 'bench-model', input: content, conversation: conversation.id };
+        await post(api('/responses'), headers, turn);
+        return streamed('/responses', { ...turn, stream: true });
       },
       'POST /chat/completions (streamed)': () =>
         streamed('/chat/completions', { model: 'bench-model', stream: true, messages: [{ role: 'user', content }] }),

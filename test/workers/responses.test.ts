@@ -235,4 +235,42 @@ describe('responses on workerd', () => {
     const [answer] = defined(messages[2]).content;
     expect(answer?.type === 'text' && answer.text.value).toBe(response.output_text);
   });
+
+  it('a response on a prompt changed elsewhere since the isolate kept it is answered from the prompt as it is, once', async () => {
+    const assistant = await openai.beta.assistants.create({ model: 'fake-model', instructions: 'Old instructions.' });
+    /** A streamed response on the prompt: the events' names, and the messages the provider was sent. */
+    const echoed = async () => {
+      const stream = openai.responses.stream({
+        model: 'fake-model',
+        prompt: { id: assistant.id },
+        input: ask('Who are you?', { echo_messages: true }),
+      });
+      const events: string[] = [];
+      stream.on('event', (event) => events.push(event.type));
+      const final = await stream.finalResponse();
+      return { events, final, sent: JSON.parse(final.output_text) as { role: string; content: string }[] };
+    };
+    // The first after the assistant was made here reads the settings; the next starts on those kept
+    // (its provider called beside its write: resources/responses/commands.ts, responseInOneTrip).
+    for (let i = 0; i < 2; i++) {
+      expect((await echoed()).sent[0]).toEqual({ role: 'system', content: 'Old instructions.' });
+    }
+    const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });
+    await db
+      .update(schema.assistants)
+      .set({ instructions: 'New instructions.' })
+      .where(eq(schema.assistants.id, assistant.id));
+    // The guess's write is refused by the settings' guard: the answer is the one made from what is read.
+    const changed = await echoed();
+    expect(changed.sent[0]).toEqual({ role: 'system', content: 'New instructions.' });
+    expect(changed.events.filter((name) => name === 'response.created')).toHaveLength(1);
+    expect(changed.events.at(-1)).toBe('response.completed');
+    // Its run, and the two before: the refused guess wrote nothing.
+    const runs = await db
+      .select({ id: schema.runs.id })
+      .from(schema.runs)
+      .where(eq(schema.runs.assistantId, assistant.id));
+    expect(runs.map((run) => run.id).sort()).toContain(changed.final.id);
+    expect(runs).toHaveLength(3);
+  });
 });

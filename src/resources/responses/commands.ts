@@ -15,21 +15,31 @@ import {
   getRunById,
   insertRunOnThread,
   insertThreadAndRun,
+  insertThreadAndRunGuarded,
   listSteps,
   updateRun,
 } from '../runs/queries';
-import { blockingRun, startRun, type RunCommandDeps } from '../runs/commands';
+import {
+  blockingRun,
+  speculate,
+  startRun,
+  type RunAnswer,
+  type RunAnswerKind,
+  type RunCommandDeps,
+} from '../runs/commands';
+import { admitBeforePrompt } from '../runs/admission';
+import { newRun } from '../runs/execution/rows';
 import { buildPrompt, promptLimits } from '../runs/execution/prompt';
 import { reconcileRun } from '../runs/execution/recovery';
 import { EventStream } from '../runs/execution/event-stream';
 import { replayResponse } from './replay';
 import type { RunSettings } from '../runs/execution/settings';
-import { readHistory, type History, type HistoryStep } from '../threads/history';
-import { deleteIdleThread, getThread, type ThreadRow } from '../threads/queries';
+import { readHistory, type History, type HistoryOf, type HistoryStep } from '../threads/history';
+import { deleteIdleThread, getThread, openRunOf, type OpenRun, type ThreadRow } from '../threads/queries';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
 import type { ResponseItemObject, ResponseObject } from './objects';
-import { deleteResponseRow, getResponseRow, responseNotFound, runMessages } from './queries';
+import { deleteResponseRow, getResponseRow, responseNotFound, responseThread, runMessages } from './queries';
 import { ownContainer, runningContainer, userFiles } from '../containers/commands';
 import { upsertContainerFile } from '../containers/queries';
 import { checkSandbox } from '../runs/execution/settings';
@@ -76,47 +86,64 @@ export async function createResponse(
   body: CreateResponseBody,
   context: RequestContext,
 ): Promise<ResponseAnswer> {
-  const background = body.background === true;
   const stored = body.store !== false;
-  if (background && !stored) {
+  if (body.background === true && !stored) {
     throw new ApiError('invalid_value', 'A background response must be stored: background requires store to be true.', {
       param: 'background',
     });
   }
-  const at = deps.now();
-  const plan = await planResponse(deps, actor, snapshot, body, at);
+  const request = { actor, snapshot, body, context, at: deps.now() };
+  const { row, thread, answer } = (await responseInOneTrip(deps, request)) ?? (await responseFromReads(deps, request));
+  // Kept out of the store: what the response wrote goes once it ended (once its stream did).
+  const forget = () => forgetResponse(deps, row, thread);
+  if (answer.stream) {
+    const events = stored ? answer.events : answer.events.pipeThrough(afterEnd(forget, context));
+    return { stream: true, events, headers: answer.headers };
+  }
+  const response = await responseJson(deps, row);
+  if (!stored) await forget();
+  return { stream: false, response, headers: answer.headers };
+}
+
+/** A response to create, as its request gave it, with the settings it started on and when it is made. */
+interface CreateRequest {
+  actor: Actor;
+  snapshot: Settings;
+  body: CreateResponseBody;
+  context: RequestContext;
+  at: number;
+}
+
+/** A response handed to its host: its row, its thread and how it is answered. */
+interface StartedResponse {
+  row: ResponseRow;
+  thread: ThreadRow;
+  answer: RunAnswer;
+}
+
+/**
+ * The settings a response is made on from its reads: those the request started on once they are
+ * confirmed (the generation read, and the key again if it moved: ProvisionalSettings), 401 if its
+ * key is no longer live.
+ */
+async function confirmedSettings(snapshot: Settings): Promise<Settings> {
+  const settings = await snapshot.confirmed();
+  if (!settings) throw new ApiError('invalid_api_key');
+  return settings;
+}
+
+/** A response made as a run, from what it reads: its plan (its history, its context), its rows written, then its host. */
+async function responseFromReads(deps: ResponseCommandDeps, request: CreateRequest): Promise<StartedResponse> {
+  const { actor, snapshot, body, context, at } = request;
+  // Its stored context is read beside the settings' generation (one round trip to a database
+  // server), and looked at once the settings are confirmed.
+  const reads = contextReads(deps, actor.workspaceId, body, at);
+  const settings = await confirmedSettings(snapshot);
+  const plan = await planResponse(deps, actor, settings, body, reads, at);
   const { thread, history, input } = plan;
-  const include = body.include ?? [];
-  const options: ResponseOptions = {
-    instructions: body.instructions ?? null,
-    tools: plan.echoTools,
-    tool_choice: body.tool_choice ?? 'auto',
-    text: body.text ?? null,
-    reasoning: body.reasoning ?? null,
-    truncation: body.truncation ?? null,
-    user: body.user ?? null,
-    safety_identifier: body.safety_identifier ?? null,
-    prompt: body.prompt ?? null,
-    prompt_cache_key: body.prompt_cache_key ?? null,
-    service_tier: body.service_tier ?? null,
-    top_logprobs: body.top_logprobs ?? null,
-    max_tool_calls: body.max_tool_calls ?? null,
-    include,
-  };
-  const row: ResponseRow = {
-    id: newId('resp'),
-    workspaceId: actor.workspaceId,
-    threadId: thread.id,
-    conversationId: plan.conversation ? thread.id : null,
-    previousResponseId: body.previous_response_id ?? null,
-    stored,
-    background,
-    input: inputItems(plan.items, input),
-    options,
-    createdAt: at,
-    containerId: plan.code ? await responseContainer(deps, actor.workspaceId, plan.code, plan) : null,
-  };
-  const answer = await startRun(deps, actor, snapshot, context, {
+  const containerId = plan.code ? await responseContainer(deps, actor.workspaceId, plan.code, plan) : null;
+  const row = responseRow(actor, body, plan, at, containerId);
+  const answer = await startRun(deps, actor, settings, context, {
     response: row,
     at,
     thread,
@@ -131,19 +158,127 @@ export async function createResponse(
       throw activeRunError(thread.id, await blockingRun(deps, thread.id));
     },
     leading: [],
-    // A response neither streamed nor in the background is answered once it ended.
-    answer: body.stream === true ? 'stream' : background ? 'queued' : 'ended',
-    includeResultContent: include.includes('file_search_call.results'),
+    answer: answerKind(body),
+    includeResultContent: (body.include ?? []).includes('file_search_call.results'),
   });
-  // Kept out of the store: what the response wrote goes once it ended (once its stream did).
-  const forget = () => forgetResponse(deps, row, thread);
-  if (answer.stream) {
-    const events = stored ? answer.events : answer.events.pipeThrough(afterEnd(forget, context));
-    return { stream: true, events, headers: answer.headers };
+  return { row, thread, answer };
+}
+
+/**
+ * A response whose whole prompt the request gives, made in one round trip to a database server
+ * with its provider called beside it, as a new thread's run is (runs/commands.ts, speculate):
+ * nothing read first. Its input must need no read: no `previous_response_id` or `conversation`
+ * (their history is stored; a previous response must also have ended, which only a read tells),
+ * messages of text only (images and files are read or checked against stored rules), and no tool
+ * with stored parts (file_search's vector stores, code_interpreter's container); a `prompt` must be
+ * an assistant held at the settings' generation last seen, as must the virtual key and the
+ * policies. Its write carries the settings' guard; nothing of the provider's answer leaves before
+ * it commits. Null, nothing written and any admission given back, when any of it does not hold or
+ * the guard failed: the response is then made from its reads, so its answer (401, 429, 400) is as
+ * it would have been. On the embedded file (no guard: reads cost no round trip) it is always null.
+ */
+async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateRequest): Promise<StartedResponse | null> {
+  const { actor, snapshot, body, context, at } = request;
+  const guard = snapshot.guard();
+  if (!guard || body.previous_response_id || conversationOf(body) !== undefined) return null;
+  const items = inputOf(body);
+  if (!items.every(textMessage)) return null;
+  const assistant = body.prompt ? snapshot.keptAssistant(actor.workspaceId, body.prompt.id) : null;
+  if (assistant === undefined) return null;
+  let plan: ResponsePlan;
+  try {
+    const { tools, toolResources, echo, code } = responseTools(body.tools, assistant);
+    if (toolResources || code) return null;
+    const settings = responseSettings(body, assistant, tools, toolResources);
+    const thread = newThread(actor.workspaceId, undefined, at);
+    // Text messages only: nothing is read to make them.
+    const input = await threadItemWrites(deps, thread, items, 'input', at);
+    const history = { messages: [], steps: [] };
+    plan = { thread, conversation: false, assistant, settings, echoTools: echo, items, input, history, code };
+  } catch {
+    // Its error comes from the path of reads, in its order.
+    return null;
   }
-  const response = await responseJson(deps, row);
-  if (!stored) await forget();
-  return { stream: false, response, headers: answer.headers };
+  const { thread, settings, input } = plan;
+  const virtualKey = snapshot.keptVirtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: settings.model });
+  if (!virtualKey) return null;
+  const row = responseRow(actor, body, plan, at, null);
+  const run = newRun(
+    settings,
+    { thread, assistantId: assistant?.id ?? '', virtualKey, apiKeyId: actor.apiKeyId, response: row },
+    deps.config,
+    at,
+  );
+  const admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);
+  if (!admission) return null;
+  const messages = input.messages;
+  const write = insertThreadAndRunGuarded(deps.db, guard, thread, messages, run, [insertStatement(responses, row)]);
+  const answer = await speculate(
+    deps,
+    actor,
+    snapshot,
+    context,
+    { guard, run, messages, virtualKey, admission },
+    [],
+    write,
+    {
+      answer: answerKind(body),
+      leading: [],
+      response: row,
+      includeResultContent: (body.include ?? []).includes('file_search_call.results'),
+    },
+  );
+  return answer && { row, thread, answer };
+}
+
+/** How a response is answered: its events, or once it ended; in the background, queued. */
+const answerKind = (body: CreateResponseBody): RunAnswerKind =>
+  body.stream === true ? 'stream' : body.background === true ? 'queued' : 'ended';
+
+/** A message item given as text, which its thread takes without reading anything. */
+function textMessage(item: InputItem): boolean {
+  if (item.type !== 'message' || item.id) return false;
+  return typeof item.content === 'string' || item.content.every((part) => TEXT_PARTS.has(part.type));
+}
+const TEXT_PARTS: ReadonlySet<string> = new Set(['input_text', 'output_text', 'refusal']);
+
+/** The response's row: its input as items, its options as the request gave them. */
+function responseRow(
+  actor: Actor,
+  body: CreateResponseBody,
+  plan: Pick<ResponsePlan, 'thread' | 'conversation' | 'echoTools' | 'items' | 'input'>,
+  at: number,
+  containerId: string | null,
+): ResponseRow {
+  const options: ResponseOptions = {
+    instructions: body.instructions ?? null,
+    tools: plan.echoTools,
+    tool_choice: body.tool_choice ?? 'auto',
+    text: body.text ?? null,
+    reasoning: body.reasoning ?? null,
+    truncation: body.truncation ?? null,
+    user: body.user ?? null,
+    safety_identifier: body.safety_identifier ?? null,
+    prompt: body.prompt ?? null,
+    prompt_cache_key: body.prompt_cache_key ?? null,
+    service_tier: body.service_tier ?? null,
+    top_logprobs: body.top_logprobs ?? null,
+    max_tool_calls: body.max_tool_calls ?? null,
+    include: body.include ?? [],
+  };
+  return {
+    id: newId('resp'),
+    workspaceId: actor.workspaceId,
+    threadId: plan.thread.id,
+    conversationId: plan.conversation ? plan.thread.id : null,
+    previousResponseId: body.previous_response_id ?? null,
+    stored: body.store !== false,
+    background: body.background === true,
+    input: inputItems(plan.items, plan.input),
+    options,
+    createdAt: at,
+    containerId,
+  };
 }
 
 /**
@@ -189,15 +324,36 @@ interface CodeContainer {
   param: string;
 }
 
-async function planResponse(
-  deps: ResponseCommandDeps,
-  actor: Actor,
-  snapshot: Settings,
-  body: InputTokensBody,
-  at: number,
-): Promise<ResponsePlan> {
+/**
+ * The reads of the stored context a response goes on from, started together as the request
+ * arrives, so that they travel in one round trip to a database server (coalescing-client.ts), with
+ * the settings' generation when it is read then: its conversation's thread, open run and history,
+ * or its previous response's row, run and the chain's history. Each is looked at in planResponse's
+ * order, so its errors come as they did read one after the other; a read left unlooked at fails
+ * silently.
+ */
+interface ContextReads {
+  /** The thread of its own a response not in a conversation is made on. */
+  fresh: ThreadRow;
+  conversation: { thread: Promise<ThreadRow>; open: Promise<OpenRun | null>; history: HistoryRead } | null;
+  previous: {
+    id: string;
+    row: Promise<ResponseRow>;
+    run: Promise<RunRow | null>;
+    thread: Promise<ThreadRow | null>;
+    history: HistoryRead;
+  } | null;
+}
+
+/** A history read as the request arrived, and how to read it again. */
+interface HistoryRead {
+  of: HistoryOf;
+  read: Promise<History>;
+}
+
+function contextReads(deps: ResponseCommandDeps, workspaceId: string, body: InputTokensBody, at: number): ContextReads {
   const { db, config } = deps;
-  const conversationId = typeof body.conversation === 'string' ? body.conversation : body.conversation?.id;
+  const conversationId = conversationOf(body);
   const previousId = body.previous_response_id ?? null;
   if (conversationId !== undefined && previousId !== null) {
     throw new ApiError(
@@ -206,6 +362,49 @@ async function planResponse(
       { param: 'previous_response_id' },
     );
   }
+  const fresh = newThread(workspaceId, undefined, at);
+  const quiet = <T>(read: Promise<T>): Promise<T> => {
+    read.catch(() => undefined);
+    return read;
+  };
+  const history = (of: HistoryOf): HistoryRead => ({
+    of,
+    read: quiet(readHistory(db, of, config.GATEWAY_MAX_HISTORY_BYTES)),
+  });
+  const of = { workspaceId, runId: null };
+  return {
+    fresh,
+    conversation:
+      conversationId === undefined
+        ? null
+        : {
+            // A conversation is a thread: its id is the thread's.
+            thread: quiet(getConversation(db, workspaceId, conversationId)),
+            open: quiet(openRunOf(db, conversationId)),
+            history: history({ ...of, threadId: conversationId }),
+          },
+    previous:
+      previousId === null
+        ? null
+        : {
+            id: previousId,
+            row: quiet(getResponseRow(db, workspaceId, previousId, 'previous_response_id')),
+            run: quiet(getRunById(db, previousId)),
+            thread: quiet(responseThread(db, workspaceId, previousId)),
+            history: history({ ...of, threadId: fresh.id, chain: { previousResponseId: previousId } }),
+          },
+  };
+}
+
+async function planResponse(
+  deps: ResponseCommandDeps,
+  actor: Actor,
+  snapshot: Settings,
+  body: InputTokensBody,
+  reads: ContextReads,
+  at: number,
+): Promise<ResponsePlan> {
+  const { db } = deps;
   const assistant = body.prompt ? await promptAssistant(snapshot, actor.workspaceId, body.prompt.id) : null;
   const { tools, toolResources, echo, code } = responseTools(body.tools, assistant);
   const settings = responseSettings(body, assistant, tools, toolResources);
@@ -219,48 +418,40 @@ async function planResponse(
       : error;
   });
   await checkToolResources(db, actor.workspaceId, settings.toolResources, 'tools');
-  const items: InputItem[] =
-    typeof body.input === 'string' ? [{ type: 'message', role: 'user', content: body.input }] : (body.input ?? []);
+  const items = inputOf(body);
 
   let thread: ThreadRow;
   let earlier: ThreadRow;
   let history: History;
-  if (conversationId !== undefined) {
-    thread = await getConversation(db, actor.workspaceId, conversationId).catch((error: unknown) => {
+  const { conversation, previous } = reads;
+  if (conversation) {
+    thread = await conversation.thread.catch((error: unknown) => {
       throw error instanceof ApiError && error.code === 'conversation_not_found'
         ? new ApiError('conversation_not_found', error.message, { param: 'conversation' })
         : error;
     });
     earlier = thread;
-    const blocking = await blockingRun(deps, thread.id);
+    const open = await conversation.open;
+    const blocking = await blockingRun(deps, thread.id, open);
     if (blocking) throw activeRunError(thread.id, blocking);
-    history = await readHistory(
-      db,
-      { workspaceId: actor.workspaceId, threadId: thread.id, runId: null },
-      config.GATEWAY_MAX_HISTORY_BYTES,
-    );
+    // An open run settled now as left behind (recovery) may have changed what the history was.
+    history = await (open === null ? conversation.history.read : historyAgain(deps, conversation.history));
   } else {
-    thread = newThread(actor.workspaceId, undefined, at);
-    earlier = previousId === null ? thread : await previousThread(deps, actor.workspaceId, previousId);
-    // A new thread without a chain has no history to read.
-    history =
-      previousId === null
-        ? { messages: [], steps: [] }
-        : await readHistory(
-            db,
-            {
-              workspaceId: actor.workspaceId,
-              threadId: thread.id,
-              runId: null,
-              chain: { previousResponseId: previousId },
-            },
-            config.GATEWAY_MAX_HISTORY_BYTES,
-          );
+    thread = reads.fresh;
+    if (previous) {
+      const found = await previousThread(deps, actor.workspaceId, previous);
+      earlier = found.thread;
+      history = await (found.settledNow ? historyAgain(deps, previous.history) : previous.history.read);
+    } else {
+      earlier = thread;
+      // A new thread without a chain has no history to read.
+      history = { messages: [], steps: [] };
+    }
   }
   const input = await threadItemWrites(deps, thread, items, 'input', at, earlier);
   return {
     thread,
-    conversation: conversationId !== undefined,
+    conversation: conversation !== null,
     assistant,
     settings,
     echoTools: echo,
@@ -270,6 +461,14 @@ async function planResponse(
     code,
   };
 }
+
+/** The conversation a response is made in, as the request names it. */
+const conversationOf = (body: InputTokensBody): string | undefined =>
+  typeof body.conversation === 'string' ? body.conversation : body.conversation?.id;
+
+/** The request's input as items: a string is one user message. */
+const inputOf = (body: InputTokensBody): InputItem[] =>
+  typeof body.input === 'string' ? [{ type: 'message', role: 'user', content: body.input }] : (body.input ?? []);
 
 /**
  * The container a response's code runs in: the one its tool names (running: an expired one is
@@ -315,10 +514,17 @@ function latestContainerId(steps: readonly HistoryStep[]): string | null {
 
 /**
  * The thread of the previous response a new one goes on from: the workspace's, kept (not made with
- * `store: false`), and ended (a response still executing has no output to go on from).
+ * `store: false`), and ended (a response still executing has no output to go on from). Its row and
+ * run come from `previous`'s reads; `settledNow` when recovery settled the run now, as left behind,
+ * which may have changed the chain's history read beside them.
  */
-async function previousThread(deps: ResponseCommandDeps, workspaceId: string, id: string): Promise<ThreadRow> {
-  const row = await getResponseRow(deps.db, workspaceId, id, 'previous_response_id');
+async function previousThread(
+  deps: ResponseCommandDeps,
+  workspaceId: string,
+  previous: NonNullable<ContextReads['previous']>,
+): Promise<{ thread: ThreadRow; settledNow: boolean }> {
+  const { id } = previous;
+  const row = await previous.row;
   const param = { param: 'previous_response_id' };
   if (!row.stored) {
     throw new ApiError(
@@ -328,14 +534,20 @@ async function previousThread(deps: ResponseCommandDeps, workspaceId: string, id
       param,
     );
   }
-  const run = await getRunById(deps.db, id);
+  const run = await previous.run;
   if (!run) throw responseNotFound(id, 'previous_response_id');
   const now = await reconcileRun(deps, run);
   if (!isTerminal(now.status)) {
     throw new ApiError('invalid_value', `Response '${id}' is still ${now.status}: wait for it to end.`, param);
   }
-  return getThread(deps.db, workspaceId, row.threadId);
+  // Not found beside the row (the thread deleted since): getThread says so, as it would have.
+  const thread = (await previous.thread) ?? (await getThread(deps.db, workspaceId, row.threadId));
+  return { thread, settledNow: now !== run };
 }
+
+/** A history read again, after what it was read from changed. */
+const historyAgain = (deps: ResponseCommandDeps, history: HistoryRead) =>
+  readHistory(deps.db, history.of, deps.config.GATEWAY_MAX_HISTORY_BYTES);
 
 /**
  * The history's steps with the outputs this input gives filled in (the calls' steps are written
@@ -608,15 +820,22 @@ export async function streamResponse(
   return stream.readable;
 }
 
+/**
+ * The response as it stands. Its run (whose id is the response's), steps and messages are read
+ * together (one round trip to a database server: coalescing-client.ts); a run settled now because
+ * its executor was lost (reconcileRun) has its output read again, as settling left it.
+ */
 async function responseJson(deps: ResponseCommandDeps, row: ResponseRow): Promise<ResponseObject> {
+  const output = outputOf(deps, row);
+  output.catch(() => undefined);
   const run = await getRunById(deps.db, row.id);
   if (!run) throw responseNotFound(row.id);
   const now = await reconcileRun(deps, run);
-  return toResponseJson(now, row, await outputOf(deps, now, row));
+  return toResponseJson(now, row, await (now === run ? output : outputOf(deps, row)));
 }
 
-async function outputOf(deps: ResponseCommandDeps, run: RunRow, row: ResponseRow): Promise<ResponseItemObject[]> {
-  const [steps, messages] = await Promise.all([listSteps(deps.db, run.id), runMessages(deps.db, run.id)]);
+async function outputOf(deps: ResponseCommandDeps, row: ResponseRow): Promise<ResponseItemObject[]> {
+  const [steps, messages] = await Promise.all([listSteps(deps.db, row.id), runMessages(deps.db, row.id)]);
   const include = ITEM_INCLUDES.filter((value) => row.options.include?.includes(value));
   return runOutputItems(steps, new Map(messages.map((message) => [message.id, message])), include);
 }
@@ -692,7 +911,7 @@ export async function countInputTokens(
   body: InputTokensBody,
 ): Promise<number> {
   const at = deps.now();
-  const plan = await planResponse(deps, actor, snapshot, body, at);
+  const plan = await planResponse(deps, actor, snapshot, body, contextReads(deps, actor.workspaceId, body, at), at);
   const messages = plan.input.messages;
   const run = { createdAt: at, instructions: plan.settings.instructions, tools: plan.settings.tools };
   const history = { messages: [...plan.history.messages, ...messages], steps: plan.history.steps };

@@ -1,8 +1,8 @@
 import { and, asc, eq, sql } from 'drizzle-orm';
 import { preparedQuery, type Db } from '../../db/client';
-import { messages, responses, type ResponseRow } from '../../db/schema';
+import { messages, responses, threads, type ResponseRow } from '../../db/schema';
 import { ApiError } from '../../errors';
-import type { MessageRow } from '../threads/queries';
+import type { MessageRow, ThreadRow } from '../threads/queries';
 
 /** A response's own row (schema.ts `responses`) and the messages its run wrote. */
 
@@ -22,6 +22,25 @@ export async function getResponseRow(db: Db, workspaceId: string, id: string, pa
   const [row] = await responseById(db).all({ id, workspaceId });
   if (!row) throw responseNotFound(id, param);
   return row;
+}
+
+const threadOfResponse = preparedQuery((db) =>
+  db
+    .select({ thread: threads })
+    .from(responses)
+    .innerJoin(threads, and(eq(threads.id, responses.threadId), eq(threads.workspaceId, responses.workspaceId)))
+    .where(and(eq(responses.id, sql.placeholder('id')), eq(responses.workspaceId, sql.placeholder('workspaceId'))))
+    .limit(1)
+    .prepare(),
+);
+
+/**
+ * The thread of the workspace's response `id` (its own, or its conversation's), read by the
+ * response's id: beside the response's row rather than after it. Null when either is not found.
+ */
+export async function responseThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow | null> {
+  const [row] = await threadOfResponse(db).all({ id, workspaceId });
+  return row?.thread ?? null;
 }
 
 export async function deleteResponseRow(db: Db, workspaceId: string, id: string): Promise<boolean> {

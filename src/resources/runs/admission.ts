@@ -46,16 +46,23 @@ export async function admit(
 /**
  * A new run's admission before its prompt is known (commands.ts, a run in one round trip): null,
  * counting nothing, where it needs the prompt (a tokens policy matches) or the policies are not
- * held at the snapshot's generation (reading them would cost the round trip it saves).
+ * held at the snapshot's generation (reading them would cost the round trip it saves); and null
+ * for a refusal under settings that moved, decided again on the settings as they are (the 429 is
+ * thrown when they have not).
  */
-export function admitBeforePrompt(
+export async function admitBeforePrompt(
   deps: AdmissionDeps,
   actor: Actor,
   snapshot: Settings,
   key: VirtualKey,
   run: RunRow,
 ): Promise<Admission | null> {
-  return admitWithoutTokens(deps, runAttributes(actor, key, run), snapshot.generation);
+  try {
+    return await admitWithoutTokens(deps, runAttributes(actor, key, run), snapshot.generation);
+  } catch (error) {
+    if (await snapshot.holds()) throw error;
+    return null;
+  }
 }
 
 /** What the policies match a run's turn on. The model is the run's, which through an Azure key is the deployment's (servedModel). */

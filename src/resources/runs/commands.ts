@@ -310,7 +310,7 @@ async function threadAndRunInOneTrip(
 }
 
 /** A run's row made from what this process or isolate holds, admitted, and the guard its write must carry. */
-interface HeldRun {
+export interface HeldRun {
   guard: RawStatement;
   run: RunRow;
   messages: MessageRow[];
@@ -373,14 +373,7 @@ async function heldRun(
     deps.config,
     at,
   );
-  let admission: Admission | null;
-  try {
-    admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);
-  } catch (error) {
-    // Refused under settings that moved: decided again on the settings as they are.
-    if (await snapshot.holds()) throw error;
-    return null;
-  }
+  const admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);
   return admission && { guard, run, messages, virtualKey, admission };
 }
 
@@ -390,9 +383,10 @@ async function heldRun(
  * beside it. Its events, `thread.run.created` first, leave only once the write has committed; when
  * the write's guards fail it (false: nothing written), the execution stops its provider call and
  * nothing of it is told, the admission is given back, and the answer is null, for the caller to
- * make the run from what it reads.
+ * make the run from what it reads. A response created in one round trip takes it too
+ * (resources/responses/commands.ts).
  */
-async function speculate(
+export async function speculate(
   deps: RunCommandDeps,
   actor: Actor,
   snapshot: Settings,
@@ -451,7 +445,8 @@ function answerHandedBack(
   answer: RunAnswerKind,
 ): Pick<StreamOptions, 'answered'> {
   const histories = knownHistories(deps.db);
-  if (answer !== 'stream' || !histories) return {};
+  // A response's events are not a run's, and its thread takes no run.
+  if (answer !== 'stream' || !histories || run.kind !== 'run') return {};
   const answering = histories.answering({ id: run.threadId, workspaceId: run.workspaceId }, history);
   return { answered: (messages) => histories.ran(answering, messages) };
 }

@@ -229,7 +229,7 @@ export async function insertThreadAndRun(
 /**
  * A new thread, its messages and a run on it, as insertThreadAndRun, in a transaction that `guard`
  * (the settings', ProvisionalSettings.guard) fails when the generation moved: false then, and
- * nothing written.
+ * nothing written. `extra`: more rows written with them (a response's).
  */
 export async function insertThreadAndRunGuarded(
   db: Db,
@@ -237,9 +237,10 @@ export async function insertThreadAndRunGuarded(
   thread: ThreadRow,
   threadMessages: MessageRow[],
   run: RunRow,
+  extra: RawStatement[] = [],
 ): Promise<boolean> {
   try {
-    await batchRaw(db, [guard, ...threadRows(thread, threadMessages), insertStatement(runs, run)]);
+    await batchRaw(db, [guard, ...threadRows(thread, threadMessages), insertStatement(runs, run), ...extra]);
     return true;
   } catch (error) {
     if (isUniqueViolation(error, GENERATION_MOVED)) return false;

@@ -1,0 +1,299 @@
+import { createHash } from 'node:crypto';
+import type { Client } from '@libsql/client';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { DatabaseProxy, whileDatabaseHeld } from '../../support/database-proxy';
+import { defined } from '../../support/defined';
+import { errorOf, json } from '../../support/envelope';
+import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
+import type { Tenant, TestGateway } from '../../support/gateway';
+import { gatewaysOnSqld } from '../../support/gateways-on-sqld';
+import { createPolicy } from '../../support/ratelimit';
+import { parseEventStream } from '../../support/sse';
+import { waitFor } from '../../support/wait';
+
+/**
+ * A response created on a database server (LIBSQL_URL) whose input needs no read: its rows written
+ * in one round trip with its provider called beside it (resources/responses/commands.ts,
+ * responseInOneTrip). The database is held at a proxy in front of a real sqld to show the order;
+ * the changes that must make it take the path of reads are made as another gateway or the CLI
+ * would, straight in the database (or through another gateway on it), after a response that left
+ * the settings in memory.
+ */
+
+let proxy: DatabaseProxy;
+let gateway: TestGateway;
+/** Another gateway on the same database, whose changes this one learns only from the database. */
+let other: TestGateway;
+let elsewhere: Client;
+let close: () => Promise<void>;
+const upstream = createFakeUpstream();
+
+beforeAll(async () => {
+  ({ proxy, gateway, other, elsewhere, close } = await gatewaysOnSqld(upstream));
+});
+afterAll(() => close());
+afterEach(async () => {
+  expect(await gateway.tasks.drain(30_000)).toBe(true);
+});
+
+/**
+ * A tenant whose default virtual key calls the fake, and an assistant to serve as a prompt. The
+ * responses after the first find the settings held, as every one after them.
+ */
+async function setup(instructions = 'Be brief.') {
+  const tenant = await gateway.tenant();
+  await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
+  const assistant = await json(
+    await gateway.request('/v1/assistants', { key: tenant.workspaceKey, body: { model: 'fake-model', instructions } }),
+  );
+  for (let i = 0; i < 2; i++) {
+    const warm = await create(tenant, { input: 'warm', prompt: { id: assistant.id } });
+    expect(warm.status).toBe(200);
+  }
+  await gateway.tasks.drain(10_000);
+  return { tenant, promptId: assistant.id as string };
+}
+
+function create(tenant: Tenant, body: Record<string, unknown>) {
+  return gateway.request('/v1/responses', { key: tenant.workspaceKey, body: { model: 'fake-model', ...body } });
+}
+
+async function streamed(tenant: Tenant, body: Record<string, unknown>) {
+  const response = await create(tenant, { ...body, stream: true });
+  return { status: response.status, events: parseEventStream(await response.text()) };
+}
+
+/** The text of a streamed response's deltas. */
+const deltaText = (events: { event: string; data: unknown }[]) =>
+  events
+    .filter((event) => event.event === 'response.output_text.delta')
+    .map((event) => (event.data as { delta: string }).delta)
+    .join('');
+
+/** The text of a response's output messages. */
+const outputText = (response: { output: { type: string; content?: { text?: string }[] }[] }) =>
+  response.output
+    .filter((item) => item.type === 'message')
+    .flatMap((item) => item.content ?? [])
+    .map((part) => part.text ?? '')
+    .join('');
+
+/** The rows of `table` in the tenant's workspace. */
+const countOf = async (table: 'responses' | 'runs' | 'threads' | 'usage', tenant: Tenant) =>
+  Number(
+    defined(
+      (
+        await elsewhere.execute({
+          sql:
+            table === 'usage'
+              ? 'SELECT coalesce(sum(requests), 0) AS n FROM usage WHERE workspace_id = ?'
+              : `SELECT count(*) AS n FROM ${table} WHERE workspace_id = ?`,
+          args: [tenant.workspace.id],
+        })
+      ).rows[0],
+    ).n,
+  );
+
+/** The system message of the provider's `index`th request. */
+const systemOf = (index: number) =>
+  (defined(upstream.requests[index]).body?.messages as { role: string; content: string }[]).find(
+    (message) => message.role === 'system',
+  )?.content;
+
+/** Waits for the provider's `index`th call to have ended, and answers how. */
+const outcomeOf = (index: number) =>
+  waitFor(
+    () => defined(upstream.requests[index]).outcome,
+    (outcome) => outcome !== 'open',
+  );
+
+/** The round trips to the database `task` makes, its response's last writes included. */
+async function roundTrips(task: () => Promise<unknown>): Promise<number> {
+  await gateway.tasks.drain(10_000);
+  await proxy.quiet();
+  const before = proxy.count;
+  await task();
+  await gateway.tasks.drain(10_000);
+  await proxy.quiet();
+  return proxy.count - before;
+}
+
+describe('a response whose input needs no read: the provider called beside its write', () => {
+  it('calls the provider once while the write is at the database, and tells nothing before it commits', async () => {
+    const { tenant } = await setup();
+    const calls = upstream.requests.length;
+    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+      streamed(tenant, { input: [{ role: 'user', content: [{ type: 'input_text', text: 'known words' }] }] }),
+    );
+    // The provider was called while the response's write waited at the database (whileDatabaseHeld waits for both).
+    expect(seen.called).toBe(1);
+    expect(upstream.requests.length - calls).toBe(1);
+    expect(answer.status).toBe(200);
+    const names = answer.events.map((event) => event.event);
+    expect(names.slice(0, 2)).toEqual(['response.created', 'response.in_progress']);
+    expect(names.at(-1)).toBe('response.completed');
+    expect(deltaText(answer.events)).toBe('You said: known words');
+    const created = defined(answer.events[0]).data as { response: { id: string } };
+    const stored = await json(
+      await gateway.request(`/v1/responses/${created.response.id}`, { key: tenant.workspaceKey }),
+    );
+    expect(stored.status).toBe('completed');
+    expect(outputText(stored)).toBe('You said: known words');
+  });
+
+  it('makes a response in two round trips (its rows with the settings guard, then its end), and one more to answer it whole', async () => {
+    const { tenant, promptId } = await setup();
+    const cases = [
+      { body: { stream: true }, trips: 2 },
+      { body: { stream: true, prompt: { id: promptId } }, trips: 2 },
+      // Its run, steps and messages read back together once it ended.
+      { body: { stream: false }, trips: 3 },
+    ];
+    for (const { body, trips: expected } of cases) {
+      proxy.statements.length = 0;
+      proxy.keepStatements = true;
+      const trips = await roundTrips(async () => {
+        const response = await create(tenant, { input: 'hi', ...body });
+        expect(response.status).toBe(200);
+        await response.text();
+      });
+      proxy.keepStatements = false;
+      expect(trips, JSON.stringify(proxy.statements)).toBe(expected);
+    }
+  });
+
+  it('reads what a response goes on from in one round trip, beside the settings: a previous response, a conversation', async () => {
+    const { tenant } = await setup();
+    const first = await json(await create(tenant, { input: 'first' }));
+    const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    expect((await create(tenant, { input: 'first', conversation: conversation.id })).status).toBe(200);
+    for (const body of [{ previous_response_id: first.id }, { conversation: conversation.id }]) {
+      proxy.statements.length = 0;
+      proxy.keepStatements = true;
+      let text = '';
+      const trips = await roundTrips(async () => {
+        const answer = await streamed(tenant, { input: 'and then?', ...body });
+        text = deltaText(answer.events);
+      });
+      proxy.keepStatements = false;
+      expect(text).toBe('You said: and then?');
+      // Its context with the settings' generation, its rows, its end.
+      expect(trips, JSON.stringify(proxy.statements)).toBe(3);
+      // The prompt had the turn before: its input and its answer.
+      const sent = defined(upstream.requests.at(-1)).body?.messages as { role: string; content: string }[];
+      expect(sent.map((message) => message.content)).toEqual(['first', 'You said: first', 'and then?']);
+    }
+  });
+
+  it('answers a response not streamed once it ended, its provider called while the write waited', async () => {
+    const { tenant } = await setup();
+    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+      create(tenant, { input: `whole\n${fakeDirective({ reply: 'All of it.' })}` }),
+    );
+    expect(seen.called).toBe(1);
+    expect(answer.status).toBe(200);
+    const whole = await json(answer);
+    expect(whole.status).toBe('completed');
+    expect(outputText(whole)).toBe('All of it.');
+  });
+
+  it("makes the response from what is read when its prompt's assistant changed elsewhere, telling nothing of the first answer", async () => {
+    const { tenant, promptId } = await setup('Old instructions.');
+    await elsewhere.execute({
+      sql: 'UPDATE assistants SET instructions = ? WHERE id = ?',
+      args: ['New instructions.', promptId],
+    });
+    const responses = await countOf('responses', tenant);
+    const calls = upstream.requests.length;
+    const { answer } = await whileDatabaseHeld(proxy, upstream, () =>
+      streamed(tenant, { input: 'which?', prompt: { id: promptId } }),
+    );
+    // The first call, on the assistant as last seen, was aborted; the second, on the one read, answered.
+    expect(upstream.requests.length - calls).toBe(2);
+    expect(systemOf(calls)).toBe('Old instructions.');
+    expect(systemOf(calls + 1)).toBe('New instructions.');
+    expect(await outcomeOf(calls)).toBe('cancelled');
+    const names = answer.events.map((event) => event.event);
+    expect(names.filter((name) => name === 'response.created')).toHaveLength(1);
+    expect(names.at(-1)).toBe('response.completed');
+    expect(deltaText(answer.events)).toBe('You said: which?');
+    await gateway.tasks.drain(10_000);
+    expect(await countOf('responses', tenant)).toBe(responses + 1);
+    expect(await countOf('runs', tenant)).toBe(responses + 1);
+  });
+
+  it('answers 401 for a key revoked elsewhere: the call made on it is aborted, and nothing of it written or counted', async () => {
+    const { tenant } = await setup();
+    const hash = createHash('sha256').update(tenant.workspaceKey).digest('hex');
+    await elsewhere.execute({ sql: 'UPDATE api_keys SET revoked_at = ? WHERE hash = ?', args: [Date.now(), hash] });
+    const [responses, threads, usage] = [
+      await countOf('responses', tenant),
+      await countOf('threads', tenant),
+      await countOf('usage', tenant),
+    ];
+    const calls = upstream.requests.length;
+    const { answer } = await whileDatabaseHeld(proxy, upstream, () => create(tenant, { input: 'hi', stream: true }));
+    expect(answer.status).toBe(401);
+    expect(await errorOf(answer)).toMatchObject({ code: 'invalid_api_key' });
+    expect(upstream.requests.length - calls).toBe(1);
+    expect(await outcomeOf(calls)).toBe('cancelled');
+    await gateway.tasks.drain(10_000);
+    expect(await countOf('responses', tenant)).toBe(responses);
+    expect(await countOf('threads', tenant)).toBe(threads);
+    expect(await countOf('usage', tenant)).toBe(usage);
+  });
+
+  it('applies a policy made by another gateway to the response that guessed without it, and refuses the next before its provider', async () => {
+    const { tenant } = await setup();
+    await createPolicy(other, tenant, { value: 1, unit: 'rpm' });
+    const calls = upstream.requests.length;
+    const { answer } = await whileDatabaseHeld(proxy, upstream, () => create(tenant, { input: 'hi', stream: true }));
+    // Served again on the settings read: admitted under the policy, whose headers it carries.
+    expect(answer.status).toBe(200);
+    expect(answer.headers.get('x-ratelimit-limit-requests')).toBe('1');
+    expect(deltaText(parseEventStream(await answer.text()))).toBe('You said: hi');
+    expect(upstream.requests.length - calls).toBe(2);
+    expect(await outcomeOf(calls)).toBe('cancelled');
+    const refused = await create(tenant, { input: 'again', stream: true });
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get('retry-after')).not.toBeNull();
+    expect(upstream.requests.length - calls).toBe(2);
+  });
+
+  it('gives its admission back whole when its guard failed: the response made from its reads is admitted in its place', async () => {
+    const { tenant, promptId } = await setup('Old instructions.');
+    await createPolicy(gateway, tenant, { value: 2, unit: 'rpm' });
+    // The first after the policy was made here reads the settings; the policy counts it.
+    expect((await create(tenant, { input: 'one', prompt: { id: promptId } })).status).toBe(200);
+    await elsewhere.execute({
+      sql: 'UPDATE assistants SET instructions = ? WHERE id = ?',
+      args: ['New instructions.', promptId],
+    });
+    const calls = upstream.requests.length;
+    // (Not held at the proxy: on Node the policy's counter is a statement, before the provider's call.)
+    const answer = await streamed(tenant, { input: 'two', prompt: { id: promptId } });
+    // Admitted as it guessed, given back when its guard failed, admitted again: the second of two.
+    expect(answer.status).toBe(200);
+    expect(upstream.requests.length - calls).toBe(2);
+    expect(systemOf(calls + 1)).toBe('New instructions.');
+    const third = await create(tenant, { input: 'three', stream: true });
+    expect(third.status).toBe(429);
+    expect(upstream.requests.length - calls).toBe(2);
+  });
+
+  it('answers the database error when the write fails otherwise, with nothing of the provider call made beside it', async () => {
+    const { tenant } = await setup();
+    const calls = upstream.requests.length;
+    const target = proxy.target;
+    // The write is held while the provider is called, then sent to where no database answers.
+    proxy.target = new URL('http://127.0.0.1:1');
+    const { answer } = await whileDatabaseHeld(proxy, upstream, async () => {
+      const response = await create(tenant, { input: 'hi', stream: true });
+      return { status: response.status, body: await response.text() };
+    }).finally(() => (proxy.target = target));
+    expect(answer.status).toBe(500);
+    expect(JSON.parse(answer.body)).toMatchObject({ error: { type: 'server_error' } });
+    expect(upstream.requests.length - calls).toBe(1);
+    expect(await outcomeOf(calls)).toBe('cancelled');
+  });
+});

@@ -1,0 +1,41 @@
+import { randomBytes } from 'node:crypto';
+import { createClient, type Client } from '@libsql/client';
+import { startSqld } from '../../scripts/sqld';
+import { DatabaseProxy } from './database-proxy';
+import type { FakeUpstream } from './fake-upstream';
+import { createTestGateway, type TestGateway } from './gateway';
+
+/**
+ * Two gateways on one real sqld, as a deployment of several processes has them: `gateway` reaches
+ * it through `proxy` (which counts and can hold its round trips: database-proxy.ts), `other`
+ * straight, and `elsewhere` is a plain client of it, as the CLI or plain SQL would be. Changes made
+ * through `other` or `elsewhere` reach `gateway` only through the database. Both gateways call
+ * `upstream`; `close()` stops everything.
+ */
+export async function gatewaysOnSqld(upstream: FakeUpstream) {
+  const encryptionKey = randomBytes(32).toString('base64');
+  const sqld = await startSqld();
+  const proxy = await DatabaseProxy.start({ target: sqld.url });
+  const gateway: TestGateway = await createTestGateway({
+    env: { LIBSQL_URL: proxy.url, GATEWAY_ENCRYPTION_KEY: encryptionKey },
+    deps: { fetch: upstream.fetch },
+  });
+  const other: TestGateway = await createTestGateway({
+    env: { LIBSQL_URL: sqld.url, GATEWAY_ENCRYPTION_KEY: encryptionKey },
+    deps: { fetch: upstream.fetch },
+  });
+  const elsewhere: Client = createClient({ url: sqld.url });
+  return {
+    proxy,
+    gateway,
+    other,
+    elsewhere,
+    close: async () => {
+      elsewhere.close();
+      await other.close();
+      await gateway.close();
+      await proxy.close();
+      await sqld.stop();
+    },
+  };
+}
