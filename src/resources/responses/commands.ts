@@ -159,7 +159,7 @@ async function responseFromReads(deps: ResponseCommandDeps, request: CreateReque
     },
     leading: [],
     answer: answerKind(body),
-    includeResultContent: (body.include ?? []).includes('file_search_call.results'),
+    includeResultContent: includesResults(body),
   });
   return { row, thread, answer };
 }
@@ -225,7 +225,7 @@ async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateReque
       answer: answerKind(body),
       leading: [],
       response: row,
-      includeResultContent: (body.include ?? []).includes('file_search_call.results'),
+      includeResultContent: includesResults(body),
     },
   );
   return answer && { row, thread, answer };
@@ -234,6 +234,10 @@ async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateReque
 /** How a response is answered: its events, or once it ended; in the background, queued. */
 const answerKind = (body: CreateResponseBody): RunAnswerKind =>
   body.stream === true ? 'stream' : body.background === true ? 'queued' : 'ended';
+
+/** Whether the response's file_search calls carry their results (`include`). */
+const includesResults = (body: CreateResponseBody): boolean =>
+  (body.include ?? []).includes('file_search_call.results');
 
 /** A message item given as text, which its thread takes without reading anything. */
 function textMessage(item: InputItem): boolean {
