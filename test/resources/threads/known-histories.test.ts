@@ -28,7 +28,7 @@ describe('KnownHistories', () => {
     known.wrote(thread('thread_1'), [first], true);
     known.wrote(thread('thread_1'), [second], false);
     expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toEqual({
-      threadId: 'thread_1',
+      id: 'thread_1',
       messages: [first, second],
       unconfirmed: [],
     });
@@ -117,7 +117,7 @@ describe('KnownHistories', () => {
     const next = message('thread_1', 'three');
     known.wrote(thread('thread_1'), [next], false);
     expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toEqual({
-      threadId: 'thread_1',
+      id: 'thread_1',
       messages: [asked, answered, next],
       unconfirmed: [answered],
     });
