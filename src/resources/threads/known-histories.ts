@@ -176,8 +176,9 @@ export function historyGuard(known: KnownHistory): RawStatement {
 /**
  * historyGuard for a response's chain (`known.id`, the response the new one goes on from): the
  * messages and runs of the threads its history reads (threads/history.ts, threadsOf: the threads
- * of the responses back from it, within the workspace), and that response still the workspace's,
- * kept and completed, as a history read would find it (a deleted one is a 404 then).
+ * of the responses back from it, within the workspace). A response of the chain deleted takes its
+ * thread's messages out of them, and that response's own are among the known (a chain is known
+ * only from a response that answered): so it fails then too, and the path of reads answers 404.
  */
 export function chainGuard(known: KnownHistory, workspaceId: string): RawStatement {
   return failsUnlessKnown(known, {
@@ -188,27 +189,20 @@ export function chainGuard(known: KnownHistory, workspaceId: string): RawStateme
     withArgs: [known.id, workspaceId],
     threads: 'in (select "id" from "chained")',
     threadArgs: [],
-    unless: {
-      sql:
-        'not exists (select 1 from "responses" join "runs" on "runs"."id" = "responses"."id" where "responses"."id" = ? ' +
-        `and "responses"."workspace_id" = ? and "responses"."stored" = 1 and "runs"."status" = 'completed')`,
-      args: [known.id, workspaceId],
-    },
   });
 }
 
 /**
  * The guard of both: `threads` is the condition on a thread id that names the history's threads
- * (its arguments `threadArgs`, repeated at each use), which a `with` clause may define; `unless`,
- * one more condition that fails it.
+ * (its arguments `threadArgs`, repeated at each use), which a `with` clause may define.
  */
 function failsUnlessKnown(
   known: KnownHistory,
-  history: { with?: string; withArgs?: RawValue[]; threads: string; threadArgs: RawValue[]; unless?: RawStatement },
+  history: { with?: string; withArgs?: RawValue[]; threads: string; threadArgs: RawValue[] },
 ): RawStatement {
   const ids = known.messages.map((message) => message.id);
   const contents = known.unconfirmed.flatMap((message) => [message.id, JSON.stringify(message.content)]);
-  const { threads, threadArgs, unless } = history;
+  const { threads, threadArgs } = history;
   return {
     sql:
       (history.with ?? '') +
@@ -218,7 +212,6 @@ function failsUnlessKnown(
       `(select count(*) from "messages" where "thread_id" ${threads}) is not ? or ` +
       `coalesce((select json_group_array("id") from (select "id" from "messages" where "thread_id" ${threads} order by "seq")), '[]') is not ?` +
       ' or (select "content" from "messages" where "id" = ?) is not ?'.repeat(known.unconfirmed.length) +
-      (unless ? ` or ${unless.sql}` : '') +
       ')',
     args: [
       ...(history.withArgs ?? []),
@@ -228,7 +221,6 @@ function failsUnlessKnown(
       ...threadArgs,
       JSON.stringify(ids),
       ...contents,
-      ...(unless?.args ?? []),
     ],
   };
 }

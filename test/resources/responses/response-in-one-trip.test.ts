@@ -366,10 +366,12 @@ describe('a response on a previous response or in a conversation, its history kn
       body: { items: [{ type: 'message', role: 'user', content: 'added here' }] },
     });
     expect(added.status).toBe(200);
+    const calls = upstream.requests.length;
     const { seen } = await whileDatabaseHeld(proxy, upstream, () =>
       streamed(tenant, { input: 'three', conversation: conversation.id }),
     );
     expect(seen.called).toBe(1);
+    expect(upstream.requests.length - calls).toBe(1);
     expect(sentOf(-1)).toEqual([...history, 'added here', 'three']);
     const items = await json(
       await gateway.request(`/v1/conversations/${conversation.id}/items?order=asc`, { key: tenant.workspaceKey }),
