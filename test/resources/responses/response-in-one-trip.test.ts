@@ -432,6 +432,25 @@ describe('a response on a previous response or in a conversation, its history kn
     expect(await countOf('runs', tenant)).toBe(runs + 1);
   });
 
+  it('answers 404 to another workspace naming a previous response or conversation known here, calling no provider', async () => {
+    const { tenant } = await setup();
+    const { tenant: stranger } = await setup();
+    const first = await json(await create(tenant, { input: 'first' }));
+    const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    expect((await create(tenant, { input: 'one', conversation: conversation.id })).status).toBe(200);
+    const calls = upstream.requests.length;
+    for (const [context, code] of [
+      [{ previous_response_id: first.id }, 'response_not_found'],
+      [{ conversation: conversation.id }, 'conversation_not_found'],
+    ] as const) {
+      const refused = await create(stranger, { input: 'theirs?', stream: true, ...context });
+      expect(refused.status).toBe(404);
+      expect(await errorOf(refused)).toMatchObject({ code });
+    }
+    // Their history was not sent anywhere: no guess was made on it.
+    expect(upstream.requests.length).toBe(calls);
+  });
+
   it('answers 404 for a previous response deleted by another gateway: the guess aborted, nothing written or counted', async () => {
     const { tenant } = await setup();
     const first = await json(await create(tenant, { input: 'first' }));
