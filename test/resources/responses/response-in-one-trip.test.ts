@@ -410,6 +410,36 @@ describe('a response on a previous response or in a conversation, its history kn
     expect(names.filter((name) => name === 'response.created')).toHaveLength(1);
   });
 
+  it("reads the conversation again once a function call's output is added to it here: no guess on a history with calls", async () => {
+    const { tenant } = await setup();
+    const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    expect((await create(tenant, { input: 'one', conversation: conversation.id })).status).toBe(200);
+    // Another gateway's response calls a function in it: a call this one does not know of.
+    const called = await other.request('/v1/responses', {
+      key: tenant.workspaceKey,
+      body: {
+        model: 'fake-model',
+        conversation: conversation.id,
+        input: `weather?\n${fakeDirective({ tool_calls: [{ name: 'get_weather', arguments: {}, id: 'call_w' }] })}`,
+        tools: [{ type: 'function', name: 'get_weather', parameters: { type: 'object', properties: {} } }],
+      },
+    });
+    expect(called.status).toBe(200);
+    await other.tasks.drain(10_000);
+    const output = await gateway.request(`/v1/conversations/${conversation.id}/items`, {
+      key: tenant.workspaceKey,
+      body: { items: [{ type: 'function_call_output', call_id: 'call_w', output: 'sunny' }] },
+    });
+    expect(output.status).toBe(200);
+    const calls = upstream.requests.length;
+    const answer = await streamed(tenant, { input: 'two', conversation: conversation.id });
+    expect(deltaText(answer.events)).toBe('You said: two');
+    // Made from its reads at once: nothing guessed on what was known before the call.
+    expect(upstream.requests.length - calls).toBe(1);
+    const sent = defined(upstream.requests.at(-1)).body?.messages as { role: string; tool_call_id?: string }[];
+    expect(sent.some((message) => message.role === 'tool' && message.tool_call_id === 'call_w')).toBe(true);
+  });
+
   it('makes the response from what is read when another gateway gave the conversation items', async () => {
     const { tenant } = await setup();
     const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
