@@ -3,11 +3,11 @@ import { exports } from 'cloudflare:workers';
 import { eq } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/libsql/web';
 import OpenAI from 'openai';
-import { beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { beforeAll, describe, expect, inject, it } from 'vitest';
 import * as schema from '../../src/db/schema';
 import { defined } from '../support/defined';
 import { fakeProviderKey } from './gateway-client';
-import { freshGate, remoteDatabaseHold, remoteGate } from '../support/gates';
+import { freshGate, remoteGate, whileRemoteDatabaseHeld } from '../support/gates';
 import { parseEventStream } from '../support/sse';
 import { waitFor } from '../support/wait';
 
@@ -307,25 +307,12 @@ describe('a response on a previous response or in a conversation, its history ha
   async function heldResponse(context: Record<string, string>, heldOn: string) {
     const gate = remoteGate(inject('upstreamUrl'), freshGate('response-chain'));
     const generation = await settingsGeneration();
-    const database = remoteDatabaseHold(inject('databaseProxyUrl'), heldOn);
-    await database.hold();
-    let response: Promise<Response>;
-    try {
-      const input = ask('What is my name?', { echo_messages: true, hold: gate.name });
-      response = post('/responses', { model: 'fake-model', stream: true, input, ...context });
-      // Both at once: the provider was called before the response's write (its statements name `heldOn`) went through.
-      await vi.waitFor(
-        async () => {
-          expect((await gate.state()).waiting).toBe(1);
-          expect(await database.waiting()).toBeGreaterThan(0);
-        },
-        { timeout: 20_000, interval: 50 },
-      );
-    } finally {
-      await database.release();
-    }
+    const input = ask('What is my name?', { echo_messages: true, hold: gate.name });
+    const { answer } = await whileRemoteDatabaseHeld(inject('databaseProxyUrl'), heldOn, gate, () =>
+      post('/responses', { model: 'fake-model', stream: true, input, ...context }),
+    );
     await gate.open();
-    const { text, names } = await streamedResponse(await response);
+    const { text, names } = await streamedResponse(await answer);
     expect(names.at(-1)).toBe('response.completed');
     // Called once, unless another file changed the settings meanwhile (they share the database),
     // which fails the settings' guard: the response is then made again from what is read.
@@ -374,7 +361,9 @@ describe('a response on a previous response or in a conversation, its history ha
       stream: true,
     });
     expect(refused.status).toBe(404);
-    expect(await refused.json()).toMatchObject({ error: { code: 'response_not_found', param: 'previous_response_id' } });
+    expect(await refused.json()).toMatchObject({
+      error: { code: 'response_not_found', param: 'previous_response_id' },
+    });
 
     const conversation = await openai.conversations.create({});
     await openai.responses.create({ model: 'fake-model', input: FIRST, conversation: conversation.id });

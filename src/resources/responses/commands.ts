@@ -187,9 +187,9 @@ async function responseFromReads(deps: ResponseCommandDeps, request: CreateReque
  * with no tool with stored parts (file_search's vector stores, code_interpreter's container); a
  * `prompt` must be an assistant held at the settings' generation last seen, as must the virtual
  * key and the policies. Its write carries the settings' guard, and the known history's, which
- * fails it unless the history is still exactly what the prompt was built from (in a conversation,
- * also unless no run holds it; on a chain, unless the previous response is still there, kept and
- * completed); nothing of the provider's answer leaves before it commits. Null, nothing written
+ * fails it unless the history is still exactly what the prompt was built from (a response of the
+ * chain deleted takes messages out of it; in a conversation, its rows are also written only while
+ * no run holds it); nothing of the provider's answer leaves before it commits. Null, nothing written
  * and any admission given back, when any of it does not hold or a guard failed: the response is
  * then made from its reads, so its answer (401, 404, 429, 400) is as it would have been. On the
  * embedded file (no guard: reads cost no round trip) it is always null.
@@ -228,7 +228,7 @@ async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateReque
   const admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);
   if (!admission) return null;
   const messages = input.messages;
-  const write = known.write(deps, [guard, ...known.guards], messages, run, row);
+  const write = known.write([guard, ...known.guards], messages, run, row);
   const answer = await speculate(deps, {
     actor,
     snapshot,
@@ -254,13 +254,7 @@ interface KnownContext {
   /** What its write must carry besides the settings' guard: the known history's. */
   guards: RawStatement[];
   /** Its rows, the response's with them, written in one transaction led by `guards`; false when one failed it, writing nothing. */
-  write: (
-    deps: ResponseCommandDeps,
-    guards: RawStatement[],
-    messages: MessageRow[],
-    run: RunRow,
-    row: ResponseRow,
-  ) => Promise<boolean>;
+  write: (guards: RawStatement[], messages: MessageRow[], run: RunRow, row: ResponseRow) => Promise<boolean>;
 }
 
 /**
@@ -289,12 +283,12 @@ function knownContext(
       conversation: true,
       history: known.messages,
       guards: [historyGuard(known)],
-      write: ({ db }, guards, messages, run, row) => insertRunWhileIdle(db, guards, messages, run, row),
+      write: (guards, messages, run, row) => insertRunWhileIdle(deps.db, guards, messages, run, row),
     };
   }
   const own = newThread(workspaceId, undefined, at);
-  const write: KnownContext['write'] = ({ db }, guards, messages, run, row) =>
-    insertThreadAndRunGuarded(db, guards, own, messages, run, [insertStatement(responses, row)]);
+  const write: KnownContext['write'] = (guards, messages, run, row) =>
+    insertThreadAndRunGuarded(deps.db, guards, own, messages, run, [insertStatement(responses, row)]);
   if (previousId === null) return { thread: own, conversation: false, history: [], guards: [], write };
   const known = knownHistories(deps.db)?.take({ id: previousId, workspaceId }, deps.config.GATEWAY_MAX_HISTORY_BYTES);
   if (!known) return null;

@@ -107,6 +107,13 @@ const outcomeOf = (index: number) =>
     (outcome) => outcome !== 'open',
   );
 
+/** What a request that was refused must have left as it was: the tenant's responses, threads and usage. */
+const tallies = async (tenant: Tenant) => ({
+  responses: await countOf('responses', tenant),
+  threads: await countOf('threads', tenant),
+  usage: await countOf('usage', tenant),
+});
+
 /** The round trips to the database `task` makes, its response's last writes included. */
 async function roundTrips(task: () => Promise<unknown>): Promise<number> {
   await gateway.tasks.drain(10_000);
@@ -231,11 +238,7 @@ describe('a response whose input needs no read: the provider called beside its w
     const { tenant } = await setup();
     const hash = createHash('sha256').update(tenant.workspaceKey).digest('hex');
     await elsewhere.execute({ sql: 'UPDATE api_keys SET revoked_at = ? WHERE hash = ?', args: [Date.now(), hash] });
-    const [responses, threads, usage] = [
-      await countOf('responses', tenant),
-      await countOf('threads', tenant),
-      await countOf('usage', tenant),
-    ];
+    const before = await tallies(tenant);
     const calls = upstream.requests.length;
     const { answer } = await whileDatabaseHeld(proxy, upstream, () => create(tenant, { input: 'hi', stream: true }));
     expect(answer.status).toBe(401);
@@ -243,9 +246,7 @@ describe('a response whose input needs no read: the provider called beside its w
     expect(upstream.requests.length - calls).toBe(1);
     expect(await outcomeOf(calls)).toBe('cancelled');
     await gateway.tasks.drain(10_000);
-    expect(await countOf('responses', tenant)).toBe(responses);
-    expect(await countOf('threads', tenant)).toBe(threads);
-    expect(await countOf('usage', tenant)).toBe(usage);
+    expect(await tallies(tenant)).toEqual(before);
   });
 
   it('applies a policy made by another gateway to the response that guessed without it, and refuses the next before its provider', async () => {
@@ -487,11 +488,7 @@ describe('a response on a previous response or in a conversation, its history kn
     expect(
       (await other.request(`/v1/responses/${first.id}`, { key: tenant.workspaceKey, method: 'DELETE' })).status,
     ).toBe(200);
-    const [responses, threads, usage] = [
-      await countOf('responses', tenant),
-      await countOf('threads', tenant),
-      await countOf('usage', tenant),
-    ];
+    const before = await tallies(tenant);
     const calls = upstream.requests.length;
     const answer = await create(tenant, { input: 'second', previous_response_id: first.id, stream: true });
     expect(answer.status).toBe(404);
@@ -499,9 +496,7 @@ describe('a response on a previous response or in a conversation, its history kn
     expect(upstream.requests.length - calls).toBe(1);
     expect(await outcomeOf(calls)).toBe('cancelled');
     await gateway.tasks.drain(10_000);
-    expect(await countOf('responses', tenant)).toBe(responses);
-    expect(await countOf('threads', tenant)).toBe(threads);
-    expect(await countOf('usage', tenant)).toBe(usage);
+    expect(await tallies(tenant)).toEqual(before);
   });
 
   it.each(['previous_response_id', 'conversation'])(
