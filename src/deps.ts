@@ -163,9 +163,14 @@ export interface RunHost {
    * Executes the run and answers once its turn has ended and its outcome is written, for a caller
    * that answers with the run as it ended (a response created neither streamed nor in the
    * background): no event is built. `written` as for `stream`; the caller awaits it too, for its
-   * failure.
+   * failure. `answered` is told as a stream's is, before the run's end is answered.
    */
-  execute(run: RunRow, options: StartOptions, context: RequestContext, written?: Promise<unknown>): Promise<void>;
+  execute(
+    run: RunRow,
+    options: StartOptions & Pick<StreamOptions, 'answered'>,
+    context: RequestContext,
+    written?: Promise<unknown>,
+  ): Promise<void>;
   /**
    * Stops a run just marked `cancelling`, at once, where it executes. Wherever this does not
    * reach, the run's lease renewal notices the cancel, within a third of the lease.

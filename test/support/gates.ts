@@ -4,6 +4,8 @@
  * Node tests and the workerd ones alike (fake-upstream.ts's Node server is out of workerd's reach).
  */
 
+import { vi } from 'vitest';
+
 /** A gate (FakeScenario's `hold`) as it stands. */
 export interface GateState {
   name: string;
@@ -65,4 +67,35 @@ export function remoteDatabaseHold(proxyUrl: string, text: string) {
     return waiting;
   };
   return { hold: () => call('POST'), waiting: () => call('GET'), release: () => call('DELETE') };
+}
+
+/**
+ * Holds the database at the proxy (`proxyUrl`) for the requests naming `heldOn` while `start`
+ * runs, until `gate` holds a provider call and a database request waits at the hold together;
+ * then lets the database go. A workerd test's way to show a provider called before a write (whose
+ * statements name `heldOn`) went through: one called after it never gets there. Answers the
+ * promise `start` made, unawaited, for the caller to open the gate first.
+ */
+export async function whileRemoteDatabaseHeld<T>(
+  proxyUrl: string,
+  heldOn: string,
+  gate: ReturnType<typeof remoteGate>,
+  start: () => Promise<T>,
+): Promise<{ answer: Promise<T> }> {
+  const database = remoteDatabaseHold(proxyUrl, heldOn);
+  await database.hold();
+  try {
+    const answer = start();
+    answer.catch(() => undefined);
+    await vi.waitFor(
+      async () => {
+        if ((await gate.state()).waiting !== 1) throw new Error('the provider is not called yet');
+        if ((await database.waiting()) === 0) throw new Error('no database request waits at the hold yet');
+      },
+      { timeout: 20_000, interval: 50 },
+    );
+    return { answer };
+  } finally {
+    await database.release();
+  }
 }

@@ -7,6 +7,8 @@ import { beforeAll, describe, expect, inject, it } from 'vitest';
 import * as schema from '../../src/db/schema';
 import { defined } from '../support/defined';
 import { fakeProviderKey } from './gateway-client';
+import { freshGate, remoteGate, whileRemoteDatabaseHeld } from '../support/gates';
+import { parseEventStream } from '../support/sse';
 import { waitFor } from '../support/wait';
 
 /**
@@ -272,5 +274,119 @@ describe('responses on workerd', () => {
       .where(eq(schema.runs.assistantId, assistant.id));
     expect(runs.map((run) => run.id).sort()).toContain(changed.final.id);
     expect(runs).toHaveLength(3);
+  });
+});
+
+describe('a response on a previous response or in a conversation, its history handed back here (StreamOptions.answered)', () => {
+  const FIRST = ask('My name is Ada.', { reply: 'Hello Ada.' });
+  const headers = { 'x-gateway-api-key': API_KEY, 'content-type': 'application/json' };
+  const post = (path: string, body: unknown) =>
+    exports.default.fetch(`http://gateway/v1${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
+
+  /** A streamed response's answer (its deltas joined) and its events' names. */
+  async function streamedResponse(response: Response) {
+    expect(response.status).toBe(200);
+    const events = parseEventStream(await response.text());
+    const text = events
+      .filter((event) => event.event === 'response.output_text.delta')
+      .map((event) => (event.data as { delta: string }).delta)
+      .join('');
+    return { text, names: events.map((event) => event.event) };
+  }
+
+  /** The settings' generation as the database has it (db/settings-cache.ts). */
+  const settingsGeneration = async () =>
+    (await createClient({ url: inject('sqldUrl') }).execute('SELECT value FROM settings_generation WHERE id = 0'))
+      .rows[0]?.value;
+
+  /**
+   * A streamed response (`context`: what it goes on from) made while the database holds requests
+   * naming `heldOn`: the provider must be called before the write goes through. Answers what the
+   * provider was sent, and how many times it was called.
+   */
+  async function heldResponse(context: Record<string, string>, heldOn: string) {
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('response-chain'));
+    const generation = await settingsGeneration();
+    const input = ask('What is my name?', { echo_messages: true, hold: gate.name });
+    const { answer } = await whileRemoteDatabaseHeld(inject('databaseProxyUrl'), heldOn, gate, () =>
+      post('/responses', { model: 'fake-model', stream: true, input, ...context }),
+    );
+    await gate.open();
+    const { text, names } = await streamedResponse(await answer);
+    expect(names.at(-1)).toBe('response.completed');
+    // Called once, unless another file changed the settings meanwhile (they share the database),
+    // which fails the settings' guard: the response is then made again from what is read.
+    const calls = (await settingsGeneration()) === generation ? 1 : 2;
+    expect(await gate.state()).toMatchObject({ waiting: 0, passed: calls });
+    return JSON.parse(text) as { role: string; content: string }[];
+  }
+
+  it('calls the provider beside the write on a previous response answered whole, once, the prompt the whole chain', async () => {
+    // Answered once it ended (RunHost.execute): its executor hands its answer back over RPC all the same.
+    const first = await openai.responses.create({ model: 'fake-model', input: FIRST });
+    expect(first.output_text).toBe('Hello Ada.');
+    const sent = await heldResponse({ previous_response_id: first.id }, first.id);
+    expect(sent.slice(0, 2)).toEqual([
+      { role: 'user', content: FIRST },
+      { role: 'assistant', content: 'Hello Ada.' },
+    ]);
+    expect(sent).toHaveLength(3);
+  });
+
+  it('calls the provider beside the write in a conversation made here, once, the prompt the whole conversation', async () => {
+    const conversation = await openai.conversations.create({
+      items: [{ type: 'message', role: 'user', content: 'From the start.' }],
+    });
+    const first = await streamedResponse(
+      await post('/responses', { model: 'fake-model', stream: true, input: FIRST, conversation: conversation.id }),
+    );
+    expect(first.text).toBe('Hello Ada.');
+    const sent = await heldResponse({ conversation: conversation.id }, conversation.id);
+    expect(sent.slice(0, 3)).toEqual([
+      { role: 'user', content: 'From the start.' },
+      { role: 'user', content: FIRST },
+      { role: 'assistant', content: 'Hello Ada.' },
+    ]);
+    expect(sent).toHaveLength(4);
+  });
+
+  it('answers 404 for a previous response deleted behind the isolate, and the prompt as read for a conversation changed behind it', async () => {
+    const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });
+    const previous = await openai.responses.create({ model: 'fake-model', input: FIRST });
+    await db.delete(schema.responses).where(eq(schema.responses.id, previous.id));
+    const refused = await post('/responses', {
+      model: 'fake-model',
+      input: 'And now?',
+      previous_response_id: previous.id,
+      stream: true,
+    });
+    expect(refused.status).toBe(404);
+    expect(await refused.json()).toMatchObject({
+      error: { code: 'response_not_found', param: 'previous_response_id' },
+    });
+
+    const conversation = await openai.conversations.create({});
+    await openai.responses.create({ model: 'fake-model', input: FIRST, conversation: conversation.id });
+    await createClient({ url: inject('sqldUrl') }).execute({
+      sql: `INSERT INTO messages (id, thread_id, workspace_id, created_at, role, content, status, attachments, metadata)
+            SELECT ?, id, workspace_id, ?, 'user', ?, 'completed', '[]', '{}' FROM threads WHERE id = ?`,
+      args: [
+        `msg_elsewhere${crypto.randomUUID().replaceAll('-', '')}`,
+        Date.now(),
+        JSON.stringify([{ type: 'text', text: { value: 'Added elsewhere.', annotations: [] } }]),
+        conversation.id,
+      ],
+    });
+    const question = ask('Who?', { echo_messages: true });
+    const { text, names } = await streamedResponse(
+      await post('/responses', { model: 'fake-model', stream: true, input: question, conversation: conversation.id }),
+    );
+    expect(names.filter((name) => name === 'response.created')).toHaveLength(1);
+    expect(JSON.parse(text)).toEqual([
+      { role: 'user', content: FIRST },
+      { role: 'assistant', content: 'Hello Ada.' },
+      { role: 'user', content: 'Added elsewhere.' },
+      { role: 'user', content: question },
+    ]);
   });
 });

@@ -9,7 +9,7 @@ import { isUniqueViolation } from '../../src/db/client';
 import * as schema from '../../src/db/schema';
 import { insertRunOnThread } from '../../src/resources/runs/queries';
 import { errorOf, json } from '../support/envelope';
-import { freshGate, remoteDatabaseHold, remoteGate } from '../support/gates';
+import { freshGate, remoteGate, whileRemoteDatabaseHeld } from '../support/gates';
 import { deltaText, parseEventStream } from '../support/sse';
 import { fakeProviderKey, gatewayClient } from './gateway-client';
 
@@ -305,24 +305,12 @@ describe('a later run on a thread, its history the answer its executor handed ba
       };
       await openai.beta.threads.messages.create(thread.id, question);
       const generation = await settingsGeneration();
-      const database = remoteDatabaseHold(inject('databaseProxyUrl'), thread.id);
-      await database.hold();
-      let response: Promise<Response>;
-      try {
-        response = call(`/v1/threads/${thread.id}/runs`, { assistant_id: assistantId, stream: true });
-        // Both at once: the provider was called before the run's write (its statements name the thread) went through.
-        await vi.waitFor(
-          async () => {
-            expect((await gate.state()).waiting).toBe(1);
-            expect(await database.waiting()).toBeGreaterThan(0);
-          },
-          { timeout: 20_000, interval: 50 },
-        );
-      } finally {
-        await database.release();
-      }
+      // The provider was called before the run's write (its statements name the thread) went through.
+      const { answer } = await whileRemoteDatabaseHeld(inject('databaseProxyUrl'), thread.id, gate, () =>
+        call(`/v1/threads/${thread.id}/runs`, { assistant_id: assistantId, stream: true }),
+      );
       await gate.open();
-      const { text, names } = await streamedAnswer(await response);
+      const { text, names } = await streamedAnswer(await answer);
       expect(names.slice(0, 3)).toEqual(['thread.run.created', 'thread.run.queued', 'thread.run.in_progress']);
       expect(names.at(-2)).toBe('thread.run.completed');
       // Called once: the guess held, and the provider was not called again from what is read;

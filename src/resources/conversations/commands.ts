@@ -10,6 +10,7 @@ import type { ConversationItem } from './objects';
 import { forgetReasoning, getConversation, outputStatements } from './queries';
 import type { CreateConversationBody, InputItem, UpdateConversationBody } from './schemas';
 import { getItem } from './thread-items';
+import { knownHistories } from '../threads/known-histories';
 import { toMessageItem, toolItemId, parseReasoningItemId, parseToolItemId } from './wire';
 
 /**
@@ -30,6 +31,8 @@ export async function createConversation(
   // A new thread has no calls: an output or a reference among the items is refused here.
   const writes = await threadItemWrites(deps, thread, body.items ?? [], 'items', at);
   await insertThread(deps.db, thread, writes.messages);
+  // Its first response can be made without reading it (responses/commands.ts, responseInOneTrip).
+  knownHistories(deps.db)?.wrote(thread, writes.messages, true);
   return thread;
 }
 
@@ -75,6 +78,9 @@ export async function addItems(
     () => writeWhileIdle(deps.db, thread, writes),
     (run) => `Can't add items to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
   );
+  // Outputs fill in calls, which a history known here never has: such a thread is read again.
+  if (writes.outputs.length > 0) knownHistories(deps.db)?.forget(thread.id);
+  else knownHistories(deps.db)?.wrote(thread, writes.messages, false);
   const none = new Map<string, string>();
   return writes.added.map(({ message, output }): ConversationItem => {
     if (message) return toMessageItem(message, none);

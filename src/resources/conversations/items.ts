@@ -5,7 +5,7 @@ import { concatBytes } from '../../lib/bytes';
 import { ExtractionError, extractText, formatOf } from '../../retrieval/file-text';
 import { getFile } from '../files/queries';
 import { imageChecker } from '../files/images';
-import type { MessageRow, ThreadRow } from '../threads/queries';
+import type { MessageRow, ThreadKey } from '../threads/queries';
 import { writtenMessage } from '../threads/rows';
 import { THREAD_LIMITS } from '../threads/schemas';
 import { threadCalls, type CallOutput, type ThreadCall } from './queries';
@@ -45,11 +45,11 @@ export const MAX_INPUT_FILE_BYTES = 4 * THREAD_LIMITS.text;
  */
 export async function threadItemWrites(
   deps: ItemWriteDeps,
-  thread: ThreadRow,
+  thread: ThreadKey,
   items: readonly InputItem[],
   field: ItemsField,
   at: number,
-  earlier: ThreadRow = thread,
+  earlier: ThreadKey = thread,
 ): Promise<ThreadItemWrites> {
   const calls = await callsNamed(deps, earlier, items);
   const known = await knownIds(deps, earlier, items);
@@ -111,7 +111,7 @@ export async function threadItemWrites(
 /** The thread's calls that the items name, by call id. */
 async function callsNamed(
   deps: ItemWriteDeps,
-  thread: ThreadRow,
+  thread: ThreadKey,
   items: readonly InputItem[],
 ): Promise<Map<string, ThreadCall>> {
   const ids = items.flatMap((item) =>
@@ -124,7 +124,7 @@ async function callsNamed(
  * The ids among the items' (messages given back, references) that name an item of the thread: a
  * message, or a tool item (fc_, fco_, fs_) of one of its steps.
  */
-async function knownIds(deps: ItemWriteDeps, thread: ThreadRow, items: readonly InputItem[]): Promise<Set<string>> {
+async function knownIds(deps: ItemWriteDeps, thread: ThreadKey, items: readonly InputItem[]): Promise<Set<string>> {
   const ids = items.flatMap((item) =>
     item.type === 'item_reference' ? [item.id] : item.type === 'message' && item.id ? [item.id] : [],
   );
@@ -137,7 +137,7 @@ type CheckImage = ReturnType<typeof imageChecker>;
 /** A message item's content as stored: text, linked and uploaded images, files read into text. */
 async function messageContent(
   deps: ItemWriteDeps,
-  thread: ThreadRow,
+  thread: ThreadKey,
   item: MessageItemInput,
   where: string,
   checkImage: CheckImage,
@@ -154,7 +154,7 @@ const textContent = (value: string): MessageContent => ({ type: 'text', text: { 
 
 async function partContent(
   deps: ItemWriteDeps,
-  thread: ThreadRow,
+  thread: ThreadKey,
   part: ContentPartInput,
   where: string,
   checkImage: CheckImage,
@@ -189,7 +189,7 @@ async function partContent(
  */
 async function fileText(
   deps: ItemWriteDeps,
-  thread: ThreadRow,
+  thread: ThreadKey,
   part: Extract<ContentPartInput, { type: 'input_file' }>,
   where: string,
 ): Promise<string> {

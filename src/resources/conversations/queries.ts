@@ -2,7 +2,7 @@ import { and, asc, eq, inArray, sql } from 'drizzle-orm';
 import type { Db, RawCondition, RawStatement } from '../../db/client';
 import { files, messages, runs, runSteps } from '../../db/schema';
 import { ApiError } from '../../errors';
-import { findThread, type MessageRow, type ThreadRow } from '../threads/queries';
+import { findThread, type MessageRow, type ThreadKey, type ThreadRow } from '../threads/queries';
 import type { ItemStep } from './wire';
 
 /**
@@ -33,7 +33,7 @@ export interface ThreadCall {
 }
 
 /** The calls of the thread's runs whose ids are among `callIds` (read from the steps' JSON, not the whole steps). */
-export async function threadCalls(db: Db, thread: ThreadRow, callIds: readonly string[]): Promise<ThreadCall[]> {
+export async function threadCalls(db: Db, thread: ThreadKey, callIds: readonly string[]): Promise<ThreadCall[]> {
   if (callIds.length === 0) return [];
   const rows = await db.all<{ callId: string; stepId: string; idx: number; type: string; open: number }>(sql`
     SELECT json_extract(call.value, '$.id') AS callId, ${runSteps.id} AS stepId, call.key AS idx,
@@ -113,7 +113,7 @@ export interface OrderStep {
 /** The thread's messages and its runs' steps, light, in their orders (threads/timeline.ts places them). */
 export async function itemOrderRows(
   db: Db,
-  thread: ThreadRow,
+  thread: ThreadKey,
 ): Promise<{ messages: OrderMessage[]; steps: OrderStep[] }> {
   const [messageRows, stepRows] = await Promise.all([
     db
@@ -156,7 +156,7 @@ function parseCalls(json: string | null): [string, number][] {
 /** The messages and steps of one page of items, by id, within the thread. */
 export async function itemRows(
   db: Db,
-  thread: ThreadRow,
+  thread: ThreadKey,
   ids: { messageIds: string[]; stepIds: string[] },
 ): Promise<{ messages: Map<string, MessageRow>; steps: Map<string, ItemStep> }> {
   const [messageRows, stepRows] = await Promise.all([

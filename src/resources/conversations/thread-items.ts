@@ -1,6 +1,6 @@
 import type { Db } from '../../db/client';
 import { ApiError } from '../../errors';
-import type { ThreadRow } from '../threads/queries';
+import type { ThreadKey } from '../threads/queries';
 import { timeline } from '../threads/timeline';
 import type { ConversationItem, ConversationItemList } from './objects';
 import { containersOfFiles } from '../containers/queries';
@@ -34,7 +34,7 @@ type ItemRef =
   | { id: string; stepId: string; which: 'reasoning' };
 
 /** Every item of the thread, oldest first, by reference. */
-async function itemRefs(db: Db, thread: ThreadRow): Promise<ItemRef[]> {
+async function itemRefs(db: Db, thread: ThreadKey): Promise<ItemRef[]> {
   const order = await itemOrderRows(db, thread);
   const placed = order.steps.filter(
     (step) =>
@@ -77,7 +77,7 @@ function stepRefs(step: OrderStep): ItemRef[] {
 /** The items `refs` names, read whole, in the same order (one left out if it went in the meantime). */
 async function itemsOf(
   db: Db,
-  thread: ThreadRow,
+  thread: ThreadKey,
   refs: readonly ItemRef[],
   include: readonly ItemInclude[],
 ): Promise<ConversationItem[]> {
@@ -105,7 +105,7 @@ async function itemsOf(
 /** One page of the conversation's items: `after` an item's id, in `order`, at most `limit`. */
 export async function listItems(
   db: Db,
-  thread: ThreadRow,
+  thread: ThreadKey,
   query: { limit: number; order: 'asc' | 'desc'; after?: string | undefined },
   include: readonly ItemInclude[],
 ): Promise<ConversationItemList> {
@@ -140,7 +140,7 @@ export const itemNotFound = (id: string) => new ApiError('item_not_found', `No i
 /** The item `id` of the conversation; 404 when it has none. */
 export async function getItem(
   db: Db,
-  thread: ThreadRow,
+  thread: ThreadKey,
   id: string,
   include: readonly ItemInclude[],
 ): Promise<ConversationItem> {
@@ -151,7 +151,7 @@ export async function getItem(
 }
 
 /** Which of `ids` name items of the thread. */
-export async function existingItemIds(db: Db, thread: ThreadRow, ids: readonly string[]): Promise<Set<string>> {
+export async function existingItemIds(db: Db, thread: ThreadKey, ids: readonly string[]): Promise<Set<string>> {
   const refs = ids.flatMap((id) => refOf(id) ?? []);
   return new Set((await itemsOf(db, thread, refs, [])).map((item) => item.id));
 }

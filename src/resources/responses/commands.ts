@@ -1,6 +1,6 @@
 import { eq } from 'drizzle-orm';
 import type { Actor, RequestContext } from '../../actor';
-import { insertStatement } from '../../db/client';
+import { insertStatement, type RawStatement } from '../../db/client';
 import { newId } from '../../lib/ids';
 import type { Deps } from '../../deps';
 import type { Settings } from '../../db/settings-cache';
@@ -14,6 +14,7 @@ import {
   activeRunError,
   getRunById,
   insertRunOnThread,
+  insertRunWhileIdle,
   insertThreadAndRun,
   insertThreadAndRunGuarded,
   listSteps,
@@ -35,7 +36,16 @@ import { EventStream } from '../runs/execution/event-stream';
 import { replayResponse } from './replay';
 import type { RunSettings } from '../runs/execution/settings';
 import { readHistory, type History, type HistoryOf, type HistoryStep } from '../threads/history';
-import { deleteIdleThread, getThread, openRunOf, type OpenRun, type ThreadRow } from '../threads/queries';
+import {
+  deleteIdleThread,
+  getThread,
+  openRunOf,
+  type MessageRow,
+  type OpenRun,
+  type ThreadKey,
+  type ThreadRow,
+} from '../threads/queries';
+import { chainGuard, historyGuard, knownHistories } from '../threads/known-histories';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
 import type { ResponseItemObject, ResponseObject } from './objects';
@@ -117,7 +127,7 @@ interface CreateRequest {
 /** A response handed to its host: its row, its thread and how it is answered. */
 interface StartedResponse {
   row: ResponseRow;
-  thread: ThreadRow;
+  thread: ThreadKey;
   answer: RunAnswer;
 }
 
@@ -160,49 +170,55 @@ async function responseFromReads(deps: ResponseCommandDeps, request: CreateReque
     leading: [],
     answer: answerKind(body),
     includeResultContent: includesResults(body),
+    // Its answer makes the next response's history known (KnownHistories) when what it read is all
+    // of it: no tool calls among it (nor outputs in its input, which fill them in).
+    handBack: input.outputs.length === 0 && history.steps.every((step) => step.type !== 'tool_calls'),
   });
   return { row, thread, answer };
 }
 
 /**
- * A response whose whole prompt the request gives, made in one round trip to a database server
- * with its provider called beside it, as a new thread's run is (runs/commands.ts, speculate):
- * nothing read first. Its input must need no read: no `previous_response_id` or `conversation`
- * (their history is stored; a previous response must also have ended, which only a read tells),
- * messages of text only (images and files are read or checked against stored rules), and no tool
- * with stored parts (file_search's vector stores, code_interpreter's container); a `prompt` must be
- * an assistant held at the settings' generation last seen, as must the virtual key and the
- * policies. Its write carries the settings' guard; nothing of the provider's answer leaves before
- * it commits. Null, nothing written and any admission given back, when any of it does not hold or
- * the guard failed: the response is then made from its reads, so its answer (401, 429, 400) is as
- * it would have been. On the embedded file (no guard: reads cost no round trip) it is always null.
+ * A response made in one round trip to a database server with its provider called beside it, as a
+ * run on a thread is (runs/commands.ts, speculate): nothing read first. What it goes on from must
+ * need no read: nothing (a thread of its own, whose whole prompt the request gives), or a history
+ * this process or isolate knows (threads/known-histories.ts, knownContext): its conversation's,
+ * or the chain of the previous response it goes on from. Its input must be messages of text only
+ * (images and files are read or checked against stored rules; function outputs fill stored calls),
+ * with no tool with stored parts (file_search's vector stores, code_interpreter's container); a
+ * `prompt` must be an assistant held at the settings' generation last seen, as must the virtual
+ * key and the policies. Its write carries the settings' guard, and the known history's, which
+ * fails it unless the history is still exactly what the prompt was built from (a response of the
+ * chain deleted takes messages out of it; in a conversation, its rows are also written only while
+ * no run holds it); nothing of the provider's answer leaves before it commits. Null, nothing written
+ * and any admission given back, when any of it does not hold or a guard failed: the response is
+ * then made from its reads, so its answer (401, 404, 429, 400) is as it would have been. On the
+ * embedded file (no guard: reads cost no round trip) it is always null.
  */
 async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateRequest): Promise<StartedResponse | null> {
   const { actor, snapshot, body, context, at } = request;
+  const known = knownContext(deps, actor.workspaceId, body, at);
   const guard = snapshot.guard();
-  if (!guard || body.previous_response_id || conversationOf(body) !== undefined) return null;
+  if (!guard || !known) return null;
   const items = inputOf(body);
   if (!items.every(textMessage)) return null;
   const assistant = body.prompt ? snapshot.keptAssistant(actor.workspaceId, body.prompt.id) : null;
   if (assistant === undefined) return null;
-  let plan: ResponsePlan;
+  const { thread, conversation } = known;
+  let made: Pick<ResponsePlan, 'settings' | 'echoTools' | 'input'>;
   try {
     const { tools, toolResources, echo, code } = responseTools(body.tools, assistant);
     if (toolResources || code) return null;
     const settings = responseSettings(body, assistant, tools, toolResources);
-    const thread = newThread(actor.workspaceId, undefined, at);
     // Text messages only: nothing is read to make them.
-    const input = await threadItemWrites(deps, thread, items, 'input', at);
-    const history = { messages: [], steps: [] };
-    plan = { thread, conversation: false, assistant, settings, echoTools: echo, items, input, history, code };
+    made = { settings, echoTools: echo, input: await threadItemWrites(deps, thread, items, 'input', at) };
   } catch {
     // Its error comes from the path of reads, in its order.
     return null;
   }
-  const { thread, settings, input } = plan;
+  const { settings, input } = made;
   const virtualKey = snapshot.keptVirtualKey(actor.workspaceId, { slug: actor.virtualKeySlug, model: settings.model });
   if (!virtualKey) return null;
-  const row = responseRow(actor, body, plan, at, null);
+  const row = responseRow(actor, body, { ...made, thread, conversation, items }, at, null);
   const run = newRun(
     settings,
     { thread, assistantId: assistant?.id ?? '', virtualKey, apiKeyId: actor.apiKeyId, response: row },
@@ -212,23 +228,71 @@ async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateReque
   const admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);
   if (!admission) return null;
   const messages = input.messages;
-  const write = insertThreadAndRunGuarded(deps.db, guard, thread, messages, run, [insertStatement(responses, row)]);
-  const answer = await speculate(
-    deps,
+  const write = known.write([guard, ...known.guards], messages, run, row);
+  const answer = await speculate(deps, {
     actor,
     snapshot,
     context,
-    { guard, run, messages, virtualKey, admission },
-    [],
+    held: { guard, run, messages, virtualKey, admission },
+    history: known.history,
     write,
-    {
-      answer: answerKind(body),
-      leading: [],
-      response: row,
-      includeResultContent: includesResults(body),
-    },
-  );
+    answer: answerKind(body),
+    leading: [],
+    response: row,
+    includeResultContent: includesResults(body),
+  });
   return answer && { row, thread, answer };
+}
+
+/** What a response goes on from, when it needs no read (knownContext). */
+interface KnownContext {
+  /** The thread it is made on: its conversation's, or a new one of its own. */
+  thread: ThreadKey;
+  conversation: boolean;
+  /** The messages before its own: its prompt's history. */
+  history: MessageRow[];
+  /** What its write must carry besides the settings' guard: the known history's. */
+  guards: RawStatement[];
+  /** Its rows, the response's with them, written in one transaction led by `guards`; false when one failed it, writing nothing. */
+  write: (guards: RawStatement[], messages: MessageRow[], run: RunRow, row: ResponseRow) => Promise<boolean>;
+}
+
+/**
+ * What a response goes on from, when it needs no read (responseInOneTrip): nothing, for a response
+ * on a thread of its own without a previous one; or the history this process or isolate knows of
+ * its conversation (by the conversation's thread), written on while no run holds it, or of its
+ * previous response's chain (by that response: knownHistoryKey). Taken from what is known
+ * (KnownHistories.take): whatever comes of this response, that history is not the next one's.
+ * Null when it is not known, or the request names both (the path of reads refuses it).
+ */
+function knownContext(
+  deps: ResponseCommandDeps,
+  workspaceId: string,
+  body: CreateResponseBody,
+  at: number,
+): KnownContext | null {
+  const conversationId = conversationOf(body);
+  const previousId = body.previous_response_id ?? null;
+  if (conversationId !== undefined && previousId !== null) return null;
+  if (conversationId !== undefined) {
+    const thread = { id: conversationId, workspaceId };
+    const known = knownHistories(deps.db)?.take(thread, deps.config.GATEWAY_MAX_HISTORY_BYTES);
+    if (!known) return null;
+    return {
+      thread,
+      conversation: true,
+      history: known.messages,
+      guards: [historyGuard(known)],
+      write: (guards, messages, run, row) => insertRunWhileIdle(deps.db, guards, messages, run, row),
+    };
+  }
+  const own = newThread(workspaceId, undefined, at);
+  const write: KnownContext['write'] = (guards, messages, run, row) =>
+    insertThreadAndRunGuarded(deps.db, guards, own, messages, run, [insertStatement(responses, row)]);
+  if (previousId === null) return { thread: own, conversation: false, history: [], guards: [], write };
+  const known = knownHistories(deps.db)?.take({ id: previousId, workspaceId }, deps.config.GATEWAY_MAX_HISTORY_BYTES);
+  if (!known) return null;
+  return { thread: own, conversation: false, history: known.messages, guards: [chainGuard(known, workspaceId)], write };
 }
 
 /** How a response is answered: its events, or once it ended; in the background, queued. */
@@ -250,7 +314,7 @@ const TEXT_PARTS: ReadonlySet<string> = new Set(['input_text', 'output_text', 'r
 function responseRow(
   actor: Actor,
   body: CreateResponseBody,
-  plan: Pick<ResponsePlan, 'thread' | 'conversation' | 'echoTools' | 'items' | 'input'>,
+  plan: Pick<ResponsePlan, 'conversation' | 'echoTools' | 'items' | 'input'> & { thread: ThreadKey },
   at: number,
   containerId: string | null,
 ): ResponseRow {
@@ -290,7 +354,7 @@ function responseRow(
  * they are the conversation's), and its row stays with neither input nor options, so that a
  * `previous_response_id` naming it is told why it cannot go on from it.
  */
-async function forgetResponse(deps: ResponseCommandDeps, row: ResponseRow, thread: ThreadRow): Promise<void> {
+async function forgetResponse(deps: ResponseCommandDeps, row: ResponseRow, thread: ThreadKey): Promise<void> {
   if (row.conversationId === null) await deleteIdleThread(deps.db, thread);
   await deps.db.update(responses).set({ input: [], options: {} }).where(eq(responses.id, row.id));
 }
@@ -849,6 +913,8 @@ export async function deleteResponse(deps: ResponseCommandDeps, workspaceId: str
   const row = await getResponseRow(deps.db, workspaceId, id);
   if (!row.stored) throw responseNotFound(id);
   await deleteResponseRow(deps.db, workspaceId, id);
+  // Nothing goes on from it now (another gateway's delete is found by the next response's guard).
+  knownHistories(deps.db)?.forget(id);
 }
 
 /**

@@ -16,7 +16,7 @@ import type {
 import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
 import { readHistory, type History } from '../threads/history';
-import { historyGuard, knownHistories } from '../threads/known-histories';
+import { historyGuard, knownHistories, knownHistoryKey } from '../threads/known-histories';
 import {
   acceptToolOutputs,
   activeRunError,
@@ -257,7 +257,7 @@ async function runInOneTrip(
   const options = { answer: answerKind(body), includeResultContent, leading: [] };
   if (known) {
     const write = insertRunWhileIdle(deps.db, [guard, historyGuard(known)], messages, run);
-    return speculate(deps, actor, snapshot, context, held, known.messages, write, options);
+    return speculate(deps, { actor, snapshot, context, held, history: known.messages, write, ...options });
   }
   const history = readHistory(
     deps.db,
@@ -280,7 +280,7 @@ async function runInOneTrip(
   // Its prompt is its messages alone when no earlier run's tool calls are among them (a history
   // cut by its bytes is more than take() gives back).
   const messagesAlone = read.steps.every((step) => step.type !== 'tool_calls' || step.status !== 'completed');
-  const handBack = messagesAlone ? answerHandedBack(deps, run, [...read.messages, ...messages], options.answer) : {};
+  const handBack = messagesAlone ? answerHandedBack(deps, run, [...read.messages, ...messages], options) : {};
   return hostNewRun(deps, run, admission, context, { ...options, ...handBack, preloaded: { virtualKey, prompt } });
 }
 
@@ -302,8 +302,14 @@ async function threadAndRunInOneTrip(
   const thread = newThread(actor.workspaceId, { metadata: body.thread?.metadata, tool_resources: null }, deps.now());
   const held = await heldRun(deps, actor, snapshot, { thread, body, inputs, param: 'thread.messages' });
   if (!held) return null;
-  const write = insertThreadAndRunGuarded(deps.db, held.guard, thread, held.messages, held.run);
-  return speculate(deps, actor, snapshot, context, held, [], write, {
+  const write = insertThreadAndRunGuarded(deps.db, [held.guard], thread, held.messages, held.run);
+  return speculate(deps, {
+    actor,
+    snapshot,
+    context,
+    held,
+    history: [],
+    write,
     answer: answerKind(body),
     leading: [['thread.created', toThreadJson(thread)]],
   });
@@ -378,24 +384,31 @@ async function heldRun(
 }
 
 /**
- * A held run whose prompt is known before its write (`history`, the thread's messages before the
- * run's own): handed to its host while `write` is under way, so that the provider's call starts
- * beside it. Its events, `thread.run.created` first, leave only once the write has committed; when
- * the write's guards fail it (false: nothing written), the execution stops its provider call and
- * nothing of it is told, the admission is given back, and the answer is null, for the caller to
- * make the run from what it reads. A response created in one round trip takes it too
- * (resources/responses/commands.ts).
+ * A held run whose prompt is known before its write: what speculate takes. Its events open with
+ * `leading`; a response's (`response`) are the Responses API's.
  */
-export async function speculate(
-  deps: RunCommandDeps,
-  actor: Actor,
-  snapshot: Settings,
-  context: RequestContext,
-  held: HeldRun,
-  history: MessageRow[],
-  write: Promise<boolean>,
-  options: StreamOptions & { answer: RunAnswerKind },
-): Promise<RunAnswer | null> {
+export interface Speculation extends Pick<StreamOptions, 'leading' | 'includeResultContent' | 'response'> {
+  actor: Actor;
+  snapshot: Settings;
+  context: RequestContext;
+  held: HeldRun;
+  /** The messages before the run's own (its thread's, or a response's chain's): its prompt's history. */
+  history: MessageRow[];
+  /** The write, under way, that makes the run real; false when a guard failed it, writing nothing. */
+  write: Promise<boolean>;
+  answer: RunAnswerKind;
+}
+
+/**
+ * A held run whose prompt is known before its write (`history`, the messages before the run's
+ * own): handed to its host while `write` is under way, so that the provider's call starts beside
+ * it. Its events, `thread.run.created` first, leave only once the write has committed; when the
+ * write's guards fail it (false: nothing written), the execution stops its provider call and
+ * nothing of it is told, the admission is given back, and the answer is null, for the caller to
+ * make the run from what it reads. A response takes it too (resources/responses/commands.ts).
+ */
+export async function speculate(deps: RunCommandDeps, speculation: Speculation): Promise<RunAnswer | null> {
+  const { actor, snapshot, context, held, history, write, ...options } = speculation;
   const { run, admission, virtualKey } = held;
   const prompt = buildPrompt(
     run,
@@ -407,7 +420,7 @@ export async function speculate(
   const written = inserted.then((ok) => {
     if (!ok) throw new Error('the run was not written: a guard failed');
   });
-  const handBack = answerHandedBack(deps, run, [...history, ...held.messages], options.answer);
+  const handBack = answerHandedBack(deps, run, [...history, ...held.messages], options);
   try {
     const answer = await hostNewRun(
       deps,
@@ -430,24 +443,24 @@ export async function speculate(
 }
 
 /**
- * A streamed run about to be handed to its host, on a thread whose messages, all of them, are
- * `history` (its prompt's) once its write commits: the thread is held as the run's to answer
- * (KnownHistories.answering), and the host is given `answered`, which the engine tells, where the
- * run executes, how the run settled (deps.ts, Answered) before the client is sent the event that
- * ends it. Its answer then extends the thread's known history, for the turn's next run to be made
- * as its first was, the provider called beside the write (speculate). A run answered without its
- * events (queued) is not handed back: its thread is not known.
+ * A run about to be handed to its host, whose history, all of it, is `history` (its prompt's) once
+ * its write commits: the history is held as the run's to answer (KnownHistories.answering), and
+ * the host is given `answered`, which the engine tells, where the run executes, how the run
+ * settled (deps.ts, Answered) before the client is told it ended. Its answer then extends the
+ * known history, for the next turn to be made as this one was, the provider called beside the
+ * write (speculate). The history is its thread's, or a response's chain's (knownHistoryKey). A run
+ * answered before it executes (queued) is not handed back: what follows it is not known.
  */
 function answerHandedBack(
   deps: RunCommandDeps,
   run: RunRow,
   history: MessageRow[],
-  answer: RunAnswerKind,
+  how: { answer: RunAnswerKind; response?: ResponseRow },
 ): Pick<StreamOptions, 'answered'> {
   const histories = knownHistories(deps.db);
-  // A response's events are not a run's, and its thread takes no run.
-  if (answer !== 'stream' || !histories || run.kind !== 'run') return {};
-  const answering = histories.answering({ id: run.threadId, workspaceId: run.workspaceId }, history);
+  const key = knownHistoryKey(run, how.response);
+  if (how.answer === 'queued' || !histories || !key) return {};
+  const answering = histories.answering(key, history);
   return { answered: (messages) => histories.ran(answering, messages) };
 }
 
@@ -474,6 +487,11 @@ export interface RunStart {
   answer: RunAnswerKind;
   /** Whether the stream's file search steps show their results' content. */
   includeResultContent?: boolean;
+  /**
+   * Whether the run's answer is handed back for the turn after it (answerHandedBack): when
+   * `history` is all of what a next turn would read, and shows no tool call.
+   */
+  handBack?: boolean;
 }
 
 /**
@@ -506,20 +524,28 @@ export async function startRun(
   const admission = await admit(deps, actor, snapshot, virtualKey, run, firstTurn(deps, run, prompt));
   run.rateLimit = admission.ticket;
   const written = unlessWritten(deps, admission, start.write(messages, run));
-  return hostNewRun(
-    deps,
-    run,
-    admission,
-    context,
-    {
-      answer: start.answer,
-      leading: start.leading,
-      preloaded: { virtualKey, prompt },
-      includeResultContent: start.includeResultContent,
-      response: start.response,
-    },
-    written,
-  );
+  const handBack = start.handBack ? answerHandedBack(deps, run, history.messages, start) : {};
+  try {
+    return await hostNewRun(
+      deps,
+      run,
+      admission,
+      context,
+      {
+        answer: start.answer,
+        leading: start.leading,
+        preloaded: { virtualKey, prompt },
+        includeResultContent: start.includeResultContent,
+        response: start.response,
+        ...handBack,
+      },
+      written,
+    );
+  } catch (error) {
+    // Not made (or its answer lost): what it goes on from is read again.
+    await handBack.answered?.(null);
+    throw error;
+  }
 }
 
 /** A new run handed to its host (`host`), its stream opening with `leading`, then created and queued. */
@@ -730,7 +756,12 @@ async function host(
     return { stream: false, run: asQueued(run), headers: admission.headers };
   }
   if (answer === 'ended') {
-    const executed = deps.runHost.execute(run, { preloaded: options.preloaded }, context, written);
+    const executed = deps.runHost.execute(
+      run,
+      { preloaded: options.preloaded, answered: options.answered },
+      context,
+      written,
+    );
     // A failed commit is the answer (the execution ends without a trace, or never reaches the host).
     executed.catch(() => undefined);
     await written;

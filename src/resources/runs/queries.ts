@@ -18,12 +18,12 @@ import {
   type RawCondition,
   type RawStatement,
 } from '../../db/client';
-import { messages, runs, runSteps } from '../../db/schema';
+import { messages, responses, runs, runSteps } from '../../db/schema';
 import type { RunStatus } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
 import type { ListWorkspaceRunsQuery } from './schemas';
-import type { RunRow, TokenTicket } from '../../db/schema';
+import type { ResponseRow, RunRow, TokenTicket } from '../../db/schema';
 import type { ToolCallsDetails } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 import { GENERATION_MOVED } from '../../db/settings-cache';
@@ -96,18 +96,21 @@ export async function insertRunOnThread(
  * `guards` (the settings', ProvisionalSettings.guard; the known history's, historyGuard). Every row is inserted only while the thread is
  * the workspace's and no run holds it (threadIdle, checked by each statement in the one
  * transaction): false, and nothing written, when it is not, or when the guard failed the batch.
+ * `response`: the row of a response executed as the run (resources/responses/), written with it.
  */
 export async function insertRunWhileIdle(
   db: Db,
   guards: RawStatement[],
   threadMessages: MessageRow[],
   run: RunRow,
+  response?: ResponseRow,
 ): Promise<boolean> {
   const idle = threadIdle({ id: run.threadId, workspaceId: run.workspaceId });
   try {
     const results = await batchWithReads(db, [
       ...guards,
       ...threadMessages.map((message) => insertWhereStatement(messages, message, idle, { returning: false })),
+      ...(response ? [insertWhereStatement(responses, response, idle, { returning: false })] : []),
       insertWhereStatement(runs, run, idle),
     ]);
     return results.at(-1)?.rows.length === 1;
@@ -227,20 +230,20 @@ export async function insertThreadAndRun(
 }
 
 /**
- * A new thread, its messages and a run on it, as insertThreadAndRun, in a transaction that `guard`
- * (the settings', ProvisionalSettings.guard) fails when the generation moved: false then, and
- * nothing written. `extra`: more rows written with them (a response's).
+ * A new thread, its messages and a run on it, as insertThreadAndRun, in a transaction that `guards`
+ * fail (the settings', ProvisionalSettings.guard, when the generation moved; a response's chain's,
+ * chainGuard): false then, and nothing written. `extra`: more rows written with them (a response's).
  */
 export async function insertThreadAndRunGuarded(
   db: Db,
-  guard: RawStatement,
+  guards: RawStatement[],
   thread: ThreadRow,
   threadMessages: MessageRow[],
   run: RunRow,
   extra: RawStatement[] = [],
 ): Promise<boolean> {
   try {
-    await batchRaw(db, [guard, ...threadRows(thread, threadMessages), insertStatement(runs, run), ...extra]);
+    await batchRaw(db, [...guards, ...threadRows(thread, threadMessages), insertStatement(runs, run), ...extra]);
     return true;
   } catch (error) {
     if (isUniqueViolation(error, GENERATION_MOVED)) return false;

@@ -42,7 +42,7 @@ export interface HistoryOf {
 }
 
 /** The most responses a chain is followed back through: far more than a history's bytes take. */
-const MAX_CHAIN = 10_000;
+export const MAX_CHAIN = 10_000;
 
 /**
  * The threads a history reads: `threadId`, or with a chain the threads of the responses it goes

@@ -1,13 +1,18 @@
-import type { Db, RawStatement } from '../../db/client';
+import type { Db, RawStatement, RawValue } from '../../db/client';
+import type { ResponseRow, RunRow } from '../../db/schema';
+import { MAX_CHAIN } from './history';
 import type { MessageRow, ThreadKey } from './queries';
 
 /**
  * What this process or isolate knows of the threads it wrote: their messages, as its own writes
- * made them (a thread created with its messages, a message added) and as its runs answered them
- * (the messages a streamed run wrote, handed back from where it settled: `ran`). A run builds its prompt from
- * them before anything is read, so that the provider's call starts beside the run's write instead
- * of after it (runs/commands.ts, runInOneTrip); the write carries a guard (`historyGuard`) that
- * fails it, writing nothing, unless the thread still has exactly what the prompt was built from.
+ * made them (a thread or conversation created with its messages, a message or item added) and as
+ * its runs answered them (the messages a run wrote, handed back from where it settled: `ran`). A
+ * run builds its prompt from them before anything is read, so that the provider's call starts
+ * beside the run's write instead of after it (runs/commands.ts, runInOneTrip); the write carries a
+ * guard (`historyGuard`) that fails it, writing nothing, unless the thread still has exactly what
+ * the prompt was built from. A response's chain is known the same way, by the id of the response
+ * it ends at (knownHistoryKey): the messages a response going on from it by previous_response_id
+ * reads, which `chainGuard` checks (resources/responses/commands.ts).
  * What is known is only ever a guess that the database confirms: a message another process added
  * or deleted, or a run another made that wrote a message or called tools, fails the guard, and the
  * run is made from what it reads instead.
@@ -92,7 +97,7 @@ export class KnownHistories {
     this.forget(thread.id);
     // A thread a run answers has that run open: the run made on it is refused, from what is read.
     if (!known || known.workspaceId !== thread.workspaceId || known.answering || known.bytes >= maxBytes) return null;
-    return { threadId: thread.id, messages: known.messages, unconfirmed: known.unconfirmed };
+    return { id: thread.id, messages: known.messages, unconfirmed: known.unconfirmed };
   }
 }
 
@@ -107,9 +112,10 @@ interface Known {
   bytes: number;
 }
 
-/** A thread's messages as known, and the thread they are of. */
+/** A history's messages as known, and whose: a thread's, or a response's chain's (knownHistoryKey). */
 export interface KnownHistory {
-  threadId: string;
+  /** The thread's id, or the response's its chain ends at. */
+  id: string;
   messages: MessageRow[];
   /** Those of `messages` the database has not confirmed as they are known (handed back by a run). */
   unconfirmed: MessageRow[];
@@ -141,6 +147,20 @@ function contentBytes(message: MessageRow): number {
 }
 
 /**
+ * What a history is known by: its run's thread; for a response on a thread of its own, the
+ * response, since the next response goes on from it by previous_response_id, on a thread of its
+ * own too, reading the chain (threads/history.ts). Null for a response not kept (`store: false`),
+ * which nothing goes on from.
+ */
+export function knownHistoryKey(
+  run: Pick<RunRow, 'id' | 'threadId' | 'workspaceId'>,
+  response?: Pick<ResponseRow, 'conversationId' | 'stored'>,
+): ThreadKey | null {
+  if (!response || response.conversationId !== null) return { id: run.threadId, workspaceId: run.workspaceId };
+  return response.stored ? { id: run.id, workspaceId: run.workspaceId } : null;
+}
+
+/**
  * A statement to ride with a run's write that fails its transaction, writing nothing, unless the
  * thread has what a prompt built from its history read would be built from (runs/execution/prompt.ts,
  * threads/history.ts): exactly the known messages, in their order, those a run handed back with
@@ -150,18 +170,58 @@ function contentBytes(message: MessageRow): number {
  * the run is made again from what is read.
  */
 export function historyGuard(known: KnownHistory): RawStatement {
+  return failsUnlessKnown(known, { threads: '= ?', threadArgs: [known.id] });
+}
+
+/**
+ * historyGuard for a response's chain (`known.id`, the response the new one goes on from): the
+ * messages and runs of the threads its history reads (threads/history.ts, threadsOf: the threads
+ * of the responses back from it, within the workspace). A response of the chain deleted takes its
+ * thread's messages out of them, and that response's own are among the known (a chain is known
+ * only from a response that answered): so it fails then too, and the path of reads answers 404.
+ */
+export function chainGuard(known: KnownHistory, workspaceId: string): RawStatement {
+  return failsUnlessKnown(known, {
+    with:
+      'with recursive "chain"("id", "depth") as (select ?, 0 union all select "responses"."previous_response_id", ' +
+      `"chain"."depth" + 1 from "responses" join "chain" on "responses"."id" = "chain"."id" where "chain"."depth" < ${MAX_CHAIN}), ` +
+      '"chained"("id") as (select "thread_id" from "responses" where "id" in (select "id" from "chain") and "workspace_id" = ?) ',
+    withArgs: [known.id, workspaceId],
+    threads: 'in (select "id" from "chained")',
+    threadArgs: [],
+  });
+}
+
+/**
+ * The guard of both: `threads` is the condition on a thread id that names the history's threads
+ * (its arguments `threadArgs`, repeated at each use), which a `with` clause may define.
+ */
+function failsUnlessKnown(
+  known: KnownHistory,
+  history: { with?: string; withArgs?: RawValue[]; threads: string; threadArgs: RawValue[] },
+): RawStatement {
   const ids = known.messages.map((message) => message.id);
   const contents = known.unconfirmed.flatMap((message) => [message.id, JSON.stringify(message.content)]);
+  const { threads, threadArgs } = history;
   return {
     sql:
+      (history.with ?? '') +
       'insert into "settings_generation" ("id", "value") select "id", "value" from "settings_generation" where "id" = 0 and (' +
-      'exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" where "runs"."thread_id" = ? ' +
+      `exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" where "runs"."thread_id" ${threads} ` +
       `and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed') or ` +
-      '(select count(*) from "messages" where "thread_id" = ?) is not ? or ' +
-      `coalesce((select json_group_array("id") from (select "id" from "messages" where "thread_id" = ? order by "seq")), '[]') is not ?` +
+      `(select count(*) from "messages" where "thread_id" ${threads}) is not ? or ` +
+      `coalesce((select json_group_array("id") from (select "id" from "messages" where "thread_id" ${threads} order by "seq")), '[]') is not ?` +
       ' or (select "content" from "messages" where "id" = ?) is not ?'.repeat(known.unconfirmed.length) +
       ')',
-    args: [known.threadId, known.threadId, ids.length, known.threadId, JSON.stringify(ids), ...contents],
+    args: [
+      ...(history.withArgs ?? []),
+      ...threadArgs,
+      ...threadArgs,
+      ids.length,
+      ...threadArgs,
+      JSON.stringify(ids),
+      ...contents,
+    ],
   };
 }
 

@@ -168,7 +168,7 @@ export function threadHeld(refusal: string, threadId: string, run: HoldingRun): 
  * holds it: the thread's row goes first, in a statement that checks for such a run, and the rest
  * only goes once the row is gone. Answers whether the thread was deleted.
  */
-export async function deleteIdleThread(db: Db, thread: ThreadRow): Promise<boolean> {
+export async function deleteIdleThread(db: Db, thread: ThreadKey): Promise<boolean> {
   const gone = sql`NOT EXISTS (SELECT 1 FROM ${threads} WHERE ${threads.id} = ${thread.id})`;
   const [deleted] = await db.batch([
     db

@@ -81,11 +81,18 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     return wire;
   }
 
-  /** A run its caller put in progress and waits for: answered once its turn has ended. */
-  async execute(run: RunRow, options: StartOptions, written?: Written): Promise<void> {
+  /**
+   * A run its caller put in progress and waits for: answered once its turn has ended. `answered`
+   * (StreamOptions') needs no dup: this call lasts as long as the run.
+   */
+  async execute(run: RunRow, options: StartOptions, written?: Written, answered?: Rpc.Stub<Answered>): Promise<void> {
     const rowsWritten = rowsWrittenBy(written);
     const deps = await this.#take();
-    const execution = executeRun(deps, run, { ...options, rowsWritten });
+    const execution = executeRun(deps, run, {
+      ...options,
+      rowsWritten,
+      answered: answered && ((messages) => answered(messages)),
+    });
     this.#track(execution, deps);
     await execution;
   }

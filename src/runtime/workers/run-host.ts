@@ -15,7 +15,7 @@ export interface RunExecutorRpc extends Rpc.DurableObjectBranded {
     written?: Written,
     answered?: Rpc.Stub<Answered>,
   ): Promise<ReadableStream<Uint8Array>>;
-  execute(run: RunRow, options: StartOptions, written?: Written): Promise<void>;
+  execute(run: RunRow, options: StartOptions, written?: Written, answered?: Rpc.Stub<Answered>): Promise<void>;
   cancel(runId: string): Promise<void>;
 }
 
@@ -73,7 +73,8 @@ export function workersRunHost(
     stream: (run, { answered, ...options }, _context, written) =>
       executor(run.id).stream(run, options, asked(written), answered),
     // Awaited by the request: a client that goes away does not stop the execution, which the object keeps alive.
-    execute: (run, options, _context, written) => executor(run.id).execute(run, options, asked(written)),
+    execute: (run, { answered, ...options }, _context, written) =>
+      executor(run.id).execute(run, options, asked(written), answered),
     // The run's lease renewal notices the cancel anyway, within a third of the lease.
     cancel: (runId, context) =>
       handOver(

@@ -107,6 +107,13 @@ const outcomeOf = (index: number) =>
     (outcome) => outcome !== 'open',
   );
 
+/** What a request that was refused must have left as it was: the tenant's responses, threads and usage. */
+const tallies = async (tenant: Tenant) => ({
+  responses: await countOf('responses', tenant),
+  threads: await countOf('threads', tenant),
+  usage: await countOf('usage', tenant),
+});
+
 /** The round trips to the database `task` makes, its response's last writes included. */
 async function roundTrips(task: () => Promise<unknown>): Promise<number> {
   await gateway.tasks.drain(10_000);
@@ -162,11 +169,15 @@ describe('a response whose input needs no read: the provider called beside its w
     }
   });
 
-  it('reads what a response goes on from in one round trip, beside the settings: a previous response, a conversation', async () => {
+  it('reads what a response goes on from in one round trip, beside the settings, when it is not known here: a previous response, a conversation', async () => {
     const { tenant } = await setup();
-    const first = await json(await create(tenant, { input: 'first' }));
-    const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
-    expect((await create(tenant, { input: 'first', conversation: conversation.id })).status).toBe(200);
+    // Made by another gateway: this one knows neither the chain nor the conversation.
+    const first = await json(
+      await other.request('/v1/responses', { key: tenant.workspaceKey, body: { model: 'fake-model', input: 'first' } }),
+    );
+    const conversation = await json(await other.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    const inConversation = { model: 'fake-model', input: 'first', conversation: conversation.id };
+    expect((await other.request('/v1/responses', { key: tenant.workspaceKey, body: inConversation })).status).toBe(200);
     for (const body of [{ previous_response_id: first.id }, { conversation: conversation.id }]) {
       proxy.statements.length = 0;
       proxy.keepStatements = true;
@@ -179,6 +190,7 @@ describe('a response whose input needs no read: the provider called beside its w
       expect(text).toBe('You said: and then?');
       // Its context with the settings' generation, its rows, its end.
       expect(trips, JSON.stringify(proxy.statements)).toBe(3);
+      await other.tasks.drain(10_000);
       // The prompt had the turn before: its input and its answer.
       const sent = defined(upstream.requests.at(-1)).body?.messages as { role: string; content: string }[];
       expect(sent.map((message) => message.content)).toEqual(['first', 'You said: first', 'and then?']);
@@ -226,11 +238,7 @@ describe('a response whose input needs no read: the provider called beside its w
     const { tenant } = await setup();
     const hash = createHash('sha256').update(tenant.workspaceKey).digest('hex');
     await elsewhere.execute({ sql: 'UPDATE api_keys SET revoked_at = ? WHERE hash = ?', args: [Date.now(), hash] });
-    const [responses, threads, usage] = [
-      await countOf('responses', tenant),
-      await countOf('threads', tenant),
-      await countOf('usage', tenant),
-    ];
+    const before = await tallies(tenant);
     const calls = upstream.requests.length;
     const { answer } = await whileDatabaseHeld(proxy, upstream, () => create(tenant, { input: 'hi', stream: true }));
     expect(answer.status).toBe(401);
@@ -238,9 +246,7 @@ describe('a response whose input needs no read: the provider called beside its w
     expect(upstream.requests.length - calls).toBe(1);
     expect(await outcomeOf(calls)).toBe('cancelled');
     await gateway.tasks.drain(10_000);
-    expect(await countOf('responses', tenant)).toBe(responses);
-    expect(await countOf('threads', tenant)).toBe(threads);
-    expect(await countOf('usage', tenant)).toBe(usage);
+    expect(await tallies(tenant)).toEqual(before);
   });
 
   it('applies a policy made by another gateway to the response that guessed without it, and refuses the next before its provider', async () => {
@@ -296,4 +302,232 @@ describe('a response whose input needs no read: the provider called beside its w
     expect(upstream.requests.length - calls).toBe(1);
     expect(await outcomeOf(calls)).toBe('cancelled');
   });
+});
+
+/** The contents of the messages the provider's `index`th request was sent, the system message left out. */
+const sentOf = (index: number) =>
+  (defined(upstream.requests.at(index)).body?.messages as { role: string; content: string }[])
+    .filter((message) => message.role !== 'system')
+    .map((message) => message.content);
+
+/** The id of a streamed response, from its first event. */
+const idOf = (events: { event: string; data: unknown }[]) =>
+  (defined(events[0]).data as { response: { id: string } }).response.id;
+
+describe('a response on a previous response or in a conversation, its history known here: the provider called beside its write', () => {
+  it('goes on from a previous response turn after turn, each called once while its write is held, the prompt the whole chain', async () => {
+    const { tenant } = await setup();
+    // Not streamed: its answer is handed back all the same, once it ended (RunHost.execute).
+    const first = await json(await create(tenant, { input: 'first' }));
+    let previous = first.id as string;
+    const chain = ['first', 'You said: first'];
+    for (const text of ['second', 'third']) {
+      const calls = upstream.requests.length;
+      const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+        streamed(tenant, { input: text, previous_response_id: previous }),
+      );
+      expect(seen.called).toBe(1);
+      expect(upstream.requests.length - calls).toBe(1);
+      expect(answer.status).toBe(200);
+      expect(deltaText(answer.events)).toBe(`You said: ${text}`);
+      chain.push(text);
+      expect(sentOf(-1)).toEqual(chain);
+      chain.push(`You said: ${text}`);
+      previous = idOf(answer.events);
+    }
+    const last = await json(await gateway.request(`/v1/responses/${previous}`, { key: tenant.workspaceKey }));
+    expect(last.status).toBe('completed');
+    expect(last.previous_response_id).not.toBe(first.id);
+  });
+
+  it('makes a response in a conversation made here, turn after turn, each called once while its write is held', async () => {
+    const { tenant } = await setup();
+    const conversation = await json(
+      await gateway.request('/v1/conversations', {
+        key: tenant.workspaceKey,
+        body: { items: [{ type: 'message', role: 'user', content: 'from the start' }] },
+      }),
+    );
+    const history = ['from the start'];
+    for (const text of ['one', 'two']) {
+      const calls = upstream.requests.length;
+      const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+        streamed(tenant, { input: text, conversation: conversation.id }),
+      );
+      expect(seen.called).toBe(1);
+      expect(upstream.requests.length - calls).toBe(1);
+      expect(deltaText(answer.events)).toBe(`You said: ${text}`);
+      history.push(text);
+      expect(sentOf(-1)).toEqual(history);
+      history.push(`You said: ${text}`);
+    }
+    // An item added here is known too.
+    const added = await gateway.request(`/v1/conversations/${conversation.id}/items`, {
+      key: tenant.workspaceKey,
+      body: { items: [{ type: 'message', role: 'user', content: 'added here' }] },
+    });
+    expect(added.status).toBe(200);
+    const calls = upstream.requests.length;
+    const { seen } = await whileDatabaseHeld(proxy, upstream, () =>
+      streamed(tenant, { input: 'three', conversation: conversation.id }),
+    );
+    expect(seen.called).toBe(1);
+    expect(upstream.requests.length - calls).toBe(1);
+    expect(sentOf(-1)).toEqual([...history, 'added here', 'three']);
+    const items = await json(
+      await gateway.request(`/v1/conversations/${conversation.id}/items?order=asc`, { key: tenant.workspaceKey }),
+    );
+    expect(items.data).toHaveLength(8);
+  });
+
+  it('makes the response from what is read when a response of the chain was made beside a conversation the chain goes through', async () => {
+    const { tenant } = await setup();
+    const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    const zero = await json(await create(tenant, { input: 'zero', conversation: conversation.id }));
+    // On a response in a conversation: read, and its answer handed back as its chain's.
+    const one = await json(await create(tenant, { input: 'one', previous_response_id: zero.id }));
+    // The chain goes through the conversation, which another gateway extends.
+    const elsewhereTurn = { model: 'fake-model', input: 'elsewhere', conversation: conversation.id };
+    expect((await other.request('/v1/responses', { key: tenant.workspaceKey, body: elsewhereTurn })).status).toBe(200);
+    await other.tasks.drain(10_000);
+    const calls = upstream.requests.length;
+    const answer = await streamed(tenant, { input: 'two', previous_response_id: one.id });
+    expect(answer.status).toBe(200);
+    expect(deltaText(answer.events)).toBe('You said: two');
+    // The guess, on the chain as known, was aborted; the response was made from the chain read.
+    expect(upstream.requests.length - calls).toBe(2);
+    expect(await outcomeOf(calls)).toBe('cancelled');
+    expect(sentOf(calls)).toEqual(['zero', 'You said: zero', 'one', 'You said: one', 'two']);
+    expect(sentOf(calls + 1)).toEqual([
+      'zero',
+      'You said: zero',
+      'one',
+      'You said: one',
+      'elsewhere',
+      'You said: elsewhere',
+      'two',
+    ]);
+    const names = answer.events.map((event) => event.event);
+    expect(names.filter((name) => name === 'response.created')).toHaveLength(1);
+  });
+
+  it("reads the conversation again once a function call's output is added to it here: no guess on a history with calls", async () => {
+    const { tenant } = await setup();
+    const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    expect((await create(tenant, { input: 'one', conversation: conversation.id })).status).toBe(200);
+    // Another gateway's response calls a function in it: a call this one does not know of.
+    const called = await other.request('/v1/responses', {
+      key: tenant.workspaceKey,
+      body: {
+        model: 'fake-model',
+        conversation: conversation.id,
+        input: `weather?\n${fakeDirective({ tool_calls: [{ name: 'get_weather', arguments: {}, id: 'call_w' }] })}`,
+        tools: [{ type: 'function', name: 'get_weather', parameters: { type: 'object', properties: {} } }],
+      },
+    });
+    expect(called.status).toBe(200);
+    await other.tasks.drain(10_000);
+    const output = await gateway.request(`/v1/conversations/${conversation.id}/items`, {
+      key: tenant.workspaceKey,
+      body: { items: [{ type: 'function_call_output', call_id: 'call_w', output: 'sunny' }] },
+    });
+    expect(output.status).toBe(200);
+    const calls = upstream.requests.length;
+    const answer = await streamed(tenant, { input: 'two', conversation: conversation.id });
+    expect(deltaText(answer.events)).toBe('You said: two');
+    // Made from its reads at once: nothing guessed on what was known before the call.
+    expect(upstream.requests.length - calls).toBe(1);
+    const sent = defined(upstream.requests.at(-1)).body?.messages as { role: string; tool_call_id?: string }[];
+    expect(sent.some((message) => message.role === 'tool' && message.tool_call_id === 'call_w')).toBe(true);
+  });
+
+  it('makes the response from what is read when another gateway gave the conversation items', async () => {
+    const { tenant } = await setup();
+    const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    expect((await create(tenant, { input: 'one', conversation: conversation.id })).status).toBe(200);
+    const added = await other.request(`/v1/conversations/${conversation.id}/items`, {
+      key: tenant.workspaceKey,
+      body: { items: [{ type: 'message', role: 'user', content: 'added elsewhere' }] },
+    });
+    expect(added.status).toBe(200);
+    const [responses, runs] = [await countOf('responses', tenant), await countOf('runs', tenant)];
+    const calls = upstream.requests.length;
+    const answer = await streamed(tenant, { input: 'two', conversation: conversation.id });
+    expect(deltaText(answer.events)).toBe('You said: two');
+    expect(upstream.requests.length - calls).toBe(2);
+    expect(await outcomeOf(calls)).toBe('cancelled');
+    expect(sentOf(calls + 1)).toEqual(['one', 'You said: one', 'added elsewhere', 'two']);
+    await gateway.tasks.drain(10_000);
+    // Written once: nothing of the guess.
+    expect(await countOf('responses', tenant)).toBe(responses + 1);
+    expect(await countOf('runs', tenant)).toBe(runs + 1);
+  });
+
+  it('answers 404 to another workspace naming a previous response or conversation known here, calling no provider', async () => {
+    const { tenant } = await setup();
+    const { tenant: stranger } = await setup();
+    const first = await json(await create(tenant, { input: 'first' }));
+    const conversation = await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    expect((await create(tenant, { input: 'one', conversation: conversation.id })).status).toBe(200);
+    const calls = upstream.requests.length;
+    for (const [context, code] of [
+      [{ previous_response_id: first.id }, 'response_not_found'],
+      [{ conversation: conversation.id }, 'conversation_not_found'],
+    ] as const) {
+      const refused = await create(stranger, { input: 'theirs?', stream: true, ...context });
+      expect(refused.status).toBe(404);
+      expect(await errorOf(refused)).toMatchObject({ code });
+    }
+    // Their history was not sent anywhere: no guess was made on it.
+    expect(upstream.requests.length).toBe(calls);
+  });
+
+  it('answers 404 for a previous response deleted by another gateway: the guess aborted, nothing written or counted', async () => {
+    const { tenant } = await setup();
+    const first = await json(await create(tenant, { input: 'first' }));
+    expect(
+      (await other.request(`/v1/responses/${first.id}`, { key: tenant.workspaceKey, method: 'DELETE' })).status,
+    ).toBe(200);
+    const before = await tallies(tenant);
+    const calls = upstream.requests.length;
+    const answer = await create(tenant, { input: 'second', previous_response_id: first.id, stream: true });
+    expect(answer.status).toBe(404);
+    expect(await errorOf(answer)).toMatchObject({ code: 'response_not_found', param: 'previous_response_id' });
+    expect(upstream.requests.length - calls).toBe(1);
+    expect(await outcomeOf(calls)).toBe('cancelled');
+    await gateway.tasks.drain(10_000);
+    expect(await tallies(tenant)).toEqual(before);
+  });
+
+  it.each(['previous_response_id', 'conversation'])(
+    "makes the response from what is read when its prompt's assistant changed elsewhere (%s), telling nothing of the first answer",
+    async (on) => {
+      const { tenant, promptId } = await setup('Old instructions.');
+      const prompt = { id: promptId };
+      const conversation = await json(
+        await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }),
+      );
+      const first = await json(
+        await create(tenant, {
+          input: 'first',
+          prompt,
+          ...(on === 'conversation' ? { conversation: conversation.id } : {}),
+        }),
+      );
+      await elsewhere.execute({
+        sql: 'UPDATE assistants SET instructions = ? WHERE id = ?',
+        args: ['New instructions.', promptId],
+      });
+      const calls = upstream.requests.length;
+      const context = on === 'conversation' ? { conversation: conversation.id } : { previous_response_id: first.id };
+      const answer = await streamed(tenant, { input: 'which?', prompt, ...context });
+      expect(deltaText(answer.events)).toBe('You said: which?');
+      expect(answer.events.filter((event) => event.event === 'response.created')).toHaveLength(1);
+      expect(upstream.requests.length - calls).toBe(2);
+      expect(await outcomeOf(calls)).toBe('cancelled');
+      expect(systemOf(calls)).toBe('Old instructions.');
+      expect(systemOf(calls + 1)).toBe('New instructions.');
+      expect(sentOf(calls + 1)).toEqual(['first', 'You said: first', 'which?']);
+    },
+  );
 });

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   KnownHistories,
+  knownHistoryKey,
   MAX_BYTES,
   MAX_MESSAGES,
   MAX_THREADS,
@@ -28,7 +29,7 @@ describe('KnownHistories', () => {
     known.wrote(thread('thread_1'), [first], true);
     known.wrote(thread('thread_1'), [second], false);
     expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toEqual({
-      threadId: 'thread_1',
+      id: 'thread_1',
       messages: [first, second],
       unconfirmed: [],
     });
@@ -117,7 +118,7 @@ describe('KnownHistories', () => {
     const next = message('thread_1', 'three');
     known.wrote(thread('thread_1'), [next], false);
     expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toEqual({
-      threadId: 'thread_1',
+      id: 'thread_1',
       messages: [asked, answered, next],
       unconfirmed: [answered],
     });
@@ -148,5 +149,30 @@ describe('KnownHistories', () => {
     known.ran(known.answering(thread('thread_3'), []), [answer('thread_3', 'mine')]);
     expect(known.take(thread('thread_3', 'ws_b'), MAX_HISTORY_BYTES)).toBeNull();
     expect(known.take(thread('thread_3'), MAX_HISTORY_BYTES)).toBeNull();
+  });
+});
+
+describe("knownHistoryKey: what a run's answer is known by", () => {
+  const run = { id: 'resp_1', threadId: 'thread_1', workspaceId: 'ws_a' };
+  it.each([
+    ['a run: its thread', undefined, { id: 'thread_1', workspaceId: 'ws_a' }],
+    [
+      "a response in a conversation: the conversation's thread",
+      { conversationId: 'thread_1', stored: true },
+      { id: 'thread_1', workspaceId: 'ws_a' },
+    ],
+    [
+      'a response in a conversation, not kept: the conversation keeps its items',
+      { conversationId: 'thread_1', stored: false },
+      { id: 'thread_1', workspaceId: 'ws_a' },
+    ],
+    [
+      'a response on a thread of its own: the response, which the next goes on from',
+      { conversationId: null, stored: true },
+      { id: 'resp_1', workspaceId: 'ws_a' },
+    ],
+    ['a response not kept: nothing goes on from it', { conversationId: null, stored: false }, null],
+  ] as const)('%s', (_, response, key) => {
+    expect(knownHistoryKey(run, response)).toEqual(key);
   });
 });
