@@ -148,6 +148,10 @@ export async function openChatCall(
   call: ChatCallOptions,
 ): Promise<OpenedChatCall> {
   const controller = new AbortController();
+  // The fetch is aborted without a reason: workerd logs a reason that reaches its fetch as an
+  // uncaught exception. The reason stays on `controller`, for asUpstreamError.
+  const transport = new AbortController();
+  controller.signal.addEventListener('abort', () => transport.abort(), { once: true });
   const onAbort = () => controller.abort(call.signal?.reason);
   if (call.signal?.aborted) throw call.signal.reason;
   call.signal?.addEventListener('abort', onAbort, { once: true });
@@ -184,7 +188,7 @@ export async function openChatCall(
         },
         body: request.body,
         ...(request.body instanceof ReadableStream ? { duplex: 'half' as const } : {}),
-        signal: controller.signal,
+        signal: transport.signal,
         // base_url was checked, a Location header was not: following it could take the gateway's
         // request (and the provider key) to a metadata or internal address. A 3xx fails the call.
         redirect: 'manual',
