@@ -19,7 +19,7 @@ import { toStepJson } from '../wire';
 import { toMessageJson } from '../../threads/wire';
 import { citations, type CitationSource } from './file-search';
 import { filePaths } from './code-interpreter';
-import type { HostedCall, HostedKind } from './hosted-tools';
+import { hostedCall, type HostedCall, type HostedKind } from './hosted-tools';
 import type { Outbox, OpenedRows } from './outbox';
 import type { TurnOutcome } from './outcome';
 import { answerMessage, newStep } from './rows';
@@ -202,7 +202,7 @@ export class TurnAnswer {
     if (!call) {
       // Providers name a call in its first fragment: that decides whether it is a hosted tool's.
       const kind = this.#hosted.get(name);
-      const hosted = kind === undefined ? null : { kind, done: null };
+      const hosted = kind === undefined ? null : hostedCall(kind);
       call = {
         index: event.index,
         id: event.id ?? newId('call'),
@@ -214,6 +214,7 @@ export class TurnAnswer {
     }
     call.name.push(name);
     call.arguments.push(args);
+    if (call.hosted?.kind === 'file_search') call.hosted.queries.push(args);
     // A hosted call opens with one delta, as OpenAI's do: its arguments are the gateway's business
     // (a code call's input is shown once whole, code-interpreter-round.ts).
     if (call.hosted && !isNew) return name.length + args.length;
