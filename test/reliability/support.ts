@@ -7,13 +7,13 @@ import { expect } from 'vitest';
 import { readEvents } from '../support/events';
 import { fakeDirective, type FakeScenario } from '../support/fake-upstream';
 import {
-  mainThreadSchedule,
   memoryOf,
   percentile,
   resetPeakMemory,
   runCli,
   startFakeUpstreamProcess,
   startGatewayProcess,
+  startHealthPoller,
   type FakeUpstreamProcess,
   type GatewayProcess,
 } from '../support/processes';
@@ -287,9 +287,12 @@ export { percentile };
  * complete, and the gateway alive. Figures go to `watch.figures` under `name`.
  *
  * Latencies are judged by the gateway's own part: the time a health check took minus the time
- * the gateway's event-loop thread spent waiting for a CPU meanwhile (/proc/<pid>/schedstat). On a
- * machine shared with other work (this fake upstream, the test runner, anything else) the rest
- * measures the neighbours, not the gateway; both figures are reported.
+ * the gateway's event-loop thread and the poller's spent waiting for a CPU meanwhile
+ * (/proc/<pid>/schedstat). On a machine shared with other work (this fake upstream, the test
+ * runner, anything else) the rest measures the neighbours, not the gateway; both figures are
+ * reported. The poller is a process of its own (health-poller.ts): polling from this process, an
+ * answer waited for this process's other work (`work`'s runs, the other tenant's streams) and for
+ * this process's turns on a CPU, and both were counted as the gateway's.
  */
 export async function whileMeasured<T>(
   watch: Watch,
@@ -302,32 +305,21 @@ export async function whileMeasured<T>(
   const beforeRssMb = memoryOf(pid).rssMb;
   resetPeakMemory(pid);
   let done = false;
-  const raw: number[] = [];
-  const own: number[] = [];
-  const poller = (async () => {
-    while (!done) {
-      const before = mainThreadSchedule(pid);
-      const started = performance.now();
-      const response = await fetch(`${gateway.url}/health`);
-      await response.arrayBuffer();
-      const ms = performance.now() - started;
-      raw.push(ms);
-      own.push(ms - (mainThreadSchedule(pid).waitingMs - before.waitingMs));
-      await sleep(1);
-    }
-  })();
+  const poller = await startHealthPoller(gateway.url, pid);
   const healthy: HealthyRun[] = [];
   const bystander = (async () => {
     do healthy.push(await healthyRun(watch.bystander, tally));
     while (!done);
   })();
   let result: T;
+  let polled: { raw: number[]; own: number[] };
   try {
     result = await work();
   } finally {
     done = true;
-    await Promise.allSettled([poller, bystander]);
+    [polled] = await Promise.all([poller.stop(), bystander.catch(() => undefined)]);
   }
+  const { raw, own } = polled;
   const alive = gateway.child.exitCode === null && gateway.child.signalCode === null;
   if (!alive || /heap out of memory|Invalid string length/.test(gateway.stderr())) tally.outOfMemoryDeaths++;
   expect(alive).toBe(true);

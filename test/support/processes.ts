@@ -233,6 +233,44 @@ export function startFakeUpstreamProcess(timeoutMs = 20_000): Promise<FakeUpstre
   });
 }
 
+/** A /health poller process (health-poller.ts), timing a gateway from outside. */
+export interface HealthPoller {
+  /** Stops polling: each answer's latency (`raw`) and the gateway's own part of it (`own`), in ms. */
+  stop(): Promise<{ raw: number[]; own: number[] }>;
+}
+
+/**
+ * Starts polling `url`'s /health (the gateway's main thread: `pid`) in a process of its own
+ * (health-poller.ts): resolves once it polls.
+ */
+export function startHealthPoller(url: string, pid: number, timeoutMs = 20_000): Promise<HealthPoller> {
+  const child = spawn(process.execPath, [...TSX, 'test/support/health-poller.ts', url, String(pid)], {
+    cwd: ROOT,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const exited = new Promise<never>((_, reject) =>
+    child.once('exit', (code) => reject(new Error(`the health poller exited (${code}) before it answered`))),
+  );
+  const next = <T>() => Promise.race([new Promise<T>((resolve) => child.once('message', resolve)), exited]);
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  return next<'polling'>().then(
+    () => {
+      clearTimeout(timer);
+      return {
+        stop: () => {
+          const measured = next<{ raw: number[]; own: number[] }>();
+          child.send('stop');
+          return measured;
+        },
+      };
+    },
+    (error: unknown) => {
+      clearTimeout(timer);
+      throw error;
+    },
+  );
+}
+
 /**
  * Resets a process's peak resident memory (VmHWM) to its current resident memory, so that the
  * next memoryOf() reports the peak since now (Linux: /proc/<pid>/clear_refs).

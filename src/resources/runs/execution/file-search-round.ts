@@ -42,7 +42,7 @@ export class FileSearches {
     for (const call of calls) {
       const hosted = call.hosted;
       if (hosted?.kind !== 'file_search') continue;
-      const queries = searchQueries(call.arguments.toString(), position++);
+      const queries = searchQueries(hosted.queries, position++);
       const found =
         'problem' in queries
           ? { output: queries.problem, results: [] }

@@ -1,7 +1,7 @@
 import type { ChatCompletionRequest } from '../../../providers/types';
 import type { SearchResult } from '../../../retrieval/search';
 import type { FileSearchResult, FileSearchToolCall, StepDetails, Tool, ToolResources } from '../../../db/json-columns';
-import { SEARCH_LIMITS } from '../../vector-stores/search-schemas';
+import { MAX_QUERIES, SearchArguments } from './search-arguments';
 
 /**
  * The file_search tool over Chat Completions: the model is given a function, FILE_SEARCH_FUNCTION,
@@ -24,9 +24,6 @@ export const DEFAULT_MAX_RESULTS = 20;
 
 /** Characters of result text one search gives the model (and keeps in its step): results past it are left out. */
 export const MAX_RESULT_CHARS = 32_000;
-
-/** Queries one call may make, and their length. */
-const MAX_QUERIES = 5;
 
 const TOOL_DESCRIPTION =
   "Searches the files available to you (the user's documents) and returns the passages that best match. " +
@@ -84,33 +81,19 @@ export function storeIdsOf(runResources: ToolResources | null, threadResources: 
 
 /**
  * The queries of a call's arguments, `{"queries": [...]}` (or `{"query": "..."}`, which models
- * also write), bounded; a message for the model when there are none.
+ * also write), bounded; a message for the model when there are none. `args` is the whole
+ * arguments, or their reader (SearchArguments) fed as they streamed.
  */
-export function searchQueries(args: string, position: number): string[] | { problem: string } {
+export function searchQueries(args: string | SearchArguments, position: number): string[] | { problem: string } {
   if (position >= MAX_SEARCHES_PER_ROUND) {
     return {
       problem: `Not searched: at most ${MAX_SEARCHES_PER_ROUND} searches at once. Search again with fewer calls if needed.`,
     };
   }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(args);
-  } catch {
-    return { problem: 'The arguments were not valid JSON. Call file_search with {"queries": ["..."]}.' };
-  }
-  const raw =
-    typeof parsed === 'object' && parsed !== null
-      ? 'queries' in parsed && Array.isArray(parsed.queries)
-        ? parsed.queries
-        : 'query' in parsed
-          ? [parsed.query]
-          : []
-      : [];
-  const queries = raw
-    .filter((query): query is string => typeof query === 'string' && query.trim() !== '')
-    .slice(0, MAX_QUERIES)
-    .map((query) => query.trim().slice(0, SEARCH_LIMITS.queryChars));
-  return queries.length > 0 ? queries : { problem: 'No query was given. Call file_search with {"queries": ["..."]}.' };
+  if (args instanceof SearchArguments) return args.queries();
+  const reader = new SearchArguments();
+  reader.push(args);
+  return reader.queries();
 }
 
 /**

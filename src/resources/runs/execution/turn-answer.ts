@@ -17,9 +17,9 @@ import type { MessageContent } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { toStepJson } from '../wire';
 import { toMessageJson } from '../../threads/wire';
-import { citations, type CitationSource } from './file-search';
+import { citations, searchedArguments, type CitationSource } from './file-search';
 import { filePaths } from './code-interpreter';
-import type { HostedCall, HostedKind } from './hosted-tools';
+import { hostedCall, type HostedCall, type HostedKind } from './hosted-tools';
 import type { Outbox, OpenedRows } from './outbox';
 import type { TurnOutcome } from './outcome';
 import { answerMessage, newStep } from './rows';
@@ -31,6 +31,7 @@ export interface StreamingToolCall {
   index: number;
   id: string;
   name: TextBuilder;
+  /** Empty for a file search, whose queries are read instead (HostedCall). */
   arguments: TextBuilder;
   /** A call of a hosted tool's function (hosted-tools.ts), which the gateway answers itself: its answer once given. */
   hosted: HostedCall | null;
@@ -202,7 +203,7 @@ export class TurnAnswer {
     if (!call) {
       // Providers name a call in its first fragment: that decides whether it is a hosted tool's.
       const kind = this.#hosted.get(name);
-      const hosted = kind === undefined ? null : { kind, done: null };
+      const hosted = kind === undefined ? null : hostedCall(kind);
       call = {
         index: event.index,
         id: event.id ?? newId('call'),
@@ -213,7 +214,9 @@ export class TurnAnswer {
       step.calls.set(event.index, call);
     }
     call.name.push(name);
-    call.arguments.push(args);
+    // A search's arguments are read for their queries as they come, and kept as those (searchedArguments).
+    if (call.hosted?.kind === 'file_search') call.hosted.queries.push(args);
+    else call.arguments.push(args);
     // A hosted call opens with one delta, as OpenAI's do: its arguments are the gateway's business
     // (a code call's input is shown once whole, code-interpreter-round.ts).
     if (call.hosted && !isNew) return name.length + args.length;
@@ -511,17 +514,20 @@ export class TurnAnswer {
   }
 }
 
-/** The turn's tool calls as its step records them, in the upstream's order. */
+/**
+ * The turn's tool calls as its step records them, in the upstream's order: a hosted call's
+ * answer, or the call as made (a search not answered with the queries it asked for).
+ */
 function toolCallsDetails(step: OpenToolStep): ToolCallsDetails {
   const calls = [...step.calls.entries()]
     .sort(([a], [b]) => a - b)
-    .map(
-      ([, call]): ToolCall =>
-        call.hosted?.done ?? {
-          id: call.id,
-          type: 'function',
-          function: { name: call.name.toString(), arguments: call.arguments.toString(), output: null },
-        },
-    );
+    .map(([, call]): ToolCall => {
+      if (call.hosted?.done) return call.hosted.done;
+      const args =
+        call.hosted?.kind === 'file_search'
+          ? searchedArguments(call.hosted.queries.queries())
+          : call.arguments.toString();
+      return { id: call.id, type: 'function', function: { name: call.name.toString(), arguments: args, output: null } };
+    });
   return { type: 'tool_calls', tool_calls: calls };
 }
