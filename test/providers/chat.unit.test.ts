@@ -18,13 +18,15 @@ describe('streamChatCompletion, aborted by its caller', () => {
     };
     const caller = new AbortController();
     const reason = new Error('the run was cancelled');
-    const body = JSON.stringify({
-      model: 'gpt-4o',
-      stream: true,
-      messages: [
-        { role: 'user', content: fakeDirective({ stream_bytes: Number.MAX_SAFE_INTEGER, chunk_delay_ms: 5 }) },
-      ],
-    });
+    const body = new TextEncoder().encode(
+      JSON.stringify({
+        model: 'gpt-4o',
+        stream: true,
+        messages: [
+          { role: 'user', content: fakeDirective({ stream_bytes: Number.MAX_SAFE_INTEGER, chunk_delay_ms: 5 }) },
+        ],
+      }),
+    );
     const events = streamChatCompletion(
       { model: 'gpt-4o', body },
       {

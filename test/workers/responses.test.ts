@@ -308,8 +308,12 @@ describe('a response on a previous response or in a conversation, its history ha
     const gate = remoteGate(inject('upstreamUrl'), freshGate('response-chain'));
     const generation = await settingsGeneration();
     const input = ask('What is my name?', { echo_messages: true, hold: gate.name });
-    const { answer } = await whileRemoteDatabaseHeld(inject('databaseProxyUrl'), heldOn, gate, () =>
-      post('/responses', { model: 'fake-model', stream: true, input, ...context }),
+    const { answer } = await whileRemoteDatabaseHeld(
+      inject('databaseProxyUrl'),
+      heldOn,
+      gate,
+      () => post('/responses', { model: 'fake-model', stream: true, input, ...context }),
+      async () => (await settingsGeneration()) !== generation,
     );
     await gate.open();
     const { text, names } = await streamedResponse(await answer);

@@ -306,8 +306,12 @@ describe('a later run on a thread, its history the answer its executor handed ba
       await openai.beta.threads.messages.create(thread.id, question);
       const generation = await settingsGeneration();
       // The provider was called before the run's write (its statements name the thread) went through.
-      const { answer } = await whileRemoteDatabaseHeld(inject('databaseProxyUrl'), thread.id, gate, () =>
-        call(`/v1/threads/${thread.id}/runs`, { assistant_id: assistantId, stream: true }),
+      const { answer } = await whileRemoteDatabaseHeld(
+        inject('databaseProxyUrl'),
+        thread.id,
+        gate,
+        () => call(`/v1/threads/${thread.id}/runs`, { assistant_id: assistantId, stream: true }),
+        async () => (await settingsGeneration()) !== generation,
       );
       await gate.open();
       const { text, names } = await streamedAnswer(await answer);
