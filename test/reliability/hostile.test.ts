@@ -31,7 +31,7 @@ import {
  * While each one happens: a poller asks the gateway's /health every millisecond or so (p99 under
  * STALL_MS (support.ts), and no answer slower: a stall), the gateway's peak resident memory stays within a
  * stated bound of what it was before (MAX_RSS_GROWTH_MB; CAPPED_RUN_BOUND_MB a run for answers cut
- * at the cap), another tenant's healthy runs complete whole, and every hostile run ends in its
+ * at the cap, CUT_CALLS_RUN_BOUND_MB for tool calls cut there), another tenant's healthy runs complete whole, and every hostile run ends in its
  * documented state saying why. The hostile fake upstream runs in a process of its own, at the
  * lowest priority, so that producing the hostile answers does not take the CPU from the gateway;
  * the other tenant's provider is another process, at the usual priority: a provider starved of the
@@ -49,6 +49,14 @@ const DEFAULT_CAP = 4 * MIB;
  * cap, bounded at 4 here.
  */
 const CAPPED_RUN_BOUND_MB = (4 * DEFAULT_CAP) / MIB;
+/**
+ * What a run whose tool calls the cap cut may hold: the arguments kept, up to the cap (a cut call
+ * is never written, so nothing copies them at the end), and what was read and not yet taken, a
+ * few hundred KiB: up to 64 KiB waiting in the body and a read or two in the socket's buffer
+ * (runtime/node/upstream-request.ts), the event being put together and the events of one read.
+ * Rounded up to the cap and 1 MiB.
+ */
+const CUT_CALLS_RUN_BOUND_MB = DEFAULT_CAP / MIB + 1;
 /** The hostile virtual key's provider key: 32 hex characters, like Azure's, not shaped like `sk-…`. */
 const KEY = '7d0c4b9e2a1f48e6b3c5d7e9f1a2b4c6';
 const ENV = {
@@ -226,7 +234,7 @@ describe('hostile upstreams, one behaviour at a time', () => {
             }),
           ),
         ),
-      CAPPED_RUN_BOUND_MB * 8 + MAX_RSS_GROWTH_MB / 2,
+      CUT_CALLS_RUN_BOUND_MB * 8 + MAX_RSS_GROWTH_MB / 2,
     );
     for (const run of runs) {
       expectEnded(run, {

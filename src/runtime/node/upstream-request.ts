@@ -8,10 +8,11 @@ import type { IncomingHttpHeaders } from 'undici/types/header';
  * Node Readable around the body and the async iterator over that (together a few percent of a
  * streamed run's CPU, more than the rest of the body's path).
  *
- * The body keeps at most HIGH_WATER_BYTES unread before it pauses the connection (as undici's
- * Readable does), and resumes it as it is read. Leaving the loop early (a break, an error, the
- * iterator's return) aborts the request, which drops the connection; so does `signal`, whose
- * reason the pending read, or the request itself before its headers, rejects with.
+ * The body keeps at most HIGH_WATER_BYTES unread before it pauses the connection, and resumes it
+ * once its reader has taken all of it (UpstreamBody.next says why not sooner). Leaving the loop
+ * early (a break, an error, the iterator's return) aborts the request, which drops the connection;
+ * so does `signal`, whose reason the pending read, or the request itself before its headers,
+ * rejects with.
  */
 export function requestUpstream(
   agent: Agent,
@@ -52,7 +53,7 @@ export function requestUpstream(
   });
 }
 
-/** Unread bytes past which the connection pauses until the reader catches up. */
+/** Unread bytes past which the connection pauses until the reader has taken them all. */
 const HIGH_WATER_BYTES = 64 * 1024;
 
 /** An answer's body: its chunks in order, read once (see requestUpstream). */
@@ -99,11 +100,21 @@ export class UpstreamBody implements AsyncIterableIterator<Uint8Array> {
     this.#wake();
   }
 
+  /**
+   * The next chunk. A paused connection resumes only once the reader has taken every chunk, not as
+   * soon as it is under HIGH_WATER_BYTES: undici pauses inside a read of the socket, puts the rest
+   * of that read back (socket.unshift), and each resume reads the socket's buffer whole again,
+   * joined into one new buffer, which also asks the kernel for up to 64 KiB more. Resumed after
+   * every chunk taken (one event of the provider's, 16 KiB say), the socket's buffer grew by the
+   * difference at each one and was copied whole each time, without bound while the reader was
+   * slower than its provider. Resumed when empty, a resume takes at least HIGH_WATER_BYTES out of
+   * the socket's buffer for the at most 64 KiB it adds, so that buffer stays within a read or two.
+   */
   next(): Promise<IteratorResult<Uint8Array>> {
     const value = this.#chunks.shift();
     if (value) {
       this.#unread -= value.byteLength;
-      if (this.#unread < HIGH_WATER_BYTES && this.#controller.paused) this.#controller.resume();
+      if (this.#chunks.length === 0 && this.#controller.paused) this.#controller.resume();
       return Promise.resolve({ done: false, value });
     }
     if (this.#released || this.#outcome === true) return Promise.resolve({ done: true, value: undefined });

@@ -2,8 +2,10 @@ import { defined } from '../../support/defined';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
+import { Agent, buildConnector } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { upstreamFetch } from '../../../src/runtime/node/upstream-fetch';
+import { requestUpstream } from '../../../src/runtime/node/upstream-request';
 import { readServerSentData } from '../../../src/providers/sse-reader';
 import type { UpstreamAnswer } from '../../../src/providers/types';
 
@@ -179,6 +181,49 @@ describe("Node's upstream client", () => {
     let read = 0;
     for await (const chunk of defined(answer.body)) read += chunk.byteLength;
     expect(read).toBe(size);
+  });
+
+  it('holds at most a few reads of a provider that sends faster than its body is read, however long', async () => {
+    // A provider's events as OpenAI's arrive: one HTTP chunk each (16 KiB here), sent as fast as
+    // the connection takes them, for as long as the connection lasts.
+    handlers.set('/fast', (_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      const event = Buffer.from(`data: ${'a'.repeat(16 * 1024)}\n\n`);
+      const send = () => {
+        while (!response.destroyed) if (!response.write(event)) return void response.once('drain', send);
+      };
+      send();
+    });
+    // The connection undici reads from, to see what it holds that the body has not handed over.
+    const sockets: Socket[] = [];
+    const connect = buildConnector({});
+    const agent = new Agent({
+      connect: (options, callback) =>
+        connect(options, (...outcome) => {
+          if (outcome[1]) sockets.push(outcome[1]);
+          callback(...outcome);
+        }),
+    });
+    try {
+      const answer = await requestUpstream(agent, { origin: base, path: '/fast', method: 'GET' }, null);
+      const socket = defined(sockets[0]);
+      let read = 0;
+      let held = 0;
+      for await (const chunk of answer.body) {
+        read += chunk.byteLength;
+        held = Math.max(held, socket.readableLength);
+        if (read >= 4 * 1024 * 1024 || held > 512 * 1024) break;
+        // A reader slower than the provider: the socket has a turn of the event loop's I/O per chunk.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      // Bytes read from the kernel and not yet handed to the body: a read or two (64 KiB each).
+      // Resumed after each chunk taken, undici read 64 KiB more each time and gave back one
+      // chunk's worth: 4 MiB read this way left megabytes in the socket's buffer.
+      expect(held).toBeLessThanOrEqual(256 * 1024);
+      expect(read).toBeGreaterThanOrEqual(4 * 1024 * 1024);
+    } finally {
+      await agent.close();
+    }
   });
 
   it('skips an informational answer (103 Early Hints) for the one that follows it', async () => {
