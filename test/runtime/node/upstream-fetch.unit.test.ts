@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { Agent, buildConnector } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { upstreamFetch } from '../../../src/runtime/node/upstream-fetch';
 import { requestUpstream } from '../../../src/runtime/node/upstream-request';
 import { readServerSentData } from '../../../src/providers/sse-reader';
@@ -262,15 +262,43 @@ describe('after `[DONE]`', () => {
     };
   }
 
-  /** Reads as the chat provider does: stops at `[DONE]`, saying so. */
-  async function readToDone(url: string): Promise<string[]> {
+  /**
+   * Reads as the chat provider does: stops at `[DONE]`, saying so. `letGo` settles once the reader
+   * let go of the body after it: its end read (the connection back in the pool) or the body cut.
+   */
+  async function readToDone(url: string): Promise<{ seen: string[]; letGo: Promise<void> }> {
     const call = new AbortController();
     const answer = await client(url, { ...POST, signal: call.signal });
+    let lettingGo = () => {};
+    const letGo = new Promise<void>((resolve) => (lettingGo = resolve));
+    const chunks = defined(answer.body)[Symbol.asyncIterator]();
+    const body: AsyncIterable<Uint8Array> = {
+      [Symbol.asyncIterator]: () => ({
+        next: async () => {
+          const result = await chunks.next().catch((error: unknown) => {
+            lettingGo();
+            throw error;
+          });
+          if (result.done) lettingGo();
+          return result;
+        },
+        return: async () => {
+          lettingGo();
+          return (await chunks.return?.()) ?? { done: true, value: undefined };
+        },
+      }),
+    };
     const seen: string[] = [];
     let done = false;
-    const end = { stopped: () => done, cut: () => call.abort() };
+    const end = {
+      stopped: () => done,
+      cut: () => {
+        call.abort();
+        lettingGo();
+      },
+    };
     for await (const batch of readServerSentData(
-      defined(answer.body),
+      body,
       { maxLineBytes: 65_536, maxEventChars: 65_536 },
       undefined,
       end,
@@ -284,18 +312,19 @@ describe('after `[DONE]`', () => {
       }
       if (done) break;
     }
-    return seen;
+    return { seen, letGo };
   }
-
-  const settled = () => new Promise((resolve) => setTimeout(resolve, 100));
 
   /** The connections `calls` calls read to `[DONE]` opened, the server doing `after` past it. */
   async function connectionsOf(calls: number, after: (response: ServerResponse) => void): Promise<number> {
     const sse = await sseServer(after);
     try {
       for (let i = 0; i < calls; i++) {
-        expect(await readToDone(sse.url)).toEqual(['{"x":1}']);
-        await settled();
+        const { seen, letGo } = await readToDone(sse.url);
+        expect(seen).toEqual(['{"x":1}']);
+        await letGo;
+        // undici hands the connection back to its pool in the turn after the body's end.
+        await new Promise((resolve) => setImmediate(resolve));
       }
       return sse.connections();
     } finally {
@@ -316,8 +345,10 @@ describe('after `[DONE]`', () => {
     const sse = await sseServer((response) => response.on('close', () => (closedAt = performance.now())));
     try {
       const started = performance.now();
-      await readToDone(sse.url);
-      await new Promise((resolve) => setTimeout(resolve, 1_300));
+      await (
+        await readToDone(sse.url)
+      ).letGo;
+      await vi.waitFor(() => expect(closedAt).toBeGreaterThan(0), { timeout: 10_000 });
       expect(closedAt).toBeGreaterThan(started + 900);
     } finally {
       await sse.close();
@@ -334,8 +365,7 @@ describe('after `[DONE]`', () => {
         maxEventChars: 65_536,
       }))
         break;
-      await settled();
-      expect(closed).toBe(true);
+      await vi.waitFor(() => expect(closed).toBe(true), { timeout: 10_000 });
     } finally {
       await sse.close();
     }
