@@ -3,18 +3,21 @@ import { ADAPTERS } from '../../src/providers/adapters';
 import { streamChatCompletion } from '../../src/providers/chat';
 import type { UpstreamFetch } from '../../src/providers/types';
 import { UNSLICED } from '../../src/lib/slices';
-import { createFakeUpstream, fakeDirective } from '../support/fake-upstream';
+import { fakeDirective, startFakeUpstream } from '../support/fake-upstream';
+import { upstreamFetch } from '../../src/runtime/node/upstream-fetch';
 import { defined } from '../support/defined';
 
 /** A streamed Chat Completions call stopped by its caller, against the fake provider. */
 
 describe('streamChatCompletion, aborted by its caller', () => {
   it('reports the caller’s reason, while the fetch itself is aborted without one (workerd logs one as uncaught)', async () => {
-    const fake = createFakeUpstream();
+    // Over loopback, with Node's upstream client: the fetch's abort is what ends the read.
+    const fake = await startFakeUpstream();
+    const client = upstreamFetch({ rules: () => ({ allowPrivate: true }) });
     const signals: AbortSignal[] = [];
     const fetch: UpstreamFetch = (url, init) => {
       if (init.signal) signals.push(init.signal);
-      return fake.fetch(url, init);
+      return client(url, init);
     };
     const caller = new AbortController();
     const reason = new Error('the run was cancelled');
@@ -32,7 +35,7 @@ describe('streamChatCompletion, aborted by its caller', () => {
       {
         fetch,
         adapter: ADAPTERS.openai,
-        baseUrl: 'http://fake.test/v1',
+        baseUrl: fake.baseURL,
         options: {},
         secret: 'sk-test-chat-0001',
         firstByteTimeoutMs: 5_000,
@@ -45,7 +48,11 @@ describe('streamChatCompletion, aborted by its caller', () => {
       for await (const batch of events) if (batch.length > 0) caller.abort(reason);
     })();
 
-    await expect(read).rejects.toBe(reason);
+    try {
+      await expect(read).rejects.toBe(reason);
+    } finally {
+      await fake.close();
+    }
     const sent = defined(signals[0]);
     expect(sent.aborted).toBe(true);
     expect(sent.reason).not.toBe(reason);
