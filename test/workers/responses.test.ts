@@ -302,11 +302,13 @@ describe('a response on a previous response or in a conversation, its history ha
   /**
    * A streamed response (`context`: what it goes on from) made while the database holds requests
    * naming `heldOn`: the provider must be called before the write goes through. Answers what the
-   * provider was sent, and how many times it was called.
+   * provider was sent, and how many times it was called. `generation` is the settings' generation
+   * read before the test's first request: the isolate starts the guess on the generation it last
+   * read (SettingsCache.provisional), which a change made by another file just before this call
+   * would leave behind unseen by a read taken here.
    */
-  async function heldResponse(context: Record<string, string>, heldOn: string) {
+  async function heldResponse(context: Record<string, string>, heldOn: string, generation: unknown) {
     const gate = remoteGate(inject('upstreamUrl'), freshGate('response-chain'));
-    const generation = await settingsGeneration();
     const input = ask('What is my name?', { echo_messages: true, hold: gate.name });
     const { answer } = await whileRemoteDatabaseHeld(
       inject('databaseProxyUrl'),
@@ -329,10 +331,11 @@ describe('a response on a previous response or in a conversation, its history ha
   }
 
   it('calls the provider beside the write on a previous response answered whole, once, the prompt the whole chain', async () => {
+    const generation = await settingsGeneration();
     // Answered once it ended (RunHost.execute): its executor hands its answer back over RPC all the same.
     const first = await openai.responses.create({ model: 'fake-model', input: FIRST });
     expect(first.output_text).toBe('Hello Ada.');
-    const sent = await heldResponse({ previous_response_id: first.id }, first.id);
+    const sent = await heldResponse({ previous_response_id: first.id }, first.id, generation);
     expect(sent.slice(0, 2)).toEqual([
       { role: 'user', content: FIRST },
       { role: 'assistant', content: 'Hello Ada.' },
@@ -341,6 +344,7 @@ describe('a response on a previous response or in a conversation, its history ha
   });
 
   it('calls the provider beside the write in a conversation made here, once, the prompt the whole conversation', async () => {
+    const generation = await settingsGeneration();
     const conversation = await openai.conversations.create({
       items: [{ type: 'message', role: 'user', content: 'From the start.' }],
     });
@@ -348,7 +352,7 @@ describe('a response on a previous response or in a conversation, its history ha
       await post('/responses', { model: 'fake-model', stream: true, input: FIRST, conversation: conversation.id }),
     );
     expect(first.text).toBe('Hello Ada.');
-    const sent = await heldResponse({ conversation: conversation.id }, conversation.id);
+    const sent = await heldResponse({ conversation: conversation.id }, conversation.id, generation);
     expect(sent.slice(0, 3)).toEqual([
       { role: 'user', content: 'From the start.' },
       { role: 'user', content: FIRST },

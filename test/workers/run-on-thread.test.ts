@@ -303,8 +303,10 @@ describe('a later run on a thread, its history the answer its executor handed ba
         role: 'user' as const,
         content: ask(`Turn ${turn}?`, { echo_messages: true, hold: gate.name }),
       };
-      await openai.beta.threads.messages.create(thread.id, question);
+      // Read before the request that last reads it in the isolate (the guess starts on that one,
+      // SettingsCache.provisional): a change made by another file in between is then seen here too.
       const generation = await settingsGeneration();
+      await openai.beta.threads.messages.create(thread.id, question);
       // The provider was called before the run's write (its statements name the thread) went through.
       const { answer } = await whileRemoteDatabaseHeld(
         inject('databaseProxyUrl'),
