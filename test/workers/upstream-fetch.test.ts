@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { answerOf, READ_BYTES } from '../../src/runtime/workers/upstream-fetch';
+import { answerOf, MIN_READ_BYTES, READ_BYTES } from '../../src/runtime/workers/upstream-fetch';
 
 /**
  * How the Worker reads a provider's answer (runtime/workers/upstream-fetch.ts): into one buffer
- * it hands back to every read, each chunk copied out as it arrived, the caller's to keep.
+ * it hands back to every read, at least MIN_READ_BYTES a read, each chunk copied out as it arrived,
+ * the caller's to keep.
  */
 describe("the Worker's provider answers", () => {
   /** A byte stream of `pieces`, noting whether each read came with the reader's own buffer, and its size. */
@@ -34,8 +35,11 @@ describe("the Worker's provider answers", () => {
     return { body, reads };
   }
 
+  /** An event of a streamed answer as a provider sends it, `text` its token. */
+  const event = (text: string) => `data: {"choices":[{"delta":{"content":"${text}"}}]}\n\n`;
+
   it('reads every chunk into the one buffer of READ_BYTES, each chunk a copy of what arrived', async () => {
-    const pieces = ['data: {"a":1}\n\n', 'data: {"b":2}\n\n', 'data: [DONE]\n\n'];
+    const pieces = [event('a'), event('b'), event('c')];
     const { body, reads } = bodyOf(pieces);
     const answer = answerOf(new Response(body, { status: 200, headers: { 'content-type': 'text/event-stream' } }));
     expect(answer.status).toBe(200);
@@ -47,6 +51,18 @@ describe("the Worker's provider answers", () => {
     expect(chunks.every((chunk) => chunk.buffer.byteLength === chunk.byteLength)).toBe(true);
     expect(reads.length).toBeGreaterThanOrEqual(pieces.length);
     expect(reads.every((size) => size === READ_BYTES)).toBe(true);
+  });
+
+  it('reads at least MIN_READ_BYTES at a time, what is shorter joined with what follows, the end included', async () => {
+    // Each shorter than the minimum: as the first bytes after a chunk's size line were handed on.
+    const pieces = Array.from({ length: 9 }, (_, i) => `: ${i}\n\n`);
+    const { body } = bodyOf(pieces);
+    const chunks: string[] = [];
+    for await (const chunk of answerOf(new Response(body)).body ?? []) chunks.push(new TextDecoder().decode(chunk));
+    expect(chunks.join('')).toBe(pieces.join(''));
+    // All but the last (the answer's end came before the minimum) waited for the minimum.
+    expect(chunks.slice(0, -1).every((chunk) => chunk.length >= MIN_READ_BYTES)).toBe(true);
+    expect(chunks.length).toBeLessThan(pieces.length);
   });
 
   it('cancels the body when the reader leaves early', async () => {
@@ -67,7 +83,7 @@ describe("the Worker's provider answers", () => {
       },
     });
     for await (const chunk of answerOf(new Response(body)).body ?? []) {
-      expect(chunk.byteLength).toBe(1);
+      expect(chunk.byteLength).toBe(MIN_READ_BYTES);
       break;
     }
     expect(cancelled).toBe(true);
