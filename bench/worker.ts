@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { DEV_SQLD_ARGS } from '../scripts/sqld';
 import { fakeDirective } from '../test/support/fake-upstream';
 import { startLocalWorker, type LocalWorker } from '../test/support/workerd';
-import { pool, post, readStream, round, sequential, startFakeProvider, summarise } from './support';
+import { pool, post, readStream, round, sequential, startFakeProvider, summarise, WORD_GAP_MS } from './support';
 
 /**
  * `npm run bench:worker`: the gateway Worker's CPU per run on the Workers runtime. The Worker is
@@ -23,7 +23,9 @@ import { pool, post, readStream, round, sequential, startFakeProvider, summarise
  * BENCH_KIND_REQUESTS (20) in turn over BENCH_KIND_ROUNDS (6) rounds, the median round: one that
  * reads nothing, one that reads a row, a streamed chat completion of 8 words (a provider's call
  * without an executor object), and streamed runs of 1, 8 and 64 words (a run's part before its
- * tokens, and a token's).
+ * tokens, and a token's), the fake provider writing an answer's words at once, then runs of 8 and 64
+ * words BENCH_WORD_GAP_MS (2) apart, as a model's tokens come: a token that arrives on its own
+ * costs a resumption of the executor object's JavaScript of its own (docs/workers.md).
  *
  * Cloudflare bills a request's CPU time, which its tail events report as `cpuTime`; workerd run
  * locally reports 0 there (tail and streaming tail workers alike), so the process's CPU is the
@@ -99,10 +101,11 @@ function median(values: number[]): number {
   return values.sort((a, b) => a - b)[values.length >> 1] ?? NaN;
 }
 
-/** `words` words of a reply: a, b, c, ... */
-function reply(words: number): string {
+/** `words` words of a reply: a, b, c, ..., `gapMs` apart (0: at once). */
+function reply(words: number, gapMs = 0): string {
   return fakeDirective({
     reply: Array.from({ length: words }, (_, i) => String.fromCharCode(97 + (i % 26))).join(' '),
+    ...(gapMs > 0 ? { chunk_delay_ms: gapMs } : {}),
   });
 }
 
@@ -120,11 +123,11 @@ async function byRequest(url: string, headers: Record<string, string>, target: T
     if (!response.ok) throw new Error(`GET ${path}: HTTP ${response.status}`);
     await response.arrayBuffer();
   };
-  const run = (words: number) =>
+  const run = (words: number, gapMs = 0) =>
     streamed('/v1/threads/runs', {
       assistant_id,
       stream: true,
-      thread: { messages: [{ role: 'user', content: `go\n${reply(words)}` }] },
+      thread: { messages: [{ role: 'user', content: `go\n${reply(words, gapMs)}` }] },
     });
   const kinds: Record<string, () => Promise<void>> = {
     health: got('/health', {}),
@@ -137,6 +140,8 @@ async function byRequest(url: string, headers: Record<string, string>, target: T
     run_1_word: run(1),
     run_8_words: run(8),
     run_64_words: run(64),
+    run_8_words_apart: run(8, WORD_GAP_MS),
+    run_64_words_apart: run(64, WORD_GAP_MS),
   };
   const rounds: Record<string, number[]> = {};
   for (const request of Object.values(kinds)) await sequential(5, request);
