@@ -90,13 +90,15 @@ export class KnownHistories {
    * The thread's messages as known, for the run about to be made on it, which the run's write
    * guards; forgotten here, since after the run (made or not) they are not the thread's history any
    * more. Null when they are not known, or are more than `maxBytes` (a history read would keep
-   * only the newest of them).
+   * only the newest of them). Another workspace's id is left as it is: its run is refused (404)
+   * from what it reads, and its owner's next turn is still made from what is known.
    */
   take(thread: ThreadKey, maxBytes: number): KnownHistory | null {
     const known = this.#threads.get(thread.id);
+    if (!known || known.workspaceId !== thread.workspaceId) return null;
     this.forget(thread.id);
     // A thread a run answers has that run open: the run made on it is refused, from what is read.
-    if (!known || known.workspaceId !== thread.workspaceId || known.answering || known.bytes >= maxBytes) return null;
+    if (known.answering || known.bytes >= maxBytes) return null;
     return { id: thread.id, messages: known.messages, unconfirmed: known.unconfirmed };
   }
 }

@@ -463,7 +463,7 @@ describe('a response on a previous response or in a conversation, its history kn
     expect(await countOf('runs', tenant)).toBe(runs + 1);
   });
 
-  it('answers 404 to another workspace naming a previous response or conversation known here, calling no provider', async () => {
+  it("answers 404 to another workspace naming a previous response or conversation known here, calling no provider, and leaves them known to their own", async () => {
     const { tenant } = await setup();
     const { tenant: stranger } = await setup();
     const first = await json(await create(tenant, { input: 'first' }));
@@ -480,6 +480,16 @@ describe('a response on a previous response or in a conversation, its history kn
     }
     // Their history was not sent anywhere: no guess was made on it.
     expect(upstream.requests.length).toBe(calls);
+    // Nor was it forgotten: the owner's next turn on each is still called beside its write.
+    for (const context of [{ previous_response_id: first.id }, { conversation: conversation.id }]) {
+      const before = upstream.requests.length;
+      const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+        streamed(tenant, { input: 'mine', ...context }),
+      );
+      expect(seen.called).toBe(1);
+      expect(upstream.requests.length - before).toBe(1);
+      expect(deltaText(answer.events)).toBe('You said: mine');
+    }
   });
 
   it('answers 404 for a previous response deleted by another gateway: the guess aborted, nothing written or counted', async () => {
