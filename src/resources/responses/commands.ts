@@ -292,7 +292,7 @@ function knownContext(
   if (previousId === null) return { thread: own, conversation: false, history: [], guards: [], write };
   const known = knownHistories(deps.db)?.take({ id: previousId, workspaceId }, deps.config.GATEWAY_MAX_HISTORY_BYTES);
   if (!known) return null;
-  return { thread: own, conversation: false, history: known.messages, guards: [chainGuard(known, workspaceId)], write };
+  return { thread: own, conversation: false, history: known.messages, guards: [chainGuard(known, own)], write };
 }
 
 /** How a response is answered: its events, or once it ended; in the background, queued. */

@@ -1,6 +1,6 @@
 import type { Db, RawStatement, RawValue } from '../../db/client';
 import type { ResponseRow, RunRow } from '../../db/schema';
-import { MAX_CHAIN } from './history';
+import { historyThreadIds } from './history';
 import type { MessageRow, ThreadKey } from './queries';
 
 /**
@@ -176,19 +176,24 @@ export function historyGuard(known: KnownHistory): RawStatement {
 }
 
 /**
- * historyGuard for a response's chain (`known.id`, the response the new one goes on from): the
- * messages and runs of the threads its history reads (threads/history.ts, threadsOf: the threads
- * of the responses back from it, within the workspace). A response of the chain deleted takes its
- * thread's messages out of them, and that response's own are among the known (a chain is known
- * only from a response that answered): so it fails then too, and the path of reads answers 404.
+ * historyGuard for a response's chain (`known.id`, the response the new one goes on from, on its
+ * own new thread `thread`, which the guard precedes): the messages and runs of the threads the
+ * history read of that response would read, named by the read's own walk of the chain
+ * (threads/history.ts, historyThreadIds): the threads of the responses back from `known.id`,
+ * within the workspace. A response of the chain deleted takes its thread's messages out of them,
+ * and that response's own are among the known (a chain is known only from a response that
+ * answered): so it fails then too, and the path of reads answers 404.
  */
-export function chainGuard(known: KnownHistory, workspaceId: string): RawStatement {
+export function chainGuard(known: KnownHistory, thread: ThreadKey): RawStatement {
+  const threads = historyThreadIds({
+    workspaceId: thread.workspaceId,
+    threadId: thread.id,
+    runId: null,
+    chain: { previousResponseId: known.id },
+  });
   return failsUnlessKnown(known, {
-    with:
-      'with recursive "chain"("id", "depth") as (select ?, 0 union all select "responses"."previous_response_id", ' +
-      `"chain"."depth" + 1 from "responses" join "chain" on "responses"."id" = "chain"."id" where "chain"."depth" < ${MAX_CHAIN}), ` +
-      '"chained"("id") as (select "thread_id" from "responses" where "id" in (select "id" from "chain") and "workspace_id" = ?) ',
-    withArgs: [known.id, workspaceId],
+    with: `with "chained"("id") as (${threads.sql}) `,
+    withArgs: threads.args,
     threads: 'in (select "id" from "chained")',
     threadArgs: [],
   });
