@@ -49,8 +49,9 @@ export const MAX_CHAIN = 10_000;
  * responses the chain goes back through (responses.previous_response_id, within the workspace),
  * from `previousResponseId` (a response not created yet) or from `runId`'s previous response. Its
  * placeholders are HistoryOf's (placeholders()). The one definition of a chain's walk: the reads
- * here take it, and so does the guard of a chain known instead of read (historyThreadIds,
- * known-histories.ts's chainGuard), so that both always name the same threads.
+ * here take it, and so do the guards of a response's write that checks a chain's history
+ * (historyThreadIds: known-histories.ts's chainGuard, chainReadGuard), so that they always name
+ * the same threads.
  */
 const chainThreads = sql`WITH RECURSIVE chain(id, depth) AS (
     SELECT ${sql.placeholder('previousResponseId')}, 0
@@ -71,7 +72,7 @@ function threadsOf(threadColumn: typeof messages.threadId | typeof runs.threadId
 
 /**
  * The ids of the threads `of`'s history reads (with or without a chain), as a raw query: the
- * reads' own SQL (chainThreads), for a statement that checks those threads (chainGuard).
+ * reads' own SQL (chainThreads), for a statement that checks those threads (chainGuard, chainReadGuard).
  */
 export function historyThreadIds(of: HistoryOf): RawCondition {
   return rawChainThreads(placeholders(of));
