@@ -26,8 +26,9 @@ import { post, readStream, required, round, startFakeProvider, summarise } from 
  * provider called directly, the same answer). The SDK turn is an application's: with the official
  * SDK, a message added, a run streamed to its end, the messages listed. A run on a thread is timed
  * as the thread's first run and as a later one (after a run, its turn's message just added). A
- * streamed response is timed fresh, going on from a previous one (previous_response_id), and in a
- * conversation that has had a response.
+ * streamed response is timed fresh, going on from a previous one (previous_response_id) known to
+ * the gateway and one it does not know (made in the background), and in a conversation that has
+ * had a response, known to the gateway or not (made in the background).
  *
  * Only loopback and one process per part; the figures that matter are the counts and how the
  * times grow with the delay, not the times at 0 ms.
@@ -178,6 +179,18 @@ async function measureTarget(name: string, fakeUrl: string) {
         return { firstTokenMs, beforeFirstToken };
       });
 
+    /** A response made in the background (`context`: what it goes on from), once it completed: its id. */
+    const inBackground = async (context: Record<string, string>): Promise<string> => {
+      const body = { model: 'bench-model', input: content, background: true, ...context };
+      const { id } = (await post(api('/responses'), headers, body)) as { id: string };
+      for (;;) {
+        const { status } = (await fetchJson(`/responses/${id}`)) as { status: string };
+        if (status === 'completed') return id;
+        if (status !== 'queued' && status !== 'in_progress') throw new Error(`a background response ${status}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    };
+
     const kinds: Record<string, () => Promise<Sample>> = {
       'POST /threads/runs (streamed)': () =>
         streamed('/threads/runs', {
@@ -212,6 +225,28 @@ async function measureTarget(name: string, fakeUrl: string) {
           stream: true,
           input: content,
           previous_response_id: previous.id,
+        });
+      },
+      // A chain this gateway does not know: its previous response was made in the background, whose
+      // answer is not handed back (as one another gateway or isolate made), so it is read.
+      'POST /responses (streamed, previous_response_id not known here)': async () => {
+        const previous = await inBackground({});
+        return streamed('/responses', {
+          model: 'bench-model',
+          stream: true,
+          input: content,
+          previous_response_id: previous,
+        });
+      },
+      // The same for a conversation whose last response was made in the background.
+      'POST /responses (streamed, conversation not known here)': async () => {
+        const conversation = (await post(api('/conversations'), headers, {})) as { id: string };
+        await inBackground({ conversation: conversation.id });
+        return streamed('/responses', {
+          model: 'bench-model',
+          stream: true,
+          input: content,
+          conversation: conversation.id,
         });
       },
       // A conversation that has had a response: the chat app's every turn after the first.

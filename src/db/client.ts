@@ -1,5 +1,6 @@
 import type { Client, InStatement, InValue, ResultSet } from '@libsql/client';
 import {
+  fillPlaceholders,
   getTableColumns,
   getTableName,
   sql,
@@ -11,7 +12,7 @@ import {
 } from 'drizzle-orm';
 import type { BatchItem } from 'drizzle-orm/batch';
 import type { LibSQLDatabase } from 'drizzle-orm/libsql';
-import type { SQLiteTable } from 'drizzle-orm/sqlite-core';
+import { SQLiteAsyncDialect, type SQLiteTable } from 'drizzle-orm/sqlite-core';
 import { TextParts } from '../lib/text';
 import type * as schema from './schema';
 
@@ -318,6 +319,21 @@ export function sqlOf(condition: RawCondition): SQL {
     parts.flatMap((part, i) => (i === 0 ? [sql.raw(part)] : [sql`${condition.args[i - 1]}`, sql.raw(part)])),
   );
 }
+
+/**
+ * Drizzle SQL as a raw one, the other way round from sqlOf: its text, compiled once (on first use),
+ * with each `sql.placeholder` filled from `values` on every call. So a piece of SQL that prepared
+ * queries take with placeholders and a raw statement takes too is written once.
+ */
+export function rawQueryOf(fragment: SQL): (values: Record<string, unknown>) => RawCondition {
+  let compiled: { sql: string; params: unknown[] } | undefined;
+  return (values) => {
+    compiled ??= dialect.sqlToQuery(fragment);
+    return { sql: compiled.sql, args: fillPlaceholders(compiled.params, values).map(driverValue) };
+  };
+}
+/** What compiles rawQueryOf's SQL: SQLite's, as the drivers' (no casing option: the schema names every column). */
+const dialect = new SQLiteAsyncDialect();
 
 const updateShapes = new WeakMap<Table, Map<string, { set: string; columns: Column[] }>>();
 

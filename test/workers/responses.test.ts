@@ -361,6 +361,35 @@ describe('a response on a previous response or in a conversation, its history ha
     expect(sent).toHaveLength(4);
   });
 
+  it('reads a chain the isolate does not know (a background response) with its write, and hands the answer back: the turn after it is called beside its write', async () => {
+    const generation = await settingsGeneration();
+    // Answered queued: its answer is not handed back, so the isolate does not know its chain.
+    const first = await openai.responses.create({ model: 'fake-model', background: true, input: FIRST });
+    await waitFor(
+      () => openai.responses.retrieve(first.id),
+      (response) => response.status === 'completed',
+    );
+    const question = ask('Who?', { echo_messages: true });
+    const second = await openai.responses.create({
+      model: 'fake-model',
+      input: question,
+      previous_response_id: first.id,
+    });
+    expect(JSON.parse(second.output_text)).toEqual([
+      { role: 'user', content: FIRST },
+      { role: 'assistant', content: 'Hello Ada.' },
+      { role: 'user', content: question },
+    ]);
+    const sent = await heldResponse({ previous_response_id: second.id }, second.id, generation);
+    expect(sent.slice(0, 4)).toEqual([
+      { role: 'user', content: FIRST },
+      { role: 'assistant', content: 'Hello Ada.' },
+      { role: 'user', content: question },
+      { role: 'assistant', content: second.output_text },
+    ]);
+    expect(sent).toHaveLength(5);
+  });
+
   it('answers 404 for a previous response deleted behind the isolate, and the prompt as read for a conversation changed behind it', async () => {
     const db = drizzle(createClient({ url: inject('sqldUrl') }), { schema });
     const previous = await openai.responses.create({ model: 'fake-model', input: FIRST });

@@ -22,6 +22,7 @@ import {
 } from '../runs/queries';
 import {
   blockingRun,
+  hostAfterWrite,
   speculate,
   startRun,
   type RunAnswer,
@@ -45,7 +46,13 @@ import {
   type ThreadKey,
   type ThreadRow,
 } from '../threads/queries';
-import { chainGuard, historyGuard, knownHistories } from '../threads/known-histories';
+import {
+  chainGuard,
+  chainReadGuard,
+  conversationReadGuard,
+  historyGuard,
+  knownHistories,
+} from '../threads/known-histories';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
 import type { ResponseItemObject, ResponseObject } from './objects';
@@ -181,8 +188,11 @@ async function responseFromReads(deps: ResponseCommandDeps, request: CreateReque
  * A response made in one round trip to a database server with its provider called beside it, as a
  * run on a thread is (runs/commands.ts, speculate): nothing read first. What it goes on from must
  * need no read: nothing (a thread of its own, whose whole prompt the request gives), or a history
- * this process or isolate knows (threads/known-histories.ts, knownContext): its conversation's,
- * or the chain of the previous response it goes on from. Its input must be messages of text only
+ * this process or isolate knows (threads/known-histories.ts, oneTripContext): its conversation's,
+ * or the chain of the previous response it goes on from. A history not known here is read in the
+ * write's own transaction instead, and the provider called once it committed (runs/commands.ts,
+ * hostAfterWrite): one round trip before the call, two in all, where reading first takes three.
+ * Its input must be messages of text only
  * (images and files are read or checked against stored rules; function outputs fill stored calls),
  * with no tool with stored parts (file_search's vector stores, code_interpreter's container); a
  * `prompt` must be an assistant held at the settings' generation last seen, as must the virtual
@@ -196,7 +206,7 @@ async function responseFromReads(deps: ResponseCommandDeps, request: CreateReque
  */
 async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateRequest): Promise<StartedResponse | null> {
   const { actor, snapshot, body, context, at } = request;
-  const known = knownContext(deps, actor.workspaceId, body, at);
+  const known = oneTripContext(deps, actor.workspaceId, body, at);
   const guard = snapshot.guard();
   if (!guard || !known) return null;
   const items = inputOf(body);
@@ -228,71 +238,85 @@ async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateReque
   const admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);
   if (!admission) return null;
   const messages = input.messages;
-  const write = known.write([guard, ...known.guards], messages, run, row);
-  const answer = await speculate(deps, {
-    actor,
-    snapshot,
-    context,
-    held: { guard, run, messages, virtualKey, admission },
-    history: known.history,
-    write,
-    answer: answerKind(body),
-    leading: [],
-    response: row,
-    includeResultContent: includesResults(body),
-  });
+  const { history } = known;
+  const held = { guard, run, messages, virtualKey, admission };
+  const how = { answer: answerKind(body), leading: [], response: row, includeResultContent: includesResults(body) };
+  const write = () => known.write([guard, ...known.guards], messages, run, row);
+  let answer: RunAnswer | null;
+  if ('known' in history) {
+    answer = await speculate(deps, { actor, snapshot, context, held, history: history.known, write: write(), ...how });
+  } else {
+    // Read in the write's own transaction: issued just before the write, it travels with it (batchWithReads).
+    const read = readHistory(deps.db, history.read, deps.config.GATEWAY_MAX_HISTORY_BYTES);
+    read.catch(() => undefined);
+    answer = await hostAfterWrite(deps, { actor, snapshot, context, held, history: read, write: write(), ...how });
+  }
   return answer && { row, thread, answer };
 }
 
-/** What a response goes on from, when it needs no read (knownContext). */
-interface KnownContext {
+/** What a response goes on from, when it needs no read before its write (oneTripContext). */
+interface OneTripContext {
   /** The thread it is made on: its conversation's, or a new one of its own. */
   thread: ThreadKey;
   conversation: boolean;
-  /** The messages before its own: its prompt's history. */
-  history: MessageRow[];
-  /** What its write must carry besides the settings' guard: the known history's. */
+  /**
+   * The messages before its own, known here (its prompt's history); or, for a history not known
+   * here, the history its write's transaction reads (readHistory's `of`).
+   */
+  history: { known: MessageRow[] } | { read: HistoryOf };
+  /** What its write must carry besides the settings' guard: the known history's, or the read one's. */
   guards: RawStatement[];
   /** Its rows, the response's with them, written in one transaction led by `guards`; false when one failed it, writing nothing. */
   write: (guards: RawStatement[], messages: MessageRow[], run: RunRow, row: ResponseRow) => Promise<boolean>;
 }
 
 /**
- * What a response goes on from, when it needs no read (responseInOneTrip): nothing, for a response
- * on a thread of its own without a previous one; or the history this process or isolate knows of
- * its conversation (by the conversation's thread), written on while no run holds it, or of its
- * previous response's chain (by that response: knownHistoryKey). Taken from what is known
- * (KnownHistories.take): whatever comes of this response, that history is not the next one's.
- * Null when it is not known, or the request names both (the path of reads refuses it).
+ * What a response goes on from, when it needs no read before its write (responseInOneTrip):
+ * nothing, for a response on a thread of its own without a previous one; the history this process
+ * or isolate knows of its conversation (by the conversation's thread), written on while no run
+ * holds it, or of its previous response's chain (by that response: knownHistoryKey), taken from
+ * what is known (KnownHistories.take: whatever comes of this response, that history is not the
+ * next one's); or else that history read in the write's transaction, whose guard
+ * (conversationReadGuard, chainReadGuard) fails it unless the response can go on from it as read.
+ * Null when the request names both (the path of reads refuses it), or on a client that carries no
+ * reads with a write (the embedded file: knownHistories).
  */
-function knownContext(
+function oneTripContext(
   deps: ResponseCommandDeps,
   workspaceId: string,
   body: CreateResponseBody,
   at: number,
-): KnownContext | null {
+): OneTripContext | null {
   const conversationId = conversationOf(body);
   const previousId = body.previous_response_id ?? null;
-  if (conversationId !== undefined && previousId !== null) return null;
+  const histories = knownHistories(deps.db);
+  if ((conversationId !== undefined && previousId !== null) || !histories) return null;
+  const maxBytes = deps.config.GATEWAY_MAX_HISTORY_BYTES;
   if (conversationId !== undefined) {
     const thread = { id: conversationId, workspaceId };
-    const known = knownHistories(deps.db)?.take(thread, deps.config.GATEWAY_MAX_HISTORY_BYTES);
-    if (!known) return null;
-    return {
+    const conversation = {
       thread,
       conversation: true,
-      history: known.messages,
-      guards: [historyGuard(known)],
       write: (guards, messages, run, row) => insertRunWhileIdle(deps.db, guards, messages, run, row),
-    };
+    } satisfies Partial<OneTripContext>;
+    const known = histories.take(thread, maxBytes);
+    if (known) return { ...conversation, history: { known: known.messages }, guards: [historyGuard(known)] };
+    // As the path of reads reads it (contextReads).
+    const read = { workspaceId, threadId: thread.id, runId: null };
+    return { ...conversation, history: { read }, guards: [conversationReadGuard(thread.id)] };
   }
   const own = newThread(workspaceId, undefined, at);
-  const write: KnownContext['write'] = (guards, messages, run, row) =>
-    insertThreadAndRunGuarded(deps.db, guards, own, messages, run, [insertStatement(responses, row)]);
-  if (previousId === null) return { thread: own, conversation: false, history: [], guards: [], write };
-  const known = knownHistories(deps.db)?.take({ id: previousId, workspaceId }, deps.config.GATEWAY_MAX_HISTORY_BYTES);
-  if (!known) return null;
-  return { thread: own, conversation: false, history: known.messages, guards: [chainGuard(known, workspaceId)], write };
+  const fresh = {
+    thread: own,
+    conversation: false,
+    write: (guards, messages, run, row) =>
+      insertThreadAndRunGuarded(deps.db, guards, own, messages, run, [insertStatement(responses, row)]),
+  } satisfies Partial<OneTripContext>;
+  if (previousId === null) return { ...fresh, history: { known: [] }, guards: [] };
+  const known = histories.take({ id: previousId, workspaceId }, maxBytes);
+  if (known) return { ...fresh, history: { known: known.messages }, guards: [chainGuard(known, own)] };
+  const read = { workspaceId, threadId: own.id, runId: null, chain: { previousResponseId: previousId } };
+  return { ...fresh, history: { read }, guards: [chainReadGuard(previousId, own)] };
 }
 
 /** How a response is answered: its events, or once it ended; in the background, queued. */

@@ -253,7 +253,7 @@ async function runInOneTrip(
   if (attachedFiles(inputs, () => '').length > 0) return null;
   const held = await heldRun(deps, actor, snapshot, { thread, body, inputs, param: 'additional_messages' });
   if (!held) return null;
-  const { guard, run, messages, virtualKey, admission } = held;
+  const { guard, run, messages } = held;
   const options = { answer: answerKind(body), includeResultContent, leading: [] };
   if (known) {
     const write = insertRunWhileIdle(deps.db, [guard, historyGuard(known)], messages, run);
@@ -265,7 +265,25 @@ async function runInOneTrip(
     deps.config.GATEWAY_MAX_HISTORY_BYTES,
   );
   history.catch(() => undefined);
-  if (!(await unlessWritten(deps, admission, insertRunWhileIdle(deps.db, [guard], messages, run)))) {
+  const write = insertRunWhileIdle(deps.db, [guard], messages, run);
+  return hostAfterWrite(deps, { actor, snapshot, context, held, history, write, ...options });
+}
+
+/**
+ * A held run whose history is read in its write's own transaction (the read issued just before a
+ * write that carries it: batchWithReads), handed to its host once the write committed, its prompt
+ * built from what was read: one round trip before the provider is called. Null, the admission
+ * given back, when a guard failed the write (nothing written). Its answer is handed back for the
+ * next turn (answerHandedBack) when no tool call is among what was read. A response takes it too
+ * (resources/responses/commands.ts).
+ */
+export async function hostAfterWrite(
+  deps: RunCommandDeps,
+  started: Omit<Speculation, 'history'> & { history: Promise<History> },
+): Promise<RunAnswer | null> {
+  const { actor, snapshot, context, held, history, write, ...options } = started;
+  const { run, messages, virtualKey, admission } = held;
+  if (!(await unlessWritten(deps, admission, write))) {
     await giveBack(deps, admission, actor.workspaceId);
     return null;
   }
@@ -281,7 +299,17 @@ async function runInOneTrip(
   // cut by its bytes is more than take() gives back).
   const messagesAlone = read.steps.every((step) => step.type !== 'tool_calls' || step.status !== 'completed');
   const handBack = messagesAlone ? answerHandedBack(deps, run, [...read.messages, ...messages], options) : {};
-  return hostNewRun(deps, run, admission, context, { ...options, ...handBack, preloaded: { virtualKey, prompt } });
+  try {
+    return await hostNewRun(deps, run, admission, context, {
+      ...options,
+      ...handBack,
+      preloaded: { virtualKey, prompt },
+    });
+  } catch (error) {
+    // Its answer lost: what it goes on from is read again.
+    await handBack.answered?.(null);
+    throw error;
+  }
 }
 
 /**

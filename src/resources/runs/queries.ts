@@ -232,7 +232,9 @@ export async function insertThreadAndRun(
 /**
  * A new thread, its messages and a run on it, as insertThreadAndRun, in a transaction that `guards`
  * fail (the settings', ProvisionalSettings.guard, when the generation moved; a response's chain's,
- * chainGuard): false then, and nothing written. `extra`: more rows written with them (a response's).
+ * chainGuard or chainReadGuard): false then, and nothing written. The transaction also carries the
+ * reads issued beside it (batchWithReads: a response's chain read with its write, one round trip).
+ * `extra`: more rows written with them (a response's).
  */
 export async function insertThreadAndRunGuarded(
   db: Db,
@@ -243,7 +245,7 @@ export async function insertThreadAndRunGuarded(
   extra: RawStatement[] = [],
 ): Promise<boolean> {
   try {
-    await batchRaw(db, [...guards, ...threadRows(thread, threadMessages), insertStatement(runs, run), ...extra]);
+    await batchWithReads(db, [...guards, ...threadRows(thread, threadMessages), insertStatement(runs, run), ...extra]);
     return true;
   } catch (error) {
     if (isUniqueViolation(error, GENERATION_MOVED)) return false;

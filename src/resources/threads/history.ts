@@ -1,5 +1,5 @@
 import { and, asc, eq, ne, or, sql } from 'drizzle-orm';
-import { preparedQueries, type Db } from '../../db/client';
+import { preparedQueries, rawQueryOf, type Db, type RawCondition } from '../../db/client';
 import { messages, responses, runs, runSteps } from '../../db/schema';
 import type { MessageRow } from './queries';
 
@@ -45,25 +45,39 @@ export interface HistoryOf {
 export const MAX_CHAIN = 10_000;
 
 /**
- * The threads a history reads: `threadId`, or with a chain the threads of the responses it goes
- * back through as well (responses.previous_response_id, within the workspace).
+ * The ids of the threads a history with a chain reads: `threadId`, and the threads of the
+ * responses the chain goes back through (responses.previous_response_id, within the workspace),
+ * from `previousResponseId` (a response not created yet) or from `runId`'s previous response. Its
+ * placeholders are HistoryOf's (placeholders()). The one definition of a chain's walk: the reads
+ * here take it, and so do the guards of a response's write that checks a chain's history
+ * (historyThreadIds: known-histories.ts's chainGuard, chainReadGuard), so that they always name
+ * the same threads.
  */
+const chainThreads = sql`WITH RECURSIVE chain(id, depth) AS (
+    SELECT ${sql.placeholder('previousResponseId')}, 0
+    UNION SELECT ${responses.previousResponseId}, 0 FROM ${responses} WHERE ${responses.id} = ${sql.placeholder('runId')}
+    UNION ALL SELECT r.previous_response_id, chain.depth + 1 FROM ${responses} r JOIN chain ON r.id = chain.id
+      WHERE chain.depth < ${MAX_CHAIN}
+  )
+  SELECT ${sql.placeholder('threadId')}
+  UNION ALL SELECT ${responses.threadId} FROM ${responses}
+  WHERE ${responses.id} IN (SELECT id FROM chain) AND ${responses.workspaceId} = ${sql.placeholder('workspaceId')}`;
+
+/** The threads a history reads: `threadId`, or with a chain the chain's threads as well (chainThreads). */
 function threadsOf(threadColumn: typeof messages.threadId | typeof runs.threadId, chain: boolean) {
-  const threadId = sql.placeholder('threadId');
-  if (!chain) return eq(threadColumn, threadId);
+  if (!chain) return eq(threadColumn, sql.placeholder('threadId'));
   // One IN over the thread and the chain's threads (not an OR beside it), so that the thread index serves it.
-  return sql`${threadColumn} IN (
-    WITH RECURSIVE chain(id, depth) AS (
-      SELECT ${sql.placeholder('previousResponseId')}, 0
-      UNION SELECT ${responses.previousResponseId}, 0 FROM ${responses} WHERE ${responses.id} = ${sql.placeholder('runId')}
-      UNION ALL SELECT r.previous_response_id, chain.depth + 1 FROM ${responses} r JOIN chain ON r.id = chain.id
-        WHERE chain.depth < ${MAX_CHAIN}
-    )
-    SELECT ${threadId}
-    UNION ALL SELECT ${responses.threadId} FROM ${responses}
-    WHERE ${responses.id} IN (SELECT id FROM chain) AND ${responses.workspaceId} = ${sql.placeholder('workspaceId')}
-  )`;
+  return sql`${threadColumn} IN (${chainThreads})`;
 }
+
+/**
+ * The ids of the threads `of`'s history reads (with or without a chain), as a raw query: the
+ * reads' own SQL (chainThreads), for a statement that checks those threads (chainGuard, chainReadGuard).
+ */
+export function historyThreadIds(of: HistoryOf): RawCondition {
+  return rawChainThreads(placeholders(of));
+}
+const rawChainThreads = rawQueryOf(chainThreads);
 
 /**
  * The thread's history as a turn of a run sends it: its newest

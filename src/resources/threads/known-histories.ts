@@ -1,6 +1,7 @@
 import type { Db, RawStatement, RawValue } from '../../db/client';
+import { TERMINAL_STATUSES } from '../../db/run-statuses';
 import type { ResponseRow, RunRow } from '../../db/schema';
-import { MAX_CHAIN } from './history';
+import { historyThreadIds } from './history';
 import type { MessageRow, ThreadKey } from './queries';
 
 /**
@@ -90,13 +91,15 @@ export class KnownHistories {
    * The thread's messages as known, for the run about to be made on it, which the run's write
    * guards; forgotten here, since after the run (made or not) they are not the thread's history any
    * more. Null when they are not known, or are more than `maxBytes` (a history read would keep
-   * only the newest of them).
+   * only the newest of them). Another workspace's id is left as it is: its run is refused (404)
+   * from what it reads, and its owner's next turn is still made from what is known.
    */
   take(thread: ThreadKey, maxBytes: number): KnownHistory | null {
     const known = this.#threads.get(thread.id);
+    if (!known || known.workspaceId !== thread.workspaceId) return null;
     this.forget(thread.id);
     // A thread a run answers has that run open: the run made on it is refused, from what is read.
-    if (!known || known.workspaceId !== thread.workspaceId || known.answering || known.bytes >= maxBytes) return null;
+    if (known.answering || known.bytes >= maxBytes) return null;
     return { id: thread.id, messages: known.messages, unconfirmed: known.unconfirmed };
   }
 }
@@ -174,54 +177,120 @@ export function historyGuard(known: KnownHistory): RawStatement {
 }
 
 /**
- * historyGuard for a response's chain (`known.id`, the response the new one goes on from): the
- * messages and runs of the threads its history reads (threads/history.ts, threadsOf: the threads
- * of the responses back from it, within the workspace). A response of the chain deleted takes its
- * thread's messages out of them, and that response's own are among the known (a chain is known
- * only from a response that answered): so it fails then too, and the path of reads answers 404.
+ * historyGuard for a response's chain (`known.id`, the response the new one goes on from, on its
+ * own new thread `thread`, which the guard precedes): the messages and runs of the threads the
+ * history read of that response would read (chainThreads). A response of the chain deleted takes
+ * its thread's messages out of them, and that response's own are among the known (a chain is
+ * known only from a response that answered): so it fails then too, and the path of reads answers
+ * 404.
  */
-export function chainGuard(known: KnownHistory, workspaceId: string): RawStatement {
-  return failsUnlessKnown(known, {
-    with:
-      'with recursive "chain"("id", "depth") as (select ?, 0 union all select "responses"."previous_response_id", ' +
-      `"chain"."depth" + 1 from "responses" join "chain" on "responses"."id" = "chain"."id" where "chain"."depth" < ${MAX_CHAIN}), ` +
-      '"chained"("id") as (select "thread_id" from "responses" where "id" in (select "id" from "chain") and "workspace_id" = ?) ',
-    withArgs: [known.id, workspaceId],
-    threads: 'in (select "id" from "chained")',
-    threadArgs: [],
-  });
+export function chainGuard(known: KnownHistory, thread: ThreadKey): RawStatement {
+  return failsUnlessKnown(known, chainThreads(known.id, thread));
 }
 
 /**
- * The guard of both: `threads` is the condition on a thread id that names the history's threads
- * (its arguments `threadArgs`, repeated at each use), which a `with` clause may define.
+ * The guard of a response on a chain not known here (`previousId`, on its own new thread
+ * `thread`), whose history its write's transaction reads (readHistory beside the write:
+ * batchWithReads): it fails the write unless the response could go on from what is read as a
+ * response made from its reads would (resources/responses/commands.ts, previousThread): the
+ * previous response is the workspace's, kept (`store` not false), ended, and on a thread that
+ * exists; and, as for a known history, no run of the chain's threads made a completed tool call
+ * (the prompt is the chain's messages alone, and a call without its output would be refused).
+ * Either way nothing is written, and the response is made from its reads, with their answer.
  */
-function failsUnlessKnown(
-  known: KnownHistory,
-  history: { with?: string; withArgs?: RawValue[]; threads: string; threadArgs: RawValue[] },
-): RawStatement {
+export function chainReadGuard(previousId: string, thread: ThreadKey): RawStatement {
+  const threads = chainThreads(previousId, thread);
+  const statuses = TERMINAL_STATUSES.map(() => '?').join(', ');
+  return failsWhen(
+    `${toolCallsAmong(threads.threads)} or not exists (select 1 from "responses" ` +
+      'join "runs" on "runs"."id" = "responses"."id" join "threads" on "threads"."id" = "responses"."thread_id" ' +
+      'where "responses"."id" = ? and "responses"."workspace_id" = ? and "responses"."stored" = 1 ' +
+      `and "runs"."status" in (${statuses}))`,
+    [...threads.threadArgs, previousId, thread.workspaceId, ...TERMINAL_STATUSES],
+    threads,
+  );
+}
+
+/**
+ * The guard of a response in a conversation not known here (`threadId`, its thread), whose history
+ * its write's transaction reads as chainReadGuard's does: it fails the write when a run of the
+ * thread made a completed tool call (a function call without its output is refused by the path of
+ * reads). That the conversation is the workspace's and no run holds it, the write's rows check
+ * themselves (runs/queries.ts, insertRunWhileIdle).
+ */
+export function conversationReadGuard(threadId: string): RawStatement {
+  return failsWhen(toolCallsAmong('= ?'), [threadId]);
+}
+
+/**
+ * Which threads a guard checks: `threads`, a condition on a thread id (its arguments `threadArgs`,
+ * repeated at each use), which a `with` clause may define.
+ */
+interface GuardedThreads {
+  with?: string;
+  withArgs?: RawValue[];
+  threads: string;
+  threadArgs: RawValue[];
+}
+
+/**
+ * The threads a response's history reads, going on from `previousId` on its new thread `thread`:
+ * named by the read's own walk of the chain (threads/history.ts, historyThreadIds), the threads of
+ * the responses back from it within the workspace, so that a guard checks what a read would read.
+ */
+function chainThreads(previousId: string, thread: ThreadKey): GuardedThreads {
+  const ids = historyThreadIds({
+    workspaceId: thread.workspaceId,
+    threadId: thread.id,
+    runId: null,
+    chain: { previousResponseId: previousId },
+  });
+  return {
+    with: `with "chained"("id") as (${ids.sql}) `,
+    withArgs: ids.args,
+    threads: 'in (select "id" from "chained")',
+    threadArgs: [],
+  };
+}
+
+/** A run of the threads made a completed tool call: a step a prompt shows. */
+const toolCallsAmong = (threads: string) =>
+  `exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" where "runs"."thread_id" ${threads} ` +
+  `and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed')`;
+
+/** historyGuard's and chainGuard's: fails unless the threads have exactly the known messages, and no tool call. */
+function failsUnlessKnown(known: KnownHistory, history: GuardedThreads): RawStatement {
   const ids = known.messages.map((message) => message.id);
   const contents = known.unconfirmed.flatMap((message) => [message.id, JSON.stringify(message.content)]);
   const { threads, threadArgs } = history;
-  return {
-    sql:
-      (history.with ?? '') +
-      'insert into "settings_generation" ("id", "value") select "id", "value" from "settings_generation" where "id" = 0 and (' +
-      `exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" where "runs"."thread_id" ${threads} ` +
-      `and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed') or ` +
+  return failsWhen(
+    `${toolCallsAmong(threads)} or ` +
       `(select count(*) from "messages" where "thread_id" ${threads}) is not ? or ` +
       `coalesce((select json_group_array("id") from (select "id" from "messages" where "thread_id" ${threads} order by "seq")), '[]') is not ?` +
-      ' or (select "content" from "messages" where "id" = ?) is not ?'.repeat(known.unconfirmed.length) +
+      ' or (select "content" from "messages" where "id" = ?) is not ?'.repeat(known.unconfirmed.length),
+    [...threadArgs, ...threadArgs, ids.length, ...threadArgs, JSON.stringify(ids), ...contents],
+    history,
+  );
+}
+
+/**
+ * A statement that fails the transaction it rides in, writing nothing, when `condition` holds (its
+ * arguments `args`; `within`'s `with` clause before it): as the settings' guard fails (it inserts a
+ * second row with settings_generation's one id: isUniqueViolation(error, GENERATION_MOVED)), since
+ * either means that the run is made again from what is read.
+ */
+function failsWhen(
+  condition: string,
+  args: RawValue[],
+  within: Pick<GuardedThreads, 'with' | 'withArgs'> = {},
+): RawStatement {
+  return {
+    sql:
+      (within.with ?? '') +
+      'insert into "settings_generation" ("id", "value") select "id", "value" from "settings_generation" where "id" = 0 and (' +
+      condition +
       ')',
-    args: [
-      ...(history.withArgs ?? []),
-      ...threadArgs,
-      ...threadArgs,
-      ids.length,
-      ...threadArgs,
-      JSON.stringify(ids),
-      ...contents,
-    ],
+    args: [...(within.withArgs ?? []), ...args],
   };
 }
 

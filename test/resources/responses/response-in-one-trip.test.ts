@@ -169,7 +169,7 @@ describe('a response whose input needs no read: the provider called beside its w
     }
   });
 
-  it('reads what a response goes on from in one round trip, beside the settings, when it is not known here: a previous response, a conversation', async () => {
+  it("reads what a response goes on from in its write's transaction when it is not known here: a previous response, a conversation", async () => {
     const { tenant } = await setup();
     // Made by another gateway: this one knows neither the chain nor the conversation.
     const first = await json(
@@ -188,8 +188,8 @@ describe('a response whose input needs no read: the provider called beside its w
       });
       proxy.keepStatements = false;
       expect(text).toBe('You said: and then?');
-      // Its context with the settings' generation, its rows, its end.
-      expect(trips, JSON.stringify(proxy.statements)).toBe(3);
+      // Its rows with the history read in their transaction, then its end (reading first took 3).
+      expect(trips, JSON.stringify(proxy.statements)).toBe(2);
       await other.tasks.drain(10_000);
       // The prompt had the turn before: its input and its answer.
       const sent = defined(upstream.requests.at(-1)).body?.messages as { role: string; content: string }[];
@@ -463,7 +463,7 @@ describe('a response on a previous response or in a conversation, its history kn
     expect(await countOf('runs', tenant)).toBe(runs + 1);
   });
 
-  it('answers 404 to another workspace naming a previous response or conversation known here, calling no provider', async () => {
+  it('answers 404 to another workspace naming a previous response or conversation known here, calling no provider, and leaves them known to their own', async () => {
     const { tenant } = await setup();
     const { tenant: stranger } = await setup();
     const first = await json(await create(tenant, { input: 'first' }));
@@ -480,6 +480,16 @@ describe('a response on a previous response or in a conversation, its history kn
     }
     // Their history was not sent anywhere: no guess was made on it.
     expect(upstream.requests.length).toBe(calls);
+    // Nor was it forgotten: the owner's next turn on each is still called beside its write.
+    for (const context of [{ previous_response_id: first.id }, { conversation: conversation.id }]) {
+      const before = upstream.requests.length;
+      const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+        streamed(tenant, { input: 'mine', ...context }),
+      );
+      expect(seen.called).toBe(1);
+      expect(upstream.requests.length - before).toBe(1);
+      expect(deltaText(answer.events)).toBe('You said: mine');
+    }
   });
 
   it('answers 404 for a previous response deleted by another gateway: the guess aborted, nothing written or counted', async () => {
@@ -530,4 +540,145 @@ describe('a response on a previous response or in a conversation, its history kn
       expect(sentOf(calls + 1)).toEqual(['first', 'You said: first', 'which?']);
     },
   );
+});
+
+/** A response's body whose answer calls a function, which the next response must give the output of. */
+const CALLS_A_FUNCTION = {
+  input: `weather?\n${fakeDirective({ tool_calls: [{ name: 'get_weather', arguments: {}, id: 'call_w' }] })}`,
+  tools: [{ type: 'function', name: 'get_weather', parameters: { type: 'object', properties: {} } }],
+};
+
+describe('a response on a previous response or in a conversation not known here: its history read in its write', () => {
+  /** A response made by the other gateway, whose answer this one was never handed. */
+  const madeElsewhere = async (tenant: Tenant, body: Record<string, unknown>) => {
+    const made = await other.request('/v1/responses', {
+      key: tenant.workspaceKey,
+      body: { model: 'fake-model', ...body },
+    });
+    expect(made.status).toBe(200);
+    await other.tasks.drain(10_000);
+    return json(made);
+  };
+
+  it('hands its answer back: the turn after it is called beside its write, the prompt the whole history', async () => {
+    const { tenant } = await setup();
+    const first = await madeElsewhere(tenant, { input: 'first' });
+    const conversation = await json(await other.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    await madeElsewhere(tenant, { input: 'first', conversation: conversation.id });
+    for (const on of ['previous_response_id', 'conversation'] as const) {
+      const context = (previous: string) =>
+        on === 'conversation' ? { conversation: conversation.id as string } : { previous_response_id: previous };
+      const second = await streamed(tenant, { input: 'second', ...context(first.id) });
+      expect(deltaText(second.events)).toBe('You said: second');
+      const calls = upstream.requests.length;
+      const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+        streamed(tenant, { input: 'third', ...context(idOf(second.events)) }),
+      );
+      expect(seen.called).toBe(1);
+      expect(upstream.requests.length - calls).toBe(1);
+      expect(deltaText(answer.events)).toBe('You said: third');
+      expect(sentOf(-1)).toEqual(['first', 'You said: first', 'second', 'You said: second', 'third']);
+    }
+  });
+
+  /**
+   * Each previous response the path of reads refuses, or whose chain it would send otherwise: the
+   * guard fails the write, nothing of it stays, and the answer is the path of reads'.
+   */
+  /** A response going on from `id` (previous_response_id). */
+  const onResponse = (made: { id: string }) => ({ previous_response_id: made.id });
+  it.each([
+    {
+      name: 'on a previous response kept out of the store (store: false)',
+      context: async (tenant: Tenant) => onResponse(await json(await create(tenant, { input: 'first', store: false }))),
+      status: 400,
+      error: { code: 'invalid_value', param: 'previous_response_id' },
+    },
+    {
+      name: 'on a previous response deleted by another gateway',
+      context: async (tenant: Tenant) => {
+        const first = await madeElsewhere(tenant, { input: 'first' });
+        const deleted = await other.request(`/v1/responses/${first.id}`, {
+          key: tenant.workspaceKey,
+          method: 'DELETE',
+        });
+        expect(deleted.status).toBe(200);
+        return onResponse(first);
+      },
+      status: 404,
+      error: { code: 'response_not_found', param: 'previous_response_id' },
+    },
+    {
+      name: "on another workspace's previous response",
+      context: async () => onResponse(await madeElsewhere((await setup()).tenant, { input: 'theirs' })),
+      status: 404,
+      error: { code: 'response_not_found', param: 'previous_response_id' },
+    },
+    {
+      name: 'on a previous response whose function call has no output',
+      context: async (tenant: Tenant) => onResponse(await madeElsewhere(tenant, CALLS_A_FUNCTION)),
+      status: 400,
+      error: { code: 'invalid_value', param: 'input' },
+    },
+    {
+      name: 'in a conversation whose function call has no output',
+      context: async (tenant: Tenant) => {
+        const conversation = await json(
+          await other.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }),
+        );
+        await madeElsewhere(tenant, { ...CALLS_A_FUNCTION, conversation: conversation.id });
+        return { conversation: conversation.id as string };
+      },
+      status: 400,
+      error: { code: 'invalid_value', param: 'input' },
+    },
+    {
+      name: "in another workspace's conversation",
+      context: async () => {
+        const { tenant: owner } = await setup();
+        const conversation = await json(
+          await other.request('/v1/conversations', { key: owner.workspaceKey, body: {} }),
+        );
+        return { conversation: conversation.id as string };
+      },
+      status: 404,
+      error: { code: 'conversation_not_found', param: 'conversation' },
+    },
+  ])('answers as the path of reads for a response $name, nothing written or called', async (refusal) => {
+    const { tenant } = await setup();
+    const context = await refusal.context(tenant);
+    // Another tenant's setup changed the settings here: the next response reads them, and holds them again.
+    for (let i = 0; i < 2; i++) expect((await create(tenant, { input: 'warm' })).status).toBe(200);
+    await gateway.tasks.drain(10_000);
+    const before = await tallies(tenant);
+    const calls = upstream.requests.length;
+    const answer = await create(tenant, { input: 'and then?', ...context, stream: true });
+    expect(answer.status).toBe(refusal.status);
+    expect(await errorOf(answer)).toMatchObject(refusal.error);
+    expect(upstream.requests.length).toBe(calls);
+    await gateway.tasks.drain(10_000);
+    expect(await tallies(tenant)).toEqual(before);
+  });
+
+  it('answers 400 for a previous response still in progress, and goes on from it once it ended', async () => {
+    const { tenant } = await setup();
+    const gate = `in-progress-${Date.now()}`;
+    const first = await json(
+      await create(tenant, { input: `first\n${fakeDirective({ reply: 'Done.', hold: gate })}`, background: true }),
+    );
+    await waitFor(
+      () => upstream.gateState(gate).waiting,
+      (waiting) => waiting === 1,
+    );
+    const before = await tallies(tenant);
+    const early = await create(tenant, { input: 'and then?', previous_response_id: first.id, stream: true });
+    expect(early.status).toBe(400);
+    expect(await errorOf(early)).toMatchObject({ code: 'invalid_value', param: 'previous_response_id' });
+    expect(await tallies(tenant)).toEqual(before);
+    upstream.openGate(gate);
+    await gateway.tasks.drain(10_000);
+    const later = await streamed(tenant, { input: 'and then?', previous_response_id: first.id });
+    expect(deltaText(later.events)).toBe('You said: and then?');
+    expect(sentOf(-1)).toEqual([`first\n${fakeDirective({ reply: 'Done.', hold: gate })}`, 'Done.', 'and then?']);
+  });
 });

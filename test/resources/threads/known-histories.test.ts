@@ -43,11 +43,17 @@ describe('KnownHistories', () => {
     expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
   });
 
-  it("gives another workspace's thread to no one, and forgets it when asked for by another", () => {
+  it("gives a workspace's thread to no other, and keeps it for its own when another asks for it", () => {
     const known = new KnownHistories();
-    known.wrote(thread('thread_1', 'ws_a'), [message('thread_1', 'secret', 'ws_a')], true);
+    const secret = message('thread_1', 'secret', 'ws_a');
+    known.wrote(thread('thread_1', 'ws_a'), [secret], true);
     expect(known.take(thread('thread_1', 'ws_b'), MAX_HISTORY_BYTES)).toBeNull();
-    expect(known.take(thread('thread_1', 'ws_a'), MAX_HISTORY_BYTES)).toBeNull();
+    // Another workspace naming its id (a run it is refused) does not make its owner's next run read.
+    expect(known.take(thread('thread_1', 'ws_a'), MAX_HISTORY_BYTES)).toEqual({
+      id: 'thread_1',
+      messages: [secret],
+      unconfirmed: [],
+    });
     // A message added by another workspace does not join it either.
     known.wrote(thread('thread_2', 'ws_a'), [], true);
     known.wrote(thread('thread_2', 'ws_b'), [message('thread_2', 'theirs', 'ws_b')], false);
@@ -146,9 +152,14 @@ describe('KnownHistories', () => {
     expect(known.take(thread('thread_1'), MAX_HISTORY_BYTES)).toBeNull();
     known.ran(known.answering(thread('thread_2'), []), [answer('thread_2', 'x'.repeat(MAX_BYTES))]);
     expect(known.take(thread('thread_2'), MAX_HISTORY_BYTES)).toBeNull();
-    known.ran(known.answering(thread('thread_3'), []), [answer('thread_3', 'mine')]);
+    const mine = answer('thread_3', 'mine');
+    known.ran(known.answering(thread('thread_3'), []), [mine]);
     expect(known.take(thread('thread_3', 'ws_b'), MAX_HISTORY_BYTES)).toBeNull();
-    expect(known.take(thread('thread_3'), MAX_HISTORY_BYTES)).toBeNull();
+    expect(known.take(thread('thread_3'), MAX_HISTORY_BYTES)).toEqual({
+      id: 'thread_3',
+      messages: [mine],
+      unconfirmed: [mine],
+    });
   });
 });
 
