@@ -164,7 +164,7 @@ class Execution {
     });
     this.#answer = answer;
     this.#code = run.tools.some((tool) => tool.type === 'code_interpreter')
-      ? new CodeRuns(deps, run, (delta) => answer.toolCallDelta(delta), this.#abort.signal)
+      ? new CodeRuns(deps, run, (delta) => answer.toolCallDelta(() => delta), this.#abort.signal)
       : null;
   }
 

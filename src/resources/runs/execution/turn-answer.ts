@@ -155,8 +155,9 @@ export class TurnAnswer {
     const first = !message.started;
     message.started = true;
     message.text.push(text);
-    // The hot path: the delta is written as a string, not built as an object and serialised.
-    await this.#outbox.send([
+    // The hot path: the delta is written as a string, not built as an object and serialised, and
+    // only when someone receives it (a polled run's deltas are not built at all).
+    await this.#outbox.send(() => [
       'thread.message.delta',
       `{"id":"${message.row.id}","object":"thread.message.delta","delta":{"content":[{"index":${message.lead.length},"type":"text","text":{"value":${JSON.stringify(text)}${first ? ',"annotations":[]' : ''}}}]}}`,
     ]);
@@ -220,28 +221,34 @@ export class TurnAnswer {
     // A hosted call opens with one delta, as OpenAI's do: its arguments are the gateway's business
     // (a code call's input is shown once whole, code-interpreter-round.ts).
     if (call.hosted && !isNew) return name.length + args.length;
-    const delta =
-      call.hosted?.kind === 'file_search'
-        ? { index: event.index, id: call.id, type: 'file_search', file_search: {} }
-        : call.hosted?.kind === 'code_interpreter'
-          ? { index: event.index, id: call.id, type: 'code_interpreter', code_interpreter: { input: '', outputs: [] } }
+    const { index } = event;
+    const { id, hosted } = call;
+    await this.toolCallDelta(() =>
+      hosted?.kind === 'file_search'
+        ? { index, id, type: 'file_search', file_search: {} }
+        : hosted?.kind === 'code_interpreter'
+          ? { index, id, type: 'code_interpreter', code_interpreter: { input: '', outputs: [] } }
           : isNew
-            ? { index: event.index, id: call.id, type: 'function', function: { name, arguments: args, output: null } }
-            : { index: event.index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } };
-    await this.toolCallDelta(delta);
+            ? { index, id, type: 'function', function: { name, arguments: args, output: null } }
+            : { index, type: 'function', function: { ...(name ? { name } : {}), arguments: args } },
+    );
     return name.length + args.length;
   }
 
-  /** Sends a delta of a call of the open tool-calls step (a `tool_calls` entry of thread.run.step.delta). */
-  async toolCallDelta(delta: Record<string, unknown>): Promise<void> {
+  /**
+   * Sends a delta of a call of the open tool-calls step (a `tool_calls` entry of
+   * thread.run.step.delta), built by `delta` only when someone receives the run's events.
+   */
+  async toolCallDelta(delta: () => Record<string, unknown>): Promise<void> {
     const step = this.#toolStep;
     if (!step) throw new Error('a tool call delta needs the open tool-calls step');
-    await this.#outbox.send([
+    const stepId = step.row.id;
+    await this.#outbox.send(() => [
       'thread.run.step.delta',
       {
-        id: step.row.id,
+        id: stepId,
         object: 'thread.run.step.delta',
-        delta: { step_details: { type: 'tool_calls', tool_calls: [delta] } },
+        delta: { step_details: { type: 'tool_calls', tool_calls: [delta()] } },
       },
     ]);
   }
