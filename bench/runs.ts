@@ -42,6 +42,7 @@ import {
  * x-gateway-virtual-key), `models` (no header; the key's models match the run's model, beside 10
  * other keys of 3 patterns each, none of them tied) or `default` (no header; the workspace's default key).
  * BENCH_ONLY=latency skips the memory rounds, BENCH_ONLY=memory the rest.
+ * BENCH_MEMORY_CONCURRENCY (4): how many answers the memory rounds stream at a time.
  */
 
 const N1 = Number(process.env.BENCH_SEQUENTIAL ?? 300);
@@ -49,8 +50,11 @@ const N32 = Number(process.env.BENCH_CONCURRENT ?? 1600);
 const CONCURRENCY = 32;
 /** The SDK's usual flow runs this many at a time (sdkFlow). */
 const FLOW_CONCURRENCY = 8;
-/** The memory rounds stream this many answers at a time (memory). */
-const MEMORY_CONCURRENCY = 4;
+/**
+ * The memory rounds stream this many answers at a time (memory; BENCH_MEMORY_CONCURRENCY): two runs
+ * at different counts tell what each answer in flight holds from what the rounds hold whatever the count.
+ */
+const MEMORY_CONCURRENCY = Number(process.env.BENCH_MEMORY_CONCURRENCY ?? 4);
 /** Quiet long enough for the gateway's idle trim to end (runtime/node/memory-trim.ts: 2 s, then 6 s to the second collection), with a margin. */
 const IDLE_TRIM_MS = 10_000;
 
@@ -340,6 +344,7 @@ console.log(
       ...(small &&
         large && {
           memory: {
+            answers_at_a_time: MEMORY_CONCURRENCY,
             answer_1kb: small,
             answer_1mb: large,
             peak_rss_growth_1mb_over_1kb_mb: round(large.peak_rss_growth_mb - small.peak_rss_growth_mb, 1),
