@@ -299,17 +299,7 @@ export async function hostAfterWrite(
   // cut by its bytes is more than take() gives back).
   const messagesAlone = read.steps.every((step) => step.type !== 'tool_calls' || step.status !== 'completed');
   const handBack = messagesAlone ? answerHandedBack(deps, run, [...read.messages, ...messages], options) : {};
-  try {
-    return await hostNewRun(deps, run, admission, context, {
-      ...options,
-      ...handBack,
-      preloaded: { virtualKey, prompt },
-    });
-  } catch (error) {
-    // Its answer lost: what it goes on from is read again.
-    await handBack.answered?.(null);
-    throw error;
-  }
+  return hostNewRun(deps, run, admission, context, { ...options, ...handBack, preloaded: { virtualKey, prompt } });
 }
 
 /**
@@ -461,8 +451,6 @@ export async function speculate(deps: RunCommandDeps, speculation: Speculation):
     snapshot.guardHeld();
     return answer;
   } catch (error) {
-    // Not made (or its answer lost): what the thread holds is read again.
-    await handBack.answered?.(null);
     // Written, or failed otherwise (the database unreachable): that is the answer, as today.
     if (await inserted.catch(() => true)) throw error;
     await giveBack(deps, admission, actor.workspaceId);
@@ -553,31 +541,29 @@ export async function startRun(
   run.rateLimit = admission.ticket;
   const written = unlessWritten(deps, admission, start.write(messages, run));
   const handBack = start.handBack ? answerHandedBack(deps, run, history.messages, start) : {};
-  try {
-    return await hostNewRun(
-      deps,
-      run,
-      admission,
-      context,
-      {
-        answer: start.answer,
-        leading: start.leading,
-        preloaded: { virtualKey, prompt },
-        includeResultContent: start.includeResultContent,
-        response: start.response,
-        ...handBack,
-      },
-      written,
-    );
-  } catch (error) {
-    // Not made (or its answer lost): what it goes on from is read again.
-    await handBack.answered?.(null);
-    throw error;
-  }
+  return hostNewRun(
+    deps,
+    run,
+    admission,
+    context,
+    {
+      answer: start.answer,
+      leading: start.leading,
+      preloaded: { virtualKey, prompt },
+      includeResultContent: start.includeResultContent,
+      response: start.response,
+      ...handBack,
+    },
+    written,
+  );
 }
 
-/** A new run handed to its host (`host`), its stream opening with `leading`, then created and queued. */
-function hostNewRun(
+/**
+ * A new run handed to its host (`host`), its stream opening with `leading`, then created and
+ * queued. When the host fails, a history held for the run's answer (`answered`, answerHandedBack)
+ * is let go: not made, or its answer lost, what the run goes on from is read again.
+ */
+async function hostNewRun(
   deps: RunCommandDeps,
   run: RunRow,
   admission: Admission,
@@ -588,15 +574,20 @@ function hostNewRun(
   const { answer, leading = [], ...rest } = options;
   // Serialised once for the two events that carry it.
   const queued = JSON.stringify(toRunJson(asQueued(run)));
-  return host(
-    deps,
-    run,
-    admission,
-    answer,
-    context,
-    { ...rest, leading: [...leading, ['thread.run.created', queued], ['thread.run.queued', queued]] },
-    written,
-  );
+  try {
+    return await host(
+      deps,
+      run,
+      admission,
+      answer,
+      context,
+      { ...rest, leading: [...leading, ['thread.run.created', queued], ['thread.run.queued', queued]] },
+      written,
+    );
+  } catch (error) {
+    await options.answered?.(null);
+    throw error;
+  }
 }
 
 /** A run's request messages (`param`: where the request has them) as its thread's, their images checked. */

@@ -42,7 +42,7 @@ export interface HistoryOf {
 }
 
 /** The most responses a chain is followed back through: far more than a history's bytes take. */
-export const MAX_CHAIN = 10_000;
+const MAX_CHAIN = 10_000;
 
 /**
  * The ids of the threads a history with a chain reads: `threadId`, and the threads of the
