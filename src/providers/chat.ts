@@ -74,7 +74,7 @@ export async function* readChatStream(
   opened: OpenedChatCall,
   call: Pick<ChatCallOptions, 'secret' | 'slices'>,
 ): AsyncGenerator<UpstreamEvent[]> {
-  const { body, silence, controller, end } = opened;
+  const { response, body, silence, controller, end } = opened;
   let finished = false;
   try {
     const toolCalls = new ToolCallIndexer();
@@ -101,6 +101,8 @@ export async function* readChatStream(
               break;
             }
           }
+          // What follows a finish is short (usage, `[DONE]`): no read waits for more of it.
+          if (events.some((event) => event.type === 'finish')) response.ending?.();
           // The idle timeout measures the upstream's silence, not the time the consumer takes before
           // asking for more (the engine waits for a slow streaming client), nor the wait for the
           // event loop: no clock meanwhile.
@@ -358,7 +360,6 @@ function normalise(chunk: unknown, toolCalls: ToolCallIndexer, events: UpstreamE
   if (usage != null) events.push(checkUsage(usage));
 }
 
-/** Adds `text` to the last of `events` when that is a text, else as an event of its own. */
 /** Adds a fragment of text or reasoning, joined to the one before it when it is of the same kind. */
 function addFragment(events: UpstreamEvent[], type: 'text' | 'reasoning', text: string): void {
   const last = events.at(-1);

@@ -107,6 +107,14 @@ export interface UpstreamAnswer {
    * the body and drops the connection.
    */
   readonly body: AsyncIterable<Uint8Array> | null;
+  /**
+   * Told by the reader that what it read announces the answer's end (a `finish_reason`): each read
+   * from then on hands over whatever has arrived. A transport whose reads wait for a minimum (the
+   * Worker's, MIN_READ_BYTES in runtime/workers/upstream-fetch.ts) would otherwise hold a last event
+   * shorter than it (`data: [DONE]`) until the body ended: until the idle limit, were the provider
+   * to keep its body open.
+   */
+  ending?(): void;
 }
 
 /** A 2xx answer, as `Response.ok` has it. */

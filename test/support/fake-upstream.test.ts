@@ -881,6 +881,30 @@ describe('faults mid-stream', () => {
     expect(defined(fake.requests[0]).outcome).toBe('cancelled');
   });
 
+  it('stall_after_done sends the whole answer and [DONE], then holds the body open until the client leaves', async () => {
+    const controller = new AbortController();
+    const response = await post(
+      { model: MODEL, stream: true, messages: [user('Hi', { reply: 'a b', stall_after_done: true })] },
+      {},
+      undefined,
+      controller.signal,
+    );
+    const reader = defined(response.body).getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    while (!text.endsWith('data: [DONE]\n\n')) {
+      const { done, value } = await reader.read();
+      expect(done).toBe(false);
+      text += decoder.decode(value, { stream: true });
+    }
+    expect(dataEvents(text).at(-1)).toBe('[DONE]');
+    expect(defined(fake.requests[0]).outcome).toBe('open');
+    expect(fake.inFlight).toBe(1);
+    controller.abort();
+    await fake.waitForIdle();
+    expect(defined(fake.requests[0]).outcome).toBe('cancelled');
+  });
+
   it('close() does not wait for stalled streams', async () => {
     const other = await startFakeUpstream();
     const response = await fetch(`${other.baseURL}/chat/completions`, {

@@ -139,6 +139,11 @@ export interface FakeScenario {
   headers?: Record<string, string>;
   /** Stop sending after N chunks and hold the connection open until the client gives up or the server closes. */
   stall_after_chunks?: number;
+  /**
+   * Send the whole answer and `[DONE]`, then hold the connection open (the body never ends) until
+   * the client gives up or the server closes: a provider that finishes its stream late or never.
+   */
+  stall_after_done?: boolean;
   /** Drop the connection after N chunks, without the end of the chunked body and without `[DONE]`. */
   cut_after_chunks?: number;
   /** Send `data: {not json` after N chunks, then carry on. */
@@ -912,6 +917,7 @@ const SCENARIO_FIELDS: Record<keyof FakeScenario, FieldKind> = {
   error: 'any',
   headers: 'record',
   stall_after_chunks: 'count',
+  stall_after_done: 'flag',
   cut_after_chunks: 'count',
   malformed_after_chunks: 'count',
   error_after_chunks: 'count',
@@ -1454,7 +1460,11 @@ async function* sseFrames(plan: Plan, signal: AbortSignal): AsyncGenerator<Piece
     if (firesNow(s.cut_after_chunks)) return yield CUT;
     if (firesNow(s.error_after_chunks)) return yield `data: ${JSON.stringify(s.stream_error ?? SERVER_ERROR)}\n\n`;
     if (sent > 0 && s.chunk_delay_ms && !(await sleep(s.chunk_delay_ms, signal))) return;
-    if (next.done) return yield 'data: [DONE]\n\n';
+    if (next.done) {
+      yield 'data: [DONE]\n\n';
+      if (s.stall_after_done) yield STALL;
+      return;
+    }
     yield `data: ${JSON.stringify(next.value)}\n\n`;
   }
 }

@@ -56,4 +56,23 @@ describe('chat completions on workerd', () => {
     expect(after.requests).toBe(before.requests + 1);
     expect(after.completionTokens).toBeGreaterThan(before.completionTokens);
   });
+
+  it('relays a stream whose provider sends [DONE] and keeps its body open, to its end', async () => {
+    // The Worker's reads wait for MIN_READ_BYTES: `data: [DONE]` is shorter, and no end follows it.
+    const stream = await openai.chat.completions.create({
+      model: 'fake-model',
+      messages: [
+        { role: 'user', content: `Count\n#fake ${JSON.stringify({ reply: 'one two', stall_after_done: true })}` },
+      ],
+      stream: true,
+    });
+    let text = '';
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? '';
+      finish ??= chunk.choices[0]?.finish_reason;
+    }
+    expect(text).toBe('one two');
+    expect(finish).toBe('stop');
+  });
 });

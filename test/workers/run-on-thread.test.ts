@@ -222,6 +222,19 @@ describe('runs on an existing thread, on workerd', () => {
     expect(isUniqueViolation(error, 'runs.thread_id')).toBe(false);
   });
 
+  it('completes a streamed run whose provider sends [DONE] and keeps its body open', async () => {
+    // The Worker's reads wait for MIN_READ_BYTES: `data: [DONE]` is shorter, and no end follows it.
+    const thread = await openai.beta.threads.create({
+      messages: [{ role: 'user', content: ask('Hello?', { reply: 'Hello there.', stall_after_done: true }) }],
+    });
+    const stream = openai.beta.threads.runs.stream(thread.id, { assistant_id: assistantId });
+    const deltas: string[] = [];
+    stream.on('textDelta', (delta) => deltas.push(defined(delta.value)));
+    const run = await stream.finalRun();
+    expect(run.status).toBe('completed');
+    expect(deltas.join('')).toBe('Hello there.');
+  });
+
   it("streams a later run with the whole thread, the run before's answer as the database has it, also once it changed elsewhere", async () => {
     const thread = await openai.beta.threads.create({
       messages: [{ role: 'user', content: ask('My name is Ada.', { reply: 'Hello Ada.' }) }],

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { defined } from '../support/defined';
 import { answerOf, MIN_READ_BYTES, READ_BYTES } from '../../src/runtime/workers/upstream-fetch';
 
 /**
@@ -63,6 +64,37 @@ describe("the Worker's provider answers", () => {
     // All but the last (the answer's end came before the minimum) waited for the minimum.
     expect(chunks.slice(0, -1).every((chunk) => chunk.length >= MIN_READ_BYTES)).toBe(true);
     expect(chunks.length).toBeLessThan(pieces.length);
+  });
+
+  it('reads whatever arrived once the reader says the answer is ending, a body that stays open included', async () => {
+    const pieces = [event('a'), 'data: [DONE]\n\n'];
+    const encoder = new TextEncoder();
+    let next = 0;
+    // Never closed: a provider that keeps its body open after its last event.
+    const body = new ReadableStream({
+      type: 'bytes',
+      pull(controller) {
+        const piece = pieces[next++];
+        if (piece === undefined) return new Promise<void>(() => {});
+        const bytes = encoder.encode(piece);
+        const request = controller.byobRequest;
+        if (request?.view) {
+          new Uint8Array(request.view.buffer, request.view.byteOffset, request.view.byteLength).set(bytes);
+          request.respond(bytes.byteLength);
+        } else {
+          controller.enqueue(bytes);
+        }
+        return undefined;
+      },
+    });
+    const answer = answerOf(new Response(body));
+    const chunks = defined(answer.body)[Symbol.asyncIterator]();
+    const first = await chunks.next();
+    expect(new TextDecoder().decode(first.value)).toBe(pieces[0]);
+    answer.ending?.();
+    const last = await chunks.next();
+    expect(new TextDecoder().decode(last.value)).toBe(pieces[1]);
+    await chunks.return?.();
   });
 
   it('cancels the body when the reader leaves early', async () => {

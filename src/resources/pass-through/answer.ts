@@ -20,9 +20,11 @@ export interface AnswerTally {
   invalidUsage: string | null;
   /** Characters of content, refusals and tool-call arguments: the estimate's base without usage. */
   completionChars: number;
+  /** Whether a choice reported its finish_reason (what follows is short: usage, `[DONE]`). */
+  finished: boolean;
 }
 
-const newTally = (): AnswerTally => ({ usage: null, invalidUsage: null, completionChars: 0 });
+export const newTally = (): AnswerTally => ({ usage: null, invalidUsage: null, completionChars: 0, finished: false });
 
 /**
  * A non-streamed answer: its bytes as sent (at most `maxBytes`), its object and its tally. An
@@ -139,6 +141,7 @@ export function relayStream(opened: OpenedChatCall, options: RelayOptions): Read
           }
           if (relayed(data, options, tally)) out.push(encoder.encode(`data: ${data}\n\n`));
         }
+        if (tally.finished) opened.response.ending?.();
         if (finished) {
           await batches.return(undefined);
           end(null);
@@ -185,9 +188,11 @@ function tallyChunk(chunk: Record<string, unknown>, field: 'delta' | 'message', 
   }
   if (!Array.isArray(chunk.choices)) return;
   for (const choice of chunk.choices) {
+    if (!isRecord(choice)) continue;
+    if (choice.finish_reason != null) tally.finished = true;
     // A legacy completion's choices hold their text.
-    if (isRecord(choice)) tally.completionChars += textLength(choice.text);
-    const part = isRecord(choice) ? choice[field] : undefined;
+    tally.completionChars += textLength(choice.text);
+    const part = choice[field];
     if (!isRecord(part)) continue;
     tally.completionChars += textLength(part.content) + textLength(part.refusal);
     if (!Array.isArray(part.tool_calls)) continue;

@@ -24,7 +24,7 @@ import { chatCallOptions, decryptVirtualKeySecret, servedModel } from '../virtua
 import { callKeys } from '../virtual-keys/fallbacks';
 import { upstreamRules } from '../virtual-keys/upstream-rules';
 import { servedOnConfirmedSettings, type Guessing } from '../identities/guessed';
-import { readJsonAnswer, relayStream, upstreamFailure, type AnswerTally } from './answer';
+import { newTally, readJsonAnswer, relayStream, upstreamFailure, type AnswerTally } from './answer';
 
 /**
  * The calls passed through to the provider of the caller's virtual key (POST /v1/chat/completions,
@@ -289,7 +289,7 @@ async function call<Body extends object>(
     return { body: answer, headers: { ...JSON_HEADERS, ...admission.headers, ...record.servedHeaders() } };
   } catch (error) {
     const failure = upstreamFailure(error, record.servedSlug());
-    await record.end({ usage: null, invalidUsage: null, completionChars: 0 }, failure);
+    await record.end(newTally(), failure);
     throw failure;
   }
 }

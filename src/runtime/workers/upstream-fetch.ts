@@ -21,7 +21,8 @@ export const READ_BYTES = 16 * 1024;
  * streamed run of 64 words 214 entries into JavaScript, 158 with it). With it the rest of the chunk,
  * already received, is read with its start. Only an event shorter than this waits for the next
  * bytes: no event that carries a token is (`data: {"choices":[{"delta":{"content":"x"}}]}` is 49
- * bytes); a keep-alive comment may be, and the last event is followed by the answer's end.
+ * bytes); a keep-alive comment may be (not progress: the reader's idle limit goes on), and so is
+ * the last, `data: [DONE]`, which is why a read after a reader called `ending` waits for no minimum.
  */
 export const MIN_READ_BYTES = 32;
 
@@ -59,7 +60,7 @@ function isRetryable(error: unknown): boolean {
 
 /**
  * `response` as a provider call reads it: its body read into one buffer of READ_BYTES, at least
- * MIN_READ_BYTES a read, each read's bytes copied out (a chunk the size of what arrived, the
+ * MIN_READ_BYTES a read until the reader calls `ending`, each read's bytes copied out (a chunk the size of what arrived, the
  * caller's to keep). The runtime's own
  * reader allocates a new buffer for every read, and a streamed answer is a read per token or two
  * (docs/workers.md, "What a run costs on Workers"). Leaving the loop early cancels the body, as the
@@ -67,14 +68,18 @@ function isRetryable(error: unknown): boolean {
  */
 export function answerOf(response: Response): UpstreamAnswer {
   const { body } = response;
+  const reads = { min: MIN_READ_BYTES };
   return {
     status: response.status,
     headers: response.headers,
-    body: body && { [Symbol.asyncIterator]: () => chunksOf(body) },
+    body: body && { [Symbol.asyncIterator]: () => chunksOf(body, reads) },
+    ending: () => {
+      reads.min = 1;
+    },
   };
 }
 
-function chunksOf(body: ReadableStream<Uint8Array>): AsyncIterator<Uint8Array> {
+function chunksOf(body: ReadableStream<Uint8Array>, reads: { min: number }): AsyncIterator<Uint8Array> {
   let reader: ReadableStreamBYOBReader;
   try {
     reader = body.getReader({ mode: 'byob' });
@@ -85,7 +90,7 @@ function chunksOf(body: ReadableStream<Uint8Array>): AsyncIterator<Uint8Array> {
   let buffer = new ArrayBuffer(READ_BYTES);
   return {
     async next() {
-      const { done, value } = await reader.readAtLeast(MIN_READ_BYTES, new Uint8Array(buffer));
+      const { done, value } = await reader.readAtLeast(reads.min, new Uint8Array(buffer));
       if (done) return { done: true, value: undefined };
       // The buffer comes back (moved into `value`) for the next read.
       buffer = value.buffer;
