@@ -8,8 +8,11 @@ import { answerOf, MIN_READ_BYTES, READ_BYTES } from '../../src/runtime/workers/
  * the caller's to keep.
  */
 describe("the Worker's provider answers", () => {
-  /** A byte stream of `pieces`, noting whether each read came with the reader's own buffer, and its size. */
-  function bodyOf(pieces: string[]) {
+  /**
+   * A byte stream of `pieces`, noting whether each read came with the reader's own buffer, and its
+   * size; `open`: never ended after them (a provider that keeps its body open).
+   */
+  function bodyOf(pieces: string[], { open = false } = {}) {
     const reads: (number | null)[] = [];
     const encoder = new TextEncoder();
     let next = 0;
@@ -19,6 +22,7 @@ describe("the Worker's provider answers", () => {
         const piece = pieces[next++];
         const request = controller.byobRequest;
         reads.push(request?.view ? request.view.byteLength : null);
+        if (piece === undefined && open) return new Promise<void>(() => {});
         if (piece === undefined) {
           controller.close();
           request?.respond(0);
@@ -68,25 +72,7 @@ describe("the Worker's provider answers", () => {
 
   it('reads whatever arrived once the reader says the answer is ending, a body that stays open included', async () => {
     const pieces = [event('a'), 'data: [DONE]\n\n'];
-    const encoder = new TextEncoder();
-    let next = 0;
-    // Never closed: a provider that keeps its body open after its last event.
-    const body = new ReadableStream({
-      type: 'bytes',
-      pull(controller) {
-        const piece = pieces[next++];
-        if (piece === undefined) return new Promise<void>(() => {});
-        const bytes = encoder.encode(piece);
-        const request = controller.byobRequest;
-        if (request?.view) {
-          new Uint8Array(request.view.buffer, request.view.byteOffset, request.view.byteLength).set(bytes);
-          request.respond(bytes.byteLength);
-        } else {
-          controller.enqueue(bytes);
-        }
-        return undefined;
-      },
-    });
+    const { body } = bodyOf(pieces, { open: true });
     const answer = answerOf(new Response(body));
     const chunks = defined(answer.body)[Symbol.asyncIterator]();
     const first = await chunks.next();
