@@ -263,5 +263,8 @@ it("deletes what a kill -9 left of uploads after the restart, never another proc
   recordTally('uploads', { faultsInjected: 1, rowsHalfWritten: rowless });
   expect(lost).toBe(0);
   expect(rowless).toBe(0);
-  expect(blobsAfter).toHaveLength(acknowledged.length + 1);
+  // Every acknowledged upload and the other process's; besides them, an upload the kill caught
+  // between its commit and its answer is kept, unacknowledged (at most one a client).
+  expect(blobsAfter.length).toBeGreaterThanOrEqual(acknowledged.length + 1);
+  expect(blobsAfter.length).toBeLessThanOrEqual(acknowledged.length + 1 + clients.length);
 });
