@@ -60,11 +60,10 @@ function isRetryable(error: unknown): boolean {
 
 /**
  * `response` as a provider call reads it: its body read into one buffer of READ_BYTES, at least
- * MIN_READ_BYTES a read until the reader calls `ending`, each read's bytes copied out (a chunk the size of what arrived, the
- * caller's to keep). The runtime's own
- * reader allocates a new buffer for every read, and a streamed answer is a read per token or two
- * (docs/workers.md, "What a run costs on Workers"). Leaving the loop early cancels the body, as the
- * runtime's iterator does.
+ * MIN_READ_BYTES a read until the reader calls `ending`, each read's bytes copied out (a chunk the
+ * size of what arrived, the caller's to keep). The runtime's own reader allocates a new buffer for
+ * every read, and a streamed answer is a read per token or two (docs/workers.md, "What a run costs
+ * on Workers"). Leaving the loop early cancels the body, as the runtime's iterator does.
  */
 export function answerOf(response: Response): UpstreamAnswer {
   const { body } = response;
