@@ -189,7 +189,8 @@ function tallyChunk(chunk: Record<string, unknown>, field: 'delta' | 'message', 
   if (!Array.isArray(chunk.choices)) return;
   for (const choice of chunk.choices) {
     if (!isRecord(choice)) continue;
-    if (choice.finish_reason != null) tally.finished = true;
+    // As a run's reader takes it (providers/chat.ts): a string, not empty.
+    if (typeof choice.finish_reason === 'string' && choice.finish_reason !== '') tally.finished = true;
     // A legacy completion's choices hold their text.
     tally.completionChars += textLength(choice.text);
     const part = choice[field];
