@@ -194,15 +194,17 @@ export function chainGuard(known: KnownHistory, thread: ThreadKey): RawStatement
  * batchWithReads): it fails the write unless the response could go on from what is read as a
  * response made from its reads would (resources/responses/commands.ts, previousThread): the
  * previous response is the workspace's, kept (`store` not false), ended, and on a thread that
- * exists; and, as for a known history, no run of the chain's threads made a completed tool call
- * (the prompt is the chain's messages alone, and a call without its output would be refused).
- * Either way nothing is written, and the response is made from its reads, with their answer.
+ * exists; and no function call of the chain's threads is still without its output (the path of
+ * reads refuses a text-only input then: responses/commands.ts, answered). The calls that have
+ * their outputs are in what is read, and in the prompt built from it (runs/commands.ts,
+ * hostAfterWrite). Either way nothing is written, and the response is made from its reads, with
+ * their answer.
  */
 export function chainReadGuard(previousId: string, thread: ThreadKey): RawStatement {
   const threads = chainThreads(previousId, thread);
   const statuses = TERMINAL_STATUSES.map(() => '?').join(', ');
   return failsWhen(
-    `${toolCallsAmong(threads.threads)} or not exists (select 1 from "responses" ` +
+    `${unansweredCallsAmong(threads.threads)} or not exists (select 1 from "responses" ` +
       'join "runs" on "runs"."id" = "responses"."id" join "threads" on "threads"."id" = "responses"."thread_id" ' +
       'where "responses"."id" = ? and "responses"."workspace_id" = ? and "responses"."stored" = 1 ' +
       `and "runs"."status" in (${statuses}))`,
@@ -213,13 +215,13 @@ export function chainReadGuard(previousId: string, thread: ThreadKey): RawStatem
 
 /**
  * The guard of a response in a conversation not known here (`threadId`, its thread), whose history
- * its write's transaction reads as chainReadGuard's does: it fails the write when a run of the
- * thread made a completed tool call (a function call without its output is refused by the path of
- * reads). That the conversation is the workspace's and no run holds it, the write's rows check
- * themselves (runs/queries.ts, insertRunWhileIdle).
+ * its write's transaction reads as chainReadGuard's does: it fails the write when a function call
+ * of the thread is still without its output (refused by the path of reads). That the conversation
+ * is the workspace's and no run holds it, the write's rows check themselves (runs/queries.ts,
+ * insertRunWhileIdle).
  */
 export function conversationReadGuard(threadId: string): RawStatement {
-  return failsWhen(toolCallsAmong('= ?'), [threadId]);
+  return failsWhen(unansweredCallsAmong('= ?'), [threadId]);
 }
 
 /**
@@ -257,6 +259,17 @@ function chainThreads(previousId: string, thread: ThreadKey): GuardedThreads {
 const toolCallsAmong = (threads: string) =>
   `exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" where "runs"."thread_id" ${threads} ` +
   `and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed')`;
+
+/**
+ * A completed step of a run of the threads calls a function without its output: what the path of
+ * reads refuses a response whose input gives none (responses/commands.ts, answered). A call's
+ * output missing from its JSON counts as none, as does a null one.
+ */
+const unansweredCallsAmong = (threads: string) =>
+  `exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" ` +
+  `join json_each("run_steps"."step_details", '$.tool_calls') as "call" where "runs"."thread_id" ${threads} ` +
+  `and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed' ` +
+  `and json_extract("call"."value", '$.type') = 'function' and json_extract("call"."value", '$.function.output') is null)`;
 
 /** historyGuard's and chainGuard's: fails unless the threads have exactly the known messages, and no tool call. */
 function failsUnlessKnown(known: KnownHistory, history: GuardedThreads): RawStatement {

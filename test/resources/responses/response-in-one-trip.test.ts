@@ -581,6 +581,44 @@ describe('a response on a previous response or in a conversation not known here:
     }
   });
 
+  it("reads a history whose function call has its output in its write's transaction too: the call and its output in the prompt", async () => {
+    const { tenant } = await setup();
+    const answeredElsewhere = async (context: Record<string, unknown>) => {
+      const called = await madeElsewhere(tenant, { ...CALLS_A_FUNCTION, ...context });
+      const output = { type: 'function_call_output', call_id: 'call_w', output: 'sunny' };
+      const next = 'previous_response_id' in context ? { previous_response_id: called.id } : context;
+      return madeElsewhere(tenant, { tools: CALLS_A_FUNCTION.tools, input: [output], ...next });
+    };
+    const answered = await answeredElsewhere({ previous_response_id: null });
+    const conversation = await json(await other.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }));
+    await answeredElsewhere({ conversation: conversation.id });
+    for (const body of [{ previous_response_id: answered.id }, { conversation: conversation.id }]) {
+      const calls = upstream.requests.length;
+      let text = '';
+      const trips = await roundTrips(async () => {
+        const answer = await streamed(tenant, { input: 'and then?', ...body });
+        text = deltaText(answer.events);
+      });
+      expect(text).toBe('You said: and then?');
+      // Its rows with the history read in their transaction, then its end (six while its guard
+      // refused any tool call: the write it failed, then the path of reads).
+      expect(trips).toBe(2);
+      expect(upstream.requests.length - calls).toBe(1);
+      const sent = defined(upstream.requests.at(-1)).body?.messages as {
+        role: string;
+        content: string | null;
+        tool_call_id?: string;
+        tool_calls?: { id: string }[];
+      }[];
+      expect(sent.find((message) => message.tool_calls?.[0]?.id === 'call_w')).toBeDefined();
+      expect(sent.find((message) => message.role === 'tool')).toMatchObject({
+        tool_call_id: 'call_w',
+        content: 'sunny',
+      });
+      expect(sent.at(-1)).toMatchObject({ role: 'user', content: 'and then?' });
+    }
+  });
+
   /**
    * Each previous response the path of reads refuses, or whose chain it would send otherwise: the
    * guard fails the write, nothing of it stays, and the answer is the path of reads'.
