@@ -180,7 +180,7 @@ async function measureTarget(name: string, fakeUrl: string) {
       });
 
     /** A response made in the background (`context`: what it goes on from), once it completed: its id. */
-    const inBackground = async (context: Record<string, string>): Promise<string> => {
+    const inBackground = async (context: Record<string, unknown>): Promise<string> => {
       const body = { model: 'bench-model', input: content, background: true, ...context };
       const { id } = (await post(api('/responses'), headers, body)) as { id: string };
       for (;;) {
@@ -238,6 +238,21 @@ async function measureTarget(name: string, fakeUrl: string) {
           previous_response_id: previous,
         });
       },
+      // The same after a tool exchange: a function called, then its output given, both in the background.
+      'POST /responses (streamed, previous_response_id not known here, after a function call and its output)':
+        async () => {
+          const tools = [{ type: 'function', name: 'lookup', parameters: { type: 'object', properties: {} } }];
+          const call = { tool_calls: [{ name: 'lookup', arguments: {}, id: 'call_bench' }] };
+          const called = await inBackground({ input: `look it up\n${fakeDirective(call)}`, tools });
+          const output = { type: 'function_call_output', call_id: 'call_bench', output: 'found' };
+          const answered = await inBackground({ input: [output], tools, previous_response_id: called });
+          return streamed('/responses', {
+            model: 'bench-model',
+            stream: true,
+            input: content,
+            previous_response_id: answered,
+          });
+        },
       // The same for a conversation whose last response was made in the background.
       'POST /responses (streamed, conversation not known here)': async () => {
         const conversation = (await post(api('/conversations'), headers, {})) as { id: string };
