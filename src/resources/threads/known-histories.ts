@@ -255,21 +255,26 @@ function chainThreads(previousId: string, thread: ThreadKey): GuardedThreads {
   };
 }
 
-/** A run of the threads made a completed tool call: a step a prompt shows. */
-const toolCallsAmong = (threads: string) =>
-  `exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" where "runs"."thread_id" ${threads} ` +
-  `and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed')`;
-
 /**
  * A completed step of a run of the threads calls a function without its output: what the path of
  * reads refuses a response whose input gives none (responses/commands.ts, answered). A call's
  * output missing from its JSON counts as none, as does a null one.
  */
 const unansweredCallsAmong = (threads: string) =>
-  `exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" ` +
-  `join json_each("run_steps"."step_details", '$.tool_calls') as "call" where "runs"."thread_id" ${threads} ` +
-  `and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed' ` +
-  `and json_extract("call"."value", '$.type') = 'function' and json_extract("call"."value", '$.function.output') is null)`;
+  toolCallsAmong(threads, {
+    join: `join json_each("run_steps"."step_details", '$.tool_calls') as "call" `,
+    where:
+      `and json_extract("call"."value", '$.type') = 'function' ` +
+      `and json_extract("call"."value", '$.function.output') is null`,
+  });
+
+/**
+ * A run of the threads made a completed tool call: a step a prompt shows (`also`: the steps joined
+ * with more, and narrowed).
+ */
+const toolCallsAmong = (threads: string, also: { join: string; where: string } = { join: '', where: '' }) =>
+  `exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" ${also.join}` +
+  `where "runs"."thread_id" ${threads} and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed' ${also.where})`;
 
 /** historyGuard's and chainGuard's: fails unless the threads have exactly the known messages, and no tool call. */
 function failsUnlessKnown(known: KnownHistory, history: GuardedThreads): RawStatement {
