@@ -13,7 +13,7 @@ import type { UpstreamFetch } from './providers/types';
 import type { ModelLists } from './providers/models';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RequestContext } from './actor';
-import type { MessageRow, ResponseRow, RunRow, VirtualKey } from './db/schema';
+import type { History, ResponseRow, RunRow, VirtualKey } from './db/schema';
 import type { Prompt } from './providers/types';
 import type { UpstreamUrlJudgements } from './lib/upstream-url';
 import type { SettingsCache } from './db/settings-cache';
@@ -207,15 +207,18 @@ export interface StreamOptions extends StartOptions {
 }
 
 /**
- * How a run settled, handed back to the request that started it (StreamOptions.answered): the
- * messages it wrote, as stored (ids, order, content), when it ended `completed` having called no
- * tool (its thread's history is then the one its prompt was built from and these); null when it
- * ended otherwise, or its answer was more than a thread's known history holds
- * (threads/known-histories.ts, MAX_BYTES). On Workers the run executes in
- * another object, which calls this back over RPC once (runtime/workers/run-executor.ts): no
- * JavaScript runs for the chunks of its stream in the request's isolate.
+ * How a run settled, handed back to the request that started it (StreamOptions.answered), when it
+ * ended `completed` with nothing but a message, or (a response) with its calls of the client's
+ * functions, their outputs still to come, and any message it wrote before them: what it wrote, as
+ * stored (ids, order, content): its messages, and the steps a prompt places among them (its
+ * message's creation and its tool calls; none when it called no tool). Its thread's history is then
+ * the one its prompt was built from and these. Null when it ended otherwise (a hosted tool called,
+ * a run waiting for outputs, failed, cancelled), or its answer was more than a thread's known
+ * history holds (threads/known-histories.ts, MAX_BYTES). On Workers the run executes in another
+ * object, which calls this back over RPC once (runtime/workers/run-executor.ts): no JavaScript runs
+ * for the chunks of its stream in the request's isolate.
  */
-export type Answered = (messages: MessageRow[] | null) => void | Promise<void>;
+export type Answered = (answer: History | null) => void | Promise<void>;
 
 /**
  * One event of a run's stream (resources/runs/execution/event-stream.ts): its name and its data, an object to serialise, or JSON already serialised: a string,

@@ -474,6 +474,23 @@ export const runSteps = sqliteTable(
   (t) => [uniqueIndex('run_steps_id').on(t.id), index('run_steps_run').on(t.runId, t.seq)],
 );
 
+/**
+ * A step of one of a thread's runs as a prompt places it among the messages (a message's creation,
+ * or tool calls and their outputs), with the time its run was created: what a history read gives
+ * (resources/threads/history.ts), and what a run that called tools hands back (deps.ts, Answered).
+ */
+export type HistoryStep = Pick<typeof runSteps.$inferSelect, 'id' | 'runId' | 'type' | 'status' | 'stepDetails'> & {
+  runCreatedAt: number;
+};
+
+/** A thread's history, as a turn's prompt is built from it (resources/runs/execution/prompt.ts). */
+export interface History {
+  /** The thread's messages, oldest first. */
+  messages: MessageRow[];
+  /** Steps of the thread's runs, each run's in the order they happened, runs oldest first. */
+  steps: HistoryStep[];
+}
+
 // ── Files and retrieval ──────────────────────────────────────────────────────────────────────
 
 export type FilePurpose =

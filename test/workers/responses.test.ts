@@ -305,16 +305,22 @@ describe('a response on a previous response or in a conversation, its history ha
    * provider was sent, and how many times it was called. `generation` is the settings' generation
    * read before the test's first request: the isolate starts the guess on the generation it last
    * read (SettingsCache.provisional), which a change made by another file just before this call
-   * would leave behind unseen by a read taken here.
+   * would leave behind unseen by a read taken here. `given`: its gate and body when they are not a
+   * question that holds at a fresh gate (the gate named in what it goes on from, and its input).
    */
-  async function heldResponse(context: Record<string, string>, heldOn: string, generation: unknown) {
-    const gate = remoteGate(inject('upstreamUrl'), freshGate('response-chain'));
-    const input = ask('What is my name?', { echo_messages: true, hold: gate.name });
+  async function heldResponse(
+    context: Record<string, string>,
+    heldOn: string,
+    generation: unknown,
+    given?: { gate: ReturnType<typeof remoteGate>; body: Record<string, unknown> },
+  ) {
+    const gate = given?.gate ?? remoteGate(inject('upstreamUrl'), freshGate('response-chain'));
+    const body = given?.body ?? { input: ask('What is my name?', { echo_messages: true, hold: gate.name }) };
     const { answer } = await whileRemoteDatabaseHeld(
       inject('databaseProxyUrl'),
       heldOn,
       gate,
-      () => post('/responses', { model: 'fake-model', stream: true, input, ...context }),
+      () => post('/responses', { model: 'fake-model', stream: true, ...body, ...context }),
       async () => (await settingsGeneration()) !== generation,
     );
     await gate.open();
@@ -339,6 +345,32 @@ describe('a response on a previous response or in a conversation, its history ha
     expect(sent.slice(0, 2)).toEqual([
       { role: 'user', content: FIRST },
       { role: 'assistant', content: 'Hello Ada.' },
+    ]);
+    expect(sent).toHaveLength(3);
+  });
+
+  it('calls the provider beside the write on the output of a function call a response handed back, once, the call and its output in the prompt', async () => {
+    const generation = await settingsGeneration();
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('response-call'));
+    const tools = [
+      { type: 'function' as const, name: 'get_weather', strict: false, parameters: { type: 'object', properties: {} } },
+    ];
+    // Its second model turn (the output given) echoes its prompt, held at the gate.
+    const question = ask('Weather?', [
+      { tool_calls: [{ name: 'get_weather', arguments: {}, id: 'call_w' }] },
+      { echo_messages: true, hold: gate.name },
+    ]);
+    const first = await openai.responses.create({ model: 'fake-model', tools, input: question });
+    expect(first.output).toMatchObject([{ type: 'function_call', call_id: 'call_w' }]);
+    const output = { type: 'function_call_output', call_id: 'call_w', output: 'sunny' };
+    const sent = await heldResponse({ previous_response_id: first.id }, first.id, generation, {
+      gate,
+      body: { tools, input: [output] },
+    });
+    expect(sent).toMatchObject([
+      { role: 'user', content: question },
+      { role: 'assistant', tool_calls: [{ id: 'call_w' }] },
+      { role: 'tool', tool_call_id: 'call_w', content: 'sunny' },
     ]);
     expect(sent).toHaveLength(3);
   });

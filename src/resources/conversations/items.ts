@@ -39,9 +39,10 @@ export const MAX_INPUT_FILE_BYTES = 4 * THREAD_LIMITS.text;
 /**
  * The writes of `items` into `thread` (created at `at`), checked: images as a thread's messages'
  * are (resources/files/images.ts), files read into text, outputs matched to open calls, references
- * to items the thread holds. `field` names the items in errors. `earlier` is the thread whose calls
- * and items the input answers and names: `thread` itself, but for a response that goes on from a
- * previous one (resources/responses/), whose thread is its own, the previous response's.
+ * to items the thread holds. `field` names the items in errors. `answers.earlier` is the thread
+ * whose calls and items the input answers and names: `thread` itself, but for a response that goes
+ * on from a previous one (resources/responses/), whose thread is its own, the previous response's;
+ * `answers.calls`, its calls when they are known (threads/known-histories.ts), not read.
  */
 export async function threadItemWrites(
   deps: ItemWriteDeps,
@@ -49,9 +50,10 @@ export async function threadItemWrites(
   items: readonly InputItem[],
   field: ItemsField,
   at: number,
-  earlier: ThreadKey = thread,
+  answers: { earlier?: ThreadKey; calls?: ReadonlyMap<string, ThreadCall> } = {},
 ): Promise<ThreadItemWrites> {
-  const calls = await callsNamed(deps, earlier, items);
+  const earlier = answers.earlier ?? thread;
+  const calls = answers.calls ?? (await callsNamed(deps, earlier, items));
   const known = await knownIds(deps, earlier, items);
   const checkImage = imageChecker(deps, thread.workspaceId);
   const messages: MessageRow[] = [];

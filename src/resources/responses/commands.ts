@@ -4,7 +4,14 @@ import { insertStatement, type RawStatement } from '../../db/client';
 import { newId } from '../../lib/ids';
 import type { Deps } from '../../deps';
 import type { Settings } from '../../db/settings-cache';
-import { responses, type AssistantRow, type ResponseRow, type RunRow } from '../../db/schema';
+import {
+  responses,
+  type AssistantRow,
+  type History,
+  type HistoryStep,
+  type ResponseRow,
+  type RunRow,
+} from '../../db/schema';
 import type { ResponseFormat, ResponseOptions, Tool, ToolChoice, ToolResources } from '../../db/json-columns';
 import { isTerminal } from '../../db/run-statuses';
 import { ApiError, serverError } from '../../errors';
@@ -36,12 +43,11 @@ import { reconcileRun } from '../runs/execution/recovery';
 import { EventStream } from '../runs/execution/event-stream';
 import { replayResponse } from './replay';
 import type { RunSettings } from '../runs/execution/settings';
-import { readHistory, type History, type HistoryOf, type HistoryStep } from '../threads/history';
+import { readHistory, type HistoryOf } from '../threads/history';
 import {
   deleteIdleThread,
   getThread,
   openRunOf,
-  type MessageRow,
   type OpenRun,
   type ThreadKey,
   type ThreadRow,
@@ -52,6 +58,7 @@ import {
   conversationReadGuard,
   historyGuard,
   knownHistories,
+  type KnownHistory,
 } from '../threads/known-histories';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
@@ -72,7 +79,7 @@ import {
 import { toResponseJson } from './wire';
 import { runOutputItems, toolItemId } from '../conversations/wire';
 import { threadItemWrites, type ThreadItemWrites } from '../conversations/items';
-import { getConversation, outputStatements, type CallOutput } from '../conversations/queries';
+import { getConversation, outputStatements, type CallOutput, type ThreadCall } from '../conversations/queries';
 import { ITEM_INCLUDES, type InputItem } from '../conversations/schemas';
 
 /**
@@ -177,9 +184,9 @@ async function responseFromReads(deps: ResponseCommandDeps, request: CreateReque
     leading: [],
     answer: answerKind(body),
     includeResultContent: includesResults(body),
-    // Its answer makes the next response's history known (KnownHistories) when what it read is all
-    // of it: no tool calls among it (nor outputs in its input, which fill them in).
-    handBack: input.outputs.length === 0 && history.steps.every((step) => step.type !== 'tool_calls'),
+    // Its answer makes the next response's history known (KnownHistories): what it read, the
+    // outputs its input gives filled in, and its own.
+    handBack: true,
   });
   return { row, thread, answer };
 }
@@ -192,10 +199,10 @@ async function responseFromReads(deps: ResponseCommandDeps, request: CreateReque
  * or the chain of the previous response it goes on from. A history not known here is read in the
  * write's own transaction instead, and the provider called once it committed (runs/commands.ts,
  * hostAfterWrite): one round trip before the call, two in all, where reading first takes three.
- * Its input must be messages of text only
- * (images and files are read or checked against stored rules; function outputs fill stored calls),
- * with no tool with stored parts (file_search's vector stores, code_interpreter's container); a
- * `prompt` must be an assistant held at the settings' generation last seen, as must the virtual
+ * Its input must be messages of text only (images and files are read or checked against stored
+ * rules), or outputs of the function calls of a known history (outputs fill stored calls, which a
+ * history not known here would have to read), with no tool with stored parts (file_search's vector
+ * stores, code_interpreter's container); a `prompt` must be an assistant held at the settings' generation last seen, as must the virtual
  * key and the policies. Its write carries the settings' guard, and the known history's, which
  * fails it unless the history is still exactly what the prompt was built from (a response of the
  * chain deleted takes messages out of it; in a conversation, its rows are also written only while
@@ -210,17 +217,27 @@ async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateReque
   const guard = snapshot.guard();
   if (!guard || !known) return null;
   const items = inputOf(body);
-  if (!items.every(textMessage)) return null;
+  const calls = 'known' in known.history ? known.history.calls : undefined;
+  if (!items.every((item) => textMessage(item) || (calls && item.type === 'function_call_output'))) return null;
   const assistant = body.prompt ? snapshot.keptAssistant(actor.workspaceId, body.prompt.id) : null;
   if (assistant === undefined) return null;
   const { thread, conversation } = known;
-  let made: Pick<ResponsePlan, 'settings' | 'echoTools' | 'input'>;
+  let made: Pick<ResponsePlan, 'settings' | 'echoTools' | 'input'> & {
+    history: { known: History } | { read: HistoryOf };
+  };
   try {
     const { tools, toolResources, echo, code } = responseTools(body.tools, assistant);
     if (toolResources || code) return null;
     const settings = responseSettings(body, assistant, tools, toolResources);
-    // Text messages only: nothing is read to make them.
-    made = { settings, echoTools: echo, input: await threadItemWrites(deps, thread, items, 'input', at) };
+    // Text messages, and outputs of calls known: nothing is read to make them.
+    const input = await threadItemWrites(deps, thread, items, 'input', at, { calls });
+    // The outputs it gives fill the known calls; a call left without one is refused by the path of reads.
+    const { history: before } = known;
+    const history =
+      'known' in before
+        ? { known: { messages: before.known.messages, steps: answered(before.known.steps, input.outputs) } }
+        : before;
+    made = { settings, echoTools: echo, input, history };
   } catch {
     // Its error comes from the path of reads, in its order.
     return null;
@@ -238,11 +255,11 @@ async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateReque
   const admission = await admitBeforePrompt(deps, actor, snapshot, virtualKey, run);
   if (!admission) return null;
   const messages = input.messages;
-  const { history } = known;
   const held = { guard, run, messages, virtualKey, admission };
   const how = { answer: answerKind(body), leading: [], response: row, includeResultContent: includesResults(body) };
-  const write = () => known.write([guard, ...known.guards], messages, run, row);
+  const write = () => known.write([guard, ...known.guards], { messages, outputs: input.outputs }, run, row);
   let answer: RunAnswer | null;
+  const { history } = made;
   if ('known' in history) {
     answer = await speculate(deps, { actor, snapshot, context, held, history: history.known, write: write(), ...how });
   } else {
@@ -260,15 +277,23 @@ interface OneTripContext {
   thread: ThreadKey;
   conversation: boolean;
   /**
-   * The messages before its own, known here (its prompt's history); or, for a history not known
-   * here, the history its write's transaction reads (readHistory's `of`).
+   * What comes before its own messages, known here (its prompt's history), with the function calls
+   * among it that its input may give outputs to (those of its conversation, or of the previous
+   * response); or, for a history not known here, the history its write's transaction reads
+   * (readHistory's `of`).
    */
-  history: { known: MessageRow[] } | { read: HistoryOf };
+  history: { known: KnownHistory; calls: ReadonlyMap<string, ThreadCall> } | { read: HistoryOf };
   /** What its write must carry besides the settings' guard: the known history's, or the read one's. */
   guards: RawStatement[];
-  /** Its rows, the response's with them, written in one transaction led by `guards`; false when one failed it, writing nothing. */
-  write: (guards: RawStatement[], messages: MessageRow[], run: RunRow, row: ResponseRow) => Promise<boolean>;
+  /**
+   * Its rows, the response's with them, and the outputs its input gives earlier calls, written in
+   * one transaction led by `guards`; false when one failed it, writing nothing.
+   */
+  write: (guards: RawStatement[], input: ItemRows, run: RunRow, row: ResponseRow) => Promise<boolean>;
 }
+
+/** What a response's input writes into its thread (ThreadItemWrites): its messages, and outputs of earlier calls. */
+type ItemRows = Pick<ThreadItemWrites, 'messages' | 'outputs'>;
 
 /**
  * What a response goes on from, when it needs no read before its write (responseInOneTrip):
@@ -297,10 +322,14 @@ function oneTripContext(
     const conversation = {
       thread,
       conversation: true,
-      write: (guards, messages, run, row) => insertRunWhileIdle(deps.db, guards, messages, run, row),
+      write: (guards, input, run, row) =>
+        insertRunWhileIdle(deps.db, guards, input.messages, run, row, (idle) => outputStatements(input.outputs, idle)),
     } satisfies Partial<OneTripContext>;
     const known = histories.take(thread, maxBytes);
-    if (known) return { ...conversation, history: { known: known.messages }, guards: [historyGuard(known)] };
+    if (known) {
+      const history = { known, calls: knownCalls(known.steps) };
+      return { ...conversation, history, guards: [historyGuard(known)] };
+    }
     // As the path of reads reads it (contextReads).
     const read = { workspaceId, threadId: thread.id, runId: null };
     return { ...conversation, history: { read }, guards: [conversationReadGuard(thread.id)] };
@@ -309,12 +338,22 @@ function oneTripContext(
   const fresh = {
     thread: own,
     conversation: false,
-    write: (guards, messages, run, row) =>
-      insertThreadAndRunGuarded(deps.db, guards, own, messages, run, [insertStatement(responses, row)]),
+    write: (guards, input, run, row) =>
+      insertThreadAndRunGuarded(deps.db, guards, own, input.messages, run, [
+        insertStatement(responses, row),
+        ...outputStatements(input.outputs),
+      ]),
   } satisfies Partial<OneTripContext>;
-  if (previousId === null) return { ...fresh, history: { known: [] }, guards: [] };
+  if (previousId === null) {
+    const nothing = { id: own.id, messages: [], steps: [], unconfirmed: [] };
+    return { ...fresh, history: { known: nothing, calls: new Map() }, guards: [] };
+  }
   const known = histories.take({ id: previousId, workspaceId }, maxBytes);
-  if (known) return { ...fresh, history: { known: known.messages }, guards: [chainGuard(known, own)] };
+  // Its input answers the previous response's calls (planResponse, `earlier`): those of its run.
+  if (known) {
+    const history = { known, calls: knownCalls(known.steps, previousId) };
+    return { ...fresh, history, guards: [chainGuard(known, own)] };
+  }
   const read = { workspaceId, threadId: own.id, runId: null, chain: { previousResponseId: previousId } };
   return { ...fresh, history: { read }, guards: [chainReadGuard(previousId, own)] };
 }
@@ -540,7 +579,7 @@ async function planResponse(
       history = { messages: [], steps: [] };
     }
   }
-  const input = await threadItemWrites(deps, thread, items, 'input', at, earlier);
+  const input = await threadItemWrites(deps, thread, items, 'input', at, { earlier });
   return {
     thread,
     conversation: conversation !== null,
@@ -660,6 +699,24 @@ function answered(steps: HistoryStep[], outputs: readonly CallOutput[]): History
     });
     return { ...step, stepDetails: { type: 'tool_calls', tool_calls: calls } };
   });
+}
+
+/**
+ * The function calls of known steps (threads/known-histories.ts) that a function_call_output may
+ * name, as threadItemWrites takes them: those of `runId`'s steps, or of every step. A call not
+ * among them is read for (the path of reads), which answers whether it can be given an output.
+ */
+function knownCalls(steps: readonly HistoryStep[], runId?: string): Map<string, ThreadCall> {
+  const calls = new Map<string, ThreadCall>();
+  for (const { id, runId: stepRun, status, stepDetails } of steps) {
+    if (stepDetails.type !== 'tool_calls' || (runId !== undefined && stepRun !== runId)) continue;
+    for (const [index, call] of stepDetails.tool_calls.entries()) {
+      if (call.type !== 'function') continue;
+      const open = status === 'completed' && call.function.output === null;
+      calls.set(call.id, { callId: call.id, stepId: id, index, type: 'function', open });
+    }
+  }
+  return calls;
 }
 
 /** The assistant a `prompt` names: a stored prompt, as OpenAI's dashboard prompts were. */

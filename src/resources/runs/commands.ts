@@ -15,7 +15,7 @@ import type {
 } from './schemas';
 import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
-import { readHistory, type History } from '../threads/history';
+import { readHistory } from '../threads/history';
 import { historyGuard, knownHistories, knownHistoryKey } from '../threads/known-histories';
 import {
   acceptToolOutputs,
@@ -35,7 +35,7 @@ import {
   toolCallsStepInProgress,
   updateRun,
 } from './queries';
-import type { ResponseRow, RunRow, VirtualKey } from '../../db/schema';
+import type { History, ResponseRow, RunRow, VirtualKey } from '../../db/schema';
 import {
   getThread,
   openRunOf,
@@ -257,7 +257,7 @@ async function runInOneTrip(
   const options = { answer: answerKind(body), includeResultContent, leading: [] };
   if (known) {
     const write = insertRunWhileIdle(deps.db, [guard, historyGuard(known)], messages, run);
-    return speculate(deps, { actor, snapshot, context, held, history: known.messages, write, ...options });
+    return speculate(deps, { actor, snapshot, context, held, history: known, write, ...options });
   }
   const history = readHistory(
     deps.db,
@@ -274,8 +274,7 @@ async function runInOneTrip(
  * write that carries it: batchWithReads), handed to its host once the write committed, its prompt
  * built from what was read: one round trip before the provider is called. Null, the admission
  * given back, when a guard failed the write (nothing written). Its answer is handed back for the
- * next turn (answerHandedBack) when no tool call is among what was read. A response takes it too
- * (resources/responses/commands.ts).
+ * next turn (answerHandedBack). A response takes it too (resources/responses/commands.ts).
  */
 export async function hostAfterWrite(
   deps: RunCommandDeps,
@@ -289,16 +288,9 @@ export async function hostAfterWrite(
   }
   snapshot.guardHeld();
   const read = await history;
-  const prompt = buildPrompt(
-    run,
-    { messages: [...read.messages, ...messages], steps: read.steps },
-    [],
-    promptLimits(run, 0, deps.config),
-  );
-  // Its prompt is its messages alone when no earlier run's tool calls are among them (a history
-  // cut by its bytes is more than take() gives back).
-  const messagesAlone = read.steps.every((step) => step.type !== 'tool_calls' || step.status !== 'completed');
-  const handBack = messagesAlone ? answerHandedBack(deps, run, [...read.messages, ...messages], options) : {};
+  const whole = { messages: [...read.messages, ...messages], steps: read.steps };
+  const prompt = buildPrompt(run, whole, [], promptLimits(run, 0, deps.config));
+  const handBack = answerHandedBack(deps, run, whole, options);
   return hostNewRun(deps, run, admission, context, { ...options, ...handBack, preloaded: { virtualKey, prompt } });
 }
 
@@ -326,7 +318,7 @@ async function threadAndRunInOneTrip(
     snapshot,
     context,
     held,
-    history: [],
+    history: NO_HISTORY,
     write,
     answer: answerKind(body),
     leading: [['thread.created', toThreadJson(thread)]],
@@ -410,16 +402,19 @@ export interface Speculation extends Pick<StreamOptions, 'leading' | 'includeRes
   snapshot: Settings;
   context: RequestContext;
   held: HeldRun;
-  /** The messages before the run's own (its thread's, or a response's chain's): its prompt's history. */
-  history: MessageRow[];
+  /**
+   * What comes before the run's own messages (its thread's, or a response's chain's): its prompt's
+   * history, the steps a prompt places among its messages with them.
+   */
+  history: History;
   /** The write, under way, that makes the run real; false when a guard failed it, writing nothing. */
   write: Promise<boolean>;
   answer: RunAnswerKind;
 }
 
 /**
- * A held run whose prompt is known before its write (`history`, the messages before the run's
- * own): handed to its host while `write` is under way, so that the provider's call starts beside
+ * A held run whose prompt is known before its write (`history`, what comes before the run's
+ * own messages): handed to its host while `write` is under way, so that the provider's call starts beside
  * it. Its events, `thread.run.created` first, leave only once the write has committed; when the
  * write's guards fail it (false: nothing written), the execution stops its provider call and
  * nothing of it is told, the admission is given back, and the answer is null, for the caller to
@@ -428,17 +423,13 @@ export interface Speculation extends Pick<StreamOptions, 'leading' | 'includeRes
 export async function speculate(deps: RunCommandDeps, speculation: Speculation): Promise<RunAnswer | null> {
   const { actor, snapshot, context, held, history, write, ...options } = speculation;
   const { run, admission, virtualKey } = held;
-  const prompt = buildPrompt(
-    run,
-    { messages: [...history, ...held.messages], steps: [] },
-    [],
-    promptLimits(run, 0, deps.config),
-  );
+  const whole = { messages: [...history.messages, ...held.messages], steps: history.steps };
+  const prompt = buildPrompt(run, whole, [], promptLimits(run, 0, deps.config));
   const inserted = unlessWritten(deps, admission, write);
   const written = inserted.then((ok) => {
     if (!ok) throw new Error('the run was not written: a guard failed');
   });
-  const handBack = answerHandedBack(deps, run, [...history, ...held.messages], options);
+  const handBack = answerHandedBack(deps, run, whole, options);
   try {
     const answer = await hostNewRun(
       deps,
@@ -470,14 +461,14 @@ export async function speculate(deps: RunCommandDeps, speculation: Speculation):
 function answerHandedBack(
   deps: RunCommandDeps,
   run: RunRow,
-  history: MessageRow[],
+  history: History,
   how: { answer: RunAnswerKind; response?: ResponseRow },
 ): Pick<StreamOptions, 'answered'> {
   const histories = knownHistories(deps.db);
   const key = knownHistoryKey(run, how.response);
   if (how.answer === 'queued' || !histories || !key) return {};
   const answering = histories.answering(key, history);
-  return { answered: (messages) => histories.ran(answering, messages) };
+  return { answered: (answer) => histories.ran(answering, answer) };
 }
 
 const answerKind = (body: { stream?: boolean | null }): 'stream' | 'queued' =>
@@ -505,7 +496,7 @@ export interface RunStart {
   includeResultContent?: boolean;
   /**
    * Whether the run's answer is handed back for the turn after it (answerHandedBack): when
-   * `history` is all of what a next turn would read, and shows no tool call.
+   * `history` is all of what a next turn would read (the guard of a turn made from it checks).
    */
   handBack?: boolean;
 }
@@ -540,7 +531,7 @@ export async function startRun(
   const admission = await admit(deps, actor, snapshot, virtualKey, run, firstTurn(deps, run, prompt));
   run.rateLimit = admission.ticket;
   const written = unlessWritten(deps, admission, start.write(messages, run));
-  const handBack = start.handBack ? answerHandedBack(deps, run, history.messages, start) : {};
+  const handBack = start.handBack ? answerHandedBack(deps, run, history, start) : {};
   return hostNewRun(
     deps,
     run,

@@ -96,7 +96,9 @@ export async function insertRunOnThread(
  * `guards` (the settings', ProvisionalSettings.guard; the known history's, historyGuard). Every row is inserted only while the thread is
  * the workspace's and no run holds it (threadIdle, checked by each statement in the one
  * transaction): false, and nothing written, when it is not, or when the guard failed the batch.
- * `response`: the row of a response executed as the run (resources/responses/), written with it.
+ * `response`: the row of a response executed as the run (resources/responses/), written with it,
+ * and `idleWrites`, more statements, made to write only under the same condition (the outputs its
+ * input gives earlier calls).
  */
 export async function insertRunWhileIdle(
   db: Db,
@@ -104,6 +106,7 @@ export async function insertRunWhileIdle(
   threadMessages: MessageRow[],
   run: RunRow,
   response?: ResponseRow,
+  idleWrites: (idle: RawCondition) => RawStatement[] = () => [],
 ): Promise<boolean> {
   const idle = threadIdle({ id: run.threadId, workspaceId: run.workspaceId });
   try {
@@ -111,6 +114,7 @@ export async function insertRunWhileIdle(
       ...guards,
       ...threadMessages.map((message) => insertWhereStatement(messages, message, idle, { returning: false })),
       ...(response ? [insertWhereStatement(responses, response, idle, { returning: false })] : []),
+      ...idleWrites(idle),
       insertWhereStatement(runs, run, idle),
     ]);
     return results.at(-1)?.rows.length === 1;

@@ -1,6 +1,6 @@
 import { and, asc, eq, ne, or, sql } from 'drizzle-orm';
 import { preparedQueries, rawQueryOf, type Db, type RawCondition } from '../../db/client';
-import { messages, responses, runs, runSteps } from '../../db/schema';
+import { messages, responses, runs, runSteps, type History, type HistoryStep } from '../../db/schema';
 import type { MessageRow } from './queries';
 
 /**
@@ -16,18 +16,6 @@ import type { MessageRow } from './queries';
  * across threads): a chain branches without a copy, and a response kept out of the store
  * (`store: false`) takes only its own thread with it.
  */
-
-/** A step of one of the thread's runs, with the time its run was created. */
-export type HistoryStep = Pick<typeof runSteps.$inferSelect, 'id' | 'runId' | 'type' | 'status' | 'stepDetails'> & {
-  runCreatedAt: number;
-};
-
-export interface History {
-  /** The thread's messages, oldest first. */
-  messages: MessageRow[];
-  /** Steps of the thread's runs, each run's in the order they happened, runs oldest first. */
-  steps: HistoryStep[];
-}
 
 /** Whose history: a thread of a workspace, for a turn of run `runId` (null: a run not created yet). */
 export interface HistoryOf {

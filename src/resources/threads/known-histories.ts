@@ -1,77 +1,94 @@
 import type { Db, RawStatement, RawValue } from '../../db/client';
 import { TERMINAL_STATUSES } from '../../db/run-statuses';
-import type { ResponseRow, RunRow } from '../../db/schema';
+import type { History, HistoryStep, ResponseRow, RunRow } from '../../db/schema';
 import { historyThreadIds } from './history';
 import type { MessageRow, ThreadKey } from './queries';
 
 /**
  * What this process or isolate knows of the threads it wrote: their messages, as its own writes
  * made them (a thread or conversation created with its messages, a message or item added) and as
- * its runs answered them (the messages a run wrote, handed back from where it settled: `ran`). A
- * run builds its prompt from them before anything is read, so that the provider's call starts
- * beside the run's write instead of after it (runs/commands.ts, runInOneTrip); the write carries a
- * guard (`historyGuard`) that fails it, writing nothing, unless the thread still has exactly what
- * the prompt was built from. A response's chain is known the same way, by the id of the response
- * it ends at (knownHistoryKey): the messages a response going on from it by previous_response_id
- * reads, which `chainGuard` checks (resources/responses/commands.ts).
+ * its runs answered them (the messages a run wrote, handed back from where it settled: `ran`), with
+ * the steps a prompt places among them (a response's calls of the client's functions, their
+ * outputs filled in by the response after it). A run builds its prompt from them before anything
+ * is read, so that the provider's call starts beside the run's write instead of after it
+ * (runs/commands.ts, runInOneTrip); the write carries a guard (`historyGuard`) that fails it,
+ * writing nothing, unless the thread still has exactly what the prompt was built from. A
+ * response's chain is known the same way, by the id of the response it ends at (knownHistoryKey):
+ * the messages and steps a response going on from it by previous_response_id reads, which
+ * `chainGuard` checks (resources/responses/commands.ts).
  * What is known is only ever a guess that the database confirms: a message another process added
- * or deleted, or a run another made that wrote a message or called tools, fails the guard, and the
- * run is made from what it reads instead.
+ * or deleted, a run another made that wrote a message or called tools, or an output it gave a call,
+ * fails the guard, and the run is made from what it reads instead.
  *
  * Bounded: at most MAX_THREADS threads of at most MAX_MESSAGES messages and MAX_BYTES bytes of
- * content each, MAX_TOTAL_BYTES in all, the least recently written forgotten first; a thread past a
- * bound is forgotten (a long chat's runs read their history again: a history read would keep its
- * newest messages only, which the guard does not follow).
+ * content and steps each, MAX_TOTAL_BYTES in all, the least recently written forgotten first; a
+ * thread past a bound is forgotten (a long chat's runs read their history again: a history read
+ * would keep its newest messages only, which the guard does not follow).
  * Kept per database client (one per process, or per isolate on Workers), as prepared queries are.
  */
 export class KnownHistories {
   /** In least-recently-written order: a write moves its thread to the end. */
   readonly #threads = new Map<string, Known>();
-  /** The bytes of content of every thread known. */
+  /** The bytes of content and steps of every thread known. */
   #bytes = 0;
 
-  /** A thread just created with `messages`, or one they were added to while its messages were known. */
+  /** A thread just created with `messages`, or one they were added to while its history was known. */
   wrote(thread: ThreadKey, messages: MessageRow[], created: boolean): void {
     const known = this.#threads.get(thread.id);
     this.forget(thread.id);
-    if (created) this.#keep(thread, { messages, unconfirmed: [] });
+    if (created) this.#keep(thread, { messages, steps: [], unconfirmed: [] });
     // While a run answers, no message is added (the thread is held): one that was, was not seen.
     else if (known && known.workspaceId === thread.workspaceId && !known.answering)
-      this.#keep(thread, { messages: [...known.messages, ...messages], unconfirmed: known.unconfirmed });
+      this.#keep(thread, { ...known, messages: [...known.messages, ...messages] });
   }
 
   /**
    * A run on the thread being made (its write under way or committed) with a prompt built from
-   * `messages`, all of them the database's once it commits (its guard names them, or they were
-   * read) and all of the thread's: the thread is the run's to answer, and what it answers (`ran`)
-   * extends its history. Whatever is written to the thread meanwhile forgets it; so does `ran`
-   * with null, which a run not made is told.
+   * `history`, all of it the database's once it commits (its guard names it, or it was read) and
+   * all of the thread's: the thread is the run's to answer, and what it answers (`ran`) extends its
+   * history. Whatever is written to the thread meanwhile forgets it; so does `ran` with null,
+   * which a run not made is told.
    */
-  answering(thread: ThreadKey, messages: MessageRow[]): Answering {
-    const answering: Answering = { thread, messages };
+  answering(thread: ThreadKey, history: History): Answering {
+    const answering: Answering = { thread, history: { messages: history.messages, steps: placedSteps(history.steps) } };
     this.forget(thread.id);
-    this.#keep(thread, { messages, unconfirmed: [], answering });
+    this.#keep(thread, { ...answering.history, unconfirmed: [], answering });
     return answering;
   }
 
   /**
-   * The run of `answering` completed with `answers`, the messages it wrote, as it handed them back
-   * (deps.ts, Answered), which the next run's guard checks against the database's (`unconfirmed`);
-   * null: it ended otherwise (failed, cancelled, incomplete, waiting for tool outputs, called tools,
-   * its answer past MAX_BYTES, or it was not made), and the thread is forgotten.
+   * The run of `answering` completed with `answer`, what it wrote, as it handed it back (deps.ts,
+   * Answered), whose messages the next run's guard checks against the database's (`unconfirmed`);
+   * null: it ended otherwise (failed, cancelled, incomplete, waiting for tool outputs, called
+   * hosted tools, its answer past MAX_BYTES, or it was not made), and the thread is forgotten.
    */
-  ran(answering: Answering, answers: MessageRow[] | null): void {
+  ran(answering: Answering, answer: History | null): void {
     const known = this.#threads.get(answering.thread.id);
     if (known?.answering !== answering) return;
     this.forget(answering.thread.id);
-    if (answers) this.#keep(answering.thread, { messages: [...answering.messages, ...answers], unconfirmed: answers });
+    if (!answer) return;
+    const { messages, steps } = answering.history;
+    this.#keep(answering.thread, {
+      messages: [...messages, ...answer.messages],
+      steps: [...steps, ...answer.steps],
+      unconfirmed: answer.messages,
+    });
   }
 
-  /** Keeps the thread's messages, last written, within the bounds; past one it is forgotten. */
-  #keep(thread: ThreadKey, what: Pick<Known, 'messages' | 'unconfirmed' | 'answering'>): void {
-    const bytes = what.messages.reduce((sum, row) => sum + contentBytes(row), 0);
+  /** Keeps the thread's history, last written, within the bounds; past one it is forgotten. */
+  #keep(thread: ThreadKey, what: Pick<Known, 'messages' | 'steps' | 'unconfirmed' | 'answering'>): void {
+    const bytes =
+      what.messages.reduce((sum, row) => sum + contentBytes(row), 0) +
+      what.steps.reduce((sum, step) => sum + detailsBytes(step), 0);
     if (what.messages.length > MAX_MESSAGES || bytes > MAX_BYTES) return;
-    this.#threads.set(thread.id, { workspaceId: thread.workspaceId, bytes, ...what });
+    this.#threads.set(thread.id, {
+      workspaceId: thread.workspaceId,
+      bytes,
+      messages: what.messages,
+      steps: what.steps,
+      unconfirmed: what.unconfirmed,
+      answering: what.answering,
+    });
     this.#bytes += bytes;
     for (const oldest of this.#threads.keys()) {
       if (this.#threads.size <= MAX_THREADS && this.#bytes <= MAX_TOTAL_BYTES) break;
@@ -88,11 +105,11 @@ export class KnownHistories {
   }
 
   /**
-   * The thread's messages as known, for the run about to be made on it, which the run's write
-   * guards; forgotten here, since after the run (made or not) they are not the thread's history any
-   * more. Null when they are not known, or are more than `maxBytes` (a history read would keep
-   * only the newest of them). Another workspace's id is left as it is: its run is refused (404)
-   * from what it reads, and its owner's next turn is still made from what is known.
+   * The thread's history as known, for the run about to be made on it, which the run's write
+   * guards; forgotten here, since after the run (made or not) it is not the thread's history any
+   * more. Null when it is not known, or is more than `maxBytes` (a history read would keep only
+   * the newest of it). Another workspace's id is left as it is: its run is refused (404) from
+   * what it reads, and its owner's next turn is still made from what is known.
    */
   take(thread: ThreadKey, maxBytes: number): KnownHistory | null {
     const known = this.#threads.get(thread.id);
@@ -100,53 +117,74 @@ export class KnownHistories {
     this.forget(thread.id);
     // A thread a run answers has that run open: the run made on it is refused, from what is read.
     if (known.answering || known.bytes >= maxBytes) return null;
-    return { id: thread.id, messages: known.messages, unconfirmed: known.unconfirmed };
+    return { id: thread.id, messages: known.messages, steps: known.steps, unconfirmed: known.unconfirmed };
   }
 }
 
 /** What is known of a thread. */
-interface Known {
+interface Known extends History {
   workspaceId: string;
-  messages: MessageRow[];
   /** Those of `messages` a run handed back, not yet confirmed by a guard: their content is checked as well. */
   unconfirmed: MessageRow[];
-  /** The run that answers the thread now, when one does: `messages` are its prompt's. */
+  /** The run that answers the thread now, when one does: `messages` and `steps` are its prompt's. */
   answering?: Answering;
   bytes: number;
 }
 
-/** A history's messages as known, and whose: a thread's, or a response's chain's (knownHistoryKey). */
-export interface KnownHistory {
+/**
+ * A history as known (its messages, and the steps a prompt places among them: placedSteps), and
+ * whose: a thread's, or a response's chain's (knownHistoryKey).
+ */
+export interface KnownHistory extends History {
   /** The thread's id, or the response's its chain ends at. */
   id: string;
-  messages: MessageRow[];
   /** Those of `messages` the database has not confirmed as they are known (handed back by a run). */
   unconfirmed: MessageRow[];
 }
 
-/** A run answering a thread whose messages were known (KnownHistories.answering). */
+/** A run answering a thread whose history was known (KnownHistories.answering). */
 export interface Answering {
   thread: ThreadKey;
-  messages: MessageRow[];
+  /** Its prompt's history, the steps placedSteps keeps of it. */
+  history: History;
 }
 
 /** At most this many threads are known at once. */
 export const MAX_THREADS = 1024;
 /** A thread with more messages than this is not known. */
 export const MAX_MESSAGES = 32;
-/** A thread whose messages' content is more bytes than this (stored as JSON) is not known. */
+/** A thread whose messages' content and steps are more bytes than this (stored as JSON) is not known. */
 export const MAX_BYTES = 16 * 1024;
-/** At most this many bytes of content are known at once, across threads. */
+/** At most this many bytes of content and steps are known at once, across threads. */
 export const MAX_TOTAL_BYTES = 1024 * 1024;
 
 const encoder = new TextEncoder();
-/** Each message's contentBytes, measured once: a thread's messages are kept again at each turn. */
-const measured = new WeakMap<MessageRow, number>();
-/** The bytes of a message's content as stored (its JSON): what a history read's bound counts. */
-function contentBytes(message: MessageRow): number {
-  let bytes = measured.get(message);
-  if (bytes === undefined) measured.set(message, (bytes = encoder.encode(JSON.stringify(message.content)).length));
+/** Each message's or step's bytes, measured once: a thread's history is kept again at each turn. */
+const measured = new WeakMap<object, number>();
+/** The bytes of `json` as stored, measured once for `of`. */
+function storedBytes(of: object, json: unknown): number {
+  let bytes = measured.get(of);
+  if (bytes === undefined) measured.set(of, (bytes = encoder.encode(JSON.stringify(json)).length));
   return bytes;
+}
+/** The bytes of a message's content as stored (its JSON): what a history read's bound counts. */
+const contentBytes = (message: MessageRow): number => storedBytes(message, message.content);
+/** The bytes of a step's details as stored (its JSON): what a history read's bound of steps counts. */
+const detailsBytes = (step: HistoryStep): number => storedBytes(step, step.stepDetails);
+
+/** A completed tool-calls step: what a prompt shows of a run's calls (prompt.ts, historyUnits). */
+const completedCalls = (step: HistoryStep): boolean => step.type === 'tool_calls' && step.status === 'completed';
+
+/**
+ * Of a history's steps, those a prompt places among its messages: each completed tool-calls step,
+ * and the message creations of its run, which say where it goes (threads/timeline.ts). A run that
+ * called no tool needs none of its steps: its messages are in their order.
+ */
+function placedSteps(steps: HistoryStep[]): HistoryStep[] {
+  const calling = new Set(steps.filter(completedCalls).map((step) => step.runId));
+  return steps.filter(
+    (step) => calling.has(step.runId) && (step.type === 'message_creation' || step.status === 'completed'),
+  );
 }
 
 /**
@@ -167,8 +205,8 @@ export function knownHistoryKey(
  * A statement to ride with a run's write that fails its transaction, writing nothing, unless the
  * thread has what a prompt built from its history read would be built from (runs/execution/prompt.ts,
  * threads/history.ts): exactly the known messages, in their order, those a run handed back with
- * the content known; and no step of its runs that a prompt shows (completed tool
- * calls), whatever runs it had. It fails as the settings guard does (it inserts a second row with
+ * the content known; and exactly the known steps of its runs that a prompt shows (completed tool
+ * calls), their functions' outputs as known, whatever other runs it had. It fails as the settings guard does (it inserts a second row with
  * settings_generation's one id: isUniqueViolation(error, GENERATION_MOVED)), since either means that
  * the run is made again from what is read.
  */
@@ -261,32 +299,57 @@ function chainThreads(previousId: string, thread: ThreadKey): GuardedThreads {
  * output missing from its JSON counts as none, as does a null one.
  */
 const unansweredCallsAmong = (threads: string) =>
-  toolCallsAmong(threads, {
-    join: `join json_each("run_steps"."step_details", '$.tool_calls') as "call" `,
-    where:
-      `and json_extract("call"."value", '$.type') = 'function' ` +
-      `and json_extract("call"."value", '$.function.output') is null`,
-  });
+  `exists (select 1 ${toolStepsAmong(threads, `join json_each("run_steps"."step_details", '$.tool_calls') as "call" `)} ` +
+  `and json_extract("call"."value", '$.type') = 'function' and json_extract("call"."value", '$.function.output') is null)`;
+
+/** The ids of the threads' completed tool-call steps, as a JSON array, in the order a history read gives them. */
+const toolStepIdsAmong = (threads: string) =>
+  `coalesce((select json_group_array("id") from (select "run_steps"."id" as "id" ${toolStepsAmong(threads)} ` +
+  'order by "runs"."seq", "run_steps"."seq")), \'[]\')';
 
 /**
- * A run of the threads made a completed tool call: a step a prompt shows (`also`: the steps joined
- * with more, and narrowed).
+ * The completed tool-call steps of the runs of the threads, the steps a prompt shows of their
+ * calls: a from clause and its condition, the steps joined with `join`, for more conditions after.
  */
-const toolCallsAmong = (threads: string, also: { join: string; where: string } = { join: '', where: '' }) =>
-  `exists (select 1 from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" ${also.join}` +
-  `where "runs"."thread_id" ${threads} and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed' ${also.where})`;
+const toolStepsAmong = (threads: string, join = '') =>
+  `from "runs" join "run_steps" on "run_steps"."run_id" = "runs"."id" ${join}` +
+  `where "runs"."thread_id" ${threads} and "run_steps"."type" = 'tool_calls' and "run_steps"."status" = 'completed'`;
 
-/** historyGuard's and chainGuard's: fails unless the threads have exactly the known messages, and no tool call. */
+/**
+ * historyGuard's and chainGuard's: fails unless the threads have exactly the known messages and
+ * completed tool-call steps, and each function call of those steps the output known (none, or the
+ * one given: a call's output is only ever filled once, where it had none).
+ */
 function failsUnlessKnown(known: KnownHistory, history: GuardedThreads): RawStatement {
   const ids = known.messages.map((message) => message.id);
   const contents = known.unconfirmed.flatMap((message) => [message.id, JSON.stringify(message.content)]);
+  const toolSteps = known.steps.filter(completedCalls);
+  const outputs = toolSteps.flatMap(({ id, stepDetails }) =>
+    stepDetails.type !== 'tool_calls'
+      ? []
+      : stepDetails.tool_calls.flatMap((call, index) =>
+          call.type === 'function' ? [`$.tool_calls[${index}].function.output`, id, call.function.output] : [],
+        ),
+  );
   const { threads, threadArgs } = history;
   return failsWhen(
-    `${toolCallsAmong(threads)} or ` +
+    `${toolStepIdsAmong(threads)} is not ? or ` +
       `(select count(*) from "messages" where "thread_id" ${threads}) is not ? or ` +
       `coalesce((select json_group_array("id") from (select "id" from "messages" where "thread_id" ${threads} order by "seq")), '[]') is not ?` +
-      ' or (select "content" from "messages" where "id" = ?) is not ?'.repeat(known.unconfirmed.length),
-    [...threadArgs, ...threadArgs, ids.length, ...threadArgs, JSON.stringify(ids), ...contents],
+      ' or (select "content" from "messages" where "id" = ?) is not ?'.repeat(known.unconfirmed.length) +
+      ' or (select json_extract("step_details", ?) from "run_steps" where "id" = ?) is not ?'.repeat(
+        outputs.length / 3,
+      ),
+    [
+      ...threadArgs,
+      JSON.stringify(toolSteps.map((step) => step.id)),
+      ...threadArgs,
+      ids.length,
+      ...threadArgs,
+      JSON.stringify(ids),
+      ...contents,
+      ...outputs,
+    ],
     history,
   );
 }

@@ -55,7 +55,7 @@ export class RunExecutor extends DurableObject<Env> implements RunExecutorRpc {
     const { readable, done } = executeStreamed(deps, run, {
       ...options,
       rowsWritten,
-      answered: kept && ((messages) => kept(messages)),
+      answered: kept && ((answer) => kept(answer)),
     });
     let ended = false;
     this.#track(

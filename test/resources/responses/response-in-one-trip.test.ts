@@ -548,6 +548,117 @@ const CALLS_A_FUNCTION = {
   tools: [{ type: 'function', name: 'get_weather', parameters: { type: 'object', properties: {} } }],
 };
 
+describe('a response after a function call made here: the call known, its output given beside the write', () => {
+  const OUTPUT = { type: 'function_call_output', call_id: 'call_w', output: 'sunny' };
+  /** The messages of the provider's last request, as it was sent them. */
+  const sentMessages = () =>
+    defined(upstream.requests.at(-1)).body?.messages as {
+      role: string;
+      content: string | null;
+      tool_call_id?: string;
+      tool_calls?: { id: string }[];
+    }[];
+
+  it.each(['previous_response_id', 'conversation'] as const)(
+    'goes on (%s) through a function call, its output and a text turn, each called once while its write is held',
+    async (on) => {
+      const { tenant } = await setup();
+      const conversation =
+        on === 'conversation'
+          ? (await json(await gateway.request('/v1/conversations', { key: tenant.workspaceKey, body: {} }))).id
+          : null;
+      const context = (previous: string) =>
+        conversation ? { conversation: conversation as string } : { previous_response_id: previous };
+      const called = await streamed(tenant, { ...CALLS_A_FUNCTION, ...(conversation ? { conversation } : {}) });
+      const item = called.events.find((event) => event.event === 'response.output_item.done');
+      expect(item?.data).toMatchObject({ item: { type: 'function_call', call_id: 'call_w' } });
+
+      const turns = [
+        { input: [OUTPUT], reply: 'The tool returned: sunny' },
+        { input: 'and then?', reply: 'You said: and then?' },
+      ];
+      let previous = idOf(called.events);
+      for (const turn of turns) {
+        const calls = upstream.requests.length;
+        const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+          streamed(tenant, { tools: CALLS_A_FUNCTION.tools, input: turn.input, ...context(previous) }),
+        );
+        expect(seen.called).toBe(1);
+        expect(upstream.requests.length - calls).toBe(1);
+        expect(answer.status).toBe(200);
+        expect(deltaText(answer.events)).toBe(turn.reply);
+        // The call and its output in the prompt, as the path of reads sends them.
+        const sent = sentMessages();
+        expect(sent.find((message) => message.tool_calls?.[0]?.id === 'call_w')).toBeDefined();
+        expect(sent.find((message) => message.role === 'tool')).toMatchObject({
+          tool_call_id: 'call_w',
+          content: 'sunny',
+        });
+        previous = idOf(answer.events);
+      }
+      expect(sentMessages().slice(-2)).toMatchObject([
+        { role: 'assistant', content: 'The tool returned: sunny' },
+        { role: 'user', content: 'and then?' },
+      ]);
+      // The output was written into the call's step.
+      const step = await elsewhere.execute({
+        sql: "SELECT json_extract(step_details, '$.tool_calls[0].function.output') AS output FROM run_steps WHERE run_id = ? AND type = 'tool_calls'",
+        args: [idOf(called.events)],
+      });
+      expect(step.rows.map((row) => row.output)).toEqual(['sunny']);
+    },
+  );
+
+  it('answers as the path of reads when another gateway gave the known call its output: the guess aborted, nothing of it written', async () => {
+    const { tenant } = await setup();
+    const called = await json(await create(tenant, CALLS_A_FUNCTION));
+    const elsewhereAnswered = await other.request('/v1/responses', {
+      key: tenant.workspaceKey,
+      body: {
+        model: 'fake-model',
+        tools: CALLS_A_FUNCTION.tools,
+        input: [{ ...OUTPUT, output: 'rainy' }],
+        previous_response_id: called.id,
+      },
+    });
+    expect(elsewhereAnswered.status).toBe(200);
+    await other.tasks.drain(10_000);
+    const before = await tallies(tenant);
+    const calls = upstream.requests.length;
+    const answer = await create(tenant, {
+      tools: CALLS_A_FUNCTION.tools,
+      input: [OUTPUT],
+      previous_response_id: called.id,
+      stream: true,
+    });
+    expect(answer.status).toBe(400);
+    expect(await errorOf(answer)).toMatchObject({ code: 'invalid_value', param: 'input[0].call_id' });
+    // Called beside the write its guard failed, then aborted.
+    expect(upstream.requests.length - calls).toBe(1);
+    expect(await outcomeOf(calls)).toBe('cancelled');
+    await gateway.tasks.drain(10_000);
+    expect(await tallies(tenant)).toEqual(before);
+    const step = await elsewhere.execute({
+      sql: "SELECT json_extract(step_details, '$.tool_calls[0].function.output') AS output FROM run_steps WHERE run_id = ? AND type = 'tool_calls'",
+      args: [called.id],
+    });
+    expect(step.rows.map((row) => row.output)).toEqual(['rainy']);
+  });
+
+  it('answers 400 for a text turn on a known call still without its output, calling no provider', async () => {
+    const { tenant } = await setup();
+    const called = await json(await create(tenant, CALLS_A_FUNCTION));
+    const before = await tallies(tenant);
+    const calls = upstream.requests.length;
+    const answer = await create(tenant, { input: 'and then?', previous_response_id: called.id, stream: true });
+    expect(answer.status).toBe(400);
+    expect(await errorOf(answer)).toMatchObject({ code: 'invalid_value', param: 'input' });
+    expect(upstream.requests.length).toBe(calls);
+    await gateway.tasks.drain(10_000);
+    expect(await tallies(tenant)).toEqual(before);
+  });
+});
+
 describe('a response on a previous response or in a conversation not known here: its history read in its write', () => {
   /** A response made by the other gateway, whose answer this one was never handed. */
   const madeElsewhere = async (tenant: Tenant, body: Record<string, unknown>) => {

@@ -538,6 +538,61 @@ describe('a thread whose history was read: known from its run on', () => {
   });
 });
 
+describe('a thread with a tool exchange: known from the run after it, the calls and outputs in its prompt', () => {
+  it('guesses the run after one whose prompt read the call and its output, the prompt as the path of reads sends it', async () => {
+    const { key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create();
+    const waiting = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      {
+        assistant_id: assistantId,
+        additional_messages: [{ role: 'user', content: `Weather?\n${fakeDirective({ tool_calls: 1 })}` }],
+      },
+      POLL,
+    );
+    expect(waiting.status).toBe('requires_action');
+    const call = defined(waiting.required_action?.submit_tool_outputs.tool_calls[0]);
+    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(
+      waiting.id,
+      { thread_id: thread.id, tool_outputs: [{ tool_call_id: call.id, output: 'sunny' }] },
+      POLL,
+    );
+    expect(done.status).toBe('completed');
+    await gateway.tasks.drain(10_000);
+    // Not known after a run that waited for outputs: read beside its write, its answer seen.
+    await streamed(`/v1/threads/${thread.id}/runs`, key, {
+      assistant_id: assistantId,
+      additional_messages: [{ role: 'user', content: 'second words' }],
+    });
+    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+      streamed(`/v1/threads/${thread.id}/runs`, key, {
+        assistant_id: assistantId,
+        additional_messages: [{ role: 'user', content: 'third words' }],
+      }),
+    );
+    expect(seen.called).toBe(1);
+    expect(deltaText(answer.events)).toBe('You said: third words');
+    const sent = defined(upstream.requests.at(-1)).body?.messages as {
+      role: string;
+      tool_call_id?: string;
+      tool_calls?: { id: string }[];
+    }[];
+    expect(sent.map((message) => message.role)).toEqual([
+      'system',
+      'user',
+      'assistant',
+      'tool',
+      'assistant',
+      'user',
+      'assistant',
+      'user',
+    ]);
+    expect(sent[2]?.tool_calls?.[0]?.id).toBe(call.id);
+    expect(sent[3]).toMatchObject({ role: 'tool', tool_call_id: call.id, content: 'sunny' });
+  });
+});
+
 /** What this gateway knows of the thread now, as its next run would take it (taken: it is gone after). */
 const knownNow = (threadId: string, workspaceId: string) =>
   knownHistories(gateway.deps.db)?.take({ id: threadId, workspaceId }, 1_000_000) ?? null;

@@ -4,10 +4,9 @@ import { serverError } from '../../../errors';
 import { UpstreamError, type Usage } from '../../../providers/types';
 import { endTurn } from '../executor-writes';
 import { getRunById, listSteps, type NewRun, type StepRow } from '../queries';
-import type { RunRow } from '../../../db/schema';
+import type { History, RunRow } from '../../../db/schema';
 import { readHistory } from '../../threads/history';
 import { MAX_BYTES as KNOWN_HISTORY_BYTES } from '../../threads/known-histories';
-import type { MessageRow } from '../../threads/queries';
 import { upstreamRules } from '../../virtual-keys/upstream-rules';
 import { decryptVirtualKeySecret, getVirtualKey } from '../../virtual-keys/commands';
 import { toRunJson } from '../wire';
@@ -365,9 +364,8 @@ class Execution {
     }
     this.#run = updated;
     if (this.#answered) {
-      const answered = updated.status === 'completed' && !this.#calledTools && this.#answer.toolStep === null;
-      const message = answered ? this.#answer.endedMessage(KNOWN_HISTORY_BYTES) : null;
-      await this.#tell(message && [message]);
+      const handsBack = updated.status === 'completed' && !this.#calledTools;
+      await this.#tell(handsBack ? this.#answer.handedBack(KNOWN_HISTORY_BYTES) : null);
     }
     await this.#outbox.committed(() => this.#runEvent());
     await chargeRun(this.#deps, updated);
@@ -379,11 +377,11 @@ class Execution {
    * leaves. A caller gone meanwhile (on Workers, its request ended) is not told: the thread stays
    * answered by the run there (KnownHistories.answering), which no later run guesses from.
    */
-  async #tell(messages: MessageRow[] | null): Promise<void> {
+  async #tell(answer: History | null): Promise<void> {
     const answered = this.#answered;
     this.#answered = undefined;
     try {
-      await answered?.(messages);
+      await answered?.(answer);
     } catch {
       // Gone: nothing to tell it.
     }

@@ -3,9 +3,8 @@ import { utf8Length } from '../../../lib/text';
 import type { ChatContentPart, ImageFilePart, Prompt, PromptMessage } from '../../../providers/types';
 import { CHARS_PER_TOKEN } from '../../../ratelimit/reservation';
 import type { ToolCallsDetails, TruncationStrategy } from '../../../db/json-columns';
-import type { History, HistoryStep } from '../../threads/history';
 import type { StepRow } from '../queries';
-import type { RunRow } from '../../../db/schema';
+import type { History, HistoryStep, RunRow } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { timeline } from '../../threads/timeline';
 

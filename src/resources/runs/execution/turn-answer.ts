@@ -11,7 +11,7 @@ import {
   type PartialAnswer,
 } from '../executor-writes';
 import type { StepRow } from '../queries';
-import type { RunRow } from '../../../db/schema';
+import type { History, HistoryStep, RunRow } from '../../../db/schema';
 import type { RequiredAction, RunError, ToolCall, ToolCallsDetails } from '../../../db/json-columns';
 import type { MessageContent } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
@@ -76,6 +76,8 @@ export interface OpenToolStep {
   /** By the upstream's index (0 to MAX_TOOL_CALLS - 1, checked by the reader). */
   calls: Map<number, StreamingToolCall>;
   opened: OpenedRows;
+  /** Whether the turn's message was opened before it (its step is then the earlier of the two). */
+  afterMessage: boolean;
 }
 
 /**
@@ -361,15 +363,28 @@ export class TurnAnswer {
   }
 
   /**
-   * The message the turn ended with, as its commit stored it (its content as messageUpdate writes
-   * it: the figures, then the text and its annotations), for the run's Answered; null before it
-   * ended, or when the turn kept more than `maxBytes` of answer (its text is not joined then).
+   * What the turn wrote, as its commit stored it, for the run's Answered (deps.ts): the message it
+   * ended with (its content as messageUpdate writes it: the figures, then the text and its
+   * annotations); and when it ended on calls of the client's functions (a response's, handOver),
+   * its tool-calls step with the creation of its message if it wrote one, in the order they were
+   * opened. Null before it ended so, or when the turn kept more than `maxBytes` of answer (its text
+   * is not joined then).
    */
-  endedMessage(maxBytes: number): MessageRow | null {
+  handedBack(maxBytes: number): History | null {
     const message = this.#message;
-    if (!message?.annotations || this.#answerBytes > maxBytes) return null;
-    const text = { value: message.text.toString(), annotations: message.annotations };
-    return { ...message.row, content: [...message.lead, { type: 'text', text }] };
+    const toolStep = this.#toolStep;
+    if (this.#answerBytes > maxBytes || (message && !message.annotations)) return null;
+    const messages = message ? [endedMessage(message)] : [];
+    if (!toolStep) return message ? { messages, steps: [] } : null;
+    if (toolStep.row.status !== 'completed') return null;
+    const runCreatedAt = this.#run().createdAt;
+    const placed = ({ id, runId, type, status, stepDetails }: StepRow): HistoryStep => ({
+      ...{ id, runId, type, status, stepDetails },
+      runCreatedAt,
+    });
+    if (!message) return { messages, steps: [placed(toolStep.row)] };
+    const steps = toolStep.afterMessage ? [message.step, toolStep.row] : [toolStep.row, message.step];
+    return { messages, steps: steps.map(placed) };
   }
 
   /**
@@ -444,7 +459,7 @@ export class TurnAnswer {
         ];
       },
     );
-    this.#toolStep = { row: step, calls: new Map(), opened };
+    this.#toolStep = { row: step, calls: new Map(), opened, afterMessage: this.#message !== null };
     return this.#toolStep;
   }
 
@@ -519,6 +534,12 @@ export class TurnAnswer {
       ? turnRowsInsert(runId, { steps: [step.row] })
       : [stepUpdate(runId, step.row.id, patch)];
   }
+}
+
+/** An ended message as its commit stored it (messageUpdate): the figures, then the text and its annotations. */
+function endedMessage(message: OpenMessage): MessageRow {
+  const text = { value: message.text.toString(), annotations: message.annotations ?? [] };
+  return { ...message.row, content: [...message.lead, { type: 'text', text }] };
 }
 
 /**

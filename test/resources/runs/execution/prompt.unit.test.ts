@@ -3,7 +3,7 @@ import type { ChatMessage } from '../../../../src/providers/types';
 import { buildPrompt, type PromptLimits } from '../../../../src/resources/runs/execution/prompt';
 import type { FunctionToolCall, TruncationStrategy } from '../../../../src/db/json-columns';
 import type { MessageContent } from '../../../../src/db/schema';
-import type { HistoryStep } from '../../../../src/resources/threads/history';
+import type { HistoryStep } from '../../../../src/db/schema';
 import type { StepRow } from '../../../../src/resources/runs/queries';
 import type { MessageRow } from '../../../../src/resources/threads/queries';
 
