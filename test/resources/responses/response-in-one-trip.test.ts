@@ -550,6 +550,14 @@ const CALLS_A_FUNCTION = {
 
 describe('a response after a function call made here: the call known, its output given beside the write', () => {
   const OUTPUT = { type: 'function_call_output', call_id: 'call_w', output: 'sunny' };
+  /** The outputs stored in the first call of each tool-calls step of response `id`. */
+  const storedOutputs = async (id: string) =>
+    (
+      await elsewhere.execute({
+        sql: "SELECT json_extract(step_details, '$.tool_calls[0].function.output') AS output FROM run_steps WHERE run_id = ? AND type = 'tool_calls'",
+        args: [id],
+      })
+    ).rows.map((row) => row.output);
   /** The messages of the provider's last request, as it was sent them. */
   const sentMessages = () =>
     defined(upstream.requests.at(-1)).body?.messages as {
@@ -601,11 +609,7 @@ describe('a response after a function call made here: the call known, its output
         { role: 'user', content: 'and then?' },
       ]);
       // The output was written into the call's step.
-      const step = await elsewhere.execute({
-        sql: "SELECT json_extract(step_details, '$.tool_calls[0].function.output') AS output FROM run_steps WHERE run_id = ? AND type = 'tool_calls'",
-        args: [idOf(called.events)],
-      });
-      expect(step.rows.map((row) => row.output)).toEqual(['sunny']);
+      expect(await storedOutputs(idOf(called.events))).toEqual(['sunny']);
     },
   );
 
@@ -638,11 +642,7 @@ describe('a response after a function call made here: the call known, its output
     expect(await outcomeOf(calls)).toBe('cancelled');
     await gateway.tasks.drain(10_000);
     expect(await tallies(tenant)).toEqual(before);
-    const step = await elsewhere.execute({
-      sql: "SELECT json_extract(step_details, '$.tool_calls[0].function.output') AS output FROM run_steps WHERE run_id = ? AND type = 'tool_calls'",
-      args: [called.id],
-    });
-    expect(step.rows.map((row) => row.output)).toEqual(['rainy']);
+    expect(await storedOutputs(called.id)).toEqual(['rainy']);
   });
 
   it('answers 400 for a text turn on a known call still without its output, calling no provider', async () => {

@@ -71,6 +71,17 @@ async function warm(openai: OpenAI, assistantId: string) {
   await gateway.tasks.drain(10_000);
 }
 
+/** A run on the thread whose model called a function: it waits for the output (requires_action). */
+const waitingForOutputs = (openai: OpenAI, assistantId: string, threadId: string) =>
+  openai.beta.threads.runs.createAndPoll(
+    threadId,
+    {
+      assistant_id: assistantId,
+      additional_messages: [{ role: 'user', content: `Weather?\n${fakeDirective({ tool_calls: 1 })}` }],
+    },
+    POLL,
+  );
+
 const countOf = async (table: 'messages' | 'runs', threadId: string) =>
   Number(
     defined(
@@ -155,14 +166,7 @@ describe('a run on a thread in one round trip to a database server', () => {
     const { key, openai, assistantId } = await setup();
     await warm(openai, assistantId);
     const thread = await openai.beta.threads.create();
-    const waiting = await openai.beta.threads.runs.createAndPoll(
-      thread.id,
-      {
-        assistant_id: assistantId,
-        additional_messages: [{ role: 'user', content: `Weather?\n${fakeDirective({ tool_calls: 1 })}` }],
-      },
-      POLL,
-    );
+    const waiting = await waitingForOutputs(openai, assistantId, thread.id);
     expect(waiting.status).toBe('requires_action');
     await gateway.tasks.drain(10_000);
     const response = await gateway.request(`/v1/threads/${thread.id}/runs`, {
@@ -543,14 +547,7 @@ describe('a thread with a tool exchange: known from the run after it, the calls 
     const { key, openai, assistantId } = await setup();
     await warm(openai, assistantId);
     const thread = await openai.beta.threads.create();
-    const waiting = await openai.beta.threads.runs.createAndPoll(
-      thread.id,
-      {
-        assistant_id: assistantId,
-        additional_messages: [{ role: 'user', content: `Weather?\n${fakeDirective({ tool_calls: 1 })}` }],
-      },
-      POLL,
-    );
+    const waiting = await waitingForOutputs(openai, assistantId, thread.id);
     expect(waiting.status).toBe('requires_action');
     const call = defined(waiting.required_action?.submit_tool_outputs.tool_calls[0]);
     const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(
