@@ -28,7 +28,8 @@ import { post, readStream, required, round, startFakeProvider, summarise } from 
  * as the thread's first run and as a later one (after a run, its turn's message just added). A
  * streamed response is timed fresh, going on from a previous one (previous_response_id) known to
  * the gateway and one it does not know (made in the background), and in a conversation that has
- * had a response, known to the gateway or not (made in the background).
+ * had a response, known to the gateway or not (made in the background); and an agent's tool loop:
+ * the response giving the output of a function call known to the gateway.
  *
  * Only loopback and one process per part; the figures that matter are the counts and how the
  * times grow with the delay, not the times at 0 ms.
@@ -253,6 +254,26 @@ async function measureTarget(name: string, fakeUrl: string) {
             previous_response_id: answered,
           });
         },
+      // An agent's tool loop: a response that called a function (answered whole, so handed back),
+      // then the response that gives its output, the call known here.
+      'POST /responses (streamed, a function call known here given its output)': async () => {
+        const tools = [{ type: 'function', name: 'lookup', parameters: { type: 'object', properties: {} } }];
+        const delay = PROVIDER_FIRST_BYTE_MS > 0 ? { first_byte_delay_ms: PROVIDER_FIRST_BYTE_MS } : {};
+        const call = { tool_calls: [{ name: 'lookup', arguments: {}, id: 'call_bench' }], ...delay };
+        const called = (await post(api('/responses'), headers, {
+          model: 'bench-model',
+          input: `look it up\n${fakeDirective(call)}`,
+          tools,
+        })) as { id: string };
+        const output = { type: 'function_call_output', call_id: 'call_bench', output: 'found' };
+        return streamed('/responses', {
+          model: 'bench-model',
+          stream: true,
+          input: [output],
+          tools,
+          previous_response_id: called.id,
+        });
+      },
       // The same for a conversation whose last response was made in the background.
       'POST /responses (streamed, conversation not known here)': async () => {
         const conversation = (await post(api('/conversations'), headers, {})) as { id: string };
