@@ -258,11 +258,11 @@ async function measureTarget(name: string, fakeUrl: string) {
       // then the response that gives its output, the call known here.
       'POST /responses (streamed, a function call known here given its output)': async () => {
         const tools = [{ type: 'function', name: 'lookup', parameters: { type: 'object', properties: {} } }];
-        const delay = PROVIDER_FIRST_BYTE_MS > 0 ? { first_byte_delay_ms: PROVIDER_FIRST_BYTE_MS } : {};
-        const call = { tool_calls: [{ name: 'lookup', arguments: {}, id: 'call_bench' }], ...delay };
+        // The model's second turn (the output given) answers as every other kind's does.
+        const turns = [{ tool_calls: [{ name: 'lookup', arguments: {}, id: 'call_bench' }] }, ANSWER];
         const called = (await post(api('/responses'), headers, {
           model: 'bench-model',
-          input: `look it up\n${fakeDirective(call)}`,
+          input: `look it up\n${fakeDirective(turns)}`,
           tools,
         })) as { id: string };
         const output = { type: 'function_call_output', call_id: 'call_bench', output: 'found' };
