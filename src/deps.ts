@@ -208,13 +208,13 @@ export interface StreamOptions extends StartOptions {
 
 /**
  * How a run settled, handed back to the request that started it (StreamOptions.answered), when it
- * ended `completed` with nothing but a message, or (a response) with its calls of the client's
- * functions, their outputs still to come, and any message it wrote before them: what it wrote, as
- * stored (ids, order, content): its messages, and the steps a prompt places among them (its
- * message's creation and its tool calls; none when it called no tool). Its thread's history is then
- * the one its prompt was built from and these. Null when it ended otherwise (a hosted tool called,
- * a run waiting for outputs, failed, cancelled), or its answer was more than a thread's known
- * history holds (threads/known-histories.ts, MAX_BYTES). On Workers the run executes in another
+ * ended `completed` (a response, also on calls of the client's functions, their outputs still to
+ * come): what it wrote, as stored (ids, order, content): its messages, and the steps a prompt
+ * places among them (its tool-calls steps, the gateway's tools answered in its rounds or the
+ * client's functions, and its messages' creations; none when it called no tool). Its thread's
+ * history is then the one its prompt was built from and these. Null when it ended otherwise (a run
+ * waiting for outputs, failed, cancelled, incomplete), or its answer or calls were more than a
+ * thread's known history holds (threads/known-histories.ts, MAX_BYTES). On Workers the run executes in another
  * object, which calls this back over RPC once (runtime/workers/run-executor.ts): no JavaScript runs
  * for the chunks of its stream in the request's isolate.
  */

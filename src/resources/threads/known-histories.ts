@@ -8,8 +8,9 @@ import type { MessageRow, ThreadKey } from './queries';
  * What this process or isolate knows of the threads it wrote: their messages, as its own writes
  * made them (a thread or conversation created with its messages, a message or item added) and as
  * its runs answered them (the messages a run wrote, handed back from where it settled: `ran`), with
- * the steps a prompt places among them (a response's calls of the client's functions, their
- * outputs filled in by the response after it). A run builds its prompt from them before anything
+ * the steps a prompt places among them (the tool calls of its runs: the gateway's tools answered
+ * in a run's rounds, or a response's calls of the client's functions, their outputs filled in by
+ * the response after it). A run builds its prompt from them before anything
  * is read, so that the provider's call starts beside the run's write instead of after it
  * (runs/commands.ts, runInOneTrip); the write carries a guard (`historyGuard`) that fails it,
  * writing nothing, unless the thread still has exactly what the prompt was built from. A
@@ -59,8 +60,8 @@ export class KnownHistories {
   /**
    * The run of `answering` completed with `answer`, what it wrote, as it handed it back (deps.ts,
    * Answered), whose messages the next run's guard checks against the database's (`unconfirmed`);
-   * null: it ended otherwise (failed, cancelled, incomplete, waiting for tool outputs, called
-   * hosted tools, its answer past MAX_BYTES, or it was not made), and the thread is forgotten.
+   * null: it ended otherwise (failed, cancelled, incomplete, waiting for tool outputs, its answer
+   * or calls past MAX_BYTES, or it was not made), and the thread is forgotten.
    */
   ran(answering: Answering, answer: History | null): void {
     const known = this.#threads.get(answering.thread.id);

@@ -10,6 +10,7 @@ import { createTestGateway, errorOf, type TestGateway } from '../../support/gate
 import { createPolicy, usedBy } from '../../support/ratelimit';
 import { WEATHER_TOOL } from '../../support/runs';
 import { deltaText, parseEventStream } from '../../support/sse';
+import { seedStore } from '../../support/vector-stores';
 import { freshGate } from '../../support/gates';
 import { waitFor } from '../../support/wait';
 import { knownHistories } from '../../../src/resources/threads/known-histories';
@@ -587,6 +588,46 @@ describe('a thread with a tool exchange: known from the run after it, the calls 
     ]);
     expect(sent[2]?.tool_calls?.[0]?.id).toBe(call.id);
     expect(sent[3]).toMatchObject({ role: 'tool', tool_call_id: call.id, content: 'sunny' });
+  });
+});
+
+describe('a thread whose run searched its files: known from that run on', () => {
+  it('guesses the run after one that searched, the search and its results in its prompt as the path of reads sends them', async () => {
+    const { tenant, key, openai } = await setup();
+    const store = await seedStore(gateway, tenant, [
+      { filename: 'policies.md', chunks: ['Refunds are granted within 30 days of purchase.'] },
+    ]);
+    const assistant = await openai.beta.assistants.create({
+      model: 'fake-model',
+      instructions: 'Answer from the files.',
+      tools: [{ type: 'file_search' }],
+      tool_resources: { file_search: { vector_store_ids: [store.id] } },
+    });
+    await warm(openai, assistant.id);
+    const search = { tool_calls: [{ name: 'file_search', arguments: { queries: ['refunds'] } }] };
+    const thread = await openai.beta.threads.create({
+      messages: [{ role: 'user', content: `Refunds?\n${fakeDirective([search, { reply: 'Within 30 days.' }])}` }],
+    });
+    const first = await streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistant.id });
+    expect(deltaText(first.events)).toBe('Within 30 days.');
+    await openai.beta.threads.messages.create(thread.id, {
+      role: 'user',
+      content: `And then?\n${fakeDirective({ reply: 'Nothing more.' })}`,
+    });
+    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
+      streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistant.id }),
+    );
+    expect(seen.called).toBe(1);
+    expect(deltaText(answer.events)).toBe('Nothing more.');
+    const sent = defined(upstream.requests.at(-1)).body?.messages as {
+      role: string;
+      content: string | null;
+      tool_calls?: { function: { name: string } }[];
+    }[];
+    expect(sent.map((message) => message.role)).toEqual(['system', 'user', 'assistant', 'tool', 'assistant', 'user']);
+    expect(sent[2]?.tool_calls?.[0]?.function.name).toBe('file_search');
+    expect(sent[3]?.content).toContain('Refunds are granted within 30 days of purchase.');
+    expect(sent[4]?.content).toBe('Within 30 days.');
   });
 });
 

@@ -135,8 +135,6 @@ class Execution {
   readonly #trace: TraceRecorder;
   /** Who is told how the run settled (StreamOptions.answered), until told. */
   #answered: ExecuteOptions['answered'];
-  /** Whether a round of this turn called tools the gateway answered (a prompt shows them). */
-  #calledTools = false;
 
   constructor(deps: RunDeps, run: RunRow, options: ExecuteOptions) {
     this.#deps = deps;
@@ -249,7 +247,6 @@ class Execution {
         // Calls of the client's functions wait for its outputs (requires_action), the hosted answers kept.
         if (calls.every((call) => call.hosted)) {
           await answer.endHostedRound(toolStep, usage);
-          this.#calledTools = true;
           ({ prompt, steps } = await this.#laterTurn());
           continue;
         }
@@ -364,8 +361,7 @@ class Execution {
     }
     this.#run = updated;
     if (this.#answered) {
-      const handsBack = updated.status === 'completed' && !this.#calledTools;
-      await this.#tell(handsBack ? this.#answer.handedBack(KNOWN_HISTORY_BYTES) : null);
+      await this.#tell(updated.status === 'completed' ? this.#answer.handedBack(KNOWN_HISTORY_BYTES) : null);
     }
     await this.#outbox.committed(() => this.#runEvent());
     await chargeRun(this.#deps, updated);

@@ -76,8 +76,6 @@ export interface OpenToolStep {
   /** By the upstream's index (0 to MAX_TOOL_CALLS - 1, checked by the reader). */
   calls: Map<number, StreamingToolCall>;
   opened: OpenedRows;
-  /** Whether the turn's message was opened before it (its step is then the earlier of the two). */
-  afterMessage: boolean;
 }
 
 /**
@@ -94,6 +92,8 @@ export class TurnAnswer {
   readonly #includeContent: boolean;
   #message: OpenMessage | null = null;
   #toolStep: OpenToolStep | null = null;
+  /** Every message and tool-calls step the turn opened, over all its rounds, in the order they were opened. */
+  readonly #steps: (OpenMessage | OpenToolStep)[] = [];
   #reasoning: OpenReasoning | null = null;
   /**
    * UTF-8 bytes of answer text, reasoning, tool-call names and arguments this turn kept, over all its rounds
@@ -363,28 +363,36 @@ export class TurnAnswer {
   }
 
   /**
-   * What the turn wrote, as its commit stored it, for the run's Answered (deps.ts): the message it
-   * ended with (its content as messageUpdate writes it: the figures, then the text and its
-   * annotations); and when it ended on calls of the client's functions (a response's, handOver),
-   * its tool-calls step with the creation of its message if it wrote one, in the order they were
-   * opened. Null before it ended so, or when the turn kept more than `maxBytes` of answer (its text
-   * is not joined then).
+   * What the turn wrote, over all its rounds, as its commits stored it, for the run's Answered
+   * (deps.ts): its messages (their content as messageUpdate writes it: the figures, then the text
+   * and its annotations); and when it called tools (the gateway's, answered in its rounds, or, a
+   * response's, the client's functions it ended on: handOver), its steps, tool calls and message
+   * creations, in the order they were opened, which places the calls among the messages. Null
+   * before it ended so (a step not completed, a message not closed), or when the turn kept more
+   * than `maxBytes` of answer (its text is not joined then), or its steps' details are more.
    */
   handedBack(maxBytes: number): History | null {
-    const message = this.#message;
-    const toolStep = this.#toolStep;
-    if (this.#answerBytes > maxBytes || (message && !message.annotations)) return null;
-    const messages = message ? [endedMessage(message)] : [];
-    if (!toolStep) return message ? { messages, steps: [] } : null;
-    if (toolStep.row.status !== 'completed') return null;
+    if (this.#answerBytes > maxBytes) return null;
     const runCreatedAt = this.#run().createdAt;
-    const placed = ({ id, runId, type, status, stepDetails }: StepRow): HistoryStep => ({
-      ...{ id, runId, type, status, stepDetails },
-      runCreatedAt,
-    });
-    if (!message) return { messages, steps: [placed(toolStep.row)] };
-    const steps = toolStep.afterMessage ? [message.step, toolStep.row] : [toolStep.row, message.step];
-    return { messages, steps: steps.map(placed) };
+    const messages: MessageRow[] = [];
+    const steps: HistoryStep[] = [];
+    let detailsBytes = 0;
+    for (const opened of this.#steps) {
+      const row = 'text' in opened ? opened.step : opened.row;
+      if (row.status !== 'completed') return null;
+      if ('text' in opened) {
+        if (!opened.annotations) return null;
+        messages.push(endedMessage(opened));
+      } else {
+        detailsBytes += utf8Length(JSON.stringify(row.stepDetails));
+      }
+      const { id, runId, type, status, stepDetails } = row;
+      steps.push({ id, runId, type, status, stepDetails, runCreatedAt });
+    }
+    if (messages.length === 0 && detailsBytes === 0) return null;
+    if (detailsBytes > maxBytes) return null;
+    // A turn that called no tool needs none of its steps: its messages are in their order.
+    return { messages, steps: detailsBytes === 0 ? [] : steps };
   }
 
   /**
@@ -441,6 +449,7 @@ export class TurnAnswer {
       },
     );
     this.#message = { row, step, lead, text: new TextBuilder(), started: false, opened };
+    this.#steps.push(this.#message);
     return this.#message;
   }
 
@@ -459,7 +468,8 @@ export class TurnAnswer {
         ];
       },
     );
-    this.#toolStep = { row: step, calls: new Map(), opened, afterMessage: this.#message !== null };
+    this.#toolStep = { row: step, calls: new Map(), opened };
+    this.#steps.push(this.#toolStep);
     return this.#toolStep;
   }
 
