@@ -200,8 +200,8 @@ async function responseFromReads(deps: ResponseCommandDeps, request: CreateReque
  * write's own transaction instead, and the provider called once it committed (runs/commands.ts,
  * hostAfterWrite): one round trip before the call, two in all, where reading first takes three.
  * Its input must be messages of text only (images and files are read or checked against stored
- * rules), or outputs of the function calls of a known history (outputs fill stored calls, which a
- * history not known here would have to read), with no tool with stored parts (file_search's vector
+ * rules), or the function calls of a known history given back and their outputs (outputs fill
+ * stored calls, which a history not known here would have to read), with no tool with stored parts (file_search's vector
  * stores, code_interpreter's container); a `prompt` must be an assistant held at the settings' generation last seen, as must the virtual
  * key and the policies. Its write carries the settings' guard, and the known history's, which
  * fails it unless the history is still exactly what the prompt was built from (a response of the
@@ -218,7 +218,9 @@ async function responseInOneTrip(deps: ResponseCommandDeps, request: CreateReque
   if (!guard || !known) return null;
   const items = inputOf(body);
   const calls = 'known' in known.history ? known.history.calls : undefined;
-  if (!items.every((item) => textMessage(item) || (calls && item.type === 'function_call_output'))) return null;
+  // A call given back is the thread's already, and its output fills it: both need only the calls known.
+  const answersCall = (item: InputItem) => item.type === 'function_call' || item.type === 'function_call_output';
+  if (!items.every((item) => textMessage(item) || (calls && answersCall(item)))) return null;
   const assistant = body.prompt ? snapshot.keptAssistant(actor.workspaceId, body.prompt.id) : null;
   if (assistant === undefined) return null;
   const { thread, conversation } = known;

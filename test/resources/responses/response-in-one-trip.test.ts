@@ -570,6 +570,9 @@ describe('a response after a function call made here: the call known, its output
   it.each(['previous_response_id', 'conversation'] as const)(
     'goes on (%s) through a function call, its output and a text turn, each called once while its write is held',
     async (on) => {
+      // In a conversation the call is given back with its output, as a client keeping the items does.
+      const call = { type: 'function_call', call_id: 'call_w', name: 'get_weather', arguments: '{}' };
+      const given = on === 'conversation' ? [call, OUTPUT] : [OUTPUT];
       const { tenant } = await setup();
       const conversation =
         on === 'conversation'
@@ -582,7 +585,7 @@ describe('a response after a function call made here: the call known, its output
       expect(item?.data).toMatchObject({ item: { type: 'function_call', call_id: 'call_w' } });
 
       const turns = [
-        { input: [OUTPUT], reply: 'The tool returned: sunny' },
+        { input: given, reply: 'The tool returned: sunny' },
         { input: 'and then?', reply: 'You said: and then?' },
       ];
       let previous = idOf(called.events);
