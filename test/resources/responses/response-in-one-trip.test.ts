@@ -616,6 +616,36 @@ describe('a response after a function call made here: the call known, its output
     },
   );
 
+  it('sends the prompt the path of reads sends, for calls made after some text: the text, then the calls and their outputs', async () => {
+    const { tenant } = await setup();
+    const calls = { reply: 'Let me look.', tool_calls: [{ name: 'get_weather', arguments: {}, id: 'call_w' }] };
+    const body = { input: `weather?\n${fakeDirective(calls)}`, tools: CALLS_A_FUNCTION.tools };
+    /** The messages the provider was sent for the output turn after a response made so (`how`). */
+    const outputTurn = async (how: Record<string, unknown>) => {
+      const { id } = await json(await create(tenant, { ...body, ...how }));
+      const called = await waitFor(
+        async () => json(await gateway.request(`/v1/responses/${id}`, { key: tenant.workspaceKey })),
+        (response) => response.status === 'completed',
+      );
+      expect(called.output).toMatchObject([{ type: 'message' }, { type: 'function_call', call_id: 'call_w' }]);
+      let text = '';
+      const trips = await roundTrips(async () => {
+        const answer = await streamed(tenant, { tools: body.tools, input: [OUTPUT], previous_response_id: id });
+        text = deltaText(answer.events);
+      });
+      expect(text).toBe('The tool returned: sunny');
+      return { sent: sentMessages(), trips };
+    };
+    // Answered whole: handed back, the output turn made from what is known (its rows, then its end).
+    const known = await outputTurn({});
+    expect(known.trips).toBe(2);
+    // In the background: not handed back, the output turn made from what it reads, first.
+    const read = await outputTurn({ background: true });
+    expect(read.trips).toBeGreaterThan(2);
+    expect(known.sent).toEqual(read.sent);
+    expect(known.sent.map((message) => message.role)).toEqual(['user', 'assistant', 'assistant', 'tool']);
+  });
+
   it('answers as the path of reads when another gateway gave the known call its output: the guess aborted, nothing of it written', async () => {
     const { tenant } = await setup();
     const called = await json(await create(tenant, CALLS_A_FUNCTION));
