@@ -30,6 +30,7 @@ import {
 import {
   blockingRun,
   hostAfterWrite,
+  NO_HISTORY,
   speculate,
   startRun,
   type RunAnswer,
@@ -58,7 +59,6 @@ import {
   conversationReadGuard,
   historyGuard,
   knownHistories,
-  type KnownHistory,
 } from '../threads/known-histories';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
@@ -284,7 +284,7 @@ interface OneTripContext {
    * response); or, for a history not known here, the history its write's transaction reads
    * (readHistory's `of`).
    */
-  history: { known: KnownHistory; calls: ReadonlyMap<string, ThreadCall> } | { read: HistoryOf };
+  history: { known: History; calls: ReadonlyMap<string, ThreadCall> } | { read: HistoryOf };
   /** What its write must carry besides the settings' guard: the known history's, or the read one's. */
   guards: RawStatement[];
   /**
@@ -346,10 +346,7 @@ function oneTripContext(
         ...outputStatements(input.outputs),
       ]),
   } satisfies Partial<OneTripContext>;
-  if (previousId === null) {
-    const nothing = { id: own.id, messages: [], steps: [], unconfirmed: [] };
-    return { ...fresh, history: { known: nothing, calls: new Map() }, guards: [] };
-  }
+  if (previousId === null) return { ...fresh, history: { known: NO_HISTORY, calls: new Map() }, guards: [] };
   const known = histories.take({ id: previousId, workspaceId }, maxBytes);
   // Its input answers the previous response's calls (planResponse, `earlier`): those of its run.
   if (known) {
@@ -578,7 +575,7 @@ async function planResponse(
     } else {
       earlier = thread;
       // A new thread without a chain has no history to read.
-      history = { messages: [], steps: [] };
+      history = NO_HISTORY;
     }
   }
   const input = await threadItemWrites(deps, thread, items, 'input', at, { earlier });

@@ -220,7 +220,8 @@ export async function createRun(
   return answer;
 }
 
-const NO_HISTORY: History = { messages: [], steps: [] };
+/** The history of a new thread: nothing before the run's own messages. */
+export const NO_HISTORY: History = { messages: [], steps: [] };
 
 /**
  * A run on a thread in one round trip to a database server, where createRun's reads, then its

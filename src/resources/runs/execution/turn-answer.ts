@@ -374,20 +374,23 @@ export class TurnAnswer {
   handedBack(maxBytes: number): History | null {
     if (this.#answerBytes > maxBytes) return null;
     const runCreatedAt = this.#run().createdAt;
+    const placed = ({ id, runId, type, status, stepDetails }: StepRow): HistoryStep => ({
+      ...{ id, runId, type, status, stepDetails },
+      runCreatedAt,
+    });
     const messages: MessageRow[] = [];
     const steps: HistoryStep[] = [];
     let detailsBytes = 0;
     for (const opened of this.#steps) {
-      const row = 'text' in opened ? opened.step : opened.row;
-      if (row.status !== 'completed') return null;
       if ('text' in opened) {
-        if (!opened.annotations) return null;
+        if (opened.step.status !== 'completed' || !opened.annotations) return null;
         messages.push(endedMessage(opened));
+        steps.push(placed(opened.step));
       } else {
-        detailsBytes += utf8Length(JSON.stringify(row.stepDetails));
+        if (opened.row.status !== 'completed') return null;
+        detailsBytes += utf8Length(JSON.stringify(opened.row.stepDetails));
+        steps.push(placed(opened.row));
       }
-      const { id, runId, type, status, stepDetails } = row;
-      steps.push({ id, runId, type, status, stepDetails, runCreatedAt });
     }
     if (messages.length === 0 && detailsBytes === 0) return null;
     if (detailsBytes > maxBytes) return null;
