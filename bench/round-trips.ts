@@ -29,7 +29,8 @@ import { post, readStream, required, round, startFakeProvider, summarise } from 
  * streamed response is timed fresh, going on from a previous one (previous_response_id) known to
  * the gateway and one it does not know (made in the background), and in a conversation that has
  * had a response, known to the gateway or not (made in the background); and an agent's tool loop:
- * the response giving the output of a function call known to the gateway.
+ * the response giving the output of a function call known to the gateway, and on a thread, the
+ * streamed submission of a function's output to a run waiting for it, and the run after it.
  *
  * Only loopback and one process per part; the figures that matter are the counts and how the
  * times grow with the delay, not the times at 0 ms.
@@ -38,6 +39,8 @@ import { post, readStream, required, round, startFakeProvider, summarise } from 
 const DELAYS = (process.env.BENCH_DB_DELAYS ?? '0,20,50').split(',').map(Number);
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const TARGETS = (process.env.BENCH_TARGETS ?? 'worker,node').split(',');
+/** BENCH_KINDS: a pattern; only the kinds of request whose names match it are measured (all by default). */
+const KINDS = process.env.BENCH_KINDS ? new RegExp(process.env.BENCH_KINDS) : null;
 /** BENCH_SHOW_STATEMENTS=1: each request's round trips with their statements, to see what they are. */
 const SHOW_STATEMENTS = process.env.BENCH_SHOW_STATEMENTS === '1';
 /**
@@ -192,6 +195,31 @@ async function measureTarget(name: string, fakeUrl: string) {
       }
     };
 
+    /** A thread whose run called a function and waits for its output: the streamed submission of it. */
+    const waitingForOutput = async () => {
+      const tools = [
+        { type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: {} } } },
+      ];
+      const turns = [{ tool_calls: [{ name: 'lookup', arguments: {}, id: 'call_bench' }] }, ANSWER];
+      const looped = (await post(api('/threads'), headers, {
+        messages: [{ role: 'user', content: `look it up\n${fakeDirective(turns)}` }],
+      })) as { id: string };
+      const run = (await post(api(`/threads/${looped.id}/runs`), headers, { assistant_id: assistant.id, tools })) as {
+        id: string;
+      };
+      for (;;) {
+        const { status } = (await fetchJson(`/threads/${looped.id}/runs/${run.id}`)) as { status: string };
+        if (status === 'requires_action') break;
+        if (status !== 'queued' && status !== 'in_progress') throw new Error(`a run waiting for outputs ${status}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      return {
+        threadId: looped.id,
+        path: `/threads/${looped.id}/runs/${run.id}/submit_tool_outputs`,
+        body: { stream: true, tool_outputs: [{ tool_call_id: 'call_bench', output: 'found' }] },
+      };
+    };
+
     const kinds: Record<string, () => Promise<Sample>> = {
       'POST /threads/runs (streamed)': () =>
         streamed('/threads/runs', {
@@ -214,6 +242,22 @@ async function measureTarget(name: string, fakeUrl: string) {
         await streamed(`/threads/${turned.id}/runs`, { assistant_id: assistant.id, stream: true });
         await post(api(`/threads/${turned.id}/messages`), headers, { role: 'user', content });
         return streamed(`/threads/${turned.id}/runs`, { assistant_id: assistant.id, stream: true });
+      },
+      // An assistant's tool loop: a run that called a function waits for its output (requires_action),
+      // and the output is submitted, the rest of the run streamed.
+      'POST /threads/{id}/runs/{id}/submit_tool_outputs (streamed)': async () => {
+        const { path, body } = await waitingForOutput();
+        return streamed(path, body);
+      },
+      // The run after that exchange, on the same thread: the answer after the output handed back.
+      'POST /threads/{id}/runs (streamed, after a tool exchange)': async () => {
+        const { path, body, threadId } = await waitingForOutput();
+        await readStream(
+          await fetch(api(path), { method: 'POST', headers, body: JSON.stringify(body) }),
+          () => undefined,
+        );
+        await post(api(`/threads/${threadId}/messages`), headers, { role: 'user', content });
+        return streamed(`/threads/${threadId}/runs`, { assistant_id: assistant.id, stream: true });
       },
       'POST /responses (streamed)': () =>
         streamed('/responses', { model: 'bench-model', stream: true, input: content }),
@@ -327,6 +371,7 @@ async function measureTarget(name: string, fakeUrl: string) {
       const providerP50 = summarise(providerFirst).p50_ms;
       const rows: Record<string, unknown> = {};
       for (const [kind, run] of Object.entries(kinds)) {
+        if (KINDS && !KINDS.test(kind)) continue;
         await run(); // a warm-up: caches filled, connections open
         const samples: Sample[] = [];
         for (let i = 0; i < REPEATS; i++) samples.push(await run());
