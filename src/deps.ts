@@ -13,7 +13,7 @@ import type { UpstreamFetch } from './providers/types';
 import type { ModelLists } from './providers/models';
 import type { PolicyCache } from './ratelimit/policy-cache';
 import type { RequestContext } from './actor';
-import type { History, ResponseRow, RunRow, VirtualKey } from './db/schema';
+import type { History, ResponseRow, RunRow, StepRow, VirtualKey } from './db/schema';
 import type { Prompt } from './providers/types';
 import type { UpstreamUrlJudgements } from './lib/upstream-url';
 import type { SettingsCache } from './db/settings-cache';
@@ -179,13 +179,15 @@ export interface RunHost {
 }
 
 /**
- * What the caller of a run's first turn already holds, to spare the turn's database reads: the
- * creating use-case resolved the virtual key and built the prompt (it sized the turn's token
- * reservation by it).
+ * What the caller of a run's turn already holds, to spare the turn's database reads: the use-case
+ * that created the run, or took its tool outputs, resolved the virtual key and built the prompt (it
+ * sized the turn's token reservation by it).
  */
 export interface Preloaded {
   virtualKey: VirtualKey;
   prompt: Prompt;
+  /** A later turn's: the run's steps so far, as its write leaves them (a first turn has none). */
+  steps?: StepRow[];
 }
 
 export interface StartOptions {
@@ -207,12 +209,13 @@ export interface StreamOptions extends StartOptions {
 }
 
 /**
- * How a run settled, handed back to the request that started it (StreamOptions.answered), when it
- * ended `completed` (a response, also on calls of the client's functions, their outputs still to
- * come): what it wrote, as stored (ids, order, content): its messages, and the steps a prompt
- * places among them (its tool-calls steps, the gateway's tools answered in its rounds or the
- * client's functions, and its messages' creations; none when it called no tool). Its thread's
- * history is then the one its prompt was built from and these. Null when it ended otherwise (a run
+ * How a run settled, handed back to the request that started its turn (StreamOptions.answered: its
+ * creation, or the submission of its tool outputs), when it ended `completed` (a response, also on
+ * calls of the client's functions, their outputs still to come): what the turn wrote, as stored
+ * (ids, order, content): its messages, and its steps (its tool-calls steps, the gateway's tools
+ * answered in its rounds or the client's functions, and its messages' creations, which place the
+ * calls among the messages). Its thread's history is then the one its prompt was built from and
+ * these. Null when it ended otherwise (a run
  * waiting for outputs, failed, cancelled, incomplete), or its answer or calls were more than a
  * thread's known history holds (threads/known-histories.ts, MAX_BYTES). On Workers the run executes in another
  * object, which calls this back over RPC once (runtime/workers/run-executor.ts): no JavaScript runs

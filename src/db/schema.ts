@@ -474,6 +474,9 @@ export const runSteps = sqliteTable(
   (t) => [uniqueIndex('run_steps_id').on(t.id), index('run_steps_run').on(t.runId, t.seq)],
 );
 
+/** A run's step as the app holds it: every column but `seq` (see RunRow). */
+export type StepRow = Omit<typeof runSteps.$inferSelect, 'seq'>;
+
 /**
  * A step of one of a thread's runs as a prompt places it among the messages (a message's creation,
  * or tool calls and their outputs), with the time its run was created: what a history read gives

@@ -72,6 +72,19 @@ async function threadWith(text: string, reply: string) {
 
 const SYSTEM = { role: 'system', content: INSTRUCTIONS };
 
+/** The prompt of the turn after `question`'s call of lookup({"q":"x"}) was given the output 42. */
+const exchangePrompt = (history: object[], question: string, callId: string) => [
+  SYSTEM,
+  ...history,
+  { role: 'user', content: question },
+  {
+    role: 'assistant',
+    content: null,
+    tool_calls: [{ id: callId, type: 'function', function: { name: 'lookup', arguments: '{"q":"x"}' } }],
+  },
+  { role: 'tool', tool_call_id: callId, content: '42' },
+];
+
 describe('runs on an existing thread, on workerd', () => {
   it('runs.createAndPoll: a second turn, sent the whole thread', async () => {
     const { threadId, history } = await threadWith('My name is Ada.', 'Hello Ada.');
@@ -122,19 +135,71 @@ describe('runs on an existing thread, on workerd', () => {
     second.on('textDelta', (delta) => text.push(defined(delta.value)));
     const done = await second.finalRun();
     expect(done.status).toBe('completed');
-    expect(JSON.parse(text.join(''))).toEqual([
-      SYSTEM,
-      ...history,
-      { role: 'user', content: question },
-      {
-        role: 'assistant',
-        content: null,
-        tool_calls: [
-          { id: defined(toolCall).id, type: 'function', function: { name: 'lookup', arguments: '{"q":"x"}' } },
-        ],
-      },
-      { role: 'tool', tool_call_id: defined(toolCall).id, content: '42' },
+    expect(JSON.parse(text.join(''))).toEqual(exchangePrompt(history, question, defined(toolCall).id));
+  });
+
+  it("submitToolOutputs: the provider called while the write that takes the outputs is held at the database, then the next run's beside its own", async () => {
+    const { threadId, history } = await threadWith('Hi', 'Hello.');
+    const tool = { type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object' } } };
+    const gate = remoteGate(inject('upstreamUrl'), freshGate('tool-outputs'));
+    // Its second model turn (the outputs given) echoes its prompt, held at the gate.
+    const question = ask('Look it up', [
+      { tool_calls: [{ name: 'lookup', arguments: { q: 'x' } }] },
+      { echo_messages: true, hold: gate.name },
     ]);
+    const waiting = await openai.beta.threads.runs.createAndPoll(
+      threadId,
+      { assistant_id: assistantId, tools: [tool], additional_messages: [{ role: 'user', content: question }] },
+      POLL,
+    );
+    expect(waiting.status).toBe('requires_action');
+    const [toolCall] = defined(waiting.required_action).submit_tool_outputs.tool_calls;
+    const steps = (await openai.beta.threads.runs.steps.list(waiting.id, { thread_id: threadId })).data;
+    const step = defined(steps.find((row) => row.type === 'tool_calls'));
+    // The write names the step (its outputs); the reads before it name the run.
+    const { answer } = await whileRemoteDatabaseHeld(
+      inject('databaseProxyUrl'),
+      step.id,
+      gate,
+      () =>
+        call(`/v1/threads/${threadId}/runs/${waiting.id}/submit_tool_outputs`, {
+          stream: true,
+          tool_outputs: [{ tool_call_id: defined(toolCall).id, output: '42' }],
+        }),
+      async () => false,
+    );
+    await gate.open();
+    const { text, names } = await streamedAnswer(await answer);
+    expect(names.slice(0, 3)).toEqual(['thread.run.step.completed', 'thread.run.queued', 'thread.run.in_progress']);
+    expect(names.at(-2)).toBe('thread.run.completed');
+    expect((await gate.state()).passed).toBe(1);
+    const prompt = exchangePrompt(history, question, defined(toolCall).id);
+    expect(JSON.parse(text)).toEqual(prompt);
+    const stored = await openai.beta.threads.runs.steps.retrieve(step.id, { thread_id: threadId, run_id: waiting.id });
+    expect(stored).toMatchObject({
+      status: 'completed',
+      step_details: { tool_calls: [{ function: { output: '42' } }] },
+    });
+
+    // The turn's answer handed back (over RPC, from its executor), the thread is known: the next
+    // run's provider is called while its write is held, the prompt the whole exchange.
+    const generation = await settingsGeneration();
+    const next = remoteGate(inject('upstreamUrl'), freshGate('after-outputs'));
+    const after = { role: 'user' as const, content: ask('And?', { echo_messages: true, hold: next.name }) };
+    await openai.beta.threads.messages.create(threadId, after);
+    const later = await whileRemoteDatabaseHeld(
+      inject('databaseProxyUrl'),
+      threadId,
+      next,
+      () => call(`/v1/threads/${threadId}/runs`, { assistant_id: assistantId, stream: true }),
+      async () => (await settingsGeneration()) !== generation,
+    );
+    await next.open();
+    const answered = await streamedAnswer(await later.answer);
+    // Once, unless another file changed the settings meanwhile (the run is then made from what is read).
+    const calls = (await settingsGeneration()) === generation ? [1] : [1, 2];
+    expect(calls).toContain((await next.state()).passed);
+    expect(JSON.parse(answered.text)).toEqual([...prompt, { role: 'assistant', content: text }, after]);
   });
 
   it('admits exactly one of 20 runs created at the same instant on one thread', async () => {

@@ -15,7 +15,7 @@ import type {
 } from './schemas';
 import type { ThreadMessageInput } from '../threads/schemas';
 import type { Settings } from '../../db/settings-cache';
-import { readHistory } from '../threads/history';
+import { historyStep, readHistory } from '../threads/history';
 import { historyGuard, knownHistories, knownHistoryKey } from '../threads/known-histories';
 import {
   acceptToolOutputs,
@@ -30,10 +30,12 @@ import {
   leaseMs,
   listRuns as listRunsPage,
   listWorkspaceRuns as listWorkspaceRunsPage,
+  listSteps,
   listStepsPage,
   setRunMetadata,
   toolCallsStepInProgress,
   updateRun,
+  withToolOutputs,
 } from './queries';
 import type { History, ResponseRow, RunRow, VirtualKey } from '../../db/schema';
 import {
@@ -44,7 +46,7 @@ import {
   type ThreadKey,
   type ThreadRow,
 } from '../threads/queries';
-import { getVirtualKey } from '../virtual-keys/commands';
+import { getRunVirtualKey } from '../virtual-keys/commands';
 import { toRunJson, toStepJson } from './wire';
 import { wakeIngestion } from '../vector-stores/commands';
 import { attachedFiles, threadStoreWrites } from '../threads/thread-stores';
@@ -52,7 +54,7 @@ import { checkToolResources, storedToolResources } from '../vector-stores/tool-r
 import { toThreadJson } from '../threads/wire';
 import type { ServerSentEvent } from '../../deps';
 import type { RawStatement } from '../../db/client';
-import { buildPrompt, promptLimits } from './execution/prompt';
+import { buildPrompt, laterTurnPrompt, promptLimits } from './execution/prompt';
 import { reconcileRun } from './execution/recovery';
 import { checkImages } from '../files/images';
 import { checkCodeAttachments } from '../threads/code-attachments';
@@ -550,11 +552,7 @@ export async function startRun(
   );
 }
 
-/**
- * A new run handed to its host (`host`), its stream opening with `leading`, then created and
- * queued. When the host fails, a history held for the run's answer (`answered`, answerHandedBack)
- * is let go: not made, or its answer lost, what the run goes on from is read again.
- */
+/** A new run handed to its host (`host`), its stream opening with `leading`, then created and queued. */
 async function hostNewRun(
   deps: RunCommandDeps,
   run: RunRow,
@@ -566,20 +564,15 @@ async function hostNewRun(
   const { answer, leading = [], ...rest } = options;
   // Serialised once for the two events that carry it.
   const queued = JSON.stringify(toRunJson(asQueued(run)));
-  try {
-    return await host(
-      deps,
-      run,
-      admission,
-      answer,
-      context,
-      { ...rest, leading: [...leading, ['thread.run.created', queued], ['thread.run.queued', queued]] },
-      written,
-    );
-  } catch (error) {
-    await options.answered?.(null);
-    throw error;
-  }
+  return host(
+    deps,
+    run,
+    admission,
+    answer,
+    context,
+    { ...rest, leading: [...leading, ['thread.run.created', queued], ['thread.run.queued', queued]] },
+    written,
+  );
 }
 
 /** A run's request messages (`param`: where the request has them) as its thread's, their images checked. */
@@ -677,7 +670,16 @@ export async function retrieveRun(deps: RunCommandDeps, workspaceId: string, pat
   return reconcileRun(deps, await getRun(deps.db, workspaceId, path.threadId, path.runId));
 }
 
-/** Tool outputs for a run in requires_action: its next turn executes at once. */
+/**
+ * Tool outputs for a run in requires_action: its next turn executes at once. What the turn needs
+ * is read together, one round trip to a database server (the run, its steps, its virtual key, its
+ * thread's history, with the settings' generation when the request started on settings assumed
+ * unchanged), and its prompt is built from them with the outputs in, as the write will leave the
+ * step: so the provider is called beside that write, as a new run's is (startRun), and nothing of
+ * the turn is told before it commits. The write moves the run only from requires_action: a
+ * submission that another (or a cancel, or its expiry) got to first writes nothing, its provider
+ * call stops, and it is answered `run_not_active`.
+ */
 export async function submitToolOutputs(
   deps: RunCommandDeps,
   actor: Actor,
@@ -686,35 +688,78 @@ export async function submitToolOutputs(
   body: SubmitToolOutputsBody,
   context: RequestContext,
 ): Promise<RunAnswer> {
-  const run = await retrieveRun(deps, actor.workspaceId, path);
+  const { db, config } = deps;
+  // Their errors are reported in this order, whichever comes first: the run's 404 before anything
+  // else (the other reads, by the path's ids, are looked at only once the run is the workspace's).
+  const reads = [
+    getRun(db, actor.workspaceId, path.threadId, path.runId),
+    listSteps(db, path.runId),
+    getRunVirtualKey(db, path.runId),
+    readHistory(db, { workspaceId: actor.workspaceId, ...path }, config.GATEWAY_MAX_HISTORY_BYTES),
+  ] as const;
+  for (const read of reads) read.catch(() => undefined);
+  // Started on settings assumed unchanged, the submission asks whether its key is live (answered
+  // with the reads above) before anything else is told.
+  await keyLive(snapshot);
+  const run = await reconcileRun(deps, await reads[0]);
   if (run.status !== 'requires_action') {
     throw new ApiError('run_not_active', `Runs in status '${run.status}' do not accept tool outputs.`);
   }
-  const step = await toolCallsStepInProgress(deps.db, run.id);
+  const steps = await reads[1];
+  const step = toolCallsStepInProgress(steps, run.id);
   const outputs = matchToolOutputs(run, body.tool_outputs);
-  const key = await getVirtualKey(deps.db, run.virtualKeyId);
+  const key = await reads[2];
   if (!key || key.revokedAt !== null) {
     throw new ApiError('invalid_virtual_key', "The run's virtual key was revoked; the run cannot continue.");
   }
+  const history = await reads[3];
+  const at = deps.now();
+  const completed = withToolOutputs(step, outputs, at);
+  const turnSteps = steps.map((row) => (row.id === step.id ? completed : row));
   const admission = await admit(deps, actor, snapshot, key, run, nextTurn(deps, run, step, outputs));
-  const accepted = await unlessWritten(
+  const resumed: RunRow = {
+    ...run,
+    status: 'in_progress',
+    requiredAction: null,
+    leaseExpiresAt: at + leaseMs(config),
+    rateLimit: admission.ticket,
+  };
+  const prompt = laterTurnPrompt(resumed, history, turnSteps, config);
+  // The thread's history as the turn's prompt was built from it, the run's own steps placed in it:
+  // what the turn's answer, handed back, extends for the next run (answerHandedBack).
+  const handBack = answerHandedBack(
     deps,
-    admission,
-    acceptToolOutputs(deps.db, run.id, step, outputs, deps.now(), leaseMs(deps.config), admission.ticket),
+    resumed,
+    {
+      messages: history.messages,
+      steps: [...history.steps, ...turnSteps.map((row) => historyStep(row, run.createdAt))],
+    },
+    { answer: answerKind(body) },
   );
-  if (!accepted.run) {
+  const written = unlessWritten(deps, admission, acceptToolOutputs(db, resumed, completed)).then(async (moved) => {
+    if (moved) return;
     await settleTokens(deps, admission.ticket, 0);
     throw new ApiError(
       'run_not_active',
       'The run stopped waiting for tool outputs (they were submitted already, or it was cancelled or expired).',
     );
-  }
-  return host(deps, accepted.run, admission, body.stream === true ? 'stream' : 'queued', context, {
-    leading: [
-      ['thread.run.step.completed', toStepJson(accepted.step, accepted.run)],
-      ['thread.run.queued', toRunJson(asQueued(accepted.run))],
-    ],
   });
+  return host(
+    deps,
+    resumed,
+    admission,
+    answerKind(body),
+    context,
+    {
+      leading: [
+        ['thread.run.step.completed', toStepJson(completed, resumed)],
+        ['thread.run.queued', toRunJson(asQueued(resumed))],
+      ],
+      preloaded: { virtualKey: key, prompt, steps: turnSteps },
+      ...handBack,
+    },
+    written,
+  );
 }
 
 /**
@@ -751,6 +796,8 @@ export async function cancelRun(
  * (`ended`: the run as it is then, read back by the caller). `written`, the commit that puts it in
  * progress, may still be under way: the upstream call of a run streamed or waited for starts
  * meanwhile (RunHost.stream, RunHost.execute), and any answer leaves only once it has succeeded.
+ * When the host fails, a history held for the turn's answer (`answered`, answerHandedBack) is let
+ * go: the turn not made, or its answer lost, what the next run goes on from is read again.
  */
 async function host(
   deps: RunCommandDeps,
@@ -761,12 +808,17 @@ async function host(
   options: StreamOptions,
   written: Promise<unknown> = Promise.resolve(),
 ): Promise<RunAnswer> {
-  if (answer === 'queued') {
-    await written;
-    deps.runHost.start(run, { preloaded: options.preloaded }, context);
-    return { stream: false, run: asQueued(run), headers: admission.headers };
-  }
-  if (answer === 'ended') {
+  const events = answer === 'stream' ? deps.runHost.stream(run, options, context, written) : null;
+  try {
+    if (events) {
+      const [readable] = await Promise.all([events, written]);
+      return { stream: true, events: readable, headers: admission.headers };
+    }
+    if (answer === 'queued') {
+      await written;
+      deps.runHost.start(run, { preloaded: options.preloaded }, context);
+      return { stream: false, run: asQueued(run), headers: admission.headers };
+    }
     const executed = deps.runHost.execute(
       run,
       { preloaded: options.preloaded, answered: options.answered },
@@ -778,14 +830,10 @@ async function host(
     await written;
     await executed;
     return { stream: false, run, headers: admission.headers };
-  }
-  const events = deps.runHost.stream(run, options, context, written);
-  try {
-    const [readable] = await Promise.all([events, written]);
-    return { stream: true, events: readable, headers: admission.headers };
   } catch (error) {
     // A stream nobody will read (its execution ends at the failed commit, writing nothing).
-    events.then((readable) => readable.cancel()).catch(() => undefined);
+    events?.then((readable) => readable.cancel()).catch(() => undefined);
+    await options.answered?.(null);
     throw error;
   }
 }

@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, sql } from 'drizzle-orm';
+import { and, asc, eq, sql } from 'drizzle-orm';
 import type { Config } from '../../config';
 import {
   batchRaw,
@@ -10,7 +10,6 @@ import {
   preparedQueries,
   preparedQuery,
   rawOf,
-  rowOf,
   sqlOf,
   updateStatement,
   type BuiltStatement,
@@ -23,7 +22,7 @@ import type { RunStatus } from '../../db/run-statuses';
 import { ApiError } from '../../errors';
 import type { CursorListQuery } from '../../http/schemas';
 import type { ListWorkspaceRunsQuery } from './schemas';
-import type { ResponseRow, RunRow, TokenTicket } from '../../db/schema';
+import type { ResponseRow, RunRow, StepRow } from '../../db/schema';
 import type { ToolCallsDetails } from '../../db/json-columns';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 import { GENERATION_MOVED } from '../../db/settings-cache';
@@ -44,12 +43,12 @@ import {
  */
 
 /**
- * Rows as the app holds them (RunRow is in db/schema.ts, below the run host): every column but `seq`,
+ * Rows as the app holds them (RunRow and StepRow are in db/schema.ts, below the run host): every column but `seq`,
  * which orders a table's rows, is assigned by the database on insert and is never read back
  * (resources/runs/execution/rows.ts builds rows without it).
  */
 export type NewRun = typeof runs.$inferInsert;
-export type StepRow = Omit<typeof runSteps.$inferSelect, 'seq'>;
+export type { StepRow };
 export type NewStep = typeof runSteps.$inferInsert;
 export type MessageInsert = typeof messages.$inferInsert;
 
@@ -371,68 +370,64 @@ export type ToolCallsStep = StepRow & { stepDetails: ToolCallsDetails };
 const isToolCallsStep = (step: StepRow): step is ToolCallsStep => step.stepDetails.type === 'tool_calls';
 
 /** The tool-calls step a run in requires_action waits on. */
-export async function toolCallsStepInProgress(db: Db, runId: string): Promise<ToolCallsStep> {
-  const [step] = await toolCallsInProgress(db).all({ runId });
+/**
+ * The step of `steps` (a run's, in order) whose tool calls wait for their outputs: the last
+ * tool-calls step in progress of a run in requires_action.
+ */
+export function toolCallsStepInProgress(steps: StepRow[], runId: string): ToolCallsStep {
+  const step = steps.findLast((row) => row.type === 'tool_calls' && row.status === 'in_progress');
   if (!step || !isToolCallsStep(step))
     throw new Error(`run ${runId} requires action but has no tool-calls step in progress`);
   return step;
 }
 
-// Prepared: read on every submission of tool outputs.
-const toolCallsInProgress = preparedQuery((db) =>
-  db
-    .select()
-    .from(runSteps)
-    .where(
-      and(
-        eq(runSteps.runId, sql.placeholder('runId')),
-        eq(runSteps.type, 'tool_calls'),
-        eq(runSteps.status, 'in_progress'),
+/** `step` as the outputs complete it (acceptToolOutputs writes it so). */
+export function withToolOutputs(step: ToolCallsStep, outputs: Map<string, string>, at: number): ToolCallsStep {
+  return {
+    ...step,
+    status: 'completed',
+    completedAt: at,
+    stepDetails: {
+      ...step.stepDetails,
+      // The file searches the gateway ran in the same turn keep their results.
+      tool_calls: step.stepDetails.tool_calls.map((call) =>
+        call.type === 'function'
+          ? { ...call, function: { ...call.function, output: outputs.get(call.id) ?? null } }
+          : call,
       ),
-    )
-    .orderBy(desc(runSteps.seq))
-    .limit(1)
-    .prepare(),
-);
+    },
+  };
+}
 
 /**
- * Tool outputs in, run in progress again, in one transaction: the run moves only from
- * requires_action (so a second submit finds nothing to do), and the step takes the outputs only if
- * the run moved. The caller executes the run's next turn at once.
+ * Tool outputs in, run in progress again, in one transaction: the run takes `resumed`'s status,
+ * lease and reservation only from requires_action (so a second submit finds nothing to do), and
+ * the step (`completed`, withToolOutputs) takes the outputs only if the run moved. Answers whether
+ * it did. The caller executes the run's next turn.
  */
 export async function acceptToolOutputs(
   db: Db,
-  runId: string,
-  step: ToolCallsStep,
-  outputs: Map<string, string>,
-  at: number,
-  lease: number,
-  rateLimit: TokenTicket | null,
-): Promise<{ run: RunRow | null; step: StepRow }> {
-  const stepDetails: ToolCallsDetails = {
-    ...step.stepDetails,
-    // The file searches the gateway ran in the same turn keep their results.
-    tool_calls: step.stepDetails.tool_calls.map((call) =>
-      call.type === 'function'
-        ? { ...call, function: { ...call.function, output: outputs.get(call.id) ?? null } }
-        : call,
-    ),
-  };
-  const stepPatch = { status: 'completed' as const, completedAt: at, stepDetails };
+  resumed: Pick<RunRow, 'id' | 'status' | 'requiredAction' | 'leaseExpiresAt' | 'rateLimit'>,
+  completed: ToolCallsStep,
+): Promise<boolean> {
+  const { status, requiredAction, leaseExpiresAt, rateLimit } = resumed;
+  const { completedAt, stepDetails } = completed;
   // Raw statements (db/client.ts): on the path of every submission. The run goes back to
   // in_progress only from requires_action, and the step completes only if the run did.
-  const [resumed] = await batchRawResults(db, [
+  const [moved] = await batchRawResults(db, [
     updateStatement(
       runs,
-      { status: 'in_progress', requiredAction: null, leaseExpiresAt: at + lease, rateLimit },
-      runIn(runId, ['requires_action']),
-      { returning: true },
+      { status, requiredAction, leaseExpiresAt, rateLimit },
+      runIn(resumed.id, ['requires_action']),
     ),
-    updateStatement(runSteps, stepPatch, {
-      sql: `"id" = ? AND "status" = 'in_progress' AND (SELECT "status" FROM "runs" WHERE "runs"."id" = ?) = 'in_progress'`,
-      args: [step.id, runId],
-    }),
+    updateStatement(
+      runSteps,
+      { status: completed.status, completedAt, stepDetails },
+      {
+        sql: `"id" = ? AND "status" = 'in_progress' AND (SELECT "status" FROM "runs" WHERE "runs"."id" = ?) = ?`,
+        args: [completed.id, resumed.id, status],
+      },
+    ),
   ]);
-  const row = resumed?.rows[0];
-  return { run: row ? rowOf(runs, row) : null, step: { ...step, ...stepPatch } };
+  return (moved?.rowsAffected ?? 0) > 0;
 }

@@ -1,6 +1,6 @@
 import { and, asc, eq, ne, or, sql } from 'drizzle-orm';
 import { preparedQueries, rawQueryOf, type Db, type RawCondition } from '../../db/client';
-import { messages, responses, runs, runSteps, type History, type HistoryStep } from '../../db/schema';
+import { messages, responses, runs, runSteps, type History, type HistoryStep, type StepRow } from '../../db/schema';
 import type { MessageRow } from './queries';
 
 /**
@@ -16,6 +16,14 @@ import type { MessageRow } from './queries';
  * across threads): a chain branches without a copy, and a response kept out of the store
  * (`store: false`) takes only its own thread with it.
  */
+
+/** `step` of a run created at `runCreatedAt`, as a history holds it (what a read of it gives). */
+export function historyStep(
+  { id, runId, type, status, stepDetails }: Pick<StepRow, 'id' | 'runId' | 'type' | 'status' | 'stepDetails'>,
+  runCreatedAt: number,
+): HistoryStep {
+  return { id, runId, type, status, stepDetails, runCreatedAt };
+}
 
 /** Whose history: a thread of a workspace, for a turn of run `runId` (null: a run not created yet). */
 export interface HistoryOf {

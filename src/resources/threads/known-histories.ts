@@ -71,7 +71,8 @@ export class KnownHistories {
     const { messages, steps } = answering.history;
     this.#keep(answering.thread, {
       messages: [...messages, ...answer.messages],
-      steps: [...steps, ...answer.steps],
+      // The answer's message creations are kept where its run called tools, in this turn or before its outputs.
+      steps: placedSteps([...steps, ...answer.steps]),
       unconfirmed: answer.messages,
     });
   }

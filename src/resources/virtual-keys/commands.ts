@@ -1,6 +1,6 @@
 import { and, count, desc, eq, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
 import { insertWhere, preparedQuery, type Db } from '../../db/client';
-import { virtualKeys, workspaces, type VirtualKey } from '../../db/schema';
+import { runs, virtualKeys, workspaces, type VirtualKey } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { VIRTUAL_KEY_HEADER } from '../../http/middleware/virtual-key';
 import { newUuid } from '../../lib/ids';
@@ -579,12 +579,37 @@ export async function getVirtualKey(db: Db, id: string): Promise<VirtualKey | nu
   return row ? fromRow(row) : null;
 }
 
-// Prepared: read by every later turn of a run and every submission of tool outputs.
+// Prepared: read by every later turn of a run.
 const keyById = preparedQuery((db) =>
   db
     .select()
     .from(virtualKeys)
     .where(eq(virtualKeys.id, sql.placeholder('id')))
+    .limit(1)
+    .prepare(),
+);
+
+/**
+ * The key of run `runId`, revoked or not (as getVirtualKey): by the run's id, so that it is read
+ * beside the run itself, in the same round trip (a submission of tool outputs). Null when there
+ * is no such run, or its key is gone.
+ */
+export async function getRunVirtualKey(db: Db, runId: string): Promise<VirtualKey | null> {
+  const [row] = await keyOfRun(db).all({ runId });
+  return row ? fromRow(row) : null;
+}
+
+// Prepared: read by every submission of tool outputs.
+const keyOfRun = preparedQuery((db) =>
+  db
+    .select()
+    .from(virtualKeys)
+    .where(
+      eq(
+        virtualKeys.id,
+        sql`(SELECT ${runs.virtualKeyId} FROM ${runs} WHERE ${runs.id} = ${sql.placeholder('runId')})`,
+      ),
+    )
     .limit(1)
     .prepare(),
 );

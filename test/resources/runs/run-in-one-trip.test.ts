@@ -543,51 +543,210 @@ describe('a thread whose history was read: known from its run on', () => {
   });
 });
 
-describe('a thread with a tool exchange: known from the run after it, the calls and outputs in its prompt', () => {
-  it('guesses the run after one whose prompt read the call and its output, the prompt as the path of reads sends it', async () => {
-    const { key, openai, assistantId } = await setup();
-    await warm(openai, assistantId);
+describe('a thread with a tool exchange: the calls and outputs in the prompt of the run after it', () => {
+  /** A thread whose run called a function and was given its output, `streamed` or polled; the run done. */
+  async function afterToolExchange(openai: OpenAI, assistantId: string, streamedOutputs: boolean) {
     const thread = await openai.beta.threads.create();
     const waiting = await waitingForOutputs(openai, assistantId, thread.id);
     expect(waiting.status).toBe('requires_action');
     const call = defined(waiting.required_action?.submit_tool_outputs.tool_calls[0]);
-    const done = await openai.beta.threads.runs.submitToolOutputsAndPoll(
-      waiting.id,
-      { thread_id: thread.id, tool_outputs: [{ tool_call_id: call.id, output: 'sunny' }] },
-      POLL,
-    );
+    const submission = { thread_id: thread.id, tool_outputs: [{ tool_call_id: call.id, output: 'sunny' }] };
+    const done = streamedOutputs
+      ? await openai.beta.threads.runs.submitToolOutputsStream(waiting.id, submission).finalRun()
+      : await openai.beta.threads.runs.submitToolOutputsAndPoll(waiting.id, submission, POLL);
     expect(done.status).toBe('completed');
     await gateway.tasks.drain(10_000);
-    // Not known after a run that waited for outputs: read beside its write, its answer seen.
-    await streamed(`/v1/threads/${thread.id}/runs`, key, {
-      assistant_id: assistantId,
-      additional_messages: [{ role: 'user', content: 'second words' }],
-    });
-    const { seen, answer } = await whileDatabaseHeld(proxy, upstream, () =>
-      streamed(`/v1/threads/${thread.id}/runs`, key, {
-        assistant_id: assistantId,
-        additional_messages: [{ role: 'user', content: 'third words' }],
-      }),
-    );
-    expect(seen.called).toBe(1);
-    expect(deltaText(answer.events)).toBe('You said: third words');
-    const sent = defined(upstream.requests.at(-1)).body?.messages as {
+    return { thread, call };
+  }
+
+  /** The messages of the provider's last request, the call's id as `call`. */
+  const lastPrompt = (callId: string) =>
+    JSON.parse(JSON.stringify(defined(upstream.requests.at(-1)).body?.messages).replaceAll(callId, 'call')) as {
       role: string;
-      tool_call_id?: string;
-      tool_calls?: { id: string }[];
     }[];
-    expect(sent.map((message) => message.role)).toEqual([
+
+  it('knows the thread from a streamed submission on: the next run called beside its write, its prompt the one the path of reads sends', async () => {
+    const { key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const next = { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'second words' }] };
+    // Polled, the submission is not handed back: the next run reads the thread beside its write.
+    const polled = await afterToolExchange(openai, assistantId, false);
+    const read = await streamed(`/v1/threads/${polled.thread.id}/runs`, key, next);
+    expect(deltaText(read.events)).toBe('You said: second words');
+    const readPrompt = lastPrompt(polled.call.id);
+    expect(readPrompt.map((message) => message.role)).toEqual([
       'system',
       'user',
       'assistant',
       'tool',
       'assistant',
       'user',
+    ]);
+    expect(readPrompt[3]).toMatchObject({ role: 'tool', tool_call_id: 'call', content: 'sunny' });
+
+    // Streamed, its answer is handed back: the thread is known, the next run made from it.
+    const handed = await afterToolExchange(openai, assistantId, true);
+    const guessed = await whileDatabaseHeld(proxy, upstream, () =>
+      streamed(`/v1/threads/${handed.thread.id}/runs`, key, next),
+    );
+    expect(guessed.seen.called).toBe(1);
+    expect(deltaText(guessed.answer.events)).toBe('You said: second words');
+    expect(lastPrompt(handed.call.id)).toEqual(readPrompt);
+  });
+
+  it('knows it when the turn before the outputs said something first: the prompt the one the path of reads sends', async () => {
+    const { key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create();
+    // A first turn that says something, then calls the function: text before the calls.
+    const waiting = await openai.beta.threads.runs.createAndPoll(
+      thread.id,
+      {
+        assistant_id: assistantId,
+        additional_messages: [
+          { role: 'user', content: `Weather?\n${fakeDirective({ reply: 'Let me look.', tool_calls: 1 })}` },
+        ],
+      },
+      POLL,
+    );
+    expect(waiting.status).toBe('requires_action');
+    const call = defined(waiting.required_action?.submit_tool_outputs.tool_calls[0]);
+    await openai.beta.threads.runs
+      .submitToolOutputsStream(waiting.id, {
+        thread_id: thread.id,
+        tool_outputs: [{ tool_call_id: call.id, output: 'sunny' }],
+      })
+      .finalRun();
+    await gateway.tasks.drain(10_000);
+    const next = { assistant_id: assistantId, additional_messages: [{ role: 'user', content: 'second words' }] };
+    const guessed = await whileDatabaseHeld(proxy, upstream, () =>
+      streamed(`/v1/threads/${thread.id}/runs`, key, next),
+    );
+    expect(guessed.seen.called).toBe(1);
+    const known = lastPrompt(call.id);
+    // The same thread read: forgotten here, its next run reads it.
+    knownHistories(gateway.deps.db)?.forget(thread.id);
+    await openai.beta.threads.messages.create(thread.id, { role: 'user', content: 'third words' });
+    await streamed(`/v1/threads/${thread.id}/runs`, key, { assistant_id: assistantId });
+    const readPrompt = lastPrompt(call.id);
+    expect(known.map((message) => message.role)).toEqual([
+      'system',
+      'user',
+      'assistant',
+      'assistant',
+      'tool',
       'assistant',
       'user',
     ]);
-    expect(sent[2]?.tool_calls?.[0]?.id).toBe(call.id);
+    // The read prompt is the known one, the second run's answer and the third words after it.
+    expect(readPrompt.slice(0, known.length)).toEqual(known);
+    expect(readPrompt.slice(known.length).map((message) => message.role)).toEqual(['assistant', 'user']);
+  });
+});
+
+/** The run's tool-calls step that waits for its outputs. */
+async function waitingStep(openai: OpenAI, run: { id: string; thread_id: string }) {
+  const steps = (await openai.beta.threads.runs.steps.list(run.id, { thread_id: run.thread_id })).data;
+  return defined(steps.find((step) => step.type === 'tool_calls' && step.status === 'in_progress'));
+}
+
+describe('tool outputs submitted: what the turn needs read in one round trip, the provider called beside the write', () => {
+  it('reads once, then calls the provider while the write that takes the outputs is at the database: 3 round trips in all', async () => {
+    const { key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create();
+    const waiting = await waitingForOutputs(openai, assistantId, thread.id);
+    expect(waiting.status).toBe('requires_action');
+    const call = defined(waiting.required_action?.submit_tool_outputs.tool_calls[0]);
+    const step = await waitingStep(openai, waiting);
+    await gateway.tasks.drain(10_000);
+    const before = proxy.count;
+    // The write names the step (its outputs); the reads before it name the run.
+    proxy.holdContaining(step.id);
+    let answer: Awaited<ReturnType<typeof streamed>>;
+    try {
+      const submitted = streamed(`/v1/threads/${thread.id}/runs/${waiting.id}/submit_tool_outputs`, key, {
+        stream: true,
+        tool_outputs: [{ tool_call_id: call.id, output: 'sunny' }],
+      });
+      submitted.catch(() => undefined);
+      const seen = await waitFor(
+        () => ({
+          called: JSON.stringify(upstream.requests.at(-1)?.body?.messages),
+          held: proxy.heldContaining(step.id),
+        }),
+        (state) => state.held > 0 && state.called.includes('sunny'),
+      );
+      // The provider was called with the outputs while the write waited at the database.
+      expect(seen.held).toBe(1);
+      expect(seen.called).toContain('sunny');
+      // Nothing of the turn is told before its write commits.
+      expect(upstream.requests.at(-1)?.outcome).toBe('open');
+      proxy.release(step.id);
+      answer = await submitted;
+    } finally {
+      proxy.release(step.id);
+    }
+    expect(answer.events.slice(0, 3).map((event) => event.event)).toEqual([
+      'thread.run.step.completed',
+      'thread.run.queued',
+      'thread.run.in_progress',
+    ]);
+    expect(answer.events.at(-2)?.event).toBe('thread.run.completed');
+    const sent = defined(upstream.requests.at(-1)).body?.messages as { role: string }[];
+    expect(sent.map((message) => message.role)).toEqual(['system', 'user', 'assistant', 'tool']);
     expect(sent[3]).toMatchObject({ role: 'tool', tool_call_id: call.id, content: 'sunny' });
+    await gateway.tasks.drain(10_000);
+    await proxy.quiet();
+    // The reads, the write beside the provider's call, the turn's end.
+    expect(proxy.count - before).toBe(3);
+  });
+
+  it('answers run_not_active to the second of two submissions at once: its provider call stopped, the outputs written once', async () => {
+    const { key, openai, assistantId } = await setup();
+    await warm(openai, assistantId);
+    const thread = await openai.beta.threads.create();
+    const waiting = await waitingForOutputs(openai, assistantId, thread.id);
+    const call = defined(waiting.required_action?.submit_tool_outputs.tool_calls[0]);
+    const step = await waitingStep(openai, waiting);
+    const calls = upstream.requests.length;
+    proxy.holdContaining(step.id);
+    const submit = (output: string) =>
+      gateway.request(`/v1/threads/${thread.id}/runs/${waiting.id}/submit_tool_outputs`, {
+        key,
+        body: { stream: true, tool_outputs: [{ tool_call_id: call.id, output }] },
+      });
+    let answers: Response[];
+    try {
+      const both = Promise.all([submit('first'), submit('second')]);
+      both.catch(() => undefined);
+      // Both read the run waiting, and called the provider beside their writes.
+      const seen = await waitFor(
+        () => ({ called: upstream.requests.length - calls, held: proxy.heldContaining(step.id) }),
+        (state) => state.called === 2 && state.held === 2,
+      );
+      expect(seen).toEqual({ called: 2, held: 2 });
+      proxy.release(step.id);
+      answers = await both;
+    } finally {
+      proxy.release(step.id);
+    }
+    const statuses = answers.map((response) => response.status).sort();
+    expect(statuses).toEqual([200, 400]);
+    const refused = defined(answers.find((response) => response.status === 400));
+    expect((await errorOf(refused)).code).toBe('run_not_active');
+    const streamedAnswer = parseEventStream(await defined(answers.find((response) => response.status === 200)).text());
+    expect(streamedAnswer.at(-2)?.event).toBe('thread.run.completed');
+    await gateway.tasks.drain(10_000);
+    // The refused one's provider call was stopped; the run answered once, with one of the outputs.
+    const outcomes = upstream.requests.slice(calls).map((request) => request.outcome);
+    expect(outcomes.sort()).toEqual(['cancelled', 'completed']);
+    const stored = await openai.beta.threads.runs.steps.retrieve(step.id, { thread_id: thread.id, run_id: waiting.id });
+    const output = stored.step_details.type === 'tool_calls' ? stored.step_details.tool_calls[0] : undefined;
+    expect(output?.type === 'function' && output.function.output).toMatch(/^(first|second)$/);
+    const run = await openai.beta.threads.runs.retrieve(waiting.id, { thread_id: thread.id });
+    expect(run.status).toBe('completed');
+    expect(await countOf('messages', thread.id)).toBe(2);
   });
 });
 

@@ -75,9 +75,10 @@ export async function keyLive(settings: Settings): Promise<void> {
  *   run first and asks keyLive with them, before its admission (resources/runs/commands.ts): the
  *   generation is read only if the guard fails, if there is no guarded write, or if the request
  *   ends before it writes; a new thread with its run (POST /v1/threads/runs), likewise led by
- *   the guard, or asking keyLive first; and a response created (POST /v1/responses), whose write
- *   is led by the guard when its input needs no read, or which otherwise confirms the settings
- *   before anything else (resources/responses/commands.ts).
+ *   the guard, or asking keyLive first; tool outputs submitted, which read the run, its steps, its
+ *   key and its thread's history and ask keyLive with them, before its admission; and a response
+ *   created (POST /v1/responses), whose write is led by the guard when its input needs no read, or
+ *   which otherwise confirms the settings before anything else (resources/responses/commands.ts).
  * An assistant is read from memory once the generation is known (one round trip either way), and
  * anything else reads the generation first.
  */
@@ -85,13 +86,16 @@ function provisionalCheck(method: string, path: string): 'now' | 'on demand' | n
   if (method === 'GET' || method === 'HEAD') return PROVISIONAL_READS.test(path) ? 'now' : null;
   if (method !== 'POST') return null;
   if (PROVIDER_CALLS.has(path)) return 'now';
-  return RUN_ON_THREAD.test(path) || MESSAGE_ON_THREAD.test(path) || WRITES_GUARDED.has(path) ? 'on demand' : null;
+  return RUN_ON_THREAD.test(path) || MESSAGE_ON_THREAD.test(path) || TOOL_OUTPUTS.test(path) || WRITES_GUARDED.has(path)
+    ? 'on demand'
+    : null;
 }
 const PROVIDER_CALLS = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/moderations']);
 const WRITES_GUARDED = new Set(['/v1/threads/runs', '/v1/responses']);
 const PROVISIONAL_READS = /^\/v1\/(threads|conversations|responses)\//;
 const RUN_ON_THREAD = /^\/v1\/threads\/[^/]+\/runs$/;
 const MESSAGE_ON_THREAD = /^\/v1\/threads\/[^/]+\/messages$/;
+const TOOL_OUTPUTS = /^\/v1\/threads\/[^/]+\/runs\/[^/]+\/submit_tool_outputs$/;
 
 /** The token of `Bearer <token>` (the scheme is case-insensitive, RFC 9110); undefined otherwise. */
 function bearerToken(authorization: string | undefined): string | undefined {

@@ -24,7 +24,7 @@ import type { StreamOptions } from '../../../deps';
 import { holdLease } from './lease';
 import { Outbox } from './outbox';
 import { completionBudget, NO_USAGE, sumUsage, turnOutcome } from './outcome';
-import { buildPrompt, promptLimits } from './prompt';
+import { laterTurnPrompt } from './prompt';
 import type { Prompt } from '../../../providers/types';
 import type { RunDeps } from './run-deps';
 import { chargeRun, failRunAlone, logRunEnd, settleRun } from './settle';
@@ -203,7 +203,7 @@ class Execution {
       throw new UpstreamError('address', `The virtual key's base_url is not allowed: ${addressProblem}`);
 
     let { prompt, steps } = this.#preloaded
-      ? { prompt: this.#preloaded.prompt, steps: NO_STEPS }
+      ? { prompt: this.#preloaded.prompt, steps: this.#preloaded.steps ?? NO_STEPS }
       : await this.#laterTurn();
     const secret = await decryptVirtualKeySecret(this.#deps.secrets, virtualKey);
 
@@ -276,8 +276,7 @@ class Execution {
       ),
       listSteps(db, run.id),
     ]);
-    const earlier = sumUsage(steps.map((step) => step.usage));
-    return { steps, prompt: buildPrompt(run, history, steps, promptLimits(run, earlier.prompt_tokens, config)) };
+    return { steps, prompt: laterTurnPrompt(run, history, steps, config) };
   }
 
   /**

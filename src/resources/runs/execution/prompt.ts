@@ -7,6 +7,7 @@ import type { StepRow } from '../queries';
 import type { History, HistoryStep, RunRow } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { timeline } from '../../threads/timeline';
+import { sumUsage } from './outcome';
 
 /**
  * A turn's prompt, from the thread's history: pure decisions, kept apart from the reads
@@ -51,6 +52,21 @@ export function promptLimits(
     historyBytes: config.GATEWAY_MAX_HISTORY_BYTES,
     requestBytes: config.GATEWAY_MAX_UPSTREAM_REQUEST_BYTES - REQUEST_FIELDS_BYTES,
   };
+}
+
+/**
+ * The prompt of a later turn of `run` (after tool outputs, or a round of the gateway's tools): its
+ * thread's history and the run's own steps so far, what its earlier turns were sent taken from
+ * the prompt tokens it may use.
+ */
+export function laterTurnPrompt(
+  run: Pick<RunRow, 'createdAt' | 'instructions' | 'tools' | 'truncationStrategy' | 'maxPromptTokens'>,
+  history: History,
+  steps: StepRow[],
+  config: Pick<Config, 'GATEWAY_MAX_HISTORY_BYTES' | 'GATEWAY_MAX_UPSTREAM_REQUEST_BYTES'>,
+): Prompt {
+  const earlier = sumUsage(steps.map((step) => step.usage));
+  return buildPrompt(run, history, steps, promptLimits(run, earlier.prompt_tokens, config));
 }
 
 /**

@@ -17,6 +17,7 @@ import type { MessageContent } from '../../../db/schema';
 import type { MessageRow } from '../../threads/queries';
 import { toStepJson } from '../wire';
 import { toMessageJson } from '../../threads/wire';
+import { historyStep } from '../../threads/history';
 import { citations, searchedArguments, type CitationSource } from './file-search';
 import { filePaths } from './code-interpreter';
 import { hostedCall, type HostedCall, type HostedKind } from './hosted-tools';
@@ -365,19 +366,16 @@ export class TurnAnswer {
   /**
    * What the turn wrote, over all its rounds, as its commits stored it, for the run's Answered
    * (deps.ts): its messages (their content as messageUpdate writes it: the figures, then the text
-   * and its annotations); and when it called tools (the gateway's, answered in its rounds, or, a
-   * response's, the client's functions it ended on: handOver), its steps, tool calls and message
-   * creations, in the order they were opened, which places the calls among the messages. Null
+   * and its annotations); and its steps, tool calls (the gateway's, answered in its rounds, or, a
+   * response's, the client's functions it ended on: handOver) and message creations, in the order
+   * they were opened, which places the calls among the messages. Null
    * before it ended so (a step not completed, a message not closed), or when the turn kept more
    * than `maxBytes` of answer (its text is not joined then), or its steps' details are more.
    */
   handedBack(maxBytes: number): History | null {
     if (this.#answerBytes > maxBytes) return null;
     const runCreatedAt = this.#run().createdAt;
-    const placed = ({ id, runId, type, status, stepDetails }: StepRow): HistoryStep => ({
-      ...{ id, runId, type, status, stepDetails },
-      runCreatedAt,
-    });
+    const placed = (step: StepRow) => historyStep(step, runCreatedAt);
     const messages: MessageRow[] = [];
     const steps: HistoryStep[] = [];
     let detailsBytes = 0;
@@ -394,8 +392,9 @@ export class TurnAnswer {
     }
     if (messages.length === 0 && detailsBytes === 0) return null;
     if (detailsBytes > maxBytes) return null;
-    // A turn that called no tool needs none of its steps: its messages are in their order.
-    return { messages, steps: detailsBytes === 0 ? [] : steps };
+    // Its message creations too when it called no tool: they place the calls of an earlier turn
+    // of the run (before its tool outputs), which the known history keeps them for (placedSteps).
+    return { messages, steps };
   }
 
   /**
