@@ -39,3 +39,21 @@ export async function gatewaysOnSqld(upstream: FakeUpstream) {
     },
   };
 }
+
+/**
+ * The round trips to the database `task` makes through `proxy`, counted from a quiet database
+ * until it is quiet again: the writes after an answer (a run's last ones) included.
+ */
+export async function roundTrips(
+  gateway: TestGateway,
+  proxy: DatabaseProxy,
+  task: () => Promise<unknown>,
+): Promise<number> {
+  await gateway.tasks.drain(10_000);
+  await proxy.quiet();
+  const before = proxy.count;
+  await task();
+  await gateway.tasks.drain(10_000);
+  await proxy.quiet();
+  return proxy.count - before;
+}

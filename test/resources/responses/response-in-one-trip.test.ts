@@ -6,7 +6,7 @@ import { defined } from '../../support/defined';
 import { errorOf, json } from '../../support/envelope';
 import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
 import type { Tenant, TestGateway } from '../../support/gateway';
-import { gatewaysOnSqld } from '../../support/gateways-on-sqld';
+import { gatewaysOnSqld, roundTrips as countedRoundTrips } from '../../support/gateways-on-sqld';
 import { createPolicy } from '../../support/ratelimit';
 import { parseEventStream } from '../../support/sse';
 import { waitFor } from '../../support/wait';
@@ -115,15 +115,7 @@ const tallies = async (tenant: Tenant) => ({
 });
 
 /** The round trips to the database `task` makes, its response's last writes included. */
-async function roundTrips(task: () => Promise<unknown>): Promise<number> {
-  await gateway.tasks.drain(10_000);
-  await proxy.quiet();
-  const before = proxy.count;
-  await task();
-  await gateway.tasks.drain(10_000);
-  await proxy.quiet();
-  return proxy.count - before;
-}
+const roundTrips = (task: () => Promise<unknown>) => countedRoundTrips(gateway, proxy, task);
 
 describe('a response whose input needs no read: the provider called beside its write', () => {
   it('calls the provider once while the write is at the database, and tells nothing before it commits', async () => {

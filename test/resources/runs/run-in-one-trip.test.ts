@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { createClient, type Client } from '@libsql/client';
+import type { Client } from '@libsql/client';
 import type OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startSqld, type RunningSqld } from '../../../scripts/sqld';
-import { DatabaseProxy, whileDatabaseHeld } from '../../support/database-proxy';
+import { whileDatabaseHeld, type DatabaseProxy } from '../../support/database-proxy';
+import { gatewaysOnSqld, roundTrips as countedRoundTrips } from '../../support/gateways-on-sqld';
 import { defined } from '../../support/defined';
 import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
-import { createTestGateway, errorOf, type TestGateway } from '../../support/gateway';
+import { errorOf, type TestGateway } from '../../support/gateway';
 import { createPolicy, usedBy } from '../../support/ratelimit';
 import { WEATHER_TOOL } from '../../support/runs';
 import { deltaText, parseEventStream } from '../../support/sse';
@@ -23,27 +23,18 @@ import { knownHistories } from '../../../src/resources/threads/known-histories';
  * would, straight in the database, between the run that filled the memory and the next one.
  */
 
-let sqld: RunningSqld;
-let proxy: DatabaseProxy & { url: string };
+let proxy: DatabaseProxy;
 let gateway: TestGateway;
+/** Another gateway on the same database, whose changes this one learns only from the database. */
+let other: TestGateway;
 let elsewhere: Client;
+let close: () => Promise<void>;
 const upstream = createFakeUpstream();
 
 beforeAll(async () => {
-  sqld = await startSqld();
-  proxy = await DatabaseProxy.start({ target: sqld.url });
-  gateway = await createTestGateway({
-    env: { LIBSQL_URL: proxy.url, GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64') },
-    deps: { fetch: upstream.fetch },
-  });
-  elsewhere = createClient({ url: sqld.url });
+  ({ proxy, gateway, other, elsewhere, close } = await gatewaysOnSqld(upstream));
 });
-afterAll(async () => {
-  elsewhere.close();
-  await gateway.close();
-  await proxy.close();
-  await sqld.stop();
-});
+afterAll(() => close());
 afterEach(async () => {
   expect(await gateway.tasks.drain(30_000)).toBe(true);
 });
@@ -92,13 +83,7 @@ const countOf = async (table: 'messages' | 'runs', threadId: string) =>
   );
 
 /** The round trips to the database `task` makes, its run's last writes included. */
-async function roundTrips(task: () => Promise<unknown>): Promise<number> {
-  await gateway.tasks.drain(10_000);
-  const before = proxy.count;
-  await task();
-  await gateway.tasks.drain(10_000);
-  return proxy.count - before;
-}
+const roundTrips = (task: () => Promise<unknown>) => countedRoundTrips(gateway, proxy, task);
 
 describe('a run on a thread in one round trip to a database server', () => {
   it("makes the SDK's turn (a message, a streamed run, the messages listed) in 4 round trips", async () => {
@@ -203,15 +188,8 @@ describe('a policy made by another gateway', () => {
     await warm(openai, assistantId);
     // Made before: the runs are the first requests after the change.
     const threads = [await openai.beta.threads.create(), await openai.beta.threads.create()];
-    const another = await createTestGateway({
-      env: { LIBSQL_URL: sqld.url, GATEWAY_ENCRYPTION_KEY: randomBytes(32).toString('base64') },
-    });
-    try {
-      // By the day: a minute's window could turn between the two runs, and the second be the first of its window.
-      await createPolicy(another, tenant, { value: 1, unit: 'rpd' });
-    } finally {
-      await another.close();
-    }
+    // By the day: a minute's window could turn between the two runs, and the second be the first of its window.
+    await createPolicy(other, tenant, { value: 1, unit: 'rpd' });
     const runOn = (thread: { id: string }) =>
       gateway.request(`/v1/threads/${thread.id}/runs`, {
         key: tenant.workspaceKey,
