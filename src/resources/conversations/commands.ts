@@ -6,10 +6,10 @@ import { deleteThread, whileIdle, type ReconcileRun, type ThreadCommandDeps } fr
 import { deleteMessage, insertThread, threadIdle, updateThread, type ThreadRow } from '../threads/queries';
 import { newThread } from '../threads/rows';
 import { threadItemWrites, type ThreadItemWrites } from './items';
-import type { ConversationItem } from './objects';
+import type { ConversationItem, ConversationItemList } from './objects';
 import { forgetReasoning, getConversation, outputStatements } from './queries';
-import type { CreateConversationBody, InputItem, UpdateConversationBody } from './schemas';
-import { getItem } from './thread-items';
+import type { CreateConversationBody, InputItem, ItemInclude, UpdateConversationBody } from './schemas';
+import { getItem, listItems, type ItemPageQuery } from './thread-items';
 import { knownHistories } from '../threads/known-histories';
 import { toMessageItem, toolItemId, parseReasoningItemId, parseToolItemId } from './wire';
 
@@ -19,6 +19,38 @@ import { toMessageItem, toolItemId, parseReasoningItemId, parseToolItemId } from
  * thread's messages and its tool steps' outputs (items.ts), refused while a run holds the thread,
  * as the thread's messages are (threads/commands.ts, whileIdle).
  */
+
+/**
+ * GET /v1/conversations/{id}/items: a page of its items (listItems), read beside the conversation,
+ * by the path's id (one round trip less to a database server): looked at only once the
+ * conversation is found the workspace's, whose 404 comes first.
+ */
+export async function listConversationItems(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  query: ItemPageQuery,
+  include: readonly ItemInclude[],
+): Promise<ConversationItemList> {
+  return besideConversation(db, workspaceId, id, listItems(db, { id, workspaceId }, query, include));
+}
+
+/** GET /v1/conversations/{id}/items/{item_id}: the item (getItem), read beside the conversation, as listConversationItems. */
+export async function retrieveConversationItem(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  itemId: string,
+  include: readonly ItemInclude[],
+): Promise<ConversationItem> {
+  return besideConversation(db, workspaceId, id, getItem(db, { id, workspaceId }, itemId, include));
+}
+
+async function besideConversation<T>(db: Db, workspaceId: string, id: string, read: Promise<T>): Promise<T> {
+  read.catch(() => undefined);
+  await getConversation(db, workspaceId, id);
+  return read;
+}
 
 /** POST /v1/conversations: the thread and its first items, in one transaction. */
 export async function createConversation(

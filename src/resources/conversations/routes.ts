@@ -5,7 +5,15 @@ import { deletedObject } from '../../http/objects';
 import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { workspace } from '../identities/middleware/workspace';
 import type { ReconcileRun } from '../threads/commands';
-import { addItems, createConversation, deleteConversation, deleteItem, updateConversation } from './commands';
+import {
+  addItems,
+  createConversation,
+  deleteConversation,
+  deleteItem,
+  listConversationItems,
+  retrieveConversationItem,
+  updateConversation,
+} from './commands';
 import { conversationItem, conversationItemList, conversationObject } from './objects';
 import { getConversation } from './queries';
 import {
@@ -16,7 +24,6 @@ import {
   listItemsQuery,
   updateConversationBody,
 } from './schemas';
-import { getItem, listItems } from './thread-items';
 import { toConversationJson, toItemList } from './wire';
 
 /**
@@ -89,10 +96,10 @@ export const conversationRoutes = (reconcileRun: ReconcileRun) =>
         responds({ summary: 'List conversation items', ok: conversationItemList }),
         validate('query', listItemsQuery),
         async (c) => {
-          const { db } = c.get('deps');
-          const thread = await getConversation(db, c.get('actor').workspaceId, c.req.param('conversation_id'));
           const query = c.req.valid('query');
-          return c.json(await listItems(db, thread, query, includesOf(query)));
+          const { workspaceId } = c.get('actor');
+          const id = c.req.param('conversation_id');
+          return c.json(await listConversationItems(c.get('deps').db, workspaceId, id, query, includesOf(query)));
         },
       )
       .get(
@@ -100,9 +107,11 @@ export const conversationRoutes = (reconcileRun: ReconcileRun) =>
         responds({ summary: 'Retrieve a conversation item', ok: conversationItem }),
         validate('query', includeQuery),
         async (c) => {
-          const { db } = c.get('deps');
-          const thread = await getConversation(db, c.get('actor').workspaceId, c.req.param('conversation_id'));
-          return c.json(await getItem(db, thread, c.req.param('item_id'), includesOf(c.req.valid('query'))));
+          const { conversation_id: id, item_id: itemId } = c.req.param();
+          const include = includesOf(c.req.valid('query'));
+          return c.json(
+            await retrieveConversationItem(c.get('deps').db, c.get('actor').workspaceId, id, itemId, include),
+          );
         },
       )
       .delete(

@@ -102,11 +102,18 @@ async function itemsOf(
   });
 }
 
-/** One page of the conversation's items: `after` an item's id, in `order`, at most `limit`. */
+/** Which page of a conversation's items: `after` an item's id, in `order`, at most `limit`. */
+export interface ItemPageQuery {
+  limit: number;
+  order: 'asc' | 'desc';
+  after?: string | undefined;
+}
+
+/** One page of the conversation's items (ItemPageQuery). */
 export async function listItems(
   db: Db,
   thread: ThreadKey,
-  query: { limit: number; order: 'asc' | 'desc'; after?: string | undefined },
+  query: ItemPageQuery,
   include: readonly ItemInclude[],
 ): Promise<ConversationItemList> {
   const refs = await itemRefs(db, thread);

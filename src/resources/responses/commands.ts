@@ -62,7 +62,7 @@ import {
 } from '../threads/known-histories';
 import { newThread } from '../threads/rows';
 import { checkToolResources } from '../vector-stores/tool-resources';
-import type { ResponseItemObject, ResponseObject } from './objects';
+import type { ResponseObject } from './objects';
 import { deleteResponseRow, getResponseRow, responseNotFound, responseThread, runMessages } from './queries';
 import { ownContainer, runningContainer, userFiles } from '../containers/commands';
 import { upsertContainerFile } from '../containers/queries';
@@ -918,9 +918,12 @@ export async function retrieveResponse(
   workspaceId: string,
   id: string,
 ): Promise<ResponseObject> {
+  // Read together (one round trip to a database server): what is read by the id is looked at only
+  // once the response is found the workspace's, whose 404 comes first.
+  const reads = responseReads(deps, id);
   const row = await getResponseRow(deps.db, workspaceId, id);
   if (!row.stored) throw responseNotFound(id);
-  return responseJson(deps, row);
+  return responseJson(deps, row, reads);
 }
 
 /** How often a replay waiting for a background response to end looks at it again. */
@@ -973,19 +976,29 @@ export async function streamResponse(
  * together (one round trip to a database server: coalescing-client.ts); a run settled now because
  * its executor was lost (reconcileRun) has its output read again, as settling left it.
  */
-async function responseJson(deps: ResponseCommandDeps, row: ResponseRow): Promise<ResponseObject> {
-  const output = outputOf(deps, row);
-  output.catch(() => undefined);
-  const run = await getRunById(deps.db, row.id);
-  if (!run) throw responseNotFound(row.id);
-  const now = await reconcileRun(deps, run);
-  return toResponseJson(now, row, await (now === run ? output : outputOf(deps, row)));
+/** What a response's object reads besides its row, all by the response's id: its run, steps and messages. */
+function responseReads(deps: ResponseCommandDeps, id: string) {
+  const reads = { run: getRunById(deps.db, id), steps: listSteps(deps.db, id), messages: runMessages(deps.db, id) };
+  for (const read of Object.values(reads)) read.catch(() => undefined);
+  return reads;
 }
 
-async function outputOf(deps: ResponseCommandDeps, row: ResponseRow): Promise<ResponseItemObject[]> {
-  const [steps, messages] = await Promise.all([listSteps(deps.db, row.id), runMessages(deps.db, row.id)]);
+/**
+ * The response's object from `reads` (issued beside its row's read, or now): its run as it really
+ * stands. A run settled just now (left behind) settled its steps and messages with it: they are read again.
+ */
+async function responseJson(
+  deps: ResponseCommandDeps,
+  row: ResponseRow,
+  reads = responseReads(deps, row.id),
+): Promise<ResponseObject> {
+  const run = await reads.run;
+  if (!run) throw responseNotFound(row.id);
+  const now = await reconcileRun(deps, run);
+  const { steps, messages } = now === run ? reads : responseReads(deps, row.id);
   const include = ITEM_INCLUDES.filter((value) => row.options.include?.includes(value));
-  return runOutputItems(steps, new Map(messages.map((message) => [message.id, message])), include);
+  const byId = new Map((await messages).map((message) => [message.id, message]));
+  return toResponseJson(now, row, runOutputItems(await steps, byId, include));
 }
 
 /** DELETE /v1/responses/{id}. Its items stay in its conversation, as OpenAI's do. */

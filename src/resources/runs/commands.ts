@@ -609,8 +609,12 @@ export async function blockingRun(
 
 /** GET /v1/threads/{thread_id}/runs: a page of the thread's runs, each as it really stands. */
 export async function listRuns(deps: RunCommandDeps, workspaceId: string, threadId: string, query: CursorListQuery) {
-  const thread = await getThread(deps.db, workspaceId, threadId);
-  return reconciled(deps, await listRunsPage(deps.db, thread.id, query));
+  // Read together (one round trip to a database server): the page, by the path's thread id, is
+  // looked at only once the thread is the workspace's, whose 404 comes first.
+  const page = listRunsPage(deps.db, threadId, query);
+  page.catch(() => undefined);
+  await getThread(deps.db, workspaceId, threadId);
+  return reconciled(deps, await page);
 }
 
 /** GET /v1/runs: a page of the workspace's runs across its threads, each settled as listRuns settles them. */
@@ -636,14 +640,33 @@ export async function modifyRun(
 
 /** GET …/runs/{run_id}/steps: a page of the run's steps, with the run they belong to. */
 export async function listRunSteps(deps: RunCommandDeps, workspaceId: string, path: RunPath, query: CursorListQuery) {
-  const run = await retrieveRun(deps, workspaceId, path);
-  return { run, page: await listStepsPage(deps.db, run.id, query) };
+  const { run, read: page } = await withRun(deps, workspaceId, path, (runId) => listStepsPage(deps.db, runId, query));
+  return { run, page };
 }
 
 /** GET …/runs/{run_id}/steps/{step_id}: one step, with the run it belongs to. */
 export async function retrieveRunStep(deps: RunCommandDeps, workspaceId: string, path: RunPath, stepId: string) {
-  const run = await retrieveRun(deps, workspaceId, path);
-  return { run, step: await getStep(deps.db, run.id, stepId) };
+  const { run, read: step } = await withRun(deps, workspaceId, path, (runId) => getStep(deps.db, runId, stepId));
+  return { run, step };
+}
+
+/**
+ * The run `path` names, as it really stands, and what `read` reads by its id, read together (one
+ * round trip to a database server): the run's 404 comes first, and what was read beside it is
+ * looked at only once it is the workspace's. A run settled just now (left behind) settled its
+ * steps with it: they are read again.
+ */
+async function withRun<T>(
+  deps: RunCommandDeps,
+  workspaceId: string,
+  path: RunPath,
+  read: (runId: string) => Promise<T>,
+): Promise<{ run: RunRow; read: T }> {
+  const beside = read(path.runId);
+  beside.catch(() => undefined);
+  const found = await getRun(deps.db, workspaceId, path.threadId, path.runId);
+  const run = await reconcileRun(deps, found);
+  return { run, read: run === found ? await beside : await read(run.id) };
 }
 
 /** The steps a run's trace shows events of: its first ones. */

@@ -61,8 +61,8 @@ export async function keyLive(settings: Settings): Promise<void> {
 /**
  * The requests that may start on settings assumed unchanged (ProvisionalSettings), on a database
  * server, where that saves a round trip, and when they read the generation again:
- * - `now`, beside their own first reads: reads of the threads, conversations and responses stored,
- *   which an application polls (a run's status, a thread's messages). They write nothing a tenant
+ * - `now`, beside their own first reads: reads of the threads, conversations, responses and files
+ *   stored, which an application polls (a run's status, a thread's messages, a file's). They write nothing a tenant
  *   asked for (a run left behind may be settled, as any read of it does) and call no provider, so a
  *   key revoked meanwhile is caught before the answer leaves;
  * - `now`, beside the provider's call: the calls passed through to a provider (chat completions,
@@ -92,7 +92,7 @@ function provisionalCheck(method: string, path: string): 'now' | 'on demand' | n
 }
 const PROVIDER_CALLS = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/moderations']);
 const WRITES_GUARDED = new Set(['/v1/threads/runs', '/v1/responses']);
-const PROVISIONAL_READS = /^\/v1\/(threads|conversations|responses)\//;
+const PROVISIONAL_READS = /^\/v1\/((threads|conversations|responses)\/|files(\/|$))/;
 const RUN_ON_THREAD = /^\/v1\/threads\/[^/]+\/runs$/;
 const MESSAGE_ON_THREAD = /^\/v1\/threads\/[^/]+\/messages$/;
 const TOOL_OUTPUTS = /^\/v1\/threads\/[^/]+\/runs\/[^/]+\/submit_tool_outputs$/;

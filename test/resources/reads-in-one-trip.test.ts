@@ -1,0 +1,119 @@
+import type { Client } from '@libsql/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DatabaseProxy } from '../support/database-proxy';
+import { createFakeUpstream } from '../support/fake-upstream';
+import { errorOf, type TestGateway } from '../support/gateway';
+import { gatewaysOnSqld, roundTrips as countedRoundTrips } from '../support/gateways-on-sqld';
+
+/**
+ * The reads an application polls, on a database server (LIBSQL_URL): each in one round trip, the
+ * settings' generation read beside the request's own reads, and what is read by the path's ids
+ * beside the row that says whose they are (a run's steps beside the run, a thread's runs beside
+ * the thread, a response's output beside the response). Counted by a proxy in front of a real
+ * sqld, as bench:round-trips counts them.
+ */
+
+let proxy: DatabaseProxy;
+let gateway: TestGateway;
+let elsewhere: Client;
+let close: () => Promise<void>;
+const upstream = createFakeUpstream();
+
+beforeAll(async () => {
+  ({ proxy, gateway, elsewhere, close } = await gatewaysOnSqld(upstream));
+});
+afterAll(() => close());
+
+const roundTrips = (task: () => Promise<unknown>) => countedRoundTrips(gateway, proxy, task);
+
+/** A tenant with a completed run on a thread, a response and a file; the SDK with its key. */
+async function setup() {
+  const tenant = await gateway.tenant();
+  await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
+  const openai = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
+  const assistant = await openai.beta.assistants.create({ model: 'fake-model' });
+  const run = await openai.beta.threads.createAndRunPoll(
+    { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: 'hello' }] } },
+    { pollIntervalMs: 10 },
+  );
+  expect(run.status).toBe('completed');
+  const response = await openai.responses.create({ model: 'fake-model', input: 'hello' });
+  const file = await openai.files.create({ file: new File(['hello'], 'hello.txt'), purpose: 'assistants' });
+  const conversation = await openai.conversations.create({
+    items: [{ type: 'message', role: 'user', content: 'hello' }],
+  });
+  return { tenant, openai, run, response, file, conversation };
+}
+
+describe('the reads an application polls, on a database server', () => {
+  it("each take one round trip once the key was seen (runs, steps, a step, a response, files, a conversation's item), a page of items two", async () => {
+    const { openai, run, response, file, conversation } = await setup();
+    const thread = { thread_id: run.thread_id };
+    const [step] = (await openai.beta.threads.runs.steps.list(run.id, thread)).data;
+    const [item] = (await openai.conversations.items.list(conversation.id)).data;
+    const reads: [string, () => Promise<unknown>][] = [
+      ["a thread's runs", () => openai.beta.threads.runs.list(run.thread_id)],
+      ["a run's steps", () => openai.beta.threads.runs.steps.list(run.id, thread)],
+      ['a step', () => openai.beta.threads.runs.steps.retrieve(step?.id ?? '', { ...thread, run_id: run.id })],
+      ['a response', () => openai.responses.retrieve(response.id)],
+      ['a file', () => openai.files.retrieve(file.id)],
+      ['the files', () => openai.files.list()],
+      ["a file's content", async () => (await openai.files.content(file.id)).text()],
+      [
+        "a conversation's item",
+        () => openai.conversations.items.retrieve(item?.id ?? '', { conversation_id: conversation.id }),
+      ],
+    ];
+    const trips: Record<string, number> = {};
+    for (const [name, read] of reads) {
+      await read(); // the key seen at the settings' generation, as an application's polling has
+      trips[name] = await roundTrips(read);
+    }
+    expect(trips).toEqual(Object.fromEntries(reads.map(([name]) => [name, 1])));
+    // A page of a conversation's items: their order, read beside the conversation, then the page's rows.
+    const items = () => openai.conversations.items.list(conversation.id);
+    await items();
+    expect(await roundTrips(items)).toBe(2);
+  });
+
+  it('answers the 404 of the row the path names first, whatever was read beside it', async () => {
+    const { tenant, run } = await setup();
+    const other = await setup();
+    const get = (path: string) => gateway.request(path, { key: tenant.workspaceKey });
+    // Another tenant's thread and run: their 404s, not the pages read beside them.
+    const runs = await get(`/v1/threads/${other.run.thread_id}/runs`);
+    expect(runs.status).toBe(404);
+    expect((await errorOf(runs)).code).toBe('thread_not_found');
+    const steps = await get(`/v1/threads/${other.run.thread_id}/runs/${other.run.id}/steps`);
+    expect(steps.status).toBe(404);
+    expect((await errorOf(steps)).code).toBe('run_not_found');
+    // A step of a run that is not the workspace's: the run's 404, not the step's.
+    const step = await get(`/v1/threads/${run.thread_id}/runs/run_missing/steps/step_missing`);
+    expect((await errorOf(step)).code).toBe('run_not_found');
+    const response = await get(`/v1/responses/${other.response.id}`);
+    expect(response.status).toBe(404);
+    for (const path of ['/items', '/items/msg_missing', '/items?after=msg_missing']) {
+      const items = await get(`/v1/conversations/${other.conversation.id}${path}`);
+      expect((await errorOf(items)).code).toBe('conversation_not_found');
+    }
+    // A bad cursor on a run that is not there: still the run's 404.
+    const page = await get(`/v1/threads/${run.thread_id}/runs/run_missing/steps?after=step_missing`);
+    expect((await errorOf(page)).code).toBe('run_not_found');
+  });
+
+  it("reads a left-behind run's steps again once it settled it: the page shows them settled", async () => {
+    const { openai, run } = await setup();
+    const thread = { thread_id: run.thread_id };
+    // Its executor lost in the middle of its turn, as another gateway's crash would leave it.
+    await elsewhere.batch([
+      {
+        sql: "UPDATE runs SET status = 'in_progress', lease_expires_at = 1, completed_at = NULL WHERE id = ?",
+        args: [run.id],
+      },
+      { sql: "UPDATE run_steps SET status = 'in_progress', completed_at = NULL WHERE run_id = ?", args: [run.id] },
+    ]);
+    const steps = await openai.beta.threads.runs.steps.list(run.id, thread);
+    expect(steps.data.map((step) => step.status)).not.toContain('in_progress');
+    expect((await openai.beta.threads.runs.retrieve(run.id, thread)).status).toBe('failed');
+  });
+});
