@@ -146,6 +146,14 @@ async function measureTarget(name: string, fakeUrl: string) {
     const assistant = (await post(api('/assistants'), headers, { model: 'bench-model' })) as { id: string };
     const thread = (await post(api('/threads'), headers, { messages: [{ role: 'user', content }] })) as { id: string };
     const client = new OpenAI({ baseURL: api(''), apiKey: gateway.key, maxRetries: 0 });
+    // A run and a response that ended, for the reads of what they stored.
+    const done = await client.beta.threads.createAndRunPoll(
+      { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content }] } },
+      { pollIntervalMs: 20 },
+    );
+    const answered = (await post(api('/responses'), headers, { model: 'bench-model', input: content })) as {
+      id: string;
+    };
 
     /** Runs `task` once and counts the round trips it made until the database is quiet. */
     const counted = async (task: (mark: () => number) => Promise<Partial<Sample>>): Promise<Sample> => {
@@ -351,6 +359,9 @@ async function measureTarget(name: string, fakeUrl: string) {
           ),
         ),
       'GET /threads/{id}/messages': () => counted(async () => (await fetchJson(`/threads/${thread.id}/messages`), {})),
+      'GET /threads/{id}/runs/{id}/steps': () =>
+        counted(async () => (await fetchJson(`/threads/${done.thread_id}/runs/${done.id}/steps`), {})),
+      'GET /responses/{id}': () => counted(async () => (await fetchJson(`/responses/${answered.id}`), {})),
       'SDK turn (message, streamed run, list)': async () => {
         const turn = await client.beta.threads.create();
         return counted(async () => {
