@@ -62,9 +62,9 @@ export async function keyLive(settings: Settings): Promise<void> {
  * The requests that may start on settings assumed unchanged (ProvisionalSettings), on a database
  * server, where that saves a round trip, and when they read the generation again:
  * - `now`, beside their own first reads: reads of the threads, conversations, responses and files
- *   stored, which an application polls (a run's status, a thread's messages, a file's). They write nothing a tenant
- *   asked for (a run left behind may be settled, as any read of it does) and call no provider, so a
- *   key revoked meanwhile is caught before the answer leaves;
+ *   stored, which an application polls (a run's status, a thread's messages, a file's). They write
+ *   nothing a tenant asked for (a run left behind may be settled, as any read of it does) and call
+ *   no provider, so a key revoked meanwhile is caught before the answer leaves;
  * - `now`, beside the provider's call: the calls passed through to a provider (chat completions,
  *   completions, embeddings, moderations), which write nothing before it; their answer waits for
  *   the settings to be confirmed, and is made again on the settings read if they moved
