@@ -369,7 +369,6 @@ export type ToolCallsStep = StepRow & { stepDetails: ToolCallsDetails };
 
 const isToolCallsStep = (step: StepRow): step is ToolCallsStep => step.stepDetails.type === 'tool_calls';
 
-/** The tool-calls step a run in requires_action waits on. */
 /**
  * The step of `steps` (a run's, in order) whose tool calls wait for their outputs: the last
  * tool-calls step in progress of a run in requires_action.

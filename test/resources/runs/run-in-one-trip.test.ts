@@ -622,6 +622,17 @@ describe('a thread with a tool exchange: the calls and outputs in the prompt of 
   });
 });
 
+/** A fresh thread whose run waits for the output of one call (after a warm-up run): the call and its step. */
+async function waitingThread() {
+  const { key, openai, assistantId } = await setup();
+  await warm(openai, assistantId);
+  const thread = await openai.beta.threads.create();
+  const waiting = await waitingForOutputs(openai, assistantId, thread.id);
+  expect(waiting.status).toBe('requires_action');
+  const call = defined(waiting.required_action?.submit_tool_outputs.tool_calls[0]);
+  return { key, openai, thread, waiting, call, step: await waitingStep(openai, waiting) };
+}
+
 /** The run's tool-calls step that waits for its outputs. */
 async function waitingStep(openai: OpenAI, run: { id: string; thread_id: string }) {
   const steps = (await openai.beta.threads.runs.steps.list(run.id, { thread_id: run.thread_id })).data;
@@ -630,13 +641,7 @@ async function waitingStep(openai: OpenAI, run: { id: string; thread_id: string 
 
 describe('tool outputs submitted: what the turn needs read in one round trip, the provider called beside the write', () => {
   it('reads once, then calls the provider while the write that takes the outputs is at the database: 3 round trips in all', async () => {
-    const { key, openai, assistantId } = await setup();
-    await warm(openai, assistantId);
-    const thread = await openai.beta.threads.create();
-    const waiting = await waitingForOutputs(openai, assistantId, thread.id);
-    expect(waiting.status).toBe('requires_action');
-    const call = defined(waiting.required_action?.submit_tool_outputs.tool_calls[0]);
-    const step = await waitingStep(openai, waiting);
+    const { key, thread, waiting, call, step } = await waitingThread();
     await gateway.tasks.drain(10_000);
     const before = proxy.count;
     // The write names the step (its outputs); the reads before it name the run.
@@ -681,12 +686,7 @@ describe('tool outputs submitted: what the turn needs read in one round trip, th
   });
 
   it('answers run_not_active to the second of two submissions at once: its provider call stopped, the outputs written once', async () => {
-    const { key, openai, assistantId } = await setup();
-    await warm(openai, assistantId);
-    const thread = await openai.beta.threads.create();
-    const waiting = await waitingForOutputs(openai, assistantId, thread.id);
-    const call = defined(waiting.required_action?.submit_tool_outputs.tool_calls[0]);
-    const step = await waitingStep(openai, waiting);
+    const { key, openai, thread, waiting, call, step } = await waitingThread();
     const calls = upstream.requests.length;
     proxy.holdContaining(step.id);
     const submit = (output: string) =>
