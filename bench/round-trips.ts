@@ -154,6 +154,7 @@ async function measureTarget(name: string, fakeUrl: string) {
     const answered = (await post(api('/responses'), headers, { model: 'bench-model', input: content })) as {
       id: string;
     };
+    const conversation = (await post(api('/conversations'), headers, {})) as { id: string };
 
     /** Runs `task` once and counts the round trips it made until the database is quiet. */
     const counted = async (task: (mark: () => number) => Promise<Partial<Sample>>): Promise<Sample> => {
@@ -170,6 +171,7 @@ async function measureTarget(name: string, fakeUrl: string) {
       if (!response.ok) throw new Error(`${path}: HTTP ${response.status} ${await response.text()}`);
       return response.json();
     };
+    const posted = (path: string, body: unknown) => fetchJson(path, { method: 'POST', body: JSON.stringify(body) });
     const streamed = (path: string, body: unknown) =>
       counted(async (mark) => {
         const started = performance.now();
@@ -349,11 +351,20 @@ async function measureTarget(name: string, fakeUrl: string) {
       'GET /assistants/{id}': () => counted(async () => (await fetchJson(`/assistants/${assistant.id}`), {})),
       'GET /threads/{id}': () => counted(async () => (await fetchJson(`/threads/${thread.id}`), {})),
       'POST /threads/{id}/messages': () =>
+        counted(async () => (await posted(`/threads/${thread.id}/messages`, { role: 'user', content: 'more' }), {})),
+      'POST /threads': () =>
+        counted(async () => (await posted('/threads', { messages: [{ role: 'user', content }] }), {})),
+      'POST /threads/{id} (metadata)': () =>
+        counted(async () => (await posted(`/threads/${thread.id}`, { metadata: { at: String(Date.now()) } }), {})),
+      'POST /conversations': () =>
+        counted(
+          async () => (await posted('/conversations', { items: [{ type: 'message', role: 'user', content }] }), {}),
+        ),
+      'POST /conversations/{id}/items': () =>
         counted(
           async () => (
-            await fetchJson(`/threads/${thread.id}/messages`, {
-              method: 'POST',
-              body: JSON.stringify({ role: 'user', content: 'more' }),
+            await posted(`/conversations/${conversation.id}/items`, {
+              items: [{ type: 'message', role: 'user', content: 'more' }],
             }),
             {}
           ),

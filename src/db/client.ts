@@ -382,6 +382,22 @@ export function rowOf<T extends Table>(table: T, row: Record<string, unknown>): 
   return mapped as InferSelectModel<T>;
 }
 
+/**
+ * The rows a write returns (a builder's statement with RETURNING on `table`), led by `guard` when
+ * there is one (the settings', ProvisionalSettings.guard): both in one transaction, one round trip
+ * to a database server. Without a guard, the statement alone.
+ */
+export async function returnedRows<T extends Table>(
+  db: Db,
+  table: T,
+  statement: BuiltStatement & PromiseLike<InferSelectModel<T>[]>,
+  guard: RawStatement | null,
+): Promise<InferSelectModel<T>[]> {
+  if (!guard) return statement;
+  const [, written] = await rawBatch(db, [guard, rawOf(statement)]);
+  return (written?.rows ?? []).map((row) => rowOf(table, row));
+}
+
 /** Runs `statements` in one transaction, as batchRaw does, and answers the client's results. */
 export async function batchRawResults(db: Db, statements: RawStatement[]): Promise<ResultSet[]> {
   return rawBatch(db, statements);

@@ -1,16 +1,25 @@
-import { batchRawResults, insertWhereStatement, type Db } from '../../db/client';
+import { batchRawResults, insertWhereStatement, type Db, type RawStatement } from '../../db/client';
+import type { Settings } from '../../db/settings-cache';
 import { messages } from '../../db/schema';
 import type { Actor } from '../../actor';
 import { ApiError } from '../../errors';
 import { deleteThread, whileIdle, type ReconcileRun, type ThreadCommandDeps } from '../threads/commands';
-import { deleteMessage, insertThread, threadIdle, updateThread, type ThreadRow } from '../threads/queries';
+import {
+  deleteMessage,
+  insertThread,
+  threadIdle,
+  updateThread,
+  type ThreadKey,
+  type ThreadRow,
+} from '../threads/queries';
 import { newThread } from '../threads/rows';
-import { threadItemWrites, type ThreadItemWrites } from './items';
+import { textMessage, threadItemWrites, type ThreadItemWrites } from './items';
 import type { ConversationItem, ConversationItemList } from './objects';
-import { forgetReasoning, getConversation, outputStatements } from './queries';
+import { conversationNotFound, forgetReasoning, getConversation, outputStatements } from './queries';
 import type { CreateConversationBody, InputItem, ItemInclude, UpdateConversationBody } from './schemas';
 import { getItem, listItems, type ItemPageQuery } from './thread-items';
 import { knownHistories } from '../threads/known-histories';
+import { guardedWrite } from '../identities/middleware/api-key-auth';
 import { toMessageItem, toolItemId, parseReasoningItemId, parseToolItemId } from './wire';
 
 /**
@@ -55,6 +64,7 @@ async function besideConversation<T>(db: Db, workspaceId: string, id: string, re
 /** POST /v1/conversations: the thread and its first items, in one transaction. */
 export async function createConversation(
   deps: ThreadCommandDeps,
+  settings: Settings,
   actor: Actor,
   body: CreateConversationBody,
 ): Promise<ThreadRow> {
@@ -62,7 +72,7 @@ export async function createConversation(
   const thread = newThread(actor.workspaceId, { metadata: body.metadata }, at, 'conv');
   // A new thread has no calls: an output or a reference among the items is refused here.
   const writes = await threadItemWrites(deps, thread, body.items ?? [], 'items', at);
-  await insertThread(deps.db, thread, writes.messages);
+  await guardedWrite(settings, (guard) => insertThread(deps.db, thread, writes.messages, [], guard));
   // Its first response can be made without reading it (responses/commands.ts, responseInOneTrip).
   knownHistories(deps.db)?.wrote(thread, writes.messages, true);
   return thread;
@@ -71,12 +81,14 @@ export async function createConversation(
 /** POST /v1/conversations/{conversation_id}: the metadata replaces the stored one. */
 export async function updateConversation(
   deps: Pick<ThreadCommandDeps, 'db'>,
+  settings: Settings,
   workspaceId: string,
   id: string,
   body: UpdateConversationBody,
 ): Promise<ThreadRow> {
-  await getConversation(deps.db, workspaceId, id);
-  return updateThread(deps.db, workspaceId, id, { metadata: body.metadata });
+  return guardedWrite(settings, (guard) =>
+    updateThread(deps.db, workspaceId, id, { metadata: body.metadata }, guard, conversationNotFound),
+  );
 }
 
 /** DELETE /v1/conversations/{conversation_id}: the thread with what it holds, as DELETE /v1/threads/{id}. */
@@ -92,23 +104,32 @@ export async function deleteConversation(
 
 /**
  * POST /v1/conversations/{conversation_id}/items: the items, in one transaction, while no run holds
- * the thread (400 thread_has_active_run otherwise); answers those written, in order.
+ * the thread (400 thread_has_active_run otherwise); answers those written, in order. Text messages
+ * need nothing read: the write's condition finds the conversation (one round trip to a database
+ * server). Other items are checked by reads made beside the conversation's, whose 404 comes first.
  */
 export async function addItems(
   deps: ThreadCommandDeps,
   reconcileRun: ReconcileRun,
+  settings: Settings,
   actor: Actor,
   id: string,
   items: readonly InputItem[],
 ): Promise<ConversationItem[]> {
-  const thread = await getConversation(deps.db, actor.workspaceId, id);
-  const writes = await threadItemWrites(deps, thread, items, 'items', deps.now());
-  await whileIdle(
-    deps,
-    reconcileRun,
-    thread,
-    () => writeWhileIdle(deps.db, thread, writes),
-    (run) => `Can't add items to ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
+  const thread = { id, workspaceId: actor.workspaceId };
+  const checked = threadItemWrites(deps, thread, items, 'items', deps.now());
+  const writes = items.every(textMessage)
+    ? await checked
+    : await besideConversation(deps.db, thread.workspaceId, id, checked);
+  await guardedWrite(settings, (guard) =>
+    whileIdle(
+      deps,
+      reconcileRun,
+      thread,
+      () => writeWhileIdle(deps.db, thread, writes, guard),
+      (run) => `Can't add items to ${id} while a run${run ? ` ${run.id}` : ''} is active.`,
+      conversationNotFound,
+    ),
   );
   // Outputs fill in calls, which a history known here never has: such a thread is read again.
   if (writes.outputs.length > 0) knownHistories(deps.db)?.forget(thread.id);
@@ -130,7 +151,12 @@ export async function addItems(
  * The writes of items, each only while the thread exists and no run holds it (one transaction:
  * all or none); true once written, null when a run held the thread (whileIdle then finds out why).
  */
-async function writeWhileIdle(db: Db, thread: ThreadRow, writes: ThreadItemWrites): Promise<true | null> {
+async function writeWhileIdle(
+  db: Db,
+  thread: ThreadKey,
+  writes: ThreadItemWrites,
+  guard: RawStatement | null,
+): Promise<true | null> {
   const condition = threadIdle(thread);
   const statements = [
     ...writes.messages.map((message) => insertWhereStatement(messages, message, condition, { returning: false })),
@@ -138,8 +164,9 @@ async function writeWhileIdle(db: Db, thread: ThreadRow, writes: ThreadItemWrite
   ];
   if (statements.length === 0) return true;
   // While a run holds the thread every statement writes nothing; otherwise each message is written
-  // (an output filled by a concurrent request in the meantime is kept, and this one dropped).
-  const results = await batchRawResults(db, statements);
+  // (an output filled by a concurrent request in the meantime is kept, and this one dropped). The
+  // guard (the settings', led) writes nothing when it holds.
+  const results = await batchRawResults(db, guard ? [guard, ...statements] : statements);
   return results.some((result) => result.rowsAffected > 0) ? true : null;
 }
 

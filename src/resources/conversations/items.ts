@@ -33,6 +33,13 @@ export interface ThreadItemWrites {
   added: ({ message: MessageRow; output?: never } | { output: CallOutput; message?: never })[];
 }
 
+/** A message item given as text, which its thread takes without reading anything. */
+export function textMessage(item: InputItem): boolean {
+  if (item.type !== 'message' || item.id) return false;
+  return typeof item.content === 'string' || item.content.every((part) => TEXT_PARTS.has(part.type));
+}
+const TEXT_PARTS: ReadonlySet<string> = new Set(['input_text', 'output_text', 'refusal']);
+
 /** The most a file given as input (`input_file`) may weigh: its text must fit a message's. */
 export const MAX_INPUT_FILE_BYTES = 4 * THREAD_LIMITS.text;
 

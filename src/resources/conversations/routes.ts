@@ -40,7 +40,12 @@ export const conversationRoutes = (reconcileRun: ReconcileRun) =>
         responds({ summary: 'Create a conversation', ok: conversationObject }),
         validate('json', createConversationBody),
         async (c) => {
-          const thread = await createConversation(c.get('deps'), c.get('actor'), c.req.valid('json'));
+          const thread = await createConversation(
+            c.get('deps'),
+            c.get('settings'),
+            c.get('actor'),
+            c.req.valid('json'),
+          );
           return c.json(toConversationJson(thread));
         },
       )
@@ -59,6 +64,7 @@ export const conversationRoutes = (reconcileRun: ReconcileRun) =>
         async (c) => {
           const thread = await updateConversation(
             c.get('deps'),
+            c.get('settings'),
             c.get('actor').workspaceId,
             c.req.param('conversation_id'),
             c.req.valid('json'),
@@ -84,6 +90,7 @@ export const conversationRoutes = (reconcileRun: ReconcileRun) =>
           const data = await addItems(
             c.get('deps'),
             reconcileRun,
+            c.get('settings'),
             c.get('actor'),
             c.req.param('conversation_id'),
             c.req.valid('json').items,

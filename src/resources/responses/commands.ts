@@ -78,7 +78,7 @@ import {
 } from './schemas';
 import { toResponseJson } from './wire';
 import { runOutputItems, toolItemId } from '../conversations/wire';
-import { threadItemWrites, type ThreadItemWrites } from '../conversations/items';
+import { textMessage, threadItemWrites, type ThreadItemWrites } from '../conversations/items';
 import { getConversation, outputStatements, type CallOutput, type ThreadCall } from '../conversations/queries';
 import { ITEM_INCLUDES, type InputItem } from '../conversations/schemas';
 
@@ -364,13 +364,6 @@ const answerKind = (body: CreateResponseBody): RunAnswerKind =>
 /** Whether the response's file_search calls carry their results (`include`). */
 const includesResults = (body: CreateResponseBody): boolean =>
   (body.include ?? []).includes('file_search_call.results');
-
-/** A message item given as text, which its thread takes without reading anything. */
-function textMessage(item: InputItem): boolean {
-  if (item.type !== 'message' || item.id) return false;
-  return typeof item.content === 'string' || item.content.every((part) => TEXT_PARTS.has(part.type));
-}
-const TEXT_PARTS: ReadonlySet<string> = new Set(['input_text', 'output_text', 'refusal']);
 
 /** The response's row: its input as items, its options as the request gave them. */
 function responseRow(

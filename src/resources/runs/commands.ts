@@ -63,7 +63,7 @@ import { clientMessage, newThread } from '../threads/rows';
 import { checkSandbox, runSettings, type RunSettings } from './execution/settings';
 import { answeringKey, settleRun } from './execution/settle';
 import { settledTrace } from './execution/trace';
-import { keyLive } from '../identities/middleware/api-key-auth';
+import { guardedWrite, keyLive } from '../identities/middleware/api-key-auth';
 
 /**
  * The run use-cases, each in the order it must happen. A run is created or continued in four steps:
@@ -630,12 +630,17 @@ async function reconciled(deps: RunCommandDeps, page: { rows: RunRow[]; hasMore:
 /** POST /v1/threads/{thread_id}/runs/{run_id}: a run's metadata, replaced (absent or null: unchanged). */
 export async function modifyRun(
   deps: RunCommandDeps,
+  settings: Settings,
   workspaceId: string,
   path: RunPath,
   body: ModifyRunBody,
 ): Promise<RunRow> {
-  if (!body.metadata) return retrieveRun(deps, workspaceId, path);
-  return reconcileRun(deps, await setRunMetadata(deps.db, workspaceId, path.threadId, path.runId, body.metadata));
+  const { metadata } = body;
+  if (!metadata) return retrieveRun(deps, workspaceId, path);
+  const run = await guardedWrite(settings, (guard) =>
+    setRunMetadata(deps.db, workspaceId, path.threadId, path.runId, metadata, guard),
+  );
+  return reconcileRun(deps, run);
 }
 
 /** GET …/runs/{run_id}/steps: a page of the run's steps, with the run they belong to. */

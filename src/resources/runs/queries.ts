@@ -10,6 +10,7 @@ import {
   preparedQueries,
   preparedQuery,
   rawOf,
+  returnedRows,
   sqlOf,
   updateStatement,
   type BuiltStatement,
@@ -202,19 +203,21 @@ const workspaceRunPage = preparedQueries(
       .join('')}`,
 );
 
-/** A run's metadata, replaced whatever the run's status; 404 as getRun. */
+/** A run's metadata, replaced whatever the run's status, led by `guard` when there is one (returnedRows); 404 as getRun. */
 export async function setRunMetadata(
   db: Db,
   workspaceId: string,
   threadId: string,
   runId: string,
   metadata: Record<string, string>,
+  guard: RawStatement | null = null,
 ): Promise<RunRow> {
-  const [row] = await db
+  const update = db
     .update(runs)
     .set({ metadata })
     .where(and(eq(runs.id, runId), eq(runs.threadId, threadId), eq(runs.workspaceId, workspaceId)))
     .returning();
+  const [row] = await returnedRows(db, runs, update, guard);
   if (!row) throw new ApiError('run_not_found', `No run found with id '${runId}'.`);
   return row;
 }

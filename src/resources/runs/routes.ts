@@ -111,7 +111,17 @@ export const runRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: 'Modify a run', ok: runObject }),
     validate('json', modifyRunBody),
     async (c) =>
-      c.json(toRunJson(await modifyRun(c.get('deps'), c.get('actor').workspaceId, runPath(c), c.req.valid('json')))),
+      c.json(
+        toRunJson(
+          await modifyRun(
+            c.get('deps'),
+            c.get('settings'),
+            c.get('actor').workspaceId,
+            runPath(c),
+            c.req.valid('json'),
+          ),
+        ),
+      ),
   )
   .post(
     '/:thread_id/runs/:run_id/submit_tool_outputs',

@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps';
+import type { ApiError } from '../../errors';
 import { holdsThread } from '../../db/run-statuses';
 import { checkCodeAttachments } from './code-attachments';
 import { checkImages } from '../files/images';
@@ -6,6 +7,7 @@ import { clientMessage, newThread } from './rows';
 import type { ModifyThreadBody, ThreadInput, ThreadMessageInput } from './schemas';
 import {
   deleteIdleThread,
+  findThread,
   getThread,
   insertMessageWhileIdle,
   insertThread,
@@ -13,6 +15,7 @@ import {
   openRunOf,
   setToolResources,
   threadHeld,
+  threadNotFound,
   updateThread,
   type HoldingRun,
   type MessageRow,
@@ -21,9 +24,9 @@ import {
   type ThreadRow,
 } from './queries';
 import type { Actor, RequestContext } from '../../actor';
-import { isUniqueViolation, type RawStatement } from '../../db/client';
-import { GENERATION_MOVED, type Settings } from '../../db/settings-cache';
-import { keyLive } from '../identities/middleware/api-key-auth';
+import type { RawStatement } from '../../db/client';
+import type { Settings } from '../../db/settings-cache';
+import { guardedWrite } from '../identities/middleware/api-key-auth';
 import { wakeIngestion } from '../vector-stores/commands';
 import { knownHistories } from './known-histories';
 import { attachedFiles, NO_STORE_WRITES, threadStoreWrites } from './thread-stores';
@@ -59,6 +62,7 @@ export type ReconcileRun = (deps: ThreadCommandDeps, run: OpenRun) => Promise<No
  */
 export async function createThread(
   deps: ThreadCommandDeps,
+  settings: Settings,
   actor: Actor,
   body: ThreadInput,
   context: RequestContext,
@@ -80,7 +84,7 @@ export async function createThread(
     attached: attachedFiles(body.messages ?? [], (index) => `messages[${index}].`),
   });
   if (stores.toolResources) thread.toolResources = stores.toolResources;
-  await insertThread(deps.db, thread, messages, stores.statements);
+  await guardedWrite(settings, (guard) => insertThread(deps.db, thread, messages, stores.statements, guard));
   knownHistories(deps.db)?.wrote(thread, messages, true);
   if (stores.queued) wakeIngestion(deps, context);
   return thread;
@@ -93,6 +97,7 @@ export async function createThread(
  */
 export async function modifyThread(
   deps: ThreadCommandDeps,
+  settings: Settings,
   workspaceId: string,
   threadId: string,
   body: ModifyThreadBody,
@@ -101,7 +106,7 @@ export async function modifyThread(
     await getThread(deps.db, workspaceId, threadId);
     await checkToolResources(deps.db, workspaceId, body.tool_resources, 'tool_resources');
   }
-  return updateThread(deps.db, workspaceId, threadId, body);
+  return guardedWrite(settings, (guard) => updateThread(deps.db, workspaceId, threadId, body, guard));
 }
 
 /**
@@ -141,17 +146,7 @@ export async function createMessage(
       (run) => `Can't add messages to ${message.threadId} while a run${run ? ` ${run.id}` : ''} is active.`,
     );
   // On settings assumed unchanged, the insert is led by their guard: one round trip when they hold.
-  // When they moved it wrote nothing; the key is looked up again, and the message written without it.
-  const guard = settings.guard();
-  let row: MessageRow;
-  try {
-    row = await insert(guard);
-    settings.guardHeld();
-  } catch (error) {
-    if (!guard || !isUniqueViolation(error, GENERATION_MOVED)) throw error;
-    await keyLive(settings);
-    row = await insert(null);
-  }
+  const row = await guardedWrite(settings, insert);
   knownHistories(deps.db)?.wrote({ id: message.threadId, workspaceId: message.workspaceId }, [row], false);
   if (stores.queued) wakeIngestion(deps, context);
   return row;
@@ -188,7 +183,7 @@ const ATTEMPTS = 3;
  * wrote nothing: a run left behind (its executor gone, or waiting for tool outputs past its
  * expiry) is settled first, as any read of it would, and the write tried again, so such a run
  * never blocks its thread for ever; a run really active refuses the write, named in the 400; a
- * thread deleted in the meantime is a 404.
+ * thread missing or deleted in the meantime is a 404 (`notFound`'s: a conversation's names it so).
  */
 export async function whileIdle<T>(
   deps: ThreadCommandDeps,
@@ -196,12 +191,13 @@ export async function whileIdle<T>(
   thread: ThreadKey,
   write: () => Promise<T | null>,
   refusal: (run: HoldingRun) => string,
+  notFound: (id: string) => ApiError = threadNotFound,
 ): Promise<T> {
   for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
     const written = await write();
     if (written !== null) return written;
     // The thread is not the workspace's, or is gone: 404, before anything of its runs is looked at.
-    await getThread(deps.db, thread.workspaceId, thread.id);
+    if (!(await findThread(deps.db, thread.workspaceId, thread.id))) throw notFound(thread.id);
     const run = await openRunOf(deps.db, thread.id);
     // The run that held it ended between the two statements.
     if (run === null) continue;

@@ -7,6 +7,7 @@ import {
   preparedQueries,
   preparedQuery,
   rawOf,
+  returnedRows,
   rowOf,
   sqlOf,
   type BuiltStatement,
@@ -53,9 +54,11 @@ const threadById = preparedQuery((db) =>
 
 export async function getThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow> {
   const row = await findThread(db, workspaceId, id);
-  if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
+  if (!row) throw threadNotFound(id);
   return row;
 }
+
+export const threadNotFound = (id: string) => new ApiError('thread_not_found', `No thread found with id '${id}'.`);
 
 /** The thread, or null: for a resource that answers its own 404 (a conversation's). */
 export async function findThread(db: Db, workspaceId: string, id: string): Promise<ThreadRow | null> {
@@ -69,8 +72,10 @@ export async function insertThread(
   thread: ThreadRow,
   threadMessages: MessageRow[],
   extra: BuiltStatement[] = [],
+  guard: RawStatement | null = null,
 ): Promise<void> {
-  await batchRaw(db, [...threadRows(thread, threadMessages), ...extra.map(rawOf)]);
+  // `guard` (the settings', ProvisionalSettings.guard) leads the transaction.
+  await batchRaw(db, [...(guard ? [guard] : []), ...threadRows(thread, threadMessages), ...extra.map(rawOf)]);
 }
 
 /**
@@ -101,23 +106,33 @@ export function setToolResources(
 export const messageWritten = (messageId: string): SQL =>
   sql`EXISTS (SELECT 1 FROM ${messages} WHERE ${messages.id} = ${messageId})`;
 
-/** Replaces the fields `body` sends (null metadata is no metadata); 404 as getThread. */
+/**
+ * Replaces the fields `body` sends (null metadata is no metadata), led by `guard` when there is one
+ * (returnedRows); 404 as getThread, or `notFound`'s (a conversation's).
+ */
 export async function updateThread(
   db: Db,
   workspaceId: string,
   id: string,
   body: ModifyThreadBody,
+  guard: RawStatement | null = null,
+  notFound: (id: string) => ApiError = threadNotFound,
 ): Promise<ThreadRow> {
   const columns: Partial<ThreadRow> = {};
   if (body.metadata !== undefined) columns.metadata = body.metadata ?? {};
   if (body.tool_resources !== undefined) columns.toolResources = body.tool_resources;
-  if (Object.keys(columns).length === 0) return getThread(db, workspaceId, id);
-  const [row] = await db
+  if (Object.keys(columns).length === 0) {
+    const thread = await findThread(db, workspaceId, id);
+    if (!thread) throw notFound(id);
+    return thread;
+  }
+  const update = db
     .update(threads)
     .set(columns)
     .where(and(eq(threads.id, id), eq(threads.workspaceId, workspaceId)))
     .returning();
-  if (!row) throw new ApiError('thread_not_found', `No thread found with id '${id}'.`);
+  const [row] = await returnedRows(db, threads, update, guard);
+  if (!row) throw notFound(id);
   return row;
 }
 
@@ -251,23 +266,26 @@ export async function getMessage(db: Db, workspaceId: string, threadId: string, 
   return row ?? missingMessage(db, workspaceId, threadId, id);
 }
 
-/** Replaces the message's metadata when `body` sends it (null is no metadata); 404 as getMessage. */
+/**
+ * Replaces the message's metadata when `body` sends it (null is no metadata), led by `guard` when
+ * there is one (returnedRows); 404 as getMessage.
+ */
 export async function modifyMessage(
   db: Db,
   workspaceId: string,
   threadId: string,
   id: string,
   body: ModifyMessageBody,
+  guard: RawStatement | null = null,
 ): Promise<MessageRow> {
   if (body.metadata === undefined) return getMessage(db, workspaceId, threadId, id);
-  // Built per call (Drizzle's set takes no placeholder), found by the same condition as the reads.
-  const [row] = await db
+  // Built per call (Drizzle's set takes no placeholder).
+  const update = db
     .update(messages)
     .set({ metadata: body.metadata ?? {} })
-    .where(messageOf)
-    .returning()
-    .prepare()
-    .all({ id, threadId, workspaceId });
+    .where(and(eq(messages.id, id), eq(messages.threadId, threadId), eq(messages.workspaceId, workspaceId)))
+    .returning();
+  const [row] = await returnedRows(db, messages, update, guard);
   return row ?? missingMessage(db, workspaceId, threadId, id);
 }
 

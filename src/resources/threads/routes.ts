@@ -2,6 +2,7 @@ import { Hono } from 'hono';
 import { assistantsBeta } from '../../http/middleware/assistants-beta';
 import { validate } from '../../http/middleware/validate';
 import { workspace } from '../identities/middleware/workspace';
+import { guardedWrite } from '../identities/middleware/api-key-auth';
 import {
   createMessageBody,
   createThreadBody,
@@ -28,7 +29,13 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
       responds({ summary: 'Create a thread', ok: threadObject }),
       validate('json', createThreadBody),
       async (c) => {
-        const thread = await createThread(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
+        const thread = await createThread(
+          c.get('deps'),
+          c.get('settings'),
+          c.get('actor'),
+          c.req.valid('json'),
+          requestContext(c),
+        );
         return c.json(toThreadJson(thread));
       },
     )
@@ -53,6 +60,7 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
       async (c) => {
         const thread = await modifyThread(
           c.get('deps'),
+          c.get('settings'),
           c.get('actor').workspaceId,
           c.req.param('thread_id'),
           c.req.valid('json'),
@@ -115,9 +123,10 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
       async (c) => {
         const { thread_id: threadId, message_id: messageId } = c.req.param();
         const body = c.req.valid('json');
-        return c.json(
-          toMessageJson(await modifyMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId, body)),
+        const message = await guardedWrite(c.get('settings'), (guard) =>
+          modifyMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId, body, guard),
         );
+        return c.json(toMessageJson(message));
       },
     )
     .delete(

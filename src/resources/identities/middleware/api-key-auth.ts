@@ -2,7 +2,8 @@ import { createMiddleware } from 'hono/factory';
 import { ApiError } from '../../../errors';
 import { isGatewayKeyShaped } from '../api-keys';
 import type { AuthenticatedKey } from '../../../db/schema';
-import type { Settings } from '../../../db/settings-cache';
+import { isUniqueViolation, type RawStatement } from '../../../db/client';
+import { GENERATION_MOVED, type Settings } from '../../../db/settings-cache';
 import type { DepsVariables } from '../../../http/middleware/deps';
 
 export const API_KEY_HEADER = 'x-gateway-api-key';
@@ -59,6 +60,28 @@ export async function keyLive(settings: Settings): Promise<void> {
 }
 
 /**
+ * `write`, led by the settings' guard (ProvisionalSettings.guard) when they are assumed unchanged:
+ * one round trip when they hold. When they moved it wrote nothing: the key is looked up again
+ * (keyLive: 401 if it was revoked), and the write made again without the guard.
+ */
+export async function guardedWrite<T>(
+  settings: Settings,
+  write: (guard: RawStatement | null) => Promise<T>,
+): Promise<T> {
+  const guard = settings.guard();
+  if (!guard) return write(null);
+  try {
+    const written = await write(guard);
+    settings.guardHeld();
+    return written;
+  } catch (error) {
+    if (!isUniqueViolation(error, GENERATION_MOVED)) throw error;
+    await keyLive(settings);
+    return write(null);
+  }
+}
+
+/**
  * The requests that may start on settings assumed unchanged (ProvisionalSettings), on a database
  * server, where that saves a round trip, and when they read the generation again:
  * - `now`, beside their own first reads: reads of the threads, conversations, responses and files
@@ -69,16 +92,19 @@ export async function keyLive(settings: Settings): Promise<void> {
  *   completions, embeddings, moderations), which write nothing before it; their answer waits for
  *   the settings to be confirmed, and is made again on the settings read if they moved
  *   (identities/guessed.ts);
- * - `on demand`: a message added to a thread, whose one statement is led by the settings' guard
- *   (resources/threads/commands.ts), and a run on a thread, whose one transaction is led by it
- *   when what the run needs is held in memory, or which otherwise reads its thread, history and open
- *   run first and asks keyLive with them, before its admission (resources/runs/commands.ts): the
- *   generation is read only if the guard fails, if there is no guarded write, or if the request
- *   ends before it writes; a new thread with its run (POST /v1/threads/runs), likewise led by
- *   the guard, or asking keyLive first; tool outputs submitted, which read the run, its steps, its
- *   key and its thread's history and ask keyLive with them, before its admission; and a response
- *   created (POST /v1/responses), whose write is led by the guard when its input needs no read, or
- *   which otherwise confirms the settings before anything else (resources/responses/commands.ts).
+ * - `on demand`: writes whose first statement carries the check, led by the settings' guard
+ *   (guardedWrite): a thread or a conversation created or modified (resources/threads/commands.ts,
+ *   conversations/commands.ts), a message added to a thread or modified, a run's metadata, a
+ *   conversation's items (read beside the conversation first, when they are more than text), and a
+ *   run on a thread, whose one transaction is led by it when what the run needs is held in memory,
+ *   or which otherwise reads its thread, history and open run first and asks keyLive with them,
+ *   before its admission (resources/runs/commands.ts): the generation is read only if the guard
+ *   fails, if there is no guarded write, or if the request ends before it writes; a new thread with
+ *   its run (POST /v1/threads/runs), likewise led by the guard, or asking keyLive first; tool
+ *   outputs submitted, which read the run, its steps, its key and its thread's history and ask
+ *   keyLive with them, before its admission; and a response created (POST /v1/responses), whose
+ *   write is led by the guard when its input needs no read, or which otherwise confirms the
+ *   settings before anything else (resources/responses/commands.ts).
  * An assistant is read from memory once the generation is known (one round trip either way), and
  * anything else reads the generation first.
  */
@@ -86,16 +112,18 @@ function provisionalCheck(method: string, path: string): 'now' | 'on demand' | n
   if (method === 'GET' || method === 'HEAD') return PROVISIONAL_READS.test(path) ? 'now' : null;
   if (method !== 'POST') return null;
   if (PROVIDER_CALLS.has(path)) return 'now';
-  return RUN_ON_THREAD.test(path) || MESSAGE_ON_THREAD.test(path) || TOOL_OUTPUTS.test(path) || WRITES_GUARDED.has(path)
-    ? 'on demand'
-    : null;
+  return WRITES_GUARDED.has(path) || WRITES_GUARDED_UNDER.some((pattern) => pattern.test(path)) ? 'on demand' : null;
 }
 const PROVIDER_CALLS = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/moderations']);
-const WRITES_GUARDED = new Set(['/v1/threads/runs', '/v1/responses']);
 const PROVISIONAL_READS = /^\/v1\/((threads|conversations|responses)\/|files(\/|$))/;
-const RUN_ON_THREAD = /^\/v1\/threads\/[^/]+\/runs$/;
-const MESSAGE_ON_THREAD = /^\/v1\/threads\/[^/]+\/messages$/;
-const TOOL_OUTPUTS = /^\/v1\/threads\/[^/]+\/runs\/[^/]+\/submit_tool_outputs$/;
+const WRITES_GUARDED = new Set(['/v1/threads', '/v1/threads/runs', '/v1/conversations', '/v1/responses']);
+const WRITES_GUARDED_UNDER = [
+  // A thread modified; a message or a run on it, created or modified; tool outputs submitted.
+  /^\/v1\/threads\/[^/]+(\/(messages|runs)(\/[^/]+)?)?$/,
+  /^\/v1\/threads\/[^/]+\/runs\/[^/]+\/submit_tool_outputs$/,
+  // A conversation modified; its items added.
+  /^\/v1\/conversations\/[^/]+(\/items)?$/,
+];
 
 /** The token of `Bearer <token>` (the scheme is case-insensitive, RFC 9110); undefined otherwise. */
 function bearerToken(authorization: string | undefined): string | undefined {

@@ -1,0 +1,189 @@
+import type { Client } from '@libsql/client';
+import type OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DatabaseProxy } from '../support/database-proxy';
+import { createFakeUpstream } from '../support/fake-upstream';
+import type { TestGateway } from '../support/gateway';
+import { gatewaysOnSqld, roundTrips as countedRoundTrips } from '../support/gateways-on-sqld';
+
+/**
+ * The writes an application makes around its runs and responses, on a database server
+ * (LIBSQL_URL): a thread or a conversation created or modified, a message's or a run's metadata, a
+ * conversation's items. Each is one round trip once the key was seen: its transaction is led by the
+ * settings' guard (ProvisionalSettings.guard), which fails it, writing nothing, if the settings
+ * moved; then the key is looked up again, and the write made once, or refused 401 if the key was
+ * revoked. Counted by a proxy in front of a real sqld, as bench:round-trips counts them.
+ */
+
+let proxy: DatabaseProxy;
+let gateway: TestGateway;
+let other: TestGateway;
+let elsewhere: Client;
+let close: () => Promise<void>;
+const upstream = createFakeUpstream();
+
+beforeAll(async () => {
+  ({ proxy, gateway, other, elsewhere, close } = await gatewaysOnSqld(upstream));
+});
+afterAll(() => close());
+
+const roundTrips = (task: () => Promise<unknown>) => countedRoundTrips(gateway, proxy, task);
+
+/** A tenant with a completed run on a thread and a conversation; the SDK with its key. */
+async function setup() {
+  const tenant = await gateway.tenant();
+  await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
+  const openai = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
+  const assistant = await openai.beta.assistants.create({ model: 'fake-model' });
+  const run = await openai.beta.threads.createAndRunPoll(
+    { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: 'hello' }] } },
+    { pollIntervalMs: 10 },
+  );
+  expect(run.status).toBe('completed');
+  const [message] = (await openai.beta.threads.messages.list(run.thread_id, { order: 'asc' })).data;
+  const conversation = await openai.conversations.create({});
+  return { tenant, openai, run, message: message?.id ?? '', conversation };
+}
+
+/** The writes, each leaving one row that names the call's `n`: in its metadata, or as its text. */
+function writes(openai: OpenAI, ids: Awaited<ReturnType<typeof setup>>) {
+  const { run, message, conversation } = ids;
+  const threadId = run.thread_id;
+  return {
+    'a thread created': async (n: string) => (await openai.beta.threads.create({ metadata: { n } })).id,
+    'a thread modified': (n: string) => openai.beta.threads.update(threadId, { metadata: { n } }),
+    'a message modified': (n: string) =>
+      openai.beta.threads.messages.update(message, { thread_id: threadId, metadata: { n } }),
+    "a run's metadata": (n: string) =>
+      openai.beta.threads.runs.update(run.id, { thread_id: threadId, metadata: { n } }),
+    'a conversation created': async (n: string) =>
+      (
+        await openai.conversations.create({
+          metadata: { n },
+          items: [{ type: 'message', role: 'user', content: 'its first item' }],
+        })
+      ).id,
+    'a conversation updated': (n: string) => openai.conversations.update(conversation.id, { metadata: { n } }),
+    "a conversation's text items": (n: string) =>
+      openai.conversations.items.create(conversation.id, {
+        items: [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: n }] }],
+      }),
+  };
+}
+
+/** How many rows of the database hold `n`: in their metadata, or (items) as their text. */
+async function rowsNaming(n: string): Promise<number> {
+  const tables = ['threads', 'messages', 'runs'];
+  let count = 0;
+  for (const table of tables) {
+    const { rows } = await elsewhere.execute({
+      sql: `SELECT count(*) AS n FROM ${table} WHERE json_extract(metadata, '$.n') = ?${table === 'messages' ? ' OR content LIKE ?' : ''}`,
+      args: table === 'messages' ? [n, `%${n}%`] : [n],
+    });
+    count += Number(rows[0]?.n);
+  }
+  return count;
+}
+
+/** Moves the settings' generation, as any change to an assistant, key or policy elsewhere does. */
+async function moveGeneration() {
+  const someone = await other.tenant();
+  await other.request('/v1/assistants', { key: someone.workspaceKey, body: { model: 'fake-model' } });
+}
+
+describe('the writes around runs and responses, on a database server', () => {
+  it('each take one round trip once the key was seen: the settings are checked by the write itself', async () => {
+    const ids = await setup();
+    const made = writes(ids.openai, ids);
+    const trips: Record<string, number> = {};
+    for (const [name, write] of Object.entries(made)) {
+      await write(`${name} warm`); // the key seen at the settings' generation
+      const n = `${name} counted`;
+      trips[name] = await roundTrips(() => write(n));
+      expect(await rowsNaming(n), name).toBeGreaterThan(0);
+    }
+    expect(trips).toEqual(Object.fromEntries(Object.keys(made).map((name) => [name, 1])));
+
+    // Items that are more than text (an output, an item referred to) are checked against the
+    // conversation first: its read and their reads together, then the write.
+    const [item] = (await ids.openai.conversations.items.list(ids.conversation.id)).data;
+    const referred = () =>
+      ids.openai.conversations.items.create(ids.conversation.id, {
+        items: [{ type: 'item_reference', id: item?.id ?? '' }],
+      });
+    await referred();
+    expect(await roundTrips(referred)).toBe(1); // nothing to write: the generation read with the reads
+    const withReference = () =>
+      ids.openai.conversations.items.create(ids.conversation.id, {
+        items: [
+          { type: 'item_reference', id: item?.id ?? '' },
+          { type: 'message', role: 'user', content: 'beside a reference' },
+        ],
+      });
+    expect(await roundTrips(withReference)).toBe(2);
+  });
+
+  it('writes once when the settings moved elsewhere, and writes nothing, answering 401, once the key is revoked', async () => {
+    const ids = await setup();
+    const made = writes(ids.openai, ids);
+    for (const [name, write] of Object.entries(made)) {
+      await write(`${name} warm`);
+      await moveGeneration();
+      const n = `${name} after a move`;
+      await write(n);
+      expect(await rowsNaming(n), name).toBe(1);
+    }
+
+    await elsewhere.execute({
+      sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?',
+      args: [Date.now(), ids.tenant.workspaceKeyId],
+    });
+    for (const [name, write] of Object.entries(made)) {
+      const n = `${name} revoked`;
+      await expect(write(n), name).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
+      expect(await rowsNaming(n), name).toBe(0);
+    }
+  });
+
+  it('answers the 404 of the thing the path names, in its own words, writing nothing', async () => {
+    const { openai, run } = await setup();
+    const threadId = run.thread_id;
+    await openai.beta.threads.retrieve(threadId); // the key seen
+    const NOWHERE = 'written nowhere';
+    const missing = [
+      [() => openai.beta.threads.update('thread_missing', { metadata: { n: NOWHERE } }), 'thread_not_found'],
+      [
+        () => openai.beta.threads.messages.update('msg_missing', { thread_id: threadId, metadata: { n: NOWHERE } }),
+        'message_not_found',
+      ],
+      [
+        () =>
+          openai.beta.threads.messages.update('msg_missing', { thread_id: 'thread_missing', metadata: { n: NOWHERE } }),
+        'thread_not_found',
+      ],
+      [
+        () => openai.beta.threads.runs.update('run_missing', { thread_id: threadId, metadata: { n: NOWHERE } }),
+        'run_not_found',
+      ],
+      [() => openai.conversations.update('conv_missing', { metadata: { n: NOWHERE } }), 'conversation_not_found'],
+      [
+        () =>
+          openai.conversations.items.create('conv_missing', {
+            items: [{ type: 'message', role: 'user', content: NOWHERE }],
+          }),
+        'conversation_not_found',
+      ],
+      [
+        () =>
+          openai.conversations.items.create('conv_missing', {
+            items: [{ type: 'function_call_output', call_id: 'call_x', output: NOWHERE }],
+          }),
+        'conversation_not_found',
+      ],
+    ] as const;
+    for (const [write, code] of missing) {
+      await expect(write(), code).rejects.toMatchObject({ status: 404, code });
+    }
+    expect(await rowsNaming(NOWHERE)).toBe(0);
+  });
+});
