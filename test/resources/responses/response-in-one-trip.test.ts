@@ -243,7 +243,8 @@ describe('a response whose input needs no read: the provider called beside its w
 
   it('applies a policy made by another gateway to the response that guessed without it, and refuses the next before its provider', async () => {
     const { tenant } = await setup();
-    await createPolicy(other, tenant, { value: 1, unit: 'rpm' });
+    // By the day: a minute's window could turn between the two responses, and the second be the first of its window.
+    await createPolicy(other, tenant, { value: 1, unit: 'rpd' });
     const calls = upstream.requests.length;
     const { answer } = await whileDatabaseHeld(proxy, upstream, () => create(tenant, { input: 'hi', stream: true }));
     // Served again on the settings read: admitted under the policy, whose headers it carries.
@@ -260,7 +261,8 @@ describe('a response whose input needs no read: the provider called beside its w
 
   it('gives its admission back whole when its guard failed: the response made from its reads is admitted in its place', async () => {
     const { tenant, promptId } = await setup('Old instructions.');
-    await createPolicy(gateway, tenant, { value: 2, unit: 'rpm' });
+    // By the day, as above.
+    await createPolicy(gateway, tenant, { value: 2, unit: 'rpd' });
     // The first after the policy was made here reads the settings; the policy counts it.
     expect((await create(tenant, { input: 'one', prompt: { id: promptId } })).status).toBe(200);
     await elsewhere.execute({
