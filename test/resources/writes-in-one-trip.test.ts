@@ -145,6 +145,57 @@ describe('the writes around runs and responses, on a database server', () => {
     }
   });
 
+  it('deletes a thread, a message, a conversation in one round trip, once when the settings moved, nothing once the key is revoked', async () => {
+    const { tenant, openai, run } = await setup();
+    const threadId = run.thread_id;
+    const deletes = {
+      'a thread': async () => {
+        const { id } = await openai.beta.threads.create();
+        return { id, table: 'threads', remove: () => openai.beta.threads.delete(id), code: 'thread_not_found' };
+      },
+      'a message': async () => {
+        const { id } = await openai.beta.threads.messages.create(threadId, { role: 'user', content: 'to delete' });
+        const remove = () => openai.beta.threads.messages.delete(id, { thread_id: threadId });
+        return { id, table: 'messages', remove, code: 'message_not_found' };
+      },
+      'a conversation': async () => {
+        const { id } = await openai.conversations.create({});
+        return { id, table: 'threads', remove: () => openai.conversations.delete(id), code: 'conversation_not_found' };
+      },
+    };
+    const kept = async (table: string, id: string) =>
+      Number(
+        (await elsewhere.execute({ sql: `SELECT count(*) AS n FROM ${table} WHERE id = ?`, args: [id] })).rows[0]?.n,
+      );
+
+    const trips: Record<string, number> = {};
+    for (const [name, make] of Object.entries(deletes)) {
+      const { id, table, remove, code } = await make();
+      trips[name] = await roundTrips(remove);
+      expect(await kept(table, id), name).toBe(0);
+      // Deleted already: the 404 of what the path names.
+      await expect(remove(), name).rejects.toMatchObject({ status: 404, code });
+    }
+    expect(trips).toEqual({ 'a thread': 1, 'a message': 1, 'a conversation': 1 });
+
+    for (const [name, make] of Object.entries(deletes)) {
+      const { id, table, remove } = await make();
+      await moveGeneration();
+      await remove();
+      expect(await kept(table, id), name).toBe(0);
+    }
+
+    const targets = await Promise.all(Object.values(deletes).map((make) => make()));
+    await elsewhere.execute({
+      sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?',
+      args: [Date.now(), tenant.workspaceKeyId],
+    });
+    for (const { id, table, remove } of targets) {
+      await expect(remove(), id).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
+      expect(await kept(table, id), id).toBe(1);
+    }
+  });
+
   it('answers the 404 of the thing the path names, in its own words, writing nothing', async () => {
     const { openai, run } = await setup();
     const threadId = run.thread_id;

@@ -95,11 +95,11 @@ export async function updateConversation(
 export async function deleteConversation(
   deps: ThreadCommandDeps,
   reconcileRun: ReconcileRun,
+  settings: Settings,
   workspaceId: string,
   id: string,
 ): Promise<void> {
-  await getConversation(deps.db, workspaceId, id);
-  await deleteThread(deps, reconcileRun, workspaceId, id);
+  await deleteThread(deps, reconcileRun, settings, { id, workspaceId }, conversationNotFound);
 }
 
 /**

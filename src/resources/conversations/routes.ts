@@ -77,7 +77,7 @@ export const conversationRoutes = (reconcileRun: ReconcileRun) =>
         responds({ summary: 'Delete a conversation', ok: deletedObject('conversation.deleted') }),
         async (c) => {
           const id = c.req.param('conversation_id');
-          await deleteConversation(c.get('deps'), reconcileRun, c.get('actor').workspaceId, id);
+          await deleteConversation(c.get('deps'), reconcileRun, c.get('settings'), c.get('actor').workspaceId, id);
           return c.json({ id, object: 'conversation.deleted' as const, deleted: true as const });
         },
       )

@@ -153,23 +153,28 @@ export async function createMessage(
 }
 
 /**
- * DELETE /v1/threads/{thread_id}: the thread with its messages, runs and run steps. Refused with
- * 400 `thread_has_active_run` while a run holds the thread, as a message is: deleting the thread under a
- * run would leave it executing into rows that are gone. Cancel the run first.
+ * DELETE /v1/threads/{thread_id}: the thread with its messages, runs and run steps, in one
+ * transaction led by the settings' guard (nothing read first). Refused with 400
+ * `thread_has_active_run` while a run holds the thread, as a message is: deleting the thread under a
+ * run would leave it executing into rows that are gone. Cancel the run first. A missing thread is
+ * `notFound`'s 404 (a conversation's names it so).
  */
 export async function deleteThread(
   deps: ThreadCommandDeps,
   reconcileRun: ReconcileRun,
-  workspaceId: string,
-  threadId: string,
+  settings: Settings,
+  thread: ThreadKey,
+  notFound: (id: string) => ApiError = threadNotFound,
 ): Promise<void> {
-  const thread = await getThread(deps.db, workspaceId, threadId);
-  await whileIdle(
-    deps,
-    reconcileRun,
-    thread,
-    async () => ((await deleteIdleThread(deps.db, thread)) ? true : null),
-    (run) => `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
+  await guardedWrite(settings, (guard) =>
+    whileIdle(
+      deps,
+      reconcileRun,
+      thread,
+      async () => ((await deleteIdleThread(deps.db, thread, guard)) ? true : null),
+      (run) => `Can't delete ${thread.id} while a run${run ? ` ${run.id}` : ''} is active.`,
+      notFound,
+    ),
   );
   knownHistories(deps.db)?.forget(thread.id);
 }

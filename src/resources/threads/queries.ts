@@ -1,4 +1,4 @@
-import { and, eq, exists, inArray, sql, type SQL } from 'drizzle-orm';
+import { and, eq, exists, inArray, sql, type SQL, type SQLWrapper } from 'drizzle-orm';
 import {
   batchRaw,
   batchRawResults,
@@ -183,23 +183,30 @@ export function threadHeld(refusal: string, threadId: string, run: HoldingRun): 
  * holds it: the thread's row goes first, in a statement that checks for such a run, and the rest
  * only goes once the row is gone. Answers whether the thread was deleted.
  */
-export async function deleteIdleThread(db: Db, thread: ThreadKey): Promise<boolean> {
+export async function deleteIdleThread(db: Db, thread: ThreadKey, guard: RawStatement | null = null): Promise<boolean> {
   const gone = sql`NOT EXISTS (SELECT 1 FROM ${threads} WHERE ${threads.id} = ${thread.id})`;
-  const [deleted] = await db.batch([
-    db
-      .delete(threads)
-      .where(and(eq(threads.id, thread.id), eq(threads.workspaceId, thread.workspaceId), sqlOf(noRunHolds(thread.id))))
-      .returning({ id: threads.id }),
+  // `guard` (the settings', ProvisionalSettings.guard) leads the transaction.
+  const results = await batchRawResults(db, [
+    ...(guard ? [guard] : []),
+    rawOf(
+      db
+        .delete(threads)
+        .where(
+          and(eq(threads.id, thread.id), eq(threads.workspaceId, thread.workspaceId), sqlOf(noRunHolds(thread.id))),
+        ),
+    ),
     // Through the thread's runs (runs_thread, then run_steps_run): run_steps has no index on thread_id.
-    db
-      .delete(runSteps)
-      .where(
-        and(inArray(runSteps.runId, db.select({ id: runs.id }).from(runs).where(eq(runs.threadId, thread.id))), gone),
-      ),
-    db.delete(messages).where(and(eq(messages.threadId, thread.id), gone)),
-    db.delete(runs).where(and(eq(runs.threadId, thread.id), gone)),
+    rawOf(
+      db
+        .delete(runSteps)
+        .where(
+          and(inArray(runSteps.runId, db.select({ id: runs.id }).from(runs).where(eq(runs.threadId, thread.id))), gone),
+        ),
+    ),
+    rawOf(db.delete(messages).where(and(eq(messages.threadId, thread.id), gone))),
+    rawOf(db.delete(runs).where(and(eq(runs.threadId, thread.id), gone))),
   ]);
-  return deleted.length > 0;
+  return (results[guard ? 1 : 0]?.rowsAffected ?? 0) > 0;
 }
 
 /**
@@ -239,17 +246,19 @@ export const threadIdle = (thread: ThreadKey): RawCondition => {
 
 const messageNotFound = (id: string) => new ApiError('message_not_found', `No message found with id '${id}'.`);
 /**
- * The message `id` of the thread `threadId` in the workspace `workspaceId` (placeholders): what a
- * message's reads and changes find it by, in queries prepared once per database.
+ * The message `id` of the thread `threadId` in the workspace `workspaceId` (values, or placeholders
+ * for a query prepared once per database): what a message's reads and changes find it by.
  */
-const messageOf = and(
-  eq(messages.id, sql.placeholder('id')),
-  eq(messages.threadId, sql.placeholder('threadId')),
-  eq(messages.workspaceId, sql.placeholder('workspaceId')),
-);
-const messageById = preparedQuery((db) => db.select().from(messages).where(messageOf).limit(1).prepare());
-const deleteMessageById = preparedQuery((db) =>
-  db.delete(messages).where(messageOf).returning({ id: messages.id }).prepare(),
+const messageOf = (id: Key, threadId: Key, workspaceId: Key) =>
+  and(eq(messages.id, id), eq(messages.threadId, threadId), eq(messages.workspaceId, workspaceId));
+type Key = string | SQLWrapper;
+const messageById = preparedQuery((db) =>
+  db
+    .select()
+    .from(messages)
+    .where(messageOf(sql.placeholder('id'), sql.placeholder('threadId'), sql.placeholder('workspaceId')))
+    .limit(1)
+    .prepare(),
 );
 
 /**
@@ -283,16 +292,26 @@ export async function modifyMessage(
   const update = db
     .update(messages)
     .set({ metadata: body.metadata ?? {} })
-    .where(and(eq(messages.id, id), eq(messages.threadId, threadId), eq(messages.workspaceId, workspaceId)))
+    .where(messageOf(id, threadId, workspaceId))
     .returning();
   const [row] = await returnedRows(db, messages, update, guard);
   return row ?? missingMessage(db, workspaceId, threadId, id);
 }
 
-/** Deletes the message; 404 as getMessage. */
-export async function deleteMessage(db: Db, workspaceId: string, threadId: string, id: string): Promise<void> {
-  const [row] = await deleteMessageById(db).all({ id, threadId, workspaceId });
-  if (!row) await missingMessage(db, workspaceId, threadId, id);
+/** Deletes the message, led by `guard` when there is one; 404 as getMessage. */
+export async function deleteMessage(
+  db: Db,
+  workspaceId: string,
+  threadId: string,
+  id: string,
+  guard: RawStatement | null = null,
+): Promise<void> {
+  // `guard` (the settings', ProvisionalSettings.guard) leads the transaction.
+  const results = await batchRawResults(db, [
+    ...(guard ? [guard] : []),
+    rawOf(db.delete(messages).where(messageOf(id, threadId, workspaceId))),
+  ]);
+  if (!results[guard ? 1 : 0]?.rowsAffected) await missingMessage(db, workspaceId, threadId, id);
 }
 
 /**

@@ -70,7 +70,10 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
     )
     .delete('/:thread_id', responds({ summary: 'Delete a thread', ok: deletedObject('thread.deleted') }), async (c) => {
       const id = c.req.param('thread_id');
-      await deleteThread(c.get('deps'), reconcileRun, c.get('actor').workspaceId, id);
+      await deleteThread(c.get('deps'), reconcileRun, c.get('settings'), {
+        id,
+        workspaceId: c.get('actor').workspaceId,
+      });
       return c.json({ id, object: 'thread.deleted', deleted: true });
     })
     .get(
@@ -134,7 +137,9 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
       responds({ summary: 'Delete a message', ok: deletedObject('thread.message.deleted') }),
       async (c) => {
         const { thread_id: threadId, message_id: messageId } = c.req.param();
-        await deleteMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId);
+        await guardedWrite(c.get('settings'), (guard) =>
+          deleteMessage(c.get('deps').db, c.get('actor').workspaceId, threadId, messageId, guard),
+        );
         return c.json({ id: messageId, object: 'thread.message.deleted', deleted: true });
       },
     );

@@ -93,8 +93,8 @@ export async function guardedWrite<T>(
  *   the settings to be confirmed, and is made again on the settings read if they moved
  *   (identities/guessed.ts);
  * - `on demand`: writes whose first statement carries the check, led by the settings' guard
- *   (guardedWrite): a thread or a conversation created or modified (resources/threads/commands.ts,
- *   conversations/commands.ts), a message added to a thread or modified, a run's metadata, a
+ *   (guardedWrite): a thread or a conversation created, modified or deleted (resources/threads/commands.ts,
+ *   conversations/commands.ts), a message added to a thread, modified or deleted, a run's metadata, a
  *   conversation's items (read beside the conversation first, when they are more than text), and a
  *   run on a thread, whose one transaction is led by it when what the run needs is held in memory,
  *   or which otherwise reads its thread, history and open run first and asks keyLive with them,
@@ -110,6 +110,7 @@ export async function guardedWrite<T>(
  */
 function provisionalCheck(method: string, path: string): 'now' | 'on demand' | null {
   if (method === 'GET' || method === 'HEAD') return PROVISIONAL_READS.test(path) ? 'now' : null;
+  if (method === 'DELETE') return DELETES_GUARDED.test(path) ? 'on demand' : null;
   if (method !== 'POST') return null;
   if (PROVIDER_CALLS.has(path)) return 'now';
   return WRITES_GUARDED.has(path) || WRITES_GUARDED_UNDER.some((pattern) => pattern.test(path)) ? 'on demand' : null;
@@ -124,6 +125,8 @@ const WRITES_GUARDED_UNDER = [
   // A conversation modified; its items added.
   /^\/v1\/conversations\/[^/]+(\/items)?$/,
 ];
+/** A thread, a message of one, a conversation (not a conversation's item: it is read first). */
+const DELETES_GUARDED = /^\/v1\/(threads\/[^/]+(\/messages\/[^/]+)?|conversations\/[^/]+)$/;
 
 /** The token of `Bearer <token>` (the scheme is case-insensitive, RFC 9110); undefined otherwise. */
 function bearerToken(authorization: string | undefined): string | undefined {
