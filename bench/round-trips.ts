@@ -369,6 +369,14 @@ async function measureTarget(name: string, fakeUrl: string) {
             {}
           ),
         ),
+      'DELETE /threads/{id}': async () => {
+        const made = (await posted('/threads', {})) as { id: string };
+        return counted(async () => (await fetchJson(`/threads/${made.id}`, { method: 'DELETE' }), {}));
+      },
+      'DELETE /conversations/{id}': async () => {
+        const made = (await posted('/conversations', {})) as { id: string };
+        return counted(async () => (await fetchJson(`/conversations/${made.id}`, { method: 'DELETE' }), {}));
+      },
       'GET /threads/{id}/messages': () => counted(async () => (await fetchJson(`/threads/${thread.id}/messages`), {})),
       'GET /threads/{id}/runs/{id}/steps': () =>
         counted(async () => (await fetchJson(`/threads/${done.thread_id}/runs/${done.id}/steps`), {})),
