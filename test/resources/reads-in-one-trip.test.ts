@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DatabaseProxy } from '../support/database-proxy';
 import { createFakeUpstream } from '../support/fake-upstream';
 import { errorOf, type TestGateway } from '../support/gateway';
-import { gatewaysOnSqld, roundTrips as countedRoundTrips } from '../support/gateways-on-sqld';
+import { gatewaysOnSqld, roundTrips as countedRoundTrips, tenantWithRun } from '../support/gateways-on-sqld';
 
 /**
  * The reads an application polls, on a database server (LIBSQL_URL): each in one round trip, the
@@ -28,15 +28,7 @@ const roundTrips = (task: () => Promise<unknown>) => countedRoundTrips(gateway, 
 
 /** A tenant with a completed run on a thread, a response and a file; the SDK with its key. */
 async function setup() {
-  const tenant = await gateway.tenant();
-  await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
-  const openai = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
-  const assistant = await openai.beta.assistants.create({ model: 'fake-model' });
-  const run = await openai.beta.threads.createAndRunPoll(
-    { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: 'hello' }] } },
-    { pollIntervalMs: 10 },
-  );
-  expect(run.status).toBe('completed');
+  const { tenant, openai, run } = await tenantWithRun(gateway);
   const response = await openai.responses.create({ model: 'fake-model', input: 'hello' });
   const file = await openai.files.create({ file: new File(['hello'], 'hello.txt'), purpose: 'assistants' });
   const conversation = await openai.conversations.create({

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DatabaseProxy } from '../support/database-proxy';
 import { createFakeUpstream } from '../support/fake-upstream';
 import type { TestGateway } from '../support/gateway';
-import { gatewaysOnSqld, roundTrips as countedRoundTrips } from '../support/gateways-on-sqld';
+import { gatewaysOnSqld, roundTrips as countedRoundTrips, tenantWithRun } from '../support/gateways-on-sqld';
 
 /**
  * The writes an application makes around its runs and responses, on a database server
@@ -31,15 +31,7 @@ const roundTrips = (task: () => Promise<unknown>) => countedRoundTrips(gateway, 
 
 /** A tenant with a completed run on a thread and a conversation; the SDK with its key. */
 async function setup() {
-  const tenant = await gateway.tenant();
-  await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
-  const openai = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
-  const assistant = await openai.beta.assistants.create({ model: 'fake-model' });
-  const run = await openai.beta.threads.createAndRunPoll(
-    { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: 'hello' }] } },
-    { pollIntervalMs: 10 },
-  );
-  expect(run.status).toBe('completed');
+  const { tenant, openai, run } = await tenantWithRun(gateway);
   const [message] = (await openai.beta.threads.messages.list(run.thread_id, { order: 'asc' })).data;
   const conversation = await openai.conversations.create({});
   return { tenant, openai, run, message: message?.id ?? '', conversation };

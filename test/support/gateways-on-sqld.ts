@@ -57,3 +57,20 @@ export async function roundTrips(
   await proxy.quiet();
   return proxy.count - before;
 }
+
+/**
+ * A new tenant of `gateway` with a default virtual key to the fake provider (http://fake.test), an
+ * assistant, and a run of it completed on a new thread; the SDK with the tenant's key.
+ */
+export async function tenantWithRun(gateway: TestGateway) {
+  const tenant = await gateway.tenant();
+  await gateway.virtualKey(tenant, { base_url: 'http://fake.test/v1', default: true });
+  const openai = gateway.openai({ 'x-gateway-api-key': tenant.workspaceKey });
+  const assistant = await openai.beta.assistants.create({ model: 'fake-model' });
+  const run = await openai.beta.threads.createAndRunPoll(
+    { assistant_id: assistant.id, thread: { messages: [{ role: 'user', content: 'hello' }] } },
+    { pollIntervalMs: 10 },
+  );
+  if (run.status !== 'completed') throw new Error(`the set-up run ended ${run.status}`);
+  return { tenant, openai, run };
+}
