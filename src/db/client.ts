@@ -398,6 +398,17 @@ export async function returnedRows<T extends Table>(
   return (written?.rows ?? []).map((row) => rowOf(table, row));
 }
 
+/**
+ * The row a request's path names, and what was read beside it by the path's ids, both issued
+ * together (one round trip to a database server: coalescing-client.ts). `row` is awaited first, so
+ * its error (a 404) is the answer whatever `beside` found: what was read beside is looked at only
+ * once the row is found, and so the caller's to read.
+ */
+export async function besideRow<R, T>(row: Promise<R>, beside: Promise<T>): Promise<[R, T]> {
+  beside.catch(() => undefined);
+  return [await row, await beside];
+}
+
 /** Runs `statements` in one transaction, as batchRaw does, and answers the client's results. */
 export async function batchRawResults(db: Db, statements: RawStatement[]): Promise<ResultSet[]> {
   return rawBatch(db, statements);

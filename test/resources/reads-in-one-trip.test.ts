@@ -68,6 +68,50 @@ describe('the reads an application polls, on a database server', () => {
     expect(await roundTrips(items)).toBe(2);
   });
 
+  it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage), a page of stores two', async () => {
+    const { tenant, openai, run } = await setup();
+    const store = await openai.vectorStores.create({ name: 'kept' });
+    const completion = await openai.chat.completions.create({
+      model: 'fake-model',
+      store: true,
+      messages: [{ role: 'user', content: 'hello' }],
+    });
+    const get = async (path: string) => {
+      const answer = await gateway.request(path, { key: tenant.workspaceKey });
+      if (answer.status !== 200) throw new Error(`${path}: ${answer.status} ${await answer.text()}`);
+      return answer.json();
+    };
+    const reads: [string, () => Promise<unknown>][] = [
+      ['the threads', () => get('/v1/threads')],
+      ["the workspace's runs", () => get('/v1/runs')],
+      ["a run's trace", () => get(`/v1/runs/${run.id}/trace`)],
+      ['the assistants', () => openai.beta.assistants.list()],
+      ['a vector store', () => openai.vectorStores.retrieve(store.id)],
+      ["a vector store's files", () => openai.vectorStores.files.list(store.id)],
+      ['the stored completions', () => openai.chat.completions.list()],
+      ['a stored completion', () => openai.chat.completions.retrieve(completion.id)],
+      ["a stored completion's messages", () => openai.chat.completions.messages.list(completion.id)],
+      ['the usage', () => get('/v1/usage')],
+    ];
+    const trips: Record<string, number> = {};
+    for (const [name, read] of reads) {
+      await read();
+      trips[name] = await roundTrips(read);
+    }
+    expect(trips).toEqual(Object.fromEntries(reads.map(([name]) => [name, 1])));
+    // A page of stores, then their file counts and usage, by the page's ids.
+    const stores = () => openai.vectorStores.list();
+    await stores();
+    expect(await roundTrips(stores)).toBe(2);
+    // Another tenant's store: its 404, not the files read beside it.
+    const other = await gateway.request(`/v1/vector_stores/${store.id}/files`, {
+      key: (await gateway.tenant()).workspaceKey,
+      headers: { 'openai-beta': 'assistants=v2' },
+    });
+    expect(other.status).toBe(404);
+    expect((await errorOf(other)).code).toBe('vector_store_not_found');
+  });
+
   it('answers the 404 of the row the path names first, whatever was read beside it', async () => {
     const { tenant, run } = await setup();
     const other = await setup();

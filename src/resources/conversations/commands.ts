@@ -1,4 +1,4 @@
-import { batchRawResults, insertWhereStatement, type Db, type RawStatement } from '../../db/client';
+import { batchRawResults, besideRow, insertWhereStatement, type Db, type RawStatement } from '../../db/client';
 import type { Settings } from '../../db/settings-cache';
 import { messages } from '../../db/schema';
 import type { Actor } from '../../actor';
@@ -56,9 +56,8 @@ export async function retrieveConversationItem(
 }
 
 async function besideConversation<T>(db: Db, workspaceId: string, id: string, read: Promise<T>): Promise<T> {
-  read.catch(() => undefined);
-  await getConversation(db, workspaceId, id);
-  return read;
+  const [, found] = await besideRow(getConversation(db, workspaceId, id), read);
+  return found;
 }
 
 /** POST /v1/conversations: the thread and its first items, in one transaction. */

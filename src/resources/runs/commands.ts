@@ -53,7 +53,7 @@ import { attachedFiles, threadStoreWrites } from '../threads/thread-stores';
 import { checkToolResources, storedToolResources } from '../vector-stores/tool-resources';
 import { toThreadJson } from '../threads/wire';
 import type { ServerSentEvent } from '../../deps';
-import type { RawStatement } from '../../db/client';
+import { besideRow, type RawStatement } from '../../db/client';
 import { buildPrompt, laterTurnPrompt, promptLimits } from './execution/prompt';
 import { reconcileRun } from './execution/recovery';
 import { checkImages } from '../files/images';
@@ -61,7 +61,7 @@ import { checkCodeAttachments } from '../threads/code-attachments';
 import { newRun } from './execution/rows';
 import { clientMessage, newThread } from '../threads/rows';
 import { checkSandbox, runSettings, type RunSettings } from './execution/settings';
-import { answeringKey, settleRun } from './execution/settle';
+import { settleRun } from './execution/settle';
 import { settledTrace } from './execution/trace';
 import { guardedWrite, keyLive } from '../identities/middleware/api-key-auth';
 
@@ -609,12 +609,9 @@ export async function blockingRun(
 
 /** GET /v1/threads/{thread_id}/runs: a page of the thread's runs, each as it really stands. */
 export async function listRuns(deps: RunCommandDeps, workspaceId: string, threadId: string, query: CursorListQuery) {
-  // Read together (one round trip to a database server): the page, by the path's thread id, is
-  // looked at only once the thread is the workspace's, whose 404 comes first.
-  const page = listRunsPage(deps.db, threadId, query);
-  page.catch(() => undefined);
-  await getThread(deps.db, workspaceId, threadId);
-  return reconciled(deps, await page);
+  // The page, by the path's thread id, is looked at only once the thread is the workspace's.
+  const [, page] = await besideRow(getThread(deps.db, workspaceId, threadId), listRunsPage(deps.db, threadId, query));
+  return reconciled(deps, page);
 }
 
 /** GET /v1/runs: a page of the workspace's runs across its threads, each settled as listRuns settles them. */
@@ -679,18 +676,21 @@ export const MAX_TRACE_STEPS = 100;
 
 /**
  * GET /v1/runs/{run_id}/trace: the workspace's run as it really stands (404 for another
- * workspace's, or a response's), its first steps, and the slug of the key that answered it.
+ * workspace's, or a response's), its first steps, and the slug of the key that answered it. The
+ * steps and the run's key are read beside the run, by its id (one round trip to a database
+ * server), and looked at only once it is the workspace's; a run settled just now has its steps read again.
  */
 export async function retrieveRunTrace(deps: RunCommandDeps, workspaceId: string, runId: string) {
+  const steps = () => listStepsPage(deps.db, runId, { order: 'asc', limit: MAX_TRACE_STEPS });
+  const beside = Promise.all([steps(), getRunVirtualKey(deps.db, runId)]);
+  beside.catch(() => undefined);
   const found = await getRunById(deps.db, runId);
   if (!found || found.workspaceId !== workspaceId || found.kind !== 'run')
     throw new ApiError('run_not_found', `No run found with id '${runId}'.`);
   const run = await reconcileRun(deps, found);
-  const [steps, virtualKey] = await Promise.all([
-    listStepsPage(deps.db, run.id, { order: 'asc', limit: MAX_TRACE_STEPS }),
-    answeringKey(deps, run),
-  ]);
-  return { run, steps, virtualKey };
+  const [page, key] = await beside;
+  // The key that answered, as answeringKey finds it: the trace's, else the run's own.
+  return { run, steps: run === found ? page : await steps(), virtualKey: run.trace?.virtual_key ?? key?.slug ?? null };
 }
 
 /** GET of a run: the run as it really stands, settled first if it was left behind (recovery.ts). */

@@ -14,6 +14,7 @@ import {
 import { deleteMessage, getMessage, getThread, listMessages, listThreads, modifyMessage } from './queries';
 import { createMessage, createThread, deleteThread, modifyThread, type ReconcileRun } from './commands';
 import { listObject } from '../../http/lists';
+import { besideRow } from '../../db/client';
 import { toMessageJson, toThreadJson } from './wire';
 import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { requestContext } from '../../http/request-context';
@@ -83,13 +84,12 @@ const threadAndMessageRoutes = (reconcileRun: ReconcileRun) =>
       async (c) => {
         const { db } = c.get('deps');
         const threadId = c.req.param('thread_id');
-        // Read together (one round trip to a database server: coalescing-client.ts); the page is
-        // answered only once the thread is known to be the workspace's, and a 404 comes first.
-        const found = getThread(db, c.get('actor').workspaceId, threadId);
-        const page = listMessages(db, threadId, c.req.valid('query'));
-        page.catch(() => undefined);
-        await found;
-        return c.json(listObject(await page, toMessageJson));
+        // The page, by the path's id, is answered only once the thread is the workspace's.
+        const [, page] = await besideRow(
+          getThread(db, c.get('actor').workspaceId, threadId),
+          listMessages(db, threadId, c.req.valid('query')),
+        );
+        return c.json(listObject(page, toMessageJson));
       },
     )
     .post(

@@ -31,6 +31,7 @@ import {
 } from './queries';
 import { addStoreFile, createFileBatch, createVectorStore } from './commands';
 import { listObject } from '../../http/lists';
+import { besideRow } from '../../db/client';
 import { toFileBatchJson, toVectorStoreFileJson, toVectorStoreJson } from './wire';
 import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { requestContext } from '../../http/request-context';
@@ -50,18 +51,26 @@ import {
 
 type Ctx = Context<WorkspaceEnv>;
 
-/** Stores as JSON, with their file counts and usage in two queries however many. */
+/** The file counts and usage of the stores `ids`, in two queries however many, issued together. */
+const storeFigures = (c: Ctx, ids: string[]) =>
+  Promise.all([fileCounts(c.get('deps').db, { storeIds: ids }), usageBytes(c.get('deps').db, ids)]);
+
+/** A store as JSON, with its figures (storeFigures). */
+function storeJsonOf(c: Ctx, row: VectorStoreRow, [counts, bytes]: Awaited<ReturnType<typeof storeFigures>>) {
+  return toVectorStoreJson(row, counts.get(row.id) ?? emptyCounts(), bytes.get(row.id) ?? 0, c.get('deps').now());
+}
+
+/** Stores as JSON, with their figures. */
 async function storesJson(c: Ctx, rows: VectorStoreRow[]) {
-  const { db, now } = c.get('deps');
-  const ids = rows.map((row) => row.id);
-  const [counts, bytes] = await Promise.all([fileCounts(db, { storeIds: ids }), usageBytes(db, ids)]);
-  return rows.map((row) => toVectorStoreJson(row, counts.get(row.id) ?? emptyCounts(), bytes.get(row.id) ?? 0, now()));
+  const figures = await storeFigures(
+    c,
+    rows.map((row) => row.id),
+  );
+  return rows.map((row) => storeJsonOf(c, row, figures));
 }
 
 async function storeJson(c: Ctx, row: VectorStoreRow) {
-  const [json] = await storesJson(c, [row]);
-  if (!json) throw new Error(`No JSON for vector store ${row.id}`);
-  return json;
+  return storeJsonOf(c, row, await storeFigures(c, [row.id]));
 }
 
 async function batchJson(c: Ctx, batch: FileBatchRow) {
@@ -70,11 +79,19 @@ async function batchJson(c: Ctx, batch: FileBatchRow) {
 }
 
 /** The store named by the path, in the caller's workspace (404 otherwise). */
-const storeOf = (c: Ctx) => {
+const storeOf = (c: Ctx) => getVectorStore(c.get('deps').db, c.get('actor').workspaceId, storeIdOf(c));
+
+/**
+ * The store named by the path, and what `read` reads by its id, read beside it (besideRow: one
+ * round trip to a database server), looked at only once the store is the caller's.
+ */
+const besideStore = <T>(c: Ctx, read: (storeId: string) => Promise<T>) => besideRow(storeOf(c), read(storeIdOf(c)));
+
+function storeIdOf(c: Ctx): string {
   const id = c.req.param('vector_store_id');
-  if (id === undefined) throw new Error('storeOf serves only routes with a :vector_store_id');
-  return getVectorStore(c.get('deps').db, c.get('actor').workspaceId, id);
-};
+  if (id === undefined) throw new Error('storeIdOf serves only routes with a :vector_store_id');
+  return id;
+}
 
 /** Most chunks the content endpoint answers in its one page. */
 const CONTENT_CHUNKS = 10_000;
@@ -105,9 +122,10 @@ const storeRoutes = new Hono<WorkspaceEnv>()
       );
     },
   )
-  .get('/:vector_store_id', responds({ summary: 'Retrieve a vector store', ok: vectorStoreObject }), async (c) =>
-    c.json(await storeJson(c, await storeOf(c))),
-  )
+  .get('/:vector_store_id', responds({ summary: 'Retrieve a vector store', ok: vectorStoreObject }), async (c) => {
+    const [store, figures] = await besideStore(c, (id) => storeFigures(c, [id]));
+    return c.json(storeJsonOf(c, store, figures));
+  })
   .post(
     '/:vector_store_id',
     responds({ summary: 'Modify a vector store', ok: vectorStoreObject }),
@@ -154,21 +172,18 @@ const fileRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: "List a vector store's files", ok: listOf(vectorStoreFileObject) }),
     validate('query', listVectorStoreFilesQuery),
     async (c) => {
-      const store = await storeOf(c);
-      return c.json(
-        listObject(
-          await listStoreFiles(c.get('deps').db, { storeId: store.id }, c.req.valid('query')),
-          toVectorStoreFileJson,
-        ),
-      );
+      const query = c.req.valid('query');
+      const [, page] = await besideStore(c, (storeId) => listStoreFiles(c.get('deps').db, { storeId }, query));
+      return c.json(listObject(page, toVectorStoreFileJson));
     },
   )
   .get(
     '/:vector_store_id/files/:file_id',
     responds({ summary: 'Retrieve a vector store file', ok: vectorStoreFileObject }),
     async (c) => {
-      const store = await storeOf(c);
-      return c.json(toVectorStoreFileJson(await getStoreFile(c.get('deps').db, store.id, c.req.param('file_id'))));
+      const fileId = c.req.param('file_id');
+      const [, file] = await besideStore(c, (storeId) => getStoreFile(c.get('deps').db, storeId, fileId));
+      return c.json(toVectorStoreFileJson(file));
     },
   )
   .post(
