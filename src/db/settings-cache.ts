@@ -55,6 +55,26 @@ export class SettingsCache {
   }
 
   /**
+   * The settings as they are now, and the key `presented` found live in them (null otherwise): what
+   * a request that cannot start on settings assumed unchanged reads first. On a database server,
+   * when the key is not held at the generation last read (its first request here, or the first after
+   * a change made here, which moves the generation), its row is read beside the generation: one round
+   * trip (coalescing-client.ts), where reading it after would be a second.
+   */
+  async authenticate(presented: string): Promise<{ settings: Settings; apiKey: AuthenticatedKey | null }> {
+    const latest = this.#latest;
+    const held = latest !== undefined && this.#shelves.apiKeys.peek(latest, presented) !== undefined;
+    if (!this.#provisional || held) {
+      const settings = await this.now();
+      return { settings, apiKey: await settings.apiKey(presented) };
+    }
+    const [generation, found] = await Promise.all([this.#generation(), this.#loaders.apiKey(presented)]);
+    // Kept at the generation its own statement saw (one snapshot), which may not be the one read beside it.
+    if (found && found.generation !== null) this.#shelves.apiKeys.keep(found.generation, presented, found.key);
+    return { settings: new Settings(this.#shelves, this.#loaders, generation), apiKey: found?.key ?? null };
+  }
+
+  /**
    * For a request presenting `presented`: the settings as they were when this process or isolate
    * last read the generation, assumed to be still the database's (ProvisionalSettings), with the
    * key found live then; null if it was not kept then, before any read, and always where the cache
@@ -140,9 +160,15 @@ interface Confirmation {
 }
 
 /** The reads behind the lookups, when they are not answered from memory. */
+/** A key found live, and the settings' generation of the snapshot it was read in (null: no generation row). */
+export interface KeyAt {
+  key: AuthenticatedKey;
+  generation: number | null;
+}
+
 export interface SettingsLoaders {
-  /** authenticateApiKey: the key presented, if it is live. */
-  apiKey(presented: string): Promise<AuthenticatedKey | null>;
+  /** authenticateApiKey: the key presented, if it is live, with the generation it was read at. */
+  apiKey(presented: string): Promise<KeyAt | null>;
   /** getAssistant: the workspace's live assistant, or 404. */
   assistant(workspaceId: string, id: string): Promise<AssistantRow>;
   /** resolveVirtualKey: the key a run of `model` executes with, or the error saying why there is none. */
@@ -195,7 +221,11 @@ export class Settings {
 
   /** authenticateApiKey: the key presented, if it is live. */
   apiKey(presented: string): Promise<AuthenticatedKey | null> {
-    return this.shelves.apiKeys.get(this.generation, presented, () => this.loaders.apiKey(presented));
+    return this.shelves.apiKeys.get(
+      this.generation,
+      presented,
+      async () => (await this.loaders.apiKey(presented))?.key ?? null,
+    );
   }
 
   /** getAssistant: the workspace's live assistant, or 404. */

@@ -3,7 +3,7 @@ import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DatabaseProxy } from '../support/database-proxy';
 import { createFakeUpstream } from '../support/fake-upstream';
-import type { TestGateway } from '../support/gateway';
+import { json, type TestGateway } from '../support/gateway';
 import { gatewaysOnSqld, roundTrips as countedRoundTrips, tenantWithRun } from '../support/gateways-on-sqld';
 
 /**
@@ -186,6 +186,25 @@ describe('the writes around runs and responses, on a database server', () => {
       await expect(remove(), id).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
       expect(await kept(table, id), id).toBe(1);
     }
+  });
+
+  it('reads the key beside the generation when it is not held at it, after a change made here; a revoked key is refused at once', async () => {
+    const { tenant, openai } = await setup();
+    // An assistant's creation moves the generation: the next request reads it, and the key with it.
+    const create = () => openai.beta.assistants.create({ model: 'fake-model' });
+    await create();
+    expect(await roundTrips(create)).toBe(2); // the generation and the key, then the insert
+    // A new key (its creation changes the settings too): its first request reads it (once its hash
+    // is made) and keeps it at the generation its own read saw; the next start from it.
+    const made = await json(
+      await gateway.request('/v1/api-keys', { key: tenant.workspaceKey, body: { name: 'second' } }),
+    );
+    const list = () => gateway.request('/v1/assistants', { key: made.key });
+    expect((await list()).status).toBe(200);
+    expect(await roundTrips(async () => expect((await list()).status).toBe(200))).toBe(1);
+    // Revoked elsewhere: the very next request is refused.
+    await elsewhere.execute({ sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?', args: [Date.now(), made.id] });
+    expect((await list()).status).toBe(401);
   });
 
   it('answers the 404 of the thing the path names, in its own words, writing nothing', async () => {

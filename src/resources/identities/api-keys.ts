@@ -1,6 +1,7 @@
 import { and, desc, eq, isNull, sql } from 'drizzle-orm';
 import { preparedQuery, type Db } from '../../db/client';
-import { apiKeys, workspaces, type ApiKeyKind, type AuthenticatedKey } from '../../db/schema';
+import { apiKeys, settingsGeneration, workspaces, type ApiKeyKind, type AuthenticatedKey } from '../../db/schema';
+import type { KeyAt } from '../../db/settings-cache';
 import { ApiError } from '../../errors';
 import { randomToken, sha256Hex } from '../../lib/crypto';
 import { BoundedMap } from '../../lib/bounded-map';
@@ -68,6 +69,7 @@ export async function createApiKey(db: Db, input: NewApiKey) {
   return { record, plaintext };
 }
 
+// With the settings' generation its snapshot saw: the key is exact at that generation (settings-cache.ts).
 const keyByHash = preparedQuery((db) =>
   db
     .select({
@@ -76,6 +78,9 @@ const keyByHash = preparedQuery((db) =>
       organisationId: apiKeys.organisationId,
       workspaceId: workspaces.id,
       workspaceSlug: workspaces.slug,
+      generation: sql<
+        number | null
+      >`(SELECT ${settingsGeneration.value} FROM ${settingsGeneration} WHERE ${settingsGeneration.id} = 0)`,
     })
     .from(apiKeys)
     .leftJoin(workspaces, eq(workspaces.id, apiKeys.workspaceId))
@@ -105,17 +110,14 @@ export class KeyHashes {
   }
 }
 
-export async function authenticateApiKey(
-  db: Db,
-  hashes: KeyHashes,
-  plaintext: string,
-): Promise<AuthenticatedKey | null> {
+/** The key presented, if it is live, with the settings' generation of the snapshot it was found in. */
+export async function authenticateApiKey(db: Db, hashes: KeyHashes, plaintext: string): Promise<KeyAt | null> {
   if (!isGatewayKeyShaped(plaintext)) return null;
   const { hash, remember } = await hashes.of(plaintext);
   const [row] = await keyByHash(db).all({ hash });
   if (!row) return null;
   remember();
-  return {
+  const key: AuthenticatedKey = {
     id: row.id,
     kind: row.kind,
     organisationId: row.organisationId,
@@ -124,6 +126,7 @@ export async function authenticateApiKey(
         ? { id: row.workspaceId, slug: row.workspaceSlug }
         : null,
   };
+  return { key, generation: row.generation };
 }
 
 const recordColumns = {

@@ -43,8 +43,7 @@ export const apiKeyAuth = () =>
       if (!live) throw new ApiError('invalid_api_key');
       return;
     }
-    const settings = await cache.now();
-    const apiKey = await settings.apiKey(presented);
+    const { settings, apiKey } = await cache.authenticate(presented);
     if (!apiKey) throw new ApiError('invalid_api_key');
     c.set('apiKey', apiKey);
     c.set('settings', settings);
