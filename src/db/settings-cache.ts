@@ -159,13 +159,13 @@ interface Confirmation {
   now: Settings | null;
 }
 
-/** The reads behind the lookups, when they are not answered from memory. */
 /** A key found live, and the settings' generation of the snapshot it was read in (null: no generation row). */
 export interface KeyAt {
   key: AuthenticatedKey;
   generation: number | null;
 }
 
+/** The reads behind the lookups, when they are not answered from memory. */
 export interface SettingsLoaders {
   /** authenticateApiKey: the key presented, if it is live, with the generation it was read at. */
   apiKey(presented: string): Promise<KeyAt | null>;
