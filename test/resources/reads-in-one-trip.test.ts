@@ -68,7 +68,7 @@ describe('the reads an application polls, on a database server', () => {
     expect(await roundTrips(items)).toBe(2);
   });
 
-  it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage), a page of stores two', async () => {
+  it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage, a policy), a page of stores two', async () => {
     const { tenant, openai, run } = await setup();
     const store = await openai.vectorStores.create({ name: 'kept' });
     const completion = await openai.chat.completions.create({
@@ -76,6 +76,18 @@ describe('the reads an application polls, on a database server', () => {
       store: true,
       messages: [{ role: 'user', content: 'hello' }],
     });
+    const made = await gateway.request('/v1/policies/rate-limits', {
+      key: tenant.workspaceKey,
+      body: {
+        conditions: [{ key: 'model', value: '*' }],
+        group_by: [{ key: 'workspace_id' }],
+        type: 'requests',
+        unit: 'rpd',
+        value: 1_000_000,
+      },
+    });
+    if (made.status !== 200) throw new Error(`a policy: ${made.status} ${await made.text()}`);
+    const policy = (await made.json()) as { id: string };
     const get = async (path: string) => {
       const answer = await gateway.request(path, { key: tenant.workspaceKey });
       if (answer.status !== 200) throw new Error(`${path}: ${answer.status} ${await answer.text()}`);
@@ -92,6 +104,7 @@ describe('the reads an application polls, on a database server', () => {
       ['a stored completion', () => openai.chat.completions.retrieve(completion.id)],
       ["a stored completion's messages", () => openai.chat.completions.messages.list(completion.id)],
       ['the usage', () => get('/v1/usage')],
+      ['a rate-limit policy', () => get(`/v1/policies/rate-limits/${policy.id}`)],
     ];
     const trips: Record<string, number> = {};
     for (const [name, read] of reads) {

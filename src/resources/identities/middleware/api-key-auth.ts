@@ -84,7 +84,8 @@ export async function guardedWrite<T>(
  * The requests that may start on settings assumed unchanged (ProvisionalSettings), on a database
  * server, where that saves a round trip, and when they read the generation again:
  * - `now`, beside their own first reads: reads of what is stored (threads, runs, conversations,
- *   responses, files, vector stores, stored chat completions, the assistants' list, usage), which
+ *   responses, files, vector stores, stored chat completions, the assistants' list, usage, the
+ *   rate-limit policies, read from their table and not through the policy cache), which
  *   an application polls (a run's status, a thread's messages, a file's), read as they are, not
  *   from what the settings keep (an assistant by its id is: it is not among them). They write
  *   nothing a tenant asked for (a run left behind may be settled, as any read of it does) and call
@@ -118,7 +119,7 @@ function provisionalCheck(method: string, path: string): 'now' | 'on demand' | n
 }
 const PROVIDER_CALLS = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/moderations']);
 const PROVISIONAL_READS =
-  /^\/v1\/((threads|conversations|responses|files|runs|vector_stores|usage|chat\/completions)(\/|$)|assistants$)/;
+  /^\/v1\/((threads|conversations|responses|files|runs|vector_stores|usage|chat\/completions|policies\/rate-limits)(\/|$)|assistants$)/;
 const WRITES_GUARDED = new Set(['/v1/threads', '/v1/threads/runs', '/v1/conversations', '/v1/responses']);
 const WRITES_GUARDED_UNDER = [
   // A thread modified; a message or a run on it, created or modified; tool outputs submitted.
