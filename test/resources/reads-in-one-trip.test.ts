@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DatabaseProxy } from '../support/database-proxy';
 import { createFakeUpstream } from '../support/fake-upstream';
 import { errorOf, type TestGateway } from '../support/gateway';
+import { createPolicy } from '../support/ratelimit';
 import { gatewaysOnSqld, roundTrips as countedRoundTrips, tenantWithRun } from '../support/gateways-on-sqld';
 
 /**
@@ -76,18 +77,7 @@ describe('the reads an application polls, on a database server', () => {
       store: true,
       messages: [{ role: 'user', content: 'hello' }],
     });
-    const made = await gateway.request('/v1/policies/rate-limits', {
-      key: tenant.workspaceKey,
-      body: {
-        conditions: [{ key: 'model', value: '*' }],
-        group_by: [{ key: 'workspace_id' }],
-        type: 'requests',
-        unit: 'rpd',
-        value: 1_000_000,
-      },
-    });
-    if (made.status !== 200) throw new Error(`a policy: ${made.status} ${await made.text()}`);
-    const policy = (await made.json()) as { id: string };
+    const policy = await createPolicy(gateway, tenant, { unit: 'rpd', value: 1_000_000 });
     const get = async (path: string) => {
       const answer = await gateway.request(path, { key: tenant.workspaceKey });
       if (answer.status !== 200) throw new Error(`${path}: ${answer.status} ${await answer.text()}`);
@@ -104,7 +94,7 @@ describe('the reads an application polls, on a database server', () => {
       ['a stored completion', () => openai.chat.completions.retrieve(completion.id)],
       ["a stored completion's messages", () => openai.chat.completions.messages.list(completion.id)],
       ['the usage', () => get('/v1/usage')],
-      ['a rate-limit policy', () => get(`/v1/policies/rate-limits/${policy.id}`)],
+      ['a rate-limit policy', () => get(`/v1/policies/rate-limits/${policy}`)],
     ];
     const trips: Record<string, number> = {};
     for (const [name, read] of reads) {
