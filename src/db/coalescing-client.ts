@@ -1,4 +1,4 @@
-import type { InArgs, InStatement, ResultSet } from '@libsql/client';
+import type { InArgs, InStatement, ResultSet, TransactionMode } from '@libsql/client';
 import { WrappedClient } from './wrapped-client';
 import { readsOnly, type ReadsCarrier } from './client';
 
@@ -10,8 +10,10 @@ import { readsOnly, type ReadsCarrier } from './client';
  * reads (statements that only read: readsOnly) asked for within the same few turns of the microtask
  * queue are sent as one batch, in one transaction of mode `read`: one round trip, one snapshot of
  * the database (stricter than separate requests, never looser). A lone read goes as it is. Writes,
- * batches and everything else pass straight through, in the order they were asked for relative to
- * each other (a read waiting for its companions never delays a write).
+ * a batch whose statements all read (a page and its count, read as one snapshot) joins the window
+ * the same way, its statements kept together. Writes, other batches and everything else pass
+ * straight through, in the order they were asked for relative to each other (a read waiting for its
+ * companions never delays a write).
  *
  * The window is microtasks, not a timer, for Workers' sake: workerd runs a promise's continuation on
  * behalf of the request whose I/O resolved it, and refuses I/O started on behalf of one request from
@@ -23,8 +25,9 @@ import { readsOnly, type ReadsCarrier } from './client';
  * commands.ts) asks `batchWithReads`: it joins the window, and its statements go after the reads in
  * the same batch, in one write transaction: still one round trip.
  *
- * When a batch fails, each of its reads is sent again on its own, so that each caller gets its own
- * answer or error (one bad statement must not fail its neighbours); nothing was written. A write
+ * When a batch fails, each of its reads (a batch of reads: as one batch) is sent again on its own,
+ * so that each caller gets its own answer or error (one bad statement must not fail its
+ * neighbours); nothing was written. A write
  * that travelled with them gets the batch's error, unless a read was what failed: then it is sent
  * again on its own too.
  */
@@ -38,9 +41,23 @@ export class CoalescingClient extends WrappedClient implements ReadsCarrier {
   override execute(sql: string, args?: InArgs): Promise<ResultSet>;
   override execute(stmt: InStatement | string, args?: InArgs): Promise<ResultSet> {
     const statement: InStatement = typeof stmt === 'string' ? (args === undefined ? stmt : { sql: stmt, args }) : stmt;
-    if (!readsOnly(typeof statement === 'string' ? statement : statement.sql)) return this.inner.execute(statement);
-    return new Promise<ResultSet>((resolve, reject) => {
-      this.#pending.push({ statement, resolve, reject });
+    if (!readsOnly(sqlText(statement))) return this.inner.execute(statement);
+    return this.#joined([statement]).then(([result]) => result ?? Promise.reject(noAnswer(1, 0)));
+  }
+
+  override batch(stmts: Array<InStatement | [string, InArgs?]>, mode?: TransactionMode): Promise<ResultSet[]> {
+    const statements = stmts.map((stmt): InStatement =>
+      Array.isArray(stmt) ? { sql: stmt[0], args: stmt[1] ?? [] } : stmt,
+    );
+    if (mode === 'write' || statements.length === 0 || !statements.every((statement) => readsOnly(sqlText(statement))))
+      return this.inner.batch(stmts, mode);
+    return this.#joined(statements);
+  }
+
+  /** `statements`, all reads, sent with the others of the window, their results in order. */
+  #joined(statements: InStatement[]): Promise<ResultSet[]> {
+    return new Promise<ResultSet[]>((resolve, reject) => {
+      this.#pending.push({ statements, resolve, reject });
       this.#schedule();
     });
   }
@@ -82,7 +99,7 @@ export class CoalescingClient extends WrappedClient implements ReadsCarrier {
     let results: ResultSet[];
     try {
       results = await this.inner.batch(
-        reads.map((read) => read.statement),
+        reads.flatMap((read) => read.statements),
         'read',
       );
     } catch {
@@ -96,40 +113,59 @@ export class CoalescingClient extends WrappedClient implements ReadsCarrier {
   async #carry(reads: PendingRead[], carrier: PendingWrite): Promise<void> {
     let results: ResultSet[];
     try {
-      results = await this.inner.batch([...reads.map((read) => read.statement), ...carrier.statements], 'write');
+      const statements = reads.flatMap((read) => read.statements);
+      results = await this.inner.batch([...statements, ...carrier.statements], 'write');
     } catch (error) {
       // A read's failure is not the write's: the write goes again alone (nothing of it was written).
       const failed = error instanceof Error && 'statementIndex' in error ? error.statementIndex : undefined;
-      if (typeof failed === 'number' && failed < reads.length)
+      if (typeof failed === 'number' && failed < readCount(reads))
         this.inner.batch(carrier.statements, 'write').then(carrier.resolve, carrier.reject);
       else carrier.reject(error);
       await Promise.all(reads.map((read) => this.#sendAlone(read)));
       return;
     }
     answer(reads, results);
-    const own = results.slice(reads.length);
+    const own = results.slice(readCount(reads));
     if (own.length === carrier.statements.length) carrier.resolve(own);
     else
       carrier.reject(new Error(`the database answered ${own.length} results to ${carrier.statements.length} writes`));
   }
 
   async #sendAlone(read: PendingRead): Promise<void> {
+    const [only] = read.statements;
     try {
-      read.resolve(await this.inner.execute(read.statement));
+      read.resolve(
+        read.statements.length === 1 && only
+          ? [await this.inner.execute(only)]
+          : await this.inner.batch(read.statements, 'read'),
+      );
     } catch (error) {
       read.reject(error);
     }
   }
 }
 
-/** Each read its result, the first `reads.length` of a batch's. */
+/** Each read its results, in order from the first of a batch's. */
 function answer(reads: PendingRead[], results: ResultSet[]): void {
-  reads.forEach((read, index) => {
-    const result = results[index];
-    if (result) read.resolve(result);
-    else read.reject(new Error(`the database answered ${results.length} results to a batch of ${reads.length} reads`));
-  });
+  const expected = readCount(reads);
+  let next = 0;
+  for (const read of reads) {
+    const own = results.slice(next, next + read.statements.length);
+    next += read.statements.length;
+    if (own.length === read.statements.length) read.resolve(own);
+    else read.reject(noAnswer(expected, results.length));
+  }
 }
+
+/** How many statements the reads hold. */
+function readCount(reads: PendingRead[]): number {
+  return reads.reduce((sum, read) => sum + read.statements.length, 0);
+}
+
+const sqlText = (statement: InStatement): string => (typeof statement === 'string' ? statement : statement.sql);
+
+const noAnswer = (asked: number, answered: number) =>
+  new Error(`the database answered ${answered} results to a batch of ${asked} reads`);
 
 /** How many turns of the microtask queue a read waits for companions (see #flushSoon). */
 const WINDOW_TURNS = 32;
@@ -140,8 +176,9 @@ interface PendingWrite {
   reject(error: unknown): void;
 }
 
+/** A read, or a batch of reads that go together (`statements`). */
 interface PendingRead {
-  statement: InStatement;
-  resolve(result: ResultSet): void;
+  statements: InStatement[];
+  resolve(results: ResultSet[]): void;
   reject(error: unknown): void;
 }

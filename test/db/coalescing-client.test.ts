@@ -61,6 +61,47 @@ describe('CoalescingClient', () => {
     expect(requests[0]).toHaveLength(3);
   });
 
+  it('sends a batch of reads with the reads beside it, its results kept together; a batch that writes as it is', async () => {
+    const { client, requests } = recorded();
+    const [page, one] = await Promise.all([
+      client.batch(
+        ['SELECT name FROM items ORDER BY id', ['SELECT count(*) AS n FROM items WHERE id > ?', [0]]],
+        'read',
+      ),
+      client.execute('SELECT name FROM items WHERE id = 2'),
+    ]);
+    expect(page.map((result) => result.rows.map((row) => ({ ...row })))).toEqual([
+      [{ name: 'a' }, { name: 'b' }],
+      [{ n: 2 }],
+    ]);
+    expect(one.rows.map((row) => row.name)).toEqual(['b']);
+    expect(requests).toHaveLength(1);
+    expect(requests[0]).toHaveLength(3);
+
+    const [written] = await client.batch(
+      [{ sql: 'INSERT INTO items (name) VALUES (?) RETURNING id', args: ['c'] }, 'SELECT count(*) FROM items'],
+      'write',
+    );
+    expect(written?.rows).toHaveLength(1);
+    await client.execute("DELETE FROM items WHERE name = 'c'");
+    expect(requests.map((request) => request.length)).toEqual([3, 2, 1]);
+  });
+
+  it('gives a batch of reads its own error when it fails beside others, and the others their rows', async () => {
+    const { client, requests } = recorded();
+    const answers = await Promise.allSettled([
+      client.batch(['SELECT name FROM items WHERE id = 1', 'SELECT missing FROM items']),
+      client.execute('SELECT name FROM items WHERE id = 2'),
+    ]);
+    expect(answers[0]).toMatchObject({
+      status: 'rejected',
+      reason: { message: expect.stringMatching(/no such column/) },
+    });
+    expect(answers[1]).toMatchObject({ status: 'fulfilled', value: { rows: [{ name: 'b' }] } });
+    // The window's batch, then the batch of reads again as one, and the read alone.
+    expect(requests.map((request) => request.length).sort()).toEqual([1, 2, 3]);
+  });
+
   it('sends a lone read, and every write, as it is', async () => {
     const { client, requests } = recorded();
     expect((await client.execute('SELECT count(*) AS n FROM items')).rows[0]?.n).toBe(2);

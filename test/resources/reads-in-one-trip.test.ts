@@ -69,7 +69,7 @@ describe('the reads an application polls, on a database server', () => {
     expect(await roundTrips(items)).toBe(2);
   });
 
-  it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage, a policy), a page of stores two', async () => {
+  it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage, policies), a page of stores two', async () => {
     const { tenant, openai, run } = await setup();
     const store = await openai.vectorStores.create({ name: 'kept' });
     const completion = await openai.chat.completions.create({
@@ -95,6 +95,7 @@ describe('the reads an application polls, on a database server', () => {
       ["a stored completion's messages", () => openai.chat.completions.messages.list(completion.id)],
       ['the usage', () => get('/v1/usage')],
       ['a rate-limit policy', () => get(`/v1/policies/rate-limits/${policy}`)],
+      ['the rate-limit policies (a page and its total)', () => get('/v1/policies/rate-limits')],
     ];
     const trips: Record<string, number> = {};
     for (const [name, read] of reads) {
