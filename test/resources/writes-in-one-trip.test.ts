@@ -207,6 +207,59 @@ describe('the writes around runs and responses, on a database server', () => {
     expect((await list()).status).toBe(401);
   });
 
+  it('creates a vector store in two round trips (what it needs read beside the generation, then the write), nothing once the key is revoked', async () => {
+    const { tenant, openai } = await setup();
+    const file = await openai.files.create({ file: new File(['kept words'], 'kept.txt'), purpose: 'assistants' });
+    const stores = async (name: string) =>
+      Number(
+        (await elsewhere.execute({ sql: 'SELECT count(*) AS n FROM vector_stores WHERE name = ?', args: [name] }))
+          .rows[0]?.n,
+      );
+    await openai.vectorStores.create({ name: 'warm' });
+    let created: Awaited<ReturnType<typeof openai.vectorStores.create>> | undefined;
+    expect(await roundTrips(async () => (created = await openai.vectorStores.create({ name: 'empty' })))).toBe(2);
+    expect(created?.file_counts).toEqual({ in_progress: 0, completed: 0, failed: 0, cancelled: 0, total: 0 });
+    // With a file (named twice: queued once): its check is among the reads, and the store and its
+    // file written in the second round trip (its ingestion's own follow).
+    await proxy.quiet();
+    const start = proxy.statements.length;
+    proxy.keepStatements = true;
+    try {
+      created = await openai.vectorStores.create({ name: 'with a file', file_ids: [file.id, file.id] });
+    } finally {
+      proxy.keepStatements = false;
+    }
+    const trips = proxy.statements.slice(start);
+    const written = trips.findIndex((trip) => trip.some((sql) => sql.startsWith('insert into "vector_stores"')));
+    expect(written).toBe(1);
+    expect(trips[written]?.filter((sql) => sql.startsWith('insert into "vector_store_files"'))).toHaveLength(1);
+    expect(created?.file_counts).toMatchObject({ in_progress: 1, total: 1 });
+    expect(created?.usage_bytes).toBe(0);
+    await expect(
+      openai.vectorStores.create({ name: 'unknown file', file_ids: ['file-missing'] }),
+    ).rejects.toMatchObject({
+      status: 404,
+      code: 'file_not_found',
+      param: 'file_ids[0]',
+    });
+    expect(await stores('unknown file')).toBe(0);
+
+    await moveGeneration();
+    await openai.vectorStores.create({ name: 'after a move' });
+    expect(await stores('after a move')).toBe(1);
+
+    await elsewhere.execute({
+      sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?',
+      args: [Date.now(), tenant.workspaceKeyId],
+    });
+    // The key's 401 before the file's 404: nothing about the workspace is told.
+    await expect(openai.vectorStores.create({ name: 'revoked', file_ids: ['file-missing'] })).rejects.toMatchObject({
+      status: 401,
+      code: 'invalid_api_key',
+    });
+    expect(await stores('revoked')).toBe(0);
+  });
+
   it('answers the 404 of the thing the path names, in its own words, writing nothing', async () => {
     const { openai, run } = await setup();
     const threadId = run.thread_id;

@@ -9,6 +9,8 @@ import {
 } from '../../db/schema';
 import type { Actor, RequestContext } from '../../actor';
 import type { Deps } from '../../deps';
+import type { Settings } from '../../db/settings-cache';
+import { keyLive } from '../identities/middleware/api-key-auth';
 import { ApiError } from '../../errors';
 import { newId } from '../../lib/ids';
 import type {
@@ -17,7 +19,7 @@ import type {
   CreateVectorStoreBody,
   CreateVectorStoreFileBody,
 } from './schemas';
-import { resolveVirtualKey } from '../virtual-keys/commands';
+import { virtualKeyChooser } from '../virtual-keys/commands';
 import {
   checkFiles,
   expiresAt,
@@ -79,12 +81,17 @@ export async function prepareVectorStore(
   condition?: SQL,
 ): Promise<{ store: VectorStoreRow; statements: BuiltStatement[] }> {
   const [first] = input.files;
-  if (first) {
-    ingestionHost(deps, first.param);
-    await checkFiles(deps.db, actor.workspaceId, input.files);
-  }
-  const model = await embeddingsModel(deps, actor.workspaceId);
-  const key = await resolveVirtualKey(deps.db, actor.workspaceId, { slug: actor.virtualKeySlug, model });
+  if (first) ingestionHost(deps, first.param);
+  // Read side by side (one round trip to a database server), their errors told in this order.
+  const reads = [
+    first ? checkFiles(deps.db, actor.workspaceId, input.files) : undefined,
+    embeddingsModel(deps, actor.workspaceId),
+    virtualKeyChooser(deps.db, actor.workspaceId, actor.virtualKeySlug),
+  ] as const;
+  for (const read of reads) read?.catch(() => undefined);
+  await reads[0];
+  const model = await reads[1];
+  const key = (await reads[2])(model);
   const at = deps.now();
   const store: VectorStoreRow = {
     id: newId('vs'),
@@ -108,23 +115,33 @@ export async function prepareVectorStore(
   return { store, statements };
 }
 
-/** POST /v1/vector_stores. */
+/**
+ * POST /v1/vector_stores: the new store, and how many files it queued (each file once), all in
+ * progress. On settings assumed unchanged, whether the key is live is read beside what the store
+ * needs (its files, its embeddings model and virtual key), and asked before anything is told.
+ */
 export async function createVectorStore(
   deps: StoreCommandDeps,
   actor: Actor,
+  settings: Settings,
   body: CreateVectorStoreBody,
   context: RequestContext,
-): Promise<VectorStoreRow> {
+): Promise<{ store: VectorStoreRow; queued: number }> {
   const files = filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, param: itemOf('file_ids') });
-  const { store, statements } = await prepareVectorStore(deps, actor, {
+  const live = keyLive(settings);
+  live.catch(() => undefined);
+  const prepared = prepareVectorStore(deps, actor, {
     name: body.name,
     metadata: body.metadata,
     expiresAfter: body.expires_after,
     files,
   });
+  prepared.catch(() => undefined);
+  await live;
+  const { store, statements } = await prepared;
   await batchWrites(deps.db, statements);
   if (files.length > 0) wakeIngestion(deps, context);
-  return store;
+  return { store, queued: new Set(files.map((file) => file.fileId)).size };
 }
 
 /** POST /v1/vector_stores/{id}/files: the file queued for ingestion (as it was, if already in the store). */

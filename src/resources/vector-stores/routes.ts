@@ -102,8 +102,11 @@ const storeRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: 'Create a vector store', ok: vectorStoreObject }),
     validate('json', createVectorStoreBody),
     async (c) => {
-      const store = await createVectorStore(c.get('deps'), c.get('actor'), c.req.valid('json'), requestContext(c));
-      return c.json(await storeJson(c, store));
+      const { deps, actor, settings } = c.var;
+      const { store, queued } = await createVectorStore(deps, actor, settings, c.req.valid('json'), requestContext(c));
+      // A new store's figures are known: its files queued, none ingested yet.
+      const counts = { ...emptyCounts(), in_progress: queued, total: queued };
+      return c.json(storeJsonOf(c, store, [new Map([[store.id, counts]]), new Map()]));
     },
   )
   .get(

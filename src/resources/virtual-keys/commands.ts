@@ -489,24 +489,36 @@ export async function resolveVirtualKey(
   workspaceId: string,
   request: { slug: string | undefined; model: string },
 ): Promise<VirtualKey> {
-  if (request.slug) {
-    const key = await findActiveVirtualKey(db, workspaceId, request.slug);
-    if (!key) {
+  return (await virtualKeyChooser(db, workspaceId, request.slug))(request.model);
+}
+
+/**
+ * resolveVirtualKey in two steps, for a caller that learns the model from a read made beside the
+ * keys' (a vector store's embeddings model: one round trip for both): the one query, then the
+ * choice for a model, which throws resolveVirtualKey's errors.
+ */
+export async function virtualKeyChooser(
+  db: Db,
+  workspaceId: string,
+  slug: string | undefined,
+): Promise<(model: string) => VirtualKey> {
+  if (slug) {
+    const key = await findActiveVirtualKey(db, workspaceId, slug);
+    return () => {
+      if (key) return key;
       throw new ApiError(
         'invalid_virtual_key',
         `The '${VIRTUAL_KEY_HEADER}' header names no live virtual key of this workspace.`,
-        {
-          param: VIRTUAL_KEY_HEADER,
-        },
+        { param: VIRTUAL_KEY_HEADER },
       );
-    }
-    return key;
+    };
   }
   const keys = (await routableKeys(db).all({ workspaceId })).map(fromRow);
-  const key = chooseVirtualKey(keys, request.model);
-  if (!key)
-    throw new ApiError('missing_virtual_key', unservedModel(request.model, keys), { param: VIRTUAL_KEY_HEADER });
-  return key;
+  return (model) => {
+    const key = chooseVirtualKey(keys, model);
+    if (!key) throw new ApiError('missing_virtual_key', unservedModel(model, keys), { param: VIRTUAL_KEY_HEADER });
+    return key;
+  };
 }
 
 /** What the workspace's patterns a message lists, at most; the rest are counted. */

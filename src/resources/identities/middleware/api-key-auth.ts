@@ -106,7 +106,9 @@ export async function guardedWrite<T>(
  *   outputs submitted, which read the run, its steps, its key and its thread's history and ask
  *   keyLive with them, before its admission; and a response created (POST /v1/responses), whose
  *   write is led by the guard when its input needs no read, or which otherwise confirms the
- *   settings before anything else (resources/responses/commands.ts).
+ *   settings before anything else (resources/responses/commands.ts); a vector store created, which
+ *   reads its files, embeddings model and virtual key and asks keyLive with them
+ *   (resources/vector-stores/commands.ts).
  * An assistant is read from memory once the generation is known (one round trip either way), and
  * anything else reads the generation first.
  */
@@ -120,7 +122,13 @@ function provisionalCheck(method: string, path: string): 'now' | 'on demand' | n
 const PROVIDER_CALLS = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/moderations']);
 const PROVISIONAL_READS =
   /^\/v1\/((threads|conversations|responses|files|runs|vector_stores|usage|chat\/completions|policies\/rate-limits)(\/|$)|assistants$)/;
-const WRITES_GUARDED = new Set(['/v1/threads', '/v1/threads/runs', '/v1/conversations', '/v1/responses']);
+const WRITES_GUARDED = new Set([
+  '/v1/threads',
+  '/v1/threads/runs',
+  '/v1/conversations',
+  '/v1/responses',
+  '/v1/vector_stores',
+]);
 const WRITES_GUARDED_UNDER = [
   // A thread modified; a message or a run on it, created or modified; tool outputs submitted.
   /^\/v1\/threads\/[^/]+(\/(messages|runs)(\/[^/]+)?)?$/,
