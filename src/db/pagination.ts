@@ -28,31 +28,36 @@ export async function cursorPage<Row>(
     noun: string;
   },
 ): Promise<{ rows: Row[]; hasMore: boolean }> {
-  const cursor = async (id: string | undefined, param: 'after' | 'before') => {
-    if (id === undefined) return undefined;
-    const seq = await options.cursors.seqOf(options.db, id, options.scope);
-    if (seq === undefined) {
-      throw new ApiError('invalid_value', `Invalid '${param}': no ${options.noun} found with id '${id}'.`, { param });
-    }
-    return seq;
-  };
+  const { cursors, db, scope } = options;
+  // Whether each cursor is a row of the list, read beside the page (one round trip to a database
+  // server), which finds the cursor's place itself (Cursors.seqAt); its error comes first.
+  const found = (id: string | undefined) => (id === undefined ? undefined : cursors.seqOf(db, id, scope));
+  const checks = [found(query.after), found(query.before)] as const;
   const ascending = query.order === 'asc';
-  const afterSeq = await cursor(query.after, 'after');
-  const beforeSeq = await cursor(query.before, 'before');
-  const backwards = beforeSeq !== undefined && afterSeq === undefined;
-  const { seq } = options.cursors;
-  const after = sql.placeholder('afterSeq');
-  const before = sql.placeholder('beforeSeq');
-  const rows = await options.select({
-    shape: `${ascending ? 'asc' : 'desc'}${afterSeq === undefined ? '' : ' after'}${beforeSeq === undefined ? '' : ' before'}`,
+  const hasAfter = query.after !== undefined;
+  const hasBefore = query.before !== undefined;
+  const backwards = hasBefore && !hasAfter;
+  const { seq } = cursors;
+  const after = cursors.seqAt(sql.placeholder('after'), sql.placeholder('cursorScope'));
+  const before = cursors.seqAt(sql.placeholder('before'), sql.placeholder('cursorScope'));
+  const reading = options.select({
+    shape: `${ascending ? 'asc' : 'desc'}${hasAfter ? ' after' : ''}${hasBefore ? ' before' : ''}`,
     where: and(
-      afterSeq === undefined ? undefined : ascending ? gt(seq, after) : lt(seq, after),
-      beforeSeq === undefined ? undefined : ascending ? lt(seq, before) : gt(seq, before),
+      hasAfter ? (ascending ? gt(seq, after) : lt(seq, after)) : undefined,
+      hasBefore ? (ascending ? lt(seq, before) : gt(seq, before)) : undefined,
     ),
     orderBy: ascending !== backwards ? asc(seq) : desc(seq),
     limit: sql.placeholder('limit'),
-    values: { afterSeq, beforeSeq, limit: query.limit + 1 },
+    values: { after: query.after, before: query.before, cursorScope: scope, limit: query.limit + 1 },
   });
+  for (const read of [...checks, reading]) read?.catch(() => undefined);
+  for (const [index, param] of (['after', 'before'] as const).entries()) {
+    const id = query[param];
+    if (id !== undefined && (await checks[index]) === undefined) {
+      throw new ApiError('invalid_value', `Invalid '${param}': no ${options.noun} found with id '${id}'.`, { param });
+    }
+  }
+  const rows = await reading;
   const page = rows.slice(0, query.limit);
   if (backwards) page.reverse();
   return { rows: page, hasMore: rows.length > query.limit };
@@ -76,7 +81,7 @@ export interface PageQuery {
   /** The row count, as a placeholder. */
   limit: Placeholder;
   /** The placeholders' values, to execute the query with (beside the list's own). */
-  values: { afterSeq: number | undefined; beforeSeq: number | undefined; limit: number };
+  values: { after: string | undefined; before: string | undefined; cursorScope: string; limit: number };
 }
 
 /** How a list's table orders its rows and finds a cursor's place in them (cursorsOf). */
@@ -85,6 +90,8 @@ export interface Cursors {
   seq: AnySQLiteColumn;
   /** The seq of the row `id` in the list of `scope`, or undefined when that list has no such row. */
   seqOf(db: Db, id: string, scope: string): Promise<number | undefined>;
+  /** The same as SQL, for a page's query: the seq of the row `id` of the list `scope` (NULL if none). */
+  seqAt(id: Placeholder, scope: Placeholder): SQL;
 }
 
 /**
@@ -110,5 +117,7 @@ export function cursorsOf(
       const [row] = await seqOfId(db).all({ id, scope });
       return row?.seq ?? undefined;
     },
+    seqAt: (id, scope) =>
+      sql`(select ${columns.seq} from ${table} where ${columns.id} = ${id} and ${columns.scope} = ${scope})`,
   };
 }

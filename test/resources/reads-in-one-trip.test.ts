@@ -39,13 +39,23 @@ async function setup() {
 }
 
 describe('the reads an application polls, on a database server', () => {
-  it("each take one round trip once the key was seen (runs, steps, a step, a response, files, a conversation's item), a page of items two", async () => {
+  it("each take one round trip once the key was seen (runs, pages after a cursor, steps, a step, a response, files, a conversation's item), a page of items two", async () => {
     const { openai, run, response, file, conversation } = await setup();
     const thread = { thread_id: run.thread_id };
     const [step] = (await openai.beta.threads.runs.steps.list(run.id, thread)).data;
     const [item] = (await openai.conversations.items.list(conversation.id)).data;
+    const [message] = (await openai.beta.threads.messages.list(run.thread_id, { order: 'asc' })).data;
     const reads: [string, () => Promise<unknown>][] = [
       ["a thread's runs", () => openai.beta.threads.runs.list(run.thread_id)],
+      // A cursor's place is found by the page's query, whether it is the thread's beside it.
+      [
+        "a thread's messages after a cursor",
+        () => openai.beta.threads.messages.list(run.thread_id, { after: message?.id ?? '' }),
+      ],
+      [
+        "a thread's messages before a cursor",
+        () => openai.beta.threads.messages.list(run.thread_id, { before: message?.id ?? '' }),
+      ],
       ["a run's steps", () => openai.beta.threads.runs.steps.list(run.id, thread)],
       ['a step', () => openai.beta.threads.runs.steps.retrieve(step?.id ?? '', { ...thread, run_id: run.id })],
       ['a response', () => openai.responses.retrieve(response.id)],
