@@ -39,7 +39,7 @@ async function setup() {
 }
 
 describe('the reads an application polls, on a database server', () => {
-  it("each take one round trip once the key was seen (runs, pages after a cursor, steps, a step, a response, files, a conversation's item), a page of items two", async () => {
+  it("each take one round trip once the key was seen (runs, pages after a cursor, steps, a step, a response, files, a conversation's item, a first page of its items), a page after an item two", async () => {
     const { openai, run, response, file, conversation } = await setup();
     const thread = { thread_id: run.thread_id };
     const [step] = (await openai.beta.threads.runs.steps.list(run.id, thread)).data;
@@ -73,10 +73,20 @@ describe('the reads an application polls, on a database server', () => {
       trips[name] = await roundTrips(read);
     }
     expect(trips).toEqual(Object.fromEntries(reads.map(([name]) => [name, 1])));
-    // A page of a conversation's items: their order, read beside the conversation, then the page's rows.
+    // A first page of a conversation's items: its rows read beside their order; a page after a
+    // cursor reads them once the order says which.
     const items = () => openai.conversations.items.list(conversation.id);
     await items();
-    expect(await roundTrips(items)).toBe(2);
+    expect(await roundTrips(items)).toBe(1);
+    const oldest = () => openai.conversations.items.list(conversation.id, { order: 'asc', limit: 1 });
+    expect(await roundTrips(oldest)).toBe(1);
+    const three = await openai.conversations.create({
+      items: ['one', 'two', 'three'].map((content) => ({ type: 'message' as const, role: 'user' as const, content })),
+    });
+    const [first] = (await openai.conversations.items.list(three.id, { order: 'asc' })).data;
+    const after = () => openai.conversations.items.list(three.id, { order: 'asc', after: first?.id ?? '' });
+    expect((await after()).data).toHaveLength(2);
+    expect(await roundTrips(after)).toBe(2);
   });
 
   it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage, policies), a page of stores two', async () => {

@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
 import type { Db, RawCondition, RawStatement } from '../../db/client';
 import { files, messages, runs, runSteps } from '../../db/schema';
 import { ApiError } from '../../errors';
@@ -153,43 +153,58 @@ function parseCalls(json: string | null): [string, number][] {
   );
 }
 
-/** The messages and steps of one page of items, by id, within the thread. */
+/** The rows of items, whole: theirs, by id; or, read before the page is known, the `first` n of each in `order`. */
+export type ItemRowsWanted = { messageIds: string[]; stepIds: string[] } | { first: number; order: 'asc' | 'desc' };
+
+/** The messages and steps of the thread that `wanted` names, whole. */
 export async function itemRows(
   db: Db,
   thread: ThreadKey,
-  ids: { messageIds: string[]; stepIds: string[] },
+  wanted: ItemRowsWanted,
 ): Promise<{ messages: Map<string, MessageRow>; steps: Map<string, ItemStep> }> {
-  const [messageRows, stepRows] = await Promise.all([
-    ids.messageIds.length === 0
-      ? []
-      : db
-          .select()
-          .from(messages)
-          .where(
-            and(
-              eq(messages.threadId, thread.id),
-              eq(messages.workspaceId, thread.workspaceId),
-              inArray(messages.id, ids.messageIds),
+  const threadMessages = and(eq(messages.threadId, thread.id), eq(messages.workspaceId, thread.workspaceId));
+  const stepColumns = {
+    id: runSteps.id,
+    status: runSteps.status,
+    stepDetails: runSteps.stepDetails,
+    reasoning: runSteps.reasoning,
+  };
+  let reads: [Promise<MessageRow[]>, Promise<ItemStep[]>];
+  if ('messageIds' in wanted) {
+    reads = [
+      wanted.messageIds.length === 0
+        ? Promise.resolve([])
+        : db
+            .select()
+            .from(messages)
+            .where(and(threadMessages, inArray(messages.id, wanted.messageIds))),
+      wanted.stepIds.length === 0
+        ? Promise.resolve([])
+        : db
+            .select(stepColumns)
+            .from(runSteps)
+            .where(
+              and(
+                eq(runSteps.threadId, thread.id),
+                eq(runSteps.workspaceId, thread.workspaceId),
+                inArray(runSteps.id, wanted.stepIds),
+              ),
             ),
-          ),
-    ids.stepIds.length === 0
-      ? []
-      : db
-          .select({
-            id: runSteps.id,
-            status: runSteps.status,
-            stepDetails: runSteps.stepDetails,
-            reasoning: runSteps.reasoning,
-          })
-          .from(runSteps)
-          .where(
-            and(
-              eq(runSteps.threadId, thread.id),
-              eq(runSteps.workspaceId, thread.workspaceId),
-              inArray(runSteps.id, ids.stepIds),
-            ),
-          ),
-  ]);
+    ];
+  } else {
+    const direction = wanted.order === 'asc' ? asc : desc;
+    reads = [
+      db.select().from(messages).where(threadMessages).orderBy(direction(messages.seq)).limit(wanted.first),
+      db
+        .select(stepColumns)
+        .from(runSteps)
+        .innerJoin(runs, eq(runs.id, runSteps.runId))
+        .where(and(eq(runs.threadId, thread.id), eq(runs.workspaceId, thread.workspaceId)))
+        .orderBy(direction(runs.seq), direction(runSteps.seq))
+        .limit(wanted.first),
+    ];
+  }
+  const [messageRows, stepRows] = await Promise.all(reads);
   return {
     messages: new Map<string, MessageRow>(messageRows.map((row) => [row.id, row])),
     steps: new Map(stepRows.map((row) => [row.id, row])),

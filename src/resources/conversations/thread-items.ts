@@ -74,17 +74,29 @@ function stepRefs(step: OrderStep): ItemRef[] {
   return [...calls, ...outputs];
 }
 
-/** The items `refs` names, read whole, in the same order (one left out if it went in the meantime). */
+type ItemRowsRead = Awaited<ReturnType<typeof itemRows>>;
+
+/**
+ * The items `refs` names, read whole, in the same order (one left out if it went in the meantime).
+ * `read`: rows read already (beside the items' order), of which those named are not read again.
+ */
 async function itemsOf(
   db: Db,
   thread: ThreadKey,
   refs: readonly ItemRef[],
   include: readonly ItemInclude[],
+  read?: ItemRowsRead,
 ): Promise<ConversationItem[]> {
-  const rows = await itemRows(db, thread, {
-    messageIds: refs.flatMap((ref) => ('messageId' in ref ? [ref.messageId] : [])),
-    stepIds: [...new Set(refs.flatMap((ref) => ('stepId' in ref ? [ref.stepId] : [])))],
-  });
+  const messageIds = refs.flatMap((ref) =>
+    'messageId' in ref && !read?.messages.has(ref.messageId) ? [ref.messageId] : [],
+  );
+  const stepIds = [
+    ...new Set(refs.flatMap((ref) => ('stepId' in ref && !read?.steps.has(ref.stepId) ? [ref.stepId] : []))),
+  ];
+  const rows =
+    read && messageIds.length === 0 && stepIds.length === 0
+      ? read
+      : merged(read, await itemRows(db, thread, { messageIds, stepIds }));
   const cited = citedFileIds(rows.messages.values());
   const [names, containers] = await Promise.all([
     fileNames(db, thread.workspaceId, cited),
@@ -109,13 +121,27 @@ export interface ItemPageQuery {
   after?: string | undefined;
 }
 
-/** One page of the conversation's items (ItemPageQuery). */
+/** `more` over `read`. */
+function merged(read: ItemRowsRead | undefined, more: ItemRowsRead): ItemRowsRead {
+  if (!read) return more;
+  return { messages: new Map([...read.messages, ...more.messages]), steps: new Map([...read.steps, ...more.steps]) };
+}
+
+/**
+ * One page of the conversation's items (ItemPageQuery). A first page (no `after`) is made of items
+ * of the thread's first messages and steps in its order, at most `limit` of each: those are read
+ * whole beside the order (one round trip to a database server), and what else the page names, if
+ * anything (steps placed out of their runs' order), after it.
+ */
 export async function listItems(
   db: Db,
   thread: ThreadKey,
   query: ItemPageQuery,
   include: readonly ItemInclude[],
 ): Promise<ConversationItemList> {
+  const ahead =
+    query.after === undefined ? itemRows(db, thread, { first: query.limit, order: query.order }) : undefined;
+  ahead?.catch(() => undefined);
   const refs = await itemRefs(db, thread);
   if (query.order === 'desc') refs.reverse();
   let start = 0;
@@ -130,7 +156,7 @@ export async function listItems(
     start = at + 1;
   }
   const page = refs.slice(start, start + query.limit);
-  return toItemList(await itemsOf(db, thread, page, include), start + query.limit < refs.length);
+  return toItemList(await itemsOf(db, thread, page, include, await ahead), start + query.limit < refs.length);
 }
 
 /** A reference to the item `id` of the thread, as its id says (a message's, or fc_/fco_/fs_/rs_), unread. */

@@ -3,7 +3,7 @@ import { defined } from '../../support/defined';
 import { BadRequestError, NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runSteps } from '../../../src/db/schema';
-import { createFakeUpstream } from '../../support/fake-upstream';
+import { createFakeUpstream, fakeDirective } from '../../support/fake-upstream';
 import { createTestGateway, errorOf, json, sdkClient, type TestGateway } from '../../support/gateway';
 import { componentErrors } from '../../support/openapi';
 import { heldThread, member, startRun, waitForRun, type Member } from '../../support/threads';
@@ -262,6 +262,31 @@ describe('items', () => {
     );
     expect(refused.param).toBe('item_id');
     expect((await client.conversations.items.list(threadId)).data).toHaveLength(4);
+
+    // Two more runs that called the function and were cancelled: their steps are the thread's
+    // newest, and none of its items. A first page, whose rows are read beside the order (as many
+    // steps as the page's limit, newest first), reads the step it shows after it.
+    await alice.openai.beta.threads.messages.create(threadId, {
+      role: 'user',
+      content: fakeDirective({ tool_calls: 1 }),
+    });
+    for (let round = 0; round < 2; round++) {
+      const run = await alice.openai.beta.threads.runs.create(threadId, { assistant_id: alice.assistantId });
+      expect((await waitForRun(alice, threadId, run.id, ['requires_action'])).status).toBe('requires_action');
+      await alice.openai.beta.threads.runs.cancel(run.id, { thread_id: threadId });
+      expect((await waitForRun(alice, threadId, run.id, ['cancelled'])).status).toBe('cancelled');
+    }
+    const everything = (await client.conversations.items.list(threadId, { order: 'asc', limit: 100 })).data;
+    expect(everything.map((item) => item.type)).toEqual([
+      'message',
+      'function_call',
+      'function_call_output',
+      'message',
+      'message',
+    ]);
+    const newest = await client.conversations.items.list(threadId, { limit: 3 });
+    expect(newest.data).toEqual(everything.slice(-3).reverse());
+    expect(newest.has_more).toBe(true);
   });
 
   it('fill the output of a call that has none (a response that ended on its calls), once', async () => {
