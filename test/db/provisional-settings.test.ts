@@ -85,6 +85,29 @@ describe('settings assumed unchanged by a read, on a database server', () => {
     expect(Number(row?.n)).toBe(3);
   });
 
+  it('lists the models on settings assumed unchanged, and asks no provider for its list once the key is revoked elsewhere', async () => {
+    const tenant = await gateway.tenant();
+    const key = tenant.workspaceKey;
+    // Each key's base URL a path of its own (a list the fake does not serve: left out, still asked).
+    const asked = (base: string) => upstream.requests.filter((request) => request.path === `/${base}/v1/models`).length;
+    const models = () => gateway.request('/v1/models', { key });
+    await gateway.virtualKey(tenant, { slug: 'first', base_url: 'http://fake.test/first/v1', default: true });
+    expect((await models()).status).toBe(200);
+    expect(asked('first')).toBe(1);
+
+    // A key whose provider was never asked; the API key then held at the settings' generation.
+    await gateway.virtualKey(tenant, { slug: 'second', base_url: 'http://fake.test/second/v1', models: ['second-*'] });
+    expect((await gateway.request('/v1/assistants', { key })).status).toBe(200);
+    await elsewhere.execute({
+      sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?',
+      args: [Date.now(), tenant.workspaceKeyId],
+    });
+    const refused = await models();
+    expect(refused.status).toBe(401);
+    expect((await json(refused)).error).toMatchObject({ code: 'invalid_api_key' });
+    expect(asked('second')).toBe(0);
+  });
+
   it('runs on a thread while the key is live, and refuses a run 401, writing nothing, once it is revoked elsewhere', async () => {
     const tenant = await gateway.tenant();
     const key = tenant.workspaceKey;

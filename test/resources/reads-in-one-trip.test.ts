@@ -89,7 +89,7 @@ describe('the reads an application polls, on a database server', () => {
     expect(await roundTrips(after)).toBe(2);
   });
 
-  it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage, policies), a page of stores two', async () => {
+  it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage, policies, models), a page of stores two', async () => {
     const { tenant, openai, run } = await setup();
     const store = await openai.vectorStores.create({ name: 'kept' });
     const completion = await openai.chat.completions.create({
@@ -116,6 +116,8 @@ describe('the reads an application polls, on a database server', () => {
       ['the usage', () => get('/v1/usage')],
       ['a rate-limit policy', () => get(`/v1/policies/rate-limits/${policy}`)],
       ['the rate-limit policies (a page and its total)', () => get('/v1/policies/rate-limits')],
+      // The virtual keys and the key's confirmation, then the providers' lists.
+      ['the models', () => openai.models.list()],
     ];
     const trips: Record<string, number> = {};
     for (const [name, read] of reads) {

@@ -3,6 +3,7 @@ import type { Settings } from '../../db/settings-cache';
 import type { VirtualKey } from '../../db/schema';
 import type { Deps } from '../../deps';
 import { ApiError } from '../../errors';
+import { keyLive } from '../identities/middleware/api-key-auth';
 import { isGlob } from '../../lib/model-patterns';
 import { ADAPTERS } from '../../providers/adapters';
 import { listProviderModels, type ModelListResult, type ProviderModel } from '../../providers/models';
@@ -34,12 +35,21 @@ const MODEL_LIST_TIMEOUT_MS = 10_000;
 
 export async function listModels(deps: ModelsDeps, actor: Actor, snapshot: Settings): Promise<ModelObject[]> {
   const named = actor.virtualKeySlug;
-  const keys = named
-    ? [await snapshot.virtualKey(actor.workspaceId, { slug: named, model: '' })]
-    : (await listVirtualKeys(deps.db, { workspaceId: actor.workspaceId })).filter(
-        (key) => key.isDefault || key.models.length > 0,
-      );
-  const rules = await upstreamRules(deps.db, deps.config, { now: deps.now() });
+  // The keys and the upstream rules read side by side, and, on settings assumed unchanged, whether
+  // the caller's key is live with them (one round trip to a database server), asked before any
+  // provider is.
+  const reads = [
+    named
+      ? snapshot.virtualKey(actor.workspaceId, { slug: named, model: '' }).then((key) => [key])
+      : listVirtualKeys(deps.db, { workspaceId: actor.workspaceId }).then((all) =>
+          all.filter((key) => key.isDefault || key.models.length > 0),
+        ),
+    upstreamRules(deps.db, deps.config, { now: deps.now() }),
+  ] as const;
+  for (const read of reads) read.catch(() => undefined);
+  await keyLive(snapshot);
+  const keys = await reads[0];
+  const rules = await reads[1];
   const lists = await Promise.all(
     keys.map(async (key) => {
       const candidates = [...exactModels(key)];

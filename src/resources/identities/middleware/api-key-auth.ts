@@ -89,7 +89,9 @@ export async function guardedWrite<T>(
  *   an application polls (a run's status, a thread's messages, a file's), read as they are, not
  *   from what the settings keep (an assistant by its id is: it is not among them). They write
  *   nothing a tenant asked for (a run left behind may be settled, as any read of it does) and call
- *   no provider, so a key revoked meanwhile is caught before the answer leaves;
+ *   no provider, so a key revoked meanwhile is caught before the answer leaves; and the models,
+ *   whose virtual keys are read so, and which ask keyLive before asking a provider for its list
+ *   (resources/models/commands.ts);
  * - `now`, beside the provider's call: the calls passed through to a provider (chat completions,
  *   completions, embeddings, moderations), which write nothing before it; their answer waits for
  *   the settings to be confirmed, and is made again on the settings read if they moved
@@ -121,7 +123,7 @@ function provisionalCheck(method: string, path: string): 'now' | 'on demand' | n
 }
 const PROVIDER_CALLS = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/moderations']);
 const PROVISIONAL_READS =
-  /^\/v1\/((threads|conversations|responses|files|runs|vector_stores|usage|chat\/completions|policies\/rate-limits)(\/|$)|assistants$)/;
+  /^\/v1\/((threads|conversations|responses|files|runs|vector_stores|usage|chat\/completions|policies\/rate-limits|models)(\/|$)|assistants$)/;
 const WRITES_GUARDED = new Set([
   '/v1/threads',
   '/v1/threads/runs',
