@@ -378,6 +378,16 @@ async function measureTarget(name: string, fakeUrl: string) {
         return counted(async () => (await fetchJson(`/conversations/${made.id}`, { method: 'DELETE' }), {}));
       },
       'GET /threads/{id}/messages': () => counted(async () => (await fetchJson(`/threads/${thread.id}/messages`), {})),
+      'GET /threads/{id}/messages?after= (the next page)': async () => {
+        const [first] = ((await fetchJson(`/threads/${thread.id}/messages?limit=1`)) as { data: { id: string }[] })
+          .data;
+        return counted(async () => (await fetchJson(`/threads/${thread.id}/messages?limit=1&after=${first?.id}`), {}));
+      },
+      'GET /conversations/{id}/items': () =>
+        counted(async () => (await fetchJson(`/conversations/${conversation.id}/items`), {})),
+      'POST /vector_stores': () => counted(async () => (await posted('/vector_stores', { name: 'bench' }), {})),
+      'GET /policies/rate-limits': () => counted(async () => (await fetchJson('/policies/rate-limits'), {})),
+      'GET /models': () => counted(async () => (await fetchJson('/models'), {})),
       'GET /threads/{id}/runs/{id}/steps': () =>
         counted(async () => (await fetchJson(`/threads/${done.thread_id}/runs/${done.id}/steps`), {})),
       'GET /responses/{id}': () => counted(async () => (await fetchJson(`/responses/${answered.id}`), {})),
