@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSqld, type RunningSqld } from '../../scripts/sqld';
 import { createFakeUpstream } from '../support/fake-upstream';
 import { createTestGateway, json, type TestGateway } from '../support/gateway';
+import { revokeElsewhere } from '../support/gateways-on-sqld';
 
 /**
  * On a database server, a read of a thread starts on the settings the gateway last saw and reads the
@@ -30,10 +31,6 @@ afterAll(async () => {
   await gateway.close();
   await sqld.stop();
 });
-
-/** Revokes the API key `id` as the CLI or another gateway would: in the database, not through this gateway. */
-const revokeElsewhere = (id: string) =>
-  elsewhere.execute({ sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?', args: [Date.now(), id] });
 
 describe('settings assumed unchanged by a read, on a database server', () => {
   it('answers a key revoked elsewhere 401, and a key still live as before, whatever changed meanwhile', async () => {
@@ -73,7 +70,7 @@ describe('settings assumed unchanged by a read, on a database server', () => {
 
     // Revoked by someone else: the very next read is refused, and the one after it, and a message
     // is refused without being written.
-    await revokeElsewhere(tenant.workspaceKeyId);
+    await revokeElsewhere(elsewhere, tenant.workspaceKeyId);
     const refused = await list();
     expect(refused.status).toBe(401);
     expect((await json(refused)).error).toMatchObject({ code: 'invalid_api_key' });
@@ -99,7 +96,7 @@ describe('settings assumed unchanged by a read, on a database server', () => {
     // A key whose provider was never asked; the API key then held at the settings' generation.
     await gateway.virtualKey(tenant, { slug: 'second', base_url: 'http://fake.test/second/v1', models: ['second-*'] });
     expect((await gateway.request('/v1/assistants', { key })).status).toBe(200);
-    await revokeElsewhere(tenant.workspaceKeyId);
+    await revokeElsewhere(elsewhere, tenant.workspaceKeyId);
     const refused = await models();
     expect(refused.status).toBe(401);
     expect((await json(refused)).error).toMatchObject({ code: 'invalid_api_key' });
@@ -136,7 +133,7 @@ describe('settings assumed unchanged by a read, on a database server', () => {
     await gateway.tasks.drain(10_000);
     expect(await runs()).toBe(2);
 
-    await revokeElsewhere(tenant.workspaceKeyId);
+    await revokeElsewhere(elsewhere, tenant.workspaceKeyId);
     const refused = await run();
     expect(refused.status).toBe(401);
     expect((await json(refused)).error).toMatchObject({ code: 'invalid_api_key' });

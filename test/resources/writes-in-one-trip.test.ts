@@ -4,7 +4,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DatabaseProxy } from '../support/database-proxy';
 import { createFakeUpstream } from '../support/fake-upstream';
 import { json, type TestGateway } from '../support/gateway';
-import { gatewaysOnSqld, roundTrips as countedRoundTrips, tenantWithRun } from '../support/gateways-on-sqld';
+import {
+  gatewaysOnSqld,
+  revokeElsewhere,
+  roundTrips as countedRoundTrips,
+  tenantWithRun,
+} from '../support/gateways-on-sqld';
 
 /**
  * The writes an application makes around its runs and responses, on a database server
@@ -126,10 +131,7 @@ describe('the writes around runs and responses, on a database server', () => {
       expect(await rowsNaming(n), name).toBe(1);
     }
 
-    await elsewhere.execute({
-      sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?',
-      args: [Date.now(), ids.tenant.workspaceKeyId],
-    });
+    await revokeElsewhere(elsewhere, ids.tenant.workspaceKeyId);
     for (const [name, write] of Object.entries(made)) {
       const n = `${name} revoked`;
       await expect(write(n), name).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
@@ -178,10 +180,7 @@ describe('the writes around runs and responses, on a database server', () => {
     }
 
     const targets = await Promise.all(Object.values(deletes).map((make) => make()));
-    await elsewhere.execute({
-      sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?',
-      args: [Date.now(), tenant.workspaceKeyId],
-    });
+    await revokeElsewhere(elsewhere, tenant.workspaceKeyId);
     for (const { id, table, remove } of targets) {
       await expect(remove(), id).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
       expect(await kept(table, id), id).toBe(1);
@@ -203,8 +202,32 @@ describe('the writes around runs and responses, on a database server', () => {
     expect((await list()).status).toBe(200);
     expect(await roundTrips(async () => expect((await list()).status).toBe(200))).toBe(1);
     // Revoked elsewhere: the very next request is refused.
-    await elsewhere.execute({ sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?', args: [Date.now(), made.id] });
+    await revokeElsewhere(elsewhere, made.id);
     expect((await list()).status).toBe(401);
+  });
+
+  it("deletes a conversation's item in two round trips (it and the conversation read beside the generation, then the delete), nothing once the key is revoked", async () => {
+    const { tenant, openai, conversation } = await setup();
+    const added = async (text: string) => {
+      const items = await openai.conversations.items.create(conversation.id, {
+        items: [{ type: 'message', role: 'user', content: text }],
+      });
+      return items.data[0]?.id ?? '';
+    };
+    const remove = (id: string) => openai.conversations.items.delete(id, { conversation_id: conversation.id });
+    const first = await added('an item deleted');
+    expect(await roundTrips(() => remove(first))).toBe(2);
+    expect(await rowsNaming('an item deleted')).toBe(0);
+    await expect(remove(first)).rejects.toMatchObject({ status: 404, code: 'item_not_found' });
+    await expect(openai.conversations.items.delete(first, { conversation_id: 'conv_missing' })).rejects.toMatchObject({
+      status: 404,
+      code: 'conversation_not_found',
+    });
+
+    const kept = await added('an item kept');
+    await revokeElsewhere(elsewhere, tenant.workspaceKeyId);
+    await expect(remove(kept)).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
+    expect(await rowsNaming('an item kept')).toBe(1);
   });
 
   it('creates a vector store in two round trips (what it needs read beside the generation, then the write), nothing once the key is revoked', async () => {
@@ -248,10 +271,7 @@ describe('the writes around runs and responses, on a database server', () => {
     await openai.vectorStores.create({ name: 'after a move' });
     expect(await stores('after a move')).toBe(1);
 
-    await elsewhere.execute({
-      sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?',
-      args: [Date.now(), tenant.workspaceKeyId],
-    });
+    await revokeElsewhere(elsewhere, tenant.workspaceKeyId);
     // The key's 401 before the file's 404: nothing about the workspace is told.
     await expect(openai.vectorStores.create({ name: 'revoked', file_ids: ['file-missing'] })).rejects.toMatchObject({
       status: 401,

@@ -74,3 +74,8 @@ export async function tenantWithRun(gateway: TestGateway) {
   if (run.status !== 'completed') throw new Error(`the set-up run ended ${run.status}`);
   return { tenant, openai, run };
 }
+
+/** Revokes the API key `id` as the CLI or another gateway would: in the database `client` reaches, not through a gateway. */
+export function revokeElsewhere(client: Client, id: string) {
+  return client.execute({ sql: 'UPDATE api_keys SET revoked_at = ? WHERE id = ?', args: [Date.now(), id] });
+}

@@ -19,7 +19,7 @@ import { conversationNotFound, forgetReasoning, getConversation, outputStatement
 import type { CreateConversationBody, InputItem, ItemInclude, UpdateConversationBody } from './schemas';
 import { getItem, listItems, type ItemPageQuery } from './thread-items';
 import { knownHistories } from '../threads/known-histories';
-import { guardedWrite } from '../identities/middleware/api-key-auth';
+import { guardedWrite, keyLive } from '../identities/middleware/api-key-auth';
 import { toMessageItem, toolItemId, parseReasoningItemId, parseToolItemId } from './wire';
 
 /**
@@ -175,9 +175,21 @@ async function writeWhileIdle(
  * run step, the ids of the step's later calls are their indices, and a call left without its
  * output (or an output without its call) is a prompt providers refuse.
  */
-export async function deleteItem(db: Db, workspaceId: string, id: string, itemId: string): Promise<ThreadRow> {
-  const thread = await getConversation(db, workspaceId, id);
-  await getItem(db, thread, itemId, []);
+export async function deleteItem(
+  db: Db,
+  settings: Settings,
+  workspaceId: string,
+  id: string,
+  itemId: string,
+): Promise<ThreadRow> {
+  // The conversation and its item read side by side, and on settings assumed unchanged whether the
+  // key is live with them (one round trip to a database server), asked before anything is told.
+  const live = keyLive(settings);
+  live.catch(() => undefined);
+  const read = besideRow(getConversation(db, workspaceId, id), getItem(db, { id, workspaceId }, itemId, []));
+  read.catch(() => undefined);
+  await live;
+  const [thread] = await read;
   if (parseToolItemId(itemId)) {
     throw new ApiError(
       'invalid_value',

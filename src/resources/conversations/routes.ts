@@ -126,7 +126,8 @@ export const conversationRoutes = (reconcileRun: ReconcileRun) =>
         responds({ summary: 'Delete a conversation item', ok: conversationObject }),
         async (c) => {
           const { conversation_id: id, item_id: itemId } = c.req.param();
-          return c.json(toConversationJson(await deleteItem(c.get('deps').db, c.get('actor').workspaceId, id, itemId)));
+          const { deps, settings, actor } = c.var;
+          return c.json(toConversationJson(await deleteItem(deps.db, settings, actor.workspaceId, id, itemId)));
         },
       ),
   );

@@ -99,7 +99,8 @@ export async function guardedWrite<T>(
  * - `on demand`: writes whose first statement carries the check, led by the settings' guard
  *   (guardedWrite): a thread or a conversation created, modified or deleted (resources/threads/commands.ts,
  *   conversations/commands.ts), a message added to a thread, modified or deleted, a run's metadata, a
- *   conversation's items (read beside the conversation first, when they are more than text), and a
+ *   conversation's items (read beside the conversation first, when they are more than text), a
+ *   conversation's item deleted (read beside the conversation, keyLive asked with them), and a
  *   run on a thread, whose one transaction is led by it when what the run needs is held in memory,
  *   or which otherwise reads its thread, history and open run first and asks keyLive with them,
  *   before its admission (resources/runs/commands.ts): the generation is read only if the guard
@@ -138,8 +139,8 @@ const WRITES_GUARDED_UNDER = [
   // A conversation modified; its items added.
   /^\/v1\/conversations\/[^/]+(\/items)?$/,
 ];
-/** A thread, a message of one, a conversation (not a conversation's item: it is read first). */
-const DELETES_GUARDED = /^\/v1\/(threads\/[^/]+(\/messages\/[^/]+)?|conversations\/[^/]+)$/;
+/** A thread, a message of one, a conversation, a conversation's item (read first, keyLive asked with it). */
+const DELETES_GUARDED = /^\/v1\/(threads\/[^/]+(\/messages\/[^/]+)?|conversations\/[^/]+(\/items\/[^/]+)?)$/;
 
 /** The token of `Bearer <token>` (the scheme is case-insensitive, RFC 9110); undefined otherwise. */
 function bearerToken(authorization: string | undefined): string | undefined {
