@@ -1,4 +1,4 @@
-import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
+import { and, eq, getTableColumns, inArray, sql, type SQL } from 'drizzle-orm';
 import { insertWhere, preparedQueries, type BuiltStatement, type Db } from '../../db/client';
 import {
   files,
@@ -71,10 +71,11 @@ const storeCursors = cursorsOf(vectorStores, {
   scope: vectorStores.workspaceId,
 });
 
+/** A page of stores, each with its figures (figuresColumn). */
 const storePage = preparedQueries(
   (db, page: PageQuery) =>
     db
-      .select()
+      .select({ ...getTableColumns(vectorStores), figures: figuresColumn })
       .from(vectorStores)
       .where(and(eq(vectorStores.workspaceId, sql.placeholder('workspaceId')), page.where))
       .orderBy(page.orderBy)
@@ -123,42 +124,64 @@ export async function deleteVectorStore(db: Db, workspaceId: string, id: string)
   ]);
 }
 
-/** Each store's files by status, for their file_counts; stores with none are absent. */
-export async function fileCounts(
-  db: Db,
-  by: { storeIds: string[] } | { batchId: string },
-): Promise<Map<string, FileCounts>> {
-  const key = 'batchId' in by ? vectorStoreFiles.batchId : vectorStoreFiles.vectorStoreId;
-  const where =
-    'batchId' in by ? eq(vectorStoreFiles.batchId, by.batchId) : inArray(vectorStoreFiles.vectorStoreId, by.storeIds);
-  if ('storeIds' in by && by.storeIds.length === 0) return new Map();
+/** A batch's files by status, for its file_counts. */
+export async function batchFileCounts(db: Db, batchId: string): Promise<FileCounts> {
   const rows = await db
-    .select({ owner: key, status: vectorStoreFiles.status, count: sql<number>`count(*)` })
+    .select({ status: vectorStoreFiles.status, count: sql<number>`count(*)` })
     .from(vectorStoreFiles)
-    .where(where)
-    .groupBy(key, vectorStoreFiles.status);
-  const counts = new Map<string, FileCounts>();
+    .where(eq(vectorStoreFiles.batchId, batchId))
+    .groupBy(vectorStoreFiles.status);
+  const counts = emptyCounts();
   for (const row of rows) {
-    if (row.owner === null) continue;
-    const entry = counts.get(row.owner) ?? emptyCounts();
-    entry[row.status] += row.count;
-    entry.total += row.count;
-    counts.set(row.owner, entry);
+    counts[row.status] += row.count;
+    counts.total += row.count;
   }
   return counts;
 }
 
 export const emptyCounts = (): FileCounts => ({ in_progress: 0, completed: 0, failed: 0, cancelled: 0, total: 0 });
 
-/** The bytes each store's completed files take (chunk text and vectors). */
-export async function usageBytes(db: Db, storeIds: string[]): Promise<Map<string, number>> {
-  if (storeIds.length === 0) return new Map();
+/** A store's figures: its files by status (file_counts), and the bytes its completed files take (usage_bytes). */
+export interface StoreFigures {
+  counts: FileCounts;
+  bytes: number;
+}
+
+/**
+ * The figures of the store whose row it is read with, as one subquery over its files: read in the
+ * same statement as the store (a page of stores in one round trip), parsed by figuresOf.
+ */
+const figuresColumn = sql<string>`(select json_array(
+  total(${vectorStoreFiles.status} = 'in_progress'), total(${vectorStoreFiles.status} = 'completed'),
+  total(${vectorStoreFiles.status} = 'failed'), total(${vectorStoreFiles.status} = 'cancelled'),
+  total(case when ${vectorStoreFiles.status} = 'completed' then ${vectorStoreFiles.usageBytes} end))
+  from ${vectorStoreFiles} where ${vectorStoreFiles.vectorStoreId} = ${vectorStores.id})`;
+
+/** figuresColumn's JSON as StoreFigures. */
+export function figuresOf(json: string): StoreFigures {
+  const [inProgress = 0, completed = 0, failed = 0, cancelled = 0, bytes = 0] = (JSON.parse(json) as number[]).map(
+    Number,
+  );
+  return {
+    counts: {
+      in_progress: inProgress,
+      completed,
+      failed,
+      cancelled,
+      total: inProgress + completed + failed + cancelled,
+    },
+    bytes,
+  };
+}
+
+/** The figures of the stores `ids` (of any workspace: the caller found them its own). */
+export async function storeFigures(db: Db, ids: string[]): Promise<Map<string, StoreFigures>> {
+  if (ids.length === 0) return new Map();
   const rows = await db
-    .select({ store: vectorStoreFiles.vectorStoreId, bytes: sql<number>`sum(${vectorStoreFiles.usageBytes})` })
-    .from(vectorStoreFiles)
-    .where(and(inArray(vectorStoreFiles.vectorStoreId, storeIds), eq(vectorStoreFiles.status, 'completed')))
-    .groupBy(vectorStoreFiles.vectorStoreId);
-  return new Map(rows.map((row) => [row.store, Number(row.bytes)]));
+    .select({ id: vectorStores.id, figures: figuresColumn })
+    .from(vectorStores)
+    .where(inArray(vectorStores.id, ids));
+  return new Map(rows.map((row) => [row.id, figuresOf(row.figures)]));
 }
 
 /**

@@ -15,8 +15,9 @@ import {
   cancelFileBatch,
   deleteStoreFile,
   deleteVectorStore,
+  batchFileCounts,
   emptyCounts,
-  fileCounts,
+  figuresOf,
   getFileBatch,
   getStoreFile,
   getVectorStore,
@@ -24,9 +25,10 @@ import {
   listVectorStores,
   storeFileChunks,
   updateStoreFileAttributes,
+  storeFigures,
   updateVectorStore,
-  usageBytes,
   type FileBatchRow,
+  type StoreFigures,
   type VectorStoreRow,
 } from './queries';
 import { addStoreFile, createFileBatch, createVectorStore } from './commands';
@@ -51,31 +53,18 @@ import {
 
 type Ctx = Context<WorkspaceEnv>;
 
-/** The file counts and usage of the stores `ids`, in two queries however many, issued together. */
-const storeFigures = (c: Ctx, ids: string[]) =>
-  Promise.all([fileCounts(c.get('deps').db, { storeIds: ids }), usageBytes(c.get('deps').db, ids)]);
-
-/** A store as JSON, with its figures (storeFigures). */
-function storeJsonOf(c: Ctx, row: VectorStoreRow, [counts, bytes]: Awaited<ReturnType<typeof storeFigures>>) {
-  return toVectorStoreJson(row, counts.get(row.id) ?? emptyCounts(), bytes.get(row.id) ?? 0, c.get('deps').now());
-}
-
-/** Stores as JSON, with their figures. */
-async function storesJson(c: Ctx, rows: VectorStoreRow[]) {
-  const figures = await storeFigures(
-    c,
-    rows.map((row) => row.id),
-  );
-  return rows.map((row) => storeJsonOf(c, row, figures));
+/** A store as JSON, with its figures. */
+function storeJsonOf(c: Ctx, row: VectorStoreRow, figures: StoreFigures | undefined) {
+  const { counts, bytes } = figures ?? { counts: emptyCounts(), bytes: 0 };
+  return toVectorStoreJson(row, counts, bytes, c.get('deps').now());
 }
 
 async function storeJson(c: Ctx, row: VectorStoreRow) {
-  return storeJsonOf(c, row, await storeFigures(c, [row.id]));
+  return storeJsonOf(c, row, (await storeFigures(c.get('deps').db, [row.id])).get(row.id));
 }
 
 async function batchJson(c: Ctx, batch: FileBatchRow) {
-  const counts = await fileCounts(c.get('deps').db, { batchId: batch.id });
-  return toFileBatchJson(batch, counts.get(batch.id) ?? emptyCounts());
+  return toFileBatchJson(batch, await batchFileCounts(c.get('deps').db, batch.id));
 }
 
 /** The store named by the path, in the caller's workspace (404 otherwise). */
@@ -106,7 +95,7 @@ const storeRoutes = new Hono<WorkspaceEnv>()
       const { store, queued } = await createVectorStore(deps, actor, settings, c.req.valid('json'), requestContext(c));
       // A new store's figures are known: its files queued, none ingested yet.
       const counts = { ...emptyCounts(), in_progress: queued, total: queued };
-      return c.json(storeJsonOf(c, store, [new Map([[store.id, counts]]), new Map()]));
+      return c.json(storeJsonOf(c, store, { counts, bytes: 0 }));
     },
   )
   .get(
@@ -115,19 +104,12 @@ const storeRoutes = new Hono<WorkspaceEnv>()
     validate('query', cursorListQuery),
     async (c) => {
       const page = await listVectorStores(c.get('deps').db, c.get('actor').workspaceId, c.req.valid('query'));
-      const json = new Map((await storesJson(c, page.rows)).map((store) => [store.id, store]));
-      return c.json(
-        listObject(page, (row) => {
-          const store = json.get(row.id);
-          if (!store) throw new Error(`No JSON for vector store ${row.id}`);
-          return store;
-        }),
-      );
+      return c.json(listObject(page, (row) => storeJsonOf(c, row, figuresOf(row.figures))));
     },
   )
   .get('/:vector_store_id', responds({ summary: 'Retrieve a vector store', ok: vectorStoreObject }), async (c) => {
-    const [store, figures] = await besideStore(c, (id) => storeFigures(c, [id]));
-    return c.json(storeJsonOf(c, store, figures));
+    const [store, figures] = await besideStore(c, (id) => storeFigures(c.get('deps').db, [id]));
+    return c.json(storeJsonOf(c, store, figures.get(store.id)));
   })
   .post(
     '/:vector_store_id',

@@ -84,12 +84,16 @@ describe('vector stores', () => {
     const a = await text('notes.md', '# Notes\n\nThe magic word is **PAPAYA-42**.\n');
     const b = await text('data.json', '{"word":"MANGO-7"}');
     const store = await client.vectorStores.create({ name: 'with files', file_ids: [a, b] });
-    expect(store.file_counts.total).toBe(2);
+    expect(store.file_counts).toEqual({ in_progress: 2, completed: 0, failed: 0, cancelled: 0, total: 2 });
+    expect(store.status).toBe('in_progress');
     await gateway.tasks.drain(20_000);
     const done = await client.vectorStores.retrieve(store.id);
     expect(done.status).toBe('completed');
     expect(done.file_counts).toEqual({ in_progress: 0, completed: 2, failed: 0, cancelled: 0, total: 2 });
     expect(done.usage_bytes).toBeGreaterThan(0);
+    // The list's figures, read with each store, are the store's.
+    const listed = (await client.vectorStores.list()).data.find((candidate) => candidate.id === store.id);
+    expect(listed).toEqual(done);
     const chunks = await chunksOf(store.id, a);
     expect(chunks.map((c) => c.text).join('')).toContain('PAPAYA-42');
     expect(defined(chunks[0]).embedding.byteLength).toBe(512 * 4);
