@@ -34,6 +34,24 @@ afterAll(() => close());
 
 const roundTrips = (task: () => Promise<unknown>) => countedRoundTrips(gateway, proxy, task);
 
+/**
+ * The round trips `task` made up to the one that inserted into `table`, that one included: what a
+ * write took before its row was written, whatever work it started after (a store's ingestion).
+ */
+async function tripsUntil(table: string, task: () => Promise<unknown>): Promise<number> {
+  await gateway.tasks.drain(10_000);
+  await proxy.quiet();
+  const start = proxy.statements.length;
+  proxy.keepStatements = true;
+  try {
+    await task();
+  } finally {
+    proxy.keepStatements = false;
+  }
+  const trips = proxy.statements.slice(start);
+  return trips.findIndex((trip) => trip.some((sql) => sql.startsWith(`insert into "${table}"`))) + 1;
+}
+
 /** A tenant with a completed run on a thread and a conversation; the SDK with its key. */
 async function setup() {
   const { tenant, openai, run } = await tenantWithRun(gateway);
@@ -230,7 +248,7 @@ describe('the writes around runs and responses, on a database server', () => {
     expect(await rowsNaming('an item kept')).toBe(1);
   });
 
-  it('creates a vector store in two round trips (what it needs read beside the generation, then the write), nothing once the key is revoked', async () => {
+  it('creates a vector store, adds files to one, in two round trips (what they need read beside the generation, then the write), nothing once the key is revoked', async () => {
     const { tenant, openai } = await setup();
     const file = await openai.files.create({ file: new File(['kept words'], 'kept.txt'), purpose: 'assistants' });
     const stores = async (name: string) =>
@@ -244,18 +262,11 @@ describe('the writes around runs and responses, on a database server', () => {
     expect(created?.file_counts).toEqual({ in_progress: 0, completed: 0, failed: 0, cancelled: 0, total: 0 });
     // With a file (named twice: queued once): its check is among the reads, and the store and its
     // file written in the second round trip (its ingestion's own follow).
-    await proxy.quiet();
-    const start = proxy.statements.length;
-    proxy.keepStatements = true;
-    try {
-      created = await openai.vectorStores.create({ name: 'with a file', file_ids: [file.id, file.id] });
-    } finally {
-      proxy.keepStatements = false;
-    }
-    const trips = proxy.statements.slice(start);
-    const written = trips.findIndex((trip) => trip.some((sql) => sql.startsWith('insert into "vector_stores"')));
-    expect(written).toBe(1);
-    expect(trips[written]?.filter((sql) => sql.startsWith('insert into "vector_store_files"'))).toHaveLength(1);
+    expect(
+      await tripsUntil('vector_stores', async () => {
+        created = await openai.vectorStores.create({ name: 'with a file', file_ids: [file.id, file.id] });
+      }),
+    ).toBe(2);
     expect(created?.file_counts).toMatchObject({ in_progress: 1, total: 1 });
     expect(created?.usage_bytes).toBe(0);
     await expect(
@@ -267,10 +278,38 @@ describe('the writes around runs and responses, on a database server', () => {
     });
     expect(await stores('unknown file')).toBe(0);
 
+    // A file added to a store, a batch of files: their store and files read beside the generation,
+    // then the write, the file read back in its transaction, a batch's counts known.
+    const store = created?.id ?? '';
+    const other = await openai.files.create({ file: new File(['more words'], 'more.txt'), purpose: 'assistants' });
+    const third = await openai.files.create({ file: new File(['yet more'], 'third.txt'), purpose: 'assistants' });
+    let added: Awaited<ReturnType<typeof openai.vectorStores.files.create>> | undefined;
+    let batch: Awaited<ReturnType<typeof openai.vectorStores.fileBatches.create>> | undefined;
+    expect(
+      await tripsUntil(
+        'vector_store_files',
+        async () => (added = await openai.vectorStores.files.create(store, { file_id: other.id })),
+      ),
+    ).toBe(2);
+    expect(added).toMatchObject({ id: other.id, vector_store_id: store, status: 'in_progress' });
+    expect(
+      await tripsUntil(
+        'vector_store_file_batches',
+        async () => (batch = await openai.vectorStores.fileBatches.create(store, { file_ids: [other.id, third.id] })),
+      ),
+    ).toBe(2);
+    // The file in the store already is not queued again.
+    expect(batch?.file_counts).toEqual({ in_progress: 1, completed: 0, failed: 0, cancelled: 0, total: 1 });
+    await expect(openai.vectorStores.files.create('vs_missing', { file_id: other.id })).rejects.toMatchObject({
+      status: 404,
+      code: 'vector_store_not_found',
+    });
+
     await moveGeneration();
     await openai.vectorStores.create({ name: 'after a move' });
     expect(await stores('after a move')).toBe(1);
 
+    const fourth = await openai.files.create({ file: new File(['last words'], 'fourth.txt'), purpose: 'assistants' });
     await revokeElsewhere(elsewhere, tenant.workspaceKeyId);
     // The key's 401 before the file's 404: nothing about the workspace is told.
     await expect(openai.vectorStores.create({ name: 'revoked', file_ids: ['file-missing'] })).rejects.toMatchObject({
@@ -278,6 +317,15 @@ describe('the writes around runs and responses, on a database server', () => {
       code: 'invalid_api_key',
     });
     expect(await stores('revoked')).toBe(0);
+    await expect(openai.vectorStores.files.create(store, { file_id: fourth.id })).rejects.toMatchObject({
+      status: 401,
+      code: 'invalid_api_key',
+    });
+    const { rows } = await elsewhere.execute({
+      sql: 'SELECT count(*) AS n FROM vector_store_files WHERE file_id = ?',
+      args: [fourth.id],
+    });
+    expect(Number(rows[0]?.n)).toBe(0);
   });
 
   it('answers the 404 of the thing the path names, in its own words, writing nothing', async () => {

@@ -1,7 +1,17 @@
 import { eq, type SQL } from 'drizzle-orm';
-import { batchWrites, insertWhere, type BuiltStatement } from '../../db/client';
+import type { ResultSet } from '@libsql/client';
+import {
+  batchRawResults,
+  batchWrites,
+  insertWhere,
+  rawOf,
+  rowOf,
+  type BuiltStatement,
+  type RawStatement,
+} from '../../db/client';
 import {
   vectorStoreFileBatches,
+  vectorStoreFiles,
   vectorStores,
   workspaces,
   type ChunkingStrategy,
@@ -26,6 +36,7 @@ import {
   getStoreFile,
   getVectorStore,
   insertStoreFiles,
+  storeFileRead,
   touchVectorStore,
   type FileBatchRow,
   type FileToAdd,
@@ -144,33 +155,43 @@ export async function createVectorStore(
   return { store, queued: new Set(files.map((file) => file.fileId)).size };
 }
 
-/** POST /v1/vector_stores/{id}/files: the file queued for ingestion (as it was, if already in the store). */
+/**
+ * POST /v1/vector_stores/{id}/files: the file queued for ingestion (as it was, if already in the
+ * store), read back in the write's transaction.
+ */
 export async function addStoreFile(
   deps: StoreCommandDeps,
   actor: Actor,
+  settings: Settings,
   storeId: string,
   body: CreateVectorStoreFileBody,
   context: RequestContext,
 ): Promise<VectorStoreFileRow> {
-  const store = await getVectorStore(deps.db, actor.workspaceId, storeId);
   const files = filesToAdd([body.file_id], {
     chunking: body.chunking_strategy,
     attributes: body.attributes,
     param: () => 'file_id',
   });
-  await addFiles(deps, actor, store, files, null, context);
-  return getStoreFile(deps.db, store.id, body.file_id);
+  const store = await storeAndFiles(deps, actor, settings, storeId, files);
+  const readBack = rawOf(storeFileRead(deps.db, store.id, body.file_id));
+  const { after } = await addFiles(deps, actor, store, files, null, context, readBack);
+  const [row] = after?.rows ?? [];
+  // None when the store went meanwhile: its 404, read as getStoreFile says it.
+  return row ? rowOf(vectorStoreFiles, row) : getStoreFile(deps.db, store.id, body.file_id);
 }
 
-/** POST /v1/vector_stores/{id}/file_batches: `file_ids` with the batch's attributes and chunking, or `files` each with its own. */
+/**
+ * POST /v1/vector_stores/{id}/file_batches: `file_ids` with the batch's attributes and chunking, or
+ * `files` each with its own; the batch, and how many files it queued (those not in the store yet).
+ */
 export async function createFileBatch(
   deps: StoreCommandDeps,
   actor: Actor,
+  settings: Settings,
   storeId: string,
   body: CreateFileBatchBody,
   context: RequestContext,
-): Promise<FileBatchRow> {
-  const store = await getVectorStore(deps.db, actor.workspaceId, storeId);
+): Promise<{ batch: FileBatchRow; queued: number }> {
   const files = body.files
     ? body.files.flatMap((file, index) =>
         filesToAdd([file.file_id], {
@@ -184,6 +205,7 @@ export async function createFileBatch(
         attributes: body.attributes,
         param: itemOf('file_ids'),
       });
+  const store = await storeAndFiles(deps, actor, settings, storeId, files);
   const batch: FileBatchRow = {
     id: newId('vsfb'),
     vectorStoreId: store.id,
@@ -191,11 +213,40 @@ export async function createFileBatch(
     cancelledAt: null,
     createdAt: deps.now(),
   };
-  await addFiles(deps, actor, store, files, batch, context);
-  return batch;
+  const { queued } = await addFiles(deps, actor, store, files, batch, context);
+  return { batch, queued };
 }
 
-/** A store to add files to is also a store's activity; the batch row goes with its files. */
+/**
+ * The store `storeId` of the caller's workspace, with `files` checked to be the workspace's, read
+ * side by side and, on settings assumed unchanged, with whether the key is live (one round trip to
+ * a database server); their errors in this order: the key's, the store's 404, then the files'.
+ */
+async function storeAndFiles(
+  deps: StoreCommandDeps,
+  actor: Actor,
+  settings: Settings,
+  storeId: string,
+  files: FileToAdd[],
+): Promise<VectorStoreRow> {
+  ingestionHost(deps, files[0]?.param ?? 'file_ids');
+  const reads = [
+    keyLive(settings),
+    getVectorStore(deps.db, actor.workspaceId, storeId),
+    checkFiles(deps.db, actor.workspaceId, files),
+  ] as const;
+  for (const read of reads) read.catch(() => undefined);
+  await reads[0];
+  const store = await reads[1];
+  await reads[2];
+  return store;
+}
+
+/**
+ * A store to add files to is also a store's activity; the batch row goes with its files, in one
+ * transaction. `after`: a read made last in it (the file added, as it is then), its result answered
+ * with how many files were queued (those not in the store already).
+ */
 async function addFiles(
   deps: StoreCommandDeps,
   actor: Actor,
@@ -203,16 +254,22 @@ async function addFiles(
   files: FileToAdd[],
   batch: FileBatchRow | null,
   context: RequestContext,
-) {
-  ingestionHost(deps, files[0]?.param ?? 'file_ids');
-  await checkFiles(deps.db, actor.workspaceId, files);
+  after?: RawStatement,
+): Promise<{ queued: number; after: ResultSet | undefined }> {
   const at = deps.now();
-  await batchWrites(deps.db, [
-    ...(batch ? [deps.db.insert(vectorStoreFileBatches).values(batch)] : []),
-    ...insertStoreFiles(deps.db, store, files, { batchId: batch?.id ?? null, apiKeyId: actor.apiKeyId, at }),
-    touchVectorStore(deps.db, store, at),
+  const inserts = insertStoreFiles(deps.db, store, files, { batchId: batch?.id ?? null, apiKeyId: actor.apiKeyId, at });
+  const lead = batch ? [rawOf(deps.db.insert(vectorStoreFileBatches).values(batch))] : [];
+  const results = await batchRawResults(deps.db, [
+    ...lead,
+    ...inserts.map(rawOf),
+    rawOf(touchVectorStore(deps.db, store, at)),
+    ...(after ? [after] : []),
   ]);
   wakeIngestion(deps, context);
+  const queued = results
+    .slice(lead.length, lead.length + inserts.length)
+    .reduce((sum, result) => sum + result.rowsAffected, 0);
+  return { queued, after: after ? results.at(-1) : undefined };
 }
 
 export function wakeIngestion(deps: Pick<Deps, 'ingestion'>, context: Pick<RequestContext, 'waitUntil'>): void {

@@ -261,8 +261,12 @@ const fileOf = (storeId: string, fileId: string) =>
 const fileNotFound = (storeId: string, fileId: string) =>
   new ApiError('vector_store_file_not_found', `No file found with id '${fileId}' in vector store '${storeId}'.`);
 
+/** The read of a store's file, for a batch that reads it back after writing it (getStoreFile reads it alone). */
+export const storeFileRead = (db: Db, storeId: string, fileId: string) =>
+  db.select().from(vectorStoreFiles).where(fileOf(storeId, fileId)).limit(1);
+
 export async function getStoreFile(db: Db, storeId: string, fileId: string): Promise<VectorStoreFileRow> {
-  const [row] = await db.select().from(vectorStoreFiles).where(fileOf(storeId, fileId)).limit(1);
+  const [row] = await storeFileRead(db, storeId, fileId);
   if (!row) throw fileNotFound(storeId, fileId);
   return row;
 }

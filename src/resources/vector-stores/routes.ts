@@ -142,13 +142,9 @@ const fileRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: 'Add a file to a vector store', ok: vectorStoreFileObject }),
     validate('json', createVectorStoreFileBody),
     async (c) => {
-      const row = await addStoreFile(
-        c.get('deps'),
-        c.get('actor'),
-        c.req.param('vector_store_id'),
-        c.req.valid('json'),
-        requestContext(c),
-      );
+      const { deps, actor, settings } = c.var;
+      const storeId = c.req.param('vector_store_id');
+      const row = await addStoreFile(deps, actor, settings, storeId, c.req.valid('json'), requestContext(c));
       return c.json(toVectorStoreFileJson(row));
     },
   )
@@ -217,14 +213,18 @@ const batchRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: 'Create a file batch', ok: vectorStoreFileBatchObject }),
     validate('json', createFileBatchBody),
     async (c) => {
-      const batch = await createFileBatch(
-        c.get('deps'),
-        c.get('actor'),
-        c.req.param('vector_store_id'),
+      const { deps, actor, settings } = c.var;
+      const storeId = c.req.param('vector_store_id');
+      const { batch, queued } = await createFileBatch(
+        deps,
+        actor,
+        settings,
+        storeId,
         c.req.valid('json'),
         requestContext(c),
       );
-      return c.json(await batchJson(c, batch));
+      // A new batch's figures are known: its files queued, none ingested yet.
+      return c.json(toFileBatchJson(batch, { ...emptyCounts(), in_progress: queued, total: queued }));
     },
   )
   .get(

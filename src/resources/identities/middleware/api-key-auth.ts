@@ -109,9 +109,9 @@ export async function guardedWrite<T>(
  *   outputs submitted, which read the run, its steps, its key and its thread's history and ask
  *   keyLive with them, before its admission; and a response created (POST /v1/responses), whose
  *   write is led by the guard when its input needs no read, or which otherwise confirms the
- *   settings before anything else (resources/responses/commands.ts); a vector store created, which
- *   reads its files, embeddings model and virtual key and asks keyLive with them
- *   (resources/vector-stores/commands.ts).
+ *   settings before anything else (resources/responses/commands.ts); a vector store created, or
+ *   files added to one, which read the store, the files, the embeddings model and virtual key they
+ *   need and ask keyLive with them (resources/vector-stores/commands.ts).
  * An assistant is read from memory once the generation is known (one round trip either way), and
  * anything else reads the generation first.
  */
@@ -138,6 +138,8 @@ const WRITES_GUARDED_UNDER = [
   /^\/v1\/threads\/[^/]+\/runs\/[^/]+\/submit_tool_outputs$/,
   // A conversation modified; its items added.
   /^\/v1\/conversations\/[^/]+(\/items)?$/,
+  // A file or a batch of files added to a vector store.
+  /^\/v1\/vector_stores\/[^/]+\/(files|file_batches)$/,
 ];
 /** A thread, a message of one, a conversation, a conversation's item (read first, keyLive asked with it). */
 const DELETES_GUARDED = /^\/v1\/(threads\/[^/]+(\/messages\/[^/]+)?|conversations\/[^/]+(\/items\/[^/]+)?)$/;
