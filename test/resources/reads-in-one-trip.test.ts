@@ -2,7 +2,7 @@ import type { Client } from '@libsql/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DatabaseProxy } from '../support/database-proxy';
 import { createFakeUpstream } from '../support/fake-upstream';
-import { errorOf, type TestGateway } from '../support/gateway';
+import { errorOf, json, type TestGateway } from '../support/gateway';
 import { createPolicy } from '../support/ratelimit';
 import { gatewaysOnSqld, roundTrips as countedRoundTrips, tenantWithRun } from '../support/gateways-on-sqld';
 
@@ -92,6 +92,9 @@ describe('the reads an application polls, on a database server', () => {
   it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage, policies, models, a page of stores)', async () => {
     const { tenant, openai, run } = await setup();
     const store = await openai.vectorStores.create({ name: 'kept' });
+    const file = await openai.files.create({ file: new File(['batched'], 'batched.txt'), purpose: 'assistants' });
+    const batch = await openai.vectorStores.fileBatches.create(store.id, { file_ids: [file.id] });
+    const ofStore = { vector_store_id: store.id };
     const completion = await openai.chat.completions.create({
       model: 'fake-model',
       store: true,
@@ -110,6 +113,9 @@ describe('the reads an application polls, on a database server', () => {
       ['the assistants', () => openai.beta.assistants.list()],
       ['a vector store', () => openai.vectorStores.retrieve(store.id)],
       ["a vector store's files", () => openai.vectorStores.files.list(store.id)],
+      // The store, the batch and its counts or its page, side by side (what uploadAndPoll polls).
+      ['a file batch', () => openai.vectorStores.fileBatches.retrieve(batch.id, ofStore)],
+      ["a file batch's files", () => openai.vectorStores.fileBatches.listFiles(batch.id, ofStore)],
       ['the stored completions', () => openai.chat.completions.list()],
       ['a stored completion', () => openai.chat.completions.retrieve(completion.id)],
       ["a stored completion's messages", () => openai.chat.completions.messages.list(completion.id)],
@@ -161,6 +167,28 @@ describe('the reads an application polls, on a database server', () => {
     // A bad cursor on a run that is not there: still the run's 404.
     const page = await get(`/v1/threads/${run.thread_id}/runs/run_missing/steps?after=step_missing`);
     expect((await errorOf(page)).code).toBe('run_not_found');
+    // Another tenant's file batch: through its store, the store's 404; through one of ours, the batch's.
+    const theirs = await other.openai.vectorStores.create({ name: 'theirs' });
+    const batch = await other.openai.vectorStores.fileBatches.create(theirs.id, { file_ids: [other.file.id] });
+    const beta = { 'openai-beta': 'assistants=v2' };
+    const ours = await gateway.request('/v1/vector_stores', {
+      key: tenant.workspaceKey,
+      headers: beta,
+      body: { name: 'ours' },
+    });
+    const oursId = (await json(ours)).id;
+    for (const tail of ['', '/files']) {
+      const viaTheirs = await gateway.request(`/v1/vector_stores/${theirs.id}/file_batches/${batch.id}${tail}`, {
+        key: tenant.workspaceKey,
+        headers: beta,
+      });
+      expect((await errorOf(viaTheirs)).code).toBe('vector_store_not_found');
+      const viaOurs = await gateway.request(`/v1/vector_stores/${oursId}/file_batches/${batch.id}${tail}`, {
+        key: tenant.workspaceKey,
+        headers: beta,
+      });
+      expect((await errorOf(viaOurs)).code).toBe('file_batch_not_found');
+    }
   });
 
   it("reads a left-behind run's steps again once it settled it: the page shows them settled", async () => {

@@ -35,10 +35,11 @@ afterAll(() => close());
 const roundTrips = (task: () => Promise<unknown>) => countedRoundTrips(gateway, proxy, task);
 
 /**
- * The round trips `task` made up to the one that inserted into `table`, that one included: what a
- * write took before its row was written, whatever work it started after (a store's ingestion).
+ * The round trips `task` made up to the one with a statement that starts `written` (`insert into
+ * "runs"`), that one included: what a write took before it wrote, whatever work it started after (a
+ * store's ingestion).
  */
-async function tripsUntil(table: string, task: () => Promise<unknown>): Promise<number> {
+async function tripsUntil(written: string, task: () => Promise<unknown>): Promise<number> {
   await gateway.tasks.drain(10_000);
   await proxy.quiet();
   const start = proxy.statements.length;
@@ -49,7 +50,7 @@ async function tripsUntil(table: string, task: () => Promise<unknown>): Promise<
     proxy.keepStatements = false;
   }
   const trips = proxy.statements.slice(start);
-  return trips.findIndex((trip) => trip.some((sql) => sql.startsWith(`insert into "${table}"`))) + 1;
+  return trips.findIndex((trip) => trip.some((sql) => sql.startsWith(written))) + 1;
 }
 
 /** A tenant with a completed run on a thread and a conversation; the SDK with its key. */
@@ -263,7 +264,7 @@ describe('the writes around runs and responses, on a database server', () => {
     // With a file (named twice: queued once): its check is among the reads, and the store and its
     // file written in the second round trip (its ingestion's own follow).
     expect(
-      await tripsUntil('vector_stores', async () => {
+      await tripsUntil('insert into "vector_stores"', async () => {
         created = await openai.vectorStores.create({ name: 'with a file', file_ids: [file.id, file.id] });
       }),
     ).toBe(2);
@@ -287,19 +288,25 @@ describe('the writes around runs and responses, on a database server', () => {
     let batch: Awaited<ReturnType<typeof openai.vectorStores.fileBatches.create>> | undefined;
     expect(
       await tripsUntil(
-        'vector_store_files',
+        'insert into "vector_store_files"',
         async () => (added = await openai.vectorStores.files.create(store, { file_id: other.id })),
       ),
     ).toBe(2);
     expect(added).toMatchObject({ id: other.id, vector_store_id: store, status: 'in_progress' });
     expect(
       await tripsUntil(
-        'vector_store_file_batches',
+        'insert into "vector_store_file_batches"',
         async () => (batch = await openai.vectorStores.fileBatches.create(store, { file_ids: [other.id, third.id] })),
       ),
     ).toBe(2);
     // The file in the store already is not queued again.
     expect(batch?.file_counts).toEqual({ in_progress: 1, completed: 0, failed: 0, cancelled: 0, total: 1 });
+    // Cancelled: the store and the batch read beside the generation, then the write, its counts read in it.
+    const cancel = () => openai.vectorStores.fileBatches.cancel(batch?.id ?? '', { vector_store_id: store });
+    let cancelled: Awaited<ReturnType<typeof cancel>> | undefined;
+    expect(await tripsUntil('update "vector_store_file_batches"', async () => (cancelled = await cancel()))).toBe(2);
+    expect(cancelled?.status).toBe('cancelled');
+    expect(cancelled?.file_counts.total).toBe(1);
     await expect(openai.vectorStores.files.create('vs_missing', { file_id: other.id })).rejects.toMatchObject({
       status: 404,
       code: 'vector_store_not_found',

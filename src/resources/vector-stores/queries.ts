@@ -126,11 +126,18 @@ export async function deleteVectorStore(db: Db, workspaceId: string, id: string)
 
 /** A batch's files by status, for its file_counts. */
 export async function batchFileCounts(db: Db, batchId: string): Promise<FileCounts> {
-  const rows = await db
+  return countsOf(await batchCounts(db, batchId));
+}
+
+/** The statement of batchFileCounts, for a transaction that reads them after its writes (countsOf maps its rows). */
+const batchCounts = (db: Db, batchId: string) =>
+  db
     .select({ status: vectorStoreFiles.status, count: sql<number>`count(*)` })
     .from(vectorStoreFiles)
     .where(eq(vectorStoreFiles.batchId, batchId))
     .groupBy(vectorStoreFiles.status);
+
+function countsOf(rows: readonly { status: VectorStoreFileStatus; count: number }[]): FileCounts {
   const counts = emptyCounts();
   for (const row of rows) {
     counts[row.status] += row.count;
@@ -362,8 +369,12 @@ export async function getFileBatch(db: Db, storeId: string, batchId: string): Pr
  * Cancels the batch: its files not yet ingested become `cancelled` in the same transaction, so
  * ingestions running for them write nothing (their claim is on an in-progress row).
  */
-export async function cancelFileBatch(db: Db, batch: FileBatchRow, at: number): Promise<FileBatchRow> {
-  const [, [row]] = await db.batch([
+export async function cancelFileBatch(
+  db: Db,
+  batch: FileBatchRow,
+  at: number,
+): Promise<{ batch: FileBatchRow; counts: FileCounts }> {
+  const [, [row], counts] = await db.batch([
     db
       .update(vectorStoreFiles)
       .set({ status: 'cancelled', leaseExpiresAt: null })
@@ -373,6 +384,7 @@ export async function cancelFileBatch(db: Db, batch: FileBatchRow, at: number): 
       .set({ cancelledAt: sql`coalesce(${vectorStoreFileBatches.cancelledAt}, ${at})` })
       .where(eq(vectorStoreFileBatches.id, batch.id))
       .returning(),
+    batchCounts(db, batch.id),
   ]);
-  return row ?? batch;
+  return { batch: row ?? batch, counts: countsOf(counts) };
 }

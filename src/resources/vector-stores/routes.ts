@@ -27,13 +27,13 @@ import {
   updateStoreFileAttributes,
   storeFigures,
   updateVectorStore,
-  type FileBatchRow,
   type StoreFigures,
   type VectorStoreRow,
 } from './queries';
 import { addStoreFile, createFileBatch, createVectorStore } from './commands';
 import { listObject } from '../../http/lists';
-import { besideRow } from '../../db/client';
+import { besideRow, type Db } from '../../db/client';
+import { keyLive } from '../identities/middleware/api-key-auth';
 import { toFileBatchJson, toVectorStoreFileJson, toVectorStoreJson } from './wire';
 import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { requestContext } from '../../http/request-context';
@@ -63,8 +63,15 @@ async function storeJson(c: Ctx, row: VectorStoreRow) {
   return storeJsonOf(c, row, (await storeFigures(c.get('deps').db, [row.id])).get(row.id));
 }
 
-async function batchJson(c: Ctx, batch: FileBatchRow) {
-  return toFileBatchJson(batch, await batchFileCounts(c.get('deps').db, batch.id));
+/**
+ * The batch the path names in the store `storeId`, and what `read` reads by its id, read beside it
+ * (besideRow: one round trip to a database server), looked at only once the batch is the store's.
+ */
+function batchOf<T>(c: Ctx, storeId: string, read: (db: Db, batchId: string) => Promise<T>) {
+  const { db } = c.get('deps');
+  const batchId = c.req.param('batch_id');
+  if (batchId === undefined) throw new Error('batchOf serves only routes with a :batch_id');
+  return besideRow(getFileBatch(db, storeId, batchId), read(db, batchId));
 }
 
 /** The store named by the path, in the caller's workspace (404 otherwise). */
@@ -231,17 +238,23 @@ const batchRoutes = new Hono<WorkspaceEnv>()
     '/:vector_store_id/file_batches/:batch_id',
     responds({ summary: 'Retrieve a file batch', ok: vectorStoreFileBatchObject }),
     async (c) => {
-      const store = await storeOf(c);
-      return c.json(await batchJson(c, await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'))));
+      const [, [batch, counts]] = await besideStore(c, (storeId) => batchOf(c, storeId, batchFileCounts));
+      return c.json(toFileBatchJson(batch, counts));
     },
   )
   .post(
     '/:vector_store_id/file_batches/:batch_id/cancel',
     responds({ summary: 'Cancel a file batch', ok: vectorStoreFileBatchObject }),
     async (c) => {
-      const store = await storeOf(c);
-      const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
-      return c.json(await batchJson(c, await cancelFileBatch(c.get('deps').db, batch, c.get('deps').now())));
+      // The store and the batch read beside whether the key is live, asked before anything is told.
+      const live = keyLive(c.var.settings);
+      live.catch(() => undefined);
+      const read = besideStore(c, (storeId) => batchOf(c, storeId, async () => undefined));
+      read.catch(() => undefined);
+      await live;
+      const [, [batch]] = await read;
+      const cancelled = await cancelFileBatch(c.get('deps').db, batch, c.get('deps').now());
+      return c.json(toFileBatchJson(cancelled.batch, cancelled.counts));
     },
   )
   .get(
@@ -249,12 +262,9 @@ const batchRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: "List a file batch's files", ok: listOf(vectorStoreFileObject) }),
     validate('query', listVectorStoreFilesQuery),
     async (c) => {
-      const store = await storeOf(c);
-      const batch = await getFileBatch(c.get('deps').db, store.id, c.req.param('batch_id'));
-      const page = await listStoreFiles(
-        c.get('deps').db,
-        { storeId: store.id, batchId: batch.id },
-        c.req.valid('query'),
+      const query = c.req.valid('query');
+      const [, [, page]] = await besideStore(c, (storeId) =>
+        batchOf(c, storeId, (db, batchId) => listStoreFiles(db, { storeId, batchId }, query)),
       );
       return c.json(listObject(page, toVectorStoreFileJson));
     },
