@@ -249,7 +249,7 @@ describe('the writes around runs and responses, on a database server', () => {
     expect(await rowsNaming('an item kept')).toBe(1);
   });
 
-  it('creates a vector store, adds files to one, in two round trips (what they need read beside the generation, then the write), nothing once the key is revoked', async () => {
+  it('creates a vector store, adds files to one, modifies it, in two round trips (what they need read beside the generation, then the write), nothing once the key is revoked', async () => {
     const { tenant, openai } = await setup();
     const file = await openai.files.create({ file: new File(['kept words'], 'kept.txt'), purpose: 'assistants' });
     const stores = async (name: string) =>
@@ -307,6 +307,11 @@ describe('the writes around runs and responses, on a database server', () => {
     expect(await tripsUntil('update "vector_store_file_batches"', async () => (cancelled = await cancel()))).toBe(2);
     expect(cancelled?.status).toBe('cancelled');
     expect(cancelled?.file_counts.total).toBe(1);
+    // Modified: the store and its figures read beside the generation, then the write.
+    let renamed: Awaited<ReturnType<typeof openai.vectorStores.update>> | undefined;
+    const rename = async () => (renamed = await openai.vectorStores.update(store, { name: 'renamed' }));
+    expect(await tripsUntil('update "vector_stores"', rename)).toBe(2);
+    expect(renamed).toMatchObject({ name: 'renamed', file_counts: { total: 3 } }); // its file, then two more
     await expect(openai.vectorStores.files.create('vs_missing', { file_id: other.id })).rejects.toMatchObject({
       status: 404,
       code: 'vector_store_not_found',
@@ -328,6 +333,8 @@ describe('the writes around runs and responses, on a database server', () => {
       status: 401,
       code: 'invalid_api_key',
     });
+    await expect(openai.vectorStores.update(store, { name: 'revoked' })).rejects.toMatchObject({ status: 401 });
+    expect(await stores('renamed')).toBe(1);
     const { rows } = await elsewhere.execute({
       sql: 'SELECT count(*) AS n FROM vector_store_files WHERE file_id = ?',
       args: [fourth.id],

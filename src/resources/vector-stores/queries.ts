@@ -87,11 +87,10 @@ const storePage = preparedQueries(
 /** Changes the fields `body` sends; `expires_after` moves `expires_at` from the store's last activity. */
 export async function updateVectorStore(
   db: Db,
-  workspaceId: string,
-  id: string,
+  store: VectorStoreRow,
   body: UpdateVectorStoreBody,
 ): Promise<VectorStoreRow> {
-  const store = await getVectorStore(db, workspaceId, id);
+  const { id, workspaceId } = store;
   const columns: Partial<VectorStoreRow> = {};
   if (body.name !== undefined) columns.name = body.name;
   if (body.metadata !== undefined) columns.metadata = body.metadata ?? {};

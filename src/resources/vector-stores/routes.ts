@@ -59,10 +59,6 @@ function storeJsonOf(c: Ctx, row: VectorStoreRow, figures: StoreFigures | undefi
   return toVectorStoreJson(row, counts, bytes, c.get('deps').now());
 }
 
-async function storeJson(c: Ctx, row: VectorStoreRow) {
-  return storeJsonOf(c, row, (await storeFigures(c.get('deps').db, [row.id])).get(row.id));
-}
-
 /**
  * The batch the path names in the store `storeId`, and what `read` reads by its id, read beside it
  * (besideRow: one round trip to a database server), looked at only once the batch is the store's.
@@ -123,14 +119,17 @@ const storeRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: 'Modify a vector store', ok: vectorStoreObject }),
     validate('json', updateVectorStoreBody),
     async (c) => {
-      const { workspaceId } = c.get('actor');
-      const store = await updateVectorStore(
-        c.get('deps').db,
-        workspaceId,
-        c.req.param('vector_store_id'),
-        c.req.valid('json'),
-      );
-      return c.json(await storeJson(c, store));
+      // The store and its figures (which a change to its name, metadata or expiry leaves as they
+      // are) read beside whether the key is live, asked before anything is told; then the write.
+      const { db } = c.get('deps');
+      const live = keyLive(c.var.settings);
+      live.catch(() => undefined);
+      const read = besideStore(c, (id) => storeFigures(db, [id]));
+      read.catch(() => undefined);
+      await live;
+      const [store, figures] = await read;
+      const updated = await updateVectorStore(db, store, c.req.valid('json'));
+      return c.json(storeJsonOf(c, updated, figures.get(updated.id)));
     },
   )
   .delete(

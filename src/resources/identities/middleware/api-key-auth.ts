@@ -111,8 +111,8 @@ export async function guardedWrite<T>(
  *   write is led by the guard when its input needs no read, or which otherwise confirms the
  *   settings before anything else (resources/responses/commands.ts); a vector store created, or
  *   files added to one, which read the store, the files, the embeddings model and virtual key they
- *   need and ask keyLive with them (resources/vector-stores/commands.ts), a batch of files
- *   cancelled likewise (resources/vector-stores/routes.ts).
+ *   need and ask keyLive with them (resources/vector-stores/commands.ts), a store modified and a
+ *   batch of files cancelled likewise (resources/vector-stores/routes.ts).
  * An assistant is read from memory once the generation is known (one round trip either way), and
  * anything else reads the generation first.
  */
@@ -139,8 +139,8 @@ const WRITES_GUARDED_UNDER = [
   /^\/v1\/threads\/[^/]+\/runs\/[^/]+\/submit_tool_outputs$/,
   // A conversation modified; its items added.
   /^\/v1\/conversations\/[^/]+(\/items)?$/,
-  // A file or a batch of files added to a vector store; a batch cancelled.
-  /^\/v1\/vector_stores\/[^/]+\/(files|file_batches|file_batches\/[^/]+\/cancel)$/,
+  // A vector store modified; a file or a batch of files added to one; a batch cancelled.
+  /^\/v1\/vector_stores\/[^/]+(\/(files|file_batches|file_batches\/[^/]+\/cancel))?$/,
 ];
 /** A thread, a message of one, a conversation, a conversation's item (read first, keyLive asked with it). */
 const DELETES_GUARDED = /^\/v1\/(threads\/[^/]+(\/messages\/[^/]+)?|conversations\/[^/]+(\/items\/[^/]+)?)$/;
