@@ -19,7 +19,7 @@ import { conversationNotFound, forgetReasoning, getConversation, outputStatement
 import type { CreateConversationBody, InputItem, ItemInclude, UpdateConversationBody } from './schemas';
 import { getItem, listItems, type ItemPageQuery } from './thread-items';
 import { knownHistories } from '../threads/known-histories';
-import { guardedWrite, keyLive } from '../identities/middleware/api-key-auth';
+import { guardedWrite, liveBeside } from '../identities/middleware/api-key-auth';
 import { toMessageItem, toolItemId, parseReasoningItemId, parseToolItemId } from './wire';
 
 /**
@@ -184,12 +184,10 @@ export async function deleteItem(
 ): Promise<ThreadRow> {
   // The conversation and its item read side by side, and on settings assumed unchanged whether the
   // key is live with them (one round trip to a database server), asked before anything is told.
-  const live = keyLive(settings);
-  live.catch(() => undefined);
-  const read = besideRow(getConversation(db, workspaceId, id), getItem(db, { id, workspaceId }, itemId, []));
-  read.catch(() => undefined);
-  await live;
-  const [thread] = await read;
+  const [thread] = await liveBeside(
+    settings,
+    besideRow(getConversation(db, workspaceId, id), getItem(db, { id, workspaceId }, itemId, [])),
+  );
   if (parseToolItemId(itemId)) {
     throw new ApiError(
       'invalid_value',

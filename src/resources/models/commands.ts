@@ -3,7 +3,8 @@ import type { Settings } from '../../db/settings-cache';
 import type { VirtualKey } from '../../db/schema';
 import type { Deps } from '../../deps';
 import { ApiError } from '../../errors';
-import { keyLive } from '../identities/middleware/api-key-auth';
+import { liveBeside } from '../identities/middleware/api-key-auth';
+import { besideRow } from '../../db/client';
 import { isGlob } from '../../lib/model-patterns';
 import { ADAPTERS } from '../../providers/adapters';
 import { listProviderModels, type ModelListResult, type ProviderModel } from '../../providers/models';
@@ -38,18 +39,17 @@ export async function listModels(deps: ModelsDeps, actor: Actor, snapshot: Setti
   // The keys and the upstream rules read side by side, and, on settings assumed unchanged, whether
   // the caller's key is live with them (one round trip to a database server), asked before any
   // provider is.
-  const reads = [
-    named
-      ? snapshot.virtualKey(actor.workspaceId, { slug: named, model: '' }).then((key) => [key])
-      : listVirtualKeys(deps.db, { workspaceId: actor.workspaceId }).then((all) =>
-          all.filter((key) => key.isDefault || key.models.length > 0),
-        ),
-    upstreamRules(deps.db, deps.config, { now: deps.now() }),
-  ] as const;
-  for (const read of reads) read.catch(() => undefined);
-  await keyLive(snapshot);
-  const keys = await reads[0];
-  const rules = await reads[1];
+  const [keys, rules] = await liveBeside(
+    snapshot,
+    besideRow(
+      named
+        ? snapshot.virtualKey(actor.workspaceId, { slug: named, model: '' }).then((key) => [key])
+        : listVirtualKeys(deps.db, { workspaceId: actor.workspaceId }).then((all) =>
+            all.filter((key) => key.isDefault || key.models.length > 0),
+          ),
+      upstreamRules(deps.db, deps.config, { now: deps.now() }),
+    ),
+  );
   const lists = await Promise.all(
     keys.map(async (key) => {
       const candidates = [...exactModels(key)];

@@ -3,6 +3,7 @@ import type { ResultSet } from '@libsql/client';
 import {
   batchRawResults,
   batchWrites,
+  besideRow,
   insertWhere,
   rawOf,
   rowOf,
@@ -20,7 +21,7 @@ import {
 import type { Actor, RequestContext } from '../../actor';
 import type { Deps } from '../../deps';
 import type { Settings } from '../../db/settings-cache';
-import { keyLive } from '../identities/middleware/api-key-auth';
+import { liveBeside } from '../identities/middleware/api-key-auth';
 import { ApiError } from '../../errors';
 import { newId } from '../../lib/ids';
 import type {
@@ -139,17 +140,15 @@ export async function createVectorStore(
   context: RequestContext,
 ): Promise<{ store: VectorStoreRow; queued: number }> {
   const files = filesToAdd(body.file_ids ?? [], { chunking: body.chunking_strategy, param: itemOf('file_ids') });
-  const live = keyLive(settings);
-  live.catch(() => undefined);
-  const prepared = prepareVectorStore(deps, actor, {
-    name: body.name,
-    metadata: body.metadata,
-    expiresAfter: body.expires_after,
-    files,
-  });
-  prepared.catch(() => undefined);
-  await live;
-  const { store, statements } = await prepared;
+  const { store, statements } = await liveBeside(
+    settings,
+    prepareVectorStore(deps, actor, {
+      name: body.name,
+      metadata: body.metadata,
+      expiresAfter: body.expires_after,
+      files,
+    }),
+  );
   await batchWrites(deps.db, statements);
   if (files.length > 0) wakeIngestion(deps, context);
   return { store, queued: new Set(files.map((file) => file.fileId)).size };
@@ -230,15 +229,11 @@ async function storeAndFiles(
   files: FileToAdd[],
 ): Promise<VectorStoreRow> {
   ingestionHost(deps, files[0]?.param ?? 'file_ids');
-  const reads = [
-    keyLive(settings),
+  const reads = besideRow(
     getVectorStore(deps.db, actor.workspaceId, storeId),
     checkFiles(deps.db, actor.workspaceId, files),
-  ] as const;
-  for (const read of reads) read.catch(() => undefined);
-  await reads[0];
-  const store = await reads[1];
-  await reads[2];
+  );
+  const [store] = await liveBeside(settings, reads);
   return store;
 }
 

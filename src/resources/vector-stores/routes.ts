@@ -33,7 +33,7 @@ import {
 import { addStoreFile, createFileBatch, createVectorStore } from './commands';
 import { listObject } from '../../http/lists';
 import { besideRow, type Db } from '../../db/client';
-import { keyLive } from '../identities/middleware/api-key-auth';
+import { liveBeside } from '../identities/middleware/api-key-auth';
 import { toFileBatchJson, toVectorStoreFileJson, toVectorStoreJson } from './wire';
 import type { ApiEnv, WorkspaceEnv } from '../identities/env';
 import { requestContext } from '../../http/request-context';
@@ -122,12 +122,10 @@ const storeRoutes = new Hono<WorkspaceEnv>()
       // The store and its figures (which a change to its name, metadata or expiry leaves as they
       // are) read beside whether the key is live, asked before anything is told; then the write.
       const { db } = c.get('deps');
-      const live = keyLive(c.var.settings);
-      live.catch(() => undefined);
-      const read = besideStore(c, (id) => storeFigures(db, [id]));
-      read.catch(() => undefined);
-      await live;
-      const [store, figures] = await read;
+      const [store, figures] = await liveBeside(
+        c.var.settings,
+        besideStore(c, (id) => storeFigures(db, [id])),
+      );
       const updated = await updateVectorStore(db, store, c.req.valid('json'));
       return c.json(storeJsonOf(c, updated, figures.get(updated.id)));
     },
@@ -246,12 +244,10 @@ const batchRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: 'Cancel a file batch', ok: vectorStoreFileBatchObject }),
     async (c) => {
       // The store and the batch read beside whether the key is live, asked before anything is told.
-      const live = keyLive(c.var.settings);
-      live.catch(() => undefined);
-      const read = besideStore(c, (storeId) => batchOf(c, storeId, async () => undefined));
-      read.catch(() => undefined);
-      await live;
-      const [, [batch]] = await read;
+      const [, [batch]] = await liveBeside(
+        c.var.settings,
+        besideStore(c, (storeId) => batchOf(c, storeId, async () => undefined)),
+      );
       const cancelled = await cancelFileBatch(c.get('deps').db, batch, c.get('deps').now());
       return c.json(toFileBatchJson(cancelled.batch, cancelled.counts));
     },

@@ -59,6 +59,16 @@ export async function keyLive(settings: Settings): Promise<void> {
 }
 
 /**
+ * `read` (started by the caller), with keyLive asked beside it: one round trip to a database server
+ * for both. The key's 401 comes first, before anything `read` found (a 404) is told.
+ */
+export async function liveBeside<T>(settings: Settings, read: Promise<T>): Promise<T> {
+  read.catch(() => undefined);
+  await keyLive(settings);
+  return read;
+}
+
+/**
  * `write`, led by the settings' guard (ProvisionalSettings.guard) when they are assumed unchanged:
  * one round trip when they hold. When they moved it wrote nothing: the key is looked up again
  * (keyLive: 401 if it was revoked), and the write made again without the guard.
