@@ -399,14 +399,17 @@ export async function returnedRows<T extends Table>(
 }
 
 /**
- * The row a request's path names, and what was read beside it by the path's ids, both issued
- * together (one round trip to a database server: coalescing-client.ts). `row` is awaited first, so
- * its error (a 404) is the answer whatever `beside` found: what was read beside is looked at only
- * once the row is found, and so the caller's to read.
+ * The row a request's path names, and what was read beside it by the path's ids, all issued
+ * together (one round trip to a database server: coalescing-client.ts). They are awaited in the
+ * order given, so the row's error (a 404) is the answer whatever was read beside it found: what was
+ * read beside is looked at only once the row is found, and so the caller's to read.
  */
-export async function besideRow<R, T>(row: Promise<R>, beside: Promise<T>): Promise<[R, T]> {
-  beside.catch(() => undefined);
-  return [await row, await beside];
+export async function besideRow<T extends readonly [Promise<unknown>, ...Promise<unknown>[]]>(
+  ...reads: T
+): Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }> {
+  for (const read of reads) read.catch(() => undefined);
+  for (const read of reads) await read;
+  return Promise.all(reads);
 }
 
 /** Runs `statements` in one transaction, as batchRaw does, and answers the client's results. */

@@ -63,7 +63,7 @@ import { clientMessage, newThread } from '../threads/rows';
 import { checkSandbox, runSettings, type RunSettings } from './execution/settings';
 import { settleRun } from './execution/settle';
 import { settledTrace } from './execution/trace';
-import { guardedWrite, keyLive } from '../identities/middleware/api-key-auth';
+import { guardedWrite, liveBeside } from '../identities/middleware/api-key-auth';
 
 /**
  * The run use-cases, each in the order it must happen. A run is created or continued in four steps:
@@ -113,10 +113,7 @@ export async function createThreadAndRun(
   const inOneTrip = await threadAndRunInOneTrip(deps, actor, snapshot, body, context);
   if (inOneTrip) return inOneTrip;
   // Started on settings assumed unchanged, the run asks whether its key is live (the assistant read beside it) first.
-  const reading = snapshot.assistant(actor.workspaceId, body.assistant_id);
-  reading.catch(() => undefined);
-  await keyLive(snapshot);
-  const assistant = await reading;
+  const assistant = await liveBeside(snapshot, snapshot.assistant(actor.workspaceId, body.assistant_id));
   const settings = runSettings(assistant, body);
   await checkSandbox(deps.sandbox, settings.tools, {
     assistantId: assistant.id,
@@ -173,23 +170,23 @@ export async function createRun(
   // Read together (one round trip to a database server: coalescing-client.ts); their errors are
   // reported in this order, whichever comes first. The open run is read by the path's thread id
   // before the thread is known to be the workspace's, and looked at only once it is.
-  const reads = [
-    getThread(db, actor.workspaceId, threadId),
-    snapshot.assistant(actor.workspaceId, body.assistant_id),
-    readHistory(db, { workspaceId: actor.workspaceId, threadId, runId: null }, config.GATEWAY_MAX_HISTORY_BYTES),
-    openRunOf(db, threadId),
-  ] as const;
-  for (const read of reads) read.catch(() => undefined);
-  // Started on settings assumed unchanged, the run asks whether its key is live (answered with the
-  // reads above), before anything else is told.
-  await keyLive(snapshot);
-  const [thread, assistant, history] = [await reads[0], await reads[1], await reads[2]];
+  // Started on settings assumed unchanged, the run asks whether its key is live (answered with these
+  // reads), before anything else is told.
+  const [thread, assistant, history, open] = await liveBeside(
+    snapshot,
+    besideRow(
+      getThread(db, actor.workspaceId, threadId),
+      snapshot.assistant(actor.workspaceId, body.assistant_id),
+      readHistory(db, { workspaceId: actor.workspaceId, threadId, runId: null }, config.GATEWAY_MAX_HISTORY_BYTES),
+      openRunOf(db, threadId),
+    ),
+  );
   const settings = runSettings(assistant, body);
   await checkSandbox(deps.sandbox, settings.tools, {
     assistantId: assistant.id,
     toolsFromRequest: body.tools !== undefined && body.tools !== null,
   });
-  const blocking = await blockingRun(deps, thread.id, await reads[3]);
+  const blocking = await blockingRun(deps, thread.id, open);
   if (blocking) throw activeRunError(thread.id, blocking);
   // additional_messages' file_search attachments go to the thread's store (created if it has none),
   // in the run's batch: written with it or not at all.
@@ -717,30 +714,27 @@ export async function submitToolOutputs(
   context: RequestContext,
 ): Promise<RunAnswer> {
   const { db, config } = deps;
-  // Their errors are reported in this order, whichever comes first: the run's 404 before anything
-  // else (the other reads, by the path's ids, are looked at only once the run is the workspace's).
-  const reads = [
-    getRun(db, actor.workspaceId, path.threadId, path.runId),
-    listSteps(db, path.runId),
-    getRunVirtualKey(db, path.runId),
-    readHistory(db, { workspaceId: actor.workspaceId, ...path }, config.GATEWAY_MAX_HISTORY_BYTES),
-  ] as const;
-  for (const read of reads) read.catch(() => undefined);
   // Started on settings assumed unchanged, the submission asks whether its key is live (answered
-  // with the reads above) before anything else is told.
-  await keyLive(snapshot);
-  const run = await reconcileRun(deps, await reads[0]);
+  // with these reads) before anything else is told; then the run's 404 before anything else (the
+  // other reads, by the path's ids, are looked at only once the run is the workspace's).
+  const [found, steps, key, history] = await liveBeside(
+    snapshot,
+    besideRow(
+      getRun(db, actor.workspaceId, path.threadId, path.runId),
+      listSteps(db, path.runId),
+      getRunVirtualKey(db, path.runId),
+      readHistory(db, { workspaceId: actor.workspaceId, ...path }, config.GATEWAY_MAX_HISTORY_BYTES),
+    ),
+  );
+  const run = await reconcileRun(deps, found);
   if (run.status !== 'requires_action') {
     throw new ApiError('run_not_active', `Runs in status '${run.status}' do not accept tool outputs.`);
   }
-  const steps = await reads[1];
   const step = toolCallsStepInProgress(steps, run.id);
   const outputs = matchToolOutputs(run, body.tool_outputs);
-  const key = await reads[2];
   if (!key || key.revokedAt !== null) {
     throw new ApiError('invalid_virtual_key', "The run's virtual key was revoked; the run cannot continue.");
   }
-  const history = await reads[3];
   const at = deps.now();
   const completed = withToolOutputs(step, outputs, at);
   const turnSteps = steps.map((row) => (row.id === step.id ? completed : row));
