@@ -385,6 +385,13 @@ async function measureTarget(name: string, fakeUrl: string) {
       },
       'GET /conversations/{id}/items': () =>
         counted(async () => (await fetchJson(`/conversations/${conversation.id}/items`), {})),
+      'GET /conversations/{id}/items?after= (the next page)': async () => {
+        const items = ['one', 'two'].map((text) => ({ type: 'message', role: 'user', content: text }));
+        const made = (await posted('/conversations', { items })) as { id: string };
+        const page = (await fetchJson(`/conversations/${made.id}/items?limit=1`)) as { data: { id: string }[] };
+        const after = `/conversations/${made.id}/items?limit=1&after=${page.data[0]?.id}`;
+        return counted(async () => (await fetchJson(after), {}));
+      },
       'POST /vector_stores': () => counted(async () => (await posted('/vector_stores', { name: 'bench' }), {})),
       'GET /policies/rate-limits': () => counted(async () => (await fetchJson('/policies/rate-limits'), {})),
       'GET /models': () => counted(async () => (await fetchJson('/models'), {})),

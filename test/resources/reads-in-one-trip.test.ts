@@ -39,7 +39,7 @@ async function setup() {
 }
 
 describe('the reads an application polls, on a database server', () => {
-  it("each take one round trip once the key was seen (runs, pages after a cursor, steps, a step, a response, files, a conversation's item, a first page of its items), a page after an item two", async () => {
+  it("each take one round trip once the key was seen (runs, pages after a cursor, steps, a step, a response, files, a conversation's item, a page of its items)", async () => {
     const { openai, run, response, file, conversation } = await setup();
     const thread = { thread_id: run.thread_id };
     const [step] = (await openai.beta.threads.runs.steps.list(run.id, thread)).data;
@@ -73,8 +73,8 @@ describe('the reads an application polls, on a database server', () => {
       trips[name] = await roundTrips(read);
     }
     expect(trips).toEqual(Object.fromEntries(reads.map(([name]) => [name, 1])));
-    // A first page of a conversation's items: its rows read beside their order; a page after a
-    // cursor reads them once the order says which.
+    // A page of a conversation's items: its rows read beside their order, the first ones, or those
+    // from the item it goes on after.
     const items = () => openai.conversations.items.list(conversation.id);
     await items();
     expect(await roundTrips(items)).toBe(1);
@@ -83,10 +83,13 @@ describe('the reads an application polls, on a database server', () => {
     const three = await openai.conversations.create({
       items: ['one', 'two', 'three'].map((content) => ({ type: 'message' as const, role: 'user' as const, content })),
     });
-    const [first] = (await openai.conversations.items.list(three.id, { order: 'asc' })).data;
+    const [first, second, third] = (await openai.conversations.items.list(three.id, { order: 'asc' })).data;
     const after = () => openai.conversations.items.list(three.id, { order: 'asc', after: first?.id ?? '' });
-    expect((await after()).data).toHaveLength(2);
-    expect(await roundTrips(after)).toBe(2);
+    expect((await after()).data.map((item) => item.id)).toEqual([second?.id, third?.id]);
+    expect(await roundTrips(after)).toBe(1);
+    const before = () => openai.conversations.items.list(three.id, { order: 'desc', after: third?.id ?? '' });
+    expect((await before()).data.map((item) => item.id)).toEqual([second?.id, first?.id]);
+    expect(await roundTrips(before)).toBe(1);
   });
 
   it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage, policies, models, a page of stores)', async () => {

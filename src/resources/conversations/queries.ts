@@ -153,8 +153,13 @@ function parseCalls(json: string | null): [string, number][] {
   );
 }
 
-/** The rows of items, whole: theirs, by id; or, read before the page is known, the `first` n of each in `order`. */
-export type ItemRowsWanted = { messageIds: string[]; stepIds: string[] } | { first: number; order: 'asc' | 'desc' };
+/**
+ * The rows of items, whole: theirs, by id; or, read before the page is known, the `first` n of each
+ * in `order`, from `after` (the item a page goes on after: its message's, or its step's) when given.
+ */
+export type ItemRowsWanted =
+  | { messageIds: string[]; stepIds: string[] }
+  | { first: number; order: 'asc' | 'desc'; after?: { messageId: string } | { stepId: string } };
 
 /** The messages and steps of the thread that `wanted` names, whole. */
 export async function itemRows(
@@ -192,16 +197,24 @@ export async function itemRows(
             ),
     ];
   } else {
-    const direction = wanted.order === 'asc' ? asc : desc;
+    const { order, after } = wanted;
+    const direction = order === 'asc' ? asc : desc;
+    const from = after && pageFrom(after, order);
     reads = [
-      db.select().from(messages).where(threadMessages).orderBy(direction(messages.seq)).limit(wanted.first),
+      db
+        .select()
+        .from(messages)
+        .where(and(threadMessages, from?.messages))
+        .orderBy(direction(messages.seq))
+        .limit(wanted.first),
       db
         .select(stepColumns)
         .from(runSteps)
         .innerJoin(runs, eq(runs.id, runSteps.runId))
-        .where(and(eq(runs.threadId, thread.id), eq(runs.workspaceId, thread.workspaceId)))
+        .where(and(eq(runs.threadId, thread.id), eq(runs.workspaceId, thread.workspaceId), from?.steps))
         .orderBy(direction(runs.seq), direction(runSteps.seq))
-        .limit(wanted.first),
+        // After a step's item, its own step may be among them: one more.
+        .limit(after ? wanted.first + 1 : wanted.first),
     ];
   }
   const [messageRows, stepRows] = await Promise.all(reads);
@@ -209,6 +222,25 @@ export async function itemRows(
     messages: new Map<string, MessageRow>(messageRows.map((row) => [row.id, row])),
     steps: new Map(stepRows.map((row) => [row.id, row])),
   };
+}
+
+/**
+ * Where the rows a page after an item holds are likely to start, in `order`: the messages after
+ * its own (by the thread's order), or, after a step's item, from its step's time; the steps from
+ * the time of its message or step. Only a guess at what the page will name (a run's tool steps
+ * are placed by its messages, not by time: timeline.ts): what it names beyond is read after.
+ */
+function pageFrom(after: { messageId: string } | { stepId: string }, order: 'asc' | 'desc') {
+  const later = order === 'asc';
+  const at =
+    'messageId' in after
+      ? sql`(SELECT ${messages.createdAt} FROM ${messages} WHERE ${messages.id} = ${after.messageId})`
+      : sql`(SELECT ${runSteps.createdAt} FROM ${runSteps} WHERE ${runSteps.id} = ${after.stepId})`;
+  const messagesFrom =
+    'messageId' in after
+      ? sql`${messages.seq} ${later ? sql`>` : sql`<`} (SELECT ${messages.seq} FROM ${messages} WHERE ${messages.id} = ${after.messageId})`
+      : sql`${messages.createdAt} ${later ? sql`>=` : sql`<=`} ${at}`;
+  return { messages: messagesFrom, steps: sql`${runSteps.createdAt} ${later ? sql`>=` : sql`<=`} ${at}` };
 }
 
 /** Forgets the model's reasoning before the step `stepId` of the thread (its reasoning item deleted). */

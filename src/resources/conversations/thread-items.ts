@@ -129,7 +129,8 @@ function merged(read: ItemRowsRead | undefined, more: ItemRowsRead): ItemRowsRea
 
 /**
  * One page of the conversation's items (ItemPageQuery). A first page (no `after`) is made of items
- * of the thread's first messages and steps in its order, at most `limit` of each: those are read
+ * of the thread's first messages and steps in its order, at most `limit` of each, and a page after
+ * an item mostly of those that follow its message or step (queries.ts, pageFrom): those are read
  * whole beside the order (one round trip to a database server), and what else the page names, if
  * anything (steps placed out of their runs' order), after it.
  */
@@ -139,8 +140,11 @@ export async function listItems(
   query: ItemPageQuery,
   include: readonly ItemInclude[],
 ): Promise<ConversationItemList> {
+  const after = query.after === undefined ? undefined : refOf(query.after);
   const ahead =
-    query.after === undefined ? itemRows(db, thread, { first: query.limit, order: query.order }) : undefined;
+    after === null
+      ? undefined
+      : itemRows(db, thread, { first: query.limit, order: query.order, after: after && rowOf(after) });
   ahead?.catch(() => undefined);
   const refs = await itemRefs(db, thread);
   if (query.order === 'desc') refs.reverse();
@@ -157,6 +161,11 @@ export async function listItems(
   }
   const page = refs.slice(start, start + query.limit);
   return toItemList(await itemsOf(db, thread, page, include, await ahead), start + query.limit < refs.length);
+}
+
+/** The row an item comes from: its message, or its step. */
+function rowOf(ref: ItemRef): { messageId: string } | { stepId: string } {
+  return 'messageId' in ref ? { messageId: ref.messageId } : { stepId: ref.stepId };
 }
 
 /** A reference to the item `id` of the thread, as its id says (a message's, or fc_/fco_/fs_/rs_), unread. */

@@ -287,6 +287,18 @@ describe('items', () => {
     const newest = await client.conversations.items.list(threadId, { limit: 3 });
     expect(newest.data).toEqual(everything.slice(-3).reverse());
     expect(newest.has_more).toBe(true);
+    // Every page after an item, either way, is what follows it in the whole list: whether the rows
+    // read beside the order (from its message or step on) were the page's, or the page named more.
+    for (const order of ['asc', 'desc'] as const) {
+      const all = order === 'asc' ? everything : [...everything].reverse();
+      for (const [at, item] of all.entries()) {
+        for (const limit of [1, 2]) {
+          const page = await client.conversations.items.list(threadId, { order, limit, after: defined(item.id) });
+          expect(page.data).toEqual(all.slice(at + 1, at + 1 + limit));
+          expect(page.has_more).toBe(at + 1 + limit < all.length);
+        }
+      }
+    }
   });
 
   it('fill the output of a call that has none (a response that ended on its calls), once', async () => {
