@@ -90,6 +90,26 @@ describe('the reads an application polls, on a database server', () => {
     const before = () => openai.conversations.items.list(three.id, { order: 'desc', after: third?.id ?? '' });
     expect((await before()).data.map((item) => item.id)).toEqual([second?.id, first?.id]);
     expect(await roundTrips(before)).toBe(1);
+    // A page whose messages cite files: the files' names are read with the messages.
+    const cites = await openai.conversations.create({
+      items: [{ type: 'message', role: 'assistant', content: 'See the file.' }],
+    });
+    const citation = {
+      type: 'file_citation',
+      text: 'x',
+      start_index: 4,
+      end_index: 8,
+      file_citation: { file_id: file.id },
+    };
+    await elsewhere.execute({
+      sql: `UPDATE messages SET content = json_set(content, '$[0].text.annotations', json(?)) WHERE thread_id = ?`,
+      args: [JSON.stringify([citation]), cites.id],
+    });
+    const cited = () => openai.conversations.items.list(cites.id);
+    expect((await cited()).data[0]).toMatchObject({
+      content: [{ annotations: [{ type: 'file_citation', file_id: file.id, filename: 'hello.txt', index: 4 }] }],
+    });
+    expect(await roundTrips(cited)).toBe(1);
   });
 
   it('reads of what else is stored take one round trip once the key was seen (threads, runs, assistants, a vector store, stored completions, usage, policies, models, a page of stores)', async () => {

@@ -1,4 +1,4 @@
-import { and, desc, eq, inArray, sql } from 'drizzle-orm';
+import { and, desc, eq, sql } from 'drizzle-orm';
 import { preparedQueries, type Db } from '../../db/client';
 import { cursorPage, cursorsOf, type PageQuery } from '../../db/pagination';
 import { containerFiles, containers, responses, type ContainerFileRow, type ContainerRow } from '../../db/schema';
@@ -191,20 +191,4 @@ export async function deleteContainerFile(db: Db, containerId: string, fileId: s
   await db
     .delete(containerFiles)
     .where(and(eq(containerFiles.containerId, containerId), eq(containerFiles.fileId, fileId)));
-}
-
-/** The container each of the workspace's files among `ids` is in (the latest it was put in), for their citations. */
-export async function containersOfFiles(
-  db: Db,
-  workspaceId: string,
-  ids: readonly string[],
-): Promise<Map<string, string>> {
-  if (ids.length === 0) return new Map();
-  const rows = await db
-    .select({ fileId: containerFiles.fileId, containerId: containerFiles.containerId })
-    .from(containerFiles)
-    .innerJoin(containers, eq(containers.id, containerFiles.containerId))
-    .where(and(eq(containers.workspaceId, workspaceId), inArray(containerFiles.fileId, [...ids])))
-    .orderBy(containerFiles.seq);
-  return new Map(rows.map((row) => [row.fileId, row.containerId]));
 }

@@ -1,14 +1,14 @@
-import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, getTableColumns, inArray, sql } from 'drizzle-orm';
 import type { Db, RawCondition, RawStatement } from '../../db/client';
-import { files, messages, runs, runSteps } from '../../db/schema';
+import { containerFiles, containers, files, messages, runs, runSteps } from '../../db/schema';
 import { ApiError } from '../../errors';
 import { findThread, type MessageRow, type ThreadKey, type ThreadRow } from '../threads/queries';
 import type { ItemStep } from './wire';
 
 /**
  * A conversation's reads and writes that the threads' own queries do not make: the thread under
- * its own 404, its tool calls found by call id, the light rows that order its items, and the
- * outputs filled into earlier tool steps.
+ * its own 404, its tool calls found by call id, the light rows that order its items, its items'
+ * rows with the files their citations name, and the outputs filled into earlier tool steps.
  */
 
 export const conversationNotFound = (id: string) =>
@@ -161,12 +161,53 @@ export type ItemRowsWanted =
   | { messageIds: string[]; stepIds: string[] }
   | { first: number; order: 'asc' | 'desc'; after?: { messageId: string } | { stepId: string } };
 
-/** The messages and steps of the thread that `wanted` names, whole. */
-export async function itemRows(
-  db: Db,
-  thread: ThreadKey,
-  wanted: ItemRowsWanted,
-): Promise<{ messages: Map<string, MessageRow>; steps: Map<string, ItemStep> }> {
+/**
+ * Items' rows, whole, and what their messages' citations show of the files they cite: each file's
+ * name, and the container of a file the code wrote (file id → name, file id → container id).
+ */
+export interface ItemRows {
+  messages: Map<string, MessageRow>;
+  steps: Map<string, ItemStep>;
+  fileNames: Map<string, string>;
+  containers: Map<string, string>;
+}
+
+/**
+ * The files a message's text cites (a file_citation: a search's citation) or links (a file_path: a
+ * file the code wrote), as wire.ts's annotatedFileId finds them, each with its name among the
+ * workspace's files and the container it was last written in: a JSON array of [id, name or null,
+ * container or null], read in the same statement as the message (parsed by addCitedFiles), so that a
+ * page of items needs no read after its rows.
+ */
+const citedFilesColumn = sql<string>`(SELECT json_group_array(json_array(cited.id,
+    (SELECT file.filename FROM ${files} AS file
+      WHERE file.workspace_id = ${messages}.workspace_id AND file.id = cited.id),
+    (SELECT placed.container_id FROM ${containerFiles} AS placed
+      JOIN ${containers} AS container ON container.id = placed.container_id
+      WHERE container.workspace_id = ${messages}.workspace_id AND placed.file_id = cited.id
+      ORDER BY placed.seq DESC LIMIT 1)))
+  FROM (SELECT DISTINCT CASE
+      WHEN annotation.value ->> 'type' = 'file_citation' AND json_type(annotation.value, '$.file_citation.file_id') = 'text'
+        THEN annotation.value ->> '$.file_citation.file_id'
+      WHEN annotation.value ->> 'type' = 'file_path' AND json_type(annotation.value, '$.file_path.file_id') = 'text'
+        THEN annotation.value ->> '$.file_path.file_id' END AS id
+    FROM json_each(${messages}.content) AS part, json_each(part.value, '$.text.annotations') AS annotation
+    WHERE part.type = 'object' AND part.value ->> 'type' = 'text' AND annotation.type = 'object') AS cited
+  WHERE cited.id IS NOT NULL)`;
+
+/** A message as itemRows reads it: its row, and its citedFilesColumn. */
+const messageColumns = { ...getTableColumns(messages), citedFiles: citedFilesColumn };
+
+/** Adds what `citedFiles` (citedFilesColumn's JSON) says to `rows`' names and containers. */
+function addCitedFiles(rows: ItemRows, citedFiles: string): void {
+  for (const [id, name, container] of JSON.parse(citedFiles) as [string, string | null, string | null][]) {
+    if (name !== null) rows.fileNames.set(id, name);
+    if (container !== null) rows.containers.set(id, container);
+  }
+}
+
+/** The messages and steps of the thread that `wanted` names, whole, with what their citations show. */
+export async function itemRows(db: Db, thread: ThreadKey, wanted: ItemRowsWanted): Promise<ItemRows> {
   const threadMessages = and(eq(messages.threadId, thread.id), eq(messages.workspaceId, thread.workspaceId));
   const stepColumns = {
     id: runSteps.id,
@@ -174,13 +215,13 @@ export async function itemRows(
     stepDetails: runSteps.stepDetails,
     reasoning: runSteps.reasoning,
   };
-  let reads: [Promise<MessageRow[]>, Promise<ItemStep[]>];
+  let reads: [Promise<(MessageRow & { citedFiles: string })[]>, Promise<ItemStep[]>];
   if ('messageIds' in wanted) {
     reads = [
       wanted.messageIds.length === 0
         ? Promise.resolve([])
         : db
-            .select()
+            .select(messageColumns)
             .from(messages)
             .where(and(threadMessages, inArray(messages.id, wanted.messageIds))),
       wanted.stepIds.length === 0
@@ -202,7 +243,7 @@ export async function itemRows(
     const from = after && pageFrom(after, order);
     reads = [
       db
-        .select()
+        .select(messageColumns)
         .from(messages)
         .where(and(threadMessages, from?.messages))
         .orderBy(direction(messages.seq))
@@ -218,10 +259,17 @@ export async function itemRows(
     ];
   }
   const [messageRows, stepRows] = await Promise.all(reads);
-  return {
-    messages: new Map<string, MessageRow>(messageRows.map((row) => [row.id, row])),
+  const rows: ItemRows = {
+    messages: new Map(),
     steps: new Map(stepRows.map((row) => [row.id, row])),
+    fileNames: new Map(),
+    containers: new Map(),
   };
+  for (const { citedFiles, ...message } of messageRows) {
+    rows.messages.set(message.id, message);
+    addCitedFiles(rows, citedFiles);
+  }
+  return rows;
 }
 
 /**
@@ -251,14 +299,4 @@ export async function forgetReasoning(db: Db, thread: ThreadRow, stepId: string)
     .where(
       and(eq(runSteps.id, stepId), eq(runSteps.threadId, thread.id), eq(runSteps.workspaceId, thread.workspaceId)),
     );
-}
-
-/** The names of the workspace's files among `ids`, for the citations of a page of items. */
-export async function fileNames(db: Db, workspaceId: string, ids: readonly string[]): Promise<Map<string, string>> {
-  if (ids.length === 0) return new Map();
-  const rows = await db
-    .select({ id: files.id, filename: files.filename })
-    .from(files)
-    .where(and(eq(files.workspaceId, workspaceId), inArray(files.id, [...ids])));
-  return new Map(rows.map((row) => [row.id, row.filename]));
 }

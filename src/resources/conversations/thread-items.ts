@@ -3,11 +3,9 @@ import { ApiError } from '../../errors';
 import type { ThreadKey } from '../threads/queries';
 import { timeline } from '../threads/timeline';
 import type { ConversationItem, ConversationItemList } from './objects';
-import { containersOfFiles } from '../containers/queries';
-import { fileNames, itemOrderRows, itemRows, type OrderStep } from './queries';
+import { itemOrderRows, itemRows, type ItemRows, type OrderStep } from './queries';
 import type { ItemInclude } from './schemas';
 import {
-  citedFileIds,
   parseReasoningItemId,
   parseToolItemId,
   reasoningItem,
@@ -74,8 +72,6 @@ function stepRefs(step: OrderStep): ItemRef[] {
   return [...calls, ...outputs];
 }
 
-type ItemRowsRead = Awaited<ReturnType<typeof itemRows>>;
-
 /**
  * The items `refs` names, read whole, in the same order (one left out if it went in the meantime).
  * `read`: rows read already (beside the items' order), of which those named are not read again.
@@ -85,7 +81,7 @@ async function itemsOf(
   thread: ThreadKey,
   refs: readonly ItemRef[],
   include: readonly ItemInclude[],
-  read?: ItemRowsRead,
+  read?: ItemRows,
 ): Promise<ConversationItem[]> {
   const messageIds = refs.flatMap((ref) =>
     'messageId' in ref && !read?.messages.has(ref.messageId) ? [ref.messageId] : [],
@@ -97,11 +93,7 @@ async function itemsOf(
     read && messageIds.length === 0 && stepIds.length === 0
       ? read
       : merged(read, await itemRows(db, thread, { messageIds, stepIds }));
-  const cited = citedFileIds(rows.messages.values());
-  const [names, containers] = await Promise.all([
-    fileNames(db, thread.workspaceId, cited),
-    containersOfFiles(db, thread.workspaceId, cited),
-  ]);
+  const { fileNames: names, containers } = rows;
   return refs.flatMap((ref): ConversationItem[] => {
     if ('messageId' in ref) {
       const message = rows.messages.get(ref.messageId);
@@ -122,9 +114,14 @@ export interface ItemPageQuery {
 }
 
 /** `more` over `read`. */
-function merged(read: ItemRowsRead | undefined, more: ItemRowsRead): ItemRowsRead {
+function merged(read: ItemRows | undefined, more: ItemRows): ItemRows {
   if (!read) return more;
-  return { messages: new Map([...read.messages, ...more.messages]), steps: new Map([...read.steps, ...more.steps]) };
+  return {
+    messages: new Map([...read.messages, ...more.messages]),
+    steps: new Map([...read.steps, ...more.steps]),
+    fileNames: new Map([...read.fileNames, ...more.fileNames]),
+    containers: new Map([...read.containers, ...more.containers]),
+  };
 }
 
 /**

@@ -214,21 +214,6 @@ function annotatedFileId(annotation: unknown, type: 'file_citation' | 'file_path
 const citedFileId = (annotation: unknown) => annotatedFileId(annotation, 'file_citation');
 const linkedFileId = (annotation: unknown) => annotatedFileId(annotation, 'file_path');
 
-/** The files the messages cite or link to (`sandbox:` links), whose names (and containers) their items show. */
-export function citedFileIds(messages: Iterable<MessageRow>): string[] {
-  const ids = new Set<string>();
-  for (const message of messages) {
-    for (const part of message.content) {
-      if (part.type !== 'text') continue;
-      for (const annotation of part.text.annotations) {
-        const id = citedFileId(annotation) ?? linkedFileId(annotation);
-        if (id !== null) ids.add(id);
-      }
-    }
-  }
-  return [...ids];
-}
-
 /**
  * The items of a tool step: each call (`function_call`, `file_search_call`) in order, then, with
  * `outputs`, each function output given so far: the order its turn's prompt sends them in.

@@ -180,10 +180,12 @@ describe('code_interpreter in responses', () => {
 
   it('cites a CSV the code wrote as a container_file_citation, downloaded through containers.files.content', async () => {
     const reply = 'Here it is: [out.csv](sandbox:/mnt/data/out.csv).';
+    const conversation = await openai.conversations.create();
     const response = await openai.responses.create({
       model: 'fake-model',
       input: asking("open('/mnt/data/out.csv', 'w').write('a,b\\n1,2\\n')", reply),
       tools: [AUTO],
+      conversation: conversation.id,
     });
     const containerId = defined(codeCalls(response)[0]).container_id;
     const message = response.output.find((item) => item.type === 'message');
@@ -199,6 +201,10 @@ describe('code_interpreter in responses', () => {
         filename: 'out.csv',
       },
     ]);
+    // The conversation's items show the answer with the same citation (its container read with the message).
+    const items = await openai.conversations.items.list(conversation.id, { order: 'asc' });
+    const answer = items.data.find((item) => item.type === 'message' && item.role === 'assistant');
+    expect(answer?.type === 'message' && answer.content).toEqual(message?.type === 'message' && message.content);
     const cited = part?.type === 'output_text' ? part.annotations[0] : undefined;
     const fileId = cited?.type === 'container_file_citation' ? cited.file_id : '';
     const content = await openai.containers.files.content.retrieve(fileId, { container_id: containerId });
