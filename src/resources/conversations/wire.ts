@@ -201,7 +201,10 @@ export function writtenFiles(steps: readonly { stepDetails: StepDetails }[]): Ma
   return containers;
 }
 
-/** The file a stored annotation of `type` names (file_citation: a search's citation; file_path: a `sandbox:` link). */
+/**
+ * The file a stored annotation of `type` names (file_citation: a search's citation; file_path: a
+ * `sandbox:` link). queries.ts's citedFilesColumn finds the same files in SQL, to read their names and containers.
+ */
 function annotatedFileId(annotation: unknown, type: 'file_citation' | 'file_path'): string | null {
   if (typeof annotation !== 'object' || annotation === null) return null;
   const record = annotation as Record<string, unknown>;
