@@ -155,13 +155,15 @@ export interface StoreFigures {
 
 /**
  * The figures of the store whose row it is read with, as one subquery over its files: read in the
- * same statement as the store (a page of stores in one round trip), parsed by figuresOf.
+ * same statement as the store (a page of stores in one round trip), parsed by figuresOf. The store's
+ * id is named with its table: in a select's fields Drizzle writes a column without it, and `id`
+ * alone would be the files' own, had they one.
  */
 const figuresColumn = sql<string>`(select json_array(
   total(${vectorStoreFiles.status} = 'in_progress'), total(${vectorStoreFiles.status} = 'completed'),
   total(${vectorStoreFiles.status} = 'failed'), total(${vectorStoreFiles.status} = 'cancelled'),
   total(case when ${vectorStoreFiles.status} = 'completed' then ${vectorStoreFiles.usageBytes} end))
-  from ${vectorStoreFiles} where ${vectorStoreFiles.vectorStoreId} = ${vectorStores.id})`;
+  from ${vectorStoreFiles} where ${vectorStoreFiles.vectorStoreId} = ${vectorStores}.id)`;
 
 /** figuresColumn's JSON as StoreFigures. */
 export function figuresOf(json: string): StoreFigures {
