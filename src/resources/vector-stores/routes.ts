@@ -60,14 +60,11 @@ function storeJsonOf(c: Ctx, row: VectorStoreRow, figures: StoreFigures | undefi
 }
 
 /**
- * The batch the path names in the store `storeId`, and what `read` reads by its id, read beside it
+ * The batch `batchId` of the store `storeId`, and what `read` reads by its id, read beside it
  * (besideRow: one round trip to a database server), looked at only once the batch is the store's.
  */
-function batchOf<T>(c: Ctx, storeId: string, read: (db: Db, batchId: string) => Promise<T>) {
-  const { db } = c.get('deps');
-  const batchId = c.req.param('batch_id');
-  if (batchId === undefined) throw new Error('batchOf serves only routes with a :batch_id');
-  return besideRow(getFileBatch(db, storeId, batchId), read(db, batchId));
+function batchOf<T>(db: Db, storeId: string, batchId: string, read: (batchId: string) => Promise<T>) {
+  return besideRow(getFileBatch(db, storeId, batchId), read(batchId));
 }
 
 /** The store named by the path, in the caller's workspace (404 otherwise). */
@@ -235,7 +232,10 @@ const batchRoutes = new Hono<WorkspaceEnv>()
     '/:vector_store_id/file_batches/:batch_id',
     responds({ summary: 'Retrieve a file batch', ok: vectorStoreFileBatchObject }),
     async (c) => {
-      const [, [batch, counts]] = await besideStore(c, (storeId) => batchOf(c, storeId, batchFileCounts));
+      const { db } = c.get('deps');
+      const [, [batch, counts]] = await besideStore(c, (storeId) =>
+        batchOf(db, storeId, c.req.param('batch_id'), (batchId) => batchFileCounts(db, batchId)),
+      );
       return c.json(toFileBatchJson(batch, counts));
     },
   )
@@ -244,9 +244,9 @@ const batchRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: 'Cancel a file batch', ok: vectorStoreFileBatchObject }),
     async (c) => {
       // The store and the batch read beside whether the key is live, asked before anything is told.
-      const [, [batch]] = await liveBeside(
+      const [, batch] = await liveBeside(
         c.var.settings,
-        besideStore(c, (storeId) => batchOf(c, storeId, async () => undefined)),
+        besideStore(c, (storeId) => getFileBatch(c.get('deps').db, storeId, c.req.param('batch_id'))),
       );
       const cancelled = await cancelFileBatch(c.get('deps').db, batch, c.get('deps').now());
       return c.json(toFileBatchJson(cancelled.batch, cancelled.counts));
@@ -258,8 +258,9 @@ const batchRoutes = new Hono<WorkspaceEnv>()
     validate('query', listVectorStoreFilesQuery),
     async (c) => {
       const query = c.req.valid('query');
+      const { db } = c.get('deps');
       const [, [, page]] = await besideStore(c, (storeId) =>
-        batchOf(c, storeId, (db, batchId) => listStoreFiles(db, { storeId, batchId }, query)),
+        batchOf(db, storeId, c.req.param('batch_id'), (batchId) => listStoreFiles(db, { storeId, batchId }, query)),
       );
       return c.json(listObject(page, toVectorStoreFileJson));
     },
