@@ -21,7 +21,7 @@ import { post, readStream, required, round, startFakeProvider, summarise } from 
  *
  * For each kind of request, BENCH_REPEATS (5) times one after another: the round trips it made
  * (counted until the database has been quiet for 400 ms, so that writes after the answer, such
- * as a run's last ones, count too), how many came before a streamed run's first token, its wall
+ * as a run's last ones, count too), how many were answered before a streamed run's first token arrived, its wall
  * time, and for streamed runs the first token's latency beyond the provider's own (the fake
  * provider called directly, the same answer). The SDK turn is an application's: with the official
  * SDK, a message added, a run streamed to its end, the messages listed. A run on a thread is timed
@@ -105,7 +105,7 @@ async function startTarget(name: string, proxy: DatabaseProxy & { url: string })
   };
 }
 
-/** What one request cost: its round trips (those before the first token, for streams) and its times. */
+/** What one request cost: its round trips (those answered before the first token, for streams) and its times. */
 interface Sample {
   roundTrips: number;
   beforeFirstToken?: number;
@@ -160,8 +160,12 @@ async function measureTarget(name: string, fakeUrl: string) {
     const counted = async (task: (mark: () => number) => Promise<Partial<Sample>>): Promise<Sample> => {
       await proxy.quiet();
       const before = proxy.count;
+      const answeredBefore = proxy.answered;
       const started = performance.now();
-      const partial = await task(() => proxy.count - before);
+      // What a first token can have waited for: the round trips answered before it arrived. Those
+      // begun by then are not: a write that leaves with the first token (the end of an answer that
+      // came at once) races it to this process, which is both the proxy and the client.
+      const partial = await task(() => proxy.answered - answeredBefore);
       const wallMs = performance.now() - started;
       await proxy.quiet();
       return { ...partial, wallMs, roundTrips: proxy.count - before, statements: proxy.statements.slice(before) };

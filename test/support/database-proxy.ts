@@ -17,7 +17,10 @@ import { waitFor } from './wait';
  */
 export class DatabaseProxy {
   delayMs = 0;
+  /** Round trips begun: requests that reached the proxy. */
   count = 0;
+  /** Round trips answered: requests whose answer the proxy has handed back whole (or failed). */
+  answered = 0;
   /** Each round trip's statements (their SQL's start), kept while `keepStatements` is set. */
   readonly statements: string[][] = [];
   keepStatements = false;
@@ -170,6 +173,7 @@ export class DatabaseProxy {
   }
 
   #done() {
+    this.answered++;
     this.#inFlight--;
     this.#lastActivity = performance.now();
   }
