@@ -49,7 +49,12 @@ import {
  * this gateway's own stack (hono, @hono/node-server, undici) and nothing else, measured the same
  * way; and for the targets that pass a chat completion through, the CPU of one more streamed chunk
  * (`server_cpu_ms_per_chunk`: 64 words against 8). It is what any gateway on this stack pays; the gateway's figures less the floor's are what
- * storing and executing a run cost (`this_gateway_over_floor`).
+ * storing and executing a run cost (`this_gateway_over_floor`). And the stored floor
+ * (bench/floor-run.js, `stored_floor`): the same whole run as ours, its rows stored in as many
+ * commits on the same storage and its events the same, with nothing else (no keys, settings,
+ * validation, policies or bounds): what storing and streaming a run costs on this stack at the
+ * least (`this_gateway_over_stored_floor`), and against the reference, how near to it a run can
+ * be made here (`ratios_stored_floor_over_reference`).
  *
  * And a streamed response (`this_gateway_response`: POST /v1/responses, stored, on the same setup as
  * the proxied completion): `response_over_proxied` is what storing the exchange as a response adds.
@@ -221,6 +226,29 @@ async function floor(): Promise<Target> {
     name: 'stack_floor',
     pid: pidOf(child),
     url: `http://127.0.0.1:${port}/v1/chat/completions`,
+    stop: () => stopChild(child),
+  };
+}
+
+/** The stack's floor for a stored run: a whole streamed run stored on this gateway's own stack and storage, nothing else. */
+async function storedFloor(): Promise<Target> {
+  const port = await freePort();
+  const child = await startServer(
+    'the stored-run floor',
+    ['--v8-pool-size=1', join(ROOT, 'bench/floor-run.js'), String(port), new URL(fakeUrl).origin],
+    'ready',
+  );
+  return {
+    name: 'stored_floor',
+    pid: pidOf(child),
+    url: `http://127.0.0.1:${port}/v1/threads/runs`,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      assistant_id: 'asst_bench',
+      stream: true,
+      thread: { messages: [{ role: 'user', content }] },
+    }),
+    firstToken: /event: thread\.message\.delta/,
     stop: () => stopChild(child),
   };
 }
@@ -410,6 +438,7 @@ function medians(rounds: Figures[]): Figures {
 const installed = installReference();
 const TARGETS: { name: string; start: () => Promise<Target> }[] = [
   { name: 'stack_floor', start: floor },
+  { name: 'stored_floor', start: storedFloor },
   { name: 'this_gateway', start: ours },
   { name: 'this_gateway_proxied', start: oursProxied },
   { name: 'this_gateway_response', start: oursResponse },
@@ -474,6 +503,7 @@ console.log(
         this_gateway_response: added('this_gateway_response'),
         reference: added('reference'),
         stack_floor: added('stack_floor'),
+        stored_floor: added('stored_floor'),
       },
       ...(mine &&
         base && {
@@ -483,6 +513,22 @@ console.log(
             first_token_c32_p50_ms: less(mine, base, 'first_token_c32_p50_ms', 2),
             idle_rss_mb: less(mine, base, 'idle_rss_mb', 1),
             peak_rss_mb: less(mine, base, 'peak_rss_mb', 1),
+          },
+        }),
+      ...(mine &&
+        result.stored_floor && {
+          this_gateway_over_stored_floor: {
+            server_cpu_ms_per_exchange: less(mine, result.stored_floor, 'server_cpu_ms_per_exchange', 3),
+            first_token_c1_p50_ms: less(mine, result.stored_floor, 'first_token_c1_p50_ms', 2),
+            idle_rss_mb: less(mine, result.stored_floor, 'idle_rss_mb', 1),
+            peak_rss_mb: less(mine, result.stored_floor, 'peak_rss_mb', 1),
+          },
+        }),
+      ...(result.stored_floor &&
+        theirs && {
+          ratios_stored_floor_over_reference: {
+            exchanges_per_second: ratio(result.stored_floor, theirs, 'exchanges_per_second'),
+            server_cpu_ms_per_exchange: ratio(result.stored_floor, theirs, 'server_cpu_ms_per_exchange'),
           },
         }),
       ...(mine &&
