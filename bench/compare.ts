@@ -213,35 +213,30 @@ async function reference(script: string): Promise<Target> {
   };
 }
 
-/** The stack's floor: the completion passed through on this gateway's own stack, nothing stored. */
-async function floor(): Promise<Target> {
+/** One of the floors (bench/floor-*.js), a plain server on the provider: its process, its address and how it stops. */
+async function floorServer(script: string) {
   const port = await freePort();
   const child = await startServer(
-    'the floor proxy',
-    ['--v8-pool-size=1', join(ROOT, 'bench/floor-proxy.js'), String(port), new URL(fakeUrl).origin],
+    script,
+    ['--v8-pool-size=1', join(ROOT, 'bench', script), String(port), new URL(fakeUrl).origin],
     'ready',
   );
-  return {
-    ...direct(),
-    name: 'stack_floor',
-    pid: pidOf(child),
-    url: `http://127.0.0.1:${port}/v1/chat/completions`,
-    stop: () => stopChild(child),
-  };
+  return { pid: pidOf(child), origin: `http://127.0.0.1:${port}`, stop: () => stopChild(child) };
+}
+
+/** The stack's floor: the completion passed through on this gateway's own stack, nothing stored. */
+async function floor(): Promise<Target> {
+  const { origin, ...server } = await floorServer('floor-proxy.js');
+  return { ...direct(), ...server, name: 'stack_floor', url: `${origin}/v1/chat/completions` };
 }
 
 /** The stack's floor for a stored run: a whole streamed run stored on this gateway's own stack and storage, nothing else. */
 async function storedFloor(): Promise<Target> {
-  const port = await freePort();
-  const child = await startServer(
-    'the stored-run floor',
-    ['--v8-pool-size=1', join(ROOT, 'bench/floor-run.js'), String(port), new URL(fakeUrl).origin],
-    'ready',
-  );
+  const { origin, ...server } = await floorServer('floor-run.js');
   return {
+    ...server,
     name: 'stored_floor',
-    pid: pidOf(child),
-    url: `http://127.0.0.1:${port}/v1/threads/runs`,
+    url: `${origin}/v1/threads/runs`,
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({
       assistant_id: 'asst_bench',
@@ -249,7 +244,6 @@ async function storedFloor(): Promise<Target> {
       thread: { messages: [{ role: 'user', content }] },
     }),
     firstToken: /event: thread\.message\.delta/,
-    stop: () => stopChild(child),
   };
 }
 

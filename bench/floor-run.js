@@ -227,7 +227,7 @@ app.post('/v1/threads/runs', async (c) => {
       if (!opened) {
         opened = true;
         controller.enqueue(
-          concat([
+          Buffer.concat([
             event('thread.created', thread),
             event('thread.run.created', run),
             event('thread.run.queued', run),
@@ -255,7 +255,7 @@ app.post('/v1/threads/runs', async (c) => {
           const answered = [{ type: 'text', text: { value: answer, annotations: [] } }];
           const usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
           controller.enqueue(
-            concat([
+            Buffer.concat([
               ...read.out,
               event('thread.message.completed', {
                 ...message,
@@ -272,7 +272,7 @@ app.post('/v1/threads/runs', async (c) => {
           return;
         }
         if (read.out.length > 0) {
-          controller.enqueue(concat(read.out));
+          controller.enqueue(Buffer.concat(read.out));
           return;
         }
       }
@@ -283,17 +283,5 @@ app.post('/v1/threads/runs', async (c) => {
   });
   return c.body(stream, 200, { 'content-type': 'text/event-stream' });
 });
-
-/** @param {Uint8Array[]} parts */
-function concat(parts) {
-  if (parts.length === 1 && parts[0]) return parts[0];
-  const whole = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
-  let at = 0;
-  for (const part of parts) {
-    whole.set(part, at);
-    at += part.length;
-  }
-  return whole;
-}
 
 serve({ fetch: app.fetch, port: Number(port), hostname: '127.0.0.1' }, () => console.log('ready'));
