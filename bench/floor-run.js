@@ -154,7 +154,7 @@ app.post('/v1/threads/runs', async (c) => {
     completed_at: null,
     incomplete_at: null,
     role: 'assistant',
-    content: /** @type {unknown[]} */ ([]),
+    content: [],
     assistant_id: body.assistant_id,
     run_id: runId,
     attachments: [],

@@ -60,11 +60,11 @@ function storeJsonOf(c: Ctx, row: VectorStoreRow, figures: StoreFigures | undefi
 }
 
 /**
- * The batch `batchId` of the store `storeId`, and what `read` reads by its id, read beside it
+ * The batch `batchId` of the store `storeId`, and `beside` (a read by the batch's id) read beside it
  * (besideRow: one round trip to a database server), looked at only once the batch is the store's.
  */
-function batchOf<T>(db: Db, storeId: string, batchId: string, read: (batchId: string) => Promise<T>) {
-  return besideRow(getFileBatch(db, storeId, batchId), read(batchId));
+function batchOf<T>(db: Db, storeId: string, batchId: string, beside: Promise<T>) {
+  return besideRow(getFileBatch(db, storeId, batchId), beside);
 }
 
 /** The store named by the path, in the caller's workspace (404 otherwise). */
@@ -233,8 +233,9 @@ const batchRoutes = new Hono<WorkspaceEnv>()
     responds({ summary: 'Retrieve a file batch', ok: vectorStoreFileBatchObject }),
     async (c) => {
       const { db } = c.get('deps');
+      const batchId = c.req.param('batch_id');
       const [, [batch, counts]] = await besideStore(c, (storeId) =>
-        batchOf(db, storeId, c.req.param('batch_id'), (batchId) => batchFileCounts(db, batchId)),
+        batchOf(db, storeId, batchId, batchFileCounts(db, batchId)),
       );
       return c.json(toFileBatchJson(batch, counts));
     },
@@ -259,8 +260,9 @@ const batchRoutes = new Hono<WorkspaceEnv>()
     async (c) => {
       const query = c.req.valid('query');
       const { db } = c.get('deps');
+      const batchId = c.req.param('batch_id');
       const [, [, page]] = await besideStore(c, (storeId) =>
-        batchOf(db, storeId, c.req.param('batch_id'), (batchId) => listStoreFiles(db, { storeId, batchId }, query)),
+        batchOf(db, storeId, batchId, listStoreFiles(db, { storeId, batchId }, query)),
       );
       return c.json(listObject(page, toVectorStoreFileJson));
     },
